@@ -1,0 +1,245 @@
+//! Load-balancing policies for picks that no affinity decides.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::node::{DownCause, HealthConfig, Node, NodeState};
+
+/// How an unpinned pick chooses among available nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Policy {
+    /// Uniformly random (seed 000/002's behaviour without runtime load balancing).
+    Random,
+    /// Strict rotation over available nodes (WebLogic's default).
+    RoundRobin,
+    /// Random, proportional to static weight, or to RLB percent once advisories arrive.
+    Weighted,
+    /// Power of two random choices, taking the one with fewer in-flight leases.
+    #[default]
+    LeastOutstanding,
+}
+
+impl Policy {
+    /// Config spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Policy::Random => "random",
+            Policy::RoundRobin => "round_robin",
+            Policy::Weighted => "weighted",
+            Policy::LeastOutstanding => "least_outstanding",
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Policy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "random" => Ok(Policy::Random),
+            "round_robin" => Ok(Policy::RoundRobin),
+            "weighted" => Ok(Policy::Weighted),
+            "least_outstanding" => Ok(Policy::LeastOutstanding),
+            _ => Err(Error::config(
+                "policy",
+                format!("unknown policy `{s}` (expected random, round_robin, weighted or least_outstanding)"),
+            )),
+        }
+    }
+}
+
+/// What a pick does when no node is available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PanicPolicy {
+    /// Pick among every node regardless of state: a down-marked node may be
+    /// back, and failing outright would turn a flapping detector into an outage.
+    #[default]
+    TryAll,
+    /// Return [`Error::NoNodeAvailable`].
+    Fail,
+}
+
+impl PanicPolicy {
+    /// Config spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PanicPolicy::TryAll => "try_all",
+            PanicPolicy::Fail => "fail",
+        }
+    }
+}
+
+impl std::str::FromStr for PanicPolicy {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "try_all" => Ok(PanicPolicy::TryAll),
+            "fail" => Ok(PanicPolicy::Fail),
+            _ => Err(Error::config("panic", format!("unknown panic policy `{s}` (expected try_all or fail)"))),
+        }
+    }
+}
+
+thread_local! {
+    static RNG: RefCell<SmallRng> = RefCell::new(SmallRng::seed_from_u64(thread_seed()));
+}
+
+fn thread_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // Each RandomState gets fresh keys (OS-seeded per thread, then bumped per
+    // instance), so this differs per thread and per process.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x5eed);
+    h.finish()
+}
+
+#[inline]
+pub(crate) fn with_rng<T>(f: impl FnOnce(&mut SmallRng) -> T) -> T {
+    RNG.with(|r| f(&mut r.borrow_mut()))
+}
+
+/// Small inline list of candidate indices, so a pick allocates nothing for
+/// clusters of up to 64 nodes.
+struct Candidates {
+    inline: [u32; 64],
+    len: usize,
+    spill: Vec<u32>,
+}
+
+impl Candidates {
+    #[inline]
+    fn new() -> Self {
+        Candidates { inline: [0; 64], len: 0, spill: Vec::new() }
+    }
+    #[inline]
+    fn push(&mut self, i: u32) {
+        if self.len < 64 {
+            self.inline[self.len] = i;
+        } else {
+            if self.len == 64 {
+                self.spill.extend_from_slice(&self.inline);
+            }
+            self.spill.push(i);
+        }
+        self.len += 1;
+    }
+    #[inline]
+    fn as_slice(&self) -> &[u32] {
+        if self.len <= 64 {
+            &self.inline[..self.len]
+        } else {
+            &self.spill
+        }
+    }
+}
+
+/// The balancing state of one cluster.
+#[derive(Debug, Default)]
+pub(crate) struct Balancer {
+    pub policy: Policy,
+    pub panic: PanicPolicy,
+    rr: AtomicU64,
+}
+
+/// Result of a balanced choice.
+pub(crate) enum Choice<'a> {
+    Node(&'a Arc<Node>),
+    /// Every node was unavailable and the panic policy allowed trying one anyway.
+    Panic(&'a Arc<Node>),
+}
+
+impl Balancer {
+    pub fn new(policy: Policy, panic: PanicPolicy) -> Self {
+        Balancer { policy, panic, rr: AtomicU64::new(0) }
+    }
+
+    /// Chooses among `nodes` that accept new work and pass `filter`.
+    ///
+    /// An ejected node whose back-off elapsed gets the pick as its half-open
+    /// trial, so recovery is noticed without waiting for an operator.
+    #[inline]
+    pub fn choose<'a>(
+        &self,
+        nodes: &'a [Arc<Node>],
+        clock: &dyn Clock,
+        health: &HealthConfig,
+        filter: impl Fn(&Node) -> bool,
+    ) -> Result<Choice<'a>> {
+        let mut c = Candidates::new();
+        for (i, n) in nodes.iter().enumerate() {
+            match n.state() {
+                NodeState::Up if filter(n) => c.push(i as u32),
+                NodeState::Down if n.down_cause() == DownCause::Ejected && filter(n) => {
+                    if n.accepts_new(clock, health, true) {
+                        return Ok(Choice::Node(n));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let cands = c.as_slice();
+        if cands.is_empty() {
+            return self.panic_choice(nodes);
+        }
+        let idx = match cands.len() {
+            1 => cands[0],
+            len => match self.policy {
+                Policy::Random => cands[with_rng(|r| r.gen_range(0..len))],
+                Policy::RoundRobin => cands[(self.rr.fetch_add(1, Ordering::Relaxed) % len as u64) as usize],
+                Policy::Weighted => weighted(nodes, cands),
+                Policy::LeastOutstanding => {
+                    let (a, b) = with_rng(|r| {
+                        let a = r.gen_range(0..len);
+                        let b = (a + r.gen_range(1..len)) % len;
+                        (a, b)
+                    });
+                    let (na, nb) = (&nodes[cands[a] as usize], &nodes[cands[b] as usize]);
+                    if nb.in_flight() < na.in_flight() {
+                        cands[b]
+                    } else {
+                        cands[a]
+                    }
+                }
+            },
+        };
+        Ok(Choice::Node(&nodes[idx as usize]))
+    }
+
+    fn panic_choice<'a>(&self, nodes: &'a [Arc<Node>]) -> Result<Choice<'a>> {
+        if self.panic == PanicPolicy::Fail || nodes.is_empty() {
+            return Err(Error::NoNodeAvailable { scope: None });
+        }
+        let i = with_rng(|r| r.gen_range(0..nodes.len()));
+        Ok(Choice::Panic(&nodes[i]))
+    }
+}
+
+fn weighted(nodes: &[Arc<Node>], cands: &[u32]) -> u32 {
+    let total: u64 = cands.iter().map(|&i| u64::from(nodes[i as usize].effective_weight())).sum();
+    if total == 0 {
+        return cands[with_rng(|r| r.gen_range(0..cands.len()))];
+    }
+    let mut x = with_rng(|r| r.gen_range(0..total));
+    for &i in cands {
+        let w = u64::from(nodes[i as usize].effective_weight());
+        if x < w {
+            return i;
+        }
+        x -= w;
+    }
+    // Weights can change concurrently (RLB advisories); the last candidate is
+    // as good as any when the sum moved under us.
+    *cands.last().expect("non-empty")
+}

@@ -1,0 +1,393 @@
+//! The cluster: nodes, policy and the affinity registries, behind one handle.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::{ArcSwap, Guard};
+
+use crate::balance::{Balancer, Choice, PanicPolicy, Policy};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, DataConfig, Placement, SessionConfig, ThreadConfig, TransactionConfig};
+use crate::data::DataMap;
+use crate::error::{Error, Result, Scope};
+use crate::metrics::ScopeCounters;
+use crate::node::{HealthConfig, Node, NodeId, NodeSpec, NodeState};
+use crate::pin::ContextPins;
+use crate::rendezvous;
+use crate::route::{Route, RouteKind};
+use crate::session::SessionRegistry;
+use crate::topology::Topology;
+use crate::transaction::TxRegistry;
+
+static NEXT_CLUSTER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A database's nodes, its load-balancing policy and its affinity registries.
+///
+/// Cheap to clone (an `Arc`); every method takes `&self` and is safe to call
+/// from many threads at once.
+#[derive(Clone)]
+pub struct Cluster {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub id: u64,
+    pub config: Config,
+    pub strict: [AtomicBool; 4],
+    pub clock: Arc<dyn Clock>,
+    pub topo: ArcSwap<Topology>,
+    pub topo_lock: Mutex<()>,
+    pub balancer: Balancer,
+    pub tx: TxRegistry,
+    pub sessions: SessionRegistry,
+    pub data: DataMap,
+    pub contexts: ContextPins,
+    pub scope: [ScopeCounters; 4],
+    pub next_context: AtomicU64,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = self.inner.topo.load();
+        f.debug_struct("Cluster")
+            .field("name", &self.inner.config.name)
+            .field("epoch", &t.epoch)
+            .field("nodes", &t.live.iter().map(|n| (n.name(), n.state())).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Builds a [`Cluster`] in Rust; [`Cluster::from_config_text`] takes the text form.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterBuilder {
+    config: Config,
+    clock: Option<Arc<dyn ClockDebug>>,
+}
+
+/// [`Clock`] that can be stored in a `Debug` builder.
+pub trait ClockDebug: Clock + std::fmt::Debug {}
+impl<T: Clock + std::fmt::Debug> ClockDebug for T {}
+
+impl ClusterBuilder {
+    /// Starts from a parsed config.
+    pub fn from_config(config: Config) -> Self {
+        ClusterBuilder { config, clock: None }
+    }
+    /// Cluster name (metrics label).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = name.into();
+        self
+    }
+    /// Adds a node.
+    pub fn node(mut self, spec: NodeSpec) -> Self {
+        self.config.nodes.push(spec);
+        self
+    }
+    /// Balancing policy.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.config.policy = policy;
+        self
+    }
+    /// Panic policy.
+    pub fn panic_policy(mut self, panic: PanicPolicy) -> Self {
+        self.config.panic = panic;
+        self
+    }
+    /// Thread pin settings.
+    pub fn thread(mut self, t: ThreadConfig) -> Self {
+        self.config.thread = t;
+        self
+    }
+    /// Transaction affinity settings.
+    pub fn transaction(mut self, t: TransactionConfig) -> Self {
+        self.config.transaction = t;
+        self
+    }
+    /// Session affinity settings.
+    pub fn session(mut self, s: SessionConfig) -> Self {
+        self.config.session = s;
+        self
+    }
+    /// Data affinity settings.
+    pub fn data(mut self, d: DataConfig) -> Self {
+        self.config.data = d;
+        self
+    }
+    /// Ejection and heartbeat thresholds.
+    pub fn health(mut self, h: HealthConfig) -> Self {
+        self.config.health = h;
+        self
+    }
+    /// Sets strictness for one scope.
+    pub fn strict(mut self, scope: Scope, strict: bool) -> Self {
+        match scope {
+            Scope::Thread => self.config.thread.strict = strict,
+            Scope::Transaction => self.config.transaction.strict = strict,
+            Scope::Session => self.config.session.strict = strict,
+            Scope::Data => self.config.data.strict = strict,
+        }
+        self
+    }
+    /// Injects a clock (tests use [`crate::ManualClock`]).
+    pub fn clock(mut self, clock: impl ClockDebug) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+    /// Validates and builds.
+    pub fn build(self) -> Result<Cluster> {
+        let clock: Arc<dyn Clock> = match self.clock {
+            Some(c) => Arc::new(DynClock(c)),
+            None => Arc::new(SystemClock::new()),
+        };
+        Cluster::with_clock(self.config, clock)
+    }
+}
+
+#[derive(Debug)]
+struct DynClock(Arc<dyn ClockDebug>);
+impl Clock for DynClock {
+    fn now_ms(&self) -> u64 {
+        self.0.now_ms()
+    }
+}
+
+impl Cluster {
+    /// A builder with default settings and no nodes.
+    pub fn builder() -> ClusterBuilder {
+        ClusterBuilder::default()
+    }
+
+    /// Builds from the text config format (see the README).
+    pub fn from_config_text(text: &str) -> Result<Cluster> {
+        Cluster::new(Config::parse(text)?)
+    }
+
+    /// Builds from a config with the system clock.
+    pub fn new(config: Config) -> Result<Cluster> {
+        Cluster::with_clock(config, Arc::new(SystemClock::new()))
+    }
+
+    /// Builds from a config with an injected clock.
+    pub fn with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Cluster> {
+        config.validate()?;
+        let mut topo = Topology::empty();
+        for (i, spec) in config.nodes.iter().enumerate() {
+            topo = topo.with_added(Arc::new(Node::new(NodeId(i as u32), spec)));
+        }
+        let data = DataMap::new(&config.data, &topo)?;
+        let strict = [
+            AtomicBool::new(config.thread.strict),
+            AtomicBool::new(config.transaction.strict),
+            AtomicBool::new(config.session.strict),
+            AtomicBool::new(config.data.strict),
+        ];
+        let inner = Inner {
+            id: NEXT_CLUSTER_ID.fetch_add(1, Ordering::Relaxed),
+            balancer: Balancer::new(config.policy, config.panic),
+            strict,
+            clock,
+            topo: ArcSwap::from_pointee(topo),
+            topo_lock: Mutex::new(()),
+            tx: TxRegistry::new(),
+            sessions: SessionRegistry::new(),
+            data,
+            contexts: ContextPins::new(),
+            scope: Default::default(),
+            next_context: AtomicU64::new(1),
+            config,
+        };
+        Ok(Cluster { inner: Arc::new(inner) })
+    }
+
+    /// The config this cluster was built from (node list as at build time).
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Cluster name.
+    pub fn name(&self) -> &str {
+        &self.inner.config.name
+    }
+
+    /// Topology epoch: bumped by every node add/remove.
+    pub fn epoch(&self) -> u64 {
+        self.inner.topo.load().epoch
+    }
+
+    pub(crate) fn topo(&self) -> Guard<Arc<Topology>> {
+        self.inner.topo.load()
+    }
+
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        &*self.inner.clock
+    }
+
+    pub(crate) fn health(&self) -> &HealthConfig {
+        &self.inner.config.health
+    }
+
+    /// Whether `scope` refuses instead of moving work.
+    #[inline]
+    pub fn is_strict(&self, scope: Scope) -> bool {
+        self.inner.strict[scope as usize].load(Ordering::Relaxed)
+    }
+
+    /// Switches a scope's strictness at runtime (JMX `UseStrictXAAffinity` etc.).
+    pub fn set_strict(&self, scope: Scope, strict: bool) {
+        self.inner.strict[scope as usize].store(strict, Ordering::Relaxed)
+    }
+
+    // ---- nodes -------------------------------------------------------------
+
+    /// Live node ids, in id order.
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        self.topo().live.iter().map(|n| n.id()).collect()
+    }
+
+    /// A node by id (also removed ones, which report `is_removed`).
+    pub fn node(&self, id: NodeId) -> Option<Arc<Node>> {
+        self.topo().node(id).cloned()
+    }
+
+    /// A live node by name (case-insensitive).
+    pub fn node_by_name(&self, name: &str) -> Result<Arc<Node>> {
+        self.topo().find(name).cloned().ok_or_else(|| Error::UnknownNode(name.to_string()))
+    }
+
+    /// Name of a node id; removed nodes keep their name.
+    pub fn node_name(&self, id: NodeId) -> Option<String> {
+        self.topo().node(id).map(|n| n.name().to_string())
+    }
+
+    /// Adds a node at runtime; it gets the next id and starts `Up`.
+    pub fn add_node(&self, spec: NodeSpec) -> Result<NodeId> {
+        spec.validate()?;
+        let _g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let cur = self.inner.topo.load_full();
+        if cur.find(&spec.name).is_some() {
+            return Err(Error::DuplicateNode(spec.name));
+        }
+        if cur.by_id.len() >= u32::MAX as usize {
+            return Err(Error::InvalidArgument("too many nodes".into()));
+        }
+        let id = NodeId(cur.by_id.len() as u32);
+        self.inner.topo.store(Arc::new(cur.with_added(Arc::new(Node::new(id, &spec)))));
+        Ok(id)
+    }
+
+    /// Removes a node at runtime. Affinities to it break like a `Down` node's;
+    /// under rendezvous only its keys move.
+    pub fn remove_node(&self, name: &str) -> Result<NodeId> {
+        let _g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let cur = self.inner.topo.load_full();
+        let node = cur.find(name).cloned().ok_or_else(|| Error::UnknownNode(name.to_string()))?;
+        node.mark_removed();
+        self.inner.topo.store(Arc::new(cur.with_removed(node.id())));
+        Ok(node.id())
+    }
+
+    /// Sets a node's state by operator/API (`markDown`, `markUp`, `drain`).
+    pub fn set_node_state(&self, name: &str, state: NodeState) -> Result<NodeState> {
+        let node = self.node_by_name(name)?;
+        let before = node.state();
+        node.transition(state, crate::node::DownCause::Admin);
+        Ok(before)
+    }
+
+    /// Changes a node's static weight.
+    pub fn set_node_weight(&self, name: &str, weight: u32) -> Result<()> {
+        if weight == 0 || weight > 1_000_000 {
+            return Err(Error::InvalidArgument(format!("weight must be 1..=1000000, got {weight}")));
+        }
+        self.node_by_name(name)?.set_weight(weight);
+        Ok(())
+    }
+
+    // ---- shared routing steps ----------------------------------------------
+
+    /// A load-balanced choice among nodes passing `filter`.
+    #[inline]
+    pub(crate) fn balanced_in(
+        &self,
+        topo: &Topology,
+        scope: Option<Scope>,
+        filter: impl Fn(&Node) -> bool,
+    ) -> Result<(NodeId, bool)> {
+        match self.inner.balancer.choose(&topo.live, self.clock(), self.health(), filter) {
+            Ok(Choice::Node(n)) => Ok((n.id(), false)),
+            Ok(Choice::Panic(n)) => Ok((n.id(), true)),
+            Err(Error::NoNodeAvailable { .. }) => Err(Error::NoNodeAvailable { scope }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Chooses the node for a *new* affinity of `scope`.
+    pub(crate) fn place(
+        &self,
+        topo: &Topology,
+        scope: Scope,
+        placement: Placement,
+        key_hash: u64,
+        filter: impl Fn(&Node) -> bool,
+    ) -> Result<(NodeId, RouteKind)> {
+        match placement {
+            Placement::Balanced => {
+                let (id, panic) = self.balanced_in(topo, Some(scope), filter)?;
+                Ok((id, if panic { RouteKind::Panic } else { RouteKind::Placed }))
+            }
+            Placement::Rendezvous => {
+                let clock = self.clock();
+                let health = self.health();
+                if let Some(n) =
+                    rendezvous::owner(&topo.live, key_hash, |n| n.accepts_new(clock, health, false) && filter(n))
+                {
+                    return Ok((n.id(), RouteKind::Placed));
+                }
+                if self.inner.balancer.panic == PanicPolicy::Fail {
+                    return Err(Error::NoNodeAvailable { scope: Some(scope) });
+                }
+                rendezvous::owner(&topo.live, key_hash, |_| true)
+                    .map(|n| (n.id(), RouteKind::Panic))
+                    .ok_or(Error::NoNodeAvailable { scope: Some(scope) })
+            }
+        }
+    }
+
+    /// Counts and builds a strict refusal.
+    pub(crate) fn refuse(&self, scope: Scope, node: &Node) -> Error {
+        node.counters.strict_refusals.fetch_add(1, Ordering::Relaxed);
+        self.inner.scope[scope as usize].strict_refusals.fetch_add(1, Ordering::Relaxed);
+        Error::StrictAffinity {
+            scope,
+            node: node.name().to_string(),
+            state: if node.is_removed() { NodeState::Down } else { node.state() },
+        }
+    }
+
+    /// Counts a routing outcome on the node and scope.
+    #[inline]
+    pub(crate) fn count(&self, topo: &Topology, scope: Option<Scope>, route: Route) {
+        if let Some(n) = topo.node(route.node) {
+            n.counters.picks.incr();
+            match route.kind {
+                RouteKind::Affinity => n.counters.affinity_hits.incr(),
+                RouteKind::Repinned => {
+                    n.counters.repins.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = scope {
+            self.inner.scope[s as usize].count(route.kind);
+        }
+    }
+
+    /// An unpinned, load-balanced pick that ignores any affinity.
+    pub fn pick_balanced(&self) -> Result<Route> {
+        let topo = self.topo();
+        let (id, panic) = self.balanced_in(&topo, None, |_| true)?;
+        let r = Route::new(id, if panic { RouteKind::Panic } else { RouteKind::Balanced });
+        self.count(&topo, None, r);
+        Ok(r)
+    }
+}

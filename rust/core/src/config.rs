@@ -1,0 +1,398 @@
+//! Cluster configuration: a Rust builder and one text format that every
+//! binding passes through unchanged.
+//!
+//! The text format is Java-properties-like, so it also fits bean properties and
+//! app-server `<Resource>` attributes: `key = value` entries separated by
+//! newlines or `;`, blank lines and lines starting with `#` or `!` ignored.
+//! Every key is documented in the README; an unknown key is an error, because
+//! a typo silently ignored would be a routing bug found in production.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+
+use crate::balance::{PanicPolicy, Policy};
+use crate::error::{Error, Result};
+use crate::node::{validate_node_name, HealthConfig, NodeSpec};
+
+/// Largest accepted config text.
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+/// Upper bound on `data.partitions`.
+pub const MAX_PARTITIONS: u32 = 1 << 20;
+
+/// Where a *new* transaction, session or data partition is placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// Weighted rendezvous hashing: every process places the same id on the
+    /// same node with no shared state.
+    Rendezvous,
+    /// The cluster's load-balancing policy.
+    Balanced,
+}
+
+impl Placement {
+    /// Config spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Placement::Rendezvous => "rendezvous",
+            Placement::Balanced => "balanced",
+        }
+    }
+
+    fn parse(key: &str, v: &str) -> Result<Self> {
+        match v {
+            "rendezvous" => Ok(Placement::Rendezvous),
+            "balanced" => Ok(Placement::Balanced),
+            _ => Err(Error::config(key, format!("expected rendezvous or balanced, got `{v}`"))),
+        }
+    }
+}
+
+/// How web sessions are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionMode {
+    /// A registry of key → node with an idle TTL.
+    Registry,
+    /// No state: rendezvous hashing of the key over nodes advising affinity.
+    Stateless,
+}
+
+/// Per-thread / per-context pinning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadConfig {
+    /// Refuse instead of re-pinning when the pinned node goes down.
+    pub strict: bool,
+    /// Every pick on an unpinned thread pins it (seed 000's connection factory).
+    pub auto_pin: bool,
+}
+
+/// Transaction (XA gtrid) affinity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionConfig {
+    /// `useStrictXAAffinity`: refuse instead of re-placing an unprepared gtrid.
+    pub strict: bool,
+    /// Placement of a new gtrid.
+    pub placement: Placement,
+}
+
+/// Web-session affinity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionConfig {
+    /// `useStrictWebSessionAffinity`.
+    pub strict: bool,
+    /// Placement of a new session.
+    pub placement: Placement,
+    /// Registry or stateless.
+    pub mode: SessionMode,
+    /// A session unused this long is forgotten.
+    pub idle_ttl_ms: u64,
+}
+
+/// Data (sharding key) affinity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataConfig {
+    /// Refuse instead of falling back to load balancing.
+    pub strict: bool,
+    /// Placement of a partition with no explicit mapping.
+    pub placement: Placement,
+    /// Keys hash into this many partitions.
+    pub partitions: u32,
+    /// Explicit partition → node name entries.
+    pub map: Vec<(u32, String)>,
+}
+
+/// Everything a cluster is built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Name used in metrics and JMX.
+    pub name: String,
+    /// If set, FAN/RLB events for another database are rejected.
+    pub database: Option<String>,
+    /// If set, FAN/RLB events for another service are rejected.
+    pub service: Option<String>,
+    /// Nodes in id order.
+    pub nodes: Vec<NodeSpec>,
+    /// Balancing policy for unpinned picks.
+    pub policy: Policy,
+    /// What to do when no node is available.
+    pub panic: PanicPolicy,
+    /// Thread / context pins.
+    pub thread: ThreadConfig,
+    /// Transactions.
+    pub transaction: TransactionConfig,
+    /// Web sessions.
+    pub session: SessionConfig,
+    /// Data affinity.
+    pub data: DataConfig,
+    /// Ejection and heartbeat.
+    pub health: HealthConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            name: "default".into(),
+            database: None,
+            service: None,
+            nodes: Vec::new(),
+            policy: Policy::default(),
+            panic: PanicPolicy::default(),
+            thread: ThreadConfig { strict: false, auto_pin: false },
+            transaction: TransactionConfig { strict: false, placement: Placement::Rendezvous },
+            session: SessionConfig {
+                strict: false,
+                placement: Placement::Balanced,
+                mode: SessionMode::Registry,
+                idle_ttl_ms: 30 * 60 * 1000,
+            },
+            data: DataConfig { strict: false, placement: Placement::Rendezvous, partitions: 4096, map: Vec::new() },
+            health: HealthConfig::default(),
+        }
+    }
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" | "yes" | "on" | "1" => Ok(true),
+        "false" | "no" | "off" | "0" => Ok(false),
+        _ => Err(Error::config(key, format!("expected true or false, got `{v}`"))),
+    }
+}
+
+fn parse_u32(key: &str, v: &str, min: u32, max: u32) -> Result<u32> {
+    match v.parse::<u32>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(Error::config(key, format!("expected an integer in {min}..={max}, got `{v}`"))),
+    }
+}
+
+/// Parses `500ms`, `10s`, `30m`, `2h`. A bare number is refused: the unit is
+/// where config mistakes hide.
+pub fn parse_duration_ms(key: &str, v: &str) -> Result<u64> {
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let n: u64 =
+        num.parse().map_err(|_| Error::config(key, format!("expected a duration like 500ms, 10s, 30m, got `{v}`")))?;
+    let mul = match unit.trim() {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        "" => return Err(Error::config(key, format!("`{v}` needs a unit: ms, s, m or h"))),
+        u => return Err(Error::config(key, format!("unknown duration unit `{u}` (use ms, s, m or h)"))),
+    };
+    n.checked_mul(mul).ok_or_else(|| Error::config(key, format!("duration `{v}` is too large")))
+}
+
+fn fmt_duration(ms: u64) -> String {
+    if ms % 3_600_000 == 0 && ms > 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 && ms > 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1000 == 0 && ms > 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
+impl Config {
+    /// Parses the text format. Node settings (`node.<NAME>.<key>`) may come in
+    /// any order; the `nodes` list, when present, fixes node order and ids.
+    pub fn parse(text: &str) -> Result<Config> {
+        if text.len() > MAX_CONFIG_BYTES {
+            return Err(Error::config(
+                "",
+                format!("config text is {} bytes; the limit is {MAX_CONFIG_BYTES}", text.len()),
+            ));
+        }
+        let mut c = Config::default();
+        let mut seen = HashSet::new();
+        let mut listed: Option<Vec<String>> = None;
+        let mut declared: Vec<NodeSpec> = Vec::new();
+        for raw in text.split(['\n', ';']) {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+                continue;
+            }
+            let (key, value) = line.split_once('=').ok_or_else(|| Error::config(line, "expected `key = value`"))?;
+            let (key, value) = (key.trim(), value.trim());
+            if !seen.insert(key.to_string()) {
+                return Err(Error::config(key, "given more than once"));
+            }
+            if let Some(rest) = key.strip_prefix("node.") {
+                let (name, attr) = rest
+                    .rsplit_once('.')
+                    .ok_or_else(|| Error::config(key, "expected node.<NAME>.address or node.<NAME>.weight"))?;
+                validate_node_name(name).map_err(|e| Error::config(key, e.to_string()))?;
+                let idx = match declared.iter().position(|n| n.name.eq_ignore_ascii_case(name)) {
+                    Some(i) => i,
+                    None => {
+                        declared.push(NodeSpec::new(name));
+                        declared.len() - 1
+                    }
+                };
+                match attr {
+                    "address" => declared[idx].address = Some(value.to_string()),
+                    "weight" => declared[idx].weight = parse_u32(key, value, 1, 1_000_000)?,
+                    _ => {
+                        return Err(Error::config(
+                            key,
+                            format!("unknown node setting `{attr}` (expected address or weight)"),
+                        ))
+                    }
+                }
+                continue;
+            }
+            if let Some(p) = key.strip_prefix("data.partition.") {
+                let p = parse_u32(key, p, 0, MAX_PARTITIONS - 1)?;
+                validate_node_name(value).map_err(|e| Error::config(key, e.to_string()))?;
+                c.data.map.push((p, value.to_string()));
+                continue;
+            }
+            match key {
+                "name" => {
+                    validate_node_name(value)
+                        .map_err(|e| Error::config(key, e.to_string().replace("node name", "cluster name")))?;
+                    c.name = value.to_string()
+                }
+                "database" => c.database = Some(value.to_string()).filter(|v| !v.is_empty()),
+                "service" => c.service = Some(value.to_string()).filter(|v| !v.is_empty()),
+                "nodes" => {
+                    let names: Vec<String> =
+                        value.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+                    for n in &names {
+                        validate_node_name(n).map_err(|e| Error::config(key, e.to_string()))?;
+                    }
+                    listed = Some(names);
+                }
+                "policy" => c.policy = value.parse()?,
+                "panic" => c.panic = value.parse()?,
+                "thread.strict" => c.thread.strict = parse_bool(key, value)?,
+                "thread.auto_pin" => c.thread.auto_pin = parse_bool(key, value)?,
+                "transaction.strict" => c.transaction.strict = parse_bool(key, value)?,
+                "transaction.placement" => c.transaction.placement = Placement::parse(key, value)?,
+                "session.strict" => c.session.strict = parse_bool(key, value)?,
+                "session.placement" => c.session.placement = Placement::parse(key, value)?,
+                "session.mode" => {
+                    c.session.mode = match value {
+                        "registry" => SessionMode::Registry,
+                        "stateless" => SessionMode::Stateless,
+                        _ => return Err(Error::config(key, format!("expected registry or stateless, got `{value}`"))),
+                    }
+                }
+                "session.idle_ttl" => c.session.idle_ttl_ms = parse_duration_ms(key, value)?,
+                "data.strict" => c.data.strict = parse_bool(key, value)?,
+                "data.placement" => c.data.placement = Placement::parse(key, value)?,
+                "data.partitions" => c.data.partitions = parse_u32(key, value, 1, MAX_PARTITIONS)?,
+                "health.eject_after_failures" => c.health.eject_after_failures = parse_u32(key, value, 0, 1_000_000)?,
+                "health.eject_backoff" => c.health.eject_base_ms = parse_duration_ms(key, value)?,
+                "health.eject_backoff_max" => c.health.eject_max_ms = parse_duration_ms(key, value)?,
+                "heartbeat.interval" => c.health.heartbeat_interval_ms = parse_duration_ms(key, value)?,
+                "heartbeat.misses" => c.health.heartbeat_misses = parse_u32(key, value, 1, 1_000_000)?,
+                _ => return Err(Error::config(key, "unknown key (see the README's config table)")),
+            }
+        }
+        c.nodes = match listed {
+            Some(names) => {
+                let mut nodes = Vec::with_capacity(names.len());
+                for n in names {
+                    let spec = match declared.iter().position(|d| d.name.eq_ignore_ascii_case(&n)) {
+                        Some(i) => declared.remove(i),
+                        None => NodeSpec::new(n),
+                    };
+                    nodes.push(spec);
+                }
+                if let Some(extra) = declared.first() {
+                    return Err(Error::config(format!("node.{}", extra.name), "node is not in the `nodes` list"));
+                }
+                nodes
+            }
+            None => declared,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks cross-field rules; builders call it too.
+    pub fn validate(&self) -> Result<()> {
+        let mut names = HashSet::new();
+        for n in &self.nodes {
+            n.validate().map_err(|e| Error::config(format!("node.{}", n.name), e.to_string()))?;
+            if !names.insert(n.name.to_ascii_uppercase()) {
+                return Err(Error::config("nodes", format!("node `{}` is listed twice", n.name)));
+            }
+        }
+        for (p, node) in &self.data.map {
+            if *p >= self.data.partitions {
+                return Err(Error::config(
+                    format!("data.partition.{p}"),
+                    format!("partition {p} is out of range (data.partitions = {})", self.data.partitions),
+                ));
+            }
+            if !names.contains(&node.to_ascii_uppercase()) {
+                return Err(Error::config(format!("data.partition.{p}"), format!("unknown node `{node}`")));
+            }
+        }
+        if self.health.eject_max_ms < self.health.eject_base_ms {
+            return Err(Error::config("health.eject_backoff_max", "must be ≥ health.eject_backoff"));
+        }
+        if self.health.heartbeat_interval_ms == 0 {
+            return Err(Error::config("heartbeat.interval", "must be > 0"));
+        }
+        Ok(())
+    }
+
+    /// Renders the text format; `Config::parse(&c.to_text())` yields `c`.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "name = {}", self.name);
+        if let Some(d) = &self.database {
+            let _ = writeln!(s, "database = {d}");
+        }
+        if let Some(v) = &self.service {
+            let _ = writeln!(s, "service = {v}");
+        }
+        let names: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+        let _ = writeln!(s, "nodes = {}", names.join(", "));
+        for n in &self.nodes {
+            if let Some(a) = &n.address {
+                let _ = writeln!(s, "node.{}.address = {a}", n.name);
+            }
+            let _ = writeln!(s, "node.{}.weight = {}", n.name, n.weight);
+        }
+        let _ = writeln!(s, "policy = {}", self.policy);
+        let _ = writeln!(s, "panic = {}", self.panic.as_str());
+        let _ = writeln!(s, "thread.strict = {}", self.thread.strict);
+        let _ = writeln!(s, "thread.auto_pin = {}", self.thread.auto_pin);
+        let _ = writeln!(s, "transaction.strict = {}", self.transaction.strict);
+        let _ = writeln!(s, "transaction.placement = {}", self.transaction.placement.as_str());
+        let _ = writeln!(s, "session.strict = {}", self.session.strict);
+        let _ = writeln!(s, "session.placement = {}", self.session.placement.as_str());
+        let mode = match self.session.mode {
+            SessionMode::Registry => "registry",
+            SessionMode::Stateless => "stateless",
+        };
+        let _ = writeln!(s, "session.mode = {mode}");
+        let _ = writeln!(s, "session.idle_ttl = {}", fmt_duration(self.session.idle_ttl_ms));
+        let _ = writeln!(s, "data.strict = {}", self.data.strict);
+        let _ = writeln!(s, "data.placement = {}", self.data.placement.as_str());
+        let _ = writeln!(s, "data.partitions = {}", self.data.partitions);
+        for (p, n) in &self.data.map {
+            let _ = writeln!(s, "data.partition.{p} = {n}");
+        }
+        let h = &self.health;
+        let _ = writeln!(s, "health.eject_after_failures = {}", h.eject_after_failures);
+        let _ = writeln!(s, "health.eject_backoff = {}", fmt_duration(h.eject_base_ms));
+        let _ = writeln!(s, "health.eject_backoff_max = {}", fmt_duration(h.eject_max_ms));
+        let _ = writeln!(s, "heartbeat.interval = {}", fmt_duration(h.heartbeat_interval_ms));
+        let _ = writeln!(s, "heartbeat.misses = {}", h.heartbeat_misses);
+        s
+    }
+}
+
+impl std::str::FromStr for Config {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Config::parse(s)
+    }
+}

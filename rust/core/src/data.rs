@@ -1,0 +1,175 @@
+//! Data affinity (seed 002's RAC data affinity): key → partition → node.
+//!
+//! Partition owners come from, in order: an explicit map entry, a registry
+//! entry (balanced placement), or rendezvous hashing over the cluster's nodes
+//! (the default, stateless and identical in every process). The owner is
+//! computed over all configured nodes, not just healthy ones, so a node that
+//! goes down keeps its partitions and they come back with it; meanwhile soft
+//! mode falls back to load balancing and strict mode refuses.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::cluster::Cluster;
+use crate::config::{DataConfig, Placement};
+use crate::error::{Error, Result, Scope};
+use crate::hash;
+use crate::node::NodeId;
+use crate::rendezvous;
+use crate::route::{Route, RouteKind};
+use crate::session::check_key;
+use crate::sharded::Sharded;
+use crate::topology::Topology;
+
+pub(crate) struct DataMap {
+    partitions: u32,
+    explicit: ArcSwap<HashMap<u32, NodeId>>,
+    placed: Sharded<u32, NodeId>,
+}
+
+impl DataMap {
+    pub fn new(cfg: &DataConfig, topo: &Topology) -> Result<Self> {
+        let mut explicit = HashMap::new();
+        for (p, name) in &cfg.map {
+            let n = topo.find(name).ok_or_else(|| Error::UnknownNode(name.clone()))?;
+            explicit.insert(*p, n.id());
+        }
+        Ok(DataMap { partitions: cfg.partitions, explicit: ArcSwap::from_pointee(explicit), placed: Sharded::new() })
+    }
+
+    pub fn placed_len(&self) -> usize {
+        self.placed.len()
+    }
+}
+
+/// A key for data affinity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataKey<'a> {
+    /// Raw bytes (strings are their UTF-8 bytes).
+    Bytes(&'a [u8]),
+    /// An integer key, hashed as its 8 little-endian bytes.
+    Int(i64),
+}
+
+impl Cluster {
+    /// Number of data partitions.
+    pub fn partitions(&self) -> u32 {
+        self.inner.data.partitions
+    }
+
+    /// The partition a key falls in.
+    pub fn partition_of(&self, key: DataKey<'_>) -> Result<u32> {
+        let h = match key {
+            DataKey::Bytes(b) => {
+                check_key("data key", b)?;
+                hash::hash_bytes(b)
+            }
+            DataKey::Int(i) => hash::hash_i64(i),
+        };
+        Ok((h % u64::from(self.inner.data.partitions)) as u32)
+    }
+
+    /// The node that owns `partition`, ignoring node state.
+    pub fn partition_owner(&self, partition: u32) -> Result<NodeId> {
+        let topo = self.topo();
+        self.owner_of(&topo, partition)?.ok_or(Error::NoNodeAvailable { scope: Some(Scope::Data) })
+    }
+
+    fn owner_of(&self, topo: &Topology, partition: u32) -> Result<Option<NodeId>> {
+        let d = &self.inner.data;
+        if partition >= d.partitions {
+            return Err(Error::InvalidArgument(format!("partition {partition} out of range 0..{}", d.partitions)));
+        }
+        let explicit = d.explicit.load();
+        if !explicit.is_empty() {
+            if let Some(id) = explicit.get(&partition) {
+                return Ok(Some(*id));
+            }
+        }
+        if self.inner.config.data.placement == Placement::Balanced {
+            if let Some(id) = d.placed.lock(&partition).get(&partition) {
+                return Ok(Some(*id));
+            }
+            return Ok(None);
+        }
+        Ok(rendezvous::owner(&topo.live, hash::hash_i64(i64::from(partition)), |_| true).map(|n| n.id()))
+    }
+
+    /// Routes a byte key (a sharding key).
+    pub fn route_key(&self, key: &[u8]) -> Result<Route> {
+        self.route_data(DataKey::Bytes(key))
+    }
+
+    /// Routes an integer key.
+    pub fn route_key_i64(&self, key: i64) -> Result<Route> {
+        self.route_data(DataKey::Int(key))
+    }
+
+    /// Routes a data key to its partition's owner, falling back to load
+    /// balancing (soft) or refusing (strict) when the owner cannot take it.
+    pub fn route_data(&self, key: DataKey<'_>) -> Result<Route> {
+        let p = self.partition_of(key)?;
+        let topo = self.topo();
+        let route = match self.owner_of(&topo, p)? {
+            Some(id) => {
+                let node = topo.node(id).expect("ids are never dropped");
+                if node.accepts_new(self.clock(), self.health(), false) {
+                    Route::new(id, RouteKind::Affinity)
+                } else if self.is_strict(Scope::Data) {
+                    return Err(self.refuse(Scope::Data, node));
+                } else {
+                    let (id, panic) = self.balanced_in(&topo, Some(Scope::Data), |_| true)?;
+                    Route::new(id, if panic { RouteKind::Panic } else { RouteKind::Fallback })
+                }
+            }
+            None => {
+                let mut m = self.inner.data.placed.lock(&p);
+                match m.get(&p) {
+                    Some(id) => Route::new(*id, RouteKind::Affinity),
+                    None => {
+                        let (id, kind) = self.place(&topo, Scope::Data, Placement::Balanced, 0, |_| true)?;
+                        m.insert(p, id);
+                        Route::new(id, kind)
+                    }
+                }
+            }
+        };
+        self.count(&topo, Some(Scope::Data), route);
+        Ok(route)
+    }
+
+    /// Maps `partition` to `node` explicitly (overrides placement).
+    pub fn set_partition(&self, partition: u32, node: &str) -> Result<()> {
+        let topo = self.topo();
+        if partition >= self.inner.data.partitions {
+            return Err(Error::InvalidArgument(format!(
+                "partition {partition} out of range 0..{}",
+                self.inner.data.partitions
+            )));
+        }
+        let id = topo.find(node).ok_or_else(|| Error::UnknownNode(node.to_string()))?.id();
+        self.inner.data.explicit.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            m.insert(partition, id);
+            Arc::new(m)
+        });
+        Ok(())
+    }
+
+    /// Removes an explicit mapping; returns whether there was one.
+    pub fn clear_partition(&self, partition: u32) -> bool {
+        let mut had = false;
+        self.inner.data.explicit.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            had = m.remove(&partition).is_some();
+            Arc::new(m)
+        });
+        had
+    }
+
+    pub(crate) fn data_affinities(&self) -> usize {
+        self.inner.data.explicit.load().len() + self.inner.data.placed_len()
+    }
+}

@@ -1,0 +1,557 @@
+//! FAN (Fast Application Notification) high-availability events.
+//!
+//! Format: the event type, then `key=value` pairs, for example
+//! `SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl_2 host=h2 status=down reason=FAILURE card=1 timestamp=2026-11-29 08:00:00`.
+
+use std::fmt;
+
+use super::{check_version, name_value, prepare, show, timestamp_value, Pairs};
+use crate::error::{Error, Result};
+
+/// What a FAN event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FanEventType {
+    /// A database service as a whole.
+    Service,
+    /// One service on one instance.
+    ServiceMember,
+    /// The database as a whole.
+    Database,
+    /// One database instance.
+    Instance,
+    /// A cluster node (host).
+    Node,
+}
+
+impl FanEventType {
+    const ALL: [Self; 5] = [Self::Service, Self::ServiceMember, Self::Database, Self::Instance, Self::Node];
+
+    /// Lower-case Oracle spelling (Oracle sends it upper-case; parsing ignores case).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Service => "service",
+            Self::ServiceMember => "servicemember",
+            Self::Database => "database",
+            Self::Instance => "instance",
+            Self::Node => "node",
+        }
+    }
+
+    fn from_token(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for FanEventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `status=` of a FAN event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FanStatus {
+    /// The resource is up.
+    Up,
+    /// The resource is down.
+    Down,
+    /// The node hosting the resource left the cluster.
+    NodeDown,
+    /// A preconnect (TAF backup) service came up.
+    PreconnUp,
+    /// A preconnect (TAF backup) service went down.
+    PreconnDown,
+    /// The resource is down and Clusterware will not restart it.
+    NotRestarting,
+    /// Clusterware tried to restart the resource and failed.
+    RestartFailed,
+    /// The server did not know the state.
+    Unknown,
+}
+
+impl FanStatus {
+    const ALL: [Self; 8] = [
+        Self::Up,
+        Self::Down,
+        Self::NodeDown,
+        Self::PreconnUp,
+        Self::PreconnDown,
+        Self::NotRestarting,
+        Self::RestartFailed,
+        Self::Unknown,
+    ];
+
+    /// Lower-case Oracle spelling, e.g. `nodedown`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Up => "up",
+            Self::Down => "down",
+            Self::NodeDown => "nodedown",
+            Self::PreconnUp => "preconn_up",
+            Self::PreconnDown => "preconn_down",
+            Self::NotRestarting => "not_restarting",
+            Self::RestartFailed => "restart_failed",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    fn from_token(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for FanStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `reason=` of a FAN event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FanReason {
+    /// An administrator (srvctl, SQL) caused it.
+    User,
+    /// The resource failed.
+    Failure,
+    /// A resource it depends on changed state.
+    Dependency,
+    /// No reason given (the literal value `none`).
+    None,
+    /// Clusterware started it at cluster start.
+    Autostart,
+    /// Started as part of instance or node boot.
+    Boot,
+    /// The public network of the node went down.
+    PublicNwDown,
+    /// The node left the cluster membership.
+    MemberLeave,
+    /// The server did not know the reason.
+    Unknown,
+}
+
+impl FanReason {
+    const ALL: [Self; 9] = [
+        Self::User,
+        Self::Failure,
+        Self::Dependency,
+        Self::None,
+        Self::Autostart,
+        Self::Boot,
+        Self::PublicNwDown,
+        Self::MemberLeave,
+        Self::Unknown,
+    ];
+
+    /// Lower-case Oracle spelling, e.g. `member_leave`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Failure => "failure",
+            Self::Dependency => "dependency",
+            Self::None => "none",
+            Self::Autostart => "autostart",
+            Self::Boot => "boot",
+            Self::PublicNwDown => "public_nw_down",
+            Self::MemberLeave => "member_leave",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    fn from_token(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+impl fmt::Display for FanReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One FAN high-availability event.
+///
+/// Only the fields routing needs are kept; other keys (`incarnation=`, `timezone=`,
+/// `db_domain=` ...) are accepted and dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FanEvent {
+    /// What the event is about.
+    pub event_type: FanEventType,
+    /// Payload version; always `1.0` for a parsed event.
+    pub version: String,
+    /// `service=`, as sent.
+    pub service: Option<String>,
+    /// `database=` (the database unique name), as sent.
+    pub database: Option<String>,
+    /// `instance=`; always present for `INSTANCE` and `SERVICEMEMBER` events.
+    pub instance: Option<String>,
+    /// `host=`; always present for `NODE` events.
+    pub host: Option<String>,
+    /// New state of the resource.
+    pub status: FanStatus,
+    /// Why the state changed, if the server said.
+    pub reason: Option<FanReason>,
+    /// `card=`: number of instances the service now runs on.
+    pub card: Option<u32>,
+    /// `timestamp=` as sent (for example `2026-11-29 08:00:00`); not interpreted.
+    pub timestamp: Option<String>,
+}
+
+impl FanEvent {
+    /// Parses one FAN event line.
+    ///
+    /// The event type, keys, and the values of `status=` and `reason=` are
+    /// case-insensitive; other values are kept as sent. The value
+    /// of `timestamp=` extends over following words up to the next `key=value`, since
+    /// Oracle puts a space between date and time.
+    ///
+    /// # Errors
+    /// [`Error::EventParse`] if the line is empty or over
+    /// [`MAX_LINE_LEN`](super::MAX_LINE_LEN), the event type is not one of `SERVICE`,
+    /// `SERVICEMEMBER`, `DATABASE`, `INSTANCE`, `NODE`, a word is not `key=value`, a
+    /// key repeats, `VERSION=` is missing or not `1.0`, `status=` is missing or
+    /// unknown, `reason=` is unknown, `card=` is not a number, a known field has an
+    /// empty value or contains `=`, `{` or `}`, or a field required by
+    /// the event type (`instance=` for `INSTANCE`/`SERVICEMEMBER`, `host=` for `NODE`)
+    /// is missing.
+    pub fn parse(line: &str) -> Result<FanEvent> {
+        let line = prepare(line)?;
+        if let Some(brace) = line.chars().find(|c| matches!(c, '{' | '}')) {
+            return Err(Error::event(format!(
+                "unexpected {brace:?} in a FAN event (braces only appear in RLB advisories)"
+            )));
+        }
+        // `prepare` guarantees a non-empty, trimmed line, so there is a first word.
+        let split = line.find(char::is_whitespace).unwrap_or(line.len());
+        let (first, rest) = line.split_at(split);
+        let event_type = match FanEventType::from_token(first) {
+            Some(t) => t,
+            None if first.contains('=') => {
+                return Err(Error::event(format!("missing event type: line starts with {}", show(first))))
+            }
+            None => {
+                return Err(Error::event(format!(
+                    "unknown event type {} (expected SERVICE, SERVICEMEMBER, DATABASE, INSTANCE \
+                     or NODE)",
+                    show(first)
+                )))
+            }
+        };
+
+        let mut pairs = Pairs::default();
+        pairs.add_segment(rest)?;
+        let mut raw = RawFields::default();
+        for p in &pairs.pairs {
+            let slot = match p.key.as_str() {
+                "version" => &mut raw.version,
+                "service" => &mut raw.service,
+                "database" => &mut raw.database,
+                "instance" => &mut raw.instance,
+                "host" => &mut raw.host,
+                "status" => &mut raw.status,
+                "reason" => &mut raw.reason,
+                "card" => &mut raw.card,
+                "timestamp" => &mut raw.timestamp,
+                _ => continue,
+            };
+            *slot = Some(p.value);
+        }
+
+        let version = check_version(raw.version)?;
+        let status = match raw.status {
+            None => return Err(Error::event(format!("{first} event is missing `status=`"))),
+            Some(s) => FanStatus::from_token(s).ok_or_else(|| Error::event(format!("unknown status {}", show(s))))?,
+        };
+        let reason = raw
+            .reason
+            .map(|r| FanReason::from_token(r).ok_or_else(|| Error::event(format!("unknown reason {}", show(r)))))
+            .transpose()?;
+        let card = raw.card.map(parse_card).transpose()?;
+        let opt_name = |key: &str, v: Option<&str>| v.map(|v| name_value(key, v)).transpose();
+        let event = FanEvent {
+            event_type,
+            version,
+            service: opt_name("service", raw.service)?,
+            database: opt_name("database", raw.database)?,
+            instance: opt_name("instance", raw.instance)?,
+            host: opt_name("host", raw.host)?,
+            status,
+            reason,
+            card,
+            timestamp: raw.timestamp.map(timestamp_value).transpose()?,
+        };
+
+        let required = match event_type {
+            FanEventType::Instance | FanEventType::ServiceMember => Some(("instance", event.instance.is_some())),
+            FanEventType::Node => Some(("host", event.host.is_some())),
+            FanEventType::Service | FanEventType::Database => None,
+        };
+        if let Some((key, false)) = required {
+            return Err(Error::event(format!("{first} event is missing `{key}=`")));
+        }
+        Ok(event)
+    }
+}
+
+/// Values of the known keys, before interpretation.
+#[derive(Default)]
+struct RawFields<'a> {
+    version: Option<&'a str>,
+    service: Option<&'a str>,
+    database: Option<&'a str>,
+    instance: Option<&'a str>,
+    host: Option<&'a str>,
+    status: Option<&'a str>,
+    reason: Option<&'a str>,
+    card: Option<&'a str>,
+    timestamp: Option<&'a str>,
+}
+
+fn parse_card(s: &str) -> Result<u32> {
+    // `u32::from_str` would also take `+3`; Oracle never sends a sign.
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Error::event(format!("invalid `card=` value {} (expected a non-negative integer)", show(s))));
+    }
+    s.parse().map_err(|_| Error::event(format!("`card=` value {} is too large", show(s))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    const SM: &str = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl_2 host=h2 \
+                      status=down reason=FAILURE card=1 timestamp=2026-11-29 08:00:00";
+    const INST: &str = "INSTANCE VERSION=1.0 service=orcl database=orcl instance=orcl1 host=node1 \
+                        status=up reason=BOOT timestamp=2026-11-29 08:00:00";
+    const NODE: &str = "NODE VERSION=1.0 host=h2 incarnation=175 status=nodedown reason=member_leave \
+                        timestamp=2026-11-29 08:00:00";
+
+    fn err(line: &str) -> String {
+        match FanEvent::parse(line) {
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::EventParse, "{line:?}: {e}");
+                e.to_string()
+            }
+            Ok(ev) => panic!("expected error for {line:?}, got {ev:?}"),
+        }
+    }
+
+    fn assert_err_contains(line: &str, needle: &str) {
+        let msg = err(line);
+        assert!(msg.contains(needle), "error for {line:?} was {msg:?}, expected to contain {needle:?}");
+    }
+
+    #[test]
+    fn parses_servicemember_example() {
+        assert_eq!(
+            FanEvent::parse(SM).unwrap(),
+            FanEvent {
+                event_type: FanEventType::ServiceMember,
+                version: "1.0".into(),
+                service: Some("svc".into()),
+                database: Some("orcl".into()),
+                instance: Some("orcl_2".into()),
+                host: Some("h2".into()),
+                status: FanStatus::Down,
+                reason: Some(FanReason::Failure),
+                card: Some(1),
+                timestamp: Some("2026-11-29 08:00:00".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn parses_instance_example() {
+        assert_eq!(
+            FanEvent::parse(INST).unwrap(),
+            FanEvent {
+                event_type: FanEventType::Instance,
+                version: "1.0".into(),
+                service: Some("orcl".into()),
+                database: Some("orcl".into()),
+                instance: Some("orcl1".into()),
+                host: Some("node1".into()),
+                status: FanStatus::Up,
+                reason: Some(FanReason::Boot),
+                card: None,
+                timestamp: Some("2026-11-29 08:00:00".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn parses_node_example_and_drops_unknown_keys() {
+        assert_eq!(
+            FanEvent::parse(NODE).unwrap(),
+            FanEvent {
+                event_type: FanEventType::Node,
+                version: "1.0".into(),
+                service: None,
+                database: None,
+                instance: None,
+                host: Some("h2".into()),
+                status: FanStatus::NodeDown,
+                reason: Some(FanReason::MemberLeave),
+                card: None,
+                timestamp: Some("2026-11-29 08:00:00".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn service_and_database_events_need_only_version_and_status() {
+        let ev = FanEvent::parse("SERVICE VERSION=1.0 service=svc status=up").unwrap();
+        assert_eq!(ev.event_type, FanEventType::Service);
+        assert_eq!(ev.service.as_deref(), Some("svc"));
+        assert_eq!(ev.reason, None);
+        assert_eq!(ev.timestamp, None);
+        let ev = FanEvent::parse("DATABASE VERSION=1.0 status=not_restarting").unwrap();
+        assert_eq!(ev.event_type, FanEventType::Database);
+        assert_eq!(ev.status, FanStatus::NotRestarting);
+    }
+
+    #[test]
+    fn timestamp_stops_at_next_key_value() {
+        let line = "INSTANCE VERSION=1.0 instance=i1 status=up timestamp=2026-11-29 08:00:00 \
+                    timezone=+01:00 db_domain=";
+        let ev = FanEvent::parse(line).unwrap();
+        assert_eq!(ev.timestamp.as_deref(), Some("2026-11-29 08:00:00"));
+        // Date-only timestamps and timestamps that are not last are both fine.
+        let line = "INSTANCE VERSION=1.0 timestamp=2026-11-29 instance=i1 status=up";
+        assert_eq!(FanEvent::parse(line).unwrap().timestamp.as_deref(), Some("2026-11-29"));
+        // Runs of whitespace inside the value are kept as sent.
+        let line = "INSTANCE VERSION=1.0 instance=i1 status=up timestamp=2026-11-29   08:00:00  ";
+        assert_eq!(FanEvent::parse(line).unwrap().timestamp.as_deref(), Some("2026-11-29   08:00:00"));
+    }
+
+    #[test]
+    fn keys_and_enum_values_are_case_insensitive() {
+        let line = "servicemember version=1.0 SERVICE=svc Instance=i1 STATUS=DOWN Reason=Public_NW_Down";
+        let ev = FanEvent::parse(line).unwrap();
+        assert_eq!(ev.event_type, FanEventType::ServiceMember);
+        assert_eq!(ev.service.as_deref(), Some("svc"));
+        assert_eq!(ev.instance.as_deref(), Some("i1"));
+        assert_eq!(ev.status, FanStatus::Down);
+        assert_eq!(ev.reason, Some(FanReason::PublicNwDown));
+    }
+
+    #[test]
+    fn values_other_than_status_and_reason_keep_their_case() {
+        let ev = FanEvent::parse("INSTANCE VERSION=1.0 instance=ORCL_1 host=Node1 status=up").unwrap();
+        assert_eq!(ev.instance.as_deref(), Some("ORCL_1"));
+        assert_eq!(ev.host.as_deref(), Some("Node1"));
+    }
+
+    #[test]
+    fn every_status_and_reason_spelling_parses() {
+        for status in FanStatus::ALL {
+            let line = format!("DATABASE VERSION=1.0 status={}", status.as_str().to_uppercase());
+            assert_eq!(FanEvent::parse(&line).unwrap().status, status);
+        }
+        for reason in FanReason::ALL {
+            let line = format!("DATABASE VERSION=1.0 status=up reason={reason}");
+            assert_eq!(FanEvent::parse(&line).unwrap().reason, Some(reason));
+        }
+        for ty in FanEventType::ALL {
+            let line = format!("{} VERSION=1.0 instance=i host=h status=up", ty.as_str().to_uppercase());
+            assert_eq!(FanEvent::parse(&line).unwrap().event_type, ty);
+        }
+    }
+
+    #[test]
+    fn canonical_spellings() {
+        assert_eq!(FanStatus::NodeDown.as_str(), "nodedown");
+        assert_eq!(FanStatus::PreconnUp.to_string(), "preconn_up");
+        assert_eq!(FanStatus::RestartFailed.to_string(), "restart_failed");
+        assert_eq!(FanReason::MemberLeave.as_str(), "member_leave");
+        assert_eq!(FanReason::PublicNwDown.to_string(), "public_nw_down");
+        assert_eq!(FanReason::None.as_str(), "none");
+        assert_eq!(FanEventType::ServiceMember.to_string(), "servicemember");
+    }
+
+    #[test]
+    fn rejects_empty_line() {
+        assert_err_contains("", "empty");
+        assert_err_contains(" \t ", "empty");
+    }
+
+    #[test]
+    fn rejects_unknown_event_types() {
+        assert_err_contains("ASM VERSION=1.0 status=up", "unknown event type `ASM`");
+        assert_err_contains("SERVICEMETRICS VERSION=1.0 status=up", "unknown event type");
+        assert_err_contains("VERSION=1.0 status=up", "missing event type");
+        assert_err_contains("{ VERSION=1.0 status=up", "braces");
+    }
+
+    #[test]
+    fn rejects_missing_or_unsupported_version() {
+        assert_err_contains("DATABASE status=up", "missing `VERSION=`");
+        assert_err_contains("DATABASE VERSION=2.0 status=up", "unsupported version `2.0`");
+        assert_err_contains("DATABASE VERSION=1 status=up", "unsupported version");
+        assert_err_contains("DATABASE VERSION= status=up", "unsupported version");
+        // Version is judged first so a newer protocol is not misreported.
+        assert_err_contains("DATABASE VERSION=2.0 status=sideways", "unsupported version");
+    }
+
+    #[test]
+    fn rejects_missing_or_unknown_status() {
+        assert_err_contains("DATABASE VERSION=1.0 reason=user", "missing `status=`");
+        assert_err_contains("DATABASE VERSION=1.0 status=foo", "unknown status `foo`");
+        assert_err_contains("DATABASE VERSION=1.0 status=", "unknown status ``");
+    }
+
+    #[test]
+    fn rejects_unknown_reason_and_bad_card() {
+        assert_err_contains("DATABASE VERSION=1.0 status=up reason=cosmic_rays", "unknown reason `cosmic_rays`");
+        assert_err_contains("SERVICE VERSION=1.0 status=up card=x", "card");
+        assert_err_contains("SERVICE VERSION=1.0 status=up card=-1", "card");
+        assert_err_contains("SERVICE VERSION=1.0 status=up card=+1", "card");
+        assert_err_contains("SERVICE VERSION=1.0 status=up card=", "card");
+        assert_err_contains("SERVICE VERSION=1.0 status=up card=99999999999", "too large");
+        let ev = FanEvent::parse("SERVICE VERSION=1.0 status=up card=4294967295").unwrap();
+        assert_eq!(ev.card, Some(u32::MAX));
+    }
+
+    #[test]
+    fn rejects_missing_type_specific_fields() {
+        assert_err_contains("INSTANCE VERSION=1.0 host=h status=up", "INSTANCE event is missing `instance=`");
+        assert_err_contains("SERVICEMEMBER VERSION=1.0 service=s status=up", "missing `instance=`");
+        assert_err_contains("NODE VERSION=1.0 instance=i status=nodedown", "NODE event is missing `host=`");
+    }
+
+    #[test]
+    fn rejects_duplicate_keys_case_insensitively() {
+        assert_err_contains("INSTANCE VERSION=1.0 instance=a instance=b status=up", "duplicate key");
+        assert_err_contains("INSTANCE VERSION=1.0 instance=a INSTANCE=a status=up", "duplicate key");
+        assert_err_contains("NODE VERSION=1.0 host=h status=up incarnation=1 incarnation=2", "duplicate key");
+        assert_err_contains(&format!("{SM} timestamp=x"), "duplicate key");
+    }
+
+    #[test]
+    fn rejects_malformed_pairs() {
+        assert_err_contains("INSTANCE VERSION=1.0 instance=i status=up bogus", "expected `key=value`, found `bogus`");
+        assert_err_contains("INSTANCE VERSION=1.0 instance=i status=up =x", "missing key");
+        assert_err_contains("INSTANCE VERSION=1.0 instance=i status=up k(x)=1", "invalid character '('");
+        assert_err_contains("INSTANCE VERSION=1.0 instance= status=up", "empty value for `instance=`");
+        assert_err_contains("INSTANCE VERSION=1.0 instance=a=b status=up", "invalid character '='");
+        assert_err_contains("INSTANCE VERSION=1.0 instance=i status=up timestamp=", "empty value for `timestamp=`");
+        assert_err_contains("INSTANCE VERSION=1.0 instance=i status=up}", "braces");
+    }
+
+    #[test]
+    fn unknown_keys_are_ignored_even_when_empty() {
+        let with_extra = format!("{INST} timezone=+00:00 db_domain= x-new.key=1");
+        assert_eq!(FanEvent::parse(&with_extra).unwrap(), FanEvent::parse(INST).unwrap());
+    }
+
+    #[test]
+    fn truncations_that_drop_status_error() {
+        for base in [SM, INST, NODE] {
+            let status_at = base.find("status=").unwrap();
+            for (cut, _) in base.char_indices().filter(|&(i, _)| i <= status_at + "status=".len()) {
+                let msg = err(&base[..cut]);
+                assert!(!msg.is_empty());
+            }
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Failover inputs: FAN events, RLB advisories, heartbeat probes and
+//! operator state changes, applied to node states.
+
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+use crate::event::{parse_event, Event, FanEvent, FanEventType, FanReason, FanStatus, RlbAdvisory};
+use crate::node::{DownCause, NodeId, NodeState};
+
+/// One node's state change caused by an input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateChange {
+    /// The node.
+    pub node: NodeId,
+    /// Its name.
+    pub name: String,
+    /// State before.
+    pub from: NodeState,
+    /// State after.
+    pub to: NodeState,
+}
+
+/// What applying an event did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventEffect {
+    /// State changes, in node order.
+    pub changes: Vec<StateChange>,
+    /// Nodes whose session affinity was revoked (`aff=FALSE`).
+    pub revoked: Vec<NodeId>,
+    /// Nodes whose RLB advice was updated.
+    pub advised: Vec<NodeId>,
+}
+
+fn same(a: &Option<String>, b: &Option<String>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.eq_ignore_ascii_case(b),
+        _ => true,
+    }
+}
+
+impl Cluster {
+    fn check_foreign(&self, database: &Option<String>, service: &Option<String>) -> Result<()> {
+        let c = &self.inner.config;
+        if !same(&c.database, database) {
+            return Err(Error::ForeignEvent(format!(
+                "database `{}` is not `{}`",
+                database.as_deref().unwrap_or(""),
+                c.database.as_deref().unwrap_or("")
+            )));
+        }
+        if !same(&c.service, service) {
+            return Err(Error::ForeignEvent(format!(
+                "service `{}` is not `{}`",
+                service.as_deref().unwrap_or(""),
+                c.service.as_deref().unwrap_or("")
+            )));
+        }
+        Ok(())
+    }
+
+    /// Parses and applies one FAN HA event or RLB advisory line. Malformed
+    /// text, a foreign database/service or an unknown instance changes nothing.
+    pub fn apply_event(&self, line: &str) -> Result<EventEffect> {
+        match parse_event(line)? {
+            Event::Fan(e) => self.apply_fan(&e),
+            Event::Rlb(a) => self.apply_rlb(&a),
+        }
+    }
+
+    /// Applies a parsed FAN event: `down` with reason `user` drains (planned
+    /// maintenance), any other `down`/`nodedown` is a failure, `up` restores.
+    pub fn apply_fan(&self, ev: &FanEvent) -> Result<EventEffect> {
+        self.check_foreign(&ev.database, &ev.service)?;
+        let topo = self.topo();
+        let targets: Vec<_> = match ev.event_type {
+            FanEventType::Instance | FanEventType::ServiceMember => {
+                let name = ev.instance.as_deref().ok_or_else(|| Error::event("missing `instance=`"))?;
+                vec![topo.find(name).cloned().ok_or_else(|| Error::UnknownNode(name.to_string()))?]
+            }
+            FanEventType::Node => {
+                let host = ev.host.as_deref().ok_or_else(|| Error::event("missing `host=`"))?;
+                let v: Vec<_> = topo
+                    .live
+                    .iter()
+                    .filter(|n| n.host().is_some_and(|h| h.eq_ignore_ascii_case(host)))
+                    .cloned()
+                    .collect();
+                if v.is_empty() {
+                    return Err(Error::UnknownNode(format!("no node has host `{host}`")));
+                }
+                v
+            }
+            FanEventType::Service | FanEventType::Database => topo.live.clone(),
+        };
+        let (to, cause) = match ev.status {
+            FanStatus::Up => (NodeState::Up, DownCause::None),
+            FanStatus::Down if ev.reason == Some(FanReason::User) => (NodeState::Draining, DownCause::Event),
+            FanStatus::Down | FanStatus::NodeDown => (NodeState::Down, DownCause::Event),
+            // Pre-connect and restart notices say nothing about where work can go.
+            _ => return Ok(EventEffect::default()),
+        };
+        let mut effect = EventEffect::default();
+        for n in targets {
+            let t = if to == NodeState::Up {
+                // `up` lifts what events, heartbeats and ejection imposed, but
+                // not an operator's explicit down or drain.
+                n.restore_if(&[DownCause::Event, DownCause::Heartbeat, DownCause::Ejected])
+            } else {
+                n.transition(to, cause)
+            };
+            if let Some(t) = t {
+                effect.changes.push(StateChange { node: n.id(), name: n.name().to_string(), from: t.from, to: t.to });
+            }
+        }
+        Ok(effect)
+    }
+
+    /// Applies an RLB advisory: every named instance must exist (else nothing
+    /// changes); then each gets its percent, flag and affinity advice.
+    pub fn apply_rlb(&self, adv: &RlbAdvisory) -> Result<EventEffect> {
+        self.check_foreign(&adv.database, &adv.service)?;
+        let topo = self.topo();
+        let nodes = adv
+            .entries
+            .iter()
+            .map(|e| topo.find(&e.instance).cloned().ok_or_else(|| Error::UnknownNode(e.instance.clone())))
+            .collect::<Result<Vec<_>>>()?;
+        let mut effect = EventEffect::default();
+        for (e, n) in adv.entries.iter().zip(nodes) {
+            if n.set_advice(e.percent, e.flag, e.aff) {
+                effect.revoked.push(n.id());
+            }
+            effect.advised.push(n.id());
+        }
+        Ok(effect)
+    }
+
+    /// Reports a heartbeat probe of `node` by the host; `misses` consecutive
+    /// failures mark it down, a success restores a heartbeat/ejection down.
+    pub fn report_probe(&self, node: NodeId, ok: bool) -> Result<Option<StateChange>> {
+        let topo = self.topo();
+        let n =
+            topo.node(node).filter(|n| !n.is_removed()).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
+        Ok(n.record_probe(ok, self.health()).map(|t| StateChange {
+            node,
+            name: n.name().to_string(),
+            from: t.from,
+            to: t.to,
+        }))
+    }
+
+    /// Reports a node-level failure or success outside a lease.
+    pub fn report_outcome(&self, node: NodeId, ok: bool) -> Result<Option<StateChange>> {
+        let topo = self.topo();
+        let n =
+            topo.node(node).filter(|n| !n.is_removed()).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
+        let t = if ok { n.record_success() } else { n.record_failure(self.clock(), self.health()) };
+        Ok(t.map(|t| StateChange { node, name: n.name().to_string(), from: t.from, to: t.to }))
+    }
+
+    /// How often hosts should probe each node (`heartbeat.interval`).
+    pub fn heartbeat_interval_ms(&self) -> u64 {
+        self.health().heartbeat_interval_ms
+    }
+}

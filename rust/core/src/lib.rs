@@ -1,0 +1,70 @@
+//! # racaffinity
+//!
+//! Client-side affinity and load balancing over the nodes of a clustered
+//! database (Oracle RAC instances, or any set of per-node pools).
+//!
+//! One [`Cluster`] decides which node a unit of work goes to and keeps related
+//! work there:
+//!
+//! - **load balancing** for unpinned picks ([`Policy`]);
+//! - **affinity**: thread/context pins ([`Cluster::pin_thread`],
+//!   [`Cluster::pin_context`]), XA transactions by gtrid ([`Cluster::tx_begin`]),
+//!   web sessions ([`Cluster::session_route`]) and data keys
+//!   ([`Cluster::route_key`]), each strict or soft;
+//! - **failover**: FAN events and RLB advisories ([`Cluster::apply_event`]),
+//!   heartbeats ([`Cluster::report_probe`]) and passive ejection from lease
+//!   outcomes ([`Lease::release`]);
+//! - **metrics** ([`Cluster::metrics`]).
+//!
+//! ```
+//! use racaffinity::Cluster;
+//!
+//! let cluster = Cluster::from_config_text("nodes = MYDB1, MYDB2, MYDB3")?;
+//! let route = cluster.tx_begin(b"gtrid-42")?;
+//! assert_eq!(cluster.tx_begin(b"gtrid-42")?.node, route.node); // second branch
+//! cluster.apply_event("SERVICEMEMBER VERSION=1.0 service=svc database=orcl \
+//!     instance=MYDB2 host=h2 status=down reason=FAILURE card=1")?;
+//! # Ok::<(), racaffinity::Error>(())
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod balance;
+mod clock;
+mod cluster;
+pub mod config;
+pub mod connect;
+mod counter;
+mod data;
+mod error;
+pub mod event;
+mod failover;
+pub mod hash;
+mod lease;
+mod metrics;
+mod node;
+mod pin;
+mod rendezvous;
+mod route;
+mod session;
+mod sharded;
+mod topology;
+mod transaction;
+
+pub use balance::{PanicPolicy, Policy};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use cluster::{ClockDebug, Cluster, ClusterBuilder};
+pub use config::{Config, DataConfig, Placement, SessionConfig, SessionMode, ThreadConfig, TransactionConfig};
+pub use data::DataKey;
+pub use error::{Error, ErrorKind, Result, Scope};
+pub use failover::{EventEffect, StateChange};
+pub use lease::{Lease, Outcome};
+pub use metrics::{MetricsSnapshot, NodeMetrics, ScopeMetrics};
+pub use node::{validate_node_name, DownCause, HealthConfig, Node, NodeId, NodeSpec, NodeState, MAX_NODE_NAME};
+pub use pin::{ContextKey, ContextPin, ThreadPin};
+pub use route::{Route, RouteKind};
+pub use session::MAX_KEY_BYTES;
+pub use transaction::{TxInfo, MAX_GTRID_BYTES};
+
+/// The crate version.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

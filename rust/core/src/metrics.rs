@@ -1,0 +1,335 @@
+//! Metrics: per-node and per-scope counters, read as a snapshot struct, JSON
+//! or Prometheus text.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use crate::cluster::Cluster;
+use crate::counter::StripedCounter;
+use crate::error::Scope;
+use crate::hash::HASH_VERSION;
+use crate::node::NodeState;
+use crate::route::RouteKind;
+
+#[derive(Debug, Default)]
+pub(crate) struct ScopeCounters {
+    pub live: AtomicI64,
+    pub hits: StripedCounter,
+    pub placements: AtomicU64,
+    pub repins: AtomicU64,
+    pub fallbacks: AtomicU64,
+    pub panics: AtomicU64,
+    pub strict_refusals: AtomicU64,
+}
+
+impl ScopeCounters {
+    #[inline]
+    pub fn count(&self, kind: RouteKind) {
+        match kind {
+            RouteKind::Affinity => self.hits.incr(),
+            RouteKind::Placed => {
+                self.placements.fetch_add(1, Ordering::Relaxed);
+            }
+            RouteKind::Repinned => {
+                self.repins.fetch_add(1, Ordering::Relaxed);
+            }
+            RouteKind::Fallback => {
+                self.fallbacks.fetch_add(1, Ordering::Relaxed);
+            }
+            RouteKind::Panic => {
+                self.panics.fetch_add(1, Ordering::Relaxed);
+            }
+            RouteKind::Balanced => {}
+        }
+    }
+}
+
+/// One node's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeMetrics {
+    /// Node name.
+    pub name: String,
+    /// Current state.
+    pub state: NodeState,
+    /// Why it is down or draining (`none` when up).
+    pub down_cause: &'static str,
+    /// Static weight.
+    pub weight: u32,
+    /// RLB percent from the last advisory (-1: none).
+    pub rlb_percent: i32,
+    /// Whether the instance advises session affinity.
+    pub affinity_advised: bool,
+    /// Routing decisions that returned this node.
+    pub picks: u64,
+    /// Of those, existing affinities honoured.
+    pub affinity_hits: u64,
+    /// Affinities moved here from an unavailable node.
+    pub repins: u64,
+    /// Strict refusals naming this node.
+    pub strict_refusals: u64,
+    /// Leases in flight.
+    pub in_flight: i64,
+    /// Leases released OK.
+    pub successes: u64,
+    /// Node-level failures reported.
+    pub failures: u64,
+    /// State transitions.
+    pub state_changes: u64,
+    /// Passive ejections.
+    pub ejections: u64,
+    /// Missed heartbeats.
+    pub probe_misses: u64,
+}
+
+/// One scope's counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeMetrics {
+    /// The scope.
+    pub scope: Scope,
+    /// Strict mode currently on.
+    pub strict: bool,
+    /// Live affinities (pins, transactions, sessions, mapped partitions).
+    pub live: u64,
+    /// Existing affinities honoured.
+    pub hits: u64,
+    /// New affinities placed.
+    pub placements: u64,
+    /// Affinities moved off an unavailable node.
+    pub repins: u64,
+    /// Data routes that fell back to load balancing.
+    pub fallbacks: u64,
+    /// Routes chosen by the panic policy.
+    pub panics: u64,
+    /// Strict refusals.
+    pub strict_refusals: u64,
+}
+
+/// A point-in-time view of a cluster's metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsSnapshot {
+    /// Cluster name.
+    pub cluster: String,
+    /// Topology epoch.
+    pub epoch: u64,
+    /// Rendezvous hash scheme.
+    pub hash_version: &'static str,
+    /// Load-balancing policy.
+    pub policy: &'static str,
+    /// Live nodes, in id order.
+    pub nodes: Vec<NodeMetrics>,
+    /// Per scope, in [`Scope::ALL`] order.
+    pub scopes: Vec<ScopeMetrics>,
+    /// Sessions dropped because the instance withdrew affinity.
+    pub sessions_revoked: u64,
+    /// Sessions dropped after their idle TTL.
+    pub sessions_expired: u64,
+}
+
+impl MetricsSnapshot {
+    /// Sum of picks over nodes.
+    pub fn total_picks(&self) -> u64 {
+        self.nodes.iter().map(|n| n.picks).sum()
+    }
+
+    /// The snapshot as one JSON object. Names are validated identifiers, so no
+    /// string needs escaping.
+    pub fn to_json(&self) -> String {
+        let mut s = String::with_capacity(256 + 320 * self.nodes.len());
+        let _ = write!(
+            s,
+            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"nodes":["#,
+            self.cluster, self.epoch, self.hash_version, self.policy, self.sessions_revoked, self.sessions_expired
+        );
+        for (i, n) in self.nodes.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(
+                s,
+                r#"{{"name":"{}","state":"{}","down_cause":"{}","weight":{},"rlb_percent":{},"affinity_advised":{},"picks":{},"affinity_hits":{},"repins":{},"strict_refusals":{},"in_flight":{},"successes":{},"failures":{},"state_changes":{},"ejections":{},"probe_misses":{}}}"#,
+                n.name,
+                n.state,
+                n.down_cause,
+                n.weight,
+                n.rlb_percent,
+                n.affinity_advised,
+                n.picks,
+                n.affinity_hits,
+                n.repins,
+                n.strict_refusals,
+                n.in_flight,
+                n.successes,
+                n.failures,
+                n.state_changes,
+                n.ejections,
+                n.probe_misses
+            );
+        }
+        s.push_str(r#"],"scopes":{"#);
+        for (i, sc) in self.scopes.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(
+                s,
+                r#""{}":{{"strict":{},"live":{},"hits":{},"placements":{},"repins":{},"fallbacks":{},"panics":{},"strict_refusals":{}}}"#,
+                sc.scope,
+                sc.strict,
+                sc.live,
+                sc.hits,
+                sc.placements,
+                sc.repins,
+                sc.fallbacks,
+                sc.panics,
+                sc.strict_refusals
+            );
+        }
+        s.push_str("}}");
+        s
+    }
+
+    /// The snapshot in the Prometheus text exposition format (0.0.4).
+    pub fn to_prometheus(&self) -> String {
+        let mut s = String::with_capacity(2048 + 1024 * self.nodes.len());
+        let c = &self.cluster;
+        type NodeField = fn(&NodeMetrics) -> i64;
+        let node_series: [(&str, &str, &str, NodeField); 11] = [
+            ("racaffinity_node_picks_total", "counter", "Routing decisions that returned the node.", |n| {
+                n.picks as i64
+            }),
+            ("racaffinity_node_affinity_hits_total", "counter", "Existing affinities honoured on the node.", |n| {
+                n.affinity_hits as i64
+            }),
+            (
+                "racaffinity_node_repins_total",
+                "counter",
+                "Affinities moved to the node from an unavailable one.",
+                |n| n.repins as i64,
+            ),
+            ("racaffinity_node_strict_refusals_total", "counter", "Strict refusals naming the node.", |n| {
+                n.strict_refusals as i64
+            }),
+            ("racaffinity_node_in_flight", "gauge", "Leases in flight on the node.", |n| n.in_flight),
+            ("racaffinity_node_successes_total", "counter", "Leases released OK.", |n| n.successes as i64),
+            ("racaffinity_node_failures_total", "counter", "Node-level failures reported.", |n| n.failures as i64),
+            ("racaffinity_node_state_changes_total", "counter", "Node state transitions.", |n| n.state_changes as i64),
+            ("racaffinity_node_ejections_total", "counter", "Passive ejections.", |n| n.ejections as i64),
+            ("racaffinity_node_probe_misses_total", "counter", "Missed heartbeat probes.", |n| n.probe_misses as i64),
+            ("racaffinity_node_weight", "gauge", "Static weight.", |n| i64::from(n.weight)),
+        ];
+        for (name, kind, help, f) in node_series {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for n in &self.nodes {
+                let _ = writeln!(s, "{name}{{cluster=\"{c}\",node=\"{}\"}} {}", n.name, f(n));
+            }
+        }
+        let _ = writeln!(
+            s,
+            "# HELP racaffinity_node_state Node state (1 for the current state).\n# TYPE racaffinity_node_state gauge"
+        );
+        for n in &self.nodes {
+            for st in [NodeState::Up, NodeState::Draining, NodeState::Down] {
+                let _ = writeln!(
+                    s,
+                    "racaffinity_node_state{{cluster=\"{c}\",node=\"{}\",state=\"{st}\"}} {}",
+                    n.name,
+                    u8::from(n.state == st)
+                );
+            }
+        }
+        type ScopeField = fn(&ScopeMetrics) -> u64;
+        let scope_series: [(&str, &str, &str, ScopeField); 7] = [
+            ("racaffinity_affinities", "gauge", "Live affinities per scope.", |s| s.live),
+            ("racaffinity_affinity_hits_total", "counter", "Existing affinities honoured.", |s| s.hits),
+            ("racaffinity_affinity_placements_total", "counter", "New affinities placed.", |s| s.placements),
+            ("racaffinity_affinity_repins_total", "counter", "Affinities moved off an unavailable node.", |s| s.repins),
+            ("racaffinity_affinity_fallbacks_total", "counter", "Data routes that fell back to load balancing.", |s| {
+                s.fallbacks
+            }),
+            ("racaffinity_affinity_panics_total", "counter", "Routes chosen by the panic policy.", |s| s.panics),
+            ("racaffinity_strict_refusals_total", "counter", "Strict refusals per scope.", |s| s.strict_refusals),
+        ];
+        for (name, kind, help, f) in scope_series {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for sc in &self.scopes {
+                let _ = writeln!(s, "{name}{{cluster=\"{c}\",scope=\"{}\"}} {}", sc.scope, f(sc));
+            }
+        }
+        let _ = writeln!(
+            s,
+            "# HELP racaffinity_sessions_revoked_total Sessions dropped because the instance withdrew affinity.\n# TYPE racaffinity_sessions_revoked_total counter\nracaffinity_sessions_revoked_total{{cluster=\"{c}\"}} {}",
+            self.sessions_revoked
+        );
+        let _ = writeln!(
+            s,
+            "# HELP racaffinity_sessions_expired_total Sessions dropped after their idle TTL.\n# TYPE racaffinity_sessions_expired_total counter\nracaffinity_sessions_expired_total{{cluster=\"{c}\"}} {}",
+            self.sessions_expired
+        );
+        s
+    }
+}
+
+impl Cluster {
+    /// A snapshot of every counter.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        let topo = self.topo();
+        let nodes = topo
+            .live
+            .iter()
+            .map(|n| {
+                let c = &n.counters;
+                NodeMetrics {
+                    name: n.name().to_string(),
+                    state: n.state(),
+                    down_cause: n.down_cause().as_str(),
+                    weight: n.weight(),
+                    rlb_percent: n.rlb_percent().map_or(-1, i32::from),
+                    affinity_advised: n.affinity_advised(),
+                    picks: c.picks.sum(),
+                    affinity_hits: c.affinity_hits.sum(),
+                    repins: c.repins.load(Ordering::Relaxed),
+                    strict_refusals: c.strict_refusals.load(Ordering::Relaxed),
+                    in_flight: c.in_flight.sum_signed(),
+                    successes: c.successes.sum(),
+                    failures: c.failures.load(Ordering::Relaxed),
+                    state_changes: c.state_changes.load(Ordering::Relaxed),
+                    ejections: c.ejections.load(Ordering::Relaxed),
+                    probe_misses: c.probe_misses.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        let scopes = Scope::ALL
+            .iter()
+            .map(|&sc| {
+                let k = &self.inner.scope[sc as usize];
+                let live = match sc {
+                    Scope::Thread => k.live.load(Ordering::Relaxed).max(0) as u64,
+                    Scope::Transaction => self.tx_count() as u64,
+                    Scope::Session => self.session_count() as u64,
+                    Scope::Data => self.data_affinities() as u64,
+                };
+                ScopeMetrics {
+                    scope: sc,
+                    strict: self.is_strict(sc),
+                    live,
+                    hits: k.hits.sum(),
+                    placements: k.placements.load(Ordering::Relaxed),
+                    repins: k.repins.load(Ordering::Relaxed),
+                    fallbacks: k.fallbacks.load(Ordering::Relaxed),
+                    panics: k.panics.load(Ordering::Relaxed),
+                    strict_refusals: k.strict_refusals.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        MetricsSnapshot {
+            cluster: self.name().to_string(),
+            epoch: topo.epoch,
+            hash_version: HASH_VERSION,
+            policy: self.inner.config.policy.as_str(),
+            nodes,
+            scopes,
+            sessions_revoked: self.inner.sessions.revoked.load(Ordering::Relaxed),
+            sessions_expired: self.inner.sessions.expired.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,554 @@
+//! Nodes: identity, state and health.
+//!
+//! A node's mutable state lives in atomics so that picks read it without a
+//! lock; transitions take a per-node mutex so state-change counts are exact.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+
+use crate::clock::Clock;
+use crate::counter::StripedCounter;
+use crate::error::{Error, Result};
+use crate::hash;
+
+/// Stable index of a node within its cluster. Never reused after removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+/// Longest accepted node name.
+pub const MAX_NODE_NAME: usize = 64;
+
+/// Administrative / observed state of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NodeState {
+    /// Takes new work and new affinities.
+    Up,
+    /// Planned maintenance: no new affinities; existing ones run to completion.
+    Draining,
+    /// Takes no picks; affinities to it are broken.
+    Down,
+}
+
+impl NodeState {
+    /// Lower-case name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Up => "up",
+            NodeState::Draining => "draining",
+            NodeState::Down => "down",
+        }
+    }
+
+    fn from_u8(v: u8) -> NodeState {
+        match v {
+            0 => NodeState::Up,
+            1 => NodeState::Draining,
+            _ => NodeState::Down,
+        }
+    }
+
+    const fn to_u8(self) -> u8 {
+        match self {
+            NodeState::Up => 0,
+            NodeState::Draining => 1,
+            NodeState::Down => 2,
+        }
+    }
+}
+
+impl fmt::Display for NodeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for NodeState {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "up" => Ok(NodeState::Up),
+            "draining" | "drain" => Ok(NodeState::Draining),
+            "down" => Ok(NodeState::Down),
+            _ => Err(Error::InvalidArgument(format!("unknown node state `{s}` (expected up, draining or down)"))),
+        }
+    }
+}
+
+/// Why a node is down; decides what may bring it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DownCause {
+    /// Not down.
+    None,
+    /// Set by the API / an operator.
+    Admin,
+    /// A FAN event said so.
+    Event,
+    /// Missed heartbeats.
+    Heartbeat,
+    /// Passive ejection after consecutive failures.
+    Ejected,
+}
+
+impl DownCause {
+    /// Lower-case name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DownCause::None => "none",
+            DownCause::Admin => "admin",
+            DownCause::Event => "event",
+            DownCause::Heartbeat => "heartbeat",
+            DownCause::Ejected => "ejected",
+        }
+    }
+
+    fn from_u8(v: u8) -> DownCause {
+        match v {
+            1 => DownCause::Admin,
+            2 => DownCause::Event,
+            3 => DownCause::Heartbeat,
+            4 => DownCause::Ejected,
+            _ => DownCause::None,
+        }
+    }
+
+    const fn to_u8(self) -> u8 {
+        match self {
+            DownCause::None => 0,
+            DownCause::Admin => 1,
+            DownCause::Event => 2,
+            DownCause::Heartbeat => 3,
+            DownCause::Ejected => 4,
+        }
+    }
+}
+
+/// What a node is, as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// Instance name, e.g. `MYDB1`.
+    pub name: String,
+    /// Optional `host:port` of the instance's listener.
+    pub address: Option<String>,
+    /// Static weight (≥ 1) for `weighted` balancing and rendezvous placement.
+    pub weight: u32,
+}
+
+impl NodeSpec {
+    /// A node with weight 1 and no address.
+    pub fn new(name: impl Into<String>) -> Self {
+        NodeSpec { name: name.into(), address: None, weight: 1 }
+    }
+
+    /// Sets the listener address.
+    pub fn address(mut self, address: impl Into<String>) -> Self {
+        self.address = Some(address.into());
+        self
+    }
+
+    /// Sets the static weight.
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.weight = weight;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        validate_node_name(&self.name)?;
+        if self.weight == 0 || self.weight > 1_000_000 {
+            return Err(Error::InvalidArgument(format!(
+                "node `{}`: weight must be 1..=1000000, got {}",
+                self.name, self.weight
+            )));
+        }
+        if let Some(a) = &self.address {
+            crate::connect::split_host_port(a, 1521)
+                .map_err(|e| Error::InvalidArgument(format!("node `{}`: bad address `{a}`: {e}", self.name)))?;
+        }
+        Ok(())
+    }
+}
+
+/// Node names are RAC instance names: they travel into metrics labels, JSON and
+/// connect descriptors unescaped, so only a safe alphabet is accepted.
+pub fn validate_node_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > MAX_NODE_NAME {
+        return Err(Error::InvalidArgument(format!("node name must be 1..={MAX_NODE_NAME} bytes, got {}", name.len())));
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '$' | '#'))) {
+        return Err(Error::InvalidArgument(format!(
+            "node name `{}` contains `{}`; allowed: letters, digits, _ - . $ #",
+            name.escape_debug(),
+            c.escape_debug()
+        )));
+    }
+    Ok(())
+}
+
+/// Passive-ejection and heartbeat thresholds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// Consecutive failed leases before a node is ejected (0 disables ejection).
+    pub eject_after_failures: u32,
+    /// First ejection lasts this long; each re-ejection doubles it.
+    pub eject_base_ms: u64,
+    /// Upper bound of the growing back-off.
+    pub eject_max_ms: u64,
+    /// How often the host should probe (informational for hosts' schedulers).
+    pub heartbeat_interval_ms: u64,
+    /// Consecutive missed probes before the node is Down.
+    pub heartbeat_misses: u32,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            eject_after_failures: 5,
+            eject_base_ms: 1_000,
+            eject_max_ms: 60_000,
+            heartbeat_interval_ms: 10_000,
+            heartbeat_misses: 3,
+        }
+    }
+}
+
+/// RLB flag, as in Oracle's advisories.
+pub use crate::event::RlbFlag;
+
+const NO_PERCENT: u8 = u8::MAX;
+
+/// Per-node counters (see [`crate::metrics`]).
+#[derive(Debug, Default)]
+pub(crate) struct NodeCounters {
+    pub picks: StripedCounter,
+    pub affinity_hits: StripedCounter,
+    pub in_flight: StripedCounter,
+    pub repins: AtomicU64,
+    pub strict_refusals: AtomicU64,
+    pub successes: StripedCounter,
+    pub failures: AtomicU64,
+    pub state_changes: AtomicU64,
+    pub ejections: AtomicU64,
+    pub probe_misses: AtomicU64,
+}
+
+/// A node's runtime record, shared by every snapshot that contains it.
+#[derive(Debug)]
+pub struct Node {
+    id: NodeId,
+    name: Box<str>,
+    seed: u64,
+    host: Option<String>,
+    address: Option<String>,
+    weight: AtomicU32,
+    state: AtomicU8,
+    cause: AtomicU8,
+    removed: AtomicBool,
+    ejected_until: AtomicU64,
+    consecutive_failures: AtomicU32,
+    ejections_in_row: AtomicU32,
+    misses: AtomicU32,
+    rlb_percent: AtomicU8,
+    rlb_flag: AtomicU8,
+    aff: AtomicBool,
+    session_epoch: AtomicU32,
+    pub(crate) counters: NodeCounters,
+    transition: Mutex<()>,
+}
+
+/// What happened to a node's state in one transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Transition {
+    pub from: NodeState,
+    pub to: NodeState,
+}
+
+impl Node {
+    pub(crate) fn new(id: NodeId, spec: &NodeSpec) -> Node {
+        let host = spec
+            .address
+            .as_deref()
+            .and_then(|a| crate::connect::split_host_port(a, 1521).ok())
+            .map(|(h, _)| h.to_string());
+        Node {
+            id,
+            name: spec.name.clone().into_boxed_str(),
+            seed: hash::hash_bytes(spec.name.as_bytes()),
+            host,
+            address: spec.address.clone(),
+            weight: AtomicU32::new(spec.weight),
+            state: AtomicU8::new(NodeState::Up.to_u8()),
+            cause: AtomicU8::new(DownCause::None.to_u8()),
+            removed: AtomicBool::new(false),
+            ejected_until: AtomicU64::new(0),
+            consecutive_failures: AtomicU32::new(0),
+            ejections_in_row: AtomicU32::new(0),
+            misses: AtomicU32::new(0),
+            rlb_percent: AtomicU8::new(NO_PERCENT),
+            rlb_flag: AtomicU8::new(0),
+            aff: AtomicBool::new(true),
+            session_epoch: AtomicU32::new(0),
+            counters: NodeCounters::default(),
+            transition: Mutex::new(()),
+        }
+    }
+
+    /// Stable id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Instance name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Configured `host:port`, if any.
+    pub fn address(&self) -> Option<&str> {
+        self.address.as_deref()
+    }
+
+    /// Host part of the address (FAN `NODE` events name hosts).
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+
+    /// Rendezvous seed: `h(name)`.
+    #[inline]
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Current state.
+    #[inline]
+    pub fn state(&self) -> NodeState {
+        NodeState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// Why it is down ([`DownCause::None`] when not down).
+    pub fn down_cause(&self) -> DownCause {
+        DownCause::from_u8(self.cause.load(Ordering::Acquire))
+    }
+
+    /// True once removed from the cluster; existing affinities then break.
+    #[inline]
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    /// Static weight.
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_weight(&self, w: u32) {
+        self.weight.store(w, Ordering::Relaxed)
+    }
+
+    /// RLB percent from the last advisory, if any.
+    pub fn rlb_percent(&self) -> Option<u8> {
+        match self.rlb_percent.load(Ordering::Relaxed) {
+            NO_PERCENT => None,
+            p => Some(p),
+        }
+    }
+
+    /// RLB flag from the last advisory, if any.
+    pub fn rlb_flag(&self) -> Option<RlbFlag> {
+        match self.rlb_flag.load(Ordering::Relaxed) {
+            1 => Some(RlbFlag::Good),
+            2 => Some(RlbFlag::Violating),
+            3 => Some(RlbFlag::NoData),
+            4 => Some(RlbFlag::Unknown),
+            5 => Some(RlbFlag::Blocked),
+            _ => None,
+        }
+    }
+
+    /// Session affinity advised by the instance (`aff=`); true until told otherwise.
+    #[inline]
+    pub fn affinity_advised(&self) -> bool {
+        self.aff.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn session_epoch(&self) -> u32 {
+        self.session_epoch.load(Ordering::Acquire)
+    }
+
+    /// Weight used by `weighted` balancing and rendezvous: the RLB percent once
+    /// advisories arrive (0 when BLOCKED), else the static weight.
+    #[inline]
+    pub fn effective_weight(&self) -> u32 {
+        match self.rlb_percent.load(Ordering::Relaxed) {
+            NO_PERCENT => self.weight(),
+            _ if self.rlb_flag.load(Ordering::Relaxed) == 5 => 0,
+            p => u32::from(p),
+        }
+    }
+
+    /// In-flight leases.
+    pub fn in_flight(&self) -> i64 {
+        self.counters.in_flight.sum_signed()
+    }
+
+    /// Whether the node can take *new* work or affinities now.
+    ///
+    /// An ejected node whose back-off has elapsed admits exactly one trial
+    /// (half-open) per back-off period when `allow_trial` is set.
+    #[inline]
+    pub(crate) fn accepts_new(&self, clock: &dyn Clock, health: &HealthConfig, allow_trial: bool) -> bool {
+        match self.state.load(Ordering::Acquire) {
+            0 => !self.is_removed(),
+            2 if allow_trial && self.cause.load(Ordering::Relaxed) == DownCause::Ejected.to_u8() => {
+                self.try_trial(clock, health)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether work already bound to this node may continue here.
+    #[inline]
+    pub(crate) fn accepts_existing(&self) -> bool {
+        self.state.load(Ordering::Acquire) != NodeState::Down.to_u8() && !self.is_removed()
+    }
+
+    fn try_trial(&self, clock: &dyn Clock, health: &HealthConfig) -> bool {
+        if self.is_removed() {
+            return false;
+        }
+        let until = self.ejected_until.load(Ordering::Acquire);
+        let now = clock.now_ms();
+        if now < until {
+            return false;
+        }
+        // One trial per back-off period; a lost trial re-arms after another period.
+        let next = now + backoff_ms(health, self.ejections_in_row.load(Ordering::Relaxed));
+        self.ejected_until.compare_exchange(until, next, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    }
+
+    /// Milliseconds until an ejected node admits its next trial (0 if not ejected).
+    pub fn ejected_for_ms(&self, clock: &dyn Clock) -> u64 {
+        if self.down_cause() != DownCause::Ejected {
+            return 0;
+        }
+        self.ejected_until.load(Ordering::Acquire).saturating_sub(clock.now_ms())
+    }
+
+    /// Consecutive missed heartbeats so far.
+    pub fn heartbeat_misses(&self) -> u32 {
+        self.misses.load(Ordering::Relaxed)
+    }
+
+    /// Moves to `to` for `cause`; `None` when nothing changed.
+    pub(crate) fn transition(&self, to: NodeState, cause: DownCause) -> Option<Transition> {
+        let _g = self.transition.lock().unwrap_or_else(|p| p.into_inner());
+        self.transition_locked(to, cause)
+    }
+
+    fn transition_locked(&self, to: NodeState, cause: DownCause) -> Option<Transition> {
+        let from = self.state();
+        let cause = if to == NodeState::Up { DownCause::None } else { cause };
+        if from == to && self.down_cause() == cause {
+            return None;
+        }
+        self.cause.store(cause.to_u8(), Ordering::Release);
+        self.state.store(to.to_u8(), Ordering::Release);
+        if to == NodeState::Up {
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+            self.ejections_in_row.store(0, Ordering::Relaxed);
+            self.misses.store(0, Ordering::Relaxed);
+        }
+        if from == to {
+            return None;
+        }
+        self.counters.state_changes.fetch_add(1, Ordering::Relaxed);
+        Some(Transition { from, to })
+    }
+
+    /// Restores the node if it is held down/draining by one of `causes`.
+    pub(crate) fn restore_if(&self, causes: &[DownCause]) -> Option<Transition> {
+        let _g = self.transition.lock().unwrap_or_else(|p| p.into_inner());
+        if self.state() != NodeState::Up && causes.contains(&self.down_cause()) {
+            self.transition_locked(NodeState::Up, DownCause::None)
+        } else {
+            None
+        }
+    }
+
+    /// A lease on this node completed fine.
+    pub(crate) fn record_success(&self) -> Option<Transition> {
+        self.counters.successes.incr();
+        if self.consecutive_failures.load(Ordering::Relaxed) != 0 {
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+        }
+        // A successful half-open trial closes the breaker.
+        if self.state.load(Ordering::Acquire) == NodeState::Down.to_u8() && self.down_cause() == DownCause::Ejected {
+            return self.restore_if(&[DownCause::Ejected]);
+        }
+        None
+    }
+
+    /// A lease on this node failed with a node-level error.
+    pub(crate) fn record_failure(&self, clock: &dyn Clock, health: &HealthConfig) -> Option<Transition> {
+        self.counters.failures.fetch_add(1, Ordering::Relaxed);
+        let n = self.consecutive_failures.fetch_add(1, Ordering::AcqRel) + 1;
+        if health.eject_after_failures == 0 {
+            return None;
+        }
+        let _g = self.transition.lock().unwrap_or_else(|p| p.into_inner());
+        let trial_failed = self.state() == NodeState::Down && self.down_cause() == DownCause::Ejected;
+        if !(trial_failed || (self.state() != NodeState::Down && n >= health.eject_after_failures)) {
+            return None;
+        }
+        let k = self.ejections_in_row.fetch_add(1, Ordering::Relaxed) + 1;
+        self.ejected_until.store(clock.now_ms() + backoff_ms(health, k), Ordering::Release);
+        self.counters.ejections.fetch_add(1, Ordering::Relaxed);
+        self.transition_locked(NodeState::Down, DownCause::Ejected)
+    }
+
+    /// The host's heartbeat probe of this node finished.
+    pub(crate) fn record_probe(&self, ok: bool, health: &HealthConfig) -> Option<Transition> {
+        if ok {
+            self.misses.store(0, Ordering::Relaxed);
+            return self.restore_if(&[DownCause::Heartbeat, DownCause::Ejected]);
+        }
+        self.counters.probe_misses.fetch_add(1, Ordering::Relaxed);
+        let m = self.misses.fetch_add(1, Ordering::AcqRel) + 1;
+        if m >= health.heartbeat_misses && self.state() != NodeState::Down {
+            return self.transition(NodeState::Down, DownCause::Heartbeat);
+        }
+        None
+    }
+
+    /// Applies one RLB advisory entry. Returns true when session affinity was
+    /// revoked (aff went from TRUE to FALSE).
+    pub(crate) fn set_advice(&self, percent: u8, flag: RlbFlag, aff: bool) -> bool {
+        self.rlb_percent.store(percent.min(100), Ordering::Relaxed);
+        let f = match flag {
+            RlbFlag::Good => 1,
+            RlbFlag::Violating => 2,
+            RlbFlag::NoData => 3,
+            RlbFlag::Unknown => 4,
+            RlbFlag::Blocked => 5,
+        };
+        self.rlb_flag.store(f, Ordering::Relaxed);
+        let was = self.aff.swap(aff, Ordering::AcqRel);
+        if was && !aff {
+            // Bumping the epoch invalidates every session entry made before it
+            // in O(1); entries are dropped lazily on their next lookup.
+            self.session_epoch.fetch_add(1, Ordering::AcqRel);
+            return true;
+        }
+        false
+    }
+
+    pub(crate) fn mark_removed(&self) {
+        self.removed.store(true, Ordering::Release);
+        self.session_epoch.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+fn backoff_ms(health: &HealthConfig, ejections_in_row: u32) -> u64 {
+    let shift = ejections_in_row.saturating_sub(1).min(30);
+    health.eject_base_ms.saturating_mul(1u64 << shift).min(health.eject_max_ms.max(health.eject_base_ms))
+}

@@ -1,0 +1,315 @@
+//! Thread and context pins (seed 000's connection factory).
+//!
+//! A pin binds "the current unit of work" to one node: the first pick chooses
+//! the node, later picks reuse it, and release ends it. C and Rust use the OS
+//! thread; Java and Python keep a [`ContextKey`] in a `ThreadLocal` or
+//! `ContextVar` (correct for virtual threads and asyncio, which share OS
+//! threads) and pass it explicitly.
+
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::cluster::Cluster;
+use crate::error::{Result, Scope};
+use crate::node::{Node, NodeId};
+use crate::route::{Route, RouteKind};
+use crate::sharded::Sharded;
+
+/// A host-chosen key naming one pin context (a Java thread, a Python context).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContextKey(pub u64);
+
+struct Slot {
+    cluster: u64,
+    depth: u32,
+    node: Arc<Node>,
+}
+
+thread_local! {
+    // A Vec, not a map: a process rarely holds more than a couple of clusters,
+    // and a linear scan of one or two entries beats hashing.
+    static THREAD_PINS: RefCell<Vec<Slot>> = const { RefCell::new(Vec::new()) };
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContextEntry {
+    node: NodeId,
+    depth: u32,
+}
+
+/// Registry of explicit context pins.
+pub(crate) struct ContextPins {
+    map: Sharded<u64, ContextEntry>,
+}
+
+impl ContextPins {
+    pub fn new() -> Self {
+        ContextPins { map: Sharded::new() }
+    }
+}
+
+/// Scope guard of a thread pin; dropping it releases one level of pinning.
+///
+/// Not `Send`: it must be dropped on the thread it pinned.
+#[must_use = "the pin is released when the guard drops"]
+#[derive(Debug)]
+pub struct ThreadPin<'c> {
+    cluster: &'c Cluster,
+    route: Route,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl ThreadPin<'_> {
+    /// The pinned node at the time the guard was taken.
+    pub fn node(&self) -> NodeId {
+        self.route.node
+    }
+    /// How the pin was obtained.
+    pub fn route(&self) -> Route {
+        self.route
+    }
+}
+
+impl Drop for ThreadPin<'_> {
+    fn drop(&mut self) {
+        self.cluster.unpin_thread_level();
+    }
+}
+
+/// Scope guard of a context pin.
+#[must_use = "the pin is released when the guard drops"]
+#[derive(Debug)]
+pub struct ContextPin<'c> {
+    cluster: &'c Cluster,
+    key: ContextKey,
+    route: Route,
+}
+
+impl ContextPin<'_> {
+    /// The pinned node at the time the guard was taken.
+    pub fn node(&self) -> NodeId {
+        self.route.node
+    }
+    /// The context's key.
+    pub fn key(&self) -> ContextKey {
+        self.key
+    }
+}
+
+impl Drop for ContextPin<'_> {
+    fn drop(&mut self) {
+        self.cluster.unpin_context(self.key);
+    }
+}
+
+impl Cluster {
+    /// Checks an existing pin's node; re-pins (soft) or refuses (strict).
+    fn revalidate(&self, node: &Node) -> Result<Option<(Arc<Node>, RouteKind)>> {
+        if node.accepts_existing() {
+            return Ok(None);
+        }
+        if self.is_strict(Scope::Thread) {
+            return Err(self.refuse(Scope::Thread, node));
+        }
+        let topo = self.topo();
+        let (id, panic) = self.balanced_in(&topo, Some(Scope::Thread), |_| true)?;
+        let n = topo.node(id).expect("chosen from live").clone();
+        Ok(Some((n, if panic { RouteKind::Panic } else { RouteKind::Repinned })))
+    }
+
+    fn new_pin(&self) -> Result<(Arc<Node>, RouteKind)> {
+        let topo = self.topo();
+        let (id, panic) = self.balanced_in(&topo, Some(Scope::Thread), |_| true)?;
+        Ok((topo.node(id).expect("chosen from live").clone(), if panic { RouteKind::Panic } else { RouteKind::Placed }))
+    }
+
+    /// Pins the calling OS thread (or joins its existing pin) until the guard drops.
+    pub fn pin_thread(&self) -> Result<ThreadPin<'_>> {
+        let route = self.thread_route(true)?;
+        Ok(ThreadPin { cluster: self, route, _not_send: PhantomData })
+    }
+
+    /// The node of the calling thread's pin, if any.
+    pub fn thread_pinned_node(&self) -> Option<NodeId> {
+        let id = self.inner.id;
+        THREAD_PINS.with(|p| p.borrow().iter().find(|s| s.cluster == id).map(|s| s.node.id()))
+    }
+
+    /// Releases the calling thread's pin at every nesting level (e.g. at
+    /// transaction completion). Returns whether a pin existed.
+    pub fn unpin_thread(&self) -> bool {
+        let id = self.inner.id;
+        THREAD_PINS.with(|p| {
+            let mut v = p.borrow_mut();
+            match v.iter().position(|s| s.cluster == id) {
+                Some(i) => {
+                    v.swap_remove(i);
+                    self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
+    fn unpin_thread_level(&self) {
+        let id = self.inner.id;
+        THREAD_PINS.with(|p| {
+            let mut v = p.borrow_mut();
+            if let Some(i) = v.iter().position(|s| s.cluster == id) {
+                v[i].depth -= 1;
+                if v[i].depth == 0 {
+                    v.swap_remove(i);
+                    self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        })
+    }
+
+    /// Routes through the thread pin. `enter` starts or deepens a pin scope;
+    /// otherwise only an existing pin (or `thread.auto_pin`) applies.
+    fn thread_route(&self, enter: bool) -> Result<Route> {
+        let id = self.inner.id;
+        let hit = THREAD_PINS.with(|p| -> Result<Option<Route>> {
+            let mut v = p.borrow_mut();
+            let Some(slot) = v.iter_mut().find(|s| s.cluster == id) else {
+                return Ok(None);
+            };
+            let kind = match self.revalidate(&slot.node)? {
+                None => RouteKind::Affinity,
+                Some((n, kind)) => {
+                    slot.node = n;
+                    kind
+                }
+            };
+            if enter {
+                slot.depth += 1;
+            }
+            Ok(Some(Route::new(slot.node.id(), kind)))
+        })?;
+        let route = match hit {
+            Some(r) => r,
+            None if enter || self.inner.config.thread.auto_pin => {
+                let (node, kind) = self.new_pin()?;
+                let r = Route::new(node.id(), kind);
+                THREAD_PINS.with(|p| p.borrow_mut().push(Slot { cluster: id, depth: 1, node }));
+                self.inner.scope[Scope::Thread as usize].live.fetch_add(1, Ordering::Relaxed);
+                r
+            }
+            None => return self.pick_balanced(),
+        };
+        self.count(&self.topo(), Some(Scope::Thread), route);
+        Ok(route)
+    }
+
+    /// Picks a node for the calling thread: its pin if pinned, else the
+    /// load-balancing policy (or a new pin with `thread.auto_pin`).
+    #[inline]
+    pub fn pick(&self) -> Result<Route> {
+        let id = self.inner.id;
+        // Fast path: a healthy pin costs one thread-local lookup and two
+        // counter bumps, with no snapshot load.
+        let fast = THREAD_PINS.with(|p| {
+            let v = p.borrow();
+            let s = v.iter().find(|s| s.cluster == id)?;
+            if !s.node.accepts_existing() {
+                return None;
+            }
+            s.node.counters.picks.incr();
+            s.node.counters.affinity_hits.incr();
+            Some(s.node.id())
+        });
+        if let Some(node) = fast {
+            self.inner.scope[Scope::Thread as usize].hits.incr();
+            return Ok(Route::new(node, RouteKind::Affinity));
+        }
+        self.thread_route(false)
+    }
+
+    // ---- explicit contexts --------------------------------------------------
+
+    /// A fresh context key, unique within this cluster.
+    pub fn new_context_key(&self) -> ContextKey {
+        ContextKey(self.inner.next_context.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Starts (or deepens) a pin for `key`; the guard releases one level.
+    pub fn pin_context_guard(&self, key: ContextKey) -> Result<ContextPin<'_>> {
+        let route = self.pin_context(key)?;
+        Ok(ContextPin { cluster: self, key, route })
+    }
+
+    /// Starts (or deepens) a pin for `key`. Pair with [`Cluster::unpin_context`].
+    pub fn pin_context(&self, key: ContextKey) -> Result<Route> {
+        self.context_route(key, true)
+    }
+
+    /// Picks for `key`: its pin if pinned, else load balancing (or auto-pin).
+    pub fn pick_in(&self, key: ContextKey) -> Result<Route> {
+        self.context_route(key, false)
+    }
+
+    /// The node `key` is pinned to, if any.
+    pub fn context_pinned_node(&self, key: ContextKey) -> Option<NodeId> {
+        self.inner.contexts.map.lock(&key.0).get(&key.0).map(|e| e.node)
+    }
+
+    /// Releases one level of `key`'s pin; returns whether the pin is now gone.
+    pub fn unpin_context(&self, key: ContextKey) -> bool {
+        let mut m = self.inner.contexts.map.lock(&key.0);
+        let Some(e) = m.get_mut(&key.0) else { return false };
+        e.depth -= 1;
+        if e.depth == 0 {
+            m.remove(&key.0);
+            self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Releases `key`'s pin at every level. Returns whether a pin existed.
+    pub fn release_context(&self, key: ContextKey) -> bool {
+        let removed = self.inner.contexts.map.lock(&key.0).remove(&key.0).is_some();
+        if removed {
+            self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
+        }
+        removed
+    }
+
+    fn context_route(&self, key: ContextKey, enter: bool) -> Result<Route> {
+        let topo = self.topo();
+        let mut m = self.inner.contexts.map.lock(&key.0);
+        let route = match m.get_mut(&key.0) {
+            Some(e) => {
+                let node = topo.node(e.node).expect("ids are never dropped");
+                let kind = match self.revalidate(node)? {
+                    None => RouteKind::Affinity,
+                    Some((n, kind)) => {
+                        e.node = n.id();
+                        kind
+                    }
+                };
+                if enter {
+                    e.depth += 1;
+                }
+                Route::new(e.node, kind)
+            }
+            None if enter || self.inner.config.thread.auto_pin => {
+                let (n, kind) = self.new_pin()?;
+                m.insert(key.0, ContextEntry { node: n.id(), depth: 1 });
+                self.inner.scope[Scope::Thread as usize].live.fetch_add(1, Ordering::Relaxed);
+                Route::new(n.id(), kind)
+            }
+            None => {
+                drop(m);
+                return self.pick_balanced();
+            }
+        };
+        drop(m);
+        self.count(&topo, Some(Scope::Thread), route);
+        Ok(route)
+    }
+}

@@ -1,0 +1,72 @@
+//! Rendezvous (highest-random-weight) placement over a node set; see
+//! [`crate::hash`] for the versioned function.
+
+use std::sync::Arc;
+
+use crate::hash;
+use crate::node::Node;
+
+/// The node that owns `key_hash` among the nodes passing `eligible`.
+///
+/// Equal weights compare integer scores (cheap); unequal weights use the
+/// logarithmic weighted form so shares follow the weights.
+#[inline]
+pub(crate) fn owner<'a>(
+    nodes: &'a [Arc<Node>],
+    key_hash: u64,
+    mut eligible: impl FnMut(&Node) -> bool,
+) -> Option<&'a Arc<Node>> {
+    let mut best: Option<(&'a Arc<Node>, u64)> = None;
+    let mut first_weight = None;
+    let mut uneven = false;
+    for n in nodes {
+        if !eligible(n) {
+            continue;
+        }
+        let w = n.effective_weight();
+        match first_weight {
+            None => first_weight = Some(w),
+            Some(f) if f != w => uneven = true,
+            _ => {}
+        }
+        let s = hash::score(key_hash, n.seed());
+        best = match best {
+            Some((b, bs)) if bs > s || (bs == s && b.name() < n.name()) => Some((b, bs)),
+            _ => Some((n, s)),
+        };
+    }
+    if !uneven {
+        return best.map(|(n, _)| n);
+    }
+    weighted_owner(nodes, key_hash, eligible)
+}
+
+fn weighted_owner<'a>(
+    nodes: &'a [Arc<Node>],
+    key_hash: u64,
+    mut eligible: impl FnMut(&Node) -> bool,
+) -> Option<&'a Arc<Node>> {
+    let mut best: Option<(&'a Arc<Node>, f64)> = None;
+    let mut zero_only: Option<(&'a Arc<Node>, u64)> = None;
+    for n in nodes {
+        if !eligible(n) {
+            continue;
+        }
+        let s = hash::score(key_hash, n.seed());
+        let w = n.effective_weight();
+        if w == 0 {
+            // Weight 0 (RLB BLOCKED) only wins when nothing else is eligible.
+            zero_only = match zero_only {
+                Some((b, bs)) if bs >= s => Some((b, bs)),
+                _ => Some((n, s)),
+            };
+            continue;
+        }
+        let ws = hash::weighted_score(s, f64::from(w));
+        best = match best {
+            Some((b, bs)) if bs > ws || (bs == ws && b.name() < n.name()) => Some((b, bs)),
+            _ => Some((n, ws)),
+        };
+    }
+    best.map(|(n, _)| n).or(zero_only.map(|(n, _)| n))
+}

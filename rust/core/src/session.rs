@@ -1,0 +1,174 @@
+//! Web-session affinity (seed 002): a session key sticks to a node until it
+//! idles out, ends, or the instance withdraws affinity (`aff=FALSE`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::cluster::Cluster;
+use crate::config::SessionMode;
+use crate::error::{Error, Result, Scope};
+use crate::hash;
+use crate::node::NodeId;
+use crate::rendezvous;
+use crate::route::{Route, RouteKind};
+use crate::sharded::Sharded;
+
+/// Longest accepted session or data key.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+#[derive(Debug, Clone, Copy)]
+struct SessionEntry {
+    node: NodeId,
+    /// The node's session epoch when the entry was made; an `aff=FALSE`
+    /// advisory bumps the node's epoch and so revokes the entry.
+    epoch: u32,
+    last_used_ms: u64,
+}
+
+pub(crate) struct SessionRegistry {
+    map: Sharded<Box<[u8]>, SessionEntry>,
+    /// Per shard: when it was last swept of idle entries.
+    swept: Box<[AtomicU64]>,
+    pub revoked: AtomicU64,
+    pub expired: AtomicU64,
+}
+
+impl SessionRegistry {
+    pub fn new() -> Self {
+        let map = Sharded::new();
+        let swept = (0..map.shard_count()).map(|_| AtomicU64::new(0)).collect();
+        SessionRegistry { map, swept, revoked: AtomicU64::new(0), expired: AtomicU64::new(0) }
+    }
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+pub(crate) fn check_key(what: &str, key: &[u8]) -> Result<()> {
+    if key.is_empty() || key.len() > MAX_KEY_BYTES {
+        return Err(Error::InvalidArgument(format!("{what} must be 1..={MAX_KEY_BYTES} bytes, got {}", key.len())));
+    }
+    Ok(())
+}
+
+impl Cluster {
+    /// Routes a request of web session `key`: its node while the affinity
+    /// holds, else a newly placed one.
+    pub fn session_route(&self, key: &[u8]) -> Result<Route> {
+        check_key("session key", key)?;
+        let route = match self.inner.config.session.mode {
+            SessionMode::Stateless => self.session_stateless(key)?,
+            SessionMode::Registry => self.session_registry(key)?,
+        };
+        self.count(&self.topo(), Some(Scope::Session), route);
+        Ok(route)
+    }
+
+    fn session_stateless(&self, key: &[u8]) -> Result<Route> {
+        let topo = self.topo();
+        let h = hash::hash_bytes(key);
+        // The owner is computed over every live node advising affinity, so a
+        // node going down moves only its own sessions.
+        let owner = rendezvous::owner(&topo.live, h, |n| n.affinity_advised());
+        match owner {
+            Some(n) if n.accepts_existing() => Ok(Route::new(n.id(), RouteKind::Affinity)),
+            Some(n) if self.is_strict(Scope::Session) => Err(self.refuse(Scope::Session, n)),
+            _ => {
+                let (id, kind) = self
+                    .place(&topo, Scope::Session, crate::config::Placement::Rendezvous, h, |n| n.affinity_advised())
+                    .or_else(|_| {
+                        self.place(&topo, Scope::Session, crate::config::Placement::Rendezvous, h, |_| true)
+                    })?;
+                Ok(Route::new(
+                    id,
+                    if kind == RouteKind::Placed && owner.is_some() { RouteKind::Repinned } else { kind },
+                ))
+            }
+        }
+    }
+
+    fn session_registry(&self, key: &[u8]) -> Result<Route> {
+        let topo = self.topo();
+        let now = self.clock().now_ms();
+        let ttl = self.inner.config.session.idle_ttl_ms;
+        let reg = &self.inner.sessions;
+        let mut m = reg.map.lock(key);
+        let mut repin = false;
+        if let Some(e) = m.get_mut(key) {
+            let node = topo.node(e.node).expect("ids are never dropped");
+            if now.saturating_sub(e.last_used_ms) > ttl {
+                m.remove(key);
+                reg.expired.fetch_add(1, Ordering::Relaxed);
+            } else if e.epoch != node.session_epoch() && !node.is_removed() {
+                // The instance withdrew affinity: a release, not a failure.
+                m.remove(key);
+                reg.revoked.fetch_add(1, Ordering::Relaxed);
+            } else if node.accepts_existing() {
+                e.last_used_ms = now;
+                return Ok(Route::new(e.node, RouteKind::Affinity));
+            } else if self.is_strict(Scope::Session) {
+                return Err(self.refuse(Scope::Session, node));
+            } else {
+                repin = true;
+            }
+        }
+        let placement = self.inner.config.session.placement;
+        let h = hash::hash_bytes(key);
+        let (id, kind) = self
+            .place(&topo, Scope::Session, placement, h, |n| n.affinity_advised())
+            .or_else(|_| self.place(&topo, Scope::Session, placement, h, |_| true))?;
+        let epoch = topo.node(id).expect("placed on a known node").session_epoch();
+        m.insert(key.into(), SessionEntry { node: id, epoch, last_used_ms: now });
+        drop(m);
+        self.sweep_shard_if_due(key, now);
+        Ok(Route::new(id, if repin { RouteKind::Repinned } else { kind }))
+    }
+
+    /// Amortised expiry: each shard is swept at most once per half TTL, by
+    /// whichever insert comes along, so idle sessions cannot pile up.
+    fn sweep_shard_if_due(&self, key: &[u8], now: u64) {
+        let reg = &self.inner.sessions;
+        let ttl = self.inner.config.session.idle_ttl_ms;
+        let shard = (hash::hash_bytes(key) as usize) % reg.swept.len();
+        let last = reg.swept[shard].load(Ordering::Relaxed);
+        if now.saturating_sub(last) < ttl / 2 + 1 {
+            return;
+        }
+        if reg.swept[shard].compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return;
+        }
+        let mut m = reg.map.shard(shard);
+        let before = m.len();
+        m.retain(|_, e| now.saturating_sub(e.last_used_ms) <= ttl);
+        reg.expired.fetch_add((before - m.len()) as u64, Ordering::Relaxed);
+    }
+
+    /// Removes every idle session now; returns how many went.
+    pub fn session_sweep(&self) -> usize {
+        let now = self.clock().now_ms();
+        let ttl = self.inner.config.session.idle_ttl_ms;
+        let mut n = 0;
+        self.inner.sessions.map.retain(|_, e| {
+            let keep = now.saturating_sub(e.last_used_ms) <= ttl;
+            n += usize::from(!keep);
+            keep
+        });
+        self.inner.sessions.expired.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Ends session `key`'s affinity. Returns whether it existed.
+    pub fn session_end(&self, key: &[u8]) -> Result<bool> {
+        check_key("session key", key)?;
+        Ok(self.inner.sessions.map.lock(key).remove(key).is_some())
+    }
+
+    /// The node session `key` is bound to, if any (registry mode).
+    pub fn session_node(&self, key: &[u8]) -> Option<NodeId> {
+        self.inner.sessions.map.lock(key).get(key).map(|e| e.node)
+    }
+
+    /// Live session entries (registry mode).
+    pub fn session_count(&self) -> usize {
+        self.inner.sessions.len()
+    }
+}
