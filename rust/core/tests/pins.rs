@@ -1,0 +1,181 @@
+//! Thread and context pins.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+
+use common::cluster;
+use proptest::prelude::*;
+use racaffinity::{ContextKey, ErrorKind, NodeState, RouteKind, Scope};
+
+#[test]
+fn pinned_picks_are_stable_until_the_guard_drops() {
+    let c = cluster("nodes = A, B, C\npolicy = round_robin");
+    let pin = c.pin_thread().unwrap();
+    for _ in 0..100 {
+        let r = c.pick().unwrap();
+        assert_eq!(r.node, pin.node());
+        assert_eq!(r.kind, RouteKind::Affinity);
+    }
+    drop(pin);
+    assert_eq!(c.thread_pinned_node(), None);
+    let spread: std::collections::HashSet<_> = (0..6).map(|_| c.pick().unwrap().node).collect();
+    assert_eq!(spread.len(), 3, "after release, round robin resumes");
+}
+
+#[test]
+fn nested_pins_share_one_node_and_release_at_the_outermost() {
+    let c = cluster("nodes = A, B, C");
+    let outer = c.pin_thread().unwrap();
+    let inner = c.pin_thread().unwrap();
+    assert_eq!(inner.node(), outer.node());
+    drop(inner);
+    assert_eq!(c.thread_pinned_node(), Some(outer.node()));
+    drop(outer);
+    assert_eq!(c.thread_pinned_node(), None);
+}
+
+#[test]
+fn unpin_thread_releases_every_level() {
+    let c = cluster("nodes = A, B");
+    let _a = c.pin_thread().unwrap();
+    let _b = c.pin_thread().unwrap();
+    assert!(c.unpin_thread());
+    assert_eq!(c.thread_pinned_node(), None);
+    assert!(!c.unpin_thread());
+}
+
+#[test]
+fn auto_pin_pins_on_first_pick_like_the_seeds_connection_factory() {
+    let c = cluster("nodes = A, B, C\nthread.auto_pin = true\npolicy = round_robin");
+    let first = c.pick().unwrap();
+    assert_eq!(first.kind, RouteKind::Placed);
+    for _ in 0..10 {
+        assert_eq!(c.pick().unwrap().node, first.node);
+    }
+    assert!(c.unpin_thread());
+}
+
+#[test]
+fn soft_pin_repins_when_its_node_goes_down_and_strict_refuses() {
+    let c = cluster("nodes = A, B, C");
+    let pin = c.pin_thread().unwrap();
+    let old = c.node_name(pin.node()).unwrap();
+    c.set_node_state(&old, NodeState::Down).unwrap();
+    let r = c.pick().unwrap();
+    assert_eq!(r.kind, RouteKind::Repinned);
+    assert_ne!(r.node, pin.node());
+    assert_eq!(c.pick().unwrap().node, r.node, "the new pin sticks");
+    drop(pin);
+
+    let c = cluster("nodes = A, B, C\nthread.strict = true");
+    let pin = c.pin_thread().unwrap();
+    let old = c.node_name(pin.node()).unwrap();
+    c.set_node_state(&old, NodeState::Down).unwrap();
+    let e = c.pick().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StrictAffinity);
+    assert!(e.to_string().contains(&old) && e.to_string().contains("thread"), "{e}");
+    assert_eq!(c.metrics().scopes[Scope::Thread as usize].strict_refusals, 1);
+}
+
+#[test]
+fn draining_keeps_existing_pins_but_takes_no_new_ones() {
+    let c = cluster("nodes = A, B");
+    let pin = c.pin_thread().unwrap();
+    let pinned = c.node_name(pin.node()).unwrap();
+    c.set_node_state(&pinned, NodeState::Draining).unwrap();
+    assert_eq!(c.pick().unwrap().node, pin.node());
+    let key = c.new_context_key();
+    for _ in 0..50 {
+        let r = c.pin_context(key).unwrap();
+        assert_ne!(r.node, pin.node(), "a draining node takes no new pins");
+        c.release_context(key);
+    }
+}
+
+#[test]
+fn pins_never_leak_between_threads() {
+    let c = Arc::new(cluster("nodes = A, B, C, D\npolicy = random"));
+    let barrier = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let c = c.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                assert_eq!(c.thread_pinned_node(), None);
+                barrier.wait();
+                let mut nodes = Vec::new();
+                for _ in 0..200 {
+                    let pin = c.pin_thread().unwrap();
+                    for _ in 0..20 {
+                        assert_eq!(c.pick().unwrap().node, pin.node());
+                    }
+                    nodes.push(pin.node());
+                }
+                assert_eq!(c.thread_pinned_node(), None);
+                nodes
+            })
+        })
+        .collect();
+    let mut distinct = std::collections::HashSet::new();
+    for h in handles {
+        distinct.extend(h.join().unwrap());
+    }
+    assert!(distinct.len() > 1, "pins were spread over nodes");
+    assert_eq!(c.metrics().scopes[Scope::Thread as usize].live, 0);
+}
+
+#[test]
+fn context_pins_are_independent_of_os_threads() {
+    let c = Arc::new(cluster("nodes = A, B, C\npolicy = round_robin"));
+    let k1 = c.new_context_key();
+    let k2 = c.new_context_key();
+    let n1 = c.pin_context(k1).unwrap().node;
+    let n2 = c.pin_context(k2).unwrap().node;
+    assert_ne!(n1, n2);
+    // Another OS thread sees the same context pin: what a virtual thread or an
+    // asyncio task that hops threads needs.
+    let c2 = c.clone();
+    let seen = std::thread::spawn(move || c2.pick_in(k1).unwrap().node).join().unwrap();
+    assert_eq!(seen, n1);
+    assert!(c.unpin_context(k1));
+    assert_eq!(c.context_pinned_node(k1), None);
+    assert_eq!(c.pick_in(k1).unwrap().kind, RouteKind::Balanced);
+    {
+        let g = c.pin_context_guard(ContextKey(999)).unwrap();
+        assert_eq!(c.pick_in(ContextKey(999)).unwrap().node, g.node());
+    }
+    assert_eq!(c.context_pinned_node(ContextKey(999)), None);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Whatever other state changes happen, a pin's picks stay on one node
+    /// while that node is up, and are never on a Down node while any is up.
+    #[test]
+    fn pinned_picks_stay_put_while_the_node_is_usable(ops in prop::collection::vec((0usize..4, 0u8..3), 0..40)) {
+        let c = cluster("nodes = A, B, C, D");
+        let names = ["A", "B", "C", "D"];
+        let key = c.new_context_key();
+        let mut pinned = c.pin_context(key).unwrap().node;
+        for (i, s) in ops {
+            let st = [NodeState::Up, NodeState::Draining, NodeState::Down][s as usize];
+            c.set_node_state(names[i], st).unwrap();
+            let pinned_state = c.node(pinned).unwrap().state();
+            let any_up = names.iter().any(|n| c.node_by_name(n).unwrap().state() == NodeState::Up);
+            let r = c.pick_in(key).unwrap();
+            if pinned_state != NodeState::Down {
+                prop_assert_eq!(r.node, pinned);
+                prop_assert_eq!(r.kind, RouteKind::Affinity);
+            } else if any_up {
+                prop_assert_eq!(r.kind, RouteKind::Repinned);
+                prop_assert_eq!(c.node(r.node).unwrap().state(), NodeState::Up);
+                pinned = r.node;
+            } else {
+                prop_assert_eq!(r.kind, RouteKind::Panic);
+                pinned = r.node;
+            }
+        }
+    }
+}

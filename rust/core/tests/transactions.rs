@@ -1,0 +1,180 @@
+//! Transaction (XA gtrid) affinity.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+
+use common::{cluster, name};
+use proptest::prelude::*;
+use racaffinity::{ErrorKind, NodeState, RouteKind, MAX_GTRID_BYTES};
+
+#[test]
+fn all_branches_of_a_gtrid_get_one_node_from_many_threads() {
+    let c = Arc::new(cluster("nodes = A, B, C\ntransaction.placement = balanced\npolicy = random"));
+    for round in 0..50 {
+        let gtrid = format!("gtrid-{round}").into_bytes();
+        let barrier = Arc::new(Barrier::new(8));
+        let hs: Vec<_> = (0..8)
+            .map(|_| {
+                let (c, g, b) = (c.clone(), gtrid.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    b.wait();
+                    c.tx_begin(&g).unwrap().node
+                })
+            })
+            .collect();
+        let nodes: std::collections::HashSet<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(nodes.len(), 1, "gtrid {round} was split over {nodes:?}");
+        assert_eq!(c.tx_info(&gtrid).unwrap().branches, 8);
+        for _ in 0..8 {
+            c.tx_end(&gtrid).unwrap();
+        }
+        assert!(c.tx_info(&gtrid).is_none(), "last end releases the entry");
+    }
+    assert_eq!(c.tx_count(), 0);
+}
+
+#[test]
+fn rendezvous_placement_is_the_same_in_independent_clusters() {
+    // Two clusters stand in for two processes with no shared state.
+    let a = cluster("nodes = MYDB1, MYDB2, MYDB3");
+    let b = cluster("nodes = MYDB1, MYDB2, MYDB3\npolicy = round_robin");
+    let mut per_node = [0; 3];
+    for i in 0..3000 {
+        let g = format!("1.2.3-{i}");
+        let ra = a.tx_begin(g.as_bytes()).unwrap();
+        assert_eq!(ra.kind, RouteKind::Placed);
+        assert_eq!(ra.node, b.tx_begin(g.as_bytes()).unwrap().node);
+        per_node[ra.node.0 as usize] += 1;
+    }
+    assert!(per_node.iter().all(|&n| n > 800), "rendezvous spreads gtrids: {per_node:?}");
+}
+
+#[test]
+fn preferred_node_places_a_new_gtrid_but_an_existing_entry_wins() {
+    let c = cluster("nodes = A, B, C");
+    let b = c.node_by_name("B").unwrap().id();
+    let cc = c.node_by_name("C").unwrap().id();
+    assert_eq!(c.tx_begin_on(b"g1", Some(b)).unwrap().node, b);
+    let r = c.tx_begin_on(b"g1", Some(cc)).unwrap();
+    assert_eq!((r.node, r.kind), (b, RouteKind::Affinity));
+}
+
+#[test]
+fn a_prepared_branch_never_moves_even_in_soft_mode() {
+    let c = cluster("nodes = A, B, C\ntransaction.strict = false");
+    let owner = c.tx_begin(b"g").unwrap().node;
+    assert_eq!(c.tx_prepared(b"g").unwrap(), owner);
+    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
+    for e in [c.tx_route(b"g").unwrap_err(), c.tx_begin(b"g").unwrap_err()] {
+        assert_eq!(e.kind(), ErrorKind::PreparedNodeUnavailable);
+        assert!(e.to_string().contains(&name(&c, owner)));
+    }
+    c.set_node_state(&name(&c, owner), NodeState::Up).unwrap();
+    assert_eq!(c.tx_route(b"g").unwrap().node, owner, "commit goes to the owner once it is back");
+}
+
+#[test]
+fn soft_mode_repins_an_unprepared_gtrid_and_strict_refuses() {
+    let c = cluster("nodes = A, B, C");
+    let owner = c.tx_begin(b"g").unwrap().node;
+    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
+    let r = c.tx_begin(b"g").unwrap();
+    assert_eq!(r.kind, RouteKind::Repinned);
+    assert_ne!(r.node, owner);
+    assert_eq!(c.tx_begin(b"g").unwrap().node, r.node);
+
+    let c = cluster("nodes = A, B, C\ntransaction.strict = true");
+    let owner = c.tx_begin(b"g").unwrap().node;
+    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
+    let e = c.tx_begin(b"g").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StrictAffinity);
+    assert!(e.to_string().contains("transaction") && e.to_string().contains(&name(&c, owner)), "{e}");
+}
+
+#[test]
+fn strict_can_be_switched_at_runtime() {
+    let c = cluster("nodes = A, B");
+    c.set_strict(racaffinity::Scope::Transaction, true);
+    let owner = c.tx_begin(b"g").unwrap().node;
+    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
+    assert_eq!(c.tx_begin(b"g").unwrap_err().kind(), ErrorKind::StrictAffinity);
+    c.set_strict(racaffinity::Scope::Transaction, false);
+    assert_eq!(c.tx_begin(b"g").unwrap().kind, RouteKind::Repinned);
+}
+
+#[test]
+fn draining_owner_keeps_its_transactions_but_gets_no_new_ones() {
+    let c = cluster("nodes = A, B, C");
+    let owner = c.tx_begin(b"old").unwrap().node;
+    c.set_node_state(&name(&c, owner), NodeState::Draining).unwrap();
+    assert_eq!(c.tx_begin(b"old").unwrap().node, owner);
+    for i in 0..200 {
+        assert_ne!(c.tx_begin(format!("new{i}").as_bytes()).unwrap().node, owner);
+    }
+}
+
+#[test]
+fn recovery_records_the_node_that_returned_an_in_doubt_id() {
+    let c = cluster("nodes = A, B, C");
+    let b = c.node_by_name("B").unwrap().id();
+    c.tx_recovered(b"indoubt", b).unwrap();
+    let info = c.tx_info(b"indoubt").unwrap();
+    assert!(info.prepared);
+    assert_eq!(c.tx_route(b"indoubt").unwrap().node, b);
+    // The same id reported by a second node is a split transaction.
+    let a = c.node_by_name("A").unwrap().id();
+    let e = c.tx_recovered(b"indoubt", a).unwrap_err();
+    assert!(e.to_string().contains("split"), "{e}");
+    assert_eq!(c.tx_complete(b"indoubt").unwrap(), b);
+    assert_eq!(c.tx_route(b"indoubt").unwrap_err().kind(), ErrorKind::UnknownTransaction);
+}
+
+#[test]
+fn bad_gtrids_are_typed_errors() {
+    let c = cluster("nodes = A");
+    assert_eq!(c.tx_begin(b"").unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(c.tx_begin(&[7u8; MAX_GTRID_BYTES + 1]).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert!(c.tx_begin(&[7u8; MAX_GTRID_BYTES]).is_ok());
+    assert_eq!(c.tx_end(b"nope").unwrap_err().kind(), ErrorKind::UnknownTransaction);
+    assert_eq!(c.tx_prepared(b"nope").unwrap_err().kind(), ErrorKind::UnknownTransaction);
+}
+
+#[test]
+fn removed_owner_breaks_the_affinity_like_a_down_node() {
+    let c = cluster("nodes = A, B, C");
+    let owner = c.tx_begin(b"g").unwrap().node;
+    c.remove_node(&name(&c, owner)).unwrap();
+    let r = c.tx_begin(b"g").unwrap();
+    assert_eq!(r.kind, RouteKind::Repinned);
+    assert!(!c.node(r.node).unwrap().is_removed());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Once prepared, every route of the gtrid names the original owner or
+    /// fails; it never names another node, whatever states change.
+    #[test]
+    fn prepared_branches_never_move(
+        gtrid in prop::collection::vec(any::<u8>(), 1..=64),
+        ops in prop::collection::vec((0usize..3, 0u8..3, any::<bool>()), 1..30),
+        strict in any::<bool>(),
+    ) {
+        let c = cluster(&format!("nodes = A, B, C\ntransaction.strict = {strict}"));
+        let owner = c.tx_begin(&gtrid).unwrap().node;
+        c.tx_prepared(&gtrid).unwrap();
+        for (i, s, join) in ops {
+            let st = [NodeState::Up, NodeState::Draining, NodeState::Down][s as usize];
+            c.set_node_state(["A", "B", "C"][i], st).unwrap();
+            let r = if join { c.tx_begin(&gtrid) } else { c.tx_route(&gtrid) };
+            match r {
+                Ok(r) => prop_assert_eq!(r.node, owner),
+                Err(e) => {
+                    prop_assert_eq!(e.kind(), ErrorKind::PreparedNodeUnavailable);
+                    prop_assert_eq!(c.node(owner).unwrap().state(), NodeState::Down);
+                }
+            }
+        }
+    }
+}
