@@ -1,0 +1,140 @@
+//! The config text format and the builder.
+
+mod common;
+
+use racaffinity::{
+    Cluster, Config, DataConfig, ErrorKind, NodeSpec, PanicPolicy, Placement, Policy, Scope, SessionMode,
+};
+
+const FULL: &str = "
+# every key, as documented in the README
+name = orcl
+database = orcl
+service = svc
+nodes = MYDB1, MYDB2, MYDB3
+node.MYDB1.address = dbhost1:1522
+node.MYDB1.weight = 2
+node.MYDB2.address = [::1]:1521
+policy = weighted
+panic = fail
+thread.strict = true
+thread.auto_pin = yes
+transaction.strict = on
+transaction.placement = balanced
+session.strict = 1
+session.placement = rendezvous
+session.mode = stateless
+session.idle_ttl = 15m
+data.strict = true
+data.placement = balanced
+data.partitions = 128
+data.partition.5 = MYDB3
+health.eject_after_failures = 7
+health.eject_backoff = 500ms
+health.eject_backoff_max = 2m
+heartbeat.interval = 5s
+heartbeat.misses = 4
+";
+
+#[test]
+fn every_documented_key_parses() {
+    let c = Config::parse(FULL).unwrap();
+    assert_eq!(c.name, "orcl");
+    assert_eq!(c.database.as_deref(), Some("orcl"));
+    assert_eq!(c.service.as_deref(), Some("svc"));
+    assert_eq!(c.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["MYDB1", "MYDB2", "MYDB3"]);
+    assert_eq!(c.nodes[0], NodeSpec::new("MYDB1").address("dbhost1:1522").weight(2));
+    assert_eq!(c.nodes[1].address.as_deref(), Some("[::1]:1521"));
+    assert_eq!((c.policy, c.panic), (Policy::Weighted, PanicPolicy::Fail));
+    assert!(c.thread.strict && c.thread.auto_pin);
+    assert!(c.transaction.strict);
+    assert_eq!(c.transaction.placement, Placement::Balanced);
+    assert!(c.session.strict);
+    assert_eq!((c.session.placement, c.session.mode, c.session.idle_ttl_ms), (Placement::Rendezvous, SessionMode::Stateless, 900_000));
+    assert_eq!(
+        c.data,
+        DataConfig { strict: true, placement: Placement::Balanced, partitions: 128, map: vec![(5, "MYDB3".into())] }
+    );
+    let h = c.health;
+    assert_eq!((h.eject_after_failures, h.eject_base_ms, h.eject_max_ms), (7, 500, 120_000));
+    assert_eq!((h.heartbeat_interval_ms, h.heartbeat_misses), (5_000, 4));
+    // The text form round-trips.
+    assert_eq!(Config::parse(&c.to_text()).unwrap(), c);
+    let cluster = Cluster::new(c).unwrap();
+    assert!(cluster.is_strict(Scope::Session));
+}
+
+#[test]
+fn defaults_are_documented_ones() {
+    let c = Config::parse("nodes = A").unwrap();
+    assert_eq!(c.policy, Policy::LeastOutstanding);
+    assert_eq!(c.panic, PanicPolicy::TryAll);
+    assert_eq!(c.transaction.placement, Placement::Rendezvous);
+    assert_eq!(c.session.placement, Placement::Balanced);
+    assert_eq!(c.data.placement, Placement::Rendezvous);
+    assert_eq!(c.data.partitions, 4096);
+    assert_eq!(c.session.idle_ttl_ms, 30 * 60_000);
+    assert_eq!((c.health.heartbeat_interval_ms, c.health.heartbeat_misses), (10_000, 3));
+    assert!(!c.thread.strict && !c.transaction.strict && !c.session.strict && !c.data.strict);
+}
+
+#[test]
+fn semicolons_separate_entries_too_and_node_keys_alone_declare_nodes() {
+    let c = Config::parse("node.B.weight = 2; node.A.address = h:1; policy = random").unwrap();
+    assert_eq!(c.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["B", "A"]);
+}
+
+#[test]
+fn bad_config_names_the_offending_key() {
+    let cases = [
+        ("nodes = A\npolicy = fastest", "policy"),
+        ("nodes = A\npolcy = random", "polcy"),
+        ("nodes = A\nnodes = B", "nodes"),
+        ("nodes = A, A", "nodes"),
+        ("nodes = A\nnode.B.weight = 2", "node.B"),
+        ("nodes = A\nnode.A.weight = 0", "node.A.weight"),
+        ("nodes = A\nnode.A.colour = red", "node.A.colour"),
+        ("nodes = A\nnode.A.address = h:99999", "node.A"),
+        ("nodes = A\nnode.A.address = h)(x", "node.A"),
+        ("nodes = A\nsession.idle_ttl = 30", "session.idle_ttl"),
+        ("nodes = A\nsession.idle_ttl = 3 weeks", "session.idle_ttl"),
+        ("nodes = A\nthread.strict = maybe", "thread.strict"),
+        ("nodes = A\ndata.partitions = 0", "data.partitions"),
+        ("nodes = A\ndata.partitions = 4\ndata.partition.4 = A", "data.partition.4"),
+        ("nodes = A\ndata.partition.1 = B", "data.partition.1"),
+        ("nodes = A\nhealth.eject_backoff = 10s\nhealth.eject_backoff_max = 1s", "health.eject_backoff_max"),
+        ("nodes = A, B C", "nodes"),
+        ("nodes = A\njust text", "just text"),
+        ("nodes = A\nheartbeat.interval = 0s", "heartbeat.interval"),
+    ];
+    for (text, key) in cases {
+        match Config::parse(text) {
+            Err(racaffinity::Error::Config { key: k, reason }) => {
+                assert_eq!(k, key, "for {text:?}: {reason}");
+                assert!(!reason.is_empty());
+            }
+            other => panic!("{text:?} should fail on `{key}`, got {other:?}"),
+        }
+    }
+    let huge = "x".repeat(racaffinity::config::MAX_CONFIG_BYTES + 1);
+    assert_eq!(Config::parse(&huge).unwrap_err().kind(), ErrorKind::Config);
+}
+
+#[test]
+fn builder_builds_the_same_cluster_as_text() {
+    let built = Cluster::builder()
+        .name("orcl")
+        .node(NodeSpec::new("MYDB1"))
+        .node(NodeSpec::new("MYDB2").weight(2))
+        .policy(Policy::RoundRobin)
+        .strict(Scope::Transaction, true)
+        .build()
+        .unwrap();
+    let text = Cluster::from_config_text(
+        "name = orcl\nnodes = MYDB1, MYDB2\nnode.MYDB2.weight = 2\npolicy = round_robin\ntransaction.strict = true",
+    )
+    .unwrap();
+    assert_eq!(built.config(), text.config());
+    assert!(Cluster::builder().node(NodeSpec::new("X").weight(0)).build().is_err());
+    assert!(Cluster::builder().node(NodeSpec::new("")).build().is_err());
+}

@@ -1,0 +1,88 @@
+//! Metrics snapshot, JSON and Prometheus text.
+
+mod common;
+
+use common::cluster;
+use racaffinity::{NodeState, Outcome, Scope};
+
+fn exercised() -> racaffinity::Cluster {
+    let c = cluster("name = orcl\nnodes = A, B, C\ntransaction.strict = true");
+    let pin = c.pin_thread().unwrap();
+    c.pick().unwrap();
+    c.tx_begin(b"g1").unwrap();
+    c.tx_begin(b"g1").unwrap();
+    c.session_route(b"s1").unwrap();
+    c.route_key(b"k").unwrap();
+    let owner = c.tx_begin(b"g2").unwrap().node;
+    c.set_node_state(&c.node_name(owner).unwrap(), NodeState::Down).unwrap();
+    let _ = c.tx_begin(b"g2");
+    let l = c.lease(c.pick_balanced().unwrap());
+    l.release(Outcome::Failed);
+    drop(pin);
+    c
+}
+
+#[test]
+fn snapshot_counts_every_kind_of_routing() {
+    let c = exercised();
+    let m = c.metrics();
+    assert_eq!(m.cluster, "orcl");
+    assert_eq!(m.nodes.len(), 3);
+    let sc = |s: Scope| &m.scopes[s as usize];
+    assert_eq!(sc(Scope::Thread).live, 0);
+    assert_eq!(sc(Scope::Thread).placements, 1);
+    assert_eq!(sc(Scope::Thread).hits, 1);
+    assert_eq!(sc(Scope::Transaction).live, 2);
+    assert_eq!(sc(Scope::Transaction).placements, 2);
+    assert_eq!(sc(Scope::Transaction).hits, 1);
+    assert_eq!(sc(Scope::Transaction).strict_refusals, 1);
+    assert!(sc(Scope::Transaction).strict);
+    assert_eq!(sc(Scope::Session).live, 1);
+    assert_eq!(sc(Scope::Data).hits, 1);
+    assert_eq!(m.total_picks(), 8);
+    assert_eq!(m.nodes.iter().map(|n| n.failures).sum::<u64>(), 1);
+    assert_eq!(m.nodes.iter().map(|n| n.state_changes).sum::<u64>(), 1);
+    assert_eq!(m.nodes.iter().map(|n| n.strict_refusals).sum::<u64>(), 1);
+    assert_eq!(m.nodes.iter().map(|n| n.in_flight).sum::<i64>(), 0);
+}
+
+#[test]
+fn json_is_valid_and_carries_the_snapshot() {
+    let c = exercised();
+    let m = c.metrics();
+    let v: serde_json::Value = serde_json::from_str(&m.to_json()).expect("valid JSON");
+    assert_eq!(v["cluster"], "orcl");
+    assert_eq!(v["hash_version"], "racaffinity-hrw-v1");
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 3);
+    assert_eq!(v["scopes"]["transaction"]["live"], 2);
+    assert_eq!(v["scopes"]["transaction"]["strict_refusals"], 1);
+    let picks: u64 = v["nodes"].as_array().unwrap().iter().map(|n| n["picks"].as_u64().unwrap()).sum();
+    assert_eq!(picks, m.total_picks());
+    assert_eq!(v["nodes"].as_array().unwrap().iter().filter(|n| n["state"] == "down").count(), 1);
+}
+
+#[test]
+fn prometheus_text_is_well_formed() {
+    let c = exercised();
+    let text = c.metrics().to_prometheus();
+    let mut typed = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let name = rest.split(' ').next().unwrap();
+            assert!(typed.insert(name.to_string()), "TYPE given twice for {name}");
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            continue;
+        }
+        // name{labels} value
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("bad line {line:?}"));
+        value.parse::<f64>().unwrap_or_else(|_| panic!("bad value in {line:?}"));
+        let name = series.split('{').next().unwrap();
+        assert!(typed.contains(name), "sample before its TYPE: {line}");
+        assert!(series.contains("cluster=\"orcl\""), "{line}");
+    }
+    assert!(text.contains("racaffinity_affinities{cluster=\"orcl\",scope=\"transaction\"} 2"));
+    assert!(text.contains("racaffinity_node_failures_total{cluster=\"orcl\",node="));
+    assert_eq!(text.matches("state=\"down\"} 1").count(), 1);
+}
