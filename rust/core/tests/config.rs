@@ -50,7 +50,10 @@ fn every_documented_key_parses() {
     assert!(c.transaction.strict);
     assert_eq!(c.transaction.placement, Placement::Balanced);
     assert!(c.session.strict);
-    assert_eq!((c.session.placement, c.session.mode, c.session.idle_ttl_ms), (Placement::Rendezvous, SessionMode::Stateless, 900_000));
+    assert_eq!(
+        (c.session.placement, c.session.mode, c.session.idle_ttl_ms),
+        (Placement::Rendezvous, SessionMode::Stateless, 900_000)
+    );
     assert_eq!(
         c.data,
         DataConfig { strict: true, placement: Placement::Balanced, partitions: 128, map: vec![(5, "MYDB3".into())] }

@@ -26,13 +26,18 @@ fn fan_failure_downs_user_drains_and_up_restores() {
         assert_ne!(c.pick().unwrap().node, e.changes[0].node);
     }
 
-    c.apply_event("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl_3 host=h3 status=down reason=USER card=0")
-        .unwrap();
+    c.apply_event(
+        "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl_3 host=h3 status=down reason=USER card=0",
+    )
+    .unwrap();
     assert_eq!(c.node_by_name("orcl_3").unwrap().state(), NodeState::Draining);
 
-    c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=orcl_2 host=h2 status=up reason=BOOT").unwrap();
-    c.apply_event("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=ORCL_3 host=h3 status=up reason=USER card=1")
+    c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=orcl_2 host=h2 status=up reason=BOOT")
         .unwrap();
+    c.apply_event(
+        "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=ORCL_3 host=h3 status=up reason=USER card=1",
+    )
+    .unwrap();
     assert_eq!(states(&c), [NodeState::Up; 3]);
 }
 
@@ -41,7 +46,9 @@ fn node_down_event_downs_every_instance_on_that_host() {
     let c = cluster(
         "nodes = a1, a2, b1\nnode.a1.address = hosta:1521\nnode.a2.address = hosta:1522\nnode.b1.address = hostb:1521",
     );
-    let e = c.apply_event("NODE VERSION=1.0 host=hosta incarnation=175 status=nodedown reason=member_leave timestamp=x").unwrap();
+    let e = c
+        .apply_event("NODE VERSION=1.0 host=hosta incarnation=175 status=nodedown reason=member_leave timestamp=x")
+        .unwrap();
     assert_eq!(e.changes.len(), 2);
     assert_eq!(states(&c), [NodeState::Down, NodeState::Down, NodeState::Up]);
     assert_eq!(
@@ -74,11 +81,14 @@ fn rlb_advisory_sets_percent_flag_and_affinity() {
 #[test]
 fn foreign_and_unknown_events_change_nothing() {
     let c = cluster("nodes = orcl1, orcl2\ndatabase = orcl\nservice = svc");
-    let other_db = "SERVICEMEMBER VERSION=1.0 service=svc database=other instance=orcl1 host=h status=down reason=FAILURE";
+    let other_db =
+        "SERVICEMEMBER VERSION=1.0 service=svc database=other instance=orcl1 host=h status=down reason=FAILURE";
     assert_eq!(c.apply_event(other_db).unwrap_err().kind(), ErrorKind::ForeignEvent);
-    let other_svc = "SERVICEMEMBER VERSION=1.0 service=batch database=orcl instance=orcl1 host=h status=down reason=FAILURE";
+    let other_svc =
+        "SERVICEMEMBER VERSION=1.0 service=batch database=orcl instance=orcl1 host=h status=down reason=FAILURE";
     assert_eq!(c.apply_event(other_svc).unwrap_err().kind(), ErrorKind::ForeignEvent);
-    let unknown = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl9 host=h status=down reason=FAILURE";
+    let unknown =
+        "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl9 host=h status=down reason=FAILURE";
     assert_eq!(c.apply_event(unknown).unwrap_err().kind(), ErrorKind::UnknownNode);
     // One unknown instance in an advisory rejects the whole advisory.
     let partly = "VERSION=1.0 database=orcl service=svc { {instance=orcl1 percent=10 flag=GOOD aff=FALSE}\
