@@ -68,3 +68,9 @@ pub use transaction::{TxInfo, MAX_GTRID_BYTES};
 
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Compiles and runs the README's Rust quick start as a doctest, so it keeps
+/// working as written.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
