@@ -13,7 +13,7 @@ use crate::error::{Error, Result, Scope};
 use crate::metrics::ScopeCounters;
 use crate::node::{HealthConfig, Node, NodeId, NodeSpec, NodeState};
 use crate::pin::ContextPins;
-use crate::rendezvous;
+use crate::rendezvous::{self, Weights};
 use crate::route::{Route, RouteKind};
 use crate::session::SessionRegistry;
 use crate::topology::Topology;
@@ -338,15 +338,15 @@ impl Cluster {
             Placement::Rendezvous => {
                 let clock = self.clock();
                 let health = self.health();
-                if let Some(n) =
-                    rendezvous::owner(&topo.live, key_hash, |n| n.accepts_new(clock, health, false) && filter(n))
-                {
+                if let Some(n) = rendezvous::owner(&topo.live, key_hash, Weights::Effective, |n| {
+                    n.accepts_new(clock, health, false) && filter(n)
+                }) {
                     return Ok((n.id(), RouteKind::Placed));
                 }
                 if self.inner.balancer.panic == PanicPolicy::Fail {
                     return Err(Error::NoNodeAvailable { scope: Some(scope) });
                 }
-                rendezvous::owner(&topo.live, key_hash, |_| true)
+                rendezvous::owner(&topo.live, key_hash, Weights::Effective, |_| true)
                     .map(|n| (n.id(), RouteKind::Panic))
                     .ok_or(Error::NoNodeAvailable { scope: Some(scope) })
             }

@@ -216,7 +216,13 @@ impl Config {
             }
             let (key, value) = line.split_once('=').ok_or_else(|| Error::config(line, "expected `key = value`"))?;
             let (key, value) = (key.trim(), value.trim());
-            if !seen.insert(key.to_string()) {
+            // Node names match case-insensitively, so `node.a.weight` and
+            // `node.A.weight` are the same key.
+            let canonical = match key.strip_prefix("node.") {
+                Some(rest) => format!("node.{}", rest.to_ascii_uppercase()),
+                None => key.to_string(),
+            };
+            if !seen.insert(canonical) {
                 return Err(Error::config(key, "given more than once"));
             }
             if let Some(rest) = key.strip_prefix("node.") {
@@ -296,8 +302,9 @@ impl Config {
             Some(names) => {
                 let mut nodes = Vec::with_capacity(names.len());
                 for n in names {
+                    // The `nodes` list's spelling wins: the name seeds rendezvous hashing.
                     let spec = match declared.iter().position(|d| d.name.eq_ignore_ascii_case(&n)) {
-                        Some(i) => declared.remove(i),
+                        Some(i) => NodeSpec { name: n, ..declared.remove(i) },
                         None => NodeSpec::new(n),
                     };
                     nodes.push(spec);

@@ -17,7 +17,7 @@ use crate::config::{DataConfig, Placement};
 use crate::error::{Error, Result, Scope};
 use crate::hash;
 use crate::node::NodeId;
-use crate::rendezvous;
+use crate::rendezvous::{self, Weights};
 use crate::route::{Route, RouteKind};
 use crate::session::check_key;
 use crate::sharded::Sharded;
@@ -94,7 +94,8 @@ impl Cluster {
             }
             return Ok(None);
         }
-        Ok(rendezvous::owner(&topo.live, hash::hash_i64(i64::from(partition)), |_| true).map(|n| n.id()))
+        Ok(rendezvous::owner(&topo.live, hash::hash_i64(i64::from(partition)), Weights::Static, |_| true)
+            .map(|n| n.id()))
     }
 
     /// Routes a byte key (a sharding key).

@@ -69,7 +69,13 @@ impl Cluster {
     /// Applies a parsed FAN event: `down` with reason `user` drains (planned
     /// maintenance), any other `down`/`nodedown` is a failure, `up` restores.
     pub fn apply_fan(&self, ev: &FanEvent) -> Result<EventEffect> {
-        self.check_foreign(&ev.database, &ev.service)?;
+        // INSTANCE, DATABASE and NODE events carry the database name in
+        // `service=`, so only service-level events are filtered by service.
+        let service = match ev.event_type {
+            FanEventType::Service | FanEventType::ServiceMember => ev.service.clone(),
+            _ => None,
+        };
+        self.check_foreign(&ev.database, &service)?;
         let topo = self.topo();
         let targets: Vec<_> = match ev.event_type {
             FanEventType::Instance | FanEventType::ServiceMember => {

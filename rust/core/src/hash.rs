@@ -12,8 +12,16 @@
 //! 3. `score(node, key)` = `fmix64(key_hash ^ node_seed)`.
 //! 4. With equal weights the node with the highest score wins; ties go to the
 //!    lower node name (bytewise). With unequal weights each score is mapped to
-//!    `u = (score >> 11 + 0.5) / 2^53` in (0,1) and the winner maximises
-//!    `weight / -ln(u)` (weighted rendezvous, Schindelhauer & Schomaker).
+//!    `u = ((score >> 12) + 0.5) / 2^52`, which is exact in binary64 and
+//!    strictly inside (0,1), and the winner maximises `weight / -ln(u)`
+//!    (weighted rendezvous, Schindelhauer & Schomaker); ties again go to the
+//!    lower name. A node of weight 0 wins only when every eligible node has
+//!    weight 0, and then by the equal-weight rule.
+//! 6. Which weights: data partitions and stateless sessions use the static
+//!    `node.<N>.weight`, so runtime advisories never move data ownership. The
+//!    placement of a *new* transaction or session uses the effective weight
+//!    (the RLB percent once advisories arrive, 0 for `flag=BLOCKED`); processes
+//!    agree on it as long as they have applied the same advisories.
 //! 5. A partition number `p` is routed as the key `p` as `u64` little-endian.
 //!
 //! Changing any of this changes placements and must bump the version.
@@ -61,7 +69,9 @@ pub fn score(key_hash: u64, node_seed: u64) -> u64 {
 /// Weighted score: larger wins. Only used when weights differ.
 #[inline]
 pub fn weighted_score(score: u64, weight: f64) -> f64 {
-    let u = ((score >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    // 52 bits + 0.5 is exact in binary64, so u never rounds up to 1.0 (where
+    // -ln(u) = 0 would make the highest score rank last).
+    let u = ((score >> 12) as f64 + 0.5) / (1u64 << 52) as f64;
     weight / -u.ln()
 }
 
@@ -83,5 +93,7 @@ mod tests {
         let hi = weighted_score(u64::MAX - 5, 1.0);
         assert!(hi > lo);
         assert!(weighted_score(1 << 40, 2.0) > weighted_score(1 << 40, 1.0));
+        assert!(weighted_score(u64::MAX, 1.0).is_finite() && weighted_score(u64::MAX, 1.0) > hi / 2.0);
+        assert!(weighted_score(0, 1.0) > 0.0);
     }
 }

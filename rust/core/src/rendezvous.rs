@@ -6,6 +6,25 @@ use std::sync::Arc;
 use crate::hash;
 use crate::node::Node;
 
+/// Which weight rendezvous ranks by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Weights {
+    /// `node.<N>.weight`: ownership that runtime advice must not move.
+    Static,
+    /// RLB percent once advised, else static: placement of new affinities.
+    Effective,
+}
+
+impl Weights {
+    #[inline]
+    fn of(self, n: &Node) -> u32 {
+        match self {
+            Weights::Static => n.weight(),
+            Weights::Effective => n.effective_weight(),
+        }
+    }
+}
+
 /// The node that owns `key_hash` among the nodes passing `eligible`.
 ///
 /// Equal weights compare integer scores (cheap); unequal weights use the
@@ -14,6 +33,7 @@ use crate::node::Node;
 pub(crate) fn owner<'a>(
     nodes: &'a [Arc<Node>],
     key_hash: u64,
+    weights: Weights,
     mut eligible: impl FnMut(&Node) -> bool,
 ) -> Option<&'a Arc<Node>> {
     let mut best: Option<(&'a Arc<Node>, u64)> = None;
@@ -23,7 +43,7 @@ pub(crate) fn owner<'a>(
         if !eligible(n) {
             continue;
         }
-        let w = n.effective_weight();
+        let w = weights.of(n);
         match first_weight {
             None => first_weight = Some(w),
             Some(f) if f != w => uneven = true,
@@ -38,12 +58,13 @@ pub(crate) fn owner<'a>(
     if !uneven {
         return best.map(|(n, _)| n);
     }
-    weighted_owner(nodes, key_hash, eligible)
+    weighted_owner(nodes, key_hash, weights, eligible)
 }
 
 fn weighted_owner<'a>(
     nodes: &'a [Arc<Node>],
     key_hash: u64,
+    weights: Weights,
     mut eligible: impl FnMut(&Node) -> bool,
 ) -> Option<&'a Arc<Node>> {
     let mut best: Option<(&'a Arc<Node>, f64)> = None;
@@ -53,11 +74,11 @@ fn weighted_owner<'a>(
             continue;
         }
         let s = hash::score(key_hash, n.seed());
-        let w = n.effective_weight();
+        let w = weights.of(n);
         if w == 0 {
             // Weight 0 (RLB BLOCKED) only wins when nothing else is eligible.
             zero_only = match zero_only {
-                Some((b, bs)) if bs >= s => Some((b, bs)),
+                Some((b, bs)) if bs > s || (bs == s && b.name() < n.name()) => Some((b, bs)),
                 _ => Some((n, s)),
             };
             continue;

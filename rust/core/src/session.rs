@@ -8,7 +8,7 @@ use crate::config::SessionMode;
 use crate::error::{Error, Result, Scope};
 use crate::hash;
 use crate::node::NodeId;
-use crate::rendezvous;
+use crate::rendezvous::{self, Weights};
 use crate::route::{Route, RouteKind};
 use crate::sharded::Sharded;
 
@@ -68,7 +68,7 @@ impl Cluster {
         let h = hash::hash_bytes(key);
         // The owner is computed over every live node advising affinity, so a
         // node going down moves only its own sessions.
-        let owner = rendezvous::owner(&topo.live, h, |n| n.affinity_advised());
+        let owner = rendezvous::owner(&topo.live, h, Weights::Static, |n| n.affinity_advised());
         match owner {
             Some(n) if n.accepts_existing() => Ok(Route::new(n.id(), RouteKind::Affinity)),
             Some(n) if self.is_strict(Scope::Session) => Err(self.refuse(Scope::Session, n)),

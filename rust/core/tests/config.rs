@@ -88,6 +88,12 @@ fn semicolons_separate_entries_too_and_node_keys_alone_declare_nodes() {
 }
 
 #[test]
+fn the_nodes_list_spelling_wins_because_names_seed_placement() {
+    let c = Config::parse("nodes = mydb1, mydb2\nnode.MYDB2.weight = 2").unwrap();
+    assert_eq!(c.nodes[1], NodeSpec::new("mydb2").weight(2));
+}
+
+#[test]
 fn bad_config_names_the_offending_key() {
     let cases = [
         ("nodes = A\npolicy = fastest", "policy"),
@@ -109,6 +115,7 @@ fn bad_config_names_the_offending_key() {
         ("nodes = A, B C", "nodes"),
         ("nodes = A\njust text", "just text"),
         ("nodes = A\nheartbeat.interval = 0s", "heartbeat.interval"),
+        ("nodes = A\nnode.A.weight = 2\nnode.a.weight = 3", "node.a.weight"),
     ];
     for (text, key) in cases {
         match Config::parse(text) {

@@ -118,3 +118,16 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn rlb_advisories_never_move_data_ownership() {
+    let c = cluster("nodes = MYDB1, MYDB2, MYDB3");
+    let before: Vec<_> = (0..4096).map(|p| c.partition_owner(p).unwrap()).collect();
+    c.apply_event(
+        "VERSION=1.0 { {instance=MYDB1 percent=80 flag=GOOD}{instance=MYDB2 percent=10 flag=GOOD}\
+         {instance=MYDB3 percent=10 flag=BLOCKED} }",
+    )
+    .unwrap();
+    let after: Vec<_> = (0..4096).map(|p| c.partition_owner(p).unwrap()).collect();
+    assert_eq!(before, after);
+}

@@ -99,6 +99,16 @@ fn foreign_and_unknown_events_change_nothing() {
 }
 
 #[test]
+fn instance_events_carrying_the_database_in_service_pass_the_service_filter() {
+    let c = cluster("nodes = orcl1, orcl2\ndatabase = orcl\nservice = svc");
+    c.apply_event(
+        "INSTANCE VERSION=1.0 service=orcl database=orcl instance=orcl1 host=node1 status=down reason=FAILURE",
+    )
+    .unwrap();
+    assert_eq!(c.node_by_name("orcl1").unwrap().state(), NodeState::Down);
+}
+
+#[test]
 fn passive_ejection_backs_off_exponentially_with_half_open_trials() {
     let clock = ManualClock::new(1);
     let c = cluster_with_clock(
