@@ -3,8 +3,18 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 CARGO ?= cargo
 PGNODES := tests/cluster/pgnodes
+PREFIX ?= /usr/local
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
-.PHONY: all build demo test test-rust test-vectors test-cluster test-demo lint bench memory clean help
+# The header generator, pinned; installed under target/tools when missing.
+CBINDGEN_VERSION := 0.29.4
+TOOLS := $(CURDIR)/target/tools
+CBINDGEN := $(TOOLS)/bin/cbindgen
+LIB_DIR := target/release
+TESTING_LIB_DIR := target/ffi-testing/release
+
+.PHONY: cbindgen-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
+	test-cluster test-demo test-c lint bench memory clean help
 
 all: build
 
@@ -17,6 +27,44 @@ help:
 build:
 	$(CARGO) build --release --workspace
 
+# libracaffinity.so / .a: what C links, the JAR bundles and Python loads.
+lib:
+	$(CARGO) build --release -p racaffinity-ffi
+
+# The same library plus the test-only panic export, in its own target dir so
+# the shipped library never carries it.
+lib-testing:
+	$(CARGO) build --release -p racaffinity-ffi --features testing --target-dir target/ffi-testing
+
+$(CBINDGEN):
+	$(CARGO) install cbindgen --version $(CBINDGEN_VERSION) --locked --root $(TOOLS)
+
+cbindgen-tool: $(CBINDGEN)
+	@$(CBINDGEN) --version | grep -q ' $(CBINDGEN_VERSION)$$' || \
+	  $(CARGO) install cbindgen --version $(CBINDGEN_VERSION) --locked --force --root $(TOOLS)
+
+header: cbindgen-tool
+	$(CBINDGEN) -q --config rust/ffi/cbindgen.toml --crate racaffinity-ffi --output include/racaffinity.h rust/ffi
+
+check-header: cbindgen-tool
+	@mkdir -p target
+	$(CBINDGEN) -q --config rust/ffi/cbindgen.toml --crate racaffinity-ffi --output target/racaffinity.h.check rust/ffi
+	@diff -u include/racaffinity.h target/racaffinity.h.check || \
+	  { echo "include/racaffinity.h is stale: run 'make header' and commit it"; exit 1; }
+
+# Only racaffinity_* (and, later, Java_*) may be exported.
+check-symbols: lib
+	@bad=$$(nm -D --defined-only $(LIB_DIR)/libracaffinity.so | awk '{print $$3}' | grep -v -E '^(racaffinity_|Java_)' || true); \
+	if [ -n "$$bad" ]; then echo "unexpected exported symbols:"; echo "$$bad"; exit 1; fi; \
+	echo "exports: $$(nm -D --defined-only $(LIB_DIR)/libracaffinity.so | wc -l) symbols, all racaffinity_*"
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 0755 $(LIB_DIR)/libracaffinity.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 $(LIB_DIR)/libracaffinity.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 include/racaffinity.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' racaffinity.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/racaffinity.pc
+
 # The main job: real 2PC transactions, sessions and keys over local nodes, a
 # real crash announced by a FAN event, and the failover.
 demo: build
@@ -25,7 +73,7 @@ demo: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint test-rust test-vectors test-cluster test-demo
+test: lint check-header check-symbols test-rust test-vectors test-c test-cluster test-demo
 	@echo "make test: all tests passed"
 
 lint:
@@ -41,6 +89,11 @@ test-vectors:
 
 test-cluster:
 	tests/cluster/smoke.sh
+
+# C tests under valgrind, the cffi parse of the header, the pkg-config
+# install, and the libpq example over local nodes.
+test-c: lib lib-testing
+	tests/c/run.sh
 
 test-demo: demo
 

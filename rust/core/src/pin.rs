@@ -131,6 +131,18 @@ impl Cluster {
         Ok(ThreadPin { cluster: self, route, _not_send: PhantomData })
     }
 
+    /// Guard-less [`Cluster::pin_thread`] for hosts that pair calls
+    /// themselves (the C ABI): pair every success with [`Cluster::leave_thread_pin`].
+    pub fn enter_thread_pin(&self) -> Result<Route> {
+        self.thread_route(true)
+    }
+
+    /// Releases one level of the calling thread's pin; returns whether the
+    /// pin is now gone (false also when there was none).
+    pub fn leave_thread_pin(&self) -> bool {
+        self.unpin_thread_level()
+    }
+
     /// The node of the calling thread's pin, if any.
     pub fn thread_pinned_node(&self) -> Option<NodeId> {
         let id = self.inner.id;
@@ -154,17 +166,18 @@ impl Cluster {
         })
     }
 
-    fn unpin_thread_level(&self) {
+    fn unpin_thread_level(&self) -> bool {
         let id = self.inner.id;
         THREAD_PINS.with(|p| {
             let mut v = p.borrow_mut();
-            if let Some(i) = v.iter().position(|s| s.cluster == id) {
-                v[i].depth -= 1;
-                if v[i].depth == 0 {
-                    v.swap_remove(i);
-                    self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
-                }
+            let Some(i) = v.iter().position(|s| s.cluster == id) else { return false };
+            v[i].depth -= 1;
+            if v[i].depth > 0 {
+                return false;
             }
+            v.swap_remove(i);
+            self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
+            true
         })
     }
 

@@ -1,0 +1,102 @@
+//! Conversions at the boundary: C strings and byte spans in, caller buffers out.
+
+use std::ffi::CStr;
+use std::os::raw::c_char;
+
+use super::result::{racaffinity_result, Failure};
+
+/// Largest string or byte argument accepted (config text, event lines).
+pub const RACAFFINITY_MAX_STRING_BYTES: usize = 1048576;
+/// Longest gtrid (XA's MAXGTRIDSIZE).
+pub const RACAFFINITY_MAX_GTRID_BYTES: usize = 64;
+/// Longest session or data key.
+pub const RACAFFINITY_MAX_KEY_BYTES: usize = 1024;
+
+const MAX_STRING_BYTES: usize = RACAFFINITY_MAX_STRING_BYTES;
+const _: () = assert!(RACAFFINITY_MAX_GTRID_BYTES == racaffinity_core::MAX_GTRID_BYTES);
+const _: () = assert!(RACAFFINITY_MAX_KEY_BYTES == racaffinity_core::MAX_KEY_BYTES);
+
+/// Borrows a NUL-terminated UTF-8 string argument.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string valid for the call.
+pub(crate) unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, Failure> {
+    if p.is_null() {
+        return Err(Failure::null(name));
+    }
+    // SAFETY: non-NULL and NUL-terminated per the caller's contract. The scan
+    // is bounded only by the NUL, so the length cap is checked afterwards.
+    let c = unsafe { CStr::from_ptr(p) };
+    let bytes = c.to_bytes();
+    if bytes.len() > MAX_STRING_BYTES {
+        return Err(Failure::new(
+            racaffinity_result::InvalidArgument,
+            format!("`{name}` is {} bytes; the limit is {MAX_STRING_BYTES}", bytes.len()),
+        ));
+    }
+    std::str::from_utf8(bytes)
+        .map_err(|e| Failure::new(racaffinity_result::InvalidUtf8, format!("`{name}` is not valid UTF-8: {e}")))
+}
+
+/// Borrows a byte span argument. A zero length accepts any pointer (even NULL).
+///
+/// # Safety
+/// For `len > 0`, `p` must be NULL or valid for reading `len` bytes.
+pub(crate) unsafe fn bytes_arg<'a>(p: *const u8, len: usize, name: &str) -> Result<&'a [u8], Failure> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Failure::null(name));
+    }
+    if len > MAX_STRING_BYTES {
+        return Err(Failure::new(
+            racaffinity_result::InvalidArgument,
+            format!("`{name}` is {len} bytes; the limit is {MAX_STRING_BYTES}"),
+        ));
+    }
+    // SAFETY: non-NULL and valid for `len` bytes per the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// Writes `v` through an out-pointer.
+///
+/// # Safety
+/// `out` must be NULL or valid for writing a `T`.
+#[inline]
+pub(crate) unsafe fn put<T>(out: *mut T, v: T, name: &str) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(Failure::null(name));
+    }
+    // SAFETY: non-NULL and writable per the caller's contract.
+    unsafe { out.write(v) };
+    Ok(())
+}
+
+/// Copies `s` into a caller buffer with a trailing NUL. `*out_len` receives the
+/// size including the NUL, so on BUFFER_TOO_SMALL it is the size to allocate.
+///
+/// # Safety
+/// `buf` must be NULL or valid for `cap` bytes; `out_len` NULL or writable.
+pub(crate) unsafe fn write_str(s: &str, buf: *mut c_char, cap: usize, out_len: *mut usize) -> Result<(), Failure> {
+    let need = s.len() + 1;
+    if !out_len.is_null() {
+        // SAFETY: non-NULL and writable per the caller's contract.
+        unsafe { out_len.write(need) };
+    }
+    if buf.is_null() {
+        return Err(Failure::null("buf"));
+    }
+    if cap < need {
+        return Err(Failure::new(
+            racaffinity_result::BufferTooSmall,
+            format!("buffer holds {cap} bytes; {need} are needed"),
+        ));
+    }
+    // SAFETY: `buf` is valid for `cap >= need` bytes; the source is a distinct Rust string.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
+        buf.add(s.len()).write(0);
+    }
+    Ok(())
+}

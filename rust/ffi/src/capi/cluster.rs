@@ -1,0 +1,204 @@
+//! Cluster lifecycle, nodes and settings.
+
+use std::os::raw::c_char;
+
+use racaffinity_core::{Cluster, NodeSpec};
+
+use super::buffer::{put, str_arg, write_str};
+use super::handle::{self, racaffinity_cluster};
+use super::result::{guard, racaffinity_result, Failure};
+use super::types::{node_id, node_state_arg, racaffinity_node_state, scope_arg};
+
+/// The library version as a static NUL-terminated string. Never fails.
+#[no_mangle]
+pub extern "C" fn racaffinity_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// Builds a cluster from config text (the format in the README) and writes
+/// its handle to `*out`. Free it with `racaffinity_cluster_free`.
+///
+/// # Safety
+/// `config` must be NULL or a NUL-terminated string; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_cluster_new(
+    config: *const c_char,
+    out: *mut *mut racaffinity_cluster,
+) -> racaffinity_result {
+    guard(|| {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        // SAFETY: per this function's contract.
+        let text = unsafe { str_arg(config, "config") }?;
+        let h = handle::insert(Cluster::from_config_text(text)?)?;
+        // SAFETY: `out` checked non-NULL above and writable per the contract.
+        unsafe { put(out, h, "out") }
+    })
+}
+
+/// Frees a cluster. NULL is accepted (OK); a stale or already freed handle
+/// returns INVALID_HANDLE and changes nothing.
+#[no_mangle]
+pub extern "C" fn racaffinity_cluster_free(cluster: *mut racaffinity_cluster) -> racaffinity_result {
+    guard(|| if cluster.is_null() { Ok(()) } else { handle::remove(cluster) })
+}
+
+/// Number of live nodes.
+///
+/// # Safety
+/// `out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_cluster_node_count(
+    cluster: *const racaffinity_cluster,
+    out: *mut u32,
+) -> racaffinity_result {
+    // SAFETY: per this function's contract.
+    guard(|| handle::with(cluster, |c| unsafe { put(out, c.node_ids().len() as u32, "out") }))
+}
+
+/// Switches a scope (`racaffinity_scope`) between strict and soft at runtime.
+#[no_mangle]
+pub extern "C" fn racaffinity_cluster_set_strict(
+    cluster: *const racaffinity_cluster,
+    scope: u32,
+    strict: bool,
+) -> racaffinity_result {
+    guard(|| {
+        let scope = scope_arg(scope)?;
+        handle::with(cluster, |c| {
+            c.set_strict(scope, strict);
+            Ok(())
+        })
+    })
+}
+
+/// Adds a node at runtime. `address` may be NULL; `weight` 0 means 1.
+/// Writes the new node id to `*out_node` (may be NULL).
+///
+/// # Safety
+/// `name` and non-NULL `address` must be NUL-terminated; `out_node` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_node_add(
+    cluster: *const racaffinity_cluster,
+    name: *const c_char,
+    address: *const c_char,
+    weight: u32,
+    out_node: *mut u32,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let name = unsafe { str_arg(name, "name") }?;
+        let address = if address.is_null() {
+            None
+        } else {
+            // SAFETY: non-NULL and NUL-terminated per the contract.
+            Some(unsafe { str_arg(address, "address") }?)
+        };
+        let mut spec = NodeSpec::new(name).weight(weight.max(1));
+        spec.address = address.map(str::to_string);
+        let id = handle::with(cluster, |c| Ok(c.add_node(spec)?))?;
+        if !out_node.is_null() {
+            // SAFETY: non-NULL and writable per the contract.
+            unsafe { out_node.write(id.0) };
+        }
+        Ok(())
+    })
+}
+
+/// Removes a node; affinities to it break as if it were down.
+///
+/// # Safety
+/// `name` must be NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_node_remove(
+    cluster: *const racaffinity_cluster,
+    name: *const c_char,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let name = unsafe { str_arg(name, "name") }?;
+        handle::with(cluster, |c| c.remove_node(name).map(|_| ()).map_err(Into::into))
+    })
+}
+
+/// Sets a node's state (`racaffinity_node_state`) as an operator would.
+///
+/// # Safety
+/// `name` must be NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_node_set_state(
+    cluster: *const racaffinity_cluster,
+    name: *const c_char,
+    state: u32,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let name = unsafe { str_arg(name, "name") }?;
+        let state = node_state_arg(state)?;
+        handle::with(cluster, |c| c.set_node_state(name, state).map(|_| ()).map_err(Into::into))
+    })
+}
+
+/// Reads a node's current state.
+///
+/// # Safety
+/// `out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_node_get_state(
+    cluster: *const racaffinity_cluster,
+    node: u32,
+    out: *mut racaffinity_node_state,
+) -> racaffinity_result {
+    guard(|| {
+        handle::with(cluster, |c| {
+            let n = c.node(node_id(node)).ok_or_else(|| unknown(node))?;
+            let st = if n.is_removed() { racaffinity_core::NodeState::Down } else { n.state() };
+            // SAFETY: per this function's contract.
+            unsafe { put(out, st.into(), "out") }
+        })
+    })
+}
+
+/// Looks a node up by name (case-insensitive).
+///
+/// # Safety
+/// `name` must be NULL or NUL-terminated; `out_node` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_node_find(
+    cluster: *const racaffinity_cluster,
+    name: *const c_char,
+    out_node: *mut u32,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let name = unsafe { str_arg(name, "name") }?;
+        let id = handle::with(cluster, |c| Ok(c.node_by_name(name)?.id()))?;
+        // SAFETY: per this function's contract.
+        unsafe { put(out_node, id.0, "out_node") }
+    })
+}
+
+/// Writes a node's name into `buf` (NUL-terminated); `*out_len` gets the size
+/// needed including the NUL.
+///
+/// # Safety
+/// `buf` must be NULL or valid for `cap` bytes; `out_len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_node_name(
+    cluster: *const racaffinity_cluster,
+    node: u32,
+    buf: *mut c_char,
+    cap: usize,
+    out_len: *mut usize,
+) -> racaffinity_result {
+    guard(|| {
+        let name = handle::with(cluster, |c| c.node_name(node_id(node)).ok_or_else(|| unknown(node)))?;
+        // SAFETY: per this function's contract.
+        unsafe { write_str(&name, buf, cap, out_len) }
+    })
+}
+
+pub(crate) fn unknown(node: u32) -> Failure {
+    Failure::new(racaffinity_result::UnknownNode, format!("no node with id {node}"))
+}

@@ -1,0 +1,61 @@
+//! Data (sharding key) affinity.
+
+use super::buffer::{bytes_arg, put};
+use super::handle::{self, racaffinity_cluster};
+use super::result::{guard, racaffinity_result};
+use super::types::racaffinity_route;
+
+/// Routes a byte key (1..=1024 bytes) to its partition's node.
+///
+/// # Safety
+/// `key` must be valid for `len` bytes; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_key_route(
+    cluster: *const racaffinity_cluster,
+    key: *const u8,
+    len: usize,
+    out: *mut racaffinity_route,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let k = unsafe { bytes_arg(key, len, "key") }?;
+        // SAFETY: per this function's contract.
+        handle::with(cluster, |c| unsafe { put(out, c.route_key(k)?.into(), "out") })
+    })
+}
+
+/// Routes an integer key to its partition's node.
+///
+/// # Safety
+/// `out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_key_route_i64(
+    cluster: *const racaffinity_cluster,
+    key: i64,
+    out: *mut racaffinity_route,
+) -> racaffinity_result {
+    // SAFETY: per this function's contract.
+    guard(|| handle::with(cluster, |c| unsafe { put(out, c.route_key_i64(key)?.into(), "out") }))
+}
+
+/// The partition a byte key falls in.
+///
+/// # Safety
+/// `key` must be valid for `len` bytes; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_key_partition(
+    cluster: *const racaffinity_cluster,
+    key: *const u8,
+    len: usize,
+    out: *mut u32,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let k = unsafe { bytes_arg(key, len, "key") }?;
+        handle::with(cluster, |c| {
+            let p = c.partition_of(racaffinity_core::DataKey::Bytes(k))?;
+            // SAFETY: per this function's contract.
+            unsafe { put(out, p, "out") }
+        })
+    })
+}

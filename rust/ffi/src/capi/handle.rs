@@ -1,0 +1,134 @@
+//! The cluster handle table.
+//!
+//! A `racaffinity_cluster *` handed to C is never a real pointer: it encodes a
+//! slot index and that slot's generation. Looking it up only decodes bits and
+//! compares generations, so a stale, double-freed, foreign or random handle is
+//! detected (`INVALID_HANDLE`) instead of being dereferenced.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwapOption;
+use racaffinity_core::Cluster;
+
+use super::result::{racaffinity_result, Failure};
+
+/// Opaque cluster handle type for C.
+#[repr(C)]
+pub struct racaffinity_cluster {
+    _private: [u8; 0],
+}
+
+/// Live clusters a process can hold at once.
+pub const RACAFFINITY_MAX_CLUSTERS: usize = 4096;
+
+const MAX_CLUSTERS: usize = RACAFFINITY_MAX_CLUSTERS;
+
+struct Entry {
+    generation: u32,
+    cluster: Cluster,
+}
+
+struct Slot {
+    entry: ArcSwapOption<Entry>,
+    generation: AtomicU32,
+}
+
+struct Table {
+    slots: Box<[Slot]>,
+    /// Free slot indices; only `insert`/`remove` touch it, never lookups.
+    free: Mutex<Vec<u32>>,
+}
+
+fn table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(|| Table {
+        slots: (0..MAX_CLUSTERS)
+            .map(|_| Slot { entry: ArcSwapOption::empty(), generation: AtomicU32::new(0) })
+            .collect(),
+        free: Mutex::new((0..MAX_CLUSTERS as u32).rev().collect()),
+    })
+}
+
+// Bits 0..16: slot index + 1 (so no handle is NULL); bits 16..48: generation;
+// bits 48..63: a tag, so small integers and most real pointers never decode.
+const TAG: u64 = 0x7a11 << 48;
+const TAG_MASK: u64 = 0xffff << 48;
+
+fn encode(index: u32, generation: u32) -> *mut racaffinity_cluster {
+    let bits = TAG | (u64::from(generation) << 16) | (u64::from(index) + 1);
+    bits as usize as *mut racaffinity_cluster
+}
+
+fn decode(h: *const racaffinity_cluster) -> Option<(usize, u32)> {
+    let bits = h as usize as u64;
+    if bits & TAG_MASK != TAG {
+        return None;
+    }
+    let index = (bits & 0xffff).checked_sub(1)? as usize;
+    let generation = ((bits >> 16) & 0xffff_ffff) as u32;
+    (index < MAX_CLUSTERS && generation != 0).then_some((index, generation))
+}
+
+/// Registers a cluster and returns its handle.
+pub(crate) fn insert(cluster: Cluster) -> Result<*mut racaffinity_cluster, Failure> {
+    let t = table();
+    let index = t.free.lock().unwrap_or_else(|p| p.into_inner()).pop().ok_or_else(|| {
+        Failure::new(racaffinity_result::TooManyHandles, format!("more than {MAX_CLUSTERS} live clusters"))
+    })?;
+    let slot = &t.slots[index as usize];
+    // Generation 0 is never issued, so a zeroed handle can never match.
+    let mut generation = slot.generation.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+    if generation == 0 {
+        generation = slot.generation.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+    }
+    slot.entry.store(Some(Arc::new(Entry { generation, cluster })));
+    Ok(encode(index, generation))
+}
+
+/// Runs `f` with the handle's cluster, or fails with INVALID_HANDLE / NULL_ARGUMENT.
+#[inline]
+pub(crate) fn with<R>(
+    h: *const racaffinity_cluster,
+    f: impl FnOnce(&Cluster) -> Result<R, Failure>,
+) -> Result<R, Failure> {
+    if h.is_null() {
+        return Err(Failure::null("cluster"));
+    }
+    let (index, generation) = decode(h).ok_or_else(invalid)?;
+    let guard = table().slots[index].entry.load();
+    match guard.as_ref() {
+        Some(e) if e.generation == generation => f(&e.cluster),
+        _ => Err(invalid()),
+    }
+}
+
+/// A stable 64-bit identity of the handle, stamped into leases.
+pub(crate) fn tag(h: *const racaffinity_cluster) -> u64 {
+    h as usize as u64
+}
+
+/// Unregisters a handle. The cluster is dropped once in-flight calls finish.
+pub(crate) fn remove(h: *const racaffinity_cluster) -> Result<(), Failure> {
+    let (index, generation) = decode(h).ok_or_else(invalid)?;
+    let t = table();
+    let slot = &t.slots[index];
+    let cur = slot.entry.load_full();
+    match cur {
+        Some(ref e) if e.generation == generation => {
+            // Only the caller whose swap replaces this exact entry frees the
+            // slot, so two racing frees cannot both succeed.
+            let prev = slot.entry.compare_and_swap(&cur, None);
+            if !matches!((&*prev, &cur), (Some(a), Some(b)) if Arc::ptr_eq(a, b)) {
+                return Err(invalid());
+            }
+            t.free.lock().unwrap_or_else(|p| p.into_inner()).push(index as u32);
+            Ok(())
+        }
+        _ => Err(invalid()),
+    }
+}
+
+fn invalid() -> Failure {
+    Failure::new(racaffinity_result::InvalidHandle, "invalid cluster handle (stale, freed, foreign or corrupt)")
+}

@@ -1,0 +1,17 @@
+//! The C ABI. Names follow `racaffinity_<noun>_<verb>`; every call returns a
+//! [`result::racaffinity_result`] and writes outputs through out-pointers.
+
+pub mod buffer;
+pub mod cluster;
+pub mod connect;
+pub mod data;
+pub mod event;
+pub mod handle;
+pub mod metrics;
+pub mod pick;
+pub mod result;
+pub mod session;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod transaction;
+pub mod types;
