@@ -9,9 +9,9 @@
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Inner};
 use crate::error::{Result, Scope};
 use crate::node::{Node, NodeId};
 use crate::route::{Route, RouteKind};
@@ -25,6 +25,17 @@ struct Slot {
     cluster: u64,
     depth: u32,
     node: Arc<Node>,
+    owner: Weak<Inner>,
+}
+
+impl Drop for Slot {
+    // Runs on unpin and also when a thread exits still pinned, so the live
+    // pin gauge cannot drift upwards with dead threads.
+    fn drop(&mut self) {
+        if let Some(inner) = self.owner.upgrade() {
+            inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 thread_local! {
@@ -158,7 +169,6 @@ impl Cluster {
             match v.iter().position(|s| s.cluster == id) {
                 Some(i) => {
                     v.swap_remove(i);
-                    self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
                     true
                 }
                 None => false,
@@ -176,7 +186,6 @@ impl Cluster {
                 return false;
             }
             v.swap_remove(i);
-            self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
             true
         })
     }
@@ -207,7 +216,8 @@ impl Cluster {
             None if enter || self.inner.config.thread.auto_pin => {
                 let (node, kind) = self.new_pin()?;
                 let r = Route::new(node.id(), kind);
-                THREAD_PINS.with(|p| p.borrow_mut().push(Slot { cluster: id, depth: 1, node }));
+                let owner = Arc::downgrade(&self.inner);
+                THREAD_PINS.with(|p| p.borrow_mut().push(Slot { cluster: id, depth: 1, node, owner }));
                 self.inner.scope[Scope::Thread as usize].live.fetch_add(1, Ordering::Relaxed);
                 r
             }

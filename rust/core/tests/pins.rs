@@ -179,3 +179,16 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_thread_that_exits_pinned_does_not_leave_a_live_pin_behind() {
+    let c = Arc::new(cluster("nodes = A, B"));
+    let c2 = c.clone();
+    std::thread::spawn(move || {
+        std::mem::forget(c2.pin_thread().unwrap());
+        assert_eq!(c2.metrics().scopes[Scope::Thread as usize].live, 1);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(c.metrics().scopes[Scope::Thread as usize].live, 0);
+}
