@@ -110,10 +110,10 @@ pub(crate) fn with_rng<T>(f: impl FnOnce(&mut SmallRng) -> T) -> T {
     RNG.with(|r| f(&mut r.borrow_mut()))
 }
 
-/// Small inline list of candidate indices, so a pick allocates nothing for
-/// clusters of up to 64 nodes.
+/// Candidate node indices. Clusters of up to 64 nodes (all real RAC
+/// clusters) use a small inline array of `u8`, so a pick allocates nothing.
 struct Candidates {
-    inline: [u32; 64],
+    inline: [u8; 64],
     len: usize,
     spill: Vec<u32>,
 }
@@ -124,23 +124,27 @@ impl Candidates {
         Candidates { inline: [0; 64], len: 0, spill: Vec::new() }
     }
     #[inline]
-    fn push(&mut self, i: u32) {
-        if self.len < 64 {
-            self.inline[self.len] = i;
+    fn push(&mut self, i: usize) {
+        if self.len < 64 && i < 64 && self.spill.is_empty() {
+            self.inline[self.len] = i as u8;
         } else {
-            if self.len == 64 {
-                self.spill.extend_from_slice(&self.inline);
+            if self.spill.is_empty() {
+                self.spill.extend(self.inline[..self.len].iter().map(|&b| u32::from(b)));
             }
-            self.spill.push(i);
+            self.spill.push(i as u32);
         }
         self.len += 1;
     }
     #[inline]
-    fn as_slice(&self) -> &[u32] {
-        if self.len <= 64 {
-            &self.inline[..self.len]
+    fn len(&self) -> usize {
+        self.len
+    }
+    #[inline]
+    fn get(&self, k: usize) -> usize {
+        if self.spill.is_empty() {
+            usize::from(self.inline[k])
         } else {
-            &self.spill
+            self.spill[k] as usize
         }
     }
 }
@@ -180,41 +184,39 @@ impl Balancer {
         let mut c = Candidates::new();
         for (i, n) in nodes.iter().enumerate() {
             match n.state() {
-                NodeState::Up if filter(n) => c.push(i as u32),
-                NodeState::Down if n.down_cause() == DownCause::Ejected && filter(n) => {
-                    if n.accepts_new(clock, health, true) {
-                        return Ok(Choice::Node(n));
-                    }
+                NodeState::Up if filter(n) => c.push(i),
+                NodeState::Down
+                    if n.down_cause() == DownCause::Ejected && filter(n) && n.accepts_new(clock, health, true) =>
+                {
+                    return Ok(Choice::Node(n));
                 }
                 _ => {}
             }
         }
-        let cands = c.as_slice();
-        if cands.is_empty() {
-            return self.panic_choice(nodes);
-        }
-        let idx = match cands.len() {
-            1 => cands[0],
+        let idx = match c.len() {
+            0 => return self.panic_choice(nodes),
+            1 => c.get(0),
             len => match self.policy {
-                Policy::Random => cands[with_rng(|r| r.gen_range(0..len))],
-                Policy::RoundRobin => cands[(self.rr.fetch_add(1, Ordering::Relaxed) % len as u64) as usize],
-                Policy::Weighted => weighted(nodes, cands),
+                Policy::Random => c.get(with_rng(|r| r.gen_range(0..len))),
+                Policy::RoundRobin => c.get((self.rr.fetch_add(1, Ordering::Relaxed) % len as u64) as usize),
+                Policy::Weighted => weighted(nodes, &c),
                 Policy::LeastOutstanding => {
+                    // One draw gives both distinct positions.
                     let (a, b) = with_rng(|r| {
-                        let a = r.gen_range(0..len);
-                        let b = (a + r.gen_range(1..len)) % len;
-                        (a, b)
+                        let x = r.gen_range(0..len * (len - 1));
+                        let a = x / (len - 1);
+                        (a, (a + 1 + x % (len - 1)) % len)
                     });
-                    let (na, nb) = (&nodes[cands[a] as usize], &nodes[cands[b] as usize]);
-                    if nb.in_flight() < na.in_flight() {
-                        cands[b]
+                    let (ia, ib) = (c.get(a), c.get(b));
+                    if nodes[ib].in_flight() < nodes[ia].in_flight() {
+                        ib
                     } else {
-                        cands[a]
+                        ia
                     }
                 }
             },
         };
-        Ok(Choice::Node(&nodes[idx as usize]))
+        Ok(Choice::Node(&nodes[idx]))
     }
 
     fn panic_choice<'a>(&self, nodes: &'a [Arc<Node>]) -> Result<Choice<'a>> {
@@ -226,14 +228,15 @@ impl Balancer {
     }
 }
 
-fn weighted(nodes: &[Arc<Node>], cands: &[u32]) -> u32 {
-    let total: u64 = cands.iter().map(|&i| u64::from(nodes[i as usize].effective_weight())).sum();
+fn weighted(nodes: &[Arc<Node>], c: &Candidates) -> usize {
+    let total: u64 = (0..c.len()).map(|k| u64::from(nodes[c.get(k)].effective_weight())).sum();
     if total == 0 {
-        return cands[with_rng(|r| r.gen_range(0..cands.len()))];
+        return c.get(with_rng(|r| r.gen_range(0..c.len())));
     }
     let mut x = with_rng(|r| r.gen_range(0..total));
-    for &i in cands {
-        let w = u64::from(nodes[i as usize].effective_weight());
+    for k in 0..c.len() {
+        let i = c.get(k);
+        let w = u64::from(nodes[i].effective_weight());
         if x < w {
             return i;
         }
@@ -241,5 +244,5 @@ fn weighted(nodes: &[Arc<Node>], cands: &[u32]) -> u32 {
     }
     // Weights can change concurrently (RLB advisories); the last candidate is
     // as good as any when the sum moved under us.
-    *cands.last().expect("non-empty")
+    c.get(c.len() - 1)
 }

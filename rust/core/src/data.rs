@@ -8,6 +8,7 @@
 //! mode falls back to load balancing and strict mode refuses.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -25,6 +26,9 @@ use crate::topology::Topology;
 
 pub(crate) struct DataMap {
     partitions: u32,
+    /// Set once any explicit entry exists, so the common no-map case skips
+    /// loading the map on every route.
+    has_explicit: AtomicBool,
     explicit: ArcSwap<HashMap<u32, NodeId>>,
     placed: Sharded<u32, NodeId>,
 }
@@ -36,7 +40,12 @@ impl DataMap {
             let n = topo.find(name).ok_or_else(|| Error::UnknownNode(name.clone()))?;
             explicit.insert(*p, n.id());
         }
-        Ok(DataMap { partitions: cfg.partitions, explicit: ArcSwap::from_pointee(explicit), placed: Sharded::new() })
+        Ok(DataMap {
+            partitions: cfg.partitions,
+            has_explicit: AtomicBool::new(!explicit.is_empty()),
+            explicit: ArcSwap::from_pointee(explicit),
+            placed: Sharded::new(),
+        })
     }
 
     pub fn placed_len(&self) -> usize {
@@ -82,9 +91,8 @@ impl Cluster {
         if partition >= d.partitions {
             return Err(Error::InvalidArgument(format!("partition {partition} out of range 0..{}", d.partitions)));
         }
-        let explicit = d.explicit.load();
-        if !explicit.is_empty() {
-            if let Some(id) = explicit.get(&partition) {
+        if d.has_explicit.load(Ordering::Acquire) {
+            if let Some(id) = d.explicit.load().get(&partition) {
                 return Ok(Some(*id));
             }
         }
@@ -156,6 +164,7 @@ impl Cluster {
             m.insert(partition, id);
             Arc::new(m)
         });
+        self.inner.data.has_explicit.store(true, Ordering::Release);
         Ok(())
     }
 

@@ -44,6 +44,12 @@ thread_local! {
     static THREAD_PINS: RefCell<Vec<Slot>> = const { RefCell::new(Vec::new()) };
 }
 
+enum Fast {
+    Hit(NodeId),
+    Unpinned,
+    Revalidate,
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ContextEntry {
     node: NodeId,
@@ -236,19 +242,22 @@ impl Cluster {
         // counter bumps, with no snapshot load.
         let fast = THREAD_PINS.with(|p| {
             let v = p.borrow();
-            let s = v.iter().find(|s| s.cluster == id)?;
+            let Some(s) = v.iter().find(|s| s.cluster == id) else { return Fast::Unpinned };
             if !s.node.accepts_existing() {
-                return None;
+                return Fast::Revalidate;
             }
             s.node.counters.picks.incr();
             s.node.counters.affinity_hits.incr();
-            Some(s.node.id())
+            Fast::Hit(s.node.id())
         });
-        if let Some(node) = fast {
-            self.inner.scope[Scope::Thread as usize].hits.incr();
-            return Ok(Route::new(node, RouteKind::Affinity));
+        match fast {
+            Fast::Hit(node) => {
+                self.inner.scope[Scope::Thread as usize].hits.incr();
+                Ok(Route::new(node, RouteKind::Affinity))
+            }
+            Fast::Unpinned if !self.inner.config.thread.auto_pin => self.pick_balanced(),
+            _ => self.thread_route(false),
         }
-        self.thread_route(false)
     }
 
     // ---- explicit contexts --------------------------------------------------

@@ -11,11 +11,43 @@ use crate::sharded::Sharded;
 /// XA's MAXGTRIDSIZE: longer ids cannot come from a conforming TM.
 pub const MAX_GTRID_BYTES: usize = 64;
 
+/// 8 bytes, so a million live transactions stay well inside the memory
+/// budget even with 64-byte gtrids: the prepared flag is the top bit of the
+/// branch count.
 #[derive(Debug, Clone, Copy)]
 struct TxEntry {
     node: NodeId,
-    branches: u32,
-    prepared: bool,
+    state: u32,
+}
+
+const PREPARED: u32 = 1 << 31;
+
+impl TxEntry {
+    fn new(node: NodeId, branches: u32, prepared: bool) -> Self {
+        TxEntry { node, state: branches | if prepared { PREPARED } else { 0 } }
+    }
+    fn branches(&self) -> u32 {
+        self.state & !PREPARED
+    }
+    fn prepared(&self) -> bool {
+        self.state & PREPARED != 0
+    }
+    fn set_prepared(&mut self) {
+        self.state |= PREPARED;
+    }
+    fn add_branch(&mut self) {
+        // Saturates far beyond any real branch count rather than spilling
+        // into the prepared bit.
+        if self.branches() < PREPARED - 1 {
+            self.state += 1;
+        }
+    }
+    fn end_branch(&mut self) -> u32 {
+        if self.branches() > 0 {
+            self.state -= 1;
+        }
+        self.branches()
+    }
 }
 
 /// Registry of live global transactions.
@@ -71,21 +103,21 @@ impl Cluster {
         let route = if let Some(e) = m.get_mut(gtrid) {
             let node = topo.node(e.node).expect("ids are never dropped");
             if node.accepts_existing() {
-                e.branches += 1;
+                e.add_branch();
                 Route::new(e.node, RouteKind::Affinity)
-            } else if e.prepared {
+            } else if e.prepared() {
                 return Err(prepared_unavailable(node));
             } else if self.is_strict(Scope::Transaction) {
                 return Err(self.refuse(Scope::Transaction, node));
             } else {
                 let (id, _) = self.tx_place(&topo, gtrid, None)?;
                 e.node = id;
-                e.branches += 1;
+                e.add_branch();
                 Route::new(id, RouteKind::Repinned)
             }
         } else {
             let (id, kind) = self.tx_place(&topo, gtrid, preferred)?;
-            m.insert(gtrid.into(), TxEntry { node: id, branches: 1, prepared: false });
+            m.insert(gtrid.into(), TxEntry::new(id, 1, false));
             Route::new(id, kind)
         };
         drop(m);
@@ -118,7 +150,7 @@ impl Cluster {
         let e = *self.inner.tx.map.lock(gtrid).get(gtrid).ok_or_else(|| Error::UnknownTransaction(hex(gtrid)))?;
         let node = topo.node(e.node).expect("ids are never dropped");
         if !node.accepts_existing() {
-            return Err(if e.prepared { prepared_unavailable(node) } else { self.refuse(Scope::Transaction, node) });
+            return Err(if e.prepared() { prepared_unavailable(node) } else { self.refuse(Scope::Transaction, node) });
         }
         let r = Route::new(e.node, RouteKind::Affinity);
         self.count(&topo, Some(Scope::Transaction), r);
@@ -130,7 +162,7 @@ impl Cluster {
         check_gtrid(gtrid)?;
         let mut m = self.inner.tx.map.lock(gtrid);
         let e = m.get_mut(gtrid).ok_or_else(|| Error::UnknownTransaction(hex(gtrid)))?;
-        e.prepared = true;
+        e.set_prepared();
         Ok(e.node)
     }
 
@@ -141,8 +173,7 @@ impl Cluster {
         let mut m = self.inner.tx.map.lock(gtrid);
         let e = m.get_mut(gtrid).ok_or_else(|| Error::UnknownTransaction(hex(gtrid)))?;
         let node = e.node;
-        e.branches = e.branches.saturating_sub(1);
-        if e.branches == 0 {
+        if e.end_branch() == 0 {
             m.remove(gtrid);
         }
         Ok(node)
@@ -172,11 +203,11 @@ impl Cluster {
                 topo.node(e.node).map(|o| o.name()).unwrap_or("?")
             ))),
             Some(e) => {
-                e.prepared = true;
+                e.set_prepared();
                 Ok(())
             }
             None => {
-                m.insert(gtrid.into(), TxEntry { node, branches: 1, prepared: true });
+                m.insert(gtrid.into(), TxEntry::new(node, 1, true));
                 Ok(())
             }
         }
@@ -186,8 +217,8 @@ impl Cluster {
     pub fn tx_info(&self, gtrid: &[u8]) -> Option<TxInfo> {
         self.inner.tx.map.lock(gtrid).get(gtrid).map(|e| TxInfo {
             node: e.node,
-            branches: e.branches,
-            prepared: e.prepared,
+            branches: e.branches(),
+            prepared: e.prepared(),
         })
     }
 
