@@ -78,11 +78,12 @@ test: lint check-header check-symbols test-rust test-vectors test-c test-cluster
 
 lint:
 	$(CARGO) fmt --all -- --check
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity --quiet
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
 
+# rust/oracle's tests start the local nodes themselves; stop them afterwards.
 test-rust:
-	$(CARGO) test --workspace --all-targets
-	$(CARGO) test --workspace --doc
+	@trap '$(PGNODES) stop >/dev/null' EXIT; \
+	$(CARGO) test --workspace --all-targets && $(CARGO) test --workspace --doc
 
 test-vectors:
 	python3 tests/vectors/generate.py --check

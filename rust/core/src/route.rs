@@ -43,7 +43,8 @@ pub struct Route {
 }
 
 impl Route {
-    pub(crate) const fn new(node: NodeId, kind: RouteKind) -> Route {
+    /// A route to `node` chosen `kind`-wise (for hosts that route explicitly).
+    pub const fn new(node: NodeId, kind: RouteKind) -> Route {
         Route { node, kind }
     }
 }
