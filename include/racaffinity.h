@@ -217,11 +217,9 @@ typedef enum {
 } racaffinity_outcome;
 
 /*
- Opaque cluster handle type for C.
+ Opaque cluster handle type for C (declared, never defined, in the header).
  */
-typedef struct {
-  uint8_t _private[0];
-} racaffinity_cluster;
+typedef struct racaffinity_cluster racaffinity_cluster;
 
 /*
  A routing decision: node id (dense, in config order) and how it was chosen.
@@ -239,7 +237,8 @@ typedef struct {
 
 /*
  A unit of work in flight on a node. Release it exactly once with
- `racaffinity_lease_release`; the library rejects a second release.
+ `racaffinity_lease_release`; the library remembers open leases, so a
+ second release (even of a copy) is INVALID_LEASE.
  */
 typedef struct {
   /*
@@ -255,9 +254,9 @@ typedef struct {
    */
   uint64_t owner;
   /*
-   Private: LEASE_LIVE while unreleased.
+   Private: the lease's token in the issuing cluster.
    */
-  uint32_t state;
+  uint64_t token;
 } racaffinity_lease;
 
 #ifdef __cplusplus
@@ -506,13 +505,14 @@ racaffinity_result racaffinity_lease_begin(const racaffinity_cluster *cluster,
 
 /*
  Releases a lease with an outcome (`racaffinity_outcome`). A second
- release, or a lease from another cluster, returns INVALID_LEASE.
+ release (also of a copy), or a lease from another cluster, returns
+ INVALID_LEASE and changes nothing.
 
  # Safety
- `lease` must be NULL or point to a lease filled by this library.
+ `lease` must be NULL or point to a readable `racaffinity_lease`.
  */
 racaffinity_result racaffinity_lease_release(const racaffinity_cluster *cluster,
-                                             racaffinity_lease *lease,
+                                             const racaffinity_lease *lease,
                                              uint32_t outcome);
 
 /*

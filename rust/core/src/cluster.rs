@@ -10,6 +10,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, DataConfig, Placement, SessionConfig, ThreadConfig, TransactionConfig};
 use crate::data::DataMap;
 use crate::error::{Error, Result, Scope};
+use crate::lease::LeaseRegistry;
 use crate::metrics::ScopeCounters;
 use crate::node::{HealthConfig, Node, NodeId, NodeSpec, NodeState};
 use crate::pin::ContextPins;
@@ -44,6 +45,7 @@ pub(crate) struct Inner {
     pub contexts: ContextPins,
     pub scope: [ScopeCounters; 4],
     pub next_context: AtomicU64,
+    pub leases: LeaseRegistry,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -194,6 +196,7 @@ impl Cluster {
             contexts: ContextPins::new(),
             scope: Default::default(),
             next_context: AtomicU64::new(1),
+            leases: LeaseRegistry::new(),
             config,
         };
         Ok(Cluster { inner: Arc::new(inner) })

@@ -65,6 +65,8 @@ pub enum ErrorKind {
     EventParse,
     /// An event line is well formed but names another database or service.
     ForeignEvent,
+    /// A lease token that is not open (released twice, or never issued).
+    UnknownLease,
 }
 
 /// Errors returned by the core.
@@ -111,6 +113,8 @@ pub enum Error {
     EventParse(String),
     /// Event for another database/service than this cluster's.
     ForeignEvent(String),
+    /// The lease token is not open.
+    UnknownLease(u64),
 }
 
 impl Error {
@@ -127,6 +131,7 @@ impl Error {
             Error::UnknownTransaction(_) => ErrorKind::UnknownTransaction,
             Error::EventParse(_) => ErrorKind::EventParse,
             Error::ForeignEvent(_) => ErrorKind::ForeignEvent,
+            Error::UnknownLease(_) => ErrorKind::UnknownLease,
         }
     }
 
@@ -163,6 +168,7 @@ impl fmt::Display for Error {
             Error::UnknownTransaction(g) => write!(f, "unknown transaction id {g}"),
             Error::EventParse(m) => write!(f, "cannot parse event: {m}"),
             Error::ForeignEvent(m) => write!(f, "event is not for this cluster: {m}"),
+            Error::UnknownLease(t) => write!(f, "lease {t} is not open (already released, or not from this cluster)"),
         }
     }
 }

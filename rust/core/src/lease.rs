@@ -1,10 +1,31 @@
 //! Leases: a routed unit of work in flight on a node. Releasing one with an
 //! outcome feeds `least_outstanding` balancing and passive health.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::cluster::Cluster;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::node::NodeId;
 use crate::route::Route;
+use crate::sharded::Sharded;
+
+/// Names an open lease for hosts that keep leases as plain values (C
+/// structs, Java longs): the core remembers which tokens are open, so a
+/// second release of a copied lease is an error instead of corrupting the
+/// in-flight count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseToken(pub u64);
+
+pub(crate) struct LeaseRegistry {
+    open: Sharded<u64, NodeId>,
+    next: AtomicU64,
+}
+
+impl LeaseRegistry {
+    pub fn new() -> Self {
+        LeaseRegistry { open: Sharded::new(), next: AtomicU64::new(1) }
+    }
+}
 
 /// How a leased unit of work ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,15 +83,44 @@ impl Cluster {
         Ok(self.lease(self.pick()?))
     }
 
-    /// Counts one more unit in flight on `node`. For bindings that keep
-    /// leases as plain values; pair with [`Cluster::end_lease`].
+    /// Opens a lease on `node` and returns its token; close it exactly once
+    /// with [`Cluster::close_lease`].
+    pub fn open_lease(&self, node: NodeId) -> Result<LeaseToken> {
+        match self.topo().node(node) {
+            Some(n) if !n.is_removed() => {}
+            _ => return Err(Error::UnknownNode(format!("#{}", node.0))),
+        }
+        let reg = &self.inner.leases;
+        let token = reg.next.fetch_add(1, Ordering::Relaxed);
+        reg.open.lock(&token).insert(token, node);
+        self.begin_lease(node);
+        Ok(LeaseToken(token))
+    }
+
+    /// Closes a lease opened with [`Cluster::open_lease`]; a token that is not
+    /// open (already closed, or never issued here) is [`Error::UnknownLease`]
+    /// and changes nothing.
+    pub fn close_lease(&self, token: LeaseToken, outcome: Outcome) -> Result<NodeId> {
+        let node = self.inner.leases.open.lock(&token.0).remove(&token.0).ok_or(Error::UnknownLease(token.0))?;
+        self.end_lease(node, outcome);
+        Ok(node)
+    }
+
+    /// Leases currently open through [`Cluster::open_lease`].
+    pub fn open_lease_count(&self) -> usize {
+        self.inner.leases.open.len()
+    }
+
+    /// Counts one more unit in flight on `node` without a token. Untracked:
+    /// nothing stops a double [`Cluster::end_lease`]; hosts that hand leases
+    /// to foreign code should use [`Cluster::open_lease`] instead.
     pub fn begin_lease(&self, node: NodeId) {
         if let Some(n) = self.topo().node(node) {
             n.counters.in_flight.add_signed(1);
         }
     }
 
-    /// Ends a lease begun with [`Cluster::begin_lease`].
+    /// Ends an untracked lease begun with [`Cluster::begin_lease`].
     pub fn end_lease(&self, node: NodeId, outcome: Outcome) {
         let topo = self.topo();
         let Some(n) = topo.node(node) else { return };

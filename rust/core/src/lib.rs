@@ -58,7 +58,7 @@ pub use config::{Config, DataConfig, Placement, SessionConfig, SessionMode, Thre
 pub use data::DataKey;
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
-pub use lease::{Lease, Outcome};
+pub use lease::{Lease, LeaseToken, Outcome};
 pub use metrics::{MetricsSnapshot, NodeMetrics, ScopeMetrics};
 pub use node::{validate_node_name, DownCause, HealthConfig, Node, NodeId, NodeSpec, NodeState, MAX_NODE_NAME};
 pub use pin::{ContextKey, ContextPin, ThreadPin};

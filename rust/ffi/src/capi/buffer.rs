@@ -59,18 +59,27 @@ pub(crate) unsafe fn bytes_arg<'a>(p: *const u8, len: usize, name: &str) -> Resu
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
-/// Writes `v` through an out-pointer.
+/// A checked out-pointer. Calls take it *before* doing any work, so a NULL
+/// output never leaves a registered branch, session or pin behind.
+pub(crate) struct Out<T>(std::ptr::NonNull<T>);
+
+impl<T> Out<T> {
+    /// Writes the output.
+    #[inline]
+    pub fn set(self, v: T) {
+        // SAFETY: `out_arg` checked non-NULL, and its caller vouched that the
+        // pointer is writable for the duration of the call.
+        unsafe { self.0.as_ptr().write(v) }
+    }
+}
+
+/// Checks a required out-pointer.
 ///
 /// # Safety
-/// `out` must be NULL or valid for writing a `T`.
+/// `out` must be NULL or valid for writing a `T` until the call returns.
 #[inline]
-pub(crate) unsafe fn put<T>(out: *mut T, v: T, name: &str) -> Result<(), Failure> {
-    if out.is_null() {
-        return Err(Failure::null(name));
-    }
-    // SAFETY: non-NULL and writable per the caller's contract.
-    unsafe { out.write(v) };
-    Ok(())
+pub(crate) unsafe fn out_arg<T>(out: *mut T, name: &str) -> Result<Out<T>, Failure> {
+    std::ptr::NonNull::new(out).map(Out).ok_or_else(|| Failure::null(name))
 }
 
 /// Copies `s` into a caller buffer with a trailing NUL. `*out_len` receives the

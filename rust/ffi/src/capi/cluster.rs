@@ -4,7 +4,7 @@ use std::os::raw::c_char;
 
 use racaffinity_core::{Cluster, NodeSpec};
 
-use super::buffer::{put, str_arg, write_str};
+use super::buffer::{out_arg, str_arg, write_str};
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result, Failure};
 use super::types::{node_id, node_state_arg, racaffinity_node_state, scope_arg};
@@ -26,14 +26,10 @@ pub unsafe extern "C" fn racaffinity_cluster_new(
     out: *mut *mut racaffinity_cluster,
 ) -> racaffinity_result {
     guard(|| {
-        if out.is_null() {
-            return Err(Failure::null("out"));
-        }
         // SAFETY: per this function's contract.
-        let text = unsafe { str_arg(config, "config") }?;
-        let h = handle::insert(Cluster::from_config_text(text)?)?;
-        // SAFETY: `out` checked non-NULL above and writable per the contract.
-        unsafe { put(out, h, "out") }
+        let (out, text) = unsafe { (out_arg(out, "out")?, str_arg(config, "config")?) };
+        out.set(handle::insert(Cluster::from_config_text(text)?)?);
+        Ok(())
     })
 }
 
@@ -53,8 +49,11 @@ pub unsafe extern "C" fn racaffinity_cluster_node_count(
     cluster: *const racaffinity_cluster,
     out: *mut u32,
 ) -> racaffinity_result {
-    // SAFETY: per this function's contract.
-    guard(|| handle::with(cluster, |c| unsafe { put(out, c.node_ids().len() as u32, "out") }))
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        handle::with(cluster, |c| Ok(out.set(c.node_ids().len() as u32)))
+    })
 }
 
 /// Switches a scope (`racaffinity_scope`) between strict and soft at runtime.
@@ -151,11 +150,13 @@ pub unsafe extern "C" fn racaffinity_node_get_state(
     out: *mut racaffinity_node_state,
 ) -> racaffinity_result {
     guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
         handle::with(cluster, |c| {
             let n = c.node(node_id(node)).ok_or_else(|| unknown(node))?;
             let st = if n.is_removed() { racaffinity_core::NodeState::Down } else { n.state() };
-            // SAFETY: per this function's contract.
-            unsafe { put(out, st.into(), "out") }
+            out.set(st.into());
+            Ok(())
         })
     })
 }
@@ -172,10 +173,9 @@ pub unsafe extern "C" fn racaffinity_node_find(
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let name = unsafe { str_arg(name, "name") }?;
-        let id = handle::with(cluster, |c| Ok(c.node_by_name(name)?.id()))?;
-        // SAFETY: per this function's contract.
-        unsafe { put(out_node, id.0, "out_node") }
+        let (out, name) = unsafe { (out_arg(out_node, "out_node")?, str_arg(name, "name")?) };
+        out.set(handle::with(cluster, |c| Ok(c.node_by_name(name)?.id()))?.0);
+        Ok(())
     })
 }
 

@@ -1,6 +1,6 @@
 //! Data (sharding key) affinity.
 
-use super::buffer::{bytes_arg, put};
+use super::buffer::{bytes_arg, out_arg};
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result};
 use super::types::racaffinity_route;
@@ -18,9 +18,8 @@ pub unsafe extern "C" fn racaffinity_key_route(
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let k = unsafe { bytes_arg(key, len, "key") }?;
-        // SAFETY: per this function's contract.
-        handle::with(cluster, |c| unsafe { put(out, c.route_key(k)?.into(), "out") })
+        let (out, k) = unsafe { (out_arg(out, "out")?, bytes_arg(key, len, "key")?) };
+        handle::with(cluster, |c| Ok(out.set(c.route_key(k)?.into())))
     })
 }
 
@@ -34,8 +33,11 @@ pub unsafe extern "C" fn racaffinity_key_route_i64(
     key: i64,
     out: *mut racaffinity_route,
 ) -> racaffinity_result {
-    // SAFETY: per this function's contract.
-    guard(|| handle::with(cluster, |c| unsafe { put(out, c.route_key_i64(key)?.into(), "out") }))
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        handle::with(cluster, |c| Ok(out.set(c.route_key_i64(key)?.into())))
+    })
 }
 
 /// The partition a byte key falls in.
@@ -51,11 +53,7 @@ pub unsafe extern "C" fn racaffinity_key_partition(
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let k = unsafe { bytes_arg(key, len, "key") }?;
-        handle::with(cluster, |c| {
-            let p = c.partition_of(racaffinity_core::DataKey::Bytes(k))?;
-            // SAFETY: per this function's contract.
-            unsafe { put(out, p, "out") }
-        })
+        let (out, k) = unsafe { (out_arg(out, "out")?, bytes_arg(key, len, "key")?) };
+        handle::with(cluster, |c| Ok(out.set(c.partition_of(racaffinity_core::DataKey::Bytes(k))?)))
     })
 }

@@ -5,6 +5,7 @@
 //! compares generations, so a stale, double-freed, foreign or random handle is
 //! detected (`INVALID_HANDLE`) instead of being dereferenced.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -13,10 +14,9 @@ use racaffinity_core::Cluster;
 
 use super::result::{racaffinity_result, Failure};
 
-/// Opaque cluster handle type for C.
-#[repr(C)]
+/// Opaque cluster handle type for C (declared, never defined, in the header).
 pub struct racaffinity_cluster {
-    _private: [u8; 0],
+    _private: (),
 }
 
 /// Live clusters a process can hold at once.
@@ -77,13 +77,25 @@ pub(crate) fn insert(cluster: Cluster) -> Result<*mut racaffinity_cluster, Failu
         Failure::new(racaffinity_result::TooManyHandles, format!("more than {MAX_CLUSTERS} live clusters"))
     })?;
     let slot = &t.slots[index as usize];
-    // Generation 0 is never issued, so a zeroed handle can never match.
-    let mut generation = slot.generation.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+    // Generation 0 is never issued, so a zeroed handle can never match. The
+    // entry is stored before the generation is published, so a cached copy
+    // can only match once the new entry is in place.
+    let mut generation = slot.generation.load(Ordering::Acquire).wrapping_add(1);
     if generation == 0 {
-        generation = slot.generation.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        generation = 1;
     }
     slot.entry.store(Some(Arc::new(Entry { generation, cluster })));
+    slot.generation.store(generation, Ordering::Release);
     Ok(encode(index, generation))
+}
+
+thread_local! {
+    // The last handle this thread used. Checking it costs one plain atomic
+    // load of the slot's generation, where an `ArcSwap` load and release cost
+    // two locked instructions: most callers use one cluster, from many calls.
+    // A freed cluster's memory is reclaimed once every thread that cached it
+    // has made another call or exited.
+    static LAST: RefCell<Option<(u64, Arc<Entry>)>> = const { RefCell::new(None) };
 }
 
 /// Runs `f` with the handle's cluster, or fails with INVALID_HANDLE / NULL_ARGUMENT.
@@ -96,10 +108,38 @@ pub(crate) fn with<R>(
         return Err(Failure::null("cluster"));
     }
     let (index, generation) = decode(h).ok_or_else(invalid)?;
-    let guard = table().slots[index].entry.load();
-    match guard.as_ref() {
-        Some(e) if e.generation == generation => f(&e.cluster),
-        _ => Err(invalid()),
+    let bits = h as usize as u64;
+    let slot = &table().slots[index];
+    let mut f = Some(f);
+    let hit = LAST.try_with(|last| {
+        let last = last.borrow();
+        match &*last {
+            // The slot's generation moves on when the handle is freed, so a
+            // match means the cached entry is still this handle's.
+            Some((b, e)) if *b == bits && slot.generation.load(Ordering::Acquire) == generation => {
+                Some((f.take().expect("called once"))(&e.cluster))
+            }
+            _ => None,
+        }
+    });
+    if let Ok(Some(r)) = hit {
+        return r;
+    }
+    match slot.entry.load_full() {
+        Some(e) if e.generation == generation => {
+            let r = (f.take().expect("called once"))(&e.cluster);
+            let _ = LAST.try_with(|last| *last.borrow_mut() = Some((bits, e)));
+            r
+        }
+        _ => {
+            let _ = LAST.try_with(|last| {
+                let mut last = last.borrow_mut();
+                if matches!(&*last, Some((b, _)) if *b == bits) {
+                    *last = None;
+                }
+            });
+            Err(invalid())
+        }
     }
 }
 
@@ -122,6 +162,14 @@ pub(crate) fn remove(h: *const racaffinity_cluster) -> Result<(), Failure> {
             if !matches!((&*prev, &cur), (Some(a), Some(b)) if Arc::ptr_eq(a, b)) {
                 return Err(invalid());
             }
+            // Invalidates every thread's cached copy of this handle.
+            slot.generation.fetch_add(1, Ordering::AcqRel);
+            let _ = LAST.try_with(|last| {
+                let mut last = last.borrow_mut();
+                if matches!(&*last, Some((b, _)) if *b == h as usize as u64) {
+                    *last = None;
+                }
+            });
             t.free.lock().unwrap_or_else(|p| p.into_inner()).push(index as u32);
             Ok(())
         }

@@ -2,10 +2,12 @@
 
 use std::ptr::addr_of;
 
-use super::buffer::put;
+use racaffinity_core::LeaseToken;
+
+use super::buffer::out_arg;
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result, Failure};
-use super::types::{node_id, outcome_arg, racaffinity_lease, racaffinity_route, LEASE_LIVE, LEASE_RELEASED};
+use super::types::{node_id, outcome_arg, racaffinity_lease, racaffinity_route, racaffinity_route_kind};
 
 /// Routes the calling thread's next unit of work (its pin, else load
 /// balancing) without leasing. The cheapest routing call.
@@ -17,8 +19,11 @@ pub unsafe extern "C" fn racaffinity_cluster_route(
     cluster: *const racaffinity_cluster,
     out: *mut racaffinity_route,
 ) -> racaffinity_result {
-    // SAFETY: per this function's contract.
-    guard(|| handle::with(cluster, |c| unsafe { put(out, c.pick()?.into(), "out") }))
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        handle::with(cluster, |c| Ok(out.set(c.pick()?.into())))
+    })
 }
 
 /// Picks a node for the calling thread (its pin, else load balancing) and
@@ -32,17 +37,9 @@ pub unsafe extern "C" fn racaffinity_cluster_pick(
     out: *mut racaffinity_lease,
 ) -> racaffinity_result {
     guard(|| {
-        if out.is_null() {
-            return Err(Failure::null("out"));
-        }
-        handle::with(cluster, |c| {
-            let r: racaffinity_route = c.pick()?.into();
-            c.begin_lease(node_id(r.node));
-            let lease =
-                racaffinity_lease { node: r.node, kind: r.kind, owner: handle::tag(cluster), state: LEASE_LIVE };
-            // SAFETY: checked non-NULL; writable per the contract.
-            unsafe { put(out, lease, "out") }
-        })
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        handle::with(cluster, |c| Ok(out.set(lease(cluster, c, c.pick()?.into())?)))
     })
 }
 
@@ -57,16 +54,10 @@ pub unsafe extern "C" fn racaffinity_context_pick(
     out: *mut racaffinity_lease,
 ) -> racaffinity_result {
     guard(|| {
-        if out.is_null() {
-            return Err(Failure::null("out"));
-        }
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
         handle::with(cluster, |c| {
-            let r: racaffinity_route = c.pick_in(racaffinity_core::ContextKey(context))?.into();
-            c.begin_lease(node_id(r.node));
-            let lease =
-                racaffinity_lease { node: r.node, kind: r.kind, owner: handle::tag(cluster), state: LEASE_LIVE };
-            // SAFETY: checked non-NULL; writable per the contract.
-            unsafe { put(out, lease, "out") }
+            Ok(out.set(lease(cluster, c, c.pick_in(racaffinity_core::ContextKey(context))?.into())?))
         })
     })
 }
@@ -84,31 +75,25 @@ pub unsafe extern "C" fn racaffinity_lease_begin(
     out: *mut racaffinity_lease,
 ) -> racaffinity_result {
     guard(|| {
-        if out.is_null() {
-            return Err(Failure::null("out"));
-        }
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
         handle::with(cluster, |c| {
-            if c.node(node_id(node)).is_none_or(|n| n.is_removed()) {
-                return Err(super::cluster::unknown(node));
-            }
-            c.begin_lease(node_id(node));
-            let kind = super::types::racaffinity_route_kind::Affinity;
-            let lease = racaffinity_lease { node, kind, owner: handle::tag(cluster), state: LEASE_LIVE };
-            // SAFETY: checked non-NULL; writable per the contract.
-            unsafe { put(out, lease, "out") }
+            let route = racaffinity_route { node, kind: racaffinity_route_kind::Affinity };
+            Ok(out.set(lease(cluster, c, route)?))
         })
     })
 }
 
 /// Releases a lease with an outcome (`racaffinity_outcome`). A second
-/// release, or a lease from another cluster, returns INVALID_LEASE.
+/// release (also of a copy), or a lease from another cluster, returns
+/// INVALID_LEASE and changes nothing.
 ///
 /// # Safety
-/// `lease` must be NULL or point to a lease filled by this library.
+/// `lease` must be NULL or point to a readable `racaffinity_lease`.
 #[no_mangle]
 pub unsafe extern "C" fn racaffinity_lease_release(
     cluster: *const racaffinity_cluster,
-    lease: *mut racaffinity_lease,
+    lease: *const racaffinity_lease,
     outcome: u32,
 ) -> racaffinity_result {
     guard(|| {
@@ -119,22 +104,24 @@ pub unsafe extern "C" fn racaffinity_lease_release(
         // Fields are read one by one: the caller's `kind` may hold any integer,
         // and copying the whole struct would read it as an enum.
         // SAFETY: non-NULL and readable per the contract.
-        let (node, owner, state) = unsafe {
-            (addr_of!((*lease).node).read(), addr_of!((*lease).owner).read(), addr_of!((*lease).state).read())
-        };
+        let (owner, token) = unsafe { (addr_of!((*lease).owner).read(), addr_of!((*lease).token).read()) };
         handle::with(cluster, |c| {
-            if owner != handle::tag(cluster) || state != LEASE_LIVE {
-                return Err(Failure::new(
-                    racaffinity_result::InvalidLease,
-                    if state == LEASE_RELEASED { "lease already released" } else { "lease is not from this cluster" },
-                ));
+            if owner != handle::tag(cluster) {
+                return Err(Failure::new(racaffinity_result::InvalidLease, "lease is not from this cluster"));
             }
-            // SAFETY: non-NULL and writable per the contract.
-            unsafe { std::ptr::addr_of_mut!((*lease).state).write(LEASE_RELEASED) };
-            c.end_lease(node_id(node), outcome);
+            c.close_lease(LeaseToken(token), outcome)?;
             Ok(())
         })
     })
+}
+
+fn lease(
+    h: *const racaffinity_cluster,
+    c: &racaffinity_core::Cluster,
+    route: racaffinity_route,
+) -> Result<racaffinity_lease, Failure> {
+    let token = c.open_lease(node_id(route.node))?;
+    Ok(racaffinity_lease { node: route.node, kind: route.kind, owner: handle::tag(h), token: token.0 })
 }
 
 /// Pins the calling OS thread (or deepens its pin) and writes the pinned
@@ -191,8 +178,11 @@ pub unsafe extern "C" fn racaffinity_context_new(
     cluster: *const racaffinity_cluster,
     out: *mut u64,
 ) -> racaffinity_result {
-    // SAFETY: per this function's contract.
-    guard(|| handle::with(cluster, |c| unsafe { put(out, c.new_context_key().0, "out") }))
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        handle::with(cluster, |c| Ok(out.set(c.new_context_key().0)))
+    })
 }
 
 /// Pins (or deepens the pin of) context `context`.

@@ -114,6 +114,7 @@ pub(crate) fn code_of(kind: ErrorKind) -> racaffinity_result {
         ErrorKind::UnknownTransaction => racaffinity_result::UnknownTransaction,
         ErrorKind::EventParse => racaffinity_result::EventParse,
         ErrorKind::ForeignEvent => racaffinity_result::ForeignEvent,
+        ErrorKind::UnknownLease => racaffinity_result::InvalidLease,
         _ => racaffinity_result::InvalidArgument,
     }
 }

@@ -1,6 +1,6 @@
 //! Web-session affinity.
 
-use super::buffer::{bytes_arg, put};
+use super::buffer::{bytes_arg, out_arg};
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result};
 use super::types::racaffinity_route;
@@ -18,9 +18,8 @@ pub unsafe extern "C" fn racaffinity_session_route(
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let k = unsafe { bytes_arg(key, len, "key") }?;
-        // SAFETY: per this function's contract.
-        handle::with(cluster, |c| unsafe { put(out, c.session_route(k)?.into(), "out") })
+        let (out, k) = unsafe { (out_arg(out, "out")?, bytes_arg(key, len, "key")?) };
+        handle::with(cluster, |c| Ok(out.set(c.session_route(k)?.into())))
     })
 }
 

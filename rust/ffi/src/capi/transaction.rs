@@ -1,6 +1,6 @@
 //! XA transaction affinity by gtrid bytes.
 
-use super::buffer::{bytes_arg, put};
+use super::buffer::{bytes_arg, out_arg};
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result};
 use super::types::{node_id, racaffinity_route};
@@ -19,9 +19,8 @@ pub unsafe extern "C" fn racaffinity_tx_begin(
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let g = unsafe { bytes_arg(gtrid, len, "gtrid") }?;
-        // SAFETY: per this function's contract.
-        handle::with(cluster, |c| unsafe { put(out, c.tx_begin(g)?.into(), "out") })
+        let (out, g) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?) };
+        handle::with(cluster, |c| Ok(out.set(c.tx_begin(g)?.into())))
     })
 }
 
@@ -40,9 +39,8 @@ pub unsafe extern "C" fn racaffinity_tx_begin_on(
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let g = unsafe { bytes_arg(gtrid, len, "gtrid") }?;
-        // SAFETY: per this function's contract.
-        handle::with(cluster, |c| unsafe { put(out, c.tx_begin_on(g, Some(node_id(preferred)))?.into(), "out") })
+        let (out, g) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?) };
+        handle::with(cluster, |c| Ok(out.set(c.tx_begin_on(g, Some(node_id(preferred)))?.into())))
     })
 }
 
@@ -59,9 +57,8 @@ pub unsafe extern "C" fn racaffinity_tx_route(
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let g = unsafe { bytes_arg(gtrid, len, "gtrid") }?;
-        // SAFETY: per this function's contract.
-        handle::with(cluster, |c| unsafe { put(out, c.tx_route(g)?.into(), "out") })
+        let (out, g) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?) };
+        handle::with(cluster, |c| Ok(out.set(c.tx_route(g)?.into())))
     })
 }
 

@@ -37,7 +37,8 @@ pub struct racaffinity_route {
 }
 
 /// A unit of work in flight on a node. Release it exactly once with
-/// `racaffinity_lease_release`; the library rejects a second release.
+/// `racaffinity_lease_release`; the library remembers open leases, so a
+/// second release (even of a copy) is INVALID_LEASE.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct racaffinity_lease {
@@ -47,14 +48,9 @@ pub struct racaffinity_lease {
     pub kind: racaffinity_route_kind,
     /// Private: the issuing cluster handle.
     pub owner: u64,
-    /// Private: LEASE_LIVE while unreleased.
-    pub state: u32,
+    /// Private: the lease's token in the issuing cluster.
+    pub token: u64,
 }
-
-/// Lease state stamp of a live lease.
-pub(crate) const LEASE_LIVE: u32 = 0x4c45_4153;
-/// Lease state stamp after release.
-pub(crate) const LEASE_RELEASED: u32 = 0x4445_4144;
 
 /// Node state.
 #[repr(C)]

@@ -1,0 +1,1550 @@
+/* libracaffinity C API tests: argument checking, handles, every result code,
+ * and the routing semantics seen through C.
+ *
+ * Linked against the testing build (target/ffi-testing/release), which adds
+ * racaffinity_test_panic. Run by tests/c/run.sh under valgrind. An argument
+ * selects the tests whose names contain it. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "harness.h"
+
+/* Test-only export of the `testing` build; deliberately not in the header. */
+racaffinity_result racaffinity_test_panic(void);
+
+#define NUM_NODES_3 "nodes = MYDB1, MYDB2, MYDB3"
+
+/* ---- version and messages ---------------------------------------------- */
+
+static void version_is_a_nonempty_dotted_string(void) {
+    const char *v = racaffinity_version();
+    CHECK(v != NULL);
+    if (!v) return;
+    CHECK(strlen(v) > 0);
+    CHECK(v[0] >= '0' && v[0] <= '9');
+    CHECK(strchr(v, '.') != NULL);
+    CHECK(racaffinity_version() == v); /* static: the same pointer every time */
+}
+
+static void result_message_describes_every_code(void) {
+    char buf[256];
+    for (uint32_t code = 0; code < H_RESULT_CODES; code++) {
+        size_t need = 0;
+        buf[0] = '\0';
+        CHECK_OK(racaffinity_result_message(code, buf, sizeof buf, &need));
+        CHECK(strlen(buf) > 0);
+        CHECK_EQ_U(need, strlen(buf) + 1);
+    }
+    CHECK_OK(racaffinity_result_message(RACAFFINITY_RESULT_OK, buf, sizeof buf, NULL));
+    CHECK_STR(buf, "success");
+    CHECK_OK(racaffinity_result_message(RACAFFINITY_RESULT_INVALID_LEASE, buf, sizeof buf, NULL));
+    CHECK_CONTAINS(buf, "lease");
+    CHECK_RC(racaffinity_result_message(18, buf, sizeof buf, NULL), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_result_message(99, buf, sizeof buf, NULL), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("99");
+    CHECK_RC(racaffinity_result_message(UINT32_MAX, buf, sizeof buf, NULL), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+}
+
+static void buffer_too_small_reports_the_needed_size_and_retry_succeeds(void) {
+    racaffinity_cluster *c = new_cluster("name = sizes\n" NUM_NODES_3);
+    char small[3];
+    size_t need = 0;
+
+    /* node_name: "MYDB2" needs 6 bytes. */
+    CHECK_RC(racaffinity_node_name(c, 1, small, sizeof small, &need), RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+    CHECK_EQ_U(need, 6);
+    {
+        char *buf = malloc(need);
+        size_t got = 0;
+        CHECK_OK(racaffinity_node_name(c, 1, buf, need, &got));
+        CHECK_STR(buf, "MYDB2");
+        CHECK_EQ_U(got, 6);
+        free(buf);
+    }
+    /* An exact fit minus one (no room for the NUL) is too small. */
+    {
+        char five[5];
+        CHECK_RC(racaffinity_node_name(c, 1, five, sizeof five, &need), RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+        CHECK_EQ_U(need, 6);
+    }
+    /* cap 0 with a real buffer. */
+    CHECK_RC(racaffinity_node_name(c, 0, small, 0, &need), RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+    CHECK_EQ_U(need, 6);
+
+    /* result_message */
+    CHECK_RC(racaffinity_result_message(RACAFFINITY_RESULT_PANIC, small, sizeof small, &need),
+             RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+    CHECK(need > sizeof small);
+    {
+        char *buf = malloc(need);
+        CHECK_OK(racaffinity_result_message(RACAFFINITY_RESULT_PANIC, buf, need, NULL));
+        CHECK_EQ_U(strlen(buf) + 1, need);
+        CHECK_CONTAINS(buf, "panic");
+        free(buf);
+    }
+
+    /* connect_string */
+    CHECK_RC(racaffinity_connect_string(RACAFFINITY_CONNECT_FORM_DESCRIPTOR, "MYDBHOST1", 1522, "MYDB", "MYDB1",
+                                        small, sizeof small, &need),
+             RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+    CHECK_EQ_U(need, strlen("(DESCRIPTION=(ADDRESS_LIST=(ADDRESS=(PROTOCOL=tcp)(HOST=MYDBHOST1)(PORT=1522)))"
+                            "(CONNECT_DATA=(SERVICE_NAME=MYDB)(INSTANCE_NAME=MYDB1)))") + 1);
+    {
+        char *buf = malloc(need);
+        CHECK_OK(racaffinity_connect_string(RACAFFINITY_CONNECT_FORM_DESCRIPTOR, "MYDBHOST1", 1522, "MYDB", "MYDB1",
+                                            buf, need, NULL));
+        CHECK_EQ_U(strlen(buf) + 1, need);
+        free(buf);
+    }
+
+    /* metrics, JSON and Prometheus (read_text does the query and the retry). */
+    free(read_text(racaffinity_metrics_json, c));
+    free(read_text(racaffinity_metrics_prometheus, c));
+
+    /* last_error_message: make a long message, then query its size. */
+    CHECK_RC(racaffinity_node_find(c, "NO_SUCH_NODE_WITH_A_RATHER_LONG_NAME", &(uint32_t){0}),
+             RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_RC(racaffinity_last_error_message(small, sizeof small, &need), RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+    CHECK(need > sizeof small);
+    {
+        char *buf = malloc(need);
+        size_t got = 0;
+        /* The BUFFER_TOO_SMALL above did not replace the message. */
+        CHECK_OK(racaffinity_last_error_message(buf, need, &got));
+        CHECK_EQ_U(got, need);
+        CHECK_CONTAINS(buf, "NO_SUCH_NODE_WITH_A_RATHER_LONG_NAME");
+        free(buf);
+    }
+    free_cluster(c);
+}
+
+/* ---- NULL arguments ------------------------------------------------------ */
+
+static void cluster_free_of_null_is_ok(void) {
+    CHECK_OK(racaffinity_cluster_free(NULL));
+}
+
+static void null_cluster_is_null_argument_for_every_function(void) {
+    const racaffinity_cluster *n = NULL;
+    uint32_t u = 0;
+    uint64_t ctx = 0;
+    bool b = false;
+    size_t len = 0;
+    char buf[64];
+    racaffinity_route r;
+    racaffinity_lease l;
+    racaffinity_node_state st;
+    const racaffinity_result NA = RACAFFINITY_RESULT_NULL_ARGUMENT;
+
+    CHECK_RC(racaffinity_cluster_node_count(n, &u), NA);
+    CHECK_LAST_ERROR_CONTAINS("cluster");
+    CHECK_RC(racaffinity_cluster_set_strict(n, RACAFFINITY_SCOPE_THREAD, true), NA);
+    CHECK_RC(racaffinity_node_add(n, "X", NULL, 1, &u), NA);
+    CHECK_RC(racaffinity_node_remove(n, "X"), NA);
+    CHECK_RC(racaffinity_node_set_state(n, "X", RACAFFINITY_NODE_STATE_DOWN), NA);
+    CHECK_RC(racaffinity_node_get_state(n, 0, &st), NA);
+    CHECK_RC(racaffinity_node_find(n, "X", &u), NA);
+    CHECK_RC(racaffinity_node_name(n, 0, buf, sizeof buf, &len), NA);
+    CHECK_RC(racaffinity_key_route(n, B("k"), &r), NA);
+    CHECK_RC(racaffinity_key_route_i64(n, 42, &r), NA);
+    CHECK_RC(racaffinity_key_partition(n, B("k"), &u), NA);
+    CHECK_RC(racaffinity_event_apply(n, "SERVICE VERSION=1.0 service=svc status=up", &u), NA);
+    CHECK_RC(racaffinity_probe_report(n, 0, true), NA);
+    CHECK_RC(racaffinity_outcome_report(n, 0, true), NA);
+    CHECK_RC(racaffinity_metrics_json(n, buf, sizeof buf, &len), NA);
+    CHECK_RC(racaffinity_metrics_prometheus(n, buf, sizeof buf, &len), NA);
+    CHECK_RC(racaffinity_cluster_route(n, &r), NA);
+    CHECK_RC(racaffinity_cluster_pick(n, &l), NA);
+    CHECK_RC(racaffinity_context_pick(n, 1, &l), NA);
+    CHECK_RC(racaffinity_lease_begin(n, 0, &l), NA);
+    CHECK_RC(racaffinity_lease_release(n, &l, RACAFFINITY_OUTCOME_OK), NA);
+    CHECK_RC(racaffinity_thread_pin(n, &r), NA);
+    CHECK_RC(racaffinity_thread_unpin(n, &b), NA);
+    CHECK_RC(racaffinity_context_new(n, &ctx), NA);
+    CHECK_RC(racaffinity_context_pin(n, 1, &r), NA);
+    CHECK_RC(racaffinity_context_unpin(n, 1, &b), NA);
+    CHECK_RC(racaffinity_session_route(n, B("s"), &r), NA);
+    CHECK_RC(racaffinity_session_end(n, B("s"), &b), NA);
+    CHECK_RC(racaffinity_tx_begin(n, B("g"), &r), NA);
+    CHECK_RC(racaffinity_tx_begin_on(n, B("g"), 0, &r), NA);
+    CHECK_RC(racaffinity_tx_route(n, B("g"), &r), NA);
+    CHECK_RC(racaffinity_tx_prepared(n, B("g")), NA);
+    CHECK_RC(racaffinity_tx_end(n, B("g")), NA);
+    CHECK_RC(racaffinity_tx_complete(n, B("g")), NA);
+    CHECK_RC(racaffinity_tx_recovered(n, B("g"), 0), NA);
+}
+
+static void null_pointer_arguments_are_null_argument(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_cluster *out = NULL;
+    const racaffinity_result NA = RACAFFINITY_RESULT_NULL_ARGUMENT;
+    char buf[256];
+    size_t len = 0;
+    racaffinity_lease l;
+    uint32_t u = 0;
+
+    CHECK_RC(racaffinity_cluster_new(NULL, &out), NA);
+    CHECK_LAST_ERROR_CONTAINS("config");
+    CHECK(out == NULL);
+    CHECK_RC(racaffinity_cluster_new("nodes = A", NULL), NA);
+    CHECK_LAST_ERROR_CONTAINS("out");
+    CHECK_RC(racaffinity_cluster_node_count(c, NULL), NA);
+    CHECK_RC(racaffinity_node_add(c, NULL, NULL, 1, &u), NA);
+    CHECK_LAST_ERROR_CONTAINS("name");
+    CHECK_RC(racaffinity_node_remove(c, NULL), NA);
+    CHECK_RC(racaffinity_node_set_state(c, NULL, RACAFFINITY_NODE_STATE_DOWN), NA);
+    CHECK_RC(racaffinity_node_get_state(c, 0, NULL), NA);
+    CHECK_RC(racaffinity_node_find(c, NULL, &u), NA);
+    CHECK_RC(racaffinity_node_find(c, "MYDB1", NULL), NA);
+    /* A NULL buffer is NULL_ARGUMENT, and the size needed is still reported. */
+    len = 0;
+    CHECK_RC(racaffinity_node_name(c, 0, NULL, 0, &len), NA);
+    CHECK_EQ_U(len, 6);
+    CHECK_RC(racaffinity_connect_string(0, NULL, 1522, "MYDB", "MYDB1", buf, sizeof buf, &len), NA);
+    CHECK_LAST_ERROR_CONTAINS("host");
+    CHECK_RC(racaffinity_connect_string(0, "MYDBHOST1", 1522, NULL, "MYDB1", buf, sizeof buf, &len), NA);
+    CHECK_LAST_ERROR_CONTAINS("service");
+    CHECK_RC(racaffinity_connect_string(0, "MYDBHOST1", 1522, "MYDB", NULL, buf, sizeof buf, &len), NA);
+    CHECK_LAST_ERROR_CONTAINS("instance");
+    CHECK_RC(racaffinity_connect_string(0, "MYDBHOST1", 1522, "MYDB", "MYDB1", NULL, 0, &len), NA);
+    CHECK_RC(racaffinity_key_route(c, NULL, 3, &(racaffinity_route){0}), NA);
+    CHECK_LAST_ERROR_CONTAINS("key");
+    CHECK_RC(racaffinity_key_route(c, B("k"), NULL), NA);
+    CHECK_RC(racaffinity_key_route_i64(c, 1, NULL), NA);
+    CHECK_RC(racaffinity_key_partition(c, NULL, 3, &u), NA);
+    CHECK_RC(racaffinity_key_partition(c, B("k"), NULL), NA);
+    CHECK_RC(racaffinity_event_apply(c, NULL, &u), NA);
+    CHECK_LAST_ERROR_CONTAINS("line");
+    CHECK_RC(racaffinity_metrics_json(c, NULL, 0, &len), NA);
+    CHECK_RC(racaffinity_metrics_prometheus(c, NULL, 0, &len), NA);
+    CHECK_RC(racaffinity_cluster_route(c, NULL), NA);
+    CHECK_RC(racaffinity_cluster_pick(c, NULL), NA);
+    CHECK_RC(racaffinity_context_pick(c, 1, NULL), NA);
+    CHECK_RC(racaffinity_lease_begin(c, 0, NULL), NA);
+    CHECK_RC(racaffinity_lease_release(c, NULL, RACAFFINITY_OUTCOME_OK), NA);
+    CHECK_LAST_ERROR_CONTAINS("lease");
+    CHECK_RC(racaffinity_context_new(c, NULL), NA);
+    CHECK_RC(racaffinity_result_message(0, NULL, 0, &len), NA);
+    CHECK_RC(racaffinity_last_error_message(NULL, 0, &len), NA);
+    CHECK_RC(racaffinity_session_route(c, NULL, 2, &(racaffinity_route){0}), NA);
+    CHECK_RC(racaffinity_session_end(c, NULL, 2, NULL), NA);
+    CHECK_RC(racaffinity_tx_begin(c, NULL, 2, &(racaffinity_route){0}), NA);
+    CHECK_LAST_ERROR_CONTAINS("gtrid");
+    CHECK_RC(racaffinity_tx_begin_on(c, NULL, 2, 0, &(racaffinity_route){0}), NA);
+    CHECK_RC(racaffinity_tx_route(c, NULL, 2, &(racaffinity_route){0}), NA);
+    CHECK_OK(racaffinity_tx_begin(c, B("g"), &(racaffinity_route){0}));
+    CHECK_RC(racaffinity_tx_route(c, B("g"), NULL), NA);
+    CHECK_OK(racaffinity_tx_complete(c, B("g")));
+    CHECK_RC(racaffinity_tx_prepared(c, NULL, 2), NA);
+    CHECK_RC(racaffinity_tx_end(c, NULL, 2), NA);
+    CHECK_RC(racaffinity_tx_complete(c, NULL, 2), NA);
+    CHECK_RC(racaffinity_tx_recovered(c, NULL, 2, 0), NA);
+    /* A lease out-pointer of NULL took no lease: nothing is in flight. */
+    CHECK_EQ_U(node_metric(c, "MYDB1", "in_flight") + node_metric(c, "MYDB2", "in_flight") +
+                   node_metric(c, "MYDB3", "in_flight"),
+               0);
+    (void)l;
+    free_cluster(c);
+}
+
+/* A NULL out-pointer is NULL_ARGUMENT whatever the other arguments are, and
+ * a call that fails with it must not have done its work: the caller saw a
+ * failure and will never end what it began (tx_end, session_end, unpin). */
+static void null_out_pointer_is_null_argument_and_changes_nothing(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route r;
+    CHECK_RC(racaffinity_tx_begin(c, B("g-null-out"), NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_tx_route(c, B("g-null-out"), &r), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
+    CHECK_RC(racaffinity_tx_begin_on(c, B("g-null-out-on"), 0, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_tx_route(c, B("g-null-out-on"), &r), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
+    CHECK_RC(racaffinity_session_route(c, B("s-null-out"), NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    bool existed = true;
+    CHECK_OK(racaffinity_session_end(c, B("s-null-out"), &existed));
+    CHECK(!existed);
+    CHECK_EQ_U(scope_metric(c, "transaction", "live"), 0);
+    CHECK_EQ_U(scope_metric(c, "session", "live"), 0);
+    /* The code must not depend on the registry: an unknown gtrid with a NULL out. */
+    CHECK_RC(racaffinity_tx_route(c, B("never-begun"), NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    free_cluster(c);
+    /* With thread.auto_pin a route pins the thread; a failed one must not. */
+    racaffinity_cluster *a = new_cluster(NUM_NODES_3 "\nthread.auto_pin = true");
+    CHECK_RC(racaffinity_cluster_route(a, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_EQ_U(scope_metric(a, "thread", "live"), 0);
+    bool released = false;
+    CHECK_OK(racaffinity_thread_unpin(a, &released)); /* clean up if it did pin */
+    free_cluster(a);
+}
+
+static void documented_nullable_arguments_accept_null(void) {
+    racaffinity_cluster *c = new_cluster("database = orcl\n" NUM_NODES_3);
+    char buf[256];
+    /* node_add: address and out_node may be NULL. */
+    CHECK_OK(racaffinity_node_add(c, "MYDB4", NULL, 0, NULL));
+    CHECK_EQ_U(find(c, "MYDB4"), 3);
+    /* event_apply: out_changes may be NULL. */
+    CHECK_OK(racaffinity_event_apply(c, "SERVICEMEMBER VERSION=1.0 database=orcl instance=MYDB4 status=down", NULL));
+    CHECK_EQ_U(state_of(c, 3), RACAFFINITY_NODE_STATE_DOWN);
+    /* thread_pin / context_pin: the route is optional; unpins: out_released too. */
+    CHECK_OK(racaffinity_thread_pin(c, NULL));
+    CHECK_OK(racaffinity_thread_unpin(c, NULL));
+    uint64_t ctx = 0;
+    CHECK_OK(racaffinity_context_new(c, &ctx));
+    CHECK_OK(racaffinity_context_pin(c, ctx, NULL));
+    CHECK_OK(racaffinity_context_unpin(c, ctx, NULL));
+    /* session_end: out_existed may be NULL. */
+    CHECK_OK(racaffinity_session_route(c, B("s1"), &(racaffinity_route){0}));
+    CHECK_OK(racaffinity_session_end(c, B("s1"), NULL));
+    /* Text outputs: out_len may be NULL (the README's quick start does this). */
+    CHECK_OK(racaffinity_node_name(c, 0, buf, sizeof buf, NULL));
+    CHECK_OK(racaffinity_result_message(0, buf, sizeof buf, NULL));
+    CHECK_OK(racaffinity_last_error_message(buf, sizeof buf, NULL));
+    CHECK_OK(racaffinity_connect_string(1, "h", 1521, "s", "i", buf, sizeof buf, NULL));
+    {
+        char *big = malloc(1 << 16);
+        CHECK_OK(racaffinity_metrics_json(c, big, 1 << 16, NULL));
+        CHECK_CONTAINS(big, "\"cluster\":\"default\"");
+        CHECK_OK(racaffinity_metrics_prometheus(c, big, 1 << 16, NULL));
+        CHECK_CONTAINS(big, "racaffinity_node_picks_total");
+        free(big);
+    }
+    CHECK_RC(racaffinity_node_name(c, 0, buf, 2, NULL), RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+    /* A zero-length byte argument accepts a NULL pointer (and is then empty). */
+    CHECK_RC(racaffinity_tx_begin(c, NULL, 0, &(racaffinity_route){0}), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    free_cluster(c);
+}
+
+/* ---- handles -------------------------------------------------------------- */
+
+static void freed_handle_is_invalid_handle_everywhere(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    free_cluster(c);
+    const racaffinity_result IH = RACAFFINITY_RESULT_INVALID_HANDLE;
+    uint32_t u;
+    uint64_t ctx;
+    bool b;
+    char buf[64];
+    size_t len;
+    racaffinity_route r;
+    racaffinity_lease l = {0};
+    racaffinity_node_state st;
+
+    CHECK_RC(racaffinity_cluster_free(c), IH); /* double free */
+    CHECK_LAST_ERROR_CONTAINS("invalid cluster handle");
+    CHECK_RC(racaffinity_cluster_node_count(c, &u), IH);
+    CHECK_RC(racaffinity_cluster_set_strict(c, 0, true), IH);
+    CHECK_RC(racaffinity_node_add(c, "X", NULL, 1, &u), IH);
+    CHECK_RC(racaffinity_node_remove(c, "MYDB1"), IH);
+    CHECK_RC(racaffinity_node_set_state(c, "MYDB1", 2), IH);
+    CHECK_RC(racaffinity_node_get_state(c, 0, &st), IH);
+    CHECK_RC(racaffinity_node_find(c, "MYDB1", &u), IH);
+    CHECK_RC(racaffinity_node_name(c, 0, buf, sizeof buf, &len), IH);
+    CHECK_RC(racaffinity_key_route(c, B("k"), &r), IH);
+    CHECK_RC(racaffinity_key_route_i64(c, 1, &r), IH);
+    CHECK_RC(racaffinity_key_partition(c, B("k"), &u), IH);
+    CHECK_RC(racaffinity_event_apply(c, "SERVICE VERSION=1.0 service=svc status=up", &u), IH);
+    CHECK_RC(racaffinity_probe_report(c, 0, false), IH);
+    CHECK_RC(racaffinity_outcome_report(c, 0, false), IH);
+    CHECK_RC(racaffinity_metrics_json(c, buf, sizeof buf, &len), IH);
+    CHECK_RC(racaffinity_metrics_prometheus(c, buf, sizeof buf, &len), IH);
+    CHECK_RC(racaffinity_cluster_route(c, &r), IH);
+    CHECK_RC(racaffinity_cluster_pick(c, &l), IH);
+    CHECK_RC(racaffinity_context_pick(c, 1, &l), IH);
+    CHECK_RC(racaffinity_lease_begin(c, 0, &l), IH);
+    CHECK_RC(racaffinity_lease_release(c, &l, 0), IH);
+    CHECK_RC(racaffinity_thread_pin(c, &r), IH);
+    CHECK_RC(racaffinity_thread_unpin(c, &b), IH);
+    CHECK_RC(racaffinity_context_new(c, &ctx), IH);
+    CHECK_RC(racaffinity_context_pin(c, 1, &r), IH);
+    CHECK_RC(racaffinity_context_unpin(c, 1, &b), IH);
+    CHECK_RC(racaffinity_session_route(c, B("s"), &r), IH);
+    CHECK_RC(racaffinity_session_end(c, B("s"), &b), IH);
+    CHECK_RC(racaffinity_tx_begin(c, B("g"), &r), IH);
+    CHECK_RC(racaffinity_tx_begin_on(c, B("g"), 0, &r), IH);
+    CHECK_RC(racaffinity_tx_route(c, B("g"), &r), IH);
+    CHECK_RC(racaffinity_tx_prepared(c, B("g")), IH);
+    CHECK_RC(racaffinity_tx_end(c, B("g")), IH);
+    CHECK_RC(racaffinity_tx_complete(c, B("g")), IH);
+    CHECK_RC(racaffinity_tx_recovered(c, B("g"), 0), IH);
+}
+
+static void stale_handle_stays_invalid_after_its_slot_is_reused(void) {
+    racaffinity_cluster *a = new_cluster("nodes = A1");
+    free_cluster(a);
+    /* The free list hands the same slot out again, with a new generation. */
+    racaffinity_cluster *b = new_cluster("nodes = B1, B2");
+    CHECK(a != b);
+    uint32_t n = 0;
+    CHECK_RC(racaffinity_cluster_node_count(a, &n), RACAFFINITY_RESULT_INVALID_HANDLE);
+    CHECK_RC(racaffinity_cluster_free(a), RACAFFINITY_RESULT_INVALID_HANDLE);
+    CHECK_OK(racaffinity_cluster_node_count(b, &n)); /* the stale free did not free b */
+    CHECK_EQ_U(n, 2);
+    free_cluster(b);
+}
+
+static void foreign_pointers_are_invalid_handle_and_never_dereferenced(void) {
+    racaffinity_cluster *real = new_cluster(NUM_NODES_3);
+    int local = 0;
+    uint64_t forged_bits = 0x7a11000000010001ull; /* the tag, generation 1, slot 0: plausible */
+    racaffinity_cluster *foreign[] = {
+        (racaffinity_cluster *)&local,
+        (racaffinity_cluster *)1,
+        (racaffinity_cluster *)(uintptr_t)UINTPTR_MAX,
+        (racaffinity_cluster *)(uintptr_t)0x1000,
+        (racaffinity_cluster *)((uintptr_t)real ^ ((uintptr_t)1 << 16)), /* another generation */
+        (racaffinity_cluster *)((uintptr_t)real | 0xffff),               /* slot out of range */
+        (racaffinity_cluster *)((uintptr_t)real & ~(uintptr_t)0xffff),   /* slot "0" = none */
+        (racaffinity_cluster *)(uintptr_t)forged_bits,
+        (racaffinity_cluster *)malloc(64),
+    };
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+        racaffinity_cluster *f = foreign[i];
+        if (f == real) continue; /* cannot happen, but a forged handle must not alias a live one */
+        uint32_t n = 0;
+        racaffinity_route r;
+        char buf[32];
+        CHECK_RC(racaffinity_cluster_node_count(f, &n), RACAFFINITY_RESULT_INVALID_HANDLE);
+        CHECK_RC(racaffinity_cluster_route(f, &r), RACAFFINITY_RESULT_INVALID_HANDLE);
+        CHECK_RC(racaffinity_tx_begin(f, B("g"), &r), RACAFFINITY_RESULT_INVALID_HANDLE);
+        CHECK_RC(racaffinity_metrics_json(f, buf, sizeof buf, NULL), RACAFFINITY_RESULT_INVALID_HANDLE);
+        CHECK_RC(racaffinity_cluster_free(f), RACAFFINITY_RESULT_INVALID_HANDLE);
+    }
+    CHECK_EQ_U(local, 0);
+    free(foreign[sizeof foreign / sizeof foreign[0] - 1]);
+    /* The real handle survived all of that. */
+    uint32_t n = 0;
+    CHECK_OK(racaffinity_cluster_node_count(real, &n));
+    CHECK_EQ_U(n, 3);
+    free_cluster(real);
+}
+
+static void too_many_handles_after_4096_live_clusters(void) {
+    /* Runs with no other cluster live (every test frees what it creates). */
+    enum { N = RACAFFINITY_MAX_CLUSTERS + 1 };
+    racaffinity_cluster **all = calloc(N, sizeof *all);
+    size_t made = 0;
+    racaffinity_result last = RACAFFINITY_RESULT_OK;
+    while (made < N) {
+        last = racaffinity_cluster_new("nodes = A", &all[made]);
+        if (last != RACAFFINITY_RESULT_OK) break;
+        made++;
+    }
+    CHECK_EQ_U(made, RACAFFINITY_MAX_CLUSTERS);
+    CHECK_RC(last, RACAFFINITY_RESULT_TOO_MANY_HANDLES);
+    CHECK_LAST_ERROR_CONTAINS("4096");
+    racaffinity_cluster *extra = NULL;
+    CHECK_RC(racaffinity_cluster_new("nodes = A", &extra), RACAFFINITY_RESULT_TOO_MANY_HANDLES);
+    CHECK(extra == NULL);
+    /* Every handle is distinct and usable. */
+    uint32_t n = 0;
+    CHECK_OK(racaffinity_cluster_node_count(all[0], &n));
+    CHECK_OK(racaffinity_cluster_node_count(all[made - 1], &n));
+    size_t freed = 0;
+    for (size_t i = 0; i < made; i++) freed += racaffinity_cluster_free(all[i]) == RACAFFINITY_RESULT_OK;
+    CHECK_EQ_U(freed, made);
+    /* The slots are back. */
+    racaffinity_cluster *again = new_cluster("nodes = A");
+    free_cluster(again);
+    free(all);
+}
+
+/* ---- leases ---------------------------------------------------------------- */
+
+static void lease_released_twice_is_invalid_lease(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_lease l;
+    CHECK_OK(racaffinity_cluster_pick(c, &l));
+    CHECK(l.node < 3);
+    CHECK(l.kind == RACAFFINITY_ROUTE_KIND_BALANCED);
+    char name[16];
+    name_of(c, l.node, name, sizeof name);
+    CHECK_EQ_U(node_metric(c, name, "in_flight"), 1);
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    CHECK_EQ_U(node_metric(c, name, "in_flight"), 0);
+    CHECK_RC(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_INVALID_LEASE);
+    CHECK_LAST_ERROR_CONTAINS("already released");
+    CHECK_RC(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_FAILED), RACAFFINITY_RESULT_INVALID_LEASE);
+    /* The rejected releases changed nothing. */
+    CHECK_EQ_U(node_metric(c, name, "in_flight"), 0);
+    CHECK_EQ_U(node_metric(c, name, "successes"), 1);
+    CHECK_EQ_U(node_metric(c, name, "failures"), 0);
+    free_cluster(c);
+}
+
+static void a_copied_lease_cannot_be_released_twice(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_lease l;
+    CHECK_OK(racaffinity_cluster_pick(c, &l));
+    racaffinity_lease copy = l;
+    char name[16];
+    name_of(c, l.node, name, sizeof name);
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    CHECK_RC(racaffinity_lease_release(c, &copy, RACAFFINITY_OUTCOME_FAILED), RACAFFINITY_RESULT_INVALID_LEASE);
+    CHECK_LAST_ERROR_CONTAINS("already released");
+    /* The copy's release changed nothing: no negative in-flight, no failure counted. */
+    CHECK_EQ_U(node_metric(c, name, "in_flight"), 0);
+    CHECK_EQ_U(node_metric(c, name, "failures"), 0);
+    free_cluster(c);
+}
+
+static void lease_from_another_cluster_is_invalid_lease(void) {
+    racaffinity_cluster *a = new_cluster(NUM_NODES_3);
+    racaffinity_cluster *b = new_cluster(NUM_NODES_3);
+    racaffinity_lease la;
+    CHECK_OK(racaffinity_lease_begin(a, 1, &la));
+    CHECK(la.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_EQ_U(la.node, 1);
+    CHECK_RC(racaffinity_lease_release(b, &la, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_INVALID_LEASE);
+    CHECK_LAST_ERROR_CONTAINS("not from this cluster");
+    CHECK_EQ_U(node_metric(b, "MYDB2", "in_flight"), 0);
+    /* ...and it is still live on its own cluster. */
+    CHECK_OK(racaffinity_lease_release(a, &la, RACAFFINITY_OUTCOME_OK));
+    /* A never-filled (zeroed) lease belongs to no cluster. */
+    racaffinity_lease zero;
+    memset(&zero, 0, sizeof zero);
+    CHECK_RC(racaffinity_lease_release(a, &zero, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_INVALID_LEASE);
+    /* A lease of a freed cluster cannot be released on the cluster now in its slot. */
+    racaffinity_lease lb;
+    CHECK_OK(racaffinity_cluster_pick(b, &lb));
+    free_cluster(b);
+    racaffinity_cluster *b2 = new_cluster(NUM_NODES_3);
+    CHECK_RC(racaffinity_lease_release(b, &lb, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_INVALID_HANDLE);
+    CHECK_RC(racaffinity_lease_release(b2, &lb, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_INVALID_LEASE);
+    free_cluster(b2);
+    free_cluster(a);
+}
+
+static void lease_release_with_a_bad_outcome_keeps_the_lease_live(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_lease l;
+    CHECK_OK(racaffinity_lease_begin(c, 2, &l));
+    CHECK_RC(racaffinity_lease_release(c, &l, 7), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("racaffinity_outcome");
+    CHECK_RC(racaffinity_lease_release(c, &l, 3), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_EQ_U(node_metric(c, "MYDB3", "in_flight"), 1);
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_NEUTRAL));
+    CHECK_EQ_U(node_metric(c, "MYDB3", "in_flight"), 0);
+    CHECK_EQ_U(node_metric(c, "MYDB3", "successes"), 0);
+    /* The public fields are the caller's to read, not to trust: a lease whose
+     * kind was overwritten with a non-enumerator still releases (no UB). */
+    racaffinity_lease k;
+    CHECK_OK(racaffinity_lease_begin(c, 0, &k));
+    memset(&k.kind, 0x7f, sizeof k.kind);
+    CHECK_OK(racaffinity_lease_release(c, &k, RACAFFINITY_OUTCOME_OK));
+    /* A lease on an unknown or removed node is refused. */
+    CHECK_RC(racaffinity_lease_begin(c, 3, &l), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_OK(racaffinity_node_remove(c, "MYDB3"));
+    CHECK_RC(racaffinity_lease_begin(c, 2, &l), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    free_cluster(c);
+}
+
+/* ---- UTF-8 and argument ranges ---------------------------------------------- */
+
+static void invalid_utf8_is_invalid_utf8(void) {
+    racaffinity_cluster *c = new_cluster("database = orcl\n" NUM_NODES_3);
+    racaffinity_cluster *out = NULL;
+    const racaffinity_result IU = RACAFFINITY_RESULT_INVALID_UTF8;
+    char buf[64];
+    uint32_t u = 0;
+    CHECK_RC(racaffinity_cluster_new("nodes = A\xff", &out), IU);
+    CHECK_LAST_ERROR_CONTAINS("UTF-8");
+    CHECK(out == NULL);
+    CHECK_RC(racaffinity_cluster_new("name = \xc3\x28", &out), IU); /* bad continuation byte */
+    CHECK_RC(racaffinity_cluster_new("nodes = A\xed\xa0\x80", &out), IU); /* an encoded surrogate */
+    CHECK_RC(racaffinity_node_add(c, "N\xc0\xaf", NULL, 1, &u), IU); /* overlong '/' */
+    CHECK_LAST_ERROR_CONTAINS("name");
+    CHECK_RC(racaffinity_node_add(c, "MYDB9", "h\xfe:1521", 1, &u), IU);
+    CHECK_LAST_ERROR_CONTAINS("address");
+    CHECK_RC(racaffinity_node_remove(c, "MYDB1\x80"), IU);
+    CHECK_RC(racaffinity_node_set_state(c, "\xff", RACAFFINITY_NODE_STATE_DOWN), IU);
+    CHECK_RC(racaffinity_node_find(c, "MYDB\xe2\x82", &u), IU); /* truncated sequence */
+    CHECK_RC(racaffinity_event_apply(c, "SERVICEMEMBER VERSION=1.0 database=orcl instance=MYDB1\xff status=down", &u),
+             IU);
+    CHECK_LAST_ERROR_CONTAINS("line");
+    CHECK_RC(racaffinity_connect_string(0, "h\xff", 1, "s", "i", buf, sizeof buf, NULL), IU);
+    CHECK_RC(racaffinity_connect_string(0, "h", 1, "s\xff", "i", buf, sizeof buf, NULL), IU);
+    CHECK_RC(racaffinity_connect_string(0, "h", 1, "s", "i\xff", buf, sizeof buf, NULL), IU);
+    /* Nothing changed. */
+    CHECK_OK(racaffinity_cluster_node_count(c, &u));
+    CHECK_EQ_U(u, 3);
+    CHECK_EQ_U(state_of(c, 0), RACAFFINITY_NODE_STATE_UP);
+    /* Byte keys and gtrids are bytes, not text: invalid UTF-8 is fine there. */
+    racaffinity_route r;
+    CHECK_OK(racaffinity_tx_begin(c, (const uint8_t *)"\xff\xfe", 2, &r));
+    CHECK_OK(racaffinity_session_route(c, (const uint8_t *)"\xff\x00\xfe", 3, &r));
+    CHECK_OK(racaffinity_key_route(c, (const uint8_t *)"\xc0", 1, &r));
+    free_cluster(c);
+}
+
+static void gtrid_of_65_bytes_or_empty_is_invalid_argument(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    const racaffinity_result IA = RACAFFINITY_RESULT_INVALID_ARGUMENT;
+    uint8_t g[RACAFFINITY_MAX_GTRID_BYTES + 1];
+    memset(g, 'g', sizeof g);
+    racaffinity_route r;
+    CHECK_RC(racaffinity_tx_begin(c, g, 65, &r), IA);
+    CHECK_LAST_ERROR_CONTAINS("65");
+    CHECK_RC(racaffinity_tx_begin_on(c, g, 65, 0, &r), IA);
+    CHECK_RC(racaffinity_tx_route(c, g, 65, &r), IA);
+    CHECK_RC(racaffinity_tx_prepared(c, g, 65), IA);
+    CHECK_RC(racaffinity_tx_end(c, g, 65), IA);
+    CHECK_RC(racaffinity_tx_complete(c, g, 65), IA);
+    CHECK_RC(racaffinity_tx_recovered(c, g, 65, 0), IA);
+    CHECK_RC(racaffinity_tx_begin(c, g, 0, &r), IA);
+    CHECK_RC(racaffinity_tx_begin_on(c, g, 0, 0, &r), IA);
+    CHECK_RC(racaffinity_tx_route(c, g, 0, &r), IA);
+    CHECK_RC(racaffinity_tx_prepared(c, g, 0), IA);
+    CHECK_RC(racaffinity_tx_end(c, g, 0), IA);
+    CHECK_RC(racaffinity_tx_complete(c, g, 0), IA);
+    CHECK_RC(racaffinity_tx_recovered(c, g, 0, 0), IA);
+    /* 64 bytes (MAXGTRIDSIZE) is fine, and so is 1. */
+    CHECK_OK(racaffinity_tx_begin(c, g, 64, &r));
+    CHECK_OK(racaffinity_tx_complete(c, g, 64));
+    CHECK_OK(racaffinity_tx_begin(c, g, 1, &r));
+    CHECK_OK(racaffinity_tx_end(c, g, 1));
+    free_cluster(c);
+}
+
+static void key_of_1025_bytes_or_empty_is_invalid_argument(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    const racaffinity_result IA = RACAFFINITY_RESULT_INVALID_ARGUMENT;
+    uint8_t k[RACAFFINITY_MAX_KEY_BYTES + 1];
+    memset(k, 'k', sizeof k);
+    racaffinity_route r;
+    uint32_t p;
+    bool existed;
+    CHECK_RC(racaffinity_session_route(c, k, 1025, &r), IA);
+    CHECK_LAST_ERROR_CONTAINS("1025");
+    CHECK_RC(racaffinity_session_end(c, k, 1025, &existed), IA);
+    CHECK_RC(racaffinity_key_route(c, k, 1025, &r), IA);
+    CHECK_RC(racaffinity_key_partition(c, k, 1025, &p), IA);
+    CHECK_RC(racaffinity_session_route(c, k, 0, &r), IA);
+    CHECK_RC(racaffinity_session_end(c, k, 0, &existed), IA);
+    CHECK_RC(racaffinity_key_route(c, k, 0, &r), IA);
+    CHECK_RC(racaffinity_key_partition(c, k, 0, &p), IA);
+    CHECK_OK(racaffinity_session_route(c, k, 1024, &r));
+    CHECK_OK(racaffinity_key_route(c, k, 1024, &r));
+    CHECK_OK(racaffinity_key_partition(c, k, 1024, &p));
+    CHECK(p < 4096);
+    free_cluster(c);
+}
+
+static void huge_lengths_are_refused_before_reading(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    uint8_t one = 'x';
+    racaffinity_route r;
+    uint32_t p;
+    /* Only one byte is valid: a length check after reading would be caught by valgrind. */
+    CHECK_RC(racaffinity_tx_begin(c, &one, SIZE_MAX, &r), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_session_route(c, &one, SIZE_MAX, &r), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_key_route(c, &one, (size_t)1 << 40, &r), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_key_partition(c, &one, SIZE_MAX, &p), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    /* A config text over RACAFFINITY_MAX_STRING_BYTES is refused by size. */
+    size_t n = RACAFFINITY_MAX_STRING_BYTES + 2;
+    char *big = malloc(n);
+    memset(big, '#', n - 1);
+    big[n - 1] = '\0';
+    racaffinity_cluster *out = NULL;
+    CHECK_RC(racaffinity_cluster_new(big, &out), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("1048576");
+    /* Exactly the limit is accepted (a comment line). */
+    big[RACAFFINITY_MAX_STRING_BYTES] = '\0';
+    CHECK_OK(racaffinity_cluster_new(big, &out));
+    free_cluster(out);
+    free(big);
+    free_cluster(c);
+}
+
+static void out_of_range_enum_values_are_invalid_argument(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    const racaffinity_result IA = RACAFFINITY_RESULT_INVALID_ARGUMENT;
+    char buf[256];
+    racaffinity_lease l;
+    CHECK_OK(racaffinity_cluster_pick(c, &l));
+    CHECK_RC(racaffinity_lease_release(c, &l, 7), IA);                       /* outcome */
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    CHECK_RC(racaffinity_cluster_set_strict(c, 9, true), IA);                 /* scope */
+    CHECK_LAST_ERROR_CONTAINS("racaffinity_scope");
+    CHECK_RC(racaffinity_cluster_set_strict(c, 4, true), IA);
+    CHECK_RC(racaffinity_node_set_state(c, "MYDB1", 3), IA);                 /* node state */
+    CHECK_LAST_ERROR_CONTAINS("racaffinity_node_state");
+    CHECK_EQ_U(state_of(c, 0), RACAFFINITY_NODE_STATE_UP);
+    CHECK_RC(racaffinity_result_message(99, buf, sizeof buf, NULL), IA);    /* result code */
+    CHECK_RC(racaffinity_connect_string(9, "h", 1521, "s", "i", buf, sizeof buf, NULL), IA); /* form */
+    CHECK_LAST_ERROR_CONTAINS("racaffinity_connect_form");
+    CHECK_RC(racaffinity_connect_string(4, "h", 1521, "s", "i", buf, sizeof buf, NULL), IA);
+    CHECK_RC(racaffinity_connect_string(UINT32_MAX, "h", 1521, "s", "i", buf, sizeof buf, NULL), IA);
+    free_cluster(c);
+}
+
+static void bad_node_name_weight_or_address_is_invalid_argument(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    const racaffinity_result IA = RACAFFINITY_RESULT_INVALID_ARGUMENT;
+    uint32_t u = 77;
+    CHECK_RC(racaffinity_node_add(c, "A B", NULL, 1, &u), IA);
+    CHECK_RC(racaffinity_node_add(c, "", NULL, 1, &u), IA);
+    CHECK_RC(racaffinity_node_add(c, "X(Y)", NULL, 1, &u), IA);
+    CHECK_RC(racaffinity_node_add(c, "MYDB9", NULL, 1000001, &u), IA);
+    CHECK_LAST_ERROR_CONTAINS("weight");
+    CHECK_RC(racaffinity_node_add(c, "MYDB9", "h:0", 1, &u), IA);
+    CHECK_EQ_U(u, 77); /* not written on failure */
+    CHECK_OK(racaffinity_node_add(c, "MYDB9", "h9:1521", 1000000, &u));
+    CHECK_EQ_U(u, 3);
+    CHECK_OK(racaffinity_cluster_node_count(c, &u));
+    CHECK_EQ_U(u, 4);
+    free_cluster(c);
+}
+
+/* ---- error codes from the core ------------------------------------------------ */
+
+static void config_errors_are_config_and_name_the_key(void) {
+    static const struct {
+        const char *text, *key;
+    } cases[] = {
+        {"nodes = A\nbogus = 1", "bogus"},
+        {"nodes = A\nnodes = B", "nodes"},
+        {"nodes = A\nnode.A.weight = 0", "node.A.weight"},
+        {"nodes = A\npolicy = fastest", "policy"},
+        {"nodes = A\npanic = scream", "panic"},
+        {"nodes = A\nsession.idle_ttl = 30", "session.idle_ttl"},
+        {"nodes = A\ndata.partitions = 0", "data.partitions"},
+        {"nodes = A\ntransaction.strict = maybe", "transaction.strict"},
+        {"nodes = A; health.eject_backoff = 10s; health.eject_backoff_max = 1s", "health.eject_backoff_max"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        racaffinity_cluster *out = NULL;
+        if (!CHECK_RC(racaffinity_cluster_new(cases[i].text, &out), RACAFFINITY_RESULT_CONFIG)) {
+            fprintf(stderr, "    config was: %s\n", cases[i].text);
+        }
+        char want[128];
+        snprintf(want, sizeof want, "`%s`", cases[i].key);
+        CHECK_LAST_ERROR_CONTAINS(want);
+        CHECK(out == NULL);
+    }
+}
+
+static void unknown_node_names_and_ids_are_unknown_node(void) {
+    racaffinity_cluster *c = new_cluster("database = orcl\n" NUM_NODES_3);
+    const racaffinity_result UN = RACAFFINITY_RESULT_UNKNOWN_NODE;
+    uint32_t u = 0;
+    char buf[64];
+    racaffinity_node_state st;
+    racaffinity_lease l;
+    CHECK_RC(racaffinity_node_find(c, "NOPE", &u), UN);
+    CHECK_LAST_ERROR_CONTAINS("NOPE");
+    CHECK_RC(racaffinity_node_remove(c, "NOPE"), UN);
+    CHECK_RC(racaffinity_node_set_state(c, "NOPE", RACAFFINITY_NODE_STATE_DOWN), UN);
+    CHECK_RC(racaffinity_node_get_state(c, 3, &st), UN);
+    CHECK_RC(racaffinity_node_name(c, 3, buf, sizeof buf, NULL), UN);
+    CHECK_RC(racaffinity_node_name(c, UINT32_MAX, buf, sizeof buf, NULL), UN);
+    CHECK_RC(racaffinity_probe_report(c, 3, false), UN);
+    CHECK_RC(racaffinity_outcome_report(c, 99, false), UN);
+    CHECK_RC(racaffinity_lease_begin(c, 3, &l), UN);
+    CHECK_RC(racaffinity_tx_recovered(c, B("g-rec"), 3), UN);
+    CHECK_RC(racaffinity_event_apply(c, "SERVICEMEMBER VERSION=1.0 database=orcl instance=MYDB9 status=down", &u), UN);
+    CHECK_LAST_ERROR_CONTAINS("MYDB9");
+    CHECK_RC(racaffinity_event_apply(c, "NODE VERSION=1.0 host=h9 status=nodedown", &u), UN);
+    /* A config mapping a partition to an unknown node. */
+    racaffinity_cluster *out = NULL;
+    racaffinity_result r = racaffinity_cluster_new("nodes = A\ndata.partition.1 = B", &out);
+    CHECK(r == RACAFFINITY_RESULT_CONFIG || r == RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK(out == NULL);
+    free_cluster(c);
+}
+
+static void adding_an_existing_name_is_duplicate_node(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    uint32_t u = 0;
+    CHECK_RC(racaffinity_node_add(c, "MYDB2", NULL, 1, &u), RACAFFINITY_RESULT_DUPLICATE_NODE);
+    CHECK_LAST_ERROR_CONTAINS("MYDB2");
+    CHECK_RC(racaffinity_node_add(c, "mydb2", NULL, 1, &u), RACAFFINITY_RESULT_DUPLICATE_NODE); /* case-insensitive */
+    CHECK_OK(racaffinity_cluster_node_count(c, &u));
+    CHECK_EQ_U(u, 3);
+    free_cluster(c);
+}
+
+static void no_node_available_with_panic_fail_and_all_nodes_down(void) {
+    racaffinity_cluster *c = new_cluster("panic = fail\n" NUM_NODES_3);
+    const racaffinity_result NN = RACAFFINITY_RESULT_NO_NODE_AVAILABLE;
+    CHECK_OK(racaffinity_node_set_state(c, "MYDB1", RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_OK(racaffinity_node_set_state(c, "mydb2", RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_OK(racaffinity_node_set_state(c, "MYDB3", RACAFFINITY_NODE_STATE_DOWN));
+    racaffinity_route r;
+    racaffinity_lease l;
+    CHECK_RC(racaffinity_cluster_route(c, &r), NN);
+    CHECK_LAST_ERROR_CONTAINS("no node available");
+    CHECK_RC(racaffinity_cluster_pick(c, &l), NN);
+    CHECK_RC(racaffinity_thread_pin(c, &r), NN);
+    CHECK_RC(racaffinity_tx_begin(c, B("g"), &r), NN);
+    CHECK_RC(racaffinity_session_route(c, B("s"), &r), NN);
+    CHECK_RC(racaffinity_key_route(c, B("k"), &r), NN);
+    /* Nothing was left in flight or registered. */
+    CHECK_EQ_U(node_metric(c, "MYDB1", "in_flight"), 0);
+    CHECK_RC(racaffinity_tx_route(c, B("g"), &r), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
+    /* With the default try_all, the same situation is a PANIC-kind route. */
+    racaffinity_cluster *t = new_cluster(NUM_NODES_3);
+    for (uint32_t i = 0; i < 3; i++) {
+        char name[16];
+        CHECK_OK(racaffinity_node_set_state(t, name_of(t, i, name, sizeof name), RACAFFINITY_NODE_STATE_DOWN));
+    }
+    r = route(t);
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_PANIC);
+    free_cluster(t);
+    /* A cluster without nodes has nothing to offer either. */
+    racaffinity_cluster *e = new_cluster("");
+    uint32_t n = 9;
+    CHECK_OK(racaffinity_cluster_node_count(e, &n));
+    CHECK_EQ_U(n, 0);
+    CHECK_RC(racaffinity_cluster_route(e, &r), NN);
+    free_cluster(e);
+    free_cluster(c);
+}
+
+static void strict_transaction_refuses_when_its_node_is_down(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3 "\ntransaction.strict = true");
+    racaffinity_route r, r2;
+    char owner[16];
+    CHECK_OK(racaffinity_tx_begin(c, B("gtrid-strict"), &r));
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_PLACED);
+    name_of(c, r.node, owner, sizeof owner);
+    CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_RC(racaffinity_tx_begin(c, B("gtrid-strict"), &r2), RACAFFINITY_RESULT_STRICT_AFFINITY);
+    CHECK_LAST_ERROR_CONTAINS(owner);
+    CHECK_LAST_ERROR_CONTAINS("transaction");
+    CHECK_RC(racaffinity_tx_route(c, B("gtrid-strict"), &r2), RACAFFINITY_RESULT_STRICT_AFFINITY);
+    /* Soft at runtime: the unprepared transaction re-pins. */
+    CHECK_OK(racaffinity_cluster_set_strict(c, RACAFFINITY_SCOPE_TRANSACTION, false));
+    CHECK_OK(racaffinity_tx_begin(c, B("gtrid-strict"), &r2));
+    CHECK(r2.kind == RACAFFINITY_ROUTE_KIND_REPINNED);
+    CHECK_NE_U(r2.node, r.node);
+    CHECK_OK(racaffinity_tx_complete(c, B("gtrid-strict")));
+    free_cluster(c);
+}
+
+static void prepared_transaction_never_moves(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3); /* soft */
+    racaffinity_route r, r2;
+    char owner[16];
+    CHECK_OK(racaffinity_tx_begin(c, B("gtrid-prep"), &r));
+    CHECK_OK(racaffinity_tx_prepared(c, B("gtrid-prep")));
+    name_of(c, r.node, owner, sizeof owner);
+    CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_RC(racaffinity_tx_route(c, B("gtrid-prep"), &r2), RACAFFINITY_RESULT_PREPARED_NODE_UNAVAILABLE);
+    CHECK_LAST_ERROR_CONTAINS(owner);
+    CHECK_RC(racaffinity_tx_begin(c, B("gtrid-prep"), &r2), RACAFFINITY_RESULT_PREPARED_NODE_UNAVAILABLE);
+    CHECK_RC(racaffinity_tx_begin_on(c, B("gtrid-prep"), (r.node + 1) % 3, &r2),
+             RACAFFINITY_RESULT_PREPARED_NODE_UNAVAILABLE);
+    /* The node returns: the commit goes where the branch is. */
+    CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_UP));
+    CHECK_OK(racaffinity_tx_route(c, B("gtrid-prep"), &r2));
+    CHECK_EQ_U(r2.node, r.node);
+    CHECK(r2.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    /* Draining keeps existing work, prepared or not. */
+    CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_DRAINING));
+    CHECK_OK(racaffinity_tx_route(c, B("gtrid-prep"), &r2));
+    CHECK_EQ_U(r2.node, r.node);
+    CHECK_OK(racaffinity_tx_end(c, B("gtrid-prep")));
+    free_cluster(c);
+}
+
+static void unknown_gtrid_is_unknown_transaction(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route r;
+    const racaffinity_result UT = RACAFFINITY_RESULT_UNKNOWN_TRANSACTION;
+    CHECK_RC(racaffinity_tx_route(c, B("never-begun"), &r), UT);
+    CHECK_LAST_ERROR_CONTAINS("6e657665722d626567756e"); /* the gtrid, in hex */
+    CHECK_RC(racaffinity_tx_prepared(c, B("never-begun")), UT);
+    CHECK_RC(racaffinity_tx_end(c, B("never-begun")), UT);
+    CHECK_RC(racaffinity_tx_complete(c, B("never-begun")), UT);
+    free_cluster(c);
+}
+
+static void malformed_event_is_event_parse_and_changes_nothing(void) {
+    racaffinity_cluster *c = new_cluster("database = orcl\n" NUM_NODES_3);
+    uint32_t changes = 77;
+    const char *bad[] = {
+        "garbage",
+        "",
+        "SERVICEMEMBER VERSION=2.0 database=orcl instance=MYDB2 status=down",
+        "SERVICEMEMBER VERSION=1.0 database=orcl instance=MYDB2 status=sideways",
+        "SERVICEMEMBER VERSION=1.0 database=orcl instance=MYDB2 status=down bogus",
+        "VERSION=1.0 { {instance=MYDB1 percent=70 flag=GOOD}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_RC(racaffinity_event_apply(c, bad[i], &changes), RACAFFINITY_RESULT_EVENT_PARSE);
+    }
+    CHECK_EQ_U(changes, 77); /* not written on failure */
+    for (uint32_t i = 0; i < 3; i++) CHECK_EQ_U(state_of(c, i), RACAFFINITY_NODE_STATE_UP);
+    free_cluster(c);
+}
+
+static void event_for_another_database_is_foreign_event(void) {
+    racaffinity_cluster *c = new_cluster("database = orcl\n" NUM_NODES_3);
+    uint32_t changes = 0;
+    CHECK_RC(racaffinity_event_apply(
+                 c, "SERVICEMEMBER VERSION=1.0 service=svc database=other instance=MYDB2 status=down", &changes),
+             RACAFFINITY_RESULT_FOREIGN_EVENT);
+    CHECK_LAST_ERROR_CONTAINS("other");
+    CHECK_RC(racaffinity_event_apply(c, "DATABASE VERSION=1.0 database=other status=down", &changes),
+             RACAFFINITY_RESULT_FOREIGN_EVENT);
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_UP);
+    /* The configured database (any case) applies. */
+    CHECK_OK(racaffinity_event_apply(
+        c, "SERVICEMEMBER VERSION=1.0 service=svc database=ORCL instance=MYDB2 status=down", &changes));
+    CHECK_EQ_U(changes, 1);
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_DOWN);
+    free_cluster(c);
+}
+
+static void panic_inside_the_library_becomes_panic_result(void) {
+    CHECK_RC(racaffinity_test_panic(), RACAFFINITY_RESULT_PANIC);
+    CHECK_LAST_ERROR_CONTAINS("racaffinity_test_panic was called");
+    CHECK_RC(racaffinity_test_panic(), RACAFFINITY_RESULT_PANIC);
+    /* The library is still usable afterwards. */
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route r = route(c);
+    CHECK(r.node < 3);
+    free_cluster(c);
+}
+
+static void recovery_on_a_second_node_is_a_split_transaction(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route r;
+    CHECK_OK(racaffinity_tx_recovered(c, B("in-doubt-1"), 2));
+    CHECK_OK(racaffinity_tx_route(c, B("in-doubt-1"), &r));
+    CHECK_EQ_U(r.node, 2);
+    CHECK_OK(racaffinity_tx_recovered(c, B("in-doubt-1"), 2)); /* the same node again is fine */
+    CHECK_RC(racaffinity_tx_recovered(c, B("in-doubt-1"), 0), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("split transaction");
+    /* Recovered ids are prepared: they never move. */
+    CHECK_OK(racaffinity_node_set_state(c, "MYDB3", RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_RC(racaffinity_tx_route(c, B("in-doubt-1"), &r), RACAFFINITY_RESULT_PREPARED_NODE_UNAVAILABLE);
+    CHECK_OK(racaffinity_tx_complete(c, B("in-doubt-1")));
+    free_cluster(c);
+}
+
+/* ---- semantics ------------------------------------------------------------- */
+
+static void thread_pin_keeps_picks_on_one_node_until_unpin(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3 "\npolicy = round_robin");
+    racaffinity_route pin;
+    CHECK_OK(racaffinity_thread_pin(c, &pin));
+    CHECK(pin.kind == RACAFFINITY_ROUTE_KIND_PLACED);
+    for (int i = 0; i < 50; i++) {
+        racaffinity_route r = route(c);
+        CHECK_EQ_U(r.node, pin.node);
+        CHECK(r.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+        racaffinity_lease l;
+        CHECK_OK(racaffinity_cluster_pick(c, &l));
+        CHECK_EQ_U(l.node, pin.node);
+        CHECK(l.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+        CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    }
+    CHECK_EQ_U(scope_metric(c, "thread", "live"), 1);
+    bool released = false;
+    CHECK_OK(racaffinity_thread_unpin(c, &released));
+    CHECK(released);
+    CHECK_EQ_U(scope_metric(c, "thread", "live"), 0);
+    /* Unpinned: load balancing again; round robin visits every node. */
+    unsigned seen = 0;
+    for (int i = 0; i < 6; i++) {
+        racaffinity_route r = route(c);
+        CHECK(r.kind == RACAFFINITY_ROUTE_KIND_BALANCED);
+        seen |= 1u << r.node;
+    }
+    CHECK_EQ_U(seen, 7);
+    /* An unpin without a pin releases nothing. */
+    released = true;
+    CHECK_OK(racaffinity_thread_unpin(c, &released));
+    CHECK(!released);
+    /* A pin's node going down re-pins (soft). */
+    CHECK_OK(racaffinity_thread_pin(c, &pin));
+    char owner[16];
+    CHECK_OK(racaffinity_node_set_state(c, name_of(c, pin.node, owner, sizeof owner), RACAFFINITY_NODE_STATE_DOWN));
+    racaffinity_route moved = route(c);
+    CHECK(moved.kind == RACAFFINITY_ROUTE_KIND_REPINNED);
+    CHECK_NE_U(moved.node, pin.node);
+    racaffinity_route again = route(c);
+    CHECK_EQ_U(again.node, moved.node);
+    CHECK(again.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_OK(racaffinity_thread_unpin(c, &released));
+    CHECK(released);
+    free_cluster(c);
+}
+
+static void nested_thread_pins_release_at_the_outermost_unpin(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route outer, inner;
+    bool released = true;
+    CHECK_OK(racaffinity_thread_pin(c, &outer));
+    CHECK_OK(racaffinity_thread_pin(c, &inner));
+    CHECK_EQ_U(inner.node, outer.node);
+    CHECK(inner.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_OK(racaffinity_thread_pin(c, NULL));
+    CHECK_OK(racaffinity_thread_unpin(c, &released));
+    CHECK(!released);
+    CHECK_OK(racaffinity_thread_unpin(c, &released));
+    CHECK(!released);
+    CHECK_EQ_U(route(c).node, outer.node);
+    CHECK(route(c).kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_OK(racaffinity_thread_unpin(c, &released));
+    CHECK(released);
+    CHECK(route(c).kind == RACAFFINITY_ROUTE_KIND_BALANCED);
+    /* Pins are per cluster: a pin on one does not pin another. */
+    racaffinity_cluster *d = new_cluster(NUM_NODES_3);
+    CHECK_OK(racaffinity_thread_pin(c, &outer));
+    CHECK(route(d).kind == RACAFFINITY_ROUTE_KIND_BALANCED);
+    CHECK(route(c).kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_OK(racaffinity_thread_unpin(d, &released));
+    CHECK(!released);
+    CHECK_OK(racaffinity_thread_unpin(c, &released));
+    CHECK(released);
+    free_cluster(d);
+    free_cluster(c);
+}
+
+static void context_pins_are_independent_of_thread_pins(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3 "\npolicy = round_robin");
+    uint64_t k1 = 0, k2 = 0;
+    CHECK_OK(racaffinity_context_new(c, &k1));
+    CHECK_OK(racaffinity_context_new(c, &k2));
+    CHECK(k1 != k2);
+    racaffinity_route p1, p2;
+    CHECK_OK(racaffinity_context_pin(c, k1, &p1));
+    CHECK(p1.kind == RACAFFINITY_ROUTE_KIND_PLACED);
+    CHECK_OK(racaffinity_context_pin(c, k2, &p2));
+    CHECK_NE_U(p1.node, p2.node); /* round robin placed them apart */
+    for (int i = 0; i < 20; i++) {
+        racaffinity_lease l1, l2;
+        CHECK_OK(racaffinity_context_pick(c, k1, &l1));
+        CHECK_OK(racaffinity_context_pick(c, k2, &l2));
+        CHECK_EQ_U(l1.node, p1.node);
+        CHECK_EQ_U(l2.node, p2.node);
+        CHECK(l1.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+        CHECK_OK(racaffinity_lease_release(c, &l1, RACAFFINITY_OUTCOME_OK));
+        CHECK_OK(racaffinity_lease_release(c, &l2, RACAFFINITY_OUTCOME_NEUTRAL));
+    }
+    /* The calling thread is not pinned by a context pin. */
+    CHECK(route(c).kind == RACAFFINITY_ROUTE_KIND_BALANCED);
+    /* Nested context pins. */
+    racaffinity_route again;
+    bool released = true;
+    CHECK_OK(racaffinity_context_pin(c, k1, &again));
+    CHECK_EQ_U(again.node, p1.node);
+    CHECK(again.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_OK(racaffinity_context_unpin(c, k1, &released));
+    CHECK(!released);
+    CHECK_OK(racaffinity_context_unpin(c, k1, &released));
+    CHECK(released);
+    CHECK_OK(racaffinity_context_unpin(c, k1, &released));
+    CHECK(!released);
+    racaffinity_lease l;
+    CHECK_OK(racaffinity_context_pick(c, k1, &l));
+    CHECK(l.kind == RACAFFINITY_ROUTE_KIND_BALANCED);
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    CHECK_OK(racaffinity_context_unpin(c, k2, &released));
+    CHECK(released);
+    CHECK_EQ_U(scope_metric(c, "thread", "live"), 0);
+    free_cluster(c);
+}
+
+static void tx_branches_share_one_node_and_end_with_the_last(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route first, r;
+    CHECK_OK(racaffinity_tx_begin(c, B("gtrid-42"), &first));
+    CHECK(first.kind == RACAFFINITY_ROUTE_KIND_PLACED);
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(racaffinity_tx_begin(c, B("gtrid-42"), &r));
+        CHECK_EQ_U(r.node, first.node);
+        CHECK(r.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    }
+    CHECK_OK(racaffinity_tx_route(c, B("gtrid-42"), &r));
+    CHECK_EQ_U(r.node, first.node);
+    CHECK_EQ_U(scope_metric(c, "transaction", "live"), 1);
+    for (int i = 0; i < 4; i++) CHECK_OK(racaffinity_tx_end(c, B("gtrid-42")));
+    CHECK_OK(racaffinity_tx_route(c, B("gtrid-42"), &r)); /* one branch left */
+    CHECK_OK(racaffinity_tx_end(c, B("gtrid-42")));
+    CHECK_RC(racaffinity_tx_route(c, B("gtrid-42"), &r), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
+    CHECK_RC(racaffinity_tx_end(c, B("gtrid-42")), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
+    /* Rendezvous placement: the same gtrid lands on the same node in another cluster. */
+    racaffinity_cluster *d = new_cluster(NUM_NODES_3);
+    CHECK_OK(racaffinity_tx_begin(d, B("gtrid-42"), &r));
+    CHECK_EQ_U(r.node, first.node);
+    /* tx_complete forgets every branch at once. */
+    CHECK_OK(racaffinity_tx_begin(d, B("gtrid-42"), &r));
+    CHECK_OK(racaffinity_tx_complete(d, B("gtrid-42")));
+    CHECK_RC(racaffinity_tx_route(d, B("gtrid-42"), &r), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
+    free_cluster(d);
+    free_cluster(c);
+}
+
+static void tx_begin_on_places_a_new_gtrid_on_the_preferred_node(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route home, r;
+    /* Where rendezvous would put it... */
+    CHECK_OK(racaffinity_tx_begin(c, B("gtrid-pref"), &home));
+    CHECK_OK(racaffinity_tx_complete(c, B("gtrid-pref")));
+    uint32_t other = (home.node + 1) % 3;
+    /* ...and where the caller prefers it. */
+    CHECK_OK(racaffinity_tx_begin_on(c, B("gtrid-pref"), other, &r));
+    CHECK_EQ_U(r.node, other);
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_PLACED);
+    /* An existing gtrid ignores the preference. */
+    CHECK_OK(racaffinity_tx_begin_on(c, B("gtrid-pref"), home.node, &r));
+    CHECK_EQ_U(r.node, other);
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_OK(racaffinity_tx_complete(c, B("gtrid-pref")));
+    /* A preferred node that takes no new work is passed over. */
+    char name[16];
+    CHECK_OK(racaffinity_node_set_state(c, name_of(c, other, name, sizeof name), RACAFFINITY_NODE_STATE_DRAINING));
+    CHECK_OK(racaffinity_tx_begin_on(c, B("gtrid-pref"), other, &r));
+    CHECK_EQ_U(r.node, home.node);
+    CHECK_OK(racaffinity_tx_complete(c, B("gtrid-pref")));
+    free_cluster(c);
+}
+
+static void soft_transaction_repins_when_its_node_is_down(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route r, r2;
+    char owner[16];
+    CHECK_OK(racaffinity_tx_begin(c, B("gtrid-soft"), &r));
+    CHECK_OK(racaffinity_node_set_state(c, name_of(c, r.node, owner, sizeof owner), RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_OK(racaffinity_tx_begin(c, B("gtrid-soft"), &r2));
+    CHECK(r2.kind == RACAFFINITY_ROUTE_KIND_REPINNED);
+    CHECK_NE_U(r2.node, r.node);
+    CHECK_OK(racaffinity_tx_route(c, B("gtrid-soft"), &r));
+    CHECK_EQ_U(r.node, r2.node);
+    CHECK_OK(racaffinity_tx_complete(c, B("gtrid-soft")));
+    free_cluster(c);
+}
+
+static void session_sticks_until_ended_and_repins_when_its_node_is_down(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route first, r;
+    CHECK_OK(racaffinity_session_route(c, B("JSESSIONID=1f2e"), &first));
+    CHECK(first.kind == RACAFFINITY_ROUTE_KIND_PLACED);
+    for (int i = 0; i < 10; i++) {
+        CHECK_OK(racaffinity_session_route(c, B("JSESSIONID=1f2e"), &r));
+        CHECK_EQ_U(r.node, first.node);
+        CHECK(r.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    }
+    char owner[16];
+    name_of(c, first.node, owner, sizeof owner);
+    CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_OK(racaffinity_session_route(c, B("JSESSIONID=1f2e"), &r));
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_REPINNED);
+    CHECK_NE_U(r.node, first.node);
+    racaffinity_route moved = r;
+    CHECK_OK(racaffinity_session_route(c, B("JSESSIONID=1f2e"), &r));
+    CHECK_EQ_U(r.node, moved.node);
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    /* The old node returns; the session stays where it moved. */
+    CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_UP));
+    CHECK_OK(racaffinity_session_route(c, B("JSESSIONID=1f2e"), &r));
+    CHECK_EQ_U(r.node, moved.node);
+    /* Strict sessions refuse instead. */
+    CHECK_OK(racaffinity_cluster_set_strict(c, RACAFFINITY_SCOPE_SESSION, true));
+    char now[16];
+    CHECK_OK(racaffinity_node_set_state(c, name_of(c, moved.node, now, sizeof now), RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_RC(racaffinity_session_route(c, B("JSESSIONID=1f2e"), &r), RACAFFINITY_RESULT_STRICT_AFFINITY);
+    CHECK_LAST_ERROR_CONTAINS("session");
+    bool existed = false;
+    CHECK_OK(racaffinity_session_end(c, B("JSESSIONID=1f2e"), &existed));
+    CHECK(existed);
+    CHECK_OK(racaffinity_session_end(c, B("JSESSIONID=1f2e"), &existed));
+    CHECK(!existed);
+    free_cluster(c);
+}
+
+static void key_routes_are_stable_and_fall_back_when_the_owner_is_down(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route first, r;
+    uint32_t p1 = 0, p2 = 1;
+    CHECK_OK(racaffinity_key_route(c, B("customer:42"), &first));
+    CHECK(first.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    for (int i = 0; i < 10; i++) {
+        CHECK_OK(racaffinity_key_route(c, B("customer:42"), &r));
+        CHECK_EQ_U(r.node, first.node);
+    }
+    CHECK_OK(racaffinity_key_partition(c, B("customer:42"), &p1));
+    CHECK_OK(racaffinity_key_partition(c, B("customer:42"), &p2));
+    CHECK_EQ_U(p1, p2);
+    CHECK(p1 < 4096);
+    char owner[16];
+    name_of(c, first.node, owner, sizeof owner);
+    CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_OK(racaffinity_key_route(c, B("customer:42"), &r));
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_FALLBACK);
+    CHECK_NE_U(r.node, first.node);
+    CHECK_OK(racaffinity_cluster_set_strict(c, RACAFFINITY_SCOPE_DATA, true));
+    CHECK_RC(racaffinity_key_route(c, B("customer:42"), &r), RACAFFINITY_RESULT_STRICT_AFFINITY);
+    CHECK_LAST_ERROR_CONTAINS("data");
+    /* The partition stayed with its owner, for when it returns. */
+    CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_UP));
+    CHECK_OK(racaffinity_key_route(c, B("customer:42"), &r));
+    CHECK_EQ_U(r.node, first.node);
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    /* Partitions follow data.partitions. */
+    racaffinity_cluster *s = new_cluster(NUM_NODES_3 "\ndata.partitions = 7");
+    for (int i = 0; i < 50; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "k%d", i);
+        CHECK_OK(racaffinity_key_partition(s, B(key), &p1));
+        CHECK(p1 < 7);
+    }
+    free_cluster(s);
+    free_cluster(c);
+}
+
+static void i64_key_routes_like_its_little_endian_bytes(void) {
+    racaffinity_cluster *c = new_cluster("nodes = RAC1, RAC2, RAC3, RAC4, RAC5, RAC6, RAC7, RAC8");
+    const int64_t keys[] = {0, 1, -1, 42, 4711, INT64_MIN, INT64_MAX, 1234567890123LL};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        uint8_t le[8];
+        uint64_t v = (uint64_t)keys[i];
+        for (int b = 0; b < 8; b++) le[b] = (uint8_t)(v >> (8 * b));
+        racaffinity_route a, b;
+        CHECK_OK(racaffinity_key_route_i64(c, keys[i], &a));
+        CHECK_OK(racaffinity_key_route(c, le, 8, &b));
+        CHECK_EQ_U(a.node, b.node);
+        CHECK(a.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    }
+    free_cluster(c);
+}
+
+static void fan_down_removes_a_node_from_picks_and_up_restores_it(void) {
+    racaffinity_cluster *c = new_cluster("database = orcl\nservice = svc\n" NUM_NODES_3 "\npolicy = round_robin");
+    uint32_t changes = 99;
+    CHECK_OK(racaffinity_event_apply(c,
+                                     "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=MYDB2 host=h2 "
+                                     "status=down reason=FAILURE card=1 timestamp=2026-11-29 08:00:00",
+                                     &changes));
+    CHECK_EQ_U(changes, 1);
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_DOWN);
+    unsigned seen = 0;
+    for (int i = 0; i < 60; i++) {
+        racaffinity_route r = route(c);
+        CHECK_NE_U(r.node, 1);
+        seen |= 1u << r.node;
+        racaffinity_lease l;
+        CHECK_OK(racaffinity_cluster_pick(c, &l));
+        CHECK_NE_U(l.node, 1);
+        seen |= 1u << l.node;
+        CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    }
+    CHECK_EQ_U(seen, 5); /* MYDB1 and MYDB3 */
+    /* The same event again changes nothing. */
+    CHECK_OK(racaffinity_event_apply(
+        c, "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=MYDB2 status=down reason=FAILURE", &changes));
+    CHECK_EQ_U(changes, 0);
+    CHECK_OK(racaffinity_event_apply(c, "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=mydb2 status=up",
+                                     &changes));
+    CHECK_EQ_U(changes, 1);
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_UP);
+    seen = 0;
+    for (int i = 0; i < 6; i++) seen |= 1u << route(c).node;
+    CHECK_EQ_U(seen, 7);
+    /* An operator's down is not lifted by FAN up. */
+    CHECK_OK(racaffinity_node_set_state(c, "MYDB3", RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_OK(racaffinity_event_apply(c, "INSTANCE VERSION=1.0 database=orcl instance=MYDB3 status=up", &changes));
+    CHECK_EQ_U(changes, 0);
+    CHECK_EQ_U(state_of(c, 2), RACAFFINITY_NODE_STATE_DOWN);
+    free_cluster(c);
+}
+
+static void fan_user_down_drains_a_node(void) {
+    racaffinity_cluster *c = new_cluster("database = orcl\n" NUM_NODES_3);
+    racaffinity_route t;
+    uint32_t changes = 0;
+    CHECK_OK(racaffinity_tx_begin(c, B("gtrid-drain"), &t));
+    char owner[16], line[256];
+    name_of(c, t.node, owner, sizeof owner);
+    snprintf(line, sizeof line, "SERVICEMEMBER VERSION=1.0 database=orcl instance=%s status=down reason=USER", owner);
+    CHECK_OK(racaffinity_event_apply(c, line, &changes));
+    CHECK_EQ_U(changes, 1);
+    CHECK_EQ_U(state_of(c, t.node), RACAFFINITY_NODE_STATE_DRAINING);
+    /* Existing work continues there; new work goes elsewhere. */
+    racaffinity_route r;
+    CHECK_OK(racaffinity_tx_begin(c, B("gtrid-drain"), &r));
+    CHECK_EQ_U(r.node, t.node);
+    for (int i = 0; i < 30; i++) CHECK_NE_U(route(c).node, t.node);
+    CHECK_OK(racaffinity_tx_complete(c, B("gtrid-drain")));
+    free_cluster(c);
+}
+
+static void three_missed_probes_down_a_node_and_a_good_probe_restores_it(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    CHECK_OK(racaffinity_probe_report(c, 0, false));
+    CHECK_OK(racaffinity_probe_report(c, 0, false));
+    CHECK_EQ_U(state_of(c, 0), RACAFFINITY_NODE_STATE_UP);
+    CHECK_OK(racaffinity_probe_report(c, 0, false));
+    CHECK_EQ_U(state_of(c, 0), RACAFFINITY_NODE_STATE_DOWN);
+    CHECK_EQ_U(node_metric(c, "MYDB1", "probe_misses"), 3);
+    for (int i = 0; i < 30; i++) CHECK_NE_U(route(c).node, 0);
+    CHECK_OK(racaffinity_probe_report(c, 0, true));
+    CHECK_EQ_U(state_of(c, 0), RACAFFINITY_NODE_STATE_UP);
+    /* A good probe resets the count of misses. */
+    CHECK_OK(racaffinity_probe_report(c, 1, false));
+    CHECK_OK(racaffinity_probe_report(c, 1, false));
+    CHECK_OK(racaffinity_probe_report(c, 1, true));
+    CHECK_OK(racaffinity_probe_report(c, 1, false));
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_UP);
+    free_cluster(c);
+}
+
+static void five_failed_leases_eject_a_node(void) {
+    /* Default health.eject_after_failures (5); a long back-off so no
+     * half-open trial happens during the test, however slow valgrind is. */
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3 "\nhealth.eject_backoff = 1h\nhealth.eject_backoff_max = 1h");
+    racaffinity_lease l;
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(racaffinity_lease_begin(c, 1, &l));
+        CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_FAILED));
+    }
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_UP);
+    CHECK_OK(racaffinity_lease_begin(c, 1, &l));
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_FAILED));
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_DOWN);
+    CHECK_EQ_U(node_metric(c, "MYDB2", "ejections"), 1);
+    CHECK_EQ_U(node_metric(c, "MYDB2", "failures"), 5);
+    for (int i = 0; i < 30; i++) CHECK_NE_U(route(c).node, 1);
+    /* Failures must be consecutive: a success in between resets the count. */
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(racaffinity_lease_begin(c, 2, &l));
+        CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_FAILED));
+    }
+    CHECK_OK(racaffinity_lease_begin(c, 2, &l));
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    CHECK_OK(racaffinity_lease_begin(c, 2, &l));
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_FAILED));
+    CHECK_EQ_U(state_of(c, 2), RACAFFINITY_NODE_STATE_UP);
+    /* NEUTRAL is no verdict. */
+    for (int i = 0; i < 10; i++) {
+        CHECK_OK(racaffinity_lease_begin(c, 2, &l));
+        CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_NEUTRAL));
+    }
+    CHECK_EQ_U(state_of(c, 2), RACAFFINITY_NODE_STATE_UP);
+    /* A good probe lifts an ejection. */
+    CHECK_OK(racaffinity_probe_report(c, 1, true));
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_UP);
+    free_cluster(c);
+}
+
+static void five_reported_failures_eject_a_node(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3 "\nhealth.eject_backoff = 1h\nhealth.eject_backoff_max = 1h");
+    for (int i = 0; i < 4; i++) CHECK_OK(racaffinity_outcome_report(c, 0, false));
+    CHECK_EQ_U(state_of(c, 0), RACAFFINITY_NODE_STATE_UP);
+    CHECK_OK(racaffinity_outcome_report(c, 0, false));
+    CHECK_EQ_U(state_of(c, 0), RACAFFINITY_NODE_STATE_DOWN);
+    CHECK_OK(racaffinity_outcome_report(c, 1, true));
+    CHECK_EQ_U(node_metric(c, "MYDB2", "successes"), 1);
+    /* With ejection off (0), failures never eject. */
+    racaffinity_cluster *off = new_cluster(NUM_NODES_3 "\nhealth.eject_after_failures = 0");
+    for (int i = 0; i < 20; i++) CHECK_OK(racaffinity_outcome_report(off, 0, false));
+    CHECK_EQ_U(state_of(off, 0), RACAFFINITY_NODE_STATE_UP);
+    free_cluster(off);
+    free_cluster(c);
+}
+
+static void set_strict_switches_the_thread_scope_at_runtime(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route pin;
+    char owner[16];
+    CHECK_OK(racaffinity_cluster_set_strict(c, RACAFFINITY_SCOPE_THREAD, true));
+    CHECK_EQ_U(scope_metric(c, "thread", "strict"), 1);
+    CHECK_OK(racaffinity_thread_pin(c, &pin));
+    CHECK_OK(racaffinity_node_set_state(c, name_of(c, pin.node, owner, sizeof owner), RACAFFINITY_NODE_STATE_DOWN));
+    racaffinity_route r;
+    CHECK_RC(racaffinity_cluster_route(c, &r), RACAFFINITY_RESULT_STRICT_AFFINITY);
+    CHECK_LAST_ERROR_CONTAINS(owner);
+    CHECK_LAST_ERROR_CONTAINS("thread");
+    CHECK_OK(racaffinity_cluster_set_strict(c, RACAFFINITY_SCOPE_THREAD, false));
+    CHECK_OK(racaffinity_cluster_route(c, &r));
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_REPINNED);
+    bool released = false;
+    CHECK_OK(racaffinity_thread_unpin(c, &released));
+    CHECK(released);
+    /* Every scope value is accepted. */
+    for (uint32_t s = RACAFFINITY_SCOPE_THREAD; s <= RACAFFINITY_SCOPE_DATA; s++) {
+        CHECK_OK(racaffinity_cluster_set_strict(c, s, true));
+        CHECK_OK(racaffinity_cluster_set_strict(c, s, false));
+    }
+    free_cluster(c);
+}
+
+static void nodes_are_added_and_removed_at_runtime_and_ids_never_reused(void) {
+    racaffinity_cluster *c = new_cluster("nodes = A1, B2");
+    uint32_t id = 0, n = 0;
+    char name[16];
+    CHECK_OK(racaffinity_node_add(c, "C3", "hc:1521", 0, &id));
+    CHECK_EQ_U(id, 2);
+    CHECK_OK(racaffinity_cluster_node_count(c, &n));
+    CHECK_EQ_U(n, 3);
+    CHECK_EQ_U(find(c, "c3"), 2);
+    CHECK_STR(name_of(c, 2, name, sizeof name), "C3");
+    CHECK_EQ_U(node_metric(c, "C3", "weight"), 1); /* weight 0 means 1 */
+    /* A NODE event matches the added node by its address' host. */
+    uint32_t changes = 0;
+    CHECK_OK(racaffinity_event_apply(c, "NODE VERSION=1.0 host=HC status=nodedown", &changes));
+    CHECK_EQ_U(changes, 1);
+    CHECK_EQ_U(state_of(c, 2), RACAFFINITY_NODE_STATE_DOWN);
+    /* Remove B2: it leaves the count and the name lookup, keeps its name by id, reads Down. */
+    CHECK_OK(racaffinity_node_remove(c, "b2"));
+    CHECK_OK(racaffinity_cluster_node_count(c, &n));
+    CHECK_EQ_U(n, 2);
+    CHECK_RC(racaffinity_node_find(c, "B2", &id), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_STR(name_of(c, 1, name, sizeof name), "B2");
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_DOWN);
+    CHECK_RC(racaffinity_node_remove(c, "B2"), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_RC(racaffinity_probe_report(c, 1, true), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    for (int i = 0; i < 20; i++) CHECK_EQ_U(route(c).node, 0); /* C3 down, B2 gone */
+    /* Re-adding the name gets a new id. */
+    CHECK_OK(racaffinity_node_add(c, "B2", NULL, 5, &id));
+    CHECK_EQ_U(id, 3);
+    CHECK_EQ_U(find(c, "B2"), 3);
+    CHECK_EQ_U(node_metric(c, "B2", "weight"), 5);
+    free_cluster(c);
+}
+
+static void metrics_json_and_prometheus_name_the_cluster(void) {
+    racaffinity_cluster *c = new_cluster("name = c_api_metrics\n" NUM_NODES_3);
+    racaffinity_route r;
+    for (int i = 0; i < 5; i++) r = route(c);
+    (void)r;
+    CHECK_OK(racaffinity_tx_begin(c, B("gtrid-m"), &r));
+    char *json = read_text(racaffinity_metrics_json, c);
+    CHECK_CONTAINS(json, "\"cluster\":\"c_api_metrics\"");
+    CHECK_CONTAINS(json, "\"hash_version\":\"racaffinity-hrw-v1\"");
+    CHECK_CONTAINS(json, "{\"name\":\"MYDB3\",");
+    CHECK(json[0] == '{' && json[strlen(json) - 1] == '}');
+    free(json);
+    char *prom = read_text(racaffinity_metrics_prometheus, c);
+    CHECK_CONTAINS(prom, "racaffinity_node_picks_total");
+    CHECK_CONTAINS(prom, "cluster=\"c_api_metrics\"");
+    CHECK_CONTAINS(prom, "node=\"MYDB2\"");
+    CHECK_CONTAINS(prom, "# TYPE racaffinity_node_picks_total counter");
+    free(prom);
+    long long picks = node_metric(c, "MYDB1", "picks") + node_metric(c, "MYDB2", "picks") +
+                      node_metric(c, "MYDB3", "picks");
+    CHECK_EQ_U(picks, 6);
+    CHECK_EQ_U(scope_metric(c, "transaction", "placements"), 1);
+    CHECK_OK(racaffinity_tx_complete(c, B("gtrid-m")));
+    free_cluster(c);
+}
+
+static void connect_strings_match_the_documented_forms(void) {
+    static const struct {
+        uint32_t form;
+        const char *want;
+    } cases[] = {
+        {RACAFFINITY_CONNECT_FORM_DESCRIPTOR,
+         "(DESCRIPTION=(ADDRESS_LIST=(ADDRESS=(PROTOCOL=tcp)(HOST=MYDBHOST1)(PORT=1522)))"
+         "(CONNECT_DATA=(SERVICE_NAME=MYDB)(INSTANCE_NAME=MYDB1)))"},
+        {RACAFFINITY_CONNECT_FORM_EASY_CONNECT, "MYDBHOST1:1522/MYDB/MYDB1"},
+        {RACAFFINITY_CONNECT_FORM_JDBC_DESCRIPTOR,
+         "jdbc:oracle:thin:@(DESCRIPTION=(ADDRESS_LIST=(ADDRESS=(PROTOCOL=tcp)(HOST=MYDBHOST1)(PORT=1522)))"
+         "(CONNECT_DATA=(SERVICE_NAME=MYDB)(INSTANCE_NAME=MYDB1)))"},
+        {RACAFFINITY_CONNECT_FORM_JDBC_EASY_CONNECT, "jdbc:oracle:thin:@//MYDBHOST1:1522/MYDB/MYDB1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[512];
+        size_t len = 0;
+        CHECK_OK(racaffinity_connect_string(cases[i].form, "MYDBHOST1", 1522, "MYDB", "MYDB1", buf, sizeof buf, &len));
+        CHECK_STR(buf, cases[i].want);
+        CHECK_EQ_U(len, strlen(cases[i].want) + 1);
+    }
+}
+
+static void connect_string_refuses_values_that_break_the_syntax(void) {
+    static const struct {
+        const char *host;
+        uint16_t port;
+        const char *service, *instance;
+    } bad[] = {
+        {"MYDBHOST1", 1522, "MYDB", "X)(INSTANCE_NAME=Y"},
+        {"MYDBHOST1", 1522, "S)(SERVER=dedicated", "MYDB1"},
+        {"h)(PORT=1", 1522, "MYDB", "MYDB1"},
+        {"MYDBHOST1", 1522, "MYDB", "A B"},
+        {"MYDBHOST1", 0, "MYDB", "MYDB1"},
+        {"", 1522, "MYDB", "MYDB1"},
+        {"MYDBHOST1", 1522, "", "MYDB1"},
+        {"MYDBHOST1", 1522, "MYDB", ""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        for (uint32_t form = 0; form < 4; form++) {
+            char buf[512] = "untouched";
+            CHECK_RC(racaffinity_connect_string(form, bad[i].host, bad[i].port, bad[i].service, bad[i].instance, buf,
+                                                sizeof buf, NULL),
+                     RACAFFINITY_RESULT_INVALID_ARGUMENT);
+            CHECK_STR(buf, "untouched");
+        }
+    }
+}
+
+static const h_test tests[] = {
+    TEST(version_is_a_nonempty_dotted_string),
+    TEST(result_message_describes_every_code),
+    TEST(buffer_too_small_reports_the_needed_size_and_retry_succeeds),
+    TEST(cluster_free_of_null_is_ok),
+    TEST(null_cluster_is_null_argument_for_every_function),
+    TEST(null_pointer_arguments_are_null_argument),
+    TEST(null_out_pointer_is_null_argument_and_changes_nothing),
+    TEST(documented_nullable_arguments_accept_null),
+    TEST(freed_handle_is_invalid_handle_everywhere),
+    TEST(stale_handle_stays_invalid_after_its_slot_is_reused),
+    TEST(foreign_pointers_are_invalid_handle_and_never_dereferenced),
+    TEST(too_many_handles_after_4096_live_clusters),
+    TEST(lease_released_twice_is_invalid_lease),
+    TEST(a_copied_lease_cannot_be_released_twice),
+    TEST(lease_from_another_cluster_is_invalid_lease),
+    TEST(lease_release_with_a_bad_outcome_keeps_the_lease_live),
+    TEST(invalid_utf8_is_invalid_utf8),
+    TEST(gtrid_of_65_bytes_or_empty_is_invalid_argument),
+    TEST(key_of_1025_bytes_or_empty_is_invalid_argument),
+    TEST(huge_lengths_are_refused_before_reading),
+    TEST(out_of_range_enum_values_are_invalid_argument),
+    TEST(bad_node_name_weight_or_address_is_invalid_argument),
+    TEST(config_errors_are_config_and_name_the_key),
+    TEST(unknown_node_names_and_ids_are_unknown_node),
+    TEST(adding_an_existing_name_is_duplicate_node),
+    TEST(no_node_available_with_panic_fail_and_all_nodes_down),
+    TEST(strict_transaction_refuses_when_its_node_is_down),
+    TEST(prepared_transaction_never_moves),
+    TEST(unknown_gtrid_is_unknown_transaction),
+    TEST(malformed_event_is_event_parse_and_changes_nothing),
+    TEST(event_for_another_database_is_foreign_event),
+    TEST(panic_inside_the_library_becomes_panic_result),
+    TEST(recovery_on_a_second_node_is_a_split_transaction),
+    TEST(thread_pin_keeps_picks_on_one_node_until_unpin),
+    TEST(nested_thread_pins_release_at_the_outermost_unpin),
+    TEST(context_pins_are_independent_of_thread_pins),
+    TEST(tx_branches_share_one_node_and_end_with_the_last),
+    TEST(tx_begin_on_places_a_new_gtrid_on_the_preferred_node),
+    TEST(soft_transaction_repins_when_its_node_is_down),
+    TEST(session_sticks_until_ended_and_repins_when_its_node_is_down),
+    TEST(key_routes_are_stable_and_fall_back_when_the_owner_is_down),
+    TEST(i64_key_routes_like_its_little_endian_bytes),
+    TEST(fan_down_removes_a_node_from_picks_and_up_restores_it),
+    TEST(fan_user_down_drains_a_node),
+    TEST(three_missed_probes_down_a_node_and_a_good_probe_restores_it),
+    TEST(five_failed_leases_eject_a_node),
+    TEST(five_reported_failures_eject_a_node),
+    TEST(set_strict_switches_the_thread_scope_at_runtime),
+    TEST(nodes_are_added_and_removed_at_runtime_and_ids_never_reused),
+    TEST(metrics_json_and_prometheus_name_the_cluster),
+    TEST(connect_strings_match_the_documented_forms),
+    TEST(connect_string_refuses_values_that_break_the_syntax),
+};
+
+int main(int argc, char **argv) {
+    /* Before any call failed on this thread, the last error is empty. */
+    char buf[8] = "x";
+    size_t len = 99;
+    CHECK_OK(racaffinity_last_error_message(buf, sizeof buf, &len));
+    CHECK_STR(buf, "");
+    CHECK_EQ_U(len, 1);
+    int rc = h_main("test_api", tests, sizeof tests / sizeof tests[0], argc, argv);
+    if (argc <= 1) {
+        h_require_all_codes_seen();
+        if (atomic_load(&h_failures) != 0) rc = 1;
+    }
+    return rc;
+}
