@@ -236,3 +236,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn lease_tokens_close_once_and_a_second_close_changes_nothing() {
+    let c = cluster("nodes = A, B");
+    let a = c.node_by_name("A").unwrap().id();
+    let t = c.open_lease(a).unwrap();
+    assert_eq!(c.open_lease_count(), 1);
+    assert_eq!(c.node(a).unwrap().in_flight(), 1);
+    assert_eq!(c.close_lease(t, Outcome::Failed).unwrap(), a);
+    let e = c.close_lease(t, Outcome::Failed).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownLease);
+    let m = c.metrics();
+    assert_eq!((m.nodes[0].in_flight, m.nodes[0].failures), (0, 1));
+    assert_eq!(c.open_lease(racaffinity::NodeId(9)).unwrap_err().kind(), ErrorKind::UnknownNode);
+}
