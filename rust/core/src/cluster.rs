@@ -371,13 +371,13 @@ impl Cluster {
     #[inline]
     pub(crate) fn count(&self, topo: &Topology, scope: Option<Scope>, route: Route) {
         if let Some(n) = topo.node(route.node) {
-            n.counters.picks.incr();
             match route.kind {
                 RouteKind::Affinity => n.counters.affinity_hits.incr(),
                 RouteKind::Repinned => {
+                    n.counters.other_picks.incr();
                     n.counters.repins.fetch_add(1, Ordering::Relaxed);
                 }
-                _ => {}
+                _ => n.counters.other_picks.incr(),
             }
         }
         if let Some(s) = scope {

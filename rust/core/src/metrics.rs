@@ -278,6 +278,7 @@ impl Cluster {
             .iter()
             .map(|n| {
                 let c = &n.counters;
+                let hits = c.affinity_hits.sum();
                 NodeMetrics {
                     name: n.name().to_string(),
                     state: n.state(),
@@ -285,8 +286,8 @@ impl Cluster {
                     weight: n.weight(),
                     rlb_percent: n.rlb_percent().map_or(-1, i32::from),
                     affinity_advised: n.affinity_advised(),
-                    picks: c.picks.sum(),
-                    affinity_hits: c.affinity_hits.sum(),
+                    picks: c.other_picks.sum() + hits,
+                    affinity_hits: hits,
                     repins: c.repins.load(Ordering::Relaxed),
                     strict_refusals: c.strict_refusals.load(Ordering::Relaxed),
                     in_flight: c.in_flight.sum_signed(),

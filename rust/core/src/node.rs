@@ -219,7 +219,9 @@ const NO_PERCENT: u8 = u8::MAX;
 /// Per-node counters (see [`crate::metrics`]).
 #[derive(Debug, Default)]
 pub(crate) struct NodeCounters {
-    pub picks: StripedCounter,
+    /// Picks that were not affinity hits; total picks = this + `affinity_hits`,
+    /// so a hit (the hot path) bumps one counter instead of two.
+    pub other_picks: StripedCounter,
     pub affinity_hits: StripedCounter,
     pub in_flight: StripedCounter,
     pub repins: AtomicU64,

@@ -246,7 +246,6 @@ impl Cluster {
             if !s.node.accepts_existing() {
                 return Fast::Revalidate;
             }
-            s.node.counters.picks.incr();
             s.node.counters.affinity_hits.incr();
             Fast::Hit(s.node.id())
         });
