@@ -14,7 +14,7 @@ LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: cbindgen-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
-	test-cluster test-demo test-c lint bench memory clean help
+	test-cluster test-demo test-c test-python lint bench memory clean help
 
 all: build
 
@@ -73,7 +73,7 @@ demo: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-c test-cluster test-demo
+test: lint check-header check-symbols test-rust test-vectors test-c test-python test-cluster test-demo
 	@echo "make test: all tests passed"
 
 lint:
@@ -91,6 +91,10 @@ test-vectors:
 test-cluster:
 	tests/cluster/smoke.sh
 
+# pip install ./python into target/pyenv, then pytest against local nodes.
+test-python: lib
+	bash python/run_tests.sh
+
 # C tests under valgrind, the cffi parse of the header, the pkg-config
 # install, and the libpq example over local nodes.
 test-c: lib lib-testing
@@ -98,9 +102,13 @@ test-c: lib lib-testing
 
 test-demo: demo
 
-bench:
+bench: lib
 	RACAFF_BENCH_QUICK=1 $(CARGO) bench -p racaffinity --bench routing
-	python3 rust/core/benches/summary.py
+	-python3 rust/core/benches/summary.py
+	tests/c/bench.sh
+	test -x target/pyenv/bin/python || python3 -m venv target/pyenv
+	target/pyenv/bin/python -m pip install --quiet --disable-pip-version-check "./python[test]"
+	target/pyenv/bin/python python/bench.py
 
 memory:
 	$(CARGO) run --quiet --release -p racaffinity --example memory

@@ -1,0 +1,251 @@
+"""Benchmarks of the Python binding, measured side by side in one run.
+
+    target/pyenv/bin/python python/bench.py [--quick]
+
+(a) call overhead: a no-op call through the binding (`racaffinity_version`
+    on the same cffi `lib` object) against `Cluster.pick()` + release,
+    unpinned and pinned, and the raw cffi calls they make;
+(b) pools: `NodePools.connection()` acquire + release against
+    `psycopg_pool.ConnectionPool.connection()` acquire + release on the same
+    node; also bare `getconn()` / `with conn` / `putconn()`, which is what
+    `NodePools.connection()` does inside its lease (psycopg_pool's
+    `connection()` adds a generator context manager, about 1 us). Needs the local PostgreSQL nodes: if RACAFF_NODE1_DSN is not set,
+    the script starts them with tests/cluster/pgnodes (on the ports
+    python/run_tests.sh uses) and stops them at the end.
+
+Plain timing with time.perf_counter_ns: each case runs `repeats` rounds of
+`n` operations, cases interleaved round by round, and reports the median
+ns/op. Prints a table and one line per case: `PYBENCH name ns_per_op ratio`
+(the ratio to the case's baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+import racaffinity as ra
+from racaffinity._lib import ffi, lib
+
+REPO = Path(__file__).resolve().parent.parent
+NAMES = ["RAC1", "RAC2", "RAC3"]
+
+
+def loop(fn: Callable[[], None], n: int) -> Callable[[], int]:
+    def run() -> int:
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        return time.perf_counter_ns() - t0
+
+    return run
+
+
+def measure(cases: Dict[str, Callable[[], int]], n: int, repeats: int) -> Dict[str, float]:
+    samples: Dict[str, List[float]] = {k: [] for k in cases}
+    for run in cases.values():  # warm up
+        run()
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeats):
+            for name, run in cases.items():
+                samples[name].append(run() / n)
+    finally:
+        gc.enable()
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def report(title: str, results: Dict[str, float], baseline: str, rows: List[Tuple[str, str, str]]) -> None:
+    base = results[baseline]
+    print(f"\n{title}")
+    print(f"  {'case':<44} {'ns/op':>10} {'ratio':>8}  target")
+    for key, label, target in rows:
+        print(f"  {label:<44} {results[key]:>10.0f} {results[key] / base:>7.2f}x  {target}")
+    for key, _label, _t in rows:
+        print(f"PYBENCH {key} {results[key]:.0f} {results[key] / base:.3f}")
+
+
+def bench_calls(quick: bool) -> None:
+    n, repeats = (20_000, 5) if quick else (200_000, 11)
+    c = ra.Cluster(nodes=NAMES)
+    h = c._h
+    version = lib.racaffinity_version
+    raw_pick, raw_release = lib.racaffinity_cluster_pick, lib.racaffinity_lease_release
+    buf = ffi.new("racaffinity_lease *")
+
+    def noop() -> None:
+        version()
+
+    def raw() -> None:
+        raw_pick(h, buf)
+        raw_release(h, buf, 0)
+
+    count = ffi.new("uint32_t *")
+    node_count = lib.racaffinity_cluster_node_count
+
+    def handle_call() -> None:
+        node_count(h, count)
+
+    def pick_release() -> None:
+        c.pick().release()
+
+    def pick_with() -> None:
+        with c.pick():
+            pass
+
+    pin = c.pin()
+    pin.__enter__()  # pinned for the pinned cases only: they run inside this context
+    import contextvars
+
+    pinned_ctx = contextvars.copy_context()
+    pin.__exit__(None, None, None)
+    # re-enter inside the copied context so that only the pinned cases see it
+    pinned_ctx.run(lambda: c.pin().__enter__())
+
+    def pinned_pick_release() -> None:
+        c.pick().release()
+
+    cases = {
+        "noop_call": loop(noop, n),
+        "raw_cffi_node_count": loop(handle_call, n),
+        "raw_cffi_pick_release": loop(raw, n),
+        "pick_release": loop(pick_release, n),
+        "pick_with": loop(pick_with, n),
+        "pinned_pick_release": lambda: pinned_ctx.run(loop(pinned_pick_release, n)),
+    }
+    results = measure(cases, n, repeats)
+    report(
+        f"(a) call overhead, {n} ops x {repeats} rounds (median)",
+        results,
+        "noop_call",
+        [
+            ("noop_call", "no-op call (racaffinity_version)", "baseline"),
+            ("raw_cffi_node_count", "raw cffi: a trivial call on the handle", ""),
+            ("raw_cffi_pick_release", "raw cffi: cluster_pick + lease_release", "(floor)"),
+            ("pick_release", "Cluster.pick().release(), unpinned", "<= 2x"),
+            ("pick_with", "with Cluster.pick(): (unpinned)", ""),
+            ("pinned_pick_release", "Cluster.pick().release() in a pin", "<= 2x"),
+        ],
+    )
+    c.close()
+
+
+def start_nodes() -> bool:
+    if os.environ.get("RACAFF_NODE1_DSN"):
+        return False
+    os.environ.setdefault("RACAFF_PG_BASE_PORT", "55441")
+    h = hashlib.sha1(str(REPO).encode()).hexdigest()[:8]
+    os.environ.setdefault("RACAFF_PG_DIR", f"/tmp/racaffinity-pg-python-{h}")
+    script = str(REPO / "tests" / "cluster" / "pgnodes")
+    subprocess.run([script, "start", "3"], check=True, stdout=subprocess.DEVNULL)
+    env = subprocess.run([script, "env"], check=True, capture_output=True, text=True).stdout
+    for line in env.splitlines():
+        if line.startswith("export "):
+            k, _, v = line[len("export "):].partition("=")
+            os.environ[k] = v.strip("'")
+    return True
+
+
+def stop_nodes() -> None:
+    subprocess.run([str(REPO / "tests" / "cluster" / "pgnodes"), "stop"], stdout=subprocess.DEVNULL)
+
+
+def bench_pools(quick: bool) -> None:
+    import psycopg_pool
+
+    from racaffinity.pools import NodePools
+
+    n, repeats = (500, 5) if quick else (3_000, 11)
+    dsns = {name: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, name in enumerate(NAMES)}
+    c = ra.Cluster(nodes=NAMES)
+    pools = NodePools(c, dsns, min_size=2, max_size=2)
+    for p in pools._by_id:
+        p.wait()
+    import contextvars
+
+    # The pinned case runs in its own context; the bare pool, the key case
+    # and the comparison all use the pinned node.
+    pinned = contextvars.copy_context()
+    node = pinned.run(lambda: c.pin().__enter__()).name
+    bare = psycopg_pool.ConnectionPool(dsns[node], min_size=2, max_size=2, open=False, name="bare")
+    bare.open(wait=True)
+    key = next(k for k in range(1000) if c.route_key(k).name == node)
+
+    def bare_conn() -> None:
+        with bare.connection():
+            pass
+
+    def bare_getconn() -> None:
+        conn = bare.getconn()
+        try:
+            with conn:
+                pass
+        finally:
+            bare.putconn(conn)
+
+    def ra_key() -> None:
+        with pools.connection(key=key):
+            pass
+
+    def ra_balanced() -> None:
+        with pools.connection():
+            pass
+
+    def ra_pinned() -> None:
+        with pools.connection():
+            pass
+
+    cases = {
+        "bare_pool_connection": loop(bare_conn, n),
+        "bare_pool_getconn_putconn": loop(bare_getconn, n),
+        "pools_connection_pinned": lambda: pinned.run(loop(ra_pinned, n)),
+        "pools_connection_key": loop(ra_key, n),
+        "pools_connection_balanced": loop(ra_balanced, n),
+    }
+    results = measure(cases, n, repeats)
+    report(
+        f"(b) pools, acquire + release, {n} ops x {repeats} rounds (median), all on node {node}"
+        " (balanced: any node)",
+        results,
+        "bare_pool_connection",
+        [
+            ("bare_pool_connection", "psycopg_pool ConnectionPool.connection()", "baseline"),
+            ("bare_pool_getconn_putconn", "psycopg_pool getconn; with conn; putconn", "(what we call)"),
+            ("pools_connection_pinned", "NodePools.connection() in a pin", "<= 1.15x"),
+            ("pools_connection_key", "NodePools.connection(key=...)", ""),
+            ("pools_connection_balanced", "NodePools.connection(), balanced", ""),
+        ],
+    )
+    bare.close()
+    pools.close()
+    c.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer operations (a smoke run)")
+    ap.add_argument("--no-pools", action="store_true", help="skip (b)")
+    args = ap.parse_args()
+    print(f"racaffinity {ra.version()} on Python {sys.version.split()[0]} ({ra.LIBRARY_PATH})")
+    bench_calls(args.quick)
+    if not args.no_pools:
+        started = start_nodes()
+        try:
+            bench_pools(args.quick)
+        finally:
+            if started:
+                stop_nodes()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

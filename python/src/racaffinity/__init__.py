@@ -1,0 +1,99 @@
+"""racaffinity: client-side affinity and load balancing over Oracle RAC
+instances (or any clustered database's nodes), on the one native library
+libracaffinity.
+
+    import racaffinity
+
+    with racaffinity.Cluster(nodes=["RAC1", "RAC2", "RAC3"]) as cluster:
+        with cluster.pin():                      # this thread / asyncio task
+            with cluster.pick() as lease:        # same node on every pick
+                print(lease.name)
+        with cluster.transaction(b"gtrid-42") as tx:
+            print(tx.name)                       # every branch: this node
+
+Submodules: `racaffinity.pools` (psycopg_pool pools per node, 2PC helper,
+recovery, heartbeat) and `racaffinity.oracle` (per-instance python-oracledb
+DSNs and pools).
+"""
+
+from ._cluster import (
+    BytesLike,
+    Cluster,
+    DataKey,
+    Lease,
+    Node,
+    NodeState,
+    Outcome,
+    PinScope,
+    Route,
+    RouteKind,
+    Scope,
+    SessionScope,
+    Transaction,
+    version,
+)
+from ._errors import (
+    EXCEPTIONS,
+    BufferTooSmallError,
+    ClosedError,
+    ConfigError,
+    DuplicateNodeError,
+    Error,
+    EventParseError,
+    ForeignEventError,
+    InvalidArgumentError,
+    InvalidLeaseError,
+    InvalidUtf8Error,
+    KeyOverflowError,
+    NoNodeAvailableError,
+    NullArgumentError,
+    PanicError,
+    PreparedNodeUnavailableError,
+    StrictAffinityError,
+    TooManyHandlesError,
+    UnknownNodeError,
+    UnknownTransactionError,
+    exception_for,
+)
+from ._lib import LIBRARY_PATH
+
+__version__ = version()
+
+__all__ = [
+    "Cluster",
+    "Route",
+    "Lease",
+    "Node",
+    "NodeState",
+    "RouteKind",
+    "Outcome",
+    "Scope",
+    "PinScope",
+    "Transaction",
+    "SessionScope",
+    "BytesLike",
+    "DataKey",
+    "version",
+    "LIBRARY_PATH",
+    "EXCEPTIONS",
+    "exception_for",
+    "Error",
+    "NullArgumentError",
+    "ClosedError",
+    "InvalidArgumentError",
+    "InvalidUtf8Error",
+    "KeyOverflowError",
+    "BufferTooSmallError",
+    "PanicError",
+    "ConfigError",
+    "UnknownNodeError",
+    "DuplicateNodeError",
+    "NoNodeAvailableError",
+    "StrictAffinityError",
+    "PreparedNodeUnavailableError",
+    "UnknownTransactionError",
+    "EventParseError",
+    "ForeignEventError",
+    "TooManyHandlesError",
+    "InvalidLeaseError",
+]

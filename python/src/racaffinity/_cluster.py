@@ -1,0 +1,918 @@
+"""Cluster, routes, leases, context pins, transactions and sessions.
+
+Every routing decision is the core's: this module converts arguments, calls
+libracaffinity and maps result codes to exceptions (`_errors.EXCEPTIONS`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import enum
+import itertools
+import json
+import threading
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
+
+from . import _config
+from ._errors import (
+    ClosedError,
+    InvalidArgumentError,
+    InvalidUtf8Error,
+    KeyOverflowError,
+    UnknownTransactionError,
+    raise_for,
+)
+from ._errors import INVALID_HANDLE, UNKNOWN_NODE, BUFFER_TOO_SMALL
+from ._lib import NULL, ffi, lib
+
+__all__ = [
+    "Cluster",
+    "Route",
+    "Lease",
+    "Node",
+    "NodeState",
+    "RouteKind",
+    "Outcome",
+    "Scope",
+    "PinScope",
+    "Transaction",
+    "SessionScope",
+    "BytesLike",
+    "DataKey",
+    "version",
+]
+
+
+class NodeState(enum.IntEnum):
+    """`racaffinity_node_state`."""
+
+    UP = int(lib.RACAFFINITY_NODE_STATE_UP)
+    DRAINING = int(lib.RACAFFINITY_NODE_STATE_DRAINING)
+    DOWN = int(lib.RACAFFINITY_NODE_STATE_DOWN)
+
+
+class RouteKind(enum.IntEnum):
+    """`racaffinity_route_kind`: how a node was chosen."""
+
+    BALANCED = int(lib.RACAFFINITY_ROUTE_KIND_BALANCED)
+    AFFINITY = int(lib.RACAFFINITY_ROUTE_KIND_AFFINITY)
+    PLACED = int(lib.RACAFFINITY_ROUTE_KIND_PLACED)
+    REPINNED = int(lib.RACAFFINITY_ROUTE_KIND_REPINNED)
+    FALLBACK = int(lib.RACAFFINITY_ROUTE_KIND_FALLBACK)
+    PANIC = int(lib.RACAFFINITY_ROUTE_KIND_PANIC)
+
+
+class Outcome(enum.IntEnum):
+    """`racaffinity_outcome`: how a leased unit of work ended."""
+
+    OK = int(lib.RACAFFINITY_OUTCOME_OK)
+    FAILED = int(lib.RACAFFINITY_OUTCOME_FAILED)
+    NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
+
+
+class Scope(enum.IntEnum):
+    """`racaffinity_scope`: an affinity scope with its own strict switch."""
+
+    THREAD = int(lib.RACAFFINITY_SCOPE_THREAD)
+    TRANSACTION = int(lib.RACAFFINITY_SCOPE_TRANSACTION)
+    SESSION = int(lib.RACAFFINITY_SCOPE_SESSION)
+    DATA = int(lib.RACAFFINITY_SCOPE_DATA)
+
+
+# Hot-path lookups: plain tuples and module globals, not Enum(...) calls.
+_KINDS = tuple(sorted(RouteKind, key=int))
+_STATES = tuple(sorted(NodeState, key=int))
+
+_cluster_pick = lib.racaffinity_cluster_pick
+_context_pick = lib.racaffinity_context_pick
+_lease_release = lib.racaffinity_lease_release
+_lease_begin = lib.racaffinity_lease_begin
+_new = ffi.new
+_NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
+
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+_U32_MAX = (1 << 32) - 1
+
+BytesLike = Union[bytes, bytearray, memoryview, str]
+"""A gtrid or session key: bytes as given, a str as its UTF-8 bytes."""
+DataKey = Union[bytes, bytearray, memoryview, str, int]
+"""A data key: bytes, a str (UTF-8) or an int (i64)."""
+
+
+def version() -> str:
+    """The native library's version (`racaffinity_version`)."""
+    return ffi.string(lib.racaffinity_version()).decode()
+
+
+# ---------------------------------------------------------------------------
+# argument conversion (TypeError for wrong types, typed errors for bad values)
+
+
+def _bytes_arg(v: Any, what: str) -> bytes:
+    t = type(v)
+    if t is bytes:
+        return v
+    if t is str or isinstance(v, str):
+        try:
+            return v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}", 3) from None
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"{what} must be bytes or str, not {type(v).__name__}")
+
+
+def _cstr(v: Any, what: str) -> bytes:
+    """A NUL-terminated string argument: str (encoded as UTF-8) or bytes
+    (passed as is; the library checks UTF-8). NUL inside is refused rather
+    than silently truncating the text."""
+    if isinstance(v, str):
+        try:
+            b = v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}", 3) from None
+    elif isinstance(v, (bytes, bytearray, memoryview)):
+        b = bytes(v)
+    else:
+        raise TypeError(f"{what} must be str or bytes, not {type(v).__name__}")
+    if b"\0" in b:
+        raise InvalidArgumentError(f"{what} contains a NUL character", 4)
+    return b
+
+
+def _bool_arg(v: Any, what: str) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError(f"{what} must be a bool, not {type(v).__name__}")
+    return v
+
+
+def _enum_arg(v: Any, enum_cls: Any, what: str) -> int:
+    if isinstance(v, enum_cls):
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(enum_cls[v.upper()])
+        except KeyError:
+            names = ", ".join(m.name.lower() for m in enum_cls)
+            raise InvalidArgumentError(f"{what}: {v!r} is not one of {names}", 4) from None
+    if isinstance(v, int) and not isinstance(v, bool):
+        if not 0 <= v <= _U32_MAX:
+            raise KeyOverflowError(f"{what}: {v} is out of range", 4)
+        return v  # the library checks the range and answers INVALID_ARGUMENT
+    raise TypeError(f"{what} must be a {enum_cls.__name__} or its name, not {type(v).__name__}")
+
+
+# ---------------------------------------------------------------------------
+# routes and leases
+
+
+class Route:
+    """A routing decision: `node` (dense id in config order), `kind`, and the
+    node's `name`."""
+
+    __slots__ = ("node", "kind", "_cluster")
+
+    def __init__(self, cluster: "Cluster", node: int, kind: RouteKind) -> None:
+        self._cluster = cluster
+        self.node = node
+        self.kind = kind
+
+    @property
+    def name(self) -> str:
+        """The node's (instance) name."""
+        return self._cluster.node_name(self.node)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Route):
+            return (self.node, self.kind) == (other.node, other.kind)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.node, int(self.kind)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(node={self.node}, name={self._name_or_id()!r}, kind={self.kind.name})"
+
+    def _name_or_id(self) -> str:
+        try:
+            return self.name
+        except Exception:
+            return f"#{self.node}"
+
+
+def _route(cluster: "Cluster", r: Any) -> Route:
+    return Route(cluster, r.node, _KINDS[r.kind])
+
+
+class Lease(Route):
+    """A unit of work in flight on a node. Release it exactly once with an
+    `Outcome` (a second release raises `InvalidLeaseError`). As a context
+    manager it releases OK on a normal exit and NEUTRAL on an exception (the
+    exception says nothing about the node; report node failures with
+    `release(Outcome.FAILED)`). A lease garbage-collected without a release
+    is released NEUTRAL."""
+
+    __slots__ = ("_buf", "_released", "_h")
+
+    def __init__(self, cluster: "Cluster", buf: Any) -> None:
+        self._cluster = cluster
+        self._h = cluster._h
+        self._buf = buf
+        self.node = buf.node
+        self.kind = _KINDS[buf.kind]
+        self._released = False
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self, outcome: Union[Outcome, int] = Outcome.OK) -> None:
+        rc = _lease_release(self._h, self._buf, outcome)
+        if rc:
+            self._cluster._raise(rc)
+        self._released = True
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if not self._released:
+            self.release(Outcome.OK if et is None else Outcome.NEUTRAL)
+
+    def __del__(self) -> None:
+        # A lease dropped without release would count as in flight forever
+        # (skewing least_outstanding): release it NEUTRAL.
+        if not self._released:
+            try:
+                _lease_release(self._h, self._buf, _NEUTRAL)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+class Node(NamedTuple):
+    """A live node: id, name and current state."""
+
+    id: int
+    name: str
+    state: NodeState
+
+
+# ---------------------------------------------------------------------------
+# context-local state: pins, the current transaction and session per cluster
+
+# One ContextVar for all of it: cluster serial -> frame (pin, transaction,
+# session key). The dict and the frames in a context are never mutated:
+# entering a scope sets a new dict, so contexts copied earlier (new tasks,
+# copy_context().run) keep what they had. Leaving a scope puts its slot back
+# to the value it replaced, whatever the order scopes are left in.
+_PIN, _TX, _SESSION = 0, 1, 2
+_EMPTY: Tuple[Any, Any, Any] = (None, None, None)
+_SCOPES: contextvars.ContextVar[Optional[Dict[int, Tuple[Any, Any, Any]]]] = contextvars.ContextVar(
+    "racaffinity_scopes", default=None
+)
+
+
+def _slot(serial: int, slot: int) -> Any:
+    d = _SCOPES.get()
+    if d is None:
+        return None
+    f = d.get(serial)
+    return f[slot] if f is not None else None
+
+
+def _set_slot(serial: int, slot: int, value: Any) -> Any:
+    """Sets one slot of this cluster's frame; returns the value it replaced."""
+    d = _SCOPES.get()
+    old = d.get(serial, _EMPTY) if d is not None else _EMPTY
+    f = list(old)
+    previous = f[slot]
+    f[slot] = value
+    new = dict(d) if d else {}
+    if f == [None, None, None]:
+        new.pop(serial, None)
+    else:
+        new[serial] = tuple(f)
+    _SCOPES.set(new or None)
+    return previous
+
+
+class _Pin:
+    """One explicit context pin (a `racaffinity_context_new` key). `active`
+    turns False when the library reports the pin released, so a context
+    that still holds this object afterwards (a task that outlived the scope
+    that created it) stops using it instead of re-pinning a dead key."""
+
+    __slots__ = ("key", "active")
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+        self.active = True
+
+
+class PinScope:
+    """`with cluster.pin() as route:` pins the current context (thread or
+    asyncio task) to a node; picks inside reuse it. Nested scopes in the same
+    context deepen the same pin. A task or `contextvars.copy_context()` run
+    created inside the scope shares it (it is nested in the same scope), and
+    stops using it once the last scope holding it exits; tasks and threads
+    started outside any scope never share a pin."""
+
+    __slots__ = ("_cluster", "_pin", "_new", "_prev", "_route")
+
+    def __init__(self, cluster: "Cluster") -> None:
+        self._cluster = cluster
+        self._pin: Optional[_Pin] = None
+        self._new = False
+        self._prev: Optional[_Pin] = None
+        self._route: Optional[Route] = None
+
+    @property
+    def route(self) -> Optional[Route]:
+        """The pinned route as of entering the scope."""
+        return self._route
+
+    def __enter__(self) -> Route:
+        if self._pin is not None:
+            raise RuntimeError("this pin scope is already entered; call cluster.pin() again for a new one")
+        c = self._cluster
+        cur = _slot(c._serial, _PIN)
+        out = _new("racaffinity_route *")
+        if cur is not None and cur.active:
+            rc = lib.racaffinity_context_pin(c._h, cur.key, out)
+            if rc:
+                c._raise(rc)
+            self._pin = cur
+        else:
+            key = _new("uint64_t *")
+            rc = lib.racaffinity_context_new(c._h, key)
+            if rc:
+                c._raise(rc)
+            pin = _Pin(int(key[0]))
+            rc = lib.racaffinity_context_pin(c._h, pin.key, out)
+            if rc:
+                c._raise(rc)
+            self._pin = pin
+            self._new = True
+            self._prev = _set_slot(c._serial, _PIN, pin)
+        self._route = _route(c, out)
+        return self._route
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        pin = self._pin
+        if pin is None:
+            return
+        c = self._cluster
+        released = _new("bool *")
+        rc = lib.racaffinity_context_unpin(c._h, pin.key, released)
+        if released[0] or rc:
+            pin.active = False
+        if self._new:
+            _set_slot(c._serial, _PIN, self._prev)
+        self._pin = self._prev = None
+        self._new = False
+        if rc and not (rc == INVALID_HANDLE and c._closed):
+            c._raise(rc)
+
+    async def __aenter__(self) -> Route:
+        return self.__enter__()
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        self.__exit__(et, ev, tb)
+
+
+class Transaction:
+    """One branch of global transaction `gtrid` (XA gtrid bytes, 1..=64).
+
+    `with cluster.transaction(gtrid) as tx:` begins (or joins) a branch on
+    entry (`racaffinity_tx_begin`: every branch, from any thread or process,
+    gets the same node) and ends it on exit (`racaffinity_tx_end`). Inside,
+    pools route every connection of this cluster to `tx.node`."""
+
+    __slots__ = ("_cluster", "gtrid", "_prefer_pinned", "_begin", "_prev", "_ended")
+
+    def __init__(self, cluster: "Cluster", gtrid: bytes, prefer_pinned: bool = False) -> None:
+        self._cluster = cluster
+        self.gtrid = gtrid
+        self._prefer_pinned = prefer_pinned
+        self._begin: Optional[Route] = None
+        self._prev: Optional[Transaction] = None
+        self._ended = False
+
+    @property
+    def begin_route(self) -> Route:
+        """The route this branch got at its begin."""
+        if self._begin is None:
+            raise RuntimeError("the transaction branch has not begun (use it in a with statement)")
+        return self._begin
+
+    @property
+    def node(self) -> int:
+        return self.begin_route.node
+
+    @property
+    def name(self) -> str:
+        return self.begin_route.name
+
+    def route(self) -> Route:
+        """Where 2PC commands for this gtrid go now (`racaffinity_tx_route`)."""
+        return self._cluster.tx_route(self.gtrid)
+
+    def prepared(self) -> None:
+        """Marks the transaction prepared: it never moves again."""
+        self._cluster.tx_prepared(self.gtrid)
+
+    def complete(self) -> None:
+        """Forgets the whole transaction (every branch ended)."""
+        self._cluster.tx_complete(self.gtrid)
+        self._ended = True
+
+    def __enter__(self) -> "Transaction":
+        c = self._cluster
+        if self._begin is not None:
+            raise RuntimeError("this transaction branch is already entered")
+        pinned = None
+        if self._prefer_pinned and c.pinned():
+            pinned = c.route()
+        self._begin = c.tx_begin(self.gtrid) if pinned is None else c.tx_begin_on(self.gtrid, pinned.node)
+        self._prev = _set_slot(c._serial, _TX, self)
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        c = self._cluster
+        _set_slot(c._serial, _TX, self._prev)
+        self._prev = None
+        if not self._ended:
+            self._ended = True
+            try:
+                c.tx_end(self.gtrid)
+            except (UnknownTransactionError, ClosedError):
+                if et is None:
+                    raise
+
+    async def __aenter__(self) -> "Transaction":
+        return self.__enter__()
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        self.__exit__(et, ev, tb)
+
+    def __repr__(self) -> str:
+        where = f" on {self._begin!r}" if self._begin is not None else ""
+        return f"Transaction(gtrid={self.gtrid!r}{where})"
+
+
+class SessionScope:
+    """`with cluster.session(key) as route:` one request of web session `key`:
+    routes it (`racaffinity_session_route`) and makes pools route this
+    cluster's connections inside by the session. The session's affinity
+    outlives the scope; end it with `cluster.end_session(key)`."""
+
+    __slots__ = ("_cluster", "key", "_prev", "route")
+
+    def __init__(self, cluster: "Cluster", key: bytes) -> None:
+        self._cluster = cluster
+        self.key = key
+        self._prev: Optional[bytes] = None
+        self.route: Optional[Route] = None
+
+    def __enter__(self) -> Route:
+        c = self._cluster
+        self.route = c.route_session(self.key)
+        self._prev = _set_slot(c._serial, _SESSION, self.key)
+        return self.route
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        _set_slot(self._cluster._serial, _SESSION, self._prev)
+        self._prev = None
+
+    async def __aenter__(self) -> Route:
+        return self.__enter__()
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        self.__exit__(et, ev, tb)
+
+
+# ---------------------------------------------------------------------------
+# the cluster
+
+
+_serials = itertools.count(1)
+
+
+class Cluster:
+    """One database's nodes, policy and affinity registries: a handle on a
+    `racaffinity_cluster`.
+
+    `Cluster("nodes = A, B\\ntransaction.strict = true")` takes the config
+    text of the README; keyword arguments write the same text (`nodes=["A",
+    "B"]`, `policy="random"`, `transaction_strict=True`, `node_addresses={"A":
+    "h1:1521"}`, `heartbeat_interval=0.2` seconds or `"200ms"`, …) and may be
+    combined with it. Close it (or use it as a context manager) to free the
+    native handle; any use after `close()` raises `ClosedError`.
+    """
+
+    def __init__(self, config: Union[str, bytes, None] = None, **kwargs: Any) -> None:
+        self._closed = True  # until the handle exists (for __del__)
+        self._serial = next(_serials)
+        self._names: Dict[int, str] = {}
+        self._close_lock = threading.Lock()
+        if isinstance(config, (bytes, bytearray)) and not kwargs:
+            raw = _cstr(config, "config")
+            try:
+                self._text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                self._text = ""
+        else:
+            if config is not None and not isinstance(config, str):
+                raise TypeError(f"config must be str, not {type(config).__name__}")
+            self._text = _config.build(config, kwargs)
+            raw = _cstr(self._text, "config")
+        out = _new("racaffinity_cluster **")
+        rc = lib.racaffinity_cluster_new(raw, out)
+        if rc:
+            raise_for(rc)
+        self._h = out[0]
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def close(self) -> None:
+        """Frees the native handle. Idempotent; calls from other threads that
+        race with it finish on the old cluster or raise `ClosedError`."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        lib.racaffinity_cluster_free(self._h)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed:
+                self._closed = True
+                lib.racaffinity_cluster_free(self._h)
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __repr__(self) -> str:
+        if self._closed:
+            return "<racaffinity.Cluster closed>"
+        try:
+            names = ", ".join(n.name for n in self.nodes)
+        except Exception:
+            names = "?"
+        return f"<racaffinity.Cluster nodes=[{names}]>"
+
+    def _raise(self, rc: int) -> None:
+        raise_for(rc, closed=self._closed)
+
+    # -- config ------------------------------------------------------------
+
+    @property
+    def config_text(self) -> str:
+        """The config text the cluster was built from."""
+        return self._text
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """`heartbeat.interval` in seconds (10.0 by default)."""
+        v = _config.lookup(self._text, "heartbeat.interval")
+        return (_config.duration_ms(v) if v else 10_000) / 1000.0
+
+    @property
+    def heartbeat_misses(self) -> int:
+        """`heartbeat.misses` (3 by default)."""
+        v = _config.lookup(self._text, "heartbeat.misses")
+        return int(v) if v else 3
+
+    def node_address(self, node: Union[int, str]) -> Optional[str]:
+        """`node.<NAME>.address` from the config text (None if unset)."""
+        name = self.node_name(self.node_id(node))
+        return _config.node_addresses(self._text).get(name.upper())
+
+    # -- nodes -------------------------------------------------------------
+
+    def node_id(self, node: Union[int, str]) -> int:
+        """The id of a node given by name (case-insensitive) or id."""
+        if isinstance(node, str):
+            out = _new("uint32_t *")
+            rc = lib.racaffinity_node_find(self._h, _cstr(node, "node name"), out)
+            if rc:
+                self._raise(rc)
+            return int(out[0])
+        if isinstance(node, int) and not isinstance(node, bool):
+            if not 0 <= node <= _U32_MAX:
+                raise KeyOverflowError(f"node id {node} is out of range", 4)
+            return node
+        raise TypeError(f"node must be a name (str) or an id (int), not {type(node).__name__}")
+
+    def node_name(self, node: int) -> str:
+        """The name of node id `node` (removed nodes keep theirs)."""
+        try:
+            return self._names[node]
+        except (KeyError, TypeError):
+            pass
+        node = self.node_id(node)
+        text = self._read_text(lambda b, c, n: lib.racaffinity_node_name(self._h, node, b, c, n), 72)
+        self._names[node] = text
+        return text
+
+    @property
+    def nodes(self) -> List[Node]:
+        """The live nodes in id order."""
+        count = _new("uint32_t *")
+        rc = lib.racaffinity_cluster_node_count(self._h, count)
+        if rc:
+            self._raise(rc)
+        out: List[Node] = []
+        want = int(count[0])
+        for i in itertools.count():
+            if len(out) >= want:
+                break
+            try:
+                name = self.node_name(i)
+            except Exception as e:  # past the last id
+                if getattr(e, "code", None) == UNKNOWN_NODE:
+                    break
+                raise
+            try:
+                live = self.node_id(name) == i
+            except LookupError:
+                live = False
+            if live:
+                out.append(Node(i, name, self.node_state(i)))
+        return out
+
+    def __len__(self) -> int:
+        count = _new("uint32_t *")
+        rc = lib.racaffinity_cluster_node_count(self._h, count)
+        if rc:
+            self._raise(rc)
+        return int(count[0])
+
+    def node_state(self, node: Union[int, str]) -> NodeState:
+        """A node's current state (a removed node reads as DOWN)."""
+        out = _new("racaffinity_node_state *")
+        rc = lib.racaffinity_node_get_state(self._h, self.node_id(node), out)
+        if rc:
+            self._raise(rc)
+        return _STATES[out[0]]
+
+    def set_node_state(self, name: str, state: Union[NodeState, str, int]) -> None:
+        """Sets a node's state as an operator would (`up`, `draining`, `down`)."""
+        st = _enum_arg(state, NodeState, "state")
+        rc = lib.racaffinity_node_set_state(self._h, _cstr(name, "node name"), st)
+        if rc:
+            self._raise(rc)
+
+    def add_node(self, name: str, address: Optional[str] = None, weight: int = 1) -> int:
+        """Adds a node at runtime; returns its id."""
+        if isinstance(weight, bool) or not isinstance(weight, int):
+            raise TypeError(f"weight must be an int, not {type(weight).__name__}")
+        if not 1 <= weight <= _U32_MAX:
+            raise InvalidArgumentError(f"weight must be 1..=1000000, got {weight}", 4)
+        addr = NULL if address is None else _cstr(address, "address")
+        out = _new("uint32_t *")
+        rc = lib.racaffinity_node_add(self._h, _cstr(name, "node name"), addr, weight, out)
+        if rc:
+            self._raise(rc)
+        return int(out[0])
+
+    def remove_node(self, name: str) -> None:
+        """Removes a node; affinities to it break as if it were down."""
+        rc = lib.racaffinity_node_remove(self._h, _cstr(name, "node name"))
+        if rc:
+            self._raise(rc)
+
+    def set_strict(self, scope: Union[Scope, str, int], strict: bool) -> None:
+        """Switches a scope (`thread`, `transaction`, `session`, `data`) between strict and soft."""
+        sc = _enum_arg(scope, Scope, "scope")
+        rc = lib.racaffinity_cluster_set_strict(self._h, sc, _bool_arg(strict, "strict"))
+        if rc:
+            self._raise(rc)
+
+    # -- picks, pins and leases ---------------------------------------------
+
+    def pick(self) -> Lease:
+        """Picks a node for the current context (its pin, else load balancing)
+        and leases it. Release the lease (or use it as a context manager)."""
+        buf = _new("racaffinity_lease *")
+        scopes = _SCOPES.get()
+        if scopes is not None:
+            f = scopes.get(self._serial)
+            pin = f[0] if f is not None else None
+            if pin is not None and pin.active:
+                rc = _context_pick(self._h, pin.key, buf)
+                if rc:
+                    self._raise(rc)
+                return Lease(self, buf)
+        rc = _cluster_pick(self._h, buf)
+        if rc:
+            self._raise(rc)
+        return Lease(self, buf)
+
+    def route(self) -> Route:
+        """Routes the current context's next unit of work without leasing."""
+        out = _new("racaffinity_route *")
+        pin = _slot(self._serial, _PIN)
+        if pin is not None and pin.active:
+            # No racaffinity_context_route in the C ABI: deepen and release
+            # the pin, which returns (and revalidates) its route.
+            rc = lib.racaffinity_context_pin(self._h, pin.key, out)
+            if rc:
+                self._raise(rc)
+            released = _new("bool *")
+            lib.racaffinity_context_unpin(self._h, pin.key, released)
+        else:
+            rc = lib.racaffinity_cluster_route(self._h, out)
+            if rc:
+                self._raise(rc)
+        return _route(self, out)
+
+    def lease(self, node: Union[int, str]) -> Lease:
+        """Leases `node`, which another route chose (transaction, session,
+        key), so the work's outcome feeds balancing and health."""
+        buf = _new("racaffinity_lease *")
+        rc = _lease_begin(self._h, self.node_id(node), buf)
+        if rc:
+            self._raise(rc)
+        return Lease(self, buf)
+
+    def pin(self) -> PinScope:
+        """A context manager that pins the current context (see `PinScope`)."""
+        return PinScope(self)
+
+    def pinned(self) -> bool:
+        """Whether the current context is inside a pin scope of this cluster."""
+        pin = _slot(self._serial, _PIN)
+        return pin is not None and pin.active
+
+    # -- transactions -------------------------------------------------------
+
+    def transaction(self, gtrid: BytesLike, *, prefer_pinned: bool = False) -> Transaction:
+        """A branch of global transaction `gtrid` as a context manager. With
+        `prefer_pinned`, a *new* gtrid is placed on the context's pinned node
+        (`racaffinity_tx_begin_on`; only consistent within this process)."""
+        return Transaction(self, _bytes_arg(gtrid, "gtrid"), prefer_pinned)
+
+    def current_transaction(self) -> Optional[Transaction]:
+        return _slot(self._serial, _TX)
+
+    def _gtrid_call(self, fn: Any, gtrid: BytesLike) -> None:
+        g = _bytes_arg(gtrid, "gtrid")
+        rc = fn(self._h, g, len(g))
+        if rc:
+            self._raise(rc)
+
+    def _route_call(self, fn: Any, key: BytesLike, what: str) -> Route:
+        k = _bytes_arg(key, what)
+        out = _new("racaffinity_route *")
+        rc = fn(self._h, k, len(k), out)
+        if rc:
+            self._raise(rc)
+        return _route(self, out)
+
+    def tx_begin(self, gtrid: BytesLike) -> Route:
+        """Begins or joins a branch of `gtrid`; every branch gets the owning node."""
+        return self._route_call(lib.racaffinity_tx_begin, gtrid, "gtrid")
+
+    def tx_begin_on(self, gtrid: BytesLike, preferred: Union[int, str]) -> Route:
+        """Like `tx_begin`; a new gtrid goes to `preferred` if it takes new work."""
+        g = _bytes_arg(gtrid, "gtrid")
+        out = _new("racaffinity_route *")
+        rc = lib.racaffinity_tx_begin_on(self._h, g, len(g), self.node_id(preferred), out)
+        if rc:
+            self._raise(rc)
+        return _route(self, out)
+
+    def tx_route(self, gtrid: BytesLike) -> Route:
+        """Where 2PC commands for `gtrid` go. Never moves the transaction."""
+        return self._route_call(lib.racaffinity_tx_route, gtrid, "gtrid")
+
+    def tx_prepared(self, gtrid: BytesLike) -> None:
+        """Marks a branch prepared: the transaction never moves again."""
+        self._gtrid_call(lib.racaffinity_tx_prepared, gtrid)
+
+    def tx_end(self, gtrid: BytesLike) -> None:
+        """Ends one branch; the entry goes with the last."""
+        self._gtrid_call(lib.racaffinity_tx_end, gtrid)
+
+    def tx_complete(self, gtrid: BytesLike) -> None:
+        """Forgets `gtrid` whatever its branch count."""
+        self._gtrid_call(lib.racaffinity_tx_complete, gtrid)
+
+    def tx_recovered(self, gtrid: BytesLike, node: Union[int, str]) -> None:
+        """Records that `node` returned `gtrid` from a recovery scan."""
+        g = _bytes_arg(gtrid, "gtrid")
+        rc = lib.racaffinity_tx_recovered(self._h, g, len(g), self.node_id(node))
+        if rc:
+            self._raise(rc)
+
+    # -- sessions and data keys ----------------------------------------------
+
+    def route_session(self, key: BytesLike) -> Route:
+        """Routes a request of web session `key` (1..=1024 bytes)."""
+        return self._route_call(lib.racaffinity_session_route, key, "session key")
+
+    def session(self, key: BytesLike) -> SessionScope:
+        """A request of session `key` as a context manager (see `SessionScope`)."""
+        return SessionScope(self, _bytes_arg(key, "session key"))
+
+    def current_session(self) -> Optional[bytes]:
+        return _slot(self._serial, _SESSION)
+
+    def end_session(self, key: BytesLike) -> bool:
+        """Ends session `key`'s affinity; returns whether it had one."""
+        k = _bytes_arg(key, "session key")
+        out = _new("bool *")
+        rc = lib.racaffinity_session_end(self._h, k, len(k), out)
+        if rc:
+            self._raise(rc)
+        return bool(out[0])
+
+    def route_key(self, key: DataKey) -> Route:
+        """Routes a data key: bytes, str (UTF-8) or int (i64)."""
+        if isinstance(key, int) and not isinstance(key, bool):
+            if not _I64_MIN <= key <= _I64_MAX:
+                raise KeyOverflowError(f"int key {key} does not fit in 64 bits", 4)
+            out = _new("racaffinity_route *")
+            rc = lib.racaffinity_key_route_i64(self._h, key, out)
+            if rc:
+                self._raise(rc)
+            return _route(self, out)
+        return self._route_call(lib.racaffinity_key_route, key, "key")  # type: ignore[arg-type]
+
+    def partition_of(self, key: DataKey) -> int:
+        """The partition a data key falls in. An int key is passed as its 8
+        little-endian bytes, which is how the core hashes an i64 (README,
+        racaffinity-hrw-v1 step 2); the C ABI has no i64 variant."""
+        if isinstance(key, int) and not isinstance(key, bool):
+            if not _I64_MIN <= key <= _I64_MAX:
+                raise KeyOverflowError(f"int key {key} does not fit in 64 bits", 4)
+            k = key.to_bytes(8, "little", signed=True)
+        else:
+            k = _bytes_arg(key, "key")
+        out = _new("uint32_t *")
+        rc = lib.racaffinity_key_partition(self._h, k, len(k), out)
+        if rc:
+            self._raise(rc)
+        return int(out[0])
+
+    # -- failover inputs --------------------------------------------------------
+
+    def apply_event(self, line: Union[str, bytes]) -> int:
+        """Applies one FAN event or RLB advisory line; returns the number of
+        node state changes. Malformed text (`EventParseError`), an unknown
+        instance (`UnknownNodeError`) or a foreign database/service
+        (`ForeignEventError`) changes nothing."""
+        out = _new("uint32_t *")
+        rc = lib.racaffinity_event_apply(self._h, _cstr(line, "event line"), out)
+        if rc:
+            self._raise(rc)
+        return int(out[0])
+
+    def report_probe(self, node: Union[int, str], ok: bool) -> None:
+        """Reports a heartbeat probe of `node`."""
+        rc = lib.racaffinity_probe_report(self._h, self.node_id(node), _bool_arg(ok, "ok"))
+        if rc:
+            self._raise(rc)
+
+    def report_outcome(self, node: Union[int, str], ok: bool) -> None:
+        """Reports a node-level success or failure outside a lease."""
+        rc = lib.racaffinity_outcome_report(self._h, self.node_id(node), _bool_arg(ok, "ok"))
+        if rc:
+            self._raise(rc)
+
+    # -- metrics ---------------------------------------------------------------
+
+    def _read_text(self, fill: Any, cap: int = 4096) -> str:
+        out_len = _new("size_t *")
+        for _ in range(16):
+            buf = _new("char[]", cap)
+            rc = fill(buf, cap, out_len)
+            if rc == 0:
+                return ffi.string(buf).decode("utf-8")
+            if rc != BUFFER_TOO_SMALL:
+                self._raise(rc)
+            cap = int(out_len[0]) + int(out_len[0]) // 8 + 256  # counters move: some slack
+        self._raise(BUFFER_TOO_SMALL)
+        raise AssertionError  # unreachable
+
+    def metrics(self) -> Dict[str, Any]:
+        """The metrics snapshot (the library's JSON, parsed)."""
+        return json.loads(self.metrics_json())
+
+    def metrics_json(self) -> str:
+        return self._read_text(lambda b, c, n: lib.racaffinity_metrics_json(self._h, b, c, n))
+
+    def metrics_prometheus(self) -> str:
+        """The metrics snapshot in the Prometheus text format."""
+        return self._read_text(lambda b, c, n: lib.racaffinity_metrics_prometheus(self._h, b, c, n), 16384)

@@ -1,0 +1,158 @@
+"""Per-instance connect strings and python-oracledb pools for Oracle RAC.
+
+Per seed 000, each node pool connects with INSTANCE_NAME set, so the listener
+cannot load-balance the pool away from its instance. The strings are built by
+the core (`racaffinity_connect_string`), which validates every value: one that
+could break the descriptor syntax is an `InvalidArgumentError`.
+
+`create_node_pools` needs python-oracledb (`pip install racaffinity[oracle]`);
+the DSN builders do not.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+from . import _config
+from ._cluster import Cluster, _cstr
+from ._errors import ConfigError, KeyOverflowError, raise_for
+from ._lib import ffi, lib
+
+__all__ = [
+    "ConnectForm",
+    "connect_string",
+    "descriptor",
+    "easy_connect",
+    "jdbc_descriptor_url",
+    "jdbc_easy_connect_url",
+    "node_dsns",
+    "create_node_pools",
+    "DEFAULT_PORT",
+]
+
+DEFAULT_PORT = 1521
+
+
+class ConnectForm(enum.IntEnum):
+    """`racaffinity_connect_form`."""
+
+    DESCRIPTOR = int(lib.RACAFFINITY_CONNECT_FORM_DESCRIPTOR)
+    EASY_CONNECT = int(lib.RACAFFINITY_CONNECT_FORM_EASY_CONNECT)
+    JDBC_DESCRIPTOR = int(lib.RACAFFINITY_CONNECT_FORM_JDBC_DESCRIPTOR)
+    JDBC_EASY_CONNECT = int(lib.RACAFFINITY_CONNECT_FORM_JDBC_EASY_CONNECT)
+
+
+def connect_string(form: ConnectForm, host: str, port: int, service: str, instance: str) -> str:
+    """Builds one per-instance connect string through the core."""
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise TypeError(f"port must be an int, not {type(port).__name__}")
+    if not 0 <= port <= 0xFFFF:
+        # The C parameter is uint16_t; the core refuses 0 itself.
+        raise KeyOverflowError(f"port {port} is not in 1..=65535", 4)
+    h, s, i = _cstr(host, "host"), _cstr(service, "service"), _cstr(instance, "instance")
+    out_len = ffi.new("size_t *")
+    cap = 512
+    for _ in range(4):
+        buf = ffi.new("char[]", cap)
+        rc = lib.racaffinity_connect_string(int(form), h, port, s, i, buf, cap, out_len)
+        if rc == 0:
+            return ffi.string(buf).decode("utf-8")
+        if rc != int(lib.RACAFFINITY_RESULT_BUFFER_TOO_SMALL):
+            raise_for(rc)
+        cap = int(out_len[0])
+    raise_for(int(lib.RACAFFINITY_RESULT_BUFFER_TOO_SMALL))
+
+
+def descriptor(host: str, port: int, service: str, instance: str) -> str:
+    """`(DESCRIPTION=(ADDRESS_LIST=(ADDRESS=(PROTOCOL=tcp)(HOST=…)(PORT=…)))(CONNECT_DATA=(SERVICE_NAME=…)(INSTANCE_NAME=…)))`"""
+    return connect_string(ConnectForm.DESCRIPTOR, host, port, service, instance)
+
+
+def easy_connect(host: str, port: int, service: str, instance: str) -> str:
+    """`host:port/service/instance` (an IPv6 host in brackets)."""
+    return connect_string(ConnectForm.EASY_CONNECT, host, port, service, instance)
+
+
+def jdbc_descriptor_url(host: str, port: int, service: str, instance: str) -> str:
+    return connect_string(ConnectForm.JDBC_DESCRIPTOR, host, port, service, instance)
+
+
+def jdbc_easy_connect_url(host: str, port: int, service: str, instance: str) -> str:
+    return connect_string(ConnectForm.JDBC_EASY_CONNECT, host, port, service, instance)
+
+
+Address = Union[str, Tuple[str, int]]
+
+
+def node_dsns(
+    cluster: Cluster,
+    service: str,
+    *,
+    addresses: Optional[Mapping[str, Address]] = None,
+    form: Union[ConnectForm, str] = ConnectForm.DESCRIPTOR,
+    default_port: int = DEFAULT_PORT,
+) -> Dict[str, str]:
+    """Node name -> per-instance DSN for every live node of `cluster`.
+
+    A node's listener address is `addresses[name]` (`"host:port"`, `"host"`
+    or `(host, port)`), else its `node.<NAME>.address` config entry. The
+    instance name is the node name. `form` is `"descriptor"` (default: what
+    python-oracledb's `dsn=` takes in every mode) or `"easy_connect"`."""
+    if isinstance(form, str):
+        try:
+            form = ConnectForm[form.upper()]
+        except KeyError:
+            raise ValueError(f"form must be 'descriptor' or 'easy_connect', not {form!r}") from None
+    given = {k.upper(): v for k, v in (addresses or {}).items()}
+    out: Dict[str, str] = {}
+    for node in cluster.nodes:
+        addr = given.get(node.name.upper())
+        if addr is None:
+            addr = cluster.node_address(node.id)
+        if addr is None:
+            raise ConfigError(
+                f"node `{node.name}` has no address: set node.{node.name}.address in the config "
+                f"or pass addresses={{'{node.name}': 'host:port'}}",
+                7,
+            )
+        if isinstance(addr, tuple):
+            host, port = addr
+        else:
+            host, port = _config.split_host_port(addr, default_port)
+        out[node.name] = connect_string(form, host, port, service, node.name)
+    return out
+
+
+def create_node_pools(
+    cluster: Cluster,
+    service: str,
+    user: str,
+    password: str,
+    *,
+    addresses: Optional[Mapping[str, Address]] = None,
+    default_port: int = DEFAULT_PORT,
+    **pool_kwargs: Any,
+) -> Dict[int, Any]:
+    """One `oracledb.create_pool()` per live node, keyed by node id, each
+    with that instance's INSTANCE_NAME descriptor as `dsn`. `pool_kwargs`
+    (min, max, increment, …) go to every pool. Route with the cluster
+    (`cluster.pick()`, `tx_begin`, …) and take connections from
+    `pools[route.node]`."""
+    try:
+        import oracledb  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("create_node_pools needs python-oracledb: pip install 'racaffinity[oracle]'") from e
+    dsns = node_dsns(cluster, service, addresses=addresses, default_port=default_port)
+    pools: Dict[int, Any] = {}
+    try:
+        for name, dsn in dsns.items():
+            pools[cluster.node_id(name)] = oracledb.create_pool(user=user, password=password, dsn=dsn, **pool_kwargs)
+    except BaseException:
+        for p in pools.values():
+            try:
+                p.close(force=True)
+            except Exception:
+                pass
+        raise
+    return pools

@@ -1,0 +1,613 @@
+"""Node pools over psycopg 3: one `psycopg_pool` pool per node.
+
+    pools = NodePools(cluster, {"RAC1": dsn1, "RAC2": dsn2, "RAC3": dsn3})
+    with pools.connection() as conn:                 # the context's pin, else balanced
+        ...
+    with pools.connection(key=4711) as conn: ...     # data affinity
+    with pools.connection(session=sid) as conn: ...  # web-session affinity
+    with cluster.transaction("gtrid-42"):            # every branch, every thread: one node
+        with pools.connection() as conn: ...
+
+Routing is the core's. The pools add:
+- health feedback: every connection is a lease; a node-level
+  `psycopg.OperationalError` (see `is_node_failure`) releases it FAILED, which
+  feeds passive ejection, and is re-raised;
+- an optional heartbeat (a daemon thread, or an asyncio task for
+  `AsyncNodePools`) that probes every node with `SELECT 1` each
+  `heartbeat_interval` and reports the result (`racaffinity_probe_report`);
+- two-phase commit over psycopg's `tpc_*` API and recovery
+  (`global_transaction`, `recover_all`; see `racaffinity.tpc`).
+
+Needs `pip install racaffinity[postgres]` (psycopg 3 and psycopg_pool).
+Connection strings and credentials are never shown in `repr`, logs or the
+exceptions this module raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import psycopg
+import psycopg_pool
+
+from ._cluster import BytesLike, Cluster, DataKey, Outcome, PinScope, SessionScope, Transaction, _SCOPES
+from ._cluster import _cluster_pick, _context_pick, _lease_begin, _lease_release, _new
+from ._errors import ConfigError, UnknownNodeError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .tpc import GlobalTransaction, RecoveryReport
+
+__all__ = ["NodePools", "AsyncNodePools", "is_node_failure"]
+
+log = logging.getLogger("racaffinity.pools")
+
+_OK, _FAILED, _NEUTRAL = int(Outcome.OK), int(Outcome.FAILED), int(Outcome.NEUTRAL)
+
+# SQLSTATEs that say the node (not the statement) failed: connection
+# exceptions (class 08) and the server shutting down or starting up.
+_NODE_SQLSTATES = ("57P01", "57P02", "57P03")
+
+
+def is_node_failure(exc: BaseException, pool: Any = None) -> bool:
+    """Whether `exc` says the node failed, so it counts against its health.
+
+    Node failures: a `psycopg.OperationalError` without SQLSTATE (the
+    connection broke or could not be made), of class 08 (connection
+    exception), or 57P01–57P03 (admin/crash shutdown, cannot connect now);
+    and a `PoolTimeout` while the pool has fewer connections than its maximum
+    (it could not open the ones it wanted). Not node failures: statement
+    timeouts, lock errors, a pool that is merely busy, a closed pool."""
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        if pool is None:
+            return True
+        try:
+            return pool.get_stats().get("pool_size", 0) < pool.max_size
+        except Exception:
+            return True
+    if isinstance(exc, (psycopg_pool.PoolClosed, psycopg_pool.TooManyRequests)):
+        return False
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith("08") or state in _NODE_SQLSTATES
+
+
+def _node_dsns(cluster: Cluster, dsns: Mapping[str, str]) -> Dict[int, Tuple[str, str]]:
+    """node id -> (name, dsn); every live node needs one."""
+    if not isinstance(dsns, Mapping):
+        raise TypeError(f"dsns must be a mapping of node name to connection string, not {type(dsns).__name__}")
+    out: Dict[int, Tuple[str, str]] = {}
+    for name, dsn in dsns.items():
+        if not isinstance(dsn, str):
+            raise TypeError(f"the connection string of node {name!r} must be a str")
+        node = cluster.node_id(name)  # UnknownNodeError for a name the cluster lacks
+        out[node] = (cluster.node_name(node), dsn)
+    missing = [n.name for n in cluster.nodes if n.id not in out]
+    if missing:
+        raise ConfigError(f"no connection string for node(s) {', '.join(missing)}", 7)
+    return out
+
+
+class _Base:
+    """What the sync and async pools share: routing to a lease."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        dsns: Mapping[str, str],
+        heartbeat: bool,
+        heartbeat_interval: Optional[float],
+        probe_timeout: Optional[float],
+        connect_kwargs: Optional[Mapping[str, Any]],
+    ) -> None:
+        if not isinstance(cluster, Cluster):
+            raise TypeError(f"cluster must be a racaffinity.Cluster, not {type(cluster).__name__}")
+        self.cluster = cluster
+        self._serial = cluster._serial
+        self._h = cluster._h
+        self._dsns = _node_dsns(cluster, dsns)
+        self._connect_kwargs = dict(connect_kwargs or {})
+        size = max(self._dsns) + 1 if self._dsns else 0
+        self._by_id: List[Any] = [None] * size
+        self._heartbeat_on = heartbeat
+        self.heartbeat_interval = float(heartbeat_interval) if heartbeat_interval is not None else cluster.heartbeat_interval
+        if not self.heartbeat_interval > 0:
+            raise ValueError("heartbeat_interval must be > 0")
+        self.probe_timeout = float(probe_timeout) if probe_timeout is not None else min(1.0, self.heartbeat_interval)
+        self._closed = False
+
+    # -- routing ----------------------------------------------------------------
+
+    def _acquire(self, key: Optional[DataKey], session: Optional[BytesLike]) -> Tuple[Any, Any]:
+        """Leases the node for the next connection and returns (lease
+        buffer, that node's pool). The node: the context's transaction, else
+        the session / key argument, else the context's session, else the
+        context's pin, else load balancing. A transaction wins over a key or
+        session argument: its branches must never split.
+
+        The hot path of every connection, so it calls the library directly
+        with a raw `racaffinity_lease` (no `Lease` object); `_Connection`
+        releases it exactly once."""
+        c = self.cluster
+        h = self._h
+        buf = _new("racaffinity_lease *")
+        scopes = _SCOPES.get()
+        f = scopes.get(self._serial) if scopes is not None else None
+        if f is not None and f[1] is not None:
+            rc = _lease_begin(h, f[1].node, buf)
+        elif session is not None:
+            if key is not None:
+                raise TypeError("pass either key= or session=, not both")
+            rc = _lease_begin(h, c.route_session(session).node, buf)
+        elif key is not None:
+            rc = _lease_begin(h, c.route_key(key).node, buf)
+        elif f is not None and f[2] is not None:
+            rc = _lease_begin(h, c.route_session(f[2]).node, buf)
+        elif f is not None and f[0] is not None and f[0].active:
+            rc = _context_pick(h, f[0].key, buf)
+        else:
+            rc = _cluster_pick(h, buf)
+        if rc:
+            c._raise(rc)
+        node = buf.node
+        by_id = self._by_id
+        pool = by_id[node] if node < len(by_id) else None
+        if pool is None:
+            _lease_release(h, buf, _NEUTRAL)
+            raise UnknownNodeError(f"no pool for node {c.node_name(node)}", 8)
+        return buf, pool
+
+    # -- conveniences that delegate to the cluster --------------------------------
+
+    def pin(self) -> PinScope:
+        """`cluster.pin()`: connections inside go to the pinned node."""
+        return self.cluster.pin()
+
+    def transaction(self, gtrid: BytesLike, *, prefer_pinned: bool = False) -> Transaction:
+        """`cluster.transaction(gtrid)`: connections inside go to the gtrid's node."""
+        return self.cluster.transaction(gtrid, prefer_pinned=prefer_pinned)
+
+    def session(self, key: BytesLike) -> SessionScope:
+        """`cluster.session(key)`: connections inside go to the session's node."""
+        return self.cluster.session(key)
+
+    def node_pool(self, node: Union[int, str]) -> Any:
+        """The psycopg_pool pool of a node (by id or name)."""
+        node = self.cluster.node_id(node)
+        pool = self._by_id[node] if node < len(self._by_id) else None
+        if pool is None:
+            raise UnknownNodeError(f"no pool for node #{node}", 8)
+        return pool
+
+    def items(self) -> List[Tuple[int, Any]]:
+        """(node id, pool) for every node with a pool, in id order."""
+        return [(i, p) for i, p in enumerate(self._by_id) if p is not None]
+
+    def __repr__(self) -> str:
+        nodes = ", ".join(f"{name}(#{i})" for i, (name, _dsn) in sorted(self._dsns.items()))
+        hb = f" heartbeat={self.heartbeat_interval:g}s" if self._heartbeat_on else ""
+        state = " closed" if self._closed else ""
+        return f"<racaffinity.pools.{type(self).__name__} [{nodes}]{hb}{state}>"
+
+
+# ---------------------------------------------------------------------------
+# sync
+
+
+class _Connection:
+    """`with pools.connection() as conn:` — what psycopg_pool's
+    `ConnectionPool.connection()` does (getconn; the connection's own context:
+    commit on success, rollback on error; putconn), without its generator
+    context manager and its `usage_ms` statistic, inside a lease released OK,
+    or FAILED on a node failure (`is_node_failure`), else NEUTRAL."""
+
+    __slots__ = ("_pools", "_key", "_session", "_timeout", "_buf", "_pool", "_conn")
+
+    def __init__(self, pools: "NodePools", key: Any, session: Any, timeout: Optional[float]) -> None:
+        self._pools = pools
+        self._key = key
+        self._session = session
+        self._timeout = timeout
+
+    def __enter__(self) -> psycopg.Connection:
+        buf, pool = self._pools._acquire(self._key, self._session)
+        try:
+            conn = pool.getconn(self._timeout)
+        except BaseException as e:
+            _lease_release(self._pools._h, buf, _FAILED if is_node_failure(e, pool) else _NEUTRAL)
+            raise
+        self._buf, self._pool, self._conn = buf, pool, conn
+        return conn.__enter__()
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        pool = self._pool
+        outcome = _OK if et is None else (_FAILED if is_node_failure(ev, pool) else _NEUTRAL)
+        try:
+            self._conn.__exit__(et, ev, tb)
+        except BaseException as e:
+            if outcome == _OK:
+                outcome = _FAILED if is_node_failure(e, pool) else _NEUTRAL
+            raise
+        finally:
+            try:
+                pool.putconn(self._conn)
+            finally:
+                _lease_release(self._pools._h, self._buf, outcome)
+
+
+class NodePools(_Base):
+    """One `psycopg_pool.ConnectionPool` per node.
+
+    `dsns` maps every node name of `cluster` to its libpq connection string;
+    `connect_kwargs` go to every connection (e.g. `{"password": ...}`), other
+    keyword arguments to every `ConnectionPool` (`min_size`, `max_size`,
+    `timeout`, …). With `heartbeat=True` a daemon thread probes each node
+    every `heartbeat_interval` seconds (default: the cluster's
+    `heartbeat.interval`) with `SELECT 1` on a dedicated probe connection,
+    within `probe_timeout`, and reports each result. Close the pools (or use
+    them as a context manager) to stop the heartbeat and close every pool."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        dsns: Mapping[str, str],
+        *,
+        heartbeat: bool = False,
+        heartbeat_interval: Optional[float] = None,
+        probe_timeout: Optional[float] = None,
+        connect_kwargs: Optional[Mapping[str, Any]] = None,
+        min_size: int = 1,
+        max_size: Optional[int] = None,
+        timeout: float = 30.0,
+        **pool_kwargs: Any,
+    ) -> None:
+        super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
+        self.timeout = timeout
+        try:
+            for node, (name, dsn) in self._dsns.items():
+                pool = psycopg_pool.ConnectionPool(
+                    dsn,
+                    kwargs=dict(self._connect_kwargs),
+                    min_size=min_size,
+                    max_size=max_size,
+                    timeout=timeout,
+                    name=f"racaffinity-{name}",
+                    open=False,
+                    **pool_kwargs,
+                )
+                pool.open(wait=False)
+                self._by_id[node] = pool
+        except BaseException:
+            self.close()
+            raise
+        self._heartbeat: Optional[_Heartbeat] = None
+        if heartbeat:
+            self._heartbeat = _Heartbeat(self)
+            self._heartbeat.start()
+
+    def connection(
+        self, *, key: Optional[DataKey] = None, session: Optional[BytesLike] = None, timeout: Optional[float] = None
+    ) -> "_Connection":
+        """A connection from the node the core routes to (see `_lease` for
+        the order: transaction, session/key argument, session scope, pin,
+        load balancing), as a context manager."""
+        return _Connection(self, key, session, timeout)
+
+    def global_transaction(self, gtrid: str, **kwargs: Any) -> "GlobalTransaction":
+        """A two-phase (XA-style) transaction over psycopg's tpc_* API; see
+        `racaffinity.tpc.GlobalTransaction`."""
+        from .tpc import GlobalTransaction
+
+        return GlobalTransaction(self, gtrid, **kwargs)
+
+    def recover_all(self, action: str = "rollback", **kwargs: Any) -> "RecoveryReport":
+        """Resolves every in-doubt branch on every node; see `racaffinity.tpc.recover_all`."""
+        from .tpc import recover_all
+
+        return recover_all(self, action, **kwargs)
+
+    def check_heartbeat(self) -> None:
+        """Runs one heartbeat round now (probes every node and reports)."""
+        hb = self._heartbeat or _Heartbeat(self)
+        hb.tick()
+        if self._heartbeat is None:
+            hb.close_probes()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stops the heartbeat and closes every pool. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        hb = getattr(self, "_heartbeat", None)
+        if hb is not None:
+            hb.stop()
+        for pool in self._by_id:
+            if pool is not None:
+                try:
+                    pool.close(timeout=timeout)
+                except Exception:  # pragma: no cover
+                    log.exception("racaffinity: closing a node pool failed")
+
+    def __enter__(self) -> "NodePools":
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        self.close()
+
+
+class _Heartbeat(threading.Thread):
+    """Probes every node each interval; one probe per node in flight. A probe
+    that has not answered within `probe_timeout` counts as a miss, and so
+    does every round in which it is still stuck."""
+
+    def __init__(self, pools: NodePools) -> None:
+        super().__init__(name="racaffinity-heartbeat", daemon=True)
+        self._pools = pools
+        self._stop_event = threading.Event()
+        self._probes: Dict[int, threading.Thread] = {}
+        self._results: Dict[int, bool] = {}
+        self._conns: Dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        interval = self._pools.heartbeat_interval
+        nxt = time.monotonic()
+        while not self._stop_event.is_set():
+            try:
+                self.tick()
+            except Exception:  # never let the heartbeat die
+                log.exception("racaffinity: heartbeat round failed")
+            nxt += interval
+            now = time.monotonic()
+            if nxt < now:  # fell behind (a slow round): do not burst
+                nxt = now + interval
+            if self._stop_event.wait(nxt - now):
+                break
+        self.close_probes()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=self._pools.probe_timeout + 2.0)
+
+    def _probe(self, node: int, dsn: str) -> None:
+        ok = False
+        try:
+            conn = self._conns.get(node)
+            if conn is None or conn.closed:
+                kw = dict(self._pools._connect_kwargs)
+                kw.setdefault("connect_timeout", max(2, math.ceil(self._pools.probe_timeout)))
+                conn = psycopg.connect(dsn, autocommit=True, **kw)
+                self._conns[node] = conn
+            conn.execute("SELECT 1")
+            ok = True
+        except Exception as e:
+            log.debug("racaffinity: probe of node #%d failed: %s", node, type(e).__name__)
+            conn = self._conns.pop(node, None)
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+        with self._lock:
+            self._results[node] = ok
+
+    def tick(self) -> None:
+        pools = self._pools
+        cluster = pools.cluster
+        deadline = time.monotonic() + pools.probe_timeout
+        started = []
+        verdicts: Dict[int, bool] = {}
+        for node, (_name, dsn) in pools._dsns.items():
+            t = self._probes.get(node)
+            if t is not None and t.is_alive():
+                verdicts[node] = False  # the last probe is still stuck
+                continue
+            with self._lock:
+                self._results.pop(node, None)
+            t = threading.Thread(target=self._probe, args=(node, dsn), name=f"racaffinity-probe-{node}", daemon=True)
+            self._probes[node] = t
+            t.start()
+            started.append(node)
+        for node in started:
+            self._probes[node].join(max(0.0, deadline - time.monotonic()))
+            with self._lock:
+                verdicts[node] = self._results.get(node, False)
+        for node, ok in verdicts.items():
+            try:
+                cluster.report_probe(node, ok)
+            except Exception as e:  # a closed cluster or a removed node
+                log.debug("racaffinity: report_probe(#%d) failed: %s", node, e)
+
+    def close_probes(self) -> None:
+        for conn in list(self._conns.values()):
+            try:
+                conn.close()
+            except Exception:
+                pass
+        self._conns.clear()
+
+
+# ---------------------------------------------------------------------------
+# async
+
+
+class _AsyncConnection:
+    """`async with pools.connection() as conn:` (see `_Connection`)."""
+
+    __slots__ = ("_pools", "_key", "_session", "_timeout", "_buf", "_pool", "_conn")
+
+    def __init__(self, pools: "AsyncNodePools", key: Any, session: Any, timeout: Optional[float]) -> None:
+        self._pools = pools
+        self._key = key
+        self._session = session
+        self._timeout = timeout
+
+    async def __aenter__(self) -> psycopg.AsyncConnection:
+        buf, pool = self._pools._acquire(self._key, self._session)
+        try:
+            conn = await pool.getconn(self._timeout)
+        except BaseException as e:
+            _lease_release(self._pools._h, buf, _FAILED if is_node_failure(e, pool) else _NEUTRAL)
+            raise
+        self._buf, self._pool, self._conn = buf, pool, conn
+        return await conn.__aenter__()
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        pool = self._pool
+        outcome = _OK if et is None else (_FAILED if is_node_failure(ev, pool) else _NEUTRAL)
+        try:
+            await self._conn.__aexit__(et, ev, tb)
+        except BaseException as e:
+            if outcome == _OK:
+                outcome = _FAILED if is_node_failure(e, pool) else _NEUTRAL
+            raise
+        finally:
+            try:
+                await pool.putconn(self._conn)
+            finally:
+                _lease_release(self._pools._h, self._buf, outcome)
+
+
+class AsyncNodePools(_Base):
+    """One `psycopg_pool.AsyncConnectionPool` per node; the asyncio version of
+    `NodePools` (same arguments). Open it in a running loop: `async with
+    AsyncNodePools(...) as pools:` or `await pools.open()`. The heartbeat is
+    an asyncio task. Pins and transactions follow the asyncio task's context."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        dsns: Mapping[str, str],
+        *,
+        heartbeat: bool = False,
+        heartbeat_interval: Optional[float] = None,
+        probe_timeout: Optional[float] = None,
+        connect_kwargs: Optional[Mapping[str, Any]] = None,
+        min_size: int = 1,
+        max_size: Optional[int] = None,
+        timeout: float = 30.0,
+        **pool_kwargs: Any,
+    ) -> None:
+        super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
+        self.timeout = timeout
+        for node, (name, dsn) in self._dsns.items():
+            self._by_id[node] = psycopg_pool.AsyncConnectionPool(
+                dsn,
+                kwargs=dict(self._connect_kwargs),
+                min_size=min_size,
+                max_size=max_size,
+                timeout=timeout,
+                name=f"racaffinity-{name}",
+                open=False,
+                **pool_kwargs,
+            )
+        self._hb_task: Optional["asyncio.Task[None]"] = None
+        self._probes: Dict[int, "asyncio.Task[bool]"] = {}
+        self._conns: Dict[int, Any] = {}
+
+    async def open(self) -> None:
+        for pool in self._by_id:
+            if pool is not None:
+                await pool.open(wait=False)
+        if self._heartbeat_on and self._hb_task is None:
+            self._hb_task = asyncio.get_running_loop().create_task(self._heartbeat_loop(), name="racaffinity-heartbeat")
+
+    def connection(
+        self, *, key: Optional[DataKey] = None, session: Optional[BytesLike] = None, timeout: Optional[float] = None
+    ) -> "_AsyncConnection":
+        """`async with pools.connection(...) as conn:` (see `NodePools.connection`)."""
+        return _AsyncConnection(self, key, session, timeout)
+
+    async def _probe(self, node: int, dsn: str) -> bool:
+        try:
+            conn = self._conns.get(node)
+            if conn is None or conn.closed:
+                kw = dict(self._connect_kwargs)
+                kw.setdefault("connect_timeout", max(2, math.ceil(self.probe_timeout)))
+                conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kw)
+                self._conns[node] = conn
+            await conn.execute("SELECT 1")
+            return True
+        except Exception as e:
+            log.debug("racaffinity: probe of node #%d failed: %s", node, type(e).__name__)
+            conn = self._conns.pop(node, None)
+            if conn is not None:
+                try:
+                    await conn.close()
+                except Exception:
+                    pass
+            return False
+
+    async def check_heartbeat(self) -> None:
+        """Runs one heartbeat round now."""
+        started: Dict[int, "asyncio.Task[bool]"] = {}
+        verdicts: Dict[int, bool] = {}
+        for node, (_name, dsn) in self._dsns.items():
+            t = self._probes.get(node)
+            if t is not None and not t.done():
+                verdicts[node] = False  # still stuck
+                continue
+            t = asyncio.ensure_future(self._probe(node, dsn))
+            self._probes[node] = t
+            started[node] = t
+        if started:
+            await asyncio.wait(list(started.values()), timeout=self.probe_timeout)
+        for node, t in started.items():
+            verdicts[node] = t.done() and not t.cancelled() and t.exception() is None and bool(t.result())
+        for node, ok in verdicts.items():
+            try:
+                self.cluster.report_probe(node, ok)
+            except Exception as e:
+                log.debug("racaffinity: report_probe(#%d) failed: %s", node, e)
+
+    async def _heartbeat_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        nxt = loop.time()
+        while True:
+            try:
+                await self.check_heartbeat()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("racaffinity: heartbeat round failed")
+            nxt += self.heartbeat_interval
+            now = loop.time()
+            if nxt < now:
+                nxt = now + self.heartbeat_interval
+            await asyncio.sleep(nxt - now)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Stops the heartbeat and closes every pool. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._hb_task is not None:
+            self._hb_task.cancel()
+            try:
+                await self._hb_task
+            except BaseException:
+                pass
+        for t in self._probes.values():
+            t.cancel()
+        for conn in list(self._conns.values()):
+            try:
+                await conn.close()
+            except Exception:
+                pass
+        self._conns.clear()
+        for pool in self._by_id:
+            if pool is not None:
+                await pool.close(timeout=timeout)
+
+    async def __aenter__(self) -> "AsyncNodePools":
+        await self.open()
+        return self
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        await self.close()

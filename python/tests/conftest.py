@@ -1,0 +1,85 @@
+"""Shared fixtures. Tests that need the local PostgreSQL nodes read the
+RACAFF_NODE<i>_DSN / _PORT exports of `tests/cluster/pgnodes env` (run_tests.sh
+sets them) and kill/restart nodes through the same script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import pytest
+
+import racaffinity
+
+REPO = Path(__file__).resolve().parents[2]
+VECTORS = REPO / "tests" / "vectors"
+NAMES = ["RAC1", "RAC2", "RAC3"]
+
+
+class PgNodes:
+    """The 3 local nodes: DSNs and ports by node name, kill and restart."""
+
+    def __init__(self) -> None:
+        n = int(os.environ.get("RACAFF_NODES", "0"))
+        if n < 3:
+            pytest.fail("the local PostgreSQL nodes are not running: use python/run_tests.sh")
+        self.dsn: Dict[str, str] = {NAMES[i]: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i in range(3)}
+        self.port: Dict[str, int] = {NAMES[i]: int(os.environ[f"RACAFF_NODE{i + 1}_PORT"]) for i in range(3)}
+        self.script = os.environ.get("RACAFF_PGNODES", str(REPO / "tests" / "cluster" / "pgnodes"))
+
+    def name_of_port(self, port: int) -> str:
+        return {p: n for n, p in self.port.items()}[port]
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([self.script, *args], check=True, stdout=subprocess.DEVNULL)
+
+    def kill(self, i: int) -> None:
+        self._run("kill", str(i))
+
+    def restart(self, i: int) -> None:
+        self._run("restart", str(i))
+
+
+@pytest.fixture(scope="session")
+def pg() -> PgNodes:
+    return PgNodes()
+
+
+@pytest.fixture
+def cluster_factory() -> Callable[..., racaffinity.Cluster]:
+    made: List[racaffinity.Cluster] = []
+
+    def make(*args, **kwargs) -> racaffinity.Cluster:
+        c = racaffinity.Cluster(*args, **kwargs)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
+def cluster(cluster_factory) -> racaffinity.Cluster:
+    return cluster_factory(nodes=NAMES)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> float:
+    """Polls `cond` until it holds; returns the seconds it took, or fails."""
+    t0 = time.monotonic()
+    while True:
+        if cond():
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"condition not met within {timeout:.1f}s")
+        time.sleep(step)
+
+
+def fan_line(instance: str, status: str, reason: str = "FAILURE") -> str:
+    return (
+        f"SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={instance} host=h "
+        f"status={status} reason={reason} card=1 timestamp=2026-11-29 08:00:00"
+    )
