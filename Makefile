@@ -14,7 +14,7 @@ LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: cbindgen-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
-	test-cluster test-demo test-c test-python lint bench memory clean help
+	test-cluster test-demo test-c test-python test-java jar lint bench memory clean help
 
 all: build
 
@@ -56,7 +56,7 @@ check-header: cbindgen-tool
 check-symbols: lib
 	@bad=$$(nm -D --defined-only $(LIB_DIR)/libracaffinity.so | awk '{print $$3}' | grep -v -E '^(racaffinity_|Java_)' || true); \
 	if [ -n "$$bad" ]; then echo "unexpected exported symbols:"; echo "$$bad"; exit 1; fi; \
-	echo "exports: $$(nm -D --defined-only $(LIB_DIR)/libracaffinity.so | wc -l) symbols, all racaffinity_*"
+	echo "exports: $$(nm -D --defined-only $(LIB_DIR)/libracaffinity.so | wc -l) symbols, all racaffinity_* or Java_*"
 
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
@@ -73,7 +73,7 @@ demo: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-c test-python test-cluster test-demo
+test: lint check-header check-symbols test-rust test-vectors test-c test-python test-java test-cluster test-demo
 	@echo "make test: all tests passed"
 
 lint:
@@ -90,6 +90,15 @@ test-vectors:
 
 test-cluster:
 	tests/cluster/smoke.sh
+
+# racaffinity.jar: the Java API and JDBC DataSource, bundling libracaffinity.
+jar: lib
+	mvn -q -f java package -DskipTests
+
+# Java tests: vectors, JDBC/JMX/failover over local nodes, virtual threads on a
+# JDK >= 21, the panic test, and the packaged jar run on its own.
+test-java: lib lib-testing
+	java/run_tests.sh
 
 # pip install ./python into target/pyenv, then pytest against local nodes.
 test-python: lib
@@ -109,10 +118,12 @@ bench: lib
 	test -x target/pyenv/bin/python || python3 -m venv target/pyenv
 	target/pyenv/bin/python -m pip install --quiet --disable-pip-version-check "./python[test]"
 	target/pyenv/bin/python python/bench.py
+	java/run_bench.sh
 
 memory:
 	$(CARGO) run --quiet --release -p racaffinity --example memory
 
 clean:
 	-$(PGNODES) stop
+	-mvn -q -f java clean
 	$(CARGO) clean

@@ -15,3 +15,4 @@
 #![allow(non_camel_case_types)]
 
 pub mod capi;
+pub mod jni;

@@ -1,0 +1,869 @@
+package io.racaffinity;
+
+import java.lang.ref.Cleaner;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.OptionalInt;
+import java.util.concurrent.atomic.AtomicBoolean;
+
+/**
+ * One database's nodes (RAC instances), its load-balancing policy and its
+ * affinity registries, held by the Rust core through {@code libracaffinity}.
+ *
+ * <p>Every method is safe to call from any number of threads. All routing
+ * decisions are the core's: this class converts arguments, calls it and
+ * returns its answers. Build one from the config text every binding shares
+ * ({@link #fromConfig(String)}) or with {@link #builder()}, and {@link #close()}
+ * it when done; a call after {@code close()} throws {@link ClusterClosedException}.
+ *
+ * <pre>{@code
+ * try (Cluster cluster = Cluster.builder().name("orcl").nodes("MYDB1", "MYDB2", "MYDB3")
+ *         .strict(Scope.TRANSACTION, true).build()) {
+ *     try (Pin pin = cluster.pin()) {               // this Java thread sticks to one node
+ *         Lease lease = cluster.pick();            // == pin.node()
+ *         lease.release(Outcome.OK);
+ *     }
+ *     Route tx = cluster.txBegin(gtrid);            // every branch of gtrid goes to tx.node()
+ * }
+ * }</pre>
+ *
+ * <p><b>Thread pins.</b> A pin belongs to the Java {@link Thread}, platform or
+ * virtual: each thread holds its own core context key in a {@link ThreadLocal}.
+ * OS-thread pins (the C ABI's {@code racaffinity_thread_pin}) are not used,
+ * because virtual threads share carrier OS threads.
+ */
+public final class Cluster implements AutoCloseable {
+    private static final Cleaner CLEANER = Cleaner.create(runnable -> {
+        Thread t = new Thread(runnable, "racaffinity-cleaner");
+        t.setDaemon(true);
+        return t;
+    });
+
+    private final long handle;
+    private final String name;
+    private final AtomicBoolean closed = new AtomicBoolean();
+    private final Cleaner.Cleanable freeOnGc;
+    private final ThreadLocal<long[]> context;
+    private volatile String[] names = new String[0];
+
+    private Cluster(long handle) {
+        this.handle = handle;
+        this.freeOnGc = CLEANER.register(this, new Free(handle));
+        this.name = Native.clusterName(handle);
+        this.context = ThreadLocal.withInitial(this::newContext);
+    }
+
+    /**
+     * Builds a cluster from config text ({@code key = value} entries separated by
+     * newlines or {@code ;}; the keys are in the README).
+     *
+     * @param config the config text
+     * @return the cluster
+     * @throws InvalidConfigException if the text is invalid (the message names the key)
+     */
+    public static Cluster fromConfig(String config) {
+        Objects.requireNonNull(config, "config");
+        return new Cluster(Native.clusterNew(config));
+    }
+
+    /** @return a builder that renders config text and passes it to the core */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /** @return the library version */
+    public static String libraryVersion() {
+        return Native.version();
+    }
+
+    long handle() {
+        return handle;
+    }
+
+    // ---- identity and nodes ---------------------------------------------
+
+    /** @return the config's {@code name} (metrics label and JMX name) */
+    public String name() {
+        return name;
+    }
+
+    /** @return live node names in id order */
+    public List<String> nodeNames() {
+        return List.of(Native.nodeNames(handle));
+    }
+
+    /** @return live node ids, ascending */
+    public int[] nodeIds() {
+        return Native.nodeIds(handle);
+    }
+
+    /**
+     * A node's name; also for removed nodes (ids are never reused, so names are cached).
+     *
+     * @param node node id
+     * @return its name
+     * @throws UnknownNodeException if there never was such a node
+     */
+    public String nodeName(int node) {
+        String[] cache = names;
+        if (node >= 0 && node < cache.length && cache[node] != null) {
+            return cache[node];
+        }
+        String n = Native.nodeName(handle, node);
+        synchronized (this) {
+            String[] cur = names;
+            if (node >= cur.length) {
+                cur = Arrays.copyOf(cur, Math.max(node + 1, cur.length * 2));
+            } else {
+                cur = cur.clone();
+            }
+            cur[node] = n;
+            names = cur;
+        }
+        return n;
+    }
+
+    /**
+     * A live node's id by name (case-insensitive).
+     *
+     * @param nodeName node name
+     * @return its id
+     * @throws UnknownNodeException if no live node has that name
+     */
+    public int nodeId(String nodeName) {
+        return Native.nodeFind(handle, Objects.requireNonNull(nodeName, "nodeName"));
+    }
+
+    /**
+     * @param node node id
+     * @return its state (a removed node reads as {@code DOWN})
+     */
+    public NodeState nodeState(int node) {
+        return NodeState.of(Native.nodeState(handle, node));
+    }
+
+    /**
+     * @param nodeName node name
+     * @return its state
+     */
+    public NodeState nodeState(String nodeName) {
+        return nodeState(nodeId(nodeName));
+    }
+
+    /**
+     * Sets a node's state as an operator would (cause {@code admin}: only another
+     * operator call lifts an operator's {@code DOWN}).
+     *
+     * @param nodeName node name
+     * @param state new state
+     * @return the previous state
+     */
+    public NodeState setNodeState(String nodeName, NodeState state) {
+        Objects.requireNonNull(state, "state");
+        return NodeState.of(Native.nodeSetState(handle, Objects.requireNonNull(nodeName, "nodeName"), state.ordinal()));
+    }
+
+    /**
+     * Adds a node at runtime; it gets the next id and starts {@code UP}.
+     *
+     * @param nodeName node name
+     * @param address {@code host:port} of its listener, or null
+     * @param weight 1..1000000 (0 means 1)
+     * @return the new node's id
+     */
+    public int addNode(String nodeName, String address, int weight) {
+        return Native.nodeAdd(handle, Objects.requireNonNull(nodeName, "nodeName"), address, weight);
+    }
+
+    /**
+     * Removes a node at runtime; affinities to it break as if it were down and,
+     * under rendezvous placement, only its keys move.
+     *
+     * @param nodeName node name
+     * @return the removed node's id
+     */
+    public int removeNode(String nodeName) {
+        return Native.nodeRemove(handle, Objects.requireNonNull(nodeName, "nodeName"));
+    }
+
+    /**
+     * Switches a scope between strict and soft at runtime.
+     *
+     * @param scope the scope
+     * @param strict true to refuse instead of moving work
+     */
+    public void setStrict(Scope scope, boolean strict) {
+        Native.setStrict(handle, scope.ordinal(), strict);
+    }
+
+    /**
+     * @param scope the scope
+     * @return whether it is strict
+     */
+    public boolean isStrict(Scope scope) {
+        return Native.isStrict(handle, scope.ordinal());
+    }
+
+    /** @return how often hosts should probe each node ({@code heartbeat.interval}) */
+    public Duration heartbeatInterval() {
+        return Duration.ofMillis(Native.heartbeatIntervalMillis(handle));
+    }
+
+    // ---- picks, pins, leases ----------------------------------------------
+
+    private long[] newContext() {
+        long key = Native.contextNew(handle);
+        long[] holder = {key};
+        // A thread that dies pinned must not leave its pin in the core: when
+        // its ThreadLocal value becomes unreachable, release the context.
+        CLEANER.register(holder, new ReleaseContext(handle, key));
+        return holder;
+    }
+
+    private long contextKey() {
+        return context.get()[0];
+    }
+
+    /**
+     * Routes the calling thread's next unit of work (its pin, else load
+     * balancing, or a new pin with {@code thread.auto_pin}) and leases the node.
+     *
+     * @return the lease; release it with an outcome
+     */
+    public Lease pick() {
+        long r = Native.contextPick(handle, contextKey());
+        return new Lease(this, Native.node(r), Native.kind(r));
+    }
+
+    /**
+     * Like {@link #pick()} without a lease: the cheapest routing call.
+     *
+     * @return the route
+     */
+    public Route route() {
+        return route(Native.contextRoute(handle, contextKey()));
+    }
+
+    /**
+     * Pins the calling Java thread (or deepens its pin) until the returned
+     * scope is closed.
+     *
+     * @return the pin scope
+     */
+    public Pin pin() {
+        long key = contextKey();
+        return new Pin(this, key, Native.contextPin(handle, key));
+    }
+
+    /** @return the calling thread's pinned node id, if pinned */
+    public OptionalInt pinnedNode() {
+        int n = Native.contextPinnedNode(handle, contextKey());
+        return n < 0 ? OptionalInt.empty() : OptionalInt.of(n);
+    }
+
+    /**
+     * Releases the calling thread's pin at every nesting level (for example at
+     * the end of a request whose pin scopes were not all closed).
+     *
+     * @return whether a pin existed
+     */
+    public boolean unpinAll() {
+        return Native.contextRelease(handle, contextKey());
+    }
+
+    /**
+     * Leases a node that another call routed to (a transaction, session or key
+     * route), so the work's outcome feeds balancing and health.
+     *
+     * @param route the route
+     * @return the lease
+     */
+    public Lease lease(Route route) {
+        Native.leaseBegin(handle, route.node());
+        return new Lease(this, route.node(), route.kind());
+    }
+
+    /**
+     * Leases a node by id (kind {@code AFFINITY}).
+     *
+     * @param node node id
+     * @return the lease
+     */
+    public Lease lease(int node) {
+        Native.leaseBegin(handle, node);
+        return new Lease(this, node, RouteKind.AFFINITY);
+    }
+
+    // ---- transactions ---------------------------------------------------
+
+    /**
+     * Begins or joins a branch of a global transaction: every branch, from any
+     * thread or process that sees the same topology, gets the owning node.
+     *
+     * @param gtrid the XA global transaction id, 1..64 bytes
+     * @return the route
+     */
+    public Route txBegin(byte[] gtrid) {
+        return route(Native.txBegin(handle, gtrid(gtrid)));
+    }
+
+    /**
+     * Like {@link #txBegin(byte[])}, but a new gtrid is placed on {@code preferred}
+     * (for example the thread's pinned node) when that node accepts new work.
+     *
+     * @param gtrid the gtrid
+     * @param preferred preferred node id
+     * @return the route
+     */
+    public Route txBegin(byte[] gtrid, int preferred) {
+        return route(Native.txBeginOn(handle, gtrid(gtrid), preferred));
+    }
+
+    /**
+     * Where 2PC commands (prepare, commit, rollback) for a gtrid go. Never moves it.
+     *
+     * @param gtrid the gtrid
+     * @return the route
+     * @throws UnknownTransactionException if the gtrid is not registered
+     */
+    public Route txRoute(byte[] gtrid) {
+        return route(Native.txRoute(handle, gtrid(gtrid)));
+    }
+
+    /**
+     * Marks a branch prepared: from now on the transaction never moves.
+     *
+     * @param gtrid the gtrid
+     * @return the owning node id
+     */
+    public int txPrepared(byte[] gtrid) {
+        return Native.txPrepared(handle, gtrid(gtrid));
+    }
+
+    /**
+     * Ends one branch (at its commit or rollback); the entry goes with the last.
+     *
+     * @param gtrid the gtrid
+     * @return the owning node id
+     */
+    public int txEnd(byte[] gtrid) {
+        return Native.txEnd(handle, gtrid(gtrid));
+    }
+
+    /**
+     * Forgets the transaction whatever its branch count.
+     *
+     * @param gtrid the gtrid
+     * @return the owning node id
+     */
+    public int txComplete(byte[] gtrid) {
+        return Native.txComplete(handle, gtrid(gtrid));
+    }
+
+    /**
+     * Records that {@code node} returned {@code gtrid} from a recovery scan, so
+     * its commit or rollback is routed there. A second node reporting the same
+     * gtrid is a split transaction: an error.
+     *
+     * @param gtrid the gtrid
+     * @param node node id
+     */
+    public void txRecovered(byte[] gtrid, int node) {
+        Native.txRecovered(handle, gtrid(gtrid), node);
+    }
+
+    /**
+     * {@link #txRecovered(byte[], int)} by node name.
+     *
+     * @param gtrid the gtrid
+     * @param nodeName node name
+     */
+    public void txRecovered(byte[] gtrid, String nodeName) {
+        txRecovered(gtrid, nodeId(nodeName));
+    }
+
+    // ---- sessions and data keys -------------------------------------------
+
+    /**
+     * Routes a request of a web session.
+     *
+     * @param sessionKey the session key (UTF-8, 1..1024 bytes)
+     * @return the route
+     */
+    public Route routeSession(String sessionKey) {
+        return routeSession(utf8(sessionKey, "sessionKey"));
+    }
+
+    /**
+     * Routes a request of a web session.
+     *
+     * @param sessionKey the session key bytes, 1..1024
+     * @return the route
+     */
+    public Route routeSession(byte[] sessionKey) {
+        return route(Native.sessionRoute(handle, Objects.requireNonNull(sessionKey, "sessionKey")));
+    }
+
+    /**
+     * Ends a session's affinity.
+     *
+     * @param sessionKey the session key
+     * @return whether it had one
+     */
+    public boolean endSession(String sessionKey) {
+        return endSession(utf8(sessionKey, "sessionKey"));
+    }
+
+    /**
+     * Ends a session's affinity.
+     *
+     * @param sessionKey the session key bytes
+     * @return whether it had one
+     */
+    public boolean endSession(byte[] sessionKey) {
+        return Native.sessionEnd(handle, Objects.requireNonNull(sessionKey, "sessionKey"));
+    }
+
+    /**
+     * Routes a data (sharding) key: key → partition → owning node; soft mode
+     * falls back to load balancing while the owner is unavailable.
+     *
+     * @param key key bytes, 1..1024
+     * @return the route
+     */
+    public Route routeKey(byte[] key) {
+        return route(Native.keyRoute(handle, Objects.requireNonNull(key, "key")));
+    }
+
+    /**
+     * Routes an integer data key (hashed as its 8 little-endian bytes).
+     *
+     * @param key the key
+     * @return the route
+     */
+    public Route routeKey(long key) {
+        return route(Native.keyRouteLong(handle, key));
+    }
+
+    /**
+     * Routes a string data key (its UTF-8 bytes).
+     *
+     * @param key the key
+     * @return the route
+     */
+    public Route routeKey(String key) {
+        return routeKey(utf8(key, "key"));
+    }
+
+    /**
+     * @param key key bytes
+     * @return the partition the key falls in
+     */
+    public int partitionOf(byte[] key) {
+        return Native.keyPartition(handle, Objects.requireNonNull(key, "key"));
+    }
+
+    /**
+     * @param key integer key
+     * @return the partition the key falls in
+     */
+    public int partitionOf(long key) {
+        return Native.keyPartitionLong(handle, key);
+    }
+
+    /**
+     * @param partition a partition, 0..data.partitions-1
+     * @return the id of the node owning it, ignoring node state
+     */
+    public int partitionOwner(int partition) {
+        return Native.partitionOwner(handle, partition);
+    }
+
+    // ---- failover inputs ----------------------------------------------------
+
+    /**
+     * Applies one FAN event or RLB advisory line. Malformed text
+     * ({@link EventParseException}), an unknown instance ({@link UnknownNodeException})
+     * or another database/service ({@link ForeignEventException}) change nothing.
+     *
+     * @param line the event line
+     * @return the number of node state changes
+     */
+    public int applyEvent(String line) {
+        return Native.eventApply(handle, Objects.requireNonNull(line, "line"));
+    }
+
+    /**
+     * Reports a heartbeat probe; {@code heartbeat.misses} consecutive misses mark the node down.
+     *
+     * @param node node id
+     * @param ok whether it answered
+     * @return whether the node's state changed
+     */
+    public boolean reportProbe(int node, boolean ok) {
+        return Native.probeReport(handle, node, ok);
+    }
+
+    /**
+     * Reports a node-level success or failure outside a lease.
+     *
+     * @param node node id
+     * @param ok success
+     * @return whether the node's state changed
+     */
+    public boolean reportOutcome(int node, boolean ok) {
+        return Native.outcomeReport(handle, node, ok);
+    }
+
+    // ---- metrics ----------------------------------------------------------
+
+    /** @return the metrics snapshot as JSON */
+    public String metricsJson() {
+        return Native.metricsJson(handle);
+    }
+
+    /** @return the metrics snapshot in the Prometheus text format (0.0.4) */
+    public String metricsPrometheus() {
+        return Native.metricsPrometheus(handle);
+    }
+
+    /** @return every live node's state and counters, from one snapshot */
+    public List<NodeMetrics> nodeMetrics() {
+        Object[] m = Native.nodeMetrics(handle);
+        String[] names = (String[]) m[0];
+        String[] causes = (String[]) m[1];
+        long[] c = (long[]) m[2];
+        int k = c.length / Math.max(1, names.length);
+        List<NodeMetrics> out = new ArrayList<>(names.length);
+        for (int i = 0; i < names.length; i++) {
+            int o = i * k;
+            out.add(new NodeMetrics((int) c[o], names[i], NodeState.of((int) c[o + 1]), causes[i], (int) c[o + 2],
+                    (int) c[o + 3], c[o + 4], c[o + 5], c[o + 6], c[o + 7], c[o + 8], c[o + 9], c[o + 10], c[o + 11],
+                    c[o + 12]));
+        }
+        return Collections.unmodifiableList(out);
+    }
+
+    // ---- lifecycle ----------------------------------------------------------
+
+    /** @return whether {@link #close()} was called */
+    public boolean isClosed() {
+        return closed.get();
+    }
+
+    /** Frees the native cluster. Idempotent; later calls on it throw {@link ClusterClosedException}. */
+    @Override
+    public void close() {
+        if (closed.compareAndSet(false, true)) {
+            freeOnGc.clean();
+        }
+    }
+
+    @Override
+    public String toString() {
+        if (closed.get()) {
+            return "Cluster[" + name + ", closed]";
+        }
+        try {
+            return "Cluster[" + name + ", nodes=" + nodeNames() + "]";
+        } catch (ClusterClosedException e) {
+            return "Cluster[" + name + ", closed]";
+        }
+    }
+
+    // ---- helpers ------------------------------------------------------------
+
+    Route route(long packed) {
+        int node = Native.node(packed);
+        return new Route(node, nodeName(node), Native.kind(packed));
+    }
+
+    private static byte[] gtrid(byte[] gtrid) {
+        return Objects.requireNonNull(gtrid, "gtrid");
+    }
+
+    private static byte[] utf8(String s, String what) {
+        return Objects.requireNonNull(s, what).getBytes(StandardCharsets.UTF_8);
+    }
+
+    /** Frees the handle when the cluster is closed or becomes unreachable. */
+    private static final class Free implements Runnable {
+        private final long handle;
+
+        Free(long handle) {
+            this.handle = handle;
+        }
+
+        @Override
+        public void run() {
+            try {
+                Native.clusterFree(handle);
+            } catch (ClusterClosedException e) {
+                // already freed
+            }
+        }
+    }
+
+    /** Releases a dead thread's pin context. */
+    private static final class ReleaseContext implements Runnable {
+        private final long handle;
+        private final long key;
+
+        ReleaseContext(long handle, long key) {
+            this.handle = handle;
+            this.key = key;
+        }
+
+        @Override
+        public void run() {
+            try {
+                Native.contextRelease(handle, key);
+            } catch (RuntimeException e) {
+                // the cluster is closed: its pins are gone with it
+            }
+        }
+    }
+
+    /**
+     * Renders config text from typed settings and passes it to the core, which
+     * validates it: {@code Cluster.builder().nodes("A", "B").policy("random")
+     * .strict(Scope.TRANSACTION, true).build()}. Setting a key again replaces it.
+     */
+    public static final class Builder {
+        private final Map<String, String> entries = new LinkedHashMap<>();
+
+        Builder() {}
+
+        /**
+         * Sets any config key (see the README's table).
+         *
+         * @param key the key
+         * @param value its value
+         * @return this builder
+         * @throws InvalidConfigException if the key or value contains a line or entry separator
+         */
+        public Builder set(String key, String value) {
+            Objects.requireNonNull(key, "key");
+            Objects.requireNonNull(value, "value");
+            String k = key.trim();
+            if (k.isEmpty() || k.contains("=") || k.startsWith("#") || k.startsWith("!") || separator(k)) {
+                throw new InvalidConfigException("invalid config key `" + key + "`: a key is non-empty, has no"
+                        + " `=`, newline or `;`, and does not start with `#` or `!`");
+            }
+            if (separator(value)) {
+                throw new InvalidConfigException(
+                        "invalid config key `" + k + "`: the value must not contain a newline or `;`");
+            }
+            entries.put(k, value.trim());
+            return this;
+        }
+
+        private static boolean separator(String s) {
+            return s.indexOf('\n') >= 0 || s.indexOf('\r') >= 0 || s.indexOf(';') >= 0;
+        }
+
+        /**
+         * @param name cluster name: metrics label and JMX name
+         * @return this builder
+         */
+        public Builder name(String name) {
+            return set("name", name);
+        }
+
+        /**
+         * @param database FAN/RLB events for another database are rejected
+         * @return this builder
+         */
+        public Builder database(String database) {
+            return set("database", database);
+        }
+
+        /**
+         * @param service FAN/RLB events for another service are rejected
+         * @return this builder
+         */
+        public Builder service(String service) {
+            return set("service", service);
+        }
+
+        /**
+         * @param names node (instance) names in id order
+         * @return this builder
+         */
+        public Builder nodes(String... names) {
+            return nodes(Arrays.asList(names));
+        }
+
+        /**
+         * @param names node (instance) names in id order
+         * @return this builder
+         */
+        public Builder nodes(List<String> names) {
+            return set("nodes", String.join(", ", names));
+        }
+
+        /**
+         * @param node node name
+         * @param address {@code host:port} of its listener
+         * @return this builder
+         */
+        public Builder address(String node, String address) {
+            return set("node." + node + ".address", address);
+        }
+
+        /**
+         * @param node node name
+         * @param weight 1..1000000
+         * @return this builder
+         */
+        public Builder weight(String node, int weight) {
+            return set("node." + node + ".weight", Integer.toString(weight));
+        }
+
+        /**
+         * @param policy {@code least_outstanding} (default), {@code random}, {@code round_robin} or {@code weighted}
+         * @return this builder
+         */
+        public Builder policy(String policy) {
+            return set("policy", policy);
+        }
+
+        /**
+         * @param panic {@code try_all} (default) or {@code fail}
+         * @return this builder
+         */
+        public Builder panic(String panic) {
+            return set("panic", panic);
+        }
+
+        /**
+         * @param scope the scope
+         * @param strict refuse instead of moving work
+         * @return this builder
+         */
+        public Builder strict(Scope scope, boolean strict) {
+            return set(scope.configName() + ".strict", Boolean.toString(strict));
+        }
+
+        /**
+         * @param autoPin every pick on an unpinned thread pins it ({@code thread.auto_pin})
+         * @return this builder
+         */
+        public Builder autoPin(boolean autoPin) {
+            return set("thread.auto_pin", Boolean.toString(autoPin));
+        }
+
+        /**
+         * @param scope {@code TRANSACTION}, {@code SESSION} or {@code DATA}
+         * @param placement {@code rendezvous} or {@code balanced}
+         * @return this builder
+         */
+        public Builder placement(Scope scope, String placement) {
+            return set(scope.configName() + ".placement", placement);
+        }
+
+        /**
+         * @param mode {@code registry} (default) or {@code stateless}
+         * @return this builder
+         */
+        public Builder sessionMode(String mode) {
+            return set("session.mode", mode);
+        }
+
+        /**
+         * @param ttl a session unused this long is forgotten
+         * @return this builder
+         */
+        public Builder sessionIdleTtl(Duration ttl) {
+            return set("session.idle_ttl", millis(ttl));
+        }
+
+        /**
+         * @param partitions data partitions, 1..1048576
+         * @return this builder
+         */
+        public Builder partitions(int partitions) {
+            return set("data.partitions", Integer.toString(partitions));
+        }
+
+        /**
+         * @param partition a partition
+         * @param node the node owning it
+         * @return this builder
+         */
+        public Builder partition(int partition, String node) {
+            return set("data.partition." + partition, node);
+        }
+
+        /**
+         * @param failures consecutive failures before ejection (0: off)
+         * @return this builder
+         */
+        public Builder ejectAfterFailures(int failures) {
+            return set("health.eject_after_failures", Integer.toString(failures));
+        }
+
+        /**
+         * @param backoff first ejection length
+         * @return this builder
+         */
+        public Builder ejectBackoff(Duration backoff) {
+            return set("health.eject_backoff", millis(backoff));
+        }
+
+        /**
+         * @param max back-off cap
+         * @return this builder
+         */
+        public Builder ejectBackoffMax(Duration max) {
+            return set("health.eject_backoff_max", millis(max));
+        }
+
+        /**
+         * @param interval how often hosts probe each node
+         * @return this builder
+         */
+        public Builder heartbeatInterval(Duration interval) {
+            return set("heartbeat.interval", millis(interval));
+        }
+
+        /**
+         * @param misses consecutive misses before Down
+         * @return this builder
+         */
+        public Builder heartbeatMisses(int misses) {
+            return set("heartbeat.misses", Integer.toString(misses));
+        }
+
+        private static String millis(Duration d) {
+            return d.toMillis() + "ms";
+        }
+
+        /** @return the rendered config text */
+        public String toConfig() {
+            StringBuilder sb = new StringBuilder();
+            entries.forEach((k, v) -> sb.append(k).append(" = ").append(v).append('\n'));
+            return sb.toString();
+        }
+
+        /**
+         * @return the cluster
+         * @throws InvalidConfigException if the core refuses the config (the message names the key)
+         */
+        public Cluster build() {
+            return fromConfig(toConfig());
+        }
+
+        @Override
+        public String toString() {
+            return "Cluster.Builder[" + toConfig().replace('\n', ';') + "]";
+        }
+    }
+}

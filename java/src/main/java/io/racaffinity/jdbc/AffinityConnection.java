@@ -1,0 +1,651 @@
+package io.racaffinity.jdbc;
+
+import io.racaffinity.ClusterClosedException;
+import io.racaffinity.Lease;
+import io.racaffinity.Outcome;
+import io.racaffinity.RouteKind;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.sql.Array;
+import java.sql.Blob;
+import java.sql.CallableStatement;
+import java.sql.Clob;
+import java.sql.Connection;
+import java.sql.DatabaseMetaData;
+import java.sql.NClob;
+import java.sql.PreparedStatement;
+import java.sql.SQLClientInfoException;
+import java.sql.SQLException;
+import java.sql.SQLWarning;
+import java.sql.SQLXML;
+import java.sql.Savepoint;
+import java.sql.Statement;
+import java.sql.Struct;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.Executor;
+
+/**
+ * A connection handed out by {@link AffinityDataSource}: the node pool's
+ * connection plus the routing lease it was obtained under.
+ *
+ * <ul>
+ *   <li>{@link #close()} closes the node pool's connection and releases the lease
+ *       (once: closing again is a no-op);
+ *   <li>an {@link SQLException} whose SQLState starts with {@code 08} (connection
+ *       exception; the list is {@link AffinityDataSource#setNodeFailureSqlStates
+ *       configurable}), thrown by any method of this connection or of the statements,
+ *       result sets and metadata it returns, reports a node failure: the lease is
+ *       released {@link Outcome#FAILED} at once, which feeds passive ejection;
+ *   <li>{@link #unwrap(Class)} reaches the physical connection (for example
+ *       {@code unwrap(org.postgresql.PGConnection.class)} or
+ *       {@code oracle.jdbc.OracleConnection}); {@link #physical()} returns the node
+ *       pool's connection itself.
+ * </ul>
+ *
+ * <p>The delegating methods are generated from {@code java.sql.Connection}; the
+ * lifecycle methods at the top are written by hand.
+ */
+public final class AffinityConnection implements Connection {
+    private static final VarHandle CLOSED;
+
+    static {
+        try {
+            CLOSED = MethodHandles.lookup().findVarHandle(AffinityConnection.class, "closed", int.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
+    private final AffinityDataSource owner;
+    private final Connection delegate;
+    private final Lease lease;
+
+    @SuppressWarnings("unused") // through CLOSED
+    private volatile int closed;
+
+    AffinityConnection(AffinityDataSource owner, Connection delegate, Lease lease) {
+        this.owner = owner;
+        this.delegate = delegate;
+        this.lease = lease;
+    }
+
+    /** @return the node pool's (physical) connection */
+    public Connection physical() {
+        return delegate;
+    }
+
+    /** @return the id of the node this connection is on */
+    public int node() {
+        return lease.node();
+    }
+
+    /** @return the name (RAC instance) of the node this connection is on */
+    public String nodeName() {
+        return lease.nodeName();
+    }
+
+    /** @return how the node was chosen */
+    public RouteKind routeKind() {
+        return lease.kind();
+    }
+
+    /**
+     * Reports a node failure if {@code e} is a connection exception (SQLState
+     * {@code 08...}, see {@link AffinityDataSource#setNodeFailureSqlStates}), then
+     * returns it for rethrowing.
+     */
+    <E extends SQLException> E failed(E e) {
+        if (owner.isNodeFailure(e)) {
+            release(Outcome.FAILED);
+            owner.nodeFailureReported(this, e);
+        }
+        return e;
+    }
+
+    private void release(Outcome outcome) {
+        try {
+            lease.tryRelease(outcome);
+        } catch (ClusterClosedException e) {
+            // The data source was closed under this connection: nothing to release.
+        }
+    }
+
+    /** Closes the node pool's connection and releases the lease ({@code OK} unless a failure was reported). */
+    @Override
+    public void close() throws SQLException {
+        if (!CLOSED.compareAndSet(this, 0, 1)) {
+            return;
+        }
+        try {
+            delegate.close();
+        } catch (SQLException e) {
+            throw failed(e);
+        } finally {
+            release(Outcome.OK);
+        }
+    }
+
+    @Override
+    public boolean isClosed() throws SQLException {
+        if (closed != 0) {
+            return true;
+        }
+        try {
+            return delegate.isClosed();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    /** Aborts the physical connection and releases the lease {@code NEUTRAL}. */
+    @Override
+    public void abort(Executor executor) throws SQLException {
+        try {
+            delegate.abort(executor);
+        } catch (SQLException e) {
+            throw failed(e);
+        } finally {
+            release(Outcome.NEUTRAL);
+        }
+    }
+
+    @Override
+    public <T> T unwrap(Class<T> iface) throws SQLException {
+        if (iface.isInstance(this)) {
+            return iface.cast(this);
+        }
+        if (iface.isInstance(delegate)) {
+            return iface.cast(delegate);
+        }
+        try {
+            return delegate.unwrap(iface);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public boolean isWrapperFor(Class<?> iface) throws SQLException {
+        if (iface.isInstance(this) || iface.isInstance(delegate)) {
+            return true;
+        }
+        try {
+            return delegate.isWrapperFor(iface);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void beginRequest() throws SQLException {
+        try {
+            delegate.beginRequest();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void endRequest() throws SQLException {
+        try {
+            delegate.endRequest();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public String toString() {
+        String node;
+        try {
+            node = lease.nodeName();
+        } catch (RuntimeException e) {
+            node = "#" + lease.node();
+        }
+        return "AffinityConnection[node=" + node + ", kind=" + lease.kind() + (closed != 0 ? ", closed" : "") + "]";
+    }
+
+    // ---- generated delegation ----------------------------------------------
+
+    @Override
+    public Statement createStatement() throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, Statement.class, delegate.createStatement());
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public PreparedStatement prepareStatement(String a0) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public CallableStatement prepareCall(String a0) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, CallableStatement.class, delegate.prepareCall(a0));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public String nativeSQL(String a0) throws SQLException {
+        try {
+            return delegate.nativeSQL(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void setAutoCommit(boolean a0) throws SQLException {
+        try {
+            delegate.setAutoCommit(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public boolean getAutoCommit() throws SQLException {
+        try {
+            return delegate.getAutoCommit();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void commit() throws SQLException {
+        try {
+            delegate.commit();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void rollback() throws SQLException {
+        try {
+            delegate.rollback();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public DatabaseMetaData getMetaData() throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, DatabaseMetaData.class, delegate.getMetaData());
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void setReadOnly(boolean a0) throws SQLException {
+        try {
+            delegate.setReadOnly(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public boolean isReadOnly() throws SQLException {
+        try {
+            return delegate.isReadOnly();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void setCatalog(String a0) throws SQLException {
+        try {
+            delegate.setCatalog(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public String getCatalog() throws SQLException {
+        try {
+            return delegate.getCatalog();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void setTransactionIsolation(int a0) throws SQLException {
+        try {
+            delegate.setTransactionIsolation(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public int getTransactionIsolation() throws SQLException {
+        try {
+            return delegate.getTransactionIsolation();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public SQLWarning getWarnings() throws SQLException {
+        try {
+            return delegate.getWarnings();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void clearWarnings() throws SQLException {
+        try {
+            delegate.clearWarnings();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public Statement createStatement(int a0, int a1) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, Statement.class, delegate.createStatement(a0, a1));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public PreparedStatement prepareStatement(String a0, int a1, int a2) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0, a1, a2));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public CallableStatement prepareCall(String a0, int a1, int a2) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, CallableStatement.class, delegate.prepareCall(a0, a1, a2));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public Map<String, Class<?>> getTypeMap() throws SQLException {
+        try {
+            return delegate.getTypeMap();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void setTypeMap(Map<String, Class<?>> a0) throws SQLException {
+        try {
+            delegate.setTypeMap(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void setHoldability(int a0) throws SQLException {
+        try {
+            delegate.setHoldability(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public int getHoldability() throws SQLException {
+        try {
+            return delegate.getHoldability();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public Savepoint setSavepoint() throws SQLException {
+        try {
+            return delegate.setSavepoint();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public Savepoint setSavepoint(String a0) throws SQLException {
+        try {
+            return delegate.setSavepoint(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void rollback(Savepoint a0) throws SQLException {
+        try {
+            delegate.rollback(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void releaseSavepoint(Savepoint a0) throws SQLException {
+        try {
+            delegate.releaseSavepoint(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public Statement createStatement(int a0, int a1, int a2) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, Statement.class, delegate.createStatement(a0, a1, a2));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public PreparedStatement prepareStatement(String a0, int a1, int a2, int a3) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0, a1, a2, a3));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public CallableStatement prepareCall(String a0, int a1, int a2, int a3) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, CallableStatement.class, delegate.prepareCall(a0, a1, a2, a3));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public PreparedStatement prepareStatement(String a0, int a1) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0, a1));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public PreparedStatement prepareStatement(String a0, int[] a1) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0, a1));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public PreparedStatement prepareStatement(String a0, String[] a1) throws SQLException {
+        try {
+            return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0, a1));
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public Clob createClob() throws SQLException {
+        try {
+            return delegate.createClob();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public Blob createBlob() throws SQLException {
+        try {
+            return delegate.createBlob();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public NClob createNClob() throws SQLException {
+        try {
+            return delegate.createNClob();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public SQLXML createSQLXML() throws SQLException {
+        try {
+            return delegate.createSQLXML();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public boolean isValid(int a0) throws SQLException {
+        try {
+            return delegate.isValid(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void setClientInfo(String a0, String a1) throws SQLClientInfoException {
+        try {
+            delegate.setClientInfo(a0, a1);
+        } catch (SQLClientInfoException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void setClientInfo(Properties a0) throws SQLClientInfoException {
+        try {
+            delegate.setClientInfo(a0);
+        } catch (SQLClientInfoException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public String getClientInfo(String a0) throws SQLException {
+        try {
+            return delegate.getClientInfo(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public Properties getClientInfo() throws SQLException {
+        try {
+            return delegate.getClientInfo();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public Array createArrayOf(String a0, Object[] a1) throws SQLException {
+        try {
+            return delegate.createArrayOf(a0, a1);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public Struct createStruct(String a0, Object[] a1) throws SQLException {
+        try {
+            return delegate.createStruct(a0, a1);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void setSchema(String a0) throws SQLException {
+        try {
+            delegate.setSchema(a0);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public String getSchema() throws SQLException {
+        try {
+            return delegate.getSchema();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public void setNetworkTimeout(Executor a0, int a1) throws SQLException {
+        try {
+            delegate.setNetworkTimeout(a0, a1);
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+
+    @Override
+    public int getNetworkTimeout() throws SQLException {
+        try {
+            return delegate.getNetworkTimeout();
+        } catch (SQLException e) {
+            throw failed(e);
+        }
+    }
+}

@@ -1,0 +1,934 @@
+package io.racaffinity.jdbc;
+
+import io.racaffinity.AffinityException;
+import io.racaffinity.Cluster;
+import io.racaffinity.Lease;
+import io.racaffinity.Outcome;
+import io.racaffinity.Pin;
+import io.racaffinity.jmx.ClusterMonitor;
+import java.io.PrintWriter;
+import java.lang.System.Logger.Level;
+import java.lang.reflect.Method;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.ConnectionBuilder;
+import java.sql.SQLException;
+import java.sql.SQLNonTransientConnectionException;
+import java.sql.SQLNonTransientException;
+import java.sql.ShardingKeyBuilder;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Properties;
+import java.util.TreeMap;
+import java.util.logging.Logger;
+import javax.management.InstanceAlreadyExistsException;
+import javax.management.ObjectName;
+import javax.naming.InitialContext;
+import javax.naming.NamingException;
+import javax.sql.DataSource;
+
+/**
+ * A drop-in {@link DataSource} that routes every connection to one of several
+ * node DataSources, one per RAC instance (seed 000: one pool per instance, each
+ * connecting with {@code INSTANCE_NAME} set), with the racaffinity core
+ * deciding which:
+ *
+ * <ul>
+ *   <li>{@link #getConnection()} honours the calling thread's pin ({@link #pin()}),
+ *       else load-balances by the config's {@code policy};
+ *   <li>a JDBC 4.3 sharding key ({@link #createShardingKeyBuilder()},
+ *       {@link #createConnectionBuilder()}{@code .shardingKey(k).build()}) routes by
+ *       data affinity, with UCP's call shape;
+ *   <li>inside {@link #withSession(String)} a connection routes by web-session affinity.
+ * </ul>
+ *
+ * <p>Precedence of one call: an explicit sharding key, then the session scope,
+ * then the thread pin or load balancing. Connections are {@link AffinityConnection}s:
+ * closing one releases its lease, and a connection exception (SQLState {@code 08},
+ * see {@link #setNodeFailureSqlStates}) reports the node failure (passive ejection). A heartbeat probes each node at
+ * {@code heartbeat.interval} without application traffic. One MXBean per cluster
+ * is registered as {@code io.racaffinity:type=Cluster,name=<name>}.
+ *
+ * <p>Configure it as a bean (HikariCP/Agroal style), then use it; the first
+ * {@code getConnection()} (or {@link #init()}) builds the cluster and resolves the
+ * node DataSources, after which the setters throw {@link IllegalStateException}.
+ * The nodes come from one of:
+ * <ol>
+ *   <li>{@link #setNodeDataSources(Map)}: DataSources built by the application;
+ *   <li>{@link #setNodeJndiNames(Map)}: one app-server pool per instance, looked up
+ *       lazily through {@link InitialContext};
+ *   <li>{@link #setNodeUrls(Map)} or {@link #setUrlTemplate(String)} (with an
+ *       {@code {instance}} placeholder), plus {@link #setDataSourceClassName(String)}
+ *       configured by reflection with the URL, {@link #setUser user}, {@link #setPassword
+ *       password} and {@link #setDataSourceProperties extra properties}.
+ * </ol>
+ * The node list is the config's ({@link #setConfig(String)}); without a config,
+ * the map's keys in order make {@code nodes = ...}. Credentials never appear in
+ * {@link #toString()}, log lines or exception messages of this class.
+ */
+public class AffinityDataSource implements DataSource, AutoCloseable {
+    private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AffinityDataSource");
+    private static final List<String> PLACEHOLDERS =
+            List.of("${instance}", "${INSTANCE_NAME}", "{instance}", "{INSTANCE_NAME}");
+
+    // ---- bean properties ------------------------------------------------------
+    private String config;
+    private Cluster cluster;
+    private Map<String, DataSource> nodeDataSources;
+    private Map<String, String> nodeJndiNames;
+    private Properties jndiEnvironment;
+    private Map<String, String> nodeUrls;
+    private String urlTemplate;
+    private String dataSourceClassName;
+    private final Map<String, String> dataSourceProperties = new LinkedHashMap<>();
+    private String user;
+    private String password;
+    private long heartbeatIntervalMillis = -1;
+    private int heartbeatTimeoutSeconds = 5;
+    private boolean registerMBean = true;
+    private volatile List<String> nodeFailureStates = SqlErrors.DEFAULT_NODE_FAILURE_STATES;
+    private PrintWriter logWriter;
+    private int loginTimeout;
+
+    // ---- runtime --------------------------------------------------------------
+    private final ThreadLocal<byte[]> session = new ThreadLocal<>();
+    private volatile State state;
+    private volatile boolean closed;
+
+    private static final class State {
+        final Cluster cluster;
+        final boolean ownsCluster;
+        final DataSource[] byId;
+        final List<Object> owned;
+        final Heartbeat heartbeat;
+        final ObjectName mbean;
+
+        State(Cluster cluster, boolean ownsCluster, DataSource[] byId, List<Object> owned, Heartbeat heartbeat,
+                ObjectName mbean) {
+            this.cluster = cluster;
+            this.ownsCluster = ownsCluster;
+            this.byId = byId;
+            this.owned = owned;
+            this.heartbeat = heartbeat;
+            this.mbean = mbean;
+        }
+    }
+
+    /** Creates an unconfigured data source; set its properties, then use it. */
+    public AffinityDataSource() {}
+
+    // ---- properties -----------------------------------------------------------
+
+    private void checkNotStarted() {
+        if (state != null || closed) {
+            throw new IllegalStateException("AffinityDataSource is already initialised (or closed): set its"
+                    + " properties before the first getConnection()");
+        }
+    }
+
+    /**
+     * The core config text (the README's keys), e.g.
+     * {@code "name = orcl; nodes = RAC1, RAC2, RAC3; transaction.strict = true"}.
+     *
+     * @param config config text
+     */
+    public void setConfig(String config) {
+        checkNotStarted();
+        this.config = config;
+    }
+
+    /** @return the config text, or null */
+    public String getConfig() {
+        return config;
+    }
+
+    /**
+     * Uses an existing cluster instead of building one from {@link #setConfig}. It is
+     * shared: {@link #close()} does not close it.
+     *
+     * @param cluster the cluster
+     */
+    public void setCluster(Cluster cluster) {
+        checkNotStarted();
+        this.cluster = cluster;
+    }
+
+    /**
+     * Node DataSources by node name (case-insensitive), built by the application.
+     *
+     * @param nodeDataSources node name → DataSource, in node order
+     */
+    public void setNodeDataSources(Map<String, DataSource> nodeDataSources) {
+        checkNotStarted();
+        this.nodeDataSources = nodeDataSources == null ? null : new LinkedHashMap<>(nodeDataSources);
+    }
+
+    /**
+     * JNDI names of the node DataSources (one app-server pool per instance),
+     * looked up at initialisation.
+     *
+     * @param nodeJndiNames node name → JNDI name, in node order
+     */
+    public void setNodeJndiNames(Map<String, String> nodeJndiNames) {
+        checkNotStarted();
+        this.nodeJndiNames = nodeJndiNames == null ? null : new LinkedHashMap<>(nodeJndiNames);
+    }
+
+    /**
+     * {@link #setNodeJndiNames(Map)} as one string property:
+     * {@code RAC1=java:comp/env/jdbc/rac1 | RAC2=java:comp/env/jdbc/rac2}
+     * (entries separated by newlines or {@code |}).
+     *
+     * @param list the entries
+     */
+    public void setNodeJndiNameList(String list) {
+        setNodeJndiNames(parseList(list, "nodeJndiNameList"));
+    }
+
+    /**
+     * Environment of the {@link InitialContext} for {@link #setNodeJndiNames}
+     * (default: the platform's).
+     *
+     * @param env the environment
+     */
+    public void setJndiEnvironment(Properties env) {
+        checkNotStarted();
+        this.jndiEnvironment = env;
+    }
+
+    /**
+     * Per-node JDBC URLs.
+     *
+     * @param nodeUrls node name → URL, in node order
+     */
+    public void setNodeUrls(Map<String, String> nodeUrls) {
+        checkNotStarted();
+        this.nodeUrls = nodeUrls == null ? null : new LinkedHashMap<>(nodeUrls);
+    }
+
+    /**
+     * {@link #setNodeUrls(Map)} as one string property: {@code RAC1=jdbc:... | RAC2=jdbc:...}
+     * (entries separated by newlines or {@code |}).
+     *
+     * @param list the entries
+     */
+    public void setNodeUrlList(String list) {
+        setNodeUrls(parseList(list, "nodeUrlList"));
+    }
+
+    /**
+     * A JDBC URL with an instance placeholder ({@code {instance}}, {@code ${instance}},
+     * {@code {INSTANCE_NAME}} or {@code ${INSTANCE_NAME}}), e.g.
+     * {@code jdbc:oracle:thin:@//host:1521/svc/{instance}}; each node's URL replaces
+     * it with the node name. {@link #setNodeUrls} entries take precedence.
+     *
+     * @param urlTemplate the template
+     */
+    public void setUrlTemplate(String urlTemplate) {
+        checkNotStarted();
+        this.urlTemplate = urlTemplate;
+    }
+
+    /** @return the URL template, or null */
+    public String getUrlTemplate() {
+        return urlTemplate;
+    }
+
+    /**
+     * The node DataSource class for {@link #setNodeUrls}/{@link #setUrlTemplate}, e.g.
+     * {@code com.zaxxer.hikari.HikariDataSource}, {@code oracle.ucp.jdbc.PoolDataSourceImpl}
+     * or {@code org.postgresql.ds.PGSimpleDataSource}. Without one, nodes use an
+     * unpooled {@code DriverManager} data source.
+     *
+     * @param className the class name
+     */
+    public void setDataSourceClassName(String className) {
+        checkNotStarted();
+        this.dataSourceClassName = className;
+    }
+
+    /** @return the node DataSource class name, or null */
+    public String getDataSourceClassName() {
+        return dataSourceClassName;
+    }
+
+    /**
+     * Extra properties set on every node DataSource by reflection ({@code maximumPoolSize}
+     * → {@code setMaximumPoolSize(int)}, ...).
+     *
+     * @param properties the properties
+     */
+    public void setDataSourceProperties(Properties properties) {
+        checkNotStarted();
+        dataSourceProperties.clear();
+        if (properties != null) {
+            for (String k : properties.stringPropertyNames()) {
+                dataSourceProperties.put(k, properties.getProperty(k));
+            }
+        }
+    }
+
+    /**
+     * {@link #setDataSourceProperties} as one string: {@code maximumPoolSize=10 | connectionTimeout=2000}.
+     *
+     * @param list the entries
+     */
+    public void setDataSourcePropertyList(String list) {
+        checkNotStarted();
+        dataSourceProperties.clear();
+        dataSourceProperties.putAll(parseList(list, "dataSourcePropertyList"));
+    }
+
+    /**
+     * User for the node DataSources created from URLs.
+     *
+     * @param user the user
+     */
+    public void setUser(String user) {
+        checkNotStarted();
+        this.user = user;
+    }
+
+    /**
+     * Password for the node DataSources created from URLs. Never shown.
+     *
+     * @param password the password
+     */
+    public void setPassword(String password) {
+        checkNotStarted();
+        this.password = password;
+    }
+
+    /**
+     * Heartbeat period: -1 (default) uses the config's {@code heartbeat.interval}; 0 disables.
+     *
+     * @param millis the period in milliseconds
+     */
+    public void setHeartbeatIntervalMillis(long millis) {
+        checkNotStarted();
+        this.heartbeatIntervalMillis = millis;
+    }
+
+    /** @return the heartbeat period setting (-1: from the config; 0: disabled) */
+    public long getHeartbeatIntervalMillis() {
+        return heartbeatIntervalMillis;
+    }
+
+    /**
+     * Seconds a probe's {@code isValid} may take (default 5).
+     *
+     * @param seconds the timeout
+     */
+    public void setHeartbeatTimeoutSeconds(int seconds) {
+        checkNotStarted();
+        this.heartbeatTimeoutSeconds = seconds;
+    }
+
+    /**
+     * Whether to register the cluster's MXBean (default true).
+     *
+     * @param register register or not
+     */
+    public void setRegisterMBean(boolean register) {
+        checkNotStarted();
+        this.registerMBean = register;
+    }
+
+    /**
+     * SQLState prefixes of exceptions that report a node failure (comma-separated).
+     * Default {@code 08,57P01,57P02,57P03}: JDBC's connection-exception class, plus
+     * PostgreSQL's "terminating connection" states sent when a server shuts down or
+     * crashes under the session. A {@link java.sql.SQLRecoverableException} (ojdbc's
+     * lost connection) always counts.
+     *
+     * @param prefixes comma-separated SQLState prefixes
+     */
+    public void setNodeFailureSqlStates(String prefixes) {
+        checkNotStarted();
+        List<String> l = new ArrayList<>();
+        for (String p : prefixes.split(",")) {
+            if (!p.isBlank()) {
+                l.add(p.trim());
+            }
+        }
+        this.nodeFailureStates = List.copyOf(l);
+    }
+
+    /** @return the SQLState prefixes that report a node failure, comma-separated */
+    public String getNodeFailureSqlStates() {
+        return String.join(",", nodeFailureStates);
+    }
+
+    boolean isNodeFailure(SQLException e) {
+        return SqlErrors.isNodeFailure(e, nodeFailureStates);
+    }
+
+    private static Map<String, String> parseList(String list, String property) {
+        if (list == null) {
+            return null;
+        }
+        Map<String, String> m = new LinkedHashMap<>();
+        for (String raw : list.split("[\\n|]")) {
+            String e = raw.trim();
+            if (e.isEmpty() || e.startsWith("#")) {
+                continue;
+            }
+            int eq = e.indexOf('=');
+            if (eq <= 0) {
+                throw new IllegalArgumentException(property + ": expected NAME=value entries separated by newlines"
+                        + " or |, got an entry without `=`");
+            }
+            m.put(e.substring(0, eq).trim(), e.substring(eq + 1).trim());
+        }
+        return m;
+    }
+
+    // ---- lifecycle ------------------------------------------------------------
+
+    private State state() throws SQLException {
+        State s = state;
+        if (s != null) {
+            return s;
+        }
+        synchronized (this) {
+            if (closed) {
+                throw closedException();
+            }
+            if (state == null) {
+                state = start();
+            }
+            return state;
+        }
+    }
+
+    private SQLException closedException() {
+        return new SQLNonTransientConnectionException("AffinityDataSource " + clusterName() + " is closed", "08003");
+    }
+
+    /**
+     * Builds the cluster, resolves the node DataSources, starts the heartbeat and
+     * registers the MXBean, if not done yet. {@code getConnection()} does it lazily.
+     *
+     * @throws SQLException if the configuration is incomplete or invalid
+     */
+    public void init() throws SQLException {
+        state();
+    }
+
+    private State start() throws SQLException {
+        Redactor redactor = new Redactor(password);
+        List<Object> owned = new ArrayList<>();
+        Cluster c = cluster;
+        boolean ownsCluster = false;
+        Heartbeat hb = null;
+        ObjectName mbean = null;
+        try {
+            if (c == null) {
+                String text = config != null ? config : derivedConfig();
+                try {
+                    c = Cluster.fromConfig(text);
+                } catch (AffinityException e) {
+                    throw SqlErrors.routing(e);
+                }
+                ownsCluster = true;
+            }
+            DataSource[] byId = resolveNodes(c, owned, redactor);
+            long interval = heartbeatIntervalMillis < 0 ? c.heartbeatInterval().toMillis() : heartbeatIntervalMillis;
+            if (interval > 0) {
+                hb = new Heartbeat(c, byId, interval, heartbeatTimeoutSeconds, redactor);
+            }
+            if (registerMBean) {
+                try {
+                    mbean = ClusterMonitor.register(c);
+                } catch (InstanceAlreadyExistsException e) {
+                    LOG.log(Level.WARNING, "MBean " + ClusterMonitor.objectName(c.name()) + " is already registered"
+                            + " (another data source of cluster " + c.name() + "?); this one registers none");
+                }
+            }
+            final long iv = interval;
+            final ObjectName on = mbean;
+            final Cluster fc = c;
+            LOG.log(Level.INFO, () -> "AffinityDataSource " + fc.name() + ": nodes " + fc.nodeNames()
+                    + (iv > 0 ? ", heartbeat every " + iv + " ms" : ", no heartbeat")
+                    + (on != null ? ", MBean " + on : ""));
+            return new State(c, ownsCluster, byId, owned, hb, mbean);
+        } catch (SQLException | RuntimeException | Error e) {
+            if (hb != null) {
+                hb.close();
+            }
+            if (mbean != null) {
+                ClusterMonitor.unregister(mbean);
+            }
+            closeAll(owned);
+            if (ownsCluster) {
+                c.close();
+            }
+            throw e;
+        }
+    }
+
+    private String derivedConfig() throws SQLException {
+        Map<String, ?> m = nodeDataSources != null ? nodeDataSources : nodeJndiNames != null ? nodeJndiNames : nodeUrls;
+        if (m == null || m.isEmpty()) {
+            throw new SQLNonTransientException("AffinityDataSource: no nodes: set config (with `nodes = ...`), or"
+                    + " nodeDataSources, nodeJndiNames or nodeUrls", "HY000");
+        }
+        return "nodes = " + String.join(", ", m.keySet());
+    }
+
+    private static <V> Map<String, V> byName(Map<String, V> m) {
+        Map<String, V> t = new TreeMap<>(String.CASE_INSENSITIVE_ORDER);
+        if (m != null) {
+            t.putAll(m);
+        }
+        return t;
+    }
+
+    private DataSource[] resolveNodes(Cluster c, List<Object> owned, Redactor redactor) throws SQLException {
+        int[] ids = c.nodeIds();
+        int max = -1;
+        for (int id : ids) {
+            max = Math.max(max, id);
+        }
+        DataSource[] byId = new DataSource[max + 1];
+        List<String> names = new ArrayList<>();
+        for (int id : ids) {
+            names.add(c.nodeName(id));
+        }
+        String source;
+        Map<String, ?> given;
+        if (nodeDataSources != null) {
+            source = "nodeDataSources";
+            given = nodeDataSources;
+        } else if (nodeJndiNames != null) {
+            source = "nodeJndiNames";
+            given = nodeJndiNames;
+        } else if (nodeUrls != null || urlTemplate != null) {
+            source = "nodeUrls";
+            given = nodeUrls == null ? Map.of() : nodeUrls;
+        } else {
+            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": no node DataSources: set"
+                    + " nodeDataSources, nodeJndiNames, nodeUrls or urlTemplate", "HY000");
+        }
+        Map<String, ?> lookup = byName(given);
+        for (String k : given.keySet()) {
+            if (names.stream().noneMatch(k::equalsIgnoreCase)) {
+                throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": " + source + " names `" + k
+                        + "`, which is not a node of the cluster (nodes: " + names + ")", "HY000");
+            }
+        }
+        InitialContext jndi = null;
+        try {
+            for (int i = 0; i < ids.length; i++) {
+                String node = names.get(i);
+                DataSource ds;
+                if (nodeDataSources != null) {
+                    ds = (DataSource) lookup.get(node);
+                    if (ds == null) {
+                        throw missing(c, node, source);
+                    }
+                } else if (nodeJndiNames != null) {
+                    String jndiName = (String) lookup.get(node);
+                    if (jndiName == null) {
+                        throw missing(c, node, source);
+                    }
+                    if (jndi == null) {
+                        jndi = jndiEnvironment == null ? new InitialContext() : new InitialContext(jndiEnvironment);
+                    }
+                    Object o = jndi.lookup(jndiName);
+                    if (!(o instanceof DataSource)) {
+                        throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": JNDI name "
+                                + jndiName + " of node " + node + " is a "
+                                + (o == null ? "null" : o.getClass().getName()) + ", not a DataSource", "HY000");
+                    }
+                    ds = (DataSource) o;
+                } else {
+                    String url = (String) lookup.get(node);
+                    if (url == null) {
+                        if (urlTemplate == null) {
+                            throw missing(c, node, source);
+                        }
+                        try {
+                            url = instanceUrl(urlTemplate, node);
+                        } catch (IllegalArgumentException e) {
+                            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": "
+                                    + e.getMessage(), "HY000");
+                        }
+                    }
+                    ds = dataSourceClassName == null
+                            ? new DriverDataSource(url, user, password)
+                            : NodeDataSourceFactory.create(dataSourceClassName, c.name(), node, url, user, password,
+                                    dataSourceProperties, redactor);
+                    owned.add(ds);
+                }
+                byId[ids[i]] = ds;
+            }
+        } catch (NamingException e) {
+            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": JNDI lookup of a node"
+                    + " DataSource failed: " + redactor.redact(String.valueOf(e)), "HY000", e);
+        } finally {
+            if (jndi != null) {
+                try {
+                    jndi.close();
+                } catch (NamingException e) {
+                    // nothing to do
+                }
+            }
+        }
+        return byId;
+    }
+
+    private static SQLException missing(Cluster c, String node, String source) {
+        return new SQLNonTransientException(
+                "AffinityDataSource " + c.name() + ": node " + node + " has no entry in " + source, "HY000");
+    }
+
+    /**
+     * A URL template with its instance placeholder replaced.
+     *
+     * @param template the template
+     * @param instance the instance (node) name
+     * @return the URL
+     */
+    static String instanceUrl(String template, String instance) {
+        String url = template;
+        boolean found = false;
+        for (String p : PLACEHOLDERS) {
+            if (url.contains(p)) {
+                url = url.replace(p, instance);
+                found = true;
+            }
+        }
+        if (!found) {
+            throw new IllegalArgumentException("urlTemplate has no instance placeholder: use " + PLACEHOLDERS);
+        }
+        return url;
+    }
+
+    /**
+     * Stops the heartbeat, unregisters the MXBean, closes the node DataSources this
+     * data source created (not those it was given) and the cluster it built (not one
+     * it was given). Idempotent. Connections still open keep working until closed.
+     */
+    @Override
+    public void close() {
+        State s;
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+            s = state;
+        }
+        if (s == null) {
+            return;
+        }
+        if (s.heartbeat != null) {
+            s.heartbeat.close();
+        }
+        if (s.mbean != null) {
+            ClusterMonitor.unregister(s.mbean);
+        }
+        closeAll(s.owned);
+        if (s.ownsCluster) {
+            s.cluster.close();
+        }
+    }
+
+    /** @return whether {@link #close()} was called */
+    public boolean isClosed() {
+        return closed;
+    }
+
+    private static void closeAll(List<Object> owned) {
+        for (Object o : owned) {
+            try {
+                if (o instanceof AutoCloseable) {
+                    ((AutoCloseable) o).close();
+                } else {
+                    Method m = o.getClass().getMethod("close");
+                    m.invoke(o);
+                }
+            } catch (NoSuchMethodException e) {
+                // nothing to close
+            } catch (Exception e) {
+                LOG.log(Level.WARNING, "closing a node DataSource failed: " + e.getClass().getName());
+            }
+        }
+    }
+
+    // ---- routing --------------------------------------------------------------
+
+    /**
+     * The cluster (initialising the data source if needed).
+     *
+     * @return the cluster
+     * @throws SQLException if initialisation fails
+     */
+    public Cluster getCluster() throws SQLException {
+        return state().cluster;
+    }
+
+    /**
+     * The JMX name of the cluster's MXBean, if this data source registered it.
+     *
+     * @return the ObjectName or null
+     * @throws SQLException if initialisation fails
+     */
+    public ObjectName getObjectName() throws SQLException {
+        return state().mbean;
+    }
+
+    /**
+     * The node DataSource of a node (for tools and tests).
+     *
+     * @param nodeName node name
+     * @return its DataSource
+     * @throws SQLException if initialisation fails or the node is unknown
+     */
+    public DataSource getNodeDataSource(String nodeName) throws SQLException {
+        State s = state();
+        try {
+            int id = s.cluster.nodeId(nodeName);
+            if (id < s.byId.length && s.byId[id] != null) {
+                return s.byId[id];
+            }
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+        throw new SQLNonTransientException("no DataSource for node " + nodeName, "22023");
+    }
+
+    /**
+     * Pins the calling thread: until the scope closes, every {@code getConnection()}
+     * of this thread (without a sharding key or session scope) goes to one node.
+     *
+     * @return the pin scope
+     * @throws SQLException if initialisation fails or the pin is refused
+     */
+    public Pin pin() throws SQLException {
+        Cluster c = state().cluster;
+        try {
+            return c.pin();
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+    }
+
+    /**
+     * Opens a web-session scope on the calling thread: until it closes,
+     * {@code getConnection()} routes by the session's affinity.
+     *
+     * @param sessionId the session id (e.g. the JSESSIONID)
+     * @return the scope
+     */
+    public SessionScope withSession(String sessionId) {
+        Objects.requireNonNull(sessionId, "sessionId");
+        return new SessionScope(session, sessionId.getBytes(StandardCharsets.UTF_8));
+    }
+
+    /**
+     * Ends a web session's affinity (when the HTTP session ends).
+     *
+     * @param sessionId the session id
+     * @return whether it had one
+     * @throws SQLException if initialisation fails
+     */
+    public boolean endSession(String sessionId) throws SQLException {
+        try {
+            return state().cluster.endSession(sessionId);
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+    }
+
+    @Override
+    public Connection getConnection() throws SQLException {
+        return connect(null, null, null);
+    }
+
+    @Override
+    public Connection getConnection(String username, String pass) throws SQLException {
+        return connect(username, pass, null);
+    }
+
+    Connection connect(String username, String pass, AffinityShardingKey key) throws SQLException {
+        if (closed) {
+            throw closedException();
+        }
+        State s = state();
+        Cluster c = s.cluster;
+        Lease lease;
+        try {
+            if (key != null) {
+                lease = c.lease(c.routeKey(key.raw()));
+            } else {
+                byte[] sess = session.get();
+                lease = sess != null ? c.lease(c.routeSession(sess)) : c.pick();
+            }
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+        int node = lease.node();
+        DataSource ds = node < s.byId.length ? s.byId[node] : null;
+        if (ds == null) {
+            release(lease, Outcome.NEUTRAL);
+            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": node " + c.nodeName(node)
+                    + " has no DataSource (added at runtime?)", "HY000");
+        }
+        Connection physical;
+        try {
+            physical = username == null ? ds.getConnection() : ds.getConnection(username, pass);
+        } catch (SQLException e) {
+            boolean failure = isNodeFailure(e);
+            release(lease, failure ? Outcome.FAILED : Outcome.NEUTRAL);
+            if (failure) {
+                logFailure(c, node, e);
+            }
+            throw e;
+        } catch (RuntimeException | Error e) {
+            release(lease, Outcome.NEUTRAL);
+            throw e;
+        }
+        if (physical == null) {
+            release(lease, Outcome.NEUTRAL);
+            throw new SQLException("node " + c.nodeName(node) + "'s DataSource returned no connection", "08001");
+        }
+        return new AffinityConnection(this, physical, lease);
+    }
+
+    /** Releases a lease on an error path without masking the error if the cluster was closed meanwhile. */
+    private static void release(Lease lease, Outcome outcome) {
+        try {
+            lease.tryRelease(outcome);
+        } catch (AffinityException e) {
+            // closed concurrently: nothing to release
+        }
+    }
+
+    void nodeFailureReported(AffinityConnection conn, SQLException e) {
+        State s = state;
+        if (s != null) {
+            logFailure(s.cluster, conn.node(), e);
+        }
+    }
+
+    private void logFailure(Cluster c, int node, SQLException e) {
+        LOG.log(Level.DEBUG, () -> "connection failure on " + c.name() + "/" + c.nodeName(node) + " reported (SQLState "
+                + e.getSQLState() + ")");
+    }
+
+    @Override
+    public ShardingKeyBuilder createShardingKeyBuilder() {
+        return new AffinityShardingKeyBuilder();
+    }
+
+    @Override
+    public ConnectionBuilder createConnectionBuilder() {
+        return new AffinityConnectionBuilder(this);
+    }
+
+    // ---- DataSource boilerplate -----------------------------------------------
+
+    @Override
+    public PrintWriter getLogWriter() {
+        return logWriter;
+    }
+
+    @Override
+    public void setLogWriter(PrintWriter out) {
+        this.logWriter = out;
+    }
+
+    @Override
+    public void setLoginTimeout(int seconds) {
+        this.loginTimeout = seconds;
+    }
+
+    @Override
+    public int getLoginTimeout() {
+        return loginTimeout;
+    }
+
+    @Override
+    public Logger getParentLogger() {
+        return Logger.getLogger("io.racaffinity");
+    }
+
+    @Override
+    public <T> T unwrap(Class<T> iface) throws SQLException {
+        if (iface.isInstance(this)) {
+            return iface.cast(this);
+        }
+        if (iface == Cluster.class) {
+            return iface.cast(getCluster());
+        }
+        throw new SQLException("AffinityDataSource is not a wrapper for " + iface.getName());
+    }
+
+    @Override
+    public boolean isWrapperFor(Class<?> iface) {
+        return iface.isInstance(this) || iface == Cluster.class;
+    }
+
+    private String clusterName() {
+        State s = state;
+        if (s != null) {
+            return s.cluster.name();
+        }
+        return cluster != null ? cluster.name() : "(not initialised)";
+    }
+
+    @Override
+    public String toString() {
+        Redactor r = new Redactor(password);
+        StringBuilder sb = new StringBuilder("AffinityDataSource[cluster=").append(clusterName());
+        State s = state;
+        if (s != null && !closed) {
+            try {
+                sb.append(", nodes=").append(s.cluster.nodeNames());
+            } catch (AffinityException e) {
+                // closed concurrently
+            }
+        }
+        if (nodeDataSources != null) {
+            sb.append(", nodeDataSources=").append(nodeDataSources.keySet());
+        } else if (nodeJndiNames != null) {
+            sb.append(", nodeJndiNames=").append(nodeJndiNames);
+        } else {
+            if (nodeUrls != null) {
+                Map<String, String> shown = new LinkedHashMap<>();
+                nodeUrls.forEach((k, v) -> shown.put(k, r.redact(v)));
+                sb.append(", nodeUrls=").append(shown);
+            }
+            if (urlTemplate != null) {
+                sb.append(", urlTemplate=").append(r.redact(urlTemplate));
+            }
+            if (dataSourceClassName != null) {
+                sb.append(", dataSourceClassName=").append(dataSourceClassName);
+            }
+            if (!dataSourceProperties.isEmpty()) {
+                sb.append(", dataSourceProperties=").append(redactedProperties(r));
+            }
+        }
+        if (user != null || password != null) {
+            sb.append(", credentials=<set>");
+        }
+        return sb.append(closed ? ", closed]" : "]").toString();
+    }
+
+    private Map<String, String> redactedProperties(Redactor r) {
+        Map<String, String> m = new LinkedHashMap<>();
+        dataSourceProperties.forEach((k, v) -> {
+            String lk = k.toLowerCase(Locale.ROOT);
+            m.put(k, lk.contains("password") || lk.contains("secret") || lk.equals("user") || lk.equals("username")
+                    ? "****" : r.redact(v));
+        });
+        return Collections.unmodifiableMap(m);
+    }
+}

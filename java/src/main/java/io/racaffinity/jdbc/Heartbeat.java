@@ -1,0 +1,125 @@
+package io.racaffinity.jdbc;
+
+import io.racaffinity.AffinityException;
+import io.racaffinity.Cluster;
+import io.racaffinity.ClusterClosedException;
+import java.lang.System.Logger.Level;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+
+/**
+ * Active health checking (seed 001): every interval, each node is probed with
+ * {@link Connection#isValid(int)} on a connection from its own pool, and the
+ * result is reported to the core ({@link Cluster#reportProbe}), which counts
+ * misses ({@code heartbeat.misses} in a row mark the node Down) and lifts a
+ * heartbeat Down on the next success. No application traffic is needed.
+ *
+ * <p>A probe that is still running when the node's next tick comes (say the
+ * pool waits for a connection to a dead host) counts as a miss for that tick,
+ * so misses accrue at the configured rate however long the pool blocks.
+ */
+final class Heartbeat implements AutoCloseable {
+    private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.Heartbeat");
+
+    private final Cluster cluster;
+    private final DataSource[] nodes;
+    private final AtomicBoolean[] inFlight;
+    private final int timeoutSeconds;
+    private final Redactor redactor;
+    private final ScheduledExecutorService timer;
+    private final ExecutorService probes;
+
+    Heartbeat(Cluster cluster, DataSource[] nodes, long intervalMillis, int timeoutSeconds, Redactor redactor) {
+        this.cluster = cluster;
+        this.nodes = nodes.clone();
+        this.inFlight = new AtomicBoolean[nodes.length];
+        for (int i = 0; i < inFlight.length; i++) {
+            inFlight[i] = new AtomicBoolean();
+        }
+        this.timeoutSeconds = timeoutSeconds;
+        this.redactor = redactor;
+        String name = cluster.name();
+        this.timer = Executors.newSingleThreadScheduledExecutor(daemon("racaffinity-heartbeat-" + name));
+        this.probes = Executors.newCachedThreadPool(daemon("racaffinity-probe-" + name));
+        timer.scheduleAtFixedRate(this::tick, intervalMillis, intervalMillis, TimeUnit.MILLISECONDS);
+    }
+
+    private static ThreadFactory daemon(String prefix) {
+        AtomicInteger n = new AtomicInteger();
+        return r -> {
+            Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
+            t.setDaemon(true);
+            return t;
+        };
+    }
+
+    private void tick() {
+        for (int id = 0; id < nodes.length; id++) {
+            if (nodes[id] == null) {
+                continue;
+            }
+            final int node = id;
+            if (!inFlight[node].compareAndSet(false, true)) {
+                report(node, false, "the previous probe is still running");
+                continue;
+            }
+            try {
+                probes.execute(() -> probe(node));
+            } catch (RejectedExecutionException e) {
+                inFlight[node].set(false); // closing
+            }
+        }
+    }
+
+    private void probe(int node) {
+        boolean ok = false;
+        String why = null;
+        try (Connection c = nodes[node].getConnection()) {
+            ok = c.isValid(timeoutSeconds);
+            if (!ok) {
+                why = "isValid(" + timeoutSeconds + ") returned false";
+            }
+        } catch (SQLException e) {
+            why = e.getClass().getSimpleName() + " (SQLState " + e.getSQLState() + "): "
+                    + redactor.redact(e.getMessage());
+        } catch (RuntimeException e) {
+            why = redactor.redact(String.valueOf(e));
+        } finally {
+            inFlight[node].set(false);
+        }
+        report(node, ok, why);
+    }
+
+    private void report(int node, boolean ok, String why) {
+        try {
+            boolean changed = cluster.reportProbe(node, ok);
+            if (!ok) {
+                LOG.log(Level.DEBUG, () -> "heartbeat of " + cluster.name() + "/" + cluster.nodeName(node)
+                        + " missed: " + why);
+            }
+            if (changed) {
+                LOG.log(Level.INFO, () -> "heartbeat: " + cluster.name() + "/" + cluster.nodeName(node)
+                        + " is now " + cluster.nodeState(node) + (ok ? "" : " (" + why + ")"));
+            }
+        } catch (ClusterClosedException e) {
+            // closing
+        } catch (AffinityException e) {
+            LOG.log(Level.WARNING, () -> "heartbeat report failed: " + redactor.redact(e.getMessage()));
+        }
+    }
+
+    @Override
+    public void close() {
+        timer.shutdownNow();
+        probes.shutdownNow();
+    }
+}

@@ -1,0 +1,32 @@
+package io.racaffinity.jdbc;
+
+import java.util.regex.Pattern;
+
+/**
+ * Keeps credentials out of toString(), log lines and exception messages: masks
+ * the configured password wherever it appears and the values of
+ * password-like URL parameters ({@code password=}, {@code pwd=}, ...).
+ */
+final class Redactor {
+    private static final Pattern URL_SECRET = Pattern.compile(
+            "(?i)((?:password|passwd|pwd|secret|credentials?)\\s*=\\s*)([^&;)\\s]*)");
+    private static final Pattern USERINFO = Pattern.compile("(//)([^/@\\s:]+):([^/@\\s]*)@");
+
+    private final String password;
+
+    Redactor(String password) {
+        this.password = password == null || password.isEmpty() ? null : password;
+    }
+
+    String redact(String s) {
+        if (s == null) {
+            return null;
+        }
+        String r = s;
+        if (password != null) {
+            r = r.replace(password, "****");
+        }
+        r = URL_SECRET.matcher(r).replaceAll("$1****");
+        return USERINFO.matcher(r).replaceAll("$1$2:****@");
+    }
+}

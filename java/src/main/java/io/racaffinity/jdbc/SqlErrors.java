@@ -1,0 +1,96 @@
+package io.racaffinity.jdbc;
+
+import io.racaffinity.AffinityException;
+import io.racaffinity.ClusterClosedException;
+import io.racaffinity.InvalidArgumentException;
+import io.racaffinity.InvalidConfigException;
+import io.racaffinity.NoNodeAvailableException;
+import io.racaffinity.PreparedNodeUnavailableException;
+import io.racaffinity.StrictAffinityException;
+import io.racaffinity.UnknownNodeException;
+import java.sql.SQLException;
+import java.sql.SQLNonTransientConnectionException;
+import java.sql.SQLNonTransientException;
+import java.sql.SQLRecoverableException;
+import java.sql.SQLTransientConnectionException;
+import java.util.List;
+
+/** The JDBC side of errors: which SQLExceptions mean "the node failed", and routing errors as SQLExceptions. */
+final class SqlErrors {
+    private SqlErrors() {}
+
+    /** SQLState prefixes that mean "the node failed" unless configured otherwise. */
+    static final List<String> DEFAULT_NODE_FAILURE_STATES = List.of("08", "57P01", "57P02", "57P03");
+
+    /**
+     * Whether {@code e} means the node (or the path to it) failed, as opposed to
+     * an error of the statement itself: an SQLState starting with one of
+     * {@code prefixes} (by default class {@code 08}, connection exception, plus
+     * PostgreSQL's {@code 57P01}-{@code 57P03}, sent when a server shuts down or
+     * crashes under the session), or a {@link SQLRecoverableException} (what
+     * drivers such as ojdbc throw for a lost connection), anywhere in the chain
+     * of causes and next-exceptions.
+     */
+    static boolean isNodeFailure(SQLException e, List<String> prefixes) {
+        Throwable t = e;
+        for (int depth = 0; t != null && depth < 16; depth++) {
+            if (t instanceof SQLException) {
+                SQLException s = (SQLException) t;
+                if (s instanceof SQLRecoverableException || matches(s.getSQLState(), prefixes)) {
+                    return true;
+                }
+                SQLException next = s.getNextException();
+                if (next != null && next != t && matches(next.getSQLState(), prefixes)) {
+                    return true;
+                }
+            }
+            t = t.getCause() == t ? null : t.getCause();
+        }
+        return false;
+    }
+
+    private static boolean matches(String state, List<String> prefixes) {
+        if (state == null) {
+            return false;
+        }
+        for (String p : prefixes) {
+            if (state.startsWith(p)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * A routing error as an SQLException, the original as its cause:
+     *
+     * <table>
+     *   <caption>mapping</caption>
+     *   <tr><th>racaffinity</th><th>SQLException</th><th>SQLState</th></tr>
+     *   <tr><td>StrictAffinity, PreparedNodeUnavailable, NoNodeAvailable</td>
+     *       <td>SQLTransientConnectionException</td><td>08001</td></tr>
+     *   <tr><td>ClusterClosed</td><td>SQLNonTransientConnectionException</td><td>08003</td></tr>
+     *   <tr><td>InvalidArgument, UnknownNode</td><td>SQLNonTransientException</td><td>22023</td></tr>
+     *   <tr><td>InvalidConfig</td><td>SQLNonTransientException</td><td>HY000</td></tr>
+     *   <tr><td>other</td><td>SQLException</td><td>HY000</td></tr>
+     * </table>
+     */
+    static SQLException routing(AffinityException e) {
+        String msg = "racaffinity: " + e.getMessage();
+        if (e instanceof StrictAffinityException
+                || e instanceof PreparedNodeUnavailableException
+                || e instanceof NoNodeAvailableException) {
+            return new SQLTransientConnectionException(msg, "08001", e);
+        }
+        if (e instanceof ClusterClosedException) {
+            return new SQLNonTransientConnectionException(msg, "08003", e);
+        }
+        if (e instanceof InvalidArgumentException || e instanceof UnknownNodeException) {
+            return new SQLNonTransientException(msg, "22023", e);
+        }
+        if (e instanceof InvalidConfigException) {
+            return new SQLNonTransientException(msg, "HY000", e);
+        }
+        return new SQLException(msg, "HY000", e);
+    }
+}

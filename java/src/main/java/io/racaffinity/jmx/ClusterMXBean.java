@@ -1,0 +1,96 @@
+package io.racaffinity.jmx;
+
+import java.util.Map;
+
+/**
+ * JMX view of one cluster, registered as {@code io.racaffinity:type=Cluster,name=<name>}
+ * ({@code name} is the config's {@code name}). The strict switches use UCP's
+ * names (seed 002) and are writable at runtime.
+ */
+public interface ClusterMXBean {
+    /** @return the cluster name */
+    String getName();
+
+    /** @return live node names in id order */
+    String[] getNodeNames();
+
+    /** @return node name → {@code UP}, {@code DRAINING} or {@code DOWN} */
+    Map<String, String> getNodeStates();
+
+    /** @return node name → why it is down or draining ({@code none}, {@code admin}, {@code event}, ...) */
+    Map<String, String> getNodeDownCauses();
+
+    /** @return node name → routing decisions that returned it */
+    Map<String, Long> getNodePicks();
+
+    /** @return node name → leases in flight */
+    Map<String, Long> getNodeInFlight();
+
+    /** @return node name → node-level failures reported */
+    Map<String, Long> getNodeFailures();
+
+    /** @return node name → missed heartbeats */
+    Map<String, Long> getNodeProbeMisses();
+
+    /** @return picks over all nodes */
+    long getTotalPicks();
+
+    /** @return the metrics snapshot as JSON */
+    String getMetricsJson();
+
+    /** @return the metrics snapshot in the Prometheus text format */
+    String getMetricsPrometheus();
+
+    /** @return strict XA (transaction) affinity: refuse instead of re-placing */
+    boolean isUseStrictXAAffinity();
+
+    /** @param strict strict XA (transaction) affinity */
+    void setUseStrictXAAffinity(boolean strict);
+
+    /** @return strict web-session affinity */
+    boolean isUseStrictWebSessionAffinity();
+
+    /** @param strict strict web-session affinity */
+    void setUseStrictWebSessionAffinity(boolean strict);
+
+    /** @return strict thread pins */
+    boolean isUseStrictThreadAffinity();
+
+    /** @param strict strict thread pins */
+    void setUseStrictThreadAffinity(boolean strict);
+
+    /** @return strict data affinity (no fallback to load balancing) */
+    boolean isUseStrictDataAffinity();
+
+    /** @param strict strict data affinity */
+    void setUseStrictDataAffinity(boolean strict);
+
+    /**
+     * Marks a node down (cause {@code admin}: only {@link #markUp} lifts it).
+     *
+     * @param node node name
+     */
+    void markDown(String node);
+
+    /**
+     * Marks a node up.
+     *
+     * @param node node name
+     */
+    void markUp(String node);
+
+    /**
+     * Drains a node: no new affinities; existing ones run to completion.
+     *
+     * @param node node name
+     */
+    void drain(String node);
+
+    /**
+     * Applies one FAN event or RLB advisory line.
+     *
+     * @param line the event line
+     * @return the number of node state changes
+     */
+    int applyEvent(String line);
+}

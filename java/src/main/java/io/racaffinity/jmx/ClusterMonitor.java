@@ -1,0 +1,226 @@
+package io.racaffinity.jmx;
+
+import io.racaffinity.AffinityException;
+import io.racaffinity.Cluster;
+import io.racaffinity.NodeMetrics;
+import io.racaffinity.NodeState;
+import io.racaffinity.Scope;
+import java.lang.management.ManagementFactory;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Function;
+import javax.management.InstanceAlreadyExistsException;
+import javax.management.InstanceNotFoundException;
+import javax.management.JMException;
+import javax.management.MBeanServer;
+import javax.management.MalformedObjectNameException;
+import javax.management.ObjectName;
+
+/**
+ * The {@link ClusterMXBean} of a {@link Cluster}. Operations that fail throw
+ * {@link IllegalArgumentException} with the core's message, so a remote JMX
+ * client needs no racaffinity classes.
+ */
+public final class ClusterMonitor implements ClusterMXBean {
+    /** The JMX domain. */
+    public static final String DOMAIN = "io.racaffinity";
+
+    private final Cluster cluster;
+
+    /**
+     * Creates the MXBean of a cluster (not registered).
+     *
+     * @param cluster the cluster
+     */
+    public ClusterMonitor(Cluster cluster) {
+        this.cluster = cluster;
+    }
+
+    /**
+     * The ObjectName of a cluster's MBean: {@code io.racaffinity:type=Cluster,name=<name>},
+     * the name quoted when it has characters ObjectName reserves.
+     *
+     * @param clusterName the config's {@code name}
+     * @return the ObjectName
+     */
+    public static ObjectName objectName(String clusterName) {
+        String value = clusterName.matches("[A-Za-z0-9_.\\-$#@/]+") ? clusterName : ObjectName.quote(clusterName);
+        try {
+            return new ObjectName(DOMAIN + ":type=Cluster,name=" + value);
+        } catch (MalformedObjectNameException e) {
+            throw new IllegalArgumentException("cluster name " + clusterName + " makes no ObjectName", e);
+        }
+    }
+
+    /**
+     * Registers the cluster's MXBean with the platform MBean server.
+     *
+     * @param cluster the cluster
+     * @return its ObjectName
+     * @throws InstanceAlreadyExistsException if a cluster of that name is registered
+     */
+    public static ObjectName register(Cluster cluster) throws InstanceAlreadyExistsException {
+        ObjectName name = objectName(cluster.name());
+        try {
+            ManagementFactory.getPlatformMBeanServer().registerMBean(new ClusterMonitor(cluster), name);
+        } catch (InstanceAlreadyExistsException e) {
+            throw e;
+        } catch (JMException e) {
+            throw new IllegalStateException("cannot register " + name + ": " + e, e);
+        }
+        return name;
+    }
+
+    /**
+     * Unregisters an MBean registered by {@link #register}; no-op if it is gone.
+     *
+     * @param name its ObjectName
+     */
+    public static void unregister(ObjectName name) {
+        MBeanServer server = ManagementFactory.getPlatformMBeanServer();
+        try {
+            server.unregisterMBean(name);
+        } catch (InstanceNotFoundException e) {
+            // already gone
+        } catch (JMException e) {
+            throw new IllegalStateException("cannot unregister " + name + ": " + e, e);
+        }
+    }
+
+    private <T> Map<String, T> perNode(Function<NodeMetrics, T> f) {
+        List<NodeMetrics> nodes = cluster.nodeMetrics();
+        Map<String, T> m = new LinkedHashMap<>();
+        for (NodeMetrics n : nodes) {
+            m.put(n.name(), f.apply(n));
+        }
+        return m;
+    }
+
+    @Override
+    public String getName() {
+        return cluster.name();
+    }
+
+    @Override
+    public String[] getNodeNames() {
+        return cluster.nodeNames().toArray(new String[0]);
+    }
+
+    @Override
+    public Map<String, String> getNodeStates() {
+        return perNode(n -> n.state().name());
+    }
+
+    @Override
+    public Map<String, String> getNodeDownCauses() {
+        return perNode(NodeMetrics::downCause);
+    }
+
+    @Override
+    public Map<String, Long> getNodePicks() {
+        return perNode(NodeMetrics::picks);
+    }
+
+    @Override
+    public Map<String, Long> getNodeInFlight() {
+        return perNode(NodeMetrics::inFlight);
+    }
+
+    @Override
+    public Map<String, Long> getNodeFailures() {
+        return perNode(NodeMetrics::failures);
+    }
+
+    @Override
+    public Map<String, Long> getNodeProbeMisses() {
+        return perNode(NodeMetrics::probeMisses);
+    }
+
+    @Override
+    public long getTotalPicks() {
+        return cluster.nodeMetrics().stream().mapToLong(NodeMetrics::picks).sum();
+    }
+
+    @Override
+    public String getMetricsJson() {
+        return cluster.metricsJson();
+    }
+
+    @Override
+    public String getMetricsPrometheus() {
+        return cluster.metricsPrometheus();
+    }
+
+    @Override
+    public boolean isUseStrictXAAffinity() {
+        return cluster.isStrict(Scope.TRANSACTION);
+    }
+
+    @Override
+    public void setUseStrictXAAffinity(boolean strict) {
+        cluster.setStrict(Scope.TRANSACTION, strict);
+    }
+
+    @Override
+    public boolean isUseStrictWebSessionAffinity() {
+        return cluster.isStrict(Scope.SESSION);
+    }
+
+    @Override
+    public void setUseStrictWebSessionAffinity(boolean strict) {
+        cluster.setStrict(Scope.SESSION, strict);
+    }
+
+    @Override
+    public boolean isUseStrictThreadAffinity() {
+        return cluster.isStrict(Scope.THREAD);
+    }
+
+    @Override
+    public void setUseStrictThreadAffinity(boolean strict) {
+        cluster.setStrict(Scope.THREAD, strict);
+    }
+
+    @Override
+    public boolean isUseStrictDataAffinity() {
+        return cluster.isStrict(Scope.DATA);
+    }
+
+    @Override
+    public void setUseStrictDataAffinity(boolean strict) {
+        cluster.setStrict(Scope.DATA, strict);
+    }
+
+    private void setState(String node, NodeState state) {
+        try {
+            cluster.setNodeState(node, state);
+        } catch (AffinityException e) {
+            throw new IllegalArgumentException(e.getMessage());
+        }
+    }
+
+    @Override
+    public void markDown(String node) {
+        setState(node, NodeState.DOWN);
+    }
+
+    @Override
+    public void markUp(String node) {
+        setState(node, NodeState.UP);
+    }
+
+    @Override
+    public void drain(String node) {
+        setState(node, NodeState.DRAINING);
+    }
+
+    @Override
+    public int applyEvent(String line) {
+        try {
+            return cluster.applyEvent(line);
+        } catch (AffinityException e) {
+            throw new IllegalArgumentException(e.getMessage());
+        }
+    }
+}

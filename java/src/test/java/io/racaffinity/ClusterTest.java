@@ -1,0 +1,435 @@
+package io.racaffinity;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.HashSet;
+import java.util.List;
+import java.util.OptionalInt;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.Test;
+
+class ClusterTest {
+    private static final String DOWN2 = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=MYDB2 host=h2"
+            + " status=down reason=FAILURE card=1 timestamp=2026-11-29 08:00:00";
+
+    private static byte[] b(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    private static Cluster three(String extra) {
+        return Cluster.fromConfig("name = unit\nnodes = MYDB1, MYDB2, MYDB3\n" + extra);
+    }
+
+    // ---- construction and config -------------------------------------------
+
+    @Test
+    void buildsFromConfigTextAndNamesNodesInIdOrder() {
+        try (Cluster c = Cluster.fromConfig("name = orcl; nodes = MYDB1, MYDB2, MYDB3")) {
+            assertEquals("orcl", c.name());
+            assertEquals(List.of("MYDB1", "MYDB2", "MYDB3"), c.nodeNames());
+            assertEquals(1, c.nodeId("mydb2"), "names match case-insensitively");
+            assertEquals("MYDB3", c.nodeName(2));
+            assertEquals(NodeState.UP, c.nodeState("MYDB1"));
+            assertEquals(Duration.ofSeconds(10), c.heartbeatInterval());
+            assertEquals("Cluster[orcl, nodes=[MYDB1, MYDB2, MYDB3]]", c.toString());
+        }
+    }
+
+    @Test
+    void builderRendersConfigTextForTheCore() {
+        Cluster.Builder b = Cluster.builder()
+                .name("orcl")
+                .nodes("A", "B")
+                .address("A", "dbhost1:1522")
+                .weight("B", 3)
+                .policy("random")
+                .strict(Scope.TRANSACTION, true)
+                .heartbeatInterval(Duration.ofMillis(250))
+                .heartbeatMisses(2);
+        assertEquals("name = orcl\nnodes = A, B\nnode.A.address = dbhost1:1522\nnode.B.weight = 3\npolicy = random\n"
+                + "transaction.strict = true\nheartbeat.interval = 250ms\nheartbeat.misses = 2\n", b.toConfig());
+        try (Cluster c = b.build()) {
+            assertEquals(List.of("A", "B"), c.nodeNames());
+            assertTrue(c.isStrict(Scope.TRANSACTION));
+            assertFalse(c.isStrict(Scope.SESSION));
+            assertEquals(Duration.ofMillis(250), c.heartbeatInterval());
+            assertEquals(3, c.nodeMetrics().get(1).weight());
+        }
+    }
+
+    @Test
+    void builderRefusesValuesThatWouldInjectAnotherKey() {
+        InvalidConfigException e = assertThrows(
+                InvalidConfigException.class, () -> Cluster.builder().nodes("A").policy("random; panic = fail"));
+        assertTrue(e.getMessage().contains("`policy`"), e.getMessage());
+        assertThrows(InvalidConfigException.class, () -> Cluster.builder().name("x\nnodes = EVIL"));
+        assertThrows(InvalidConfigException.class, () -> Cluster.builder().set("a=b", "c"));
+    }
+
+    @Test
+    void badConfigGivesAClearExceptionNamingTheKey() {
+        InvalidConfigException e = assertThrows(
+                InvalidConfigException.class, () -> Cluster.fromConfig("nodes = A, B\npolicy = fastest"));
+        assertTrue(e.getMessage().contains("`policy`"), e.getMessage());
+        assertTrue(e.getMessage().contains("fastest"), e.getMessage());
+        e = assertThrows(InvalidConfigException.class, () -> Cluster.fromConfig("nodes = A\npolcy = random"));
+        assertTrue(e.getMessage().contains("`polcy`"), e.getMessage());
+        e = assertThrows(InvalidConfigException.class, () -> Cluster.builder().nodes("A").heartbeatMisses(2)
+                .set("heartbeat.interval", "10").build());
+        assertTrue(e.getMessage().contains("heartbeat.interval"), e.getMessage());
+    }
+
+    @Test
+    void useAfterCloseGivesAClearException() {
+        Cluster c = three("");
+        Lease open = c.pick();
+        Pin pin = c.pin();
+        c.close();
+        c.close(); // idempotent
+        assertTrue(c.isClosed());
+        ClusterClosedException e = assertThrows(ClusterClosedException.class, c::pick);
+        assertTrue(e.getMessage().contains("closed"), e.getMessage());
+        assertThrows(ClusterClosedException.class, () -> c.txBegin(b("g")));
+        assertThrows(ClusterClosedException.class, c::metricsJson);
+        assertThrows(ClusterClosedException.class, () -> open.release(Outcome.OK));
+        open.close(); // quiet
+        pin.close(); // quiet
+        assertEquals("Cluster[unit, closed]", c.toString());
+    }
+
+    @Test
+    void aClosedHandleIsNeverReusedByANewCluster() {
+        Cluster a = three("");
+        a.close();
+        try (Cluster b = three("")) {
+            assertThrows(ClusterClosedException.class, a::route);
+            b.route();
+        }
+    }
+
+    // ---- picks, leases, pins -----------------------------------------------
+
+    @Test
+    void leasesAreReleasedExactlyOnce() {
+        try (Cluster c = three("policy = least_outstanding")) {
+            Lease l = c.pick();
+            assertEquals(RouteKind.BALANCED, l.kind());
+            assertEquals(1, c.nodeMetrics().get(l.node()).inFlight());
+            l.release(Outcome.OK);
+            assertEquals(0, c.nodeMetrics().get(l.node()).inFlight());
+            assertThrows(InvalidLeaseException.class, () -> l.release(Outcome.OK));
+            assertFalse(l.tryRelease(Outcome.FAILED));
+            l.close();
+            assertEquals(1, c.nodeMetrics().get(l.node()).successes());
+        }
+    }
+
+    @Test
+    void aPinnedThreadPicksItsNodeAndPinsNest() {
+        try (Cluster c = three("policy = random")) {
+            assertEquals(OptionalInt.empty(), c.pinnedNode());
+            try (Pin pin = c.pin()) {
+                assertEquals(RouteKind.PLACED, pin.kind());
+                for (int i = 0; i < 50; i++) {
+                    try (Lease l = c.pick()) {
+                        assertEquals(pin.node(), l.node());
+                        assertEquals(RouteKind.AFFINITY, l.kind());
+                    }
+                    assertEquals(pin.node(), c.route().node());
+                }
+                try (Pin inner = c.pin()) {
+                    assertEquals(pin.node(), inner.node());
+                    assertEquals(RouteKind.AFFINITY, inner.kind());
+                }
+                assertEquals(OptionalInt.of(pin.node()), c.pinnedNode(), "the outer pin survives the inner close");
+            }
+            assertEquals(OptionalInt.empty(), c.pinnedNode());
+            Set<Integer> seen = new HashSet<>();
+            for (int i = 0; i < 200; i++) {
+                seen.add(c.route().node());
+            }
+            assertEquals(3, seen.size(), "unpinned picks load-balance");
+        }
+    }
+
+    @Test
+    void pinsBelongToJavaThreads() throws Exception {
+        try (Cluster c = three("policy = round_robin")) {
+            try (Pin mine = c.pin()) {
+                AtomicReference<Integer> other = new AtomicReference<>();
+                Thread t = new Thread(() -> {
+                    assertEquals(OptionalInt.empty(), c.pinnedNode(), "another thread does not see my pin");
+                    try (Pin p = c.pin()) {
+                        other.set(p.node());
+                    }
+                });
+                t.start();
+                t.join();
+                assertNotEquals(mine.node(), (int) other.get(), "round robin gave the second pin another node");
+                assertEquals(mine.node(), c.route().node());
+            }
+        }
+    }
+
+    @Test
+    void unpinAllReleasesEveryLevel() {
+        try (Cluster c = three("")) {
+            c.pin();
+            c.pin();
+            assertTrue(c.unpinAll());
+            assertEquals(OptionalInt.empty(), c.pinnedNode());
+            assertFalse(c.unpinAll());
+        }
+    }
+
+    @Test
+    void autoPinPinsOnFirstPick() {
+        try (Cluster c = three("thread.auto_pin = true\npolicy = random")) {
+            int first = c.route().node();
+            for (int i = 0; i < 20; i++) {
+                assertEquals(first, c.route().node());
+            }
+            assertTrue(c.unpinAll());
+        }
+    }
+
+    // ---- transactions -------------------------------------------------------
+
+    @Test
+    void everyBranchOfAGtridGetsTheSameNodeFromAnyThread() throws Exception {
+        try (Cluster c = three("")) {
+            Route first = c.txBegin(b("gtrid-42"));
+            assertEquals(RouteKind.PLACED, first.kind());
+            Route second = CompletableFuture.supplyAsync(() -> c.txBegin(b("gtrid-42"))).get();
+            assertEquals(first.node(), second.node());
+            assertEquals(RouteKind.AFFINITY, second.kind());
+            assertEquals(first.node(), c.txRoute(b("gtrid-42")).node());
+            assertEquals(first.node(), c.txEnd(b("gtrid-42")));
+            assertEquals(first.node(), c.txEnd(b("gtrid-42")));
+            assertThrows(UnknownTransactionException.class, () -> c.txRoute(b("gtrid-42")));
+        }
+    }
+
+    @Test
+    void aPreparedBranchNeverMoves() {
+        try (Cluster c = three("")) {
+            Route r = c.txBegin(b("g1"));
+            assertEquals(r.node(), c.txPrepared(b("g1")));
+            c.setNodeState(r.nodeName(), NodeState.DOWN);
+            PreparedNodeUnavailableException e =
+                    assertThrows(PreparedNodeUnavailableException.class, () -> c.txRoute(b("g1")));
+            assertTrue(e.getMessage().contains(r.nodeName()), e.getMessage());
+            assertThrows(PreparedNodeUnavailableException.class, () -> c.txBegin(b("g1")));
+            c.setNodeState(r.nodeName(), NodeState.UP);
+            assertEquals(r.node(), c.txRoute(b("g1")).node());
+            assertEquals(r.node(), c.txComplete(b("g1")));
+        }
+    }
+
+    @Test
+    void recoveryRecordsTheNodeAndASecondOwnerIsASplitTransaction() {
+        try (Cluster c = three("")) {
+            c.txRecovered(b("indoubt"), "MYDB3");
+            assertEquals(2, c.txRoute(b("indoubt")).node());
+            InvalidArgumentException e =
+                    assertThrows(InvalidArgumentException.class, () -> c.txRecovered(b("indoubt"), 0));
+            assertTrue(e.getMessage().contains("split transaction"), e.getMessage());
+            assertThrows(UnknownNodeException.class, () -> c.txRecovered(b("x"), 7));
+        }
+    }
+
+    @Test
+    void txBeginPrefersThePinnedNodeForANewGtrid() {
+        try (Cluster c = three("")) {
+            for (int n = 0; n < 3; n++) {
+                assertEquals(n, c.txBegin(b("pref-" + n), n).node());
+            }
+        }
+    }
+
+    @Test
+    void gtridsAreOneTo64Bytes() {
+        try (Cluster c = three("")) {
+            assertThrows(InvalidArgumentException.class, () -> c.txBegin(new byte[0]));
+            assertThrows(InvalidArgumentException.class, () -> c.txBegin(new byte[65]));
+            c.txBegin(new byte[64]);
+            assertThrows(NullPointerException.class, () -> c.txBegin(null));
+        }
+    }
+
+    // ---- strict mode ------------------------------------------------------
+
+    @Test
+    void strictTransactionAffinityThrowsWhenItsNodeIsDown() {
+        try (Cluster c = three("transaction.strict = true")) {
+            Route r = c.txBegin(b("strict-tx"));
+            c.setNodeState(r.nodeName(), NodeState.DOWN);
+            StrictAffinityException e = assertThrows(StrictAffinityException.class, () -> c.txBegin(b("strict-tx")));
+            assertTrue(e.getMessage().contains("transaction"), e.getMessage());
+            assertTrue(e.getMessage().contains(r.nodeName()), e.getMessage());
+            c.setStrict(Scope.TRANSACTION, false); // soft at runtime: re-places
+            Route moved = c.txBegin(b("strict-tx"));
+            assertEquals(RouteKind.REPINNED, moved.kind());
+            assertNotEquals(r.node(), moved.node());
+        }
+    }
+
+    @Test
+    void strictThreadSessionAndDataScopesThrow() {
+        try (Cluster c = three("thread.strict = true\nsession.strict = true\ndata.strict = true")) {
+            try (Pin pin = c.pin()) {
+                c.setNodeState(pin.nodeName(), NodeState.DOWN);
+                assertThrows(StrictAffinityException.class, c::pick);
+                c.setNodeState(pin.nodeName(), NodeState.UP);
+            }
+            Route s = c.routeSession("JSESSIONID=1f2e");
+            assertEquals(s.node(), c.routeSession("JSESSIONID=1f2e").node());
+            c.setNodeState(s.nodeName(), NodeState.DOWN);
+            assertThrows(StrictAffinityException.class, () -> c.routeSession("JSESSIONID=1f2e"));
+            c.setNodeState(s.nodeName(), NodeState.UP);
+            Route k = c.routeKey(4711L);
+            c.setNodeState(k.nodeName(), NodeState.DOWN);
+            assertThrows(StrictAffinityException.class, () -> c.routeKey(4711L));
+            c.setStrict(Scope.DATA, false);
+            Route fb = c.routeKey(4711L);
+            assertEquals(RouteKind.FALLBACK, fb.kind());
+            assertNotEquals(k.node(), fb.node());
+        }
+    }
+
+    @Test
+    void softPinsRepinOffADownNode() {
+        try (Cluster c = three("")) {
+            try (Pin pin = c.pin()) {
+                c.setNodeState(pin.nodeName(), NodeState.DOWN);
+                Lease l = c.pick();
+                assertEquals(RouteKind.REPINNED, l.kind());
+                assertNotEquals(pin.node(), l.node());
+                l.release(Outcome.OK);
+            }
+        }
+    }
+
+    @Test
+    void panicPolicyFailGivesNoNodeAvailable() {
+        try (Cluster c = three("panic = fail")) {
+            for (String n : c.nodeNames()) {
+                c.setNodeState(n, NodeState.DOWN);
+            }
+            assertThrows(NoNodeAvailableException.class, c::pick);
+        }
+    }
+
+    // ---- sessions and data ------------------------------------------------
+
+    @Test
+    void sessionsStickAndEnd() {
+        try (Cluster c = three("")) {
+            Route r = c.routeSession("s-1");
+            for (int i = 0; i < 10; i++) {
+                assertEquals(r.node(), c.routeSession("s-1").node());
+            }
+            assertTrue(c.endSession("s-1"));
+            assertFalse(c.endSession("s-1"));
+            assertThrows(InvalidArgumentException.class, () -> c.routeSession(""));
+        }
+    }
+
+    @Test
+    void integerKeysAreTheirLittleEndianBytes() {
+        try (Cluster c = three("")) {
+            byte[] le = {0x67, 0x12, 0, 0, 0, 0, 0, 0}; // 4711
+            assertEquals(c.partitionOf(4711L), c.partitionOf(le));
+            assertEquals(c.routeKey(4711L).node(), c.routeKey(le).node());
+            int p = c.partitionOf(le);
+            assertEquals(c.partitionOwner(p), c.routeKey(le).node());
+            assertThrows(InvalidArgumentException.class, () -> c.partitionOwner(4096));
+            assertThrows(InvalidArgumentException.class, () -> c.routeKey(new byte[1025]));
+        }
+    }
+
+    // ---- nodes, events, health ------------------------------------------------
+
+    @Test
+    void nodesCanBeAddedAndRemoved() {
+        try (Cluster c = three("")) {
+            assertEquals(3, c.addNode("MYDB4", "h4:1521", 2));
+            assertThrows(DuplicateNodeException.class, () -> c.addNode("mydb4", null, 1));
+            assertEquals(List.of("MYDB1", "MYDB2", "MYDB3", "MYDB4"), c.nodeNames());
+            assertEquals(1, c.removeNode("MYDB2"));
+            assertEquals(List.of("MYDB1", "MYDB3", "MYDB4"), c.nodeNames());
+            assertEquals("MYDB2", c.nodeName(1), "a removed id keeps its name");
+            assertEquals(NodeState.DOWN, c.nodeState(1));
+            assertThrows(UnknownNodeException.class, () -> c.removeNode("MYDB2"));
+            assertThrows(UnknownNodeException.class, () -> c.nodeName(9));
+            assertThrows(InvalidArgumentException.class, () -> c.addNode("bad name", null, 1));
+        }
+    }
+
+    @Test
+    void fanEventsChangeStateAndBadLinesChangeNothing() {
+        try (Cluster c = three("database = orcl\nservice = svc")) {
+            assertEquals(1, c.applyEvent(DOWN2));
+            assertEquals(NodeState.DOWN, c.nodeState("MYDB2"));
+            assertThrows(EventParseException.class, () -> c.applyEvent("SERVICEMEMBER garbage"));
+            assertThrows(ForeignEventException.class, () -> c.applyEvent(DOWN2.replace("orcl", "other")
+                    .replace("down", "up")));
+            assertThrows(UnknownNodeException.class, () -> c.applyEvent(DOWN2.replace("MYDB2", "NOPE")));
+            assertEquals(NodeState.DOWN, c.nodeState("MYDB2"));
+            assertEquals(1, c.applyEvent(DOWN2.replace("status=down reason=FAILURE", "status=up")));
+            assertEquals(NodeState.UP, c.nodeState("MYDB2"));
+            c.applyEvent(DOWN2.replace("reason=FAILURE", "reason=USER"));
+            assertEquals(NodeState.DRAINING, c.nodeState("MYDB2"));
+        }
+    }
+
+    @Test
+    void heartbeatMissesMarkDownAndASuccessRestores() {
+        try (Cluster c = three("heartbeat.misses = 3")) {
+            assertFalse(c.reportProbe(1, false));
+            assertFalse(c.reportProbe(1, false));
+            assertTrue(c.reportProbe(1, false));
+            assertEquals(NodeState.DOWN, c.nodeState(1));
+            assertEquals("heartbeat", c.nodeMetrics().get(1).downCause());
+            assertEquals(3, c.nodeMetrics().get(1).probeMisses());
+            assertTrue(c.reportProbe(1, true));
+            assertEquals(NodeState.UP, c.nodeState(1));
+            assertThrows(UnknownNodeException.class, () -> c.reportProbe(-1, true));
+        }
+    }
+
+    @Test
+    void reportedFailuresEjectANode() {
+        try (Cluster c = three("health.eject_after_failures = 2\nhealth.eject_backoff = 10m\nhealth.eject_backoff_max = 1h")) {
+            assertFalse(c.reportOutcome(2, false));
+            assertTrue(c.reportOutcome(2, false));
+            assertEquals(NodeState.DOWN, c.nodeState(2));
+            assertEquals("ejected", c.nodeMetrics().get(2).downCause());
+            for (int i = 0; i < 100; i++) {
+                assertNotEquals(2, c.route().node());
+            }
+        }
+    }
+
+    @Test
+    void metricsRenderAsJsonAndPrometheus() {
+        try (Cluster c = three("")) {
+            c.pick().release(Outcome.OK);
+            assertTrue(c.metricsJson().startsWith("{\"cluster\":\"unit\""), c.metricsJson());
+            assertTrue(c.metricsPrometheus().contains("racaffinity_"), c.metricsPrometheus());
+            List<NodeMetrics> m = c.nodeMetrics();
+            assertEquals(3, m.size());
+            assertEquals("MYDB1", m.get(0).name());
+            assertEquals(1, m.stream().mapToLong(NodeMetrics::picks).sum());
+            assertEquals(1, m.stream().mapToLong(NodeMetrics::successes).sum());
+        }
+    }
+}

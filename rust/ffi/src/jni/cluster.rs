@@ -1,0 +1,393 @@
+//! Cluster lifecycle, nodes, settings, failover inputs and metrics
+//! (`io.racaffinity.Native`, used by `io.racaffinity.Cluster`).
+
+use jni::objects::{JClass, JIntArray, JLongArray, JObject, JObjectArray, JString};
+use jni::sys::{jboolean, jint, jlong};
+use jni::{Env, EnvUnowned};
+use racaffinity_core::{Cluster, NodeSpec, NodeState};
+
+use super::{node_arg, run, run_fast, string, with_cluster, JResult};
+use crate::capi::handle;
+use crate::capi::result::{racaffinity_result, Failure};
+use crate::capi::types::{node_id, node_state_arg, racaffinity_node_state, scope_arg};
+
+fn strings<'local>(env: &mut Env<'local>, items: &[String]) -> JResult<JObjectArray<'local, JString<'local>>> {
+    let arr = JObjectArray::<JString>::new(env, items.len(), JString::null())?;
+    for (i, s) in items.iter().enumerate() {
+        let js = JString::from_str(env, s)?;
+        arr.set_element(env, i, &js)?;
+        env.delete_local_ref(js);
+    }
+    Ok(arr)
+}
+
+fn unknown(node: u32) -> Failure {
+    Failure::new(racaffinity_result::UnknownNode, format!("no node with id {node}"))
+}
+
+/// `String version()`: the library version, checked by the Java loader.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_version<'l>(mut env: EnvUnowned<'l>, _c: JClass<'l>) -> JString<'l> {
+    run(&mut env, |env| Ok(JString::from_str(env, racaffinity_core::VERSION)?))
+}
+
+/// `long noop(long handle, long x)`: returns `x`. The benchmark's baseline for
+/// the cost of one JNI transition through the same wrapper as every call.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_noop<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    _h: jlong,
+    x: jlong,
+) -> jlong {
+    run_fast(&mut env, || Ok(x))
+}
+
+/// `String[] exceptionClasses()`: the code → exception class table, indexed
+/// by result code, so the Java tests can check every class exists.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_exceptionClasses<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+) -> JObjectArray<'l, JString<'l>> {
+    run(&mut env, |env| {
+        let names: Vec<String> =
+            racaffinity_result::ALL.iter().map(|&c| super::exception_class(c).to_str().replace('/', ".")).collect();
+        strings(env, &names)
+    })
+}
+
+/// `long clusterNew(String config)`: builds a cluster; returns its handle.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_clusterNew<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    config: JString<'l>,
+) -> jlong {
+    run(&mut env, |env| {
+        let text = string(env, &config, "config")?;
+        let h = handle::insert(Cluster::from_config_text(&text)?)?;
+        Ok(h as usize as jlong)
+    })
+}
+
+/// `void clusterFree(long handle)`: frees a cluster; a second free throws
+/// `ClusterClosedException` and changes nothing.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_clusterFree<'l>(mut env: EnvUnowned<'l>, _c: JClass<'l>, h: jlong) {
+    run_fast(&mut env, || Ok(handle::remove(h as usize as *const handle::racaffinity_cluster)?))
+}
+
+/// `String clusterName(long handle)`.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_clusterName<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+) -> JString<'l> {
+    run(&mut env, |env| {
+        let name = with_cluster(h, |c| Ok(c.name().to_string()))?;
+        Ok(JString::from_str(env, name)?)
+    })
+}
+
+/// `long heartbeatIntervalMillis(long handle)`: the config's `heartbeat.interval`.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_heartbeatIntervalMillis<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+) -> jlong {
+    run_fast(&mut env, || with_cluster(h, |c| Ok(c.heartbeat_interval_ms().min(i64::MAX as u64) as jlong)))
+}
+
+/// `String[] nodeNames(long handle)`: live node names in id order.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_nodeNames<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+) -> JObjectArray<'l, JString<'l>> {
+    run(&mut env, |env| {
+        let names: Vec<String> =
+            with_cluster(h, |c| Ok(c.node_ids().into_iter().filter_map(|id| c.node_name(id)).collect()))?;
+        strings(env, &names)
+    })
+}
+
+/// `int[] nodeIds(long handle)`: live node ids, ascending.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_nodeIds<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+) -> JIntArray<'l> {
+    run(&mut env, |env| {
+        let ids: Vec<jint> = with_cluster(h, |c| Ok(c.node_ids().into_iter().map(|id| id.0 as jint).collect()))?;
+        let arr = JIntArray::new(env, ids.len())?;
+        arr.set_region(env, 0, &ids)?;
+        Ok(arr)
+    })
+}
+
+/// `String nodeName(long handle, int node)`: also for removed nodes.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_nodeName<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    node: jint,
+) -> JString<'l> {
+    run(&mut env, |env| {
+        let node = node_arg(node)?;
+        let name = with_cluster(h, |c| c.node_name(node_id(node)).ok_or_else(|| unknown(node)))?;
+        Ok(JString::from_str(env, name)?)
+    })
+}
+
+/// `int nodeFind(long handle, String name)`: a live node's id (case-insensitive).
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_nodeFind<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    name: JString<'l>,
+) -> jint {
+    run(&mut env, |env| {
+        let name = string(env, &name, "name")?;
+        with_cluster(h, |c| Ok(c.node_by_name(&name)?.id().0 as jint))
+    })
+}
+
+/// `int nodeState(long handle, int node)`: a `racaffinity_node_state` value
+/// (a removed node reads as Down, as in C).
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_nodeState<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    node: jint,
+) -> jint {
+    run_fast(&mut env, || {
+        let node = node_arg(node)?;
+        with_cluster(h, |c| {
+            let n = c.node(node_id(node)).ok_or_else(|| unknown(node))?;
+            let st = if n.is_removed() { NodeState::Down } else { n.state() };
+            Ok(racaffinity_node_state::from(st) as jint)
+        })
+    })
+}
+
+/// `int nodeSetState(long handle, String name, int state)`: as an operator
+/// would (JMX markUp/markDown/drain); returns the previous state.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_nodeSetState<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    name: JString<'l>,
+    state: jint,
+) -> jint {
+    run(&mut env, |env| {
+        let name = string(env, &name, "name")?;
+        let state = node_state_arg(state as u32)?;
+        with_cluster(h, |c| Ok(racaffinity_node_state::from(c.set_node_state(&name, state)?) as jint))
+    })
+}
+
+/// `int nodeAdd(long handle, String name, String address, int weight)`:
+/// `address` may be null; `weight` 0 means 1 (as in C). Returns the new id.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_nodeAdd<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    name: JString<'l>,
+    address: JString<'l>,
+    weight: jint,
+) -> jint {
+    run(&mut env, |env| {
+        let name = string(env, &name, "name")?;
+        let address = if address.is_null() { None } else { Some(string(env, &address, "address")?) };
+        let weight = u32::try_from(weight).map_err(|_| {
+            Failure::new(racaffinity_result::InvalidArgument, format!("weight must be 1..=1000000, got {weight}"))
+        })?;
+        let mut spec = NodeSpec::new(name).weight(weight.max(1));
+        spec.address = address;
+        with_cluster(h, |c| Ok(c.add_node(spec)?.0 as jint))
+    })
+}
+
+/// `int nodeRemove(long handle, String name)`: returns the removed id.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_nodeRemove<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    name: JString<'l>,
+) -> jint {
+    run(&mut env, |env| {
+        let name = string(env, &name, "name")?;
+        with_cluster(h, |c| Ok(c.remove_node(&name)?.0 as jint))
+    })
+}
+
+/// `void setStrict(long handle, int scope, boolean strict)`.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_setStrict<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    scope: jint,
+    strict: jboolean,
+) {
+    run_fast(&mut env, || {
+        let scope = scope_arg(scope as u32)?;
+        with_cluster(h, |c| {
+            c.set_strict(scope, strict);
+            Ok(())
+        })
+    })
+}
+
+/// `boolean isStrict(long handle, int scope)`.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_isStrict<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    scope: jint,
+) -> jboolean {
+    run_fast(&mut env, || {
+        let scope = scope_arg(scope as u32)?;
+        with_cluster(h, |c| Ok(c.is_strict(scope)))
+    })
+}
+
+/// `int eventApply(long handle, String line)`: one FAN event or RLB advisory;
+/// returns the number of node state changes. A failing line changes nothing.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_eventApply<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    line: JString<'l>,
+) -> jint {
+    run(&mut env, |env| {
+        let line = string(env, &line, "line")?;
+        with_cluster(h, |c| Ok(c.apply_event(&line)?.changes.len() as jint))
+    })
+}
+
+/// `boolean probeReport(long handle, int node, boolean ok)`: a heartbeat
+/// result; returns whether the node's state changed.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_probeReport<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    node: jint,
+    ok: jboolean,
+) -> jboolean {
+    run_fast(&mut env, || {
+        let node = node_arg(node)?;
+        with_cluster(h, |c| Ok(c.report_probe(node_id(node), ok)?.is_some()))
+    })
+}
+
+/// `boolean outcomeReport(long handle, int node, boolean ok)`: a node-level
+/// success or failure outside a lease; returns whether the state changed.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_outcomeReport<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    node: jint,
+    ok: jboolean,
+) -> jboolean {
+    run_fast(&mut env, || {
+        let node = node_arg(node)?;
+        with_cluster(h, |c| Ok(c.report_outcome(node_id(node), ok)?.is_some()))
+    })
+}
+
+/// `String metricsJson(long handle)`.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_metricsJson<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+) -> JString<'l> {
+    run(&mut env, |env| {
+        let text = with_cluster(h, |c| Ok(c.metrics().to_json()))?;
+        Ok(JString::from_str(env, text)?)
+    })
+}
+
+/// `String metricsPrometheus(long handle)`.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_metricsPrometheus<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+) -> JString<'l> {
+    run(&mut env, |env| {
+        let text = with_cluster(h, |c| Ok(c.metrics().to_prometheus()))?;
+        Ok(JString::from_str(env, text)?)
+    })
+}
+
+/// Counters per node in `nodeMetrics`' `long[]`, in this order.
+pub(crate) const NODE_COUNTERS: usize = 13;
+
+/// `Object[] nodeMetrics(long handle)`: one snapshot of the live nodes as
+/// `{String[] names, String[] downCauses, long[] counters}`, where counters
+/// holds, per node in id order: id, state (`racaffinity_node_state`), weight,
+/// rlb percent (-1 none), picks, affinity hits, repins, strict refusals,
+/// in flight, successes, failures, state changes, probe misses.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_nodeMetrics<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+) -> JObjectArray<'l> {
+    run(&mut env, |env| {
+        let (ids, snap) = with_cluster(h, |c| {
+            let snap = c.metrics();
+            // Ids by name from the same cluster: names of live nodes are unique.
+            let ids: Vec<i64> =
+                snap.nodes.iter().map(|n| c.node_by_name(&n.name).map_or(-1, |x| i64::from(x.id().0))).collect();
+            Ok((ids, snap))
+        })?;
+        let names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
+        let causes: Vec<String> = snap.nodes.iter().map(|n| n.down_cause.to_string()).collect();
+        let mut counters: Vec<jlong> = Vec::with_capacity(snap.nodes.len() * NODE_COUNTERS);
+        for (n, &id) in snap.nodes.iter().zip(&ids) {
+            let sat = |v: u64| v.min(i64::MAX as u64) as jlong;
+            counters.extend_from_slice(&[
+                id,
+                racaffinity_node_state::from(n.state) as jlong,
+                jlong::from(n.weight),
+                jlong::from(n.rlb_percent),
+                sat(n.picks),
+                sat(n.affinity_hits),
+                sat(n.repins),
+                sat(n.strict_refusals),
+                n.in_flight,
+                sat(n.successes),
+                sat(n.failures),
+                sat(n.state_changes),
+                sat(n.probe_misses),
+            ]);
+        }
+        let names = strings(env, &names)?;
+        let causes = strings(env, &causes)?;
+        let longs = JLongArray::new(env, counters.len())?;
+        longs.set_region(env, 0, &counters)?;
+        let out = JObjectArray::<JObject>::new(env, 3, JObject::null())?;
+        out.set_element(env, 0, &names)?;
+        out.set_element(env, 1, &causes)?;
+        out.set_element(env, 2, &longs)?;
+        Ok(out)
+    })
+}

@@ -1,0 +1,46 @@
+//! Oracle per-instance connect strings for `io.racaffinity.oracle.OracleUrls`,
+//! built and validated by the core (no string building in Java).
+
+use jni::objects::{JClass, JString};
+use jni::sys::jint;
+use jni::EnvUnowned;
+use racaffinity_core::connect::{self, InstanceAddress};
+
+use super::{run, string};
+use crate::capi::result::{racaffinity_result, Failure};
+
+/// `OracleUrls.connectString(int form, String host, int port, String service,
+/// String instance)`: `form` is a `racaffinity_connect_form` value.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_oracle_OracleUrls_connectString<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    form: jint,
+    host: JString<'l>,
+    port: jint,
+    service: JString<'l>,
+    instance: JString<'l>,
+) -> JString<'l> {
+    run(&mut env, |env| {
+        let (host, service, instance) =
+            (string(env, &host, "host")?, string(env, &service, "service")?, string(env, &instance, "instance")?);
+        let port = u16::try_from(port).map_err(|_| {
+            Failure::new(racaffinity_result::InvalidArgument, format!("port {port} is out of range 0..=65535"))
+        })?;
+        let addr = InstanceAddress { host: &host, port, service: &service, instance: &instance };
+        let s = match form {
+            0 => connect::descriptor(&addr),
+            1 => connect::easy_connect(&addr),
+            2 => connect::jdbc_descriptor_url(&addr),
+            3 => connect::jdbc_easy_connect_url(&addr),
+            _ => {
+                return Err(Failure::new(
+                    racaffinity_result::InvalidArgument,
+                    format!("{form} is not a racaffinity_connect_form"),
+                )
+                .into())
+            }
+        }?;
+        Ok(JString::from_str(env, s)?)
+    })
+}

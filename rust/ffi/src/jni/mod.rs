@@ -1,0 +1,278 @@
+//! The JNI exports of `libracaffinity`, behind the Java classes
+//! `io.racaffinity.Native` and `io.racaffinity.oracle.OracleUrls` (jar
+//! `racaffinity.jar`, `java/` in the repository).
+//!
+//! Like the C ABI beside it, this layer holds no routing logic: it converts
+//! Java arguments, calls the core and maps errors. A cluster crosses to Java
+//! as a `long` that is exactly the C ABI's `racaffinity_cluster *` handle, and
+//! every call resolves it through [`crate::capi::handle`], so a closed, stale
+//! or foreign handle is detected exactly as in C (`ClusterClosedException`).
+//!
+//! Errors:
+//! - every core error becomes a [`Failure`] through the C ABI's one
+//!   kind → code table ([`crate::capi::result`]), and [`exception_class`] is
+//!   the one code → Java class table;
+//! - every export runs inside `EnvUnowned::with_env` (which catches panics)
+//!   and resolves with the [`ThrowAffinity`] error policy, so no panic and no
+//!   error escapes as a crash: a panic becomes `NativePanicException`.
+//!   Exports with primitive arguments and results ([`run_fast`]: picks, pins,
+//!   leases) run their body under `catch_unwind` and enter `with_env` only
+//!   to throw, which saves the attach-guard bookkeeping on the success path.
+//!
+//! Hot calls take and return primitives only: a route is packed into one
+//! `long` ([`pack`]), a pin context is the core's `ContextKey` as a `long`.
+
+use std::any::Any;
+
+use jni::errors::ErrorPolicy;
+use jni::objects::{JByteArray, JString};
+use jni::strings::{JNIStr, JNIString};
+use jni::sys::jlong;
+use jni::{jni_str, Env, EnvUnowned};
+use racaffinity_core::{Cluster, Route};
+
+use crate::capi::buffer::RACAFFINITY_MAX_STRING_BYTES;
+use crate::capi::handle::{self, racaffinity_cluster};
+use crate::capi::result::{racaffinity_result, Failure};
+use crate::capi::types::racaffinity_route;
+
+mod cluster;
+mod connect;
+mod routing;
+#[cfg(feature = "testing")]
+mod testing;
+
+/// Why a JNI call failed: a routing failure (mapped through the one table) or
+/// a JNI-level error (usually a Java exception that is already pending).
+pub(crate) enum Fail {
+    Core(Failure),
+    Jni(jni::errors::Error),
+}
+
+impl From<jni::errors::Error> for Fail {
+    fn from(e: jni::errors::Error) -> Self {
+        Fail::Jni(e)
+    }
+}
+
+impl From<Failure> for Fail {
+    fn from(f: Failure) -> Self {
+        Fail::Core(f)
+    }
+}
+
+impl From<racaffinity_core::Error> for Fail {
+    fn from(e: racaffinity_core::Error) -> Self {
+        Fail::Core(e.into())
+    }
+}
+
+pub(crate) type JResult<T> = Result<T, Fail>;
+
+/// The one table from result codes to Java exception classes. Every class
+/// extends `io.racaffinity.AffinityException` and has a `(String)`
+/// constructor. The match is exhaustive: a new result code does not compile
+/// until it has a class.
+pub(crate) fn exception_class(code: racaffinity_result) -> &'static JNIStr {
+    use racaffinity_result::*;
+    match code {
+        Ok => jni_str!("io/racaffinity/AffinityException"),
+        NullArgument | InvalidUtf8 | InvalidArgument | BufferTooSmall => {
+            jni_str!("io/racaffinity/InvalidArgumentException")
+        }
+        InvalidHandle => jni_str!("io/racaffinity/ClusterClosedException"),
+        Panic => jni_str!("io/racaffinity/NativePanicException"),
+        Config => jni_str!("io/racaffinity/InvalidConfigException"),
+        UnknownNode => jni_str!("io/racaffinity/UnknownNodeException"),
+        DuplicateNode => jni_str!("io/racaffinity/DuplicateNodeException"),
+        NoNodeAvailable => jni_str!("io/racaffinity/NoNodeAvailableException"),
+        StrictAffinity => jni_str!("io/racaffinity/StrictAffinityException"),
+        PreparedNodeUnavailable => jni_str!("io/racaffinity/PreparedNodeUnavailableException"),
+        UnknownTransaction => jni_str!("io/racaffinity/UnknownTransactionException"),
+        EventParse => jni_str!("io/racaffinity/EventParseException"),
+        ForeignEvent => jni_str!("io/racaffinity/ForeignEventException"),
+        TooManyHandles => jni_str!("io/racaffinity/TooManyClustersException"),
+        InvalidLease => jni_str!("io/racaffinity/InvalidLeaseException"),
+    }
+}
+
+/// Throws the Java exception for a failed call unless one is already pending
+/// (a Java exception raised by a JNI call wins: it is the real cause).
+fn throw(env: &mut Env<'_>, class: &JNIStr, msg: String) {
+    if env.exception_check() {
+        return;
+    }
+    let msg = JNIString::from(msg);
+    // `throw_new` reports the (now pending) exception as an Err; that is the
+    // success case here. If the class cannot be found (a broken jar), fall
+    // back to the base class, then to RuntimeException.
+    let _ = env.throw_new(class, &msg);
+    if !env.exception_check() {
+        let _ = env.throw_new(jni_str!("io/racaffinity/AffinityException"), &msg);
+    }
+    if !env.exception_check() {
+        let _ = env.throw_new(jni_str!("java/lang/RuntimeException"), &msg);
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}
+
+/// The error policy of every export: a [`Fail`] becomes the exception of
+/// its class (via [`exception_class`]), a panic becomes `NativePanicException`,
+/// and the call returns the type's default value, which Java never sees.
+pub(crate) struct ThrowAffinity;
+
+impl<T: Default> ErrorPolicy<T, Fail> for ThrowAffinity {
+    type Captures<'unowned_env_local: 'native_method, 'native_method> = ();
+
+    fn on_error<'unowned_env_local: 'native_method, 'native_method>(
+        env: &mut Env<'unowned_env_local>,
+        _cap: &mut Self::Captures<'unowned_env_local, 'native_method>,
+        err: Fail,
+    ) -> jni::errors::Result<T> {
+        match err {
+            Fail::Core(f) => {
+                let msg = match f.code {
+                    racaffinity_result::InvalidHandle => {
+                        "racaffinity cluster is closed (its handle is stale or freed)".to_string()
+                    }
+                    _ => f.detail,
+                };
+                throw(env, exception_class(f.code), msg)
+            }
+            Fail::Jni(jni::errors::Error::NullPtr(what)) => {
+                throw(env, jni_str!("java/lang/NullPointerException"), format!("racaffinity: {what} is null"))
+            }
+            Fail::Jni(e) => throw(env, exception_class(racaffinity_result::Ok), format!("racaffinity: JNI error: {e}")),
+        }
+        Ok(T::default())
+    }
+
+    fn on_panic<'unowned_env_local: 'native_method, 'native_method>(
+        env: &mut Env<'unowned_env_local>,
+        _cap: &mut Self::Captures<'unowned_env_local, 'native_method>,
+        payload: Box<dyn Any + Send + 'static>,
+    ) -> jni::errors::Result<T> {
+        let msg = format!("panic caught at the library boundary (a bug): {}", panic_message(&*payload));
+        // Dropping a payload may itself panic; leak it rather than unwind.
+        if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(payload))) {
+            std::mem::forget(p);
+        }
+        throw(env, exception_class(racaffinity_result::Panic), msg);
+        Ok(T::default())
+    }
+}
+
+/// Runs an export's body under `with_env` and the [`ThrowAffinity`] policy.
+#[inline(always)]
+pub(crate) fn run<'local, T: Default>(
+    env: &mut EnvUnowned<'local>,
+    f: impl FnOnce(&mut Env<'local>) -> JResult<T>,
+) -> T {
+    env.with_env(f).resolve::<ThrowAffinity>()
+}
+
+/// Like [`run`], for hot exports whose arguments and result are primitives
+/// (picks, pins, leases, integer keys): the body runs under `catch_unwind`
+/// alone, and only a failure or a panic enters `with_env`, where the
+/// [`ThrowAffinity`] policy throws exactly as [`run`] would (a caught panic is
+/// resumed inside `with_env`, which catches it again and hands it to the
+/// policy). `with_env` and `resolve` each set up an attach guard and
+/// thread-local bookkeeping, about 40 ns per call here; a successful pick
+/// does not need them.
+#[inline(always)]
+pub(crate) fn run_fast<'local, T: Default>(env: &mut EnvUnowned<'local>, f: impl FnOnce() -> JResult<T>) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(fail)) => env.with_env(|_| Err::<T, Fail>(fail)).resolve::<ThrowAffinity>(),
+        Err(payload) => {
+            env.with_env(|_| -> JResult<T> { std::panic::resume_unwind(payload) }).resolve::<ThrowAffinity>()
+        }
+    }
+}
+
+/// Runs `f` on the cluster behind a Java handle, through the C ABI's handle
+/// table (same stale/freed/foreign detection as C).
+#[inline(always)]
+pub(crate) fn with_cluster<R>(h: jlong, f: impl FnOnce(&Cluster) -> Result<R, Failure>) -> JResult<R> {
+    handle::with(h as usize as *const racaffinity_cluster, f).map_err(Fail::Core)
+}
+
+/// A route as one `long`: bits 0..32 node id, bits 32..40 the C ABI's
+/// `racaffinity_route_kind` value.
+#[inline(always)]
+pub(crate) fn pack(r: Route) -> jlong {
+    let c: racaffinity_route = r.into();
+    ((c.kind as i64) << 32) | i64::from(c.node)
+}
+
+fn too_long(name: &str, len: usize) -> Fail {
+    Fail::Core(Failure::new(
+        racaffinity_result::InvalidArgument,
+        format!("`{name}` is {len} bytes; the limit is {RACAFFINITY_MAX_STRING_BYTES}"),
+    ))
+}
+
+fn null_arg(name: &str) -> Fail {
+    Fail::Core(Failure::new(racaffinity_result::NullArgument, format!("`{name}` is null")))
+}
+
+/// Bytes small enough for the stack: gtrids (64) and typical keys.
+const STACK_BYTES: usize = 128;
+
+/// Calls `f` with the contents of a Java `byte[]`, copied to the stack when
+/// small. A null array is INVALID_ARGUMENT (NullArgument); the size cap is the
+/// C ABI's, so the core sees the same inputs as from C and gives the same
+/// errors for empty or oversized keys.
+#[inline]
+pub(crate) fn with_bytes<R>(
+    env: &Env<'_>,
+    arr: &JByteArray<'_>,
+    name: &str,
+    f: impl FnOnce(&[u8]) -> JResult<R>,
+) -> JResult<R> {
+    if arr.is_null() {
+        return Err(null_arg(name));
+    }
+    let len = arr.len(env)?;
+    if len > RACAFFINITY_MAX_STRING_BYTES {
+        return Err(too_long(name, len));
+    }
+    if len <= STACK_BYTES {
+        let mut buf = [0i8; STACK_BYTES];
+        arr.get_region(env, 0, &mut buf[..len])?;
+        // SAFETY: i8 and u8 have the same size and alignment; every bit pattern is valid for both.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) };
+        f(bytes)
+    } else {
+        let mut buf = vec![0i8; len];
+        arr.get_region(env, 0, &mut buf)?;
+        // SAFETY: as above.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), len) };
+        f(bytes)
+    }
+}
+
+/// A Java `String` argument as Rust UTF-8 (converted from modified UTF-8).
+pub(crate) fn string(env: &Env<'_>, s: &JString<'_>, name: &str) -> JResult<String> {
+    if s.is_null() {
+        return Err(null_arg(name));
+    }
+    let text = s.try_to_string(env)?;
+    if text.len() > RACAFFINITY_MAX_STRING_BYTES {
+        return Err(too_long(name, text.len()));
+    }
+    Ok(text)
+}
+
+/// A node id argument: Java `int`, which must be non-negative.
+pub(crate) fn node_arg(node: i32) -> JResult<u32> {
+    u32::try_from(node)
+        .map_err(|_| Fail::Core(Failure::new(racaffinity_result::UnknownNode, format!("no node with id {node}"))))
+}

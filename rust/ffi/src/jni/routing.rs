@@ -1,0 +1,319 @@
+//! Routing calls: explicit pin contexts, leases, XA transactions, web
+//! sessions and data keys. Routes return packed `long`s (see [`super::pack`]).
+//!
+//! Java pins use the core's explicit context keys, never the OS-thread pins
+//! of `racaffinity_thread_pin`: a Java thread (and above all a virtual thread,
+//! which shares carrier OS threads) is not an OS thread.
+
+use jni::objects::{JByteArray, JClass};
+use jni::sys::{jboolean, jint, jlong};
+use jni::EnvUnowned;
+use racaffinity_core::{ContextKey, DataKey};
+
+use super::{node_arg, pack, run, run_fast, with_bytes, with_cluster};
+use crate::capi::result::{racaffinity_result, Failure};
+use crate::capi::types::{node_id, outcome_arg};
+
+fn ctx(key: jlong) -> ContextKey {
+    ContextKey(key as u64)
+}
+
+/// `long contextNew(long handle)`: a fresh pin context key.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_contextNew<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+) -> jlong {
+    run_fast(&mut env, || with_cluster(h, |c| Ok(c.new_context_key().0 as jlong)))
+}
+
+/// `long contextPin(long handle, long context)`: pins (or deepens the pin of)
+/// a context; returns the pinned route.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_contextPin<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    context: jlong,
+) -> jlong {
+    run_fast(&mut env, || with_cluster(h, |c| Ok(pack(c.pin_context(ctx(context))?))))
+}
+
+/// `boolean contextUnpin(long handle, long context)`: releases one level;
+/// returns whether the pin is gone.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_contextUnpin<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    context: jlong,
+) -> jboolean {
+    run_fast(&mut env, || with_cluster(h, |c| Ok(c.unpin_context(ctx(context)))))
+}
+
+/// `boolean contextRelease(long handle, long context)`: releases every level
+/// (a Java thread that died pinned); returns whether a pin existed.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_contextRelease<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    context: jlong,
+) -> jboolean {
+    run_fast(&mut env, || with_cluster(h, |c| Ok(c.release_context(ctx(context)))))
+}
+
+/// `int contextPinnedNode(long handle, long context)`: the pinned node, or -1.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_contextPinnedNode<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    context: jlong,
+) -> jint {
+    run_fast(&mut env, || with_cluster(h, |c| Ok(c.context_pinned_node(ctx(context)).map_or(-1, |n| n.0 as jint))))
+}
+
+/// `long contextRoute(long handle, long context)`: the context's pin, else
+/// load balancing (or a new pin with `thread.auto_pin`), without a lease.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_contextRoute<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    context: jlong,
+) -> jlong {
+    run_fast(&mut env, || with_cluster(h, |c| Ok(pack(c.pick_in(ctx(context))?))))
+}
+
+/// `long contextPick(long handle, long context)`: like `contextRoute`, and
+/// leases the node (release with `leaseEnd`).
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_contextPick<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    context: jlong,
+) -> jlong {
+    run_fast(&mut env, || {
+        with_cluster(h, |c| {
+            let r = c.pick_in(ctx(context))?;
+            c.begin_lease(r.node);
+            Ok(pack(r))
+        })
+    })
+}
+
+/// `void leaseBegin(long handle, int node)`: leases a node that another call
+/// routed to (transaction, session or key route).
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_leaseBegin<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    node: jint,
+) {
+    run_fast(&mut env, || {
+        let node = node_arg(node)?;
+        with_cluster(h, |c| {
+            if c.node(node_id(node)).is_none_or(|n| n.is_removed()) {
+                return Err(Failure::new(racaffinity_result::UnknownNode, format!("no node with id {node}")));
+            }
+            c.begin_lease(node_id(node));
+            Ok(())
+        })
+    })
+}
+
+/// `void leaseEnd(long handle, int node, int outcome)`: ends one lease with a
+/// `racaffinity_outcome`. The Java `Lease` object guarantees exactly once.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_leaseEnd<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    node: jint,
+    outcome: jint,
+) {
+    run_fast(&mut env, || {
+        let node = node_arg(node)?;
+        let outcome = outcome_arg(outcome as u32)?;
+        with_cluster(h, |c| {
+            c.end_lease(node_id(node), outcome);
+            Ok(())
+        })
+    })
+}
+
+/// `long txBegin(long handle, byte[] gtrid)`: begins or joins a branch.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_txBegin<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    gtrid: JByteArray<'l>,
+) -> jlong {
+    run(&mut env, |env| with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(pack(c.tx_begin(g)?)))))
+}
+
+/// `long txBeginOn(long handle, byte[] gtrid, int preferred)`: a new gtrid
+/// is placed on `preferred` when that node accepts new work.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_txBeginOn<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    gtrid: JByteArray<'l>,
+    preferred: jint,
+) -> jlong {
+    run(&mut env, |env| {
+        let preferred = node_arg(preferred)?;
+        with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(pack(c.tx_begin_on(g, Some(node_id(preferred)))?))))
+    })
+}
+
+/// `long txRoute(long handle, byte[] gtrid)`: where 2PC commands go.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_txRoute<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    gtrid: JByteArray<'l>,
+) -> jlong {
+    run(&mut env, |env| with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(pack(c.tx_route(g)?)))))
+}
+
+/// `int txPrepared(long handle, byte[] gtrid)`: marks a branch prepared;
+/// returns the owning node id.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_txPrepared<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    gtrid: JByteArray<'l>,
+) -> jint {
+    run(&mut env, |env| with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(c.tx_prepared(g)?.0 as jint))))
+}
+
+/// `int txEnd(long handle, byte[] gtrid)`: ends one branch; returns the node id.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_txEnd<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    gtrid: JByteArray<'l>,
+) -> jint {
+    run(&mut env, |env| with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(c.tx_end(g)?.0 as jint))))
+}
+
+/// `int txComplete(long handle, byte[] gtrid)`: forgets the whole transaction.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_txComplete<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    gtrid: JByteArray<'l>,
+) -> jint {
+    run(&mut env, |env| with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(c.tx_complete(g)?.0 as jint))))
+}
+
+/// `void txRecovered(long handle, byte[] gtrid, int node)`: `node` returned
+/// `gtrid` from a recovery scan.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_txRecovered<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    gtrid: JByteArray<'l>,
+    node: jint,
+) {
+    run(&mut env, |env| {
+        let node = node_arg(node)?;
+        with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(c.tx_recovered(g, node_id(node))?)))
+    })
+}
+
+/// `long sessionRoute(long handle, byte[] key)`.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_sessionRoute<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    key: JByteArray<'l>,
+) -> jlong {
+    run(&mut env, |env| with_bytes(env, &key, "key", |k| with_cluster(h, |c| Ok(pack(c.session_route(k)?)))))
+}
+
+/// `boolean sessionEnd(long handle, byte[] key)`: whether it had an affinity.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_sessionEnd<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    key: JByteArray<'l>,
+) -> jboolean {
+    run(&mut env, |env| with_bytes(env, &key, "key", |k| with_cluster(h, |c| Ok(c.session_end(k)?))))
+}
+
+/// `long keyRoute(long handle, byte[] key)`: data affinity by byte key.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_keyRoute<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    key: JByteArray<'l>,
+) -> jlong {
+    run(&mut env, |env| with_bytes(env, &key, "key", |k| with_cluster(h, |c| Ok(pack(c.route_key(k)?)))))
+}
+
+/// `long keyRouteLong(long handle, long key)`: data affinity by integer key.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_keyRouteLong<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    key: jlong,
+) -> jlong {
+    run_fast(&mut env, || with_cluster(h, |c| Ok(pack(c.route_key_i64(key)?))))
+}
+
+/// `int keyPartition(long handle, byte[] key)`.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_keyPartition<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    key: JByteArray<'l>,
+) -> jint {
+    run(&mut env, |env| {
+        with_bytes(env, &key, "key", |k| with_cluster(h, |c| Ok(c.partition_of(DataKey::Bytes(k))? as jint)))
+    })
+}
+
+/// `int keyPartitionLong(long handle, long key)`.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_keyPartitionLong<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    key: jlong,
+) -> jint {
+    run_fast(&mut env, || with_cluster(h, |c| Ok(c.partition_of(DataKey::Int(key))? as jint)))
+}
+
+/// `int partitionOwner(long handle, int partition)`: the owner, ignoring state.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_partitionOwner<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    partition: jint,
+) -> jint {
+    run_fast(&mut env, || {
+        let p = u32::try_from(partition).map_err(|_| {
+            Failure::new(racaffinity_result::InvalidArgument, format!("partition {partition} is negative"))
+        })?;
+        with_cluster(h, |c| Ok(c.partition_owner(p)?.0 as jint))
+    })
+}
