@@ -7,15 +7,16 @@
 //! threads) and pass it explicitly.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::cluster::{Cluster, Inner};
 use crate::error::{Result, Scope};
 use crate::node::{Node, NodeId};
 use crate::route::{Route, RouteKind};
-use crate::sharded::Sharded;
 
 /// A host-chosen key naming one pin context (a Java thread, a Python context).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -50,20 +51,49 @@ enum Fast {
     Revalidate,
 }
 
-#[derive(Debug, Clone, Copy)]
 pub(crate) struct ContextEntry {
-    node: NodeId,
+    /// The node itself, so a hit needs no topology snapshot.
+    node: Arc<Node>,
     depth: u32,
 }
 
+/// Context keys come from the host (our own counter, a thread id), not from
+/// remote input, so a fixed mixer replaces SipHash on this hot path.
+#[derive(Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = crate::hash::fmix64(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = crate::hash::fmix64(v);
+    }
+}
+
+type ContextMap = HashMap<u64, ContextEntry, BuildHasherDefault<KeyHasher>>;
+
+const CONTEXT_SHARDS: usize = 64;
+
 /// Registry of explicit context pins.
 pub(crate) struct ContextPins {
-    map: Sharded<u64, ContextEntry>,
+    shards: Box<[Mutex<ContextMap>]>,
 }
 
 impl ContextPins {
     pub fn new() -> Self {
-        ContextPins { map: Sharded::new() }
+        ContextPins { shards: (0..CONTEXT_SHARDS).map(|_| Mutex::new(ContextMap::default())).collect() }
+    }
+
+    #[inline]
+    fn lock(&self, key: u64) -> MutexGuard<'_, ContextMap> {
+        let i = (crate::hash::fmix64(key) >> 58) as usize % CONTEXT_SHARDS;
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -284,12 +314,12 @@ impl Cluster {
 
     /// The node `key` is pinned to, if any.
     pub fn context_pinned_node(&self, key: ContextKey) -> Option<NodeId> {
-        self.inner.contexts.map.lock(&key.0).get(&key.0).map(|e| e.node)
+        self.inner.contexts.lock(key.0).get(&key.0).map(|e| e.node.id())
     }
 
     /// Releases one level of `key`'s pin; returns whether the pin is now gone.
     pub fn unpin_context(&self, key: ContextKey) -> bool {
-        let mut m = self.inner.contexts.map.lock(&key.0);
+        let mut m = self.inner.contexts.lock(key.0);
         let Some(e) = m.get_mut(&key.0) else { return false };
         e.depth -= 1;
         if e.depth == 0 {
@@ -303,7 +333,7 @@ impl Cluster {
 
     /// Releases `key`'s pin at every level. Returns whether a pin existed.
     pub fn release_context(&self, key: ContextKey) -> bool {
-        let removed = self.inner.contexts.map.lock(&key.0).remove(&key.0).is_some();
+        let removed = self.inner.contexts.lock(key.0).remove(&key.0).is_some();
         if removed {
             self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
         }
@@ -311,28 +341,37 @@ impl Cluster {
     }
 
     fn context_route(&self, key: ContextKey, enter: bool) -> Result<Route> {
-        let topo = self.topo();
-        let mut m = self.inner.contexts.map.lock(&key.0);
+        let mut m = self.inner.contexts.lock(key.0);
         let route = match m.get_mut(&key.0) {
+            // The hot path: a healthy pin, no snapshot load.
+            Some(e) if e.node.accepts_existing() => {
+                if enter {
+                    e.depth += 1;
+                }
+                e.node.counters.affinity_hits.incr();
+                self.inner.scope[Scope::Thread as usize].hits.incr();
+                return Ok(Route::new(e.node.id(), RouteKind::Affinity));
+            }
             Some(e) => {
-                let node = topo.node(e.node).expect("ids are never dropped");
-                let kind = match self.revalidate(node)? {
+                // The node may have come back since the check above.
+                let kind = match self.revalidate(&e.node)? {
                     None => RouteKind::Affinity,
                     Some((n, kind)) => {
-                        e.node = n.id();
+                        e.node = n;
                         kind
                     }
                 };
                 if enter {
                     e.depth += 1;
                 }
-                Route::new(e.node, kind)
+                Route::new(e.node.id(), kind)
             }
             None if enter || self.inner.config.thread.auto_pin => {
                 let (n, kind) = self.new_pin()?;
-                m.insert(key.0, ContextEntry { node: n.id(), depth: 1 });
+                let id = n.id();
+                m.insert(key.0, ContextEntry { node: n, depth: 1 });
                 self.inner.scope[Scope::Thread as usize].live.fetch_add(1, Ordering::Relaxed);
-                Route::new(n.id(), kind)
+                Route::new(id, kind)
             }
             None => {
                 drop(m);
@@ -340,7 +379,7 @@ impl Cluster {
             }
         };
         drop(m);
-        self.count(&topo, Some(Scope::Thread), route);
+        self.count(&self.topo(), Some(Scope::Thread), route);
         Ok(route)
     }
 }
