@@ -364,6 +364,19 @@ racaffinity_result racaffinity_node_name(const racaffinity_cluster *cluster,
                                          size_t *out_len);
 
 /*
+ Writes a node's configured `host:port` into `buf` (NUL-terminated); an
+ empty string when the node has no address.
+
+ # Safety
+ `buf` must be NULL or valid for `cap` bytes; `out_len` NULL or writable.
+ */
+racaffinity_result racaffinity_node_address(const racaffinity_cluster *cluster,
+                                            uint32_t node,
+                                            char *buf,
+                                            size_t cap,
+                                            size_t *out_len);
+
+/*
  Builds a per-instance connect string (`form` is a `racaffinity_connect_form`)
  with INSTANCE_NAME set. Values that would break the syntax are INVALID_ARGUMENT.
 
@@ -400,6 +413,17 @@ racaffinity_result racaffinity_key_route(const racaffinity_cluster *cluster,
 racaffinity_result racaffinity_key_route_i64(const racaffinity_cluster *cluster,
                                              int64_t key,
                                              racaffinity_route *out);
+
+/*
+ The node that owns `partition` (explicit map, placement or rendezvous),
+ whatever its state.
+
+ # Safety
+ `out_node` must be NULL or writable.
+ */
+racaffinity_result racaffinity_partition_owner(const racaffinity_cluster *cluster,
+                                               uint32_t partition,
+                                               uint32_t *out_node);
 
 /*
  The partition a byte key falls in.
@@ -480,6 +504,17 @@ racaffinity_result racaffinity_cluster_route(const racaffinity_cluster *cluster,
  */
 racaffinity_result racaffinity_cluster_pick(const racaffinity_cluster *cluster,
                                             racaffinity_lease *out);
+
+/*
+ Routes context `context`'s next unit of work (its pin, else load
+ balancing) without leasing: the cheapest call for a pinned context.
+
+ # Safety
+ `out` must be NULL or writable.
+ */
+racaffinity_result racaffinity_context_route(const racaffinity_cluster *cluster,
+                                             uint64_t context,
+                                             racaffinity_route *out);
 
 /*
  Like `racaffinity_cluster_pick`, for the explicit pin context `context`.

@@ -1022,6 +1022,14 @@ static void context_pins_are_independent_of_thread_pins(void) {
         CHECK_OK(racaffinity_lease_release(c, &l1, RACAFFINITY_OUTCOME_OK));
         CHECK_OK(racaffinity_lease_release(c, &l2, RACAFFINITY_OUTCOME_NEUTRAL));
     }
+    /* Routing a context without a lease: its pin, or balancing when unpinned. */
+    racaffinity_route cr;
+    CHECK_OK(racaffinity_context_route(c, k1, &cr));
+    CHECK_EQ_U(cr.node, p1.node);
+    CHECK(cr.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_RC(racaffinity_context_route(c, k1, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_OK(racaffinity_context_route(c, 987654321, &cr));
+    CHECK(cr.kind == RACAFFINITY_ROUTE_KIND_BALANCED);
     /* The calling thread is not pinned by a context pin. */
     CHECK(route(c).kind == RACAFFINITY_ROUTE_KIND_BALANCED);
     /* Nested context pins. */
@@ -1167,6 +1175,12 @@ static void key_routes_are_stable_and_fall_back_when_the_owner_is_down(void) {
     CHECK_OK(racaffinity_key_partition(c, B("customer:42"), &p1));
     CHECK_OK(racaffinity_key_partition(c, B("customer:42"), &p2));
     CHECK_EQ_U(p1, p2);
+    /* The partition's owner is where the key routes while the owner is up. */
+    uint32_t owner_id = 99;
+    CHECK_OK(racaffinity_partition_owner(c, p1, &owner_id));
+    CHECK_EQ_U(owner_id, first.node);
+    CHECK_RC(racaffinity_partition_owner(c, 1u << 30, &owner_id), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_partition_owner(c, p1, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
     CHECK(p1 < 4096);
     char owner[16];
     name_of(c, first.node, owner, sizeof owner);
@@ -1381,6 +1395,17 @@ static void nodes_are_added_and_removed_at_runtime_and_ids_never_reused(void) {
     CHECK_EQ_U(find(c, "c3"), 2);
     CHECK_STR(name_of(c, 2, name, sizeof name), "C3");
     CHECK_EQ_U(node_metric(c, "C3", "weight"), 1); /* weight 0 means 1 */
+    /* The address comes back as configured; a node without one gives "". */
+    char addr[32];
+    size_t addr_len = 0;
+    CHECK_OK(racaffinity_node_address(c, 2, addr, sizeof addr, &addr_len));
+    CHECK_STR(addr, "hc:1521");
+    CHECK_EQ_U(addr_len, 8);
+    CHECK_OK(racaffinity_node_address(c, 0, addr, sizeof addr, NULL));
+    CHECK_STR(addr, "");
+    CHECK_RC(racaffinity_node_address(c, 99, addr, sizeof addr, NULL), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_RC(racaffinity_node_address(c, 2, addr, 4, &addr_len), RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+    CHECK_EQ_U(addr_len, 8);
     /* A NODE event matches the added node by its address' host. */
     uint32_t changes = 0;
     CHECK_OK(racaffinity_event_apply(c, "NODE VERSION=1.0 host=HC status=nodedown", &changes));

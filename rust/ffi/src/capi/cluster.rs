@@ -199,6 +199,29 @@ pub unsafe extern "C" fn racaffinity_node_name(
     })
 }
 
+/// Writes a node's configured `host:port` into `buf` (NUL-terminated); an
+/// empty string when the node has no address.
+///
+/// # Safety
+/// `buf` must be NULL or valid for `cap` bytes; `out_len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_node_address(
+    cluster: *const racaffinity_cluster,
+    node: u32,
+    buf: *mut c_char,
+    cap: usize,
+    out_len: *mut usize,
+) -> racaffinity_result {
+    guard(|| {
+        let addr = handle::with(cluster, |c| {
+            let n = c.node(node_id(node)).ok_or_else(|| unknown(node))?;
+            Ok(n.address().unwrap_or_default().to_string())
+        })?;
+        // SAFETY: per this function's contract.
+        unsafe { write_str(&addr, buf, cap, out_len) }
+    })
+}
+
 pub(crate) fn unknown(node: u32) -> Failure {
     Failure::new(racaffinity_result::UnknownNode, format!("no node with id {node}"))
 }

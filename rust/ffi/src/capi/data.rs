@@ -40,6 +40,24 @@ pub unsafe extern "C" fn racaffinity_key_route_i64(
     })
 }
 
+/// The node that owns `partition` (explicit map, placement or rendezvous),
+/// whatever its state.
+///
+/// # Safety
+/// `out_node` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_partition_owner(
+    cluster: *const racaffinity_cluster,
+    partition: u32,
+    out_node: *mut u32,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out_node, "out_node") }?;
+        handle::with(cluster, |c| Ok(out.set(c.partition_owner(partition)?.0)))
+    })
+}
+
 /// The partition a byte key falls in.
 ///
 /// # Safety

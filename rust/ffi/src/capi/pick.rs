@@ -43,6 +43,24 @@ pub unsafe extern "C" fn racaffinity_cluster_pick(
     })
 }
 
+/// Routes context `context`'s next unit of work (its pin, else load
+/// balancing) without leasing: the cheapest call for a pinned context.
+///
+/// # Safety
+/// `out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_context_route(
+    cluster: *const racaffinity_cluster,
+    context: u64,
+    out: *mut racaffinity_route,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        handle::with(cluster, |c| Ok(out.set(c.pick_in(racaffinity_core::ContextKey(context))?.into())))
+    })
+}
+
 /// Like `racaffinity_cluster_pick`, for the explicit pin context `context`.
 ///
 /// # Safety
