@@ -13,15 +13,15 @@ CBINDGEN := $(TOOLS)/bin/cbindgen
 LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
-.PHONY: cbindgen-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
+.PHONY: demo-rust cbindgen-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
 	test-cluster test-demo test-c test-python test-java jar lint bench memory clean help
 
 all: build
 
 help:
-	@echo "make demo    - start 3 local PostgreSQL nodes and run the routing/failover demo"
-	@echo "make test    - every test: Rust unit/property/vector tests, node harness smoke test, demo check"
-	@echo "make bench   - criterion benchmarks (short mode) and the ratio table"
+	@echo "make demo    - C, Java and Python processes share 2PC transactions over 3 local PostgreSQL nodes; crash, failover"
+	@echo "make test    - every test: Rust, C (valgrind), Python, Java, node harness smoke test, demo checks"
+	@echo "make bench   - every benchmark (Rust, C, Java, Python; short mode) and one table of ratios"
 	@echo "make memory  - memory of 1M live transaction affinities"
 
 build:
@@ -65,9 +65,17 @@ install: lib
 	install -m 0644 include/racaffinity.h $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' racaffinity.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/racaffinity.pc
 
-# The main job: real 2PC transactions, sessions and keys over local nodes, a
-# real crash announced by a FAN event, and the failover.
-demo: build
+# The main job: a C, a Java and a Python client, one process each, run their
+# own branches of the same global transactions over 3 local PostgreSQL nodes;
+# a driver (demo/run.py, the TM) commits with 2PC. Then the same workload
+# without affinity, and a real crash of a node with FAN, failover and recovery.
+# Chart: target/demo/branches.svg.
+demo: lib jar
+	demo/build.sh
+	target/pyenv/bin/python demo/run.py
+
+# The Rust-only walk-through: real 2PC, sessions, data keys, kill -9 and FAN.
+demo-rust: build
 	@trap '$(PGNODES) stop >/dev/null' EXIT; \
 	$(PGNODES) start 3 >/dev/null; \
 	eval "$$($(PGNODES) env)"; \
@@ -93,7 +101,7 @@ test-cluster:
 
 # racaffinity.jar: the Java API and JDBC DataSource, bundling libracaffinity.
 jar: lib
-	mvn -q -f java package -DskipTests
+	mvn -q -f java package -Dmaven.test.skip=true
 
 # Java tests: vectors, JDBC/JMX/failover over local nodes, virtual threads on a
 # JDK >= 21, the panic test, and the packaged jar run on its own.
@@ -109,16 +117,22 @@ test-python: lib
 test-c: lib lib-testing
 	tests/c/run.sh
 
-test-demo: demo
+test-demo: demo demo-rust
 
+# Every benchmark in short mode, one after the other (never in parallel on a
+# small box), then ONE table of ratios against their baselines. To put it into
+# README.md's Performance section: python3 tools/perf_table.py --write-readme README.md
+BENCH_OUT := target/bench
 bench: lib
-	RACAFF_BENCH_QUICK=1 $(CARGO) bench -p racaffinity --bench routing
-	-python3 rust/core/benches/summary.py
-	tests/c/bench.sh
+	@mkdir -p $(BENCH_OUT)
+	RACAFF_BENCH_QUICK=1 $(CARGO) bench -p racaffinity --bench routing 2>&1 | tee $(BENCH_OUT)/criterion.out
+	tests/c/bench.sh | tee $(BENCH_OUT)/c.out
 	test -x target/pyenv/bin/python || python3 -m venv target/pyenv
 	target/pyenv/bin/python -m pip install --quiet --disable-pip-version-check "./python[test]"
-	target/pyenv/bin/python python/bench.py
-	java/run_bench.sh
+	target/pyenv/bin/python python/bench.py | tee $(BENCH_OUT)/python.out
+	java/run_bench.sh | tee $(BENCH_OUT)/java.out
+	@echo
+	python3 tools/perf_table.py --python $(BENCH_OUT)/python.out | tee $(BENCH_OUT)/table.md
 
 memory:
 	$(CARGO) run --quiet --release -p racaffinity --example memory

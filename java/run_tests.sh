@@ -2,7 +2,14 @@
 # java/run_tests.sh - build libracaffinity and run the Java tests (`mvn verify`):
 # unit tests, the shared vectors, the JDBC/JMX/failover tests against 3 local
 # PostgreSQL nodes, the virtual-thread tests on a JDK >= 21, the panic test on
-# the `testing` build of the library, and the packaged-jar quick start.
+# the `testing` build of the library, the packaged-jar quick start, and the
+# XA/JTA/app-server tests: Narayana 2PC over AffinityXADataSource (500 global
+# transactions, with and without affinity), crash recovery of a SIGKILLed TM
+# JVM, JTA routing of AffinityDataSource, and embedded Tomcat (JNDI factory +
+# web-session filter). Maven downloads Narayana and Tomcat (test scope).
+#
+# Ports: the nodes are pgnodes' (RACAFF_PG_BASE_PORT, default 55431; data in
+# RACAFF_PG_DIR); every test, including the crash test's child JVM, uses them.
 #
 # Nodes are started as needed (tests/cluster/pgnodes) and stopped on exit if
 # this script started them. Environment:

@@ -43,6 +43,8 @@ public final class Cluster implements AutoCloseable {
     private static final Cleaner CLEANER = Cleaner.create(runnable -> {
         Thread t = new Thread(runnable, "racaffinity-cleaner");
         t.setDaemon(true);
+        // Not the loader of whatever web application happened to start it (no leak warning, no pinned loader).
+        t.setContextClassLoader(Cluster.class.getClassLoader());
         return t;
     });
 

@@ -5,7 +5,9 @@ import io.racaffinity.Cluster;
 import io.racaffinity.Lease;
 import io.racaffinity.Outcome;
 import io.racaffinity.Pin;
+import io.racaffinity.Route;
 import io.racaffinity.jmx.ClusterMonitor;
+import io.racaffinity.jta.TransactionAffinity;
 import java.io.PrintWriter;
 import java.lang.System.Logger.Level;
 import java.lang.reflect.Method;
@@ -47,7 +49,9 @@ import javax.sql.DataSource;
  *   <li>inside {@link #withSession(String)} a connection routes by web-session affinity.
  * </ul>
  *
- * <p>Precedence of one call: an explicit sharding key, then the session scope,
+ * <p>Precedence of one call: the active JTA transaction (see
+ * {@link #setTransactionSynchronizationRegistry}), an explicit sharding key, then the session scope
+ * ({@link #withSession}, else the request's {@link #withRequestSession}),
  * then the thread pin or load balancing. Connections are {@link AffinityConnection}s:
  * closing one releases its lease, and a connection exception (SQLState {@code 08},
  * see {@link #setNodeFailureSqlStates}) reports the node failure (passive ejection). A heartbeat probes each node at
@@ -94,8 +98,20 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
     private volatile List<String> nodeFailureStates = SqlErrors.DEFAULT_NODE_FAILURE_STATES;
     private PrintWriter logWriter;
     private int loginTimeout;
+    private Object transactionSynchronizationRegistry;
+    private Object transactionManager;
+    private String transactionSynchronizationRegistryJndiName = DEFAULT_TSR_JNDI_NAME;
+    private String transactionManagerJndiName;
+
+    /** Where Jakarta EE servers bind the TransactionSynchronizationRegistry. */
+    public static final String DEFAULT_TSR_JNDI_NAME = "java:comp/TransactionSynchronizationRegistry";
+    /** Where servers commonly bind the TransactionManager (tried when the registry came from JNDI). */
+    private static final List<String> TM_JNDI_NAMES =
+            List.of("java:comp/TransactionManager", "java:jboss/TransactionManager", "java:/TransactionManager");
 
     // ---- runtime --------------------------------------------------------------
+    /** The request's web session, for every affinity data source of the thread ({@link #withRequestSession}). */
+    private static final ThreadLocal<byte[]> REQUEST_SESSION = new ThreadLocal<>();
     private final ThreadLocal<byte[]> session = new ThreadLocal<>();
     private volatile State state;
     private volatile boolean closed;
@@ -107,15 +123,17 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         final List<Object> owned;
         final Heartbeat heartbeat;
         final ObjectName mbean;
+        final TransactionAffinity jta;
 
         State(Cluster cluster, boolean ownsCluster, DataSource[] byId, List<Object> owned, Heartbeat heartbeat,
-                ObjectName mbean) {
+                ObjectName mbean, TransactionAffinity jta) {
             this.cluster = cluster;
             this.ownsCluster = ownsCluster;
             this.byId = byId;
             this.owned = owned;
             this.heartbeat = heartbeat;
             this.mbean = mbean;
+            this.jta = jta;
         }
     }
 
@@ -368,6 +386,133 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         return SqlErrors.isNodeFailure(e, nodeFailureStates);
     }
 
+    /**
+     * JTA routing: the {@code jakarta.transaction.TransactionSynchronizationRegistry} whose
+     * active transaction a connection follows (typed {@code Object} so that this class loads
+     * without the JTA API). Inside an active transaction every {@code getConnection()}, from
+     * any thread of the transaction, goes to the transaction's node (the core's transaction
+     * affinity, keyed by the transaction's gtrid when it can be read); the affinity ends at
+     * {@code afterCompletion}. Without it, the registry is looked up at initialisation under
+     * {@link #setTransactionSynchronizationRegistryJndiName}.
+     *
+     * @param registry the registry, or null
+     */
+    public void setTransactionSynchronizationRegistry(Object registry) {
+        checkNotStarted();
+        this.transactionSynchronizationRegistry = registry;
+    }
+
+    /**
+     * The {@code jakarta.transaction.TransactionManager}, used only to read the transaction's
+     * Xid (so that JTA routing and {@code AffinityXADataSource} agree on the gtrid).
+     *
+     * @param tm the transaction manager, or null
+     */
+    public void setTransactionManager(Object tm) {
+        checkNotStarted();
+        this.transactionManager = tm;
+    }
+
+    /**
+     * JNDI name of the TransactionSynchronizationRegistry for JTA routing (default
+     * {@code java:comp/TransactionSynchronizationRegistry}; empty turns JTA routing off).
+     * Not finding it (Tomcat without a TM, plain Java SE) just leaves JTA routing off.
+     *
+     * @param name the JNDI name
+     */
+    public void setTransactionSynchronizationRegistryJndiName(String name) {
+        checkNotStarted();
+        this.transactionSynchronizationRegistryJndiName = name;
+    }
+
+    /**
+     * JNDI name of the TransactionManager (default: {@code java:comp/TransactionManager},
+     * {@code java:jboss/TransactionManager} and {@code java:/TransactionManager} are tried
+     * when the registry came from JNDI).
+     *
+     * @param name the JNDI name
+     */
+    public void setTransactionManagerJndiName(String name) {
+        checkNotStarted();
+        this.transactionManagerJndiName = name;
+    }
+
+    /** @return whether connections follow JTA transactions (after initialisation) */
+    public boolean isJtaRouting() {
+        State s = state;
+        return s != null && s.jta != null;
+    }
+
+    private TransactionAffinity transactionAffinity(Cluster c, Redactor redactor) throws SQLException {
+        Object registry = transactionSynchronizationRegistry;
+        Object tm = transactionManager;
+        boolean fromJndi = false;
+        if (registry == null) {
+            String name = transactionSynchronizationRegistryJndiName;
+            if (name == null || name.isBlank() || !jtaApiPresent()) {
+                return null;
+            }
+            InitialContext ctx = null;
+            try {
+                // The server's own naming context (not jndiEnvironment, which is for node pools).
+                ctx = new InitialContext();
+                registry = ctx.lookup(name);
+                fromJndi = true;
+                if (tm == null) {
+                    for (String n : transactionManagerJndiName != null ? List.of(transactionManagerJndiName)
+                            : TM_JNDI_NAMES) {
+                        try {
+                            tm = ctx.lookup(n);
+                            break;
+                        } catch (NamingException | RuntimeException e) {
+                            // try the next
+                        }
+                    }
+                }
+            } catch (NamingException | RuntimeException | LinkageError e) {
+                LOG.log(Level.DEBUG, () -> "no JTA routing: " + name + " not found (" + e.getClass().getSimpleName()
+                        + ")");
+                return null;
+            } finally {
+                if (ctx != null) {
+                    try {
+                        ctx.close();
+                    } catch (NamingException e) {
+                        // nothing to do
+                    }
+                }
+            }
+        }
+        if (!jtaApiPresent()) {
+            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": JTA routing needs the"
+                    + " jakarta.transaction API on the class path", "HY000");
+        }
+        try {
+            TransactionAffinity jta = TransactionAffinity.of(c, registry, tm);
+            final Object tmf = tm;
+            LOG.log(Level.DEBUG, () -> "AffinityDataSource " + c.name() + ": connections follow JTA transactions ("
+                    + jta + (tmf != null ? ", gtrid from the TransactionManager" : "") + ")");
+            return jta;
+        } catch (IllegalArgumentException e) {
+            if (fromJndi) {
+                LOG.log(Level.WARNING, "AffinityDataSource " + c.name() + ": no JTA routing: "
+                        + redactor.redact(e.getMessage()));
+                return null;
+            }
+            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": " + e.getMessage(), "HY000");
+        }
+    }
+
+    private static boolean jtaApiPresent() {
+        try {
+            Class.forName("jakarta.transaction.TransactionSynchronizationRegistry", false,
+                    AffinityDataSource.class.getClassLoader());
+            return true;
+        } catch (ClassNotFoundException | LinkageError e) {
+            return false;
+        }
+    }
+
     private static Map<String, String> parseList(String list, String property) {
         if (list == null) {
             return null;
@@ -456,7 +601,8 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
             LOG.log(Level.INFO, () -> "AffinityDataSource " + fc.name() + ": nodes " + fc.nodeNames()
                     + (iv > 0 ? ", heartbeat every " + iv + " ms" : ", no heartbeat")
                     + (on != null ? ", MBean " + on : ""));
-            return new State(c, ownsCluster, byId, owned, hb, mbean);
+            TransactionAffinity jta = transactionAffinity(c, redactor);
+            return new State(c, ownsCluster, byId, owned, hb, mbean, jta);
         } catch (SQLException | RuntimeException | Error e) {
             if (hb != null) {
                 hb.close();
@@ -733,6 +879,26 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
     }
 
     /**
+     * Opens a web-session scope for every affinity data source on the calling thread
+     * ({@code AffinityDataSource} and {@code AffinityXADataSource}, whatever their
+     * cluster): until it closes, their connections route by the session's affinity
+     * (a data source's own {@link #withSession} scope wins). This is what
+     * {@code io.racaffinity.web.AffinityFilter} opens around each request.
+     *
+     * @param sessionId the session id (e.g. the JSESSIONID)
+     * @return the scope; close it on the same thread
+     */
+    public static SessionScope withRequestSession(String sessionId) {
+        Objects.requireNonNull(sessionId, "sessionId");
+        return new SessionScope(REQUEST_SESSION, sessionId.getBytes(StandardCharsets.UTF_8));
+    }
+
+    /** @return the calling thread's request session key ({@link #withRequestSession}), or null */
+    static byte[] requestSession() {
+        return REQUEST_SESSION.get();
+    }
+
+    /**
      * Ends a web session's affinity (when the HTTP session ends).
      *
      * @param sessionId the session id
@@ -765,10 +931,16 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         Cluster c = s.cluster;
         Lease lease;
         try {
-            if (key != null) {
+            Route tx = s.jta == null ? null : s.jta.route();
+            if (tx != null) {
+                lease = c.lease(tx);
+            } else if (key != null) {
                 lease = c.lease(c.routeKey(key.raw()));
             } else {
                 byte[] sess = session.get();
+                if (sess == null) {
+                    sess = REQUEST_SESSION.get();
+                }
                 lease = sess != null ? c.lease(c.routeSession(sess)) : c.pick();
             }
         } catch (AffinityException e) {

@@ -58,6 +58,7 @@ final class Heartbeat implements AutoCloseable {
         return r -> {
             Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
             t.setDaemon(true);
+            t.setContextClassLoader(Heartbeat.class.getClassLoader());
             return t;
         };
     }

@@ -41,6 +41,21 @@ final class NodeDataSourceFactory {
             Map<String, String> properties,
             Redactor redactor)
             throws SQLException {
+        return create(DataSource.class, className, cluster, node, url, user, password, properties, redactor);
+    }
+
+    /** The same for another node type, e.g. {@link javax.sql.XADataSource}. */
+    static <T> T create(
+            Class<T> type,
+            String className,
+            String cluster,
+            String node,
+            String url,
+            String user,
+            String password,
+            Map<String, String> properties,
+            Redactor redactor)
+            throws SQLException {
         String where = "node " + node + "'s DataSource " + className;
         Class<?> cls;
         try {
@@ -49,9 +64,9 @@ final class NodeDataSourceFactory {
             throw new SQLNonTransientException(
                     "AffinityDataSource: dataSourceClassName " + className + " cannot be loaded: " + e, "HY000");
         }
-        if (!DataSource.class.isAssignableFrom(cls)) {
+        if (!type.isAssignableFrom(cls)) {
             throw new SQLNonTransientException(
-                    "AffinityDataSource: dataSourceClassName " + className + " is not a javax.sql.DataSource", "HY000");
+                    "AffinityDataSource: dataSourceClassName " + className + " is not a " + type.getName(), "HY000");
         }
         Object ds;
         try {
@@ -85,7 +100,7 @@ final class NodeDataSourceFactory {
                 invoke(ds, m, cluster + "-" + node, where, "pool name", false, redactor);
             }
         }
-        return (DataSource) ds;
+        return type.cast(ds);
     }
 
     private static ClassLoader loader() {

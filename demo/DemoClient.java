@@ -1,0 +1,321 @@
+// DemoClient.java - the demo's Java client: one application process that runs
+// its own branch of global transactions, routed by racaffinity.jar (JNI into
+// libracaffinity), with SQL through JDBC (pgjdbc). The C (client.c) and Python
+// (client.py) clients implement the same line protocol (demo/README.md);
+// demo/run.py drives all three.
+//
+//   java -cp target/demo/java:racaffinity-0.1.0.jar:postgresql.jar DemoClient CONFIG_FILE
+//
+// Commands on stdin, one reply line per command on stdout.
+
+import io.racaffinity.AffinityException;
+import io.racaffinity.Cluster;
+import io.racaffinity.Lease;
+import io.racaffinity.Outcome;
+import io.racaffinity.PreparedNodeUnavailableException;
+import io.racaffinity.Route;
+import io.racaffinity.Scope;
+import io.racaffinity.StrictAffinityException;
+import io.racaffinity.UnknownTransactionException;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.ArrayDeque;
+import java.util.HashMap;
+import java.util.Locale;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+public final class DemoClient {
+    static final String LANG = "java";
+
+    /** A branch started (BEGIN; INSERT) and not yet prepared. */
+    static final class Branch {
+        int node;
+        Connection conn;
+        int port; // the server's own port: where the row really is
+        String kind; // how racaffinity routed it
+        Lease lease; // balanced mode: the pick's lease
+
+        Branch(int node, Connection conn, int port, String kind, Lease lease) {
+            this.node = node;
+            this.conn = conn;
+            this.port = port;
+            this.kind = kind;
+            this.lease = lease;
+        }
+    }
+
+    private final Cluster cluster;
+    private final Map<Integer, String> urls = new HashMap<>();
+    private final Map<Integer, ArrayDeque<Connection>> idle = new HashMap<>();
+    private final Map<String, Branch> open = new HashMap<>();
+    private final PrintStream out = new PrintStream(System.out, false, StandardCharsets.UTF_8);
+
+    DemoClient(String config) {
+        cluster = Cluster.fromConfig(config);
+        // The Java API does not hand a node's address back, so read
+        // node.<NAME>.address from the same config text.
+        for (int id : cluster.nodeIds()) {
+            String name = cluster.nodeName(id);
+            String key = "node\\." + Pattern.quote(name) + "\\.address";
+            Matcher m = Pattern.compile("(?im)(?:^|;)\\s*" + key + "\\s*=\\s*([^;\\n]+?)\\s*(?:$|;)").matcher(config);
+            if (!m.find()) {
+                throw new IllegalArgumentException("no node." + name + ".address in the config");
+            }
+            urls.put(id, "jdbc:postgresql://" + m.group(1) + "/postgres?user=postgres&connectTimeout=5");
+        }
+    }
+
+    /** "STRICT_AFFINITY(StrictAffinityException)": the C result name and the Java type. */
+    static String code(AffinityException e) {
+        String simple = e.getClass().getSimpleName();
+        String base = simple.replaceAll("Exception$", "");
+        String c = switch (base) {
+            case "ClusterClosed" -> "INVALID_HANDLE";
+            case "InvalidConfig" -> "CONFIG";
+            case "TooManyClusters" -> "TOO_MANY_HANDLES";
+            default -> base.replaceAll("([a-z])([A-Z])", "$1_$2").toUpperCase(Locale.ROOT);
+        };
+        return c + "(" + simple + ")";
+    }
+
+    static String oneLine(Throwable e) {
+        String m = e.getMessage() == null ? e.getClass().getSimpleName() : e.getMessage();
+        return m.strip().split("\n", 2)[0].replace('\t', ' ');
+    }
+
+    // ---- connections: a tiny per-node pool -------------------------------
+
+    private Connection checkout(int node, boolean[] pooled) throws SQLException {
+        ArrayDeque<Connection> q = idle.computeIfAbsent(node, k -> new ArrayDeque<>());
+        pooled[0] = !q.isEmpty();
+        return pooled[0] ? q.pop() : DriverManager.getConnection(urls.get(node));
+    }
+
+    private void checkin(int node, Connection c) {
+        idle.computeIfAbsent(node, k -> new ArrayDeque<>()).push(c);
+    }
+
+    private static void discard(Connection c) {
+        try {
+            if (c != null) {
+                c.close();
+            }
+        } catch (SQLException ignored) {
+            // the connection is gone either way
+        }
+    }
+
+    /** BEGIN; INSERT on node. A pooled connection that turns out dead is replaced once. */
+    private Branch work(String gtrid, int node, String kind, Lease lease) throws SQLException {
+        for (int attempt = 0; ; attempt++) {
+            boolean[] pooled = {false};
+            Connection c = checkout(node, pooled);
+            try (Statement s = c.createStatement()) {
+                s.execute("BEGIN");
+                try (ResultSet rs = s.executeQuery("INSERT INTO demo_xa VALUES ('" + gtrid + "', '" + LANG
+                        + "', current_setting('port')::int) RETURNING port")) {
+                    rs.next();
+                    return new Branch(node, c, rs.getInt(1), kind, lease);
+                }
+            } catch (SQLException e) {
+                discard(c);
+                String state = e.getSQLState() == null ? "" : e.getSQLState();
+                if (!pooled[0] || attempt > 0 || !(state.startsWith("08") || state.startsWith("57P"))) {
+                    throw e;
+                }
+            }
+        }
+    }
+
+    // ---- commands --------------------------------------------------------
+
+    String start(String gtrid, boolean affinity) {
+        Lease lease = null;
+        Route route;
+        try {
+            if (affinity) {
+                route = cluster.txBegin(gtrid.getBytes(StandardCharsets.UTF_8));
+            } else { // a plain pool: every connection request load-balanced
+                lease = cluster.pick();
+                route = lease.route();
+            }
+        } catch (AffinityException e) {
+            return "REFUSED\t" + gtrid + "\t-\t" + code(e) + "\t" + oneLine(e);
+        }
+        String kind = route.kind().name().toLowerCase(Locale.ROOT);
+        try {
+            Branch b = work(gtrid, route.node(), kind, lease);
+            open.put(gtrid, b);
+            return "STARTED\t" + gtrid + "\t" + route.nodeName() + "\t" + kind + "\t" + b.port;
+        } catch (SQLException e) {
+            cluster.reportOutcome(route.node(), false);
+            if (lease != null) {
+                lease.release(Outcome.FAILED);
+            }
+            forget(gtrid);
+            return "FAIL\t" + gtrid + "\t" + route.nodeName() + "\tSQL\t" + oneLine(e);
+        }
+    }
+
+    String prepare(String gtrid, boolean affinity) {
+        Branch b = open.remove(gtrid);
+        if (b == null) {
+            return "ERR\tPROTOCOL\tno open branch " + gtrid;
+        }
+        byte[] g = gtrid.getBytes(StandardCharsets.UTF_8);
+        if (affinity) {
+            try {
+                cluster.txRoute(g); // where PREPARE goes; never moves the transaction
+            } catch (PreparedNodeUnavailableException e) { // not expected: this branch is not prepared yet
+                discard(b.conn);
+                forget(gtrid);
+                return "FAIL\t" + gtrid + "\t" + cluster.nodeName(b.node) + "\t" + code(e) + "\t" + oneLine(e);
+            } catch (StrictAffinityException e) {
+                // Its node went down before the branch was prepared. Join again:
+                // soft affinity re-places the transaction (rendezvous over the
+                // nodes that are left, so every process agrees), strict refuses.
+                discard(b.conn);
+                String was = cluster.nodeName(b.node);
+                Route r;
+                try {
+                    r = cluster.txBegin(g);
+                } catch (AffinityException refused) {
+                    forget(gtrid);
+                    return "REFUSED\t" + gtrid + "\t" + was + "\t" + code(refused) + "\t" + oneLine(refused);
+                }
+                try {
+                    b = work(gtrid, r.node(), r.kind().name().toLowerCase(Locale.ROOT), null);
+                } catch (SQLException sql) {
+                    forget(gtrid);
+                    return "FAIL\t" + gtrid + "\t" + r.nodeName() + "\tSQL\t" + oneLine(sql);
+                }
+            }
+        }
+        String name = cluster.nodeName(b.node);
+        try (Statement s = b.conn.createStatement()) {
+            s.execute("PREPARE TRANSACTION '" + gtrid + "." + LANG + "'");
+        } catch (SQLException e) {
+            discard(b.conn);
+            cluster.reportOutcome(b.node, false);
+            if (b.lease != null) {
+                b.lease.release(Outcome.FAILED);
+            }
+            forget(gtrid);
+            return "FAIL\t" + gtrid + "\t" + name + "\tSQL\t" + oneLine(e);
+        }
+        if (affinity) {
+            cluster.txPrepared(g); // from now on it never moves
+        }
+        if (b.lease != null) {
+            b.lease.release(Outcome.OK);
+        }
+        checkin(b.node, b.conn);
+        return "PREPARED\t" + gtrid + "\t" + name + "\t" + b.kind + "\t" + b.port;
+    }
+
+    String rollback(String gtrid) {
+        Branch b = open.remove(gtrid);
+        if (b != null) {
+            try (Statement s = b.conn.createStatement()) {
+                s.execute("ROLLBACK");
+                checkin(b.node, b.conn);
+            } catch (SQLException e) {
+                discard(b.conn);
+            }
+            if (b.lease != null) {
+                b.lease.release(Outcome.NEUTRAL);
+            }
+        }
+        forget(gtrid);
+        return "OK";
+    }
+
+    void forget(String gtrid) {
+        try {
+            cluster.txComplete(gtrid.getBytes(StandardCharsets.UTF_8));
+        } catch (UnknownTransactionException ignored) {
+            // never registered (balanced mode) or already forgotten
+        }
+    }
+
+    String event(String line) {
+        try {
+            return "OK\t" + cluster.applyEvent(line);
+        } catch (AffinityException e) {
+            return "ERR\t" + code(e) + "\t" + oneLine(e);
+        }
+    }
+
+    long txLive() {
+        Matcher m = Pattern.compile("\"transaction\":\\{[^}]*\"live\":(\\d+)").matcher(cluster.metricsJson());
+        return m.find() ? Long.parseLong(m.group(1)) : -1;
+    }
+
+    void reply(String line) {
+        out.println(line);
+        out.flush();
+    }
+
+    int serve() throws Exception {
+        reply("READY\t" + LANG + "\tracaffinity " + Cluster.libraryVersion() + " (Java " + Runtime.version().feature()
+                + ", pgjdbc " + new org.postgresql.Driver().getMajorVersion() + "."
+                + new org.postgresql.Driver().getMinorVersion() + ")");
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        String line;
+        while ((line = in.readLine()) != null) {
+            String[] f = line.split("\t", -1);
+            boolean affinity = f.length > 2 && f[2].equals("affinity");
+            switch (f[0]) {
+                case "BRANCH" -> {
+                    String started = start(f[1], affinity);
+                    reply(started.startsWith("STARTED") ? prepare(f[1], affinity) : started);
+                }
+                case "START" -> reply(start(f[1], affinity));
+                case "PREPARE" -> reply(prepare(f[1], affinity));
+                case "ROLLBACK" -> reply(rollback(f[1]));
+                case "DONE" -> {
+                    forget(f[1]);
+                    reply("OK");
+                }
+                case "EVENT" -> reply(event(f[1]));
+                case "STRICT" -> {
+                    cluster.setStrict(Scope.TRANSACTION, f[1].equals("1"));
+                    reply("OK");
+                }
+                case "QUIT" -> {
+                    reply("BYE\ttx_live=" + txLive() + "\topen=" + open.size());
+                    close();
+                    return 0;
+                }
+                default -> reply("ERR\tPROTOCOL\tunknown command " + f[0]);
+            }
+        }
+        close();
+        return 0;
+    }
+
+    void close() {
+        idle.values().forEach(q -> q.forEach(DemoClient::discard));
+        open.values().forEach(b -> discard(b.conn));
+        cluster.close();
+    }
+
+    public static void main(String[] args) throws Exception {
+        if (args.length != 1) {
+            System.err.println("usage: DemoClient CONFIG_FILE");
+            System.exit(2);
+        }
+        System.exit(new DemoClient(Files.readString(Path.of(args[0]))).serve());
+    }
+}

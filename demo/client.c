@@ -1,0 +1,510 @@
+/* client.c - the demo's C client: one application process that runs its own
+ * branch of global transactions, routed by libracaffinity, with SQL through
+ * libpq. The Python (client.py) and Java (DemoClient.java) clients implement
+ * the same line protocol (demo/README.md); demo/run.py drives all three.
+ *
+ *   client_c CONFIG_FILE      commands on stdin, one reply line per command
+ *
+ * Built by demo/build.sh:
+ *   cc -std=c11 -O2 -Iinclude -I$(pg_config --includedir) demo/client.c \
+ *      -Ltarget/release -lracaffinity -L$(pg_config --libdir) -lpq
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <libpq-fe.h>
+
+#include "racaffinity.h"
+
+#define LANG "c"
+#define MAX_NODES 16
+#define MAX_IDLE 32 /* idle connections kept per node */
+#define MAX_OPEN 256 /* branches started and not yet prepared */
+#define LINE 4096
+
+static racaffinity_cluster *g_cl;
+static char g_conninfo[MAX_NODES][256];
+static char g_name[MAX_NODES][72];
+static uint32_t g_nodes;
+
+struct pool {
+    PGconn *idle[MAX_IDLE];
+    int n;
+};
+static struct pool g_pool[MAX_NODES];
+
+/* A branch started (BEGIN; INSERT) and not yet prepared. */
+struct branch {
+    bool used;
+    char gtrid[RACAFFINITY_MAX_GTRID_BYTES + 1];
+    uint32_t node;
+    PGconn *conn;
+    int port;          /* the server's own port: where the row really is */
+    const char *kind;  /* how racaffinity routed it */
+    bool leased;       /* balanced mode: the pick's lease */
+    racaffinity_lease lease;
+};
+static struct branch g_open[MAX_OPEN];
+static int g_open_count;
+
+static const char *const CODES[] = {
+    "OK", "NULL_ARGUMENT", "INVALID_HANDLE", "INVALID_UTF8", "INVALID_ARGUMENT", "BUFFER_TOO_SMALL", "PANIC",
+    "CONFIG", "UNKNOWN_NODE", "DUPLICATE_NODE", "NO_NODE_AVAILABLE", "STRICT_AFFINITY",
+    "PREPARED_NODE_UNAVAILABLE", "UNKNOWN_TRANSACTION", "EVENT_PARSE", "FOREIGN_EVENT", "TOO_MANY_HANDLES",
+    "INVALID_LEASE",
+};
+
+static const char *code_name(racaffinity_result rc)
+{
+    return (unsigned)rc < sizeof CODES / sizeof CODES[0] ? CODES[rc] : "?";
+}
+
+static const char *kind_name(racaffinity_route_kind k)
+{
+    static const char *const K[] = {"balanced", "affinity", "placed", "repinned", "fallback", "panic"};
+    return (unsigned)k < 6 ? K[k] : "?";
+}
+
+/* "CODE(RACAFFINITY_RESULT_CODE)<TAB>message" for the calling thread's last error. */
+static void rac_error(racaffinity_result rc, char *out, size_t cap)
+{
+    char msg[512];
+    size_t n = 0;
+    msg[0] = '\0';
+    if (racaffinity_last_error_message(msg, sizeof msg, &n) != RACAFFINITY_RESULT_OK || msg[0] == '\0')
+        racaffinity_result_message((uint32_t)rc, msg, sizeof msg, &n);
+    for (char *p = msg; *p; p++)
+        if (*p == '\t' || *p == '\n')
+            *p = ' ';
+    snprintf(out, cap, "%s(RACAFFINITY_RESULT_%s)\t%s", code_name(rc), code_name(rc), msg);
+}
+
+static void one_line(char *dst, size_t cap, const char *src)
+{
+    size_t n = strcspn(src, "\n");
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+    for (char *p = dst; *p; p++)
+        if (*p == '\t')
+            *p = ' ';
+}
+
+static const uint8_t *gb(const char *g) { return (const uint8_t *)g; }
+
+/* ---- config: node addresses ------------------------------------------------
+ * The core does not hand a node's address back through the C ABI, so the
+ * client reads `node.<NAME>.address = host:port` from the same config text. */
+
+static void trim(char **s, char **e)
+{
+    while (*s < *e && isspace((unsigned char)**s))
+        (*s)++;
+    while (*e > *s && isspace((unsigned char)(*e)[-1]))
+        (*e)--;
+}
+
+static bool config_lookup(const char *text, const char *key, char *out, size_t cap)
+{
+    const char *p = text;
+    while (*p) {
+        const char *end = p + strcspn(p, "\n;");
+        char *s = (char *)p, *e = (char *)end;
+        trim(&s, &e);
+        const char *eq = memchr(s, '=', (size_t)(e - s));
+        if (s < e && *s != '#' && *s != '!' && eq) {
+            char *ks = s, *ke = (char *)eq, *vs = (char *)eq + 1, *ve = e;
+            trim(&ks, &ke);
+            trim(&vs, &ve);
+            if ((size_t)(ke - ks) == strlen(key) && strncasecmp(ks, key, (size_t)(ke - ks)) == 0 &&
+                (size_t)(ve - vs) < cap) {
+                memcpy(out, vs, (size_t)(ve - vs));
+                out[ve - vs] = '\0';
+                return true;
+            }
+        }
+        p = *end ? end + 1 : end;
+    }
+    return false;
+}
+
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (buf)
+        n = fread(buf, 1, cap - 1, f);
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
+}
+
+/* ---- connections: a tiny per-node pool -------------------------------------- */
+
+static PGconn *checkout(uint32_t node, bool *pooled)
+{
+    struct pool *p = &g_pool[node];
+    if (p->n > 0) {
+        *pooled = true;
+        return p->idle[--p->n];
+    }
+    *pooled = false;
+    return PQconnectdb(g_conninfo[node]);
+}
+
+static void checkin(uint32_t node, PGconn *c)
+{
+    struct pool *p = &g_pool[node];
+    if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) == PQTRANS_IDLE && p->n < MAX_IDLE)
+        p->idle[p->n++] = c;
+    else
+        PQfinish(c);
+}
+
+/* Runs a command; on failure copies the error's first line into err. */
+static bool exec_ok(PGconn *c, const char *sql, char *err, size_t cap, char **value)
+{
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
+    bool ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+    if (ok && value && PQntuples(r) == 1)
+        *value = strdup(PQgetvalue(r, 0, 0));
+    if (!ok) {
+        const char *primary = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+        one_line(err, cap, primary ? primary : PQerrorMessage(c));
+    }
+    PQclear(r);
+    return ok;
+}
+
+/* BEGIN; INSERT on `node`. A pooled connection that turns out dead (its
+ * server restarted) is replaced once by a fresh one. NULL on failure. */
+static PGconn *work(const char *gtrid, uint32_t node, int *port, char *err, size_t cap)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "BEGIN; INSERT INTO demo_xa VALUES ('%s', '" LANG "', current_setting('port')::int) RETURNING port",
+             gtrid);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        bool pooled;
+        PGconn *c = checkout(node, &pooled);
+        if (c == NULL) {
+            snprintf(err, cap, "out of memory");
+            return NULL;
+        }
+        if (PQstatus(c) != CONNECTION_OK) {
+            one_line(err, cap, PQerrorMessage(c));
+            PQfinish(c);
+            return NULL;
+        }
+        char *value = NULL;
+        if (exec_ok(c, sql, err, cap, &value)) {
+            *port = value ? atoi(value) : -1;
+            free(value);
+            return c;
+        }
+        bool lost = PQstatus(c) == CONNECTION_BAD;
+        PQfinish(c);
+        if (!(pooled && lost))
+            return NULL;
+    }
+    return NULL;
+}
+
+/* ---- open branches ------------------------------------------------------------ */
+
+static struct branch *find_open(const char *gtrid)
+{
+    for (int i = 0; i < MAX_OPEN; i++)
+        if (g_open[i].used && strcmp(g_open[i].gtrid, gtrid) == 0)
+            return &g_open[i];
+    return NULL;
+}
+
+static struct branch *new_open(void)
+{
+    for (int i = 0; i < MAX_OPEN; i++)
+        if (!g_open[i].used) {
+            memset(&g_open[i], 0, sizeof g_open[i]);
+            g_open[i].used = true;
+            g_open_count++;
+            return &g_open[i];
+        }
+    return NULL;
+}
+
+static void close_open(struct branch *b)
+{
+    b->used = false;
+    g_open_count--;
+}
+
+static void forget(const char *gtrid)
+{
+    racaffinity_tx_complete(g_cl, gb(gtrid), strlen(gtrid)); /* UNKNOWN_TRANSACTION is fine */
+}
+
+/* ---- commands --------------------------------------------------------------- */
+
+static void reply(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void reply(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static bool cmd_start(const char *gtrid, bool affinity, bool quiet)
+{
+    racaffinity_route route;
+    racaffinity_lease lease;
+    racaffinity_result rc;
+    char err[768];
+    if (strlen(gtrid) > RACAFFINITY_MAX_GTRID_BYTES) {
+        reply("ERR\tPROTOCOL\tgtrid too long");
+        return false;
+    }
+    if (affinity) {
+        rc = racaffinity_tx_begin(g_cl, gb(gtrid), strlen(gtrid), &route);
+    } else { /* a plain pool: every connection request load-balanced */
+        rc = racaffinity_cluster_pick(g_cl, &lease);
+        route.node = lease.node;
+        route.kind = lease.kind;
+    }
+    if (rc != RACAFFINITY_RESULT_OK) {
+        rac_error(rc, err, sizeof err);
+        reply("REFUSED\t%s\t-\t%s", gtrid, err);
+        return false;
+    }
+    int port = -1;
+    PGconn *c = work(gtrid, route.node, &port, err, sizeof err);
+    if (c == NULL) {
+        racaffinity_outcome_report(g_cl, route.node, false);
+        if (!affinity)
+            racaffinity_lease_release(g_cl, &lease, RACAFFINITY_OUTCOME_FAILED);
+        forget(gtrid);
+        reply("FAIL\t%s\t%s\tSQL\t%s", gtrid, g_name[route.node], err);
+        return false;
+    }
+    struct branch *b = new_open();
+    if (b == NULL) {
+        PQfinish(c);
+        reply("ERR\tPROTOCOL\ttoo many open branches");
+        return false;
+    }
+    snprintf(b->gtrid, sizeof b->gtrid, "%s", gtrid);
+    b->node = route.node;
+    b->conn = c;
+    b->port = port;
+    b->kind = kind_name(route.kind);
+    b->leased = !affinity;
+    if (!affinity)
+        b->lease = lease;
+    if (!quiet)
+        reply("STARTED\t%s\t%s\t%s\t%d", gtrid, g_name[route.node], b->kind, port);
+    return true;
+}
+
+static void cmd_prepare(const char *gtrid, bool affinity)
+{
+    struct branch *b = find_open(gtrid);
+    char err[768], sql[160];
+    if (b == NULL) {
+        reply("ERR\tPROTOCOL\tno open branch %s", gtrid);
+        return;
+    }
+    if (affinity) {
+        racaffinity_route route;
+        racaffinity_result rc = racaffinity_tx_route(g_cl, gb(gtrid), strlen(gtrid), &route);
+        if (rc == RACAFFINITY_RESULT_STRICT_AFFINITY) {
+            /* Its node went down before the branch was prepared. Join again:
+             * soft affinity re-places the transaction (rendezvous over the
+             * nodes that are left, so every process agrees), strict refuses. */
+            PQfinish(b->conn);
+            b->conn = NULL;
+            rc = racaffinity_tx_begin(g_cl, gb(gtrid), strlen(gtrid), &route);
+            if (rc != RACAFFINITY_RESULT_OK) {
+                rac_error(rc, err, sizeof err);
+                reply("REFUSED\t%s\t%s\t%s", gtrid, g_name[b->node], err);
+                forget(gtrid);
+                close_open(b);
+                return;
+            }
+            b->node = route.node;
+            b->kind = kind_name(route.kind);
+            b->conn = work(gtrid, route.node, &b->port, err, sizeof err);
+            if (b->conn == NULL) {
+                reply("FAIL\t%s\t%s\tSQL\t%s", gtrid, g_name[route.node], err);
+                forget(gtrid);
+                close_open(b);
+                return;
+            }
+        } else if (rc != RACAFFINITY_RESULT_OK) {
+            rac_error(rc, err, sizeof err);
+            reply("FAIL\t%s\t%s\t%s", gtrid, g_name[b->node], err);
+            PQfinish(b->conn);
+            forget(gtrid);
+            close_open(b);
+            return;
+        }
+    }
+    snprintf(sql, sizeof sql, "PREPARE TRANSACTION '%s." LANG "'", gtrid);
+    if (!exec_ok(b->conn, sql, err, sizeof err, NULL)) {
+        PQfinish(b->conn);
+        racaffinity_outcome_report(g_cl, b->node, false);
+        if (b->leased)
+            racaffinity_lease_release(g_cl, &b->lease, RACAFFINITY_OUTCOME_FAILED);
+        forget(gtrid);
+        reply("FAIL\t%s\t%s\tSQL\t%s", gtrid, g_name[b->node], err);
+        close_open(b);
+        return;
+    }
+    if (affinity)
+        racaffinity_tx_prepared(g_cl, gb(gtrid), strlen(gtrid)); /* from now on it never moves */
+    if (b->leased)
+        racaffinity_lease_release(g_cl, &b->lease, RACAFFINITY_OUTCOME_OK);
+    checkin(b->node, b->conn);
+    reply("PREPARED\t%s\t%s\t%s\t%d", gtrid, g_name[b->node], b->kind, b->port);
+    close_open(b);
+}
+
+static void cmd_rollback(const char *gtrid)
+{
+    struct branch *b = find_open(gtrid);
+    if (b != NULL) {
+        char err[256];
+        if (exec_ok(b->conn, "ROLLBACK", err, sizeof err, NULL))
+            checkin(b->node, b->conn);
+        else
+            PQfinish(b->conn);
+        if (b->leased)
+            racaffinity_lease_release(g_cl, &b->lease, RACAFFINITY_OUTCOME_NEUTRAL);
+        close_open(b);
+    }
+    forget(gtrid);
+    reply("OK");
+}
+
+static long tx_live(void)
+{
+    char buf[16384];
+    size_t n = 0;
+    if (racaffinity_metrics_json(g_cl, buf, sizeof buf, &n) != RACAFFINITY_RESULT_OK)
+        return -1;
+    const char *t = strstr(buf, "\"transaction\":{");
+    const char *l = t ? strstr(t, "\"live\":") : NULL;
+    return l ? strtol(l + 7, NULL, 10) : -1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s CONFIG_FILE\n", argv[0]);
+        return 2;
+    }
+    char *config = read_file(argv[1]);
+    if (config == NULL) {
+        perror(argv[1]);
+        return 2;
+    }
+    racaffinity_result rc = racaffinity_cluster_new(config, &g_cl);
+    if (rc != RACAFFINITY_RESULT_OK) {
+        char err[768];
+        rac_error(rc, err, sizeof err);
+        fprintf(stderr, "client_c: %s\n", err);
+        return 2;
+    }
+    racaffinity_cluster_node_count(g_cl, &g_nodes);
+    if (g_nodes > MAX_NODES)
+        g_nodes = MAX_NODES;
+    for (uint32_t i = 0; i < g_nodes; i++) {
+        char key[128], addr[128];
+        racaffinity_node_name(g_cl, i, g_name[i], sizeof g_name[i], NULL);
+        snprintf(key, sizeof key, "node.%s.address", g_name[i]);
+        if (!config_lookup(config, key, addr, sizeof addr)) {
+            fprintf(stderr, "client_c: no %s in %s\n", key, argv[1]);
+            return 2;
+        }
+        char *colon = strrchr(addr, ':');
+        if (colon == NULL) {
+            fprintf(stderr, "client_c: %s is not host:port\n", key);
+            return 2;
+        }
+        *colon = '\0';
+        snprintf(g_conninfo[i], sizeof g_conninfo[i],
+                 "host=%s port=%s user=postgres dbname=postgres connect_timeout=5", addr, colon + 1);
+    }
+    free(config);
+    reply("READY\t" LANG "\tracaffinity %s (C, libpq %d)", racaffinity_version(), PQlibVersion());
+
+    char line[LINE];
+    while (fgets(line, sizeof line, stdin)) {
+        line[strcspn(line, "\n")] = '\0';
+        /* fields are tab-separated: COMMAND [ARG [ARG]] (an EVENT line has spaces, no tabs) */
+        char *f[4] = {NULL, NULL, NULL, NULL}, *s = line;
+        for (int nf = 0; nf < 4;) {
+            f[nf++] = s;
+            char *t = strchr(s, '\t');
+            if (t == NULL)
+                break;
+            *t = '\0';
+            s = t + 1;
+        }
+        const char *cmd = f[0], *const *args = (const char *const *)&f[1];
+        bool affinity = args[1] && strcmp(args[1], "affinity") == 0;
+        if (strcmp(cmd, "BRANCH") == 0 && args[1]) {
+            if (cmd_start(args[0], affinity, true))
+                cmd_prepare(args[0], affinity);
+        } else if (strcmp(cmd, "START") == 0 && args[1]) {
+            cmd_start(args[0], affinity, false);
+        } else if (strcmp(cmd, "PREPARE") == 0 && args[1]) {
+            cmd_prepare(args[0], affinity);
+        } else if (strcmp(cmd, "ROLLBACK") == 0 && args[0]) {
+            cmd_rollback(args[0]);
+        } else if (strcmp(cmd, "DONE") == 0 && args[0]) {
+            forget(args[0]);
+            reply("OK");
+        } else if (strcmp(cmd, "EVENT") == 0 && args[0]) {
+            uint32_t changes = 0;
+            rc = racaffinity_event_apply(g_cl, args[0], &changes);
+            if (rc == RACAFFINITY_RESULT_OK) {
+                reply("OK\t%u", changes);
+            } else {
+                char err[768];
+                rac_error(rc, err, sizeof err);
+                reply("ERR\t%s", err);
+            }
+        } else if (strcmp(cmd, "STRICT") == 0 && args[0]) {
+            racaffinity_cluster_set_strict(g_cl, RACAFFINITY_SCOPE_TRANSACTION, strcmp(args[0], "1") == 0);
+            reply("OK");
+        } else if (strcmp(cmd, "QUIT") == 0) {
+            reply("BYE\ttx_live=%ld\topen=%d", tx_live(), g_open_count);
+            break;
+        } else {
+            reply("ERR\tPROTOCOL\tunknown command '%s'", cmd);
+        }
+    }
+    for (uint32_t i = 0; i < g_nodes; i++)
+        while (g_pool[i].n > 0)
+            PQfinish(g_pool[i].idle[--g_pool[i].n]);
+    for (int i = 0; i < MAX_OPEN; i++)
+        if (g_open[i].used && g_open[i].conn)
+            PQfinish(g_open[i].conn);
+    racaffinity_cluster_free(g_cl);
+    return 0;
+}

@@ -1,0 +1,241 @@
+"""The demo's Python client: one application process that runs its own branch
+of global transactions (see demo/README.md for the line protocol).
+
+    python demo/client.py CONFIG_FILE
+
+Reads commands on stdin, answers one line per command on stdout. Routing is
+racaffinity's (`import racaffinity`, the cffi binding); SQL goes through
+psycopg 3 to the node the core names. The C (client.c) and Java
+(DemoClient.java) clients implement the same protocol line for line.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import psycopg
+
+import racaffinity as ra
+
+LANG = "py"
+# racaffinity_result values, for a language-neutral code in the replies.
+CODES = [
+    "OK", "NULL_ARGUMENT", "INVALID_HANDLE", "INVALID_UTF8", "INVALID_ARGUMENT", "BUFFER_TOO_SMALL", "PANIC",
+    "CONFIG", "UNKNOWN_NODE", "DUPLICATE_NODE", "NO_NODE_AVAILABLE", "STRICT_AFFINITY",
+    "PREPARED_NODE_UNAVAILABLE", "UNKNOWN_TRANSACTION", "EVENT_PARSE", "FOREIGN_EVENT", "TOO_MANY_HANDLES",
+    "INVALID_LEASE",
+]
+
+
+def code_of(e: ra.Error) -> str:
+    name = CODES[e.code] if 0 <= e.code < len(CODES) else str(e.code)
+    return f"{name}({type(e).__name__})"
+
+
+def one_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0].replace("\t", " ")
+
+
+@dataclass
+class Branch:
+    """A branch started (BEGIN; INSERT) and not yet prepared."""
+
+    node: int
+    conn: psycopg.Connection
+    port: int  # the server's own port: where the row really is
+    kind: str  # how racaffinity routed it
+    lease: Optional[ra.Lease]  # balanced mode: the pick's lease
+
+
+class Client:
+    def __init__(self, config: str) -> None:
+        self.cluster = ra.Cluster(config)
+        self.idle: Dict[int, List[psycopg.Connection]] = {}
+        self.open: Dict[str, Branch] = {}
+
+    # ---- connections: a tiny per-node pool --------------------------------
+
+    def dsn(self, node: int) -> str:
+        host, _, port = (self.cluster.node_address(node) or "").rpartition(":")
+        return f"host={host} port={port} user=postgres dbname=postgres connect_timeout=5"
+
+    def checkout(self, node: int) -> Tuple[psycopg.Connection, bool]:
+        pool = self.idle.setdefault(node, [])
+        if pool:
+            return pool.pop(), True
+        return psycopg.connect(self.dsn(node), autocommit=True), False
+
+    def checkin(self, node: int, conn: psycopg.Connection) -> None:
+        if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self.discard(conn)
+        else:
+            self.idle.setdefault(node, []).append(conn)
+
+    @staticmethod
+    def discard(conn: psycopg.Connection) -> None:
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+    def work(self, gtrid: str, node: int) -> Tuple[psycopg.Connection, int]:
+        """BEGIN; INSERT on `node`. A pooled connection that turns out dead
+        (its server restarted) is replaced once by a fresh one."""
+        for _ in range(2):
+            conn, pooled = self.checkout(node)
+            try:
+                conn.execute("BEGIN")
+                row = conn.execute(
+                    "INSERT INTO demo_xa VALUES (%s, %s, current_setting('port')::int) RETURNING port",
+                    (gtrid, LANG),
+                ).fetchone()
+                return conn, int(row[0])
+            except psycopg.OperationalError:
+                self.discard(conn)
+                if not pooled:
+                    raise
+        raise AssertionError("unreachable")
+
+    # ---- commands ----------------------------------------------------------
+
+    def start(self, gtrid: str, mode: str) -> str:
+        lease = None
+        try:
+            if mode == "affinity":
+                route = self.cluster.tx_begin(gtrid)
+            else:  # a plain pool: every connection request load-balanced
+                lease = self.cluster.pick()
+                route = lease
+        except ra.Error as e:
+            return f"REFUSED\t{gtrid}\t-\t{code_of(e)}\t{one_line(e)}"
+        try:
+            conn, port = self.work(gtrid, route.node)
+        except psycopg.Error as e:
+            self.cluster.report_outcome(route.node, False)
+            if lease is not None:
+                lease.release(ra.Outcome.FAILED)
+            self.forget(gtrid)
+            return f"FAIL\t{gtrid}\t{route.name}\tSQL\t{one_line(e)}"
+        self.open[gtrid] = Branch(route.node, conn, port, route.kind.name.lower(), lease)
+        return f"STARTED\t{gtrid}\t{route.name}\t{route.kind.name.lower()}\t{port}"
+
+    def prepare(self, gtrid: str, mode: str) -> str:
+        b = self.open.pop(gtrid, None)
+        if b is None:
+            return f"ERR\tPROTOCOL\tno open branch {gtrid}"
+        node, conn, port, kind, lease = b.node, b.conn, b.port, b.kind, b.lease
+        if mode == "affinity":
+            try:
+                self.cluster.tx_route(gtrid)  # where PREPARE goes; never moves the transaction
+            except ra.PreparedNodeUnavailableError as e:  # not expected: this branch is not prepared yet
+                self.discard(conn)
+                self.forget(gtrid)
+                return f"FAIL\t{gtrid}\t{self.cluster.node_name(node)}\t{code_of(e)}\t{one_line(e)}"
+            except ra.StrictAffinityError:
+                # Its node went down before the branch was prepared. Join again:
+                # soft affinity re-places the transaction (rendezvous over the
+                # nodes that are left, so every process agrees), strict refuses.
+                self.discard(conn)
+                try:
+                    route = self.cluster.tx_begin(gtrid)
+                except ra.Error as e:
+                    self.forget(gtrid)
+                    return f"REFUSED\t{gtrid}\t{self.cluster.node_name(node)}\t{code_of(e)}\t{one_line(e)}"
+                node, kind = route.node, route.kind.name.lower()
+                try:
+                    conn, port = self.work(gtrid, node)
+                except psycopg.Error as e:
+                    self.forget(gtrid)
+                    return f"FAIL\t{gtrid}\t{route.name}\tSQL\t{one_line(e)}"
+        name = self.cluster.node_name(node)
+        try:
+            conn.execute(f"PREPARE TRANSACTION '{gtrid}.{LANG}'")
+        except psycopg.Error as e:
+            self.discard(conn)
+            self.cluster.report_outcome(node, False)
+            if lease is not None:
+                lease.release(ra.Outcome.FAILED)
+            self.forget(gtrid)
+            return f"FAIL\t{gtrid}\t{name}\tSQL\t{one_line(e)}"
+        if mode == "affinity":
+            self.cluster.tx_prepared(gtrid)  # from now on it never moves
+        if lease is not None:
+            lease.release(ra.Outcome.OK)
+        self.checkin(node, conn)
+        return f"PREPARED\t{gtrid}\t{name}\t{kind}\t{port}"
+
+    def branch(self, gtrid: str, mode: str) -> str:
+        started = self.start(gtrid, mode)
+        return self.prepare(gtrid, mode) if started.startswith("STARTED") else started
+
+    def rollback(self, gtrid: str) -> str:
+        b = self.open.pop(gtrid, None)
+        if b is not None:
+            try:
+                b.conn.execute("ROLLBACK")
+                self.checkin(b.node, b.conn)
+            except psycopg.Error:
+                self.discard(b.conn)
+            if b.lease is not None:
+                b.lease.release(ra.Outcome.NEUTRAL)
+        self.forget(gtrid)
+        return "OK"
+
+    def forget(self, gtrid: str) -> None:
+        try:
+            self.cluster.tx_complete(gtrid)
+        except ra.UnknownTransactionError:
+            pass
+
+    def event(self, line: str) -> str:
+        try:
+            return f"OK\t{self.cluster.apply_event(line)}"
+        except ra.Error as e:
+            return f"ERR\t{code_of(e)}\t{one_line(e)}"
+
+    def strict(self, on: str) -> str:
+        self.cluster.set_strict(ra.Scope.TRANSACTION, on == "1")
+        return "OK"
+
+    def bye(self) -> str:
+        live = self.cluster.metrics()["scopes"]["transaction"]["live"]
+        return f"BYE\ttx_live={live}\topen={len(self.open)}"
+
+    def serve(self) -> int:
+        versions = f"Python {sys.version.split()[0]}, psycopg {psycopg.__version__}"
+        print(f"READY\t{LANG}\tracaffinity {ra.version()} ({versions})", flush=True)
+        for raw in sys.stdin:
+            cmd, *args = raw.rstrip("\n").split("\t")
+            if cmd == "BRANCH":
+                out = self.branch(*args)
+            elif cmd == "START":
+                out = self.start(*args)
+            elif cmd == "PREPARE":
+                out = self.prepare(*args)
+            elif cmd == "ROLLBACK":
+                out = self.rollback(*args)
+            elif cmd == "DONE":
+                self.forget(args[0])
+                out = "OK"
+            elif cmd == "EVENT":
+                out = self.event(args[0])
+            elif cmd == "STRICT":
+                out = self.strict(args[0])
+            elif cmd == "QUIT":
+                print(self.bye(), flush=True)
+                break
+            else:
+                out = f"ERR\tPROTOCOL\tunknown command {cmd!r}"
+            print(out, flush=True)
+        for pool in self.idle.values():
+            for conn in pool:
+                self.discard(conn)
+        self.cluster.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(Client(Path(sys.argv[1]).read_text()).serve())

@@ -1,0 +1,181 @@
+package io.racaffinity.jta;
+
+import io.racaffinity.AffinityException;
+import io.racaffinity.Cluster;
+import io.racaffinity.Route;
+import jakarta.transaction.Status;
+import jakarta.transaction.Synchronization;
+import jakarta.transaction.Transaction;
+import jakarta.transaction.TransactionManager;
+import jakarta.transaction.TransactionSynchronizationRegistry;
+import java.lang.System.Logger.Level;
+import java.lang.reflect.Method;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.Objects;
+import java.util.OptionalInt;
+import javax.transaction.xa.Xid;
+
+/**
+ * JTA transaction affinity for a (non-XA) data source: inside an active JTA
+ * transaction every connection goes to the transaction's node, from any thread
+ * the transaction is associated with; the affinity ends in {@code afterCompletion},
+ * so the thread's next transaction is placed afresh (seed 000: "disassociate the
+ * pool from the thread" at transaction end).
+ *
+ * <p>The transaction is identified through the {@link TransactionSynchronizationRegistry}:
+ * the key is the transaction's XA gtrid when it can be had (a {@link Xid} key, or
+ * the TM's transaction object's {@code getTxId()}/{@code getXid()}, as Narayana and
+ * so WildFly offer), so the transaction routes exactly as its XA branches do through
+ * {@code AffinityXADataSource} on the same cluster; otherwise the registry's
+ * transaction key (its {@code toString()}, hashed if longer than 64 bytes). The first
+ * connection of a transaction places it ({@code txBegin}, preferring the thread's pin)
+ * and registers an interposed synchronization whose {@code afterCompletion} ends it
+ * ({@code txEnd}); later connections follow it ({@code txRoute}). If the node is down,
+ * the connection is refused rather than split the transaction.
+ *
+ * <p>Needs {@code jakarta.transaction-api} at run time (provided by the app server);
+ * {@code AffinityDataSource} only loads this class when a registry is configured or found.
+ */
+public final class TransactionAffinity {
+    private static final System.Logger LOG = System.getLogger("io.racaffinity.jta");
+
+    private final Cluster cluster;
+    private final TransactionSynchronizationRegistry tsr;
+    private final TransactionManager tm;
+    /** This instance's key in the registry's per-transaction resources. */
+    private final Object resourceKey = new Object();
+
+    private TransactionAffinity(Cluster cluster, TransactionSynchronizationRegistry tsr, TransactionManager tm) {
+        this.cluster = cluster;
+        this.tsr = tsr;
+        this.tm = tm;
+    }
+
+    /**
+     * @param cluster the cluster
+     * @param registry a {@code jakarta.transaction.TransactionSynchronizationRegistry}
+     * @param transactionManager a {@code jakarta.transaction.TransactionManager}, or null (used only to read
+     *     the transaction's Xid)
+     * @return the affinity
+     * @throws IllegalArgumentException if {@code registry} is not a TransactionSynchronizationRegistry
+     */
+    public static TransactionAffinity of(Cluster cluster, Object registry, Object transactionManager) {
+        Objects.requireNonNull(cluster, "cluster");
+        if (!(registry instanceof TransactionSynchronizationRegistry)) {
+            throw new IllegalArgumentException("not a jakarta.transaction.TransactionSynchronizationRegistry: "
+                    + (registry == null ? "null" : registry.getClass().getName()));
+        }
+        TransactionManager tm = transactionManager instanceof TransactionManager
+                ? (TransactionManager) transactionManager : null;
+        return new TransactionAffinity(cluster, (TransactionSynchronizationRegistry) registry, tm);
+    }
+
+    /**
+     * The route of the calling thread's JTA transaction, placing it on first use.
+     *
+     * @return the route, or null outside an active transaction
+     * @throws AffinityException if the core refuses (the transaction's node is unavailable)
+     */
+    public Route route() {
+        Object key = tsr.getTransactionKey();
+        if (key == null) {
+            return null;
+        }
+        int status = tsr.getTransactionStatus();
+        if (status != Status.STATUS_ACTIVE && status != Status.STATUS_MARKED_ROLLBACK
+                && status != Status.STATUS_PREPARING) {
+            return null; // completing: connections of afterCompletion work are not the transaction's
+        }
+        Object entry = tsr.getResource(resourceKey);
+        if (entry instanceof byte[]) {
+            return cluster.txRoute((byte[]) entry);
+        }
+        byte[] gtrid = gtrid(key);
+        OptionalInt pin = cluster.pinnedNode();
+        Route r = pin.isPresent() ? cluster.txBegin(gtrid, pin.getAsInt()) : cluster.txBegin(gtrid);
+        try {
+            tsr.registerInterposedSynchronization(new End(cluster, gtrid));
+        } catch (IllegalStateException e) {
+            // Too late to follow the transaction (e.g. it is being prepared): route it, hold nothing.
+            end(cluster, gtrid);
+            return r;
+        }
+        tsr.putResource(resourceKey, gtrid);
+        return r;
+    }
+
+    /** The transaction's gtrid if it can be had, else its registry key as bytes (at most 64). */
+    byte[] gtrid(Object key) {
+        if (key instanceof Xid) {
+            return ((Xid) key).getGlobalTransactionId();
+        }
+        if (tm != null) {
+            try {
+                Transaction t = tm.getTransaction();
+                Xid x = t == null ? null : xidOf(t);
+                if (x != null && x.getGlobalTransactionId() != null && x.getGlobalTransactionId().length > 0) {
+                    return x.getGlobalTransactionId();
+                }
+            } catch (Exception e) {
+                LOG.log(Level.DEBUG, () -> "cannot read the transaction's Xid: " + e);
+            }
+        }
+        byte[] b = String.valueOf(key).getBytes(StandardCharsets.UTF_8);
+        if (b.length >= 1 && b.length <= 64) {
+            return b;
+        }
+        try {
+            return MessageDigest.getInstance("SHA-256").digest(b);
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    private static Xid xidOf(Transaction t) throws ReflectiveOperationException {
+        for (String name : new String[] {"getTxId", "getXid"}) {
+            try {
+                Method m = t.getClass().getMethod(name);
+                if (Xid.class.isAssignableFrom(m.getReturnType())) {
+                    return (Xid) m.invoke(t);
+                }
+            } catch (NoSuchMethodException e) {
+                // try the next
+            }
+        }
+        return null;
+    }
+
+    private static void end(Cluster cluster, byte[] gtrid) {
+        try {
+            cluster.txEnd(gtrid);
+        } catch (AffinityException e) {
+            // closed or already gone
+        }
+    }
+
+    /** Ends the transaction's affinity at completion. */
+    private static final class End implements Synchronization {
+        private final Cluster cluster;
+        private final byte[] gtrid;
+
+        End(Cluster cluster, byte[] gtrid) {
+            this.cluster = cluster;
+            this.gtrid = gtrid;
+        }
+
+        @Override
+        public void beforeCompletion() {}
+
+        @Override
+        public void afterCompletion(int status) {
+            end(cluster, gtrid);
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "TransactionAffinity[" + cluster.name() + ", " + tsr.getClass().getName() + "]";
+    }
+}

@@ -1,0 +1,513 @@
+package io.racaffinity.xa;
+
+import java.lang.System.Logger.Level;
+import java.lang.reflect.InvocationHandler;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.SQLNonTransientConnectionException;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import javax.sql.ConnectionEvent;
+import javax.sql.ConnectionEventListener;
+import javax.sql.StatementEvent;
+import javax.sql.StatementEventListener;
+import javax.sql.XAConnection;
+import javax.transaction.xa.XAException;
+import javax.transaction.xa.XAResource;
+import javax.transaction.xa.Xid;
+
+/**
+ * A routing {@link XAConnection}: it is not tied to one node. A TM obtains it
+ * (and its {@link #getXAResource() XAResource}) before it knows the transaction,
+ * so the node is chosen when {@code start(xid)} arrives: the node that owns the
+ * xid's gtrid (core transaction affinity). This connection then keeps one
+ * physical XAConnection per node it was bound to, opened lazily, and reuses it
+ * for later transactions on that node; a pool that reuses this XAConnection
+ * therefore ends up with at most one physical connection per node in it.
+ *
+ * <p>{@link #getConnection()} returns a handle that delegates every call to the
+ * physical connection of the node the connection is bound to <em>at the time of
+ * the call</em>: the node of the active branch; outside a global transaction,
+ * the node chosen at the handle's first use (the request's web session, else the
+ * thread's pin, else load balancing), kept until the handle is closed. So a
+ * handle obtained before {@code start(xid)} (JCA order) works on the right node.
+ * As with every XAConnection, a new handle closes the previous one.
+ *
+ * <p>Connection events of the physical connections are re-sent with this
+ * connection as source; a physical connection that reported an error is replaced
+ * at its next use once it holds no branch.
+ */
+public final class AffinityXAConnection implements XAConnection {
+    private final XaRouter router;
+    private final String user;
+    private final String password;
+    private final AffinityXAResource resource;
+    private final List<ConnectionEventListener> listeners = new CopyOnWriteArrayList<>();
+    private final List<StatementEventListener> statementListeners = new CopyOnWriteArrayList<>();
+
+    // guarded by this
+    private Physical[] byNode = new Physical[0];
+    private int bound = -1;
+    private XidKey boundXid;
+    private Handle handle;
+    private boolean closed;
+    private int timeoutSeconds;
+
+    /** One physical XAConnection to one node. */
+    final class Physical implements ConnectionEventListener, StatementEventListener {
+        final int node;
+        final XAConnection xac;
+        final XAResource xar;
+        Connection logical;
+        /** The xid started on it and not yet prepared or completed (pgjdbc: 2PC needs an idle connection). */
+        XidKey associated;
+        volatile boolean broken;
+
+        Physical(int node, XAConnection xac) throws SQLException {
+            this.node = node;
+            this.xac = xac;
+            this.xar = xac.getXAResource();
+            xac.addConnectionEventListener(this);
+            xac.addStatementEventListener(this);
+        }
+
+        @Override
+        public void connectionClosed(ConnectionEvent event) {
+            // the physical's logical handle closed: our handle reports its own close
+        }
+
+        @Override
+        public void connectionErrorOccurred(ConnectionEvent event) {
+            broken = true;
+            SQLException e = event.getSQLException();
+            if (e != null && router.isNodeFailure(e)) {
+                router.reportFailure(node);
+            }
+            ConnectionEvent ev = new ConnectionEvent(AffinityXAConnection.this, e);
+            for (ConnectionEventListener l : listeners) {
+                l.connectionErrorOccurred(ev);
+            }
+        }
+
+        @Override
+        public void statementClosed(StatementEvent event) {
+            StatementEvent ev = new StatementEvent(AffinityXAConnection.this, event.getStatement());
+            for (StatementEventListener l : statementListeners) {
+                l.statementClosed(ev);
+            }
+        }
+
+        @Override
+        public void statementErrorOccurred(StatementEvent event) {
+            StatementEvent ev = new StatementEvent(AffinityXAConnection.this, event.getStatement(),
+                    event.getSQLException());
+            for (StatementEventListener l : statementListeners) {
+                l.statementErrorOccurred(ev);
+            }
+        }
+
+        void close() {
+            try {
+                xac.removeConnectionEventListener(this);
+                xac.removeStatementEventListener(this);
+                xac.close();
+            } catch (SQLException | RuntimeException e) {
+                XaRouter.LOG.log(Level.DEBUG, () -> "closing a physical XAConnection to " + router.nodeName(node)
+                        + " failed: " + router.redact(String.valueOf(e.getMessage())));
+            }
+        }
+    }
+
+    AffinityXAConnection(XaRouter router, String user, String password) {
+        this.router = router;
+        this.user = user;
+        this.password = password;
+        this.resource = new AffinityXAResource(this);
+    }
+
+    XaRouter router() {
+        return router;
+    }
+
+    /** @return the name of the node this connection is bound to now, or null */
+    public synchronized String boundNodeName() {
+        return bound < 0 ? null : router.nodeName(bound);
+    }
+
+    /** @return the number of physical XAConnections this connection holds (at most one per node) */
+    public synchronized int physicalConnections() {
+        int n = 0;
+        for (Physical p : byNode) {
+            n += p != null ? 1 : 0;
+        }
+        return n;
+    }
+
+    // ---- physical connections ------------------------------------------------
+
+    synchronized void checkOpen() throws XAException {
+        if (closed) {
+            throw XaErrors.xa(XAException.XAER_PROTO, "racaffinity: the XAConnection is closed", null);
+        }
+    }
+
+    /** The physical connection to {@code node}, opened if needed. */
+    synchronized Physical physical(int node) throws XAException {
+        if (closed) {
+            throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: the XAConnection is closed", null);
+        }
+        if (node >= byNode.length) {
+            Physical[] a = new Physical[Math.max(node + 1, byNode.length * 2)];
+            System.arraycopy(byNode, 0, a, 0, byNode.length);
+            byNode = a;
+        }
+        Physical p = byNode[node];
+        if (p != null && p.broken && p.associated == null) {
+            byNode[node] = null;
+            p.close();
+            p = null;
+        }
+        if (p == null) {
+            XAConnection xac = router.open(node, user, password);
+            try {
+                p = new Physical(node, xac);
+            } catch (SQLException e) {
+                try {
+                    xac.close();
+                } catch (SQLException ignored) {
+                    // nothing more to do
+                }
+                throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: node " + router.nodeName(node)
+                        + ": getXAResource failed: " + router.redact(String.valueOf(e.getMessage())), e);
+            }
+            if (timeoutSeconds > 0) {
+                try {
+                    p.xar.setTransactionTimeout(timeoutSeconds);
+                } catch (XAException e) {
+                    // best effort, as the TM's own call
+                }
+            }
+            byNode[node] = p;
+        }
+        return p;
+    }
+
+    /**
+     * The physical connection for a 2PC command on {@code node}: this connection's own
+     * unless it is busy with another branch (pgjdbc runs COMMIT PREPARED only on an idle
+     * connection); then null, and the caller uses a short-lived one.
+     */
+    synchronized Physical physicalFor2pc(int node, XidKey xid) throws XAException {
+        if (closed) {
+            return null;
+        }
+        Physical p = node < byNode.length ? byNode[node] : null;
+        if (p != null && p.associated != null && !p.associated.equals(xid)) {
+            return null;
+        }
+        return physical(node);
+    }
+
+    /** The physical connection holding {@code xid}'s association, or null. */
+    synchronized Physical associatedWith(XidKey xid) {
+        for (Physical p : byNode) {
+            if (p != null && xid.equals(p.associated)) {
+                return p;
+            }
+        }
+        return null;
+    }
+
+    /** Opens a short-lived physical XAConnection to {@code node} (closed by the caller). */
+    XAConnection openTemporary(int node) throws XAException {
+        return router.open(node, user, password);
+    }
+
+    Xid[] recoverOn(int node) throws XAException {
+        Physical p;
+        synchronized (this) {
+            p = closed ? null : physicalFor2pc(node, null);
+        }
+        if (p != null) {
+            try {
+                return nonNull(p.xar.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
+            } catch (XAException e) {
+                resource.failed(node, e);
+                throw e;
+            }
+        }
+        XAConnection t = openTemporary(node);
+        try {
+            return nonNull(t.getXAResource().recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
+        } catch (SQLException e) {
+            throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: recover on " + router.nodeName(node) + ": "
+                    + router.redact(String.valueOf(e.getMessage())), e);
+        } finally {
+            closeQuietly(t);
+        }
+    }
+
+    private static Xid[] nonNull(Xid[] x) {
+        return x == null ? new Xid[0] : x;
+    }
+
+    static void closeQuietly(XAConnection c) {
+        try {
+            c.close();
+        } catch (SQLException | RuntimeException e) {
+            // nothing to do
+        }
+    }
+
+    synchronized void bind(int node, XidKey xid) {
+        bound = node;
+        boundXid = xid;
+    }
+
+    synchronized void unbindXid(XidKey xid) {
+        if (xid.equals(boundXid)) {
+            boundXid = null;
+        }
+    }
+
+    synchronized XidKey boundXid() {
+        return boundXid;
+    }
+
+    synchronized int boundNode() {
+        return bound;
+    }
+
+    synchronized void setTimeout(int seconds) {
+        timeoutSeconds = seconds;
+        for (Physical p : byNode) {
+            if (p != null) {
+                try {
+                    p.xar.setTransactionTimeout(seconds);
+                } catch (XAException e) {
+                    // best effort
+                }
+            }
+        }
+    }
+
+    synchronized int timeout() {
+        return timeoutSeconds;
+    }
+
+    // ---- logical handles -----------------------------------------------------
+
+    /** The physical logical connection a handle's call goes to now. */
+    Connection target(Handle h) throws SQLException {
+        int node;
+        synchronized (this) {
+            if (closed) {
+                throw new SQLNonTransientConnectionException("the XAConnection is closed", "08003");
+            }
+            if (h != handle) {
+                throw new SQLNonTransientConnectionException("connection handle is closed", "08003");
+            }
+            node = bound;
+        }
+        if (node < 0) {
+            try {
+                node = router.localNode();
+            } catch (XAException e) {
+                throw new SQLException(e.getMessage(), "08001", e);
+            }
+            synchronized (this) {
+                if (bound < 0) {
+                    bound = node;
+                } else {
+                    node = bound;
+                }
+            }
+        }
+        synchronized (this) {
+            Physical p;
+            try {
+                p = physical(node);
+            } catch (XAException e) {
+                throw new SQLException(e.getMessage(), "08001", e);
+            }
+            if (p.logical == null || p.logical.isClosed()) {
+                p.logical = p.xac.getConnection();
+            }
+            if (!h.used.contains(p)) {
+                h.used.add(p);
+            }
+            return p.logical;
+        }
+    }
+
+    @Override
+    public Connection getConnection() throws SQLException {
+        Handle h;
+        synchronized (this) {
+            if (closed) {
+                throw new SQLNonTransientConnectionException("the XAConnection is closed", "08003");
+            }
+            if (handle != null) {
+                closeHandle(handle, false);
+            }
+            h = new Handle();
+            handle = h;
+        }
+        return (Connection) Proxy.newProxyInstance(AffinityXAConnection.class.getClassLoader(),
+                new Class<?>[] {Connection.class}, h);
+    }
+
+    private void closeHandle(Handle h, boolean notify) {
+        List<Physical> used;
+        synchronized (this) {
+            if (h.closed) {
+                return;
+            }
+            h.closed = true;
+            if (handle == h) {
+                handle = null;
+            }
+            used = new ArrayList<>(h.used);
+            for (Physical p : used) {
+                if (p.logical != null) {
+                    try {
+                        p.logical.close();
+                    } catch (SQLException e) {
+                        // the physical reports its own errors
+                    }
+                    p.logical = null;
+                }
+            }
+            if (boundXid == null) {
+                bound = -1; // outside a branch, the next handle routes afresh
+            }
+        }
+        if (notify) {
+            ConnectionEvent ev = new ConnectionEvent(this);
+            for (ConnectionEventListener l : listeners) {
+                l.connectionClosed(ev);
+            }
+        }
+    }
+
+    /** A logical connection handle. */
+    final class Handle implements InvocationHandler {
+        final List<Physical> used = new ArrayList<>(2);
+        boolean closed;
+
+        @Override
+        public Object invoke(Object proxy, Method m, Object[] args) throws Throwable {
+            String name = m.getName();
+            int argc = args == null ? 0 : args.length;
+            if (m.getDeclaringClass() == Object.class) {
+                switch (name) {
+                    case "equals":
+                        return proxy == args[0];
+                    case "hashCode":
+                        return System.identityHashCode(proxy);
+                    default:
+                        return "AffinityXAConnection.Handle[" + boundNodeName() + "]";
+                }
+            }
+            if (argc == 0) {
+                switch (name) {
+                    case "close":
+                        closeHandle(this, true);
+                        return null;
+                    case "isClosed":
+                        synchronized (AffinityXAConnection.this) {
+                            return closed || AffinityXAConnection.this.closed;
+                        }
+                    default:
+                        break;
+                }
+            }
+            if (argc == 1 && (name.equals("unwrap") || name.equals("isWrapperFor"))
+                    && ((Class<?>) args[0]).isInstance(proxy)) {
+                return name.equals("unwrap") ? proxy : Boolean.TRUE;
+            }
+            if (argc == 1 && name.equals("isValid")) {
+                synchronized (AffinityXAConnection.this) {
+                    if (closed || AffinityXAConnection.this.closed) {
+                        return Boolean.FALSE;
+                    }
+                }
+            }
+            Connection target = target(this);
+            try {
+                return m.invoke(target, args);
+            } catch (InvocationTargetException e) {
+                throw e.getCause();
+            }
+        }
+    }
+
+    // ---- XAConnection ----------------------------------------------------------
+
+    @Override
+    public XAResource getXAResource() throws SQLException {
+        synchronized (this) {
+            if (closed) {
+                throw new SQLNonTransientConnectionException("the XAConnection is closed", "08003");
+            }
+        }
+        return resource;
+    }
+
+    /** Closes every physical connection. Branches they hold stay on their nodes (prepared ones in doubt). */
+    @Override
+    public void close() throws SQLException {
+        Physical[] ps;
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            if (handle != null) {
+                closeHandle(handle, false);
+            }
+            closed = true;
+            ps = byNode;
+            byNode = new Physical[0];
+            bound = -1;
+        }
+        for (Physical p : ps) {
+            if (p != null) {
+                p.close();
+            }
+        }
+    }
+
+    @Override
+    public void addConnectionEventListener(ConnectionEventListener listener) {
+        if (listener != null) {
+            listeners.add(listener);
+        }
+    }
+
+    @Override
+    public void removeConnectionEventListener(ConnectionEventListener listener) {
+        listeners.remove(listener);
+    }
+
+    @Override
+    public void addStatementEventListener(StatementEventListener listener) {
+        if (listener != null) {
+            statementListeners.add(listener);
+        }
+    }
+
+    @Override
+    public void removeStatementEventListener(StatementEventListener listener) {
+        statementListeners.remove(listener);
+    }
+
+    @Override
+    public String toString() {
+        return "AffinityXAConnection[" + router.cluster().name() + ", bound=" + boundNodeName() + ", physical="
+                + physicalConnections() + "]";
+    }
+}

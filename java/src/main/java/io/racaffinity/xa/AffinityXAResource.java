@@ -1,0 +1,339 @@
+package io.racaffinity.xa;
+
+import io.racaffinity.Outcome;
+import java.lang.System.Logger.Level;
+import javax.sql.XAConnection;
+import javax.transaction.xa.XAException;
+import javax.transaction.xa.XAResource;
+import javax.transaction.xa.Xid;
+
+/**
+ * The XAResource of an {@link AffinityXAConnection}: routes each XA call to the
+ * node that holds the branch.
+ *
+ * <ul>
+ *   <li>{@code start(xid, TMNOFLAGS)} places the branch on the node owning the
+ *       xid's gtrid (core {@code txBegin}; a new gtrid goes to the thread's pin or
+ *       the request's web session if any, else the core's placement) and binds the
+ *       connection to that node's physical XAConnection. {@code TMJOIN} joins the
+ *       existing branch's node; {@code TMRESUME} resumes on the bound node.
+ *   <li>{@code end} goes to the physical connection the branch was started on;
+ *       {@code prepare}, {@code commit}, {@code rollback} and {@code forget} to the
+ *       branch's node (core {@code txRoute}). A successful prepare marks the branch
+ *       prepared ({@code txPrepared}): it never moves again. Completion (commit,
+ *       rollback, forget, an {@code XA_RDONLY} prepare, or a driver answer that the
+ *       branch was rolled back or does not exist) releases it ({@code txEnd}).
+ *   <li>{@code recover(TMSTARTRSCAN)} scans every node, returns the merged list and
+ *       records which node returned each xid ({@code txRecovered}), so its commit or
+ *       rollback goes there. A node that does not answer is skipped (its branches
+ *       are recovered by a later scan); {@code XAException.XAER_RMFAIL} only if none answers.
+ *   <li>{@code isSameRM} is true only for another resource of the same data source
+ *       that is (or would be) on the same node, and only if that node's driver
+ *       agrees for the two physical connections; so a TM joins branches at most
+ *       within one node (Oracle) and never across nodes (pgjdbc: never, one branch
+ *       per connection).
+ * </ul>
+ *
+ * <p>Routing refusals become {@link XAException}s with the codes listed in
+ * {@link XaErrors}: notably {@code XAException.XAER_RMFAIL} when a prepared branch's node is
+ * down (retry later: it never moves), and when a strict transaction scope
+ * ({@code transaction.strict}, JMX {@code UseStrictXAAffinity}) refuses to start
+ * a branch away from its owner.
+ */
+public final class AffinityXAResource implements XAResource {
+    private final AffinityXAConnection conn;
+    private final XaRouter router;
+    /** Results of the current recovery scan, handed out at TMSTARTRSCAN. */
+    private boolean scanning;
+
+    AffinityXAResource(AffinityXAConnection conn) {
+        this.conn = conn;
+        this.router = conn.router();
+    }
+
+    /** @return the connection this resource belongs to */
+    public AffinityXAConnection connection() {
+        return conn;
+    }
+
+    /** @return the node the connection is bound to now (null before the first start or use) */
+    public String boundNodeName() {
+        return conn.boundNodeName();
+    }
+
+    void failed(int node, XAException e) {
+        if (e.errorCode == XAException.XAER_RMFAIL) {
+            router.reportFailure(node);
+        }
+    }
+
+    @Override
+    public void start(Xid xid, int flags) throws XAException {
+        conn.checkOpen();
+        XidKey k = key(xid);
+        if ((flags & (TMJOIN | TMRESUME)) != 0) {
+            int node = (flags & TMRESUME) != 0 && k.equals(conn.boundXid()) ? conn.boundNode() : router.joinNode(k);
+            AffinityXAConnection.Physical p = conn.physical(node);
+            try {
+                p.xar.start(xid, flags);
+            } catch (XAException e) {
+                failed(node, e);
+                throw e;
+            }
+            synchronized (conn) {
+                p.associated = k;
+                conn.bind(node, k);
+            }
+            return;
+        }
+        XaRouter.Branch b = router.begin(k);
+        AffinityXAConnection.Physical p;
+        try {
+            p = conn.physical(b.node);
+            p.xar.start(xid, flags);
+        } catch (XAException e) {
+            failed(b.node, e);
+            router.abandon(k, b, e.errorCode == XAException.XAER_RMFAIL ? Outcome.FAILED : Outcome.NEUTRAL);
+            throw e;
+        } catch (RuntimeException e) {
+            router.abandon(k, b, Outcome.NEUTRAL);
+            throw e;
+        }
+        synchronized (conn) {
+            p.associated = k;
+            conn.bind(b.node, k);
+        }
+    }
+
+    @Override
+    public void end(Xid xid, int flags) throws XAException {
+        XidKey k = key(xid);
+        int node = k.equals(conn.boundXid()) ? conn.boundNode() : router.resolve(k, "end", conn);
+        AffinityXAConnection.Physical p = conn.physical(node);
+        try {
+            p.xar.end(xid, flags);
+        } catch (XAException e) {
+            failed(node, e);
+            if (XaErrors.rolledBack(e.errorCode)) {
+                conn.unbindXid(k);
+            }
+            throw e;
+        }
+        if ((flags & TMSUSPEND) == 0) {
+            conn.unbindXid(k);
+        }
+    }
+
+    @Override
+    public int prepare(Xid xid) throws XAException {
+        XidKey k = key(xid);
+        int node;
+        try {
+            node = router.resolve(k, "prepare", conn);
+        } catch (XAException e) {
+            if (XaErrors.rolledBack(e.errorCode)) {
+                abandon(k, xid);
+            }
+            throw e;
+        }
+        AffinityXAConnection.Physical p = conn.physical(node);
+        int r;
+        try {
+            r = p.xar.prepare(xid);
+        } catch (XAException e) {
+            failed(node, e);
+            clear(p, k);
+            if (XaErrors.rolledBack(e.errorCode) || e.errorCode == XAException.XAER_NOTA) {
+                router.completed(k, e.errorCode == XAException.XA_RBCOMMFAIL ? Outcome.FAILED : Outcome.NEUTRAL, false);
+            }
+            throw e;
+        }
+        clear(p, k);
+        if (r == XA_RDONLY) {
+            router.completed(k, Outcome.OK, true);
+        } else {
+            router.prepared(k);
+        }
+        return r;
+    }
+
+    private void clear(AffinityXAConnection.Physical p, XidKey k) {
+        synchronized (conn) {
+            if (k.equals(p.associated)) {
+                p.associated = null;
+            }
+        }
+        conn.unbindXid(k);
+    }
+
+    @Override
+    public void commit(Xid xid, boolean onePhase) throws XAException {
+        XidKey k = key(xid);
+        complete(k, onePhase ? "one-phase commit" : "commit", xid, onePhase);
+    }
+
+    @Override
+    public void rollback(Xid xid) throws XAException {
+        complete(key(xid), "rollback", xid, false);
+    }
+
+    @Override
+    public void forget(Xid xid) throws XAException {
+        complete(key(xid), "forget", xid, false);
+    }
+
+    /**
+     * Routing answered XA_RB* (the branch's node is gone): the TM now treats the branch as
+     * rolled back and will not call rollback, so roll back what this connection holds (best
+     * effort: the node may be unreachable, where the database rolls it back itself) and release it.
+     */
+    private void abandon(XidKey k, Xid xid) {
+        AffinityXAConnection.Physical p = conn.associatedWith(k);
+        if (p != null) {
+            try {
+                p.xar.rollback(xid);
+            } catch (XAException | RuntimeException e) {
+                // unreachable: the node's own recovery rolls back an unprepared branch
+            }
+            clear(p, k);
+        }
+        conn.unbindXid(k);
+        router.completed(k, Outcome.FAILED, false);
+    }
+
+    private void complete(XidKey k, String op, Xid xid, boolean onePhase) throws XAException {
+        int node;
+        try {
+            node = router.resolve(k, op, conn);
+        } catch (XAException e) {
+            if (onePhase && XaErrors.rolledBack(e.errorCode)) {
+                abandon(k, xid);
+            }
+            throw e;
+        }
+        AffinityXAConnection.Physical p = conn.physicalFor2pc(node, k);
+        XAConnection temp = null;
+        XAResource target;
+        if (p != null) {
+            target = p.xar;
+        } else {
+            temp = conn.openTemporary(node);
+            try {
+                target = temp.getXAResource();
+            } catch (java.sql.SQLException e) {
+                AffinityXAConnection.closeQuietly(temp);
+                throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " on " + router.nodeName(node)
+                        + ": " + router.redact(String.valueOf(e.getMessage())), e);
+            }
+        }
+        try {
+            switch (op) {
+                case "rollback":
+                    target.rollback(xid);
+                    break;
+                case "forget":
+                    target.forget(xid);
+                    break;
+                default:
+                    target.commit(xid, onePhase);
+                    break;
+            }
+        } catch (XAException e) {
+            failed(node, e);
+            int c = e.errorCode;
+            if (p != null && c != XAException.XAER_RMFAIL) {
+                clear(p, k);
+            }
+            if (XaErrors.rolledBack(c)) {
+                router.completed(k, Outcome.NEUTRAL, false);
+            } else if (c == XAException.XAER_NOTA) {
+                // the node does not hold it (any more): nothing is left to route
+                router.completed(k, Outcome.NEUTRAL, !op.equals("rollback"));
+            } else if (XaErrors.heuristic(c)) {
+                XaRouter.LOG.log(Level.WARNING, () -> "xid " + k + ": heuristic outcome " + XaErrors.name(c)
+                        + " on " + router.nodeName(node) + " (" + op + "); the TM must forget it");
+            }
+            throw e;
+        } finally {
+            if (temp != null) {
+                AffinityXAConnection.closeQuietly(temp);
+            }
+        }
+        if (p != null) {
+            clear(p, k);
+        }
+        router.completed(k, Outcome.OK, !op.equals("rollback"));
+    }
+
+    @Override
+    public Xid[] recover(int flag) throws XAException {
+        conn.checkOpen();
+        if ((flag & ~(TMSTARTRSCAN | TMENDRSCAN)) != 0) {
+            throw XaErrors.xa(XAException.XAER_INVAL, "racaffinity: recover: invalid flags " + flag, null);
+        }
+        if ((flag & TMSTARTRSCAN) != 0) {
+            // One call scans every node completely; TMNOFLAGS continuations have nothing more.
+            scanning = (flag & TMENDRSCAN) == 0;
+            return router.scanAll(conn);
+        }
+        if (!scanning && flag == TMNOFLAGS) {
+            throw XaErrors.xa(XAException.XAER_PROTO, "racaffinity: recover(TMNOFLAGS) without TMSTARTRSCAN", null);
+        }
+        if ((flag & TMENDRSCAN) != 0) {
+            scanning = false;
+        }
+        return new Xid[0];
+    }
+
+    @Override
+    public boolean isSameRM(XAResource other) throws XAException {
+        if (other == this) {
+            return true;
+        }
+        if (!(other instanceof AffinityXAResource)) {
+            return false;
+        }
+        AffinityXAResource o = (AffinityXAResource) other;
+        if (o.router != router || !router.isTransactionAffinity()) {
+            return false;
+        }
+        int theirs = o.conn.boundNode();
+        int mine = conn.boundNode();
+        if (theirs < 0 || mine >= 0 && mine != theirs || o.conn.boundXid() == null) {
+            return false;
+        }
+        // Same node: ask the node's driver about the two physical connections (pgjdbc: never the same RM,
+        // so each connection is its own branch; ojdbc: same instance, so the TM may join).
+        try {
+            return conn.physical(theirs).xar.isSameRM(o.conn.physical(theirs).xar);
+        } catch (XAException e) {
+            return false;
+        }
+    }
+
+    @Override
+    public int getTransactionTimeout() {
+        return conn.timeout();
+    }
+
+    @Override
+    public boolean setTransactionTimeout(int seconds) throws XAException {
+        if (seconds < 0) {
+            throw XaErrors.xa(XAException.XAER_INVAL, "racaffinity: negative transaction timeout", null);
+        }
+        conn.setTimeout(seconds);
+        return true;
+    }
+
+    private static XidKey key(Xid xid) throws XAException {
+        if (xid == null) {
+            throw XaErrors.xa(XAException.XAER_INVAL, "racaffinity: null xid", null);
+        }
+        return XidKey.of(xid);
+    }
+
+    @Override
+    public String toString() {
+        return "AffinityXAResource[" + conn + "]";
+    }
+}

@@ -1,0 +1,63 @@
+package io.racaffinity.xa;
+
+import java.util.Arrays;
+import javax.transaction.xa.Xid;
+
+/** A value copy of an {@link Xid} (drivers' Xid classes do not all implement equals/hashCode). */
+final class XidKey {
+    final int formatId;
+    final byte[] gtrid;
+    final byte[] bqual;
+    private final int hash;
+
+    private XidKey(int formatId, byte[] gtrid, byte[] bqual) {
+        this.formatId = formatId;
+        this.gtrid = gtrid;
+        this.bqual = bqual;
+        this.hash = 31 * (31 * formatId + Arrays.hashCode(gtrid)) + Arrays.hashCode(bqual);
+    }
+
+    static XidKey of(Xid xid) {
+        if (xid == null) {
+            return null;
+        }
+        byte[] g = xid.getGlobalTransactionId();
+        byte[] b = xid.getBranchQualifier();
+        return new XidKey(xid.getFormatId(), g == null ? new byte[0] : g.clone(), b == null ? new byte[0] : b.clone());
+    }
+
+    boolean sameGtrid(XidKey o) {
+        return Arrays.equals(gtrid, o.gtrid);
+    }
+
+    @Override
+    public boolean equals(Object o) {
+        if (this == o) {
+            return true;
+        }
+        if (!(o instanceof XidKey)) {
+            return false;
+        }
+        XidKey k = (XidKey) o;
+        return hash == k.hash && formatId == k.formatId && Arrays.equals(gtrid, k.gtrid)
+                && Arrays.equals(bqual, k.bqual);
+    }
+
+    @Override
+    public int hashCode() {
+        return hash;
+    }
+
+    static String hex(byte[] b) {
+        StringBuilder sb = new StringBuilder(b.length * 2);
+        for (byte x : b) {
+            sb.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
+        }
+        return sb.toString();
+    }
+
+    @Override
+    public String toString() {
+        return formatId + ":" + hex(gtrid) + ":" + hex(bqual);
+    }
+}

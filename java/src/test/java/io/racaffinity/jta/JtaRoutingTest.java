@@ -1,0 +1,188 @@
+package io.racaffinity.jta;
+
+import static io.racaffinity.test.Pools.serverPort;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.Cluster;
+import io.racaffinity.Pin;
+import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.test.Narayana;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
+import io.racaffinity.test.XaRows;
+import io.racaffinity.xa.AffinityXAResource;
+import jakarta.transaction.Transaction;
+import jakarta.transaction.TransactionManager;
+import java.sql.Connection;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import javax.sql.XAConnection;
+import javax.sql.XADataSource;
+import javax.transaction.xa.XAResource;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * AffinityDataSource inside JTA transactions (Narayana's TransactionSynchronizationRegistry):
+ * every connection of a transaction, from any thread, on the transaction's node, the same
+ * node its XA branches get; the affinity ends at completion.
+ */
+@ExtendWith(PgNodes.class)
+class JtaRoutingTest {
+    static final List<String> NAMES = List.of("RAC1", "RAC2", "RAC3");
+    private Pools pools;
+    private Cluster cluster;
+    private AffinityDataSource ds;
+    private final TransactionManager tm = Narayana.tm();
+    private final ExecutorService workers = Executors.newFixedThreadPool(2);
+
+    @BeforeAll
+    static void narayana() throws Exception {
+        Narayana.init();
+    }
+
+    @BeforeEach
+    void setUp() throws Exception {
+        pools = new Pools(NAMES);
+        cluster = Cluster.fromConfig("name = jta-routing; nodes = RAC1, RAC2, RAC3");
+        ds = new AffinityDataSource();
+        ds.setCluster(cluster);
+        ds.setNodeDataSources(pools.asMap());
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        ds.setTransactionSynchronizationRegistry(Narayana.tsr());
+        ds.setTransactionManager(tm);
+        ds.init();
+        assertTrue(ds.isJtaRouting());
+    }
+
+    @AfterEach
+    void tearDown() {
+        workers.shutdownNow();
+        ds.close();
+        pools.close();
+        cluster.close();
+    }
+
+    int port() throws Exception {
+        try (Connection c = ds.getConnection()) {
+            return serverPort(c);
+        }
+    }
+
+    /** Ports of one transaction's connections: one on this thread, two on workers (tm.resume there). */
+    List<Integer> portsOfOneTransaction(Transaction txn) throws Exception {
+        List<Integer> ports = new ArrayList<>();
+        ports.add(port());
+        tm.suspend();
+        List<Future<Integer>> fs = new ArrayList<>();
+        for (int w = 0; w < 2; w++) {
+            fs.add(workers.submit(() -> {
+                tm.resume(txn);
+                try {
+                    return port();
+                } finally {
+                    tm.suspend();
+                }
+            }));
+        }
+        for (Future<Integer> f : fs) {
+            ports.add(f.get(30, TimeUnit.SECONDS));
+        }
+        tm.resume(txn);
+        return ports;
+    }
+
+    long liveTransactions() throws Exception {
+        var n = new com.fasterxml.jackson.databind.ObjectMapper().readTree(cluster.metricsJson());
+        return n.path("scopes").path("transaction").path("live").asLong(-1);
+    }
+
+    @Test
+    void everyConnectionOfATransactionFromAnyThreadGoesToItsNodeAndTheNextMayGoElsewhere() throws Exception {
+        Set<Integer> used = new HashSet<>();
+        for (int t = 0; t < 60; t++) {
+            tm.begin();
+            List<Integer> ports = portsOfOneTransaction(tm.getTransaction());
+            assertEquals(1, new HashSet<>(ports).size(), "one transaction, one node: " + ports);
+            assertEquals(1, liveTransactions());
+            if (t % 2 == 0) {
+                tm.commit();
+            } else {
+                tm.rollback();
+            }
+            assertEquals(0, liveTransactions(), "the affinity ends at completion");
+            used.add(ports.get(0));
+        }
+        assertTrue(used.size() >= 2, "transactions are placed afresh: " + used);
+    }
+
+    @Test
+    void outsideATransactionConnectionsAreBalancedAsUsual() throws Exception {
+        Set<Integer> used = new HashSet<>();
+        for (int i = 0; i < 30; i++) {
+            used.add(port());
+        }
+        assertTrue(used.size() >= 2, "balanced: " + used);
+        assertEquals(0, liveTransactions());
+    }
+
+    @Test
+    void aPinnedThreadPlacesItsTransactionsOnItsNode() throws Exception {
+        try (Pin pin = ds.pin()) {
+            int pinned = PgNodes.port(pin.node() + 1);
+            for (int t = 0; t < 10; t++) {
+                tm.begin();
+                assertEquals(List.of(pinned, pinned, pinned), portsOfOneTransaction(tm.getTransaction()));
+                tm.commit();
+            }
+        }
+    }
+
+    @Test
+    void jtaConnectionsAndXaBranchesOfOneTransactionShareTheNode() throws Exception {
+        Map<String, XADataSource> xa = new LinkedHashMap<>();
+        for (int i = 1; i <= 3; i++) {
+            xa.put("RAC" + i, XaRows.xaDataSource(i));
+        }
+        try (AffinityXADataSource xads = new AffinityXADataSource()) {
+            xads.setCluster(cluster);
+            xads.setNodeXADataSources(xa);
+            xads.setHeartbeatIntervalMillis(0);
+            xads.setRegisterMBean(false);
+            Set<String> nodes = new HashSet<>();
+            for (int t = 0; t < 12; t++) {
+                tm.begin();
+                XAConnection xc = xads.getXAConnection();
+                try {
+                    XAResource xr = xc.getXAResource();
+                    tm.getTransaction().enlistResource(xr);
+                    String branchNode = ((AffinityXAResource) xr).boundNodeName();
+                    int port = port();
+                    assertEquals(PgNodes.port(NAMES.indexOf(branchNode) + 1), port,
+                            "the XA branch and the JTA-routed connection are on one node");
+                    nodes.add(branchNode);
+                    tm.getTransaction().delistResource(xr, XAResource.TMSUCCESS);
+                    tm.commit();
+                } finally {
+                    xc.close();
+                }
+            }
+            assertTrue(nodes.size() >= 2, "placed by gtrid: " + nodes);
+            assertEquals(0, liveTransactions());
+        }
+    }
+}

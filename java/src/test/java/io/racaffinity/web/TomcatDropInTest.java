@@ -1,0 +1,204 @@
+package io.racaffinity.web;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.AffinityDataSourceFactory;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
+import jakarta.servlet.http.HttpServlet;
+import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletResponse;
+import java.io.IOException;
+import java.net.CookieManager;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.sql.Connection;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import javax.naming.InitialContext;
+import javax.sql.DataSource;
+import org.apache.catalina.Context;
+import org.apache.catalina.startup.Tomcat;
+import org.apache.tomcat.util.descriptor.web.ContextResource;
+import org.apache.tomcat.util.descriptor.web.FilterDef;
+import org.apache.tomcat.util.descriptor.web.FilterMap;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * The app-server drop-in: embedded Tomcat declares {@code jdbc/rac} as a Resource built
+ * by {@link AffinityDataSourceFactory} from its attributes, and {@link AffinityFilter}
+ * pins each request to its HTTP session's node. Real HTTP requests, with cookies, show
+ * that every request of a session runs on one node and that sessions spread over nodes.
+ */
+@ExtendWith(PgNodes.class)
+class TomcatDropInTest {
+    static Tomcat tomcat;
+    static int port;
+
+    /** {@code /port}: the node (PostgreSQL port) the request's connection runs on. */
+    public static final class PortServlet extends HttpServlet {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        protected void doGet(HttpServletRequest req, HttpServletResponse resp) throws IOException {
+            try {
+                DataSource ds = (DataSource) new InitialContext().lookup("java:comp/env/jdbc/rac");
+                String body;
+                if (req.getRequestURI().endsWith("/logout")) {
+                    req.getSession().invalidate();
+                    body = "bye";
+                } else if (req.getRequestURI().endsWith("/sessions")) {
+                    String json = ds.unwrap(AffinityDataSource.class).getCluster().metricsJson();
+                    body = Long.toString(new com.fasterxml.jackson.databind.ObjectMapper().readTree(json)
+                            .path("scopes").path("session").path("live").asLong(-1));
+                } else if (req.getRequestURI().endsWith("/type")) {
+                    body = ds.getClass().getName();
+                } else {
+                    try (Connection c = ds.getConnection()) {
+                        body = Integer.toString(Pools.serverPort(c));
+                    }
+                }
+                resp.setContentType("text/plain");
+                resp.getWriter().print(body);
+            } catch (Exception e) {
+                resp.sendError(500, String.valueOf(e));
+            }
+        }
+    }
+
+    @BeforeAll
+    static void start() throws Exception {
+        Path base = Files.createTempDirectory(PgNodes.repo().resolve("java/target"), "tomcat-");
+        tomcat = new Tomcat();
+        tomcat.setBaseDir(base.toString());
+        tomcat.setPort(0);
+        tomcat.getConnector();
+        tomcat.enableNaming();
+        Context ctx = tomcat.addContext("", Files.createDirectories(base.resolve("webapp")).toString());
+
+        // <Resource name="jdbc/rac" type="javax.sql.DataSource" factory="io.racaffinity.jdbc.AffinityDataSourceFactory" .../>
+        ContextResource res = new ContextResource();
+        res.setName("jdbc/rac");
+        res.setType("javax.sql.DataSource");
+        res.setAuth("Container");
+        res.setCloseMethod("close");
+        res.setProperty("factory", AffinityDataSourceFactory.class.getName());
+        // The nodes are named by their ports so that the URL template can place them.
+        res.setProperty("config", "name = tomcat-rac; nodes = " + PgNodes.port(1) + ", " + PgNodes.port(2) + ", "
+                + PgNodes.port(3));
+        res.setProperty("urlTemplate", "jdbc:postgresql://127.0.0.1:{instance}/postgres");
+        res.setProperty("dataSourceClassName", "com.zaxxer.hikari.HikariDataSource");
+        res.setProperty("dataSourcePropertyList", "maximumPoolSize=4 | minimumIdle=0");
+        res.setProperty("user", "postgres");
+        res.setProperty("password", "not-used-S3cret");
+        res.setProperty("policy", "round_robin");
+        res.setProperty("transactionStrict", "true");
+        res.setProperty("sessionIdleTtl", "10m");
+        res.setProperty("heartbeatIntervalMillis", "0");
+        res.setProperty("registerMBean", "false");
+        ctx.getNamingResources().addResource(res);
+
+        FilterDef fd = new FilterDef();
+        fd.setFilterName("racaffinity");
+        fd.setFilterClass(AffinityFilter.class.getName());
+        fd.addInitParameter("createSession", "true");
+        fd.addInitParameter("dataSources", "java:comp/env/jdbc/rac");
+        ctx.addFilterDef(fd);
+        FilterMap fm = new FilterMap();
+        fm.setFilterName("racaffinity");
+        fm.addURLPattern("/*");
+        ctx.addFilterMap(fm);
+
+        Tomcat.addServlet(ctx, "port", new PortServlet());
+        ctx.addServletMappingDecoded("/*", "port");
+        tomcat.start();
+        port = tomcat.getConnector().getLocalPort();
+    }
+
+    @AfterAll
+    static void stop() throws Exception {
+        if (tomcat != null) {
+            tomcat.stop();
+            tomcat.destroy();
+        }
+    }
+
+    static HttpClient session() {
+        return HttpClient.newBuilder().cookieHandler(new CookieManager()).connectTimeout(Duration.ofSeconds(10))
+                .build();
+    }
+
+    static String get(HttpClient client, String path) throws Exception {
+        HttpResponse<String> r = client.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
+                .timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofString());
+        assertEquals(200, r.statusCode(), r.body());
+        return r.body();
+    }
+
+    @Test
+    void theFactoryBuildsTheDataSourceFromTheResourceAttributes() throws Exception {
+        assertEquals(AffinityDataSource.class.getName(), get(session(), "/type"));
+    }
+
+    @Test
+    void everyRequestOfASessionRunsOnOneNodeAndSessionsSpread() throws Exception {
+        Map<Integer, Set<String>> perSession = new LinkedHashMap<>();
+        List<HttpClient> clients = new ArrayList<>();
+        for (int s = 0; s < 9; s++) {
+            clients.add(session());
+        }
+        for (int round = 0; round < 15; round++) {
+            for (int s = 0; s < clients.size(); s++) {
+                perSession.computeIfAbsent(s, k -> new HashSet<>()).add(get(clients.get(s), "/port"));
+            }
+        }
+        Set<String> nodes = new HashSet<>();
+        perSession.forEach((s, ports) -> {
+            assertEquals(1, ports.size(), "session " + s + " stays on one node: " + ports);
+            nodes.addAll(ports);
+        });
+        System.out.println("tomcat: 9 sessions x 15 requests, node per session " + perSession);
+        assertTrue(nodes.size() >= 2, "sessions spread over nodes: " + nodes);
+
+        // Without the session cookie (a new client each time) requests are balanced.
+        Set<String> anonymous = new HashSet<>();
+        for (int i = 0; i < 9; i++) {
+            anonymous.add(get(session(), "/port"));
+        }
+        assertTrue(anonymous.size() >= 2, "new sessions are balanced: " + anonymous);
+
+        // Invalidating the HTTP session ends its affinity in the core.
+        HttpClient c = clients.get(0);
+        long before = Long.parseLong(get(c, "/sessions"));
+        get(c, "/logout");
+        long after = Long.parseLong(get(session(), "/sessions"));
+        assertEquals(before - 1, after, "logout ended the session's affinity (requests without a connection open none)");
+    }
+
+    @Test
+    void unknownAttributesAndBadConfigFailTheLookupWithAClearMessage() {
+        Exception e = org.junit.jupiter.api.Assertions.assertThrows(java.sql.SQLException.class,
+                () -> AffinityDataSourceFactory.create(Map.of("config", "nodes = A, B", "urlTemplat", "x"), false));
+        assertTrue(e.getMessage().contains("urlTemplat"), e.getMessage());
+        e = org.junit.jupiter.api.Assertions.assertThrows(java.sql.SQLException.class,
+                () -> AffinityDataSourceFactory.create(Map.of("config", "nodes = A, B", "nodeUrlList",
+                        "A=jdbc:postgresql://h/a | B=jdbc:postgresql://h/b", "transactionStrict", "maybe"), false));
+        assertTrue(e.getMessage().contains("transaction.strict"), e.getMessage());
+        assertInstanceOf(java.sql.SQLException.class, e);
+    }
+}

@@ -1,0 +1,249 @@
+package io.racaffinity.xa;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.NodeState;
+import io.racaffinity.Scope;
+import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
+import io.racaffinity.test.XaRows;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.UUID;
+import javax.sql.XAConnection;
+import javax.transaction.xa.XAException;
+import javax.transaction.xa.XAResource;
+import javax.transaction.xa.Xid;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/** The routing XAResource driven by hand, as a TM would: binding, 2PC routing, strict mode, recovery. */
+@ExtendWith(PgNodes.class)
+class AffinityXAResourceTest {
+    static final int FORMAT = 0x52414346; // not Narayana's: these never meet its recovery
+    private final List<AffinityXADataSource> opened = new ArrayList<>();
+    private final List<XAConnection> connections = new ArrayList<>();
+
+    record TestXid(int getFormatId, byte[] getGlobalTransactionId, byte[] getBranchQualifier) implements Xid {
+        static TestXid of(String gtrid, int branch) {
+            return new TestXid(FORMAT, gtrid.getBytes(StandardCharsets.UTF_8), new byte[] {(byte) branch});
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof Xid && ((Xid) o).getFormatId() == getFormatId
+                    && Arrays.equals(((Xid) o).getGlobalTransactionId(), getGlobalTransactionId)
+                    && Arrays.equals(((Xid) o).getBranchQualifier(), getBranchQualifier);
+        }
+
+        @Override
+        public int hashCode() {
+            return Arrays.hashCode(getGlobalTransactionId) * 31 + Arrays.hashCode(getBranchQualifier);
+        }
+    }
+
+    @BeforeAll
+    static void table() throws Exception {
+        XaRows.create();
+    }
+
+    @AfterEach
+    void close() throws Exception {
+        for (XAConnection c : connections) {
+            c.close();
+        }
+        opened.forEach(AffinityXADataSource::close);
+        // nothing of ours may stay in doubt
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            for (String gid : XaRows.prepared(i)) {
+                assertFalse(gid.startsWith(FORMAT + "_"), "left in doubt on node " + i + ": " + gid);
+            }
+        }
+    }
+
+    AffinityXADataSource ds(String extra) {
+        AffinityXADataSource ds = NarayanaXaTest.xaDataSource("xa-unit-" + opened.size(), true, extra);
+        opened.add(ds);
+        return ds;
+    }
+
+    XAConnection connect(AffinityXADataSource ds) throws Exception {
+        XAConnection c = ds.getXAConnection();
+        connections.add(c);
+        return c;
+    }
+
+    static int node(XAResource r) {
+        return Integer.parseInt(((AffinityXAResource) r).boundNodeName().substring(3));
+    }
+
+    @Test
+    void aHandleTakenBeforeStartWorksOnTheNodeOfTheGtridAndBranchesShareIt() throws Exception {
+        AffinityXADataSource ds = ds("");
+        Set<Integer> nodes = new HashSet<>();
+        for (int t = 0; t < 12; t++) {
+            String g = "unit-" + UUID.randomUUID();
+            XAConnection a = connect(ds);
+            XAConnection b = connect(ds);
+            Connection ca = a.getConnection(); // JCA order: handle first, then enlistment
+            XAResource ra = a.getXAResource();
+            XAResource rb = b.getXAResource();
+            ra.start(TestXid.of(g, 1), XAResource.TMNOFLAGS);
+            assertFalse(rb.isSameRM(ra), "pgjdbc: every connection is its own branch");
+            rb.start(TestXid.of(g, 2), XAResource.TMNOFLAGS);
+            int n = node(ra);
+            assertEquals(n, node(rb), "both branches of " + g + " on one node");
+            assertEquals(PgNodes.port(n), Pools.serverPort(ca), "the early handle runs on the branch's node");
+            try (Connection cb = b.getConnection()) {
+                assertEquals(PgNodes.port(n), Pools.serverPort(cb));
+            }
+            ca.close();
+            ra.end(TestXid.of(g, 1), XAResource.TMSUCCESS);
+            rb.end(TestXid.of(g, 2), XAResource.TMSUCCESS);
+            assertEquals(XAResource.XA_OK, ra.prepare(TestXid.of(g, 1)));
+            assertEquals(XAResource.XA_OK, rb.prepare(TestXid.of(g, 2)));
+            assertTrue(XaRows.prepared(n).stream().filter(x -> x.startsWith(FORMAT + "_")).count() >= 2);
+            // commit through the other resource: 2PC goes to the branch's node whatever resource carries it
+            rb.commit(TestXid.of(g, 1), false);
+            ra.commit(TestXid.of(g, 2), false);
+            nodes.add(n);
+        }
+        assertTrue(nodes.size() >= 2, "gtrids spread: " + nodes);
+        assertEquals(0, ds.getRouter().trackedBranches());
+        assertEquals(0, NarayanaXaTest.liveTransactions(ds));
+        // one physical connection per node at most, reused across transactions
+        assertTrue(connections.stream().allMatch(c -> ((AffinityXAConnection) c).physicalConnections() <= 3));
+    }
+
+    @Test
+    void aPreparedBranchWhoseNodeIsDownIsRetriedLaterNeverMoved() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
+        r.start(x, XAResource.TMNOFLAGS);
+        r.end(x, XAResource.TMSUCCESS);
+        r.prepare(x);
+        String owner = ((AffinityXAResource) r).boundNodeName();
+        ds.getCluster().setNodeState(owner, NodeState.DOWN);
+        XAException e = assertThrows(XAException.class, () -> r.commit(x, false));
+        assertEquals(XAException.XAER_RMFAIL, e.errorCode);
+        assertTrue(e.getMessage().contains("never moves") && e.getMessage().contains(owner), e.getMessage());
+        ds.getCluster().setNodeState(owner, NodeState.UP);
+        r.commit(x, false);
+        assertEquals(0, ds.getRouter().trackedBranches());
+    }
+
+    @Test
+    void strictModeRefusesToStartABranchAwayFromItsDownOwner() throws Exception {
+        AffinityXADataSource ds = ds("; transaction.strict = true");
+        XAResource r1 = connect(ds).getXAResource();
+        XAResource r2 = connect(ds).getXAResource();
+        String g = "unit-" + UUID.randomUUID();
+        r1.start(TestXid.of(g, 1), XAResource.TMNOFLAGS);
+        String owner = ((AffinityXAResource) r1).boundNodeName();
+        ds.getCluster().setNodeState(owner, NodeState.DOWN);
+        XAException e = assertThrows(XAException.class, () -> r2.start(TestXid.of(g, 2), XAResource.TMNOFLAGS));
+        assertEquals(XAException.XAER_RMFAIL, e.errorCode);
+        assertTrue(e.getMessage().contains(owner), e.getMessage());
+        // its work was on the lost node: prepare says "rolled back", and the TM rolls back
+        r1.end(TestXid.of(g, 1), XAResource.TMSUCCESS);
+        XAException p = assertThrows(XAException.class, () -> r1.prepare(TestXid.of(g, 1)));
+        assertEquals(XAException.XA_RBCOMMFAIL, p.errorCode);
+        assertEquals(0, ds.getRouter().trackedBranches(), "rolled back and released: the TM will not call rollback");
+        assertEquals(0, NarayanaXaTest.liveTransactions(ds));
+        ds.getCluster().setNodeState(owner, NodeState.UP);
+        // the connection is usable again
+        Xid next = TestXid.of("unit-" + UUID.randomUUID(), 1);
+        r1.start(next, XAResource.TMNOFLAGS);
+        r1.end(next, XAResource.TMSUCCESS);
+        r1.commit(next, true);
+        // the JMX switch (UseStrictXAAffinity) maps to the same scope
+        ds.getCluster().setStrict(Scope.TRANSACTION, false);
+        assertFalse(ds.getCluster().isStrict(Scope.TRANSACTION));
+    }
+
+    @Test
+    void recoveryScansEveryNodeAndCompletesEachXidWhereItIs() throws Exception {
+        // prepare branches of gtrids that land on every node, then forget everything (a "crash")
+        AffinityXADataSource first = ds("");
+        List<Xid> xids = new ArrayList<>();
+        Set<Integer> nodes = new HashSet<>();
+        for (int t = 0; t < 30 && nodes.size() < 3; t++) {
+            XAConnection c = connect(first);
+            XAResource r = c.getXAResource();
+            Xid x = TestXid.of("unit-" + UUID.randomUUID(), 7);
+            r.start(x, XAResource.TMNOFLAGS);
+            try (Connection h = c.getConnection()) {
+                h.createStatement().execute("SELECT 1");
+            }
+            r.end(x, XAResource.TMSUCCESS);
+            r.prepare(x);
+            xids.add(x);
+            nodes.add(node(r));
+        }
+        assertEquals(3, nodes.size());
+        for (XAConnection c : connections) {
+            c.close();
+        }
+        connections.clear();
+
+        // a new process: empty registry
+        AffinityXADataSource ds = ds("");
+        XAResource r = connect(ds).getXAResource();
+        Xid[] found = r.recover(XAResource.TMSTARTRSCAN);
+        assertEquals(0, r.recover(XAResource.TMENDRSCAN).length);
+        Set<String> ours = new HashSet<>();
+        for (Xid x : found) {
+            if (x.getFormatId() == FORMAT) {
+                ours.add(new String(x.getGlobalTransactionId(), StandardCharsets.UTF_8));
+            }
+        }
+        for (Xid x : xids) {
+            assertTrue(ours.contains(new String(x.getGlobalTransactionId(), StandardCharsets.UTF_8)));
+        }
+        // commit half, roll back half, all through one resource: each goes to its node
+        for (int i = 0; i < xids.size(); i++) {
+            if (i % 2 == 0) {
+                r.commit(xids.get(i), false);
+            } else {
+                r.rollback(xids.get(i));
+            }
+        }
+        assertEquals(0, NarayanaXaTest.liveTransactions(ds));
+        assertEquals(xids.size(), ds.getRouter().statistics().get("commits") + ds.getRouter().statistics()
+                .get("rollbacks"));
+    }
+
+    @Test
+    void aCommandForAnXidNeverSeenFindsItsNodeByScanning() throws Exception {
+        AffinityXADataSource first = ds("");
+        XAConnection c = connect(first);
+        XAResource r = c.getXAResource();
+        Xid x = TestXid.of("unit-" + UUID.randomUUID(), 3);
+        r.start(x, XAResource.TMNOFLAGS);
+        r.end(x, XAResource.TMSUCCESS);
+        r.prepare(x);
+        int n = node(r);
+        AffinityXADataSource other = ds("");
+        XAResource r2 = connect(other).getXAResource();
+        r2.rollback(x); // no recover() first
+        for (String gid : XaRows.prepared(n)) {
+            assertNotEquals(FORMAT + "_" + Arrays.toString(x.getGlobalTransactionId()), gid);
+        }
+        XAException e = assertThrows(XAException.class, () -> r2.commit(TestXid.of("unit-never", 1), false));
+        assertEquals(XAException.XAER_NOTA, e.errorCode);
+    }
+}

@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""One table of every benchmark's ratio against its baseline: what `make bench` prints.
+
+    python3 tools/perf_table.py [--write-readme README.md] [options]
+
+Reads the four benchmark outputs of a `make bench` run:
+
+  Rust    criterion estimates, <criterion dir>/<group>/<bench>/new/estimates.json
+          (RACAFF_BENCH_QUICK=1 cargo bench -p racaffinity --bench routing); the
+          pairs, targets and 2-thread scaling rule come from
+          rust/core/benches/summary.py, so they are written down once
+  C       `CBENCH <name> <ns>` lines (tests/c/bench.sh writes target/c-bench/bench.out)
+  Python  `PYBENCH <name> <ns> <ratio>` lines (python/bench.py's stdout; `make
+          bench` tees it to target/bench/python.out)
+  Java    JMH's JSON result (java/run_bench.sh: java/target/jmh-result.json)
+
+and prints one markdown table: bench, value, baseline, baseline value, ratio,
+target, met?. A source that is missing gives a note, not a failure.
+
+--write-readme FILE rewrites the text between the lines `<!-- perf:begin -->`
+and `<!-- perf:end -->` in FILE with the table, the date, the machine note and
+the command (if FILE has no markers but a line `PERFORMANCE_TABLE`, that line
+becomes the marked block).
+
+Exit status: 0; 1 with --check when a target with data is missed; 2 when no
+source has any data or the README has no place for the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import json
+import os
+import platform
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+REPO = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- perf:begin -->", "<!-- perf:end -->"
+PLACEHOLDER = "PERFORMANCE_TABLE"
+DEFAULT_COMMAND = "make bench"
+
+
+@dataclass
+class Row:
+    lang: str
+    bench: str
+    value: Optional[float]  # ns
+    baseline: str
+    base_value: Optional[float]  # ns
+    target: str = "–"
+    met: Optional[bool] = None  # None: no target or no data
+    ratio_text: Optional[str] = None  # overrides value / base_value
+    note: str = ""
+
+    def ratio(self) -> str:
+        if self.ratio_text is not None:
+            return self.ratio_text
+        if self.value is None or not self.base_value:
+            return "–"
+        r = self.value / self.base_value
+        return f"{r:.1f}×" if r >= 10 else f"{r:.2f}×"
+
+
+def fmt_ns(v: Optional[float]) -> str:
+    if v is None:
+        return "–"
+    if v >= 10_000:
+        return f"{v / 1000:.1f} µs"
+    if v >= 1000:
+        return f"{v / 1000:.2f} µs"
+    if v >= 100:
+        return f"{v:.0f} ns"
+    if v >= 10:
+        return f"{v:.1f} ns"
+    return f"{v:.2f} ns"
+
+
+def met_text(m: Optional[bool]) -> str:
+    return "–" if m is None else ("yes" if m else "**no**")
+
+
+# ---- Rust: criterion --------------------------------------------------------------
+
+
+def load_summary_module() -> object:
+    path = REPO / "rust" / "core" / "benches" / "summary.py"
+    spec = importlib.util.spec_from_file_location("racaffinity_bench_summary", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+RUST_LABELS = {
+    "pinned_pick/pick": ("`pick()` on a pinned thread", "`thread_local!` read"),
+    "tx/begin_end": ("`tx_begin` + `tx_end`", "`Mutex<HashMap>` insert + remove"),
+    "session/route_hit": ("`session_route`, known session", "`Mutex<HashMap>` get"),
+    "key_route/route_key": ("`route_key`, byte key, 8 nodes", "`hash_bytes`"),
+    "key_route/route_key_i64": ("`route_key_i64`, 8 nodes", "`hash_i64`"),
+}
+
+
+def rust_rows(crit: Path) -> Tuple[List[Row], str]:
+    s = load_summary_module()
+    median: Callable[[Path, str], Optional[float]] = s.median_ns  # type: ignore[attr-defined]
+    rows: List[Row] = []
+    found = 0
+    for bench, base, target in s.PAIRS:  # type: ignore[attr-defined]
+        m, b = median(crit, bench), median(crit, base)
+        found += m is not None
+        if bench in RUST_LABELS:
+            label, blabel = RUST_LABELS[bench]
+        else:  # unpinned_pick/<policy>/<n>
+            _, policy, n = bench.split("/")
+            label, blabel = f"unpinned `pick()`, `{policy}`, {n} nodes", "`AtomicU64::fetch_add`"
+        tgt, met = "–", None
+        if target is not None:
+            tgt = f"≤ {target[1]:g} ns"
+            met = None if m is None else m <= target[1]
+        rows.append(Row("Rust", label, m, blabel, b, tgt, met))
+    scaling = {}
+    for kind, _ in s.SCALING:  # type: ignore[attr-defined]
+        t1, t2 = median(crit, f"threads/{kind}/1"), median(crit, f"threads/{kind}/2")
+        found += t1 is not None
+        scaling[kind] = (t1, t2, 2 * t1 / t2 if t1 and t2 else None)
+    control = scaling["compute"][2]
+    for kind, target in s.SCALING:  # type: ignore[attr-defined]
+        t1, t2, r = scaling[kind]
+        label = {"pinned": "pinned `pick()`", "unpinned": "unpinned `pick()`",
+                 "compute": "shared-nothing loop (control)"}[kind]
+        tgt, met, note = "–", None, ""
+        if target is not None:
+            tgt = f"≥ {target:g}× throughput"
+            if r is not None:
+                if r >= target:
+                    met = True
+                elif control is not None and control < s.CONTROL_MIN:  # type: ignore[attr-defined]
+                    note = f"busy box: control < {s.CONTROL_MIN:g}×"  # type: ignore[attr-defined]
+                else:
+                    met = False
+        rows.append(Row("Rust", f"{label}, 2 threads (ns per 2 ops)", t2, "the same, 1 thread", t1, tgt, met,
+                        f"{r:.2f}× throughput" if r else "–", note))
+    if not found:
+        return [], f"Rust: no criterion results under `{rel(crit)}`"
+    return rows, f"Rust: criterion medians, `{rel(crit)}` ({mtime(crit)})"
+
+
+# ---- C: CBENCH lines ------------------------------------------------------------------
+
+
+def parse_lines(path: Path, tag: str) -> Dict[str, List[str]]:
+    out: Dict[str, List[str]] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        p = line.split()
+        if len(p) >= 3 and p[0] == tag:
+            out[p[1]] = p[2:]
+    return out
+
+
+def c_rows(path: Path, crit: Path) -> Tuple[List[Row], str]:
+    if not path.is_file():
+        return [], f"C: no `{rel(path)}` (tests/c/bench.sh writes it)"
+    c = {k: float(v[0]) for k, v in parse_lines(path, "CBENCH").items()}
+    if not c:
+        return [], f"C: no CBENCH lines in `{rel(path)}`"
+    s = load_summary_module()
+    rust = lambda bench_id: s.median_ns(crit, bench_id)  # type: ignore[attr-defined]  # noqa: E731
+    rows = [
+        Row("C", "`racaffinity_version()`: a no-op call into the library", c.get("noop_crossing"),
+            "`__thread` read", c.get("tls_read")),
+        Row("C", "`racaffinity_cluster_route()` on a pinned thread", c.get("pinned_route"),
+            "no-op call", c.get("noop_crossing")),
+    ]
+    # The C ABI's own cost: the same call in C and in Rust (criterion), target C − Rust ≤ 5 ns.
+    for name, crit_id, label in (
+        ("pinned_route", "pinned_pick/pick", "pinned route"),
+        ("key_route", "key_route/route_key", "`racaffinity_key_route()`, 8 nodes"),
+        ("key_route_i64", "key_route/route_key_i64", "`racaffinity_key_route_i64()`, 8 nodes"),
+    ):
+        v, r = c.get(name), rust(crit_id)
+        diff = None if v is None or r is None else v - r
+        ratio = "–" if diff is None else f"{v / r:.2f}× ({diff:+.1f} ns)"
+        rows.append(Row("C", f"{label} through the C ABI", v, f"the same call in Rust (`{crit_id}`)", r,
+                        "C − Rust ≤ 5 ns", None if diff is None else diff <= 5.0, ratio))
+    return rows, f"C: `{rel(path)}` ({mtime(path)})"
+
+
+# ---- Python: PYBENCH lines -----------------------------------------------------------------
+
+PY_ROWS = [  # (name, label, baseline name, baseline label, target ratio)
+    ("raw_cffi_node_count", "raw cffi: a trivial call on the handle", "noop_call", "no-op cffi call", None),
+    ("raw_cffi_pick_release", "raw cffi: `cluster_pick` + `lease_release`", "noop_call", "no-op cffi call", None),
+    ("pick_release", "`Cluster.pick().release()`, unpinned", "noop_call", "no-op cffi call", 2.0),
+    ("pick_with", "`with Cluster.pick():`, unpinned", "noop_call", "no-op cffi call", None),
+    ("pinned_pick_release", "`Cluster.pick().release()` in a pin", "noop_call", "no-op cffi call", 2.0),
+    ("pools_connection_pinned", "`NodePools.connection()` in a pin", "bare_pool_connection",
+     "psycopg_pool `connection()`", 1.15),
+    ("pools_connection_key", "`NodePools.connection(key=…)`", "bare_pool_connection",
+     "psycopg_pool `connection()`", None),
+    ("pools_connection_balanced", "`NodePools.connection()`, balanced", "bare_pool_connection",
+     "psycopg_pool `connection()`", None),
+    ("bare_pool_getconn_putconn", "psycopg_pool `getconn`/`putconn` (what NodePools calls)",
+     "bare_pool_connection", "psycopg_pool `connection()`", None),
+]
+
+
+def ratio_rows(lang: str, values: Dict[str, float], spec: List[Tuple]) -> List[Row]:
+    rows = []
+    for name, label, base, blabel, target in spec:
+        if name not in values:
+            continue
+        v, b = values[name], values.get(base)
+        met = None
+        if target is not None and b:
+            met = v / b <= target
+        rows.append(Row(lang, label, v, blabel, b, f"≤ {target:g}×" if target else "–", met))
+    return rows
+
+
+def python_rows(path: Path) -> Tuple[List[Row], str]:
+    if not path.is_file():
+        return [], f"Python: no `{rel(path)}` (python/bench.py's output)"
+    values = {k: float(v[0]) for k, v in parse_lines(path, "PYBENCH").items()}
+    if not values:
+        return [], f"Python: no PYBENCH lines in `{rel(path)}`"
+    return ratio_rows("Python", values, PY_ROWS), f"Python: `{rel(path)}` ({mtime(path)})"
+
+
+# ---- Java: JMH json -------------------------------------------------------------------------
+
+JAVA_ROWS = [  # mirrors java/run_bench.sh
+    ("pinnedRoute", "`Cluster.route()` on a pinned thread", "noop", "no-op JNI call", 2.0),
+    ("nativePinnedRoute", "raw `Native.contextRoute`", "noop", "no-op JNI call", None),
+    ("pinnedPickRelease", "`pick()` + `release(OK)`", "noop", "no-op JNI call", None),
+    ("affinityPinned", "`AffinityDataSource` get + close", "bareHikari", "bare HikariCP get + close", 1.15),
+    ("affinityPinnedSelect1", "the same with `SELECT 1`", "bareHikariSelect1", "bare HikariCP with `SELECT 1`",
+     None),
+]
+
+UNIT_NS = {"ns/op": 1.0, "us/op": 1e3, "µs/op": 1e3, "ms/op": 1e6, "s/op": 1e9}
+
+
+def java_rows(path: Path) -> Tuple[List[Row], str]:
+    if not path.is_file():
+        return [], f"Java: no `{rel(path)}` (java/run_bench.sh writes it)"
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as e:
+        return [], f"Java: `{rel(path)}` is not JMH JSON ({e})"
+    values: Dict[str, float] = {}
+    for b in data:
+        pm = b.get("primaryMetric", {})
+        scale = UNIT_NS.get(pm.get("scoreUnit", "ns/op"))
+        if b.get("mode") == "avgt" and scale is not None:
+            values[b["benchmark"].rsplit(".", 1)[-1]] = float(pm["score"]) * scale
+    if not values:
+        return [], f"Java: no average-time results in `{rel(path)}`"
+    return ratio_rows("Java", values, JAVA_ROWS), f"Java: JMH, `{rel(path)}` ({mtime(path)})"
+
+
+# ---- output ------------------------------------------------------------------------------------
+
+
+def rel(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
+SOURCE_TIMES: List[float] = []
+
+
+def mtime(p: Path) -> str:
+    try:
+        if p.is_dir():
+            files = list(p.glob("*/*/new/estimates.json")) + list(p.glob("*/*/*/new/estimates.json"))
+            t = max(f.stat().st_mtime for f in files) if files else p.stat().st_mtime
+        else:
+            t = p.stat().st_mtime
+    except (OSError, ValueError):
+        return "?"
+    SOURCE_TIMES.append(t)
+    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def table(rows: List[Row]) -> List[str]:
+    out = [
+        "| | bench | value | baseline | baseline value | ratio | target | met? |",
+        "|---|---|---:|---|---:|---:|---|---|",
+    ]
+    for r in rows:
+        met = met_text(r.met) + (f" ({r.note})" if r.note else "")
+        out.append(f"| {r.lang} | {r.bench} | {fmt_ns(r.value)} | {r.baseline} | {fmt_ns(r.base_value)} "
+                   f"| {r.ratio()} | {r.target} | {met} |")
+    return out
+
+
+def render(rows: List[Row], sources: List[str], date: str, machine: str, command: str) -> str:
+    targets = [r for r in rows if r.met is not None]
+    met = sum(1 for r in targets if r.met)
+    lines = [
+        f"Measured {date} on {machine} ({cpu_model()}, {platform.system()} {platform.machine()}), "
+        f"with `{command}`: every benchmark in short mode, one after the other, each next to its baseline "
+        "in the same run. Read the ratios, not the absolute times.",
+        "",
+        *table(rows),
+        "",
+        f"Targets met: {met} of {len(targets)}. "
+        "Ratio is value / baseline value; the 2-thread rows give throughput(2 threads) / throughput(1). "
+        "Sources: " + "; ".join(sources) + ".",
+    ]
+    if SOURCE_TIMES and max(SOURCE_TIMES) - min(SOURCE_TIMES) > 2 * 3600:
+        lines.append("")
+        lines.append("**Warning:** the sources are more than two hours apart: they come from different runs.")
+    return "\n".join(lines) + "\n"
+
+
+def write_readme(path: Path, block: str) -> None:
+    text = path.read_text()
+    if BEGIN in text and END in text and text.index(BEGIN) < text.index(END):
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        new = f"{head}{BEGIN}\n{block}{END}{tail}"
+    elif re.search(rf"^{PLACEHOLDER}$", text, flags=re.M):
+        new = re.sub(rf"^{PLACEHOLDER}$", lambda _m: f"{BEGIN}\n{block}{END}", text, count=1, flags=re.M)
+    else:
+        raise SystemExit(f"perf_table.py: {path} has neither `{BEGIN}` ... `{END}` nor a line {PLACEHOLDER}")
+    if new != text:
+        tmp = path.with_name(path.name + ".perf-tmp")
+        tmp.write_text(new)
+        os.replace(tmp, path)
+
+
+def main(argv: List[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--criterion", type=Path, default=None,
+                    help="criterion directory (default: as the bench resolves it, target/criterion)")
+    ap.add_argument("--c", type=Path, default=REPO / "target" / "c-bench" / "bench.out", help="CBENCH lines")
+    ap.add_argument("--python", type=Path, default=REPO / "target" / "bench" / "python.out",
+                    help="PYBENCH lines (python/bench.py's stdout)")
+    ap.add_argument("--jmh", type=Path, default=REPO / "java" / "target" / "jmh-result.json", help="JMH JSON")
+    ap.add_argument("--machine", default=f"a shared {os.cpu_count()}-core VM",
+                    help='machine note (default: "a shared <N>-core VM")')
+    ap.add_argument("--command", default=DEFAULT_COMMAND, help="the command that produced the numbers")
+    ap.add_argument("--date", default=_dt.date.today().isoformat())
+    ap.add_argument("--write-readme", type=Path, metavar="README", help="rewrite its Performance block")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a target with data is missed")
+    args = ap.parse_args(argv[1:])
+
+    crit = args.criterion
+    if crit is None:
+        crit = Path(load_summary_module().criterion_dir([]))  # type: ignore[attr-defined]
+    rows: List[Row] = []
+    sources: List[str] = []
+    for rs, src in (rust_rows(crit), c_rows(args.c, crit), java_rows(args.jmh), python_rows(args.python)):
+        rows += rs
+        sources.append(src)
+    if not rows:
+        print("perf_table.py: no benchmark results found:\n  " + "\n  ".join(sources), file=sys.stderr)
+        return 2
+    block = render(rows, sources, args.date, args.machine, args.command)
+    print(block, end="")
+    if args.write_readme:
+        write_readme(args.write_readme, block)
+        print(f"\n(wrote the table into {args.write_readme})")
+    missed = [r for r in rows if r.met is False]
+    return 1 if args.check and missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
