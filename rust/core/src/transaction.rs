@@ -150,7 +150,20 @@ impl Cluster {
         let e = *self.inner.tx.map.lock(gtrid).get(gtrid).ok_or_else(|| Error::UnknownTransaction(hex(gtrid)))?;
         let node = topo.node(e.node).expect("ids are never dropped");
         if !node.accepts_existing() {
-            return Err(if e.prepared() { prepared_unavailable(node) } else { self.refuse(Scope::Transaction, node) });
+            return Err(if e.prepared() {
+                prepared_unavailable(node)
+            } else if self.is_strict(Scope::Transaction) {
+                self.refuse(Scope::Transaction, node)
+            } else {
+                // Soft mode would re-pin a *new* branch (`tx_begin`), but a 2PC
+                // command is for work that exists only on the lost node; it is
+                // refused without counting as a strict refusal.
+                Error::StrictAffinity {
+                    scope: Scope::Transaction,
+                    node: node.name().to_string(),
+                    state: if node.is_removed() { NodeState::Down } else { node.state() },
+                }
+            });
         }
         let r = Route::new(e.node, RouteKind::Affinity);
         self.count(&topo, Some(Scope::Transaction), r);

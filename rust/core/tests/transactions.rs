@@ -178,3 +178,12 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn soft_mode_2pc_for_a_lost_unprepared_branch_is_refused_without_counting_as_strict() {
+    let c = cluster("nodes = A, B, C");
+    let owner = c.tx_begin(b"g").unwrap().node;
+    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
+    assert_eq!(c.tx_route(b"g").unwrap_err().kind(), ErrorKind::StrictAffinity);
+    assert_eq!(c.metrics().scopes[racaffinity::Scope::Transaction as usize].strict_refusals, 0);
+}
