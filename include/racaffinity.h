@@ -293,6 +293,17 @@ racaffinity_result racaffinity_cluster_node_count(const racaffinity_cluster *clu
                                                   uint32_t *out);
 
 /*
+ The heartbeat settings hosts schedule their probes by
+ (`heartbeat.interval` in milliseconds, `heartbeat.misses`).
+
+ # Safety
+ `out_interval_ms` and `out_misses` must be NULL or writable.
+ */
+racaffinity_result racaffinity_cluster_heartbeat(const racaffinity_cluster *cluster,
+                                                 uint64_t *out_interval_ms,
+                                                 uint32_t *out_misses);
+
+/*
  Switches a scope (`racaffinity_scope`) between strict and soft at runtime.
  */
 racaffinity_result racaffinity_cluster_set_strict(const racaffinity_cluster *cluster,
@@ -375,6 +386,24 @@ racaffinity_result racaffinity_node_address(const racaffinity_cluster *cluster,
                                             char *buf,
                                             size_t cap,
                                             size_t *out_len);
+
+/*
+ Like `racaffinity_connect_string`, from a listener `address` (`host`,
+ `host:port` or `[v6]:port`, as in `node.<N>.address`); `default_port`
+ applies when the address has none.
+
+ # Safety
+ String arguments must be NULL or NUL-terminated; `buf` NULL or valid for
+ `cap` bytes; `out_len` NULL or writable.
+ */
+racaffinity_result racaffinity_address_connect_string(uint32_t form,
+                                                      const char *address,
+                                                      uint16_t default_port,
+                                                      const char *service,
+                                                      const char *instance,
+                                                      char *buf,
+                                                      size_t cap,
+                                                      size_t *out_len);
 
 /*
  Builds a per-instance connect string (`form` is a `racaffinity_connect_form`)

@@ -1286,6 +1286,18 @@ static void fan_user_down_drains_a_node(void) {
 
 static void three_missed_probes_down_a_node_and_a_good_probe_restores_it(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    /* Hosts schedule their probes by the configured heartbeat. */
+    uint64_t interval = 0;
+    uint32_t misses = 0;
+    CHECK_OK(racaffinity_cluster_heartbeat(c, &interval, &misses));
+    CHECK_EQ_U(interval, 10000);
+    CHECK_EQ_U(misses, 3);
+    CHECK_RC(racaffinity_cluster_heartbeat(c, NULL, &misses), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    racaffinity_cluster *h = new_cluster("nodes = A\nheartbeat.interval = 250ms\nheartbeat.misses = 5");
+    CHECK_OK(racaffinity_cluster_heartbeat(h, &interval, &misses));
+    CHECK_EQ_U(interval, 250);
+    CHECK_EQ_U(misses, 5);
+    free_cluster(h);
     CHECK_OK(racaffinity_probe_report(c, 0, false));
     CHECK_OK(racaffinity_probe_report(c, 0, false));
     CHECK_EQ_U(state_of(c, 0), RACAFFINITY_NODE_STATE_UP);
@@ -1475,7 +1487,25 @@ static void connect_strings_match_the_documented_forms(void) {
         CHECK_OK(racaffinity_connect_string(cases[i].form, "MYDBHOST1", 1522, "MYDB", "MYDB1", buf, sizeof buf, &len));
         CHECK_STR(buf, cases[i].want);
         CHECK_EQ_U(len, strlen(cases[i].want) + 1);
+        /* From an address as written in node.<N>.address: the same strings. */
+        CHECK_OK(racaffinity_address_connect_string(cases[i].form, "MYDBHOST1:1522", 1521, "MYDB", "MYDB1", buf,
+                                                    sizeof buf, &len));
+        CHECK_STR(buf, cases[i].want);
+        CHECK_OK(racaffinity_address_connect_string(cases[i].form, "MYDBHOST1", 1522, "MYDB", "MYDB1", buf,
+                                                    sizeof buf, NULL));
+        CHECK_STR(buf, cases[i].want);
     }
+    char buf[256];
+    CHECK_OK(racaffinity_address_connect_string(RACAFFINITY_CONNECT_FORM_EASY_CONNECT, "[::1]:1600", 1521, "S",
+                                                "I1", buf, sizeof buf, NULL));
+    CHECK_STR(buf, "[::1]:1600/S/I1");
+    CHECK_RC(racaffinity_address_connect_string(RACAFFINITY_CONNECT_FORM_EASY_CONNECT, "h:99999", 1521, "S", "I1",
+                                                buf, sizeof buf, NULL),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_address_connect_string(9, "h:1", 1521, "S", "I1", buf, sizeof buf, NULL),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_address_connect_string(0, NULL, 1521, "S", "I1", buf, sizeof buf, NULL),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
 }
 
 static void connect_string_refuses_values_that_break_the_syntax(void) {

@@ -56,6 +56,29 @@ pub unsafe extern "C" fn racaffinity_cluster_node_count(
     })
 }
 
+/// The heartbeat settings hosts schedule their probes by
+/// (`heartbeat.interval` in milliseconds, `heartbeat.misses`).
+///
+/// # Safety
+/// `out_interval_ms` and `out_misses` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_cluster_heartbeat(
+    cluster: *const racaffinity_cluster,
+    out_interval_ms: *mut u64,
+    out_misses: *mut u32,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (interval, misses) =
+            unsafe { (out_arg(out_interval_ms, "out_interval_ms")?, out_arg(out_misses, "out_misses")?) };
+        handle::with(cluster, |c| {
+            interval.set(c.heartbeat_interval_ms());
+            misses.set(c.config().health.heartbeat_misses);
+            Ok(())
+        })
+    })
+}
+
 /// Switches a scope (`racaffinity_scope`) between strict and soft at runtime.
 #[no_mangle]
 pub extern "C" fn racaffinity_cluster_set_strict(

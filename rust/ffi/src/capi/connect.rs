@@ -6,7 +6,7 @@ use std::os::raw::c_char;
 use racaffinity_core::connect::{self, InstanceAddress};
 
 use super::buffer::{str_arg, write_str};
-use super::result::{guard, racaffinity_result};
+use super::result::{guard, racaffinity_result, Failure};
 
 /// Which connect-string form to build.
 #[repr(C)]
@@ -20,6 +20,50 @@ pub enum racaffinity_connect_form {
     JdbcDescriptor = 2,
     /// `jdbc:oracle:thin:@//host:port/service/instance`
     JdbcEasyConnect = 3,
+}
+
+/// Like `racaffinity_connect_string`, from a listener `address` (`host`,
+/// `host:port` or `[v6]:port`, as in `node.<N>.address`); `default_port`
+/// applies when the address has none.
+///
+/// # Safety
+/// String arguments must be NULL or NUL-terminated; `buf` NULL or valid for
+/// `cap` bytes; `out_len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_address_connect_string(
+    form: u32,
+    address: *const c_char,
+    default_port: u16,
+    service: *const c_char,
+    instance: *const c_char,
+    buf: *mut c_char,
+    cap: usize,
+    out_len: *mut usize,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (address, service, instance) =
+            unsafe { (str_arg(address, "address")?, str_arg(service, "service")?, str_arg(instance, "instance")?) };
+        let (host, port) = connect::split_host_port(address, default_port)?;
+        let s = build(form, &InstanceAddress { host, port, service, instance })?;
+        // SAFETY: per this function's contract.
+        unsafe { write_str(&s, buf, cap, out_len) }
+    })
+}
+
+fn build(form: u32, addr: &InstanceAddress<'_>) -> Result<String, Failure> {
+    Ok(match form {
+        0 => connect::descriptor(addr),
+        1 => connect::easy_connect(addr),
+        2 => connect::jdbc_descriptor_url(addr),
+        3 => connect::jdbc_easy_connect_url(addr),
+        _ => {
+            return Err(Failure::new(
+                racaffinity_result::InvalidArgument,
+                format!("{form} is not a racaffinity_connect_form"),
+            ))
+        }
+    }?)
 }
 
 /// Builds a per-instance connect string (`form` is a `racaffinity_connect_form`)
@@ -43,19 +87,7 @@ pub unsafe extern "C" fn racaffinity_connect_string(
         // SAFETY: per this function's contract.
         let (host, service, instance) =
             unsafe { (str_arg(host, "host")?, str_arg(service, "service")?, str_arg(instance, "instance")?) };
-        let addr = InstanceAddress { host, port, service, instance };
-        let s = match form {
-            0 => connect::descriptor(&addr),
-            1 => connect::easy_connect(&addr),
-            2 => connect::jdbc_descriptor_url(&addr),
-            3 => connect::jdbc_easy_connect_url(&addr),
-            _ => {
-                return Err(super::result::Failure::new(
-                    racaffinity_result::InvalidArgument,
-                    format!("{form} is not a racaffinity_connect_form"),
-                ))
-            }
-        }?;
+        let s = build(form, &InstanceAddress { host, port, service, instance })?;
         // SAFETY: per this function's contract.
         unsafe { write_str(&s, buf, cap, out_len) }
     })
