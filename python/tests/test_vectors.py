@@ -26,7 +26,6 @@ import pytest
 
 import racaffinity as ra
 from racaffinity import oracle
-from racaffinity._config import split_host_port
 
 from conftest import VECTORS
 
@@ -276,10 +275,13 @@ def test_connect_build_errors():
 )
 def test_node_address_split(case):
     """Valid `host[:port]` node addresses: accepted by the core as
-    node.<N>.address and split for DSN building as the core splits them."""
+    node.<N>.address, and the core's split (through
+    `address_connect_string`) gives the vector's host and port."""
     text = f"nodes = A\nnode.A.address = {case['input']}"
     with ra.Cluster(text) as c:
-        assert split_host_port(c.node_address("A"), case["default_port"]) == (case["host"], case["port"])
+        form = oracle.ConnectForm.EASY_CONNECT
+        got = oracle.address_connect_string(form, c.node_address("A"), "S", "I1", default_port=case["default_port"])
+        assert got == oracle.easy_connect(case["host"], case["port"], "S", "I1")
 
 
 def _config_applicable(c):

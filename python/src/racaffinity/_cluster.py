@@ -581,22 +581,28 @@ class Cluster:
         """The config text the cluster was built from."""
         return self._text
 
+    def _heartbeat(self) -> Tuple[int, int]:
+        interval, misses = _new("uint64_t *"), _new("uint32_t *")
+        rc = lib.racaffinity_cluster_heartbeat(self._h, interval, misses)
+        if rc:
+            self._raise(rc)
+        return int(interval[0]), int(misses[0])
+
     @property
     def heartbeat_interval(self) -> float:
-        """`heartbeat.interval` in seconds (10.0 by default)."""
-        v = _config.lookup(self._text, "heartbeat.interval")
-        return (_config.duration_ms(v) if v else 10_000) / 1000.0
+        """`heartbeat.interval` in seconds (10.0 by default), as the core parsed it."""
+        return self._heartbeat()[0] / 1000.0
 
     @property
     def heartbeat_misses(self) -> int:
-        """`heartbeat.misses` (3 by default)."""
-        v = _config.lookup(self._text, "heartbeat.misses")
-        return int(v) if v else 3
+        """`heartbeat.misses` (3 by default), as the core parsed it."""
+        return self._heartbeat()[1]
 
     def node_address(self, node: Union[int, str]) -> Optional[str]:
-        """`node.<NAME>.address` from the config text (None if unset)."""
-        name = self.node_name(self.node_id(node))
-        return _config.node_addresses(self._text).get(name.upper())
+        """The node's configured `host:port` (None if unset)."""
+        node = self.node_id(node)
+        text = self._read_text(lambda b, c, n: lib.racaffinity_node_address(self._h, node, b, c, n), 72)
+        return text or None
 
     # -- nodes -------------------------------------------------------------
 

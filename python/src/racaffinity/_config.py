@@ -5,9 +5,8 @@ module only writes `key = value` lines. It refuses values that could inject
 another entry (`;`, newlines) so that a keyword value can never become a
 different key.
 
-`entries()` reads entries back from text the core has already accepted. It is
-used only for what the C ABI does not expose yet (a node's address and the
-heartbeat settings); see the report of ABI gaps in the package README.
+Nothing is read back from the text: values the bindings need (heartbeat
+settings, node addresses) come from the core, which parsed them.
 """
 
 from __future__ import annotations
@@ -128,58 +127,3 @@ def build(config: Optional[str], kwargs: Mapping[str, Any]) -> str:
                     val = _text(kw, v) if kind == "map_str" else _int(kw, v)
                     lines.append(f"{key.format(_name(kw, k))} = {val}")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------
-# reading back (text the core accepted)
-
-
-def entries(text: str) -> List[Tuple[str, str]]:
-    """(key, value) pairs, split exactly as the core splits them."""
-    out = []
-    for raw in re.split(r"[\n;]", text):
-        line = raw.strip()
-        if not line or line.startswith("#") or line.startswith("!"):
-            continue
-        key, sep, value = line.partition("=")
-        if sep:
-            out.append((key.strip(), value.strip()))
-    return out
-
-
-_DUR = re.compile(r"^(\d+)\s*(ms|s|m|min|h)$")
-_MULT = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
-
-
-def duration_ms(text: str) -> int:
-    m = _DUR.match(text.strip())
-    if not m:
-        raise ConfigError(f"not a duration: {text!r}", 7)
-    return int(m.group(1)) * _MULT[m.group(2)]
-
-
-def lookup(text: str, key: str) -> Optional[str]:
-    for k, v in entries(text):
-        if k == key:
-            return v
-    return None
-
-
-def node_addresses(text: str) -> Dict[str, str]:
-    """node NAME (upper-cased) -> `host[:port]` from `node.<NAME>.address` entries."""
-    out = {}
-    for k, v in entries(text):
-        if k.startswith("node.") and k.endswith(".address"):
-            out[k[len("node."):-len(".address")].upper()] = v
-    return out
-
-
-def split_host_port(address: str, default_port: int) -> Tuple[str, int]:
-    """Splits an address the core has already validated (`host`, `host:port`,
-    `[v6]` or `[v6]:port`); the connect-string builders validate the parts again."""
-    if address.startswith("["):
-        host, _, rest = address[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port = address.partition(":")
-    return host, int(port) if port else default_port

@@ -14,13 +14,13 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from . import _config
 from ._cluster import Cluster, _cstr
 from ._errors import ConfigError, KeyOverflowError, raise_for
 from ._lib import ffi, lib
 
 __all__ = [
     "ConnectForm",
+    "address_connect_string",
     "connect_string",
     "descriptor",
     "easy_connect",
@@ -43,6 +43,34 @@ class ConnectForm(enum.IntEnum):
     JDBC_EASY_CONNECT = int(lib.RACAFFINITY_CONNECT_FORM_JDBC_EASY_CONNECT)
 
 
+def address_connect_string(
+    form: ConnectForm, address: str, service: str, instance: str, *, default_port: int = 1521
+) -> str:
+    """Like `connect_string`, from a listener address as written in
+    `node.<N>.address` (`host`, `host:port`, `[v6]:port`); the core splits it."""
+    if isinstance(default_port, bool) or not isinstance(default_port, int):
+        raise TypeError(f"default_port must be an int, not {type(default_port).__name__}")
+    if not 0 <= default_port <= 0xFFFF:
+        raise KeyOverflowError(f"port {default_port} is not in 1..=65535", 4)
+    a, s, i = _cstr(address, "address"), _cstr(service, "service"), _cstr(instance, "instance")
+    return _read(lambda buf, cap, n: lib.racaffinity_address_connect_string(int(form), a, default_port, s, i, buf, cap, n))
+
+
+def _read(call: Any) -> str:
+    out_len = ffi.new("size_t *")
+    cap = 512
+    for _ in range(4):
+        buf = ffi.new("char[]", cap)
+        rc = call(buf, cap, out_len)
+        if rc == 0:
+            return ffi.string(buf).decode("utf-8")
+        if rc != int(lib.RACAFFINITY_RESULT_BUFFER_TOO_SMALL):
+            raise_for(rc)
+        cap = int(out_len[0])
+    raise_for(int(lib.RACAFFINITY_RESULT_BUFFER_TOO_SMALL))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def connect_string(form: ConnectForm, host: str, port: int, service: str, instance: str) -> str:
     """Builds one per-instance connect string through the core."""
     if isinstance(port, bool) or not isinstance(port, int):
@@ -51,17 +79,7 @@ def connect_string(form: ConnectForm, host: str, port: int, service: str, instan
         # The C parameter is uint16_t; the core refuses 0 itself.
         raise KeyOverflowError(f"port {port} is not in 1..=65535", 4)
     h, s, i = _cstr(host, "host"), _cstr(service, "service"), _cstr(instance, "instance")
-    out_len = ffi.new("size_t *")
-    cap = 512
-    for _ in range(4):
-        buf = ffi.new("char[]", cap)
-        rc = lib.racaffinity_connect_string(int(form), h, port, s, i, buf, cap, out_len)
-        if rc == 0:
-            return ffi.string(buf).decode("utf-8")
-        if rc != int(lib.RACAFFINITY_RESULT_BUFFER_TOO_SMALL):
-            raise_for(rc)
-        cap = int(out_len[0])
-    raise_for(int(lib.RACAFFINITY_RESULT_BUFFER_TOO_SMALL))
+    return _read(lambda buf, cap, n: lib.racaffinity_connect_string(int(form), h, port, s, i, buf, cap, n))
 
 
 def descriptor(host: str, port: int, service: str, instance: str) -> str:
@@ -118,9 +136,9 @@ def node_dsns(
             )
         if isinstance(addr, tuple):
             host, port = addr
+            out[node.name] = connect_string(form, host, port, service, node.name)
         else:
-            host, port = _config.split_host_port(addr, default_port)
-        out[node.name] = connect_string(form, host, port, service, node.name)
+            out[node.name] = address_connect_string(form, addr, service, node.name, default_port=default_port)
     return out
 
 
