@@ -11,13 +11,11 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <libpq-fe.h>
 
@@ -99,42 +97,6 @@ static void one_line(char *dst, size_t cap, const char *src)
 }
 
 static const uint8_t *gb(const char *g) { return (const uint8_t *)g; }
-
-/* ---- config: node addresses ------------------------------------------------
- * The core does not hand a node's address back through the C ABI, so the
- * client reads `node.<NAME>.address = host:port` from the same config text. */
-
-static void trim(char **s, char **e)
-{
-    while (*s < *e && isspace((unsigned char)**s))
-        (*s)++;
-    while (*e > *s && isspace((unsigned char)(*e)[-1]))
-        (*e)--;
-}
-
-static bool config_lookup(const char *text, const char *key, char *out, size_t cap)
-{
-    const char *p = text;
-    while (*p) {
-        const char *end = p + strcspn(p, "\n;");
-        char *s = (char *)p, *e = (char *)end;
-        trim(&s, &e);
-        const char *eq = memchr(s, '=', (size_t)(e - s));
-        if (s < e && *s != '#' && *s != '!' && eq) {
-            char *ks = s, *ke = (char *)eq, *vs = (char *)eq + 1, *ve = e;
-            trim(&ks, &ke);
-            trim(&vs, &ve);
-            if ((size_t)(ke - ks) == strlen(key) && strncasecmp(ks, key, (size_t)(ke - ks)) == 0 &&
-                (size_t)(ve - vs) < cap) {
-                memcpy(out, vs, (size_t)(ve - vs));
-                out[ve - vs] = '\0';
-                return true;
-            }
-        }
-        p = *end ? end + 1 : end;
-    }
-    return false;
-}
 
 static char *read_file(const char *path)
 {
@@ -433,16 +395,16 @@ int main(int argc, char **argv)
     if (g_nodes > MAX_NODES)
         g_nodes = MAX_NODES;
     for (uint32_t i = 0; i < g_nodes; i++) {
-        char key[128], addr[128];
+        char addr[128];
         racaffinity_node_name(g_cl, i, g_name[i], sizeof g_name[i], NULL);
-        snprintf(key, sizeof key, "node.%s.address", g_name[i]);
-        if (!config_lookup(config, key, addr, sizeof addr)) {
-            fprintf(stderr, "client_c: no %s in %s\n", key, argv[1]);
+        /* The node's listener, as the core parsed it from node.<NAME>.address. */
+        if (racaffinity_node_address(g_cl, i, addr, sizeof addr, NULL) != RACAFFINITY_RESULT_OK || addr[0] == '\0') {
+            fprintf(stderr, "client_c: node %s has no address in %s\n", g_name[i], argv[1]);
             return 2;
         }
         char *colon = strrchr(addr, ':');
         if (colon == NULL) {
-            fprintf(stderr, "client_c: %s is not host:port\n", key);
+            fprintf(stderr, "client_c: node %s: %s is not host:port\n", g_name[i], addr);
             return 2;
         }
         *colon = '\0';
