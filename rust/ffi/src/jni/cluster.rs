@@ -6,7 +6,9 @@ use jni::sys::{jboolean, jint, jlong};
 use jni::{Env, EnvUnowned};
 use racaffinity_core::{Cluster, NodeSpec, NodeState};
 
-use super::{node_arg, run, run_fast, string, with_cluster, JResult};
+use super::{
+    node_arg, run, run_cluster_fast, run_fast, run_node_fast, run_str, run_to_string, string, with_cluster, JResult,
+};
 use crate::capi::handle;
 use crate::capi::result::{racaffinity_result, Failure};
 use crate::capi::types::{node_id, node_state_arg, racaffinity_node_state, scope_arg};
@@ -85,10 +87,7 @@ pub extern "system" fn Java_io_racaffinity_Native_clusterName<'l>(
     _c: JClass<'l>,
     h: jlong,
 ) -> JString<'l> {
-    run(&mut env, |env| {
-        let name = with_cluster(h, |c| Ok(c.name().to_string()))?;
-        Ok(JString::from_str(env, name)?)
-    })
+    run_to_string(&mut env, || with_cluster(h, |c| Ok(c.name().to_string())))
 }
 
 /// `long heartbeatIntervalMillis(long handle)`: the config's `heartbeat.interval`.
@@ -98,7 +97,7 @@ pub extern "system" fn Java_io_racaffinity_Native_heartbeatIntervalMillis<'l>(
     _c: JClass<'l>,
     h: jlong,
 ) -> jlong {
-    run_fast(&mut env, || with_cluster(h, |c| Ok(c.heartbeat_interval_ms().min(i64::MAX as u64) as jlong)))
+    run_cluster_fast(&mut env, h, |c| Ok(c.heartbeat_interval_ms().min(i64::MAX as u64) as jlong))
 }
 
 /// `String[] nodeNames(long handle)`: live node names in id order.
@@ -138,10 +137,9 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeName<'l>(
     h: jlong,
     node: jint,
 ) -> JString<'l> {
-    run(&mut env, |env| {
+    run_to_string(&mut env, || {
         let node = node_arg(node)?;
-        let name = with_cluster(h, |c| c.node_name(node_id(node)).ok_or_else(|| unknown(node)))?;
-        Ok(JString::from_str(env, name)?)
+        with_cluster(h, |c| c.node_name(node_id(node)).ok_or_else(|| unknown(node)))
     })
 }
 
@@ -153,10 +151,7 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeFind<'l>(
     h: jlong,
     name: JString<'l>,
 ) -> jint {
-    run(&mut env, |env| {
-        let name = string(env, &name, "name")?;
-        with_cluster(h, |c| Ok(c.node_by_name(&name)?.id().0 as jint))
-    })
+    run_str(&mut env, h, &name, "name", |c, name| Ok(c.node_by_name(name)?.id().0 as jint))
 }
 
 /// `int nodeState(long handle, int node)`: a `racaffinity_node_state` value
@@ -168,13 +163,10 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeState<'l>(
     h: jlong,
     node: jint,
 ) -> jint {
-    run_fast(&mut env, || {
-        let node = node_arg(node)?;
-        with_cluster(h, |c| {
-            let n = c.node(node_id(node)).ok_or_else(|| unknown(node))?;
-            let st = if n.is_removed() { NodeState::Down } else { n.state() };
-            Ok(racaffinity_node_state::from(st) as jint)
-        })
+    run_node_fast(&mut env, h, node, |c, node| {
+        let n = c.node(node).ok_or_else(|| unknown(node.0))?;
+        let st = if n.is_removed() { NodeState::Down } else { n.state() };
+        Ok(racaffinity_node_state::from(st) as jint)
     })
 }
 
@@ -226,10 +218,7 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeRemove<'l>(
     h: jlong,
     name: JString<'l>,
 ) -> jint {
-    run(&mut env, |env| {
-        let name = string(env, &name, "name")?;
-        with_cluster(h, |c| Ok(c.remove_node(&name)?.0 as jint))
-    })
+    run_str(&mut env, h, &name, "name", |c, name| Ok(c.remove_node(name)?.0 as jint))
 }
 
 /// `void setStrict(long handle, int scope, boolean strict)`.
@@ -273,10 +262,7 @@ pub extern "system" fn Java_io_racaffinity_Native_eventApply<'l>(
     h: jlong,
     line: JString<'l>,
 ) -> jint {
-    run(&mut env, |env| {
-        let line = string(env, &line, "line")?;
-        with_cluster(h, |c| Ok(c.apply_event(&line)?.changes.len() as jint))
-    })
+    run_str(&mut env, h, &line, "line", |c, line| Ok(c.apply_event(line)?.changes.len() as jint))
 }
 
 /// `boolean probeReport(long handle, int node, boolean ok)`: a heartbeat
@@ -289,10 +275,7 @@ pub extern "system" fn Java_io_racaffinity_Native_probeReport<'l>(
     node: jint,
     ok: jboolean,
 ) -> jboolean {
-    run_fast(&mut env, || {
-        let node = node_arg(node)?;
-        with_cluster(h, |c| Ok(c.report_probe(node_id(node), ok)?.is_some()))
-    })
+    run_node_fast(&mut env, h, node, |c, node| Ok(c.report_probe(node, ok)?.is_some()))
 }
 
 /// `boolean outcomeReport(long handle, int node, boolean ok)`: a node-level
@@ -305,10 +288,7 @@ pub extern "system" fn Java_io_racaffinity_Native_outcomeReport<'l>(
     node: jint,
     ok: jboolean,
 ) -> jboolean {
-    run_fast(&mut env, || {
-        let node = node_arg(node)?;
-        with_cluster(h, |c| Ok(c.report_outcome(node_id(node), ok)?.is_some()))
-    })
+    run_node_fast(&mut env, h, node, |c, node| Ok(c.report_outcome(node, ok)?.is_some()))
 }
 
 /// `String metricsJson(long handle)`.
@@ -318,10 +298,7 @@ pub extern "system" fn Java_io_racaffinity_Native_metricsJson<'l>(
     _c: JClass<'l>,
     h: jlong,
 ) -> JString<'l> {
-    run(&mut env, |env| {
-        let text = with_cluster(h, |c| Ok(c.metrics().to_json()))?;
-        Ok(JString::from_str(env, text)?)
-    })
+    run_to_string(&mut env, || with_cluster(h, |c| Ok(c.metrics().to_json())))
 }
 
 /// `String metricsPrometheus(long handle)`.
@@ -331,10 +308,7 @@ pub extern "system" fn Java_io_racaffinity_Native_metricsPrometheus<'l>(
     _c: JClass<'l>,
     h: jlong,
 ) -> JString<'l> {
-    run(&mut env, |env| {
-        let text = with_cluster(h, |c| Ok(c.metrics().to_prometheus()))?;
-        Ok(JString::from_str(env, text)?)
-    })
+    run_to_string(&mut env, || with_cluster(h, |c| Ok(c.metrics().to_prometheus())))
 }
 
 /// Counters per node in `nodeMetrics`' `long[]`, in this order.

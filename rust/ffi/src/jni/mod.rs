@@ -27,14 +27,14 @@ use std::any::Any;
 use jni::errors::ErrorPolicy;
 use jni::objects::{JByteArray, JString};
 use jni::strings::{JNIStr, JNIString};
-use jni::sys::jlong;
+use jni::sys::{jint, jlong};
 use jni::{jni_str, Env, EnvUnowned};
-use racaffinity_core::{Cluster, Route};
+use racaffinity_core::{Cluster, NodeId, Route};
 
 use crate::capi::buffer::RACAFFINITY_MAX_STRING_BYTES;
 use crate::capi::handle::{self, racaffinity_cluster};
 use crate::capi::result::{racaffinity_result, Failure};
-use crate::capi::types::racaffinity_route;
+use crate::capi::types::{node_id, racaffinity_route};
 
 mod cluster;
 mod connect;
@@ -202,6 +202,69 @@ pub(crate) fn run_fast<'local, T: Default>(env: &mut EnvUnowned<'local>, f: impl
 #[inline(always)]
 pub(crate) fn with_cluster<R>(h: jlong, f: impl FnOnce(&Cluster) -> Result<R, Failure>) -> JResult<R> {
     handle::with(h as usize as *const racaffinity_cluster, f).map_err(Fail::Core)
+}
+
+/// [`run_fast`] on the cluster behind a handle: the shape of most hot exports.
+#[inline(always)]
+pub(crate) fn run_cluster_fast<T: Default>(
+    env: &mut EnvUnowned<'_>,
+    h: jlong,
+    f: impl FnOnce(&Cluster) -> Result<T, Failure>,
+) -> T {
+    run_fast(env, || with_cluster(h, f))
+}
+
+/// [`run_cluster_fast`] for a call on one node: the node id is checked before
+/// the handle, so a negative id is reported even on a closed cluster.
+#[inline(always)]
+pub(crate) fn run_node_fast<T: Default>(
+    env: &mut EnvUnowned<'_>,
+    h: jlong,
+    node: jint,
+    f: impl FnOnce(&Cluster, NodeId) -> Result<T, Failure>,
+) -> T {
+    run_fast(env, || {
+        let node = node_id(node_arg(node)?);
+        with_cluster(h, |c| f(c, node))
+    })
+}
+
+/// [`run`] for a call keyed by a Java `byte[]` (gtrid, session or data key).
+#[inline(always)]
+pub(crate) fn run_bytes<T: Default>(
+    env: &mut EnvUnowned<'_>,
+    h: jlong,
+    arr: &JByteArray<'_>,
+    name: &str,
+    f: impl FnOnce(&Cluster, &[u8]) -> Result<T, Failure>,
+) -> T {
+    run(env, |env| with_bytes(env, arr, name, |b| with_cluster(h, |c| f(c, b))))
+}
+
+/// [`run`] for a call that takes one Java `String` (a node name, an event line).
+pub(crate) fn run_str<T: Default>(
+    env: &mut EnvUnowned<'_>,
+    h: jlong,
+    s: &JString<'_>,
+    name: &str,
+    f: impl FnOnce(&Cluster, &str) -> Result<T, Failure>,
+) -> T {
+    run(env, |env| {
+        let s = string(env, s, name)?;
+        with_cluster(h, |c| f(c, &s))
+    })
+}
+
+/// [`run`] for a call that returns a Java `String`: `f` produces the text
+/// before any JNI allocation.
+pub(crate) fn run_to_string<'local>(
+    env: &mut EnvUnowned<'local>,
+    f: impl FnOnce() -> JResult<String>,
+) -> JString<'local> {
+    run(env, |env| {
+        let text = f()?;
+        Ok(JString::from_str(env, text)?)
+    })
 }
 
 /// A route as one `long`: bits 0..32 node id, bits 32..40 the C ABI's

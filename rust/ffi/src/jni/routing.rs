@@ -10,7 +10,7 @@ use jni::sys::{jboolean, jint, jlong};
 use jni::EnvUnowned;
 use racaffinity_core::{ContextKey, DataKey};
 
-use super::{node_arg, pack, run, run_fast, with_bytes, with_cluster};
+use super::{node_arg, pack, run, run_bytes, run_cluster_fast, run_fast, run_node_fast, with_bytes, with_cluster};
 use crate::capi::result::{racaffinity_result, Failure};
 use crate::capi::types::{node_id, outcome_arg};
 
@@ -25,7 +25,7 @@ pub extern "system" fn Java_io_racaffinity_Native_contextNew<'l>(
     _c: JClass<'l>,
     h: jlong,
 ) -> jlong {
-    run_fast(&mut env, || with_cluster(h, |c| Ok(c.new_context_key().0 as jlong)))
+    run_cluster_fast(&mut env, h, |c| Ok(c.new_context_key().0 as jlong))
 }
 
 /// `long contextPin(long handle, long context)`: pins (or deepens the pin of)
@@ -37,7 +37,7 @@ pub extern "system" fn Java_io_racaffinity_Native_contextPin<'l>(
     h: jlong,
     context: jlong,
 ) -> jlong {
-    run_fast(&mut env, || with_cluster(h, |c| Ok(pack(c.pin_context(ctx(context))?))))
+    run_cluster_fast(&mut env, h, |c| Ok(pack(c.pin_context(ctx(context))?)))
 }
 
 /// `boolean contextUnpin(long handle, long context)`: releases one level;
@@ -49,7 +49,7 @@ pub extern "system" fn Java_io_racaffinity_Native_contextUnpin<'l>(
     h: jlong,
     context: jlong,
 ) -> jboolean {
-    run_fast(&mut env, || with_cluster(h, |c| Ok(c.unpin_context(ctx(context)))))
+    run_cluster_fast(&mut env, h, |c| Ok(c.unpin_context(ctx(context))))
 }
 
 /// `boolean contextRelease(long handle, long context)`: releases every level
@@ -61,7 +61,7 @@ pub extern "system" fn Java_io_racaffinity_Native_contextRelease<'l>(
     h: jlong,
     context: jlong,
 ) -> jboolean {
-    run_fast(&mut env, || with_cluster(h, |c| Ok(c.release_context(ctx(context)))))
+    run_cluster_fast(&mut env, h, |c| Ok(c.release_context(ctx(context))))
 }
 
 /// `int contextPinnedNode(long handle, long context)`: the pinned node, or -1.
@@ -72,7 +72,7 @@ pub extern "system" fn Java_io_racaffinity_Native_contextPinnedNode<'l>(
     h: jlong,
     context: jlong,
 ) -> jint {
-    run_fast(&mut env, || with_cluster(h, |c| Ok(c.context_pinned_node(ctx(context)).map_or(-1, |n| n.0 as jint))))
+    run_cluster_fast(&mut env, h, |c| Ok(c.context_pinned_node(ctx(context)).map_or(-1, |n| n.0 as jint)))
 }
 
 /// `long contextRoute(long handle, long context)`: the context's pin, else
@@ -84,7 +84,7 @@ pub extern "system" fn Java_io_racaffinity_Native_contextRoute<'l>(
     h: jlong,
     context: jlong,
 ) -> jlong {
-    run_fast(&mut env, || with_cluster(h, |c| Ok(pack(c.pick_in(ctx(context))?))))
+    run_cluster_fast(&mut env, h, |c| Ok(pack(c.pick_in(ctx(context))?)))
 }
 
 /// `long contextPick(long handle, long context)`: like `contextRoute`, and
@@ -96,12 +96,10 @@ pub extern "system" fn Java_io_racaffinity_Native_contextPick<'l>(
     h: jlong,
     context: jlong,
 ) -> jlong {
-    run_fast(&mut env, || {
-        with_cluster(h, |c| {
-            let r = c.pick_in(ctx(context))?;
-            c.begin_lease(r.node);
-            Ok(pack(r))
-        })
+    run_cluster_fast(&mut env, h, |c| {
+        let r = c.pick_in(ctx(context))?;
+        c.begin_lease(r.node);
+        Ok(pack(r))
     })
 }
 
@@ -114,15 +112,12 @@ pub extern "system" fn Java_io_racaffinity_Native_leaseBegin<'l>(
     h: jlong,
     node: jint,
 ) {
-    run_fast(&mut env, || {
-        let node = node_arg(node)?;
-        with_cluster(h, |c| {
-            if c.node(node_id(node)).is_none_or(|n| n.is_removed()) {
-                return Err(Failure::new(racaffinity_result::UnknownNode, format!("no node with id {node}")));
-            }
-            c.begin_lease(node_id(node));
-            Ok(())
-        })
+    run_node_fast(&mut env, h, node, |c, node| {
+        if c.node(node).is_none_or(|n| n.is_removed()) {
+            return Err(Failure::new(racaffinity_result::UnknownNode, format!("no node with id {}", node.0)));
+        }
+        c.begin_lease(node);
+        Ok(())
     })
 }
 
@@ -154,7 +149,7 @@ pub extern "system" fn Java_io_racaffinity_Native_txBegin<'l>(
     h: jlong,
     gtrid: JByteArray<'l>,
 ) -> jlong {
-    run(&mut env, |env| with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(pack(c.tx_begin(g)?)))))
+    run_bytes(&mut env, h, &gtrid, "gtrid", |c, g| Ok(pack(c.tx_begin(g)?)))
 }
 
 /// `long txBeginOn(long handle, byte[] gtrid, int preferred)`: a new gtrid
@@ -181,7 +176,7 @@ pub extern "system" fn Java_io_racaffinity_Native_txRoute<'l>(
     h: jlong,
     gtrid: JByteArray<'l>,
 ) -> jlong {
-    run(&mut env, |env| with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(pack(c.tx_route(g)?)))))
+    run_bytes(&mut env, h, &gtrid, "gtrid", |c, g| Ok(pack(c.tx_route(g)?)))
 }
 
 /// `int txPrepared(long handle, byte[] gtrid)`: marks a branch prepared;
@@ -193,7 +188,7 @@ pub extern "system" fn Java_io_racaffinity_Native_txPrepared<'l>(
     h: jlong,
     gtrid: JByteArray<'l>,
 ) -> jint {
-    run(&mut env, |env| with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(c.tx_prepared(g)?.0 as jint))))
+    run_bytes(&mut env, h, &gtrid, "gtrid", |c, g| Ok(c.tx_prepared(g)?.0 as jint))
 }
 
 /// `int txEnd(long handle, byte[] gtrid)`: ends one branch; returns the node id.
@@ -204,7 +199,7 @@ pub extern "system" fn Java_io_racaffinity_Native_txEnd<'l>(
     h: jlong,
     gtrid: JByteArray<'l>,
 ) -> jint {
-    run(&mut env, |env| with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(c.tx_end(g)?.0 as jint))))
+    run_bytes(&mut env, h, &gtrid, "gtrid", |c, g| Ok(c.tx_end(g)?.0 as jint))
 }
 
 /// `int txComplete(long handle, byte[] gtrid)`: forgets the whole transaction.
@@ -215,7 +210,7 @@ pub extern "system" fn Java_io_racaffinity_Native_txComplete<'l>(
     h: jlong,
     gtrid: JByteArray<'l>,
 ) -> jint {
-    run(&mut env, |env| with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(c.tx_complete(g)?.0 as jint))))
+    run_bytes(&mut env, h, &gtrid, "gtrid", |c, g| Ok(c.tx_complete(g)?.0 as jint))
 }
 
 /// `void txRecovered(long handle, byte[] gtrid, int node)`: `node` returned
@@ -242,7 +237,7 @@ pub extern "system" fn Java_io_racaffinity_Native_sessionRoute<'l>(
     h: jlong,
     key: JByteArray<'l>,
 ) -> jlong {
-    run(&mut env, |env| with_bytes(env, &key, "key", |k| with_cluster(h, |c| Ok(pack(c.session_route(k)?)))))
+    run_bytes(&mut env, h, &key, "key", |c, k| Ok(pack(c.session_route(k)?)))
 }
 
 /// `boolean sessionEnd(long handle, byte[] key)`: whether it had an affinity.
@@ -253,7 +248,7 @@ pub extern "system" fn Java_io_racaffinity_Native_sessionEnd<'l>(
     h: jlong,
     key: JByteArray<'l>,
 ) -> jboolean {
-    run(&mut env, |env| with_bytes(env, &key, "key", |k| with_cluster(h, |c| Ok(c.session_end(k)?))))
+    run_bytes(&mut env, h, &key, "key", |c, k| Ok(c.session_end(k)?))
 }
 
 /// `long keyRoute(long handle, byte[] key)`: data affinity by byte key.
@@ -264,7 +259,7 @@ pub extern "system" fn Java_io_racaffinity_Native_keyRoute<'l>(
     h: jlong,
     key: JByteArray<'l>,
 ) -> jlong {
-    run(&mut env, |env| with_bytes(env, &key, "key", |k| with_cluster(h, |c| Ok(pack(c.route_key(k)?)))))
+    run_bytes(&mut env, h, &key, "key", |c, k| Ok(pack(c.route_key(k)?)))
 }
 
 /// `long keyRouteLong(long handle, long key)`: data affinity by integer key.
@@ -275,7 +270,7 @@ pub extern "system" fn Java_io_racaffinity_Native_keyRouteLong<'l>(
     h: jlong,
     key: jlong,
 ) -> jlong {
-    run_fast(&mut env, || with_cluster(h, |c| Ok(pack(c.route_key_i64(key)?))))
+    run_cluster_fast(&mut env, h, |c| Ok(pack(c.route_key_i64(key)?)))
 }
 
 /// `int keyPartition(long handle, byte[] key)`.
@@ -286,9 +281,7 @@ pub extern "system" fn Java_io_racaffinity_Native_keyPartition<'l>(
     h: jlong,
     key: JByteArray<'l>,
 ) -> jint {
-    run(&mut env, |env| {
-        with_bytes(env, &key, "key", |k| with_cluster(h, |c| Ok(c.partition_of(DataKey::Bytes(k))? as jint)))
-    })
+    run_bytes(&mut env, h, &key, "key", |c, k| Ok(c.partition_of(DataKey::Bytes(k))? as jint))
 }
 
 /// `int keyPartitionLong(long handle, long key)`.
@@ -299,7 +292,7 @@ pub extern "system" fn Java_io_racaffinity_Native_keyPartitionLong<'l>(
     h: jlong,
     key: jlong,
 ) -> jint {
-    run_fast(&mut env, || with_cluster(h, |c| Ok(c.partition_of(DataKey::Int(key))? as jint)))
+    run_cluster_fast(&mut env, h, |c| Ok(c.partition_of(DataKey::Int(key))? as jint))
 }
 
 /// `int partitionOwner(long handle, int partition)`: the owner, ignoring state.

@@ -1,8 +1,5 @@
 package io.racaffinity;
 
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
-
 /**
  * A unit of work in flight on a node: it counts for {@code least_outstanding}
  * balancing until released, and its outcome feeds passive health (ejection
@@ -20,23 +17,10 @@ import java.lang.invoke.VarHandle;
  * }   // an exception above releases NEUTRAL
  * }</pre>
  */
-public final class Lease implements AutoCloseable {
-    private static final VarHandle RELEASED;
-
-    static {
-        try {
-            RELEASED = MethodHandles.lookup().findVarHandle(Lease.class, "released", int.class);
-        } catch (ReflectiveOperationException e) {
-            throw new ExceptionInInitializerError(e);
-        }
-    }
-
+public final class Lease extends ReleaseOnce implements AutoCloseable {
     private final Cluster cluster;
     private final int node;
     private final RouteKind kind;
-
-    @SuppressWarnings("unused") // through RELEASED
-    private volatile int released;
 
     Lease(Cluster cluster, int node, RouteKind kind) {
         this.cluster = cluster;
@@ -66,7 +50,7 @@ public final class Lease implements AutoCloseable {
 
     /** @return whether the lease was released */
     public boolean isReleased() {
-        return released != 0;
+        return isDone();
     }
 
     /**
@@ -88,7 +72,7 @@ public final class Lease implements AutoCloseable {
      * @return true if this call released it, false if it was already released
      */
     public boolean tryRelease(Outcome outcome) {
-        if (!RELEASED.compareAndSet(this, 0, 1)) {
+        if (!markDone()) {
             return false;
         }
         Native.leaseEnd(cluster.handle(), node, outcome.ordinal());

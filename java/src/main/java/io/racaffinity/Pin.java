@@ -1,8 +1,5 @@
 package io.racaffinity;
 
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
-
 /**
  * A thread pin scope (seed 000's connection factory): while it is open, every
  * {@link Cluster#pick()} and {@link Cluster#route()} of the same Java thread
@@ -17,24 +14,11 @@ import java.lang.invoke.VarHandle;
  * }
  * }</pre>
  */
-public final class Pin implements AutoCloseable {
-    private static final VarHandle CLOSED;
-
-    static {
-        try {
-            CLOSED = MethodHandles.lookup().findVarHandle(Pin.class, "closed", int.class);
-        } catch (ReflectiveOperationException e) {
-            throw new ExceptionInInitializerError(e);
-        }
-    }
-
+public final class Pin extends ReleaseOnce implements AutoCloseable {
     private final Cluster cluster;
     private final long context;
     private final int node;
     private final RouteKind kind;
-
-    @SuppressWarnings("unused") // through CLOSED
-    private volatile int closed;
 
     Pin(Cluster cluster, long context, long packed) {
         this.cluster = cluster;
@@ -61,7 +45,7 @@ public final class Pin implements AutoCloseable {
     /** Releases one level of the pin. Idempotent; quiet if the cluster is closed. */
     @Override
     public void close() {
-        if (!CLOSED.compareAndSet(this, 0, 1)) {
+        if (!markDone()) {
             return;
         }
         try {

@@ -26,7 +26,6 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Properties;
-import java.util.TreeMap;
 import java.util.logging.Logger;
 import javax.management.InstanceAlreadyExistsException;
 import javax.management.ObjectName;
@@ -81,21 +80,8 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
             List.of("${instance}", "${INSTANCE_NAME}", "{instance}", "{INSTANCE_NAME}");
 
     // ---- bean properties ------------------------------------------------------
-    private String config;
-    private Cluster cluster;
-    private Map<String, DataSource> nodeDataSources;
-    private Map<String, String> nodeJndiNames;
-    private Properties jndiEnvironment;
-    private Map<String, String> nodeUrls;
-    private String urlTemplate;
-    private String dataSourceClassName;
-    private final Map<String, String> dataSourceProperties = new LinkedHashMap<>();
-    private String user;
-    private String password;
-    private long heartbeatIntervalMillis = -1;
-    private int heartbeatTimeoutSeconds = 5;
-    private boolean registerMBean = true;
-    private volatile List<String> nodeFailureStates = SqlErrors.DEFAULT_NODE_FAILURE_STATES;
+    private final NodeSources<DataSource> nodes =
+            new NodeSources<>("AffinityDataSource", DataSource.class, "nodeDataSources", null, this::checkNotStarted);
     private PrintWriter logWriter;
     private int loginTimeout;
     private Object transactionSynchronizationRegistry;
@@ -156,13 +142,12 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param config config text
      */
     public void setConfig(String config) {
-        checkNotStarted();
-        this.config = config;
+        nodes.setConfig(config);
     }
 
     /** @return the config text, or null */
     public String getConfig() {
-        return config;
+        return nodes.getConfig();
     }
 
     /**
@@ -172,8 +157,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param cluster the cluster
      */
     public void setCluster(Cluster cluster) {
-        checkNotStarted();
-        this.cluster = cluster;
+        nodes.setCluster(cluster);
     }
 
     /**
@@ -182,8 +166,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param nodeDataSources node name → DataSource, in node order
      */
     public void setNodeDataSources(Map<String, DataSource> nodeDataSources) {
-        checkNotStarted();
-        this.nodeDataSources = nodeDataSources == null ? null : new LinkedHashMap<>(nodeDataSources);
+        nodes.setGiven(nodeDataSources);
     }
 
     /**
@@ -193,8 +176,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param nodeJndiNames node name → JNDI name, in node order
      */
     public void setNodeJndiNames(Map<String, String> nodeJndiNames) {
-        checkNotStarted();
-        this.nodeJndiNames = nodeJndiNames == null ? null : new LinkedHashMap<>(nodeJndiNames);
+        nodes.setNodeJndiNames(nodeJndiNames);
     }
 
     /**
@@ -205,7 +187,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param list the entries
      */
     public void setNodeJndiNameList(String list) {
-        setNodeJndiNames(parseList(list, "nodeJndiNameList"));
+        nodes.setNodeJndiNameList(list);
     }
 
     /**
@@ -215,8 +197,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param env the environment
      */
     public void setJndiEnvironment(Properties env) {
-        checkNotStarted();
-        this.jndiEnvironment = env;
+        nodes.setJndiEnvironment(env);
     }
 
     /**
@@ -225,8 +206,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param nodeUrls node name → URL, in node order
      */
     public void setNodeUrls(Map<String, String> nodeUrls) {
-        checkNotStarted();
-        this.nodeUrls = nodeUrls == null ? null : new LinkedHashMap<>(nodeUrls);
+        nodes.setNodeUrls(nodeUrls);
     }
 
     /**
@@ -236,7 +216,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param list the entries
      */
     public void setNodeUrlList(String list) {
-        setNodeUrls(parseList(list, "nodeUrlList"));
+        nodes.setNodeUrlList(list);
     }
 
     /**
@@ -248,13 +228,12 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param urlTemplate the template
      */
     public void setUrlTemplate(String urlTemplate) {
-        checkNotStarted();
-        this.urlTemplate = urlTemplate;
+        nodes.setUrlTemplate(urlTemplate);
     }
 
     /** @return the URL template, or null */
     public String getUrlTemplate() {
-        return urlTemplate;
+        return nodes.getUrlTemplate();
     }
 
     /**
@@ -266,13 +245,12 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param className the class name
      */
     public void setDataSourceClassName(String className) {
-        checkNotStarted();
-        this.dataSourceClassName = className;
+        nodes.setDataSourceClassName(className);
     }
 
     /** @return the node DataSource class name, or null */
     public String getDataSourceClassName() {
-        return dataSourceClassName;
+        return nodes.getDataSourceClassName();
     }
 
     /**
@@ -282,13 +260,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param properties the properties
      */
     public void setDataSourceProperties(Properties properties) {
-        checkNotStarted();
-        dataSourceProperties.clear();
-        if (properties != null) {
-            for (String k : properties.stringPropertyNames()) {
-                dataSourceProperties.put(k, properties.getProperty(k));
-            }
-        }
+        nodes.setDataSourceProperties(properties);
     }
 
     /**
@@ -297,9 +269,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param list the entries
      */
     public void setDataSourcePropertyList(String list) {
-        checkNotStarted();
-        dataSourceProperties.clear();
-        dataSourceProperties.putAll(parseList(list, "dataSourcePropertyList"));
+        nodes.setDataSourcePropertyList(list);
     }
 
     /**
@@ -308,8 +278,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param user the user
      */
     public void setUser(String user) {
-        checkNotStarted();
-        this.user = user;
+        nodes.setUser(user);
     }
 
     /**
@@ -318,8 +287,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param password the password
      */
     public void setPassword(String password) {
-        checkNotStarted();
-        this.password = password;
+        nodes.setPassword(password);
     }
 
     /**
@@ -328,13 +296,12 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param millis the period in milliseconds
      */
     public void setHeartbeatIntervalMillis(long millis) {
-        checkNotStarted();
-        this.heartbeatIntervalMillis = millis;
+        nodes.setHeartbeatIntervalMillis(millis);
     }
 
     /** @return the heartbeat period setting (-1: from the config; 0: disabled) */
     public long getHeartbeatIntervalMillis() {
-        return heartbeatIntervalMillis;
+        return nodes.getHeartbeatIntervalMillis();
     }
 
     /**
@@ -343,8 +310,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param seconds the timeout
      */
     public void setHeartbeatTimeoutSeconds(int seconds) {
-        checkNotStarted();
-        this.heartbeatTimeoutSeconds = seconds;
+        nodes.setHeartbeatTimeoutSeconds(seconds);
     }
 
     /**
@@ -353,8 +319,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param register register or not
      */
     public void setRegisterMBean(boolean register) {
-        checkNotStarted();
-        this.registerMBean = register;
+        nodes.setRegisterMBean(register);
     }
 
     /**
@@ -367,23 +332,16 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @param prefixes comma-separated SQLState prefixes
      */
     public void setNodeFailureSqlStates(String prefixes) {
-        checkNotStarted();
-        List<String> l = new ArrayList<>();
-        for (String p : prefixes.split(",")) {
-            if (!p.isBlank()) {
-                l.add(p.trim());
-            }
-        }
-        this.nodeFailureStates = List.copyOf(l);
+        nodes.setNodeFailureSqlStates(prefixes);
     }
 
     /** @return the SQLState prefixes that report a node failure, comma-separated */
     public String getNodeFailureSqlStates() {
-        return String.join(",", nodeFailureStates);
+        return String.join(",", nodes.nodeFailureStates());
     }
 
     boolean isNodeFailure(SQLException e) {
-        return SqlErrors.isNodeFailure(e, nodeFailureStates);
+        return SqlErrors.isNodeFailure(e, nodes.nodeFailureStates());
     }
 
     /**
@@ -513,26 +471,6 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         }
     }
 
-    private static Map<String, String> parseList(String list, String property) {
-        if (list == null) {
-            return null;
-        }
-        Map<String, String> m = new LinkedHashMap<>();
-        for (String raw : list.split("[\\n|]")) {
-            String e = raw.trim();
-            if (e.isEmpty() || e.startsWith("#")) {
-                continue;
-            }
-            int eq = e.indexOf('=');
-            if (eq <= 0) {
-                throw new IllegalArgumentException(property + ": expected NAME=value entries separated by newlines"
-                        + " or |, got an entry without `=`");
-            }
-            m.put(e.substring(0, eq).trim(), e.substring(eq + 1).trim());
-        }
-        return m;
-    }
-
     // ---- lifecycle ------------------------------------------------------------
 
     private State state() throws SQLException {
@@ -566,28 +504,23 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
     }
 
     private State start() throws SQLException {
-        Redactor redactor = new Redactor(password);
+        Redactor redactor = nodes.redactor();
         List<Object> owned = new ArrayList<>();
-        Cluster c = cluster;
+        Cluster c = nodes.givenCluster();
         boolean ownsCluster = false;
         Heartbeat hb = null;
         ObjectName mbean = null;
         try {
             if (c == null) {
-                String text = config != null ? config : derivedConfig();
-                try {
-                    c = Cluster.fromConfig(text);
-                } catch (AffinityException e) {
-                    throw SqlErrors.routing(e);
-                }
+                c = nodes.newCluster();
                 ownsCluster = true;
             }
-            DataSource[] byId = resolveNodes(c, owned, redactor);
-            long interval = heartbeatIntervalMillis < 0 ? c.heartbeatInterval().toMillis() : heartbeatIntervalMillis;
+            DataSource[] byId = nodes.resolve(c, redactor, owned::add);
+            long interval = nodes.heartbeatInterval(c);
             if (interval > 0) {
-                hb = new Heartbeat(c, byId, interval, heartbeatTimeoutSeconds, redactor);
+                hb = new Heartbeat(c, byId, interval, nodes.heartbeatTimeoutSeconds(), redactor);
             }
-            if (registerMBean) {
+            if (nodes.registerMBean()) {
                 try {
                     mbean = ClusterMonitor.register(c);
                 } catch (InstanceAlreadyExistsException e) {
@@ -616,122 +549,6 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
             }
             throw e;
         }
-    }
-
-    private String derivedConfig() throws SQLException {
-        Map<String, ?> m = nodeDataSources != null ? nodeDataSources : nodeJndiNames != null ? nodeJndiNames : nodeUrls;
-        if (m == null || m.isEmpty()) {
-            throw new SQLNonTransientException("AffinityDataSource: no nodes: set config (with `nodes = ...`), or"
-                    + " nodeDataSources, nodeJndiNames or nodeUrls", "HY000");
-        }
-        return "nodes = " + String.join(", ", m.keySet());
-    }
-
-    private static <V> Map<String, V> byName(Map<String, V> m) {
-        Map<String, V> t = new TreeMap<>(String.CASE_INSENSITIVE_ORDER);
-        if (m != null) {
-            t.putAll(m);
-        }
-        return t;
-    }
-
-    private DataSource[] resolveNodes(Cluster c, List<Object> owned, Redactor redactor) throws SQLException {
-        int[] ids = c.nodeIds();
-        int max = -1;
-        for (int id : ids) {
-            max = Math.max(max, id);
-        }
-        DataSource[] byId = new DataSource[max + 1];
-        List<String> names = new ArrayList<>();
-        for (int id : ids) {
-            names.add(c.nodeName(id));
-        }
-        String source;
-        Map<String, ?> given;
-        if (nodeDataSources != null) {
-            source = "nodeDataSources";
-            given = nodeDataSources;
-        } else if (nodeJndiNames != null) {
-            source = "nodeJndiNames";
-            given = nodeJndiNames;
-        } else if (nodeUrls != null || urlTemplate != null) {
-            source = "nodeUrls";
-            given = nodeUrls == null ? Map.of() : nodeUrls;
-        } else {
-            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": no node DataSources: set"
-                    + " nodeDataSources, nodeJndiNames, nodeUrls or urlTemplate", "HY000");
-        }
-        Map<String, ?> lookup = byName(given);
-        for (String k : given.keySet()) {
-            if (names.stream().noneMatch(k::equalsIgnoreCase)) {
-                throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": " + source + " names `" + k
-                        + "`, which is not a node of the cluster (nodes: " + names + ")", "HY000");
-            }
-        }
-        InitialContext jndi = null;
-        try {
-            for (int i = 0; i < ids.length; i++) {
-                String node = names.get(i);
-                DataSource ds;
-                if (nodeDataSources != null) {
-                    ds = (DataSource) lookup.get(node);
-                    if (ds == null) {
-                        throw missing(c, node, source);
-                    }
-                } else if (nodeJndiNames != null) {
-                    String jndiName = (String) lookup.get(node);
-                    if (jndiName == null) {
-                        throw missing(c, node, source);
-                    }
-                    if (jndi == null) {
-                        jndi = jndiEnvironment == null ? new InitialContext() : new InitialContext(jndiEnvironment);
-                    }
-                    Object o = jndi.lookup(jndiName);
-                    if (!(o instanceof DataSource)) {
-                        throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": JNDI name "
-                                + jndiName + " of node " + node + " is a "
-                                + (o == null ? "null" : o.getClass().getName()) + ", not a DataSource", "HY000");
-                    }
-                    ds = (DataSource) o;
-                } else {
-                    String url = (String) lookup.get(node);
-                    if (url == null) {
-                        if (urlTemplate == null) {
-                            throw missing(c, node, source);
-                        }
-                        try {
-                            url = instanceUrl(urlTemplate, node);
-                        } catch (IllegalArgumentException e) {
-                            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": "
-                                    + e.getMessage(), "HY000");
-                        }
-                    }
-                    ds = dataSourceClassName == null
-                            ? new DriverDataSource(url, user, password)
-                            : NodeDataSourceFactory.create(dataSourceClassName, c.name(), node, url, user, password,
-                                    dataSourceProperties, redactor);
-                    owned.add(ds);
-                }
-                byId[ids[i]] = ds;
-            }
-        } catch (NamingException e) {
-            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": JNDI lookup of a node"
-                    + " DataSource failed: " + redactor.redact(String.valueOf(e)), "HY000", e);
-        } finally {
-            if (jndi != null) {
-                try {
-                    jndi.close();
-                } catch (NamingException e) {
-                    // nothing to do
-                }
-            }
-        }
-        return byId;
-    }
-
-    private static SQLException missing(Cluster c, String node, String source) {
-        return new SQLNonTransientException(
-                "AffinityDataSource " + c.name() + ": node " + node + " has no entry in " + source, "HY000");
     }
 
     /**
@@ -1053,12 +870,13 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         if (s != null) {
             return s.cluster.name();
         }
-        return cluster != null ? cluster.name() : "(not initialised)";
+        Cluster given = nodes.givenCluster();
+        return given != null ? given.name() : "(not initialised)";
     }
 
     @Override
     public String toString() {
-        Redactor r = new Redactor(password);
+        Redactor r = nodes.redactor();
         StringBuilder sb = new StringBuilder("AffinityDataSource[cluster=").append(clusterName());
         State s = state;
         if (s != null && !closed) {
@@ -1068,27 +886,10 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
                 // closed concurrently
             }
         }
-        if (nodeDataSources != null) {
-            sb.append(", nodeDataSources=").append(nodeDataSources.keySet());
-        } else if (nodeJndiNames != null) {
-            sb.append(", nodeJndiNames=").append(nodeJndiNames);
-        } else {
-            if (nodeUrls != null) {
-                Map<String, String> shown = new LinkedHashMap<>();
-                nodeUrls.forEach((k, v) -> shown.put(k, r.redact(v)));
-                sb.append(", nodeUrls=").append(shown);
-            }
-            if (urlTemplate != null) {
-                sb.append(", urlTemplate=").append(r.redact(urlTemplate));
-            }
-            if (dataSourceClassName != null) {
-                sb.append(", dataSourceClassName=").append(dataSourceClassName);
-            }
-            if (!dataSourceProperties.isEmpty()) {
-                sb.append(", dataSourceProperties=").append(redactedProperties(r));
-            }
+        if (nodes.describe(sb, r, "dataSourceClassName") && !nodes.dataSourceProperties().isEmpty()) {
+            sb.append(", dataSourceProperties=").append(redactedProperties(r));
         }
-        if (user != null || password != null) {
+        if (nodes.hasCredentials()) {
             sb.append(", credentials=<set>");
         }
         return sb.append(closed ? ", closed]" : "]").toString();
@@ -1096,7 +897,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
 
     private Map<String, String> redactedProperties(Redactor r) {
         Map<String, String> m = new LinkedHashMap<>();
-        dataSourceProperties.forEach((k, v) -> {
+        nodes.dataSourceProperties().forEach((k, v) -> {
             String lk = k.toLowerCase(Locale.ROOT);
             m.put(k, lk.contains("password") || lk.contains("secret") || lk.equals("user") || lk.equals("username")
                     ? "****" : r.redact(v));

@@ -14,17 +14,13 @@ import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
 import java.sql.SQLNonTransientConnectionException;
 import java.sql.SQLNonTransientException;
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
-import java.util.TreeMap;
 import java.util.logging.Logger;
 import javax.management.InstanceAlreadyExistsException;
 import javax.management.ObjectName;
 import javax.naming.InitialContext;
-import javax.naming.NamingException;
 import javax.sql.DataSource;
 import javax.sql.XAConnection;
 import javax.sql.XADataSource;
@@ -55,22 +51,11 @@ import javax.sql.XADataSource;
 public class AffinityXADataSource implements XADataSource, AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AffinityXADataSource");
 
-    private String config;
-    private Cluster cluster;
-    private Map<String, XADataSource> nodeXADataSources;
-    private Map<String, String> nodeJndiNames;
-    private Properties jndiEnvironment;
-    private Map<String, String> nodeUrls;
-    private String urlTemplate;
-    private String xaDataSourceClassName;
-    private final Map<String, String> dataSourceProperties = new LinkedHashMap<>();
-    private String user;
-    private String password;
+    private final NodeSources<XADataSource> nodes = new NodeSources<>("AffinityXADataSource", XADataSource.class,
+            "nodeXADataSources",
+            "node URLs need xaDataSourceClassName (e.g. oracle.jdbc.xa.client.OracleXADataSource)",
+            this::checkNotStarted);
     private boolean transactionAffinity = true;
-    private long heartbeatIntervalMillis = -1;
-    private int heartbeatTimeoutSeconds = 5;
-    private boolean registerMBean = true;
-    private volatile List<String> nodeFailureStates = SqlErrors.DEFAULT_NODE_FAILURE_STATES;
     private PrintWriter logWriter;
     private int loginTimeout;
 
@@ -110,13 +95,12 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
 
     /** @param config the core config text, e.g. {@code name = orcl; nodes = RAC1, RAC2; transaction.strict = true} */
     public void setConfig(String config) {
-        checkNotStarted();
-        this.config = config;
+        nodes.setConfig(config);
     }
 
     /** @return the config text, or null */
     public String getConfig() {
-        return config;
+        return nodes.getConfig();
     }
 
     /**
@@ -126,53 +110,47 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
      * @param cluster the cluster
      */
     public void setCluster(Cluster cluster) {
-        checkNotStarted();
-        this.cluster = cluster;
+        nodes.setCluster(cluster);
     }
 
     /** @param nodeXADataSources node name → XADataSource, in node order (built by the application) */
     public void setNodeXADataSources(Map<String, ? extends XADataSource> nodeXADataSources) {
-        checkNotStarted();
-        this.nodeXADataSources = nodeXADataSources == null ? null : new LinkedHashMap<>(nodeXADataSources);
+        nodes.setGiven(nodeXADataSources);
     }
 
     /** @param nodeJndiNames node name → JNDI name of that instance's XADataSource */
     public void setNodeJndiNames(Map<String, String> nodeJndiNames) {
-        checkNotStarted();
-        this.nodeJndiNames = nodeJndiNames == null ? null : new LinkedHashMap<>(nodeJndiNames);
+        nodes.setNodeJndiNames(nodeJndiNames);
     }
 
     /** @param list {@code RAC1=java:comp/env/xa/rac1 | RAC2=...} */
     public void setNodeJndiNameList(String list) {
-        setNodeJndiNames(ListProperty.parse(list, "nodeJndiNameList"));
+        nodes.setNodeJndiNameList(list);
     }
 
     /** @param env environment of the {@link InitialContext} for {@link #setNodeJndiNames} */
     public void setJndiEnvironment(Properties env) {
-        checkNotStarted();
-        this.jndiEnvironment = env;
+        nodes.setJndiEnvironment(env);
     }
 
     /** @param nodeUrls node name → JDBC URL */
     public void setNodeUrls(Map<String, String> nodeUrls) {
-        checkNotStarted();
-        this.nodeUrls = nodeUrls == null ? null : new LinkedHashMap<>(nodeUrls);
+        nodes.setNodeUrls(nodeUrls);
     }
 
     /** @param list {@code RAC1=jdbc:... | RAC2=jdbc:...} */
     public void setNodeUrlList(String list) {
-        setNodeUrls(ListProperty.parse(list, "nodeUrlList"));
+        nodes.setNodeUrlList(list);
     }
 
     /** @param urlTemplate a URL with {@code {instance}} (see {@link AffinityDataSource#setUrlTemplate}) */
     public void setUrlTemplate(String urlTemplate) {
-        checkNotStarted();
-        this.urlTemplate = urlTemplate;
+        nodes.setUrlTemplate(urlTemplate);
     }
 
     /** @return the URL template, or null */
     public String getUrlTemplate() {
-        return urlTemplate;
+        return nodes.getUrlTemplate();
     }
 
     /**
@@ -183,13 +161,12 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
      * @param className the class name
      */
     public void setXaDataSourceClassName(String className) {
-        checkNotStarted();
-        this.xaDataSourceClassName = className;
+        nodes.setDataSourceClassName(className);
     }
 
     /** @return the node XADataSource class name */
     public String getXaDataSourceClassName() {
-        return xaDataSourceClassName;
+        return nodes.getDataSourceClassName();
     }
 
     /** @param className alias of {@link #setXaDataSourceClassName} (same property name as AffinityDataSource) */
@@ -199,35 +176,22 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
 
     /** @param properties extra setters on every node XADataSource */
     public void setDataSourceProperties(Properties properties) {
-        checkNotStarted();
-        dataSourceProperties.clear();
-        if (properties != null) {
-            for (String k : properties.stringPropertyNames()) {
-                dataSourceProperties.put(k, properties.getProperty(k));
-            }
-        }
+        nodes.setDataSourceProperties(properties);
     }
 
     /** @param list {@code connectTimeout=5 | ...} */
     public void setDataSourcePropertyList(String list) {
-        checkNotStarted();
-        dataSourceProperties.clear();
-        Map<String, String> m = ListProperty.parse(list, "dataSourcePropertyList");
-        if (m != null) {
-            dataSourceProperties.putAll(m);
-        }
+        nodes.setDataSourcePropertyList(list);
     }
 
     /** @param user user of the node XADataSources built from URLs */
     public void setUser(String user) {
-        checkNotStarted();
-        this.user = user;
+        nodes.setUser(user);
     }
 
     /** @param password password of the node XADataSources built from URLs; never shown */
     public void setPassword(String password) {
-        checkNotStarted();
-        this.password = password;
+        nodes.setPassword(password);
     }
 
     /**
@@ -250,32 +214,22 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
 
     /** @param millis heartbeat period: -1 (default) the config's {@code heartbeat.interval}, 0 none */
     public void setHeartbeatIntervalMillis(long millis) {
-        checkNotStarted();
-        this.heartbeatIntervalMillis = millis;
+        nodes.setHeartbeatIntervalMillis(millis);
     }
 
     /** @param seconds {@code isValid} timeout of one probe (5) */
     public void setHeartbeatTimeoutSeconds(int seconds) {
-        checkNotStarted();
-        this.heartbeatTimeoutSeconds = seconds;
+        nodes.setHeartbeatTimeoutSeconds(seconds);
     }
 
     /** @param register register the cluster's MXBean (true; skipped with a warning if one is registered) */
     public void setRegisterMBean(boolean register) {
-        checkNotStarted();
-        this.registerMBean = register;
+        nodes.setRegisterMBean(register);
     }
 
     /** @param prefixes SQLState prefixes that report a node failure (default {@code 08,57P01,57P02,57P03}) */
     public void setNodeFailureSqlStates(String prefixes) {
-        checkNotStarted();
-        List<String> l = new ArrayList<>();
-        for (String p : prefixes.split(",")) {
-            if (!p.isBlank()) {
-                l.add(p.trim());
-            }
-        }
-        this.nodeFailureStates = List.copyOf(l);
+        nodes.setNodeFailureSqlStates(prefixes);
     }
 
     // ---- lifecycle --------------------------------------------------------------
@@ -306,47 +260,33 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
     }
 
     private State start() throws SQLException {
-        Redactor redactor = new Redactor(password);
-        Cluster c = cluster;
+        Redactor redactor = nodes.redactor();
+        Cluster c = nodes.givenCluster();
         boolean owns = false;
         Heartbeat hb = null;
         ObjectName mbean = null;
         try {
             if (c == null) {
-                String text = config;
-                if (text == null) {
-                    Map<String, ?> m = nodeXADataSources != null ? nodeXADataSources
-                            : nodeJndiNames != null ? nodeJndiNames : nodeUrls;
-                    if (m == null || m.isEmpty()) {
-                        throw new SQLNonTransientException("AffinityXADataSource: no nodes: set config (with"
-                                + " `nodes = ...`), or nodeXADataSources, nodeJndiNames or nodeUrls", "HY000");
-                    }
-                    text = "nodes = " + String.join(", ", m.keySet());
-                }
-                try {
-                    c = Cluster.fromConfig(text);
-                } catch (AffinityException e) {
-                    throw SqlErrors.routing(e);
-                }
+                c = nodes.newCluster();
                 owns = true;
             }
-            XADataSource[] byId = resolveNodes(c, redactor);
-            long interval = heartbeatIntervalMillis < 0 ? c.heartbeatInterval().toMillis() : heartbeatIntervalMillis;
+            XADataSource[] byId = nodes.resolve(c, redactor, ds -> {});
+            long interval = nodes.heartbeatInterval(c);
             if (interval > 0) {
                 DataSource[] probes = new DataSource[byId.length];
                 for (int i = 0; i < byId.length; i++) {
                     probes[i] = byId[i] == null ? null : probeDataSource(byId[i]);
                 }
-                hb = new Heartbeat(c, probes, interval, heartbeatTimeoutSeconds, redactor);
+                hb = new Heartbeat(c, probes, interval, nodes.heartbeatTimeoutSeconds(), redactor);
             }
-            if (registerMBean) {
+            if (nodes.registerMBean()) {
                 try {
                     mbean = ClusterMonitor.register(c);
                 } catch (InstanceAlreadyExistsException e) {
                     LOG.log(Level.DEBUG, "MBean " + ClusterMonitor.objectName(c.name()) + " is already registered");
                 }
             }
-            final List<String> fs = nodeFailureStates;
+            final List<String> fs = nodes.nodeFailureStates();
             XaRouter router = new XaRouter(c, byId, transactionAffinity, e -> SqlErrors.isNodeFailure(e, fs),
                     redactor::redact, AffinityDataSource::requestSession);
             return new State(c, owns, byId, router, hb, mbean);
@@ -362,101 +302,6 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
             }
             throw e;
         }
-    }
-
-    private XADataSource[] resolveNodes(Cluster c, Redactor redactor) throws SQLException {
-        int[] ids = c.nodeIds();
-        int max = -1;
-        for (int id : ids) {
-            max = Math.max(max, id);
-        }
-        XADataSource[] byId = new XADataSource[max + 1];
-        String source;
-        Map<String, ?> given;
-        if (nodeXADataSources != null) {
-            source = "nodeXADataSources";
-            given = nodeXADataSources;
-        } else if (nodeJndiNames != null) {
-            source = "nodeJndiNames";
-            given = nodeJndiNames;
-        } else if (nodeUrls != null || urlTemplate != null) {
-            source = "nodeUrls";
-            given = nodeUrls == null ? Map.of() : nodeUrls;
-            if (xaDataSourceClassName == null) {
-                throw new SQLNonTransientException("AffinityXADataSource " + c.name() + ": node URLs need"
-                        + " xaDataSourceClassName (e.g. oracle.jdbc.xa.client.OracleXADataSource)", "HY000");
-            }
-        } else {
-            throw new SQLNonTransientException("AffinityXADataSource " + c.name() + ": no node XADataSources: set"
-                    + " nodeXADataSources, nodeJndiNames, nodeUrls or urlTemplate", "HY000");
-        }
-        List<String> names = new ArrayList<>();
-        for (int id : ids) {
-            names.add(c.nodeName(id));
-        }
-        Map<String, Object> lookup = new TreeMap<>(String.CASE_INSENSITIVE_ORDER);
-        lookup.putAll(given);
-        for (String k : given.keySet()) {
-            if (names.stream().noneMatch(k::equalsIgnoreCase)) {
-                throw new SQLNonTransientException("AffinityXADataSource " + c.name() + ": " + source + " names `"
-                        + k + "`, which is not a node of the cluster (nodes: " + names + ")", "HY000");
-            }
-        }
-        InitialContext jndi = null;
-        try {
-            for (int i = 0; i < ids.length; i++) {
-                String node = names.get(i);
-                Object v = lookup.get(node);
-                XADataSource ds;
-                if (nodeXADataSources != null) {
-                    ds = (XADataSource) v;
-                } else if (nodeJndiNames != null) {
-                    if (v == null) {
-                        ds = null;
-                    } else {
-                        if (jndi == null) {
-                            jndi = jndiEnvironment == null ? new InitialContext() : new InitialContext(jndiEnvironment);
-                        }
-                        Object o = jndi.lookup((String) v);
-                        if (!(o instanceof XADataSource)) {
-                            throw new SQLNonTransientException("AffinityXADataSource " + c.name() + ": JNDI name " + v
-                                    + " of node " + node + " is a " + (o == null ? "null" : o.getClass().getName())
-                                    + ", not an XADataSource", "HY000");
-                        }
-                        ds = (XADataSource) o;
-                    }
-                } else {
-                    String url = (String) v;
-                    if (url == null && urlTemplate != null) {
-                        try {
-                            url = AffinityDataSource.instanceUrl(urlTemplate, node);
-                        } catch (IllegalArgumentException e) {
-                            throw new SQLNonTransientException("AffinityXADataSource " + c.name() + ": "
-                                    + e.getMessage(), "HY000");
-                        }
-                    }
-                    ds = url == null ? null : NodeDataSourceFactory.create(XADataSource.class, xaDataSourceClassName,
-                            c.name(), node, url, user, password, dataSourceProperties, redactor);
-                }
-                if (ds == null) {
-                    throw new SQLNonTransientException("AffinityXADataSource " + c.name() + ": node " + node
-                            + " has no entry in " + source, "HY000");
-                }
-                byId[ids[i]] = ds;
-            }
-        } catch (NamingException e) {
-            throw new SQLNonTransientException("AffinityXADataSource " + c.name() + ": JNDI lookup of a node"
-                    + " XADataSource failed: " + redactor.redact(String.valueOf(e)), "HY000", e);
-        } finally {
-            if (jndi != null) {
-                try {
-                    jndi.close();
-                } catch (NamingException e) {
-                    // nothing to do
-                }
-            }
-        }
-        return byId;
     }
 
     /** A DataSource view of a node XADataSource for the heartbeat: one XAConnection per probe. */
@@ -615,31 +460,16 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
 
     @Override
     public String toString() {
-        Redactor r = new Redactor(password);
+        Redactor r = nodes.redactor();
         StringBuilder sb = new StringBuilder("AffinityXADataSource[");
         State s = state;
-        sb.append(s != null ? s.cluster.name() : cluster != null ? cluster.name() : "(not initialised)");
+        Cluster given = nodes.givenCluster();
+        sb.append(s != null ? s.cluster.name() : given != null ? given.name() : "(not initialised)");
         if (!transactionAffinity) {
             sb.append(", plain balancing");
         }
-        if (nodeXADataSources != null) {
-            sb.append(", nodeXADataSources=").append(nodeXADataSources.keySet());
-        } else if (nodeJndiNames != null) {
-            sb.append(", nodeJndiNames=").append(nodeJndiNames);
-        } else {
-            if (nodeUrls != null) {
-                Map<String, String> shown = new LinkedHashMap<>();
-                nodeUrls.forEach((k, v) -> shown.put(k, r.redact(v)));
-                sb.append(", nodeUrls=").append(shown);
-            }
-            if (urlTemplate != null) {
-                sb.append(", urlTemplate=").append(r.redact(urlTemplate));
-            }
-            if (xaDataSourceClassName != null) {
-                sb.append(", xaDataSourceClassName=").append(xaDataSourceClassName);
-            }
-        }
-        if (user != null || password != null) {
+        nodes.describe(sb, r, "xaDataSourceClassName");
+        if (nodes.hasCredentials()) {
             sb.append(", credentials=<set>");
         }
         return sb.append(closed ? ", closed]" : "]").toString();
