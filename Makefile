@@ -86,6 +86,9 @@ test: lint check-header check-symbols test-rust test-vectors test-c test-python 
 
 lint:
 	$(CARGO) fmt --all -- --check
+	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
+	  $(CARGO) clippy --workspace --all-targets --quiet -- -D warnings; \
+	else echo "cargo clippy not installed: skipping the lint (rustup component add clippy)"; fi
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
 
 # rust/oracle's tests start the local nodes themselves; stop them afterwards.

@@ -64,12 +64,13 @@ pub(crate) unsafe fn bytes_arg<'a>(p: *const u8, len: usize, name: &str) -> Resu
 pub(crate) struct Out<T>(std::ptr::NonNull<T>);
 
 impl<T> Out<T> {
-    /// Writes the output.
+    /// Writes the output; returns `Ok` so it can end a call body.
     #[inline]
-    pub fn set(self, v: T) {
+    pub fn set(self, v: T) -> Result<(), Failure> {
         // SAFETY: `out_arg` checked non-NULL, and its caller vouched that the
         // pointer is writable for the duration of the call.
-        unsafe { self.0.as_ptr().write(v) }
+        unsafe { self.0.as_ptr().write(v) };
+        Ok(())
     }
 }
 

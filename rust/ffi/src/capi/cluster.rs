@@ -28,8 +28,7 @@ pub unsafe extern "C" fn racaffinity_cluster_new(
     guard(|| {
         // SAFETY: per this function's contract.
         let (out, text) = unsafe { (out_arg(out, "out")?, str_arg(config, "config")?) };
-        out.set(handle::insert(Cluster::from_config_text(text)?)?);
-        Ok(())
+        out.set(handle::insert(Cluster::from_config_text(text)?)?)
     })
 }
 
@@ -52,7 +51,7 @@ pub unsafe extern "C" fn racaffinity_cluster_node_count(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| Ok(out.set(c.node_ids().len() as u32)))
+        handle::with(cluster, |c| out.set(c.node_ids().len() as u32))
     })
 }
 
@@ -72,9 +71,8 @@ pub unsafe extern "C" fn racaffinity_cluster_heartbeat(
         let (interval, misses) =
             unsafe { (out_arg(out_interval_ms, "out_interval_ms")?, out_arg(out_misses, "out_misses")?) };
         handle::with(cluster, |c| {
-            interval.set(c.heartbeat_interval_ms());
-            misses.set(c.config().health.heartbeat_misses);
-            Ok(())
+            interval.set(c.heartbeat_interval_ms())?;
+            misses.set(c.config().health.heartbeat_misses)
         })
     })
 }
@@ -178,8 +176,7 @@ pub unsafe extern "C" fn racaffinity_node_get_state(
         handle::with(cluster, |c| {
             let n = c.node(node_id(node)).ok_or_else(|| unknown(node))?;
             let st = if n.is_removed() { racaffinity_core::NodeState::Down } else { n.state() };
-            out.set(st.into());
-            Ok(())
+            out.set(st.into())
         })
     })
 }
@@ -197,8 +194,7 @@ pub unsafe extern "C" fn racaffinity_node_find(
     guard(|| {
         // SAFETY: per this function's contract.
         let (out, name) = unsafe { (out_arg(out_node, "out_node")?, str_arg(name, "name")?) };
-        out.set(handle::with(cluster, |c| Ok(c.node_by_name(name)?.id()))?.0);
-        Ok(())
+        out.set(handle::with(cluster, |c| Ok(c.node_by_name(name)?.id()))?.0)
     })
 }
 

@@ -19,7 +19,7 @@ pub unsafe extern "C" fn racaffinity_key_route(
     guard(|| {
         // SAFETY: per this function's contract.
         let (out, k) = unsafe { (out_arg(out, "out")?, bytes_arg(key, len, "key")?) };
-        handle::with(cluster, |c| Ok(out.set(c.route_key(k)?.into())))
+        handle::with(cluster, |c| out.set(c.route_key(k)?.into()))
     })
 }
 
@@ -36,7 +36,7 @@ pub unsafe extern "C" fn racaffinity_key_route_i64(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| Ok(out.set(c.route_key_i64(key)?.into())))
+        handle::with(cluster, |c| out.set(c.route_key_i64(key)?.into()))
     })
 }
 
@@ -54,7 +54,7 @@ pub unsafe extern "C" fn racaffinity_partition_owner(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out_node, "out_node") }?;
-        handle::with(cluster, |c| Ok(out.set(c.partition_owner(partition)?.0)))
+        handle::with(cluster, |c| out.set(c.partition_owner(partition)?.0))
     })
 }
 
@@ -72,6 +72,6 @@ pub unsafe extern "C" fn racaffinity_key_partition(
     guard(|| {
         // SAFETY: per this function's contract.
         let (out, k) = unsafe { (out_arg(out, "out")?, bytes_arg(key, len, "key")?) };
-        handle::with(cluster, |c| Ok(out.set(c.partition_of(racaffinity_core::DataKey::Bytes(k))?)))
+        handle::with(cluster, |c| out.set(c.partition_of(racaffinity_core::DataKey::Bytes(k))?))
     })
 }

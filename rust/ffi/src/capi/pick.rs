@@ -22,7 +22,7 @@ pub unsafe extern "C" fn racaffinity_cluster_route(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| Ok(out.set(c.pick()?.into())))
+        handle::with(cluster, |c| out.set(c.pick()?.into()))
     })
 }
 
@@ -39,7 +39,7 @@ pub unsafe extern "C" fn racaffinity_cluster_pick(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| Ok(out.set(lease(cluster, c, c.pick()?.into())?)))
+        handle::with(cluster, |c| out.set(lease(cluster, c, c.pick()?.into())?))
     })
 }
 
@@ -57,7 +57,7 @@ pub unsafe extern "C" fn racaffinity_context_route(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| Ok(out.set(c.pick_in(racaffinity_core::ContextKey(context))?.into())))
+        handle::with(cluster, |c| out.set(c.pick_in(racaffinity_core::ContextKey(context))?.into()))
     })
 }
 
@@ -74,9 +74,7 @@ pub unsafe extern "C" fn racaffinity_context_pick(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| {
-            Ok(out.set(lease(cluster, c, c.pick_in(racaffinity_core::ContextKey(context))?.into())?))
-        })
+        handle::with(cluster, |c| out.set(lease(cluster, c, c.pick_in(racaffinity_core::ContextKey(context))?.into())?))
     })
 }
 
@@ -97,7 +95,7 @@ pub unsafe extern "C" fn racaffinity_lease_begin(
         let out = unsafe { out_arg(out, "out") }?;
         handle::with(cluster, |c| {
             let route = racaffinity_route { node, kind: racaffinity_route_kind::Affinity };
-            Ok(out.set(lease(cluster, c, route)?))
+            out.set(lease(cluster, c, route)?)
         })
     })
 }
@@ -199,7 +197,7 @@ pub unsafe extern "C" fn racaffinity_context_new(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| Ok(out.set(c.new_context_key().0)))
+        handle::with(cluster, |c| out.set(c.new_context_key().0))
     })
 }
 

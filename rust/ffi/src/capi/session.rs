@@ -19,7 +19,7 @@ pub unsafe extern "C" fn racaffinity_session_route(
     guard(|| {
         // SAFETY: per this function's contract.
         let (out, k) = unsafe { (out_arg(out, "out")?, bytes_arg(key, len, "key")?) };
-        handle::with(cluster, |c| Ok(out.set(c.session_route(k)?.into())))
+        handle::with(cluster, |c| out.set(c.session_route(k)?.into()))
     })
 }
 

@@ -20,7 +20,7 @@ pub unsafe extern "C" fn racaffinity_tx_begin(
     guard(|| {
         // SAFETY: per this function's contract.
         let (out, g) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?) };
-        handle::with(cluster, |c| Ok(out.set(c.tx_begin(g)?.into())))
+        handle::with(cluster, |c| out.set(c.tx_begin(g)?.into()))
     })
 }
 
@@ -40,7 +40,7 @@ pub unsafe extern "C" fn racaffinity_tx_begin_on(
     guard(|| {
         // SAFETY: per this function's contract.
         let (out, g) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?) };
-        handle::with(cluster, |c| Ok(out.set(c.tx_begin_on(g, Some(node_id(preferred)))?.into())))
+        handle::with(cluster, |c| out.set(c.tx_begin_on(g, Some(node_id(preferred)))?.into()))
     })
 }
 
@@ -58,7 +58,7 @@ pub unsafe extern "C" fn racaffinity_tx_route(
     guard(|| {
         // SAFETY: per this function's contract.
         let (out, g) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?) };
-        handle::with(cluster, |c| Ok(out.set(c.tx_route(g)?.into())))
+        handle::with(cluster, |c| out.set(c.tx_route(g)?.into()))
     })
 }
 
