@@ -259,6 +259,51 @@ typedef struct {
   uint64_t token;
 } racaffinity_lease;
 
+/*
+ What a host knows about the unit of work asking for a connection. Every
+ field is optional: a zero length (or `context` 0) means "none". Only
+ integers and pointers, so any bit pattern a caller leaves is defined.
+ */
+typedef struct {
+  /*
+   The global transaction's gtrid (its branch begun with `racaffinity_tx_begin`).
+   */
+  const uint8_t *gtrid;
+  /*
+   Length of `gtrid`; 0: no transaction.
+   */
+  size_t gtrid_len;
+  /*
+   A data (sharding) key.
+   */
+  const uint8_t *key;
+  /*
+   Length of `key`; 0: no byte key.
+   */
+  size_t key_len;
+  /*
+   An integer data key, used when `key_is_i64` is nonzero.
+   */
+  int64_t key_i64;
+  /*
+   Nonzero: route by `key_i64`.
+   */
+  uint32_t key_is_i64;
+  /*
+   A web session key.
+   */
+  const uint8_t *session;
+  /*
+   Length of `session`; 0: no session.
+   */
+  size_t session_len;
+  /*
+   An explicit pin context (`racaffinity_context_new`); 0: the calling
+   thread's pin.
+   */
+  uint64_t context;
+} racaffinity_route_request;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -626,6 +671,19 @@ racaffinity_result racaffinity_context_pin(const racaffinity_cluster *cluster,
 racaffinity_result racaffinity_context_unpin(const racaffinity_cluster *cluster,
                                              uint64_t context,
                                              bool *out_released);
+
+/*
+ Picks and leases a node for a request, by the first affinity that applies:
+ the transaction, then the data key, then the session, then the context's
+ (or thread's) pin, else load balancing. Release with `racaffinity_lease_release`.
+
+ # Safety
+ `request` must be NULL or point to a readable `racaffinity_route_request`
+ whose non-empty spans are readable; `out` NULL or writable.
+ */
+racaffinity_result racaffinity_request_pick(const racaffinity_cluster *cluster,
+                                            const racaffinity_route_request *request,
+                                            racaffinity_lease *out);
 
 /*
  Writes the static description of result code `code` into `buf` (NUL-terminated).

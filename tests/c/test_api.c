@@ -485,6 +485,56 @@ static void a_copied_lease_cannot_be_released_twice(void) {
     free_cluster(c);
 }
 
+static void a_request_picks_by_transaction_then_key_then_session_then_pin(void) {
+    racaffinity_cluster *c = new_cluster("nodes = A, B, C, D, E, F, G, H\npolicy = round_robin");
+    uint64_t ctx = 0;
+    CHECK_OK(racaffinity_context_new(c, &ctx));
+    racaffinity_route pinned, tx, key, key_i64, session;
+    CHECK_OK(racaffinity_context_pin(c, ctx, &pinned));
+    CHECK_OK(racaffinity_tx_begin(c, B("g-1"), &tx));
+    CHECK_OK(racaffinity_key_route(c, B("customer-9"), &key));
+    CHECK_OK(racaffinity_key_route_i64(c, 4711, &key_i64));
+    CHECK_OK(racaffinity_session_route(c, B("S-1"), &session));
+    racaffinity_route_request req = {
+        .gtrid = (const uint8_t *)"g-1", .gtrid_len = 3,
+        .key = (const uint8_t *)"customer-9", .key_len = 10,
+        .session = (const uint8_t *)"S-1", .session_len = 3,
+        .context = ctx,
+    };
+    racaffinity_lease l;
+    CHECK_OK(racaffinity_request_pick(c, &req, &l));
+    CHECK_EQ_U(l.node, tx.node);
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    req.gtrid_len = 0;
+    CHECK_OK(racaffinity_request_pick(c, &req, &l));
+    CHECK_EQ_U(l.node, key.node);
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    req.key_is_i64 = 1;
+    req.key_i64 = 4711;
+    CHECK_OK(racaffinity_request_pick(c, &req, &l));
+    CHECK_EQ_U(l.node, key_i64.node);
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    req.key_is_i64 = 0;
+    req.key_len = 0;
+    CHECK_OK(racaffinity_request_pick(c, &req, &l));
+    CHECK_EQ_U(l.node, session.node);
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    req.session_len = 0;
+    CHECK_OK(racaffinity_request_pick(c, &req, &l));
+    CHECK_EQ_U(l.node, pinned.node);
+    CHECK(l.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    /* Bad input: NULL request or out, a NULL span with a length, an unknown gtrid. */
+    CHECK_RC(racaffinity_request_pick(c, NULL, &l), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_request_pick(c, &req, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    racaffinity_route_request bad = {.gtrid = NULL, .gtrid_len = 4};
+    CHECK_RC(racaffinity_request_pick(c, &bad, &l), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    racaffinity_route_request unknown = {.gtrid = (const uint8_t *)"nope", .gtrid_len = 4};
+    CHECK_RC(racaffinity_request_pick(c, &unknown, &l), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
+    CHECK_EQ_U(node_metric(c, "A", "in_flight"), 0);
+    free_cluster(c);
+}
+
 static void lease_from_another_cluster_is_invalid_lease(void) {
     racaffinity_cluster *a = new_cluster(NUM_NODES_3);
     racaffinity_cluster *b = new_cluster(NUM_NODES_3);
@@ -1549,6 +1599,7 @@ static const h_test tests[] = {
     TEST(too_many_handles_after_4096_live_clusters),
     TEST(lease_released_twice_is_invalid_lease),
     TEST(a_copied_lease_cannot_be_released_twice),
+    TEST(a_request_picks_by_transaction_then_key_then_session_then_pin),
     TEST(lease_from_another_cluster_is_invalid_lease),
     TEST(lease_release_with_a_bad_outcome_keeps_the_lease_live),
     TEST(invalid_utf8_is_invalid_utf8),

@@ -192,3 +192,34 @@ fn a_thread_that_exits_pinned_does_not_leave_a_live_pin_behind() {
     .unwrap();
     assert_eq!(c.metrics().scopes[Scope::Thread as usize].live, 0);
 }
+
+#[test]
+fn a_request_routes_by_transaction_then_key_then_session_then_pin() {
+    use racaffinity::{DataKey, RouteRequest};
+    let c = cluster("nodes = A, B, C, D, E, F, G, H\npolicy = round_robin");
+    let ctx = c.new_context_key();
+    let pinned = c.pin_context(ctx).unwrap().node;
+    let tx = c.tx_begin(b"g-1").unwrap().node;
+    let key = c.route_key(b"customer-9").unwrap().node;
+    let session = c.session_route(b"S-1").unwrap().node;
+    let full = RouteRequest {
+        transaction: Some(b"g-1"),
+        key: Some(DataKey::Bytes(b"customer-9")),
+        session: Some(b"S-1"),
+        context: Some(ctx),
+    };
+    assert_eq!(c.route(&full).unwrap().node, tx);
+    assert_eq!(c.route(&RouteRequest { transaction: None, ..full }).unwrap().node, key);
+    assert_eq!(c.route(&RouteRequest { transaction: None, key: None, ..full }).unwrap().node, session);
+    let pin_only = RouteRequest { context: Some(ctx), ..Default::default() };
+    assert_eq!(c.route(&pin_only).unwrap().node, pinned);
+    // Without a context: the calling thread's pin.
+    let t = c.pin_thread().unwrap();
+    assert_eq!(c.route(&RouteRequest::default()).unwrap().node, t.node());
+    drop(t);
+    assert_eq!(c.route(&RouteRequest::default()).unwrap().kind, RouteKind::Balanced);
+    assert_eq!(
+        c.route(&RouteRequest { transaction: Some(b"unknown"), ..Default::default() }).unwrap_err().kind(),
+        racaffinity::ErrorKind::UnknownTransaction
+    );
+}

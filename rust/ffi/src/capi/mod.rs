@@ -9,6 +9,7 @@ pub mod event;
 pub mod handle;
 pub mod metrics;
 pub mod pick;
+pub mod request;
 pub mod result;
 pub mod session;
 #[cfg(feature = "testing")]

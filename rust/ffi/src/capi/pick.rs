@@ -131,7 +131,7 @@ pub unsafe extern "C" fn racaffinity_lease_release(
     })
 }
 
-fn lease(
+pub(crate) fn lease(
     h: *const racaffinity_cluster,
     c: &racaffinity_core::Cluster,
     route: racaffinity_route,

@@ -1,0 +1,79 @@
+//! One leased pick for a unit of work that may hold several affinities; the
+//! core decides which one applies (`Cluster::route`).
+
+use racaffinity_core::{ContextKey, DataKey, RouteRequest};
+
+use super::buffer::{bytes_arg, out_arg};
+use super::handle::{self, racaffinity_cluster};
+use super::pick::lease;
+use super::result::{guard, racaffinity_result, Failure};
+use super::types::racaffinity_lease;
+
+/// What a host knows about the unit of work asking for a connection. Every
+/// field is optional: a zero length (or `context` 0) means "none". Only
+/// integers and pointers, so any bit pattern a caller leaves is defined.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct racaffinity_route_request {
+    /// The global transaction's gtrid (its branch begun with `racaffinity_tx_begin`).
+    pub gtrid: *const u8,
+    /// Length of `gtrid`; 0: no transaction.
+    pub gtrid_len: usize,
+    /// A data (sharding) key.
+    pub key: *const u8,
+    /// Length of `key`; 0: no byte key.
+    pub key_len: usize,
+    /// An integer data key, used when `key_is_i64` is nonzero.
+    pub key_i64: i64,
+    /// Nonzero: route by `key_i64`.
+    pub key_is_i64: u32,
+    /// A web session key.
+    pub session: *const u8,
+    /// Length of `session`; 0: no session.
+    pub session_len: usize,
+    /// An explicit pin context (`racaffinity_context_new`); 0: the calling
+    /// thread's pin.
+    pub context: u64,
+}
+
+/// Picks and leases a node for a request, by the first affinity that applies:
+/// the transaction, then the data key, then the session, then the context's
+/// (or thread's) pin, else load balancing. Release with `racaffinity_lease_release`.
+///
+/// # Safety
+/// `request` must be NULL or point to a readable `racaffinity_route_request`
+/// whose non-empty spans are readable; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_request_pick(
+    cluster: *const racaffinity_cluster,
+    request: *const racaffinity_route_request,
+    out: *mut racaffinity_lease,
+) -> racaffinity_result {
+    guard(|| {
+        if request.is_null() {
+            return Err(Failure::null("request"));
+        }
+        // SAFETY: per this function's contract (non-NULL checked above).
+        let (out, r) = unsafe { (out_arg(out, "out")?, request.read()) };
+        // SAFETY: the spans are readable per the contract; empty ones are not read.
+        let (gtrid, key, session) = unsafe {
+            (
+                bytes_arg(r.gtrid, r.gtrid_len, "request.gtrid")?,
+                bytes_arg(r.key, r.key_len, "request.key")?,
+                bytes_arg(r.session, r.session_len, "request.session")?,
+            )
+        };
+        let key = if r.key_is_i64 != 0 {
+            Some(DataKey::Int(r.key_i64))
+        } else {
+            (!key.is_empty()).then_some(DataKey::Bytes(key))
+        };
+        let req = RouteRequest {
+            transaction: (!gtrid.is_empty()).then_some(gtrid),
+            key,
+            session: (!session.is_empty()).then_some(session),
+            context: (r.context != 0).then_some(ContextKey(r.context)),
+        };
+        handle::with(cluster, |c| out.set(lease(cluster, c, c.route(&req)?.into())?))
+    })
+}
