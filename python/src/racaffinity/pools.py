@@ -36,8 +36,9 @@ import psycopg
 import psycopg_pool
 
 from ._cluster import BytesLike, Cluster, DataKey, Outcome, PinScope, SessionScope, Transaction, _SCOPES
-from ._cluster import _cluster_pick, _context_pick, _lease_begin, _lease_release, _new
-from ._errors import ConfigError, UnknownNodeError
+from ._cluster import _I64_MAX, _I64_MIN, _bytes_arg, _cluster_pick, _context_pick, _lease_release, _new
+from ._errors import ConfigError, KeyOverflowError, UnknownNodeError
+from ._lib import ffi, lib
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tpc import GlobalTransaction, RecoveryReport
@@ -47,6 +48,11 @@ __all__ = ["NodePools", "AsyncNodePools", "is_node_failure"]
 log = logging.getLogger("racaffinity.pools")
 
 _OK, _FAILED, _NEUTRAL = int(Outcome.OK), int(Outcome.FAILED), int(Outcome.NEUTRAL)
+
+
+def _span(b: bytes) -> Any:
+    """A `uint8_t[]` view of `b` for a request field (no copy)."""
+    return ffi.from_buffer("uint8_t[]", b)
 
 # SQLSTATEs that say the node (not the statement) failed: connection
 # exceptions (class 08) and the server shutting down or starting up.
@@ -125,40 +131,64 @@ class _Base:
 
     def _acquire(self, key: Optional[DataKey], session: Optional[BytesLike]) -> Tuple[Any, Any]:
         """Leases the node for the next connection and returns (lease
-        buffer, that node's pool). The node: the context's transaction, else
-        the session / key argument, else the context's session, else the
-        context's pin, else load balancing. A transaction wins over a key or
-        session argument: its branches must never split.
+        buffer, that node's pool). Everything the context knows (its
+        transaction, the key or session argument or the context's session,
+        its pin) goes to the core in one `racaffinity_request_pick`, and the
+        core decides which affinity applies (`Cluster::route`).
 
         The hot path of every connection, so it calls the library directly
         with a raw `racaffinity_lease` (no `Lease` object); `_Connection`
         releases it exactly once."""
         c = self.cluster
-        h = self._h
+        if key is not None and session is not None:
+            raise TypeError("pass either key= or session=, not both")
         buf = _new("racaffinity_lease *")
         scopes = _SCOPES.get()
         f = scopes.get(self._serial) if scopes is not None else None
+        if key is None and session is None and (f is None or (f[1] is None and f[2] is None)):
+            # Nothing but (at most) a pin: the one-affinity call, without
+            # building a request (this is the common case, and cffi struct
+            # writes cost more than the routing).
+            pin = f[0] if f is not None else None
+            rc = _context_pick(self._h, pin.key, buf) if pin is not None and pin.active else _cluster_pick(self._h, buf)
+            if rc:
+                c._raise(rc)
+            return self._pool_of(buf)
+        req = _new("racaffinity_route_request *")
+        keep = []  # the request points into these until the call returns
         if f is not None and f[1] is not None:
-            rc = _lease_begin(h, f[1].node, buf)
-        elif session is not None:
-            if key is not None:
-                raise TypeError("pass either key= or session=, not both")
-            rc = _lease_begin(h, c.route_session(session).node, buf)
-        elif key is not None:
-            rc = _lease_begin(h, c.route_key(key).node, buf)
-        elif f is not None and f[2] is not None:
-            rc = _lease_begin(h, c.route_session(f[2]).node, buf)
-        elif f is not None and f[0] is not None and f[0].active:
-            rc = _context_pick(h, f[0].key, buf)
-        else:
-            rc = _cluster_pick(h, buf)
+            gtrid = _span(f[1].gtrid)
+            keep.append(gtrid)
+            req.gtrid, req.gtrid_len = gtrid, len(gtrid)
+        if key is not None:
+            if isinstance(key, int) and not isinstance(key, bool):
+                if not _I64_MIN <= key <= _I64_MAX:
+                    raise KeyOverflowError(f"int key {key} does not fit in 64 bits", 4)
+                req.key_i64, req.key_is_i64 = key, 1
+            else:
+                k = _span(_bytes_arg(key, "key"))
+                keep.append(k)
+                req.key, req.key_len = k, len(k)
+        if session is None and f is not None:
+            session = f[2]
+        if session is not None:
+            s = _span(_bytes_arg(session, "session key"))
+            keep.append(s)
+            req.session, req.session_len = s, len(s)
+        if f is not None and f[0] is not None and f[0].active:
+            req.context = f[0].key
+        rc = lib.racaffinity_request_pick(self._h, req, buf)
         if rc:
             c._raise(rc)
+        return self._pool_of(buf)
+
+    def _pool_of(self, buf: Any) -> Tuple[Any, Any]:
+        c = self.cluster
         node = buf.node
         by_id = self._by_id
         pool = by_id[node] if node < len(by_id) else None
         if pool is None:
-            _lease_release(h, buf, _NEUTRAL)
+            _lease_release(self._h, buf, _NEUTRAL)
             raise UnknownNodeError(f"no pool for node {c.node_name(node)}", 8)
         return buf, pool
 
