@@ -322,6 +322,21 @@ pub(crate) fn with_bytes<R>(
     }
 }
 
+/// Like [`with_bytes`] for an optional argument: a null array is `None`.
+#[inline]
+pub(crate) fn with_opt_bytes<R>(
+    env: &Env<'_>,
+    arr: &JByteArray<'_>,
+    name: &str,
+    f: impl FnOnce(Option<&[u8]>) -> JResult<R>,
+) -> JResult<R> {
+    if arr.is_null() {
+        f(None)
+    } else {
+        with_bytes(env, arr, name, |b| f(Some(b)))
+    }
+}
+
 /// A Java `String` argument as Rust UTF-8 (converted from modified UTF-8).
 pub(crate) fn string(env: &Env<'_>, s: &JString<'_>, name: &str) -> JResult<String> {
     if s.is_null() {

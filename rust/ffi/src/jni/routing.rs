@@ -1,5 +1,6 @@
 //! Routing calls: explicit pin contexts, leases, XA transactions, web
-//! sessions and data keys. Routes return packed `long`s (see [`super::pack`]).
+//! sessions, data keys and whole requests. Routes return packed `long`s (see
+//! [`super::pack`]).
 //!
 //! Java pins use the core's explicit context keys, never the OS-thread pins
 //! of `racaffinity_thread_pin`: a Java thread (and above all a virtual thread,
@@ -8,9 +9,11 @@
 use jni::objects::{JByteArray, JClass};
 use jni::sys::{jboolean, jint, jlong};
 use jni::EnvUnowned;
-use racaffinity_core::{ContextKey, DataKey};
+use racaffinity_core::{ContextKey, DataKey, RouteRequest};
 
-use super::{node_arg, pack, run, run_bytes, run_cluster_fast, run_fast, run_node_fast, with_bytes, with_cluster};
+use super::{
+    node_arg, pack, run, run_bytes, run_cluster_fast, run_fast, run_node_fast, with_bytes, with_cluster, with_opt_bytes,
+};
 use crate::capi::result::{racaffinity_result, Failure};
 use crate::capi::types::{node_id, outcome_arg};
 
@@ -100,6 +103,48 @@ pub extern "system" fn Java_io_racaffinity_Native_contextPick<'l>(
         let r = c.pick_in(ctx(context))?;
         c.begin_lease(r.node);
         Ok(pack(r))
+    })
+}
+
+/// `long requestPick(long handle, byte[] gtrid, byte[] key, long keyI64,
+/// boolean keyIsI64, byte[] session, long context)`: routes a unit of work
+/// that may hold several affinities by the core's precedence
+/// (`Cluster::route`: transaction, data key, session, the context's pin or
+/// load balancing) and leases the node like `contextPick` (release with
+/// `leaseEnd`). A null array is "none"; `keyIsI64` routes by `keyI64`
+/// instead of `key`; `context` 0 is "none" (the OS thread's pin).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_io_racaffinity_Native_requestPick<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    gtrid: JByteArray<'l>,
+    key: JByteArray<'l>,
+    key_i64: jlong,
+    key_is_i64: jboolean,
+    session: JByteArray<'l>,
+    context: jlong,
+) -> jlong {
+    run(&mut env, |env| {
+        with_opt_bytes(env, &gtrid, "gtrid", |gtrid| {
+            with_opt_bytes(env, &key, "key", |key| {
+                with_opt_bytes(env, &session, "session", |session| {
+                    let key = if key_is_i64 { Some(DataKey::Int(key_i64)) } else { key.map(DataKey::Bytes) };
+                    let req = RouteRequest {
+                        transaction: gtrid,
+                        key,
+                        session,
+                        context: (context != 0).then(|| ctx(context)),
+                    };
+                    with_cluster(h, |c| {
+                        let r = c.route(&req)?;
+                        c.begin_lease(r.node);
+                        Ok(pack(r))
+                    })
+                })
+            })
+        })
     })
 }
 

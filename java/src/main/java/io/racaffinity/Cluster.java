@@ -245,6 +245,37 @@ public final class Cluster implements AutoCloseable {
     }
 
     /**
+     * Routes and leases one unit of work that may hold several affinities at
+     * once: the core picks the first that applies, in this order: the
+     * transaction {@code gtrid} (begun with {@link #txBegin}), the data
+     * {@code key}, the {@code session}, then the calling thread's pin, else
+     * load balancing (as {@link #pick()}). Every argument may be null ("none").
+     *
+     * @param gtrid the global transaction's gtrid, or null
+     * @param key a data (sharding) key, as for {@link #routeKey(byte[])}, or null
+     * @param session a web-session key, as for {@link #routeSession(byte[])}, or null
+     * @return the lease; release it with an outcome
+     */
+    public Lease pickFor(byte[] gtrid, byte[] key, byte[] session) {
+        long r = Native.requestPick(handle, gtrid, key, 0, false, session, contextKey());
+        return new Lease(this, Native.node(r), Native.kind(r));
+    }
+
+    /**
+     * {@link #pickFor(byte[], byte[], byte[])} with an integer data key (routed as
+     * {@link #routeKey(long)}).
+     *
+     * @param gtrid the global transaction's gtrid, or null
+     * @param key the data key
+     * @param session a web-session key, or null
+     * @return the lease; release it with an outcome
+     */
+    public Lease pickFor(byte[] gtrid, long key, byte[] session) {
+        long r = Native.requestPick(handle, gtrid, null, key, true, session, contextKey());
+        return new Lease(this, Native.node(r), Native.kind(r));
+    }
+
+    /**
      * Like {@link #pick()} without a lease: the cheapest routing call.
      *
      * @return the route

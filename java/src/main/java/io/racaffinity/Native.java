@@ -90,6 +90,9 @@ final class Native {
 
     static native long contextPick(long h, long context);
 
+    static native long requestPick(long h, byte[] gtrid, byte[] key, long keyI64, boolean keyIsI64, byte[] session,
+            long context);
+
     static native void leaseBegin(long h, int node);
 
     static native void leaseEnd(long h, int node, int outcome);

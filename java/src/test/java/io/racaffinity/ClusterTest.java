@@ -24,6 +24,10 @@ class ClusterTest {
         return s.getBytes(StandardCharsets.UTF_8);
     }
 
+    private static byte[] le(long v) {
+        return java.nio.ByteBuffer.allocate(8).order(java.nio.ByteOrder.LITTLE_ENDIAN).putLong(v).array();
+    }
+
     private static Cluster three(String extra) {
         return Cluster.fromConfig("name = unit\nnodes = MYDB1, MYDB2, MYDB3\n" + extra);
     }
@@ -353,6 +357,52 @@ class ClusterTest {
             assertEquals(c.partitionOwner(p), c.routeKey(le).node());
             assertThrows(InvalidArgumentException.class, () -> c.partitionOwner(4096));
             assertThrows(InvalidArgumentException.class, () -> c.routeKey(new byte[1025]));
+        }
+    }
+
+    @Test
+    void pickForLeasesByTheCoresPrecedence() {
+        try (Cluster c = three("policy = least_outstanding")) {
+            byte[] gtrid = b("req-tx");
+            assertEquals(2, c.txBegin(gtrid, 2).node());
+            long intKey = 0;
+            while (c.routeKey(intKey).node() == 2) {
+                intKey++;
+            }
+            byte[] key = le(intKey);
+            int keyNode = c.routeKey(intKey).node();
+            byte[] found = null;
+            for (int i = 0; found == null; i++) {
+                byte[] s = b("req-s-" + i);
+                if (c.routeSession(s).node() != keyNode && c.routeSession(s).node() != 2) {
+                    found = s;
+                }
+            }
+            byte[] session = found;
+            int sessionNode = c.routeSession(session).node();
+
+            Lease l = c.pickFor(gtrid, key, session);
+            assertEquals(2, l.node(), "the transaction wins");
+            assertEquals(RouteKind.AFFINITY, l.kind());
+            assertEquals(1, c.nodeMetrics().get(2).inFlight());
+            l.release(Outcome.OK);
+            assertEquals(0, c.nodeMetrics().get(2).inFlight());
+            assertThrows(InvalidLeaseException.class, () -> l.release(Outcome.OK));
+
+            try (Lease k = c.pickFor(null, key, session)) {
+                assertEquals(keyNode, k.node(), "then the data key");
+            }
+            try (Lease k = c.pickFor(null, intKey, session)) {
+                assertEquals(keyNode, k.node(), "an integer key routes as its little-endian bytes");
+            }
+            try (Lease k = c.pickFor(null, null, session)) {
+                assertEquals(sessionNode, k.node(), "then the session");
+            }
+            try (Pin p = c.pin(); Lease k = c.pickFor(null, null, null)) {
+                assertEquals(p.node(), k.node(), "then the thread's pin");
+            }
+            assertThrows(UnknownTransactionException.class, () -> c.pickFor(b("no-such-tx"), key, session));
+            assertThrows(InvalidArgumentException.class, () -> c.pickFor(null, new byte[1025], null));
         }
     }
 

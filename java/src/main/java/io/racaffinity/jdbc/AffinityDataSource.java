@@ -5,7 +5,6 @@ import io.racaffinity.Cluster;
 import io.racaffinity.Lease;
 import io.racaffinity.Outcome;
 import io.racaffinity.Pin;
-import io.racaffinity.Route;
 import io.racaffinity.jmx.ClusterMonitor;
 import io.racaffinity.jta.TransactionAffinity;
 import java.io.PrintWriter;
@@ -48,10 +47,10 @@ import javax.sql.DataSource;
  *   <li>inside {@link #withSession(String)} a connection routes by web-session affinity.
  * </ul>
  *
- * <p>Precedence of one call: the active JTA transaction (see
- * {@link #setTransactionSynchronizationRegistry}), an explicit sharding key, then the session scope
- * ({@link #withSession}, else the request's {@link #withRequestSession}),
- * then the thread pin or load balancing. Connections are {@link AffinityConnection}s:
+ * <p>One call hands everything it knows to the core ({@link Cluster#pickFor}), which decides the
+ * precedence: the active JTA transaction (see {@link #setTransactionSynchronizationRegistry}), an
+ * explicit sharding key, then the session scope ({@link #withSession}, else the request's
+ * {@link #withRequestSession}), then the thread pin or load balancing. Connections are {@link AffinityConnection}s:
  * closing one releases its lease, and a connection exception (SQLState {@code 08},
  * see {@link #setNodeFailureSqlStates}) reports the node failure (passive ejection). A heartbeat probes each node at
  * {@code heartbeat.interval} without application traffic. One MXBean per cluster
@@ -748,17 +747,17 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         Cluster c = s.cluster;
         Lease lease;
         try {
-            Route tx = s.jta == null ? null : s.jta.route();
-            if (tx != null) {
-                lease = c.lease(tx);
-            } else if (key != null) {
-                lease = c.lease(c.routeKey(key.raw()));
+            TransactionAffinity.Joined tx = s.jta == null ? null : s.jta.join();
+            if (tx != null && tx.placed() != null) {
+                // The transaction's first connection placed it (an explicit txBegin): go there.
+                lease = c.lease(tx.placed());
             } else {
+                // Everything this call knows goes to the core, which decides the precedence.
                 byte[] sess = session.get();
                 if (sess == null) {
                     sess = REQUEST_SESSION.get();
                 }
-                lease = sess != null ? c.lease(c.routeSession(sess)) : c.pick();
+                lease = c.pickFor(tx == null ? null : tx.gtrid(), key == null ? null : key.raw(), sess);
             }
         } catch (AffinityException e) {
             throw SqlErrors.routing(e);

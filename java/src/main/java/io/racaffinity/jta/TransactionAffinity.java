@@ -32,7 +32,8 @@ import javax.transaction.xa.Xid;
  * transaction key (its {@code toString()}, hashed if longer than 64 bytes). The first
  * connection of a transaction places it ({@code txBegin}, preferring the thread's pin)
  * and registers an interposed synchronization whose {@code afterCompletion} ends it
- * ({@code txEnd}); later connections follow it ({@code txRoute}). If the node is down,
+ * ({@code txEnd}); later connections follow it (routed by the core with the transaction's gtrid,
+ * {@link Cluster#pickFor}, or {@code txRoute}). If the node is down,
  * the connection is refused rather than split the transaction.
  *
  * <p>Needs {@code jakarta.transaction-api} at run time (provided by the app server);
@@ -79,6 +80,23 @@ public final class TransactionAffinity {
      * @throws AffinityException if the core refuses (the transaction's node is unavailable)
      */
     public Route route() {
+        Joined j = join();
+        if (j == null) {
+            return null;
+        }
+        return j.placed != null ? j.placed : cluster.txRoute(j.gtrid);
+    }
+
+    /**
+     * The calling thread's JTA transaction, for one connection: on first use it is
+     * placed ({@code txBegin}, preferring the thread's pin) and {@link Joined#placed()}
+     * is its route; later, {@link Joined#gtrid()} is the gtrid to route by (the
+     * transaction of {@link Cluster#pickFor}), and {@code placed()} is null.
+     *
+     * @return the transaction, or null outside an active transaction
+     * @throws AffinityException if the core refuses to place it
+     */
+    public Joined join() {
         Object key = tsr.getTransactionKey();
         if (key == null) {
             return null;
@@ -90,7 +108,7 @@ public final class TransactionAffinity {
         }
         Object entry = tsr.getResource(resourceKey);
         if (entry instanceof byte[]) {
-            return cluster.txRoute((byte[]) entry);
+            return new Joined((byte[]) entry, null);
         }
         byte[] gtrid = gtrid(key);
         OptionalInt pin = cluster.pinnedNode();
@@ -100,10 +118,31 @@ public final class TransactionAffinity {
         } catch (IllegalStateException e) {
             // Too late to follow the transaction (e.g. it is being prepared): route it, hold nothing.
             end(cluster, gtrid);
-            return r;
+            return new Joined(gtrid, r);
         }
         tsr.putResource(resourceKey, gtrid);
-        return r;
+        return new Joined(gtrid, r);
+    }
+
+    /** A JTA transaction as {@link #join()} found it. */
+    public static final class Joined {
+        private final byte[] gtrid;
+        private final Route placed;
+
+        Joined(byte[] gtrid, Route placed) {
+            this.gtrid = gtrid;
+            this.placed = placed;
+        }
+
+        /** @return the transaction's gtrid (not a copy: do not modify it) */
+        public byte[] gtrid() {
+            return gtrid;
+        }
+
+        /** @return the route this {@code join()} placed the transaction on, or null if it was placed before */
+        public Route placed() {
+            return placed;
+        }
     }
 
     /** The transaction's gtrid if it can be had, else its registry key as bytes (at most 64). */
