@@ -257,6 +257,11 @@ public final class Cluster implements AutoCloseable {
      * @return the lease; release it with an outcome
      */
     public Lease pickFor(byte[] gtrid, byte[] key, byte[] session) {
+        if (gtrid == null && key == null && session == null) {
+            // Nothing but the pin: the one-affinity call keeps the JNI fast path
+            // (no arrays to read) for the commonest connection request.
+            return pick();
+        }
         long r = Native.requestPick(handle, gtrid, key, 0, false, session, contextKey());
         return new Lease(this, Native.node(r), Native.kind(r));
     }
