@@ -686,6 +686,22 @@ racaffinity_result racaffinity_request_pick(const racaffinity_cluster *cluster,
                                             racaffinity_lease *out);
 
 /*
+ Begins or joins a branch of `gtrid` (1..=64 bytes). A *new* gtrid is
+ placed where the request's other affinities point (its data key, else its
+ session, else the context's or thread's pin), else by the transaction
+ placement policy; `request->gtrid` is ignored. `request` may be NULL.
+
+ # Safety
+ `gtrid` must be valid for `len` bytes; `request` NULL or readable with
+ readable non-empty spans; `out` NULL or writable.
+ */
+racaffinity_result racaffinity_tx_begin_for(const racaffinity_cluster *cluster,
+                                            const uint8_t *gtrid,
+                                            size_t len,
+                                            const racaffinity_route_request *request,
+                                            racaffinity_route *out);
+
+/*
  Writes the static description of result code `code` into `buf` (NUL-terminated).
 
  # Safety

@@ -532,6 +532,23 @@ static void a_request_picks_by_transaction_then_key_then_session_then_pin(void) 
     racaffinity_route_request unknown = {.gtrid = (const uint8_t *)"nope", .gtrid_len = 4};
     CHECK_RC(racaffinity_request_pick(c, &unknown, &l), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
     CHECK_EQ_U(node_metric(c, "A", "in_flight"), 0);
+    /* A new gtrid follows the request's key, else its session, else its pin. */
+    racaffinity_route_request by_key = {.key = (const uint8_t *)"customer-9", .key_len = 10, .context = ctx};
+    racaffinity_route placed;
+    CHECK_OK(racaffinity_tx_begin_for(c, B("g-key"), &by_key, &placed));
+    CHECK_EQ_U(placed.node, key.node);
+    racaffinity_route_request by_session = {.session = (const uint8_t *)"S-1", .session_len = 3, .context = ctx};
+    CHECK_OK(racaffinity_tx_begin_for(c, B("g-session"), &by_session, &placed));
+    CHECK_EQ_U(placed.node, session.node);
+    racaffinity_route_request by_pin = {.context = ctx};
+    CHECK_OK(racaffinity_tx_begin_for(c, B("g-pin"), &by_pin, &placed));
+    CHECK_EQ_U(placed.node, pinned.node);
+    /* An existing gtrid joins its owner; a NULL request means "nothing else known". */
+    CHECK_OK(racaffinity_tx_begin_for(c, B("g-key"), NULL, &placed));
+    CHECK_EQ_U(placed.node, key.node);
+    CHECK(placed.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_RC(racaffinity_tx_begin_for(c, B("g-pin"), &by_pin, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_tx_begin_for(c, NULL, 3, &by_pin, &placed), RACAFFINITY_RESULT_NULL_ARGUMENT);
     free_cluster(c);
 }
 

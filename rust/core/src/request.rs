@@ -46,4 +46,26 @@ impl Cluster {
             None => self.pick(),
         }
     }
+
+    /// Begins or joins a branch of `gtrid` ([`Cluster::tx_begin`]); a *new*
+    /// gtrid is placed where the request's other affinities point (its data
+    /// key, else its session, else the context's or thread's pin), and by the
+    /// transaction placement policy when none applies or that node cannot
+    /// take new work. `request.transaction` is ignored.
+    pub fn tx_begin_for(&self, gtrid: &[u8], request: &RouteRequest<'_>) -> Result<Route> {
+        if self.tx_info(gtrid).is_some() {
+            return self.tx_begin(gtrid);
+        }
+        let preferred = if let Some(key) = request.key {
+            Some(self.route_data(key)?.node)
+        } else if let Some(session) = request.session {
+            Some(self.session_route(session)?.node)
+        } else {
+            match request.context {
+                Some(ctx) => self.context_pinned_node(ctx),
+                None => self.thread_pinned_node(),
+            }
+        };
+        self.tx_begin_on(gtrid, preferred)
+    }
 }

@@ -187,3 +187,30 @@ fn soft_mode_2pc_for_a_lost_unprepared_branch_is_refused_without_counting_as_str
     assert_eq!(c.tx_route(b"g").unwrap_err().kind(), ErrorKind::StrictAffinity);
     assert_eq!(c.metrics().scopes[racaffinity::Scope::Transaction as usize].strict_refusals, 0);
 }
+
+#[test]
+fn a_new_gtrid_follows_the_requests_key_session_or_pin_and_an_existing_one_stays() {
+    use racaffinity::{DataKey, RouteRequest};
+    let c = cluster("nodes = A, B, C, D, E, F, G, H\npolicy = round_robin");
+    let key_node = c.route_key(b"customer-9").unwrap().node;
+    let with_key = RouteRequest { key: Some(DataKey::Bytes(b"customer-9")), ..Default::default() };
+    assert_eq!(c.tx_begin_for(b"g-key", &with_key).unwrap().node, key_node);
+    let session_node = c.session_route(b"S-1").unwrap().node;
+    let with_session = RouteRequest { session: Some(b"S-1"), ..Default::default() };
+    assert_eq!(c.tx_begin_for(b"g-session", &with_session).unwrap().node, session_node);
+    let ctx = c.new_context_key();
+    let pinned = c.pin_context(ctx).unwrap().node;
+    let with_pin = RouteRequest { context: Some(ctx), ..Default::default() };
+    assert_eq!(c.tx_begin_for(b"g-pin", &with_pin).unwrap().node, pinned);
+    // An existing gtrid joins its owner whatever the request says.
+    let r = c.tx_begin_for(b"g-key", &with_pin).unwrap();
+    assert_eq!((r.node, r.kind), (key_node, RouteKind::Affinity));
+    assert_eq!(c.tx_info(b"g-key").unwrap().branches, 2);
+    // No affinity in the request: the placement policy (rendezvous) decides,
+    // as in a fresh cluster.
+    let fresh = cluster("nodes = A, B, C, D, E, F, G, H");
+    assert_eq!(
+        c.node_name(c.tx_begin_for(b"g-none", &RouteRequest::default()).unwrap().node),
+        fresh.node_name(fresh.tx_begin(b"g-none").unwrap().node)
+    );
+}

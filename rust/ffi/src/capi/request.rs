@@ -7,7 +7,7 @@ use super::buffer::{bytes_arg, out_arg};
 use super::handle::{self, racaffinity_cluster};
 use super::pick::lease;
 use super::result::{guard, racaffinity_result, Failure};
-use super::types::racaffinity_lease;
+use super::types::{racaffinity_lease, racaffinity_route};
 
 /// What a host knows about the unit of work asking for a connection. Every
 /// field is optional: a zero length (or `context` 0) means "none". Only
@@ -50,30 +50,68 @@ pub unsafe extern "C" fn racaffinity_request_pick(
     out: *mut racaffinity_lease,
 ) -> racaffinity_result {
     guard(|| {
-        if request.is_null() {
-            return Err(Failure::null("request"));
-        }
-        // SAFETY: per this function's contract (non-NULL checked above).
-        let (out, r) = unsafe { (out_arg(out, "out")?, request.read()) };
-        // SAFETY: the spans are readable per the contract; empty ones are not read.
-        let (gtrid, key, session) = unsafe {
-            (
-                bytes_arg(r.gtrid, r.gtrid_len, "request.gtrid")?,
-                bytes_arg(r.key, r.key_len, "request.key")?,
-                bytes_arg(r.session, r.session_len, "request.session")?,
-            )
-        };
-        let key = if r.key_is_i64 != 0 {
-            Some(DataKey::Int(r.key_i64))
-        } else {
-            (!key.is_empty()).then_some(DataKey::Bytes(key))
-        };
-        let req = RouteRequest {
-            transaction: (!gtrid.is_empty()).then_some(gtrid),
-            key,
-            session: (!session.is_empty()).then_some(session),
-            context: (r.context != 0).then_some(ContextKey(r.context)),
-        };
+        // SAFETY: per this function's contract.
+        let (out, req) = unsafe { (out_arg(out, "out")?, request_arg(request)?) };
         handle::with(cluster, |c| out.set(lease(cluster, c, c.route(&req)?.into())?))
+    })
+}
+
+/// Begins or joins a branch of `gtrid` (1..=64 bytes). A *new* gtrid is
+/// placed where the request's other affinities point (its data key, else its
+/// session, else the context's or thread's pin), else by the transaction
+/// placement policy; `request->gtrid` is ignored. `request` may be NULL.
+///
+/// # Safety
+/// `gtrid` must be valid for `len` bytes; `request` NULL or readable with
+/// readable non-empty spans; `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_tx_begin_for(
+    cluster: *const racaffinity_cluster,
+    gtrid: *const u8,
+    len: usize,
+    request: *const racaffinity_route_request,
+    out: *mut racaffinity_route,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (out, g) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?) };
+        let req = if request.is_null() {
+            RouteRequest::default()
+        } else {
+            // SAFETY: non-NULL and readable per the contract.
+            unsafe { request_arg(request)? }
+        };
+        handle::with(cluster, |c| out.set(c.tx_begin_for(g, &req)?.into()))
+    })
+}
+
+/// Reads a C request into the core's form.
+///
+/// # Safety
+/// `request` must be NULL or readable, with readable non-empty spans.
+unsafe fn request_arg<'a>(request: *const racaffinity_route_request) -> Result<RouteRequest<'a>, Failure> {
+    if request.is_null() {
+        return Err(Failure::null("request"));
+    }
+    // SAFETY: non-NULL and readable per the contract.
+    let r = unsafe { request.read() };
+    // SAFETY: the spans are readable per the contract; empty ones are not read.
+    let (gtrid, key, session) = unsafe {
+        (
+            bytes_arg(r.gtrid, r.gtrid_len, "request.gtrid")?,
+            bytes_arg(r.key, r.key_len, "request.key")?,
+            bytes_arg(r.session, r.session_len, "request.session")?,
+        )
+    };
+    let key = if r.key_is_i64 != 0 {
+        Some(DataKey::Int(r.key_i64))
+    } else {
+        (!key.is_empty()).then_some(DataKey::Bytes(key))
+    };
+    Ok(RouteRequest {
+        transaction: (!gtrid.is_empty()).then_some(gtrid),
+        key,
+        session: (!session.is_empty()).then_some(session),
+        context: (r.context != 0).then_some(ContextKey(r.context)),
     })
 }
