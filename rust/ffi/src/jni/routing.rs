@@ -8,11 +8,12 @@
 
 use jni::objects::{JByteArray, JClass};
 use jni::sys::{jboolean, jint, jlong};
-use jni::EnvUnowned;
+use jni::{Env, EnvUnowned};
 use racaffinity_core::{ContextKey, DataKey, RouteRequest};
 
 use super::{
-    node_arg, pack, run, run_bytes, run_cluster_fast, run_fast, run_node_fast, with_bytes, with_cluster, with_opt_bytes,
+    node_arg, pack, run, run_bytes, run_cluster_fast, run_fast, run_node_fast, with_bytes, with_cluster,
+    with_opt_bytes, JResult,
 };
 use crate::capi::result::{racaffinity_result, Failure};
 use crate::capi::types::{node_id, outcome_arg};
@@ -106,6 +107,27 @@ pub extern "system" fn Java_io_racaffinity_Native_contextPick<'l>(
     })
 }
 
+/// Reads the optional affinities of a request (a null array is "none";
+/// `key_is_i64` routes by `key_i64` instead of `key`; `context` 0 is "none",
+/// the OS thread's pin) and calls `f` with them; `transaction` is `None`.
+#[allow(clippy::too_many_arguments)]
+fn with_request<R>(
+    env: &Env<'_>,
+    key: &JByteArray<'_>,
+    key_i64: jlong,
+    key_is_i64: jboolean,
+    session: &JByteArray<'_>,
+    context: jlong,
+    f: impl FnOnce(RouteRequest<'_>) -> JResult<R>,
+) -> JResult<R> {
+    with_opt_bytes(env, key, "key", |key| {
+        with_opt_bytes(env, session, "session", |session| {
+            let key = if key_is_i64 { Some(DataKey::Int(key_i64)) } else { key.map(DataKey::Bytes) };
+            f(RouteRequest { transaction: None, key, session, context: (context != 0).then(|| ctx(context)) })
+        })
+    })
+}
+
 /// `long requestPick(long handle, byte[] gtrid, byte[] key, long keyI64,
 /// boolean keyIsI64, byte[] session, long context)`: routes a unit of work
 /// that may hold several affinities by the core's precedence
@@ -128,21 +150,39 @@ pub extern "system" fn Java_io_racaffinity_Native_requestPick<'l>(
 ) -> jlong {
     run(&mut env, |env| {
         with_opt_bytes(env, &gtrid, "gtrid", |gtrid| {
-            with_opt_bytes(env, &key, "key", |key| {
-                with_opt_bytes(env, &session, "session", |session| {
-                    let key = if key_is_i64 { Some(DataKey::Int(key_i64)) } else { key.map(DataKey::Bytes) };
-                    let req = RouteRequest {
-                        transaction: gtrid,
-                        key,
-                        session,
-                        context: (context != 0).then(|| ctx(context)),
-                    };
-                    with_cluster(h, |c| {
-                        let r = c.route(&req)?;
-                        c.begin_lease(r.node);
-                        Ok(pack(r))
-                    })
+            with_request(env, &key, key_i64, key_is_i64, &session, context, |req| {
+                let req = RouteRequest { transaction: gtrid, ..req };
+                with_cluster(h, |c| {
+                    let r = c.route(&req)?;
+                    c.begin_lease(r.node);
+                    Ok(pack(r))
                 })
+            })
+        })
+    })
+}
+
+/// `long requestRoute(long handle, byte[] gtrid, byte[] key, long keyI64,
+/// boolean keyIsI64, byte[] session, long context)`: like `requestPick`,
+/// without a lease (as `contextRoute`).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_io_racaffinity_Native_requestRoute<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    gtrid: JByteArray<'l>,
+    key: JByteArray<'l>,
+    key_i64: jlong,
+    key_is_i64: jboolean,
+    session: JByteArray<'l>,
+    context: jlong,
+) -> jlong {
+    run(&mut env, |env| {
+        with_opt_bytes(env, &gtrid, "gtrid", |gtrid| {
+            with_request(env, &key, key_i64, key_is_i64, &session, context, |req| {
+                let req = RouteRequest { transaction: gtrid, ..req };
+                with_cluster(h, |c| Ok(pack(c.route(&req)?)))
             })
         })
     })
@@ -210,6 +250,33 @@ pub extern "system" fn Java_io_racaffinity_Native_txBeginOn<'l>(
     run(&mut env, |env| {
         let preferred = node_arg(preferred)?;
         with_bytes(env, &gtrid, "gtrid", |g| with_cluster(h, |c| Ok(pack(c.tx_begin_on(g, Some(node_id(preferred)))?))))
+    })
+}
+
+/// `long txBeginFor(long handle, byte[] gtrid, byte[] key, long keyI64,
+/// boolean keyIsI64, byte[] session, long context)`: begins or joins a
+/// branch; a new gtrid is placed where the request's other affinities point
+/// (`Cluster::tx_begin_for`: data key, session, the context's pin, else the
+/// placement policy). The optional arguments are as for `requestPick`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_io_racaffinity_Native_txBeginFor<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    gtrid: JByteArray<'l>,
+    key: JByteArray<'l>,
+    key_i64: jlong,
+    key_is_i64: jboolean,
+    session: JByteArray<'l>,
+    context: jlong,
+) -> jlong {
+    run(&mut env, |env| {
+        with_bytes(env, &gtrid, "gtrid", |g| {
+            with_request(env, &key, key_i64, key_is_i64, &session, context, |req| {
+                with_cluster(h, |c| Ok(pack(c.tx_begin_for(g, &req)?)))
+            })
+        })
     })
 }
 

@@ -281,6 +281,35 @@ public final class Cluster implements AutoCloseable {
     }
 
     /**
+     * Like {@link #pickFor(byte[], byte[], byte[])} without a lease: the core's
+     * precedence (transaction, data key, session, the thread's pin, else load
+     * balancing) for work that leases its node some other way, or not at all.
+     *
+     * @param gtrid the global transaction's gtrid, or null
+     * @param key a data (sharding) key, or null
+     * @param session a web-session key, or null
+     * @return the route
+     */
+    public Route routeFor(byte[] gtrid, byte[] key, byte[] session) {
+        if (gtrid == null && key == null && session == null) {
+            return route();
+        }
+        return route(Native.requestRoute(handle, gtrid, key, 0, false, session, contextKey()));
+    }
+
+    /**
+     * {@link #routeFor(byte[], byte[], byte[])} with an integer data key.
+     *
+     * @param gtrid the global transaction's gtrid, or null
+     * @param key the data key
+     * @param session a web-session key, or null
+     * @return the route
+     */
+    public Route routeFor(byte[] gtrid, long key, byte[] session) {
+        return route(Native.requestRoute(handle, gtrid, null, key, true, session, contextKey()));
+    }
+
+    /**
      * Like {@link #pick()} without a lease: the cheapest routing call.
      *
      * @return the route
@@ -362,6 +391,34 @@ public final class Cluster implements AutoCloseable {
      */
     public Route txBegin(byte[] gtrid, int preferred) {
         return route(Native.txBeginOn(handle, gtrid(gtrid), preferred));
+    }
+
+    /**
+     * Begins or joins a branch of a global transaction, like {@link #txBegin(byte[])};
+     * the core places a <em>new</em> gtrid where the request's other affinities
+     * point: the data {@code key}, else the {@code session}, else the calling
+     * thread's pin, else by the transaction placement policy (also when that node
+     * cannot take new work). An existing gtrid is joined wherever it lives.
+     *
+     * @param gtrid the gtrid
+     * @param key a data (sharding) key, or null
+     * @param session a web-session key, or null
+     * @return the route
+     */
+    public Route txBeginFor(byte[] gtrid, byte[] key, byte[] session) {
+        return route(Native.txBeginFor(handle, gtrid(gtrid), key, 0, false, session, contextKey()));
+    }
+
+    /**
+     * {@link #txBeginFor(byte[], byte[], byte[])} with an integer data key.
+     *
+     * @param gtrid the gtrid
+     * @param key the data key
+     * @param session a web-session key, or null
+     * @return the route
+     */
+    public Route txBeginFor(byte[] gtrid, long key, byte[] session) {
+        return route(Native.txBeginFor(handle, gtrid(gtrid), null, key, true, session, contextKey()));
     }
 
     /**

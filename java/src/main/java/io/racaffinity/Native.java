@@ -93,6 +93,9 @@ final class Native {
     static native long requestPick(long h, byte[] gtrid, byte[] key, long keyI64, boolean keyIsI64, byte[] session,
             long context);
 
+    static native long requestRoute(long h, byte[] gtrid, byte[] key, long keyI64, boolean keyIsI64, byte[] session,
+            long context);
+
     static native void leaseBegin(long h, int node);
 
     static native void leaseEnd(long h, int node, int outcome);
@@ -101,6 +104,9 @@ final class Native {
     static native long txBegin(long h, byte[] gtrid);
 
     static native long txBeginOn(long h, byte[] gtrid, int preferred);
+
+    static native long txBeginFor(long h, byte[] gtrid, byte[] key, long keyI64, boolean keyIsI64, byte[] session,
+            long context);
 
     static native long txRoute(long h, byte[] gtrid);
 

@@ -406,6 +406,38 @@ class ClusterTest {
         }
     }
 
+    @Test
+    void txBeginForPlacesNewGtridsBySessionElsePin() {
+        try (Cluster c = three("")) {
+            byte[] session = b("txf-s");
+            int sessionNode = c.routeSession(session).node();
+            try (Pin p = c.pin()) {
+                int other = p.node();
+                // A session on another node than the pin, so the precedence shows.
+                byte[] s = session;
+                for (int i = 0; c.routeSession(s).node() == other; i++) {
+                    s = b("txf-s-" + i);
+                }
+                int sNode = c.routeSession(s).node();
+                assertEquals(sNode, c.txBeginFor(b("txf-1"), null, s).node(), "a new gtrid follows the session");
+                for (int i = 0; i < 6; i++) {
+                    assertEquals(p.node(), c.txBeginFor(b("txf-2-" + i), null, null).node(), "else the thread's pin");
+                }
+                assertEquals(sNode, c.txBeginFor(b("txf-1"), null, null).node(), "an existing gtrid is joined");
+                assertEquals(sNode, c.txRoute(b("txf-1")).node());
+                assertEquals(sNode, c.routeFor(null, null, s).node(), "routeFor: the session wins over the pin");
+                assertEquals(p.node(), c.routeFor(null, null, null).node(), "routeFor: else the pin");
+            }
+            assertEquals(sessionNode, c.txBeginFor(b("txf-3"), null, session).node());
+            long intKey = 7;
+            assertEquals(c.routeKey(intKey).node(), c.txBeginFor(b("txf-4"), intKey, session).node(),
+                    "a data key wins over the session");
+            assertThrows(NullPointerException.class, () -> c.txBeginFor(null, null, session));
+            assertThrows(InvalidArgumentException.class, () -> c.txBeginFor(new byte[0], null, null));
+            assertThrows(InvalidArgumentException.class, () -> c.txBeginFor(b("txf-5"), new byte[1025], null));
+        }
+    }
+
     // ---- nodes, events, health ------------------------------------------------
 
     @Test

@@ -13,7 +13,6 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.OptionalInt;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.LongAdder;
@@ -179,24 +178,13 @@ public final class XaRouter {
 
     // ---- placement -------------------------------------------------------------
 
-    /** Where a new gtrid prefers to go: the thread's pin, else the request's web session. */
-    private int preferred() {
-        OptionalInt pin = cluster.pinnedNode();
-        if (pin.isPresent()) {
-            return pin.getAsInt();
-        }
-        byte[] s = requestSession.get();
-        if (s != null) {
-            return cluster.routeSession(s).node();
-        }
-        return -1;
-    }
-
-    /** Node of work outside any global transaction: the request's session, else the pin or balancing. */
+    /**
+     * Node of work outside any global transaction: the core's precedence for the
+     * request's session and the thread's pin (else load balancing).
+     */
     int localNode() throws XAException {
         try {
-            byte[] s = requestSession.get();
-            return s != null ? cluster.routeSession(s).node() : cluster.route().node();
+            return cluster.routeFor(null, null, requestSession.get()).node();
         } catch (AffinityException e) {
             throw XaErrors.routing(e, "local work", null);
         }
@@ -208,8 +196,8 @@ public final class XaRouter {
         try {
             Route r;
             if (affinity) {
-                int p = preferred();
-                r = p >= 0 ? cluster.txBegin(k.gtrid, p) : cluster.txBegin(k.gtrid);
+                // The core places a new gtrid by the request's session, else the thread's pin.
+                r = cluster.txBeginFor(k.gtrid, null, requestSession.get());
             } else {
                 r = cluster.route();
             }
