@@ -1,6 +1,7 @@
 //! Data (sharding key) affinity.
 
 use super::buffer::{bytes_arg, out_arg};
+use super::call::span_route;
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result};
 use super::types::racaffinity_route;
@@ -16,11 +17,8 @@ pub unsafe extern "C" fn racaffinity_key_route(
     len: usize,
     out: *mut racaffinity_route,
 ) -> racaffinity_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let (out, k) = unsafe { (out_arg(out, "out")?, bytes_arg(key, len, "key")?) };
-        handle::with(cluster, |c| out.set(c.route_key(k)?.into()))
-    })
+    // SAFETY: per this function's contract.
+    unsafe { span_route(cluster, key, len, "key", out, |c, k| c.route_key(k)) }
 }
 
 /// Routes an integer key to its partition's node.

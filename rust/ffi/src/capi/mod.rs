@@ -2,6 +2,7 @@
 //! [`result::racaffinity_result`] and writes outputs through out-pointers.
 
 pub mod buffer;
+mod call;
 pub mod cluster;
 pub mod connect;
 pub mod data;

@@ -1,6 +1,7 @@
 //! Web-session affinity.
 
-use super::buffer::{bytes_arg, out_arg};
+use super::buffer::bytes_arg;
+use super::call::span_route;
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result};
 use super::types::racaffinity_route;
@@ -16,11 +17,8 @@ pub unsafe extern "C" fn racaffinity_session_route(
     len: usize,
     out: *mut racaffinity_route,
 ) -> racaffinity_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let (out, k) = unsafe { (out_arg(out, "out")?, bytes_arg(key, len, "key")?) };
-        handle::with(cluster, |c| out.set(c.session_route(k)?.into()))
-    })
+    // SAFETY: per this function's contract.
+    unsafe { span_route(cluster, key, len, "key", out, |c, k| c.session_route(k)) }
 }
 
 /// Ends session `key`'s affinity. `*out_existed` (may be NULL) tells whether it had one.

@@ -1,8 +1,8 @@
 //! XA transaction affinity by gtrid bytes.
 
-use super::buffer::{bytes_arg, out_arg};
-use super::handle::{self, racaffinity_cluster};
-use super::result::{guard, racaffinity_result};
+use super::call::{span_call, span_route};
+use super::handle::racaffinity_cluster;
+use super::result::racaffinity_result;
 use super::types::{node_id, racaffinity_route};
 
 /// Begins or joins a branch of `gtrid` (1..=64 bytes) and writes its route.
@@ -17,11 +17,8 @@ pub unsafe extern "C" fn racaffinity_tx_begin(
     len: usize,
     out: *mut racaffinity_route,
 ) -> racaffinity_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let (out, g) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?) };
-        handle::with(cluster, |c| out.set(c.tx_begin(g)?.into()))
-    })
+    // SAFETY: per this function's contract.
+    unsafe { span_route(cluster, gtrid, len, "gtrid", out, |c, g| c.tx_begin(g)) }
 }
 
 /// Like `racaffinity_tx_begin`, but a *new* gtrid is placed on `preferred`
@@ -37,11 +34,8 @@ pub unsafe extern "C" fn racaffinity_tx_begin_on(
     preferred: u32,
     out: *mut racaffinity_route,
 ) -> racaffinity_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let (out, g) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?) };
-        handle::with(cluster, |c| out.set(c.tx_begin_on(g, Some(node_id(preferred)))?.into()))
-    })
+    // SAFETY: per this function's contract.
+    unsafe { span_route(cluster, gtrid, len, "gtrid", out, |c, g| c.tx_begin_on(g, Some(node_id(preferred)))) }
 }
 
 /// Where 2PC commands for `gtrid` go. Never moves the transaction.
@@ -55,11 +49,8 @@ pub unsafe extern "C" fn racaffinity_tx_route(
     len: usize,
     out: *mut racaffinity_route,
 ) -> racaffinity_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let (out, g) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?) };
-        handle::with(cluster, |c| out.set(c.tx_route(g)?.into()))
-    })
+    // SAFETY: per this function's contract.
+    unsafe { span_route(cluster, gtrid, len, "gtrid", out, |c, g| c.tx_route(g)) }
 }
 
 /// Marks a branch of `gtrid` prepared: the transaction never moves again.
@@ -72,11 +63,8 @@ pub unsafe extern "C" fn racaffinity_tx_prepared(
     gtrid: *const u8,
     len: usize,
 ) -> racaffinity_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let g = unsafe { bytes_arg(gtrid, len, "gtrid") }?;
-        handle::with(cluster, |c| c.tx_prepared(g).map(|_| ()).map_err(Into::into))
-    })
+    // SAFETY: per this function's contract.
+    unsafe { span_call(cluster, gtrid, len, "gtrid", |c, g| Ok(c.tx_prepared(g)?)) }
 }
 
 /// Ends one branch (at its commit or rollback); the entry goes with the last.
@@ -89,11 +77,8 @@ pub unsafe extern "C" fn racaffinity_tx_end(
     gtrid: *const u8,
     len: usize,
 ) -> racaffinity_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let g = unsafe { bytes_arg(gtrid, len, "gtrid") }?;
-        handle::with(cluster, |c| c.tx_end(g).map(|_| ()).map_err(Into::into))
-    })
+    // SAFETY: per this function's contract.
+    unsafe { span_call(cluster, gtrid, len, "gtrid", |c, g| Ok(c.tx_end(g)?)) }
 }
 
 /// Forgets `gtrid` whatever its branch count (the whole transaction ended).
@@ -106,11 +91,8 @@ pub unsafe extern "C" fn racaffinity_tx_complete(
     gtrid: *const u8,
     len: usize,
 ) -> racaffinity_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let g = unsafe { bytes_arg(gtrid, len, "gtrid") }?;
-        handle::with(cluster, |c| c.tx_complete(g).map(|_| ()).map_err(Into::into))
-    })
+    // SAFETY: per this function's contract.
+    unsafe { span_call(cluster, gtrid, len, "gtrid", |c, g| Ok(c.tx_complete(g)?)) }
 }
 
 /// Records that `node` returned `gtrid` from a recovery scan, so its commit
@@ -125,9 +107,6 @@ pub unsafe extern "C" fn racaffinity_tx_recovered(
     len: usize,
     node: u32,
 ) -> racaffinity_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let g = unsafe { bytes_arg(gtrid, len, "gtrid") }?;
-        handle::with(cluster, |c| c.tx_recovered(g, node_id(node)).map_err(Into::into))
-    })
+    // SAFETY: per this function's contract.
+    unsafe { span_call(cluster, gtrid, len, "gtrid", |c, g| Ok(c.tx_recovered(g, node_id(node))?)) }
 }
