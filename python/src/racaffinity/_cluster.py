@@ -498,6 +498,24 @@ class SessionScope:
 _serials = itertools.count(1)
 
 
+def read_text(fill: Any, cap: int = 4096, fail: Any = None) -> str:
+    """Reads a NUL-terminated string that the library writes into a caller
+    buffer, growing the buffer on BUFFER_TOO_SMALL. `fill(buf, cap, out_len)`
+    makes the call; `fail(rc)` raises for any other code (default `raise_for`)."""
+    fail = fail or raise_for
+    out_len = _new("size_t *")
+    for _ in range(16):
+        buf = _new("char[]", cap)
+        rc = fill(buf, cap, out_len)
+        if rc == 0:
+            return ffi.string(buf).decode("utf-8")
+        if rc != BUFFER_TOO_SMALL:
+            fail(rc)
+        cap = int(out_len[0]) + int(out_len[0]) // 8 + 256  # counters move: some slack
+    fail(BUFFER_TOO_SMALL)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 class Cluster:
     """One database's nodes, policy and affinity registries: a handle on a
     `racaffinity_cluster`.
@@ -900,17 +918,7 @@ class Cluster:
     # -- metrics ---------------------------------------------------------------
 
     def _read_text(self, fill: Any, cap: int = 4096) -> str:
-        out_len = _new("size_t *")
-        for _ in range(16):
-            buf = _new("char[]", cap)
-            rc = fill(buf, cap, out_len)
-            if rc == 0:
-                return ffi.string(buf).decode("utf-8")
-            if rc != BUFFER_TOO_SMALL:
-                self._raise(rc)
-            cap = int(out_len[0]) + int(out_len[0]) // 8 + 256  # counters move: some slack
-        self._raise(BUFFER_TOO_SMALL)
-        raise AssertionError  # unreachable
+        return read_text(fill, cap, self._raise)
 
     def metrics(self) -> Dict[str, Any]:
         """The metrics snapshot (the library's JSON, parsed)."""

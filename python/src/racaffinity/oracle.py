@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from ._cluster import Cluster, _cstr
+from ._cluster import Cluster, _cstr, read_text
 from ._errors import ConfigError, KeyOverflowError, raise_for
 from ._lib import ffi, lib
 
@@ -53,22 +53,7 @@ def address_connect_string(
     if not 0 <= default_port <= 0xFFFF:
         raise KeyOverflowError(f"port {default_port} is not in 1..=65535", 4)
     a, s, i = _cstr(address, "address"), _cstr(service, "service"), _cstr(instance, "instance")
-    return _read(lambda buf, cap, n: lib.racaffinity_address_connect_string(int(form), a, default_port, s, i, buf, cap, n))
-
-
-def _read(call: Any) -> str:
-    out_len = ffi.new("size_t *")
-    cap = 512
-    for _ in range(4):
-        buf = ffi.new("char[]", cap)
-        rc = call(buf, cap, out_len)
-        if rc == 0:
-            return ffi.string(buf).decode("utf-8")
-        if rc != int(lib.RACAFFINITY_RESULT_BUFFER_TOO_SMALL):
-            raise_for(rc)
-        cap = int(out_len[0])
-    raise_for(int(lib.RACAFFINITY_RESULT_BUFFER_TOO_SMALL))
-    raise AssertionError("unreachable")  # pragma: no cover
+    return read_text(lambda buf, cap, n: lib.racaffinity_address_connect_string(int(form), a, default_port, s, i, buf, cap, n))
 
 
 def connect_string(form: ConnectForm, host: str, port: int, service: str, instance: str) -> str:
@@ -79,7 +64,7 @@ def connect_string(form: ConnectForm, host: str, port: int, service: str, instan
         # The C parameter is uint16_t; the core refuses 0 itself.
         raise KeyOverflowError(f"port {port} is not in 1..=65535", 4)
     h, s, i = _cstr(host, "host"), _cstr(service, "service"), _cstr(instance, "instance")
-    return _read(lambda buf, cap, n: lib.racaffinity_connect_string(int(form), h, port, s, i, buf, cap, n))
+    return read_text(lambda buf, cap, n: lib.racaffinity_connect_string(int(form), h, port, s, i, buf, cap, n))
 
 
 def descriptor(host: str, port: int, service: str, instance: str) -> str:
