@@ -11,6 +11,7 @@ use crate::node::NodeId;
 use crate::rendezvous::{self, Weights};
 use crate::route::{Route, RouteKind};
 use crate::sharded::Sharded;
+use crate::topology::Topology;
 
 /// Longest accepted session or data key.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -55,16 +56,18 @@ impl Cluster {
     /// holds, else a newly placed one.
     pub fn session_route(&self, key: &[u8]) -> Result<Route> {
         check_key("session key", key)?;
+        // One snapshot for the whole call: every load is two locked
+        // instructions on the hot path.
+        let topo = self.topo();
         let route = match self.inner.config.session.mode {
-            SessionMode::Stateless => self.session_stateless(key)?,
-            SessionMode::Registry => self.session_registry(key)?,
+            SessionMode::Stateless => self.session_stateless(&topo, key)?,
+            SessionMode::Registry => self.session_registry(&topo, key)?,
         };
-        self.count(&self.topo(), Some(Scope::Session), route);
+        self.count(&topo, Some(Scope::Session), route);
         Ok(route)
     }
 
-    fn session_stateless(&self, key: &[u8]) -> Result<Route> {
-        let topo = self.topo();
+    fn session_stateless(&self, topo: &Topology, key: &[u8]) -> Result<Route> {
         let h = hash::hash_bytes(key);
         // The owner is computed over every live node advising affinity, so a
         // node going down moves only its own sessions.
@@ -74,10 +77,8 @@ impl Cluster {
             Some(n) if self.is_strict(Scope::Session) => Err(self.refuse(Scope::Session, n)),
             _ => {
                 let (id, kind) = self
-                    .place(&topo, Scope::Session, crate::config::Placement::Rendezvous, h, |n| n.affinity_advised())
-                    .or_else(|_| {
-                        self.place(&topo, Scope::Session, crate::config::Placement::Rendezvous, h, |_| true)
-                    })?;
+                    .place(topo, Scope::Session, crate::config::Placement::Rendezvous, h, |n| n.affinity_advised())
+                    .or_else(|_| self.place(topo, Scope::Session, crate::config::Placement::Rendezvous, h, |_| true))?;
                 Ok(Route::new(
                     id,
                     if kind == RouteKind::Placed && owner.is_some() { RouteKind::Repinned } else { kind },
@@ -86,8 +87,7 @@ impl Cluster {
         }
     }
 
-    fn session_registry(&self, key: &[u8]) -> Result<Route> {
-        let topo = self.topo();
+    fn session_registry(&self, topo: &Topology, key: &[u8]) -> Result<Route> {
         let now = self.clock().now_ms();
         let ttl = self.inner.config.session.idle_ttl_ms;
         let reg = &self.inner.sessions;
@@ -114,8 +114,8 @@ impl Cluster {
         let placement = self.inner.config.session.placement;
         let h = hash::hash_bytes(key);
         let (id, kind) = self
-            .place(&topo, Scope::Session, placement, h, |n| n.affinity_advised())
-            .or_else(|_| self.place(&topo, Scope::Session, placement, h, |_| true))?;
+            .place(topo, Scope::Session, placement, h, |n| n.affinity_advised())
+            .or_else(|_| self.place(topo, Scope::Session, placement, h, |_| true))?;
         let epoch = topo.node(id).expect("placed on a known node").session_epoch();
         m.insert(key.into(), SessionEntry { node: id, epoch, last_used_ms: now });
         drop(m);
