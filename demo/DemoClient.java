@@ -63,16 +63,11 @@ public final class DemoClient {
 
     DemoClient(String config) {
         cluster = Cluster.fromConfig(config);
-        // The Java API does not hand a node's address back, so read
-        // node.<NAME>.address from the same config text.
+        // Each node's listener, as the core parsed it from node.<NAME>.address.
         for (int id : cluster.nodeIds()) {
-            String name = cluster.nodeName(id);
-            String key = "node\\." + Pattern.quote(name) + "\\.address";
-            Matcher m = Pattern.compile("(?im)(?:^|;)\\s*" + key + "\\s*=\\s*([^;\\n]+?)\\s*(?:$|;)").matcher(config);
-            if (!m.find()) {
-                throw new IllegalArgumentException("no node." + name + ".address in the config");
-            }
-            urls.put(id, "jdbc:postgresql://" + m.group(1) + "/postgres?user=postgres&connectTimeout=5");
+            String address = cluster.nodeAddress(id).orElseThrow(() ->
+                    new IllegalArgumentException("no node." + cluster.nodeName(id) + ".address in the config"));
+            urls.put(id, "jdbc:postgresql://" + address + "/postgres?user=postgres&connectTimeout=5");
         }
     }
 

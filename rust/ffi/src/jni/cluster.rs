@@ -143,6 +143,24 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeName<'l>(
     })
 }
 
+/// `String nodeAddress(long handle, int node)`: the configured `host:port`,
+/// or "" when the node has none.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_nodeAddress<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    node: jint,
+) -> JString<'l> {
+    run_to_string(&mut env, || {
+        let node = node_arg(node)?;
+        with_cluster(h, |c| {
+            let n = c.node(node_id(node)).ok_or_else(|| unknown(node))?;
+            Ok(n.address().unwrap_or_default().to_string())
+        })
+    })
+}
+
 /// `int nodeFind(long handle, String name)`: a live node's id (case-insensitive).
 #[no_mangle]
 pub extern "system" fn Java_io_racaffinity_Native_nodeFind<'l>(

@@ -10,6 +10,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.concurrent.atomic.AtomicBoolean;
 
@@ -104,6 +105,18 @@ public final class Cluster implements AutoCloseable {
     /** @return live node ids, ascending */
     public int[] nodeIds() {
         return Native.nodeIds(handle);
+    }
+
+    /**
+     * A node's listener address, as the core parsed it from {@code node.<NAME>.address}.
+     *
+     * @param node node id
+     * @return {@code host:port}, or empty when the node has no address
+     * @throws UnknownNodeException if there never was such a node
+     */
+    public Optional<String> nodeAddress(int node) {
+        String a = Native.nodeAddress(handle, node);
+        return a.isEmpty() ? Optional.empty() : Optional.of(a);
     }
 
     /**

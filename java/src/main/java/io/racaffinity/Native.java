@@ -49,6 +49,8 @@ final class Native {
 
     static native String nodeName(long h, int node);
 
+    static native String nodeAddress(long h, int node);
+
     static native int nodeFind(long h, String name);
 
     static native int nodeState(long h, int node);

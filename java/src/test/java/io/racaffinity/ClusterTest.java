@@ -10,6 +10,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
@@ -33,6 +34,16 @@ class ClusterTest {
     }
 
     // ---- construction and config -------------------------------------------
+
+    @Test
+    void nodeAddressesComeBackAsTheCoreParsedThem() {
+        try (Cluster c = Cluster.fromConfig("nodes = A, B, C\nnode.A.address = h1:1522\nnode.B.address = [::1]:1521")) {
+            assertEquals(Optional.of("h1:1522"), c.nodeAddress(0));
+            assertEquals(Optional.of("[::1]:1521"), c.nodeAddress(1));
+            assertEquals(Optional.empty(), c.nodeAddress(2));
+            assertThrows(UnknownNodeException.class, () -> c.nodeAddress(9));
+        }
+    }
 
     @Test
     void buildsFromConfigTextAndNamesNodesInIdOrder() {
