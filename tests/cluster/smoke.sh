@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Smoke test for tests/cluster/pgnodes: multi-node start, the 2PC
-# "prepared transaction is node-local" behaviour racaffinity relies on
-# (PostgreSQL's "does not exist" error is our ORA-24756 analogue),
-# crash (kill -9) + restart, and stop. Exits non-zero on any failure.
+# Smoke test for the node harness, with real servers, proxies and psql:
+# pgnodes (multi-node start, the "prepared transaction is node-local"
+# behaviour racaffinity relies on - PostgreSQL's "does not exist" error is our
+# ORA-24756 analogue -, durable commits across kill -9 + restart, stop), then
+# every fault of tests/cluster/faults (smoke_faults.sh) and the RAC model of
+# one database behind three instances (smoke_rac.sh). Exits non-zero on any
+# failure. Ports: pgnodes' and faults' environment variables.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -24,8 +27,10 @@ abort() { fail "$*"; exit 1; }
 
 summary() {
     local rc=$?
+    [[ -n ${SCRATCH:-} ]] && rm -rf "$SCRATCH"
     if (( ! finished )); then
-        echo "smoke: stopping nodes (cleanup)"
+        echo "smoke: stopping proxies and nodes (cleanup)"
+        "$HERE/faults" stop >/dev/null 2>&1 || echo "smoke: warning: 'faults stop' failed during cleanup" >&2
         "$PGNODES" stop >/dev/null 2>&1 || echo "smoke: warning: 'pgnodes stop' failed during cleanup" >&2
     fi
     echo
@@ -185,7 +190,12 @@ n=$(psql_node 2 -c "SELECT count(*) FROM pg_prepared_xacts WHERE gid = '$gid2'")
 psql_node 2 -c "ROLLBACK PREPARED '$gid2'" >/dev/null && pass "node 2: ROLLBACK PREPARED in-doubt txn" \
     || fail "node 2: ROLLBACK PREPARED '$gid2'"
 
+source "$HERE/smoke_faults.sh"
+source "$HERE/smoke_rac.sh"
+
 echo "== stop"
+"$FAULTS" stop || abort "faults stop"
+answers 1 && fail "instance 1 still answers after 'faults stop'" || pass "no proxy after 'faults stop'"
 "$PGNODES" stop || abort "pgnodes stop"
 finished=1
 up=()
