@@ -200,8 +200,15 @@ mod tests {
         Cluster::from_config_text("nodes = A, B").unwrap()
     }
 
+    /// The handle table is process-wide: these tests take turns with it.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     #[test]
     fn a_slot_near_the_end_of_its_generations_is_retired_not_reused() {
+        let _turn = serial();
         let h = insert(cluster()).unwrap();
         let (index, _) = decode(h).unwrap();
         remove(h).unwrap();
@@ -224,6 +231,7 @@ mod tests {
 
     #[test]
     fn freeing_a_handle_releases_the_clusters_registries_even_if_cached_elsewhere() {
+        let _turn = serial();
         let c = cluster();
         let shell = c.clone();
         let h = insert(c).unwrap();
