@@ -603,7 +603,8 @@ class XaFaultsTest {
                 "probes ran");
         for (NodeMetrics m : ds.getCluster().nodeMetrics()) {
             assertEquals(NodeState.UP, m.state(), "probed with the application's credentials: " + m);
-            assertEquals(0, m.probeMisses(), m.toString());
+            // (a probe still running at the next 25 ms tick counts as a miss: misses alone prove nothing here)
+            assertEquals(0, m.stateChanges(), "never marked down: " + m);
         }
     }
 
