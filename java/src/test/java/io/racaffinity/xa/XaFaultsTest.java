@@ -525,6 +525,73 @@ class XaFaultsTest {
         assertNothingLeaked(ds);
     }
 
+    /** One Narayana transaction, branch 1 on RAC2, RAC2 marked down, then branch 2: returns the run id. */
+    String spanUnderNarayana(AffinityXADataSource ds, boolean expectRefusal) throws Exception {
+        io.racaffinity.test.Narayana.init();
+        jakarta.transaction.TransactionManager tm = io.racaffinity.test.Narayana.tm();
+        tm.setTransactionTimeout(60);
+        String run = UUID.randomUUID().toString();
+        XAConnection c1 = connect(ds);
+        XAConnection c2 = connect(ds);
+        tm.begin();
+        try {
+            steerTo(ds, "RAC2", () -> {
+                try {
+                    tm.getTransaction().enlistResource(c1.getXAResource());
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            insert(c1, run, 1);
+            ds.getCluster().setNodeState("RAC2", NodeState.DOWN);
+            boolean enlisted;
+            try {
+                enlisted = tm.getTransaction().enlistResource(c2.getXAResource());
+            } catch (jakarta.transaction.SystemException e) {
+                enlisted = false;
+            }
+            assertEquals(!expectRefusal, enlisted, "strict refuses the span, soft allows it");
+            if (expectRefusal) {
+                tm.rollback();
+                return run;
+            }
+            insert(c2, run, 2);
+            tm.getTransaction().delistResource(c1.getXAResource(), XAResource.TMSUCCESS);
+            tm.getTransaction().delistResource(c2.getXAResource(), XAResource.TMSUCCESS);
+        } catch (Exception | AssertionError e) {
+            tm.rollback();
+            throw e;
+        }
+        tm.commit();
+        return run;
+    }
+
+    @Test
+    void underNarayanaASoftSpanCommitsBothBranchesAsTwoResourceManagers() throws Exception {
+        AffinityXADataSource ds = ds("");
+        String run = spanUnderNarayana(ds, false);
+        int total = 0;
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            total += rows(i, run);
+            assertTrue(XaRows.prepared(i).stream().noneMatch(g -> g.startsWith(XaRows.NARAYANA_GID)),
+                    "nothing in doubt on node " + i);
+        }
+        assertEquals(1, rows(2, run), "branch 1 on its node");
+        assertEquals(2, total, "both branches committed, each once");
+        assertEquals(2L, ds.getRouter().statistics().get("prepares"), "two resource managers: two-phase commit");
+        assertNothingLeaked(ds);
+    }
+
+    @Test
+    void underNarayanaStrictModeRefusesTheSpanAndNothingIsCommittedAnywhere() throws Exception {
+        AffinityXADataSource ds = ds("; transaction.strict = true");
+        String run = spanUnderNarayana(ds, true);
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            assertEquals(0, rows(i, run), "node " + i);
+        }
+        assertNothingLeaked(ds);
+    }
+
     // ---- 7. the XA heartbeat probes with the application's credentials ---------------
 
     /** A node XADataSource that counts the connections asked of it (the heartbeat's probes among them). */
