@@ -233,7 +233,7 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
         nodes.setRegisterMBean(register);
     }
 
-    /** @param prefixes SQLState prefixes that report a node failure (default {@code 08,57P01,57P02,57P03}) */
+    /** @param prefixes SQLState prefixes that report a node failure (default {@code 08,57P02,57P03}) */
     public void setNodeFailureSqlStates(String prefixes) {
         nodes.setNodeFailureSqlStates(prefixes);
     }

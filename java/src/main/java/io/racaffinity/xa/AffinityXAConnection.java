@@ -84,9 +84,13 @@ public final class AffinityXAConnection implements XAConnection {
 
         @Override
         public void connectionErrorOccurred(ConnectionEvent event) {
-            broken = true;
             SQLException e = event.getSQLException();
-            if (e != null && router.isNodeFailure(e)) {
+            boolean news;
+            synchronized (AffinityXAConnection.this) {
+                news = !broken;
+                broken = true;
+            }
+            if (news && e != null && router.isNodeFailure(e)) {
                 router.reportFailure(node);
             }
             ConnectionEvent ev = new ConnectionEvent(AffinityXAConnection.this, e);
@@ -162,12 +166,15 @@ public final class AffinityXAConnection implements XAConnection {
      * An XA call to {@code node} failed with a connection-class error: its physical connection
      * is dead (XA calls fire no connection events), so the next call opens a fresh one. A
      * branch that was active on it died with the session.
+     *
+     * @return whether this is news (the connection was not known broken): the failure is counted then
      */
-    synchronized void markBroken(int node) {
+    synchronized boolean markBroken(int node) {
         Physical p = node < byNode.length ? byNode[node] : null;
         if (p == null) {
-            return;
+            return true; // the failure was opening one (or a short-lived connection's)
         }
+        boolean news = !p.broken;
         p.broken = true;
         if (p.associated != null) {
             XaRouter.Branch b = router.branch(p.associated);
@@ -179,6 +186,7 @@ public final class AffinityXAConnection implements XAConnection {
             }
             p.associated = null;
         }
+        return news;
     }
 
     /** The physical connection to {@code node} if one is open (never opens one), else null. */

@@ -67,14 +67,20 @@ public final class AffinityXAResource implements XAResource {
      * opens a fresh one; an application error (a constraint, a trigger, 28000 for one user, one
      * terminated session) counts nothing.
      *
-     * @return whether the node failed
+     * @return whether the call failed for its connection (node failure or lost session): the
+     *     branch entry is then kept for the TM's retry
      */
     boolean failed(int node, XAException e) {
-        if (!router.isNodeFailure(e)) {
-            return false;
+        boolean nodeFailed = router.isNodeFailure(e);
+        if (!nodeFailed && !XaRouter.isConnectionLost(e)) {
+            return false; // an application error: the connection is fine
         }
-        router.reportFailure(node);
-        conn.markBroken(node);
+        // The connection is dead (a crashed node, or one terminated session): replace it. Count a node failure
+        // only for news: a call on a connection already known dead (08003 "connection closed" after its
+        // session was terminated, say) did not reach the node.
+        if (conn.markBroken(node) && nodeFailed) {
+            router.reportFailure(node);
+        }
         return true;
     }
 

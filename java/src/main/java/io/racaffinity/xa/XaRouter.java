@@ -195,6 +195,35 @@ public final class XaRouter {
         return false;
     }
 
+    /**
+     * Whether a failed XA call's physical connection is dead, whatever the node's health: any
+     * connection-class state (08xxx, 57Pxx: one terminated session too), a lost connection
+     * (SQLRecoverableException) or a socket error anywhere in the chain. Such a connection is
+     * replaced; whether the node failed is {@link #isNodeFailure(Throwable)}'s question.
+     */
+    static boolean isConnectionLost(Throwable e) {
+        Throwable t = e;
+        for (int depth = 0; t != null && depth < 16; depth++) {
+            if (t instanceof java.io.IOException || t instanceof java.sql.SQLRecoverableException) {
+                return true;
+            }
+            if (t instanceof SQLException) {
+                for (SQLException s = (SQLException) t; s != null; s = s.getNextException() == s ? null
+                        : s.getNextException()) {
+                    String st = s.getSQLState();
+                    if (st != null && (st.startsWith("08") || st.startsWith("57P"))) {
+                        return true;
+                    }
+                    if (s.getNextException() == null) {
+                        break;
+                    }
+                }
+            }
+            t = t.getCause() == t ? null : t.getCause();
+        }
+        return false;
+    }
+
     void reportFailure(int node) {
         try {
             cluster.reportOutcome(node, false);

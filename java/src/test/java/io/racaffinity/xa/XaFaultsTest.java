@@ -309,6 +309,46 @@ class XaFaultsTest {
         assertEquals(NodeState.UP, m.state());
     }
 
+    @Test
+    void aTerminatedSessionIsNotANodeFailureAndItsBranchIsReleased() throws Exception {
+        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        Connection h = c.getConnection();
+        int pid;
+        try (Statement s = h.createStatement(); ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
+            rs.next();
+            pid = rs.getInt(1);
+        }
+        try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
+            s.execute("SELECT pg_terminate_backend(" + pid + ")"); // 57P01 for this one session
+        }
+        SQLException dead = assertThrows(SQLException.class, () -> h.createStatement().execute("SELECT 1"));
+        assertTrue(dead.getSQLState() != null, String.valueOf(dead));
+        try {
+            r.end(x, XAResource.TMSUCCESS);
+        } catch (XAException e) {
+            // the session is gone: either answer is fine
+        }
+        xaFails(() -> r.prepare(x)); // the branch died with its session
+        r.rollback(x); // what the TM does: nothing is left on the node
+        NodeMetrics m = metrics(ds, "RAC1");
+        assertEquals(0, m.failures(), "one terminated session (57P01, " + dead.getSQLState() + ") is no node failure: "
+                + m);
+        assertNothingLeaked(ds);
+        // the same XAConnection works again: a fresh physical connection
+        Xid next = xid(1);
+        String run = UUID.randomUUID().toString();
+        r.start(next, XAResource.TMNOFLAGS);
+        insert(c, run, 1);
+        r.end(next, XAResource.TMSUCCESS);
+        r.commit(next, true);
+        assertEquals(1, rows(1, run));
+        assertNothingLeaked(ds);
+    }
+
     // ---- 2. rollback after a failed prepare releases the branch ---------------------
 
     @Test
@@ -655,7 +695,7 @@ class XaFaultsTest {
         AffinityXADataSource ds = new AffinityXADataSource();
         ds.setConfig("name = xa-faults-hb-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3");
         ds.setNodeXADataSources(nodes);
-        ds.setHeartbeatIntervalMillis(25);
+        ds.setHeartbeatIntervalMillis(200);
         ds.setRegisterMBean(false);
         opened.add(ds);
         XAConnection c = ds.getXAConnection("postgres", "");
@@ -670,7 +710,7 @@ class XaFaultsTest {
                 "probes ran");
         for (NodeMetrics m : ds.getCluster().nodeMetrics()) {
             assertEquals(NodeState.UP, m.state(), "probed with the application's credentials: " + m);
-            // (a probe still running at the next 25 ms tick counts as a miss: misses alone prove nothing here)
+            // (a probe still running at the next tick counts as a miss: misses alone prove nothing on a busy machine)
             assertEquals(0, m.stateChanges(), "never marked down: " + m);
         }
     }
