@@ -90,6 +90,15 @@ def test_keyword_config_covers_mappings_durations_and_text():
         assert c.node_address("B") == "[::1]:1521"
 
 
+def test_recovery_scope_comes_from_the_config():
+    with ra.Cluster(nodes=["A", "B"]) as c:
+        assert c.recovery_scope == "node"
+    with ra.Cluster("nodes = A, B; recovery.scope = database") as c:
+        assert c.recovery_scope == "database"
+    with pytest.raises(ra.ConfigError, match="recovery.scope"):
+        ra.Cluster("nodes = A; recovery.scope = rac")
+
+
 def test_heartbeat_defaults():
     with ra.Cluster(nodes=["A"]) as c:
         assert c.heartbeat_interval == 10.0

@@ -46,6 +46,16 @@ class ClusterTest {
     }
 
     @Test
+    void recoveryScopeComesFromTheConfig() {
+        try (Cluster c = Cluster.fromConfig("nodes = A, B")) {
+            assertEquals(RecoveryScope.NODE, c.recoveryScope());
+        }
+        try (Cluster c = Cluster.fromConfig("nodes = A, B\nrecovery.scope = database")) {
+            assertEquals(RecoveryScope.DATABASE, c.recoveryScope());
+        }
+    }
+
+    @Test
     void buildsFromConfigTextAndNamesNodesInIdOrder() {
         try (Cluster c = Cluster.fromConfig("name = orcl; nodes = MYDB1, MYDB2, MYDB3")) {
             assertEquals("orcl", c.name());
