@@ -39,6 +39,7 @@ use crate::capi::types::{node_id, racaffinity_route};
 mod cluster;
 mod connect;
 mod routing;
+mod xa;
 #[cfg(feature = "testing")]
 mod testing;
 

@@ -562,6 +562,9 @@ class XaFaultsTest {
         int otherNode = Integer.parseInt(((AffinityXAResource) r2).boundNodeName().substring(3));
         assertEquals(1, rows(2, run), "branch 1 committed on its own node");
         assertEquals(1, rows(otherNode, run), "branch 2 committed on its own node");
+        assertEquals(1, metrics(ds, "RAC2").txSpans(), "the span is counted on the node it left");
+        assertEquals(1, ds.getCluster().nodeMetrics().stream().mapToLong(NodeMetrics::txSpans).sum());
+        assertTrue(ds.getCluster().metricsJson().contains("\"tx_spans\":1"), ds.getCluster().metricsJson());
         assertNothingLeaked(ds);
     }
 
@@ -619,6 +622,7 @@ class XaFaultsTest {
         assertEquals(1, rows(2, run), "branch 1 on its node");
         assertEquals(2, total, "both branches committed, each once");
         assertEquals(2L, ds.getRouter().statistics().get("prepares"), "two resource managers: two-phase commit");
+        assertEquals(1, metrics(ds, "RAC2").txSpans(), "counted");
         assertNothingLeaked(ds);
     }
 
@@ -629,6 +633,7 @@ class XaFaultsTest {
         for (int i = 1; i <= PgNodes.COUNT; i++) {
             assertEquals(0, rows(i, run), "node " + i);
         }
+        assertEquals(0, ds.getCluster().nodeMetrics().stream().mapToLong(NodeMetrics::txSpans).sum(), "no span");
         assertNothingLeaked(ds);
     }
 
