@@ -3,7 +3,9 @@ package io.racaffinity.xa;
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
 import io.racaffinity.Lease;
+import io.racaffinity.NodeState;
 import io.racaffinity.Outcome;
+import io.racaffinity.RecoveryScope;
 import io.racaffinity.Route;
 import io.racaffinity.UnknownTransactionException;
 import java.lang.System.Logger.Level;
@@ -48,6 +50,8 @@ public final class XaRouter {
     private final Predicate<SQLException> nodeFailure;
     private final UnaryOperator<String> redact;
     private final Supplier<byte[]> requestSession;
+    /** Independent databases (scan all, complete where found) or instances of one (any instance will do). */
+    private final RecoveryScope scope;
 
     /** Branches started here (live) or returned by a recovery scan, by exact xid. */
     private final Map<XidKey, Branch> branches = new ConcurrentHashMap<>();
@@ -98,6 +102,12 @@ public final class XaRouter {
         this.nodeFailure = nodeFailure == null ? e -> false : nodeFailure;
         this.redact = redact == null ? s -> s : redact;
         this.requestSession = requestSession == null ? () -> null : requestSession;
+        this.scope = cluster.recoveryScope();
+    }
+
+    /** @return the cluster's {@code recovery.scope} */
+    public RecoveryScope recoveryScope() {
+        return scope;
     }
 
     /** @return the routing core */
@@ -357,9 +367,11 @@ public final class XaRouter {
      */
     int resolve(XidKey k, String op, AffinityXAConnection via) throws XAException {
         Branch b = branches.get(k);
-        if (b != null) {
+        if (b != null && !(scope == RecoveryScope.DATABASE && affinity && (!b.live || b.prepared))) {
             return b.node;
         }
+        // recovery.scope = database: a prepared (or recovered) branch can be completed through any instance of
+        // the database, and the core's txRoute picks one: the owner when Up, else another Up instance.
         if (affinity) {
             try {
                 return cluster.txRoute(k.gtrid).node();
@@ -368,6 +380,9 @@ public final class XaRouter {
             } catch (AffinityException e) {
                 throw XaErrors.routing(e, op, k);
             }
+        }
+        if (b != null) {
+            return b.node;
         }
         int found = locate(k, via);
         if (found < 0) {
@@ -477,9 +492,11 @@ public final class XaRouter {
                 if (b == null) {
                     branches.put(k, new Branch(node, false, null));
                 } else if (b.node != node) {
-                    LOG.log(Level.WARNING, () -> "recovery: xid " + k + " returned by " + nodeName(node)
-                            + " is tracked on " + nodeName(b.node));
-                    continue;
+                    if (scope == RecoveryScope.NODE) {
+                        LOG.log(Level.WARNING, () -> "recovery: xid " + k + " returned by " + nodeName(node)
+                                + " is tracked on " + nodeName(b.node));
+                    }
+                    continue; // database scope: another instance of the same database lists the same branch
                 }
                 if (affinity) {
                     try {
@@ -497,8 +514,9 @@ public final class XaRouter {
     /** After a full scan: forget recovered xids that nodes which answered no longer return. */
     synchronized void scanned(Set<Integer> answered, Set<XidKey> returned) {
         List<XidKey> gone = new ArrayList<>();
+        boolean anyInstanceSeesAll = scope == RecoveryScope.DATABASE && !answered.isEmpty();
         branches.forEach((k, b) -> {
-            if (!b.live && answered.contains(b.node) && !returned.contains(k)) {
+            if (!b.live && (anyInstanceSeesAll || answered.contains(b.node)) && !returned.contains(k)) {
                 gone.add(k);
             }
         });
@@ -533,10 +551,7 @@ public final class XaRouter {
     private int locate(XidKey k, AffinityXAConnection via) throws XAException {
         XAException silent = null;
         int silentNode = -1;
-        for (int node : nodeIds()) {
-            if (node >= byId.length || byId[node] == null) {
-                continue;
-            }
+        for (int node : scanOrder()) {
             Xid[] xids;
             try {
                 xids = via.recoverOn(node);
@@ -551,6 +566,9 @@ public final class XaRouter {
                     return node;
                 }
             }
+            if (scope == RecoveryScope.DATABASE) {
+                return -1; // an instance answered: it lists every in-doubt branch of the database
+            }
         }
         if (silent != null) {
             throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: xid " + k + " is in no in-doubt list of the"
@@ -560,16 +578,41 @@ public final class XaRouter {
         return -1;
     }
 
-    /** Full scan for {@code recover(TMSTARTRSCAN)}: every node, merged. */
+    /**
+     * The nodes a scan asks, in order: every node with an XADataSource; Up nodes first, so in
+     * database scope the one answering instance is usually found at the first try.
+     */
+    private List<Integer> scanOrder() {
+        List<Integer> up = new ArrayList<>();
+        List<Integer> rest = new ArrayList<>();
+        for (int node : nodeIds()) {
+            if (node >= byId.length || byId[node] == null) {
+                continue;
+            }
+            NodeState st;
+            try {
+                st = cluster.nodeState(node);
+            } catch (AffinityException e) {
+                st = NodeState.DOWN;
+            }
+            (st == NodeState.DOWN ? rest : up).add(node);
+        }
+        up.addAll(rest);
+        return up;
+    }
+
+    /**
+     * Full scan for {@code recover(TMSTARTRSCAN)}: node scope, every node, merged; database
+     * scope, the first instance that answers.
+     */
     Xid[] scanAll(AffinityXAConnection via) throws XAException {
         List<Xid> all = new ArrayList<>();
         Set<Integer> answered = new HashSet<>();
         Set<XidKey> returned = new HashSet<>();
         XAException last = null;
-        int[] ids = nodeIds();
-        for (int node : ids) {
-            if (node >= byId.length || byId[node] == null) {
-                continue;
+        for (int node : scanOrder()) {
+            if (!answered.isEmpty() && scope == RecoveryScope.DATABASE) {
+                break; // one instance of the database answered: that is every in-doubt branch
             }
             Xid[] xids;
             try {
