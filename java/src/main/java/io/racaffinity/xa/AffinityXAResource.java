@@ -19,14 +19,20 @@ import javax.transaction.xa.Xid;
  *       existing branch's node; {@code TMRESUME} resumes on the bound node.
  *   <li>{@code end} goes to the physical connection the branch was started on;
  *       {@code prepare}, {@code commit}, {@code rollback} and {@code forget} to the
- *       branch's node (core {@code txRoute}). A successful prepare marks the branch
+ *       node the branch was started on (this binding's record: in a soft-mode span the
+ *       branches of one gtrid are on two nodes), never refused for routing reasons; an
+ *       xid with no record (recovered) goes where the core's {@code txRoute} says, and
+ *       with {@code recovery.scope = database} a prepared branch too (any instance of the
+ *       database completes it: the owner when Up, else another). A successful prepare marks the branch
  *       prepared ({@code txPrepared}): it never moves again. Completion (commit,
  *       rollback, forget, an {@code XA_RDONLY} prepare, or a driver answer that the
  *       branch was rolled back or does not exist) releases it ({@code txEnd}).
- *   <li>{@code recover(TMSTARTRSCAN)} scans every node, returns the merged list and
- *       records which node returned each xid ({@code txRecovered}), so its commit or
- *       rollback goes there. A node that does not answer is skipped (its branches
- *       are recovered by a later scan); {@code XAException.XAER_RMFAIL} only if none answers.
+ *   <li>{@code recover(TMSTARTRSCAN)} scans every node ({@code recovery.scope = node}) or
+ *       the first instance that answers ({@code database}), returns each xid once and
+ *       records which node returned it ({@code txRecovered}), so its commit or rollback
+ *       goes there. A node that does not answer is skipped (its branches are recovered by
+ *       a later scan); {@code XAException.XAER_RMFAIL} only if none answers. A command for
+ *       an xid found nowhere is {@code XAER_NOTA} only if every node that could hold it answered.
  *   <li>{@code isSameRM} is true only for another resource of the same data source
  *       that is (or would be) on the same node, and only if that node's driver
  *       agrees for the two physical connections; so a TM joins branches at most
@@ -35,10 +41,10 @@ import javax.transaction.xa.Xid;
  * </ul>
  *
  * <p>Routing refusals become {@link XAException}s with the codes listed in
- * {@link XaErrors}: notably {@code XAException.XAER_RMFAIL} when a prepared branch's node is
- * down (retry later: it never moves), and when a strict transaction scope
- * ({@code transaction.strict}, JMX {@code UseStrictXAAffinity}) refuses to start
- * a branch away from its owner.
+ * {@link XaErrors}: notably {@code XAException.XAER_RMFAIL} when a strict transaction scope
+ * ({@code transaction.strict}, JMX {@code UseStrictXAAffinity}) refuses to start a branch away
+ * from its owner. A failed call counts one node failure only for a connection-class cause
+ * (see {@link #failed}); application errors count nothing.
  */
 public final class AffinityXAResource implements XAResource {
     private final AffinityXAConnection conn;

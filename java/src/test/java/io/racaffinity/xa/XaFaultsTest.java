@@ -378,6 +378,29 @@ class XaFaultsTest {
         assertNothingLeaked(ds);
     }
 
+    @Test
+    void closingTheXaConnectionReleasesItsUnpreparedAndRefusedBranches() throws Exception {
+        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        XAConnection refused = ds.getXAConnection();
+        XAResource r = refused.getXAResource();
+        Xid x = xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        try (Connection h = refused.getConnection(); Statement s = h.createStatement()) {
+            s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (3)");
+        }
+        r.end(x, XAResource.TMSUCCESS);
+        xaFails(() -> r.prepare(x));
+        XAConnection active = ds.getXAConnection();
+        Xid y = xid(1);
+        active.getXAResource().start(y, XAResource.TMNOFLAGS);
+        insert(active, UUID.randomUUID().toString(), 1);
+        assertEquals(2, ds.getRouter().trackedBranches());
+        refused.close(); // the TM lost interest (no rollback): the database has nothing of either branch
+        active.close();
+        assertNothingLeaked(ds);
+        assertEquals(List.of(), prepared(1));
+    }
+
     // ---- 3. a dead physical connection is replaced -----------------------------------
 
     @Test
