@@ -44,7 +44,7 @@ import javax.transaction.xa.Xid;
  * {@link XaErrors}: notably {@code XAException.XAER_RMFAIL} when a strict transaction scope
  * ({@code transaction.strict}, JMX {@code UseStrictXAAffinity}) refuses to start a branch away
  * from its owner. A failed call counts one node failure only for a connection-class cause
- * (see {@link #failed}); application errors count nothing.
+ * (08xxx, refused, reset or timed-out sockets); application errors count nothing.
  */
 public final class AffinityXAResource implements XAResource {
     private final AffinityXAConnection conn;
