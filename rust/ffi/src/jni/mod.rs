@@ -39,9 +39,9 @@ use crate::capi::types::{node_id, racaffinity_route};
 mod cluster;
 mod connect;
 mod routing;
-mod xa;
 #[cfg(feature = "testing")]
 mod testing;
+mod xa;
 
 /// Why a JNI call failed: a routing failure (mapped through the one table) or
 /// a JNI-level error (usually a Java exception that is already pending).
