@@ -239,8 +239,9 @@ def test_transaction_scope(cluster):
             assert tx2.node == tx.node and tx2.begin_route.kind == ra.RouteKind.AFFINITY
         tx.prepared()
         cluster.set_node_state(tx.name, "down")
+        assert tx.route().node == tx.node  # 2PC goes where the branch is, whatever the state
         with pytest.raises(ra.PreparedNodeUnavailableError):
-            tx.route()
+            cluster.tx_begin("gtrid-42")  # but no new branch joins a prepared transaction
         cluster.set_node_state(tx.name, ra.NodeState.UP)
     assert cluster.current_transaction() is None
     with pytest.raises(ra.UnknownTransactionError):

@@ -249,9 +249,8 @@ class ClusterTest {
             Route r = c.txBegin(b("g1"));
             assertEquals(r.node(), c.txPrepared(b("g1")));
             c.setNodeState(r.nodeName(), NodeState.DOWN);
-            // 2PC commands are never refused for routing reasons: txRoute names the owner, Down or not
+            // Its 2PC still goes there: only that node holds the branch.
             assertEquals(r.node(), c.txRoute(b("g1")).node());
-            // but no new branch joins a prepared transaction on a Down node
             PreparedNodeUnavailableException e =
                     assertThrows(PreparedNodeUnavailableException.class, () -> c.txBegin(b("g1")));
             assertTrue(e.getMessage().contains(r.nodeName()), e.getMessage());
