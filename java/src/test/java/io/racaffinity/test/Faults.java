@@ -64,6 +64,26 @@ public final class Faults {
         return ports;
     }
 
+    /**
+     * Starts {@code n} instances, instance I in front of node I (independent databases).
+     *
+     * @return instance number (1-based) → proxy port
+     */
+    public static Map<Integer, Integer> startNodes(int n) throws IOException, InterruptedException {
+        run(180, "start", Integer.toString(n));
+        Map<Integer, Integer> ports = new HashMap<>();
+        Matcher m = PORT.matcher(run(30, "env"));
+        while (m.find()) {
+            ports.put(Integer.parseInt(m.group(1)), Integer.parseInt(m.group(2)));
+        }
+        return ports;
+    }
+
+    /** Instance {@code i} stops answering: connections stay open, no byte passes (calls hang until their timeout). */
+    public static void blackhole(int i) throws IOException, InterruptedException {
+        run(60, "blackhole", Integer.toString(i));
+    }
+
     /** Instance {@code i} stops listening: new connections are refused, open ones closed. */
     public static void refuse(int i) throws IOException, InterruptedException {
         run(60, "refuse", Integer.toString(i));
