@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List
 
+import psycopg
 import pytest
 
 import racaffinity
@@ -76,6 +77,39 @@ def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> 
         if time.monotonic() - t0 > timeout:
             pytest.fail(f"condition not met within {timeout:.1f}s")
         time.sleep(step)
+
+
+def prepared_xacts(pg: PgNodes) -> Dict[str, List[str]]:
+    """The gids in `pg_prepared_xacts` of every node, read by SQL."""
+    out = {}
+    for name, dsn in pg.dsn.items():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            out[name] = [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts ORDER BY gid")]
+    return out
+
+
+def tpc_rows(pg: PgNodes) -> Dict[str, list]:
+    """(gtrid, branch) rows of py_tpc on every node, read by SQL."""
+    out = {}
+    for name, dsn in pg.dsn.items():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            out[name] = sorted(tuple(r) for r in conn.execute("SELECT gtrid, branch FROM py_tpc"))
+    return out
+
+
+@pytest.fixture
+def tables(pg: PgNodes):
+    """An empty py_tpc on every node; no prepared transaction left behind
+    (max_prepared_transactions is 64)."""
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS py_tpc (gtrid text, branch text)")
+            conn.execute("TRUNCATE py_tpc")
+    yield
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall():
+                conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(gid))
 
 
 def fan_line(instance: str, status: str, reason: str = "FAILURE") -> str:
