@@ -128,6 +128,9 @@ class FaultProxy:
                     threading.Event().wait(0.05)
                     continue
                 for key, _ in sel.select(timeout=0.05):
+                    with self._lock:
+                        if self._blackhole:  # set while we waited: move nothing
+                            break
                     src = key.fileobj
                     dst = key.data
                     data = src.recv(65536)  # type: ignore[union-attr]

@@ -153,6 +153,42 @@ class _Base:
             raise ValueError("heartbeat_interval must be > 0")
         self.probe_timeout = float(probe_timeout) if probe_timeout is not None else min(1.0, self.heartbeat_interval)
         self._closed = False
+        # The binding's branch map: gtrid -> {xid string: node} of branches a
+        # GlobalTransaction left in doubt (racaffinity.tpc), until a retry or
+        # recover_all resolves them.
+        self._doubt: Dict[str, Dict[str, int]] = {}
+        self._doubt_lock = threading.Lock()
+
+    # -- in-doubt branches (kept for racaffinity.tpc) -----------------------------
+
+    @property
+    def in_doubt(self) -> Dict[str, List[str]]:
+        """gtrid -> Xids (as strings) of the branches this process left in
+        doubt and has not resolved yet."""
+        with self._doubt_lock:
+            return {g: sorted(x) for g, x in self._doubt.items()}
+
+    def _note_in_doubt(self, gtrid: str, node: int, xid: str) -> None:
+        with self._doubt_lock:
+            self._doubt.setdefault(gtrid, {})[xid] = node
+
+    def _forget_in_doubt(self, gtrid: str, xid: Optional[str]) -> None:
+        """Forgets one branch (`xid`) or, with None, the whole gtrid."""
+        with self._doubt_lock:
+            branches = self._doubt.get(gtrid)
+            if branches is None:
+                return
+            if xid is not None:
+                branches.pop(xid, None)
+            if xid is None or not branches:
+                del self._doubt[gtrid]
+
+    def _in_doubt_nodes(self) -> Dict[str, Set[int]]:
+        with self._doubt_lock:
+            return {g: set(x.values()) for g, x in self._doubt.items()}
+
+    def _node_dsn(self, node: int) -> str:
+        return self._dsns[node][1]
 
     # -- routing ----------------------------------------------------------------
 
