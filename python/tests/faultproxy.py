@@ -66,6 +66,12 @@ class FaultProxy:
             lst, self._listener = self._listener, None
             socks = list(self._socks)
         if lst is not None:
+            # shutdown first: a plain close leaves the socket listening while
+            # the accept thread is blocked on it (Linux)
+            try:
+                lst.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             lst.close()
         for s in socks:
             # shutdown, not close: the pump thread owns (and closes) them
