@@ -81,7 +81,8 @@ class FaultProxy:
                 pass
 
     def heal(self) -> None:
-        """Ends every fault; a refused proxy listens again on the same port."""
+        """Ends every fault; a refused proxy listens again on the same port,
+        and the connections a blackhole held are dropped."""
         with self._lock:
             self._blackhole = False
             self._lose_after = None
@@ -126,13 +127,21 @@ class FaultProxy:
         sel = selectors.DefaultSelector()
         sel.register(client, selectors.EVENT_READ, server)
         sel.register(server, selectors.EVENT_READ, client)
+        held = False
         try:
             while not self._closed:
                 with self._lock:
                     hole = self._blackhole
                 if hole:  # hold both sockets open, move nothing
+                    held = True
                     threading.Event().wait(0.05)
                     continue
+                if held:
+                    # Healed: the connections the blackhole held are dropped,
+                    # as after a partition that outlasted TCP, so bytes sent
+                    # into the hole never arrive late.
+                    _reset(client)
+                    return
                 for key, _ in sel.select(timeout=0.05):
                     with self._lock:
                         if self._blackhole:  # set while we waited: move nothing

@@ -119,3 +119,12 @@ async def test_recover_all_refuses_async_pools_with_a_clear_error(pg, cluster_fa
     async with AsyncNodePools(cluster_factory(nodes=NAMES), pg.dsn, timeout=2.0) as apools:
         with pytest.raises(TypeError, match="AsyncNodePools"):
             recover_all(apools)
+
+
+@pytest.mark.asyncio
+async def test_a_global_transaction_refuses_async_pools_with_a_clear_error(pg, cluster_factory):
+    from racaffinity.tpc import GlobalTransaction
+
+    async with AsyncNodePools(cluster_factory(nodes=NAMES), pg.dsn, timeout=2.0) as apools:
+        with pytest.raises(TypeError, match="AsyncNodePools"):
+            GlobalTransaction(apools, "async-gtx")

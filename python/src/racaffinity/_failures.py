@@ -91,9 +91,12 @@ class ConnectAttempts:
 
 def is_node_failure(exc: BaseException, pool: Any = None, *, waited_since: Optional[float] = None) -> bool:
     """Whether `exc` says the node failed (see the module doc). `pool` is
-    the node's pool, for a `PoolTimeout`; `waited_since` the monotonic time
-    its wait began."""
+    the node's pool, for a `PoolTimeout` (without one, a timeout counts; a
+    pool that `racaffinity.pools` did not make never does); `waited_since`
+    the monotonic time its wait began."""
     if isinstance(exc, psycopg_pool.PoolTimeout):
+        if pool is None:
+            return True  # no pool to ask: as documented since 0.1, assume the node
         attempts = getattr(pool, "_racaffinity_connects", None)
         return attempts is not None and attempts.cannot_connect(waited_since)
     if isinstance(exc, (psycopg_pool.PoolClosed, psycopg_pool.TooManyRequests)):

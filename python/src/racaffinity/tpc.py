@@ -103,6 +103,14 @@ class Branch:
     sent: Optional[str] = dataclasses.field(default=None, repr=False)
 
 
+def _require_sync(pools: Any, what: str) -> None:
+    if any(isinstance(p, psycopg_pool.AsyncConnectionPool) for _node, p in pools.items()):
+        raise TypeError(
+            f"{what} needs racaffinity.pools.NodePools; AsyncNodePools has no two-phase commit "
+            "helper (use a NodePools over the same nodes)"
+        )
+
+
 @contextlib.contextmanager
 def _node_connection(pools: "NodePools", node: int, timeout: Optional[float]) -> Iterator[psycopg.Connection]:
     """A new autocommit connection to `node`, closed at exit. Phase-two
@@ -180,6 +188,7 @@ class GlobalTransaction:
     ) -> None:
         if not isinstance(gtrid, str):
             raise TypeError(f"gtrid must be a str (psycopg Xids carry str), not {type(gtrid).__name__}")
+        _require_sync(pools, "GlobalTransaction")
         self.pools = pools
         self.cluster = pools.cluster
         self.gtrid = gtrid
@@ -693,11 +702,7 @@ def recover_all(
     completed (`RecoveryReport.completed`)."""
     if action not in ("rollback", "commit"):
         raise ValueError(f"action must be 'rollback' or 'commit', not {action!r}")
-    if any(isinstance(p, psycopg_pool.AsyncConnectionPool) for _node, p in pools.items()):
-        raise TypeError(
-            "recover_all needs racaffinity.pools.NodePools; AsyncNodePools has no two-phase commit "
-            "helper (run recovery with a NodePools over the same nodes)"
-        )
+    _require_sync(pools, "recover_all")
     if scope is None:
         scope = pools.cluster.recovery_scope
     if scope not in ("node", "database"):
