@@ -13,7 +13,7 @@ CBINDGEN := $(TOOLS)/bin/cbindgen
 LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
-.PHONY: demo-rust cbindgen-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
+.PHONY: demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
 	test-cluster test-demo test-c test-python test-java jar lint bench memory clean help
 
 all: build
@@ -42,6 +42,12 @@ $(CBINDGEN):
 cbindgen-tool: $(CBINDGEN)
 	@$(CBINDGEN) --version | grep -q ' $(CBINDGEN_VERSION)$$' || \
 	  $(CARGO) install cbindgen --version $(CBINDGEN_VERSION) --locked --force --root $(TOOLS)
+
+# Toxiproxy for the fault tests: the version is pinned in tests/cluster/faults,
+# which builds it with 'go install' under target/tools/bin when missing (and
+# does so by itself on first use, so this target is only a convenience).
+toxiproxy-tool:
+	tests/cluster/faults install
 
 header: cbindgen-tool
 	$(CBINDGEN) -q --config rust/ffi/cbindgen.toml --crate racaffinity-ffi --output include/racaffinity.h rust/ffi
@@ -99,7 +105,7 @@ test-rust:
 test-vectors:
 	python3 tests/vectors/generate.py --check
 
-test-cluster:
+test-cluster: toxiproxy-tool
 	tests/cluster/smoke.sh
 
 # racaffinity.jar: the Java API and JDBC DataSource, bundling libracaffinity.

@@ -107,6 +107,21 @@ typedef enum {
 } racaffinity_result;
 
 /*
+ What the nodes are to each other (`recovery.scope`), which decides how
+ in-doubt transactions are recovered.
+ */
+typedef enum {
+  /*
+   Independent databases: scan every node, complete each id where it was found.
+   */
+  RACAFFINITY_RECOVERY_SCOPE_NODE = 0,
+  /*
+   Instances of one database (RAC): any answering instance lists and completes every id.
+   */
+  RACAFFINITY_RECOVERY_SCOPE_DATABASE = 1,
+} racaffinity_recovery_scope;
+
+/*
  Node state.
  */
 typedef enum {
@@ -347,6 +362,16 @@ racaffinity_result racaffinity_cluster_node_count(const racaffinity_cluster *clu
 racaffinity_result racaffinity_cluster_heartbeat(const racaffinity_cluster *cluster,
                                                  uint64_t *out_interval_ms,
                                                  uint32_t *out_misses);
+
+/*
+ Whether the nodes are independent databases or instances of one
+ (`recovery.scope`): a host's recovery scan follows it.
+
+ # Safety
+ `out` must be NULL or writable.
+ */
+racaffinity_result racaffinity_cluster_recovery_scope(const racaffinity_cluster *cluster,
+                                                      racaffinity_recovery_scope *out);
 
 /*
  Switches a scope (`racaffinity_scope`) between strict and soft at runtime.

@@ -90,6 +90,15 @@ def test_keyword_config_covers_mappings_durations_and_text():
         assert c.node_address("B") == "[::1]:1521"
 
 
+def test_recovery_scope_comes_from_the_config():
+    with ra.Cluster(nodes=["A", "B"]) as c:
+        assert c.recovery_scope == "node"
+    with ra.Cluster("nodes = A, B; recovery.scope = database") as c:
+        assert c.recovery_scope == "database"
+    with pytest.raises(ra.ConfigError, match="recovery.scope"):
+        ra.Cluster("nodes = A; recovery.scope = rac")
+
+
 def test_heartbeat_defaults():
     with ra.Cluster(nodes=["A"]) as c:
         assert c.heartbeat_interval == 10.0
@@ -230,8 +239,9 @@ def test_transaction_scope(cluster):
             assert tx2.node == tx.node and tx2.begin_route.kind == ra.RouteKind.AFFINITY
         tx.prepared()
         cluster.set_node_state(tx.name, "down")
+        assert tx.route().node == tx.node  # 2PC goes where the branch is, whatever the state
         with pytest.raises(ra.PreparedNodeUnavailableError):
-            tx.route()
+            cluster.tx_begin("gtrid-42")  # but no new branch joins a prepared transaction
         cluster.set_node_state(tx.name, ra.NodeState.UP)
     assert cluster.current_transaction() is None
     with pytest.raises(ra.UnknownTransactionError):

@@ -876,7 +876,9 @@ static void strict_transaction_refuses_when_its_node_is_down(void) {
     CHECK_RC(racaffinity_tx_begin(c, B("gtrid-strict"), &r2), RACAFFINITY_RESULT_STRICT_AFFINITY);
     CHECK_LAST_ERROR_CONTAINS(owner);
     CHECK_LAST_ERROR_CONTAINS("transaction");
-    CHECK_RC(racaffinity_tx_route(c, B("gtrid-strict"), &r2), RACAFFINITY_RESULT_STRICT_AFFINITY);
+    /* 2PC (a rollback here) is never refused: it goes to the branch's node. */
+    CHECK_OK(racaffinity_tx_route(c, B("gtrid-strict"), &r2));
+    CHECK_EQ_U(r2.node, r.node);
     /* Soft at runtime: the unprepared transaction re-pins. */
     CHECK_OK(racaffinity_cluster_set_strict(c, RACAFFINITY_SCOPE_TRANSACTION, false));
     CHECK_OK(racaffinity_tx_begin(c, B("gtrid-strict"), &r2));
@@ -894,9 +896,11 @@ static void prepared_transaction_never_moves(void) {
     CHECK_OK(racaffinity_tx_prepared(c, B("gtrid-prep")));
     name_of(c, r.node, owner, sizeof owner);
     CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_DOWN));
-    CHECK_RC(racaffinity_tx_route(c, B("gtrid-prep"), &r2), RACAFFINITY_RESULT_PREPARED_NODE_UNAVAILABLE);
-    CHECK_LAST_ERROR_CONTAINS(owner);
+    /* Its commit still goes to the owner: only that node holds the branch. */
+    CHECK_OK(racaffinity_tx_route(c, B("gtrid-prep"), &r2));
+    CHECK_EQ_U(r2.node, r.node);
     CHECK_RC(racaffinity_tx_begin(c, B("gtrid-prep"), &r2), RACAFFINITY_RESULT_PREPARED_NODE_UNAVAILABLE);
+    CHECK_LAST_ERROR_CONTAINS(owner);
     CHECK_RC(racaffinity_tx_begin_on(c, B("gtrid-prep"), (r.node + 1) % 3, &r2),
              RACAFFINITY_RESULT_PREPARED_NODE_UNAVAILABLE);
     /* The node returns: the commit goes where the branch is. */
@@ -981,9 +985,11 @@ static void recovery_on_a_second_node_is_a_split_transaction(void) {
     CHECK_OK(racaffinity_tx_recovered(c, B("in-doubt-1"), 2)); /* the same node again is fine */
     CHECK_RC(racaffinity_tx_recovered(c, B("in-doubt-1"), 0), RACAFFINITY_RESULT_INVALID_ARGUMENT);
     CHECK_LAST_ERROR_CONTAINS("split transaction");
-    /* Recovered ids are prepared: they never move. */
+    /* Recovered ids are prepared: they never move, even off a Down node. */
     CHECK_OK(racaffinity_node_set_state(c, "MYDB3", RACAFFINITY_NODE_STATE_DOWN));
-    CHECK_RC(racaffinity_tx_route(c, B("in-doubt-1"), &r), RACAFFINITY_RESULT_PREPARED_NODE_UNAVAILABLE);
+    CHECK_OK(racaffinity_tx_route(c, B("in-doubt-1"), &r));
+    CHECK_EQ_U(r.node, 2);
+    CHECK_RC(racaffinity_tx_begin(c, B("in-doubt-1"), &r), RACAFFINITY_RESULT_PREPARED_NODE_UNAVAILABLE);
     CHECK_OK(racaffinity_tx_complete(c, B("in-doubt-1")));
     free_cluster(c);
 }
@@ -1351,6 +1357,24 @@ static void fan_user_down_drains_a_node(void) {
     free_cluster(c);
 }
 
+static void recovery_scope_comes_from_the_config(void) {
+    racaffinity_recovery_scope scope = RACAFFINITY_RECOVERY_SCOPE_DATABASE;
+    racaffinity_cluster *c = new_cluster("nodes = A, B");
+    CHECK_OK(racaffinity_cluster_recovery_scope(c, &scope));
+    CHECK_EQ_U(scope, RACAFFINITY_RECOVERY_SCOPE_NODE);
+    CHECK_RC(racaffinity_cluster_recovery_scope(c, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    racaffinity_cluster *rac = new_cluster("nodes = A, B\nrecovery.scope = database");
+    CHECK_OK(racaffinity_cluster_recovery_scope(rac, &scope));
+    CHECK_EQ_U(scope, RACAFFINITY_RECOVERY_SCOPE_DATABASE);
+    /* One database: every instance reports the same in-doubt id; not a split. */
+    CHECK_OK(racaffinity_tx_recovered(rac, B("gtrid-rac"), 0));
+    CHECK_OK(racaffinity_tx_recovered(rac, B("gtrid-rac"), 1));
+    CHECK_RC(racaffinity_tx_recovered(c, B("gtrid-ind"), 0), RACAFFINITY_RESULT_OK);
+    CHECK_RC(racaffinity_tx_recovered(c, B("gtrid-ind"), 1), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    free_cluster(rac);
+    free_cluster(c);
+}
+
 static void three_missed_probes_down_a_node_and_a_good_probe_restores_it(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     /* Hosts schedule their probes by the configured heartbeat. */
@@ -1648,6 +1672,7 @@ static const h_test tests[] = {
     TEST(fan_down_removes_a_node_from_picks_and_up_restores_it),
     TEST(fan_user_down_drains_a_node),
     TEST(three_missed_probes_down_a_node_and_a_good_probe_restores_it),
+    TEST(recovery_scope_comes_from_the_config),
     TEST(five_failed_leases_eject_a_node),
     TEST(five_reported_failures_eject_a_node),
     TEST(set_strict_switches_the_thread_scope_at_runtime),

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Smoke test for tests/cluster/pgnodes: multi-node start, the 2PC
-# "prepared transaction is node-local" behaviour racaffinity relies on
-# (PostgreSQL's "does not exist" error is our ORA-24756 analogue),
-# crash (kill -9) + restart, and stop. Exits non-zero on any failure.
+# Smoke test for the node harness, with real servers, proxies and psql:
+# pgnodes (multi-node start, the "prepared transaction is node-local"
+# behaviour racaffinity relies on - PostgreSQL's "does not exist" error is our
+# ORA-24756 analogue -, durable commits across kill -9 + restart, stop), then
+# every fault of tests/cluster/faults (smoke_faults.sh) and the RAC model of
+# one database behind three instances (smoke_rac.sh). Exits non-zero on any
+# failure. Ports: pgnodes' and faults' environment variables.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -24,8 +27,10 @@ abort() { fail "$*"; exit 1; }
 
 summary() {
     local rc=$?
+    [[ -n ${SCRATCH:-} ]] && rm -rf "$SCRATCH"
     if (( ! finished )); then
-        echo "smoke: stopping nodes (cleanup)"
+        echo "smoke: stopping proxies and nodes (cleanup)"
+        "$HERE/faults" stop >/dev/null 2>&1 || echo "smoke: warning: 'faults stop' failed during cleanup" >&2
         "$PGNODES" stop >/dev/null 2>&1 || echo "smoke: warning: 'pgnodes stop' failed during cleanup" >&2
     fi
     echo
@@ -80,6 +85,15 @@ for (( i = 1; i <= NODES; i++ )); do
     (( mpt > 0 )) || abort "node $i: max_prepared_transactions=$mpt (2PC disabled)"
 done
 pass "each node answers with its own inet_server_port(), 2PC enabled"
+
+# fsync may stay off (kill -9 keeps the OS page cache), but an acknowledged
+# commit must be in the WAL the OS holds before the client hears "COMMIT":
+# fault tests count rows after a crash.
+for (( i = 1; i <= NODES; i++ )); do
+    sc=$(psql_node "$i" -c "SHOW synchronous_commit") || abort "node $i: SHOW synchronous_commit"
+    [[ $sc == on ]] && pass "node $i: synchronous_commit=on" \
+        || fail "node $i: synchronous_commit=$sc, must be on (a crash would lose acknowledged commits)"
+done
 
 echo "== clean up prepared transactions left by earlier (crashed) runs"
 for (( i = 1; i <= NODES; i++ )); do
@@ -150,6 +164,13 @@ PREPARE TRANSACTION '$gid2';
 SQL
 pass "node 2: PREPARE TRANSACTION '$gid2' before crash"
 
+# Autocommitted, so psql returning means the commit was acknowledged; the
+# kill follows at once, before the WAL writer's own flush (200 ms) would hide
+# an asynchronous commit.
+acked="${gid}_acked"
+psql_node 2 -c "CREATE TABLE IF NOT EXISTS racaff_smoke_durable (id text PRIMARY KEY)" \
+    -c "INSERT INTO racaff_smoke_durable VALUES ('$acked')" >/dev/null \
+    || abort "node 2: autocommit INSERT before crash"
 "$PGNODES" kill 2 || abort "pgnodes kill 2"
 if reachable 2; then fail "node 2 still reachable after kill"; else pass "node 2 unreachable after 'pgnodes kill 2'"; fi
 if reachable 1 && reachable 3; then pass "nodes 1 and 3 unaffected"; else fail "node 1 or 3 unreachable after killing node 2"; fi
@@ -160,12 +181,21 @@ st=$("$PGNODES" status)
 if reachable 2; then pass "node 2 reachable after 'pgnodes restart 2'"; else abort "node 2 unreachable after restart"; fi
 got=$(psql_node 2 -c "SELECT inet_server_port()") || abort "query node 2 after restart"
 [[ $got == "$RACAFF_NODE2_PORT" ]] && pass "node 2 answers queries after restart" || fail "node 2 port after restart: $got"
+# an asynchronous commit can lose the CREATE TABLE too: count that as a loss
+n=$(psql_node 2 -c "SELECT count(*) FROM racaff_smoke_durable WHERE id = '$acked'" 2>&1) || true
+[[ $n == 1 ]] && pass "node 2: row committed (acknowledged) just before kill -9 survived" \
+    || fail "node 2: acknowledged row $acked lost by kill -9 + restart (count=${n//$'\n'/ })"
 n=$(psql_node 2 -c "SELECT count(*) FROM pg_prepared_xacts WHERE gid = '$gid2'")
 [[ $n == 1 ]] && pass "in-doubt $gid2 survived the crash on node 2" || fail "in-doubt $gid2 missing after crash (count=$n)"
 psql_node 2 -c "ROLLBACK PREPARED '$gid2'" >/dev/null && pass "node 2: ROLLBACK PREPARED in-doubt txn" \
     || fail "node 2: ROLLBACK PREPARED '$gid2'"
 
+source "$HERE/smoke_faults.sh"
+source "$HERE/smoke_rac.sh"
+
 echo "== stop"
+"$FAULTS" stop || abort "faults stop"
+answers 1 && fail "instance 1 still answers after 'faults stop'" || pass "no proxy after 'faults stop'"
 "$PGNODES" stop || abort "pgnodes stop"
 finished=1
 up=()

@@ -681,9 +681,11 @@ APPLY = [
                advised=["MYDB1"]),
         ],
         "nodes": [
+            # An advisory lists the instances offering the service: the last
+            # one names MYDB1 only, so MYDB2 and MYDB3 get a share of 0.
             node_view("MYDB1", weight=0, percent=0, flag="no_data", aff=False),
-            node_view("MYDB2", weight=40, percent=40, flag="good", aff=True),
-            node_view("MYDB3", weight=0, percent=20, flag="blocked", aff=True),
+            node_view("MYDB2", weight=0, percent=0, flag="no_data", aff=True),
+            node_view("MYDB3", weight=0, percent=0, flag="no_data", aff=True),
         ],
     },
     {
@@ -710,7 +712,8 @@ def events_file() -> dict:
             "error kind) and must change nothing, or succeeds with exactly the listed state `changes` (in node "
             "order), `revoked` (session affinity withdrawn by aff=FALSE) and `advised` (nodes whose RLB advice was "
             "updated). `nodes` is every node's view after the last step: state up/draining/down, effective_weight "
-            "(RLB percent once advised, 0 when BLOCKED, else the static weight), rlb_percent, rlb_flag, "
+            "(RLB percent once advised, 0 when BLOCKED or not named by the last advisory, else the static weight), "
+            "rlb_percent, rlb_flag, "
             "affinity_advised."
         ),
         "parse": [{"line": line, "expect": exp} for line, exp in PARSE_OK],
@@ -843,7 +846,7 @@ CONFIG_OK = [
     (
         "# comment\n! also a comment\n\nname = sales\ndatabase = orcl\nservice = svc\n"
         "nodes = MYDB1 , MYDB2\nnode.MYDB2.weight = 3\nnode.MYDB1.address = h1:1522\n"
-        "transaction.strict = yes\nsession.mode = stateless\nsession.idle_ttl = 90s\ndata.partitions = 7\n"
+        "transaction.strict = true\nsession.mode = stateless\nsession.idle_ttl = 90s\ndata.partitions = 7\n"
         "data.partition.3 = MYDB2\nheartbeat.interval = 500ms\nhealth.eject_backoff = 2s\n"
         "health.eject_backoff_max = 1h\npanic = fail\npolicy = weighted",
         {
@@ -855,7 +858,7 @@ CONFIG_OK = [
             "policy": "weighted",
         },
     ),
-    ("node.B.weight = 2; node.A.address = [::1]:1521; session.placement = rendezvous; thread.auto_pin = on", {
+    ("node.B.weight = 2; node.A.address = [::1]:1521; session.placement = rendezvous; thread.auto_pin = true", {
         "nodes": [{"name": "B", "weight": 2, "address": None}, {"name": "A", "weight": 1, "address": "[::1]:1521"}],
         "session.placement": "rendezvous",
     }),

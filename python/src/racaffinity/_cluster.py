@@ -631,6 +631,17 @@ class Cluster:
         """`heartbeat.misses` (3 by default), as the core parsed it."""
         return self._heartbeat()[1]
 
+    @property
+    def recovery_scope(self) -> str:
+        """`recovery.scope`: ``"node"`` (independent databases: scan every node,
+        complete each id where it was found) or ``"database"`` (instances of one
+        database, as on RAC: any answering instance lists and completes every id)."""
+        out = _new("racaffinity_recovery_scope *")
+        rc = lib.racaffinity_cluster_recovery_scope(self._h, out)
+        if rc:
+            self._raise(rc)
+        return "database" if int(out[0]) == lib.RACAFFINITY_RECOVERY_SCOPE_DATABASE else "node"
+
     def node_address(self, node: Union[int, str]) -> Optional[str]:
         """The node's configured `host:port` (None if unset)."""
         node = self.node_id(node)

@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::node::{DownCause, HealthConfig, Node, NodeState};
+use crate::node::{HealthConfig, Node};
 
 /// How an unpinned pick chooses among available nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -169,37 +169,54 @@ impl Balancer {
         Balancer { policy, panic, rr: AtomicU64::new(0) }
     }
 
-    /// Chooses among `nodes` that accept new work and pass `filter`.
+    /// Chooses among `nodes` that accept new work, preferring those that pass
+    /// `prefer` (a preference, never a reason to leave the usable set: a node
+    /// advising against session affinity still beats a Down one).
     ///
-    /// An ejected node whose back-off elapsed gets the pick as its half-open
-    /// trial, so recovery is noticed without waiting for an operator.
+    /// With `allow_trial`, an ejected node whose back-off elapsed gets the
+    /// pick as its half-open trial, so recovery is noticed without waiting
+    /// for an operator. Only one-shot leased picks may allow it.
     #[inline]
     pub fn choose<'a>(
         &self,
         nodes: &'a [Arc<Node>],
         clock: &dyn Clock,
         health: &HealthConfig,
-        filter: impl Fn(&Node) -> bool,
+        allow_trial: bool,
+        prefer: impl Fn(&Node) -> bool,
     ) -> Result<Choice<'a>> {
-        let mut c = Candidates::new();
+        let mut usable = Candidates::new();
+        let mut n_preferred = 0;
         for (i, n) in nodes.iter().enumerate() {
-            match n.state() {
-                NodeState::Up if filter(n) => c.push(i),
-                NodeState::Down
-                    if n.down_cause() == DownCause::Ejected && filter(n) && n.accepts_new(clock, health, true) =>
-                {
-                    return Ok(Choice::Node(n));
-                }
-                _ => {}
+            if n.accepts_new() {
+                usable.push(i);
+                n_preferred += usize::from(prefer(n));
+            } else if allow_trial && n.try_trial(clock, health) {
+                return Ok(Choice::Node(n));
             }
         }
+        // Only a mixed set needs a second list; the common case (no
+        // preference, or all alike) allocates nothing more.
+        let mixed;
+        let c = if n_preferred == 0 || n_preferred == usable.len() {
+            &usable
+        } else {
+            let mut p = Candidates::new();
+            for k in 0..usable.len() {
+                if prefer(&nodes[usable.get(k)]) {
+                    p.push(usable.get(k));
+                }
+            }
+            mixed = p;
+            &mixed
+        };
         let idx = match c.len() {
             0 => return self.panic_choice(nodes),
             1 => c.get(0),
             len => match self.policy {
                 Policy::Random => c.get(with_rng(|r| r.gen_range(0..len))),
                 Policy::RoundRobin => c.get((self.rr.fetch_add(1, Ordering::Relaxed) % len as u64) as usize),
-                Policy::Weighted => weighted(nodes, &c),
+                Policy::Weighted => weighted(nodes, c),
                 Policy::LeastOutstanding => {
                     // One draw gives both distinct positions.
                     let (a, b) = with_rng(|r| {

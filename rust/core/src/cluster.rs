@@ -293,7 +293,7 @@ impl Cluster {
     pub fn set_node_state(&self, name: &str, state: NodeState) -> Result<NodeState> {
         let node = self.node_by_name(name)?;
         let before = node.state();
-        node.transition(state, crate::node::DownCause::Admin);
+        node.set_admin(state);
         Ok(before)
     }
 
@@ -308,15 +308,28 @@ impl Cluster {
 
     // ---- shared routing steps ----------------------------------------------
 
-    /// A load-balanced choice among nodes passing `filter`.
+    /// A load-balanced choice, preferring nodes that pass `prefer`; `true`
+    /// in the result means the panic policy chose. No half-open trial: this
+    /// serves affinities and per-call fallbacks, never a bare leased pick.
     #[inline]
     pub(crate) fn balanced_in(
         &self,
         topo: &Topology,
         scope: Option<Scope>,
-        filter: impl Fn(&Node) -> bool,
+        prefer: impl Fn(&Node) -> bool,
     ) -> Result<(NodeId, bool)> {
-        match self.inner.balancer.choose(&topo.live, self.clock(), self.health(), filter) {
+        self.choose(topo, scope, false, prefer)
+    }
+
+    #[inline]
+    fn choose(
+        &self,
+        topo: &Topology,
+        scope: Option<Scope>,
+        allow_trial: bool,
+        prefer: impl Fn(&Node) -> bool,
+    ) -> Result<(NodeId, bool)> {
+        match self.inner.balancer.choose(&topo.live, self.clock(), self.health(), allow_trial, prefer) {
             Ok(Choice::Node(n)) => Ok((n.id(), false)),
             Ok(Choice::Panic(n)) => Ok((n.id(), true)),
             Err(Error::NoNodeAvailable { .. }) => Err(Error::NoNodeAvailable { scope }),
@@ -324,36 +337,49 @@ impl Cluster {
         }
     }
 
-    /// Chooses the node for a *new* affinity of `scope`.
+    /// Chooses the node for a *new* affinity of `scope` among nodes that take
+    /// new work, preferring those that pass `prefer`.
+    ///
+    /// Rendezvous placement ranks by static weight: a placement that several
+    /// processes must agree on may depend only on the topology and node
+    /// states, never on advisories that reach processes at different times.
     pub(crate) fn place(
         &self,
         topo: &Topology,
         scope: Scope,
         placement: Placement,
         key_hash: u64,
-        filter: impl Fn(&Node) -> bool,
+        prefer: impl Fn(&Node) -> bool,
     ) -> Result<(NodeId, RouteKind)> {
         match placement {
             Placement::Balanced => {
-                let (id, panic) = self.balanced_in(topo, Some(scope), filter)?;
+                let (id, panic) = self.balanced_in(topo, Some(scope), prefer)?;
                 Ok((id, if panic { RouteKind::Panic } else { RouteKind::Placed }))
             }
-            Placement::Rendezvous => {
-                let clock = self.clock();
-                let health = self.health();
-                if let Some(n) = rendezvous::owner(&topo.live, key_hash, Weights::Effective, |n| {
-                    n.accepts_new(clock, health, false) && filter(n)
-                }) {
-                    return Ok((n.id(), RouteKind::Placed));
-                }
-                if self.inner.balancer.panic == PanicPolicy::Fail {
-                    return Err(Error::NoNodeAvailable { scope: Some(scope) });
-                }
-                rendezvous::owner(&topo.live, key_hash, Weights::Effective, |_| true)
-                    .map(|n| (n.id(), RouteKind::Panic))
-                    .ok_or(Error::NoNodeAvailable { scope: Some(scope) })
-            }
+            Placement::Rendezvous => self.place_rendezvous(topo, scope, key_hash, prefer),
         }
+    }
+
+    /// Rendezvous over usable nodes (preferred first); the panic policy when
+    /// none is usable.
+    pub(crate) fn place_rendezvous(
+        &self,
+        topo: &Topology,
+        scope: Scope,
+        key_hash: u64,
+        prefer: impl Fn(&Node) -> bool,
+    ) -> Result<(NodeId, RouteKind)> {
+        let owner = rendezvous::owner(&topo.live, key_hash, Weights::Static, |n| n.accepts_new() && prefer(n))
+            .or_else(|| rendezvous::owner(&topo.live, key_hash, Weights::Static, |n| n.accepts_new()));
+        if let Some(n) = owner {
+            return Ok((n.id(), RouteKind::Placed));
+        }
+        if self.inner.balancer.panic == PanicPolicy::Fail {
+            return Err(Error::NoNodeAvailable { scope: Some(scope) });
+        }
+        rendezvous::owner(&topo.live, key_hash, Weights::Static, |_| true)
+            .map(|n| (n.id(), RouteKind::Panic))
+            .ok_or(Error::NoNodeAvailable { scope: Some(scope) })
     }
 
     /// Counts and builds a strict refusal.
@@ -385,10 +411,12 @@ impl Cluster {
         }
     }
 
-    /// An unpinned, load-balanced pick that ignores any affinity.
+    /// An unpinned, load-balanced pick that ignores any affinity. This is the
+    /// one place an ejected node's half-open trial can be granted: the pick
+    /// is one unit of work whose outcome the host reports on its lease.
     pub fn pick_balanced(&self) -> Result<Route> {
         let topo = self.topo();
-        let (id, panic) = self.balanced_in(&topo, None, |_| true)?;
+        let (id, panic) = self.choose(&topo, None, true, |_| true)?;
         let r = Route::new(id, if panic { RouteKind::Panic } else { RouteKind::Balanced });
         self.count(&topo, None, r);
         Ok(r)

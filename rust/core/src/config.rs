@@ -47,6 +47,41 @@ impl Placement {
     }
 }
 
+/// What the nodes are to each other, which decides how in-doubt
+/// transactions are recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RecoveryScope {
+    /// Independent databases (sharding, or the local test nodes): a branch
+    /// exists on one node only; each node is scanned and completes the ids it
+    /// returned; an id on two nodes is a split transaction.
+    #[default]
+    Node,
+    /// Instances of one database (Oracle RAC): any instance lists every
+    /// in-doubt id and can complete it, so one answering instance suffices.
+    Database,
+}
+
+impl RecoveryScope {
+    /// Config spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RecoveryScope::Node => "node",
+            RecoveryScope::Database => "database",
+        }
+    }
+}
+
+impl std::str::FromStr for RecoveryScope {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "node" => Ok(RecoveryScope::Node),
+            "database" => Ok(RecoveryScope::Database),
+            _ => Err(Error::config("recovery.scope", format!("expected node or database, got `{s}`"))),
+        }
+    }
+}
+
 /// How web sessions are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SessionMode {
@@ -125,6 +160,8 @@ pub struct Config {
     pub data: DataConfig,
     /// Ejection and heartbeat.
     pub health: HealthConfig,
+    /// Independent databases or instances of one (`recovery.scope`).
+    pub recovery_scope: RecoveryScope,
 }
 
 impl Default for Config {
@@ -146,39 +183,50 @@ impl Default for Config {
             },
             data: DataConfig { strict: false, placement: Placement::Rendezvous, partitions: 4096, map: Vec::new() },
             health: HealthConfig::default(),
+            recovery_scope: RecoveryScope::Node,
         }
     }
 }
 
 fn parse_bool(key: &str, v: &str) -> Result<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "true" | "yes" | "on" | "1" => Ok(true),
-        "false" | "no" | "off" | "0" => Ok(false),
-        _ => Err(Error::config(key, format!("expected true or false, got `{v}`"))),
+    if v.eq_ignore_ascii_case("true") {
+        Ok(true)
+    } else if v.eq_ignore_ascii_case("false") {
+        Ok(false)
+    } else {
+        Err(Error::config(key, format!("expected true or false, got `{v}`")))
     }
 }
 
+/// Decimal digits only: `+8`, `0x8` or `8.0` are refused rather than guessed.
+fn parse_digits<T: std::str::FromStr>(v: &str) -> Option<T> {
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok()
+}
+
 fn parse_u32(key: &str, v: &str, min: u32, max: u32) -> Result<u32> {
-    match v.parse::<u32>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
+    match parse_digits::<u32>(v) {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
         _ => Err(Error::config(key, format!("expected an integer in {min}..={max}, got `{v}`"))),
     }
 }
 
 /// Parses `500ms`, `10s`, `30m`, `2h`. A bare number is refused: the unit is
-/// where config mistakes hide.
+/// where config mistakes hide; so is any other spelling (`10 s`, `1min`).
 pub fn parse_duration_ms(key: &str, v: &str) -> Result<u64> {
     let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
     let (num, unit) = v.split_at(split);
-    let n: u64 =
-        num.parse().map_err(|_| Error::config(key, format!("expected a duration like 500ms, 10s, 30m, got `{v}`")))?;
-    let mul = match unit.trim() {
+    let n: u64 = parse_digits(num)
+        .ok_or_else(|| Error::config(key, format!("expected a duration like 500ms, 10s, 30m, got `{v}`")))?;
+    let mul = match unit {
         "ms" => 1,
         "s" => 1_000,
-        "m" | "min" => 60_000,
+        "m" => 60_000,
         "h" => 3_600_000,
         "" => return Err(Error::config(key, format!("`{v}` needs a unit: ms, s, m or h"))),
-        u => return Err(Error::config(key, format!("unknown duration unit `{u}` (use ms, s, m or h)"))),
+        u => return Err(Error::config(key, format!("unknown duration unit `{u}` in `{v}` (use ms, s, m or h)"))),
     };
     n.checked_mul(mul).ok_or_else(|| Error::config(key, format!("duration `{v}` is too large")))
 }
@@ -217,10 +265,13 @@ impl Config {
             let (key, value) = line.split_once('=').ok_or_else(|| Error::config(line, "expected `key = value`"))?;
             let (key, value) = (key.trim(), value.trim());
             // Node names match case-insensitively, so `node.a.weight` and
-            // `node.A.weight` are the same key.
-            let canonical = match key.strip_prefix("node.") {
-                Some(rest) => format!("node.{}", rest.to_ascii_uppercase()),
-                None => key.to_string(),
+            // `node.A.weight` are the same key; a partition is its number.
+            let canonical = if let Some(rest) = key.strip_prefix("node.") {
+                format!("node.{}", rest.to_ascii_uppercase())
+            } else if let Some(p) = key.strip_prefix("data.partition.") {
+                format!("data.partition.{}", parse_u32(key, p, 0, MAX_PARTITIONS - 1)?)
+            } else {
+                key.to_string()
             };
             if !seen.insert(canonical) {
                 return Err(Error::config(key, "given more than once"));
@@ -264,8 +315,14 @@ impl Config {
                 "database" => c.database = Some(value.to_string()).filter(|v| !v.is_empty()),
                 "service" => c.service = Some(value.to_string()).filter(|v| !v.is_empty()),
                 "nodes" => {
-                    let names: Vec<String> =
-                        value.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+                    let names: Vec<String> = if value.is_empty() {
+                        Vec::new()
+                    } else {
+                        value.split(',').map(|s| s.trim().to_string()).collect()
+                    };
+                    if names.iter().any(|n| n.is_empty()) {
+                        return Err(Error::config(key, format!("empty node name in `{value}`")));
+                    }
                     for n in &names {
                         validate_node_name(n).map_err(|e| Error::config(key, e.to_string()))?;
                     }
@@ -294,6 +351,7 @@ impl Config {
                 "health.eject_backoff" => c.health.eject_base_ms = parse_duration_ms(key, value)?,
                 "health.eject_backoff_max" => c.health.eject_max_ms = parse_duration_ms(key, value)?,
                 "heartbeat.interval" => c.health.heartbeat_interval_ms = parse_duration_ms(key, value)?,
+                "recovery.scope" => c.recovery_scope = value.parse()?,
                 "heartbeat.misses" => c.health.heartbeat_misses = parse_u32(key, value, 1, 1_000_000)?,
                 _ => return Err(Error::config(key, "unknown key (see the README's config table)")),
             }
@@ -393,6 +451,7 @@ impl Config {
         let _ = writeln!(s, "health.eject_backoff_max = {}", fmt_duration(h.eject_max_ms));
         let _ = writeln!(s, "heartbeat.interval = {}", fmt_duration(h.heartbeat_interval_ms));
         let _ = writeln!(s, "heartbeat.misses = {}", h.heartbeat_misses);
+        let _ = writeln!(s, "recovery.scope = {}", self.recovery_scope.as_str());
         s
     }
 }

@@ -29,7 +29,9 @@ pub(crate) struct DataMap {
     /// Set once any explicit entry exists, so the common no-map case skips
     /// loading the map on every route.
     has_explicit: AtomicBool,
-    explicit: ArcSwap<HashMap<u32, NodeId>>,
+    /// Explicit entries name the node, not its id: a node removed and added
+    /// again gets a new id but is the same instance.
+    explicit: ArcSwap<HashMap<u32, Box<str>>>,
     placed: Sharded<u32, NodeId>,
 }
 
@@ -38,7 +40,7 @@ impl DataMap {
         let mut explicit = HashMap::new();
         for (p, name) in &cfg.map {
             let n = topo.find(name).ok_or_else(|| Error::UnknownNode(name.clone()))?;
-            explicit.insert(*p, n.id());
+            explicit.insert(*p, n.name().into());
         }
         Ok(DataMap {
             partitions: cfg.partitions,
@@ -86,24 +88,31 @@ impl Cluster {
         self.owner_of(&topo, partition)?.ok_or(Error::NoNodeAvailable { scope: Some(Scope::Data) })
     }
 
+    /// The partition's owner: its explicit entry while that node is in the
+    /// cluster, else its remembered placement (balanced) while that node is
+    /// in the cluster, else rendezvous over every live node. `None` means a
+    /// balanced partition not placed yet.
     fn owner_of(&self, topo: &Topology, partition: u32) -> Result<Option<NodeId>> {
         let d = &self.inner.data;
         if partition >= d.partitions {
             return Err(Error::InvalidArgument(format!("partition {partition} out of range 0..{}", d.partitions)));
         }
         if d.has_explicit.load(Ordering::Acquire) {
-            if let Some(id) = d.explicit.load().get(&partition) {
-                return Ok(Some(*id));
+            if let Some(n) = d.explicit.load().get(&partition).and_then(|name| topo.find(name)) {
+                return Ok(Some(n.id()));
             }
         }
         if self.inner.config.data.placement == Placement::Balanced {
-            if let Some(id) = d.placed.lock(&partition).get(&partition) {
-                return Ok(Some(*id));
-            }
-            return Ok(None);
+            return Ok(d.placed.lock(&partition).get(&partition).copied().filter(|id| !is_removed(topo, *id)));
         }
         Ok(rendezvous::owner(&topo.live, hash::hash_i64(i64::from(partition)), Weights::Static, |_| true)
             .map(|n| n.id()))
+    }
+
+    /// The owner of `key`'s partition, whatever its state.
+    pub(crate) fn data_owner(&self, key: DataKey<'_>) -> Result<Option<NodeId>> {
+        let p = self.partition_of(key)?;
+        self.owner_of(&self.topo(), p)
     }
 
     /// Routes a byte key (a sharding key).
@@ -124,9 +133,12 @@ impl Cluster {
         let route = match self.owner_of(&topo, p)? {
             Some(id) => {
                 let node = topo.node(id).expect("ids are never dropped");
-                if node.accepts_new(self.clock(), self.health(), false) {
+                // Soft mode moves work off a draining owner, as a drain intends;
+                // strict mode keeps it there, since the data still lives there.
+                let strict = self.is_strict(Scope::Data);
+                if node.accepts_new() || (strict && node.accepts_existing()) {
                     Route::new(id, RouteKind::Affinity)
-                } else if self.is_strict(Scope::Data) {
+                } else if strict {
                     return Err(self.refuse(Scope::Data, node));
                 } else {
                     let (id, panic) = self.balanced_in(&topo, Some(Scope::Data), |_| true)?;
@@ -136,8 +148,9 @@ impl Cluster {
             None => {
                 let mut m = self.inner.data.placed.lock(&p);
                 match m.get(&p) {
-                    Some(id) => Route::new(*id, RouteKind::Affinity),
-                    None => {
+                    // Placed by another thread since `owner_of` looked.
+                    Some(id) if !is_removed(&topo, *id) => Route::new(*id, RouteKind::Affinity),
+                    _ => {
                         let (id, kind) = self.place(&topo, Scope::Data, Placement::Balanced, 0, |_| true)?;
                         m.insert(p, id);
                         Route::new(id, kind)
@@ -158,10 +171,10 @@ impl Cluster {
                 self.inner.data.partitions
             )));
         }
-        let id = topo.find(node).ok_or_else(|| Error::UnknownNode(node.to_string()))?.id();
+        let name: Box<str> = topo.find(node).ok_or_else(|| Error::UnknownNode(node.to_string()))?.name().into();
         self.inner.data.explicit.rcu(|m| {
             let mut m = HashMap::clone(m);
-            m.insert(partition, id);
+            m.insert(partition, name.clone());
             Arc::new(m)
         });
         self.inner.data.has_explicit.store(true, Ordering::Release);
@@ -182,4 +195,8 @@ impl Cluster {
     pub(crate) fn data_affinities(&self) -> usize {
         self.inner.data.explicit.load().len() + self.inner.data.placed_len()
     }
+}
+
+fn is_removed(topo: &Topology, id: NodeId) -> bool {
+    topo.node(id).is_none_or(|n| n.is_removed())
 }

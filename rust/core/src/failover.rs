@@ -4,7 +4,7 @@
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::event::{parse_event, Event, FanEvent, FanEventType, FanReason, FanStatus, RlbAdvisory};
-use crate::node::{DownCause, NodeId, NodeState};
+use crate::node::{DownCause, NodeId, NodeState, OutcomeSource};
 
 /// One node's state change caused by an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,12 +106,13 @@ impl Cluster {
         };
         let mut effect = EventEffect::default();
         for n in targets {
+            // Events write the automatic layer only, so `up` lifts what
+            // events, heartbeats and ejection imposed but never an operator's
+            // mark-down or drain.
             let t = if to == NodeState::Up {
-                // `up` lifts what events, heartbeats and ejection imposed, but
-                // not an operator's explicit down or drain.
                 n.restore_if(&[DownCause::Event, DownCause::Heartbeat, DownCause::Ejected])
             } else {
-                n.transition(to, cause)
+                n.set_automatic(to, cause)
             };
             if let Some(t) = t {
                 effect.changes.push(StateChange { node: n.id(), name: n.name().to_string(), from: t.from, to: t.to });
@@ -121,7 +122,10 @@ impl Cluster {
     }
 
     /// Applies an RLB advisory: every named instance must exist (else nothing
-    /// changes); then each gets its percent, flag and affinity advice.
+    /// changes); then each gets its percent, flag and affinity advice. An
+    /// advisory lists the instances offering the service, so a node it does
+    /// not name gets a share of 0 rather than keeping a static weight on
+    /// another scale.
     pub fn apply_rlb(&self, adv: &RlbAdvisory) -> Result<EventEffect> {
         self.check_foreign(&adv.database, &adv.service)?;
         let topo = self.topo();
@@ -131,11 +135,14 @@ impl Cluster {
             .map(|e| topo.find(&e.instance).cloned().ok_or_else(|| Error::UnknownNode(e.instance.clone())))
             .collect::<Result<Vec<_>>>()?;
         let mut effect = EventEffect::default();
-        for (e, n) in adv.entries.iter().zip(nodes) {
+        for (e, n) in adv.entries.iter().zip(&nodes) {
             if n.set_advice(e.percent, e.flag, e.aff) {
                 effect.revoked.push(n.id());
             }
             effect.advised.push(n.id());
+        }
+        for n in topo.live.iter().filter(|n| !nodes.iter().any(|a| a.id() == n.id())) {
+            n.set_unadvised();
         }
         Ok(effect)
     }
@@ -159,7 +166,7 @@ impl Cluster {
         let topo = self.topo();
         let n =
             topo.node(node).filter(|n| !n.is_removed()).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
-        let t = if ok { n.record_success() } else { n.record_failure(self.clock(), self.health()) };
+        let t = n.record_outcome(ok, OutcomeSource::Report, self.clock(), self.health());
         Ok(t.map(|t| StateChange { node, name: n.name().to_string(), from: t.from, to: t.to }))
     }
 

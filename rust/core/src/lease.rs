@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::node::NodeId;
+use crate::node::{NodeId, OutcomeSource};
 use crate::route::Route;
 use crate::sharded::Sharded;
 
@@ -125,14 +125,16 @@ impl Cluster {
         let topo = self.topo();
         let Some(n) = topo.node(node) else { return };
         n.counters.in_flight.add_signed(-1);
-        match outcome {
-            Outcome::Ok => {
-                n.record_success();
+        let ok = match outcome {
+            Outcome::Ok => true,
+            Outcome::Failed => false,
+            // No verdict on the node, but a lease that was in flight at an
+            // ejection has ended all the same.
+            Outcome::Neutral => {
+                n.lease_ended_neutral();
+                return;
             }
-            Outcome::Failed => {
-                n.record_failure(self.clock(), self.health());
-            }
-            Outcome::Neutral => {}
-        }
+        };
+        n.record_outcome(ok, OutcomeSource::Lease, self.clock(), self.health());
     }
 }

@@ -55,7 +55,9 @@ mod transaction;
 pub use balance::{PanicPolicy, Policy};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cluster::{ClockDebug, Cluster, ClusterBuilder};
-pub use config::{Config, DataConfig, Placement, SessionConfig, SessionMode, ThreadConfig, TransactionConfig};
+pub use config::{
+    Config, DataConfig, Placement, RecoveryScope, SessionConfig, SessionMode, ThreadConfig, TransactionConfig,
+};
 pub use data::DataKey;
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};

@@ -8,7 +8,7 @@ use crate::cluster::Cluster;
 use crate::counter::StripedCounter;
 use crate::error::Scope;
 use crate::hash::HASH_VERSION;
-use crate::node::NodeState;
+use crate::node::{DownCause, NodeState};
 use crate::route::RouteKind;
 
 #[derive(Debug, Default)]
@@ -79,6 +79,9 @@ pub struct NodeMetrics {
     pub ejections: u64,
     /// Missed heartbeats.
     pub probe_misses: u64,
+    /// Transactions that had branches here and then one placed elsewhere
+    /// (soft mode only; each is a two-node commit).
+    pub tx_spans: u64,
 }
 
 /// One scope's counters.
@@ -146,7 +149,7 @@ impl MetricsSnapshot {
             }
             let _ = write!(
                 s,
-                r#"{{"name":"{}","state":"{}","down_cause":"{}","weight":{},"rlb_percent":{},"affinity_advised":{},"picks":{},"affinity_hits":{},"repins":{},"strict_refusals":{},"in_flight":{},"successes":{},"failures":{},"state_changes":{},"ejections":{},"probe_misses":{}}}"#,
+                r#"{{"name":"{}","state":"{}","down_cause":"{}","weight":{},"rlb_percent":{},"affinity_advised":{},"picks":{},"affinity_hits":{},"repins":{},"strict_refusals":{},"in_flight":{},"successes":{},"failures":{},"state_changes":{},"ejections":{},"probe_misses":{},"tx_spans":{}}}"#,
                 n.name,
                 n.state,
                 n.down_cause,
@@ -162,7 +165,8 @@ impl MetricsSnapshot {
                 n.failures,
                 n.state_changes,
                 n.ejections,
-                n.probe_misses
+                n.probe_misses,
+                n.tx_spans
             );
         }
         s.push_str(r#"],"scopes":{"#);
@@ -193,7 +197,7 @@ impl MetricsSnapshot {
         let mut s = String::with_capacity(2048 + 1024 * self.nodes.len());
         let c = &self.cluster;
         type NodeField = fn(&NodeMetrics) -> i64;
-        let node_series: [(&str, &str, &str, NodeField); 11] = [
+        let node_series: [(&str, &str, &str, NodeField); 13] = [
             ("racaffinity_node_picks_total", "counter", "Routing decisions that returned the node.", |n| {
                 n.picks as i64
             }),
@@ -216,6 +220,18 @@ impl MetricsSnapshot {
             ("racaffinity_node_ejections_total", "counter", "Passive ejections.", |n| n.ejections as i64),
             ("racaffinity_node_probe_misses_total", "counter", "Missed heartbeat probes.", |n| n.probe_misses as i64),
             ("racaffinity_node_weight", "gauge", "Static weight.", |n| i64::from(n.weight)),
+            (
+                "racaffinity_node_tx_spans_total",
+                "counter",
+                "Transactions that left the node for another with branches still here (soft mode).",
+                |n| n.tx_spans as i64,
+            ),
+            (
+                "racaffinity_node_affinity_advised",
+                "gauge",
+                "1 while the instance advises session affinity (RLB aff=TRUE).",
+                |n| i64::from(n.affinity_advised),
+            ),
         ];
         for (name, kind, help, f) in node_series {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -236,6 +252,42 @@ impl MetricsSnapshot {
                     u8::from(n.state == st)
                 );
             }
+        }
+        let _ = writeln!(
+            s,
+            "# HELP racaffinity_node_rlb_percent RLB percent from the last advisory (absent before one).\n# TYPE racaffinity_node_rlb_percent gauge"
+        );
+        for n in self.nodes.iter().filter(|n| n.rlb_percent >= 0) {
+            let _ =
+                writeln!(s, "racaffinity_node_rlb_percent{{cluster=\"{c}\",node=\"{}\"}} {}", n.name, n.rlb_percent);
+        }
+        let _ = writeln!(
+            s,
+            "# HELP racaffinity_node_down_cause Why the node is down or draining (1 for the current cause).\n# TYPE racaffinity_node_down_cause gauge"
+        );
+        for n in &self.nodes {
+            for cause in [DownCause::None, DownCause::Admin, DownCause::Event, DownCause::Heartbeat, DownCause::Ejected]
+            {
+                let cause = cause.as_str();
+                let _ = writeln!(
+                    s,
+                    "racaffinity_node_down_cause{{cluster=\"{c}\",node=\"{}\",cause=\"{cause}\"}} {}",
+                    n.name,
+                    u8::from(n.down_cause == cause)
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "# HELP racaffinity_scope_strict 1 while the scope refuses instead of moving work.\n# TYPE racaffinity_scope_strict gauge"
+        );
+        for sc in &self.scopes {
+            let _ = writeln!(
+                s,
+                "racaffinity_scope_strict{{cluster=\"{c}\",scope=\"{}\"}} {}",
+                sc.scope,
+                u8::from(sc.strict)
+            );
         }
         type ScopeField = fn(&ScopeMetrics) -> u64;
         let scope_series: [(&str, &str, &str, ScopeField); 7] = [
@@ -296,6 +348,7 @@ impl Cluster {
                     state_changes: c.state_changes.load(Ordering::Relaxed),
                     ejections: c.ejections.load(Ordering::Relaxed),
                     probe_misses: c.probe_misses.load(Ordering::Relaxed),
+                    tx_spans: c.tx_spans.load(Ordering::Relaxed),
                 }
             })
             .collect();

@@ -231,6 +231,47 @@ pub(crate) struct NodeCounters {
     pub state_changes: AtomicU64,
     pub ejections: AtomicU64,
     pub probe_misses: AtomicU64,
+    /// Transactions that had branches here and then a branch placed elsewhere.
+    pub tx_spans: AtomicU64,
+}
+
+/// The two layers a node's state is made of. The operator's layer is only
+/// ever changed by the operator, so no automatic input (FAN, probes, passive
+/// health) can lift a planned drain or an explicit mark-down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Layers {
+    /// `Up` when the operator imposes nothing.
+    admin: NodeState,
+    /// What events, heartbeats and passive health concluded.
+    auto: NodeState,
+    /// Why `auto` is not `Up`.
+    auto_cause: DownCause,
+}
+
+impl Layers {
+    const UP: Layers = Layers { admin: NodeState::Up, auto: NodeState::Up, auto_cause: DownCause::None };
+
+    /// The state picks see: the more severe layer wins, Down over Draining.
+    fn effective(self) -> (NodeState, DownCause) {
+        match (self.admin, self.auto) {
+            (NodeState::Down, _) => (NodeState::Down, DownCause::Admin),
+            (_, NodeState::Down) => (NodeState::Down, self.auto_cause),
+            (NodeState::Draining, _) => (NodeState::Draining, DownCause::Admin),
+            (_, NodeState::Draining) => (NodeState::Draining, self.auto_cause),
+            _ => (NodeState::Up, DownCause::None),
+        }
+    }
+}
+
+/// Passive-health bookkeeping, changed under the node's transition lock.
+#[derive(Debug, Default)]
+struct Breaker {
+    ejections_in_row: u32,
+    /// Leases that were in flight when the node was ejected: their outcomes
+    /// say nothing about a node that may have come back since.
+    stale_leases: i64,
+    /// A half-open trial was granted and its outcome is not in yet.
+    trial_out: bool,
 }
 
 /// A node's runtime record, shared by every snapshot that contains it.
@@ -242,19 +283,19 @@ pub struct Node {
     host: Option<String>,
     address: Option<String>,
     weight: AtomicU32,
+    /// Effective state and cause, mirrored from `layers` for lock-free picks.
     state: AtomicU8,
     cause: AtomicU8,
     removed: AtomicBool,
     ejected_until: AtomicU64,
     consecutive_failures: AtomicU32,
-    ejections_in_row: AtomicU32,
     misses: AtomicU32,
     rlb_percent: AtomicU8,
     rlb_flag: AtomicU8,
     aff: AtomicBool,
     session_epoch: AtomicU32,
     pub(crate) counters: NodeCounters,
-    transition: Mutex<()>,
+    health: Mutex<(Layers, Breaker)>,
 }
 
 /// What happened to a node's state in one transition.
@@ -262,6 +303,15 @@ pub struct Node {
 pub(crate) struct Transition {
     pub from: NodeState,
     pub to: NodeState,
+}
+
+/// Where an outcome report comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OutcomeSource {
+    /// The end of a lease counted in `in_flight`.
+    Lease,
+    /// A report outside any lease (`report_outcome`).
+    Report,
 }
 
 impl Node {
@@ -283,14 +333,13 @@ impl Node {
             removed: AtomicBool::new(false),
             ejected_until: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
-            ejections_in_row: AtomicU32::new(0),
             misses: AtomicU32::new(0),
             rlb_percent: AtomicU8::new(NO_PERCENT),
             rlb_flag: AtomicU8::new(0),
             aff: AtomicBool::new(true),
             session_epoch: AtomicU32::new(0),
             counters: NodeCounters::default(),
-            transition: Mutex::new(()),
+            health: Mutex::new((Layers::UP, Breaker::default())),
         }
     }
 
@@ -320,15 +369,21 @@ impl Node {
         self.seed
     }
 
-    /// Current state.
+    /// Current state: the more severe of the operator's and the automatic layer.
     #[inline]
     pub fn state(&self) -> NodeState {
         NodeState::from_u8(self.state.load(Ordering::Acquire))
     }
 
-    /// Why it is down ([`DownCause::None`] when not down).
+    /// Why it is down or draining ([`DownCause::None`] when up); `Admin`
+    /// whenever the operator's layer decides the state.
     pub fn down_cause(&self) -> DownCause {
         DownCause::from_u8(self.cause.load(Ordering::Acquire))
+    }
+
+    /// What the operator imposes (`Up` when nothing).
+    pub fn admin_state(&self) -> NodeState {
+        self.lock().0.admin
     }
 
     /// True once removed from the cluster; existing affinities then break.
@@ -377,8 +432,8 @@ impl Node {
         self.session_epoch.load(Ordering::Acquire)
     }
 
-    /// Weight used by `weighted` balancing and rendezvous: the RLB percent once
-    /// advisories arrive (0 when BLOCKED), else the static weight.
+    /// Weight used by `weighted` balancing: the RLB percent once advisories
+    /// arrive (0 when BLOCKED), else the static weight.
     #[inline]
     pub fn effective_weight(&self) -> u32 {
         match self.rlb_percent.load(Ordering::Relaxed) {
@@ -394,18 +449,9 @@ impl Node {
     }
 
     /// Whether the node can take *new* work or affinities now.
-    ///
-    /// An ejected node whose back-off has elapsed admits exactly one trial
-    /// (half-open) per back-off period when `allow_trial` is set.
     #[inline]
-    pub(crate) fn accepts_new(&self, clock: &dyn Clock, health: &HealthConfig, allow_trial: bool) -> bool {
-        match self.state.load(Ordering::Acquire) {
-            0 => !self.is_removed(),
-            2 if allow_trial && self.cause.load(Ordering::Relaxed) == DownCause::Ejected.to_u8() => {
-                self.try_trial(clock, health)
-            }
-            _ => false,
-        }
+    pub(crate) fn accepts_new(&self) -> bool {
+        self.state.load(Ordering::Acquire) == NodeState::Up.to_u8() && !self.is_removed()
     }
 
     /// Whether work already bound to this node may continue here.
@@ -414,8 +460,16 @@ impl Node {
         self.state.load(Ordering::Acquire) != NodeState::Down.to_u8() && !self.is_removed()
     }
 
-    fn try_trial(&self, clock: &dyn Clock, health: &HealthConfig) -> bool {
-        if self.is_removed() {
+    /// Grants the half-open trial of an ejected node whose back-off elapsed:
+    /// one per back-off period, for one leased unit of work whose outcome the
+    /// host reports. Never for a long-lived affinity: a trial that fails
+    /// would strand it on a dead node.
+    #[inline]
+    pub(crate) fn try_trial(&self, clock: &dyn Clock, health: &HealthConfig) -> bool {
+        if self.state.load(Ordering::Acquire) != NodeState::Down.to_u8()
+            || self.cause.load(Ordering::Relaxed) != DownCause::Ejected.to_u8()
+            || self.is_removed()
+        {
             return false;
         }
         let until = self.ejected_until.load(Ordering::Acquire);
@@ -423,14 +477,24 @@ impl Node {
         if now < until {
             return false;
         }
+        let mut g = self.lock();
+        let (layers, breaker) = &mut *g;
+        // An operator's drain or mark-down admits no new work, trials included.
+        if layers.admin != NodeState::Up || layers.auto_cause != DownCause::Ejected {
+            return false;
+        }
         // One trial per back-off period; a lost trial re-arms after another period.
-        let next = now + backoff_ms(health, self.ejections_in_row.load(Ordering::Relaxed));
-        self.ejected_until.compare_exchange(until, next, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        let next = now + backoff_ms(health, breaker.ejections_in_row);
+        if self.ejected_until.compare_exchange(until, next, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+            return false;
+        }
+        breaker.trial_out = true;
+        true
     }
 
     /// Milliseconds until an ejected node admits its next trial (0 if not ejected).
     pub fn ejected_for_ms(&self, clock: &dyn Clock) -> u64 {
-        if self.down_cause() != DownCause::Ejected {
+        if self.lock().0.auto_cause != DownCause::Ejected {
             return 0;
         }
         self.ejected_until.load(Ordering::Acquire).saturating_sub(clock.now_ms())
@@ -441,71 +505,147 @@ impl Node {
         self.misses.load(Ordering::Relaxed)
     }
 
-    /// Moves to `to` for `cause`; `None` when nothing changed.
-    pub(crate) fn transition(&self, to: NodeState, cause: DownCause) -> Option<Transition> {
-        let _g = self.transition.lock().unwrap_or_else(|p| p.into_inner());
-        self.transition_locked(to, cause)
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Layers, Breaker)> {
+        self.health.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn transition_locked(&self, to: NodeState, cause: DownCause) -> Option<Transition> {
-        let from = self.state();
-        let cause = if to == NodeState::Up { DownCause::None } else { cause };
-        if from == to && self.down_cause() == cause {
-            return None;
-        }
+    /// Publishes the effective state of `layers`; counts a change of state.
+    fn publish(&self, before: (NodeState, DownCause), layers: Layers) -> Option<Transition> {
+        let (to, cause) = layers.effective();
         self.cause.store(cause.to_u8(), Ordering::Release);
         self.state.store(to.to_u8(), Ordering::Release);
-        if to == NodeState::Up {
-            self.consecutive_failures.store(0, Ordering::Relaxed);
-            self.ejections_in_row.store(0, Ordering::Relaxed);
-            self.misses.store(0, Ordering::Relaxed);
-        }
-        if from == to {
+        if before.0 == to {
             return None;
         }
         self.counters.state_changes.fetch_add(1, Ordering::Relaxed);
-        Some(Transition { from, to })
+        Some(Transition { from: before.0, to })
     }
 
-    /// Restores the node if it is held down/draining by one of `causes`.
+    /// Sets the automatic layer; lifting it clears passive-health history.
+    fn set_auto(&self, g: &mut (Layers, Breaker), to: NodeState, cause: DownCause) -> Option<Transition> {
+        let before = g.0.effective();
+        g.0.auto = to;
+        g.0.auto_cause = if to == NodeState::Up { DownCause::None } else { cause };
+        if to == NodeState::Up {
+            self.clear_history(g);
+        }
+        self.publish(before, g.0)
+    }
+
+    fn clear_history(&self, g: &mut (Layers, Breaker)) {
+        g.1 = Breaker::default();
+        self.consecutive_failures.store(0, Ordering::Relaxed);
+        self.misses.store(0, Ordering::Relaxed);
+    }
+
+    /// The operator's input. `Up` lifts the operator's layer and also clears
+    /// the automatic one: the operator asserts the node is fine, and the
+    /// detectors will find out again if it is not.
+    pub(crate) fn set_admin(&self, to: NodeState) -> Option<Transition> {
+        let mut g = self.lock();
+        let before = g.0.effective();
+        g.0.admin = to;
+        if to == NodeState::Up {
+            g.0.auto = NodeState::Up;
+            g.0.auto_cause = DownCause::None;
+            self.clear_history(&mut g);
+        }
+        self.publish(before, g.0)
+    }
+
+    /// An automatic input (a FAN event) sets the automatic layer.
+    pub(crate) fn set_automatic(&self, to: NodeState, cause: DownCause) -> Option<Transition> {
+        let mut g = self.lock();
+        self.set_auto(&mut g, to, cause)
+    }
+
+    /// Lifts the automatic layer if one of `causes` holds it.
     pub(crate) fn restore_if(&self, causes: &[DownCause]) -> Option<Transition> {
-        let _g = self.transition.lock().unwrap_or_else(|p| p.into_inner());
-        if self.state() != NodeState::Up && causes.contains(&self.down_cause()) {
-            self.transition_locked(NodeState::Up, DownCause::None)
+        let mut g = self.lock();
+        if g.0.auto != NodeState::Up && causes.contains(&g.0.auto_cause) {
+            self.set_auto(&mut g, NodeState::Up, DownCause::None)
         } else {
             None
         }
     }
 
-    /// A lease on this node completed fine.
-    pub(crate) fn record_success(&self) -> Option<Transition> {
-        self.counters.successes.incr();
-        if self.consecutive_failures.load(Ordering::Relaxed) != 0 {
+    /// A unit of work on this node finished; `ok` is false for a node-level
+    /// failure.
+    ///
+    /// While the node is ejected only the half-open trial's outcome counts:
+    /// leases that were in flight at the ejection end first (each one
+    /// discounts itself), and outside a trial nothing is judged, so a burst of
+    /// late failures cannot stretch the back-off and a late success cannot
+    /// close the breaker. Leases carry no identity, so a trial overtaken by a
+    /// slower pre-ejection lease is counted as that lease; the next trial
+    /// corrects it.
+    pub(crate) fn record_outcome(
+        &self,
+        ok: bool,
+        source: OutcomeSource,
+        clock: &dyn Clock,
+        health: &HealthConfig,
+    ) -> Option<Transition> {
+        if ok {
+            self.counters.successes.incr();
+            // The hot path: a success on a node that is not down takes no lock.
+            if self.state.load(Ordering::Acquire) != NodeState::Down.to_u8() {
+                if self.consecutive_failures.load(Ordering::Relaxed) != 0 {
+                    self.consecutive_failures.store(0, Ordering::Relaxed);
+                }
+                return None;
+            }
+        } else {
+            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut g = self.lock();
+        if g.0.auto == NodeState::Down && g.0.auto_cause == DownCause::Ejected {
+            if source == OutcomeSource::Lease && g.1.stale_leases > 0 {
+                g.1.stale_leases -= 1;
+                return None;
+            }
+            if !std::mem::take(&mut g.1.trial_out) {
+                return None;
+            }
+            return if ok {
+                self.set_auto(&mut g, NodeState::Up, DownCause::None)
+            } else {
+                self.eject(&mut g, clock, health)
+            };
+        }
+        if ok {
             self.consecutive_failures.store(0, Ordering::Relaxed);
+            return None;
         }
-        // A successful half-open trial closes the breaker.
-        if self.state.load(Ordering::Acquire) == NodeState::Down.to_u8() && self.down_cause() == DownCause::Ejected {
-            return self.restore_if(&[DownCause::Ejected]);
+        let n = self.consecutive_failures.fetch_add(1, Ordering::AcqRel).saturating_add(1);
+        if health.eject_after_failures == 0 || g.0.auto == NodeState::Down || n < health.eject_after_failures {
+            return None;
         }
-        None
+        g.1.stale_leases = self.in_flight().max(0);
+        self.eject(&mut g, clock, health)
     }
 
-    /// A lease on this node failed with a node-level error.
-    pub(crate) fn record_failure(&self, clock: &dyn Clock, health: &HealthConfig) -> Option<Transition> {
-        self.counters.failures.fetch_add(1, Ordering::Relaxed);
-        let n = self.consecutive_failures.fetch_add(1, Ordering::AcqRel) + 1;
-        if health.eject_after_failures == 0 {
-            return None;
+    /// A lease ended without a verdict; it still discounts itself if it was
+    /// in flight at the ejection.
+    pub(crate) fn lease_ended_neutral(&self) {
+        if self.state.load(Ordering::Acquire) != NodeState::Down.to_u8() {
+            return;
         }
-        let _g = self.transition.lock().unwrap_or_else(|p| p.into_inner());
-        let trial_failed = self.state() == NodeState::Down && self.down_cause() == DownCause::Ejected;
-        if !(trial_failed || (self.state() != NodeState::Down && n >= health.eject_after_failures)) {
-            return None;
+        let mut g = self.lock();
+        if g.1.stale_leases > 0 {
+            g.1.stale_leases -= 1;
         }
-        let k = self.ejections_in_row.fetch_add(1, Ordering::Relaxed) + 1;
-        self.ejected_until.store(clock.now_ms() + backoff_ms(health, k), Ordering::Release);
+    }
+
+    fn eject(&self, g: &mut (Layers, Breaker), clock: &dyn Clock, health: &HealthConfig) -> Option<Transition> {
+        g.1.ejections_in_row = g.1.ejections_in_row.saturating_add(1);
+        g.1.trial_out = false;
+        self.ejected_until.store(clock.now_ms() + backoff_ms(health, g.1.ejections_in_row), Ordering::Release);
         self.counters.ejections.fetch_add(1, Ordering::Relaxed);
-        self.transition_locked(NodeState::Down, DownCause::Ejected)
+        let before = g.0.effective();
+        g.0.auto = NodeState::Down;
+        g.0.auto_cause = DownCause::Ejected;
+        self.publish(before, g.0)
     }
 
     /// The host's heartbeat probe of this node finished.
@@ -516,8 +656,9 @@ impl Node {
         }
         self.counters.probe_misses.fetch_add(1, Ordering::Relaxed);
         let m = self.misses.fetch_add(1, Ordering::AcqRel) + 1;
-        if m >= health.heartbeat_misses && self.state() != NodeState::Down {
-            return self.transition(NodeState::Down, DownCause::Heartbeat);
+        let mut g = self.lock();
+        if m >= health.heartbeat_misses && g.0.auto != NodeState::Down {
+            return self.set_auto(&mut g, NodeState::Down, DownCause::Heartbeat);
         }
         None
     }
@@ -542,6 +683,14 @@ impl Node {
             return true;
         }
         false
+    }
+
+    /// An advisory that does not name this node: the instance offers the
+    /// service no share of new work (its percent is 0), and its session
+    /// advice is left as it was.
+    pub(crate) fn set_unadvised(&self) {
+        self.rlb_percent.store(0, Ordering::Relaxed);
+        self.rlb_flag.store(3, Ordering::Relaxed);
     }
 
     pub(crate) fn mark_removed(&self) {

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use crate::hash;
 use crate::node::Node;
 
-/// Which weight rendezvous ranks by.
+/// Which weight rendezvous ranks by. Only the static weight: placements that
+/// processes must agree on cannot depend on advisories, which reach each
+/// process at its own time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Weights {
-    /// `node.<N>.weight`: ownership that runtime advice must not move.
+    /// `node.<N>.weight`.
     Static,
-    /// RLB percent once advised, else static: placement of new affinities.
-    Effective,
 }
 
 impl Weights {
@@ -20,7 +20,6 @@ impl Weights {
     fn of(self, n: &Node) -> u32 {
         match self {
             Weights::Static => n.weight(),
-            Weights::Effective => n.effective_weight(),
         }
     }
 }

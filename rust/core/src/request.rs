@@ -26,14 +26,15 @@ pub struct RouteRequest<'a> {
 impl Cluster {
     /// Routes a request by the first affinity that applies, in this order:
     /// 1. the transaction: its branches must never split, so it wins over a
-    ///    key or a session ([`Cluster::tx_route`]);
+    ///    key or a session (its node; if that node is lost, soft mode moves
+    ///    the transaction as [`Cluster::tx_begin`] would, strict refuses);
     /// 2. the data key: the data lives on one node ([`Cluster::route_data`]);
     /// 3. the session ([`Cluster::session_route`]);
     /// 4. the context's pin, or without a context the thread's pin, else the
     ///    load-balancing policy ([`Cluster::pick_in`], [`Cluster::pick`]).
     pub fn route(&self, request: &RouteRequest<'_>) -> Result<Route> {
         if let Some(gtrid) = request.transaction {
-            return self.tx_route(gtrid);
+            return self.tx_work_route(gtrid);
         }
         if let Some(key) = request.key {
             return self.route_data(key);
@@ -56,8 +57,10 @@ impl Cluster {
         if self.tx_info(gtrid).is_some() {
             return self.tx_begin(gtrid);
         }
+        // The key's owner, never a per-call fallback: a fallback is a random
+        // draw, and every process must place one gtrid on the same node.
         let preferred = if let Some(key) = request.key {
-            Some(self.route_data(key)?.node)
+            self.data_owner(key)?
         } else if let Some(session) = request.session {
             Some(self.session_route(session)?.node)
         } else {

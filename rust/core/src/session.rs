@@ -76,9 +76,10 @@ impl Cluster {
             Some(n) if n.accepts_existing() => Ok(Route::new(n.id(), RouteKind::Affinity)),
             Some(n) if self.is_strict(Scope::Session) => Err(self.refuse(Scope::Session, n)),
             _ => {
-                let (id, kind) = self
-                    .place(topo, Scope::Session, crate::config::Placement::Rendezvous, h, |n| n.affinity_advised())
-                    .or_else(|_| self.place(topo, Scope::Session, crate::config::Placement::Rendezvous, h, |_| true))?;
+                // Static rendezvous over the rest, like the owner itself: the
+                // fallback must agree across processes whatever advisories
+                // each has seen.
+                let (id, kind) = self.place_rendezvous(topo, Scope::Session, h, |n| n.affinity_advised())?;
                 Ok(Route::new(
                     id,
                     if kind == RouteKind::Placed && owner.is_some() { RouteKind::Repinned } else { kind },
@@ -113,9 +114,7 @@ impl Cluster {
         }
         let placement = self.inner.config.session.placement;
         let h = hash::hash_bytes(key);
-        let (id, kind) = self
-            .place(topo, Scope::Session, placement, h, |n| n.affinity_advised())
-            .or_else(|_| self.place(topo, Scope::Session, placement, h, |_| true))?;
+        let (id, kind) = self.place(topo, Scope::Session, placement, h, |n| n.affinity_advised())?;
         let epoch = topo.node(id).expect("placed on a known node").session_epoch();
         m.insert(key.into(), SessionEntry { node: id, epoch, last_used_ms: now });
         drop(m);

@@ -1,12 +1,17 @@
 //! Transaction (XA gtrid) affinity: every branch of a global transaction, and
 //! its two-phase commit, goes to the node that holds it (seed 000).
 
+use std::sync::atomic::Ordering;
+
 use crate::cluster::Cluster;
+use crate::config::RecoveryScope;
 use crate::error::{Error, Result, Scope};
 use crate::hash;
 use crate::node::{Node, NodeId, NodeState};
+use crate::rendezvous::{self, Weights};
 use crate::route::{Route, RouteKind};
 use crate::sharded::Sharded;
+use crate::topology::Topology;
 
 /// XA's MAXGTRIDSIZE: longer ids cannot come from a conforming TM.
 pub const MAX_GTRID_BYTES: usize = 64;
@@ -101,20 +106,9 @@ impl Cluster {
         let topo = self.topo();
         let mut m = self.inner.tx.map.lock(gtrid);
         let route = if let Some(e) = m.get_mut(gtrid) {
-            let node = topo.node(e.node).expect("ids are never dropped");
-            if node.accepts_existing() {
-                e.add_branch();
-                Route::new(e.node, RouteKind::Affinity)
-            } else if e.prepared() {
-                return Err(prepared_unavailable(node));
-            } else if self.is_strict(Scope::Transaction) {
-                return Err(self.refuse(Scope::Transaction, node));
-            } else {
-                let (id, _) = self.tx_place(&topo, gtrid, None)?;
-                e.node = id;
-                e.add_branch();
-                Route::new(id, RouteKind::Repinned)
-            }
+            let route = self.tx_follow(&topo, gtrid, e)?;
+            e.add_branch();
+            route
         } else {
             let (id, kind) = self.tx_place(&topo, gtrid, preferred)?;
             m.insert(gtrid.into(), TxEntry::new(id, 1, false));
@@ -125,14 +119,33 @@ impl Cluster {
         Ok(route)
     }
 
-    fn tx_place(
-        &self,
-        topo: &crate::topology::Topology,
-        gtrid: &[u8],
-        preferred: Option<NodeId>,
-    ) -> Result<(NodeId, RouteKind)> {
+    /// Where new work of an existing transaction goes: its node while that
+    /// node keeps its work; else a prepared transaction is stuck, strict mode
+    /// refuses, and soft mode moves it (UCP's soft affinity), so the
+    /// transaction now spans two nodes: counted on the node it left, and the
+    /// host's XA layer keeps each branch's 2PC on its own node.
+    fn tx_follow(&self, topo: &Topology, gtrid: &[u8], e: &mut TxEntry) -> Result<Route> {
+        let node = topo.node(e.node).expect("ids are never dropped");
+        if node.accepts_existing() {
+            return Ok(Route::new(e.node, RouteKind::Affinity));
+        }
+        if e.prepared() {
+            return Err(prepared_unavailable(node));
+        }
+        if self.is_strict(Scope::Transaction) {
+            return Err(self.refuse(Scope::Transaction, node));
+        }
+        let (id, _) = self.tx_place(topo, gtrid, None)?;
+        if id != e.node {
+            node.counters.tx_spans.fetch_add(1, Ordering::Relaxed);
+        }
+        e.node = id;
+        Ok(Route::new(id, RouteKind::Repinned))
+    }
+
+    fn tx_place(&self, topo: &Topology, gtrid: &[u8], preferred: Option<NodeId>) -> Result<(NodeId, RouteKind)> {
         if let Some(p) = preferred.and_then(|p| topo.node(p)) {
-            if p.accepts_new(self.clock(), self.health(), false) {
+            if p.accepts_new() {
                 return Ok((p.id(), RouteKind::Placed));
             }
         }
@@ -140,32 +153,43 @@ impl Cluster {
         self.place(topo, Scope::Transaction, placement, hash::hash_bytes(gtrid), |_| true)
     }
 
+    /// Where new work of an existing transaction goes when the host asks
+    /// without beginning a branch ([`Cluster::route`] with a transaction):
+    /// like a branch begin, a lost node moves it in soft mode.
+    pub(crate) fn tx_work_route(&self, gtrid: &[u8]) -> Result<Route> {
+        check_gtrid(gtrid)?;
+        let topo = self.topo();
+        let mut m = self.inner.tx.map.lock(gtrid);
+        let e = m.get_mut(gtrid).ok_or_else(|| Error::UnknownTransaction(hex(gtrid)))?;
+        let route = self.tx_follow(&topo, gtrid, e)?;
+        drop(m);
+        self.count(&topo, Some(Scope::Transaction), route);
+        Ok(route)
+    }
+
     /// Where 2PC commands (prepare, commit, rollback, forget) for `gtrid` go.
     ///
-    /// Never moves the transaction: a branch exists only on its node, so an
-    /// unavailable owner is an error even in soft mode.
+    /// Never refused for routing reasons, whatever the node's state or the
+    /// strict switch: with `recovery.scope = node` a branch exists only on
+    /// its node, so that is where the command goes, and an unreachable node
+    /// shows up as the host's connection error (XA's `XAER_RMFAIL`: retry
+    /// later), never as a refusal the transaction manager could read as
+    /// "nothing to do". With `recovery.scope = database` (RAC: every instance
+    /// sees every branch) a command for a node that cannot take it goes to
+    /// another instance, the same one in every process.
     pub fn tx_route(&self, gtrid: &[u8]) -> Result<Route> {
         check_gtrid(gtrid)?;
         let topo = self.topo();
         let e = *self.inner.tx.map.lock(gtrid).get(gtrid).ok_or_else(|| Error::UnknownTransaction(hex(gtrid)))?;
         let node = topo.node(e.node).expect("ids are never dropped");
-        if !node.accepts_existing() {
-            return Err(if e.prepared() {
-                prepared_unavailable(node)
-            } else if self.is_strict(Scope::Transaction) {
-                self.refuse(Scope::Transaction, node)
-            } else {
-                // Soft mode would re-pin a *new* branch (`tx_begin`), but a 2PC
-                // command is for work that exists only on the lost node; it is
-                // refused without counting as a strict refusal.
-                Error::StrictAffinity {
-                    scope: Scope::Transaction,
-                    node: node.name().to_string(),
-                    state: if node.is_removed() { NodeState::Down } else { node.state() },
-                }
-            });
+        let mut r = Route::new(e.node, RouteKind::Affinity);
+        if self.recovery_scope() == RecoveryScope::Database && !node.accepts_existing() {
+            if let Some(other) =
+                rendezvous::owner(&topo.live, hash::hash_bytes(gtrid), Weights::Static, |n| n.accepts_existing())
+            {
+                r = Route::new(other.id(), RouteKind::Repinned);
+            }
         }
-        let r = Route::new(e.node, RouteKind::Affinity);
         self.count(&topo, Some(Scope::Transaction), r);
         Ok(r)
     }
@@ -201,20 +225,34 @@ impl Cluster {
     }
 
     /// Records that `node` returned `gtrid` from a recovery scan, so its
-    /// commit or rollback goes there. A gtrid already owned by another node is
-    /// an error: it would mean a split transaction.
+    /// commit or rollback goes there.
+    ///
+    /// With `recovery.scope = node`, a gtrid already owned by another node is
+    /// an error: it would mean a split transaction. Two exceptions are not
+    /// splits: the owner was removed and re-added under the same name, and,
+    /// with `recovery.scope = database`, every instance of the one database
+    /// reports every in-doubt id (the first one to report keeps it).
     pub fn tx_recovered(&self, gtrid: &[u8], node: NodeId) -> Result<()> {
         check_gtrid(gtrid)?;
         let topo = self.topo();
         let n = topo.node(node).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
         let mut m = self.inner.tx.map.lock(gtrid);
         match m.get_mut(gtrid) {
-            Some(e) if e.node != node => Err(Error::InvalidArgument(format!(
-                "gtrid {} was returned by `{}` but is owned by `{}`: split transaction",
-                hex(gtrid),
-                n.name(),
-                topo.node(e.node).map(|o| o.name()).unwrap_or("?")
-            ))),
+            Some(e) if e.node != node => {
+                let owner = topo.node(e.node).expect("ids are never dropped");
+                if owner.is_removed() && owner.name().eq_ignore_ascii_case(n.name()) {
+                    e.node = node;
+                } else if self.recovery_scope() != RecoveryScope::Database {
+                    return Err(Error::InvalidArgument(format!(
+                        "gtrid {} was returned by `{}` but is owned by `{}`: split transaction",
+                        hex(gtrid),
+                        n.name(),
+                        owner.name()
+                    )));
+                }
+                e.set_prepared();
+                Ok(())
+            }
             Some(e) => {
                 e.set_prepared();
                 Ok(())
@@ -224,6 +262,11 @@ impl Cluster {
                 Ok(())
             }
         }
+    }
+
+    /// Whether the nodes are independent databases or instances of one.
+    pub fn recovery_scope(&self) -> RecoveryScope {
+        self.inner.config.recovery_scope
     }
 
     /// The registry entry of `gtrid`, if any.

@@ -2,12 +2,12 @@
 
 use std::os::raw::c_char;
 
-use racaffinity_core::{Cluster, NodeSpec};
+use racaffinity_core::{Cluster, NodeSpec, RecoveryScope};
 
 use super::buffer::{out_arg, str_arg, write_str};
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result, Failure};
-use super::types::{node_id, node_state_arg, racaffinity_node_state, scope_arg};
+use super::types::{node_id, node_state_arg, racaffinity_node_state, racaffinity_recovery_scope, scope_arg};
 
 /// The library version as a static NUL-terminated string. Never fails.
 #[no_mangle]
@@ -73,6 +73,28 @@ pub unsafe extern "C" fn racaffinity_cluster_heartbeat(
         handle::with(cluster, |c| {
             interval.set(c.heartbeat_interval_ms())?;
             misses.set(c.config().health.heartbeat_misses)
+        })
+    })
+}
+
+/// Whether the nodes are independent databases or instances of one
+/// (`recovery.scope`): a host's recovery scan follows it.
+///
+/// # Safety
+/// `out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_cluster_recovery_scope(
+    cluster: *const racaffinity_cluster,
+    out: *mut racaffinity_recovery_scope,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        handle::with(cluster, |c| {
+            out.set(match c.recovery_scope() {
+                RecoveryScope::Node => racaffinity_recovery_scope::Node,
+                RecoveryScope::Database => racaffinity_recovery_scope::Database,
+            })
         })
     })
 }

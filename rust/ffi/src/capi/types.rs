@@ -64,6 +64,17 @@ pub enum racaffinity_node_state {
     Down = 2,
 }
 
+/// What the nodes are to each other (`recovery.scope`), which decides how
+/// in-doubt transactions are recovered.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum racaffinity_recovery_scope {
+    /// Independent databases: scan every node, complete each id where it was found.
+    Node = 0,
+    /// Instances of one database (RAC): any answering instance lists and completes every id.
+    Database = 1,
+}
+
 /// How a leased unit of work ended.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

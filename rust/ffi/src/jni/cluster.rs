@@ -4,7 +4,7 @@
 use jni::objects::{JClass, JIntArray, JLongArray, JObject, JObjectArray, JString};
 use jni::sys::{jboolean, jint, jlong};
 use jni::{Env, EnvUnowned};
-use racaffinity_core::{Cluster, NodeSpec, NodeState};
+use racaffinity_core::{Cluster, NodeSpec, NodeState, RecoveryScope};
 
 use super::{
     node_arg, run, run_cluster_fast, run_fast, run_node_fast, run_str, run_to_string, string, with_cluster, JResult,
@@ -98,6 +98,17 @@ pub extern "system" fn Java_io_racaffinity_Native_heartbeatIntervalMillis<'l>(
     h: jlong,
 ) -> jlong {
     run_cluster_fast(&mut env, h, |c| Ok(c.heartbeat_interval_ms().min(i64::MAX as u64) as jlong))
+}
+
+/// `boolean recoveryIsDatabase(long handle)`: `recovery.scope = database`
+/// (instances of one database) rather than `node`.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_recoveryIsDatabase<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+) -> jboolean {
+    run_cluster_fast(&mut env, h, |c| Ok(c.recovery_scope() == RecoveryScope::Database))
 }
 
 /// `String[] nodeNames(long handle)`: live node names in id order.

@@ -231,6 +231,11 @@ public final class Cluster implements AutoCloseable {
         return Duration.ofMillis(Native.heartbeatIntervalMillis(handle));
     }
 
+    /** @return whether the nodes are independent databases or instances of one ({@code recovery.scope}) */
+    public RecoveryScope recoveryScope() {
+        return Native.recoveryIsDatabase(handle) ? RecoveryScope.DATABASE : RecoveryScope.NODE;
+    }
+
     // ---- picks, pins, leases ----------------------------------------------
 
     private long[] newContext() {

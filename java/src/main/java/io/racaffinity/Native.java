@@ -43,6 +43,8 @@ final class Native {
 
     static native long heartbeatIntervalMillis(long h);
 
+    static native boolean recoveryIsDatabase(long h);
+
     static native String[] nodeNames(long h);
 
     static native int[] nodeIds(long h);

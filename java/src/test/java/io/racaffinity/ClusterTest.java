@@ -46,6 +46,16 @@ class ClusterTest {
     }
 
     @Test
+    void recoveryScopeComesFromTheConfig() {
+        try (Cluster c = Cluster.fromConfig("nodes = A, B")) {
+            assertEquals(RecoveryScope.NODE, c.recoveryScope());
+        }
+        try (Cluster c = Cluster.fromConfig("nodes = A, B\nrecovery.scope = database")) {
+            assertEquals(RecoveryScope.DATABASE, c.recoveryScope());
+        }
+    }
+
+    @Test
     void buildsFromConfigTextAndNamesNodesInIdOrder() {
         try (Cluster c = Cluster.fromConfig("name = orcl; nodes = MYDB1, MYDB2, MYDB3")) {
             assertEquals("orcl", c.name());
@@ -239,10 +249,11 @@ class ClusterTest {
             Route r = c.txBegin(b("g1"));
             assertEquals(r.node(), c.txPrepared(b("g1")));
             c.setNodeState(r.nodeName(), NodeState.DOWN);
+            // Its 2PC still goes there: only that node holds the branch.
+            assertEquals(r.node(), c.txRoute(b("g1")).node());
             PreparedNodeUnavailableException e =
-                    assertThrows(PreparedNodeUnavailableException.class, () -> c.txRoute(b("g1")));
+                    assertThrows(PreparedNodeUnavailableException.class, () -> c.txBegin(b("g1")));
             assertTrue(e.getMessage().contains(r.nodeName()), e.getMessage());
-            assertThrows(PreparedNodeUnavailableException.class, () -> c.txBegin(b("g1")));
             c.setNodeState(r.nodeName(), NodeState.UP);
             assertEquals(r.node(), c.txRoute(b("g1")).node());
             assertEquals(r.node(), c.txComplete(b("g1")));
