@@ -49,6 +49,69 @@ def pg() -> PgNodes:
     return PgNodes()
 
 
+class Toxiproxy:
+    """tests/cluster/faults: a Toxiproxy "instance" proxy in front of each
+    node (or, in RAC mode, all in front of node 1), faults set by instance.
+    Started on first use (the tool builds toxiproxy-server once with `go
+    install` if target/tools/bin has none), stopped at the end of the run."""
+
+    def __init__(self) -> None:
+        self.script = str(REPO / "tests" / "cluster" / "faults")
+        self.rac = False
+        self._run("start", "3")
+        self.dsn: Dict[str, str] = {}
+        for line in self._run("env").splitlines():
+            for i, name in enumerate(NAMES, 1):
+                prefix = f"export RACAFF_PROXY{i}_DSN="
+                if line.startswith(prefix):
+                    self.dsn[name] = line[len(prefix):].strip("'")
+        assert sorted(self.dsn) == NAMES, self.dsn
+
+    def _run(self, *args: str) -> str:
+        done = subprocess.run([self.script, *args], check=True, capture_output=True, text=True, timeout=900)
+        return done.stdout
+
+    def _fault(self, fault: str, name: str) -> None:
+        self._run(fault, str(NAMES.index(name) + 1))
+
+    def blackhole(self, name: str) -> None:
+        self._fault("blackhole", name)
+
+    def reset(self, name: str) -> None:
+        self._fault("reset", name)
+
+    def refuse(self, name: str) -> None:
+        self._fault("refuse", name)
+
+    def heal(self, name: str) -> None:
+        self._fault("heal", name)
+
+    def mode(self, rac: bool) -> None:
+        """Instances of independent nodes, or (`rac`) of one database."""
+        if rac != self.rac:
+            self._run("start", "3", *(["--rac"] if rac else []))
+            self.rac = rac
+        self._run("heal-all")
+
+    def stop(self) -> None:
+        self._run("stop")
+
+
+@pytest.fixture(scope="session")
+def toxiproxy(pg: PgNodes):
+    tp = Toxiproxy()
+    yield tp
+    tp.stop()
+
+
+@pytest.fixture
+def toxi(toxiproxy: Toxiproxy) -> Toxiproxy:
+    """The Toxiproxy instances, healed, in front of the independent nodes."""
+    toxiproxy.mode(rac=False)
+    yield toxiproxy
+    toxiproxy.mode(rac=False)
+
+
 @pytest.fixture
 def cluster_factory() -> Callable[..., racaffinity.Cluster]:
     made: List[racaffinity.Cluster] = []

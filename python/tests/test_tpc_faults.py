@@ -44,6 +44,38 @@ def proxied_pools(pg, proxies, cluster_factory, tables):
     p.close(timeout=2.0)
 
 
+class _Local:
+    """The in-process FaultProxy set, with the Toxiproxy fixture's interface."""
+
+    def __init__(self, proxies):
+        self.proxies = proxies
+
+    def blackhole(self, name):
+        self.proxies[name].blackhole()
+
+    def refuse(self, name):
+        self.proxies[name].refuse()
+
+    def heal(self, name):
+        self.proxies[name].heal()
+
+
+@pytest.fixture(params=["faultproxy", "toxiproxy"])
+def faulty(request, pg, cluster_factory, tables):
+    """(NodePools through fault proxies, their fault control): the test's
+    own TCP proxy, and Toxiproxy (tests/cluster/faults)."""
+    if request.param == "toxiproxy":
+        ctl = request.getfixturevalue("toxi")
+        dsns = dict(ctl.dsn)
+    else:
+        px = request.getfixturevalue("proxies")
+        ctl = _Local(px)
+        dsns = {n: px[n].dsn(pg.dsn[n]) for n in NAMES}
+    p = NodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=4, timeout=2.0)
+    yield p, ctl
+    p.close(timeout=2.0)
+
+
 @pytest.fixture
 def pools(pg, cluster_factory, tables):
     p = NodePools(cluster_factory(nodes=NAMES), pg.dsn, min_size=1, max_size=4, timeout=5.0)
@@ -221,9 +253,9 @@ def test_soft_mode_a_spanned_transaction_commits_each_branch_on_its_own_node(pg,
     assert r["RAC2"] == [(g, "b0")] and r[other] == [(g, "b1")]
     assert prepared_xacts(pg) == NONE_PREPARED
     assert live(c) == 0 and in_flight(c) == 0
-    spans = c.metrics().get("tx_spans")
-    if spans is not None:  # the core's span counter (issue 11, core side)
-        assert spans == 1
+    # the core counts the span on the node the transaction left
+    assert node_metrics(c, "RAC2")["tx_spans"] == 1
+    assert sum(n["tx_spans"] for n in c.metrics()["nodes"]) == 1
 
 
 def test_strict_mode_refuses_to_span_and_rolls_the_transaction_back(pg, pools):
@@ -236,6 +268,8 @@ def test_strict_mode_refuses_to_span_and_rolls_the_transaction_back(pg, pools):
     assert [b.state for b in gtx.branches] == ["rolled back"]
     assert prepared_xacts(pg) == NONE_PREPARED and all(v == [] for v in tpc_rows(pg).values())
     assert live(c) == 0 and in_flight(c) == 0
+    assert sum(n["tx_spans"] for n in c.metrics()["nodes"]) == 0
+    assert node_metrics(c, "RAC2")["strict_refusals"] == 1
 
 
 @pytest.mark.timeout(90)
@@ -268,35 +302,41 @@ def test_a_commit_failing_midway_resolves_or_records_every_branch_and_leaks_noth
 
 
 @pytest.mark.timeout(90)
-def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_doubt(pg, proxies, proxied_pools):
-    c = proxied_pools.cluster
-    g, gtx = prepared_branch(proxied_pools, "RAC2", "hole")
-    proxies["RAC2"].blackhole()
+def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_doubt(pg, faulty):
+    pools, ctl = faulty
+    c = pools.cluster
+    g, gtx = prepared_branch(pools, "RAC2", "hole")
+    ctl.blackhole("RAC2")
     t0 = time.monotonic()
     with pytest.raises(InDoubtError):
         within(30, gtx.commit)
     assert time.monotonic() - t0 < 15
     assert [b.state for b in gtx.branches] == ["in doubt"]
     assert len(prepared_xacts(pg)["RAC2"]) == 1 and live(c) == 1 and in_flight(c) == 0
-    proxies["RAC2"].heal()
-    report = within(30, proxied_pools.recover_all, "commit", timeout=2.0)
-    assert report.ok and [r.node_name for r in report.resolved] == ["RAC2"]
-    assert tpc_rows(pg)["RAC2"] == [(g, "b0")] and prepared_xacts(pg) == NONE_PREPARED and live(c) == 0
+    assert pools.in_doubt == {g: [str(gtx.branches[0].xid)]}
+    ctl.heal("RAC2")
+    report = within(30, pools.recover_all, "commit", timeout=2.0)
+    assert report.ok
+    # resolved by the scan, or by the held-back COMMIT arriving after the heal
+    assert [r.node_name for r in report.resolved] == ["RAC2"] or report.completed == [g]
+    assert tpc_rows(pg)["RAC2"] == [(g, "b0")] and prepared_xacts(pg) == NONE_PREPARED
+    assert live(c) == 0 and pools.in_doubt == {}
 
 
 @pytest.mark.timeout(90)
-def test_recover_all_resolves_a_healthy_nodes_branch_while_another_node_hangs(pg, proxies, proxied_pools):
+def test_recover_all_resolves_a_healthy_nodes_branch_while_another_node_hangs(pg, faulty):
+    pools, ctl = faulty
     for name in ("RAC1", "RAC3"):
         prepare_directly(pg.dsn[name], f"healthy-{name}", "b0")
     prepare_directly(pg.dsn["RAC2"], "hung-RAC2", "b0")
     # the RAC2 pool holds an open connection; from now on nothing answers on it
-    wait_until(lambda: proxied_pools.node_pool("RAC2").get_stats().get("pool_available", 0) >= 1, 10)
-    proxies["RAC2"].blackhole()
+    wait_until(lambda: pools.node_pool("RAC2").get_stats().get("pool_available", 0) >= 1, 10)
+    ctl.blackhole("RAC2")
     done = threading.Event()
     box = {}
 
     def run():
-        box["report"] = proxied_pools.recover_all("rollback", timeout=6.0)
+        box["report"] = pools.recover_all("rollback", timeout=6.0)
         done.set()
 
     threading.Thread(target=run, daemon=True).start()
@@ -308,8 +348,8 @@ def test_recover_all_resolves_a_healthy_nodes_branch_while_another_node_hangs(pg
     assert sorted(r.node_name for r in report.resolved) == ["RAC1", "RAC3"]
     assert list(report.unreachable) == ["RAC2"] and not report.ok
     assert len(prepared_xacts(pg)["RAC2"]) == 1
-    proxies["RAC2"].heal()
-    report = within(30, proxied_pools.recover_all, "rollback", timeout=2.0)
+    ctl.heal("RAC2")
+    report = within(30, pools.recover_all, "rollback", timeout=2.0)
     assert report.ok and [r.gtrid for r in report.resolved] == ["hung-RAC2"]
     assert prepared_xacts(pg) == NONE_PREPARED
 
@@ -317,15 +357,24 @@ def test_recover_all_resolves_a_healthy_nodes_branch_while_another_node_hangs(pg
 # -- P7: RAC model, three instances of one database ---------------------------------
 
 
-@pytest.fixture
-def instances(pg, cluster_factory, tables):
-    """Three "instances" (proxies) of one database (node RAC1's server)."""
-    px = {name: FaultProxy(pg.port["RAC1"]) for name in NAMES}
-    dsns = {n: px[n].dsn(pg.dsn["RAC1"]) for n in NAMES}
+@pytest.fixture(params=["faultproxy", "toxiproxy"])
+def instances(request, pg, cluster_factory, tables):
+    """NodePools over three "instances" of one database (node RAC1's
+    server), and their fault control: the test's own proxies, or Toxiproxy
+    in RAC mode (`faults start 3 --rac`)."""
+    if request.param == "toxiproxy":
+        ctl = request.getfixturevalue("toxi")
+        ctl.mode(rac=True)
+        dsns = dict(ctl.dsn)
+        px = None
+    else:
+        px = {name: FaultProxy(pg.port["RAC1"]) for name in NAMES}
+        ctl = _Local(px)
+        dsns = {n: px[n].dsn(pg.dsn["RAC1"]) for n in NAMES}
     pools = NodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=2, timeout=2.0)
-    yield pools, px
+    yield pools, ctl
     pools.close(timeout=2.0)
-    for p in px.values():
+    for p in (px or {}).values():
         p.close()
 
 
@@ -335,7 +384,7 @@ def one_database_prepared(pg):
 
 
 def test_database_scope_recovers_each_xid_once_through_any_instance(pg, instances):
-    pools, _px = instances
+    pools, _ctl = instances
     c = pools.cluster
     for i in range(3):
         prepare_directly(pg.dsn["RAC1"], f"rac-{i}", "b0")
@@ -351,7 +400,7 @@ def test_database_scope_recovers_each_xid_once_through_any_instance(pg, instance
 
 
 def test_database_scope_recovery_completes_with_one_instance_dead(pg, instances):
-    pools, px = instances
+    pools, ctl = instances
     c = pools.cluster
     # one transaction this process knows (owner: RAC1), one a crashed TM left
     g = gtrid_on(c, "RAC1", "racown")
@@ -359,7 +408,7 @@ def test_database_scope_recovery_completes_with_one_instance_dead(pg, instances)
     with gtx.branch() as conn:
         conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
     prepare_directly(pg.dsn["RAC1"], "rac-orphan", "b0")
-    px["RAC1"].refuse()  # the owner's instance dies
+    ctl.refuse("RAC1")  # the owner's instance dies
     report = within(30, pools.recover_all, "commit", timeout=2.0, scope="database")
     assert report.split == [] and report.failed == []
     assert sorted(r.gtrid for r in report.resolved) == sorted([g, "rac-orphan"])

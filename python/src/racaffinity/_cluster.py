@@ -607,21 +607,6 @@ class Cluster:
         return int(interval[0]), int(misses[0])
 
     @property
-    def recovery_scope(self) -> str:
-        """`recovery.scope`: "node" (independent databases: every node is
-        scanned, a branch is completed where it was found) or "database"
-        (instances of one database, as RAC: one scan, completion through any
-        Up instance). A library without the key answers "node"."""
-        fn = getattr(lib, "racaffinity_cluster_recovery_scope", None)
-        if fn is None:
-            return "node"
-        out = _new("racaffinity_recovery_scope *")
-        rc = fn(self._h, out)
-        if rc:
-            self._raise(rc)
-        return "database" if out[0] == lib.RACAFFINITY_RECOVERY_SCOPE_DATABASE else "node"
-
-    @property
     def heartbeat_interval(self) -> float:
         """`heartbeat.interval` in seconds (10.0 by default), as the core parsed it."""
         return self._heartbeat()[0] / 1000.0

@@ -622,16 +622,22 @@ class _Recovery:
             seen.add(str(xid))
             with self.lock:
                 self.pending[xid.gtrid] = self.pending.get(xid.gtrid, 0) + 1
+            try:
+                # one transaction whichever instance reports it: no split
+                cluster.tx_recovered(xid.gtrid.encode("utf-8"), node)
+            except Error as e:
+                log.debug("racaffinity: tx_recovered(%r) in database scope: %s", xid.gtrid, e)
             self.complete_anywhere(node, xid, up)
 
     def complete_anywhere(self, scanned: int, xid: Xid, up: List[int]) -> None:
-        """The owner when it is Up, else the instance that returned it, else
-        any other Up instance: every instance can finish any branch."""
+        """Where `tx_route` sends it (its owner while that instance keeps its
+        work, else an instance the core picks), else the instance that
+        returned it, else any other Up instance: every instance of the
+        database can finish any branch, so one that does not answer is
+        skipped."""
         candidates: List[int] = []
         try:
-            owner = self.cluster.tx_route(xid.gtrid.encode("utf-8")).node
-            if owner in up:
-                candidates.append(owner)
+            candidates.append(self.cluster.tx_route(xid.gtrid.encode("utf-8")).node)
         except Error:
             pass  # not on record (a crashed coordinator's), or refused
         for n in [scanned] + up:
