@@ -65,6 +65,16 @@ def test_a_blackholed_node_is_ejected_with_the_default_pool_sizes(pg, cluster_fa
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("fault", ["blackhole", "refuse", "reset"])
+def test_a_node_behind_a_toxiproxy_fault_is_ejected_with_the_default_pool_sizes(pg, cluster_factory, toxi, fault):
+    c = cluster_factory(nodes=NAMES)
+    getattr(toxi, fault)("RAC2")
+    dsns = dict(pg.dsn, RAC2=toxi.dsn["RAC2"])
+    with NodePools(c, dsns, timeout=1.0) as pools:
+        assert_ejected_after_five(pg, c, pools)
+
+
+@pytest.mark.timeout(90)
 @pytest.mark.parametrize("max_size", [None, 4])
 def test_a_role_that_does_not_exist_never_counts_as_a_node_failure(pg, cluster_factory, max_size):
     c = cluster_factory(nodes=NAMES)
