@@ -138,3 +138,29 @@ async def test_a_global_transaction_refuses_async_pools_with_a_clear_error(pg, c
     async with AsyncNodePools(cluster_factory(nodes=NAMES), pg.dsn, timeout=2.0) as apools:
         with pytest.raises(TypeError, match="AsyncNodePools"):
             GlobalTransaction(apools, "async-gtx")
+
+
+@pytest.mark.timeout(60)
+def test_heartbeat_probes_answered_with_a_missing_role_keep_the_nodes_up(pg, cluster_factory):
+    # The server answers the probe's connect with FATAL 28000: it is alive.
+    c = cluster_factory("heartbeat.interval = 100ms\nheartbeat.misses = 2", nodes=NAMES)
+    dsns = {n: d.replace("user=postgres", "user=no_such_role") for n, d in pg.dsn.items()}
+    with NodePools(c, dsns, timeout=0.5) as pools:
+        for _ in range(4):
+            pools.check_heartbeat()
+    for name in NAMES:
+        m = node_metrics(c, name)
+        assert m["probe_misses"] == 0 and m["state"] == "up", (name, m)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_async_heartbeat_probes_answered_with_a_missing_role_keep_the_nodes_up(pg, cluster_factory):
+    c = cluster_factory("heartbeat.interval = 100ms\nheartbeat.misses = 2", nodes=NAMES)
+    dsns = {n: d.replace("user=postgres", "user=no_such_role") for n, d in pg.dsn.items()}
+    async with AsyncNodePools(c, dsns, timeout=0.5) as apools:
+        for _ in range(4):
+            await apools.check_heartbeat()
+    for name in NAMES:
+        m = node_metrics(c, name)
+        assert m["probe_misses"] == 0 and m["state"] == "up", (name, m)

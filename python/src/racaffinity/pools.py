@@ -483,6 +483,9 @@ class _Heartbeat(threading.Thread):
             conn.execute("SELECT 1")
             ok = True
         except Exception as e:
+            # A node that answers with an error of its own (a missing role, a
+            # wrong password) is alive: only a node failure is a miss.
+            ok = not is_node_failure(e)
             log.debug("racaffinity: probe of node #%d failed: %s", node, type(e).__name__)
             conn = self._conns.pop(node, None)
             if conn is not None:
@@ -635,6 +638,7 @@ class AsyncNodePools(_Base):
             await conn.execute("SELECT 1")
             return True
         except Exception as e:
+            ok = not is_node_failure(e)  # an answering node is alive (see _Heartbeat._probe)
             log.debug("racaffinity: probe of node #%d failed: %s", node, type(e).__name__)
             conn = self._conns.pop(node, None)
             if conn is not None:
@@ -642,7 +646,7 @@ class AsyncNodePools(_Base):
                     await conn.close()
                 except Exception:
                     pass
-            return False
+            return ok
 
     async def check_heartbeat(self) -> None:
         """Runs one heartbeat round now."""
