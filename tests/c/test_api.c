@@ -641,6 +641,28 @@ static void invalid_utf8_is_invalid_utf8(void) {
     free_cluster(c);
 }
 
+static void unknown_ids_and_unissued_context_keys_are_refused(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route r;
+    /* Like tx_recovered and lease_begin for the same id. */
+    CHECK_RC(racaffinity_tx_begin_on(c, B("g-unknown"), 9, &r), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_RC(racaffinity_tx_recovered(c, B("g-unknown"), 9), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_RC(racaffinity_tx_route(c, B("g-unknown"), &r), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
+    /* A key context_new never issued could collide with one it issues later. */
+    uint64_t issued = 0;
+    CHECK_OK(racaffinity_context_new(c, &issued));
+    CHECK_RC(racaffinity_context_pin(c, issued + 1000, &r), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("not issued");
+    CHECK_OK(racaffinity_context_pin(c, issued, &r));
+    uint64_t next = 0;
+    CHECK_OK(racaffinity_context_new(c, &next));
+    CHECK(next != issued);
+    bool released = false;
+    CHECK_OK(racaffinity_context_unpin(c, issued, &released));
+    CHECK(released);
+    free_cluster(c);
+}
+
 static void gtrid_of_65_bytes_or_empty_is_invalid_argument(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     const racaffinity_result IA = RACAFFINITY_RESULT_INVALID_ARGUMENT;
@@ -1673,6 +1695,7 @@ static const h_test tests[] = {
     TEST(fan_user_down_drains_a_node),
     TEST(three_missed_probes_down_a_node_and_a_good_probe_restores_it),
     TEST(recovery_scope_comes_from_the_config),
+    TEST(unknown_ids_and_unissued_context_keys_are_refused),
     TEST(five_failed_leases_eject_a_node),
     TEST(five_reported_failures_eject_a_node),
     TEST(set_strict_switches_the_thread_scope_at_runtime),

@@ -359,6 +359,51 @@ static void clusters_created_and_freed_concurrently_stay_distinct(void) {
     join_threads(t);
 }
 
+/* ---- calls from a thread's exit cleanup ---------------------------------------- */
+
+/* A pthread key destructor runs after the thread's own thread-locals are
+ * gone: a host that unpins there must get typed answers, never PANIC. */
+static racaffinity_cluster *exit_cluster;
+static pthread_key_t exit_key;
+static racaffinity_result exit_unpin_rc, exit_route_rc, exit_pin_rc, exit_tx_rc;
+static bool exit_released = true;
+
+static void exit_cleanup(void *value) {
+    (void)value;
+    exit_unpin_rc = racaffinity_thread_unpin(exit_cluster, &exit_released);
+    racaffinity_route r;
+    exit_route_rc = racaffinity_cluster_route(exit_cluster, &r);
+    exit_pin_rc = racaffinity_thread_pin(exit_cluster, &r);
+    exit_tx_rc = racaffinity_tx_begin(exit_cluster, (const uint8_t *)"exit-gtrid", 10, &r);
+}
+
+static void *pinned_then_exit(void *arg) {
+    (void)arg;
+    racaffinity_route pin;
+    CHECK_OK(racaffinity_thread_pin(exit_cluster, &pin));
+    CHECK(pthread_setspecific(exit_key, (void *)1) == 0);
+    return NULL;
+}
+
+static void calls_from_a_thread_exit_destructor_get_typed_answers(void) {
+    exit_cluster = new_cluster("nodes = N0, N1, N2");
+    CHECK(pthread_key_create(&exit_key, exit_cleanup) == 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, pinned_then_exit, NULL) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    /* The pin went with the thread's thread-locals: nothing left to release. */
+    CHECK_EQ_U(exit_unpin_rc, RACAFFINITY_RESULT_OK);
+    CHECK(!exit_released);
+    CHECK_EQ_U(exit_route_rc, RACAFFINITY_RESULT_OK);
+    /* A new thread pin cannot outlive the thread: a typed refusal. */
+    CHECK_EQ_U(exit_pin_rc, RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_EQ_U(exit_tx_rc, RACAFFINITY_RESULT_OK);
+    CHECK_EQ_U(scope_metric(exit_cluster, "thread", "live"), 0);
+    CHECK_OK(racaffinity_tx_complete(exit_cluster, (const uint8_t *)"exit-gtrid", 10));
+    CHECK(pthread_key_delete(exit_key) == 0);
+    free_cluster(exit_cluster);
+}
+
 static const h_test tests[] = {
     TEST(eight_threads_pin_and_pick_without_pins_leaking_between_them),
     TEST(a_thread_exiting_while_pinned_releases_its_pin),
@@ -368,6 +413,7 @@ static const h_test tests[] = {
     TEST(freeing_a_cluster_in_use_gives_other_threads_invalid_handle),
     TEST(racing_frees_of_one_handle_succeed_exactly_once),
     TEST(clusters_created_and_freed_concurrently_stay_distinct),
+    TEST(calls_from_a_thread_exit_destructor_get_typed_answers),
 };
 
 int main(int argc, char **argv) {

@@ -46,6 +46,8 @@ pub(crate) struct Inner {
     pub scope: [ScopeCounters; 4],
     pub next_context: AtomicU64,
     pub leases: LeaseRegistry,
+    /// Set by [`Cluster::close`]; pins on a closed cluster are pruned.
+    pub closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -197,9 +199,38 @@ impl Cluster {
             scope: Default::default(),
             next_context: AtomicU64::new(1),
             leases: LeaseRegistry::new(),
+            closed: AtomicBool::new(false),
             config,
         };
         Ok(Cluster { inner: Arc::new(inner) })
+    }
+
+    /// Releases everything the cluster holds for its hosts at once:
+    /// transaction, session, context-pin and open-lease registries and
+    /// balanced partition placements; thread pins on it are pruned by each
+    /// thread's next pin. For hosts whose handle may stay cached after the
+    /// host freed it (the native library's per-thread handle cache): the
+    /// small remainder goes when the last reference does. Calls made after
+    /// `close` work on the emptied registries.
+    pub fn close(&self) {
+        let inner = &self.inner;
+        inner.closed.store(true, Ordering::Release);
+        inner.tx.clear();
+        inner.sessions.clear();
+        let pins = inner.contexts.clear();
+        inner.scope[Scope::Thread as usize].live.fetch_sub(pins as i64, Ordering::Relaxed);
+        let topo = self.topo();
+        for node in inner.leases.clear() {
+            if let Some(n) = topo.node(node) {
+                n.counters.in_flight.add_signed(-1);
+            }
+        }
+        inner.data.clear_placed();
+    }
+
+    /// Whether [`Cluster::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
     }
 
     /// The config this cluster was built from (node list as at build time).

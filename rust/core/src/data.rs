@@ -53,6 +53,10 @@ impl DataMap {
     pub fn placed_len(&self) -> usize {
         self.placed.len()
     }
+
+    pub fn clear_placed(&self) {
+        self.placed.drain();
+    }
 }
 
 /// A key for data affinity.

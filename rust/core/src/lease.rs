@@ -25,6 +25,10 @@ impl LeaseRegistry {
     pub fn new() -> Self {
         LeaseRegistry { open: Sharded::new(), next: AtomicU64::new(1) }
     }
+    /// Forgets every open lease; returns their nodes.
+    pub fn clear(&self) -> Vec<NodeId> {
+        self.open.drain()
+    }
 }
 
 /// How a leased unit of work ended.

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::cluster::{Cluster, Inner};
-use crate::error::{Result, Scope};
+use crate::error::{Error, Result, Scope};
 use crate::node::{Node, NodeId};
 use crate::route::{Route, RouteKind};
 
@@ -193,44 +193,52 @@ impl Cluster {
     /// The node of the calling thread's pin, if any.
     pub fn thread_pinned_node(&self) -> Option<NodeId> {
         let id = self.inner.id;
-        THREAD_PINS.with(|p| p.borrow().iter().find(|s| s.cluster == id).map(|s| s.node.id()))
+        // During thread exit the pins are already gone (see `thread_route`).
+        THREAD_PINS.try_with(|p| p.borrow().iter().find(|s| s.cluster == id).map(|s| s.node.id())).ok().flatten()
     }
 
     /// Releases the calling thread's pin at every nesting level (e.g. at
     /// transaction completion). Returns whether a pin existed.
     pub fn unpin_thread(&self) -> bool {
         let id = self.inner.id;
-        THREAD_PINS.with(|p| {
-            let mut v = p.borrow_mut();
-            match v.iter().position(|s| s.cluster == id) {
-                Some(i) => {
-                    v.swap_remove(i);
-                    true
+        THREAD_PINS
+            .try_with(|p| {
+                let mut v = p.borrow_mut();
+                match v.iter().position(|s| s.cluster == id) {
+                    Some(i) => {
+                        v.swap_remove(i);
+                        true
+                    }
+                    None => false,
                 }
-                None => false,
-            }
-        })
+            })
+            .unwrap_or(false)
     }
 
     fn unpin_thread_level(&self) -> bool {
         let id = self.inner.id;
-        THREAD_PINS.with(|p| {
-            let mut v = p.borrow_mut();
-            let Some(i) = v.iter().position(|s| s.cluster == id) else { return false };
-            v[i].depth -= 1;
-            if v[i].depth > 0 {
-                return false;
-            }
-            v.swap_remove(i);
-            true
-        })
+        THREAD_PINS
+            .try_with(|p| {
+                let mut v = p.borrow_mut();
+                let Some(i) = v.iter().position(|s| s.cluster == id) else { return false };
+                v[i].depth -= 1;
+                if v[i].depth > 0 {
+                    return false;
+                }
+                v.swap_remove(i);
+                true
+            })
+            .unwrap_or(false)
     }
 
     /// Routes through the thread pin. `enter` starts or deepens a pin scope;
     /// otherwise only an existing pin (or `thread.auto_pin`) applies.
     fn thread_route(&self, enter: bool) -> Result<Route> {
         let id = self.inner.id;
-        let hit = THREAD_PINS.with(|p| -> Result<Option<Route>> {
+        // `try_with` fails only while the thread is exiting (a host's
+        // pthread-key destructor runs after Rust's thread-locals are gone):
+        // its pins were released then, and it can hold no new one.
+        let hit = THREAD_PINS.try_with(|p| -> Result<Option<Route>> {
             let mut v = p.borrow_mut();
             let Some(slot) = v.iter_mut().find(|s| s.cluster == id) else {
                 return Ok(None);
@@ -246,18 +254,33 @@ impl Cluster {
                 slot.depth += 1;
             }
             Ok(Some(Route::new(slot.node.id(), kind)))
-        })?;
+        });
         let route = match hit {
-            Some(r) => r,
-            None if enter || self.inner.config.thread.auto_pin => {
-                let (node, kind) = self.new_pin()?;
-                let r = Route::new(node.id(), kind);
-                let owner = Arc::downgrade(&self.inner);
-                THREAD_PINS.with(|p| p.borrow_mut().push(Slot { cluster: id, depth: 1, node, owner }));
-                self.inner.scope[Scope::Thread as usize].live.fetch_add(1, Ordering::Relaxed);
-                r
-            }
-            None => return self.pick_balanced(),
+            Ok(hit) => match hit? {
+                Some(r) => r,
+                None if enter || self.inner.config.thread.auto_pin => {
+                    let (node, kind) = self.new_pin()?;
+                    let r = Route::new(node.id(), kind);
+                    let owner = Arc::downgrade(&self.inner);
+                    let slot = Slot { cluster: id, depth: 1, node, owner };
+                    self.inner.scope[Scope::Thread as usize].live.fetch_add(1, Ordering::Relaxed);
+                    let pushed = THREAD_PINS.try_with(|p| {
+                        let mut v = p.borrow_mut();
+                        // Pins left on clusters that were closed or dropped
+                        // can never be released by their handle: drop them
+                        // here, so they hold no memory and slow no scan.
+                        v.retain(|s| s.owner.upgrade().is_some_and(|inner| !inner.closed.load(Ordering::Acquire)));
+                        v.push(slot);
+                    });
+                    if pushed.is_err() {
+                        return Err(thread_exiting());
+                    }
+                    r
+                }
+                None => return self.pick_balanced(),
+            },
+            Err(_) if enter => return Err(thread_exiting()),
+            Err(_) => return self.pick_balanced(),
         };
         self.count(&self.topo(), Some(Scope::Thread), route);
         Ok(route)
@@ -270,15 +293,17 @@ impl Cluster {
         let id = self.inner.id;
         // Fast path: a healthy pin costs one thread-local lookup and two
         // counter bumps, with no snapshot load.
-        let fast = THREAD_PINS.with(|p| {
-            let v = p.borrow();
-            let Some(s) = v.iter().find(|s| s.cluster == id) else { return Fast::Unpinned };
-            if !s.node.accepts_existing() {
-                return Fast::Revalidate;
-            }
-            s.node.counters.affinity_hits.incr();
-            Fast::Hit(s.node.id())
-        });
+        let fast = THREAD_PINS
+            .try_with(|p| {
+                let v = p.borrow();
+                let Some(s) = v.iter().find(|s| s.cluster == id) else { return Fast::Unpinned };
+                if !s.node.accepts_existing() {
+                    return Fast::Revalidate;
+                }
+                s.node.counters.affinity_hits.incr();
+                Fast::Hit(s.node.id())
+            })
+            .unwrap_or(Fast::Unpinned);
         match fast {
             Fast::Hit(node) => {
                 self.inner.scope[Scope::Thread as usize].hits.incr();
@@ -367,6 +392,14 @@ impl Cluster {
                 Route::new(e.node.id(), kind)
             }
             None if enter || self.inner.config.thread.auto_pin => {
+                // A key this cluster never issued could collide with one it
+                // issues later, which would then start out pinned.
+                if key.0 == 0 || key.0 >= self.inner.next_context.load(Ordering::Relaxed) {
+                    return Err(Error::InvalidArgument(format!(
+                        "context key {} was not issued by this cluster (use new_context_key)",
+                        key.0
+                    )));
+                }
                 let (n, kind) = self.new_pin()?;
                 let id = n.id();
                 m.insert(key.0, ContextEntry { node: n, depth: 1 });
@@ -381,5 +414,18 @@ impl Cluster {
         drop(m);
         self.count(&self.topo(), Some(Scope::Thread), route);
         Ok(route)
+    }
+}
+
+fn thread_exiting() -> Error {
+    Error::InvalidArgument(
+        "the calling thread is exiting and can hold no thread pin; pin a context instead".to_string(),
+    )
+}
+
+impl ContextPins {
+    /// Drops every context pin (the cluster is closing).
+    pub(crate) fn clear(&self) -> usize {
+        self.shards.iter().map(|s| std::mem::take(&mut *s.lock().unwrap_or_else(|p| p.into_inner())).len()).sum()
     }
 }

@@ -42,6 +42,9 @@ impl SessionRegistry {
     pub fn len(&self) -> usize {
         self.map.len()
     }
+    pub fn clear(&self) {
+        self.map.drain();
+    }
 }
 
 pub(crate) fn check_key(what: &str, key: &[u8]) -> Result<()> {

@@ -37,6 +37,12 @@ impl<K: Hash + Eq, V> Sharded<K, V> {
         (0..SHARDS).map(|i| self.shard(i).len()).sum()
     }
 
+    /// Empties every shard (the memory goes with the old maps); returns the
+    /// values that were in it.
+    pub fn drain(&self) -> Vec<V> {
+        (0..SHARDS).flat_map(|i| std::mem::take(&mut *self.shard(i)).into_values()).collect()
+    }
+
     /// Visits every entry, one shard lock at a time.
     pub fn retain(&self, mut f: impl FnMut(&K, &mut V) -> bool) {
         for i in 0..SHARDS {

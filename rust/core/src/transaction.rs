@@ -67,6 +67,9 @@ impl TxRegistry {
     pub fn len(&self) -> usize {
         self.map.len()
     }
+    pub fn clear(&self) {
+        self.map.drain();
+    }
 }
 
 fn check_gtrid(gtrid: &[u8]) -> Result<()> {
@@ -104,6 +107,9 @@ impl Cluster {
     pub fn tx_begin_on(&self, gtrid: &[u8], preferred: Option<NodeId>) -> Result<Route> {
         check_gtrid(gtrid)?;
         let topo = self.topo();
+        if let Some(p) = preferred.filter(|p| topo.node(*p).is_none()) {
+            return Err(Error::UnknownNode(format!("#{}", p.0)));
+        }
         let mut m = self.inner.tx.map.lock(gtrid);
         let route = if let Some(e) = m.get_mut(gtrid) {
             let route = self.tx_follow(&topo, gtrid, e)?;

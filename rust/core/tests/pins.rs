@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 
 use common::cluster;
 use proptest::prelude::*;
-use racaffinity::{ContextKey, ErrorKind, NodeState, RouteKind, Scope};
+use racaffinity::{ErrorKind, NodeState, RouteKind, Scope};
 
 #[test]
 fn pinned_picks_are_stable_until_the_guard_drops() {
@@ -141,11 +141,12 @@ fn context_pins_are_independent_of_os_threads() {
     assert!(c.unpin_context(k1));
     assert_eq!(c.context_pinned_node(k1), None);
     assert_eq!(c.pick_in(k1).unwrap().kind, RouteKind::Balanced);
+    let k3 = c.new_context_key();
     {
-        let g = c.pin_context_guard(ContextKey(999)).unwrap();
-        assert_eq!(c.pick_in(ContextKey(999)).unwrap().node, g.node());
+        let g = c.pin_context_guard(k3).unwrap();
+        assert_eq!(c.pick_in(k3).unwrap().node, g.node());
     }
-    assert_eq!(c.context_pinned_node(ContextKey(999)), None);
+    assert_eq!(c.context_pinned_node(k3), None);
 }
 
 proptest! {

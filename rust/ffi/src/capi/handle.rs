@@ -6,6 +6,7 @@
 //! detected (`INVALID_HANDLE`) instead of being dereferenced.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -36,8 +37,9 @@ struct Slot {
 
 struct Table {
     slots: Box<[Slot]>,
-    /// Free slot indices; only `insert`/`remove` touch it, never lookups.
-    free: Mutex<Vec<u32>>,
+    /// Free slot indices, reused oldest first so one slot's generation
+    /// advances as slowly as possible; only `insert`/`remove` touch it.
+    free: Mutex<VecDeque<u32>>,
 }
 
 fn table() -> &'static Table {
@@ -46,7 +48,7 @@ fn table() -> &'static Table {
         slots: (0..MAX_CLUSTERS)
             .map(|_| Slot { entry: ArcSwapOption::empty(), generation: AtomicU32::new(0) })
             .collect(),
-        free: Mutex::new((0..MAX_CLUSTERS as u32).rev().collect()),
+        free: Mutex::new((0..MAX_CLUSTERS as u32).collect()),
     })
 }
 
@@ -73,17 +75,16 @@ fn decode(h: *const racaffinity_cluster) -> Option<(usize, u32)> {
 /// Registers a cluster and returns its handle.
 pub(crate) fn insert(cluster: Cluster) -> Result<*mut racaffinity_cluster, Failure> {
     let t = table();
-    let index = t.free.lock().unwrap_or_else(|p| p.into_inner()).pop().ok_or_else(|| {
+    let index = t.free.lock().unwrap_or_else(|p| p.into_inner()).pop_front().ok_or_else(|| {
         Failure::new(racaffinity_result::TooManyHandles, format!("more than {MAX_CLUSTERS} live clusters"))
     })?;
     let slot = &t.slots[index as usize];
-    // Generation 0 is never issued, so a zeroed handle can never match. The
-    // entry is stored before the generation is published, so a cached copy
-    // can only match once the new entry is in place.
-    let mut generation = slot.generation.load(Ordering::Acquire).wrapping_add(1);
-    if generation == 0 {
-        generation = 1;
-    }
+    // Generation 0 is never issued, so a zeroed handle can never match, and
+    // a slot is retired before its generation could wrap (see `remove`), so a
+    // stale handle can never match again. The entry is stored before the
+    // generation is published, so a cached copy can only match once the new
+    // entry is in place.
+    let generation = slot.generation.load(Ordering::Acquire) + 1;
     slot.entry.store(Some(Arc::new(Entry { generation, cluster })));
     slot.generation.store(generation, Ordering::Release);
     Ok(encode(index, generation))
@@ -163,20 +164,98 @@ pub(crate) fn remove(h: *const racaffinity_cluster) -> Result<(), Failure> {
                 return Err(invalid());
             }
             // Invalidates every thread's cached copy of this handle.
-            slot.generation.fetch_add(1, Ordering::AcqRel);
+            let next = slot.generation.fetch_add(1, Ordering::AcqRel) + 1;
+            // Another thread's cache may keep the entry alive until its next
+            // call: release what the cluster holds for its hosts now.
+            e.cluster.close();
             let _ = LAST.try_with(|last| {
                 let mut last = last.borrow_mut();
                 if matches!(&*last, Some((b, _)) if *b == h as usize as u64) {
                     *last = None;
                 }
             });
-            t.free.lock().unwrap_or_else(|p| p.into_inner()).push(index as u32);
+            // With FIFO reuse over 4096 slots a slot retires after about 2^43
+            // creates; retiring it keeps every handle it ever issued stale.
+            if next < RETIRE_AT {
+                t.free.lock().unwrap_or_else(|p| p.into_inner()).push_back(index as u32);
+            }
             Ok(())
         }
         _ => Err(invalid()),
     }
 }
 
+/// A slot whose generation reached this is never reused.
+const RETIRE_AT: u32 = u32::MAX - 1;
+
 fn invalid() -> Failure {
     Failure::new(racaffinity_result::InvalidHandle, "invalid cluster handle (stale, freed, foreign or corrupt)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster() -> Cluster {
+        Cluster::from_config_text("nodes = A, B").unwrap()
+    }
+
+    /// The handle table is process-wide: these tests take turns with it.
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[test]
+    fn a_slot_near_the_end_of_its_generations_is_retired_not_reused() {
+        let _turn = serial();
+        let h = insert(cluster()).unwrap();
+        let (index, _) = decode(h).unwrap();
+        remove(h).unwrap();
+        // Fast-forward this slot to the edge of its generation space.
+        let slot = &table().slots[index];
+        slot.generation.store(RETIRE_AT - 2, Ordering::Release);
+        let last = {
+            let mut free = table().free.lock().unwrap();
+            free.retain(|&i| i as usize != index);
+            free.push_front(index as u32);
+            drop(free);
+            insert(cluster()).unwrap()
+        };
+        assert_eq!(decode(last).unwrap().0, index);
+        remove(last).unwrap();
+        assert!(!table().free.lock().unwrap().contains(&(index as u32)), "a slot at its last generation came back");
+        assert!(with(last, |_| Ok(())).is_err());
+        assert!(with(h, |_| Ok(())).is_err());
+    }
+
+    #[test]
+    fn freeing_a_handle_releases_the_clusters_registries_even_if_cached_elsewhere() {
+        let _turn = serial();
+        let c = cluster();
+        let shell = c.clone();
+        let h = insert(c).unwrap();
+        with(h, |c| {
+            for i in 0..100 {
+                c.tx_begin(format!("g{i}").as_bytes()).unwrap();
+            }
+            Ok(())
+        })
+        .unwrap();
+        // Another thread caches the handle and stays idle.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (cached_tx, cached) = std::sync::mpsc::channel::<()>();
+        let bits = h as usize;
+        let idle = std::thread::spawn(move || {
+            with(bits as *const racaffinity_cluster, |_| Ok(())).unwrap();
+            cached_tx.send(()).unwrap();
+            rx.recv().ok();
+        });
+        cached.recv().unwrap();
+        remove(h).unwrap();
+        assert!(shell.is_closed());
+        assert_eq!(shell.tx_count(), 0, "the freed cluster's transactions stayed in memory");
+        tx.send(()).unwrap();
+        idle.join().unwrap();
+    }
 }

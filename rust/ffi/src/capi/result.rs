@@ -120,6 +120,7 @@ pub(crate) fn code_of(kind: ErrorKind) -> racaffinity_result {
 }
 
 /// A failed call: the code plus the detail kept for `racaffinity_last_error_message`.
+#[derive(Debug)]
 pub(crate) struct Failure {
     pub code: racaffinity_result,
     pub detail: String,
@@ -142,8 +143,45 @@ impl From<Error> for Failure {
 
 pub(crate) type CallResult = Result<(), Failure>;
 
+/// Longest detail kept per thread; a longer one is cut at a character
+/// boundary and ends in `…`.
+const MAX_DETAIL: usize = 1024;
+
+/// A fixed buffer, not a `String`: a type without a destructor keeps the
+/// thread-local usable during thread exit (a host's pthread-key destructor
+/// runs after Rust's thread-locals were torn down), and it never registers a
+/// destructor that would run too late and leak.
+struct Detail {
+    len: usize,
+    bytes: [u8; MAX_DETAIL],
+}
+
+impl Detail {
+    fn set(&mut self, msg: &str) {
+        let mut end = msg.len();
+        let cut = end > MAX_DETAIL;
+        if cut {
+            end = MAX_DETAIL - '…'.len_utf8();
+            while !msg.is_char_boundary(end) {
+                end -= 1;
+            }
+        }
+        self.bytes[..end].copy_from_slice(&msg.as_bytes()[..end]);
+        self.len = end;
+        if cut {
+            let ell = '…'.len_utf8();
+            '…'.encode_utf8(&mut self.bytes[end..end + ell]);
+            self.len += ell;
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
 thread_local! {
-    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+    static LAST_ERROR: RefCell<Detail> = const { RefCell::new(Detail { len: 0, bytes: [0; MAX_DETAIL] }) };
 }
 
 /// Runs a call body: catches panics and records the error detail per thread.
@@ -169,7 +207,11 @@ pub(crate) fn guard(f: impl FnOnce() -> CallResult) -> racaffinity_result {
 
 fn set_last_error(msg: String) {
     // A failing allocation or TLS teardown must not turn into a second panic.
-    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = msg);
+    let _ = LAST_ERROR.try_with(|e| {
+        if let Ok(mut e) = e.try_borrow_mut() {
+            e.set(&msg);
+        }
+    });
 }
 
 /// Writes the static description of result code `code` into `buf` (NUL-terminated).
@@ -203,7 +245,7 @@ pub unsafe extern "C" fn racaffinity_last_error_message(
     cap: usize,
     out_len: *mut usize,
 ) -> racaffinity_result {
-    let msg = LAST_ERROR.try_with(|e| e.borrow().clone()).unwrap_or_default();
+    let msg = LAST_ERROR.try_with(|e| e.borrow().as_str().to_string()).unwrap_or_default();
     // Not through `guard`: a BUFFER_TOO_SMALL here must not overwrite the
     // message being asked for.
     // SAFETY: the caller guarantees `buf`/`out_len` per this function's contract.
@@ -211,5 +253,21 @@ pub unsafe extern "C" fn racaffinity_last_error_message(
         Ok(Ok(())) => racaffinity_result::Ok,
         Ok(Err(f)) => f.code,
         Err(_) => racaffinity_result::Panic,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_detail_is_cut_at_a_character_boundary() {
+        let mut d = Detail { len: 0, bytes: [0; MAX_DETAIL] };
+        let long = "é".repeat(MAX_DETAIL);
+        d.set(&long);
+        assert!(d.as_str().ends_with('…'));
+        assert!(d.as_str().len() <= MAX_DETAIL);
+        d.set("short");
+        assert_eq!(d.as_str(), "short");
     }
 }
