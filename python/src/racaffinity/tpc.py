@@ -49,7 +49,7 @@ import os
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set
 
 import psycopg
 import psycopg_pool
