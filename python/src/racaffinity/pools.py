@@ -98,9 +98,13 @@ def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
     return _Tracked
 
 
-def _pool_kwargs(connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any], base: Any) -> Tuple[Dict[str, Any], ConnectAttempts]:
+def _pool_kwargs(
+    connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any], base: Any
+) -> Tuple[Dict[str, Any], ConnectAttempts]:
     """The keyword arguments of one node's pool: the connect arguments (with
     a bounded `connect_timeout` unless given) and a tracked connection class."""
+    if "kwargs" in pool_kwargs:
+        raise TypeError("pass connection arguments as connect_kwargs=, not kwargs=")
     kwargs = dict(connect_kwargs)
     kwargs.setdefault("connect_timeout", _connect_timeout(timeout))
     attempts = ConnectAttempts()

@@ -255,7 +255,8 @@ class GlobalTransaction:
                     raise
                 raise InDoubtError(
                     f"gtrid {self.gtrid!r}: the answer to PREPARE of branch {b.xid.bqual} on {b.node_name} was "
-                    f"lost ({type(e).__name__}); it may be prepared and stays on record for rollback() or recover_all()",
+                    f"lost ({type(e).__name__}); it may be prepared and stays on record for rollback() "
+                    "or recover_all()",
                     [b],
                 ) from e
             # The server answered with an error (a deferred constraint or
@@ -293,7 +294,9 @@ class GlobalTransaction:
         conn, b.conn = b.conn, None
         if conn is not None:
             try:
-                if failed or conn.broken or getattr(conn, "_tpc", None) is not None or not isinstance(cause, (Exception, type(None))):
+                interrupted = cause is not None and not isinstance(cause, Exception)
+                # never return a connection still in a two-phase transaction
+                if failed or interrupted or conn.broken or getattr(conn, "_tpc", None) is not None:
                     conn.close()
                 b.pool.putconn(conn)
             except Exception as e:  # a closed pool: nothing to return to
