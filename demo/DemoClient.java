@@ -11,11 +11,10 @@
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
 import io.racaffinity.Lease;
+import io.racaffinity.NodeState;
 import io.racaffinity.Outcome;
-import io.racaffinity.PreparedNodeUnavailableException;
 import io.racaffinity.Route;
 import io.racaffinity.Scope;
-import io.racaffinity.StrictAffinityException;
 import io.racaffinity.UnknownTransactionException;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -170,16 +169,11 @@ public final class DemoClient {
         }
         byte[] g = gtrid.getBytes(StandardCharsets.UTF_8);
         if (affinity) {
-            try {
-                cluster.txRoute(g); // where PREPARE goes; never moves the transaction
-            } catch (PreparedNodeUnavailableException e) { // not expected: this branch is not prepared yet
-                discard(b.conn);
-                forget(gtrid);
-                return "FAIL\t" + gtrid + "\t" + cluster.nodeName(b.node) + "\t" + code(e) + "\t" + oneLine(e);
-            } catch (StrictAffinityException e) {
-                // Its node went down before the branch was prepared. Join again:
-                // soft affinity re-places the transaction (rendezvous over the
-                // nodes that are left, so every process agrees), strict refuses.
+            if (cluster.nodeState(b.node) == NodeState.DOWN) {
+                // Its node went down before the branch was prepared: the branch
+                // is lost with its connection. Join again: soft affinity
+                // re-places the transaction (rendezvous over the nodes that are
+                // left, so every process agrees), strict refuses.
                 discard(b.conn);
                 String was = cluster.nodeName(b.node);
                 Route r;

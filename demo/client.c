@@ -292,11 +292,13 @@ static void cmd_prepare(const char *gtrid, bool affinity)
     }
     if (affinity) {
         racaffinity_route route;
-        racaffinity_result rc = racaffinity_tx_route(g_cl, gb(gtrid), strlen(gtrid), &route);
-        if (rc == RACAFFINITY_RESULT_STRICT_AFFINITY) {
-            /* Its node went down before the branch was prepared. Join again:
-             * soft affinity re-places the transaction (rendezvous over the
-             * nodes that are left, so every process agrees), strict refuses. */
+        racaffinity_node_state state = RACAFFINITY_NODE_STATE_UP;
+        racaffinity_result rc = racaffinity_node_get_state(g_cl, b->node, &state);
+        if (rc == RACAFFINITY_RESULT_OK && state == RACAFFINITY_NODE_STATE_DOWN) {
+            /* Its node went down before the branch was prepared: the branch
+             * is lost with its connection. Join again: soft affinity
+             * re-places the transaction (rendezvous over the nodes that are
+             * left, so every process agrees), strict refuses. */
             PQfinish(b->conn);
             b->conn = NULL;
             rc = racaffinity_tx_begin(g_cl, gb(gtrid), strlen(gtrid), &route);

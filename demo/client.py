@@ -128,16 +128,11 @@ class Client:
             return f"ERR\tPROTOCOL\tno open branch {gtrid}"
         node, conn, port, kind, lease = b.node, b.conn, b.port, b.kind, b.lease
         if mode == "affinity":
-            try:
-                self.cluster.tx_route(gtrid)  # where PREPARE goes; never moves the transaction
-            except ra.PreparedNodeUnavailableError as e:  # not expected: this branch is not prepared yet
-                self.discard(conn)
-                self.forget(gtrid)
-                return f"FAIL\t{gtrid}\t{self.cluster.node_name(node)}\t{code_of(e)}\t{one_line(e)}"
-            except ra.StrictAffinityError:
-                # Its node went down before the branch was prepared. Join again:
-                # soft affinity re-places the transaction (rendezvous over the
-                # nodes that are left, so every process agrees), strict refuses.
+            if self.cluster.node_state(node) == ra.NodeState.DOWN:
+                # Its node went down before the branch was prepared: the branch
+                # is lost with its connection. Join again: soft affinity
+                # re-places the transaction (rendezvous over the nodes that are
+                # left, so every process agrees), strict refuses.
                 self.discard(conn)
                 try:
                     route = self.cluster.tx_begin(gtrid)

@@ -68,6 +68,12 @@ FAN_UP = ("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC2 hos
           "status=up reason=BOOT card=3 timestamp=2026-11-29 08:00:09")
 
 
+
+def unreachable(err: str) -> bool:
+    """Whether a psycopg error line says the node did not answer at all."""
+    return any(m in err for m in ("Connection refused", "connection failed", "server closed the connection",
+                                  "terminating connection", "could not connect"))
+
 class SetupError(Exception):
     pass
 
@@ -320,17 +326,14 @@ class Demo:
     # ---- two-phase commit ------------------------------------------------------------
 
     def tm_route(self, tx: Tx) -> str:
-        """Where the driver's racaffinity sends 2PC for tx. Raises
-        PreparedNodeUnavailableError while a prepared owner is down."""
-        try:
-            return self.cluster.tx_route(tx.gtrid).name
-        except ra.PreparedNodeUnavailableError:
-            raise
-        except ra.StrictAffinityError:
-            # Unprepared and its node is down: join again, like the clients did.
-            # Soft affinity re-places it exactly as they did (same topology,
-            # same rendezvous hash); strict refuses.
+        """Where the driver's racaffinity sends 2PC for tx (not yet prepared
+        here). Its node went down before prepare: join again, like the
+        clients did; soft affinity re-places it exactly as they did (same
+        topology, same rendezvous hash), strict raises StrictAffinityError."""
+        route = self.cluster.tx_route(tx.gtrid)
+        if self.cluster.node_state(route.node) == ra.NodeState.DOWN:
             return self.cluster.tx_begin(tx.gtrid).name
+        return route.name
 
     def phase_two(self, tx: Tx, affinity: bool) -> None:
         """COMMIT PREPARED (or ROLLBACK PREPARED, per the TM log) of every prepared branch."""
@@ -342,14 +345,6 @@ class Demo:
             if affinity:
                 try:
                     target = self.cluster.tx_route(tx.gtrid).name
-                except ra.PreparedNodeUnavailableError as e:
-                    b.status, b.code = "in_doubt", "PREPARED_NODE_UNAVAILABLE"
-                    if tx.outcome != "in_doubt":
-                        self.notes[tx.part].append(
-                            f"prepared: {tx.gtrid} on {b.node}: tx_route raises {type(e).__name__} "
-                            f"({e.message.split(';')[0]}): its COMMIT stays in doubt, never sent elsewhere")
-                    tx.outcome = "in_doubt"
-                    continue
                 except ra.Error as e:  # never in a correct run: the driver's registry disagrees
                     b.status, b.code, tx.outcome = "in_doubt", native(type(e).__name__), "in_doubt"
                     self.problems.append(f"{gid}: tx_route refused ({type(e).__name__}: {e}); left in doubt")
@@ -359,6 +354,17 @@ class Demo:
                     target = lease.name
             tx.sent.append(target)
             err = self.try_sql(target, f"{action} PREPARED '{gid}'")
+            if affinity and err is not None and unreachable(err):
+                # The node that holds the branch did not answer: XA's
+                # XAER_RMFAIL. The branch stays in doubt for recovery; it is
+                # never sent elsewhere.
+                b.status, b.code = "in_doubt", "UNREACHABLE"
+                if tx.outcome != "in_doubt":
+                    self.notes[tx.part].append(
+                        f"prepared: {tx.gtrid} on {b.node}: tx_route still names {target} (2PC never moves); "
+                        f"{action} PREPARED there fails ({err}): it stays in doubt for recovery")
+                tx.outcome = "in_doubt"
+                continue
             if err is not None and "does not exist" in err:
                 # The ORA-24756 analogue: the branch is not on that node.
                 tx.misrouted += 1
