@@ -126,6 +126,8 @@ pub struct MetricsSnapshot {
     pub sessions_revoked: u64,
     /// Sessions dropped after their idle TTL.
     pub sessions_expired: u64,
+    /// Soft-mode transaction spans, summed over nodes (see [`NodeMetrics::tx_spans`]).
+    pub tx_spans: u64,
     /// The explicit partition map's epoch (0: as configured).
     pub partition_map_epoch: u64,
     /// Who set the partition map (`config`, `set_partition`, a loader's name).
@@ -144,13 +146,14 @@ impl MetricsSnapshot {
         let mut s = String::with_capacity(256 + 320 * self.nodes.len());
         let _ = write!(
             s,
-            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"partition_map":{{"epoch":{},"source":"{}"}},"nodes":["#,
+            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"tx_spans":{},"partition_map":{{"epoch":{},"source":"{}"}},"nodes":["#,
             self.cluster,
             self.epoch,
             self.hash_version,
             self.policy,
             self.sessions_revoked,
             self.sessions_expired,
+            self.tx_spans,
             self.partition_map_epoch,
             self.partition_map_source
         );
@@ -341,7 +344,7 @@ impl Cluster {
     /// A snapshot of every counter.
     pub fn metrics(&self) -> MetricsSnapshot {
         let topo = self.topo();
-        let nodes = topo
+        let nodes: Vec<NodeMetrics> = topo
             .live
             .iter()
             .map(|n| {
@@ -392,6 +395,7 @@ impl Cluster {
             })
             .collect();
         MetricsSnapshot {
+            tx_spans: nodes.iter().map(|n| n.tx_spans).sum(),
             cluster: self.name().to_string(),
             epoch: topo.epoch,
             hash_version: HASH_VERSION,
