@@ -29,6 +29,16 @@
 #define RACAFFINITY_MAX_CLUSTERS 4096
 
 /*
+ Stands for "no node" where a node id is optional (an empty backup slot).
+ */
+#define RACAFFINITY_NO_NODE 4294967295
+
+/*
+ A session token is at most its session id plus this many bytes (and the NUL).
+ */
+#define RACAFFINITY_TOKEN_EXTRA_BYTES 23
+
+/*
  Result of every call. Values are stable: new codes are only ever added.
  */
 typedef enum {
@@ -767,6 +777,57 @@ racaffinity_result racaffinity_session_end(const racaffinity_cluster *cluster,
                                            const uint8_t *key,
                                            size_t len,
                                            bool *out_existed);
+
+/*
+ The routing data a new session with key `key` gets: the first node of the
+ key's rendezvous ranking that takes new work, and a backup on another
+ machine (`node.<N>.machine`, default the address's host), else any other
+ usable node, else `RACAFFINITY_NO_NODE`.
+
+ # Safety
+ `key` must be valid for `len` bytes; `out_primary`/`out_backup` NULL or writable.
+ */
+racaffinity_result racaffinity_session_routing(const racaffinity_cluster *cluster,
+                                               const uint8_t *key,
+                                               size_t len,
+                                               uint32_t *out_primary,
+                                               uint32_t *out_backup);
+
+/*
+ Writes a new token for session `session_id` (NUL-terminated, cookie-safe
+ characters) into `buf`: `<session-id>!ra1.<primary>.<backup>`. A buffer
+ of `strlen(session_id) + RACAFFINITY_TOKEN_EXTRA_BYTES + 1` always fits.
+
+ # Safety
+ `session_id` NULL or NUL-terminated; `buf` NULL or valid for `cap` bytes;
+ `out_len` NULL or writable.
+ */
+racaffinity_result racaffinity_session_token_new(const racaffinity_cluster *cluster,
+                                                 const char *session_id,
+                                                 char *buf,
+                                                 size_t cap,
+                                                 size_t *out_len);
+
+/*
+ Routes a request carrying `token` (seed 001's rules: primary; else the
+ backup is promoted and a new backup chosen; with both gone a fresh pair;
+ strict session mode refuses). Writes the node to `*out` and the token the
+ client must keep into `buf` (the same text unless the routing data
+ changed; `*out_changed` says which). A malformed or foreign token is
+ INVALID_ARGUMENT; a node the token names that this cluster does not know
+ counts as down. A buffer of `strlen(token) + 1` always fits.
+
+ # Safety
+ `token` NULL or NUL-terminated; `out` and `out_changed` NULL or writable;
+ `buf` NULL or valid for `cap` bytes; `out_len` NULL or writable.
+ */
+racaffinity_result racaffinity_session_token_route(const racaffinity_cluster *cluster,
+                                                   const char *token,
+                                                   racaffinity_route *out,
+                                                   char *buf,
+                                                   size_t cap,
+                                                   size_t *out_len,
+                                                   bool *out_changed);
 
 /*
  Begins or joins a branch of `gtrid` (1..=64 bytes) and writes its route.

@@ -703,6 +703,43 @@ static void ucp_affinity_contexts_and_the_partition_map_replaced_whole(void) {
     free_cluster(c);
 }
 
+static void session_tokens_carry_primary_and_backup_and_promote_on_failure(void) {
+    racaffinity_cluster *c = new_cluster("nodes = S1, S2, S3\nnode.S1.machine = m1\nnode.S2.machine = m2\n"
+                                         "node.S3.machine = m3");
+    uint32_t primary = 0, backup = 0;
+    CHECK_OK(racaffinity_session_routing(c, B("sess"), &primary, &backup));
+    CHECK(backup != RACAFFINITY_NO_NODE && backup != primary);
+    char token[64], next[64], tiny[8];
+    size_t len = 0;
+    CHECK_OK(racaffinity_session_token_new(c, "sess", token, sizeof token, &len));
+    CHECK_EQ_U(len, strlen(token) + 1);
+    CHECK(len <= strlen("sess") + RACAFFINITY_TOKEN_EXTRA_BYTES + 1);
+    CHECK(strncmp(token, "sess!ra1.", 9) == 0);
+    CHECK_RC(racaffinity_session_token_new(c, "sess", tiny, sizeof tiny, &len), RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+    CHECK_RC(racaffinity_session_token_new(c, "bad id", token, sizeof token, &len), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    racaffinity_route r;
+    bool changed = true;
+    CHECK_OK(racaffinity_session_token_route(c, token, &r, next, sizeof next, &len, &changed));
+    CHECK_EQ_U(r.node, primary);
+    CHECK(!changed);
+    CHECK(strcmp(next, token) == 0);
+    /* The primary dies: the backup is promoted and the token rewritten. */
+    char name[16];
+    name_of(c, primary, name, sizeof name);
+    CHECK_OK(racaffinity_node_set_state(c, name, RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_OK(racaffinity_session_token_route(c, token, &r, next, sizeof next, &len, &changed));
+    CHECK_EQ_U(r.node, backup);
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_REPINNED);
+    CHECK(changed);
+    CHECK(strcmp(next, token) != 0 && strncmp(next, "sess!ra1.", 9) == 0);
+    CHECK_RC(racaffinity_session_token_route(c, "sess!ra9.00000000.none", &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("ra9");
+    CHECK_RC(racaffinity_session_token_route(c, NULL, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    free_cluster(c);
+}
+
 static void gtrid_of_65_bytes_or_empty_is_invalid_argument(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     const racaffinity_result IA = RACAFFINITY_RESULT_INVALID_ARGUMENT;
@@ -1737,6 +1774,7 @@ static const h_test tests[] = {
     TEST(recovery_scope_comes_from_the_config),
     TEST(unknown_ids_and_unissued_context_keys_are_refused),
     TEST(ucp_affinity_contexts_and_the_partition_map_replaced_whole),
+    TEST(session_tokens_carry_primary_and_backup_and_promote_on_failure),
     TEST(five_failed_leases_eject_a_node),
     TEST(five_reported_failures_eject_a_node),
     TEST(set_strict_switches_the_thread_scope_at_runtime),

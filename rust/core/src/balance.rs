@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::node::{HealthConfig, Node};
+use crate::node::{HealthConfig, LocalConfig, Locality, Node};
 
 /// How an unpinned pick chooses among available nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -155,6 +155,8 @@ pub(crate) struct Balancer {
     pub policy: Policy,
     pub panic: PanicPolicy,
     rr: AtomicU64,
+    /// `Some(spill_percent)` when `local.machine` or `local.zone` is set.
+    locality: Option<u32>,
 }
 
 /// Result of a balanced choice.
@@ -165,8 +167,8 @@ pub(crate) enum Choice<'a> {
 }
 
 impl Balancer {
-    pub fn new(policy: Policy, panic: PanicPolicy) -> Self {
-        Balancer { policy, panic, rr: AtomicU64::new(0) }
+    pub fn new(policy: Policy, panic: PanicPolicy, local: &LocalConfig) -> Self {
+        Balancer { policy, panic, rr: AtomicU64::new(0), locality: local.is_set().then_some(local.spill_percent) }
     }
 
     /// Chooses among `nodes` that accept new work, preferring those that pass
@@ -198,7 +200,7 @@ impl Balancer {
         // Only a mixed set needs a second list; the common case (no
         // preference, or all alike) allocates nothing more.
         let mixed;
-        let c = if n_preferred == 0 || n_preferred == usable.len() {
+        let mut c = if n_preferred == 0 || n_preferred == usable.len() {
             &usable
         } else {
             let mut p = Candidates::new();
@@ -210,6 +212,13 @@ impl Balancer {
             mixed = p;
             &mixed
         };
+        let near;
+        if let Some(spill) = self.locality {
+            if let Some(tier) = nearest_tier(nodes, c, spill) {
+                near = tier;
+                c = &near;
+            }
+        }
         let idx = match c.len() {
             0 => return self.panic_choice(nodes),
             1 => c.get(0),
@@ -243,6 +252,40 @@ impl Balancer {
         let i = with_rng(|r| r.gen_range(0..nodes.len()));
         Ok(Choice::Panic(&nodes[i]))
     }
+}
+
+/// The nearest locality tier of `c` that has a usable node and is not over
+/// its share of the load: this machine, else this zone (which includes this
+/// machine's nodes). `None`: use all of `c`.
+fn nearest_tier(nodes: &[Arc<Node>], c: &Candidates, spill_percent: u32) -> Option<Candidates> {
+    for tier in [Locality::Machine, Locality::Zone] {
+        let mut t = Candidates::new();
+        for k in 0..c.len() {
+            if nodes[c.get(k)].locality() <= tier {
+                t.push(c.get(k));
+            }
+        }
+        if t.len() == 0 || t.len() == c.len() {
+            if t.len() == c.len() {
+                return None;
+            }
+            continue;
+        }
+        if spill_percent == 0 || !overloaded(nodes, &t, c, spill_percent) {
+            return Some(t);
+        }
+    }
+    None
+}
+
+/// Whether tier `t`'s share of the in-flight leases of `all` exceeds
+/// `spill_percent` % of its share of their capacity (static weight).
+fn overloaded(nodes: &[Arc<Node>], t: &Candidates, all: &Candidates, spill_percent: u32) -> bool {
+    let sum = |c: &Candidates, f: &dyn Fn(&Node) -> i128| (0..c.len()).map(|k| f(&nodes[c.get(k)])).sum::<i128>();
+    let (load_t, load_all) = (sum(t, &|n| n.in_flight().max(0).into()), sum(all, &|n| n.in_flight().max(0).into()));
+    let (cap_t, cap_all) = (sum(t, &|n| n.weight().into()), sum(all, &|n| n.weight().into()));
+    // load_t / load_all > spill% × cap_t / cap_all, in integers.
+    load_all > 0 && load_t * cap_all * 100 > i128::from(spill_percent) * cap_t * load_all
 }
 
 fn weighted(nodes: &[Arc<Node>], c: &Candidates) -> usize {

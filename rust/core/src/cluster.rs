@@ -176,7 +176,7 @@ impl Cluster {
         config.validate()?;
         let mut topo = Topology::empty();
         for (i, spec) in config.nodes.iter().enumerate() {
-            topo = topo.with_added(Arc::new(Node::new(NodeId(i as u32), spec)));
+            topo = topo.with_added(Arc::new(Node::new(NodeId(i as u32), spec, &config.local)));
         }
         let data = DataMap::new(&config.data, &topo)?;
         let strict = [
@@ -187,7 +187,7 @@ impl Cluster {
         ];
         let inner = Inner {
             id: NEXT_CLUSTER_ID.fetch_add(1, Ordering::Relaxed),
-            balancer: Balancer::new(config.policy, config.panic),
+            balancer: Balancer::new(config.policy, config.panic, &config.local),
             strict,
             clock,
             topo: ArcSwap::from_pointee(topo),
@@ -305,7 +305,8 @@ impl Cluster {
             return Err(Error::InvalidArgument("too many nodes".into()));
         }
         let id = NodeId(cur.by_id.len() as u32);
-        self.inner.topo.store(Arc::new(cur.with_added(Arc::new(Node::new(id, &spec)))));
+        let node = Node::new(id, &spec, &self.inner.config.local);
+        self.inner.topo.store(Arc::new(cur.with_added(Arc::new(node))));
         Ok(id)
     }
 

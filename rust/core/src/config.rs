@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use crate::balance::{PanicPolicy, Policy};
 use crate::error::{Error, Result};
-use crate::node::{validate_node_name, HealthConfig, NodeSpec};
+use crate::node::{validate_node_name, HealthConfig, LocalConfig, NodeSpec};
 
 /// Largest accepted config text.
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
@@ -162,6 +162,8 @@ pub struct Config {
     pub health: HealthConfig,
     /// Independent databases or instances of one (`recovery.scope`).
     pub recovery_scope: RecoveryScope,
+    /// Where this process runs, for locality-aware picks.
+    pub local: LocalConfig,
 }
 
 impl Default for Config {
@@ -184,6 +186,7 @@ impl Default for Config {
             data: DataConfig { strict: false, placement: Placement::Rendezvous, partitions: 4096, map: Vec::new() },
             health: HealthConfig::default(),
             recovery_scope: RecoveryScope::Node,
+            local: LocalConfig::default(),
         }
     }
 }
@@ -204,6 +207,12 @@ fn parse_digits<T: std::str::FromStr>(v: &str) -> Option<T> {
         return None;
     }
     v.parse().ok()
+}
+
+/// Machine and zone names travel into metrics labels like node names.
+fn place_name(key: &str, v: &str) -> Result<String> {
+    validate_node_name(v).map_err(|e| Error::config(key, e.to_string().replace("node name", "name")))?;
+    Ok(v.to_string())
 }
 
 fn parse_u32(key: &str, v: &str, min: u32, max: u32) -> Result<u32> {
@@ -279,7 +288,7 @@ impl Config {
             if let Some(rest) = key.strip_prefix("node.") {
                 let (name, attr) = rest
                     .rsplit_once('.')
-                    .ok_or_else(|| Error::config(key, "expected node.<NAME>.address or node.<NAME>.weight"))?;
+                    .ok_or_else(|| Error::config(key, "expected node.<NAME>.address, .weight, .machine or .zone"))?;
                 validate_node_name(name).map_err(|e| Error::config(key, e.to_string()))?;
                 let idx = match declared.iter().position(|n| n.name.eq_ignore_ascii_case(name)) {
                     Some(i) => i,
@@ -291,10 +300,12 @@ impl Config {
                 match attr {
                     "address" => declared[idx].address = Some(value.to_string()),
                     "weight" => declared[idx].weight = parse_u32(key, value, 1, 1_000_000)?,
+                    "machine" => declared[idx].machine = Some(place_name(key, value)?),
+                    "zone" => declared[idx].zone = Some(place_name(key, value)?),
                     _ => {
                         return Err(Error::config(
                             key,
-                            format!("unknown node setting `{attr}` (expected address or weight)"),
+                            format!("unknown node setting `{attr}` (expected address, weight, machine or zone)"),
                         ))
                     }
                 }
@@ -352,6 +363,9 @@ impl Config {
                 "health.eject_backoff_max" => c.health.eject_max_ms = parse_duration_ms(key, value)?,
                 "heartbeat.interval" => c.health.heartbeat_interval_ms = parse_duration_ms(key, value)?,
                 "recovery.scope" => c.recovery_scope = value.parse()?,
+                "local.machine" => c.local.machine = Some(place_name(key, value)?),
+                "local.zone" => c.local.zone = Some(place_name(key, value)?),
+                "locality.spill_percent" => c.local.spill_percent = parse_u32(key, value, 0, 1_000_000)?,
                 "heartbeat.misses" => c.health.heartbeat_misses = parse_u32(key, value, 1, 1_000_000)?,
                 _ => return Err(Error::config(key, "unknown key (see the README's config table)")),
             }
@@ -424,6 +438,12 @@ impl Config {
                 let _ = writeln!(s, "node.{}.address = {a}", n.name);
             }
             let _ = writeln!(s, "node.{}.weight = {}", n.name, n.weight);
+            if let Some(m) = &n.machine {
+                let _ = writeln!(s, "node.{}.machine = {m}", n.name);
+            }
+            if let Some(z) = &n.zone {
+                let _ = writeln!(s, "node.{}.zone = {z}", n.name);
+            }
         }
         let _ = writeln!(s, "policy = {}", self.policy);
         let _ = writeln!(s, "panic = {}", self.panic.as_str());
@@ -452,6 +472,13 @@ impl Config {
         let _ = writeln!(s, "heartbeat.interval = {}", fmt_duration(h.heartbeat_interval_ms));
         let _ = writeln!(s, "heartbeat.misses = {}", h.heartbeat_misses);
         let _ = writeln!(s, "recovery.scope = {}", self.recovery_scope.as_str());
+        if let Some(m) = &self.local.machine {
+            let _ = writeln!(s, "local.machine = {m}");
+        }
+        if let Some(z) = &self.local.zone {
+            let _ = writeln!(s, "local.zone = {z}");
+        }
+        let _ = writeln!(s, "locality.spill_percent = {}", self.local.spill_percent);
         s
     }
 }

@@ -49,6 +49,7 @@ mod request;
 mod route;
 mod session;
 mod sharded;
+mod token;
 mod topology;
 mod transaction;
 
@@ -63,11 +64,15 @@ pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
 pub use lease::{Lease, LeaseToken, Outcome};
 pub use metrics::{MetricsSnapshot, NodeMetrics, ScopeMetrics};
-pub use node::{validate_node_name, DownCause, HealthConfig, Node, NodeId, NodeSpec, NodeState, MAX_NODE_NAME};
+pub use node::{
+    validate_node_name, DownCause, HealthConfig, LocalConfig, Locality, Node, NodeId, NodeSpec, NodeState,
+    MAX_NODE_NAME,
+};
 pub use pin::{ContextKey, ContextPin, ThreadPin};
 pub use request::RouteRequest;
 pub use route::{Route, RouteKind};
 pub use session::MAX_KEY_BYTES;
+pub use token::{node_token_id, SessionRouting, TokenRoute};
 pub use transaction::{TxInfo, MAX_GTRID_BYTES};
 
 /// The crate version.

@@ -82,6 +82,10 @@ pub struct NodeMetrics {
     /// Transactions that had branches here and then one placed elsewhere
     /// (soft mode only; each is a two-node commit).
     pub tx_spans: u64,
+    /// Where the node sits relative to this process (`machine`, `zone`,
+    /// `remote`, or `unknown` without `local.*` settings): its picks are
+    /// this process's local, zone or remote picks.
+    pub locality: &'static str,
 }
 
 /// One scope's counters.
@@ -163,7 +167,7 @@ impl MetricsSnapshot {
             }
             let _ = write!(
                 s,
-                r#"{{"name":"{}","state":"{}","down_cause":"{}","weight":{},"rlb_percent":{},"affinity_advised":{},"picks":{},"affinity_hits":{},"repins":{},"strict_refusals":{},"in_flight":{},"successes":{},"failures":{},"state_changes":{},"ejections":{},"probe_misses":{},"tx_spans":{}}}"#,
+                r#"{{"name":"{}","state":"{}","down_cause":"{}","weight":{},"rlb_percent":{},"affinity_advised":{},"picks":{},"affinity_hits":{},"repins":{},"strict_refusals":{},"in_flight":{},"successes":{},"failures":{},"state_changes":{},"ejections":{},"probe_misses":{},"tx_spans":{},"locality":"{}"}}"#,
                 n.name,
                 n.state,
                 n.down_cause,
@@ -180,7 +184,8 @@ impl MetricsSnapshot {
                 n.state_changes,
                 n.ejections,
                 n.probe_misses,
-                n.tx_spans
+                n.tx_spans,
+                n.locality
             );
         }
         s.push_str(r#"],"scopes":{"#);
@@ -303,6 +308,14 @@ impl MetricsSnapshot {
                 u8::from(sc.strict)
             );
         }
+        let _ = writeln!(
+            s,
+            "# HELP racaffinity_locality_picks_total Picks by where the node sits relative to this process.\n# TYPE racaffinity_locality_picks_total counter"
+        );
+        for place in ["machine", "zone", "remote"] {
+            let picks: u64 = self.nodes.iter().filter(|n| n.locality == place).map(|n| n.picks).sum();
+            let _ = writeln!(s, "racaffinity_locality_picks_total{{cluster=\"{c}\",locality=\"{place}\"}} {picks}");
+        }
         type ScopeField = fn(&ScopeMetrics) -> u64;
         let scope_series: [(&str, &str, &str, ScopeField); 7] = [
             ("racaffinity_affinities", "gauge", "Live affinities per scope.", |s| s.live),
@@ -368,6 +381,7 @@ impl Cluster {
                     ejections: c.ejections.load(Ordering::Relaxed),
                     probe_misses: c.probe_misses.load(Ordering::Relaxed),
                     tx_spans: c.tx_spans.load(Ordering::Relaxed),
+                    locality: n.locality().as_str(),
                 }
             })
             .collect();

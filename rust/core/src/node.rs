@@ -132,12 +132,17 @@ pub struct NodeSpec {
     pub address: Option<String>,
     /// Static weight (≥ 1) for `weighted` balancing and rendezvous placement.
     pub weight: u32,
+    /// The machine it runs on (a session's backup goes to another one);
+    /// `None`: the host of `address`.
+    pub machine: Option<String>,
+    /// Its zone (rack, data centre) for locality-aware picks.
+    pub zone: Option<String>,
 }
 
 impl NodeSpec {
     /// A node with weight 1 and no address.
     pub fn new(name: impl Into<String>) -> Self {
-        NodeSpec { name: name.into(), address: None, weight: 1 }
+        NodeSpec { name: name.into(), address: None, weight: 1, machine: None, zone: None }
     }
 
     /// Sets the listener address.
@@ -152,6 +157,28 @@ impl NodeSpec {
         self
     }
 
+    /// Sets the machine (default: the host of the address).
+    pub fn machine(mut self, machine: impl Into<String>) -> Self {
+        self.machine = Some(machine.into());
+        self
+    }
+
+    /// Sets the zone.
+    pub fn zone(mut self, zone: impl Into<String>) -> Self {
+        self.zone = Some(zone.into());
+        self
+    }
+
+    /// The machine: as set, else the host of the address.
+    pub fn machine_or_host(&self) -> Option<String> {
+        self.machine.clone().or_else(|| {
+            self.address
+                .as_deref()
+                .and_then(|a| crate::connect::split_host_port(a, 1521).ok())
+                .map(|(h, _)| h.to_string())
+        })
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         validate_node_name(&self.name)?;
         if self.weight == 0 || self.weight > 1_000_000 {
@@ -163,6 +190,13 @@ impl NodeSpec {
         if let Some(a) = &self.address {
             crate::connect::split_host_port(a, 1521)
                 .map_err(|e| Error::InvalidArgument(format!("node `{}`: bad address `{a}`: {e}", self.name)))?;
+        }
+        for (what, v) in [("machine", &self.machine), ("zone", &self.zone)] {
+            if let Some(v) = v {
+                validate_node_name(v).map_err(|e| {
+                    Error::InvalidArgument(format!("node `{}`: {what}: {}", self.name, e).replace("node name", what))
+                })?;
+            }
         }
         Ok(())
     }
@@ -182,6 +216,67 @@ pub fn validate_node_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Where a node sits relative to the calling process (`local.machine`,
+/// `local.zone`): WebLogic's colocation and Envoy's zone-aware routing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Locality {
+    /// On this process's machine.
+    Machine,
+    /// In this process's zone.
+    Zone,
+    /// Elsewhere.
+    Remote,
+    /// No locality is configured.
+    Unknown,
+}
+
+impl Locality {
+    /// Lower-case name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Locality::Machine => "machine",
+            Locality::Zone => "zone",
+            Locality::Remote => "remote",
+            Locality::Unknown => "unknown",
+        }
+    }
+}
+
+/// Where this process runs (`local.machine`, `local.zone`) and how far a
+/// local preference goes (`locality.spill_percent`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalConfig {
+    /// This process's machine.
+    pub machine: Option<String>,
+    /// This process's zone.
+    pub zone: Option<String>,
+    /// Prefer the nearest tier only while its share of in-flight leases is at
+    /// most this percent of its share of capacity (static weight); 0: always.
+    pub spill_percent: u32,
+}
+
+impl LocalConfig {
+    /// Whether any locality preference applies.
+    pub fn is_set(&self) -> bool {
+        self.machine.is_some() || self.zone.is_some()
+    }
+
+    pub(crate) fn classify(&self, machine: Option<&str>, zone: Option<&str>) -> Locality {
+        if !self.is_set() {
+            return Locality::Unknown;
+        }
+        let same =
+            |a: &Option<String>, b: Option<&str>| matches!((a, b), (Some(a), Some(b)) if a.eq_ignore_ascii_case(b));
+        if same(&self.machine, machine) {
+            Locality::Machine
+        } else if same(&self.zone, zone) {
+            Locality::Zone
+        } else {
+            Locality::Remote
+        }
+    }
 }
 
 /// Passive-ejection and heartbeat thresholds.
@@ -282,6 +377,10 @@ pub struct Node {
     seed: u64,
     host: Option<String>,
     address: Option<String>,
+    machine: Option<Box<str>>,
+    zone: Option<Box<str>>,
+    /// Where the node sits relative to this process (see [`Locality`]).
+    locality: Locality,
     weight: AtomicU32,
     /// Effective state and cause, mirrored from `layers` for lock-free picks.
     state: AtomicU8,
@@ -318,7 +417,9 @@ pub(crate) enum OutcomeSource {
 }
 
 impl Node {
-    pub(crate) fn new(id: NodeId, spec: &NodeSpec) -> Node {
+    pub(crate) fn new(id: NodeId, spec: &NodeSpec, local: &LocalConfig) -> Node {
+        let machine = spec.machine_or_host();
+        let locality = local.classify(machine.as_deref(), spec.zone.as_deref());
         let host = spec
             .address
             .as_deref()
@@ -330,6 +431,9 @@ impl Node {
             seed: hash::hash_bytes(spec.name.as_bytes()),
             host,
             address: spec.address.clone(),
+            machine: machine.map(String::into_boxed_str),
+            zone: spec.zone.clone().map(String::into_boxed_str),
+            locality,
             weight: AtomicU32::new(spec.weight),
             state: AtomicU8::new(NodeState::Up.to_u8()),
             cause: AtomicU8::new(DownCause::None.to_u8()),
@@ -365,6 +469,22 @@ impl Node {
     /// Host part of the address (FAN `NODE` events name hosts).
     pub fn host(&self) -> Option<&str> {
         self.host.as_deref()
+    }
+
+    /// The machine it runs on (`node.<N>.machine`, else the address's host).
+    pub fn machine(&self) -> Option<&str> {
+        self.machine.as_deref()
+    }
+
+    /// Its zone (`node.<N>.zone`).
+    pub fn zone(&self) -> Option<&str> {
+        self.zone.as_deref()
+    }
+
+    /// Where it sits relative to this process.
+    #[inline]
+    pub fn locality(&self) -> Locality {
+        self.locality
     }
 
     /// Rendezvous seed: `h(name)`.

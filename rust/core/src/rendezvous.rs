@@ -90,3 +90,19 @@ fn weighted_owner<'a>(
     }
     best.map(|(n, _)| n).or(zero_only.map(|(n, _)| n))
 }
+
+/// Every node passing `eligible`, in `key_hash`'s rendezvous order: the first
+/// is [`owner`], the second the owner once the first is gone, and so on.
+pub(crate) fn ranking<'a>(
+    nodes: &'a [Arc<Node>],
+    key_hash: u64,
+    mut eligible: impl FnMut(&Node) -> bool,
+) -> Vec<&'a Arc<Node>> {
+    let mut ranked: Vec<&'a Arc<Node>> = Vec::with_capacity(nodes.len());
+    while let Some(n) =
+        owner(nodes, key_hash, Weights::Static, |n| eligible(n) && !ranked.iter().any(|r| r.id() == n.id()))
+    {
+        ranked.push(n);
+    }
+    ranked
+}

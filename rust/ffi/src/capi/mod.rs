@@ -15,6 +15,7 @@ pub mod result;
 pub mod session;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod token;
 pub mod transaction;
 pub mod types;
 pub mod ucp;

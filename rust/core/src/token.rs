@@ -1,0 +1,190 @@
+//! WebLogic's session routing data (seed 001), carried in the session
+//! identifier: the primary node and a backup on another machine, so any
+//! process in any language routes the session the same way with no shared
+//! state, even while their views of the topology differ.
+//!
+//! A token is `<session-id>!ra1.<primary>.<backup>`: `ra1` is the format
+//! version; each node is named by 8 lower-case hex digits of the
+//! racaffinity-hrw-v1 hash of its upper-cased name (stable across processes
+//! and restarts, and no instance name in a cookie); `none` marks an empty
+//! backup slot. Every character is cookie-safe.
+
+use crate::cluster::Cluster;
+use crate::error::{Error, Result, Scope};
+use crate::hash;
+use crate::node::{Node, NodeId};
+use crate::rendezvous;
+use crate::route::{Route, RouteKind};
+use crate::session::MAX_KEY_BYTES;
+use crate::topology::Topology;
+
+const VERSION: &str = "ra1";
+const NO_BACKUP: &str = "none";
+
+/// A session's routing data: where it lives and where it goes next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionRouting {
+    /// The node serving the session.
+    pub primary: NodeId,
+    /// The node that takes over when the primary is gone, on another
+    /// machine when the topology has one; `None` when no other node is usable.
+    pub backup: Option<NodeId>,
+}
+
+/// What [`Cluster::route_token`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRoute {
+    /// The node for this request.
+    pub route: Route,
+    /// The rewritten token when the routing data changed (promotion, a new
+    /// backup); `None` when the client's token still holds.
+    pub token: Option<String>,
+}
+
+/// The stable identifier of a node name inside a token.
+pub fn node_token_id(name: &str) -> String {
+    format!("{:08x}", hash::hash_bytes(name.to_ascii_uppercase().as_bytes()) as u32)
+}
+
+fn check_session_id(sid: &str) -> Result<()> {
+    if sid.is_empty() || sid.len() > MAX_KEY_BYTES {
+        return Err(Error::InvalidArgument(format!("session id must be 1..={MAX_KEY_BYTES} bytes, got {}", sid.len())));
+    }
+    // RFC 6265 cookie-octets: the token must survive as a cookie value.
+    if let Some(c) = sid.bytes().find(|&b| !(0x21..=0x7e).contains(&b) || matches!(b, b'"' | b',' | b';' | b'\\')) {
+        return Err(Error::InvalidArgument(format!(
+            "session id contains {:?}, which a cookie cannot carry",
+            char::from(c)
+        )));
+    }
+    Ok(())
+}
+
+fn malformed(token: &str, why: &str) -> Error {
+    let shown: String = token.chars().take(80).collect();
+    Error::InvalidArgument(format!("malformed session token `{}`: {why}", shown.escape_debug()))
+}
+
+/// A token split into its parts (node ids not yet resolved).
+struct Parsed<'a> {
+    sid: &'a str,
+    primary: &'a str,
+    backup: Option<&'a str>,
+}
+
+fn parse(token: &str) -> Result<Parsed<'_>> {
+    let (sid, routing) = token.rsplit_once('!').ok_or_else(|| malformed(token, "no `!` before the routing data"))?;
+    check_session_id(sid)?;
+    let mut parts = routing.split('.');
+    match parts.next() {
+        Some(VERSION) => {}
+        Some(v) if v.starts_with("ra") => {
+            return Err(malformed(token, &format!("format `{}` is not supported (this library reads ra1)", v)))
+        }
+        _ => return Err(malformed(token, "not a racaffinity token")),
+    }
+    let (Some(primary), Some(backup), None) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(malformed(token, "expected ra1.<primary>.<backup>"));
+    };
+    let is_id = |s: &str| s.len() == 8 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !is_id(primary) || !(backup == NO_BACKUP || is_id(backup)) {
+        return Err(malformed(token, "a node is 8 lower-case hex digits, an empty backup `none`"));
+    }
+    Ok(Parsed { sid, primary, backup: (backup != NO_BACKUP).then_some(backup) })
+}
+
+fn encode(sid: &str, topo: &Topology, r: SessionRouting) -> String {
+    let id = |n: NodeId| node_token_id(topo.node(n).expect("a live node").name());
+    let backup = r.backup.map_or_else(|| NO_BACKUP.to_string(), id);
+    format!("{sid}!{VERSION}.{}.{backup}", id(r.primary))
+}
+
+impl Cluster {
+    /// The routing data a new session with key `key` gets: the first node of
+    /// the key's rendezvous ranking that takes new work, and as backup the
+    /// next one on a different machine (`node.<N>.machine`, else the host of
+    /// its address), else any other usable node, else none.
+    pub fn session_routing(&self, key: &[u8]) -> Result<SessionRouting> {
+        crate::session::check_key("session key", key)?;
+        let topo = self.topo();
+        let ranking = rendezvous::ranking(&topo.live, hash::hash_bytes(key), |n| n.accepts_new());
+        let primary = ranking.first().ok_or(Error::NoNodeAvailable { scope: Some(Scope::Session) })?;
+        Ok(SessionRouting { primary: primary.id(), backup: backup_for(&ranking, primary) })
+    }
+
+    /// A new token for session `session_id`: the id with
+    /// [`Cluster::session_routing`]'s decision appended.
+    pub fn session_token(&self, session_id: &str) -> Result<String> {
+        check_session_id(session_id)?;
+        let r = self.session_routing(session_id.as_bytes())?;
+        Ok(encode(session_id, &self.topo(), r))
+    }
+
+    /// Routes a request carrying `token`, by seed 001's rules: the primary
+    /// while it holds its work; else the backup is promoted and a new backup
+    /// chosen; with both gone, a fresh primary and backup; a backup slot
+    /// that is empty or names a node that is gone gets a usable node again.
+    /// A node the token names that this cluster does not know counts as
+    /// down. Strict session mode refuses instead of promoting. The returned
+    /// token is `Some` whenever the routing data changed.
+    pub fn route_token(&self, token: &str) -> Result<TokenRoute> {
+        let p = parse(token)?;
+        let topo = self.topo();
+        let clock = self.clock();
+        let find = |id: &str| {
+            let mut hits = topo.live.iter().filter(|n| node_token_id(n.name()) == id);
+            // Two names with one id (about 1 in 2^32 per pair) are ambiguous: down.
+            match (hits.next(), hits.next()) {
+                (Some(n), None) => Some(n),
+                _ => None,
+            }
+        };
+        let primary = find(p.primary).filter(|n| n.accepts_existing(clock));
+        let backup = p.backup.and_then(find);
+        let ranking = rendezvous::ranking(&topo.live, hash::hash_bytes(p.sid.as_bytes()), |n| n.accepts_new());
+        let (now, kind) = match primary {
+            Some(n) => (n.clone(), RouteKind::Affinity),
+            None => {
+                if self.is_strict(Scope::Session) {
+                    let lost = find(p.primary).or_else(|| topo.live.first());
+                    return match lost {
+                        Some(n) => Err(self.refuse(Scope::Session, n)),
+                        None => Err(Error::NoNodeAvailable { scope: Some(Scope::Session) }),
+                    };
+                }
+                let next = backup.filter(|b| b.accepts_new()).or_else(|| ranking.first().copied());
+                match next {
+                    Some(n) => (n.clone(), RouteKind::Repinned),
+                    None => {
+                        let (id, kind) = self.place_rendezvous(&topo, Scope::Session, 0, |_| true)?;
+                        let route = Route::new(id, kind);
+                        self.count(&topo, Some(Scope::Session), route);
+                        return Ok(TokenRoute { route, token: None });
+                    }
+                }
+            }
+        };
+        let keep_backup = backup.filter(|b| b.id() != now.id() && b.accepts_existing(clock));
+        let routing = SessionRouting {
+            primary: now.id(),
+            backup: keep_backup.map(|b| b.id()).or_else(|| backup_for(&ranking, &now)),
+        };
+        let rewritten = encode(p.sid, &topo, routing);
+        let route = Route::new(now.id(), kind);
+        self.count(&topo, Some(Scope::Session), route);
+        Ok(TokenRoute { route, token: (rewritten != token).then_some(rewritten) })
+    }
+}
+
+/// The backup for `primary`: the first node of `ranking` on another machine,
+/// else any other node of it, else none.
+fn backup_for(ranking: &[&std::sync::Arc<Node>], primary: &Node) -> Option<NodeId> {
+    let others = || ranking.iter().filter(|n| n.id() != primary.id());
+    let elsewhere = |n: &&&std::sync::Arc<Node>| match (n.machine(), primary.machine()) {
+        (Some(a), Some(b)) => !a.eq_ignore_ascii_case(b),
+        // Unknown machines cannot be told apart; prefer nodes that are known
+        // to be elsewhere, so only an exact match counts.
+        _ => false,
+    };
+    others().find(elsewhere).or_else(|| others().next()).map(|n| n.id())
+}

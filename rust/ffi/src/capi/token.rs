@@ -1,0 +1,100 @@
+//! Seed 001 (WebLogic): session routing data carried in the session id.
+
+use std::os::raw::c_char;
+
+use super::buffer::{bytes_arg, out_arg, str_arg, write_str};
+use super::handle::{self, racaffinity_cluster};
+use super::result::{guard, racaffinity_result};
+use super::types::racaffinity_route;
+
+/// Stands for "no node" where a node id is optional (an empty backup slot).
+pub const RACAFFINITY_NO_NODE: u32 = 4_294_967_295;
+
+/// A session token is at most its session id plus this many bytes (and the NUL).
+pub const RACAFFINITY_TOKEN_EXTRA_BYTES: usize = 23;
+
+/// The routing data a new session with key `key` gets: the first node of the
+/// key's rendezvous ranking that takes new work, and a backup on another
+/// machine (`node.<N>.machine`, default the address's host), else any other
+/// usable node, else `RACAFFINITY_NO_NODE`.
+///
+/// # Safety
+/// `key` must be valid for `len` bytes; `out_primary`/`out_backup` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_session_routing(
+    cluster: *const racaffinity_cluster,
+    key: *const u8,
+    len: usize,
+    out_primary: *mut u32,
+    out_backup: *mut u32,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (k, primary, backup) = unsafe {
+            (bytes_arg(key, len, "key")?, out_arg(out_primary, "out_primary")?, out_arg(out_backup, "out_backup")?)
+        };
+        handle::with(cluster, |c| {
+            let r = c.session_routing(k)?;
+            primary.set(r.primary.0)?;
+            backup.set(r.backup.map_or(RACAFFINITY_NO_NODE, |b| b.0))
+        })
+    })
+}
+
+/// Writes a new token for session `session_id` (NUL-terminated, cookie-safe
+/// characters) into `buf`: `<session-id>!ra1.<primary>.<backup>`. A buffer
+/// of `strlen(session_id) + RACAFFINITY_TOKEN_EXTRA_BYTES + 1` always fits.
+///
+/// # Safety
+/// `session_id` NULL or NUL-terminated; `buf` NULL or valid for `cap` bytes;
+/// `out_len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_session_token_new(
+    cluster: *const racaffinity_cluster,
+    session_id: *const c_char,
+    buf: *mut c_char,
+    cap: usize,
+    out_len: *mut usize,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let sid = unsafe { str_arg(session_id, "session_id")? };
+        let token = handle::with(cluster, |c| Ok(c.session_token(sid)?))?;
+        // SAFETY: per this function's contract.
+        unsafe { write_str(&token, buf, cap, out_len) }
+    })
+}
+
+/// Routes a request carrying `token` (seed 001's rules: primary; else the
+/// backup is promoted and a new backup chosen; with both gone a fresh pair;
+/// strict session mode refuses). Writes the node to `*out` and the token the
+/// client must keep into `buf` (the same text unless the routing data
+/// changed; `*out_changed` says which). A malformed or foreign token is
+/// INVALID_ARGUMENT; a node the token names that this cluster does not know
+/// counts as down. A buffer of `strlen(token) + 1` always fits.
+///
+/// # Safety
+/// `token` NULL or NUL-terminated; `out` and `out_changed` NULL or writable;
+/// `buf` NULL or valid for `cap` bytes; `out_len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_session_token_route(
+    cluster: *const racaffinity_cluster,
+    token: *const c_char,
+    out: *mut racaffinity_route,
+    buf: *mut c_char,
+    cap: usize,
+    out_len: *mut usize,
+    out_changed: *mut bool,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (t, out, changed) =
+            unsafe { (str_arg(token, "token")?, out_arg(out, "out")?, out_arg(out_changed, "out_changed")?) };
+        let r = handle::with(cluster, |c| Ok(c.route_token(t)?))?;
+        // Written first: a too-small buffer still tells the caller the node.
+        out.set(r.route.into())?;
+        changed.set(r.token.is_some())?;
+        // SAFETY: per this function's contract.
+        unsafe { write_str(r.token.as_deref().unwrap_or(t), buf, cap, out_len) }
+    })
+}
