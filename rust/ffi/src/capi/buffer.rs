@@ -29,10 +29,7 @@ pub(crate) unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str
     let c = unsafe { CStr::from_ptr(p) };
     let bytes = c.to_bytes();
     if bytes.len() > MAX_STRING_BYTES {
-        return Err(Failure::new(
-            racaffinity_result::InvalidArgument,
-            format!("`{name}` is {} bytes; the limit is {MAX_STRING_BYTES}", bytes.len()),
-        ));
+        return Err(Failure::too_long(name, bytes.len()));
     }
     std::str::from_utf8(bytes)
         .map_err(|e| Failure::new(racaffinity_result::InvalidUtf8, format!("`{name}` is not valid UTF-8: {e}")))
@@ -50,10 +47,7 @@ pub(crate) unsafe fn bytes_arg<'a>(p: *const u8, len: usize, name: &str) -> Resu
         return Err(Failure::null(name));
     }
     if len > MAX_STRING_BYTES {
-        return Err(Failure::new(
-            racaffinity_result::InvalidArgument,
-            format!("`{name}` is {len} bytes; the limit is {MAX_STRING_BYTES}"),
-        ));
+        return Err(Failure::too_long(name, len));
     }
     // SAFETY: non-NULL and valid for `len` bytes per the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })

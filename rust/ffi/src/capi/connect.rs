@@ -7,6 +7,8 @@ use racaffinity_core::connect::{self, InstanceAddress};
 
 use super::buffer::{str_arg, write_str};
 use super::result::{guard, racaffinity_result, Failure};
+use super::types::c_enum;
+use crate::ops;
 
 /// Which connect-string form to build.
 #[repr(C)]
@@ -21,6 +23,8 @@ pub enum racaffinity_connect_form {
     /// `jdbc:oracle:thin:@//host:port/service/instance`
     JdbcEasyConnect = 3,
 }
+
+c_enum!(racaffinity_connect_form { Descriptor, EasyConnect, JdbcDescriptor, JdbcEasyConnect });
 
 /// Like `racaffinity_connect_string`, from a listener `address` (`host`,
 /// `host:port` or `[v6]:port`, as in `node.<N>.address`); `default_port`
@@ -45,25 +49,26 @@ pub unsafe extern "C" fn racaffinity_address_connect_string(
         let (address, service, instance) =
             unsafe { (str_arg(address, "address")?, str_arg(service, "service")?, str_arg(instance, "instance")?) };
         let (host, port) = connect::split_host_port(address, default_port)?;
-        let s = build(form, &InstanceAddress { host, port, service, instance })?;
         // SAFETY: per this function's contract.
-        unsafe { write_str(&s, buf, cap, out_len) }
+        unsafe { write_connect_string(form, &InstanceAddress { host, port, service, instance }, buf, cap, out_len) }
     })
 }
 
-fn build(form: u32, addr: &InstanceAddress<'_>) -> Result<String, Failure> {
-    Ok(match form {
-        0 => connect::descriptor(addr),
-        1 => connect::easy_connect(addr),
-        2 => connect::jdbc_descriptor_url(addr),
-        3 => connect::jdbc_easy_connect_url(addr),
-        _ => {
-            return Err(Failure::new(
-                racaffinity_result::InvalidArgument,
-                format!("{form} is not a racaffinity_connect_form"),
-            ))
-        }
-    }?)
+/// Builds the string into the caller's buffer: the two C entry points differ
+/// only in how they get the host and port.
+///
+/// # Safety
+/// `buf` must be NULL or valid for `cap` bytes; `out_len` NULL or writable.
+unsafe fn write_connect_string(
+    form: u32,
+    addr: &InstanceAddress<'_>,
+    buf: *mut c_char,
+    cap: usize,
+    out_len: *mut usize,
+) -> Result<(), Failure> {
+    let s = ops::connect_string(racaffinity_connect_form::try_from(form)?, addr)?;
+    // SAFETY: per this function's contract.
+    unsafe { write_str(&s, buf, cap, out_len) }
 }
 
 /// Builds a per-instance connect string (`form` is a `racaffinity_connect_form`)
@@ -87,8 +92,7 @@ pub unsafe extern "C" fn racaffinity_connect_string(
         // SAFETY: per this function's contract.
         let (host, service, instance) =
             unsafe { (str_arg(host, "host")?, str_arg(service, "service")?, str_arg(instance, "instance")?) };
-        let s = build(form, &InstanceAddress { host, port, service, instance })?;
         // SAFETY: per this function's contract.
-        unsafe { write_str(&s, buf, cap, out_len) }
+        unsafe { write_connect_string(form, &InstanceAddress { host, port, service, instance }, buf, cap, out_len) }
     })
 }
