@@ -77,6 +77,18 @@ pub(crate) unsafe fn out_arg<T>(out: *mut T, name: &str) -> Result<Out<T>, Failu
     std::ptr::NonNull::new(out).map(Out).ok_or_else(|| Failure::null(name))
 }
 
+/// Writes an optional output: a NULL `out` means the caller does not want it.
+///
+/// # Safety
+/// `out` must be NULL or valid for writing a `T`.
+#[inline]
+pub(crate) unsafe fn write_opt<T>(out: *mut T, v: T) {
+    if !out.is_null() {
+        // SAFETY: non-NULL and writable per the caller's contract.
+        unsafe { out.write(v) };
+    }
+}
+
 /// Copies `s` into a caller buffer with a trailing NUL. `*out_len` receives the
 /// size including the NUL, so on BUFFER_TOO_SMALL it is the size to allocate.
 ///

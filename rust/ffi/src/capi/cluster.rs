@@ -4,7 +4,8 @@ use std::os::raw::c_char;
 
 use racaffinity_core::Cluster;
 
-use super::buffer::{out_arg, str_arg, write_str};
+use super::buffer::{out_arg, str_arg, write_opt};
+use super::call::cluster_text;
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result};
 use super::types::{node_id, node_state_arg, racaffinity_node_state, racaffinity_recovery_scope, scope_arg};
@@ -134,10 +135,8 @@ pub unsafe extern "C" fn racaffinity_node_add(
             Some(unsafe { str_arg(address, "address") }?)
         };
         let id = handle::with(cluster, |c| ops::add_node(c, name, address, weight))?;
-        if !out_node.is_null() {
-            // SAFETY: non-NULL and writable per the contract.
-            unsafe { out_node.write(id.0) };
-        }
+        // SAFETY: `out_node` is NULL or writable per the contract.
+        unsafe { write_opt(out_node, id.0) };
         Ok(())
     })
 }
@@ -223,11 +222,8 @@ pub unsafe extern "C" fn racaffinity_node_name(
     cap: usize,
     out_len: *mut usize,
 ) -> racaffinity_result {
-    guard(|| {
-        let name = handle::with(cluster, |c| ops::node_name(c, node_id(node)))?;
-        // SAFETY: per this function's contract.
-        unsafe { write_str(&name, buf, cap, out_len) }
-    })
+    // SAFETY: per this function's contract.
+    unsafe { cluster_text(cluster, buf, cap, out_len, |c| ops::node_name(c, node_id(node))) }
 }
 
 /// Writes a node's configured `host:port` into `buf` (NUL-terminated); an
@@ -243,9 +239,6 @@ pub unsafe extern "C" fn racaffinity_node_address(
     cap: usize,
     out_len: *mut usize,
 ) -> racaffinity_result {
-    guard(|| {
-        let addr = handle::with(cluster, |c| ops::node_address(c, node_id(node)))?;
-        // SAFETY: per this function's contract.
-        unsafe { write_str(&addr, buf, cap, out_len) }
-    })
+    // SAFETY: per this function's contract.
+    unsafe { cluster_text(cluster, buf, cap, out_len, |c| ops::node_address(c, node_id(node))) }
 }
