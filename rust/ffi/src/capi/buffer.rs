@@ -16,6 +16,14 @@ const MAX_STRING_BYTES: usize = RACAFFINITY_MAX_STRING_BYTES;
 const _: () = assert!(RACAFFINITY_MAX_GTRID_BYTES == racaffinity_core::MAX_GTRID_BYTES);
 const _: () = assert!(RACAFFINITY_MAX_KEY_BYTES == racaffinity_core::MAX_KEY_BYTES);
 
+/// A string or byte argument over the size cap, from C or Java alike.
+pub(crate) fn too_long(arg: &str, len: usize) -> Failure {
+    Failure::new(
+        racaffinity_result::InvalidArgument,
+        format!("`{arg}` is {len} bytes; the limit is {MAX_STRING_BYTES}"),
+    )
+}
+
 /// Borrows a NUL-terminated UTF-8 string argument.
 ///
 /// # Safety
@@ -29,7 +37,7 @@ pub(crate) unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str
     let c = unsafe { CStr::from_ptr(p) };
     let bytes = c.to_bytes();
     if bytes.len() > MAX_STRING_BYTES {
-        return Err(Failure::too_long(name, bytes.len()));
+        return Err(too_long(name, bytes.len()));
     }
     std::str::from_utf8(bytes)
         .map_err(|e| Failure::new(racaffinity_result::InvalidUtf8, format!("`{name}` is not valid UTF-8: {e}")))
@@ -47,7 +55,7 @@ pub(crate) unsafe fn bytes_arg<'a>(p: *const u8, len: usize, name: &str) -> Resu
         return Err(Failure::null(name));
     }
     if len > MAX_STRING_BYTES {
-        return Err(Failure::too_long(name, len));
+        return Err(too_long(name, len));
     }
     // SAFETY: non-NULL and valid for `len` bytes per the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })

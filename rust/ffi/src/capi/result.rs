@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use racaffinity_core::{Error, ErrorKind};
 
-use super::buffer::{write_str, RACAFFINITY_MAX_STRING_BYTES};
+use super::buffer::write_str;
 use super::types::c_enum;
 
 /// Result of every call. Values are stable: new codes are only ever added.
@@ -143,13 +143,6 @@ impl Failure {
     }
     pub fn null(arg: &str) -> Self {
         Failure::new(racaffinity_result::NullArgument, format!("`{arg}` is NULL"))
-    }
-    /// A string or byte argument over the boundary's size cap (C and Java alike).
-    pub fn too_long(arg: &str, len: usize) -> Self {
-        Failure::new(
-            racaffinity_result::InvalidArgument,
-            format!("`{arg}` is {len} bytes; the limit is {RACAFFINITY_MAX_STRING_BYTES}"),
-        )
     }
 }
 

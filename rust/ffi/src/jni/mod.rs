@@ -31,7 +31,7 @@ use jni::sys::{jint, jlong};
 use jni::{jni_str, Env, EnvUnowned};
 use racaffinity_core::{Cluster, NodeId, Route};
 
-use crate::capi::buffer::RACAFFINITY_MAX_STRING_BYTES;
+use crate::capi::buffer::{too_long, RACAFFINITY_MAX_STRING_BYTES};
 use crate::capi::handle::{self, racaffinity_cluster};
 use crate::capi::result::{racaffinity_result, Failure};
 use crate::capi::types::{bad_enum, node_id, racaffinity_route, CEnum};
@@ -291,7 +291,7 @@ pub(crate) fn with_bytes<R>(
     }
     let len = arr.len(env)?;
     if len > RACAFFINITY_MAX_STRING_BYTES {
-        return Err(Failure::too_long(name, len).into());
+        return Err(too_long(name, len).into());
     }
     if len <= STACK_BYTES {
         let mut buf = [0i8; STACK_BYTES];
@@ -330,7 +330,7 @@ pub(crate) fn string(env: &Env<'_>, s: &JString<'_>, name: &str) -> JResult<Stri
     }
     let text = s.try_to_string(env)?;
     if text.len() > RACAFFINITY_MAX_STRING_BYTES {
-        return Err(Failure::too_long(name, text.len()).into());
+        return Err(too_long(name, text.len()).into());
     }
     Ok(text)
 }
