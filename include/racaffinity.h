@@ -846,6 +846,44 @@ racaffinity_result racaffinity_tx_recovered(const racaffinity_cluster *cluster,
                                             size_t len,
                                             uint32_t node);
 
+/*
+ Pins (or deepens the pin of) context `context` by the rules of `scope`
+ (`racaffinity_scope`): UCP's connection affinity context.
+ `RACAFFINITY_SCOPE_TRANSACTION` obeys `transaction.strict`;
+ `RACAFFINITY_SCOPE_SESSION` obeys `session.strict`, prefers instances
+ advising affinity and is released by an `aff=FALSE` advisory;
+ `RACAFFINITY_SCOPE_THREAD` is `racaffinity_context_pin`; DATA is
+ INVALID_ARGUMENT. Route later work with `racaffinity_context_pick`.
+
+ # Safety
+ `out` must be NULL or writable (NULL is allowed).
+ */
+racaffinity_result racaffinity_context_pin_for(const racaffinity_cluster *cluster,
+                                               uint64_t context,
+                                               uint32_t scope,
+                                               racaffinity_route *out);
+
+/*
+ Replaces the whole explicit partition → node map in one step: entry `i`
+ maps `partitions[i]` to the node named `nodes[i]`. Routes see the old map
+ or the new one, never a mix; partitions left out fall back to placement.
+ Any bad entry (partition out of range or given twice, unknown node,
+ invalid UTF-8) changes nothing. `source` (1–64 bytes of letters, digits
+ and `_-.:/`) names who produced the map in the metrics. Writes the map's
+ new epoch to `*out_epoch`.
+
+ # Safety
+ `partitions` and `nodes` must each be valid for `len` elements (either
+ may be NULL when `len` is 0); every `nodes[i]` NULL or NUL-terminated;
+ `source` NULL or NUL-terminated; `out_epoch` NULL or writable.
+ */
+racaffinity_result racaffinity_partition_map_replace(const racaffinity_cluster *cluster,
+                                                     const uint32_t *partitions,
+                                                     const char *const *nodes,
+                                                     size_t len,
+                                                     const char *source,
+                                                     uint64_t *out_epoch);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -5,7 +5,9 @@
 # the `testing` build of the library, the packaged-jar quick start, and the
 # XA/JTA/app-server tests: Narayana 2PC over AffinityXADataSource (500 global
 # transactions, with and without affinity), crash recovery of a SIGKILLed TM
-# JVM, JTA routing of AffinityDataSource, and embedded Tomcat (JNDI factory +
+# JVM, the XA fault tests (killed/restarted nodes, refused connections, errors at
+# PREPARE) and the RAC model (recovery.scope = database: three Toxiproxy instances
+# of one node, tests/cluster/faults), JTA routing of AffinityDataSource, and embedded Tomcat (JNDI factory +
 # web-session filter). Maven downloads Narayana and Tomcat (test scope).
 #
 # Ports: the nodes are pgnodes' (RACAFF_PG_BASE_PORT, default 55431; data in
@@ -50,6 +52,10 @@ fi
 # The library the jar bundles, and the `testing` build for the panic test (Makefile: lib, lib-testing).
 "$CARGO" build --release -p racaffinity-ffi
 "$CARGO" build --release -p racaffinity-ffi --features testing --target-dir target/ffi-testing
+
+# Toxiproxy for the RAC-model XA tests (three proxied instances of one node): a no-op once the pinned
+# version is in target/tools/bin (tests/cluster/faults install builds it with `go install` otherwise).
+tests/cluster/faults install >/dev/null
 
 if [[ $("$PGNODES" status 2>/dev/null | grep -c '^node[1-3] up ') != 3 ]]; then
     trap '"$PGNODES" stop >/dev/null || true' EXIT

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Dict, List
 
+import psycopg
 import pytest
 
 import racaffinity
@@ -48,6 +49,69 @@ def pg() -> PgNodes:
     return PgNodes()
 
 
+class Toxiproxy:
+    """tests/cluster/faults: a Toxiproxy "instance" proxy in front of each
+    node (or, in RAC mode, all in front of node 1), faults set by instance.
+    Started on first use (the tool builds toxiproxy-server once with `go
+    install` if target/tools/bin has none), stopped at the end of the run."""
+
+    def __init__(self) -> None:
+        self.script = str(REPO / "tests" / "cluster" / "faults")
+        self.rac = False
+        self._run("start", "3")
+        self.dsn: Dict[str, str] = {}
+        for line in self._run("env").splitlines():
+            for i, name in enumerate(NAMES, 1):
+                prefix = f"export RACAFF_PROXY{i}_DSN="
+                if line.startswith(prefix):
+                    self.dsn[name] = line[len(prefix):].strip("'")
+        assert sorted(self.dsn) == NAMES, self.dsn
+
+    def _run(self, *args: str) -> str:
+        done = subprocess.run([self.script, *args], check=True, capture_output=True, text=True, timeout=900)
+        return done.stdout
+
+    def _fault(self, fault: str, name: str) -> None:
+        self._run(fault, str(NAMES.index(name) + 1))
+
+    def blackhole(self, name: str) -> None:
+        self._fault("blackhole", name)
+
+    def reset(self, name: str) -> None:
+        self._fault("reset", name)
+
+    def refuse(self, name: str) -> None:
+        self._fault("refuse", name)
+
+    def heal(self, name: str) -> None:
+        self._fault("heal", name)
+
+    def mode(self, rac: bool) -> None:
+        """Instances of independent nodes, or (`rac`) of one database."""
+        if rac != self.rac:
+            self._run("start", "3", *(["--rac"] if rac else []))
+            self.rac = rac
+        self._run("heal-all")
+
+    def stop(self) -> None:
+        self._run("stop")
+
+
+@pytest.fixture(scope="session")
+def toxiproxy(pg: PgNodes):
+    tp = Toxiproxy()
+    yield tp
+    tp.stop()
+
+
+@pytest.fixture
+def toxi(toxiproxy: Toxiproxy) -> Toxiproxy:
+    """The Toxiproxy instances, healed, in front of the independent nodes."""
+    toxiproxy.mode(rac=False)
+    yield toxiproxy
+    toxiproxy.mode(rac=False)
+
+
 @pytest.fixture
 def cluster_factory() -> Callable[..., racaffinity.Cluster]:
     made: List[racaffinity.Cluster] = []
@@ -76,6 +140,39 @@ def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> 
         if time.monotonic() - t0 > timeout:
             pytest.fail(f"condition not met within {timeout:.1f}s")
         time.sleep(step)
+
+
+def prepared_xacts(pg: PgNodes) -> Dict[str, List[str]]:
+    """The gids in `pg_prepared_xacts` of every node, read by SQL."""
+    out = {}
+    for name, dsn in pg.dsn.items():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            out[name] = [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts ORDER BY gid")]
+    return out
+
+
+def tpc_rows(pg: PgNodes) -> Dict[str, list]:
+    """(gtrid, branch) rows of py_tpc on every node, read by SQL."""
+    out = {}
+    for name, dsn in pg.dsn.items():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            out[name] = sorted(tuple(r) for r in conn.execute("SELECT gtrid, branch FROM py_tpc"))
+    return out
+
+
+@pytest.fixture
+def tables(pg: PgNodes):
+    """An empty py_tpc on every node; no prepared transaction left behind
+    (max_prepared_transactions is 64)."""
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS py_tpc (gtrid text, branch text)")
+            conn.execute("TRUNCATE py_tpc")
+    yield
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall():
+                conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(gid))
 
 
 def fan_line(instance: str, status: str, reason: str = "FAILURE") -> str:

@@ -16,37 +16,10 @@ import racaffinity as ra
 from racaffinity.pools import NodePools
 from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
 
-from conftest import NAMES, wait_until
+from conftest import NAMES, prepared_xacts, tpc_rows, wait_until
 
 
-def prepared_xacts(pg) -> dict:
-    out = {}
-    for name, dsn in pg.dsn.items():
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            out[name] = [r[0] for r in conn.execute("SELECT gid FROM pg_prepared_xacts ORDER BY gid")]
-    return out
-
-
-def rows(pg) -> dict:
-    out = {}
-    for name, dsn in pg.dsn.items():
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            out[name] = sorted(tuple(r) for r in conn.execute("SELECT gtrid, branch FROM py_tpc"))
-    return out
-
-
-@pytest.fixture
-def tables(pg):
-    for dsn in pg.dsn.values():
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS py_tpc (gtrid text, branch text)")
-            conn.execute("TRUNCATE py_tpc")
-    yield
-    # never leave prepared transactions behind (max_prepared_transactions is 64)
-    for dsn in pg.dsn.values():
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall():
-                conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(gid))
+rows = tpc_rows
 
 
 @pytest.fixture

@@ -663,6 +663,46 @@ static void unknown_ids_and_unissued_context_keys_are_refused(void) {
     free_cluster(c);
 }
 
+static void ucp_affinity_contexts_and_the_partition_map_replaced_whole(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3 "\ntransaction.strict = true\ndata.partitions = 4");
+    uint64_t ctx = 0;
+    racaffinity_route placed, r;
+    CHECK_OK(racaffinity_context_new(c, &ctx));
+    CHECK_OK(racaffinity_context_pin_for(c, ctx, RACAFFINITY_SCOPE_TRANSACTION, &placed));
+    CHECK_RC(racaffinity_context_pin_for(c, ctx, RACAFFINITY_SCOPE_DATA, &r), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_context_pin_for(c, ctx, 9, &r), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    char owner[16];
+    name_of(c, placed.node, owner, sizeof owner);
+    CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_DOWN));
+    racaffinity_lease l;
+    /* A transaction-policy context obeys transaction.strict. */
+    CHECK_RC(racaffinity_context_pick(c, ctx, &l), RACAFFINITY_RESULT_STRICT_AFFINITY);
+    CHECK_OK(racaffinity_node_set_state(c, owner, RACAFFINITY_NODE_STATE_UP));
+    bool released = false;
+    CHECK_OK(racaffinity_context_unpin(c, ctx, &released));
+    CHECK(released);
+
+    const uint32_t parts[] = {0, 1, 2, 3};
+    const char *nodes[] = {"MYDB3", "MYDB3", "MYDB1", "MYDB2"};
+    uint64_t epoch = 0;
+    CHECK_OK(racaffinity_partition_map_replace(c, parts, nodes, 4, "loader:test", &epoch));
+    CHECK_EQ_U(epoch, 1);
+    uint32_t n = 99;
+    CHECK_OK(racaffinity_partition_owner(c, 1, &n));
+    CHECK_EQ_U(n, 2);
+    const char *bad[] = {"MYDB3", "NOPE", "MYDB1", "MYDB2"};
+    CHECK_RC(racaffinity_partition_map_replace(c, parts, bad, 4, "loader:test", &epoch), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_RC(racaffinity_partition_map_replace(c, parts, nodes, 4, "bad source!", &epoch),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_partition_map_replace(c, NULL, nodes, 4, "loader:test", &epoch),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_OK(racaffinity_partition_owner(c, 1, &n));
+    CHECK_EQ_U(n, 2); /* unchanged by the refused maps */
+    CHECK_OK(racaffinity_partition_map_replace(c, NULL, NULL, 0, "loader:test", &epoch));
+    CHECK_EQ_U(epoch, 2);
+    free_cluster(c);
+}
+
 static void gtrid_of_65_bytes_or_empty_is_invalid_argument(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     const racaffinity_result IA = RACAFFINITY_RESULT_INVALID_ARGUMENT;
@@ -1696,6 +1736,7 @@ static const h_test tests[] = {
     TEST(three_missed_probes_down_a_node_and_a_good_probe_restores_it),
     TEST(recovery_scope_comes_from_the_config),
     TEST(unknown_ids_and_unissued_context_keys_are_refused),
+    TEST(ucp_affinity_contexts_and_the_partition_map_replaced_whole),
     TEST(five_failed_leases_eject_a_node),
     TEST(five_reported_failures_eject_a_node),
     TEST(set_strict_switches_the_thread_scope_at_runtime),

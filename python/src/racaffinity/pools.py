@@ -9,9 +9,10 @@
         with pools.connection() as conn: ...
 
 Routing is the core's. The pools add:
-- health feedback: every connection is a lease; a node-level
-  `psycopg.OperationalError` (see `is_node_failure`) releases it FAILED, which
-  feeds passive ejection, and is re-raised;
+- health feedback: every connection is a lease; a node failure (see
+  `racaffinity._failures`: a lost, refused or timed-out connection, or a pool
+  that cannot connect to its node) releases it FAILED, once, which feeds
+  passive ejection, and is re-raised; application errors release NEUTRAL;
 - an optional heartbeat (a daemon thread, or an asyncio task for
   `AsyncNodePools`) that probes every node with `SELECT 1` each
   `heartbeat_interval` and reports the result (`racaffinity_probe_report`);
@@ -30,7 +31,7 @@ import logging
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 import psycopg
 import psycopg_pool
@@ -38,6 +39,7 @@ import psycopg_pool
 from ._cluster import BytesLike, Cluster, DataKey, Outcome, PinScope, SessionScope, Transaction, _SCOPES
 from ._cluster import _I64_MAX, _I64_MIN, _bytes_arg, _cluster_pick, _context_pick, _lease_release, _new
 from ._errors import ConfigError, KeyOverflowError, UnknownNodeError
+from ._failures import ConnectAttempts, is_node_failure
 from ._lib import ffi, lib
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,33 +56,62 @@ def _span(b: bytes) -> Any:
     """A `uint8_t[]` view of `b` for a request field (no copy)."""
     return ffi.from_buffer("uint8_t[]", b)
 
-# SQLSTATEs that say the node (not the statement) failed: connection
-# exceptions (class 08) and the server shutting down or starting up.
-_NODE_SQLSTATES = ("57P01", "57P02", "57P03")
+def _connect_timeout(timeout: Optional[float]) -> int:
+    """libpq's `connect_timeout` (whole seconds, at least 2) for a pool whose
+    `getconn` waits `timeout`: a connect to a node that accepts and never
+    answers must end, or the pool's attempt hangs without limit."""
+    return max(2, math.ceil(timeout)) if timeout else 10
 
 
-def is_node_failure(exc: BaseException, pool: Any = None) -> bool:
-    """Whether `exc` says the node failed, so it counts against its health.
+def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
+    """A subclass of psycopg's connection class `base` whose `connect` feeds
+    `attempts`, so a pool timeout can tell "cannot reach the node" from
+    "busy" (`racaffinity._failures`)."""
+    if asyncio.iscoroutinefunction(base.connect):
 
-    Node failures: a `psycopg.OperationalError` without SQLSTATE (the
-    connection broke or could not be made), of class 08 (connection
-    exception), or 57P01–57P03 (admin/crash shutdown, cannot connect now);
-    and a `PoolTimeout` while the pool has fewer connections than its maximum
-    (it could not open the ones it wanted). Not node failures: statement
-    timeouts, lock errors, a pool that is merely busy, a closed pool."""
-    if isinstance(exc, psycopg_pool.PoolTimeout):
-        if pool is None:
-            return True
-        try:
-            return pool.get_stats().get("pool_size", 0) < pool.max_size
-        except Exception:
-            return True
-    if isinstance(exc, (psycopg_pool.PoolClosed, psycopg_pool.TooManyRequests)):
-        return False
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    state = getattr(exc, "sqlstate", None)
-    return state is None or state.startswith("08") or state in _NODE_SQLSTATES
+        class _AsyncTracked(base):  # type: ignore[misc, valid-type]
+            @classmethod
+            async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+                token = attempts.started()
+                try:
+                    conn = await super().connect(*args, **kwargs)
+                except BaseException as e:
+                    attempts.finished(token, e)
+                    raise
+                attempts.finished(token, None)
+                return conn
+
+        return _AsyncTracked
+
+    class _Tracked(base):  # type: ignore[misc, valid-type]
+        @classmethod
+        def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            token = attempts.started()
+            try:
+                conn = super().connect(*args, **kwargs)
+            except BaseException as e:
+                attempts.finished(token, e)
+                raise
+            attempts.finished(token, None)
+            return conn
+
+    return _Tracked
+
+
+def _pool_kwargs(
+    connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any], base: Any
+) -> Tuple[Dict[str, Any], ConnectAttempts]:
+    """The keyword arguments of one node's pool: the connect arguments (with
+    a bounded `connect_timeout` unless given) and a tracked connection class."""
+    if "kwargs" in pool_kwargs:
+        raise TypeError("pass connection arguments as connect_kwargs=, not kwargs=")
+    kwargs = dict(connect_kwargs)
+    kwargs.setdefault("connect_timeout", _connect_timeout(timeout))
+    attempts = ConnectAttempts()
+    extra = dict(pool_kwargs)
+    extra["connection_class"] = _tracked(extra.pop("connection_class", base), attempts)
+    extra["kwargs"] = kwargs
+    return extra, attempts
 
 
 def _node_dsns(cluster: Cluster, dsns: Mapping[str, str]) -> Dict[int, Tuple[str, str]]:
@@ -126,6 +157,42 @@ class _Base:
             raise ValueError("heartbeat_interval must be > 0")
         self.probe_timeout = float(probe_timeout) if probe_timeout is not None else min(1.0, self.heartbeat_interval)
         self._closed = False
+        # The binding's branch map: gtrid -> {xid string: node} of branches a
+        # GlobalTransaction left in doubt (racaffinity.tpc), until a retry or
+        # recover_all resolves them.
+        self._doubt: Dict[str, Dict[str, int]] = {}
+        self._doubt_lock = threading.Lock()
+
+    # -- in-doubt branches (kept for racaffinity.tpc) -----------------------------
+
+    @property
+    def in_doubt(self) -> Dict[str, List[str]]:
+        """gtrid -> Xids (as strings) of the branches this process left in
+        doubt and has not resolved yet."""
+        with self._doubt_lock:
+            return {g: sorted(x) for g, x in self._doubt.items()}
+
+    def _note_in_doubt(self, gtrid: str, node: int, xid: str) -> None:
+        with self._doubt_lock:
+            self._doubt.setdefault(gtrid, {})[xid] = node
+
+    def _forget_in_doubt(self, gtrid: str, xid: Optional[str]) -> None:
+        """Forgets one branch (`xid`) or, with None, the whole gtrid."""
+        with self._doubt_lock:
+            branches = self._doubt.get(gtrid)
+            if branches is None:
+                return
+            if xid is not None:
+                branches.pop(xid, None)
+            if xid is None or not branches:
+                del self._doubt[gtrid]
+
+    def _in_doubt_nodes(self) -> Dict[str, Set[int]]:
+        with self._doubt_lock:
+            return {g: set(x.values()) for g, x in self._doubt.items()}
+
+    def _node_dsn(self, node: int) -> str:
+        return self._dsns[node][1]
 
     # -- routing ----------------------------------------------------------------
 
@@ -246,10 +313,12 @@ class _Connection:
 
     def __enter__(self) -> psycopg.Connection:
         buf, pool = self._pools._acquire(self._key, self._session)
+        since = time.monotonic()
         try:
             conn = pool.getconn(self._timeout)
         except BaseException as e:
-            _lease_release(self._pools._h, buf, _FAILED if is_node_failure(e, pool) else _NEUTRAL)
+            failed = is_node_failure(e, pool, waited_since=since)
+            _lease_release(self._pools._h, buf, _FAILED if failed else _NEUTRAL)
             raise
         self._buf, self._pool, self._conn = buf, pool, conn
         return conn.__enter__()
@@ -300,16 +369,17 @@ class NodePools(_Base):
         self.timeout = timeout
         try:
             for node, (name, dsn) in self._dsns.items():
+                extra, attempts = _pool_kwargs(self._connect_kwargs, timeout, pool_kwargs, psycopg.Connection)
                 pool = psycopg_pool.ConnectionPool(
                     dsn,
-                    kwargs=dict(self._connect_kwargs),
                     min_size=min_size,
                     max_size=max_size,
                     timeout=timeout,
                     name=f"racaffinity-{name}",
                     open=False,
-                    **pool_kwargs,
+                    **extra,
                 )
+                pool._racaffinity_connects = attempts  # read by _failures.is_node_failure
                 pool.open(wait=False)
                 self._by_id[node] = pool
         except BaseException:
@@ -417,6 +487,9 @@ class _Heartbeat(threading.Thread):
             conn.execute("SELECT 1")
             ok = True
         except Exception as e:
+            # A node that answers with an error of its own (a missing role, a
+            # wrong password) is alive: only a node failure is a miss.
+            ok = not is_node_failure(e)
             log.debug("racaffinity: probe of node #%d failed: %s", node, type(e).__name__)
             conn = self._conns.pop(node, None)
             if conn is not None:
@@ -480,10 +553,12 @@ class _AsyncConnection:
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
         buf, pool = self._pools._acquire(self._key, self._session)
+        since = time.monotonic()
         try:
             conn = await pool.getconn(self._timeout)
         except BaseException as e:
-            _lease_release(self._pools._h, buf, _FAILED if is_node_failure(e, pool) else _NEUTRAL)
+            failed = is_node_failure(e, pool, waited_since=since)
+            _lease_release(self._pools._h, buf, _FAILED if failed else _NEUTRAL)
             raise
         self._buf, self._pool, self._conn = buf, pool, conn
         return await conn.__aenter__()
@@ -527,16 +602,18 @@ class AsyncNodePools(_Base):
         super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
         self.timeout = timeout
         for node, (name, dsn) in self._dsns.items():
-            self._by_id[node] = psycopg_pool.AsyncConnectionPool(
+            extra, attempts = _pool_kwargs(self._connect_kwargs, timeout, pool_kwargs, psycopg.AsyncConnection)
+            pool = psycopg_pool.AsyncConnectionPool(
                 dsn,
-                kwargs=dict(self._connect_kwargs),
                 min_size=min_size,
                 max_size=max_size,
                 timeout=timeout,
                 name=f"racaffinity-{name}",
                 open=False,
-                **pool_kwargs,
+                **extra,
             )
+            pool._racaffinity_connects = attempts  # read by _failures.is_node_failure
+            self._by_id[node] = pool
         self._hb_task: Optional["asyncio.Task[None]"] = None
         self._probes: Dict[int, "asyncio.Task[bool]"] = {}
         self._conns: Dict[int, Any] = {}
@@ -565,6 +642,7 @@ class AsyncNodePools(_Base):
             await conn.execute("SELECT 1")
             return True
         except Exception as e:
+            ok = not is_node_failure(e)  # an answering node is alive (see _Heartbeat._probe)
             log.debug("racaffinity: probe of node #%d failed: %s", node, type(e).__name__)
             conn = self._conns.pop(node, None)
             if conn is not None:
@@ -572,7 +650,7 @@ class AsyncNodePools(_Base):
                     await conn.close()
                 except Exception:
                     pass
-            return False
+            return ok
 
     async def check_heartbeat(self) -> None:
         """Runs one heartbeat round now."""

@@ -7,7 +7,7 @@ recovery of in-doubt branches.
         # branch exit: tpc_prepare, then tx_prepared (the transaction never moves)
         with gtx.branch() as conn:                      # another branch: same node, any thread
             conn.execute("UPDATE ...")
-    # exit: for each branch tx_route -> the owning node; tpc_commit there; tx_end
+    # exit: each branch's tpc_commit on the node it ran on; tx_end
 
     report = pools.recover_all("rollback")              # after a crash
 
@@ -16,11 +16,23 @@ global transaction id the core routes by (its UTF-8 bytes, 1..=64), each
 branch gets its own bqual. A branch keeps its connection (and its lease) from
 `tpc_begin` until phase two, as an XA resource manager connection would.
 
-Recovery (`recover_all`) scans every node with `tpc_recover()`, records each
-in-doubt gtrid with the node that returned it (`racaffinity_tx_recovered`:
-a gtrid found on two nodes is a split transaction and is reported), then
-commits or rolls back each branch on the node `tx_route` names, and forgets
-the gtrid (`tx_complete`). The default action is rollback, as a
+Failures are told apart, never guessed: a PREPARE or phase-two command
+whose answer was lost, or a node that does not answer within `timeout`,
+leaves the branch *in doubt*, on record (the core's registry entry, and
+`pools.in_doubt`), and raises `InDoubtError`; a PREPARE the server refuses
+(a deferred constraint or trigger) is a plain rollback of an unprepared
+transaction. A lost phase-two answer is re-checked on a new connection (is
+the xid still in `pg_prepared_xacts`?), so a COMMIT PREPARED that took
+effect is reported committed.
+
+Recovery (`recover_all`) looks for prepared branches with `tpc_recover()`.
+With `recovery.scope = node` (independent databases) it scans every node
+on its own thread, records each gtrid with the node that returned it
+(`racaffinity_tx_recovered`: a gtrid on two nodes is reported as split) and
+commits or rolls back each branch right there; with `recovery.scope =
+database` (RAC: instances of one database) one instance's scan lists every
+branch, and each is completed through its owner, or any Up instance. Then
+it forgets the gtrids (`tx_complete`). The default action is rollback, as a
 presumed-abort transaction manager does for branches whose decision it does
 not know; pass "commit" when the decision was to commit. Only run it for
 transactions whose coordinator is gone (at start-up, or for old ones with
@@ -29,23 +41,33 @@ transactions whose coordinator is gone (at start-up, or for old ones with
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
+import math
 import os
 import threading
+import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set
 
 import psycopg
+import psycopg_pool
 from psycopg import Xid
+from psycopg.pq import TransactionStatus
 
-from ._cluster import Lease, Outcome
-from ._lib import lib
+from ._cluster import Lease, NodeState, Outcome, RouteKind
+from ._deadline import bounded
 from ._errors import Error, InvalidArgumentError, UnknownTransactionError
+from ._failures import connection_lost, is_node_failure
+from ._lib import lib
 
 if TYPE_CHECKING:  # pragma: no cover
     from .pools import NodePools
 
 __all__ = ["DEFAULT_FORMAT_ID", "GlobalTransaction", "Branch", "InDoubtError", "recover_all", "RecoveryReport", "Recovered"]
+
+log = logging.getLogger("racaffinity.tpc")
 
 #: The XA format id of the Xids this module creates ("RAFF").
 DEFAULT_FORMAT_ID = 0x52414646
@@ -53,9 +75,11 @@ MAX_GTRID_BYTES = int(lib.RACAFFINITY_MAX_GTRID_BYTES)
 
 
 class InDoubtError(Error):
-    """Phase two did not finish on some branches; they stay prepared on
-    their node (the core keeps routing the gtrid there) until
-    `recover_all` or a retry resolves them. `branches` lists them."""
+    """Some branches may be prepared and their outcome is not known here: a
+    PREPARE or phase-two command whose answer was lost, or a node that did
+    not answer. They stay on record (the core keeps routing the gtrid to
+    their node, `pools.in_doubt` lists them) until a retry of `commit()` /
+    `rollback()` or `recover_all` resolves them. `branches` lists them."""
 
     def __init__(self, message: str, branches: List["Branch"]) -> None:
         super().__init__(message)
@@ -74,6 +98,38 @@ class Branch:
     conn: Any = dataclasses.field(default=None, repr=False)
     pool: Any = dataclasses.field(default=None, repr=False)
     lease: Optional[Lease] = dataclasses.field(default=None, repr=False)
+    #: the phase-two command last sent for it ("commit"/"rollback"), whether
+    #: or not its answer came back
+    sent: Optional[str] = dataclasses.field(default=None, repr=False)
+
+
+def _require_sync(pools: Any, what: str) -> None:
+    if any(isinstance(p, psycopg_pool.AsyncConnectionPool) for _node, p in pools.items()):
+        raise TypeError(
+            f"{what} needs racaffinity.pools.NodePools; AsyncNodePools has no two-phase commit "
+            "helper (use a NodePools over the same nodes)"
+        )
+
+
+@contextlib.contextmanager
+def _node_connection(pools: "NodePools", node: int, timeout: Optional[float]) -> Iterator[psycopg.Connection]:
+    """A new autocommit connection to `node`, closed at exit. Phase-two
+    retries and recovery use one rather than a pooled connection, which may
+    be stale after the node restarted or stuck on a hung socket."""
+    dsn = pools._node_dsn(node)
+    kw = dict(pools._connect_kwargs)
+    kw.setdefault("connect_timeout", max(2, math.ceil(timeout)) if timeout else 10)
+    conn = psycopg.connect(dsn, autocommit=True, **kw)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _prepared_here(conn: psycopg.Connection, xid: Xid, timeout: Optional[float]) -> bool:
+    """Whether `xid` is prepared on the node of `conn` (pg_prepared_xacts)."""
+    with bounded(conn, timeout):
+        return any(str(x) == str(xid) for x in conn.tpc_recover())
 
 
 class _BranchScope:
@@ -105,9 +161,22 @@ class GlobalTransaction:
     (`tx_begin`: every branch gets the same node), a connection from that
     node's pool runs `tpc_begin(xid)`; a normal exit prepares the branch
     (`tpc_prepare`, then `tx_prepared`), an exception rolls it back.
-    `commit()` runs phase two on every prepared branch on the node `tx_route`
-    names, then `tx_end`; `rollback()` rolls every branch back. As a context
-    manager: commit on a normal exit, rollback on an exception."""
+    `commit()` runs phase two on every prepared branch, each on the node it
+    was started on, then `tx_end`; `rollback()` rolls every branch back. As
+    a context manager: commit on a normal exit, rollback on an exception.
+
+    Every call to a node is bounded by `timeout` (default: the pools'
+    `timeout`). A branch whose PREPARE or phase-two answer was lost is *in
+    doubt*: it stays on record for a retry or `recover_all`, and the call
+    raises `InDoubtError`; it is never reported rolled back or committed
+    unless the node says so.
+
+    Soft transaction affinity (the default) is UCP's: if the gtrid's node
+    goes Down while a branch is active, a later branch is placed on another
+    node (the transaction *spans*; logged at WARNING, counted by the core)
+    and commit is a correct two-phase commit over both nodes. With
+    `transaction.strict` the later branch is refused instead
+    (`StrictAffinityError`), which keeps every branch on one node."""
 
     def __init__(
         self,
@@ -119,12 +188,13 @@ class GlobalTransaction:
     ) -> None:
         if not isinstance(gtrid, str):
             raise TypeError(f"gtrid must be a str (psycopg Xids carry str), not {type(gtrid).__name__}")
+        _require_sync(pools, "GlobalTransaction")
         self.pools = pools
         self.cluster = pools.cluster
         self.gtrid = gtrid
         self.gtrid_bytes = gtrid.encode("utf-8")
         self.format_id = format_id
-        self.timeout = timeout
+        self.timeout = timeout if timeout is not None else getattr(pools, "timeout", None)
         self.branches: List[Branch] = []
         self._lock = threading.Lock()
         self._tag = f"{os.getpid():x}{uuid.uuid4().hex[:8]}"
@@ -145,15 +215,27 @@ class GlobalTransaction:
             bqual = f"{self._tag}-{n}"
         xid = Xid.from_parts(self.format_id, self.gtrid, bqual)
         route = c.tx_begin(self.gtrid_bytes)
-        lease = c.lease(route.node)
-        b = Branch(xid, route.node, c.node_name(route.node), lease=lease)
+        b = Branch(xid, route.node, c.node_name(route.node))
+        with self._lock:
+            others = sorted({x.node_name for x in self.branches if x.node != route.node})
+        if others and route.kind == RouteKind.REPINNED:
+            # Soft affinity re-placed the gtrid (its node went Down while a
+            # branch was active): this transaction now spans nodes.
+            log.warning(
+                "racaffinity: gtrid %r spans nodes: branch %s placed on %s while branch(es) run on %s "
+                "(soft transaction affinity; transaction.strict keeps one node)",
+                self.gtrid, bqual, b.node_name, ", ".join(others),
+            )
+        since = time.monotonic()
         try:
+            b.lease = c.lease(route.node)
             b.pool = self.pools.node_pool(route.node)
             b.conn = b.pool.getconn(timeout)
-            b.conn.tpc_begin(xid)
+            with bounded(b.conn, timeout):
+                b.conn.tpc_begin(xid)
         except BaseException as e:
-            self._drop(b, e)
-            c.tx_end(self.gtrid_bytes)
+            self._release(b, e, since)
+            self._end()
             raise
         with self._lock:
             self.branches.append(b)
@@ -161,100 +243,165 @@ class GlobalTransaction:
 
     def _prepare_branch(self, b: Branch) -> None:
         try:
-            b.conn.tpc_prepare()
+            with bounded(b.conn, self.timeout):
+                b.conn.tpc_prepare()
         except BaseException as e:
-            # If the connection broke during PREPARE the branch may or may
-            # not be prepared: keep it "in doubt" for rollback()/recovery.
-            self._rollback_branch(b, e, maybe_prepared=True)
+            if connection_lost(b.conn, e):
+                # PREPARE may have reached the server before the connection
+                # went: the branch is in doubt (never "rolled back").
+                self._in_doubt(b, e)
+                self.cluster.tx_prepared(self.gtrid_bytes)  # it must not move
+                if not isinstance(e, Exception):
+                    raise
+                raise InDoubtError(
+                    f"gtrid {self.gtrid!r}: the answer to PREPARE of branch {b.xid.bqual} on {b.node_name} was "
+                    f"lost ({type(e).__name__}); it may be prepared and stays on record for rollback() "
+                    "or recover_all()",
+                    [b],
+                ) from e
+            # The server answered with an error (a deferred constraint or
+            # trigger): PostgreSQL rolled the transaction back, nothing is
+            # prepared.
+            _leave_2pc(b.conn)
+            b.state = "rolled back"
+            self._release(b, e)
+            self._end()
             raise
         b.state = "prepared"
         self.cluster.tx_prepared(self.gtrid_bytes)
 
-    def _rollback_branch(self, b: Branch, cause: Optional[BaseException], maybe_prepared: bool = False) -> None:
+    def _rollback_branch(self, b: Branch, cause: Optional[BaseException]) -> None:
         """Rolls back a branch that is not prepared (its body failed)."""
-        try:
-            if b.conn is not None and not b.conn.closed:
-                b.conn.tpc_rollback()
-            b.state = "rolled back"
-        except BaseException as e:
-            # The connection is gone: PostgreSQL aborts an unprepared branch.
-            cause = e
-            b.state = "in doubt" if maybe_prepared else "rolled back"
-        self._drop(b, cause)
-        if b.state == "rolled back":
-            self._end()
-
-    def _drop(self, b: Branch, cause: Optional[BaseException]) -> None:
-        """Returns the branch's connection and releases its lease."""
-        from .pools import is_node_failure
-
-        failed = cause is not None and is_node_failure(cause, b.pool)
-        if b.conn is not None:
+        conn = b.conn
+        if conn is not None and not conn.closed:
             try:
-                if failed:
-                    b.conn.close()
-                b.pool.putconn(b.conn)
-            except Exception:
-                pass
-            b.conn = None
-        if b.lease is not None and not b.lease.released:
-            b.lease.release(Outcome.FAILED if failed else Outcome.OK if cause is None else Outcome.NEUTRAL)
+                with bounded(conn, self.timeout):
+                    conn.tpc_rollback()
+            except BaseException as e:
+                # The session is gone or unusable: PostgreSQL aborts an
+                # unprepared transaction when its session ends (closed below).
+                cause = cause or e
+                conn.close()
+        b.state = "rolled back"
+        self._release(b, cause)
+        self._end()
+
+    def _release(self, b: Branch, cause: Optional[BaseException], since: Optional[float] = None) -> None:
+        """Returns the branch's connection (closed if unusable or still in a
+        two-phase transaction) and releases its lease, once: FAILED for a
+        node failure, OK without a cause, else NEUTRAL."""
+        failed = cause is not None and is_node_failure(cause, b.pool, waited_since=since)
+        conn, b.conn = b.conn, None
+        if conn is not None:
+            try:
+                interrupted = cause is not None and not isinstance(cause, Exception)
+                # never return a connection still in a two-phase transaction
+                if failed or interrupted or conn.broken or getattr(conn, "_tpc", None) is not None:
+                    conn.close()
+                b.pool.putconn(conn)
+            except Exception as e:  # a closed pool: nothing to return to
+                log.debug("racaffinity: returning a branch connection failed: %s", type(e).__name__)
+        lease, b.lease = b.lease, None
+        if lease is not None and not lease.released:
+            lease.release(Outcome.FAILED if failed else Outcome.OK if cause is None else Outcome.NEUTRAL)
+
+    def _in_doubt(self, b: Branch, cause: BaseException) -> None:
+        b.state = "in doubt"
+        self._release(b, cause)
+        self.pools._note_in_doubt(self.gtrid, b.node, str(b.xid))
 
     def _end(self) -> None:
         try:
             self.cluster.tx_end(self.gtrid_bytes)
         except UnknownTransactionError:
-            pass
+            pass  # recover_all completed it meanwhile
 
     # -- phase two ------------------------------------------------------------------
 
+    def _finish_branch(self, b: Branch, action: str) -> None:
+        """Commits or rolls back one branch on the node it was started on.
+        Raises when the outcome is not known (the branch stays in doubt)."""
+        conn = b.conn
+        if conn is not None and not conn.closed:
+            try:
+                with bounded(conn, self.timeout):
+                    if b.state == "active":  # never prepared: a plain ROLLBACK
+                        conn.tpc_rollback()
+                    else:
+                        b.sent = action
+                        (conn.tpc_commit if action == "commit" else conn.tpc_rollback)()
+            except Exception as e:
+                if not connection_lost(conn, e):
+                    raise
+                # The answer was lost: whether it took effect is re-checked
+                # on a new connection below.
+                self._release(b, e)
+            else:
+                self._done(b, action)
+                return
+        if b.state == "active":
+            # Its session is gone before PREPARE: PostgreSQL aborted it.
+            self._done(b, "rollback")
+            return
+        with _node_connection(self.pools, b.node, self.timeout) as fresh:
+            if _prepared_here(fresh, b.xid, self.timeout):
+                b.sent = action
+                with bounded(fresh, self.timeout):
+                    (fresh.tpc_commit if action == "commit" else fresh.tpc_rollback)(b.xid)
+            elif action == "commit" and b.sent != "commit":
+                # Not prepared, and no COMMIT PREPARED of ours can explain it.
+                raise RuntimeError(
+                    f"gtrid {self.gtrid!r}: branch {b.xid.bqual} is not prepared on {b.node_name} "
+                    f"(its PREPARE did not take effect, or another party resolved it)"
+                )
+            # else: gone, by our own lost COMMIT/ROLLBACK PREPARED (or never
+            # prepared, for a rollback): the outcome is the one asked for.
+        self._done(b, action)
+
+    def _done(self, b: Branch, action: str) -> None:
+        b.state = "committed" if action == "commit" else "rolled back"
+        self._release(b, None)
+        self.pools._forget_in_doubt(self.gtrid, str(b.xid))
+        self._end()
+
     def _finish(self, action: str) -> None:
-        c = self.cluster
         with self._lock:
             if action == "commit" and any(b.state == "active" for b in self.branches):
                 raise RuntimeError(f"gtrid {self.gtrid!r}: commit() while a branch is still active")
             todo = [b for b in self.branches if b.state in ("prepared", "active", "in doubt")]
         left: List[Branch] = []
+        interrupted: Optional[BaseException] = None
         for b in todo:
-            try:
-                route = c.tx_route(self.gtrid_bytes)  # the owning node; never moves
-                if route.node != b.node:
-                    raise RuntimeError(
-                        f"gtrid {self.gtrid!r}: branch {b.xid.bqual} ran on {b.node_name} but the core routes "
-                        f"phase two to {route.name}"
-                    )
-                if b.conn is not None and not b.conn.closed:
-                    (b.conn.tpc_commit if action == "commit" else b.conn.tpc_rollback)()
-                else:
-                    with self.pools.node_pool(route.node).connection(self.timeout) as conn:
-                        try:
-                            (conn.tpc_commit if action == "commit" else conn.tpc_rollback)(b.xid)
-                        except psycopg.errors.UndefinedObject:
-                            if action == "commit":
-                                raise
-                            # never prepared (the connection broke before PREPARE finished)
-                b.state = "committed" if action == "commit" else "rolled back"
-                self._drop(b, None)
-                self._end()
-            except BaseException as e:
-                b.state = "in doubt"
-                self._drop(b, e)
+            if interrupted is not None:  # the rest stays on record, nothing held
+                self._in_doubt(b, interrupted)
                 left.append(b)
-                if not isinstance(e, (psycopg.Error, Error)):
-                    raise
+                continue
+            try:
+                self._finish_branch(b, action)
+            except Exception as e:
+                log.warning("racaffinity: %s of gtrid %r on %s did not finish: %s: %s",
+                            action, self.gtrid, b.node_name, type(e).__name__, e)
+                self._in_doubt(b, e)
+                left.append(b)
+            except BaseException as e:  # KeyboardInterrupt, cancellation
+                self._in_doubt(b, e)
+                left.append(b)
+                interrupted = e
+        if interrupted is not None:
+            raise interrupted
         if left:
             raise InDoubtError(
                 f"gtrid {self.gtrid!r}: {action} did not finish on {len(left)} branch(es) "
-                f"({', '.join(b.node_name for b in left)}); they stay prepared for recover_all()",
+                f"({', '.join(b.node_name for b in left)}); they stay on record for a retry or recover_all()",
                 left,
             )
 
     def commit(self) -> None:
-        """Phase two: commits every prepared branch on its node."""
+        """Phase two: commits every prepared branch, each on its node."""
         self._finish("commit")
 
     def rollback(self) -> None:
-        """Rolls back every branch (prepared or not)."""
+        """Rolls back every branch (prepared, in doubt or not prepared)."""
         self._finish("rollback")
 
     def __enter__(self) -> "GlobalTransaction":
@@ -268,6 +415,24 @@ class GlobalTransaction:
 
     def __repr__(self) -> str:
         return f"GlobalTransaction(gtrid={self.gtrid!r}, branches={self.branches!r})"
+
+
+def _leave_2pc(conn: Any) -> None:
+    """After PREPARE TRANSACTION failed with a server error the session is
+    idle (the transaction was rolled back), but psycopg still believes it is
+    in a prepared two-phase transaction: it marks the transaction prepared
+    before sending PREPARE, and has no public call to undo that. Clear the
+    mark, so the connection goes back to its pool clean; if psycopg's
+    internals differ, close the connection rather than return it dirty."""
+    try:
+        idle = conn.info.transaction_status == TransactionStatus.IDLE
+        tpc = getattr(conn, "_tpc", None)
+        if idle and isinstance(tpc, tuple) and len(tpc) == 2:
+            conn._tpc = None
+            return
+    except Exception:
+        pass
+    conn.close()
 
 
 # ---------------------------------------------------------------------------
@@ -291,15 +456,231 @@ class Recovered:
 class RecoveryReport:
     resolved: List[Recovered] = dataclasses.field(default_factory=list)
     failed: List[Recovered] = dataclasses.field(default_factory=list)
-    #: gtrids found on more than one node (split transactions): each branch
-    #: was still resolved on the node that returned it.
+    #: gtrids found on more than one node (split transactions, or spanned
+    #: ones in soft mode): each branch was still resolved on the node that
+    #: returned it. Always empty for `scope="database"`.
     split: List[str] = dataclasses.field(default_factory=list)
     #: nodes that could not be scanned: node name -> error.
     unreachable: Dict[str, str] = dataclasses.field(default_factory=dict)
+    #: gtrids this process had left in doubt that no scan found prepared any
+    #: more (a lost COMMIT PREPARED answer, say): completed and forgotten.
+    completed: List[str] = dataclasses.field(default_factory=list)
+    #: "node" (every node scanned) or "database" (one instance scanned).
+    scope: str = "node"
+    #: for scope "database": whether some instance answered the scan.
+    scanned: bool = False
 
     @property
     def ok(self) -> bool:
+        """Nothing failed and nothing was left unscanned."""
+        if self.scope == "database":
+            return self.scanned and not self.failed
         return not self.failed and not self.unreachable
+
+
+class _Recovery:
+    """One `recover_all` run: what was found, resolved and left (thread-safe)."""
+
+    def __init__(self, pools: "NodePools", action: str, format_id: Optional[int],
+                 predicate: Optional[Callable[[Xid], bool]], timeout: float, scope: str) -> None:
+        self.pools = pools
+        self.cluster = pools.cluster
+        self.action = action
+        self.format_id = format_id
+        self.predicate = predicate
+        self.timeout = timeout
+        self.report = RecoveryReport(scope=scope)
+        self.lock = threading.Lock()
+        #: gtrid -> branches found and not (yet) resolved
+        self.pending: Dict[str, int] = {}
+        self.scanned: Set[int] = set()
+
+    def select(self, conn: psycopg.Connection, node: int) -> List[Xid]:
+        db = conn.info.dbname
+        with bounded(conn, self.timeout):
+            xids = conn.tpc_recover()
+        out = []
+        name = self.cluster.node_name(node)
+        for xid in xids:
+            if xid.database != db or xid.format_id is None:
+                continue
+            if self.format_id is not None and xid.format_id != self.format_id:
+                continue
+            if self.predicate is not None and not self.predicate(xid):
+                continue
+            if not 1 <= len(xid.gtrid.encode("utf-8")) <= MAX_GTRID_BYTES:
+                with self.lock:
+                    self.report.failed.append(
+                        Recovered(node, name, str(xid), xid.gtrid, xid.bqual, self.action, "gtrid is not 1..=64 bytes")
+                    )
+                continue
+            out.append(xid)
+        return out
+
+    def finish(self, conn: psycopg.Connection, node: int, xid: Xid) -> None:
+        """Commits or rolls back `xid` on the node of `conn`; raises on failure."""
+        with bounded(conn, self.timeout):
+            (conn.tpc_commit if self.action == "commit" else conn.tpc_rollback)(xid)
+
+    def resolved(self, node: int, xid: Xid) -> None:
+        rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action)
+        with self.lock:
+            self.report.resolved.append(rec)
+            self.pending[xid.gtrid] -= 1
+        self.pools._forget_in_doubt(xid.gtrid, str(xid))
+
+    def failed(self, node: int, xid: Xid, e: BaseException) -> None:
+        rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action,
+                        f"{type(e).__name__}: {e}")
+        with self.lock:
+            self.report.failed.append(rec)
+
+    def unreachable(self, node: int, e: BaseException) -> None:
+        with self.lock:
+            self.report.unreachable[self.cluster.node_name(node)] = f"{type(e).__name__}: {e}"
+        if is_node_failure(e):
+            try:
+                self.cluster.report_outcome(node, False)  # one failed node operation
+            except Error:
+                pass
+
+    # -- scope "node": every node, each branch on the node that returned it ------
+
+    def scan_node(self, node: int) -> None:
+        try:
+            with _node_connection(self.pools, node, self.timeout) as conn:
+                xids = self.select(conn, node)
+                for xid in xids:
+                    self.record(node, xid)
+                for i, xid in enumerate(xids):
+                    try:
+                        self.finish(conn, node, xid)
+                    except Exception as e:
+                        self.failed(node, xid, e)
+                        if connection_lost(conn, e):  # the rest cannot be done now
+                            for rest in xids[i + 1:]:
+                                self.failed(node, rest, e)
+                            self.unreachable(node, e)
+                            return
+                    else:
+                        self.resolved(node, xid)
+        except Exception as e:
+            self.unreachable(node, e)
+            return
+        with self.lock:
+            self.scanned.add(node)
+
+    def record(self, node: int, xid: Xid) -> None:
+        g = xid.gtrid.encode("utf-8")
+        with self.lock:
+            self.pending[xid.gtrid] = self.pending.get(xid.gtrid, 0) + 1
+        try:
+            self.cluster.tx_recovered(g, node)
+        except InvalidArgumentError:
+            # The length is fine, so this is the core's other
+            # INVALID_ARGUMENT: another node owns this gtrid (a split, or a
+            # spanned transaction of soft mode).
+            with self.lock:
+                if xid.gtrid not in self.report.split:
+                    self.report.split.append(xid.gtrid)
+
+    def run_node_scope(self) -> None:
+        # Every node on its own thread: a healthy node's branches are
+        # resolved at once, whatever another node does; each call is bounded.
+        threads = [
+            threading.Thread(target=self.scan_node, args=(node,), name=f"racaffinity-recover-{node}", daemon=True)
+            for node, _pool in self.pools.items()
+        ]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + max(60.0, 20 * self.timeout)
+        for t, (node, _pool) in zip(threads, self.pools.items()):
+            t.join(max(0.0, deadline - time.monotonic()))
+            if t.is_alive():  # cannot happen with bounded calls; never wait forever
+                self.unreachable(node, TimeoutError("the scan did not end"))
+
+    # -- scope "database": one scan, completion through the owner or any instance -
+
+    def run_database_scope(self) -> None:
+        cluster = self.cluster
+        nodes = [node for node, _pool in self.pools.items()]
+        up = [n for n in nodes if cluster.node_state(n) == NodeState.UP]
+        order = up + [n for n in nodes if n not in up]
+        for node in order:
+            try:
+                with _node_connection(self.pools, node, self.timeout) as conn:
+                    xids = self.select(conn, node)
+            except Exception as e:
+                self.unreachable(node, e)
+                continue
+            self.report.scanned = True
+            self.scanned.update(nodes)  # one instance sees the whole database
+            break
+        else:
+            return
+        seen: Set[str] = set()
+        for xid in xids:
+            if str(xid) in seen:
+                continue
+            seen.add(str(xid))
+            with self.lock:
+                self.pending[xid.gtrid] = self.pending.get(xid.gtrid, 0) + 1
+            try:
+                # one transaction whichever instance reports it: no split
+                cluster.tx_recovered(xid.gtrid.encode("utf-8"), node)
+            except Error as e:
+                log.debug("racaffinity: tx_recovered(%r) in database scope: %s", xid.gtrid, e)
+            self.complete_anywhere(node, xid, up)
+
+    def complete_anywhere(self, scanned: int, xid: Xid, up: List[int]) -> None:
+        """Where `tx_route` sends it (its owner while that instance keeps its
+        work, else an instance the core picks), else the instance that
+        returned it, else any other Up instance: every instance of the
+        database can finish any branch, so one that does not answer is
+        skipped."""
+        candidates: List[int] = []
+        try:
+            candidates.append(self.cluster.tx_route(xid.gtrid.encode("utf-8")).node)
+        except Error:
+            pass  # not on record (a crashed coordinator's), or refused
+        for n in [scanned] + up:
+            if n not in candidates:
+                candidates.append(n)
+        last: Optional[BaseException] = None
+        for node in candidates:
+            try:
+                with _node_connection(self.pools, node, self.timeout) as conn:
+                    self.finish(conn, node, xid)
+            except Exception as e:
+                last = e
+                if is_node_failure(e):  # this instance is gone: try the next
+                    continue
+                break
+            self.resolved(node, xid)
+            return
+        assert last is not None
+        self.failed(scanned, xid, last)
+
+    # -- after the scans ----------------------------------------------------------
+
+    def complete(self) -> None:
+        """Forgets every gtrid whose found branches were all resolved, and
+        every gtrid this process left in doubt that no scanned node holds."""
+        for gtrid, left in sorted(self.pending.items()):
+            if left == 0:
+                self._complete(gtrid)
+        for gtrid, nodes in self.pools._in_doubt_nodes().items():
+            if gtrid in self.pending or not nodes <= self.scanned:
+                continue
+            self._complete(gtrid)
+            self.pools._forget_in_doubt(gtrid, None)
+            self.report.completed.append(gtrid)
+
+    def _complete(self, gtrid: str) -> None:
+        try:
+            self.cluster.tx_complete(gtrid.encode("utf-8"))
+        except UnknownTransactionError:
+            pass
 
 
 def recover_all(
@@ -309,69 +690,36 @@ def recover_all(
     format_id: Optional[int] = DEFAULT_FORMAT_ID,
     predicate: Optional[Callable[[Xid], bool]] = None,
     timeout: float = 5.0,
+    scope: Optional[str] = None,
 ) -> RecoveryReport:
-    """Scans every node for prepared (in-doubt) branches and commits or rolls
-    them back (`action`), each on the node that returned it.
+    """Finds prepared (in-doubt) branches and commits or rolls them back
+    (`action`).
 
-    Selects the Xids of this node's database with XA format `format_id`
-    (None: any XA format id; `DEFAULT_FORMAT_ID` is what `GlobalTransaction`
-    uses) that `predicate` (if given) accepts."""
+    `scope` (default: the cluster's `recovery.scope`): "node" for
+    independent databases: every node is scanned on its own thread and each
+    branch completed on the node that returned it, at once (a hung node
+    holds up nothing else); "database" for instances of one database (RAC):
+    one scan through the first instance that answers, each xid once, each
+    completed through its registry owner when Up, else any Up instance.
+
+    Every call to a node is bounded by `timeout` (connect, scan, each
+    commit or rollback), on a new connection per node (a pooled one may be
+    stale after a restart). Selects the Xids of the node's database with XA
+    format `format_id` (None: any; `DEFAULT_FORMAT_ID` is what
+    `GlobalTransaction` uses) that `predicate` (if given) accepts. Gtrids
+    this process left in doubt and that no scanned node holds any more are
+    completed (`RecoveryReport.completed`)."""
     if action not in ("rollback", "commit"):
         raise ValueError(f"action must be 'rollback' or 'commit', not {action!r}")
-    cluster = pools.cluster
-    report = RecoveryReport()
-    found: List[Tuple[int, str, Xid]] = []
-    for node, pool in pools.items():
-        name = cluster.node_name(node)
-        try:
-            with pool.connection(timeout) as conn:
-                db = conn.info.dbname
-                xids = conn.tpc_recover()
-        except Exception as e:
-            report.unreachable[name] = f"{type(e).__name__}: {e}"
-            continue
-        for xid in xids:
-            if xid.database != db or xid.format_id is None:
-                continue
-            if format_id is not None and xid.format_id != format_id:
-                continue
-            if predicate is not None and not predicate(xid):
-                continue
-            g = xid.gtrid.encode("utf-8")
-            if not 1 <= len(g) <= MAX_GTRID_BYTES:
-                report.failed.append(
-                    Recovered(node, name, str(xid), xid.gtrid, xid.bqual, action, "gtrid is not 1..=64 bytes")
-                )
-                continue
-            found.append((node, name, xid))
-            try:
-                cluster.tx_recovered(g, node)
-            except InvalidArgumentError:
-                # The length is fine, so this is the core's other
-                # INVALID_ARGUMENT: another node returned this gtrid (a split
-                # transaction; the C ABI has no code of its own for it).
-                if xid.gtrid not in report.split:
-                    report.split.append(xid.gtrid)
-    pending: Dict[str, int] = {}
-    for _node, _name, xid in found:
-        pending[xid.gtrid] = pending.get(xid.gtrid, 0) + 1
-    for node, name, xid in found:
-        gtrid_b = xid.gtrid.encode("utf-8")
-        rec = Recovered(node, name, str(xid), xid.gtrid, xid.bqual, action)
-        try:
-            target = node
-            if xid.gtrid not in report.split:
-                target = cluster.tx_route(gtrid_b).node  # == node: recorded above
-            with pools.node_pool(target).connection(timeout) as conn:
-                (conn.tpc_commit if action == "commit" else conn.tpc_rollback)(xid)
-            report.resolved.append(rec)
-            pending[xid.gtrid] -= 1
-            if pending[xid.gtrid] == 0:
-                try:
-                    cluster.tx_complete(gtrid_b)
-                except UnknownTransactionError:
-                    pass
-        except Exception as e:
-            rec.error = f"{type(e).__name__}: {e}"
-            report.failed.append(rec)
-    return report
+    _require_sync(pools, "recover_all")
+    if scope is None:
+        scope = pools.cluster.recovery_scope
+    if scope not in ("node", "database"):
+        raise ValueError(f"scope must be 'node' or 'database', not {scope!r}")
+    run = _Recovery(pools, action, format_id, predicate, timeout, scope)
+    if scope == "database":
+        run.run_database_scope()
+    else:
+        run.run_node_scope()
+    run.complete()
+    return run.report

@@ -29,11 +29,25 @@ pub(crate) struct DataMap {
     /// Set once any explicit entry exists, so the common no-map case skips
     /// loading the map on every route.
     has_explicit: AtomicBool,
-    /// Explicit entries name the node, not its id: a node removed and added
-    /// again gets a new id but is the same instance.
-    explicit: ArcSwap<HashMap<u32, Box<str>>>,
+    /// Explicit entries, swapped as a whole so a route never sees half of
+    /// a replacement.
+    explicit: ArcSwap<PartitionMap>,
     placed: Sharded<u32, NodeId>,
 }
+
+/// The explicit partition → node map. Entries name the node, not its id: a
+/// node removed and added again gets a new id but is the same instance.
+#[derive(Debug, Clone, Default)]
+struct PartitionMap {
+    entries: HashMap<u32, Box<str>>,
+    /// Bumped by every change, so hosts and metrics can tell maps apart.
+    epoch: u64,
+    /// Who set it: `config`, `set_partition`, or the loader's name.
+    source: Box<str>,
+}
+
+/// Longest accepted partition-map source name.
+pub const MAX_SOURCE_BYTES: usize = 64;
 
 impl DataMap {
     pub fn new(cfg: &DataConfig, topo: &Topology) -> Result<Self> {
@@ -45,7 +59,7 @@ impl DataMap {
         Ok(DataMap {
             partitions: cfg.partitions,
             has_explicit: AtomicBool::new(!explicit.is_empty()),
-            explicit: ArcSwap::from_pointee(explicit),
+            explicit: ArcSwap::from_pointee(PartitionMap { entries: explicit, epoch: 0, source: "config".into() }),
             placed: Sharded::new(),
         })
     }
@@ -102,7 +116,7 @@ impl Cluster {
             return Err(Error::InvalidArgument(format!("partition {partition} out of range 0..{}", d.partitions)));
         }
         if d.has_explicit.load(Ordering::Acquire) {
-            if let Some(n) = d.explicit.load().get(&partition).and_then(|name| topo.find(name)) {
+            if let Some(n) = d.explicit.load().entries.get(&partition).and_then(|name| topo.find(name)) {
                 return Ok(Some(n.id()));
             }
         }
@@ -140,7 +154,7 @@ impl Cluster {
                 // Soft mode moves work off a draining owner, as a drain intends;
                 // strict mode keeps it there, since the data still lives there.
                 let strict = self.is_strict(Scope::Data);
-                if node.accepts_new() || (strict && node.accepts_existing()) {
+                if node.accepts_new() || (strict && node.accepts_existing(self.clock())) {
                     Route::new(id, RouteKind::Affinity)
                 } else if strict {
                     return Err(self.refuse(Scope::Data, node));
@@ -169,35 +183,94 @@ impl Cluster {
     /// Maps `partition` to `node` explicitly (overrides placement).
     pub fn set_partition(&self, partition: u32, node: &str) -> Result<()> {
         let topo = self.topo();
-        if partition >= self.inner.data.partitions {
-            return Err(Error::InvalidArgument(format!(
-                "partition {partition} out of range 0..{}",
-                self.inner.data.partitions
-            )));
-        }
+        self.check_partition(partition)?;
         let name: Box<str> = topo.find(node).ok_or_else(|| Error::UnknownNode(node.to_string()))?.name().into();
-        self.inner.data.explicit.rcu(|m| {
-            let mut m = HashMap::clone(m);
-            m.insert(partition, name.clone());
-            Arc::new(m)
+        self.update_map(|m| {
+            m.entries.insert(partition, name.clone());
+            "set_partition".into()
         });
-        self.inner.data.has_explicit.store(true, Ordering::Release);
         Ok(())
     }
 
     /// Removes an explicit mapping; returns whether there was one.
     pub fn clear_partition(&self, partition: u32) -> bool {
         let mut had = false;
-        self.inner.data.explicit.rcu(|m| {
-            let mut m = HashMap::clone(m);
-            had = m.remove(&partition).is_some();
-            Arc::new(m)
+        self.update_map(|m| {
+            had = m.entries.remove(&partition).is_some();
+            "set_partition".into()
         });
         had
     }
 
+    /// Replaces the whole explicit partition → node map in one step (seed
+    /// 002's partition topology, loaded at start and re-synced after events):
+    /// routes see either the old map or the new one, never a mix. Partitions
+    /// the new map leaves out fall back to placement. Every entry is checked
+    /// first (partition in range, no partition twice, known node); any error
+    /// changes nothing. `source` names who produced the map (metrics).
+    /// Returns the map's new epoch.
+    pub fn replace_partition_map(&self, map: &[(u32, &str)], source: &str) -> Result<u64> {
+        if source.is_empty()
+            || source.len() > MAX_SOURCE_BYTES
+            || !source.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:/".contains(&b))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "partition map source must be 1..={MAX_SOURCE_BYTES} bytes of letters, digits and _-.:/, got `{}`",
+                source.escape_debug()
+            )));
+        }
+        let topo = self.topo();
+        let mut entries = HashMap::with_capacity(map.len());
+        for &(p, node) in map {
+            self.check_partition(p)?;
+            let name: Box<str> = topo.find(node).ok_or_else(|| Error::UnknownNode(node.to_string()))?.name().into();
+            if entries.insert(p, name).is_some() {
+                return Err(Error::InvalidArgument(format!("partition {p} is mapped twice")));
+            }
+        }
+        let mut epoch = 0;
+        self.update_map(|m| {
+            m.entries = std::mem::take(&mut entries);
+            epoch = m.epoch + 1;
+            source.into()
+        });
+        Ok(epoch)
+    }
+
+    /// The explicit map's epoch: 0 as configured, +1 per change.
+    pub fn partition_map_epoch(&self) -> u64 {
+        self.inner.data.explicit.load().epoch
+    }
+
+    pub(crate) fn partition_map_source(&self) -> String {
+        self.inner.data.explicit.load().source.to_string()
+    }
+
+    fn check_partition(&self, partition: u32) -> Result<()> {
+        if partition >= self.inner.data.partitions {
+            return Err(Error::InvalidArgument(format!(
+                "partition {partition} out of range 0..{}",
+                self.inner.data.partitions
+            )));
+        }
+        Ok(())
+    }
+
+    /// One read-copy-update of the explicit map; `f` edits the copy and
+    /// returns the new source. Concurrent updates retry, so none is lost.
+    fn update_map(&self, mut f: impl FnMut(&mut PartitionMap) -> Box<str>) {
+        let d = &self.inner.data;
+        d.explicit.rcu(|m| {
+            let mut next = PartitionMap::clone(m);
+            next.source = f(&mut next);
+            next.epoch = m.epoch + 1;
+            Arc::new(next)
+        });
+        d.has_explicit.store(!d.explicit.load().entries.is_empty(), Ordering::Release);
+    }
+
     pub(crate) fn data_affinities(&self) -> usize {
-        self.inner.data.explicit.load().len() + self.inner.data.placed_len()
+        self.inner.data.explicit.load().entries.len() + self.inner.data.placed_len()
     }
 }
 

@@ -97,6 +97,7 @@ impl Cluster {
             }
             FanEventType::Service | FanEventType::Database => topo.live.clone(),
         };
+        let drain_ms = ev.drain_timeout_s.map(|s| u64::from(s) * 1000);
         let (to, cause) = match ev.status {
             FanStatus::Up => (NodeState::Up, DownCause::None),
             FanStatus::Down if ev.reason == Some(FanReason::User) => (NodeState::Draining, DownCause::Event),
@@ -111,6 +112,8 @@ impl Cluster {
             // mark-down or drain.
             let t = if to == NodeState::Up {
                 n.restore_if(&[DownCause::Event, DownCause::Heartbeat, DownCause::Ejected])
+            } else if to == NodeState::Draining {
+                n.drain_for(drain_ms, self.clock())
             } else {
                 n.set_automatic(to, cause)
             };

@@ -126,6 +126,12 @@ pub struct MetricsSnapshot {
     pub sessions_revoked: u64,
     /// Sessions dropped after their idle TTL.
     pub sessions_expired: u64,
+    /// Soft-mode transaction spans, summed over nodes (see [`NodeMetrics::tx_spans`]).
+    pub tx_spans: u64,
+    /// The explicit partition map's epoch (0: as configured).
+    pub partition_map_epoch: u64,
+    /// Who set the partition map (`config`, `set_partition`, a loader's name).
+    pub partition_map_source: String,
 }
 
 impl MetricsSnapshot {
@@ -140,8 +146,16 @@ impl MetricsSnapshot {
         let mut s = String::with_capacity(256 + 320 * self.nodes.len());
         let _ = write!(
             s,
-            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"nodes":["#,
-            self.cluster, self.epoch, self.hash_version, self.policy, self.sessions_revoked, self.sessions_expired
+            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"tx_spans":{},"partition_map":{{"epoch":{},"source":"{}"}},"nodes":["#,
+            self.cluster,
+            self.epoch,
+            self.hash_version,
+            self.policy,
+            self.sessions_revoked,
+            self.sessions_expired,
+            self.tx_spans,
+            self.partition_map_epoch,
+            self.partition_map_source
         );
         for (i, n) in self.nodes.iter().enumerate() {
             if i > 0 {
@@ -314,6 +328,11 @@ impl MetricsSnapshot {
         );
         let _ = writeln!(
             s,
+            "# HELP racaffinity_partition_map_epoch Epoch of the explicit partition map (labelled with its source).\n# TYPE racaffinity_partition_map_epoch gauge\nracaffinity_partition_map_epoch{{cluster=\"{c}\",source=\"{}\"}} {}",
+            self.partition_map_source, self.partition_map_epoch
+        );
+        let _ = writeln!(
+            s,
             "# HELP racaffinity_sessions_expired_total Sessions dropped after their idle TTL.\n# TYPE racaffinity_sessions_expired_total counter\nracaffinity_sessions_expired_total{{cluster=\"{c}\"}} {}",
             self.sessions_expired
         );
@@ -325,7 +344,7 @@ impl Cluster {
     /// A snapshot of every counter.
     pub fn metrics(&self) -> MetricsSnapshot {
         let topo = self.topo();
-        let nodes = topo
+        let nodes: Vec<NodeMetrics> = topo
             .live
             .iter()
             .map(|n| {
@@ -376,6 +395,7 @@ impl Cluster {
             })
             .collect();
         MetricsSnapshot {
+            tx_spans: nodes.iter().map(|n| n.tx_spans).sum(),
             cluster: self.name().to_string(),
             epoch: topo.epoch,
             hash_version: HASH_VERSION,
@@ -384,6 +404,8 @@ impl Cluster {
             scopes,
             sessions_revoked: self.inner.sessions.revoked.load(Ordering::Relaxed),
             sessions_expired: self.inner.sessions.expired.load(Ordering::Relaxed),
+            partition_map_epoch: self.partition_map_epoch(),
+            partition_map_source: self.partition_map_source(),
         }
     }
 }

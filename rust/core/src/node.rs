@@ -288,6 +288,9 @@ pub struct Node {
     cause: AtomicU8,
     removed: AtomicBool,
     ejected_until: AtomicU64,
+    /// End of a planned drain's `drain_timeout` (0: none); read only while
+    /// the node is Draining, so picks on Up nodes never look at the clock.
+    drain_until: AtomicU64,
     consecutive_failures: AtomicU32,
     misses: AtomicU32,
     rlb_percent: AtomicU8,
@@ -332,6 +335,7 @@ impl Node {
             cause: AtomicU8::new(DownCause::None.to_u8()),
             removed: AtomicBool::new(false),
             ejected_until: AtomicU64::new(0),
+            drain_until: AtomicU64::new(0),
             consecutive_failures: AtomicU32::new(0),
             misses: AtomicU32::new(0),
             rlb_percent: AtomicU8::new(NO_PERCENT),
@@ -454,10 +458,47 @@ impl Node {
         self.state.load(Ordering::Acquire) == NodeState::Up.to_u8() && !self.is_removed()
     }
 
-    /// Whether work already bound to this node may continue here.
+    /// Whether work already bound to this node may continue here: not Down,
+    /// not removed, and not past a planned drain's timeout (which turns the
+    /// drain into a Down, so pins and sessions move or refuse at once).
     #[inline]
-    pub(crate) fn accepts_existing(&self) -> bool {
-        self.state.load(Ordering::Acquire) != NodeState::Down.to_u8() && !self.is_removed()
+    pub(crate) fn accepts_existing(&self, clock: &dyn Clock) -> bool {
+        match self.state.load(Ordering::Acquire) {
+            0 => !self.is_removed(),
+            1 => !self.is_removed() && !self.drain_expired(clock),
+            _ => false,
+        }
+    }
+
+    #[cold]
+    fn drain_expired(&self, clock: &dyn Clock) -> bool {
+        let until = self.drain_until.load(Ordering::Acquire);
+        if until == 0 || clock.now_ms() < until {
+            return false;
+        }
+        let mut g = self.lock();
+        if g.0.auto == NodeState::Draining && self.drain_until.load(Ordering::Acquire) == until {
+            self.set_auto(&mut g, NodeState::Down, DownCause::Event);
+        }
+        self.state.load(Ordering::Acquire) == NodeState::Down.to_u8()
+    }
+
+    /// A planned drain (FAN `down`, `reason=USER`): with a timeout, existing
+    /// work may continue until `now + timeout`, then the node counts as Down.
+    pub(crate) fn drain_for(&self, timeout_ms: Option<u64>, clock: &dyn Clock) -> Option<Transition> {
+        let mut g = self.lock();
+        let until = timeout_ms.map_or(0, |t| clock.now_ms().saturating_add(t).max(1));
+        let t = self.set_auto(&mut g, NodeState::Draining, DownCause::Event);
+        self.drain_until.store(until, Ordering::Release);
+        t
+    }
+
+    /// When a planned drain's timeout ends (None: no drain with a timeout).
+    pub fn drain_deadline_ms(&self) -> Option<u64> {
+        match self.drain_until.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(t),
+        }
     }
 
     /// Grants the half-open trial of an ejected node whose back-off elapsed:
@@ -524,6 +565,9 @@ impl Node {
     /// Sets the automatic layer; lifting it clears passive-health history.
     fn set_auto(&self, g: &mut (Layers, Breaker), to: NodeState, cause: DownCause) -> Option<Transition> {
         let before = g.0.effective();
+        // Any automatic change ends a planned drain's countdown; `drain_for`
+        // sets a new one after this.
+        self.drain_until.store(0, Ordering::Release);
         g.0.auto = to;
         g.0.auto_cause = if to == NodeState::Up { DownCause::None } else { cause };
         if to == NodeState::Up {
@@ -548,6 +592,7 @@ impl Node {
         if to == NodeState::Up {
             g.0.auto = NodeState::Up;
             g.0.auto_cause = DownCause::None;
+            self.drain_until.store(0, Ordering::Release);
             self.clear_history(&mut g);
         }
         self.publish(before, g.0)

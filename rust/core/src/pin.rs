@@ -55,6 +55,20 @@ pub(crate) struct ContextEntry {
     /// The node itself, so a hit needs no topology snapshot.
     node: Arc<Node>,
     depth: u32,
+    /// Whose rules the pin follows: `Thread` for plain pins; `Transaction`
+    /// or `Session` for a UCP affinity context of that policy (its strict
+    /// switch; a session context is also released by `aff=FALSE`).
+    scope: Scope,
+    /// The node's session epoch when pinned (session contexts).
+    epoch: u32,
+}
+
+impl ContextEntry {
+    /// An `aff=FALSE` advisory since the pin released a session context.
+    #[inline]
+    fn revoked(&self) -> bool {
+        self.scope == Scope::Session && self.node.session_epoch() != self.epoch
+    }
 }
 
 /// Context keys come from the host (our own counter, a thread id), not from
@@ -152,23 +166,23 @@ impl Drop for ContextPin<'_> {
 }
 
 impl Cluster {
-    /// Checks an existing pin's node; re-pins (soft) or refuses (strict).
-    fn revalidate(&self, node: &Node) -> Result<Option<(Arc<Node>, RouteKind)>> {
-        if node.accepts_existing() {
+    /// Checks an existing pin's node; re-pins (soft) or refuses (strict),
+    /// by the rules of `scope`.
+    fn revalidate(&self, node: &Node, scope: Scope) -> Result<Option<(Arc<Node>, RouteKind)>> {
+        if node.accepts_existing(self.clock()) {
             return Ok(None);
         }
-        if self.is_strict(Scope::Thread) {
-            return Err(self.refuse(Scope::Thread, node));
+        if self.is_strict(scope) {
+            return Err(self.refuse(scope, node));
         }
-        let topo = self.topo();
-        let (id, panic) = self.balanced_in(&topo, Some(Scope::Thread), |_| true)?;
-        let n = topo.node(id).expect("chosen from live").clone();
-        Ok(Some((n, if panic { RouteKind::Panic } else { RouteKind::Repinned })))
+        let (n, kind) = self.new_pin(scope)?;
+        Ok(Some((n, if kind == RouteKind::Panic { kind } else { RouteKind::Repinned })))
     }
 
-    fn new_pin(&self) -> Result<(Arc<Node>, RouteKind)> {
+    fn new_pin(&self, scope: Scope) -> Result<(Arc<Node>, RouteKind)> {
         let topo = self.topo();
-        let (id, panic) = self.balanced_in(&topo, Some(Scope::Thread), |_| true)?;
+        let session = scope == Scope::Session;
+        let (id, panic) = self.balanced_in(&topo, Some(scope), |n| !session || n.affinity_advised())?;
         Ok((topo.node(id).expect("chosen from live").clone(), if panic { RouteKind::Panic } else { RouteKind::Placed }))
     }
 
@@ -243,7 +257,7 @@ impl Cluster {
             let Some(slot) = v.iter_mut().find(|s| s.cluster == id) else {
                 return Ok(None);
             };
-            let kind = match self.revalidate(&slot.node)? {
+            let kind = match self.revalidate(&slot.node, Scope::Thread)? {
                 None => RouteKind::Affinity,
                 Some((n, kind)) => {
                     slot.node = n;
@@ -259,7 +273,7 @@ impl Cluster {
             Ok(hit) => match hit? {
                 Some(r) => r,
                 None if enter || self.inner.config.thread.auto_pin => {
-                    let (node, kind) = self.new_pin()?;
+                    let (node, kind) = self.new_pin(Scope::Thread)?;
                     let r = Route::new(node.id(), kind);
                     let owner = Arc::downgrade(&self.inner);
                     let slot = Slot { cluster: id, depth: 1, node, owner };
@@ -297,7 +311,7 @@ impl Cluster {
             .try_with(|p| {
                 let v = p.borrow();
                 let Some(s) = v.iter().find(|s| s.cluster == id) else { return Fast::Unpinned };
-                if !s.node.accepts_existing() {
+                if !s.node.accepts_existing(self.clock()) {
                     return Fast::Revalidate;
                 }
                 s.node.counters.affinity_hits.incr();
@@ -329,17 +343,33 @@ impl Cluster {
 
     /// Starts (or deepens) a pin for `key`. Pair with [`Cluster::unpin_context`].
     pub fn pin_context(&self, key: ContextKey) -> Result<Route> {
-        self.context_route(key, true)
+        self.context_route(key, true, Scope::Thread)
+    }
+
+    /// Starts (or deepens) a pin for `key` that follows the rules of
+    /// `scope`: UCP's connection affinity context. `Transaction` obeys
+    /// `transaction.strict` (`UseStrictXAAffinity`); `Session` obeys
+    /// `session.strict` (`UseStrictWebSessionAffinity`), prefers instances
+    /// advising affinity, and is released when its instance withdraws
+    /// affinity (`aff=FALSE`). `Thread` is [`Cluster::pin_context`]. An
+    /// existing pin keeps the scope it was made with.
+    pub fn pin_context_for(&self, key: ContextKey, scope: Scope) -> Result<Route> {
+        if scope == Scope::Data {
+            return Err(Error::InvalidArgument(
+                "a context pin follows the thread, transaction or session rules".into(),
+            ));
+        }
+        self.context_route(key, true, scope)
     }
 
     /// Picks for `key`: its pin if pinned, else load balancing (or auto-pin).
     pub fn pick_in(&self, key: ContextKey) -> Result<Route> {
-        self.context_route(key, false)
+        self.context_route(key, false, Scope::Thread)
     }
 
     /// The node `key` is pinned to, if any.
     pub fn context_pinned_node(&self, key: ContextKey) -> Option<NodeId> {
-        self.inner.contexts.lock(key.0).get(&key.0).map(|e| e.node.id())
+        self.inner.contexts.lock(key.0).get(&key.0).filter(|e| !e.revoked()).map(|e| e.node.id())
     }
 
     /// Releases one level of `key`'s pin; returns whether the pin is now gone.
@@ -365,21 +395,27 @@ impl Cluster {
         removed
     }
 
-    fn context_route(&self, key: ContextKey, enter: bool) -> Result<Route> {
+    fn context_route(&self, key: ContextKey, enter: bool, scope: Scope) -> Result<Route> {
         let mut m = self.inner.contexts.lock(key.0);
+        if m.get(&key.0).is_some_and(ContextEntry::revoked) {
+            // The instance withdrew affinity: the context is released, as
+            // UCP releases a web-session context; a new one may be placed.
+            m.remove(&key.0);
+            self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
+        }
         let route = match m.get_mut(&key.0) {
             // The hot path: a healthy pin, no snapshot load.
-            Some(e) if e.node.accepts_existing() => {
+            Some(e) if e.node.accepts_existing(self.clock()) => {
                 if enter {
                     e.depth += 1;
                 }
                 e.node.counters.affinity_hits.incr();
-                self.inner.scope[Scope::Thread as usize].hits.incr();
+                self.inner.scope[e.scope as usize].hits.incr();
                 return Ok(Route::new(e.node.id(), RouteKind::Affinity));
             }
             Some(e) => {
                 // The node may have come back since the check above.
-                let kind = match self.revalidate(&e.node)? {
+                let kind = match self.revalidate(&e.node, e.scope)? {
                     None => RouteKind::Affinity,
                     Some((n, kind)) => {
                         e.node = n;
@@ -400,9 +436,10 @@ impl Cluster {
                         key.0
                     )));
                 }
-                let (n, kind) = self.new_pin()?;
+                let (n, kind) = self.new_pin(scope)?;
                 let id = n.id();
-                m.insert(key.0, ContextEntry { node: n, depth: 1 });
+                let epoch = n.session_epoch();
+                m.insert(key.0, ContextEntry { node: n, depth: 1, scope, epoch });
                 self.inner.scope[Scope::Thread as usize].live.fetch_add(1, Ordering::Relaxed);
                 Route::new(id, kind)
             }
@@ -412,7 +449,7 @@ impl Cluster {
             }
         };
         drop(m);
-        self.count(&self.topo(), Some(Scope::Thread), route);
+        self.count(&self.topo(), Some(scope), route);
         Ok(route)
     }
 }

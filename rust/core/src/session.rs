@@ -76,7 +76,7 @@ impl Cluster {
         // node going down moves only its own sessions.
         let owner = rendezvous::owner(&topo.live, h, Weights::Static, |n| n.affinity_advised());
         match owner {
-            Some(n) if n.accepts_existing() => Ok(Route::new(n.id(), RouteKind::Affinity)),
+            Some(n) if n.accepts_existing(self.clock()) => Ok(Route::new(n.id(), RouteKind::Affinity)),
             Some(n) if self.is_strict(Scope::Session) => Err(self.refuse(Scope::Session, n)),
             _ => {
                 // Static rendezvous over the rest, like the owner itself: the
@@ -106,7 +106,7 @@ impl Cluster {
                 // The instance withdrew affinity: a release, not a failure.
                 m.remove(key);
                 reg.revoked.fetch_add(1, Ordering::Relaxed);
-            } else if node.accepts_existing() {
+            } else if node.accepts_existing(self.clock()) {
                 e.last_used_ms = now;
                 return Ok(Route::new(e.node, RouteKind::Affinity));
             } else if self.is_strict(Scope::Session) {

@@ -132,7 +132,7 @@ impl Cluster {
     /// host's XA layer keeps each branch's 2PC on its own node.
     fn tx_follow(&self, topo: &Topology, gtrid: &[u8], e: &mut TxEntry) -> Result<Route> {
         let node = topo.node(e.node).expect("ids are never dropped");
-        if node.accepts_existing() {
+        if node.accepts_existing(self.clock()) {
             return Ok(Route::new(e.node, RouteKind::Affinity));
         }
         if e.prepared() {
@@ -189,10 +189,10 @@ impl Cluster {
         let e = *self.inner.tx.map.lock(gtrid).get(gtrid).ok_or_else(|| Error::UnknownTransaction(hex(gtrid)))?;
         let node = topo.node(e.node).expect("ids are never dropped");
         let mut r = Route::new(e.node, RouteKind::Affinity);
-        if self.recovery_scope() == RecoveryScope::Database && !node.accepts_existing() {
-            if let Some(other) =
-                rendezvous::owner(&topo.live, hash::hash_bytes(gtrid), Weights::Static, |n| n.accepts_existing())
-            {
+        if self.recovery_scope() == RecoveryScope::Database && !node.accepts_existing(self.clock()) {
+            if let Some(other) = rendezvous::owner(&topo.live, hash::hash_bytes(gtrid), Weights::Static, |n| {
+                n.accepts_existing(self.clock())
+            }) {
                 r = Route::new(other.id(), RouteKind::Repinned);
             }
         }

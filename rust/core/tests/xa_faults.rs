@@ -39,6 +39,8 @@ fn soft_span_is_counted_on_the_node_the_transaction_left() {
     let m = c.metrics();
     assert_eq!(m.nodes[first.0 as usize].tx_spans, 1);
     assert_eq!(m.nodes.iter().map(|n| n.tx_spans).sum::<u64>(), 1);
+    assert_eq!(m.tx_spans, 1, "the cluster total");
+    assert!(m.to_json().contains(r#""sessions_expired":0,"tx_spans":1,"#), "{}", m.to_json());
     assert!(m.to_json().contains("\"tx_spans\":1"), "{}", m.to_json());
     assert!(m.to_prometheus().contains("racaffinity_node_tx_spans_total{"));
 }

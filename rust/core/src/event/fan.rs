@@ -194,6 +194,9 @@ pub struct FanEvent {
     pub card: Option<u32>,
     /// `timestamp=` as sent (for example `2026-11-29 08:00:00`); not interpreted.
     pub timestamp: Option<String>,
+    /// `drain_timeout=` in seconds (Oracle 12.2+, planned maintenance): how
+    /// long existing work may keep running on a draining instance.
+    pub drain_timeout_s: Option<u32>,
 }
 
 impl FanEvent {
@@ -251,6 +254,7 @@ impl FanEvent {
                 "reason" => &mut raw.reason,
                 "card" => &mut raw.card,
                 "timestamp" => &mut raw.timestamp,
+                "drain_timeout" => &mut raw.drain_timeout,
                 _ => continue,
             };
             *slot = Some(p.value);
@@ -266,6 +270,7 @@ impl FanEvent {
             .map(|r| FanReason::from_token(r).ok_or_else(|| Error::event(format!("unknown reason {}", show(r)))))
             .transpose()?;
         let card = raw.card.map(parse_card).transpose()?;
+        let drain_timeout_s = raw.drain_timeout.map(|v| parse_count("drain_timeout", v)).transpose()?;
         let opt_name = |key: &str, v: Option<&str>| v.map(|v| name_value(key, v)).transpose();
         let event = FanEvent {
             event_type,
@@ -278,6 +283,7 @@ impl FanEvent {
             reason,
             card,
             timestamp: raw.timestamp.map(timestamp_value).transpose()?,
+            drain_timeout_s,
         };
 
         let required = match event_type {
@@ -304,14 +310,19 @@ struct RawFields<'a> {
     reason: Option<&'a str>,
     card: Option<&'a str>,
     timestamp: Option<&'a str>,
+    drain_timeout: Option<&'a str>,
 }
 
 fn parse_card(s: &str) -> Result<u32> {
+    parse_count("card", s)
+}
+
+fn parse_count(key: &str, s: &str) -> Result<u32> {
     // `u32::from_str` would also take `+3`; Oracle never sends a sign.
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Error::event(format!("invalid `card=` value {} (expected a non-negative integer)", show(s))));
+        return Err(Error::event(format!("invalid `{key}=` value {} (expected a non-negative integer)", show(s))));
     }
-    s.parse().map_err(|_| Error::event(format!("`card=` value {} is too large", show(s))))
+    s.parse().map_err(|_| Error::event(format!("`{key}=` value {} is too large", show(s))))
 }
 
 #[cfg(test)]
@@ -356,6 +367,7 @@ mod tests {
                 reason: Some(FanReason::Failure),
                 card: Some(1),
                 timestamp: Some("2026-11-29 08:00:00".into()),
+                drain_timeout_s: None,
             }
         );
     }
@@ -375,6 +387,7 @@ mod tests {
                 reason: Some(FanReason::Boot),
                 card: None,
                 timestamp: Some("2026-11-29 08:00:00".into()),
+                drain_timeout_s: None,
             }
         );
     }
@@ -394,6 +407,7 @@ mod tests {
                 reason: Some(FanReason::MemberLeave),
                 card: None,
                 timestamp: Some("2026-11-29 08:00:00".into()),
+                drain_timeout_s: None,
             }
         );
     }

@@ -17,3 +17,4 @@ pub mod session;
 pub mod testing;
 pub mod transaction;
 pub mod types;
+pub mod ucp;

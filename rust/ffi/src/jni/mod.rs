@@ -42,6 +42,7 @@ mod connect;
 mod routing;
 #[cfg(feature = "testing")]
 mod testing;
+mod xa;
 
 /// Why a JNI call failed: a routing failure (mapped through the one table) or
 /// a JNI-level error (usually a Java exception that is already pending).

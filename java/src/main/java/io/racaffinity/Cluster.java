@@ -654,12 +654,20 @@ public final class Cluster implements AutoCloseable {
         String[] causes = (String[]) m[1];
         long[] c = (long[]) m[2];
         int k = c.length / Math.max(1, names.length);
+        long[] spans = Native.nodeTxSpans(handle); // {id, tx_spans} pairs
         List<NodeMetrics> out = new ArrayList<>(names.length);
         for (int i = 0; i < names.length; i++) {
             int o = i * k;
+            long span = 0;
+            for (int j = 0; j + 1 < spans.length; j += 2) {
+                if (spans[j] == c[o]) {
+                    span = spans[j + 1];
+                    break;
+                }
+            }
             out.add(new NodeMetrics((int) c[o], names[i], NodeState.of((int) c[o + 1]), causes[i], (int) c[o + 2],
                     (int) c[o + 3], c[o + 4], c[o + 5], c[o + 6], c[o + 7], c[o + 8], c[o + 9], c[o + 10], c[o + 11],
-                    c[o + 12]));
+                    c[o + 12], span));
         }
         return Collections.unmodifiableList(out);
     }

@@ -79,6 +79,8 @@ final class Native {
 
     static native Object[] nodeMetrics(long h);
 
+    static native long[] nodeTxSpans(long h);
+
     // --- pins and leases -------------------------------------------------
     static native long contextNew(long h);
 

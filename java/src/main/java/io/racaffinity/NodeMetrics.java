@@ -19,6 +19,8 @@ package io.racaffinity;
  * @param failures node-level failures reported
  * @param stateChanges state transitions
  * @param probeMisses missed heartbeats
+ * @param txSpans global transactions that had branches here and then one placed on another node (soft
+ *     transaction affinity: each was committed on two nodes)
  */
 public record NodeMetrics(
         int node,
@@ -35,4 +37,5 @@ public record NodeMetrics(
         long successes,
         long failures,
         long stateChanges,
-        long probeMisses) {}
+        long probeMisses,
+        long txSpans) {}

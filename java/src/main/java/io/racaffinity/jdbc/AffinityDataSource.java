@@ -323,9 +323,10 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
 
     /**
      * SQLState prefixes of exceptions that report a node failure (comma-separated).
-     * Default {@code 08,57P01,57P02,57P03}: JDBC's connection-exception class, plus
-     * PostgreSQL's "terminating connection" states sent when a server shuts down or
-     * crashes under the session. A {@link java.sql.SQLRecoverableException} (ojdbc's
+     * Default {@code 08,57P02,57P03}: JDBC's connection-exception class, plus
+     * PostgreSQL's crash and "cannot connect now" states. Not {@code 57P01}: one session
+     * terminated by {@code pg_terminate_backend} is no node failure (a crashed node is then
+     * counted by the next connection attempt). A {@link java.sql.SQLRecoverableException} (ojdbc's
      * lost connection) always counts.
      *
      * @param prefixes comma-separated SQLState prefixes

@@ -108,7 +108,9 @@ public class AffinityDataSourceFactory implements ObjectFactory {
             if (CONTAINER.contains(attr.toLowerCase(Locale.ROOT))) {
                 continue;
             }
-            if (attr.equals("config")) {
+            // Before the setter lookup, which matches case-insensitively: `Config` must not reach setConfig and
+            // then be overwritten by the config keys appended below.
+            if (attr.equalsIgnoreCase("config")) {
                 config = value;
                 continue;
             }

@@ -61,6 +61,12 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
 
     private volatile State state;
     private volatile boolean closed;
+    /**
+     * The credentials the application last passed to {@link #getXAConnection(String, String)}
+     * (an app server's pool, e.g. WildFly's {@code <security>}), or null: the heartbeat probes
+     * with them, since the node data sources' own defaults may not log in.
+     */
+    private volatile String[] appCredentials;
 
     private static final class State {
         final Cluster cluster;
@@ -227,7 +233,7 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
         nodes.setRegisterMBean(register);
     }
 
-    /** @param prefixes SQLState prefixes that report a node failure (default {@code 08,57P01,57P02,57P03}) */
+    /** @param prefixes SQLState prefixes that report a node failure (default {@code 08,57P02,57P03}) */
     public void setNodeFailureSqlStates(String prefixes) {
         nodes.setNodeFailureSqlStates(prefixes);
     }
@@ -275,7 +281,7 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
             if (interval > 0) {
                 DataSource[] probes = new DataSource[byId.length];
                 for (int i = 0; i < byId.length; i++) {
-                    probes[i] = byId[i] == null ? null : probeDataSource(byId[i]);
+                    probes[i] = byId[i] == null ? null : probeDataSource(byId[i], () -> appCredentials);
                 }
                 hb = new Heartbeat(c, probes, interval, nodes.heartbeatTimeoutSeconds(), redactor);
             }
@@ -304,12 +310,16 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
         }
     }
 
-    /** A DataSource view of a node XADataSource for the heartbeat: one XAConnection per probe. */
-    private static DataSource probeDataSource(XADataSource xa) {
+    /**
+     * A DataSource view of a node XADataSource for the heartbeat: one XAConnection per probe,
+     * with the application's credentials when it gave some.
+     */
+    private static DataSource probeDataSource(XADataSource xa, java.util.function.Supplier<String[]> credentials) {
         return (DataSource) Proxy.newProxyInstance(AffinityXADataSource.class.getClassLoader(),
                 new Class<?>[] {DataSource.class}, (proxy, m, args) -> {
                     if (m.getName().equals("getConnection") && (args == null || args.length == 0)) {
-                        XAConnection xac = xa.getXAConnection();
+                        String[] up = credentials.get();
+                        XAConnection xac = up == null ? xa.getXAConnection() : xa.getXAConnection(up[0], up[1]);
                         Connection c;
                         try {
                             c = xac.getConnection();
@@ -429,6 +439,9 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
     public XAConnection getXAConnection(String username, String pass) throws SQLException {
         if (closed) {
             throw new SQLNonTransientConnectionException("AffinityXADataSource is closed", "08003");
+        }
+        if (username != null) {
+            appCredentials = new String[] {username, pass};
         }
         return state().router.connect(username, pass);
     }

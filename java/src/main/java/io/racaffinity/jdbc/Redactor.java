@@ -11,6 +11,8 @@ final class Redactor {
     private static final Pattern URL_SECRET = Pattern.compile(
             "(?i)((?:password|passwd|pwd|secret|credentials?)\\s*=\\s*)([^&;)\\s]*)");
     private static final Pattern USERINFO = Pattern.compile("(//)([^/@\\s:]+):([^/@\\s]*)@");
+    /** Oracle's inline credentials: {@code jdbc:oracle:thin:scott/tiger@//host...} (also oci). */
+    private static final Pattern ORACLE_INLINE = Pattern.compile("(?i)(jdbc:oracle:[a-z0-9]+:)([^/@\\s:]+)/([^@\\s]*)@");
 
     private final String password;
 
@@ -27,6 +29,7 @@ final class Redactor {
             r = r.replace(password, "****");
         }
         r = URL_SECRET.matcher(r).replaceAll("$1****");
+        r = ORACLE_INLINE.matcher(r).replaceAll("$1$2/****@");
         return USERINFO.matcher(r).replaceAll("$1$2:****@");
     }
 }

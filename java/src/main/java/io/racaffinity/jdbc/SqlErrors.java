@@ -19,17 +19,24 @@ import java.util.List;
 final class SqlErrors {
     private SqlErrors() {}
 
-    /** SQLState prefixes that mean "the node failed" unless configured otherwise. */
-    static final List<String> DEFAULT_NODE_FAILURE_STATES = List.of("08", "57P01", "57P02", "57P03");
+    /**
+     * SQLState prefixes that mean "the node failed" unless configured otherwise. Not 57P01
+     * (admin_shutdown): PostgreSQL sends it to one session for {@code pg_terminate_backend},
+     * which is no node failure; when the postmaster dies its backends send it too, and the
+     * crash is then counted by the next connection attempt (refused, 08001) or the heartbeat.
+     */
+    static final List<String> DEFAULT_NODE_FAILURE_STATES = List.of("08", "57P02", "57P03");
 
     /**
      * Whether {@code e} means the node (or the path to it) failed, as opposed to
      * an error of the statement itself: an SQLState starting with one of
      * {@code prefixes} (by default class {@code 08}, connection exception, plus
-     * PostgreSQL's {@code 57P01}-{@code 57P03}, sent when a server shuts down or
-     * crashes under the session), or a {@link SQLRecoverableException} (what
+     * PostgreSQL's {@code 57P02} and {@code 57P03}, sent when a server crashes or
+     * cannot accept connections), or a {@link SQLRecoverableException} (what
      * drivers such as ojdbc throw for a lost connection), anywhere in the chain
-     * of causes and next-exceptions.
+     * of causes and next-exceptions, until an exception with a specific other
+     * SQLState: the database's own verdict on the statement wins over the I/O
+     * errors that follow it.
      */
     static boolean isNodeFailure(SQLException e, List<String> prefixes) {
         Throwable t = e;
@@ -39,6 +46,12 @@ final class SqlErrors {
                 if (s instanceof SQLRecoverableException || matches(s.getSQLState(), prefixes)) {
                     return true;
                 }
+                if (specific(s.getSQLState())) {
+                    // The database said what went wrong (a constraint, a trigger, 57P01 for one terminated
+                    // session...): that decides. pgjdbc chains the I/O error of the socket the server then
+                    // closed (08006) as the next exception; it is a consequence, not a node failure.
+                    return false;
+                }
                 SQLException next = s.getNextException();
                 if (next != null && next != t && matches(next.getSQLState(), prefixes)) {
                     return true;
@@ -47,6 +60,12 @@ final class SqlErrors {
             t = t.getCause() == t ? null : t.getCause();
         }
         return false;
+    }
+
+    /** A SQLState that names an error, as opposed to none or a generic one (HY000, S1000, 99999). */
+    private static boolean specific(String state) {
+        return state != null && state.length() == 5 && !state.equals("HY000") && !state.equals("S1000")
+                && !state.equals("99999") && !state.startsWith("01");
     }
 
     private static boolean matches(String state, List<String> prefixes) {

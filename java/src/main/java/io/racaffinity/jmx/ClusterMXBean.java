@@ -29,6 +29,9 @@ public interface ClusterMXBean {
     /** @return node name → node-level failures reported */
     Map<String, Long> getNodeFailures();
 
+    /** @return node name → global transactions that spanned from this node to another (soft XA affinity) */
+    Map<String, Long> getNodeTxSpans();
+
     /** @return node name → missed heartbeats */
     Map<String, Long> getNodeProbeMisses();
 

@@ -133,6 +133,11 @@ public final class ClusterMonitor implements ClusterMXBean {
     }
 
     @Override
+    public Map<String, Long> getNodeTxSpans() {
+        return perNode(NodeMetrics::txSpans);
+    }
+
+    @Override
     public Map<String, Long> getNodeProbeMisses() {
         return perNode(NodeMetrics::probeMisses);
     }

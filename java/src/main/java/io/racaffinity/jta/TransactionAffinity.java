@@ -47,6 +47,23 @@ public final class TransactionAffinity {
     private final TransactionManager tm;
     /** This instance's key in the registry's per-transaction resources. */
     private final Object resourceKey = new Object();
+    /**
+     * Transactions followed without a synchronization (the TM refused one: Narayana does once a
+     * transaction is marked rollback-only), by registry key: their gtrid stays registered in the
+     * core so every connection follows it, and is ended by {@link #sweep()} once the transaction
+     * is over.
+     */
+    private final java.util.Map<Object, Unsynchronized> unsynchronized = new java.util.concurrent.ConcurrentHashMap<>();
+
+    private static final class Unsynchronized {
+        final byte[] gtrid;
+        final Transaction transaction;
+
+        Unsynchronized(byte[] gtrid, Transaction transaction) {
+            this.gtrid = gtrid;
+            this.transaction = transaction;
+        }
+    }
 
     private TransactionAffinity(Cluster cluster, TransactionSynchronizationRegistry tsr, TransactionManager tm) {
         this.cluster = cluster;
@@ -97,6 +114,7 @@ public final class TransactionAffinity {
      * @throws AffinityException if the core refuses to place it
      */
     public Joined join() {
+        sweep();
         Object key = tsr.getTransactionKey();
         if (key == null) {
             return null;
@@ -110,18 +128,60 @@ public final class TransactionAffinity {
         if (entry instanceof byte[]) {
             return new Joined((byte[]) entry, null);
         }
+        Unsynchronized u = unsynchronized.get(key);
+        if (u != null) {
+            return new Joined(u.gtrid, null);
+        }
         byte[] gtrid = gtrid(key);
         OptionalInt pin = cluster.pinnedNode();
         Route r = pin.isPresent() ? cluster.txBegin(gtrid, pin.getAsInt()) : cluster.txBegin(gtrid);
         try {
             tsr.registerInterposedSynchronization(new End(cluster, gtrid));
         } catch (IllegalStateException e) {
-            // Too late to follow the transaction (e.g. it is being prepared): route it, hold nothing.
-            end(cluster, gtrid);
+            // The TM takes no synchronization (a rollback-only transaction, or one being prepared). Still
+            // follow it: without that every connection would place the transaction afresh (a split).
+            Transaction t = currentTransaction();
+            if (t == null) {
+                end(cluster, gtrid); // nothing to watch its end with: route this connection, hold nothing
+                return new Joined(gtrid, r);
+            }
+            unsynchronized.put(key, new Unsynchronized(gtrid, t));
             return new Joined(gtrid, r);
         }
         tsr.putResource(resourceKey, gtrid);
         return new Joined(gtrid, r);
+    }
+
+    private Transaction currentTransaction() {
+        if (tm == null) {
+            return null;
+        }
+        try {
+            return tm.getTransaction();
+        } catch (Exception e) {
+            return null;
+        }
+    }
+
+    /** Ends the affinity of unsynchronized transactions that are over (called on every use). */
+    private void sweep() {
+        if (unsynchronized.isEmpty()) {
+            return;
+        }
+        unsynchronized.forEach((key, u) -> {
+            int status;
+            try {
+                status = u.transaction.getStatus();
+            } catch (Exception e) {
+                status = Status.STATUS_UNKNOWN;
+            }
+            if (status == Status.STATUS_COMMITTED || status == Status.STATUS_ROLLEDBACK
+                    || status == Status.STATUS_NO_TRANSACTION || status == Status.STATUS_UNKNOWN) {
+                if (unsynchronized.remove(key, u)) {
+                    end(cluster, u.gtrid);
+                }
+            }
+        });
     }
 
     /** A JTA transaction as {@link #join()} found it. */

@@ -56,6 +56,8 @@ public final class AffinityXAConnection implements XAConnection {
     private Handle handle;
     private boolean closed;
     private int timeoutSeconds;
+    /** Branches whose PREPARE the database refused, until the TM's rollback (released at close otherwise). */
+    private final java.util.Set<XidKey> refused = new java.util.HashSet<>();
 
     /** One physical XAConnection to one node. */
     final class Physical implements ConnectionEventListener, StatementEventListener {
@@ -82,9 +84,13 @@ public final class AffinityXAConnection implements XAConnection {
 
         @Override
         public void connectionErrorOccurred(ConnectionEvent event) {
-            broken = true;
             SQLException e = event.getSQLException();
-            if (e != null && router.isNodeFailure(e)) {
+            boolean news;
+            synchronized (AffinityXAConnection.this) {
+                news = !broken;
+                broken = true;
+            }
+            if (news && e != null && router.isNodeFailure(e)) {
                 router.reportFailure(node);
             }
             ConnectionEvent ev = new ConnectionEvent(AffinityXAConnection.this, e);
@@ -149,10 +155,52 @@ public final class AffinityXAConnection implements XAConnection {
 
     // ---- physical connections ------------------------------------------------
 
+    /** Every XA call on a closed connection answers the same: XAER_RMFAIL (the TM uses another connection). */
     synchronized void checkOpen() throws XAException {
         if (closed) {
-            throw XaErrors.xa(XAException.XAER_PROTO, "racaffinity: the XAConnection is closed", null);
+            throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: the XAConnection is closed", null);
         }
+    }
+
+    /**
+     * An XA call to {@code node} failed with a connection-class error: its physical connection
+     * is dead (XA calls fire no connection events), so the next call opens a fresh one. A
+     * branch that was active on it died with the session.
+     *
+     * @return whether this is news (the connection was not known broken): the failure is counted then
+     */
+    synchronized boolean markBroken(int node) {
+        Physical p = node < byNode.length ? byNode[node] : null;
+        if (p == null) {
+            return true; // the failure was opening one (or a short-lived connection's)
+        }
+        boolean news = !p.broken;
+        p.broken = true;
+        if (p.associated != null) {
+            XaRouter.Branch b = router.branch(p.associated);
+            if (b != null && !b.prepared) {
+                b.sessionLost = true;
+            }
+            if (p.associated.equals(boundXid)) {
+                boundXid = null;
+            }
+            p.associated = null;
+        }
+        return news;
+    }
+
+    /** The physical connection to {@code node} if one is open (never opens one), else null. */
+    synchronized Physical existing(int node) {
+        Physical p = node < byNode.length ? byNode[node] : null;
+        return p == null || p.broken ? null : p;
+    }
+
+    synchronized void refused(XidKey k) {
+        refused.add(k);
+    }
+
+    synchronized void released(XidKey k) {
+        refused.remove(k);
     }
 
     /** The physical connection to {@code node}, opened if needed. */
@@ -186,7 +234,7 @@ public final class AffinityXAConnection implements XAConnection {
             }
             if (timeoutSeconds > 0) {
                 try {
-                    p.xar.setTransactionTimeout(timeoutSeconds);
+                    router.timeoutApplies(p.xar.setTransactionTimeout(timeoutSeconds));
                 } catch (XAException e) {
                     // best effort, as the TM's own call
                 }
@@ -227,27 +275,28 @@ public final class AffinityXAConnection implements XAConnection {
         return router.open(node, user, password);
     }
 
+    /** One node's in-doubt list; a connection-class failure counts once and replaces the physical connection. */
     Xid[] recoverOn(int node) throws XAException {
-        Physical p;
-        synchronized (this) {
-            p = closed ? null : physicalFor2pc(node, null);
-        }
-        if (p != null) {
-            try {
-                return nonNull(p.xar.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
-            } catch (XAException e) {
-                resource.failed(node, e);
-                throw e;
-            }
-        }
-        XAConnection t = openTemporary(node);
         try {
-            return nonNull(t.getXAResource().recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
-        } catch (SQLException e) {
-            throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: recover on " + router.nodeName(node) + ": "
-                    + router.redact(String.valueOf(e.getMessage())), e);
-        } finally {
-            closeQuietly(t);
+            Physical p;
+            synchronized (this) {
+                p = closed ? null : physicalFor2pc(node, null);
+            }
+            if (p != null) {
+                return nonNull(p.xar.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
+            }
+            XAConnection t = openTemporary(node);
+            try {
+                return nonNull(t.getXAResource().recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
+            } catch (SQLException e) {
+                throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: recover on " + router.nodeName(node) + ": "
+                        + router.redact(String.valueOf(e.getMessage())), e);
+            } finally {
+                closeQuietly(t);
+            }
+        } catch (XAException e) {
+            resource.failed(node, e);
+            throw e;
         }
     }
 
@@ -282,17 +331,22 @@ public final class AffinityXAConnection implements XAConnection {
         return bound;
     }
 
-    synchronized void setTimeout(int seconds) {
+    /** @return whether the node drivers apply it (see {@link AffinityXAResource#setTransactionTimeout}) */
+    synchronized boolean setTimeout(int seconds) {
         timeoutSeconds = seconds;
+        Boolean applies = null;
         for (Physical p : byNode) {
-            if (p != null) {
+            if (p != null && !p.broken) {
                 try {
-                    p.xar.setTransactionTimeout(seconds);
+                    boolean a = p.xar.setTransactionTimeout(seconds);
+                    router.timeoutApplies(a);
+                    applies = applies == null ? a : applies && a;
                 } catch (XAException e) {
-                    // best effort
+                    applies = false;
                 }
             }
         }
+        return applies != null ? applies : router.timeoutApplies();
     }
 
     synchronized int timeout() {
@@ -458,10 +512,16 @@ public final class AffinityXAConnection implements XAConnection {
         return resource;
     }
 
-    /** Closes every physical connection. Branches they hold stay on their nodes (prepared ones in doubt). */
+    /**
+     * Closes every physical connection. Prepared branches stay on their nodes (in doubt, for
+     * the TM's commit or recovery). A branch that was active and unprepared on a closed session
+     * is rolled back by the database, and one whose PREPARE the database refused is gone: both
+     * are released here, so nothing stays tracked after the TM lost interest.
+     */
     @Override
     public void close() throws SQLException {
         Physical[] ps;
+        List<XidKey> gone = new ArrayList<>();
         synchronized (this) {
             if (closed) {
                 return;
@@ -473,11 +533,22 @@ public final class AffinityXAConnection implements XAConnection {
             ps = byNode;
             byNode = new Physical[0];
             bound = -1;
+            boundXid = null;
+            for (Physical p : ps) {
+                if (p != null && p.associated != null) {
+                    gone.add(p.associated);
+                }
+            }
+            gone.addAll(refused);
+            refused.clear();
         }
         for (Physical p : ps) {
             if (p != null) {
                 p.close();
             }
+        }
+        for (XidKey k : gone) {
+            router.closedUnprepared(k);
         }
     }
 

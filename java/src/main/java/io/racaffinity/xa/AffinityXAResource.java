@@ -19,14 +19,20 @@ import javax.transaction.xa.Xid;
  *       existing branch's node; {@code TMRESUME} resumes on the bound node.
  *   <li>{@code end} goes to the physical connection the branch was started on;
  *       {@code prepare}, {@code commit}, {@code rollback} and {@code forget} to the
- *       branch's node (core {@code txRoute}). A successful prepare marks the branch
+ *       node the branch was started on (this binding's record: in a soft-mode span the
+ *       branches of one gtrid are on two nodes), never refused for routing reasons; an
+ *       xid with no record (recovered) goes where the core's {@code txRoute} says, and
+ *       with {@code recovery.scope = database} a prepared branch too (any instance of the
+ *       database completes it: the owner when Up, else another). A successful prepare marks the branch
  *       prepared ({@code txPrepared}): it never moves again. Completion (commit,
  *       rollback, forget, an {@code XA_RDONLY} prepare, or a driver answer that the
  *       branch was rolled back or does not exist) releases it ({@code txEnd}).
- *   <li>{@code recover(TMSTARTRSCAN)} scans every node, returns the merged list and
- *       records which node returned each xid ({@code txRecovered}), so its commit or
- *       rollback goes there. A node that does not answer is skipped (its branches
- *       are recovered by a later scan); {@code XAException.XAER_RMFAIL} only if none answers.
+ *   <li>{@code recover(TMSTARTRSCAN)} scans every node ({@code recovery.scope = node}) or
+ *       the first instance that answers ({@code database}), returns each xid once and
+ *       records which node returned it ({@code txRecovered}), so its commit or rollback
+ *       goes there. A node that does not answer is skipped (its branches are recovered by
+ *       a later scan); {@code XAException.XAER_RMFAIL} only if none answers. A command for
+ *       an xid found nowhere is {@code XAER_NOTA} only if every node that could hold it answered.
  *   <li>{@code isSameRM} is true only for another resource of the same data source
  *       that is (or would be) on the same node, and only if that node's driver
  *       agrees for the two physical connections; so a TM joins branches at most
@@ -35,10 +41,10 @@ import javax.transaction.xa.Xid;
  * </ul>
  *
  * <p>Routing refusals become {@link XAException}s with the codes listed in
- * {@link XaErrors}: notably {@code XAException.XAER_RMFAIL} when a prepared branch's node is
- * down (retry later: it never moves), and when a strict transaction scope
- * ({@code transaction.strict}, JMX {@code UseStrictXAAffinity}) refuses to start
- * a branch away from its owner.
+ * {@link XaErrors}: notably {@code XAException.XAER_RMFAIL} when a strict transaction scope
+ * ({@code transaction.strict}, JMX {@code UseStrictXAAffinity}) refuses to start a branch away
+ * from its owner. A failed call counts one node failure only for a connection-class cause
+ * (08xxx, refused, reset or timed-out sockets); application errors count nothing.
  */
 public final class AffinityXAResource implements XAResource {
     private final AffinityXAConnection conn;
@@ -61,10 +67,27 @@ public final class AffinityXAResource implements XAResource {
         return conn.boundNodeName();
     }
 
-    void failed(int node, XAException e) {
-        if (e.errorCode == XAException.XAER_RMFAIL) {
+    /**
+     * Classifies a failed XA call on {@code node} as the JDBC path does: a connection-class
+     * cause counts one node failure and marks the physical connection broken, so the next call
+     * opens a fresh one; an application error (a constraint, a trigger, 28000 for one user, one
+     * terminated session) counts nothing.
+     *
+     * @return whether the call failed for its connection (node failure or lost session): the
+     *     branch entry is then kept for the TM's retry
+     */
+    boolean failed(int node, XAException e) {
+        boolean nodeFailed = router.isNodeFailure(e);
+        if (!nodeFailed && !XaRouter.isConnectionLost(e)) {
+            return false; // an application error: the connection is fine
+        }
+        // The connection is dead (a crashed node, or one terminated session): replace it. Count a node failure
+        // only for news: a call on a connection already known dead (08003 "connection closed" after its
+        // session was terminated, say) did not reach the node.
+        if (conn.markBroken(node) && nodeFailed) {
             router.reportFailure(node);
         }
+        return true;
     }
 
     @Override
@@ -73,8 +96,9 @@ public final class AffinityXAResource implements XAResource {
         XidKey k = key(xid);
         if ((flags & (TMJOIN | TMRESUME)) != 0) {
             int node = (flags & TMRESUME) != 0 && k.equals(conn.boundXid()) ? conn.boundNode() : router.joinNode(k);
-            AffinityXAConnection.Physical p = conn.physical(node);
+            AffinityXAConnection.Physical p;
             try {
+                p = conn.physical(node);
                 p.xar.start(xid, flags);
             } catch (XAException e) {
                 failed(node, e);
@@ -92,8 +116,9 @@ public final class AffinityXAResource implements XAResource {
             p = conn.physical(b.node);
             p.xar.start(xid, flags);
         } catch (XAException e) {
+            // failed() counted the node failure, if it was one: the lease goes back NEUTRAL so it is counted once
             failed(b.node, e);
-            router.abandon(k, b, e.errorCode == XAException.XAER_RMFAIL ? Outcome.FAILED : Outcome.NEUTRAL);
+            router.abandon(k, b, Outcome.NEUTRAL);
             throw e;
         } catch (RuntimeException e) {
             router.abandon(k, b, Outcome.NEUTRAL);
@@ -107,11 +132,11 @@ public final class AffinityXAResource implements XAResource {
 
     @Override
     public void end(Xid xid, int flags) throws XAException {
+        conn.checkOpen();
         XidKey k = key(xid);
         int node = k.equals(conn.boundXid()) ? conn.boundNode() : router.resolve(k, "end", conn);
-        AffinityXAConnection.Physical p = conn.physical(node);
         try {
-            p.xar.end(xid, flags);
+            conn.physical(node).xar.end(xid, flags);
         } catch (XAException e) {
             failed(node, e);
             if (XaErrors.rolledBack(e.errorCode)) {
@@ -126,6 +151,7 @@ public final class AffinityXAResource implements XAResource {
 
     @Override
     public int prepare(Xid xid) throws XAException {
+        conn.checkOpen();
         XidKey k = key(xid);
         int node;
         try {
@@ -136,21 +162,35 @@ public final class AffinityXAResource implements XAResource {
             }
             throw e;
         }
-        AffinityXAConnection.Physical p = conn.physical(node);
+        AffinityXAConnection.Physical p;
         int r;
+        try {
+            p = conn.physical(node);
+        } catch (XAException e) {
+            failed(node, e);
+            throw e;
+        }
         try {
             r = p.xar.prepare(xid);
         } catch (XAException e) {
-            failed(node, e);
+            boolean nodeFailed = failed(node, e);
             clear(p, k);
             if (XaErrors.rolledBack(e.errorCode) || e.errorCode == XAException.XAER_NOTA) {
-                router.completed(k, e.errorCode == XAException.XA_RBCOMMFAIL ? Outcome.FAILED : Outcome.NEUTRAL, false);
+                router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
+            } else if (!nodeFailed) {
+                // The database answered the PREPARE with an error of the work (pgjdbc calls even a trigger's
+                // P0001 XAER_RMFAIL): the database rolled the branch back. The TM's rollback releases it.
+                XaRouter.Branch b = router.branch(k);
+                if (b != null) {
+                    b.prepareRefused = true;
+                    conn.refused(k);
+                }
             }
             throw e;
         }
         clear(p, k);
         if (r == XA_RDONLY) {
-            router.completed(k, Outcome.OK, true);
+            router.completed(k, Outcome.OK, XaRouter.Completion.READ_ONLY);
         } else {
             router.prepared(k);
         }
@@ -198,10 +238,22 @@ public final class AffinityXAResource implements XAResource {
             clear(p, k);
         }
         conn.unbindXid(k);
-        router.completed(k, Outcome.FAILED, false);
+        router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
+    }
+
+    private static XaRouter.Completion completion(String op) {
+        switch (op) {
+            case "rollback":
+                return XaRouter.Completion.ROLLBACK;
+            case "forget":
+                return XaRouter.Completion.FORGET;
+            default:
+                return XaRouter.Completion.COMMIT;
+        }
     }
 
     private void complete(XidKey k, String op, Xid xid, boolean onePhase) throws XAException {
+        conn.checkOpen();
         int node;
         try {
             node = router.resolve(k, op, conn);
@@ -211,20 +263,29 @@ public final class AffinityXAResource implements XAResource {
             }
             throw e;
         }
-        AffinityXAConnection.Physical p = conn.physicalFor2pc(node, k);
+        XaRouter.Branch b = router.branch(k);
+        AffinityXAConnection.Physical p;
         XAConnection temp = null;
         XAResource target;
-        if (p != null) {
-            target = p.xar;
-        } else {
-            temp = conn.openTemporary(node);
-            try {
-                target = temp.getXAResource();
-            } catch (java.sql.SQLException e) {
-                AffinityXAConnection.closeQuietly(temp);
-                throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " on " + router.nodeName(node)
-                        + ": " + router.redact(String.valueOf(e.getMessage())), e);
+        try {
+            p = conn.physicalFor2pc(node, k);
+            if (p != null) {
+                target = p.xar;
+            } else {
+                temp = conn.openTemporary(node);
+                try {
+                    target = temp.getXAResource();
+                } catch (java.sql.SQLException e) {
+                    throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " on " + router.nodeName(node)
+                            + ": " + router.redact(String.valueOf(e.getMessage())), e);
+                }
             }
+        } catch (XAException e) {
+            if (temp != null) {
+                AffinityXAConnection.closeQuietly(temp);
+            }
+            failed(node, e); // unreachable: the entry is kept for the retry
+            throw e;
         }
         try {
             switch (op) {
@@ -239,16 +300,26 @@ public final class AffinityXAResource implements XAResource {
                     break;
             }
         } catch (XAException e) {
-            failed(node, e);
+            boolean nodeFailed = failed(node, e);
             int c = e.errorCode;
-            if (p != null && c != XAException.XAER_RMFAIL) {
+            if (nodeFailed) {
+                throw e; // XAER_RMFAIL: the entry is kept for the retry, released after it
+            }
+            if (p != null) {
                 clear(p, k);
             }
+            if (op.equals("rollback") && b != null && (b.prepareRefused || b.sessionLost) && !b.prepared) {
+                // The node answered, and the branch is not there: its PREPARE failed (the database rolled it
+                // back) or its session died before it was prepared. Rolled back: done.
+                conn.released(k);
+                router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
+                return;
+            }
             if (XaErrors.rolledBack(c)) {
-                router.completed(k, Outcome.NEUTRAL, false);
+                router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
             } else if (c == XAException.XAER_NOTA) {
-                // the node does not hold it (any more): nothing is left to route
-                router.completed(k, Outcome.NEUTRAL, !op.equals("rollback"));
+                // the node that holds it answered that it does not (any more): nothing is left to route
+                router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.NONE);
             } else if (XaErrors.heuristic(c)) {
                 XaRouter.LOG.log(Level.WARNING, () -> "xid " + k + ": heuristic outcome " + XaErrors.name(c)
                         + " on " + router.nodeName(node) + " (" + op + "); the TM must forget it");
@@ -262,7 +333,8 @@ public final class AffinityXAResource implements XAResource {
         if (p != null) {
             clear(p, k);
         }
-        router.completed(k, Outcome.OK, !op.equals("rollback"));
+        conn.released(k);
+        router.completed(k, Outcome.OK, completion(op));
     }
 
     @Override
@@ -285,6 +357,13 @@ public final class AffinityXAResource implements XAResource {
         return new Xid[0];
     }
 
+    /**
+     * True only for another resource of the same data source bound to the same node, and only
+     * if that node's driver agrees for the two physical connections already open (pgjdbc:
+     * never; ojdbc: same instance). Resources on two nodes (a soft-mode span) are two resource
+     * managers, so the TM runs a two-RM commit. An unbound resource is never the same RM, and
+     * the question opens no connection.
+     */
     @Override
     public boolean isSameRM(XAResource other) throws XAException {
         if (other == this) {
@@ -299,13 +378,16 @@ public final class AffinityXAResource implements XAResource {
         }
         int theirs = o.conn.boundNode();
         int mine = conn.boundNode();
-        if (theirs < 0 || mine >= 0 && mine != theirs || o.conn.boundXid() == null) {
+        if (theirs < 0 || mine != theirs || o.conn.boundXid() == null) {
             return false;
         }
-        // Same node: ask the node's driver about the two physical connections (pgjdbc: never the same RM,
-        // so each connection is its own branch; ojdbc: same instance, so the TM may join).
+        AffinityXAConnection.Physical a = conn.existing(mine);
+        AffinityXAConnection.Physical b = o.conn.existing(theirs);
+        if (a == null || b == null) {
+            return false;
+        }
         try {
-            return conn.physical(theirs).xar.isSameRM(o.conn.physical(theirs).xar);
+            return a.xar.isSameRM(b.xar);
         } catch (XAException e) {
             return false;
         }
@@ -316,13 +398,20 @@ public final class AffinityXAResource implements XAResource {
         return conn.timeout();
     }
 
+    /**
+     * Applies the timeout to every node connection of this resource, now and when opened.
+     *
+     * @return what the node driver answered ({@code false} for pgjdbc, which has no transaction
+     *     timeout); before any node connection exists, the last answer a node driver of this data
+     *     source gave, else false
+     */
     @Override
     public boolean setTransactionTimeout(int seconds) throws XAException {
+        conn.checkOpen();
         if (seconds < 0) {
             throw XaErrors.xa(XAException.XAER_INVAL, "racaffinity: negative transaction timeout", null);
         }
-        conn.setTimeout(seconds);
-        return true;
+        return conn.setTimeout(seconds);
     }
 
     private static XidKey key(Xid xid) throws XAException {

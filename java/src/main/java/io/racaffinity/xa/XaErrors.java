@@ -11,18 +11,18 @@ import javax.transaction.xa.XAException;
 
 /**
  * Routing refusals of the core as {@link XAException}s. The codes follow what
- * a TM does with them (X/Open XA):
+ * a TM does with them (X/Open XA). Since 2PC commands are never refused for
+ * routing reasons (the core's {@code txRoute} names the owner whatever its
+ * state), refusals concern {@code start}; an unreachable node answers
+ * {@code XAER_RMFAIL} from the call itself:
  *
  * <table>
  *   <caption>mapping</caption>
  *   <tr><th>core error</th><th>operation</th><th>XA code</th><th>the TM then</th></tr>
- *   <tr><td>PreparedNodeUnavailable</td><td>commit, rollback, forget</td><td>XAER_RMFAIL</td>
- *       <td>keeps the branch in doubt and retries later (recovery); a prepared branch never moves</td></tr>
- *   <tr><td>StrictAffinity (owner unavailable, not prepared)</td><td>prepare, one-phase commit</td>
- *       <td>XA_RBCOMMFAIL</td><td>treats the branch as rolled back and rolls the transaction back: the
- *       branch's work lived on the lost node</td></tr>
- *   <tr><td>StrictAffinity</td><td>start, end, rollback</td><td>XAER_RMFAIL</td>
- *       <td>fails the enlistment (start) / retries the rollback</td></tr>
+ *   <tr><td>PreparedNodeUnavailable (a new branch of a prepared gtrid on a Down node)</td><td>start</td>
+ *       <td>XAER_RMFAIL</td><td>fails the enlistment; a prepared branch never moves</td></tr>
+ *   <tr><td>StrictAffinity (owner unavailable; {@code transaction.strict})</td><td>start</td>
+ *       <td>XAER_RMFAIL</td><td>fails the enlistment and rolls the transaction back</td></tr>
  *   <tr><td>NoNodeAvailable, cluster closed</td><td>any</td><td>XAER_RMFAIL</td><td>as above</td></tr>
  *   <tr><td>UnknownTransaction</td><td>any</td><td>XAER_NOTA</td><td>the branch does not exist</td></tr>
  *   <tr><td>InvalidArgument (e.g. empty or &gt; 64-byte gtrid)</td><td>any</td><td>XAER_INVAL</td><td></td></tr>

@@ -3,7 +3,9 @@ package io.racaffinity.xa;
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
 import io.racaffinity.Lease;
+import io.racaffinity.NodeState;
 import io.racaffinity.Outcome;
+import io.racaffinity.RecoveryScope;
 import io.racaffinity.Route;
 import io.racaffinity.UnknownTransactionException;
 import java.lang.System.Logger.Level;
@@ -48,6 +50,8 @@ public final class XaRouter {
     private final Predicate<SQLException> nodeFailure;
     private final UnaryOperator<String> redact;
     private final Supplier<byte[]> requestSession;
+    /** Independent databases (scan all, complete where found) or instances of one (any instance will do). */
+    private final RecoveryScope scope;
 
     /** Branches started here (live) or returned by a recovery scan, by exact xid. */
     private final Map<XidKey, Branch> branches = new ConcurrentHashMap<>();
@@ -55,6 +59,8 @@ public final class XaRouter {
     private final LongAdder starts = new LongAdder();
     private final LongAdder prepares = new LongAdder();
     private final LongAdder commits = new LongAdder();
+    private final LongAdder readOnly = new LongAdder();
+    private final LongAdder forgets = new LongAdder();
     private final LongAdder rollbacks = new LongAdder();
     private final LongAdder recovered = new LongAdder();
 
@@ -63,6 +69,14 @@ public final class XaRouter {
         final boolean live;
         final Lease lease;
         volatile boolean prepared;
+        /**
+         * The database answered this branch's PREPARE with an error of the work (a deferred
+         * constraint, a trigger): the database rolled the branch back, so a later rollback has
+         * nothing left to do on the node and only releases the branch.
+         */
+        volatile boolean prepareRefused;
+        /** The session holding this unprepared branch died: the database rolled it back. */
+        volatile boolean sessionLost;
 
         Branch(int node, boolean live, Lease lease) {
             this.node = node;
@@ -88,6 +102,12 @@ public final class XaRouter {
         this.nodeFailure = nodeFailure == null ? e -> false : nodeFailure;
         this.redact = redact == null ? s -> s : redact;
         this.requestSession = requestSession == null ? () -> null : requestSession;
+        this.scope = cluster.recoveryScope();
+    }
+
+    /** @return the cluster's {@code recovery.scope} */
+    public RecoveryScope recoveryScope() {
+        return scope;
     }
 
     /** @return the routing core */
@@ -117,11 +137,13 @@ public final class XaRouter {
     }
 
     /**
-     * @return counters: starts (new branches), prepares, commits, rollbacks, recovered (xids returned by scans)
+     * @return counters: starts (new branches), prepares, commits, readOnly (prepares answered
+     *     {@code XA_RDONLY}: nothing to commit), rollbacks, forgets, recovered (xids returned by scans)
      */
     public Map<String, Long> statistics() {
-        return Map.of("starts", starts.sum(), "prepares", prepares.sum(), "commits", commits.sum(), "rollbacks",
-                rollbacks.sum(), "recovered", recovered.sum());
+        return Map.of("starts", starts.sum(), "prepares", prepares.sum(), "commits", commits.sum(), "readOnly",
+                readOnly.sum(), "rollbacks", rollbacks.sum(), "forgets", forgets.sum(), "recovered",
+                recovered.sum());
     }
 
     // ---- node access ---------------------------------------------------------
@@ -151,10 +173,7 @@ public final class XaRouter {
             }
             return c;
         } catch (SQLException e) {
-            boolean failed = nodeFailure.test(e);
-            if (failed) {
-                reportFailure(node);
-            }
+            // Not counted here: the XA call this open serves counts one failure for the whole operation.
             throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: cannot connect to node " + nodeName(node)
                     + ": " + redact.apply(String.valueOf(e.getMessage())), e);
         }
@@ -162,6 +181,57 @@ public final class XaRouter {
 
     boolean isNodeFailure(SQLException e) {
         return nodeFailure.test(e);
+    }
+
+    /**
+     * Whether a failed XA call means its node failed, classified as on the JDBC path: a
+     * connection-class cause ({@code nodeFailureSqlStates}, a {@link java.sql.SQLRecoverableException},
+     * or a refused / reset / timed-out socket) anywhere in the cause chain. The XA code alone says
+     * nothing: pgjdbc reports every failed PREPARE as {@code XAER_RMFAIL}, a deferred trigger's
+     * P0001 included, and an {@code XAER_RMFAIL} of our own (no node answered a routing question)
+     * is no failed node operation.
+     */
+    boolean isNodeFailure(Throwable e) {
+        Throwable t = e;
+        for (int depth = 0; t != null && depth < 16; depth++) {
+            if (t instanceof SQLException) {
+                return nodeFailure.test((SQLException) t);
+            }
+            if (t instanceof java.io.IOException) {
+                return true;
+            }
+            t = t.getCause() == t ? null : t.getCause();
+        }
+        return false;
+    }
+
+    /**
+     * Whether a failed XA call's physical connection is dead, whatever the node's health: any
+     * connection-class state (08xxx, 57Pxx: one terminated session too), a lost connection
+     * (SQLRecoverableException) or a socket error anywhere in the chain. Such a connection is
+     * replaced; whether the node failed is {@link #isNodeFailure(Throwable)}'s question.
+     */
+    static boolean isConnectionLost(Throwable e) {
+        Throwable t = e;
+        for (int depth = 0; t != null && depth < 16; depth++) {
+            if (t instanceof java.io.IOException || t instanceof java.sql.SQLRecoverableException) {
+                return true;
+            }
+            if (t instanceof SQLException) {
+                for (SQLException s = (SQLException) t; s != null; s = s.getNextException() == s ? null
+                        : s.getNextException()) {
+                    String st = s.getSQLState();
+                    if (st != null && (st.startsWith("08") || st.startsWith("57P"))) {
+                        return true;
+                    }
+                    if (s.getNextException() == null) {
+                        break;
+                    }
+                }
+            }
+            t = t.getCause() == t ? null : t.getCause();
+        }
+        return false;
     }
 
     void reportFailure(int node) {
@@ -206,6 +276,9 @@ public final class XaRouter {
             throw XaErrors.routing(e, "start", k);
         }
         Branch b = new Branch(lease.node(), true, lease);
+        if (affinity) {
+            warnIfSpanned(k, b.node);
+        }
         Branch old = branches.putIfAbsent(k, b);
         if (old != null) {
             undo(k, b, Outcome.NEUTRAL);
@@ -218,6 +291,25 @@ public final class XaRouter {
         }
         starts.increment();
         return b;
+    }
+
+    /**
+     * Soft transaction affinity (UCP's): when the gtrid's node cannot take this branch, the core
+     * re-places the gtrid and the transaction spans two nodes. That is allowed in soft mode but
+     * never silent: each branch keeps its own node for its 2PC, and the TM sees two resource
+     * managers ({@code isSameRM}); strict mode ({@code transaction.strict}) refuses instead.
+     */
+    private void warnIfSpanned(XidKey k, int node) {
+        for (Map.Entry<XidKey, Branch> e : branches.entrySet()) {
+            Branch o = e.getValue();
+            if (o.node != node && e.getKey().sameGtrid(k)) {
+                LOG.log(Level.WARNING, () -> "gtrid " + XidKey.hex(k.gtrid) + " spans two nodes: branch "
+                        + XidKey.hex(k.bqual) + " started on " + nodeName(node) + ", branch " + XidKey.hex(e.getKey()
+                        .bqual) + " is on " + nodeName(o.node) + " (soft transaction affinity re-placed it; each"
+                        + " branch commits on its own node; transaction.strict = true refuses instead)");
+                return;
+            }
+        }
     }
 
     /** Undoes {@link #begin} after the physical start failed. */
@@ -266,40 +358,64 @@ public final class XaRouter {
     }
 
     /**
-     * The node a 2PC command (or end) for {@code k} goes to: the node the branch
-     * was started on or recovered from; else the gtrid's owner in the core; else
-     * a scan of every node's in-doubt list. The core is consulted for every
-     * affinity command, so a Down owner refuses (PreparedNodeUnavailable: retry later).
+     * The node a 2PC command (or end) for {@code k} goes to: the node the branch was
+     * started on or recovered from (this binding's own record: in soft mode the branches of
+     * one gtrid may be on two nodes); else the gtrid's owner in the core ({@code txRoute},
+     * recovered xids); else a scan of every node's in-doubt list. Never refused for routing
+     * reasons: a Down node still gets the command, and only an unreachable one answers
+     * {@code XAER_RMFAIL} (retry later).
      */
     int resolve(XidKey k, String op, AffinityXAConnection via) throws XAException {
         Branch b = branches.get(k);
-        Route r = null;
+        if (b != null && !(scope == RecoveryScope.DATABASE && affinity && (!b.live || b.prepared))) {
+            return b.node;
+        }
+        // recovery.scope = database: a prepared (or recovered) branch can be completed through any instance of
+        // the database, and the core's txRoute picks one: the owner when Up, else another Up instance.
         if (affinity) {
             try {
-                r = cluster.txRoute(k.gtrid);
+                return cluster.txRoute(k.gtrid).node();
             } catch (UnknownTransactionException e) {
-                r = null;
+                // not registered: scan
             } catch (AffinityException e) {
                 throw XaErrors.routing(e, op, k);
             }
         }
         if (b != null) {
-            if (r != null && r.node() != b.node) {
-                int owner = r.node();
-                LOG.log(Level.DEBUG, () -> "xid " + k + ": branch on " + nodeName(b.node) + ", gtrid now owned by "
-                        + nodeName(owner) + " (re-placed after a failure): " + op + " goes to the branch");
-            }
             return b.node;
-        }
-        if (r != null) {
-            return r.node();
         }
         int found = locate(k, via);
         if (found < 0) {
             throw XaErrors.xa(XAException.XAER_NOTA, "racaffinity: " + op + " of xid " + k
-                    + ": no node holds this branch (not started here, not in any node's in-doubt list)", null);
+                    + ": no node holds this branch (not started here, not in the in-doubt list of any node, and"
+                    + " every node answered)", null);
         }
         return found;
+    }
+
+    /** A closed XAConnection's session held this branch unprepared (or its PREPARE was refused): release it. */
+    void closedUnprepared(XidKey k) {
+        Branch b = branches.get(k);
+        if (b != null && b.live && !b.prepared) {
+            completed(k, Outcome.NEUTRAL, Completion.ROLLBACK);
+        }
+    }
+
+    /** What node drivers answered to setTransactionTimeout (null: not asked yet). */
+    private volatile Boolean timeoutApplies;
+
+    void timeoutApplies(boolean applies) {
+        timeoutApplies = applies;
+    }
+
+    boolean timeoutApplies() {
+        Boolean a = timeoutApplies;
+        return a != null && a;
+    }
+
+    /** The branch record of {@code k}, or null. */
+    Branch branch(XidKey k) {
+        return branches.get(k);
     }
 
     /** Marks a branch prepared: from now on it never moves. */
@@ -318,12 +434,26 @@ public final class XaRouter {
         }
     }
 
+    /** How a branch ended, for the statistics. */
+    enum Completion { COMMIT, READ_ONLY, ROLLBACK, FORGET, NONE }
+
     /** The branch is complete (committed, rolled back, forgotten or read-only): release it. */
-    void completed(XidKey k, Outcome outcome, boolean committed) {
-        if (committed) {
-            commits.increment();
-        } else {
-            rollbacks.increment();
+    void completed(XidKey k, Outcome outcome, Completion how) {
+        switch (how) {
+            case COMMIT:
+                commits.increment();
+                break;
+            case READ_ONLY:
+                readOnly.increment();
+                break;
+            case ROLLBACK:
+                rollbacks.increment();
+                break;
+            case FORGET:
+                forgets.increment();
+                break;
+            default:
+                break;
         }
         Branch b = branches.remove(k);
         if (b == null) {
@@ -362,9 +492,11 @@ public final class XaRouter {
                 if (b == null) {
                     branches.put(k, new Branch(node, false, null));
                 } else if (b.node != node) {
-                    LOG.log(Level.WARNING, () -> "recovery: xid " + k + " returned by " + nodeName(node)
-                            + " is tracked on " + nodeName(b.node));
-                    continue;
+                    if (scope == RecoveryScope.NODE) {
+                        LOG.log(Level.WARNING, () -> "recovery: xid " + k + " returned by " + nodeName(node)
+                                + " is tracked on " + nodeName(b.node));
+                    }
+                    continue; // database scope: another instance of the same database lists the same branch
                 }
                 if (affinity) {
                     try {
@@ -382,8 +514,9 @@ public final class XaRouter {
     /** After a full scan: forget recovered xids that nodes which answered no longer return. */
     synchronized void scanned(Set<Integer> answered, Set<XidKey> returned) {
         List<XidKey> gone = new ArrayList<>();
+        boolean anyInstanceSeesAll = scope == RecoveryScope.DATABASE && !answered.isEmpty();
         branches.forEach((k, b) -> {
-            if (!b.live && answered.contains(b.node) && !returned.contains(k)) {
+            if (!b.live && (anyInstanceSeesAll || answered.contains(b.node)) && !returned.contains(k)) {
                 gone.add(k);
             }
         });
@@ -409,13 +542,22 @@ public final class XaRouter {
         }
     }
 
-    /** Scans every node for one xid (a 2PC command for an xid this process never saw). */
+    /**
+     * Scans every node for one xid (a 2PC command for an xid this process never saw). If it
+     * is not found while some node did not answer, the answer is {@code XAER_RMFAIL}, never
+     * {@code XAER_NOTA}: a TM reads NOTA as "nothing left to do" and may drop its log, leaving
+     * a prepared branch on the silent node in doubt forever (ORA-1591).
+     */
     private int locate(XidKey k, AffinityXAConnection via) throws XAException {
-        for (int node : nodeIds()) {
+        XAException silent = null;
+        int silentNode = -1;
+        for (int node : scanOrder()) {
             Xid[] xids;
             try {
                 xids = via.recoverOn(node);
             } catch (XAException e) {
+                silent = e;
+                silentNode = node;
                 continue;
             }
             recovered(node, xids);
@@ -424,20 +566,53 @@ public final class XaRouter {
                     return node;
                 }
             }
+            if (scope == RecoveryScope.DATABASE) {
+                return -1; // an instance answered: it lists every in-doubt branch of the database
+            }
+        }
+        if (silent != null) {
+            throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: xid " + k + " is in no in-doubt list of the"
+                    + " nodes that answered, and node " + nodeName(silentNode) + " did not answer: retry later",
+                    silent);
         }
         return -1;
     }
 
-    /** Full scan for {@code recover(TMSTARTRSCAN)}: every node, merged. */
+    /**
+     * The nodes a scan asks, in order: every node with an XADataSource; Up nodes first, so in
+     * database scope the one answering instance is usually found at the first try.
+     */
+    private List<Integer> scanOrder() {
+        List<Integer> up = new ArrayList<>();
+        List<Integer> rest = new ArrayList<>();
+        for (int node : nodeIds()) {
+            if (node >= byId.length || byId[node] == null) {
+                continue;
+            }
+            NodeState st;
+            try {
+                st = cluster.nodeState(node);
+            } catch (AffinityException e) {
+                st = NodeState.DOWN;
+            }
+            (st == NodeState.DOWN ? rest : up).add(node);
+        }
+        up.addAll(rest);
+        return up;
+    }
+
+    /**
+     * Full scan for {@code recover(TMSTARTRSCAN)}: node scope, every node, merged; database
+     * scope, the first instance that answers.
+     */
     Xid[] scanAll(AffinityXAConnection via) throws XAException {
         List<Xid> all = new ArrayList<>();
         Set<Integer> answered = new HashSet<>();
         Set<XidKey> returned = new HashSet<>();
         XAException last = null;
-        int[] ids = nodeIds();
-        for (int node : ids) {
-            if (node >= byId.length || byId[node] == null) {
-                continue;
+        for (int node : scanOrder()) {
+            if (!answered.isEmpty() && scope == RecoveryScope.DATABASE) {
+                break; // one instance of the database answered: that is every in-doubt branch
             }
             Xid[] xids;
             try {
@@ -452,8 +627,9 @@ public final class XaRouter {
             answered.add(node);
             recovered(node, xids);
             for (Xid x : xids) {
-                all.add(x);
-                returned.add(XidKey.of(x));
+                if (returned.add(XidKey.of(x))) {
+                    all.add(x); // each xid once per scan, however many nodes (instances) list it
+                }
             }
         }
         if (answered.isEmpty() && last != null) {

@@ -308,7 +308,9 @@ class AffinityDataSourceTest {
                 throw new AssertionError(e);
             }
         };
-        assertEquals(1L, failuresAfter.apply(null, new SQLException("postmaster exit", "57P01")));
+        assertEquals(0L, failuresAfter.apply(null, new SQLException("one session terminated", "57P01")));
+        assertEquals(1L, failuresAfter.apply(null, new SQLException("crash of another process", "57P02")));
+        assertEquals(1L, failuresAfter.apply("08,57P01", new SQLException("postmaster exit", "57P01")));
         assertEquals(1L, failuresAfter.apply(null, new java.sql.SQLRecoverableException("ORA-03113", "99999")));
         assertEquals(1L, failuresAfter.apply(null, new SQLException("wrapped", "HY000",
                 new SQLException("io", "08006"))));

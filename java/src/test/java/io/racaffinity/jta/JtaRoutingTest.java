@@ -131,6 +131,37 @@ class JtaRoutingTest {
     }
 
     @Test
+    void aRollbackOnlyTransactionKeepsAllItsConnectionsOnOneNodeAndLeavesNothingBehind() throws Exception {
+        // balanced placement: a transaction the affinity lost would be placed afresh on any node
+        ds.close();
+        cluster.close();
+        cluster = Cluster.fromConfig("name = jta-rollback-only; nodes = RAC1, RAC2, RAC3;"
+                + " transaction.placement = balanced");
+        ds = new AffinityDataSource();
+        ds.setCluster(cluster);
+        ds.setNodeDataSources(pools.asMap());
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        ds.setTransactionSynchronizationRegistry(Narayana.tsr());
+        ds.setTransactionManager(tm);
+        ds.init();
+        for (int t = 0; t < 20; t++) {
+            tm.begin();
+            List<Integer> ports;
+            try {
+                tm.setRollbackOnly(); // Narayana now refuses synchronizations: the affinity must hold without one
+                ports = portsOfOneTransaction(tm.getTransaction());
+                ports.add(port());
+            } finally {
+                tm.rollback();
+            }
+            assertEquals(1, new HashSet<>(ports).size(), "one rollback-only transaction, one node: " + ports);
+        }
+        port(); // any later use completes the bookkeeping of finished transactions
+        assertEquals(0, liveTransactions(), "no gtrid of a finished rollback-only transaction stays in the core");
+    }
+
+    @Test
     void outsideATransactionConnectionsAreBalancedAsUsual() throws Exception {
         Set<Integer> used = new HashSet<>();
         for (int i = 0; i < 30; i++) {

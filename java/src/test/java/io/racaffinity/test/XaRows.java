@@ -29,6 +29,10 @@ public final class XaRows {
         PGXADataSource ds = new PGXADataSource();
         ds.setUrl(PgNodes.url(node));
         ds.setUser("postgres");
+        // no XA test can hang on a node: every connect, login and read is bounded
+        ds.setConnectTimeout(5);
+        ds.setLoginTimeout(10);
+        ds.setSocketTimeout(60);
         return ds;
     }
 

@@ -128,7 +128,7 @@ class AffinityXAResourceTest {
     }
 
     @Test
-    void aPreparedBranchWhoseNodeIsDownIsRetriedLaterNeverMoved() throws Exception {
+    void aPreparedBranchWhoseNodeIsMarkedDownStillCommitsThereNeverElsewhere() throws Exception {
         AffinityXADataSource ds = ds("");
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
@@ -138,12 +138,12 @@ class AffinityXAResourceTest {
         r.prepare(x);
         String owner = ((AffinityXAResource) r).boundNodeName();
         ds.getCluster().setNodeState(owner, NodeState.DOWN);
-        XAException e = assertThrows(XAException.class, () -> r.commit(x, false));
-        assertEquals(XAException.XAER_RMFAIL, e.errorCode);
-        assertTrue(e.getMessage().contains("never moves") && e.getMessage().contains(owner), e.getMessage());
-        ds.getCluster().setNodeState(owner, NodeState.UP);
+        // 2PC commands are never refused for routing reasons: the node is marked down but answers
+        // (an unreachable one gives XAER_RMFAIL: XaFaultsTest kills one)
         r.commit(x, false);
+        assertFalse(XaRows.prepared(node(r)).stream().anyMatch(g -> g.startsWith(FORMAT + "_")));
         assertEquals(0, ds.getRouter().trackedBranches());
+        assertEquals(0, NarayanaXaTest.liveTransactions(ds));
     }
 
     @Test
@@ -158,11 +158,10 @@ class AffinityXAResourceTest {
         XAException e = assertThrows(XAException.class, () -> r2.start(TestXid.of(g, 2), XAResource.TMNOFLAGS));
         assertEquals(XAException.XAER_RMFAIL, e.errorCode);
         assertTrue(e.getMessage().contains(owner), e.getMessage());
-        // its work was on the lost node: prepare says "rolled back", and the TM rolls back
+        // the TM rolls the transaction back; branch 1's rollback goes to its own node, down or not
         r1.end(TestXid.of(g, 1), XAResource.TMSUCCESS);
-        XAException p = assertThrows(XAException.class, () -> r1.prepare(TestXid.of(g, 1)));
-        assertEquals(XAException.XA_RBCOMMFAIL, p.errorCode);
-        assertEquals(0, ds.getRouter().trackedBranches(), "rolled back and released: the TM will not call rollback");
+        r1.rollback(TestXid.of(g, 1));
+        assertEquals(0, ds.getRouter().trackedBranches(), "rolled back and released");
         assertEquals(0, NarayanaXaTest.liveTransactions(ds));
         ds.getCluster().setNodeState(owner, NodeState.UP);
         // the connection is usable again
@@ -245,5 +244,79 @@ class AffinityXAResourceTest {
         }
         XAException e = assertThrows(XAException.class, () -> r2.commit(TestXid.of("unit-never", 1), false));
         assertEquals(XAException.XAER_NOTA, e.errorCode);
+    }
+
+    // ---- what a TM reads from the resource (issue 11, minor) -----------------------
+
+    @Test
+    void setTransactionTimeoutAnswersWhatTheNodeDriverAnswers() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        assertFalse(r.setTransactionTimeout(30), "no node driver has said it applies timeouts");
+        Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
+        r.start(x, XAResource.TMNOFLAGS);
+        assertFalse(r.setTransactionTimeout(30), "pgjdbc has no transaction timeout and answers false");
+        assertEquals(30, r.getTransactionTimeout());
+        r.end(x, XAResource.TMSUCCESS);
+        r.commit(x, true);
+    }
+
+    @Test
+    void isSameRmOfAnUnboundResourceOpensNoConnection() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection a = connect(ds);
+        XAConnection b = connect(ds);
+        Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
+        a.getXAResource().start(x, XAResource.TMNOFLAGS);
+        assertFalse(b.getXAResource().isSameRM(a.getXAResource()));
+        assertEquals(0, ((AffinityXAConnection) b).physicalConnections(), "the question opened no connection");
+        a.getXAResource().end(x, XAResource.TMSUCCESS);
+        a.getXAResource().commit(x, true);
+    }
+
+    @Test
+    void aReadOnlyPrepareAndAForgetAreNotCountedAsCommits() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAResource r = connect(ds).getXAResource();
+        Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
+        r.start(x, XAResource.TMNOFLAGS);
+        r.end(x, XAResource.TMSUCCESS);
+        int vote = r.prepare(x);
+        if (vote == XAResource.XA_OK) {
+            r.commit(x, false); // a driver that prepares empty branches: then it is a commit
+            assertEquals(1L, ds.getRouter().statistics().get("commits"));
+        } else {
+            assertEquals(XAResource.XA_RDONLY, vote);
+            assertEquals(0L, ds.getRouter().statistics().get("commits"), "nothing was committed");
+            assertEquals(1L, ds.getRouter().statistics().get("readOnly"));
+        }
+        Xid y = TestXid.of("unit-" + UUID.randomUUID(), 1);
+        r.start(y, XAResource.TMNOFLAGS);
+        r.end(y, XAResource.TMSUCCESS);
+        r.rollback(y);
+        long commits = ds.getRouter().statistics().get("commits");
+        assertThrows(XAException.class, () -> r.forget(y)); // nothing to forget: pgjdbc answers an error
+        assertEquals(commits, ds.getRouter().statistics().get("commits"), "a forget is no commit");
+        assertEquals(0, ds.getRouter().trackedBranches());
+    }
+
+    @Test
+    void aClosedXaConnectionAnswersXaerRmfailToEveryCall() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        c.close();
+        Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
+        List<org.junit.jupiter.api.function.Executable> calls = List.of(
+                () -> r.start(x, XAResource.TMNOFLAGS), () -> r.end(x, XAResource.TMSUCCESS), () -> r.prepare(x),
+                () -> r.commit(x, false), () -> r.commit(x, true), () -> r.rollback(x), () -> r.forget(x),
+                () -> r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), () -> r.setTransactionTimeout(5));
+        List<String> codes = new ArrayList<>();
+        for (var call : calls) {
+            codes.add(XaErrors.name(assertThrows(XAException.class, call).errorCode));
+        }
+        assertEquals(java.util.Collections.nCopies(calls.size(), "XAER_RMFAIL"), codes);
+        assertEquals(0, ds.getRouter().trackedBranches());
     }
 }

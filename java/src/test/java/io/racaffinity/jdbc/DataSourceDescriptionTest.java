@@ -1,0 +1,50 @@
+package io.racaffinity.jdbc;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.Cluster;
+import io.racaffinity.Scope;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+
+/** What the data sources show of their configuration, and how the JNDI factory reads its attributes. */
+class DataSourceDescriptionTest {
+    static final String THIN = "RAC1=jdbc:oracle:thin:scott/tiger@//h1:1521/svc/RAC1"
+            + " | RAC2=jdbc:oracle:thin:scott/tiger@h2:1521:orcl";
+
+    @Test
+    void oracleThinInlineCredentialsNeverAppearInToString() {
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig("name = thin; nodes = RAC1, RAC2");
+        ds.setNodeUrlList(THIN);
+        assertFalse(ds.toString().contains("tiger"), ds.toString());
+        assertTrue(ds.toString().contains("scott/****@//h1:1521"), ds.toString());
+        try (AffinityXADataSource xa = new AffinityXADataSource()) {
+            xa.setConfig("name = thin; nodes = RAC1, RAC2");
+            xa.setNodeUrlList(THIN);
+            assertFalse(xa.toString().contains("tiger"), xa.toString());
+            assertTrue(xa.toString().contains("scott/****@h2:1521:orcl"), xa.toString());
+        }
+    }
+
+    @Test
+    void theFactoryReadsACapitalisedConfigAttributeLikeTheLowerCaseOne() throws Exception {
+        Map<String, String> attrs = new LinkedHashMap<>();
+        attrs.put("Config", "name = factory-caps; nodes = RAC1, RAC2");
+        attrs.put("transactionStrict", "true");
+        attrs.put("xaDataSourceClassName", "org.postgresql.xa.PGXADataSource");
+        attrs.put("nodeUrlList", "RAC1=jdbc:postgresql://127.0.0.1:1/a | RAC2=jdbc:postgresql://127.0.0.1:2/b");
+        attrs.put("heartbeatIntervalMillis", "0");
+        attrs.put("registerMBean", "false");
+        try (AffinityXADataSource ds = (AffinityXADataSource) AffinityDataSourceFactory.create(attrs, true)) {
+            Cluster c = ds.getCluster();
+            assertEquals(List.of("RAC1", "RAC2"), c.nodeNames());
+            assertEquals("factory-caps", c.name());
+            assertTrue(c.isStrict(Scope.TRANSACTION), "the attribute key joins the Config text");
+        }
+    }
+}

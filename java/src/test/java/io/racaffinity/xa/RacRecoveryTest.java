@@ -1,0 +1,171 @@
+package io.racaffinity.xa;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.NodeMetrics;
+import io.racaffinity.NodeState;
+import io.racaffinity.RecoveryScope;
+import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.test.Faults;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.XaRows;
+import java.sql.SQLException;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.TimeUnit;
+import javax.sql.XAConnection;
+import javax.sql.XADataSource;
+import javax.transaction.xa.XAException;
+import javax.transaction.xa.XAResource;
+import javax.transaction.xa.Xid;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * The RAC model ({@code recovery.scope = database}): one database (node 1) seen through three
+ * Toxiproxy "instances". Any instance lists every in-doubt xid and can complete it, so recovery
+ * and completion go on with an instance dead. Rows and {@code pg_prepared_xacts} are checked on
+ * the database itself.
+ */
+@ExtendWith(PgNodes.class)
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class RacRecoveryTest {
+    private static Map<Integer, Integer> instances;
+    private final List<AffinityXADataSource> opened = new ArrayList<>();
+    private final List<XAConnection> connections = new ArrayList<>();
+
+    @BeforeAll
+    static void proxies() throws Exception {
+        XaRows.create();
+        instances = Faults.startRac(3);
+    }
+
+    @AfterAll
+    static void stopProxies() throws Exception {
+        Faults.stop();
+    }
+
+    @BeforeEach
+    void healed() throws Exception {
+        Faults.healAll();
+    }
+
+    @AfterEach
+    void closeAll() throws Exception {
+        for (XAConnection c : connections) {
+            c.close();
+        }
+        opened.forEach(AffinityXADataSource::close);
+        Faults.healAll();
+        for (String gid : XaFaultsTest.prepared(1)) {
+            try (var c = XaRows.connect(1); var s = c.createStatement()) {
+                s.execute("ROLLBACK PREPARED '" + gid + "'");
+            }
+        }
+    }
+
+    AffinityXADataSource ds(String scope) {
+        Map<String, XADataSource> m = new LinkedHashMap<>();
+        for (int i = 1; i <= 3; i++) {
+            m.put("INST" + i, XaFaultsTest.pg(instances.get(i)));
+        }
+        AffinityXADataSource ds = new AffinityXADataSource();
+        ds.setConfig("name = rac-" + UUID.randomUUID() + "; nodes = INST1, INST2, INST3; recovery.scope = " + scope);
+        ds.setNodeXADataSources(m);
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        opened.add(ds);
+        return ds;
+    }
+
+    XAConnection connect(AffinityXADataSource ds) throws SQLException {
+        XAConnection c = ds.getXAConnection();
+        connections.add(c);
+        return c;
+    }
+
+    /** Prepares one branch inserting a row through INST1; returns it. */
+    Xid preparedOnInstance1(AffinityXADataSource ds, String run) throws Exception {
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = XaFaultsTest.xid(1);
+        XaFaultsTest.steerTo(ds, "INST1", () -> {
+            try {
+                r.start(x, XAResource.TMNOFLAGS);
+            } catch (XAException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        XaFaultsTest.insert(c, run, 1);
+        r.end(x, XAResource.TMSUCCESS);
+        assertEquals(XAResource.XA_OK, r.prepare(x));
+        return x;
+    }
+
+    static long failures(AffinityXADataSource ds, String node) throws SQLException {
+        return XaFaultsTest.metrics(ds, node).failures();
+    }
+
+    @Test
+    void withAnInstanceDeadRecoveryListsEachXidOnceAndCompletesItThroughAnother() throws Exception {
+        String run = UUID.randomUUID().toString();
+        Xid x = preparedOnInstance1(ds("database"), run);
+        Faults.refuse(1); // the instance that prepared it is gone; the database is not
+
+        AffinityXADataSource recovery = ds("database");
+        assertEquals(RecoveryScope.DATABASE, recovery.getRouter().recoveryScope());
+        XAResource r = connect(recovery).getXAResource();
+        Xid[] found = r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN);
+        long times = java.util.Arrays.stream(found).filter(y -> XidKey.of(y).equals(XidKey.of(x))).count();
+        assertEquals(1, times, "one database: each xid once");
+        r.commit(x, false);
+        assertEquals(1, XaFaultsTest.rows(1, run), "committed once, on the database");
+        assertEquals(List.of(), XaFaultsTest.prepared(1));
+        assertEquals(1, failures(recovery, "INST1"), "the dead instance was asked once");
+        XaFaultsTest.assertNothingLeaked(recovery);
+    }
+
+    @Test
+    void aPreparedBranchWhoseInstanceDiedCommitsThroughAnotherOnceItIsKnownDown() throws Exception {
+        String run = UUID.randomUUID().toString();
+        AffinityXADataSource ds = ds("database");
+        XAConnection c = connect(ds);
+        Xid x = preparedOnInstance1(ds, run);
+        XAResource r = c.getXAResource();
+        Faults.refuse(1);
+        // the core still has INST1 Up: the commit goes there and is retried later
+        XAException e = assertThrows(XAException.class, () -> r.commit(x, false));
+        assertEquals(XAException.XAER_RMFAIL, e.errorCode, e.getMessage());
+        assertEquals(1, failures(ds, "INST1"));
+        // INST1 known down (FAN, heartbeat or ejection): the owner is Down, another instance completes it
+        ds.getCluster().setNodeState("INST1", NodeState.DOWN);
+        r.commit(x, false);
+        assertEquals(1, XaFaultsTest.rows(1, run));
+        assertEquals(List.of(), XaFaultsTest.prepared(1));
+        XaFaultsTest.assertNothingLeaked(ds);
+    }
+
+    @Test
+    void nodeScopeOverOneDatabaseStillListsEachXidOnceAndCommitsIt() throws Exception {
+        String run = UUID.randomUUID().toString();
+        Xid x = preparedOnInstance1(ds("node"), run);
+        AffinityXADataSource recovery = ds("node");
+        XAResource r = connect(recovery).getXAResource();
+        Xid[] found = r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN);
+        assertEquals(1, java.util.Arrays.stream(found).filter(y -> XidKey.of(y).equals(XidKey.of(x))).count());
+        r.commit(x, false);
+        assertEquals(1, XaFaultsTest.rows(1, run));
+        assertEquals(List.of(), XaFaultsTest.prepared(1));
+        assertTrue(recovery.getCluster().nodeMetrics().stream().mapToLong(NodeMetrics::failures).sum() == 0);
+    }
+}

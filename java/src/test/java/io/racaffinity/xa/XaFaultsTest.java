@@ -1,0 +1,773 @@
+package io.racaffinity.xa;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.Cluster;
+import io.racaffinity.NodeMetrics;
+import io.racaffinity.NodeState;
+import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
+import io.racaffinity.test.XaRows;
+import io.racaffinity.xa.AffinityXAResourceTest.TestXid;
+import java.io.PrintWriter;
+import java.net.ServerSocket;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.SQLFeatureNotSupportedException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.logging.Handler;
+import java.util.logging.Level;
+import java.util.logging.LogRecord;
+import java.util.logging.Logger;
+import javax.sql.XAConnection;
+import javax.sql.XADataSource;
+import javax.transaction.xa.XAException;
+import javax.transaction.xa.XAResource;
+import javax.transaction.xa.Xid;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.postgresql.xa.PGXADataSource;
+
+/**
+ * The XA path under faults (issue 11): real crashes of a node ({@code pgnodes kill/restart}), refused
+ * connections, admin state changes, application errors at PREPARE (a deferred trigger), a role that may
+ * not log in. Every node call has a driver timeout and every test a hard one, so nothing can hang.
+ * After each test nothing of ours is in doubt on any node.
+ */
+@ExtendWith(PgNodes.class)
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class XaFaultsTest {
+    static final int FORMAT = AffinityXAResourceTest.FORMAT;
+    static final String FAIL_TABLE = "racaff_xa_fail_at_prepare";
+    static final String NOLOGIN = "racaff_nologin";
+
+    private final List<AffinityXADataSource> opened = new ArrayList<>();
+    private final List<XAConnection> connections = new ArrayList<>();
+
+    @BeforeAll
+    static void schema() throws Exception {
+        XaRows.create();
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            try (Connection c = XaRows.connect(i); Statement s = c.createStatement()) {
+                // An application error raised at PREPARE on a healthy node: a deferred constraint trigger.
+                s.execute("CREATE TABLE IF NOT EXISTS " + FAIL_TABLE + " (id int)");
+                s.execute("CREATE OR REPLACE FUNCTION racaff_refuse() RETURNS trigger LANGUAGE plpgsql AS"
+                        + " $$ BEGIN RAISE EXCEPTION 'refused at commit time'; END $$");
+                s.execute("DROP TRIGGER IF EXISTS racaff_refuse_at_prepare ON " + FAIL_TABLE);
+                s.execute("CREATE CONSTRAINT TRIGGER racaff_refuse_at_prepare AFTER INSERT ON " + FAIL_TABLE
+                        + " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION racaff_refuse()");
+                s.execute("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '" + NOLOGIN
+                        + "') THEN CREATE ROLE " + NOLOGIN + " NOLOGIN; END IF; END $$");
+            }
+        }
+    }
+
+    @AfterEach
+    void closeAll() throws Exception {
+        for (XAConnection c : connections) {
+            c.close();
+        }
+        opened.forEach(AffinityXADataSource::close);
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            for (String gid : prepared(i)) {
+                try (Connection c = XaRows.connect(i); Statement s = c.createStatement()) {
+                    s.execute("ROLLBACK PREPARED '" + gid + "'");
+                }
+            }
+        }
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            assertEquals(List.of(), prepared(i), "left in doubt on node " + i);
+        }
+    }
+
+    // ---- fixtures ----------------------------------------------------------------
+
+    /** A node XADataSource with driver timeouts: no call of these tests can hang on a node. */
+    static PGXADataSource pg(int port) {
+        PGXADataSource ds = new PGXADataSource();
+        ds.setUrl("jdbc:postgresql://127.0.0.1:" + port + "/postgres");
+        ds.setUser("postgres");
+        ds.setConnectTimeout(3);
+        ds.setLoginTimeout(5);
+        ds.setSocketTimeout(20);
+        return ds;
+    }
+
+    static PGXADataSource node(int i) {
+        return pg(PgNodes.port(i));
+    }
+
+    /** A port nothing listens on: connections are refused. */
+    static int refusedPort() throws Exception {
+        try (ServerSocket s = new ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+
+    AffinityXADataSource ds(String extra, Map<String, XADataSource> nodes) {
+        AffinityXADataSource ds = new AffinityXADataSource();
+        ds.setConfig("name = xa-faults-" + opened.size() + "-" + UUID.randomUUID() + "; nodes = "
+                + String.join(", ", nodes.keySet()) + extra);
+        ds.setNodeXADataSources(nodes);
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        opened.add(ds);
+        return ds;
+    }
+
+    AffinityXADataSource ds(String extra) {
+        return ds(extra, realNodes());
+    }
+
+    static Map<String, XADataSource> realNodes() {
+        Map<String, XADataSource> m = new LinkedHashMap<>();
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            m.put("RAC" + i, node(i));
+        }
+        return m;
+    }
+
+    XAConnection connect(AffinityXADataSource ds) throws SQLException {
+        XAConnection c = ds.getXAConnection();
+        connections.add(c);
+        return c;
+    }
+
+    /** Makes the next new gtrid land on {@code node}: every other node drains (takes no new affinities). */
+    static void steerTo(AffinityXADataSource ds, String node, Runnable start) throws SQLException {
+        Cluster c = ds.getCluster();
+        for (String n : c.nodeNames()) {
+            if (!n.equals(node)) {
+                c.setNodeState(n, NodeState.DRAINING);
+            }
+        }
+        try {
+            start.run();
+        } finally {
+            for (String n : c.nodeNames()) {
+                if (!n.equals(node)) {
+                    c.setNodeState(n, NodeState.UP);
+                }
+            }
+        }
+    }
+
+    static NodeMetrics metrics(AffinityXADataSource ds, String node) throws SQLException {
+        return ds.getCluster().nodeMetrics().stream().filter(m -> m.name().equals(node)).findFirst().orElseThrow();
+    }
+
+    static long totalInFlight(AffinityXADataSource ds) throws SQLException {
+        return ds.getCluster().nodeMetrics().stream().mapToLong(NodeMetrics::inFlight).sum();
+    }
+
+    static Xid xid(int branch) {
+        return TestXid.of("fault-" + UUID.randomUUID(), branch);
+    }
+
+    /** Our prepared transactions on node i (format id of these tests). */
+    static List<String> prepared(int node) throws SQLException {
+        List<String> l = new ArrayList<>();
+        for (String gid : XaRows.prepared(node)) {
+            if (gid.startsWith(FORMAT + "_")) {
+                l.add(gid);
+            }
+        }
+        return l;
+    }
+
+    static void insert(XAConnection c, String run, int branch) throws SQLException {
+        try (Connection h = c.getConnection(); PreparedStatement ps = h.prepareStatement(XaRows.INSERT)) {
+            ps.setString(1, run);
+            ps.setInt(2, 1);
+            ps.setInt(3, branch);
+            ps.executeUpdate();
+        }
+    }
+
+    static int rows(int node, String run) throws SQLException {
+        try (Connection c = XaRows.connect(node);
+                PreparedStatement ps = c.prepareStatement("SELECT count(*) FROM " + XaRows.TABLE + " WHERE run = ?")) {
+            ps.setString(1, run);
+            try (ResultSet rs = ps.executeQuery()) {
+                rs.next();
+                return rs.getInt(1);
+            }
+        }
+    }
+
+    static void assertNothingLeaked(AffinityXADataSource ds) throws Exception {
+        assertEquals(0, ds.getRouter().trackedBranches(), "the binding's branch map");
+        assertEquals(0, NarayanaXaTest.liveTransactions(ds), "core tx live");
+        assertEquals(0, totalInFlight(ds), "in-flight leases: " + ds.getCluster().nodeMetrics());
+    }
+
+    static XAException xaFails(org.junit.jupiter.api.function.Executable call) {
+        return assertThrows(XAException.class, call);
+    }
+
+    /** Records the io.racaffinity.xa log lines of one test. */
+    static final class LogLines extends Handler implements AutoCloseable {
+        final List<LogRecord> records = new CopyOnWriteArrayList<>();
+        final Logger logger = Logger.getLogger("io.racaffinity.xa");
+
+        LogLines() {
+            logger.addHandler(this);
+        }
+
+        List<String> at(Level level) {
+            List<String> l = new ArrayList<>();
+            for (LogRecord r : records) {
+                if (r.getLevel().intValue() >= level.intValue()) {
+                    l.add(new java.util.logging.SimpleFormatter().formatMessage(r));
+                }
+            }
+            return l;
+        }
+
+        @Override
+        public void publish(LogRecord record) {
+            records.add(record);
+        }
+
+        @Override
+        public void flush() {}
+
+        @Override
+        public void close() {
+            logger.removeHandler(this);
+        }
+    }
+
+    // ---- 1. one failure counted once; application errors never eject --------------
+
+    @Test
+    void aRefusedConnectionAtStartCountsExactlyOneNodeFailure() throws Exception {
+        AffinityXADataSource ds = ds("", Map.of("RAC1", pg(refusedPort())));
+        XAResource r = connect(ds).getXAResource();
+        XAException e = xaFails(() -> r.start(xid(1), XAResource.TMNOFLAGS));
+        assertEquals(XAException.XAER_RMFAIL, e.errorCode, e.getMessage());
+        assertEquals(1, metrics(ds, "RAC1").failures(), "one failed start, one failure: " + metrics(ds, "RAC1"));
+        assertNothingLeaked(ds);
+    }
+
+    @Test
+    void aRoleThatMayNotLogInNeverCountsAsANodeFailure() throws Exception {
+        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        XAConnection c = ds.getXAConnection(NOLOGIN, "whatever");
+        connections.add(c);
+        XAResource r = c.getXAResource();
+        for (int i = 0; i < 6; i++) {
+            XAException e = xaFails(() -> r.start(xid(1), XAResource.TMNOFLAGS));
+            assertTrue(e.getMessage().contains(NOLOGIN) || e.getCause() != null, e.getMessage());
+        }
+        NodeMetrics m = metrics(ds, "RAC1");
+        assertEquals(0, m.failures(), "28000 for one user is not a node failure: " + m);
+        assertEquals(NodeState.UP, m.state());
+        assertNothingLeaked(ds);
+    }
+
+    @Test
+    void aTriggerRaisingAtPrepareIsAnApplicationErrorAndNeverEjectsTheNode() throws Exception {
+        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        for (int i = 0; i < 6; i++) {
+            Xid x = xid(1);
+            r.start(x, XAResource.TMNOFLAGS);
+            try (Connection h = c.getConnection(); Statement s = h.createStatement()) {
+                s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (1)");
+            }
+            r.end(x, XAResource.TMSUCCESS);
+            xaFails(() -> r.prepare(x));
+            try {
+                r.rollback(x); // what a TM does after a failed prepare
+            } catch (XAException e) {
+                // item 2's concern; here only the counting matters
+            }
+        }
+        NodeMetrics m = metrics(ds, "RAC1");
+        assertEquals(0, m.failures(), "P0001 at PREPARE is the application's error: " + m);
+        assertEquals(NodeState.UP, m.state());
+    }
+
+    @Test
+    void aTerminatedSessionIsNotANodeFailureAndItsBranchIsReleased() throws Exception {
+        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        Connection h = c.getConnection();
+        int pid;
+        try (Statement s = h.createStatement(); ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
+            rs.next();
+            pid = rs.getInt(1);
+        }
+        try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
+            s.execute("SELECT pg_terminate_backend(" + pid + ")"); // 57P01 for this one session
+        }
+        SQLException dead = assertThrows(SQLException.class, () -> h.createStatement().execute("SELECT 1"));
+        assertTrue(dead.getSQLState() != null, String.valueOf(dead));
+        try {
+            r.end(x, XAResource.TMSUCCESS);
+        } catch (XAException e) {
+            // the session is gone: either answer is fine
+        }
+        xaFails(() -> r.prepare(x)); // the branch died with its session
+        r.rollback(x); // what the TM does: nothing is left on the node
+        NodeMetrics m = metrics(ds, "RAC1");
+        assertEquals(0, m.failures(), "one terminated session (57P01, " + dead.getSQLState() + ") is no node failure: "
+                + m);
+        assertNothingLeaked(ds);
+        // the same XAConnection works again: a fresh physical connection
+        Xid next = xid(1);
+        String run = UUID.randomUUID().toString();
+        r.start(next, XAResource.TMNOFLAGS);
+        insert(c, run, 1);
+        r.end(next, XAResource.TMSUCCESS);
+        r.commit(next, true);
+        assertEquals(1, rows(1, run));
+        assertNothingLeaked(ds);
+    }
+
+    // ---- 2. rollback after a failed prepare releases the branch ---------------------
+
+    @Test
+    void rollbackAfterAFailedPrepareSucceedsAndReleasesTheBranch() throws Exception {
+        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        try (Connection h = c.getConnection(); Statement s = h.createStatement()) {
+            s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (2)");
+        }
+        r.end(x, XAResource.TMSUCCESS);
+        xaFails(() -> r.prepare(x));
+        r.rollback(x); // the database rolled the branch back when its PREPARE failed: nothing is left
+        assertNothingLeaked(ds);
+        assertEquals(List.of(), prepared(1));
+        // the connection is clean: the next transaction commits
+        Xid next = xid(1);
+        String run = UUID.randomUUID().toString();
+        r.start(next, XAResource.TMNOFLAGS);
+        insert(c, run, 1);
+        r.end(next, XAResource.TMSUCCESS);
+        assertEquals(XAResource.XA_OK, r.prepare(next));
+        r.commit(next, false);
+        assertEquals(1, rows(1, run));
+        assertNothingLeaked(ds);
+    }
+
+    @Test
+    void closingTheXaConnectionReleasesItsUnpreparedAndRefusedBranches() throws Exception {
+        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        XAConnection refused = ds.getXAConnection();
+        XAResource r = refused.getXAResource();
+        Xid x = xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        try (Connection h = refused.getConnection(); Statement s = h.createStatement()) {
+            s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (3)");
+        }
+        r.end(x, XAResource.TMSUCCESS);
+        xaFails(() -> r.prepare(x));
+        XAConnection active = ds.getXAConnection();
+        Xid y = xid(1);
+        active.getXAResource().start(y, XAResource.TMNOFLAGS);
+        insert(active, UUID.randomUUID().toString(), 1);
+        assertEquals(2, ds.getRouter().trackedBranches());
+        refused.close(); // the TM lost interest (no rollback): the database has nothing of either branch
+        active.close();
+        assertNothingLeaked(ds);
+        assertEquals(List.of(), prepared(1));
+    }
+
+    // ---- 3. a dead physical connection is replaced -----------------------------------
+
+    @Test
+    void aCommitRetriedOnTheSameConnectionAfterItsNodeRestartsReachesIt() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        String run = UUID.randomUUID().toString();
+        steerTo(ds, "RAC3", () -> {
+            try {
+                r.start(x, XAResource.TMNOFLAGS);
+            } catch (XAException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        assertEquals("RAC3", ((AffinityXAResource) r).boundNodeName());
+        insert(c, run, 1);
+        r.end(x, XAResource.TMSUCCESS);
+        assertEquals(XAResource.XA_OK, r.prepare(x));
+        PgNodes.kill(3);
+        try {
+            XAException e = xaFails(() -> r.commit(x, false));
+            assertEquals(XAException.XAER_RMFAIL, e.errorCode, e.getMessage());
+            assertEquals(1, metrics(ds, "RAC3").failures(), "one failed commit, one failure");
+        } finally {
+            PgNodes.restart(3);
+        }
+        r.commit(x, false); // the same XAConnection: its dead physical connection is replaced
+        assertEquals(1, rows(3, run));
+        assertEquals(List.of(), prepared(3));
+        assertNothingLeaked(ds);
+    }
+
+    @Test
+    void aLongLivedRecoveryConnectionFindsTheBranchesOfARestartedNode() throws Exception {
+        AffinityXADataSource first = ds("");
+        XAConnection c = connect(first);
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        steerTo(first, "RAC2", () -> {
+            try {
+                r.start(x, XAResource.TMNOFLAGS);
+            } catch (XAException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        insert(c, UUID.randomUUID().toString(), 1);
+        r.end(x, XAResource.TMSUCCESS);
+        r.prepare(x);
+
+        AffinityXADataSource recovery = ds("");
+        XAResource rr = connect(recovery).getXAResource();
+        assertTrue(contains(rr.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), x));
+        PgNodes.kill(2);
+        try {
+            // node 2 does not answer: its xids are not listed, and the scan says so by not failing the others
+            assertFalse(contains(rr.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), x));
+        } finally {
+            PgNodes.restart(2);
+        }
+        assertTrue(contains(rr.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), x),
+                "the scan after the restart reaches node 2 through a fresh physical connection");
+        rr.rollback(x);
+        assertEquals(List.of(), prepared(2));
+        assertNothingLeaked(recovery);
+    }
+
+    static boolean contains(Xid[] xids, Xid x) {
+        for (Xid y : xids) {
+            if (XidKey.of(y).equals(XidKey.of(x))) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    // ---- 4. never NOTA while a node that could hold the branch did not answer --------
+
+    @Test
+    void aCommandForAnUnknownXidIsRetryLaterWhileANodeDidNotAnswer() throws Exception {
+        // the branch is prepared on node 3 ...
+        AffinityXADataSource owner = ds("", Map.of("RAC3", node(3)));
+        XAResource r = connect(owner).getXAResource();
+        Xid x = xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        r.end(x, XAResource.TMSUCCESS);
+        r.prepare(x);
+        // ... and a recovering process cannot reach node 3
+        Map<String, XADataSource> nodes = realNodes();
+        nodes.put("RAC3", pg(refusedPort()));
+        AffinityXADataSource other = ds("", nodes);
+        XAResource r2 = connect(other).getXAResource();
+        XAException commit = xaFails(() -> r2.commit(x, false));
+        assertEquals(XAException.XAER_RMFAIL, commit.errorCode, commit.getMessage());
+        XAException rollback = xaFails(() -> r2.rollback(x));
+        assertEquals(XAException.XAER_RMFAIL, rollback.errorCode, rollback.getMessage());
+        assertEquals(1, prepared(3).size(), "still in doubt, for the retry");
+        r.commit(x, false);
+        assertNothingLeaked(owner);
+    }
+
+    // ---- 6. rollback is never refused for routing reasons ---------------------------
+
+    @Test
+    void rollbackOfAnUnpreparedBranchGoesToItsNodeEvenWhenItIsMarkedDown() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        String run = UUID.randomUUID().toString();
+        r.start(x, XAResource.TMNOFLAGS);
+        insert(c, run, 1);
+        r.end(x, XAResource.TMSUCCESS);
+        String node = ((AffinityXAResource) r).boundNodeName();
+        ds.getCluster().setNodeState(node, NodeState.DOWN);
+        r.rollback(x);
+        assertNothingLeaked(ds);
+        assertEquals(0, rows(Integer.parseInt(node.substring(3)), run));
+    }
+
+    @Test
+    void aBranchStartedWhileEveryNodeIsDownPreparesAndCommitsOnItsNode() throws Exception {
+        AffinityXADataSource ds = ds("");
+        for (String n : ds.getCluster().nodeNames()) {
+            ds.getCluster().setNodeState(n, NodeState.DOWN);
+        }
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        String run = UUID.randomUUID().toString();
+        r.start(x, XAResource.TMNOFLAGS);
+        insert(c, run, 1);
+        r.end(x, XAResource.TMSUCCESS);
+        int node = Integer.parseInt(((AffinityXAResource) r).boundNodeName().substring(3));
+        assertEquals(XAResource.XA_OK, r.prepare(x));
+        r.commit(x, false);
+        assertEquals(1, rows(node, run));
+        assertNothingLeaked(ds);
+    }
+
+    // ---- 5. soft mode: a span is visible, and each branch completes where it ran ------
+
+    @Test
+    void softModeSpansAGtridOverTwoNodesVisiblyAndCompletesEachBranchOnItsNode() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection c1 = connect(ds);
+        XAConnection c2 = connect(ds);
+        XAResource r1 = c1.getXAResource();
+        XAResource r2 = c2.getXAResource();
+        String g = "span-" + UUID.randomUUID();
+        Xid b1 = TestXid.of(g, 1);
+        Xid b2 = TestXid.of(g, 2);
+        String run = UUID.randomUUID().toString();
+        steerTo(ds, "RAC2", () -> {
+            try {
+                r1.start(b1, XAResource.TMNOFLAGS);
+            } catch (XAException e) {
+                throw new IllegalStateException(e);
+            }
+        });
+        insert(c1, run, 1);
+        ds.getCluster().setNodeState("RAC2", NodeState.DOWN); // alive, but takes no new work
+        try (LogLines log = new LogLines()) {
+            r2.start(b2, XAResource.TMNOFLAGS);
+            String other = ((AffinityXAResource) r2).boundNodeName();
+            assertNotEquals("RAC2", other);
+            String hex = XidKey.hex(b1.getGlobalTransactionId());
+            assertTrue(log.at(Level.WARNING).stream().anyMatch(l -> l.contains(hex) && l.contains("RAC2")
+                    && l.contains(other)), "a span is logged at WARNING with the gtrid and both nodes: "
+                    + log.at(Level.FINEST));
+        }
+        assertFalse(r1.isSameRM(r2), "two nodes: two resource managers for the TM");
+        assertFalse(r2.isSameRM(r1));
+        insert(c2, run, 2);
+        r1.end(b1, XAResource.TMSUCCESS);
+        r2.end(b2, XAResource.TMSUCCESS);
+        assertEquals(XAResource.XA_OK, r1.prepare(b1));
+        assertEquals(XAResource.XA_OK, r2.prepare(b2));
+        r1.commit(b1, false);
+        r2.commit(b2, false);
+        int otherNode = Integer.parseInt(((AffinityXAResource) r2).boundNodeName().substring(3));
+        assertEquals(1, rows(2, run), "branch 1 committed on its own node");
+        assertEquals(1, rows(otherNode, run), "branch 2 committed on its own node");
+        assertEquals(1, metrics(ds, "RAC2").txSpans(), "the span is counted on the node it left");
+        assertEquals(1, ds.getCluster().nodeMetrics().stream().mapToLong(NodeMetrics::txSpans).sum());
+        assertTrue(ds.getCluster().metricsJson().contains("\"tx_spans\":1"), ds.getCluster().metricsJson());
+        assertNothingLeaked(ds);
+    }
+
+    /** One Narayana transaction, branch 1 on RAC2, RAC2 marked down, then branch 2: returns the run id. */
+    String spanUnderNarayana(AffinityXADataSource ds, boolean expectRefusal) throws Exception {
+        io.racaffinity.test.Narayana.init();
+        jakarta.transaction.TransactionManager tm = io.racaffinity.test.Narayana.tm();
+        tm.setTransactionTimeout(60);
+        String run = UUID.randomUUID().toString();
+        XAConnection c1 = connect(ds);
+        XAConnection c2 = connect(ds);
+        tm.begin();
+        try {
+            steerTo(ds, "RAC2", () -> {
+                try {
+                    tm.getTransaction().enlistResource(c1.getXAResource());
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            insert(c1, run, 1);
+            ds.getCluster().setNodeState("RAC2", NodeState.DOWN);
+            boolean enlisted;
+            try {
+                enlisted = tm.getTransaction().enlistResource(c2.getXAResource());
+            } catch (jakarta.transaction.SystemException e) {
+                enlisted = false;
+            }
+            assertEquals(!expectRefusal, enlisted, "strict refuses the span, soft allows it");
+            if (expectRefusal) {
+                tm.rollback();
+                return run;
+            }
+            insert(c2, run, 2);
+            tm.getTransaction().delistResource(c1.getXAResource(), XAResource.TMSUCCESS);
+            tm.getTransaction().delistResource(c2.getXAResource(), XAResource.TMSUCCESS);
+        } catch (Exception | AssertionError e) {
+            tm.rollback();
+            throw e;
+        }
+        tm.commit();
+        return run;
+    }
+
+    @Test
+    void underNarayanaASoftSpanCommitsBothBranchesAsTwoResourceManagers() throws Exception {
+        AffinityXADataSource ds = ds("");
+        String run = spanUnderNarayana(ds, false);
+        int total = 0;
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            total += rows(i, run);
+            assertTrue(XaRows.prepared(i).stream().noneMatch(g -> g.startsWith(XaRows.NARAYANA_GID)),
+                    "nothing in doubt on node " + i);
+        }
+        assertEquals(1, rows(2, run), "branch 1 on its node");
+        assertEquals(2, total, "both branches committed, each once");
+        assertEquals(2L, ds.getRouter().statistics().get("prepares"), "two resource managers: two-phase commit");
+        assertEquals(1, metrics(ds, "RAC2").txSpans(), "counted");
+        assertNothingLeaked(ds);
+    }
+
+    @Test
+    void underNarayanaStrictModeRefusesTheSpanAndNothingIsCommittedAnywhere() throws Exception {
+        AffinityXADataSource ds = ds("; transaction.strict = true");
+        String run = spanUnderNarayana(ds, true);
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            assertEquals(0, rows(i, run), "node " + i);
+        }
+        assertEquals(0, ds.getCluster().nodeMetrics().stream().mapToLong(NodeMetrics::txSpans).sum(), "no span");
+        assertNothingLeaked(ds);
+    }
+
+    // ---- 7. the XA heartbeat probes with the application's credentials ---------------
+
+    /** A node XADataSource that counts the connections asked of it (the heartbeat's probes among them). */
+    static final class Counting implements XADataSource {
+        final XADataSource target;
+        final AtomicInteger calls = new AtomicInteger();
+
+        Counting(XADataSource target) {
+            this.target = target;
+        }
+
+        @Override
+        public XAConnection getXAConnection() throws SQLException {
+            calls.incrementAndGet();
+            return target.getXAConnection();
+        }
+
+        @Override
+        public XAConnection getXAConnection(String user, String password) throws SQLException {
+            calls.incrementAndGet();
+            return target.getXAConnection(user, password);
+        }
+
+        @Override
+        public PrintWriter getLogWriter() throws SQLException {
+            return target.getLogWriter();
+        }
+
+        @Override
+        public void setLogWriter(PrintWriter out) throws SQLException {
+            target.setLogWriter(out);
+        }
+
+        @Override
+        public void setLoginTimeout(int seconds) throws SQLException {
+            target.setLoginTimeout(seconds);
+        }
+
+        @Override
+        public int getLoginTimeout() throws SQLException {
+            return target.getLoginTimeout();
+        }
+
+        @Override
+        public java.util.logging.Logger getParentLogger() throws SQLFeatureNotSupportedException {
+            throw new SQLFeatureNotSupportedException();
+        }
+    }
+
+    @Test
+    void theXaHeartbeatProbesWithTheCredentialsTheApplicationConnectsWith() throws Exception {
+        Map<String, XADataSource> nodes = new LinkedHashMap<>();
+        List<Counting> counting = new ArrayList<>();
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            PGXADataSource pg = node(i);
+            pg.setUser(NOLOGIN); // the node data sources' own default may not log in (as in the WildFly setup)
+            Counting k = new Counting(pg);
+            counting.add(k);
+            nodes.put("RAC" + i, k);
+        }
+        AffinityXADataSource ds = new AffinityXADataSource();
+        ds.setConfig("name = xa-faults-hb-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3");
+        ds.setNodeXADataSources(nodes);
+        ds.setHeartbeatIntervalMillis(200);
+        ds.setRegisterMBean(false);
+        opened.add(ds);
+        XAConnection c = ds.getXAConnection("postgres", "");
+        connections.add(c);
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        r.end(x, XAResource.TMSUCCESS);
+        r.commit(x, true);
+        // at least 6 probes per node (2 x heartbeat.misses) have run
+        assertTrue(Pools.await(Duration.ofSeconds(30), () -> counting.stream().allMatch(k -> k.calls.get() >= 8)),
+                "probes ran");
+        for (NodeMetrics m : ds.getCluster().nodeMetrics()) {
+            assertEquals(NodeState.UP, m.state(), "probed with the application's credentials: " + m);
+            // (a probe still running at the next tick counts as a miss: misses alone prove nothing on a busy machine)
+            assertEquals(0, m.stateChanges(), "never marked down: " + m);
+        }
+    }
+
+    // ---- 8. one scan lists each xid once ------------------------------------------------
+
+    @Test
+    void recoverListsEachXidOnceWhenSeveralInstancesShowTheSameDatabase() throws Exception {
+        Map<String, XADataSource> oneDatabase = new LinkedHashMap<>();
+        for (int i = 1; i <= 3; i++) {
+            oneDatabase.put("INST" + i, node(1));
+        }
+        AffinityXADataSource first = ds("", oneDatabase);
+        XAResource r = connect(first).getXAResource();
+        Xid x = xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        r.end(x, XAResource.TMSUCCESS);
+        r.prepare(x);
+
+        AffinityXADataSource recovery = ds("", oneDatabase);
+        XAResource rr = connect(recovery).getXAResource();
+        Xid[] found = rr.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN);
+        int times = 0;
+        for (Xid y : found) {
+            times += XidKey.of(y).equals(XidKey.of(x)) ? 1 : 0;
+        }
+        assertEquals(1, times, "one scan, each xid once");
+        rr.commit(x, false);
+        assertEquals(List.of(), prepared(1));
+        assertNothingLeaked(recovery);
+    }
+}

@@ -1,0 +1,122 @@
+"""A deadline for one blocking psycopg call.
+
+psycopg's sync calls wait on the socket without limit, and a node that
+stops answering while its socket stays open (a blackhole, a hung host) would
+hold a 2PC command or a recovery scan forever; `statement_timeout` needs an
+answering server and a cancel request needs a new connection to it. So a
+watchdog thread shuts the socket down when the deadline passes: the blocked
+call then sees the connection end and raises, like for any lost connection.
+
+    with bounded(conn, 5.0):
+        conn.tpc_commit()          # CallTimeout after 5 s without an answer
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterator, List, Optional, Tuple
+
+import psycopg
+
+__all__ = ["CallTimeout", "bounded"]
+
+
+class CallTimeout(psycopg.OperationalError):
+    """The node did not answer within the call's timeout; the connection
+    was shut down (a node failure, like a lost connection)."""
+
+
+class _Watchdog:
+    """One daemon thread for every deadline of the process (a Timer thread
+    per call would cost ~0.3 ms, more than a local round trip). Deadlines
+    sit in a heap; a disarmed one is dropped when it comes up."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: List[Tuple[float, int, List[Any]]] = []
+        self._seq = 0
+        self._pid = -1
+
+    def arm(self, timeout: float, fire: Callable[[], None]) -> List[Any]:
+        entry: List[Any] = [fire]
+        with self._cond:
+            if self._pid != os.getpid():  # first use, or a forked child
+                self._pid = os.getpid()
+                self._heap.clear()
+                threading.Thread(target=self._run, name="racaffinity-deadlines", daemon=True).start()
+            self._seq += 1
+            heapq.heappush(self._heap, (time.monotonic() + timeout, self._seq, entry))
+            self._cond.notify()
+        return entry
+
+    def disarm(self, entry: List[Any]) -> None:
+        entry[0] = None  # lazily dropped
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    while self._heap and self._heap[0][2][0] is None:
+                        heapq.heappop(self._heap)
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    wait = self._heap[0][0] - time.monotonic()
+                    if wait <= 0:
+                        fire = heapq.heappop(self._heap)[2][0]
+                        break
+                    self._cond.wait(wait)
+            if fire is not None:
+                try:
+                    fire()
+                except Exception:  # never let the watchdog die
+                    pass
+
+
+_WATCHDOG = _Watchdog()
+
+
+@contextlib.contextmanager
+def bounded(conn: Any, timeout: Optional[float]) -> Iterator[None]:
+    if timeout is None:
+        yield
+        return
+    lock = threading.Lock()
+    state = {"done": False, "fired": False}
+
+    def fire() -> None:
+        with lock:
+            if state["done"]:
+                return
+            state["fired"] = True
+        try:
+            # A dup shares the socket: shutdown reaches the one libpq waits on.
+            with socket.socket(fileno=os.dup(conn.fileno())) as s:
+                s.shutdown(socket.SHUT_RDWR)
+        except (OSError, psycopg.Error):
+            pass
+
+    entry = _WATCHDOG.arm(timeout, fire)
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        with lock:
+            fired = state["fired"]
+        if fired:
+            raise CallTimeout(f"no answer from the node within {timeout:g}s") from e
+        raise
+    finally:
+        _WATCHDOG.disarm(entry)
+        with lock:
+            state["done"] = True
+            fired = state["fired"]
+        if fired:  # the socket is gone even if the call just made it
+            try:
+                conn.close()
+            except Exception:
+                pass

@@ -1,0 +1,115 @@
+"""Which errors say that a *node* failed, so that they count against its
+health (passive ejection), and which are the application's or one
+session's own. One leaf module, used by `pools` and `tpc` alike.
+
+Node failures (one per failed node operation):
+- a `psycopg.OperationalError` without SQLSTATE (the connection was
+  refused, reset or timed out) — unless the server answered the connect with
+  a FATAL of its own (no such role, wrong password, no such database, too
+  many clients): then the node is up and the error is this user's;
+- SQLSTATE class 08 (connection exception), 57P02 (crash shutdown) and
+  57P03 (cannot connect now: starting up or shutting down);
+- a `PoolTimeout` while the pool cannot connect to the node: its last
+  connection attempt failed with a node failure, or an attempt has been
+  running for the whole wait. That does not depend on `min_size`/`max_size`
+  (psycopg_pool counts pending reconnects in its size), and a pool that is
+  merely busy is not a node failure.
+
+Never node failures: constraint, trigger, serialization errors (23xxx,
+P0001, 40001), a wrong password for one user (28000/28P01), one terminated
+session (57P01 `pg_terminate_backend`: the node is fine, and a node that
+really went away fails the next connect, which counts; but 57P01 "unexpected
+postmaster exit" is the node's crash), statement timeouts, a closed or
+overloaded pool. Server message texts are matched in English (lc_messages).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Dict, Optional
+
+import psycopg
+import psycopg_pool
+
+__all__ = ["is_node_failure", "connection_lost", "ConnectAttempts"]
+
+_NODE_SQLSTATES = ("57P02", "57P03")
+
+
+def _is_node_error(exc: BaseException) -> bool:
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = getattr(exc, "sqlstate", None)
+    if state is None:
+        # libpq puts no SQLSTATE on a failed connect; the server's FATAL text
+        # tells an answering node from a silent one.
+        msg = str(exc)
+        return "FATAL:" not in msg or "the database system is" in msg
+    if state == "57P01":
+        # One session terminated (pg_terminate_backend, idle timeout) is not
+        # the node's failure; the same SQLSTATE sent because the postmaster
+        # died is (the message is the only difference).
+        return "postmaster exit" in str(exc)
+    return state.startswith("08") or state in _NODE_SQLSTATES
+
+
+class ConnectAttempts:
+    """What a pool's connection attempts to one node did lately: the attempts
+    running now (since when) and whether the last finished one failed with
+    a node failure. Fed by the connection class `pools` gives each pool."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: Dict[int, float] = {}
+        self._next = 0
+        self.last_failed = False
+        self.last_error: Optional[str] = None
+
+    def started(self) -> int:
+        with self._lock:
+            self._next += 1
+            self._running[self._next] = time.monotonic()
+            return self._next
+
+    def finished(self, token: int, error: Optional[BaseException]) -> None:
+        with self._lock:
+            self._running.pop(token, None)
+            self.last_failed = error is not None and _is_node_error(error)
+            self.last_error = None if error is None else type(error).__name__
+
+    def cannot_connect(self, waited_since: Optional[float]) -> bool:
+        """Whether a wait for a connection that began at `waited_since`
+        (monotonic) timed out because the node cannot be reached."""
+        with self._lock:
+            if self.last_failed:
+                return True
+            if waited_since is None or not self._running:
+                return False
+            return min(self._running.values()) <= waited_since
+
+
+def is_node_failure(exc: BaseException, pool: Any = None, *, waited_since: Optional[float] = None) -> bool:
+    """Whether `exc` says the node failed (see the module doc). `pool` is
+    the node's pool, for a `PoolTimeout` (without one, a timeout counts; a
+    pool that `racaffinity.pools` did not make never does); `waited_since`
+    the monotonic time its wait began."""
+    if isinstance(exc, psycopg_pool.PoolTimeout):
+        if pool is None:
+            return True  # no pool to ask: as documented since 0.1, assume the node
+        attempts = getattr(pool, "_racaffinity_connects", None)
+        return attempts is not None and attempts.cannot_connect(waited_since)
+    if isinstance(exc, (psycopg_pool.PoolClosed, psycopg_pool.TooManyRequests)):
+        return False
+    return _is_node_error(exc)
+
+
+def connection_lost(conn: Any, exc: BaseException) -> bool:
+    """Whether the session of `conn` ended with `exc` (so a command sent on
+    it may or may not have taken effect), rather than the server answering
+    the command with an error."""
+    if conn is None:
+        return True
+    if not isinstance(exc, Exception):  # interrupted mid-call: state unknown
+        return True
+    return bool(conn.closed or getattr(conn, "broken", False)) or _is_node_error(exc)

@@ -1,0 +1,208 @@
+"""A small TCP proxy in front of one PostgreSQL node, for fault tests that
+need a network fault the node harness cannot give (a lost reply, a node that
+stops answering while its sockets stay open) until the Toxiproxy tooling of
+tests/cluster is used here.
+
+    with FaultProxy(upstream_port) as px:
+        dsn = px.dsn(pg_dsn)          # the node's DSN with the proxy's port
+        px.lose_reply_after(b"PREPARE TRANSACTION")
+        px.blackhole()                # accept, forward nothing, close nothing
+        px.refuse()                   # close the listener: connections refused
+        px.heal()
+
+Every fault is real at the socket level: a lost reply means the server got and
+executed the command, and the client's connection is reset before any answer
+reaches it; a blackhole keeps every socket open and moves no byte, so a
+client call hangs until its own timeout."""
+
+from __future__ import annotations
+
+import re
+import selectors
+import socket
+import threading
+from typing import List, Optional, Set
+
+
+class FaultProxy:
+    def __init__(self, upstream_port: int, upstream_host: str = "127.0.0.1") -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self._lock = threading.Lock()
+        self._blackhole = False
+        self._lose_after: Optional[bytes] = None
+        self._then_refuse = False
+        self._lost = threading.Event()
+        self._socks: Set[socket.socket] = set()
+        self._threads: List[threading.Thread] = []
+        self._closed = False
+        self._listener: Optional[socket.socket] = None
+        self.port = self._listen(0)
+
+    # -- faults -----------------------------------------------------------------
+
+    def blackhole(self) -> None:
+        """Every connection, open or new, stops moving bytes; none is closed."""
+        with self._lock:
+            self._blackhole = True
+
+    def lose_reply_after(self, marker: bytes, *, then_refuse: bool = False) -> None:
+        """The next client message that contains `marker` reaches the server;
+        then the client's connection is reset before the server's answer is
+        forwarded (the reply is lost, the command took effect). With
+        `then_refuse` the proxy stops listening before that reset, so the
+        client's next connect is refused (the node is gone after the reply)."""
+        with self._lock:
+            self._lose_after = marker
+            self._then_refuse = then_refuse
+            self._lost.clear()
+
+    @property
+    def reply_lost(self) -> bool:
+        return self._lost.is_set()
+
+    def refuse(self) -> None:
+        """Closes the listener and every connection: new connects are refused."""
+        with self._lock:
+            lst, self._listener = self._listener, None
+            socks = list(self._socks)
+        if lst is not None:
+            # shutdown first: a plain close leaves the socket listening while
+            # the accept thread is blocked on it (Linux)
+            try:
+                lst.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            lst.close()
+        for s in socks:
+            # shutdown, not close: the pump thread owns (and closes) them
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def heal(self) -> None:
+        """Ends every fault; a refused proxy listens again on the same port,
+        and the connections a blackhole held are dropped."""
+        with self._lock:
+            self._blackhole = False
+            self._lose_after = None
+            listening = self._listener is not None
+        if not listening:
+            self._listen(self.port)
+
+    # -- plumbing -----------------------------------------------------------------
+
+    def dsn(self, node_dsn: str) -> str:
+        return re.sub(r"port=\d+", f"port={self.port}", node_dsn)
+
+    def _listen(self, port: int) -> int:
+        lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lst.bind(("127.0.0.1", port))
+        lst.listen(64)
+        with self._lock:
+            self._listener = lst
+        t = threading.Thread(target=self._accept, args=(lst,), name="faultproxy-accept", daemon=True)
+        t.start()
+        self._threads.append(t)
+        return lst.getsockname()[1]
+
+    def _accept(self, lst: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = lst.accept()
+            except OSError:
+                return  # listener closed
+            try:
+                server = socket.create_connection(self.upstream, timeout=5)
+                server.settimeout(None)
+            except OSError:
+                _close(client)
+                continue
+            with self._lock:
+                self._socks.update((client, server))
+            threading.Thread(target=self._pump, args=(client, server), name="faultproxy-pump", daemon=True).start()
+
+    def _pump(self, client: socket.socket, server: socket.socket) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(client, selectors.EVENT_READ, server)
+        sel.register(server, selectors.EVENT_READ, client)
+        held = False
+        try:
+            while not self._closed:
+                with self._lock:
+                    hole = self._blackhole
+                if hole:  # hold both sockets open, move nothing
+                    held = True
+                    threading.Event().wait(0.05)
+                    continue
+                if held:
+                    # Healed: the connections the blackhole held are dropped,
+                    # as after a partition that outlasted TCP, so bytes sent
+                    # into the hole never arrive late.
+                    _reset(client)
+                    return
+                for key, _ in sel.select(timeout=0.05):
+                    with self._lock:
+                        if self._blackhole:  # set while we waited: move nothing
+                            break
+                    src = key.fileobj
+                    dst = key.data
+                    data = src.recv(65536)  # type: ignore[union-attr]
+                    if not data:
+                        return
+                    with self._lock:
+                        marker = self._lose_after if src is client else None
+                        if marker is not None and marker in data:
+                            self._lose_after = None
+                        else:
+                            marker = None
+                    dst.sendall(data)
+                    if marker is not None:
+                        # The server has the command; wait for its answer to
+                        # start (so the command ran), then reset the client.
+                        server.settimeout(5)
+                        try:
+                            server.recv(1, socket.MSG_PEEK)
+                        finally:
+                            server.settimeout(None)
+                        if self._then_refuse:
+                            self.refuse()
+                        self._lost.set()
+                        _reset(client)
+                        return
+        except OSError:
+            return
+        finally:
+            sel.close()
+            _close(client)
+            _close(server)
+            with self._lock:
+                self._socks.discard(client)
+                self._socks.discard(server)
+
+    def close(self) -> None:
+        self._closed = True
+        self.refuse()
+
+    def __enter__(self) -> "FaultProxy":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _reset(s: socket.socket) -> None:
+    """Closes with RST (SO_LINGER 0), as a lost connection looks to the client."""
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    except OSError:
+        pass
+    _close(s)
+
+
+def _close(s: socket.socket) -> None:
+    try:
+        s.close()
+    except OSError:
+        pass
