@@ -4,15 +4,14 @@
 //! Java arrays and strings) and map errors (result codes, exceptions).
 //!
 //! Like the layers, this module holds no routing decision: it calls the core
-//! and shapes its answers for the boundary.
+//! and shapes its answers for the boundary. Rules that belong to one C type
+//! live with it: the connect-string forms on `racaffinity_connect_form`, the
+//! panic message beside the C guard (`capi::result::panic_message`).
 
-use std::any::Any;
 use std::fmt::Display;
 
-use racaffinity_core::connect::{self, InstanceAddress};
 use racaffinity_core::{Cluster, ContextKey, DataKey, NodeId, NodeSpec, NodeState, RouteRequest};
 
-use crate::capi::connect::racaffinity_connect_form;
 use crate::capi::result::{racaffinity_result, Failure};
 
 /// The error for a node id the cluster never had (or, from Java, a negative
@@ -77,32 +76,9 @@ pub(crate) fn route_request<'a>(
     }
 }
 
-/// A per-instance connect string in the given form, built by the core.
-pub(crate) fn connect_string(form: racaffinity_connect_form, addr: &InstanceAddress<'_>) -> Result<String, Failure> {
-    use racaffinity_connect_form::*;
-    Ok(match form {
-        Descriptor => connect::descriptor(addr),
-        EasyConnect => connect::easy_connect(addr),
-        JdbcDescriptor => connect::jdbc_descriptor_url(addr),
-        JdbcEasyConnect => connect::jdbc_easy_connect_url(addr),
-    }?)
-}
-
-/// The message of a panic caught at the boundary (C's last error, Java's
-/// `NativePanicException`).
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    let msg = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into());
-    format!("panic caught at the library boundary (a bug): {msg}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use racaffinity_core::ErrorKind;
 
     fn cluster() -> Cluster {
         Cluster::from_config_text("nodes = A, B\nnode.A.address = h1:1521").unwrap()
@@ -164,29 +140,5 @@ mod tests {
         let r = route_request(Some(b"g"), Some(b"k"), None, Some(b"s"), 3);
         assert!(matches!(r.key, Some(DataKey::Bytes(b"k"))));
         assert_eq!((r.transaction, r.session, r.context), (Some(&b"g"[..]), Some(&b"s"[..]), Some(ContextKey(3))));
-    }
-
-    #[test]
-    fn every_connect_form_builds_its_form() {
-        let addr = InstanceAddress { host: "h", port: 1521, service: "svc", instance: "I1" };
-        let got = |f| connect_string(f, &addr).unwrap();
-        assert!(got(racaffinity_connect_form::Descriptor).starts_with("(DESCRIPTION="));
-        assert_eq!(got(racaffinity_connect_form::EasyConnect), "h:1521/svc/I1");
-        assert!(got(racaffinity_connect_form::JdbcDescriptor).starts_with("jdbc:oracle:thin:@(DESCRIPTION="));
-        assert_eq!(got(racaffinity_connect_form::JdbcEasyConnect), "jdbc:oracle:thin:@//h:1521/svc/I1");
-        let bad = InstanceAddress { host: "h)", ..addr };
-        assert_eq!(connect_string(racaffinity_connect_form::Descriptor, &bad).unwrap_err().code, {
-            crate::capi::result::code_of(ErrorKind::InvalidArgument)
-        });
-    }
-
-    #[test]
-    fn a_panic_message_names_the_boundary_and_the_payload() {
-        let p: Box<dyn Any + Send> = Box::new("boom");
-        assert_eq!(panic_message(&*p), "panic caught at the library boundary (a bug): boom");
-        let p: Box<dyn Any + Send> = Box::new(String::from("bang"));
-        assert!(panic_message(&*p).ends_with(": bang"));
-        let p: Box<dyn Any + Send> = Box::new(42);
-        assert!(panic_message(&*p).ends_with("non-string panic payload"));
     }
 }

@@ -6,9 +6,8 @@ use std::os::raw::c_char;
 use racaffinity_core::connect::{self, InstanceAddress};
 
 use super::buffer::{str_arg, write_str};
+use super::result::c_enum;
 use super::result::{guard, racaffinity_result, Failure};
-use super::types::c_enum;
-use crate::ops;
 
 /// Which connect-string form to build.
 #[repr(C)]
@@ -25,6 +24,20 @@ pub enum racaffinity_connect_form {
 }
 
 c_enum!(racaffinity_connect_form { Descriptor, EasyConnect, JdbcDescriptor, JdbcEasyConnect });
+
+impl racaffinity_connect_form {
+    /// The connect string of this form for `addr`, built by the core (for C
+    /// and Java alike).
+    pub(crate) fn build(self, addr: &InstanceAddress<'_>) -> Result<String, Failure> {
+        use racaffinity_connect_form::*;
+        Ok(match self {
+            Descriptor => connect::descriptor(addr),
+            EasyConnect => connect::easy_connect(addr),
+            JdbcDescriptor => connect::jdbc_descriptor_url(addr),
+            JdbcEasyConnect => connect::jdbc_easy_connect_url(addr),
+        }?)
+    }
+}
 
 /// Like `racaffinity_connect_string`, from a listener `address` (`host`,
 /// `host:port` or `[v6]:port`, as in `node.<N>.address`); `default_port`
@@ -66,7 +79,7 @@ unsafe fn write_connect_string(
     cap: usize,
     out_len: *mut usize,
 ) -> Result<(), Failure> {
-    let s = ops::connect_string(racaffinity_connect_form::try_from(form)?, addr)?;
+    let s = racaffinity_connect_form::try_from(form)?.build(addr)?;
     // SAFETY: per this function's contract.
     unsafe { write_str(&s, buf, cap, out_len) }
 }
@@ -95,4 +108,25 @@ pub unsafe extern "C" fn racaffinity_connect_string(
         // SAFETY: per this function's contract.
         unsafe { write_connect_string(form, &InstanceAddress { host, port, service, instance }, buf, cap, out_len) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::result::code_of;
+    use racaffinity_core::ErrorKind;
+
+    #[test]
+    fn every_connect_form_builds_its_form() {
+        let addr = InstanceAddress { host: "h", port: 1521, service: "svc", instance: "I1" };
+        let got = |f: racaffinity_connect_form| f.build(&addr).unwrap();
+        assert!(got(racaffinity_connect_form::Descriptor).starts_with("(DESCRIPTION="));
+        assert_eq!(got(racaffinity_connect_form::EasyConnect), "h:1521/svc/I1");
+        assert!(got(racaffinity_connect_form::JdbcDescriptor).starts_with("jdbc:oracle:thin:@(DESCRIPTION="));
+        assert_eq!(got(racaffinity_connect_form::JdbcEasyConnect), "jdbc:oracle:thin:@//h:1521/svc/I1");
+        let bad = InstanceAddress { host: "h)", ..addr };
+        assert_eq!(racaffinity_connect_form::Descriptor.build(&bad).unwrap_err().code, {
+            code_of(ErrorKind::InvalidArgument)
+        });
+    }
 }

@@ -1,12 +1,13 @@
 //! Result codes, the last-error message and the panic guard.
 
+use std::any::Any;
 use std::cell::RefCell;
+use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use racaffinity_core::{Error, ErrorKind};
 
 use super::buffer::write_str;
-use super::types::c_enum;
 
 /// Result of every call. Values are stable: new codes are only ever added.
 #[repr(C)]
@@ -48,6 +49,95 @@ pub enum racaffinity_result {
     TooManyHandles = 16,
     /// The lease was already released, or belongs to another cluster.
     InvalidLease = 17,
+}
+
+/// A `#[repr(C)]` enum of the boundary: its values and its checked
+/// conversion from the `uint32_t` a caller passes.
+pub(crate) trait CEnum: Copy + TryFrom<u32, Error = InvalidEnumValue> + 'static {
+    /// The C type name, for messages.
+    const NAME: &'static str;
+    /// Every variant, in declaration order.
+    const ALL: &'static [Self];
+}
+
+/// A `uint32_t` that is no value of the enum `name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidEnumValue {
+    /// The enum's C type name.
+    pub name: &'static str,
+    /// The value passed.
+    pub value: u32,
+}
+
+impl From<InvalidEnumValue> for Failure {
+    fn from(e: InvalidEnumValue) -> Self {
+        bad_enum(e.name, e.value)
+    }
+}
+
+/// Derives [`CEnum`] (the `ALL` list and `TryFrom<u32>`) for a `#[repr(C)]`
+/// enum from its variant names; with `=> CoreEnum`, also the conversions
+/// both ways to the core enum whose variants have the same names.
+///
+/// The enum itself stays a plain item beside the invocation because cbindgen
+/// does not expand macros, and the header must keep it. Drift cannot creep in
+/// anyway: the list is matched with no wildcard, so a missing variant does not
+/// compile (a repeated one is an unreachable pattern, denied by clippy), an
+/// unknown name does not resolve, and values are compared by discriminant,
+/// never looked up by position.
+macro_rules! c_enum {
+    ($name:ident { $($v:ident),+ $(,)? }) => {
+        impl $crate::capi::result::CEnum for $name {
+            const NAME: &'static str = stringify!($name);
+            const ALL: &'static [$name] = &[$($name::$v),+];
+        }
+
+        impl TryFrom<u32> for $name {
+            type Error = $crate::capi::result::InvalidEnumValue;
+
+            fn try_from(v: u32) -> Result<Self, Self::Error> {
+                #[allow(dead_code)]
+                const fn every_variant_is_listed(e: $name) {
+                    match e {
+                        $($name::$v)|+ => {}
+                    }
+                }
+                $(
+                    if v == $name::$v as u32 {
+                        return Ok($name::$v);
+                    }
+                )+
+                Err($crate::capi::result::InvalidEnumValue { name: stringify!($name), value: v })
+            }
+        }
+    };
+    ($name:ident => $core:ident { $($v:ident),+ $(,)? }) => {
+        c_enum!($name { $($v),+ });
+
+        impl From<$core> for $name {
+            #[inline]
+            fn from(x: $core) -> Self {
+                match x {
+                    $($core::$v => $name::$v),+
+                }
+            }
+        }
+
+        impl From<$name> for $core {
+            #[inline]
+            fn from(x: $name) -> Self {
+                match x {
+                    $($name::$v => $core::$v),+
+                }
+            }
+        }
+    };
+}
+pub(crate) use c_enum;
+
+/// The failure for a value that is no variant of the enum `what`.
+pub(crate) fn bad_enum(what: &str, v: impl Display) -> Failure {
+    Failure::new(racaffinity_result::InvalidArgument, format!("{v} is not a valid {what}"))
 }
 
 c_enum!(racaffinity_result {
@@ -205,10 +295,21 @@ pub(crate) fn guard(f: impl FnOnce() -> CallResult) -> racaffinity_result {
             fail.code
         }
         Err(payload) => {
-            set_last_error(crate::ops::panic_message(&*payload));
+            set_last_error(panic_message(&*payload));
             racaffinity_result::Panic
         }
     }
+}
+
+/// The message of a panic caught at the boundary (C's last error, Java's
+/// `NativePanicException`).
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into());
+    format!("panic caught at the library boundary (a bug): {msg}")
 }
 
 fn set_last_error(msg: String) {
@@ -263,7 +364,6 @@ pub unsafe extern "C" fn racaffinity_last_error_message(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capi::types::CEnum;
 
     /// The variant names of the core's `ErrorKind`, read from its source:
     /// the enum is `#[non_exhaustive]`, so no match here can list them.
@@ -341,5 +441,15 @@ mod tests {
         assert!(d.as_str().len() <= MAX_DETAIL);
         d.set("short");
         assert_eq!(d.as_str(), "short");
+    }
+
+    #[test]
+    fn a_panic_message_names_the_boundary_and_the_payload() {
+        let p: Box<dyn Any + Send> = Box::new("boom");
+        assert_eq!(panic_message(&*p), "panic caught at the library boundary (a bug): boom");
+        let p: Box<dyn Any + Send> = Box::new(String::from("bang"));
+        assert!(panic_message(&*p).ends_with(": bang"));
+        let p: Box<dyn Any + Send> = Box::new(42);
+        assert!(panic_message(&*p).ends_with("non-string panic payload"));
     }
 }

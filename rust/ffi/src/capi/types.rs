@@ -4,95 +4,9 @@
 //! C caller can pass any integer, and an out-of-range Rust enum is undefined
 //! behaviour. Enums the library *writes* use the enum types.
 
-use std::fmt::Display;
-
 use racaffinity_core::{NodeId, NodeState, Outcome, RecoveryScope, Route, RouteKind, Scope};
 
-use super::result::{racaffinity_result, Failure};
-
-/// A `#[repr(C)]` enum of the boundary: its values and its checked
-/// conversion from the `uint32_t` a caller passes.
-pub(crate) trait CEnum: Copy + TryFrom<u32, Error = InvalidEnumValue> + 'static {
-    /// The C type name, for messages.
-    const NAME: &'static str;
-    /// Every variant, in declaration order.
-    const ALL: &'static [Self];
-}
-
-/// A `uint32_t` that is no value of the enum `name`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InvalidEnumValue {
-    /// The enum's C type name.
-    pub name: &'static str,
-    /// The value passed.
-    pub value: u32,
-}
-
-impl From<InvalidEnumValue> for Failure {
-    fn from(e: InvalidEnumValue) -> Self {
-        bad_enum(e.name, e.value)
-    }
-}
-
-/// Derives [`CEnum`] (the `ALL` list and `TryFrom<u32>`) for a `#[repr(C)]`
-/// enum from its variant names; with `=> CoreEnum`, also the conversions
-/// both ways to the core enum whose variants have the same names.
-///
-/// The enum itself stays a plain item beside the invocation because cbindgen
-/// does not expand macros, and the header must keep it. Drift cannot creep in
-/// anyway: the list is matched with no wildcard, so a missing variant does not
-/// compile (a repeated one is an unreachable pattern, denied by clippy), an
-/// unknown name does not resolve, and values are compared by discriminant,
-/// never looked up by position.
-macro_rules! c_enum {
-    ($name:ident { $($v:ident),+ $(,)? }) => {
-        impl $crate::capi::types::CEnum for $name {
-            const NAME: &'static str = stringify!($name);
-            const ALL: &'static [$name] = &[$($name::$v),+];
-        }
-
-        impl TryFrom<u32> for $name {
-            type Error = $crate::capi::types::InvalidEnumValue;
-
-            fn try_from(v: u32) -> Result<Self, Self::Error> {
-                #[allow(dead_code)]
-                const fn every_variant_is_listed(e: $name) {
-                    match e {
-                        $($name::$v)|+ => {}
-                    }
-                }
-                $(
-                    if v == $name::$v as u32 {
-                        return Ok($name::$v);
-                    }
-                )+
-                Err($crate::capi::types::InvalidEnumValue { name: stringify!($name), value: v })
-            }
-        }
-    };
-    ($name:ident => $core:ident { $($v:ident),+ $(,)? }) => {
-        c_enum!($name { $($v),+ });
-
-        impl From<$core> for $name {
-            #[inline]
-            fn from(x: $core) -> Self {
-                match x {
-                    $($core::$v => $name::$v),+
-                }
-            }
-        }
-
-        impl From<$name> for $core {
-            #[inline]
-            fn from(x: $name) -> Self {
-                match x {
-                    $($name::$v => $core::$v),+
-                }
-            }
-        }
-    };
-}
-pub(crate) use c_enum;
+use super::result::{c_enum, CEnum, Failure};
 
 /// How a node was chosen (mirrors the core's `RouteKind`).
 #[repr(C)]
@@ -204,10 +118,6 @@ impl From<Route> for racaffinity_route {
     }
 }
 
-pub(crate) fn bad_enum(what: &str, v: impl Display) -> Failure {
-    Failure::new(racaffinity_result::InvalidArgument, format!("{v} is not a valid {what}"))
-}
-
 /// An enum parameter as the core's type: `C` is the boundary's enum.
 #[inline]
 pub(crate) fn enum_arg<C: CEnum, T: From<C>>(v: u32) -> Result<T, Failure> {
@@ -237,7 +147,7 @@ pub(crate) fn node_id(n: u32) -> NodeId {
 mod tests {
     use super::*;
     use crate::capi::connect::racaffinity_connect_form;
-    use crate::capi::result::racaffinity_result;
+    use crate::capi::result::{racaffinity_result, InvalidEnumValue};
 
     /// Checks what every boundary enum must hold: distinct values, each one
     /// read back as itself, everything else refused with the type's name.

@@ -11,8 +11,8 @@ use super::{
     JResult,
 };
 use crate::capi::handle;
-use crate::capi::result::{racaffinity_result, Failure};
-use crate::capi::types::{node_id, racaffinity_node_state, racaffinity_scope, CEnum};
+use crate::capi::result::{racaffinity_result, CEnum, Failure};
+use crate::capi::types::{node_id, racaffinity_node_state, racaffinity_scope};
 use crate::ops;
 
 fn strings<'local>(env: &mut Env<'local>, items: &[String]) -> JResult<JObjectArray<'local, JString<'local>>> {

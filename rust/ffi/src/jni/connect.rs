@@ -9,7 +9,6 @@ use racaffinity_core::connect::InstanceAddress;
 use super::{enum_arg, run, string};
 use crate::capi::connect::racaffinity_connect_form;
 use crate::capi::result::{racaffinity_result, Failure};
-use crate::ops;
 
 /// `OracleUrls.connectString(int form, String host, int port, String service,
 /// String instance)`: `form` is a `racaffinity_connect_form` value.
@@ -30,7 +29,7 @@ pub extern "system" fn Java_io_racaffinity_oracle_OracleUrls_connectString<'l>(
             Failure::new(racaffinity_result::InvalidArgument, format!("port {port} is out of range 0..=65535"))
         })?;
         let addr = InstanceAddress { host: &host, port, service: &service, instance: &instance };
-        let s = ops::connect_string(enum_arg::<racaffinity_connect_form, _>(form)?, &addr)?;
+        let s = enum_arg::<racaffinity_connect_form, racaffinity_connect_form>(form)?.build(&addr)?;
         Ok(JString::from_str(env, s)?)
     })
 }

@@ -33,8 +33,8 @@ use racaffinity_core::{Cluster, NodeId, Route};
 
 use crate::capi::buffer::{too_long, RACAFFINITY_MAX_STRING_BYTES};
 use crate::capi::handle::{self, racaffinity_cluster};
-use crate::capi::result::{racaffinity_result, Failure};
-use crate::capi::types::{bad_enum, node_id, racaffinity_route, CEnum};
+use crate::capi::result::{bad_enum, panic_message, racaffinity_result, CEnum, Failure};
+use crate::capi::types::{node_id, racaffinity_route};
 use crate::ops;
 
 mod cluster;
@@ -153,7 +153,7 @@ impl<T: Default> ErrorPolicy<T, Fail> for ThrowAffinity {
         _cap: &mut Self::Captures<'unowned_env_local, 'native_method>,
         payload: Box<dyn Any + Send + 'static>,
     ) -> jni::errors::Result<T> {
-        let msg = ops::panic_message(&*payload);
+        let msg = panic_message(&*payload);
         // Dropping a payload may itself panic; leak it rather than unwind.
         if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(payload))) {
             std::mem::forget(p);
