@@ -90,12 +90,15 @@ demo-rust: build
 test: lint check-header check-symbols test-rust test-vectors test-c test-python test-java test-cluster test-demo
 	@echo "make test: all tests passed"
 
+# Rust format and lints, the core's docs, and the Java natives against the
+# JNI exports (tools/check_jni_exports.py: both directions, parameters).
 lint:
 	$(CARGO) fmt --all -- --check
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
 	  $(CARGO) clippy --workspace --all-targets --quiet -- -D warnings; \
 	else echo "cargo clippy not installed: skipping the lint (rustup component add clippy)"; fi
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
+	python3 tools/check_jni_exports.py
 
 # rust/oracle's tests start the local nodes themselves; stop them afterwards.
 test-rust:

@@ -3,7 +3,8 @@
 //! errors; it holds no routing logic.
 //!
 //! Module layout: `capi/` holds the C ABI, one module per concept; the JNI
-//! exports will live beside it in `jni/`.
+//! exports live beside it in `jni/`; `ops` holds the body of each operation
+//! both offer, so the two layers only convert arguments and map errors.
 //!
 //! Safety contract at the boundary (see the README's C section):
 //! - every function may be called from many threads at once;
@@ -16,3 +17,4 @@
 
 pub mod capi;
 pub mod jni;
+mod ops;

@@ -16,6 +16,14 @@ const MAX_STRING_BYTES: usize = RACAFFINITY_MAX_STRING_BYTES;
 const _: () = assert!(RACAFFINITY_MAX_GTRID_BYTES == racaffinity_core::MAX_GTRID_BYTES);
 const _: () = assert!(RACAFFINITY_MAX_KEY_BYTES == racaffinity_core::MAX_KEY_BYTES);
 
+/// A string or byte argument over the size cap, from C or Java alike.
+pub(crate) fn too_long(arg: &str, len: usize) -> Failure {
+    Failure::new(
+        racaffinity_result::InvalidArgument,
+        format!("`{arg}` is {len} bytes; the limit is {MAX_STRING_BYTES}"),
+    )
+}
+
 /// Borrows a NUL-terminated UTF-8 string argument.
 ///
 /// # Safety
@@ -29,10 +37,7 @@ pub(crate) unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str
     let c = unsafe { CStr::from_ptr(p) };
     let bytes = c.to_bytes();
     if bytes.len() > MAX_STRING_BYTES {
-        return Err(Failure::new(
-            racaffinity_result::InvalidArgument,
-            format!("`{name}` is {} bytes; the limit is {MAX_STRING_BYTES}", bytes.len()),
-        ));
+        return Err(too_long(name, bytes.len()));
     }
     std::str::from_utf8(bytes)
         .map_err(|e| Failure::new(racaffinity_result::InvalidUtf8, format!("`{name}` is not valid UTF-8: {e}")))
@@ -50,10 +55,7 @@ pub(crate) unsafe fn bytes_arg<'a>(p: *const u8, len: usize, name: &str) -> Resu
         return Err(Failure::null(name));
     }
     if len > MAX_STRING_BYTES {
-        return Err(Failure::new(
-            racaffinity_result::InvalidArgument,
-            format!("`{name}` is {len} bytes; the limit is {MAX_STRING_BYTES}"),
-        ));
+        return Err(too_long(name, len));
     }
     // SAFETY: non-NULL and valid for `len` bytes per the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
@@ -81,6 +83,18 @@ impl<T> Out<T> {
 #[inline]
 pub(crate) unsafe fn out_arg<T>(out: *mut T, name: &str) -> Result<Out<T>, Failure> {
     std::ptr::NonNull::new(out).map(Out).ok_or_else(|| Failure::null(name))
+}
+
+/// Writes an optional output: a NULL `out` means the caller does not want it.
+///
+/// # Safety
+/// `out` must be NULL or valid for writing a `T`.
+#[inline]
+pub(crate) unsafe fn write_opt<T>(out: *mut T, v: T) {
+    if !out.is_null() {
+        // SAFETY: non-NULL and writable per the caller's contract.
+        unsafe { out.write(v) };
+    }
 }
 
 /// Copies `s` into a caller buffer with a trailing NUL. `*out_len` receives the

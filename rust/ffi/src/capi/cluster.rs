@@ -2,12 +2,14 @@
 
 use std::os::raw::c_char;
 
-use racaffinity_core::{Cluster, NodeSpec, RecoveryScope};
+use racaffinity_core::Cluster;
 
-use super::buffer::{out_arg, str_arg, write_str};
+use super::buffer::{out_arg, str_arg, write_opt};
+use super::call::cluster_text;
 use super::handle::{self, racaffinity_cluster};
-use super::result::{guard, racaffinity_result, Failure};
+use super::result::{guard, racaffinity_result};
 use super::types::{node_id, node_state_arg, racaffinity_node_state, racaffinity_recovery_scope, scope_arg};
+use crate::ops;
 
 /// The library version as a static NUL-terminated string. Never fails.
 #[no_mangle]
@@ -90,12 +92,7 @@ pub unsafe extern "C" fn racaffinity_cluster_recovery_scope(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| {
-            out.set(match c.recovery_scope() {
-                RecoveryScope::Node => racaffinity_recovery_scope::Node,
-                RecoveryScope::Database => racaffinity_recovery_scope::Database,
-            })
-        })
+        handle::with(cluster, |c| out.set(c.recovery_scope().into()))
     })
 }
 
@@ -137,13 +134,9 @@ pub unsafe extern "C" fn racaffinity_node_add(
             // SAFETY: non-NULL and NUL-terminated per the contract.
             Some(unsafe { str_arg(address, "address") }?)
         };
-        let mut spec = NodeSpec::new(name).weight(weight.max(1));
-        spec.address = address.map(str::to_string);
-        let id = handle::with(cluster, |c| Ok(c.add_node(spec)?))?;
-        if !out_node.is_null() {
-            // SAFETY: non-NULL and writable per the contract.
-            unsafe { out_node.write(id.0) };
-        }
+        let id = handle::with(cluster, |c| ops::add_node(c, name, address, weight))?;
+        // SAFETY: `out_node` is NULL or writable per the contract.
+        unsafe { write_opt(out_node, id.0) };
         Ok(())
     })
 }
@@ -195,11 +188,7 @@ pub unsafe extern "C" fn racaffinity_node_get_state(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| {
-            let n = c.node(node_id(node)).ok_or_else(|| unknown(node))?;
-            let st = if n.is_removed() { racaffinity_core::NodeState::Down } else { n.state() };
-            out.set(st.into())
-        })
+        handle::with(cluster, |c| out.set(ops::node_state(c, node_id(node))?.into()))
     })
 }
 
@@ -233,11 +222,8 @@ pub unsafe extern "C" fn racaffinity_node_name(
     cap: usize,
     out_len: *mut usize,
 ) -> racaffinity_result {
-    guard(|| {
-        let name = handle::with(cluster, |c| c.node_name(node_id(node)).ok_or_else(|| unknown(node)))?;
-        // SAFETY: per this function's contract.
-        unsafe { write_str(&name, buf, cap, out_len) }
-    })
+    // SAFETY: per this function's contract.
+    unsafe { cluster_text(cluster, buf, cap, out_len, |c| ops::node_name(c, node_id(node))) }
 }
 
 /// Writes a node's configured `host:port` into `buf` (NUL-terminated); an
@@ -253,16 +239,6 @@ pub unsafe extern "C" fn racaffinity_node_address(
     cap: usize,
     out_len: *mut usize,
 ) -> racaffinity_result {
-    guard(|| {
-        let addr = handle::with(cluster, |c| {
-            let n = c.node(node_id(node)).ok_or_else(|| unknown(node))?;
-            Ok(n.address().unwrap_or_default().to_string())
-        })?;
-        // SAFETY: per this function's contract.
-        unsafe { write_str(&addr, buf, cap, out_len) }
-    })
-}
-
-pub(crate) fn unknown(node: u32) -> Failure {
-    Failure::new(racaffinity_result::UnknownNode, format!("no node with id {node}"))
+    // SAFETY: per this function's contract.
+    unsafe { cluster_text(cluster, buf, cap, out_len, |c| ops::node_address(c, node_id(node))) }
 }

@@ -2,7 +2,7 @@
 
 use std::os::raw::c_char;
 
-use super::buffer::str_arg;
+use super::buffer::{str_arg, write_opt};
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result};
 use super::types::node_id;
@@ -23,10 +23,8 @@ pub unsafe extern "C" fn racaffinity_event_apply(
         // SAFETY: per this function's contract.
         let line = unsafe { str_arg(line, "line") }?;
         let effect = handle::with(cluster, |c| Ok(c.apply_event(line)?))?;
-        if !out_changes.is_null() {
-            // SAFETY: non-NULL and writable per the contract.
-            unsafe { out_changes.write(effect.changes.len() as u32) };
-        }
+        // SAFETY: `out_changes` is NULL or writable per the contract.
+        unsafe { write_opt(out_changes, effect.changes.len() as u32) };
         Ok(())
     })
 }

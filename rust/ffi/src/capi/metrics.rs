@@ -2,9 +2,9 @@
 
 use std::os::raw::c_char;
 
-use super::buffer::write_str;
-use super::handle::{self, racaffinity_cluster};
-use super::result::{guard, racaffinity_result};
+use super::call::cluster_text;
+use super::handle::racaffinity_cluster;
+use super::result::racaffinity_result;
 
 /// Writes the metrics snapshot as JSON (NUL-terminated). On BUFFER_TOO_SMALL
 /// `*out_len` holds the size needed; counters move, so allow some slack.
@@ -18,11 +18,8 @@ pub unsafe extern "C" fn racaffinity_metrics_json(
     cap: usize,
     out_len: *mut usize,
 ) -> racaffinity_result {
-    guard(|| {
-        let text = handle::with(cluster, |c| Ok(c.metrics().to_json()))?;
-        // SAFETY: per this function's contract.
-        unsafe { write_str(&text, buf, cap, out_len) }
-    })
+    // SAFETY: per this function's contract.
+    unsafe { cluster_text(cluster, buf, cap, out_len, |c| Ok(c.metrics().to_json())) }
 }
 
 /// Writes the metrics snapshot in the Prometheus text format (NUL-terminated).
@@ -36,9 +33,6 @@ pub unsafe extern "C" fn racaffinity_metrics_prometheus(
     cap: usize,
     out_len: *mut usize,
 ) -> racaffinity_result {
-    guard(|| {
-        let text = handle::with(cluster, |c| Ok(c.metrics().to_prometheus()))?;
-        // SAFETY: per this function's contract.
-        unsafe { write_str(&text, buf, cap, out_len) }
-    })
+    // SAFETY: per this function's contract.
+    unsafe { cluster_text(cluster, buf, cap, out_len, |c| Ok(c.metrics().to_prometheus())) }
 }

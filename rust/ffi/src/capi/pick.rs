@@ -4,7 +4,7 @@ use std::ptr::addr_of;
 
 use racaffinity_core::LeaseToken;
 
-use super::buffer::out_arg;
+use super::buffer::{out_arg, write_opt};
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result, Failure};
 use super::types::{node_id, outcome_arg, racaffinity_lease, racaffinity_route, racaffinity_route_kind};
@@ -153,10 +153,8 @@ pub unsafe extern "C" fn racaffinity_thread_pin(
     guard(|| {
         handle::with(cluster, |c| {
             let r = c.enter_thread_pin()?;
-            if !out.is_null() {
-                // SAFETY: non-NULL and writable per the contract.
-                unsafe { out.write(r.into()) };
-            }
+            // SAFETY: `out` is NULL or writable per the contract.
+            unsafe { write_opt(out, r.into()) };
             Ok(())
         })
     })
@@ -175,10 +173,8 @@ pub unsafe extern "C" fn racaffinity_thread_unpin(
     guard(|| {
         handle::with(cluster, |c| {
             let gone = c.leave_thread_pin();
-            if !out_released.is_null() {
-                // SAFETY: non-NULL and writable per the contract.
-                unsafe { out_released.write(gone) };
-            }
+            // SAFETY: `out_released` is NULL or writable per the contract.
+            unsafe { write_opt(out_released, gone) };
             Ok(())
         })
     })
@@ -214,10 +210,8 @@ pub unsafe extern "C" fn racaffinity_context_pin(
     guard(|| {
         handle::with(cluster, |c| {
             let r = c.pin_context(racaffinity_core::ContextKey(context))?;
-            if !out.is_null() {
-                // SAFETY: non-NULL and writable per the contract.
-                unsafe { out.write(r.into()) };
-            }
+            // SAFETY: `out` is NULL or writable per the contract.
+            unsafe { write_opt(out, r.into()) };
             Ok(())
         })
     })
@@ -236,10 +230,8 @@ pub unsafe extern "C" fn racaffinity_context_unpin(
     guard(|| {
         handle::with(cluster, |c| {
             let gone = c.unpin_context(racaffinity_core::ContextKey(context));
-            if !out_released.is_null() {
-                // SAFETY: non-NULL and writable per the contract.
-                unsafe { out_released.write(gone) };
-            }
+            // SAFETY: `out_released` is NULL or writable per the contract.
+            unsafe { write_opt(out_released, gone) };
             Ok(())
         })
     })

@@ -1,13 +1,14 @@
 //! One leased pick for a unit of work that may hold several affinities; the
 //! core decides which one applies (`Cluster::route`).
 
-use racaffinity_core::{ContextKey, DataKey, RouteRequest};
+use racaffinity_core::RouteRequest;
 
 use super::buffer::{bytes_arg, out_arg};
 use super::handle::{self, racaffinity_cluster};
 use super::pick::lease;
 use super::result::{guard, racaffinity_result, Failure};
 use super::types::{racaffinity_lease, racaffinity_route};
+use crate::ops;
 
 /// What a host knows about the unit of work asking for a connection. Every
 /// field is optional: a zero length (or `context` 0) means "none". Only
@@ -103,15 +104,13 @@ unsafe fn request_arg<'a>(request: *const racaffinity_route_request) -> Result<R
             bytes_arg(r.session, r.session_len, "request.session")?,
         )
     };
-    let key = if r.key_is_i64 != 0 {
-        Some(DataKey::Int(r.key_i64))
-    } else {
-        (!key.is_empty()).then_some(DataKey::Bytes(key))
-    };
-    Ok(RouteRequest {
-        transaction: (!gtrid.is_empty()).then_some(gtrid),
-        key,
-        session: (!session.is_empty()).then_some(session),
-        context: (r.context != 0).then_some(ContextKey(r.context)),
-    })
+    // In C a zero length means "none" (the struct has no other way to say it).
+    let given = |s: &'a [u8]| (!s.is_empty()).then_some(s);
+    Ok(ops::route_request(
+        given(gtrid),
+        given(key),
+        (r.key_is_i64 != 0).then_some(r.key_i64),
+        given(session),
+        r.context,
+    ))
 }

@@ -1,6 +1,8 @@
 //! Result codes, the last-error message and the panic guard.
 
+use std::any::Any;
 use std::cell::RefCell;
+use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use racaffinity_core::{Error, ErrorKind};
@@ -49,6 +51,116 @@ pub enum racaffinity_result {
     InvalidLease = 17,
 }
 
+/// A `#[repr(C)]` enum of the boundary: its values and its checked
+/// conversion from the `uint32_t` a caller passes.
+pub(crate) trait CEnum: Copy + TryFrom<u32, Error = InvalidEnumValue> + 'static {
+    /// The C type name, for messages.
+    const NAME: &'static str;
+    /// Every variant, in declaration order.
+    const ALL: &'static [Self];
+}
+
+/// A `uint32_t` that is no value of the enum `name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InvalidEnumValue {
+    /// The enum's C type name.
+    pub name: &'static str,
+    /// The value passed.
+    pub value: u32,
+}
+
+impl From<InvalidEnumValue> for Failure {
+    fn from(e: InvalidEnumValue) -> Self {
+        bad_enum(e.name, e.value)
+    }
+}
+
+/// Derives [`CEnum`] (the `ALL` list and `TryFrom<u32>`) for a `#[repr(C)]`
+/// enum from its variant names; with `=> CoreEnum`, also the conversions
+/// both ways to the core enum whose variants have the same names.
+///
+/// The enum itself stays a plain item beside the invocation because cbindgen
+/// does not expand macros, and the header must keep it. Drift cannot creep in
+/// anyway: the list is matched with no wildcard, so a missing variant does not
+/// compile (a repeated one is an unreachable pattern, denied by clippy), an
+/// unknown name does not resolve, and values are compared by discriminant,
+/// never looked up by position.
+macro_rules! c_enum {
+    ($name:ident { $($v:ident),+ $(,)? }) => {
+        impl $crate::capi::result::CEnum for $name {
+            const NAME: &'static str = stringify!($name);
+            const ALL: &'static [$name] = &[$($name::$v),+];
+        }
+
+        impl TryFrom<u32> for $name {
+            type Error = $crate::capi::result::InvalidEnumValue;
+
+            fn try_from(v: u32) -> Result<Self, Self::Error> {
+                #[allow(dead_code)]
+                const fn every_variant_is_listed(e: $name) {
+                    match e {
+                        $($name::$v)|+ => {}
+                    }
+                }
+                $(
+                    if v == $name::$v as u32 {
+                        return Ok($name::$v);
+                    }
+                )+
+                Err($crate::capi::result::InvalidEnumValue { name: stringify!($name), value: v })
+            }
+        }
+    };
+    ($name:ident => $core:ident { $($v:ident),+ $(,)? }) => {
+        c_enum!($name { $($v),+ });
+
+        impl From<$core> for $name {
+            #[inline]
+            fn from(x: $core) -> Self {
+                match x {
+                    $($core::$v => $name::$v),+
+                }
+            }
+        }
+
+        impl From<$name> for $core {
+            #[inline]
+            fn from(x: $name) -> Self {
+                match x {
+                    $($name::$v => $core::$v),+
+                }
+            }
+        }
+    };
+}
+pub(crate) use c_enum;
+
+/// The failure for a value that is no variant of the enum `what`.
+pub(crate) fn bad_enum(what: &str, v: impl Display) -> Failure {
+    Failure::new(racaffinity_result::InvalidArgument, format!("{v} is not a valid {what}"))
+}
+
+c_enum!(racaffinity_result {
+    Ok,
+    NullArgument,
+    InvalidHandle,
+    InvalidUtf8,
+    InvalidArgument,
+    BufferTooSmall,
+    Panic,
+    Config,
+    UnknownNode,
+    DuplicateNode,
+    NoNodeAvailable,
+    StrictAffinity,
+    PreparedNodeUnavailable,
+    UnknownTransaction,
+    EventParse,
+    ForeignEvent,
+    TooManyHandles,
+    InvalidLease,
+});
+
 impl racaffinity_result {
     /// Static description of a code.
     pub fn message(self) -> &'static str {
@@ -74,49 +186,38 @@ impl racaffinity_result {
             InvalidLease => "lease already released or from another cluster",
         }
     }
+}
 
-    /// Every code, for tests and bindings' tables.
-    pub(crate) const ALL: [racaffinity_result; 18] = {
-        use racaffinity_result::*;
-        [
-            Ok,
-            NullArgument,
-            InvalidHandle,
-            InvalidUtf8,
-            InvalidArgument,
-            BufferTooSmall,
-            Panic,
-            Config,
-            UnknownNode,
-            DuplicateNode,
-            NoNodeAvailable,
-            StrictAffinity,
-            PreparedNodeUnavailable,
-            UnknownTransaction,
-            EventParse,
-            ForeignEvent,
-            TooManyHandles,
-            InvalidLease,
-        ]
+/// The one table from core error kinds to result codes. `ErrorKind` is
+/// `#[non_exhaustive]`, so the compiler cannot see a kind missing here; the
+/// unit test `every_core_error_kind_has_its_own_code` reads the core's list.
+macro_rules! kind_codes {
+    ($($kind:ident => $code:ident),+ $(,)?) => {
+        pub(crate) fn code_of(kind: ErrorKind) -> racaffinity_result {
+            match kind {
+                $(ErrorKind::$kind => racaffinity_result::$code,)+
+                _ => racaffinity_result::InvalidArgument,
+            }
+        }
+
+        /// Every kind the table names.
+        #[cfg(test)]
+        pub(crate) const MAPPED_KINDS: &[ErrorKind] = &[$(ErrorKind::$kind),+];
     };
 }
 
-/// The one table from core error kinds to result codes.
-pub(crate) fn code_of(kind: ErrorKind) -> racaffinity_result {
-    match kind {
-        ErrorKind::Config => racaffinity_result::Config,
-        ErrorKind::InvalidArgument => racaffinity_result::InvalidArgument,
-        ErrorKind::UnknownNode => racaffinity_result::UnknownNode,
-        ErrorKind::DuplicateNode => racaffinity_result::DuplicateNode,
-        ErrorKind::NoNodeAvailable => racaffinity_result::NoNodeAvailable,
-        ErrorKind::StrictAffinity => racaffinity_result::StrictAffinity,
-        ErrorKind::PreparedNodeUnavailable => racaffinity_result::PreparedNodeUnavailable,
-        ErrorKind::UnknownTransaction => racaffinity_result::UnknownTransaction,
-        ErrorKind::EventParse => racaffinity_result::EventParse,
-        ErrorKind::ForeignEvent => racaffinity_result::ForeignEvent,
-        ErrorKind::UnknownLease => racaffinity_result::InvalidLease,
-        _ => racaffinity_result::InvalidArgument,
-    }
+kind_codes! {
+    Config => Config,
+    InvalidArgument => InvalidArgument,
+    UnknownNode => UnknownNode,
+    DuplicateNode => DuplicateNode,
+    NoNodeAvailable => NoNodeAvailable,
+    StrictAffinity => StrictAffinity,
+    PreparedNodeUnavailable => PreparedNodeUnavailable,
+    UnknownTransaction => UnknownTransaction,
+    EventParse => EventParse,
+    ForeignEvent => ForeignEvent,
+    UnknownLease => InvalidLease,
 }
 
 /// A failed call: the code plus the detail kept for `racaffinity_last_error_message`.
@@ -194,15 +295,21 @@ pub(crate) fn guard(f: impl FnOnce() -> CallResult) -> racaffinity_result {
             fail.code
         }
         Err(payload) => {
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic payload".into());
-            set_last_error(format!("panic caught at the library boundary: {msg}"));
+            set_last_error(panic_message(&*payload));
             racaffinity_result::Panic
         }
     }
+}
+
+/// The message of a panic caught at the boundary (C's last error, Java's
+/// `NativePanicException`).
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into());
+    format!("panic caught at the library boundary (a bug): {msg}")
 }
 
 fn set_last_error(msg: String) {
@@ -226,9 +333,7 @@ pub unsafe extern "C" fn racaffinity_result_message(
     out_len: *mut usize,
 ) -> racaffinity_result {
     guard(|| {
-        let code = racaffinity_result::ALL.get(code as usize).copied().ok_or_else(|| {
-            Failure::new(racaffinity_result::InvalidArgument, format!("{code} is not a racaffinity_result"))
-        })?;
+        let code = racaffinity_result::try_from(code)?;
         // SAFETY: the caller guarantees `buf`/`out_len` per this function's contract.
         unsafe { write_str(code.message(), buf, cap, out_len) }
     })
@@ -260,6 +365,73 @@ pub unsafe extern "C" fn racaffinity_last_error_message(
 mod tests {
     use super::*;
 
+    /// The variant names of the core's `ErrorKind`, read from its source:
+    /// the enum is `#[non_exhaustive]`, so no match here can list them.
+    fn core_error_kinds() -> Vec<String> {
+        let src = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../core/src/error.rs"));
+        let body = src.split("pub enum ErrorKind {").nth(1).expect("rust/core/src/error.rs defines ErrorKind");
+        let body = &body[..body.find('}').expect("ErrorKind's closing brace")];
+        body.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("//") && !l.starts_with('#'))
+            .map(|l| l.trim_end_matches(',').to_string())
+            .collect()
+    }
+
+    #[test]
+    fn every_core_error_kind_has_its_own_code() {
+        let kinds = core_error_kinds();
+        assert!(kinds.len() >= 11, "parsed {kinds:?}");
+        let mapped: Vec<String> = MAPPED_KINDS.iter().map(|k| format!("{k:?}")).collect();
+        for k in &kinds {
+            assert!(mapped.contains(k), "ErrorKind::{k} has no result code: add it to `kind_codes!` in capi/result.rs");
+        }
+        assert_eq!(mapped.len(), kinds.len(), "kind_codes! names a kind twice: {mapped:?}");
+        // Only InvalidArgument itself may land on the fallback code.
+        for &k in MAPPED_KINDS {
+            let code = code_of(k);
+            assert!(code != racaffinity_result::InvalidArgument || k == ErrorKind::InvalidArgument, "{k:?}");
+            assert!(!matches!(code, racaffinity_result::Ok | racaffinity_result::Panic), "{k:?} -> {code:?}");
+        }
+        assert_eq!(code_of(ErrorKind::UnknownLease), racaffinity_result::InvalidLease);
+        assert_eq!(code_of(ErrorKind::UnknownNode), racaffinity_result::UnknownNode);
+    }
+
+    #[test]
+    fn every_code_is_its_index_and_has_its_own_message() {
+        // Java's `exceptionClasses()` and Python's tables index by code.
+        for (i, &c) in racaffinity_result::ALL.iter().enumerate() {
+            assert_eq!(c as usize, i, "{c:?}");
+            assert!(!c.message().is_empty(), "{c:?}");
+        }
+        let mut messages: Vec<_> = racaffinity_result::ALL.iter().map(|c| c.message()).collect();
+        messages.sort_unstable();
+        messages.dedup();
+        assert_eq!(messages.len(), racaffinity_result::ALL.len(), "two codes share a message");
+    }
+
+    #[test]
+    fn an_unknown_code_has_no_message() {
+        let mut buf = [0 as std::os::raw::c_char; 64];
+        let mut len = 0usize;
+        let n = racaffinity_result::ALL.len() as u32;
+        // SAFETY: `buf` is valid for its length and `len` is writable.
+        let rc = unsafe { racaffinity_result_message(n, buf.as_mut_ptr(), buf.len(), &mut len) };
+        assert_eq!(rc, racaffinity_result::InvalidArgument);
+        // SAFETY: as above.
+        let rc = unsafe { racaffinity_result_message(n - 1, buf.as_mut_ptr(), buf.len(), &mut len) };
+        assert_eq!(rc, racaffinity_result::Ok);
+        assert_eq!(len, racaffinity_result::InvalidLease.message().len() + 1);
+    }
+
+    #[test]
+    fn a_panic_becomes_the_panic_code_and_its_message() {
+        let rc = guard(|| panic!("inside"));
+        assert_eq!(rc, racaffinity_result::Panic);
+        let msg = LAST_ERROR.with(|e| e.borrow().as_str().to_string());
+        assert_eq!(msg, "panic caught at the library boundary (a bug): inside");
+    }
+
     #[test]
     fn a_long_detail_is_cut_at_a_character_boundary() {
         let mut d = Detail { len: 0, bytes: [0; MAX_DETAIL] };
@@ -269,5 +441,15 @@ mod tests {
         assert!(d.as_str().len() <= MAX_DETAIL);
         d.set("short");
         assert_eq!(d.as_str(), "short");
+    }
+
+    #[test]
+    fn a_panic_message_names_the_boundary_and_the_payload() {
+        let p: Box<dyn Any + Send> = Box::new("boom");
+        assert_eq!(panic_message(&*p), "panic caught at the library boundary (a bug): boom");
+        let p: Box<dyn Any + Send> = Box::new(String::from("bang"));
+        assert!(panic_message(&*p).ends_with(": bang"));
+        let p: Box<dyn Any + Send> = Box::new(42);
+        assert!(panic_message(&*p).ends_with("non-string panic payload"));
     }
 }

@@ -1,6 +1,6 @@
 //! Web-session affinity.
 
-use super::buffer::bytes_arg;
+use super::buffer::{bytes_arg, write_opt};
 use super::call::span_route;
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result};
@@ -36,10 +36,8 @@ pub unsafe extern "C" fn racaffinity_session_end(
         // SAFETY: per this function's contract.
         let k = unsafe { bytes_arg(key, len, "key") }?;
         let existed = handle::with(cluster, |c| Ok(c.session_end(k)?))?;
-        if !out_existed.is_null() {
-            // SAFETY: non-NULL and writable per the contract.
-            unsafe { out_existed.write(existed) };
-        }
+        // SAFETY: `out_existed` is NULL or writable per the contract.
+        unsafe { write_opt(out_existed, existed) };
         Ok(())
     })
 }

@@ -4,9 +4,9 @@
 //! C caller can pass any integer, and an out-of-range Rust enum is undefined
 //! behaviour. Enums the library *writes* use the enum types.
 
-use racaffinity_core::{NodeId, NodeState, Outcome, Route, RouteKind, Scope};
+use racaffinity_core::{NodeId, NodeState, Outcome, RecoveryScope, Route, RouteKind, Scope};
 
-use super::result::{racaffinity_result, Failure};
+use super::result::{c_enum, CEnum, Failure};
 
 /// How a node was chosen (mirrors the core's `RouteKind`).
 #[repr(C)]
@@ -25,6 +25,8 @@ pub enum racaffinity_route_kind {
     /// The panic policy chose among unavailable nodes.
     Panic = 5,
 }
+
+c_enum!(racaffinity_route_kind => RouteKind { Balanced, Affinity, Placed, Repinned, Fallback, Panic });
 
 /// A routing decision: node id (dense, in config order) and how it was chosen.
 #[repr(C)]
@@ -64,6 +66,8 @@ pub enum racaffinity_node_state {
     Down = 2,
 }
 
+c_enum!(racaffinity_node_state => NodeState { Up, Draining, Down });
+
 /// What the nodes are to each other (`recovery.scope`), which decides how
 /// in-doubt transactions are recovered.
 #[repr(C)]
@@ -74,6 +78,8 @@ pub enum racaffinity_recovery_scope {
     /// Instances of one database (RAC): any answering instance lists and completes every id.
     Database = 1,
 }
+
+c_enum!(racaffinity_recovery_scope => RecoveryScope { Node, Database });
 
 /// How a leased unit of work ended.
 #[repr(C)]
@@ -86,6 +92,8 @@ pub enum racaffinity_outcome {
     /// Ended without a verdict on the node.
     Neutral = 2,
 }
+
+c_enum!(racaffinity_outcome => Outcome { Ok, Failed, Neutral });
 
 /// Affinity scope.
 #[repr(C)]
@@ -101,66 +109,129 @@ pub enum racaffinity_scope {
     Data = 3,
 }
 
+c_enum!(racaffinity_scope => Scope { Thread, Transaction, Session, Data });
+
 impl From<Route> for racaffinity_route {
     #[inline]
     fn from(r: Route) -> Self {
-        let kind = match r.kind {
-            RouteKind::Balanced => racaffinity_route_kind::Balanced,
-            RouteKind::Affinity => racaffinity_route_kind::Affinity,
-            RouteKind::Placed => racaffinity_route_kind::Placed,
-            RouteKind::Repinned => racaffinity_route_kind::Repinned,
-            RouteKind::Fallback => racaffinity_route_kind::Fallback,
-            RouteKind::Panic => racaffinity_route_kind::Panic,
-        };
-        racaffinity_route { node: r.node.0, kind }
+        racaffinity_route { node: r.node.0, kind: r.kind.into() }
     }
 }
 
-impl From<NodeState> for racaffinity_node_state {
-    fn from(s: NodeState) -> Self {
-        match s {
-            NodeState::Up => racaffinity_node_state::Up,
-            NodeState::Draining => racaffinity_node_state::Draining,
-            NodeState::Down => racaffinity_node_state::Down,
-        }
-    }
-}
-
-fn bad_enum(what: &str, v: u32) -> Failure {
-    Failure::new(racaffinity_result::InvalidArgument, format!("{v} is not a valid {what}"))
+/// An enum parameter as the core's type: `C` is the boundary's enum.
+#[inline]
+pub(crate) fn enum_arg<C: CEnum, T: From<C>>(v: u32) -> Result<T, Failure> {
+    Ok(T::from(C::try_from(v)?))
 }
 
 /// A `racaffinity_node_state` parameter.
 pub(crate) fn node_state_arg(v: u32) -> Result<NodeState, Failure> {
-    match v {
-        0 => Ok(NodeState::Up),
-        1 => Ok(NodeState::Draining),
-        2 => Ok(NodeState::Down),
-        _ => Err(bad_enum("racaffinity_node_state", v)),
-    }
+    enum_arg::<racaffinity_node_state, _>(v)
 }
 
 /// A `racaffinity_outcome` parameter.
 pub(crate) fn outcome_arg(v: u32) -> Result<Outcome, Failure> {
-    match v {
-        0 => Ok(Outcome::Ok),
-        1 => Ok(Outcome::Failed),
-        2 => Ok(Outcome::Neutral),
-        _ => Err(bad_enum("racaffinity_outcome", v)),
-    }
+    enum_arg::<racaffinity_outcome, _>(v)
 }
 
 /// A `racaffinity_scope` parameter.
 pub(crate) fn scope_arg(v: u32) -> Result<Scope, Failure> {
-    match v {
-        0 => Ok(Scope::Thread),
-        1 => Ok(Scope::Transaction),
-        2 => Ok(Scope::Session),
-        3 => Ok(Scope::Data),
-        _ => Err(bad_enum("racaffinity_scope", v)),
-    }
+    enum_arg::<racaffinity_scope, _>(v)
 }
 
 pub(crate) fn node_id(n: u32) -> NodeId {
     NodeId(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::connect::racaffinity_connect_form;
+    use crate::capi::result::{racaffinity_result, InvalidEnumValue};
+
+    /// Checks what every boundary enum must hold: distinct values, each one
+    /// read back as itself, everything else refused with the type's name.
+    fn check<E: CEnum + std::fmt::Debug + PartialEq + Into<u32>>() {
+        let mut values: Vec<u32> = E::ALL.iter().map(|&e| e.into()).collect();
+        for (&e, &v) in E::ALL.iter().zip(&values) {
+            assert_eq!(E::try_from(v), Ok(e), "{} {v}", E::NAME);
+        }
+        values.sort_unstable();
+        values.dedup();
+        assert_eq!(values.len(), E::ALL.len(), "{}: two variants share a value", E::NAME);
+        for bad in [values[values.len() - 1] + 1, u32::MAX] {
+            let err = E::try_from(bad).unwrap_err();
+            assert_eq!(err, InvalidEnumValue { name: E::NAME, value: bad });
+            let f = Failure::from(err);
+            assert_eq!(f.code, racaffinity_result::InvalidArgument);
+            assert_eq!(f.detail, format!("{bad} is not a valid {}", E::NAME));
+        }
+    }
+
+    macro_rules! as_u32 {
+        ($($t:ty),+) => {$(
+            impl From<$t> for u32 {
+                fn from(e: $t) -> u32 {
+                    e as u32
+                }
+            }
+        )+};
+    }
+    as_u32!(
+        racaffinity_result,
+        racaffinity_route_kind,
+        racaffinity_node_state,
+        racaffinity_recovery_scope,
+        racaffinity_outcome,
+        racaffinity_scope,
+        racaffinity_connect_form
+    );
+
+    #[test]
+    fn every_boundary_enum_reads_back_each_value_and_refuses_the_rest() {
+        check::<racaffinity_result>();
+        check::<racaffinity_route_kind>();
+        check::<racaffinity_node_state>();
+        check::<racaffinity_recovery_scope>();
+        check::<racaffinity_outcome>();
+        check::<racaffinity_scope>();
+        check::<racaffinity_connect_form>();
+    }
+
+    #[test]
+    fn enum_parameters_keep_their_published_values() {
+        // The header's values: callers and the other bindings hold these numbers.
+        assert_eq!(node_state_arg(0).unwrap(), NodeState::Up);
+        assert_eq!(node_state_arg(1).unwrap(), NodeState::Draining);
+        assert_eq!(node_state_arg(2).unwrap(), NodeState::Down);
+        assert_eq!(outcome_arg(0).unwrap(), Outcome::Ok);
+        assert_eq!(outcome_arg(1).unwrap(), Outcome::Failed);
+        assert_eq!(outcome_arg(2).unwrap(), Outcome::Neutral);
+        assert_eq!(scope_arg(0).unwrap(), Scope::Thread);
+        assert_eq!(scope_arg(1).unwrap(), Scope::Transaction);
+        assert_eq!(scope_arg(2).unwrap(), Scope::Session);
+        assert_eq!(scope_arg(3).unwrap(), Scope::Data);
+        assert_eq!(scope_arg(4).unwrap_err().detail, "4 is not a valid racaffinity_scope");
+    }
+
+    #[test]
+    fn core_enums_convert_both_ways_by_name() {
+        for &s in &Scope::ALL {
+            assert_eq!(Scope::from(racaffinity_scope::from(s)), s);
+            assert_eq!(format!("{:?}", racaffinity_scope::from(s)), format!("{s:?}"));
+        }
+        for s in [NodeState::Up, NodeState::Draining, NodeState::Down] {
+            assert_eq!(NodeState::from(racaffinity_node_state::from(s)), s);
+        }
+        for &k in racaffinity_route_kind::ALL {
+            assert_eq!(racaffinity_route_kind::from(RouteKind::from(k)), k);
+            assert_eq!(format!("{:?}", RouteKind::from(k)), format!("{k:?}"));
+        }
+        for &r in racaffinity_recovery_scope::ALL {
+            assert_eq!(racaffinity_recovery_scope::from(RecoveryScope::from(r)), r);
+        }
+        for &o in racaffinity_outcome::ALL {
+            assert_eq!(racaffinity_outcome::from(Outcome::from(o)), o);
+        }
+    }
 }

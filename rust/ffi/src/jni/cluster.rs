@@ -4,14 +4,16 @@
 use jni::objects::{JClass, JIntArray, JLongArray, JObject, JObjectArray, JString};
 use jni::sys::{jboolean, jint, jlong};
 use jni::{Env, EnvUnowned};
-use racaffinity_core::{Cluster, NodeSpec, NodeState, RecoveryScope};
+use racaffinity_core::{Cluster, NodeState, RecoveryScope, Scope};
 
 use super::{
-    node_arg, run, run_cluster_fast, run_fast, run_node_fast, run_str, run_to_string, string, with_cluster, JResult,
+    enum_arg, node_arg, run, run_cluster_fast, run_fast, run_node_fast, run_str, run_to_string, string, with_cluster,
+    JResult,
 };
 use crate::capi::handle;
-use crate::capi::result::{racaffinity_result, Failure};
-use crate::capi::types::{node_id, node_state_arg, racaffinity_node_state, scope_arg};
+use crate::capi::result::{racaffinity_result, CEnum, Failure};
+use crate::capi::types::{node_id, racaffinity_node_state, racaffinity_scope};
+use crate::ops;
 
 fn strings<'local>(env: &mut Env<'local>, items: &[String]) -> JResult<JObjectArray<'local, JString<'local>>> {
     let arr = JObjectArray::<JString>::new(env, items.len(), JString::null())?;
@@ -21,10 +23,6 @@ fn strings<'local>(env: &mut Env<'local>, items: &[String]) -> JResult<JObjectAr
         env.delete_local_ref(js);
     }
     Ok(arr)
-}
-
-fn unknown(node: u32) -> Failure {
-    Failure::new(racaffinity_result::UnknownNode, format!("no node with id {node}"))
 }
 
 /// `String version()`: the library version, checked by the Java loader.
@@ -150,7 +148,7 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeName<'l>(
 ) -> JString<'l> {
     run_to_string(&mut env, || {
         let node = node_arg(node)?;
-        with_cluster(h, |c| c.node_name(node_id(node)).ok_or_else(|| unknown(node)))
+        with_cluster(h, |c| ops::node_name(c, node_id(node)))
     })
 }
 
@@ -165,10 +163,7 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeAddress<'l>(
 ) -> JString<'l> {
     run_to_string(&mut env, || {
         let node = node_arg(node)?;
-        with_cluster(h, |c| {
-            let n = c.node(node_id(node)).ok_or_else(|| unknown(node))?;
-            Ok(n.address().unwrap_or_default().to_string())
-        })
+        with_cluster(h, |c| ops::node_address(c, node_id(node)))
     })
 }
 
@@ -192,11 +187,7 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeState<'l>(
     h: jlong,
     node: jint,
 ) -> jint {
-    run_node_fast(&mut env, h, node, |c, node| {
-        let n = c.node(node).ok_or_else(|| unknown(node.0))?;
-        let st = if n.is_removed() { NodeState::Down } else { n.state() };
-        Ok(racaffinity_node_state::from(st) as jint)
-    })
+    run_node_fast(&mut env, h, node, |c, node| Ok(racaffinity_node_state::from(ops::node_state(c, node)?) as jint))
 }
 
 /// `int nodeSetState(long handle, String name, int state)`: as an operator
@@ -211,7 +202,7 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeSetState<'l>(
 ) -> jint {
     run(&mut env, |env| {
         let name = string(env, &name, "name")?;
-        let state = node_state_arg(state as u32)?;
+        let state: NodeState = enum_arg::<racaffinity_node_state, _>(state)?;
         with_cluster(h, |c| Ok(racaffinity_node_state::from(c.set_node_state(&name, state)?) as jint))
     })
 }
@@ -233,9 +224,7 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeAdd<'l>(
         let weight = u32::try_from(weight).map_err(|_| {
             Failure::new(racaffinity_result::InvalidArgument, format!("weight must be 1..=1000000, got {weight}"))
         })?;
-        let mut spec = NodeSpec::new(name).weight(weight.max(1));
-        spec.address = address;
-        with_cluster(h, |c| Ok(c.add_node(spec)?.0 as jint))
+        with_cluster(h, |c| Ok(ops::add_node(c, &name, address.as_deref(), weight)?.0 as jint))
     })
 }
 
@@ -260,7 +249,7 @@ pub extern "system" fn Java_io_racaffinity_Native_setStrict<'l>(
     strict: jboolean,
 ) {
     run_fast(&mut env, || {
-        let scope = scope_arg(scope as u32)?;
+        let scope: Scope = enum_arg::<racaffinity_scope, _>(scope)?;
         with_cluster(h, |c| {
             c.set_strict(scope, strict);
             Ok(())
@@ -277,7 +266,7 @@ pub extern "system" fn Java_io_racaffinity_Native_isStrict<'l>(
     scope: jint,
 ) -> jboolean {
     run_fast(&mut env, || {
-        let scope = scope_arg(scope as u32)?;
+        let scope: Scope = enum_arg::<racaffinity_scope, _>(scope)?;
         with_cluster(h, |c| Ok(c.is_strict(scope)))
     })
 }

@@ -4,9 +4,10 @@
 use jni::objects::{JClass, JString};
 use jni::sys::jint;
 use jni::EnvUnowned;
-use racaffinity_core::connect::{self, InstanceAddress};
+use racaffinity_core::connect::InstanceAddress;
 
-use super::{run, string};
+use super::{enum_arg, run, string};
+use crate::capi::connect::racaffinity_connect_form;
 use crate::capi::result::{racaffinity_result, Failure};
 
 /// `OracleUrls.connectString(int form, String host, int port, String service,
@@ -28,19 +29,7 @@ pub extern "system" fn Java_io_racaffinity_oracle_OracleUrls_connectString<'l>(
             Failure::new(racaffinity_result::InvalidArgument, format!("port {port} is out of range 0..=65535"))
         })?;
         let addr = InstanceAddress { host: &host, port, service: &service, instance: &instance };
-        let s = match form {
-            0 => connect::descriptor(&addr),
-            1 => connect::easy_connect(&addr),
-            2 => connect::jdbc_descriptor_url(&addr),
-            3 => connect::jdbc_easy_connect_url(&addr),
-            _ => {
-                return Err(Failure::new(
-                    racaffinity_result::InvalidArgument,
-                    format!("{form} is not a racaffinity_connect_form"),
-                )
-                .into())
-            }
-        }?;
+        let s = enum_arg::<racaffinity_connect_form, racaffinity_connect_form>(form)?.build(&addr)?;
         Ok(JString::from_str(env, s)?)
     })
 }

@@ -31,10 +31,11 @@ use jni::sys::{jint, jlong};
 use jni::{jni_str, Env, EnvUnowned};
 use racaffinity_core::{Cluster, NodeId, Route};
 
-use crate::capi::buffer::RACAFFINITY_MAX_STRING_BYTES;
+use crate::capi::buffer::{too_long, RACAFFINITY_MAX_STRING_BYTES};
 use crate::capi::handle::{self, racaffinity_cluster};
-use crate::capi::result::{racaffinity_result, Failure};
+use crate::capi::result::{bad_enum, panic_message, racaffinity_result, CEnum, Failure};
 use crate::capi::types::{node_id, racaffinity_route};
+use crate::ops;
 
 mod cluster;
 mod connect;
@@ -116,14 +117,6 @@ fn throw(env: &mut Env<'_>, class: &JNIStr, msg: String) {
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into())
-}
-
 /// The error policy of every export: a [`Fail`] becomes the exception of
 /// its class (via [`exception_class`]), a panic becomes `NativePanicException`,
 /// and the call returns the type's default value, which Java never sees.
@@ -160,7 +153,7 @@ impl<T: Default> ErrorPolicy<T, Fail> for ThrowAffinity {
         _cap: &mut Self::Captures<'unowned_env_local, 'native_method>,
         payload: Box<dyn Any + Send + 'static>,
     ) -> jni::errors::Result<T> {
-        let msg = format!("panic caught at the library boundary (a bug): {}", panic_message(&*payload));
+        let msg = panic_message(&*payload);
         // Dropping a payload may itself panic; leak it rather than unwind.
         if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(payload))) {
             std::mem::forget(p);
@@ -276,13 +269,6 @@ pub(crate) fn pack(r: Route) -> jlong {
     ((c.kind as i64) << 32) | i64::from(c.node)
 }
 
-fn too_long(name: &str, len: usize) -> Fail {
-    Fail::Core(Failure::new(
-        racaffinity_result::InvalidArgument,
-        format!("`{name}` is {len} bytes; the limit is {RACAFFINITY_MAX_STRING_BYTES}"),
-    ))
-}
-
 fn null_arg(name: &str) -> Fail {
     Fail::Core(Failure::new(racaffinity_result::NullArgument, format!("`{name}` is null")))
 }
@@ -306,7 +292,7 @@ pub(crate) fn with_bytes<R>(
     }
     let len = arr.len(env)?;
     if len > RACAFFINITY_MAX_STRING_BYTES {
-        return Err(too_long(name, len));
+        return Err(too_long(name, len).into());
     }
     if len <= STACK_BYTES {
         let mut buf = [0i8; STACK_BYTES];
@@ -345,13 +331,54 @@ pub(crate) fn string(env: &Env<'_>, s: &JString<'_>, name: &str) -> JResult<Stri
     }
     let text = s.try_to_string(env)?;
     if text.len() > RACAFFINITY_MAX_STRING_BYTES {
-        return Err(too_long(name, text.len()));
+        return Err(too_long(name, text.len()).into());
     }
     Ok(text)
 }
 
 /// A node id argument: Java `int`, which must be non-negative.
 pub(crate) fn node_arg(node: i32) -> JResult<u32> {
-    u32::try_from(node)
-        .map_err(|_| Fail::Core(Failure::new(racaffinity_result::UnknownNode, format!("no node with id {node}"))))
+    u32::try_from(node).map_err(|_| Fail::Core(ops::unknown_node(node)))
+}
+
+/// An enum argument (Java `int`) as the core's type: `C` is the C ABI's enum
+/// of the same values. A negative value is named as Java passed it.
+pub(crate) fn enum_arg<C: CEnum, T: From<C>>(v: jint) -> Result<T, Failure> {
+    let v = u32::try_from(v).map_err(|_| bad_enum(C::NAME, v))?;
+    Ok(T::from(C::try_from(v)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::types::racaffinity_scope;
+    use racaffinity_core::Scope;
+
+    #[test]
+    fn every_code_has_a_java_exception_class_in_the_jar_sources() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../java/src/main/java");
+        for &code in racaffinity_result::ALL {
+            let class = exception_class(code).to_str().to_string();
+            assert!(class.starts_with("io/racaffinity/"), "{code:?} -> {class}");
+            let file = root.join(format!("{class}.java"));
+            let src = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{code:?} -> {class}: {e}"));
+            let simple = class.rsplit('/').next().unwrap();
+            assert!(src.contains(&format!("class {simple} ")), "{} declares no class {simple}", file.display());
+        }
+    }
+
+    #[test]
+    fn a_negative_enum_argument_is_named_as_java_passed_it() {
+        assert_eq!(enum_arg::<racaffinity_scope, Scope>(3).unwrap(), Scope::Data);
+        let f = enum_arg::<racaffinity_scope, Scope>(-1).unwrap_err();
+        assert_eq!(f.code, racaffinity_result::InvalidArgument);
+        assert_eq!(f.detail, "-1 is not a valid racaffinity_scope");
+        assert_eq!(enum_arg::<racaffinity_scope, Scope>(4).unwrap_err().detail, "4 is not a valid racaffinity_scope");
+    }
+
+    #[test]
+    fn a_negative_node_id_is_an_unknown_node() {
+        let Err(Fail::Core(f)) = node_arg(-2) else { panic!("accepted -2") };
+        assert_eq!((f.code, f.detail.as_str()), (racaffinity_result::UnknownNode, "no node with id -2"));
+    }
 }

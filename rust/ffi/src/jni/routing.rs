@@ -9,14 +9,15 @@
 use jni::objects::{JByteArray, JClass};
 use jni::sys::{jboolean, jint, jlong};
 use jni::{Env, EnvUnowned};
-use racaffinity_core::{ContextKey, DataKey, RouteRequest};
+use racaffinity_core::{Cluster, ContextKey, DataKey, Outcome, RouteRequest};
 
 use super::{
-    node_arg, pack, run, run_bytes, run_cluster_fast, run_fast, run_node_fast, with_bytes, with_cluster,
+    enum_arg, node_arg, pack, run, run_bytes, run_cluster_fast, run_fast, run_node_fast, with_bytes, with_cluster,
     with_opt_bytes, JResult,
 };
 use crate::capi::result::{racaffinity_result, Failure};
-use crate::capi::types::{node_id, outcome_arg};
+use crate::capi::types::{node_id, racaffinity_outcome};
+use crate::ops;
 
 fn ctx(key: jlong) -> ContextKey {
     ContextKey(key as u64)
@@ -107,24 +108,43 @@ pub extern "system" fn Java_io_racaffinity_Native_contextPick<'l>(
     })
 }
 
-/// Reads the optional affinities of a request (a null array is "none";
-/// `key_is_i64` routes by `key_i64` instead of `key`; `context` 0 is "none",
-/// the OS thread's pin) and calls `f` with them; `transaction` is `None`.
-#[allow(clippy::too_many_arguments)]
-fn with_request<R>(
-    env: &Env<'_>,
-    key: &JByteArray<'_>,
+/// The optional affinities of a request as Java passes them: a null array
+/// is "none"; the rules that combine them are [`ops::route_request`]'s.
+struct RequestArgs<'a, 'l> {
+    key: &'a JByteArray<'l>,
     key_i64: jlong,
     key_is_i64: jboolean,
-    session: &JByteArray<'_>,
+    session: &'a JByteArray<'l>,
     context: jlong,
-    f: impl FnOnce(RouteRequest<'_>) -> JResult<R>,
-) -> JResult<R> {
-    with_opt_bytes(env, key, "key", |key| {
-        with_opt_bytes(env, session, "session", |session| {
-            let key = if key_is_i64 { Some(DataKey::Int(key_i64)) } else { key.map(DataKey::Bytes) };
-            f(RouteRequest { transaction: None, key, session, context: (context != 0).then(|| ctx(context)) })
+}
+
+impl RequestArgs<'_, '_> {
+    /// Calls `f` with the request for `transaction` and these affinities.
+    fn with<R>(
+        &self,
+        env: &Env<'_>,
+        transaction: Option<&[u8]>,
+        f: impl FnOnce(&RouteRequest<'_>) -> JResult<R>,
+    ) -> JResult<R> {
+        with_opt_bytes(env, self.key, "key", |key| {
+            with_opt_bytes(env, self.session, "session", |session| {
+                let key_i64 = self.key_is_i64.then_some(self.key_i64);
+                f(&ops::route_request(transaction, key, key_i64, session, self.context as u64))
+            })
         })
+    }
+}
+
+/// [`run`] for `requestPick` and `requestRoute`: `gtrid` is optional.
+fn run_request(
+    env: &mut EnvUnowned<'_>,
+    h: jlong,
+    gtrid: &JByteArray<'_>,
+    args: RequestArgs<'_, '_>,
+    f: impl FnOnce(&Cluster, &RouteRequest<'_>) -> Result<jlong, Failure>,
+) -> jlong {
+    run(env, |env| {
+        with_opt_bytes(env, gtrid, "gtrid", |gtrid| args.with(env, gtrid, |req| with_cluster(h, |c| f(c, req))))
     })
 }
 
@@ -148,17 +168,11 @@ pub extern "system" fn Java_io_racaffinity_Native_requestPick<'l>(
     session: JByteArray<'l>,
     context: jlong,
 ) -> jlong {
-    run(&mut env, |env| {
-        with_opt_bytes(env, &gtrid, "gtrid", |gtrid| {
-            with_request(env, &key, key_i64, key_is_i64, &session, context, |req| {
-                let req = RouteRequest { transaction: gtrid, ..req };
-                with_cluster(h, |c| {
-                    let r = c.route(&req)?;
-                    c.begin_lease(r.node);
-                    Ok(pack(r))
-                })
-            })
-        })
+    let args = RequestArgs { key: &key, key_i64, key_is_i64, session: &session, context };
+    run_request(&mut env, h, &gtrid, args, |c, req| {
+        let r = c.route(req)?;
+        c.begin_lease(r.node);
+        Ok(pack(r))
     })
 }
 
@@ -178,14 +192,8 @@ pub extern "system" fn Java_io_racaffinity_Native_requestRoute<'l>(
     session: JByteArray<'l>,
     context: jlong,
 ) -> jlong {
-    run(&mut env, |env| {
-        with_opt_bytes(env, &gtrid, "gtrid", |gtrid| {
-            with_request(env, &key, key_i64, key_is_i64, &session, context, |req| {
-                let req = RouteRequest { transaction: gtrid, ..req };
-                with_cluster(h, |c| Ok(pack(c.route(&req)?)))
-            })
-        })
-    })
+    let args = RequestArgs { key: &key, key_i64, key_is_i64, session: &session, context };
+    run_request(&mut env, h, &gtrid, args, |c, req| Ok(pack(c.route(req)?)))
 }
 
 /// `void leaseBegin(long handle, int node)`: leases a node that another call
@@ -197,13 +205,7 @@ pub extern "system" fn Java_io_racaffinity_Native_leaseBegin<'l>(
     h: jlong,
     node: jint,
 ) {
-    run_node_fast(&mut env, h, node, |c, node| {
-        if c.node(node).is_none_or(|n| n.is_removed()) {
-            return Err(Failure::new(racaffinity_result::UnknownNode, format!("no node with id {}", node.0)));
-        }
-        c.begin_lease(node);
-        Ok(())
-    })
+    run_node_fast(&mut env, h, node, ops::begin_lease)
 }
 
 /// `void leaseEnd(long handle, int node, int outcome)`: ends one lease with a
@@ -218,7 +220,7 @@ pub extern "system" fn Java_io_racaffinity_Native_leaseEnd<'l>(
 ) {
     run_fast(&mut env, || {
         let node = node_arg(node)?;
-        let outcome = outcome_arg(outcome as u32)?;
+        let outcome: Outcome = enum_arg::<racaffinity_outcome, _>(outcome)?;
         with_cluster(h, |c| {
             c.end_lease(node_id(node), outcome);
             Ok(())
@@ -271,11 +273,10 @@ pub extern "system" fn Java_io_racaffinity_Native_txBeginFor<'l>(
     session: JByteArray<'l>,
     context: jlong,
 ) -> jlong {
+    let args = RequestArgs { key: &key, key_i64, key_is_i64, session: &session, context };
     run(&mut env, |env| {
         with_bytes(env, &gtrid, "gtrid", |g| {
-            with_request(env, &key, key_i64, key_is_i64, &session, context, |req| {
-                with_cluster(h, |c| Ok(pack(c.tx_begin_for(g, &req)?)))
-            })
+            args.with(env, None, |req| with_cluster(h, |c| Ok(pack(c.tx_begin_for(g, req)?))))
         })
     })
 }
