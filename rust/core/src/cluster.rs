@@ -331,9 +331,7 @@ impl Cluster {
 
     /// Changes a node's static weight.
     pub fn set_node_weight(&self, name: &str, weight: u32) -> Result<()> {
-        if weight == 0 || weight > 1_000_000 {
-            return Err(Error::InvalidArgument(format!("weight must be 1..=1000000, got {weight}")));
-        }
+        crate::node::check_weight(weight)?;
         self.node_by_name(name)?.set_weight(weight);
         Ok(())
     }

@@ -299,7 +299,7 @@ impl Config {
                 };
                 match attr {
                     "address" => declared[idx].address = Some(value.to_string()),
-                    "weight" => declared[idx].weight = parse_u32(key, value, 1, 1_000_000)?,
+                    "weight" => declared[idx].weight = parse_u32(key, value, 1, crate::node::MAX_WEIGHT)?,
                     "machine" => declared[idx].machine = Some(place_name(key, value)?),
                     "zone" => declared[idx].zone = Some(place_name(key, value)?),
                     _ => {

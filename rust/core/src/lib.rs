@@ -65,8 +65,8 @@ pub use failover::{EventEffect, StateChange};
 pub use lease::{Lease, LeaseToken, Outcome};
 pub use metrics::{MetricsSnapshot, NodeMetrics, ScopeMetrics};
 pub use node::{
-    validate_node_name, DownCause, HealthConfig, LocalConfig, Locality, Node, NodeId, NodeSpec, NodeState,
-    MAX_NODE_NAME,
+    check_weight, validate_node_name, DownCause, HealthConfig, LocalConfig, Locality, Node, NodeId, NodeSpec,
+    NodeState, MAX_NODE_NAME, MAX_WEIGHT,
 };
 pub use pin::{ContextKey, ContextPin, ThreadPin};
 pub use request::RouteRequest;

@@ -19,6 +19,17 @@ pub struct NodeId(pub u32);
 /// Longest accepted node name.
 pub const MAX_NODE_NAME: usize = 64;
 
+/// Largest static weight (`node.<N>.weight`); the smallest is 1.
+pub const MAX_WEIGHT: u32 = 1_000_000;
+
+/// Checks a static weight.
+pub fn check_weight(weight: u32) -> Result<()> {
+    if weight == 0 || weight > MAX_WEIGHT {
+        return Err(Error::InvalidArgument(format!("weight must be 1..={MAX_WEIGHT}, got {weight}")));
+    }
+    Ok(())
+}
+
 /// Administrative / observed state of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NodeState {
@@ -181,12 +192,7 @@ impl NodeSpec {
 
     pub(crate) fn validate(&self) -> Result<()> {
         validate_node_name(&self.name)?;
-        if self.weight == 0 || self.weight > 1_000_000 {
-            return Err(Error::InvalidArgument(format!(
-                "node `{}`: weight must be 1..=1000000, got {}",
-                self.name, self.weight
-            )));
-        }
+        check_weight(self.weight).map_err(|e| Error::InvalidArgument(format!("node `{}`: {e}", self.name)))?;
         if let Some(a) = &self.address {
             crate::connect::split_host_port(a, 1521)
                 .map_err(|e| Error::InvalidArgument(format!("node `{}`: bad address `{a}`: {e}", self.name)))?;

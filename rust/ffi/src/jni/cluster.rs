@@ -222,7 +222,10 @@ pub extern "system" fn Java_io_racaffinity_Native_nodeAdd<'l>(
         let name = string(env, &name, "name")?;
         let address = if address.is_null() { None } else { Some(string(env, &address, "address")?) };
         let weight = u32::try_from(weight).map_err(|_| {
-            Failure::new(racaffinity_result::InvalidArgument, format!("weight must be 1..=1000000, got {weight}"))
+            Failure::new(
+                racaffinity_result::InvalidArgument,
+                format!("weight must be 1..={}, got {weight}", racaffinity_core::MAX_WEIGHT),
+            )
         })?;
         with_cluster(h, |c| Ok(ops::add_node(c, &name, address.as_deref(), weight)?.0 as jint))
     })
