@@ -132,6 +132,8 @@ pub struct MetricsSnapshot {
     pub sessions_expired: u64,
     /// Soft-mode transaction spans, summed over nodes (see [`NodeMetrics::tx_spans`]).
     pub tx_spans: u64,
+    /// [`Cluster::topology_fingerprint`] at the snapshot.
+    pub fingerprint: String,
     /// The explicit partition map's epoch (0: as configured).
     pub partition_map_epoch: u64,
     /// Who set the partition map (`config`, `set_partition`, a loader's name).
@@ -150,7 +152,7 @@ impl MetricsSnapshot {
         let mut s = String::with_capacity(256 + 320 * self.nodes.len());
         let _ = write!(
             s,
-            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"tx_spans":{},"partition_map":{{"epoch":{},"source":"{}"}},"nodes":["#,
+            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"tx_spans":{},"fingerprint":"{}","partition_map":{{"epoch":{},"source":"{}"}},"nodes":["#,
             self.cluster,
             self.epoch,
             self.hash_version,
@@ -158,6 +160,7 @@ impl MetricsSnapshot {
             self.sessions_revoked,
             self.sessions_expired,
             self.tx_spans,
+            self.fingerprint,
             self.partition_map_epoch,
             self.partition_map_source
         );
@@ -341,6 +344,11 @@ impl MetricsSnapshot {
         );
         let _ = writeln!(
             s,
+            "# HELP racaffinity_topology_fingerprint Hash of the routing view; processes that agree route alike.\n# TYPE racaffinity_topology_fingerprint gauge\nracaffinity_topology_fingerprint{{cluster=\"{c}\",fingerprint=\"{}\"}} 1",
+            self.fingerprint
+        );
+        let _ = writeln!(
+            s,
             "# HELP racaffinity_partition_map_epoch Epoch of the explicit partition map (labelled with its source).\n# TYPE racaffinity_partition_map_epoch gauge\nracaffinity_partition_map_epoch{{cluster=\"{c}\",source=\"{}\"}} {}",
             self.partition_map_source, self.partition_map_epoch
         );
@@ -354,6 +362,34 @@ impl MetricsSnapshot {
 }
 
 impl Cluster {
+    /// A short hash (8 hex digits) of the routing view: live nodes with
+    /// their names, states, causes, static weights, RLB advice and `aff`,
+    /// the strict switches and the partition map's epoch. Processes whose
+    /// fingerprints match route alike; comparing them shows how long views
+    /// disagree after an event that reaches processes at different times.
+    pub fn topology_fingerprint(&self) -> String {
+        let topo = self.topo();
+        let mut view = String::with_capacity(64 * topo.live.len());
+        for n in &topo.live {
+            let _ = write!(
+                view,
+                "{}|{}|{}|{}|{}|{}|{};",
+                n.name().to_ascii_uppercase(),
+                n.state(),
+                n.down_cause().as_str(),
+                n.weight(),
+                n.rlb_percent().map_or(-1, i32::from),
+                n.rlb_flag().map_or("", |f| f.as_str()),
+                n.affinity_advised()
+            );
+        }
+        for s in Scope::ALL {
+            view.push(if self.is_strict(s) { 'S' } else { 's' });
+        }
+        let _ = write!(view, "|{}", self.partition_map_epoch());
+        format!("{:08x}", crate::hash::hash_bytes(view.as_bytes()) as u32)
+    }
+
     /// A snapshot of every counter.
     pub fn metrics(&self) -> MetricsSnapshot {
         let topo = self.topo();
@@ -410,6 +446,7 @@ impl Cluster {
             .collect();
         MetricsSnapshot {
             tx_spans: nodes.iter().map(|n| n.tx_spans).sum(),
+            fingerprint: self.topology_fingerprint(),
             cluster: self.name().to_string(),
             epoch: topo.epoch,
             hash_version: HASH_VERSION,

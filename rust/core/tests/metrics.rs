@@ -86,3 +86,24 @@ fn prometheus_text_is_well_formed() {
     assert!(text.contains("racaffinity_node_failures_total{cluster=\"orcl\",node="));
     assert_eq!(text.matches("state=\"down\"} 1").count(), 1);
 }
+
+#[test]
+fn the_topology_fingerprint_changes_with_the_routing_view_and_agrees_across_processes() {
+    let (p, q) = (common::cluster("nodes = A, B, C"), common::cluster("nodes = A, B, C"));
+    let f0 = p.topology_fingerprint();
+    assert_eq!(f0.len(), 8);
+    assert_eq!(f0, q.topology_fingerprint(), "same view, same fingerprint");
+    p.set_node_state("B", racaffinity::NodeState::Draining).unwrap();
+    let f1 = p.topology_fingerprint();
+    assert_ne!(f1, f0);
+    p.apply_event("VERSION=1.0 database=orcl service=svc { {instance=A percent=60 flag=GOOD aff=TRUE} }").unwrap();
+    assert_ne!(p.topology_fingerprint(), f1);
+    // Traffic changes no routing view.
+    let f2 = p.topology_fingerprint();
+    for _ in 0..10 {
+        p.pick_balanced().unwrap();
+    }
+    assert_eq!(p.topology_fingerprint(), f2);
+    assert!(p.metrics().to_json().contains(&format!(r#""fingerprint":"{f2}""#)));
+    assert!(p.metrics().to_prometheus().contains(&format!("fingerprint=\"{f2}\"")));
+}
