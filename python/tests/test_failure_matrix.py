@@ -141,7 +141,8 @@ class Lane:
         return dict(self.pg.dsn) if self.model == "node" else {"RAC1": self.pg.dsn["RAC1"]}
 
     def faults(self, *args: str) -> str:
-        done = subprocess.run([str(FAULTS_TOOL), *args], env=self.env, check=True, timeout=900,
+        # sys.executable: the script's `env python3` may be a slow shim (pyenv)
+        done = subprocess.run([sys.executable, str(FAULTS_TOOL), *args], env=self.env, check=True, timeout=900,
                               capture_output=True, text=True)
         return done.stdout
 
