@@ -35,9 +35,11 @@ blackhole, latency, refused = `tests/cluster/faults reset|blackhole|latency|
 refuse I`. In the RAC model (three Toxiproxy instances in front of ONE
 server, `recovery.scope = database`) killing the server would kill every
 instance, so a crash of one instance is its proxy going away (refuse +
-reset). The two models run at the same time on two Toxiproxy servers of
-their own (ports node base + 110 and + 120), the RAC one on node 1, the
-independent one crashing only node 2.
+reset). The four lanes (model x mode) run at the same time, each on a
+Toxiproxy server of its own (ports node base + 110, 120, 130, 140); the
+RAC lanes use server 1 only, the independent lanes fault instance 2 (soft)
+and 3 (strict), and a crash cell of theirs runs while no other cell of the
+independent model does (it kills a server both use).
 
 Application errors (each must count no failure and eject no node, with
 `eject_after_failures = 1`): constraint (an immediate unique violation in
@@ -59,6 +61,7 @@ fault, one per recovery scan that did)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -69,7 +72,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import psycopg
 import psycopg_pool
@@ -112,18 +115,61 @@ def retryable(e: BaseException) -> bool:
 # the two lanes (database models), each with its own Toxiproxy server
 
 
+class CrashLock:
+    """Crash cells of the independent model kill a server the other node
+    lane also uses: they run alone (exclusive, and first in line once
+    waiting), other cells side by side."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.shared = 0
+        self.exclusive = False
+        self.waiting = 0
+
+    @contextlib.contextmanager
+    def hold(self, exclusive: bool) -> Iterator[None]:
+        with self.cond:
+            if exclusive:
+                self.waiting += 1
+                while self.exclusive or self.shared:
+                    self.cond.wait()
+                self.waiting -= 1
+                self.exclusive = True
+            else:
+                while self.exclusive or self.waiting:
+                    self.cond.wait()
+                self.shared += 1
+        try:
+            yield
+        finally:
+            with self.cond:
+                if exclusive:
+                    self.exclusive = False
+                else:
+                    self.shared -= 1
+                self.cond.notify_all()
+
+
 @dataclass
 class Lane:
+    """One model and mode: its own Toxiproxy server and three instances."""
+
     model: str
+    mode: str
     proxy_base: int
     pg: Any
+    crash_lock: CrashLock
     env: Dict[str, str] = field(default_factory=dict)
     dsn: Dict[str, str] = field(default_factory=dict)
 
     @property
     def x(self) -> str:
-        """The instance every cell's gtrid is placed on and faulted."""
-        return "RAC2" if self.model == "node" else "RAC1"
+        """The instance every cell's gtrid is placed on and faulted: in the
+        independent model each node lane crashes its own server (2 or 3),
+        the RAC lanes use server 1 only."""
+        if self.model == "database":
+            return "RAC1"
+        return "RAC2" if self.mode == "soft" else "RAC3"
 
     @property
     def xi(self) -> int:
@@ -146,10 +192,26 @@ class Lane:
                               capture_output=True, text=True)
         return done.stdout
 
+    def fault_cmd(self, *args: str) -> None:
+        """`faults CMD I ...` run in this process: the same code as the
+        command line (tests/cluster/faults loaded as a module, this lane's
+        configuration), without a Python start-up per call (about 0.3 s of
+        CPU, which four lanes on two cores feel)."""
+        mod = self._tool
+        mod.COMMANDS[args[0]](self._cfg, mod.Api(self._cfg), list(args[1:]))
+
     def start(self) -> None:
         self.env = dict(os.environ, RACAFF_PROXY_BASE_PORT=str(self.proxy_base),
                         RACAFF_TOXIPROXY_PORT=str(self.proxy_base - 1))
         self.faults("start", "3", *(["--rac"] if self.model == "database" else []))
+        self._tool = faults_tool()
+        saved = dict(os.environ)
+        try:  # Config reads the environment (the lanes start one by one)
+            os.environ.update(self.env)
+            self._cfg = self._tool.Config()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
         for line in self.faults("env").splitlines():
             for i, name in enumerate(NAMES, 1):
                 prefix = f"export RACAFF_PROXY{i}_DSN="
@@ -171,20 +233,38 @@ class Lane:
             if self.model == "node":
                 self.pg.kill(self.xi)
             else:  # one instance of one database: its proxy goes away
-                self.faults("refuse", i)
-                self.faults("reset", i)
+                self.fault_cmd("refuse", i)
+                self.fault_cmd("reset", i)
         elif fault == "refused":
-            self.faults("refuse", i)
+            self.fault_cmd("refuse", i)
         elif fault == "latency":
-            self.faults("latency", i, str(LATENCY_MS))
+            self.fault_cmd("latency", i, str(LATENCY_MS))
         else:
-            self.faults(fault, i)
+            self.fault_cmd(fault, i)
 
     def heal(self, fault: str) -> None:
         if fault == "crash" and self.model == "node":
             self.pg.restart(self.xi)
         else:
-            self.faults("heal", str(self.xi))
+            self.fault_cmd("heal", str(self.xi))
+
+
+_TOOL: Any = None
+
+
+def faults_tool() -> Any:
+    """tests/cluster/faults as a module (it has no .py suffix)."""
+    global _TOOL
+    if _TOOL is None:
+        import importlib.machinery
+        import importlib.util
+
+        loader = importlib.machinery.SourceFileLoader("racaff_faults_tool", str(FAULTS_TOOL))
+        spec = importlib.util.spec_from_loader(loader.name, loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        _TOOL = mod
+    return _TOOL
 
 
 # ---------------------------------------------------------------------------
@@ -366,9 +446,13 @@ class CellRun:
         if cell.fault == "password":
             kwargs["user"] = NOLOGIN_ROLE
         self.cluster = ra.Cluster(self.config())
+        self.rec_pools: Optional[NodePools] = None
         try:
             self.pools = NodePools(self.cluster, lane.dsn, min_size=1, max_size=4, timeout=T,
                                    connect_kwargs=kwargs)
+            if cell.fault == "password":
+                # the TM recovers with its own credentials
+                self.rec_pools = NodePools(self.cluster, lane.dsn, min_size=0, max_size=1, timeout=T)
             try:
                 self.instrument(self.pools)
                 if cell.fault != "password":
@@ -385,6 +469,8 @@ class CellRun:
                 self.verify()
             finally:
                 self.pools.close(timeout=2.0)
+                if self.rec_pools is not None:
+                    self.rec_pools.close(timeout=2.0)
         finally:
             self.cluster.close()
 
@@ -530,12 +616,13 @@ class CellRun:
                 if r.gid in held:
                     self.nota += 1
         # recovery with every node back, with the decision log
-        rep = None
+        rec = self.rec_pools or self.pools
         deadline = time.monotonic() + 15
-        while True:
-            rep = self.pools.recover_all(self.decision or "rollback", timeout=T_RECOVER, predicate=self.mine)
+        while True:  # a restarted node may still be starting
+            rep = rec.recover_all(self.decision or "rollback", timeout=T_RECOVER, predicate=self.mine)
             if rep.ok or time.monotonic() > deadline:
                 break
+            time.sleep(0.1)
         if not rep.ok:
             self.notes.append(f"recovery not ok: {rep.unreachable} {[(f.gid, f.error) for f in rep.failed]}")
         after = prepared(lane, g)
@@ -615,8 +702,13 @@ class CellRun:
 def run_cell(lane: Lane, cell: Cell, run_id: str, spans: Spans) -> Cell:
     """Runs one cell on a thread with a deadline; a cell that hangs or
     raises is reported as not holding (and the lane goes on)."""
-    t0 = time.monotonic()
     r = CellRun(lane, cell, run_id, spans)
+    with lane.crash_lock.hold(cell.fault == "crash" and lane.model == "node"):
+        _run_cell(lane, cell, r, time.monotonic())
+    return cell
+
+
+def _run_cell(lane: Lane, cell: Cell, r: "CellRun", t0: float) -> None:
     box: Dict[str, BaseException] = {}
 
     def go() -> None:
@@ -645,25 +737,18 @@ def run_cell(lane: Lane, cell: Cell, run_id: str, spans: Spans) -> Cell:
         cell.allowed = True
         r.notes.append("allowed: " + ALLOWED[key])
     cell.note = "; ".join(r.notes)
-    return cell
 
 
-def cells_of(model: str) -> List[Cell]:
-    out = []
-    for mode in MODES:
-        for phase in PHASES:
-            for fault in FAULTS:
-                out.append(Cell(model, mode, phase, fault))
-        for fault, phase in APP_ERRORS:
-            out.append(Cell(model, mode, phase, fault))
-    return out
+def cells_of(model: str, mode: str) -> List[Cell]:
+    out = [Cell(model, mode, phase, fault) for phase in PHASES for fault in FAULTS]
+    return out + [Cell(model, mode, phase, fault) for fault, phase in APP_ERRORS]
 
 
-def selected(model: str) -> List[Cell]:
+def selected(model: str, mode: str) -> List[Cell]:
     """RACAFF_MATRIX_ONLY=model/mode/phase/fault (parts may be '*') narrows
     the run while iterating."""
     only = os.environ.get("RACAFF_MATRIX_ONLY", "")
-    cells = cells_of(model)
+    cells = cells_of(model, mode)
     if not only:
         return cells
     keep = []
@@ -678,7 +763,9 @@ def selected(model: str) -> List[Cell]:
 @pytest.fixture(scope="module")
 def lanes(pg):
     base = pg.port["RAC1"]
-    made = [Lane("node", base + 110, pg), Lane("database", base + 120, pg)]
+    lock = CrashLock()
+    made = [Lane(model, mode, base + 110 + 10 * i, pg, lock)
+            for i, (model, mode) in enumerate((m, o) for m in MODELS for o in MODES)]
     for dsn in pg.dsn.values():
         with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
             conn.execute(SETUP)
@@ -697,13 +784,14 @@ def test_failure_matrix(lanes):
     spans = Spans()
     logger = logging.getLogger("racaffinity")
     logger.addHandler(spans)
-    results: Dict[str, List[Cell]] = {}
+    results: Dict[Tuple[str, str], List[Cell]] = {}
     t0 = time.monotonic()
 
     def lane_run(lane: Lane) -> None:
-        results[lane.model] = [run_cell(lane, c, run_id, spans) for c in selected(lane.model)]
+        results[(lane.model, lane.mode)] = [run_cell(lane, c, run_id, spans) for c in selected(lane.model, lane.mode)]
 
-    threads = [threading.Thread(target=lane_run, args=(lane,), name=f"lane-{lane.model}") for lane in lanes]
+    threads = [threading.Thread(target=lane_run, args=(lane,), name=f"lane-{lane.model}-{lane.mode}")
+               for lane in lanes]
     try:
         for t in threads:
             t.start()
@@ -712,7 +800,7 @@ def test_failure_matrix(lanes):
     finally:
         logger.removeHandler(spans)
     total = time.monotonic() - t0
-    cells = [c for lane in lanes for c in results.get(lane.model, [])]
+    cells = [c for lane in lanes for c in results.get((lane.model, lane.mode), [])]
     doc = {"language": "python", "tm": "racaffinity.tpc", "seconds": round(total, 1),
            "cells": [c.as_json() for c in cells]}
     OUT.parent.mkdir(parents=True, exist_ok=True)
