@@ -83,7 +83,9 @@ from racaffinity._deadline import bounded
 from racaffinity.pools import NodePools
 from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
 
-from conftest import NAMES, REPO
+from conftest import NAMES, REPO, prepared_xacts, tpc_rows
+from faultproxy import FaultProxy
+from faults import gtrid_on, in_flight, live, node_metrics, within
 
 OUT = REPO / "target" / "failure-matrix" / "python.json"
 FAULTS_TOOL = REPO / "tests" / "cluster" / "faults"
@@ -809,5 +811,69 @@ def test_failure_matrix(lanes):
                             str(OUT.parent)], capture_output=True, text=True, timeout=60)
     print("\n" + table.stdout + table.stderr)
     bad = [c for c in cells if not c.holds and not c.allowed]
+    assert table.returncode == (1 if bad else 0), table.stderr
     assert not bad, "cells that do not hold:\n" + "\n".join(
         f"{c.model}/{c.mode}/{c.phase}/{c.fault}: {c.checks} {c.note}" for c in bad)
+
+
+# ---------------------------------------------------------------------------
+# regressions the matrix found, each on its own (fast, the test's own proxy)
+
+
+def test_recover_all_keeps_on_record_an_in_doubt_gtrid_its_predicate_skipped(pg, cluster_factory, tables):
+    """A gtrid left in doubt whose branch is still prepared, but skipped by
+    `predicate`, is not "completed" (that answer would let a TM forget a
+    prepared branch): it stays on record until a scan resolves it."""
+    c = cluster_factory(nodes=NAMES)
+    with FaultProxy(pg.port["RAC1"]) as px:
+        dsns = dict(pg.dsn, RAC1=px.dsn(pg.dsn["RAC1"]))
+        with NodePools(c, dsns, min_size=1, max_size=2, timeout=2.0) as pools:
+            g = gtrid_on(c, "RAC1", "skipped")
+            gtx = pools.global_transaction(g, timeout=2.0)
+            with gtx.branch() as conn:
+                conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+            px.refuse()
+            with pytest.raises(InDoubtError):
+                within(20, gtx.commit)
+            px.heal()
+            report = within(30, pools.recover_all, "commit", timeout=2.0, predicate=lambda xid: False)
+            assert report.completed == [] and report.resolved == []
+            assert pools.in_doubt == {g: [str(gtx.branches[0].xid)]} and live(c) == 1
+            assert len(prepared_xacts(pg)["RAC1"]) == 1
+            report = within(30, pools.recover_all, "commit", timeout=2.0)
+            assert [r.gtrid for r in report.resolved] == [g]
+            assert pools.in_doubt == {} and live(c) == 0 and in_flight(c) == 0
+            assert tpc_rows(pg)["RAC1"] == [(g, "b0")] and prepared_xacts(pg) == {n: [] for n in NAMES}
+
+
+def test_a_branch_failing_on_another_node_is_not_charged_to_the_healthy_node_of_another_branch(
+    pg, cluster_factory, tables
+):
+    """Soft mode spans: branch 0 on RAC2, branch 1 re-placed on another node
+    that then fails. One failed node operation, one failure, on that node;
+    branch 0's rollback succeeds on RAC2, which is charged nothing."""
+    c = cluster_factory(nodes=NAMES)
+    g = gtrid_on(c, "RAC2", "charge")
+    px = {n: FaultProxy(pg.port[n]) for n in NAMES}
+    try:
+        dsns = {n: px[n].dsn(pg.dsn[n]) for n in NAMES}
+        with NodePools(c, dsns, min_size=1, max_size=2, timeout=2.0) as pools:
+            gtx = pools.global_transaction(g, timeout=2.0)
+            with pytest.raises(psycopg.OperationalError):
+                with gtx.branch() as c0:
+                    c0.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+                    c.set_node_state("RAC2", "down")
+                    with gtx.branch() as c1:
+                        other = gtx.branches[1].node_name
+                        assert other != "RAC2"
+                        px[other].refuse()
+                        with bounded(c1, 2.0):
+                            c1.execute("INSERT INTO py_tpc VALUES (%s, 'b1')", (g,))
+            assert [b.state for b in gtx.branches] == ["rolled back", "rolled back"]
+            assert node_metrics(c, other)["failures"] == 1
+            assert node_metrics(c, "RAC2")["failures"] == 0
+            assert live(c) == 0 and in_flight(c) == 0
+            assert prepared_xacts(pg) == {n: [] for n in NAMES} and all(v == [] for v in tpc_rows(pg).values())
+    finally:
+        for p in px.values():
+            p.close()
