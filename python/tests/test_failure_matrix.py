@@ -434,6 +434,8 @@ class CellRun:
         if phase == self.cell.phase and not self.injected and self.cell.fault in FAULTS:
             self.injected = True
             self.lane.inject(self.cell.fault)
+            if self.cell.fault == "crash" and self.lane.model == "database":
+                self.notes.append("crash = instance proxy refused + reset")
 
     def heal(self) -> None:
         if self.injected:
