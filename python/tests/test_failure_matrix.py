@@ -71,7 +71,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import psycopg
@@ -804,6 +803,11 @@ def test_failure_matrix(lanes, capsys):
     finally:
         logger.removeHandler(spans)
     total = time.monotonic() - t0
+    # nothing of this run is left prepared anywhere (every cell checked its own gtrid)
+    left = {}
+    for name, dsn in lanes[0].pg.dsn.items():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            left[name] = [x.gtrid for x in conn.tpc_recover() if x.gtrid.startswith(f"mx{run_id}")]
     cells = [c for lane in lanes for c in results.get((lane.model, lane.mode), [])]
     doc = {"language": "python", "tm": "racaffinity.tpc", "seconds": round(total, 1),
            "cells": [c.as_json() for c in cells]}
@@ -814,6 +818,7 @@ def test_failure_matrix(lanes, capsys):
     with capsys.disabled():  # make test prints the table
         print("\n" + table.stdout + table.stderr, flush=True)
     bad = [c for c in cells if not c.holds and not c.allowed]
+    assert left == {n: [] for n in NAMES}
     assert table.returncode == (1 if bad else 0), table.stderr
     assert not bad, "cells that do not hold:\n" + "\n".join(
         f"{c.model}/{c.mode}/{c.phase}/{c.fault}: {c.checks} {c.note}" for c in bad)
