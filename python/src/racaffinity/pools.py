@@ -31,7 +31,7 @@ import logging
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import psycopg
 import psycopg_pool
@@ -187,9 +187,10 @@ class _Base:
             if xid is None or not branches:
                 del self._doubt[gtrid]
 
-    def _in_doubt_nodes(self) -> Dict[str, Set[int]]:
+    def _in_doubt_branches(self) -> Dict[str, Dict[str, int]]:
+        """gtrid -> {xid string: node} (a copy)."""
         with self._doubt_lock:
-            return {g: set(x.values()) for g, x in self._doubt.items()}
+            return {g: dict(x) for g, x in self._doubt.items()}
 
     def _node_dsn(self, node: int) -> str:
         return self._dsns[node][1]

@@ -273,6 +273,10 @@ class GlobalTransaction:
     def _rollback_branch(self, b: Branch, cause: Optional[BaseException]) -> None:
         """Rolls back a branch that is not prepared (its body failed)."""
         conn = b.conn
+        # Whether the body's error ended this branch's own session (a node
+        # failure on its connection), before the rollback is tried.
+        lost = conn is None or bool(conn.closed or getattr(conn, "broken", False))
+        own: Optional[BaseException] = None
         if conn is not None and not conn.closed:
             try:
                 with bounded(conn, self.timeout):
@@ -280,17 +284,30 @@ class GlobalTransaction:
             except BaseException as e:
                 # The session is gone or unusable: PostgreSQL aborts an
                 # unprepared transaction when its session ends (closed below).
-                cause = cause or e
+                own = e
                 conn.close()
         b.state = "rolled back"
-        self._release(b, cause)
+        # The lease tells what happened to *this* branch's node: its own
+        # ROLLBACK failing, or the body's error having ended its session.
+        # An error that came from elsewhere (another branch's node, a
+        # refused re-placement, the application) while this node answered
+        # is not this node's failure.
+        if own is not None:
+            self._release(b, own)
+        elif lost or cause is None or not is_node_failure(cause, b.pool):
+            self._release(b, cause)
+        else:
+            self._release(b, cause, failed=False)
         self._end()
 
-    def _release(self, b: Branch, cause: Optional[BaseException], since: Optional[float] = None) -> None:
+    def _release(self, b: Branch, cause: Optional[BaseException], since: Optional[float] = None,
+                 failed: Optional[bool] = None) -> None:
         """Returns the branch's connection (closed if unusable or still in a
         two-phase transaction) and releases its lease, once: FAILED for a
-        node failure, OK without a cause, else NEUTRAL."""
-        failed = cause is not None and is_node_failure(cause, b.pool, waited_since=since)
+        node failure (unless `failed` says otherwise), OK without a cause,
+        else NEUTRAL."""
+        if failed is None:
+            failed = cause is not None and is_node_failure(cause, b.pool, waited_since=since)
         conn, b.conn = b.conn, None
         if conn is not None:
             try:
@@ -493,6 +510,8 @@ class _Recovery:
         self.lock = threading.Lock()
         #: gtrid -> branches found and not (yet) resolved
         self.pending: Dict[str, int] = {}
+        #: every prepared xid (as a string) the scans saw, selected or not
+        self.held: Set[str] = set()
         self.scanned: Set[int] = set()
 
     def select(self, conn: psycopg.Connection, node: int) -> List[Xid]:
@@ -501,6 +520,8 @@ class _Recovery:
             xids = conn.tpc_recover()
         out = []
         name = self.cluster.node_name(node)
+        with self.lock:
+            self.held.update(str(x) for x in xids)
         for xid in xids:
             if xid.database != db or xid.format_id is None:
                 continue
@@ -665,12 +686,23 @@ class _Recovery:
 
     def complete(self) -> None:
         """Forgets every gtrid whose found branches were all resolved, and
-        every gtrid this process left in doubt that no scanned node holds."""
+        every gtrid this process left in doubt that no scanned node holds;
+        with each, the branches it left in doubt that their (scanned) node
+        does not hold (a PREPARE that never ran, a ROLLBACK PREPARED whose
+        answer was lost). A branch still prepared, if only skipped by
+        `format_id` or `predicate`, or on a node not scanned, keeps its
+        gtrid on record."""
+        doubt = self.pools._in_doubt_branches()
+
+        def gone(gtrid: str) -> bool:
+            return all(x not in self.held and n in self.scanned for x, n in doubt.get(gtrid, {}).items())
+
         for gtrid, left in sorted(self.pending.items()):
-            if left == 0:
+            if left == 0 and gone(gtrid):
                 self._complete(gtrid)
-        for gtrid, nodes in self.pools._in_doubt_nodes().items():
-            if gtrid in self.pending or not nodes <= self.scanned:
+                self.pools._forget_in_doubt(gtrid, None)
+        for gtrid in sorted(doubt):
+            if gtrid in self.pending or not gone(gtrid):
                 continue
             self._complete(gtrid)
             self.pools._forget_in_doubt(gtrid, None)

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Prints the failure matrix of issue 11 [xa-faults] as one table.
+
+    python3 tools/failure_matrix.py [DIR] [--markdown] [--language NAME ...]
+
+Reads DIR/*.json (default: target/failure-matrix under the repository root):
+python.json from python/tests/test_failure_matrix.py, java.json from the
+Java half, each
+
+    {"language": "...", "tm": "...", "seconds": 123.4 (optional),
+     "cells": [{"model", "mode", "phase", "fault", "holds", "checks",
+                "outcome", "seconds", "note", "allowed" (optional)}]}
+
+Rows are model x mode x phase, columns the faults; with several languages
+each cell shows one mark per language, in the order of the legend line:
+
+    ok     the cell holds
+    ok*    it holds, and the transaction spanned nodes (soft mode; counted)
+    FAIL   it does not hold
+    allow  it does not hold and is allow-listed (see its note)
+    .      no such cell (application errors have one phase each)
+
+Then one summary line per language (cells, holding, allowed, runtime) and
+the notes of cells that do not hold. Exits 1 if a cell does not hold and is
+not allow-listed ("allowed": true), 2 if no file could be read or one is
+malformed. Python 3 standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+MODELS = ["node", "database"]
+MODES = ["soft", "strict"]
+PHASES = ["start", "work", "end", "prepare", "commit", "rollback", "recover"]
+FAULTS = ["crash", "reset", "blackhole", "latency", "refused", "constraint", "trigger", "serialization", "password"]
+KNOWN = ["python", "java"]  # the languages expected in the directory
+CELL_KEYS = ("model", "mode", "phase", "fault", "holds", "checks")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Malformed(Exception):
+    pass
+
+
+def load(path: Path) -> Dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise Malformed(f"{path}: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("language"), str) or not isinstance(doc.get("cells"), list):
+        raise Malformed(f"{path}: expected an object with \"language\" and \"cells\"")
+    for i, c in enumerate(doc["cells"]):
+        missing = [k for k in CELL_KEYS if not isinstance(c, dict) or k not in c]
+        if missing:
+            raise Malformed(f"{path}: cell {i} lacks {', '.join(missing)}")
+    return doc
+
+
+def mark(cell: Dict[str, Any]) -> str:
+    if cell["holds"]:
+        spanned = (cell.get("checks") or {}).get("spans_counted", 0)
+        return "ok*" if spanned else "ok"
+    return "allow" if cell.get("allowed") else "FAIL"
+
+
+def runtime(doc: Dict[str, Any]) -> float:
+    if isinstance(doc.get("seconds"), (int, float)):
+        return float(doc["seconds"])
+    return float(sum(c.get("seconds", 0) or 0 for c in doc["cells"]))
+
+
+def table(docs: List[Dict[str, Any]]) -> Tuple[List[str], List[List[str]]]:
+    index: Dict[Tuple[str, str, str, str, str], Dict[str, Any]] = {}
+    for d in docs:
+        for c in d["cells"]:
+            index[(d["language"], c["model"], c["mode"], c["phase"], c["fault"])] = c
+    faults = [f for f in FAULTS if any(k[4] == f for k in index)] + sorted(
+        {k[4] for k in index} - set(FAULTS))
+    header = ["model", "mode", "phase"] + faults
+    body = []
+    for model in MODELS + sorted({k[1] for k in index} - set(MODELS)):
+        for mode in MODES:
+            for phase in PHASES:
+                marks = []
+                for f in faults:
+                    per = [mark(index[k]) if (k := (d["language"], model, mode, phase, f)) in index else "."
+                           for d in docs]
+                    marks.append("/".join(per))
+                if all(m.strip("/.") == "" for m in marks):
+                    continue
+                body.append([model, mode, phase] + marks)
+    return header, body
+
+
+def render(header: List[str], body: List[List[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
+        return "\n".join(lines)
+    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    fmt = lambda r: "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body])
+
+
+def main(argv: List[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", nargs="?", default=str(ROOT / "target" / "failure-matrix"))
+    ap.add_argument("--markdown", action="store_true", help="a Markdown table (for the README)")
+    ap.add_argument("--language", action="append", help="only this language's file (repeatable)")
+    args = ap.parse_args(argv)
+    d = Path(args.dir)
+    paths = sorted(d.glob("*.json"))
+    docs = []
+    try:
+        for p in paths:
+            doc = load(p)
+            if args.language and doc["language"] not in args.language:
+                continue
+            docs.append(doc)
+    except Malformed as e:
+        print(f"failure_matrix: {e}", file=sys.stderr)
+        return 2
+    order = {name: i for i, name in enumerate(KNOWN)}
+    docs.sort(key=lambda doc: (order.get(doc["language"], len(KNOWN)), doc["language"]))
+    if not docs:
+        print(f"failure_matrix: no matrix file in {d} (run python/run_tests.sh or java/run_tests.sh)", file=sys.stderr)
+        return 2
+    header, body = table(docs)
+    out = []
+    langs = [doc["language"] for doc in docs]
+    out.append(("marks: " if not args.markdown else "Marks: ") + "/".join(langs)
+               + " — ok holds, ok* holds and spanned (counted), FAIL does not hold, allow allow-listed, . no cell")
+    if args.markdown:
+        out.append("")
+    out.append(render(header, body, args.markdown))
+    if any(c["model"] == "database" and c["fault"] == "crash" for doc in docs for c in doc["cells"]):
+        out.append(("" if not args.markdown else "\n") + "database model (three instances of ONE server): a crash "
+                   "of one instance is its proxy going away (refuse + reset); killing the server would kill every "
+                   "instance at once.")
+    if args.markdown:
+        out.append("")
+    failing = []
+    for doc in docs:
+        cells = doc["cells"]
+        holding = sum(1 for c in cells if c["holds"])
+        allowed = [c for c in cells if not c["holds"] and c.get("allowed")]
+        bad = [c for c in cells if not c["holds"] and not c.get("allowed")]
+        failing += [(doc["language"], c) for c in bad]
+        line = (f"{doc['language']} ({doc.get('tm', '?')}): {len(cells)} cells, {holding} holding, "
+                f"{len(allowed)} allowed, {len(bad)} failing, runtime {runtime(doc):.1f} s")
+        out.append(("- " if args.markdown else "") + line)
+        for c in allowed:
+            out.append(f"  allowed {doc['language']} {c['model']}/{c['mode']}/{c['phase']}/{c['fault']}: {c.get('note', '')}")
+    if not args.language:
+        for name in KNOWN:
+            if name not in langs:
+                out.append(("- " if args.markdown else "") + f"{name}: no {name}.json in {d} (that half has not run)")
+    for lang, c in failing:
+        out.append(f"FAIL {lang} {c['model']}/{c['mode']}/{c['phase']}/{c['fault']}: "
+                   f"{json.dumps(c.get('checks'), sort_keys=True)} {c.get('note', '')}")
+    try:
+        print("\n".join(out))
+    except BrokenPipeError:  # `| head`
+        pass
+    return 1 if failing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
