@@ -13,7 +13,7 @@ CBINDGEN := $(TOOLS)/bin/cbindgen
 LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
-.PHONY: demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
+.PHONY: failure-matrix demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
 	test-cluster test-demo test-c test-python test-java jar lint bench memory clean help
 
 all: build
@@ -87,8 +87,13 @@ demo-rust: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-c test-python test-java test-cluster test-demo
+test: lint check-header check-symbols test-rust test-vectors test-c test-python test-java test-cluster test-demo failure-matrix
 	@echo "make test: all tests passed"
+
+# The XA failure matrix of both halves (written by test-java and test-python
+# under target/failure-matrix/): one table; fails if any cell does not hold.
+failure-matrix:
+	python3 tools/failure_matrix.py target/failure-matrix
 
 # Rust format and lints, the core's docs, and the Java natives against the
 # JNI exports (tools/check_jni_exports.py: both directions, parameters).
