@@ -21,6 +21,13 @@ static void die(const char *what, racaffinity_result rc) {
     exit(1);
 }
 
+static char *copy(const char *s) {
+    size_t len = strlen(s) + 1;
+    char *out = malloc(len);
+    if (!out) { perror("malloc"); exit(1); }
+    return memcpy(out, s, len);
+}
+
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) { perror(path); exit(1); }
@@ -49,7 +56,7 @@ int main(int argc, char **argv) {
     for (char *p = tokens_text; *p; p++) count += *p == '\n';
     char **held = calloc(count + 1, sizeof *held);
     size_t n = 0;
-    for (char *line = strtok(tokens_text, "\n"); line; line = strtok(NULL, "\n")) held[n++] = strdup(line);
+    for (char *line = strtok(tokens_text, "\n"); line; line = strtok(NULL, "\n")) held[n++] = copy(line);
 
     const uint32_t states[4][2] = {
         {RACAFFINITY_NODE_STATE_UP, RACAFFINITY_NODE_STATE_UP},
