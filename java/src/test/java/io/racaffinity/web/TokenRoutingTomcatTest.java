@@ -145,8 +145,9 @@ class TokenRoutingTomcatTest {
         tomcat.setPort(0);
         tomcat.getConnector();
         tomcat.enableNaming();
-        // /c: the cookie, a heartbeat that notices a killed node within a few probes.
-        addContext(base, "/c", "cookie", "; heartbeat.misses = 1", "200");
+        // /c: the cookie; a heartbeat that notices a killed node within two probes (one stale pooled
+        // connection after a restart is a single miss, not a flap).
+        addContext(base, "/c", "cookie", "; heartbeat.misses = 2", "200");
         // /a: the session attribute, nodes marked down by hand (no heartbeat).
         addContext(base, "/a", "attribute", "", "0");
         tomcat.start();
