@@ -32,6 +32,7 @@ from ._cluster import (
     Transaction,
     version,
 )
+from ._token import SessionRouting, TokenRoute
 from . import _errors
 from ._errors import (
     EXCEPTIONS,
@@ -72,6 +73,8 @@ __all__ = [
     "PinScope",
     "Transaction",
     "SessionScope",
+    "SessionRouting",
+    "TokenRoute",
     "BytesLike",
     "DataKey",
     "version",

@@ -24,6 +24,7 @@ from ._errors import (
 )
 from ._errors import INVALID_HANDLE, UNKNOWN_NODE, BUFFER_TOO_SMALL
 from ._lib import NULL, ffi, lib
+from ._token import SessionRouting, TokenRoute
 
 __all__ = [
     "Cluster",
@@ -626,6 +627,44 @@ class Cluster:
         if rc:
             self._raise(rc)
         return "database" if int(out[0]) == lib.RACAFFINITY_RECOVERY_SCOPE_DATABASE else "node"
+
+    # -- session routing tokens (seed 001, WebLogic) -----------------------
+
+    def session_routing(self, key: BytesLike) -> SessionRouting:
+        """The routing data a new session with `key` gets: the first node of
+        the key's rendezvous ranking that takes new work, and as backup the
+        next one on another machine (`node.<N>.machine`, default the host of
+        its address), else any other usable node, else None."""
+        k = _bytes_arg(key, "session key")
+        primary, backup = _new("uint32_t *"), _new("uint32_t *")
+        rc = lib.racaffinity_session_routing(self._h, k, len(k), primary, backup)
+        if rc:
+            self._raise(rc)
+        p, b = int(primary[0]), int(backup[0])
+        if b == int(lib.RACAFFINITY_NO_NODE):
+            return SessionRouting(p, self.node_name(p), None, None)
+        return SessionRouting(p, self.node_name(p), b, self.node_name(b))
+
+    def session_token(self, session_id: str) -> str:
+        """A new token for `session_id`: `<session-id>!ra1.<primary>.<backup>`
+        (cookie-safe; every binding and process reads it the same way)."""
+        sid = _cstr(session_id, "session id")
+        cap = len(sid) + int(lib.RACAFFINITY_TOKEN_EXTRA_BYTES) + 1
+        return self._read_text(lambda b, c, n: lib.racaffinity_session_token_new(self._h, sid, b, c, n), cap)
+
+    def route_token(self, token: str) -> TokenRoute:
+        """Routes a request carrying `token` by seed 001's rules (the primary;
+        else the backup is promoted and a new backup chosen; with both gone a
+        fresh pair; an empty backup slot is filled when a node is back; strict
+        session mode raises `StrictAffinityError` instead). The result's
+        `token` is the rewritten token, or None when the client's still holds."""
+        t = _cstr(token, "token")
+        out = _new("racaffinity_route *")
+        changed = _new("bool *")
+        text = self._read_text(
+            lambda b, c, n: lib.racaffinity_session_token_route(self._h, t, out, b, c, n, changed), len(t) + 1
+        )
+        return TokenRoute(_route(self, out), text if changed[0] else None)
 
     def node_address(self, node: Union[int, str]) -> Optional[str]:
         """The node's configured `host:port` (None if unset)."""

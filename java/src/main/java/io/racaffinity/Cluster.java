@@ -236,6 +236,61 @@ public final class Cluster implements AutoCloseable {
         return Native.recoveryIsDatabase(handle) ? RecoveryScope.DATABASE : RecoveryScope.NODE;
     }
 
+    // ---- session routing tokens (seed 001, WebLogic) -----------------------
+
+    /**
+     * The routing data a new session with this key gets (WebLogic's primary
+     * and backup): the first node of the key's rendezvous ranking that takes
+     * new work, and as backup the next one on another machine
+     * ({@code node.<N>.machine}, default the host of its address), else any
+     * other usable node, else none.
+     *
+     * @param key the session key (1..=1024 bytes)
+     * @return the primary and the backup
+     * @throws NoNodeAvailableException if no node takes new work
+     */
+    public SessionRouting sessionRouting(byte[] key) {
+        Objects.requireNonNull(key, "key");
+        long r = Native.sessionRouting(handle, key);
+        int primary = (int) r;
+        int backup = (int) (r >>> 32);
+        return new SessionRouting(primary, nodeName(primary), backup < 0 ? OptionalInt.empty() : OptionalInt.of(backup),
+                backup < 0 ? Optional.empty() : Optional.of(nodeName(backup)));
+    }
+
+    /**
+     * A new session token: the session id with its routing data appended,
+     * {@code <session-id>!ra1.<primary>.<backup>} (cookie-safe; every binding
+     * and process reads it the same way).
+     *
+     * @param sessionId the session id (1..=1024 cookie-safe characters)
+     * @return the token
+     * @throws InvalidArgumentException if the id cannot be carried in a cookie
+     */
+    public String sessionToken(String sessionId) {
+        Objects.requireNonNull(sessionId, "sessionId");
+        return Native.sessionTokenNew(handle, sessionId);
+    }
+
+    /**
+     * Routes a request carrying a session token by seed 001's rules: the
+     * primary while it is usable; else the backup is promoted and a new backup
+     * chosen; with both gone, a fresh primary and backup; an empty backup slot
+     * is filled when a node is back. Strict session mode refuses instead of
+     * promoting.
+     *
+     * @param token the token the client sent
+     * @return the node for this request and the rewritten token, if the routing data changed
+     * @throws InvalidArgumentException if the token is malformed or of a foreign format
+     * @throws StrictAffinityException in strict session mode when the primary is gone
+     */
+    public TokenRoute routeToken(String token) {
+        Objects.requireNonNull(token, "token");
+        long[] out = new long[1];
+        String rewritten = Native.sessionTokenRoute(handle, token, out);
+        return new TokenRoute(route(out[0]), Optional.ofNullable(rewritten));
+    }
+
     // ---- picks, pins, leases ----------------------------------------------
 
     private long[] newContext() {

@@ -45,6 +45,13 @@ final class Native {
 
     static native boolean recoveryIsDatabase(long h);
 
+    // seed 001: session routing data carried in the session id (jni/token.rs)
+    static native long sessionRouting(long h, byte[] key);
+
+    static native String sessionTokenNew(long h, String sessionId);
+
+    static native String sessionTokenRoute(long h, String token, long[] route);
+
     static native String[] nodeNames(long h);
 
     static native int[] nodeIds(long h);

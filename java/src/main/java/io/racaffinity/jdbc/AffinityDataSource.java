@@ -5,6 +5,7 @@ import io.racaffinity.Cluster;
 import io.racaffinity.Lease;
 import io.racaffinity.Outcome;
 import io.racaffinity.Pin;
+import io.racaffinity.Route;
 import io.racaffinity.jmx.ClusterMonitor;
 import io.racaffinity.jta.TransactionAffinity;
 import java.io.PrintWriter;
@@ -710,6 +711,22 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         return new SessionScope(REQUEST_SESSION, sessionId.getBytes(StandardCharsets.UTF_8));
     }
 
+    /**
+     * Opens a routing-token scope on the calling thread (seed 001, what
+     * {@code io.racaffinity.web.AffinityFilter} opens around a request in token
+     * mode): until it closes, a connection of an affinity data source on
+     * {@code cluster} goes to the node {@link Cluster#routeToken} decided, unless a
+     * transaction, a sharding key or the data source's own {@link #withSession}
+     * scope routes it.
+     *
+     * @param cluster the cluster that decided
+     * @param route the decision
+     * @return the scope; close it on the same thread
+     */
+    public static RouteScope withRequestRoute(Cluster cluster, Route route) {
+        return new RouteScope(cluster, route);
+    }
+
     /** @return the calling thread's request session key ({@link #withRequestSession}), or null */
     static byte[] requestSession() {
         return REQUEST_SESSION.get();
@@ -755,10 +772,16 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
             } else {
                 // Everything this call knows goes to the core, which decides the precedence.
                 byte[] sess = session.get();
-                if (sess == null) {
-                    sess = REQUEST_SESSION.get();
+                Route decided = tx == null && key == null && sess == null ? RouteScope.current(c) : null;
+                if (decided != null) {
+                    // The request's routing token: Cluster.routeToken decided the node.
+                    lease = c.lease(decided);
+                } else {
+                    if (sess == null) {
+                        sess = REQUEST_SESSION.get();
+                    }
+                    lease = c.pickFor(tx == null ? null : tx.gtrid(), key == null ? null : key.raw(), sess);
                 }
-                lease = c.pickFor(tx == null ? null : tx.gtrid(), key == null ? null : key.raw(), sess);
             }
         } catch (AffinityException e) {
             throw SqlErrors.routing(e);

@@ -1,6 +1,11 @@
 package io.racaffinity.web;
 
+import io.racaffinity.Cluster;
+import io.racaffinity.InvalidArgumentException;
+import io.racaffinity.Route;
+import io.racaffinity.TokenRoute;
 import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.RouteScope;
 import io.racaffinity.jdbc.SessionScope;
 import jakarta.servlet.Filter;
 import jakarta.servlet.FilterChain;
@@ -8,16 +13,21 @@ import jakarta.servlet.FilterConfig;
 import jakarta.servlet.ServletException;
 import jakarta.servlet.ServletRequest;
 import jakarta.servlet.ServletResponse;
+import jakarta.servlet.http.Cookie;
 import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletResponse;
 import jakarta.servlet.http.HttpSession;
 import jakarta.servlet.http.HttpSessionBindingEvent;
 import jakarta.servlet.http.HttpSessionBindingListener;
 import java.io.IOException;
 import java.io.Serializable;
 import java.lang.System.Logger.Level;
+import java.security.SecureRandom;
 import java.sql.SQLException;
 import java.util.ArrayList;
+import java.util.HexFormat;
 import java.util.List;
+import java.util.Locale;
 import javax.naming.InitialContext;
 import javax.naming.NamingException;
 
@@ -48,6 +58,18 @@ import javax.naming.NamingException;
  *       {@link AffinityDataSource}s whose session affinity ends when the HTTP session
  *       is invalidated or expires (otherwise the core forgets it after
  *       {@code session.idle_ttl}).
+ *   <li>{@code routingToken} (default {@code none}): {@code cookie} or {@code attribute} turns on
+ *       seed 001's routing tokens (WebLogic's primary and backup carried in the session id,
+ *       {@link Cluster#routeToken}): each request is routed by its token, kept in the cookie
+ *       {@code tokenCookie} (default {@value #DEFAULT_COOKIE}) or in the HTTP session attribute
+ *       {@code tokenAttribute} (default {@value #DEFAULT_TOKEN_ATTRIBUTE}); the token is written
+ *       back (Set-Cookie, or the attribute) only when the routing data changed. The cluster is
+ *       the first of {@code dataSources} (or {@link #setCluster}). A request without a token
+ *       (or with a malformed or foreign one) gets a new one, for its HTTP session id when it has
+ *       a session, else for a random id. The request's {@link Route} is the request attribute
+ *       {@value #ROUTE_ATTRIBUTE}, its token {@value #TOKEN_ATTRIBUTE}, and every affinity data
+ *       source on that cluster connects to that node ({@link AffinityDataSource#withRequestRoute}).
+ *   <li>{@code tokenCookie}, {@code tokenAttribute}: see {@code routingToken}.
  * </ul>
  * Strict mode ({@code session.strict}, JMX {@code UseStrictWebSessionAffinity}) makes a
  * connection fail instead of moving the session when its node is down.
@@ -56,12 +78,52 @@ public class AffinityFilter implements Filter {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.web");
     static final String ATTRIBUTE = AffinityFilter.class.getName() + ".session";
 
+    /** The default name of the token cookie. */
+    public static final String DEFAULT_COOKIE = "RACAFFINITY_ROUTE";
+    /** The default HTTP session attribute holding the token ({@code routingToken=attribute}). */
+    public static final String DEFAULT_TOKEN_ATTRIBUTE = "io.racaffinity.routingToken";
+    /** The request attribute holding the request's {@link Route} in token mode. */
+    public static final String ROUTE_ATTRIBUTE = "io.racaffinity.web.route";
+    /** The request attribute holding the token the client holds after the request. */
+    public static final String TOKEN_ATTRIBUTE = "io.racaffinity.web.token";
+
+    /** Where the routing token lives. */
+    public enum TokenStore {
+        /** No routing token: session-key affinity only (the default). */
+        NONE,
+        /** A cookie ({@code tokenCookie}). */
+        COOKIE,
+        /** An HTTP session attribute ({@code tokenAttribute}). */
+        ATTRIBUTE
+    }
+
+    private static final SecureRandom RANDOM = new SecureRandom();
     private boolean createSession;
     private final List<AffinityDataSource> dataSources = new ArrayList<>();
+    private TokenStore tokenStore = TokenStore.NONE;
+    private String tokenCookie = DEFAULT_COOKIE;
+    private String tokenAttribute = DEFAULT_TOKEN_ATTRIBUTE;
+    private Cluster cluster;
 
     @Override
     public void init(FilterConfig config) throws ServletException {
         createSession = Boolean.parseBoolean(config.getInitParameter("createSession"));
+        String store = config.getInitParameter("routingToken");
+        if (store != null && !store.isBlank()) {
+            try {
+                tokenStore = TokenStore.valueOf(store.trim().toUpperCase(Locale.ROOT));
+            } catch (IllegalArgumentException e) {
+                throw new ServletException("AffinityFilter: routingToken must be none, cookie or attribute, not " + store);
+            }
+        }
+        String cookieName = config.getInitParameter("tokenCookie");
+        if (cookieName != null && !cookieName.isBlank()) {
+            tokenCookie = cookieName.trim();
+        }
+        String attribute = config.getInitParameter("tokenAttribute");
+        if (attribute != null && !attribute.isBlank()) {
+            tokenAttribute = attribute.trim();
+        }
         String names = config.getInitParameter("dataSources");
         if (names != null && !names.isBlank()) {
             try {
@@ -85,6 +147,38 @@ public class AffinityFilter implements Filter {
                 throw new ServletException("AffinityFilter: JNDI lookup of dataSources failed: " + e.getMessage(), e);
             }
         }
+        if (tokenStore != TokenStore.NONE && cluster == null) {
+            if (dataSources.isEmpty()) {
+                throw new ServletException("AffinityFilter: routingToken=" + tokenStore.name().toLowerCase(Locale.ROOT)
+                        + " needs dataSources (its first data source's cluster routes the tokens)");
+            }
+            try {
+                cluster = dataSources.get(0).getCluster();
+            } catch (SQLException e) {
+                throw new ServletException("AffinityFilter: the cluster of dataSources failed: " + e.getMessage(), e);
+            }
+        }
+    }
+
+    /**
+     * Turns on routing tokens (programmatic setup; see {@code routingToken}).
+     *
+     * @param store where the token lives
+     * @param cluster the cluster that routes the tokens
+     */
+    public void setRoutingToken(TokenStore store, Cluster cluster) {
+        this.tokenStore = java.util.Objects.requireNonNull(store, "store");
+        this.cluster = cluster;
+    }
+
+    /** @param name the token cookie's name (default {@value #DEFAULT_COOKIE}) */
+    public void setTokenCookie(String name) {
+        this.tokenCookie = java.util.Objects.requireNonNull(name, "name");
+    }
+
+    /** @param name the token's HTTP session attribute (default {@value #DEFAULT_TOKEN_ATTRIBUTE}) */
+    public void setTokenAttribute(String name) {
+        this.tokenAttribute = java.util.Objects.requireNonNull(name, "name");
     }
 
     /** Sets the data sources whose session affinity ends with the HTTP session (programmatic setup). */
@@ -100,6 +194,11 @@ public class AffinityFilter implements Filter {
     @Override
     public void doFilter(ServletRequest request, ServletResponse response, FilterChain chain)
             throws IOException, ServletException {
+        if (tokenStore != TokenStore.NONE && request instanceof HttpServletRequest
+                && response instanceof HttpServletResponse) {
+            routeByToken((HttpServletRequest) request, (HttpServletResponse) response, chain);
+            return;
+        }
         HttpSession session = request instanceof HttpServletRequest
                 ? ((HttpServletRequest) request).getSession(createSession) : null;
         if (session == null) {
@@ -117,6 +216,73 @@ public class AffinityFilter implements Filter {
         try (SessionScope scope = AffinityDataSource.withRequestSession(id)) {
             chain.doFilter(request, response);
         }
+    }
+
+    /** Token mode: reads the token, lets the core route it, writes it back only when it changed. */
+    private void routeByToken(HttpServletRequest request, HttpServletResponse response, FilterChain chain)
+            throws IOException, ServletException {
+        HttpSession session = request.getSession(createSession || tokenStore == TokenStore.ATTRIBUTE);
+        String token = null;
+        if (tokenStore == TokenStore.COOKIE) {
+            Cookie[] cookies = request.getCookies();
+            if (cookies != null) {
+                for (Cookie c : cookies) {
+                    if (tokenCookie.equals(c.getName())) {
+                        token = c.getValue();
+                    }
+                }
+            }
+        } else if (session != null) {
+            Object held = session.getAttribute(tokenAttribute);
+            token = held instanceof String ? (String) held : null;
+        }
+        TokenRoute decided = null;
+        if (token != null && !token.isEmpty()) {
+            try {
+                decided = cluster.routeToken(token);
+            } catch (InvalidArgumentException e) {
+                LOG.log(Level.DEBUG, () -> "a malformed or foreign routing token starts a new one: " + e.getMessage());
+            }
+        }
+        boolean write;
+        if (decided == null) {
+            token = cluster.sessionToken(session != null ? session.getId() : newSessionId());
+            decided = cluster.routeToken(token);
+            write = true;
+        } else {
+            write = decided.changed();
+        }
+        String held = decided.token().orElse(token);
+        if (write) {
+            if (tokenStore == TokenStore.COOKIE) {
+                Cookie c = new Cookie(tokenCookie, held);
+                c.setPath(request.getContextPath().isEmpty() ? "/" : request.getContextPath());
+                c.setHttpOnly(true);
+                c.setSecure(request.isSecure());
+                response.addCookie(c);
+            } else {
+                session.setAttribute(tokenAttribute, held);
+            }
+        }
+        Route route = decided.route();
+        request.setAttribute(ROUTE_ATTRIBUTE, route);
+        request.setAttribute(TOKEN_ATTRIBUTE, held);
+        if (session != null && !dataSources.isEmpty() && session.getAttribute(ATTRIBUTE) == null) {
+            try {
+                session.setAttribute(ATTRIBUTE, new End(session.getId(), dataSources));
+            } catch (IllegalStateException e) {
+                // invalidated meanwhile
+            }
+        }
+        try (RouteScope scope = AffinityDataSource.withRequestRoute(cluster, route)) {
+            chain.doFilter(request, response);
+        }
+    }
+
+    private static String newSessionId() {
+        byte[] b = new byte[16];
+        RANDOM.nextBytes(b);
+        return HexFormat.of().formatHex(b);
     }
 
     @Override

@@ -1,0 +1,89 @@
+package io.racaffinity;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.charset.StandardCharsets;
+import java.util.HashSet;
+import java.util.Map;
+import java.util.Optional;
+import java.util.OptionalInt;
+import java.util.Set;
+import org.junit.jupiter.api.Test;
+
+/** Seed 001's routing tokens through JNI: {@link Cluster#sessionRouting}, {@link Cluster#sessionToken}, {@link Cluster#routeToken}. */
+class SessionTokenTest {
+    static final String CONFIG = "nodes = RAC1, RAC2, RAC3; node.RAC1.machine = mA; node.RAC2.machine = mA;"
+            + " node.RAC3.machine = mB";
+    static final Map<String, String> MACHINE = Map.of("RAC1", "mA", "RAC2", "mA", "RAC3", "mB");
+
+    static String[] parse(String token) {
+        int bang = token.lastIndexOf('!');
+        String[] r = token.substring(bang + 1).split("\\.");
+        assertEquals("ra1", r[0], token);
+        return new String[] {token.substring(0, bang), r[1], r[2]};
+    }
+
+    @Test
+    void everyBackupIsOnAnotherMachineWhenTheTopologyHasOne() {
+        try (Cluster c = Cluster.fromConfig(CONFIG)) {
+            Set<String> primaries = new HashSet<>();
+            for (int i = 0; i < 300; i++) {
+                SessionRouting r = c.sessionRouting(("s-" + i).getBytes(StandardCharsets.UTF_8));
+                assertTrue(r.backup().isPresent(), r.toString());
+                assertEquals(c.nodeName(r.backup().getAsInt()), r.backupName().orElseThrow());
+                assertNotEquals(MACHINE.get(r.primaryName()), MACHINE.get(r.backupName().get()), r.toString());
+                primaries.add(r.primaryName());
+            }
+            assertEquals(Set.of("RAC1", "RAC2", "RAC3"), primaries);
+            c.setNodeState("RAC2", NodeState.DOWN);
+            c.setNodeState("RAC3", NodeState.DOWN);
+            SessionRouting alone = c.sessionRouting("s-1".getBytes(StandardCharsets.UTF_8));
+            assertEquals(new SessionRouting(c.nodeId("RAC1"), "RAC1", OptionalInt.empty(), Optional.empty()), alone);
+        }
+    }
+
+    @Test
+    void aTokenHoldsUntilItsPrimaryIsDownThenTheBackupIsPromoted() {
+        try (Cluster c = Cluster.fromConfig(CONFIG)) {
+            String token = c.sessionToken("ABC123");
+            String[] t = parse(token);
+            SessionRouting r = c.sessionRouting("ABC123".getBytes(StandardCharsets.UTF_8));
+            assertEquals("ABC123", t[0]);
+            TokenRoute same = c.routeToken(token);
+            assertFalse(same.changed());
+            assertEquals(r.primaryName(), same.route().nodeName());
+            assertEquals(RouteKind.AFFINITY, same.route().kind());
+
+            c.setNodeState(r.primaryName(), NodeState.DOWN);
+            TokenRoute moved = c.routeToken(token);
+            assertTrue(moved.changed());
+            assertEquals(r.backupName().orElseThrow(), moved.route().nodeName());
+            assertEquals(RouteKind.REPINNED, moved.route().kind());
+            String[] m = parse(moved.token().orElseThrow());
+            assertEquals("ABC123", m[0]);
+            assertEquals(t[2], m[1], "the backup moved forward");
+            assertFalse(c.routeToken(moved.token().get()).changed());
+        }
+    }
+
+    @Test
+    void badTokensAndIdsAreTypedErrorsAndStrictModeRefuses() {
+        try (Cluster c = Cluster.fromConfig(CONFIG + "; session.strict = true")) {
+            for (String bad : new String[] {"", "plain", "a!ra1.zz.none", "a!ra2.00000000.none"}) {
+                assertThrows(InvalidArgumentException.class, () -> c.routeToken(bad), bad);
+            }
+            assertThrows(InvalidArgumentException.class, () -> c.sessionToken("has space"));
+            assertThrows(NullPointerException.class, () -> c.routeToken(null));
+            assertThrows(NullPointerException.class, () -> c.sessionRouting(null));
+            String token = c.sessionToken("strict");
+            c.setNodeState(c.routeToken(token).route().nodeName(), NodeState.DOWN);
+            assertThrows(StrictAffinityException.class, () -> c.routeToken(token));
+            c.close();
+            assertThrows(ClusterClosedException.class, () -> c.sessionToken("x"));
+        }
+    }
+}

@@ -1,0 +1,339 @@
+package io.racaffinity.web;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import io.racaffinity.Cluster;
+import io.racaffinity.NodeState;
+import io.racaffinity.SessionRouting;
+import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.AffinityDataSourceFactory;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
+import jakarta.servlet.http.HttpServlet;
+import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletResponse;
+import java.io.IOException;
+import java.net.CookieManager;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.sql.Connection;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.function.BooleanSupplier;
+import javax.naming.InitialContext;
+import javax.sql.DataSource;
+import org.apache.catalina.Context;
+import org.apache.catalina.startup.Tomcat;
+import org.apache.tomcat.util.descriptor.web.ContextResource;
+import org.apache.tomcat.util.descriptor.web.FilterDef;
+import org.apache.tomcat.util.descriptor.web.FilterMap;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * Seed 001's routing tokens through {@link AffinityFilter} in embedded Tomcat: the
+ * token (WebLogic's session id with its primary and backup) lives in a cookie
+ * ({@code /c}) or in an HTTP session attribute ({@code /a}); each request runs on the
+ * node the core decided, checked by the node's own port ({@code SELECT
+ * inet_server_port()}); the seed's walk-through kills the primary, then a second node,
+ * then restarts both, with the 3 local nodes on 3 machines.
+ */
+@ExtendWith(PgNodes.class)
+class TokenRoutingTomcatTest {
+    static Tomcat tomcat;
+    static int port;
+    static final String COOKIE = "WLROUTE";
+
+    static String nodeName(int i) {
+        return Integer.toString(PgNodes.port(i));
+    }
+
+    /** Nodes named by their ports (the URL template places them), each on its own machine. */
+    static String config(String name, String extra) {
+        StringBuilder b = new StringBuilder("name = " + name + "; nodes = " + nodeName(1) + ", " + nodeName(2) + ", "
+                + nodeName(3));
+        for (int i = 1; i <= 3; i++) {
+            b.append("; node.").append(nodeName(i)).append(".machine = m").append(i);
+        }
+        return b.append(extra).toString();
+    }
+
+    /**
+     * {@code /port}: "port token" of the request's connection; {@code /state?node=N}: the node's state in the
+     * data source's cluster; {@code /down?node=N}, {@code /up?node=N}: admin state changes.
+     */
+    public static final class TokenServlet extends HttpServlet {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        protected void doGet(HttpServletRequest req, HttpServletResponse resp) throws IOException {
+            try {
+                DataSource ds = (DataSource) new InitialContext().lookup("java:comp/env/jdbc/rac");
+                Cluster cluster = ds.unwrap(AffinityDataSource.class).getCluster();
+                String body;
+                String uri = req.getRequestURI();
+                if (uri.endsWith("/state")) {
+                    body = cluster.nodeState(req.getParameter("node")).name();
+                } else if (uri.endsWith("/down") || uri.endsWith("/up")) {
+                    body = cluster.setNodeState(req.getParameter("node"),
+                            uri.endsWith("/down") ? NodeState.DOWN : NodeState.UP).name();
+                } else {
+                    try (Connection c = ds.getConnection()) {
+                        body = Pools.serverPort(c) + " " + req.getAttribute(AffinityFilter.TOKEN_ATTRIBUTE) + " "
+                                + req.getAttribute(AffinityFilter.ROUTE_ATTRIBUTE).toString().replace(' ', '_');
+                    }
+                }
+                resp.setContentType("text/plain");
+                resp.getWriter().print(body);
+            } catch (Exception e) {
+                resp.sendError(500, String.valueOf(e));
+            }
+        }
+    }
+
+    static void addContext(Path base, String path, String store, String extraConfig, String heartbeatMillis)
+            throws IOException {
+        Context ctx = tomcat.addContext(path, Files.createDirectories(base.resolve("webapp" + path)).toString());
+        ContextResource res = new ContextResource();
+        res.setName("jdbc/rac");
+        res.setType("javax.sql.DataSource");
+        res.setAuth("Container");
+        res.setCloseMethod("close");
+        res.setProperty("factory", AffinityDataSourceFactory.class.getName());
+        res.setProperty("config", config("tokens" + path.replace('/', '-'), extraConfig));
+        res.setProperty("urlTemplate", "jdbc:postgresql://127.0.0.1:{instance}/postgres");
+        res.setProperty("dataSourceClassName", "com.zaxxer.hikari.HikariDataSource");
+        res.setProperty("dataSourcePropertyList", "maximumPoolSize=2 | minimumIdle=0 | connectionTimeout=2000");
+        res.setProperty("user", "postgres");
+        res.setProperty("heartbeatIntervalMillis", heartbeatMillis);
+        res.setProperty("heartbeatTimeoutSeconds", "1");
+        res.setProperty("registerMBean", "false");
+        ctx.getNamingResources().addResource(res);
+
+        FilterDef fd = new FilterDef();
+        fd.setFilterName("racaffinity");
+        fd.setFilterClass(AffinityFilter.class.getName());
+        fd.addInitParameter("routingToken", store);
+        fd.addInitParameter("tokenCookie", COOKIE);
+        fd.addInitParameter("dataSources", "java:comp/env/jdbc/rac");
+        ctx.addFilterDef(fd);
+        FilterMap fm = new FilterMap();
+        fm.setFilterName("racaffinity");
+        fm.addURLPattern("/port");
+        ctx.addFilterMap(fm);
+        Tomcat.addServlet(ctx, "token", new TokenServlet());
+        ctx.addServletMappingDecoded("/*", "token");
+    }
+
+    @BeforeAll
+    static void start() throws Exception {
+        Path base = Files.createTempDirectory(PgNodes.repo().resolve("java/target"), "tomcat-tokens-");
+        tomcat = new Tomcat();
+        tomcat.setBaseDir(base.toString());
+        tomcat.setPort(0);
+        tomcat.getConnector();
+        tomcat.enableNaming();
+        // /c: the cookie; a heartbeat that notices a killed node within two probes (one stale pooled
+        // connection after a restart is a single miss, not a flap).
+        addContext(base, "/c", "cookie", "; heartbeat.misses = 2", "200");
+        // /a: the session attribute, nodes marked down by hand (no heartbeat).
+        addContext(base, "/a", "attribute", "", "0");
+        tomcat.start();
+        port = tomcat.getConnector().getLocalPort();
+    }
+
+    @AfterAll
+    static void stop() throws Exception {
+        if (tomcat != null) {
+            tomcat.stop();
+            tomcat.destroy();
+        }
+    }
+
+    static HttpClient browser() {
+        return HttpClient.newBuilder().cookieHandler(new CookieManager()).connectTimeout(Duration.ofSeconds(10))
+                .build();
+    }
+
+    static HttpResponse<String> send(HttpClient client, String path) throws Exception {
+        HttpResponse<String> r = client.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
+                .timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofString());
+        assertEquals(200, r.statusCode(), r.body());
+        return r;
+    }
+
+    /** One request on {@code /c/port}: port, token and whether the response set the token cookie. */
+    record Seen(int port, String token, boolean setCookie) {}
+
+    static Seen request(HttpClient client, String ctx) throws Exception {
+        HttpResponse<String> r = send(client, ctx + "/port");
+        String[] parts = r.body().split(" ");
+        boolean set = r.headers().allValues("set-cookie").stream().anyMatch(v -> v.startsWith(COOKIE + "="));
+        return new Seen(Integer.parseInt(parts[0]), parts[1], set);
+    }
+
+    /** sid, primary id, backup id of a token. */
+    static String[] parse(String token) {
+        int bang = token.lastIndexOf('!');
+        String[] routing = token.substring(bang + 1).split("\\.");
+        assertEquals("ra1", routing[0], token);
+        return new String[] {token.substring(0, bang), routing[1], routing[2]};
+    }
+
+    /** Token node id → node name, learned from a separate cluster with the same names (ids come from names). */
+    static Map<String, String> tokenIds() {
+        Map<String, String> ids = new HashMap<>();
+        try (Cluster c = Cluster.fromConfig(config("learn", ""))) {
+            for (int i = 0; ids.size() < 3 && i < 1000; i++) {
+                SessionRouting r = c.sessionRouting(("learn-" + i).getBytes());
+                ids.put(parse(c.sessionToken("learn-" + i))[1], r.primaryName());
+            }
+        }
+        assertEquals(3, ids.size(), "every node's token id: " + ids);
+        return ids;
+    }
+
+    static int index(String name) {
+        for (int i = 1; i <= 3; i++) {
+            if (nodeName(i).equals(name)) {
+                return i;
+            }
+        }
+        throw new IllegalArgumentException(name);
+    }
+
+    static void await(BooleanSupplier cond, Duration timeout, String what) throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        while (!cond.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                fail(what + ": not within " + timeout);
+            }
+            Thread.sleep(50);
+        }
+    }
+
+    static void awaitState(String ctx, String node, NodeState state) throws InterruptedException {
+        HttpClient admin = browser();
+        await(() -> {
+            try {
+                return send(admin, ctx + "/state?node=" + node).body().equals(state.name());
+            } catch (Exception e) {
+                return false;
+            }
+        }, Duration.ofSeconds(30), "node " + node + " " + state);
+    }
+
+    static String machine(String nodeName) {
+        return "m" + index(nodeName);
+    }
+
+    @Test
+    void theSeedWalkThroughKillThePrimaryThenASecondThenRestartBoth() throws Exception {
+        Map<String, String> ids = tokenIds();
+        HttpClient browser = browser();
+        List<Integer> killed = new ArrayList<>();
+        try {
+            Seen s0 = request(browser, "/c");
+            String[] t0 = parse(s0.token());
+            String primary = ids.get(t0[1]);
+            String backup = ids.get(t0[2]);
+            assertTrue(s0.setCookie(), "a new session gets its token");
+            assertEquals(PgNodes.port(index(primary)), s0.port(), "runs on the primary");
+            assertNotEquals(machine(primary), machine(backup), "backup on another machine");
+            for (int i = 0; i < 3; i++) { // reloads: same session id and routing data, no Set-Cookie
+                assertEquals(new Seen(s0.port(), s0.token(), false), request(browser, "/c"));
+            }
+
+            // 1. bring down the primary
+            PgNodes.kill(index(primary));
+            killed.add(index(primary));
+            awaitState("/c", primary, NodeState.DOWN);
+            Seen s1 = request(browser, "/c");
+            String[] t1 = parse(s1.token());
+            assertTrue(s1.setCookie(), "the rewritten token is sent");
+            assertEquals(t0[0], t1[0], "same session id");
+            assertEquals(t0[2], t1[1], "routing data moved forward: the backup is primary");
+            assertEquals(PgNodes.port(index(backup)), s1.port(), "runs on the promoted backup");
+            String third = ids.get(t1[2]);
+            assertTrue(third != null && !third.equals(primary) && !third.equals(backup), "a new backup: " + s1);
+            assertNotEquals(machine(backup), machine(third), "new backup on another machine");
+            assertEquals(new Seen(s1.port(), s1.token(), false), request(browser, "/c"));
+
+            // 2. bring down a second: the last one is primary, backup "none"
+            PgNodes.kill(index(backup));
+            killed.add(index(backup));
+            awaitState("/c", backup, NodeState.DOWN);
+            Seen s2 = request(browser, "/c");
+            String[] t2 = parse(s2.token());
+            assertTrue(s2.setCookie());
+            assertEquals(List.of(t0[0], t1[2], "none"), List.of(t2), "last one primary, no backup");
+            assertEquals(PgNodes.port(index(third)), s2.port());
+            assertEquals(new Seen(s2.port(), s2.token(), false), request(browser, "/c"));
+
+            // 3. restart both: a new backup appears
+            for (String n : List.of(primary, backup)) {
+                PgNodes.restart(index(n));
+                killed.remove(Integer.valueOf(index(n)));
+                awaitState("/c", n, NodeState.UP);
+            }
+            Seen s3 = request(browser, "/c");
+            String[] t3 = parse(s3.token());
+            assertTrue(s3.setCookie());
+            assertEquals(t0[0], t3[0]);
+            assertEquals(t1[2], t3[1], "the primary stays");
+            assertNotEquals("none", t3[2], "a new backup appears");
+            assertNotEquals(machine(third), machine(ids.get(t3[2])), "on another machine");
+            assertEquals(PgNodes.port(index(third)), s3.port());
+            assertEquals(new Seen(s3.port(), s3.token(), false), request(browser, "/c"));
+            System.out.println("tomcat walk-through: " + s0.token() + " -> " + s1.token() + " -> " + s2.token()
+                    + " -> " + s3.token());
+        } finally {
+            for (int i : killed) {
+                PgNodes.restart(i);
+            }
+        }
+    }
+
+    @Test
+    void theTokenCanLiveInASessionAttributeAndIsRewrittenOnlyOnChange() throws Exception {
+        Map<String, String> ids = tokenIds();
+        HttpClient browser = browser();
+        HttpClient admin = browser();
+        Seen s0 = request(browser, "/a");
+        String[] t0 = parse(s0.token());
+        assertEquals(PgNodes.port(index(ids.get(t0[1]))), s0.port());
+        assertTrue(s0.token().startsWith(t0[0]) && !t0[0].isEmpty());
+        for (int i = 0; i < 3; i++) {
+            Seen again = request(browser, "/a");
+            assertEquals(s0.port(), again.port());
+            assertEquals(s0.token(), again.token());
+            assertTrue(!again.setCookie(), "attribute mode sends no token cookie");
+        }
+        String primary = ids.get(t0[1]);
+        assertEquals("UP", send(admin, "/a/down?node=" + primary).body());
+        try {
+            Seen s1 = request(browser, "/a");
+            String[] t1 = parse(s1.token());
+            assertEquals(t0[0], t1[0]);
+            assertEquals(t0[2], t1[1], "the backup is promoted");
+            assertEquals(PgNodes.port(index(ids.get(t0[2]))), s1.port());
+            assertEquals(s1.token(), request(browser, "/a").token(), "the attribute holds the rewritten token");
+        } finally {
+            send(admin, "/a/up?node=" + primary);
+        }
+        // A new browser (no session) gets its own token.
+        assertNotEquals(t0[0], parse(request(browser(), "/a").token())[0]);
+    }
+}

@@ -1,0 +1,186 @@
+"""WSGI and ASGI middleware for seed 001's session routing tokens (WebLogic's
+primary and backup carried in the session id).
+
+Each request's token comes from a cookie; `Cluster.route_token` decides the
+node (the primary, or the promoted backup when the primary is gone) and the
+middleware hands that decision to the application, then sends the rewritten
+cookie only when the routing data changed. A request without a token (or with
+a malformed or foreign one) gets a new session id and a new token
+(`Cluster.session_token`). Every decision is the core's: this module only
+moves the token between the cookie, the library and the application.
+
+    cluster = racaffinity.Cluster("nodes = RAC1, RAC2, RAC3\\n"
+                                  "node.RAC1.machine = m1\\nnode.RAC2.machine = m2\\n"
+                                  "node.RAC3.machine = m3")
+    app = WsgiTokenMiddleware(app, cluster)            # or AsgiTokenMiddleware
+
+    def app(environ, start_response):                  # the wrapped application
+        route = environ[ROUTE_KEY]                     # a racaffinity.Route
+        with pools.node_pool(route.node).connection() as conn: ...
+
+WSGI: `environ[ROUTE_KEY]` is the `Route`, `environ[TOKEN_KEY]` the token the
+client holds after this response. ASGI: the same keys in the (copied) `scope`.
+Strict session mode (`session.strict`) raises `StrictAffinityError` from the
+middleware instead of promoting the backup.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, Awaitable, Callable, Dict, Iterable, List, MutableMapping, Optional, Tuple
+
+from ._cluster import Cluster, Route
+from ._errors import InvalidArgumentError
+
+__all__ = [
+    "ROUTE_KEY",
+    "TOKEN_KEY",
+    "DEFAULT_COOKIE",
+    "TokenCookie",
+    "WsgiTokenMiddleware",
+    "AsgiTokenMiddleware",
+]
+
+ROUTE_KEY = "racaffinity.route"
+"""The environ (WSGI) or scope (ASGI) key of the request's `Route`."""
+TOKEN_KEY = "racaffinity.token"
+"""The environ or scope key of the session token after this request."""
+DEFAULT_COOKIE = "RACAFFINITY_ROUTE"
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[Dict[str, Any], StartResponse], Iterable[bytes]]
+AsgiReceive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+AsgiSend = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+AsgiApp = Callable[[MutableMapping[str, Any], AsgiReceive, AsgiSend], Awaitable[None]]
+
+
+def _new_session_id() -> str:
+    return secrets.token_hex(16)
+
+
+def cookie_value(header: Optional[str], name: str) -> Optional[str]:
+    """The value of cookie `name` in a `Cookie` request header, or None."""
+    if not header:
+        return None
+    for part in header.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key == name:
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            return value or None
+    return None
+
+
+class TokenCookie:
+    """The shared part of both middlewares: reads the token, asks the core,
+    and says which `Set-Cookie` value (if any) the response must carry.
+
+    `cookie`: the cookie's name; `path`, `secure`, `http_only`, `same_site`:
+    its attributes; `new_session_id`: makes the session id of a new token
+    (default 32 random hex digits)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        cookie: str = DEFAULT_COOKIE,
+        *,
+        path: str = "/",
+        secure: bool = False,
+        http_only: bool = True,
+        same_site: Optional[str] = "Lax",
+        new_session_id: Callable[[], str] = _new_session_id,
+    ) -> None:
+        if not cookie or any(c in cookie for c in '=;, \t"'):
+            raise ValueError(f"{cookie!r} is not a valid cookie name")
+        self.cluster = cluster
+        self.cookie = cookie
+        self.new_session_id = new_session_id
+        attrs = [f"Path={path}"]
+        if secure:
+            attrs.append("Secure")
+        if http_only:
+            attrs.append("HttpOnly")
+        if same_site:
+            attrs.append(f"SameSite={same_site}")
+        self._attrs = "; ".join(attrs)
+
+    def route(self, cookie_header: Optional[str]) -> Tuple[Route, str, Optional[str]]:
+        """Routes one request: returns its `Route`, the token the client holds
+        after it, and the `Set-Cookie` value to send (None: unchanged)."""
+        token = cookie_value(cookie_header, self.cookie)
+        if token is not None:
+            try:
+                decided = self.cluster.route_token(token)
+            except InvalidArgumentError:
+                token = None  # malformed or foreign: a new session
+            else:
+                if decided.token is None:
+                    return decided.route, token, None
+                return decided.route, decided.token, self.set_cookie(decided.token)
+        fresh = self.cluster.session_token(self.new_session_id())
+        decided = self.cluster.route_token(fresh)
+        held = decided.token or fresh
+        return decided.route, held, self.set_cookie(held)
+
+    def set_cookie(self, token: str) -> str:
+        """The `Set-Cookie` header value that gives the client `token`."""
+        return f"{self.cookie}={token}; {self._attrs}"
+
+
+class WsgiTokenMiddleware:
+    """WSGI middleware: routes each request by its token cookie (see the
+    module's documentation); `**options` are `TokenCookie`'s."""
+
+    def __init__(self, app: WsgiApp, cluster: Cluster, cookie: str = DEFAULT_COOKIE, **options: Any) -> None:
+        self.app = app
+        self.tokens = TokenCookie(cluster, cookie, **options)
+
+    def __call__(self, environ: Dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        route, token, set_cookie = self.tokens.route(environ.get("HTTP_COOKIE"))
+        environ[ROUTE_KEY] = route
+        environ[TOKEN_KEY] = token
+        if set_cookie is None:
+            return self.app(environ, start_response)
+
+        def start(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
+            headers = list(headers) + [("Set-Cookie", set_cookie)]
+            if exc_info is None:
+                return start_response(status, headers)
+            return start_response(status, headers, exc_info)
+
+        return self.app(environ, start)
+
+
+class AsgiTokenMiddleware:
+    """ASGI middleware: routes each HTTP request by its token cookie (see the
+    module's documentation); other scopes (lifespan, websocket) pass through.
+    `**options` are `TokenCookie`'s."""
+
+    def __init__(self, app: AsgiApp, cluster: Cluster, cookie: str = DEFAULT_COOKIE, **options: Any) -> None:
+        self.app = app
+        self.tokens = TokenCookie(cluster, cookie, **options)
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: AsgiReceive, send: AsgiSend) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        header = "; ".join(
+            v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"cookie"
+        )
+        route, token, set_cookie = self.tokens.route(header or None)
+        scope = dict(scope)
+        scope[ROUTE_KEY] = route
+        scope[TOKEN_KEY] = token
+        if set_cookie is None:
+            await self.app(scope, receive, send)
+            return
+        cookie = set_cookie.encode("latin-1")
+
+        async def send_with_cookie(message: MutableMapping[str, Any]) -> None:
+            if message.get("type") == "http.response.start":
+                message = dict(message)
+                message["headers"] = list(message.get("headers", ())) + [(b"set-cookie", cookie)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)

@@ -1,0 +1,316 @@
+"""Seed 001 (WebLogic): session routing data carried in the session id.
+`Cluster.session_routing/session_token/route_token` over the C ABI, the WSGI
+and ASGI middleware of `racaffinity.web`, and the seed's walk-through over
+the 3 local PostgreSQL nodes (kill the primary, kill a second, restart both)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Dict, List, MutableMapping, Optional, Tuple
+
+import pytest
+
+import racaffinity as ra
+from racaffinity.pools import NodePools
+from racaffinity.web import ROUTE_KEY, TOKEN_KEY, AsgiTokenMiddleware, WsgiTokenMiddleware, cookie_value
+
+from conftest import NAMES
+
+MACHINES = {"RAC1": "m1", "RAC2": "m2", "RAC3": "m3"}
+# Two nodes share machine mA: RAC1's and RAC2's backups must then be RAC3 or each other only as a last resort.
+SHARED = "nodes = RAC1, RAC2, RAC3\nnode.RAC1.machine = mA\nnode.RAC2.machine = mA\nnode.RAC3.machine = mB\n"
+
+
+def machines_config(extra: str = "") -> str:
+    lines = ["nodes = " + ", ".join(NAMES)] + [f"node.{n}.machine = {m}" for n, m in MACHINES.items()]
+    return "\n".join(lines) + "\n" + extra
+
+
+def parse(token: str) -> Tuple[str, str, str]:
+    sid, _, routing = token.rpartition("!")
+    version, primary, backup = routing.split(".")
+    assert version == "ra1", token
+    return sid, primary, backup
+
+
+# -- the calls --------------------------------------------------------------------
+
+
+def test_every_backup_is_on_another_machine_whenever_the_topology_has_one(cluster_factory):
+    c = cluster_factory(SHARED)
+    machine = {"RAC1": "mA", "RAC2": "mA", "RAC3": "mB"}
+    seen = set()
+    for i in range(300):
+        r = c.session_routing(f"session-{i}")
+        assert r.backup is not None and r.backup_name is not None
+        assert machine[r.backup_name] != machine[r.primary_name], r
+        assert r.primary_name == c.node_name(r.primary)
+        seen.add(r.primary_name)
+    assert seen == set(NAMES)  # rendezvous spreads the primaries
+    c.set_node_state("RAC3", ra.NodeState.DOWN)
+    # No other machine left: any other usable node, then none.
+    r = c.session_routing("session-1")
+    assert r.backup_name is not None and {r.primary_name, r.backup_name} == {"RAC1", "RAC2"}
+    c.set_node_state("RAC2", ra.NodeState.DOWN)
+    r = c.session_routing("session-1")
+    assert (r.primary_name, r.backup, r.backup_name) == ("RAC1", None, None)
+
+
+def test_a_token_routes_to_its_primary_until_it_is_down_then_the_backup_is_promoted(cluster_factory):
+    c = cluster_factory(machines_config())
+    token = c.session_token("abc123")
+    sid, primary, backup = parse(token)
+    first = c.session_routing("abc123")
+    assert sid == "abc123" and backup != "none"
+    decided = c.route_token(token)
+    assert decided.token is None and not decided.changed
+    assert decided.route.name == first.primary_name and decided.route.kind == ra.RouteKind.AFFINITY
+
+    c.set_node_state(first.primary_name, ra.NodeState.DOWN)
+    moved = c.route_token(token)
+    assert moved.changed and moved.route.name == first.backup_name and moved.route.kind == ra.RouteKind.REPINNED
+    sid2, primary2, backup2 = parse(moved.token)
+    assert (sid2, primary2) == ("abc123", backup) and backup2 not in (primary, backup, "none")
+    # the rewritten token holds
+    assert c.route_token(moved.token).token is None
+
+
+def test_a_malformed_or_foreign_token_is_a_typed_error(cluster):
+    for bad in ["", "no-routing", "abc!ra1.zz.none", "abc!ra9.00000000.none", "abc!jvmroute1"]:
+        with pytest.raises(ra.InvalidArgumentError):
+            cluster.route_token(bad)
+    with pytest.raises(ra.InvalidArgumentError):
+        cluster.session_token("has;semicolon")
+    with pytest.raises(TypeError):
+        cluster.route_token(42)  # type: ignore[arg-type]
+
+
+def test_strict_session_mode_refuses_instead_of_promoting(cluster_factory):
+    c = cluster_factory(machines_config("session.strict = true\n"))
+    token = c.session_token("strict-1")
+    c.set_node_state(c.route_token(token).route.name, ra.NodeState.DOWN)
+    with pytest.raises(ra.StrictAffinityError):
+        c.route_token(token)
+
+
+def test_a_token_from_another_process_routes_the_same_with_unknown_nodes_counted_down(cluster_factory):
+    a = cluster_factory(machines_config())
+    token = a.session_token("shared")
+    b = cluster_factory("nodes = RAC2, RAC3, RAC1\nnode.RAC1.machine = m1\nnode.RAC2.machine = m2\n"
+                        "node.RAC3.machine = m3\n")  # another config order: other ids, same names
+    assert a.route_token(token).route.name == b.route_token(token).route.name
+    c = cluster_factory("nodes = OTHER1, OTHER2")
+    moved = c.route_token(token)  # neither node exists here: down, so a fresh pair
+    assert moved.changed and moved.route.name in ("OTHER1", "OTHER2")
+
+
+# -- WSGI and ASGI ------------------------------------------------------------------
+
+
+def wsgi_call(app: Any, cookie: Optional[str]) -> Tuple[Dict[str, Any], List[Tuple[str, str]], bytes]:
+    environ: Dict[str, Any] = {"REQUEST_METHOD": "GET", "PATH_INFO": "/"}
+    if cookie is not None:
+        environ["HTTP_COOKIE"] = cookie
+    got: Dict[str, Any] = {}
+
+    def start_response(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
+        got["status"], got["headers"] = status, headers
+        return lambda data: None
+
+    body = b"".join(app(environ, start_response))
+    assert got["status"] == "200 OK"
+    return environ, got["headers"], body
+
+
+def set_cookies(headers: List[Tuple[str, str]]) -> List[str]:
+    return [v for k, v in headers if k.lower() == "set-cookie"]
+
+
+def test_wsgi_middleware_sets_the_cookie_only_when_the_routing_data_changes(cluster_factory):
+    c = cluster_factory(machines_config())
+
+    def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [environ[ROUTE_KEY].name.encode()]
+
+    mw = WsgiTokenMiddleware(app, c, cookie="ROUTE", secure=True)
+    env, headers, body = wsgi_call(mw, None)
+    (first,) = set_cookies(headers)
+    assert first.startswith("ROUTE=") and "; Path=/" in first and "Secure" in first and "HttpOnly" in first
+    token = first.split(";")[0][len("ROUTE="):]
+    assert env[TOKEN_KEY] == token and body == env[ROUTE_KEY].name.encode()
+    primary = env[ROUTE_KEY].name
+
+    for _ in range(3):  # the client sends it back: same node, no Set-Cookie
+        env, headers, body = wsgi_call(mw, f"other=1; ROUTE={token}")
+        assert set_cookies(headers) == [] and body == primary.encode() and env[TOKEN_KEY] == token
+
+    c.set_node_state(primary, ra.NodeState.DOWN)
+    env, headers, body = wsgi_call(mw, f"ROUTE={token}")
+    (moved,) = set_cookies(headers)
+    new = moved.split(";")[0][len("ROUTE="):]
+    assert parse(new)[0] == parse(token)[0] and parse(new)[1] == parse(token)[2]  # same id, backup promoted
+    assert body.decode() != primary and env[TOKEN_KEY] == new
+    # A garbled cookie starts a new session rather than failing the request.
+    env, headers, _ = wsgi_call(mw, "ROUTE=garbage")
+    assert len(set_cookies(headers)) == 1 and parse(env[TOKEN_KEY])[0] != parse(token)[0]
+
+
+def asgi_call(app: Any, cookie: Optional[str]) -> Tuple[MutableMapping[str, Any], List[Tuple[bytes, bytes]], bytes]:
+    scope: Dict[str, Any] = {"type": "http", "method": "GET", "path": "/", "headers": []}
+    if cookie is not None:
+        scope["headers"].append((b"cookie", cookie.encode()))
+    sent: List[MutableMapping[str, Any]] = []
+
+    async def receive() -> MutableMapping[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    async def run() -> None:
+        await app(scope, receive, send)
+
+    asyncio.run(run())
+    start, body = sent
+    return scope, list(start["headers"]), body["body"]
+
+
+def test_asgi_middleware_routes_by_the_cookie_and_rewrites_it_on_change(cluster_factory):
+    c = cluster_factory(machines_config())
+    seen_scopes: List[MutableMapping[str, Any]] = []
+
+    async def app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        seen_scopes.append(scope)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": scope[ROUTE_KEY].name.encode()})
+
+    mw = AsgiTokenMiddleware(app, c)
+
+    def call(cookie: Optional[str]) -> Tuple[MutableMapping[str, Any], List[bytes], bytes]:
+        _, headers, body = asgi_call(mw, cookie)
+        return seen_scopes[-1], [v for k, v in headers if k == b"set-cookie"], body
+
+    scope, cookies, body = call(None)
+    assert len(cookies) == 1 and cookies[0].startswith(b"RACAFFINITY_ROUTE=")
+    token = cookie_value(cookies[0].decode().split(";")[0], "RACAFFINITY_ROUTE")
+    assert token == scope[TOKEN_KEY] and body == scope[ROUTE_KEY].name.encode()
+    primary = body.decode()
+    scope, cookies, body = call(f"RACAFFINITY_ROUTE={token}")
+    assert cookies == [] and body.decode() == primary
+
+    c.set_node_state(primary, ra.NodeState.DOWN)
+    scope, cookies, body = call(f"RACAFFINITY_ROUTE={token}")
+    assert len(cookies) == 1 and body.decode() != primary
+    new = scope[TOKEN_KEY]
+    assert parse(new)[:2] == (parse(token)[0], parse(token)[2])
+
+    # Other scope types pass through untouched.
+    lifespan: Dict[str, Any] = {"type": "lifespan"}
+    got: List[MutableMapping[str, Any]] = []
+
+    async def passthrough(s: MutableMapping[str, Any], r: Any, snd: Any) -> None:
+        got.append(s)
+
+    async def run() -> None:
+        await AsgiTokenMiddleware(passthrough, c)(lifespan, None, None)  # type: ignore[arg-type]
+
+    asyncio.run(run())
+    assert got == [lifespan] and ROUTE_KEY not in got[0]
+
+
+# -- the seed's walk-through over the local nodes -----------------------------------
+
+
+def wait_for(cond: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(180)
+def test_the_seed_walk_through_kill_the_primary_then_a_second_then_restart_both(pg, cluster_factory):
+    c = cluster_factory(machines_config("heartbeat.misses = 1\n"))
+    machine_of = {n: MACHINES[n] for n in NAMES}
+    node_index = {n: i + 1 for i, n in enumerate(NAMES)}
+    with NodePools(c, pg.dsn, min_size=0, max_size=2, timeout=5.0, probe_timeout=1.0) as pools:
+
+        def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+            route = environ[ROUTE_KEY]
+            with pools.node_pool(route.node).connection(timeout=5.0) as conn:
+                port = conn.execute("SELECT inet_server_port()").fetchone()[0]
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [str(port).encode()]
+
+        mw = WsgiTokenMiddleware(app, c)
+        cookie: Optional[str] = None
+
+        def request() -> Tuple[str, int, bool]:
+            """One browser request: returns the token held after it, the node's own port, and whether it was rewritten."""
+            nonlocal cookie
+            env, headers, body = wsgi_call(mw, None if cookie is None else f"RACAFFINITY_ROUTE={cookie}")
+            sc = set_cookies(headers)
+            cookie = env[TOKEN_KEY]
+            return cookie, int(body), bool(sc)
+
+        by_id: Dict[str, str] = {}
+        for i in range(200):  # the token id of each node, learned from tokens the core wrote
+            r = c.session_routing(f"learn-{i}")
+            by_id[parse(c.session_token(f"learn-{i}"))[1]] = r.primary_name
+        assert sorted(by_id.values()) == NAMES
+
+        def down(name: str) -> None:
+            pg.kill(node_index[name])
+            wait_for(lambda: (pools.check_heartbeat(), c.node_state(name) == ra.NodeState.DOWN)[1], 30,
+                     f"heartbeat marks {name} down")
+
+        def up(name: str) -> None:
+            pg.restart(node_index[name])
+            wait_for(lambda: (pools.check_heartbeat(), c.node_state(name) == ra.NodeState.UP)[1], 30,
+                     f"heartbeat marks {name} up")
+
+        killed: List[str] = []
+        try:
+            token, port, rewritten = request()
+            sid, p0, b0 = parse(token)
+            assert rewritten and b0 != "none"
+            primary, backup = by_id[p0], by_id[b0]
+            assert port == pg.port[primary] and machine_of[backup] != machine_of[primary]
+            for _ in range(3):  # reloads: same id, same routing data, no cookie sent
+                assert request() == (token, pg.port[primary], False)
+
+            # 1. bring down the primary: same session id, routing data moved forward, new backup elsewhere
+            down(primary)
+            killed.append(primary)
+            token1, port1, rewritten1 = request()
+            sid1, p1, b1 = parse(token1)
+            assert rewritten1 and sid1 == sid and p1 == b0 and port1 == pg.port[backup]
+            assert b1 != "none" and by_id[b1] not in (primary, backup)
+            assert machine_of[by_id[b1]] != machine_of[backup]
+            assert request() == (token1, pg.port[backup], False)
+
+            # 2. bring down a second: the last one is primary, backup "none"
+            down(backup)
+            killed.append(backup)
+            last = by_id[b1]
+            token2, port2, rewritten2 = request()
+            sid2, p2, b2 = parse(token2)
+            assert rewritten2 and sid2 == sid and p2 == b1 and b2 == "none" and port2 == pg.port[last]
+            assert request() == (token2, pg.port[last], False)
+
+            # 3. restart both: a new backup appears, on another machine
+            for name in list(killed):
+                up(name)
+                killed.remove(name)
+            token3, port3, rewritten3 = request()
+            sid3, p3, b3 = parse(token3)
+            assert rewritten3 and sid3 == sid and p3 == b1 and port3 == pg.port[last]
+            assert b3 != "none" and machine_of[by_id[b3]] != machine_of[last]
+            assert request() == (token3, pg.port[last], False)
+            print(f"walk-through: {token} -> {token1} -> {token2} -> {token3}")
+        finally:
+            for name in killed:
+                pg.restart(node_index[name])
