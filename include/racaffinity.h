@@ -830,6 +830,24 @@ racaffinity_result racaffinity_session_token_route(const racaffinity_cluster *cl
                                                    bool *out_changed);
 
 /*
+ Takes a token apart without routing: writes the session id into `buf`
+ and the nodes it names to `*out_primary` / `*out_backup`
+ (`RACAFFINITY_NO_NODE` for an empty backup slot or a node this cluster
+ does not know). A malformed or foreign token is INVALID_ARGUMENT.
+
+ # Safety
+ `token` NULL or NUL-terminated; `out_primary`/`out_backup` NULL or
+ writable; `buf` NULL or valid for `cap` bytes; `out_len` NULL or writable.
+ */
+racaffinity_result racaffinity_session_token_decode(const racaffinity_cluster *cluster,
+                                                    const char *token,
+                                                    uint32_t *out_primary,
+                                                    uint32_t *out_backup,
+                                                    char *buf,
+                                                    size_t cap,
+                                                    size_t *out_len);
+
+/*
  Begins or joins a branch of `gtrid` (1..=64 bytes) and writes its route.
  Every branch, from any thread or process, gets the owning node.
 

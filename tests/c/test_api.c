@@ -737,6 +737,18 @@ static void session_tokens_carry_primary_and_backup_and_promote_on_failure(void)
     CHECK_LAST_ERROR_CONTAINS("ra9");
     CHECK_RC(racaffinity_session_token_route(c, NULL, &r, next, sizeof next, &len, &changed),
              RACAFFINITY_RESULT_NULL_ARGUMENT);
+    /* Decoding names the nodes without routing. */
+    uint32_t dp = 0, db = 0;
+    char sid[16];
+    CHECK_OK(racaffinity_session_token_decode(c, token, &dp, &db, sid, sizeof sid, &len));
+    CHECK(strcmp(sid, "sess") == 0);
+    CHECK_EQ_U(dp, primary);
+    CHECK_EQ_U(db, backup);
+    CHECK_OK(racaffinity_session_token_decode(c, "s!ra1.00000000.none", &dp, &db, sid, sizeof sid, &len));
+    CHECK_EQ_U(dp, RACAFFINITY_NO_NODE);
+    CHECK_EQ_U(db, RACAFFINITY_NO_NODE);
+    CHECK_RC(racaffinity_session_token_decode(c, "s!ra1.zz", &dp, &db, sid, sizeof sid, &len),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
     free_cluster(c);
 }
 

@@ -41,6 +41,17 @@ pub struct TokenRoute {
     pub token: Option<String>,
 }
 
+/// A token taken apart ([`Cluster::decode_token`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenParts {
+    /// The application's session id.
+    pub session_id: String,
+    /// The primary, if this cluster knows the node the token names.
+    pub primary: Option<NodeId>,
+    /// The backup, if the slot is not `none` and this cluster knows the node.
+    pub backup: Option<NodeId>,
+}
+
 /// The stable identifier of a node name inside a token.
 pub fn node_token_id(name: &str) -> String {
     format!("{:08x}", hash::hash_bytes(name.to_ascii_uppercase().as_bytes()) as u32)
@@ -118,6 +129,22 @@ impl Cluster {
         check_session_id(session_id)?;
         let r = self.session_routing(session_id.as_bytes())?;
         Ok(encode(session_id, &self.topo(), r))
+    }
+
+    /// Takes a token apart without routing: the session id and the nodes it
+    /// names (`None` for an empty backup slot or a node this cluster does
+    /// not know). A malformed or foreign token is an error.
+    pub fn decode_token(&self, token: &str) -> Result<TokenParts> {
+        let p = parse(token)?;
+        let topo = self.topo();
+        let find = |id: &str| {
+            let mut hits = topo.live.iter().filter(|n| node_token_id(n.name()) == id);
+            match (hits.next(), hits.next()) {
+                (Some(n), None) => Some(n.id()),
+                _ => None,
+            }
+        };
+        Ok(TokenParts { session_id: p.sid.to_string(), primary: find(p.primary), backup: p.backup.and_then(find) })
     }
 
     /// Routes a request carrying `token`, by seed 001's rules: the primary

@@ -98,3 +98,34 @@ pub unsafe extern "C" fn racaffinity_session_token_route(
         unsafe { write_str(r.token.as_deref().unwrap_or(t), buf, cap, out_len) }
     })
 }
+
+/// Takes a token apart without routing: writes the session id into `buf`
+/// and the nodes it names to `*out_primary` / `*out_backup`
+/// (`RACAFFINITY_NO_NODE` for an empty backup slot or a node this cluster
+/// does not know). A malformed or foreign token is INVALID_ARGUMENT.
+///
+/// # Safety
+/// `token` NULL or NUL-terminated; `out_primary`/`out_backup` NULL or
+/// writable; `buf` NULL or valid for `cap` bytes; `out_len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_session_token_decode(
+    cluster: *const racaffinity_cluster,
+    token: *const c_char,
+    out_primary: *mut u32,
+    out_backup: *mut u32,
+    buf: *mut c_char,
+    cap: usize,
+    out_len: *mut usize,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (t, primary, backup) = unsafe {
+            (str_arg(token, "token")?, out_arg(out_primary, "out_primary")?, out_arg(out_backup, "out_backup")?)
+        };
+        let parts = handle::with(cluster, |c| Ok(c.decode_token(t)?))?;
+        primary.set(parts.primary.map_or(RACAFFINITY_NO_NODE, |n| n.0))?;
+        backup.set(parts.backup.map_or(RACAFFINITY_NO_NODE, |n| n.0))?;
+        // SAFETY: per this function's contract.
+        unsafe { write_str(&parts.session_id, buf, cap, out_len) }
+    })
+}
