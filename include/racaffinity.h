@@ -708,6 +708,28 @@ racaffinity_result racaffinity_context_unpin(const racaffinity_cluster *cluster,
                                              bool *out_released);
 
 /*
+ Releases context `context`'s pin at every level (a unit of work that
+ ended with pin scopes still open, or an auto-pin). `*out_existed` (may be
+ NULL) is set when a pin existed.
+
+ # Safety
+ `out_existed` must be NULL or writable.
+ */
+racaffinity_result racaffinity_context_release(const racaffinity_cluster *cluster,
+                                               uint64_t context,
+                                               bool *out_existed);
+
+/*
+ Whether `thread.auto_pin` is set: a pick or route of an unpinned thread
+ or context pins it. A host that keeps its own context keys (Python's
+ contextvars) issues a key for the context before such a call.
+
+ # Safety
+ `out` must be NULL or writable.
+ */
+racaffinity_result racaffinity_cluster_auto_pin(const racaffinity_cluster *cluster, bool *out);
+
+/*
  Picks and leases a node for a request, by the first affinity that applies:
  the transaction, then the data key, then the session, then the context's
  (or thread's) pin, else load balancing. Release with `racaffinity_lease_release`.

@@ -162,6 +162,8 @@ static void null_cluster_is_null_argument_for_every_function(void) {
     CHECK_RC(racaffinity_context_new(n, &ctx), NA);
     CHECK_RC(racaffinity_context_pin(n, 1, &r), NA);
     CHECK_RC(racaffinity_context_unpin(n, 1, &b), NA);
+    CHECK_RC(racaffinity_context_release(n, 1, &b), NA);
+    CHECK_RC(racaffinity_cluster_auto_pin(n, &b), NA);
     CHECK_RC(racaffinity_session_route(n, B("s"), &r), NA);
     CHECK_RC(racaffinity_session_end(n, B("s"), &b), NA);
     CHECK_RC(racaffinity_tx_begin(n, B("g"), &r), NA);
@@ -355,6 +357,8 @@ static void freed_handle_is_invalid_handle_everywhere(void) {
     CHECK_RC(racaffinity_context_new(c, &ctx), IH);
     CHECK_RC(racaffinity_context_pin(c, 1, &r), IH);
     CHECK_RC(racaffinity_context_unpin(c, 1, &b), IH);
+    CHECK_RC(racaffinity_context_release(c, 1, &b), IH);
+    CHECK_RC(racaffinity_cluster_auto_pin(c, &b), IH);
     CHECK_RC(racaffinity_session_route(c, B("s"), &r), IH);
     CHECK_RC(racaffinity_session_end(c, B("s"), &b), IH);
     CHECK_RC(racaffinity_tx_begin(c, B("g"), &r), IH);
@@ -1238,6 +1242,45 @@ static void context_pins_are_independent_of_thread_pins(void) {
     free_cluster(c);
 }
 
+static void context_release_drops_every_level_and_auto_pin_pins_contexts(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3 "\npolicy = round_robin");
+    bool b = true;
+    CHECK_OK(racaffinity_cluster_auto_pin(c, &b));
+    CHECK(!b);
+    CHECK_RC(racaffinity_cluster_auto_pin(c, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    uint64_t k = 0;
+    CHECK_OK(racaffinity_context_new(c, &k));
+    racaffinity_route r;
+    for (int i = 0; i < 3; i++) {
+        CHECK_OK(racaffinity_context_pin(c, k, &r));
+    }
+    CHECK_EQ_U(scope_metric(c, "thread", "live"), 1);
+    bool existed = false;
+    CHECK_OK(racaffinity_context_release(c, k, &existed)); /* all 3 levels */
+    CHECK(existed);
+    CHECK_EQ_U(scope_metric(c, "thread", "live"), 0);
+    CHECK_OK(racaffinity_context_release(c, k, &existed));
+    CHECK(!existed);
+    CHECK_OK(racaffinity_context_release(c, k, NULL));
+    free_cluster(c);
+
+    /* With thread.auto_pin, a context's first route pins it; release ends it. */
+    c = new_cluster(NUM_NODES_3 "\npolicy = round_robin\nthread.auto_pin = true");
+    CHECK_OK(racaffinity_cluster_auto_pin(c, &b));
+    CHECK(b);
+    CHECK_OK(racaffinity_context_new(c, &k));
+    CHECK_OK(racaffinity_context_route(c, k, &r));
+    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_PLACED);
+    racaffinity_route again;
+    CHECK_OK(racaffinity_context_route(c, k, &again));
+    CHECK_EQ_U(again.node, r.node);
+    CHECK(again.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_OK(racaffinity_context_release(c, k, &existed));
+    CHECK(existed);
+    CHECK_EQ_U(scope_metric(c, "thread", "live"), 0);
+    free_cluster(c);
+}
+
 static void tx_branches_share_one_node_and_end_with_the_last(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     racaffinity_route first, r;
@@ -1774,6 +1817,7 @@ static const h_test tests[] = {
     TEST(thread_pin_keeps_picks_on_one_node_until_unpin),
     TEST(nested_thread_pins_release_at_the_outermost_unpin),
     TEST(context_pins_are_independent_of_thread_pins),
+    TEST(context_release_drops_every_level_and_auto_pin_pins_contexts),
     TEST(tx_branches_share_one_node_and_end_with_the_last),
     TEST(tx_begin_on_places_a_new_gtrid_on_the_preferred_node),
     TEST(soft_transaction_repins_when_its_node_is_down),

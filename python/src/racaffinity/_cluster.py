@@ -90,6 +90,7 @@ _lease_release = lib.racaffinity_lease_release
 _lease_begin = lib.racaffinity_lease_begin
 _new = ffi.new
 _NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
+_PLACED = int(lib.RACAFFINITY_ROUTE_KIND_PLACED)
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _U32_MAX = (1 << 32) - 1
@@ -227,7 +228,11 @@ class Lease(Route):
     def released(self) -> bool:
         return self._released
 
-    def release(self, outcome: Union[Outcome, int] = Outcome.OK) -> None:
+    def release(self, outcome: Union[Outcome, str, int] = Outcome.OK) -> None:
+        """Releases the lease with `outcome`: an `Outcome` or its name
+        (``"ok"``, ``"failed"``, ``"neutral"``)."""
+        if outcome.__class__ is not Outcome:
+            outcome = _enum_arg(outcome, Outcome, "outcome")
         rc = _lease_release(self._h, self._buf, outcome)
         if rc:
             self._cluster._raise(rc)
@@ -238,7 +243,13 @@ class Lease(Route):
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         if not self._released:
-            self.release(Outcome.OK if et is None else Outcome.NEUTRAL)
+            try:
+                self.release(Outcome.OK if et is None else Outcome.NEUTRAL)
+            except ClosedError:
+                # The body closed the cluster, and its leases went with it:
+                # quiet, as pin scopes are (and Java's Lease.close()), so the
+                # body's own exception is the one that propagates.
+                self._released = True
 
     def __del__(self) -> None:
         # A lease dropped without release would count as in flight forever
@@ -301,13 +312,63 @@ class _Pin:
     """One explicit context pin (a `racaffinity_context_new` key). `active`
     turns False when the library reports the pin released, so a context
     that still holds this object afterwards (a task that outlived the scope
-    that created it) stops using it instead of re-pinning a dead key."""
+    that created it) stops using it instead of re-pinning a dead key.
 
-    __slots__ = ("key", "active")
+    An auto-pin (`thread.auto_pin`: the first pick of an unpinned context
+    pins it) has no scope to release it: it carries the cluster handle and
+    is released when no context holds it any more (its task finished, its
+    thread exited), or by `Cluster.unpin_all()`."""
 
-    def __init__(self, key: int) -> None:
+    __slots__ = ("key", "active", "_auto")
+
+    def __init__(self, key: int, auto: Any = None) -> None:
         self.key = key
         self.active = True
+        self._auto = auto  # the cluster handle of an auto-pin
+
+    def __del__(self) -> None:
+        if self._auto is not None and self.active:
+            self.active = False
+            try:
+                lib.racaffinity_context_release(self._auto, self.key, NULL)  # a closed cluster: INVALID_HANDLE
+            except Exception:  # interpreter shutdown
+                pass
+
+
+def _context_call(c: "Cluster", fn: Any, out: Any) -> None:
+    """`fn` (`racaffinity_context_pick` or `_route`) for the current context:
+    through its pin, else (`thread.auto_pin`) through a new auto-pin of this
+    context, else as context 0, which is never pinned: load balancing. Python
+    pins contexts (threads, tasks), never OS threads, so the OS-thread entry
+    points are not used (an OS thread runs many tasks)."""
+    h = c._h
+    d = _SCOPES.get()
+    f = d.get(c._serial) if d is not None else None
+    pin = f[0] if f is not None else None
+    if pin is not None and pin.active:
+        rc = fn(h, pin.key, out)
+        if rc:
+            c._raise(rc)
+        if out.kind == _PLACED:
+            # A new pin on a key that was pinned: its last scope released it
+            # during this call (another thread), and auto-pin made a pin no
+            # scope will release. Undo it; the context is unpinned now.
+            pin.active = False
+            lib.racaffinity_context_release(h, pin.key, NULL)
+        return
+    if c._auto_pin:
+        key = _new("uint64_t *")
+        rc = lib.racaffinity_context_new(h, key)
+        if rc:
+            c._raise(rc)
+        rc = fn(h, key[0], out)  # the core auto-pins the new key
+        if rc:
+            c._raise(rc)
+        _set_slot(c._serial, _PIN, _Pin(int(key[0]), h))
+        return
+    rc = fn(h, 0, out)
+    if rc:
+        c._raise(rc)
 
 
 class PinScope:
@@ -551,6 +612,11 @@ class Cluster:
             raise_for(rc)
         self._h = out[0]
         self._closed = False
+        auto = _new("bool *")
+        rc = lib.racaffinity_cluster_auto_pin(self._h, auto)
+        if rc:
+            raise_for(rc)
+        self._auto_pin = bool(auto[0])
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -776,39 +842,18 @@ class Cluster:
     # -- picks, pins and leases ---------------------------------------------
 
     def pick(self) -> Lease:
-        """Picks a node for the current context (its pin, else load balancing)
-        and leases it. Release the lease (or use it as a context manager)."""
+        """Picks a node for the current context (its pin, else load balancing;
+        with `thread_auto_pin` a new pin of the context) and leases it.
+        Release the lease (or use it as a context manager)."""
         buf = _new("racaffinity_lease *")
-        scopes = _SCOPES.get()
-        if scopes is not None:
-            f = scopes.get(self._serial)
-            pin = f[0] if f is not None else None
-            if pin is not None and pin.active:
-                rc = _context_pick(self._h, pin.key, buf)
-                if rc:
-                    self._raise(rc)
-                return Lease(self, buf)
-        rc = _cluster_pick(self._h, buf)
-        if rc:
-            self._raise(rc)
+        _context_call(self, _context_pick, buf)
         return Lease(self, buf)
 
     def route(self) -> Route:
-        """Routes the current context's next unit of work without leasing."""
+        """Routes the current context's next unit of work without leasing
+        (`racaffinity_context_route`: a pin released meanwhile is not revived)."""
         out = _new("racaffinity_route *")
-        pin = _slot(self._serial, _PIN)
-        if pin is not None and pin.active:
-            # No racaffinity_context_route in the C ABI: deepen and release
-            # the pin, which returns (and revalidates) its route.
-            rc = lib.racaffinity_context_pin(self._h, pin.key, out)
-            if rc:
-                self._raise(rc)
-            released = _new("bool *")
-            lib.racaffinity_context_unpin(self._h, pin.key, released)
-        else:
-            rc = lib.racaffinity_cluster_route(self._h, out)
-            if rc:
-                self._raise(rc)
+        _context_call(self, lib.racaffinity_context_route, out)
         return _route(self, out)
 
     def lease(self, node: Union[int, str]) -> Lease:
@@ -825,9 +870,25 @@ class Cluster:
         return PinScope(self)
 
     def pinned(self) -> bool:
-        """Whether the current context is inside a pin scope of this cluster."""
+        """Whether the current context is pinned: inside a pin scope of this
+        cluster, or auto-pinned (`thread_auto_pin`) by a pick or route."""
         pin = _slot(self._serial, _PIN)
         return pin is not None and pin.active
+
+    def unpin_all(self) -> bool:
+        """Releases the current context's pin at every level: its auto-pin
+        (`thread_auto_pin`), or a pin whose scopes were not all closed (the
+        scopes then exit quietly). Returns whether the context was pinned;
+        contexts sharing the pin (tasks created while it held) stop using it."""
+        pin = _slot(self._serial, _PIN)
+        if pin is None or not pin.active:
+            return False
+        pin.active = False
+        existed = _new("bool *")
+        rc = lib.racaffinity_context_release(self._h, pin.key, existed)
+        if rc:
+            self._raise(rc)
+        return bool(existed[0])
 
     # -- transactions -------------------------------------------------------
 

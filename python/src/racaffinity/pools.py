@@ -37,7 +37,7 @@ import psycopg
 import psycopg_pool
 
 from ._cluster import BytesLike, Cluster, DataKey, Outcome, PinScope, SessionScope, Transaction, _SCOPES
-from ._cluster import _I64_MAX, _I64_MIN, _bytes_arg, _cluster_pick, _context_pick, _lease_release, _new
+from ._cluster import _I64_MAX, _I64_MIN, _bytes_arg, _context_call, _context_pick, _lease_release, _new
 from ._errors import ConfigError, KeyOverflowError, UnknownNodeError
 from ._failures import ConnectAttempts, is_node_failure
 from ._lib import ffi, lib
@@ -217,10 +217,7 @@ class _Base:
             # Nothing but (at most) a pin: the one-affinity call, without
             # building a request (this is the common case, and cffi struct
             # writes cost more than the routing).
-            pin = f[0] if f is not None else None
-            rc = _context_pick(self._h, pin.key, buf) if pin is not None and pin.active else _cluster_pick(self._h, buf)
-            if rc:
-                c._raise(rc)
+            _context_call(c, _context_pick, buf)  # its pin, an auto-pin or balancing
             return self._pool_of(buf)
         req = _new("racaffinity_route_request *")
         keep = []  # the request points into these until the call returns

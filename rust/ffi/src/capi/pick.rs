@@ -236,3 +236,43 @@ pub unsafe extern "C" fn racaffinity_context_unpin(
         })
     })
 }
+
+/// Releases context `context`'s pin at every level (a unit of work that
+/// ended with pin scopes still open, or an auto-pin). `*out_existed` (may be
+/// NULL) is set when a pin existed.
+///
+/// # Safety
+/// `out_existed` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_context_release(
+    cluster: *const racaffinity_cluster,
+    context: u64,
+    out_existed: *mut bool,
+) -> racaffinity_result {
+    guard(|| {
+        handle::with(cluster, |c| {
+            let existed = c.release_context(racaffinity_core::ContextKey(context));
+            // SAFETY: `out_existed` is NULL or writable per the contract.
+            unsafe { write_opt(out_existed, existed) };
+            Ok(())
+        })
+    })
+}
+
+/// Whether `thread.auto_pin` is set: a pick or route of an unpinned thread
+/// or context pins it. A host that keeps its own context keys (Python's
+/// contextvars) issues a key for the context before such a call.
+///
+/// # Safety
+/// `out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_cluster_auto_pin(
+    cluster: *const racaffinity_cluster,
+    out: *mut bool,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        handle::with(cluster, |c| out.set(c.config().thread.auto_pin))
+    })
+}

@@ -326,15 +326,38 @@ pub(crate) fn with_opt_bytes<R>(
 }
 
 /// A Java `String` argument as Rust UTF-8 (converted from modified UTF-8).
+/// A Java string may hold lone surrogates, which are not Unicode text: they
+/// are INVALID_UTF8, as invalid UTF-8 is from C and Python (jni's own
+/// conversion makes them U+FFFD, so two different strings named one key).
 pub(crate) fn string(env: &Env<'_>, s: &JString<'_>, name: &str) -> JResult<String> {
     if s.is_null() {
         return Err(null_arg(name));
     }
-    let text = s.try_to_string(env)?;
+    let chars = s.mutf8_chars(env)?;
+    let text = mutf8_text(chars.to_bytes()).map_err(|e| Fail::Core(e.at(name)))?;
     if text.len() > RACAFFINITY_MAX_STRING_BYTES {
         return Err(too_long(name, text.len()).into());
     }
     Ok(text)
+}
+
+/// Lone surrogates in a Java string's modified UTF-8.
+struct LoneSurrogate;
+
+impl LoneSurrogate {
+    fn at(self, name: &str) -> Failure {
+        Failure::new(
+            racaffinity_result::InvalidUtf8,
+            format!("`{name}` is not valid Unicode: it holds a lone surrogate"),
+        )
+    }
+}
+
+/// Strict modified UTF-8 (what `GetStringUTFChars` writes) to UTF-8: a
+/// surrogate pair becomes its supplementary character; a lone surrogate is
+/// refused.
+fn mutf8_text(bytes: &[u8]) -> Result<String, LoneSurrogate> {
+    simd_cesu8::mutf8::decode(bytes).map(|t| t.into_owned()).map_err(|_| LoneSurrogate)
 }
 
 /// A node id argument: Java `int`, which must be non-negative.
@@ -375,6 +398,21 @@ mod tests {
         assert_eq!(f.code, racaffinity_result::InvalidArgument);
         assert_eq!(f.detail, "-1 is not a valid racaffinity_scope");
         assert_eq!(enum_arg::<racaffinity_scope, Scope>(4).unwrap_err().detail, "4 is not a valid racaffinity_scope");
+    }
+
+    #[test]
+    fn java_text_with_a_lone_surrogate_is_invalid_utf8() {
+        // modified UTF-8 as GetStringUTFChars writes it: U+D800 alone, U+DBFF
+        // alone, a low surrogate alone, a reversed pair
+        for bad in [&b"user-\xed\xa0\x80"[..], b"user-\xed\xaf\xbf", b"\xed\xb0\x80x", b"\xed\xb8\x80\xed\xa0\xbd"] {
+            let f = mutf8_text(bad).map_err(|e| e.at("sessionKey")).unwrap_err();
+            assert_eq!(f.code, racaffinity_result::InvalidUtf8, "{bad:?}");
+            assert!(f.detail.contains("`sessionKey`"), "{}", f.detail);
+        }
+        // a surrogate pair is its supplementary character; NUL is C0 80
+        assert_eq!(mutf8_text(b"a\xed\xa0\xbd\xed\xb8\x80").ok().as_deref(), Some("a\u{1F600}"));
+        assert_eq!(mutf8_text(b"a\xc0\x80b").ok().as_deref(), Some("a\0b"));
+        assert_eq!(mutf8_text("MYDB1 \u{e9}".as_bytes()).ok().as_deref(), Some("MYDB1 \u{e9}"));
     }
 
     #[test]

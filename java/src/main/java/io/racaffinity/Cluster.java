@@ -41,7 +41,8 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * because virtual threads share carrier OS threads.
  */
 public final class Cluster implements AutoCloseable {
-    private static final Cleaner CLEANER = Cleaner.create(runnable -> {
+    /** Frees unreachable clusters and thread contexts, and releases unreachable leases ({@link Lease}). */
+    static final Cleaner CLEANER = Cleaner.create(runnable -> {
         Thread t = new Thread(runnable, "racaffinity-cleaner");
         t.setDaemon(true);
         // Not the loader of whatever web application happened to start it (no leak warning, no pinned loader).
@@ -765,8 +766,25 @@ public final class Cluster implements AutoCloseable {
         return Objects.requireNonNull(gtrid, "gtrid");
     }
 
+    /**
+     * A text key as UTF-8. A lone surrogate is not Unicode text (String.getBytes would
+     * write {@code ?} for it, so different strings would name one key): it is refused,
+     * as the C ABI refuses invalid UTF-8 and the JNI string arguments refuse it.
+     */
     private static byte[] utf8(String s, String what) {
-        return Objects.requireNonNull(s, what).getBytes(StandardCharsets.UTF_8);
+        Objects.requireNonNull(s, what);
+        for (int i = 0, n = s.length(); i < n; i++) {
+            char ch = s.charAt(i);
+            if (Character.isSurrogate(ch)) {
+                if (Character.isHighSurrogate(ch) && i + 1 < n && Character.isLowSurrogate(s.charAt(i + 1))) {
+                    i++;
+                    continue;
+                }
+                throw new InvalidArgumentException(String.format(
+                        "`%s` is not valid Unicode: a lone surrogate U+%04X at index %d", what, (int) ch, i));
+            }
+        }
+        return s.getBytes(StandardCharsets.UTF_8);
     }
 
     /** Frees the handle when the cluster is closed or becomes unreachable. */

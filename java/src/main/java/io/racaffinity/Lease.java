@@ -1,5 +1,7 @@
 package io.racaffinity;
 
+import java.lang.ref.Cleaner;
+
 /**
  * A unit of work in flight on a node: it counts for {@code least_outstanding}
  * balancing until released, and its outcome feeds passive health (ejection
@@ -16,16 +18,24 @@ package io.racaffinity;
  *     lease.release(Outcome.OK);
  * }   // an exception above releases NEUTRAL
  * }</pre>
+ *
+ * <p>A lease that becomes unreachable without a release is released
+ * {@link Outcome#NEUTRAL} once the garbage collector finds it (a
+ * {@link Cleaner}), so a forgotten lease does not count as in flight forever.
  */
-public final class Lease extends ReleaseOnce implements AutoCloseable {
+public final class Lease implements AutoCloseable {
     private final Cluster cluster;
     private final int node;
     private final RouteKind kind;
+    private final End end;
+    private final Cleaner.Cleanable cleanable;
 
     Lease(Cluster cluster, int node, RouteKind kind) {
         this.cluster = cluster;
         this.node = node;
         this.kind = kind;
+        this.end = new End(cluster.handle(), node);
+        this.cleanable = Cluster.CLEANER.register(this, end);
     }
 
     /** @return the leased node's id */
@@ -50,7 +60,7 @@ public final class Lease extends ReleaseOnce implements AutoCloseable {
 
     /** @return whether the lease was released */
     public boolean isReleased() {
-        return isDone();
+        return end.isDone();
     }
 
     /**
@@ -72,10 +82,14 @@ public final class Lease extends ReleaseOnce implements AutoCloseable {
      * @return true if this call released it, false if it was already released
      */
     public boolean tryRelease(Outcome outcome) {
-        if (!markDone()) {
+        if (!end.markDone()) {
             return false;
         }
-        Native.leaseEnd(cluster.handle(), node, outcome.ordinal());
+        try {
+            Native.leaseEnd(cluster.handle(), node, outcome.ordinal());
+        } finally {
+            cleanable.clean(); // unregisters; End.run finds the lease released
+        }
         return true;
     }
 
@@ -92,5 +106,31 @@ public final class Lease extends ReleaseOnce implements AutoCloseable {
     @Override
     public String toString() {
         return "Lease[node=" + nodeName() + " (" + node + "), kind=" + kind + (isReleased() ? ", released]" : "]");
+    }
+
+    /**
+     * The exactly-once release, shared by {@link #tryRelease} and the cleaner:
+     * it holds the handle and node, never the lease, so the lease can become
+     * unreachable.
+     */
+    private static final class End extends ReleaseOnce implements Runnable {
+        private final long handle;
+        private final int node;
+
+        End(long handle, int node) {
+            this.handle = handle;
+            this.node = node;
+        }
+
+        @Override
+        public void run() {
+            if (markDone()) {
+                try {
+                    Native.leaseEnd(handle, node, Outcome.NEUTRAL.ordinal());
+                } catch (RuntimeException e) {
+                    // the cluster is closed: its leases went with it
+                }
+            }
+        }
     }
 }

@@ -4,9 +4,9 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 
 /**
- * The exactly-once flag of {@link Lease} and {@link Pin}: a field updated through
- * one {@link VarHandle} rather than an {@code AtomicBoolean}, so that a lease on
- * the pick path costs no second allocation.
+ * The exactly-once flag of a {@link Lease} (its cleaner action) and of a {@link Pin}:
+ * a field updated through one {@link VarHandle} rather than an {@code AtomicBoolean},
+ * so that the flag costs no allocation of its own.
  */
 abstract class ReleaseOnce {
     private static final VarHandle DONE;

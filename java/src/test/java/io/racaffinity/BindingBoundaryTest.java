@@ -1,0 +1,134 @@
+package io.racaffinity;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import java.util.List;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Boundary defects of issue 13 [chaos-fuzz] on the Java side: text that is not
+ * valid Unicode is refused as C and Python refuse invalid UTF-8 (item 6), and a
+ * lease dropped without release does not stay in flight forever.
+ */
+class BindingBoundaryTest {
+    private static Cluster three(String extra) {
+        return Cluster.fromConfig("name = unit\nnodes = MYDB1, MYDB2, MYDB3\n" + extra);
+    }
+
+    // ---- item 6: lone surrogates -------------------------------------------------
+
+    @Test
+    void loneSurrogatesInSessionAndDataKeysAreRefused() {
+        try (Cluster c = three("")) {
+            assertThrows(InvalidArgumentException.class, () -> c.routeSession("user-\uD800"));
+            assertThrows(InvalidArgumentException.class, () -> c.endSession("user-\uDBFF"));
+            assertThrows(InvalidArgumentException.class, () -> c.routeSession("user-\uDC00x"));
+            assertThrows(InvalidArgumentException.class, () -> c.routeKey("\uDE00\uD83D")); // reversed pair
+            assertThrows(InvalidArgumentException.class, () -> c.routeKey("k\uD83D"));
+            // a well-formed pair is text like any other
+            Route r = c.routeSession("user-\uD83D\uDE00");
+            assertEquals(r.node(), c.routeSession("user-\uD83D\uDE00").node());
+            assertTrue(c.endSession("user-\uD83D\uDE00"));
+        }
+    }
+
+    @Test
+    void twoLoneSurrogatesNeverNameOneSession() {
+        try (Cluster c = three("")) {
+            assertThrows(InvalidArgumentException.class, () -> c.routeSession("user-\uD800"));
+            // nothing was created under a replacement character either
+            assertFalse(c.endSession("user-\uFFFD"));
+            assertFalse(c.endSession("user-?"));
+        }
+    }
+
+    @Test
+    void loneSurrogatesInStringsPassedToTheLibraryAreRefused() {
+        try (Cluster c = three("")) {
+            assertThrows(InvalidArgumentException.class, () -> c.nodeId("MYDB1\uD800"));
+            assertThrows(InvalidArgumentException.class, () -> c.addNode("MYDB4\uDBFF", null, 1));
+            assertThrows(InvalidArgumentException.class, () -> c.setNodeState("MYDB1\uDC00", NodeState.DOWN));
+            assertThrows(InvalidArgumentException.class, () -> c.applyEvent(
+                    "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=MYDB2\uD800 host=h2"
+                            + " status=down reason=FAILURE card=1 timestamp=2026-11-29 08:00:00"));
+            assertEquals(List.of("MYDB1", "MYDB2", "MYDB3"), c.nodeNames());
+            assertEquals(NodeState.UP, c.nodeState(1));
+        }
+        assertThrows(InvalidArgumentException.class, () -> Cluster.fromConfig("nodes = A\uD800, B"));
+        // a well-formed supplementary character still passes through JNI unchanged
+        // (to the core, which names it in its answer)
+        InvalidConfigException e = assertThrows(InvalidConfigException.class,
+                () -> Cluster.fromConfig("nodes = A\uD83D\uDE00, B"));
+        assertTrue(e.getMessage().contains("A\uD83D\uDE00"), e.getMessage());
+    }
+
+    // ---- a lease dropped without release ------------------------------------------
+
+    private static long inFlight(Cluster c) {
+        return c.nodeMetrics().stream().mapToLong(NodeMetrics::inFlight).sum();
+    }
+
+    /** Picks and drops the lease: no reference to it survives this frame. */
+    private static int dropLeases(Cluster c, int n) {
+        int node = -1;
+        for (int i = 0; i < n; i++) {
+            node = c.pick().node();
+        }
+        return node;
+    }
+
+    @Test
+    void aLeaseDroppedWithoutReleaseIsReleasedNeutralOnceCollected() throws InterruptedException {
+        try (Cluster c = three("policy = least_outstanding")) {
+            dropLeases(c, 5);
+            assertEquals(5, inFlight(c));
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (inFlight(c) != 0) {
+                if (System.nanoTime() > deadline) {
+                    fail("dropped leases still in flight after 10 s of GC: " + inFlight(c));
+                }
+                System.gc();
+                Thread.sleep(20);
+            }
+            // NEUTRAL: neither a success nor a failure of the node
+            for (NodeMetrics m : c.nodeMetrics()) {
+                assertEquals(0, m.successes(), m.name());
+                assertEquals(0, m.failures(), m.name());
+            }
+        }
+    }
+
+    @Test
+    void aReleasedLeaseIsNotReleasedAgainWhenCollected() throws InterruptedException {
+        try (Cluster c = three("policy = least_outstanding")) {
+            Lease kept = c.pick();
+            for (int i = 0; i < 5; i++) {
+                c.pick().release(Outcome.OK);
+            }
+            for (int i = 0; i < 5; i++) {
+                System.gc();
+                Thread.sleep(20);
+            }
+            assertEquals(1, inFlight(c)); // the cleaner of a released lease releases nothing
+            assertEquals(5, c.nodeMetrics().stream().mapToLong(NodeMetrics::successes).sum());
+            kept.release(Outcome.OK);
+            assertEquals(0, inFlight(c));
+        }
+    }
+
+    @Test
+    void aLeaseCollectedAfterItsClusterClosedIsQuiet() throws InterruptedException {
+        Cluster c = three("");
+        dropLeases(c, 3);
+        c.close();
+        for (int i = 0; i < 5; i++) {
+            System.gc();
+            Thread.sleep(20);
+        }
+        assertTrue(c.isClosed());
+    }
+}
