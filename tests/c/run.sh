@@ -143,7 +143,9 @@ if [[ $pkg_ok -eq 1 ]]; then
     # shellcheck disable=SC2086
     if cc -std=c11 -Wall -Wextra -Werror tests/c/pkgconfig_app.c $cflags $libs -o "$tmp/app_shared" &&
        LD_LIBRARY_PATH=$prefix/lib "$tmp/app_shared" &&
-       LD_LIBRARY_PATH=$prefix/lib ldd "$tmp/app_shared" | grep -q "$prefix/lib/libracaffinity.so"; then
+       # grep without -q reads all of ldd's output: an early exit would kill
+       # ldd with SIGPIPE, which pipefail reports as a failure.
+       LD_LIBRARY_PATH=$prefix/lib ldd "$tmp/app_shared" | grep "$prefix/lib/libracaffinity.so" >/dev/null; then
         echo "  shared: ok (resolves $prefix/lib/libracaffinity.so)"
     else
         echo "  shared build or run failed" >&2
@@ -153,7 +155,7 @@ if [[ $pkg_ok -eq 1 ]]; then
     static_libs=${static_libs//-lracaffinity/-l:libracaffinity.a}
     # shellcheck disable=SC2086
     if cc -std=c11 -Wall -Wextra -Werror tests/c/pkgconfig_app.c $cflags $static_libs -o "$tmp/app_static" &&
-       ! readelf -d "$tmp/app_static" | grep -q 'NEEDED.*libracaffinity' &&
+       ! readelf -d "$tmp/app_static" | grep 'NEEDED.*libracaffinity' >/dev/null &&
        env -u LD_LIBRARY_PATH "$tmp/app_static"; then
         echo "  static: ok (no libracaffinity.so needed at run time)"
     else
