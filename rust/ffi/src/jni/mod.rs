@@ -42,6 +42,7 @@ mod connect;
 mod routing;
 #[cfg(feature = "testing")]
 mod testing;
+mod ucp;
 mod xa;
 
 /// Why a JNI call failed: a routing failure (mapped through the one table) or
