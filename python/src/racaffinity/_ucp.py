@@ -15,14 +15,11 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Protocol
 
 from ._cluster import Cluster, Route, RouteKind, Scope, _context_pick, _lease_begin, _lease_release, _new, _route
-from ._errors import INVALID_HANDLE, InvalidArgumentError
+from ._errors import InvalidArgumentError
 from ._lib import lib
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .pools import _Base
 
 __all__ = [
     "AffinityContext",
