@@ -278,3 +278,32 @@ def test_the_loader_follows_a_map_table_changed_by_sql_with_no_request_failing(p
             t.join()
         assert failures == [] and served[0] > 0
         admin.execute("DROP TABLE ucp_partition_map")
+
+
+# ---- the cffi wrappers ----------------------------------------------------------
+
+
+def test_the_whole_partition_map_is_replaced_or_nothing_changes(cluster_factory):
+    c = cluster_factory("nodes = A, B, C\ndata.partitions = 4")
+    assert c.replace_partition_map({0: "A", 1: "B", 2: "C", 3: "A"}, "loader:test") == 1
+    for bad, err in [({0: "A", 1: "NOPE"}, ra.UnknownNodeError), ({-1: "A"}, ra.InvalidArgumentError), ({9: "A"}, ra.InvalidArgumentError)]:
+        with pytest.raises(err):
+            c.replace_partition_map(bad, "loader:test")
+    with pytest.raises(ra.InvalidArgumentError):
+        c.replace_partition_map({0: "A"}, "bad source!")
+    assert c.metrics()["partition_map"] == {"epoch": 1, "source": "loader:test"}
+
+
+def test_a_context_follows_its_scopes_strict_switch(cluster_factory):
+    c = cluster_factory("nodes = A, B\ntransaction.strict = true\npolicy = round_robin")
+    tx = c.affinity_context("transaction")
+    placed = tx.pin()
+    assert placed.kind is ra.RouteKind.PLACED
+    c.set_node_state(placed.name, "down")
+    with pytest.raises(StrictAffinityError):
+        tx.pin()
+    web = c.affinity_context(ra.Scope.SESSION)
+    assert web.pin().node != placed.node
+    tx.close()
+    with pytest.raises(ra.InvalidArgumentError):
+        c.affinity_context("data").pin()
