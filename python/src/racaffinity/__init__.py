@@ -58,10 +58,15 @@ from ._errors import (
     exception_for,
 )
 from ._lib import LIBRARY_PATH
+from ._ucp import AffinityContext, AffinityPolicy, ConnectionAffinityCallback, ConnectionAffinityContext
 
 __version__ = version()
 
 __all__ = [
+    "AffinityContext",
+    "AffinityPolicy",
+    "ConnectionAffinityCallback",
+    "ConnectionAffinityContext",
     "Cluster",
     "Route",
     "Lease",

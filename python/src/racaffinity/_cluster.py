@@ -11,7 +11,7 @@ import enum
 import itertools
 import json
 import threading
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from . import _config
 from ._errors import (
@@ -25,6 +25,9 @@ from ._errors import (
 from ._errors import INVALID_HANDLE, UNKNOWN_NODE, BUFFER_TOO_SMALL
 from ._lib import NULL, ffi, lib
 from ._token import SessionRouting, TokenRoute
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._ucp import AffinityContext
 
 __all__ = [
     "Cluster",
@@ -682,6 +685,41 @@ class Cluster:
     def heartbeat_misses(self) -> int:
         """`heartbeat.misses` (3 by default), as the core parsed it."""
         return self._heartbeat()[1]
+
+    # -- seed 002 (UCP) parity (racaffinity._ucp) ----------------------------
+
+    def affinity_context(self, scope: Union[Scope, str, int]) -> "AffinityContext":
+        """A new, unpinned pin context that follows `scope`'s rules (UCP's
+        connection affinity context; see `racaffinity._ucp.AffinityContext`):
+        TRANSACTION obeys `transaction.strict`, SESSION obeys `session.strict`
+        and is released by an `aff=FALSE` advisory."""
+        from ._ucp import AffinityContext
+
+        return AffinityContext(self, _enum_arg(scope, Scope, "scope"))
+
+    def replace_partition_map(self, mapping: Mapping[int, str], source: str = "loader") -> int:
+        """Replaces the whole explicit partition -> node map in one step
+        (`racaffinity_partition_map_replace`); returns the map's new epoch.
+        Partitions left out fall back to placement; any bad entry changes
+        nothing. `source` names the producer in the metrics."""
+        items = list(mapping.items())
+        parts = _new("uint32_t[]", max(1, len(items)))
+        names = _new("const char *[]", max(1, len(items)))
+        keep = []
+        for i, (p, n) in enumerate(items):
+            if not isinstance(p, int) or isinstance(p, bool):
+                raise TypeError(f"partition must be an int, not {type(p).__name__}")
+            if not 0 <= p <= _U32_MAX:
+                raise InvalidArgumentError(f"partition {p} is out of range")
+            parts[i] = p
+            b = _new("char[]", _cstr(n, "node name"))
+            keep.append(b)
+            names[i] = b
+        epoch = _new("uint64_t *")
+        rc = lib.racaffinity_partition_map_replace(self._h, parts, names, len(items), _cstr(source, "source"), epoch)
+        if rc:
+            self._raise(rc)
+        return int(epoch[0])
 
     @property
     def recovery_scope(self) -> str:

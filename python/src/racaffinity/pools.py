@@ -41,6 +41,7 @@ from ._cluster import _I64_MAX, _I64_MIN, _bytes_arg, _context_call, _context_pi
 from ._errors import ConfigError, KeyOverflowError, UnknownNodeError
 from ._failures import ConnectAttempts, is_node_failure
 from ._lib import ffi, lib
+from ._ucp import PartitionMapLoader, Upkeep, callback_lease
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tpc import GlobalTransaction, RecoveryReport
@@ -162,6 +163,29 @@ class _Base:
         # recover_all resolves them.
         self._doubt: Dict[str, Dict[str, int]] = {}
         self._doubt_lock = threading.Lock()
+        # Seed 002 (UCP): the connection affinity callback (racaffinity._ucp).
+        self._callback: Any = None
+
+    def _set_callback(self, cb: Any) -> None:
+        if cb is not None:
+            missing = [
+                m
+                for m in (
+                    "set_affinity_policy",
+                    "get_affinity_policy",
+                    "set_connection_affinity_context",
+                    "get_connection_affinity_context",
+                )
+                if not callable(getattr(cb, m, None))
+            ]
+            if missing:
+                raise TypeError(f"affinity_callback {type(cb).__name__} lacks {', '.join(missing)}")
+        self._callback = cb
+
+    @property
+    def affinity_callback(self) -> Any:
+        """The connection affinity callback (UCP's, in snake_case), or None."""
+        return self._callback
 
     # -- in-doubt branches (kept for racaffinity.tpc) -----------------------------
 
@@ -210,9 +234,14 @@ class _Base:
         c = self.cluster
         if key is not None and session is not None:
             raise TypeError("pass either key= or session=, not both")
-        buf = _new("racaffinity_lease *")
         scopes = _SCOPES.get()
         f = scopes.get(self._serial) if scopes is not None else None
+        cb = self._callback
+        if cb is not None and key is None and session is None and (f is None or f[1] is None):
+            # UCP's connection affinity callback: its context decides (below an
+            # explicit key, session argument or transaction; above scopes).
+            return self._pool_of(callback_lease(self, cb))
+        buf = _new("racaffinity_lease *")
         if key is None and session is None and (f is None or (f[1] is None and f[2] is None)):
             # Nothing but (at most) a pin: the one-affinity call, without
             # building a request (this is the common case, and cffi struct
@@ -313,7 +342,15 @@ class _Connection:
         buf, pool = self._pools._acquire(self._key, self._session)
         since = time.monotonic()
         try:
-            conn = pool.getconn(self._timeout)
+            try:
+                conn = pool.getconn(self._timeout)
+            except psycopg_pool.PoolClosed:
+                # A planned drain retired this node's pool meanwhile: its successor serves.
+                current = self._pools._by_id[buf.node]
+                if current is pool or current is None or self._pools._closed:
+                    raise
+                pool = current
+                conn = pool.getconn(self._timeout)
         except BaseException as e:
             failed = is_node_failure(e, pool, waited_since=since)
             _lease_release(self._pools._h, buf, _FAILED if failed else _NEUTRAL)
@@ -361,32 +398,96 @@ class NodePools(_Base):
         min_size: int = 1,
         max_size: Optional[int] = None,
         timeout: float = 30.0,
+        affinity_callback: Any = None,
+        partition_map_loader: Optional[PartitionMapLoader] = None,
+        partition_map_reload: Optional[float] = None,
+        upkeep_interval: float = 0.2,
         **pool_kwargs: Any,
     ) -> None:
         super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
         self.timeout = timeout
+        self._set_callback(affinity_callback)
+        self._pool_args = (min_size, max_size, timeout, dict(pool_kwargs))
+        self._upkeep: Optional[Upkeep] = None
+        self._heartbeat: Optional[_Heartbeat] = None
+        if not upkeep_interval > 0:
+            raise ValueError("upkeep_interval must be > 0")
+        if partition_map_reload is not None and not partition_map_reload > 0:
+            raise ValueError("partition_map_reload must be > 0 (or None: at start and after HA events only)")
         try:
-            for node, (name, dsn) in self._dsns.items():
-                extra, attempts = _pool_kwargs(self._connect_kwargs, timeout, pool_kwargs, psycopg.Connection)
-                pool = psycopg_pool.ConnectionPool(
-                    dsn,
-                    min_size=min_size,
-                    max_size=max_size,
-                    timeout=timeout,
-                    name=f"racaffinity-{name}",
-                    open=False,
-                    **extra,
-                )
-                pool._racaffinity_connects = attempts  # read by _failures.is_node_failure
-                pool.open(wait=False)
-                self._by_id[node] = pool
+            for node in self._dsns:
+                self._by_id[node] = self._new_pool(node, min_size, False)
+            self._upkeep = Upkeep(self, upkeep_interval, partition_map_loader, partition_map_reload)
+            self._upkeep.start()
         except BaseException:
             self.close()
             raise
-        self._heartbeat: Optional[_Heartbeat] = None
         if heartbeat:
             self._heartbeat = _Heartbeat(self)
             self._heartbeat.start()
+
+    def _new_pool(self, node: int, min_size: int, draining: bool) -> Any:
+        name, dsn = self._dsns[node]
+        _min, max_size, timeout, pool_kwargs = self._pool_args
+        extra, attempts = _pool_kwargs(self._connect_kwargs, timeout, pool_kwargs, psycopg.Connection)
+        pool = psycopg_pool.ConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size if max_size is not None or min_size > 0 else max(1, _min),
+            timeout=timeout,
+            name=f"racaffinity-{name}",
+            open=False,
+            **extra,
+        )
+        pool._racaffinity_connects = attempts  # read by _failures.is_node_failure
+        pool._racaffinity_draining = draining
+        pool.open(wait=False)
+        return pool
+
+    # -- seed 002 (UCP): planned drains, the partition-map loader ------------------
+
+    def _drain_node(self, node: int) -> None:
+        """A Draining node's pool: idle connections close now, busy ones when
+        returned (the pool is retired: psycopg_pool closes a connection put
+        back into a closed pool), and its successor keeps no idle connection
+        while the node drains."""
+        pool = self._by_id[node]
+        if pool is None or self._closed:
+            return
+        if pool._racaffinity_draining and pool.get_stats().get("pool_available", 0) == 0:
+            return
+        self._by_id[node] = self._new_pool(node, 0, True)
+        pool.close(timeout=1.0)
+
+    def _undrain_node(self, node: int) -> None:
+        """The node is Up again: its pool grows back to `min_size`."""
+        pool = self._by_id[node]
+        min_size, max_size = self._pool_args[0], self._pool_args[1]
+        if pool is not None and getattr(pool, "_racaffinity_draining", False) and not self._closed:
+            pool.resize(min_size, pool.max_size if max_size is None else max_size)
+            pool._racaffinity_draining = False
+
+    def apply_event(self, line: Union[str, bytes]) -> int:
+        """`cluster.apply_event(line)`, then pool upkeep at once: a planned
+        drain (`reason=USER`, `drain_timeout=`) starts draining the node's
+        pool, and the partition-map loader reloads after a state change."""
+        changed = self.cluster.apply_event(line)
+        if self._upkeep is not None:
+            self._upkeep.round()
+        return changed
+
+    def reload_partition_map(self) -> bool:
+        """Reloads the partition map from the loader now; False if the load
+        failed (the last good map stays)."""
+        if self._upkeep is None or self._upkeep.loader is None:
+            raise ConfigError("these pools have no partition_map_loader")
+        return self._upkeep.reload("reload_partition_map()")
+
+    @property
+    def partition_map_loads(self) -> Tuple[int, int, Optional[str]]:
+        """(successful loads, failed loads, the last load's error or None)."""
+        u = self._upkeep
+        return (u.loads, u.load_failures, u.load_error) if u is not None else (0, 0, None)
 
     def connection(
         self, *, key: Optional[DataKey] = None, session: Optional[BytesLike] = None, timeout: Optional[float] = None
@@ -424,6 +525,9 @@ class NodePools(_Base):
         hb = getattr(self, "_heartbeat", None)
         if hb is not None:
             hb.stop()
+        upkeep = getattr(self, "_upkeep", None)
+        if upkeep is not None:
+            upkeep.stop()
         for pool in self._by_id:
             if pool is not None:
                 try:
@@ -595,10 +699,12 @@ class AsyncNodePools(_Base):
         min_size: int = 1,
         max_size: Optional[int] = None,
         timeout: float = 30.0,
+        affinity_callback: Any = None,
         **pool_kwargs: Any,
     ) -> None:
         super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
         self.timeout = timeout
+        self._set_callback(affinity_callback)
         for node, (name, dsn) in self._dsns.items():
             extra, attempts = _pool_kwargs(self._connect_kwargs, timeout, pool_kwargs, psycopg.AsyncConnection)
             pool = psycopg_pool.AsyncConnectionPool(

@@ -57,6 +57,20 @@ pub(crate) fn begin_lease(c: &Cluster, node: NodeId) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Longest partition map one replace may carry (every partition once).
+pub(crate) const MAX_MAP_ENTRIES: usize = racaffinity_core::config::MAX_PARTITIONS as usize;
+
+/// Refuses a partition map longer than any valid one before it is copied.
+pub(crate) fn partition_map_len(len: usize) -> Result<(), Failure> {
+    if len > MAX_MAP_ENTRIES {
+        return Err(Failure::new(
+            racaffinity_result::InvalidArgument,
+            format!("{len} entries; a map holds at most {MAX_MAP_ENTRIES}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A route request from the affinities a host passes, each optional (the
 /// layer decides what "absent" looks like: an empty C span, a null Java
 /// array). An integer key, when given, wins over a byte key; context 0 means

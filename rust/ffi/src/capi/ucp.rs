@@ -8,9 +8,6 @@ use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result, Failure};
 use super::types::{racaffinity_route, scope_arg};
 
-/// Longest map one call may carry (every partition once).
-const MAX_MAP_ENTRIES: usize = racaffinity_core::config::MAX_PARTITIONS as usize;
-
 /// Pins (or deepens the pin of) context `context` by the rules of `scope`
 /// (`racaffinity_scope`): UCP's connection affinity context.
 /// `RACAFFINITY_SCOPE_TRANSACTION` obeys `transaction.strict`;
@@ -65,12 +62,7 @@ pub unsafe extern "C" fn racaffinity_partition_map_replace(
     guard(|| {
         // SAFETY: per this function's contract.
         let (out, source) = unsafe { (out_arg(out_epoch, "out_epoch")?, str_arg(source, "source")?) };
-        if len > MAX_MAP_ENTRIES {
-            return Err(Failure::new(
-                racaffinity_result::InvalidArgument,
-                format!("{len} entries; a map holds at most {MAX_MAP_ENTRIES}"),
-            ));
-        }
+        crate::ops::partition_map_len(len)?;
         if len > 0 && (partitions.is_null() || nodes.is_null()) {
             return Err(Failure::null(if partitions.is_null() { "partitions" } else { "nodes" }));
         }

@@ -43,6 +43,7 @@ mod routing;
 #[cfg(feature = "testing")]
 mod testing;
 mod token;
+mod ucp;
 mod xa;
 
 /// Why a JNI call failed: a routing failure (mapped through the one table) or

@@ -232,6 +232,49 @@ public final class Cluster implements AutoCloseable {
         return Duration.ofMillis(Native.heartbeatIntervalMillis(handle));
     }
 
+    // ---- seed 002 (UCP) parity ----------------------------------------------
+
+    /**
+     * A new, unpinned context that follows {@code scope}'s rules (UCP's
+     * connection affinity context): {@link AffinityContext#pin()} places it.
+     *
+     * @param scope {@code TRANSACTION}, {@code SESSION} or {@code THREAD}
+     * @return the context; close it (or drop it) to release its pin
+     * @throws InvalidArgumentException for {@code DATA} (at the first pin)
+     */
+    public AffinityContext newAffinityContext(Scope scope) {
+        Objects.requireNonNull(scope, "scope");
+        return new AffinityContext(this, Native.contextNew(handle), scope);
+    }
+
+    /** Releases context {@code key} when {@code owner} is closed or becomes unreachable. */
+    Cleaner.Cleanable releaseWhenUnreachable(Object owner, long key) {
+        return CLEANER.register(owner, new ReleaseContext(handle, key));
+    }
+
+    /**
+     * Replaces the whole explicit partition → node map in one step (one new map
+     * epoch: routes see the old map or the new one, never a mix). Partitions
+     * left out fall back to placement. Any bad entry (partition out of range,
+     * unknown node) changes nothing.
+     *
+     * @param map partition → node name
+     * @param source who produced the map, for the metrics ({@code partition_map.source}):
+     *        1-64 letters, digits or {@code _-.:/}
+     * @return the map's new epoch
+     */
+    public long replacePartitionMap(Map<Integer, String> map, String source) {
+        Objects.requireNonNull(map, "map");
+        int[] partitions = new int[map.size()];
+        String[] nodes = new String[map.size()];
+        int i = 0;
+        for (Map.Entry<Integer, String> e : map.entrySet()) {
+            partitions[i] = Objects.requireNonNull(e.getKey(), "partition");
+            nodes[i++] = Objects.requireNonNull(e.getValue(), "node name");
+        }
+        return Native.partitionMapReplace(handle, partitions, nodes, Objects.requireNonNull(source, "source"));
+    }
+
     /** @return whether the nodes are independent databases or instances of one ({@code recovery.scope}) */
     public RecoveryScope recoveryScope() {
         return Native.recoveryIsDatabase(handle) ? RecoveryScope.DATABASE : RecoveryScope.NODE;

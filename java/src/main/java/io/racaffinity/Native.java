@@ -43,6 +43,11 @@ final class Native {
 
     static native long heartbeatIntervalMillis(long h);
 
+    // --- seed 002 (UCP) parity: jni/ucp.rs ------------------------------------
+    static native long contextPinFor(long h, long context, int scope);
+
+    static native long partitionMapReplace(long h, int[] partitions, String[] nodes, String source);
+
     static native boolean recoveryIsDatabase(long h);
 
     // seed 001: session routing data carried in the session id (jni/token.rs)

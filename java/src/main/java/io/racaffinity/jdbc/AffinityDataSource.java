@@ -1,11 +1,13 @@
 package io.racaffinity.jdbc;
 
+import io.racaffinity.AffinityContext;
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
 import io.racaffinity.Lease;
 import io.racaffinity.Outcome;
 import io.racaffinity.Pin;
 import io.racaffinity.Route;
+import io.racaffinity.Scope;
 import io.racaffinity.jmx.ClusterMonitor;
 import io.racaffinity.jta.TransactionAffinity;
 import java.io.PrintWriter;
@@ -101,6 +103,12 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
     private final ThreadLocal<byte[]> session = new ThreadLocal<>();
     private volatile State state;
     private volatile boolean closed;
+    // ---- seed 002 (UCP) parity: the affinity callback, pool upkeep, the partition-map loader
+    private volatile ConnectionAffinityCallback affinityCallback;
+    private PartitionMapLoader partitionMapLoader;
+    private long partitionMapReloadMillis;
+    private long poolMaintenanceMillis = 200;
+    private volatile PoolMaintenance maintenance;
 
     private static final class State {
         final Cluster cluster;
@@ -341,6 +349,58 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         return String.join(",", nodes.nodeFailureStates());
     }
 
+    /**
+     * The application's partition-map loader (seed 002 §10.4.1.3): called at
+     * start, after each HA event (a node state change) and every
+     * {@link #setPartitionMapReloadMillis partitionMapReloadMillis}; each load
+     * replaces the whole map atomically. A failing load keeps the last good map
+     * and is logged and counted; routing never breaks on it.
+     *
+     * @param loader the loader, or null for none
+     */
+    public void setPartitionMapLoader(PartitionMapLoader loader) {
+        checkNotStarted();
+        this.partitionMapLoader = loader;
+    }
+
+    /**
+     * Period of partition-map reloads (0, the default: only at start and after HA events).
+     *
+     * @param millis the period in milliseconds
+     */
+    public void setPartitionMapReloadMillis(long millis) {
+        checkNotStarted();
+        if (millis < 0) {
+            throw new IllegalArgumentException("partitionMapReloadMillis must be >= 0");
+        }
+        this.partitionMapReloadMillis = millis;
+    }
+
+    /** @return the partition-map reload period (0: start and HA events only) */
+    public long getPartitionMapReloadMillis() {
+        return partitionMapReloadMillis;
+    }
+
+    /**
+     * How often pool upkeep looks at node states (default 200 ms): a Draining
+     * node's pool is drained, and the loader runs after a state change.
+     * {@link #applyEvent} runs a round at once.
+     *
+     * @param millis the period in milliseconds (> 0)
+     */
+    public void setPoolMaintenanceMillis(long millis) {
+        checkNotStarted();
+        if (millis <= 0) {
+            throw new IllegalArgumentException("poolMaintenanceMillis must be > 0");
+        }
+        this.poolMaintenanceMillis = millis;
+    }
+
+    /** @return how often pool upkeep runs, in milliseconds */
+    public long getPoolMaintenanceMillis() {
+        return poolMaintenanceMillis;
+    }
+
     boolean isNodeFailure(SQLException e) {
         return SqlErrors.isNodeFailure(e, nodes.nodeFailureStates());
     }
@@ -536,8 +596,14 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
                     + (iv > 0 ? ", heartbeat every " + iv + " ms" : ", no heartbeat")
                     + (on != null ? ", MBean " + on : ""));
             TransactionAffinity jta = transactionAffinity(c, redactor);
+            maintenance = new PoolMaintenance(c, byId, poolMaintenanceMillis, partitionMapLoader,
+                    partitionMapReloadMillis);
             return new State(c, ownsCluster, byId, owned, hb, mbean, jta);
         } catch (SQLException | RuntimeException | Error e) {
+            if (maintenance != null) {
+                maintenance.close();
+                maintenance = null;
+            }
             if (hb != null) {
                 hb.close();
             }
@@ -591,6 +657,9 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         }
         if (s == null) {
             return;
+        }
+        if (maintenance != null) {
+            maintenance.close();
         }
         if (s.heartbeat != null) {
             s.heartbeat.close();
@@ -766,9 +835,12 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         Lease lease;
         try {
             TransactionAffinity.Joined tx = s.jta == null ? null : s.jta.join();
+            ConnectionAffinityCallback cb = affinityCallback;
             if (tx != null && tx.placed() != null) {
                 // The transaction's first connection placed it (an explicit txBegin): go there.
                 lease = c.lease(tx.placed());
+            } else if (cb != null && key == null && tx == null) {
+                lease = callbackLease(c, cb);
             } else {
                 // Everything this call knows goes to the core, which decides the precedence.
                 byte[] sess = session.get();
@@ -812,6 +884,137 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
             throw new SQLException("node " + c.nodeName(node) + "'s DataSource returned no connection", "08001");
         }
         return new AffinityConnection(this, physical, lease);
+    }
+
+    // ---- seed 002 (UCP) parity ----------------------------------------------------
+
+    /**
+     * Registers UCP's connection affinity callback (one per data source, as in
+     * UCP): from now on, {@code getConnection()} without a sharding key or a JTA
+     * transaction routes by the callback's context (see {@link ConnectionAffinityCallback}).
+     *
+     * @param callback the callback
+     * @throws SQLException (SQLState HY000) if a callback is already registered
+     */
+    public synchronized void registerConnectionAffinityCallback(ConnectionAffinityCallback callback)
+            throws SQLException {
+        Objects.requireNonNull(callback, "callback");
+        if (affinityCallback != null) {
+            throw new SQLNonTransientException("AffinityDataSource " + clusterName() + " already has a connection"
+                    + " affinity callback (" + affinityCallback.getClass().getName() + "): one per data source;"
+                    + " removeConnectionAffinityCallback() first", "HY000");
+        }
+        affinityCallback = callback;
+    }
+
+    /**
+     * Removes the connection affinity callback (no-op without one). Contexts it
+     * holds release their affinity once unreachable.
+     */
+    public synchronized void removeConnectionAffinityCallback() {
+        affinityCallback = null;
+    }
+
+    /** @return the registered connection affinity callback, or null */
+    public ConnectionAffinityCallback getConnectionAffinityCallback() {
+        return affinityCallback;
+    }
+
+    /**
+     * The lease of one {@code getConnection()} by the callback's context: the
+     * context's instance, or a new affinity handed to the callback. Every
+     * decision (placement, soft move, strict refusal, {@code aff=FALSE}
+     * release) is the core's ({@link AffinityContext}).
+     */
+    private Lease callbackLease(Cluster c, ConnectionAffinityCallback cb) {
+        ConnectionAffinityCallback.AffinityPolicy policy = cb.getAffinityPolicy();
+        if (policy == null) {
+            policy = ConnectionAffinityCallback.AffinityPolicy.TRANSACTION_BASED_AFFINITY;
+        }
+        Object current = cb.getConnectionAffinityContext();
+        ConnectionAffinityContext ctx = current instanceof ConnectionAffinityContext
+                && ((ConnectionAffinityContext) current).owner == this
+                && ((ConnectionAffinityContext) current).policy() == policy ? (ConnectionAffinityContext) current
+                        : null;
+        if (ctx != null && ctx.context.pinnedNode().isPresent()) {
+            Lease lease = ctx.context.pick(); // strict: StrictAffinityException
+            if (lease.kind() != io.racaffinity.RouteKind.BALANCED) {
+                if (lease.node() != ctx.node) {
+                    // Soft failover moved the affinity: a fresh context names the new instance.
+                    cb.setConnectionAffinityContext(new ConnectionAffinityContext(this, ctx.context, lease.node(),
+                            lease.nodeName(), policy));
+                }
+                return lease;
+            }
+            // The pin went between the two calls (aff=FALSE): place a new one.
+            release(lease, Outcome.NEUTRAL);
+        }
+        // None set, a foreign one or one of another policy, or one the instance released: place anew.
+        AffinityContext ac = ctx != null ? ctx.context
+                : c.newAffinityContext(policy == ConnectionAffinityCallback.AffinityPolicy.WEBSESSION_BASED_AFFINITY
+                        ? Scope.SESSION : Scope.TRANSACTION);
+        Route r = ac.pin();
+        cb.setConnectionAffinityContext(new ConnectionAffinityContext(this, ac, r.node(), r.nodeName(), policy));
+        return c.lease(r);
+    }
+
+    /**
+     * Applies a FAN event or RLB advisory line to the cluster
+     * ({@link Cluster#applyEvent}) and runs pool upkeep at once: a planned
+     * drain ({@code reason=USER}, {@code drain_timeout=}) starts draining the
+     * node's pool, and the partition-map loader reloads after a state change.
+     *
+     * @param line the event line
+     * @return the number of node state changes
+     * @throws SQLException if initialisation fails or the line is refused (message from the core)
+     */
+    public int applyEvent(String line) throws SQLException {
+        State s = state();
+        int changed;
+        try {
+            changed = s.cluster.applyEvent(line);
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+        PoolMaintenance m = maintenance;
+        if (m != null) {
+            m.poke();
+        }
+        return changed;
+    }
+
+    /**
+     * Reloads the partition map from the loader now (as after an HA event).
+     *
+     * @return whether the load succeeded (a failure keeps the last good map)
+     * @throws SQLException if initialisation fails or no loader is set
+     */
+    public boolean reloadPartitionMap() throws SQLException {
+        state();
+        PoolMaintenance m = maintenance;
+        if (m == null || partitionMapLoader == null) {
+            throw new SQLNonTransientException("AffinityDataSource " + clusterName() + " has no partitionMapLoader",
+                    "HY000");
+        }
+        return m.reload("reloadPartitionMap()");
+    }
+
+    /** @return successful partition-map loads so far */
+    public long getPartitionMapLoads() {
+        PoolMaintenance m = maintenance;
+        return m == null ? 0 : m.loads();
+    }
+
+    /** @return failed partition-map loads so far (each kept the last good map) */
+    public long getPartitionMapLoadFailures() {
+        PoolMaintenance m = maintenance;
+        return m == null ? 0 : m.failures();
+    }
+
+    /** @return the last load's error if it failed, else null */
+    public String getPartitionMapLoadError() {
+        PoolMaintenance m = maintenance;
+        return m == null ? null : m.lastError();
     }
 
     /** Releases a lease on an error path without masking the error if the cluster was closed meanwhile. */

@@ -1,0 +1,234 @@
+package io.racaffinity.jdbc;
+
+import io.racaffinity.AffinityException;
+import io.racaffinity.Cluster;
+import io.racaffinity.NodeState;
+import java.lang.System.Logger.Level;
+import java.lang.reflect.Method;
+import java.util.Arrays;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
+import javax.sql.DataSource;
+
+/**
+ * The data source's pool upkeep, one daemon thread per data source: it follows
+ * the node states the core reports (no decision of its own) and
+ * <ul>
+ *   <li>drains the pool of a Draining node: idle connections close at once and
+ *       busy ones are retired when returned (HikariCP {@code softEvictConnections},
+ *       with {@code minimumIdle} at 0 until the node is Up again), so the
+ *       instance holds no pooled connection when its drain timeout ends;</li>
+ *   <li>reloads the partition map from the {@link PartitionMapLoader} after each
+ *       node state change (an HA event) and on its period.</li>
+ * </ul>
+ * {@link #poke()} runs a round at once (after {@code AffinityDataSource.applyEvent}).
+ */
+final class PoolMaintenance implements AutoCloseable {
+    private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AffinityDataSource");
+    static final String SOURCE = "loader";
+
+    private final Cluster cluster;
+    private final DataSource[] byId;
+    private final long tickMillis;
+    private final PartitionMapLoader loader;
+    private final long reloadMillis;
+    private final Thread thread;
+    private final NodeState[] last;
+    private final int[] savedMinIdle;
+    private final AtomicLong loads = new AtomicLong();
+    private final AtomicLong failures = new AtomicLong();
+    private volatile String lastError;
+    private long nextReload;
+    private boolean poked;
+    private boolean closed;
+
+    PoolMaintenance(Cluster cluster, DataSource[] byId, long tickMillis, PartitionMapLoader loader, long reloadMillis) {
+        this.cluster = cluster;
+        this.byId = byId.clone();
+        this.tickMillis = tickMillis;
+        this.loader = loader;
+        this.reloadMillis = reloadMillis;
+        this.last = new NodeState[byId.length];
+        this.savedMinIdle = new int[byId.length];
+        Arrays.fill(savedMinIdle, -1);
+        Arrays.fill(last, NodeState.UP);
+        if (loader != null) {
+            reload("start");
+        }
+        this.thread = new Thread(this::loop, "racaffinity-pools-" + cluster.name());
+        thread.setDaemon(true);
+        thread.start();
+    }
+
+    long loads() {
+        return loads.get();
+    }
+
+    long failures() {
+        return failures.get();
+    }
+
+    String lastError() {
+        return lastError;
+    }
+
+    /** Runs a round now (and waits for none). */
+    synchronized void poke() {
+        poked = true;
+        notifyAll();
+    }
+
+    @Override
+    public void close() {
+        synchronized (this) {
+            closed = true;
+            notifyAll();
+        }
+        try {
+            thread.join(5_000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    private void loop() {
+        nextReload = reloadMillis > 0 ? System.nanoTime() / 1_000_000 + reloadMillis : Long.MAX_VALUE;
+        while (true) {
+            synchronized (this) {
+                if (!poked && !closed) {
+                    try {
+                        wait(tickMillis);
+                    } catch (InterruptedException e) {
+                        return;
+                    }
+                }
+                if (closed) {
+                    return;
+                }
+                poked = false;
+            }
+            try {
+                round();
+            } catch (AffinityException e) {
+                return; // the cluster was closed
+            } catch (RuntimeException e) {
+                LOG.log(Level.WARNING, "AffinityDataSource " + cluster.name() + ": pool upkeep failed: " + e);
+            }
+        }
+    }
+
+    private void round() {
+        boolean changed = false;
+        for (int i = 0; i < byId.length; i++) {
+            if (byId[i] == null) {
+                continue;
+            }
+            NodeState now = cluster.nodeState(i);
+            if (now != last[i]) {
+                changed = true;
+                final int node = i;
+                final NodeState from = last[i];
+                LOG.log(Level.INFO, () -> "AffinityDataSource " + cluster.name() + ": node " + cluster.nodeName(node)
+                        + " " + from + " -> " + now);
+            }
+            if (now == NodeState.DRAINING || (now == NodeState.DOWN && last[i] == NodeState.DRAINING)) {
+                drain(i);
+            } else if (now == NodeState.UP && savedMinIdle[i] >= 0) {
+                Hikari.setMinimumIdle(byId[i], savedMinIdle[i]);
+                savedMinIdle[i] = -1;
+            }
+            last[i] = now;
+        }
+        long nowMs = System.nanoTime() / 1_000_000;
+        if (loader != null && (changed || nowMs >= nextReload)) {
+            reload(changed ? "HA event" : "period");
+            nextReload = reloadMillis > 0 ? nowMs + reloadMillis : Long.MAX_VALUE;
+        }
+    }
+
+    /** Idle connections close now, busy ones when returned; no refill while draining. */
+    private void drain(int node) {
+        DataSource ds = byId[node];
+        if (savedMinIdle[node] < 0) {
+            savedMinIdle[node] = Math.max(0, Hikari.setMinimumIdle(ds, 0));
+        }
+        Hikari.softEvict(ds);
+    }
+
+    /** Loads and applies the map; a failure keeps the last good one. */
+    synchronized boolean reload(String why) {
+        try {
+            Map<Integer, String> map = loader.load();
+            if (map == null) {
+                throw new IllegalStateException("the loader returned no map");
+            }
+            long epoch = cluster.replacePartitionMap(map, SOURCE);
+            loads.incrementAndGet();
+            lastError = null;
+            LOG.log(Level.DEBUG, () -> "AffinityDataSource " + cluster.name() + ": partition map epoch " + epoch
+                    + " loaded (" + why + ", " + map.size() + " entries)");
+            return true;
+        } catch (Exception e) {
+            failures.incrementAndGet();
+            lastError = e.getClass().getName() + ": " + e.getMessage();
+            LOG.log(Level.WARNING, "AffinityDataSource " + cluster.name() + ": partition map load failed (" + why
+                    + "), keeping the last good map: " + lastError);
+            return false;
+        }
+    }
+
+    /** HikariCP's runtime pool controls, by reflection (the jar depends on no pool). */
+    static final class Hikari {
+        private Hikari() {}
+
+        private static Object bean(DataSource ds, String getter, String iface) {
+            try {
+                Object mx = ds.getClass().getMethod(getter).invoke(ds);
+                if (mx == null) {
+                    return null;
+                }
+                Class<?> type = Class.forName(iface, false, ds.getClass().getClassLoader());
+                return type.isInstance(mx) ? mx : null;
+            } catch (ReflectiveOperationException | LinkageError e) {
+                return null;
+            }
+        }
+
+        private static Object call(DataSource ds, String getter, String iface, String method, Class<?>[] types,
+                Object... args) {
+            Object mx = bean(ds, getter, iface);
+            if (mx == null) {
+                return null;
+            }
+            try {
+                Class<?> type = Class.forName(iface, false, ds.getClass().getClassLoader());
+                Method m = type.getMethod(method, types);
+                return m.invoke(mx, args);
+            } catch (ReflectiveOperationException | LinkageError e) {
+                return null;
+            }
+        }
+
+        /** {@code softEvictConnections()}: whether the pool had it. */
+        static boolean softEvict(DataSource ds) {
+            Object mx = bean(ds, "getHikariPoolMXBean", "com.zaxxer.hikari.HikariPoolMXBean");
+            if (mx == null) {
+                return false;
+            }
+            call(ds, "getHikariPoolMXBean", "com.zaxxer.hikari.HikariPoolMXBean", "softEvictConnections",
+                    new Class<?>[0]);
+            return true;
+        }
+
+        /** Sets {@code minimumIdle} at runtime; returns the old value, or -1 if not a Hikari pool. */
+        static int setMinimumIdle(DataSource ds, int minIdle) {
+            String iface = "com.zaxxer.hikari.HikariConfigMXBean";
+            Object old = call(ds, "getHikariConfigMXBean", iface, "getMinimumIdle", new Class<?>[0]);
+            if (!(old instanceof Integer)) {
+                return -1;
+            }
+            call(ds, "getHikariConfigMXBean", iface, "setMinimumIdle", new Class<?>[] {int.class}, minIdle);
+            return (Integer) old;
+        }
+    }
+}

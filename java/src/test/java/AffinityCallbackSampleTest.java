@@ -1,0 +1,211 @@
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNotSame;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.StrictAffinityException;
+import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.ConnectionAffinityCallback;
+import io.racaffinity.jdbc.ConnectionAffinityCallback.AffinityPolicy;
+import io.racaffinity.jdbc.ConnectionAffinityContext;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.SQLNonTransientException;
+import java.sql.SQLTransientConnectionException;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.stream.Collectors;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * Seed 002 §10.4.2: the guide's own {@code AffinityCallbackSample}
+ * ({@code java/src/test/java/AffinityCallbackSample.java}, copied as written with
+ * only its import line changed, hence in the default package like here) drives
+ * connection affinity of an {@link AffinityDataSource} over the 3 local
+ * PostgreSQL nodes; each connection's node is checked with the server's own port.
+ */
+@ExtendWith(PgNodes.class)
+class AffinityCallbackSampleTest {
+    static final List<String> NAMES = List.of("RAC1", "RAC2", "RAC3");
+    private Pools pools;
+    private final List<AffinityDataSource> opened = new ArrayList<>();
+
+    @BeforeEach
+    void pools() {
+        pools = new Pools(NAMES);
+    }
+
+    @AfterEach
+    void close() {
+        opened.forEach(AffinityDataSource::close);
+        pools.close();
+    }
+
+    private AffinityDataSource ds(String name, String extra) {
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig("name = " + name + "; database = orcl; service = svc; nodes = RAC1, RAC2, RAC3;"
+                + " policy = random; " + extra);
+        ds.setNodeDataSources(pools.asMap());
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        opened.add(ds);
+        return ds;
+    }
+
+    static int portOf(String node) {
+        return PgNodes.port(NAMES.indexOf(node) + 1);
+    }
+
+    static String down(String node) {
+        return "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=" + node + " host=h status=down"
+                + " reason=FAILURE card=1 timestamp=2026-12-01 08:00:00";
+    }
+
+    /** An RLB advisory: every node 33 %, {@code aff=FALSE} for {@code noAffinity}. */
+    static String advisory(String noAffinity) {
+        return "VERSION=1.0 database=orcl service=svc { " + NAMES.stream()
+                .map(n -> "{instance=" + n + " percent=33 flag=GOOD aff=" + (n.equals(noAffinity) ? "FALSE" : "TRUE")
+                        + "}")
+                .collect(Collectors.joining()) + " } timestamp=2026-12-01 08:00:00";
+    }
+
+    static int port(AffinityDataSource ds) throws SQLException {
+        try (Connection c = ds.getConnection()) {
+            return Pools.serverPort(c);
+        }
+    }
+
+    static ConnectionAffinityContext context(ConnectionAffinityCallback cb) {
+        return assertInstanceOf(ConnectionAffinityContext.class, cb.getConnectionAffinityContext());
+    }
+
+    /** Every getConnection() of the context lands on its instance; returns that port. */
+    static int assertSticks(AffinityDataSource ds, ConnectionAffinityCallback cb) throws SQLException {
+        int first = port(ds);
+        ConnectionAffinityContext ctx = context(cb);
+        assertEquals(portOf(ctx.instance()), first, ctx.toString());
+        for (int i = 0; i < 20; i++) {
+            assertEquals(first, port(ds), "connection " + i + " left " + ctx);
+        }
+        assertSame(ctx, cb.getConnectionAffinityContext(), "a context that holds is not replaced");
+        return first;
+    }
+
+    @Test
+    void theSeedSampleKeepsEveryConnectionOnOneInstanceAndMovesOnAFanDown() throws Exception {
+        AffinityDataSource ds = ds("sample-soft", "");
+        AffinityCallbackSample cb = new AffinityCallbackSample();
+        ds.registerConnectionAffinityCallback(cb);
+        assertEquals(null, cb.getConnectionAffinityContext());
+        int port = assertSticks(ds, cb);
+        ConnectionAffinityContext ctx = context(cb);
+        assertEquals(AffinityPolicy.TRANSACTION_BASED_AFFINITY, ctx.policy());
+        assertTrue(ctx.toString().contains("instance=" + ctx.instance())
+                && ctx.toString().contains("TRANSACTION_BASED_AFFINITY") && ctx.toString().contains("since="), ctx.toString());
+
+        ds.applyEvent(down(ctx.instance()));
+        int moved = assertSticks(ds, cb);
+        assertNotEquals(port, moved, "the FAN down moved the affinity");
+        ConnectionAffinityContext fresh = context(cb);
+        assertNotSame(ctx, fresh, "soft failover set a fresh context");
+        assertNotEquals(ctx.instance(), fresh.instance());
+
+        // The application ends the affinity with null; the next getConnection() places a new one.
+        cb.setConnectionAffinityContext(null);
+        assertSticks(ds, cb);
+        assertNotSame(fresh, cb.getConnectionAffinityContext());
+    }
+
+    @Test
+    void strictXaAffinityRefusesInsteadOfMoving() throws Exception {
+        AffinityDataSource ds = ds("sample-strict-xa", "transaction.strict = true");
+        AffinityCallbackSample cb = new AffinityCallbackSample();
+        ds.registerConnectionAffinityCallback(cb);
+        assertSticks(ds, cb);
+        ConnectionAffinityContext ctx = context(cb);
+        ds.applyEvent(down(ctx.instance()));
+        SQLTransientConnectionException e = assertThrows(SQLTransientConnectionException.class, ds::getConnection);
+        assertEquals("08001", e.getSQLState());
+        assertInstanceOf(StrictAffinityException.class, e.getCause());
+        assertSame(ctx, cb.getConnectionAffinityContext(), "strict mode keeps the context");
+        // Ending the affinity lets the application go on elsewhere.
+        cb.setConnectionAffinityContext(null);
+        assertNotEquals(portOf(ctx.instance()), assertSticks(ds, cb));
+    }
+
+    @Test
+    void strictWebSessionAffinityRefusesAndTheXaSwitchDoesNotApply() throws Exception {
+        AffinityDataSource ds = ds("sample-strict-web", "session.strict = true");
+        AffinityCallbackSample cb = new AffinityCallbackSample();
+        cb.setAffinityPolicy(AffinityPolicy.WEBSESSION_BASED_AFFINITY);
+        ds.registerConnectionAffinityCallback(cb);
+        assertSticks(ds, cb);
+        ConnectionAffinityContext web = context(cb);
+        assertEquals(AffinityPolicy.WEBSESSION_BASED_AFFINITY, web.policy());
+        ds.applyEvent(down(web.instance()));
+        SQLTransientConnectionException e = assertThrows(SQLTransientConnectionException.class, ds::getConnection);
+        assertInstanceOf(StrictAffinityException.class, e.getCause());
+        // A transaction-based context on the same data source is soft here: it moves.
+        cb.setAffinityPolicy(AffinityPolicy.TRANSACTION_BASED_AFFINITY);
+        cb.setConnectionAffinityContext(null);
+        assertNotEquals(portOf(web.instance()), assertSticks(ds, cb));
+    }
+
+    @Test
+    void anAdvisoryWithdrawingAffinityMovesWebSessionContextsOnly() throws Exception {
+        AffinityDataSource ds = ds("sample-aff", "");
+        AffinityCallbackSample web = new AffinityCallbackSample();
+        web.setAffinityPolicy(AffinityPolicy.WEBSESSION_BASED_AFFINITY);
+        ds.registerConnectionAffinityCallback(web);
+        int webPort = assertSticks(ds, web);
+        String instance = context(web).instance();
+
+        // A transaction-based context on the same instance (a second data source over the same cluster).
+        AffinityDataSource txDs = new AffinityDataSource();
+        txDs.setCluster(ds.getCluster());
+        txDs.setNodeDataSources(pools.asMap());
+        txDs.setHeartbeatIntervalMillis(0);
+        txDs.setRegisterMBean(false);
+        opened.add(txDs);
+        AffinityCallbackSample tx = new AffinityCallbackSample();
+        txDs.registerConnectionAffinityCallback(tx);
+        int txPort = -1;
+        for (int i = 0; i < 200 && txPort != webPort; i++) {
+            tx.setConnectionAffinityContext(null);
+            txPort = port(txDs);
+        }
+        assertEquals(webPort, txPort, "a transaction context on the web context's instance");
+
+        ds.applyEvent(advisory(instance));
+        int moved = assertSticks(ds, web);
+        assertNotEquals(webPort, moved, "aff=FALSE released the web-session context");
+        assertNotEquals(instance, context(web).instance());
+        assertEquals(webPort, assertSticks(txDs, tx), "a transaction context stays");
+    }
+
+    @Test
+    void oneCallbackPerDataSource() throws Exception {
+        AffinityDataSource ds = ds("sample-one", "");
+        ConnectionAffinityCallback cb = new AffinityCallbackSample();
+        ds.registerConnectionAffinityCallback(cb);
+        SQLNonTransientException e = assertThrows(SQLNonTransientException.class,
+                () -> ds.registerConnectionAffinityCallback(new AffinityCallbackSample()));
+        assertTrue(e.getMessage().contains("already has a connection affinity callback"), e.getMessage());
+        ds.removeConnectionAffinityCallback();
+        ConnectionAffinityCallback second = new AffinityCallbackSample();
+        ds.registerConnectionAffinityCallback(second);
+        assertSame(second, ds.getConnectionAffinityCallback());
+        assertSticks(ds, second);
+        assertNotNull(second.getConnectionAffinityContext());
+        assertEquals(null, cb.getConnectionAffinityContext(), "the removed callback is not used");
+    }
+}

@@ -1,0 +1,274 @@
+"""Seed 002 (UCP) parity: affinity contexts that follow a scope's rules, the
+connection affinity callback's policy and context, and the pools' upkeep
+(planned drains, the partition-map loader).
+
+Every routing decision is the core's (`Cluster::pin_context_for`,
+`racaffinity_context_pick`): this module converts arguments, calls the library
+and reacts to the route it returns.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import logging
+import threading
+import time
+import weakref
+from typing import Any, Callable, Dict, Mapping, Optional, Protocol
+
+from ._cluster import Cluster, Route, RouteKind, Scope, _context_pick, _lease_begin, _lease_release, _new, _route
+from ._errors import InvalidArgumentError
+from ._lib import lib
+
+__all__ = [
+    "AffinityContext",
+    "AffinityPolicy",
+    "ConnectionAffinityCallback",
+    "ConnectionAffinityContext",
+    "PartitionMapLoader",
+]
+
+log = logging.getLogger("racaffinity.pools")
+
+_BALANCED = int(RouteKind.BALANCED)
+_NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
+
+
+def _unpin(h: Any, key: int) -> None:
+    released = _new("bool *")
+    lib.racaffinity_context_unpin(h, key, released)  # a closed cluster took its pins with it
+
+
+class AffinityContext:
+    """A pin context that follows one scope's rules (`Cluster.affinity_context`).
+    It belongs to no thread or task: whoever holds it routes with it.
+    `pin()` places the pin, `pick()`-style routing goes through the pools.
+    `close()` (or garbage collection) releases it."""
+
+    __slots__ = ("cluster", "key", "scope", "_release", "__weakref__")
+
+    def __init__(self, cluster: Cluster, scope: int) -> None:
+        out = _new("uint64_t *")
+        rc = lib.racaffinity_context_new(cluster._h, out)
+        if rc:
+            cluster._raise(rc)
+        self.cluster = cluster
+        self.key = int(out[0])
+        self.scope = Scope(scope) if scope in set(int(s) for s in Scope) else scope
+        self._release = weakref.finalize(self, _unpin, cluster._h, self.key)
+
+    def pin(self) -> Route:
+        """Pins the context by its scope's rules (new, or one level deeper)."""
+        out = _new("racaffinity_route *")
+        rc = lib.racaffinity_context_pin_for(self.cluster._h, self.key, int(self.scope), out)
+        if rc:
+            self.cluster._raise(rc)
+        return _route(self.cluster, out)
+
+    def close(self) -> None:
+        """Releases the pin. Idempotent."""
+        self._release()
+
+    def __repr__(self) -> str:
+        name = self.scope.name if isinstance(self.scope, Scope) else self.scope
+        return f"<racaffinity.AffinityContext {name} key={self.key}>"
+
+
+class AffinityPolicy(enum.Enum):
+    """UCP's `ConnectionAffinityCallback.AffinityPolicy`."""
+
+    TRANSACTION_BASED_AFFINITY = "TRANSACTION_BASED_AFFINITY"
+    WEBSESSION_BASED_AFFINITY = "WEBSESSION_BASED_AFFINITY"
+
+
+def _policy(v: Any) -> AffinityPolicy:
+    if v is None:
+        return AffinityPolicy.TRANSACTION_BASED_AFFINITY
+    if isinstance(v, AffinityPolicy):
+        return v
+    name = getattr(v, "name", v)  # another enum with UCP's member names
+    if isinstance(name, str):
+        try:
+            return AffinityPolicy[name.upper()]
+        except KeyError:
+            pass
+    raise InvalidArgumentError(f"affinity policy {v!r} is not one of {[p.name for p in AffinityPolicy]}")
+
+
+class ConnectionAffinityCallback(Protocol):
+    """What `NodePools(..., affinity_callback=obj)` needs: UCP's four methods
+    in snake_case. Any object with them will do."""
+
+    def set_affinity_policy(self, policy: AffinityPolicy) -> None: ...
+
+    def get_affinity_policy(self) -> AffinityPolicy: ...
+
+    def set_connection_affinity_context(self, context: Any) -> bool: ...
+
+    def get_connection_affinity_context(self) -> Any: ...
+
+
+class ConnectionAffinityContext:
+    """The context the pools hand the callback: opaque, printable (instance,
+    policy, since). Dropping every reference to it (setting the callback's
+    context to None) releases the affinity; a soft move sets a new one."""
+
+    __slots__ = ("_owner", "_context", "node", "instance", "policy", "since")
+
+    def __init__(self, owner: Any, context: AffinityContext, node: int, instance: str, policy: AffinityPolicy) -> None:
+        self._owner = owner
+        self._context = context
+        self.node = node
+        self.instance = instance
+        self.policy = policy
+        self.since = datetime.datetime.now(datetime.timezone.utc)
+
+    def __repr__(self) -> str:
+        return (
+            f"ConnectionAffinityContext(instance={self.instance}, policy={self.policy.name},"
+            f" since={self.since.isoformat()})"
+        )
+
+    __str__ = __repr__
+
+
+def callback_lease(pools: Any, cb: Any) -> Any:
+    """Leases the node for one connection by the callback's context (the raw
+    `racaffinity_lease` buffer): the context's instance, or a new affinity
+    handed to the callback. The core decides (placement, soft move, strict
+    refusal, `aff=FALSE` release); this reacts to the route it returns."""
+    c = pools.cluster
+    policy = _policy(cb.get_affinity_policy())
+    cur = cb.get_connection_affinity_context()
+    ctx = (
+        cur
+        if isinstance(cur, ConnectionAffinityContext) and cur._owner is pools and cur.policy is policy
+        else None
+    )
+    buf = _new("racaffinity_lease *")
+    if ctx is not None:
+        rc = _context_pick(c._h, ctx._context.key, buf)
+        if rc:
+            c._raise(rc)  # strict: StrictAffinityError
+        if buf.kind != _BALANCED:
+            if buf.node != ctx.node:
+                # Soft failover moved the affinity: a fresh context names the new instance.
+                cb.set_connection_affinity_context(
+                    ConnectionAffinityContext(pools, ctx._context, buf.node, c.node_name(buf.node), policy)
+                )
+            return buf
+        # The instance released the context (aff=FALSE): place a new affinity.
+        _lease_release(c._h, buf, _NEUTRAL)
+        buf = _new("racaffinity_lease *")
+    scope = Scope.SESSION if policy is AffinityPolicy.WEBSESSION_BASED_AFFINITY else Scope.TRANSACTION
+    ac = ctx._context if ctx is not None else AffinityContext(c, int(scope))
+    route = ac.pin()
+    cb.set_connection_affinity_context(ConnectionAffinityContext(pools, ac, route.node, route.name, policy))
+    rc = _lease_begin(c._h, route.node, buf)
+    if rc:
+        c._raise(rc)
+    return buf
+
+
+PartitionMapLoader = Callable[[], Mapping[int, str]]
+"""Returns the whole partition -> instance name map (seed 002 §10.4.1.3)."""
+
+LOADER_SOURCE = "loader"
+
+
+class Upkeep(threading.Thread):
+    """The sync pools' upkeep thread: follows the node states the core reports
+    and (1) drains the pool of a Draining node (idle connections close at once,
+    busy ones when returned; no new idle connections while it drains), (2)
+    reloads the partition map after each state change (an HA event) and every
+    `reload_interval`. A failing loader keeps the last good map: it is logged
+    and counted (`loads`, `load_failures`, `load_error`)."""
+
+    def __init__(
+        self,
+        pools: Any,
+        interval: float,
+        loader: Optional[PartitionMapLoader],
+        reload_interval: Optional[float],
+    ) -> None:
+        super().__init__(name="racaffinity-upkeep", daemon=True)
+        self._pools = weakref.proxy(pools)
+        self.interval = interval
+        self.loader = loader
+        self.reload_interval = reload_interval
+        self._wake = threading.Event()
+        self._halt = threading.Event()
+        self._lock = threading.Lock()
+        self._last: Dict[int, Any] = {}
+        self.loads = 0
+        self.load_failures = 0
+        self.load_error: Optional[str] = None
+        self._next_reload = time.monotonic() + reload_interval if reload_interval else float("inf")
+        if loader is not None:
+            self.reload("start")
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._wake.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(5.0)
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._halt.is_set():
+                return
+            try:
+                self.round()
+            except ReferenceError:
+                return
+            except Exception:  # the cluster closed, or a pool call failed: log and go on
+                log.exception("racaffinity: pool upkeep failed")
+
+    def round(self) -> None:
+        with self._lock:
+            pools = self._pools
+            c = pools.cluster
+            if c.closed:
+                return
+            changed = False
+            for node, _pool in pools.items():
+                state = c.node_state(node)
+                before = self._last.get(node)
+                if before is not None and before != state:
+                    changed = True
+                    log.info("racaffinity: node %s %s -> %s", c.node_name(node), before.name, state.name)
+                if state.name == "DRAINING" or (state.name == "DOWN" and before is not None and before.name == "DRAINING"):
+                    pools._drain_node(node)
+                elif state.name == "UP" and before is not None and before.name != "UP":
+                    pools._undrain_node(node)
+                self._last[node] = state
+            now = time.monotonic()
+            if self.loader is not None and (changed or now >= self._next_reload):
+                self.reload("HA event" if changed else "period")
+                self._next_reload = now + self.reload_interval if self.reload_interval else float("inf")
+
+    def reload(self, why: str) -> bool:
+        """Loads and applies the map; a failure keeps the last good one."""
+        assert self.loader is not None
+        try:
+            mapping = self.loader()
+            if mapping is None:
+                raise ValueError("the loader returned no map")
+            epoch = self._pools.cluster.replace_partition_map(mapping, LOADER_SOURCE)
+        except ReferenceError:
+            raise
+        except Exception as e:
+            self.load_failures += 1
+            self.load_error = f"{type(e).__name__}: {e}"
+            log.warning("racaffinity: partition map load failed (%s), keeping the last good map: %s", why, self.load_error)
+            return False
+        self.loads += 1
+        self.load_error = None
+        log.debug("racaffinity: partition map epoch %d loaded (%s, %d entries)", epoch, why, len(mapping))
+        return True
