@@ -35,7 +35,7 @@ build_args() {
   if [ "$(sanitizer "$1")" = none ]; then echo "-s none --target-dir $ROOT/fuzz/target/plain"; else echo "-s address"; fi
 }
 # Extra libFuzzer flags per target: sequences need room for many calls.
-extra_args() { case $1 in capi_sequence) echo "-max_len=4096" ;; *) echo "" ;; esac; }
+extra_args() { case $1 in capi_sequence) echo "-max_len=4096 -len_control=10" ;; *) echo "" ;; esac; }
 
 # Build every target up front, so the time limit is spent fuzzing.
 for t in "${TARGETS[@]}"; do
