@@ -454,13 +454,33 @@ impl Model {
     }
 
     fn metrics_of(bits: u64) -> String {
-        let mut buf = vec![0 as c_char; 1 << 16];
-        let mut len = 0usize;
-        let r = unsafe {
-            racaffinity_metrics_json(bits as usize as *const racaffinity_cluster, buf.as_mut_ptr(), buf.len(), &mut len)
-        };
-        assert_eq!(r, R::Ok, "metrics snapshot");
-        unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
+        // One reused buffer: a fresh zeroed 64 KiB per snapshot (two per op)
+        // cost most of this target's speed.
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<c_char>> = std::cell::RefCell::new(vec![0; 4096]);
+        }
+        BUF.with(|b| {
+            let mut buf = b.borrow_mut();
+            loop {
+                let mut need = 0usize;
+                let r = unsafe {
+                    racaffinity_metrics_json(
+                        bits as usize as *const racaffinity_cluster,
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                        &mut need,
+                    )
+                };
+                match r {
+                    R::Ok => {
+                        let bytes: Vec<u8> = buf[..need - 1].iter().map(|c| *c as u8).collect();
+                        return String::from_utf8(bytes).expect("UTF-8 metrics");
+                    }
+                    R::BufferTooSmall => buf.resize(need * 2, 0),
+                    r => panic!("metrics snapshot: {r:?}"),
+                }
+            }
+        })
     }
 
     fn snapshot(&self) -> Vec<String> {
