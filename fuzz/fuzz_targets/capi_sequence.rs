@@ -715,7 +715,11 @@ impl Model {
                 let r = unsafe { racaffinity_cluster_heartbeat(p, &mut ms, &mut misses) };
                 self.check("heartbeat", r, Self::handle_err(p, live).unwrap_or(R::Ok), &h);
                 if r == R::Ok {
-                    self.holds("heartbeat.value", (ms, misses) == self.hist[live.unwrap()].cfg.heartbeat, &(ms, misses));
+                    self.holds(
+                        "heartbeat.value",
+                        (ms, misses) == self.hist[live.unwrap()].cfg.heartbeat,
+                        &(ms, misses),
+                    );
                 }
                 Some(r)
             }
@@ -850,7 +854,8 @@ impl Model {
                 let (p, live) = self.resolve(h);
                 let k = self.ctx_arg(live, ctx);
                 if lease {
-                    let mut l = racaffinity_lease { node: 0, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
+                    let mut l =
+                        racaffinity_lease { node: 0, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
                     let r = unsafe { racaffinity_context_pick(p, k, &mut l) };
                     self.pick_result("context_pick", r, p, live, Some(l), None);
                     Some(r)
@@ -937,7 +942,11 @@ impl Model {
                     let c = live.unwrap();
                     match rec {
                         // Open, issued by this very handle.
-                        Some(i) if self.leases[i].open && self.leases[i].cluster == c && l.unwrap().owner == self.hist[c].bits => {
+                        Some(i)
+                            if self.leases[i].open
+                                && self.leases[i].cluster == c
+                                && l.unwrap().owner == self.hist[c].bits =>
+                        {
                             R::Ok
                         }
                         _ => R::InvalidLease,
@@ -953,7 +962,8 @@ impl Model {
                 let (p, live) = self.resolve(h);
                 let s = span(&g, &GTRIDS, 64);
                 let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
-                let r = unsafe { racaffinity_tx_begin(p, s.ptr, s.len, if null_out { null_mut() } else { &mut route }) };
+                let r =
+                    unsafe { racaffinity_tx_begin(p, s.ptr, s.len, if null_out { null_mut() } else { &mut route }) };
                 let pre = if null_out { Some(R::NullArgument) } else { s.null_err() }.or(Self::handle_err(p, live));
                 self.tx_begin_result("tx_begin", r, pre, live, &s, &route, None);
                 Some(r)
@@ -1012,7 +1022,9 @@ impl Model {
                     self.check_in("tx_begin_for.new", r, &want, &(s.data(), &req));
                     if r == R::Ok {
                         self.route_ok("tx.placed_live", &self.hist[c], &route);
-                        self.hist[c].tx.insert(s.data().to_vec(), Tx { branches: 1, prepared: false, owner: route.node });
+                        self.hist[c]
+                            .tx
+                            .insert(s.data().to_vec(), Tx { branches: 1, prepared: false, owner: route.node });
                     }
                     return Some(r);
                 }
@@ -1646,9 +1658,8 @@ impl Model {
     fn event(&mut self, h: H, ev: &Ev) -> Option<R> {
         let (p, live) = self.resolve(h);
         let c = live.map(|i| &self.hist[i]);
-        let name_of = |i: u8| -> String {
-            c.map_or("MYDB1".into(), |c| c.names[usize::from(i) % c.names.len()].clone())
-        };
+        let name_of =
+            |i: u8| -> String { c.map_or("MYDB1".into(), |c| c.names[usize::from(i) % c.names.len()].clone()) };
         let known = |n: &str| c.is_some_and(|c| c.find(n).is_some());
         let mut line: Option<Vec<u8>> = None;
         // The result when the handle is good.
@@ -1693,7 +1704,13 @@ impl Model {
             }
             Ev::Foreign => {
                 line = Some(sm(&name_of(0), "down", "FAILURE").replace("database=orcl", "database=other").into_bytes());
-                want.push(if c.is_some_and(|c| c.cfg.filtered) { R::ForeignEvent } else if known(&name_of(0)) { R::Ok } else { R::UnknownNode });
+                want.push(if c.is_some_and(|c| c.cfg.filtered) {
+                    R::ForeignEvent
+                } else if known(&name_of(0)) {
+                    R::Ok
+                } else {
+                    R::UnknownNode
+                });
             }
             Ev::Malformed(i) => {
                 line = Some(BAD_EVENTS[usize::from(*i) % BAD_EVENTS.len()].as_bytes().to_vec());

@@ -24,8 +24,9 @@ fuzz_target!(|data: &[u8]| {
     match Config::parse(text) {
         Ok(config) => {
             let rendered = config.to_text();
-            let again = Config::parse(&rendered)
-                .unwrap_or_else(|e| panic!("to_text output does not parse: {e}\n--- input\n{text}\n--- rendered\n{rendered}"));
+            let again = Config::parse(&rendered).unwrap_or_else(|e| {
+                panic!("to_text output does not parse: {e}\n--- input\n{text}\n--- rendered\n{rendered}")
+            });
             assert_eq!(again, config, "parse(to_text(c)) != c\n--- input\n{text}\n--- rendered\n{rendered}");
             assert_eq!(again.to_text(), rendered, "to_text is not a fixed point");
             // Building must accept what parsing accepted.

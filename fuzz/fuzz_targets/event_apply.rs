@@ -104,7 +104,8 @@ fuzz_target!(|data: &[u8]| {
         // `apply_event` takes `&str`; the bindings refuse invalid UTF-8 first.
         let Ok(line) = std::str::from_utf8(raw) else { continue };
         let before = snapshot(&cluster);
-        let states_before: Vec<_> = cluster.node_ids().into_iter().map(|id| cluster.node(id).unwrap().state()).collect();
+        let states_before: Vec<_> =
+            cluster.node_ids().into_iter().map(|id| cluster.node(id).unwrap().state()).collect();
         match cluster.apply_event(line) {
             Err(e) => {
                 assert!(

@@ -47,7 +47,8 @@ const NAME_ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvw
 
 /// A valid node name (letters, digits, `_ - . $ #`, 1..=64 bytes) from raw bytes.
 fn node_name(raw: &[u8]) -> String {
-    let mut s: String = raw.iter().take(64).map(|b| NAME_ALPHABET[usize::from(*b) % NAME_ALPHABET.len()] as char).collect();
+    let mut s: String =
+        raw.iter().take(64).map(|b| NAME_ALPHABET[usize::from(*b) % NAME_ALPHABET.len()] as char).collect();
     if s.is_empty() {
         s.push('N');
     }
@@ -130,11 +131,13 @@ fuzz_target!(|input: Input| {
         }
     }
 
-    let keys: Vec<&[u8]> = input.keys.iter().take(16).map(|k| &k[..k.len().min(1024)]).filter(|k| !k.is_empty()).collect();
+    let keys: Vec<&[u8]> =
+        input.keys.iter().take(16).map(|k| &k[..k.len().min(1024)]).filter(|k| !k.is_empty()).collect();
     let ints: Vec<i64> = input.ints.iter().take(16).copied().collect();
     let mut parts: Vec<u32> = input.parts.iter().take(16).map(|p| p % partitions).collect();
     // The keys' own partitions too, so routing a key is covered end to end.
-    let key_parts: Vec<u32> = keys.iter().map(|k| cluster.partition_of(DataKey::Bytes(k)).expect("valid key")).collect();
+    let key_parts: Vec<u32> =
+        keys.iter().map(|k| cluster.partition_of(DataKey::Bytes(k)).expect("valid key")).collect();
     let int_parts: Vec<u32> = ints.iter().map(|v| cluster.partition_of(DataKey::Int(*v)).expect("int key")).collect();
     parts.extend(&key_parts);
     parts.extend(&int_parts);
