@@ -10,10 +10,12 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 CBINDGEN_VERSION := 0.29.4
 TOOLS := $(CURDIR)/target/tools
 CBINDGEN := $(TOOLS)/bin/cbindgen
+CARGO_FUZZ_VERSION := 0.13.2
+CARGO_FUZZ := $(TOOLS)/bin/cargo-fuzz
 LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
-.PHONY: failure-matrix demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
+.PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
 	test-cluster test-demo test-c test-python test-java jar lint bench memory clean help
 
 all: build
@@ -23,6 +25,7 @@ help:
 	@echo "make test    - every test: Rust, C (valgrind), Python, Java, node harness smoke test, demo checks"
 	@echo "make bench   - every benchmark (Rust, C, Java, Python; short mode) and one table of ratios"
 	@echo "make memory  - memory of 1M live transaction affinities"
+	@echo "make fuzz    - every cargo-fuzz target for FUZZ_SECONDS each (default 300), one after another"
 
 build:
 	$(CARGO) build --release --workspace
@@ -42,6 +45,15 @@ $(CBINDGEN):
 cbindgen-tool: $(CBINDGEN)
 	@$(CBINDGEN) --version | grep -q ' $(CBINDGEN_VERSION)$$' || \
 	  $(CARGO) install cbindgen --version $(CBINDGEN_VERSION) --locked --force --root $(TOOLS)
+
+# cargo-fuzz (libFuzzer), pinned like cbindgen; its targets need a nightly
+# toolchain, which `make fuzz`/`test-fuzz` check for first.
+$(CARGO_FUZZ):
+	$(CARGO) install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(TOOLS)
+
+cargo-fuzz-tool: $(CARGO_FUZZ)
+	@$(CARGO_FUZZ) --version | grep -q ' $(CARGO_FUZZ_VERSION)$$' || \
+	  $(CARGO) install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --force --root $(TOOLS)
 
 # Toxiproxy for the fault tests: the version is pinned in tests/cluster/faults,
 # which builds it with 'go install' under target/tools/bin when missing (and
@@ -87,7 +99,7 @@ demo-rust: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-c test-python test-java test-cluster test-demo failure-matrix
+test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-java test-cluster test-demo failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
@@ -135,6 +147,21 @@ test-c: lib lib-testing
 	tests/c/run.sh
 
 test-demo: demo demo-rust
+
+# Fuzzing (fuzz/, docs/fuzzing.md): the config parser, FAN/RLB events on a
+# cluster, C-ABI call sequences against a model, and the rendezvous hash
+# against the Python reference. `make fuzz` runs each target FUZZ_SECONDS
+# (default 5 minutes), `make test-fuzz` 20 seconds, one after another with one
+# libFuzzer job. Without a nightly toolchain both say so and succeed.
+FUZZ_SECONDS ?= 300
+NO_NIGHTLY_MSG = no nightly toolchain ('$(CARGO) +nightly' fails): skipping the fuzz targets (rustup toolchain install nightly)
+fuzz:
+	@if ! $(CARGO) +nightly --version >/dev/null 2>&1; then echo "make fuzz: $(NO_NIGHTLY_MSG)"; exit 0; fi; \
+	$(MAKE) --no-print-directory cargo-fuzz-tool && PATH="$(TOOLS)/bin:$$PATH" CARGO=$(CARGO) tools/fuzz.sh $(FUZZ_SECONDS)
+
+test-fuzz:
+	@if ! $(CARGO) +nightly --version >/dev/null 2>&1; then echo "make test-fuzz: $(NO_NIGHTLY_MSG)"; exit 0; fi; \
+	$(MAKE) --no-print-directory cargo-fuzz-tool && PATH="$(TOOLS)/bin:$$PATH" CARGO=$(CARGO) tools/fuzz.sh 20
 
 # Every benchmark in short mode, one after the other (never in parallel on a
 # small box), then ONE table of ratios against their baselines. To put it into

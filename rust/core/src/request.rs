@@ -54,6 +54,8 @@ impl Cluster {
     /// transaction placement policy when none applies or that node cannot
     /// take new work. `request.transaction` is ignored.
     pub fn tx_begin_for(&self, gtrid: &[u8], request: &RouteRequest<'_>) -> Result<Route> {
+        // Before the request's session is routed: a refused call changes nothing.
+        crate::transaction::check_gtrid(gtrid)?;
         if self.tx_info(gtrid).is_some() {
             return self.tx_begin(gtrid);
         }

@@ -72,7 +72,7 @@ impl TxRegistry {
     }
 }
 
-fn check_gtrid(gtrid: &[u8]) -> Result<()> {
+pub(crate) fn check_gtrid(gtrid: &[u8]) -> Result<()> {
     if gtrid.is_empty() || gtrid.len() > MAX_GTRID_BYTES {
         return Err(Error::InvalidArgument(format!("gtrid must be 1..={MAX_GTRID_BYTES} bytes, got {}", gtrid.len())));
     }

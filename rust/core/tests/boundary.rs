@@ -56,3 +56,16 @@ fn a_context_key_never_issued_cannot_be_pinned() {
     c.pin_context(issued).unwrap();
     assert_ne!(c.new_context_key(), issued);
 }
+
+#[test]
+fn tx_begin_for_with_a_bad_gtrid_changes_nothing() {
+    use racaffinity::RouteRequest;
+    let c = cluster("nodes = A, B\nsession.mode = registry");
+    let before = c.metrics().to_json();
+    for g in [&b""[..], &[b'g'; 65][..]] {
+        let req = RouteRequest { session: Some(b"S-1"), ..Default::default() };
+        assert_eq!(c.tx_begin_for(g, &req).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    }
+    assert_eq!(c.session_count(), 0, "the request's session was placed by a refused call");
+    assert_eq!(c.metrics().to_json(), before);
+}

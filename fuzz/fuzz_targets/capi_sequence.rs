@@ -1,0 +1,1832 @@
+//! Structure-aware C-ABI sequence fuzzer.
+//!
+//! Each input is a sequence of `Op`s (derived with `arbitrary`) run against
+//! the exported `racaffinity_*` functions of rust/ffi, across two cluster
+//! slots (so handles and leases can be foreign), with stale, freed, NULL,
+//! random and bit-flipped handles, stale/double/foreign/forged leases, NULL
+//! pointers and oversized spans.
+//!
+//! A small model follows what each call must return and asserts the
+//! documented result code for **every** call (include/racaffinity.h and the
+//! README): argument checks (NULL, INVALID_UTF8, INVALID_ARGUMENT for a gtrid
+//! outside 1..=64 bytes or a key outside 1..=1024, bad enum values), handle
+//! validity (a freed, stale, random or flipped handle is INVALID_HANDLE),
+//! registries (UNKNOWN_TRANSACTION, INVALID_LEASE for a released, foreign or
+//! forged lease, UNKNOWN_NODE for an unknown or removed node id,
+//! DUPLICATE_NODE), exact outputs where the model knows them (node count,
+//! names, addresses, find, key partition, pin release flags, heartbeat,
+//! recovery scope, buffer sizes), routing invariants where it does not know
+//! the node states (events and passive health move them): a routed node is a
+//! live node, a prepared transaction never moves, 2PC routes (`tx_route`)
+//! are never refused and with `recovery.scope = node` go to the owner, and a
+//! routing refusal is only one the configuration allows (STRICT_AFFINITY only
+//! for a strict scope, NO_NODE_AVAILABLE only with `panic = fail` or no live
+//! node, PREPARED_NODE_UNAVAILABLE only for a prepared transaction).
+//!
+//! An error that is an answer about the arguments or a registry (NULL,
+//! INVALID_*, UNKNOWN_*, DUPLICATE_NODE, BUFFER_TOO_SMALL, EVENT_PARSE,
+//! FOREIGN_EVENT) must change nothing: the metrics JSON of both clusters is
+//! compared before and after such a call.
+//!
+//! Never PANIC: libFuzzer's panic hook aborts on any panic, even one the
+//! boundary would catch, so a panic is a crash with its location; and every
+//! result is checked against RACAFFINITY_RESULT_PANIC as well.
+//!
+//! Known, reported findings are tolerated only through fuzz/known-findings.txt
+//! (see docs/fuzzing.md); each check site has a name for that file.
+#![no_main]
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::raw::c_char;
+use std::ptr::{null, null_mut};
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use racaffinity_ffi::capi::cluster::*;
+use racaffinity_ffi::capi::data::*;
+use racaffinity_ffi::capi::event::*;
+use racaffinity_ffi::capi::handle::racaffinity_cluster;
+use racaffinity_ffi::capi::metrics::*;
+use racaffinity_ffi::capi::pick::*;
+use racaffinity_ffi::capi::request::*;
+use racaffinity_ffi::capi::result::*;
+use racaffinity_ffi::capi::session::*;
+use racaffinity_ffi::capi::transaction::*;
+use racaffinity_ffi::capi::types::*;
+
+type R = racaffinity_result;
+
+// ---------------------------------------------------------------------------
+// Configurations the sequences run on
+// ---------------------------------------------------------------------------
+
+struct Cfg {
+    text: &'static str,
+    names: &'static [&'static str],
+    addresses: &'static [&'static str],
+    panic_fail: bool,
+    strict: [bool; 4],
+    auto_pin: bool,
+    scope_db: bool,
+    partitions: u32,
+    data_balanced: bool,
+    filtered: bool,
+    heartbeat: (u64, u32),
+}
+
+const CFGS: [Cfg; 4] = [
+    Cfg {
+        text: "name = a\ndatabase = orcl\nservice = svc\nnodes = MYDB1, MYDB2, MYDB3\nnode.MYDB1.address = h1:1521\n\
+               node.MYDB2.address = h2:1521\nnode.MYDB3.address = H2:1522",
+        names: &["MYDB1", "MYDB2", "MYDB3"],
+        addresses: &["h1:1521", "h2:1521", "H2:1522"],
+        panic_fail: false,
+        strict: [false; 4],
+        auto_pin: false,
+        scope_db: false,
+        partitions: 4096,
+        data_balanced: false,
+        filtered: true,
+        heartbeat: (10_000, 3),
+    },
+    Cfg {
+        text: "name = b\ndatabase = orcl\nservice = svc\nnodes = MYDB1, MYDB2\npanic = fail\nthread.strict = true\n\
+               transaction.strict = true\nsession.strict = true\ndata.strict = true\nrecovery.scope = database\n\
+               health.eject_after_failures = 1\nheartbeat.interval = 2s\nheartbeat.misses = 1",
+        names: &["MYDB1", "MYDB2"],
+        addresses: &["", ""],
+        panic_fail: true,
+        strict: [true; 4],
+        auto_pin: false,
+        scope_db: true,
+        partitions: 4096,
+        data_balanced: false,
+        filtered: true,
+        heartbeat: (2_000, 1),
+    },
+    Cfg {
+        text: "nodes = X1\nthread.auto_pin = true\npolicy = round_robin\nsession.mode = stateless\ndata.partitions = 7",
+        names: &["X1"],
+        addresses: &[""],
+        panic_fail: false,
+        strict: [false; 4],
+        auto_pin: true,
+        scope_db: false,
+        partitions: 7,
+        data_balanced: false,
+        filtered: false,
+        heartbeat: (10_000, 3),
+    },
+    Cfg {
+        text: "nodes = W1, W2, W3, W4\nnode.W1.weight = 1\nnode.W2.weight = 5\nnode.W4.address = [::1]:1\n\
+               policy = weighted\ntransaction.placement = balanced\ndata.placement = balanced\n\
+               session.placement = rendezvous\ndata.partitions = 16\ndata.partition.3 = W2\npanic = fail",
+        names: &["W1", "W2", "W3", "W4"],
+        addresses: &["", "", "", "[::1]:1"],
+        panic_fail: true,
+        strict: [false; 4],
+        auto_pin: false,
+        scope_db: false,
+        partitions: 16,
+        data_balanced: true,
+        filtered: false,
+        heartbeat: (10_000, 3),
+    },
+];
+
+const GTRIDS: [&[u8]; 5] = [b"gtrid-1", b"gtrid-2", b"g", b"\x00\xff\x80", &[7u8; 64]];
+const KEYS: [&[u8]; 4] = [b"customer:42", b"sess-1", b"\x00", &[b'k'; 1024]];
+const BAD_EVENTS: [&str; 5] = [
+    "",
+    "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=MYDB1 status=sideways",
+    "VERSION=1.0 database=orcl service=svc { {instance=MYDB1 percent=150 flag=GOOD aff=TRUE} }",
+    "NOPE VERSION=1.0",
+    "VERSION=1.0 database=orcl service=svc { {instance=MYDB1 percent=50 flag=GOOD aff=TRUE}",
+];
+
+// ---------------------------------------------------------------------------
+// The input language
+// ---------------------------------------------------------------------------
+
+/// Which handle a call gets.
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum H {
+    /// The handle in slot 0/1 (live, or the last one freed there; NULL if none yet).
+    Slot(bool),
+    /// Any handle issued earlier in this input (often freed).
+    Hist(u8),
+    Null,
+    /// Random bits: usually not a handle; equal to a live one only by construction.
+    Random(u64),
+    /// A slot's handle with one bit flipped (a corrupt handle).
+    Flip(bool, u8),
+}
+
+#[derive(Arbitrary, Debug, Clone)]
+enum Span {
+    Pool(u8),
+    Raw(Vec<u8>),
+    /// Just over or under a limit (64 for gtrids, 1024 for keys).
+    Edge(u8),
+    /// A NULL pointer with this length.
+    Null(u8),
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum NodeSel {
+    Id(u8),
+    Raw(u32),
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum NameSel {
+    /// A configured or added name, optionally in lower case.
+    Existing(u8, bool),
+    New(u8),
+    Invalid,
+    NonUtf8,
+    Null,
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum LeaseSel {
+    Issued(u8),
+    /// A lease struct the caller made up: some handle as owner, some token.
+    Forged(H, u64),
+    Null,
+}
+
+#[derive(Arbitrary, Debug, Clone, Copy)]
+enum Ctx {
+    Issued(u8),
+    Raw(u64),
+}
+
+#[derive(Arbitrary, Debug, Clone)]
+struct Req {
+    gtrid: Option<Span>,
+    key: Option<Span>,
+    key_i64: Option<i64>,
+    session: Option<Span>,
+    ctx: Option<Ctx>,
+}
+
+#[derive(Arbitrary, Debug, Clone)]
+enum Ev {
+    Down(u8, bool),
+    Up(u8),
+    Rlb(u8, u8, u8, bool),
+    NodeDown(bool),
+    Foreign,
+    Malformed(u8),
+    UnknownInstance,
+    NonUtf8,
+    Null,
+    Raw(String),
+}
+
+#[derive(Arbitrary, Debug, Clone)]
+enum Op {
+    New { slot: bool, cfg: u8 },
+    NewBad { kind: u8 },
+    Free { h: H },
+    NodeCount { h: H, null_out: bool },
+    Heartbeat { h: H },
+    RecoveryScope { h: H },
+    SetStrict { h: H, scope: u32, strict: bool },
+    ThreadPin { h: H, null_out: bool },
+    ThreadUnpin { h: H },
+    ContextNew { h: H, null_out: bool },
+    ContextPin { h: H, ctx: Ctx },
+    ContextUnpin { h: H, ctx: Ctx },
+    ContextRoute { h: H, ctx: Ctx, lease: bool },
+    Route { h: H, null_out: bool },
+    Pick { h: H, null_out: bool },
+    LeaseBegin { h: H, node: NodeSel },
+    LeaseRelease { h: H, lease: LeaseSel, outcome: u32 },
+    TxBegin { h: H, g: Span, null_out: bool },
+    TxBeginOn { h: H, g: Span, node: NodeSel },
+    TxBeginFor { h: H, g: Span, req: Option<Req> },
+    TxPrepared { h: H, g: Span },
+    TxRoute { h: H, g: Span },
+    TxEnd { h: H, g: Span },
+    TxComplete { h: H, g: Span },
+    TxRecovered { h: H, g: Span, node: NodeSel },
+    SessionRoute { h: H, k: Span },
+    SessionEnd { h: H, k: Span },
+    KeyRoute { h: H, k: Span },
+    KeyRouteI64 { h: H, v: i64 },
+    KeyPartition { h: H, k: Span },
+    PartitionOwner { h: H, p: u32 },
+    RequestPick { h: H, req: Option<Req> },
+    Event { h: H, ev: Ev },
+    Metrics { h: H, cap: u16, null_buf: bool, prometheus: bool },
+    NodeAdd { h: H, name: NameSel, weight: u32, address: bool },
+    NodeRemove { h: H, name: NameSel },
+    NodeSetState { h: H, name: NameSel, state: u32 },
+    NodeGetState { h: H, node: NodeSel },
+    NodeFind { h: H, name: NameSel },
+    NodeName { h: H, node: NodeSel, cap: u8, address: bool },
+    Probe { h: H, node: NodeSel, ok: bool },
+    Outcome { h: H, node: NodeSel, ok: bool },
+    ResultMessage { code: u32, cap: u8 },
+}
+
+// ---------------------------------------------------------------------------
+// The model
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy)]
+struct Tx {
+    branches: u32,
+    prepared: bool,
+    owner: u32,
+}
+
+struct Cl {
+    bits: u64,
+    live: bool,
+    cfg: &'static Cfg,
+    names: Vec<String>,
+    addresses: Vec<String>,
+    removed: Vec<bool>,
+    admin: Vec<u32>,
+    strict: [bool; 4],
+    contexts: Vec<u64>,
+    ctx_depth: HashMap<u64, u32>,
+    /// Exact thread pin depth; `None` once auto-pin makes it unknowable.
+    thread_depth: Option<u32>,
+    /// Upper bound of the thread pin depth (to unpin before a free).
+    thread_bound: u32,
+    tx: HashMap<Vec<u8>, Tx>,
+}
+
+impl Cl {
+    fn live_ids(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.names.len()).filter(|i| !self.removed[*i])
+    }
+    fn live_count(&self) -> usize {
+        self.live_ids().count()
+    }
+    fn find(&self, name: &str) -> Option<usize> {
+        self.live_ids().find(|i| self.names[*i].eq_ignore_ascii_case(name))
+    }
+    fn is_live_node(&self, id: u32) -> bool {
+        (id as usize) < self.names.len() && !self.removed[id as usize]
+    }
+    /// Refusals a routing call may give, besides OK, for a scope.
+    fn refusals(&self, scope: usize) -> Vec<R> {
+        let mut v = vec![R::Ok];
+        if self.cfg.panic_fail || self.live_count() == 0 {
+            v.push(R::NoNodeAvailable);
+        }
+        if self.strict[scope] {
+            v.push(R::StrictAffinity);
+        }
+        v
+    }
+}
+
+struct Lease {
+    lease: racaffinity_lease,
+    cluster: usize,
+    open: bool,
+}
+
+struct Model {
+    hist: Vec<Cl>,
+    slots: [Option<usize>; 2],
+    leases: Vec<Lease>,
+    allowed: Vec<&'static str>,
+}
+
+/// Result codes that answer "bad argument / no such thing": such a call must
+/// leave every cluster as it was.
+fn is_no_change_error(r: R) -> bool {
+    matches!(
+        r,
+        R::NullArgument
+            | R::InvalidHandle
+            | R::InvalidUtf8
+            | R::InvalidArgument
+            | R::BufferTooSmall
+            | R::Config
+            | R::UnknownNode
+            | R::DuplicateNode
+            | R::UnknownTransaction
+            | R::EventParse
+            | R::ForeignEvent
+            | R::InvalidLease
+    )
+}
+
+/// The variant name of an op (`TxBeginFor`), for check-site names.
+fn op_name(op: &Op) -> String {
+    let d = format!("{op:?}");
+    d.split([' ', '{', '(']).next().unwrap_or("").to_string()
+}
+
+fn known_findings() -> Vec<&'static str> {
+    include_str!("../known-findings.txt")
+        .lines()
+        .map(|l| l.split('#').next().unwrap().trim())
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect()
+}
+
+/// A span argument: the pointer, the length and the bytes the callee sees.
+struct SpanArg {
+    _buf: Vec<u8>,
+    ptr: *const u8,
+    len: usize,
+    bytes: Option<Vec<u8>>,
+}
+
+fn span(s: &Span, pool: &[&[u8]], limit: usize) -> SpanArg {
+    let bytes = match s {
+        Span::Pool(i) => pool[usize::from(*i) % pool.len()].to_vec(),
+        Span::Raw(v) => v.clone(),
+        Span::Edge(d) => vec![b'e'; (limit + 2).saturating_sub(usize::from(*d % 5))],
+        Span::Null(len) => return SpanArg { _buf: Vec::new(), ptr: null(), len: usize::from(*len), bytes: None },
+    };
+    // A dangling non-NULL pointer for empty spans: the callee must not read it.
+    let ptr = if bytes.is_empty() { std::ptr::NonNull::<u8>::dangling().as_ptr() } else { bytes.as_ptr() };
+    SpanArg { ptr, len: bytes.len(), bytes: Some(bytes.clone()), _buf: bytes }
+}
+
+impl SpanArg {
+    /// NULL_ARGUMENT for a NULL pointer with a length, else the bytes.
+    fn null_err(&self) -> Option<R> {
+        (self.bytes.is_none() && self.len > 0).then_some(R::NullArgument)
+    }
+    fn data(&self) -> &[u8] {
+        self.bytes.as_deref().unwrap_or(&[])
+    }
+}
+
+impl Model {
+    fn check(&self, site: &'static str, got: R, want: R, what: &dyn std::fmt::Debug) -> bool {
+        assert_ne!(got, R::Panic, "{site}: PANIC result for {what:?}");
+        if got == want {
+            return true;
+        }
+        if self.allowed.iter().any(|a| *a == site) {
+            return false;
+        }
+        panic!("{site}: got {got:?}, documented {want:?} for {what:?}");
+    }
+
+    fn check_in(&self, site: &'static str, got: R, want: &[R], what: &dyn std::fmt::Debug) {
+        assert_ne!(got, R::Panic, "{site}: PANIC result for {what:?}");
+        assert!(want.contains(&got), "{site}: got {got:?}, expected one of {want:?} for {what:?}");
+    }
+
+    fn holds(&self, site: &str, cond: bool, what: &dyn std::fmt::Debug) {
+        if !cond && !self.allowed.iter().any(|a| *a == site) {
+            panic!("{site}: property violated: {what:?}");
+        }
+    }
+
+    /// The handle bits a selector names, and the live model cluster they are.
+    fn resolve(&self, h: H) -> (*mut racaffinity_cluster, Option<usize>) {
+        let bits = match h {
+            H::Slot(s) => self.slots[usize::from(s)].map_or(0, |i| self.hist[i].bits),
+            H::Hist(i) if !self.hist.is_empty() => self.hist[usize::from(i) % self.hist.len()].bits,
+            H::Hist(_) | H::Null => 0,
+            H::Random(b) => b,
+            H::Flip(s, bit) => self.slots[usize::from(s)].map_or(0, |i| self.hist[i].bits ^ (1u64 << (bit % 64))),
+        };
+        let live = self.hist.iter().position(|c| c.live && c.bits == bits);
+        (bits as usize as *mut racaffinity_cluster, live)
+    }
+
+    /// The result a handle argument gives before anything else about it.
+    fn handle_err(p: *const racaffinity_cluster, live: Option<usize>) -> Option<R> {
+        if p.is_null() {
+            Some(R::NullArgument)
+        } else if live.is_none() {
+            Some(R::InvalidHandle)
+        } else {
+            None
+        }
+    }
+
+    fn metrics_of(bits: u64) -> String {
+        // One reused buffer: a fresh zeroed 64 KiB per snapshot (two per op)
+        // cost most of this target's speed.
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<c_char>> = std::cell::RefCell::new(vec![0; 4096]);
+        }
+        BUF.with(|b| {
+            let mut buf = b.borrow_mut();
+            loop {
+                let mut need = 0usize;
+                let r = unsafe {
+                    racaffinity_metrics_json(
+                        bits as usize as *const racaffinity_cluster,
+                        buf.as_mut_ptr(),
+                        buf.len(),
+                        &mut need,
+                    )
+                };
+                match r {
+                    R::Ok => {
+                        let bytes: Vec<u8> = buf[..need - 1].iter().map(|c| *c as u8).collect();
+                        return String::from_utf8(bytes).expect("UTF-8 metrics");
+                    }
+                    R::BufferTooSmall => buf.resize(need * 2, 0),
+                    r => panic!("metrics snapshot: {r:?}"),
+                }
+            }
+        })
+    }
+
+    fn snapshot(&self) -> Vec<String> {
+        self.hist.iter().filter(|c| c.live).map(|c| Self::metrics_of(c.bits)).collect()
+    }
+
+    fn route_ok(&self, site: &'static str, c: &Cl, r: &racaffinity_route) {
+        self.holds(site, c.is_live_node(r.node), &(r, &c.names, &c.removed));
+    }
+
+    /// Unpins the calling thread from `c` as often as it may be pinned, so a
+    /// free never strands a thread pin. (A pin left behind by a free can
+    /// never be released and slows this thread forever: issue 13, failure 1,
+    /// reported; the fuzzer would otherwise drown in that known leak.)
+    fn unpin_all(&mut self, i: usize) {
+        let bits = self.hist[i].bits as usize as *const racaffinity_cluster;
+        for _ in 0..self.hist[i].thread_bound {
+            let mut released = false;
+            let r = unsafe { racaffinity_thread_unpin(bits, &mut released) };
+            assert_eq!(r, R::Ok, "thread_unpin before free");
+            if released {
+                break;
+            }
+        }
+        self.hist[i].thread_depth = Some(0);
+        self.hist[i].thread_bound = 0;
+    }
+
+    fn free_slot_cluster(&mut self, i: usize) {
+        self.unpin_all(i);
+        let r = racaffinity_cluster_free(self.hist[i].bits as usize as *mut racaffinity_cluster);
+        self.check("cluster_free.live", r, R::Ok, &i);
+        self.hist[i].live = false;
+    }
+
+    fn new_cluster(&mut self, slot: bool, cfg: u8) {
+        if let Some(i) = self.slots[usize::from(slot)] {
+            if self.hist[i].live {
+                self.free_slot_cluster(i);
+            }
+        }
+        let cfg = &CFGS[usize::from(cfg) % CFGS.len()];
+        let text = CString::new(cfg.text).unwrap();
+        let mut out: *mut racaffinity_cluster = null_mut();
+        let r = unsafe { racaffinity_cluster_new(text.as_ptr(), &mut out) };
+        self.check("cluster_new.ok", r, R::Ok, &cfg.text);
+        let bits = out as usize as u64;
+        assert!(bits != 0 && !self.hist.iter().any(|c| c.live && c.bits == bits), "a new handle is fresh");
+        self.hist.push(Cl {
+            bits,
+            live: true,
+            cfg,
+            names: cfg.names.iter().map(|s| s.to_string()).collect(),
+            addresses: cfg.addresses.iter().map(|s| s.to_string()).collect(),
+            removed: vec![false; cfg.names.len()],
+            admin: vec![0; cfg.names.len()],
+            strict: cfg.strict,
+            contexts: Vec::new(),
+            ctx_depth: HashMap::new(),
+            thread_depth: if cfg.auto_pin { None } else { Some(0) },
+            thread_bound: u32::from(cfg.auto_pin),
+            tx: HashMap::new(),
+        });
+        self.slots[usize::from(slot)] = Some(self.hist.len() - 1);
+    }
+
+    fn name_arg(&self, live: Option<usize>, sel: NameSel) -> (Option<CString>, String) {
+        let names: &[String] = live.map_or(&[], |i| &self.hist[i].names);
+        match sel {
+            NameSel::Existing(i, lower) if !names.is_empty() => {
+                let n = &names[usize::from(i) % names.len()];
+                let n = if lower { n.to_ascii_lowercase() } else { n.clone() };
+                (Some(CString::new(n.clone()).unwrap()), n)
+            }
+            NameSel::Existing(..) => (Some(CString::new("MYDB1").unwrap()), "MYDB1".into()),
+            NameSel::New(i) => {
+                let n = format!("NEW{}", i % 8);
+                (Some(CString::new(n.clone()).unwrap()), n)
+            }
+            NameSel::Invalid => (Some(CString::new("bad name").unwrap()), "bad name".into()),
+            NameSel::NonUtf8 => (Some(CString::new(vec![b'N', 0xff, 0xfe]).unwrap()), String::new()),
+            NameSel::Null => (None, String::new()),
+        }
+    }
+
+    fn node_arg(&self, live: Option<usize>, sel: NodeSel) -> u32 {
+        match sel {
+            NodeSel::Id(i) => {
+                let n = live.map_or(4, |c| self.hist[c].names.len() + 2);
+                u32::from(i) % n as u32
+            }
+            NodeSel::Raw(v) => v,
+        }
+    }
+
+    fn ctx_arg(&self, live: Option<usize>, sel: Ctx) -> u64 {
+        match (sel, live) {
+            (Ctx::Issued(i), Some(c)) if !self.hist[c].contexts.is_empty() => {
+                let v = &self.hist[c].contexts;
+                v[usize::from(i) % v.len()]
+            }
+            (Ctx::Issued(i), _) => u64::from(i),
+            (Ctx::Raw(v), _) => v,
+        }
+    }
+
+    /// The outcome of a branch begin on a known transaction, checked and applied.
+    fn begin_existing(&mut self, site: &'static str, c: usize, g: &[u8], r: R, route: &racaffinity_route) {
+        let t = self.hist[c].tx[g];
+        let mut want = self.hist[c].refusals(1);
+        if t.prepared {
+            want.push(R::PreparedNodeUnavailable);
+            want.retain(|x| *x != R::StrictAffinity);
+        }
+        self.check_in(site, r, &want, &(g, t));
+        if r == R::Ok {
+            if t.prepared {
+                // A prepared branch never moves (README: "Prepared: never moves").
+                self.holds("tx.prepared_never_moves", route.node == t.owner, &(g, t, route));
+            } else {
+                self.holds(
+                    "tx.moves_only_by_repin",
+                    route.node == t.owner || route.kind == racaffinity_route_kind::Repinned,
+                    &(g, t, route),
+                );
+                self.route_ok("tx.route_live", &self.hist[c], route);
+            }
+            let e = self.hist[c].tx.get_mut(g).unwrap();
+            e.owner = route.node;
+            e.branches += 1;
+        }
+    }
+
+    fn begin_new(&mut self, site: &'static str, c: usize, g: &[u8], r: R, route: &racaffinity_route) {
+        let want = self.hist[c].refusals(1);
+        let want: Vec<R> = want.into_iter().filter(|x| *x != R::StrictAffinity).collect();
+        self.check_in(site, r, &want, &g);
+        if r == R::Ok {
+            self.route_ok("tx.placed_live", &self.hist[c], route);
+            self.hist[c].tx.insert(g.to_vec(), Tx { branches: 1, prepared: false, owner: route.node });
+        }
+    }
+
+    fn record_lease(&mut self, c: usize, l: racaffinity_lease) {
+        self.holds("lease.owner_is_handle", l.owner == self.hist[c].bits, &l);
+        self.route_ok("lease.node_live", &self.hist[c], &racaffinity_route { node: l.node, kind: l.kind });
+        self.holds("lease.fresh_token", !self.leases.iter().any(|x| x.cluster == c && x.lease.token == l.token), &l);
+        self.leases.push(Lease { lease: l, cluster: c, open: true });
+    }
+
+    fn gtrid_len_ok(g: &[u8]) -> bool {
+        (1..=64).contains(&g.len())
+    }
+    fn key_len_ok(k: &[u8]) -> bool {
+        (1..=1024).contains(&k.len())
+    }
+
+    // -----------------------------------------------------------------------
+
+    fn run(&mut self, op: &Op) {
+        let before = self.snapshot();
+        let r = self.step(op);
+        if let Some(r) = r {
+            assert_ne!(r, R::Panic, "PANIC from {op:?}");
+            if is_no_change_error(r) {
+                let after = self.snapshot();
+                // Named per call, so an allow-list entry covers one reported call only.
+                let site = format!("error.changes_nothing.{}", op_name(op));
+                self.holds(&site, before == after, &(op, r, &before, &after));
+            }
+        }
+    }
+
+    /// Runs one op; returns the result code of the call under test.
+    fn step(&mut self, op: &Op) -> Option<R> {
+        match op.clone() {
+            Op::New { slot, cfg } => {
+                self.new_cluster(slot, cfg);
+                None
+            }
+            Op::NewBad { kind } => {
+                let mut out: *mut racaffinity_cluster = null_mut();
+                let good = CString::new(CFGS[0].text).unwrap();
+                let (r, want) = match kind % 5 {
+                    0 => (unsafe { racaffinity_cluster_new(null(), &mut out) }, R::NullArgument),
+                    1 => (unsafe { racaffinity_cluster_new(good.as_ptr(), null_mut()) }, R::NullArgument),
+                    2 => {
+                        let t = CString::new(vec![b'n', b'o', 0xc3, 0x28]).unwrap();
+                        (unsafe { racaffinity_cluster_new(t.as_ptr(), &mut out) }, R::InvalidUtf8)
+                    }
+                    3 => {
+                        let t = CString::new("nodes = A,,B").unwrap();
+                        (unsafe { racaffinity_cluster_new(t.as_ptr(), &mut out) }, R::Config)
+                    }
+                    _ => {
+                        let t = CString::new("nodes = A\nbogus = 1").unwrap();
+                        (unsafe { racaffinity_cluster_new(t.as_ptr(), &mut out) }, R::Config)
+                    }
+                };
+                self.check("cluster_new.bad", r, want, &kind);
+                assert!(out.is_null(), "a failed cluster_new wrote a handle");
+                Some(r)
+            }
+            Op::Free { h } => {
+                let (p, live) = self.resolve(h);
+                if let Some(i) = live {
+                    self.free_slot_cluster(i);
+                    // Its leases die with it: releasing one later is INVALID_HANDLE or INVALID_LEASE.
+                    return Some(R::Ok);
+                }
+                let r = racaffinity_cluster_free(p);
+                // NULL is accepted; anything else not live is INVALID_HANDLE.
+                let want = if p.is_null() { R::Ok } else { R::InvalidHandle };
+                self.check("cluster_free.invalid", r, want, &h);
+                Some(r)
+            }
+            Op::NodeCount { h, null_out } => {
+                let (p, live) = self.resolve(h);
+                let mut n = u32::MAX;
+                let r = unsafe { racaffinity_cluster_node_count(p, if null_out { null_mut() } else { &mut n }) };
+                let want = if null_out { R::NullArgument } else { Self::handle_err(p, live).unwrap_or(R::Ok) };
+                self.check("node_count", r, want, &h);
+                if r == R::Ok {
+                    let c = &self.hist[live.unwrap()];
+                    self.holds("node_count.value", n as usize == c.live_count(), &(n, &c.removed));
+                }
+                Some(r)
+            }
+            Op::Heartbeat { h } => {
+                let (p, live) = self.resolve(h);
+                let (mut ms, mut misses) = (0u64, 0u32);
+                let r = unsafe { racaffinity_cluster_heartbeat(p, &mut ms, &mut misses) };
+                self.check("heartbeat", r, Self::handle_err(p, live).unwrap_or(R::Ok), &h);
+                if r == R::Ok {
+                    self.holds(
+                        "heartbeat.value",
+                        (ms, misses) == self.hist[live.unwrap()].cfg.heartbeat,
+                        &(ms, misses),
+                    );
+                }
+                Some(r)
+            }
+            Op::RecoveryScope { h } => {
+                let (p, live) = self.resolve(h);
+                let mut s = racaffinity_recovery_scope::Node;
+                let r = unsafe { racaffinity_cluster_recovery_scope(p, &mut s) };
+                self.check("recovery_scope", r, Self::handle_err(p, live).unwrap_or(R::Ok), &h);
+                if r == R::Ok {
+                    let db = self.hist[live.unwrap()].cfg.scope_db;
+                    self.holds("recovery_scope.value", (s == racaffinity_recovery_scope::Database) == db, &s);
+                }
+                Some(r)
+            }
+            Op::SetStrict { h, scope, strict } => {
+                let (p, live) = self.resolve(h);
+                let scope = scope % 6;
+                let r = racaffinity_cluster_set_strict(p, scope, strict);
+                let want = if scope > 3 { R::InvalidArgument } else { Self::handle_err(p, live).unwrap_or(R::Ok) };
+                self.check("set_strict", r, want, &(h, scope));
+                if r == R::Ok {
+                    self.hist[live.unwrap()].strict[scope as usize] = strict;
+                }
+                Some(r)
+            }
+            Op::ThreadPin { h, null_out } => {
+                let (p, live) = self.resolve(h);
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let r = unsafe { racaffinity_thread_pin(p, if null_out { null_mut() } else { &mut route }) };
+                match Self::handle_err(p, live) {
+                    Some(want) => {
+                        self.check("thread_pin.handle", r, want, &h);
+                    }
+                    None => {
+                        let c = live.unwrap();
+                        self.check_in("thread_pin", r, &self.hist[c].refusals(0), &h);
+                        if r == R::Ok {
+                            if !null_out {
+                                self.route_ok("thread_pin.live", &self.hist[c], &route);
+                            }
+                            let cl = &mut self.hist[c];
+                            cl.thread_depth = cl.thread_depth.map(|d| d + 1);
+                            cl.thread_bound += 1;
+                        }
+                    }
+                }
+                Some(r)
+            }
+            Op::ThreadUnpin { h } => {
+                let (p, live) = self.resolve(h);
+                let mut released = false;
+                let r = unsafe { racaffinity_thread_unpin(p, &mut released) };
+                self.check("thread_unpin", r, Self::handle_err(p, live).unwrap_or(R::Ok), &h);
+                if r == R::Ok {
+                    let cl = &mut self.hist[live.unwrap()];
+                    if let Some(d) = cl.thread_depth {
+                        let want = d == 1;
+                        cl.thread_depth = Some(d.saturating_sub(1));
+                        cl.thread_bound = cl.thread_bound.saturating_sub(1);
+                        self.holds("thread_unpin.released", released == want, &(d, released));
+                    } else if released {
+                        cl.thread_bound = 0;
+                    }
+                }
+                Some(r)
+            }
+            Op::ContextNew { h, null_out } => {
+                let (p, live) = self.resolve(h);
+                let mut k = 0u64;
+                let r = unsafe { racaffinity_context_new(p, if null_out { null_mut() } else { &mut k }) };
+                let want = if null_out { R::NullArgument } else { Self::handle_err(p, live).unwrap_or(R::Ok) };
+                self.check("context_new", r, want, &h);
+                if r == R::Ok {
+                    let c = live.unwrap();
+                    self.holds("context_new.fresh", k != 0 && !self.hist[c].contexts.contains(&k), &k);
+                    // An auto-pinned context could already hold this key (issue 13 hole: context_pin
+                    // accepts keys never issued); the model then starts from "pinned, depth unknown".
+                    self.hist[c].contexts.push(k);
+                }
+                Some(r)
+            }
+            Op::ContextPin { h, ctx } => {
+                let (p, live) = self.resolve(h);
+                let k = self.ctx_arg(live, ctx);
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let r = unsafe { racaffinity_context_pin(p, k, &mut route) };
+                match Self::handle_err(p, live) {
+                    Some(want) => {
+                        self.check("context_pin.handle", r, want, &h);
+                    }
+                    None => {
+                        let c = live.unwrap();
+                        if !self.hist[c].contexts.contains(&k) {
+                            // A key context_new never issued (issue 13 hole, reported): refusing
+                            // it is the only answer that cannot collide with a later context_new.
+                            if !self.check("context_pin.unissued_key", r, R::InvalidArgument, &k) && r != R::Ok {
+                                self.check_in("context_pin", r, &self.hist[c].refusals(0), &k);
+                            }
+                        } else {
+                            self.check_in("context_pin", r, &self.hist[c].refusals(0), &k);
+                        }
+                        if r == R::Ok {
+                            self.route_ok("context_pin.live", &self.hist[c], &route);
+                            *self.hist[c].ctx_depth.entry(k).or_insert(0) += 1;
+                        }
+                    }
+                }
+                Some(r)
+            }
+            Op::ContextUnpin { h, ctx } => {
+                let (p, live) = self.resolve(h);
+                let k = self.ctx_arg(live, ctx);
+                let mut released = false;
+                let r = unsafe { racaffinity_context_unpin(p, k, &mut released) };
+                self.check("context_unpin", r, Self::handle_err(p, live).unwrap_or(R::Ok), &h);
+                if r == R::Ok {
+                    let c = live.unwrap();
+                    let exact = !self.hist[c].cfg.auto_pin;
+                    let d = self.hist[c].ctx_depth.get(&k).copied().unwrap_or(0);
+                    if exact {
+                        self.holds("context_unpin.released", released == (d == 1), &(k, d, released));
+                    }
+                    if d <= 1 || released {
+                        self.hist[c].ctx_depth.remove(&k);
+                    } else {
+                        self.hist[c].ctx_depth.insert(k, d - 1);
+                    }
+                }
+                Some(r)
+            }
+            Op::ContextRoute { h, ctx, lease } => {
+                let (p, live) = self.resolve(h);
+                let k = self.ctx_arg(live, ctx);
+                if lease {
+                    let mut l =
+                        racaffinity_lease { node: 0, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
+                    let r = unsafe { racaffinity_context_pick(p, k, &mut l) };
+                    self.pick_result("context_pick", r, p, live, Some(l), None);
+                    Some(r)
+                } else {
+                    let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                    let r = unsafe { racaffinity_context_route(p, k, &mut route) };
+                    self.pick_result("context_route", r, p, live, None, Some(route));
+                    Some(r)
+                }
+            }
+            Op::Route { h, null_out } => {
+                let (p, live) = self.resolve(h);
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let r = unsafe { racaffinity_cluster_route(p, if null_out { null_mut() } else { &mut route }) };
+                if null_out {
+                    self.check("route.null_out", r, R::NullArgument, &h);
+                } else {
+                    self.pick_result("cluster_route", r, p, live, None, Some(route));
+                }
+                Some(r)
+            }
+            Op::Pick { h, null_out } => {
+                let (p, live) = self.resolve(h);
+                let mut l = racaffinity_lease { node: 0, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
+                let r = unsafe { racaffinity_cluster_pick(p, if null_out { null_mut() } else { &mut l }) };
+                if null_out {
+                    self.check("pick.null_out", r, R::NullArgument, &h);
+                } else {
+                    self.pick_result("cluster_pick", r, p, live, Some(l), None);
+                }
+                Some(r)
+            }
+            Op::LeaseBegin { h, node } => {
+                let (p, live) = self.resolve(h);
+                let n = self.node_arg(live, node);
+                let mut l = racaffinity_lease { node: 0, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
+                let r = unsafe { racaffinity_lease_begin(p, n, &mut l) };
+                let want = Self::handle_err(p, live).unwrap_or_else(|| {
+                    if self.hist[live.unwrap()].is_live_node(n) {
+                        R::Ok
+                    } else {
+                        R::UnknownNode
+                    }
+                });
+                self.check("lease_begin", r, want, &(h, n));
+                if r == R::Ok {
+                    self.holds("lease_begin.node", l.node == n && l.kind == racaffinity_route_kind::Affinity, &l);
+                    self.record_lease(live.unwrap(), l);
+                }
+                Some(r)
+            }
+            Op::LeaseRelease { h, lease, outcome } => {
+                let (p, live) = self.resolve(h);
+                let outcome = outcome % 4;
+                let (l, rec) = match lease {
+                    LeaseSel::Issued(i) if !self.leases.is_empty() => {
+                        let i = usize::from(i) % self.leases.len();
+                        (Some(self.leases[i].lease), Some(i))
+                    }
+                    LeaseSel::Issued(_) | LeaseSel::Null => (None, None),
+                    LeaseSel::Forged(oh, token) => {
+                        let (op, _) = self.resolve(oh);
+                        let l = racaffinity_lease {
+                            node: 0,
+                            kind: racaffinity_route_kind::Balanced,
+                            owner: op as usize as u64,
+                            token,
+                        };
+                        // A forged lease that happens to name an open one is that lease.
+                        let rec = self.leases.iter().position(|x| x.lease.owner == l.owner && x.lease.token == token);
+                        (Some(l), rec)
+                    }
+                };
+                let r = unsafe {
+                    racaffinity_lease_release(p, l.as_ref().map_or(null(), |l| l as *const racaffinity_lease), outcome)
+                };
+                let want = if l.is_none() {
+                    R::NullArgument
+                } else if outcome > 2 {
+                    R::InvalidArgument
+                } else if let Some(e) = Self::handle_err(p, live) {
+                    e
+                } else {
+                    let c = live.unwrap();
+                    match rec {
+                        // Open, issued by this very handle.
+                        Some(i)
+                            if self.leases[i].open
+                                && self.leases[i].cluster == c
+                                && l.unwrap().owner == self.hist[c].bits =>
+                        {
+                            R::Ok
+                        }
+                        _ => R::InvalidLease,
+                    }
+                };
+                self.check("lease_release", r, want, &(h, l, outcome));
+                if r == R::Ok {
+                    self.leases[rec.unwrap()].open = false;
+                }
+                Some(r)
+            }
+            Op::TxBegin { h, g, null_out } => {
+                let (p, live) = self.resolve(h);
+                let s = span(&g, &GTRIDS, 64);
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let r =
+                    unsafe { racaffinity_tx_begin(p, s.ptr, s.len, if null_out { null_mut() } else { &mut route }) };
+                let pre = if null_out { Some(R::NullArgument) } else { s.null_err() }.or(Self::handle_err(p, live));
+                self.tx_begin_result("tx_begin", r, pre, live, &s, &route, None);
+                Some(r)
+            }
+            Op::TxBeginOn { h, g, node } => {
+                let (p, live) = self.resolve(h);
+                let s = span(&g, &GTRIDS, 64);
+                let n = self.node_arg(live, node);
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let r = unsafe { racaffinity_tx_begin_on(p, s.ptr, s.len, n, &mut route) };
+                let pre = s.null_err().or(Self::handle_err(p, live));
+                self.tx_begin_result("tx_begin_on", r, pre, live, &s, &route, Some(n));
+                Some(r)
+            }
+            Op::TxBeginFor { h, g, req } => {
+                let (p, live) = self.resolve(h);
+                let s = span(&g, &GTRIDS, 64);
+                let built = req.as_ref().map(|q| self.build_req(live, q));
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let r = unsafe {
+                    racaffinity_tx_begin_for(
+                        p,
+                        s.ptr,
+                        s.len,
+                        built.as_ref().map_or(null(), |b| &b.raw as *const racaffinity_route_request),
+                        &mut route,
+                    )
+                };
+                let pre = s.null_err().or(built.as_ref().and_then(|b| b.null_err())).or(Self::handle_err(p, live));
+                if pre.is_none() && !self.hist[live.unwrap()].tx.contains_key(s.data()) {
+                    // A new gtrid is placed from the request's other affinities first: its key
+                    // and session are looked at (and must be valid) before the gtrid is.
+                    let b = built.as_ref();
+                    let c = live.unwrap();
+                    let key_bad = b.is_some_and(|b| b.key_bad());
+                    let sess_bad = b.is_some_and(|b| !b.has_key() && b.session_bad());
+                    if key_bad || sess_bad {
+                        self.check("tx_begin_for.bad_affinity", r, R::InvalidArgument, &(s.data(), &req));
+                        return Some(r);
+                    }
+                    if !Self::gtrid_len_ok(s.data()) {
+                        // The session lookup may refuse first (strict, no node); otherwise the gtrid is wrong.
+                        let mut want = vec![R::InvalidArgument];
+                        if b.is_some_and(|b| !b.has_key() && b.session.is_some()) {
+                            want.extend(self.hist[c].refusals(2));
+                            want.retain(|x| *x != R::Ok);
+                        }
+                        self.check_in("tx_begin_for.gtrid", r, &want, &(s.data(), &req));
+                        return Some(r);
+                    }
+                    let mut want = self.hist[c].refusals(1);
+                    if b.is_some_and(|b| !b.has_key() && b.session.is_some()) {
+                        want.extend(self.hist[c].refusals(2));
+                    }
+                    want.retain(|x| *x != R::StrictAffinity || self.hist[c].strict[2]);
+                    self.check_in("tx_begin_for.new", r, &want, &(s.data(), &req));
+                    if r == R::Ok {
+                        self.route_ok("tx.placed_live", &self.hist[c], &route);
+                        self.hist[c]
+                            .tx
+                            .insert(s.data().to_vec(), Tx { branches: 1, prepared: false, owner: route.node });
+                    }
+                    return Some(r);
+                }
+                self.tx_begin_result("tx_begin_for", r, pre, live, &s, &route, None);
+                Some(r)
+            }
+            Op::TxPrepared { h, g } => self.tx_simple(h, &g, 0),
+            Op::TxEnd { h, g } => self.tx_simple(h, &g, 1),
+            Op::TxComplete { h, g } => self.tx_simple(h, &g, 2),
+            Op::TxRoute { h, g } => {
+                let (p, live) = self.resolve(h);
+                let s = span(&g, &GTRIDS, 64);
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let r = unsafe { racaffinity_tx_route(p, s.ptr, s.len, &mut route) };
+                let want = s.null_err().or(Self::handle_err(p, live)).unwrap_or_else(|| {
+                    let c = &self.hist[live.unwrap()];
+                    if !Self::gtrid_len_ok(s.data()) {
+                        R::InvalidArgument
+                    } else if c.tx.contains_key(s.data()) {
+                        // 2PC commands are never refused for routing reasons.
+                        R::Ok
+                    } else {
+                        R::UnknownTransaction
+                    }
+                });
+                self.check("tx_route", r, want, &(h, s.data()));
+                if r == R::Ok {
+                    let c = &self.hist[live.unwrap()];
+                    let t = c.tx[s.data()];
+                    if !c.cfg.scope_db {
+                        // recovery.scope = node: the branch exists only on its node.
+                        self.holds("tx_route.owner", route.node == t.owner, &(t, route));
+                    } else {
+                        self.holds(
+                            "tx_route.db_scope",
+                            route.node == t.owner || c.is_live_node(route.node),
+                            &(t, route),
+                        );
+                    }
+                }
+                Some(r)
+            }
+            Op::TxRecovered { h, g, node } => {
+                let (p, live) = self.resolve(h);
+                let s = span(&g, &GTRIDS, 64);
+                let n = self.node_arg(live, node);
+                let r = unsafe { racaffinity_tx_recovered(p, s.ptr, s.len, n) };
+                let want = s.null_err().or(Self::handle_err(p, live)).unwrap_or_else(|| {
+                    let c = &self.hist[live.unwrap()];
+                    if !Self::gtrid_len_ok(s.data()) {
+                        R::InvalidArgument
+                    } else if n as usize >= c.names.len() {
+                        R::UnknownNode
+                    } else {
+                        match c.tx.get(s.data()) {
+                            Some(t) if t.owner != n => {
+                                let o = t.owner as usize;
+                                if c.removed[o] && c.names[o].eq_ignore_ascii_case(&c.names[n as usize]) {
+                                    R::Ok
+                                } else if c.cfg.scope_db {
+                                    R::Ok
+                                } else {
+                                    // The same id on a second node: a split transaction.
+                                    R::InvalidArgument
+                                }
+                            }
+                            _ => R::Ok,
+                        }
+                    }
+                });
+                self.check("tx_recovered", r, want, &(h, s.data(), n));
+                if r == R::Ok {
+                    let c = &mut self.hist[live.unwrap()];
+                    let scope_db = c.cfg.scope_db;
+                    let names = c.names.clone();
+                    let removed = c.removed.clone();
+                    let e = c.tx.entry(s.data().to_vec()).or_insert(Tx { branches: 1, prepared: true, owner: n });
+                    let o = e.owner as usize;
+                    if e.owner != n && removed[o] && names[o].eq_ignore_ascii_case(&names[n as usize]) {
+                        e.owner = n;
+                    }
+                    let _ = scope_db;
+                    e.prepared = true;
+                }
+                Some(r)
+            }
+            Op::SessionRoute { h, k } => self.keyed(h, &k, 2),
+            Op::KeyRoute { h, k } => self.keyed(h, &k, 3),
+            Op::SessionEnd { h, k } => {
+                let (p, live) = self.resolve(h);
+                let s = span(&k, &KEYS, 1024);
+                let mut existed = false;
+                let r = unsafe { racaffinity_session_end(p, s.ptr, s.len, &mut existed) };
+                let want = s.null_err().or(Self::handle_err(p, live)).unwrap_or(if Self::key_len_ok(s.data()) {
+                    R::Ok
+                } else {
+                    R::InvalidArgument
+                });
+                self.check("session_end", r, want, &(h, s.len));
+                Some(r)
+            }
+            Op::KeyRouteI64 { h, v } => {
+                let (p, live) = self.resolve(h);
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let r = unsafe { racaffinity_key_route_i64(p, v, &mut route) };
+                match Self::handle_err(p, live) {
+                    Some(want) => {
+                        self.check("key_route_i64.handle", r, want, &h);
+                    }
+                    None => {
+                        let c = &self.hist[live.unwrap()];
+                        self.check_in("key_route_i64", r, &c.refusals(3), &v);
+                        if r == R::Ok {
+                            self.route_ok("key_route_i64.live", c, &route);
+                        }
+                    }
+                }
+                Some(r)
+            }
+            Op::KeyPartition { h, k } => {
+                let (p, live) = self.resolve(h);
+                let s = span(&k, &KEYS, 1024);
+                let mut part = u32::MAX;
+                let r = unsafe { racaffinity_key_partition(p, s.ptr, s.len, &mut part) };
+                let want = s.null_err().or(Self::handle_err(p, live)).unwrap_or(if Self::key_len_ok(s.data()) {
+                    R::Ok
+                } else {
+                    R::InvalidArgument
+                });
+                self.check("key_partition", r, want, &(h, s.len));
+                if r == R::Ok {
+                    // h(key) % data.partitions (racaffinity-hrw-v1).
+                    let c = &self.hist[live.unwrap()];
+                    let expect = (racaffinity::hash::hash_bytes(s.data()) % u64::from(c.cfg.partitions)) as u32;
+                    self.holds("key_partition.value", part == expect, &(part, expect));
+                }
+                Some(r)
+            }
+            Op::PartitionOwner { h, p: part } => {
+                let (p, live) = self.resolve(h);
+                let part = part % 20;
+                let mut node = u32::MAX;
+                let r = unsafe { racaffinity_partition_owner(p, part, &mut node) };
+                match Self::handle_err(p, live) {
+                    Some(want) => {
+                        self.check("partition_owner.handle", r, want, &h);
+                    }
+                    None => {
+                        let c = &self.hist[live.unwrap()];
+                        if part >= c.cfg.partitions {
+                            self.check("partition_owner.range", r, R::InvalidArgument, &part);
+                        } else {
+                            let mut want = vec![R::Ok];
+                            if c.live_count() == 0 || c.cfg.data_balanced {
+                                // A balanced partition nobody routed yet has no owner.
+                                want.push(R::NoNodeAvailable);
+                            }
+                            self.check_in("partition_owner", r, &want, &part);
+                            if r == R::Ok {
+                                self.holds("partition_owner.live", c.is_live_node(node), &(node, &c.removed));
+                            }
+                        }
+                    }
+                }
+                Some(r)
+            }
+            Op::RequestPick { h, req } => {
+                let (p, live) = self.resolve(h);
+                let built = req.as_ref().map(|q| self.build_req(live, q));
+                let mut l = racaffinity_lease { node: 0, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
+                let r = unsafe {
+                    racaffinity_request_pick(
+                        p,
+                        built.as_ref().map_or(null(), |b| &b.raw as *const racaffinity_route_request),
+                        &mut l,
+                    )
+                };
+                let pre = match &built {
+                    None => Some(R::NullArgument),
+                    Some(b) => b.null_err(),
+                }
+                .or(Self::handle_err(p, live));
+                if let Some(want) = pre {
+                    self.check("request_pick.args", r, want, &(h, &req));
+                    return Some(r);
+                }
+                let b = built.unwrap();
+                let c = live.unwrap();
+                // Precedence: transaction, data key, session, context/thread pin.
+                if !b.gtrid.is_empty() {
+                    let g = b.gtrid.clone();
+                    if !Self::gtrid_len_ok(&g) {
+                        self.check("request_pick.gtrid_len", r, R::InvalidArgument, &g);
+                    } else if let Some(t) = self.hist[c].tx.get(&g).copied() {
+                        let mut want = self.hist[c].refusals(1);
+                        if t.prepared {
+                            want.push(R::PreparedNodeUnavailable);
+                            want.retain(|x| *x != R::StrictAffinity);
+                        }
+                        self.check_in("request_pick.tx", r, &want, &(g.clone(), t));
+                        if r == R::Ok {
+                            if t.prepared {
+                                self.holds("tx.prepared_never_moves", l.node == t.owner, &(t, l));
+                            }
+                            self.hist[c].tx.get_mut(&g).unwrap().owner = l.node;
+                        }
+                    } else {
+                        self.check("request_pick.unknown_tx", r, R::UnknownTransaction, &g);
+                    }
+                } else if b.has_key() {
+                    if b.key_bad() {
+                        self.check("request_pick.key_len", r, R::InvalidArgument, &b.key.len());
+                    } else {
+                        self.check_in("request_pick.key", r, &self.hist[c].refusals(3), &req);
+                    }
+                } else if b.session.is_some() {
+                    if b.session_bad() {
+                        self.check("request_pick.session_len", r, R::InvalidArgument, &b.session);
+                    } else {
+                        self.check_in("request_pick.session", r, &self.hist[c].refusals(2), &req);
+                    }
+                } else {
+                    self.check_in("request_pick.pin", r, &self.hist[c].refusals(0), &req);
+                    if r == R::Ok && b.raw.context == 0 && self.hist[c].cfg.auto_pin {
+                        self.hist[c].thread_bound = self.hist[c].thread_bound.max(1);
+                    }
+                }
+                if r == R::Ok {
+                    self.record_lease(c, l);
+                }
+                Some(r)
+            }
+            Op::Event { h, ev } => self.event(h, &ev),
+            Op::Metrics { h, cap, null_buf, prometheus } => {
+                let (p, live) = self.resolve(h);
+                let mut buf = vec![0x55 as c_char; usize::from(cap) * 4 + 1];
+                let mut need = 0usize;
+                let bp = if null_buf { null_mut() } else { buf.as_mut_ptr() };
+                let r = unsafe {
+                    if prometheus {
+                        racaffinity_metrics_prometheus(p, bp, buf.len(), &mut need)
+                    } else {
+                        racaffinity_metrics_json(p, bp, buf.len(), &mut need)
+                    }
+                };
+                if let Some(want) = Self::handle_err(p, live) {
+                    self.check("metrics.handle", r, want, &h);
+                    return Some(r);
+                }
+                let want = if null_buf {
+                    R::NullArgument
+                } else if need > buf.len() {
+                    R::BufferTooSmall
+                } else {
+                    R::Ok
+                };
+                self.check("metrics", r, want, &(cap, need));
+                if r == R::Ok {
+                    let text = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_str().expect("UTF-8 metrics");
+                    self.holds("metrics.len", text.len() + 1 == need, &(text.len(), need));
+                    if prometheus {
+                        self.holds(
+                            "metrics.prometheus",
+                            text.lines().all(|l| l.is_empty() || l.starts_with('#') || l.starts_with("racaffinity_")),
+                            &text,
+                        );
+                    } else {
+                        let v: serde_json::Value = serde_json::from_str(text).expect("metrics JSON parses");
+                        let c = &self.hist[live.unwrap()];
+                        let n = v["nodes"].as_array().map_or(0, |a| a.len());
+                        self.holds("metrics.nodes", n == c.live_count() || n == c.names.len(), &(n, &c.removed));
+                    }
+                } else if r == R::BufferTooSmall {
+                    self.holds("metrics.untouched", buf.iter().all(|b| *b == 0x55), &cap);
+                }
+                Some(r)
+            }
+            Op::NodeAdd { h, name, weight, address } => {
+                let (p, live) = self.resolve(h);
+                let (cname, sname) = self.name_arg(live, name);
+                let addr = CString::new("h9:1521").unwrap();
+                let weight = if weight % 3 == 0 { weight } else { weight % 10 };
+                let mut id = u32::MAX;
+                let r = unsafe {
+                    racaffinity_node_add(
+                        p,
+                        cname.as_ref().map_or(null(), |c| c.as_ptr()),
+                        if address { addr.as_ptr() } else { null() },
+                        weight,
+                        &mut id,
+                    )
+                };
+                let want = match name {
+                    NameSel::Null => R::NullArgument,
+                    NameSel::NonUtf8 => R::InvalidUtf8,
+                    _ => Self::handle_err(p, live).unwrap_or_else(|| {
+                        let c = &self.hist[live.unwrap()];
+                        if matches!(name, NameSel::Invalid) || weight > 1_000_000 {
+                            R::InvalidArgument
+                        } else if c.find(&sname).is_some() {
+                            R::DuplicateNode
+                        } else {
+                            R::Ok
+                        }
+                    }),
+                };
+                self.check("node_add", r, want, &(h, &sname, weight));
+                if r == R::Ok {
+                    let c = &mut self.hist[live.unwrap()];
+                    let expect = c.names.len() as u32;
+                    c.names.push(sname);
+                    c.addresses.push(if address { "h9:1521".into() } else { String::new() });
+                    c.removed.push(false);
+                    c.admin.push(0);
+                    self.holds("node_add.id", id == expect, &(id, expect));
+                }
+                Some(r)
+            }
+            Op::NodeRemove { h, name } => {
+                let (p, live) = self.resolve(h);
+                let (cname, sname) = self.name_arg(live, name);
+                let r = unsafe { racaffinity_node_remove(p, cname.as_ref().map_or(null(), |c| c.as_ptr())) };
+                let want = match name {
+                    NameSel::Null => R::NullArgument,
+                    NameSel::NonUtf8 => R::InvalidUtf8,
+                    _ => Self::handle_err(p, live).unwrap_or_else(|| {
+                        if self.hist[live.unwrap()].find(&sname).is_some() {
+                            R::Ok
+                        } else {
+                            R::UnknownNode
+                        }
+                    }),
+                };
+                self.check("node_remove", r, want, &(h, &sname));
+                if r == R::Ok {
+                    let c = &mut self.hist[live.unwrap()];
+                    let i = c.find(&sname).unwrap();
+                    c.removed[i] = true;
+                }
+                Some(r)
+            }
+            Op::NodeSetState { h, name, state } => {
+                let (p, live) = self.resolve(h);
+                let (cname, sname) = self.name_arg(live, name);
+                let state = state % 4;
+                let r = unsafe { racaffinity_node_set_state(p, cname.as_ref().map_or(null(), |c| c.as_ptr()), state) };
+                let want = match name {
+                    NameSel::Null => R::NullArgument,
+                    NameSel::NonUtf8 => R::InvalidUtf8,
+                    _ if state > 2 => R::InvalidArgument,
+                    _ => Self::handle_err(p, live).unwrap_or_else(|| {
+                        if self.hist[live.unwrap()].find(&sname).is_some() {
+                            R::Ok
+                        } else {
+                            R::UnknownNode
+                        }
+                    }),
+                };
+                self.check("node_set_state", r, want, &(h, &sname, state));
+                if r == R::Ok {
+                    let c = &mut self.hist[live.unwrap()];
+                    let i = c.find(&sname).unwrap();
+                    c.admin[i] = state;
+                }
+                Some(r)
+            }
+            Op::NodeGetState { h, node } => {
+                let (p, live) = self.resolve(h);
+                let n = self.node_arg(live, node);
+                let mut st = racaffinity_node_state::Up;
+                let r = unsafe { racaffinity_node_get_state(p, n, &mut st) };
+                let want = Self::handle_err(p, live).unwrap_or_else(|| {
+                    if (n as usize) < self.hist[live.unwrap()].names.len() {
+                        R::Ok
+                    } else {
+                        R::UnknownNode
+                    }
+                });
+                self.check("node_get_state", r, want, &(h, n));
+                if r == R::Ok {
+                    let c = &self.hist[live.unwrap()];
+                    let i = n as usize;
+                    // The operator's layer is a floor: Down over Draining over Up.
+                    let ok = if c.removed[i] || c.admin[i] == 2 {
+                        st == racaffinity_node_state::Down
+                    } else if c.admin[i] == 1 {
+                        st != racaffinity_node_state::Up
+                    } else {
+                        true
+                    };
+                    self.holds("node_get_state.layers", ok, &(n, st, c.admin[i], c.removed[i]));
+                }
+                Some(r)
+            }
+            Op::NodeFind { h, name } => {
+                let (p, live) = self.resolve(h);
+                let (cname, sname) = self.name_arg(live, name);
+                let mut id = u32::MAX;
+                let r = unsafe { racaffinity_node_find(p, cname.as_ref().map_or(null(), |c| c.as_ptr()), &mut id) };
+                let found = live.and_then(|c| self.hist[c].find(&sname));
+                let want = match name {
+                    NameSel::Null => R::NullArgument,
+                    NameSel::NonUtf8 => R::InvalidUtf8,
+                    _ => Self::handle_err(p, live).unwrap_or(if found.is_some() { R::Ok } else { R::UnknownNode }),
+                };
+                self.check("node_find", r, want, &(h, &sname));
+                if r == R::Ok {
+                    self.holds("node_find.id", Some(id as usize) == found, &(id, found));
+                }
+                Some(r)
+            }
+            Op::NodeName { h, node, cap, address } => {
+                let (p, live) = self.resolve(h);
+                let n = self.node_arg(live, node);
+                let mut buf = vec![0x55 as c_char; usize::from(cap % 80)];
+                let mut need = 0usize;
+                let bp = if cap == 0 { null_mut() } else { buf.as_mut_ptr() };
+                let r = unsafe {
+                    if address {
+                        racaffinity_node_address(p, n, bp, buf.len(), &mut need)
+                    } else {
+                        racaffinity_node_name(p, n, bp, buf.len(), &mut need)
+                    }
+                };
+                let text = live.and_then(|c| {
+                    let c = &self.hist[c];
+                    (n as usize).lt(&c.names.len()).then(|| {
+                        if address {
+                            c.addresses[n as usize].clone()
+                        } else {
+                            c.names[n as usize].clone()
+                        }
+                    })
+                });
+                let want = Self::handle_err(p, live).unwrap_or_else(|| match &text {
+                    None => R::UnknownNode,
+                    Some(_) if bp.is_null() => R::NullArgument,
+                    Some(t) if t.len() + 1 > buf.len() => R::BufferTooSmall,
+                    Some(_) => R::Ok,
+                });
+                self.check("node_name", r, want, &(h, n, cap, address));
+                if matches!(r, R::Ok | R::BufferTooSmall | R::NullArgument) && text.is_some() {
+                    self.holds("node_name.need", need == text.as_ref().unwrap().len() + 1, &(need, &text));
+                }
+                if r == R::Ok {
+                    let got = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap().to_string();
+                    self.holds("node_name.value", Some(&got) == text.as_ref(), &(got, &text));
+                }
+                Some(r)
+            }
+            Op::Probe { h, node, ok } | Op::Outcome { h, node, ok } => {
+                let (p, live) = self.resolve(h);
+                let n = self.node_arg(live, node);
+                let r = if matches!(op, Op::Probe { .. }) {
+                    racaffinity_probe_report(p, n, ok)
+                } else {
+                    racaffinity_outcome_report(p, n, ok)
+                };
+                let want = Self::handle_err(p, live).unwrap_or_else(|| {
+                    if self.hist[live.unwrap()].is_live_node(n) {
+                        R::Ok
+                    } else {
+                        R::UnknownNode
+                    }
+                });
+                self.check("health_report", r, want, &(h, n));
+                Some(r)
+            }
+            Op::ResultMessage { code, cap } => {
+                let code = code % 20;
+                let mut buf = vec![0 as c_char; usize::from(cap)];
+                let mut need = 0usize;
+                let bp = if cap == 0 { null_mut() } else { buf.as_mut_ptr() };
+                let r = unsafe { racaffinity_result_message(code, bp, buf.len(), &mut need) };
+                let want = if code >= 18 {
+                    R::InvalidArgument
+                } else if bp.is_null() {
+                    R::NullArgument
+                } else if need > buf.len() {
+                    R::BufferTooSmall
+                } else {
+                    R::Ok
+                };
+                self.check("result_message", r, want, &(code, cap, need));
+                // The message of the last failure on this thread is always readable.
+                let mut big = vec![0 as c_char; 4096];
+                let r2 = unsafe { racaffinity_last_error_message(big.as_mut_ptr(), big.len(), &mut need) };
+                self.check("last_error_message", r2, R::Ok, &need);
+                None
+            }
+        }
+    }
+
+    /// Shared checks of pick / route calls without affinities beyond pins.
+    fn pick_result(
+        &mut self,
+        site: &'static str,
+        r: R,
+        p: *const racaffinity_cluster,
+        live: Option<usize>,
+        lease: Option<racaffinity_lease>,
+        route: Option<racaffinity_route>,
+    ) {
+        if let Some(want) = Self::handle_err(p, live) {
+            self.check(site, r, want, &site);
+            return;
+        }
+        let c = live.unwrap();
+        self.check_in(site, r, &self.hist[c].refusals(0), &site);
+        if r == R::Ok {
+            if let Some(rt) = route {
+                self.route_ok("pick.live", &self.hist[c], &rt);
+            }
+            if let Some(l) = lease {
+                self.record_lease(c, l);
+            }
+            if self.hist[c].cfg.auto_pin {
+                self.hist[c].thread_bound = self.hist[c].thread_bound.max(1);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn tx_begin_result(
+        &mut self,
+        site: &'static str,
+        r: R,
+        pre: Option<R>,
+        live: Option<usize>,
+        s: &SpanArg,
+        route: &racaffinity_route,
+        preferred: Option<u32>,
+    ) {
+        if let Some(want) = pre {
+            self.check(site, r, want, &(site, s.len));
+            return;
+        }
+        let c = live.unwrap();
+        let g = s.data().to_vec();
+        if !Self::gtrid_len_ok(&g) {
+            self.check(site, r, R::InvalidArgument, &g.len());
+            return;
+        }
+        if let Some(n) = preferred {
+            if n as usize >= self.hist[c].names.len() {
+                // An id this cluster never had (issue 13, failure 8: OK today).
+                if !self.check("tx_begin_on.unknown_preferred", r, R::UnknownNode, &n) {
+                    // Tolerated: carry on as if the preference were absent.
+                } else {
+                    return;
+                }
+            }
+        }
+        if self.hist[c].tx.contains_key(&g) {
+            self.begin_existing(site, c, &g, r, route);
+        } else {
+            self.begin_new(site, c, &g, r, route);
+        }
+    }
+
+    /// tx_prepared (0), tx_end (1), tx_complete (2).
+    fn tx_simple(&mut self, h: H, g: &Span, which: u8) -> Option<R> {
+        let (p, live) = self.resolve(h);
+        let s = span(g, &GTRIDS, 64);
+        let r = unsafe {
+            match which {
+                0 => racaffinity_tx_prepared(p, s.ptr, s.len),
+                1 => racaffinity_tx_end(p, s.ptr, s.len),
+                _ => racaffinity_tx_complete(p, s.ptr, s.len),
+            }
+        };
+        let want = s.null_err().or(Self::handle_err(p, live)).unwrap_or_else(|| {
+            if !Self::gtrid_len_ok(s.data()) {
+                R::InvalidArgument
+            } else if self.hist[live.unwrap()].tx.contains_key(s.data()) {
+                R::Ok
+            } else {
+                R::UnknownTransaction
+            }
+        });
+        self.check(["tx_prepared", "tx_end", "tx_complete"][usize::from(which)], r, want, &(h, s.data()));
+        if r == R::Ok {
+            let c = &mut self.hist[live.unwrap()];
+            let g = s.data().to_vec();
+            match which {
+                0 => c.tx.get_mut(&g).unwrap().prepared = true,
+                1 => {
+                    let e = c.tx.get_mut(&g).unwrap();
+                    e.branches = e.branches.saturating_sub(1);
+                    if e.branches == 0 {
+                        c.tx.remove(&g);
+                    }
+                }
+                _ => {
+                    c.tx.remove(&g);
+                }
+            }
+        }
+        Some(r)
+    }
+
+    /// session_route (scope 2) and key_route (scope 3).
+    fn keyed(&mut self, h: H, k: &Span, scope: usize) -> Option<R> {
+        let (p, live) = self.resolve(h);
+        let s = span(k, &KEYS, 1024);
+        let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+        let r = unsafe {
+            if scope == 2 {
+                racaffinity_session_route(p, s.ptr, s.len, &mut route)
+            } else {
+                racaffinity_key_route(p, s.ptr, s.len, &mut route)
+            }
+        };
+        let site = if scope == 2 { "session_route" } else { "key_route" };
+        if let Some(want) = s.null_err().or(Self::handle_err(p, live)) {
+            self.check(site, r, want, &(h, s.len));
+            return Some(r);
+        }
+        let c = &self.hist[live.unwrap()];
+        if !Self::key_len_ok(s.data()) {
+            self.check(site, r, R::InvalidArgument, &s.len);
+        } else {
+            self.check_in(site, r, &c.refusals(scope), &s.data());
+            if r == R::Ok {
+                self.route_ok("keyed.live", c, &route);
+            }
+        }
+        Some(r)
+    }
+
+    fn event(&mut self, h: H, ev: &Ev) -> Option<R> {
+        let (p, live) = self.resolve(h);
+        let c = live.map(|i| &self.hist[i]);
+        let name_of =
+            |i: u8| -> String { c.map_or("MYDB1".into(), |c| c.names[usize::from(i) % c.names.len()].clone()) };
+        let known = |n: &str| c.is_some_and(|c| c.find(n).is_some());
+        let mut line: Option<Vec<u8>> = None;
+        // The result when the handle is good.
+        let mut want: Vec<R> = vec![];
+        let sm = |inst: &str, status: &str, reason: &str| {
+            format!("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={inst} host=h2 status={status} reason={reason} card=1 timestamp=2026-11-29 08:00:00")
+        };
+        match ev {
+            Ev::Down(i, planned) => {
+                let n = name_of(*i);
+                line = Some(sm(&n, "down", if *planned { "USER" } else { "FAILURE" }).into_bytes());
+                want.push(if known(&n) { R::Ok } else { R::UnknownNode });
+            }
+            Ev::Up(i) => {
+                let n = name_of(*i);
+                line = Some(sm(&n, "up", "BOOT").into_bytes());
+                want.push(if known(&n) { R::Ok } else { R::UnknownNode });
+            }
+            Ev::Rlb(a, b, pct, aff) => {
+                let (na, nb) = (name_of(*a), name_of(*b));
+                let pct = pct % 101;
+                let aff = if *aff { "TRUE" } else { "FALSE" };
+                line = Some(
+                    format!(
+                        "VERSION=1.0 database=orcl service=svc {{ {{instance={na} percent={pct} flag=GOOD aff={aff}}}{{instance={nb} percent={} flag=UNKNOWN aff=TRUE}} }} timestamp=2026-11-29 08:00:00",
+                        100 - pct
+                    )
+                    .into_bytes(),
+                );
+                // The same instance twice may be refused as malformed; else every entry must exist.
+                if na.eq_ignore_ascii_case(&nb) {
+                    want.extend([R::Ok, R::EventParse, R::UnknownNode]);
+                } else {
+                    want.push(if known(&na) && known(&nb) { R::Ok } else { R::UnknownNode });
+                }
+            }
+            Ev::NodeDown(known_host) => {
+                let host = if *known_host { "h2" } else { "nohost" };
+                line = Some(format!("NODE VERSION=1.0 host={host} incarnation=175 status=nodedown reason=member_leave timestamp=2026-11-29 08:00:00").into_bytes());
+                // Only live nodes with that host count; the model does not track addresses by host.
+                want.extend([R::Ok, R::UnknownNode]);
+            }
+            Ev::Foreign => {
+                line = Some(sm(&name_of(0), "down", "FAILURE").replace("database=orcl", "database=other").into_bytes());
+                want.push(if c.is_some_and(|c| c.cfg.filtered) {
+                    R::ForeignEvent
+                } else if known(&name_of(0)) {
+                    R::Ok
+                } else {
+                    R::UnknownNode
+                });
+            }
+            Ev::Malformed(i) => {
+                line = Some(BAD_EVENTS[usize::from(*i) % BAD_EVENTS.len()].as_bytes().to_vec());
+                want.push(R::EventParse);
+            }
+            Ev::UnknownInstance => {
+                line = Some(sm("NOSUCH9", "down", "FAILURE").into_bytes());
+                want.push(R::UnknownNode);
+            }
+            Ev::NonUtf8 => {
+                line = Some(vec![b'N', b'O', b'D', b'E', b' ', 0xff]);
+            }
+            Ev::Null => {}
+            Ev::Raw(s) => {
+                line = Some(s.bytes().filter(|b| *b != 0).collect());
+                want.extend([R::Ok, R::EventParse, R::UnknownNode, R::ForeignEvent]);
+            }
+        }
+        let cline = line.map(|l| CString::new(l).unwrap());
+        let mut changes = u32::MAX;
+        let r = unsafe { racaffinity_event_apply(p, cline.as_ref().map_or(null(), |c| c.as_ptr()), &mut changes) };
+        let pre = match ev {
+            Ev::Null => Some(R::NullArgument),
+            Ev::NonUtf8 => Some(R::InvalidUtf8),
+            _ => None,
+        }
+        .or(Self::handle_err(p, live));
+        match pre {
+            Some(w) => {
+                self.check("event_apply.args", r, w, ev);
+            }
+            None => {
+                self.check_in("event_apply", r, &want, ev);
+                if r == R::Ok {
+                    let n = self.hist[live.unwrap()].live_count();
+                    self.holds("event_apply.changes", changes as usize <= n, &(changes, n));
+                }
+            }
+        }
+        Some(r)
+    }
+
+    fn build_req(&self, live: Option<usize>, q: &Req) -> BuiltReq {
+        let g = q.gtrid.as_ref().map(|s| span(s, &GTRIDS, 64));
+        let k = q.key.as_ref().map(|s| span(s, &KEYS, 1024));
+        let se = q.session.as_ref().map(|s| span(s, &KEYS, 1024));
+        let ctx = q.ctx.map_or(0, |c| self.ctx_arg(live, c));
+        let empty = |s: &Option<SpanArg>| -> (*const u8, usize) { s.as_ref().map_or((null(), 0), |s| (s.ptr, s.len)) };
+        let (gp, gl) = empty(&g);
+        let (kp, kl) = empty(&k);
+        let (sp, sl) = empty(&se);
+        let raw = racaffinity_route_request {
+            gtrid: gp,
+            gtrid_len: gl,
+            key: kp,
+            key_len: kl,
+            key_i64: q.key_i64.unwrap_or(0),
+            key_is_i64: u32::from(q.key_i64.is_some()),
+            session: sp,
+            session_len: sl,
+            context: ctx,
+        };
+        let null = [&g, &k, &se].iter().any(|s| s.as_ref().is_some_and(|s| s.null_err().is_some()));
+        BuiltReq {
+            raw,
+            null,
+            gtrid: g.as_ref().map(|s| s.data().to_vec()).unwrap_or_default(),
+            key: k.as_ref().map(|s| s.data().to_vec()).unwrap_or_default(),
+            key_is_i64: q.key_i64.is_some(),
+            session: se.as_ref().map(|s| s.data().to_vec()).filter(|s| !s.is_empty()),
+            _keep: (g, k, se),
+        }
+    }
+}
+
+struct BuiltReq {
+    raw: racaffinity_route_request,
+    null: bool,
+    gtrid: Vec<u8>,
+    key: Vec<u8>,
+    key_is_i64: bool,
+    session: Option<Vec<u8>>,
+    _keep: (Option<SpanArg>, Option<SpanArg>, Option<SpanArg>),
+}
+
+impl BuiltReq {
+    fn null_err(&self) -> Option<R> {
+        self.null.then_some(R::NullArgument)
+    }
+    fn has_key(&self) -> bool {
+        self.key_is_i64 || !self.key.is_empty()
+    }
+    /// A byte key (used when no integer key is set) longer than 1024 bytes.
+    fn key_bad(&self) -> bool {
+        !self.key_is_i64 && self.key.len() > 1024
+    }
+    fn session_bad(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.len() > 1024)
+    }
+}
+
+fuzz_target!(|ops: Vec<Op>| {
+    let mut m = Model { hist: Vec::new(), slots: [None, None], leases: Vec::new(), allowed: known_findings() };
+    // Every sequence starts from two live clusters so most ops reach the core.
+    m.new_cluster(false, 0);
+    m.new_cluster(true, 1);
+    for op in ops.iter().take(256) {
+        m.run(op);
+    }
+    // Leave nothing behind for the next input: every live cluster is freed
+    // (after its thread pins), and freeing it again is INVALID_HANDLE.
+    for i in 0..m.hist.len() {
+        if m.hist[i].live {
+            let bits = m.hist[i].bits as usize as *mut racaffinity_cluster;
+            m.free_slot_cluster(i);
+            assert_eq!(racaffinity_cluster_free(bits), R::InvalidHandle, "double free");
+        }
+    }
+});
