@@ -2,9 +2,6 @@ package io.racaffinity.xa;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-import com.arjuna.ats.arjuna.recovery.RecoveryManager;
-import com.arjuna.ats.internal.jta.recovery.arjunacore.XARecoveryModule;
-import com.arjuna.ats.jta.recovery.XAResourceRecoveryHelper;
 import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
 import io.racaffinity.jdbc.AffinityXADataSource;
@@ -160,8 +157,13 @@ class FailureMatrixTest {
         int notaWhileSilent;
         final List<String> xaCodes = new ArrayList<>();
         final List<String> notes = new ArrayList<>();
+        final List<String> nodeOps = new ArrayList<>();
         byte[] gtrid;
         final Map<Integer, String> branchNodes = new LinkedHashMap<>();
+        final Set<String> gtrids = new java.util.concurrent.ConcurrentSkipListSet<>();
+        volatile String decision = "rolled_back";
+        /** The TM sent a commit (two-phase): its decision was commit. */
+        volatile boolean commitIssued;
 
         Cell(String model, String mode, String phase, String fault) {
             this.model = model;
@@ -235,8 +237,12 @@ class FailureMatrixTest {
 
         /** A node operation failed: a connection-class failure is one failed node operation. */
         synchronized void nodeFailed(int node, Op op, Exception e) {
-            if (connectionClass(e)) {
+            boolean cc = connectionClass(e);
+            if (cc) {
                 failuresExpected++;
+            }
+            if (nodeOps.size() < 4) {
+                nodeOps.add(node + ":" + op + (cc ? "!" : "") + "(" + states(e) + ")");
             }
         }
     }
@@ -258,6 +264,21 @@ class FailureMatrixTest {
             }
         }
         return false;
+    }
+
+    /** The SQLStates (or exception classes) of a cause chain, for notes. */
+    static String states(Throwable e) {
+        List<String> l = new ArrayList<>();
+        for (Throwable t = e; t != null && l.size() < 4; t = t.getCause() == t ? null : t.getCause()) {
+            if (t instanceof XAException) {
+                l.add(XaErrors.name(((XAException) t).errorCode));
+            } else if (t instanceof SQLException && ((SQLException) t).getSQLState() != null) {
+                l.add(((SQLException) t).getSQLState());
+            } else {
+                l.add(t.getClass().getSimpleName());
+            }
+        }
+        return String.join(">", l);
     }
 
     static volatile Cell current;
@@ -504,6 +525,7 @@ class FailureMatrixTest {
 
         @Override
         public void start(Xid xid, int flags) throws XAException {
+            cell.gtrids.add(Base64.getEncoder().encodeToString(xid.getGlobalTransactionId()));
             call("start", xid, () -> {
                 d.start(xid, flags);
                 return null;
@@ -525,6 +547,7 @@ class FailureMatrixTest {
 
         @Override
         public void commit(Xid xid, boolean onePhase) throws XAException {
+            cell.commitIssued = true;
             call("commit", xid, () -> {
                 d.commit(xid, onePhase);
                 return null;
@@ -581,6 +604,15 @@ class FailureMatrixTest {
                     n++;
                 }
             }
+        }
+        return n;
+    }
+
+    /** This cell's prepared transactions on every node. */
+    static int prepared(Cell cell) throws SQLException {
+        int n = 0;
+        for (String g : cell.gtrids) {
+            n += preparedWith(Base64.getDecoder().decode(g));
         }
         return n;
     }
@@ -680,12 +712,10 @@ class FailureMatrixTest {
         }
         try {
             tm.commit();
-            return "committed";
         } catch (RollbackException e) {
-            return "rolled_back";
+            cell.notes.add("tm: RollbackException");
         } catch (jakarta.transaction.HeuristicMixedException | jakarta.transaction.HeuristicRollbackException e) {
             cell.notes.add("tm: " + e.getClass().getSimpleName());
-            return "committed"; // phase 2 had begun: the decision is commit, recovery finishes it
         } finally {
             cell.loseCommits = false;
             if (Narayana.tm().getTransaction() != null) {
@@ -696,6 +726,8 @@ class FailureMatrixTest {
                 }
             }
         }
+        // Narayana's decision: it sends commits only once every branch voted yes (and logged it)
+        return cell.commitIssued ? "committed" : "rolled_back";
     }
 
     static void rollbackQuietly(TransactionManager tm, Cell cell) {
@@ -758,48 +790,51 @@ class FailureMatrixTest {
         }
     }
 
-    /** Narayana's recovery, through the cell's data source, while anything is in doubt or tracked. */
+    /**
+     * The recovery pass, every node back: {@code AffinityXAResource.recover} through a fresh
+     * XAConnection of the cell's data source, then commit or rollback of each of this transaction's
+     * xids per the TM's decision (Narayana's log: commit once phase 2 began, else rollback), repeated
+     * while anything of it is in doubt. The recover cells' fault hits the first scan.
+     */
     void recover(Cell cell, AffinityXADataSource ds) throws Exception {
         if (cell.phase.equals("recover")) {
             cell.arm(1, Op.RECOVER, Op.CONNECT);
         }
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
         int scans = 0;
-        while (needsRecovery(cell, ds) && System.nanoTime() < deadline && scans < 6) {
-            RecoveryManager manager = RecoveryManager.manager(RecoveryManager.DIRECT_MANAGEMENT);
-            XARecoveryModule xarm = XARecoveryModule.getRegisteredXARecoveryModule();
+        while ((prepared(cell) > 0 || (cell.phase.equals("recover") && !cell.fired))
+                && System.nanoTime() < deadline && scans < 4) {
+            scans++;
             XAConnection rc = ds.getXAConnection();
-            XAResourceRecoveryHelper helper = new XAResourceRecoveryHelper() {
-                @Override
-                public boolean initialise(String p) {
-                    return true;
-                }
-
-                @Override
-                public XAResource[] getXAResources() throws Exception {
-                    return new XAResource[] {new Recording(rc.getXAResource(), cell)};
-                }
-            };
-            xarm.addXAResourceRecoveryHelper(helper);
             try {
-                manager.scan();
-                scans++;
+                Recording r = new Recording(rc.getXAResource(), cell);
+                Xid[] found;
+                try {
+                    found = r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN);
+                } catch (XAException e) {
+                    continue; // no node answered: the next pass
+                }
+                for (Xid x : found) {
+                    if (!cell.gtrids.contains(Base64.getEncoder().encodeToString(x.getGlobalTransactionId()))) {
+                        continue;
+                    }
+                    try {
+                        if (cell.decision.equals("committed")) {
+                            r.commit(x, false);
+                        } else {
+                            r.rollback(x);
+                        }
+                    } catch (XAException e) {
+                        // recorded; the next pass retries
+                    }
+                }
             } finally {
-                xarm.removeXAResourceRecoveryHelper(helper);
                 rc.close();
             }
         }
         if (scans > 0) {
-            cell.notes.add(scans + " recovery scan" + (scans > 1 ? "s" : ""));
+            cell.notes.add(scans + " recovery pass" + (scans > 1 ? "es" : ""));
         }
-    }
-
-    boolean needsRecovery(Cell cell, AffinityXADataSource ds) throws Exception {
-        if (cell.phase.equals("recover") && !cell.fired && !cell.fault.equals("latency")) {
-            return true; // the faulted scan must run
-        }
-        return preparedAll() > 0 || ds.getRouter().trackedBranches() > 0
-                || NarayanaXaTest.liveTransactions(ds) > 0;
     }
 
     static long sum(AffinityXADataSource ds, java.util.function.ToLongFunction<NodeMetrics> f) throws SQLException {
@@ -822,12 +857,13 @@ class FailureMatrixTest {
                 AffinityXADataSource ds = dataSource(cell)) {
             try {
                 outcome = transaction(cell, ds, opened);
+                cell.decision = outcome;
             } finally {
                 cell.heal(); // a fault never outlives its cell
             }
             recover(cell, ds);
             // ---- measure, every node back ----
-            int inDoubt = preparedAll();
+            int inDoubt = prepared(cell);
             var rows = XaRows.rowsByNode(cell.run);
             int total = rows.values().stream().mapToInt(mm -> mm.getOrDefault(1, 0)).sum();
             int expectedRows = outcome.equals("committed") ? 2 : 0;
@@ -851,7 +887,7 @@ class FailureMatrixTest {
             long ejections = 0;
             if (appError) {
                 ejections = ds.getCluster().nodeMetrics().stream()
-                        .filter(m -> m.state() != NodeState.UP || m.stateChanges() > 0).count();
+                        .filter(m -> m.state() == NodeState.DOWN || "ejected".equals(m.downCause())).count();
             }
             long failures = sum(ds, NodeMetrics::failures);
             int splitCommits = cell.mode.equals("strict") ? split : split - (int) Math.min(split, spansCounted);
@@ -884,6 +920,10 @@ class FailureMatrixTest {
                 }
             }
             current = null;
+            cleanUp(cell);
+        }
+        if (!cell.nodeOps.isEmpty()) {
+            cell.notes.add("node ops failed: " + String.join(",", cell.nodeOps));
         }
         if (!cell.xaCodes.isEmpty()) {
             cell.notes.add("xa: " + String.join(",", cell.xaCodes));
@@ -891,6 +931,21 @@ class FailureMatrixTest {
         out.put("seconds", Math.round((System.nanoTime() - t0) / 1e7) / 100.0);
         out.put("note", String.join("; ", cell.notes));
         return out;
+    }
+
+    /** What a failed cell left prepared is rolled back, so the next cell starts clean. */
+    static void cleanUp(Cell cell) throws SQLException {
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            for (String gid : XaRows.prepared(i)) {
+                for (String g : cell.gtrids) {
+                    if (gid.contains("_" + g + "_")) {
+                        try (Connection c = XaRows.connect(i); Statement s = c.createStatement()) {
+                            s.execute("ROLLBACK PREPARED '" + gid.replace("'", "''") + "'");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /** Runs one cell on the worker thread with a deadline: no cell can hang the matrix. */
