@@ -87,7 +87,7 @@ class FailureMatrixTest {
     /** The instance every cell's transaction is steered to and every fault hits. */
     static final int TARGET = 2;
     static final int SOCKET_TIMEOUT = 1;
-    static final int LATENCY_MS = 100;
+    static final int LATENCY_MS = 50;
     static final String SER_TABLE = "racaff_matrix_ser";
     static final String[] PHASES = {"start", "work", "end", "prepare", "commit", "rollback", "recover"};
     static final String[] FAULTS = {"crash", "reset", "blackhole", "latency", "refused"};
@@ -197,29 +197,13 @@ class FailureMatrixTest {
         void fire() throws Exception {
             fired = true;
             active = true;
-            switch (fault) {
-                case "crash":
-                    if (rac()) {
-                        Faults.run(30, "reset", Integer.toString(TARGET));
-                        Faults.refuse(TARGET);
-                    } else {
-                        PgNodes.kill(TARGET);
-                    }
-                    break;
-                case "reset":
-                    Faults.run(30, "reset", Integer.toString(TARGET));
-                    break;
-                case "blackhole":
-                    Faults.blackhole(TARGET);
-                    break;
-                case "latency":
-                    Faults.run(30, "latency", Integer.toString(TARGET), Integer.toString(LATENCY_MS));
-                    break;
-                case "refused":
-                    Faults.refuse(TARGET);
-                    break;
-                default:
-                    throw new IllegalStateException(fault);
+            if (fault.equals("crash") && !rac()) {
+                PgNodes.kill(TARGET);
+            } else if (fault.equals("crash")) {
+                Toxics.fault("reset", TARGET); // the instance goes away: its connections reset, new ones refused
+                Toxics.fault("refuse", TARGET);
+            } else {
+                Toxics.fault(fault.equals("refused") ? "refuse" : fault, TARGET);
             }
         }
 
@@ -230,19 +214,105 @@ class FailureMatrixTest {
             if (fault.equals("crash") && !rac()) {
                 PgNodes.restart(TARGET);
             } else {
-                Faults.run(30, "heal", Integer.toString(TARGET));
+                Toxics.heal(TARGET);
             }
             active = false;
         }
 
-        /** A node operation failed: a connection-class failure is one failed node operation. */
-        synchronized void nodeFailed(int node, Op op, Exception e) {
-            boolean cc = connectionClass(e);
+        /**
+         * A node operation failed. A connection-class failure is one failed node operation, once per
+         * physical connection ({@code phys}; null: opening one): a later call on a connection already
+         * known dead (08003 "connection closed") never reached the node.
+         */
+        synchronized void nodeFailed(Phys phys, Op op, Exception e) {
+            boolean cc = connectionClass(e) && (phys == null || !phys.dead);
             if (cc) {
                 failuresExpected++;
+                if (phys != null) {
+                    phys.dead = true;
+                }
             }
             if (nodeOps.size() < 4) {
-                nodeOps.add(node + ":" + op + (cc ? "!" : "") + "(" + states(e) + ")");
+                nodeOps.add(op + (cc ? "!" : "") + "(" + states(e) + ")");
+            }
+        }
+    }
+
+    /** One physical connection to a node, as the taps see it. */
+    static final class Phys {
+        boolean dead;
+    }
+
+    /**
+     * The faults of {@code tests/cluster/faults} (its {@code TOXICS} table), set through Toxiproxy's HTTP
+     * API: the same toxics, without a Python process per call (about 0.5 s each on this machine, 300 calls
+     * a matrix). {@code -Dracaffinity.matrix.faultsCli=true} uses the CLI itself.
+     */
+    static final class Toxics {
+        static final boolean CLI = Boolean.getBoolean("racaffinity.matrix.faultsCli");
+        static final java.net.http.HttpClient HTTP = java.net.http.HttpClient.newBuilder()
+                .connectTimeout(java.time.Duration.ofSeconds(2)).build();
+        static String api;
+
+        static void fault(String fault, int i) throws Exception {
+            if (CLI) {
+                if (fault.equals("latency")) {
+                    Faults.run(30, "latency", Integer.toString(i), Integer.toString(LATENCY_MS));
+                } else {
+                    Faults.run(30, fault, Integer.toString(i));
+                }
+                return;
+            }
+            String proxy = "/proxies/instance" + i;
+            switch (fault) {
+                case "refuse":
+                    call("POST", proxy, "{\"enabled\":false}");
+                    break;
+                case "reset":
+                    toxic(proxy, "reset", "reset_peer", "downstream", "{\"timeout\":0}");
+                    break;
+                case "blackhole":
+                    toxic(proxy, "blackhole_upstream", "timeout", "upstream", "{\"timeout\":0}");
+                    toxic(proxy, "blackhole_downstream", "timeout", "downstream", "{\"timeout\":0}");
+                    break;
+                case "latency":
+                    toxic(proxy, "latency", "latency", "downstream", "{\"latency\":" + LATENCY_MS + ",\"jitter\":0}");
+                    break;
+                default:
+                    throw new IllegalArgumentException(fault);
+            }
+        }
+
+        static void heal(int i) throws Exception {
+            if (CLI) {
+                Faults.run(30, "heal", Integer.toString(i));
+                return;
+            }
+            String proxy = "/proxies/instance" + i;
+            for (String t : new String[] {"reset", "blackhole_upstream", "blackhole_downstream", "latency"}) {
+                call("DELETE", proxy + "/toxics/" + t, null);
+            }
+            call("POST", proxy, "{\"enabled\":true}");
+        }
+
+        static void toxic(String proxy, String name, String type, String stream, String attrs) throws Exception {
+            call("DELETE", proxy + "/toxics/" + name, null);
+            call("POST", proxy + "/toxics", "{\"name\":\"" + name + "\",\"type\":\"" + type + "\",\"stream\":\""
+                    + stream + "\",\"toxicity\":1.0,\"attributes\":" + attrs + "}");
+        }
+
+        static void call(String method, String path, String body) throws Exception {
+            var b = java.net.http.HttpRequest.newBuilder(java.net.URI.create(api + path))
+                    .timeout(java.time.Duration.ofSeconds(5));
+            b.method(method, body == null ? java.net.http.HttpRequest.BodyPublishers.noBody()
+                    : java.net.http.HttpRequest.BodyPublishers.ofString(body));
+            if (body != null) {
+                b.header("Content-Type", "application/json");
+            }
+            var r = HTTP.send(b.build(), java.net.http.HttpResponse.BodyHandlers.ofString());
+            if (r.statusCode() >= 300 && !(method.equals("DELETE") && r.statusCode() == 404)) {
+                throw new IllegalStateException("toxiproxy " + method + " " + path + ": " + r.statusCode() + " "
+                        + r.body());
             }
         }
     }
@@ -307,7 +377,7 @@ class FailureMatrixTest {
                 return wrap(x);
             } catch (SQLException e) {
                 if (c != null) {
-                    c.nodeFailed(index, Op.CONNECT, e);
+                    c.nodeFailed(null, Op.CONNECT, e);
                 }
                 throw e;
             } finally {
@@ -334,19 +404,47 @@ class FailureMatrixTest {
         }
 
         XAConnection wrap(XAConnection x) throws SQLException {
-            XAResource r = new TapResource(this, x.getXAResource());
+            Phys phys = new Phys();
+            XAResource r = new TapResource(this, x.getXAResource(), phys);
             InvocationHandler h = (proxy, m, args) -> {
                 if (m.getName().equals("getXAResource") && m.getParameterCount() == 0) {
                     return r;
                 }
                 try {
-                    return m.invoke(x, args);
+                    Object o = m.invoke(x, args);
+                    return m.getName().equals("getConnection") ? tapJdbc(o, phys) : o;
                 } catch (InvocationTargetException e) {
                     throw e.getCause();
                 }
             };
             return (XAConnection) Proxy.newProxyInstance(XAConnection.class.getClassLoader(),
                     new Class<?>[] {XAConnection.class}, h);
+        }
+
+        /** The physical connection's JDBC objects, tapped: a failed statement is a failed node operation. */
+        static Object tapJdbc(Object o, Phys phys) {
+            if (!(o instanceof Connection || o instanceof Statement || o instanceof java.sql.ResultSet)) {
+                return o;
+            }
+            Set<Class<?>> ifaces = new java.util.LinkedHashSet<>();
+            for (Class<?> k = o.getClass(); k != null; k = k.getSuperclass()) {
+                ifaces.addAll(List.of(k.getInterfaces()));
+            }
+            InvocationHandler h = (proxy, m, args) -> {
+                if (m.getName().equals("unwrap") && args != null && args.length == 1 && ((Class<?>) args[0]).isInstance(o)) {
+                    return o;
+                }
+                try {
+                    return tapJdbc(m.invoke(o, args), phys);
+                } catch (InvocationTargetException e) {
+                    Cell c = current;
+                    if (c != null && e.getCause() instanceof SQLException) {
+                        c.nodeFailed(phys, Op.OTHER, (SQLException) e.getCause());
+                    }
+                    throw e.getCause();
+                }
+            };
+            return Proxy.newProxyInstance(FailureMatrixTest.class.getClassLoader(), ifaces.toArray(new Class<?>[0]), h);
         }
 
         @Override
@@ -379,10 +477,12 @@ class FailureMatrixTest {
     static final class TapResource implements XAResource {
         final NodeTap tap;
         final XAResource d;
+        final Phys phys;
 
-        TapResource(NodeTap tap, XAResource d) {
+        TapResource(NodeTap tap, XAResource d, Phys phys) {
             this.tap = tap;
             this.d = d;
+            this.phys = phys;
         }
 
         interface Call<T> {
@@ -403,7 +503,7 @@ class FailureMatrixTest {
                 return body.run();
             } catch (XAException e) {
                 if (c != null) {
-                    c.nodeFailed(tap.index, op, e);
+                    c.nodeFailed(phys, op, e);
                 }
                 throw e;
             } finally {
@@ -775,9 +875,6 @@ class FailureMatrixTest {
                 }
                 try {
                     ps.executeUpdate();
-                } catch (SQLException e) {
-                    cell.nodeFailed(TARGET, Op.OTHER, e);
-                    throw e;
                 } finally {
                     if (fault) {
                         cell.heal();
@@ -802,7 +899,8 @@ class FailureMatrixTest {
         }
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
         int scans = 0;
-        while ((prepared(cell) > 0 || (cell.phase.equals("recover") && !cell.fired))
+        while ((prepared(cell) > 0 || ds.getRouter().trackedBranches() > 0
+                || (cell.phase.equals("recover") && !cell.fired))
                 && System.nanoTime() < deadline && scans < 4) {
             scans++;
             XAConnection rc = ds.getXAConnection();
@@ -1004,6 +1102,12 @@ class FailureMatrixTest {
         String onlyFault = System.getProperty("racaffinity.matrix.fault", "");
         for (String model : models) {
             proxies = model.equals("database") ? Faults.startRac(3) : Faults.startNodes(3);
+            java.util.regex.Matcher api = java.util.regex.Pattern.compile("RACAFF_TOXIPROXY_URL=(\\S+)")
+                    .matcher(Faults.run(30, "env"));
+            if (!api.find()) {
+                throw new IllegalStateException("faults env printed no RACAFF_TOXIPROXY_URL");
+            }
+            Toxics.api = api.group(1).replace("'", "");
             for (String mode : List.of("soft", "strict")) {
                 List<String[]> todo = new ArrayList<>();
                 for (String phase : PHASES) {
