@@ -84,7 +84,7 @@ import org.postgresql.xa.PGXADataSource;
 @ExtendWith(PgNodes.class)
 @Timeout(value = 600, unit = TimeUnit.SECONDS)
 class FailureMatrixTest {
-    /** The instance every cell's transaction is steered to and every fault hits. */
+    /** The instance every cell's transaction is steered to, and (but for one case) the one every fault hits. */
     static final int TARGET = 2;
     static final int SOCKET_TIMEOUT = 1;
     static final int LATENCY_MS = 50;
@@ -150,6 +150,12 @@ class FailureMatrixTest {
         volatile int seen;
         volatile boolean active;
         volatile boolean fired;
+        /** The fault lasts until {@link #heal()} is called by the test (a whole recovery pass), not one call. */
+        volatile boolean hold;
+        /** Data sources the cell made besides its own (the restarted TM's). */
+        final List<AffinityXADataSource> closeLater = new ArrayList<>();
+        /** The TM's log: every branch xid it started. */
+        final List<Xid> logged = new java.util.concurrent.CopyOnWriteArrayList<>();
         /** Node-level COMMITs on the target are lost (the recover cells' precondition). */
         volatile boolean loseCommits;
         // observations
@@ -165,18 +171,45 @@ class FailureMatrixTest {
         /** The TM sent a commit (two-phase): its decision was commit. */
         volatile boolean commitIssued;
 
+        /**
+         * The faulted instance: the transaction's, except for the database model's recover cells: there a
+         * scan asks one instance (the first Up one, instance 1) and completes through any, so the fault
+         * hits the instance recovery asks first.
+         */
+        final int target;
+
         Cell(String model, String mode, String phase, String fault) {
             this.model = model;
             this.mode = mode;
             this.phase = phase;
             this.fault = fault;
+            this.target = model.equals("database") && phase.equals("recover") ? 1 : TARGET;
         }
 
         boolean rac() {
             return model.equals("database");
         }
 
+        /**
+         * The start cells of faults that take the node out: the failure is announced between the two
+         * branches (a FAN {@code status=down reason=FAILURE} event, as RAC's ONS sends it) before the
+         * second start, so the core decides it (soft: re-placed on another node, a span; strict: refused).
+         * A heartbeat would do the same but not deterministically (a probe in flight before the fault can
+         * report success after the miss and lift the Down); a FAN Down is lifted only by FAN up.
+         */
+        boolean knownDown() {
+            return phase.equals("start") && injects() && !fault.equals("latency");
+        }
+
+        /** A fault cell (the application-error cells inject nothing). */
+        boolean injects() {
+            return List.of(FAULTS).contains(fault);
+        }
+
         synchronized void arm(int nth, Op... ops) {
+            if (!injects()) {
+                return;
+            }
             armedOps = Set.of(ops);
             armedNth = nth;
             seen = 0;
@@ -184,7 +217,7 @@ class FailureMatrixTest {
 
         /** Before a node call on instance {@code node}: fires the armed fault if this is its call. */
         synchronized boolean before(int node, Op op) throws Exception {
-            if (node != TARGET || fired || !armedOps.contains(op)) {
+            if (node != target || fired || !armedOps.contains(op)) {
                 return false;
             }
             if (++seen < armedNth) {
@@ -195,15 +228,18 @@ class FailureMatrixTest {
         }
 
         void fire() throws Exception {
+            if (!injects()) {
+                throw new IllegalStateException(fault + " is no fault to inject");
+            }
             fired = true;
             active = true;
             if (fault.equals("crash") && !rac()) {
-                PgNodes.kill(TARGET);
+                PgNodes.kill(target);
             } else if (fault.equals("crash")) {
-                Toxics.fault("reset", TARGET); // the instance goes away: its connections reset, new ones refused
-                Toxics.fault("refuse", TARGET);
+                Toxics.fault("reset", target); // the instance goes away: its connections reset, new ones refused
+                Toxics.fault("refuse", target);
             } else {
-                Toxics.fault(fault.equals("refused") ? "refuse" : fault, TARGET);
+                Toxics.fault(fault.equals("refused") ? "refuse" : fault, target);
             }
         }
 
@@ -212,9 +248,9 @@ class FailureMatrixTest {
                 return;
             }
             if (fault.equals("crash") && !rac()) {
-                PgNodes.restart(TARGET);
+                PgNodes.restart(target);
             } else {
-                Toxics.heal(TARGET);
+                Toxics.heal(target);
             }
             active = false;
         }
@@ -224,7 +260,7 @@ class FailureMatrixTest {
          * physical connection ({@code phys}; null: opening one): a later call on a connection already
          * known dead (08003 "connection closed") never reached the node.
          */
-        synchronized void nodeFailed(Phys phys, Op op, Exception e) {
+        synchronized void nodeFailed(int node, Phys phys, Op op, Exception e) {
             boolean cc = connectionClass(e) && (phys == null || !phys.dead);
             if (cc) {
                 failuresExpected++;
@@ -233,14 +269,19 @@ class FailureMatrixTest {
                 }
             }
             if (nodeOps.size() < 4) {
-                nodeOps.add(op + (cc ? "!" : "") + "(" + states(e) + ")");
+                nodeOps.add(node + ":" + op + (cc ? "!" : "") + "(" + states(e) + ")");
             }
         }
     }
 
     /** One physical connection to a node, as the taps see it. */
     static final class Phys {
+        final int node;
         boolean dead;
+
+        Phys(int node) {
+            this.node = node;
+        }
     }
 
     /**
@@ -370,6 +411,10 @@ class FailureMatrixTest {
 
         @Override
         public XAConnection getXAConnection(String user, String password) throws SQLException {
+            if (Thread.currentThread().getName().startsWith("racaffinity-probe-")) {
+                // the heartbeat's probes: not the transaction's node operations (they count as probe misses)
+                return user == null ? pg.getXAConnection() : pg.getXAConnection(user, password);
+            }
             Cell c = current;
             boolean mine = before(c, Op.CONNECT);
             try {
@@ -377,7 +422,7 @@ class FailureMatrixTest {
                 return wrap(x);
             } catch (SQLException e) {
                 if (c != null) {
-                    c.nodeFailed(null, Op.CONNECT, e);
+                    c.nodeFailed(index, null, Op.CONNECT, e);
                 }
                 throw e;
             } finally {
@@ -394,7 +439,7 @@ class FailureMatrixTest {
         }
 
         void after(Cell c, boolean mine) {
-            if (mine) {
+            if (mine && !c.hold) {
                 try {
                     c.heal();
                 } catch (Exception e) {
@@ -404,7 +449,7 @@ class FailureMatrixTest {
         }
 
         XAConnection wrap(XAConnection x) throws SQLException {
-            Phys phys = new Phys();
+            Phys phys = new Phys(index);
             XAResource r = new TapResource(this, x.getXAResource(), phys);
             InvocationHandler h = (proxy, m, args) -> {
                 if (m.getName().equals("getXAResource") && m.getParameterCount() == 0) {
@@ -439,7 +484,7 @@ class FailureMatrixTest {
                 } catch (InvocationTargetException e) {
                     Cell c = current;
                     if (c != null && e.getCause() instanceof SQLException) {
-                        c.nodeFailed(phys, Op.OTHER, (SQLException) e.getCause());
+                        c.nodeFailed(phys.node, phys, Op.OTHER, (SQLException) e.getCause());
                     }
                     throw e.getCause();
                 }
@@ -503,7 +548,7 @@ class FailureMatrixTest {
                 return body.run();
             } catch (XAException e) {
                 if (c != null) {
-                    c.nodeFailed(phys, op, e);
+                    c.nodeFailed(tap.index, phys, op, e);
                 }
                 throw e;
             } finally {
@@ -626,6 +671,8 @@ class FailureMatrixTest {
         @Override
         public void start(Xid xid, int flags) throws XAException {
             cell.gtrids.add(Base64.getEncoder().encodeToString(xid.getGlobalTransactionId()));
+            cell.logged.add(new AffinityXAResourceTest.TestXid(xid.getFormatId(), xid.getGlobalTransactionId().clone(),
+                    xid.getBranchQualifier().clone()));
             call("start", xid, () -> {
                 d.start(xid, flags);
                 return null;
@@ -732,6 +779,10 @@ class FailureMatrixTest {
     }
 
     AffinityXADataSource dataSource(Cell cell) {
+        return dataSource(cell, "");
+    }
+
+    AffinityXADataSource dataSource(Cell cell, String suffix) {
         Map<String, XADataSource> m = new LinkedHashMap<>();
         for (int i = 1; i <= 3; i++) {
             PGXADataSource pg = new PGXADataSource();
@@ -743,7 +794,7 @@ class FailureMatrixTest {
             m.put(nodeName(cell.model, i), new NodeTap(i, pg));
         }
         AffinityXADataSource ds = new AffinityXADataSource();
-        ds.setConfig("name = matrix-" + cell.run + "; nodes = " + String.join(", ", m.keySet())
+        ds.setConfig("name = matrix-" + cell.run + suffix + "; nodes = " + String.join(", ", m.keySet())
                 + "; transaction.strict = " + cell.mode.equals("strict")
                 + (cell.rac() ? "; recovery.scope = database" : ""));
         ds.setNodeXADataSources(m);
@@ -777,16 +828,37 @@ class FailureMatrixTest {
             });
             cell.branchNodes.put(1, ((AffinityXAResource) r1.d).boundNodeName());
             work(cell, x1, 1, false);
-            if (cell.phase.equals("start")) {
-                cell.arm(1, Op.CONNECT, Op.START);
-            }
-            if (!tx.enlistResource(r2)) {
-                throw new RollbackException("second enlist refused");
+            if (cell.knownDown()) {
+                String target = nodeName(cell.model, TARGET);
+                cell.fire();
+                try {
+                    ds.getCluster().applyEvent("SERVICEMEMBER VERSION=1.0 service=svc database=matrix instance=" + target
+                            + " status=down reason=FAILURE");
+                    if (!tx.enlistResource(r2)) {
+                        throw new RollbackException("second enlist refused");
+                    }
+                } finally {
+                    cell.heal();
+                    ds.getCluster().applyEvent("SERVICEMEMBER VERSION=1.0 service=svc database=matrix instance=" + target
+                            + " status=up");
+                }
+            } else {
+                if (cell.phase.equals("start")) {
+                    cell.arm(1, Op.CONNECT, Op.START);
+                }
+                if (!tx.enlistResource(r2)) {
+                    throw new RollbackException("second enlist refused");
+                }
             }
             cell.branchNodes.put(2, ((AffinityXAResource) r2.d).boundNodeName());
-            work(cell, x2, 2, cell.phase.equals("work"));
+            work(cell, x2, 2, cell.phase.equals("work") && cell.injects());
         } catch (Exception e) {
-            cell.notes.add("app: " + e.getClass().getSimpleName());
+            Throwable root = e;
+            while (root.getCause() != null && root.getCause() != root) {
+                root = root.getCause();
+            }
+            cell.notes.add("app: " + e.getClass().getSimpleName() + (root != e ? " (" + states(root) + ": "
+                    + String.valueOf(root.getMessage()).lines().findFirst().orElse("") + ")" : ""));
             rollbackQuietly(tm, cell);
             return "rolled_back";
         }
@@ -888,51 +960,76 @@ class FailureMatrixTest {
     }
 
     /**
-     * The recovery pass, every node back: {@code AffinityXAResource.recover} through a fresh
-     * XAConnection of the cell's data source, then commit or rollback of each of this transaction's
-     * xids per the TM's decision (Narayana's log: commit once phase 2 began, else rollback), repeated
-     * while anything of it is in doubt. The recover cells' fault hits the first scan.
+     * The recovery passes, every node back: {@code AffinityXAResource.recover} through a fresh
+     * XAConnection, then commit or rollback of this transaction's xids per the TM's decision (Narayana's
+     * log: commit once it sent a commit, else rollback), repeated while anything of it is in doubt or
+     * tracked. The recover cells model a TM that restarted after its commits were lost: recovery runs
+     * through a new data source (no branch known), the TM also completes every xid of its log, and the
+     * fault lasts for the whole first pass (the node must answer XAER_RMFAIL, never XAER_NOTA, for an
+     * xid it may hold).
+     *
+     * @return the data source whose counters the cell measures
      */
-    void recover(Cell cell, AffinityXADataSource ds) throws Exception {
-        if (cell.phase.equals("recover")) {
+    AffinityXADataSource recover(Cell cell, AffinityXADataSource ds) throws Exception {
+        boolean restarted = cell.phase.equals("recover");
+        AffinityXADataSource rds = ds;
+        List<Xid> pending = new ArrayList<>();
+        if (restarted) {
+            rds = dataSource(cell, "-recovery");
+            cell.closeLater.add(rds);
+            pending.addAll(cell.logged);
+            cell.hold = true;
             cell.arm(1, Op.RECOVER, Op.CONNECT);
         }
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-        int scans = 0;
-        while ((prepared(cell) > 0 || ds.getRouter().trackedBranches() > 0
-                || (cell.phase.equals("recover") && !cell.fired))
-                && System.nanoTime() < deadline && scans < 4) {
-            scans++;
-            XAConnection rc = ds.getXAConnection();
-            try {
-                Recording r = new Recording(rc.getXAResource(), cell);
-                Xid[] found;
+        int passes = 0;
+        try {
+            while ((!pending.isEmpty() || prepared(cell) > 0 || rds.getRouter().trackedBranches() > 0)
+                    && System.nanoTime() < deadline && passes < 4) {
+                passes++;
+                XAConnection rc = rds.getXAConnection();
                 try {
-                    found = r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN);
-                } catch (XAException e) {
-                    continue; // no node answered: the next pass
-                }
-                for (Xid x : found) {
-                    if (!cell.gtrids.contains(Base64.getEncoder().encodeToString(x.getGlobalTransactionId()))) {
-                        continue;
-                    }
+                    Recording r = new Recording(rc.getXAResource(), cell);
+                    List<Xid> todo = new ArrayList<>(pending);
                     try {
-                        if (cell.decision.equals("committed")) {
-                            r.commit(x, false);
-                        } else {
-                            r.rollback(x);
+                        for (Xid x : r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN)) {
+                            if (cell.gtrids.contains(Base64.getEncoder().encodeToString(x.getGlobalTransactionId()))
+                                    && todo.stream().noneMatch(y -> XidKey.of(y).equals(XidKey.of(x)))) {
+                                todo.add(x);
+                            }
                         }
                     } catch (XAException e) {
-                        // recorded; the next pass retries
+                        // no node answered: the logged xids are still tried, the next pass scans again
+                    }
+                    for (Xid x : todo) {
+                        try {
+                            if (cell.decision.equals("committed")) {
+                                r.commit(x, false);
+                            } else {
+                                r.rollback(x);
+                            }
+                            pending.removeIf(y -> XidKey.of(y).equals(XidKey.of(x)));
+                        } catch (XAException e) {
+                            if (e.errorCode == XAException.XAER_NOTA) {
+                                pending.removeIf(y -> XidKey.of(y).equals(XidKey.of(x))); // a TM forgets it
+                            }
+                        }
+                    }
+                } finally {
+                    rc.close();
+                    if (cell.hold && cell.fired) {
+                        cell.hold = false;
+                        cell.heal();
                     }
                 }
-            } finally {
-                rc.close();
             }
+        } finally {
+            cell.hold = false;
         }
-        if (scans > 0) {
-            cell.notes.add(scans + " recovery pass" + (scans > 1 ? "es" : ""));
+        if (passes > 0) {
+            cell.notes.add(passes + " recovery pass" + (passes > 1 ? "es" : "") + (restarted ? " (restarted TM)" : ""));
         }
+        return rds;
     }
 
     static long sum(AffinityXADataSource ds, java.util.function.ToLongFunction<NodeMetrics> f) throws SQLException {
@@ -959,7 +1056,7 @@ class FailureMatrixTest {
             } finally {
                 cell.heal(); // a fault never outlives its cell
             }
-            recover(cell, ds);
+            AffinityXADataSource measured = recover(cell, ds);
             // ---- measure, every node back ----
             int inDoubt = prepared(cell);
             var rows = XaRows.rowsByNode(cell.run);
@@ -979,15 +1076,15 @@ class FailureMatrixTest {
             long warned = log.at(Level.WARNING).stream().filter(s -> s.contains("spans two nodes")).count();
             int spansObserved = spanned ? 1 : 0;
             long spansSilent = Math.max(0, spansObserved - Math.min(spansCounted, warned));
-            long leaks = ds.getRouter().trackedBranches() + NarayanaXaTest.liveTransactions(ds)
-                    + sum(ds, NodeMetrics::inFlight);
+            long leaks = measured.getRouter().trackedBranches() + NarayanaXaTest.liveTransactions(measured)
+                    + sum(measured, NodeMetrics::inFlight);
             boolean appError = Set.of("constraint", "trigger", "serialization", "password").contains(cell.fault);
             long ejections = 0;
             if (appError) {
-                ejections = ds.getCluster().nodeMetrics().stream()
+                ejections = measured.getCluster().nodeMetrics().stream()
                         .filter(m -> m.state() == NodeState.DOWN || "ejected".equals(m.downCause())).count();
             }
-            long failures = sum(ds, NodeMetrics::failures);
+            long failures = sum(ds, NodeMetrics::failures) + (measured != ds ? sum(measured, NodeMetrics::failures) : 0);
             int splitCommits = cell.mode.equals("strict") ? split : split - (int) Math.min(split, spansCounted);
             checks.put("split_commits", split);
             checks.put("spans_counted", spansCounted);
@@ -1003,8 +1100,8 @@ class FailureMatrixTest {
                     && cell.notaWhileSilent == 0 && leaks == 0 && ejections == 0
                     && failures == cell.failuresExpected;
             if (leaks > 0) {
-                cell.notes.add("leak: tracked=" + ds.getRouter().trackedBranches() + " live="
-                        + NarayanaXaTest.liveTransactions(ds) + " inFlight=" + sum(ds, NodeMetrics::inFlight));
+                cell.notes.add("leak: tracked=" + measured.getRouter().trackedBranches() + " live="
+                        + NarayanaXaTest.liveTransactions(measured) + " inFlight=" + sum(measured, NodeMetrics::inFlight));
             }
             out.put("holds", holds);
             out.put("checks", checks);
@@ -1018,6 +1115,7 @@ class FailureMatrixTest {
                 }
             }
             current = null;
+            cell.closeLater.forEach(AffinityXADataSource::close);
             cleanUp(cell);
         }
         if (!cell.nodeOps.isEmpty()) {
