@@ -1224,7 +1224,6 @@ class FailureMatrixTest {
                     }
                     Map<String, Object> c = runBounded(new Cell(model, mode, pf[0], pf[1]));
                     cells.add(c);
-                    System.out.println("matrix cell " + key(c) + ": " + c);
                 }
             }
         }
