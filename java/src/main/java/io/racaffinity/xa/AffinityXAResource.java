@@ -311,6 +311,7 @@ public final class AffinityXAResource implements XAResource {
                     if (p != null) {
                         clear(p, k);
                     }
+                    conn.discardBroken(node);
                     conn.released(k);
                     router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
                     return;
