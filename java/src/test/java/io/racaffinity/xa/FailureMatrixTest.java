@@ -264,9 +264,9 @@ class FailureMatrixTest {
             boolean cc = connectionClass(e) && (phys == null || !phys.dead);
             if (cc) {
                 failuresExpected++;
-                if (phys != null) {
-                    phys.dead = true;
-                }
+            }
+            if (phys != null && (cc || sessionLost(e))) {
+                phys.dead = true; // also after 57P01 (a crashed node's sessions end so): no failure, but dead
             }
             if (nodeOps.size() < 4) {
                 nodeOps.add(node + ":" + op + (cc ? "!" : "") + "(" + states(e) + ")");
@@ -356,6 +356,17 @@ class FailureMatrixTest {
                         + r.body());
             }
         }
+    }
+
+    /** The session is gone (57Pxx: terminated, as a crashed node's sessions are), whether or not the node failed. */
+    static boolean sessionLost(Throwable e) {
+        for (Throwable t = e; t != null; t = t.getCause() == t ? null : t.getCause()) {
+            if (t instanceof SQLException && ((SQLException) t).getSQLState() != null
+                    && ((SQLException) t).getSQLState().startsWith("57P")) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** The connection-class rule, by the exception's cause chain: SQLState 08xxx/57P02/57P03 or a broken socket. */
