@@ -7,7 +7,9 @@
 # transactions, with and without affinity), crash recovery of a SIGKILLed TM
 # JVM, the XA fault tests (killed/restarted nodes, refused connections, errors at
 # PREPARE) and the RAC model (recovery.scope = database: three Toxiproxy instances
-# of one node, tests/cluster/faults), JTA routing of AffinityDataSource, and embedded Tomcat (JNDI factory +
+# of one node, tests/cluster/faults), the failure matrix of issue 11 (xa.FailureMatrixTest: each XA phase x
+# each fault x soft/strict x both models under Narayana, about 2 minutes; writes target/failure-matrix/java.json
+# and prints its table), JTA routing of AffinityDataSource, and embedded Tomcat (JNDI factory +
 # web-session filter). Maven downloads Narayana and Tomcat (test scope).
 #
 # Ports: the nodes are pgnodes' (RACAFF_PG_BASE_PORT, default 55431; data in

@@ -189,6 +189,19 @@ public final class AffinityXAConnection implements XAConnection {
         return news;
     }
 
+    /**
+     * Closes the physical connection to {@code node} now if it is broken and holds no branch: the
+     * server ends its session, and with it a never-prepared transaction it still had (a blackholed
+     * session is otherwise left open until the connection is next used or closed).
+     */
+    synchronized void discardBroken(int node) {
+        Physical p = node < byNode.length ? byNode[node] : null;
+        if (p != null && p.broken && p.associated == null) {
+            byNode[node] = null;
+            p.close();
+        }
+    }
+
     /** The physical connection to {@code node} if one is open (never opens one), else null. */
     synchronized Physical existing(int node) {
         Physical p = node < byNode.length ? byNode[node] : null;

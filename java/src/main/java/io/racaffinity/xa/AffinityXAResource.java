@@ -303,6 +303,26 @@ public final class AffinityXAResource implements XAResource {
             boolean nodeFailed = failed(node, e);
             int c = e.errorCode;
             if (nodeFailed) {
+                if (op.equals("rollback") && b != null && b.live && !b.prepared) {
+                    // Never prepared, and its session is gone (a crash, a reset, a blackholed connection this
+                    // binding now closes): the database rolls an unprepared transaction back when its session
+                    // ends, and nothing can prepare it any more. Rolled back: released, not kept for a retry
+                    // no TM makes (Narayana gives up on a failed rollback of an unprepared branch).
+                    if (p != null) {
+                        clear(p, k);
+                    }
+                    conn.discardBroken(node);
+                    conn.released(k);
+                    router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
+                    return;
+                }
+                if (c != XAException.XAER_RMFAIL) {
+                    // pgjdbc answers XAER_RMERR when the session was terminated (57P01, as after a crash): the
+                    // branch is still where it was, so the TM must retry (a TM gives up on XAER_RMERR)
+                    throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " of xid " + k + " on "
+                            + router.nodeName(node) + ": the connection was lost ("
+                            + router.redact(String.valueOf(e.getMessage())) + "); retry", e);
+                }
                 throw e; // XAER_RMFAIL: the entry is kept for the retry, released after it
             }
             if (p != null) {

@@ -512,16 +512,28 @@ public final class XaRouter {
     }
 
     /** After a full scan: forget recovered xids that nodes which answered no longer return. */
-    synchronized void scanned(Set<Integer> answered, Set<XidKey> returned) {
+    synchronized void scanned(Set<Integer> answered, Set<XidKey> returned, Set<XidKey> preparedBefore) {
         List<XidKey> gone = new ArrayList<>();
         boolean anyInstanceSeesAll = scope == RecoveryScope.DATABASE && !answered.isEmpty();
         branches.forEach((k, b) -> {
-            if (!b.live && (anyInstanceSeesAll || answered.contains(b.node)) && !returned.contains(k)) {
+            if (preparedBefore.contains(k) && (!b.live || b.prepared)
+                    && (anyInstanceSeesAll || answered.contains(b.node)) && !returned.contains(k)) {
                 gone.add(k);
             }
         });
         for (XidKey k : gone) {
-            completedQuietly(k);
+            Branch b = branches.get(k);
+            if (b != null && b.live) {
+                // a prepared branch of this process that its node no longer holds: completed elsewhere or
+                // its commit's reply was lost; the TM cannot find it to retry, so nothing else would release it
+                LOG.log(Level.DEBUG, () -> "recovery: xid " + k + " is no longer in doubt on " + nodeName(b.node)
+                        + ": released");
+                if (branches.remove(k, b)) {
+                    undo(k, b, Outcome.NEUTRAL);
+                }
+            } else {
+                completedQuietly(k);
+            }
         }
     }
 
@@ -606,6 +618,14 @@ public final class XaRouter {
      * scope, the first instance that answers.
      */
     Xid[] scanAll(AffinityXAConnection via) throws XAException {
+        // Branches prepared before any node is asked: one that a node which answered no longer lists was
+        // completed (its commit's reply was lost, say), so it is released, live or recovered.
+        Set<XidKey> preparedBefore = new HashSet<>();
+        branches.forEach((k, b) -> {
+            if (b.prepared || !b.live) {
+                preparedBefore.add(k);
+            }
+        });
         List<Xid> all = new ArrayList<>();
         Set<Integer> answered = new HashSet<>();
         Set<XidKey> returned = new HashSet<>();
@@ -635,7 +655,7 @@ public final class XaRouter {
         if (answered.isEmpty() && last != null) {
             throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: recover: no node answered", last);
         }
-        scanned(answered, returned);
+        scanned(answered, returned, preparedBefore);
         return all.toArray(new Xid[0]);
     }
 

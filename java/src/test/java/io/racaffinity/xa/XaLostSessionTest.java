@@ -1,0 +1,191 @@
+package io.racaffinity.xa;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.XaRows;
+import java.lang.reflect.InvocationHandler;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.TimeUnit;
+import javax.sql.XAConnection;
+import javax.sql.XADataSource;
+import javax.transaction.xa.XAException;
+import javax.transaction.xa.XAResource;
+import javax.transaction.xa.Xid;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.postgresql.xa.PGXADataSource;
+
+/**
+ * The three defects the failure matrix ({@link FailureMatrixTest}) found, each pinned down on one node
+ * without a TM: a branch whose session is lost (a crashed node's sessions end with 57P01, the same
+ * state {@code pg_terminate_backend} sends), and a commit whose reply is lost.
+ */
+@ExtendWith(PgNodes.class)
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class XaLostSessionTest {
+    private final List<AffinityXADataSource> opened = new ArrayList<>();
+    private final List<XAConnection> connections = new ArrayList<>();
+
+    @BeforeAll
+    static void schema() throws Exception {
+        XaRows.create();
+    }
+
+    @AfterEach
+    void closeAll() throws Exception {
+        for (XAConnection c : connections) {
+            c.close();
+        }
+        opened.forEach(AffinityXADataSource::close);
+        for (String gid : XaFaultsTest.prepared(1)) {
+            try (Connection c = XaRows.connect(1); Statement s = c.createStatement()) {
+                s.execute("ROLLBACK PREPARED '" + gid + "'");
+            }
+        }
+    }
+
+    AffinityXADataSource ds(XADataSource node) {
+        AffinityXADataSource ds = new AffinityXADataSource();
+        ds.setConfig("name = lost-session-" + UUID.randomUUID() + "; nodes = RAC1");
+        ds.setNodeXADataSources(Map.of("RAC1", node));
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        opened.add(ds);
+        return ds;
+    }
+
+    XAConnection connect(AffinityXADataSource ds) throws SQLException {
+        XAConnection c = ds.getXAConnection();
+        connections.add(c);
+        return c;
+    }
+
+    /** Ends the session of the physical connection behind {@code c} (57P01, as a crashed node's sessions). */
+    static void terminate(XAConnection c) throws SQLException {
+        int pid;
+        try (Connection h = c.getConnection(); Statement s = h.createStatement();
+                ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
+            rs.next();
+            pid = rs.getInt(1);
+        }
+        try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
+            s.execute("SELECT pg_terminate_backend(" + pid + ")");
+        }
+    }
+
+    @Test
+    void rollingBackANeverPreparedBranchWhoseSessionIsLostSucceedsAndReleasesIt() throws Exception {
+        AffinityXADataSource ds = ds(XaFaultsTest.node(1));
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = XaFaultsTest.xid(1);
+        String run = UUID.randomUUID().toString();
+        r.start(x, XAResource.TMNOFLAGS);
+        XaFaultsTest.insert(c, run, 1);
+        terminate(c);
+        r.end(x, XAResource.TMSUCCESS); // pgjdbc: no I/O
+        // what a TM does: roll it back. The session is gone, so is its transaction: rolled back. Before the fix
+        // pgjdbc's XAER_RMERR came back and the branch stayed tracked forever (a TM does not retry it).
+        r.rollback(x);
+        assertEquals(0, XaFaultsTest.rows(1, run));
+        XaFaultsTest.assertNothingLeaked(ds);
+    }
+
+    @Test
+    void aPreparedBranchWhoseSessionIsLostAnswersRetryLaterNotRmerrAndRollsBackOnTheRetry() throws Exception {
+        AffinityXADataSource ds = ds(XaFaultsTest.node(1));
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = XaFaultsTest.xid(1);
+        String run = UUID.randomUUID().toString();
+        r.start(x, XAResource.TMNOFLAGS);
+        XaFaultsTest.insert(c, run, 1);
+        r.end(x, XAResource.TMSUCCESS);
+        assertEquals(XAResource.XA_OK, r.prepare(x));
+        terminate(c);
+        // the TM rolls back (another branch voted no): pgjdbc answers XAER_RMERR for the lost session (57P01), and
+        // a TM gives up on XAER_RMERR (Narayana: a heuristic outcome), leaving the prepared branch in doubt
+        XAException e = assertThrows(XAException.class, () -> r.rollback(x));
+        assertEquals(XAException.XAER_RMFAIL, e.errorCode, XaErrors.name(e.errorCode) + ": " + e.getMessage());
+        assertEquals(1, ds.getRouter().trackedBranches(), "kept for the retry");
+        assertEquals(1, XaFaultsTest.prepared(1).size(), "still prepared on the node");
+        r.rollback(x); // the TM's retry: a fresh connection
+        assertEquals(0, XaFaultsTest.rows(1, run));
+        assertEquals(List.of(), XaFaultsTest.prepared(1));
+        XaFaultsTest.assertNothingLeaked(ds);
+    }
+
+    /** pgjdbc's XAResources, except that a COMMIT's reply is lost once (the commit happened). */
+    static XADataSource losingOneCommitReply(PGXADataSource pg) {
+        boolean[] lost = {false};
+        return (XADataSource) Proxy.newProxyInstance(XADataSource.class.getClassLoader(),
+                new Class<?>[] {XADataSource.class}, (proxy, m, args) -> {
+                    Object o = invoke(m, pg, args);
+                    if (!(o instanceof XAConnection)) {
+                        return o;
+                    }
+                    XAConnection xc = (XAConnection) o;
+                    XAResource real = xc.getXAResource();
+                    InvocationHandler xr = (p2, m2, a2) -> {
+                        Object out = invoke(m2, real, a2);
+                        if (m2.getName().equals("commit") && !lost[0]) {
+                            lost[0] = true;
+                            XAException e = new XAException("test: the commit's reply was lost");
+                            e.errorCode = XAException.XAER_RMFAIL;
+                            e.initCause(new SQLException("test: connection reset", "08006"));
+                            throw e;
+                        }
+                        return out;
+                    };
+                    XAResource wrapped = (XAResource) Proxy.newProxyInstance(XAResource.class.getClassLoader(),
+                            new Class<?>[] {XAResource.class}, xr);
+                    return Proxy.newProxyInstance(XAConnection.class.getClassLoader(), new Class<?>[] {XAConnection.class},
+                            (p3, m3, a3) -> m3.getName().equals("getXAResource") ? wrapped : invoke(m3, xc, a3));
+                });
+    }
+
+    static Object invoke(java.lang.reflect.Method m, Object target, Object[] args) throws Throwable {
+        try {
+            return m.invoke(target, args);
+        } catch (InvocationTargetException e) {
+            throw e.getCause();
+        }
+    }
+
+    @Test
+    void aPreparedBranchWhoseCommitReplyWasLostIsReleasedByTheNextRecoveryScan() throws Exception {
+        AffinityXADataSource ds = ds(losingOneCommitReply(XaFaultsTest.node(1)));
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = XaFaultsTest.xid(1);
+        String run = UUID.randomUUID().toString();
+        r.start(x, XAResource.TMNOFLAGS);
+        XaFaultsTest.insert(c, run, 1);
+        r.end(x, XAResource.TMSUCCESS);
+        assertEquals(XAResource.XA_OK, r.prepare(x));
+        XAException e = assertThrows(XAException.class, () -> r.commit(x, false));
+        assertEquals(XAException.XAER_RMFAIL, e.errorCode);
+        assertEquals(1, XaFaultsTest.rows(1, run), "committed: only the reply was lost");
+        assertEquals(1, ds.getRouter().trackedBranches(), "kept for a retry");
+        // The TM's recovery scans: the node answers and no longer lists the xid, so the TM never retries it (Narayana
+        // looks only for listed xids). Before the fix the branch, the core's transaction and the lease stayed forever.
+        XAConnection recovery = connect(ds);
+        assertEquals(0, recovery.getXAResource().recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN).length);
+        XaFaultsTest.assertNothingLeaked(ds);
+    }
+}
