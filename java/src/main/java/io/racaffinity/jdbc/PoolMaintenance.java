@@ -169,8 +169,9 @@ final class PoolMaintenance implements AutoCloseable {
                     + " loaded (" + why + ", " + map.size() + " entries)");
             return true;
         } catch (Exception e) {
-            failures.incrementAndGet();
+            // The error first: whoever sees the count go up finds its error.
             lastError = e.getClass().getName() + ": " + e.getMessage();
+            failures.incrementAndGet();
             LOG.log(Level.WARNING, "AffinityDataSource " + cluster.name() + ": partition map load failed (" + why
                     + "), keeping the last good map: " + lastError);
             return false;
