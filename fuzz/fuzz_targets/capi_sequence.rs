@@ -853,6 +853,22 @@ impl Model {
             Op::ContextRoute { h, ctx, lease } => {
                 let (p, live) = self.resolve(h);
                 let k = self.ctx_arg(live, ctx);
+                // With thread.auto_pin a route pins its context, and a key
+                // context_new never issued is refused like context_pin's.
+                let unissued_auto_pin = Self::handle_err(p, live).is_none()
+                    && live.is_some_and(|c| self.hist[c].cfg.auto_pin && !self.hist[c].contexts.contains(&k));
+                if unissued_auto_pin {
+                    let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                    let r = if lease {
+                        let mut l =
+                            racaffinity_lease { node: 0, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
+                        unsafe { racaffinity_context_pick(p, k, &mut l) }
+                    } else {
+                        unsafe { racaffinity_context_route(p, k, &mut route) }
+                    };
+                    self.check("context_route.unissued_auto_pin", r, R::InvalidArgument, &k);
+                    return Some(r);
+                }
                 if lease {
                     let mut l =
                         racaffinity_lease { node: 0, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
