@@ -44,12 +44,16 @@ soft-mode splits. Writes target/soak/table.md, soak.svg, results.json.
 Environment: SOAK_SECONDS (default 600), SOAK_SEED (default: from the clock;
 printed, so any run can be replayed), RACAFF_PG_BASE_PORT / RACAFF_PG_DIR
 (pgnodes), RACAFF_PROXY_BASE_PORT (faults), JAVA, SOAK_CLIENT_TIMEOUT (seconds
-per client query, default 6), SOAK_RSS_LIMIT_MB (default 20).
+per client query, default 6), SOAK_RSS_LIMIT_MB (default 20). SOAK_NO_GUARD=1
+breaks the soak on purpose: strict mode then enlists branches as the demo
+does (every process places the gtrid itself) instead of at the TM's node, so
+processes that disagree on the topology split transactions and the run fails.
 Exit status: 0 all invariants held, 1 a violation, 2 setup error.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import json
@@ -769,7 +773,8 @@ class Soak:
             tx.branches = {l: Branch(l, "refused", code=type(e).__name__) for l in LANGS}
             self.inflight.discard(gtrid)
             return
-        fields = ["BRANCH", gtrid, "affinity"] + ([tx.tm_node] if tx.mode == "strict" else [])
+        guard = tx.mode == "strict" and not os.environ.get("SOAK_NO_GUARD")
+        fields = ["BRANCH", gtrid, "affinity"] + ([tx.tm_node] if guard else [])
         sent = self.clock()
         replies = self.ask_all(*fields)
         for lang, r in replies.items():
@@ -1075,12 +1080,15 @@ class Soak:
         """kind -> lang -> {"last_fail": [...], "first_ok": [...]} in seconds after each injection."""
         out: Dict[str, Dict[str, Dict[str, List[float]]]] = {k: {l: {"last_fail": [], "first_ok": []} for l in LANGS}
                                                              for k in FAILOVER_KINDS}
+        by_lang = {l: sorted((r for r in self.reqs if r.lang == l), key=lambda r: r.done) for l in LANGS}
+        done_at = {l: [r.done for r in by_lang[l]] for l in LANGS}
         for ep in self.episodes:
             if ep.kind not in FAILOVER_KINDS or ep.t0 is None:
                 continue
             t_end = ep.t_end if ep.t_end is not None else ep.t0 + ep.duration
             for lang in LANGS:
-                rs = [r for r in self.reqs if r.lang == lang and ep.t0 <= r.done <= t_end + 1.0]
+                lo, hi = bisect.bisect_left(done_at[lang], ep.t0), bisect.bisect_right(done_at[lang], t_end + 1.0)
+                rs = by_lang[lang][lo:hi]
                 fails = [r.done - ep.t0 for r in rs if r.status != "ok" and r.done <= t_end + 1.0]
                 oks = [r.done - ep.t0 for r in rs if r.status == "ok" and r.home == ep.node and r.node != ep.node
                        and r.done <= t_end]
