@@ -98,6 +98,16 @@ public final class DemoClient {
         return c + "(" + simple + ")";
     }
 
+    /** pgjdbc's socketTimeout fired: the node is silent, so no retry on a fresh connection. */
+    static boolean timedOut(Throwable e) {
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (t instanceof java.net.SocketTimeoutException) {
+                return true;
+            }
+        }
+        return false;
+    }
+
     static String oneLine(Throwable e) {
         String m = e.getMessage() == null ? e.getClass().getSimpleName() : e.getMessage();
         return m.strip().split("\n", 2)[0].replace('\t', ' ');
@@ -140,7 +150,7 @@ public final class DemoClient {
             } catch (SQLException e) {
                 discard(c);
                 String state = e.getSQLState() == null ? "" : e.getSQLState();
-                if (!pooled[0] || attempt > 0 || !(state.startsWith("08") || state.startsWith("57P"))) {
+                if (!pooled[0] || attempt > 0 || !(state.startsWith("08") || state.startsWith("57P")) || timedOut(e)) {
                     throw e;
                 }
             }
@@ -292,7 +302,7 @@ public final class DemoClient {
             } catch (SQLException e) {
                 discard(c);
                 String state = e.getSQLState() == null ? "" : e.getSQLState();
-                if (!pooled[0] || attempt > 0 || !(state.startsWith("08") || state.startsWith("57P"))) {
+                if (!pooled[0] || attempt > 0 || !(state.startsWith("08") || state.startsWith("57P")) || timedOut(e)) {
                     throw e;
                 }
             }

@@ -37,6 +37,7 @@ static racaffinity_cluster *g_cl;
  * blackhole) fails the call instead of hanging it. New connections:
  * connect_timeout. */
 static int g_timeout_ms = 30000;
+static bool g_timed_out; /* the last exec_timed passed its deadline: no retry on a fresh connection */
 static char g_conninfo[MAX_NODES][256];
 static char g_name[MAX_NODES][72];
 static uint32_t g_nodes;
@@ -154,6 +155,7 @@ static long now_ms(void)
 /* PQexec with a deadline: the last result, or the first failed one. */
 static PGresult *exec_timed(PGconn *c, const char *sql, int timeout_ms)
 {
+    g_timed_out = false;
     if (!PQsendQuery(c, sql))
         return NULL;
     long deadline = now_ms() + timeout_ms;
@@ -166,7 +168,7 @@ static PGresult *exec_timed(PGconn *c, const char *sql, int timeout_ms)
                 if (cut) /* shut down and still busy: give up on it */
                     return keep;
                 shutdown(PQsocket(c), SHUT_RDWR);
-                cut = true;
+                cut = g_timed_out = true;
                 deadline = now_ms() + 2000;
                 left = 2000;
             }
@@ -238,7 +240,7 @@ static PGconn *work(const char *gtrid, uint32_t node, int *port, char *err, size
             free(value);
             return c;
         }
-        bool lost = PQstatus(c) == CONNECTION_BAD;
+        bool lost = PQstatus(c) == CONNECTION_BAD && !g_timed_out;
         PQfinish(c);
         if (!(pooled && lost))
             return NULL;
@@ -469,7 +471,7 @@ static int select_port(uint32_t node, char *err, size_t cap)
             checkin(node, c);
             return port;
         }
-        bool lost = PQstatus(c) == CONNECTION_BAD;
+        bool lost = PQstatus(c) == CONNECTION_BAD && !g_timed_out;
         PQfinish(c);
         if (!(pooled && lost))
             return -1;

@@ -43,11 +43,18 @@ def code_of(e: ra.Error) -> str:
     return f"{name}({type(e).__name__})"
 
 
+class DeadlineExpired(psycopg.Error):
+    """A query passed its deadline (not retried on a fresh connection: the node is silent)."""
+
+
 def timed(conn: psycopg.Connection, fn, timeout: float = TIMEOUT):  # type: ignore[no-untyped-def]
     """Runs fn() (queries on conn) with a deadline; past it the socket is shut
-    down under psycopg, which then fails with an OperationalError."""
+    down under psycopg, and the call raises DeadlineExpired."""
+
+    fired = []
 
     def cut() -> None:
+        fired.append(True)
         try:
             s = socket.socket(fileno=os.dup(conn.fileno()))
             s.shutdown(socket.SHUT_RDWR)
@@ -60,6 +67,10 @@ def timed(conn: psycopg.Connection, fn, timeout: float = TIMEOUT):  # type: igno
     t.start()
     try:
         return fn()
+    except psycopg.Error as e:
+        if fired:
+            raise DeadlineExpired(f"no answer within {timeout:g} s ({one_line(e)})") from e
+        raise
     finally:
         t.cancel()
 

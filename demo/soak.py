@@ -151,6 +151,7 @@ class Req:
     done: float
     status: str  # ok, fail, refused
     node: Optional[str]  # where it ran (the server's own port)
+    why: str = ""  # a failure's node and code, e.g. "RAC2 SQL server closed the connection"
 
 
 @dataclass
@@ -340,6 +341,7 @@ class Worker(threading.Thread):
                 except ClientDied as e:
                     fut.set_exception(e)
                     raise
+                fut.t_reply = self.soak.clock()  # type: ignore[attr-defined]
                 fut.set_result(r)
                 if fields[0] == "QUIT":
                     return
@@ -594,7 +596,10 @@ class Soak:
             if w.error:
                 raise SetupError(w.error)
 
-    def ask_all(self, *fields: str, langs: Optional[List[str]] = None) -> Dict[str, List[str]]:
+    def ask_all(self, *fields: str, langs: Optional[List[str]] = None,
+                times: Optional[Dict[str, float]] = None) -> Dict[str, List[str]]:
+        """One command to several clients (they work on it concurrently), one
+        reply from each; `times` gets when each reply arrived."""
         langs = LANGS if langs is None else langs
         futs = {l: self.workers[l].submit(*fields) for l in langs}
         out = {}
@@ -603,6 +608,8 @@ class Soak:
                 out[l] = f.result(timeout=HANG_S + 30)
             except Exception as e:
                 raise Violation(f"{LABEL[l]}: {fields[0]}: {e}") from e
+            if times is not None:
+                times[l] = getattr(f, "t_reply", self.clock())
         return out
 
     # ---- observations
@@ -626,8 +633,9 @@ class Soak:
                 self.home_cache[k] = h
         return self.home_cache[k]
 
-    def record_request(self, lang: str, op: str, key: str, sent: float, r: List[str]) -> None:
-        t = self.clock()
+    def record_request(self, lang: str, op: str, key: str, sent: float, r: List[str],
+                       t: Optional[float] = None) -> None:
+        t = self.clock() if t is None else t
         status = {"OK": "ok", "PREPARED": "ok", "FAIL": "fail", "REFUSED": "refused"}.get(r[0])
         if status is None:
             self.violation(f"{LABEL[lang]}: {op} {key}: unexpected reply {r[:4]}")
@@ -637,7 +645,8 @@ class Soak:
             node = self.port_node.get(int(r[4]))
             if node is None or node.upper() != r[2].upper():
                 self.violation(f"{LABEL[lang]}: {op} {key}: says {r[2]} but ran on port {r[4]}")
-        req = Req(lang, op, key, self.home(op, key), sent, t, status, node)
+        why = "" if status == "ok" else " ".join(r[2:5])[:160]
+        req = Req(lang, op, key, self.home(op, key), sent, t, status, node, why)
         with self.rlock:
             self.reqs.append(req)
 
@@ -776,9 +785,10 @@ class Soak:
         guard = tx.mode == "strict" and not os.environ.get("SOAK_NO_GUARD")
         fields = ["BRANCH", gtrid, "affinity"] + ([tx.tm_node] if guard else [])
         sent = self.clock()
-        replies = self.ask_all(*fields)
+        times: Dict[str, float] = {}
+        replies = self.ask_all(*fields, times=times)
         for lang, r in replies.items():
-            self.record_request(lang, "BRANCH", gtrid, sent, r)
+            self.record_request(lang, "BRANCH", gtrid, sent, r, times[lang])
             if r[0] == "PREPARED":
                 node = self.port_node.get(int(r[4]))
                 tx.branches[lang] = Branch(lang, "prepared", node, r[2])
@@ -1078,7 +1088,7 @@ class Soak:
 
     def failover(self) -> Dict[str, Dict[str, Dict[str, List[float]]]]:
         """kind -> lang -> {"last_fail": [...], "first_ok": [...]} in seconds after each injection."""
-        out: Dict[str, Dict[str, Dict[str, List[float]]]] = {k: {l: {"last_fail": [], "first_ok": []} for l in LANGS}
+        out: Dict[str, Dict[str, Dict[str, List[float]]]] = {k: {l: {"last_fail": [], "first_ok": [], "failed": []} for l in LANGS}
                                                              for k in FAILOVER_KINDS}
         by_lang = {l: sorted((r for r in self.reqs if r.lang == l), key=lambda r: r.done) for l in LANGS}
         done_at = {l: [r.done for r in by_lang[l]] for l in LANGS}
@@ -1087,9 +1097,13 @@ class Soak:
                 continue
             t_end = ep.t_end if ep.t_end is not None else ep.t0 + ep.duration
             for lang in LANGS:
-                lo, hi = bisect.bisect_left(done_at[lang], ep.t0), bisect.bisect_right(done_at[lang], t_end + 1.0)
+                lo, hi = bisect.bisect_left(done_at[lang], ep.t0), bisect.bisect_left(done_at[lang], t_end)
                 rs = by_lang[lang][lo:hi]
-                fails = [r.done - ep.t0 for r in rs if r.status != "ok" and r.done <= t_end + 1.0]
+                bad = [r for r in rs if r.status != "ok"]
+                fails = [r.done - ep.t0 for r in bad]
+                ep.notes += [f"{LABEL[lang]} +{r.done - ep.t0:.2f}s {r.op} {r.key} {r.status}: {r.why}"
+                             for r in bad[-3:]]
+                out[ep.kind][lang]["failed"].append(len(bad))
                 oks = [r.done - ep.t0 for r in rs if r.status == "ok" and r.home == ep.node and r.node != ep.node
                        and r.done <= t_end]
                 out[ep.kind][lang]["last_fail"].append(max(fails) if fails else 0.0)
@@ -1161,17 +1175,19 @@ class Soak:
         lines += [f"| {a} | {b} |" for a, b in rows]
         lines += ["", "Failover as users feel it: seconds from the injected fault to the last failed request "
                       "and to the first success elsewhere of a request whose home node was hit "
-                      "(p50 / p99 / max over the episodes; 0.00 = no request failed; each client is one "
+                      "(p50 / p99 / max over the episodes; failures counted until the heal, restart or FAN up; "
+                      "0.00 = no request failed; a refusal counts as a failure; each client is one "
                       "thread, so a request stuck on a silent node delays its next ones)", "",
-                  "| fault | language | episodes | last failed request | first success elsewhere |",
-                  "|---|---|--:|---|---|"]
+                  "| fault | language | episodes | failed or refused requests | last failed request | "
+                  "first success elsewhere |",
+                  "|---|---|--:|--:|---|---|"]
         for kind in FAILOVER_KINDS:
             for lang in LANGS:
                 d = fo[kind][lang]
                 n = len(d["last_fail"])
                 lf = " / ".join(fmt_s(pct(d["last_fail"], p)) for p in (50, 99, 100))
                 fs = " / ".join(fmt_s(pct(d["first_ok"], p)) for p in (50, 99, 100))
-                lines.append(f"| {kind} | {LABEL[lang]} | {n} | {lf} | {fs} |")
+                lines.append(f"| {kind} | {LABEL[lang]} | {n} | {sum(d['failed'])} | {lf} | {fs} |")
         lines += ["", "Fingerprint disagreement after each injected event (seconds until the four processes' "
                       "topology fingerprints agreed again; p50 / max)", "",
                   "| event | count | p50 | max |", "|---|--:|--:|--:|"]
