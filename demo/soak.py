@@ -217,7 +217,7 @@ def make_schedule(seed: int, seconds: float) -> Tuple[List[Episode], float, floa
             bag = KINDS[:]
             rng.shuffle(bag)
         kind = bag.pop()
-        dur = {"crash": rng.uniform(5, 9), "blackhole": rng.uniform(5, 9), "drain": rng.uniform(5, 8),
+        dur = {"crash": rng.uniform(5, 9), "blackhole": rng.uniform(9, 14), "drain": rng.uniform(5, 8),
                "latency": rng.uniform(4, 7), "reset": rng.uniform(1.5, 3), "rlb": rng.uniform(4, 6)}[kind]
         if t + dur + 3 > seconds - tail:
             break
