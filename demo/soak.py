@@ -606,6 +606,8 @@ class Soak:
         for l, f in futs.items():
             try:
                 out[l] = f.result(timeout=HANG_S + 30)
+            except (SetupError, KeyboardInterrupt):  # SIGTERM / SIGALRM while waiting
+                raise
             except Exception as e:
                 raise Violation(f"{LABEL[l]}: {fields[0]}: {e}") from e
             if times is not None:
@@ -707,7 +709,8 @@ class Soak:
                 self.want_mode = ep.mode
                 self.run_episode(ep)
         except Exception as e:
-            self.violation(f"chaos schedule: {type(e).__name__}: {e}")
+            if not self.stop.is_set():  # not the cleanup pulling the proxies away
+                self.violation(f"chaos schedule: {type(e).__name__}: {e}")
 
     def wait_until(self, t: float) -> bool:
         while self.clock() < t:
