@@ -16,7 +16,7 @@ LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
-	test-cluster test-demo test-c test-python test-java jar lint bench memory clean help
+	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench memory clean help
 
 all: build
 
@@ -99,7 +99,7 @@ demo-rust: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-java test-cluster test-demo failure-matrix
+test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-java test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
@@ -162,6 +162,23 @@ fuzz:
 test-fuzz:
 	@if ! $(CARGO) +nightly --version >/dev/null 2>&1; then echo "make test-fuzz: $(NO_NIGHTLY_MSG)"; exit 0; fi; \
 	$(MAKE) --no-print-directory cargo-fuzz-tool && PATH="$(TOOLS)/bin:$$PATH" CARGO=$(CARGO) tools/fuzz.sh 20
+
+# The chaos soak (demo/soak.py): the demo's C, Java and Python clients and a
+# driver run a mixed workload (2PC across the three processes, sessions, data
+# keys, pinned work) over 3 nodes behind the fault proxies while a seeded chaos
+# schedule kills, blackholes, drains, slows and resets nodes and sends FAN/RLB
+# lines to each process at a different moment. Fails on any invariant
+# violation. SOAK_SECONDS (default 600), SOAK_SEED (replay a run). Table and
+# chart: target/soak/. The trap stops the proxies and nodes whatever happens.
+SOAK_SECONDS ?= 600
+soak: lib jar toxiproxy-tool
+	demo/build.sh
+	@trap 'tests/cluster/faults stop >/dev/null 2>&1 || true; $(PGNODES) stop >/dev/null 2>&1 || true' EXIT; \
+	SOAK_SECONDS=$(SOAK_SECONDS) target/pyenv/bin/python demo/soak.py
+
+# The soak's short form inside `make test`: 90 seconds, same checks.
+test-soak:
+	$(MAKE) soak SOAK_SECONDS=90
 
 # Every benchmark in short mode, one after the other (never in parallel on a
 # small box), then ONE table of ratios against their baselines. To put it into

@@ -36,6 +36,16 @@ import java.util.regex.Pattern;
 
 public final class DemoClient {
     static final String LANG = "java";
+    static final int TIMEOUT_S = timeoutSeconds();
+
+    static int timeoutSeconds() {
+        try {
+            String t = System.getenv("RACAFF_CLIENT_TIMEOUT");
+            return t == null ? 30 : Math.max(1, (int) Math.ceil(Double.parseDouble(t)));
+        } catch (NumberFormatException e) {
+            return 30;
+        }
+    }
 
     /** A branch started (BEGIN; INSERT) and not yet prepared. */
     static final class Branch {
@@ -66,7 +76,12 @@ public final class DemoClient {
         for (int id : cluster.nodeIds()) {
             String address = cluster.nodeAddress(id).orElseThrow(() ->
                     new IllegalArgumentException("no node." + cluster.nodeName(id) + ".address in the config"));
-            urls.put(id, "jdbc:postgresql://" + address + "/postgres?user=postgres&connectTimeout=5");
+            // Every call has a deadline: socketTimeout (RACAFF_CLIENT_TIMEOUT seconds,
+            // default 30) fails a query on a node that stopped answering (a
+            // blackhole) instead of hanging it; connectTimeout and loginTimeout
+            // bound new connections.
+            urls.put(id, "jdbc:postgresql://" + address + "/postgres?user=postgres&connectTimeout=5&loginTimeout=5"
+                    + "&socketTimeout=" + TIMEOUT_S);
         }
     }
 
@@ -81,6 +96,16 @@ public final class DemoClient {
             default -> base.replaceAll("([a-z])([A-Z])", "$1_$2").toUpperCase(Locale.ROOT);
         };
         return c + "(" + simple + ")";
+    }
+
+    /** pgjdbc's socketTimeout fired: the node is silent, so no retry on a fresh connection. */
+    static boolean timedOut(Throwable e) {
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (t instanceof java.net.SocketTimeoutException) {
+                return true;
+            }
+        }
+        return false;
     }
 
     static String oneLine(Throwable e) {
@@ -125,7 +150,7 @@ public final class DemoClient {
             } catch (SQLException e) {
                 discard(c);
                 String state = e.getSQLState() == null ? "" : e.getSQLState();
-                if (!pooled[0] || attempt > 0 || !(state.startsWith("08") || state.startsWith("57P"))) {
+                if (!pooled[0] || attempt > 0 || !(state.startsWith("08") || state.startsWith("57P")) || timedOut(e)) {
                     throw e;
                 }
             }
@@ -135,10 +160,25 @@ public final class DemoClient {
     // ---- commands --------------------------------------------------------
 
     String start(String gtrid, boolean affinity) {
+        return start(gtrid, affinity, "");
+    }
+
+    String start(String gtrid, boolean affinity, String preferred) {
         Lease lease = null;
         Route route;
         try {
-            if (affinity) {
+            if (affinity && !preferred.isEmpty()) {
+                // The TM placed the transaction and enlists this branch there. If
+                // this process sees that node unable to take new work, its branch
+                // would go elsewhere and split the transaction: refuse it (the
+                // strict guard).
+                route = cluster.txBegin(gtrid.getBytes(StandardCharsets.UTF_8), cluster.nodeId(preferred));
+                if (!route.nodeName().equalsIgnoreCase(preferred)) {
+                    forget(gtrid);
+                    return "REFUSED\t" + gtrid + "\t" + route.nodeName() + "\tDISAGREE(strict guard)\tthe TM placed it on "
+                            + preferred + ", this process would use " + route.nodeName();
+                }
+            } else if (affinity) {
                 route = cluster.txBegin(gtrid.getBytes(StandardCharsets.UTF_8));
             } else { // a plain pool: every connection request load-balanced
                 lease = cluster.pick();
@@ -246,6 +286,86 @@ public final class DemoClient {
         }
     }
 
+    // ---- soak commands (demo/soak.py): sessions, data keys, pinned work, heartbeats
+
+    /** One request on node: the server's port. A dead pooled connection is replaced once. */
+    private int selectPort(int node) throws SQLException {
+        for (int attempt = 0; ; attempt++) {
+            boolean[] pooled = {false};
+            Connection c = checkout(node, pooled);
+            try (Statement s = c.createStatement();
+                 ResultSet rs = s.executeQuery("SELECT current_setting('port')::int")) {
+                rs.next();
+                int port = rs.getInt(1);
+                checkin(node, c);
+                return port;
+            } catch (SQLException e) {
+                discard(c);
+                String state = e.getSQLState() == null ? "" : e.getSQLState();
+                if (!pooled[0] || attempt > 0 || !(state.startsWith("08") || state.startsWith("57P")) || timedOut(e)) {
+                    throw e;
+                }
+            }
+        }
+    }
+
+    /** SESSION / KEY: route, then one request; PINNED: count requests in one pin. */
+    @SuppressWarnings("try") // the pin scope is the point; its handle is not needed inside
+    String request(String what, String key, int count) {
+        java.util.List<Route> routes = new java.util.ArrayList<>();
+        int port = -1;
+        try {
+            if (what.equals("PINNED")) {
+                try (io.racaffinity.Pin pin = cluster.pin()) {
+                    for (int i = 0; i < Math.max(1, count); i++) {
+                        Route r = cluster.route();
+                        routes.add(r);
+                        port = selectPort(r.node());
+                        cluster.reportOutcome(r.node(), true);
+                    }
+                }
+            } else {
+                Route r = what.equals("SESSION") ? cluster.routeSession(key) : cluster.routeKey(key);
+                routes.add(r);
+                port = selectPort(r.node());
+                cluster.reportOutcome(r.node(), true);
+            }
+        } catch (AffinityException e) {
+            return "REFUSED\t" + key + "\t-\t" + code(e) + "\t" + oneLine(e);
+        } catch (SQLException e) {
+            String name = "-";
+            if (!routes.isEmpty()) {
+                Route last = routes.get(routes.size() - 1);
+                cluster.reportOutcome(last.node(), false);
+                name = last.nodeName();
+            }
+            return "FAIL\t" + key + "\t" + name + "\tSQL\t" + oneLine(e);
+        }
+        Route r = routes.get(routes.size() - 1);
+        long distinct = routes.stream().mapToInt(Route::node).distinct().count();
+        return "OK\t" + key + "\t" + r.nodeName() + "\t" + r.kind().name().toLowerCase(Locale.ROOT) + "\t" + port
+                + "\t" + distinct;
+    }
+
+    /** Probes every node (connect + SELECT 1, 2 s each) and reports it. */
+    String heartbeat() {
+        StringBuilder oks = new StringBuilder();
+        for (int id : cluster.nodeIds()) {
+            boolean ok = false;
+            String url = urls.get(id).replaceAll("(connectTimeout|loginTimeout|socketTimeout)=\\d+", "$1=2");
+            try (Connection c = DriverManager.getConnection(url);
+                 Statement s = c.createStatement();
+                 ResultSet rs = s.executeQuery("SELECT 1")) {
+                ok = rs.next();
+            } catch (SQLException e) {
+                ok = false;
+            }
+            cluster.reportProbe(id, ok);
+            oks.append(ok ? '1' : '0');
+        }
+        return "OK\t" + oks;
+    }
+
     long txLive() {
         Matcher m = Pattern.compile("\"transaction\":\\{[^}]*\"live\":(\\d+)").matcher(cluster.metricsJson());
         return m.find() ? Long.parseLong(m.group(1)) : -1;
@@ -267,10 +387,18 @@ public final class DemoClient {
             boolean affinity = f.length > 2 && f[2].equals("affinity");
             switch (f[0]) {
                 case "BRANCH" -> {
-                    String started = start(f[1], affinity);
+                    String started = start(f[1], affinity, f.length > 3 ? f[3] : "");
                     reply(started.startsWith("STARTED") ? prepare(f[1], affinity) : started);
                 }
                 case "START" -> reply(start(f[1], affinity));
+                case "SESSION", "KEY" -> reply(request(f[0], f[1], 1));
+                case "PINNED" -> reply(request(f[0], f[1], f.length > 2 ? Integer.parseInt(f[2]) : 1));
+                case "ENDSESSION" -> {
+                    cluster.endSession(f[1]);
+                    reply("OK");
+                }
+                case "HEARTBEAT" -> reply(heartbeat());
+                case "METRICS" -> reply("METRICS\t" + cluster.metricsJson());
                 case "PREPARE" -> reply(prepare(f[1], affinity));
                 case "ROLLBACK" -> reply(rollback(f[1]));
                 case "DONE" -> {

@@ -11,11 +11,15 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
+#include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include <libpq-fe.h>
 
@@ -28,6 +32,12 @@
 #define LINE 4096
 
 static racaffinity_cluster *g_cl;
+/* Every query has a deadline (RACAFF_CLIENT_TIMEOUT seconds, default 30): past
+ * it the connection's socket is shut down, so a node that stopped answering (a
+ * blackhole) fails the call instead of hanging it. New connections:
+ * connect_timeout. */
+static int g_timeout_ms = 30000;
+static bool g_timed_out; /* the last exec_timed passed its deadline: no retry on a fresh connection */
 static char g_conninfo[MAX_NODES][256];
 static char g_name[MAX_NODES][72];
 static uint32_t g_nodes;
@@ -135,10 +145,63 @@ static void checkin(uint32_t node, PGconn *c)
         PQfinish(c);
 }
 
+static long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* PQexec with a deadline: the last result, or the first failed one. */
+static PGresult *exec_timed(PGconn *c, const char *sql, int timeout_ms)
+{
+    g_timed_out = false;
+    if (!PQsendQuery(c, sql))
+        return NULL;
+    long deadline = now_ms() + timeout_ms;
+    bool cut = false;
+    PGresult *keep = NULL, *r;
+    for (;;) {
+        while (PQisBusy(c)) {
+            long left = deadline - now_ms();
+            if (left <= 0) {
+                if (cut) /* shut down and still busy: give up on it */
+                    return keep;
+                shutdown(PQsocket(c), SHUT_RDWR);
+                cut = g_timed_out = true;
+                deadline = now_ms() + 2000;
+                left = 2000;
+            }
+            struct pollfd p = {.fd = PQsocket(c), .events = POLLIN};
+            poll(&p, 1, (int)left);
+            if (!PQconsumeInput(c))
+                break;
+        }
+        r = PQgetResult(c);
+        if (r == NULL)
+            break;
+        ExecStatusType st = PQresultStatus(r);
+        bool failed = st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK;
+        if (keep == NULL || (failed && (PQresultStatus(keep) == PGRES_COMMAND_OK ||
+                                        PQresultStatus(keep) == PGRES_TUPLES_OK))) {
+            PQclear(keep);
+            keep = r;
+        } else if (!failed && (PQresultStatus(keep) == PGRES_COMMAND_OK || PQresultStatus(keep) == PGRES_TUPLES_OK)) {
+            PQclear(keep);
+            keep = r;
+        } else {
+            PQclear(r);
+        }
+        if (PQstatus(c) == CONNECTION_BAD)
+            break;
+    }
+    return keep;
+}
+
 /* Runs a command; on failure copies the error's first line into err. */
 static bool exec_ok(PGconn *c, const char *sql, char *err, size_t cap, char **value)
 {
-    PGresult *r = PQexec(c, sql);
+    PGresult *r = exec_timed(c, sql, g_timeout_ms);
     ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     bool ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
     if (ok && value && PQntuples(r) == 1)
@@ -177,7 +240,7 @@ static PGconn *work(const char *gtrid, uint32_t node, int *port, char *err, size
             free(value);
             return c;
         }
-        bool lost = PQstatus(c) == CONNECTION_BAD;
+        bool lost = PQstatus(c) == CONNECTION_BAD && !g_timed_out;
         PQfinish(c);
         if (!(pooled && lost))
             return NULL;
@@ -231,7 +294,15 @@ static void reply(const char *fmt, ...)
     fflush(stdout);
 }
 
-static bool cmd_start(const char *gtrid, bool affinity, bool quiet)
+static int node_by_name(const char *name)
+{
+    for (uint32_t i = 0; i < g_nodes; i++)
+        if (strcasecmp(g_name[i], name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static bool cmd_start(const char *gtrid, bool affinity, bool quiet, const char *preferred)
 {
     racaffinity_route route;
     racaffinity_lease lease;
@@ -241,7 +312,19 @@ static bool cmd_start(const char *gtrid, bool affinity, bool quiet)
         reply("ERR\tPROTOCOL\tgtrid too long");
         return false;
     }
-    if (affinity) {
+    if (affinity && preferred && preferred[0]) {
+        /* The TM placed the transaction and enlists this branch there. If this
+         * process sees that node unable to take new work, its branch would go
+         * elsewhere and split the transaction: refuse it (the strict guard). */
+        int want = node_by_name(preferred);
+        rc = racaffinity_tx_begin_on(g_cl, gb(gtrid), strlen(gtrid), want < 0 ? 0 : (uint32_t)want, &route);
+        if (rc == RACAFFINITY_RESULT_OK && (int)route.node != want) {
+            forget(gtrid);
+            reply("REFUSED\t%s\t%s\tDISAGREE(strict guard)\tthe TM placed it on %s, this process would use %s",
+                  gtrid, g_name[route.node], preferred, g_name[route.node]);
+            return false;
+        }
+    } else if (affinity) {
         rc = racaffinity_tx_begin(g_cl, gb(gtrid), strlen(gtrid), &route);
     } else { /* a plain pool: every connection request load-balanced */
         rc = racaffinity_cluster_pick(g_cl, &lease);
@@ -364,6 +447,107 @@ static void cmd_rollback(const char *gtrid)
     reply("OK");
 }
 
+/* ---- soak commands (demo/soak.py): sessions, data keys, pinned work, heartbeats */
+
+/* One request on `node`: the server's port, or -1 (err filled). */
+static int select_port(uint32_t node, char *err, size_t cap)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        bool pooled;
+        PGconn *c = checkout(node, &pooled);
+        if (c == NULL) {
+            snprintf(err, cap, "out of memory");
+            return -1;
+        }
+        if (PQstatus(c) != CONNECTION_OK) {
+            one_line(err, cap, PQerrorMessage(c));
+            PQfinish(c);
+            return -1;
+        }
+        char *value = NULL;
+        if (exec_ok(c, "SELECT current_setting('port')", err, cap, &value)) {
+            int port = value ? atoi(value) : -1;
+            free(value);
+            checkin(node, c);
+            return port;
+        }
+        bool lost = PQstatus(c) == CONNECTION_BAD && !g_timed_out;
+        PQfinish(c);
+        if (!(pooled && lost))
+            return -1;
+    }
+    return -1;
+}
+
+/* SESSION / KEY: route, then one request; PINNED: `count` requests in one
+ * thread pin. OK <key> <node> <kind> <port> <distinct nodes>. */
+static void cmd_request(const char *what, const char *key, int count)
+{
+    racaffinity_route route;
+    racaffinity_result rc;
+    char err[768];
+    uint32_t seen = 0; /* bit per node */
+    int port = -1;
+    if (strcmp(what, "SESSION") == 0)
+        rc = racaffinity_session_route(g_cl, gb(key), strlen(key), &route);
+    else if (strcmp(what, "KEY") == 0)
+        rc = racaffinity_key_route(g_cl, gb(key), strlen(key), &route);
+    else
+        rc = racaffinity_thread_pin(g_cl, &route);
+    if (rc != RACAFFINITY_RESULT_OK) {
+        rac_error(rc, err, sizeof err);
+        reply("REFUSED\t%s\t-\t%s", key, err);
+        return;
+    }
+    bool pinned = strcmp(what, "PINNED") == 0;
+    for (int i = 0; i < (pinned ? (count < 1 ? 1 : count) : 1); i++) {
+        if (pinned && (rc = racaffinity_cluster_route(g_cl, &route)) != RACAFFINITY_RESULT_OK) {
+            rac_error(rc, err, sizeof err);
+            racaffinity_thread_unpin(g_cl, NULL);
+            reply("REFUSED\t%s\t-\t%s", key, err);
+            return;
+        }
+        seen |= 1u << (route.node % 32);
+        port = select_port(route.node, err, sizeof err);
+        racaffinity_outcome_report(g_cl, route.node, port >= 0);
+        if (port < 0) {
+            if (pinned)
+                racaffinity_thread_unpin(g_cl, NULL);
+            reply("FAIL\t%s\t%s\tSQL\t%s", key, g_name[route.node], err);
+            return;
+        }
+    }
+    if (pinned)
+        racaffinity_thread_unpin(g_cl, NULL);
+    reply("OK\t%s\t%s\t%s\t%d\t%d", key, g_name[route.node], kind_name(route.kind), port,
+          __builtin_popcount(seen));
+}
+
+/* Probes every node (connect + SELECT 1, 2 s each) and reports it. */
+static void cmd_heartbeat(void)
+{
+    char oks[MAX_NODES + 1];
+    for (uint32_t i = 0; i < g_nodes; i++) {
+        char conninfo[sizeof g_conninfo[0]];
+        memcpy(conninfo, g_conninfo[i], sizeof conninfo);
+        char *ct = strstr(conninfo, "connect_timeout=5");
+        if (ct)
+            ct[16] = '2';
+        PGconn *c = PQconnectdb(conninfo);
+        bool ok = false;
+        if (c && PQstatus(c) == CONNECTION_OK) {
+            PGresult *r = exec_timed(c, "SELECT 1", 2000);
+            ok = r && PQresultStatus(r) == PGRES_TUPLES_OK;
+            PQclear(r);
+        }
+        PQfinish(c);
+        racaffinity_probe_report(g_cl, i, ok);
+        oks[i] = ok ? '1' : '0';
+    }
+    oks[g_nodes] = '\0';
+    reply("OK\t%s", oks);
+}
+
 static long tx_live(void)
 {
     char buf[16384];
@@ -381,6 +565,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s CONFIG_FILE\n", argv[0]);
         return 2;
     }
+    const char *t = getenv("RACAFF_CLIENT_TIMEOUT");
+    if (t != NULL && atof(t) > 0)
+        g_timeout_ms = (int)(atof(t) * 1000);
     char *config = read_file(argv[1]);
     if (config == NULL) {
         perror(argv[1]);
@@ -432,10 +619,26 @@ int main(int argc, char **argv)
         const char *cmd = f[0], *const *args = (const char *const *)&f[1];
         bool affinity = args[1] && strcmp(args[1], "affinity") == 0;
         if (strcmp(cmd, "BRANCH") == 0 && args[1]) {
-            if (cmd_start(args[0], affinity, true))
+            if (cmd_start(args[0], affinity, true, args[2]))
                 cmd_prepare(args[0], affinity);
         } else if (strcmp(cmd, "START") == 0 && args[1]) {
-            cmd_start(args[0], affinity, false);
+            cmd_start(args[0], affinity, false, NULL);
+        } else if ((strcmp(cmd, "SESSION") == 0 || strcmp(cmd, "KEY") == 0) && args[0]) {
+            cmd_request(cmd, args[0], 1);
+        } else if (strcmp(cmd, "PINNED") == 0 && args[0]) {
+            cmd_request(cmd, args[0], args[1] ? atoi(args[1]) : 1);
+        } else if (strcmp(cmd, "ENDSESSION") == 0 && args[0]) {
+            racaffinity_session_end(g_cl, gb(args[0]), strlen(args[0]), NULL);
+            reply("OK");
+        } else if (strcmp(cmd, "HEARTBEAT") == 0) {
+            cmd_heartbeat();
+        } else if (strcmp(cmd, "METRICS") == 0) {
+            static char buf[1 << 16];
+            size_t n = 0;
+            if (racaffinity_metrics_json(g_cl, buf, sizeof buf, &n) == RACAFFINITY_RESULT_OK)
+                reply("METRICS\t%s", buf);
+            else
+                reply("ERR\tPROTOCOL\tmetrics failed");
         } else if (strcmp(cmd, "PREPARE") == 0 && args[1]) {
             cmd_prepare(args[0], affinity);
         } else if (strcmp(cmd, "ROLLBACK") == 0 && args[0]) {

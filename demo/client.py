@@ -11,7 +11,10 @@ psycopg 3 to the node the core names. The C (client.c) and Java
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
+import threading
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
@@ -21,6 +24,11 @@ import psycopg
 import racaffinity as ra
 
 LANG = "py"
+# Every query has a deadline (seconds): past it the connection's socket is shut
+# down, so a node that stopped answering (a blackhole) fails the call instead
+# of hanging it. New connections: connect_timeout.
+TIMEOUT = float(os.environ.get("RACAFF_CLIENT_TIMEOUT", "30"))
+PROBE_TIMEOUT = 2.0
 # racaffinity_result values, for a language-neutral code in the replies.
 CODES = [
     "OK", "NULL_ARGUMENT", "INVALID_HANDLE", "INVALID_UTF8", "INVALID_ARGUMENT", "BUFFER_TOO_SMALL", "PANIC",
@@ -33,6 +41,38 @@ CODES = [
 def code_of(e: ra.Error) -> str:
     name = CODES[e.code] if 0 <= e.code < len(CODES) else str(e.code)
     return f"{name}({type(e).__name__})"
+
+
+class DeadlineExpired(psycopg.Error):
+    """A query passed its deadline (not retried on a fresh connection: the node is silent)."""
+
+
+def timed(conn: psycopg.Connection, fn, timeout: float = TIMEOUT):  # type: ignore[no-untyped-def]
+    """Runs fn() (queries on conn) with a deadline; past it the socket is shut
+    down under psycopg, and the call raises DeadlineExpired."""
+
+    fired = []
+
+    def cut() -> None:
+        fired.append(True)
+        try:
+            s = socket.socket(fileno=os.dup(conn.fileno()))
+            s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        except OSError:
+            pass
+
+    t = threading.Timer(timeout, cut)
+    t.daemon = True
+    t.start()
+    try:
+        return fn()
+    except psycopg.Error as e:
+        if fired:
+            raise DeadlineExpired(f"no answer within {timeout:g} s ({one_line(e)})") from e
+        raise
+    finally:
+        t.cancel()
 
 
 def one_line(e: BaseException) -> str:
@@ -87,11 +127,14 @@ class Client:
         for _ in range(2):
             conn, pooled = self.checkout(node)
             try:
-                conn.execute("BEGIN")
-                row = conn.execute(
-                    "INSERT INTO demo_xa VALUES (%s, %s, current_setting('port')::int) RETURNING port",
-                    (gtrid, LANG),
-                ).fetchone()
+                def run() -> Tuple:
+                    conn.execute("BEGIN")
+                    return conn.execute(
+                        "INSERT INTO demo_xa VALUES (%s, %s, current_setting('port')::int) RETURNING port",
+                        (gtrid, LANG),
+                    ).fetchone()
+
+                row = timed(conn, run)
                 return conn, int(row[0])
             except psycopg.OperationalError:
                 self.discard(conn)
@@ -101,10 +144,20 @@ class Client:
 
     # ---- commands ----------------------------------------------------------
 
-    def start(self, gtrid: str, mode: str) -> str:
+    def start(self, gtrid: str, mode: str, preferred: str = "") -> str:
         lease = None
         try:
-            if mode == "affinity":
+            if mode == "affinity" and preferred:
+                # The TM placed the transaction and enlists this branch there
+                # (tx_begin_on). If this process sees that node unable to take
+                # new work, its branch would go elsewhere and split the
+                # transaction: refuse it instead (the strict guard).
+                route = self.cluster.tx_begin_on(gtrid, preferred)
+                if route.name.upper() != preferred.upper():
+                    self.forget(gtrid)
+                    return (f"REFUSED\t{gtrid}\t{route.name}\tDISAGREE(strict guard)\t"
+                            f"the TM placed it on {preferred}, this process would use {route.name}")
+            elif mode == "affinity":
                 route = self.cluster.tx_begin(gtrid)
             else:  # a plain pool: every connection request load-balanced
                 lease = self.cluster.pick()
@@ -147,7 +200,7 @@ class Client:
                     return f"FAIL\t{gtrid}\t{route.name}\tSQL\t{one_line(e)}"
         name = self.cluster.node_name(node)
         try:
-            conn.execute(f"PREPARE TRANSACTION '{gtrid}.{LANG}'")
+            timed(conn, lambda: conn.execute(f"PREPARE TRANSACTION '{gtrid}.{LANG}'"))
         except psycopg.Error as e:
             self.discard(conn)
             self.cluster.report_outcome(node, False)
@@ -162,15 +215,15 @@ class Client:
         self.checkin(node, conn)
         return f"PREPARED\t{gtrid}\t{name}\t{kind}\t{port}"
 
-    def branch(self, gtrid: str, mode: str) -> str:
-        started = self.start(gtrid, mode)
+    def branch(self, gtrid: str, mode: str, preferred: str = "") -> str:
+        started = self.start(gtrid, mode, preferred)
         return self.prepare(gtrid, mode) if started.startswith("STARTED") else started
 
     def rollback(self, gtrid: str) -> str:
         b = self.open.pop(gtrid, None)
         if b is not None:
             try:
-                b.conn.execute("ROLLBACK")
+                timed(b.conn, lambda: b.conn.execute("ROLLBACK"))
                 self.checkin(b.node, b.conn)
             except psycopg.Error:
                 self.discard(b.conn)
@@ -195,6 +248,74 @@ class Client:
         self.cluster.set_strict(ra.Scope.TRANSACTION, on == "1")
         return "OK"
 
+    # ---- soak commands (demo/soak.py): sessions, data keys, pinned work, heartbeats
+
+    def select_port(self, node: int) -> int:
+        """One request on `node`: the server's port. A dead pooled connection
+        is replaced once."""
+        for _ in range(2):
+            conn, pooled = self.checkout(node)
+            try:
+                row = timed(conn, lambda: conn.execute("SELECT current_setting('port')::int").fetchone())
+                self.checkin(node, conn)
+                return int(row[0])
+            except psycopg.OperationalError:
+                self.discard(conn)
+                if not pooled:
+                    raise
+        raise AssertionError("unreachable")
+
+    def request(self, what: str, key: str, count: str = "1") -> str:
+        """SESSION / KEY / PINNED: route, then one request (PINNED: `count`
+        requests inside one pin scope) on the node the core names."""
+        try:
+            if what == "SESSION":
+                routes = [self.cluster.route_session(key)]
+            elif what == "KEY":
+                routes = [self.cluster.route_key(key)]
+            else:
+                routes = []
+        except ra.Error as e:
+            return f"REFUSED\t{key}\t-\t{code_of(e)}\t{one_line(e)}"
+        try:
+            if what == "PINNED":
+                ports = []
+                with self.cluster.pin():
+                    for _ in range(max(1, int(count))):
+                        r = self.cluster.route()
+                        routes.append(r)
+                        ports.append(self.select_port(r.node))
+                        self.cluster.report_outcome(r.node, True)
+                port = ports[-1]
+            else:
+                port = self.select_port(routes[-1].node)
+                self.cluster.report_outcome(routes[-1].node, True)
+        except ra.Error as e:
+            return f"REFUSED\t{key}\t-\t{code_of(e)}\t{one_line(e)}"
+        except psycopg.Error as e:
+            if routes:
+                self.cluster.report_outcome(routes[-1].node, False)
+            name = routes[-1].name if routes else "-"
+            return f"FAIL\t{key}\t{name}\tSQL\t{one_line(e)}"
+        r = routes[-1]
+        return f"OK\t{key}\t{r.name}\t{r.kind.name.lower()}\t{port}\t{len({x.node for x in routes})}"
+
+    def heartbeat(self) -> str:
+        """Probes every node (connect + SELECT 1, 2 s each) and reports it."""
+        oks = []
+        for node in range(len(self.cluster.nodes)):
+            ok = False
+            try:
+                with psycopg.connect(self.dsn(node).replace("connect_timeout=5", "connect_timeout=2"),
+                                     autocommit=True) as conn:
+                    timed(conn, lambda: conn.execute("SELECT 1").fetchone(), PROBE_TIMEOUT)
+                    ok = True
+            except psycopg.Error:
+                pass
+            self.cluster.report_probe(node, ok)
+            oks.append("1" if ok else "0")
+        return "OK\t" + "".join(oks)
+
     def bye(self) -> str:
         live = self.cluster.metrics()["scopes"]["transaction"]["live"]
         return f"BYE\ttx_live={live}\topen={len(self.open)}"
@@ -208,6 +329,15 @@ class Client:
                 out = self.branch(*args)
             elif cmd == "START":
                 out = self.start(*args)
+            elif cmd in ("SESSION", "KEY", "PINNED"):
+                out = self.request(cmd, *args)
+            elif cmd == "ENDSESSION":
+                self.cluster.end_session(args[0])
+                out = "OK"
+            elif cmd == "HEARTBEAT":
+                out = self.heartbeat()
+            elif cmd == "METRICS":
+                out = f"METRICS\t{self.cluster.metrics_json()}"
             elif cmd == "PREPARE":
                 out = self.prepare(*args)
             elif cmd == "ROLLBACK":

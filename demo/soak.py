@@ -1,0 +1,1405 @@
+#!/usr/bin/env python3
+"""`make soak`: the chaos soak. The demo's C, Java and Python clients (one
+process each, demo/client.c, demo/DemoClient.java, demo/client.py, same line
+protocol) plus this driver (the transaction manager, a fourth process with its
+own racaffinity) run a mixed workload for a set time over 3 local PostgreSQL
+nodes behind the fault proxies (tests/cluster/faults), while a seeded chaos
+schedule injects faults:
+
+- node kill -9 and restart (pgnodes kill / restart), then FAN down / up;
+- blackhole (faults blackhole), FAN down after 1 s, heal, FAN up;
+- planned drain: FAN down reason=USER, later FAN up;
+- latency (faults latency) and connection resets (faults reset);
+- RLB advisories (percent and aff flags);
+- heartbeats: every client probes every node every few seconds (report_probe).
+
+Every FAN / RLB line reaches each process (C, Java, Python, driver) at a
+different moment, up to 2 s apart, as real notification delivery does.
+
+Workload: global transactions with one branch in each client process, committed
+by the driver with 2PC; web sessions, data keys and pinned work (SESSION / KEY
+/ PINNED requests, each client on its own). Transaction mode alternates with
+the fault episodes: strict (the driver places the transaction and every branch
+is enlisted there with tx_begin_on; a process that sees that node unable to
+take new work refuses its branch instead of splitting the transaction) and
+soft (every process places the gtrid itself by rendezvous, as the demo does:
+processes that disagree on the topology may split it; splits are counted).
+
+Checked continuously and at the end (exit 1 on any violation):
+- strict mode: 0 split transactions, 0 misrouted 2PC commands;
+- after the final recovery: 0 prepared transactions on every node, every
+  committed branch's row exactly once (SQL against the driver's log, which is
+  also written to target/soak/tm-log.jsonl), no row of a rolled-back one;
+- no client crash or hang, no PANIC result code, every registry back to 0
+  (scopes' live counts and in-flight leases from each process's metrics JSON),
+  resident memory growth of each process under 20 MB (VmRSS, after warm-up).
+
+Measured: failover as users feel it, per language (from each crash, blackhole
+and drain to the last failed request and to the first success elsewhere);
+how long the processes' topology fingerprints disagreed after each event;
+soft-mode splits. Writes target/soak/table.md, soak.svg, results.json.
+
+    target/pyenv/bin/python demo/soak.py       (after demo/build.sh; `make soak` does both)
+
+Environment: SOAK_SECONDS (default 600), SOAK_SEED (default: from the clock;
+printed, so any run can be replayed), RACAFF_PG_BASE_PORT / RACAFF_PG_DIR
+(pgnodes), RACAFF_PROXY_BASE_PORT (faults), JAVA, SOAK_CLIENT_TIMEOUT (seconds
+per client query, default 6), SOAK_RSS_LIMIT_MB (default 20). SOAK_NO_GUARD=1
+breaks the soak on purpose: strict mode then enlists branches as the demo
+does (every process places the gtrid itself) instead of at the TM's node, so
+processes that disagree on the topology split transactions and the run fails.
+Exit status: 0 all invariants held, 1 a violation, 2 setup error.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import json
+import math
+import os
+import queue
+import random
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+try:
+    import psycopg
+
+    import racaffinity as ra
+except ImportError as e:  # pragma: no cover - setup error
+    sys.exit(f"demo/soak.py: {e}: run it with target/pyenv/bin/python after demo/build.sh (or `make soak`)")
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "target" / "soak"
+DEMO = REPO / "target" / "demo"
+PGNODES = str(REPO / "tests" / "cluster" / "pgnodes")
+FAULTS = str(REPO / "tests" / "cluster" / "faults")
+LANGS = ["c", "java", "py"]
+PROCS = LANGS + ["tm"]
+LABEL = {"c": "C", "java": "Java", "py": "Python", "tm": "driver"}
+NODES = ["RAC1", "RAC2", "RAC3"]
+TABLE = "demo_xa"  # the clients insert here (demo/README.md)
+PREFIX = "soak-"
+HANG_S = 75.0  # a client that does not answer within this is hung (its own timeouts are far shorter)
+STAGGER_S = 2.0  # FAN / RLB delivery spread over the four processes
+KINDS = ["crash", "blackhole", "drain", "latency", "reset", "rlb"]
+FAILOVER_KINDS = ["crash", "blackhole", "drain"]
+
+
+class SetupError(Exception):
+    pass
+
+
+class Violation(Exception):
+    pass
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+def pct(xs: List[float], p: float) -> Optional[float]:
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
+    return s[k]
+
+
+def fmt_s(x: Optional[float]) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def fan(node: str, status: str, reason: str) -> str:
+    ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    return (f"SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={node} host=127.0.0.1 "
+            f"status={status} reason={reason} card=3 timestamp={ts}")
+
+
+def rlb(percents: Dict[str, int], aff: Dict[str, bool]) -> str:
+    ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    body = "".join(f"{{instance={n} percent={percents[n]} flag=GOOD aff={'TRUE' if aff[n] else 'FALSE'}}}"
+                   for n in NODES)
+    return f"VERSION=1.0 database=orcl service=svc {{ {body} }} timestamp={ts}"
+
+
+# ---- records ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Req:
+    """One user request a client ran (a transaction branch, a session, a data
+    key or a pinned unit of work), as the driver saw it."""
+
+    lang: str
+    op: str
+    key: str
+    home: Optional[str]  # the node it belongs to when every node is up
+    sent: float
+    done: float
+    status: str  # ok, fail, refused
+    node: Optional[str]  # where it ran (the server's own port)
+    why: str = ""  # a failure's node and code, e.g. "RAC2 SQL server closed the connection"
+
+
+@dataclass
+class Branch:
+    lang: str
+    status: str  # prepared, refused, failed, committed, rolled_back, in_doubt, recovered
+    node: Optional[str] = None  # where it really is (server port)
+    claimed: Optional[str] = None
+    code: str = ""
+
+
+@dataclass
+class Tx:
+    gtrid: str
+    mode: str  # strict | soft
+    t: float
+    tm_node: Optional[str] = None
+    branches: Dict[str, Branch] = field(default_factory=dict)
+    decision: str = ""  # commit | rollback
+    misrouted: int = 0
+    in_doubt: bool = False
+
+    def worked(self) -> List[Branch]:
+        return [b for b in self.branches.values() if b.node and b.status not in ("refused", "failed")]
+
+    @property
+    def split(self) -> bool:
+        return len({b.node for b in self.worked()}) > 1
+
+
+@dataclass
+class Episode:
+    idx: int
+    kind: str
+    node: str
+    start: float  # seconds after the load started
+    duration: float
+    mode: str
+    offsets: Dict[str, float]  # per process delivery delay of FAN / RLB lines
+    arg: int = 0  # latency ms
+    t0: Optional[float] = None  # when the fault was injected (run clock)
+    t_end: Optional[float] = None  # when it was healed / restarted / up
+    notes: List[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        extra = f" {self.arg} ms" if self.kind == "latency" else ""
+        offs = " ".join(f"{LABEL[p]}+{self.offsets[p]:.2f}s" for p in PROCS)
+        return (f"#{self.idx:02d} t={self.start:6.1f}s {self.kind:<9} {self.node}{extra} for {self.duration:.1f}s "
+                f"[{self.mode}] delivery {offs}")
+
+
+def make_schedule(seed: int, seconds: float) -> Tuple[List[Episode], float, float]:
+    """The chaos schedule: a function of the seed and the duration only."""
+    rng = random.Random(seed)
+    warmup = min(20.0, max(8.0, seconds * 0.1))
+    tail = min(30.0, max(12.0, seconds * 0.08))
+    eps: List[Episode] = []
+    t = warmup
+    bag: List[str] = []
+    i = 0
+    while True:
+        if not bag:
+            bag = KINDS[:]
+            rng.shuffle(bag)
+        kind = bag.pop()
+        dur = {"crash": rng.uniform(5, 9), "blackhole": rng.uniform(9, 14), "drain": rng.uniform(5, 8),
+               "latency": rng.uniform(4, 7), "reset": rng.uniform(1.5, 3), "rlb": rng.uniform(4, 6)}[kind]
+        if t + dur + 3 > seconds - tail:
+            break
+        offs = {p: rng.uniform(0, STAGGER_S) for p in PROCS}
+        lo = min(offs.values())
+        offs = {p: round(v - lo, 3) for p, v in offs.items()}  # the first process gets it at once
+        ep = Episode(i, kind, rng.choice(NODES), round(t, 2), round(dur, 2), "strict" if i % 2 == 0 else "soft",
+                     offs, arg=rng.choice([150, 300, 600, 1200]) if kind == "latency" else 0)
+        eps.append(ep)
+        t += dur + rng.uniform(3, 6)
+        i += 1
+    return eps, warmup, tail
+
+
+# ---- the client processes ----------------------------------------------------------------------
+
+
+class ClientDied(Exception):
+    pass
+
+
+class Worker(threading.Thread):
+    """Owns one client process: sends it one command at a time and reads the
+    reply with a deadline. Between the driver's work items it delivers due
+    FAN / RLB lines, runs heartbeats, samples metrics and memory, and keeps
+    the client busy with sessions, data keys and pinned work."""
+
+    def __init__(self, soak: "Soak", lang: str, argv: List[str], env: Dict[str, str]) -> None:
+        super().__init__(name=f"worker-{lang}", daemon=True)
+        self.soak = soak
+        self.lang = lang
+        self.log_path = OUT / f"client-{lang}.log"
+        self.log = open(self.log_path, "w")
+        self.p = subprocess.Popen(argv, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.log, env=env)
+        self.fd = self.p.stdout.fileno()  # type: ignore[union-attr]
+        self.buf = b""
+        self.events: List[Tuple[float, int, str, str]] = []  # heap: (due, seq, line, label)
+        self.lock = threading.Lock()
+        self.work: "queue.Queue[Tuple[List[str], Future]]" = queue.Queue()
+        self.rng = random.Random(soak.seed * 31 + LANGS.index(lang))
+        self.banner = ""
+        self.error: Optional[str] = None
+        self.next_hb = 0.0
+        self.next_metrics = 0.0
+        self.last_op = 0.0
+        self.calls = 0
+
+    # ---- the wire
+
+    def readline(self, timeout: float) -> List[str]:
+        end = now() + timeout
+        while b"\n" not in self.buf:
+            left = end - now()
+            if left <= 0:
+                raise ClientDied(f"the {LABEL[self.lang]} client did not answer within {timeout:.0f} s (hang)")
+            r, _, _ = select.select([self.fd], [], [], left)
+            if r:
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    self.p.wait(5)
+                    raise ClientDied(f"the {LABEL[self.lang]} client exited ({self.p.returncode}); "
+                                     f"its log: {self.log_path}")
+                self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode("utf-8", "replace").split("\t")
+
+    def call(self, *fields: str) -> List[str]:
+        assert self.p.stdin is not None
+        try:
+            self.p.stdin.write(("\t".join(fields) + "\n").encode())
+            self.p.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise ClientDied(f"the {LABEL[self.lang]} client's stdin: {e}") from e
+        r = self.readline(HANG_S)
+        self.calls += 1
+        if any("PANIC" in f for f in r):
+            self.soak.violation(f"{LABEL[self.lang]}: PANIC result: {' '.join(r)[:300]}")
+        return r
+
+    # ---- scheduling
+
+    def deliver_at(self, due: float, line: str, label: str) -> None:
+        with self.lock:
+            heapq.heappush(self.events, (due, next(self.soak.seq), line, label))
+
+    def due_event(self) -> Optional[Tuple[float, int, str, str]]:
+        with self.lock:
+            if self.events and self.events[0][0] <= now():
+                return heapq.heappop(self.events)
+        return None
+
+    def submit(self, *fields: str) -> Future:
+        f: Future = Future()
+        if self.error:
+            f.set_exception(ClientDied(self.error))
+        else:
+            self.work.put((list(fields), f))
+        return f
+
+    def run(self) -> None:
+        try:
+            r = self.readline(120)
+            if r[0] != "READY":
+                raise ClientDied(f"{LABEL[self.lang]} client: unexpected first line {r}")
+            self.banner = r[2] if len(r) > 2 else ""
+            self.soak.ready.release()
+            while True:
+                ev = self.due_event()
+                if ev is not None:
+                    self.apply(ev)
+                    continue
+                if self.background():
+                    continue
+                try:
+                    fields, fut = self.work.get(timeout=0.01)
+                except queue.Empty:
+                    continue
+                try:
+                    r = self.call(*fields)
+                except ClientDied as e:
+                    fut.set_exception(e)
+                    raise
+                fut.t_reply = self.soak.clock()  # type: ignore[attr-defined]
+                fut.set_result(r)
+                if fields[0] == "QUIT":
+                    return
+        except ClientDied as e:
+            self.error = str(e)
+            self.soak.violation(str(e))
+            self.soak.ready.release()
+            while True:  # fail whatever is queued
+                try:
+                    _, fut = self.work.get_nowait()
+                    if not fut.done():
+                        fut.set_exception(ClientDied(self.error))
+                except queue.Empty:
+                    break
+        except Exception as e:  # a bug in the driver: stop the run, do not hang it
+            self.error = f"worker {self.lang}: {type(e).__name__}: {e}"
+            self.soak.violation(self.error)
+
+    def apply(self, ev: Tuple[float, int, str, str]) -> None:
+        due, _, line, label = ev
+        r = self.call("EVENT", line)
+        t = self.soak.clock()
+        if r[0] != "OK":
+            self.soak.violation(f"{LABEL[self.lang]} refused {label}: {r}")
+        self.soak.record_delivery(label, self.lang, t, t - (due - self.soak.t0))
+        self.sample_metrics()
+
+    def sample_metrics(self) -> None:
+        r = self.call("METRICS")
+        t = self.soak.clock()
+        if r[0] != "METRICS":
+            self.soak.violation(f"{LABEL[self.lang]}: METRICS answered {r[:3]}")
+            return
+        m = json.loads(r[1])
+        self.soak.record_fp(self.lang, t, m["fingerprint"])
+        self.soak.last_metrics[self.lang] = m
+        rss = self.soak.rss(self.p.pid)
+        if rss is not None:
+            self.soak.rss_samples[self.lang].append((t, rss))
+        self.next_metrics = now() + 1.0
+
+    def background(self) -> bool:
+        """Between the driver's work items: metrics (every second), a heartbeat
+        (every 3 s) and one mixed request (at most every 50 ms) when due.
+        Whether it ran one."""
+        s = self.soak
+        t = now()
+        if t >= self.next_metrics:
+            self.sample_metrics()
+            return True
+        if not s.load_on:
+            return False
+        if t >= self.next_hb:
+            r = self.call("HEARTBEAT")
+            self.next_hb = now() + 3.0 + self.rng.uniform(0, 0.5)
+            if r[0] != "OK":
+                s.violation(f"{LABEL[self.lang]}: HEARTBEAT answered {r[:3]}")
+            self.sample_metrics()
+            return True
+        if t - self.last_op < 0.05:
+            return False
+        x = self.rng.random()
+        if x < 0.4:
+            op, key, args = "SESSION", f"s{self.rng.randrange(48):03d}", []
+            s.sessions[self.lang].add(key)
+        elif x < 0.8:
+            op, key, args = "KEY", f"k{self.rng.randrange(1000):04d}", []
+        else:
+            op, key, args = "PINNED", f"p{self.lang}{self.calls}", ["3"]
+        sent = s.clock()
+        r = self.call(op, key, *args)
+        self.last_op = now()
+        s.record_request(self.lang, op, key, sent, r)
+        return True
+
+
+# ---- the driver ----------------------------------------------------------------------------------
+
+
+class Soak:
+    def __init__(self, seconds: float, seed: int) -> None:
+        self.seconds = seconds
+        self.seed = seed
+        self.seq = itertools.count()
+        self.t0 = now()
+        self.ports: Dict[str, int] = {}  # node -> server port
+        self.proxy_ports: Dict[str, int] = {}
+        self.port_node: Dict[int, str] = {}
+        self.started_nodes = False
+        self.started_faults = False
+        self.killed: set = set()
+        self.workers: Dict[str, Worker] = {}
+        self.ready = threading.Semaphore(0)
+        self.conns: Dict[str, psycopg.Connection] = {}
+        self.problems: List[str] = []
+        self.plock = threading.Lock()
+        self.notes: List[str] = []
+        self.txs: List[Tx] = []
+        self.reqs: List[Req] = []
+        self.rlock = threading.Lock()
+        self.fps: Dict[str, List[Tuple[float, str]]] = {p: [] for p in PROCS}
+        self.deliveries: Dict[str, Dict[str, float]] = defaultdict(dict)  # label -> proc -> applied at
+        self.delivery_lag: List[float] = []
+        self.label_kind: Dict[str, str] = {}
+        self.label_t: Dict[str, float] = {}
+        self.rss_samples: Dict[str, List[Tuple[float, int]]] = {l: [] for l in LANGS}
+        self.last_metrics: Dict[str, dict] = {}
+        self.sessions: Dict[str, set] = {l: set() for l in LANGS}
+        self.home_cache: Dict[Tuple[str, str], Optional[str]] = {}
+        self.load_on = False
+        self.mode = "strict"
+        self.want_mode = "strict"
+        self.recovery_due = False
+        self.stop = threading.Event()
+        self.recovered: Counter = Counter()
+        self.recovery_passes = 0
+        self.episodes: List[Episode] = []
+        self.tmlog = None
+        self.decisions: Dict[str, str] = {}
+        self.inflight: set = set()
+
+    def clock(self) -> float:
+        return now() - self.t0
+
+    def violation(self, msg: str) -> None:
+        with self.plock:
+            if len(self.problems) < 500:
+                self.problems.append(f"t={self.clock():.1f}s {msg}")
+        print(f"  ! {msg}", flush=True)
+
+    def say(self, msg: str) -> None:
+        print(f"[{self.clock():7.1f}s] {msg}", flush=True)
+
+    @staticmethod
+    def rss(pid: int) -> Optional[int]:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+    # ---- nodes, proxies, config
+
+    def run_tool(self, *args: str, timeout: float = 120) -> str:
+        try:
+            r = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise SetupError(f"{' '.join(args)}: no answer within {timeout:.0f} s") from e
+        if r.returncode != 0:
+            raise SetupError(f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+        return r.stdout.strip()
+
+    def start_infra(self) -> None:
+        up = sum(1 for line in self.run_tool(PGNODES, "status").splitlines() if re.match(r"node[123] up ", line))
+        self.run_tool(PGNODES, "start", "3")
+        self.started_nodes = up < 3
+        for line in self.run_tool(PGNODES, "env").splitlines():
+            m = re.match(r"export RACAFF_NODE([123])_PORT=(\d+)", line)
+            if m:
+                self.ports[NODES[int(m.group(1)) - 1]] = int(m.group(2))
+        self.port_node = {p: n for n, p in self.ports.items()}
+        self.run_tool(FAULTS, "start", "3", timeout=900)
+        self.started_faults = True
+        for line in self.run_tool(FAULTS, "env").splitlines():
+            m = re.match(r"export RACAFF_PROXY([123])_PORT=(\d+)", line)
+            if m:
+                self.proxy_ports[NODES[int(m.group(1)) - 1]] = int(m.group(2))
+        if len(self.proxy_ports) != 3 or len(self.ports) != 3:
+            raise SetupError(f"nodes {self.ports}, proxies {self.proxy_ports}")
+
+    def config_text(self) -> str:
+        addr = "\n".join(f"node.{n}.address = 127.0.0.1:{self.proxy_ports[n]}" for n in NODES)
+        return (
+            "# written by demo/soak.py: the C, Java and Python clients and the driver all load this text;\n"
+            "# the addresses are the fault proxies (tests/cluster/faults) in front of the nodes\n"
+            "name = soak\ndatabase = orcl\nservice = svc\n"
+            f"nodes = {', '.join(NODES)}\n{addr}\n"
+            "transaction.placement = rendezvous\ntransaction.strict = true\n"
+            "session.placement = rendezvous\n"
+            "heartbeat.interval = 3s\nheartbeat.misses = 3\n"
+        )
+
+    # ---- SQL from the driver: straight to the nodes (the TM's own links are not faulted)
+
+    def conn(self, node: str) -> psycopg.Connection:
+        c = self.conns.get(node)
+        if c is None or c.closed:
+            c = psycopg.connect(f"host=127.0.0.1 port={self.ports[node]} user=postgres dbname=postgres "
+                                "connect_timeout=4 options='-c statement_timeout=15000'", autocommit=True)
+            self.conns[node] = c
+        return c
+
+    def sql(self, node: str, statement: str, params: Tuple = ()) -> List[Tuple]:
+        for attempt in range(2):
+            try:
+                cur = self.conn(node).execute(statement, params)
+                return cur.fetchall() if cur.description else []
+            except psycopg.OperationalError:
+                c = self.conns.pop(node, None)
+                if c is not None:
+                    try:
+                        c.close()
+                    except Exception:
+                        pass
+                if attempt:
+                    raise
+        return []
+
+    def try_sql(self, node: str, statement: str) -> Optional[str]:
+        try:
+            self.sql(node, statement)
+            return None
+        except psycopg.Error as e:
+            return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+    def prepared_gids(self, node: str) -> List[str]:
+        return [r[0] for r in self.sql(node, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s ORDER BY gid",
+                                        (PREFIX + "%",))]
+
+    def reset_tables(self) -> None:
+        for n in NODES:
+            for gid in self.prepared_gids(n):
+                self.sql(n, f"ROLLBACK PREPARED '{gid}'")
+            self.sql(n, f"CREATE TABLE IF NOT EXISTS {TABLE} (gtrid text, lang text, port int)")
+            self.sql(n, f"DELETE FROM {TABLE} WHERE gtrid LIKE %s", (PREFIX + "%",))
+
+    # ---- clients
+
+    def start_clients(self, conf: Path) -> None:
+        java = os.environ.get("JAVA", "java")
+        for f in (DEMO / "client_c", DEMO / "java.classpath"):
+            if not f.exists():
+                raise SetupError(f"{f.relative_to(REPO)} is missing: run demo/build.sh (or `make soak`)")
+        cp = (DEMO / "java.classpath").read_text().strip()
+        argv = {
+            "c": [str(DEMO / "client_c"), str(conf)],
+            "java": [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-Xms64m", "-Xmx64m",
+                     "-XX:+AlwaysPreTouch", "-cp", cp, "DemoClient", str(conf)],
+            "py": [sys.executable, str(REPO / "demo" / "client.py"), str(conf)],
+        }
+        env = dict(os.environ, RACAFF_CLIENT_TIMEOUT=os.environ.get("SOAK_CLIENT_TIMEOUT", "6"))
+        for lang in LANGS:
+            self.workers[lang] = Worker(self, lang, argv[lang], env)
+        for w in self.workers.values():
+            w.start()
+        for _ in LANGS:
+            if not self.ready.acquire(timeout=150):
+                raise SetupError("a client did not start within 150 s")
+        for w in self.workers.values():
+            if w.error:
+                raise SetupError(w.error)
+
+    def ask_all(self, *fields: str, langs: Optional[List[str]] = None,
+                times: Optional[Dict[str, float]] = None) -> Dict[str, List[str]]:
+        """One command to several clients (they work on it concurrently), one
+        reply from each; `times` gets when each reply arrived."""
+        langs = LANGS if langs is None else langs
+        futs = {l: self.workers[l].submit(*fields) for l in langs}
+        out = {}
+        for l, f in futs.items():
+            try:
+                out[l] = f.result(timeout=HANG_S + 30)
+            except (SetupError, KeyboardInterrupt):  # SIGTERM / SIGALRM while waiting
+                raise
+            except Exception as e:
+                raise Violation(f"{LABEL[l]}: {fields[0]}: {e}") from e
+            if times is not None:
+                times[l] = getattr(f, "t_reply", self.clock())
+        return out
+
+    # ---- observations
+
+    def home(self, op: str, key: str) -> Optional[str]:
+        """The node a key belongs to when every node is up (a reference
+        cluster that never sees an event)."""
+        k = (op, key)
+        if k not in self.home_cache:
+            with self.rlock:
+                if op == "SESSION":
+                    h = self.ref.route_session(key).name
+                    self.ref.end_session(key)
+                elif op == "KEY":
+                    h = self.ref.route_key(key).name
+                elif op == "BRANCH":
+                    h = self.ref.tx_begin(key).name
+                    self.ref.tx_complete(key)
+                else:
+                    h = None
+                self.home_cache[k] = h
+        return self.home_cache[k]
+
+    def record_request(self, lang: str, op: str, key: str, sent: float, r: List[str],
+                       t: Optional[float] = None) -> None:
+        t = self.clock() if t is None else t
+        status = {"OK": "ok", "PREPARED": "ok", "FAIL": "fail", "REFUSED": "refused"}.get(r[0])
+        if status is None:
+            self.violation(f"{LABEL[lang]}: {op} {key}: unexpected reply {r[:4]}")
+            return
+        node = None
+        if status == "ok":
+            node = self.port_node.get(int(r[4]))
+            if node is None or node.upper() != r[2].upper():
+                self.violation(f"{LABEL[lang]}: {op} {key}: says {r[2]} but ran on port {r[4]}")
+        why = "" if status == "ok" else " ".join(r[2:5])[:160]
+        req = Req(lang, op, key, self.home(op, key), sent, t, status, node, why)
+        with self.rlock:
+            self.reqs.append(req)
+
+    def record_fp(self, proc: str, t: float, fp: str) -> None:
+        with self.rlock:
+            self.fps[proc].append((t, fp))
+
+    def record_delivery(self, label: str, proc: str, t: float, lag: float) -> None:
+        with self.rlock:
+            self.deliveries[label][proc] = t
+            self.delivery_lag.append(lag)
+
+    def tm_fp(self) -> None:
+        self.record_fp("tm", self.clock(), self.tm.metrics()["fingerprint"])
+
+    # ---- the chaos schedule
+
+    def broadcast(self, ep: Episode, line: str, phase: str) -> None:
+        """One FAN / RLB line to every process, each at its own moment."""
+        label = f"#{ep.idx:02d} {ep.kind} {ep.node} {phase}"
+        self.label_kind[label] = f"{ep.kind} {phase}"
+        base = now()
+        self.label_t[label] = base - self.t0
+        for lang in LANGS:
+            self.workers[lang].deliver_at(base + ep.offsets[lang], line, label)
+        self.tm_events.put((base + ep.offsets["tm"], line, label))
+
+    def tm_event_loop(self) -> None:
+        """The driver's own racaffinity gets the lines at its own moment too."""
+        pending: List[Tuple[float, int, str, str]] = []
+        next_sample = 0.0
+        while not self.stop.is_set():
+            try:
+                due, line, label = self.tm_events.get(timeout=0.02)
+                heapq.heappush(pending, (due, next(self.seq), line, label))
+            except queue.Empty:
+                pass
+            while pending and pending[0][0] <= now():
+                due, _, line, label = heapq.heappop(pending)
+                try:
+                    self.tm.apply_event(line)
+                except ra.Error as e:
+                    self.violation(f"driver refused {label}: {e}")
+                t = self.clock()
+                self.record_delivery(label, "tm", t, t - (due - self.t0))
+                self.tm_fp()
+            if now() >= next_sample:
+                self.tm_fp()
+                next_sample = now() + 0.5
+
+    def chaos(self) -> None:
+        """Runs the episodes at their times (a thread)."""
+        try:
+            for ep in self.episodes:
+                while self.clock() < ep.start:
+                    if self.stop.wait(0.05):
+                        return
+                self.want_mode = ep.mode
+                self.run_episode(ep)
+        except Exception as e:
+            if not self.stop.is_set():  # not the cleanup pulling the proxies away
+                self.violation(f"chaos schedule: {type(e).__name__}: {e}")
+
+    def wait_until(self, t: float) -> bool:
+        while self.clock() < t:
+            if self.stop.wait(0.05):
+                return False
+        return True
+
+    def run_episode(self, ep: Episode) -> None:
+        i = NODES.index(ep.node) + 1
+        self.say(f"chaos {ep.describe()}")
+        ep.t0 = self.clock()
+        end = ep.t0 + ep.duration
+        if ep.kind == "crash":
+            self.run_tool(PGNODES, "kill", str(i))
+            self.killed.add(i)
+            time.sleep(0.2)
+            self.broadcast(ep, fan(ep.node, "down", "FAILURE"), "down")
+            self.wait_until(end)
+            self.run_tool(PGNODES, "restart", str(i))
+            self.killed.discard(i)
+            ep.t_end = self.clock()
+            self.broadcast(ep, fan(ep.node, "up", "BOOT"), "up")
+            self.recovery_due = True
+        elif ep.kind == "blackhole":
+            self.run_tool(FAULTS, "blackhole", str(i), timeout=30)
+            self.wait_until(ep.t0 + 1.0)  # the cluster notices
+            self.broadcast(ep, fan(ep.node, "down", "FAILURE"), "down")
+            self.wait_until(end)
+            self.run_tool(FAULTS, "heal", str(i), timeout=30)
+            ep.t_end = self.clock()
+            self.broadcast(ep, fan(ep.node, "up", "BOOT"), "up")
+            self.recovery_due = True
+        elif ep.kind == "drain":
+            self.broadcast(ep, fan(ep.node, "down", "USER"), "down")
+            self.wait_until(end)
+            ep.t_end = self.clock()
+            self.broadcast(ep, fan(ep.node, "up", "USER"), "up")
+        elif ep.kind == "latency":
+            self.run_tool(FAULTS, "latency", str(i), str(ep.arg), timeout=30)
+            self.wait_until(end)
+            self.run_tool(FAULTS, "heal", str(i), timeout=30)
+            ep.t_end = self.clock()
+        elif ep.kind == "reset":
+            self.run_tool(FAULTS, "reset", str(i), timeout=30)
+            self.wait_until(end)
+            self.run_tool(FAULTS, "heal", str(i), timeout=30)
+            ep.t_end = self.clock()
+        elif ep.kind == "rlb":
+            rng = random.Random(self.seed * 1000 + ep.idx)
+            w = {n: rng.randint(5, 80) for n in NODES}
+            tot = sum(w.values())
+            per = {n: max(1, round(100 * w[n] / tot)) for n in NODES}
+            aff = {n: n != ep.node or rng.random() < 0.5 for n in NODES}
+            ep.notes.append(f"advisory {per} aff {aff}")
+            self.broadcast(ep, rlb(per, aff), "advisory")
+            self.wait_until(end)
+            ep.t_end = self.clock()
+            self.broadcast(ep, rlb({n: 33 for n in NODES}, {n: True for n in NODES}), "neutral")
+
+    # ---- global transactions
+
+    def run_tx(self, i: int) -> None:
+        gtrid = f"{PREFIX}{i:06d}"
+        tx = Tx(gtrid, self.mode, self.clock())
+        self.txs.append(tx)
+        self.inflight.add(gtrid)
+        try:
+            route = self.tm.tx_begin(gtrid)
+            tx.tm_node = route.name
+        except ra.Error as e:
+            tx.decision = "rollback"
+            tx.branches = {l: Branch(l, "refused", code=type(e).__name__) for l in LANGS}
+            self.inflight.discard(gtrid)
+            return
+        guard = tx.mode == "strict" and not os.environ.get("SOAK_NO_GUARD")
+        fields = ["BRANCH", gtrid, "affinity"] + ([tx.tm_node] if guard else [])
+        sent = self.clock()
+        times: Dict[str, float] = {}
+        replies = self.ask_all(*fields, times=times)
+        for lang, r in replies.items():
+            self.record_request(lang, "BRANCH", gtrid, sent, r, times[lang])
+            if r[0] == "PREPARED":
+                node = self.port_node.get(int(r[4]))
+                tx.branches[lang] = Branch(lang, "prepared", node, r[2])
+            elif r[0] in ("REFUSED", "FAIL"):
+                tx.branches[lang] = Branch(lang, "refused" if r[0] == "REFUSED" else "failed", None,
+                                           r[2] if r[2] != "-" else None, r[3].split("(")[0])
+            else:
+                raise Violation(f"{LABEL[lang]}: BRANCH {gtrid}: unexpected reply {r[:4]}")
+        ok = all(b.status == "prepared" for b in tx.branches.values())
+        tx.decision = "commit" if ok else "rollback"
+        if ok:
+            try:
+                self.tm.tx_prepared(gtrid)
+            except ra.Error:
+                pass
+        self.decisions[gtrid] = tx.decision
+        self.log_decision(tx)  # logged before phase two: the TM's decision
+        self.phase_two(tx)
+        try:
+            self.tm.tx_complete(gtrid)
+        except ra.Error:
+            pass
+        for lang in LANGS:
+            self.workers[lang].submit("DONE", gtrid)  # every process forgets it (answer not awaited)
+        self.inflight.discard(gtrid)
+        if tx.split and tx.mode == "strict":
+            self.violation(f"strict mode: {gtrid} split: " +
+                           ", ".join(f"{LABEL[b.lang]} on {b.node}" for b in tx.worked()))
+
+    def log_decision(self, tx: Tx) -> None:
+        assert self.tmlog is not None
+        self.tmlog.write(json.dumps({"gtrid": tx.gtrid, "decision": tx.decision, "mode": tx.mode,
+                                     "tm_node": tx.tm_node,
+                                     "branches": {l: [b.status, b.node] for l, b in tx.branches.items()}}) + "\n")
+        self.tmlog.flush()
+
+    def phase_two(self, tx: Tx) -> None:
+        action = "COMMIT" if tx.decision == "commit" else "ROLLBACK"
+        for b in tx.branches.values():
+            if b.status != "prepared":
+                continue
+            gid = f"{tx.gtrid}.{b.lang}"
+            if tx.mode == "strict":
+                try:
+                    target = self.tm.tx_route(tx.gtrid).name
+                except ra.Error:
+                    b.status, tx.in_doubt = "in_doubt", True
+                    continue
+            else:  # soft: each branch's 2PC goes to the node its resource manager enlisted it on
+                target = b.claimed or b.node
+            target = next(n for n in NODES if n.upper() == str(target).upper())
+            err = self.try_sql(target, f"{action} PREPARED '{gid}'")
+            if err is not None and "does not exist" in err:
+                tx.misrouted += 1
+                if tx.mode == "strict":
+                    self.violation(f"strict mode: {action} PREPARED '{gid}' misrouted to {target} "
+                                   f"(the branch is on {b.node})")
+                err = self.try_sql(b.node, f"{action} PREPARED '{gid}'") if b.node else err
+            if err is not None:
+                b.status, tx.in_doubt = "in_doubt", True  # unreachable: recovery resolves it
+                continue
+            b.status = "committed" if action == "COMMIT" else "rolled_back"
+
+    def recover(self, final: bool = False) -> None:
+        """Scans pg_prepared_xacts on every node and resolves each branch per
+        the TM log (no decision = rollback), where the scan found it."""
+        self.recovery_passes += 1
+        for node in NODES:
+            try:
+                gids = self.prepared_gids(node)
+            except psycopg.Error as e:
+                if final:
+                    self.violation(f"final recovery: {node} unreachable: {e}")
+                continue
+            for gid in gids:
+                gtrid, _ = gid.rsplit(".", 1)
+                if gtrid in self.inflight:
+                    continue
+                action = "COMMIT" if self.decisions.get(gtrid) == "commit" else "ROLLBACK"
+                try:
+                    self.tm.tx_recovered(gtrid, node)
+                    target = self.tm.tx_route(gtrid).name
+                    if target.upper() != node.upper():
+                        self.notes.append(f"recovery: {gid} found on {node}, tx_route says {target}")
+                except ra.Error:
+                    pass
+                err = self.try_sql(node, f"{action} PREPARED '{gid}'")
+                if err is None:
+                    self.recovered[action] += 1
+                elif final:
+                    self.violation(f"final recovery: {action} PREPARED '{gid}' on {node}: {err}")
+                for _ in range(8):
+                    try:
+                        self.tm.tx_complete(gtrid)
+                    except ra.Error:
+                        break
+
+    # ---- main loop
+
+    def set_mode(self, mode: str) -> None:
+        self.tm.set_strict(ra.Scope.TRANSACTION, mode == "strict")
+        for lang, r in self.ask_all("STRICT", "1" if mode == "strict" else "0").items():
+            if r[0] != "OK":
+                raise Violation(f"{LABEL[lang]}: STRICT answered {r}")
+        self.mode = mode
+
+    def workload(self, end: float) -> int:
+        i = 0
+        while self.clock() < end and not self.stop.is_set():
+            if self.problems and any("hang" in p or "exited" in p for p in self.problems):
+                raise Violation("a client died or hung")
+            if self.want_mode != self.mode:
+                self.set_mode(self.want_mode)
+            if self.recovery_due:
+                self.recovery_due = False
+                self.recover()
+            self.run_tx(i)
+            i += 1
+        return i
+
+    def settle(self) -> None:
+        """After the chaos: every fault healed, every node up in every process
+        at once, a neutral advisory; then the final recovery."""
+        self.run_tool(FAULTS, "heal-all", timeout=30)
+        for i in sorted(self.killed):
+            self.run_tool(PGNODES, "restart", str(i))
+        self.killed.clear()
+        lines = [fan(n, "up", "BOOT") for n in NODES] + [rlb({n: 33 for n in NODES}, {n: True for n in NODES})]
+        for line in lines:
+            self.tm.apply_event(line)
+            for lang, r in self.ask_all("EVENT", line).items():
+                if r[0] != "OK":
+                    self.violation(f"{LABEL[lang]} refused the final event: {r}")
+        self.tm_fp()
+
+    def final_checks(self, ntx: int) -> None:
+        self.recover(final=True)
+        left = {n: len(self.prepared_gids(n)) for n in NODES}
+        self.in_doubt_left = left
+        if sum(left.values()):
+            self.violation(f"after the final recovery, prepared transactions left: {left}")
+        # every committed branch's row exactly once, on its node; none of a rolled-back one
+        rows: Dict[Tuple[str, str], Counter] = defaultdict(Counter)
+        for n in NODES:
+            for gtrid, lang, cnt in self.sql(n, f"SELECT gtrid, lang, count(*) FROM {TABLE} WHERE gtrid LIKE %s "
+                                               "GROUP BY 1, 2", (PREFIX + "%",)):
+                rows[(gtrid, lang)][n] += cnt
+        bad = 0
+        self.rows_expected = 0
+        seen = set()
+        for tx in self.txs:
+            for lang in LANGS:
+                got = rows.get((tx.gtrid, lang), Counter())
+                seen.add((tx.gtrid, lang))
+                if tx.decision == "commit":
+                    self.rows_expected += 1
+                    want = Counter({tx.branches[lang].node: 1})
+                    if got != want:
+                        bad += 1
+                        self.violation(f"{tx.gtrid}.{lang}: committed, rows {dict(got)}, expected {dict(want)}")
+                elif sum(got.values()):
+                    bad += 1
+                    self.violation(f"{tx.gtrid}.{lang}: rolled back, yet rows {dict(got)}")
+        for k, got in rows.items():
+            if k not in seen:
+                bad += 1
+                self.violation(f"{k[0]}.{k[1]}: rows {dict(got)} of a transaction the driver never ran")
+        self.rows_bad = bad
+        # registries back to 0
+        for lang in LANGS:
+            for s in sorted(self.sessions[lang]):
+                self.workers[lang].submit("ENDSESSION", s)
+        self.registries: Dict[str, str] = {}
+        for lang, r in self.ask_all("METRICS").items():
+            m = json.loads(r[1])
+            self.last_metrics[lang] = m
+            self.record_fp(lang, self.clock(), m["fingerprint"])
+            self.registries[lang] = self.registry_check(LABEL[lang], m)
+        self.registries["tm"] = self.registry_check("driver", self.tm.metrics())
+        fps = {p: self.fps[p][-1][1] for p in PROCS if self.fps[p]}
+        self.final_fps = fps
+        if len(set(fps.values())) != 1:
+            # Not an invariant: passive ejection and heartbeats are each
+            # process's own view (a node ejected in one process for a back-off).
+            self.notes.append(f"fingerprints differ after the final events: {fps}")
+        # memory
+        self.rss_growth: Dict[str, Optional[float]] = {}
+        warm = self.warmup
+        limit = float(os.environ.get("SOAK_RSS_LIMIT_MB", "20"))
+        for lang in LANGS:
+            s = self.rss_samples[lang]
+            base = [v for t, v in s if warm <= t <= warm + 10] or [v for _, v in s[:5]]
+            last = [v for t, v in s if t >= s[-1][0] - 10] if s else []
+            if not base or not last:
+                self.rss_growth[lang] = None
+                continue
+            g = (sorted(last)[len(last) // 2] - sorted(base)[len(base) // 2]) / 2 ** 20
+            self.rss_growth[lang] = g
+            if g >= limit:
+                self.violation(f"{LABEL[lang]}: resident memory grew {g:.1f} MB (limit {limit:.0f} MB)")
+        # clean exits
+        self.byes = {}
+        for lang, r in self.ask_all("QUIT").items():
+            self.byes[lang] = r
+            if r[:3] != ["BYE", "tx_live=0", "open=0"]:
+                self.violation(f"{LABEL[lang]} client left state behind: {r}")
+            w = self.workers[lang]
+            try:
+                w.p.wait(20)
+            except subprocess.TimeoutExpired:
+                self.violation(f"{LABEL[lang]} client did not exit after QUIT")
+                continue
+            if w.p.returncode != 0:
+                self.violation(f"{LABEL[lang]} client exited {w.p.returncode}")
+
+    def registry_check(self, who: str, m: dict) -> str:
+        live = {s: v["live"] for s, v in m["scopes"].items()}
+        flight = {n["name"]: n["in_flight"] for n in m["nodes"]}
+        if any(live.values()) or any(flight.values()):
+            self.violation(f"{who}: registries not back to 0: live {live}, in flight {flight}")
+            return f"live {live} in_flight {flight}"
+        return "0"
+
+    def run(self) -> int:
+        OUT.mkdir(parents=True, exist_ok=True)
+        self.episodes, self.warmup, tail = make_schedule(self.seed, self.seconds)
+        print(f"racaffinity chaos soak: {self.seconds:.0f} s, seed {self.seed} "
+              f"(replay: SOAK_SEED={self.seed} SOAK_SECONDS={self.seconds:.0f} make soak)")
+        print(f"schedule: warm-up {self.warmup:.0f} s, {len(self.episodes)} fault episodes, quiet tail {tail:.0f} s")
+        for ep in self.episodes:
+            print(f"  {ep.describe()}")
+        self.start_infra()
+        conf = OUT / "cluster.conf"
+        conf.write_text(self.config_text())
+        self.tm = ra.Cluster(conf.read_text())
+        self.ref = ra.Cluster(conf.read_text())
+        self.reset_tables()
+        self.tmlog = open(OUT / "tm-log.jsonl", "w")
+        self.tm_events: "queue.Queue[Tuple[float, str, str]]" = queue.Queue()
+        print(f"nodes {', '.join(f'{n} :{self.ports[n]} (proxy :{self.proxy_ports[n]})' for n in NODES)}")
+        self.start_clients(conf)
+        for lang in LANGS:
+            w = self.workers[lang]
+            print(f"  {LABEL[lang]:<7} pid {w.p.pid:<7} {w.banner}")
+        print(f"  driver  pid {os.getpid():<7} racaffinity {ra.version()}: the TM (2PC), the chaos schedule")
+        self.t0 = now()
+        tm_thread = threading.Thread(target=self.tm_event_loop, name="tm-events", daemon=True)
+        tm_thread.start()
+        self.load_on = True
+        chaos = threading.Thread(target=self.chaos, name="chaos", daemon=True)
+        chaos.start()
+        ntx = self.workload(self.seconds)
+        self.load_on = False
+        self.stop.set()
+        chaos.join(60)
+        if chaos.is_alive():
+            self.violation("the chaos schedule did not finish")
+        tm_thread.join(10)
+        self.say(f"load stopped after {ntx} global transactions; healing, final events, final recovery")
+        # drain the clients' queues (DONE, due events) before the checks
+        self.ask_all("METRICS")
+        self.settle()
+        if self.want_mode != self.mode:
+            self.set_mode(self.want_mode)
+        self.final_checks(ntx)
+        self.elapsed = self.clock()
+        return self.report(ntx)
+
+    # ---- analysis and report ------------------------------------------------------------
+
+    def disagreement(self) -> Tuple[List[Tuple[float, float]], Dict[str, List[float]]]:
+        """Intervals when the four processes' fingerprints differ, and per
+        injected event the disagreement it caused (seconds)."""
+        obs = sorted((t, p, fp) for p in PROCS for t, fp in self.fps[p])
+        cur: Dict[str, str] = {}
+        intervals: List[Tuple[float, float]] = []
+        start: Optional[float] = None
+        for t, p, fp in obs:
+            cur[p] = fp
+            agree = len(cur) == len(PROCS) and len(set(cur.values())) == 1
+            if not agree and start is None and len(cur) == len(PROCS):
+                start = t
+            elif agree and start is not None:
+                intervals.append((start, t))
+                start = None
+        if start is not None:
+            intervals.append((start, obs[-1][0] if obs else start))
+        labels = sorted(self.label_t.items(), key=lambda kv: kv[1])
+        per_kind: Dict[str, List[float]] = defaultdict(list)
+        for j, (label, t0) in enumerate(labels):
+            t1 = labels[j + 1][1] if j + 1 < len(labels) else t0 + 60
+            first = min(self.deliveries.get(label, {}).values(), default=t0)
+            lo = min(t0, first) - 0.05
+            d = sum(max(0.0, min(b, t1) - max(a, lo)) for a, b in intervals)
+            per_kind[self.label_kind[label]].append(d)
+        return intervals, per_kind
+
+    def failover(self) -> Dict[str, Dict[str, Dict[str, List[float]]]]:
+        """kind -> lang -> {"last_fail": [...], "first_ok": [...]} in seconds after each injection."""
+        out: Dict[str, Dict[str, Dict[str, List[float]]]] = {k: {l: {"last_fail": [], "first_ok": [], "failed": []} for l in LANGS}
+                                                             for k in FAILOVER_KINDS}
+        by_lang = {l: sorted((r for r in self.reqs if r.lang == l), key=lambda r: r.done) for l in LANGS}
+        done_at = {l: [r.done for r in by_lang[l]] for l in LANGS}
+        for ep in self.episodes:
+            if ep.kind not in FAILOVER_KINDS or ep.t0 is None:
+                continue
+            t_end = ep.t_end if ep.t_end is not None else ep.t0 + ep.duration
+            for lang in LANGS:
+                lo, hi = bisect.bisect_left(done_at[lang], ep.t0), bisect.bisect_left(done_at[lang], t_end)
+                rs = by_lang[lang][lo:hi]
+                bad = [r for r in rs if r.status != "ok"]
+                fails = [r.done - ep.t0 for r in bad]
+                ep.notes += [f"{LABEL[lang]} +{r.done - ep.t0:.2f}s {r.op} {r.key} {r.status}: {r.why}"
+                             for r in bad[-3:]]
+                out[ep.kind][lang]["failed"].append(len(bad))
+                oks = [r.done - ep.t0 for r in rs if r.status == "ok" and r.home == ep.node and r.node != ep.node
+                       and r.done <= t_end]
+                out[ep.kind][lang]["last_fail"].append(max(fails) if fails else 0.0)
+                if oks:
+                    out[ep.kind][lang]["first_ok"].append(min(oks))
+        return out
+
+    def report(self, ntx: int) -> int:
+        intervals, per_kind = self.disagreement()
+        fo = self.failover()
+        strict = [t for t in self.txs if t.mode == "strict"]
+        soft = [t for t in self.txs if t.mode == "soft"]
+
+        def cnt(txs: List[Tx], f) -> int:  # type: ignore[no-untyped-def]
+            return sum(1 for t in txs if f(t))
+
+        reqs = Counter((r.lang, r.status) for r in self.reqs)
+        ops = Counter(r.op for r in self.reqs)
+        guard = cnt(strict, lambda t: any(b.code == "DISAGREE" for b in t.branches.values()))
+        # the mode of each stretch of time: an episode's mode holds until the next episode starts
+        segs = [(e.start, self.episodes[j + 1].start if j + 1 < len(self.episodes) else self.seconds, e.mode)
+                for j, e in enumerate(self.episodes)]
+        soft_segs = [(a, b) for a, b, m in segs if m == "soft"]
+        soft_time = sum(b - a for a, b in soft_segs)
+        soft_disagree = sum(max(0.0, min(b, d) - max(a, c)) for a, b in intervals for c, d in soft_segs)
+        soft_periods = sum(1 for a, b in intervals if any(c <= a < d for c, d in soft_segs))
+        rows: List[Tuple[str, str]] = [
+            ("seed / duration", f"{self.seed} / {self.seconds:.0f} s (run {self.elapsed:.0f} s)"),
+            ("fault episodes", ", ".join(f"{k} {v}" for k, v in Counter(e.kind for e in self.episodes).items())),
+            ("global transactions (strict / soft)", f"{len(strict)} / {len(soft)}"),
+            ("committed / rolled back", f"{cnt(self.txs, lambda t: t.decision == 'commit')} / "
+                                         f"{cnt(self.txs, lambda t: t.decision == 'rollback')}"),
+            ("left in doubt by a fault -> resolved by recovery",
+             f"{cnt(self.txs, lambda t: t.in_doubt)} tx; recovery passes {self.recovery_passes}: "
+             f"{self.recovered['COMMIT']} committed, {self.recovered['ROLLBACK']} rolled back"),
+            ("**strict: split transactions**", f"**{cnt(strict, lambda t: t.split)}**"),
+            ("**strict: misrouted 2PC commands**", f"**{sum(t.misrouted for t in strict)}**"),
+            ("strict: branches refused by the guard (process saw the TM's node unusable)", str(guard)),
+            ("soft: split transactions (spans)", f"{cnt(soft, lambda t: t.split)} of {len(soft)}"),
+            ("soft: misrouted 2PC commands", str(sum(t.misrouted for t in soft))),
+            ("soft: processes disagreed (fingerprints)", f"{soft_disagree:.1f} s of {soft_time:.0f} s in soft mode, "
+                                                         f"{soft_periods} periods"),
+            ("**prepared left after final recovery**", "**" + " / ".join(str(self.in_doubt_left[n]) for n in NODES)
+             + f"** ({' / '.join(NODES)})"),
+            ("**committed rows exactly once**", f"**{self.rows_expected - min(self.rows_bad, self.rows_expected)}"
+                                                f" / {self.rows_expected}** (bad: {self.rows_bad})"),
+            ("requests (branch, session, key, pinned)",
+             f"{len(self.reqs)}: " + ", ".join(f"{k.lower()} {v}" for k, v in sorted(ops.items()))),
+        ]
+        for lang in LANGS:
+            rows.append((f"{LABEL[lang]}: requests ok / failed / refused",
+                         f"{reqs[(lang, 'ok')]} / {reqs[(lang, 'fail')]} / {reqs[(lang, 'refused')]}"))
+        rows += [
+            ("**crashes, hangs, PANIC**", f"**{sum(1 for p in self.problems if 'exited' in p or 'hang' in p)}, "
+                                          f"{sum(1 for p in self.problems if 'PANIC' in p)}**"),
+            ("**registries back to 0 (C / Java / Python / driver)**",
+             "**" + " / ".join(self.registries.get(p, "?") for p in PROCS) + "**"),
+            ("**RSS growth after warm-up (C / Java / Python)**",
+             "**" + " / ".join("-" if self.rss_growth.get(l) is None else f"{self.rss_growth[l]:+.1f} MB"
+                               for l in LANGS) + "** (limit 20 MB)"),
+            ("fingerprint disagreement (total)", f"{sum(b - a for a, b in intervals):.1f} s in {len(intervals)} "
+                                                 f"periods; final fingerprint {sorted(set(self.final_fps.values()))}"),
+            ("event delivery lag (queued behind a busy client) p50 / max",
+             f"{fmt_s(pct(self.delivery_lag, 50))} / {fmt_s(pct(self.delivery_lag, 100))} s"),
+        ]
+        lines = [f"Chaos soak: seed {self.seed}, {self.seconds:.0f} s, "
+                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
+                 "| | |", "|---|---|"]
+        lines += [f"| {a} | {b} |" for a, b in rows]
+        lines += ["", "Failover as users feel it: seconds from the injected fault to the last failed request "
+                      "and to the first success elsewhere of a request whose home node was hit "
+                      "(p50 / p99 / max over the episodes; failures counted until the heal, restart or FAN up; "
+                      "0.00 = no request failed; a refusal counts as a failure; each client is one "
+                      "thread, so a request stuck on a silent node delays its next ones)", "",
+                  "| fault | language | episodes | failed or refused requests | last failed request | "
+                  "first success elsewhere |",
+                  "|---|---|--:|--:|---|---|"]
+        for kind in FAILOVER_KINDS:
+            for lang in LANGS:
+                d = fo[kind][lang]
+                n = len(d["last_fail"])
+                lf = " / ".join(fmt_s(pct(d["last_fail"], p)) for p in (50, 99, 100))
+                fs = " / ".join(fmt_s(pct(d["first_ok"], p)) for p in (50, 99, 100))
+                lines.append(f"| {kind} | {LABEL[lang]} | {n} | {sum(d['failed'])} | {lf} | {fs} |")
+        lines += ["", "Fingerprint disagreement after each injected event (seconds until the four processes' "
+                      "topology fingerprints agreed again; p50 / max)", "",
+                  "| event | count | p50 | max |", "|---|--:|--:|--:|"]
+        for k in sorted(per_kind):
+            v = per_kind[k]
+            lines.append(f"| {k} | {len(v)} | {fmt_s(pct(v, 50))} | {fmt_s(pct(v, 100))} |")
+        verdict = "all invariants held" if not self.problems else f"{len(self.problems)} VIOLATIONS"
+        lines += ["", f"Result: {verdict}. Chart: target/soak/soak.svg; details: target/soak/results.json; "
+                      "the TM log: target/soak/tm-log.jsonl."]
+        table = "\n".join(lines) + "\n"
+        (OUT / "table.md").write_text(table)
+        print()
+        print(table)
+        (OUT / "soak.svg").write_text(render_svg(self, intervals))
+        (OUT / "results.json").write_text(json.dumps({
+            "seed": self.seed, "seconds": self.seconds, "elapsed": round(self.elapsed, 1), "problems": self.problems,
+            "notes": self.notes[:200],
+            "episodes": [vars(e) for e in self.episodes],
+            "disagreement_intervals": intervals,
+            "disagreement_by_event": per_kind,
+            "failover": fo,
+            "rss_growth_mb": self.rss_growth,
+            "transactions": [{"gtrid": t.gtrid, "mode": t.mode, "tm_node": t.tm_node, "decision": t.decision,
+                              "split": t.split, "misrouted": t.misrouted,
+                              "branches": {l: vars(b) for l, b in t.branches.items()}} for t in self.txs],
+        }, indent=1, default=str))
+        if self.problems:
+            print(f"SOAK FAILED (seed {self.seed}; replay: SOAK_SEED={self.seed} SOAK_SECONDS={self.seconds:.0f} "
+                  "make soak):")
+            for p in self.problems[:30]:
+                print(f"  - {p}")
+            return 1
+        print(f"OK: soak of {self.seconds:.0f} s, seed {self.seed}: every invariant held")
+        return 0
+
+    def cleanup(self) -> None:
+        self.stop.set()
+        for w in self.workers.values():
+            if w.p.poll() is None:
+                w.p.kill()
+                try:
+                    w.p.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+            w.log.close()
+        for c in self.conns.values():
+            try:
+                c.close()
+            except Exception:
+                pass
+        if self.tmlog is not None:
+            self.tmlog.close()
+        if self.started_faults:
+            subprocess.run([FAULTS, "stop"], capture_output=True, timeout=60)
+        for i in sorted(self.killed):
+            subprocess.run([PGNODES, "restart", str(i)], capture_output=True, timeout=120)
+        if self.started_nodes:
+            subprocess.run([PGNODES, "stop"], capture_output=True, timeout=120)
+
+
+# ---- the chart (hand-written SVG) ---------------------------------------------------------------
+
+EP_COLORS = {"crash": "#cc3311", "blackhole": "#332288", "drain": "#ee7733", "latency": "#999933",
+             "reset": "#aa4499", "rlb": "#44aa99"}
+LANG_COLORS = {"c": "#4477aa", "java": "#ee6677", "py": "#228833", "tm": "#555555"}
+
+
+def esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_svg(s: Soak, intervals: List[Tuple[float, float]]) -> str:
+    """Over time: the fault episodes; each process's topology fingerprint (one
+    colour per fingerprint) and when they disagreed; per language the failed
+    requests per second; each client's resident memory."""
+    W, left, right = 1000, 90, 20
+    pw = W - left - right
+    T = max(s.elapsed, 1.0)
+    X = lambda t: left + pw * max(0.0, min(t, T)) / T  # noqa: E731
+    o: List[str] = []
+    y = 44
+    fps_all = sorted({fp for p in PROCS for _, fp in s.fps[p]})
+    palette = ["#4477aa", "#66ccee", "#228833", "#ccbb44", "#ee6677", "#aa3377", "#bbbbbb", "#332288",
+               "#117733", "#882255", "#44aa99", "#999933", "#dd7700", "#000000"]
+    fpc = {fp: palette[i % len(palette)] for i, fp in enumerate(fps_all)}
+    # episodes
+    o.append(f'<text x="{left}" y="{y}" font-weight="bold">fault episodes ([strict] / [soft] transaction mode)</text>')
+    y += 8
+    for e in s.episodes:
+        if e.t0 is None:
+            continue
+        x0, x1 = X(e.t0), X(e.t_end if e.t_end is not None else e.t0 + e.duration)
+        o.append(f'<rect x="{x0:.1f}" y="{y}" width="{max(x1 - x0, 1):.1f}" height="22" fill="{EP_COLORS[e.kind]}" '
+                 f'fill-opacity="{0.85 if e.mode == "strict" else 0.45}"><title>{esc(e.describe())}</title></rect>')
+        o.append(f'<text x="{x0 + 2:.1f}" y="{y + 14}" font-size="9" fill="#fff">{e.kind[:5]} {e.node[-1]}</text>')
+    y += 36
+    # fingerprints
+    o.append(f'<text x="{left}" y="{y}" font-weight="bold">topology fingerprint per process (colour = fingerprint); '
+             f'red: the processes disagree</text>')
+    y += 8
+    for p in PROCS:
+        obs = s.fps[p]
+        for j, (t, fp) in enumerate(obs):
+            t1 = obs[j + 1][0] if j + 1 < len(obs) else T
+            o.append(f'<rect x="{X(t):.1f}" y="{y}" width="{max(X(t1) - X(t), 0.3):.1f}" height="12" '
+                     f'fill="{fpc[fp]}"/>')
+        o.append(f'<text x="{left - 4}" y="{y + 10}" text-anchor="end" font-size="10">{LABEL[p]}</text>')
+        y += 14
+    for a, b in intervals:
+        o.append(f'<rect x="{X(a):.1f}" y="{y}" width="{max(X(b) - X(a), 0.8):.1f}" height="10" fill="#cc0000">'
+                 f'<title>disagree {a:.2f}-{b:.2f}s</title></rect>')
+    o.append(f'<text x="{left - 4}" y="{y + 9}" text-anchor="end" font-size="10">disagree</text>')
+    y += 30
+    # failures per second per language
+    o.append(f'<text x="{left}" y="{y}" font-weight="bold">requests per second per language: ok (light) and failed '
+             f'or refused (dark)</text>')
+    y += 8
+    nb = int(T) + 1
+    for lang in LANGS:
+        okc, bad = [0] * nb, [0] * nb
+        for r in s.reqs:
+            if r.lang == lang:
+                b = min(nb - 1, int(r.done))
+                (okc if r.status == "ok" else bad)[b] += 1
+        h = 34
+        mx = max(max(okc[i] + bad[i] for i in range(nb)), 1)
+        for i in range(nb):
+            x = X(i)
+            w = max(pw / T - 0.3, 0.3)
+            ho, hb = h * okc[i] / mx, h * bad[i] / mx
+            if ho:
+                o.append(f'<rect x="{x:.1f}" y="{y + h - ho - hb:.1f}" width="{w:.1f}" height="{ho:.1f}" '
+                         f'fill="{LANG_COLORS[lang]}" fill-opacity="0.35"/>')
+            if hb:
+                o.append(f'<rect x="{x:.1f}" y="{y + h - hb:.1f}" width="{w:.1f}" height="{hb:.1f}" '
+                         f'fill="{LANG_COLORS[lang]}"/>')
+        o.append(f'<text x="{left - 4}" y="{y + h / 2 + 4}" text-anchor="end" font-size="10">{LABEL[lang]}</text>')
+        o.append(f'<line x1="{left}" x2="{left + pw}" y1="{y + h}" y2="{y + h}" stroke="#ccc"/>')
+        y += h + 6
+    y += 18
+    # RSS
+    o.append(f'<text x="{left}" y="{y}" font-weight="bold">resident memory per client (MB)</text>')
+    y += 8
+    h = 80
+    vals = [v / 2 ** 20 for l in LANGS for _, v in s.rss_samples[l]]
+    lo, hi = (min(vals), max(vals)) if vals else (0, 1)
+    hi = max(hi, lo + 1)
+    for lang in LANGS:
+        pts = " ".join(f"{X(t):.1f},{y + h - h * (v / 2 ** 20 - lo) / (hi - lo):.1f}" for t, v in s.rss_samples[lang])
+        if pts:
+            o.append(f'<polyline fill="none" stroke="{LANG_COLORS[lang]}" stroke-width="1.5" points="{pts}"/>')
+    o.append(f'<text x="{left - 4}" y="{y + 8}" text-anchor="end" font-size="9">{hi:.0f}</text>')
+    o.append(f'<text x="{left - 4}" y="{y + h}" text-anchor="end" font-size="9">{lo:.0f}</text>')
+    lx = left
+    for lang in LANGS:
+        o.append(f'<rect x="{lx}" y="{y + h + 8}" width="10" height="10" fill="{LANG_COLORS[lang]}"/>'
+                 f'<text x="{lx + 14}" y="{y + h + 17}" font-size="10">{LABEL[lang]}</text>')
+        lx += 80
+    y += h + 30
+    for t in range(0, int(T) + 1, max(10, int(T / 10) // 10 * 10 or 10)):
+        o.append(f'<text x="{X(t):.1f}" y="{y}" text-anchor="middle" font-size="9" fill="#555">{t}s</text>')
+    H = y + 12
+    head = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+            'font-family="sans-serif" font-size="11">', f'<rect width="{W}" height="{H}" fill="#fff"/>',
+            f'<text x="{left}" y="20" font-size="14" font-weight="bold">racaffinity chaos soak: seed {s.seed}, '
+            f'{s.seconds:.0f} s, C + Java + Python clients and the driver</text>']
+    lx = left
+    for k, c in EP_COLORS.items():
+        head.append(f'<rect x="{lx}" y="27" width="10" height="10" fill="{c}"/>'
+                    f'<text x="{lx + 13}" y="36" font-size="10">{k}</text>')
+        lx += 85
+    return "\n".join(head + o + ["</svg>"]) + "\n"
+
+
+def main() -> int:
+    seconds = float(os.environ.get("SOAK_SECONDS", "600"))
+    seed = int(os.environ.get("SOAK_SEED") or (int(time.time() * 1000) % 1_000_000))
+    if seconds < 60:
+        print("SOAK_SECONDS must be at least 60", file=sys.stderr)
+        return 2
+    soak = Soak(seconds, seed)
+
+    def too_long(*_: object) -> None:
+        raise SetupError(f"the soak took over {seconds + 600:.0f} s (something hangs)")
+
+    def terminated(signum: int, _frame: object) -> None:
+        raise SetupError(f"terminated by signal {signum}")
+
+    signal.signal(signal.SIGALRM, too_long)
+    signal.signal(signal.SIGTERM, terminated)
+    signal.alarm(int(seconds) + 600)
+    try:
+        return soak.run()
+    except Violation as e:
+        soak.violation(str(e))
+        print(f"SOAK FAILED (seed {seed}; replay: SOAK_SEED={seed} SOAK_SECONDS={seconds:.0f} make soak):")
+        for p in soak.problems[:30]:
+            print(f"  - {p}")
+        return 1
+    except (SetupError, psycopg.OperationalError) as e:
+        print(f"demo/soak.py: {e} (seed {seed})", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("demo/soak.py: interrupted", file=sys.stderr)
+        return 2
+    finally:
+        signal.alarm(0)
+        soak.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
