@@ -823,13 +823,17 @@ mod tests {
         assert_eq!((info.node, info.branches), (c.node(), 1));
         drop(c);
 
-        // A prepared transaction never moves; 2PC commands are never retried.
+        // A prepared transaction never moves; 2PC commands are never retried
+        // elsewhere and never refused for routing reasons: they go to the
+        // owner, and a dead owner answers with its pool's error, again and
+        // again, until it is back.
         f.c().tx_prepared(b"g1").unwrap();
         f.fail(info.node);
-        let e = f.pools.acquire_tx_route(b"g1").unwrap_err();
-        assert!(matches!(e, Error::Pool { .. }), "{e}");
-        let e = f.pools.acquire_tx_route(b"g1").unwrap_err();
-        assert_eq!(e.routing_error().unwrap().kind(), ErrorKind::PreparedNodeUnavailable);
+        for _ in 0..2 {
+            let e = f.pools.acquire_tx_route(b"g1").unwrap_err();
+            assert!(matches!(e, Error::Pool { .. }), "{e}");
+        }
+        assert_eq!(f.c().tx_begin(b"g1").unwrap_err().kind(), ErrorKind::PreparedNodeUnavailable);
         assert_eq!(f.c().tx_info(b"g1").unwrap().node, info.node);
         assert_eq!(
             f.pools.acquire_tx_route(b"nope").unwrap_err().routing_error().unwrap().kind(),

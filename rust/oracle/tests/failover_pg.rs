@@ -218,10 +218,15 @@ fn a_killed_node_gets_no_connections_and_comes_back() {
     drop(conn);
     let ports = mixed_work(&pools, 2);
     assert!(!ports.contains(&port_of(rac2)), "work went to the dead node: {ports:?}");
-    // The prepared transaction never moves: its commit waits for RAC2.
+    // The prepared transaction never moves: its commit goes to RAC2 (2PC is
+    // never refused for routing reasons) and fails there as a node failure,
+    // retry later, until RAC2 is back; no new branch may join it meanwhile.
     let e = pools.acquire_tx_route(gtrid.as_bytes()).unwrap_err();
-    assert_eq!(e.routing_error().map(|e| e.kind()), Some(ErrorKind::PreparedNodeUnavailable), "{e:?}");
-    assert_eq!(pools.pool(rac2).unwrap().gets(), gets_before, "no connection was even attempted on RAC2");
+    let Error::Pool { node, source } = &e else { panic!("{e:?}") };
+    assert_eq!(node, "RAC2");
+    assert!(PgPool::is_node_failure(source), "{source:?}");
+    assert_eq!(c.tx_begin(gtrid.as_bytes()).unwrap_err().kind(), ErrorKind::PreparedNodeUnavailable);
+    assert_eq!(pools.pool(rac2).unwrap().gets(), gets_before + 1, "only the commit tried RAC2");
 
     // ---- RAC2 restarts and is announced up: keys go home, the commit goes through --
     revive2.restart();
