@@ -381,6 +381,8 @@ pub struct Node {
     id: NodeId,
     name: Box<str>,
     seed: u64,
+    /// The node's id inside session routing tokens (`token.rs`), computed once.
+    token_id: u32,
     host: Option<String>,
     address: Option<String>,
     machine: Option<Box<str>>,
@@ -435,6 +437,7 @@ impl Node {
             id,
             name: spec.name.clone().into_boxed_str(),
             seed: hash::hash_bytes(spec.name.as_bytes()),
+            token_id: crate::token::token_id_of(&spec.name),
             host,
             address: spec.address.clone(),
             machine: machine.map(String::into_boxed_str),
@@ -491,6 +494,11 @@ impl Node {
     #[inline]
     pub fn locality(&self) -> Locality {
         self.locality
+    }
+
+    #[inline]
+    pub(crate) fn token_id(&self) -> u32 {
+        self.token_id
     }
 
     /// Rendezvous seed: `h(name)`.

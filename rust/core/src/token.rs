@@ -54,7 +54,23 @@ pub struct TokenParts {
 
 /// The stable identifier of a node name inside a token.
 pub fn node_token_id(name: &str) -> String {
-    format!("{:08x}", hash::hash_bytes(name.to_ascii_uppercase().as_bytes()) as u32)
+    format!("{:08x}", token_id_of(name))
+}
+
+pub(crate) fn token_id_of(name: &str) -> u32 {
+    hash::hash_bytes(name.to_ascii_uppercase().as_bytes()) as u32
+}
+
+/// The live node a token's id names. The id is parsed once and compared as
+/// a number, so a route allocates nothing per node. Two names with one id
+/// (about 1 in 2^32 per pair) are ambiguous: `None`, which counts as down.
+fn find_node<'a>(topo: &'a Topology, id: &str) -> Option<&'a std::sync::Arc<Node>> {
+    let id = u32::from_str_radix(id, 16).ok()?;
+    let mut hits = topo.live.iter().filter(|n| n.token_id() == id);
+    match (hits.next(), hits.next()) {
+        (Some(n), None) => Some(n),
+        _ => None,
+    }
 }
 
 fn check_session_id(sid: &str) -> Result<()> {
@@ -137,13 +153,7 @@ impl Cluster {
     pub fn decode_token(&self, token: &str) -> Result<TokenParts> {
         let p = parse(token)?;
         let topo = self.topo();
-        let find = |id: &str| {
-            let mut hits = topo.live.iter().filter(|n| node_token_id(n.name()) == id);
-            match (hits.next(), hits.next()) {
-                (Some(n), None) => Some(n.id()),
-                _ => None,
-            }
-        };
+        let find = |id: &str| find_node(&topo, id).map(|n| n.id());
         Ok(TokenParts { session_id: p.sid.to_string(), primary: find(p.primary), backup: p.backup.and_then(find) })
     }
 
@@ -158,14 +168,7 @@ impl Cluster {
         let p = parse(token)?;
         let topo = self.topo();
         let clock = self.clock();
-        let find = |id: &str| {
-            let mut hits = topo.live.iter().filter(|n| node_token_id(n.name()) == id);
-            // Two names with one id (about 1 in 2^32 per pair) are ambiguous: down.
-            match (hits.next(), hits.next()) {
-                (Some(n), None) => Some(n),
-                _ => None,
-            }
-        };
+        let find = |id: &str| find_node(&topo, id);
         let primary = find(p.primary).filter(|n| n.accepts_existing(clock));
         let backup = p.backup.and_then(find);
         let ranking = rendezvous::ranking(&topo.live, hash::hash_bytes(p.sid.as_bytes()), |n| n.accepts_new());
