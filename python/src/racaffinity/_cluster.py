@@ -958,7 +958,11 @@ class Cluster:
         return self._route_call(lib.racaffinity_tx_begin, gtrid, "gtrid")
 
     def tx_begin_on(self, gtrid: BytesLike, preferred: Union[int, str]) -> Route:
-        """Like `tx_begin`; a new gtrid goes to `preferred` if it takes new work."""
+        """Like `tx_begin`; a new gtrid goes to `preferred` if it takes new work.
+
+        Otherwise strict transaction mode raises `StrictAffinityError` (a
+        branch elsewhere would split the transaction) and soft mode places
+        the gtrid as `tx_begin` does."""
         g = _bytes_arg(gtrid, "gtrid")
         out = _new("racaffinity_route *")
         rc = lib.racaffinity_tx_begin_on(self._h, g, len(g), self.node_id(preferred), out)

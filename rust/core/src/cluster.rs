@@ -176,7 +176,7 @@ impl Cluster {
         config.validate()?;
         let mut topo = Topology::empty();
         for (i, spec) in config.nodes.iter().enumerate() {
-            topo = topo.with_added(Arc::new(Node::new(NodeId(i as u32), spec, &config.local)));
+            topo = topo.with_added(Arc::new(Node::new(NodeId(i as u32), spec, &config.local, clock.clone())));
         }
         let data = DataMap::new(&config.data, &topo)?;
         let strict = [
@@ -305,7 +305,7 @@ impl Cluster {
             return Err(Error::InvalidArgument("too many nodes".into()));
         }
         let id = NodeId(cur.by_id.len() as u32);
-        let node = Node::new(id, &spec, &self.inner.config.local);
+        let node = Node::new(id, &spec, &self.inner.config.local, self.inner.clock.clone());
         self.inner.topo.store(Arc::new(cur.with_added(Arc::new(node))));
         Ok(id)
     }

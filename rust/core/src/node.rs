@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::clock::Clock;
 use crate::counter::StripedCounter;
@@ -404,8 +404,22 @@ pub struct Node {
     rlb_flag: AtomicU8,
     aff: AtomicBool,
     session_epoch: AtomicU32,
+    /// When the node last started or stopped taking new work (0: never
+    /// since it was added). Strict placement waits for every process to have
+    /// seen such a change before placing around it.
+    new_work_since: AtomicU64,
+    clock: NodeClock,
     pub(crate) counters: NodeCounters,
     health: Mutex<(Layers, Breaker)>,
+}
+
+/// The cluster's clock, shared by its nodes (so state changes carry a time).
+struct NodeClock(Arc<dyn Clock>);
+
+impl fmt::Debug for NodeClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NodeClock")
+    }
 }
 
 /// What happened to a node's state in one transition.
@@ -425,7 +439,7 @@ pub(crate) enum OutcomeSource {
 }
 
 impl Node {
-    pub(crate) fn new(id: NodeId, spec: &NodeSpec, local: &LocalConfig) -> Node {
+    pub(crate) fn new(id: NodeId, spec: &NodeSpec, local: &LocalConfig, clock: Arc<dyn Clock>) -> Node {
         let machine = spec.machine_or_host();
         let locality = local.classify(machine.as_deref(), spec.zone.as_deref());
         let host = spec
@@ -455,6 +469,8 @@ impl Node {
             rlb_flag: AtomicU8::new(0),
             aff: AtomicBool::new(true),
             session_epoch: AtomicU32::new(0),
+            new_work_since: AtomicU64::new(0),
+            clock: NodeClock(clock),
             counters: NodeCounters::default(),
             health: Mutex::new((Layers::UP, Breaker::default())),
         }
@@ -592,6 +608,28 @@ impl Node {
         self.state.load(Ordering::Acquire) == NodeState::Up.to_u8() && !self.is_removed()
     }
 
+    fn stamp_new_work_change(&self) {
+        self.new_work_since.store(self.clock.0.now_ms().max(1), Ordering::Release);
+    }
+
+    /// Whether the node's taking or refusing new work has held for at least
+    /// `settle_ms`, so every process fed the same events sees it too.
+    #[inline]
+    pub(crate) fn new_work_settled(&self, settle_ms: u64) -> bool {
+        let since = self.new_work_since.load(Ordering::Acquire);
+        since == 0 || settle_ms == 0 || self.clock.0.now_ms().saturating_sub(since) >= settle_ms
+    }
+
+    /// Milliseconds since the node last started or stopped taking new work.
+    pub(crate) fn new_work_changed_ago_ms(&self) -> u64 {
+        let since = self.new_work_since.load(Ordering::Acquire);
+        if since == 0 {
+            u64::MAX
+        } else {
+            self.clock.0.now_ms().saturating_sub(since)
+        }
+    }
+
     /// Whether work already bound to this node may continue here: not Down,
     /// not removed, and not past a planned drain's timeout (which turns the
     /// drain into a Down, so pins and sessions move or refuse at once).
@@ -691,6 +729,9 @@ impl Node {
         self.state.store(to.to_u8(), Ordering::Release);
         if before.0 == to {
             return None;
+        }
+        if (before.0 == NodeState::Up) != (to == NodeState::Up) {
+            self.stamp_new_work_change();
         }
         self.counters.state_changes.fetch_add(1, Ordering::Relaxed);
         Some(Transition { from: before.0, to })
@@ -873,6 +914,7 @@ impl Node {
     }
 
     pub(crate) fn mark_removed(&self) {
+        self.stamp_new_work_change();
         self.removed.store(true, Ordering::Release);
         self.session_epoch.fetch_add(1, Ordering::AcqRel);
     }

@@ -500,7 +500,10 @@ public final class Cluster implements AutoCloseable {
 
     /**
      * Like {@link #txBegin(byte[])}, but a new gtrid is placed on {@code preferred}
-     * (for example the thread's pinned node) when that node accepts new work.
+     * (for example the thread's pinned node, or where the transaction manager placed
+     * it) when that node accepts new work. Otherwise strict transaction mode refuses
+     * with {@link StrictAffinityException} (a branch elsewhere would split the
+     * transaction) and soft mode places the gtrid as {@link #txBegin(byte[])} does.
      *
      * @param gtrid the gtrid
      * @param preferred preferred node id
