@@ -147,6 +147,7 @@ test-c: lib lib-testing
 	tests/c/run.sh
 
 test-demo: demo demo-rust
+	tests/cluster/demo_stray_prepared.sh
 
 # Fuzzing (fuzz/, docs/fuzzing.md): the config parser, FAN/RLB events on a
 # cluster, C-ABI call sequences against a model, and the rendezvous hash
