@@ -59,7 +59,7 @@ pub use cluster::{ClockDebug, Cluster, ClusterBuilder};
 pub use config::{
     Config, DataConfig, Placement, RecoveryScope, SessionConfig, SessionMode, ThreadConfig, TransactionConfig,
 };
-pub use data::DataKey;
+pub use data::{check_partition_map_source, DataKey};
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
 pub use lease::{Lease, LeaseToken, Outcome};
