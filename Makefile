@@ -183,7 +183,7 @@ test-soak:
 
 # Every benchmark in short mode, one after the other (never in parallel on a
 # small box), then ONE table of ratios against their baselines. To put it into
-# README.md's Performance section: python3 tools/perf_table.py --write-readme README.md
+# docs/benchmarks.md: python3 tools/perf_table.py --write-readme docs/benchmarks.md
 BENCH_OUT := target/bench
 bench: lib
 	@mkdir -p $(BENCH_OUT)
