@@ -526,12 +526,25 @@ impl Node {
     /// Current state: the more severe of the operator's and the automatic layer.
     #[inline]
     pub fn state(&self) -> NodeState {
+        self.apply_expired_drain();
         NodeState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// A planned drain whose timeout has ended is a Down, whoever looks
+    /// first: a route, or an operator's, a metric's or a health check's read.
+    #[inline]
+    fn apply_expired_drain(&self) {
+        if self.state.load(Ordering::Acquire) == NodeState::Draining.to_u8()
+            && self.drain_until.load(Ordering::Acquire) != 0
+        {
+            self.drain_expired(&*self.clock.0);
+        }
     }
 
     /// Why it is down or draining ([`DownCause::None`] when up); `Admin`
     /// whenever the operator's layer decides the state.
     pub fn down_cause(&self) -> DownCause {
+        self.apply_expired_drain();
         DownCause::from_u8(self.cause.load(Ordering::Acquire))
     }
 

@@ -441,10 +441,8 @@ impl<P: NodePool> NodePools<P> {
     /// its period has passed. Returns the loader's result if it ran.
     pub fn maintain(&self) -> Option<Result<u64, LoadError>> {
         self.close_idle_of_unusable();
-        let due = self
-            .loader
-            .as_ref()
-            .is_some_and(|l| Instant::now() >= *l.next.lock().unwrap_or_else(|p| p.into_inner()));
+        let due =
+            self.loader.as_ref().is_some_and(|l| Instant::now() >= *l.next.lock().unwrap_or_else(|p| p.into_inner()));
         if due {
             self.reload_partition_map()
         } else {

@@ -101,10 +101,7 @@ fn pools(app: &str, extra: &str) -> NodePools<IdlePool> {
 /// Our sessions on `node`, as the server itself counts them.
 fn backends(node: &PgNode, app: &str) -> i64 {
     let mut admin = Client::connect(&node.dsn, NoTls).unwrap();
-    admin
-        .query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", &[&app])
-        .unwrap()
-        .get(0)
+    admin.query_one("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", &[&app]).unwrap().get(0)
 }
 
 fn wait_backends(node: &PgNode, app: &str, want: i64) -> i64 {
