@@ -251,7 +251,12 @@ impl Cluster {
     /// loader: a query that failed, a map this cluster refused). The map in
     /// force stays; the failure shows in the metrics (`partition_map`'s
     /// `load_failures` and `last_error`) so a silent loader is seen.
-    pub fn partition_map_load_failed(&self, source: &str, error: &str) {
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a source name
+    /// [`check_partition_map_source`] refuses (nothing is recorded).
+    pub fn partition_map_load_failed(&self, source: &str, error: &str) -> Result<()> {
+        check_partition_map_source(source)?;
         let d = &self.inner.data;
         d.load_failures.fetch_add(1, Ordering::Relaxed);
         let mut text = format!("{source}: {error}");
@@ -263,6 +268,7 @@ impl Cluster {
             text.truncate(end);
         }
         *d.last_load_error.lock().unwrap_or_else(|p| p.into_inner()) = text;
+        Ok(())
     }
 
     /// Failed loads so far and the last one's message.

@@ -113,14 +113,15 @@ fn a_failed_partition_map_load_is_counted_and_its_message_stays_valid_json() {
     let c = cluster("nodes = A, B\ndata.partitions = 8");
     c.replace_partition_map(&[(1, "B")], "table").unwrap();
     let epoch = c.partition_map_epoch();
-    c.partition_map_load_failed("table", "relation \"partmap\"\ndoes not exist\t\u{1}");
-    c.partition_map_load_failed("table", &"x".repeat(2000));
+    c.partition_map_load_failed("table", "relation \"partmap\"\ndoes not exist\t\u{1}").unwrap();
+    c.partition_map_load_failed("table", &"x".repeat(2000)).unwrap();
+    assert_eq!(c.partition_map_load_failed("bad source", "x").unwrap_err().kind(), racaffinity::ErrorKind::InvalidArgument);
     assert_eq!(c.partition_map_epoch(), epoch, "a failed load changes no map");
     assert_eq!(c.partition_owner(1).map(|n| c.node_name(n).unwrap()).unwrap(), "B");
     let m = c.metrics();
     assert_eq!(m.partition_map_load_failures, 2);
     assert!(m.partition_map_last_error.as_deref().unwrap().len() <= 512);
-    c.partition_map_load_failed("table", "relation \"partmap\"\ndoes not exist\t\u{1}");
+    c.partition_map_load_failed("table", "relation \"partmap\"\ndoes not exist\t\u{1}").unwrap();
     let v: serde_json::Value = serde_json::from_str(&c.metrics().to_json()).expect("valid JSON");
     assert_eq!(v["partition_map"]["load_failures"], 3);
     assert_eq!(v["partition_map"]["last_error"], "table: relation \"partmap\"\ndoes not exist\t\u{1}");

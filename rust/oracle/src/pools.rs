@@ -429,7 +429,8 @@ impl<P: NodePool> NodePools<P> {
                 text.push_str(&c.to_string());
                 cause = c.source();
             }
-            self.cluster.partition_map_load_failed(&l.source, &text);
+            // The source passed the same check when the loader was installed.
+            let _ = self.cluster.partition_map_load_failed(&l.source, &text);
         }
         Some(result)
     }
