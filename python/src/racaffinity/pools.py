@@ -31,7 +31,7 @@ import logging
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import psycopg
 import psycopg_pool
@@ -42,9 +42,8 @@ from ._errors import ConfigError, KeyOverflowError, UnknownNodeError
 from ._failures import ConnectAttempts, is_node_failure
 from ._lib import ffi, lib
 from ._ucp import PartitionMapLoader, Upkeep, callback_lease
+from .tpc import GlobalTransaction, RecoveryReport, recover_all
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .tpc import GlobalTransaction, RecoveryReport
 
 __all__ = ["NodePools", "AsyncNodePools", "is_node_failure"]
 
@@ -497,17 +496,13 @@ class NodePools(_Base):
         load balancing), as a context manager."""
         return _Connection(self, key, session, timeout)
 
-    def global_transaction(self, gtrid: str, **kwargs: Any) -> "GlobalTransaction":
+    def global_transaction(self, gtrid: str, **kwargs: Any) -> GlobalTransaction:
         """A two-phase (XA-style) transaction over psycopg's tpc_* API; see
         `racaffinity.tpc.GlobalTransaction`."""
-        from .tpc import GlobalTransaction
-
         return GlobalTransaction(self, gtrid, **kwargs)
 
-    def recover_all(self, action: str = "rollback", **kwargs: Any) -> "RecoveryReport":
+    def recover_all(self, action: str = "rollback", **kwargs: Any) -> RecoveryReport:
         """Resolves every in-doubt branch on every node; see `racaffinity.tpc.recover_all`."""
-        from .tpc import recover_all
-
         return recover_all(self, action, **kwargs)
 
     def check_heartbeat(self) -> None:
