@@ -17,7 +17,8 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Mapping, Optional, Protocol
 
-from ._cluster import Cluster, Route, RouteKind, Scope, _context_pick, _lease_begin, _lease_release, _new, _route
+from ._cluster import Cluster
+from ._routes import Route, RouteKind, Scope, context_pick, lease_begin, lease_release, new_, route_of
 from ._errors import InvalidArgumentError
 from ._lib import lib
 
@@ -36,7 +37,7 @@ _NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
 
 
 def _unpin(h: Any, key: int) -> None:
-    released = _new("bool *")
+    released = new_("bool *")
     lib.racaffinity_context_unpin(h, key, released)  # a closed cluster took its pins with it
 
 
@@ -49,7 +50,7 @@ class AffinityContext:
     __slots__ = ("cluster", "key", "scope", "_release", "__weakref__")
 
     def __init__(self, cluster: Cluster, scope: int) -> None:
-        out = _new("uint64_t *")
+        out = new_("uint64_t *")
         rc = lib.racaffinity_context_new(cluster._h, out)
         if rc:
             cluster._raise(rc)
@@ -60,11 +61,11 @@ class AffinityContext:
 
     def pin(self) -> Route:
         """Pins the context by its scope's rules (new, or one level deeper)."""
-        out = _new("racaffinity_route *")
+        out = new_("racaffinity_route *")
         rc = lib.racaffinity_context_pin_for(self.cluster._h, self.key, int(self.scope), out)
         if rc:
             self.cluster._raise(rc)
-        return _route(self.cluster, out)
+        return route_of(self.cluster, out)
 
     def close(self) -> None:
         """Releases the pin. Idempotent."""
@@ -146,9 +147,9 @@ def callback_lease(pools: Any, cb: Any) -> Any:
         if isinstance(cur, ConnectionAffinityContext) and cur._owner is pools and cur.policy is policy
         else None
     )
-    buf = _new("racaffinity_lease *")
+    buf = new_("racaffinity_lease *")
     if ctx is not None:
-        rc = _context_pick(c._h, ctx._context.key, buf)
+        rc = context_pick(c._h, ctx._context.key, buf)
         if rc:
             c._raise(rc)  # strict: StrictAffinityError
         if buf.kind != _BALANCED:
@@ -159,13 +160,13 @@ def callback_lease(pools: Any, cb: Any) -> Any:
                 )
             return buf
         # The instance released the context (aff=FALSE): place a new affinity.
-        _lease_release(c._h, buf, _NEUTRAL)
-        buf = _new("racaffinity_lease *")
+        lease_release(c._h, buf, _NEUTRAL)
+        buf = new_("racaffinity_lease *")
     scope = Scope.SESSION if policy is AffinityPolicy.WEBSESSION_BASED_AFFINITY else Scope.TRANSACTION
     ac = ctx._context if ctx is not None else AffinityContext(c, int(scope))
     route = ac.pin()
     cb.set_connection_affinity_context(ConnectionAffinityContext(pools, ac, route.node, route.name, policy))
-    rc = _lease_begin(c._h, route.node, buf)
+    rc = lease_begin(c._h, route.node, buf)
     if rc:
         c._raise(rc)
     return buf

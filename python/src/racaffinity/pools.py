@@ -36,8 +36,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import psycopg
 import psycopg_pool
 
-from ._cluster import BytesLike, Cluster, DataKey, Outcome, PinScope, SessionScope, Transaction, _SCOPES
-from ._cluster import _I64_MAX, _I64_MIN, _bytes_arg, _context_call, _context_pick, _lease_release, _new
+from ._args import I64_MAX, I64_MIN, BytesLike, DataKey, bytes_arg
+from ._cluster import Cluster
+from ._routes import Outcome, context_pick, lease_release, new_
+from ._scopes import SCOPES, PinScope, SessionScope, Transaction, context_call
 from ._errors import ConfigError, KeyOverflowError, UnknownNodeError
 from ._failures import ConnectAttempts, is_node_failure
 from ._lib import ffi, lib
@@ -233,21 +235,21 @@ class _Base:
         c = self.cluster
         if key is not None and session is not None:
             raise TypeError("pass either key= or session=, not both")
-        scopes = _SCOPES.get()
+        scopes = SCOPES.get()
         f = scopes.get(self._serial) if scopes is not None else None
         cb = self._callback
         if cb is not None and key is None and session is None and (f is None or f[1] is None):
             # UCP's connection affinity callback: its context decides (below an
             # explicit key, session argument or transaction; above scopes).
             return self._pool_of(callback_lease(self, cb))
-        buf = _new("racaffinity_lease *")
+        buf = new_("racaffinity_lease *")
         if key is None and session is None and (f is None or (f[1] is None and f[2] is None)):
             # Nothing but (at most) a pin: the one-affinity call, without
             # building a request (this is the common case, and cffi struct
             # writes cost more than the routing).
-            _context_call(c, _context_pick, buf)  # its pin, an auto-pin or balancing
+            context_call(c, context_pick, buf)  # its pin, an auto-pin or balancing
             return self._pool_of(buf)
-        req = _new("racaffinity_route_request *")
+        req = new_("racaffinity_route_request *")
         keep = []  # the request points into these until the call returns
         if f is not None and f[1] is not None:
             gtrid = _span(f[1].gtrid)
@@ -255,17 +257,17 @@ class _Base:
             req.gtrid, req.gtrid_len = gtrid, len(gtrid)
         if key is not None:
             if isinstance(key, int) and not isinstance(key, bool):
-                if not _I64_MIN <= key <= _I64_MAX:
+                if not I64_MIN <= key <= I64_MAX:
                     raise KeyOverflowError(f"int key {key} does not fit in 64 bits", 4)
                 req.key_i64, req.key_is_i64 = key, 1
             else:
-                k = _span(_bytes_arg(key, "key"))
+                k = _span(bytes_arg(key, "key"))
                 keep.append(k)
                 req.key, req.key_len = k, len(k)
         if session is None and f is not None:
             session = f[2]
         if session is not None:
-            s = _span(_bytes_arg(session, "session key"))
+            s = _span(bytes_arg(session, "session key"))
             keep.append(s)
             req.session, req.session_len = s, len(s)
         if f is not None and f[0] is not None and f[0].active:
@@ -281,7 +283,7 @@ class _Base:
         by_id = self._by_id
         pool = by_id[node] if node < len(by_id) else None
         if pool is None:
-            _lease_release(self._h, buf, _NEUTRAL)
+            lease_release(self._h, buf, _NEUTRAL)
             raise UnknownNodeError(f"no pool for node {c.node_name(node)}", 8)
         return buf, pool
 
@@ -352,7 +354,7 @@ class _Connection:
                 conn = pool.getconn(self._timeout)
         except BaseException as e:
             failed = is_node_failure(e, pool, waited_since=since)
-            _lease_release(self._pools._h, buf, _FAILED if failed else _NEUTRAL)
+            lease_release(self._pools._h, buf, _FAILED if failed else _NEUTRAL)
             raise
         self._buf, self._pool, self._conn = buf, pool, conn
         return conn.__enter__()
@@ -370,7 +372,7 @@ class _Connection:
             try:
                 pool.putconn(self._conn)
             finally:
-                _lease_release(self._pools._h, self._buf, outcome)
+                lease_release(self._pools._h, self._buf, outcome)
 
 
 class NodePools(_Base):
@@ -655,7 +657,7 @@ class _AsyncConnection:
             conn = await pool.getconn(self._timeout)
         except BaseException as e:
             failed = is_node_failure(e, pool, waited_since=since)
-            _lease_release(self._pools._h, buf, _FAILED if failed else _NEUTRAL)
+            lease_release(self._pools._h, buf, _FAILED if failed else _NEUTRAL)
             raise
         self._buf, self._pool, self._conn = buf, pool, conn
         return await conn.__aenter__()
@@ -673,7 +675,7 @@ class _AsyncConnection:
             try:
                 await pool.putconn(self._conn)
             finally:
-                _lease_release(self._pools._h, self._buf, outcome)
+                lease_release(self._pools._h, self._buf, outcome)
 
 
 class AsyncNodePools(_Base):
