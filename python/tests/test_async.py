@@ -90,18 +90,3 @@ async def test_async_heartbeat_downs_a_killed_node(pg, cluster_factory):
         await pools.close()
     assert not pools._heartbeat.is_alive()
 
-
-@pytest.mark.asyncio
-async def test_async_close_goes_on_after_a_failing_pool(pg, cluster_factory):
-    pools = AsyncNodePools(cluster_factory(nodes=NAMES), pg.dsn, min_size=1, max_size=2, timeout=5.0)
-    await pools.open()
-    first = pools.node_pool("RAC1")
-    real_close = first.close
-
-    async def failing_close(*args, **kwargs):
-        await real_close(*args, **kwargs)
-        raise RuntimeError("closing RAC1 failed")
-
-    first.close = failing_close
-    await pools.close()
-    assert pools.node_pool("RAC2").closed and pools.node_pool("RAC3").closed

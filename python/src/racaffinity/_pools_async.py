@@ -406,7 +406,8 @@ class _AsyncUpkeep:
         self._wake = AEvent()
         self._halt = AEvent()
         self._lock = ALock()
-        self._last: Dict[int, Any] = {}
+        # The states at open: an HA event before the first round is a change too.
+        self._last: Dict[int, Any] = {node: pools.cluster.node_state(node) for node, _pool in pools.items()}
         self._runner: Any = None
         self.loads = 0
         self.load_failures = 0

@@ -349,7 +349,7 @@ class _Upkeep:
         self._wake = Event()
         self._halt = Event()
         self._lock = Lock()
-        self._last: Dict[int, Any] = {}
+        self._last: Dict[int, Any] = {node: pools.cluster.node_state(node) for node, _pool in pools.items()}
         self._runner: Any = None
         self.loads = 0
         self.load_failures = 0
