@@ -30,16 +30,11 @@ exceptions this module raises.
 
 from __future__ import annotations
 
-try:
-    import psycopg  # noqa: F401
-    import psycopg_pool  # noqa: F401
-except ImportError as e:  # pragma: no cover - exercised by test_extras in a subprocess
-    raise ImportError(
-        f"racaffinity.pools needs psycopg 3 and psycopg_pool ({e.name} is missing): "
-        "pip install 'racaffinity[postgres]'"
-    ) from e
+from ._extras import require
 
-from ._failures import is_node_failure
+require(__name__, "postgres", "psycopg", "psycopg_pool")
+
+from ._failures import is_node_failure  # noqa: E402 - after the check that names the extra
 from ._pools_async import AsyncNodePools
 from ._pools_sync import NodePools
 

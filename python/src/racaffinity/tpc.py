@@ -51,9 +51,13 @@ import time
 import uuid
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 
-import psycopg
-import psycopg_pool
-from psycopg import Xid
+from ._extras import require
+
+require(__name__, "postgres", "psycopg", "psycopg_pool")
+
+import psycopg  # noqa: E402 - after the check that names the extra
+import psycopg_pool  # noqa: E402
+from psycopg import Xid  # noqa: E402
 from psycopg.pq import TransactionStatus
 
 from ._cluster import Lease, NodeState, Outcome, RouteKind
