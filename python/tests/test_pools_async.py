@@ -254,6 +254,8 @@ async def test_the_loader_runs_at_open_and_after_an_ha_event_and_a_failing_one_k
         assert "map table unreachable" in pools.partition_map_loads[2]
         assert {await port(pools, key=k) for k in range(20)} == {pg.port["RAC3"]}  # the last good map
         assert '"source":"loader"' in c.metrics_json()
+        pm = c.metrics()["partition_map"]  # the core's metrics (JSON, Prometheus) count it too
+        assert pm["load_failures"] == 1 and "map table unreachable" in pm["last_error"], pm
 
 
 @pytest.mark.asyncio

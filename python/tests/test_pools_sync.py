@@ -216,6 +216,8 @@ def test_the_loader_runs_at_open_and_after_an_ha_event_and_a_failing_one_keeps_t
         assert 'map table unreachable' in pools.partition_map_loads[2]
         assert {port(pools, key=k) for k in range(20)} == {pg.port['RAC3']}
         assert '"source":"loader"' in c.metrics_json()
+        pm = c.metrics()['partition_map']
+        assert pm['load_failures'] == 1 and 'map table unreachable' in pm['last_error'], pm
 
 def test_heartbeat_downs_a_killed_idle_node_and_stops_on_close(pg, cluster_factory, restart_after):
     c = cluster_factory('heartbeat.interval = 200ms\nheartbeat.misses = 3', nodes=NAMES)

@@ -229,6 +229,15 @@ class Cluster:
             self._raise(rc)
         return int(epoch[0])
 
+    def partition_map_load_failed(self, source: str, error: str) -> None:
+        """Records that the application's partition-map loader `source`
+        failed with `error` (`racaffinity_partition_map_load_failed`): the map
+        in force stays, and the metrics count the failure and keep the
+        message (`partition_map.load_failures`, `last_error`)."""
+        rc = lib.racaffinity_partition_map_load_failed(self._h, _cstr(source, "source"), _cstr(error, "error"))
+        if rc:
+            self._raise(rc)
+
     @property
     def recovery_scope(self) -> str:
         """`recovery.scope`: ``"node"`` (independent databases: scan every node,

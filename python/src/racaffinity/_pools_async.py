@@ -478,6 +478,8 @@ class _AsyncUpkeep:
         except Exception as e:
             self.load_failures += 1
             self.load_error = f"{type(e).__name__}: {e}"
+            # In the core's metrics too, next to the map's epoch.
+            self._pools.cluster.partition_map_load_failed(LOADER_SOURCE, self.load_error)
             log.warning("racaffinity: partition map load failed (%s), keeping the last good map: %s", why, self.load_error)
             return False
         self.loads += 1

@@ -417,6 +417,7 @@ class _Upkeep:
         except Exception as e:
             self.load_failures += 1
             self.load_error = f'{type(e).__name__}: {e}'
+            self._pools.cluster.partition_map_load_failed(LOADER_SOURCE, self.load_error)
             log.warning('racaffinity: partition map load failed (%s), keeping the last good map: %s', why, self.load_error)
             return False
         self.loads += 1
