@@ -140,7 +140,7 @@ demo-rust: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-wheel test-java test-doc-samples test-cluster test-demo test-soak failure-matrix
+test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-wheel test-java test-doc-samples docs test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
@@ -201,7 +201,7 @@ docs: lib
 	RACAFFINITY_NATIVE_LIB=$(CURDIR)/$(LIB_DIR)/libracaffinity.so \
 	  $(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check './python[postgres]'
 	python3 tools/docs_site.py target/docs-stage/src
-	$(DOCS_VENV)/bin/mkdocs build --quiet -f target/docs-stage/mkdocs.yml
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --quiet -f target/docs-stage/mkdocs.yml
 	$(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
 	mkdir -p target/site/api && cp -r target/doc target/site/api/rust
 	mvn -q -f java $(JAVADOC_PLUGIN):javadoc -Dmaven.javadoc.failOnError=true -Ddoclint=none
