@@ -107,8 +107,9 @@ test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c te
 failure-matrix:
 	python3 tools/failure_matrix.py target/failure-matrix
 
-# Rust format and lints, the core's docs, and the Java natives against the
-# JNI exports (tools/check_jni_exports.py: both directions, parameters).
+# Rust format and lints, the core's docs, the Java natives against the
+# JNI exports (tools/check_jni_exports.py: both directions, parameters), and
+# AffinityConnection's delegates against java.sql.Connection (tools/GenJdbcDelegates.java).
 lint:
 	$(CARGO) fmt --all -- --check
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
@@ -116,6 +117,7 @@ lint:
 	else echo "cargo clippy not installed: skipping the lint (rustup component add clippy)"; fi
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
 	python3 tools/check_jni_exports.py
+	java tools/GenJdbcDelegates.java --check
 
 # rust/oracle's tests start the local nodes themselves; stop them afterwards.
 test-rust:
