@@ -397,6 +397,31 @@ public final class Cluster implements AutoCloseable {
     }
 
     /**
+     * Routes a request again after the node of its lease could not give a
+     * connection (refused, reset, connect timeout): the core names another node
+     * and moves the affinity that chose the failed one (the thread's pin, the
+     * session), so that the caller retries once within its own call and later
+     * requests follow. Release the failed lease with {@link Outcome#FAILED}
+     * first, so that ejection counts the failure. The request is the one given
+     * to {@link #pickFor(byte[], byte[], byte[])}, without a transaction: a
+     * transaction's branch is never moved.
+     *
+     * @param key the request's data key, or null
+     * @param session the request's web-session key, or null
+     * @param failedNode the node that failed
+     * @return a lease on the next node, or null for no retry (a strict scope,
+     *     which refuses rather than moves, or no other usable node)
+     */
+    public Lease repickFor(byte[] key, byte[] session, int failedNode) {
+        return repick(key, session, contextKey(), failedNode);
+    }
+
+    Lease repick(byte[] key, byte[] session, long context, int failedNode) {
+        long r = Native.requestRepick(handle, key, 0, false, session, context, failedNode);
+        return r < 0 ? null : new Lease(this, Native.node(r), Native.kind(r));
+    }
+
+    /**
      * Like {@link #pickFor(byte[], byte[], byte[])} without a lease: the core's
      * precedence (transaction, data key, session, the thread's pin, else load
      * balancing) for work that leases its node some other way, or not at all.

@@ -99,6 +99,11 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
      */
     abstract void started(Running<T> r) throws SQLException;
 
+    /** Whether the data source logs every node state change itself (else the heartbeat logs those it causes). */
+    boolean logsStateChanges() {
+        return false;
+    }
+
     /** Stops the data source's own runtime parts, first thing in {@link #close()}. */
     void stopping() {}
 
@@ -379,7 +384,8 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
             T[] byId = nodes.resolve(c, redactor, owned::add);
             long interval = nodes.heartbeatInterval(c);
             if (interval > 0) {
-                hb = new Heartbeat(prefix, c, probes(byId), interval, nodes.heartbeatTimeoutSeconds(), redactor);
+                hb = new Heartbeat(prefix, c, probes(byId), interval, nodes.heartbeatTimeoutSeconds(), redactor,
+                        !logsStateChanges());
             }
             if (nodes.registerMBean()) {
                 try {

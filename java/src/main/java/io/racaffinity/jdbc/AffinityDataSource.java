@@ -93,6 +93,8 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     private long partitionMapReloadMillis;
     private long poolMaintenanceMillis = 200;
     private volatile PoolMaintenance maintenance;
+    /** Per node id, the last connection failure seen (racy by design: a log detail only). */
+    private volatile String[] lastFailure = new String[0];
     /** JTA routing, when a transaction registry was found at the start. */
     private volatile TransactionAffinity jta;
 
@@ -299,8 +301,14 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     @Override
     void started(Running<DataSource> r) throws SQLException {
         jta = transactionAffinity(r.cluster, nodes.redactor());
-        maintenance = new PoolMaintenance(r.cluster, r.byId, poolMaintenanceMillis, partitionMapLoader,
-                partitionMapReloadMillis);
+        lastFailure = new String[r.byId.length];
+        maintenance = new PoolMaintenance(kind + " " + r.cluster.name(), r.cluster, r.byId, this::lastFailure,
+                poolMaintenanceMillis, partitionMapLoader, partitionMapReloadMillis);
+    }
+
+    @Override
+    boolean logsStateChanges() {
+        return true;
     }
 
     @Override
@@ -442,6 +450,9 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         Running<DataSource> s = running();
         Cluster c = s.cluster;
         Lease lease;
+        // How to route again if the node cannot give a connection; null: never (a transaction's
+        // branch, whose node must not change, or a routing token, decided before this call).
+        Retry retry = null;
         try {
             TransactionAffinity.Joined tx = jta == null ? null : jta.join();
             ConnectionAffinityCallback cb = affinityCallback;
@@ -449,7 +460,9 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                 // The transaction's first connection placed it (an explicit txBegin): go there.
                 lease = c.lease(tx.placed());
             } else if (cb != null && key == null && tx == null) {
-                lease = callbackLease(c, cb);
+                CallbackPick pick = callbackLease(c, cb);
+                lease = pick.lease;
+                retry = failed -> pick.repick(failed);
             } else {
                 // Everything this call knows goes to the core, which decides the precedence.
                 byte[] sess = session.get();
@@ -461,27 +474,71 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                     if (sess == null) {
                         sess = REQUEST_SESSION.get();
                     }
-                    lease = c.pickFor(tx == null ? null : tx.gtrid(), key == null ? null : key.raw(), sess);
+                    byte[] k = key == null ? null : key.raw();
+                    byte[] se = sess;
+                    lease = c.pickFor(tx == null ? null : tx.gtrid(), k, sess);
+                    if (tx == null) {
+                        retry = failed -> c.repickFor(k, se, failed);
+                    }
                 }
             }
         } catch (AffinityException e) {
             throw SqlErrors.routing(e);
         }
+        try {
+            return open(s, lease, username, pass);
+        } catch (SQLException e) {
+            if (retry == null || !isNodeFailure(e)) {
+                throw e;
+            }
+            // Soft failover within the caller's one call: the core names the next node and moves
+            // the affinity that chose the failed one (strict scopes get null and refuse as before).
+            Lease next;
+            try {
+                next = retry.repick(lease.node());
+            } catch (AffinityException routing) {
+                e.addSuppressed(SqlErrors.routing(routing));
+                throw e;
+            }
+            if (next == null) {
+                throw e;
+            }
+            String failedNode = c.nodeName(lease.node());
+            log.log(Level.DEBUG, () -> kind + " " + c.name() + ": node " + failedNode + " gave no connection"
+                    + " (SQLState " + e.getSQLState() + "): retrying on node " + next.nodeName());
+            try {
+                return open(s, next, username, pass);
+            } catch (SQLException again) {
+                again.addSuppressed(e);
+                throw again;
+            }
+        }
+    }
+
+    /** How {@link #connect} routes again after a node failure ({@link Cluster#repickFor}). */
+    private interface Retry {
+        /** @return a lease on the next node, or null for no retry */
+        Lease repick(int failedNode);
+    }
+
+    /** One node's connection under {@code lease}; every failure path releases the lease. */
+    private Connection open(Running<DataSource> s, Lease lease, String username, String pass) throws SQLException {
+        Cluster c = s.cluster;
         int node = lease.node();
         DataSource ds = node < s.byId.length ? s.byId[node] : null;
         if (ds == null) {
             release(lease, Outcome.NEUTRAL);
-            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": node " + c.nodeName(node)
+            throw new SQLNonTransientException(kind + " " + c.name() + ": node " + c.nodeName(node)
                     + " has no DataSource (added at runtime?)", "HY000");
         }
         Connection physical;
         try {
             physical = username == null ? ds.getConnection() : ds.getConnection(username, pass);
         } catch (SQLException e) {
-            boolean failure = isNodeFailure(e);
-            release(lease, failure ? Outcome.FAILED : Outcome.NEUTRAL);
-            if (failure) {
-                logFailure(c, node, e);
+            if (isNodeFailure(e)) {
+                reportFailure(c, lease, e);
+            } else {
+                release(lease, Outcome.NEUTRAL);
             }
             throw e;
         } catch (RuntimeException | Error e) {
@@ -535,7 +592,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      * decision (placement, soft move, strict refusal, {@code aff=FALSE}
      * release) is the core's ({@link AffinityContext}).
      */
-    private Lease callbackLease(Cluster c, ConnectionAffinityCallback cb) {
+    private CallbackPick callbackLease(Cluster c, ConnectionAffinityCallback cb) {
         ConnectionAffinityCallback.AffinityPolicy policy = cb.getAffinityPolicy();
         if (policy == null) {
             policy = ConnectionAffinityCallback.AffinityPolicy.TRANSACTION_BASED_AFFINITY;
@@ -553,7 +610,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                     cb.setConnectionAffinityContext(new ConnectionAffinityContext(this, ctx.context, lease.node(),
                             lease.nodeName(), policy));
                 }
-                return lease;
+                return new CallbackPick(cb, ctx.context, policy, lease);
             }
             // The pin went between the two calls (aff=FALSE): place a new one.
             release(lease, Outcome.NEUTRAL);
@@ -564,7 +621,33 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                         ? Scope.SESSION : Scope.TRANSACTION);
         Route r = ac.pin();
         cb.setConnectionAffinityContext(new ConnectionAffinityContext(this, ac, r.node(), r.nodeName(), policy));
-        return c.lease(r);
+        return new CallbackPick(cb, ac, policy, c.lease(r));
+    }
+
+    /** A callback context's lease, and how to move the context if its node gives no connection. */
+    private final class CallbackPick {
+        final ConnectionAffinityCallback cb;
+        final AffinityContext context;
+        final ConnectionAffinityCallback.AffinityPolicy policy;
+        final Lease lease;
+
+        CallbackPick(ConnectionAffinityCallback cb, AffinityContext context,
+                ConnectionAffinityCallback.AffinityPolicy policy, Lease lease) {
+            this.cb = cb;
+            this.context = context;
+            this.policy = policy;
+            this.lease = lease;
+        }
+
+        Lease repick(int failed) {
+            Lease next = context.repick(failed);
+            if (next != null) {
+                // The core moved the pin: the callback's context names the new instance, as after a soft move.
+                cb.setConnectionAffinityContext(new ConnectionAffinityContext(AffinityDataSource.this, context,
+                        next.node(), next.nodeName(), policy));
+            }
+            return next;
+        }
     }
 
     /**
@@ -638,13 +721,30 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     void nodeFailureReported(AffinityConnection conn, SQLException e) {
         Running<DataSource> s = runningOrNull();
         if (s != null) {
-            logFailure(s.cluster, conn.node(), e);
+            noteFailure(s.cluster, conn.node(), e);
         }
     }
 
-    private void logFailure(Cluster c, int node, SQLException e) {
-        log.log(Level.DEBUG, () -> "connection failure on " + c.name() + "/" + c.nodeName(node) + " reported (SQLState "
-                + e.getSQLState() + ")");
+    /** Releases a lease whose node failed, so that ejection counts it, and notes why. */
+    private void reportFailure(Cluster c, Lease lease, SQLException e) {
+        release(lease, Outcome.FAILED);
+        noteFailure(c, lease.node(), e);
+    }
+
+    private void noteFailure(Cluster c, int node, SQLException e) {
+        String why = "SQLState " + e.getSQLState() + ": " + nodes.redactor().redact(e.getMessage());
+        String[] seen = lastFailure;
+        if (node < seen.length) {
+            seen[node] = why;
+        }
+        log.log(Level.DEBUG, () -> kind + " " + c.name() + ": connection failure on node " + c.nodeName(node)
+                + " reported (" + why + ")");
+    }
+
+    /** @return the last connection failure seen on {@code node} (for the Down line of pool upkeep), or null */
+    private String lastFailure(int node) {
+        String[] seen = lastFailure;
+        return node < seen.length ? seen[node] : null;
     }
 
     @Override

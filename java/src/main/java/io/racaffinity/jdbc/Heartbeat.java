@@ -31,6 +31,7 @@ final class Heartbeat implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.Heartbeat");
 
     private final String owner;
+    private final boolean logChanges;
     private final Cluster cluster;
     private final DataSource[] nodes;
     private final AtomicBoolean[] inFlight;
@@ -41,10 +42,13 @@ final class Heartbeat implements AutoCloseable {
 
     /**
      * @param owner the data source's log prefix ({@code AffinityDataSource orcl})
+     * @param logChanges whether the state changes its probes cause are logged here (false where
+     *     the data source logs every change already, with the core's cause)
      */
     Heartbeat(String owner, Cluster cluster, DataSource[] nodes, long intervalMillis, int timeoutSeconds,
-            Redactor redactor) {
+            Redactor redactor, boolean logChanges) {
         this.owner = owner;
+        this.logChanges = logChanges;
         this.cluster = cluster;
         this.nodes = nodes.clone();
         this.inFlight = new AtomicBoolean[nodes.length];
@@ -113,7 +117,7 @@ final class Heartbeat implements AutoCloseable {
                 LOG.log(Level.DEBUG, () -> owner + ": heartbeat of node " + cluster.nodeName(node) + " missed: "
                         + why);
             }
-            if (changed) {
+            if (changed && logChanges) {
                 NodeStates.logChange(LOG, owner, cluster, node, ok ? "heartbeat probe succeeded"
                         : "heartbeat: " + why);
             }

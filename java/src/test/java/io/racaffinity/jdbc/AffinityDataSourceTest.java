@@ -282,10 +282,20 @@ class AffinityDataSourceTest {
         assertEquals(0, metrics(cluster, "A").successes(), "close does not release a second time");
         assertEquals(1, closes.get());
 
+        // A refused connection is a node failure: counted, and (soft data scope) retried on the
+        // node the core names next within the same call (SoftFailoverTest covers the real crash).
+        try (Connection retried = ds.createConnectionBuilder().shardingKey(keyOn(ds, "B")).build()) {
+            assertEquals("A", retried.unwrap(AffinityConnection.class).nodeName());
+            assertEquals(RouteKind.FALLBACK, retried.unwrap(AffinityConnection.class).routeKind());
+        }
+        assertEquals(1, metrics(cluster, "B").failures());
+        assertEquals(0, metrics(cluster, "B").inFlight());
+        // Strict data affinity never moves: the original exception is rethrown.
+        cluster.setStrict(io.racaffinity.Scope.DATA, true);
         SQLException refused = assertThrows(SQLException.class,
                 () -> ds.createConnectionBuilder().shardingKey(keyOn(ds, "B")).build());
         assertEquals("08001", refused.getSQLState());
-        assertEquals(1, metrics(cluster, "B").failures());
+        assertEquals(2, metrics(cluster, "B").failures());
         assertEquals(0, metrics(cluster, "B").inFlight());
     }
 
@@ -509,7 +519,7 @@ class AffinityDataSourceTest {
             SQLException e = assertThrows(SQLException.class, ds::getConnection);
             assertFalse(stackTrace(e).contains(SECRET), stackTrace(e));
             assertTrue(Pools.await(Duration.ofSeconds(20), () -> ds.toString().contains("nodes=")
-                    && records.stream().anyMatch(r -> r.getMessage().contains("is now DOWN"))),
+                    && records.stream().anyMatch(r -> r.getMessage().contains(" -> DOWN (cause heartbeat"))),
                     "the heartbeat marked a node down and logged it: " + messages(records));
             String after = ds.toString();
             assertFalse(after.contains(SECRET), after);
