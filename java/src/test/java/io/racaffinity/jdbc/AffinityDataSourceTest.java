@@ -18,6 +18,7 @@ import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
 import io.racaffinity.Pin;
 import io.racaffinity.RouteKind;
+import io.racaffinity.Scope;
 import io.racaffinity.StrictAffinityException;
 import io.racaffinity.test.MemoryContextFactory;
 import io.racaffinity.test.PgNodes;
@@ -291,7 +292,7 @@ class AffinityDataSourceTest {
         assertEquals(1, metrics(cluster, "B").failures());
         assertEquals(0, metrics(cluster, "B").inFlight());
         // Strict data affinity never moves: the original exception is rethrown.
-        cluster.setStrict(io.racaffinity.Scope.DATA, true);
+        cluster.setStrict(Scope.DATA, true);
         SQLException refused = assertThrows(SQLException.class,
                 () -> ds.createConnectionBuilder().shardingKey(keyOn(ds, "B")).build());
         assertEquals("08001", refused.getSQLState());
