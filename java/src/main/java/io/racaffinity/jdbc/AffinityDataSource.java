@@ -46,7 +46,10 @@ import javax.sql.DataSource;
  * explicit sharding key, then the session scope ({@link #withSession}, else the request's
  * {@link #withRequestSession}), then the thread pin or load balancing. Connections are {@link AffinityConnection}s:
  * closing one releases its lease, and a connection exception (SQLState {@code 08},
- * see {@link #setNodeFailureSqlStates}) reports the node failure (passive ejection). A heartbeat probes each node at
+ * see {@link #setNodeFailureSqlStates}) reports the node failure (passive ejection). A node that cannot give a
+ * connection at all costs the caller no failed request in soft scopes: {@code getConnection()} retries once, within
+ * the same call, on the node the core names next ({@link Cluster#repickFor}), and the session or pin moves there;
+ * never a transaction's branch, never in a strict scope. A heartbeat probes each node at
  * {@code heartbeat.interval} without application traffic. One MXBean per cluster
  * is registered as {@code io.racaffinity:type=Cluster,name=<name>}.
  *

@@ -20,6 +20,7 @@ import io.racaffinity.Pin;
 import io.racaffinity.RouteKind;
 import io.racaffinity.Scope;
 import io.racaffinity.StrictAffinityException;
+import io.racaffinity.test.LogCapture;
 import io.racaffinity.test.MemoryContextFactory;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
@@ -43,12 +44,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.logging.Handler;
-import java.util.logging.Level;
 import java.util.logging.LogRecord;
-import java.util.logging.Logger;
 import javax.naming.Context;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterEach;
@@ -486,24 +483,8 @@ class AffinityDataSourceTest {
 
     @Test
     void credentialsNeverAppearInToStringLogsOrExceptions() throws Exception {
-        Logger jul = Logger.getLogger("io.racaffinity");
-        List<LogRecord> records = new CopyOnWriteArrayList<>();
-        Handler h = new Handler() {
-            @Override
-            public void publish(LogRecord r) {
-                records.add(r);
-            }
-
-            @Override
-            public void flush() {}
-
-            @Override
-            public void close() {}
-        };
-        Level level = jul.getLevel();
-        jul.setLevel(Level.ALL);
-        jul.addHandler(h);
-        try {
+        try (LogCapture log = new LogCapture()) {
+            List<LogRecord> records = log.records();
             // Nodes on a closed port, the password in the URL too: every probe fails and is logged.
             AffinityDataSource ds = new AffinityDataSource();
             opened.add(ds);
@@ -562,9 +543,6 @@ class AffinityDataSourceTest {
             e = assertThrows(SQLException.class, missing::getConnection);
             assertFalse(stackTrace(e).contains(SECRET), stackTrace(e));
             assertFalse(missing.toString().contains(SECRET), missing.toString());
-        } finally {
-            jul.removeHandler(h);
-            jul.setLevel(level);
         }
     }
 

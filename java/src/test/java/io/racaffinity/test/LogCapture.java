@@ -42,6 +42,11 @@ public final class LogCapture extends Handler implements AutoCloseable {
                 .collect(Collectors.toList());
     }
 
+    /** @return every record so far, live (later records appear in it) */
+    public List<LogRecord> records() {
+        return records;
+    }
+
     /** @return every message with its level, for assertion messages */
     public String all() {
         return records.stream().map(r -> r.getLevel() + " " + r.getMessage()).collect(Collectors.joining("\n"));
