@@ -151,7 +151,8 @@ failure-matrix:
 # Rust format and lints, the core's docs, the Java natives against the
 # JNI exports (tools/check_jni_exports.py: both directions, parameters), and
 # the sync Python pools and tests against their async source
-# (tools/async_to_sync.py).
+# (tools/async_to_sync.py), AffinityConnection's delegates against
+# java.sql.Connection (tools/GenJdbcDelegates.java).
 lint:
 	$(CARGO) fmt --all -- --check
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
@@ -160,6 +161,7 @@ lint:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
 	python3 tools/check_jni_exports.py
 	python3 tools/async_to_sync.py --check
+	java tools/GenJdbcDelegates.java --check
 	$(MAKE) --no-print-directory check-docs
 
 # Every code block of README.md and docs/ is a marked sample (run by

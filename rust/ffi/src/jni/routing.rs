@@ -196,6 +196,42 @@ pub extern "system" fn Java_io_racaffinity_Native_requestRoute<'l>(
     run_request(&mut env, h, &gtrid, args, |c, req| Ok(pack(c.route(req)?)))
 }
 
+/// `long requestRepick(long handle, byte[] key, long keyI64, boolean keyIsI64,
+/// byte[] session, long context, int failed)`: after node `failed` could not
+/// give the request a connection, routes it again away from that node and
+/// moves the affinity that chose it (`Cluster::reroute`), leasing the new
+/// node like `requestPick`. -1: no retry (a strict scope, or no other usable
+/// node). No gtrid: a transaction's branch is never rerouted.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_io_racaffinity_Native_requestRepick<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    key: JByteArray<'l>,
+    key_i64: jlong,
+    key_is_i64: jboolean,
+    session: JByteArray<'l>,
+    context: jlong,
+    failed: jint,
+) -> jlong {
+    let args = RequestArgs { key: &key, key_i64, key_is_i64, session: &session, context };
+    run(&mut env, |env| {
+        let failed = node_id(node_arg(failed)?);
+        args.with(env, None, |req| {
+            with_cluster(h, |c| {
+                Ok(match c.reroute(req, failed)? {
+                    Some(r) => {
+                        c.begin_lease(r.node);
+                        pack(r)
+                    }
+                    None => -1,
+                })
+            })
+        })
+    })
+}
+
 /// `void leaseBegin(long handle, int node)`: leases a node that another call
 /// routed to (transaction, session or key route).
 #[no_mangle]
