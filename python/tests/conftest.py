@@ -4,6 +4,7 @@ sets them) and kill/restart nodes through the same script."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
@@ -129,6 +130,35 @@ def cluster_factory() -> Callable[..., racaffinity.Cluster]:
 @pytest.fixture
 def cluster(cluster_factory) -> racaffinity.Cluster:
     return cluster_factory(nodes=NAMES)
+
+
+@pytest.fixture
+def restart_after(pg: PgNodes):
+    """Node numbers a test killed: restarted when it ends, however it ends."""
+    killed: List[int] = []
+    yield killed
+    for i in killed:
+        pg.restart(i)
+
+
+def port_of(conn) -> int:
+    """The port of the server a connection reached (which node it is)."""
+    return conn.execute("SELECT inet_server_port()").fetchone()[0]
+
+
+async def aport_of(conn) -> int:
+    cur = await conn.execute("SELECT inet_server_port()")
+    return (await cur.fetchone())[0]
+
+
+async def wait_until_async(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> float:
+    """`wait_until` for asyncio tests: the loop runs while it waits."""
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"condition not met within {timeout:.1f}s")
+        await asyncio.sleep(step)
+    return time.monotonic() - t0
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> float:
