@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 import racaffinity
+from racaffinity.tpc import DEFAULT_FORMAT_ID
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "tests" / "vectors"
@@ -50,6 +51,32 @@ def pg() -> PgNodes:
     return PgNodes()
 
 
+def proxy_dsns(env: str) -> Dict[str, str]:
+    """Instance name -> proxy DSN from the `export` lines of `faults env`."""
+    dsn: Dict[str, str] = {}
+    for line in env.splitlines():
+        for i, name in enumerate(NAMES, 1):
+            prefix = f"export RACAFF_PROXY{i}_DSN="
+            if line.startswith(prefix):
+                dsn[name] = line[len(prefix):].strip("'")
+    assert sorted(dsn) == NAMES, dsn
+    return dsn
+
+
+def prepare_directly(dsn: str, gtrid: str, bqual: str, table: str = "py_tpc") -> None:
+    """A prepared branch made outside the library (what a crashed TM leaves),
+    with one row (gtrid, bqual) in `table`."""
+    # not `with conn`: its exit would commit, which a prepared 2PC refuses
+    conn = psycopg.connect(dsn, connect_timeout=5)
+    try:
+        conn.tpc_begin(psycopg.Xid.from_parts(DEFAULT_FORMAT_ID, gtrid, bqual))
+        insert = psycopg.sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(psycopg.sql.Identifier(table))
+        conn.execute(insert, (gtrid, bqual))
+        conn.tpc_prepare()
+    finally:
+        conn.close()  # the prepared branch outlives the session
+
+
 class Toxiproxy:
     """tests/cluster/faults: a Toxiproxy "instance" proxy in front of each
     node (or, in RAC mode, all in front of node 1), faults set by instance.
@@ -60,13 +87,7 @@ class Toxiproxy:
         self.script = str(REPO / "tests" / "cluster" / "faults")
         self.rac = False
         self._run("start", "3")
-        self.dsn: Dict[str, str] = {}
-        for line in self._run("env").splitlines():
-            for i, name in enumerate(NAMES, 1):
-                prefix = f"export RACAFF_PROXY{i}_DSN="
-                if line.startswith(prefix):
-                    self.dsn[name] = line[len(prefix):].strip("'")
-        assert sorted(self.dsn) == NAMES, self.dsn
+        self.dsn = proxy_dsns(self._run("env"))
 
     def _run(self, *args: str) -> str:
         done = subprocess.run([self.script, *args], check=True, capture_output=True, text=True, timeout=900)
