@@ -137,10 +137,17 @@ class AsyncNodePools(Base):
     partition -> instance map, loaded at open, after each HA event and every
     `partition_map_reload` seconds. Close the pools (or use them as a context
     manager) to stop the heartbeat and the upkeep and close every pool.
+    """
 
+    if _ASYNC:
+        __doc__ += """
     Open them in a running loop: `async with AsyncNodePools(...) as pools:`
     or `await pools.open()`; the heartbeat and the upkeep are asyncio tasks,
     and pins and transactions follow the asyncio task's context."""
+    else:
+        __doc__ += """
+    They are open once constructed; the heartbeat and the upkeep are daemon
+    threads, and pins and transactions follow the thread's context."""
 
     def __init__(
         self,

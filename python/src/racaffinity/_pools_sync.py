@@ -122,10 +122,8 @@ class NodePools(Base):
     partition -> instance map, loaded at open, after each HA event and every
     `partition_map_reload` seconds. Close the pools (or use them as a context
     manager) to stop the heartbeat and the upkeep and close every pool.
-
-    Open them in a running loop: `with NodePools(...) as pools:`
-    or `pools.open()`; the heartbeat and the upkeep are threads,
-    and pins and transactions follow the threads's context."""
+    """
+    __doc__ += "\n    They are open once constructed; the heartbeat and the upkeep are daemon\n    threads, and pins and transactions follow the thread's context."
 
     def __init__(self, cluster: Cluster, dsns: Mapping[str, str], *, heartbeat: bool=False, heartbeat_interval: Optional[float]=None, probe_timeout: Optional[float]=None, connect_kwargs: Optional[Mapping[str, Any]]=None, min_size: int=1, max_size: Optional[int]=None, timeout: float=30.0, affinity_callback: Any=None, partition_map_loader: Optional[PartitionMapLoader]=None, partition_map_reload: Optional[float]=None, upkeep_interval: float=0.2, **pool_kwargs: Any) -> None:
         super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
