@@ -128,3 +128,32 @@ def test_a_killed_node_shows_as_down_and_failed(setup, pg) -> None:
         assert value(pts, "racaffinity.node.picks", **{"racaffinity.node": victim}) == 0
     finally:
         pg.restart(2)
+
+
+@pytest.mark.asyncio
+async def test_async_node_pools_are_measured_too(pg) -> None:
+    from racaffinity.pools import AsyncNodePools
+
+    cluster = ra.Cluster("name = otel\nnodes = RAC1, RAC2, RAC3")
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    try:
+        async with AsyncNodePools(cluster, pg.dsn, min_size=1, max_size=1, timeout=5.0) as pools:
+            handle = instrument(pools, meter_provider=provider)
+            with pools.pin() as pin:
+                name = {"db.client.connection.pool.name": f"otel-{pin.name}"}
+                async with pools.connection() as conn:
+                    await conn.execute("SELECT 1")
+                    assert value(points(reader), "db.client.connection.count",
+                                 **name, **{"db.client.connection.state": "used"}) == 1
+                    with pytest.raises(psycopg_pool.PoolTimeout):
+                        async with pools.connection(timeout=0.2):
+                            pass
+            pts = points(reader)
+            assert value(pts, "db.client.connection.wait_time", **name) == 1
+            assert value(pts, "db.client.connection.use_time", **name) == 1
+            assert value(pts, "db.client.connection.timeouts", **name) == 1
+            handle.uninstrument()
+    finally:
+        provider.shutdown()
+        cluster.close()

@@ -154,24 +154,30 @@ class Instrumentation:
         getconn, putconn = pool.getconn, pool.putconn
         checked_out, wait, use, timeouts = self._checked_out, self._wait, self._use, self._timeouts
 
+        # What both wrappers record, around the pool's own calls.
+        def got(t0: float, conn: Any) -> Any:
+            now = time.monotonic()
+            wait.record(now - t0, attrs)
+            checked_out[id(conn)] = now
+            return conn
+
+        def returning(conn: Any) -> None:
+            t0 = checked_out.pop(id(conn), None)
+            if t0 is not None:
+                use.record(time.monotonic() - t0, attrs)
+
         if isinstance(pool, psycopg_pool.AsyncConnectionPool):
 
             async def agetconn(timeout: Optional[float] = None) -> Any:
                 t0 = time.monotonic()
                 try:
-                    conn = await getconn(timeout)
+                    return got(t0, await getconn(timeout))
                 except psycopg_pool.PoolTimeout:
                     timeouts.add(1, attrs)
                     raise
-                now = time.monotonic()
-                wait.record(now - t0, attrs)
-                checked_out[id(conn)] = now
-                return conn
 
             async def aputconn(conn: Any) -> None:
-                t0 = checked_out.pop(id(conn), None)
-                if t0 is not None:
-                    use.record(time.monotonic() - t0, attrs)
+                returning(conn)
                 await putconn(conn)
 
             pool.getconn, pool.putconn = agetconn, aputconn
@@ -180,19 +186,13 @@ class Instrumentation:
         def sgetconn(timeout: Optional[float] = None) -> Any:
             t0 = time.monotonic()
             try:
-                conn = getconn(timeout)
+                return got(t0, getconn(timeout))
             except psycopg_pool.PoolTimeout:
                 timeouts.add(1, attrs)
                 raise
-            now = time.monotonic()
-            wait.record(now - t0, attrs)
-            checked_out[id(conn)] = now
-            return conn
 
         def sputconn(conn: Any) -> None:
-            t0 = checked_out.pop(id(conn), None)
-            if t0 is not None:
-                use.record(time.monotonic() - t0, attrs)
+            returning(conn)
             putconn(conn)
 
         pool.getconn, pool.putconn = sgetconn, sputconn
