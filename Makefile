@@ -173,7 +173,8 @@ check-docs:
 
 # rust/oracle's tests start the local nodes themselves; stop them afterwards.
 test-rust:
-	@trap '$(PGNODES) stop >/dev/null' EXIT; \
+	@if ! $(PGNODES) status 2>/dev/null | grep '^node[0-9]* up' >/dev/null; then \
+	  trap '$(PGNODES) stop >/dev/null' EXIT; fi; \
 	$(CARGO) test --workspace --all-targets && $(CARGO) test --workspace --doc
 
 test-vectors:
