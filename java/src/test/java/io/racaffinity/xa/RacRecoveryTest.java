@@ -20,13 +20,11 @@ import javax.sql.XAConnection;
 import javax.transaction.xa.XAException;
 import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The RAC model ({@code recovery.scope = database}): one database (node 1) seen through three
@@ -37,24 +35,9 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @ExtendWith(PgNodes.class)
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class RacRecoveryTest {
-    private static Map<Integer, Integer> instances;
+    @RegisterExtension
+    static final XaSupport.Proxies PROXIES = XaSupport.Proxies.rac();
     private final XaSupport xa = new XaSupport();
-
-    @BeforeAll
-    static void proxies() throws Exception {
-        XaRows.create();
-        instances = Faults.startRac(3);
-    }
-
-    @AfterAll
-    static void stopProxies() throws Exception {
-        Faults.stop();
-    }
-
-    @BeforeEach
-    void healed() throws Exception {
-        Faults.healAll();
-    }
 
     @AfterEach
     void closeAll() throws Exception {
@@ -65,7 +48,7 @@ class RacRecoveryTest {
 
     AffinityXADataSource ds(String scope) {
         return xa.ds("name = rac-" + UUID.randomUUID() + "; nodes = INST1, INST2, INST3; recovery.scope = " + scope,
-                XaSupport.instances("INST", instances));
+                XaSupport.instances("INST", PROXIES.ports()));
     }
 
     /** Prepares one branch inserting a row through INST1; returns it. */

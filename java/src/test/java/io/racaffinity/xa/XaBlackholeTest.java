@@ -17,13 +17,11 @@ import javax.sql.XAConnection;
 import javax.transaction.xa.XAException;
 import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.postgresql.xa.PGXADataSource;
 
 /**
@@ -36,24 +34,9 @@ import org.postgresql.xa.PGXADataSource;
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class XaBlackholeTest {
     static final int SOCKET_TIMEOUT = 2;
-    private static Map<Integer, Integer> instances;
+    @RegisterExtension
+    static final XaSupport.Proxies PROXIES = XaSupport.Proxies.nodes();
     private final XaSupport xa = new XaSupport();
-
-    @BeforeAll
-    static void proxies() throws Exception {
-        XaRows.create();
-        instances = Faults.startNodes(3);
-    }
-
-    @AfterAll
-    static void stopProxies() throws Exception {
-        Faults.stop();
-    }
-
-    @BeforeEach
-    void healed() throws Exception {
-        Faults.healAll();
-    }
 
     @AfterEach
     void closeAll() throws Exception {
@@ -63,7 +46,7 @@ class XaBlackholeTest {
     }
 
     AffinityXADataSource ds() {
-        Map<String, PGXADataSource> m = XaSupport.instances("RAC", instances);
+        Map<String, PGXADataSource> m = XaSupport.instances("RAC", PROXIES.ports());
         for (PGXADataSource pg : m.values()) {
             pg.setSocketTimeout(SOCKET_TIMEOUT);
             pg.setLoginTimeout(SOCKET_TIMEOUT);

@@ -3,6 +3,7 @@ package io.racaffinity.xa;
 import static io.racaffinity.xa.XaSupport.allNodes;
 import static io.racaffinity.xa.XaSupport.assertNothingLeaked;
 import static io.racaffinity.xa.XaSupport.backendPid;
+import static io.racaffinity.xa.XaSupport.commitOneRow;
 import static io.racaffinity.xa.XaSupport.contains;
 import static io.racaffinity.xa.XaSupport.insert;
 import static io.racaffinity.xa.XaSupport.metrics;
@@ -113,6 +114,19 @@ class XaFaultsTest {
         return xa.connect(ds);
     }
 
+    /** A branch on {@code c} whose PREPARE the deferred trigger refuses: the application's error. */
+    static Xid refusedAtPrepare(XAConnection c, int value) throws Exception {
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        try (Connection h = c.getConnection(); Statement s = h.createStatement()) {
+            s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (" + value + ")");
+        }
+        r.end(x, XAResource.TMSUCCESS);
+        xaFails(() -> r.prepare(x));
+        return x;
+    }
+
     // ---- 1. one failure counted once; application errors never eject --------------
 
     @Test
@@ -147,13 +161,7 @@ class XaFaultsTest {
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
         for (int i = 0; i < 6; i++) {
-            Xid x = xid(1);
-            r.start(x, XAResource.TMNOFLAGS);
-            try (Connection h = c.getConnection(); Statement s = h.createStatement()) {
-                s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (1)");
-            }
-            r.end(x, XAResource.TMSUCCESS);
-            xaFails(() -> r.prepare(x));
+            Xid x = refusedAtPrepare(c, 1);
             try {
                 r.rollback(x); // what a TM does after a failed prepare
             } catch (XAException e) {
@@ -188,12 +196,8 @@ class XaFaultsTest {
                 + m);
         assertNothingLeaked(ds);
         // the same XAConnection works again: a fresh physical connection
-        Xid next = xid(1);
         String run = UUID.randomUUID().toString();
-        r.start(next, XAResource.TMNOFLAGS);
-        insert(c, run, 1);
-        r.end(next, XAResource.TMSUCCESS);
-        r.commit(next, true);
+        commitOneRow(c, run, true);
         assertEquals(1, rows(1, run));
         assertNothingLeaked(ds);
     }
@@ -205,24 +209,13 @@ class XaFaultsTest {
         AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
-        Xid x = xid(1);
-        r.start(x, XAResource.TMNOFLAGS);
-        try (Connection h = c.getConnection(); Statement s = h.createStatement()) {
-            s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (2)");
-        }
-        r.end(x, XAResource.TMSUCCESS);
-        xaFails(() -> r.prepare(x));
+        Xid x = refusedAtPrepare(c, 2);
         r.rollback(x); // the database rolled the branch back when its PREPARE failed: nothing is left
         assertNothingLeaked(ds);
         assertEquals(List.of(), prepared(1));
         // the connection is clean: the next transaction commits
-        Xid next = xid(1);
         String run = UUID.randomUUID().toString();
-        r.start(next, XAResource.TMNOFLAGS);
-        insert(c, run, 1);
-        r.end(next, XAResource.TMSUCCESS);
-        assertEquals(XAResource.XA_OK, r.prepare(next));
-        r.commit(next, false);
+        commitOneRow(c, run, false);
         assertEquals(1, rows(1, run));
         assertNothingLeaked(ds);
     }
@@ -232,13 +225,7 @@ class XaFaultsTest {
         AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
         XAConnection refused = ds.getXAConnection();
         XAResource r = refused.getXAResource();
-        Xid x = xid(1);
-        r.start(x, XAResource.TMNOFLAGS);
-        try (Connection h = refused.getConnection(); Statement s = h.createStatement()) {
-            s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (3)");
-        }
-        r.end(x, XAResource.TMSUCCESS);
-        xaFails(() -> r.prepare(x));
+        Xid x = refusedAtPrepare(refused, 3);
         XAConnection active = ds.getXAConnection();
         Xid y = xid(1);
         active.getXAResource().start(y, XAResource.TMNOFLAGS);

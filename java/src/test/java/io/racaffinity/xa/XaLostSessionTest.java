@@ -66,10 +66,8 @@ class XaLostSessionTest {
         AffinityXADataSource ds = ds(XaSupport.node(1));
         XAConnection c = xa.connect(ds);
         XAResource r = c.getXAResource();
-        Xid x = XaSupport.xid(1);
         String run = UUID.randomUUID().toString();
-        r.start(x, XAResource.TMNOFLAGS);
-        XaSupport.insert(c, run, 1);
+        Xid x = XaSupport.startedWithRow(c, run);
         terminate(c);
         r.end(x, XAResource.TMSUCCESS); // pgjdbc: no I/O
         // what a TM does: roll it back. The session is gone, so is its transaction: rolled back. Before the fix
@@ -84,10 +82,8 @@ class XaLostSessionTest {
         AffinityXADataSource ds = ds(XaSupport.node(1));
         XAConnection c = xa.connect(ds);
         XAResource r = c.getXAResource();
-        Xid x = XaSupport.xid(1);
         String run = UUID.randomUUID().toString();
-        r.start(x, XAResource.TMNOFLAGS);
-        XaSupport.insert(c, run, 1);
+        Xid x = XaSupport.startedWithRow(c, run);
         r.end(x, XAResource.TMSUCCESS);
         assertEquals(XAResource.XA_OK, r.prepare(x));
         terminate(c);
@@ -145,10 +141,8 @@ class XaLostSessionTest {
         AffinityXADataSource ds = ds(losingOneCommitReply(XaSupport.node(1)));
         XAConnection c = xa.connect(ds);
         XAResource r = c.getXAResource();
-        Xid x = XaSupport.xid(1);
         String run = UUID.randomUUID().toString();
-        r.start(x, XAResource.TMNOFLAGS);
-        XaSupport.insert(c, run, 1);
+        Xid x = XaSupport.startedWithRow(c, run);
         r.end(x, XAResource.TMSUCCESS);
         assertEquals(XAResource.XA_OK, r.prepare(x));
         XAException e = assertThrows(XAException.class, () -> r.commit(x, false));

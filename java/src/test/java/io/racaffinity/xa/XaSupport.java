@@ -10,6 +10,7 @@ import io.racaffinity.Cluster;
 import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
 import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.test.Faults;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.XaRows;
 import io.racaffinity.xa.AffinityXAResourceTest.TestXid;
@@ -35,6 +36,10 @@ import javax.sql.XADataSource;
 import javax.transaction.xa.XAException;
 import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
+import org.junit.jupiter.api.extension.AfterAllCallback;
+import org.junit.jupiter.api.extension.BeforeAllCallback;
+import org.junit.jupiter.api.extension.BeforeEachCallback;
+import org.junit.jupiter.api.extension.ExtensionContext;
 import org.postgresql.xa.PGXADataSource;
 
 /**
@@ -136,6 +141,50 @@ final class XaSupport implements AutoCloseable {
         }
     }
 
+    /**
+     * JUnit extension (a static {@code @RegisterExtension} field, after {@code @ExtendWith(PgNodes.class)}):
+     * three Toxiproxy instances for the test class, healed before each test, stopped after the class.
+     */
+    static final class Proxies implements BeforeAllCallback, AfterAllCallback, BeforeEachCallback {
+        private final boolean rac;
+        private Map<Integer, Integer> ports;
+
+        private Proxies(boolean rac) {
+            this.rac = rac;
+        }
+
+        /** The RAC model: all three in front of node 1 (one database). */
+        static Proxies rac() {
+            return new Proxies(true);
+        }
+
+        /** Instance I in front of node I (independent databases). */
+        static Proxies nodes() {
+            return new Proxies(false);
+        }
+
+        /** instance number (1-based) → proxy port */
+        Map<Integer, Integer> ports() {
+            return ports;
+        }
+
+        @Override
+        public void beforeAll(ExtensionContext context) throws Exception {
+            XaRows.create();
+            ports = rac ? Faults.startRac(3) : Faults.startNodes(3);
+        }
+
+        @Override
+        public void afterAll(ExtensionContext context) throws Exception {
+            Faults.stop();
+        }
+
+        @Override
+        public void beforeEach(ExtensionContext context) throws Exception {
+            Faults.healAll();
+        }
+    }
+
     // ---- branches ------------------------------------------------------------------------
 
     static Xid xid(int branch) {
@@ -181,6 +230,25 @@ final class XaSupport implements AutoCloseable {
         r.end(x, XAResource.TMSUCCESS);
         assertEquals(XAResource.XA_OK, r.prepare(x));
         return x;
+    }
+
+    /** Starts a new branch on {@code c} and inserts one row of {@code run} in it; returns its xid. */
+    static Xid startedWithRow(XAConnection c, String run) throws Exception {
+        Xid x = xid(1);
+        c.getXAResource().start(x, XAResource.TMNOFLAGS);
+        insert(c, run, 1);
+        return x;
+    }
+
+    /** One more transaction on {@code c} inserting a row of {@code run}: proves the connection usable. */
+    static void commitOneRow(XAConnection c, String run, boolean onePhase) throws Exception {
+        XAResource r = c.getXAResource();
+        Xid x = startedWithRow(c, run);
+        r.end(x, XAResource.TMSUCCESS);
+        if (!onePhase) {
+            assertEquals(XAResource.XA_OK, r.prepare(x));
+        }
+        r.commit(x, onePhase);
     }
 
     static void insert(XAConnection c, String run, int branch) throws SQLException {
