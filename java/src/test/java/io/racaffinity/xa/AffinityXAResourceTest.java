@@ -126,9 +126,7 @@ class AffinityXAResourceTest {
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
         Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
-        r.start(x, XAResource.TMNOFLAGS);
-        r.end(x, XAResource.TMSUCCESS);
-        r.prepare(x);
+        XaSupport.preparedEmpty(r, x);
         String owner = ((AffinityXAResource) r).boundNodeName();
         ds.getCluster().setNodeState(owner, NodeState.DOWN);
         // 2PC commands are never refused for routing reasons: the node is marked down but answers
@@ -225,9 +223,7 @@ class AffinityXAResourceTest {
         XAConnection c = connect(first);
         XAResource r = c.getXAResource();
         Xid x = TestXid.of("unit-" + UUID.randomUUID(), 3);
-        r.start(x, XAResource.TMNOFLAGS);
-        r.end(x, XAResource.TMSUCCESS);
-        r.prepare(x);
+        XaSupport.preparedEmpty(r, x);
         int n = node(r);
         AffinityXADataSource other = ds("");
         XAResource r2 = connect(other).getXAResource();
@@ -273,9 +269,7 @@ class AffinityXAResourceTest {
         AffinityXADataSource ds = ds("");
         XAResource r = connect(ds).getXAResource();
         Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
-        r.start(x, XAResource.TMNOFLAGS);
-        r.end(x, XAResource.TMSUCCESS);
-        int vote = r.prepare(x);
+        int vote = XaSupport.preparedEmpty(r, x);
         if (vote == XAResource.XA_OK) {
             r.commit(x, false); // a driver that prepares empty branches: then it is a commit
             assertEquals(1L, ds.getRouter().statistics().get("commits"));

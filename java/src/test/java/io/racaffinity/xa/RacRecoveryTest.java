@@ -93,9 +93,7 @@ class RacRecoveryTest {
         // INST1 known down (FAN, heartbeat or ejection): the owner is Down, another instance completes it
         ds.getCluster().setNodeState("INST1", NodeState.DOWN);
         r.commit(x, false);
-        assertEquals(1, XaSupport.rows(1, run));
-        assertEquals(List.of(), XaSupport.prepared(1));
-        XaSupport.assertNothingLeaked(ds);
+        XaSupport.assertCompleted(ds, 1, run, 1);
     }
 
     @Test

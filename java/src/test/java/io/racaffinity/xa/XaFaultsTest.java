@@ -1,6 +1,7 @@
 package io.racaffinity.xa;
 
 import static io.racaffinity.xa.XaSupport.allNodes;
+import static io.racaffinity.xa.XaSupport.assertCompleted;
 import static io.racaffinity.xa.XaSupport.assertNothingLeaked;
 import static io.racaffinity.xa.XaSupport.backendPid;
 import static io.racaffinity.xa.XaSupport.commitOneRow;
@@ -9,6 +10,7 @@ import static io.racaffinity.xa.XaSupport.insert;
 import static io.racaffinity.xa.XaSupport.metrics;
 import static io.racaffinity.xa.XaSupport.node;
 import static io.racaffinity.xa.XaSupport.pg;
+import static io.racaffinity.xa.XaSupport.preparedEmpty;
 import static io.racaffinity.xa.XaSupport.prepared;
 import static io.racaffinity.xa.XaSupport.realNodes;
 import static io.racaffinity.xa.XaSupport.refusedPort;
@@ -260,9 +262,7 @@ class XaFaultsTest {
             PgNodes.restart(3);
         }
         r.commit(x, false); // the same XAConnection: its dead physical connection is replaced
-        assertEquals(1, rows(3, run));
-        assertEquals(List.of(), prepared(3));
-        assertNothingLeaked(ds);
+        assertCompleted(ds, 3, run, 1);
     }
 
     @Test
@@ -301,9 +301,7 @@ class XaFaultsTest {
         AffinityXADataSource owner = ds("", Map.of("RAC3", node(3)));
         XAResource r = connect(owner).getXAResource();
         Xid x = xid(1);
-        r.start(x, XAResource.TMNOFLAGS);
-        r.end(x, XAResource.TMSUCCESS);
-        r.prepare(x);
+        preparedEmpty(r, x);
         // ... and a recovering process cannot reach node 3
         Map<String, XADataSource> nodes = realNodes();
         nodes.put("RAC3", pg(refusedPort()));
@@ -537,9 +535,7 @@ class XaFaultsTest {
         AffinityXADataSource first = ds("", oneDatabase);
         XAResource r = connect(first).getXAResource();
         Xid x = xid(1);
-        r.start(x, XAResource.TMNOFLAGS);
-        r.end(x, XAResource.TMSUCCESS);
-        r.prepare(x);
+        preparedEmpty(r, x);
 
         AffinityXADataSource recovery = ds("", oneDatabase);
         XAResource rr = connect(recovery).getXAResource();

@@ -251,6 +251,13 @@ final class XaSupport implements AutoCloseable {
         r.commit(x, onePhase);
     }
 
+    /** Starts, ends and prepares an empty branch {@code x} on {@code r}: the vote. */
+    static int preparedEmpty(XAResource r, Xid x) throws XAException {
+        r.start(x, XAResource.TMNOFLAGS);
+        r.end(x, XAResource.TMSUCCESS);
+        return r.prepare(x);
+    }
+
     static void insert(XAConnection c, String run, int branch) throws SQLException {
         try (Connection h = c.getConnection(); PreparedStatement ps = h.prepareStatement(XaRows.INSERT)) {
             ps.setString(1, run);
@@ -328,6 +335,13 @@ final class XaSupport implements AutoCloseable {
                 return rs.getInt(1);
             }
         }
+    }
+
+    /** {@code run} left {@code expectedRows} rows on {@code node}, nothing of ours is in doubt there, nothing leaked. */
+    static void assertCompleted(AffinityXADataSource ds, int node, String run, int expectedRows) throws Exception {
+        assertEquals(expectedRows, rows(node, run));
+        assertEquals(List.of(), prepared(node));
+        assertNothingLeaked(ds);
     }
 
     // ---- what the binding holds --------------------------------------------------------------
