@@ -115,7 +115,10 @@ fn a_failed_partition_map_load_is_counted_and_its_message_stays_valid_json() {
     let epoch = c.partition_map_epoch();
     c.partition_map_load_failed("table", "relation \"partmap\"\ndoes not exist\t\u{1}").unwrap();
     c.partition_map_load_failed("table", &"x".repeat(2000)).unwrap();
-    assert_eq!(c.partition_map_load_failed("bad source", "x").unwrap_err().kind(), racaffinity::ErrorKind::InvalidArgument);
+    assert_eq!(
+        c.partition_map_load_failed("bad source", "x").unwrap_err().kind(),
+        racaffinity::ErrorKind::InvalidArgument
+    );
     assert_eq!(c.partition_map_epoch(), epoch, "a failed load changes no map");
     assert_eq!(c.partition_owner(1).map(|n| c.node_name(n).unwrap()).unwrap(), "B");
     let m = c.metrics();
