@@ -112,6 +112,19 @@ class XaFaultsTest {
         return ds(extra, realNodes());
     }
 
+    /** RAC1 = node 1 alone. */
+    AffinityXADataSource onNode1() {
+        return ds("", Map.of("RAC1", node(1)));
+    }
+
+    /** The XAConnection still works: one more transaction commits a row on node 1 and nothing leaks. */
+    static void assertUsableOnNode1(AffinityXADataSource ds, XAConnection c, boolean onePhase) throws Exception {
+        String run = UUID.randomUUID().toString();
+        commitOneRow(c, run, onePhase);
+        assertEquals(1, rows(1, run));
+        assertNothingLeaked(ds);
+    }
+
     XAConnection connect(AffinityXADataSource ds) throws SQLException {
         return xa.connect(ds);
     }
@@ -143,7 +156,7 @@ class XaFaultsTest {
 
     @Test
     void aRoleThatMayNotLogInNeverCountsAsANodeFailure() throws Exception {
-        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        AffinityXADataSource ds = onNode1();
         XAConnection c = ds.getXAConnection(NOLOGIN, "whatever");
         xa.track(c);
         XAResource r = c.getXAResource();
@@ -159,7 +172,7 @@ class XaFaultsTest {
 
     @Test
     void aTriggerRaisingAtPrepareIsAnApplicationErrorAndNeverEjectsTheNode() throws Exception {
-        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        AffinityXADataSource ds = onNode1();
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
         for (int i = 0; i < 6; i++) {
@@ -177,7 +190,7 @@ class XaFaultsTest {
 
     @Test
     void aTerminatedSessionIsNotANodeFailureAndItsBranchIsReleased() throws Exception {
-        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        AffinityXADataSource ds = onNode1();
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
         Xid x = xid(1);
@@ -198,17 +211,14 @@ class XaFaultsTest {
                 + m);
         assertNothingLeaked(ds);
         // the same XAConnection works again: a fresh physical connection
-        String run = UUID.randomUUID().toString();
-        commitOneRow(c, run, true);
-        assertEquals(1, rows(1, run));
-        assertNothingLeaked(ds);
+        assertUsableOnNode1(ds, c, true);
     }
 
     // ---- 2. rollback after a failed prepare releases the branch ---------------------
 
     @Test
     void rollbackAfterAFailedPrepareSucceedsAndReleasesTheBranch() throws Exception {
-        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        AffinityXADataSource ds = onNode1();
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
         Xid x = refusedAtPrepare(c, 2);
@@ -216,15 +226,12 @@ class XaFaultsTest {
         assertNothingLeaked(ds);
         assertEquals(List.of(), prepared(1));
         // the connection is clean: the next transaction commits
-        String run = UUID.randomUUID().toString();
-        commitOneRow(c, run, false);
-        assertEquals(1, rows(1, run));
-        assertNothingLeaked(ds);
+        assertUsableOnNode1(ds, c, false);
     }
 
     @Test
     void closingTheXaConnectionReleasesItsUnpreparedAndRefusedBranches() throws Exception {
-        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        AffinityXADataSource ds = onNode1();
         XAConnection refused = ds.getXAConnection();
         XAResource r = refused.getXAResource();
         Xid x = refusedAtPrepare(refused, 3);
