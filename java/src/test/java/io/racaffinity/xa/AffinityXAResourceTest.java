@@ -139,7 +139,9 @@ class AffinityXAResourceTest {
 
     @Test
     void strictModeRefusesToStartABranchAwayFromItsDownOwner() throws Exception {
-        AffinityXADataSource ds = ds("; transaction.strict = true");
+        // One process: a new gtrid need not wait for other processes to see the
+        // state changes below (transaction.settle, semantics.md).
+        AffinityXADataSource ds = ds("; transaction.strict = true; transaction.settle = 0ms");
         XAResource r1 = connect(ds).getXAResource();
         XAResource r2 = connect(ds).getXAResource();
         String g = "unit-" + UUID.randomUUID();

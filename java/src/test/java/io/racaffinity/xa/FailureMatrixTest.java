@@ -654,6 +654,9 @@ class FailureMatrixTest {
         AffinityXADataSource ds = new AffinityXADataSource();
         ds.setConfig("name = matrix-" + cell.run + suffix + "; nodes = " + String.join(", ", m.keySet())
                 + "; transaction.strict = " + cell.mode.equals("strict")
+                // One process, whose cells steer branches by node states: no
+                // other process to wait for (transaction.settle, semantics.md).
+                + "; transaction.settle = 0ms"
                 + (cell.rac() ? "; recovery.scope = database" : ""));
         ds.setNodeXADataSources(m);
         ds.setHeartbeatIntervalMillis(0);

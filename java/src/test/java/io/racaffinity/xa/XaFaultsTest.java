@@ -465,7 +465,9 @@ class XaFaultsTest {
 
     @Test
     void underNarayanaStrictModeRefusesTheSpanAndNothingIsCommittedAnywhere() throws Exception {
-        AffinityXADataSource ds = ds("; transaction.strict = true");
+        // One process: a new gtrid need not wait for other processes to see a
+        // node's change (transaction.settle, semantics.md).
+        AffinityXADataSource ds = ds("; transaction.strict = true; transaction.settle = 0ms");
         String run = spanUnderNarayana(ds, true);
         for (int i = 1; i <= PgNodes.COUNT; i++) {
             assertEquals(0, rows(i, run), "node " + i);
