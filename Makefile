@@ -16,13 +16,14 @@ LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
-	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench memory clean help
+	test-cluster test-demo test-soak soak test-c test-python test-java test-appservers jar lint bench memory clean help
 
 all: build
 
 help:
 	@echo "make demo    - C, Java and Python processes share 2PC transactions over 3 local PostgreSQL nodes; crash, failover"
 	@echo "make test    - every test: Rust, C (valgrind), Python, Java, node harness smoke test, demo checks"
+	@echo "make test-appservers - a real Tomcat: redeploys without leaks, session routing (part of make test)"
 	@echo "make bench   - every benchmark (Rust, C, Java, Python; short mode) and one table of ratios"
 	@echo "make memory  - memory of 1M live transaction affinities"
 	@echo "make fuzz    - every cargo-fuzz target for FUZZ_SECONDS each (default 300), one after another"
@@ -99,7 +100,7 @@ demo-rust: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-java test-cluster test-demo test-soak failure-matrix
+test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-java test-appservers test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
@@ -136,6 +137,13 @@ jar: lib
 # JDK >= 21, the panic test, and the packaged jar run on its own.
 test-java: lib lib-testing
 	java/run_tests.sh
+
+# App servers (docs/java-ecosystem.md): a real Tomcat 10.1 (the distribution from Maven
+# Central, unpacked under java/appservers/target/) redeploys a web application 5 times with
+# racaffinity.jar in WEB-INF/lib and in lib/; Tomcat's own leak check finds nothing, no
+# thread of ours survives, sessions stay on their node. About 2 minutes: part of `make test`.
+test-appservers: lib
+	tests/appservers/run.sh
 
 # pip install ./python into target/pyenv, then pytest against local nodes.
 test-python: lib
@@ -201,4 +209,5 @@ memory:
 clean:
 	-$(PGNODES) stop
 	-mvn -q -f java clean
+	-mvn -q -f java/appservers clean
 	$(CARGO) clean

@@ -28,4 +28,17 @@ if [[ $("$PGNODES" status 2>/dev/null | grep -c '^node[1-3] up ') != 3 ]]; then
 fi
 eval "$("$PGNODES" env)"
 
-"$MVN" "${mvn_opts[@]}" -f java/appservers test "-Dracaffinity.tomcat.port=${RACAFF_TOMCAT_PORT:-53880}" "$@"
+rm -rf java/appservers/target/surefire-reports
+status=0
+"$MVN" "${mvn_opts[@]}" -f java/appservers test "-Dracaffinity.tomcat.port=${RACAFF_TOMCAT_PORT:-53880}" "$@" || status=$?
+
+# One closing line (mvn -q prints none on success).
+python3 - <<'PY' || true
+import glob, xml.etree.ElementTree as ET
+t = f = e = s = 0
+for p in glob.glob("java/appservers/target/surefire-reports/TEST-*.xml"):
+    r = ET.parse(p).getroot()
+    t += int(r.get("tests", 0)); f += int(r.get("failures", 0)); e += int(r.get("errors", 0)); s += int(r.get("skipped", 0))
+print(f"appservers: {t - f - e - s} passed, {f + e} failed, {s} skipped")
+PY
+exit $status

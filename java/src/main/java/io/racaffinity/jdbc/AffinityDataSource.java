@@ -867,7 +867,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         }
         Connection physical;
         try {
-            physical = username == null ? ds.getConnection() : ds.getConnection(username, pass);
+            physical = NodeConnect.open(ds, username, pass);
         } catch (SQLException e) {
             boolean failure = isNodeFailure(e);
             release(lease, failure ? Outcome.FAILED : Outcome.NEUTRAL);

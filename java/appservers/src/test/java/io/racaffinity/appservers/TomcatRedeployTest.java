@@ -158,26 +158,29 @@ class TomcatRedeployTest {
         String stop = tomcat.manager("stop?path=/app");
         assertTrue(stop.startsWith("OK"), stop);
 
-        // Tomcat's own leak check (it runs a full GC first). A loader that only waits for one
-        // more collection (a finished thread, a soft cache) is gone by the next call; one held
-        // by a live thread or a static stays, call after call.
+        // Tomcat's own leak check (it runs a full GC first), asked every 3 s for up to 45 s.
+        // A loader that waits for a thread with an idle timeout is gone by then (pgjdbc's
+        // cleaner thread ends 30 s after its last connection; before Java 24 it holds the
+        // loaders of the classes that were on the stack that started it); one held by a
+        // live thread or a static stays, call after call.
         List<String> answers = new ArrayList<>();
         String leaks = null;
-        for (int attempt = 0; attempt < 5 && (leaks == null || !leaks.isEmpty()); attempt++) {
+        for (int attempt = 0; attempt < 16 && (leaks == null || !leaks.isEmpty()); attempt++) {
             if (attempt > 0) {
-                Thread.sleep(2000);
+                Thread.sleep(3000);
             }
             String answer = tomcat.manager("findleaks?statusLine=true");
             answers.add(answer.strip());
             leaks = answer.lines().filter(l -> !l.startsWith("OK")).collect(Collectors.joining(", "));
         }
-        List<String> remaining = tomcat.threadNames().stream().filter(n -> OURS.matcher(n).matches()).toList();
+        List<String> all = tomcat.threadNames();
+        List<String> remaining = all.stream().filter(n -> OURS.matcher(n).matches()).toList();
         long mappedLibraries = Files.readAllLines(Path.of("/proc/" + tomcat.pid() + "/maps")).stream()
                 .filter(l -> l.contains("libracaffinity")).map(l -> l.substring(l.lastIndexOf(' ') + 1))
                 .distinct().count();
         System.out.println(tomcat.base.getFileName() + ": findleaks answered " + answers
                 + "; threads of ours after " + RELOADS + " reloads: " + afterReloads
-                + "; after the stop: " + remaining + "; mapped copies of libracaffinity: " + mappedLibraries);
+                + "; after the stop: " + remaining + " (all threads: " + all + "); mapped copies of libracaffinity: " + mappedLibraries);
 
         assertEquals("", leaks, "Tomcat's findleaks names no application after " + RELOADS
                 + " reloads and a stop (answers: " + answers + ")");

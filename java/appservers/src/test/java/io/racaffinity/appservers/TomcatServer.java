@@ -82,7 +82,7 @@ final class TomcatServer implements AutoCloseable {
         pb.environment().put("CATALINA_HOME", home.toString());
         pb.environment().put("CATALINA_BASE", base.toString());
         pb.environment().put("CATALINA_PID", base.resolve("tomcat.pid").toString());
-        pb.environment().put("JAVA_HOME", System.getProperty("java.home"));
+        pb.environment().put("JAVA_HOME", System.getProperty("racaffinity.tomcat.java.home", System.getProperty("java.home")));
         pb.environment().remove("JRE_HOME");
         pb.environment().put("CATALINA_OPTS", "-Xmx256m");
         process = pb.start();
