@@ -16,7 +16,7 @@ LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
-	test-cluster test-demo test-soak soak test-c test-python test-java test-appservers test-micrometer jar lint bench memory clean help
+	test-cluster test-demo test-soak soak test-c test-python test-java test-appservers test-micrometer test-simplefan jar lint bench memory clean help
 
 all: build
 
@@ -100,7 +100,7 @@ demo-rust: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-java test-appservers test-micrometer test-cluster test-demo test-soak failure-matrix
+test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-java test-appservers test-micrometer test-simplefan test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
@@ -149,6 +149,11 @@ test-appservers: lib
 # names and the affinity counters, moving with traffic and a killed node. About 1 minute.
 test-micrometer: lib
 	java/run_module_tests.sh java/micrometer
+
+# Oracle's simplefan FAN client into the core (java/simplefan): simplefan's own event
+# classes, translated and applied to a real cluster (no ONS server here). Seconds.
+test-simplefan: lib
+	java/run_module_tests.sh java/simplefan
 
 # pip install ./python into target/pyenv, then pytest against local nodes.
 test-python: lib
@@ -216,4 +221,5 @@ clean:
 	-mvn -q -f java clean
 	-mvn -q -f java/appservers clean
 	-mvn -q -f java/micrometer clean
+	-mvn -q -f java/simplefan clean
 	$(CARGO) clean
