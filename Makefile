@@ -16,7 +16,7 @@ LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
-	test-cluster test-demo test-soak soak test-c test-python test-java test-appservers test-micrometer test-simplefan jar lint bench memory clean help
+	test-cluster test-demo test-soak soak test-c test-python test-java test-appservers test-micrometer test-simplefan test-spring-boot jar lint bench memory clean help
 
 all: build
 
@@ -100,7 +100,7 @@ demo-rust: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-java test-appservers test-micrometer test-simplefan test-cluster test-demo test-soak failure-matrix
+test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-java test-appservers test-micrometer test-simplefan test-spring-boot test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
@@ -154,6 +154,11 @@ test-micrometer: lib
 # classes, translated and applied to a real cluster (no ONS server here). Seconds.
 test-simplefan: lib
 	java/run_module_tests.sh java/simplefan
+
+# The Spring Boot 4 starter (java/spring-boot-starter): racaffinity.* properties, the
+# Actuator health indicator, @SpringBootTest against the local nodes with a node killed.
+test-spring-boot: lib
+	java/run_module_tests.sh java/spring-boot-starter
 
 # pip install ./python into target/pyenv, then pytest against local nodes.
 test-python: lib
@@ -222,4 +227,5 @@ clean:
 	-mvn -q -f java/appservers clean
 	-mvn -q -f java/micrometer clean
 	-mvn -q -f java/simplefan clean
+	-mvn -q -f java/spring-boot-starter clean
 	$(CARGO) clean
