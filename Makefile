@@ -17,7 +17,8 @@ TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
 	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench memory clean help \
-	test-doc-samples check-docs wheel test-wheel docs
+	test-doc-samples check-docs wheel test-wheel docs \
+	test-appservers test-micrometer test-simplefan test-spring-boot
 
 all: build
 
@@ -50,6 +51,10 @@ help:
 	@echo "  make test-python     the Python binding's pytest suite over local nodes"
 	@echo "  make test-wheel      the wheel in a fresh venv without cargo runs the README quick start; the sdist builds"
 	@echo "  make test-java       the jar's JUnit tests over local nodes"
+	@echo "  make test-appservers a real Tomcat: redeploys without leaks, session routing"
+	@echo "  make test-micrometer the Micrometer binder's metrics move with traffic and a killed node"
+	@echo "  make test-simplefan  Oracle's simplefan events translated into the core"
+	@echo "  make test-spring-boot the Spring Boot starter: properties, health, a killed node"
 	@echo "  make test-cluster    the node harness and fault proxies"
 	@echo "  make test-demo       make demo and make demo-rust with their checks"
 	@echo "  make test-doc-samples  every code sample of README.md and docs/, run as a user pastes it"
@@ -140,7 +145,7 @@ demo-rust: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-wheel test-java test-doc-samples docs test-cluster test-demo test-soak failure-matrix
+test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-wheel test-java test-appservers test-micrometer test-simplefan test-spring-boot test-doc-samples docs test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
@@ -240,6 +245,28 @@ wheel: lib
 test-wheel: wheel
 	python/wheel_test.sh
 
+# App servers (docs/java-ecosystem.md): a real Tomcat 10.1 (the distribution from Maven
+# Central, unpacked under java/appservers/target/) redeploys a web application 5 times with
+# racaffinity.jar in WEB-INF/lib and in lib/; Tomcat's own leak check finds nothing, no
+# thread of ours survives, sessions stay on their node. About 2 minutes: part of `make test`.
+test-appservers: lib
+	tests/appservers/run.sh
+
+# The Micrometer binder (java/micrometer, docs/java-ecosystem.md): OpenTelemetry pool metric
+# names and the affinity counters, moving with traffic and a killed node. About 1 minute.
+test-micrometer: lib
+	java/run_module_tests.sh java/micrometer
+
+# Oracle's simplefan FAN client into the core (java/simplefan): simplefan's own event
+# classes, translated and applied to a real cluster (no ONS server here). Seconds.
+test-simplefan: lib
+	java/run_module_tests.sh java/simplefan
+
+# The Spring Boot 4 starter (java/spring-boot-starter): racaffinity.* properties, the
+# Actuator health indicator, @SpringBootTest against the local nodes with a node killed.
+test-spring-boot: lib
+	java/run_module_tests.sh java/spring-boot-starter
+
 # pip install ./python into target/pyenv, then pytest against local nodes.
 test-python: lib
 	bash python/run_tests.sh
@@ -319,4 +346,8 @@ memory:
 clean:
 	-$(PGNODES) stop
 	-mvn -q -f java clean
+	-mvn -q -f java/appservers clean
+	-mvn -q -f java/micrometer clean
+	-mvn -q -f java/simplefan clean
+	-mvn -q -f java/spring-boot-starter clean
 	$(CARGO) clean

@@ -41,13 +41,7 @@ import java.util.concurrent.atomic.AtomicBoolean;
  */
 public final class Cluster implements AutoCloseable {
     /** Frees unreachable clusters and thread contexts, and releases unreachable leases ({@link Lease}). */
-    static final Cleaner CLEANER = Cleaner.create(runnable -> {
-        Thread t = new Thread(runnable, "racaffinity-cleaner");
-        t.setDaemon(true);
-        // Not the loader of whatever web application happened to start it (no leak warning, no pinned loader).
-        t.setContextClassLoader(Cluster.class.getClassLoader());
-        return t;
-    });
+    static final Reaper CLEANER = new Reaper();
 
     private final long handle;
     private final String name;
@@ -58,7 +52,7 @@ public final class Cluster implements AutoCloseable {
 
     private Cluster(long handle) {
         this.handle = handle;
-        this.freeOnGc = CLEANER.register(this, new Free(handle));
+        this.freeOnGc = CLEANER.registerCluster(this, new Free(handle));
         this.name = Native.clusterName(handle);
         this.context = ThreadLocal.withInitial(this::newContext);
     }

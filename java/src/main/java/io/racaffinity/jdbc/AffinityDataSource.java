@@ -536,7 +536,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         }
         Connection physical;
         try {
-            physical = username == null ? ds.getConnection() : ds.getConnection(username, pass);
+            physical = NodeConnect.open(ds, username, pass);
         } catch (SQLException e) {
             if (isNodeFailure(e)) {
                 reportFailure(c, lease, e);

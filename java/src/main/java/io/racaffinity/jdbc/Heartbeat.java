@@ -3,6 +3,7 @@ package io.racaffinity.jdbc;
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
 import io.racaffinity.ClusterClosedException;
+import io.racaffinity.LibraryThreads;
 import java.lang.System.Logger.Level;
 import java.sql.Connection;
 import java.sql.SQLException;
@@ -13,7 +14,6 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 
 /**
@@ -64,13 +64,7 @@ final class Heartbeat implements AutoCloseable {
     }
 
     private static ThreadFactory daemon(String prefix) {
-        AtomicInteger n = new AtomicInteger();
-        return r -> {
-            Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
-            t.setDaemon(true);
-            t.setContextClassLoader(Heartbeat.class.getClassLoader());
-            return t;
-        };
+        return LibraryThreads.factory(prefix, Heartbeat.class.getClassLoader());
     }
 
     private void tick() {

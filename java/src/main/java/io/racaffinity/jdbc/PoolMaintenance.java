@@ -2,6 +2,7 @@ package io.racaffinity.jdbc;
 
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
+import io.racaffinity.LibraryThreads;
 import io.racaffinity.NodeState;
 import java.lang.System.Logger.Level;
 import java.lang.reflect.Method;
@@ -65,8 +66,8 @@ final class PoolMaintenance implements AutoCloseable {
         if (loader != null) {
             reload("start");
         }
-        this.thread = new Thread(this::loop, "racaffinity-pools-" + cluster.name());
-        thread.setDaemon(true);
+        this.thread = LibraryThreads.newThread(this::loop, "racaffinity-pools-" + cluster.name(),
+                PoolMaintenance.class.getClassLoader());
         thread.start();
     }
 
