@@ -157,17 +157,24 @@ fn ejection_recovery_never_lifts_an_operator_drain() {
 
 // ---- 6. leases in flight at ejection ---------------------------------------
 
+/// Node A of "nodes = A, B" with `begun` leases begun on it, the first
+/// `failed` of which have ended in failure: leases in flight at ejection.
+fn leases_on_a(clock: &ManualClock, begun: usize, failed: usize) -> (Cluster, NodeId) {
+    let c = cluster_with_clock("nodes = A, B", clock);
+    let a = id(&c, "A");
+    for _ in 0..begun {
+        c.begin_lease(a);
+    }
+    for _ in 0..failed {
+        c.end_lease(a, Outcome::Failed);
+    }
+    (c, a)
+}
+
 #[test]
 fn failures_of_leases_in_flight_at_ejection_eject_once() {
     let clock = ManualClock::new(0);
-    let c = cluster_with_clock("nodes = A, B", &clock);
-    let a = id(&c, "A");
-    for _ in 0..10 {
-        c.begin_lease(a);
-    }
-    for _ in 0..10 {
-        c.end_lease(a, Outcome::Failed);
-    }
+    let (c, a) = leases_on_a(&clock, 10, 10);
     let n = c.node(a).unwrap();
     assert_eq!(n.state(), NodeState::Down);
     assert_eq!(c.metrics().nodes[a.0 as usize].ejections, 1);
@@ -177,14 +184,7 @@ fn failures_of_leases_in_flight_at_ejection_eject_once() {
 #[test]
 fn success_of_a_lease_begun_before_ejection_does_not_close_the_breaker() {
     let clock = ManualClock::new(0);
-    let c = cluster_with_clock("nodes = A, B", &clock);
-    let a = id(&c, "A");
-    for _ in 0..6 {
-        c.begin_lease(a);
-    }
-    for _ in 0..5 {
-        c.end_lease(a, Outcome::Failed);
-    }
+    let (c, a) = leases_on_a(&clock, 6, 5);
     assert_eq!(c.node(a).unwrap().state(), NodeState::Down);
     c.end_lease(a, Outcome::Ok);
     assert_eq!(c.node(a).unwrap().state(), NodeState::Down, "a stale success closed the breaker");
