@@ -27,12 +27,19 @@ fn eject(c: &Cluster, node: NodeId) {
 const TRIAL: &str = "nodes = A, B\ntransaction.placement = balanced\nsession.placement = balanced\n\
                      data.placement = balanced\nhealth.eject_after_failures = 1";
 
+/// A cluster of `TRIAL` on `clock` with node A ejected: its half-open trial is due once the
+/// back-off (1 s) has passed.
+fn a_ejected(clock: &ManualClock) -> (Cluster, NodeId) {
+    let c = cluster_with_clock(TRIAL, clock);
+    let a = id(&c, "A");
+    eject(&c, a);
+    (c, a)
+}
+
 #[test]
 fn half_open_trial_never_places_a_transaction() {
     let clock = ManualClock::new(0);
-    let c = cluster_with_clock(TRIAL, &clock);
-    let a = id(&c, "A");
-    eject(&c, a);
+    let (c, a) = a_ejected(&clock);
     clock.advance_ms(1_000);
     for i in 0..64 {
         let g = format!("g{i}");
@@ -46,9 +53,7 @@ fn half_open_trial_never_places_a_transaction() {
 #[test]
 fn half_open_trial_never_places_a_session_pin_or_partition() {
     let clock = ManualClock::new(0);
-    let c = cluster_with_clock(TRIAL, &clock);
-    let a = id(&c, "A");
-    eject(&c, a);
+    let (c, a) = a_ejected(&clock);
     clock.advance_ms(1_000);
     for i in 0..64 {
         assert_ne!(c.session_route(format!("s{i}").as_bytes()).unwrap().node, a, "session placed on the trial node");
@@ -62,9 +67,7 @@ fn half_open_trial_never_places_a_session_pin_or_partition() {
 #[test]
 fn half_open_trial_goes_to_one_unpinned_pick_per_back_off() {
     let clock = ManualClock::new(0);
-    let c = cluster_with_clock(TRIAL, &clock);
-    let a = id(&c, "A");
-    eject(&c, a);
+    let (c, a) = a_ejected(&clock);
     let trials = |c: &Cluster| (0..200).filter(|_| c.pick_balanced().unwrap().node == a).count();
     assert_eq!(trials(&c), 0, "no trial before the back-off ends");
     clock.advance_ms(1_000);
