@@ -1,7 +1,9 @@
 #![allow(dead_code)]
 //! Helpers shared by the integration tests.
 
-use racaffinity::{Cluster, ClusterBuilder, Config, ManualClock, NodeId, NodeState, Result, Route};
+use std::fmt::Debug;
+
+use racaffinity::{Cluster, ClusterBuilder, Config, ErrorKind, ManualClock, NodeId, NodeState, Result, Route};
 
 pub fn cluster(text: &str) -> Cluster {
     Cluster::from_config_text(text).expect("valid config")
@@ -24,4 +26,13 @@ pub fn owner_marked_down(c: &Cluster, route: impl FnOnce() -> Result<Route>) -> 
     let owner = route().expect("routed").node;
     c.set_node_state(&name(c, owner), NodeState::Down).unwrap();
     owner
+}
+
+/// Asserts that `result` is a strict-affinity refusal whose message names the scope and the
+/// node the caller is held to, so that an operator can tell why.
+pub fn assert_strict_refusal<T: Debug>(result: Result<T>, scope: &str, node: &str) {
+    let e = result.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StrictAffinity, "{e}");
+    let text = e.to_string();
+    assert!(text.contains(scope) && text.contains(node), "{e}");
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{cluster, name, owner_marked_down};
+use common::{assert_strict_refusal, cluster, name, owner_marked_down};
 use proptest::prelude::*;
 use racaffinity::{DataKey, ErrorKind, NodeState, RouteKind};
 
@@ -45,9 +45,7 @@ fn unavailable_owner_falls_back_to_load_balancing_unless_strict() {
 
     let c = cluster("nodes = A, B, C\ndata.strict = true");
     let owner = owner_marked_down(&c, || c.route_key(b"k"));
-    let e = c.route_key(b"k").unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::StrictAffinity);
-    assert!(e.to_string().contains("data") && e.to_string().contains(&name(&c, owner)));
+    assert_strict_refusal(c.route_key(b"k"), "data", &name(&c, owner));
 }
 
 #[test]

@@ -4,9 +4,9 @@ mod common;
 
 use std::sync::{Arc, Barrier};
 
-use common::cluster;
+use common::{assert_strict_refusal, cluster};
 use proptest::prelude::*;
-use racaffinity::{Cluster, ErrorKind, NodeState, RouteKind, Scope, ThreadPin};
+use racaffinity::{Cluster, NodeState, RouteKind, Scope, ThreadPin};
 
 #[test]
 fn pinned_picks_are_stable_until_the_guard_drops() {
@@ -76,9 +76,7 @@ fn soft_pin_repins_when_its_node_goes_down_and_strict_refuses() {
 
     let c = cluster("nodes = A, B, C\nthread.strict = true");
     let (_pin, old) = pinned_node_set_to(&c, NodeState::Down);
-    let e = c.pick().unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::StrictAffinity);
-    assert!(e.to_string().contains(&old) && e.to_string().contains("thread"), "{e}");
+    assert_strict_refusal(c.pick(), "thread", &old);
     assert_eq!(c.metrics().scopes[Scope::Thread as usize].strict_refusals, 1);
 }
 

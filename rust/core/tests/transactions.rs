@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::{Arc, Barrier};
 
-use common::{cluster, name, owner_marked_down};
+use common::{assert_strict_refusal, cluster, name, owner_marked_down};
 use proptest::prelude::*;
 use racaffinity::{ErrorKind, NodeState, RouteKind, MAX_GTRID_BYTES};
 
@@ -86,9 +86,7 @@ fn soft_mode_repins_an_unprepared_gtrid_and_strict_refuses() {
 
     let c = cluster("nodes = A, B, C\ntransaction.strict = true");
     let owner = owner_marked_down(&c, || c.tx_begin(b"g"));
-    let e = c.tx_begin(b"g").unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::StrictAffinity);
-    assert!(e.to_string().contains("transaction") && e.to_string().contains(&name(&c, owner)), "{e}");
+    assert_strict_refusal(c.tx_begin(b"g"), "transaction", &name(&c, owner));
 }
 
 #[test]
