@@ -66,6 +66,15 @@ class AffinityDataSourceTest {
         return pools.affinity("name = " + name + "; nodes = MYDB1, MYDB2, MYDB3; policy = random; " + extra);
     }
 
+    /** A data source of node A over {@code dataSourceClassName}, its password {@link #SECRET}. */
+    private AffinityDataSource withSecretPassword(String dataSourceClassName) {
+        AffinityDataSource ds = pools.own(new AffinityDataSource());
+        ds.setConfig("nodes = A");
+        ds.setDataSourceClassName(dataSourceClassName);
+        ds.setPassword(SECRET);
+        return ds;
+    }
+
     static int portOf(String node) {
         return PgNodes.port(NAMES.indexOf(node.toUpperCase()) + 1);
     }
@@ -497,32 +506,20 @@ class AffinityDataSourceTest {
             }
 
             // Reflection errors name the setter, never the value.
-            AffinityDataSource noSetter = new AffinityDataSource();
-            pools.own(noSetter);
-            noSetter.setConfig("nodes = A");
+            AffinityDataSource noSetter = withSecretPassword(ThrowingUrlSetter.class.getName());
             noSetter.setNodeUrls(Map.of("A", "jdbc:postgresql://h/db?password=" + SECRET));
-            noSetter.setDataSourceClassName(ThrowingUrlSetter.class.getName());
-            noSetter.setPassword(SECRET);
             e = assertThrows(SQLException.class, noSetter::getConnection);
             assertTrue(e.getMessage().contains("setUrl"), e.getMessage());
             assertFalse(stackTrace(e).contains(SECRET), stackTrace(e));
 
-            AffinityDataSource throwing = new AffinityDataSource();
-            pools.own(throwing);
-            throwing.setConfig("nodes = A");
+            AffinityDataSource throwing = withSecretPassword(EchoingPasswordSetter.class.getName());
             throwing.setUrlTemplate("jdbc:x:{instance}");
-            throwing.setDataSourceClassName(EchoingPasswordSetter.class.getName());
-            throwing.setPassword(SECRET);
             e = assertThrows(SQLException.class, throwing::getConnection);
             assertTrue(e.getMessage().contains("setPassword"), e.getMessage());
             assertFalse(stackTrace(e).contains(SECRET), stackTrace(e));
 
-            AffinityDataSource missing = new AffinityDataSource();
-            pools.own(missing);
-            missing.setConfig("nodes = A");
+            AffinityDataSource missing = withSecretPassword("com.example.Missing");
             missing.setUrlTemplate("jdbc:x:{instance}?password=" + SECRET);
-            missing.setDataSourceClassName("com.example.Missing");
-            missing.setPassword(SECRET);
             e = assertThrows(SQLException.class, missing::getConnection);
             assertFalse(stackTrace(e).contains(SECRET), stackTrace(e));
             assertFalse(missing.toString().contains(SECRET), missing.toString());

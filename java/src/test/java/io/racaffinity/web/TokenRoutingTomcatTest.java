@@ -184,6 +184,13 @@ class TokenRoutingTomcatTest {
         }, Duration.ofSeconds(30), "node " + node + " " + state);
     }
 
+    /** Kills node {@code name} (noted in {@code killed} for the restart) and waits until {@code /c} sees it DOWN. */
+    static void killAndAwaitDown(String name, List<Integer> killed) throws Exception {
+        PgNodes.kill(index(name));
+        killed.add(index(name));
+        awaitState("/c", name, NodeState.DOWN);
+    }
+
     static String machine(String nodeName) {
         return "m" + index(nodeName);
     }
@@ -206,9 +213,7 @@ class TokenRoutingTomcatTest {
             }
 
             // 1. bring down the primary
-            PgNodes.kill(index(primary));
-            killed.add(index(primary));
-            awaitState("/c", primary, NodeState.DOWN);
+            killAndAwaitDown(primary, killed);
             Seen s1 = request(browser, "/c");
             String[] t1 = parse(s1.token());
             assertTrue(s1.setCookie(), "the rewritten token is sent");
@@ -221,9 +226,7 @@ class TokenRoutingTomcatTest {
             assertEquals(new Seen(s1.port(), s1.token(), false), request(browser, "/c"));
 
             // 2. bring down a second: the last one is primary, backup "none"
-            PgNodes.kill(index(backup));
-            killed.add(index(backup));
-            awaitState("/c", backup, NodeState.DOWN);
+            killAndAwaitDown(backup, killed);
             Seen s2 = request(browser, "/c");
             String[] t2 = parse(s2.token());
             assertTrue(s2.setCookie());
