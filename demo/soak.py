@@ -1221,13 +1221,22 @@ def render_svg(s: Soak, intervals: List[Tuple[float, float]]) -> str:
     X = lambda t: left + pw * max(0.0, min(t, T)) / T  # noqa: E731
     o: List[str] = []
     y = 44
+
+    def heading(text: str) -> None:
+        nonlocal y
+        o.append(f'<text x="{left}" y="{y}" font-weight="bold">{text}</text>')
+        y += 8
+
+    def row_label(dy: float, text: str, size: int = 10) -> None:
+        """`text` right-aligned in the margin, `dy` below the row's top."""
+        o.append(f'<text x="{left - 4}" y="{y + dy}" text-anchor="end" font-size="{size}">{text}</text>')
+
     fps_all = sorted({fp for p in PROCS for _, fp in s.fps[p]})
     palette = ["#4477aa", "#66ccee", "#228833", "#ccbb44", "#ee6677", "#aa3377", "#bbbbbb", "#332288",
                "#117733", "#882255", "#44aa99", "#999933", "#dd7700", "#000000"]
     fpc = {fp: palette[i % len(palette)] for i, fp in enumerate(fps_all)}
     # episodes
-    o.append(f'<text x="{left}" y="{y}" font-weight="bold">fault episodes ([strict] / [soft] transaction mode)</text>')
-    y += 8
+    heading("fault episodes ([strict] / [soft] transaction mode)")
     for e in s.episodes:
         if e.t0 is None:
             continue
@@ -1237,26 +1246,22 @@ def render_svg(s: Soak, intervals: List[Tuple[float, float]]) -> str:
         o.append(f'<text x="{x0 + 2:.1f}" y="{y + 14}" font-size="9" fill="#fff">{e.kind[:5]} {e.node[-1]}</text>')
     y += 36
     # fingerprints
-    o.append(f'<text x="{left}" y="{y}" font-weight="bold">topology fingerprint per process (colour = fingerprint); '
-             f'red: the processes disagree</text>')
-    y += 8
+    heading("topology fingerprint per process (colour = fingerprint); red: the processes disagree")
     for p in PROCS:
         obs = s.fps[p]
         for j, (t, fp) in enumerate(obs):
             t1 = obs[j + 1][0] if j + 1 < len(obs) else T
             o.append(f'<rect x="{X(t):.1f}" y="{y}" width="{max(X(t1) - X(t), 0.3):.1f}" height="12" '
                      f'fill="{fpc[fp]}"/>')
-        o.append(f'<text x="{left - 4}" y="{y + 10}" text-anchor="end" font-size="10">{LABEL[p]}</text>')
+        row_label(10, LABEL[p])
         y += 14
     for a, b in intervals:
         o.append(f'<rect x="{X(a):.1f}" y="{y}" width="{max(X(b) - X(a), 0.8):.1f}" height="10" fill="#cc0000">'
                  f'<title>disagree {a:.2f}-{b:.2f}s</title></rect>')
-    o.append(f'<text x="{left - 4}" y="{y + 9}" text-anchor="end" font-size="10">disagree</text>')
+    row_label(9, "disagree")
     y += 30
     # failures per second per language
-    o.append(f'<text x="{left}" y="{y}" font-weight="bold">requests per second per language: ok (light) and failed '
-             f'or refused (dark)</text>')
-    y += 8
+    heading("requests per second per language: ok (light) and failed or refused (dark)")
     nb = int(T) + 1
     for lang in LANGS:
         okc, bad = [0] * nb, [0] * nb
@@ -1276,13 +1281,12 @@ def render_svg(s: Soak, intervals: List[Tuple[float, float]]) -> str:
             if hb:
                 o.append(f'<rect x="{x:.1f}" y="{y + h - hb:.1f}" width="{w:.1f}" height="{hb:.1f}" '
                          f'fill="{LANG_COLORS[lang]}"/>')
-        o.append(f'<text x="{left - 4}" y="{y + h / 2 + 4}" text-anchor="end" font-size="10">{LABEL[lang]}</text>')
+        row_label(h / 2 + 4, LABEL[lang])
         o.append(f'<line x1="{left}" x2="{left + pw}" y1="{y + h}" y2="{y + h}" stroke="#ccc"/>')
         y += h + 6
     y += 18
     # RSS
-    o.append(f'<text x="{left}" y="{y}" font-weight="bold">resident memory per client (MB)</text>')
-    y += 8
+    heading("resident memory per client (MB)")
     h = 80
     vals = [v / 2 ** 20 for l in LANGS for _, v in s.rss_samples[l]]
     lo, hi = (min(vals), max(vals)) if vals else (0, 1)
@@ -1291,8 +1295,8 @@ def render_svg(s: Soak, intervals: List[Tuple[float, float]]) -> str:
         pts = " ".join(f"{X(t):.1f},{y + h - h * (v / 2 ** 20 - lo) / (hi - lo):.1f}" for t, v in s.rss_samples[lang])
         if pts:
             o.append(f'<polyline fill="none" stroke="{LANG_COLORS[lang]}" stroke-width="1.5" points="{pts}"/>')
-    o.append(f'<text x="{left - 4}" y="{y + 8}" text-anchor="end" font-size="9">{hi:.0f}</text>')
-    o.append(f'<text x="{left - 4}" y="{y + h}" text-anchor="end" font-size="9">{lo:.0f}</text>')
+    row_label(8, f"{hi:.0f}", 9)
+    row_label(h, f"{lo:.0f}", 9)
     lx = left
     for lang in LANGS:
         o.append(f'<rect x="{lx}" y="{y + h + 8}" width="10" height="10" fill="{LANG_COLORS[lang]}"/>'

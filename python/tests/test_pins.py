@@ -152,6 +152,18 @@ async def test_concurrent_tasks_on_one_thread_keep_separate_pins(rr):
     assert live_pins(rr) == 0
 
 
+async def child_outliving_parent_scope(rr, child, ready, release):
+    """Runs `child` as a task started inside a pin scope of its parent; the parent leaves its
+    scope once `ready` is set, then sets `release` and waits for the child. Returns the parent's
+    route."""
+    with rr.pin() as parent_route:
+        t = asyncio.create_task(child())
+        await ready.wait()
+    release.set()
+    await t
+    return parent_route
+
+
 @pytest.mark.asyncio
 async def test_a_task_created_inside_a_pin_scope_shares_it_until_the_scope_ends(rr):
     """A child task is nested in its creator's scope, so it shares the pin;
@@ -171,11 +183,7 @@ async def test_a_task_created_inside_a_pin_scope_shares_it_until_the_scope_ends(
             results["own"] = own
             results["own_live"] = live_pins(rr)
 
-    with rr.pin() as parent_route:
-        t = asyncio.create_task(child())
-        await child_checked.wait()
-    release_parent.set()
-    await t
+    parent_route = await child_outliving_parent_scope(rr, child, child_checked, release_parent)
     assert results["inherited"] == parent_route.node
     assert results["after_parent_exit_pinned"] is False
     assert results["own"].kind == ra.RouteKind.PLACED  # a new pin, not the parent's
@@ -197,11 +205,7 @@ async def test_a_child_that_nests_its_own_scope_keeps_the_shared_pin_alive(rr):
             out["after_parent"] = rr.pick().node  # parent exited; still pinned here
             out["live"] = live_pins(rr)
 
-    with rr.pin() as parent_route:
-        t = asyncio.create_task(child())
-        await inside.wait()
-    go.set()
-    await t
+    parent_route = await child_outliving_parent_scope(rr, child, inside, go)
     assert out["child"].node == parent_route.node
     assert out["after_parent"] == parent_route.node and out["live"] == 1
     assert live_pins(rr) == 0

@@ -245,26 +245,29 @@ static inline long long json_field(const char *obj, const char *field) {
     return strtoll(f, NULL, 10);
 }
 
-/* The value of `"field":` in the JSON object of node `name` in the metrics. */
-static inline long long node_metric(racaffinity_cluster *c, const char *name, const char *field) {
+/* The value of `"field":` in the metrics JSON object that starts at `key`;
+ * `what` and `name` say which object in the failure message. */
+static inline long long metric_at(racaffinity_cluster *c, const char *key, const char *what, const char *name,
+                                  const char *field) {
     char *json = metrics_json(c);
-    char key[128];
-    snprintf(key, sizeof key, "{\"name\":\"%s\",", name);
     long long v = json_field(strstr(json, key), field);
-    if (v == LLONG_MIN) h_fail(__FILE__, __LINE__, "no field %s of node %s in %.200s", field, name, json);
+    if (v == LLONG_MIN) h_fail(__FILE__, __LINE__, "no field %s of %s %s in %.200s", field, what, name, json);
     free(json);
     return v;
 }
 
+/* The value of `"field":` in the JSON object of node `name` in the metrics. */
+static inline long long node_metric(racaffinity_cluster *c, const char *name, const char *field) {
+    char key[128];
+    snprintf(key, sizeof key, "{\"name\":\"%s\",", name);
+    return metric_at(c, key, "node", name, field);
+}
+
 /* The value of `"field":` in scope `scope` of the metrics JSON. */
 static inline long long scope_metric(racaffinity_cluster *c, const char *scope, const char *field) {
-    char *json = metrics_json(c);
     char key[128];
     snprintf(key, sizeof key, "\"%s\":{", scope);
-    long long v = json_field(strstr(json, key), field);
-    if (v == LLONG_MIN) h_fail(__FILE__, __LINE__, "no field %s of scope %s in %.200s", field, scope, json);
-    free(json);
-    return v;
+    return metric_at(c, key, "scope", scope, field);
 }
 
 #endif /* RACAFFINITY_TEST_HARNESS_H */

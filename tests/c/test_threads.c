@@ -24,6 +24,13 @@ static void join_threads(pthread_t *t) {
     CHECK(pthread_barrier_destroy(&barrier) == 0);
 }
 
+/* THREADS threads of fn, each given its index, until all have returned. */
+static void run_threads(void *(*fn)(void *)) {
+    pthread_t t[THREADS];
+    start_threads(t, fn, NULL);
+    join_threads(t);
+}
+
 /* ---- pins ------------------------------------------------------------------- */
 
 static racaffinity_cluster *pin_cluster;
@@ -72,9 +79,7 @@ static void eight_threads_pin_and_pick_without_pins_leaking_between_them(void) {
      * a pin leaking into another thread would show as a wrong node. */
     pin_cluster = new_cluster("nodes = N0, N1, N2, N3, N4, N5, N6, N7\npolicy = round_robin");
     atomic_store(&pin_nodes_seen, 0);
-    pthread_t t[THREADS];
-    start_threads(t, pin_worker, NULL);
-    join_threads(t);
+    run_threads(pin_worker);
     CHECK(atomic_load(&pin_nodes_seen) != 1 && atomic_load(&pin_nodes_seen) != 0); /* more than one node */
     CHECK_EQ_U(scope_metric(pin_cluster, "thread", "live"), 0);
     /* The main thread was never pinned. */
@@ -92,9 +97,7 @@ static void *pin_and_exit_worker(void *arg) {
 
 static void a_thread_exiting_while_pinned_releases_its_pin(void) {
     pin_cluster = new_cluster("nodes = N0, N1, N2");
-    pthread_t t[THREADS];
-    start_threads(t, pin_and_exit_worker, NULL);
-    join_threads(t);
+    run_threads(pin_and_exit_worker);
     CHECK_EQ_U(scope_metric(pin_cluster, "thread", "live"), 0);
     free_cluster(pin_cluster);
 }
@@ -125,9 +128,7 @@ static void a_context_pin_is_shared_by_every_thread_that_uses_its_key(void) {
     ctx_cluster = new_cluster("nodes = N0, N1, N2, N3\npolicy = random");
     CHECK_OK(racaffinity_context_new(ctx_cluster, &shared_ctx));
     CHECK_OK(racaffinity_context_pin(ctx_cluster, shared_ctx, &ctx_pin));
-    pthread_t t[THREADS];
-    start_threads(t, context_worker, NULL);
-    join_threads(t);
+    run_threads(context_worker);
     bool released = false;
     CHECK_OK(racaffinity_context_unpin(ctx_cluster, shared_ctx, &released));
     CHECK(released);
@@ -160,9 +161,7 @@ static void concurrent_branches_of_one_gtrid_all_get_one_node(void) {
     /* Balanced placement with random choice: only the registry keeps the
      * branches together, so a race would show up as two nodes. */
     tx_cluster = new_cluster("nodes = N0, N1, N2, N3, N4\ntransaction.placement = balanced\npolicy = random");
-    pthread_t t[THREADS];
-    start_threads(t, tx_worker, NULL);
-    join_threads(t);
+    run_threads(tx_worker);
     unsigned nodes_used = 0;
     for (int round = 0; round < TX_ROUNDS; round++) {
         int placed = 0;
@@ -212,9 +211,7 @@ static void *error_worker(void *arg) {
 
 static void last_error_message_is_per_thread(void) {
     err_cluster = new_cluster("nodes = A, B");
-    pthread_t t[THREADS];
-    start_threads(t, error_worker, NULL);
-    join_threads(t);
+    run_threads(error_worker);
     free_cluster(err_cluster);
 }
 
@@ -329,9 +326,7 @@ static void racing_frees_of_one_handle_succeed_exactly_once(void) {
         victim = new_cluster("nodes = N0");
         atomic_store(&double_free_ok, 0);
         atomic_store(&double_free_invalid, 0);
-        pthread_t t[THREADS];
-        start_threads(t, double_free_worker, NULL);
-        join_threads(t);
+        run_threads(double_free_worker);
         CHECK_EQ_U(atomic_load(&double_free_ok), 1);
         CHECK_EQ_U(atomic_load(&double_free_invalid), THREADS - 1);
     }
@@ -354,9 +349,7 @@ static void *churn_worker(void *arg) {
 }
 
 static void clusters_created_and_freed_concurrently_stay_distinct(void) {
-    pthread_t t[THREADS];
-    start_threads(t, churn_worker, NULL);
-    join_threads(t);
+    run_threads(churn_worker);
 }
 
 /* ---- calls from a thread's exit cleanup ---------------------------------------- */

@@ -57,6 +57,22 @@ psql_node() {
         "$PSQL" -X -q -A -t -v ON_ERROR_STOP=1 "${!dsnvar} connect_timeout=5 application_name=racaff_smoke" "$@"
 }
 
+# prepare_smoke_row I GID: leave a row tagged with node I's port in a
+# transaction prepared as GID on node I
+prepare_smoke_row() {
+    local i=$1 gid=$2
+    psql_node "$i" -f - >/dev/null <<SQL
+BEGIN;
+CREATE TABLE IF NOT EXISTS racaff_smoke (
+    gid        text PRIMARY KEY,
+    node_port  int  NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO racaff_smoke (gid, node_port) VALUES ('$gid', inet_server_port());
+PREPARE TRANSACTION '$gid';
+SQL
+}
+
 reachable() {
     local portvar="RACAFF_NODE${1}_PORT"
     "$PG_ISREADY" -q -h 127.0.0.1 -p "${!portvar}" -t 2 >/dev/null 2>&1
@@ -108,16 +124,7 @@ pass "no leftover racaff_smoke_* prepared transactions"
 
 echo "== prepared transaction is local to the node that prepared it"
 gid="racaff_smoke_$(date +%s)_$$_${RANDOM}"
-psql_node 1 -f - >/dev/null <<SQL || abort "node 1: BEGIN/CREATE/INSERT/PREPARE TRANSACTION '$gid'"
-BEGIN;
-CREATE TABLE IF NOT EXISTS racaff_smoke (
-    gid        text PRIMARY KEY,
-    node_port  int  NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
-);
-INSERT INTO racaff_smoke (gid, node_port) VALUES ('$gid', inet_server_port());
-PREPARE TRANSACTION '$gid';
-SQL
+prepare_smoke_row 1 "$gid" || abort "node 1: BEGIN/CREATE/INSERT/PREPARE TRANSACTION '$gid'"
 pass "node 1: PREPARE TRANSACTION '$gid'"
 
 n=$(psql_node 1 -c "SELECT count(*) FROM pg_prepared_xacts WHERE gid = '$gid'")
@@ -152,16 +159,7 @@ fi
 
 echo "== crash (kill -9) and restart node 2"
 gid2="${gid}_indoubt"
-psql_node 2 -f - >/dev/null <<SQL || abort "node 2: PREPARE TRANSACTION '$gid2'"
-BEGIN;
-CREATE TABLE IF NOT EXISTS racaff_smoke (
-    gid        text PRIMARY KEY,
-    node_port  int  NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
-);
-INSERT INTO racaff_smoke (gid, node_port) VALUES ('$gid2', inet_server_port());
-PREPARE TRANSACTION '$gid2';
-SQL
+prepare_smoke_row 2 "$gid2" || abort "node 2: PREPARE TRANSACTION '$gid2'"
 pass "node 2: PREPARE TRANSACTION '$gid2' before crash"
 
 # Autocommitted, so psql returning means the commit was acknowledged; the

@@ -355,18 +355,18 @@ def topology_section(t: dict, fragile: list[str]) -> dict:
                 out["sessions"].append({"key": bspec(s), "hash": hex64(h(s)), "owner": place(h(s), among)})
             except Fragile:
                 fragile.append(f"{t['name']}: session {s!r}")
+
+        def datum(spec: dict, hv: int, what: str) -> None:
+            p = hv % parts
+            try:
+                out["data"].append({**spec, "hash": hex64(hv), "partition": p, "owner": data_owner(p, among)})
+            except Fragile:
+                fragile.append(f"{t['name']}: data {what}")
+
         for k in DATA_KEYS:
-            p = h(k) % parts
-            try:
-                out["data"].append({"key": bspec(k), "hash": hex64(h(k)), "partition": p, "owner": data_owner(p, among)})
-            except Fragile:
-                fragile.append(f"{t['name']}: data key {k!r}")
+            datum({"key": bspec(k)}, h(k), f"key {k!r}")
         for v in DATA_I64:
-            p = hash_i64(v) % parts
-            try:
-                out["data"].append({"i64": str(v), "hash": hex64(hash_i64(v)), "partition": p, "owner": data_owner(p, among)})
-            except Fragile:
-                fragile.append(f"{t['name']}: data i64 {v}")
+            datum({"i64": str(v)}, hash_i64(v), f"i64 {v}")
         return out
 
     base = routed(nodes)

@@ -1,7 +1,9 @@
 #![allow(dead_code)]
 //! Helpers shared by the integration tests.
 
-use racaffinity::{Cluster, ClusterBuilder, Config, ManualClock, NodeId};
+use std::fmt::Debug;
+
+use racaffinity::{Cluster, ClusterBuilder, Config, ErrorKind, ManualClock, NodeId, NodeState, Result, Route};
 
 pub fn cluster(text: &str) -> Cluster {
     Cluster::from_config_text(text).expect("valid config")
@@ -16,4 +18,21 @@ pub fn cluster_with_clock(text: &str, clock: &ManualClock) -> Cluster {
 
 pub fn name(c: &Cluster, id: NodeId) -> String {
     c.node_name(id).expect("known node")
+}
+
+/// Routes with `route`, marks the node it chose down and returns that node: how the
+/// failover tests take an owner away from a key, session or transaction.
+pub fn owner_marked_down(c: &Cluster, route: impl FnOnce() -> Result<Route>) -> NodeId {
+    let owner = route().expect("routed").node;
+    c.set_node_state(&name(c, owner), NodeState::Down).unwrap();
+    owner
+}
+
+/// Asserts that `result` is a strict-affinity refusal whose message names the scope and the
+/// node the caller is held to, so that an operator can tell why.
+pub fn assert_strict_refusal<T: Debug>(result: Result<T>, scope: &str, node: &str) {
+    let e = result.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StrictAffinity, "{e}");
+    let text = e.to_string();
+    assert!(text.contains(scope) && text.contains(node), "{e}");
 }

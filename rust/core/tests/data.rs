@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{cluster, name};
+use common::{assert_strict_refusal, cluster, name, owner_marked_down};
 use proptest::prelude::*;
 use racaffinity::{DataKey, ErrorKind, NodeState, RouteKind};
 
@@ -36,8 +36,7 @@ fn explicit_partition_map_overrides_rendezvous() {
 #[test]
 fn unavailable_owner_falls_back_to_load_balancing_unless_strict() {
     let c = cluster("nodes = A, B, C");
-    let owner = c.route_key(b"k").unwrap().node;
-    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
+    let owner = owner_marked_down(&c, || c.route_key(b"k"));
     let r = c.route_key(b"k").unwrap();
     assert_eq!(r.kind, RouteKind::Fallback);
     assert_ne!(r.node, owner);
@@ -45,11 +44,8 @@ fn unavailable_owner_falls_back_to_load_balancing_unless_strict() {
     assert_eq!(c.route_key(b"k").unwrap().node, owner, "partitions come back with their node");
 
     let c = cluster("nodes = A, B, C\ndata.strict = true");
-    let owner = c.route_key(b"k").unwrap().node;
-    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
-    let e = c.route_key(b"k").unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::StrictAffinity);
-    assert!(e.to_string().contains("data") && e.to_string().contains(&name(&c, owner)));
+    let owner = owner_marked_down(&c, || c.route_key(b"k"));
+    assert_strict_refusal(c.route_key(b"k"), "data", &name(&c, owner));
 }
 
 #[test]

@@ -4,9 +4,9 @@ mod common;
 
 use std::sync::{Arc, Barrier};
 
-use common::cluster;
+use common::{assert_strict_refusal, cluster};
 use proptest::prelude::*;
-use racaffinity::{ErrorKind, NodeState, RouteKind, Scope};
+use racaffinity::{Cluster, NodeState, RouteKind, Scope, ThreadPin};
 
 #[test]
 fn pinned_picks_are_stable_until_the_guard_drops() {
@@ -56,12 +56,18 @@ fn auto_pin_pins_on_first_pick_like_the_seeds_connection_factory() {
     assert!(c.unpin_thread());
 }
 
+/// Pins this thread and sets the pinned node to `state`: the pin and the node's name.
+fn pinned_node_set_to(c: &Cluster, state: NodeState) -> (ThreadPin<'_>, String) {
+    let pin = c.pin_thread().unwrap();
+    let node = c.node_name(pin.node()).unwrap();
+    c.set_node_state(&node, state).unwrap();
+    (pin, node)
+}
+
 #[test]
 fn soft_pin_repins_when_its_node_goes_down_and_strict_refuses() {
     let c = cluster("nodes = A, B, C");
-    let pin = c.pin_thread().unwrap();
-    let old = c.node_name(pin.node()).unwrap();
-    c.set_node_state(&old, NodeState::Down).unwrap();
+    let (pin, _) = pinned_node_set_to(&c, NodeState::Down);
     let r = c.pick().unwrap();
     assert_eq!(r.kind, RouteKind::Repinned);
     assert_ne!(r.node, pin.node());
@@ -69,21 +75,15 @@ fn soft_pin_repins_when_its_node_goes_down_and_strict_refuses() {
     drop(pin);
 
     let c = cluster("nodes = A, B, C\nthread.strict = true");
-    let pin = c.pin_thread().unwrap();
-    let old = c.node_name(pin.node()).unwrap();
-    c.set_node_state(&old, NodeState::Down).unwrap();
-    let e = c.pick().unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::StrictAffinity);
-    assert!(e.to_string().contains(&old) && e.to_string().contains("thread"), "{e}");
+    let (_pin, old) = pinned_node_set_to(&c, NodeState::Down);
+    assert_strict_refusal(c.pick(), "thread", &old);
     assert_eq!(c.metrics().scopes[Scope::Thread as usize].strict_refusals, 1);
 }
 
 #[test]
 fn draining_keeps_existing_pins_but_takes_no_new_ones() {
     let c = cluster("nodes = A, B");
-    let pin = c.pin_thread().unwrap();
-    let pinned = c.node_name(pin.node()).unwrap();
-    c.set_node_state(&pinned, NodeState::Draining).unwrap();
+    let (pin, _) = pinned_node_set_to(&c, NodeState::Draining);
     assert_eq!(c.pick().unwrap().node, pin.node());
     let key = c.new_context_key();
     for _ in 0..50 {

@@ -27,12 +27,19 @@ fn eject(c: &Cluster, node: NodeId) {
 const TRIAL: &str = "nodes = A, B\ntransaction.placement = balanced\nsession.placement = balanced\n\
                      data.placement = balanced\nhealth.eject_after_failures = 1";
 
+/// A cluster of `TRIAL` on `clock` with node A ejected: its half-open trial is due once the
+/// back-off (1 s) has passed.
+fn a_ejected(clock: &ManualClock) -> (Cluster, NodeId) {
+    let c = cluster_with_clock(TRIAL, clock);
+    let a = id(&c, "A");
+    eject(&c, a);
+    (c, a)
+}
+
 #[test]
 fn half_open_trial_never_places_a_transaction() {
     let clock = ManualClock::new(0);
-    let c = cluster_with_clock(TRIAL, &clock);
-    let a = id(&c, "A");
-    eject(&c, a);
+    let (c, a) = a_ejected(&clock);
     clock.advance_ms(1_000);
     for i in 0..64 {
         let g = format!("g{i}");
@@ -46,9 +53,7 @@ fn half_open_trial_never_places_a_transaction() {
 #[test]
 fn half_open_trial_never_places_a_session_pin_or_partition() {
     let clock = ManualClock::new(0);
-    let c = cluster_with_clock(TRIAL, &clock);
-    let a = id(&c, "A");
-    eject(&c, a);
+    let (c, a) = a_ejected(&clock);
     clock.advance_ms(1_000);
     for i in 0..64 {
         assert_ne!(c.session_route(format!("s{i}").as_bytes()).unwrap().node, a, "session placed on the trial node");
@@ -62,9 +67,7 @@ fn half_open_trial_never_places_a_session_pin_or_partition() {
 #[test]
 fn half_open_trial_goes_to_one_unpinned_pick_per_back_off() {
     let clock = ManualClock::new(0);
-    let c = cluster_with_clock(TRIAL, &clock);
-    let a = id(&c, "A");
-    eject(&c, a);
+    let (c, a) = a_ejected(&clock);
     let trials = |c: &Cluster| (0..200).filter(|_| c.pick_balanced().unwrap().node == a).count();
     assert_eq!(trials(&c), 0, "no trial before the back-off ends");
     clock.advance_ms(1_000);
@@ -157,17 +160,24 @@ fn ejection_recovery_never_lifts_an_operator_drain() {
 
 // ---- 6. leases in flight at ejection ---------------------------------------
 
+/// Node A of "nodes = A, B" with `begun` leases begun on it, the first
+/// `failed` of which have ended in failure: leases in flight at ejection.
+fn leases_on_a(clock: &ManualClock, begun: usize, failed: usize) -> (Cluster, NodeId) {
+    let c = cluster_with_clock("nodes = A, B", clock);
+    let a = id(&c, "A");
+    for _ in 0..begun {
+        c.begin_lease(a);
+    }
+    for _ in 0..failed {
+        c.end_lease(a, Outcome::Failed);
+    }
+    (c, a)
+}
+
 #[test]
 fn failures_of_leases_in_flight_at_ejection_eject_once() {
     let clock = ManualClock::new(0);
-    let c = cluster_with_clock("nodes = A, B", &clock);
-    let a = id(&c, "A");
-    for _ in 0..10 {
-        c.begin_lease(a);
-    }
-    for _ in 0..10 {
-        c.end_lease(a, Outcome::Failed);
-    }
+    let (c, a) = leases_on_a(&clock, 10, 10);
     let n = c.node(a).unwrap();
     assert_eq!(n.state(), NodeState::Down);
     assert_eq!(c.metrics().nodes[a.0 as usize].ejections, 1);
@@ -177,14 +187,7 @@ fn failures_of_leases_in_flight_at_ejection_eject_once() {
 #[test]
 fn success_of_a_lease_begun_before_ejection_does_not_close_the_breaker() {
     let clock = ManualClock::new(0);
-    let c = cluster_with_clock("nodes = A, B", &clock);
-    let a = id(&c, "A");
-    for _ in 0..6 {
-        c.begin_lease(a);
-    }
-    for _ in 0..5 {
-        c.end_lease(a, Outcome::Failed);
-    }
+    let (c, a) = leases_on_a(&clock, 6, 5);
     assert_eq!(c.node(a).unwrap().state(), NodeState::Down);
     c.end_lease(a, Outcome::Ok);
     assert_eq!(c.node(a).unwrap().state(), NodeState::Down, "a stale success closed the breaker");

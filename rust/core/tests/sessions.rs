@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{cluster, cluster_with_clock, name};
+use common::{cluster, cluster_with_clock, owner_marked_down};
 use racaffinity::{ErrorKind, ManualClock, NodeState, RouteKind, MAX_KEY_BYTES};
 
 #[test]
@@ -75,15 +75,13 @@ fn aff_false_advisory_revokes_that_instances_sessions_only() {
 #[test]
 fn strict_session_affinity_refuses_and_soft_repins() {
     let c = cluster("nodes = A, B\nsession.strict = true");
-    let n = c.session_route(b"s").unwrap().node;
-    c.set_node_state(&name(&c, n), NodeState::Down).unwrap();
+    owner_marked_down(&c, || c.session_route(b"s"));
     let e = c.session_route(b"s").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::StrictAffinity);
     assert!(e.to_string().contains("session"));
 
     let c = cluster("nodes = A, B");
-    let n = c.session_route(b"s").unwrap().node;
-    c.set_node_state(&name(&c, n), NodeState::Down).unwrap();
+    let n = owner_marked_down(&c, || c.session_route(b"s"));
     let r = c.session_route(b"s").unwrap();
     assert_eq!(r.kind, RouteKind::Repinned);
     assert_ne!(r.node, n);

@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::{Arc, Barrier};
 
-use common::{cluster, name};
+use common::{assert_strict_refusal, cluster, name, owner_marked_down};
 use proptest::prelude::*;
 use racaffinity::{ErrorKind, NodeState, RouteKind, MAX_GTRID_BYTES};
 
@@ -78,27 +78,22 @@ fn a_prepared_branch_never_moves_even_in_soft_mode() {
 #[test]
 fn soft_mode_repins_an_unprepared_gtrid_and_strict_refuses() {
     let c = cluster("nodes = A, B, C");
-    let owner = c.tx_begin(b"g").unwrap().node;
-    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
+    let owner = owner_marked_down(&c, || c.tx_begin(b"g"));
     let r = c.tx_begin(b"g").unwrap();
     assert_eq!(r.kind, RouteKind::Repinned);
     assert_ne!(r.node, owner);
     assert_eq!(c.tx_begin(b"g").unwrap().node, r.node);
 
     let c = cluster("nodes = A, B, C\ntransaction.strict = true");
-    let owner = c.tx_begin(b"g").unwrap().node;
-    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
-    let e = c.tx_begin(b"g").unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::StrictAffinity);
-    assert!(e.to_string().contains("transaction") && e.to_string().contains(&name(&c, owner)), "{e}");
+    let owner = owner_marked_down(&c, || c.tx_begin(b"g"));
+    assert_strict_refusal(c.tx_begin(b"g"), "transaction", &name(&c, owner));
 }
 
 #[test]
 fn strict_can_be_switched_at_runtime() {
     let c = cluster("nodes = A, B");
     c.set_strict(racaffinity::Scope::Transaction, true);
-    let owner = c.tx_begin(b"g").unwrap().node;
-    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
+    owner_marked_down(&c, || c.tx_begin(b"g"));
     assert_eq!(c.tx_begin(b"g").unwrap_err().kind(), ErrorKind::StrictAffinity);
     c.set_strict(racaffinity::Scope::Transaction, false);
     assert_eq!(c.tx_begin(b"g").unwrap().kind, RouteKind::Repinned);
@@ -183,8 +178,7 @@ proptest! {
 #[test]
 fn soft_mode_2pc_for_a_lost_unprepared_branch_goes_to_its_node_without_counting_as_strict() {
     let c = cluster("nodes = A, B, C");
-    let owner = c.tx_begin(b"g").unwrap().node;
-    c.set_node_state(&name(&c, owner), NodeState::Down).unwrap();
+    let owner = owner_marked_down(&c, || c.tx_begin(b"g"));
     assert_eq!(c.tx_route(b"g").unwrap().node, owner, "a rollback is never refused for routing reasons");
     assert_eq!(c.metrics().scopes[racaffinity::Scope::Transaction as usize].strict_refusals, 0);
 }

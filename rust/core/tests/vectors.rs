@@ -20,7 +20,7 @@ use racaffinity::connect::{
 };
 use racaffinity::event::{parse_event, Event, FanEvent, RlbAdvisory};
 use racaffinity::hash;
-use racaffinity::{validate_node_name, Cluster, DataKey, Error, EventEffect, NodeId, RouteKind, SessionMode};
+use racaffinity::{validate_node_name, Cluster, DataKey, Error, EventEffect, NodeId, Route, RouteKind, SessionMode};
 use serde_json::{json, Map, Value};
 
 /// Smallest believable number of checks per file: an emptied or truncated
@@ -315,23 +315,22 @@ fn routed(run: &mut Run, ctx: &str, c: &Cluster, m: &Map<String, Value>, removal
     };
     let removed = m.get("removed").map(|v| s(v).to_string()).unwrap_or_default();
 
-    for row in arr(&m["transactions"]) {
-        let r = run.keys(ctx, row, &["gtrid", "owner"], extra);
-        let g = bytes(run, ctx, &r["gtrid"]);
-        let what = format!("{ctx}: tx_begin({})", show(&g));
-        check_hash(run, r, &what, hash::hash_bytes(&g));
-        check_before(run, r, &what, &removed);
-        let got = c.tx_begin(&g).map(|rt| (name_of(c, rt.node), rt.kind));
-        run.eq(&what, got, Ok((s(&r["owner"]).to_string(), RouteKind::Placed)));
-    }
-    for row in arr(&m["sessions"]) {
-        let r = run.keys(ctx, row, &["key", "owner"], extra);
-        let k = bytes(run, ctx, &r["key"]);
-        let what = format!("{ctx}: session_route({})", show(&k));
-        check_hash(run, r, &what, hash::hash_bytes(&k));
-        check_before(run, r, &what, &removed);
-        let got = c.session_route(&k).map(|rt| (name_of(c, rt.node), rt.kind));
-        run.eq(&what, got, Ok((s(&r["owner"]).to_string(), RouteKind::Affinity)));
+    // A gtrid's first branch is placed; a session's first route is already affinity.
+    type RouteBytes = fn(&Cluster, &[u8]) -> racaffinity::Result<Route>;
+    let keyed: [(&str, &str, &str, RouteBytes, RouteKind); 2] = [
+        ("transactions", "gtrid", "tx_begin", Cluster::tx_begin, RouteKind::Placed),
+        ("sessions", "key", "session_route", Cluster::session_route, RouteKind::Affinity),
+    ];
+    for (section, field, call, route, kind) in keyed {
+        for row in arr(&m[section]) {
+            let r = run.keys(ctx, row, &[field, "owner"], extra);
+            let k = bytes(run, ctx, &r[field]);
+            let what = format!("{ctx}: {call}({})", show(&k));
+            check_hash(run, r, &what, hash::hash_bytes(&k));
+            check_before(run, r, &what, &removed);
+            let got = route(c, &k).map(|rt| (name_of(c, rt.node), rt.kind));
+            run.eq(&what, got, Ok((s(&r["owner"]).to_string(), kind)));
+        }
     }
     for row in arr(&m["data"]) {
         let r = run.keys(ctx, row, &["partition", "owner"], &[extra, &["key", "i64"]].concat());

@@ -18,11 +18,9 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLNonTransientException;
 import java.sql.SQLTransientConnectionException;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.stream.Collectors;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.AutoClose;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 
@@ -36,28 +34,13 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @ExtendWith(PgNodes.class)
 class AffinityCallbackSampleTest {
     static final List<String> NAMES = List.of("RAC1", "RAC2", "RAC3");
-    private Pools pools;
-    private final List<AffinityDataSource> opened = new ArrayList<>();
-
-    @BeforeEach
-    void pools() {
-        pools = new Pools(NAMES);
-    }
-
-    @AfterEach
-    void close() {
-        opened.forEach(AffinityDataSource::close);
-        pools.close();
-    }
+    @AutoClose // after each test, with the data sources built on it
+    private final Pools pools = new Pools(NAMES);
 
     private AffinityDataSource ds(String name, String extra) {
-        AffinityDataSource ds = new AffinityDataSource();
-        ds.setConfig("name = " + name + "; database = orcl; service = svc; nodes = RAC1, RAC2, RAC3;"
-                + " policy = random; " + extra);
-        ds.setNodeDataSources(pools.asMap());
-        ds.setHeartbeatIntervalMillis(0);
+        AffinityDataSource ds = pools.affinity("name = " + name
+                + "; database = orcl; service = svc; nodes = RAC1, RAC2, RAC3; policy = random; " + extra);
         ds.setRegisterMBean(false);
-        opened.add(ds);
         return ds;
     }
 
@@ -142,12 +125,18 @@ class AffinityCallbackSampleTest {
         assertNotEquals(portOf(ctx.instance()), assertSticks(ds, cb));
     }
 
-    @Test
-    void strictWebSessionAffinityRefusesAndTheXaSwitchDoesNotApply() throws Exception {
-        AffinityDataSource ds = ds("sample-strict-web", "session.strict = true");
+    /** The sample set to web-session affinity, as the guide's servlet filter uses it. */
+    private static AffinityCallbackSample webSessionCallback(AffinityDataSource ds) throws SQLException {
         AffinityCallbackSample cb = new AffinityCallbackSample();
         cb.setAffinityPolicy(AffinityPolicy.WEBSESSION_BASED_AFFINITY);
         ds.registerConnectionAffinityCallback(cb);
+        return cb;
+    }
+
+    @Test
+    void strictWebSessionAffinityRefusesAndTheXaSwitchDoesNotApply() throws Exception {
+        AffinityDataSource ds = ds("sample-strict-web", "session.strict = true");
+        AffinityCallbackSample cb = webSessionCallback(ds);
         assertSticks(ds, cb);
         ConnectionAffinityContext web = context(cb);
         assertEquals(AffinityPolicy.WEBSESSION_BASED_AFFINITY, web.policy());
@@ -163,9 +152,7 @@ class AffinityCallbackSampleTest {
     @Test
     void anAdvisoryWithdrawingAffinityMovesWebSessionContextsOnly() throws Exception {
         AffinityDataSource ds = ds("sample-aff", "");
-        AffinityCallbackSample web = new AffinityCallbackSample();
-        web.setAffinityPolicy(AffinityPolicy.WEBSESSION_BASED_AFFINITY);
-        ds.registerConnectionAffinityCallback(web);
+        AffinityCallbackSample web = webSessionCallback(ds);
         int webPort = assertSticks(ds, web);
         String instance = context(web).instance();
 
@@ -175,7 +162,7 @@ class AffinityCallbackSampleTest {
         txDs.setNodeDataSources(pools.asMap());
         txDs.setHeartbeatIntervalMillis(0);
         txDs.setRegisterMBean(false);
-        opened.add(txDs);
+        pools.own(txDs);
         AffinityCallbackSample tx = new AffinityCallbackSample();
         txDs.registerConnectionAffinityCallback(tx);
         int txPort = -1;

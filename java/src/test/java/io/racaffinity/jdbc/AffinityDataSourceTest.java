@@ -48,8 +48,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.logging.LogRecord;
 import javax.naming.Context;
 import javax.sql.DataSource;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.AutoClose;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.postgresql.PGConnection;
@@ -60,26 +59,19 @@ class AffinityDataSourceTest {
     static final List<String> NAMES = List.of("MYDB1", "MYDB2", "MYDB3");
     private static final String SECRET = "tiger-S3cret!";
 
-    private Pools pools;
-    private final List<AffinityDataSource> opened = new ArrayList<>();
-
-    @BeforeEach
-    void pools() {
-        pools = new Pools(NAMES);
-    }
-
-    @AfterEach
-    void close() {
-        opened.forEach(AffinityDataSource::close);
-        pools.close();
-    }
+    @AutoClose // after each test, with the data sources built on it
+    private final Pools pools = new Pools(NAMES);
 
     private AffinityDataSource ds(String name, String extra) {
-        AffinityDataSource ds = new AffinityDataSource();
-        ds.setConfig("name = " + name + "; nodes = MYDB1, MYDB2, MYDB3; policy = random; " + extra);
-        ds.setNodeDataSources(pools.asMap());
-        ds.setHeartbeatIntervalMillis(0);
-        opened.add(ds);
+        return pools.affinity("name = " + name + "; nodes = MYDB1, MYDB2, MYDB3; policy = random; " + extra);
+    }
+
+    /** A data source of node A over {@code dataSourceClassName}, its password {@link #SECRET}. */
+    private AffinityDataSource withSecretPassword(String dataSourceClassName) {
+        AffinityDataSource ds = pools.own(new AffinityDataSource());
+        ds.setConfig("nodes = A");
+        ds.setDataSourceClassName(dataSourceClassName);
+        ds.setPassword(SECRET);
         return ds;
     }
 
@@ -154,7 +146,7 @@ class AffinityDataSourceTest {
         ds.setConfig("name = vectors\n" + topo.get("config").asText());
         ds.setNodeDataSources(pools.asMap());
         ds.setHeartbeatIntervalMillis(0);
-        opened.add(ds);
+        pools.own(ds);
         int checked = 0;
         for (JsonNode row : topo.get("data")) {
             ShardingKey key = row.has("key")
@@ -265,7 +257,7 @@ class AffinityDataSourceTest {
         ds.setNodeDataSources(stubs);
         ds.setHeartbeatIntervalMillis(0);
         ds.setRegisterMBean(false);
-        opened.add(ds);
+        pools.own(ds);
         Cluster cluster = ds.getCluster();
 
         Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "A")).build();
@@ -301,7 +293,7 @@ class AffinityDataSourceTest {
     void nodeFailureStatesIncludeServerShutdownAndRecoverableExceptionsAndAreConfigurable() throws Exception {
         java.util.function.BiFunction<String, SQLException, Long> failuresAfter = (states, thrown) -> {
             AffinityDataSource ds = new AffinityDataSource();
-            opened.add(ds);
+            pools.own(ds);
             ds.setConfig("name = states; nodes = A; health.eject_after_failures = 0");
             ds.setNodeDataSources(Map.of("A", Stubs.dataSource("A", Map.of("commit", thrown), new AtomicInteger())));
             ds.setHeartbeatIntervalMillis(0);
@@ -342,7 +334,7 @@ class AffinityDataSourceTest {
     @Test
     void beanPropertiesBuildHikariNodePoolsByReflection() throws Exception {
         AffinityDataSource ds = new AffinityDataSource();
-        opened.add(ds);
+        pools.own(ds);
         ds.setConfig("name = beans; nodes = MYDB1, MYDB2, MYDB3; policy = random");
         ds.setNodeUrlList("MYDB1=" + PgNodes.url(1) + " | MYDB2=" + PgNodes.url(2) + "\nMYDB3=" + PgNodes.url(3));
         ds.setDataSourceClassName("com.zaxxer.hikari.HikariDataSource");
@@ -364,7 +356,7 @@ class AffinityDataSourceTest {
     @Test
     void aUrlTemplateGivesEachNodeItsInstanceUrl() throws Exception {
         AffinityDataSource ds = new AffinityDataSource();
-        opened.add(ds);
+        pools.own(ds);
         ds.setConfig("name = template; nodes = MYDB1, MYDB2, MYDB3");
         ds.setUrlTemplate(PgNodes.url(1) + "?ApplicationName=app-{instance}");
         ds.setDataSourceClassName("org.postgresql.ds.PGSimpleDataSource");
@@ -382,7 +374,7 @@ class AffinityDataSourceTest {
                 AffinityDataSource.instanceUrl("jdbc:oracle:thin:@//h:1521/svc/{instance}", "RAC2"));
         assertEquals("(INSTANCE_NAME=RAC2)", AffinityDataSource.instanceUrl("(INSTANCE_NAME=${INSTANCE_NAME})", "RAC2"));
         AffinityDataSource bad = new AffinityDataSource();
-        opened.add(bad);
+        pools.own(bad);
         bad.setConfig("nodes = A");
         bad.setUrlTemplate("jdbc:postgresql://h/db");
         SQLException e = assertThrows(SQLException.class, bad::getConnection);
@@ -402,7 +394,7 @@ class AffinityDataSourceTest {
         Properties env = new Properties();
         env.setProperty(Context.INITIAL_CONTEXT_FACTORY, MemoryContextFactory.class.getName());
         AffinityDataSource ds = new AffinityDataSource();
-        opened.add(ds);
+        pools.own(ds);
         ds.setNodeJndiNames(names); // no config: nodes = MYDB1, MYDB2, MYDB3 from the map
         ds.setJndiEnvironment(env);
         ds.setHeartbeatIntervalMillis(0);
@@ -415,7 +407,7 @@ class AffinityDataSourceTest {
         assertEquals(List.of("MYDB1", "MYDB2", "MYDB3"), ds.getCluster().nodeNames());
 
         AffinityDataSource missing = new AffinityDataSource();
-        opened.add(missing);
+        pools.own(missing);
         missing.setNodeJndiNameList("MYDB1=java:comp/env/jdbc/mydb1 | MYDB2=java:comp/env/jdbc/nope");
         missing.setJndiEnvironment(env);
         SQLException e = assertThrows(SQLException.class, missing::getConnection);
@@ -425,7 +417,7 @@ class AffinityDataSourceTest {
     @Test
     void badConfigGivesAClearException() {
         AffinityDataSource ds = new AffinityDataSource();
-        opened.add(ds);
+        pools.own(ds);
         ds.setConfig("nodes = MYDB1, MYDB2, MYDB3\npolicy = fastest");
         ds.setNodeDataSources(pools.asMap());
         SQLException e = assertThrows(SQLException.class, ds::getConnection);
@@ -440,7 +432,7 @@ class AffinityDataSourceTest {
         assertTrue(e.getMessage().contains("MYDB9"), e.getMessage());
 
         AffinityDataSource none = new AffinityDataSource();
-        opened.add(none);
+        pools.own(none);
         e = assertThrows(SQLException.class, none::getConnection);
         assertTrue(e.getMessage().contains("no nodes"), e.getMessage());
     }
@@ -487,7 +479,7 @@ class AffinityDataSourceTest {
             List<LogRecord> records = log.records();
             // Nodes on a closed port, the password in the URL too: every probe fails and is logged.
             AffinityDataSource ds = new AffinityDataSource();
-            opened.add(ds);
+            pools.own(ds);
             ds.setConfig("name = secrets; nodes = MYDB1, MYDB2; heartbeat.misses = 2");
             ds.setUrlTemplate("jdbc:postgresql://127.0.0.1:1/postgres?password=" + SECRET
                     + "&connectTimeout=1&ApplicationName={instance}");
@@ -514,32 +506,20 @@ class AffinityDataSourceTest {
             }
 
             // Reflection errors name the setter, never the value.
-            AffinityDataSource noSetter = new AffinityDataSource();
-            opened.add(noSetter);
-            noSetter.setConfig("nodes = A");
+            AffinityDataSource noSetter = withSecretPassword(ThrowingUrlSetter.class.getName());
             noSetter.setNodeUrls(Map.of("A", "jdbc:postgresql://h/db?password=" + SECRET));
-            noSetter.setDataSourceClassName(ThrowingUrlSetter.class.getName());
-            noSetter.setPassword(SECRET);
             e = assertThrows(SQLException.class, noSetter::getConnection);
             assertTrue(e.getMessage().contains("setUrl"), e.getMessage());
             assertFalse(stackTrace(e).contains(SECRET), stackTrace(e));
 
-            AffinityDataSource throwing = new AffinityDataSource();
-            opened.add(throwing);
-            throwing.setConfig("nodes = A");
+            AffinityDataSource throwing = withSecretPassword(EchoingPasswordSetter.class.getName());
             throwing.setUrlTemplate("jdbc:x:{instance}");
-            throwing.setDataSourceClassName(EchoingPasswordSetter.class.getName());
-            throwing.setPassword(SECRET);
             e = assertThrows(SQLException.class, throwing::getConnection);
             assertTrue(e.getMessage().contains("setPassword"), e.getMessage());
             assertFalse(stackTrace(e).contains(SECRET), stackTrace(e));
 
-            AffinityDataSource missing = new AffinityDataSource();
-            opened.add(missing);
-            missing.setConfig("nodes = A");
+            AffinityDataSource missing = withSecretPassword("com.example.Missing");
             missing.setUrlTemplate("jdbc:x:{instance}?password=" + SECRET);
-            missing.setDataSourceClassName("com.example.Missing");
-            missing.setPassword(SECRET);
             e = assertThrows(SQLException.class, missing::getConnection);
             assertFalse(stackTrace(e).contains(SECRET), stackTrace(e));
             assertFalse(missing.toString().contains(SECRET), missing.toString());

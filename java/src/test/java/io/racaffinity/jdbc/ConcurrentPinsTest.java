@@ -15,10 +15,8 @@ class ConcurrentPinsTest {
     @Test
     void twoHundredConcurrentThreadsNeverSeeEachOthersPins() throws Exception {
         try (Pools pools = new Pools(AffinityDataSourceTest.NAMES, c -> c.setMaximumPoolSize(20));
-                AffinityDataSource ds = new AffinityDataSource()) {
-            ds.setConfig("name = platform-threads; nodes = MYDB1, MYDB2, MYDB3; policy = random");
-            ds.setNodeDataSources(pools.asMap());
-            ds.setHeartbeatIntervalMillis(0);
+                AffinityDataSource ds = pools.affinity(
+                        "name = platform-threads; nodes = MYDB1, MYDB2, MYDB3; policy = random")) {
             PinIsolation run = new PinIsolation();
             run.run(ds, 200, 5, r -> {
                 Thread t = new Thread(r);

@@ -45,10 +45,8 @@ class SoftFailoverTest {
     }
 
     private static AffinityDataSource ds(Pools pools, String name, String extra) {
-        AffinityDataSource ds = new AffinityDataSource();
-        ds.setConfig("name = " + name + "; nodes = MYDB1, MYDB2, MYDB3; policy = random; " + extra);
-        ds.setNodeDataSources(pools.asMap());
-        ds.setHeartbeatIntervalMillis(0);
+        AffinityDataSource ds = pools.affinity("name = " + name + "; nodes = MYDB1, MYDB2, MYDB3; policy = random; "
+                + extra);
         ds.setRegisterMBean(false);
         return ds;
     }

@@ -41,25 +41,19 @@ class UcpDrainAndLoaderTest {
     static final List<String> NAMES = List.of("RAC1", "RAC2", "RAC3");
     static final String APP = "racaff-ucp-java";
     private Pools pools;
-    private final List<AffinityDataSource> opened = new ArrayList<>();
 
     @AfterEach
     void close() {
-        opened.forEach(AffinityDataSource::close);
         if (pools != null) {
             pools.close();
         }
     }
 
     private AffinityDataSource ds(String name, String extra) {
-        AffinityDataSource ds = new AffinityDataSource();
-        ds.setConfig("name = " + name + "; database = orcl; service = svc; nodes = RAC1, RAC2, RAC3;"
-                + " policy = random; " + extra);
-        ds.setNodeDataSources(pools.asMap());
-        ds.setHeartbeatIntervalMillis(0);
+        AffinityDataSource ds = pools.affinity("name = " + name
+                + "; database = orcl; service = svc; nodes = RAC1, RAC2, RAC3; policy = random; " + extra);
         ds.setRegisterMBean(false);
         ds.setPoolMaintenanceMillis(50);
-        opened.add(ds);
         return ds;
     }
 

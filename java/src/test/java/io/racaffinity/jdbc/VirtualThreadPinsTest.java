@@ -40,10 +40,8 @@ class VirtualThreadPinsTest {
         }
         assumeTrue(feature >= 21, "virtual threads need JDK 21+");
         try (Pools pools = new Pools(AffinityDataSourceTest.NAMES, c -> c.setMaximumPoolSize(20));
-                AffinityDataSource ds = new AffinityDataSource()) {
-            ds.setConfig("name = virtual-threads; nodes = MYDB1, MYDB2, MYDB3; policy = random");
-            ds.setNodeDataSources(pools.asMap());
-            ds.setHeartbeatIntervalMillis(0);
+                AffinityDataSource ds = pools.affinity(
+                        "name = virtual-threads; nodes = MYDB1, MYDB2, MYDB3; policy = random")) {
             PinIsolation run = new PinIsolation();
             run.run(ds, 1000, 3, VirtualThreadPinsTest::startVirtual);
             // The point of the test: carriers ran virtual threads pinned to different

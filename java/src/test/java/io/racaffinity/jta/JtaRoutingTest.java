@@ -58,15 +58,21 @@ class JtaRoutingTest {
     void setUp() throws Exception {
         pools = new Pools(NAMES);
         cluster = Cluster.fromConfig("name = jta-routing; nodes = RAC1, RAC2, RAC3");
-        ds = new AffinityDataSource();
-        ds.setCluster(cluster);
-        ds.setNodeDataSources(pools.asMap());
-        ds.setHeartbeatIntervalMillis(0);
-        ds.setRegisterMBean(false);
-        ds.setTransactionSynchronizationRegistry(Narayana.tsr());
-        ds.setTransactionManager(tm);
-        ds.init();
+        ds = jtaDataSource(cluster);
         assertTrue(ds.isJtaRouting());
+    }
+
+    /** A data source over {@code cluster} that routes by the JTA transaction of Narayana's {@link #tm}. */
+    private AffinityDataSource jtaDataSource(Cluster cluster) throws Exception {
+        AffinityDataSource jta = new AffinityDataSource();
+        jta.setCluster(cluster);
+        jta.setNodeDataSources(pools.asMap());
+        jta.setHeartbeatIntervalMillis(0);
+        jta.setRegisterMBean(false);
+        jta.setTransactionSynchronizationRegistry(Narayana.tsr());
+        jta.setTransactionManager(tm);
+        jta.init();
+        return jta;
     }
 
     @AfterEach
@@ -137,14 +143,7 @@ class JtaRoutingTest {
         cluster.close();
         cluster = Cluster.fromConfig("name = jta-rollback-only; nodes = RAC1, RAC2, RAC3;"
                 + " transaction.placement = balanced");
-        ds = new AffinityDataSource();
-        ds.setCluster(cluster);
-        ds.setNodeDataSources(pools.asMap());
-        ds.setHeartbeatIntervalMillis(0);
-        ds.setRegisterMBean(false);
-        ds.setTransactionSynchronizationRegistry(Narayana.tsr());
-        ds.setTransactionManager(tm);
-        ds.init();
+        ds = jtaDataSource(cluster);
         for (int t = 0; t < 20; t++) {
             tm.begin();
             List<Integer> ports;

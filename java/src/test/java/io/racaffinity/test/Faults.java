@@ -1,14 +1,8 @@
 package io.racaffinity.test;
 
 import java.io.IOException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
-import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -25,28 +19,7 @@ public final class Faults {
 
     /** Runs {@code tests/cluster/faults args...}; returns stdout; fails on a non-zero exit. */
     public static String run(int timeoutSeconds, String... args) throws IOException, InterruptedException {
-        Path script = PgNodes.repo().resolve("tests/cluster/faults");
-        if (!Files.isExecutable(script)) {
-            throw new IllegalStateException("no fault tool at " + script);
-        }
-        List<String> cmd = new ArrayList<>();
-        cmd.add(script.toString());
-        cmd.addAll(List.of(args));
-        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-        byte[] out;
-        try (var in = p.getInputStream()) {
-            out = in.readAllBytes();
-        }
-        if (!p.waitFor(timeoutSeconds, TimeUnit.SECONDS)) {
-            p.destroyForcibly();
-            throw new IllegalStateException("faults " + String.join(" ", args) + " timed out");
-        }
-        String text = new String(out, StandardCharsets.UTF_8);
-        if (p.exitValue() != 0) {
-            throw new IllegalStateException("faults " + String.join(" ", args) + " failed (" + p.exitValue() + "):\n"
-                    + text);
-        }
-        return text;
+        return PgNodes.runTool("faults", "no fault tool at %s", timeoutSeconds, args);
     }
 
     /**
@@ -55,13 +28,7 @@ public final class Faults {
      * @return instance number (1-based) → proxy port
      */
     public static Map<Integer, Integer> startRac(int n) throws IOException, InterruptedException {
-        run(180, "start", Integer.toString(n), "--rac");
-        Map<Integer, Integer> ports = new HashMap<>();
-        Matcher m = PORT.matcher(run(30, "env"));
-        while (m.find()) {
-            ports.put(Integer.parseInt(m.group(1)), Integer.parseInt(m.group(2)));
-        }
-        return ports;
+        return start("start", Integer.toString(n), "--rac");
     }
 
     /**
@@ -70,7 +37,11 @@ public final class Faults {
      * @return instance number (1-based) → proxy port
      */
     public static Map<Integer, Integer> startNodes(int n) throws IOException, InterruptedException {
-        run(180, "start", Integer.toString(n));
+        return start("start", Integer.toString(n));
+    }
+
+    private static Map<Integer, Integer> start(String... args) throws IOException, InterruptedException {
+        run(180, args);
         Map<Integer, Integer> ports = new HashMap<>();
         Matcher m = PORT.matcher(run(30, "env"));
         while (m.find()) {

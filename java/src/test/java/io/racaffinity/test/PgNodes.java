@@ -62,9 +62,22 @@ public final class PgNodes implements BeforeAllCallback {
 
     /** Runs {@code tests/cluster/pgnodes args...}; returns stdout; fails on a non-zero exit. */
     public static String run(int timeoutSeconds, String... args) throws IOException, InterruptedException {
-        Path script = repo().resolve("tests/cluster/pgnodes");
+        return runTool("pgnodes", "no node harness at %s (set -Dracaffinity.repo)", timeoutSeconds, args);
+    }
+
+    /**
+     * Runs the harness script {@code tests/cluster/<tool> args...} with stderr folded into stdout,
+     * so that a failure's message shows what the script said.
+     *
+     * @param missing message format (the script's path for {@code %s}) when the script is absent
+     * @return stdout
+     * @throws IllegalStateException on a non-zero exit or after {@code timeoutSeconds}
+     */
+    static String runTool(String tool, String missing, int timeoutSeconds, String... args)
+            throws IOException, InterruptedException {
+        Path script = repo().resolve("tests/cluster").resolve(tool);
         if (!Files.isExecutable(script)) {
-            throw new IllegalStateException("no node harness at " + script + " (set -Dracaffinity.repo)");
+            throw new IllegalStateException(String.format(missing, script));
         }
         List<String> cmd = new ArrayList<>();
         cmd.add(script.toString());
@@ -76,11 +89,11 @@ public final class PgNodes implements BeforeAllCallback {
         }
         if (!p.waitFor(timeoutSeconds, TimeUnit.SECONDS)) {
             p.destroyForcibly();
-            throw new IllegalStateException("pgnodes " + String.join(" ", args) + " timed out");
+            throw new IllegalStateException(tool + " " + String.join(" ", args) + " timed out");
         }
         String text = new String(out, StandardCharsets.UTF_8);
         if (p.exitValue() != 0) {
-            throw new IllegalStateException("pgnodes " + String.join(" ", args) + " failed (" + p.exitValue() + "):\n"
+            throw new IllegalStateException(tool + " " + String.join(" ", args) + " failed (" + p.exitValue() + "):\n"
                     + text);
         }
         return text;

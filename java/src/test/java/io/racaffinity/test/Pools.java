@@ -2,11 +2,13 @@ package io.racaffinity.test;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
+import io.racaffinity.jdbc.AffinityDataSource;
 import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -17,6 +19,7 @@ import javax.sql.DataSource;
 /** HikariCP pools per node, and small JDBC helpers. */
 public final class Pools implements AutoCloseable {
     private final Map<String, HikariDataSource> pools = new LinkedHashMap<>();
+    private final List<AffinityDataSource> owned = new ArrayList<>();
 
     /**
      * One Hikari pool per node: names.get(i) → PostgreSQL node i+1.
@@ -43,12 +46,34 @@ public final class Pools implements AutoCloseable {
         return new LinkedHashMap<>(pools);
     }
 
+    /**
+     * An {@link AffinityDataSource} of {@code config} over these pools, without a heartbeat: the
+     * tests set node states themselves. {@link #close()} closes it.
+     */
+    public AffinityDataSource affinity(String config) {
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig(config);
+        ds.setNodeDataSources(asMap());
+        ds.setHeartbeatIntervalMillis(0);
+        return own(ds);
+    }
+
+    /**
+     * Has {@link #close()} close {@code ds} before the pools, so that nothing it runs (heartbeat,
+     * pool maintenance) outlives them; closing it earlier as well is harmless.
+     */
+    public AffinityDataSource own(AffinityDataSource ds) {
+        owned.add(ds);
+        return ds;
+    }
+
     public HikariDataSource get(String name) {
         return pools.get(name);
     }
 
     @Override
     public void close() {
+        owned.forEach(AffinityDataSource::close);
         pools.values().forEach(HikariDataSource::close);
     }
 

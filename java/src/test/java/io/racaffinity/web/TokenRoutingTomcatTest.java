@@ -9,19 +9,12 @@ import io.racaffinity.Cluster;
 import io.racaffinity.NodeState;
 import io.racaffinity.SessionRouting;
 import io.racaffinity.jdbc.AffinityDataSource;
-import io.racaffinity.jdbc.AffinityDataSourceFactory;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
-import jakarta.servlet.http.HttpServlet;
 import jakarta.servlet.http.HttpServletRequest;
-import jakarta.servlet.http.HttpServletResponse;
 import java.io.IOException;
-import java.net.CookieManager;
-import java.net.URI;
 import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;
 import java.time.Duration;
@@ -30,13 +23,10 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.function.BooleanSupplier;
-import javax.naming.InitialContext;
 import javax.sql.DataSource;
 import org.apache.catalina.Context;
 import org.apache.catalina.startup.Tomcat;
 import org.apache.tomcat.util.descriptor.web.ContextResource;
-import org.apache.tomcat.util.descriptor.web.FilterDef;
-import org.apache.tomcat.util.descriptor.web.FilterMap;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -74,77 +64,43 @@ class TokenRoutingTomcatTest {
      * {@code /port}: "port token" of the request's connection; {@code /state?node=N}: the node's state in the
      * data source's cluster; {@code /down?node=N}, {@code /up?node=N}: admin state changes.
      */
-    public static final class TokenServlet extends HttpServlet {
+    public static final class TokenServlet extends EmbeddedTomcat.TextServlet {
         private static final long serialVersionUID = 1L;
 
         @Override
-        protected void doGet(HttpServletRequest req, HttpServletResponse resp) throws IOException {
-            try {
-                DataSource ds = (DataSource) new InitialContext().lookup("java:comp/env/jdbc/rac");
-                Cluster cluster = ds.unwrap(AffinityDataSource.class).getCluster();
-                String body;
-                String uri = req.getRequestURI();
-                if (uri.endsWith("/state")) {
-                    body = cluster.nodeState(req.getParameter("node")).name();
-                } else if (uri.endsWith("/down") || uri.endsWith("/up")) {
-                    body = cluster.setNodeState(req.getParameter("node"),
-                            uri.endsWith("/down") ? NodeState.DOWN : NodeState.UP).name();
-                } else {
-                    try (Connection c = ds.getConnection()) {
-                        body = Pools.serverPort(c) + " " + req.getAttribute(AffinityFilter.TOKEN_ATTRIBUTE) + " "
-                                + req.getAttribute(AffinityFilter.ROUTE_ATTRIBUTE).toString().replace(' ', '_');
-                    }
-                }
-                resp.setContentType("text/plain");
-                resp.getWriter().print(body);
-            } catch (Exception e) {
-                resp.sendError(500, String.valueOf(e));
+        String answer(HttpServletRequest req, DataSource ds) throws Exception {
+            Cluster cluster = ds.unwrap(AffinityDataSource.class).getCluster();
+            String uri = req.getRequestURI();
+            if (uri.endsWith("/state")) {
+                return cluster.nodeState(req.getParameter("node")).name();
+            } else if (uri.endsWith("/down") || uri.endsWith("/up")) {
+                return cluster.setNodeState(req.getParameter("node"),
+                        uri.endsWith("/down") ? NodeState.DOWN : NodeState.UP).name();
+            }
+            try (Connection c = ds.getConnection()) {
+                return Pools.serverPort(c) + " " + req.getAttribute(AffinityFilter.TOKEN_ATTRIBUTE) + " "
+                        + req.getAttribute(AffinityFilter.ROUTE_ATTRIBUTE).toString().replace(' ', '_');
             }
         }
     }
 
     static void addContext(Path base, String path, String store, String extraConfig, String heartbeatMillis)
             throws IOException {
-        Context ctx = tomcat.addContext(path, Files.createDirectories(base.resolve("webapp" + path)).toString());
-        ContextResource res = new ContextResource();
-        res.setName("jdbc/rac");
-        res.setType("javax.sql.DataSource");
-        res.setAuth("Container");
-        res.setCloseMethod("close");
-        res.setProperty("factory", AffinityDataSourceFactory.class.getName());
-        res.setProperty("config", config("tokens" + path.replace('/', '-'), extraConfig));
-        res.setProperty("urlTemplate", "jdbc:postgresql://127.0.0.1:{instance}/postgres");
-        res.setProperty("dataSourceClassName", "com.zaxxer.hikari.HikariDataSource");
-        res.setProperty("dataSourcePropertyList", "maximumPoolSize=2 | minimumIdle=0 | connectionTimeout=2000");
-        res.setProperty("user", "postgres");
+        Context ctx = EmbeddedTomcat.addContext(tomcat, base, path);
+        ContextResource res = EmbeddedTomcat.affinityResource(config("tokens" + path.replace('/', '-'), extraConfig),
+                "maximumPoolSize=2 | minimumIdle=0 | connectionTimeout=2000");
         res.setProperty("heartbeatIntervalMillis", heartbeatMillis);
         res.setProperty("heartbeatTimeoutSeconds", "1");
-        res.setProperty("registerMBean", "false");
         ctx.getNamingResources().addResource(res);
-
-        FilterDef fd = new FilterDef();
-        fd.setFilterName("racaffinity");
-        fd.setFilterClass(AffinityFilter.class.getName());
-        fd.addInitParameter("routingToken", store);
-        fd.addInitParameter("tokenCookie", COOKIE);
-        fd.addInitParameter("dataSources", "java:comp/env/jdbc/rac");
-        ctx.addFilterDef(fd);
-        FilterMap fm = new FilterMap();
-        fm.setFilterName("racaffinity");
-        fm.addURLPattern("/port");
-        ctx.addFilterMap(fm);
+        EmbeddedTomcat.addAffinityFilter(ctx, "/port", Map.of("routingToken", store, "tokenCookie", COOKIE));
         Tomcat.addServlet(ctx, "token", new TokenServlet());
         ctx.addServletMappingDecoded("/*", "token");
     }
 
     @BeforeAll
     static void start() throws Exception {
-        Path base = Files.createTempDirectory(PgNodes.repo().resolve("java/target"), "tomcat-tokens-");
-        tomcat = new Tomcat();
-        tomcat.setBaseDir(base.toString());
-        tomcat.setPort(0);
-        tomcat.getConnector();
-        tomcat.enableNaming();
+        Path base = EmbeddedTomcat.baseDir("tomcat-tokens-");
+        tomcat = EmbeddedTomcat.create(base);
         // /c: the cookie; a heartbeat that notices a killed node within two probes (one stale pooled
         // connection after a restart is a single miss, not a flap).
         addContext(base, "/c", "cookie", "; heartbeat.misses = 2", "200");
@@ -156,22 +112,15 @@ class TokenRoutingTomcatTest {
 
     @AfterAll
     static void stop() throws Exception {
-        if (tomcat != null) {
-            tomcat.stop();
-            tomcat.destroy();
-        }
+        EmbeddedTomcat.stop(tomcat);
     }
 
     static HttpClient browser() {
-        return HttpClient.newBuilder().cookieHandler(new CookieManager()).connectTimeout(Duration.ofSeconds(10))
-                .build();
+        return EmbeddedTomcat.browser();
     }
 
     static HttpResponse<String> send(HttpClient client, String path) throws Exception {
-        HttpResponse<String> r = client.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
-                .timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofString());
-        assertEquals(200, r.statusCode(), r.body());
-        return r;
+        return EmbeddedTomcat.send(port, client, path);
     }
 
     /** One request on {@code /c/port}: port, token and whether the response set the token cookie. */
@@ -235,6 +184,13 @@ class TokenRoutingTomcatTest {
         }, Duration.ofSeconds(30), "node " + node + " " + state);
     }
 
+    /** Kills node {@code name} (noted in {@code killed} for the restart) and waits until {@code /c} sees it DOWN. */
+    static void killAndAwaitDown(String name, List<Integer> killed) throws Exception {
+        PgNodes.kill(index(name));
+        killed.add(index(name));
+        awaitState("/c", name, NodeState.DOWN);
+    }
+
     static String machine(String nodeName) {
         return "m" + index(nodeName);
     }
@@ -257,9 +213,7 @@ class TokenRoutingTomcatTest {
             }
 
             // 1. bring down the primary
-            PgNodes.kill(index(primary));
-            killed.add(index(primary));
-            awaitState("/c", primary, NodeState.DOWN);
+            killAndAwaitDown(primary, killed);
             Seen s1 = request(browser, "/c");
             String[] t1 = parse(s1.token());
             assertTrue(s1.setCookie(), "the rewritten token is sent");
@@ -272,9 +226,7 @@ class TokenRoutingTomcatTest {
             assertEquals(new Seen(s1.port(), s1.token(), false), request(browser, "/c"));
 
             // 2. bring down a second: the last one is primary, backup "none"
-            PgNodes.kill(index(backup));
-            killed.add(index(backup));
-            awaitState("/c", backup, NodeState.DOWN);
+            killAndAwaitDown(backup, killed);
             Seen s2 = request(browser, "/c");
             String[] t2 = parse(s2.token());
             assertTrue(s2.setCookie());

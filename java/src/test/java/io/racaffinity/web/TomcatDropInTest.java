@@ -8,32 +8,20 @@ import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.jdbc.AffinityDataSourceFactory;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
-import jakarta.servlet.http.HttpServlet;
 import jakarta.servlet.http.HttpServletRequest;
-import jakarta.servlet.http.HttpServletResponse;
-import java.io.IOException;
-import java.net.CookieManager;
-import java.net.URI;
 import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import javax.naming.InitialContext;
 import javax.sql.DataSource;
 import org.apache.catalina.Context;
 import org.apache.catalina.startup.Tomcat;
 import org.apache.tomcat.util.descriptor.web.ContextResource;
-import org.apache.tomcat.util.descriptor.web.FilterDef;
-import org.apache.tomcat.util.descriptor.web.FilterMap;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -51,78 +39,43 @@ class TomcatDropInTest {
     static int port;
 
     /** {@code /port}: the node (PostgreSQL port) the request's connection runs on. */
-    public static final class PortServlet extends HttpServlet {
+    public static final class PortServlet extends EmbeddedTomcat.TextServlet {
         private static final long serialVersionUID = 1L;
 
         @Override
-        protected void doGet(HttpServletRequest req, HttpServletResponse resp) throws IOException {
-            try {
-                DataSource ds = (DataSource) new InitialContext().lookup("java:comp/env/jdbc/rac");
-                String body;
-                if (req.getRequestURI().endsWith("/logout")) {
-                    req.getSession().invalidate();
-                    body = "bye";
-                } else if (req.getRequestURI().endsWith("/sessions")) {
-                    String json = ds.unwrap(AffinityDataSource.class).getCluster().metricsJson();
-                    body = Long.toString(new com.fasterxml.jackson.databind.ObjectMapper().readTree(json)
-                            .path("scopes").path("session").path("live").asLong(-1));
-                } else if (req.getRequestURI().endsWith("/type")) {
-                    body = ds.getClass().getName();
-                } else {
-                    try (Connection c = ds.getConnection()) {
-                        body = Integer.toString(Pools.serverPort(c));
-                    }
-                }
-                resp.setContentType("text/plain");
-                resp.getWriter().print(body);
-            } catch (Exception e) {
-                resp.sendError(500, String.valueOf(e));
+        String answer(HttpServletRequest req, DataSource ds) throws Exception {
+            if (req.getRequestURI().endsWith("/logout")) {
+                req.getSession().invalidate();
+                return "bye";
+            } else if (req.getRequestURI().endsWith("/sessions")) {
+                String json = ds.unwrap(AffinityDataSource.class).getCluster().metricsJson();
+                return Long.toString(new com.fasterxml.jackson.databind.ObjectMapper().readTree(json)
+                        .path("scopes").path("session").path("live").asLong(-1));
+            } else if (req.getRequestURI().endsWith("/type")) {
+                return ds.getClass().getName();
+            }
+            try (Connection c = ds.getConnection()) {
+                return Integer.toString(Pools.serverPort(c));
             }
         }
     }
 
     @BeforeAll
     static void start() throws Exception {
-        Path base = Files.createTempDirectory(PgNodes.repo().resolve("java/target"), "tomcat-");
-        tomcat = new Tomcat();
-        tomcat.setBaseDir(base.toString());
-        tomcat.setPort(0);
-        tomcat.getConnector();
-        tomcat.enableNaming();
-        Context ctx = tomcat.addContext("", Files.createDirectories(base.resolve("webapp")).toString());
+        Path base = EmbeddedTomcat.baseDir("tomcat-");
+        tomcat = EmbeddedTomcat.create(base);
+        Context ctx = EmbeddedTomcat.addContext(tomcat, base, "");
 
         // <Resource name="jdbc/rac" type="javax.sql.DataSource" factory="io.racaffinity.jdbc.AffinityDataSourceFactory" .../>
-        ContextResource res = new ContextResource();
-        res.setName("jdbc/rac");
-        res.setType("javax.sql.DataSource");
-        res.setAuth("Container");
-        res.setCloseMethod("close");
-        res.setProperty("factory", AffinityDataSourceFactory.class.getName());
-        // The nodes are named by their ports so that the URL template can place them.
-        res.setProperty("config", "name = tomcat-rac; nodes = " + PgNodes.port(1) + ", " + PgNodes.port(2) + ", "
-                + PgNodes.port(3));
-        res.setProperty("urlTemplate", "jdbc:postgresql://127.0.0.1:{instance}/postgres");
-        res.setProperty("dataSourceClassName", "com.zaxxer.hikari.HikariDataSource");
-        res.setProperty("dataSourcePropertyList", "maximumPoolSize=4 | minimumIdle=0");
-        res.setProperty("user", "postgres");
+        ContextResource res = EmbeddedTomcat.affinityResource("name = tomcat-rac; nodes = " + PgNodes.port(1) + ", "
+                + PgNodes.port(2) + ", " + PgNodes.port(3), "maximumPoolSize=4 | minimumIdle=0");
         res.setProperty("password", "not-used-S3cret");
         res.setProperty("policy", "round_robin");
         res.setProperty("transactionStrict", "true");
         res.setProperty("sessionIdleTtl", "10m");
         res.setProperty("heartbeatIntervalMillis", "0");
-        res.setProperty("registerMBean", "false");
         ctx.getNamingResources().addResource(res);
-
-        FilterDef fd = new FilterDef();
-        fd.setFilterName("racaffinity");
-        fd.setFilterClass(AffinityFilter.class.getName());
-        fd.addInitParameter("createSession", "true");
-        fd.addInitParameter("dataSources", "java:comp/env/jdbc/rac");
-        ctx.addFilterDef(fd);
-        FilterMap fm = new FilterMap();
-        fm.setFilterName("racaffinity");
-        fm.addURLPattern("/*");
-        ctx.addFilterMap(fm);
+        EmbeddedTomcat.addAffinityFilter(ctx, "/*", Map.of("createSession", "true"));
 
         Tomcat.addServlet(ctx, "port", new PortServlet());
         ctx.addServletMappingDecoded("/*", "port");
@@ -132,22 +85,15 @@ class TomcatDropInTest {
 
     @AfterAll
     static void stop() throws Exception {
-        if (tomcat != null) {
-            tomcat.stop();
-            tomcat.destroy();
-        }
+        EmbeddedTomcat.stop(tomcat);
     }
 
     static HttpClient session() {
-        return HttpClient.newBuilder().cookieHandler(new CookieManager()).connectTimeout(Duration.ofSeconds(10))
-                .build();
+        return EmbeddedTomcat.browser();
     }
 
     static String get(HttpClient client, String path) throws Exception {
-        HttpResponse<String> r = client.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
-                .timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofString());
-        assertEquals(200, r.statusCode(), r.body());
-        return r.body();
+        return EmbeddedTomcat.send(port, client, path).body();
     }
 
     @Test

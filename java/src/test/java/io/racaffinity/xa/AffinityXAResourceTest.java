@@ -120,13 +120,18 @@ class AffinityXAResourceTest {
         assertTrue(connections.stream().allMatch(c -> ((AffinityXAConnection) c).physicalConnections() <= 3));
     }
 
+    /** Branch {@code bqual} of a new gtrid, empty and prepared through {@code r}. */
+    private static Xid preparedEmptyBranch(XAResource r, int bqual) throws Exception {
+        Xid x = TestXid.of("unit-" + UUID.randomUUID(), bqual);
+        XaSupport.preparedEmpty(r, x);
+        return x;
+    }
+
     @Test
     void aPreparedBranchWhoseNodeIsMarkedDownStillCommitsThereNeverElsewhere() throws Exception {
         AffinityXADataSource ds = ds("");
-        XAConnection c = connect(ds);
-        XAResource r = c.getXAResource();
-        Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
-        XaSupport.preparedEmpty(r, x);
+        XAResource r = connect(ds).getXAResource();
+        Xid x = preparedEmptyBranch(r, 1);
         String owner = ((AffinityXAResource) r).boundNodeName();
         ds.getCluster().setNodeState(owner, NodeState.DOWN);
         // 2PC commands are never refused for routing reasons: the node is marked down but answers
@@ -222,10 +227,8 @@ class AffinityXAResourceTest {
     @Test
     void aCommandForAnXidNeverSeenFindsItsNodeByScanning() throws Exception {
         AffinityXADataSource first = ds("");
-        XAConnection c = connect(first);
-        XAResource r = c.getXAResource();
-        Xid x = TestXid.of("unit-" + UUID.randomUUID(), 3);
-        XaSupport.preparedEmpty(r, x);
+        XAResource r = connect(first).getXAResource();
+        Xid x = preparedEmptyBranch(r, 3);
         int n = node(r);
         AffinityXADataSource other = ds("");
         XAResource r2 = connect(other).getXAResource();

@@ -17,6 +17,7 @@ import static io.racaffinity.xa.XaSupport.refusedPort;
 import static io.racaffinity.xa.XaSupport.rollbackPrepared;
 import static io.racaffinity.xa.XaSupport.rows;
 import static io.racaffinity.xa.XaSupport.startOn;
+import static io.racaffinity.xa.XaSupport.startedWithRow;
 import static io.racaffinity.xa.XaSupport.steerTo;
 import static io.racaffinity.xa.XaSupport.terminateBackend;
 import static io.racaffinity.xa.XaSupport.times;
@@ -330,10 +331,8 @@ class XaFaultsTest {
         AffinityXADataSource ds = ds("");
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
-        Xid x = xid(1);
         String run = UUID.randomUUID().toString();
-        r.start(x, XAResource.TMNOFLAGS);
-        insert(c, run, 1);
+        Xid x = startedWithRow(c, run);
         r.end(x, XAResource.TMSUCCESS);
         String node = ((AffinityXAResource) r).boundNodeName();
         ds.getCluster().setNodeState(node, NodeState.DOWN);
@@ -350,10 +349,8 @@ class XaFaultsTest {
         }
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
-        Xid x = xid(1);
         String run = UUID.randomUUID().toString();
-        r.start(x, XAResource.TMNOFLAGS);
-        insert(c, run, 1);
+        Xid x = startedWithRow(c, run);
         r.end(x, XAResource.TMSUCCESS);
         int node = Integer.parseInt(((AffinityXAResource) r).boundNodeName().substring(3));
         assertEquals(XAResource.XA_OK, r.prepare(x));

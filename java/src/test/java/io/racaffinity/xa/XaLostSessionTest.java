@@ -11,7 +11,6 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.SQLException;
-import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
@@ -61,40 +60,43 @@ class XaLostSessionTest {
         XaSupport.terminateBackend(1, pid);
     }
 
+    /** A branch with a row of its own, started on a new connection of {@code ds}. */
+    private record Branch(XAConnection c, XAResource r, String run, Xid x) {}
+
+    private Branch startBranch(AffinityXADataSource ds) throws Exception {
+        XAConnection c = xa.connect(ds);
+        String run = UUID.randomUUID().toString();
+        return new Branch(c, c.getXAResource(), run, XaSupport.startedWithRow(c, run));
+    }
+
     @Test
     void rollingBackANeverPreparedBranchWhoseSessionIsLostSucceedsAndReleasesIt() throws Exception {
         AffinityXADataSource ds = ds(XaSupport.node(1));
-        XAConnection c = xa.connect(ds);
-        XAResource r = c.getXAResource();
-        String run = UUID.randomUUID().toString();
-        Xid x = XaSupport.startedWithRow(c, run);
-        terminate(c);
-        r.end(x, XAResource.TMSUCCESS); // pgjdbc: no I/O
+        Branch b = startBranch(ds);
+        terminate(b.c());
+        b.r().end(b.x(), XAResource.TMSUCCESS); // pgjdbc: no I/O
         // what a TM does: roll it back. The session is gone, so is its transaction: rolled back. Before the fix
         // pgjdbc's XAER_RMERR came back and the branch stayed tracked forever (a TM does not retry it).
-        r.rollback(x);
-        assertEquals(0, XaSupport.rows(1, run));
+        b.r().rollback(b.x());
+        assertEquals(0, XaSupport.rows(1, b.run()));
         XaSupport.assertNothingLeaked(ds);
     }
 
     @Test
     void aPreparedBranchWhoseSessionIsLostAnswersRetryLaterNotRmerrAndRollsBackOnTheRetry() throws Exception {
         AffinityXADataSource ds = ds(XaSupport.node(1));
-        XAConnection c = xa.connect(ds);
-        XAResource r = c.getXAResource();
-        String run = UUID.randomUUID().toString();
-        Xid x = XaSupport.startedWithRow(c, run);
-        r.end(x, XAResource.TMSUCCESS);
-        assertEquals(XAResource.XA_OK, r.prepare(x));
-        terminate(c);
+        Branch b = startBranch(ds);
+        b.r().end(b.x(), XAResource.TMSUCCESS);
+        assertEquals(XAResource.XA_OK, b.r().prepare(b.x()));
+        terminate(b.c());
         // the TM rolls back (another branch voted no): pgjdbc answers XAER_RMERR for the lost session (57P01), and
         // a TM gives up on XAER_RMERR (Narayana: a heuristic outcome), leaving the prepared branch in doubt
-        XAException e = assertThrows(XAException.class, () -> r.rollback(x));
+        XAException e = assertThrows(XAException.class, () -> b.r().rollback(b.x()));
         assertEquals(XAException.XAER_RMFAIL, e.errorCode, XaErrors.name(e.errorCode) + ": " + e.getMessage());
         assertEquals(1, ds.getRouter().trackedBranches(), "kept for the retry");
         assertEquals(1, XaSupport.prepared(1).size(), "still prepared on the node");
-        r.rollback(x); // the TM's retry: a fresh connection
-        XaSupport.assertCompleted(ds, 1, run, 0);
+        b.r().rollback(b.x()); // the TM's retry: a fresh connection
+        XaSupport.assertCompleted(ds, 1, b.run(), 0);
     }
 
     /** pgjdbc's XAResources, except that a COMMIT's reply is lost once (the commit happened). */
@@ -137,15 +139,12 @@ class XaLostSessionTest {
     @Test
     void aPreparedBranchWhoseCommitReplyWasLostIsReleasedByTheNextRecoveryScan() throws Exception {
         AffinityXADataSource ds = ds(losingOneCommitReply(XaSupport.node(1)));
-        XAConnection c = xa.connect(ds);
-        XAResource r = c.getXAResource();
-        String run = UUID.randomUUID().toString();
-        Xid x = XaSupport.startedWithRow(c, run);
-        r.end(x, XAResource.TMSUCCESS);
-        assertEquals(XAResource.XA_OK, r.prepare(x));
-        XAException e = assertThrows(XAException.class, () -> r.commit(x, false));
+        Branch b = startBranch(ds);
+        b.r().end(b.x(), XAResource.TMSUCCESS);
+        assertEquals(XAResource.XA_OK, b.r().prepare(b.x()));
+        XAException e = assertThrows(XAException.class, () -> b.r().commit(b.x(), false));
         assertEquals(XAException.XAER_RMFAIL, e.errorCode);
-        assertEquals(1, XaSupport.rows(1, run), "committed: only the reply was lost");
+        assertEquals(1, XaSupport.rows(1, b.run()), "committed: only the reply was lost");
         assertEquals(1, ds.getRouter().trackedBranches(), "kept for a retry");
         // The TM's recovery scans: the node answers and no longer lists the xid, so the TM never retries it (Narayana
         // looks only for listed xids). Before the fix the branch, the core's transaction and the lease stayed forever.
