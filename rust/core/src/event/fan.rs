@@ -330,12 +330,7 @@ mod tests {
     use super::*;
     use crate::error::ErrorKind;
 
-    const SM: &str = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl_2 host=h2 \
-                      status=down reason=FAILURE card=1 timestamp=2026-11-29 08:00:00";
-    const INST: &str = "INSTANCE VERSION=1.0 service=orcl database=orcl instance=orcl1 host=node1 \
-                        status=up reason=BOOT timestamp=2026-11-29 08:00:00";
-    const NODE: &str = "NODE VERSION=1.0 host=h2 incarnation=175 status=nodedown reason=member_leave \
-                        timestamp=2026-11-29 08:00:00";
+    use crate::event::samples::{INST, NODE, SM};
 
     fn err(line: &str) -> String {
         match FanEvent::parse(line) {

@@ -208,17 +208,23 @@ fn timestamp_value(value: &str) -> Result<String> {
     Ok(value.to_owned())
 }
 
+/// FAN lines the unit tests of this module and of its parsers share.
+#[cfg(test)]
+pub(crate) mod samples {
+    pub(crate) const SM: &str = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl_2 host=h2 \
+                                 status=down reason=FAILURE card=1 timestamp=2026-11-29 08:00:00";
+    pub(crate) const INST: &str = "INSTANCE VERSION=1.0 service=orcl database=orcl instance=orcl1 host=node1 \
+                                   status=up reason=BOOT timestamp=2026-11-29 08:00:00";
+    pub(crate) const NODE: &str = "NODE VERSION=1.0 host=h2 incarnation=175 status=nodedown reason=member_leave \
+                                   timestamp=2026-11-29 08:00:00";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
 
-    const SM: &str = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl_2 host=h2 \
-                      status=down reason=FAILURE card=1 timestamp=2026-11-29 08:00:00";
-    const INST: &str = "INSTANCE VERSION=1.0 service=orcl database=orcl instance=orcl1 host=node1 \
-                        status=up reason=BOOT timestamp=2026-11-29 08:00:00";
-    const NODE: &str = "NODE VERSION=1.0 host=h2 incarnation=175 status=nodedown reason=member_leave \
-                        timestamp=2026-11-29 08:00:00";
+    use super::samples::{INST, NODE, SM};
     const RLB: &str = "VERSION=1.0 database=orcl service=svc { {instance=orcl2 percent=50 flag=GOOD \
                        aff=TRUE}{instance=orcl1 percent=50 flag=UNKNOWN aff=FALSE} } \
                        timestamp=2026-11-29 08:00:00";

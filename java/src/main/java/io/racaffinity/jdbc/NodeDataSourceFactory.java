@@ -33,20 +33,7 @@ final class NodeDataSourceFactory {
 
     private NodeDataSourceFactory() {}
 
-    static DataSource create(
-            String className,
-            String cluster,
-            String node,
-            String url,
-            String user,
-            String password,
-            Map<String, String> properties,
-            Redactor redactor)
-            throws SQLException {
-        return create(DataSource.class, className, cluster, node, url, user, password, properties, redactor);
-    }
-
-    /** The same for another node type, e.g. {@link javax.sql.XADataSource}. */
+    /** A node's {@code type} ({@link DataSource} or {@link javax.sql.XADataSource}) of class {@code className}. */
     static <T> T create(
             Class<T> type,
             String className,

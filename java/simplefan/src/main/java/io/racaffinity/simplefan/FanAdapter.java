@@ -110,22 +110,10 @@ public final class FanAdapter implements FanUpEventListener, AutoCloseable {
     @Override
     public void handleEvent(ServiceDownEvent e) {
         ServiceDownEvent.ServiceMemberEvent m = e.getServiceMemberEvent();
-        StringBuilder line = new StringBuilder();
-        if (m != null && e.getKind() != ServiceDownEvent.EventKind.COMPOSITE) {
-            line.append("SERVICEMEMBER VERSION=1.0");
-            pair(line, "service", e.getServiceName());
-            pair(line, "database", e.getDatabaseUniqueName());
-            pair(line, "instance", m.getInstanceName());
-            pair(line, "host", m.getNodeName());
-        } else {
-            line.append("SERVICE VERSION=1.0");
-            pair(line, "service", e.getServiceName());
-            pair(line, "database", e.getDatabaseUniqueName());
-        }
-        line.append(" status=down");
-        if (e.getReason() != null) {
-            pair(line, "reason", e.getReason().name());
-        }
+        boolean member = m != null && e.getKind() != ServiceDownEvent.EventKind.COMPOSITE;
+        StringBuilder line = serviceLine(member, e.getServiceName(), e.getDatabaseUniqueName(),
+                member ? m.getInstanceName() : null, member ? m.getNodeName() : null, "down",
+                e.getReason() == null ? null : e.getReason().name());
         if (e.getDrainTimeout() > 0) {
             pair(line, "drain_timeout", Integer.toString(e.getDrainTimeout()));
         }
@@ -135,26 +123,34 @@ public final class FanAdapter implements FanUpEventListener, AutoCloseable {
     @Override
     public void handleEvent(ServiceUpEvent e) {
         ServiceUpEvent.ServiceMemberEvent m = e.getServiceMemberEvent();
-        StringBuilder line = new StringBuilder();
-        if (m != null && e.getKind() != ServiceUpEvent.EventKind.COMPOSITE) {
-            line.append("SERVICEMEMBER VERSION=1.0");
-            pair(line, "service", e.getServiceName());
-            pair(line, "database", e.getDatabaseUniqueName());
-            pair(line, "instance", m.getInstanceName());
-            pair(line, "host", m.getNodeName());
-        } else {
-            line.append("SERVICE VERSION=1.0");
-            pair(line, "service", e.getServiceName());
-            pair(line, "database", e.getDatabaseUniqueName());
-        }
-        line.append(" status=up");
-        if (e.getReason() != null) {
-            pair(line, "reason", e.getReason().name());
-        }
+        boolean member = m != null && e.getKind() != ServiceUpEvent.EventKind.COMPOSITE;
+        StringBuilder line = serviceLine(member, e.getServiceName(), e.getDatabaseUniqueName(),
+                member ? m.getInstanceName() : null, member ? m.getNodeName() : null, "up",
+                e.getReason() == null ? null : e.getReason().name());
         if (e.getCardinality() > 0) {
             pair(line, "card", Integer.toString(e.getCardinality()));
         }
         apply(line, e);
+    }
+
+    /**
+     * The head of a service event's line: one instance's ({@code SERVICEMEMBER}) or
+     * the whole service's ({@code SERVICE}, a composite event), then status and reason.
+     */
+    private static StringBuilder serviceLine(boolean member, String service, String database, String instance,
+            String host, String status, String reason) {
+        StringBuilder line = new StringBuilder(member ? "SERVICEMEMBER VERSION=1.0" : "SERVICE VERSION=1.0");
+        pair(line, "service", service);
+        pair(line, "database", database);
+        if (member) {
+            pair(line, "instance", instance);
+            pair(line, "host", host);
+        }
+        line.append(" status=").append(status);
+        if (reason != null) {
+            pair(line, "reason", reason);
+        }
+        return line;
     }
 
     @Override
