@@ -267,6 +267,7 @@ impl Cluster {
             Arc::new(next)
         });
         d.has_explicit.store(!d.explicit.load().entries.is_empty(), Ordering::Release);
+        self.inner.routing.advance();
     }
 
     pub(crate) fn data_affinities(&self) -> usize {

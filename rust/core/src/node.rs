@@ -5,10 +5,11 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::clock::Clock;
 use crate::counter::StripedCounter;
+use crate::epoch::RoutingEpoch;
 use crate::error::{Error, Result};
 use crate::hash;
 
@@ -404,6 +405,8 @@ pub struct Node {
     rlb_flag: AtomicU8,
     aff: AtomicBool,
     session_epoch: AtomicU32,
+    /// The cluster's routing epoch, advanced after every change below.
+    routing: Arc<RoutingEpoch>,
     pub(crate) counters: NodeCounters,
     health: Mutex<(Layers, Breaker)>,
 }
@@ -425,7 +428,7 @@ pub(crate) enum OutcomeSource {
 }
 
 impl Node {
-    pub(crate) fn new(id: NodeId, spec: &NodeSpec, local: &LocalConfig) -> Node {
+    pub(crate) fn new(id: NodeId, spec: &NodeSpec, local: &LocalConfig, routing: Arc<RoutingEpoch>) -> Node {
         let machine = spec.machine_or_host();
         let locality = local.classify(machine.as_deref(), spec.zone.as_deref());
         let host = spec
@@ -455,6 +458,7 @@ impl Node {
             rlb_flag: AtomicU8::new(0),
             aff: AtomicBool::new(true),
             session_epoch: AtomicU32::new(0),
+            routing,
             counters: NodeCounters::default(),
             health: Mutex::new((Layers::UP, Breaker::default())),
         }
@@ -536,7 +540,8 @@ impl Node {
     }
 
     pub(crate) fn set_weight(&self, w: u32) {
-        self.weight.store(w, Ordering::Relaxed)
+        self.weight.store(w, Ordering::Relaxed);
+        self.routing.advance();
     }
 
     /// RLB percent from the last advisory, if any.
@@ -624,6 +629,7 @@ impl Node {
         let until = timeout_ms.map_or(0, |t| clock.now_ms().saturating_add(t).max(1));
         let t = self.set_auto(&mut g, NodeState::Draining, DownCause::Event);
         self.drain_until.store(until, Ordering::Release);
+        self.routing.advance();
         t
     }
 
@@ -664,6 +670,7 @@ impl Node {
             return false;
         }
         breaker.trial_out = true;
+        self.routing.advance();
         true
     }
 
@@ -689,6 +696,9 @@ impl Node {
         let (to, cause) = layers.effective();
         self.cause.store(cause.to_u8(), Ordering::Release);
         self.state.store(to.to_u8(), Ordering::Release);
+        if before != (to, cause) {
+            self.routing.advance();
+        }
         if before.0 == to {
             return None;
         }
@@ -855,13 +865,14 @@ impl Node {
         };
         self.rlb_flag.store(f, Ordering::Relaxed);
         let was = self.aff.swap(aff, Ordering::AcqRel);
-        if was && !aff {
+        let revoked = was && !aff;
+        if revoked {
             // Bumping the epoch invalidates every session entry made before it
             // in O(1); entries are dropped lazily on their next lookup.
             self.session_epoch.fetch_add(1, Ordering::AcqRel);
-            return true;
         }
-        false
+        self.routing.advance();
+        revoked
     }
 
     /// An advisory that does not name this node: the instance offers the
@@ -870,11 +881,13 @@ impl Node {
     pub(crate) fn set_unadvised(&self) {
         self.rlb_percent.store(0, Ordering::Relaxed);
         self.rlb_flag.store(3, Ordering::Relaxed);
+        self.routing.advance();
     }
 
     pub(crate) fn mark_removed(&self) {
         self.removed.store(true, Ordering::Release);
         self.session_epoch.fetch_add(1, Ordering::AcqRel);
+        self.routing.advance();
     }
 }
 
