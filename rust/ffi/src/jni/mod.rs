@@ -39,6 +39,7 @@ use crate::ops;
 
 mod cluster;
 mod connect;
+mod epoch;
 mod routing;
 #[cfg(feature = "testing")]
 mod testing;
