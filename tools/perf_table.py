@@ -248,6 +248,28 @@ JAVA_ROWS = [  # mirrors java/run_bench.sh
 UNIT_NS = {"ns/op": 1.0, "us/op": 1e3, "µs/op": 1e3, "ms/op": 1e6, "s/op": 1e9}
 
 
+INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, target ratio to the no-op JNI call)
+    ("pinnedRoute", "`Cluster.route()` on a pinned thread (cached; interleaved)", 1.0),
+    ("nativePinnedRoute", "raw `Native.contextRoute` (interleaved)", None),
+    ("pinnedPickRelease", "`pick()` + `release(OK)` (interleaved)", 2.0),
+]
+
+
+def java_interleaved_rows(path: Path) -> Tuple[List[Row], str]:
+    """JBENCH_PAIR lines of InterleavedBench: ratios taken round by round in one JVM."""
+    if not path.is_file():
+        return [], f"Java: no `{rel(path)}` (java/run_bench.sh writes it)"
+    pairs = parse_lines(path, "JBENCH_PAIR")
+    rows = []
+    for name, label, target in INTERLEAVED_ROWS:
+        if name not in pairs:
+            continue
+        v, b, rat, rmin, rmax = (float(x) for x in pairs[name][:5])
+        rows.append(Row("Java", label, v, "no-op JNI call (same rounds)", b, f"≤ {target:g}×" if target else "–",
+                        None if target is None else rat <= target, f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f})"))
+    return rows, f"Java: InterleavedBench, `{rel(path)}` ({mtime(path)})"
+
+
 def java_rows(path: Path) -> Tuple[List[Row], str]:
     if not path.is_file():
         return [], f"Java: no `{rel(path)}` (java/run_bench.sh writes it)"
@@ -358,6 +380,8 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--python", type=Path, default=REPO / "target" / "bench" / "python.out",
                     help="PYBENCH lines (python/bench.py's stdout)")
     ap.add_argument("--jmh", type=Path, default=REPO / "java" / "target" / "jmh-result.json", help="JMH JSON")
+    ap.add_argument("--java-interleaved", type=Path, default=REPO / "java" / "target" / "interleaved.out",
+                    help="JBENCH_PAIR lines (InterleavedBench)")
     ap.add_argument("--machine", default=f"a shared {os.cpu_count()}-core VM",
                     help='machine note (default: "a shared <N>-core VM")')
     ap.add_argument("--command", default=DEFAULT_COMMAND, help="the command that produced the numbers")
@@ -371,7 +395,8 @@ def main(argv: List[str]) -> int:
         crit = Path(load_summary_module().criterion_dir([]))  # type: ignore[attr-defined]
     rows: List[Row] = []
     sources: List[str] = []
-    for rs, src in (rust_rows(crit), c_rows(args.c), java_rows(args.jmh), python_rows(args.python)):
+    for rs, src in (rust_rows(crit), c_rows(args.c), java_rows(args.jmh),
+                    java_interleaved_rows(args.java_interleaved), python_rows(args.python)):
         rows += rs
         sources.append(src)
     if not rows:
