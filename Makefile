@@ -107,8 +107,10 @@ test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c te
 failure-matrix:
 	python3 tools/failure_matrix.py target/failure-matrix
 
-# Rust format and lints, the core's docs, and the Java natives against the
-# JNI exports (tools/check_jni_exports.py: both directions, parameters).
+# Rust format and lints, the core's docs, the Java natives against the
+# JNI exports (tools/check_jni_exports.py: both directions, parameters), and
+# the sync Python pools and tests against their async source
+# (tools/async_to_sync.py).
 lint:
 	$(CARGO) fmt --all -- --check
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
@@ -116,6 +118,7 @@ lint:
 	else echo "cargo clippy not installed: skipping the lint (rustup component add clippy)"; fi
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
 	python3 tools/check_jni_exports.py
+	python3 tools/async_to_sync.py --check
 
 # rust/oracle's tests start the local nodes themselves; stop them afterwards.
 test-rust:
@@ -147,6 +150,7 @@ test-c: lib lib-testing
 	tests/c/run.sh
 
 test-demo: demo demo-rust
+	tests/cluster/demo_stray_prepared.sh
 
 # Fuzzing (fuzz/, docs/fuzzing.md): the config parser, FAN/RLB events on a
 # cluster, C-ABI call sequences against a model, and the rendezvous hash
@@ -182,7 +186,7 @@ test-soak:
 
 # Every benchmark in short mode, one after the other (never in parallel on a
 # small box), then ONE table of ratios against their baselines. To put it into
-# README.md's Performance section: python3 tools/perf_table.py --write-readme README.md
+# docs/benchmarks.md: python3 tools/perf_table.py --write-readme docs/benchmarks.md
 BENCH_OUT := target/bench
 bench: lib
 	@mkdir -p $(BENCH_OUT)

@@ -168,16 +168,10 @@ public final class DemoClient {
         Route route;
         try {
             if (affinity && !preferred.isEmpty()) {
-                // The TM placed the transaction and enlists this branch there. If
-                // this process sees that node unable to take new work, its branch
-                // would go elsewhere and split the transaction: refuse it (the
-                // strict guard).
+                // The TM placed the transaction and enlists this branch there; in
+                // strict mode the core refuses it if this process sees that node
+                // unable to take new work (elsewhere would split the transaction).
                 route = cluster.txBegin(gtrid.getBytes(StandardCharsets.UTF_8), cluster.nodeId(preferred));
-                if (!route.nodeName().equalsIgnoreCase(preferred)) {
-                    forget(gtrid);
-                    return "REFUSED\t" + gtrid + "\t" + route.nodeName() + "\tDISAGREE(strict guard)\tthe TM placed it on "
-                            + preferred + ", this process would use " + route.nodeName();
-                }
             } else if (affinity) {
                 route = cluster.txBegin(gtrid.getBytes(StandardCharsets.UTF_8));
             } else { // a plain pool: every connection request load-balanced

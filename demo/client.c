@@ -313,17 +313,11 @@ static bool cmd_start(const char *gtrid, bool affinity, bool quiet, const char *
         return false;
     }
     if (affinity && preferred && preferred[0]) {
-        /* The TM placed the transaction and enlists this branch there. If this
-         * process sees that node unable to take new work, its branch would go
-         * elsewhere and split the transaction: refuse it (the strict guard). */
+        /* The TM placed the transaction and enlists this branch there; in
+         * strict mode the core refuses it if this process sees that node
+         * unable to take new work (elsewhere would split the transaction). */
         int want = node_by_name(preferred);
-        rc = racaffinity_tx_begin_on(g_cl, gb(gtrid), strlen(gtrid), want < 0 ? 0 : (uint32_t)want, &route);
-        if (rc == RACAFFINITY_RESULT_OK && (int)route.node != want) {
-            forget(gtrid);
-            reply("REFUSED\t%s\t%s\tDISAGREE(strict guard)\tthe TM placed it on %s, this process would use %s",
-                  gtrid, g_name[route.node], preferred, g_name[route.node]);
-            return false;
-        }
+        rc = racaffinity_tx_begin_on(g_cl, gb(gtrid), strlen(gtrid), want < 0 ? UINT32_MAX : (uint32_t)want, &route);
     } else if (affinity) {
         rc = racaffinity_tx_begin(g_cl, gb(gtrid), strlen(gtrid), &route);
     } else { /* a plain pool: every connection request load-balanced */

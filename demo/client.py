@@ -148,15 +148,10 @@ class Client:
         lease = None
         try:
             if mode == "affinity" and preferred:
-                # The TM placed the transaction and enlists this branch there
-                # (tx_begin_on). If this process sees that node unable to take
-                # new work, its branch would go elsewhere and split the
-                # transaction: refuse it instead (the strict guard).
+                # The TM placed the transaction and enlists this branch there;
+                # in strict mode the core refuses it if this process sees that
+                # node unable to take new work (elsewhere would split it).
                 route = self.cluster.tx_begin_on(gtrid, preferred)
-                if route.name.upper() != preferred.upper():
-                    self.forget(gtrid)
-                    return (f"REFUSED\t{gtrid}\t{route.name}\tDISAGREE(strict guard)\t"
-                            f"the TM placed it on {preferred}, this process would use {route.name}")
             elif mode == "affinity":
                 route = self.cluster.tx_begin(gtrid)
             else:  # a plain pool: every connection request load-balanced

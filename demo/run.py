@@ -210,8 +210,11 @@ class Demo:
     def conn(self, node: str) -> psycopg.Connection:
         c = self.conns.get(node)
         if c is None or c.closed:
+            # lock_timeout: a foreign prepared transaction can hold a lock
+            # forever; the demo reports it instead of waiting (reset_tables).
+            lock_timeout = os.environ.get("RACAFF_DEMO_LOCK_TIMEOUT", "10s")
             c = psycopg.connect(f"host=127.0.0.1 port={self.ports[node]} user=postgres dbname=postgres "
-                                "connect_timeout=5", autocommit=True)
+                                f"connect_timeout=5 options='-c lock_timeout={lock_timeout}'", autocommit=True)
             self.conns[node] = c
         return c
 
@@ -221,6 +224,8 @@ class Demo:
             try:
                 cur = self.conn(node).execute(statement, params)
                 return cur.fetchall() if cur.description else []
+            except psycopg.errors.LockNotAvailable:
+                raise  # the connection is fine; the lock is someone else's
             except psycopg.OperationalError:
                 c = self.conns.pop(node, None)
                 if c is not None:
@@ -249,7 +254,25 @@ class Demo:
             for gid in self.prepared_gids(n):
                 self.sql(n, f"ROLLBACK PREPARED '{gid}'")
             self.sql(n, f"CREATE TABLE IF NOT EXISTS {TABLE} (gtrid text, lang text, port int)")
-            self.sql(n, f"TRUNCATE {TABLE}")
+            # A prepared transaction that is not the demo's (a manual test's)
+            # can hold the table forever: give up with its name, never wait.
+            try:
+                self.sql(n, f"TRUNCATE {TABLE}")
+            except psycopg.errors.LockNotAvailable:
+                holders = [r[0] for r in self.sql(
+                    # A prepared transaction's locks have no pid; its xid
+                    # lock shares their virtual transaction.
+                    n, "SELECT DISTINCT p.gid FROM pg_locks l "
+                       "JOIN pg_locks x ON x.virtualtransaction = l.virtualtransaction "
+                       "AND x.locktype = 'transactionid' "
+                       "JOIN pg_prepared_xacts p ON p.transaction = x.transactionid "
+                       "WHERE l.relation = %s::regclass AND l.pid IS NULL ORDER BY 1", (TABLE,))]
+                what = (", ".join(f"prepared transaction '{g}'" for g in holders) if holders
+                        else "another session")
+                fix = "; ".join(f"ROLLBACK PREPARED '{g}'" for g in holders) or "end that session"
+                raise SetupError(f"{TABLE} on {n} (port {self.ports[n]}) is locked by {what}, which is not the "
+                                 f"demo's; the demo leaves foreign transactions alone: {fix} (psql on port "
+                                 f"{self.ports[n]}), then run it again") from None
 
     # ---- talking to the clients --------------------------------------------------
 

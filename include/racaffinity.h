@@ -930,7 +930,10 @@ racaffinity_result racaffinity_tx_begin(const racaffinity_cluster *cluster,
 
 /*
  Like `racaffinity_tx_begin`, but a *new* gtrid is placed on `preferred`
- (e.g. the thread's pinned node) when that node accepts new work.
+ (e.g. the thread's pinned node, or the node where the transaction
+ manager placed it) when that node accepts new work. Otherwise strict
+ transaction mode refuses with `STRICT_AFFINITY` (a branch elsewhere would
+ split the transaction) and soft mode places it as `racaffinity_tx_begin`.
 
  # Safety
  `gtrid` must be valid for `len` bytes; `out` NULL or writable.
@@ -1010,6 +1013,20 @@ racaffinity_result racaffinity_context_pin_for(const racaffinity_cluster *cluste
                                                uint64_t context,
                                                uint32_t scope,
                                                racaffinity_route *out);
+
+/*
+ Records that the host's partition-map loader `source` failed with
+ `error` (free text, e.g. the failed query's message): the map in force
+ stays, and the metrics count the failure and keep the last message
+ (`partition_map.load_failures` / `last_error`). INVALID_ARGUMENT for a
+ source `racaffinity_partition_map_replace` would refuse.
+
+ # Safety
+ `source` and `error` NULL or NUL-terminated.
+ */
+racaffinity_result racaffinity_partition_map_load_failed(const racaffinity_cluster *cluster,
+                                                         const char *source,
+                                                         const char *error);
 
 /*
  Replaces the whole explicit partition → node map in one step: entry `i`

@@ -38,7 +38,7 @@ public class QuickStart {
             ds.setNodeUrls(urls);                    // or setUrlTemplate("jdbc:oracle:thin:@//host:1521/svc/{instance}")
             ds.setUser("postgres");                  // with setDataSourceClassName(...) for a pool per node
 
-            // Seed 000: pin the thread, every connection goes to one node.
+            // Thread affinity: pin the thread, every connection goes to one node.
             try (Pin pin = ds.pin()) {
                 for (int i = 0; i < 3; i++) {
                     try (Connection c = ds.getConnection()) {

@@ -291,7 +291,16 @@ def test_the_whole_partition_map_is_replaced_or_nothing_changes(cluster_factory)
             c.replace_partition_map(bad, "loader:test")
     with pytest.raises(ra.InvalidArgumentError):
         c.replace_partition_map({0: "A"}, "bad source!")
-    assert c.metrics()["partition_map"] == {"epoch": 1, "source": "loader:test"}
+    assert c.metrics()["partition_map"] == {"epoch": 1, "source": "loader:test", "load_failures": 0, "last_error": None}
+    # A loader's failure keeps the map and is counted by the core.
+    c.partition_map_load_failed("loader:test", 'relation "pm" does not exist')
+    with pytest.raises(ra.InvalidArgumentError):
+        c.partition_map_load_failed("bad source!", "x")
+    with pytest.raises(ra.InvalidUtf8Error):
+        c.partition_map_load_failed("loader:test", "\ud800")
+    assert c.metrics()["partition_map"] == {
+        "epoch": 1, "source": "loader:test", "load_failures": 1,
+        "last_error": 'loader:test: relation "pm" does not exist'}
 
 
 def test_a_context_follows_its_scopes_strict_switch(cluster_factory):

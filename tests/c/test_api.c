@@ -704,6 +704,19 @@ static void ucp_affinity_contexts_and_the_partition_map_replaced_whole(void) {
     CHECK_EQ_U(n, 2); /* unchanged by the refused maps */
     CHECK_OK(racaffinity_partition_map_replace(c, NULL, NULL, 0, "loader:test", &epoch));
     CHECK_EQ_U(epoch, 2);
+    /* A failed load keeps the map and shows in the metrics, message escaped. */
+    uint32_t before = 99;
+    CHECK_OK(racaffinity_partition_owner(c, 1, &before));
+    CHECK_OK(racaffinity_partition_map_load_failed(c, "loader:test", "relation \"pm\" does not exist"));
+    CHECK_RC(racaffinity_partition_map_load_failed(c, "bad source!", "x"), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_partition_map_load_failed(c, "loader:test", NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_partition_map_load_failed(c, "loader:test", "\xff"), RACAFFINITY_RESULT_INVALID_UTF8);
+    CHECK_RC(racaffinity_partition_map_load_failed(NULL, "loader:test", "x"), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    char *json = read_text(racaffinity_metrics_json, c);
+    CHECK(strstr(json, "\"load_failures\":1,\"last_error\":\"loader:test: relation \\\"pm\\\" does not exist\"") != NULL);
+    free(json);
+    CHECK_OK(racaffinity_partition_owner(c, 1, &n));
+    CHECK_EQ_U(n, before); /* the map in force stays */
     free_cluster(c);
 }
 

@@ -1,4 +1,6 @@
-"""Cluster, routes, leases, context pins, transactions and sessions.
+"""The cluster: one database's nodes, policy and affinity registries.
+Routes and leases live in `_routes`, context-local scopes in `_scopes`,
+argument conversion in `_args`.
 
 Every routing decision is the core's: this module converts arguments, calls
 libracaffinity and maps result codes to exceptions (`_errors.EXCEPTIONS`).
@@ -6,24 +8,34 @@ libracaffinity and maps result codes to exceptions (`_errors.EXCEPTIONS`).
 
 from __future__ import annotations
 
-import contextvars
-import enum
 import itertools
 import json
 import threading
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _config
-from ._errors import (
-    ClosedError,
-    InvalidArgumentError,
-    InvalidUtf8Error,
-    KeyOverflowError,
-    UnknownTransactionError,
-    raise_for,
-)
-from ._errors import INVALID_HANDLE, UNKNOWN_NODE, BUFFER_TOO_SMALL
+from ._args import I64_MAX as _I64_MAX
+from ._args import I64_MIN as _I64_MIN
+from ._args import U32_MAX as _U32_MAX
+from ._args import BytesLike, DataKey
+from ._args import bool_arg as _bool_arg
+from ._args import bytes_arg as _bytes_arg
+from ._args import cstr as _cstr
+from ._args import enum_arg as _enum_arg
+from ._errors import BUFFER_TOO_SMALL, UNKNOWN_NODE, ClosedError, InvalidArgumentError, KeyOverflowError, raise_for
 from ._lib import NULL, ffi, lib
+from ._routes import Lease, Node, NodeState, Outcome, Route, RouteKind, Scope
+from ._routes import STATES as _STATES
+from ._routes import lease_begin as _lease_begin
+from ._routes import context_pick as _context_pick
+from ._routes import new_ as _new
+from ._routes import route_of as _route
+from ._scopes import SESSION as _SESSION
+from ._scopes import PIN as _PIN
+from ._scopes import TX as _TX
+from ._scopes import PinScope, SessionScope, Transaction
+from ._scopes import context_call as _context_call
+from ._scopes import slot as _slot
 from ._token import SessionRouting, TokenRoute
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,513 +59,9 @@ __all__ = [
 ]
 
 
-class NodeState(enum.IntEnum):
-    """`racaffinity_node_state`."""
-
-    UP = int(lib.RACAFFINITY_NODE_STATE_UP)
-    DRAINING = int(lib.RACAFFINITY_NODE_STATE_DRAINING)
-    DOWN = int(lib.RACAFFINITY_NODE_STATE_DOWN)
-
-
-class RouteKind(enum.IntEnum):
-    """`racaffinity_route_kind`: how a node was chosen."""
-
-    BALANCED = int(lib.RACAFFINITY_ROUTE_KIND_BALANCED)
-    AFFINITY = int(lib.RACAFFINITY_ROUTE_KIND_AFFINITY)
-    PLACED = int(lib.RACAFFINITY_ROUTE_KIND_PLACED)
-    REPINNED = int(lib.RACAFFINITY_ROUTE_KIND_REPINNED)
-    FALLBACK = int(lib.RACAFFINITY_ROUTE_KIND_FALLBACK)
-    PANIC = int(lib.RACAFFINITY_ROUTE_KIND_PANIC)
-
-
-class Outcome(enum.IntEnum):
-    """`racaffinity_outcome`: how a leased unit of work ended."""
-
-    OK = int(lib.RACAFFINITY_OUTCOME_OK)
-    FAILED = int(lib.RACAFFINITY_OUTCOME_FAILED)
-    NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
-
-
-class Scope(enum.IntEnum):
-    """`racaffinity_scope`: an affinity scope with its own strict switch."""
-
-    THREAD = int(lib.RACAFFINITY_SCOPE_THREAD)
-    TRANSACTION = int(lib.RACAFFINITY_SCOPE_TRANSACTION)
-    SESSION = int(lib.RACAFFINITY_SCOPE_SESSION)
-    DATA = int(lib.RACAFFINITY_SCOPE_DATA)
-
-
-# Hot-path lookups: plain tuples and module globals, not Enum(...) calls.
-_KINDS = tuple(sorted(RouteKind, key=int))
-_STATES = tuple(sorted(NodeState, key=int))
-
-_cluster_pick = lib.racaffinity_cluster_pick
-_context_pick = lib.racaffinity_context_pick
-_lease_release = lib.racaffinity_lease_release
-_lease_begin = lib.racaffinity_lease_begin
-_new = ffi.new
-_NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
-_PLACED = int(lib.RACAFFINITY_ROUTE_KIND_PLACED)
-
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
-_U32_MAX = (1 << 32) - 1
-
-BytesLike = Union[bytes, bytearray, memoryview, str]
-"""A gtrid or session key: bytes as given, a str as its UTF-8 bytes."""
-DataKey = Union[bytes, bytearray, memoryview, str, int]
-"""A data key: bytes, a str (UTF-8) or an int (i64)."""
-
-
 def version() -> str:
     """The native library's version (`racaffinity_version`)."""
     return ffi.string(lib.racaffinity_version()).decode()
-
-
-# ---------------------------------------------------------------------------
-# argument conversion (TypeError for wrong types, typed errors for bad values)
-
-
-def _bytes_arg(v: Any, what: str) -> bytes:
-    t = type(v)
-    if t is bytes:
-        return v
-    if t is str or isinstance(v, str):
-        try:
-            return v.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}", 3) from None
-    if isinstance(v, (bytearray, memoryview)):
-        return bytes(v)
-    raise TypeError(f"{what} must be bytes or str, not {type(v).__name__}")
-
-
-def _cstr(v: Any, what: str) -> bytes:
-    """A NUL-terminated string argument: str (encoded as UTF-8) or bytes
-    (passed as is; the library checks UTF-8). NUL inside is refused rather
-    than silently truncating the text."""
-    if isinstance(v, str):
-        try:
-            b = v.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}", 3) from None
-    elif isinstance(v, (bytes, bytearray, memoryview)):
-        b = bytes(v)
-    else:
-        raise TypeError(f"{what} must be str or bytes, not {type(v).__name__}")
-    if b"\0" in b:
-        raise InvalidArgumentError(f"{what} contains a NUL character", 4)
-    return b
-
-
-def _bool_arg(v: Any, what: str) -> bool:
-    if not isinstance(v, bool):
-        raise TypeError(f"{what} must be a bool, not {type(v).__name__}")
-    return v
-
-
-def _enum_arg(v: Any, enum_cls: Any, what: str) -> int:
-    if isinstance(v, enum_cls):
-        return int(v)
-    if isinstance(v, str):
-        try:
-            return int(enum_cls[v.upper()])
-        except KeyError:
-            names = ", ".join(m.name.lower() for m in enum_cls)
-            raise InvalidArgumentError(f"{what}: {v!r} is not one of {names}", 4) from None
-    if isinstance(v, int) and not isinstance(v, bool):
-        if not 0 <= v <= _U32_MAX:
-            raise KeyOverflowError(f"{what}: {v} is out of range", 4)
-        return v  # the library checks the range and answers INVALID_ARGUMENT
-    raise TypeError(f"{what} must be a {enum_cls.__name__} or its name, not {type(v).__name__}")
-
-
-# ---------------------------------------------------------------------------
-# routes and leases
-
-
-class Route:
-    """A routing decision: `node` (dense id in config order), `kind`, and the
-    node's `name`."""
-
-    __slots__ = ("node", "kind", "_cluster")
-
-    def __init__(self, cluster: "Cluster", node: int, kind: RouteKind) -> None:
-        self._cluster = cluster
-        self.node = node
-        self.kind = kind
-
-    @property
-    def name(self) -> str:
-        """The node's (instance) name."""
-        return self._cluster.node_name(self.node)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Route):
-            return (self.node, self.kind) == (other.node, other.kind)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash((self.node, int(self.kind)))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(node={self.node}, name={self._name_or_id()!r}, kind={self.kind.name})"
-
-    def _name_or_id(self) -> str:
-        try:
-            return self.name
-        except Exception:
-            return f"#{self.node}"
-
-
-def _route(cluster: "Cluster", r: Any) -> Route:
-    return Route(cluster, r.node, _KINDS[r.kind])
-
-
-class Lease(Route):
-    """A unit of work in flight on a node. Release it exactly once with an
-    `Outcome` (a second release raises `InvalidLeaseError`). As a context
-    manager it releases OK on a normal exit and NEUTRAL on an exception (the
-    exception says nothing about the node; report node failures with
-    `release(Outcome.FAILED)`). A lease garbage-collected without a release
-    is released NEUTRAL."""
-
-    __slots__ = ("_buf", "_released", "_h")
-
-    def __init__(self, cluster: "Cluster", buf: Any) -> None:
-        self._cluster = cluster
-        self._h = cluster._h
-        self._buf = buf
-        self.node = buf.node
-        self.kind = _KINDS[buf.kind]
-        self._released = False
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    def release(self, outcome: Union[Outcome, str, int] = Outcome.OK) -> None:
-        """Releases the lease with `outcome`: an `Outcome` or its name
-        (``"ok"``, ``"failed"``, ``"neutral"``)."""
-        if outcome.__class__ is not Outcome:
-            outcome = _enum_arg(outcome, Outcome, "outcome")
-        rc = _lease_release(self._h, self._buf, outcome)
-        if rc:
-            self._cluster._raise(rc)
-        self._released = True
-
-    def __enter__(self) -> "Lease":
-        return self
-
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        if not self._released:
-            try:
-                self.release(Outcome.OK if et is None else Outcome.NEUTRAL)
-            except ClosedError:
-                # The body closed the cluster, and its leases went with it:
-                # quiet, as pin scopes are (and Java's Lease.close()), so the
-                # body's own exception is the one that propagates.
-                self._released = True
-
-    def __del__(self) -> None:
-        # A lease dropped without release would count as in flight forever
-        # (skewing least_outstanding): release it NEUTRAL.
-        if not self._released:
-            try:
-                _lease_release(self._h, self._buf, _NEUTRAL)
-            except Exception:  # interpreter shutdown
-                pass
-
-
-class Node(NamedTuple):
-    """A live node: id, name and current state."""
-
-    id: int
-    name: str
-    state: NodeState
-
-
-# ---------------------------------------------------------------------------
-# context-local state: pins, the current transaction and session per cluster
-
-# One ContextVar for all of it: cluster serial -> frame (pin, transaction,
-# session key). The dict and the frames in a context are never mutated:
-# entering a scope sets a new dict, so contexts copied earlier (new tasks,
-# copy_context().run) keep what they had. Leaving a scope puts its slot back
-# to the value it replaced, whatever the order scopes are left in.
-_PIN, _TX, _SESSION = 0, 1, 2
-_EMPTY: Tuple[Any, Any, Any] = (None, None, None)
-_SCOPES: contextvars.ContextVar[Optional[Dict[int, Tuple[Any, Any, Any]]]] = contextvars.ContextVar(
-    "racaffinity_scopes", default=None
-)
-
-
-def _slot(serial: int, slot: int) -> Any:
-    d = _SCOPES.get()
-    if d is None:
-        return None
-    f = d.get(serial)
-    return f[slot] if f is not None else None
-
-
-def _set_slot(serial: int, slot: int, value: Any) -> Any:
-    """Sets one slot of this cluster's frame; returns the value it replaced."""
-    d = _SCOPES.get()
-    old = d.get(serial, _EMPTY) if d is not None else _EMPTY
-    f = list(old)
-    previous = f[slot]
-    f[slot] = value
-    new = dict(d) if d else {}
-    if f == [None, None, None]:
-        new.pop(serial, None)
-    else:
-        new[serial] = tuple(f)
-    _SCOPES.set(new or None)
-    return previous
-
-
-class _Pin:
-    """One explicit context pin (a `racaffinity_context_new` key). `active`
-    turns False when the library reports the pin released, so a context
-    that still holds this object afterwards (a task that outlived the scope
-    that created it) stops using it instead of re-pinning a dead key.
-
-    An auto-pin (`thread.auto_pin`: the first pick of an unpinned context
-    pins it) has no scope to release it: it carries the cluster handle and
-    is released when no context holds it any more (its task finished, its
-    thread exited), or by `Cluster.unpin_all()`."""
-
-    __slots__ = ("key", "active", "_auto")
-
-    def __init__(self, key: int, auto: Any = None) -> None:
-        self.key = key
-        self.active = True
-        self._auto = auto  # the cluster handle of an auto-pin
-
-    def __del__(self) -> None:
-        if self._auto is not None and self.active:
-            self.active = False
-            try:
-                lib.racaffinity_context_release(self._auto, self.key, NULL)  # a closed cluster: INVALID_HANDLE
-            except Exception:  # interpreter shutdown
-                pass
-
-
-def _context_call(c: "Cluster", fn: Any, out: Any) -> None:
-    """`fn` (`racaffinity_context_pick` or `_route`) for the current context:
-    through its pin, else (`thread.auto_pin`) through a new auto-pin of this
-    context, else as context 0, which is never pinned: load balancing. Python
-    pins contexts (threads, tasks), never OS threads, so the OS-thread entry
-    points are not used (an OS thread runs many tasks)."""
-    h = c._h
-    d = _SCOPES.get()
-    f = d.get(c._serial) if d is not None else None
-    pin = f[0] if f is not None else None
-    if pin is not None and pin.active:
-        rc = fn(h, pin.key, out)
-        if rc:
-            c._raise(rc)
-        if out.kind == _PLACED:
-            # A new pin on a key that was pinned: its last scope released it
-            # during this call (another thread), and auto-pin made a pin no
-            # scope will release. Undo it; the context is unpinned now.
-            pin.active = False
-            lib.racaffinity_context_release(h, pin.key, NULL)
-        return
-    if c._auto_pin:
-        key = _new("uint64_t *")
-        rc = lib.racaffinity_context_new(h, key)
-        if rc:
-            c._raise(rc)
-        rc = fn(h, key[0], out)  # the core auto-pins the new key
-        if rc:
-            c._raise(rc)
-        _set_slot(c._serial, _PIN, _Pin(int(key[0]), h))
-        return
-    rc = fn(h, 0, out)
-    if rc:
-        c._raise(rc)
-
-
-class PinScope:
-    """`with cluster.pin() as route:` pins the current context (thread or
-    asyncio task) to a node; picks inside reuse it. Nested scopes in the same
-    context deepen the same pin. A task or `contextvars.copy_context()` run
-    created inside the scope shares it (it is nested in the same scope), and
-    stops using it once the last scope holding it exits; tasks and threads
-    started outside any scope never share a pin."""
-
-    __slots__ = ("_cluster", "_pin", "_new", "_prev", "_route")
-
-    def __init__(self, cluster: "Cluster") -> None:
-        self._cluster = cluster
-        self._pin: Optional[_Pin] = None
-        self._new = False
-        self._prev: Optional[_Pin] = None
-        self._route: Optional[Route] = None
-
-    @property
-    def route(self) -> Optional[Route]:
-        """The pinned route as of entering the scope."""
-        return self._route
-
-    def __enter__(self) -> Route:
-        if self._pin is not None:
-            raise RuntimeError("this pin scope is already entered; call cluster.pin() again for a new one")
-        c = self._cluster
-        cur = _slot(c._serial, _PIN)
-        out = _new("racaffinity_route *")
-        if cur is not None and cur.active:
-            rc = lib.racaffinity_context_pin(c._h, cur.key, out)
-            if rc:
-                c._raise(rc)
-            self._pin = cur
-        else:
-            key = _new("uint64_t *")
-            rc = lib.racaffinity_context_new(c._h, key)
-            if rc:
-                c._raise(rc)
-            pin = _Pin(int(key[0]))
-            rc = lib.racaffinity_context_pin(c._h, pin.key, out)
-            if rc:
-                c._raise(rc)
-            self._pin = pin
-            self._new = True
-            self._prev = _set_slot(c._serial, _PIN, pin)
-        self._route = _route(c, out)
-        return self._route
-
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        pin = self._pin
-        if pin is None:
-            return
-        c = self._cluster
-        released = _new("bool *")
-        rc = lib.racaffinity_context_unpin(c._h, pin.key, released)
-        if released[0] or rc:
-            pin.active = False
-        if self._new:
-            _set_slot(c._serial, _PIN, self._prev)
-        self._pin = self._prev = None
-        self._new = False
-        if rc and not (rc == INVALID_HANDLE and c._closed):
-            c._raise(rc)
-
-    async def __aenter__(self) -> Route:
-        return self.__enter__()
-
-    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
-        self.__exit__(et, ev, tb)
-
-
-class Transaction:
-    """One branch of global transaction `gtrid` (XA gtrid bytes, 1..=64).
-
-    `with cluster.transaction(gtrid) as tx:` begins (or joins) a branch on
-    entry (`racaffinity_tx_begin`: every branch, from any thread or process,
-    gets the same node) and ends it on exit (`racaffinity_tx_end`). Inside,
-    pools route every connection of this cluster to `tx.node`."""
-
-    __slots__ = ("_cluster", "gtrid", "_prefer_pinned", "_begin", "_prev", "_ended")
-
-    def __init__(self, cluster: "Cluster", gtrid: bytes, prefer_pinned: bool = False) -> None:
-        self._cluster = cluster
-        self.gtrid = gtrid
-        self._prefer_pinned = prefer_pinned
-        self._begin: Optional[Route] = None
-        self._prev: Optional[Transaction] = None
-        self._ended = False
-
-    @property
-    def begin_route(self) -> Route:
-        """The route this branch got at its begin."""
-        if self._begin is None:
-            raise RuntimeError("the transaction branch has not begun (use it in a with statement)")
-        return self._begin
-
-    @property
-    def node(self) -> int:
-        return self.begin_route.node
-
-    @property
-    def name(self) -> str:
-        return self.begin_route.name
-
-    def route(self) -> Route:
-        """Where 2PC commands for this gtrid go now (`racaffinity_tx_route`)."""
-        return self._cluster.tx_route(self.gtrid)
-
-    def prepared(self) -> None:
-        """Marks the transaction prepared: it never moves again."""
-        self._cluster.tx_prepared(self.gtrid)
-
-    def complete(self) -> None:
-        """Forgets the whole transaction (every branch ended)."""
-        self._cluster.tx_complete(self.gtrid)
-        self._ended = True
-
-    def __enter__(self) -> "Transaction":
-        c = self._cluster
-        if self._begin is not None:
-            raise RuntimeError("this transaction branch is already entered")
-        pinned = None
-        if self._prefer_pinned and c.pinned():
-            pinned = c.route()
-        self._begin = c.tx_begin(self.gtrid) if pinned is None else c.tx_begin_on(self.gtrid, pinned.node)
-        self._prev = _set_slot(c._serial, _TX, self)
-        return self
-
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        c = self._cluster
-        _set_slot(c._serial, _TX, self._prev)
-        self._prev = None
-        if not self._ended:
-            self._ended = True
-            try:
-                c.tx_end(self.gtrid)
-            except (UnknownTransactionError, ClosedError):
-                if et is None:
-                    raise
-
-    async def __aenter__(self) -> "Transaction":
-        return self.__enter__()
-
-    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
-        self.__exit__(et, ev, tb)
-
-    def __repr__(self) -> str:
-        where = f" on {self._begin!r}" if self._begin is not None else ""
-        return f"Transaction(gtrid={self.gtrid!r}{where})"
-
-
-class SessionScope:
-    """`with cluster.session(key) as route:` one request of web session `key`:
-    routes it (`racaffinity_session_route`) and makes pools route this
-    cluster's connections inside by the session. The session's affinity
-    outlives the scope; end it with `cluster.end_session(key)`."""
-
-    __slots__ = ("_cluster", "key", "_prev", "route")
-
-    def __init__(self, cluster: "Cluster", key: bytes) -> None:
-        self._cluster = cluster
-        self.key = key
-        self._prev: Optional[bytes] = None
-        self.route: Optional[Route] = None
-
-    def __enter__(self) -> Route:
-        c = self._cluster
-        self.route = c.route_session(self.key)
-        self._prev = _set_slot(c._serial, _SESSION, self.key)
-        return self.route
-
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        _set_slot(self._cluster._serial, _SESSION, self._prev)
-        self._prev = None
-
-    async def __aenter__(self) -> Route:
-        return self.__enter__()
-
-    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
-        self.__exit__(et, ev, tb)
 
 
 # ---------------------------------------------------------------------------
@@ -720,6 +228,15 @@ class Cluster:
         if rc:
             self._raise(rc)
         return int(epoch[0])
+
+    def partition_map_load_failed(self, source: str, error: str) -> None:
+        """Records that the application's partition-map loader `source`
+        failed with `error` (`racaffinity_partition_map_load_failed`): the map
+        in force stays, and the metrics count the failure and keep the
+        message (`partition_map.load_failures`, `last_error`)."""
+        rc = lib.racaffinity_partition_map_load_failed(self._h, _cstr(source, "source"), _cstr(error, "error"))
+        if rc:
+            self._raise(rc)
 
     @property
     def recovery_scope(self) -> str:
@@ -958,7 +475,11 @@ class Cluster:
         return self._route_call(lib.racaffinity_tx_begin, gtrid, "gtrid")
 
     def tx_begin_on(self, gtrid: BytesLike, preferred: Union[int, str]) -> Route:
-        """Like `tx_begin`; a new gtrid goes to `preferred` if it takes new work."""
+        """Like `tx_begin`; a new gtrid goes to `preferred` if it takes new work.
+
+        Otherwise strict transaction mode raises `StrictAffinityError` (a
+        branch elsewhere would split the transaction) and soft mode places
+        the gtrid as `tx_begin` does."""
         g = _bytes_arg(gtrid, "gtrid")
         out = _new("racaffinity_route *")
         rc = lib.racaffinity_tx_begin_on(self._h, g, len(g), self.node_id(preferred), out)

@@ -2,13 +2,18 @@
 health (passive ejection), and which are the application's or one
 session's own. One leaf module, used by `pools` and `tpc` alike.
 
-Node failures (one per failed node operation):
-- a `psycopg.OperationalError` without SQLSTATE (the connection was
-  refused, reset or timed out) — unless the server answered the connect with
-  a FATAL of its own (no such role, wrong password, no such database, too
-  many clients): then the node is up and the error is this user's;
+Node failures (one per failed node operation), told by SQLSTATE, exception
+class and connection state, never by the words of a message (servers
+localize them, and applications put anything in theirs):
 - SQLSTATE class 08 (connection exception), 57P02 (crash shutdown) and
   57P03 (cannot connect now: starting up or shutting down);
+- a `psycopg.OperationalError` without SQLSTATE that libpq raised because
+  it never got the server's answer (refused, reset, timed out). libpq keeps
+  no SQLSTATE for an error the server sends while connecting (no such role,
+  wrong password, no such database, too many clients, starting up): all it
+  leaves is its report, in which a server's error always has the shape
+  "SEVERITY:  text" (the severity word, a colon, two spaces, in any
+  language). Such a node is up and the error is this user's;
 - a `PoolTimeout` while the pool cannot connect to the node: its last
   connection attempt failed with a node failure, or an attempt has been
   running for the whole wait. That does not depend on `min_size`/`max_size`
@@ -16,15 +21,17 @@ Node failures (one per failed node operation):
   merely busy is not a node failure.
 
 Never node failures: constraint, trigger, serialization errors (23xxx,
-P0001, 40001), a wrong password for one user (28000/28P01), one terminated
-session (57P01 `pg_terminate_backend`: the node is fine, and a node that
-really went away fails the next connect, which counts; but 57P01 "unexpected
-postmaster exit" is the node's crash), statement timeouts, a closed or
-overloaded pool. Server message texts are matched in English (lc_messages).
+P0001, 40001), a wrong password for one user (28000/28P01), 57P01
+(admin_shutdown: `pg_terminate_backend` of one session, or any application
+raising it; when the postmaster really died, its backends send it too, and
+the crash then counts at the next connect, refused, or at the heartbeat, as
+in the Java binding's `SqlErrors`), statement timeouts, a closed or
+overloaded pool.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any, Dict, Optional
@@ -36,22 +43,29 @@ __all__ = ["is_node_failure", "connection_lost", "ConnectAttempts"]
 
 _NODE_SQLSTATES = ("57P02", "57P03")
 
+# libpq renders an ErrorResponse as "<severity>:  <message>": one word (any
+# language), a colon and two spaces, which none of libpq's own reports of a
+# refused, reset or timed-out connection contains.
+_SERVER_REPORT = re.compile(r"(?:^|\s)[^\s:\"]+:  \S")
+
 
 def _is_node_error(exc: BaseException) -> bool:
     if not isinstance(exc, psycopg.OperationalError):
         return False
     state = getattr(exc, "sqlstate", None)
     if state is None:
-        # libpq puts no SQLSTATE on a failed connect; the server's FATAL text
-        # tells an answering node from a silent one.
-        msg = str(exc)
-        return "FATAL:" not in msg or "the database system is" in msg
-    if state == "57P01":
-        # One session terminated (pg_terminate_backend, idle timeout) is not
-        # the node's failure; the same SQLSTATE sent because the postmaster
-        # died is (the message is the only difference).
-        return "postmaster exit" in str(exc)
+        return _SERVER_REPORT.search(_libpq_report(exc)) is None
     return state.startswith("08") or state in _NODE_SQLSTATES
+
+
+def _libpq_report(exc: BaseException) -> str:
+    """libpq's own report of a failed connect (psycopg attaches the finished
+    connection), else the exception's text."""
+    pgconn = getattr(exc, "pgconn", None)
+    raw = getattr(pgconn, "error_message", None) if pgconn is not None else None
+    if isinstance(raw, bytes) and raw:
+        return raw.decode("utf-8", "replace")
+    return str(exc)
 
 
 class ConnectAttempts:

@@ -1,6 +1,6 @@
-"""Seed 002 (UCP) parity: affinity contexts that follow a scope's rules, the
-connection affinity callback's policy and context, and the pools' upkeep
-(planned drains, the partition-map loader).
+"""Seed 002 (UCP) parity: affinity contexts that follow a scope's rules, and
+the connection affinity callback's policy and context. The pools' upkeep
+(planned drains, the partition-map loader) is in `_pools_async`.
 
 Every routing decision is the core's (`Cluster::pin_context_for`,
 `racaffinity_context_pick`): this module converts arguments, calls the library
@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import datetime
 import enum
-import logging
-import threading
-import time
 import weakref
-from typing import Any, Callable, Dict, Mapping, Optional, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
-from ._cluster import Cluster, Route, RouteKind, Scope, _context_pick, _lease_begin, _lease_release, _new, _route
+from ._cluster import Cluster
+from ._routes import Route, RouteKind, Scope, context_pick, lease_begin, lease_release, new_, route_of
 from ._errors import InvalidArgumentError
 from ._lib import lib
 
@@ -29,14 +27,13 @@ __all__ = [
     "PartitionMapLoader",
 ]
 
-log = logging.getLogger("racaffinity.pools")
 
 _BALANCED = int(RouteKind.BALANCED)
 _NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
 
 
 def _unpin(h: Any, key: int) -> None:
-    released = _new("bool *")
+    released = new_("bool *")
     lib.racaffinity_context_unpin(h, key, released)  # a closed cluster took its pins with it
 
 
@@ -49,7 +46,7 @@ class AffinityContext:
     __slots__ = ("cluster", "key", "scope", "_release", "__weakref__")
 
     def __init__(self, cluster: Cluster, scope: int) -> None:
-        out = _new("uint64_t *")
+        out = new_("uint64_t *")
         rc = lib.racaffinity_context_new(cluster._h, out)
         if rc:
             cluster._raise(rc)
@@ -60,11 +57,11 @@ class AffinityContext:
 
     def pin(self) -> Route:
         """Pins the context by its scope's rules (new, or one level deeper)."""
-        out = _new("racaffinity_route *")
+        out = new_("racaffinity_route *")
         rc = lib.racaffinity_context_pin_for(self.cluster._h, self.key, int(self.scope), out)
         if rc:
             self.cluster._raise(rc)
-        return _route(self.cluster, out)
+        return route_of(self.cluster, out)
 
     def close(self) -> None:
         """Releases the pin. Idempotent."""
@@ -146,9 +143,9 @@ def callback_lease(pools: Any, cb: Any) -> Any:
         if isinstance(cur, ConnectionAffinityContext) and cur._owner is pools and cur.policy is policy
         else None
     )
-    buf = _new("racaffinity_lease *")
+    buf = new_("racaffinity_lease *")
     if ctx is not None:
-        rc = _context_pick(c._h, ctx._context.key, buf)
+        rc = context_pick(c._h, ctx._context.key, buf)
         if rc:
             c._raise(rc)  # strict: StrictAffinityError
         if buf.kind != _BALANCED:
@@ -159,13 +156,13 @@ def callback_lease(pools: Any, cb: Any) -> Any:
                 )
             return buf
         # The instance released the context (aff=FALSE): place a new affinity.
-        _lease_release(c._h, buf, _NEUTRAL)
-        buf = _new("racaffinity_lease *")
+        lease_release(c._h, buf, _NEUTRAL)
+        buf = new_("racaffinity_lease *")
     scope = Scope.SESSION if policy is AffinityPolicy.WEBSESSION_BASED_AFFINITY else Scope.TRANSACTION
     ac = ctx._context if ctx is not None else AffinityContext(c, int(scope))
     route = ac.pin()
     cb.set_connection_affinity_context(ConnectionAffinityContext(pools, ac, route.node, route.name, policy))
-    rc = _lease_begin(c._h, route.node, buf)
+    rc = lease_begin(c._h, route.node, buf)
     if rc:
         c._raise(rc)
     return buf
@@ -173,102 +170,3 @@ def callback_lease(pools: Any, cb: Any) -> Any:
 
 PartitionMapLoader = Callable[[], Mapping[int, str]]
 """Returns the whole partition -> instance name map (seed 002 §10.4.1.3)."""
-
-LOADER_SOURCE = "loader"
-
-
-class Upkeep(threading.Thread):
-    """The sync pools' upkeep thread: follows the node states the core reports
-    and (1) drains the pool of a Draining node (idle connections close at once,
-    busy ones when returned; no new idle connections while it drains), (2)
-    reloads the partition map after each state change (an HA event) and every
-    `reload_interval`. A failing loader keeps the last good map: it is logged
-    and counted (`loads`, `load_failures`, `load_error`)."""
-
-    def __init__(
-        self,
-        pools: Any,
-        interval: float,
-        loader: Optional[PartitionMapLoader],
-        reload_interval: Optional[float],
-    ) -> None:
-        super().__init__(name="racaffinity-upkeep", daemon=True)
-        self._pools = weakref.proxy(pools)
-        self.interval = interval
-        self.loader = loader
-        self.reload_interval = reload_interval
-        self._wake = threading.Event()
-        self._halt = threading.Event()
-        self._lock = threading.Lock()
-        self._last: Dict[int, Any] = {}
-        self.loads = 0
-        self.load_failures = 0
-        self.load_error: Optional[str] = None
-        self._next_reload = time.monotonic() + reload_interval if reload_interval else float("inf")
-        if loader is not None:
-            self.reload("start")
-
-    def poke(self) -> None:
-        self._wake.set()
-
-    def stop(self) -> None:
-        self._halt.set()
-        self._wake.set()
-        if self.is_alive() and threading.current_thread() is not self:
-            self.join(5.0)
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            self._wake.wait(self.interval)
-            self._wake.clear()
-            if self._halt.is_set():
-                return
-            try:
-                self.round()
-            except ReferenceError:
-                return
-            except Exception:  # the cluster closed, or a pool call failed: log and go on
-                log.exception("racaffinity: pool upkeep failed")
-
-    def round(self) -> None:
-        with self._lock:
-            pools = self._pools
-            c = pools.cluster
-            if c.closed:
-                return
-            changed = False
-            for node, _pool in pools.items():
-                state = c.node_state(node)
-                before = self._last.get(node)
-                if before is not None and before != state:
-                    changed = True
-                    log.info("racaffinity: node %s %s -> %s", c.node_name(node), before.name, state.name)
-                if state.name == "DRAINING" or (state.name == "DOWN" and before is not None and before.name == "DRAINING"):
-                    pools._drain_node(node)
-                elif state.name == "UP" and before is not None and before.name != "UP":
-                    pools._undrain_node(node)
-                self._last[node] = state
-            now = time.monotonic()
-            if self.loader is not None and (changed or now >= self._next_reload):
-                self.reload("HA event" if changed else "period")
-                self._next_reload = now + self.reload_interval if self.reload_interval else float("inf")
-
-    def reload(self, why: str) -> bool:
-        """Loads and applies the map; a failure keeps the last good one."""
-        assert self.loader is not None
-        try:
-            mapping = self.loader()
-            if mapping is None:
-                raise ValueError("the loader returned no map")
-            epoch = self._pools.cluster.replace_partition_map(mapping, LOADER_SOURCE)
-        except ReferenceError:
-            raise
-        except Exception as e:
-            self.load_failures += 1
-            self.load_error = f"{type(e).__name__}: {e}"
-            log.warning("racaffinity: partition map load failed (%s), keeping the last good map: %s", why, self.load_error)
-            return False
-        self.loads += 1
-        self.load_error = None
-        log.debug("racaffinity: partition map epoch %d loaded (%s, %d entries)", epoch, why, len(mapping))
-        return True

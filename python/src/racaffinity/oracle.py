@@ -14,7 +14,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from ._cluster import Cluster, _cstr, read_text
+from ._args import cstr
+from ._cluster import Cluster, read_text
 from ._errors import ConfigError, KeyOverflowError, raise_for
 from ._lib import ffi, lib
 
@@ -52,7 +53,7 @@ def address_connect_string(
         raise TypeError(f"default_port must be an int, not {type(default_port).__name__}")
     if not 0 <= default_port <= 0xFFFF:
         raise KeyOverflowError(f"port {default_port} is not in 1..=65535", 4)
-    a, s, i = _cstr(address, "address"), _cstr(service, "service"), _cstr(instance, "instance")
+    a, s, i = cstr(address, "address"), cstr(service, "service"), cstr(instance, "instance")
     return read_text(lambda buf, cap, n: lib.racaffinity_address_connect_string(int(form), a, default_port, s, i, buf, cap, n))
 
 
@@ -63,7 +64,7 @@ def connect_string(form: ConnectForm, host: str, port: int, service: str, instan
     if not 0 <= port <= 0xFFFF:
         # The C parameter is uint16_t; the core refuses 0 itself.
         raise KeyOverflowError(f"port {port} is not in 1..=65535", 4)
-    h, s, i = _cstr(host, "host"), _cstr(service, "service"), _cstr(instance, "instance")
+    h, s, i = cstr(host, "host"), cstr(service, "service"), cstr(instance, "instance")
     return read_text(lambda buf, cap, n: lib.racaffinity_connect_string(int(form), h, port, s, i, buf, cap, n))
 
 

@@ -49,11 +49,15 @@ import os
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 
-import psycopg
-import psycopg_pool
-from psycopg import Xid
+from ._extras import require
+
+require(__name__, "postgres", "psycopg", "psycopg_pool")
+
+import psycopg  # noqa: E402 - after the check that names the extra
+import psycopg_pool  # noqa: E402
+from psycopg import Xid  # noqa: E402
 from psycopg.pq import TransactionStatus
 
 from ._cluster import Lease, NodeState, Outcome, RouteKind
@@ -62,8 +66,9 @@ from ._errors import Error, InvalidArgumentError, UnknownTransactionError
 from ._failures import connection_lost, is_node_failure
 from ._lib import lib
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .pools import NodePools
+# racaffinity.pools.NodePools: imported by name nowhere here, as `pools`
+# imports this module (imports go one way: pools -> tpc -> _failures).
+_NodePools = Any
 
 __all__ = ["DEFAULT_FORMAT_ID", "GlobalTransaction", "Branch", "InDoubtError", "recover_all", "RecoveryReport", "Recovered"]
 
@@ -112,7 +117,7 @@ def _require_sync(pools: Any, what: str) -> None:
 
 
 @contextlib.contextmanager
-def _node_connection(pools: "NodePools", node: int, timeout: Optional[float]) -> Iterator[psycopg.Connection]:
+def _node_connection(pools: _NodePools, node: int, timeout: Optional[float]) -> Iterator[psycopg.Connection]:
     """A new autocommit connection to `node`, closed at exit. Phase-two
     retries and recovery use one rather than a pooled connection, which may
     be stale after the node restarted or stuck on a hung socket."""
@@ -180,7 +185,7 @@ class GlobalTransaction:
 
     def __init__(
         self,
-        pools: "NodePools",
+        pools: _NodePools,
         gtrid: str,
         *,
         format_id: int = DEFAULT_FORMAT_ID,
@@ -498,7 +503,7 @@ class RecoveryReport:
 class _Recovery:
     """One `recover_all` run: what was found, resolved and left (thread-safe)."""
 
-    def __init__(self, pools: "NodePools", action: str, format_id: Optional[int],
+    def __init__(self, pools: _NodePools, action: str, format_id: Optional[int],
                  predicate: Optional[Callable[[Xid], bool]], timeout: float, scope: str) -> None:
         self.pools = pools
         self.cluster = pools.cluster
@@ -716,7 +721,7 @@ class _Recovery:
 
 
 def recover_all(
-    pools: "NodePools",
+    pools: _NodePools,
     action: str = "rollback",
     *,
     format_id: Optional[int] = DEFAULT_FORMAT_ID,

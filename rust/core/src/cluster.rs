@@ -180,7 +180,13 @@ impl Cluster {
         let routing = Arc::new(RoutingEpoch::default());
         let mut topo = Topology::empty();
         for (i, spec) in config.nodes.iter().enumerate() {
-            topo = topo.with_added(Arc::new(Node::new(NodeId(i as u32), spec, &config.local, routing.clone())));
+            topo = topo.with_added(Arc::new(Node::new(
+                NodeId(i as u32),
+                spec,
+                &config.local,
+                clock.clone(),
+                routing.clone(),
+            )));
         }
         let data = DataMap::new(&config.data, &topo)?;
         let strict = [
@@ -312,7 +318,7 @@ impl Cluster {
             return Err(Error::InvalidArgument("too many nodes".into()));
         }
         let id = NodeId(cur.by_id.len() as u32);
-        let node = Node::new(id, &spec, &self.inner.config.local, self.inner.routing.clone());
+        let node = Node::new(id, &spec, &self.inner.config.local, self.inner.clock.clone(), self.inner.routing.clone());
         self.inner.topo.store(Arc::new(cur.with_added(Arc::new(node))));
         self.inner.routing.advance();
         Ok(id)

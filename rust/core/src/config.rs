@@ -107,6 +107,11 @@ pub struct TransactionConfig {
     pub strict: bool,
     /// Placement of a new gtrid.
     pub placement: Placement,
+    /// Strict mode only: how long a node's change between taking and
+    /// refusing new work is treated as not yet seen by every process (the
+    /// spread of FAN delivery). Meanwhile a new gtrid whose owner it is gets
+    /// refused rather than placed by a view other processes may not share.
+    pub settle_ms: u64,
 }
 
 /// Web-session affinity.
@@ -176,7 +181,7 @@ impl Default for Config {
             policy: Policy::default(),
             panic: PanicPolicy::default(),
             thread: ThreadConfig { strict: false, auto_pin: false },
-            transaction: TransactionConfig { strict: false, placement: Placement::Rendezvous },
+            transaction: TransactionConfig { strict: false, placement: Placement::Rendezvous, settle_ms: 5_000 },
             session: SessionConfig {
                 strict: false,
                 placement: Placement::Balanced,
@@ -345,6 +350,7 @@ impl Config {
                 "thread.auto_pin" => c.thread.auto_pin = parse_bool(key, value)?,
                 "transaction.strict" => c.transaction.strict = parse_bool(key, value)?,
                 "transaction.placement" => c.transaction.placement = Placement::parse(key, value)?,
+                "transaction.settle" => c.transaction.settle_ms = parse_duration_ms(key, value)?,
                 "session.strict" => c.session.strict = parse_bool(key, value)?,
                 "session.placement" => c.session.placement = Placement::parse(key, value)?,
                 "session.mode" => {
@@ -451,6 +457,7 @@ impl Config {
         let _ = writeln!(s, "thread.auto_pin = {}", self.thread.auto_pin);
         let _ = writeln!(s, "transaction.strict = {}", self.transaction.strict);
         let _ = writeln!(s, "transaction.placement = {}", self.transaction.placement.as_str());
+        let _ = writeln!(s, "transaction.settle = {}", fmt_duration(self.transaction.settle_ms));
         let _ = writeln!(s, "session.strict = {}", self.session.strict);
         let _ = writeln!(s, "session.placement = {}", self.session.placement.as_str());
         let mode = match self.session.mode {

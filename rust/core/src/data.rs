@@ -8,8 +8,8 @@
 //! mode falls back to load balancing and strict mode refuses.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
@@ -33,6 +33,10 @@ pub(crate) struct DataMap {
     /// a replacement.
     explicit: ArcSwap<PartitionMap>,
     placed: Sharded<u32, NodeId>,
+    /// Loads of the map that failed (the last good map stayed).
+    load_failures: AtomicU64,
+    /// The last failed load: `<source>: <error>` (empty: none yet).
+    last_load_error: Mutex<String>,
 }
 
 /// The explicit partition → node map. Entries name the node, not its id: a
@@ -49,6 +53,9 @@ struct PartitionMap {
 /// Longest accepted partition-map source name.
 pub const MAX_SOURCE_BYTES: usize = 64;
 
+/// Longest load error kept for the metrics (longer ones are cut).
+const MAX_LOAD_ERROR_BYTES: usize = 512;
+
 impl DataMap {
     pub fn new(cfg: &DataConfig, topo: &Topology) -> Result<Self> {
         let mut explicit = HashMap::new();
@@ -61,6 +68,8 @@ impl DataMap {
             has_explicit: AtomicBool::new(!explicit.is_empty()),
             explicit: ArcSwap::from_pointee(PartitionMap { entries: explicit, epoch: 0, source: "config".into() }),
             placed: Sharded::new(),
+            load_failures: AtomicU64::new(0),
+            last_load_error: Mutex::new(String::new()),
         })
     }
 
@@ -210,15 +219,7 @@ impl Cluster {
     /// changes nothing. `source` names who produced the map (metrics).
     /// Returns the map's new epoch.
     pub fn replace_partition_map(&self, map: &[(u32, &str)], source: &str) -> Result<u64> {
-        if source.is_empty()
-            || source.len() > MAX_SOURCE_BYTES
-            || !source.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:/".contains(&b))
-        {
-            return Err(Error::InvalidArgument(format!(
-                "partition map source must be 1..={MAX_SOURCE_BYTES} bytes of letters, digits and _-.:/, got `{}`",
-                source.escape_debug()
-            )));
-        }
+        check_partition_map_source(source)?;
         let topo = self.topo();
         let mut entries = HashMap::with_capacity(map.len());
         for &(p, node) in map {
@@ -244,6 +245,37 @@ impl Cluster {
 
     pub(crate) fn partition_map_source(&self) -> String {
         self.inner.data.explicit.load().source.to_string()
+    }
+
+    /// Records that `source` failed to produce a partition map (the host's
+    /// loader: a query that failed, a map this cluster refused). The map in
+    /// force stays; the failure shows in the metrics (`partition_map`'s
+    /// `load_failures` and `last_error`) so a silent loader is seen.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a source name
+    /// [`check_partition_map_source`] refuses (nothing is recorded).
+    pub fn partition_map_load_failed(&self, source: &str, error: &str) -> Result<()> {
+        check_partition_map_source(source)?;
+        let d = &self.inner.data;
+        d.load_failures.fetch_add(1, Ordering::Relaxed);
+        let mut text = format!("{source}: {error}");
+        if text.len() > MAX_LOAD_ERROR_BYTES {
+            let mut end = MAX_LOAD_ERROR_BYTES;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+        }
+        *d.last_load_error.lock().unwrap_or_else(|p| p.into_inner()) = text;
+        Ok(())
+    }
+
+    /// Failed loads so far and the last one's message.
+    pub(crate) fn partition_map_load_failures(&self) -> (u64, Option<String>) {
+        let d = &self.inner.data;
+        let last = d.last_load_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        (d.load_failures.load(Ordering::Relaxed), (!last.is_empty()).then_some(last))
     }
 
     fn check_partition(&self, partition: u32) -> Result<()> {
@@ -273,6 +305,24 @@ impl Cluster {
     pub(crate) fn data_affinities(&self) -> usize {
         self.inner.data.explicit.load().entries.len() + self.inner.data.placed_len()
     }
+}
+
+/// Checks a partition-map source name (metrics label): 1..=64 bytes of
+/// letters, digits and `_-.:/`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the rule.
+pub fn check_partition_map_source(source: &str) -> Result<()> {
+    if source.is_empty()
+        || source.len() > MAX_SOURCE_BYTES
+        || !source.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.:/".contains(&b))
+    {
+        return Err(Error::InvalidArgument(format!(
+            "partition map source must be 1..={MAX_SOURCE_BYTES} bytes of letters, digits and _-.:/, got `{}`",
+            source.escape_debug()
+        )));
+    }
+    Ok(())
 }
 
 fn is_removed(topo: &Topology, id: NodeId) -> bool {

@@ -100,6 +100,18 @@ pub enum Error {
         /// Its state.
         state: NodeState,
     },
+    /// Strict transactions: the owner of a new gtrid changed between taking
+    /// and refusing new work too recently for every process to have seen it.
+    StrictSettling {
+        /// The owning node.
+        node: String,
+        /// Its state in this process's view.
+        state: NodeState,
+        /// Milliseconds since the change.
+        since_ms: u64,
+        /// `transaction.settle`.
+        settle_ms: u64,
+    },
     /// A prepared branch is owned by a node that is not available.
     PreparedNodeUnavailable {
         /// The owning node.
@@ -126,7 +138,7 @@ impl Error {
             Error::UnknownNode(_) => ErrorKind::UnknownNode,
             Error::DuplicateNode(_) => ErrorKind::DuplicateNode,
             Error::NoNodeAvailable { .. } => ErrorKind::NoNodeAvailable,
-            Error::StrictAffinity { .. } => ErrorKind::StrictAffinity,
+            Error::StrictAffinity { .. } | Error::StrictSettling { .. } => ErrorKind::StrictAffinity,
             Error::PreparedNodeUnavailable { .. } => ErrorKind::PreparedNodeUnavailable,
             Error::UnknownTransaction(_) => ErrorKind::UnknownTransaction,
             Error::EventParse(_) => ErrorKind::EventParse,
@@ -160,6 +172,12 @@ impl fmt::Display for Error {
             Error::StrictAffinity { scope, node, state } => {
                 write!(f, "strict {scope} affinity: owning node `{node}` is {state}; refusing to route elsewhere")
             }
+            Error::StrictSettling { node, state, since_ms, settle_ms } => write!(
+                f,
+                "strict transaction affinity: owning node `{node}` became {state} {since_ms} ms ago; \
+                 a new transaction it owns is refused until every process has seen the change \
+                 (transaction.settle = {settle_ms} ms), so no two processes place it apart; retry"
+            ),
             Error::PreparedNodeUnavailable { node, state } => write!(
                 f,
                 "prepared transaction branch is owned by node `{node}`, which is {state}; \

@@ -60,7 +60,7 @@ pub use cluster::{ClockDebug, Cluster, ClusterBuilder};
 pub use config::{
     Config, DataConfig, Placement, RecoveryScope, SessionConfig, SessionMode, ThreadConfig, TransactionConfig,
 };
-pub use data::DataKey;
+pub use data::{check_partition_map_source, DataKey};
 pub use epoch::RoutingEpoch;
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};

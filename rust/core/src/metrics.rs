@@ -138,6 +138,10 @@ pub struct MetricsSnapshot {
     pub partition_map_epoch: u64,
     /// Who set the partition map (`config`, `set_partition`, a loader's name).
     pub partition_map_source: String,
+    /// Loads of the partition map that failed ([`Cluster::partition_map_load_failed`]).
+    pub partition_map_load_failures: u64,
+    /// The last failed load, `<source>: <error>`.
+    pub partition_map_last_error: Option<String>,
 }
 
 impl MetricsSnapshot {
@@ -152,7 +156,7 @@ impl MetricsSnapshot {
         let mut s = String::with_capacity(256 + 320 * self.nodes.len());
         let _ = write!(
             s,
-            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"tx_spans":{},"fingerprint":"{}","partition_map":{{"epoch":{},"source":"{}"}},"nodes":["#,
+            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"tx_spans":{},"fingerprint":"{}","partition_map":{{"epoch":{},"source":"{}","load_failures":{},"last_error":{}}},"nodes":["#,
             self.cluster,
             self.epoch,
             self.hash_version,
@@ -162,7 +166,9 @@ impl MetricsSnapshot {
             self.tx_spans,
             self.fingerprint,
             self.partition_map_epoch,
-            self.partition_map_source
+            self.partition_map_source,
+            self.partition_map_load_failures,
+            self.partition_map_last_error.as_deref().map_or_else(|| "null".to_string(), json_string)
         );
         for (i, n) in self.nodes.iter().enumerate() {
             if i > 0 {
@@ -354,6 +360,11 @@ impl MetricsSnapshot {
         );
         let _ = writeln!(
             s,
+            "# HELP racaffinity_partition_map_load_failures_total Partition map loads that failed (the last good map stayed).\n# TYPE racaffinity_partition_map_load_failures_total counter\nracaffinity_partition_map_load_failures_total{{cluster=\"{c}\"}} {}",
+            self.partition_map_load_failures
+        );
+        let _ = writeln!(
+            s,
             "# HELP racaffinity_sessions_expired_total Sessions dropped after their idle TTL.\n# TYPE racaffinity_sessions_expired_total counter\nracaffinity_sessions_expired_total{{cluster=\"{c}\"}} {}",
             self.sessions_expired
         );
@@ -393,6 +404,7 @@ impl Cluster {
     /// A snapshot of every counter.
     pub fn metrics(&self) -> MetricsSnapshot {
         let topo = self.topo();
+        let (load_failures, last_error) = self.partition_map_load_failures();
         let nodes: Vec<NodeMetrics> = topo
             .live
             .iter()
@@ -457,6 +469,29 @@ impl Cluster {
             sessions_expired: self.inner.sessions.expired.load(Ordering::Relaxed),
             partition_map_epoch: self.partition_map_epoch(),
             partition_map_source: self.partition_map_source(),
+            partition_map_load_failures: load_failures,
+            partition_map_last_error: last_error,
         }
     }
+}
+
+/// `text` as a JSON string literal (host error messages are free text).
+fn json_string(text: &str) -> String {
+    let mut s = String::with_capacity(text.len() + 2);
+    s.push('"');
+    for ch in text.chars() {
+        match ch {
+            '"' => s.push_str("\\\""),
+            '\\' => s.push_str("\\\\"),
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            '\t' => s.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(s, "\\u{:04x}", c as u32);
+            }
+            c => s.push(c),
+        }
+    }
+    s.push('"');
+    s
 }

@@ -407,8 +407,22 @@ pub struct Node {
     session_epoch: AtomicU32,
     /// The cluster's routing epoch, advanced after every change below.
     routing: Arc<RoutingEpoch>,
+    /// When the node last started or stopped taking new work (0: never
+    /// since it was added). Strict placement waits for every process to have
+    /// seen such a change before placing around it.
+    new_work_since: AtomicU64,
+    clock: NodeClock,
     pub(crate) counters: NodeCounters,
     health: Mutex<(Layers, Breaker)>,
+}
+
+/// The cluster's clock, shared by its nodes (so state changes carry a time).
+struct NodeClock(Arc<dyn Clock>);
+
+impl fmt::Debug for NodeClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NodeClock")
+    }
 }
 
 /// What happened to a node's state in one transition.
@@ -428,7 +442,13 @@ pub(crate) enum OutcomeSource {
 }
 
 impl Node {
-    pub(crate) fn new(id: NodeId, spec: &NodeSpec, local: &LocalConfig, routing: Arc<RoutingEpoch>) -> Node {
+    pub(crate) fn new(
+        id: NodeId,
+        spec: &NodeSpec,
+        local: &LocalConfig,
+        clock: Arc<dyn Clock>,
+        routing: Arc<RoutingEpoch>,
+    ) -> Node {
         let machine = spec.machine_or_host();
         let locality = local.classify(machine.as_deref(), spec.zone.as_deref());
         let host = spec
@@ -459,6 +479,8 @@ impl Node {
             aff: AtomicBool::new(true),
             session_epoch: AtomicU32::new(0),
             routing,
+            new_work_since: AtomicU64::new(0),
+            clock: NodeClock(clock),
             counters: NodeCounters::default(),
             health: Mutex::new((Layers::UP, Breaker::default())),
         }
@@ -514,12 +536,25 @@ impl Node {
     /// Current state: the more severe of the operator's and the automatic layer.
     #[inline]
     pub fn state(&self) -> NodeState {
+        self.apply_expired_drain();
         NodeState::from_u8(self.state.load(Ordering::Acquire))
+    }
+
+    /// A planned drain whose timeout has ended is a Down, whoever looks
+    /// first: a route, or an operator's, a metric's or a health check's read.
+    #[inline]
+    fn apply_expired_drain(&self) {
+        if self.state.load(Ordering::Acquire) == NodeState::Draining.to_u8()
+            && self.drain_until.load(Ordering::Acquire) != 0
+        {
+            self.drain_expired(&*self.clock.0);
+        }
     }
 
     /// Why it is down or draining ([`DownCause::None`] when up); `Admin`
     /// whenever the operator's layer decides the state.
     pub fn down_cause(&self) -> DownCause {
+        self.apply_expired_drain();
         DownCause::from_u8(self.cause.load(Ordering::Acquire))
     }
 
@@ -595,6 +630,28 @@ impl Node {
     #[inline]
     pub(crate) fn accepts_new(&self) -> bool {
         self.state.load(Ordering::Acquire) == NodeState::Up.to_u8() && !self.is_removed()
+    }
+
+    fn stamp_new_work_change(&self) {
+        self.new_work_since.store(self.clock.0.now_ms().max(1), Ordering::Release);
+    }
+
+    /// Whether the node's taking or refusing new work has held for at least
+    /// `settle_ms`, so every process fed the same events sees it too.
+    #[inline]
+    pub(crate) fn new_work_settled(&self, settle_ms: u64) -> bool {
+        let since = self.new_work_since.load(Ordering::Acquire);
+        since == 0 || settle_ms == 0 || self.clock.0.now_ms().saturating_sub(since) >= settle_ms
+    }
+
+    /// Milliseconds since the node last started or stopped taking new work.
+    pub(crate) fn new_work_changed_ago_ms(&self) -> u64 {
+        let since = self.new_work_since.load(Ordering::Acquire);
+        if since == 0 {
+            u64::MAX
+        } else {
+            self.clock.0.now_ms().saturating_sub(since)
+        }
     }
 
     /// Whether work already bound to this node may continue here: not Down,
@@ -701,6 +758,9 @@ impl Node {
         }
         if before.0 == to {
             return None;
+        }
+        if (before.0 == NodeState::Up) != (to == NodeState::Up) {
+            self.stamp_new_work_change();
         }
         self.counters.state_changes.fetch_add(1, Ordering::Relaxed);
         Some(Transition { from: before.0, to })
@@ -885,6 +945,7 @@ impl Node {
     }
 
     pub(crate) fn mark_removed(&self) {
+        self.stamp_new_work_change();
         self.removed.store(true, Ordering::Release);
         self.session_epoch.fetch_add(1, Ordering::AcqRel);
         self.routing.advance();

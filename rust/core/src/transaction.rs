@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::cluster::Cluster;
-use crate::config::RecoveryScope;
+use crate::config::{Placement, RecoveryScope};
 use crate::error::{Error, Result, Scope};
 use crate::hash;
 use crate::node::{Node, NodeId, NodeState};
@@ -103,7 +103,10 @@ impl Cluster {
     }
 
     /// Like [`Cluster::tx_begin`], but a *new* gtrid goes to `preferred` if it
-    /// accepts new work (hosts pass the current thread pin here).
+    /// accepts new work (hosts pass the current thread pin, or the node where
+    /// the transaction manager placed the gtrid). If it does not, strict mode
+    /// refuses ([`Error::StrictAffinity`]: a branch elsewhere would split the
+    /// transaction) and soft mode places the gtrid as `tx_begin` does.
     pub fn tx_begin_on(&self, gtrid: &[u8], preferred: Option<NodeId>) -> Result<Route> {
         check_gtrid(gtrid)?;
         let topo = self.topo();
@@ -150,13 +153,51 @@ impl Cluster {
     }
 
     fn tx_place(&self, topo: &Topology, gtrid: &[u8], preferred: Option<NodeId>) -> Result<(NodeId, RouteKind)> {
+        let strict = self.is_strict(Scope::Transaction);
         if let Some(p) = preferred.and_then(|p| topo.node(p)) {
             if p.accepts_new() {
                 return Ok((p.id(), RouteKind::Placed));
             }
+            // The caller's node comes from whoever placed the gtrid first (a
+            // transaction manager passing it on, as WebLogic propagates its
+            // affinity context): a branch anywhere else splits it.
+            if strict {
+                return Err(self.refuse(Scope::Transaction, p));
+            }
         }
         let placement = self.inner.config.transaction.placement;
+        if strict && placement == Placement::Rendezvous {
+            return self.place_settled(topo, gtrid);
+        }
         self.place(topo, Scope::Transaction, placement, hash::hash_bytes(gtrid), |_| true)
+    }
+
+    /// Strict rendezvous placement that processes agree on even while a FAN
+    /// event or an operator's call has reached some of them and not others:
+    /// a node's change is acted on only once it is older than
+    /// `transaction.settle`. The first node in rank that has not settled
+    /// into refusing new work decides: settled and taking work, it gets the
+    /// gtrid; changed recently either way, the gtrid is refused (a process
+    /// that has not seen the change yet would place it there).
+    fn place_settled(&self, topo: &Topology, gtrid: &[u8]) -> Result<(NodeId, RouteKind)> {
+        let settle = self.inner.config.transaction.settle_ms;
+        let h = hash::hash_bytes(gtrid);
+        let owner =
+            rendezvous::owner(&topo.live, h, Weights::Static, |n| n.accepts_new() || !n.new_work_settled(settle));
+        match owner {
+            Some(n) if n.accepts_new() && n.new_work_settled(settle) => Ok((n.id(), RouteKind::Placed)),
+            Some(n) => {
+                self.refuse(Scope::Transaction, n);
+                Err(Error::StrictSettling {
+                    node: n.name().to_string(),
+                    state: n.state(),
+                    since_ms: n.new_work_changed_ago_ms(),
+                    settle_ms: settle,
+                })
+            }
+            // Every node has refused new work for long enough: the panic policy.
+            None => self.place_rendezvous(topo, Scope::Transaction, h, |_| true),
+        }
     }
 
     /// Where new work of an existing transaction goes when the host asks

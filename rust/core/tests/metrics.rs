@@ -107,3 +107,26 @@ fn the_topology_fingerprint_changes_with_the_routing_view_and_agrees_across_proc
     assert!(p.metrics().to_json().contains(&format!(r#""fingerprint":"{f2}""#)));
     assert!(p.metrics().to_prometheus().contains(&format!("fingerprint=\"{f2}\"")));
 }
+
+#[test]
+fn a_failed_partition_map_load_is_counted_and_its_message_stays_valid_json() {
+    let c = cluster("nodes = A, B\ndata.partitions = 8");
+    c.replace_partition_map(&[(1, "B")], "table").unwrap();
+    let epoch = c.partition_map_epoch();
+    c.partition_map_load_failed("table", "relation \"partmap\"\ndoes not exist\t\u{1}").unwrap();
+    c.partition_map_load_failed("table", &"x".repeat(2000)).unwrap();
+    assert_eq!(
+        c.partition_map_load_failed("bad source", "x").unwrap_err().kind(),
+        racaffinity::ErrorKind::InvalidArgument
+    );
+    assert_eq!(c.partition_map_epoch(), epoch, "a failed load changes no map");
+    assert_eq!(c.partition_owner(1).map(|n| c.node_name(n).unwrap()).unwrap(), "B");
+    let m = c.metrics();
+    assert_eq!(m.partition_map_load_failures, 2);
+    assert!(m.partition_map_last_error.as_deref().unwrap().len() <= 512);
+    c.partition_map_load_failed("table", "relation \"partmap\"\ndoes not exist\t\u{1}").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&c.metrics().to_json()).expect("valid JSON");
+    assert_eq!(v["partition_map"]["load_failures"], 3);
+    assert_eq!(v["partition_map"]["last_error"], "table: relation \"partmap\"\ndoes not exist\t\u{1}");
+    assert!(c.metrics().to_prometheus().contains("racaffinity_partition_map_load_failures_total{cluster=\""));
+}

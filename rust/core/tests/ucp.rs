@@ -120,3 +120,19 @@ fn a_session_context_is_released_by_the_instance_withdrawing_affinity() {
     assert_eq!(c.context_pinned_node(key), None, "aff=FALSE released the web-session context");
     assert_eq!(c.context_pinned_node(tx_placed.0), Some(placed.node), "a transaction context stays");
 }
+
+#[test]
+fn a_node_read_after_its_drain_timeout_says_down_without_any_route_first() {
+    // Operators, metrics and health checks read the state with no routing in
+    // between; they must not see Draining after the timeout ended.
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock("nodes = A, B, C", &clock);
+    let b = c.node_by_name("B").unwrap().id();
+    c.apply_event(DRAIN).unwrap();
+    clock.advance_ms(30_000);
+    let node = c.node(b).unwrap();
+    assert_eq!((node.state(), node.down_cause()), (NodeState::Down, DownCause::Event));
+    let m = c.metrics();
+    let nb = m.nodes.iter().find(|n| n.name == "B").unwrap();
+    assert_eq!(nb.state, NodeState::Down, "metrics after the drain timeout");
+}

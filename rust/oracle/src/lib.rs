@@ -156,7 +156,7 @@ pub use error::Error;
 pub use oracle_pools::{
     is_instance_gone_error, oracle_code, outcome_of, OracleError, OracleNodePools, OracleNodePoolsBuilder, OraclePool,
 };
-pub use pools::{NodePool, NodePools, PooledConnection};
+pub use pools::{LoadError, NodePool, NodePools, PartitionMap, PooledConnection};
 
 /// Re-export of the core crate, so users need one dependency.
 pub use racaffinity;

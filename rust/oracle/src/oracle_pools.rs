@@ -120,6 +120,18 @@ impl NodePool for OraclePool {
     fn is_node_failure(err: &oracle::Error) -> bool {
         is_instance_gone_error(err)
     }
+
+    /// Drops the session from the pool instead of keeping it idle (its
+    /// instance is draining or down). Idle sessions are left to the Oracle
+    /// pool itself, which closes those of an instance FAN reports down when
+    /// the pool runs in events mode.
+    fn retire(&self, conn: oracle::Connection) {
+        if conn.close_with_mode(oracle::conn::CloseMode::Drop).is_err() {
+            // Open statements or LOBs: dropping returns it; the pool's own
+            // health checks catch a dead session on its next use.
+            drop(conn);
+        }
+    }
 }
 
 impl fmt::Debug for OraclePool {

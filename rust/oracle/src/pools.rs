@@ -3,6 +3,8 @@
 use std::cell::Cell;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use racaffinity::{
     Cluster, ContextKey, DataKey, EventEffect, Lease, NodeId, NodeState, Outcome, Route, RouteKind, Scope, StateChange,
@@ -50,6 +52,20 @@ pub trait NodePool: Send + Sync {
     /// work (bad SQL, a constraint, bad credentials). Node failures are reported to
     /// the cluster as [`Outcome::Failed`] and feed passive ejection.
     fn is_node_failure(err: &Self::Error) -> bool;
+
+    /// Closes the pool's idle connections: its node is draining (planned
+    /// maintenance) or down, and should hold none of ours when the drain
+    /// ends. Called by [`NodePools::apply_event`] and [`NodePools::maintain`].
+    /// The default does nothing, for pools that cannot; their idle
+    /// connections then retire as they are next used and returned.
+    fn close_idle(&self) {}
+
+    /// Closes `conn` instead of returning it to the pool: its node is not
+    /// taking new work. The default drops it (which, for pools whose
+    /// connections go back on drop, returns it; override to really close).
+    fn retire(&self, conn: Self::Connection) {
+        drop(conn);
+    }
 }
 
 /// One pool per node of a [`Cluster`], handing out connections to the node the
@@ -83,6 +99,23 @@ pub struct NodePools<P> {
     cluster: Cluster,
     /// Indexed by `NodeId.0`; `None` for ids that had no live node at construction.
     pools: Vec<Option<P>>,
+    loader: Option<MapLoader>,
+}
+
+/// What a partition-map loader returns: partition → instance name.
+pub type PartitionMap = Vec<(u32, String)>;
+
+/// A loader's failure (any error type the application's query gives).
+pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
+
+type LoadFn = Box<dyn Fn() -> Result<PartitionMap, LoadError> + Send + Sync>;
+
+/// The application's partition-map loader and when it runs next.
+struct MapLoader {
+    source: String,
+    period: Duration,
+    load: LoadFn,
+    next: Mutex<Instant>,
 }
 
 /// Shows the cluster and how many pools there are (pools need not be `Debug`).
@@ -91,6 +124,7 @@ impl<P> fmt::Debug for NodePools<P> {
         f.debug_struct("NodePools")
             .field("cluster", &self.cluster)
             .field("pools", &self.pools.iter().filter(|p| p.is_some()).count())
+            .field("loader", &self.loader.as_ref().map(|l| (&l.source, l.period)))
             .finish()
     }
 }
@@ -168,7 +202,7 @@ impl<P: NodePool> NodePools<P> {
         for (id, pool) in ids.into_iter().zip(pools) {
             slots[id.0 as usize] = Some(pool);
         }
-        Ok(NodePools { cluster, pools: slots })
+        Ok(NodePools { cluster, pools: slots, loader: None })
     }
 
     /// The cluster (for transaction bookkeeping, metrics, node states, …).
@@ -334,7 +368,95 @@ impl<P: NodePool> NodePools<P> {
     /// The core's typed errors (`EventParse`, `UnknownNode`, `ForeignEvent`); an
     /// erroneous line changes nothing.
     pub fn apply_event(&self, line: &str) -> racaffinity::Result<EventEffect> {
-        self.cluster.apply_event(line)
+        let effect = self.cluster.apply_event(line)?;
+        if !effect.changes.is_empty() {
+            self.close_idle_of_unusable();
+            // UCP re-syncs the partition topology after an HA event.
+            if self.loader.is_some() {
+                let _ = self.reload_partition_map();
+            }
+        }
+        Ok(effect)
+    }
+
+    /// Installs the application's partition-map loader (UCP's data-affinity
+    /// topology, kept in sync): `load` returns partition → instance name; the
+    /// whole map replaces the cluster's explicit map in one step
+    /// ([`Cluster::replace_partition_map`], source `source`). It runs now,
+    /// after every FAN event that changed a node's state, and from
+    /// [`NodePools::maintain`] once `period` has passed since the last run.
+    ///
+    /// A failing loader (an error, or a map the cluster refuses) keeps the
+    /// last good map and is counted in the metrics
+    /// ([`Cluster::partition_map_load_failed`]); routing never breaks.
+    ///
+    /// # Errors
+    /// The first load's failure (the loader stays installed and runs again),
+    /// or the core's `InvalidArgument` for a source name it refuses (then
+    /// nothing is installed).
+    pub fn set_partition_loader<F>(&mut self, source: &str, period: Duration, load: F) -> Result<u64, LoadError>
+    where
+        F: Fn() -> Result<PartitionMap, LoadError> + Send + Sync + 'static,
+    {
+        // An empty map checks the source name without touching the map.
+        racaffinity::check_partition_map_source(source)?;
+        self.loader = Some(MapLoader {
+            source: source.to_string(),
+            period,
+            load: Box::new(load),
+            next: Mutex::new(Instant::now()),
+        });
+        self.reload_partition_map().expect("a loader is installed")
+    }
+
+    /// Runs the partition-map loader now (None: no loader installed).
+    /// Returns the map's new epoch, or the failure (also counted in the
+    /// metrics; the previous map stays).
+    pub fn reload_partition_map(&self) -> Option<Result<u64, LoadError>> {
+        let l = self.loader.as_ref()?;
+        *l.next.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now() + l.period;
+        let result = (l.load)().and_then(|map| {
+            let entries: Vec<(u32, &str)> = map.iter().map(|(p, n)| (*p, n.as_str())).collect();
+            self.cluster.replace_partition_map(&entries, &l.source).map_err(LoadError::from)
+        });
+        if let Err(e) = &result {
+            // Drivers put the server's message in the source chain
+            // (`postgres::Error` shows only "db error").
+            let mut text = e.to_string();
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                text.push_str(": ");
+                text.push_str(&c.to_string());
+                cause = c.source();
+            }
+            // The source passed the same check when the loader was installed.
+            let _ = self.cluster.partition_map_load_failed(&l.source, &text);
+        }
+        Some(result)
+    }
+
+    /// Upkeep the host calls periodically from a thread of its own (the
+    /// core and the pools run none), next to [`NodePools::heartbeat_once`]:
+    /// closes idle connections of nodes that take no new work (an
+    /// operator's drain, an ejection) and runs the partition-map loader when
+    /// its period has passed. Returns the loader's result if it ran.
+    pub fn maintain(&self) -> Option<Result<u64, LoadError>> {
+        self.close_idle_of_unusable();
+        let due =
+            self.loader.as_ref().is_some_and(|l| Instant::now() >= *l.next.lock().unwrap_or_else(|p| p.into_inner()));
+        if due {
+            self.reload_partition_map()
+        } else {
+            None
+        }
+    }
+
+    fn close_idle_of_unusable(&self) {
+        for (id, pool) in self.pools() {
+            if self.cluster.node(id).is_some_and(|n| n.is_removed() || n.state() != NodeState::Up) {
+                pool.close_idle();
+            }
+        }
     }
 
     /// Probes every node once with `probe` and reports each result
@@ -464,8 +586,17 @@ impl<P: NodePool> DerefMut for PooledConnection<'_, P> {
 
 impl<P: NodePool> Drop for PooledConnection<'_, P> {
     fn drop(&mut self) {
-        // Back to the pool first, so the node's in-flight count never undercounts.
-        drop(self.conn.take());
+        // Back to the pool first, so the node's in-flight count never
+        // undercounts; a node that takes no new work (draining, down) gets
+        // its connection closed instead, so a drain ends with none of ours.
+        if let Some(conn) = self.conn.take() {
+            let node = self.node();
+            let keep = self.pools.cluster.node(node).is_some_and(|n| !n.is_removed() && n.state() == NodeState::Up);
+            match self.pools.pool(node) {
+                Some(pool) if !keep => pool.retire(conn),
+                _ => drop(conn),
+            }
+        }
         if let Some(lease) = self.lease.take() {
             lease.release(self.outcome.get());
         }

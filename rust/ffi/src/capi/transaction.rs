@@ -22,7 +22,10 @@ pub unsafe extern "C" fn racaffinity_tx_begin(
 }
 
 /// Like `racaffinity_tx_begin`, but a *new* gtrid is placed on `preferred`
-/// (e.g. the thread's pinned node) when that node accepts new work.
+/// (e.g. the thread's pinned node, or the node where the transaction
+/// manager placed it) when that node accepts new work. Otherwise strict
+/// transaction mode refuses with `STRICT_AFFINITY` (a branch elsewhere would
+/// split the transaction) and soft mode places it as `racaffinity_tx_begin`.
 ///
 /// # Safety
 /// `gtrid` must be valid for `len` bytes; `out` NULL or writable.

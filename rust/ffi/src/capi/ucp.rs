@@ -38,6 +38,27 @@ pub unsafe extern "C" fn racaffinity_context_pin_for(
     })
 }
 
+/// Records that the host's partition-map loader `source` failed with
+/// `error` (free text, e.g. the failed query's message): the map in force
+/// stays, and the metrics count the failure and keep the last message
+/// (`partition_map.load_failures` / `last_error`). INVALID_ARGUMENT for a
+/// source `racaffinity_partition_map_replace` would refuse.
+///
+/// # Safety
+/// `source` and `error` NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_partition_map_load_failed(
+    cluster: *const racaffinity_cluster,
+    source: *const c_char,
+    error: *const c_char,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (source, error) = unsafe { (str_arg(source, "source")?, str_arg(error, "error")?) };
+        handle::with(cluster, |c| Ok(c.partition_map_load_failed(source, error)?))
+    })
+}
+
 /// Replaces the whole explicit partition → node map in one step: entry `i`
 /// maps `partitions[i]` to the node named `nodes[i]`. Routes see the old map
 /// or the new one, never a mix; partitions left out fall back to placement.

@@ -240,7 +240,8 @@ pub extern "system" fn Java_io_racaffinity_Native_txBegin<'l>(
 }
 
 /// `long txBeginOn(long handle, byte[] gtrid, int preferred)`: a new gtrid
-/// is placed on `preferred` when that node accepts new work.
+/// is placed on `preferred` when that node accepts new work (else strict
+/// refuses, soft places as `txBegin`).
 #[no_mangle]
 pub extern "system" fn Java_io_racaffinity_Native_txBeginOn<'l>(
     mut env: EnvUnowned<'l>,

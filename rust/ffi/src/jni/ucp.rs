@@ -77,3 +77,20 @@ pub extern "system" fn Java_io_racaffinity_Native_partitionMapReplace<'l>(
         Ok(epoch.min(i64::MAX as u64) as jlong)
     })
 }
+
+/// `void partitionMapLoadFailed(long handle, String source, String error)`:
+/// the host's loader failed; the map stays and the metrics count it.
+#[no_mangle]
+pub extern "system" fn Java_io_racaffinity_Native_partitionMapLoadFailed<'l>(
+    mut env: EnvUnowned<'l>,
+    _c: JClass<'l>,
+    h: jlong,
+    source: JString<'l>,
+    error: JString<'l>,
+) {
+    run(&mut env, |env| {
+        let source = string(env, &source, "source")?;
+        let error = string(env, &error, "error")?;
+        with_cluster(h, |c| Ok(c.partition_map_load_failed(&source, &error)?))
+    })
+}

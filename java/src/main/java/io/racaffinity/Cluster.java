@@ -297,6 +297,20 @@ public final class Cluster implements AutoCloseable {
         return Native.partitionMapReplace(handle, partitions, nodes, Objects.requireNonNull(source, "source"));
     }
 
+    /**
+     * Records that the application's partition-map loader failed: the map in
+     * force stays, and the metrics count the failure and keep its message
+     * ({@code partition_map.load_failures}, {@code last_error}).
+     *
+     * @param source the loader's name, as given to {@link #replacePartitionMap}
+     * @param error what went wrong (free text, e.g. the failed query's message)
+     * @throws InvalidArgumentException for a source {@link #replacePartitionMap} would refuse
+     */
+    public void partitionMapLoadFailed(String source, String error) {
+        Native.partitionMapLoadFailed(handle, Objects.requireNonNull(source, "source"),
+                Objects.requireNonNull(error, "error"));
+    }
+
     /** @return whether the nodes are independent databases or instances of one ({@code recovery.scope}) */
     public RecoveryScope recoveryScope() {
         return Native.recoveryIsDatabase(handle) ? RecoveryScope.DATABASE : RecoveryScope.NODE;
@@ -555,7 +569,10 @@ public final class Cluster implements AutoCloseable {
 
     /**
      * Like {@link #txBegin(byte[])}, but a new gtrid is placed on {@code preferred}
-     * (for example the thread's pinned node) when that node accepts new work.
+     * (for example the thread's pinned node, or where the transaction manager placed
+     * it) when that node accepts new work. Otherwise strict transaction mode refuses
+     * with {@link StrictAffinityException} (a branch elsewhere would split the
+     * transaction) and soft mode places the gtrid as {@link #txBegin(byte[])} does.
      *
      * @param gtrid the gtrid
      * @param preferred preferred node id

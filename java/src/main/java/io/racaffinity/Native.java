@@ -51,6 +51,8 @@ final class Native {
 
     static native long partitionMapReplace(long h, int[] partitions, String[] nodes, String source);
 
+    static native void partitionMapLoadFailed(long h, String source, String error);
+
     static native boolean recoveryIsDatabase(long h);
 
     // seed 001: session routing data carried in the session id (jni/token.rs)

@@ -25,6 +25,14 @@ class UcpClusterTest {
             assertEquals("B", c.nodeName(c.partitionOwner(1)));
             assertTrue(c.metricsJson().contains("\"partition_map\":{\"epoch\":1,\"source\":\"loader:test\""),
                     c.metricsJson());
+            // A loader's failure keeps the map and is counted, its message escaped.
+            c.partitionMapLoadFailed("loader:test", "relation \"pm\" does not exist");
+            assertThrows(InvalidArgumentException.class, () -> c.partitionMapLoadFailed("bad source!", "x"));
+            assertThrows(InvalidArgumentException.class, () -> c.partitionMapLoadFailed("loader:test", "\uD800"));
+            assertEquals("B", c.nodeName(c.partitionOwner(1)));
+            assertTrue(c.metricsJson().contains(
+                    "\"load_failures\":1,\"last_error\":\"loader:test: relation \\\"pm\\\" does not exist\""),
+                    c.metricsJson());
         }
     }
 

@@ -152,7 +152,12 @@ final class PoolMaintenance implements AutoCloseable {
         if (savedMinIdle[node] < 0) {
             savedMinIdle[node] = Math.max(0, Hikari.setMinimumIdle(ds, 0));
         }
-        Hikari.softEvict(ds);
+        // Work pinned to the node goes on during the drain and may need a new
+        // connection: evicting while it waits would close that connection
+        // before the handoff, round after round, and starve it.
+        if (Hikari.threadsAwaiting(ds) == 0) {
+            Hikari.softEvict(ds);
+        }
     }
 
     /** Loads and applies the map; a failure keeps the last good one. */
@@ -172,6 +177,8 @@ final class PoolMaintenance implements AutoCloseable {
             // The error first: whoever sees the count go up finds its error.
             lastError = e.getClass().getName() + ": " + e.getMessage();
             failures.incrementAndGet();
+            // In the core's metrics too (JSON, Prometheus, JMX), next to the map's epoch.
+            cluster.partitionMapLoadFailed(SOURCE, lastError);
             LOG.log(Level.WARNING, "AffinityDataSource " + cluster.name() + ": partition map load failed (" + why
                     + "), keeping the last good map: " + lastError);
             return false;
@@ -219,6 +226,13 @@ final class PoolMaintenance implements AutoCloseable {
             call(ds, "getHikariPoolMXBean", "com.zaxxer.hikari.HikariPoolMXBean", "softEvictConnections",
                     new Class<?>[0]);
             return true;
+        }
+
+        /** {@code getThreadsAwaitingConnection()}, 0 if not a Hikari pool. */
+        static int threadsAwaiting(DataSource ds) {
+            Object n = call(ds, "getHikariPoolMXBean", "com.zaxxer.hikari.HikariPoolMXBean",
+                    "getThreadsAwaitingConnection", new Class<?>[0]);
+            return n instanceof Integer ? (Integer) n : 0;
         }
 
         /** Sets {@code minimumIdle} at runtime; returns the old value, or -1 if not a Hikari pool. */

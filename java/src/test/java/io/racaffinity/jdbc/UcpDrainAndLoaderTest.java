@@ -223,6 +223,10 @@ class UcpDrainAndLoaderTest {
                 broken.set(true);
                 assertTrue(await(Duration.ofSeconds(5), () -> ds.getPartitionMapLoadFailures() > fails));
                 assertTrue(ds.getPartitionMapLoadError().contains("map table unreachable"));
+                // The core's metrics (JSON, Prometheus, JMX) show it too.
+                String json = ds.getCluster().metricsJson();
+                assertFalse(json.contains("\"load_failures\":0,"), json);
+                assertTrue(json.contains("map table unreachable"), json);
                 assertTrue(allOnOwner.getAsBoolean());
                 broken.set(false);
                 assertTrue(await(Duration.ofSeconds(5), () -> ds.getPartitionMapLoadError() == null));

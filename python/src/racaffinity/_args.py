@@ -1,0 +1,72 @@
+"""Argument conversion for calls into libracaffinity: a TypeError for a
+wrong type, the library's typed errors for a bad value."""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+from ._errors import InvalidArgumentError, InvalidUtf8Error, KeyOverflowError
+
+__all__ = ["BytesLike", "DataKey", "I64_MIN", "I64_MAX", "U32_MAX", "bytes_arg", "cstr", "bool_arg", "enum_arg"]
+
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
+U32_MAX = (1 << 32) - 1
+
+BytesLike = Union[bytes, bytearray, memoryview, str]
+"""A gtrid or session key: bytes as given, a str as its UTF-8 bytes."""
+DataKey = Union[bytes, bytearray, memoryview, str, int]
+"""A data key: bytes, a str (UTF-8) or an int (i64)."""
+
+
+def bytes_arg(v: Any, what: str) -> bytes:
+    t = type(v)
+    if t is bytes:
+        return v
+    if t is str or isinstance(v, str):
+        try:
+            return v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}", 3) from None
+    if isinstance(v, (bytearray, memoryview)):
+        return bytes(v)
+    raise TypeError(f"{what} must be bytes or str, not {type(v).__name__}")
+
+
+def cstr(v: Any, what: str) -> bytes:
+    """A NUL-terminated string argument: str (encoded as UTF-8) or bytes
+    (passed as is; the library checks UTF-8). NUL inside is refused rather
+    than silently truncating the text."""
+    if isinstance(v, str):
+        try:
+            b = v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}", 3) from None
+    elif isinstance(v, (bytes, bytearray, memoryview)):
+        b = bytes(v)
+    else:
+        raise TypeError(f"{what} must be str or bytes, not {type(v).__name__}")
+    if b"\0" in b:
+        raise InvalidArgumentError(f"{what} contains a NUL character", 4)
+    return b
+
+
+def bool_arg(v: Any, what: str) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError(f"{what} must be a bool, not {type(v).__name__}")
+    return v
+
+
+def enum_arg(v: Any, enum_cls: Any, what: str) -> int:
+    if isinstance(v, enum_cls):
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(enum_cls[v.upper()])
+        except KeyError:
+            names = ", ".join(m.name.lower() for m in enum_cls)
+            raise InvalidArgumentError(f"{what}: {v!r} is not one of {names}", 4) from None
+    if isinstance(v, int) and not isinstance(v, bool):
+        if not 0 <= v <= U32_MAX:
+            raise KeyOverflowError(f"{what}: {v} is out of range", 4)
+        return v  # the library checks the range and answers INVALID_ARGUMENT
+    raise TypeError(f"{what} must be a {enum_cls.__name__} or its name, not {type(v).__name__}")

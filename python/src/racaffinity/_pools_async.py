@@ -1,0 +1,488 @@
+"""Node pools over psycopg_pool: `AsyncNodePools`, the one source of the
+pools' logic. `_pools_sync.py` is generated from `_pools_async.py` by
+`tools/async_to_sync.py` (`make lint` fails when it is out of date), as
+psycopg_pool does: edit `_pools_async.py`, then run the tool. Blocks under
+`if _ASYNC:` exist only in the async pools, their `else:` only in the sync
+ones."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import time
+import weakref
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+import psycopg
+import psycopg_pool
+
+from ._acompat import AEvent, ALock, acancel, ais_alive, ajoin, aspawn, await_all, await_event
+from ._args import BytesLike, DataKey
+from ._cluster import Cluster
+from ._errors import ConfigError
+from ._failures import is_node_failure
+from ._pools_base import FAILED, NEUTRAL, OK, Base, pool_kwargs
+from ._routes import lease_release
+from ._ucp import PartitionMapLoader
+from .tpc import GlobalTransaction, RecoveryReport, recover_all
+
+_ASYNC = True
+
+__all__ = ["AsyncNodePools"]
+
+log = logging.getLogger("racaffinity.pools")
+
+LOADER_SOURCE = "loader"
+
+
+class _AsyncConnection:
+    """`async with pools.connection() as conn:` — what psycopg_pool's
+    `connection()` does (getconn; the connection's own context: commit on
+    success, rollback on error; putconn), without its generator context
+    manager and its `usage_ms` statistic, inside a lease released OK, or
+    FAILED on a node failure (`is_node_failure`), else NEUTRAL."""
+
+    __slots__ = ("_pools", "_key", "_session", "_timeout", "_buf", "_pool", "_conn")
+
+    def __init__(self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float]) -> None:
+        self._pools = pools
+        self._key = key
+        self._session = session
+        self._timeout = timeout
+
+    async def __aenter__(self) -> psycopg.AsyncConnection:
+        buf, pool = self._pools._acquire(self._key, self._session)
+        since = time.monotonic()
+        try:
+            try:
+                conn = await pool.getconn(self._timeout)
+            except psycopg_pool.PoolClosed:
+                # A planned drain retired this node's pool meanwhile: its successor serves.
+                current = self._pools._by_id[buf.node]
+                if current is pool or current is None or self._pools._closed:
+                    raise
+                pool = current
+                conn = await pool.getconn(self._timeout)
+        except BaseException as e:
+            failed = is_node_failure(e, pool, waited_since=since)
+            lease_release(self._pools._h, buf, FAILED if failed else NEUTRAL)
+            raise
+        self._buf, self._pool, self._conn = buf, pool, conn
+        return await conn.__aenter__()
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        pool = self._pool
+        outcome = OK if et is None else (FAILED if is_node_failure(ev, pool) else NEUTRAL)
+        try:
+            await self._conn.__aexit__(et, ev, tb)
+        except BaseException as e:
+            if outcome == OK:
+                outcome = FAILED if is_node_failure(e, pool) else NEUTRAL
+            raise
+        finally:
+            try:
+                await pool.putconn(self._conn)
+            finally:
+                lease_release(self._pools._h, self._buf, outcome)
+
+
+class AsyncNodePools(Base):
+    """One `psycopg_pool.AsyncConnectionPool` per node.
+
+    `dsns` maps every node name of `cluster` to its libpq connection string;
+    `connect_kwargs` go to every connection (e.g. `{"password": ...}`), other
+    keyword arguments to every pool (`min_size`, `max_size`, `timeout`, …).
+    With `heartbeat=True` every node is probed each `heartbeat_interval`
+    seconds (default: the cluster's `heartbeat.interval`) with `SELECT 1` on
+    a dedicated probe connection, within `probe_timeout`, and each result is
+    reported. `affinity_callback` is UCP's connection affinity callback (four
+    methods in snake_case); `partition_map_loader` returns the whole
+    partition -> instance map, loaded at open, after each HA event and every
+    `partition_map_reload` seconds. Close the pools (or use them as a context
+    manager) to stop the heartbeat and the upkeep and close every pool.
+
+    Open them in a running loop: `async with AsyncNodePools(...) as pools:`
+    or `await pools.open()`; the heartbeat and the upkeep are asyncio tasks,
+    and pins and transactions follow the asyncio task's context."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        dsns: Mapping[str, str],
+        *,
+        heartbeat: bool = False,
+        heartbeat_interval: Optional[float] = None,
+        probe_timeout: Optional[float] = None,
+        connect_kwargs: Optional[Mapping[str, Any]] = None,
+        min_size: int = 1,
+        max_size: Optional[int] = None,
+        timeout: float = 30.0,
+        affinity_callback: Any = None,
+        partition_map_loader: Optional[PartitionMapLoader] = None,
+        partition_map_reload: Optional[float] = None,
+        upkeep_interval: float = 0.2,
+        **pool_kwargs: Any,
+    ) -> None:
+        super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
+        self.timeout = timeout
+        self._set_callback(affinity_callback)
+        self._heartbeat: Optional[_AsyncHeartbeat] = None
+        self._upkeep: Optional[_AsyncUpkeep] = None
+        self._opened = False
+        if not upkeep_interval > 0:
+            raise ValueError("upkeep_interval must be > 0")
+        if partition_map_reload is not None and not partition_map_reload > 0:
+            raise ValueError("partition_map_reload must be > 0 (or None: at start and after HA events only)")
+        self._pool_args = (min_size, max_size, timeout, dict(pool_kwargs))
+        self._upkeep_args = (upkeep_interval, partition_map_loader, partition_map_reload)
+        for node in self._dsns:
+            self._by_id[node] = self._new_pool(node, min_size, False)
+        if not _ASYNC:
+            # The sync pools are open once constructed (their API since 0.1).
+            try:
+                self.open()
+            except BaseException:
+                self.close()
+                raise
+
+    def _new_pool(self, node: int, min_size: int, draining: bool) -> Any:
+        """A node's pool, not opened yet."""
+        name, dsn = self._dsns[node]
+        first_min, max_size, timeout, extra_kwargs = self._pool_args
+        extra, attempts = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs, psycopg.AsyncConnection)
+        pool = psycopg_pool.AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size if max_size is not None or min_size > 0 else max(1, first_min),
+            timeout=timeout,
+            name=f"racaffinity-{name}",
+            open=False,
+            **extra,
+        )
+        pool._racaffinity_connects = attempts  # read by _failures.is_node_failure
+        pool._racaffinity_draining = draining
+        return pool
+
+    async def open(self) -> None:
+        """Opens every pool, loads the partition map (with a loader) and
+        starts the upkeep and the heartbeat. Idempotent."""
+        if self._opened:
+            return
+        self._opened = True
+        for pool in self._by_id:
+            if pool is not None:
+                await pool.open(wait=False)
+        interval, loader, reload_interval = self._upkeep_args
+        self._upkeep = _AsyncUpkeep(self, interval, loader, reload_interval)
+        if loader is not None:
+            await self._upkeep.reload("start")
+        self._upkeep.start()
+        if self._heartbeat_on:
+            self._heartbeat = _AsyncHeartbeat(self)
+            self._heartbeat.start()
+
+    # -- seed 002 (UCP): planned drains, the partition-map loader ------------------
+
+    async def _drain_node(self, node: int) -> None:
+        """A Draining node's pool: idle connections close now, busy ones when
+        returned (the pool is retired: psycopg_pool closes a connection put
+        back into a closed pool), and its successor keeps no idle connection
+        while the node drains."""
+        pool = self._by_id[node]
+        if pool is None or self._closed:
+            return
+        if pool._racaffinity_draining and pool.get_stats().get("pool_available", 0) == 0:
+            return
+        successor = self._new_pool(node, 0, True)
+        await successor.open(wait=False)
+        self._by_id[node] = successor
+        await pool.close(timeout=1.0)
+
+    async def _undrain_node(self, node: int) -> None:
+        """The node is Up again: its pool grows back to `min_size`."""
+        pool = self._by_id[node]
+        min_size, max_size = self._pool_args[0], self._pool_args[1]
+        if pool is not None and getattr(pool, "_racaffinity_draining", False) and not self._closed:
+            await pool.resize(min_size, pool.max_size if max_size is None else max_size)
+            pool._racaffinity_draining = False
+
+    async def apply_event(self, line: Union[str, bytes]) -> int:
+        """`cluster.apply_event(line)`, then pool upkeep at once: a planned
+        drain (`reason=USER`, `drain_timeout=`) starts draining the node's
+        pool, and the partition-map loader reloads after a state change."""
+        changed = self.cluster.apply_event(line)
+        if self._upkeep is not None:
+            await self._upkeep.round()
+        return changed
+
+    async def reload_partition_map(self) -> bool:
+        """Reloads the partition map from the loader now; False if the load
+        failed (the last good map stays)."""
+        if self._upkeep_args[1] is None:
+            raise ConfigError("these pools have no partition_map_loader")
+        if self._upkeep is None:
+            raise ConfigError("these pools are not open")
+        return await self._upkeep.reload("reload_partition_map()")
+
+    @property
+    def partition_map_loads(self) -> Tuple[int, int, Optional[str]]:
+        """(successful loads, failed loads, the last load's error or None)."""
+        u = self._upkeep
+        return (u.loads, u.load_failures, u.load_error) if u is not None else (0, 0, None)
+
+    # -- connections, two-phase commit ----------------------------------------------
+
+    def connection(
+        self, *, key: Optional[DataKey] = None, session: Optional[BytesLike] = None, timeout: Optional[float] = None
+    ) -> _AsyncConnection:
+        """A connection from the node the core routes to (the order:
+        transaction, session/key argument, session scope, pin, load
+        balancing), as an async context manager."""
+        return _AsyncConnection(self, key, session, timeout)
+
+    def global_transaction(self, gtrid: str, **kwargs: Any) -> GlobalTransaction:
+        """A two-phase (XA-style) transaction over psycopg's tpc_* API; see
+        `racaffinity.tpc.GlobalTransaction` (sync pools only)."""
+        return GlobalTransaction(self, gtrid, **kwargs)
+
+    def recover_all(self, action: str = "rollback", **kwargs: Any) -> RecoveryReport:
+        """Resolves every in-doubt branch on every node; see
+        `racaffinity.tpc.recover_all` (sync pools only)."""
+        return recover_all(self, action, **kwargs)
+
+    # -- heartbeat and lifecycle ----------------------------------------------------
+
+    async def check_heartbeat(self) -> None:
+        """Runs one heartbeat round now (probes every node and reports)."""
+        hb = self._heartbeat or _AsyncHeartbeat(self)
+        await hb.tick()
+        if self._heartbeat is None:
+            await hb.close_probes()
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Stops the heartbeat and the upkeep and closes every pool; a pool
+        that fails to close is logged and the others are closed all the
+        same. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._heartbeat is not None:
+            await self._heartbeat.stop()
+        if self._upkeep is not None:
+            await self._upkeep.stop()
+        for pool in self._by_id:
+            if pool is not None:
+                try:
+                    await pool.close(timeout=timeout)
+                except Exception:
+                    log.exception("racaffinity: closing a node pool failed")
+
+    async def __aenter__(self) -> AsyncNodePools:
+        await self.open()
+        return self
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        await self.close()
+
+
+class _AsyncHeartbeat:
+    """Probes every node each interval; one probe per node in flight. A probe
+    that has not answered within `probe_timeout` counts as a miss, and so
+    does every round in which it is still stuck."""
+
+    def __init__(self, pools: AsyncNodePools) -> None:
+        self._pools = pools
+        self._halt = AEvent()
+        self._probes: Dict[int, Any] = {}
+        self._results: Dict[int, bool] = {}
+        self._conns: Dict[int, Any] = {}
+        self._runner: Any = None
+
+    def start(self) -> None:
+        self._runner = aspawn(self._run, (), "racaffinity-heartbeat")
+
+    def is_alive(self) -> bool:
+        return self._runner is not None and ais_alive(self._runner)
+
+    async def stop(self) -> None:
+        self._halt.set()
+        if self._runner is not None:
+            await ajoin(self._runner, self._pools.probe_timeout + 2.0)
+        for probe in self._probes.values():
+            acancel(probe)
+
+    async def _run(self) -> None:
+        interval = self._pools.heartbeat_interval
+        nxt = time.monotonic()
+        while not self._halt.is_set():
+            try:
+                await self.tick()
+            except Exception:  # never let the heartbeat die
+                log.exception("racaffinity: heartbeat round failed")
+            nxt += interval
+            now = time.monotonic()
+            if nxt < now:  # fell behind (a slow round): do not burst
+                nxt = now + interval
+            if await await_event(self._halt, nxt - now):
+                break
+        await self.close_probes()
+
+    async def _probe(self, node: int, dsn: str) -> None:
+        ok = False
+        try:
+            conn = self._conns.get(node)
+            if conn is None or conn.closed:
+                kw = dict(self._pools._connect_kwargs)
+                kw.setdefault("connect_timeout", max(2, math.ceil(self._pools.probe_timeout)))
+                conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kw)
+                self._conns[node] = conn
+            await conn.execute("SELECT 1")
+            ok = True
+        except Exception as e:
+            # A node that answers with an error of its own (a missing role, a
+            # wrong password) is alive: only a node failure is a miss.
+            ok = not is_node_failure(e)
+            log.debug("racaffinity: probe of node #%d failed: %s", node, type(e).__name__)
+            conn = self._conns.pop(node, None)
+            if conn is not None:
+                try:
+                    await conn.close()
+                except Exception:
+                    pass
+        self._results[node] = ok
+
+    async def tick(self) -> None:
+        pools = self._pools
+        deadline = time.monotonic() + pools.probe_timeout
+        started = []
+        verdicts: Dict[int, bool] = {}
+        for node, (_name, dsn) in pools._dsns.items():
+            probe = self._probes.get(node)
+            if probe is not None and ais_alive(probe):
+                verdicts[node] = False  # the last probe is still stuck
+                continue
+            self._results.pop(node, None)
+            self._probes[node] = aspawn(self._probe, (node, dsn), f"racaffinity-probe-{node}")
+            started.append(node)
+        await await_all([self._probes[node] for node in started], deadline - time.monotonic())
+        for node in started:
+            verdicts[node] = self._results.get(node, False)
+        for node, ok in verdicts.items():
+            try:
+                pools.cluster.report_probe(node, ok)
+            except Exception as e:  # a closed cluster or a removed node
+                log.debug("racaffinity: report_probe(#%d) failed: %s", node, e)
+
+    async def close_probes(self) -> None:
+        for conn in list(self._conns.values()):
+            try:
+                await conn.close()
+            except Exception:
+                pass
+        self._conns.clear()
+
+
+class _AsyncUpkeep:
+    """The pools' upkeep: follows the node states the core reports and (1)
+    drains the pool of a Draining node (idle connections close at once, busy
+    ones when returned; no new idle connections while it drains), (2)
+    reloads the partition map after each state change (an HA event) and
+    every `reload_interval`. A failing loader keeps the last good map: it is
+    logged and counted (`loads`, `load_failures`, `load_error`)."""
+
+    def __init__(
+        self,
+        pools: AsyncNodePools,
+        interval: float,
+        loader: Optional[PartitionMapLoader],
+        reload_interval: Optional[float],
+    ) -> None:
+        # A weak reference: pools that are dropped without close() can go.
+        self._pools = weakref.proxy(pools)
+        self.interval = interval
+        self.loader = loader
+        self.reload_interval = reload_interval
+        self._wake = AEvent()
+        self._halt = AEvent()
+        self._lock = ALock()
+        # The states at open: an HA event before the first round is a change too.
+        self._last: Dict[int, Any] = {node: pools.cluster.node_state(node) for node, _pool in pools.items()}
+        self._runner: Any = None
+        self.loads = 0
+        self.load_failures = 0
+        self.load_error: Optional[str] = None
+        self._next_reload = time.monotonic() + reload_interval if reload_interval else float("inf")
+
+    def start(self) -> None:
+        self._runner = aspawn(self._run, (), "racaffinity-upkeep")
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        self._halt.set()
+        self._wake.set()
+        if self._runner is not None:
+            await ajoin(self._runner, 5.0)
+
+    async def _run(self) -> None:
+        while not self._halt.is_set():
+            await await_event(self._wake, self.interval)
+            self._wake.clear()
+            if self._halt.is_set():
+                return
+            try:
+                await self.round()
+            except ReferenceError:
+                return
+            except Exception:  # the cluster closed, or a pool call failed: log and go on
+                log.exception("racaffinity: pool upkeep failed")
+
+    async def round(self) -> None:
+        async with self._lock:
+            pools = self._pools
+            c = pools.cluster
+            if c.closed:
+                return
+            changed = False
+            for node, _pool in pools.items():
+                state = c.node_state(node)
+                before = self._last.get(node)
+                if before is not None and before != state:
+                    changed = True
+                    log.info("racaffinity: node %s %s -> %s", c.node_name(node), before.name, state.name)
+                if state.name == "DRAINING" or (state.name == "DOWN" and before is not None and before.name == "DRAINING"):
+                    await pools._drain_node(node)
+                elif state.name == "UP" and before is not None and before.name != "UP":
+                    await pools._undrain_node(node)
+                self._last[node] = state
+            now = time.monotonic()
+            if self.loader is not None and (changed or now >= self._next_reload):
+                await self.reload("HA event" if changed else "period")
+                self._next_reload = now + self.reload_interval if self.reload_interval else float("inf")
+
+    async def reload(self, why: str) -> bool:
+        """Loads and applies the map; a failure keeps the last good one."""
+        assert self.loader is not None
+        try:
+            mapping = self.loader()
+            if _ASYNC:
+                if inspect.isawaitable(mapping):  # an async loader
+                    mapping = await mapping
+            if mapping is None:
+                raise ValueError("the loader returned no map")
+            epoch = self._pools.cluster.replace_partition_map(mapping, LOADER_SOURCE)
+        except ReferenceError:
+            raise
+        except Exception as e:
+            self.load_failures += 1
+            self.load_error = f"{type(e).__name__}: {e}"
+            # In the core's metrics too, next to the map's epoch.
+            self._pools.cluster.partition_map_load_failed(LOADER_SOURCE, self.load_error)
+            log.warning("racaffinity: partition map load failed (%s), keeping the last good map: %s", why, self.load_error)
+            return False
+        self.loads += 1
+        self.load_error = None
+        log.debug("racaffinity: partition map epoch %d loaded (%s, %d entries)", epoch, why, len(mapping))
+        return True

@@ -1,0 +1,289 @@
+"""What the sync and async node pools share (`racaffinity.pools`): the
+routing of a connection to a lease and a node's pool, the pools' arguments,
+the affinity callback and the branches left in doubt."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+from ._args import I64_MAX, I64_MIN, BytesLike, DataKey, bytes_arg
+from ._cluster import Cluster
+from ._errors import ConfigError, KeyOverflowError, UnknownNodeError
+from ._failures import ConnectAttempts
+from ._lib import ffi, lib
+from ._routes import Outcome, context_pick, lease_release, new_
+from ._scopes import SCOPES, PinScope, SessionScope, Transaction, context_call
+from ._ucp import callback_lease
+
+__all__ = ["Base", "pool_kwargs", "OK", "FAILED", "NEUTRAL"]
+
+OK, FAILED, NEUTRAL = int(Outcome.OK), int(Outcome.FAILED), int(Outcome.NEUTRAL)
+
+
+def _span(b: bytes) -> Any:
+    """A `uint8_t[]` view of `b` for a request field (no copy)."""
+    return ffi.from_buffer("uint8_t[]", b)
+
+def _connect_timeout(timeout: Optional[float]) -> int:
+    """libpq's `connect_timeout` (whole seconds, at least 2) for a pool whose
+    `getconn` waits `timeout`: a connect to a node that accepts and never
+    answers must end, or the pool's attempt hangs without limit."""
+    return max(2, math.ceil(timeout)) if timeout else 10
+
+
+def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
+    """A subclass of psycopg's connection class `base` whose `connect` feeds
+    `attempts`, so a pool timeout can tell "cannot reach the node" from
+    "busy" (`racaffinity._failures`)."""
+    if asyncio.iscoroutinefunction(base.connect):
+
+        class _AsyncTracked(base):  # type: ignore[misc, valid-type]
+            @classmethod
+            async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+                token = attempts.started()
+                try:
+                    conn = await super().connect(*args, **kwargs)
+                except BaseException as e:
+                    attempts.finished(token, e)
+                    raise
+                attempts.finished(token, None)
+                return conn
+
+        return _AsyncTracked
+
+    class _Tracked(base):  # type: ignore[misc, valid-type]
+        @classmethod
+        def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            token = attempts.started()
+            try:
+                conn = super().connect(*args, **kwargs)
+            except BaseException as e:
+                attempts.finished(token, e)
+                raise
+            attempts.finished(token, None)
+            return conn
+
+    return _Tracked
+
+
+def pool_kwargs(
+    connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any], base: Any
+) -> Tuple[Dict[str, Any], ConnectAttempts]:
+    """The keyword arguments of one node's pool: the connect arguments (with
+    a bounded `connect_timeout` unless given) and a tracked connection class."""
+    if "kwargs" in pool_kwargs:
+        raise TypeError("pass connection arguments as connect_kwargs=, not kwargs=")
+    kwargs = dict(connect_kwargs)
+    kwargs.setdefault("connect_timeout", _connect_timeout(timeout))
+    attempts = ConnectAttempts()
+    extra = dict(pool_kwargs)
+    extra["connection_class"] = _tracked(extra.pop("connection_class", base), attempts)
+    extra["kwargs"] = kwargs
+    return extra, attempts
+
+
+def _node_dsns(cluster: Cluster, dsns: Mapping[str, str]) -> Dict[int, Tuple[str, str]]:
+    """node id -> (name, dsn); every live node needs one."""
+    if not isinstance(dsns, Mapping):
+        raise TypeError(f"dsns must be a mapping of node name to connection string, not {type(dsns).__name__}")
+    out: Dict[int, Tuple[str, str]] = {}
+    for name, dsn in dsns.items():
+        if not isinstance(dsn, str):
+            raise TypeError(f"the connection string of node {name!r} must be a str")
+        node = cluster.node_id(name)  # UnknownNodeError for a name the cluster lacks
+        out[node] = (cluster.node_name(node), dsn)
+    missing = [n.name for n in cluster.nodes if n.id not in out]
+    if missing:
+        raise ConfigError(f"no connection string for node(s) {', '.join(missing)}", 7)
+    return out
+
+
+class Base:
+    """What the sync and async pools share: routing to a lease."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        dsns: Mapping[str, str],
+        heartbeat: bool,
+        heartbeat_interval: Optional[float],
+        probe_timeout: Optional[float],
+        connect_kwargs: Optional[Mapping[str, Any]],
+    ) -> None:
+        if not isinstance(cluster, Cluster):
+            raise TypeError(f"cluster must be a racaffinity.Cluster, not {type(cluster).__name__}")
+        self.cluster = cluster
+        self._serial = cluster._serial
+        self._h = cluster._h
+        self._dsns = _node_dsns(cluster, dsns)
+        self._connect_kwargs = dict(connect_kwargs or {})
+        size = max(self._dsns) + 1 if self._dsns else 0
+        self._by_id: List[Any] = [None] * size
+        self._heartbeat_on = heartbeat
+        self.heartbeat_interval = float(heartbeat_interval) if heartbeat_interval is not None else cluster.heartbeat_interval
+        if not self.heartbeat_interval > 0:
+            raise ValueError("heartbeat_interval must be > 0")
+        self.probe_timeout = float(probe_timeout) if probe_timeout is not None else min(1.0, self.heartbeat_interval)
+        self._closed = False
+        # The binding's branch map: gtrid -> {xid string: node} of branches a
+        # GlobalTransaction left in doubt (racaffinity.tpc), until a retry or
+        # recover_all resolves them.
+        self._doubt: Dict[str, Dict[str, int]] = {}
+        self._doubt_lock = threading.Lock()
+        # Seed 002 (UCP): the connection affinity callback (racaffinity._ucp).
+        self._callback: Any = None
+
+    def _set_callback(self, cb: Any) -> None:
+        if cb is not None:
+            missing = [
+                m
+                for m in (
+                    "set_affinity_policy",
+                    "get_affinity_policy",
+                    "set_connection_affinity_context",
+                    "get_connection_affinity_context",
+                )
+                if not callable(getattr(cb, m, None))
+            ]
+            if missing:
+                raise TypeError(f"affinity_callback {type(cb).__name__} lacks {', '.join(missing)}")
+        self._callback = cb
+
+    @property
+    def affinity_callback(self) -> Any:
+        """The connection affinity callback (UCP's, in snake_case), or None."""
+        return self._callback
+
+    # -- in-doubt branches (kept for racaffinity.tpc) -----------------------------
+
+    @property
+    def in_doubt(self) -> Dict[str, List[str]]:
+        """gtrid -> Xids (as strings) of the branches this process left in
+        doubt and has not resolved yet."""
+        with self._doubt_lock:
+            return {g: sorted(x) for g, x in self._doubt.items()}
+
+    def _note_in_doubt(self, gtrid: str, node: int, xid: str) -> None:
+        with self._doubt_lock:
+            self._doubt.setdefault(gtrid, {})[xid] = node
+
+    def _forget_in_doubt(self, gtrid: str, xid: Optional[str]) -> None:
+        """Forgets one branch (`xid`) or, with None, the whole gtrid."""
+        with self._doubt_lock:
+            branches = self._doubt.get(gtrid)
+            if branches is None:
+                return
+            if xid is not None:
+                branches.pop(xid, None)
+            if xid is None or not branches:
+                del self._doubt[gtrid]
+
+    def _in_doubt_branches(self) -> Dict[str, Dict[str, int]]:
+        """gtrid -> {xid string: node} (a copy)."""
+        with self._doubt_lock:
+            return {g: dict(x) for g, x in self._doubt.items()}
+
+    def _node_dsn(self, node: int) -> str:
+        return self._dsns[node][1]
+
+    # -- routing ----------------------------------------------------------------
+
+    def _acquire(self, key: Optional[DataKey], session: Optional[BytesLike]) -> Tuple[Any, Any]:
+        """Leases the node for the next connection and returns (lease
+        buffer, that node's pool). Everything the context knows (its
+        transaction, the key or session argument or the context's session,
+        its pin) goes to the core in one `racaffinity_request_pick`, and the
+        core decides which affinity applies (`Cluster::route`).
+
+        The hot path of every connection, so it calls the library directly
+        with a raw `racaffinity_lease` (no `Lease` object); `_Connection`
+        releases it exactly once."""
+        c = self.cluster
+        if key is not None and session is not None:
+            raise TypeError("pass either key= or session=, not both")
+        scopes = SCOPES.get()
+        f = scopes.get(self._serial) if scopes is not None else None
+        cb = self._callback
+        if cb is not None and key is None and session is None and (f is None or f[1] is None):
+            # UCP's connection affinity callback: its context decides (below an
+            # explicit key, session argument or transaction; above scopes).
+            return self._pool_of(callback_lease(self, cb))
+        buf = new_("racaffinity_lease *")
+        if key is None and session is None and (f is None or (f[1] is None and f[2] is None)):
+            # Nothing but (at most) a pin: the one-affinity call, without
+            # building a request (this is the common case, and cffi struct
+            # writes cost more than the routing).
+            context_call(c, context_pick, buf)  # its pin, an auto-pin or balancing
+            return self._pool_of(buf)
+        req = new_("racaffinity_route_request *")
+        keep = []  # the request points into these until the call returns
+        if f is not None and f[1] is not None:
+            gtrid = _span(f[1].gtrid)
+            keep.append(gtrid)
+            req.gtrid, req.gtrid_len = gtrid, len(gtrid)
+        if key is not None:
+            if isinstance(key, int) and not isinstance(key, bool):
+                if not I64_MIN <= key <= I64_MAX:
+                    raise KeyOverflowError(f"int key {key} does not fit in 64 bits", 4)
+                req.key_i64, req.key_is_i64 = key, 1
+            else:
+                k = _span(bytes_arg(key, "key"))
+                keep.append(k)
+                req.key, req.key_len = k, len(k)
+        if session is None and f is not None:
+            session = f[2]
+        if session is not None:
+            s = _span(bytes_arg(session, "session key"))
+            keep.append(s)
+            req.session, req.session_len = s, len(s)
+        if f is not None and f[0] is not None and f[0].active:
+            req.context = f[0].key
+        rc = lib.racaffinity_request_pick(self._h, req, buf)
+        if rc:
+            c._raise(rc)
+        return self._pool_of(buf)
+
+    def _pool_of(self, buf: Any) -> Tuple[Any, Any]:
+        c = self.cluster
+        node = buf.node
+        by_id = self._by_id
+        pool = by_id[node] if node < len(by_id) else None
+        if pool is None:
+            lease_release(self._h, buf, NEUTRAL)
+            raise UnknownNodeError(f"no pool for node {c.node_name(node)}", 8)
+        return buf, pool
+
+    # -- conveniences that delegate to the cluster --------------------------------
+
+    def pin(self) -> PinScope:
+        """`cluster.pin()`: connections inside go to the pinned node."""
+        return self.cluster.pin()
+
+    def transaction(self, gtrid: BytesLike, *, prefer_pinned: bool = False) -> Transaction:
+        """`cluster.transaction(gtrid)`: connections inside go to the gtrid's node."""
+        return self.cluster.transaction(gtrid, prefer_pinned=prefer_pinned)
+
+    def session(self, key: BytesLike) -> SessionScope:
+        """`cluster.session(key)`: connections inside go to the session's node."""
+        return self.cluster.session(key)
+
+    def node_pool(self, node: Union[int, str]) -> Any:
+        """The psycopg_pool pool of a node (by id or name)."""
+        node = self.cluster.node_id(node)
+        pool = self._by_id[node] if node < len(self._by_id) else None
+        if pool is None:
+            raise UnknownNodeError(f"no pool for node #{node}", 8)
+        return pool
+
+    def items(self) -> List[Tuple[int, Any]]:
+        """(node id, pool) for every node with a pool, in id order."""
+        return [(i, p) for i, p in enumerate(self._by_id) if p is not None]
+
+    def __repr__(self) -> str:
+        nodes = ", ".join(f"{name}(#{i})" for i, (name, _dsn) in sorted(self._dsns.items()))
+        hb = f" heartbeat={self.heartbeat_interval:g}s" if self._heartbeat_on else ""
+        state = " closed" if self._closed else ""
+        return f"<racaffinity.pools.{type(self).__name__} [{nodes}]{hb}{state}>"

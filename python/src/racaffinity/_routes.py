@@ -1,0 +1,167 @@
+"""Routes, leases, node states and the enums of the header, plus the
+library calls of the hot path bound once."""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
+
+from ._args import enum_arg
+from ._errors import ClosedError
+from ._lib import ffi, lib
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._cluster import Cluster
+
+__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "Node", "route_of"]
+
+
+class NodeState(enum.IntEnum):
+    """`racaffinity_node_state`."""
+
+    UP = int(lib.RACAFFINITY_NODE_STATE_UP)
+    DRAINING = int(lib.RACAFFINITY_NODE_STATE_DRAINING)
+    DOWN = int(lib.RACAFFINITY_NODE_STATE_DOWN)
+
+
+class RouteKind(enum.IntEnum):
+    """`racaffinity_route_kind`: how a node was chosen."""
+
+    BALANCED = int(lib.RACAFFINITY_ROUTE_KIND_BALANCED)
+    AFFINITY = int(lib.RACAFFINITY_ROUTE_KIND_AFFINITY)
+    PLACED = int(lib.RACAFFINITY_ROUTE_KIND_PLACED)
+    REPINNED = int(lib.RACAFFINITY_ROUTE_KIND_REPINNED)
+    FALLBACK = int(lib.RACAFFINITY_ROUTE_KIND_FALLBACK)
+    PANIC = int(lib.RACAFFINITY_ROUTE_KIND_PANIC)
+
+
+class Outcome(enum.IntEnum):
+    """`racaffinity_outcome`: how a leased unit of work ended."""
+
+    OK = int(lib.RACAFFINITY_OUTCOME_OK)
+    FAILED = int(lib.RACAFFINITY_OUTCOME_FAILED)
+    NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
+
+
+class Scope(enum.IntEnum):
+    """`racaffinity_scope`: an affinity scope with its own strict switch."""
+
+    THREAD = int(lib.RACAFFINITY_SCOPE_THREAD)
+    TRANSACTION = int(lib.RACAFFINITY_SCOPE_TRANSACTION)
+    SESSION = int(lib.RACAFFINITY_SCOPE_SESSION)
+    DATA = int(lib.RACAFFINITY_SCOPE_DATA)
+
+
+# Hot-path lookups: plain tuples and module globals, not Enum(...) calls.
+KINDS = tuple(sorted(RouteKind, key=int))
+STATES = tuple(sorted(NodeState, key=int))
+
+context_pick = lib.racaffinity_context_pick
+lease_release = lib.racaffinity_lease_release
+lease_begin = lib.racaffinity_lease_begin
+new_ = ffi.new
+NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
+PLACED = int(lib.RACAFFINITY_ROUTE_KIND_PLACED)
+
+
+
+class Route:
+    """A routing decision: `node` (dense id in config order), `kind`, and the
+    node's `name`."""
+
+    __slots__ = ("node", "kind", "_cluster")
+
+    def __init__(self, cluster: "Cluster", node: int, kind: RouteKind) -> None:
+        self._cluster = cluster
+        self.node = node
+        self.kind = kind
+
+    @property
+    def name(self) -> str:
+        """The node's (instance) name."""
+        return self._cluster.node_name(self.node)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Route):
+            return (self.node, self.kind) == (other.node, other.kind)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.node, int(self.kind)))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(node={self.node}, name={self._name_or_id()!r}, kind={self.kind.name})"
+
+    def _name_or_id(self) -> str:
+        try:
+            return self.name
+        except Exception:
+            return f"#{self.node}"
+
+
+def route_of(cluster: "Cluster", r: Any) -> Route:
+    return Route(cluster, r.node, KINDS[r.kind])
+
+
+class Lease(Route):
+    """A unit of work in flight on a node. Release it exactly once with an
+    `Outcome` (a second release raises `InvalidLeaseError`). As a context
+    manager it releases OK on a normal exit and NEUTRAL on an exception (the
+    exception says nothing about the node; report node failures with
+    `release(Outcome.FAILED)`). A lease garbage-collected without a release
+    is released NEUTRAL."""
+
+    __slots__ = ("_buf", "_released", "_h")
+
+    def __init__(self, cluster: "Cluster", buf: Any) -> None:
+        self._cluster = cluster
+        self._h = cluster._h
+        self._buf = buf
+        self.node = buf.node
+        self.kind = KINDS[buf.kind]
+        self._released = False
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self, outcome: Union[Outcome, str, int] = Outcome.OK) -> None:
+        """Releases the lease with `outcome`: an `Outcome` or its name
+        (``"ok"``, ``"failed"``, ``"neutral"``)."""
+        if outcome.__class__ is not Outcome:
+            outcome = enum_arg(outcome, Outcome, "outcome")
+        rc = lease_release(self._h, self._buf, outcome)
+        if rc:
+            self._cluster._raise(rc)
+        self._released = True
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if not self._released:
+            try:
+                self.release(Outcome.OK if et is None else Outcome.NEUTRAL)
+            except ClosedError:
+                # The body closed the cluster, and its leases went with it:
+                # quiet, as pin scopes are (and Java's Lease.close()), so the
+                # body's own exception is the one that propagates.
+                self._released = True
+
+    def __del__(self) -> None:
+        # A lease dropped without release would count as in flight forever
+        # (skewing least_outstanding): release it NEUTRAL.
+        if not self._released:
+            try:
+                lease_release(self._h, self._buf, NEUTRAL)
+            except Exception:  # interpreter shutdown
+                pass
+
+
+class Node(NamedTuple):
+    """A live node: id, name and current state."""
+
+    id: int
+    name: str
+    state: NodeState
+

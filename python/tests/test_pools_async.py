@@ -1,0 +1,277 @@
+"""The node pools' behaviours over the 3 local nodes, written once for
+AsyncNodePools; test_pools_sync.py (NodePools) is generated from this file by
+tools/async_to_sync.py, so both APIs pass the same tests: routing on real
+connections, commit/rollback, close() with a failing pool, ejection after a
+real SIGKILL, credentials, a busy pool, a planned drain, the partition-map
+loader and the heartbeat."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections import Counter
+
+import psycopg
+import psycopg_pool
+import pytest
+
+import racaffinity as ra
+from racaffinity.pools import AsyncNodePools, is_node_failure
+
+from conftest import NAMES, fan_line
+
+APP = "racaffinity-pools-suite"
+
+
+async def port_of(conn) -> int:
+    cur = await conn.execute("SELECT inet_server_port()")
+    return (await cur.fetchone())[0]
+
+
+async def port(pools, **kw) -> int:
+    async with pools.connection(**kw) as conn:
+        return await port_of(conn)
+
+
+async def wait_until_async(cond, timeout: float) -> float:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"condition not met within {timeout:.1f}s")
+        await asyncio.sleep(0.02)
+    return time.monotonic() - t0
+
+
+def key_on(c: ra.Cluster, name: str) -> int:
+    return next(k for k in range(10_000) if c.route_key(k).name == name)
+
+
+def server_conns(pg, node: str) -> int:
+    with psycopg.connect(pg.dsn[node], autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (APP,)).fetchone()[0]
+
+
+def new_pools(c, dsns, **kwargs) -> AsyncNodePools:
+    kwargs.setdefault("min_size", 1)
+    kwargs.setdefault("max_size", 4)
+    kwargs.setdefault("timeout", 5.0)
+    return AsyncNodePools(c, dsns, **kwargs)
+
+
+@pytest.fixture
+def restart_after(pg):
+    killed = []
+    yield killed
+    for i in killed:
+        pg.restart(i)
+
+
+@pytest.mark.asyncio
+async def test_balanced_connections_reach_every_node(pg, cluster_factory):
+    async with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
+        seen = Counter()
+        for _ in range(60):
+            seen[pg.name_of_port(await port(pools))] += 1
+        assert set(seen) == set(NAMES)
+        m = pools.cluster.metrics()
+        assert sum(n["successes"] for n in m["nodes"]) == 60
+        assert sum(n["in_flight"] for n in m["nodes"]) == 0
+
+
+@pytest.mark.asyncio
+async def test_connection_commits_or_rolls_back_like_psycopg_pool(pg, cluster_factory):
+    async with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
+        with pools.pin():
+            async with pools.connection() as conn:
+                await conn.execute("CREATE TABLE IF NOT EXISTS py_t (v int)")
+                await conn.execute("DELETE FROM py_t")
+            with pytest.raises(ZeroDivisionError):
+                async with pools.connection() as conn:
+                    await conn.execute("INSERT INTO py_t VALUES (1)")
+                    1 / 0
+            async with pools.connection() as conn:
+                await conn.execute("INSERT INTO py_t VALUES (2)")
+            async with pools.connection() as conn:
+                cur = await conn.execute("SELECT v FROM py_t")
+                assert [r[0] for r in await cur.fetchall()] == [2]
+                await conn.execute("DROP TABLE py_t")
+        # a ZeroDivisionError says nothing about the node
+        assert sum(n["failures"] for n in pools.cluster.metrics()["nodes"]) == 0
+
+
+@pytest.mark.asyncio
+async def test_pin_key_and_session_route_real_connections(pg, cluster_factory):
+    async with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
+        c = pools.cluster
+        for _ in range(5):
+            with pools.pin() as route:
+                assert {await port(pools) for _ in range(5)} == {pg.port[route.name]}
+        for k in (4711, "customer:42", b"\x00\x01"):
+            assert await port(pools, key=k) == pg.port[c.route_key(k).name]
+        for s in ("JSESSIONID=1", "JSESSIONID=2", "JSESSIONID=3"):
+            first = await port(pools, session=s)
+            with pools.session(s):
+                for _ in range(3):
+                    assert await port(pools) == first
+        with pytest.raises(TypeError):
+            await pools.connection(key=1, session="s").__aenter__()
+
+
+@pytest.mark.asyncio
+async def test_close_goes_on_after_a_failing_pool(pg, cluster_factory, caplog):
+    pools = new_pools(cluster_factory(nodes=NAMES), pg.dsn)
+    await pools.open()
+    first = pools.node_pool("RAC1")
+    real_close = first.close
+
+    async def failing_close(*args, **kwargs):
+        await real_close(*args, **kwargs)
+        raise RuntimeError("closing RAC1 failed")
+
+    first.close = failing_close
+    await pools.close()
+    assert pools.node_pool("RAC2").closed and pools.node_pool("RAC3").closed
+    assert any("closing a node pool failed" in r.getMessage() for r in caplog.records)
+    await pools.close()  # idempotent
+
+
+@pytest.mark.asyncio
+async def test_operational_errors_eject_a_killed_node(pg, cluster_factory, restart_after):
+    c = cluster_factory(nodes=NAMES, health_eject_after_failures=2, health_eject_backoff="60s",
+                        health_eject_backoff_max="60s")
+    async with new_pools(c, pg.dsn, timeout=1.0) as pools:
+        for _ in range(30):  # warm every pool
+            await port(pools)
+        pg.kill(2)
+        restart_after.append(2)
+        counted = 0
+        t0 = time.monotonic()
+        while c.node_state("RAC2") != ra.NodeState.DOWN:
+            assert time.monotonic() - t0 < 30, "RAC2 was never ejected"
+            try:
+                await port(pools)
+            except psycopg.OperationalError as e:
+                # A pooled session of the dead postmaster ends with 57P01, which
+                # is not counted (the refused reconnects that follow are).
+                assert is_node_failure(e) or e.sqlstate == "57P01", e
+                counted += is_node_failure(e)
+        assert counted >= 1
+        assert c.metrics()["nodes"][1]["ejections"] == 1
+        seen = Counter()
+        for _ in range(60):
+            seen[pg.name_of_port(await port(pools))] += 1
+        assert seen["RAC2"] == 0
+        pg.restart(2)
+        restart_after.remove(2)
+        c.report_probe("RAC2", True)  # a successful probe lifts an ejection
+        assert c.node_state("RAC2") == ra.NodeState.UP
+
+
+@pytest.mark.asyncio
+async def test_credentials_never_show(pg, cluster_factory, restart_after, caplog):
+    secret = "s3cret-Pa55"
+    dsns = {n: d + f" password={secret}" for n, d in pg.dsn.items()}
+    c = cluster_factory(nodes=NAMES)
+    async with new_pools(c, dsns, connect_kwargs={"password": secret}, timeout=1.0, max_size=2) as pools:
+        assert secret not in repr(pools) and "password" not in repr(pools)
+        assert secret not in repr(pools.node_pool("RAC1"))
+        async with pools.connection() as conn:
+            assert secret not in repr(conn)
+        caplog.set_level(logging.DEBUG)
+        pg.kill(1)
+        restart_after.append(1)
+        key = key_on(c, "RAC1")
+        errors = []
+        for _ in range(3):
+            try:
+                await port(pools, key=key)
+            except psycopg.OperationalError as e:
+                errors.append(e)
+        assert errors
+        for e in errors:
+            assert secret not in str(e) and secret not in repr(e)
+        assert all(secret not in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.asyncio
+async def test_pool_timeout_on_a_busy_pool_is_not_a_node_failure(pg, cluster_factory):
+    async with new_pools(cluster_factory(nodes=NAMES), pg.dsn, min_size=1, max_size=1, timeout=0.3) as pools:
+        c = pools.cluster
+        key = key_on(c, "RAC1")
+        async with pools.connection(key=key):
+            await wait_until_async(lambda: pools.node_pool("RAC1").get_stats().get("pool_size", 0) >= 1, 5)
+            with pytest.raises(psycopg_pool.PoolTimeout):
+                async with pools.connection(key=key):
+                    pass
+        assert c.metrics()["nodes"][0]["failures"] == 0
+
+
+@pytest.mark.asyncio
+async def test_a_planned_drain_closes_idle_connections_now_and_busy_ones_on_return(pg, cluster_factory):
+    c = cluster_factory("policy = random\nthread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=2, connect_kwargs={"application_name": APP}, upkeep_interval=0.05)
+    async with pools:
+        await wait_until_async(lambda: all(server_conns(pg, n) >= 2 for n in NAMES), 10)
+        node = "RAC2"
+        holder = pools.connection(key=key_on(c, node))
+        busy = await holder.__aenter__()  # in flight across the drain
+        assert await port_of(busy) == pg.port[node]
+        await pools.apply_event(
+            f"SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={node} host=h status=down"
+            " reason=USER drain_timeout=30"
+        )
+        assert c.node_state(node) is ra.NodeState.DRAINING
+        await wait_until_async(lambda: server_conns(pg, node) == 1, 3)  # idle ones closed at once
+        fresh = contextvars.Context().run(lambda: [c.route().name for _ in range(20)])
+        assert node not in fresh  # no new work on a draining node
+        await holder.__aexit__(None, None, None)  # retired as it is returned
+        await wait_until_async(lambda: server_conns(pg, node) == 0, 3)
+        await pools.apply_event(fan_line(node, "up"))
+        await wait_until_async(lambda: server_conns(pg, node) >= 2, 10)  # back to min_size
+
+
+@pytest.mark.asyncio
+async def test_the_loader_runs_at_open_and_after_an_ha_event_and_a_failing_one_keeps_the_map(pg, cluster_factory):
+    c = cluster_factory("data.partitions = 4", nodes=NAMES)
+    maps = [{0: "RAC1", 1: "RAC1", 2: "RAC1", 3: "RAC1"}, {0: "RAC3", 1: "RAC3", 2: "RAC3", 3: "RAC3"}]
+    calls = []
+
+    def loader():
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("map table unreachable")
+        return maps[min(len(calls), 2) - 1]
+
+    async with new_pools(c, pg.dsn, partition_map_loader=loader, upkeep_interval=0.05) as pools:
+        assert pools.partition_map_loads == (1, 0, None)
+        assert {await port(pools, key=k) for k in range(20)} == {pg.port["RAC1"]}
+        await pools.apply_event(fan_line("RAC2", "down"))  # an HA event: reload
+        assert pools.partition_map_loads[:2] == (2, 0)
+        assert {await port(pools, key=k) for k in range(20)} == {pg.port["RAC3"]}
+        assert await pools.reload_partition_map() is False
+        assert "map table unreachable" in pools.partition_map_loads[2]
+        assert {await port(pools, key=k) for k in range(20)} == {pg.port["RAC3"]}  # the last good map
+        assert '"source":"loader"' in c.metrics_json()
+        pm = c.metrics()["partition_map"]  # the core's metrics (JSON, Prometheus) count it too
+        assert pm["load_failures"] == 1 and "map table unreachable" in pm["last_error"], pm
+
+
+@pytest.mark.asyncio
+async def test_heartbeat_downs_a_killed_idle_node_and_stops_on_close(pg, cluster_factory, restart_after):
+    c = cluster_factory("heartbeat.interval = 200ms\nheartbeat.misses = 3", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, heartbeat=True)
+    async with pools:
+        assert pools.heartbeat_interval == 0.2
+        await wait_until_async(lambda: all(n["probe_misses"] == 0 for n in c.metrics()["nodes"]), 5)
+        pg.kill(3)
+        restart_after.append(3)
+        bound = pools.heartbeat_interval * (c.heartbeat_misses + 5) + 2.0
+        await wait_until_async(lambda: c.node_state("RAC3") == ra.NodeState.DOWN, bound)  # no traffic
+        assert c.metrics()["nodes"][2]["down_cause"] == "heartbeat"
+        assert c.node_state("RAC1") == c.node_state("RAC2") == ra.NodeState.UP
+        pg.restart(3)
+        restart_after.remove(3)
+        await wait_until_async(lambda: c.node_state("RAC3") == ra.NodeState.UP, bound + 5)
+    assert not pools._heartbeat.is_alive()
