@@ -201,6 +201,7 @@ PY_ROWS = [  # (name, label, baseline name, baseline label, target ratio)
     ("pick_release", "`Cluster.pick().release()`, unpinned", "noop_call", "no-op cffi call", 2.0),
     ("pick_with", "`with Cluster.pick():`, unpinned", "noop_call", "no-op cffi call", None),
     ("pinned_pick_release", "`Cluster.pick().release()` in a pin", "noop_call", "no-op cffi call", 2.0),
+    ("pinned_route", "`Cluster.route()` in a pin (cached)", "noop_call", "no-op cffi call", 1.0),
     ("pools_connection_pinned", "`NodePools.connection()` in a pin", "bare_pool_connection",
      "psycopg_pool `connection()`", 1.15),
     ("pools_connection_key", "`NodePools.connection(key=…)`", "bare_pool_connection",
@@ -231,7 +232,16 @@ def python_rows(path: Path) -> Tuple[List[Row], str]:
     values = {k: float(v[0]) for k, v in parse_lines(path, "PYBENCH").items()}
     if not values:
         return [], f"Python: no PYBENCH lines in `{rel(path)}`"
-    return ratio_rows("Python", values, PY_ROWS), f"Python: `{rel(path)}` ({mtime(path)})"
+    rows = ratio_rows("Python", values, PY_ROWS)
+    # Per-round ratios (bench.py interleaves the cases): median with min–max.
+    spread = parse_lines(path, "PYBENCH_RATIO")
+    for row, (name, *_rest) in zip(rows, [r for r in PY_ROWS if r[0] in values]):
+        if name in spread and row.base_value == values.get("noop_call"):
+            med, lo, hi = (float(x) for x in spread[name][:3])
+            row.ratio_text = f"{med:.2f}× ({lo:.2f}–{hi:.2f})"
+            target = next(t for n, _l, _b, _bl, t in PY_ROWS if n == name)
+            row.met = None if target is None else med <= target
+    return rows, f"Python: `{rel(path)}` ({mtime(path)})"
 
 
 # ---- Java: JMH json -------------------------------------------------------------------------

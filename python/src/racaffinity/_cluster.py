@@ -138,6 +138,9 @@ class Cluster:
         if rc:
             raise_for(rc)
         self._epoch = ffi.gc(word[0], lib.racaffinity_epoch_page_free)
+        # Indexing a memoryview is cheaper than indexing the cdata pointer;
+        # the cdata above keeps the memory it views alive.
+        self._epoch_word = memoryview(ffi.buffer(self._epoch, 8)).cast("Q")
         # Pins that cached a route: their hits are merged before metrics are read.
         self._cached_pins: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
@@ -431,13 +434,13 @@ class Cluster:
                 pin = f[0]
                 # x86-64 loads have acquire ordering: what the library
                 # published before advancing the word is visible.
-                if pin is not None and pin.active and pin.epoch == self._epoch[0]:
+                if pin is not None and pin.epoch == self._epoch_word[0] and pin.active:
                     pin.hits += 1
                     return pin.route
         return self._route_and_cache()
 
     def _route_and_cache(self) -> Route:
-        epoch = self._epoch[0]  # before the call: a change during it moves the word past this
+        epoch = self._epoch_word[0]  # before the call: a change during it moves the word past this
         out = _new("racaffinity_route *")
         cacheable = _new("bool *")
         _context_call(self, lambda h, k, o: lib.racaffinity_context_route_cacheable(h, k, o, cacheable), out)
