@@ -315,3 +315,23 @@ fn the_epoch_page_outlives_the_cluster() {
     drop(c);
     assert!(page.load() >= before);
 }
+
+/// The partition-owner table is valid for one epoch: after a weight change,
+/// an added or a removed node, every key routes as on a cluster built fresh
+/// with the new topology.
+#[test]
+fn partition_owner_table_follows_weights_and_node_changes() {
+    let c = cluster("nodes = a, b, c, d");
+    let owners = |c: &Cluster| -> Vec<u32> { (0..2000i64).map(|k| c.route_key_i64(k).unwrap().node.0).collect() };
+    let names = |c: &Cluster| -> Vec<String> {
+        owners(c).into_iter().map(|id| c.node_name(NodeId(id)).unwrap()).collect::<Vec<_>>()
+    };
+    let before = owners(&c);
+    assert_eq!(before, owners(&c), "stable while nothing changes");
+    c.set_node_weight("b", 5).unwrap();
+    assert_eq!(names(&c), names(&cluster("nodes = a, b, c, d\nnode.b.weight = 5")));
+    c.add_node(NodeSpec::new("e")).unwrap();
+    assert_eq!(names(&c), names(&cluster("nodes = a, b, c, d, e\nnode.b.weight = 5")));
+    c.remove_node("a").unwrap();
+    assert_eq!(names(&c), names(&cluster("nodes = b, c, d, e\nnode.b.weight = 5")));
+}
