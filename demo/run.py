@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -44,21 +43,19 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 try:
     import psycopg
 
     import racaffinity as ra
+    from _harness import NODES, PGNODES, REPO, NodeSQL, SetupError, esc, run_tool, start_nodes
 except ImportError as e:  # pragma: no cover - setup error
     sys.exit(f"demo/run.py: {e}: run it with target/pyenv/bin/python after demo/build.sh (or `make demo`)")
 
-REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "target" / "demo"
-PGNODES = str(REPO / "tests" / "cluster" / "pgnodes")
 LANGS = ["c", "java", "py"]
 LABEL = {"c": "C", "java": "Java", "py": "Python"}
-NODES = ["RAC1", "RAC2", "RAC3"]
 DEAD = "RAC2"
 GID_RE = r"^demo[123]-"
 TABLE = "demo_xa"
@@ -73,10 +70,6 @@ def unreachable(err: str) -> bool:
     """Whether a psycopg error line says the node did not answer at all."""
     return any(m in err for m in ("Connection refused", "connection failed", "server closed the connection",
                                   "terminating connection", "could not connect"))
-
-class SetupError(Exception):
-    pass
-
 
 def native(code: str) -> str:
     """"STRICT_AFFINITY(StrictAffinityException)" -> "StrictAffinityException"."""
@@ -160,15 +153,19 @@ class Client:
 # ---- the driver (the transaction manager) ------------------------------------------------
 
 
-class Demo:
+class Demo(NodeSQL):
     def __init__(self, ntx: int) -> None:
+        super().__init__()
+        # lock_timeout: a foreign prepared transaction can hold a lock
+        # forever; the demo reports it instead of waiting (reset_tables).
+        lock_timeout = os.environ.get("RACAFF_DEMO_LOCK_TIMEOUT", "10s")
+        self.conn_options = f"connect_timeout=5 options='-c lock_timeout={lock_timeout}'"
         self.ntx = ntx
         self.ports: Dict[str, int] = {}
         self.port_node: Dict[int, str] = {}
         self.started_nodes = False
         self.killed = False
         self.clients: Dict[str, Client] = {}
-        self.conns: Dict[str, psycopg.Connection] = {}
         self.txs: List[Tx] = []
         self.log: Dict[str, str] = {}  # the TM's decision log: gtrid -> commit | rollback
         self.problems: List[str] = []
@@ -180,19 +177,10 @@ class Demo:
     # ---- nodes and config ----------------------------------------------------
 
     def pgnodes(self, *args: str) -> str:
-        r = subprocess.run([PGNODES, *args], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SetupError(f"pgnodes {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
-        return r.stdout.strip()
+        return run_tool(PGNODES, *args)
 
     def start_nodes(self) -> None:
-        up = sum(1 for line in self.pgnodes("status").splitlines() if re.match(r"node[123] up ", line))
-        self.pgnodes("start", "3")
-        self.started_nodes = up < 3
-        for line in self.pgnodes("env").splitlines():
-            m = re.match(r"export RACAFF_NODE([123])_PORT=(\d+)", line)
-            if m:
-                self.ports[NODES[int(m.group(1)) - 1]] = int(m.group(2))
+        self.ports, self.started_nodes = start_nodes()
         self.port_node = {p: n for n, p in self.ports.items()}
 
     def config_text(self) -> str:
@@ -205,42 +193,7 @@ class Demo:
             "transaction.strict = true\n"
         )
 
-    # ---- SQL from the driver ---------------------------------------------------
-
-    def conn(self, node: str) -> psycopg.Connection:
-        c = self.conns.get(node)
-        if c is None or c.closed:
-            # lock_timeout: a foreign prepared transaction can hold a lock
-            # forever; the demo reports it instead of waiting (reset_tables).
-            lock_timeout = os.environ.get("RACAFF_DEMO_LOCK_TIMEOUT", "10s")
-            c = psycopg.connect(f"host=127.0.0.1 port={self.ports[node]} user=postgres dbname=postgres "
-                                f"connect_timeout=5 options='-c lock_timeout={lock_timeout}'", autocommit=True)
-            self.conns[node] = c
-        return c
-
-    def sql(self, node: str, statement: str, params: Tuple = ()) -> List[Tuple]:
-        """Runs a statement on a node; one reconnect if the cached connection died."""
-        for attempt in range(2):
-            try:
-                cur = self.conn(node).execute(statement, params)
-                return cur.fetchall() if cur.description else []
-            except psycopg.errors.LockNotAvailable:
-                raise  # the connection is fine; the lock is someone else's
-            except psycopg.OperationalError:
-                c = self.conns.pop(node, None)
-                if c is not None:
-                    c.close()
-                if attempt:
-                    raise
-        return []
-
-    def try_sql(self, node: str, statement: str) -> Optional[str]:
-        """None on success, else the error's first line."""
-        try:
-            self.sql(node, statement)
-            return None
-        except psycopg.Error as e:
-            return (str(e).strip().splitlines() or [type(e).__name__])[0]
+    # ---- SQL from the driver: NodeSQL (conn, sql, try_sql) --------------------------------
 
     def prepared_gids(self, node: str) -> List[str]:
         return [r[0] for r in self.sql(node, "SELECT gid FROM pg_prepared_xacts WHERE gid ~ %s ORDER BY gid",
@@ -805,8 +758,7 @@ class Demo:
     def cleanup(self) -> None:
         for c in self.clients.values():
             c.close()
-        for c in self.conns.values():
-            c.close()
+        self.close_conns()
         if self.killed:
             subprocess.run([PGNODES, "restart", "2"], capture_output=True)
         if self.started_nodes:
@@ -816,10 +768,6 @@ class Demo:
 # ---- the chart (hand-written SVG) -----------------------------------------------------------------
 
 COLORS = {"RAC1": "#4477aa", "RAC2": "#ee7733", "RAC3": "#228833"}
-
-
-def esc(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def render_svg(demo: Demo) -> str:

@@ -65,7 +65,6 @@ import math
 import os
 import queue
 import random
-import re
 import select
 import signal
 import subprocess
@@ -82,28 +81,21 @@ try:
     import psycopg
 
     import racaffinity as ra
+    from _harness import FAULTS, NODES, PGNODES, REPO, NodeSQL, SetupError, esc, run_tool, start_nodes, tool_ports
 except ImportError as e:  # pragma: no cover - setup error
     sys.exit(f"demo/soak.py: {e}: run it with target/pyenv/bin/python after demo/build.sh (or `make soak`)")
 
-REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "target" / "soak"
 DEMO = REPO / "target" / "demo"
-PGNODES = str(REPO / "tests" / "cluster" / "pgnodes")
-FAULTS = str(REPO / "tests" / "cluster" / "faults")
 LANGS = ["c", "java", "py"]
 PROCS = LANGS + ["tm"]
 LABEL = {"c": "C", "java": "Java", "py": "Python", "tm": "driver"}
-NODES = ["RAC1", "RAC2", "RAC3"]
 TABLE = "demo_xa"  # the clients insert here (demo/README.md)
 PREFIX = "soak-"
 HANG_S = 75.0  # a client that does not answer within this is hung (its own timeouts are far shorter)
 STAGGER_S = 2.0  # FAN / RLB delivery spread over the four processes
 KINDS = ["crash", "blackhole", "drain", "latency", "reset", "rlb"]
 FAILOVER_KINDS = ["crash", "blackhole", "drain"]
-
-
-class SetupError(Exception):
-    pass
 
 
 class Violation(Exception):
@@ -425,8 +417,11 @@ class Worker(threading.Thread):
 # ---- the driver ----------------------------------------------------------------------------------
 
 
-class Soak:
+class Soak(NodeSQL):
+    conn_options = "connect_timeout=4 options='-c statement_timeout=15000'"
+
     def __init__(self, seconds: float, seed: int) -> None:
+        super().__init__()
         self.seconds = seconds
         self.seed = seed
         self.seq = itertools.count()
@@ -439,7 +434,6 @@ class Soak:
         self.killed: set = set()
         self.workers: Dict[str, Worker] = {}
         self.ready = threading.Semaphore(0)
-        self.conns: Dict[str, psycopg.Connection] = {}
         self.problems: List[str] = []
         self.plock = threading.Lock()
         self.notes: List[str] = []
@@ -492,29 +486,14 @@ class Soak:
     # ---- nodes, proxies, config
 
     def run_tool(self, *args: str, timeout: float = 120) -> str:
-        try:
-            r = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            raise SetupError(f"{' '.join(args)}: no answer within {timeout:.0f} s") from e
-        if r.returncode != 0:
-            raise SetupError(f"{' '.join(args)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
-        return r.stdout.strip()
+        return run_tool(*args, timeout=timeout)
 
     def start_infra(self) -> None:
-        up = sum(1 for line in self.run_tool(PGNODES, "status").splitlines() if re.match(r"node[123] up ", line))
-        self.run_tool(PGNODES, "start", "3")
-        self.started_nodes = up < 3
-        for line in self.run_tool(PGNODES, "env").splitlines():
-            m = re.match(r"export RACAFF_NODE([123])_PORT=(\d+)", line)
-            if m:
-                self.ports[NODES[int(m.group(1)) - 1]] = int(m.group(2))
+        self.ports, self.started_nodes = start_nodes(timeout=120)
         self.port_node = {p: n for n, p in self.ports.items()}
         self.run_tool(FAULTS, "start", "3", timeout=900)
         self.started_faults = True
-        for line in self.run_tool(FAULTS, "env").splitlines():
-            m = re.match(r"export RACAFF_PROXY([123])_PORT=(\d+)", line)
-            if m:
-                self.proxy_ports[NODES[int(m.group(1)) - 1]] = int(m.group(2))
+        self.proxy_ports = tool_ports(FAULTS, "PROXY", timeout=120)
         if len(self.proxy_ports) != 3 or len(self.ports) != 3:
             raise SetupError(f"nodes {self.ports}, proxies {self.proxy_ports}")
 
@@ -531,37 +510,6 @@ class Soak:
         )
 
     # ---- SQL from the driver: straight to the nodes (the TM's own links are not faulted)
-
-    def conn(self, node: str) -> psycopg.Connection:
-        c = self.conns.get(node)
-        if c is None or c.closed:
-            c = psycopg.connect(f"host=127.0.0.1 port={self.ports[node]} user=postgres dbname=postgres "
-                                "connect_timeout=4 options='-c statement_timeout=15000'", autocommit=True)
-            self.conns[node] = c
-        return c
-
-    def sql(self, node: str, statement: str, params: Tuple = ()) -> List[Tuple]:
-        for attempt in range(2):
-            try:
-                cur = self.conn(node).execute(statement, params)
-                return cur.fetchall() if cur.description else []
-            except psycopg.OperationalError:
-                c = self.conns.pop(node, None)
-                if c is not None:
-                    try:
-                        c.close()
-                    except Exception:
-                        pass
-                if attempt:
-                    raise
-        return []
-
-    def try_sql(self, node: str, statement: str) -> Optional[str]:
-        try:
-            self.sql(node, statement)
-            return None
-        except psycopg.Error as e:
-            return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
     def prepared_gids(self, node: str) -> List[str]:
         return [r[0] for r in self.sql(node, "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s ORDER BY gid",
@@ -1245,11 +1193,7 @@ class Soak:
                 except subprocess.TimeoutExpired:
                     pass
             w.log.close()
-        for c in self.conns.values():
-            try:
-                c.close()
-            except Exception:
-                pass
+        self.close_conns()
         if self.tmlog is not None:
             self.tmlog.close()
         if self.started_faults:
@@ -1265,10 +1209,6 @@ class Soak:
 EP_COLORS = {"crash": "#cc3311", "blackhole": "#332288", "drain": "#ee7733", "latency": "#999933",
              "reset": "#aa4499", "rlb": "#44aa99"}
 LANG_COLORS = {"c": "#4477aa", "java": "#ee6677", "py": "#228833", "tm": "#555555"}
-
-
-def esc(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def render_svg(s: Soak, intervals: List[Tuple[float, float]]) -> str:

@@ -33,6 +33,7 @@ NAMES = {
     "_AsyncConnection": "_Connection",
     "_AsyncHeartbeat": "_Heartbeat",
     "_AsyncUpkeep": "_Upkeep",
+    "_AsyncTracked": "_Tracked",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncConnection": "Connection",
     "AsyncCursor": "Cursor",
@@ -49,6 +50,7 @@ NAMES = {
     "asleep": "sleep",
     "agather": "gather",
     "wait_until_async": "wait_until",
+    "aport_of": "port_of",
     "make_apools": "make_pools",
     "test_pools_async": "test_pools_sync",
 }

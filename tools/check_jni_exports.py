@@ -21,6 +21,13 @@ call (UnsatisfiedLinkError), and an export without a method is dead code, so
   agree;
 - every export is `extern "system"` and unmangled.
 
+Exports are written either as plain functions or in the `jni_export!` form of
+`rust/ffi/src/jni/mod.rs` (`fn Java_…<'l>(env, args…) -> R { … }` inside
+`jni_export! { … }`). For the macro form the check reads the macro's
+definition: it must still expand to an unmangled `pub extern "system"` function
+whose first two parameters it names (the env and the class); those are then
+checked as a plain export's would be.
+
 The Rust side is read from source, not from `nm -D` of the library: exports
 behind the `testing` feature (`testPanic`) are then seen too, and no build is
 needed. Exits 1 with one line per problem, naming the symbol and the method.
@@ -177,16 +184,62 @@ def java_natives(java_dir, problems):
 
 
 EXPORT_RE = re.compile(r"\bfn\s+(Java_\w+)\s*(?:<[^>(]*>)?\s*\(")
+MACRO = "jni_export"
+MACRO_DEF_RE = re.compile(r"macro_rules!\s*" + MACRO + r"\s*\{")
+# What the macro's expansion must say: unmangled, extern "system", and the parameters it puts
+# before the invocation's own (`$(, $arg: $ty)*`).
+MACRO_FN_RE = re.compile(r"#\[\s*no_mangle\s*\]\s*pub\s+extern\s+\"system\"\s+fn\s+\$name\s*<\s*\$l\s*>\s*\("
+                         r"(.*?)\$\(\s*,\s*\$arg\s*:\s*\$ty\s*\)\*\s*\)", re.S)
+
+
+def block_end(text, open_brace):
+    """Offset just past the brace that closes the one at `open_brace`."""
+    depth, i = 0, open_brace
+    while i < len(text):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        i += 1
+        if depth == 0:
+            return i
+    return len(text)
+
+
+def macro_params(jni_dir, problems):
+    """The parameters `jni_export!` puts before an export's own, as [type, ...]; None if undefined."""
+    for path in sorted(jni_dir.rglob("*.rs")):
+        text = strip_comments(path.read_text(encoding="utf-8"), strings=False)  # keeps the ABI string
+        m = MACRO_DEF_RE.search(text)
+        if not m:
+            continue
+        body = text[m.end():block_end(text, m.end() - 1)]
+        f = MACRO_FN_RE.search(body)
+        rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        if not f:
+            problems.append(f"{rel}:{line_of(text, m.start())}: {MACRO}! no longer expands to "
+                            f"`#[no_mangle] pub extern \"system\" fn $name<$l>(…, $(, $arg: $ty)*)`: "
+                            f"update tools/check_jni_exports.py with it")
+            return []
+        return [p.split(":", 1)[1].strip() for p in split_top(f.group(1))]
+    return None
+
+
+def macro_spans(text):
+    """(start, end) of every `jni_export! { … }` invocation in text."""
+    spans = []
+    for m in re.finditer(r"\b" + MACRO + r"!\s*\{", text):
+        spans.append((m.start(), block_end(text, m.end() - 1)))
+    return spans
 
 
 def rust_exports(jni_dir, problems):
     """{export name: Decl} for every `fn Java_…` under jni_dir."""
     found = {}
+    inserted = None
     for path in sorted(jni_dir.rglob("*.rs")):
         raw = path.read_text(encoding="utf-8")
         # Same length as `raw`: offsets in one are offsets in the other.
         text = strip_comments(raw)
         rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        spans = macro_spans(text)
         for m in EXPORT_RE.finditer(text):
             name = m.group(1)
             where = f"{rel}:{line_of(text, m.start(1))}"
@@ -195,9 +248,24 @@ def rust_exports(jni_dir, problems):
             while depth and i < len(text):
                 depth += {"(": 1, ")": -1}.get(text[i], 0)
                 i += 1
-            params = [p.split(":", 1)[1].strip() if ":" in p else p for p in split_top(text[m.end():i - 1])]
+            raw_params = split_top(text[m.end():i - 1])
+            params = [p.split(":", 1)[1].strip() if ":" in p else p for p in raw_params]
             rest = text[i:text.find("{", i)]
             ret = rest.split("->", 1)[1].strip() if "->" in rest else "()"
+            if any(a < m.start() < b for a, b in spans):
+                # jni_export! form: `(env, args…)`; the macro supplies the rest.
+                if inserted is None:
+                    inserted = macro_params(jni_dir, problems)
+                if inserted is None:
+                    problems.append(f"{where}: {name} is written in the {MACRO}! form, but no .rs file under "
+                                    f"{jni_dir} defines macro_rules! {MACRO}")
+                    inserted = []
+                if not raw_params or not re.fullmatch(r"\w+", raw_params[0]):
+                    problems.append(f"{where}: {name} inside {MACRO}! must name the env first, without a type")
+                if name in found:
+                    problems.append(f"{where}: {name} is defined twice (also {found[name].where})")
+                found[name] = Decl(where, name, [*inserted, *params[1:]], ret, None)
+                continue
             # Attributes and qualifiers since the item before, literals kept (the ABI string).
             head = re.sub(r"//[^\n]*|/\*.*?\*/", " ", raw[text.rfind("}", 0, m.start()) + 1:m.start()], flags=re.S)
             if 'extern "system"' not in head:

@@ -4,6 +4,7 @@ sets them) and kill/restart nodes through the same script."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
@@ -14,6 +15,7 @@ import psycopg
 import pytest
 
 import racaffinity
+from racaffinity.tpc import DEFAULT_FORMAT_ID
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "tests" / "vectors"
@@ -49,6 +51,32 @@ def pg() -> PgNodes:
     return PgNodes()
 
 
+def proxy_dsns(env: str) -> Dict[str, str]:
+    """Instance name -> proxy DSN from the `export` lines of `faults env`."""
+    dsn: Dict[str, str] = {}
+    for line in env.splitlines():
+        for i, name in enumerate(NAMES, 1):
+            prefix = f"export RACAFF_PROXY{i}_DSN="
+            if line.startswith(prefix):
+                dsn[name] = line[len(prefix):].strip("'")
+    assert sorted(dsn) == NAMES, dsn
+    return dsn
+
+
+def prepare_directly(dsn: str, gtrid: str, bqual: str, table: str = "py_tpc") -> None:
+    """A prepared branch made outside the library (what a crashed TM leaves),
+    with one row (gtrid, bqual) in `table`."""
+    # not `with conn`: its exit would commit, which a prepared 2PC refuses
+    conn = psycopg.connect(dsn, connect_timeout=5)
+    try:
+        conn.tpc_begin(psycopg.Xid.from_parts(DEFAULT_FORMAT_ID, gtrid, bqual))
+        insert = psycopg.sql.SQL("INSERT INTO {} VALUES (%s, %s)").format(psycopg.sql.Identifier(table))
+        conn.execute(insert, (gtrid, bqual))
+        conn.tpc_prepare()
+    finally:
+        conn.close()  # the prepared branch outlives the session
+
+
 class Toxiproxy:
     """tests/cluster/faults: a Toxiproxy "instance" proxy in front of each
     node (or, in RAC mode, all in front of node 1), faults set by instance.
@@ -59,13 +87,7 @@ class Toxiproxy:
         self.script = str(REPO / "tests" / "cluster" / "faults")
         self.rac = False
         self._run("start", "3")
-        self.dsn: Dict[str, str] = {}
-        for line in self._run("env").splitlines():
-            for i, name in enumerate(NAMES, 1):
-                prefix = f"export RACAFF_PROXY{i}_DSN="
-                if line.startswith(prefix):
-                    self.dsn[name] = line[len(prefix):].strip("'")
-        assert sorted(self.dsn) == NAMES, self.dsn
+        self.dsn = proxy_dsns(self._run("env"))
 
     def _run(self, *args: str) -> str:
         done = subprocess.run([self.script, *args], check=True, capture_output=True, text=True, timeout=900)
@@ -129,6 +151,35 @@ def cluster_factory() -> Callable[..., racaffinity.Cluster]:
 @pytest.fixture
 def cluster(cluster_factory) -> racaffinity.Cluster:
     return cluster_factory(nodes=NAMES)
+
+
+@pytest.fixture
+def restart_after(pg: PgNodes):
+    """Node numbers a test killed: restarted when it ends, however it ends."""
+    killed: List[int] = []
+    yield killed
+    for i in killed:
+        pg.restart(i)
+
+
+def port_of(conn) -> int:
+    """The port of the server a connection reached (which node it is)."""
+    return conn.execute("SELECT inet_server_port()").fetchone()[0]
+
+
+async def aport_of(conn) -> int:
+    cur = await conn.execute("SELECT inet_server_port()")
+    return (await cur.fetchone())[0]
+
+
+async def wait_until_async(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> float:
+    """`wait_until` for asyncio tests: the loop runs while it waits."""
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"condition not met within {timeout:.1f}s")
+        await asyncio.sleep(step)
+    return time.monotonic() - t0
 
 
 def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> float:

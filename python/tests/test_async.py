@@ -12,21 +12,7 @@ import pytest
 import racaffinity as ra
 from racaffinity.pools import AsyncNodePools
 
-from conftest import NAMES
-
-
-async def port_of(conn) -> int:
-    cur = await conn.execute("SELECT inet_server_port()")
-    return (await cur.fetchone())[0]
-
-
-async def wait_until_async(cond, timeout: float) -> float:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            pytest.fail(f"condition not met within {timeout:.1f}s")
-        await asyncio.sleep(0.02)
-    return time.monotonic() - t0
+from conftest import NAMES, aport_of, wait_until_async
 
 
 @pytest.mark.asyncio
@@ -40,7 +26,7 @@ async def test_concurrent_tasks_keep_their_own_pins_on_real_connections(pg, clus
             with pools.pin() as route:
                 for _ in range(4):
                     async with pools.connection() as conn:
-                        p = await port_of(conn)
+                        p = await aport_of(conn)
                         await asyncio.sleep(0)  # interleave
                     if p != pg.port[route.name]:
                         errors.append((i, route.name, p))
@@ -62,7 +48,7 @@ async def test_transaction_branches_in_concurrent_tasks_share_one_node(pg, clust
         async def branch(g):
             with pools.transaction(g):
                 async with pools.connection(key="ignored-inside-a-transaction") as conn:
-                    ports.setdefault(g, set()).add(await port_of(conn))
+                    ports.setdefault(g, set()).add(await aport_of(conn))
 
         await asyncio.gather(*(branch(f"atx-{i % 6}") for i in range(30)))
         for g, ps in ports.items():

@@ -80,9 +80,9 @@ import pytest
 import racaffinity as ra
 from racaffinity._deadline import bounded
 from racaffinity.pools import NodePools
-from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
+from racaffinity.tpc import InDoubtError
 
-from conftest import NAMES, REPO, prepared_xacts, tpc_rows
+from conftest import NAMES, REPO, prepare_directly, prepared_xacts, proxy_dsns, tpc_rows
 from faultproxy import FaultProxy
 from faults import gtrid_on, in_flight, live, node_metrics, within
 
@@ -213,12 +213,7 @@ class Lane:
         finally:
             os.environ.clear()
             os.environ.update(saved)
-        for line in self.faults("env").splitlines():
-            for i, name in enumerate(NAMES, 1):
-                prefix = f"export RACAFF_PROXY{i}_DSN="
-                if line.startswith(prefix):
-                    self.dsn[name] = line[len(prefix):].strip("'")
-        assert sorted(self.dsn) == NAMES, self.dsn
+        self.dsn = proxy_dsns(self.faults("env"))
 
     def stop(self) -> None:
         try:
@@ -293,17 +288,6 @@ def rows(lane: Lane, g: str) -> List[Tuple[str, str]]:
     for name, dsn in lane.servers().items():
         out += [(name, r[0]) for r in sql(dsn, "SELECT branch FROM mx WHERE gtrid = %s", (g,))]
     return sorted(out)
-
-
-def prepare_directly(dsn: str, g: str, bqual: str) -> None:
-    """A branch prepared by a TM that then crashed (outside the library)."""
-    conn = psycopg.connect(dsn, connect_timeout=5)
-    try:
-        conn.tpc_begin(psycopg.Xid.from_parts(DEFAULT_FORMAT_ID, g, bqual))
-        conn.execute("INSERT INTO mx VALUES (%s, %s)", (g, bqual))
-        conn.tpc_prepare()
-    finally:
-        conn.close()
 
 
 SETUP = """
@@ -583,7 +567,7 @@ class CellRun:
         self.gtx = None
         dsn = self.lane.server_dsn(self.lane.x)
         for bq in ("b1.1", "b2.1"):
-            prepare_directly(dsn, self.g, bq)
+            prepare_directly(dsn, self.g, bq, table="mx")
         self.decision = "commit"
         self.expected_rows = {(self.lane.server_dsn_name(self.lane.x), bq) for bq in ("b1.1", "b2.1")}
         self.hook("recover")

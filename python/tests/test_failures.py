@@ -50,3 +50,22 @@ def test_pools_count_neither_as_a_failure_of_the_node(pg, cluster_factory):
                 with pools.connection() as conn:
                     conn.execute("DO $$ BEGIN RAISE EXCEPTION 'postmaster exit' USING ERRCODE = '57P01'; END $$")
         assert sum(n["failures"] for n in c.metrics()["nodes"]) == 0
+
+
+def test_a_crash_counts_and_a_terminated_session_does_not(pg, restart_after):
+    # Both end the session with FATAL 57P01; the server's routine field tells
+    # a backend that saw its postmaster die from one told to terminate.
+    with psycopg.connect(pg.dsn["RAC3"], autocommit=True, connect_timeout=5) as admin, psycopg.connect(
+        pg.dsn["RAC3"], autocommit=True, connect_timeout=5
+    ) as victim:
+        admin.execute("SELECT pg_terminate_backend(%s)", (victim.info.backend_pid,))
+        with pytest.raises(psycopg.OperationalError) as terminated:
+            victim.execute("SELECT 1")
+    assert terminated.value.sqlstate == "57P01" and not is_node_failure(terminated.value)
+    conn = psycopg.connect(pg.dsn["RAC3"], autocommit=True, connect_timeout=5)
+    pg.kill(3)
+    restart_after.append(3)
+    with pytest.raises(psycopg.OperationalError) as crashed:
+        conn.execute("SELECT 1")
+    conn.close()
+    assert is_node_failure(crashed.value), crashed.value.sqlstate

@@ -14,11 +14,7 @@ import pytest
 import racaffinity as ra
 from racaffinity.pools import NodePools
 
-from conftest import NAMES, fan_line, wait_until
-
-
-def port_of(conn) -> int:
-    return conn.execute("SELECT inet_server_port()").fetchone()[0]
+from conftest import NAMES, fan_line, port_of, wait_until
 
 
 @pytest.fixture
@@ -37,14 +33,6 @@ def make_pools(pg, cluster_factory):
     yield make
     for p in made:
         p.close()
-
-
-@pytest.fixture
-def restart_after(pg):
-    killed = []
-    yield killed
-    for i in killed:
-        pg.restart(i)
 
 
 

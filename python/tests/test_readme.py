@@ -28,7 +28,7 @@ SAMPLES = {n: s for n, s in _doc_samples().samples().items() if s["lang"] == "py
 
 
 def test_the_docs_have_python_samples() -> None:
-    assert {"python/readme", "python/pools"} <= set(SAMPLES)
+    assert {"python/readme", "python/pools", "python/otel"} <= set(SAMPLES)
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))

@@ -17,9 +17,9 @@ import pytest
 
 import racaffinity as ra
 from racaffinity.pools import NodePools
-from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
+from racaffinity.tpc import InDoubtError
 
-from conftest import NAMES, prepared_xacts, tpc_rows, wait_until
+from conftest import NAMES, prepare_directly, prepared_xacts, tpc_rows, wait_until
 from faultproxy import FaultProxy
 from faults import gtrid_on, in_flight, live, node_metrics, within
 
@@ -81,18 +81,6 @@ def pools(pg, cluster_factory, tables):
     p = NodePools(cluster_factory(nodes=NAMES), pg.dsn, min_size=1, max_size=4, timeout=5.0)
     yield p
     p.close()
-
-
-def prepare_directly(dsn: str, gtrid: str, bqual: str) -> None:
-    """A prepared branch made outside the library (what a crashed TM leaves)."""
-    # not `with conn`: its exit would commit, which a prepared 2PC refuses
-    conn = psycopg.connect(dsn, connect_timeout=5)
-    try:
-        conn.tpc_begin(psycopg.Xid.from_parts(DEFAULT_FORMAT_ID, gtrid, bqual))
-        conn.execute("INSERT INTO py_tpc VALUES (%s, %s)", (gtrid, bqual))
-        conn.tpc_prepare()
-    finally:
-        conn.close()  # the prepared branch outlives the session
 
 
 # -- P2: a lost PREPARE reply ------------------------------------------------------

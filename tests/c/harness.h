@@ -231,24 +231,26 @@ static inline char *read_text(text_fn fn, racaffinity_cluster *c) {
 
 static inline char *metrics_json(racaffinity_cluster *c) { return read_text(racaffinity_metrics_json, c); }
 
+/* The value of `"field":` (a number, true = 1, false = 0) inside the flat JSON object that starts at
+ * `obj` (NULL: not found); LLONG_MIN when the object or the field is missing. */
+static inline long long json_field(const char *obj, const char *field) {
+    char key[128];
+    if (!obj) return LLONG_MIN;
+    snprintf(key, sizeof key, "\"%s\":", field);
+    const char *f = strstr(obj, key);
+    if (!f || f >= strchr(obj, '}')) return LLONG_MIN;
+    f += strlen(key);
+    if (strncmp(f, "true", 4) == 0) return 1;
+    if (strncmp(f, "false", 5) == 0) return 0;
+    return strtoll(f, NULL, 10);
+}
+
 /* The value of `"field":` in the JSON object of node `name` in the metrics. */
 static inline long long node_metric(racaffinity_cluster *c, const char *name, const char *field) {
     char *json = metrics_json(c);
     char key[128];
-    long long v = LLONG_MIN;
     snprintf(key, sizeof key, "{\"name\":\"%s\",", name);
-    const char *obj = strstr(json, key);
-    if (obj) {
-        const char *end = strchr(obj, '}');
-        snprintf(key, sizeof key, "\"%s\":", field);
-        const char *f = strstr(obj, key);
-        if (f && f < end) {
-            f += strlen(key);
-            if (strncmp(f, "true", 4) == 0) v = 1;
-            else if (strncmp(f, "false", 5) == 0) v = 0;
-            else v = strtoll(f, NULL, 10);
-        }
-    }
+    long long v = json_field(strstr(json, key), field);
     if (v == LLONG_MIN) h_fail(__FILE__, __LINE__, "no field %s of node %s in %.200s", field, name, json);
     free(json);
     return v;
@@ -258,19 +260,8 @@ static inline long long node_metric(racaffinity_cluster *c, const char *name, co
 static inline long long scope_metric(racaffinity_cluster *c, const char *scope, const char *field) {
     char *json = metrics_json(c);
     char key[128];
-    long long v = LLONG_MIN;
     snprintf(key, sizeof key, "\"%s\":{", scope);
-    const char *obj = strstr(json, key);
-    if (obj) {
-        snprintf(key, sizeof key, "\"%s\":", field);
-        const char *f = strstr(obj, key);
-        if (f && f < strchr(obj, '}')) {
-            f += strlen(key);
-            if (strncmp(f, "true", 4) == 0) v = 1;
-            else if (strncmp(f, "false", 5) == 0) v = 0;
-            else v = strtoll(f, NULL, 10);
-        }
-    }
+    long long v = json_field(strstr(json, key), field);
     if (v == LLONG_MIN) h_fail(__FILE__, __LINE__, "no field %s of scope %s in %.200s", field, scope, json);
     free(json);
     return v;

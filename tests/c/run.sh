@@ -11,6 +11,10 @@
 #      shipped target/release library answers through it (venv: target/venv);
 #   4. pkg-config: `make install PREFIX=<tmp>`, then a program built with
 #      pkg-config's flags runs, linked shared and statically;
+#   4b. CMake: the same install prefix holds lib/cmake/racaffinity; the
+#      consumer project tests/c/cmake_consumer (find_package(racaffinity
+#      CONFIG REQUIRED), racaffinity::racaffinity and _static) is configured
+#      with CMAKE_PREFIX_PATH=<tmp>, built and run;
 #   5. tests/c/run_example.sh (the libpq example), when present.
 #
 # Run from anywhere; works in the repository root. Exits non-zero on any
@@ -165,6 +169,21 @@ if [[ $pkg_ok -eq 1 ]]; then
 fi
 if [[ $pkg_ok -eq 1 ]]; then pass "make install + pkg-config (shared and static)"
 else fail "make install + pkg-config (log: $OUT/install.log)"; fi
+
+# ---- 4b. CMake package after make install -------------------------------------------
+section "make install + CMake find_package"
+cmake_ok=1
+if ! command -v cmake >/dev/null; then
+    echo "  cmake not found (Debian package cmake)" >&2
+    cmake_ok=0
+elif [[ $pkg_ok -ne 1 ]]; then
+    echo "  skipped: make install failed above" >&2
+    cmake_ok=0
+else
+    bash tests/c/cmake_package.sh "$prefix" || cmake_ok=0
+fi
+if [[ $cmake_ok -eq 1 ]]; then pass "make install + CMake package (racaffinity::racaffinity, racaffinity::racaffinity_static)"
+else fail "make install + CMake package (log: $OUT/cmake.log)"; fi
 
 # ---- 5. the libpq example ------------------------------------------------------------
 example_rc=0

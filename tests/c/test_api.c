@@ -123,56 +123,61 @@ static void cluster_free_of_null_is_ok(void) {
     CHECK_OK(racaffinity_cluster_free(NULL));
 }
 
-static void null_cluster_is_null_argument_for_every_function(void) {
-    const racaffinity_cluster *n = NULL;
+/* Every function taking a cluster handle answers `want` for handle `c` (NULL, freed, ...). */
+static void every_cluster_function_returns(const racaffinity_cluster *c, racaffinity_result want) {
     uint32_t u = 0;
     uint64_t ctx = 0;
     bool b = false;
     size_t len = 0;
     char buf[64];
     racaffinity_route r;
-    racaffinity_lease l;
+    racaffinity_lease l = {0};
     racaffinity_node_state st;
-    const racaffinity_result NA = RACAFFINITY_RESULT_NULL_ARGUMENT;
 
-    CHECK_RC(racaffinity_cluster_node_count(n, &u), NA);
+    CHECK_RC(racaffinity_cluster_node_count(c, &u), want);
+    CHECK_RC(racaffinity_cluster_set_strict(c, RACAFFINITY_SCOPE_THREAD, true), want);
+    CHECK_RC(racaffinity_node_add(c, "X", NULL, 1, &u), want);
+    CHECK_RC(racaffinity_node_remove(c, "X"), want);
+    CHECK_RC(racaffinity_node_set_state(c, "X", RACAFFINITY_NODE_STATE_DOWN), want);
+    CHECK_RC(racaffinity_node_get_state(c, 0, &st), want);
+    CHECK_RC(racaffinity_node_find(c, "X", &u), want);
+    CHECK_RC(racaffinity_node_name(c, 0, buf, sizeof buf, &len), want);
+    CHECK_RC(racaffinity_key_route(c, B("k"), &r), want);
+    CHECK_RC(racaffinity_key_route_i64(c, 42, &r), want);
+    CHECK_RC(racaffinity_key_partition(c, B("k"), &u), want);
+    CHECK_RC(racaffinity_event_apply(c, "SERVICE VERSION=1.0 service=svc status=up", &u), want);
+    CHECK_RC(racaffinity_probe_report(c, 0, true), want);
+    CHECK_RC(racaffinity_outcome_report(c, 0, true), want);
+    CHECK_RC(racaffinity_metrics_json(c, buf, sizeof buf, &len), want);
+    CHECK_RC(racaffinity_metrics_prometheus(c, buf, sizeof buf, &len), want);
+    CHECK_RC(racaffinity_cluster_route(c, &r), want);
+    CHECK_RC(racaffinity_cluster_pick(c, &l), want);
+    CHECK_RC(racaffinity_context_pick(c, 1, &l), want);
+    CHECK_RC(racaffinity_lease_begin(c, 0, &l), want);
+    CHECK_RC(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK), want);
+    CHECK_RC(racaffinity_thread_pin(c, &r), want);
+    CHECK_RC(racaffinity_thread_unpin(c, &b), want);
+    CHECK_RC(racaffinity_context_new(c, &ctx), want);
+    CHECK_RC(racaffinity_context_pin(c, 1, &r), want);
+    CHECK_RC(racaffinity_context_unpin(c, 1, &b), want);
+    CHECK_RC(racaffinity_context_release(c, 1, &b), want);
+    CHECK_RC(racaffinity_cluster_auto_pin(c, &b), want);
+    CHECK_RC(racaffinity_session_route(c, B("s"), &r), want);
+    CHECK_RC(racaffinity_session_end(c, B("s"), &b), want);
+    CHECK_RC(racaffinity_tx_begin(c, B("g"), &r), want);
+    CHECK_RC(racaffinity_tx_begin_on(c, B("g"), 0, &r), want);
+    CHECK_RC(racaffinity_tx_route(c, B("g"), &r), want);
+    CHECK_RC(racaffinity_tx_prepared(c, B("g")), want);
+    CHECK_RC(racaffinity_tx_end(c, B("g")), want);
+    CHECK_RC(racaffinity_tx_complete(c, B("g")), want);
+    CHECK_RC(racaffinity_tx_recovered(c, B("g"), 0), want);
+}
+
+static void null_cluster_is_null_argument_for_every_function(void) {
+    uint32_t u = 0;
+    CHECK_RC(racaffinity_cluster_node_count(NULL, &u), RACAFFINITY_RESULT_NULL_ARGUMENT);
     CHECK_LAST_ERROR_CONTAINS("cluster");
-    CHECK_RC(racaffinity_cluster_set_strict(n, RACAFFINITY_SCOPE_THREAD, true), NA);
-    CHECK_RC(racaffinity_node_add(n, "X", NULL, 1, &u), NA);
-    CHECK_RC(racaffinity_node_remove(n, "X"), NA);
-    CHECK_RC(racaffinity_node_set_state(n, "X", RACAFFINITY_NODE_STATE_DOWN), NA);
-    CHECK_RC(racaffinity_node_get_state(n, 0, &st), NA);
-    CHECK_RC(racaffinity_node_find(n, "X", &u), NA);
-    CHECK_RC(racaffinity_node_name(n, 0, buf, sizeof buf, &len), NA);
-    CHECK_RC(racaffinity_key_route(n, B("k"), &r), NA);
-    CHECK_RC(racaffinity_key_route_i64(n, 42, &r), NA);
-    CHECK_RC(racaffinity_key_partition(n, B("k"), &u), NA);
-    CHECK_RC(racaffinity_event_apply(n, "SERVICE VERSION=1.0 service=svc status=up", &u), NA);
-    CHECK_RC(racaffinity_probe_report(n, 0, true), NA);
-    CHECK_RC(racaffinity_outcome_report(n, 0, true), NA);
-    CHECK_RC(racaffinity_metrics_json(n, buf, sizeof buf, &len), NA);
-    CHECK_RC(racaffinity_metrics_prometheus(n, buf, sizeof buf, &len), NA);
-    CHECK_RC(racaffinity_cluster_route(n, &r), NA);
-    CHECK_RC(racaffinity_cluster_pick(n, &l), NA);
-    CHECK_RC(racaffinity_context_pick(n, 1, &l), NA);
-    CHECK_RC(racaffinity_lease_begin(n, 0, &l), NA);
-    CHECK_RC(racaffinity_lease_release(n, &l, RACAFFINITY_OUTCOME_OK), NA);
-    CHECK_RC(racaffinity_thread_pin(n, &r), NA);
-    CHECK_RC(racaffinity_thread_unpin(n, &b), NA);
-    CHECK_RC(racaffinity_context_new(n, &ctx), NA);
-    CHECK_RC(racaffinity_context_pin(n, 1, &r), NA);
-    CHECK_RC(racaffinity_context_unpin(n, 1, &b), NA);
-    CHECK_RC(racaffinity_context_release(n, 1, &b), NA);
-    CHECK_RC(racaffinity_cluster_auto_pin(n, &b), NA);
-    CHECK_RC(racaffinity_session_route(n, B("s"), &r), NA);
-    CHECK_RC(racaffinity_session_end(n, B("s"), &b), NA);
-    CHECK_RC(racaffinity_tx_begin(n, B("g"), &r), NA);
-    CHECK_RC(racaffinity_tx_begin_on(n, B("g"), 0, &r), NA);
-    CHECK_RC(racaffinity_tx_route(n, B("g"), &r), NA);
-    CHECK_RC(racaffinity_tx_prepared(n, B("g")), NA);
-    CHECK_RC(racaffinity_tx_end(n, B("g")), NA);
-    CHECK_RC(racaffinity_tx_complete(n, B("g")), NA);
-    CHECK_RC(racaffinity_tx_recovered(n, B("g"), 0), NA);
+    every_cluster_function_returns(NULL, RACAFFINITY_RESULT_NULL_ARGUMENT);
 }
 
 static void null_pointer_arguments_are_null_argument(void) {
@@ -319,55 +324,9 @@ static void documented_nullable_arguments_accept_null(void) {
 static void freed_handle_is_invalid_handle_everywhere(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     free_cluster(c);
-    const racaffinity_result IH = RACAFFINITY_RESULT_INVALID_HANDLE;
-    uint32_t u;
-    uint64_t ctx;
-    bool b;
-    char buf[64];
-    size_t len;
-    racaffinity_route r;
-    racaffinity_lease l = {0};
-    racaffinity_node_state st;
-
-    CHECK_RC(racaffinity_cluster_free(c), IH); /* double free */
+    CHECK_RC(racaffinity_cluster_free(c), RACAFFINITY_RESULT_INVALID_HANDLE); /* double free */
     CHECK_LAST_ERROR_CONTAINS("invalid cluster handle");
-    CHECK_RC(racaffinity_cluster_node_count(c, &u), IH);
-    CHECK_RC(racaffinity_cluster_set_strict(c, 0, true), IH);
-    CHECK_RC(racaffinity_node_add(c, "X", NULL, 1, &u), IH);
-    CHECK_RC(racaffinity_node_remove(c, "MYDB1"), IH);
-    CHECK_RC(racaffinity_node_set_state(c, "MYDB1", 2), IH);
-    CHECK_RC(racaffinity_node_get_state(c, 0, &st), IH);
-    CHECK_RC(racaffinity_node_find(c, "MYDB1", &u), IH);
-    CHECK_RC(racaffinity_node_name(c, 0, buf, sizeof buf, &len), IH);
-    CHECK_RC(racaffinity_key_route(c, B("k"), &r), IH);
-    CHECK_RC(racaffinity_key_route_i64(c, 1, &r), IH);
-    CHECK_RC(racaffinity_key_partition(c, B("k"), &u), IH);
-    CHECK_RC(racaffinity_event_apply(c, "SERVICE VERSION=1.0 service=svc status=up", &u), IH);
-    CHECK_RC(racaffinity_probe_report(c, 0, false), IH);
-    CHECK_RC(racaffinity_outcome_report(c, 0, false), IH);
-    CHECK_RC(racaffinity_metrics_json(c, buf, sizeof buf, &len), IH);
-    CHECK_RC(racaffinity_metrics_prometheus(c, buf, sizeof buf, &len), IH);
-    CHECK_RC(racaffinity_cluster_route(c, &r), IH);
-    CHECK_RC(racaffinity_cluster_pick(c, &l), IH);
-    CHECK_RC(racaffinity_context_pick(c, 1, &l), IH);
-    CHECK_RC(racaffinity_lease_begin(c, 0, &l), IH);
-    CHECK_RC(racaffinity_lease_release(c, &l, 0), IH);
-    CHECK_RC(racaffinity_thread_pin(c, &r), IH);
-    CHECK_RC(racaffinity_thread_unpin(c, &b), IH);
-    CHECK_RC(racaffinity_context_new(c, &ctx), IH);
-    CHECK_RC(racaffinity_context_pin(c, 1, &r), IH);
-    CHECK_RC(racaffinity_context_unpin(c, 1, &b), IH);
-    CHECK_RC(racaffinity_context_release(c, 1, &b), IH);
-    CHECK_RC(racaffinity_cluster_auto_pin(c, &b), IH);
-    CHECK_RC(racaffinity_session_route(c, B("s"), &r), IH);
-    CHECK_RC(racaffinity_session_end(c, B("s"), &b), IH);
-    CHECK_RC(racaffinity_tx_begin(c, B("g"), &r), IH);
-    CHECK_RC(racaffinity_tx_begin_on(c, B("g"), 0, &r), IH);
-    CHECK_RC(racaffinity_tx_route(c, B("g"), &r), IH);
-    CHECK_RC(racaffinity_tx_prepared(c, B("g")), IH);
-    CHECK_RC(racaffinity_tx_end(c, B("g")), IH);
-    CHECK_RC(racaffinity_tx_complete(c, B("g")), IH);
-    CHECK_RC(racaffinity_tx_recovered(c, B("g"), 0), IH);
+    every_cluster_function_returns(c, RACAFFINITY_RESULT_INVALID_HANDLE);
 }
 
 static void stale_handle_stays_invalid_after_its_slot_is_reused(void) {

@@ -154,6 +154,19 @@ static void check_route(racaffinity_cluster *c, racaffinity_result rc, racaffini
     }
 }
 
+typedef racaffinity_result (*bytes_route_fn)(const racaffinity_cluster *, const uint8_t *, size_t,
+                                             racaffinity_route *);
+
+/* Routes byte key `key` with `fn`; the route must name the hex-encoded `hex_owner` with `kind`. */
+static void check_bytes_route(racaffinity_cluster *c, bytes_route_fn fn, const char *what, bytes_t key,
+                              const char *hex_owner, racaffinity_route_kind kind) {
+    bytes_t owner = unhex(hex_owner);
+    racaffinity_route r;
+    racaffinity_result rc = fn(c, (const uint8_t *)key.s, key.n, &r);
+    check_route(c, rc, r, what, owner.s, kind);
+    free(owner.s);
+}
+
 static void le64(int64_t v, uint8_t out[8]) {
     for (int i = 0; i < 8; i++) out[i] = (uint8_t)((uint64_t)v >> (8 * i));
 }
@@ -246,39 +259,36 @@ static void replay(const char *path) {
             node_idx = 0;
             nodes_checked = 0;
             cases++;
-        } else if (strcmp(rec, "NODE") == 0 && nf == 3) {
+        } else if ((strcmp(rec, "NODE") == 0 || strcmp(rec, "CFGNODE") == 0) && nf == 3) {
+            /* NODE of a topology, CFGNODE of a parsed config (no cluster when the config failed) */
             bytes_t name = unhex(fld[1]);
             char got[80] = "";
-            CHECK_OK(racaffinity_node_name(cur, (uint32_t)node_idx, got, sizeof got, NULL));
+            if (cur) CHECK_OK(racaffinity_node_name(cur, (uint32_t)node_idx, got, sizeof got, NULL));
             if (strcmp(got, name.s) != 0) VFAIL("node %d is %s, want %s", node_idx, got, name.s);
-            node_view v[MAX_NODES];
-            int n = views(cur, v);
-            const node_view *w = view_of(v, n, name.s);
-            if (w && w->weight != strtoll(fld[2], NULL, 10)) VFAIL("weight of %s is %lld, want %s", name.s, w->weight, fld[2]);
+            if (cur) {
+                node_view v[MAX_NODES];
+                int n = views(cur, v);
+                const node_view *w = view_of(v, n, name.s);
+                if (w && w->weight != strtoll(fld[2], NULL, 10)) VFAIL("weight of %s is %lld, want %s", name.s, w->weight, fld[2]);
+            }
             node_idx++;
             free(name.s);
             cases++;
         } else if (strcmp(rec, "TX") == 0 && nf == 3) {
-            bytes_t g = unhex(fld[1]), owner = unhex(fld[2]);
-            racaffinity_route r;
-            racaffinity_result rc = racaffinity_tx_begin(cur, (const uint8_t *)g.s, g.n, &r);
-            check_route(cur, rc, r, "tx_begin", owner.s, RACAFFINITY_ROUTE_KIND_PLACED);
-            free(g.s), free(owner.s);
+            bytes_t g = unhex(fld[1]);
+            check_bytes_route(cur, racaffinity_tx_begin, "tx_begin", g, fld[2], RACAFFINITY_ROUTE_KIND_PLACED);
+            free(g.s);
             cases++;
         } else if (strcmp(rec, "SESS") == 0 && nf == 3) {
-            bytes_t k = unhex(fld[1]), owner = unhex(fld[2]);
-            racaffinity_route r;
-            racaffinity_result rc = racaffinity_session_route(cur, (const uint8_t *)k.s, k.n, &r);
-            check_route(cur, rc, r, "session_route", owner.s, RACAFFINITY_ROUTE_KIND_AFFINITY);
-            free(k.s), free(owner.s);
+            bytes_t k = unhex(fld[1]);
+            check_bytes_route(cur, racaffinity_session_route, "session_route", k, fld[2], RACAFFINITY_ROUTE_KIND_AFFINITY);
+            free(k.s);
             cases++;
         } else if (strcmp(rec, "DATA") == 0 && nf == 4) {
-            bytes_t k = unhex(fld[1]), owner = unhex(fld[3]);
+            bytes_t k = unhex(fld[1]);
             check_partition(cur, (const uint8_t *)k.s, k.n, strtoul(fld[2], NULL, 10));
-            racaffinity_route r;
-            racaffinity_result rc = racaffinity_key_route(cur, (const uint8_t *)k.s, k.n, &r);
-            check_route(cur, rc, r, "key_route", owner.s, RACAFFINITY_ROUTE_KIND_AFFINITY);
-            free(k.s), free(owner.s);
+            check_bytes_route(cur, racaffinity_key_route, "key_route", k, fld[3], RACAFFINITY_ROUTE_KIND_AFFINITY);
+            free(k.s);
             cases += 2;
         } else if ((strcmp(rec, "DATA64") == 0 || strcmp(rec, "POWNER") == 0) && nf == 4) {
             /* DATA64 <i64> <partition> <owner>; POWNER <partition> <witness i64> <owner> */
@@ -494,20 +504,6 @@ static void replay(const char *path) {
             if (cur) CHECK_OK(racaffinity_cluster_node_count(cur, &n));
             if (n != strtoul(fld[1], NULL, 10)) VFAIL("%u nodes, want %s", n, fld[1]);
             node_idx = 0;
-            cases++;
-        } else if (strcmp(rec, "CFGNODE") == 0 && nf == 3) {
-            bytes_t name = unhex(fld[1]);
-            char got[80] = "";
-            if (cur) CHECK_OK(racaffinity_node_name(cur, (uint32_t)node_idx, got, sizeof got, NULL));
-            if (strcmp(got, name.s) != 0) VFAIL("node %d is %s, want %s", node_idx, got, name.s);
-            if (cur) {
-                node_view v[MAX_NODES];
-                int n = views(cur, v);
-                const node_view *w = view_of(v, n, name.s);
-                if (w && w->weight != strtoll(fld[2], NULL, 10)) VFAIL("weight of %s is %lld, want %s", name.s, w->weight, fld[2]);
-            }
-            node_idx++;
-            free(name.s);
             cases++;
         } else if (strcmp(rec, "CFGSTRICT") == 0 && nf == 3) {
             if (cur && scope_metric(cur, fld[1], "strict") != atoi(fld[2])) VFAIL("%s.strict is not %s", fld[1], fld[2]);

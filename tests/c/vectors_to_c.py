@@ -43,25 +43,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DEFAULT_VECTORS = HERE.parent / "vectors"
 
-# racaffinity-hrw-v1 key hash (README "Deterministic rendezvous hashing"), only
-# to find partition witnesses; the C side verifies every witness.
-MASK64 = (1 << 64) - 1
-
-
-def _fmix64(k: int) -> int:
-    k ^= k >> 33
-    k = (k * 0xFF51AFD7ED558CCD) & MASK64
-    k ^= k >> 33
-    k = (k * 0xC4CEB9FE1A85EC53) & MASK64
-    k ^= k >> 33
-    return k
-
-
-def _h(data: bytes) -> int:
-    x = 0xCBF29CE484222325
-    for b in data:
-        x = ((x ^ b) * 0x100000001B3) & MASK64
-    return _fmix64(x)
+# racaffinity-hrw-v1 key hash, the vectors generator's own (README "Deterministic rendezvous hashing"),
+# only to find partition witnesses; the C side verifies every witness.
+sys.path.insert(0, str(DEFAULT_VECTORS))
+from generate import h as _h  # noqa: E402
 
 
 def witness_i64(partition: int, partitions: int) -> int:

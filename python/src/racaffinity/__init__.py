@@ -16,22 +16,10 @@ recovery, heartbeat) and `racaffinity.oracle` (per-instance python-oracledb
 DSNs and pools).
 """
 
-from ._cluster import (
-    BytesLike,
-    Cluster,
-    DataKey,
-    Lease,
-    Node,
-    NodeState,
-    Outcome,
-    PinScope,
-    Route,
-    RouteKind,
-    Scope,
-    SessionScope,
-    Transaction,
-    version,
-)
+from ._args import BytesLike, DataKey
+from ._cluster import Cluster, version
+from ._routes import Lease, Node, NodeState, Outcome, Route, RouteKind, Scope
+from ._scopes import PinScope, SessionScope, Transaction
 from ._token import SessionRouting, TokenRoute
 from . import _errors
 from ._errors import (

@@ -7,7 +7,10 @@ from typing import Any, Union
 
 from ._errors import InvalidArgumentError, InvalidUtf8Error, KeyOverflowError
 
-__all__ = ["BytesLike", "DataKey", "I64_MIN", "I64_MAX", "U32_MAX", "bytes_arg", "cstr", "bool_arg", "enum_arg"]
+__all__ = [
+    "BytesLike", "DataKey", "I64_MIN", "I64_MAX", "U32_MAX", "bytes_arg", "cstr", "bool_arg", "enum_arg", "i64_arg",
+    "port_arg",
+]
 
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 U32_MAX = (1 << 32) - 1
@@ -70,3 +73,19 @@ def enum_arg(v: Any, enum_cls: Any, what: str) -> int:
             raise KeyOverflowError(f"{what}: {v} is out of range", 4)
         return v  # the library checks the range and answers INVALID_ARGUMENT
     raise TypeError(f"{what} must be a {enum_cls.__name__} or its name, not {type(v).__name__}")
+
+
+def i64_arg(v: int) -> int:
+    """An int data key: it must fit in the core's i64."""
+    if not I64_MIN <= v <= I64_MAX:
+        raise KeyOverflowError(f"int key {v} does not fit in 64 bits", 4)
+    return v
+
+
+def port_arg(v: Any, what: str) -> int:
+    """A TCP port for a `uint16_t` parameter (the core refuses 0 itself)."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{what} must be an int, not {type(v).__name__}")
+    if not 0 <= v <= 0xFFFF:
+        raise KeyOverflowError(f"port {v} is not in 1..=65535", 4)
+    return v

@@ -15,17 +15,16 @@ import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _config
-from ._args import I64_MAX as _I64_MAX
-from ._args import I64_MIN as _I64_MIN
 from ._args import U32_MAX as _U32_MAX
 from ._args import BytesLike, DataKey
 from ._args import bool_arg as _bool_arg
 from ._args import bytes_arg as _bytes_arg
 from ._args import cstr as _cstr
 from ._args import enum_arg as _enum_arg
+from ._args import i64_arg as _i64_arg
 from ._errors import BUFFER_TOO_SMALL, UNKNOWN_NODE, ClosedError, InvalidArgumentError, KeyOverflowError, raise_for
 from ._lib import NULL, ffi, lib
-from ._routes import Lease, Node, NodeState, Outcome, Route, RouteKind, Scope
+from ._routes import Lease, Node, NodeState, Route, Scope
 from ._routes import STATES as _STATES
 from ._routes import lease_begin as _lease_begin
 from ._routes import context_pick as _context_pick
@@ -43,22 +42,7 @@ from ._token import SessionRouting, TokenRoute
 if TYPE_CHECKING:  # pragma: no cover
     from ._ucp import AffinityContext
 
-__all__ = [
-    "Cluster",
-    "Route",
-    "Lease",
-    "Node",
-    "NodeState",
-    "RouteKind",
-    "Outcome",
-    "Scope",
-    "PinScope",
-    "Transaction",
-    "SessionScope",
-    "BytesLike",
-    "DataKey",
-    "version",
-]
+__all__ = ["Cluster", "version", "read_text"]
 
 
 def version() -> str:
@@ -185,6 +169,18 @@ class Cluster:
     def _raise(self, rc: int) -> None:
         raise_for(rc, closed=self._closed)
 
+    def _call(self, fn: Any, *args: Any) -> None:
+        """`fn(handle, *args)`, raising the error its result code names."""
+        rc = fn(self._h, *args)
+        if rc:
+            self._raise(rc)
+
+    def _out(self, ctype: str, fn: Any, *args: Any) -> Any:
+        """`fn(handle, *args, out)` with a new `ctype` out-parameter, returned."""
+        out = _new(ctype)
+        self._call(fn, *args, out)
+        return out
+
     # -- config ------------------------------------------------------------
 
     @property
@@ -194,9 +190,7 @@ class Cluster:
 
     def _heartbeat(self) -> Tuple[int, int]:
         interval, misses = _new("uint64_t *"), _new("uint32_t *")
-        rc = lib.racaffinity_cluster_heartbeat(self._h, interval, misses)
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_cluster_heartbeat, interval, misses)
         return int(interval[0]), int(misses[0])
 
     @property
@@ -239,9 +233,7 @@ class Cluster:
             keep.append(b)
             names[i] = b
         epoch = _new("uint64_t *")
-        rc = lib.racaffinity_partition_map_replace(self._h, parts, names, len(items), _cstr(source, "source"), epoch)
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_partition_map_replace, parts, names, len(items), _cstr(source, "source"), epoch)
         return int(epoch[0])
 
     def partition_map_load_failed(self, source: str, error: str) -> None:
@@ -259,9 +251,7 @@ class Cluster:
         complete each id where it was found) or ``"database"`` (instances of one
         database, as on RAC: any answering instance lists and completes every id)."""
         out = _new("racaffinity_recovery_scope *")
-        rc = lib.racaffinity_cluster_recovery_scope(self._h, out)
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_cluster_recovery_scope, out)
         return "database" if int(out[0]) == lib.RACAFFINITY_RECOVERY_SCOPE_DATABASE else "node"
 
     # -- session routing tokens (seed 001, WebLogic) -----------------------
@@ -273,9 +263,7 @@ class Cluster:
         its address), else any other usable node, else None."""
         k = _bytes_arg(key, "session key")
         primary, backup = _new("uint32_t *"), _new("uint32_t *")
-        rc = lib.racaffinity_session_routing(self._h, k, len(k), primary, backup)
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_session_routing, k, len(k), primary, backup)
         p, b = int(primary[0]), int(backup[0])
         if b == int(lib.RACAFFINITY_NO_NODE):
             return SessionRouting(p, self.node_name(p), None, None)
@@ -313,10 +301,7 @@ class Cluster:
     def node_id(self, node: Union[int, str]) -> int:
         """The id of a node given by name (case-insensitive) or id."""
         if isinstance(node, str):
-            out = _new("uint32_t *")
-            rc = lib.racaffinity_node_find(self._h, _cstr(node, "node name"), out)
-            if rc:
-                self._raise(rc)
+            out = self._out("uint32_t *", lib.racaffinity_node_find, _cstr(node, "node name"))
             return int(out[0])
         if isinstance(node, int) and not isinstance(node, bool):
             if not 0 <= node <= _U32_MAX:
@@ -339,9 +324,7 @@ class Cluster:
     def nodes(self) -> List[Node]:
         """The live nodes in id order."""
         count = _new("uint32_t *")
-        rc = lib.racaffinity_cluster_node_count(self._h, count)
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_cluster_node_count, count)
         out: List[Node] = []
         want = int(count[0])
         for i in itertools.count():
@@ -363,25 +346,18 @@ class Cluster:
 
     def __len__(self) -> int:
         count = _new("uint32_t *")
-        rc = lib.racaffinity_cluster_node_count(self._h, count)
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_cluster_node_count, count)
         return int(count[0])
 
     def node_state(self, node: Union[int, str]) -> NodeState:
         """A node's current state (a removed node reads as DOWN)."""
-        out = _new("racaffinity_node_state *")
-        rc = lib.racaffinity_node_get_state(self._h, self.node_id(node), out)
-        if rc:
-            self._raise(rc)
+        out = self._out("racaffinity_node_state *", lib.racaffinity_node_get_state, self.node_id(node))
         return _STATES[out[0]]
 
     def set_node_state(self, name: str, state: Union[NodeState, str, int]) -> None:
         """Sets a node's state as an operator would (`up`, `draining`, `down`)."""
         st = _enum_arg(state, NodeState, "state")
-        rc = lib.racaffinity_node_set_state(self._h, _cstr(name, "node name"), st)
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_node_set_state, _cstr(name, "node name"), st)
 
     def add_node(self, name: str, address: Optional[str] = None, weight: int = 1) -> int:
         """Adds a node at runtime; returns its id."""
@@ -390,24 +366,17 @@ class Cluster:
         if not 1 <= weight <= _U32_MAX:
             raise InvalidArgumentError(f"weight must be 1..=1000000, got {weight}", 4)
         addr = NULL if address is None else _cstr(address, "address")
-        out = _new("uint32_t *")
-        rc = lib.racaffinity_node_add(self._h, _cstr(name, "node name"), addr, weight, out)
-        if rc:
-            self._raise(rc)
+        out = self._out("uint32_t *", lib.racaffinity_node_add, _cstr(name, "node name"), addr, weight)
         return int(out[0])
 
     def remove_node(self, name: str) -> None:
         """Removes a node; affinities to it break as if it were down."""
-        rc = lib.racaffinity_node_remove(self._h, _cstr(name, "node name"))
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_node_remove, _cstr(name, "node name"))
 
     def set_strict(self, scope: Union[Scope, str, int], strict: bool) -> None:
         """Switches a scope (`thread`, `transaction`, `session`, `data`) between strict and soft."""
         sc = _enum_arg(scope, Scope, "scope")
-        rc = lib.racaffinity_cluster_set_strict(self._h, sc, _bool_arg(strict, "strict"))
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_cluster_set_strict, sc, _bool_arg(strict, "strict"))
 
     # -- picks, pins and leases ---------------------------------------------
 
@@ -487,9 +456,7 @@ class Cluster:
             return False
         pin.active = False
         existed = _new("bool *")
-        rc = lib.racaffinity_context_release(self._h, pin.key, existed)
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_context_release, pin.key, existed)
         return bool(existed[0])
 
     # -- transactions -------------------------------------------------------
@@ -528,10 +495,7 @@ class Cluster:
         branch elsewhere would split the transaction) and soft mode places
         the gtrid as `tx_begin` does."""
         g = _bytes_arg(gtrid, "gtrid")
-        out = _new("racaffinity_route *")
-        rc = lib.racaffinity_tx_begin_on(self._h, g, len(g), self.node_id(preferred), out)
-        if rc:
-            self._raise(rc)
+        out = self._out("racaffinity_route *", lib.racaffinity_tx_begin_on, g, len(g), self.node_id(preferred))
         return _route(self, out)
 
     def tx_route(self, gtrid: BytesLike) -> Route:
@@ -553,9 +517,7 @@ class Cluster:
     def tx_recovered(self, gtrid: BytesLike, node: Union[int, str]) -> None:
         """Records that `node` returned `gtrid` from a recovery scan."""
         g = _bytes_arg(gtrid, "gtrid")
-        rc = lib.racaffinity_tx_recovered(self._h, g, len(g), self.node_id(node))
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_tx_recovered, g, len(g), self.node_id(node))
 
     # -- sessions and data keys ----------------------------------------------
 
@@ -573,19 +535,14 @@ class Cluster:
     def end_session(self, key: BytesLike) -> bool:
         """Ends session `key`'s affinity; returns whether it had one."""
         k = _bytes_arg(key, "session key")
-        out = _new("bool *")
-        rc = lib.racaffinity_session_end(self._h, k, len(k), out)
-        if rc:
-            self._raise(rc)
+        out = self._out("bool *", lib.racaffinity_session_end, k, len(k))
         return bool(out[0])
 
     def route_key(self, key: DataKey) -> Route:
         """Routes a data key: bytes, str (UTF-8) or int (i64)."""
         if isinstance(key, int) and not isinstance(key, bool):
-            if not _I64_MIN <= key <= _I64_MAX:
-                raise KeyOverflowError(f"int key {key} does not fit in 64 bits", 4)
             out = _new("racaffinity_route *")
-            rc = lib.racaffinity_key_route_i64(self._h, key, out)
+            rc = lib.racaffinity_key_route_i64(self._h, _i64_arg(key), out)
             if rc:
                 self._raise(rc)
             return _route(self, out)
@@ -596,15 +553,10 @@ class Cluster:
         little-endian bytes, which is how the core hashes an i64 (README,
         racaffinity-hrw-v1 step 2); the C ABI has no i64 variant."""
         if isinstance(key, int) and not isinstance(key, bool):
-            if not _I64_MIN <= key <= _I64_MAX:
-                raise KeyOverflowError(f"int key {key} does not fit in 64 bits", 4)
-            k = key.to_bytes(8, "little", signed=True)
+            k = _i64_arg(key).to_bytes(8, "little", signed=True)
         else:
             k = _bytes_arg(key, "key")
-        out = _new("uint32_t *")
-        rc = lib.racaffinity_key_partition(self._h, k, len(k), out)
-        if rc:
-            self._raise(rc)
+        out = self._out("uint32_t *", lib.racaffinity_key_partition, k, len(k))
         return int(out[0])
 
     # -- failover inputs --------------------------------------------------------
@@ -614,23 +566,16 @@ class Cluster:
         node state changes. Malformed text (`EventParseError`), an unknown
         instance (`UnknownNodeError`) or a foreign database/service
         (`ForeignEventError`) changes nothing."""
-        out = _new("uint32_t *")
-        rc = lib.racaffinity_event_apply(self._h, _cstr(line, "event line"), out)
-        if rc:
-            self._raise(rc)
+        out = self._out("uint32_t *", lib.racaffinity_event_apply, _cstr(line, "event line"))
         return int(out[0])
 
     def report_probe(self, node: Union[int, str], ok: bool) -> None:
         """Reports a heartbeat probe of `node`."""
-        rc = lib.racaffinity_probe_report(self._h, self.node_id(node), _bool_arg(ok, "ok"))
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_probe_report, self.node_id(node), _bool_arg(ok, "ok"))
 
     def report_outcome(self, node: Union[int, str], ok: bool) -> None:
         """Reports a node-level success or failure outside a lease."""
-        rc = lib.racaffinity_outcome_report(self._h, self.node_id(node), _bool_arg(ok, "ok"))
-        if rc:
-            self._raise(rc)
+        self._call(lib.racaffinity_outcome_report, self.node_id(node), _bool_arg(ok, "ok"))
 
     # -- metrics ---------------------------------------------------------------
 

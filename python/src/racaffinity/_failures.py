@@ -20,13 +20,16 @@ localize them, and applications put anything in theirs):
   (psycopg_pool counts pending reconnects in its size), and a pool that is
   merely busy is not a node failure.
 
+- 57P01 (admin_shutdown) sent FATAL by the server routine that notices the
+  postmaster's death while it reads or writes the client socket (the
+  error's non-localized severity and routine fields, `diag`): the node
+  crashed.
+
 Never node failures: constraint, trigger, serialization errors (23xxx,
-P0001, 40001), a wrong password for one user (28000/28P01), 57P01
-(admin_shutdown: `pg_terminate_backend` of one session, or any application
-raising it; when the postmaster really died, its backends send it too, and
-the crash then counts at the next connect, refused, or at the heartbeat, as
-in the Java binding's `SqlErrors`), statement timeouts, a closed or
-overloaded pool.
+P0001, 40001), a wrong password for one user (28000/28P01), any other 57P01
+(`pg_terminate_backend` of one session or a fast shutdown: FATAL from
+`ProcessInterrupts`; an application's `RAISE ... USING ERRCODE '57P01'`:
+ERROR), statement timeouts, a closed or overloaded pool.
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ __all__ = ["is_node_failure", "connection_lost", "ConnectAttempts"]
 
 _NODE_SQLSTATES = ("57P02", "57P03")
 
+# The routines of PostgreSQL's be-secure.c that end a session with FATAL 57P01
+# when the postmaster has died (a backend notices while it waits on its client).
+_POSTMASTER_DEATH_ROUTINES = ("secure_read", "secure_write")
+
 # libpq renders an ErrorResponse as "<severity>:  <message>": one word (any
 # language), a colon and two spaces, which none of libpq's own reports of a
 # refused, reset or timed-out connection contains.
@@ -55,6 +62,9 @@ def _is_node_error(exc: BaseException) -> bool:
     state = getattr(exc, "sqlstate", None)
     if state is None:
         return _SERVER_REPORT.search(_libpq_report(exc)) is None
+    if state == "57P01":
+        diag = exc.diag
+        return diag.severity_nonlocalized == "FATAL" and diag.source_function in _POSTMASTER_DEATH_ROUTINES
     return state.startswith("08") or state in _NODE_SQLSTATES
 
 

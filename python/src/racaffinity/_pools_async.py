@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import time
 import weakref
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
@@ -22,7 +21,8 @@ from ._args import BytesLike, DataKey
 from ._cluster import Cluster
 from ._errors import ConfigError
 from ._failures import is_node_failure
-from ._pools_base import FAILED, NEUTRAL, OK, Base, pool_kwargs
+from ._failures import ConnectAttempts
+from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._routes import lease_release
 from ._ucp import PartitionMapLoader
 from .tpc import GlobalTransaction, RecoveryReport, recover_all
@@ -34,6 +34,42 @@ __all__ = ["AsyncNodePools"]
 log = logging.getLogger("racaffinity.pools")
 
 LOADER_SOURCE = "loader"
+
+
+def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
+    """A subclass of psycopg's connection class `base` whose `connect` feeds
+    `attempts`, so a pool timeout can tell "cannot reach the node" from
+    "busy" (`racaffinity._failures`)."""
+
+    class _AsyncTracked(base):  # type: ignore[misc, valid-type]
+        @classmethod
+        async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            token = attempts.started()
+            try:
+                conn = await super().connect(*args, **kwargs)
+            except BaseException as e:
+                attempts.finished(token, e)
+                raise
+            attempts.finished(token, None)
+            return conn
+
+    return _AsyncTracked
+
+
+def pool_kwargs(
+    connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any]
+) -> Tuple[Dict[str, Any], ConnectAttempts]:
+    """The keyword arguments of one node's pool: the connect arguments (with
+    a bounded `connect_timeout` unless given) and a tracked connection class."""
+    if "kwargs" in pool_kwargs:
+        raise TypeError("pass connection arguments as connect_kwargs=, not kwargs=")
+    kwargs = dict(connect_kwargs)
+    kwargs.setdefault("connect_timeout", connect_timeout(timeout))
+    attempts = ConnectAttempts()
+    extra = dict(pool_kwargs)
+    extra["connection_class"] = _tracked(extra.pop("connection_class", psycopg.AsyncConnection), attempts)
+    extra["kwargs"] = kwargs
+    return extra, attempts
 
 
 class _AsyncConnection:
@@ -101,10 +137,17 @@ class AsyncNodePools(Base):
     partition -> instance map, loaded at open, after each HA event and every
     `partition_map_reload` seconds. Close the pools (or use them as a context
     manager) to stop the heartbeat and the upkeep and close every pool.
+    """
 
+    if _ASYNC:
+        __doc__ += """
     Open them in a running loop: `async with AsyncNodePools(...) as pools:`
     or `await pools.open()`; the heartbeat and the upkeep are asyncio tasks,
     and pins and transactions follow the asyncio task's context."""
+    else:
+        __doc__ += """
+    They are open once constructed; the heartbeat and the upkeep are daemon
+    threads, and pins and transactions follow the thread's context."""
 
     def __init__(
         self,
@@ -150,7 +193,7 @@ class AsyncNodePools(Base):
         """A node's pool, not opened yet."""
         name, dsn = self._dsns[node]
         first_min, max_size, timeout, extra_kwargs = self._pool_args
-        extra, attempts = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs, psycopg.AsyncConnection)
+        extra, attempts = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs)
         pool = psycopg_pool.AsyncConnectionPool(
             dsn,
             min_size=min_size,
@@ -334,7 +377,7 @@ class _AsyncHeartbeat:
             conn = self._conns.get(node)
             if conn is None or conn.closed:
                 kw = dict(self._pools._connect_kwargs)
-                kw.setdefault("connect_timeout", max(2, math.ceil(self._pools.probe_timeout)))
+                kw.setdefault("connect_timeout", connect_timeout(self._pools.probe_timeout))
                 conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kw)
                 self._conns[node] = conn
             await conn.execute("SELECT 1")

@@ -4,21 +4,19 @@ the affinity callback and the branches left in doubt."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from ._args import I64_MAX, I64_MIN, BytesLike, DataKey, bytes_arg
+from ._args import BytesLike, DataKey, bytes_arg, i64_arg
 from ._cluster import Cluster
-from ._errors import ConfigError, KeyOverflowError, UnknownNodeError
-from ._failures import ConnectAttempts
+from ._errors import ConfigError, UnknownNodeError
 from ._lib import ffi, lib
 from ._routes import Outcome, context_pick, lease_release, new_
 from ._scopes import SCOPES, PinScope, SessionScope, Transaction, context_call
 from ._ucp import callback_lease
 
-__all__ = ["Base", "pool_kwargs", "OK", "FAILED", "NEUTRAL"]
+__all__ = ["Base", "connect_timeout", "OK", "FAILED", "NEUTRAL"]
 
 OK, FAILED, NEUTRAL = int(Outcome.OK), int(Outcome.FAILED), int(Outcome.NEUTRAL)
 
@@ -27,62 +25,11 @@ def _span(b: bytes) -> Any:
     """A `uint8_t[]` view of `b` for a request field (no copy)."""
     return ffi.from_buffer("uint8_t[]", b)
 
-def _connect_timeout(timeout: Optional[float]) -> int:
+def connect_timeout(timeout: Optional[float]) -> int:
     """libpq's `connect_timeout` (whole seconds, at least 2) for a pool whose
     `getconn` waits `timeout`: a connect to a node that accepts and never
     answers must end, or the pool's attempt hangs without limit."""
     return max(2, math.ceil(timeout)) if timeout else 10
-
-
-def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
-    """A subclass of psycopg's connection class `base` whose `connect` feeds
-    `attempts`, so a pool timeout can tell "cannot reach the node" from
-    "busy" (`racaffinity._failures`)."""
-    if asyncio.iscoroutinefunction(base.connect):
-
-        class _AsyncTracked(base):  # type: ignore[misc, valid-type]
-            @classmethod
-            async def connect(cls, *args: Any, **kwargs: Any) -> Any:
-                token = attempts.started()
-                try:
-                    conn = await super().connect(*args, **kwargs)
-                except BaseException as e:
-                    attempts.finished(token, e)
-                    raise
-                attempts.finished(token, None)
-                return conn
-
-        return _AsyncTracked
-
-    class _Tracked(base):  # type: ignore[misc, valid-type]
-        @classmethod
-        def connect(cls, *args: Any, **kwargs: Any) -> Any:
-            token = attempts.started()
-            try:
-                conn = super().connect(*args, **kwargs)
-            except BaseException as e:
-                attempts.finished(token, e)
-                raise
-            attempts.finished(token, None)
-            return conn
-
-    return _Tracked
-
-
-def pool_kwargs(
-    connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any], base: Any
-) -> Tuple[Dict[str, Any], ConnectAttempts]:
-    """The keyword arguments of one node's pool: the connect arguments (with
-    a bounded `connect_timeout` unless given) and a tracked connection class."""
-    if "kwargs" in pool_kwargs:
-        raise TypeError("pass connection arguments as connect_kwargs=, not kwargs=")
-    kwargs = dict(connect_kwargs)
-    kwargs.setdefault("connect_timeout", _connect_timeout(timeout))
-    attempts = ConnectAttempts()
-    extra = dict(pool_kwargs)
-    extra["connection_class"] = _tracked(extra.pop("connection_class", base), attempts)
-    extra["kwargs"] = kwargs
-    return extra, attempts
 
 
 def _node_dsns(cluster: Cluster, dsns: Mapping[str, str]) -> Dict[int, Tuple[str, str]]:
@@ -226,9 +173,7 @@ class Base:
             req.gtrid, req.gtrid_len = gtrid, len(gtrid)
         if key is not None:
             if isinstance(key, int) and not isinstance(key, bool):
-                if not I64_MIN <= key <= I64_MAX:
-                    raise KeyOverflowError(f"int key {key} does not fit in 64 bits", 4)
-                req.key_i64, req.key_is_i64 = key, 1
+                req.key_i64, req.key_is_i64 = i64_arg(key), 1
             else:
                 k = _span(bytes_arg(key, "key"))
                 keep.append(k)

@@ -9,7 +9,6 @@ psycopg_pool does: edit `_pools_async.py`, then run the tool. Blocks under
 ones."""
 from __future__ import annotations
 import logging
-import math
 import time
 import weakref
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
@@ -20,13 +19,46 @@ from ._args import BytesLike, DataKey
 from ._cluster import Cluster
 from ._errors import ConfigError
 from ._failures import is_node_failure
-from ._pools_base import FAILED, NEUTRAL, OK, Base, pool_kwargs
+from ._failures import ConnectAttempts
+from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._routes import lease_release
 from ._ucp import PartitionMapLoader
 from .tpc import GlobalTransaction, RecoveryReport, recover_all
 __all__ = ['NodePools']
 log = logging.getLogger('racaffinity.pools')
 LOADER_SOURCE = 'loader'
+
+def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
+    """A subclass of psycopg's connection class `base` whose `connect` feeds
+    `attempts`, so a pool timeout can tell "cannot reach the node" from
+    "busy" (`racaffinity._failures`)."""
+
+    class _Tracked(base):
+
+        @classmethod
+        def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            token = attempts.started()
+            try:
+                conn = super().connect(*args, **kwargs)
+            except BaseException as e:
+                attempts.finished(token, e)
+                raise
+            attempts.finished(token, None)
+            return conn
+    return _Tracked
+
+def pool_kwargs(connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], ConnectAttempts]:
+    """The keyword arguments of one node's pool: the connect arguments (with
+    a bounded `connect_timeout` unless given) and a tracked connection class."""
+    if 'kwargs' in pool_kwargs:
+        raise TypeError('pass connection arguments as connect_kwargs=, not kwargs=')
+    kwargs = dict(connect_kwargs)
+    kwargs.setdefault('connect_timeout', connect_timeout(timeout))
+    attempts = ConnectAttempts()
+    extra = dict(pool_kwargs)
+    extra['connection_class'] = _tracked(extra.pop('connection_class', psycopg.Connection), attempts)
+    extra['kwargs'] = kwargs
+    return (extra, attempts)
 
 class _Connection:
     """`with pools.connection() as conn:` — what psycopg_pool's
@@ -90,10 +122,8 @@ class NodePools(Base):
     partition -> instance map, loaded at open, after each HA event and every
     `partition_map_reload` seconds. Close the pools (or use them as a context
     manager) to stop the heartbeat and the upkeep and close every pool.
-
-    Open them in a running loop: `with NodePools(...) as pools:`
-    or `pools.open()`; the heartbeat and the upkeep are threads,
-    and pins and transactions follow the threads's context."""
+    """
+    __doc__ += "\n    They are open once constructed; the heartbeat and the upkeep are daemon\n    threads, and pins and transactions follow the thread's context."
 
     def __init__(self, cluster: Cluster, dsns: Mapping[str, str], *, heartbeat: bool=False, heartbeat_interval: Optional[float]=None, probe_timeout: Optional[float]=None, connect_kwargs: Optional[Mapping[str, Any]]=None, min_size: int=1, max_size: Optional[int]=None, timeout: float=30.0, affinity_callback: Any=None, partition_map_loader: Optional[PartitionMapLoader]=None, partition_map_reload: Optional[float]=None, upkeep_interval: float=0.2, **pool_kwargs: Any) -> None:
         super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
@@ -120,7 +150,7 @@ class NodePools(Base):
         """A node's pool, not opened yet."""
         name, dsn = self._dsns[node]
         first_min, max_size, timeout, extra_kwargs = self._pool_args
-        extra, attempts = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs, psycopg.Connection)
+        extra, attempts = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs)
         pool = psycopg_pool.ConnectionPool(dsn, min_size=min_size, max_size=max_size if max_size is not None or min_size > 0 else max(1, first_min), timeout=timeout, name=f'racaffinity-{name}', open=False, **extra)
         pool._racaffinity_connects = attempts
         pool._racaffinity_draining = draining
@@ -287,7 +317,7 @@ class _Heartbeat:
             conn = self._conns.get(node)
             if conn is None or conn.closed:
                 kw = dict(self._pools._connect_kwargs)
-                kw.setdefault('connect_timeout', max(2, math.ceil(self._pools.probe_timeout)))
+                kw.setdefault('connect_timeout', connect_timeout(self._pools.probe_timeout))
                 conn = psycopg.Connection.connect(dsn, autocommit=True, **kw)
                 self._conns[node] = conn
             conn.execute('SELECT 1')

@@ -14,9 +14,9 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
-from ._args import cstr
+from ._args import cstr, port_arg
 from ._cluster import Cluster, read_text
-from ._errors import ConfigError, KeyOverflowError, raise_for
+from ._errors import ConfigError
 from ._lib import ffi, lib
 
 __all__ = [
@@ -49,21 +49,14 @@ def address_connect_string(
 ) -> str:
     """Like `connect_string`, from a listener address as written in
     `node.<N>.address` (`host`, `host:port`, `[v6]:port`); the core splits it."""
-    if isinstance(default_port, bool) or not isinstance(default_port, int):
-        raise TypeError(f"default_port must be an int, not {type(default_port).__name__}")
-    if not 0 <= default_port <= 0xFFFF:
-        raise KeyOverflowError(f"port {default_port} is not in 1..=65535", 4)
+    port_arg(default_port, "default_port")
     a, s, i = cstr(address, "address"), cstr(service, "service"), cstr(instance, "instance")
     return read_text(lambda buf, cap, n: lib.racaffinity_address_connect_string(int(form), a, default_port, s, i, buf, cap, n))
 
 
 def connect_string(form: ConnectForm, host: str, port: int, service: str, instance: str) -> str:
     """Builds one per-instance connect string through the core."""
-    if isinstance(port, bool) or not isinstance(port, int):
-        raise TypeError(f"port must be an int, not {type(port).__name__}")
-    if not 0 <= port <= 0xFFFF:
-        # The C parameter is uint16_t; the core refuses 0 itself.
-        raise KeyOverflowError(f"port {port} is not in 1..=65535", 4)
+    port_arg(port, "port")
     h, s, i = cstr(host, "host"), cstr(service, "service"), cstr(instance, "instance")
     return read_text(lambda buf, cap, n: lib.racaffinity_connect_string(int(form), h, port, s, i, buf, cap, n))
 

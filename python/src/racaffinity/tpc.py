@@ -60,7 +60,7 @@ import psycopg_pool  # noqa: E402
 from psycopg import Xid  # noqa: E402
 from psycopg.pq import TransactionStatus
 
-from ._cluster import Lease, NodeState, Outcome, RouteKind
+from ._routes import Lease, NodeState, Outcome, RouteKind
 from ._deadline import bounded
 from ._errors import Error, InvalidArgumentError, UnknownTransactionError
 from ._failures import connection_lost, is_node_failure

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use crate::cluster::{Cluster, Inner};
 use crate::error::{Error, Result, Scope};
 use crate::node::{Node, NodeId};
+use crate::request::PinMove;
 use crate::route::{Route, RouteKind};
 
 /// A host-chosen key naming one pin context (a Java thread, a Python context).
@@ -452,6 +453,82 @@ impl Cluster {
         self.count(&self.topo(), Some(scope), route);
         Ok(route)
     }
+}
+
+impl Cluster {
+    /// Where a pin of `scope` on `node` goes once `failed` could not give a
+    /// connection ([`Cluster::reroute`]): it stays on a usable node other
+    /// than `failed` (another caller moved it already); a strict scope keeps
+    /// it where it is; else it moves, as [`Cluster::revalidate`] moves a pin
+    /// off a Down node.
+    fn pin_after_failure(&self, node: &Node, scope: Scope, failed: NodeId) -> Result<PinAfterFailure> {
+        if node.id() != failed && node.accepts_existing(self.clock()) {
+            return Ok(PinAfterFailure::Keep);
+        }
+        if self.is_strict(scope) {
+            return Ok(PinAfterFailure::Stay);
+        }
+        let topo = self.topo();
+        let session = scope == Scope::Session;
+        let chosen = self.balanced_in(&topo, Some(scope), |n| n.id() != failed && (!session || n.affinity_advised()));
+        match chosen {
+            Ok((id, _)) if id == failed => Ok(PinAfterFailure::Stay),
+            Ok((id, panic)) => Ok(PinAfterFailure::Move(
+                topo.node(id).expect("chosen from live").clone(),
+                if panic { RouteKind::Panic } else { RouteKind::Repinned },
+            )),
+            Err(Error::NoNodeAvailable { .. }) => Ok(PinAfterFailure::Stay),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Cluster::reroute`] of a context's pin (a Java thread's, or a UCP
+    /// affinity context of the transaction or session policy).
+    pub(crate) fn context_reroute(&self, key: ContextKey, failed: NodeId) -> Result<PinMove> {
+        let mut m = self.inner.contexts.lock(key.0);
+        let Some(e) = m.get_mut(&key.0).filter(|e| !e.revoked()) else { return Ok(PinMove::Unpinned) };
+        let scope = e.scope;
+        let route = match self.pin_after_failure(&e.node, scope, failed)? {
+            PinAfterFailure::Keep => Route::new(e.node.id(), RouteKind::Affinity),
+            PinAfterFailure::Stay => return Ok(PinMove::Stay),
+            PinAfterFailure::Move(n, kind) => {
+                e.epoch = n.session_epoch();
+                e.node = n;
+                Route::new(e.node.id(), kind)
+            }
+        };
+        drop(m);
+        self.count(&self.topo(), Some(scope), route);
+        Ok(PinMove::To(route))
+    }
+
+    /// [`Cluster::reroute`] of the calling OS thread's pin.
+    pub(crate) fn thread_reroute(&self, failed: NodeId) -> Result<PinMove> {
+        let id = self.inner.id;
+        let moved = THREAD_PINS.try_with(|p| -> Result<PinMove> {
+            let mut v = p.borrow_mut();
+            let Some(slot) = v.iter_mut().find(|s| s.cluster == id) else { return Ok(PinMove::Unpinned) };
+            Ok(match self.pin_after_failure(&slot.node, Scope::Thread, failed)? {
+                PinAfterFailure::Keep => PinMove::To(Route::new(slot.node.id(), RouteKind::Affinity)),
+                PinAfterFailure::Stay => PinMove::Stay,
+                PinAfterFailure::Move(n, kind) => {
+                    slot.node = n;
+                    PinMove::To(Route::new(slot.node.id(), kind))
+                }
+            })
+        });
+        let moved = moved.unwrap_or(Ok(PinMove::Unpinned))?;
+        if let PinMove::To(r) = moved {
+            self.count(&self.topo(), Some(Scope::Thread), r);
+        }
+        Ok(moved)
+    }
+}
+
+enum PinAfterFailure {
+    Keep,
+    Stay,
+    Move(Arc<Node>, RouteKind),
 }
 
 fn thread_exiting() -> Error {

@@ -5,9 +5,20 @@
 
 use crate::cluster::Cluster;
 use crate::data::DataKey;
-use crate::error::Result;
+use crate::error::{Error, Result, Scope};
+use crate::node::NodeId;
 use crate::pin::ContextKey;
-use crate::route::Route;
+use crate::route::{Route, RouteKind};
+
+/// What [`Cluster::reroute`] did to a pin.
+pub(crate) enum PinMove {
+    /// No pin: the retry is load-balanced.
+    Unpinned,
+    /// Strict, or nowhere else to go: no retry.
+    Stay,
+    /// The pin is (now) on this node.
+    To(Route),
+}
 
 /// What a host knows about the unit of work asking for a node.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -72,5 +83,73 @@ impl Cluster {
             }
         };
         self.tx_begin_on(gtrid, preferred)
+    }
+
+    /// Routes `request` again after `failed` could not give it a connection
+    /// (refused, reset, connect timeout), so that the host can retry once on
+    /// another node within the same call. The host reports the failure
+    /// itself first (a failed lease), so ejection counts it.
+    ///
+    /// The affinity that chose `failed` moves with the retry, by the same
+    /// rules as when its node goes down, so the next request follows it
+    /// instead of trying the dead node again: a session (registry mode) or
+    /// context pin is re-pinned; a data key falls back for this call only
+    /// (its data still lives on the owner); plain balancing picks another
+    /// node. `Ok(None)` means "no retry": a transaction's branch (its
+    /// branches must never split), a strict scope (it refuses rather than
+    /// moves), or no other usable node.
+    ///
+    /// # Errors
+    /// [`Error::UnknownNode`] if `failed` is no node of the cluster; the
+    /// request's own errors (an invalid key).
+    pub fn reroute(&self, request: &RouteRequest<'_>, failed: NodeId) -> Result<Option<Route>> {
+        let topo = self.topo();
+        if topo.node(failed).is_none_or(|n| n.is_removed()) {
+            return Err(Error::UnknownNode(format!("#{}", failed.0)));
+        }
+        drop(topo);
+        if request.transaction.is_some() {
+            return Ok(None);
+        }
+        let route = if let Some(key) = request.key {
+            if self.is_strict(Scope::Data) {
+                return Ok(None);
+            }
+            self.partition_of(key)?;
+            self.reroute_balanced(Some(Scope::Data), failed, RouteKind::Fallback)?
+        } else if let Some(session) = request.session {
+            if self.is_strict(Scope::Session) {
+                return Ok(None);
+            }
+            self.session_reroute(session, failed)?
+        } else {
+            let pinned = match request.context {
+                Some(ctx) => self.context_reroute(ctx, failed)?,
+                None => self.thread_reroute(failed)?,
+            };
+            match pinned {
+                PinMove::Unpinned => self.reroute_balanced(None, failed, RouteKind::Balanced)?,
+                PinMove::Stay => None,
+                PinMove::To(r) => Some(r),
+            }
+        };
+        Ok(route.filter(|r| r.node != failed))
+    }
+
+    /// A load-balanced choice away from `failed` (no half-open trial: the
+    /// retry must go where work is known to land), counted as `kind`.
+    fn reroute_balanced(&self, scope: Option<Scope>, failed: NodeId, kind: RouteKind) -> Result<Option<Route>> {
+        let topo = self.topo();
+        let (id, panic) = match self.balanced_in(&topo, scope, |n| n.id() != failed) {
+            Ok(c) => c,
+            Err(Error::NoNodeAvailable { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if id == failed {
+            return Ok(None);
+        }
+        let r = Route::new(id, if panic { RouteKind::Panic } else { kind });
+        self.count(&topo, scope, r);
+        Ok(Some(r))
     }
 }

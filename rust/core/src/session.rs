@@ -125,6 +125,52 @@ impl Cluster {
         Ok(Route::new(id, if repin { RouteKind::Repinned } else { kind }))
     }
 
+    /// [`Cluster::reroute`] of a session whose node `failed` could not give
+    /// a connection: the session moves off it as if it were down (a session
+    /// another caller moved already keeps its new node). Stateless sessions
+    /// have no entry to move: this call goes to the fallback owner, later ones
+    /// follow once the node is ejected. `None`: nowhere else to go.
+    pub(crate) fn session_reroute(&self, key: &[u8], failed: NodeId) -> Result<Option<Route>> {
+        check_key("session key", key)?;
+        let topo = self.topo();
+        let h = hash::hash_bytes(key);
+        let away = |n: &crate::node::Node| n.affinity_advised() && n.id() != failed;
+        let placed = match self.inner.config.session.mode {
+            SessionMode::Stateless => self
+                .place_rendezvous(&topo, Scope::Session, h, away)
+                .map(|(id, kind)| Route::new(id, if kind == RouteKind::Placed { RouteKind::Repinned } else { kind })),
+            SessionMode::Registry => {
+                let now = self.clock().now_ms();
+                let mut m = self.inner.sessions.map.lock(key);
+                match m.get_mut(key) {
+                    Some(e)
+                        if e.node != failed && topo.node(e.node).is_some_and(|n| n.accepts_existing(self.clock())) =>
+                    {
+                        e.last_used_ms = now;
+                        Ok(Route::new(e.node, RouteKind::Affinity))
+                    }
+                    _ => {
+                        let placement = self.inner.config.session.placement;
+                        self.place(&topo, Scope::Session, placement, h, away).map(|(id, kind)| {
+                            if id != failed {
+                                let epoch = topo.node(id).expect("placed on a known node").session_epoch();
+                                m.insert(key.into(), SessionEntry { node: id, epoch, last_used_ms: now });
+                            }
+                            Route::new(id, if kind == RouteKind::Placed { RouteKind::Repinned } else { kind })
+                        })
+                    }
+                }
+            }
+        };
+        let route = match placed {
+            Ok(r) if r.node != failed => r,
+            Ok(_) | Err(Error::NoNodeAvailable { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        self.count(&topo, Some(Scope::Session), route);
+        Ok(Some(route))
+    }
+
     /// Amortised expiry: each shard is swept at most once per half TTL, by
     /// whichever insert comes along, so idle sessions cannot pile up.
     fn sweep_shard_if_due(&self, key: &[u8], now: u64) {

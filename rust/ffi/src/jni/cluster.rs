@@ -1,9 +1,9 @@
 //! Cluster lifecycle, nodes, settings, failover inputs and metrics
 //! (`io.racaffinity.Native`, used by `io.racaffinity.Cluster`).
 
-use jni::objects::{JClass, JIntArray, JLongArray, JObject, JObjectArray, JString};
+use jni::objects::{JIntArray, JLongArray, JObject, JObjectArray, JString};
 use jni::sys::{jboolean, jint, jlong};
-use jni::{Env, EnvUnowned};
+use jni::Env;
 use racaffinity_core::{Cluster, NodeState, RecoveryScope, Scope};
 
 use super::{
@@ -25,364 +25,239 @@ fn strings<'local>(env: &mut Env<'local>, items: &[String]) -> JResult<JObjectAr
     Ok(arr)
 }
 
-/// `String version()`: the library version, checked by the Java loader.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_version<'l>(mut env: EnvUnowned<'l>, _c: JClass<'l>) -> JString<'l> {
-    run(&mut env, |env| Ok(JString::from_str(env, racaffinity_core::VERSION)?))
-}
+jni_export! {
+    /// `String version()`: the library version, checked by the Java loader.
+    fn Java_io_racaffinity_Native_version<'l>(env) -> JString<'l> {
+        run(&mut env, |env| Ok(JString::from_str(env, racaffinity_core::VERSION)?))
+    }
 
-/// `long noop(long handle, long x)`: returns `x`. The benchmark's baseline for
-/// the cost of one JNI transition through the same wrapper as every call.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_noop<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    _h: jlong,
-    x: jlong,
-) -> jlong {
-    run_fast(&mut env, || Ok(x))
-}
+    /// `long noop(long handle, long x)`: returns `x`. The benchmark's baseline for
+    /// the cost of one JNI transition through the same wrapper as every call.
+    fn Java_io_racaffinity_Native_noop<'l>(env, _h: jlong, x: jlong) -> jlong {
+        run_fast(&mut env, || Ok(x))
+    }
 
-/// `String[] exceptionClasses()`: the code → exception class table, indexed
-/// by result code, so the Java tests can check every class exists.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_exceptionClasses<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-) -> JObjectArray<'l, JString<'l>> {
-    run(&mut env, |env| {
-        let names: Vec<String> =
-            racaffinity_result::ALL.iter().map(|&c| super::exception_class(c).to_str().replace('/', ".")).collect();
-        strings(env, &names)
-    })
-}
-
-/// `long clusterNew(String config)`: builds a cluster; returns its handle.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_clusterNew<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    config: JString<'l>,
-) -> jlong {
-    run(&mut env, |env| {
-        let text = string(env, &config, "config")?;
-        let h = handle::insert(Cluster::from_config_text(&text)?)?;
-        Ok(h as usize as jlong)
-    })
-}
-
-/// `void clusterFree(long handle)`: frees a cluster; a second free throws
-/// `ClusterClosedException` and changes nothing.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_clusterFree<'l>(mut env: EnvUnowned<'l>, _c: JClass<'l>, h: jlong) {
-    run_fast(&mut env, || Ok(handle::remove(h as usize as *const handle::racaffinity_cluster)?))
-}
-
-/// `String clusterName(long handle)`.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_clusterName<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) -> JString<'l> {
-    run_to_string(&mut env, || with_cluster(h, |c| Ok(c.name().to_string())))
-}
-
-/// `long heartbeatIntervalMillis(long handle)`: the config's `heartbeat.interval`.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_heartbeatIntervalMillis<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) -> jlong {
-    run_cluster_fast(&mut env, h, |c| Ok(c.heartbeat_interval_ms().min(i64::MAX as u64) as jlong))
-}
-
-/// `boolean recoveryIsDatabase(long handle)`: `recovery.scope = database`
-/// (instances of one database) rather than `node`.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_recoveryIsDatabase<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) -> jboolean {
-    run_cluster_fast(&mut env, h, |c| Ok(c.recovery_scope() == RecoveryScope::Database))
-}
-
-/// `String[] nodeNames(long handle)`: live node names in id order.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeNames<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) -> JObjectArray<'l, JString<'l>> {
-    run(&mut env, |env| {
-        let names: Vec<String> =
-            with_cluster(h, |c| Ok(c.node_ids().into_iter().filter_map(|id| c.node_name(id)).collect()))?;
-        strings(env, &names)
-    })
-}
-
-/// `int[] nodeIds(long handle)`: live node ids, ascending.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeIds<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) -> JIntArray<'l> {
-    run(&mut env, |env| {
-        let ids: Vec<jint> = with_cluster(h, |c| Ok(c.node_ids().into_iter().map(|id| id.0 as jint).collect()))?;
-        let arr = JIntArray::new(env, ids.len())?;
-        arr.set_region(env, 0, &ids)?;
-        Ok(arr)
-    })
-}
-
-/// `String nodeName(long handle, int node)`: also for removed nodes.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeName<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    node: jint,
-) -> JString<'l> {
-    run_to_string(&mut env, || {
-        let node = node_arg(node)?;
-        with_cluster(h, |c| ops::node_name(c, node_id(node)))
-    })
-}
-
-/// `String nodeAddress(long handle, int node)`: the configured `host:port`,
-/// or "" when the node has none.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeAddress<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    node: jint,
-) -> JString<'l> {
-    run_to_string(&mut env, || {
-        let node = node_arg(node)?;
-        with_cluster(h, |c| ops::node_address(c, node_id(node)))
-    })
-}
-
-/// `int nodeFind(long handle, String name)`: a live node's id (case-insensitive).
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeFind<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    name: JString<'l>,
-) -> jint {
-    run_str(&mut env, h, &name, "name", |c, name| Ok(c.node_by_name(name)?.id().0 as jint))
-}
-
-/// `int nodeState(long handle, int node)`: a `racaffinity_node_state` value
-/// (a removed node reads as Down, as in C).
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeState<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    node: jint,
-) -> jint {
-    run_node_fast(&mut env, h, node, |c, node| Ok(racaffinity_node_state::from(ops::node_state(c, node)?) as jint))
-}
-
-/// `int nodeSetState(long handle, String name, int state)`: as an operator
-/// would (JMX markUp/markDown/drain); returns the previous state.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeSetState<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    name: JString<'l>,
-    state: jint,
-) -> jint {
-    run(&mut env, |env| {
-        let name = string(env, &name, "name")?;
-        let state: NodeState = enum_arg::<racaffinity_node_state, _>(state)?;
-        with_cluster(h, |c| Ok(racaffinity_node_state::from(c.set_node_state(&name, state)?) as jint))
-    })
-}
-
-/// `int nodeAdd(long handle, String name, String address, int weight)`:
-/// `address` may be null; `weight` 0 means 1 (as in C). Returns the new id.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeAdd<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    name: JString<'l>,
-    address: JString<'l>,
-    weight: jint,
-) -> jint {
-    run(&mut env, |env| {
-        let name = string(env, &name, "name")?;
-        let address = if address.is_null() { None } else { Some(string(env, &address, "address")?) };
-        let weight = u32::try_from(weight).map_err(|_| {
-            Failure::new(
-                racaffinity_result::InvalidArgument,
-                format!("weight must be 1..={}, got {weight}", racaffinity_core::MAX_WEIGHT),
-            )
-        })?;
-        with_cluster(h, |c| Ok(ops::add_node(c, &name, address.as_deref(), weight)?.0 as jint))
-    })
-}
-
-/// `int nodeRemove(long handle, String name)`: returns the removed id.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeRemove<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    name: JString<'l>,
-) -> jint {
-    run_str(&mut env, h, &name, "name", |c, name| Ok(c.remove_node(name)?.0 as jint))
-}
-
-/// `void setStrict(long handle, int scope, boolean strict)`.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_setStrict<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    scope: jint,
-    strict: jboolean,
-) {
-    run_fast(&mut env, || {
-        let scope: Scope = enum_arg::<racaffinity_scope, _>(scope)?;
-        with_cluster(h, |c| {
-            c.set_strict(scope, strict);
-            Ok(())
+    /// `String[] exceptionClasses()`: the code → exception class table, indexed
+    /// by result code, so the Java tests can check every class exists.
+    fn Java_io_racaffinity_Native_exceptionClasses<'l>(env) -> JObjectArray<'l, JString<'l>> {
+        run(&mut env, |env| {
+            let names: Vec<String> =
+                racaffinity_result::ALL.iter().map(|&c| super::exception_class(c).to_str().replace('/', ".")).collect();
+            strings(env, &names)
         })
-    })
-}
+    }
 
-/// `boolean isStrict(long handle, int scope)`.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_isStrict<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    scope: jint,
-) -> jboolean {
-    run_fast(&mut env, || {
-        let scope: Scope = enum_arg::<racaffinity_scope, _>(scope)?;
-        with_cluster(h, |c| Ok(c.is_strict(scope)))
-    })
-}
+    /// `long clusterNew(String config)`: builds a cluster; returns its handle.
+    fn Java_io_racaffinity_Native_clusterNew<'l>(env, config: JString<'l>) -> jlong {
+        run(&mut env, |env| {
+            let text = string(env, &config, "config")?;
+            let h = handle::insert(Cluster::from_config_text(&text)?)?;
+            Ok(h as usize as jlong)
+        })
+    }
 
-/// `int eventApply(long handle, String line)`: one FAN event or RLB advisory;
-/// returns the number of node state changes. A failing line changes nothing.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_eventApply<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    line: JString<'l>,
-) -> jint {
-    run_str(&mut env, h, &line, "line", |c, line| Ok(c.apply_event(line)?.changes.len() as jint))
-}
+    /// `void clusterFree(long handle)`: frees a cluster; a second free throws
+    /// `ClusterClosedException` and changes nothing.
+    fn Java_io_racaffinity_Native_clusterFree<'l>(env, h: jlong) {
+        run_fast(&mut env, || Ok(handle::remove(h as usize as *const handle::racaffinity_cluster)?))
+    }
 
-/// `boolean probeReport(long handle, int node, boolean ok)`: a heartbeat
-/// result; returns whether the node's state changed.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_probeReport<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    node: jint,
-    ok: jboolean,
-) -> jboolean {
-    run_node_fast(&mut env, h, node, |c, node| Ok(c.report_probe(node, ok)?.is_some()))
-}
+    /// `String clusterName(long handle)`.
+    fn Java_io_racaffinity_Native_clusterName<'l>(env, h: jlong) -> JString<'l> {
+        run_to_string(&mut env, || with_cluster(h, |c| Ok(c.name().to_string())))
+    }
 
-/// `boolean outcomeReport(long handle, int node, boolean ok)`: a node-level
-/// success or failure outside a lease; returns whether the state changed.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_outcomeReport<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    node: jint,
-    ok: jboolean,
-) -> jboolean {
-    run_node_fast(&mut env, h, node, |c, node| Ok(c.report_outcome(node, ok)?.is_some()))
-}
+    /// `long heartbeatIntervalMillis(long handle)`: the config's `heartbeat.interval`.
+    fn Java_io_racaffinity_Native_heartbeatIntervalMillis<'l>(env, h: jlong) -> jlong {
+        run_cluster_fast(&mut env, h, |c| Ok(c.heartbeat_interval_ms().min(i64::MAX as u64) as jlong))
+    }
 
-/// `String metricsJson(long handle)`.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_metricsJson<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) -> JString<'l> {
-    run_to_string(&mut env, || with_cluster(h, |c| Ok(c.metrics().to_json())))
-}
+    /// `boolean recoveryIsDatabase(long handle)`: `recovery.scope = database`
+    /// (instances of one database) rather than `node`.
+    fn Java_io_racaffinity_Native_recoveryIsDatabase<'l>(env, h: jlong) -> jboolean {
+        run_cluster_fast(&mut env, h, |c| Ok(c.recovery_scope() == RecoveryScope::Database))
+    }
 
-/// `String metricsPrometheus(long handle)`.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_metricsPrometheus<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) -> JString<'l> {
-    run_to_string(&mut env, || with_cluster(h, |c| Ok(c.metrics().to_prometheus())))
+    /// `String[] nodeNames(long handle)`: live node names in id order.
+    fn Java_io_racaffinity_Native_nodeNames<'l>(env, h: jlong) -> JObjectArray<'l, JString<'l>> {
+        run(&mut env, |env| {
+            let names: Vec<String> =
+                with_cluster(h, |c| Ok(c.node_ids().into_iter().filter_map(|id| c.node_name(id)).collect()))?;
+            strings(env, &names)
+        })
+    }
+
+    /// `int[] nodeIds(long handle)`: live node ids, ascending.
+    fn Java_io_racaffinity_Native_nodeIds<'l>(env, h: jlong) -> JIntArray<'l> {
+        run(&mut env, |env| {
+            let ids: Vec<jint> = with_cluster(h, |c| Ok(c.node_ids().into_iter().map(|id| id.0 as jint).collect()))?;
+            let arr = JIntArray::new(env, ids.len())?;
+            arr.set_region(env, 0, &ids)?;
+            Ok(arr)
+        })
+    }
+
+    /// `String nodeName(long handle, int node)`: also for removed nodes.
+    fn Java_io_racaffinity_Native_nodeName<'l>(env, h: jlong, node: jint) -> JString<'l> {
+        run_to_string(&mut env, || {
+            let node = node_arg(node)?;
+            with_cluster(h, |c| ops::node_name(c, node_id(node)))
+        })
+    }
+
+    /// `String nodeAddress(long handle, int node)`: the configured `host:port`,
+    /// or "" when the node has none.
+    fn Java_io_racaffinity_Native_nodeAddress<'l>(env, h: jlong, node: jint) -> JString<'l> {
+        run_to_string(&mut env, || {
+            let node = node_arg(node)?;
+            with_cluster(h, |c| ops::node_address(c, node_id(node)))
+        })
+    }
+
+    /// `int nodeFind(long handle, String name)`: a live node's id (case-insensitive).
+    fn Java_io_racaffinity_Native_nodeFind<'l>(env, h: jlong, name: JString<'l>) -> jint {
+        run_str(&mut env, h, &name, "name", |c, name| Ok(c.node_by_name(name)?.id().0 as jint))
+    }
+
+    /// `int nodeState(long handle, int node)`: a `racaffinity_node_state` value
+    /// (a removed node reads as Down, as in C).
+    fn Java_io_racaffinity_Native_nodeState<'l>(env, h: jlong, node: jint) -> jint {
+        run_node_fast(&mut env, h, node, |c, node| Ok(racaffinity_node_state::from(ops::node_state(c, node)?) as jint))
+    }
+
+    /// `int nodeSetState(long handle, String name, int state)`: as an operator
+    /// would (JMX markUp/markDown/drain); returns the previous state.
+    fn Java_io_racaffinity_Native_nodeSetState<'l>(env, h: jlong, name: JString<'l>, state: jint) -> jint {
+        run(&mut env, |env| {
+            let name = string(env, &name, "name")?;
+            let state: NodeState = enum_arg::<racaffinity_node_state, _>(state)?;
+            with_cluster(h, |c| Ok(racaffinity_node_state::from(c.set_node_state(&name, state)?) as jint))
+        })
+    }
+
+    /// `int nodeAdd(long handle, String name, String address, int weight)`:
+    /// `address` may be null; `weight` 0 means 1 (as in C). Returns the new id.
+    fn Java_io_racaffinity_Native_nodeAdd<'l>(
+        env,
+        h: jlong,
+        name: JString<'l>,
+        address: JString<'l>,
+        weight: jint,
+    ) -> jint {
+        run(&mut env, |env| {
+            let name = string(env, &name, "name")?;
+            let address = if address.is_null() { None } else { Some(string(env, &address, "address")?) };
+            let weight = u32::try_from(weight).map_err(|_| {
+                Failure::new(
+                    racaffinity_result::InvalidArgument,
+                    format!("weight must be 1..={}, got {weight}", racaffinity_core::MAX_WEIGHT),
+                )
+            })?;
+            with_cluster(h, |c| Ok(ops::add_node(c, &name, address.as_deref(), weight)?.0 as jint))
+        })
+    }
+
+    /// `int nodeRemove(long handle, String name)`: returns the removed id.
+    fn Java_io_racaffinity_Native_nodeRemove<'l>(env, h: jlong, name: JString<'l>) -> jint {
+        run_str(&mut env, h, &name, "name", |c, name| Ok(c.remove_node(name)?.0 as jint))
+    }
+
+    /// `void setStrict(long handle, int scope, boolean strict)`.
+    fn Java_io_racaffinity_Native_setStrict<'l>(env, h: jlong, scope: jint, strict: jboolean) {
+        run_fast(&mut env, || {
+            let scope: Scope = enum_arg::<racaffinity_scope, _>(scope)?;
+            with_cluster(h, |c| {
+                c.set_strict(scope, strict);
+                Ok(())
+            })
+        })
+    }
+
+    /// `boolean isStrict(long handle, int scope)`.
+    fn Java_io_racaffinity_Native_isStrict<'l>(env, h: jlong, scope: jint) -> jboolean {
+        run_fast(&mut env, || {
+            let scope: Scope = enum_arg::<racaffinity_scope, _>(scope)?;
+            with_cluster(h, |c| Ok(c.is_strict(scope)))
+        })
+    }
+
+    /// `int eventApply(long handle, String line)`: one FAN event or RLB advisory;
+    /// returns the number of node state changes. A failing line changes nothing.
+    fn Java_io_racaffinity_Native_eventApply<'l>(env, h: jlong, line: JString<'l>) -> jint {
+        run_str(&mut env, h, &line, "line", |c, line| Ok(c.apply_event(line)?.changes.len() as jint))
+    }
+
+    /// `boolean probeReport(long handle, int node, boolean ok)`: a heartbeat
+    /// result; returns whether the node's state changed.
+    fn Java_io_racaffinity_Native_probeReport<'l>(env, h: jlong, node: jint, ok: jboolean) -> jboolean {
+        run_node_fast(&mut env, h, node, |c, node| Ok(c.report_probe(node, ok)?.is_some()))
+    }
+
+    /// `boolean outcomeReport(long handle, int node, boolean ok)`: a node-level
+    /// success or failure outside a lease; returns whether the state changed.
+    fn Java_io_racaffinity_Native_outcomeReport<'l>(env, h: jlong, node: jint, ok: jboolean) -> jboolean {
+        run_node_fast(&mut env, h, node, |c, node| Ok(c.report_outcome(node, ok)?.is_some()))
+    }
+
+    /// `String metricsJson(long handle)`.
+    fn Java_io_racaffinity_Native_metricsJson<'l>(env, h: jlong) -> JString<'l> {
+        run_to_string(&mut env, || with_cluster(h, |c| Ok(c.metrics().to_json())))
+    }
+
+    /// `String metricsPrometheus(long handle)`.
+    fn Java_io_racaffinity_Native_metricsPrometheus<'l>(env, h: jlong) -> JString<'l> {
+        run_to_string(&mut env, || with_cluster(h, |c| Ok(c.metrics().to_prometheus())))
+    }
 }
 
 /// Counters per node in `nodeMetrics`' `long[]`, in this order.
 pub(crate) const NODE_COUNTERS: usize = 13;
 
-/// `Object[] nodeMetrics(long handle)`: one snapshot of the live nodes as
-/// `{String[] names, String[] downCauses, long[] counters}`, where counters
-/// holds, per node in id order: id, state (`racaffinity_node_state`), weight,
-/// rlb percent (-1 none), picks, affinity hits, repins, strict refusals,
-/// in flight, successes, failures, state changes, probe misses.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeMetrics<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) -> JObjectArray<'l> {
-    run(&mut env, |env| {
-        let (ids, snap) = with_cluster(h, |c| {
-            let snap = c.metrics();
-            // Ids by name from the same cluster: names of live nodes are unique.
-            let ids: Vec<i64> =
-                snap.nodes.iter().map(|n| c.node_by_name(&n.name).map_or(-1, |x| i64::from(x.id().0))).collect();
-            Ok((ids, snap))
-        })?;
-        let names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
-        let causes: Vec<String> = snap.nodes.iter().map(|n| n.down_cause.to_string()).collect();
-        let mut counters: Vec<jlong> = Vec::with_capacity(snap.nodes.len() * NODE_COUNTERS);
-        for (n, &id) in snap.nodes.iter().zip(&ids) {
-            let sat = |v: u64| v.min(i64::MAX as u64) as jlong;
-            counters.extend_from_slice(&[
-                id,
-                racaffinity_node_state::from(n.state) as jlong,
-                jlong::from(n.weight),
-                jlong::from(n.rlb_percent),
-                sat(n.picks),
-                sat(n.affinity_hits),
-                sat(n.repins),
-                sat(n.strict_refusals),
-                n.in_flight,
-                sat(n.successes),
-                sat(n.failures),
-                sat(n.state_changes),
-                sat(n.probe_misses),
-            ]);
-        }
-        let names = strings(env, &names)?;
-        let causes = strings(env, &causes)?;
-        let longs = JLongArray::new(env, counters.len())?;
-        longs.set_region(env, 0, &counters)?;
-        let out = JObjectArray::<JObject>::new(env, 3, JObject::null())?;
-        out.set_element(env, 0, &names)?;
-        out.set_element(env, 1, &causes)?;
-        out.set_element(env, 2, &longs)?;
-        Ok(out)
-    })
+jni_export! {
+    /// `Object[] nodeMetrics(long handle)`: one snapshot of the live nodes as
+    /// `{String[] names, String[] downCauses, long[] counters}`, where counters
+    /// holds, per node in id order: id, state (`racaffinity_node_state`), weight,
+    /// rlb percent (-1 none), picks, affinity hits, repins, strict refusals,
+    /// in flight, successes, failures, state changes, probe misses.
+    fn Java_io_racaffinity_Native_nodeMetrics<'l>(env, h: jlong) -> JObjectArray<'l> {
+        run(&mut env, |env| {
+            let (ids, snap) = with_cluster(h, |c| {
+                let snap = c.metrics();
+                // Ids by name from the same cluster: names of live nodes are unique.
+                let ids: Vec<i64> =
+                    snap.nodes.iter().map(|n| c.node_by_name(&n.name).map_or(-1, |x| i64::from(x.id().0))).collect();
+                Ok((ids, snap))
+            })?;
+            let names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
+            let causes: Vec<String> = snap.nodes.iter().map(|n| n.down_cause.to_string()).collect();
+            let mut counters: Vec<jlong> = Vec::with_capacity(snap.nodes.len() * NODE_COUNTERS);
+            for (n, &id) in snap.nodes.iter().zip(&ids) {
+                let sat = |v: u64| v.min(i64::MAX as u64) as jlong;
+                counters.extend_from_slice(&[
+                    id,
+                    racaffinity_node_state::from(n.state) as jlong,
+                    jlong::from(n.weight),
+                    jlong::from(n.rlb_percent),
+                    sat(n.picks),
+                    sat(n.affinity_hits),
+                    sat(n.repins),
+                    sat(n.strict_refusals),
+                    n.in_flight,
+                    sat(n.successes),
+                    sat(n.failures),
+                    sat(n.state_changes),
+                    sat(n.probe_misses),
+                ]);
+            }
+            let names = strings(env, &names)?;
+            let causes = strings(env, &causes)?;
+            let longs = JLongArray::new(env, counters.len())?;
+            longs.set_region(env, 0, &counters)?;
+            let out = JObjectArray::<JObject>::new(env, 3, JObject::null())?;
+            out.set_element(env, 0, &names)?;
+            out.set_element(env, 1, &causes)?;
+            out.set_element(env, 2, &longs)?;
+            Ok(out)
+        })
+    }
 }

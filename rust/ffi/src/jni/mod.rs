@@ -37,6 +37,29 @@ use crate::capi::result::{bad_enum, panic_message, racaffinity_result, CEnum, Fa
 use crate::capi::types::{node_id, racaffinity_route};
 use crate::ops;
 
+/// Declares the exports of `native` methods (all `static`, in `io.racaffinity.Native` and
+/// `OracleUrls`): each `fn Java_<class>_<method><'l>(env, args…) -> R { body }` becomes an unmangled
+/// `extern "system"` function taking `mut env: EnvUnowned<'l>` and the (unused) `JClass<'l>` before
+/// `args`, so the body names only what differs. Each export keeps its full JNI name, and
+/// `tools/check_jni_exports.py` (`make lint`) reads this form: it checks every export against its
+/// Java method both ways, parameters included, and that this macro still expands as written here.
+macro_rules! jni_export {
+    ($(
+        $(#[$attr:meta])*
+        fn $name:ident<$l:lifetime>($env:ident $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)? $body:block
+    )*) => {
+        $(
+            $(#[$attr])*
+            #[no_mangle]
+            pub extern "system" fn $name<$l>(
+                mut $env: ::jni::EnvUnowned<$l>,
+                _c: ::jni::objects::JClass<$l>
+                $(, $arg: $ty)*
+            ) $(-> $ret)? $body
+        )*
+    };
+}
+
 mod cluster;
 mod connect;
 mod epoch;

@@ -4,72 +4,59 @@
 //! (`racaffinity_core::token`); these exports convert arguments only, like
 //! `capi/token.rs` beside them.
 
-use jni::objects::{JByteArray, JClass, JLongArray, JString};
+use jni::objects::{JByteArray, JLongArray, JString};
 use jni::sys::jlong;
-use jni::EnvUnowned;
 
 use super::{pack, run, run_bytes, string, with_cluster, Fail};
 use crate::capi::result::{racaffinity_result, Failure};
 use crate::capi::token::RACAFFINITY_NO_NODE;
 
-/// `long sessionRouting(long handle, byte[] key)`: a new session's routing
-/// data, packed: bits 0..32 the primary's id, bits 32..64 the backup's, or
-/// `RACAFFINITY_NO_NODE` (Java reads `(int) (r >>> 32)` as -1) when there is none.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_sessionRouting<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    key: JByteArray<'l>,
-) -> jlong {
-    run_bytes(&mut env, h, &key, "key", |c, k| {
-        let r = c.session_routing(k)?;
-        let backup = r.backup.map_or(RACAFFINITY_NO_NODE, |b| b.0);
-        Ok(((u64::from(backup) << 32) | u64::from(r.primary.0)) as jlong)
-    })
-}
-
-/// `String sessionTokenNew(long handle, String sessionId)`: a new token,
-/// `<session-id>!ra1.<primary>.<backup>`.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_sessionTokenNew<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    session_id: JString<'l>,
-) -> JString<'l> {
-    run(&mut env, |env| {
-        let sid = string(env, &session_id, "sessionId")?;
-        let token = with_cluster(h, |c| Ok(c.session_token(&sid)?))?;
-        Ok(JString::from_str(env, token)?)
-    })
-}
-
-/// `String sessionTokenRoute(long handle, String token, long[] route)`:
-/// routes a request carrying `token`; writes the packed route (see
-/// [`super::pack`]) into `route[0]` and returns the rewritten token, or null
-/// when the client's token still holds.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_sessionTokenRoute<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    token: JString<'l>,
-    route: JLongArray<'l>,
-) -> JString<'l> {
-    run(&mut env, |env| {
-        if route.is_null() {
-            return Err(Fail::Core(Failure::new(racaffinity_result::NullArgument, "`route` is null")));
-        }
-        if route.len(env)? < 1 {
-            return Err(Fail::Core(Failure::new(racaffinity_result::InvalidArgument, "`route` is empty")));
-        }
-        let t = string(env, &token, "token")?;
-        let r = with_cluster(h, |c| Ok(c.route_token(&t)?))?;
-        route.set_region(env, 0, &[pack(r.route)])?;
-        Ok(match r.token {
-            Some(rewritten) => JString::from_str(env, rewritten)?,
-            None => JString::null(),
+jni_export! {
+    /// `long sessionRouting(long handle, byte[] key)`: a new session's routing
+    /// data, packed: bits 0..32 the primary's id, bits 32..64 the backup's, or
+    /// `RACAFFINITY_NO_NODE` (Java reads `(int) (r >>> 32)` as -1) when there is none.
+    fn Java_io_racaffinity_Native_sessionRouting<'l>(env, h: jlong, key: JByteArray<'l>) -> jlong {
+        run_bytes(&mut env, h, &key, "key", |c, k| {
+            let r = c.session_routing(k)?;
+            let backup = r.backup.map_or(RACAFFINITY_NO_NODE, |b| b.0);
+            Ok(((u64::from(backup) << 32) | u64::from(r.primary.0)) as jlong)
         })
-    })
+    }
+
+    /// `String sessionTokenNew(long handle, String sessionId)`: a new token,
+    /// `<session-id>!ra1.<primary>.<backup>`.
+    fn Java_io_racaffinity_Native_sessionTokenNew<'l>(env, h: jlong, session_id: JString<'l>) -> JString<'l> {
+        run(&mut env, |env| {
+            let sid = string(env, &session_id, "sessionId")?;
+            let token = with_cluster(h, |c| Ok(c.session_token(&sid)?))?;
+            Ok(JString::from_str(env, token)?)
+        })
+    }
+
+    /// `String sessionTokenRoute(long handle, String token, long[] route)`:
+    /// routes a request carrying `token`; writes the packed route (see
+    /// [`super::pack`]) into `route[0]` and returns the rewritten token, or null
+    /// when the client's token still holds.
+    fn Java_io_racaffinity_Native_sessionTokenRoute<'l>(
+        env,
+        h: jlong,
+        token: JString<'l>,
+        route: JLongArray<'l>,
+    ) -> JString<'l> {
+        run(&mut env, |env| {
+            if route.is_null() {
+                return Err(Fail::Core(Failure::new(racaffinity_result::NullArgument, "`route` is null")));
+            }
+            if route.len(env)? < 1 {
+                return Err(Fail::Core(Failure::new(racaffinity_result::InvalidArgument, "`route` is empty")));
+            }
+            let t = string(env, &token, "token")?;
+            let r = with_cluster(h, |c| Ok(c.route_token(&t)?))?;
+            route.set_region(env, 0, &[pack(r.route)])?;
+            Ok(match r.token {
+                Some(rewritten) => JString::from_str(env, rewritten)?,
+                None => JString::null(),
+            })
+        })
+    }
 }

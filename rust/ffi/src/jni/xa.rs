@@ -2,35 +2,31 @@
 //! the soft-mode span counter per node, which the `nodeMetrics` counter
 //! layout predates.
 
-use jni::objects::{JClass, JLongArray};
+use jni::objects::JLongArray;
 use jni::sys::jlong;
-use jni::EnvUnowned;
 
 use super::{run, with_cluster};
 
-/// `long[] nodeTxSpans(long handle)`: per live node, `{id, tx_spans}` pairs,
-/// where `tx_spans` counts the transactions that had branches on the node and
-/// then one placed elsewhere (soft transaction affinity; each is a two-node commit).
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_nodeTxSpans<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) -> JLongArray<'l> {
-    run(&mut env, |env| {
-        let pairs = with_cluster(h, |c| {
-            let snap = c.metrics();
-            Ok(snap
-                .nodes
-                .iter()
-                .flat_map(|n| {
-                    let id = c.node_by_name(&n.name).map_or(-1, |x| i64::from(x.id().0));
-                    [id, n.tx_spans.min(i64::MAX as u64) as jlong]
-                })
-                .collect::<Vec<jlong>>())
-        })?;
-        let out = JLongArray::new(env, pairs.len())?;
-        out.set_region(env, 0, &pairs)?;
-        Ok(out)
-    })
+jni_export! {
+    /// `long[] nodeTxSpans(long handle)`: per live node, `{id, tx_spans}` pairs,
+    /// where `tx_spans` counts the transactions that had branches on the node and
+    /// then one placed elsewhere (soft transaction affinity; each is a two-node commit).
+    fn Java_io_racaffinity_Native_nodeTxSpans<'l>(env, h: jlong) -> JLongArray<'l> {
+        run(&mut env, |env| {
+            let pairs = with_cluster(h, |c| {
+                let snap = c.metrics();
+                Ok(snap
+                    .nodes
+                    .iter()
+                    .flat_map(|n| {
+                        let id = c.node_by_name(&n.name).map_or(-1, |x| i64::from(x.id().0));
+                        [id, n.tx_spans.min(i64::MAX as u64) as jlong]
+                    })
+                    .collect::<Vec<jlong>>())
+            })?;
+            let out = JLongArray::new(env, pairs.len())?;
+            out.set_region(env, 0, &pairs)?;
+            Ok(out)
+        })
+    }
 }

@@ -69,6 +69,18 @@ public final class AffinityContext implements AutoCloseable {
         return new Lease(cluster, Native.node(r), Native.kind(r));
     }
 
+    /**
+     * {@link Cluster#repickFor} for this context: after {@code failedNode} could
+     * not give a connection, the pin moves to the node the core names next
+     * (soft scopes only) and that node is leased.
+     *
+     * @param failedNode the node that failed (its lease released {@code FAILED} first)
+     * @return the lease, or null for no retry (strict scope, or no other usable node)
+     */
+    public Lease repick(int failedNode) {
+        return cluster.repick(null, null, key, failedNode);
+    }
+
     /** @return the pinned node, or empty when unpinned (never pinned, released, or withdrawn by {@code aff=FALSE}) */
     public OptionalInt pinnedNode() {
         int n = Native.contextPinnedNode(cluster.handle(), key);

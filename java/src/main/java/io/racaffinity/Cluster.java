@@ -11,7 +11,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -49,13 +48,7 @@ import java.util.concurrent.atomic.AtomicBoolean;
  */
 public final class Cluster implements AutoCloseable {
     /** Frees unreachable clusters and thread contexts, and releases unreachable leases ({@link Lease}). */
-    static final Cleaner CLEANER = Cleaner.create(runnable -> {
-        Thread t = new Thread(runnable, "racaffinity-cleaner");
-        t.setDaemon(true);
-        // Not the loader of whatever web application happened to start it (no leak warning, no pinned loader).
-        t.setContextClassLoader(Cluster.class.getClassLoader());
-        return t;
-    });
+    static final Reaper CLEANER = new Reaper();
 
     private final long handle;
     private final String name;
@@ -78,7 +71,7 @@ public final class Cluster implements AutoCloseable {
 
     private Cluster(long handle) {
         this.handle = handle;
-        this.freeOnGc = CLEANER.register(this, new Free(handle));
+        this.freeOnGc = CLEANER.registerCluster(this, new Free(handle));
         this.name = Native.clusterName(handle);
         this.context = ThreadLocal.withInitial(this::newContext);
         long page = Native.epochPage(handle);
@@ -432,6 +425,31 @@ public final class Cluster implements AutoCloseable {
     public Lease pickFor(byte[] gtrid, long key, byte[] session) {
         long r = Native.requestPick(handle, gtrid, null, key, true, session, contextKey());
         return new Lease(this, Native.node(r), Native.kind(r));
+    }
+
+    /**
+     * Routes a request again after the node of its lease could not give a
+     * connection (refused, reset, connect timeout): the core names another node
+     * and moves the affinity that chose the failed one (the thread's pin, the
+     * session), so that the caller retries once within its own call and later
+     * requests follow. Release the failed lease with {@link Outcome#FAILED}
+     * first, so that ejection counts the failure. The request is the one given
+     * to {@link #pickFor(byte[], byte[], byte[])}, without a transaction: a
+     * transaction's branch is never moved.
+     *
+     * @param key the request's data key, or null
+     * @param session the request's web-session key, or null
+     * @param failedNode the node that failed
+     * @return a lease on the next node, or null for no retry (a strict scope,
+     *     which refuses rather than moves, or no other usable node)
+     */
+    public Lease repickFor(byte[] key, byte[] session, int failedNode) {
+        return repick(key, session, contextKey(), failedNode);
+    }
+
+    Lease repick(byte[] key, byte[] session, long context, int failedNode) {
+        long r = Native.requestRepick(handle, key, 0, false, session, context, failedNode);
+        return r < 0 ? null : new Lease(this, Native.node(r), Native.kind(r));
     }
 
     /**
@@ -1060,235 +1078,9 @@ public final class Cluster implements AutoCloseable {
      * Renders config text from typed settings and passes it to the core, which
      * validates it: {@code Cluster.builder().nodes("A", "B").policy("random")
      * .strict(Scope.TRANSACTION, true).build()}. Setting a key again replaces it.
+     * Its setters are in {@code ClusterBuilder.java}.
      */
-    public static final class Builder {
-        private final Map<String, String> entries = new LinkedHashMap<>();
-
+    public static final class Builder extends ClusterBuilder<Builder> {
         Builder() {}
-
-        /**
-         * Sets any config key (see the README's table).
-         *
-         * @param key the key
-         * @param value its value
-         * @return this builder
-         * @throws InvalidConfigException if the key or value contains a line or entry separator
-         */
-        public Builder set(String key, String value) {
-            Objects.requireNonNull(key, "key");
-            Objects.requireNonNull(value, "value");
-            String k = key.trim();
-            if (k.isEmpty() || k.contains("=") || k.startsWith("#") || k.startsWith("!") || separator(k)) {
-                throw new InvalidConfigException("invalid config key `" + key + "`: a key is non-empty, has no"
-                        + " `=`, newline or `;`, and does not start with `#` or `!`");
-            }
-            if (separator(value)) {
-                throw new InvalidConfigException(
-                        "invalid config key `" + k + "`: the value must not contain a newline or `;`");
-            }
-            entries.put(k, value.trim());
-            return this;
-        }
-
-        private static boolean separator(String s) {
-            return s.indexOf('\n') >= 0 || s.indexOf('\r') >= 0 || s.indexOf(';') >= 0;
-        }
-
-        /**
-         * @param name cluster name: metrics label and JMX name
-         * @return this builder
-         */
-        public Builder name(String name) {
-            return set("name", name);
-        }
-
-        /**
-         * @param database FAN/RLB events for another database are rejected
-         * @return this builder
-         */
-        public Builder database(String database) {
-            return set("database", database);
-        }
-
-        /**
-         * @param service FAN/RLB events for another service are rejected
-         * @return this builder
-         */
-        public Builder service(String service) {
-            return set("service", service);
-        }
-
-        /**
-         * @param names node (instance) names in id order
-         * @return this builder
-         */
-        public Builder nodes(String... names) {
-            return nodes(Arrays.asList(names));
-        }
-
-        /**
-         * @param names node (instance) names in id order
-         * @return this builder
-         */
-        public Builder nodes(List<String> names) {
-            return set("nodes", String.join(", ", names));
-        }
-
-        /**
-         * @param node node name
-         * @param address {@code host:port} of its listener
-         * @return this builder
-         */
-        public Builder address(String node, String address) {
-            return set("node." + node + ".address", address);
-        }
-
-        /**
-         * @param node node name
-         * @param weight 1..1000000
-         * @return this builder
-         */
-        public Builder weight(String node, int weight) {
-            return set("node." + node + ".weight", Integer.toString(weight));
-        }
-
-        /**
-         * @param policy {@code least_outstanding} (default), {@code random}, {@code round_robin} or {@code weighted}
-         * @return this builder
-         */
-        public Builder policy(String policy) {
-            return set("policy", policy);
-        }
-
-        /**
-         * @param panic {@code try_all} (default) or {@code fail}
-         * @return this builder
-         */
-        public Builder panic(String panic) {
-            return set("panic", panic);
-        }
-
-        /**
-         * @param scope the scope
-         * @param strict refuse instead of moving work
-         * @return this builder
-         */
-        public Builder strict(Scope scope, boolean strict) {
-            return set(scope.configName() + ".strict", Boolean.toString(strict));
-        }
-
-        /**
-         * @param autoPin every pick on an unpinned thread pins it ({@code thread.auto_pin})
-         * @return this builder
-         */
-        public Builder autoPin(boolean autoPin) {
-            return set("thread.auto_pin", Boolean.toString(autoPin));
-        }
-
-        /**
-         * @param scope {@code TRANSACTION}, {@code SESSION} or {@code DATA}
-         * @param placement {@code rendezvous} or {@code balanced}
-         * @return this builder
-         */
-        public Builder placement(Scope scope, String placement) {
-            return set(scope.configName() + ".placement", placement);
-        }
-
-        /**
-         * @param mode {@code registry} (default) or {@code stateless}
-         * @return this builder
-         */
-        public Builder sessionMode(String mode) {
-            return set("session.mode", mode);
-        }
-
-        /**
-         * @param ttl a session unused this long is forgotten
-         * @return this builder
-         */
-        public Builder sessionIdleTtl(Duration ttl) {
-            return set("session.idle_ttl", millis(ttl));
-        }
-
-        /**
-         * @param partitions data partitions, 1..1048576
-         * @return this builder
-         */
-        public Builder partitions(int partitions) {
-            return set("data.partitions", Integer.toString(partitions));
-        }
-
-        /**
-         * @param partition a partition
-         * @param node the node owning it
-         * @return this builder
-         */
-        public Builder partition(int partition, String node) {
-            return set("data.partition." + partition, node);
-        }
-
-        /**
-         * @param failures consecutive failures before ejection (0: off)
-         * @return this builder
-         */
-        public Builder ejectAfterFailures(int failures) {
-            return set("health.eject_after_failures", Integer.toString(failures));
-        }
-
-        /**
-         * @param backoff first ejection length
-         * @return this builder
-         */
-        public Builder ejectBackoff(Duration backoff) {
-            return set("health.eject_backoff", millis(backoff));
-        }
-
-        /**
-         * @param max back-off cap
-         * @return this builder
-         */
-        public Builder ejectBackoffMax(Duration max) {
-            return set("health.eject_backoff_max", millis(max));
-        }
-
-        /**
-         * @param interval how often hosts probe each node
-         * @return this builder
-         */
-        public Builder heartbeatInterval(Duration interval) {
-            return set("heartbeat.interval", millis(interval));
-        }
-
-        /**
-         * @param misses consecutive misses before Down
-         * @return this builder
-         */
-        public Builder heartbeatMisses(int misses) {
-            return set("heartbeat.misses", Integer.toString(misses));
-        }
-
-        private static String millis(Duration d) {
-            return d.toMillis() + "ms";
-        }
-
-        /** @return the rendered config text */
-        public String toConfig() {
-            StringBuilder sb = new StringBuilder();
-            entries.forEach((k, v) -> sb.append(k).append(" = ").append(v).append('\n'));
-            return sb.toString();
-        }
-
-        /**
-         * @return the cluster
-         * @throws InvalidConfigException if the core refuses the config (the message names the key)
-         */
-        public Cluster build() {
-            return fromConfig(toConfig());
-        }
-
-        @Override
-        public String toString() {
-            return "Cluster.Builder[" + toConfig().replace('\n', ';') + "]";
-        }
     }
 }

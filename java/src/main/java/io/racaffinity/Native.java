@@ -131,6 +131,9 @@ final class Native {
     static native long requestRoute(long h, byte[] gtrid, byte[] key, long keyI64, boolean keyIsI64, byte[] session,
             long context);
 
+    static native long requestRepick(long h, byte[] key, long keyI64, boolean keyIsI64, byte[] session, long context,
+            int failed);
+
     static native void leaseBegin(long h, int node);
 
     static native void leaseEnd(long h, int node, int outcome);

@@ -8,29 +8,20 @@ import io.racaffinity.Outcome;
 import io.racaffinity.Pin;
 import io.racaffinity.Route;
 import io.racaffinity.Scope;
-import io.racaffinity.jmx.ClusterMonitor;
 import io.racaffinity.jta.TransactionAffinity;
-import java.io.PrintWriter;
 import java.lang.System.Logger.Level;
-import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.ConnectionBuilder;
 import java.sql.SQLException;
-import java.sql.SQLNonTransientConnectionException;
 import java.sql.SQLNonTransientException;
 import java.sql.ShardingKeyBuilder;
-import java.util.ArrayList;
 import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
-import java.util.Properties;
-import java.util.logging.Logger;
-import javax.management.InstanceAlreadyExistsException;
-import javax.management.ObjectName;
 import javax.naming.InitialContext;
 import javax.naming.NamingException;
 import javax.sql.DataSource;
@@ -55,7 +46,10 @@ import javax.sql.DataSource;
  * explicit sharding key, then the session scope ({@link #withSession}, else the request's
  * {@link #withRequestSession}), then the thread pin or load balancing. Connections are {@link AffinityConnection}s:
  * closing one releases its lease, and a connection exception (SQLState {@code 08},
- * see {@link #setNodeFailureSqlStates}) reports the node failure (passive ejection). A heartbeat probes each node at
+ * see {@link #setNodeFailureSqlStates}) reports the node failure (passive ejection). A node that cannot give a
+ * connection at all costs the caller no failed request in soft scopes: {@code getConnection()} retries once, within
+ * the same call, on the node the core names next ({@link Cluster#repickFor}), and the session or pin moves there;
+ * never a transaction's branch, never in a strict scope. A heartbeat probes each node at
  * {@code heartbeat.interval} without application traffic. One MXBean per cluster
  * is registered as {@code io.racaffinity:type=Cluster,name=<name>}.
  *
@@ -76,16 +70,11 @@ import javax.sql.DataSource;
  * the map's keys in order make {@code nodes = ...}. Credentials never appear in
  * {@link #toString()}, log lines or exception messages of this class.
  */
-public class AffinityDataSource implements DataSource, AutoCloseable {
-    private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AffinityDataSource");
+public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> implements DataSource {
     private static final List<String> PLACEHOLDERS =
             List.of("${instance}", "${INSTANCE_NAME}", "{instance}", "{INSTANCE_NAME}");
 
     // ---- bean properties ------------------------------------------------------
-    private final NodeSources<DataSource> nodes =
-            new NodeSources<>("AffinityDataSource", DataSource.class, "nodeDataSources", null, this::checkNotStarted);
-    private PrintWriter logWriter;
-    private int loginTimeout;
     private Object transactionSynchronizationRegistry;
     private Object transactionManager;
     private String transactionSynchronizationRegistryJndiName = DEFAULT_TSR_JNDI_NAME;
@@ -101,73 +90,23 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
     /** The request's web session, for every affinity data source of the thread ({@link #withRequestSession}). */
     private static final ThreadLocal<byte[]> REQUEST_SESSION = new ThreadLocal<>();
     private final ThreadLocal<byte[]> session = new ThreadLocal<>();
-    private volatile State state;
-    private volatile boolean closed;
     // ---- seed 002 (UCP) parity: the affinity callback, pool upkeep, the partition-map loader
     private volatile ConnectionAffinityCallback affinityCallback;
     private PartitionMapLoader partitionMapLoader;
     private long partitionMapReloadMillis;
     private long poolMaintenanceMillis = 200;
     private volatile PoolMaintenance maintenance;
-
-    private static final class State {
-        final Cluster cluster;
-        final boolean ownsCluster;
-        final DataSource[] byId;
-        final List<Object> owned;
-        final Heartbeat heartbeat;
-        final ObjectName mbean;
-        final TransactionAffinity jta;
-
-        State(Cluster cluster, boolean ownsCluster, DataSource[] byId, List<Object> owned, Heartbeat heartbeat,
-                ObjectName mbean, TransactionAffinity jta) {
-            this.cluster = cluster;
-            this.ownsCluster = ownsCluster;
-            this.byId = byId;
-            this.owned = owned;
-            this.heartbeat = heartbeat;
-            this.mbean = mbean;
-            this.jta = jta;
-        }
-    }
+    /** Per node id, the last connection failure seen (racy by design: a log detail only). */
+    private volatile String[] lastFailure = new String[0];
+    /** JTA routing, when a transaction registry was found at the start. */
+    private volatile TransactionAffinity jta;
 
     /** Creates an unconfigured data source; set its properties, then use it. */
-    public AffinityDataSource() {}
-
-    // ---- properties -----------------------------------------------------------
-
-    private void checkNotStarted() {
-        if (state != null || closed) {
-            throw new IllegalStateException("AffinityDataSource is already initialised (or closed): set its"
-                    + " properties before the first getConnection()");
-        }
+    public AffinityDataSource() {
+        super(DataSource.class, "nodeDataSources", null);
     }
 
-    /**
-     * The core config text (the README's keys), e.g.
-     * {@code "name = orcl; nodes = RAC1, RAC2, RAC3; transaction.strict = true"}.
-     *
-     * @param config config text
-     */
-    public void setConfig(String config) {
-        nodes.setConfig(config);
-    }
-
-    /** @return the config text, or null */
-    public String getConfig() {
-        return nodes.getConfig();
-    }
-
-    /**
-     * Uses an existing cluster instead of building one from {@link #setConfig}. It is
-     * shared: {@link #close()} does not close it.
-     *
-     * @param cluster the cluster
-     */
-    public void setCluster(Cluster cluster) {
-        nodes.setCluster(cluster);
-    }
-
+    // ---- properties (the shared ones are AbstractAffinityDataSource's) ---------------
     /**
      * Node DataSources by node name (case-insensitive), built by the application.
      *
@@ -175,178 +114,6 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      */
     public void setNodeDataSources(Map<String, DataSource> nodeDataSources) {
         nodes.setGiven(nodeDataSources);
-    }
-
-    /**
-     * JNDI names of the node DataSources (one app-server pool per instance),
-     * looked up at initialisation.
-     *
-     * @param nodeJndiNames node name → JNDI name, in node order
-     */
-    public void setNodeJndiNames(Map<String, String> nodeJndiNames) {
-        nodes.setNodeJndiNames(nodeJndiNames);
-    }
-
-    /**
-     * {@link #setNodeJndiNames(Map)} as one string property:
-     * {@code RAC1=java:comp/env/jdbc/rac1 | RAC2=java:comp/env/jdbc/rac2}
-     * (entries separated by newlines or {@code |}).
-     *
-     * @param list the entries
-     */
-    public void setNodeJndiNameList(String list) {
-        nodes.setNodeJndiNameList(list);
-    }
-
-    /**
-     * Environment of the {@link InitialContext} for {@link #setNodeJndiNames}
-     * (default: the platform's).
-     *
-     * @param env the environment
-     */
-    public void setJndiEnvironment(Properties env) {
-        nodes.setJndiEnvironment(env);
-    }
-
-    /**
-     * Per-node JDBC URLs.
-     *
-     * @param nodeUrls node name → URL, in node order
-     */
-    public void setNodeUrls(Map<String, String> nodeUrls) {
-        nodes.setNodeUrls(nodeUrls);
-    }
-
-    /**
-     * {@link #setNodeUrls(Map)} as one string property: {@code RAC1=jdbc:... | RAC2=jdbc:...}
-     * (entries separated by newlines or {@code |}).
-     *
-     * @param list the entries
-     */
-    public void setNodeUrlList(String list) {
-        nodes.setNodeUrlList(list);
-    }
-
-    /**
-     * A JDBC URL with an instance placeholder ({@code {instance}}, {@code ${instance}},
-     * {@code {INSTANCE_NAME}} or {@code ${INSTANCE_NAME}}), e.g.
-     * {@code jdbc:oracle:thin:@//host:1521/svc/{instance}}; each node's URL replaces
-     * it with the node name. {@link #setNodeUrls} entries take precedence.
-     *
-     * @param urlTemplate the template
-     */
-    public void setUrlTemplate(String urlTemplate) {
-        nodes.setUrlTemplate(urlTemplate);
-    }
-
-    /** @return the URL template, or null */
-    public String getUrlTemplate() {
-        return nodes.getUrlTemplate();
-    }
-
-    /**
-     * The node DataSource class for {@link #setNodeUrls}/{@link #setUrlTemplate}, e.g.
-     * {@code com.zaxxer.hikari.HikariDataSource}, {@code oracle.ucp.jdbc.PoolDataSourceImpl}
-     * or {@code org.postgresql.ds.PGSimpleDataSource}. Without one, nodes use an
-     * unpooled {@code DriverManager} data source.
-     *
-     * @param className the class name
-     */
-    public void setDataSourceClassName(String className) {
-        nodes.setDataSourceClassName(className);
-    }
-
-    /** @return the node DataSource class name, or null */
-    public String getDataSourceClassName() {
-        return nodes.getDataSourceClassName();
-    }
-
-    /**
-     * Extra properties set on every node DataSource by reflection ({@code maximumPoolSize}
-     * → {@code setMaximumPoolSize(int)}, ...).
-     *
-     * @param properties the properties
-     */
-    public void setDataSourceProperties(Properties properties) {
-        nodes.setDataSourceProperties(properties);
-    }
-
-    /**
-     * {@link #setDataSourceProperties} as one string: {@code maximumPoolSize=10 | connectionTimeout=2000}.
-     *
-     * @param list the entries
-     */
-    public void setDataSourcePropertyList(String list) {
-        nodes.setDataSourcePropertyList(list);
-    }
-
-    /**
-     * User for the node DataSources created from URLs.
-     *
-     * @param user the user
-     */
-    public void setUser(String user) {
-        nodes.setUser(user);
-    }
-
-    /**
-     * Password for the node DataSources created from URLs. Never shown.
-     *
-     * @param password the password
-     */
-    public void setPassword(String password) {
-        nodes.setPassword(password);
-    }
-
-    /**
-     * Heartbeat period: -1 (default) uses the config's {@code heartbeat.interval}; 0 disables.
-     *
-     * @param millis the period in milliseconds
-     */
-    public void setHeartbeatIntervalMillis(long millis) {
-        nodes.setHeartbeatIntervalMillis(millis);
-    }
-
-    /** @return the heartbeat period setting (-1: from the config; 0: disabled) */
-    public long getHeartbeatIntervalMillis() {
-        return nodes.getHeartbeatIntervalMillis();
-    }
-
-    /**
-     * Seconds a probe's {@code isValid} may take (default 5).
-     *
-     * @param seconds the timeout
-     */
-    public void setHeartbeatTimeoutSeconds(int seconds) {
-        nodes.setHeartbeatTimeoutSeconds(seconds);
-    }
-
-    /**
-     * Whether to register the cluster's MXBean (default true).
-     *
-     * @param register register or not
-     */
-    public void setRegisterMBean(boolean register) {
-        nodes.setRegisterMBean(register);
-    }
-
-    /**
-     * SQLState prefixes of exceptions that report a node failure (comma-separated).
-     * Default {@code 08,57P02,57P03}: JDBC's connection-exception class, plus
-     * PostgreSQL's crash and "cannot connect now" states. Not {@code 57P01}: one session
-     * terminated by {@code pg_terminate_backend} is no node failure (a crashed node is then
-     * counted by the next connection attempt). A {@link java.sql.SQLRecoverableException} (ojdbc's
-     * lost connection) always counts.
-     *
-     * @param prefixes comma-separated SQLState prefixes
-     */
-    public void setNodeFailureSqlStates(String prefixes) {
-        nodes.setNodeFailureSqlStates(prefixes);
-    }
-
-    /** @return the SQLState prefixes that report a node failure, comma-separated */
-    public String getNodeFailureSqlStates() {
-        return String.join(",", nodes.nodeFailureStates());
     }
 
     /**
@@ -399,10 +166,6 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
     /** @return how often pool upkeep runs, in milliseconds */
     public long getPoolMaintenanceMillis() {
         return poolMaintenanceMillis;
-    }
-
-    boolean isNodeFailure(SQLException e) {
-        return SqlErrors.isNodeFailure(e, nodes.nodeFailureStates());
     }
 
     /**
@@ -458,8 +221,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
 
     /** @return whether connections follow JTA transactions (after initialisation) */
     public boolean isJtaRouting() {
-        State s = state;
-        return s != null && s.jta != null;
+        return runningOrNull() != null && jta != null;
     }
 
     private TransactionAffinity transactionAffinity(Cluster c, Redactor redactor) throws SQLException {
@@ -489,7 +251,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
                     }
                 }
             } catch (NamingException | RuntimeException | LinkageError e) {
-                LOG.log(Level.DEBUG, () -> "no JTA routing: " + name + " not found (" + e.getClass().getSimpleName()
+                log.log(Level.DEBUG, () -> "no JTA routing: " + name + " not found (" + e.getClass().getSimpleName()
                         + ")");
                 return null;
             } finally {
@@ -509,12 +271,12 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         try {
             TransactionAffinity jta = TransactionAffinity.of(c, registry, tm);
             final Object tmf = tm;
-            LOG.log(Level.DEBUG, () -> "AffinityDataSource " + c.name() + ": connections follow JTA transactions ("
+            log.log(Level.DEBUG, () -> "AffinityDataSource " + c.name() + ": connections follow JTA transactions ("
                     + jta + (tmf != null ? ", gtrid from the TransactionManager" : "") + ")");
             return jta;
         } catch (IllegalArgumentException e) {
             if (fromJndi) {
-                LOG.log(Level.WARNING, "AffinityDataSource " + c.name() + ": no JTA routing: "
+                log.log(Level.WARNING, "AffinityDataSource " + c.name() + ": no JTA routing: "
                         + redactor.redact(e.getMessage()));
                 return null;
             }
@@ -534,87 +296,29 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
 
     // ---- lifecycle ------------------------------------------------------------
 
-    private State state() throws SQLException {
-        State s = state;
-        if (s != null) {
-            return s;
-        }
-        synchronized (this) {
-            if (closed) {
-                throw closedException();
-            }
-            if (state == null) {
-                state = start();
-            }
-            return state;
-        }
+    @Override
+    DataSource[] probes(DataSource[] byId) {
+        return byId;
     }
 
-    private SQLException closedException() {
-        return new SQLNonTransientConnectionException("AffinityDataSource " + clusterName() + " is closed", "08003");
+    @Override
+    void started(Running<DataSource> r) throws SQLException {
+        jta = transactionAffinity(r.cluster, nodes.redactor());
+        lastFailure = new String[r.byId.length];
+        maintenance = new PoolMaintenance(kind + " " + r.cluster.name(), r.cluster, r.byId, this::lastFailure,
+                poolMaintenanceMillis, partitionMapLoader, partitionMapReloadMillis);
     }
 
-    /**
-     * Builds the cluster, resolves the node DataSources, starts the heartbeat and
-     * registers the MXBean, if not done yet. {@code getConnection()} does it lazily.
-     *
-     * @throws SQLException if the configuration is incomplete or invalid
-     */
-    public void init() throws SQLException {
-        state();
+    @Override
+    boolean logsStateChanges() {
+        return true;
     }
 
-    private State start() throws SQLException {
-        Redactor redactor = nodes.redactor();
-        List<Object> owned = new ArrayList<>();
-        Cluster c = nodes.givenCluster();
-        boolean ownsCluster = false;
-        Heartbeat hb = null;
-        ObjectName mbean = null;
-        try {
-            if (c == null) {
-                c = nodes.newCluster();
-                ownsCluster = true;
-            }
-            DataSource[] byId = nodes.resolve(c, redactor, owned::add);
-            long interval = nodes.heartbeatInterval(c);
-            if (interval > 0) {
-                hb = new Heartbeat(c, byId, interval, nodes.heartbeatTimeoutSeconds(), redactor);
-            }
-            if (nodes.registerMBean()) {
-                try {
-                    mbean = ClusterMonitor.register(c);
-                } catch (InstanceAlreadyExistsException e) {
-                    LOG.log(Level.WARNING, "MBean " + ClusterMonitor.objectName(c.name()) + " is already registered"
-                            + " (another data source of cluster " + c.name() + "?); this one registers none");
-                }
-            }
-            final long iv = interval;
-            final ObjectName on = mbean;
-            final Cluster fc = c;
-            LOG.log(Level.INFO, () -> "AffinityDataSource " + fc.name() + ": nodes " + fc.nodeNames()
-                    + (iv > 0 ? ", heartbeat every " + iv + " ms" : ", no heartbeat")
-                    + (on != null ? ", MBean " + on : ""));
-            TransactionAffinity jta = transactionAffinity(c, redactor);
-            maintenance = new PoolMaintenance(c, byId, poolMaintenanceMillis, partitionMapLoader,
-                    partitionMapReloadMillis);
-            return new State(c, ownsCluster, byId, owned, hb, mbean, jta);
-        } catch (SQLException | RuntimeException | Error e) {
-            if (maintenance != null) {
-                maintenance.close();
-                maintenance = null;
-            }
-            if (hb != null) {
-                hb.close();
-            }
-            if (mbean != null) {
-                ClusterMonitor.unregister(mbean);
-            }
-            closeAll(owned);
-            if (ownsCluster) {
-                c.close();
-            }
-            throw e;
+    @Override
+    void stopping() {
+        PoolMaintenance m = maintenance;
+        if (m != null) {
+            m.close();
         }
     }
 
@@ -640,82 +344,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         return url;
     }
 
-    /**
-     * Stops the heartbeat, unregisters the MXBean, closes the node DataSources this
-     * data source created (not those it was given) and the cluster it built (not one
-     * it was given). Idempotent. Connections still open keep working until closed.
-     */
-    @Override
-    public void close() {
-        State s;
-        synchronized (this) {
-            if (closed) {
-                return;
-            }
-            closed = true;
-            s = state;
-        }
-        if (s == null) {
-            return;
-        }
-        if (maintenance != null) {
-            maintenance.close();
-        }
-        if (s.heartbeat != null) {
-            s.heartbeat.close();
-        }
-        if (s.mbean != null) {
-            ClusterMonitor.unregister(s.mbean);
-        }
-        closeAll(s.owned);
-        if (s.ownsCluster) {
-            s.cluster.close();
-        }
-    }
-
-    /** @return whether {@link #close()} was called */
-    public boolean isClosed() {
-        return closed;
-    }
-
-    private static void closeAll(List<Object> owned) {
-        for (Object o : owned) {
-            try {
-                if (o instanceof AutoCloseable) {
-                    ((AutoCloseable) o).close();
-                } else {
-                    Method m = o.getClass().getMethod("close");
-                    m.invoke(o);
-                }
-            } catch (NoSuchMethodException e) {
-                // nothing to close
-            } catch (Exception e) {
-                LOG.log(Level.WARNING, "closing a node DataSource failed: " + e.getClass().getName());
-            }
-        }
-    }
-
     // ---- routing --------------------------------------------------------------
-
-    /**
-     * The cluster (initialising the data source if needed).
-     *
-     * @return the cluster
-     * @throws SQLException if initialisation fails
-     */
-    public Cluster getCluster() throws SQLException {
-        return state().cluster;
-    }
-
-    /**
-     * The JMX name of the cluster's MXBean, if this data source registered it.
-     *
-     * @return the ObjectName or null
-     * @throws SQLException if initialisation fails
-     */
-    public ObjectName getObjectName() throws SQLException {
-        return state().mbean;
-    }
 
     /**
      * The node DataSource of a node (for tools and tests).
@@ -725,16 +354,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @throws SQLException if initialisation fails or the node is unknown
      */
     public DataSource getNodeDataSource(String nodeName) throws SQLException {
-        State s = state();
-        try {
-            int id = s.cluster.nodeId(nodeName);
-            if (id < s.byId.length && s.byId[id] != null) {
-                return s.byId[id];
-            }
-        } catch (AffinityException e) {
-            throw SqlErrors.routing(e);
-        }
-        throw new SQLNonTransientException("no DataSource for node " + nodeName, "22023");
+        return nodeSource(nodeName);
     }
 
     /**
@@ -745,7 +365,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @throws SQLException if initialisation fails or the pin is refused
      */
     public Pin pin() throws SQLException {
-        Cluster c = state().cluster;
+        Cluster c = running().cluster;
         try {
             return c.pin();
         } catch (AffinityException e) {
@@ -810,7 +430,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      */
     public boolean endSession(String sessionId) throws SQLException {
         try {
-            return state().cluster.endSession(sessionId);
+            return running().cluster.endSession(sessionId);
         } catch (AffinityException e) {
             throw SqlErrors.routing(e);
         }
@@ -827,20 +447,25 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
     }
 
     Connection connect(String username, String pass, AffinityShardingKey key) throws SQLException {
-        if (closed) {
+        if (isClosed()) {
             throw closedException();
         }
-        State s = state();
+        Running<DataSource> s = running();
         Cluster c = s.cluster;
         Lease lease;
+        // How to route again if the node cannot give a connection; null: never (a transaction's
+        // branch, whose node must not change, or a routing token, decided before this call).
+        Retry retry = null;
         try {
-            TransactionAffinity.Joined tx = s.jta == null ? null : s.jta.join();
+            TransactionAffinity.Joined tx = jta == null ? null : jta.join();
             ConnectionAffinityCallback cb = affinityCallback;
             if (tx != null && tx.placed() != null) {
                 // The transaction's first connection placed it (an explicit txBegin): go there.
                 lease = c.lease(tx.placed());
             } else if (cb != null && key == null && tx == null) {
-                lease = callbackLease(c, cb);
+                CallbackPick pick = callbackLease(c, cb);
+                lease = pick.lease;
+                retry = failed -> pick.repick(failed);
             } else {
                 // Everything this call knows goes to the core, which decides the precedence.
                 byte[] sess = session.get();
@@ -852,27 +477,71 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
                     if (sess == null) {
                         sess = REQUEST_SESSION.get();
                     }
-                    lease = c.pickFor(tx == null ? null : tx.gtrid(), key == null ? null : key.raw(), sess);
+                    byte[] k = key == null ? null : key.raw();
+                    byte[] se = sess;
+                    lease = c.pickFor(tx == null ? null : tx.gtrid(), k, sess);
+                    if (tx == null) {
+                        retry = failed -> c.repickFor(k, se, failed);
+                    }
                 }
             }
         } catch (AffinityException e) {
             throw SqlErrors.routing(e);
         }
+        try {
+            return open(s, lease, username, pass);
+        } catch (SQLException e) {
+            if (retry == null || !isNodeFailure(e)) {
+                throw e;
+            }
+            // Soft failover within the caller's one call: the core names the next node and moves
+            // the affinity that chose the failed one (strict scopes get null and refuse as before).
+            Lease next;
+            try {
+                next = retry.repick(lease.node());
+            } catch (AffinityException routing) {
+                e.addSuppressed(SqlErrors.routing(routing));
+                throw e;
+            }
+            if (next == null) {
+                throw e;
+            }
+            String failedNode = c.nodeName(lease.node());
+            log.log(Level.DEBUG, () -> kind + " " + c.name() + ": node " + failedNode + " gave no connection"
+                    + " (SQLState " + e.getSQLState() + "): retrying on node " + next.nodeName());
+            try {
+                return open(s, next, username, pass);
+            } catch (SQLException again) {
+                again.addSuppressed(e);
+                throw again;
+            }
+        }
+    }
+
+    /** How {@link #connect} routes again after a node failure ({@link Cluster#repickFor}). */
+    private interface Retry {
+        /** @return a lease on the next node, or null for no retry */
+        Lease repick(int failedNode);
+    }
+
+    /** One node's connection under {@code lease}; every failure path releases the lease. */
+    private Connection open(Running<DataSource> s, Lease lease, String username, String pass) throws SQLException {
+        Cluster c = s.cluster;
         int node = lease.node();
         DataSource ds = node < s.byId.length ? s.byId[node] : null;
         if (ds == null) {
             release(lease, Outcome.NEUTRAL);
-            throw new SQLNonTransientException("AffinityDataSource " + c.name() + ": node " + c.nodeName(node)
+            throw new SQLNonTransientException(kind + " " + c.name() + ": node " + c.nodeName(node)
                     + " has no DataSource (added at runtime?)", "HY000");
         }
         Connection physical;
         try {
-            physical = username == null ? ds.getConnection() : ds.getConnection(username, pass);
+            physical = NodeConnect.open(ds, username, pass);
         } catch (SQLException e) {
-            boolean failure = isNodeFailure(e);
-            release(lease, failure ? Outcome.FAILED : Outcome.NEUTRAL);
-            if (failure) {
-                logFailure(c, node, e);
+            if (isNodeFailure(e)) {
+                reportFailure(c, lease, e);
+            } else {
+                release(lease, Outcome.NEUTRAL);
             }
             throw e;
         } catch (RuntimeException | Error e) {
@@ -926,7 +595,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * decision (placement, soft move, strict refusal, {@code aff=FALSE}
      * release) is the core's ({@link AffinityContext}).
      */
-    private Lease callbackLease(Cluster c, ConnectionAffinityCallback cb) {
+    private CallbackPick callbackLease(Cluster c, ConnectionAffinityCallback cb) {
         ConnectionAffinityCallback.AffinityPolicy policy = cb.getAffinityPolicy();
         if (policy == null) {
             policy = ConnectionAffinityCallback.AffinityPolicy.TRANSACTION_BASED_AFFINITY;
@@ -944,7 +613,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
                     cb.setConnectionAffinityContext(new ConnectionAffinityContext(this, ctx.context, lease.node(),
                             lease.nodeName(), policy));
                 }
-                return lease;
+                return new CallbackPick(cb, ctx.context, policy, lease);
             }
             // The pin went between the two calls (aff=FALSE): place a new one.
             release(lease, Outcome.NEUTRAL);
@@ -955,7 +624,33 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
                         ? Scope.SESSION : Scope.TRANSACTION);
         Route r = ac.pin();
         cb.setConnectionAffinityContext(new ConnectionAffinityContext(this, ac, r.node(), r.nodeName(), policy));
-        return c.lease(r);
+        return new CallbackPick(cb, ac, policy, c.lease(r));
+    }
+
+    /** A callback context's lease, and how to move the context if its node gives no connection. */
+    private final class CallbackPick {
+        final ConnectionAffinityCallback cb;
+        final AffinityContext context;
+        final ConnectionAffinityCallback.AffinityPolicy policy;
+        final Lease lease;
+
+        CallbackPick(ConnectionAffinityCallback cb, AffinityContext context,
+                ConnectionAffinityCallback.AffinityPolicy policy, Lease lease) {
+            this.cb = cb;
+            this.context = context;
+            this.policy = policy;
+            this.lease = lease;
+        }
+
+        Lease repick(int failed) {
+            Lease next = context.repick(failed);
+            if (next != null) {
+                // The core moved the pin: the callback's context names the new instance, as after a soft move.
+                cb.setConnectionAffinityContext(new ConnectionAffinityContext(AffinityDataSource.this, context,
+                        next.node(), next.nodeName(), policy));
+            }
+            return next;
+        }
     }
 
     /**
@@ -969,7 +664,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @throws SQLException if initialisation fails or the line is refused (message from the core)
      */
     public int applyEvent(String line) throws SQLException {
-        State s = state();
+        Running<DataSource> s = running();
         int changed;
         try {
             changed = s.cluster.applyEvent(line);
@@ -990,7 +685,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
      * @throws SQLException if initialisation fails or no loader is set
      */
     public boolean reloadPartitionMap() throws SQLException {
-        state();
+        running();
         PoolMaintenance m = maintenance;
         if (m == null || partitionMapLoader == null) {
             throw new SQLNonTransientException("AffinityDataSource " + clusterName() + " has no partitionMapLoader",
@@ -1027,15 +722,32 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
     }
 
     void nodeFailureReported(AffinityConnection conn, SQLException e) {
-        State s = state;
+        Running<DataSource> s = runningOrNull();
         if (s != null) {
-            logFailure(s.cluster, conn.node(), e);
+            noteFailure(s.cluster, conn.node(), e);
         }
     }
 
-    private void logFailure(Cluster c, int node, SQLException e) {
-        LOG.log(Level.DEBUG, () -> "connection failure on " + c.name() + "/" + c.nodeName(node) + " reported (SQLState "
-                + e.getSQLState() + ")");
+    /** Releases a lease whose node failed, so that ejection counts it, and notes why. */
+    private void reportFailure(Cluster c, Lease lease, SQLException e) {
+        release(lease, Outcome.FAILED);
+        noteFailure(c, lease.node(), e);
+    }
+
+    private void noteFailure(Cluster c, int node, SQLException e) {
+        String why = "SQLState " + e.getSQLState() + ": " + nodes.redactor().redact(e.getMessage());
+        String[] seen = lastFailure;
+        if (node < seen.length) {
+            seen[node] = why;
+        }
+        log.log(Level.DEBUG, () -> kind + " " + c.name() + ": connection failure on node " + c.nodeName(node)
+                + " reported (" + why + ")");
+    }
+
+    /** @return the last connection failure seen on {@code node} (for the Down line of pool upkeep), or null */
+    private String lastFailure(int node) {
+        String[] seen = lastFailure;
+        return node < seen.length ? seen[node] : null;
     }
 
     @Override
@@ -1048,32 +760,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         return new AffinityConnectionBuilder(this);
     }
 
-    // ---- DataSource boilerplate -----------------------------------------------
-
-    @Override
-    public PrintWriter getLogWriter() {
-        return logWriter;
-    }
-
-    @Override
-    public void setLogWriter(PrintWriter out) {
-        this.logWriter = out;
-    }
-
-    @Override
-    public void setLoginTimeout(int seconds) {
-        this.loginTimeout = seconds;
-    }
-
-    @Override
-    public int getLoginTimeout() {
-        return loginTimeout;
-    }
-
-    @Override
-    public Logger getParentLogger() {
-        return Logger.getLogger("io.racaffinity");
-    }
+    // ---- DataSource ---------------------------------------------------------------
 
     @Override
     public <T> T unwrap(Class<T> iface) throws SQLException {
@@ -1091,21 +778,12 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         return iface.isInstance(this) || iface == Cluster.class;
     }
 
-    private String clusterName() {
-        State s = state;
-        if (s != null) {
-            return s.cluster.name();
-        }
-        Cluster given = nodes.givenCluster();
-        return given != null ? given.name() : "(not initialised)";
-    }
-
     @Override
     public String toString() {
         Redactor r = nodes.redactor();
         StringBuilder sb = new StringBuilder("AffinityDataSource[cluster=").append(clusterName());
-        State s = state;
-        if (s != null && !closed) {
+        Running<DataSource> s = runningOrNull();
+        if (s != null && !isClosed()) {
             try {
                 sb.append(", nodes=").append(s.cluster.nodeNames());
             } catch (AffinityException e) {
@@ -1118,7 +796,7 @@ public class AffinityDataSource implements DataSource, AutoCloseable {
         if (nodes.hasCredentials()) {
             sb.append(", credentials=<set>");
         }
-        return sb.append(closed ? ", closed]" : "]").toString();
+        return sb.append(isClosed() ? ", closed]" : "]").toString();
     }
 
     private Map<String, String> redactedProperties(Redactor r) {

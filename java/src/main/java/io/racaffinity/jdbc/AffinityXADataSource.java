@@ -1,26 +1,14 @@
 package io.racaffinity.jdbc;
 
-import io.racaffinity.AffinityException;
-import io.racaffinity.Cluster;
-import io.racaffinity.jmx.ClusterMonitor;
 import io.racaffinity.xa.AffinityXAConnection;
 import io.racaffinity.xa.XaRouter;
-import java.io.PrintWriter;
-import java.lang.System.Logger.Level;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
-import java.sql.SQLNonTransientConnectionException;
-import java.sql.SQLNonTransientException;
 import java.util.List;
 import java.util.Map;
-import java.util.Properties;
-import java.util.logging.Logger;
-import javax.management.InstanceAlreadyExistsException;
-import javax.management.ObjectName;
-import javax.naming.InitialContext;
 import javax.sql.DataSource;
 import javax.sql.XAConnection;
 import javax.sql.XADataSource;
@@ -48,19 +36,10 @@ import javax.sql.XADataSource;
  * with {@link #setXaDataSourceClassName}, {@code user}, {@code password} and
  * extra {@link #setDataSourceProperties properties}.
  */
-public class AffinityXADataSource implements XADataSource, AutoCloseable {
-    private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AffinityXADataSource");
-
-    private final NodeSources<XADataSource> nodes = new NodeSources<>("AffinityXADataSource", XADataSource.class,
-            "nodeXADataSources",
-            "node URLs need xaDataSourceClassName (e.g. oracle.jdbc.xa.client.OracleXADataSource)",
-            this::checkNotStarted);
+public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSource> implements XADataSource {
     private boolean transactionAffinity = true;
-    private PrintWriter logWriter;
-    private int loginTimeout;
-
-    private volatile State state;
-    private volatile boolean closed;
+    /** The XA engine, built at the start. */
+    private volatile XaRouter router;
     /**
      * The credentials the application last passed to {@link #getXAConnection(String, String)}
      * (an app server's pool, e.g. WildFly's {@code <security>}), or null: the heartbeat probes
@@ -68,136 +47,32 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
      */
     private volatile String[] appCredentials;
 
-    private static final class State {
-        final Cluster cluster;
-        final boolean ownsCluster;
-        final XADataSource[] byId;
-        final XaRouter router;
-        final Heartbeat heartbeat;
-        final ObjectName mbean;
-
-        State(Cluster cluster, boolean ownsCluster, XADataSource[] byId, XaRouter router, Heartbeat heartbeat,
-                ObjectName mbean) {
-            this.cluster = cluster;
-            this.ownsCluster = ownsCluster;
-            this.byId = byId;
-            this.router = router;
-            this.heartbeat = heartbeat;
-            this.mbean = mbean;
-        }
-    }
-
     /** Creates an unconfigured data source; set its properties, then use it. */
-    public AffinityXADataSource() {}
-
-    private void checkNotStarted() {
-        if (state != null || closed) {
-            throw new IllegalStateException("AffinityXADataSource is already initialised (or closed): set its"
-                    + " properties before the first getXAConnection()");
-        }
+    public AffinityXADataSource() {
+        super(XADataSource.class, "nodeXADataSources",
+                "node URLs need xaDataSourceClassName (e.g. oracle.jdbc.xa.client.OracleXADataSource)");
     }
 
-    // ---- properties -------------------------------------------------------------
-
-    /** @param config the core config text, e.g. {@code name = orcl; nodes = RAC1, RAC2; transaction.strict = true} */
-    public void setConfig(String config) {
-        nodes.setConfig(config);
-    }
-
-    /** @return the config text, or null */
-    public String getConfig() {
-        return nodes.getConfig();
-    }
-
-    /**
-     * Uses an existing cluster (shared, e.g. with an {@link AffinityDataSource} of the same
-     * database, so both route a gtrid alike); not closed by {@link #close()}.
-     *
-     * @param cluster the cluster
-     */
-    public void setCluster(Cluster cluster) {
-        nodes.setCluster(cluster);
-    }
+    // ---- properties (the shared ones are AbstractAffinityDataSource's) ---------------
 
     /** @param nodeXADataSources node name → XADataSource, in node order (built by the application) */
     public void setNodeXADataSources(Map<String, ? extends XADataSource> nodeXADataSources) {
         nodes.setGiven(nodeXADataSources);
     }
 
-    /** @param nodeJndiNames node name → JNDI name of that instance's XADataSource */
-    public void setNodeJndiNames(Map<String, String> nodeJndiNames) {
-        nodes.setNodeJndiNames(nodeJndiNames);
-    }
-
-    /** @param list {@code RAC1=java:comp/env/xa/rac1 | RAC2=...} */
-    public void setNodeJndiNameList(String list) {
-        nodes.setNodeJndiNameList(list);
-    }
-
-    /** @param env environment of the {@link InitialContext} for {@link #setNodeJndiNames} */
-    public void setJndiEnvironment(Properties env) {
-        nodes.setJndiEnvironment(env);
-    }
-
-    /** @param nodeUrls node name → JDBC URL */
-    public void setNodeUrls(Map<String, String> nodeUrls) {
-        nodes.setNodeUrls(nodeUrls);
-    }
-
-    /** @param list {@code RAC1=jdbc:... | RAC2=jdbc:...} */
-    public void setNodeUrlList(String list) {
-        nodes.setNodeUrlList(list);
-    }
-
-    /** @param urlTemplate a URL with {@code {instance}} (see {@link AffinityDataSource#setUrlTemplate}) */
-    public void setUrlTemplate(String urlTemplate) {
-        nodes.setUrlTemplate(urlTemplate);
-    }
-
-    /** @return the URL template, or null */
-    public String getUrlTemplate() {
-        return nodes.getUrlTemplate();
-    }
-
     /**
-     * The node XADataSource class for URLs, e.g. {@code oracle.jdbc.xa.client.OracleXADataSource}
-     * or {@code org.postgresql.xa.PGXADataSource}, configured by reflection (URL through
-     * {@code setURL}/{@code setUrl}, {@code setUser}, {@code setPassword}, extra properties).
+     * The node XADataSource class for URLs: {@link #setDataSourceClassName} under the name
+     * app servers use for XA data sources.
      *
-     * @param className the class name
+     * @param className the class name, e.g. {@code oracle.jdbc.xa.client.OracleXADataSource}
      */
     public void setXaDataSourceClassName(String className) {
-        nodes.setDataSourceClassName(className);
+        setDataSourceClassName(className);
     }
 
     /** @return the node XADataSource class name */
     public String getXaDataSourceClassName() {
-        return nodes.getDataSourceClassName();
-    }
-
-    /** @param className alias of {@link #setXaDataSourceClassName} (same property name as AffinityDataSource) */
-    public void setDataSourceClassName(String className) {
-        setXaDataSourceClassName(className);
-    }
-
-    /** @param properties extra setters on every node XADataSource */
-    public void setDataSourceProperties(Properties properties) {
-        nodes.setDataSourceProperties(properties);
-    }
-
-    /** @param list {@code connectTimeout=5 | ...} */
-    public void setDataSourcePropertyList(String list) {
-        nodes.setDataSourcePropertyList(list);
-    }
-
-    /** @param user user of the node XADataSources built from URLs */
-    public void setUser(String user) {
-        nodes.setUser(user);
-    }
-
-    /** @param password password of the node XADataSources built from URLs; never shown */
-    public void setPassword(String password) {
-        nodes.setPassword(password);
+        return getDataSourceClassName();
     }
 
     /**
@@ -218,96 +93,22 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
         return transactionAffinity;
     }
 
-    /** @param millis heartbeat period: -1 (default) the config's {@code heartbeat.interval}, 0 none */
-    public void setHeartbeatIntervalMillis(long millis) {
-        nodes.setHeartbeatIntervalMillis(millis);
-    }
-
-    /** @param seconds {@code isValid} timeout of one probe (5) */
-    public void setHeartbeatTimeoutSeconds(int seconds) {
-        nodes.setHeartbeatTimeoutSeconds(seconds);
-    }
-
-    /** @param register register the cluster's MXBean (true; skipped with a warning if one is registered) */
-    public void setRegisterMBean(boolean register) {
-        nodes.setRegisterMBean(register);
-    }
-
-    /** @param prefixes SQLState prefixes that report a node failure (default {@code 08,57P02,57P03}) */
-    public void setNodeFailureSqlStates(String prefixes) {
-        nodes.setNodeFailureSqlStates(prefixes);
-    }
-
     // ---- lifecycle --------------------------------------------------------------
 
-    private State state() throws SQLException {
-        State s = state;
-        if (s != null) {
-            return s;
+    @Override
+    DataSource[] probes(XADataSource[] byId) {
+        DataSource[] probes = new DataSource[byId.length];
+        for (int i = 0; i < byId.length; i++) {
+            probes[i] = byId[i] == null ? null : probeDataSource(byId[i], () -> appCredentials);
         }
-        synchronized (this) {
-            if (closed) {
-                throw new SQLNonTransientConnectionException("AffinityXADataSource is closed", "08003");
-            }
-            if (state == null) {
-                state = start();
-            }
-            return state;
-        }
+        return probes;
     }
 
-    /**
-     * Builds the cluster and resolves the node XADataSources (done lazily otherwise).
-     *
-     * @throws SQLException if the configuration is incomplete or invalid
-     */
-    public void init() throws SQLException {
-        state();
-    }
-
-    private State start() throws SQLException {
-        Redactor redactor = nodes.redactor();
-        Cluster c = nodes.givenCluster();
-        boolean owns = false;
-        Heartbeat hb = null;
-        ObjectName mbean = null;
-        try {
-            if (c == null) {
-                c = nodes.newCluster();
-                owns = true;
-            }
-            XADataSource[] byId = nodes.resolve(c, redactor, ds -> {});
-            long interval = nodes.heartbeatInterval(c);
-            if (interval > 0) {
-                DataSource[] probes = new DataSource[byId.length];
-                for (int i = 0; i < byId.length; i++) {
-                    probes[i] = byId[i] == null ? null : probeDataSource(byId[i], () -> appCredentials);
-                }
-                hb = new Heartbeat(c, probes, interval, nodes.heartbeatTimeoutSeconds(), redactor);
-            }
-            if (nodes.registerMBean()) {
-                try {
-                    mbean = ClusterMonitor.register(c);
-                } catch (InstanceAlreadyExistsException e) {
-                    LOG.log(Level.DEBUG, "MBean " + ClusterMonitor.objectName(c.name()) + " is already registered");
-                }
-            }
-            final List<String> fs = nodes.nodeFailureStates();
-            XaRouter router = new XaRouter(c, byId, transactionAffinity, e -> SqlErrors.isNodeFailure(e, fs),
-                    redactor::redact, AffinityDataSource::requestSession);
-            return new State(c, owns, byId, router, hb, mbean);
-        } catch (SQLException | RuntimeException | Error e) {
-            if (hb != null) {
-                hb.close();
-            }
-            if (mbean != null) {
-                ClusterMonitor.unregister(mbean);
-            }
-            if (owns) {
-                c.close();
-            }
-            throw e;
-        }
+    @Override
+    void started(Running<XADataSource> r) {
+        final List<String> fs = nodes.nodeFailureStates();
+        router = new XaRouter(r.cluster, r.byId, transactionAffinity, e -> SqlErrors.isNodeFailure(e, fs),
+                nodes.redactor()::redact, AffinityDataSource::requestSession);
     }
 
     /**
@@ -358,55 +159,15 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
                 });
     }
 
-    /**
-     * Stops the heartbeat, unregisters the MXBean and closes the cluster it built.
-     * XAConnections already handed out keep working until closed. Idempotent.
-     */
-    @Override
-    public void close() {
-        State s;
-        synchronized (this) {
-            if (closed) {
-                return;
-            }
-            closed = true;
-            s = state;
-        }
-        if (s == null) {
-            return;
-        }
-        if (s.heartbeat != null) {
-            s.heartbeat.close();
-        }
-        if (s.mbean != null) {
-            ClusterMonitor.unregister(s.mbean);
-        }
-        if (s.ownsCluster) {
-            s.cluster.close();
-        }
-    }
-
-    /** @return whether {@link #close()} was called */
-    public boolean isClosed() {
-        return closed;
-    }
-
     // ---- use ----------------------------------------------------------------------
-
-    /**
-     * @return the cluster (initialising the data source if needed)
-     * @throws SQLException if initialisation fails
-     */
-    public Cluster getCluster() throws SQLException {
-        return state().cluster;
-    }
 
     /**
      * @return the XA engine (branch table, statistics)
      * @throws SQLException if initialisation fails
      */
     public XaRouter getRouter() throws SQLException {
-        return state().router;
+        running();
+        return router;
     }
 
     /**
@@ -415,69 +176,32 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
      * @throws SQLException if initialisation fails or the node is unknown
      */
     public XADataSource getNodeXADataSource(String nodeName) throws SQLException {
-        State s = state();
-        try {
-            int id = s.cluster.nodeId(nodeName);
-            if (id < s.byId.length && s.byId[id] != null) {
-                return s.byId[id];
-            }
-        } catch (AffinityException e) {
-            throw SqlErrors.routing(e);
-        }
-        throw new SQLNonTransientException("no XADataSource for node " + nodeName, "22023");
+        return nodeSource(nodeName);
     }
 
     @Override
     public XAConnection getXAConnection() throws SQLException {
-        if (closed) {
-            throw new SQLNonTransientConnectionException("AffinityXADataSource is closed", "08003");
+        if (isClosed()) {
+            throw closedException();
         }
-        return state().router.connect(null, null);
+        return getRouter().connect(null, null);
     }
 
     @Override
     public XAConnection getXAConnection(String username, String pass) throws SQLException {
-        if (closed) {
-            throw new SQLNonTransientConnectionException("AffinityXADataSource is closed", "08003");
+        if (isClosed()) {
+            throw closedException();
         }
         if (username != null) {
             appCredentials = new String[] {username, pass};
         }
-        return state().router.connect(username, pass);
-    }
-
-    @Override
-    public PrintWriter getLogWriter() {
-        return logWriter;
-    }
-
-    @Override
-    public void setLogWriter(PrintWriter out) {
-        this.logWriter = out;
-    }
-
-    @Override
-    public void setLoginTimeout(int seconds) {
-        this.loginTimeout = seconds;
-    }
-
-    @Override
-    public int getLoginTimeout() {
-        return loginTimeout;
-    }
-
-    @Override
-    public Logger getParentLogger() {
-        return Logger.getLogger("io.racaffinity");
+        return getRouter().connect(username, pass);
     }
 
     @Override
     public String toString() {
         Redactor r = nodes.redactor();
-        StringBuilder sb = new StringBuilder("AffinityXADataSource[");
-        State s = state;
-        Cluster given = nodes.givenCluster();
-        sb.append(s != null ? s.cluster.name() : given != null ? given.name() : "(not initialised)");
+        StringBuilder sb = new StringBuilder("AffinityXADataSource[").append(clusterName());
         if (!transactionAffinity) {
             sb.append(", plain balancing");
         }
@@ -485,6 +209,6 @@ public class AffinityXADataSource implements XADataSource, AutoCloseable {
         if (nodes.hasCredentials()) {
             sb.append(", credentials=<set>");
         }
-        return sb.append(closed ? ", closed]" : "]").toString();
+        return sb.append(isClosed() ? ", closed]" : "]").toString();
     }
 }

@@ -3,6 +3,7 @@ package io.racaffinity.jdbc;
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
 import io.racaffinity.ClusterClosedException;
+import io.racaffinity.LibraryThreads;
 import java.lang.System.Logger.Level;
 import java.sql.Connection;
 import java.sql.SQLException;
@@ -13,7 +14,6 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 
 /**
@@ -30,6 +30,8 @@ import javax.sql.DataSource;
 final class Heartbeat implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.Heartbeat");
 
+    private final String owner;
+    private final boolean logChanges;
     private final Cluster cluster;
     private final DataSource[] nodes;
     private final AtomicBoolean[] inFlight;
@@ -38,7 +40,15 @@ final class Heartbeat implements AutoCloseable {
     private final ScheduledExecutorService timer;
     private final ExecutorService probes;
 
-    Heartbeat(Cluster cluster, DataSource[] nodes, long intervalMillis, int timeoutSeconds, Redactor redactor) {
+    /**
+     * @param owner the data source's log prefix ({@code AffinityDataSource orcl})
+     * @param logChanges whether the state changes its probes cause are logged here (false where
+     *     the data source logs every change already, with the core's cause)
+     */
+    Heartbeat(String owner, Cluster cluster, DataSource[] nodes, long intervalMillis, int timeoutSeconds,
+            Redactor redactor, boolean logChanges) {
+        this.owner = owner;
+        this.logChanges = logChanges;
         this.cluster = cluster;
         this.nodes = nodes.clone();
         this.inFlight = new AtomicBoolean[nodes.length];
@@ -54,13 +64,7 @@ final class Heartbeat implements AutoCloseable {
     }
 
     private static ThreadFactory daemon(String prefix) {
-        AtomicInteger n = new AtomicInteger();
-        return r -> {
-            Thread t = new Thread(r, prefix + "-" + n.incrementAndGet());
-            t.setDaemon(true);
-            t.setContextClassLoader(Heartbeat.class.getClassLoader());
-            return t;
-        };
+        return LibraryThreads.factory(prefix, Heartbeat.class.getClassLoader());
     }
 
     private void tick() {
@@ -104,17 +108,17 @@ final class Heartbeat implements AutoCloseable {
         try {
             boolean changed = cluster.reportProbe(node, ok);
             if (!ok) {
-                LOG.log(Level.DEBUG, () -> "heartbeat of " + cluster.name() + "/" + cluster.nodeName(node)
-                        + " missed: " + why);
+                LOG.log(Level.DEBUG, () -> owner + ": heartbeat of node " + cluster.nodeName(node) + " missed: "
+                        + why);
             }
-            if (changed) {
-                LOG.log(Level.INFO, () -> "heartbeat: " + cluster.name() + "/" + cluster.nodeName(node)
-                        + " is now " + cluster.nodeState(node) + (ok ? "" : " (" + why + ")"));
+            if (changed && logChanges) {
+                NodeStates.logChange(LOG, owner, cluster, node, ok ? "heartbeat probe succeeded"
+                        : "heartbeat: " + why);
             }
         } catch (ClusterClosedException e) {
             // closing
         } catch (AffinityException e) {
-            LOG.log(Level.WARNING, () -> "heartbeat report failed: " + redactor.redact(e.getMessage()));
+            LOG.log(Level.WARNING, () -> owner + ": heartbeat report failed: " + redactor.redact(e.getMessage()));
         }
     }
 

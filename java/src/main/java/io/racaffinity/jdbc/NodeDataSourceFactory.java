@@ -1,5 +1,6 @@
 package io.racaffinity.jdbc;
 
+import io.racaffinity.LibraryThreads;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Modifier;
@@ -8,6 +9,7 @@ import java.sql.SQLNonTransientException;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.ThreadFactory;
 import javax.sql.DataSource;
 
 /**
@@ -100,7 +102,29 @@ final class NodeDataSourceFactory {
                 invoke(ds, m, cluster + "-" + node, where, "pool name", false, redactor);
             }
         }
+        poolThreads(ds, cls, cluster + "-" + node, where);
         return type.cast(ds);
+    }
+
+    /**
+     * A pool that starts its threads lazily (HikariCP's housekeeper, connection adder and
+     * closer, on the first getConnection) would have them inherit whatever request thread
+     * came first, and so keep its web application's class loader after a redeploy: give
+     * it the library's thread factory, with the pool's own loader as context loader.
+     */
+    private static void poolThreads(Object ds, Class<?> cls, String pool, String where) throws SQLException {
+        Method m;
+        try {
+            m = cls.getMethod("setThreadFactory", ThreadFactory.class);
+        } catch (NoSuchMethodException e) {
+            return;
+        }
+        try {
+            m.invoke(ds, LibraryThreads.factory("racaffinity-pool-" + pool, cls.getClassLoader()));
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            throw new SQLNonTransientException("AffinityDataSource: cannot set the thread factory of " + where
+                    + ": " + (e instanceof InvocationTargetException ? e.getCause() : e), "HY000");
+        }
     }
 
     private static ClassLoader loader() {

@@ -208,6 +208,56 @@ final class NodeSources<T> {
 
     // ---- use ------------------------------------------------------------------
 
+    /** @return the node data source type's simple name, for messages */
+    String typeName() {
+        return type.getSimpleName();
+    }
+
+    /**
+     * Settings that another setting overrides (HikariCP warns likewise about conflicting
+     * settings): the data source still starts, from the first node source in the order of
+     * {@link #resolve}, and each line says which one was ignored.
+     *
+     * @return one line per ignored setting; empty when nothing conflicts
+     */
+    List<String> overridden() {
+        List<String> w = new ArrayList<>();
+        List<String> set = new ArrayList<>();
+        if (given != null) {
+            set.add(givenProperty);
+        }
+        if (nodeJndiNames != null) {
+            set.add("nodeJndiNames");
+        }
+        if (nodeUrls != null || urlTemplate != null) {
+            set.add(nodeUrls != null ? "nodeUrls" : "urlTemplate");
+        }
+        if (set.size() > 1) {
+            w.add("several node sources are set (" + String.join(", ", set) + "): " + set.get(0)
+                    + " is used, " + String.join(" and ", set.subList(1, set.size())) + " ignored");
+        }
+        if (cluster != null && config != null) {
+            w.add("both cluster and config are set: the given cluster is used, config ignored");
+        }
+        if (given != null || nodeJndiNames != null) {
+            List<String> unused = new ArrayList<>();
+            if (dataSourceClassName != null) {
+                unused.add("dataSourceClassName");
+            }
+            if (!dataSourceProperties.isEmpty()) {
+                unused.add("dataSourceProperties");
+            }
+            if (user != null || password != null) {
+                unused.add("user/password");
+            }
+            if (!unused.isEmpty()) {
+                w.add(String.join(", ", unused) + " only apply to node URLs, and the nodes come from "
+                        + set.get(0) + ": ignored");
+            }
+        }
+        return w;
+    }
+
     /** @return a redactor of the configured password */
     Redactor redactor() {
         return new Redactor(password);

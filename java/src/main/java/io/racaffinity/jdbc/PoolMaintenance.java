@@ -2,12 +2,14 @@ package io.racaffinity.jdbc;
 
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
+import io.racaffinity.LibraryThreads;
 import io.racaffinity.NodeState;
 import java.lang.System.Logger.Level;
 import java.lang.reflect.Method;
 import java.util.Arrays;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.IntFunction;
 import javax.sql.DataSource;
 
 /**
@@ -27,8 +29,10 @@ final class PoolMaintenance implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AffinityDataSource");
     static final String SOURCE = "loader";
 
+    private final String owner;
     private final Cluster cluster;
     private final DataSource[] byId;
+    private final IntFunction<String> lastFailure;
     private final long tickMillis;
     private final PartitionMapLoader loader;
     private final long reloadMillis;
@@ -42,9 +46,16 @@ final class PoolMaintenance implements AutoCloseable {
     private boolean poked;
     private boolean closed;
 
-    PoolMaintenance(Cluster cluster, DataSource[] byId, long tickMillis, PartitionMapLoader loader, long reloadMillis) {
+    /**
+     * @param owner the data source's log prefix
+     * @param lastFailure the last connection failure the data source saw on a node, or null
+     */
+    PoolMaintenance(String owner, Cluster cluster, DataSource[] byId, IntFunction<String> lastFailure,
+            long tickMillis, PartitionMapLoader loader, long reloadMillis) {
+        this.owner = owner;
         this.cluster = cluster;
         this.byId = byId.clone();
+        this.lastFailure = lastFailure;
         this.tickMillis = tickMillis;
         this.loader = loader;
         this.reloadMillis = reloadMillis;
@@ -55,8 +66,8 @@ final class PoolMaintenance implements AutoCloseable {
         if (loader != null) {
             reload("start");
         }
-        this.thread = new Thread(this::loop, "racaffinity-pools-" + cluster.name());
-        thread.setDaemon(true);
+        this.thread = LibraryThreads.newThread(this::loop, "racaffinity-pools-" + cluster.name(),
+                PoolMaintenance.class.getClassLoader());
         thread.start();
     }
 
@@ -112,7 +123,7 @@ final class PoolMaintenance implements AutoCloseable {
             } catch (AffinityException e) {
                 return; // the cluster was closed
             } catch (RuntimeException e) {
-                LOG.log(Level.WARNING, "AffinityDataSource " + cluster.name() + ": pool upkeep failed: " + e);
+                LOG.log(Level.WARNING, owner + ": pool upkeep failed: " + e);
             }
         }
     }
@@ -126,10 +137,7 @@ final class PoolMaintenance implements AutoCloseable {
             NodeState now = cluster.nodeState(i);
             if (now != last[i]) {
                 changed = true;
-                final int node = i;
-                final NodeState from = last[i];
-                LOG.log(Level.INFO, () -> "AffinityDataSource " + cluster.name() + ": node " + cluster.nodeName(node)
-                        + " " + from + " -> " + now);
+                NodeStates.logTransition(LOG, owner, cluster, i, last[i], now, lastFailure.apply(i));
             }
             if (now == NodeState.DRAINING || (now == NodeState.DOWN && last[i] == NodeState.DRAINING)) {
                 drain(i);
@@ -170,7 +178,7 @@ final class PoolMaintenance implements AutoCloseable {
             long epoch = cluster.replacePartitionMap(map, SOURCE);
             loads.incrementAndGet();
             lastError = null;
-            LOG.log(Level.DEBUG, () -> "AffinityDataSource " + cluster.name() + ": partition map epoch " + epoch
+            LOG.log(Level.DEBUG, () -> owner + ": partition map epoch " + epoch
                     + " loaded (" + why + ", " + map.size() + " entries)");
             return true;
         } catch (Exception e) {
@@ -179,7 +187,7 @@ final class PoolMaintenance implements AutoCloseable {
             failures.incrementAndGet();
             // In the core's metrics too (JSON, Prometheus, JMX), next to the map's epoch.
             cluster.partitionMapLoadFailed(SOURCE, lastError);
-            LOG.log(Level.WARNING, "AffinityDataSource " + cluster.name() + ": partition map load failed (" + why
+            LOG.log(Level.WARNING, owner + ": partition map load failed (" + why
                     + "), keeping the last good map: " + lastError);
             return false;
         }

@@ -33,8 +33,8 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @ExtendWith(PgNodes.class)
 class AffinityXAResourceTest {
     static final int FORMAT = 0x52414346; // not Narayana's: these never meet its recovery
-    private final List<AffinityXADataSource> opened = new ArrayList<>();
-    private final List<XAConnection> connections = new ArrayList<>();
+    private final XaSupport xa = new XaSupport();
+    private final List<XAConnection> connections = xa.connections();
 
     record TestXid(int getFormatId, byte[] getGlobalTransactionId, byte[] getBranchQualifier) implements Xid {
         static TestXid of(String gtrid, int branch) {
@@ -61,10 +61,7 @@ class AffinityXAResourceTest {
 
     @AfterEach
     void close() throws Exception {
-        for (XAConnection c : connections) {
-            c.close();
-        }
-        opened.forEach(AffinityXADataSource::close);
+        xa.close();
         // nothing of ours may stay in doubt
         for (int i = 1; i <= PgNodes.COUNT; i++) {
             for (String gid : XaRows.prepared(i)) {
@@ -74,15 +71,11 @@ class AffinityXAResourceTest {
     }
 
     AffinityXADataSource ds(String extra) {
-        AffinityXADataSource ds = NarayanaXaTest.xaDataSource("xa-unit-" + opened.size(), true, extra);
-        opened.add(ds);
-        return ds;
+        return xa.track(NarayanaXaTest.xaDataSource("xa-unit-" + xa.openedCount(), true, extra));
     }
 
     XAConnection connect(AffinityXADataSource ds) throws Exception {
-        XAConnection c = ds.getXAConnection();
-        connections.add(c);
-        return c;
+        return xa.connect(ds);
     }
 
     static int node(XAResource r) {
@@ -133,9 +126,7 @@ class AffinityXAResourceTest {
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
         Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
-        r.start(x, XAResource.TMNOFLAGS);
-        r.end(x, XAResource.TMSUCCESS);
-        r.prepare(x);
+        XaSupport.preparedEmpty(r, x);
         String owner = ((AffinityXAResource) r).boundNodeName();
         ds.getCluster().setNodeState(owner, NodeState.DOWN);
         // 2PC commands are never refused for routing reasons: the node is marked down but answers
@@ -148,7 +139,9 @@ class AffinityXAResourceTest {
 
     @Test
     void strictModeRefusesToStartABranchAwayFromItsDownOwner() throws Exception {
-        AffinityXADataSource ds = ds("; transaction.strict = true");
+        // One process: a new gtrid need not wait for other processes to see the
+        // state changes below (transaction.settle, semantics.md).
+        AffinityXADataSource ds = ds("; transaction.strict = true; transaction.settle = 0ms");
         XAResource r1 = connect(ds).getXAResource();
         XAResource r2 = connect(ds).getXAResource();
         String g = "unit-" + UUID.randomUUID();
@@ -232,9 +225,7 @@ class AffinityXAResourceTest {
         XAConnection c = connect(first);
         XAResource r = c.getXAResource();
         Xid x = TestXid.of("unit-" + UUID.randomUUID(), 3);
-        r.start(x, XAResource.TMNOFLAGS);
-        r.end(x, XAResource.TMSUCCESS);
-        r.prepare(x);
+        XaSupport.preparedEmpty(r, x);
         int n = node(r);
         AffinityXADataSource other = ds("");
         XAResource r2 = connect(other).getXAResource();
@@ -280,9 +271,7 @@ class AffinityXAResourceTest {
         AffinityXADataSource ds = ds("");
         XAResource r = connect(ds).getXAResource();
         Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
-        r.start(x, XAResource.TMNOFLAGS);
-        r.end(x, XAResource.TMSUCCESS);
-        int vote = r.prepare(x);
+        int vote = XaSupport.preparedEmpty(r, x);
         if (vote == XAResource.XA_OK) {
             r.commit(x, false); // a driver that prepares empty branches: then it is a commit
             assertEquals(1L, ds.getRouter().statistics().get("commits"));

@@ -59,11 +59,9 @@ public final class CrashChild {
     }
 
     /** An XAResource wrapper that stops two-phase commit where the transaction's role says. */
-    static final class Stopping implements XAResource {
-        final XAResource d;
-
+    static final class Stopping extends XaSupport.ForwardingXAResource {
         Stopping(XAResource d) {
-            this.d = d;
+            super(d);
         }
 
         @Override
@@ -81,46 +79,6 @@ public final class CrashChild {
                 hold("logged, before the first commit");
             }
             d.commit(xid, onePhase);
-        }
-
-        @Override
-        public void start(Xid xid, int flags) throws XAException {
-            d.start(xid, flags);
-        }
-
-        @Override
-        public void end(Xid xid, int flags) throws XAException {
-            d.end(xid, flags);
-        }
-
-        @Override
-        public void rollback(Xid xid) throws XAException {
-            d.rollback(xid);
-        }
-
-        @Override
-        public void forget(Xid xid) throws XAException {
-            d.forget(xid);
-        }
-
-        @Override
-        public Xid[] recover(int flag) throws XAException {
-            return d.recover(flag);
-        }
-
-        @Override
-        public boolean isSameRM(XAResource o) throws XAException {
-            return d.isSameRM(o instanceof Stopping ? ((Stopping) o).d : o);
-        }
-
-        @Override
-        public int getTransactionTimeout() throws XAException {
-            return d.getTransactionTimeout();
-        }
-
-        @Override
-        public boolean setTransactionTimeout(int seconds) throws XAException {
-            return d.setTransactionTimeout(seconds);
         }
     }
 

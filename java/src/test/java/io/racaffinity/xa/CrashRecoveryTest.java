@@ -4,9 +4,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import com.arjuna.ats.arjuna.recovery.RecoveryManager;
-import com.arjuna.ats.internal.jta.recovery.arjunacore.XARecoveryModule;
-import com.arjuna.ats.jta.recovery.XAResourceRecoveryHelper;
 import io.racaffinity.jdbc.AffinityXADataSource;
 import io.racaffinity.test.Narayana;
 import io.racaffinity.test.PgNodes;
@@ -23,8 +20,6 @@ import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
-import javax.sql.XAConnection;
-import javax.transaction.xa.XAResource;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -99,28 +94,7 @@ class CrashRecoveryTest {
         }
 
         AffinityXADataSource ds = NarayanaXaTest.xaDataSource("xa-recovery", true, "");
-        RecoveryManager manager = RecoveryManager.manager(RecoveryManager.DIRECT_MANAGEMENT);
-        XARecoveryModule xarm = XARecoveryModule.getRegisteredXARecoveryModule();
-        XAConnection recoveryConnection = ds.getXAConnection();
-        XAResourceRecoveryHelper helper = new XAResourceRecoveryHelper() {
-            @Override
-            public boolean initialise(String p) {
-                return true;
-            }
-
-            @Override
-            public XAResource[] getXAResources() throws Exception {
-                return new XAResource[] {recoveryConnection.getXAResource()};
-            }
-        };
-        xarm.addXAResourceRecoveryHelper(helper);
-        try {
-            manager.scan();
-            manager.scan();
-        } finally {
-            xarm.removeXAResourceRecoveryHelper(helper);
-            recoveryConnection.close();
-        }
+        XaSupport.recoveryScans(ds);
         long recovered = System.nanoTime();
         Map<String, Long> stats = ds.getRouter().statistics();
         System.out.printf("crash recovery: %d transactions held by the killed JVM (%s), in doubt per node %s;"

@@ -406,11 +406,12 @@ class FailureMatrixTest {
     static volatile Cell current;
 
     /** Node {@code index}'s XADataSource, tapped: faults are injected and failures observed here. */
-    static final class NodeTap implements XADataSource {
+    static final class NodeTap extends XaSupport.ForwardingXADataSource {
         final int index;
         final PGXADataSource pg;
 
         NodeTap(int index, PGXADataSource pg) {
+            super(pg);
             this.index = index;
             this.pg = pg;
         }
@@ -502,50 +503,22 @@ class FailureMatrixTest {
             };
             return Proxy.newProxyInstance(FailureMatrixTest.class.getClassLoader(), ifaces.toArray(new Class<?>[0]), h);
         }
-
-        @Override
-        public java.io.PrintWriter getLogWriter() throws SQLException {
-            return pg.getLogWriter();
-        }
-
-        @Override
-        public void setLogWriter(java.io.PrintWriter out) throws SQLException {
-            pg.setLogWriter(out);
-        }
-
-        @Override
-        public void setLoginTimeout(int seconds) throws SQLException {
-            pg.setLoginTimeout(seconds);
-        }
-
-        @Override
-        public int getLoginTimeout() throws SQLException {
-            return pg.getLoginTimeout();
-        }
-
-        @Override
-        public java.util.logging.Logger getParentLogger() {
-            return java.util.logging.Logger.getLogger("org.postgresql");
-        }
     }
 
     /** A node's physical XAResource, tapped. */
-    static final class TapResource implements XAResource {
+    static final class TapResource extends XaSupport.ForwardingXAResource {
         final NodeTap tap;
-        final XAResource d;
         final Phys phys;
 
         TapResource(NodeTap tap, XAResource d, Phys phys) {
+            super(d);
             this.tap = tap;
-            this.d = d;
             this.phys = phys;
         }
 
-        interface Call<T> {
-            T run() throws XAException;
-        }
-
-        <T> T call(Op op, Call<T> body) throws XAException {
+        @Override
+        <T> T call(String name, Xid xid, Call<T> body) throws XAException {
+            Op op = Op.valueOf(name.toUpperCase(java.util.Locale.ROOT));
             Cell c = current;
             boolean mine = tap.before(c, op);
             try {
@@ -566,72 +539,6 @@ class FailureMatrixTest {
                 tap.after(c, mine);
             }
         }
-
-        @Override
-        public void start(Xid xid, int flags) throws XAException {
-            call(Op.START, () -> {
-                d.start(xid, flags);
-                return null;
-            });
-        }
-
-        @Override
-        public void end(Xid xid, int flags) throws XAException {
-            call(Op.END, () -> {
-                d.end(xid, flags);
-                return null;
-            });
-        }
-
-        @Override
-        public int prepare(Xid xid) throws XAException {
-            return call(Op.PREPARE, () -> d.prepare(xid));
-        }
-
-        @Override
-        public void commit(Xid xid, boolean onePhase) throws XAException {
-            call(Op.COMMIT, () -> {
-                d.commit(xid, onePhase);
-                return null;
-            });
-        }
-
-        @Override
-        public void rollback(Xid xid) throws XAException {
-            call(Op.ROLLBACK, () -> {
-                d.rollback(xid);
-                return null;
-            });
-        }
-
-        @Override
-        public void forget(Xid xid) throws XAException {
-            call(Op.FORGET, () -> {
-                d.forget(xid);
-                return null;
-            });
-        }
-
-        @Override
-        public Xid[] recover(int flag) throws XAException {
-            return call(Op.RECOVER, () -> d.recover(flag));
-        }
-
-        @Override
-        public boolean isSameRM(XAResource other) throws XAException {
-            XAResource o = other instanceof TapResource ? ((TapResource) other).d : other;
-            return d.isSameRM(o);
-        }
-
-        @Override
-        public int getTransactionTimeout() throws XAException {
-            return d.getTransactionTimeout();
-        }
-
-        @Override
-        public boolean setTransactionTimeout(int seconds) throws XAException {
-            return d.setTransactionTimeout(seconds);
-        }
     }
 
     /**
@@ -639,19 +546,15 @@ class FailureMatrixTest {
      * checking each {@code XAER_NOTA} against the nodes (a NOTA while the fault was active, or while
      * the branch is prepared on some node, is a lie a TM would act on).
      */
-    static final class Recording implements XAResource {
-        final XAResource d;
+    static final class Recording extends XaSupport.ForwardingXAResource {
         final Cell cell;
 
         Recording(XAResource d, Cell cell) {
-            this.d = d;
+            super(d);
             this.cell = cell;
         }
 
-        interface Call<T> {
-            T run() throws XAException;
-        }
-
+        @Override
         <T> T call(String op, Xid xid, Call<T> body) throws XAException {
             boolean activeBefore = cell.active;
             try {
@@ -684,69 +587,13 @@ class FailureMatrixTest {
             cell.gtrids.add(Base64.getEncoder().encodeToString(xid.getGlobalTransactionId()));
             cell.logged.add(new AffinityXAResourceTest.TestXid(xid.getFormatId(), xid.getGlobalTransactionId().clone(),
                     xid.getBranchQualifier().clone()));
-            call("start", xid, () -> {
-                d.start(xid, flags);
-                return null;
-            });
-        }
-
-        @Override
-        public void end(Xid xid, int flags) throws XAException {
-            call("end", xid, () -> {
-                d.end(xid, flags);
-                return null;
-            });
-        }
-
-        @Override
-        public int prepare(Xid xid) throws XAException {
-            return call("prepare", xid, () -> d.prepare(xid));
+            super.start(xid, flags);
         }
 
         @Override
         public void commit(Xid xid, boolean onePhase) throws XAException {
             cell.commitIssued = true;
-            call("commit", xid, () -> {
-                d.commit(xid, onePhase);
-                return null;
-            });
-        }
-
-        @Override
-        public void rollback(Xid xid) throws XAException {
-            call("rollback", xid, () -> {
-                d.rollback(xid);
-                return null;
-            });
-        }
-
-        @Override
-        public void forget(Xid xid) throws XAException {
-            call("forget", xid, () -> {
-                d.forget(xid);
-                return null;
-            });
-        }
-
-        @Override
-        public Xid[] recover(int flag) throws XAException {
-            return call("recover", null, () -> d.recover(flag));
-        }
-
-        @Override
-        public boolean isSameRM(XAResource other) throws XAException {
-            XAResource o = other instanceof Recording ? ((Recording) other).d : other;
-            return d.isSameRM(o);
-        }
-
-        @Override
-        public int getTransactionTimeout() throws XAException {
-            return d.getTransactionTimeout();
-        }
-
-        @Override
-        public boolean setTransactionTimeout(int seconds) throws XAException {
-            return d.setTransactionTimeout(seconds);
+            super.commit(xid, onePhase);
         }
     }
 
@@ -807,6 +654,9 @@ class FailureMatrixTest {
         AffinityXADataSource ds = new AffinityXADataSource();
         ds.setConfig("name = matrix-" + cell.run + suffix + "; nodes = " + String.join(", ", m.keySet())
                 + "; transaction.strict = " + cell.mode.equals("strict")
+                // One process, whose cells steer branches by node states: no
+                // other process to wait for (transaction.settle, semantics.md).
+                + "; transaction.settle = 0ms"
                 + (cell.rac() ? "; recovery.scope = database" : ""));
         ds.setNodeXADataSources(m);
         ds.setHeartbeatIntervalMillis(0);
@@ -828,7 +678,7 @@ class FailureMatrixTest {
         tm.begin();
         Transaction tx = tm.getTransaction();
         try {
-            XaFaultsTest.steerTo(ds, nodeName(cell.model, TARGET), () -> {
+            XaSupport.steerTo(ds, nodeName(cell.model, TARGET), () -> {
                 try {
                     if (!tx.enlistResource(r1)) {
                         throw new IllegalStateException("first enlist refused");
@@ -1059,7 +909,7 @@ class FailureMatrixTest {
         out.put("fault", cell.fault);
         Map<String, Object> checks = new LinkedHashMap<>();
         String outcome;
-        try (XaFaultsTest.LogLines log = new XaFaultsTest.LogLines();
+        try (XaSupport.LogLines log = new XaSupport.LogLines();
                 AffinityXADataSource ds = dataSource(cell)) {
             try {
                 outcome = transaction(cell, ds, opened);

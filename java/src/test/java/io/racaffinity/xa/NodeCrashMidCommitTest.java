@@ -2,9 +2,6 @@ package io.racaffinity.xa;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-import com.arjuna.ats.arjuna.recovery.RecoveryManager;
-import com.arjuna.ats.internal.jta.recovery.arjunacore.XARecoveryModule;
-import com.arjuna.ats.jta.recovery.XAResourceRecoveryHelper;
 import io.racaffinity.jdbc.AffinityXADataSource;
 import io.racaffinity.test.Narayana;
 import io.racaffinity.test.PgNodes;
@@ -104,16 +101,16 @@ class NodeCrashMidCommitTest {
             XAConnection c2 = ds.getXAConnection();
             try {
                 tm.begin();
-                XaFaultsTest.steerTo(ds, "RAC3", () -> {
+                XaSupport.steerTo(ds, "RAC3", () -> {
                     try {
                         tm.getTransaction().enlistResource(c1.getXAResource());
                     } catch (Exception e) {
                         throw new IllegalStateException(e);
                     }
                 });
-                XaFaultsTest.insert(c1, run, 1);
+                XaSupport.insert(c1, run, 1);
                 tm.getTransaction().enlistResource(c2.getXAResource()); // the gtrid's node: RAC3
-                XaFaultsTest.insert(c2, run, 2);
+                XaSupport.insert(c2, run, 2);
                 tm.getTransaction().enlistResource(new KillAtPrepare());
                 try {
                     tm.commit(); // phase 2 meets a dead node: Narayana keeps the transaction for recovery
@@ -121,7 +118,7 @@ class NodeCrashMidCommitTest {
                     // a heuristic report is fine: the outcome is decided (commit) and logged
                 }
                 assertEquals(2, ds.getRouter().trackedBranches(), "the prepared branches stay tracked for the retry");
-                assertEquals(2, XaFaultsTest.metrics(ds, "RAC3").failures(), "one failure per failed commit");
+                assertEquals(2, XaSupport.metrics(ds, "RAC3").failures(), "one failure per failed commit");
             } finally {
                 PgNodes.restart(3);
                 c1.close();
@@ -129,35 +126,14 @@ class NodeCrashMidCommitTest {
             }
             assertEquals(2, XaRows.prepared(3).size(), "in doubt on node 3 until recovery");
 
-            RecoveryManager manager = RecoveryManager.manager(RecoveryManager.DIRECT_MANAGEMENT);
-            XARecoveryModule xarm = XARecoveryModule.getRegisteredXARecoveryModule();
-            XAConnection recovery = ds.getXAConnection();
-            XAResourceRecoveryHelper helper = new XAResourceRecoveryHelper() {
-                @Override
-                public boolean initialise(String p) {
-                    return true;
-                }
-
-                @Override
-                public XAResource[] getXAResources() throws Exception {
-                    return new XAResource[] {recovery.getXAResource()};
-                }
-            };
-            xarm.addXAResourceRecoveryHelper(helper);
-            try {
-                manager.scan();
-                manager.scan();
-            } finally {
-                xarm.removeXAResourceRecoveryHelper(helper);
-                recovery.close();
-            }
+            XaSupport.recoveryScans(ds);
             for (int i = 1; i <= PgNodes.COUNT; i++) {
                 assertEquals(List.of(), XaRows.prepared(i), "nothing in doubt on node " + i);
             }
             var rows = XaRows.rowsByNode(run);
             assertEquals(2, rows.get(3).getOrDefault(1, 0), "both rows committed on node 3, once: " + rows);
             assertEquals(0, rows.get(1).size() + rows.get(2).size(), "nothing elsewhere: " + rows);
-            XaFaultsTest.assertNothingLeaked(ds);
+            XaSupport.assertNothingLeaked(ds);
         }
     }
 }

@@ -12,24 +12,19 @@ import io.racaffinity.test.Faults;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.XaRows;
 import java.sql.SQLException;
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 import javax.sql.XAConnection;
-import javax.sql.XADataSource;
 import javax.transaction.xa.XAException;
 import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The RAC model ({@code recovery.scope = database}): one database (node 1) seen through three
@@ -40,80 +35,29 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @ExtendWith(PgNodes.class)
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class RacRecoveryTest {
-    private static Map<Integer, Integer> instances;
-    private final List<AffinityXADataSource> opened = new ArrayList<>();
-    private final List<XAConnection> connections = new ArrayList<>();
-
-    @BeforeAll
-    static void proxies() throws Exception {
-        XaRows.create();
-        instances = Faults.startRac(3);
-    }
-
-    @AfterAll
-    static void stopProxies() throws Exception {
-        Faults.stop();
-    }
-
-    @BeforeEach
-    void healed() throws Exception {
-        Faults.healAll();
-    }
+    @RegisterExtension
+    static final XaSupport.Proxies PROXIES = XaSupport.Proxies.rac();
+    private final XaSupport xa = new XaSupport();
 
     @AfterEach
     void closeAll() throws Exception {
-        for (XAConnection c : connections) {
-            c.close();
-        }
-        opened.forEach(AffinityXADataSource::close);
+        xa.close();
         Faults.healAll();
-        for (String gid : XaFaultsTest.prepared(1)) {
-            try (var c = XaRows.connect(1); var s = c.createStatement()) {
-                s.execute("ROLLBACK PREPARED '" + gid + "'");
-            }
-        }
+        XaSupport.rollbackPrepared(1);
     }
 
     AffinityXADataSource ds(String scope) {
-        Map<String, XADataSource> m = new LinkedHashMap<>();
-        for (int i = 1; i <= 3; i++) {
-            m.put("INST" + i, XaFaultsTest.pg(instances.get(i)));
-        }
-        AffinityXADataSource ds = new AffinityXADataSource();
-        ds.setConfig("name = rac-" + UUID.randomUUID() + "; nodes = INST1, INST2, INST3; recovery.scope = " + scope);
-        ds.setNodeXADataSources(m);
-        ds.setHeartbeatIntervalMillis(0);
-        ds.setRegisterMBean(false);
-        opened.add(ds);
-        return ds;
-    }
-
-    XAConnection connect(AffinityXADataSource ds) throws SQLException {
-        XAConnection c = ds.getXAConnection();
-        connections.add(c);
-        return c;
+        return xa.ds("name = rac-" + UUID.randomUUID() + "; nodes = INST1, INST2, INST3; recovery.scope = " + scope,
+                XaSupport.instances("INST", PROXIES.ports()));
     }
 
     /** Prepares one branch inserting a row through INST1; returns it. */
     Xid preparedOnInstance1(AffinityXADataSource ds, String run) throws Exception {
-        XAConnection c = connect(ds);
-        XAResource r = c.getXAResource();
-        Xid x = XaFaultsTest.xid(1);
-        XaFaultsTest.steerTo(ds, "INST1", () -> {
-            try {
-                r.start(x, XAResource.TMNOFLAGS);
-            } catch (XAException e) {
-                throw new IllegalStateException(e);
-            }
-        });
-        XaFaultsTest.insert(c, run, 1);
-        r.end(x, XAResource.TMSUCCESS);
-        assertEquals(XAResource.XA_OK, r.prepare(x));
-        return x;
+        return XaSupport.preparedOn(ds, "INST1", xa.connect(ds), run);
     }
 
     static long failures(AffinityXADataSource ds, String node) throws SQLException {
-        return XaFaultsTest.metrics(ds, node).failures();
+        return XaSupport.metrics(ds, node).failures();
     }
 
     @Test
@@ -124,22 +68,21 @@ class RacRecoveryTest {
 
         AffinityXADataSource recovery = ds("database");
         assertEquals(RecoveryScope.DATABASE, recovery.getRouter().recoveryScope());
-        XAResource r = connect(recovery).getXAResource();
+        XAResource r = xa.connect(recovery).getXAResource();
         Xid[] found = r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN);
-        long times = java.util.Arrays.stream(found).filter(y -> XidKey.of(y).equals(XidKey.of(x))).count();
-        assertEquals(1, times, "one database: each xid once");
+        assertEquals(1, XaSupport.times(found, x), "one database: each xid once");
         r.commit(x, false);
-        assertEquals(1, XaFaultsTest.rows(1, run), "committed once, on the database");
-        assertEquals(List.of(), XaFaultsTest.prepared(1));
+        assertEquals(1, XaSupport.rows(1, run), "committed once, on the database");
+        assertEquals(List.of(), XaSupport.prepared(1));
         assertEquals(1, failures(recovery, "INST1"), "the dead instance was asked once");
-        XaFaultsTest.assertNothingLeaked(recovery);
+        XaSupport.assertNothingLeaked(recovery);
     }
 
     @Test
     void aPreparedBranchWhoseInstanceDiedCommitsThroughAnotherOnceItIsKnownDown() throws Exception {
         String run = UUID.randomUUID().toString();
         AffinityXADataSource ds = ds("database");
-        XAConnection c = connect(ds);
+        XAConnection c = xa.connect(ds);
         Xid x = preparedOnInstance1(ds, run);
         XAResource r = c.getXAResource();
         Faults.refuse(1);
@@ -150,9 +93,7 @@ class RacRecoveryTest {
         // INST1 known down (FAN, heartbeat or ejection): the owner is Down, another instance completes it
         ds.getCluster().setNodeState("INST1", NodeState.DOWN);
         r.commit(x, false);
-        assertEquals(1, XaFaultsTest.rows(1, run));
-        assertEquals(List.of(), XaFaultsTest.prepared(1));
-        XaFaultsTest.assertNothingLeaked(ds);
+        XaSupport.assertCompleted(ds, 1, run, 1);
     }
 
     @Test
@@ -160,12 +101,12 @@ class RacRecoveryTest {
         String run = UUID.randomUUID().toString();
         Xid x = preparedOnInstance1(ds("node"), run);
         AffinityXADataSource recovery = ds("node");
-        XAResource r = connect(recovery).getXAResource();
+        XAResource r = xa.connect(recovery).getXAResource();
         Xid[] found = r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN);
-        assertEquals(1, java.util.Arrays.stream(found).filter(y -> XidKey.of(y).equals(XidKey.of(x))).count());
+        assertEquals(1, XaSupport.times(found, x));
         r.commit(x, false);
-        assertEquals(1, XaFaultsTest.rows(1, run));
-        assertEquals(List.of(), XaFaultsTest.prepared(1));
+        assertEquals(1, XaSupport.rows(1, run));
+        assertEquals(List.of(), XaSupport.prepared(1));
         assertTrue(recovery.getCluster().nodeMetrics().stream().mapToLong(NodeMetrics::failures).sum() == 0);
     }
 }

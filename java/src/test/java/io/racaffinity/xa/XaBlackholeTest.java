@@ -9,25 +9,19 @@ import io.racaffinity.jdbc.AffinityXADataSource;
 import io.racaffinity.test.Faults;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.XaRows;
-import java.sql.SQLException;
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 import javax.sql.XAConnection;
-import javax.sql.XADataSource;
 import javax.transaction.xa.XAException;
 import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.postgresql.xa.PGXADataSource;
 
 /**
@@ -40,85 +34,34 @@ import org.postgresql.xa.PGXADataSource;
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class XaBlackholeTest {
     static final int SOCKET_TIMEOUT = 2;
-    private static Map<Integer, Integer> instances;
-    private final List<AffinityXADataSource> opened = new ArrayList<>();
-    private final List<XAConnection> connections = new ArrayList<>();
-
-    @BeforeAll
-    static void proxies() throws Exception {
-        XaRows.create();
-        instances = Faults.startNodes(3);
-    }
-
-    @AfterAll
-    static void stopProxies() throws Exception {
-        Faults.stop();
-    }
-
-    @BeforeEach
-    void healed() throws Exception {
-        Faults.healAll();
-    }
+    @RegisterExtension
+    static final XaSupport.Proxies PROXIES = XaSupport.Proxies.nodes();
+    private final XaSupport xa = new XaSupport();
 
     @AfterEach
     void closeAll() throws Exception {
         Faults.healAll();
-        for (XAConnection c : connections) {
-            c.close();
-        }
-        opened.forEach(AffinityXADataSource::close);
-        for (int i = 1; i <= PgNodes.COUNT; i++) {
-            for (String gid : XaFaultsTest.prepared(i)) {
-                try (var c = XaRows.connect(i); var s = c.createStatement()) {
-                    s.execute("ROLLBACK PREPARED '" + gid + "'");
-                }
-            }
-        }
+        xa.close();
+        XaSupport.rollbackPrepared(XaSupport.allNodes());
     }
 
     AffinityXADataSource ds() {
-        Map<String, XADataSource> m = new LinkedHashMap<>();
-        for (int i = 1; i <= 3; i++) {
-            PGXADataSource pg = XaFaultsTest.pg(instances.get(i));
+        Map<String, PGXADataSource> m = XaSupport.instances("RAC", PROXIES.ports());
+        for (PGXADataSource pg : m.values()) {
             pg.setSocketTimeout(SOCKET_TIMEOUT);
             pg.setLoginTimeout(SOCKET_TIMEOUT);
-            m.put("RAC" + i, pg);
         }
-        AffinityXADataSource ds = new AffinityXADataSource();
-        ds.setConfig("name = blackhole-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3");
-        ds.setNodeXADataSources(m);
-        ds.setHeartbeatIntervalMillis(0);
-        ds.setRegisterMBean(false);
-        opened.add(ds);
-        return ds;
-    }
-
-    XAConnection connect(AffinityXADataSource ds) throws SQLException {
-        XAConnection c = ds.getXAConnection();
-        connections.add(c);
-        return c;
+        return xa.ds("name = blackhole-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3", m);
     }
 
     Xid preparedOn2(AffinityXADataSource ds, XAConnection c, String run) throws Exception {
-        XAResource r = c.getXAResource();
-        Xid x = XaFaultsTest.xid(1);
-        XaFaultsTest.steerTo(ds, "RAC2", () -> {
-            try {
-                r.start(x, XAResource.TMNOFLAGS);
-            } catch (XAException e) {
-                throw new IllegalStateException(e);
-            }
-        });
-        XaFaultsTest.insert(c, run, 1);
-        r.end(x, XAResource.TMSUCCESS);
-        assertEquals(XAResource.XA_OK, r.prepare(x));
-        return x;
+        return XaSupport.preparedOn(ds, "RAC2", c, run);
     }
 
     @Test
     void aCommitToABlackholedNodeIsRetryLaterAndTheSameConnectionCommitsAfterHeal() throws Exception {
         AffinityXADataSource ds = ds();
-        XAConnection c = connect(ds);
+        XAConnection c = xa.connect(ds);
         String run = UUID.randomUUID().toString();
         Xid x = preparedOn2(ds, c, run);
         XAResource r = c.getXAResource();
@@ -128,33 +71,29 @@ class XaBlackholeTest {
         long waited = TimeUnit.NANOSECONDS.toSeconds(System.nanoTime() - t0);
         assertEquals(XAException.XAER_RMFAIL, e.errorCode, e.getMessage());
         assertTrue(waited < 4 * SOCKET_TIMEOUT + 5, "bounded by the driver's timeout: " + waited + " s");
-        assertEquals(1, XaFaultsTest.metrics(ds, "RAC2").failures(), "one failed commit, one failure");
+        assertEquals(1, XaSupport.metrics(ds, "RAC2").failures(), "one failed commit, one failure");
         assertEquals(1, ds.getRouter().trackedBranches(), "kept for the retry");
-        assertEquals(1, XaFaultsTest.prepared(2).size());
+        assertEquals(1, XaSupport.prepared(2).size());
         Faults.healAll();
         r.commit(x, false);
-        assertEquals(1, XaFaultsTest.rows(2, run));
-        assertEquals(List.of(), XaFaultsTest.prepared(2));
-        XaFaultsTest.assertNothingLeaked(ds);
+        XaSupport.assertCompleted(ds, 2, run, 1);
     }
 
     @Test
     void withANodeBlackholedRecoveryReturnsTheOthersAndAnXidFoundNowhereIsRetryLater() throws Exception {
         String run = UUID.randomUUID().toString();
         AffinityXADataSource first = ds();
-        Xid x = preparedOn2(first, connect(first), run);
+        Xid x = preparedOn2(first, xa.connect(first), run);
         Faults.blackhole(2);
         AffinityXADataSource recovery = ds();
-        XAResource r = connect(recovery).getXAResource();
+        XAResource r = xa.connect(recovery).getXAResource();
         Xid[] found = r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN); // returns: node 2 times out
-        assertFalse(XaFaultsTest.contains(found, x));
+        assertFalse(XaSupport.contains(found, x));
         XAException e = assertThrows(XAException.class, () -> r.commit(x, false));
         assertEquals(XAException.XAER_RMFAIL, e.errorCode, "node 2 did not answer: " + e.getMessage());
         Faults.healAll();
-        assertTrue(XaFaultsTest.contains(r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), x));
+        assertTrue(XaSupport.contains(r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), x));
         r.commit(x, false);
-        assertEquals(1, XaFaultsTest.rows(2, run));
-        assertEquals(List.of(), XaFaultsTest.prepared(2));
-        XaFaultsTest.assertNothingLeaked(recovery);
+        XaSupport.assertCompleted(recovery, 2, run, 1);
     }
 }

@@ -1,12 +1,33 @@
 package io.racaffinity.xa;
 
+import static io.racaffinity.xa.XaSupport.allNodes;
+import static io.racaffinity.xa.XaSupport.assertCompleted;
+import static io.racaffinity.xa.XaSupport.assertNothingLeaked;
+import static io.racaffinity.xa.XaSupport.backendPid;
+import static io.racaffinity.xa.XaSupport.commitOneRow;
+import static io.racaffinity.xa.XaSupport.contains;
+import static io.racaffinity.xa.XaSupport.insert;
+import static io.racaffinity.xa.XaSupport.metrics;
+import static io.racaffinity.xa.XaSupport.node;
+import static io.racaffinity.xa.XaSupport.pg;
+import static io.racaffinity.xa.XaSupport.preparedEmpty;
+import static io.racaffinity.xa.XaSupport.prepared;
+import static io.racaffinity.xa.XaSupport.realNodes;
+import static io.racaffinity.xa.XaSupport.refusedPort;
+import static io.racaffinity.xa.XaSupport.rollbackPrepared;
+import static io.racaffinity.xa.XaSupport.rows;
+import static io.racaffinity.xa.XaSupport.startOn;
+import static io.racaffinity.xa.XaSupport.steerTo;
+import static io.racaffinity.xa.XaSupport.terminateBackend;
+import static io.racaffinity.xa.XaSupport.times;
+import static io.racaffinity.xa.XaSupport.xaFails;
+import static io.racaffinity.xa.XaSupport.xid;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import io.racaffinity.Cluster;
 import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
 import io.racaffinity.jdbc.AffinityXADataSource;
@@ -14,13 +35,8 @@ import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.test.XaRows;
 import io.racaffinity.xa.AffinityXAResourceTest.TestXid;
-import java.io.PrintWriter;
-import java.net.ServerSocket;
 import java.sql.Connection;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.SQLFeatureNotSupportedException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -28,13 +44,9 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.logging.Handler;
 import java.util.logging.Level;
-import java.util.logging.LogRecord;
-import java.util.logging.Logger;
 import javax.sql.XAConnection;
 import javax.sql.XADataSource;
 import javax.transaction.xa.XAException;
@@ -60,8 +72,7 @@ class XaFaultsTest {
     static final String FAIL_TABLE = "racaff_xa_fail_at_prepare";
     static final String NOLOGIN = "racaff_nologin";
 
-    private final List<AffinityXADataSource> opened = new ArrayList<>();
-    private final List<XAConnection> connections = new ArrayList<>();
+    private final XaSupport xa = new XaSupport();
 
     @BeforeAll
     static void schema() throws Exception {
@@ -83,17 +94,8 @@ class XaFaultsTest {
 
     @AfterEach
     void closeAll() throws Exception {
-        for (XAConnection c : connections) {
-            c.close();
-        }
-        opened.forEach(AffinityXADataSource::close);
-        for (int i = 1; i <= PgNodes.COUNT; i++) {
-            for (String gid : prepared(i)) {
-                try (Connection c = XaRows.connect(i); Statement s = c.createStatement()) {
-                    s.execute("ROLLBACK PREPARED '" + gid + "'");
-                }
-            }
-        }
+        xa.close();
+        rollbackPrepared(allNodes());
         for (int i = 1; i <= PgNodes.COUNT; i++) {
             assertEquals(List.of(), prepared(i), "left in doubt on node " + i);
         }
@@ -101,160 +103,43 @@ class XaFaultsTest {
 
     // ---- fixtures ----------------------------------------------------------------
 
-    /** A node XADataSource with driver timeouts: no call of these tests can hang on a node. */
-    static PGXADataSource pg(int port) {
-        PGXADataSource ds = new PGXADataSource();
-        ds.setUrl("jdbc:postgresql://127.0.0.1:" + port + "/postgres");
-        ds.setUser("postgres");
-        ds.setConnectTimeout(3);
-        ds.setLoginTimeout(5);
-        ds.setSocketTimeout(20);
-        return ds;
-    }
-
-    static PGXADataSource node(int i) {
-        return pg(PgNodes.port(i));
-    }
-
-    /** A port nothing listens on: connections are refused. */
-    static int refusedPort() throws Exception {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        }
-    }
-
     AffinityXADataSource ds(String extra, Map<String, XADataSource> nodes) {
-        AffinityXADataSource ds = new AffinityXADataSource();
-        ds.setConfig("name = xa-faults-" + opened.size() + "-" + UUID.randomUUID() + "; nodes = "
-                + String.join(", ", nodes.keySet()) + extra);
-        ds.setNodeXADataSources(nodes);
-        ds.setHeartbeatIntervalMillis(0);
-        ds.setRegisterMBean(false);
-        opened.add(ds);
-        return ds;
+        return xa.ds("name = xa-faults-" + xa.openedCount() + "-" + UUID.randomUUID() + "; nodes = "
+                + String.join(", ", nodes.keySet()) + extra, nodes);
     }
 
     AffinityXADataSource ds(String extra) {
         return ds(extra, realNodes());
     }
 
-    static Map<String, XADataSource> realNodes() {
-        Map<String, XADataSource> m = new LinkedHashMap<>();
-        for (int i = 1; i <= PgNodes.COUNT; i++) {
-            m.put("RAC" + i, node(i));
-        }
-        return m;
+    /** RAC1 = node 1 alone. */
+    AffinityXADataSource onNode1() {
+        return ds("", Map.of("RAC1", node(1)));
+    }
+
+    /** The XAConnection still works: one more transaction commits a row on node 1 and nothing leaks. */
+    static void assertUsableOnNode1(AffinityXADataSource ds, XAConnection c, boolean onePhase) throws Exception {
+        String run = UUID.randomUUID().toString();
+        commitOneRow(c, run, onePhase);
+        assertEquals(1, rows(1, run));
+        assertNothingLeaked(ds);
     }
 
     XAConnection connect(AffinityXADataSource ds) throws SQLException {
-        XAConnection c = ds.getXAConnection();
-        connections.add(c);
-        return c;
+        return xa.connect(ds);
     }
 
-    /** Makes the next new gtrid land on {@code node}: every other node drains (takes no new affinities). */
-    static void steerTo(AffinityXADataSource ds, String node, Runnable start) throws SQLException {
-        Cluster c = ds.getCluster();
-        for (String n : c.nodeNames()) {
-            if (!n.equals(node)) {
-                c.setNodeState(n, NodeState.DRAINING);
-            }
+    /** A branch on {@code c} whose PREPARE the deferred trigger refuses: the application's error. */
+    static Xid refusedAtPrepare(XAConnection c, int value) throws Exception {
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        try (Connection h = c.getConnection(); Statement s = h.createStatement()) {
+            s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (" + value + ")");
         }
-        try {
-            start.run();
-        } finally {
-            for (String n : c.nodeNames()) {
-                if (!n.equals(node)) {
-                    c.setNodeState(n, NodeState.UP);
-                }
-            }
-        }
-    }
-
-    static NodeMetrics metrics(AffinityXADataSource ds, String node) throws SQLException {
-        return ds.getCluster().nodeMetrics().stream().filter(m -> m.name().equals(node)).findFirst().orElseThrow();
-    }
-
-    static long totalInFlight(AffinityXADataSource ds) throws SQLException {
-        return ds.getCluster().nodeMetrics().stream().mapToLong(NodeMetrics::inFlight).sum();
-    }
-
-    static Xid xid(int branch) {
-        return TestXid.of("fault-" + UUID.randomUUID(), branch);
-    }
-
-    /** Our prepared transactions on node i (format id of these tests). */
-    static List<String> prepared(int node) throws SQLException {
-        List<String> l = new ArrayList<>();
-        for (String gid : XaRows.prepared(node)) {
-            if (gid.startsWith(FORMAT + "_")) {
-                l.add(gid);
-            }
-        }
-        return l;
-    }
-
-    static void insert(XAConnection c, String run, int branch) throws SQLException {
-        try (Connection h = c.getConnection(); PreparedStatement ps = h.prepareStatement(XaRows.INSERT)) {
-            ps.setString(1, run);
-            ps.setInt(2, 1);
-            ps.setInt(3, branch);
-            ps.executeUpdate();
-        }
-    }
-
-    static int rows(int node, String run) throws SQLException {
-        try (Connection c = XaRows.connect(node);
-                PreparedStatement ps = c.prepareStatement("SELECT count(*) FROM " + XaRows.TABLE + " WHERE run = ?")) {
-            ps.setString(1, run);
-            try (ResultSet rs = ps.executeQuery()) {
-                rs.next();
-                return rs.getInt(1);
-            }
-        }
-    }
-
-    static void assertNothingLeaked(AffinityXADataSource ds) throws Exception {
-        assertEquals(0, ds.getRouter().trackedBranches(), "the binding's branch map");
-        assertEquals(0, NarayanaXaTest.liveTransactions(ds), "core tx live");
-        assertEquals(0, totalInFlight(ds), "in-flight leases: " + ds.getCluster().nodeMetrics());
-    }
-
-    static XAException xaFails(org.junit.jupiter.api.function.Executable call) {
-        return assertThrows(XAException.class, call);
-    }
-
-    /** Records the io.racaffinity.xa log lines of one test. */
-    static final class LogLines extends Handler implements AutoCloseable {
-        final List<LogRecord> records = new CopyOnWriteArrayList<>();
-        final Logger logger = Logger.getLogger("io.racaffinity.xa");
-
-        LogLines() {
-            logger.addHandler(this);
-        }
-
-        List<String> at(Level level) {
-            List<String> l = new ArrayList<>();
-            for (LogRecord r : records) {
-                if (r.getLevel().intValue() >= level.intValue()) {
-                    l.add(new java.util.logging.SimpleFormatter().formatMessage(r));
-                }
-            }
-            return l;
-        }
-
-        @Override
-        public void publish(LogRecord record) {
-            records.add(record);
-        }
-
-        @Override
-        public void flush() {}
-
-        @Override
-        public void close() {
-            logger.removeHandler(this);
-        }
+        r.end(x, XAResource.TMSUCCESS);
+        xaFails(() -> r.prepare(x));
+        return x;
     }
 
     // ---- 1. one failure counted once; application errors never eject --------------
@@ -271,9 +156,9 @@ class XaFaultsTest {
 
     @Test
     void aRoleThatMayNotLogInNeverCountsAsANodeFailure() throws Exception {
-        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        AffinityXADataSource ds = onNode1();
         XAConnection c = ds.getXAConnection(NOLOGIN, "whatever");
-        connections.add(c);
+        xa.track(c);
         XAResource r = c.getXAResource();
         for (int i = 0; i < 6; i++) {
             XAException e = xaFails(() -> r.start(xid(1), XAResource.TMNOFLAGS));
@@ -287,17 +172,11 @@ class XaFaultsTest {
 
     @Test
     void aTriggerRaisingAtPrepareIsAnApplicationErrorAndNeverEjectsTheNode() throws Exception {
-        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        AffinityXADataSource ds = onNode1();
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
         for (int i = 0; i < 6; i++) {
-            Xid x = xid(1);
-            r.start(x, XAResource.TMNOFLAGS);
-            try (Connection h = c.getConnection(); Statement s = h.createStatement()) {
-                s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (1)");
-            }
-            r.end(x, XAResource.TMSUCCESS);
-            xaFails(() -> r.prepare(x));
+            Xid x = refusedAtPrepare(c, 1);
             try {
                 r.rollback(x); // what a TM does after a failed prepare
             } catch (XAException e) {
@@ -311,20 +190,13 @@ class XaFaultsTest {
 
     @Test
     void aTerminatedSessionIsNotANodeFailureAndItsBranchIsReleased() throws Exception {
-        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        AffinityXADataSource ds = onNode1();
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
         Xid x = xid(1);
         r.start(x, XAResource.TMNOFLAGS);
         Connection h = c.getConnection();
-        int pid;
-        try (Statement s = h.createStatement(); ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
-            rs.next();
-            pid = rs.getInt(1);
-        }
-        try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
-            s.execute("SELECT pg_terminate_backend(" + pid + ")"); // 57P01 for this one session
-        }
+        terminateBackend(1, backendPid(h)); // 57P01 for this one session
         SQLException dead = assertThrows(SQLException.class, () -> h.createStatement().execute("SELECT 1"));
         assertTrue(dead.getSQLState() != null, String.valueOf(dead));
         try {
@@ -339,57 +211,30 @@ class XaFaultsTest {
                 + m);
         assertNothingLeaked(ds);
         // the same XAConnection works again: a fresh physical connection
-        Xid next = xid(1);
-        String run = UUID.randomUUID().toString();
-        r.start(next, XAResource.TMNOFLAGS);
-        insert(c, run, 1);
-        r.end(next, XAResource.TMSUCCESS);
-        r.commit(next, true);
-        assertEquals(1, rows(1, run));
-        assertNothingLeaked(ds);
+        assertUsableOnNode1(ds, c, true);
     }
 
     // ---- 2. rollback after a failed prepare releases the branch ---------------------
 
     @Test
     void rollbackAfterAFailedPrepareSucceedsAndReleasesTheBranch() throws Exception {
-        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        AffinityXADataSource ds = onNode1();
         XAConnection c = connect(ds);
         XAResource r = c.getXAResource();
-        Xid x = xid(1);
-        r.start(x, XAResource.TMNOFLAGS);
-        try (Connection h = c.getConnection(); Statement s = h.createStatement()) {
-            s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (2)");
-        }
-        r.end(x, XAResource.TMSUCCESS);
-        xaFails(() -> r.prepare(x));
+        Xid x = refusedAtPrepare(c, 2);
         r.rollback(x); // the database rolled the branch back when its PREPARE failed: nothing is left
         assertNothingLeaked(ds);
         assertEquals(List.of(), prepared(1));
         // the connection is clean: the next transaction commits
-        Xid next = xid(1);
-        String run = UUID.randomUUID().toString();
-        r.start(next, XAResource.TMNOFLAGS);
-        insert(c, run, 1);
-        r.end(next, XAResource.TMSUCCESS);
-        assertEquals(XAResource.XA_OK, r.prepare(next));
-        r.commit(next, false);
-        assertEquals(1, rows(1, run));
-        assertNothingLeaked(ds);
+        assertUsableOnNode1(ds, c, false);
     }
 
     @Test
     void closingTheXaConnectionReleasesItsUnpreparedAndRefusedBranches() throws Exception {
-        AffinityXADataSource ds = ds("", Map.of("RAC1", node(1)));
+        AffinityXADataSource ds = onNode1();
         XAConnection refused = ds.getXAConnection();
         XAResource r = refused.getXAResource();
-        Xid x = xid(1);
-        r.start(x, XAResource.TMNOFLAGS);
-        try (Connection h = refused.getConnection(); Statement s = h.createStatement()) {
-            s.execute("INSERT INTO " + FAIL_TABLE + " VALUES (3)");
-        }
-        r.end(x, XAResource.TMSUCCESS);
-        xaFails(() -> r.prepare(x));
+        Xid x = refusedAtPrepare(refused, 3);
         XAConnection active = ds.getXAConnection();
         Xid y = xid(1);
         active.getXAResource().start(y, XAResource.TMNOFLAGS);
@@ -410,13 +255,7 @@ class XaFaultsTest {
         XAResource r = c.getXAResource();
         Xid x = xid(1);
         String run = UUID.randomUUID().toString();
-        steerTo(ds, "RAC3", () -> {
-            try {
-                r.start(x, XAResource.TMNOFLAGS);
-            } catch (XAException e) {
-                throw new IllegalStateException(e);
-            }
-        });
+        startOn(ds, "RAC3", r, x);
         assertEquals("RAC3", ((AffinityXAResource) r).boundNodeName());
         insert(c, run, 1);
         r.end(x, XAResource.TMSUCCESS);
@@ -430,9 +269,7 @@ class XaFaultsTest {
             PgNodes.restart(3);
         }
         r.commit(x, false); // the same XAConnection: its dead physical connection is replaced
-        assertEquals(1, rows(3, run));
-        assertEquals(List.of(), prepared(3));
-        assertNothingLeaked(ds);
+        assertCompleted(ds, 3, run, 1);
     }
 
     @Test
@@ -441,13 +278,7 @@ class XaFaultsTest {
         XAConnection c = connect(first);
         XAResource r = c.getXAResource();
         Xid x = xid(1);
-        steerTo(first, "RAC2", () -> {
-            try {
-                r.start(x, XAResource.TMNOFLAGS);
-            } catch (XAException e) {
-                throw new IllegalStateException(e);
-            }
-        });
+        startOn(first, "RAC2", r, x);
         insert(c, UUID.randomUUID().toString(), 1);
         r.end(x, XAResource.TMSUCCESS);
         r.prepare(x);
@@ -469,15 +300,6 @@ class XaFaultsTest {
         assertNothingLeaked(recovery);
     }
 
-    static boolean contains(Xid[] xids, Xid x) {
-        for (Xid y : xids) {
-            if (XidKey.of(y).equals(XidKey.of(x))) {
-                return true;
-            }
-        }
-        return false;
-    }
-
     // ---- 4. never NOTA while a node that could hold the branch did not answer --------
 
     @Test
@@ -486,9 +308,7 @@ class XaFaultsTest {
         AffinityXADataSource owner = ds("", Map.of("RAC3", node(3)));
         XAResource r = connect(owner).getXAResource();
         Xid x = xid(1);
-        r.start(x, XAResource.TMNOFLAGS);
-        r.end(x, XAResource.TMSUCCESS);
-        r.prepare(x);
+        preparedEmpty(r, x);
         // ... and a recovering process cannot reach node 3
         Map<String, XADataSource> nodes = realNodes();
         nodes.put("RAC3", pg(refusedPort()));
@@ -555,16 +375,10 @@ class XaFaultsTest {
         Xid b1 = TestXid.of(g, 1);
         Xid b2 = TestXid.of(g, 2);
         String run = UUID.randomUUID().toString();
-        steerTo(ds, "RAC2", () -> {
-            try {
-                r1.start(b1, XAResource.TMNOFLAGS);
-            } catch (XAException e) {
-                throw new IllegalStateException(e);
-            }
-        });
+        startOn(ds, "RAC2", r1, b1);
         insert(c1, run, 1);
         ds.getCluster().setNodeState("RAC2", NodeState.DOWN); // alive, but takes no new work
-        try (LogLines log = new LogLines()) {
+        try (XaSupport.LogLines log = new XaSupport.LogLines()) {
             r2.start(b2, XAResource.TMNOFLAGS);
             String other = ((AffinityXAResource) r2).boundNodeName();
             assertNotEquals("RAC2", other);
@@ -651,7 +465,9 @@ class XaFaultsTest {
 
     @Test
     void underNarayanaStrictModeRefusesTheSpanAndNothingIsCommittedAnywhere() throws Exception {
-        AffinityXADataSource ds = ds("; transaction.strict = true");
+        // One process: a new gtrid need not wait for other processes to see a
+        // node's change (transaction.settle, semantics.md).
+        AffinityXADataSource ds = ds("; transaction.strict = true; transaction.settle = 0ms");
         String run = spanUnderNarayana(ds, true);
         for (int i = 1; i <= PgNodes.COUNT; i++) {
             assertEquals(0, rows(i, run), "node " + i);
@@ -663,49 +479,23 @@ class XaFaultsTest {
     // ---- 7. the XA heartbeat probes with the application's credentials ---------------
 
     /** A node XADataSource that counts the connections asked of it (the heartbeat's probes among them). */
-    static final class Counting implements XADataSource {
-        final XADataSource target;
+    static final class Counting extends XaSupport.ForwardingXADataSource {
         final AtomicInteger calls = new AtomicInteger();
 
         Counting(XADataSource target) {
-            this.target = target;
+            super(target);
         }
 
         @Override
         public XAConnection getXAConnection() throws SQLException {
             calls.incrementAndGet();
-            return target.getXAConnection();
+            return super.getXAConnection();
         }
 
         @Override
         public XAConnection getXAConnection(String user, String password) throws SQLException {
             calls.incrementAndGet();
-            return target.getXAConnection(user, password);
-        }
-
-        @Override
-        public PrintWriter getLogWriter() throws SQLException {
-            return target.getLogWriter();
-        }
-
-        @Override
-        public void setLogWriter(PrintWriter out) throws SQLException {
-            target.setLogWriter(out);
-        }
-
-        @Override
-        public void setLoginTimeout(int seconds) throws SQLException {
-            target.setLoginTimeout(seconds);
-        }
-
-        @Override
-        public int getLoginTimeout() throws SQLException {
-            return target.getLoginTimeout();
-        }
-
-        @Override
-        public java.util.logging.Logger getParentLogger() throws SQLFeatureNotSupportedException {
-            throw new SQLFeatureNotSupportedException();
+            return super.getXAConnection(user, password);
         }
     }
 
@@ -725,9 +515,9 @@ class XaFaultsTest {
         ds.setNodeXADataSources(nodes);
         ds.setHeartbeatIntervalMillis(200);
         ds.setRegisterMBean(false);
-        opened.add(ds);
+        xa.track(ds);
         XAConnection c = ds.getXAConnection("postgres", "");
-        connections.add(c);
+        xa.track(c);
         XAResource r = c.getXAResource();
         Xid x = xid(1);
         r.start(x, XAResource.TMNOFLAGS);
@@ -754,18 +544,12 @@ class XaFaultsTest {
         AffinityXADataSource first = ds("", oneDatabase);
         XAResource r = connect(first).getXAResource();
         Xid x = xid(1);
-        r.start(x, XAResource.TMNOFLAGS);
-        r.end(x, XAResource.TMSUCCESS);
-        r.prepare(x);
+        preparedEmpty(r, x);
 
         AffinityXADataSource recovery = ds("", oneDatabase);
         XAResource rr = connect(recovery).getXAResource();
         Xid[] found = rr.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN);
-        int times = 0;
-        for (Xid y : found) {
-            times += XidKey.of(y).equals(XidKey.of(x)) ? 1 : 0;
-        }
-        assertEquals(1, times, "one scan, each xid once");
+        assertEquals(1, times(found, x), "one scan, each xid once");
         rr.commit(x, false);
         assertEquals(List.of(), prepared(1));
         assertNothingLeaked(recovery);

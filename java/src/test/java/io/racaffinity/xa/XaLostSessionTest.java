@@ -10,10 +10,7 @@ import java.lang.reflect.InvocationHandler;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
-import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Statement;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
@@ -38,8 +35,7 @@ import org.postgresql.xa.PGXADataSource;
 @ExtendWith(PgNodes.class)
 @Timeout(value = 60, unit = TimeUnit.SECONDS)
 class XaLostSessionTest {
-    private final List<AffinityXADataSource> opened = new ArrayList<>();
-    private final List<XAConnection> connections = new ArrayList<>();
+    private final XaSupport xa = new XaSupport();
 
     @BeforeAll
     static void schema() throws Exception {
@@ -48,73 +44,46 @@ class XaLostSessionTest {
 
     @AfterEach
     void closeAll() throws Exception {
-        for (XAConnection c : connections) {
-            c.close();
-        }
-        opened.forEach(AffinityXADataSource::close);
-        for (String gid : XaFaultsTest.prepared(1)) {
-            try (Connection c = XaRows.connect(1); Statement s = c.createStatement()) {
-                s.execute("ROLLBACK PREPARED '" + gid + "'");
-            }
-        }
+        xa.close();
+        XaSupport.rollbackPrepared(1);
     }
 
     AffinityXADataSource ds(XADataSource node) {
-        AffinityXADataSource ds = new AffinityXADataSource();
-        ds.setConfig("name = lost-session-" + UUID.randomUUID() + "; nodes = RAC1");
-        ds.setNodeXADataSources(Map.of("RAC1", node));
-        ds.setHeartbeatIntervalMillis(0);
-        ds.setRegisterMBean(false);
-        opened.add(ds);
-        return ds;
-    }
-
-    XAConnection connect(AffinityXADataSource ds) throws SQLException {
-        XAConnection c = ds.getXAConnection();
-        connections.add(c);
-        return c;
+        return xa.ds("name = lost-session-" + UUID.randomUUID() + "; nodes = RAC1", Map.of("RAC1", node));
     }
 
     /** Ends the session of the physical connection behind {@code c} (57P01, as a crashed node's sessions). */
     static void terminate(XAConnection c) throws SQLException {
         int pid;
-        try (Connection h = c.getConnection(); Statement s = h.createStatement();
-                ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
-            rs.next();
-            pid = rs.getInt(1);
+        try (Connection h = c.getConnection()) {
+            pid = XaSupport.backendPid(h);
         }
-        try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
-            s.execute("SELECT pg_terminate_backend(" + pid + ")");
-        }
+        XaSupport.terminateBackend(1, pid);
     }
 
     @Test
     void rollingBackANeverPreparedBranchWhoseSessionIsLostSucceedsAndReleasesIt() throws Exception {
-        AffinityXADataSource ds = ds(XaFaultsTest.node(1));
-        XAConnection c = connect(ds);
+        AffinityXADataSource ds = ds(XaSupport.node(1));
+        XAConnection c = xa.connect(ds);
         XAResource r = c.getXAResource();
-        Xid x = XaFaultsTest.xid(1);
         String run = UUID.randomUUID().toString();
-        r.start(x, XAResource.TMNOFLAGS);
-        XaFaultsTest.insert(c, run, 1);
+        Xid x = XaSupport.startedWithRow(c, run);
         terminate(c);
         r.end(x, XAResource.TMSUCCESS); // pgjdbc: no I/O
         // what a TM does: roll it back. The session is gone, so is its transaction: rolled back. Before the fix
         // pgjdbc's XAER_RMERR came back and the branch stayed tracked forever (a TM does not retry it).
         r.rollback(x);
-        assertEquals(0, XaFaultsTest.rows(1, run));
-        XaFaultsTest.assertNothingLeaked(ds);
+        assertEquals(0, XaSupport.rows(1, run));
+        XaSupport.assertNothingLeaked(ds);
     }
 
     @Test
     void aPreparedBranchWhoseSessionIsLostAnswersRetryLaterNotRmerrAndRollsBackOnTheRetry() throws Exception {
-        AffinityXADataSource ds = ds(XaFaultsTest.node(1));
-        XAConnection c = connect(ds);
+        AffinityXADataSource ds = ds(XaSupport.node(1));
+        XAConnection c = xa.connect(ds);
         XAResource r = c.getXAResource();
-        Xid x = XaFaultsTest.xid(1);
         String run = UUID.randomUUID().toString();
-        r.start(x, XAResource.TMNOFLAGS);
-        XaFaultsTest.insert(c, run, 1);
+        Xid x = XaSupport.startedWithRow(c, run);
         r.end(x, XAResource.TMSUCCESS);
         assertEquals(XAResource.XA_OK, r.prepare(x));
         terminate(c);
@@ -123,11 +92,9 @@ class XaLostSessionTest {
         XAException e = assertThrows(XAException.class, () -> r.rollback(x));
         assertEquals(XAException.XAER_RMFAIL, e.errorCode, XaErrors.name(e.errorCode) + ": " + e.getMessage());
         assertEquals(1, ds.getRouter().trackedBranches(), "kept for the retry");
-        assertEquals(1, XaFaultsTest.prepared(1).size(), "still prepared on the node");
+        assertEquals(1, XaSupport.prepared(1).size(), "still prepared on the node");
         r.rollback(x); // the TM's retry: a fresh connection
-        assertEquals(0, XaFaultsTest.rows(1, run));
-        assertEquals(List.of(), XaFaultsTest.prepared(1));
-        XaFaultsTest.assertNothingLeaked(ds);
+        XaSupport.assertCompleted(ds, 1, run, 0);
     }
 
     /** pgjdbc's XAResources, except that a COMMIT's reply is lost once (the commit happened). */
@@ -169,23 +136,21 @@ class XaLostSessionTest {
 
     @Test
     void aPreparedBranchWhoseCommitReplyWasLostIsReleasedByTheNextRecoveryScan() throws Exception {
-        AffinityXADataSource ds = ds(losingOneCommitReply(XaFaultsTest.node(1)));
-        XAConnection c = connect(ds);
+        AffinityXADataSource ds = ds(losingOneCommitReply(XaSupport.node(1)));
+        XAConnection c = xa.connect(ds);
         XAResource r = c.getXAResource();
-        Xid x = XaFaultsTest.xid(1);
         String run = UUID.randomUUID().toString();
-        r.start(x, XAResource.TMNOFLAGS);
-        XaFaultsTest.insert(c, run, 1);
+        Xid x = XaSupport.startedWithRow(c, run);
         r.end(x, XAResource.TMSUCCESS);
         assertEquals(XAResource.XA_OK, r.prepare(x));
         XAException e = assertThrows(XAException.class, () -> r.commit(x, false));
         assertEquals(XAException.XAER_RMFAIL, e.errorCode);
-        assertEquals(1, XaFaultsTest.rows(1, run), "committed: only the reply was lost");
+        assertEquals(1, XaSupport.rows(1, run), "committed: only the reply was lost");
         assertEquals(1, ds.getRouter().trackedBranches(), "kept for a retry");
         // The TM's recovery scans: the node answers and no longer lists the xid, so the TM never retries it (Narayana
         // looks only for listed xids). Before the fix the branch, the core's transaction and the lease stayed forever.
-        XAConnection recovery = connect(ds);
+        XAConnection recovery = xa.connect(ds);
         assertEquals(0, recovery.getXAResource().recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN).length);
-        XaFaultsTest.assertNothingLeaked(ds);
+        XaSupport.assertNothingLeaked(ds);
     }
 }

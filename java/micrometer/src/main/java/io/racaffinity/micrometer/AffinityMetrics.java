@@ -1,0 +1,144 @@
+package io.racaffinity.micrometer;
+
+import io.micrometer.core.instrument.FunctionCounter;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tags;
+import io.micrometer.core.instrument.binder.MeterBinder;
+import io.racaffinity.Cluster;
+import io.racaffinity.NodeMetrics;
+import io.racaffinity.NodeState;
+import io.racaffinity.jdbc.AffinityDataSource;
+import java.sql.SQLException;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import java.util.function.ToLongFunction;
+import javax.sql.DataSource;
+
+/**
+ * Micrometer meters for one {@link AffinityDataSource}:
+ * <ul>
+ *   <li>per node pool, the OpenTelemetry database-client connection metrics
+ *       ({@code db.client.connection.count} with {@code db.client.connection.state} =
+ *       {@code idle}/{@code used}, {@code .pending_requests}, {@code .max}, {@code .idle.min},
+ *       {@code .wait_time}, {@code .use_time}, {@code .create_time}, {@code .timeouts}), tagged
+ *       {@code db.client.connection.pool.name}, from HikariCP's own metrics hooks (so node
+ *       pools of other classes get none);</li>
+ *   <li>per node, the core's affinity counters ({@code racaffinity.node.picks},
+ *       {@code .affinity_hits}, {@code .repins}, {@code .strict_refusals}, {@code .failures}),
+ *       in-flight work and its state ({@code racaffinity.node.state}: 1 for the current
+ *       {@code racaffinity.node.state.value}, 0 for the others);</li>
+ *   <li>per affinity scope ({@code transaction}, {@code session}, {@code data},
+ *       {@code thread}): {@code racaffinity.scope.hits}, {@code .placements}, {@code .repins},
+ *       {@code .fallbacks}, {@code .strict_refusals} and {@code racaffinity.scope.live}.</li>
+ * </ul>
+ * The full list, with units, is in docs/java-ecosystem.md; the Python exporter uses the
+ * same names. Values are read from the core when the registry asks (no thread of its own).
+ *
+ * <pre>{@code
+ * new AffinityMetrics(dataSource).bindTo(registry);   // Spring: declare it as a MeterBinder bean
+ * }</pre>
+ *
+ * Bind before the node pools are used if you can: HikariCP accepts one metrics tracker
+ * per pool, so a pool that already has one (HikariCP's own Micrometer tracker, say) is an
+ * error naming it.
+ */
+public final class AffinityMetrics implements MeterBinder {
+    static final String CLUSTER = "racaffinity.cluster";
+    static final String NODE = "racaffinity.node";
+    static final String SCOPE = "racaffinity.scope";
+    static final String STATE = "racaffinity.node.state.value";
+    static final List<String> SCOPES = List.of("transaction", "session", "data", "thread");
+    static final List<String> SCOPE_COUNTERS = List.of("hits", "placements", "repins", "fallbacks",
+            "strict_refusals");
+
+    private final AffinityDataSource dataSource;
+    private final Tags extraTags;
+
+    /** @param dataSource the data source (initialised on first use if it is not yet) */
+    public AffinityMetrics(AffinityDataSource dataSource) {
+        this(dataSource, Tags.empty());
+    }
+
+    /**
+     * @param dataSource the data source
+     * @param extraTags tags added to every meter
+     */
+    public AffinityMetrics(AffinityDataSource dataSource, Iterable<io.micrometer.core.instrument.Tag> extraTags) {
+        this.dataSource = Objects.requireNonNull(dataSource, "dataSource");
+        this.extraTags = Tags.of(extraTags);
+    }
+
+    @Override
+    public void bindTo(MeterRegistry registry) {
+        Cluster cluster;
+        try {
+            cluster = dataSource.getCluster();
+        } catch (SQLException e) {
+            throw new IllegalStateException("AffinityMetrics: the data source cannot start: " + e.getMessage(), e);
+        }
+        // Micrometer holds a meter's state object weakly: the gauges ask for a strong reference
+        // and the counters' functions capture the snapshot, or it would be collected (NaN).
+        Snapshot snapshot = new Snapshot(cluster);
+        Tags clusterTags = extraTags.and(CLUSTER, cluster.name());
+        for (String node : cluster.nodeNames()) {
+            bindNode(registry, snapshot, clusterTags.and(NODE, node), node);
+            DataSource pool;
+            try {
+                pool = dataSource.getNodeDataSource(node);
+            } catch (SQLException e) {
+                throw new IllegalStateException("AffinityMetrics: node " + node + ": " + e.getMessage(), e);
+            }
+            if (HikariSupport.isHikari(pool)) {
+                HikariSupport.bind(pool, registry, extraTags);
+            }
+        }
+        for (String scope : SCOPES) {
+            Tags tags = clusterTags.and(SCOPE, scope);
+            for (String counter : SCOPE_COUNTERS) {
+                FunctionCounter.builder("racaffinity.scope." + counter, snapshot, s -> snapshot.scope(scope, counter))
+                        .tags(tags).description(SCOPE_DESCRIPTIONS.get(counter)).register(registry);
+            }
+            Gauge.builder("racaffinity.scope.live", snapshot, s -> s.scope(scope, "live")).tags(tags).strongReference(true)
+                    .description("Affinities of the scope the core holds").register(registry);
+        }
+    }
+
+    private static final Map<String, String> SCOPE_DESCRIPTIONS = Map.of(
+            "hits", "Requests routed by an existing affinity of the scope",
+            "placements", "Affinities of the scope placed on a node",
+            "repins", "Affinities of the scope moved off an unavailable node",
+            "fallbacks", "Requests of the scope balanced because their node was unavailable",
+            "strict_refusals", "Requests of the scope refused in strict mode");
+
+    private static void bindNode(MeterRegistry registry, Snapshot snapshot, Tags tags, String node) {
+        counter(registry, "racaffinity.node.picks", "Units of work routed to the node", snapshot, tags, node,
+                NodeMetrics::picks);
+        counter(registry, "racaffinity.node.affinity_hits", "Picks of the node by an existing affinity",
+                snapshot, tags, node, NodeMetrics::affinityHits);
+        counter(registry, "racaffinity.node.repins", "Affinities moved to the node off an unavailable one", snapshot, tags, node,
+                NodeMetrics::repins);
+        counter(registry, "racaffinity.node.strict_refusals", "Strict refusals naming the node", snapshot, tags,
+                node, NodeMetrics::strictRefusals);
+        counter(registry, "racaffinity.node.failures", "Units of work on the node that ended in a node failure",
+                snapshot, tags, node, NodeMetrics::failures);
+        Gauge.builder("racaffinity.node.in_flight", snapshot, s -> s.node(node, NodeMetrics::inFlight)).tags(tags)
+                .strongReference(true)
+                .description("Leases on the node not yet released").register(registry);
+        for (NodeState state : NodeState.values()) {
+            String value = state.name().toLowerCase(Locale.ROOT);
+            Gauge.builder("racaffinity.node.state", snapshot, s -> s.state(node) == state ? 1 : 0)
+                    .tags(tags.and(STATE, value)).strongReference(true)
+                    .description("1 for the node's current state, 0 for the others")
+                    .register(registry);
+        }
+    }
+
+    private static void counter(MeterRegistry registry, String name, String description, Snapshot snapshot,
+            Tags tags, String node, ToLongFunction<NodeMetrics> f) {
+        FunctionCounter.builder(name, snapshot, s -> snapshot.node(node, f)).tags(tags).description(description)
+                .register(registry);
+    }
+}

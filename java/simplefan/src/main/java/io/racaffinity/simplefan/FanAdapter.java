@@ -1,0 +1,226 @@
+package io.racaffinity.simplefan;
+
+import io.racaffinity.jdbc.AffinityDataSource;
+import java.lang.System.Logger.Level;
+import java.text.SimpleDateFormat;
+import java.util.LinkedHashMap;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Properties;
+import java.util.TimeZone;
+import oracle.simplefan.FanEvent;
+import oracle.simplefan.FanManager;
+import oracle.simplefan.FanSubscription;
+import oracle.simplefan.FanUpEventListener;
+import oracle.simplefan.LoadAdvisoryEvent;
+import oracle.simplefan.NodeDownEvent;
+import oracle.simplefan.NodeUpEvent;
+import oracle.simplefan.ServiceDownEvent;
+import oracle.simplefan.ServiceUpEvent;
+
+/**
+ * Feeds the events of Oracle's own FAN client, simplefan, into racaffinity: each event is
+ * written as the FAN/RLB text line the core parses ({@link AffinityDataSource#applyEvent}),
+ * so the routing decisions stay in the core.
+ *
+ * <ul>
+ *   <li>{@link ServiceDownEvent} of one member: {@code SERVICEMEMBER ... status=down} with
+ *       its reason ({@code USER}: the core drains the node, for {@code drain_timeout=} seconds
+ *       when the event gives one; else the node is down); of the whole service
+ *       ({@code COMPOSITE}): {@code SERVICE ... status=down};</li>
+ *   <li>{@link ServiceUpEvent}: the same with {@code status=up};</li>
+ *   <li>{@link NodeDownEvent} / {@link NodeUpEvent}: {@code NODE host=...} (the core matches
+ *       the host of each node's {@code node.<N>.address});</li>
+ *   <li>{@link LoadAdvisoryEvent}: simplefan delivers one instance per event, while the
+ *       core's advisory lists every instance offering the service (one it does not name gets
+ *       no share); the adapter keeps the latest advice of each instance of a service and
+ *       sends them all, with each one's percent and flag.</li>
+ * </ul>
+ * An event the core refuses (a foreign database or service, an unknown instance) is logged
+ * at WARNING and dropped: it must not reach simplefan's dispatch thread.
+ *
+ * <pre>{@code
+ * Properties ons = new Properties();
+ * ons.setProperty("onsNodes", "racnode1:6200,racnode2:6200");
+ * Properties sub = new Properties();
+ * sub.setProperty("serviceName", "MYSERVICE");
+ * FanAdapter fan = FanAdapter.subscribe(dataSource, ons, sub);   // close() it with the data source
+ * }</pre>
+ */
+public final class FanAdapter implements FanUpEventListener, AutoCloseable {
+    private static final System.Logger LOG = System.getLogger("io.racaffinity.simplefan");
+
+    /** Where the lines go: {@code AffinityDataSource::applyEvent}, {@code Cluster::applyEvent}. */
+    @FunctionalInterface
+    public interface EventSink {
+        /**
+         * @param line one FAN or RLB line
+         * @return the number of node state changes
+         * @throws Exception if the line is refused
+         */
+        int apply(String line) throws Exception;
+    }
+
+    private final EventSink sink;
+    private final Map<String, Map<String, String>> advice = new LinkedHashMap<>();
+    private volatile FanSubscription subscription;
+
+    /** @param dataSource the data source the events are applied to */
+    public FanAdapter(AffinityDataSource dataSource) {
+        this(Objects.requireNonNull(dataSource, "dataSource")::applyEvent);
+    }
+
+    /** @param sink where the translated lines go */
+    public FanAdapter(EventSink sink) {
+        this.sink = Objects.requireNonNull(sink, "sink");
+    }
+
+    /**
+     * Configures simplefan with the ONS configuration and subscribes a new adapter.
+     *
+     * @param dataSource the data source
+     * @param onsConfig simplefan's {@code FanManager.configure} properties (e.g. {@code onsNodes},
+     *     {@code onsWalletFile}); null or empty to keep its configuration
+     * @param subscription {@code FanManager.subscribe} properties (e.g. {@code serviceName})
+     * @return the subscribed adapter; close it to unsubscribe
+     */
+    public static FanAdapter subscribe(AffinityDataSource dataSource, Properties onsConfig, Properties subscription) {
+        FanAdapter adapter = new FanAdapter(dataSource);
+        FanManager fan = FanManager.getInstance();
+        if (onsConfig != null && !onsConfig.isEmpty()) {
+            fan.configure(onsConfig);
+        }
+        FanSubscription sub = fan.subscribe(subscription);
+        sub.addListener(adapter);
+        adapter.subscription = sub;
+        return adapter;
+    }
+
+    @Override
+    public void close() {
+        FanSubscription sub = subscription;
+        subscription = null;
+        if (sub != null) {
+            sub.removeListener(this);
+            sub.close();
+        }
+    }
+
+    @Override
+    public void handleEvent(ServiceDownEvent e) {
+        ServiceDownEvent.ServiceMemberEvent m = e.getServiceMemberEvent();
+        StringBuilder line = new StringBuilder();
+        if (m != null && e.getKind() != ServiceDownEvent.EventKind.COMPOSITE) {
+            line.append("SERVICEMEMBER VERSION=1.0");
+            pair(line, "service", e.getServiceName());
+            pair(line, "database", e.getDatabaseUniqueName());
+            pair(line, "instance", m.getInstanceName());
+            pair(line, "host", m.getNodeName());
+        } else {
+            line.append("SERVICE VERSION=1.0");
+            pair(line, "service", e.getServiceName());
+            pair(line, "database", e.getDatabaseUniqueName());
+        }
+        line.append(" status=down");
+        if (e.getReason() != null) {
+            pair(line, "reason", e.getReason().name());
+        }
+        if (e.getDrainTimeout() > 0) {
+            pair(line, "drain_timeout", Integer.toString(e.getDrainTimeout()));
+        }
+        apply(line, e);
+    }
+
+    @Override
+    public void handleEvent(ServiceUpEvent e) {
+        ServiceUpEvent.ServiceMemberEvent m = e.getServiceMemberEvent();
+        StringBuilder line = new StringBuilder();
+        if (m != null && e.getKind() != ServiceUpEvent.EventKind.COMPOSITE) {
+            line.append("SERVICEMEMBER VERSION=1.0");
+            pair(line, "service", e.getServiceName());
+            pair(line, "database", e.getDatabaseUniqueName());
+            pair(line, "instance", m.getInstanceName());
+            pair(line, "host", m.getNodeName());
+        } else {
+            line.append("SERVICE VERSION=1.0");
+            pair(line, "service", e.getServiceName());
+            pair(line, "database", e.getDatabaseUniqueName());
+        }
+        line.append(" status=up");
+        if (e.getReason() != null) {
+            pair(line, "reason", e.getReason().name());
+        }
+        if (e.getCardinality() > 0) {
+            pair(line, "card", Integer.toString(e.getCardinality()));
+        }
+        apply(line, e);
+    }
+
+    @Override
+    public void handleEvent(NodeDownEvent e) {
+        StringBuilder line = new StringBuilder("NODE VERSION=1.0");
+        pair(line, "host", e.getNodeName());
+        pair(line, "incarnation", Integer.toString(e.getIncarnation()));
+        line.append(" status=nodedown");
+        apply(line, e);
+    }
+
+    @Override
+    public void handleEvent(NodeUpEvent e) {
+        StringBuilder line = new StringBuilder("NODE VERSION=1.0");
+        pair(line, "host", e.getNodeName());
+        pair(line, "incarnation", Integer.toString(e.getIncarnation()));
+        line.append(" status=up");
+        apply(line, e);
+    }
+
+    @Override
+    public void handleEvent(LoadAdvisoryEvent e) {
+        StringBuilder line = new StringBuilder("SERVICEMETRICS VERSION=1.0");
+        pair(line, "database", e.getDatabaseUniqueName());
+        pair(line, "service", e.getServiceName());
+        line.append(" {");
+        synchronized (advice) {
+            Map<String, String> entries = advice.computeIfAbsent(
+                    e.getDatabaseUniqueName() + "/" + e.getServiceName(), k -> new LinkedHashMap<>());
+            entries.put(e.getInstanceName(), "{instance=" + word(e.getInstanceName()) + " percent="
+                    + Math.max(0, Math.min(100, e.getPercent())) + " flag=" + flag(e.getLoadStatus()) + "}");
+            for (String entry : entries.values()) {
+                line.append(' ').append(entry);
+            }
+        }
+        line.append(" }");
+        apply(line, e);
+    }
+
+    private static String flag(LoadAdvisoryEvent.LoadStatus s) {
+        return s == null ? "UNKNOWN" : s.name();
+    }
+
+    private void apply(StringBuilder line, FanEvent e) {
+        if (e.getTimestamp() != null) {
+            SimpleDateFormat f = new SimpleDateFormat("yyyy-MM-dd HH:mm:ss", Locale.ROOT);
+            f.setTimeZone(TimeZone.getTimeZone("UTC"));
+            line.append(" timestamp=").append(f.format(e.getTimestamp()));
+        }
+        String text = line.toString();
+        try {
+            int changed = sink.apply(text);
+            LOG.log(Level.DEBUG, () -> "simplefan: " + text + " -> " + changed + " node state change(s)");
+        } catch (Exception ex) {
+            LOG.log(Level.WARNING, "simplefan: event not applied: " + text + ": " + ex.getMessage());
+        }
+    }
+
+    private static void pair(StringBuilder line, String key, String value) {
+        if (value != null && !value.isEmpty()) {
+            line.append(' ').append(key).append('=').append(word(value));
+        }
+    }
+
+    /** Values are single words in the line format: a space or brace would split or nest them. */
+    private static String word(String v) {
+        return v == null ? "" : v.replaceAll("[\\s{}=]", "_");
+    }
+}

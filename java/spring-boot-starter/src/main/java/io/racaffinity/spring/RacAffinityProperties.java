@@ -1,0 +1,127 @@
+package io.racaffinity.spring;
+
+import java.util.LinkedHashMap;
+import java.util.Map;
+import org.springframework.boot.context.properties.ConfigurationProperties;
+
+/**
+ * {@code racaffinity.*}: the {@code AffinityDataSource} the starter creates.
+ *
+ * <pre>
+ * racaffinity.config=name = orcl; nodes = RAC1, RAC2, RAC3; policy = least_outstanding
+ * racaffinity.settings.transaction.strict=true          # any core config key, appended to config
+ * racaffinity.node-urls.RAC1=jdbc:oracle:thin:@//h1:1521/svc   # or racaffinity.url-template
+ * racaffinity.username=scott
+ * racaffinity.password=tiger
+ * racaffinity.data-source-class-name=com.zaxxer.hikari.HikariDataSource
+ * racaffinity.data-source-properties.maximumPoolSize=10
+ * </pre>
+ */
+@ConfigurationProperties("racaffinity")
+public class RacAffinityProperties {
+    /** Core config text ({@code key = value} entries separated by newlines or {@code ;}). */
+    private String config;
+    /** Core config keys added to {@link #config}, e.g. {@code transaction.strict=true}. */
+    private Map<String, String> settings = new LinkedHashMap<>();
+    /** Each node's JDBC URL, by node name. */
+    private Map<String, String> nodeUrls = new LinkedHashMap<>();
+    /** A URL with {@code {instance}} for the node name, instead of {@link #nodeUrls}. */
+    private String urlTemplate;
+    /** Each node's pool (or plain DataSource) class. */
+    private String dataSourceClassName = "com.zaxxer.hikari.HikariDataSource";
+    /** Bean properties of each node's pool, e.g. {@code maximumPoolSize=10}. */
+    private Map<String, String> dataSourceProperties = new LinkedHashMap<>();
+    private String username;
+    private String password;
+    /** Heartbeat period in milliseconds (0: none); unset: the data source's default. */
+    private Long heartbeatIntervalMillis;
+    /** Register the cluster MXBean (unset: the data source's default). */
+    private Boolean registerMbean;
+
+    public String getConfig() {
+        return config;
+    }
+
+    public void setConfig(String config) {
+        this.config = config;
+    }
+
+    public Map<String, String> getSettings() {
+        return settings;
+    }
+
+    public void setSettings(Map<String, String> settings) {
+        this.settings = settings;
+    }
+
+    public Map<String, String> getNodeUrls() {
+        return nodeUrls;
+    }
+
+    public void setNodeUrls(Map<String, String> nodeUrls) {
+        this.nodeUrls = nodeUrls;
+    }
+
+    public String getUrlTemplate() {
+        return urlTemplate;
+    }
+
+    public void setUrlTemplate(String urlTemplate) {
+        this.urlTemplate = urlTemplate;
+    }
+
+    public String getDataSourceClassName() {
+        return dataSourceClassName;
+    }
+
+    public void setDataSourceClassName(String dataSourceClassName) {
+        this.dataSourceClassName = dataSourceClassName;
+    }
+
+    public Map<String, String> getDataSourceProperties() {
+        return dataSourceProperties;
+    }
+
+    public void setDataSourceProperties(Map<String, String> dataSourceProperties) {
+        this.dataSourceProperties = dataSourceProperties;
+    }
+
+    public String getUsername() {
+        return username;
+    }
+
+    public void setUsername(String username) {
+        this.username = username;
+    }
+
+    public String getPassword() {
+        return password;
+    }
+
+    public void setPassword(String password) {
+        this.password = password;
+    }
+
+    public Long getHeartbeatIntervalMillis() {
+        return heartbeatIntervalMillis;
+    }
+
+    public void setHeartbeatIntervalMillis(Long heartbeatIntervalMillis) {
+        this.heartbeatIntervalMillis = heartbeatIntervalMillis;
+    }
+
+    public Boolean getRegisterMbean() {
+        return registerMbean;
+    }
+
+    public void setRegisterMbean(Boolean registerMbean) {
+        this.registerMbean = registerMbean;
+    }
+
+    @Override
+    public String toString() {
+        // Never the password.
+        return "RacAffinityProperties[config=" + config + ", settings=" + settings + ", nodes=" + nodeUrls.keySet()
+                + ", urlTemplate=" + urlTemplate + ", dataSourceClassName=" + dataSourceClassName + "]";
+    }
+}

@@ -1,0 +1,252 @@
+package io.racaffinity;
+
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * The body of {@link Cluster.Builder}, in its own file so that {@code Cluster.java} holds the
+ * cluster only: renders config text from typed settings and passes it to the core, which
+ * validates it. Package-private and self-typed so that the public type stays
+ * {@code Cluster.Builder} and every setter of a chain returns it.
+ *
+ * @param <B> the public builder type
+ */
+abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
+    private final Map<String, String> entries = new LinkedHashMap<>();
+
+    ClusterBuilder() {}
+
+    @SuppressWarnings("unchecked")
+    private B self() {
+        return (B) this;
+    }
+
+    /**
+     * Sets any config key (see the README's table).
+     *
+     * @param key the key
+     * @param value its value
+     * @return this builder
+     * @throws InvalidConfigException if the key or value contains a line or entry separator
+     */
+    public B set(String key, String value) {
+        Objects.requireNonNull(key, "key");
+        Objects.requireNonNull(value, "value");
+        String k = key.trim();
+        if (k.isEmpty() || k.contains("=") || k.startsWith("#") || k.startsWith("!") || separator(k)) {
+            throw new InvalidConfigException("invalid config key `" + key + "`: a key is non-empty, has no"
+                    + " `=`, newline or `;`, and does not start with `#` or `!`");
+        }
+        if (separator(value)) {
+            throw new InvalidConfigException(
+                    "invalid config key `" + k + "`: the value must not contain a newline or `;`");
+        }
+        entries.put(k, value.trim());
+        return self();
+    }
+
+    private static boolean separator(String s) {
+        return s.indexOf('\n') >= 0 || s.indexOf('\r') >= 0 || s.indexOf(';') >= 0;
+    }
+
+    /**
+     * @param name cluster name: metrics label and JMX name
+     * @return this builder
+     */
+    public B name(String name) {
+        return set("name", name);
+    }
+
+    /**
+     * @param database FAN/RLB events for another database are rejected
+     * @return this builder
+     */
+    public B database(String database) {
+        return set("database", database);
+    }
+
+    /**
+     * @param service FAN/RLB events for another service are rejected
+     * @return this builder
+     */
+    public B service(String service) {
+        return set("service", service);
+    }
+
+    /**
+     * @param names node (instance) names in id order
+     * @return this builder
+     */
+    public B nodes(String... names) {
+        return nodes(Arrays.asList(names));
+    }
+
+    /**
+     * @param names node (instance) names in id order
+     * @return this builder
+     */
+    public B nodes(List<String> names) {
+        return set("nodes", String.join(", ", names));
+    }
+
+    /**
+     * @param node node name
+     * @param address {@code host:port} of its listener
+     * @return this builder
+     */
+    public B address(String node, String address) {
+        return set("node." + node + ".address", address);
+    }
+
+    /**
+     * @param node node name
+     * @param weight 1..1000000
+     * @return this builder
+     */
+    public B weight(String node, int weight) {
+        return set("node." + node + ".weight", Integer.toString(weight));
+    }
+
+    /**
+     * @param policy {@code least_outstanding} (default), {@code random}, {@code round_robin} or {@code weighted}
+     * @return this builder
+     */
+    public B policy(String policy) {
+        return set("policy", policy);
+    }
+
+    /**
+     * @param panic {@code try_all} (default) or {@code fail}
+     * @return this builder
+     */
+    public B panic(String panic) {
+        return set("panic", panic);
+    }
+
+    /**
+     * @param scope the scope
+     * @param strict refuse instead of moving work
+     * @return this builder
+     */
+    public B strict(Scope scope, boolean strict) {
+        return set(scope.configName() + ".strict", Boolean.toString(strict));
+    }
+
+    /**
+     * @param autoPin every pick on an unpinned thread pins it ({@code thread.auto_pin})
+     * @return this builder
+     */
+    public B autoPin(boolean autoPin) {
+        return set("thread.auto_pin", Boolean.toString(autoPin));
+    }
+
+    /**
+     * @param scope {@code TRANSACTION}, {@code SESSION} or {@code DATA}
+     * @param placement {@code rendezvous} or {@code balanced}
+     * @return this builder
+     */
+    public B placement(Scope scope, String placement) {
+        return set(scope.configName() + ".placement", placement);
+    }
+
+    /**
+     * @param mode {@code registry} (default) or {@code stateless}
+     * @return this builder
+     */
+    public B sessionMode(String mode) {
+        return set("session.mode", mode);
+    }
+
+    /**
+     * @param ttl a session unused this long is forgotten
+     * @return this builder
+     */
+    public B sessionIdleTtl(Duration ttl) {
+        return set("session.idle_ttl", millis(ttl));
+    }
+
+    /**
+     * @param partitions data partitions, 1..1048576
+     * @return this builder
+     */
+    public B partitions(int partitions) {
+        return set("data.partitions", Integer.toString(partitions));
+    }
+
+    /**
+     * @param partition a partition
+     * @param node the node owning it
+     * @return this builder
+     */
+    public B partition(int partition, String node) {
+        return set("data.partition." + partition, node);
+    }
+
+    /**
+     * @param failures consecutive failures before ejection (0: off)
+     * @return this builder
+     */
+    public B ejectAfterFailures(int failures) {
+        return set("health.eject_after_failures", Integer.toString(failures));
+    }
+
+    /**
+     * @param backoff first ejection length
+     * @return this builder
+     */
+    public B ejectBackoff(Duration backoff) {
+        return set("health.eject_backoff", millis(backoff));
+    }
+
+    /**
+     * @param max back-off cap
+     * @return this builder
+     */
+    public B ejectBackoffMax(Duration max) {
+        return set("health.eject_backoff_max", millis(max));
+    }
+
+    /**
+     * @param interval how often hosts probe each node
+     * @return this builder
+     */
+    public B heartbeatInterval(Duration interval) {
+        return set("heartbeat.interval", millis(interval));
+    }
+
+    /**
+     * @param misses consecutive misses before Down
+     * @return this builder
+     */
+    public B heartbeatMisses(int misses) {
+        return set("heartbeat.misses", Integer.toString(misses));
+    }
+
+    private static String millis(Duration d) {
+        return d.toMillis() + "ms";
+    }
+
+    /** @return the rendered config text */
+    public String toConfig() {
+        StringBuilder sb = new StringBuilder();
+        entries.forEach((k, v) -> sb.append(k).append(" = ").append(v).append('\n'));
+        return sb.toString();
+    }
+
+    /**
+     * @return the cluster
+     * @throws InvalidConfigException if the core refuses the config (the message names the key)
+     */
+    public Cluster build() {
+        return Cluster.fromConfig(toConfig());
+    }
+
+    @Override
+    public String toString() {
+        return "Cluster.Builder[" + toConfig().replace('\n', ';') + "]";
+    }
+}

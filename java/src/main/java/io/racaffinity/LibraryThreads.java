@@ -1,0 +1,83 @@
+package io.racaffinity;
+
+import java.security.AccessController;
+import java.security.PrivilegedAction;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Set;
+import java.util.WeakHashMap;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * Threads that never hold on to the class loader of whoever made the library start
+ * them. A thread inherits its creator's context class loader and, before Java 24,
+ * the protection domains of the classes on its creator's stack (which name their
+ * class loaders); a pool thread started lazily during a web request would thus keep
+ * that web application's class loader for as long as the pool lives, long after the
+ * application is redeployed (issue 17). These threads get the given loader as context
+ * loader and are created in a privileged block, so only the library's own frames
+ * count. Daemon threads: none of them may keep the JVM alive.
+ *
+ * <p>The node pools get {@link #factory} too (HikariCP: {@code setThreadFactory}), and
+ * an application can pass it to pools of its own.
+ */
+public final class LibraryThreads {
+    private static final Set<Thread> STARTED = Collections.synchronizedSet(Collections.newSetFromMap(new WeakHashMap<>()));
+
+    private LibraryThreads() {}
+
+    /**
+     * @param prefix thread names are {@code prefix-1}, {@code prefix-2}, ...
+     * @param contextLoader the threads' context class loader (null: the system loader's lookup)
+     * @return a factory of daemon threads
+     */
+    public static ThreadFactory factory(String prefix, ClassLoader contextLoader) {
+        AtomicInteger n = new AtomicInteger();
+        return r -> newThread(r, prefix + "-" + n.incrementAndGet(), contextLoader);
+    }
+
+    /**
+     * @param task what the thread runs
+     * @param name its name
+     * @param contextLoader its context class loader
+     * @return a new daemon thread, not started
+     */
+    @SuppressWarnings("removal") // AccessController: still what cuts the inherited context before Java 24
+    public static Thread newThread(Runnable task, String name, ClassLoader contextLoader) {
+        Thread t = AccessController.doPrivileged((PrivilegedAction<Thread>) () -> new Thread(task, name));
+        t.setDaemon(true);
+        t.setContextClassLoader(contextLoader);
+        STARTED.add(t);
+        return t;
+    }
+
+    /**
+     * Waits, at most {@code millis} in all, for the library's threads to end. When the last
+     * cluster is freed the threads of its pools and upkeep are already told to stop but may
+     * still be winding down; Tomcat checks for live threads right after a web application's
+     * resources are closed and would warn about each ("appears to have started a thread ...
+     * but has failed to stop it").
+     */
+    static void awaitExit(long millis) {
+        List<Thread> live;
+        synchronized (STARTED) {
+            live = new ArrayList<>(STARTED);
+        }
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis);
+        for (Thread t : live) {
+            long left = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+            if (t == Thread.currentThread() || left <= 0) {
+                continue;
+            }
+            try {
+                t.join(left);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,552 @@
+package io.racaffinity.jdbc;
+
+import io.racaffinity.AffinityException;
+import io.racaffinity.Cluster;
+import io.racaffinity.jmx.ClusterMonitor;
+import java.io.PrintWriter;
+import java.lang.System.Logger.Level;
+import java.lang.reflect.Method;
+import java.sql.SQLException;
+import java.sql.SQLNonTransientConnectionException;
+import java.sql.SQLNonTransientException;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.logging.Logger;
+import javax.management.InstanceAlreadyExistsException;
+import javax.management.ObjectName;
+import javax.naming.InitialContext;
+import javax.sql.CommonDataSource;
+import javax.sql.DataSource;
+
+/**
+ * What {@link AffinityDataSource} and {@link AffinityXADataSource} share, as
+ * HikariCP's data source shares {@code HikariConfig}: the bean configuration
+ * (the cluster, where the node data sources come from, credentials, heartbeat
+ * and failure detection), its sealing once the data source starts, the
+ * validation at start (a warning for each setting that another one overrides)
+ * and the lifecycle: the first connection (or {@link #init()}) builds the
+ * cluster, resolves one node data source per node, starts the heartbeat and
+ * registers the cluster's MXBean; {@link #close()} undoes what it built.
+ *
+ * <p>Every log line starts with the data source's kind and its cluster's name
+ * ({@code AffinityDataSource orcl: ...}); configuration problems that still let
+ * it run are WARNING, start and node state changes INFO or WARNING, per-call
+ * details DEBUG. Credentials never appear in {@link #toString()}, log lines or
+ * exception messages.
+ *
+ * <p>Only this package's two data sources extend it.
+ *
+ * @param <T> the node data source type, {@code DataSource} or {@code XADataSource}
+ */
+public abstract class AbstractAffinityDataSource<T extends CommonDataSource> implements CommonDataSource,
+        AutoCloseable {
+    /** The data source's kind, for messages: its simple class name. */
+    final String kind;
+    final System.Logger log;
+    final NodeSources<T> nodes;
+    private PrintWriter logWriter;
+    private int loginTimeout;
+    private volatile Running<T> running;
+    private volatile boolean closed;
+
+    /** What {@link #start()} built; {@link #close()} undoes it. */
+    static final class Running<T> {
+        final Cluster cluster;
+        final boolean ownsCluster;
+        final T[] byId;
+        final List<Object> owned;
+        final Heartbeat heartbeat;
+        final ObjectName mbean;
+
+        Running(Cluster cluster, boolean ownsCluster, T[] byId, List<Object> owned, Heartbeat heartbeat,
+                ObjectName mbean) {
+            this.cluster = cluster;
+            this.ownsCluster = ownsCluster;
+            this.byId = byId;
+            this.owned = owned;
+            this.heartbeat = heartbeat;
+            this.mbean = mbean;
+        }
+    }
+
+    AbstractAffinityDataSource(Class<T> type, String givenProperty, String urlsNeedClassName) {
+        this.kind = kindOf(getClass());
+        this.log = System.getLogger(AbstractAffinityDataSource.class.getPackageName() + "." + kind);
+        this.nodes = new NodeSources<>(kind, type, givenProperty, urlsNeedClassName, this::checkNotStarted);
+    }
+
+    /** Messages and the logger keep the library's class name when an application subclasses a data source. */
+    private static String kindOf(Class<?> c) {
+        while (c.getSuperclass() != AbstractAffinityDataSource.class) {
+            c = c.getSuperclass();
+        }
+        return c.getSimpleName();
+    }
+
+    // ---- hooks of the two data sources --------------------------------------------
+
+    /**
+     * What the heartbeat probes for the node data sources (a node {@code XADataSource} is
+     * probed through a {@code DataSource} view of it).
+     */
+    abstract DataSource[] probes(T[] byId);
+
+    /**
+     * Builds the data source's own runtime parts once the cluster, node data sources,
+     * heartbeat and MXBean are in place; a failure undoes the whole start.
+     */
+    abstract void started(Running<T> r) throws SQLException;
+
+    /** Whether the data source logs every node state change itself (else the heartbeat logs those it causes). */
+    boolean logsStateChanges() {
+        return false;
+    }
+
+    /** Stops the data source's own runtime parts, first thing in {@link #close()}. */
+    void stopping() {}
+
+    // ---- sealing -------------------------------------------------------------------
+
+    /** Throws once the data source has started or closed: every setter calls it first. */
+    final void checkNotStarted() {
+        if (running != null || closed) {
+            throw new IllegalStateException(kind + " " + clusterName() + " is already initialised (or closed): set"
+                    + " its properties before its first connection");
+        }
+    }
+
+    // ---- properties ----------------------------------------------------------------
+
+    /**
+     * The core config text (the README's keys), e.g.
+     * {@code "name = orcl; nodes = RAC1, RAC2, RAC3; transaction.strict = true"}
+     * ({@code transaction.strict = true} is UCP's {@code useStrictXAAffinity}).
+     *
+     * @param config config text
+     */
+    public void setConfig(String config) {
+        nodes.setConfig(config);
+    }
+
+    /** @return the config text, or null */
+    public String getConfig() {
+        return nodes.getConfig();
+    }
+
+    /**
+     * Uses an existing cluster instead of building one from {@link #setConfig}. It is
+     * shared (for example by an {@code AffinityDataSource} and an {@code AffinityXADataSource}
+     * of the same database, so that both route a gtrid alike): {@link #close()} does not close it.
+     *
+     * @param cluster the cluster
+     */
+    public void setCluster(Cluster cluster) {
+        nodes.setCluster(cluster);
+    }
+
+    /**
+     * JNDI names of the node data sources (one app-server pool per instance),
+     * looked up at initialisation.
+     *
+     * @param nodeJndiNames node name → JNDI name, in node order
+     */
+    public void setNodeJndiNames(Map<String, String> nodeJndiNames) {
+        nodes.setNodeJndiNames(nodeJndiNames);
+    }
+
+    /**
+     * {@link #setNodeJndiNames(Map)} as one string property:
+     * {@code RAC1=java:comp/env/jdbc/rac1 | RAC2=java:comp/env/jdbc/rac2}
+     * (entries separated by newlines or {@code |}).
+     *
+     * @param list the entries
+     */
+    public void setNodeJndiNameList(String list) {
+        nodes.setNodeJndiNameList(list);
+    }
+
+    /**
+     * Environment of the {@link InitialContext} for {@link #setNodeJndiNames}
+     * (default: the platform's).
+     *
+     * @param env the environment
+     */
+    public void setJndiEnvironment(Properties env) {
+        nodes.setJndiEnvironment(env);
+    }
+
+    /**
+     * Per-node JDBC URLs.
+     *
+     * @param nodeUrls node name → URL, in node order
+     */
+    public void setNodeUrls(Map<String, String> nodeUrls) {
+        nodes.setNodeUrls(nodeUrls);
+    }
+
+    /**
+     * {@link #setNodeUrls(Map)} as one string property: {@code RAC1=jdbc:... | RAC2=jdbc:...}
+     * (entries separated by newlines or {@code |}).
+     *
+     * @param list the entries
+     */
+    public void setNodeUrlList(String list) {
+        nodes.setNodeUrlList(list);
+    }
+
+    /**
+     * A JDBC URL with an instance placeholder ({@code {instance}}, {@code ${instance}},
+     * {@code {INSTANCE_NAME}} or {@code ${INSTANCE_NAME}}), e.g.
+     * {@code jdbc:oracle:thin:@//host:1521/svc/{instance}}; each node's URL replaces
+     * it with the node name. {@link #setNodeUrls} entries take precedence.
+     *
+     * @param urlTemplate the template
+     */
+    public void setUrlTemplate(String urlTemplate) {
+        nodes.setUrlTemplate(urlTemplate);
+    }
+
+    /** @return the URL template, or null */
+    public String getUrlTemplate() {
+        return nodes.getUrlTemplate();
+    }
+
+    /**
+     * The node data source class for {@link #setNodeUrls}/{@link #setUrlTemplate}, configured
+     * by reflection with the URL ({@code setURL}/{@code setUrl}/{@code setJdbcUrl}), {@link
+     * #setUser user}, {@link #setPassword password} and {@link #setDataSourceProperties extra
+     * properties}: e.g. {@code com.zaxxer.hikari.HikariDataSource}, {@code
+     * oracle.ucp.jdbc.PoolDataSourceImpl} or {@code org.postgresql.ds.PGSimpleDataSource} for
+     * an {@code AffinityDataSource} (without one, its nodes use an unpooled {@code DriverManager}
+     * data source), {@code oracle.jdbc.xa.client.OracleXADataSource} or {@code
+     * org.postgresql.xa.PGXADataSource} for an {@code AffinityXADataSource} (required).
+     *
+     * @param className the class name
+     */
+    public void setDataSourceClassName(String className) {
+        nodes.setDataSourceClassName(className);
+    }
+
+    /** @return the node data source class name, or null */
+    public String getDataSourceClassName() {
+        return nodes.getDataSourceClassName();
+    }
+
+    /**
+     * Extra properties set on every node data source built from a URL, by reflection
+     * ({@code maximumPoolSize} → {@code setMaximumPoolSize(int)}, ...).
+     *
+     * @param properties the properties
+     */
+    public void setDataSourceProperties(Properties properties) {
+        nodes.setDataSourceProperties(properties);
+    }
+
+    /**
+     * {@link #setDataSourceProperties} as one string: {@code maximumPoolSize=10 | connectionTimeout=2000}.
+     *
+     * @param list the entries
+     */
+    public void setDataSourcePropertyList(String list) {
+        nodes.setDataSourcePropertyList(list);
+    }
+
+    /**
+     * User of the node data sources built from URLs.
+     *
+     * @param user the user
+     */
+    public void setUser(String user) {
+        nodes.setUser(user);
+    }
+
+    /**
+     * Password of the node data sources built from URLs. Never shown.
+     *
+     * @param password the password
+     */
+    public void setPassword(String password) {
+        nodes.setPassword(password);
+    }
+
+    /**
+     * Heartbeat period: -1 (default) uses the config's {@code heartbeat.interval}; 0 disables.
+     *
+     * @param millis the period in milliseconds
+     */
+    public void setHeartbeatIntervalMillis(long millis) {
+        nodes.setHeartbeatIntervalMillis(millis);
+    }
+
+    /** @return the heartbeat period setting (-1: from the config; 0: disabled) */
+    public long getHeartbeatIntervalMillis() {
+        return nodes.getHeartbeatIntervalMillis();
+    }
+
+    /**
+     * Seconds a probe's {@code isValid} may take (default 5).
+     *
+     * @param seconds the timeout
+     */
+    public void setHeartbeatTimeoutSeconds(int seconds) {
+        nodes.setHeartbeatTimeoutSeconds(seconds);
+    }
+
+    /**
+     * Whether to register the cluster's MXBean (default true; skipped with a warning if one
+     * of the same cluster name is registered already).
+     *
+     * @param register register or not
+     */
+    public void setRegisterMBean(boolean register) {
+        nodes.setRegisterMBean(register);
+    }
+
+    /**
+     * SQLState prefixes of exceptions that report a node failure (comma-separated).
+     * Default {@code 08,57P02,57P03}: JDBC's connection-exception class, plus
+     * PostgreSQL's crash and "cannot connect now" states. Not {@code 57P01}: one session
+     * terminated by {@code pg_terminate_backend} is no node failure (a crashed node is then
+     * counted by the next connection attempt). A {@link java.sql.SQLRecoverableException} (ojdbc's
+     * lost connection) always counts.
+     *
+     * @param prefixes comma-separated SQLState prefixes
+     */
+    public void setNodeFailureSqlStates(String prefixes) {
+        nodes.setNodeFailureSqlStates(prefixes);
+    }
+
+    /** @return the SQLState prefixes that report a node failure, comma-separated */
+    public String getNodeFailureSqlStates() {
+        return String.join(",", nodes.nodeFailureStates());
+    }
+
+    boolean isNodeFailure(SQLException e) {
+        return SqlErrors.isNodeFailure(e, nodes.nodeFailureStates());
+    }
+
+    // ---- lifecycle -----------------------------------------------------------------
+
+    /** @return the running parts, starting the data source on first use */
+    final Running<T> running() throws SQLException {
+        Running<T> r = running;
+        if (r != null) {
+            return r;
+        }
+        synchronized (this) {
+            if (closed) {
+                throw closedException();
+            }
+            if (running == null) {
+                running = start();
+            }
+            return running;
+        }
+    }
+
+    /** @return the running parts, or null before the start */
+    final Running<T> runningOrNull() {
+        return running;
+    }
+
+    final SQLException closedException() {
+        return new SQLNonTransientConnectionException(kind + " " + clusterName() + " is closed", "08003");
+    }
+
+    /**
+     * Builds the cluster, resolves the node data sources, starts the heartbeat and
+     * registers the MXBean, if not done yet. The first connection does it lazily.
+     *
+     * @throws SQLException if the configuration is incomplete or invalid
+     */
+    public void init() throws SQLException {
+        running();
+    }
+
+    private Running<T> start() throws SQLException {
+        Redactor redactor = nodes.redactor();
+        List<Object> owned = new ArrayList<>();
+        Cluster c = nodes.givenCluster();
+        boolean ownsCluster = false;
+        Heartbeat hb = null;
+        ObjectName mbean = null;
+        try {
+            if (c == null) {
+                c = nodes.newCluster();
+                ownsCluster = true;
+            }
+            String prefix = kind + " " + c.name();
+            for (String w : nodes.overridden()) {
+                log.log(Level.WARNING, prefix + ": " + w);
+            }
+            T[] byId = nodes.resolve(c, redactor, owned::add);
+            long interval = nodes.heartbeatInterval(c);
+            if (interval > 0) {
+                hb = new Heartbeat(prefix, c, probes(byId), interval, nodes.heartbeatTimeoutSeconds(), redactor,
+                        !logsStateChanges());
+            }
+            if (nodes.registerMBean()) {
+                try {
+                    mbean = ClusterMonitor.register(c);
+                } catch (InstanceAlreadyExistsException e) {
+                    // A given cluster is shared on purpose (a DataSource and an XADataSource of one
+                    // database), so its second registration is expected; an own one is a clash.
+                    log.log(ownsCluster ? Level.WARNING : Level.DEBUG, prefix + ": MBean "
+                            + ClusterMonitor.objectName(c.name()) + " is already registered (another data source"
+                            + " of cluster " + c.name() + "?); this one registers none");
+                }
+            }
+            Running<T> r = new Running<>(c, ownsCluster, byId, owned, hb, mbean);
+            started(r);
+            final long iv = interval;
+            final ObjectName on = mbean;
+            final Cluster fc = c;
+            log.log(Level.INFO, () -> prefix + ": nodes " + fc.nodeNames()
+                    + (iv > 0 ? ", heartbeat every " + iv + " ms" : ", no heartbeat")
+                    + (on != null ? ", MBean " + on : ""));
+            return r;
+        } catch (SQLException | RuntimeException | Error e) {
+            stopping();
+            if (hb != null) {
+                hb.close();
+            }
+            if (mbean != null) {
+                ClusterMonitor.unregister(mbean);
+            }
+            closeAll(owned);
+            if (ownsCluster) {
+                c.close();
+            }
+            throw e;
+        }
+    }
+
+    /**
+     * Stops the heartbeat, unregisters the MXBean, closes the node data sources this
+     * data source created (not those it was given) and the cluster it built (not one
+     * it was given). Idempotent. Connections still open keep working until closed.
+     */
+    @Override
+    public void close() {
+        Running<T> r;
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            closed = true;
+            r = running;
+        }
+        if (r == null) {
+            return;
+        }
+        stopping();
+        if (r.heartbeat != null) {
+            r.heartbeat.close();
+        }
+        if (r.mbean != null) {
+            ClusterMonitor.unregister(r.mbean);
+        }
+        closeAll(r.owned);
+        if (r.ownsCluster) {
+            r.cluster.close();
+        }
+    }
+
+    /** @return whether {@link #close()} was called */
+    public boolean isClosed() {
+        return closed;
+    }
+
+    private void closeAll(List<Object> owned) {
+        for (Object o : owned) {
+            try {
+                if (o instanceof AutoCloseable) {
+                    ((AutoCloseable) o).close();
+                } else {
+                    Method m = o.getClass().getMethod("close");
+                    m.invoke(o);
+                }
+            } catch (NoSuchMethodException e) {
+                // nothing to close
+            } catch (Exception e) {
+                log.log(Level.WARNING, kind + " " + clusterName() + ": closing a node data source failed: "
+                        + e.getClass().getName());
+            }
+        }
+    }
+
+    // ---- use -----------------------------------------------------------------------
+
+    /**
+     * The cluster (initialising the data source if needed).
+     *
+     * @return the cluster
+     * @throws SQLException if initialisation fails
+     */
+    public Cluster getCluster() throws SQLException {
+        return running().cluster;
+    }
+
+    /**
+     * The JMX name of the cluster's MXBean, if this data source registered it.
+     *
+     * @return the ObjectName or null
+     * @throws SQLException if initialisation fails
+     */
+    public ObjectName getObjectName() throws SQLException {
+        return running().mbean;
+    }
+
+    /** @return the node data source of {@code nodeName} */
+    final T nodeSource(String nodeName) throws SQLException {
+        Running<T> r = running();
+        try {
+            int id = r.cluster.nodeId(nodeName);
+            if (id < r.byId.length && r.byId[id] != null) {
+                return r.byId[id];
+            }
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+        throw new SQLNonTransientException("no " + nodes.typeName() + " for node " + nodeName, "22023");
+    }
+
+    /** @return the cluster's name, or a placeholder before the start */
+    final String clusterName() {
+        Running<T> r = running;
+        if (r != null) {
+            return r.cluster.name();
+        }
+        Cluster given = nodes.givenCluster();
+        return given != null ? given.name() : "(not initialised)";
+    }
+
+    // ---- CommonDataSource ----------------------------------------------------------
+
+    @Override
+    public PrintWriter getLogWriter() {
+        return logWriter;
+    }
+
+    @Override
+    public void setLogWriter(PrintWriter out) {
+        this.logWriter = out;
+    }
+
+    @Override
+    public void setLoginTimeout(int seconds) {
+        this.loginTimeout = seconds;
+    }
+
+    @Override
+    public int getLoginTimeout() {
+        return loginTimeout;
+    }
+
+    @Override
+    public Logger getParentLogger() {
+        return Logger.getLogger("io.racaffinity");
+    }
+}

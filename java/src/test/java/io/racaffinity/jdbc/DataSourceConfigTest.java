@@ -1,0 +1,121 @@
+package io.racaffinity.jdbc;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.Cluster;
+import io.racaffinity.test.LogCapture;
+import java.sql.SQLException;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.logging.Level;
+import javax.sql.DataSource;
+import javax.sql.XADataSource;
+import org.junit.jupiter.api.Test;
+import org.postgresql.ds.PGSimpleDataSource;
+import org.postgresql.xa.PGXADataSource;
+
+/**
+ * The configuration both data sources share (AbstractAffinityDataSource): one set of setters,
+ * sealed at the start, and a WARNING naming the data source for each setting another overrides.
+ * No node is contacted: the nodes are data source objects whose start opens no connection.
+ */
+class DataSourceConfigTest {
+    private static final List<String> NODES = List.of("N1", "N2");
+
+    private static <T> Map<String, T> byNode(java.util.function.Supplier<T> make) {
+        Map<String, T> m = new LinkedHashMap<>();
+        NODES.forEach(n -> m.put(n, make.get()));
+        return m;
+    }
+
+    /** Cluster.Builder's setters live in a package-private base: chains must still compile out here. */
+    private static Cluster.Builder builder(String name) {
+        Cluster.Builder b = Cluster.builder().name(name).nodes(NODES).policy("random");
+        return b.heartbeatInterval(java.time.Duration.ofSeconds(10));
+    }
+
+    @Test
+    void severalNodeSourcesAreWarnedAboutWithTheDataSourcesName() throws SQLException {
+        try (LogCapture log = new LogCapture(); AffinityDataSource ds = new AffinityDataSource()) {
+            ds.setConfig("name = warned; nodes = N1, N2");
+            ds.setNodeDataSources(byNode(PGSimpleDataSource::new));
+            ds.setUrlTemplate("jdbc:postgresql://127.0.0.1:1/{instance}");
+            ds.setUser("scott");
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setRegisterMBean(false);
+            ds.init();
+            List<String> warnings = log.at(Level.WARNING);
+            assertTrue(warnings.contains("AffinityDataSource warned: several node sources are set (nodeDataSources,"
+                    + " urlTemplate): nodeDataSources is used, urlTemplate ignored"), log.all());
+            assertTrue(warnings.contains("AffinityDataSource warned: user/password only apply to node URLs, and the"
+                    + " nodes come from nodeDataSources: ignored"), log.all());
+            assertTrue(log.at(Level.INFO).contains("AffinityDataSource warned: nodes [N1, N2], no heartbeat"),
+                    log.all());
+            assertTrue(ds.getNodeDataSource("N2") instanceof PGSimpleDataSource, "the given node data sources won");
+        }
+        try (LogCapture log = new LogCapture(); AffinityXADataSource xa = new AffinityXADataSource();
+                Cluster shared = builder("warned-xa").build()) {
+            xa.setCluster(shared);
+            xa.setConfig("nodes = N1, N2");
+            xa.setNodeXADataSources(byNode(PGXADataSource::new));
+            xa.setNodeJndiNames(Map.of("N1", "java:comp/env/n1", "N2", "java:comp/env/n2"));
+            xa.setHeartbeatIntervalMillis(0);
+            xa.setRegisterMBean(false);
+            xa.init();
+            List<String> warnings = log.at(Level.WARNING);
+            assertTrue(warnings.contains("AffinityXADataSource warned-xa: several node sources are set"
+                    + " (nodeXADataSources, nodeJndiNames): nodeXADataSources is used, nodeJndiNames ignored"),
+                    log.all());
+            assertTrue(warnings.contains("AffinityXADataSource warned-xa: both cluster and config are set: the given"
+                    + " cluster is used, config ignored"), log.all());
+            assertEquals(shared, xa.getCluster());
+        }
+    }
+
+    @Test
+    void oneConfigurationNoWarnings() throws SQLException {
+        try (LogCapture log = new LogCapture(); AffinityDataSource ds = new AffinityDataSource()) {
+            ds.setConfig("name = quiet; nodes = N1, N2");
+            ds.setUrlTemplate("jdbc:postgresql://127.0.0.1:1/{instance}");
+            ds.setNodeUrls(Map.of("N1", "jdbc:postgresql://127.0.0.1:1/one"));
+            ds.setUser("scott");
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setRegisterMBean(false);
+            ds.init();
+            assertEquals(List.of(), log.at(Level.WARNING), "node URLs over a template is documented, not a conflict");
+        }
+    }
+
+    @Test
+    void bothDataSourcesShareTheSettersAndSealThemAtTheStart() throws SQLException {
+        AffinityDataSource ds = new AffinityDataSource();
+        AffinityXADataSource xa = new AffinityXADataSource();
+        List<AbstractAffinityDataSource<?>> both = List.of(ds, xa);
+        ds.setNodeDataSources(byNode(PGSimpleDataSource::new));
+        xa.setNodeXADataSources(byNode(PGXADataSource::new));
+        for (AbstractAffinityDataSource<?> d : both) {
+            d.setConfig("name = sealed-" + d.getClass().getSimpleName() + "; nodes = N1, N2");
+            d.setHeartbeatIntervalMillis(0);
+            d.setNodeFailureSqlStates("08, 57P02");
+            d.setRegisterMBean(false);
+            assertEquals("08,57P02", d.getNodeFailureSqlStates());
+            assertEquals(0, d.getHeartbeatIntervalMillis());
+            d.init();
+            IllegalStateException e = assertThrows(IllegalStateException.class, () -> d.setUser("x"));
+            assertTrue(e.getMessage().startsWith(d.getClass().getSimpleName() + " sealed-"), e.getMessage());
+            assertThrows(IllegalStateException.class, () -> d.setConfig("nodes = N1"));
+            d.close();
+            assertTrue(d.isClosed());
+            SQLException closed = assertThrows(SQLException.class, d instanceof AffinityDataSource
+                    ? ((AffinityDataSource) d)::getConnection : ((AffinityXADataSource) d)::getXAConnection);
+            assertEquals("08003", closed.getSQLState());
+            assertTrue(closed.getMessage().contains("is closed"), closed.getMessage());
+        }
+        DataSource unusedDs = ds;
+        XADataSource unusedXa = xa;
+        assertTrue(unusedDs.isWrapperFor(Cluster.class) && unusedXa.getLoginTimeout() == 0);
+    }
+}

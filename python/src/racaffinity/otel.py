@@ -1,0 +1,256 @@
+"""OpenTelemetry metrics for racaffinity's node pools (needs `opentelemetry-api`).
+
+    from racaffinity.otel import instrument
+    handle = instrument(pools)                  # the global MeterProvider, or meter_provider=...
+    ...
+    handle.uninstrument()
+
+The names are OpenTelemetry's database-client connection metrics, one pool per
+node, with the attribute `db.client.connection.pool.name` = `<cluster>-<node>`
+(the pool names Java's `AffinityDataSource` gives its node pools), and the
+core's affinity counters, named as the Java Micrometer binder names them:
+
+| instrument | kind | from |
+|---|---|---|
+| `db.client.connection.count` (`db.client.connection.state` = `idle` / `used`) | observable up-down counter | psycopg_pool's `get_stats()` |
+| `db.client.connection.pending_requests`, `.max`, `.idle.min` | observable up-down counters | `get_stats()` |
+| `db.client.connection.wait_time`, `.use_time` (s) | histograms | each `getconn` / `putconn` of a node pool |
+| `db.client.connection.timeouts` | counter | each `PoolTimeout` of a node pool |
+| `racaffinity.node.picks`, `.affinity_hits`, `.repins`, `.strict_refusals`, `.failures` (`racaffinity.cluster`, `racaffinity.node`) | observable counters | `cluster.metrics()` |
+| `racaffinity.node.in_flight`; `racaffinity.node.state` (1 for the current `racaffinity.node.state.value`) | observable up-down counters | `cluster.metrics()` |
+| `racaffinity.scope.hits`, `.placements`, `.repins`, `.fallbacks`, `.strict_refusals` (`racaffinity.scope`); `racaffinity.scope.live` | observable counters; up-down counter | `cluster.metrics()` |
+
+Wait and use times are measured around the node pools' own `getconn` and
+`putconn`, which every `pools.connection()` goes through; a pool that replaces
+a drained node's pool is instrumented at the next collection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+try:
+    from opentelemetry import metrics as _otel_metrics
+    from opentelemetry.metrics import CallbackOptions, Observation
+except ImportError as e:  # pragma: no cover - the message is the point
+    raise ImportError(
+        "racaffinity.otel needs the OpenTelemetry API: pip install 'racaffinity[otel]' "
+        "(or opentelemetry-api)"
+    ) from e
+
+import psycopg_pool
+
+__all__ = ["instrument", "Instrumentation"]
+
+POOL = "db.client.connection.pool.name"
+STATE = "db.client.connection.state"
+CLUSTER = "racaffinity.cluster"
+NODE = "racaffinity.node"
+SCOPE = "racaffinity.scope"
+NODE_STATE = "racaffinity.node.state.value"
+NODE_STATES = ("up", "draining", "down")
+NODE_COUNTERS = {
+    "picks": "Units of work routed to the node",
+    "affinity_hits": "Picks of the node by an existing affinity",
+    "repins": "Affinities moved to the node off an unavailable one",
+    "strict_refusals": "Strict refusals naming the node",
+    "failures": "Units of work on the node that ended in a node failure",
+}
+SCOPES = ("transaction", "session", "data", "thread")
+SCOPE_COUNTERS = {
+    "hits": "Requests routed by an existing affinity of the scope",
+    "placements": "Affinities of the scope placed on a node",
+    "repins": "Affinities of the scope moved off an unavailable node",
+    "fallbacks": "Requests of the scope balanced because their node was unavailable",
+    "strict_refusals": "Requests of the scope refused in strict mode",
+}
+
+
+def instrument(pools: Any, meter_provider: Any = None) -> "Instrumentation":
+    """Registers the metrics of `pools` (a `NodePools` or `AsyncNodePools`)
+    with `meter_provider` (default: OpenTelemetry's global one)."""
+    return Instrumentation(pools, meter_provider)
+
+
+class Instrumentation:
+    """The instruments of one `NodePools`; `uninstrument()` undoes the pool hooks."""
+
+    def __init__(self, pools: Any, meter_provider: Any = None) -> None:
+        from . import __version__
+
+        self._pools = pools
+        self._cluster = pools.cluster
+        self._cluster_name = self._cluster.metrics()["cluster"]
+        provider = meter_provider if meter_provider is not None else _otel_metrics.get_meter_provider()
+        meter = provider.get_meter("racaffinity", __version__)
+        self._lock = threading.Lock()
+        self._hooked: Dict[int, Tuple[Any, str]] = {}  # id(pool) -> (pool, pool name)
+        self._checked_out: Dict[int, float] = {}  # id(connection) -> monotonic time of getconn
+        self._closed = False
+
+        self._wait = meter.create_histogram(
+            "db.client.connection.wait_time", unit="s",
+            description="The time it took to obtain an open connection from the pool")
+        self._use = meter.create_histogram(
+            "db.client.connection.use_time", unit="s",
+            description="The time between borrowing a connection and returning it to the pool")
+        self._timeouts = meter.create_counter(
+            "db.client.connection.timeouts", unit="{timeout}",
+            description="The number of connection timeouts that have occurred trying to obtain a connection from the pool")
+        meter.create_observable_up_down_counter(
+            "db.client.connection.count", [self._observe_count], unit="{connection}",
+            description="The number of connections that are currently in state described by the state attribute")
+        meter.create_observable_up_down_counter(
+            "db.client.connection.pending_requests", [self._stat_callback("requests_waiting")],
+            unit="{request}", description="The number of current pending requests for an open connection")
+        meter.create_observable_up_down_counter(
+            "db.client.connection.max", [self._stat_callback("pool_max")], unit="{connection}",
+            description="The maximum number of open connections allowed")
+        meter.create_observable_up_down_counter(
+            "db.client.connection.idle.min", [self._stat_callback("pool_min")], unit="{connection}",
+            description="The minimum number of idle open connections allowed")
+        for name, description in NODE_COUNTERS.items():
+            meter.create_observable_counter(
+                f"racaffinity.node.{name}", [self._node_callback(name)], description=description)
+        meter.create_observable_up_down_counter(
+            "racaffinity.node.in_flight", [self._node_callback("in_flight")],
+            description="Leases on the node not yet released")
+        meter.create_observable_up_down_counter(
+            "racaffinity.node.state", [self._observe_state],
+            description="1 for the node's current state, 0 for the others")
+        for name, description in SCOPE_COUNTERS.items():
+            meter.create_observable_counter(
+                f"racaffinity.scope.{name}", [self._scope_callback(name)], description=description)
+        meter.create_observable_up_down_counter(
+            "racaffinity.scope.live", [self._scope_callback("live")],
+            description="Affinities of the scope the core holds")
+        self._hook_pools()
+
+    # -- the pool hooks --------------------------------------------------------------
+
+    def _pool_name(self, node: int) -> str:
+        return f"{self._cluster_name}-{self._cluster.node_name(node)}"
+
+    def _hook_pools(self) -> List[Tuple[Any, str]]:
+        """(pool, name) of every node pool now, hooking the ones not yet hooked
+        (a drained node's pool is replaced by a new one)."""
+        out = []
+        with self._lock:
+            if self._closed:
+                return []
+            for node, pool in self._pools.items():
+                entry = self._hooked.get(id(pool))
+                if entry is None or entry[0] is not pool:
+                    entry = (pool, self._pool_name(node))
+                    self._hook(pool, entry[1])
+                    self._hooked[id(pool)] = entry
+                out.append(entry)
+        return out
+
+    def _hook(self, pool: Any, name: str) -> None:
+        attrs = {POOL: name}
+        getconn, putconn = pool.getconn, pool.putconn
+        checked_out, wait, use, timeouts = self._checked_out, self._wait, self._use, self._timeouts
+
+        # What both wrappers record, around the pool's own calls.
+        def got(t0: float, conn: Any) -> Any:
+            now = time.monotonic()
+            wait.record(now - t0, attrs)
+            checked_out[id(conn)] = now
+            return conn
+
+        def returning(conn: Any) -> None:
+            t0 = checked_out.pop(id(conn), None)
+            if t0 is not None:
+                use.record(time.monotonic() - t0, attrs)
+
+        if isinstance(pool, psycopg_pool.AsyncConnectionPool):
+
+            async def agetconn(timeout: Optional[float] = None) -> Any:
+                t0 = time.monotonic()
+                try:
+                    return got(t0, await getconn(timeout))
+                except psycopg_pool.PoolTimeout:
+                    timeouts.add(1, attrs)
+                    raise
+
+            async def aputconn(conn: Any) -> None:
+                returning(conn)
+                await putconn(conn)
+
+            pool.getconn, pool.putconn = agetconn, aputconn
+            return
+
+        def sgetconn(timeout: Optional[float] = None) -> Any:
+            t0 = time.monotonic()
+            try:
+                return got(t0, getconn(timeout))
+            except psycopg_pool.PoolTimeout:
+                timeouts.add(1, attrs)
+                raise
+
+        def sputconn(conn: Any) -> None:
+            returning(conn)
+            putconn(conn)
+
+        pool.getconn, pool.putconn = sgetconn, sputconn
+
+    def uninstrument(self) -> None:
+        """Removes the pool hooks; the observable instruments report nothing more."""
+        with self._lock:
+            self._closed = True
+            for pool, _name in self._hooked.values():
+                for attr in ("getconn", "putconn"):
+                    pool.__dict__.pop(attr, None)
+            self._hooked.clear()
+
+    # -- observable callbacks --------------------------------------------------------
+
+    def _stats(self) -> Iterable[Tuple[Dict[str, int], str]]:
+        for pool, name in self._hook_pools():
+            yield pool.get_stats(), name
+
+    def _observe_count(self, _options: CallbackOptions) -> Iterable[Observation]:
+        for st, name in self._stats():
+            idle = st.get("pool_available", 0)
+            yield Observation(idle, {POOL: name, STATE: "idle"})
+            yield Observation(max(st.get("pool_size", 0) - idle, 0), {POOL: name, STATE: "used"})
+
+    def _stat_callback(self, key: str):
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            for st, name in self._stats():
+                yield Observation(st.get(key, 0), {POOL: name})
+
+        return observe
+
+    def _metrics(self) -> Optional[dict]:
+        if self._closed or self._cluster.closed:
+            return None
+        return self._cluster.metrics()
+
+    def _node_callback(self, key: str):
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            m = self._metrics()
+            for n in m["nodes"] if m else ():
+                yield Observation(n[key], {CLUSTER: self._cluster_name, NODE: n["name"]})
+
+        return observe
+
+    def _observe_state(self, _options: CallbackOptions) -> Iterable[Observation]:
+        m = self._metrics()
+        for n in m["nodes"] if m else ():
+            for state in NODE_STATES:
+                yield Observation(
+                    1 if n["state"] == state else 0,
+                    {CLUSTER: self._cluster_name, NODE: n["name"], NODE_STATE: state},
+                )
+
+    def _scope_callback(self, key: str):
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            m = self._metrics()
+            for scope in SCOPES if m else ():
+                yield Observation(m["scopes"][scope][key], {CLUSTER: self._cluster_name, SCOPE: scope})
+
+        return observe

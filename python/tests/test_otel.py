@@ -1,0 +1,159 @@
+"""racaffinity.otel against the 3 local PostgreSQL nodes: the OpenTelemetry
+database-client connection metrics of each node pool and the affinity
+counters, read through the SDK's in-memory reader after real connections,
+a real pool timeout and a real SIGKILL of a node."""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg_pool
+import pytest
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+import racaffinity as ra
+from racaffinity.otel import instrument
+from racaffinity.pools import NodePools
+
+from conftest import NAMES, fan_line, wait_until
+
+
+def points(reader: InMemoryMetricReader) -> dict:
+    """metric name -> [(attributes, point)] of one collection."""
+    out: dict = {}
+    data = reader.get_metrics_data()
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                out.setdefault(m.name, []).extend((dict(p.attributes), p) for p in m.data.data_points)
+    return out
+
+
+def value(pts: dict, name: str, **attrs) -> float:
+    matches = [p for a, p in pts.get(name, []) if all(a.get(k) == v for k, v in attrs.items())]
+    assert len(matches) == 1, f"{name} {attrs}: {len(matches)} points in {pts.get(name)}"
+    p = matches[0]
+    return p.count if hasattr(p, "count") and not hasattr(p, "value") else p.value
+
+
+@pytest.fixture
+def setup(pg):
+    cluster = ra.Cluster("name = otel\nnodes = RAC1, RAC2, RAC3")
+    pools = NodePools(cluster, pg.dsn, min_size=1, max_size=2, timeout=5.0)
+    for _node, pool in pools.items():
+        pool.wait(10.0)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    handle = instrument(pools, meter_provider=provider)
+    yield cluster, pools, reader
+    handle.uninstrument()
+    provider.shutdown()
+    pools.close()
+    cluster.close()
+
+
+def test_connection_metrics_per_node_pool(setup) -> None:
+    cluster, pools, reader = setup
+    with pools.pin() as pin:
+        name = f"otel-{pin.name}"
+        with pools.connection() as conn:
+            conn.execute("SELECT 1")
+            pts = points(reader)
+            assert value(pts, "db.client.connection.count", **{"db.client.connection.pool.name": name,
+                                                                "db.client.connection.state": "used"}) == 1
+            assert value(pts, "db.client.connection.max", **{"db.client.connection.pool.name": name}) == 2
+            assert value(pts, "db.client.connection.idle.min", **{"db.client.connection.pool.name": name}) == 1
+        pts = points(reader)
+    assert value(pts, "db.client.connection.count", **{"db.client.connection.pool.name": name,
+                                                        "db.client.connection.state": "used"}) == 0
+    assert value(pts, "db.client.connection.count", **{"db.client.connection.pool.name": name,
+                                                        "db.client.connection.state": "idle"}) >= 1
+    # One histogram point per pool that served: count 1 each for wait and use.
+    assert value(pts, "db.client.connection.wait_time", **{"db.client.connection.pool.name": name}) == 1
+    assert value(pts, "db.client.connection.use_time", **{"db.client.connection.pool.name": name}) == 1
+    # Every node pool reports, named <cluster>-<node> as Java's node pools are.
+    assert {a["db.client.connection.pool.name"] for a, _ in pts["db.client.connection.max"]} == {
+        f"otel-{n}" for n in NAMES}
+    # The affinity counters are the core's own.
+    m = cluster.metrics()
+    for n in m["nodes"]:
+        assert value(pts, "racaffinity.node.picks", **{"racaffinity.node": n["name"]}) == n["picks"]
+        assert value(pts, "racaffinity.node.state", **{"racaffinity.node": n["name"],
+                                                        "racaffinity.node.state.value": "up"}) == 1
+    assert value(pts, "racaffinity.scope.placements", **{"racaffinity.scope": "thread"}) == m["scopes"]["thread"]["placements"]
+
+
+def test_pending_requests_and_timeouts(setup) -> None:
+    _cluster, pools, reader = setup
+    with pools.pin() as pin:
+        name = {"db.client.connection.pool.name": f"otel-{pin.name}"}
+        with pools.connection(), pools.connection():      # the pool's max_size
+            got = threading.Event()
+
+            def waiter() -> None:
+                try:
+                    with pools.node_pool(pin.node).connection(timeout=3.0):
+                        got.set()
+                except psycopg_pool.PoolTimeout:
+                    pass
+
+            t = threading.Thread(target=waiter)
+            t.start()
+            wait_until(lambda: pools.node_pool(pin.node).get_stats().get("requests_waiting", 0) == 1, 5.0)
+            assert value(points(reader), "db.client.connection.pending_requests", **name) == 1
+            with pytest.raises(psycopg_pool.PoolTimeout):
+                with pools.connection(timeout=0.2):
+                    pass
+        t.join(10)
+        assert got.is_set()
+    pts = points(reader)
+    assert value(pts, "db.client.connection.timeouts", **name) == 1
+    assert value(pts, "db.client.connection.pending_requests", **name) == 0
+
+
+def test_a_killed_node_shows_as_down_and_failed(setup, pg) -> None:
+    cluster, pools, reader = setup
+    victim = "RAC2"
+    pg.kill(2)
+    try:
+        cluster.apply_event(fan_line(victim, "down"))
+        pts = points(reader)
+        assert value(pts, "racaffinity.node.state", **{"racaffinity.node": victim,
+                                                        "racaffinity.node.state.value": "down"}) == 1
+        with pools.connection(key=b"otel") as conn:        # routed elsewhere while RAC2 is down
+            conn.execute("SELECT 1")
+        pts = points(reader)
+        assert value(pts, "racaffinity.node.picks", **{"racaffinity.node": victim}) == 0
+    finally:
+        pg.restart(2)
+
+
+@pytest.mark.asyncio
+async def test_async_node_pools_are_measured_too(pg) -> None:
+    from racaffinity.pools import AsyncNodePools
+
+    cluster = ra.Cluster("name = otel\nnodes = RAC1, RAC2, RAC3")
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    try:
+        async with AsyncNodePools(cluster, pg.dsn, min_size=1, max_size=1, timeout=5.0) as pools:
+            handle = instrument(pools, meter_provider=provider)
+            with pools.pin() as pin:
+                name = {"db.client.connection.pool.name": f"otel-{pin.name}"}
+                async with pools.connection() as conn:
+                    await conn.execute("SELECT 1")
+                    assert value(points(reader), "db.client.connection.count",
+                                 **name, **{"db.client.connection.state": "used"}) == 1
+                    with pytest.raises(psycopg_pool.PoolTimeout):
+                        async with pools.connection(timeout=0.2):
+                            pass
+            pts = points(reader)
+            assert value(pts, "db.client.connection.wait_time", **name) == 1
+            assert value(pts, "db.client.connection.use_time", **name) == 1
+            assert value(pts, "db.client.connection.timeouts", **name) == 1
+            handle.uninstrument()
+    finally:
+        provider.shutdown()
+        cluster.close()

@@ -1,0 +1,119 @@
+//! `Cluster::reroute`: a request whose node could not give a connection goes,
+//! once, where the core names next, and its affinity moves with it (soft
+//! scopes only; never a transaction's branch).
+
+mod common;
+
+use common::cluster;
+use racaffinity::{DataKey, NodeId, RouteKind, RouteRequest, Scope};
+
+const THREE: &str = "nodes = A, B, C\npolicy = round_robin";
+
+fn request<'a>() -> RouteRequest<'a> {
+    RouteRequest::default()
+}
+
+#[test]
+fn a_session_moves_off_the_failed_node_and_stays_moved() {
+    let c = cluster(THREE);
+    let req = RouteRequest { session: Some(b"JSESSIONID=s1"), ..request() };
+    let first = c.route(&req).unwrap();
+    let next = c.reroute(&req, first.node).unwrap().expect("a soft session is rerouted");
+    assert_ne!(next.node, first.node);
+    assert_eq!(next.kind, RouteKind::Repinned);
+    for _ in 0..10 {
+        let r = c.route(&req).unwrap();
+        assert_eq!((r.node, r.kind), (next.node, RouteKind::Affinity), "the session stays on its new node");
+    }
+    assert_eq!(c.metrics().nodes.iter().map(|m| m.repins).sum::<u64>(), 1);
+}
+
+#[test]
+fn a_session_moved_meanwhile_keeps_its_new_node() {
+    let c = cluster(THREE);
+    let req = RouteRequest { session: Some(b"s2"), ..request() };
+    let first = c.route(&req).unwrap();
+    let moved = c.reroute(&req, first.node).unwrap().unwrap();
+    // A second caller of the same session failed on the old node too: it joins the move.
+    let again = c.reroute(&req, first.node).unwrap().unwrap();
+    assert_eq!((again.node, again.kind), (moved.node, RouteKind::Affinity));
+}
+
+#[test]
+fn a_context_pin_moves_and_a_strict_one_does_not() {
+    let c = cluster(THREE);
+    let key = c.new_context_key();
+    let pinned = c.pin_context(key).unwrap();
+    let req = RouteRequest { context: Some(key), ..request() };
+    let next = c.reroute(&req, pinned.node).unwrap().expect("a soft pin is rerouted");
+    assert_ne!(next.node, pinned.node);
+    assert_eq!(next.kind, RouteKind::Repinned);
+    assert_eq!(c.context_pinned_node(key), Some(next.node), "the pin moved with it");
+    assert_eq!(c.pick_in(key).unwrap().node, next.node);
+
+    c.set_strict(Scope::Thread, true);
+    assert_eq!(c.reroute(&req, next.node).unwrap(), None, "a strict pin is never moved");
+    assert_eq!(c.context_pinned_node(key), Some(next.node));
+}
+
+#[test]
+fn a_strict_session_is_not_rerouted() {
+    let c = cluster(&format!("{THREE}\nsession.strict = true"));
+    let req = RouteRequest { session: Some(b"s3"), ..request() };
+    let first = c.route(&req).unwrap();
+    assert_eq!(c.reroute(&req, first.node).unwrap(), None);
+    assert_eq!(c.route(&req).unwrap().node, first.node, "the affinity stayed");
+}
+
+#[test]
+fn a_transaction_branch_is_never_rerouted() {
+    let c = cluster(THREE);
+    let begun = c.tx_begin(b"gtrid-1").unwrap();
+    let req = RouteRequest { transaction: Some(b"gtrid-1"), session: Some(b"s4"), ..request() };
+    assert_eq!(c.reroute(&req, begun.node).unwrap(), None);
+    assert_eq!(c.tx_route(b"gtrid-1").unwrap().node, begun.node);
+}
+
+#[test]
+fn a_data_key_falls_back_for_this_call_only() {
+    let c = cluster(THREE);
+    let key = DataKey::Bytes(b"customer-42");
+    let req = RouteRequest { key: Some(key), ..request() };
+    let owner = c.route(&req).unwrap().node;
+    let next = c.reroute(&req, owner).unwrap().expect("a soft key falls back");
+    assert_ne!(next.node, owner);
+    assert_eq!(next.kind, RouteKind::Fallback);
+    assert_eq!(c.route(&req).unwrap().node, owner, "the data still lives on its owner");
+
+    c.set_strict(Scope::Data, true);
+    assert_eq!(c.reroute(&req, owner).unwrap(), None);
+}
+
+#[test]
+fn plain_balancing_avoids_the_failed_node() {
+    let c = cluster(THREE);
+    for failed in 0..3 {
+        for _ in 0..20 {
+            let r = c.reroute(&request(), NodeId(failed)).unwrap().unwrap();
+            assert_ne!(r.node, NodeId(failed));
+            assert_eq!(r.kind, RouteKind::Balanced);
+        }
+    }
+}
+
+#[test]
+fn no_other_usable_node_means_no_retry() {
+    let c = cluster("nodes = A, B");
+    c.set_node_state("B", racaffinity::NodeState::Down).unwrap();
+    let a = c.node_by_name("A").unwrap().id();
+    assert_eq!(c.reroute(&request(), a).unwrap(), None, "retrying on the failed node itself is no retry");
+    let req = RouteRequest { session: Some(b"s5"), ..request() };
+    c.route(&req).unwrap();
+    assert_eq!(c.reroute(&req, a).unwrap(), None);
+}
+
+#[test]
+fn an_unknown_failed_node_is_an_error() {
+    let c = cluster(THREE);
+    assert!(c.reroute(&request(), NodeId(7)).is_err());
+}

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# tests/appservers/run.sh - the app-server tests (make test-appservers): a real Tomcat
+# distribution (Maven Central, unpacked under java/appservers/target/) runs a web
+# application over racaffinity.jar and 3 local PostgreSQL nodes; see
+# java/appservers/src/test/java/io/racaffinity/appservers/TomcatRedeployTest.java and
+# docs/java-ecosystem.md. java/run_module_tests.sh builds, installs the jar, starts the nodes.
+#
+# Environment: RACAFF_PG_BASE_PORT / RACAFF_PG_DIR (the nodes, as for pgnodes),
+# RACAFF_TOMCAT_PORT (HTTP port of the first Tomcat, default 53880; the next one uses +1),
+# RACAFF_MVN_OFFLINE=1 (mvn -o), MVN, CARGO; extra arguments go to mvn (e.g. -Dtest=...).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+exec java/run_module_tests.sh java/appservers "-Dracaffinity.tomcat.port=${RACAFF_TOMCAT_PORT:-53880}" "$@"
