@@ -16,7 +16,7 @@ LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
-	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench memory clean help \
+	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench bench-scaling memory clean help \
 	test-doc-samples check-docs wheel test-wheel docs \
 	test-appservers test-micrometer test-simplefan test-spring-boot
 
@@ -38,6 +38,7 @@ help:
 	@echo "Demos, benchmarks, long runs:"
 	@echo "  make demo-rust       the Rust-only walk-through: 2PC, sessions, data keys, kill -9 and FAN"
 	@echo "  make bench           every benchmark (Rust, C, Java, Python; short mode) and one table of ratios"
+	@echo "  make bench-scaling   route cost by node count and registry size, RSS of 1M sessions/contexts, SVG plot"
 	@echo "  make memory          memory of 1M live transaction affinities"
 	@echo "  make fuzz            every cargo-fuzz target for FUZZ_SECONDS each (default 300), one after another"
 	@echo "  make soak            the chaos soak for SOAK_SECONDS (default 600; SOAK_SEED replays a run)"
@@ -337,8 +338,17 @@ bench: lib
 	target/pyenv/bin/python -m pip install --quiet --disable-pip-version-check "./python[test]"
 	target/pyenv/bin/python python/bench.py | tee $(BENCH_OUT)/python.out
 	java/run_bench.sh | tee $(BENCH_OUT)/java.out
+	$(MAKE) --no-print-directory bench-scaling
 	@echo
 	python3 tools/perf_table.py --python $(BENCH_OUT)/python.out | tee $(BENCH_OUT)/table.md
+
+# How route cost grows with nodes and live registry entries, and RSS for 1M
+# sessions/contexts (rust/core/examples/scaling.rs); the plot goes to
+# $(BENCH_OUT)/scaling.svg (docs/performance.md shows a committed copy).
+bench-scaling:
+	@mkdir -p $(BENCH_OUT)
+	$(CARGO) run --quiet --release -p racaffinity --example scaling | tee $(BENCH_OUT)/scaling.out
+	python3 tools/scaling_svg.py $(BENCH_OUT)/scaling.out $(BENCH_OUT)/scaling.svg
 
 memory:
 	$(CARGO) run --quiet --release -p racaffinity --example memory

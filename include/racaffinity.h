@@ -546,6 +546,53 @@ racaffinity_result racaffinity_key_partition(const racaffinity_cluster *cluster,
                                              uint32_t *out);
 
 /*
+ Maps the cluster's routing epoch: `*out_word` points at a 64-bit word the
+ core advances (with release ordering) after every change that could alter
+ any route. Read it with acquire ordering (`__atomic_load_n(p,
+ __ATOMIC_ACQUIRE)`, `atomic_load`). The word stays readable until
+ `racaffinity_epoch_page_free(*out_word)`, whatever happens to the cluster;
+ closing the cluster advances it once more.
+
+ # Safety
+ `out_word` must be NULL or writable.
+ */
+racaffinity_result racaffinity_cluster_epoch_page(const racaffinity_cluster *cluster,
+                                                  const uint64_t **out_word);
+
+/*
+ Releases a word from `racaffinity_cluster_epoch_page`. NULL is a no-op.
+
+ # Safety
+ `word` must be NULL or a value from `racaffinity_cluster_epoch_page` not
+ yet freed; the caller must not read it afterwards.
+ */
+void racaffinity_epoch_page_free(const uint64_t *word);
+
+/*
+ `racaffinity_context_route` that also says whether the answer may be
+ cached: when `*out_cacheable` is true, the host may return the same route
+ for `context` while the epoch word still holds the value it read *before*
+ this call, and it has not pinned, unpinned or released `context` since.
+ Count each route served from such a cache with
+ `racaffinity_cluster_count_host_hits`, so the metrics stay exact.
+
+ # Safety
+ `out` and `out_cacheable` must be NULL or writable.
+ */
+racaffinity_result racaffinity_context_route_cacheable(const racaffinity_cluster *cluster,
+                                                       uint64_t context,
+                                                       racaffinity_route *out,
+                                                       bool *out_cacheable);
+
+/*
+ Adds `count` routes a host served from its cache for a pinned context on
+ `node` to the metrics (node picks and affinity hits, thread-scope hits).
+ */
+racaffinity_result racaffinity_cluster_count_host_hits(const racaffinity_cluster *cluster,
+                                                       uint32_t node,
+                                                       uint64_t count);
+
+/*
  Applies one FAN event or RLB advisory line. Malformed text, an unknown
  instance or a foreign database/service is an error and changes nothing.
  `*out_changes` (may be NULL) gets the number of node state changes.

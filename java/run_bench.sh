@@ -52,3 +52,8 @@ for label, a, b, target in rows:
     t = "" if target is None else f"<= {target}x " + ("met" if ratio <= target else "NOT met")
     print(f"{label:62} {ns(a):10.1f} {ns(b):10.1f} {ratio:6.2f}x  {t}")
 PY
+
+# The routing ratios again, interleaved in one process (round by round, thread
+# CPU time): what docs/performance.md and tools/perf_table.py report.
+"$JAVA" -cp java/target/racaffinity-0.1.0-benchmarks.jar io.racaffinity.InterleavedBench 21 \
+    | tee java/target/interleaved.out

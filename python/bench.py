@@ -13,7 +13,8 @@
     the script starts them with tests/cluster/pgnodes (on the ports
     python/run_tests.sh uses) and stops them at the end.
 
-Plain timing with time.perf_counter_ns: each case runs `repeats` rounds of
+Plain timing with time.thread_time_ns (this thread's CPU time, so other
+processes' load on a shared machine does not count): each case runs `repeats` rounds of
 `n` operations, cases interleaved round by round, and reports the median
 ns/op. Prints a table and one line per case: `PYBENCH name ns_per_op ratio`
 (the ratio to the case's baseline).
@@ -41,12 +42,15 @@ NAMES = ["RAC1", "RAC2", "RAC3"]
 
 def loop(fn: Callable[[], None], n: int) -> Callable[[], int]:
     def run() -> int:
-        t0 = time.perf_counter_ns()
+        t0 = time.thread_time_ns()
         for _ in range(n):
             fn()
-        return time.perf_counter_ns() - t0
+        return time.thread_time_ns() - t0
 
     return run
+
+
+RATIOS: Dict[str, Tuple[float, float, float]] = {}  # case -> per-round ratio to the first case: median, min, max
 
 
 def measure(cases: Dict[str, Callable[[], int]], n: int, repeats: int) -> Dict[str, float]:
@@ -61,6 +65,10 @@ def measure(cases: Dict[str, Callable[[], int]], n: int, repeats: int) -> Dict[s
                 samples[name].append(run() / n)
     finally:
         gc.enable()
+    base = samples[next(iter(cases))]
+    for k, v in samples.items():
+        r = [a / b for a, b in zip(v, base)]
+        RATIOS[k] = (statistics.median(r), min(r), max(r))
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -72,10 +80,12 @@ def report(title: str, results: Dict[str, float], baseline: str, rows: List[Tupl
         print(f"  {label:<44} {results[key]:>10.0f} {results[key] / base:>7.2f}x  {target}")
     for key, _label, _t in rows:
         print(f"PYBENCH {key} {results[key]:.0f} {results[key] / base:.3f}")
+        if key in RATIOS:
+            print("PYBENCH_RATIO {} {:.3f} {:.3f} {:.3f}".format(key, *RATIOS[key]))
 
 
 def bench_calls(quick: bool) -> None:
-    n, repeats = (20_000, 5) if quick else (200_000, 11)
+    n, repeats = (20_000, 11) if quick else (200_000, 21)
     c = ra.Cluster(nodes=NAMES)
     h = c._h
     version = lib.racaffinity_version
@@ -114,6 +124,9 @@ def bench_calls(quick: bool) -> None:
     def pinned_pick_release() -> None:
         c.pick().release()
 
+    def pinned_route() -> None:
+        c.route()
+
     cases = {
         "noop_call": loop(noop, n),
         "raw_cffi_node_count": loop(handle_call, n),
@@ -121,6 +134,7 @@ def bench_calls(quick: bool) -> None:
         "pick_release": loop(pick_release, n),
         "pick_with": loop(pick_with, n),
         "pinned_pick_release": lambda: pinned_ctx.run(loop(pinned_pick_release, n)),
+        "pinned_route": lambda: pinned_ctx.run(loop(pinned_route, n)),
     }
     results = measure(cases, n, repeats)
     report(
@@ -134,6 +148,7 @@ def bench_calls(quick: bool) -> None:
             ("pick_release", "Cluster.pick().release(), unpinned", "<= 2x"),
             ("pick_with", "with Cluster.pick(): (unpinned)", ""),
             ("pinned_pick_release", "Cluster.pick().release() in a pin", "<= 2x"),
+            ("pinned_route", "Cluster.route() in a pin (cached)", "<= 1x"),
         ],
     )
     c.close()

@@ -164,31 +164,32 @@ def parse_lines(path: Path, tag: str) -> Dict[str, List[str]]:
     return out
 
 
-def c_rows(path: Path, crit: Path) -> Tuple[List[Row], str]:
+def c_rows(path: Path) -> Tuple[List[Row], str]:
     if not path.is_file():
         return [], f"C: no `{rel(path)}` (tests/c/bench.sh writes it)"
     c = {k: float(v[0]) for k, v in parse_lines(path, "CBENCH").items()}
     if not c:
         return [], f"C: no CBENCH lines in `{rel(path)}`"
-    s = load_summary_module()
-    rust = lambda bench_id: s.median_ns(crit, bench_id)  # type: ignore[attr-defined]  # noqa: E731
     rows = [
         Row("C", "`racaffinity_version()`: a no-op call into the library", c.get("noop_crossing"),
             "`__thread` read", c.get("tls_read")),
         Row("C", "`racaffinity_cluster_route()` on a pinned thread", c.get("pinned_route"),
             "no-op call", c.get("noop_crossing")),
     ]
-    # The C ABI's own cost: the same call in C and in Rust (criterion), target C − Rust ≤ 5 ns.
-    for name, crit_id, label in (
-        ("pinned_route", "pinned_pick/pick", "pinned route"),
-        ("key_route", "key_route/route_key", "`racaffinity_key_route()`, 8 nodes"),
-        ("key_route_i64", "key_route/route_key_i64", "`racaffinity_key_route_i64()`, 8 nodes"),
+    # The C ABI's own cost: the same loop in Rust inside the library, timed in
+    # the same process, round by round (tests/c/bench.c); target C − Rust ≤ 3 ns.
+    pairs = parse_lines(path, "CBENCH_PAIR")
+    for name, label in (
+        ("pinned_route", "pinned route"),
+        ("key_route", "`racaffinity_key_route()`, 8 nodes"),
+        ("key_route_i64", "`racaffinity_key_route_i64()`, 8 nodes"),
     ):
-        v, r = c.get(name), rust(crit_id)
-        diff = None if v is None or r is None else v - r
-        ratio = "–" if diff is None else f"{v / r:.2f}× ({diff:+.1f} ns)"
-        rows.append(Row("C", f"{label} through the C ABI", v, f"the same call in Rust (`{crit_id}`)", r,
-                        "C − Rust ≤ 5 ns", None if diff is None else diff <= 5.0, ratio))
+        if name not in pairs:
+            continue
+        cv, rv, d, dmin, dmax, rat, rmin, rmax = (float(x) for x in pairs[name][:8])
+        ratio = f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f}); {d:+.1f} ns ({dmin:+.1f} to {dmax:+.1f})"
+        rows.append(Row("C", f"{label} through the C ABI", cv, "the same loop in Rust inside the library", rv,
+                        "C − Rust ≤ 3 ns", d <= 3.0, ratio))
     return rows, f"C: `{rel(path)}` ({mtime(path)})"
 
 
@@ -200,6 +201,7 @@ PY_ROWS = [  # (name, label, baseline name, baseline label, target ratio)
     ("pick_release", "`Cluster.pick().release()`, unpinned", "noop_call", "no-op cffi call", 2.0),
     ("pick_with", "`with Cluster.pick():`, unpinned", "noop_call", "no-op cffi call", None),
     ("pinned_pick_release", "`Cluster.pick().release()` in a pin", "noop_call", "no-op cffi call", 2.0),
+    ("pinned_route", "`Cluster.route()` in a pin (cached)", "noop_call", "no-op cffi call", 1.0),
     ("pools_connection_pinned", "`NodePools.connection()` in a pin", "bare_pool_connection",
      "psycopg_pool `connection()`", 1.15),
     ("pools_connection_key", "`NodePools.connection(key=…)`", "bare_pool_connection",
@@ -230,7 +232,16 @@ def python_rows(path: Path) -> Tuple[List[Row], str]:
     values = {k: float(v[0]) for k, v in parse_lines(path, "PYBENCH").items()}
     if not values:
         return [], f"Python: no PYBENCH lines in `{rel(path)}`"
-    return ratio_rows("Python", values, PY_ROWS), f"Python: `{rel(path)}` ({mtime(path)})"
+    rows = ratio_rows("Python", values, PY_ROWS)
+    # Per-round ratios (bench.py interleaves the cases): median with min–max.
+    spread = parse_lines(path, "PYBENCH_RATIO")
+    for row, (name, *_rest) in zip(rows, [r for r in PY_ROWS if r[0] in values]):
+        if name in spread and row.base_value == values.get("noop_call"):
+            med, lo, hi = (float(x) for x in spread[name][:3])
+            row.ratio_text = f"{med:.2f}× ({lo:.2f}–{hi:.2f})"
+            target = next(t for n, _l, _b, _bl, t in PY_ROWS if n == name)
+            row.met = None if target is None else med <= target
+    return rows, f"Python: `{rel(path)}` ({mtime(path)})"
 
 
 # ---- Java: JMH json -------------------------------------------------------------------------
@@ -245,6 +256,28 @@ JAVA_ROWS = [  # mirrors java/run_bench.sh
 ]
 
 UNIT_NS = {"ns/op": 1.0, "us/op": 1e3, "µs/op": 1e3, "ms/op": 1e6, "s/op": 1e9}
+
+
+INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, target ratio to the no-op JNI call)
+    ("pinnedRoute", "`Cluster.route()` on a pinned thread (cached; interleaved)", 1.0),
+    ("nativePinnedRoute", "raw `Native.contextRoute` (interleaved)", None),
+    ("pinnedPickRelease", "`pick()` + `release(OK)` (interleaved)", 2.0),
+]
+
+
+def java_interleaved_rows(path: Path) -> Tuple[List[Row], str]:
+    """JBENCH_PAIR lines of InterleavedBench: ratios taken round by round in one JVM."""
+    if not path.is_file():
+        return [], f"Java: no `{rel(path)}` (java/run_bench.sh writes it)"
+    pairs = parse_lines(path, "JBENCH_PAIR")
+    rows = []
+    for name, label, target in INTERLEAVED_ROWS:
+        if name not in pairs:
+            continue
+        v, b, rat, rmin, rmax = (float(x) for x in pairs[name][:5])
+        rows.append(Row("Java", label, v, "no-op JNI call (same rounds)", b, f"≤ {target:g}×" if target else "–",
+                        None if target is None else rat <= target, f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f})"))
+    return rows, f"Java: InterleavedBench, `{rel(path)}` ({mtime(path)})"
 
 
 def java_rows(path: Path) -> Tuple[List[Row], str]:
@@ -357,6 +390,8 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--python", type=Path, default=REPO / "target" / "bench" / "python.out",
                     help="PYBENCH lines (python/bench.py's stdout)")
     ap.add_argument("--jmh", type=Path, default=REPO / "java" / "target" / "jmh-result.json", help="JMH JSON")
+    ap.add_argument("--java-interleaved", type=Path, default=REPO / "java" / "target" / "interleaved.out",
+                    help="JBENCH_PAIR lines (InterleavedBench)")
     ap.add_argument("--machine", default=f"a shared {os.cpu_count()}-core VM",
                     help='machine note (default: "a shared <N>-core VM")')
     ap.add_argument("--command", default=DEFAULT_COMMAND, help="the command that produced the numbers")
@@ -370,7 +405,8 @@ def main(argv: List[str]) -> int:
         crit = Path(load_summary_module().criterion_dir([]))  # type: ignore[attr-defined]
     rows: List[Row] = []
     sources: List[str] = []
-    for rs, src in (rust_rows(crit), c_rows(args.c, crit), java_rows(args.jmh), python_rows(args.python)):
+    for rs, src in (rust_rows(crit), c_rows(args.c), java_rows(args.jmh),
+                    java_interleaved_rows(args.java_interleaved), python_rows(args.python)):
         rows += rs
         sources.append(src)
     if not rows:

@@ -132,7 +132,8 @@ def test_picks_outside_a_pin_ignore_an_os_thread_pin(rr):
 
 class _Hooked:
     """`_cluster.lib` with a hook after the first pin-context call that
-    `Cluster.route()` makes (context_pin before the fix, context_route after)."""
+    `Cluster.route()` makes (context_pin before the fix, context_route after,
+    context_route_cacheable since routes are cached)."""
 
     def __init__(self, real, hook):
         self._real = real
@@ -150,7 +151,7 @@ class _Hooked:
 
     def __getattr__(self, name):
         fn = getattr(self._real, name)
-        if name in ("racaffinity_context_pin", "racaffinity_context_route"):
+        if name in ("racaffinity_context_pin", "racaffinity_context_route", "racaffinity_context_route_cacheable"):
             return self._wrap(fn)
         return fn
 

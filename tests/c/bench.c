@@ -14,14 +14,20 @@
  *                   nodes; the same keys and cluster as `key_route/route_key`
  *   key_route_i64   racaffinity_key_route_i64() over 8 nodes; the same keys as
  *                   `key_route/route_key_i64`
+ *   rust_*          the same three loops written in Rust, run inside the
+ *                   library (racaffinity_test_route_loop, testing build): the
+ *                   C ABI's own cost is C - Rust within one process, each
+ *                   round timing both, so machine load hits both alike
  *
- * Each benchmark is timed with CLOCK_MONOTONIC over N iterations (N is
+ * Each benchmark is timed with CLOCK_THREAD_CPUTIME_ID over N iterations (N is
  * calibrated to ~TARGET_NS per run), after a warm-up. RUNS rounds are taken,
  * each round timing every benchmark once in turn, so load changes on the
  * machine hit all of them alike; the result is the median per benchmark.
  *
- * Output: a markdown table, then `CBENCH <name> <ns_per_op>` lines and
- * `CBENCH_RATIO <name> <value>` lines for machine parsing.
+ * Output: a markdown table, then `CBENCH <name> <ns_per_op>` lines,
+ * `CBENCH_RATIO <name> <value>` lines and, per C/Rust pair, `CBENCH_PAIR
+ * <name> <C ns> <Rust ns> <diff median> <diff min> <diff max> <ratio median>
+ * <ratio min> <ratio max>` (per-round differences) for machine parsing.
  * Build and run with tests/c/bench.sh.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -36,8 +42,13 @@
 
 #include "racaffinity.h"
 
-#define RUNS 15
-#define TARGET_NS 20000000ull /* ~20 ms per timed run */
+/* Test-only export of the testing build (rust/ffi/src/capi/testing.rs). */
+racaffinity_result racaffinity_test_route_loop(const racaffinity_cluster *cluster, uint32_t kind, const uint8_t *keys,
+                                               size_t stride, const size_t *lens, const int64_t *ints, size_t nkeys,
+                                               uint64_t n, uint64_t *out_sum);
+
+#define RUNS 101
+#define TARGET_NS 2000000ull /* ~2 ms per timed run: short rounds, many of them, so a pair sees the same load */
 #define KEYS 4096             /* inputs cycled through a power-of-two table, as in routing.rs */
 
 /* Keeps results alive and loads un-hoisted. */
@@ -54,10 +65,12 @@ static size_t g_key_len[KEYS];
 static int64_t g_ints[KEYS];
 static unsigned g_failures;
 
+/* The thread's CPU time, not wall time: on a shared VM a round that loses the
+ * CPU to another process would otherwise count the other process's work. */
 static uint64_t now_ns(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -131,6 +144,19 @@ static __attribute__((noinline)) void run_key_route_i64(uint64_t n)
     g_failures |= bad;
 }
 
+static void rust_loop(racaffinity_cluster *c, uint32_t kind, uint64_t n)
+{
+    uint64_t sum = 0;
+    if (racaffinity_test_route_loop(c, kind, &g_key_bytes[0][0], sizeof g_key_bytes[0], g_key_len, g_ints, KEYS, n,
+                                    &sum) != RACAFFINITY_RESULT_OK)
+        g_failures |= 1;
+    g_sink = sum;
+}
+
+static __attribute__((noinline)) void run_rust_pinned_route(uint64_t n) { rust_loop(g_pinned, 2, n); }
+static __attribute__((noinline)) void run_rust_key_route(uint64_t n) { rust_loop(g_keys, 0, n); }
+static __attribute__((noinline)) void run_rust_key_route_i64(uint64_t n) { rust_loop(g_keys, 1, n); }
+
 struct bench {
     const char *name;
     const char *what;
@@ -146,7 +172,15 @@ static struct bench g_bench[] = {
     {"pinned_route", "`racaffinity_cluster_route`, pinned thread, 3 nodes", run_pinned_route, 0, {0}, 0},
     {"key_route", "`racaffinity_key_route`, 17-byte keys, 8 nodes", run_key_route, 0, {0}, 0},
     {"key_route_i64", "`racaffinity_key_route_i64`, 8 nodes", run_key_route_i64, 0, {0}, 0},
+    {"rust_pinned_route", "`Cluster::pick` in Rust inside the library, pinned, 3 nodes", run_rust_pinned_route, 0,
+     {0}, 0},
+    {"rust_key_route", "`Cluster::route_key` in Rust inside the library, 8 nodes", run_rust_key_route, 0, {0}, 0},
+    {"rust_key_route_i64", "`Cluster::route_key_i64` in Rust inside the library, 8 nodes", run_rust_key_route_i64, 0,
+     {0}, 0},
 };
+/* (C, Rust) pairs: indices into g_bench. */
+static const size_t g_pairs[][2] = {{2, 5}, {3, 6}, {4, 7}};
+#define NPAIRS (sizeof g_pairs / sizeof g_pairs[0])
 #define NBENCH (sizeof g_bench / sizeof g_bench[0])
 
 static double time_run(struct bench *b)
@@ -225,9 +259,13 @@ int main(void)
         calibrate(&g_bench[b]);
     for (size_t b = 0; b < NBENCH; b++) /* warm-up at full length */
         g_bench[b].run(g_bench[b].n);
+    /* Odd rounds run the list backwards, so neither side of a pair always
+     * runs first. */
     for (int run = 0; run < RUNS; run++)
-        for (size_t b = 0; b < NBENCH; b++)
+        for (size_t i = 0; i < NBENCH; i++) {
+            size_t b = run % 2 ? NBENCH - 1 - i : i;
             g_bench[b].samples[run] = time_run(&g_bench[b]);
+        }
 
     /* The pin must have held, and no call may have failed. */
     if (racaffinity_cluster_route(g_pinned, &r) != RACAFFINITY_RESULT_OK || r.node != pin.node ||
@@ -248,7 +286,7 @@ int main(void)
     }
     double tls = g_bench[0].median, noop = g_bench[1].median, pinned = g_bench[2].median;
 
-    printf("libracaffinity %s from C: median of %d runs, ~%llu ms each (CLOCK_MONOTONIC)\n\n", racaffinity_version(),
+    printf("libracaffinity %s from C: median of %d runs, ~%llu ms each (thread CPU time)\n\n", racaffinity_version(),
            RUNS, (unsigned long long)(TARGET_NS / 1000000));
     printf("| benchmark | what | iterations/run | ns/op (median) | min | max |\n");
     printf("|---|---|---:|---:|---:|---:|\n");
@@ -269,5 +307,22 @@ int main(void)
         printf("CBENCH %s %.3f\n", g_bench[b].name, g_bench[b].median);
     printf("CBENCH_RATIO pinned_route/tls_read %.2f\n", pinned / tls);
     printf("CBENCH_RATIO pinned_route/noop_crossing %.2f\n", pinned / noop);
+
+    printf("\n| C ABI call | C ns | Rust in the library ns | C - Rust (median of rounds) | min | max | C / Rust |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t p = 0; p < NPAIRS; p++) {
+        const struct bench *c = &g_bench[g_pairs[p][0]], *r = &g_bench[g_pairs[p][1]];
+        double diff[RUNS], ratio[RUNS];
+        for (int i = 0; i < RUNS; i++) {
+            diff[i] = c->samples[i] - r->samples[i];
+            ratio[i] = c->samples[i] / r->samples[i];
+        }
+        qsort(diff, RUNS, sizeof diff[0], cmp_double);
+        qsort(ratio, RUNS, sizeof ratio[0], cmp_double);
+        printf("| %s | %.2f | %.2f | %+.2f | %+.2f | %+.2f | %.3f (%.3f-%.3f) |\n", c->name, c->median, r->median,
+               diff[RUNS / 2], diff[0], diff[RUNS - 1], ratio[RUNS / 2], ratio[0], ratio[RUNS - 1]);
+        printf("CBENCH_PAIR %s %.3f %.3f %.3f %.3f %.3f %.4f %.4f %.4f\n", c->name, c->median, r->median, diff[RUNS / 2],
+               diff[0], diff[RUNS - 1], ratio[RUNS / 2], ratio[0], ratio[RUNS - 1]);
+    }
     return 0;
 }

@@ -1253,6 +1253,45 @@ static void context_release_drops_every_level_and_auto_pin_pins_contexts(void) {
     free_cluster(c);
 }
 
+static void the_epoch_page_lets_a_host_cache_a_pinned_context_route(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    const uint64_t *word = NULL;
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &word));
+    CHECK(word != NULL);
+    CHECK_RC(racaffinity_cluster_epoch_page(c, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    uint64_t k = 0;
+    CHECK_OK(racaffinity_context_new(c, &k));
+    racaffinity_route r, pin;
+    bool cacheable = true;
+    /* Unpinned: a balanced route, never cacheable. */
+    CHECK_OK(racaffinity_context_route_cacheable(c, k, &r, &cacheable));
+    CHECK(!cacheable);
+    CHECK_RC(racaffinity_context_route_cacheable(c, k, &r, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_OK(racaffinity_context_pin(c, k, &pin));
+    uint64_t e = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    CHECK_OK(racaffinity_context_route_cacheable(c, k, &r, &cacheable));
+    CHECK(cacheable);
+    CHECK_EQ_U(r.node, pin.node);
+    /* Routes leave the epoch alone; a state change moves it. */
+    CHECK_EQ_U(__atomic_load_n(word, __ATOMIC_ACQUIRE), e);
+    char name[32];
+    size_t len = 0;
+    CHECK_OK(racaffinity_node_name(c, pin.node, name, sizeof name, &len));
+    CHECK_OK(racaffinity_node_set_state(c, name, RACAFFINITY_NODE_STATE_DOWN));
+    CHECK(__atomic_load_n(word, __ATOMIC_ACQUIRE) > e);
+    CHECK_OK(racaffinity_node_set_state(c, name, RACAFFINITY_NODE_STATE_UP));
+    /* Hits a host served count like routes the core answered. */
+    long long hits = scope_metric(c, "thread", "hits");
+    CHECK_OK(racaffinity_cluster_count_host_hits(c, pin.node, 5));
+    CHECK_EQ_U(scope_metric(c, "thread", "hits"), hits + 5);
+    /* The word outlives the cluster, and closing moved it once more. */
+    e = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    free_cluster(c);
+    CHECK(__atomic_load_n(word, __ATOMIC_ACQUIRE) > e);
+    racaffinity_epoch_page_free(word);
+    racaffinity_epoch_page_free(NULL);
+}
+
 static void tx_branches_share_one_node_and_end_with_the_last(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     racaffinity_route first, r;
@@ -1790,6 +1829,7 @@ static const h_test tests[] = {
     TEST(nested_thread_pins_release_at_the_outermost_unpin),
     TEST(context_pins_are_independent_of_thread_pins),
     TEST(context_release_drops_every_level_and_auto_pin_pins_contexts),
+    TEST(the_epoch_page_lets_a_host_cache_a_pinned_context_route),
     TEST(tx_branches_share_one_node_and_end_with_the_last),
     TEST(tx_begin_on_places_a_new_gtrid_on_the_preferred_node),
     TEST(soft_transaction_repins_when_its_node_is_down),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _config
@@ -31,6 +32,7 @@ from ._routes import new_ as _new
 from ._routes import route_of as _route
 from ._scopes import SESSION as _SESSION
 from ._scopes import PIN as _PIN
+from ._scopes import SCOPES as _SCOPES
 from ._scopes import TX as _TX
 from ._scopes import PinScope, SessionScope, Transaction
 from ._scopes import context_call as _context_call
@@ -112,6 +114,19 @@ class Cluster:
         if rc:
             raise_for(rc)
         self._auto_pin = bool(auto[0])
+        # The routing epoch word (see Cluster.route). The page behind it is
+        # freed with this cdata, not at close(): a thread may read it after
+        # another closed the cluster.
+        word = _new("const uint64_t **")
+        rc = lib.racaffinity_cluster_epoch_page(self._h, word)
+        if rc:
+            raise_for(rc)
+        self._epoch = ffi.gc(word[0], lib.racaffinity_epoch_page_free)
+        # Indexing a memoryview is cheaper than indexing the cdata pointer;
+        # the cdata above keeps the memory it views alive.
+        self._epoch_word = memoryview(ffi.buffer(self._epoch, 8)).cast("Q")
+        # Pins that cached a route: their hits are merged before metrics are read.
+        self._cached_pins: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -375,10 +390,42 @@ class Cluster:
 
     def route(self) -> Route:
         """Routes the current context's next unit of work without leasing
-        (`racaffinity_context_route`: a pin released meanwhile is not revived)."""
+        (`racaffinity_context_route`: a pin released meanwhile is not revived).
+
+        A pinned context's route is served from its pin's cache, without
+        calling the library, while nothing that could alter a route has
+        changed (the library's routing epoch word, read here); such routes
+        are counted in the metrics as if the library had answered."""
+        d = _SCOPES.get()
+        if d is not None:
+            f = d.get(self._serial)
+            if f is not None:
+                pin = f[0]
+                # x86-64 loads have acquire ordering: what the library
+                # published before advancing the word is visible.
+                if pin is not None and pin.epoch == self._epoch_word[0] and pin.active:
+                    pin.hits += 1
+                    return pin.route
+        return self._route_and_cache()
+
+    def _route_and_cache(self) -> Route:
+        epoch = self._epoch_word[0]  # before the call: a change during it moves the word past this
         out = _new("racaffinity_route *")
-        _context_call(self, lib.racaffinity_context_route, out)
-        return _route(self, out)
+        cacheable = _new("bool *")
+        _context_call(self, lambda h, k, o: lib.racaffinity_context_route_cacheable(h, k, o, cacheable), out)
+        route = _route(self, out)
+        pin = _slot(self._serial, _PIN)
+        if pin is not None and pin.active:
+            if cacheable[0] and not self._closed:
+                pin.cache(self._h, route, epoch)
+                self._cached_pins.add(pin)
+            else:
+                pin.epoch = 0
+        return route
+
+    def _merge_host_hits(self) -> None:
+        for pin in list(self._cached_pins):
+            pin.merge_hits()
 
     def lease(self, node: Union[int, str]) -> Lease:
         """Leases `node`, which another route chose (transaction, session,
@@ -540,8 +587,10 @@ class Cluster:
         return json.loads(self.metrics_json())
 
     def metrics_json(self) -> str:
+        self._merge_host_hits()
         return self._read_text(lambda b, c, n: lib.racaffinity_metrics_json(self._h, b, c, n))
 
     def metrics_prometheus(self) -> str:
         """The metrics snapshot in the Prometheus text format."""
+        self._merge_host_hits()
         return self._read_text(lambda b, c, n: lib.racaffinity_metrics_prometheus(self._h, b, c, n), 16384)

@@ -62,16 +62,51 @@ class _Pin:
     An auto-pin (`thread.auto_pin`: the first pick of an unpinned context
     pins it) has no scope to release it: it carries the cluster handle and
     is released when no context holds it any more (its task finished, its
-    thread exited), or by `Cluster.unpin_all()`."""
+    thread exited), or by `Cluster.unpin_all()`.
 
-    __slots__ = ("key", "active", "_auto")
+    The pin also caches its route (`Cluster.route()`): `route` may be served
+    without calling the library while the cluster's routing epoch word still
+    reads `epoch` (0: nothing cached; the library's epochs start at 1) and the
+    pin is `active`. `hits` counts the routes served so; the part not yet
+    `merged` is added to the library's metrics before they are read, when the
+    cached node changes, and when the pin goes.
+
+    `hits += 1` is not atomic across threads: two OS threads sharing one pin
+    (a context copied into a thread inside the scope, as `asyncio.to_thread`
+    does) may lose a count between them; routes stay correct."""
+
+    __slots__ = ("key", "active", "_auto", "epoch", "route", "hits", "merged", "_h", "__weakref__")
 
     def __init__(self, key: int, auto: Any = None) -> None:
         self.key = key
         self.active = True
         self._auto = auto  # the cluster handle of an auto-pin
+        self.epoch = 0
+        self.route: Optional[Route] = None
+        self.hits = 0
+        self.merged = 0
+        self._h: Any = None  # the cluster handle, once a route was cached
+
+    def merge_hits(self) -> None:
+        n = self.hits - self.merged
+        if n > 0 and self._h is not None and self.route is not None:
+            self.merged += n
+            lib.racaffinity_cluster_count_host_hits(self._h, self.route.node, n)  # a closed cluster: INVALID_HANDLE
+
+    def cache(self, h: Any, route: Route, epoch: int) -> None:
+        """Caches `route`, read from the library after the epoch word read `epoch`."""
+        if self.route is not None and self.route.node != route.node:
+            self.merge_hits()
+            self.hits = self.merged = 0
+        self._h = h
+        self.route = route
+        self.epoch = epoch
 
     def __del__(self) -> None:
+        try:
+            self.merge_hits()
+        except Exception:  # interpreter shutdown
+            pass
         if self._auto is not None and self.active:
             self.active = False
             try:

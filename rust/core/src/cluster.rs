@@ -9,6 +9,7 @@ use crate::balance::{Balancer, Choice, PanicPolicy, Policy};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, DataConfig, Placement, SessionConfig, ThreadConfig, TransactionConfig};
 use crate::data::DataMap;
+use crate::epoch::RoutingEpoch;
 use crate::error::{Error, Result, Scope};
 use crate::lease::LeaseRegistry;
 use crate::metrics::ScopeCounters;
@@ -48,6 +49,8 @@ pub(crate) struct Inner {
     pub leases: LeaseRegistry,
     /// Set by [`Cluster::close`]; pins on a closed cluster are pruned.
     pub closed: AtomicBool,
+    /// Advanced by every change that could alter a route (crate::epoch).
+    pub routing: Arc<RoutingEpoch>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -174,9 +177,16 @@ impl Cluster {
     /// Builds from a config with an injected clock.
     pub fn with_clock(config: Config, clock: Arc<dyn Clock>) -> Result<Cluster> {
         config.validate()?;
+        let routing = Arc::new(RoutingEpoch::default());
         let mut topo = Topology::empty();
         for (i, spec) in config.nodes.iter().enumerate() {
-            topo = topo.with_added(Arc::new(Node::new(NodeId(i as u32), spec, &config.local, clock.clone())));
+            topo = topo.with_added(Arc::new(Node::new(
+                NodeId(i as u32),
+                spec,
+                &config.local,
+                clock.clone(),
+                routing.clone(),
+            )));
         }
         let data = DataMap::new(&config.data, &topo)?;
         let strict = [
@@ -200,6 +210,7 @@ impl Cluster {
             next_context: AtomicU64::new(1),
             leases: LeaseRegistry::new(),
             closed: AtomicBool::new(false),
+            routing,
             config,
         };
         Ok(Cluster { inner: Arc::new(inner) })
@@ -226,6 +237,7 @@ impl Cluster {
             }
         }
         inner.data.clear_placed();
+        inner.routing.advance();
     }
 
     /// Whether [`Cluster::close`] was called.
@@ -268,7 +280,8 @@ impl Cluster {
 
     /// Switches a scope's strictness at runtime (JMX `UseStrictXAAffinity` etc.).
     pub fn set_strict(&self, scope: Scope, strict: bool) {
-        self.inner.strict[scope as usize].store(strict, Ordering::Relaxed)
+        self.inner.strict[scope as usize].store(strict, Ordering::Relaxed);
+        self.inner.routing.advance();
     }
 
     // ---- nodes -------------------------------------------------------------
@@ -305,8 +318,9 @@ impl Cluster {
             return Err(Error::InvalidArgument("too many nodes".into()));
         }
         let id = NodeId(cur.by_id.len() as u32);
-        let node = Node::new(id, &spec, &self.inner.config.local, self.inner.clock.clone());
+        let node = Node::new(id, &spec, &self.inner.config.local, self.inner.clock.clone(), self.inner.routing.clone());
         self.inner.topo.store(Arc::new(cur.with_added(Arc::new(node))));
+        self.inner.routing.advance();
         Ok(id)
     }
 
@@ -318,6 +332,7 @@ impl Cluster {
         let node = cur.find(name).cloned().ok_or_else(|| Error::UnknownNode(name.to_string()))?;
         node.mark_removed();
         self.inner.topo.store(Arc::new(cur.with_removed(node.id())));
+        self.inner.routing.advance();
         Ok(node.id())
     }
 

@@ -37,6 +37,31 @@ pub(crate) struct DataMap {
     load_failures: AtomicU64,
     /// The last failed load: `<source>: <error>` (empty: none yet).
     last_load_error: Mutex<String>,
+    /// Rendezvous owners already computed, valid for one routing epoch.
+    owners: ArcSwap<OwnerCache>,
+}
+
+/// Rendezvous owners per partition, filled on first use. Hashing a partition
+/// over every node is linear in nodes (600 ns at 256 nodes); the owner only
+/// changes with the node set or a weight, and each advances the routing
+/// epoch, so one table per epoch turns a route into a lookup.
+struct OwnerCache {
+    epoch: u64,
+    /// `NO_OWNER`: not computed yet (or no node).
+    slots: Box<[std::sync::atomic::AtomicU32]>,
+}
+
+const NO_OWNER: u32 = u32::MAX;
+
+/// Above this many partitions the table (4 bytes each, rebuilt per epoch)
+/// is not kept and every route hashes.
+const MAX_CACHED_PARTITIONS: u32 = 1 << 16;
+
+impl OwnerCache {
+    fn new(epoch: u64, partitions: u32) -> OwnerCache {
+        let n = if partitions <= MAX_CACHED_PARTITIONS { partitions as usize } else { 0 };
+        OwnerCache { epoch, slots: (0..n).map(|_| std::sync::atomic::AtomicU32::new(NO_OWNER)).collect() }
+    }
 }
 
 /// The explicit partition → node map. Entries name the node, not its id: a
@@ -70,6 +95,7 @@ impl DataMap {
             placed: Sharded::new(),
             load_failures: AtomicU64::new(0),
             last_load_error: Mutex::new(String::new()),
+            owners: ArcSwap::from_pointee(OwnerCache::new(0, cfg.partitions)),
         })
     }
 
@@ -132,8 +158,29 @@ impl Cluster {
         if self.inner.config.data.placement == Placement::Balanced {
             return Ok(d.placed.lock(&partition).get(&partition).copied().filter(|id| !is_removed(topo, *id)));
         }
-        Ok(rendezvous::owner(&topo.live, hash::hash_i64(i64::from(partition)), Weights::Static, |_| true)
-            .map(|n| n.id()))
+        let epoch = self.routing_epoch();
+        let mut cache = d.owners.load();
+        if cache.epoch != epoch {
+            // A route that read the old epoch may still fill the old table:
+            // its answer is the one it would have had without the table.
+            d.owners.store(Arc::new(OwnerCache::new(epoch, d.partitions)));
+            cache = d.owners.load();
+        }
+        let slot = cache.slots.get(partition as usize);
+        if let Some(id) = slot.map(|s| s.load(Ordering::Relaxed)).filter(|&id| id != NO_OWNER) {
+            return Ok(Some(NodeId(id)));
+        }
+        let owner = rendezvous::owner(&topo.live, hash::hash_i64(i64::from(partition)), Weights::Static, |_| true)
+            .map(|n| n.id());
+        // `topo` was loaded before `epoch` was read: the answer goes into
+        // the table only if no node was added or removed since (weights are
+        // read after the epoch, so they are at least as new as it).
+        if let (Some(slot), Some(id)) = (slot, owner) {
+            if self.topo().epoch == topo.epoch {
+                slot.store(id.0, Ordering::Relaxed);
+            }
+        }
+        Ok(owner)
     }
 
     /// The owner of `key`'s partition, whatever its state.
@@ -299,6 +346,7 @@ impl Cluster {
             Arc::new(next)
         });
         d.has_explicit.store(!d.explicit.load().entries.is_empty(), Ordering::Release);
+        self.inner.routing.advance();
     }
 
     pub(crate) fn data_affinities(&self) -> usize {

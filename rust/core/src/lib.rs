@@ -36,6 +36,7 @@ pub mod config;
 pub mod connect;
 mod counter;
 mod data;
+mod epoch;
 mod error;
 pub mod event;
 mod failover;
@@ -60,6 +61,7 @@ pub use config::{
     Config, DataConfig, Placement, RecoveryScope, SessionConfig, SessionMode, ThreadConfig, TransactionConfig,
 };
 pub use data::{check_partition_map_source, DataKey};
+pub use epoch::RoutingEpoch;
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
 pub use lease::{Lease, LeaseToken, Outcome};

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::clock::Clock;
 use crate::counter::StripedCounter;
+use crate::epoch::RoutingEpoch;
 use crate::error::{Error, Result};
 use crate::hash;
 
@@ -404,6 +405,8 @@ pub struct Node {
     rlb_flag: AtomicU8,
     aff: AtomicBool,
     session_epoch: AtomicU32,
+    /// The cluster's routing epoch, advanced after every change below.
+    routing: Arc<RoutingEpoch>,
     /// When the node last started or stopped taking new work (0: never
     /// since it was added). Strict placement waits for every process to have
     /// seen such a change before placing around it.
@@ -439,7 +442,13 @@ pub(crate) enum OutcomeSource {
 }
 
 impl Node {
-    pub(crate) fn new(id: NodeId, spec: &NodeSpec, local: &LocalConfig, clock: Arc<dyn Clock>) -> Node {
+    pub(crate) fn new(
+        id: NodeId,
+        spec: &NodeSpec,
+        local: &LocalConfig,
+        clock: Arc<dyn Clock>,
+        routing: Arc<RoutingEpoch>,
+    ) -> Node {
         let machine = spec.machine_or_host();
         let locality = local.classify(machine.as_deref(), spec.zone.as_deref());
         let host = spec
@@ -469,6 +478,7 @@ impl Node {
             rlb_flag: AtomicU8::new(0),
             aff: AtomicBool::new(true),
             session_epoch: AtomicU32::new(0),
+            routing,
             new_work_since: AtomicU64::new(0),
             clock: NodeClock(clock),
             counters: NodeCounters::default(),
@@ -565,7 +575,8 @@ impl Node {
     }
 
     pub(crate) fn set_weight(&self, w: u32) {
-        self.weight.store(w, Ordering::Relaxed)
+        self.weight.store(w, Ordering::Relaxed);
+        self.routing.advance();
     }
 
     /// RLB percent from the last advisory, if any.
@@ -675,6 +686,7 @@ impl Node {
         let until = timeout_ms.map_or(0, |t| clock.now_ms().saturating_add(t).max(1));
         let t = self.set_auto(&mut g, NodeState::Draining, DownCause::Event);
         self.drain_until.store(until, Ordering::Release);
+        self.routing.advance();
         t
     }
 
@@ -715,6 +727,7 @@ impl Node {
             return false;
         }
         breaker.trial_out = true;
+        self.routing.advance();
         true
     }
 
@@ -740,6 +753,9 @@ impl Node {
         let (to, cause) = layers.effective();
         self.cause.store(cause.to_u8(), Ordering::Release);
         self.state.store(to.to_u8(), Ordering::Release);
+        if before != (to, cause) {
+            self.routing.advance();
+        }
         if before.0 == to {
             return None;
         }
@@ -909,13 +925,14 @@ impl Node {
         };
         self.rlb_flag.store(f, Ordering::Relaxed);
         let was = self.aff.swap(aff, Ordering::AcqRel);
-        if was && !aff {
+        let revoked = was && !aff;
+        if revoked {
             // Bumping the epoch invalidates every session entry made before it
             // in O(1); entries are dropped lazily on their next lookup.
             self.session_epoch.fetch_add(1, Ordering::AcqRel);
-            return true;
         }
-        false
+        self.routing.advance();
+        revoked
     }
 
     /// An advisory that does not name this node: the instance offers the
@@ -924,12 +941,14 @@ impl Node {
     pub(crate) fn set_unadvised(&self) {
         self.rlb_percent.store(0, Ordering::Relaxed);
         self.rlb_flag.store(3, Ordering::Relaxed);
+        self.routing.advance();
     }
 
     pub(crate) fn mark_removed(&self) {
         self.stamp_new_work_change();
         self.removed.store(true, Ordering::Release);
         self.session_epoch.fetch_add(1, Ordering::AcqRel);
+        self.routing.advance();
     }
 }
 

@@ -6,6 +6,7 @@ mod call;
 pub mod cluster;
 pub mod connect;
 pub mod data;
+pub mod epoch;
 pub mod event;
 pub mod handle;
 pub mod metrics;

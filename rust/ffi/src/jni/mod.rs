@@ -62,6 +62,7 @@ macro_rules! jni_export {
 
 mod cluster;
 mod connect;
+mod epoch;
 mod routing;
 #[cfg(feature = "testing")]
 mod testing;
@@ -157,13 +158,14 @@ impl<T: Default> ErrorPolicy<T, Fail> for ThrowAffinity {
     ) -> jni::errors::Result<T> {
         match err {
             Fail::Core(f) => {
-                let msg = match f.code {
+                let code = f.code;
+                let msg = match code {
                     racaffinity_result::InvalidHandle => {
                         "racaffinity cluster is closed (its handle is stale or freed)".to_string()
                     }
-                    _ => f.detail,
+                    _ => f.into_detail(),
                 };
-                throw(env, exception_class(f.code), msg)
+                throw(env, exception_class(code), msg)
             }
             Fail::Jni(jni::errors::Error::NullPtr(what)) => {
                 throw(env, jni_str!("java/lang/NullPointerException"), format!("racaffinity: {what} is null"))

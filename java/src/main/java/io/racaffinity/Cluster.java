@@ -1,6 +1,11 @@
 package io.racaffinity;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.lang.ref.Cleaner;
+import java.lang.ref.Reference;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -11,6 +16,8 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.OptionalInt;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -47,14 +54,29 @@ public final class Cluster implements AutoCloseable {
     private final String name;
     private final AtomicBoolean closed = new AtomicBoolean();
     private final Cleaner.Cleanable freeOnGc;
-    private final ThreadLocal<long[]> context;
+    private final ThreadLocal<ThreadContext> context;
     private volatile String[] names = new String[0];
+    /**
+     * The core's routing epoch word (8 bytes, native order), which moves on
+     * every change that could alter a route. The page behind it is freed when
+     * this buffer becomes unreachable, not at {@link #close()}: a thread may
+     * read it after another closed the cluster.
+     */
+    private final ByteBuffer epoch;
+    /** Host-served hits not yet merged into the core's metrics, one per live thread context. */
+    private final Set<HostHits> hostHits = ConcurrentHashMap.newKeySet();
+
+    private static final VarHandle EPOCH = MethodHandles.byteBufferViewVarHandle(long[].class,
+            ByteOrder.nativeOrder());
 
     private Cluster(long handle) {
         this.handle = handle;
         this.freeOnGc = CLEANER.registerCluster(this, new Free(handle));
         this.name = Native.clusterName(handle);
         this.context = ThreadLocal.withInitial(this::newContext);
+        long page = Native.epochPage(handle);
+        this.epoch = Native.epochBuffer(page).asReadOnlyBuffer().order(ByteOrder.nativeOrder());
+        CLEANER.register(epoch, new FreeEpochPage(page));
     }
 
     /**
@@ -344,17 +366,18 @@ public final class Cluster implements AutoCloseable {
 
     // ---- picks, pins, leases ----------------------------------------------
 
-    private long[] newContext() {
-        long key = Native.contextNew(handle);
-        long[] holder = {key};
+    private ThreadContext newContext() {
+        ThreadContext c = new ThreadContext(Native.contextNew(handle), new HostHits());
+        hostHits.add(c.hits);
         // A thread that dies pinned must not leave its pin in the core: when
-        // its ThreadLocal value becomes unreachable, release the context.
-        CLEANER.register(holder, new ReleaseContext(handle, key));
-        return holder;
+        // its ThreadLocal value becomes unreachable, release the context (and
+        // merge the hits it served).
+        CLEANER.register(c, new ReleaseThreadContext(handle, c.key, c.hits, hostHits));
+        return c;
     }
 
     private long contextKey() {
-        return context.get()[0];
+        return context.get().key;
     }
 
     /**
@@ -464,7 +487,34 @@ public final class Cluster implements AutoCloseable {
      * @return the route
      */
     public Route route() {
-        return route(Native.contextRoute(handle, contextKey()));
+        ThreadContext c = context.get();
+        long e = (long) EPOCH.getAcquire(epoch, 0);
+        // The page is freed by a Cleaner on the buffer: keep it reachable
+        // until the read above is done.
+        Reference.reachabilityFence(epoch);
+        if (e == c.epoch && c.generation == c.cachedGeneration) {
+            // Nothing that could alter a route changed since the core said
+            // this pin may be cached, and this context's pin was not touched.
+            c.hits.count++;
+            return c.route;
+        }
+        return routeAndCache(c, e);
+    }
+
+    /** A {@link #route()} the cache could not serve; {@code e} was read before the call. */
+    private Route routeAndCache(ThreadContext c, long e) {
+        int generation = c.generation;
+        long r = Native.contextRouteCacheable(handle, c.key);
+        Route route = route(r);
+        if ((r & Native.CACHEABLE) != 0) {
+            c.hits.moveTo(route.node(), handle);
+            c.route = route;
+            c.cachedGeneration = generation;
+            c.epoch = e;
+        } else {
+            c.epoch = 0;
+        }
+        return route;
     }
 
     /**
@@ -474,8 +524,10 @@ public final class Cluster implements AutoCloseable {
      * @return the pin scope
      */
     public Pin pin() {
-        long key = contextKey();
-        return new Pin(this, key, Native.contextPin(handle, key));
+        ThreadContext c = context.get();
+        Pin p = new Pin(this, c, Native.contextPin(handle, c.key));
+        c.pinChanged();
+        return p;
     }
 
     /** @return the calling thread's pinned node id, if pinned */
@@ -491,7 +543,10 @@ public final class Cluster implements AutoCloseable {
      * @return whether a pin existed
      */
     public boolean unpinAll() {
-        return Native.contextRelease(handle, contextKey());
+        ThreadContext c = context.get();
+        boolean had = Native.contextRelease(handle, c.key);
+        c.pinChanged();
+        return had;
     }
 
     /**
@@ -773,16 +828,19 @@ public final class Cluster implements AutoCloseable {
 
     /** @return the metrics snapshot as JSON */
     public String metricsJson() {
+        mergeHostHits();
         return Native.metricsJson(handle);
     }
 
     /** @return the metrics snapshot in the Prometheus text format (0.0.4) */
     public String metricsPrometheus() {
+        mergeHostHits();
         return Native.metricsPrometheus(handle);
     }
 
     /** @return every live node's state and counters, from one snapshot */
     public List<NodeMetrics> nodeMetrics() {
+        mergeHostHits();
         Object[] m = Native.nodeMetrics(handle);
         String[] names = (String[]) m[0];
         String[] causes = (String[]) m[1];
@@ -804,6 +862,13 @@ public final class Cluster implements AutoCloseable {
                     c[o + 12], span));
         }
         return Collections.unmodifiableList(out);
+    }
+
+    /** Adds the pinned routes that threads served from their caches to the core's counters. */
+    private void mergeHostHits() {
+        for (HostHits h : hostHits) {
+            h.merge(handle);
+        }
     }
 
     // ---- lifecycle ----------------------------------------------------------
@@ -883,7 +948,113 @@ public final class Cluster implements AutoCloseable {
         }
     }
 
-    /** Releases a dead thread's pin context. */
+    /**
+     * A thread's pin context and its cached route: {@code route} may be served
+     * without asking the core while the epoch word still equals {@code epoch}
+     * (0: nothing cached; the core's epochs start at 1) and no pin change
+     * happened since ({@code generation == cachedGeneration}).
+     */
+    static final class ThreadContext {
+        private static final VarHandle GENERATION;
+
+        static {
+            try {
+                GENERATION = MethodHandles.lookup().findVarHandle(ThreadContext.class, "generation", int.class);
+            } catch (ReflectiveOperationException e) {
+                throw new ExceptionInInitializerError(e);
+            }
+        }
+
+        final long key;
+        final HostHits hits;
+        long epoch;
+        Route route;
+        int cachedGeneration;
+        /** Bumped by pin changes, which a {@link Pin} may make from another thread. */
+        volatile int generation;
+
+        ThreadContext(long key, HostHits hits) {
+            this.key = key;
+            this.hits = hits;
+        }
+
+        /** Called after the core changed this context's pin. */
+        void pinChanged() {
+            GENERATION.getAndAdd(this, 1);
+        }
+    }
+
+    /**
+     * Hits one thread served from its cache on one node. Only the owning thread
+     * adds to {@code count} (a plain increment: the hit path takes no lock and
+     * no atomic); merging sends what grew since the last merge, so a concurrent
+     * hit is merged next time, never lost.
+     */
+    static final class HostHits {
+        private int node = -1;
+        long count;
+        private long merged;
+
+        /** The owner caches a route to {@code to}: what it served on its old node is merged first. */
+        synchronized void moveTo(int to, long handle) {
+            if (to != node) {
+                merge(handle);
+                node = to;
+                count = 0;
+                merged = 0;
+            }
+        }
+
+        synchronized void merge(long handle) {
+            long n = count - merged;
+            if (n > 0 && node >= 0) {
+                Native.countHostHits(handle, node, n);
+                merged += n;
+            }
+        }
+    }
+
+    /** Frees the routing epoch page once its buffer is unreachable. */
+    private static final class FreeEpochPage implements Runnable {
+        private final long page;
+
+        FreeEpochPage(long page) {
+            this.page = page;
+        }
+
+        @Override
+        public void run() {
+            Native.epochPageFree(page);
+        }
+    }
+
+    /** Releases a dead thread's pin context and merges the hits it served. */
+    private static final class ReleaseThreadContext implements Runnable {
+        private final long handle;
+        private final long key;
+        private final HostHits hits;
+        private final Set<HostHits> registry;
+
+        ReleaseThreadContext(long handle, long key, HostHits hits, Set<HostHits> registry) {
+            this.handle = handle;
+            this.key = key;
+            this.hits = hits;
+            this.registry = registry;
+        }
+
+        @Override
+        public void run() {
+            registry.remove(hits);
+            try {
+                hits.merge(handle);
+                Native.contextRelease(handle, key);
+            } catch (RuntimeException e) {
+                // the cluster is closed: its pins and counters are gone with it
+            }
+        }
+    }
+
+    /** Releases a pin context (an {@link AffinityContext}'s) when its owner is unreachable. */
     private static final class ReleaseContext implements Runnable {
         private final long handle;
         private final long key;

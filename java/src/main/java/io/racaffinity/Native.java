@@ -24,8 +24,11 @@ final class Native {
     }
 
     static RouteKind kind(long packed) {
-        return RouteKind.of((int) (packed >>> 32));
+        return RouteKind.of((int) (packed >>> 32) & 0xff);
     }
+
+    /** Set in {@link #contextRouteCacheable}'s result when the route may be cached. */
+    static final long CACHEABLE = 1L << 40;
 
     // --- library ---------------------------------------------------------
     static native String version();
@@ -109,6 +112,18 @@ final class Native {
     static native long contextRoute(long h, long context);
 
     static native long contextPick(long h, long context);
+
+    // --- routing epoch (a cached pinned route crosses no JNI) ------------------
+
+    static native long contextRouteCacheable(long h, long context);
+
+    static native long epochPage(long h);
+
+    static native java.nio.ByteBuffer epochBuffer(long page);
+
+    static native void epochPageFree(long page);
+
+    static native void countHostHits(long h, int node, long count);
 
     static native long requestPick(long h, byte[] gtrid, byte[] key, long keyI64, boolean keyIsI64, byte[] session,
             long context);

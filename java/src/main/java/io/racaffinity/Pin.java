@@ -16,11 +16,11 @@ package io.racaffinity;
  */
 public final class Pin extends ReleaseOnce implements AutoCloseable {
     private final Cluster cluster;
-    private final long context;
+    private final Cluster.ThreadContext context;
     private final int node;
     private final RouteKind kind;
 
-    Pin(Cluster cluster, long context, long packed) {
+    Pin(Cluster cluster, Cluster.ThreadContext context, long packed) {
         this.cluster = cluster;
         this.context = context;
         this.node = Native.node(packed);
@@ -49,7 +49,8 @@ public final class Pin extends ReleaseOnce implements AutoCloseable {
             return;
         }
         try {
-            Native.contextUnpin(cluster.handle(), context);
+            Native.contextUnpin(cluster.handle(), context.key);
+            context.pinChanged();
         } catch (ClusterClosedException e) {
             // The cluster's pins went with it.
         }

@@ -1,0 +1,236 @@
+"""`Cluster.route()` serves a pinned context's route from its pin's cache
+while the library's routing epoch is unchanged. Held to the library's
+answers: no cached route outlives a Down, a removal or an ejection (threads
+and asyncio tasks), strict scopes refuse and soft scopes re-pin at once,
+every hit is counted, and closing a cluster under cached pins is safe."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import random
+import threading
+from typing import Dict, List, Tuple
+
+import pytest
+
+import racaffinity as ra
+
+NODES = [f"n{i}" for i in range(6)]
+
+
+def thread_counter(c: ra.Cluster, field: str) -> int:
+    return c.metrics()["scopes"]["thread"][field]
+
+
+def test_hits_served_by_the_cache_are_counted_in_json_and_prometheus(cluster_factory):
+    c = cluster_factory(nodes=NODES, name="cache")
+    with c.pin() as pinned:
+        for _ in range(1000):
+            assert c.route().node == pinned.node
+    node = next(n for n in c.metrics()["nodes"] if n["name"] == pinned.name)
+    assert (node["picks"], node["affinity_hits"]) == (1001, 1000)
+    assert thread_counter(c, "hits") == 1000
+    assert f'racaffinity_node_affinity_hits_total{{cluster="cache",node="{pinned.name}"}} 1000' in c.metrics_prometheus()
+
+
+def test_soft_repins_and_strict_refuses_at_once_after_down(cluster_factory):
+    c = cluster_factory(nodes=NODES)
+    with c.pin() as pinned:
+        c.route()
+        c.route()
+        c.set_node_state(pinned.name, "down")
+        r = c.route()
+        assert r.node != pinned.node and r.kind == ra.RouteKind.REPINNED
+    c = cluster_factory(nodes=NODES, thread_strict=True)
+    with c.pin() as pinned:
+        c.route()
+        c.route()
+        c.set_node_state(pinned.name, "down")
+        with pytest.raises(ra.StrictAffinityError):
+            c.route()
+
+
+def test_leaving_the_pin_scope_ends_the_cached_pin(cluster_factory):
+    c = cluster_factory(nodes=NODES, policy="round_robin")
+    with c.pin():
+        c.route()
+        c.route()
+    assert c.route().kind == ra.RouteKind.BALANCED
+
+
+class Flipper:
+    """Marks nodes down and up, ejects, advises, adds and removes nodes (n0
+    never changes, so a soft re-pin always has somewhere to go), logging each
+    change between two ticks of a shared clock."""
+
+    def __init__(self, c: ra.Cluster) -> None:
+        self.c = c
+        self.clock = itertools.count(1)
+        self.now = 0  # the last tick handed out (read by routers)
+        self.log: Dict[int, List[Tuple[int, int, bool]]] = {}
+        self.stop = threading.Event()
+        self.changes = 0
+
+    def tick(self) -> int:
+        self.now = next(self.clock)
+        return self.now
+
+    def run(self) -> None:
+        rnd = random.Random(0x5EED)
+        added = 0
+        c = self.c
+        while not self.stop.is_set():
+            live = [n.id for n in c.nodes if n.id != 0]
+            node = rnd.choice(live)
+            name = c.node_name(node)
+            began = self.tick()
+            op = rnd.randrange(10)
+            unavailable = None
+            if op <= 2:
+                c.set_node_state(name, "down")
+                unavailable = True
+            elif op <= 5:
+                c.set_node_state(name, "up")
+                unavailable = False
+            elif op == 6:
+                for _ in range(3):
+                    c.report_outcome(node, False)
+                unavailable = True if c.node_state(node) == ra.NodeState.DOWN else None
+            elif op == 7:
+                aff = rnd.choice(["TRUE", "FALSE"])
+                c.apply_event(
+                    f"VERSION=1.0 database=orcl service=svc {{ {{instance={name} percent=30 flag=GOOD aff={aff}}} }} "
+                    "timestamp=x"
+                )
+            elif op == 8 and len(live) > 3:
+                c.remove_node(name)
+                unavailable = True
+            else:
+                added += 1
+                c.add_node(f"m{added}")
+            done = self.tick()
+            if unavailable is not None:
+                self.log.setdefault(node, []).append((began, done, unavailable))
+            self.changes += 1
+
+    def down_throughout(self, node: int, begin: int, end: int) -> bool:
+        """Whether `node` was unavailable for a whole route that read the clock
+        as `begin` before and `end` after (ticks are handed out before a change
+        starts and after it is done)."""
+        log = self.log.get(node, [])
+        i = bisect.bisect_right([done for _, done, _ in log], begin)
+        return i > 0 and log[i - 1][2] and (i == len(log) or log[i][0] > end)
+
+
+def check(f: Flipper, seen: List[Tuple[int, int, int]]) -> None:
+    bad = [s for s in seen if f.down_throughout(s[2], s[0], s[1])]
+    assert not bad, f"{len(bad)} routes returned an unavailable node, e.g. {bad[:3]}; log {f.log.get(bad[0][2])}"
+
+
+def stress_cluster(cluster_factory) -> ra.Cluster:
+    return cluster_factory(
+        nodes=NODES,
+        health_eject_after_failures=3,
+        health_eject_backoff="1h",
+        health_eject_backoff_max="1h",
+    )
+
+
+def test_cached_pins_never_outlive_a_down_removal_or_ejection_threads(cluster_factory):
+    c = stress_cluster(cluster_factory)
+    f = Flipper(c)
+    routes, routers = 20_000, 4
+    seen: List[Tuple[int, int, int]] = []
+    errors: List[BaseException] = []
+
+    def router() -> None:
+        try:
+            mine = []
+            with c.pin():
+                for _ in range(routes):
+                    begin = f.now
+                    node = c.route().node
+                    mine.append((begin, f.now, node))
+            seen.extend(mine)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    flipper = threading.Thread(target=f.run)
+    flipper.start()
+    threads = [threading.Thread(target=router) for _ in range(routers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    f.stop.set()
+    flipper.join()
+    assert not errors, errors
+    assert f.changes > 20, f"the flipper made only {f.changes} changes"
+    check(f, seen)
+    m = c.metrics()["scopes"]["thread"]
+    assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == routers * (routes + 1)
+
+
+def test_cached_pins_never_outlive_a_down_removal_or_ejection_asyncio(cluster_factory):
+    c = stress_cluster(cluster_factory)
+    f = Flipper(c)
+    routes, tasks = 5_000, 32
+    seen: List[Tuple[int, int, int]] = []
+
+    async def router() -> None:
+        with c.pin():
+            for i in range(routes):
+                begin = f.now
+                node = c.route().node
+                seen.append((begin, f.now, node))
+                if i % 50 == 0:
+                    await asyncio.sleep(0)  # let the other tasks route in between
+
+    async def main() -> None:
+        await asyncio.gather(*(router() for _ in range(tasks)))
+
+    flipper = threading.Thread(target=f.run)
+    flipper.start()
+    try:
+        asyncio.run(main())
+    finally:
+        f.stop.set()
+        flipper.join()
+    assert f.changes > 20, f"the flipper made only {f.changes} changes"
+    check(f, seen)
+    m = c.metrics()["scopes"]["thread"]
+    assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == tasks * (routes + 1)
+
+
+def test_closing_a_cluster_under_cached_pins_is_safe():
+    for _ in range(10):
+        c = ra.Cluster(nodes=NODES)
+        closed = threading.Event()
+        ready = threading.Barrier(5)
+        wrong: List[str] = []
+
+        def router() -> None:
+            with c.pin():
+                ready.wait()
+                try:
+                    while True:
+                        was_closed = closed.is_set()
+                        c.route()
+                        if was_closed:
+                            wrong.append("a route succeeded after close")
+                            return
+                except ra.ClosedError:
+                    pass
+
+        threads = [threading.Thread(target=router) for _ in range(4)]
+        for t in threads:
+            t.start()
+        ready.wait()
+        c.close()
+        closed.set()
+        for t in threads:
+            t.join()
+        assert not wrong
+        del c  # the epoch page goes with the last reference

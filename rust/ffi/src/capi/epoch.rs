@@ -1,0 +1,110 @@
+//! The routing epoch page: lets a host serve a pinned context's route from
+//! its own cache while the epoch it cached the route under is current.
+//!
+//! The page is reference-counted apart from the cluster: a host that maps it
+//! keeps it valid until it frees it, even after `racaffinity_cluster_free`.
+
+use std::sync::Arc;
+
+use racaffinity_core::{ContextKey, RoutingEpoch};
+
+use super::buffer::out_arg;
+use super::handle::{self, racaffinity_cluster};
+use super::result::{guard, racaffinity_result};
+use super::types::{node_id, racaffinity_route};
+
+/// Maps the cluster's routing epoch: `*out_word` points at a 64-bit word the
+/// core advances (with release ordering) after every change that could alter
+/// any route. Read it with acquire ordering (`__atomic_load_n(p,
+/// __ATOMIC_ACQUIRE)`, `atomic_load`). The word stays readable until
+/// `racaffinity_epoch_page_free(*out_word)`, whatever happens to the cluster;
+/// closing the cluster advances it once more.
+///
+/// # Safety
+/// `out_word` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_cluster_epoch_page(
+    cluster: *const racaffinity_cluster,
+    out_word: *mut *const u64,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out_word, "out_word") }?;
+        handle::with(cluster, |c| out.set(page_into_raw(c.routing_epoch_page())))
+    })
+}
+
+/// Releases a word from `racaffinity_cluster_epoch_page`. NULL is a no-op.
+///
+/// # Safety
+/// `word` must be NULL or a value from `racaffinity_cluster_epoch_page` not
+/// yet freed; the caller must not read it afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_epoch_page_free(word: *const u64) {
+    if !word.is_null() {
+        // SAFETY: per this function's contract, `word` came from
+        // `page_into_raw` and still owns its strong reference.
+        unsafe { page_from_raw(word) };
+    }
+}
+
+/// `racaffinity_context_route` that also says whether the answer may be
+/// cached: when `*out_cacheable` is true, the host may return the same route
+/// for `context` while the epoch word still holds the value it read *before*
+/// this call, and it has not pinned, unpinned or released `context` since.
+/// Count each route served from such a cache with
+/// `racaffinity_cluster_count_host_hits`, so the metrics stay exact.
+///
+/// # Safety
+/// `out` and `out_cacheable` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_context_route_cacheable(
+    cluster: *const racaffinity_cluster,
+    context: u64,
+    out: *mut racaffinity_route,
+    out_cacheable: *mut bool,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (out, cacheable) = unsafe { (out_arg(out, "out")?, out_arg(out_cacheable, "out_cacheable")?) };
+        handle::with(cluster, |c| {
+            let (r, ok) = c.pick_in_cacheable(ContextKey(context))?;
+            cacheable.set(ok)?;
+            out.set(r.into())
+        })
+    })
+}
+
+/// Adds `count` routes a host served from its cache for a pinned context on
+/// `node` to the metrics (node picks and affinity hits, thread-scope hits).
+#[no_mangle]
+pub extern "C" fn racaffinity_cluster_count_host_hits(
+    cluster: *const racaffinity_cluster,
+    node: u32,
+    count: u64,
+) -> racaffinity_result {
+    guard(|| {
+        handle::with(cluster, |c| {
+            c.count_host_hits(node_id(node), count);
+            Ok(())
+        })
+    })
+}
+
+/// A strong reference to the page, as the address of its epoch word (the
+/// page's first field, so the two addresses are one).
+pub(crate) fn page_into_raw(page: Arc<RoutingEpoch>) -> *const u64 {
+    let word = page.word_ptr();
+    debug_assert_eq!(word.cast::<u8>(), Arc::as_ptr(&page).cast::<u8>());
+    Arc::into_raw(page).cast()
+}
+
+/// Gives back the strong reference `page_into_raw` made.
+///
+/// # Safety
+/// `word` must come from `page_into_raw`, once.
+pub(crate) unsafe fn page_from_raw(word: *const u64) -> Arc<RoutingEpoch> {
+    // SAFETY: per this function's contract, `word` is `Arc::into_raw` of a
+    // `RoutingEpoch` (cast to its first field, at offset 0).
+    unsafe { Arc::from_raw(word.cast::<RoutingEpoch>()) }
+}
