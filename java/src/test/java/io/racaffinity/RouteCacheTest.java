@@ -4,9 +4,8 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
-import java.lang.reflect.Method;
+import io.racaffinity.test.VirtualThreads;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
@@ -238,23 +237,10 @@ class RouteCacheTest {
     @Test
     @Tag("virtual-threads")
     void cachedPinsNeverOutliveADownRemovalOrEjectionOnVirtualThreads() throws Exception {
-        int feature = Runtime.version().feature();
-        if (Boolean.getBoolean("racaffinity.requireVirtualThreads")) {
-            assertTrue(feature >= 21, "virtual-thread tests must run on JDK 21+, this is " + Runtime.version());
-        }
-        assumeTrue(feature >= 21, "virtual threads need JDK 21+");
-        stress(RouteCacheTest::startVirtual, 64, 10_000);
+        VirtualThreads.assumeAvailable();
+        stress(VirtualThreads::start, 64, 10_000);
     }
 
-    private static Thread startVirtual(Runnable r) {
-        try {
-            Object builder = Thread.class.getMethod("ofVirtual").invoke(null);
-            Method start = Class.forName("java.lang.Thread$Builder").getMethod("start", Runnable.class);
-            return (Thread) start.invoke(builder, r);
-        } catch (ReflectiveOperationException e) {
-            throw new IllegalStateException(e);
-        }
-    }
 
     @Test
     void closingAClusterUnderCachedPinsIsSafe() throws Exception {

@@ -1,11 +1,10 @@
 package io.racaffinity.jdbc;
 
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
-import java.lang.reflect.Method;
+import io.racaffinity.test.VirtualThreads;
 import java.util.Set;
 import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
@@ -22,28 +21,15 @@ import org.junit.jupiter.api.extension.ExtendWith;
 @Tag("virtual-threads")
 @ExtendWith(PgNodes.class)
 class VirtualThreadPinsTest {
-    private static Thread startVirtual(Runnable r) {
-        try {
-            Object builder = Thread.class.getMethod("ofVirtual").invoke(null);
-            Method start = Class.forName("java.lang.Thread$Builder").getMethod("start", Runnable.class);
-            return (Thread) start.invoke(builder, r);
-        } catch (ReflectiveOperationException e) {
-            throw new IllegalStateException(e);
-        }
-    }
 
     @Test
     void virtualThreadsSharingCarriersNeverSeeEachOthersPins() throws Exception {
-        int feature = Runtime.version().feature();
-        if (Boolean.getBoolean("racaffinity.requireVirtualThreads")) {
-            assertTrue(feature >= 21, "virtual-thread tests must run on JDK 21+, this is " + Runtime.version());
-        }
-        assumeTrue(feature >= 21, "virtual threads need JDK 21+");
+        VirtualThreads.assumeAvailable();
         try (Pools pools = new Pools(AffinityDataSourceTest.NAMES, c -> c.setMaximumPoolSize(20));
                 AffinityDataSource ds = pools.affinity(
                         "name = virtual-threads; nodes = MYDB1, MYDB2, MYDB3; policy = random")) {
             PinIsolation run = new PinIsolation();
-            run.run(ds, 1000, 3, VirtualThreadPinsTest::startVirtual);
+            run.run(ds, 1000, 3, VirtualThreads::start);
             // The point of the test: carriers ran virtual threads pinned to different
             // nodes, so OS-thread pins would have been wrong here.
             boolean shared = run.nodesPerCarrier.values().stream().anyMatch((Set<String> s) -> s.size() >= 2);

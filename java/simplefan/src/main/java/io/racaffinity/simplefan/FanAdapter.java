@@ -155,20 +155,19 @@ public final class FanAdapter implements FanUpEventListener, AutoCloseable {
 
     @Override
     public void handleEvent(NodeDownEvent e) {
-        StringBuilder line = new StringBuilder("NODE VERSION=1.0");
-        pair(line, "host", e.getNodeName());
-        pair(line, "incarnation", Integer.toString(e.getIncarnation()));
-        line.append(" status=nodedown");
-        apply(line, e);
+        apply(nodeLine(e.getNodeName(), e.getIncarnation(), "nodedown"), e);
     }
 
     @Override
     public void handleEvent(NodeUpEvent e) {
+        apply(nodeLine(e.getNodeName(), e.getIncarnation(), "up"), e);
+    }
+
+    private static StringBuilder nodeLine(String host, int incarnation, String status) {
         StringBuilder line = new StringBuilder("NODE VERSION=1.0");
-        pair(line, "host", e.getNodeName());
-        pair(line, "incarnation", Integer.toString(e.getIncarnation()));
-        line.append(" status=up");
-        apply(line, e);
+        pair(line, "host", host);
+        pair(line, "incarnation", Integer.toString(incarnation));
+        return line.append(" status=").append(status);
     }
 
     @Override
