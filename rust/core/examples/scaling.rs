@@ -85,37 +85,27 @@ fn main() {
     rss_out.push("\n## Resident memory, 8 nodes (RSS growth, /proc/self/statm)\n".to_string());
     rss_out.push("| live entries | RSS growth | per entry |".to_string());
     rss_out.push("|---|---:|---:|".to_string());
-    let sessions = cluster(8);
-    {
-        let c = &sessions;
+    // Resident memory each registry grows by per million live entries.
+    let mut rss_row = |label: &str, key: &str, fill: &dyn Fn(&Cluster)| {
+        let c = cluster(8);
         let before = rss_kib();
+        fill(&c);
+        let grown = rss_kib().saturating_sub(before);
+        rss_out.push(format!("| {label} | {:.1} MiB | {:.0} B |", grown as f64 / 1024.0, grown as f64 * 1024.0 / 1e6));
+        lines.push(format!("SCALING {key} 1000000 {grown} {grown} {grown}"));
+        c
+    };
+    let sessions = rss_row("1 000 000 sessions", "rss_sessions", &|c| {
         for i in 0..1_000_000 {
             c.session_route(&session(i)).unwrap();
         }
-        let grown = rss_kib().saturating_sub(before);
-        rss_out.push(format!(
-            "| 1 000 000 sessions | {:.1} MiB | {:.0} B |",
-            grown as f64 / 1024.0,
-            grown as f64 * 1024.0 / 1e6
-        ));
-        lines.push(format!("SCALING rss_sessions 1000000 {grown} {grown} {grown}"));
-    }
-    let contexts = cluster(8);
-    {
-        let c = &contexts;
-        let before = rss_kib();
+    });
+    let contexts = rss_row("1 000 000 pinned contexts", "rss_contexts", &|c| {
         for _ in 0..1_000_000 {
             let k = c.new_context_key();
             c.pin_context(k).unwrap();
         }
-        let grown = rss_kib().saturating_sub(before);
-        rss_out.push(format!(
-            "| 1 000 000 pinned contexts | {:.1} MiB | {:.0} B |",
-            grown as f64 / 1024.0,
-            grown as f64 * 1024.0 / 1e6
-        ));
-        lines.push(format!("SCALING rss_contexts 1000000 {grown} {grown} {grown}"));
-    }
+    });
     let ops = if quick { 5_000 } else { 20_000 };
     const LIVE: usize = 1024;
     println!("## Route cost per scope by node count (ns/op, median of {ROUNDS} rounds, min–max)\n");

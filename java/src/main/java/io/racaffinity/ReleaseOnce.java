@@ -1,25 +1,16 @@
 package io.racaffinity;
 
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
+import java.util.concurrent.atomic.AtomicIntegerFieldUpdater;
 
 /**
  * The exactly-once flag of a {@link Lease} (its cleaner action) and of a {@link Pin}:
- * a field updated through one {@link VarHandle} rather than an {@code AtomicBoolean},
+ * a field updated through one field updater rather than an {@code AtomicBoolean},
  * so that the flag costs no allocation of its own.
  */
 abstract class ReleaseOnce {
-    private static final VarHandle DONE;
+    private static final AtomicIntegerFieldUpdater<ReleaseOnce> DONE =
+            AtomicIntegerFieldUpdater.newUpdater(ReleaseOnce.class, "done");
 
-    static {
-        try {
-            DONE = MethodHandles.lookup().findVarHandle(ReleaseOnce.class, "done", int.class);
-        } catch (ReflectiveOperationException e) {
-            throw new ExceptionInInitializerError(e);
-        }
-    }
-
-    @SuppressWarnings("unused") // through DONE
     private volatile int done;
 
     /** @return true for the one call that sets the flag */

@@ -4,8 +4,6 @@ import io.racaffinity.ClusterClosedException;
 import io.racaffinity.Lease;
 import io.racaffinity.Outcome;
 import io.racaffinity.RouteKind;
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
 import java.sql.Array;
 import java.sql.Blob;
 import java.sql.CallableStatement;
@@ -24,6 +22,7 @@ import java.sql.Struct;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.Executor;
+import java.util.concurrent.atomic.AtomicIntegerFieldUpdater;
 
 /**
  * A connection handed out by {@link AffinityDataSource}: the node pool's
@@ -48,15 +47,9 @@ import java.util.concurrent.Executor;
  * are stale); the lifecycle and wrapper methods above it are written by hand.
  */
 public final class AffinityConnection implements Connection {
-    private static final VarHandle CLOSED;
-
-    static {
-        try {
-            CLOSED = MethodHandles.lookup().findVarHandle(AffinityConnection.class, "closed", int.class);
-        } catch (ReflectiveOperationException e) {
-            throw new ExceptionInInitializerError(e);
-        }
-    }
+    // A field updater, not an AtomicBoolean: no allocation per connection.
+    private static final AtomicIntegerFieldUpdater<AffinityConnection> CLOSED =
+            AtomicIntegerFieldUpdater.newUpdater(AffinityConnection.class, "closed");
 
     private final AffinityDataSource owner;
     private final Connection delegate;
