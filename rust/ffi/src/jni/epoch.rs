@@ -3,9 +3,8 @@
 //! route is served without crossing into the library (see
 //! `io.racaffinity.Cluster#route()`).
 
-use jni::objects::{JByteBuffer, JClass};
+use jni::objects::JByteBuffer;
 use jni::sys::{jint, jlong};
-use jni::EnvUnowned;
 use racaffinity_core::ContextKey;
 
 use super::{pack, run, run_cluster_fast, run_fast, run_node_fast, Fail};
@@ -16,81 +15,55 @@ use crate::capi::result::{racaffinity_result, Failure};
 /// before the call (bits 0..40 are the route, see [`pack`]).
 const CACHEABLE: jlong = 1 << 40;
 
-/// `long epochPage(long handle)`: a strong reference to the cluster's epoch
-/// page, as its address; free it with `epochPageFree` once nothing reads it.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_epochPage<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-) -> jlong {
-    run_cluster_fast(&mut env, h, |c| Ok(page_into_raw(c.routing_epoch_page()) as jlong))
-}
+jni_export! {
+    /// `long epochPage(long handle)`: a strong reference to the cluster's epoch
+    /// page, as its address; free it with `epochPageFree` once nothing reads it.
+    fn Java_io_racaffinity_Native_epochPage<'l>(env, h: jlong) -> jlong {
+        run_cluster_fast(&mut env, h, |c| Ok(page_into_raw(c.routing_epoch_page()) as jlong))
+    }
 
-/// `ByteBuffer epochBuffer(long page)`: a direct buffer over the epoch word
-/// (8 bytes, native order). It is valid while the page is not freed.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_epochBuffer<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    page: jlong,
-) -> JByteBuffer<'l> {
-    run(&mut env, |env| {
-        if page == 0 {
-            return Err(Fail::Core(Failure::new(racaffinity_result::NullArgument, "`page` is 0".to_string())));
-        }
-        // SAFETY: `page` is an address from `epochPage` that the caller has
-        // not freed: 8 bytes of an `AtomicU64` that live until it frees it.
-        // Java only reads the buffer (Cluster keeps it read-only).
-        Ok(unsafe { env.new_direct_byte_buffer(page as usize as *mut u8, 8) }?)
-    })
-}
+    /// `ByteBuffer epochBuffer(long page)`: a direct buffer over the epoch word
+    /// (8 bytes, native order). It is valid while the page is not freed.
+    fn Java_io_racaffinity_Native_epochBuffer<'l>(env, page: jlong) -> JByteBuffer<'l> {
+        run(&mut env, |env| {
+            if page == 0 {
+                return Err(Fail::Core(Failure::new(racaffinity_result::NullArgument, "`page` is 0".to_string())));
+            }
+            // SAFETY: `page` is an address from `epochPage` that the caller has
+            // not freed: 8 bytes of an `AtomicU64` that live until it frees it.
+            // Java only reads the buffer (Cluster keeps it read-only).
+            Ok(unsafe { env.new_direct_byte_buffer(page as usize as *mut u8, 8) }?)
+        })
+    }
 
-/// `void epochPageFree(long page)`: drops the reference `epochPage` made.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_epochPageFree<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    page: jlong,
-) {
-    run_fast(&mut env, || {
-        if page != 0 {
-            // SAFETY: Java frees each page once (a Cleaner action), after
-            // the buffer over it became unreachable.
-            drop(unsafe { page_from_raw(page as usize as *const u64) });
-        }
-        Ok(())
-    })
-}
+    /// `void epochPageFree(long page)`: drops the reference `epochPage` made.
+    fn Java_io_racaffinity_Native_epochPageFree<'l>(env, page: jlong) {
+        run_fast(&mut env, || {
+            if page != 0 {
+                // SAFETY: Java frees each page once (a Cleaner action), after
+                // the buffer over it became unreachable.
+                drop(unsafe { page_from_raw(page as usize as *const u64) });
+            }
+            Ok(())
+        })
+    }
 
-/// `long contextRouteCacheable(long handle, long context)`: `contextRoute`,
-/// with bit 40 set when the route may be served from the caller's cache
-/// while the epoch it read before this call is current.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_contextRouteCacheable<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    context: jlong,
-) -> jlong {
-    run_cluster_fast(&mut env, h, |c| {
-        let (r, cacheable) = c.pick_in_cacheable(ContextKey(context as u64))?;
-        Ok(pack(r) | if cacheable { CACHEABLE } else { 0 })
-    })
-}
+    /// `long contextRouteCacheable(long handle, long context)`: `contextRoute`,
+    /// with bit 40 set when the route may be served from the caller's cache
+    /// while the epoch it read before this call is current.
+    fn Java_io_racaffinity_Native_contextRouteCacheable<'l>(env, h: jlong, context: jlong) -> jlong {
+        run_cluster_fast(&mut env, h, |c| {
+            let (r, cacheable) = c.pick_in_cacheable(ContextKey(context as u64))?;
+            Ok(pack(r) | if cacheable { CACHEABLE } else { 0 })
+        })
+    }
 
-/// `void countHostHits(long handle, int node, long count)`: routes Java
-/// served from its cache, merged into the metrics.
-#[no_mangle]
-pub extern "system" fn Java_io_racaffinity_Native_countHostHits<'l>(
-    mut env: EnvUnowned<'l>,
-    _c: JClass<'l>,
-    h: jlong,
-    node: jint,
-    count: jlong,
-) {
-    run_node_fast(&mut env, h, node, |c, node| {
-        c.count_host_hits(node, count.max(0) as u64);
-        Ok(())
-    })
+    /// `void countHostHits(long handle, int node, long count)`: routes Java
+    /// served from its cache, merged into the metrics.
+    fn Java_io_racaffinity_Native_countHostHits<'l>(env, h: jlong, node: jint, count: jlong) {
+        run_node_fast(&mut env, h, node, |c, node| {
+            c.count_host_hits(node, count.max(0) as u64);
+            Ok(())
+        })
+    }
 }
