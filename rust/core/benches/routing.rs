@@ -38,17 +38,9 @@ use racaffinity::{hash, Cluster};
 /// Inputs are cycled through a power-of-two table, so the index is a mask.
 const KEYS: usize = 4096;
 
-/// SplitMix64: deterministic inputs without pulling an RNG into the bench.
-struct Mix(u64);
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
+#[path = "../support/splitmix.rs"]
+mod splitmix;
+use splitmix::Mix;
 
 /// `n` distinct ~20-byte gtrids: a fixed 8-byte "TM instance" prefix (every
 /// gtrid of one transaction manager shares it), a 4-byte sequence and 8

@@ -82,17 +82,9 @@ fn rss_bytes() -> usize {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// SplitMix64, for gtrid bytes and lengths.
-struct Mix(u64);
-impl Mix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
+#[path = "../support/splitmix.rs"]
+mod splitmix;
+use splitmix::Mix;
 
 /// Writes gtrid number `i` into `buf` and returns its length, in `min..=max`.
 ///
