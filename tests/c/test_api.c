@@ -6,6 +6,8 @@
  * selects the tests whose names contain it. */
 #define _POSIX_C_SOURCE 200809L
 
+#include <time.h>
+
 #include "harness.h"
 
 /* Test-only export of the `testing` build; deliberately not in the header. */
@@ -623,6 +625,43 @@ static void unknown_ids_and_unissued_context_keys_are_refused(void) {
     bool released = false;
     CHECK_OK(racaffinity_context_unpin(c, issued, &released));
     CHECK(released);
+    free_cluster(c);
+}
+
+static void a_planned_drain_keeps_existing_work_until_its_timeout_then_moves_it(void) {
+    /* Real time (C clusters use the system clock): a 1 s drain_timeout. */
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3 "\npolicy = round_robin");
+    uint64_t ctx = 0;
+    racaffinity_route pinned, r;
+    CHECK_OK(racaffinity_context_new(c, &ctx));
+    CHECK_OK(racaffinity_context_pin(c, ctx, &pinned));
+    char owner[16], line[256];
+    name_of(c, pinned.node, owner, sizeof owner);
+    snprintf(line, sizeof line,
+             "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=%s status=down reason=USER drain_timeout=1",
+             owner);
+    CHECK_OK(racaffinity_event_apply(c, line, NULL));
+    racaffinity_node_state st = RACAFFINITY_NODE_STATE_UP;
+    CHECK_OK(racaffinity_node_get_state(c, pinned.node, &st));
+    CHECK_EQ_U(st, RACAFFINITY_NODE_STATE_DRAINING);
+    /* Existing work runs on; new work goes elsewhere. */
+    CHECK_OK(racaffinity_context_route(c, ctx, &r));
+    CHECK_EQ_U(r.node, pinned.node);
+    for (int i = 0; i < 12; i++) {
+        racaffinity_lease l;
+        CHECK_OK(racaffinity_cluster_pick(c, &l));
+        CHECK(l.node != pinned.node);
+        CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
+    }
+    nanosleep(&(struct timespec){.tv_sec = 1, .tv_nsec = 200 * 1000 * 1000}, NULL);
+    /* The timeout ended: a read says Down, and the soft pin moves. */
+    CHECK_OK(racaffinity_node_get_state(c, pinned.node, &st));
+    CHECK_EQ_U(st, RACAFFINITY_NODE_STATE_DOWN);
+    CHECK_OK(racaffinity_context_route(c, ctx, &r));
+    CHECK(r.node != pinned.node);
+    CHECK_EQ_U(r.kind, RACAFFINITY_ROUTE_KIND_REPINNED);
+    bool released = false;
+    CHECK_OK(racaffinity_context_unpin(c, ctx, &released));
     free_cluster(c);
 }
 
@@ -1842,6 +1881,7 @@ static const h_test tests[] = {
     TEST(recovery_scope_comes_from_the_config),
     TEST(unknown_ids_and_unissued_context_keys_are_refused),
     TEST(ucp_affinity_contexts_and_the_partition_map_replaced_whole),
+    TEST(a_planned_drain_keeps_existing_work_until_its_timeout_then_moves_it),
     TEST(session_tokens_carry_primary_and_backup_and_promote_on_failure),
     TEST(five_failed_leases_eject_a_node),
     TEST(five_reported_failures_eject_a_node),
