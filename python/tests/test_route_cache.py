@@ -11,6 +11,7 @@ import bisect
 import itertools
 import random
 import threading
+import time
 from typing import Dict, List, Tuple
 
 import pytest
@@ -129,6 +130,16 @@ def check(f: Flipper, seen: List[Tuple[int, int, int]]) -> None:
     assert not bad, f"{len(bad)} routes returned an unavailable node, e.g. {bad[:3]}; log {f.log.get(bad[0][2])}"
 
 
+# Routes go on past their count until the flipper made this many changes
+# (a loaded machine may starve the flipper of the GIL), within a deadline.
+MIN_CHANGES = 25
+DEADLINE_S = 120.0
+
+
+def keep_routing(f: "Flipper", done: int, routes: int, deadline: float) -> bool:
+    return done < routes or (f.changes < MIN_CHANGES and time.monotonic() < deadline)
+
+
 def stress_cluster(cluster_factory) -> ra.Cluster:
     return cluster_factory(
         nodes=NODES,
@@ -144,12 +155,13 @@ def test_cached_pins_never_outlive_a_down_removal_or_ejection_threads(cluster_fa
     routes, routers = 20_000, 4
     seen: List[Tuple[int, int, int]] = []
     errors: List[BaseException] = []
+    deadline = time.monotonic() + DEADLINE_S
 
     def router() -> None:
         try:
             mine = []
             with c.pin():
-                for _ in range(routes):
+                while keep_routing(f, len(mine), routes, deadline):
                     begin = f.now
                     node = c.route().node
                     mine.append((begin, f.now, node))
@@ -167,10 +179,11 @@ def test_cached_pins_never_outlive_a_down_removal_or_ejection_threads(cluster_fa
     f.stop.set()
     flipper.join()
     assert not errors, errors
-    assert f.changes > 20, f"the flipper made only {f.changes} changes"
+    assert f.changes >= MIN_CHANGES, f"the flipper made only {f.changes} changes in {DEADLINE_S} s"
     check(f, seen)
     m = c.metrics()["scopes"]["thread"]
-    assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == routers * (routes + 1)
+    # Every route counted once, plus each router's pin.
+    assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == len(seen) + routers
 
 
 def test_cached_pins_never_outlive_a_down_removal_or_ejection_asyncio(cluster_factory):
@@ -179,9 +192,13 @@ def test_cached_pins_never_outlive_a_down_removal_or_ejection_asyncio(cluster_fa
     routes, tasks = 5_000, 32
     seen: List[Tuple[int, int, int]] = []
 
+    deadline = time.monotonic() + DEADLINE_S
+
     async def router() -> None:
         with c.pin():
-            for i in range(routes):
+            i = 0
+            while keep_routing(f, i, routes, deadline):
+                i += 1
                 begin = f.now
                 node = c.route().node
                 seen.append((begin, f.now, node))
@@ -198,10 +215,10 @@ def test_cached_pins_never_outlive_a_down_removal_or_ejection_asyncio(cluster_fa
     finally:
         f.stop.set()
         flipper.join()
-    assert f.changes > 20, f"the flipper made only {f.changes} changes"
+    assert f.changes >= MIN_CHANGES, f"the flipper made only {f.changes} changes in {DEADLINE_S} s"
     check(f, seen)
     m = c.metrics()["scopes"]["thread"]
-    assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == tasks * (routes + 1)
+    assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == len(seen) + tasks
 
 
 def test_closing_a_cluster_under_cached_pins_is_safe():

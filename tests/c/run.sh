@@ -34,7 +34,10 @@ mkdir -p "$OUT"
 # Rust prints a panic's message on stderr (test_api provokes one); keep it short.
 export RUST_BACKTRACE=0
 
-VALGRIND=(valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect
+# --fair-sched=yes: valgrind runs one thread at a time, and its default lock
+# let test_threads' spinning workers starve the main thread for 13 minutes
+# in one fresh-clone CI run (6 s otherwise).
+VALGRIND=(valgrind --fair-sched=yes --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect
           --show-leak-kinds=definite,indirect --num-callers=30)
 # Suppressions for Rust-runtime noise that is not a leak, if any is ever
 # needed; each entry in the file documents why.
