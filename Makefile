@@ -52,7 +52,7 @@ help:
 	@echo "  make test-python     the Python binding's pytest suite over local nodes"
 	@echo "  make test-wheel      the wheel in a fresh venv without cargo runs the README quick start; the sdist builds"
 	@echo "  make test-java       the jar's JUnit tests over local nodes"
-	@echo "  make test-appservers a real Tomcat: redeploys without leaks, session routing (not in make test: fails, see docs)"
+	@echo "  make test-appservers a real Tomcat: redeploys without leaks, session routing"
 	@echo "  make test-micrometer the Micrometer binder's metrics move with traffic and a killed node"
 	@echo "  make test-simplefan  Oracle's simplefan events translated into the core"
 	@echo "  make test-spring-boot the Spring Boot starter: properties, health, a killed node"
@@ -146,7 +146,7 @@ demo-rust: build
 	eval "$$($(PGNODES) env)"; \
 	$(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-wheel test-java test-micrometer test-simplefan test-spring-boot test-doc-samples docs test-cluster test-demo test-soak failure-matrix
+test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-wheel test-java test-appservers test-micrometer test-simplefan test-spring-boot test-doc-samples docs test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
@@ -249,10 +249,7 @@ test-wheel: wheel
 # App servers (docs/java-ecosystem.md): a real Tomcat 10.1 (the distribution from Maven
 # Central, unpacked under java/appservers/target/) redeploys a web application 5 times with
 # racaffinity.jar in WEB-INF/lib and in lib/; Tomcat's own leak check finds nothing, no
-# thread of ours survives, sessions stay on their node. About 2 minutes. NOT in `make test`
-# for now: it fails since the Java route cache keeps Cluster.ThreadContext (a class of
-# ours) in a ThreadLocal on Tomcat's request threads, which holds a redeployed app's
-# class loader (docs/java-ecosystem.md, issue [java-ecosystem]).
+# thread of ours survives, sessions stay on their node. About 2 minutes: part of `make test`.
 test-appservers: lib
 	tests/appservers/run.sh
 

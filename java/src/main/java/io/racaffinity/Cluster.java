@@ -19,6 +19,7 @@ import java.util.OptionalInt;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLongArray;
 
 /**
  * One database's nodes (RAC instances), its load-balancing policy and its
@@ -54,7 +55,10 @@ public final class Cluster implements AutoCloseable {
     private final String name;
     private final AtomicBoolean closed = new AtomicBoolean();
     private final Cleaner.Cleanable freeOnGc;
-    private final ThreadLocal<ThreadContext> context;
+    // JDK types only in this ThreadLocal (see ThreadContexts): a one-element
+    // holder, so that the Cleaner watches the holder while its action keeps
+    // the context array itself (to merge the hits it counted).
+    private final ThreadLocal<AtomicLongArray[]> context;
     private volatile String[] names = new String[0];
     /**
      * The core's routing epoch word (8 bytes, native order), which moves on
@@ -63,8 +67,13 @@ public final class Cluster implements AutoCloseable {
      * read it after another closed the cluster.
      */
     private final ByteBuffer epoch;
-    /** Host-served hits not yet merged into the core's metrics, one per live thread context. */
-    private final Set<HostHits> hostHits = ConcurrentHashMap.newKeySet();
+    /** Thread contexts whose host-served hits are merged into the core's metrics. */
+    private final Set<AtomicLongArray> hostHits = ConcurrentHashMap.newKeySet();
+    /**
+     * One immutable {@link Route} per (node, kind), so a cached route costs no
+     * allocation; copied on growth.
+     */
+    private volatile Route[] routes = new Route[0];
 
     private static final VarHandle EPOCH = MethodHandles.byteBufferViewVarHandle(long[].class,
             ByteOrder.nativeOrder());
@@ -366,18 +375,24 @@ public final class Cluster implements AutoCloseable {
 
     // ---- picks, pins, leases ----------------------------------------------
 
-    private ThreadContext newContext() {
-        ThreadContext c = new ThreadContext(Native.contextNew(handle), new HostHits());
-        hostHits.add(c.hits);
+    private AtomicLongArray[] newContext() {
+        AtomicLongArray c = ThreadContexts.create(Native.contextNew(handle));
+        AtomicLongArray[] holder = {c};
+        hostHits.add(c);
         // A thread that dies pinned must not leave its pin in the core: when
         // its ThreadLocal value becomes unreachable, release the context (and
         // merge the hits it served).
-        CLEANER.register(c, new ReleaseThreadContext(handle, c.key, c.hits, hostHits));
-        return c;
+        CLEANER.register(holder, new ReleaseThreadContext(handle, c, hostHits));
+        return holder;
+    }
+
+    /** The calling thread's context (see {@link ThreadContexts}). */
+    private AtomicLongArray threadContext() {
+        return context.get()[0];
     }
 
     private long contextKey() {
-        return context.get().key;
+        return threadContext().getPlain(ThreadContexts.KEY);
     }
 
     /**
@@ -487,32 +502,33 @@ public final class Cluster implements AutoCloseable {
      * @return the route
      */
     public Route route() {
-        ThreadContext c = context.get();
+        AtomicLongArray c = threadContext();
         long e = (long) EPOCH.getAcquire(epoch, 0);
         // The page is freed by a Cleaner on the buffer: keep it reachable
         // until the read above is done.
         Reference.reachabilityFence(epoch);
-        if (e == c.epoch && c.generation == c.cachedGeneration) {
+        if (e == c.getPlain(ThreadContexts.EPOCH)
+                && c.get(ThreadContexts.GENERATION) == c.getPlain(ThreadContexts.CACHED_GENERATION)) {
             // Nothing that could alter a route changed since the core said
             // this pin may be cached, and this context's pin was not touched.
-            c.hits.count++;
-            return c.route;
+            c.setPlain(ThreadContexts.HIT_COUNT, c.getPlain(ThreadContexts.HIT_COUNT) + 1);
+            return route(c.getPlain(ThreadContexts.ROUTE));
         }
         return routeAndCache(c, e);
     }
 
     /** A {@link #route()} the cache could not serve; {@code e} was read before the call. */
-    private Route routeAndCache(ThreadContext c, long e) {
-        int generation = c.generation;
-        long r = Native.contextRouteCacheable(handle, c.key);
+    private Route routeAndCache(AtomicLongArray c, long e) {
+        long generation = c.get(ThreadContexts.GENERATION);
+        long r = Native.contextRouteCacheable(handle, c.getPlain(ThreadContexts.KEY));
         Route route = route(r);
         if ((r & Native.CACHEABLE) != 0) {
-            c.hits.moveTo(route.node(), handle);
-            c.route = route;
-            c.cachedGeneration = generation;
-            c.epoch = e;
+            ThreadContexts.moveHitsTo(c, route.node(), handle);
+            c.setPlain(ThreadContexts.ROUTE, r & ~Native.CACHEABLE);
+            c.setPlain(ThreadContexts.CACHED_GENERATION, generation);
+            c.setPlain(ThreadContexts.EPOCH, e);
         } else {
-            c.epoch = 0;
+            c.setPlain(ThreadContexts.EPOCH, 0);
         }
         return route;
     }
@@ -524,9 +540,9 @@ public final class Cluster implements AutoCloseable {
      * @return the pin scope
      */
     public Pin pin() {
-        ThreadContext c = context.get();
-        Pin p = new Pin(this, c, Native.contextPin(handle, c.key));
-        c.pinChanged();
+        AtomicLongArray c = threadContext();
+        Pin p = new Pin(this, c, Native.contextPin(handle, c.getPlain(ThreadContexts.KEY)));
+        ThreadContexts.pinChanged(c);
         return p;
     }
 
@@ -543,9 +559,9 @@ public final class Cluster implements AutoCloseable {
      * @return whether a pin existed
      */
     public boolean unpinAll() {
-        ThreadContext c = context.get();
-        boolean had = Native.contextRelease(handle, c.key);
-        c.pinChanged();
+        AtomicLongArray c = threadContext();
+        boolean had = Native.contextRelease(handle, c.getPlain(ThreadContexts.KEY));
+        ThreadContexts.pinChanged(c);
         return had;
     }
 
@@ -866,8 +882,8 @@ public final class Cluster implements AutoCloseable {
 
     /** Adds the pinned routes that threads served from their caches to the core's counters. */
     private void mergeHostHits() {
-        for (HostHits h : hostHits) {
-            h.merge(handle);
+        for (AtomicLongArray c : hostHits) {
+            ThreadContexts.mergeHits(c, handle);
         }
     }
 
@@ -902,7 +918,28 @@ public final class Cluster implements AutoCloseable {
 
     Route route(long packed) {
         int node = Native.node(packed);
-        return new Route(node, nodeName(node), Native.kind(packed));
+        RouteKind kind = Native.kind(packed);
+        int i = node * RouteKind.COUNT + kind.ordinal();
+        Route[] rs = routes;
+        Route r = i < rs.length ? rs[i] : null;
+        if (r == null) {
+            r = new Route(node, nodeName(node), kind);
+            if (node >= 0) {
+                remember(i, r);
+            }
+        }
+        return r;
+    }
+
+    private synchronized void remember(int i, Route r) {
+        Route[] rs = routes;
+        if (i >= rs.length) {
+            rs = Arrays.copyOf(rs, Math.max(i + 1, rs.length * 2));
+        } else {
+            rs = rs.clone();
+        }
+        rs[i] = r;
+        routes = rs;
     }
 
     private static byte[] gtrid(byte[] gtrid) {
@@ -948,72 +985,6 @@ public final class Cluster implements AutoCloseable {
         }
     }
 
-    /**
-     * A thread's pin context and its cached route: {@code route} may be served
-     * without asking the core while the epoch word still equals {@code epoch}
-     * (0: nothing cached; the core's epochs start at 1) and no pin change
-     * happened since ({@code generation == cachedGeneration}).
-     */
-    static final class ThreadContext {
-        private static final VarHandle GENERATION;
-
-        static {
-            try {
-                GENERATION = MethodHandles.lookup().findVarHandle(ThreadContext.class, "generation", int.class);
-            } catch (ReflectiveOperationException e) {
-                throw new ExceptionInInitializerError(e);
-            }
-        }
-
-        final long key;
-        final HostHits hits;
-        long epoch;
-        Route route;
-        int cachedGeneration;
-        /** Bumped by pin changes, which a {@link Pin} may make from another thread. */
-        volatile int generation;
-
-        ThreadContext(long key, HostHits hits) {
-            this.key = key;
-            this.hits = hits;
-        }
-
-        /** Called after the core changed this context's pin. */
-        void pinChanged() {
-            GENERATION.getAndAdd(this, 1);
-        }
-    }
-
-    /**
-     * Hits one thread served from its cache on one node. Only the owning thread
-     * adds to {@code count} (a plain increment: the hit path takes no lock and
-     * no atomic); merging sends what grew since the last merge, so a concurrent
-     * hit is merged next time, never lost.
-     */
-    static final class HostHits {
-        private int node = -1;
-        long count;
-        private long merged;
-
-        /** The owner caches a route to {@code to}: what it served on its old node is merged first. */
-        synchronized void moveTo(int to, long handle) {
-            if (to != node) {
-                merge(handle);
-                node = to;
-                count = 0;
-                merged = 0;
-            }
-        }
-
-        synchronized void merge(long handle) {
-            long n = count - merged;
-            if (n > 0 && node >= 0) {
-                Native.countHostHits(handle, node, n);
-                merged += n;
-            }
-        }
-    }
-
     /** Frees the routing epoch page once its buffer is unreachable. */
     private static final class FreeEpochPage implements Runnable {
         private final long page;
@@ -1032,13 +1003,15 @@ public final class Cluster implements AutoCloseable {
     private static final class ReleaseThreadContext implements Runnable {
         private final long handle;
         private final long key;
-        private final HostHits hits;
-        private final Set<HostHits> registry;
+        private final AtomicLongArray hits;
+        private final Set<AtomicLongArray> registry;
 
-        ReleaseThreadContext(long handle, long key, HostHits hits, Set<HostHits> registry) {
+        // Holds the context array, not its holder: the Cleaner runs when the
+        // thread's ThreadLocal value (the holder) is unreachable.
+        ReleaseThreadContext(long handle, AtomicLongArray context, Set<AtomicLongArray> registry) {
             this.handle = handle;
-            this.key = key;
-            this.hits = hits;
+            this.key = context.getPlain(ThreadContexts.KEY);
+            this.hits = context;
             this.registry = registry;
         }
 
@@ -1046,7 +1019,7 @@ public final class Cluster implements AutoCloseable {
         public void run() {
             registry.remove(hits);
             try {
-                hits.merge(handle);
+                ThreadContexts.mergeHits(hits, handle);
                 Native.contextRelease(handle, key);
             } catch (RuntimeException e) {
                 // the cluster is closed: its pins and counters are gone with it

@@ -1,5 +1,7 @@
 package io.racaffinity;
 
+import java.util.concurrent.atomic.AtomicLongArray;
+
 /**
  * A thread pin scope (seed 000's connection factory): while it is open, every
  * {@link Cluster#pick()} and {@link Cluster#route()} of the same Java thread
@@ -16,11 +18,11 @@ package io.racaffinity;
  */
 public final class Pin extends ReleaseOnce implements AutoCloseable {
     private final Cluster cluster;
-    private final Cluster.ThreadContext context;
+    private final AtomicLongArray context;
     private final int node;
     private final RouteKind kind;
 
-    Pin(Cluster cluster, Cluster.ThreadContext context, long packed) {
+    Pin(Cluster cluster, AtomicLongArray context, long packed) {
         this.cluster = cluster;
         this.context = context;
         this.node = Native.node(packed);
@@ -49,8 +51,8 @@ public final class Pin extends ReleaseOnce implements AutoCloseable {
             return;
         }
         try {
-            Native.contextUnpin(cluster.handle(), context.key);
-            context.pinChanged();
+            Native.contextUnpin(cluster.handle(), context.getPlain(ThreadContexts.KEY));
+            ThreadContexts.pinChanged(context);
         } catch (ClusterClosedException e) {
             // The cluster's pins went with it.
         }

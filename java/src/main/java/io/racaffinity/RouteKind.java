@@ -17,6 +17,9 @@ public enum RouteKind {
 
     private static final RouteKind[] VALUES = values();
 
+    /** How many kinds there are. */
+    static final int COUNT = VALUES.length;
+
     static RouteKind of(int code) {
         return VALUES[code];
     }
