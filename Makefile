@@ -139,12 +139,7 @@ demo: lib jar
 # Nodes that were already running (the user's) stay running: the demo
 # restarts the node it kills, and only nodes this target started are stopped.
 demo-rust: build
-	@if $(PGNODES) status 2>/dev/null | grep '^node[0-9]* up' >/dev/null; then \
-	  echo "demo-rust: using the running nodes (left running)"; \
-	else trap '$(PGNODES) stop >/dev/null' EXIT; fi; \
-	$(PGNODES) start 3 >/dev/null; \
-	eval "$$($(PGNODES) env)"; \
-	$(CARGO) run --quiet --release -p racaffinity --example demo
+	tests/cluster/with-nodes 3 $(CARGO) run --quiet --release -p racaffinity --example demo
 
 test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-wheel test-java test-appservers test-micrometer test-simplefan test-spring-boot test-doc-samples docs test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
@@ -177,17 +172,17 @@ check-docs:
 	python3 tools/doc_samples.py check
 	python3 tools/check_make_help.py
 
-# rust/oracle's tests start the local nodes themselves; stop them afterwards.
+# rust/oracle's tests use the local nodes: started here (and stopped after)
+# unless the user's are already running.
 test-rust:
-	@if ! $(PGNODES) status 2>/dev/null | grep '^node[0-9]* up' >/dev/null; then \
-	  trap '$(PGNODES) stop >/dev/null' EXIT; fi; \
-	$(CARGO) test --workspace --all-targets && $(CARGO) test --workspace --doc
+	tests/cluster/with-nodes 3 sh -c '$(CARGO) test --workspace --all-targets && $(CARGO) test --workspace --doc'
 
 test-vectors:
 	python3 tests/vectors/generate.py --check
 
 test-cluster: toxiproxy-tool
 	tests/cluster/smoke.sh
+	tests/cluster/with_nodes_test.sh
 
 # racaffinity.jar: the Java API and JDBC DataSource, bundling libracaffinity.
 jar: lib
