@@ -8,6 +8,7 @@ use crate::data::DataKey;
 use crate::error::{Error, Result, Scope};
 use crate::node::NodeId;
 use crate::pin::ContextKey;
+use crate::transaction::Preferred;
 use crate::route::{Route, RouteKind};
 
 /// What [`Cluster::reroute`] did to a pin.
@@ -82,7 +83,7 @@ impl Cluster {
                 None => self.thread_pinned_node(),
             }
         };
-        self.tx_begin_on(gtrid, preferred)
+        self.tx_begin_with(gtrid, preferred.map(Preferred::Derived))
     }
 
     /// Routes `request` again after `failed` could not give it a connection

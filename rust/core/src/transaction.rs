@@ -108,9 +108,14 @@ impl Cluster {
     /// refuses ([`Error::StrictAffinity`]: a branch elsewhere would split the
     /// transaction) and soft mode places the gtrid as `tx_begin` does.
     pub fn tx_begin_on(&self, gtrid: &[u8], preferred: Option<NodeId>) -> Result<Route> {
+        self.tx_begin_with(gtrid, preferred.map(Preferred::Required))
+    }
+
+    /// [`Cluster::tx_begin_on`] with where the preferred node came from.
+    pub(crate) fn tx_begin_with(&self, gtrid: &[u8], preferred: Option<Preferred>) -> Result<Route> {
         check_gtrid(gtrid)?;
         let topo = self.topo();
-        if let Some(p) = preferred.filter(|p| topo.node(*p).is_none()) {
+        if let Some(p) = preferred.map(Preferred::node).filter(|p| topo.node(*p).is_none()) {
             return Err(Error::UnknownNode(format!("#{}", p.0)));
         }
         let mut m = self.inner.tx.map.lock(gtrid);
@@ -152,18 +157,22 @@ impl Cluster {
         Ok(Route::new(id, RouteKind::Repinned))
     }
 
-    fn tx_place(&self, topo: &Topology, gtrid: &[u8], preferred: Option<NodeId>) -> Result<(NodeId, RouteKind)> {
+    fn tx_place(&self, topo: &Topology, gtrid: &[u8], preferred: Option<Preferred>) -> Result<(NodeId, RouteKind)> {
         let strict = self.is_strict(Scope::Transaction);
-        if let Some(p) = preferred.and_then(|p| topo.node(p)) {
-            if p.accepts_new() {
-                return Ok((p.id(), RouteKind::Placed));
+        match preferred.and_then(|p| topo.node(p.node()).map(|n| (p, n))) {
+            // Whoever placed the gtrid first (a transaction manager passing
+            // it on, as WebLogic propagates its affinity context) uses this
+            // node: in strict mode a branch anywhere else would split it.
+            Some((Preferred::Required(_), n)) if n.accepts_new() => return Ok((n.id(), RouteKind::Placed)),
+            Some((Preferred::Required(_), n)) if strict => return Err(self.refuse(Scope::Transaction, n)),
+            // A node this process derived from its own view (a data key's
+            // owner, a session's or a pin's node): in strict mode it is acted
+            // on only once its last change has settled, like a placement.
+            Some((Preferred::Derived(_), n)) if strict && !n.new_work_settled(self.settle_ms()) => {
+                return Err(self.settling(n));
             }
-            // The caller's node comes from whoever placed the gtrid first (a
-            // transaction manager passing it on, as WebLogic propagates its
-            // affinity context): a branch anywhere else splits it.
-            if strict {
-                return Err(self.refuse(Scope::Transaction, p));
-            }
+            Some((_, n)) if n.accepts_new() => return Ok((n.id(), RouteKind::Placed)),
+            _ => {}
         }
         let placement = self.inner.config.transaction.placement;
         if strict && placement == Placement::Rendezvous {
@@ -180,23 +189,31 @@ impl Cluster {
     /// gtrid; changed recently either way, the gtrid is refused (a process
     /// that has not seen the change yet would place it there).
     fn place_settled(&self, topo: &Topology, gtrid: &[u8]) -> Result<(NodeId, RouteKind)> {
-        let settle = self.inner.config.transaction.settle_ms;
+        let settle = self.settle_ms();
         let h = hash::hash_bytes(gtrid);
         let owner =
             rendezvous::owner(&topo.live, h, Weights::Static, |n| n.accepts_new() || !n.new_work_settled(settle));
         match owner {
             Some(n) if n.accepts_new() && n.new_work_settled(settle) => Ok((n.id(), RouteKind::Placed)),
-            Some(n) => {
-                self.refuse(Scope::Transaction, n);
-                Err(Error::StrictSettling {
-                    node: n.name().to_string(),
-                    state: n.state(),
-                    since_ms: n.new_work_changed_ago_ms(),
-                    settle_ms: settle,
-                })
-            }
+            Some(n) => Err(self.settling(n)),
             // Every node has refused new work for long enough: the panic policy.
             None => self.place_rendezvous(topo, Scope::Transaction, h, |_| true),
+        }
+    }
+
+    fn settle_ms(&self) -> u64 {
+        self.inner.config.transaction.settle_ms
+    }
+
+    /// Counts and builds the refusal of a gtrid whose node changed within
+    /// `transaction.settle`.
+    fn settling(&self, n: &Node) -> Error {
+        self.refuse(Scope::Transaction, n);
+        Error::StrictSettling {
+            node: n.name().to_string(),
+            state: n.state(),
+            since_ms: n.new_work_changed_ago_ms(),
+            settle_ms: self.settle_ms(),
         }
     }
 
@@ -335,5 +352,23 @@ fn prepared_unavailable(node: &Node) -> Error {
     Error::PreparedNodeUnavailable {
         node: node.name().to_string(),
         state: if node.is_removed() { NodeState::Down } else { node.state() },
+    }
+}
+
+/// Where a new gtrid's preferred node came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Preferred {
+    /// Given by the caller: the node a transaction manager placed it on.
+    Required(NodeId),
+    /// Derived from this process's own view: a data key's owner, a
+    /// session's or a pin's node.
+    Derived(NodeId),
+}
+
+impl Preferred {
+    pub(crate) fn node(self) -> NodeId {
+        match self {
+            Preferred::Required(n) | Preferred::Derived(n) => n,
+        }
     }
 }

@@ -194,3 +194,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_gtrid_following_its_data_key_waits_out_the_settle_time_then_is_placed_around_a_down_owner() {
+    // The owner of a data key comes from this process's own view, not from a
+    // transaction manager: strict mode refuses while the owner's change may
+    // not have reached every process, then places the gtrid as every process
+    // does (never refusing for the whole outage).
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock("nodes = A, B, C, D\ntransaction.strict = true\ntransaction.settle = 3s", &clock);
+    let key = racaffinity::DataKey::Int(42);
+    let owner = c.node_name(c.partition_owner(c.partition_of(key).unwrap()).unwrap()).unwrap();
+    c.apply_event(&fan(&owner, "down")).unwrap();
+    let req = racaffinity::RouteRequest { key: Some(key), ..Default::default() };
+    let e = c.tx_begin_for(b"by-key-1", &req).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::StrictAffinity, "{e}");
+    clock.advance_ms(3_000);
+    let r = c.tx_begin_for(b"by-key-2", &req).expect("placed once the change has settled");
+    assert_ne!(c.node_name(r.node).unwrap(), owner);
+    // A transaction manager's own choice still never moves.
+    let owner_id = c.node_by_name(&owner).unwrap().id();
+    assert_eq!(c.tx_begin_on(b"tm-choice", Some(owner_id)).unwrap_err().kind(), ErrorKind::StrictAffinity);
+}
