@@ -319,6 +319,9 @@ impl Cluster {
         }
         let id = NodeId(cur.by_id.len() as u32);
         let node = Node::new(id, &spec, &self.inner.config.local, self.inner.clock.clone(), self.inner.routing.clone());
+        // Other processes may not have added it yet: strict placement waits
+        // out transaction.settle before giving it new gtrids.
+        node.stamp_new_work_change();
         self.inner.topo.store(Arc::new(cur.with_added(Arc::new(node))));
         self.inner.routing.advance();
         Ok(id)

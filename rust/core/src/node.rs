@@ -632,7 +632,7 @@ impl Node {
         self.state.load(Ordering::Acquire) == NodeState::Up.to_u8() && !self.is_removed()
     }
 
-    fn stamp_new_work_change(&self) {
+    pub(crate) fn stamp_new_work_change(&self) {
         self.new_work_since.store(self.clock.0.now_ms().max(1), Ordering::Release);
     }
 

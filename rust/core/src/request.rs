@@ -8,8 +8,8 @@ use crate::data::DataKey;
 use crate::error::{Error, Result, Scope};
 use crate::node::NodeId;
 use crate::pin::ContextKey;
-use crate::transaction::Preferred;
 use crate::route::{Route, RouteKind};
+use crate::transaction::Preferred;
 
 /// What [`Cluster::reroute`] did to a pin.
 pub(crate) enum PinMove {

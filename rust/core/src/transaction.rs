@@ -191,8 +191,10 @@ impl Cluster {
     fn place_settled(&self, topo: &Topology, gtrid: &[u8]) -> Result<(NodeId, RouteKind)> {
         let settle = self.settle_ms();
         let h = hash::hash_bytes(gtrid);
+        // Over every node ever added (`by_id`): one removed within the
+        // settle time still counts, as other processes may still have it.
         let owner =
-            rendezvous::owner(&topo.live, h, Weights::Static, |n| n.accepts_new() || !n.new_work_settled(settle));
+            rendezvous::owner(&topo.by_id, h, Weights::Static, |n| n.accepts_new() || !n.new_work_settled(settle));
         match owner {
             Some(n) if n.accepts_new() && n.new_work_settled(settle) => Ok((n.id(), RouteKind::Placed)),
             Some(n) => Err(self.settling(n)),

@@ -216,3 +216,37 @@ fn a_gtrid_following_its_data_key_waits_out_the_settle_time_then_is_placed_aroun
     let owner_id = c.node_by_name(&owner).unwrap().id();
     assert_eq!(c.tx_begin_on(b"tm-choice", Some(owner_id)).unwrap_err().kind(), ErrorKind::StrictAffinity);
 }
+
+#[test]
+fn a_node_added_or_removed_in_one_process_first_never_splits_a_new_gtrid() {
+    let (cp, cq) = (ManualClock::new(0), ManualClock::new(0));
+    let (p, q) = (cluster_with_clock(CONFIG, &cp), cluster_with_clock(CONFIG, &cq));
+    cp.advance_ms(10_000);
+    cq.advance_ms(10_000);
+    p.add_node(racaffinity::NodeSpec::new("E")).unwrap();
+    for i in 0..200 {
+        let g = format!("add-{i}");
+        if let (Some(a), Some(b)) = (place(&p, &g), place(&q, &g)) {
+            assert_eq!(a, b, "gtrid {g} split after p added E");
+        }
+    }
+    q.add_node(racaffinity::NodeSpec::new("E")).unwrap();
+    cp.advance_ms(3_000);
+    cq.advance_ms(3_000);
+    p.remove_node("B").unwrap();
+    for i in 0..200 {
+        let g = format!("remove-{i}");
+        if let (Some(a), Some(b)) = (place(&p, &g), place(&q, &g)) {
+            assert_eq!(a, b, "gtrid {g} split after p removed B");
+        }
+    }
+    // Settled, both views alike: every gtrid placed, alike.
+    q.remove_node("B").unwrap();
+    cp.advance_ms(3_000);
+    cq.advance_ms(3_000);
+    for i in 0..50 {
+        let g = format!("settled-{i}");
+        let (a, b) = (place(&p, &g), place(&q, &g));
+        assert!(a.is_some() && a == b, "gtrid {g}: {a:?} vs {b:?}");
+    }
+}
