@@ -560,11 +560,9 @@ racaffinity_result racaffinity_cluster_epoch_page(const racaffinity_cluster *clu
                                                   const uint64_t **out_word);
 
 /*
- Releases a word from `racaffinity_cluster_epoch_page`. NULL is a no-op.
-
- # Safety
- `word` must be NULL or a value from `racaffinity_cluster_epoch_page` not
- yet freed; the caller must not read it afterwards.
+ Releases a word from `racaffinity_cluster_epoch_page`; the caller must
+ not read it afterwards. NULL, a word already freed and a pointer that
+ never came from `racaffinity_cluster_epoch_page` are no-ops.
  */
 void racaffinity_epoch_page_free(const uint64_t *word);
 

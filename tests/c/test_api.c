@@ -1323,12 +1323,20 @@ static void the_epoch_page_lets_a_host_cache_a_pinned_context_route(void) {
     long long hits = scope_metric(c, "thread", "hits");
     CHECK_OK(racaffinity_cluster_count_host_hits(c, pin.node, 5));
     CHECK_EQ_U(scope_metric(c, "thread", "hits"), hits + 5);
+    /* A node id the cluster never had is refused and counts nothing. */
+    CHECK_RC(racaffinity_cluster_count_host_hits(c, 77, 5), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_EQ_U(scope_metric(c, "thread", "hits"), hits + 5);
     /* The word outlives the cluster, and closing moved it once more. */
     e = __atomic_load_n(word, __ATOMIC_ACQUIRE);
     free_cluster(c);
     CHECK(__atomic_load_n(word, __ATOMIC_ACQUIRE) > e);
     racaffinity_epoch_page_free(word);
     racaffinity_epoch_page_free(NULL);
+    /* A second free of the same word, or a word never handed out, is a
+     * no-op (valgrind checks that nothing is read or freed twice). */
+    racaffinity_epoch_page_free(word);
+    uint64_t bogus = 0;
+    racaffinity_epoch_page_free(&bogus);
 }
 
 static void tx_branches_share_one_node_and_end_with_the_last(void) {

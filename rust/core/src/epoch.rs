@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cluster::Cluster;
-use crate::error::{Result, Scope};
+use crate::error::{Error, Result, Scope};
 use crate::node::NodeId;
 use crate::pin::ContextKey;
 use crate::route::{Route, RouteKind};
@@ -86,13 +86,17 @@ impl Cluster {
 
     /// Counts `n` pinned-thread hits a host served from its cache on `node`,
     /// so the metrics count every route exactly as if each had crossed.
-    pub fn count_host_hits(&self, node: NodeId, n: u64) {
-        if n == 0 {
-            return;
-        }
-        if let Some(node) = self.topo().node(node) {
+    ///
+    /// # Errors
+    /// [`Error::UnknownNode`] for an id the cluster never had (a removed
+    /// node's id still counts: its hits were served before the removal).
+    pub fn count_host_hits(&self, node: NodeId, n: u64) -> Result<()> {
+        let topo = self.topo();
+        let node = topo.node(node).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
+        if n > 0 {
             node.counters.affinity_hits.add(n);
+            self.inner.scope[Scope::Thread as usize].hits.add(n);
         }
-        self.inner.scope[Scope::Thread as usize].hits.add(n);
+        Ok(())
     }
 }

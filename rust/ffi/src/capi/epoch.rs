@@ -4,7 +4,7 @@
 //! The page is reference-counted apart from the cluster: a host that maps it
 //! keeps it valid until it frees it, even after `racaffinity_cluster_free`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use racaffinity_core::{ContextKey, RoutingEpoch};
 
@@ -34,17 +34,13 @@ pub unsafe extern "C" fn racaffinity_cluster_epoch_page(
     })
 }
 
-/// Releases a word from `racaffinity_cluster_epoch_page`. NULL is a no-op.
-///
-/// # Safety
-/// `word` must be NULL or a value from `racaffinity_cluster_epoch_page` not
-/// yet freed; the caller must not read it afterwards.
+/// Releases a word from `racaffinity_cluster_epoch_page`; the caller must
+/// not read it afterwards. NULL, a word already freed and a pointer that
+/// never came from `racaffinity_cluster_epoch_page` are no-ops.
 #[no_mangle]
-pub unsafe extern "C" fn racaffinity_epoch_page_free(word: *const u64) {
+pub extern "C" fn racaffinity_epoch_page_free(word: *const u64) {
     if !word.is_null() {
-        // SAFETY: per this function's contract, `word` came from
-        // `page_into_raw` and still owns its strong reference.
-        unsafe { page_from_raw(word) };
+        page_release(word);
     }
 }
 
@@ -83,28 +79,35 @@ pub extern "C" fn racaffinity_cluster_count_host_hits(
     node: u32,
     count: u64,
 ) -> racaffinity_result {
-    guard(|| {
-        handle::with(cluster, |c| {
-            c.count_host_hits(node_id(node), count);
-            Ok(())
-        })
-    })
+    guard(|| handle::with(cluster, |c| Ok(c.count_host_hits(node_id(node), count)?)))
 }
 
-/// A strong reference to the page, as the address of its epoch word (the
-/// page's first field, so the two addresses are one).
+/// Pages handed to hosts, by the address of their epoch word, with one
+/// strong reference per hand-out: a host's free gives one back, and a second
+/// free or a foreign address finds nothing to give back (a no-op, never a
+/// double drop). Hand-outs are rare (one per cluster and host), so a mutex.
+static HANDED_OUT: Mutex<Vec<(usize, Arc<RoutingEpoch>)>> = Mutex::new(Vec::new());
+
+/// A strong reference to the page, kept for the host, as the address of its
+/// epoch word (valid until [`page_release`] of it).
 pub(crate) fn page_into_raw(page: Arc<RoutingEpoch>) -> *const u64 {
     let word = page.word_ptr();
-    debug_assert_eq!(word.cast::<u8>(), Arc::as_ptr(&page).cast::<u8>());
-    Arc::into_raw(page).cast()
+    HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner()).push((word as usize, page));
+    word
 }
 
-/// Gives back the strong reference `page_into_raw` made.
-///
-/// # Safety
-/// `word` must come from `page_into_raw`, once.
-pub(crate) unsafe fn page_from_raw(word: *const u64) -> Arc<RoutingEpoch> {
-    // SAFETY: per this function's contract, `word` is `Arc::into_raw` of a
-    // `RoutingEpoch` (cast to its first field, at offset 0).
-    unsafe { Arc::from_raw(word.cast::<RoutingEpoch>()) }
+/// Gives back one reference [`page_into_raw`] kept for `word`; false if
+/// none is left (already freed, or never handed out).
+pub(crate) fn page_release(word: *const u64) -> bool {
+    let mut pages = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+    match pages.iter().position(|(w, _)| *w == word as usize) {
+        Some(i) => {
+            // Dropped after the lock: the last reference frees the page.
+            let page = pages.swap_remove(i);
+            drop(pages);
+            drop(page);
+            true
+        }
+        None => false,
+    }
 }

@@ -8,7 +8,7 @@ use jni::sys::{jint, jlong};
 use racaffinity_core::ContextKey;
 
 use super::{pack, run, run_cluster_fast, run_fast, run_node_fast, Fail};
-use crate::capi::epoch::{page_from_raw, page_into_raw};
+use crate::capi::epoch::{page_into_raw, page_release};
 use crate::capi::result::{racaffinity_result, Failure};
 
 /// Set in a packed route when the answer may be cached under the epoch read
@@ -40,9 +40,9 @@ jni_export! {
     fn Java_io_racaffinity_Native_epochPageFree<'l>(env, page: jlong) {
         run_fast(&mut env, || {
             if page != 0 {
-                // SAFETY: Java frees each page once (a Cleaner action), after
-                // the buffer over it became unreachable.
-                drop(unsafe { page_from_raw(page as usize as *const u64) });
+                // Java frees each page once (a Cleaner action), after the
+                // buffer over it became unreachable; a repeat is a no-op.
+                page_release(page as usize as *const u64);
             }
             Ok(())
         })
@@ -61,9 +61,6 @@ jni_export! {
     /// `void countHostHits(long handle, int node, long count)`: routes Java
     /// served from its cache, merged into the metrics.
     fn Java_io_racaffinity_Native_countHostHits<'l>(env, h: jlong, node: jint, count: jlong) {
-        run_node_fast(&mut env, h, node, |c, node| {
-            c.count_host_hits(node, count.max(0) as u64);
-            Ok(())
-        })
+        run_node_fast(&mut env, h, node, |c, node| Ok(c.count_host_hits(node, count.max(0) as u64)?))
     }
 }
