@@ -112,11 +112,16 @@ impl Cluster {
         if request.transaction.is_some() {
             return Ok(None);
         }
-        let route = if let Some(key) = request.key {
+        // A bad key is the caller's error whatever the strict switches say.
+        if let Some(key) = request.key {
+            self.partition_of(key)?;
+        } else if let Some(session) = request.session {
+            crate::session::check_key("session key", session)?;
+        }
+        let route = if request.key.is_some() {
             if self.is_strict(Scope::Data) {
                 return Ok(None);
             }
-            self.partition_of(key)?;
             self.reroute_balanced(Some(Scope::Data), failed, RouteKind::Fallback)?
         } else if let Some(session) = request.session {
             if self.is_strict(Scope::Session) {

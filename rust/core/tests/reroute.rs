@@ -117,3 +117,14 @@ fn an_unknown_failed_node_is_an_error() {
     let c = cluster(THREE);
     assert!(c.reroute(&request(), NodeId(7)).is_err());
 }
+
+#[test]
+fn an_invalid_key_is_refused_even_in_a_strict_scope() {
+    let c = cluster("nodes = A, B, C\ndata.strict = true\nsession.strict = true");
+    let a = NodeId(0);
+    let empty = RouteRequest { key: Some(DataKey::Bytes(b"")), ..request() };
+    assert_eq!(c.reroute(&empty, a).unwrap_err().kind(), racaffinity::ErrorKind::InvalidArgument);
+    let long = vec![b'k'; 4096];
+    let session = RouteRequest { session: Some(&long), ..request() };
+    assert_eq!(c.reroute(&session, a).unwrap_err().kind(), racaffinity::ErrorKind::InvalidArgument);
+}
