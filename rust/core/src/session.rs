@@ -1,6 +1,7 @@
 //! Web-session affinity (seed 002): a session key sticks to a node until it
 //! idles out, ends, or the instance withdraws affinity (`aff=FALSE`).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::cluster::Cluster;
@@ -93,27 +94,15 @@ impl Cluster {
 
     fn session_registry(&self, topo: &Topology, key: &[u8]) -> Result<Route> {
         let now = self.clock().now_ms();
-        let ttl = self.inner.config.session.idle_ttl_ms;
-        let reg = &self.inner.sessions;
-        let mut m = reg.map.lock(key);
+        let mut m = self.inner.sessions.map.lock(key);
         let mut repin = false;
-        if let Some(e) = m.get_mut(key) {
-            let node = topo.node(e.node).expect("ids are never dropped");
-            if now.saturating_sub(e.last_used_ms) > ttl {
-                m.remove(key);
-                reg.expired.fetch_add(1, Ordering::Relaxed);
-            } else if e.epoch != node.session_epoch() && !node.is_removed() {
-                // The instance withdrew affinity: a release, not a failure.
-                m.remove(key);
-                reg.revoked.fetch_add(1, Ordering::Relaxed);
-            } else if node.accepts_existing(self.clock()) {
-                e.last_used_ms = now;
-                return Ok(Route::new(e.node, RouteKind::Affinity));
-            } else if self.is_strict(Scope::Session) {
-                return Err(self.refuse(Scope::Session, node));
-            } else {
-                repin = true;
+        match self.session_entry(topo, &mut m, key, now) {
+            Entry::Live(node) => return Ok(Route::new(node, RouteKind::Affinity)),
+            Entry::Lost(node) if self.is_strict(Scope::Session) => {
+                return Err(self.refuse(Scope::Session, topo.node(node).expect("ids are never dropped")));
             }
+            Entry::Lost(_) => repin = true,
+            Entry::None => {}
         }
         let placement = self.inner.config.session.placement;
         let h = hash::hash_bytes(key);
@@ -142,13 +131,9 @@ impl Cluster {
             SessionMode::Registry => {
                 let now = self.clock().now_ms();
                 let mut m = self.inner.sessions.map.lock(key);
-                match m.get_mut(key) {
-                    Some(e)
-                        if e.node != failed && topo.node(e.node).is_some_and(|n| n.accepts_existing(self.clock())) =>
-                    {
-                        e.last_used_ms = now;
-                        Ok(Route::new(e.node, RouteKind::Affinity))
-                    }
+                match self.session_entry(&topo, &mut m, key, now) {
+                    // Another caller moved it already: it keeps its new node.
+                    Entry::Live(node) if node != failed => Ok(Route::new(node, RouteKind::Affinity)),
                     _ => {
                         let placement = self.inner.config.session.placement;
                         self.place(&topo, Scope::Session, placement, h, away).map(|(id, kind)| {
@@ -169,6 +154,31 @@ impl Cluster {
         };
         self.count(&topo, Some(Scope::Session), route);
         Ok(Some(route))
+    }
+
+    /// The registry entry of `key` as a route sees it: expired (idle past
+    /// `session.idle_ttl`) and revoked (its instance withdrew affinity)
+    /// entries are removed and counted here, for every caller alike; a live
+    /// one is touched.
+    fn session_entry(&self, topo: &Topology, m: &mut HashMap<Box<[u8]>, SessionEntry>, key: &[u8], now: u64) -> Entry {
+        let reg = &self.inner.sessions;
+        let Some(e) = m.get_mut(key) else { return Entry::None };
+        let node = topo.node(e.node).expect("ids are never dropped");
+        if now.saturating_sub(e.last_used_ms) > self.inner.config.session.idle_ttl_ms {
+            m.remove(key);
+            reg.expired.fetch_add(1, Ordering::Relaxed);
+            Entry::None
+        } else if e.epoch != node.session_epoch() && !node.is_removed() {
+            // The instance withdrew affinity: a release, not a failure.
+            m.remove(key);
+            reg.revoked.fetch_add(1, Ordering::Relaxed);
+            Entry::None
+        } else if node.accepts_existing(self.clock()) {
+            e.last_used_ms = now;
+            Entry::Live(e.node)
+        } else {
+            Entry::Lost(e.node)
+        }
     }
 
     /// Amortised expiry: each shard is swept at most once per half TTL, by
@@ -219,4 +229,14 @@ impl Cluster {
     pub fn session_count(&self) -> usize {
         self.inner.sessions.len()
     }
+}
+
+/// A session's registry entry, as [`Cluster::session_entry`] found it.
+enum Entry {
+    /// None (or one that expired or was revoked, now removed).
+    None,
+    /// On a node that keeps its work.
+    Live(NodeId),
+    /// On a node that lost it (down, removed, past a drain).
+    Lost(NodeId),
 }

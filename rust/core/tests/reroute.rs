@@ -128,3 +128,29 @@ fn an_invalid_key_is_refused_even_in_a_strict_scope() {
     let session = RouteRequest { session: Some(&long), ..request() };
     assert_eq!(c.reroute(&session, a).unwrap_err().kind(), racaffinity::ErrorKind::InvalidArgument);
 }
+
+#[test]
+fn a_rerouted_session_never_returns_to_an_entry_that_was_revoked_or_expired() {
+    let clock = racaffinity::ManualClock::new(0);
+    let c = common::cluster_with_clock("nodes = A, B, C\npolicy = round_robin\nsession.idle_ttl = 1m", &clock);
+    let req = RouteRequest { session: Some(b"revoked"), ..request() };
+    let home = c.route(&req).unwrap().node;
+    let other = c.node_ids().into_iter().find(|&n| n != home).unwrap();
+    // The session's instance withdraws affinity (RLB aff=FALSE): its sessions are released.
+    let name = c.node_name(home).unwrap();
+    c.apply_event(&format!(
+        "VERSION=1.0 database=orcl service=svc {{ {{instance={name} percent=30 flag=GOOD aff=FALSE}} }}"
+    ))
+    .unwrap();
+    // Another caller's connection failed on some other node: the session must
+    // not be handed back its revoked entry as an affinity hit.
+    let r = c.reroute(&req, other).unwrap().expect("rerouted");
+    assert_ne!((r.node, r.kind), (home, RouteKind::Affinity), "a revoked entry was served");
+
+    let req = RouteRequest { session: Some(b"expired"), ..request() };
+    let home = c.route(&req).unwrap().node;
+    let other = c.node_ids().into_iter().find(|&n| n != home).unwrap();
+    clock.advance_ms(61_000);
+    let r = c.reroute(&req, other).unwrap().expect("rerouted");
+    assert_ne!(r.kind, RouteKind::Affinity, "an expired entry was served as an affinity");
+}
