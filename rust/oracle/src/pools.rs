@@ -116,6 +116,9 @@ struct MapLoader {
     period: Duration,
     load: LoadFn,
     next: Mutex<Instant>,
+    /// Held across a load and its replace: overlapping reloads (an HA event's
+    /// and maintain()'s) run one after the other, so the later read wins.
+    running: Mutex<()>,
 }
 
 /// Shows the cluster and how many pools there are (pools need not be `Debug`).
@@ -405,6 +408,7 @@ impl<P: NodePool> NodePools<P> {
             period,
             load: Box::new(load),
             next: Mutex::new(Instant::now()),
+            running: Mutex::new(()),
         });
         self.reload_partition_map().expect("a loader is installed")
     }
@@ -414,6 +418,7 @@ impl<P: NodePool> NodePools<P> {
     /// metrics; the previous map stays).
     pub fn reload_partition_map(&self) -> Option<Result<u64, LoadError>> {
         let l = self.loader.as_ref()?;
+        let _one_at_a_time = l.running.lock().unwrap_or_else(|p| p.into_inner());
         *l.next.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now() + l.period;
         let result = (l.load)().and_then(|map| {
             let entries: Vec<(u32, &str)> = map.iter().map(|(p, n)| (*p, n.as_str())).collect();
@@ -696,6 +701,38 @@ mod tests {
         fn state(&self, node: NodeId) -> NodeState {
             self.c().node(node).unwrap().state()
         }
+    }
+
+    #[test]
+    fn reloads_that_overlap_never_install_the_older_map_last() {
+        // A reload after an HA event and one from maintain() can run at the
+        // same time; the slower one read the table first and must not
+        // overwrite what the later one read.
+        let mut f = Fixture::new("data.partitions = 4");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        f.pools
+            .set_partition_loader("table", Duration::from_secs(3600), move || {
+                let n = seen.fetch_add(1, Ordering::SeqCst);
+                if n == 1 {
+                    // The older read, slow to come back.
+                    std::thread::sleep(Duration::from_millis(300));
+                    return Ok((0..4).map(|p| (p, "RAC2".to_string())).collect());
+                }
+                Ok((0..4).map(|p| (p, "RAC3".to_string())).collect())
+            })
+            .unwrap();
+        let pools = &f.pools;
+        std::thread::scope(|s| {
+            let slow = s.spawn(|| pools.reload_partition_map());
+            while calls.load(Ordering::SeqCst) < 2 {
+                std::thread::yield_now();
+            }
+            pools.reload_partition_map().unwrap().unwrap();
+            slow.join().unwrap().unwrap().unwrap();
+        });
+        let owner = f.c().partition_owner(1).unwrap();
+        assert_eq!(f.c().node_name(owner).unwrap(), "RAC3", "the older read was installed last");
     }
 
     #[test]
