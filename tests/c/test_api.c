@@ -173,6 +173,31 @@ static void every_cluster_function_returns(const racaffinity_cluster *c, racaffi
     CHECK_RC(racaffinity_tx_end(c, B("g")), want);
     CHECK_RC(racaffinity_tx_complete(c, B("g")), want);
     CHECK_RC(racaffinity_tx_recovered(c, B("g"), 0), want);
+    uint64_t u64 = 0;
+    uint32_t u2 = 0;
+    racaffinity_recovery_scope scope;
+    const uint64_t *word = NULL;
+    racaffinity_route_request req = {0};
+    const uint32_t parts[] = {0};
+    const char *names[] = {"X"};
+    CHECK_RC(racaffinity_cluster_heartbeat(c, &u64, &u), want);
+    CHECK_RC(racaffinity_cluster_recovery_scope(c, &scope), want);
+    CHECK_RC(racaffinity_node_address(c, 0, buf, sizeof buf, &len), want);
+    CHECK_RC(racaffinity_partition_owner(c, 0, &u), want);
+    CHECK_RC(racaffinity_cluster_epoch_page(c, &word), want);
+    CHECK(word == NULL);
+    CHECK_RC(racaffinity_context_route_cacheable(c, 1, &r, &b), want);
+    CHECK_RC(racaffinity_cluster_count_host_hits(c, 0, 1), want);
+    CHECK_RC(racaffinity_context_route(c, 1, &r), want);
+    CHECK_RC(racaffinity_request_pick(c, &req, &l), want);
+    CHECK_RC(racaffinity_tx_begin_for(c, B("g"), &req, &r), want);
+    CHECK_RC(racaffinity_session_routing(c, B("s"), &u, &u2), want);
+    CHECK_RC(racaffinity_session_token_new(c, "s", buf, sizeof buf, &len), want);
+    CHECK_RC(racaffinity_session_token_route(c, "s!ra1.00000000.none", &r, buf, sizeof buf, &len, &b), want);
+    CHECK_RC(racaffinity_session_token_decode(c, "s!ra1.00000000.none", &u, &u2, buf, sizeof buf, &len), want);
+    CHECK_RC(racaffinity_context_pin_for(c, 1, RACAFFINITY_SCOPE_SESSION, &r), want);
+    CHECK_RC(racaffinity_partition_map_load_failed(c, "loader", "x"), want);
+    CHECK_RC(racaffinity_partition_map_replace(c, parts, names, 1, "loader", &u64), want);
 }
 
 static void null_cluster_is_null_argument_for_every_function(void) {
