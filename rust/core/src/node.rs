@@ -626,9 +626,10 @@ impl Node {
         self.counters.in_flight.sum_signed()
     }
 
-    /// Whether the node can take *new* work or affinities now.
+    /// Whether the node can take *new* work or affinities now (Up and not
+    /// removed): what hosts ask before keeping a connection to it pooled.
     #[inline]
-    pub(crate) fn accepts_new(&self) -> bool {
+    pub fn accepts_new(&self) -> bool {
         self.state.load(Ordering::Acquire) == NodeState::Up.to_u8() && !self.is_removed()
     }
 

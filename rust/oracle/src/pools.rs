@@ -458,7 +458,7 @@ impl<P: NodePool> NodePools<P> {
 
     fn close_idle_of_unusable(&self) {
         for (id, pool) in self.pools() {
-            if self.cluster.node(id).is_some_and(|n| n.is_removed() || n.state() != NodeState::Up) {
+            if self.cluster.node(id).is_some_and(|n| !n.accepts_new()) {
                 pool.close_idle();
             }
         }
@@ -596,7 +596,7 @@ impl<P: NodePool> Drop for PooledConnection<'_, P> {
         // its connection closed instead, so a drain ends with none of ours.
         if let Some(conn) = self.conn.take() {
             let node = self.node();
-            let keep = self.pools.cluster.node(node).is_some_and(|n| !n.is_removed() && n.state() == NodeState::Up);
+            let keep = self.pools.cluster.node(node).is_some_and(|n| n.accepts_new());
             match self.pools.pool(node) {
                 Some(pool) if !keep => pool.retire(conn),
                 _ => drop(conn),
