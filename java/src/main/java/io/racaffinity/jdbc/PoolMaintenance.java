@@ -1,7 +1,7 @@
 package io.racaffinity.jdbc;
 
-import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
+import io.racaffinity.ClusterClosedException;
 import io.racaffinity.LibraryThreads;
 import io.racaffinity.NodeState;
 import java.lang.System.Logger.Level;
@@ -120,9 +120,10 @@ final class PoolMaintenance implements AutoCloseable {
             }
             try {
                 round();
-            } catch (AffinityException e) {
-                return; // the cluster was closed
+            } catch (ClusterClosedException e) {
+                return;
             } catch (RuntimeException e) {
+                // Anything else is one bad round: drains and reloads must go on.
                 LOG.log(Level.WARNING, owner + ": pool upkeep failed: " + e);
             }
         }
@@ -183,7 +184,7 @@ final class PoolMaintenance implements AutoCloseable {
             return true;
         } catch (Exception e) {
             // The error first: whoever sees the count go up finds its error.
-            lastError = e.getClass().getName() + ": " + e.getMessage();
+            lastError = errorText(e.getClass().getName() + ": " + e.getMessage());
             failures.incrementAndGet();
             // In the core's metrics too (JSON, Prometheus, JMX), next to the map's epoch.
             cluster.partitionMapLoadFailed(SOURCE, lastError);
@@ -191,6 +192,29 @@ final class PoolMaintenance implements AutoCloseable {
                     + "), keeping the last good map: " + lastError);
             return false;
         }
+    }
+
+    static final int MAX_ERROR_CHARS = 512;
+
+    /**
+     * The loader's message as text the core takes: any exception message may hold
+     * a lone surrogate or be huge, and the core refuses both, which would turn a
+     * failed load into a failed upkeep round.
+     */
+    static String errorText(String message) {
+        StringBuilder sb = new StringBuilder(Math.min(message.length(), MAX_ERROR_CHARS));
+        for (int i = 0, n = message.length(); i < n && sb.length() < MAX_ERROR_CHARS; i++) {
+            char ch = message.charAt(i);
+            if (Character.isHighSurrogate(ch) && i + 1 < n && Character.isLowSurrogate(message.charAt(i + 1))) {
+                if (sb.length() + 2 > MAX_ERROR_CHARS) {
+                    break;
+                }
+                sb.append(ch).append(message.charAt(++i));
+            } else {
+                sb.append(Character.isSurrogate(ch) ? '\uFFFD' : ch);
+            }
+        }
+        return sb.toString();
     }
 
     /** HikariCP's runtime pool controls, by reflection (the jar depends on no pool). */
