@@ -43,8 +43,11 @@ final class PoolMaintenance implements AutoCloseable {
     private final AtomicLong failures = new AtomicLong();
     private volatile String lastError;
     private long nextReload;
+    private final Object loadLock = new Object();
     private boolean poked;
     private boolean closed;
+    /** The upkeep thread is in (or waits for) the application's loader. */
+    private boolean upkeepLoading;
 
     /**
      * @param owner the data source's log prefix
@@ -91,9 +94,16 @@ final class PoolMaintenance implements AutoCloseable {
 
     @Override
     public void close() {
+        boolean inLoader;
         synchronized (this) {
             closed = true;
             notifyAll();
+            inLoader = upkeepLoading;
+        }
+        if (inLoader) {
+            // The loader may hang for good; the thread applies nothing once closed
+            // and ends when the loader returns.
+            return;
         }
         try {
             thread.join(5_000);
@@ -169,25 +179,71 @@ final class PoolMaintenance implements AutoCloseable {
         }
     }
 
-    /** Loads and applies the map; a failure keeps the last good one. */
-    synchronized boolean reload(String why) {
-        try {
-            Map<Integer, String> map = loader.load();
-            if (map == null) {
-                throw new IllegalStateException("the loader returned no map");
+    /**
+     * Loads and applies the map; a failure keeps the last good one. Loads run one
+     * at a time, each applied before the next starts, so an older map never
+     * replaces a newer one.
+     *
+     * @return whether the load succeeded and was applied (false once closed)
+     */
+    boolean reload(String why) {
+        boolean upkeep = Thread.currentThread() == thread;
+        synchronized (this) {
+            if (closed) {
+                return false;
             }
-            long epoch = cluster.replacePartitionMap(map, SOURCE);
-            loads.incrementAndGet();
-            lastError = null;
-            LOG.log(Level.DEBUG, () -> owner + ": partition map epoch " + epoch
-                    + " loaded (" + why + ", " + map.size() + " entries)");
-            return true;
+            if (upkeep) {
+                upkeepLoading = true;
+            }
+        }
+        try {
+            synchronized (loadLock) {
+                return loadAndApply(why);
+            }
+        } finally {
+            if (upkeep) {
+                synchronized (this) {
+                    upkeepLoading = false;
+                }
+            }
+        }
+    }
+
+    private boolean loadAndApply(String why) {
+        Map<Integer, String> map = null;
+        Exception failure = null;
+        // The application's code runs outside this monitor: poke() (FAN events)
+        // and close() take it and must not wait for a loader stuck on the network.
+        try {
+            map = loader.load();
+            if (map == null) {
+                failure = new IllegalStateException("the loader returned no map");
+            }
         } catch (Exception e) {
-            // The error first: whoever sees the count go up finds its error.
-            lastError = errorText(e.getClass().getName() + ": " + e.getMessage());
-            failures.incrementAndGet();
-            // In the core's metrics too (JSON, Prometheus, JMX), next to the map's epoch.
+            failure = e;
+        }
+        synchronized (this) {
+            if (closed) {
+                return false;
+            }
+            if (failure == null) {
+                try {
+                    long epoch = cluster.replacePartitionMap(map, SOURCE);
+                    loads.incrementAndGet();
+                    lastError = null;
+                    int size = map.size();
+                    LOG.log(Level.DEBUG, () -> owner + ": partition map epoch " + epoch
+                            + " loaded (" + why + ", " + size + " entries)");
+                    return true;
+                } catch (RuntimeException e) {
+                    failure = e;
+                }
+            }
+            // The error first, here and in the core's metrics (JSON, Prometheus, JMX):
+            // whoever sees the count go up finds its error in both.
+            lastError = errorText(failure.getClass().getName() + ": " + failure.getMessage());
             cluster.partitionMapLoadFailed(SOURCE, lastError);
+            failures.incrementAndGet();
             LOG.log(Level.WARNING, owner + ": partition map load failed (" + why
                     + "), keeping the last good map: " + lastError);
             return false;

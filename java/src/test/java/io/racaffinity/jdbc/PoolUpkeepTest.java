@@ -1,10 +1,13 @@
 package io.racaffinity.jdbc;
 
 import static io.racaffinity.test.Pools.await;
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Cluster;
+import io.racaffinity.NodeState;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import java.sql.SQLException;
@@ -12,6 +15,9 @@ import java.time.Duration;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -109,5 +115,45 @@ class PoolUpkeepTest {
         ds.applyEvent(UcpDrainAndLoaderTest.fan("RAC2", "status=down reason=USER drain_timeout=30"));
         assertTrue(await(Duration.ofSeconds(5), () -> UcpDrainAndLoaderTest.serverConns("RAC2") == 0),
                 "left: " + UcpDrainAndLoaderTest.serverConns("RAC2"));
+    }
+
+    @Test
+    void aHungLoaderBlocksNeitherEventsNorClose() throws Exception {
+        pools = new Pools(NAMES);
+        AtomicBoolean hang = new AtomicBoolean();
+        CountDownLatch entered = new CountDownLatch(1);
+        CountDownLatch release = new CountDownLatch(1);
+        PartitionMapLoader loader = () -> {
+            if (hang.get()) {
+                entered.countDown();
+                // A loader stuck on the network: it does not heed interrupts either.
+                while (true) {
+                    try {
+                        release.await();
+                        break;
+                    } catch (InterruptedException e) {
+                        // keeps waiting
+                    }
+                }
+            }
+            return allOn("RAC1");
+        };
+        AffinityDataSource ds = ds("hung-loader");
+        ds.setPartitionMapLoader(loader);
+        Cluster cluster = ds.getCluster();
+        try {
+            hang.set(true);
+            // An HA event sends the upkeep thread into the loader, which hangs.
+            ds.applyEvent(UcpDrainAndLoaderTest.fan("RAC2", "status=down reason=FAILURE"));
+            assertTrue(entered.await(5, TimeUnit.SECONDS), "the HA event ran the loader");
+            assertTimeoutPreemptively(Duration.ofSeconds(5), () -> {
+                ds.applyEvent(UcpDrainAndLoaderTest.fan("RAC2", "status=up"));
+                ds.applyEvent(UcpDrainAndLoaderTest.fan("RAC3", "status=down reason=FAILURE"));
+            }, "FAN events wait for no loader");
+            assertEquals(NodeState.DOWN, cluster.nodeState("RAC3"));
+            assertTimeoutPreemptively(Duration.ofSeconds(5), ds::close, "close() waits for no loader");
+        } finally {
+            release.countDown();
+        }
     }
 }
