@@ -10,7 +10,6 @@ import io.racaffinity.Route;
 import io.racaffinity.Scope;
 import io.racaffinity.jta.TransactionAffinity;
 import java.lang.System.Logger.Level;
-import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.ConnectionBuilder;
 import java.sql.SQLException;
@@ -379,10 +378,11 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      *
      * @param sessionId the session id (e.g. the JSESSIONID)
      * @return the scope
+     * @throws io.racaffinity.InvalidArgumentException if the id holds a lone surrogate (it has no UTF-8)
      */
     public SessionScope withSession(String sessionId) {
         Objects.requireNonNull(sessionId, "sessionId");
-        return new SessionScope(session, sessionId.getBytes(StandardCharsets.UTF_8));
+        return new SessionScope(session, Cluster.keyBytes(sessionId, "sessionId"));
     }
 
     /**
@@ -394,10 +394,11 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      *
      * @param sessionId the session id (e.g. the JSESSIONID)
      * @return the scope; close it on the same thread
+     * @throws io.racaffinity.InvalidArgumentException if the id holds a lone surrogate (it has no UTF-8)
      */
     public static SessionScope withRequestSession(String sessionId) {
         Objects.requireNonNull(sessionId, "sessionId");
-        return new SessionScope(REQUEST_SESSION, sessionId.getBytes(StandardCharsets.UTF_8));
+        return new SessionScope(REQUEST_SESSION, Cluster.keyBytes(sessionId, "sessionId"));
     }
 
     /**
