@@ -951,6 +951,20 @@ public final class Cluster implements AutoCloseable {
      * write {@code ?} for it, so different strings would name one key): it is refused,
      * as the C ABI refuses invalid UTF-8 and the JNI string arguments refuse it.
      */
+    /**
+     * The bytes the library routes a text key by (a session id, a data key): its
+     * UTF-8. A lone surrogate has no UTF-8 ({@code getBytes} would make it
+     * {@code ?}, so two such ids would name one session) and is refused.
+     *
+     * @param text the key
+     * @param what the parameter's name, for the message
+     * @return its UTF-8 bytes
+     * @throws InvalidArgumentException if it holds a lone surrogate
+     */
+    public static byte[] keyBytes(String text, String what) {
+        return utf8(text, what);
+    }
+
     private static byte[] utf8(String s, String what) {
         Objects.requireNonNull(s, what);
         for (int i = 0, n = s.length(); i < n; i++) {

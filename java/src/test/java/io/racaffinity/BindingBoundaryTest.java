@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.SessionScope;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 
@@ -43,6 +45,22 @@ class BindingBoundaryTest {
             // nothing was created under a replacement character either
             assertFalse(c.endSession("user-\uFFFD"));
             assertFalse(c.endSession("user-?"));
+        }
+    }
+
+    @Test
+    void loneSurrogatesInSessionScopesAreRefused() {
+        // getBytes(UTF_8) turns each lone surrogate into '?': these two would name one session.
+        AffinityDataSource ds = new AffinityDataSource();
+        for (String id : List.of("user-\uD800", "user-\uDBFF", "user-\uDC00x")) {
+            String shown = String.format("user-U+%04X", (int) id.charAt(5));
+            assertThrows(InvalidArgumentException.class, () -> ds.withSession(id), shown);
+            assertThrows(InvalidArgumentException.class, () -> AffinityDataSource.withRequestSession(id), shown);
+        }
+        // a well-formed pair is text like any other
+        try (SessionScope s = ds.withSession("user-\uD83D\uDE00");
+                SessionScope r = AffinityDataSource.withRequestSession("user-\uD83D\uDE00")) {
+            assertTrue(s != null && r != null);
         }
     }
 

@@ -10,7 +10,6 @@ import io.racaffinity.Route;
 import io.racaffinity.Scope;
 import io.racaffinity.jta.TransactionAffinity;
 import java.lang.System.Logger.Level;
-import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.ConnectionBuilder;
 import java.sql.SQLException;
@@ -379,10 +378,11 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      *
      * @param sessionId the session id (e.g. the JSESSIONID)
      * @return the scope
+     * @throws io.racaffinity.InvalidArgumentException if the id holds a lone surrogate (it has no UTF-8)
      */
     public SessionScope withSession(String sessionId) {
         Objects.requireNonNull(sessionId, "sessionId");
-        return new SessionScope(session, sessionId.getBytes(StandardCharsets.UTF_8));
+        return new SessionScope(session, Cluster.keyBytes(sessionId, "sessionId"));
     }
 
     /**
@@ -394,10 +394,11 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      *
      * @param sessionId the session id (e.g. the JSESSIONID)
      * @return the scope; close it on the same thread
+     * @throws io.racaffinity.InvalidArgumentException if the id holds a lone surrogate (it has no UTF-8)
      */
     public static SessionScope withRequestSession(String sessionId) {
         Objects.requireNonNull(sessionId, "sessionId");
-        return new SessionScope(REQUEST_SESSION, sessionId.getBytes(StandardCharsets.UTF_8));
+        return new SessionScope(REQUEST_SESSION, Cluster.keyBytes(sessionId, "sessionId"));
     }
 
     /**
@@ -414,6 +415,22 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      */
     public static RouteScope withRequestRoute(Cluster cluster, Route route) {
         return new RouteScope(cluster, route);
+    }
+
+    /**
+     * Opens a refusal scope on the calling thread: the core refused to route the request's
+     * routing token ({@code Cluster.routeToken}/{@code sessionToken} threw, e.g. a
+     * {@code StrictAffinityException} or {@code NoNodeAvailableException}). The request
+     * runs on; until the scope closes, a connection it asks of an affinity data source on
+     * {@code cluster} (with no transaction, sharding key or own session scope) is refused
+     * with that error rather than opened on some other node.
+     *
+     * @param cluster the cluster that refused
+     * @param refusal its error
+     * @return the scope; close it on the same thread
+     */
+    public static RouteScope withRequestRefusal(Cluster cluster, AffinityException refusal) {
+        return new RouteScope(cluster, refusal);
     }
 
     /** @return the calling thread's request session key ({@link #withRequestSession}), or null */
@@ -469,7 +486,13 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             } else {
                 // Everything this call knows goes to the core, which decides the precedence.
                 byte[] sess = session.get();
-                Route decided = tx == null && key == null && sess == null ? RouteScope.current(c) : null;
+                RouteScope scope = tx == null && key == null && sess == null ? RouteScope.current(c) : null;
+                if (scope != null && scope.refusal() != null) {
+                    // The request's routing token was refused (strict session affinity, no
+                    // node): a connection elsewhere would break that affinity.
+                    throw SqlErrors.routing(scope.refusal());
+                }
+                Route decided = scope == null ? null : scope.route();
                 if (decided != null) {
                     // The request's routing token: Cluster.routeToken decided the node.
                     lease = c.lease(decided);

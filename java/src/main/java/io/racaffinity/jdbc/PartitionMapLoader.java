@@ -12,6 +12,9 @@ import java.util.Map;
  * {@code loader}). A load that throws, returns null or names an unknown node or
  * partition keeps the last good map: it is logged and counted
  * ({@link AffinityDataSource#getPartitionMapLoadFailures()}), and routing goes on.
+ * Loads run one at a time and outside the data source's upkeep lock: a loader
+ * that hangs holds up no FAN event ({@code applyEvent}) and no {@code close()}
+ * (the hung load's result is dropped once the data source is closed).
  */
 @FunctionalInterface
 public interface PartitionMapLoader {

@@ -1,7 +1,7 @@
 package io.racaffinity.jdbc;
 
-import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
+import io.racaffinity.ClusterClosedException;
 import io.racaffinity.LibraryThreads;
 import io.racaffinity.NodeState;
 import java.lang.System.Logger.Level;
@@ -43,8 +43,11 @@ final class PoolMaintenance implements AutoCloseable {
     private final AtomicLong failures = new AtomicLong();
     private volatile String lastError;
     private long nextReload;
+    private final Object loadLock = new Object();
     private boolean poked;
     private boolean closed;
+    /** The upkeep thread is in (or waits for) the application's loader. */
+    private boolean upkeepLoading;
 
     /**
      * @param owner the data source's log prefix
@@ -91,9 +94,16 @@ final class PoolMaintenance implements AutoCloseable {
 
     @Override
     public void close() {
+        boolean inLoader;
         synchronized (this) {
             closed = true;
             notifyAll();
+            inLoader = upkeepLoading;
+        }
+        if (inLoader) {
+            // The loader may hang for good; the thread applies nothing once closed
+            // and ends when the loader returns.
+            return;
         }
         try {
             thread.join(5_000);
@@ -120,9 +130,10 @@ final class PoolMaintenance implements AutoCloseable {
             }
             try {
                 round();
-            } catch (AffinityException e) {
-                return; // the cluster was closed
+            } catch (ClusterClosedException e) {
+                return;
             } catch (RuntimeException e) {
+                // Anything else is one bad round: drains and reloads must go on.
                 LOG.log(Level.WARNING, owner + ": pool upkeep failed: " + e);
             }
         }
@@ -168,29 +179,98 @@ final class PoolMaintenance implements AutoCloseable {
         }
     }
 
-    /** Loads and applies the map; a failure keeps the last good one. */
-    synchronized boolean reload(String why) {
-        try {
-            Map<Integer, String> map = loader.load();
-            if (map == null) {
-                throw new IllegalStateException("the loader returned no map");
+    /**
+     * Loads and applies the map; a failure keeps the last good one. Loads run one
+     * at a time, each applied before the next starts, so an older map never
+     * replaces a newer one.
+     *
+     * @return whether the load succeeded and was applied (false once closed)
+     */
+    boolean reload(String why) {
+        boolean upkeep = Thread.currentThread() == thread;
+        synchronized (this) {
+            if (closed) {
+                return false;
             }
-            long epoch = cluster.replacePartitionMap(map, SOURCE);
-            loads.incrementAndGet();
-            lastError = null;
-            LOG.log(Level.DEBUG, () -> owner + ": partition map epoch " + epoch
-                    + " loaded (" + why + ", " + map.size() + " entries)");
-            return true;
+            if (upkeep) {
+                upkeepLoading = true;
+            }
+        }
+        try {
+            synchronized (loadLock) {
+                return loadAndApply(why);
+            }
+        } finally {
+            if (upkeep) {
+                synchronized (this) {
+                    upkeepLoading = false;
+                }
+            }
+        }
+    }
+
+    private boolean loadAndApply(String why) {
+        Map<Integer, String> map = null;
+        Exception failure = null;
+        // The application's code runs outside this monitor: poke() (FAN events)
+        // and close() take it and must not wait for a loader stuck on the network.
+        try {
+            map = loader.load();
+            if (map == null) {
+                failure = new IllegalStateException("the loader returned no map");
+            }
         } catch (Exception e) {
-            // The error first: whoever sees the count go up finds its error.
-            lastError = e.getClass().getName() + ": " + e.getMessage();
-            failures.incrementAndGet();
-            // In the core's metrics too (JSON, Prometheus, JMX), next to the map's epoch.
+            failure = e;
+        }
+        synchronized (this) {
+            if (closed) {
+                return false;
+            }
+            if (failure == null) {
+                try {
+                    long epoch = cluster.replacePartitionMap(map, SOURCE);
+                    loads.incrementAndGet();
+                    lastError = null;
+                    int size = map.size();
+                    LOG.log(Level.DEBUG, () -> owner + ": partition map epoch " + epoch
+                            + " loaded (" + why + ", " + size + " entries)");
+                    return true;
+                } catch (RuntimeException e) {
+                    failure = e;
+                }
+            }
+            // The error first, here and in the core's metrics (JSON, Prometheus, JMX):
+            // whoever sees the count go up finds its error in both.
+            lastError = errorText(failure.getClass().getName() + ": " + failure.getMessage());
             cluster.partitionMapLoadFailed(SOURCE, lastError);
+            failures.incrementAndGet();
             LOG.log(Level.WARNING, owner + ": partition map load failed (" + why
                     + "), keeping the last good map: " + lastError);
             return false;
         }
+    }
+
+    static final int MAX_ERROR_CHARS = 512;
+
+    /**
+     * The loader's message as text the core takes: any exception message may hold
+     * a lone surrogate or be huge, and the core refuses both, which would turn a
+     * failed load into a failed upkeep round.
+     */
+    static String errorText(String message) {
+        StringBuilder sb = new StringBuilder(Math.min(message.length(), MAX_ERROR_CHARS));
+        for (int i = 0, n = message.length(); i < n && sb.length() < MAX_ERROR_CHARS; i++) {
+            char ch = message.charAt(i);
+            if (Character.isHighSurrogate(ch) && i + 1 < n && Character.isLowSurrogate(message.charAt(i + 1))) {
+                if (sb.length() + 2 > MAX_ERROR_CHARS) {
+                    break;
+                }
+                sb.append(ch).append(message.charAt(++i));
+            } else {
+                sb.append(Character.isSurrogate(ch) ? '\uFFFD' : ch);
+            }
+        }
+        return sb.toString();
     }
 
     /** HikariCP's runtime pool controls, by reflection (the jar depends on no pool). */

@@ -1,5 +1,6 @@
 package io.racaffinity.jdbc;
 
+import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
 import io.racaffinity.Route;
 import java.util.Objects;
@@ -9,33 +10,50 @@ import java.util.Objects;
  * while open, a connection of an affinity data source on the same thread whose
  * cluster made the decision, and that has no transaction, sharding key or own
  * session scope, goes to the decided node ({@code Cluster.routeToken}, seed 001).
+ * When the core refused the request ({@link AffinityDataSource#withRequestRefusal}), such a
+ * connection is refused with that error instead.
  * Scopes nest; closing restores the enclosing one. Close it on the thread that opened it.
  */
 public final class RouteScope implements AutoCloseable {
     private static final ThreadLocal<RouteScope> CURRENT = new ThreadLocal<>();
     private final Cluster cluster;
     private final Route route;
+    private final AffinityException refusal;
     private final RouteScope previous;
     private final Thread owner;
     private boolean closed;
 
     RouteScope(Cluster cluster, Route route) {
+        this(cluster, Objects.requireNonNull(route, "route"), null);
+    }
+
+    RouteScope(Cluster cluster, AffinityException refusal) {
+        this(cluster, null, Objects.requireNonNull(refusal, "refusal"));
+    }
+
+    private RouteScope(Cluster cluster, Route route, AffinityException refusal) {
         this.cluster = Objects.requireNonNull(cluster, "cluster");
-        this.route = Objects.requireNonNull(route, "route");
+        this.route = route;
+        this.refusal = refusal;
         this.previous = CURRENT.get();
         this.owner = Thread.currentThread();
         CURRENT.set(this);
     }
 
-    /** @return the decided route */
+    /** @return the decided route, or null when the core refused the request */
     public Route route() {
         return route;
     }
 
-    /** @return the calling thread's decision for {@code cluster}, or null */
-    static Route current(Cluster cluster) {
+    /** @return the core's refusal of the request, or null when it decided a route */
+    public AffinityException refusal() {
+        return refusal;
+    }
+
+    /** @return the calling thread's decision (route or refusal) for {@code cluster}, or null */
+    static RouteScope current(Cluster cluster) {
         RouteScope s = CURRENT.get();
-        return s != null && s.cluster == cluster ? s.route : null;
+        return s != null && s.cluster == cluster ? s : null;
     }
 
     /** Ends the scope. */

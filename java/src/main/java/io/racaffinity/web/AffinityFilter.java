@@ -1,5 +1,6 @@
 package io.racaffinity.web;
 
+import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
 import io.racaffinity.InvalidArgumentException;
 import io.racaffinity.Route;
@@ -72,7 +73,10 @@ import javax.naming.NamingException;
  *   <li>{@code tokenCookie}, {@code tokenAttribute}: see {@code routingToken}.
  * </ul>
  * Strict mode ({@code session.strict}, JMX {@code UseStrictWebSessionAffinity}) makes a
- * connection fail instead of moving the session when its node is down.
+ * connection fail instead of moving the session when its node is down. In token mode, when
+ * the core routes the token nowhere (strict refusal, every node down), the request still runs
+ * and keeps its token; a connection it asks for is refused with the core's error
+ * ({@link AffinityDataSource#withRequestRefusal}).
  */
 public class AffinityFilter implements Filter {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.web");
@@ -237,20 +241,32 @@ public class AffinityFilter implements Filter {
             token = held instanceof String ? (String) held : null;
         }
         TokenRoute decided = null;
-        if (token != null && !token.isEmpty()) {
-            try {
-                decided = cluster.routeToken(token);
-            } catch (InvalidArgumentException e) {
-                LOG.log(Level.DEBUG, () -> "a malformed or foreign routing token starts a new one: " + e.getMessage());
-            }
-        }
         boolean write;
-        if (decided == null) {
-            token = cluster.sessionToken(session != null ? session.getId() : newSessionId());
-            decided = cluster.routeToken(token);
-            write = true;
-        } else {
-            write = decided.changed();
+        try {
+            if (token != null && !token.isEmpty()) {
+                try {
+                    decided = cluster.routeToken(token);
+                } catch (InvalidArgumentException e) {
+                    LOG.log(Level.DEBUG, () -> "a malformed or foreign routing token starts a new one: "
+                            + e.getMessage());
+                }
+            }
+            if (decided == null) {
+                token = cluster.sessionToken(session != null ? session.getId() : newSessionId());
+                decided = cluster.routeToken(token);
+                write = true;
+            } else {
+                write = decided.changed();
+            }
+        } catch (AffinityException e) {
+            // No node may serve the session now (strict affinity, every node down): a request
+            // that needs no database still runs, and one that asks for a connection is refused
+            // by the data source with this error. The token is kept for when a node is back.
+            LOG.log(Level.DEBUG, () -> "the routing token has no node now: " + e.getMessage());
+            try (RouteScope scope = AffinityDataSource.withRequestRefusal(cluster, e)) {
+                chain.doFilter(request, response);
+            }
+            return;
         }
         String held = decided.token().orElse(token);
         if (write) {

@@ -13,7 +13,9 @@ import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import jakarta.servlet.http.HttpServletRequest;
 import java.io.IOException;
+import java.net.URI;
 import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.sql.Connection;
@@ -27,6 +29,7 @@ import javax.sql.DataSource;
 import org.apache.catalina.Context;
 import org.apache.catalina.startup.Tomcat;
 import org.apache.tomcat.util.descriptor.web.ContextResource;
+import org.apache.tomcat.util.descriptor.web.FilterMap;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -71,7 +74,9 @@ class TokenRoutingTomcatTest {
         String answer(HttpServletRequest req, DataSource ds) throws Exception {
             Cluster cluster = ds.unwrap(AffinityDataSource.class).getCluster();
             String uri = req.getRequestURI();
-            if (uri.endsWith("/state")) {
+            if (uri.endsWith("/nodb")) {
+                return "no database";
+            } else if (uri.endsWith("/state")) {
                 return cluster.nodeState(req.getParameter("node")).name();
             } else if (uri.endsWith("/down") || uri.endsWith("/up")) {
                 return cluster.setNodeState(req.getParameter("node"),
@@ -79,7 +84,7 @@ class TokenRoutingTomcatTest {
             }
             try (Connection c = ds.getConnection()) {
                 return Pools.serverPort(c) + " " + req.getAttribute(AffinityFilter.TOKEN_ATTRIBUTE) + " "
-                        + req.getAttribute(AffinityFilter.ROUTE_ATTRIBUTE).toString().replace(' ', '_');
+                        + String.valueOf(req.getAttribute(AffinityFilter.ROUTE_ATTRIBUTE)).replace(' ', '_');
             }
         }
     }
@@ -93,6 +98,10 @@ class TokenRoutingTomcatTest {
         res.setProperty("heartbeatTimeoutSeconds", "1");
         ctx.getNamingResources().addResource(res);
         EmbeddedTomcat.addAffinityFilter(ctx, "/port", Map.of("routingToken", store, "tokenCookie", COOKIE));
+        // /nodb: a request through the filter that needs no connection.
+        for (FilterMap fm : ctx.findFilterMaps()) {
+            fm.addURLPattern("/nodb");
+        }
         Tomcat.addServlet(ctx, "token", new TokenServlet());
         ctx.addServletMappingDecoded("/*", "token");
     }
@@ -106,6 +115,8 @@ class TokenRoutingTomcatTest {
         addContext(base, "/c", "cookie", "; heartbeat.misses = 2", "200");
         // /a: the session attribute, nodes marked down by hand (no heartbeat).
         addContext(base, "/a", "attribute", "", "0");
+        // /s: the cookie under strict session affinity, nodes marked down by hand.
+        addContext(base, "/s", "cookie", "; session.strict = true", "0");
         tomcat.start();
         port = tomcat.getConnector().getLocalPort();
     }
@@ -121,6 +132,12 @@ class TokenRoutingTomcatTest {
 
     static HttpResponse<String> send(HttpClient client, String path) throws Exception {
         return EmbeddedTomcat.send(port, client, path);
+    }
+
+    /** GET {@code path}, whatever the status. */
+    static HttpResponse<String> sendAny(HttpClient client, String path) throws Exception {
+        return client.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
+                .timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofString());
     }
 
     /** One request on {@code /c/port}: port, token and whether the response set the token cookie. */
@@ -287,5 +304,49 @@ class TokenRoutingTomcatTest {
         }
         // A new browser (no session) gets its own token.
         assertNotEquals(t0[0], parse(request(browser(), "/a").token())[0]);
+    }
+
+    @Test
+    void withEveryNodeDownARequestThatNeedsNoDatabaseStillRuns() throws Exception {
+        HttpClient browser = browser();
+        HttpClient admin = browser();
+        for (int i = 1; i <= 3; i++) {
+            assertEquals("UP", send(admin, "/a/down?node=" + nodeName(i)).body());
+        }
+        try {
+            HttpResponse<String> r = send(browser, "/a/nodb");
+            assertEquals(200, r.statusCode(), r.body());
+            assertEquals("no database", r.body());
+            // One that needs a connection is refused by the data source, not by the filter.
+            HttpResponse<String> p = sendAny(browser, "/a/port");
+            assertEquals(500, p.statusCode());
+            assertTrue(p.body().contains("racaffinity: no node available"), p.body());
+        } finally {
+            for (int i = 1; i <= 3; i++) {
+                send(admin, "/a/up?node=" + nodeName(i));
+            }
+        }
+        assertEquals(200, send(browser, "/a/port").statusCode(), "the filter routes again once a node is up");
+    }
+
+    @Test
+    void aStrictTokenWhosePrimaryIsDownRefusesConnectionsNotTheRequest() throws Exception {
+        Map<String, String> ids = tokenIds();
+        HttpClient browser = browser();
+        HttpClient admin = browser();
+        Seen s0 = request(browser, "/s");
+        String primary = ids.get(parse(s0.token())[1]);
+        assertEquals("UP", send(admin, "/s/down?node=" + primary).body());
+        try {
+            HttpResponse<String> r = send(browser, "/s/nodb");
+            assertEquals(200, r.statusCode(), r.body());
+            // No connection on another node: strict affinity refuses it.
+            HttpResponse<String> p = sendAny(browser, "/s/port");
+            assertEquals(500, p.statusCode(), p.body());
+            assertTrue(p.body().contains("racaffinity: "), p.body());
+        } finally {
+            send(admin, "/s/up?node=" + primary);
+        }
+        assertEquals(s0.port(), request(browser, "/s").port(), "back on its primary");
     }
 }

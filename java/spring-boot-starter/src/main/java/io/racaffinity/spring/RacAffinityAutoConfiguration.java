@@ -1,5 +1,6 @@
 package io.racaffinity.spring;
 
+import io.racaffinity.Cluster;
 import io.racaffinity.jdbc.AffinityDataSource;
 import java.sql.SQLException;
 import java.util.Map;
@@ -31,11 +32,13 @@ public class RacAffinityAutoConfiguration {
     @ConditionalOnMissingBean(DataSource.class)
     public AffinityDataSource dataSource(RacAffinityProperties p) throws SQLException {
         AffinityDataSource ds = new AffinityDataSource();
-        StringBuilder config = new StringBuilder(p.getConfig());
+        // Each setting through the builder, which refuses a ';' or newline in a key or
+        // value: pasted as text, one property could add keys of its own.
+        Cluster.Builder settings = Cluster.builder();
         for (Map.Entry<String, String> e : p.getSettings().entrySet()) {
-            config.append('\n').append(e.getKey()).append(" = ").append(e.getValue());
+            settings.set(e.getKey(), e.getValue());
         }
-        ds.setConfig(config.toString());
+        ds.setConfig(p.getConfig() + "\n" + settings.toConfig());
         if (!p.getNodeUrls().isEmpty()) {
             ds.setNodeUrls(p.getNodeUrls());
         }

@@ -21,7 +21,10 @@ import org.springframework.boot.context.properties.ConfigurationProperties;
 public class RacAffinityProperties {
     /** Core config text ({@code key = value} entries separated by newlines or {@code ;}). */
     private String config;
-    /** Core config keys added to {@link #config}, e.g. {@code transaction.strict=true}. */
+    /**
+     * Core config keys added to {@link #config}, e.g. {@code transaction.strict=true}: one
+     * entry each (a {@code ;} or newline in a key or value fails the start).
+     */
     private Map<String, String> settings = new LinkedHashMap<>();
     /** Each node's JDBC URL, by node name. */
     private Map<String, String> nodeUrls = new LinkedHashMap<>();

@@ -28,6 +28,21 @@ class RacAffinityAutoConfigurationTest {
     }
 
     @Test
+    void aSettingValueCannotInjectKeys() {
+        // name = x is valid on its own: only the injected key would take effect.
+        runner.withPropertyValues("racaffinity.config=nodes = A, B",
+                "racaffinity.settings.name=x; transaction.strict = true",
+                "racaffinity.url-template=jdbc:postgresql://127.0.0.1:1/{instance}")
+                .run(ctx -> assertThat(ctx).hasFailed().getFailure().rootCause()
+                        .hasMessageContaining("`name`").hasMessageContaining("must not contain a newline or `;`"));
+        runner.withPropertyValues("racaffinity.config=nodes = A, B",
+                "racaffinity.settings.name=x\ntransaction.strict = true",
+                "racaffinity.url-template=jdbc:postgresql://127.0.0.1:1/{instance}")
+                .run(ctx -> assertThat(ctx).hasFailed().getFailure().rootCause()
+                        .hasMessageContaining("must not contain a newline or `;`"));
+    }
+
+    @Test
     void anApplicationDataSourceWins() {
         runner.withPropertyValues("racaffinity.config=nodes = A, B")
                 .withBean("mine", javax.sql.DataSource.class, org.postgresql.ds.PGSimpleDataSource::new)
