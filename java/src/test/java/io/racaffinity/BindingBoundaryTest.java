@@ -65,6 +65,19 @@ class BindingBoundaryTest {
     }
 
     @Test
+    void loneSurrogatesInStringShardingKeysAreRefused() throws Exception {
+        // getBytes(UTF_8) would make both of these the key "user-?".
+        AffinityDataSource ds = new AffinityDataSource();
+        for (String k : List.of("user-\uD800", "user-\uDBFF")) {
+            java.sql.SQLException e = assertThrows(java.sql.SQLException.class,
+                    () -> ds.createShardingKeyBuilder().subkey(k, java.sql.JDBCType.VARCHAR).build());
+            assertTrue(e.getMessage().contains("surrogate"), e.getMessage());
+            assertEquals("22023", e.getSQLState());
+        }
+        assertTrue(ds.createShardingKeyBuilder().subkey("user-\uD83D\uDE00", java.sql.JDBCType.VARCHAR).build() != null);
+    }
+
+    @Test
     void loneSurrogatesInStringsPassedToTheLibraryAreRefused() {
         try (Cluster c = three("")) {
             assertThrows(InvalidArgumentException.class, () -> c.nodeId("MYDB1\uD800"));

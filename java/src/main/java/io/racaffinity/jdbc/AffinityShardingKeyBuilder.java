@@ -1,5 +1,8 @@
 package io.racaffinity.jdbc;
 
+import io.racaffinity.Cluster;
+import io.racaffinity.InvalidArgumentException;
+
 import java.io.ByteArrayOutputStream;
 import java.math.BigDecimal;
 import java.math.BigInteger;
@@ -108,7 +111,13 @@ public final class AffinityShardingKeyBuilder implements ShardingKeyBuilder {
                     // not an integer: a text key
                 }
             }
-            return s.getBytes(StandardCharsets.UTF_8);
+            try {
+                // Cluster's check: a lone surrogate would become '?' and two
+                // different keys would route as one.
+                return Cluster.keyBytes(s, "sharding key");
+            } catch (InvalidArgumentException e) {
+                throw new SQLNonTransientException(e.getMessage(), "22023", e);
+            }
         }
         if (v instanceof Character) {
             return v.toString().getBytes(StandardCharsets.UTF_8);
