@@ -2,7 +2,6 @@ package io.racaffinity.jdbc;
 
 import io.racaffinity.Cluster;
 import io.racaffinity.InvalidArgumentException;
-
 import java.io.ByteArrayOutputStream;
 import java.math.BigDecimal;
 import java.math.BigInteger;
