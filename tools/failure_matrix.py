@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Prints the failure matrix of issue 11 [xa-faults] as one table.
 
-    python3 tools/failure_matrix.py [DIR] [--markdown] [--language NAME ...]
+    python3 tools/failure_matrix.py [DIR] [--markdown] [--language NAME ...] [--allow-partial]
 
-Reads DIR/*.json (default: target/failure-matrix under the repository root):
-python.json from python/tests/test_failure_matrix.py, java.json from the
-Java half, each
+Reads DIR/python.json (python/tests/test_failure_matrix.py) and DIR/java.json
+(the Java half's FailureMatrixTest), DIR defaulting to target/failure-matrix
+under the repository root; no other file there. Each is
 
     {"language": "...", "tm": "...", "seconds": 123.4 (optional),
+     "narrowed": true (optional: the run covered only some cells),
      "cells": [{"model", "mode", "phase", "fault", "holds", "checks",
                 "outcome", "seconds", "note", "allowed" (optional)}]}
 
@@ -22,14 +23,22 @@ each cell shows one mark per language, in the order of the legend line:
 
 Then one summary line per language (cells, holding, allowed, runtime) and
 the notes of cells that do not hold. Exits 1 if a cell does not hold and is
-not allow-listed ("allowed": true), 2 if no file could be read or one is
-malformed. Python 3 standard library only.
+not allow-listed ("allowed": true), or if the files are not one whole,
+current run: a language's file is missing (both are required unless
+--language names the ones wanted), a file records a narrowed run or lacks
+cells of the matrix (CELLS below; both accepted with --allow-partial, for
+iterating on a few cells and for hand-made files), has a cell twice or one
+the matrix does not, or is older than a tracked source it describes
+(SOURCES: the results of an earlier run of other code). Exits 2 if no file could be read or one is
+malformed. Python 3 standard library only. Tests: python/tests/test_failure_matrix_tool.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -39,6 +48,17 @@ MODES = ["soft", "strict"]
 PHASES = ["start", "work", "end", "prepare", "commit", "rollback", "recover"]
 FAULTS = ["crash", "reset", "blackhole", "latency", "refused", "constraint", "trigger", "serialization", "password"]
 KNOWN = ["python", "java"]  # the languages expected in the directory
+INFRA_FAULTS = ["crash", "reset", "blackhole", "latency", "refused"]
+APP_ERRORS = [("constraint", "work"), ("trigger", "prepare"), ("serialization", "work"), ("password", "start")]
+# Every language runs the same cells: each infrastructure fault in each
+# phase, each application error in the one phase it happens in.
+CELLS = [(model, mode, phase, fault) for model in MODELS for mode in MODES
+         for phase, fault in [(p, f) for p in PHASES for f in INFRA_FAULTS] + [(p, f) for f, p in APP_ERRORS]]
+# What each half's results depend on (tracked files under these paths).
+SOURCES = {
+    "python": ["rust", "python/src", "python/tests/test_failure_matrix.py", "tests/cluster/faults"],
+    "java": ["rust", "java/src", "tests/cluster/faults"],
+}
 CELL_KEYS = ("model", "mode", "phase", "fault", "holds", "checks")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +80,54 @@ def load(path: Path) -> Dict[str, Any]:
         if missing:
             raise Malformed(f"{path}: cell {i} lacks {', '.join(missing)}")
     return doc
+
+
+def cell_problems(doc: Dict[str, Any], allow_partial: bool) -> List[str]:
+    """Why `doc` is not one whole run of the matrix (empty if it is)."""
+    name = f"{doc['language']}.json"
+    if doc.get("narrowed") is True and not allow_partial:
+        return [f"{name} records a narrowed run (RACAFF_MATRIX_ONLY or the like): re-run the whole matrix"]
+    seen: Dict[Tuple[str, str, str, str], int] = {}
+    for c in doc["cells"]:
+        k = (c["model"], c["mode"], c["phase"], c["fault"])
+        seen[k] = seen.get(k, 0) + 1
+    out = []
+    fmt = lambda ks: ", ".join("/".join(k) for k in ks)  # noqa: E731
+    missing = [k for k in CELLS if k not in seen]
+    if missing and not allow_partial:
+        out.append(f"{name} lacks {len(missing)} cell{'s' if len(missing) > 1 else ''}: {fmt(missing[:10])}"
+                   + (" ..." if len(missing) > 10 else ""))
+    unknown = sorted(k for k in seen if k not in set(CELLS))
+    if unknown:
+        out.append(f"{name} has cells the matrix does not: {fmt(unknown)}")
+    twice = sorted(k for k, n in seen.items() if n > 1)
+    if twice:
+        out.append(f"{name} has cells more than once: {fmt(twice)}")
+    return out
+
+
+def stale(path: Path, language: str) -> List[str]:
+    """The file's results are older than a tracked source they depend on."""
+    paths = SOURCES.get(language)
+    if not paths:
+        return []
+    try:
+        listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--", *paths],
+                                capture_output=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []  # not a git checkout (an unpacked sdist): nothing to compare with
+    written = path.stat().st_mtime
+    newest, newest_path = 0.0, ""
+    for rel in filter(None, listed.decode("utf-8", "replace").split("\0")):
+        try:
+            m = os.stat(ROOT / rel).st_mtime
+        except OSError:
+            continue  # deleted in the work tree
+        if m > newest:
+            newest, newest_path = m, rel
+    if newest > written:
+        return [f"{path.name} is older than {newest_path}: stale, from an earlier run (re-run its tests)"]
+    return []
 
 
 def mark(cell: Dict[str, Any]) -> str:
@@ -113,16 +181,24 @@ def main(argv: List[str]) -> int:
     ap.add_argument("dir", nargs="?", default=str(ROOT / "target" / "failure-matrix"))
     ap.add_argument("--markdown", action="store_true", help="a Markdown table (for the README)")
     ap.add_argument("--language", action="append", help="only this language's file (repeatable)")
+    ap.add_argument("--allow-partial", action="store_true",
+                    help="accept files with only some of the cells (a narrowed run, a hand-made file)")
     args = ap.parse_args(argv)
     d = Path(args.dir)
-    paths = sorted(d.glob("*.json"))
+    wanted = args.language or KNOWN
     docs = []
+    problems: List[str] = []
     try:
-        for p in paths:
-            doc = load(p)
-            if args.language and doc["language"] not in args.language:
+        for name in wanted:
+            p = d / f"{name}.json"
+            if not p.exists():
+                problems.append(f"{name}: no {name}.json in {d} (that half has not run)")
                 continue
+            doc = load(p)
+            if doc["language"] != name:
+                raise Malformed(f"{p}: \"language\" is {doc['language']!r}, not {name!r}")
             docs.append(doc)
+            problems += [f"{name}: {m}" for m in cell_problems(doc, args.allow_partial) + stale(p, name)]
     except Malformed as e:
         print(f"failure_matrix: {e}", file=sys.stderr)
         return 2
@@ -157,10 +233,8 @@ def main(argv: List[str]) -> int:
         out.append(("- " if args.markdown else "") + line)
         for c in allowed:
             out.append(f"  allowed {doc['language']} {c['model']}/{c['mode']}/{c['phase']}/{c['fault']}: {c.get('note', '')}")
-    if not args.language:
-        for name in KNOWN:
-            if name not in langs:
-                out.append(("- " if args.markdown else "") + f"{name}: no {name}.json in {d} (that half has not run)")
+    for p in problems:
+        out.append(("- " if args.markdown else "") + "NOT A WHOLE RUN: " + p)
     for lang, c in failing:
         out.append(f"FAIL {lang} {c['model']}/{c['mode']}/{c['phase']}/{c['fault']}: "
                    f"{json.dumps(c.get('checks'), sort_keys=True)} {c.get('note', '')}")
@@ -168,7 +242,7 @@ def main(argv: List[str]) -> int:
         print("\n".join(out))
     except BrokenPipeError:  # `| head`
         pass
-    return 1 if failing else 0
+    return 1 if failing or problems else 0
 
 
 if __name__ == "__main__":

@@ -45,6 +45,11 @@ class PgNodes:
     def restart(self, i: int) -> None:
         self._run("restart", str(i))
 
+    def smart_stop(self, i: int) -> None:
+        """Node i refuses new connections ("the database system is shutting
+        down") until its last session ends; then it stops (restart it)."""
+        self._run("smart-stop", str(i))
+
 
 @pytest.fixture(scope="session")
 def pg() -> PgNodes:

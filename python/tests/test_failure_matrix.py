@@ -768,6 +768,9 @@ def lanes(pg):
 @pytest.mark.timeout(420)
 def test_failure_matrix(lanes, capsys):
     run_id = uuid.uuid4().hex[:4]
+    # A run that fails or is interrupted leaves no file, rather than the last
+    # run's for tools/failure_matrix.py to read as this one's.
+    OUT.unlink(missing_ok=True)
     spans = Spans()
     logger = logging.getLogger("racaffinity")
     logger.addHandler(spans)
@@ -793,12 +796,16 @@ def test_failure_matrix(lanes, capsys):
         with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
             left[name] = [x.gtrid for x in conn.tpc_recover() if x.gtrid.startswith(f"mx{run_id}")]
     cells = [c for lane in lanes for c in results.get((lane.model, lane.mode), [])]
+    narrowed = bool(os.environ.get("RACAFF_MATRIX_ONLY"))
     doc = {"language": "python", "tm": "racaffinity.tpc", "seconds": round(total, 1),
            "cells": [c.as_json() for c in cells]}
+    if narrowed:  # tools/failure_matrix.py refuses it as the matrix's verdict
+        doc["narrowed"] = True
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
     table = subprocess.run([sys.executable, str(REPO / "tools" / "failure_matrix.py"), "--language", "python",
-                            str(OUT.parent)], capture_output=True, text=True, timeout=60)
+                            *(["--allow-partial"] if narrowed else []), str(OUT.parent)],
+                           capture_output=True, text=True, timeout=60)
     with capsys.disabled():  # make test prints the table
         print("\n" + table.stdout + table.stderr, flush=True)
     bad = [c for c in cells if not c.holds and not c.allowed]

@@ -250,3 +250,23 @@ async def test_heartbeat_downs_a_killed_idle_node_and_stops_on_close(pg, cluster
         restart_after.remove(3)
         await wait_until_async(lambda: c.node_state("RAC3") == ra.NodeState.UP, bound + 5)
     assert not pools._heartbeat.is_alive()
+
+
+@pytest.mark.asyncio
+async def test_heartbeat_counts_a_node_refusing_connections_while_shutting_down_as_a_miss(pg, cluster_factory, restart_after):
+    # The refusal is a server's FATAL, as a missing role's is, but the node
+    # takes no new sessions: a probe that cannot connect to it is a miss.
+    c = cluster_factory("heartbeat.misses = 2", nodes=NAMES)
+    async with new_pools(c, pg.dsn, min_size=0) as pools:
+        with psycopg.connect(pg.dsn["RAC3"], autocommit=True):  # keeps the smart shutdown waiting
+            pg.smart_stop(3)
+            restart_after.append(3)
+            with pytest.raises(psycopg.OperationalError, match="shutting down"):
+                psycopg.connect(pg.dsn["RAC3"], connect_timeout=5)
+            await pools.check_heartbeat()
+            m = c.metrics()["nodes"]
+            assert [n["probe_misses"] for n in m] == [0, 0, 1], m
+            await pools.check_heartbeat()
+            assert c.node_state("RAC3") == ra.NodeState.DOWN
+            assert c.metrics()["nodes"][2]["down_cause"] == "heartbeat"
+            assert c.node_state("RAC1") == c.node_state("RAC2") == ra.NodeState.UP

@@ -216,3 +216,19 @@ def test_heartbeat_downs_a_killed_idle_node_and_stops_on_close(pg, cluster_facto
         restart_after.remove(3)
         wait_until(lambda: c.node_state('RAC3') == ra.NodeState.UP, bound + 5)
     assert not pools._heartbeat.is_alive()
+
+def test_heartbeat_counts_a_node_refusing_connections_while_shutting_down_as_a_miss(pg, cluster_factory, restart_after):
+    c = cluster_factory('heartbeat.misses = 2', nodes=NAMES)
+    with new_pools(c, pg.dsn, min_size=0) as pools:
+        with psycopg.connect(pg.dsn['RAC3'], autocommit=True):
+            pg.smart_stop(3)
+            restart_after.append(3)
+            with pytest.raises(psycopg.OperationalError, match='shutting down'):
+                psycopg.connect(pg.dsn['RAC3'], connect_timeout=5)
+            pools.check_heartbeat()
+            m = c.metrics()['nodes']
+            assert [n['probe_misses'] for n in m] == [0, 0, 1], m
+            pools.check_heartbeat()
+            assert c.node_state('RAC3') == ra.NodeState.DOWN
+            assert c.metrics()['nodes'][2]['down_cause'] == 'heartbeat'
+            assert c.node_state('RAC1') == c.node_state('RAC2') == ra.NodeState.UP

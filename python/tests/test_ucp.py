@@ -316,3 +316,33 @@ def test_a_context_follows_its_scopes_strict_switch(cluster_factory):
     tx.close()
     with pytest.raises(ra.InvalidArgumentError):
         c.affinity_context("data").pin()
+
+
+def _live_pins(c) -> int:
+    return sum(s["live"] for s in c.metrics()["scopes"].values() if isinstance(s, dict) and "live" in s)
+
+
+@pytest.mark.parametrize("scope", ["transaction", "session"])
+def test_closing_a_context_pinned_twice_releases_every_level(cluster_factory, scope):
+    c = cluster_factory("nodes = A, B")
+    ctx = c.affinity_context(scope)
+    ctx.pin()
+    ctx.pin()
+    assert _live_pins(c) == 1
+    ctx.close()
+    assert _live_pins(c) == 0
+    ctx.close()  # idempotent
+    assert _live_pins(c) == 0
+
+
+def test_collecting_an_unclosed_context_pinned_twice_releases_every_level(cluster_factory):
+    import gc
+
+    c = cluster_factory("nodes = A, B")
+    ctx = c.affinity_context("transaction")
+    ctx.pin()
+    ctx.pin()
+    assert _live_pins(c) == 1
+    del ctx
+    gc.collect()
+    assert _live_pins(c) == 0

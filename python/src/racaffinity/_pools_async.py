@@ -7,6 +7,7 @@ ones."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
@@ -329,6 +330,18 @@ class AsyncNodePools(Base):
         await self.close()
 
 
+# psycopg's connect() arguments that are not libpq connection parameters.
+_NOT_CONNINFO = frozenset(("autocommit", "prepare_threshold", "context", "row_factory", "cursor_factory"))
+
+
+def _ping_ok(dsn: str, connect_kwargs: Mapping[str, Any]) -> bool:
+    """Whether libpq's PQping says the server accepts connections (a failed
+    authentication still means it does)."""
+    params = {k: v for k, v in connect_kwargs.items() if k not in _NOT_CONNINFO}
+    conninfo = psycopg.conninfo.make_conninfo(dsn, **params)
+    return psycopg.pq.PGconn.ping(conninfo.encode()) == psycopg.pq.Ping.OK
+
+
 class _AsyncHeartbeat:
     """Probes every node each interval; one probe per node in flight. A probe
     that has not answered within `probe_timeout` counts as a miss, and so
@@ -378,13 +391,27 @@ class _AsyncHeartbeat:
             if conn is None or conn.closed:
                 kw = dict(self._pools._connect_kwargs)
                 kw.setdefault("connect_timeout", connect_timeout(self._pools.probe_timeout))
-                conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kw)
+                try:
+                    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kw)
+                except Exception as e:
+                    # A node that refuses the session for the user's sake (a
+                    # missing role, a wrong password) is alive; one that is
+                    # starting up, shutting down or in recovery is not, and
+                    # libpq keeps no SQLSTATE (57P03) of a connect error to
+                    # tell them apart. Its ping does.
+                    log.debug("racaffinity: probe of node #%d failed to connect: %s", node, type(e).__name__)
+                    if _ASYNC:
+                        ok = await asyncio.to_thread(_ping_ok, dsn, kw)
+                    else:
+                        ok = _ping_ok(dsn, kw)
+                    self._results[node] = ok
+                    return
                 self._conns[node] = conn
             await conn.execute("SELECT 1")
             ok = True
         except Exception as e:
-            # A node that answers with an error of its own (a missing role, a
-            # wrong password) is alive: only a node failure is a miss.
+            # A node that answers the query with an error of its own is alive:
+            # only a node failure is a miss.
             ok = not is_node_failure(e)
             log.debug("racaffinity: probe of node #%d failed: %s", node, type(e).__name__)
             conn = self._conns.pop(node, None)

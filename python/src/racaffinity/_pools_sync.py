@@ -268,6 +268,14 @@ class NodePools(Base):
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         self.close()
+_NOT_CONNINFO = frozenset(('autocommit', 'prepare_threshold', 'context', 'row_factory', 'cursor_factory'))
+
+def _ping_ok(dsn: str, connect_kwargs: Mapping[str, Any]) -> bool:
+    """Whether libpq's PQping says the server accepts connections (a failed
+    authentication still means it does)."""
+    params = {k: v for k, v in connect_kwargs.items() if k not in _NOT_CONNINFO}
+    conninfo = psycopg.conninfo.make_conninfo(dsn, **params)
+    return psycopg.pq.PGconn.ping(conninfo.encode()) == psycopg.pq.Ping.OK
 
 class _Heartbeat:
     """Probes every node each interval; one probe per node in flight. A probe
@@ -318,7 +326,13 @@ class _Heartbeat:
             if conn is None or conn.closed:
                 kw = dict(self._pools._connect_kwargs)
                 kw.setdefault('connect_timeout', connect_timeout(self._pools.probe_timeout))
-                conn = psycopg.Connection.connect(dsn, autocommit=True, **kw)
+                try:
+                    conn = psycopg.Connection.connect(dsn, autocommit=True, **kw)
+                except Exception as e:
+                    log.debug('racaffinity: probe of node #%d failed to connect: %s', node, type(e).__name__)
+                    ok = _ping_ok(dsn, kw)
+                    self._results[node] = ok
+                    return
                 self._conns[node] = conn
             conn.execute('SELECT 1')
             ok = True

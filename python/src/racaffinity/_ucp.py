@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Protocol
 from ._cluster import Cluster
 from ._routes import Route, RouteKind, Scope, context_pick, lease_begin, lease_release, new_, route_of
 from ._errors import InvalidArgumentError
-from ._lib import lib
+from ._lib import NULL, lib
 
 __all__ = [
     "AffinityContext",
@@ -32,9 +32,9 @@ _BALANCED = int(RouteKind.BALANCED)
 _NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
 
 
-def _unpin(h: Any, key: int) -> None:
-    released = new_("bool *")
-    lib.racaffinity_context_unpin(h, key, released)  # a closed cluster took its pins with it
+def _release(h: Any, key: int) -> None:
+    # Every level: pin() nests, and nobody is left to unpin the others.
+    lib.racaffinity_context_release(h, key, NULL)  # a closed cluster took its pins with it
 
 
 class AffinityContext:
@@ -53,7 +53,7 @@ class AffinityContext:
         self.cluster = cluster
         self.key = int(out[0])
         self.scope = Scope(scope) if scope in set(int(s) for s in Scope) else scope
-        self._release = weakref.finalize(self, _unpin, cluster._h, self.key)
+        self._release = weakref.finalize(self, _release, cluster._h, self.key)
 
     def pin(self) -> Route:
         """Pins the context by its scope's rules (new, or one level deeper)."""
@@ -64,7 +64,7 @@ class AffinityContext:
         return route_of(self.cluster, out)
 
     def close(self) -> None:
-        """Releases the pin. Idempotent."""
+        """Releases the pin at every level `pin()` placed. Idempotent."""
         self._release()
 
     def __repr__(self) -> str:
