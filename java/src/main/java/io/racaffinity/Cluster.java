@@ -158,14 +158,7 @@ public final class Cluster implements AutoCloseable {
         }
         String n = Native.nodeName(handle, node);
         synchronized (this) {
-            String[] cur = names;
-            if (node >= cur.length) {
-                cur = Arrays.copyOf(cur, Math.max(node + 1, cur.length * 2));
-            } else {
-                cur = cur.clone();
-            }
-            cur[node] = n;
-            names = cur;
+            names = withSet(names, node, n);
         }
         return n;
     }
@@ -932,14 +925,14 @@ public final class Cluster implements AutoCloseable {
     }
 
     private synchronized void remember(int i, Route r) {
-        Route[] rs = routes;
-        if (i >= rs.length) {
-            rs = Arrays.copyOf(rs, Math.max(i + 1, rs.length * 2));
-        } else {
-            rs = rs.clone();
-        }
-        rs[i] = r;
-        routes = rs;
+        routes = withSet(routes, i, r);
+    }
+
+    /** A copy of {@code a} with {@code a[i] = v}, grown if needed: readers of the old array never see a write. */
+    private static <T> T[] withSet(T[] a, int i, T v) {
+        T[] copy = Arrays.copyOf(a, i < a.length ? a.length : Math.max(i + 1, a.length * 2));
+        copy[i] = v;
+        return copy;
     }
 
     private static byte[] gtrid(byte[] gtrid) {
