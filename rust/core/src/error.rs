@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::node::NodeState;
+use crate::node::{DownCause, NodeState};
 
 /// The affinity scope a routing decision was made for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,6 +112,17 @@ pub enum Error {
         /// `transaction.settle`.
         settle_ms: u64,
     },
+    /// Strict transactions: the owner of a new gtrid fails in this process's
+    /// own view only (missed heartbeats, passive ejection), which no other
+    /// process shares; they would still place the gtrid there.
+    StrictUnconfirmed {
+        /// The owning node.
+        node: String,
+        /// Its state in this process's view.
+        state: NodeState,
+        /// This process's evidence (`heartbeat` or `ejected`).
+        cause: DownCause,
+    },
     /// A prepared branch is owned by a node that is not available.
     PreparedNodeUnavailable {
         /// The owning node.
@@ -138,7 +149,9 @@ impl Error {
             Error::UnknownNode(_) => ErrorKind::UnknownNode,
             Error::DuplicateNode(_) => ErrorKind::DuplicateNode,
             Error::NoNodeAvailable { .. } => ErrorKind::NoNodeAvailable,
-            Error::StrictAffinity { .. } | Error::StrictSettling { .. } => ErrorKind::StrictAffinity,
+            Error::StrictAffinity { .. } | Error::StrictSettling { .. } | Error::StrictUnconfirmed { .. } => {
+                ErrorKind::StrictAffinity
+            }
             Error::PreparedNodeUnavailable { .. } => ErrorKind::PreparedNodeUnavailable,
             Error::UnknownTransaction(_) => ErrorKind::UnknownTransaction,
             Error::EventParse(_) => ErrorKind::EventParse,
@@ -177,6 +190,14 @@ impl fmt::Display for Error {
                 "strict transaction affinity: owning node `{node}` became {state} {since_ms} ms ago; \
                  a new transaction it owns is refused until every process has seen the change \
                  (transaction.settle = {settle_ms} ms), so no two processes place it apart; retry"
+            ),
+            Error::StrictUnconfirmed { node, state, cause } => write!(
+                f,
+                "strict transaction affinity: owning node `{node}` is {state} ({}) in this process's view only; \
+                 processes that got no event about it still place its transactions there, so a new one it owns \
+                 is refused rather than split until a FAN event or an operator's call confirms the state \
+                 (transaction.settle = 0 when this process places its gtrids alone); retry",
+                cause.as_str()
             ),
             Error::PreparedNodeUnavailable { node, state } => write!(
                 f,

@@ -4,7 +4,7 @@
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::event::{parse_event, Event, FanEvent, FanEventType, FanReason, FanStatus, RlbAdvisory};
-use crate::node::{DownCause, NodeId, NodeState, OutcomeSource};
+use crate::node::{NodeId, NodeState, OutcomeSource};
 
 /// One node's state change caused by an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,10 +98,10 @@ impl Cluster {
             FanEventType::Service | FanEventType::Database => topo.live.clone(),
         };
         let drain_ms = ev.drain_timeout_s.map(|s| u64::from(s) * 1000);
-        let (to, cause) = match ev.status {
-            FanStatus::Up => (NodeState::Up, DownCause::None),
-            FanStatus::Down if ev.reason == Some(FanReason::User) => (NodeState::Draining, DownCause::Event),
-            FanStatus::Down | FanStatus::NodeDown => (NodeState::Down, DownCause::Event),
+        let to = match ev.status {
+            FanStatus::Up => NodeState::Up,
+            FanStatus::Down if ev.reason == Some(FanReason::User) => NodeState::Draining,
+            FanStatus::Down | FanStatus::NodeDown => NodeState::Down,
             // Pre-connect and restart notices say nothing about where work can go.
             _ => return Ok(EventEffect::default()),
         };
@@ -110,12 +110,10 @@ impl Cluster {
             // Events write the automatic layer only, so `up` lifts what
             // events, heartbeats and ejection imposed but never an operator's
             // mark-down or drain.
-            let t = if to == NodeState::Up {
-                n.restore_if(&[DownCause::Event, DownCause::Heartbeat, DownCause::Ejected])
-            } else if to == NodeState::Draining {
-                n.drain_for(drain_ms, self.clock())
-            } else {
-                n.set_automatic(to, cause)
+            let t = match to {
+                NodeState::Up => n.event_up(),
+                NodeState::Draining => n.drain_for(drain_ms, self.clock()),
+                NodeState::Down => n.event_down(),
             };
             if let Some(t) = t {
                 effect.changes.push(StateChange { node: n.id(), name: n.name().to_string(), from: t.from, to: t.to });

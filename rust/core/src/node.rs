@@ -348,10 +348,14 @@ struct Layers {
     auto: NodeState,
     /// Why `auto` is not `Up`.
     auto_cause: DownCause,
+    /// What events alone concluded: `auto` without this process's own
+    /// evidence (heartbeats, passive ejection), which no other process gets.
+    event: NodeState,
 }
 
 impl Layers {
-    const UP: Layers = Layers { admin: NodeState::Up, auto: NodeState::Up, auto_cause: DownCause::None };
+    const UP: Layers =
+        Layers { admin: NodeState::Up, auto: NodeState::Up, auto_cause: DownCause::None, event: NodeState::Up };
 
     /// The state picks see: the more severe layer wins, Down over Draining.
     fn effective(self) -> (NodeState, DownCause) {
@@ -361,6 +365,22 @@ impl Layers {
             (NodeState::Draining, _) => (NodeState::Draining, DownCause::Admin),
             (_, NodeState::Draining) => (NodeState::Draining, self.auto_cause),
             _ => (NodeState::Up, DownCause::None),
+        }
+    }
+
+    /// Whether the inputs every process gets (the operator's calls and FAN
+    /// events) let the node take new work.
+    fn shared_up(self) -> bool {
+        self.admin == NodeState::Up && self.event == NodeState::Up
+    }
+
+    /// What the automatic layer falls back to when this process's own
+    /// evidence is lifted: what events said last.
+    fn event_cause(self) -> DownCause {
+        if self.event == NodeState::Up {
+            DownCause::None
+        } else {
+            DownCause::Event
         }
     }
 }
@@ -407,9 +427,12 @@ pub struct Node {
     session_epoch: AtomicU32,
     /// The cluster's routing epoch, advanced after every change below.
     routing: Arc<RoutingEpoch>,
-    /// When the node last started or stopped taking new work (0: never
-    /// since it was added). Strict placement waits for every process to have
-    /// seen such a change before placing around it.
+    /// Whether the node takes new work by the inputs every process gets
+    /// (`Layers::shared_up`), mirrored for lock-free placement.
+    shared_up: AtomicBool,
+    /// When the node last started or stopped taking new work by those inputs
+    /// (0: never since it was added). Strict placement waits for every
+    /// process to have seen such a change before placing around it.
     new_work_since: AtomicU64,
     clock: NodeClock,
     pub(crate) counters: NodeCounters,
@@ -479,6 +502,7 @@ impl Node {
             aff: AtomicBool::new(true),
             session_epoch: AtomicU32::new(0),
             routing,
+            shared_up: AtomicBool::new(true),
             new_work_since: AtomicU64::new(0),
             clock: NodeClock(clock),
             counters: NodeCounters::default(),
@@ -633,6 +657,13 @@ impl Node {
         self.state.load(Ordering::Acquire) == NodeState::Up.to_u8() && !self.is_removed()
     }
 
+    /// [`Node::accepts_new`] by the inputs every process gets: this
+    /// process's missed heartbeats and passive ejection left out.
+    #[inline]
+    pub(crate) fn accepts_new_shared(&self) -> bool {
+        self.shared_up.load(Ordering::Acquire) && !self.is_removed()
+    }
+
     pub(crate) fn stamp_new_work_change(&self) {
         self.new_work_since.store(self.clock.0.now_ms().max(1), Ordering::Release);
     }
@@ -675,6 +706,7 @@ impl Node {
         }
         let mut g = self.lock();
         if g.0.auto == NodeState::Draining && self.drain_until.load(Ordering::Acquire) == until {
+            g.0.event = NodeState::Down;
             self.set_auto(&mut g, NodeState::Down, DownCause::Event);
         }
         self.state.load(Ordering::Acquire) == NodeState::Down.to_u8()
@@ -685,6 +717,7 @@ impl Node {
     pub(crate) fn drain_for(&self, timeout_ms: Option<u64>, clock: &dyn Clock) -> Option<Transition> {
         let mut g = self.lock();
         let until = timeout_ms.map_or(0, |t| clock.now_ms().saturating_add(t).max(1));
+        g.0.event = NodeState::Draining;
         let t = self.set_auto(&mut g, NodeState::Draining, DownCause::Event);
         self.drain_until.store(until, Ordering::Release);
         self.routing.advance();
@@ -752,6 +785,9 @@ impl Node {
     /// Publishes the effective state of `layers`; counts a change of state.
     fn publish(&self, before: (NodeState, DownCause), layers: Layers) -> Option<Transition> {
         let (to, cause) = layers.effective();
+        if self.shared_up.swap(layers.shared_up(), Ordering::AcqRel) != layers.shared_up() {
+            self.stamp_new_work_change();
+        }
         self.cause.store(cause.to_u8(), Ordering::Release);
         self.state.store(to.to_u8(), Ordering::Release);
         if before != (to, cause) {
@@ -759,9 +795,6 @@ impl Node {
         }
         if before.0 == to {
             return None;
-        }
-        if (before.0 == NodeState::Up) != (to == NodeState::Up) {
-            self.stamp_new_work_change();
         }
         self.counters.state_changes.fetch_add(1, Ordering::Relaxed);
         Some(Transition { from: before.0, to })
@@ -797,26 +830,41 @@ impl Node {
         if to == NodeState::Up {
             g.0.auto = NodeState::Up;
             g.0.auto_cause = DownCause::None;
+            g.0.event = NodeState::Up;
             self.drain_until.store(0, Ordering::Release);
             self.clear_history(&mut g);
         }
         self.publish(before, g.0)
     }
 
-    /// An automatic input (a FAN event) sets the automatic layer.
-    pub(crate) fn set_automatic(&self, to: NodeState, cause: DownCause) -> Option<Transition> {
+    /// A FAN event's down: sets the automatic layer.
+    pub(crate) fn event_down(&self) -> Option<Transition> {
         let mut g = self.lock();
-        self.set_auto(&mut g, to, cause)
+        g.0.event = NodeState::Down;
+        self.set_auto(&mut g, NodeState::Down, DownCause::Event)
     }
 
-    /// Lifts the automatic layer if one of `causes` holds it.
-    pub(crate) fn restore_if(&self, causes: &[DownCause]) -> Option<Transition> {
+    /// A FAN event's up: lifts what events, heartbeats and ejection imposed
+    /// (never an operator's mark-down or drain).
+    pub(crate) fn event_up(&self) -> Option<Transition> {
         let mut g = self.lock();
-        if g.0.auto != NodeState::Up && causes.contains(&g.0.auto_cause) {
+        g.0.event = NodeState::Up;
+        if g.0.auto != NodeState::Up {
             self.set_auto(&mut g, NodeState::Up, DownCause::None)
         } else {
             None
         }
+    }
+
+    /// Lifts this process's own evidence (missed heartbeats, ejection): the
+    /// automatic layer goes back to what events said last, so a probe that
+    /// answers never ends a planned drain.
+    fn lift_local(&self, g: &mut (Layers, Breaker)) -> Option<Transition> {
+        if g.0.auto == NodeState::Up || !matches!(g.0.auto_cause, DownCause::Heartbeat | DownCause::Ejected) {
+            return None;
+        }
+        let (to, cause) = (g.0.event, g.0.event_cause());
+        self.set_auto(g, to, cause)
     }
 
     /// A unit of work on this node finished; `ok` is false for a node-level
@@ -857,11 +905,7 @@ impl Node {
             if !std::mem::take(&mut g.1.trial_out) {
                 return None;
             }
-            return if ok {
-                self.set_auto(&mut g, NodeState::Up, DownCause::None)
-            } else {
-                self.eject(&mut g, clock, health)
-            };
+            return if ok { self.lift_local(&mut g) } else { self.eject(&mut g, clock, health) };
         }
         if ok {
             self.consecutive_failures.store(0, Ordering::Relaxed);
@@ -902,7 +946,7 @@ impl Node {
     pub(crate) fn record_probe(&self, ok: bool, health: &HealthConfig) -> Option<Transition> {
         if ok {
             self.misses.store(0, Ordering::Relaxed);
-            return self.restore_if(&[DownCause::Heartbeat, DownCause::Ejected]);
+            return self.lift_local(&mut self.lock());
         }
         self.counters.probe_misses.fetch_add(1, Ordering::Relaxed);
         let m = self.misses.fetch_add(1, Ordering::AcqRel) + 1;

@@ -188,15 +188,28 @@ impl Cluster {
     /// into refusing new work decides: settled and taking work, it gets the
     /// gtrid; changed recently either way, the gtrid is refused (a process
     /// that has not seen the change yet would place it there).
+    ///
+    /// Only inputs every process gets (FAN events, the operator's calls)
+    /// move a gtrid: a node that fails in this process's own view alone
+    /// (missed heartbeats, passive ejection) keeps its gtrids, refused here,
+    /// since the other processes still place them there. With no settle
+    /// time the process places alone and its own view is all there is.
     fn place_settled(&self, topo: &Topology, gtrid: &[u8]) -> Result<(NodeId, RouteKind)> {
         let settle = self.settle_ms();
+        if settle == 0 {
+            return self.place_rendezvous(topo, Scope::Transaction, hash::hash_bytes(gtrid), |_| true);
+        }
         let h = hash::hash_bytes(gtrid);
         // Over every node ever added (`by_id`): one removed within the
         // settle time still counts, as other processes may still have it.
-        let owner =
-            rendezvous::owner(&topo.by_id, h, Weights::Static, |n| n.accepts_new() || !n.new_work_settled(settle));
+        let owner = rendezvous::owner(&topo.by_id, h, Weights::Static, |n| {
+            n.accepts_new_shared() || !n.new_work_settled(settle)
+        });
         match owner {
-            Some(n) if n.accepts_new() && n.new_work_settled(settle) => Ok((n.id(), RouteKind::Placed)),
+            Some(n) if n.accepts_new_shared() && n.new_work_settled(settle) && n.accepts_new() => {
+                Ok((n.id(), RouteKind::Placed))
+            }
+            Some(n) if n.accepts_new_shared() && n.new_work_settled(settle) => Err(self.unconfirmed(n)),
             Some(n) => Err(self.settling(n)),
             // Every node has refused new work for long enough: the panic policy.
             None => self.place_rendezvous(topo, Scope::Transaction, h, |_| true),
@@ -217,6 +230,13 @@ impl Cluster {
             since_ms: n.new_work_changed_ago_ms(),
             settle_ms: self.settle_ms(),
         }
+    }
+
+    /// Counts and builds the refusal of a gtrid whose node fails in this
+    /// process's own view only.
+    fn unconfirmed(&self, n: &Node) -> Error {
+        self.refuse(Scope::Transaction, n);
+        Error::StrictUnconfirmed { node: n.name().to_string(), state: n.state(), cause: n.down_cause() }
     }
 
     /// Where new work of an existing transaction goes when the host asks

@@ -251,3 +251,19 @@ fn lease_tokens_close_once_and_a_second_close_changes_nothing() {
     assert_eq!((m.nodes[0].in_flight, m.nodes[0].failures), (0, 1));
     assert_eq!(c.open_lease(racaffinity::NodeId(9)).unwrap_err().kind(), ErrorKind::UnknownNode);
 }
+
+#[test]
+fn an_answering_probe_lifts_the_ejection_but_never_ends_a_planned_drain() {
+    // The planned drain came from a FAN event; the ejection and the probe
+    // are this process's own evidence and lift only what they imposed.
+    let c = common::cluster("nodes = A, B\nhealth.eject_after_failures = 1\nheartbeat.misses = 1");
+    let a = c.node_by_name("A").unwrap();
+    c.apply_event("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=A status=down reason=USER").unwrap();
+    assert_eq!(a.state(), NodeState::Draining);
+    c.report_probe(a.id(), false).unwrap();
+    assert_eq!(a.state(), NodeState::Down, "missed heartbeats take the draining node down");
+    c.report_probe(a.id(), true).unwrap();
+    assert_eq!(a.state(), NodeState::Draining, "the drain still holds once the probe answers");
+    c.apply_event("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=A status=up").unwrap();
+    assert_eq!(a.state(), NodeState::Up);
+}

@@ -255,3 +255,61 @@ fn a_node_added_or_removed_in_one_process_first_never_splits_a_new_gtrid() {
     advance([&cp, &cq], 3_000);
     placed_alike(&p, &q, "settled", 50);
 }
+
+#[test]
+fn a_node_only_this_process_found_failing_never_moves_a_strict_gtrid() {
+    // Passive ejection and missed heartbeats are this process's own evidence:
+    // no other process ever gets it (soak seed 742558: Java ejected RAC1 during
+    // connection resets and, 5 s later, placed the driver's gtrids around it).
+    // Strict mode refuses the gtrids such a node owns for as long as only
+    // this process sees it failing, however long that is.
+    let config = "nodes = A, B, C, D\ntransaction.strict = true\ntransaction.settle = 3s\n\
+                  health.eject_after_failures = 2\nheartbeat.misses = 2";
+    let (cp, cq) = (ManualClock::new(0), ManualClock::new(0));
+    let (p, q) = (cluster_with_clock(config, &cp), cluster_with_clock(config, &cq));
+    let (a, b) = (p.node_by_name("A").unwrap().id(), p.node_by_name("B").unwrap().id());
+    for _ in 0..2 {
+        p.report_outcome(a, false).unwrap();
+        p.report_probe(b, false).unwrap();
+    }
+    assert_eq!(p.node_by_name("A").unwrap().state(), NodeState::Down);
+    assert_eq!(p.node_by_name("B").unwrap().state(), NodeState::Down);
+    advance([&cp, &cq], 60_000);
+    let mut refused = 0;
+    for i in 0..200 {
+        let g = format!("local-{i}");
+        match (place(&p, &g), place(&q, &g)) {
+            (Some(x), Some(y)) => assert_eq!(x, y, "gtrid {g} split: p placed it on {x}, q on {y}"),
+            (None, Some(y)) => {
+                assert!(y == "A" || y == "B", "p refuses only gtrids of the nodes it alone found failing, not {y}");
+                refused += 1;
+            }
+            (x, y) => panic!("unexpected placements {x:?} {y:?}"),
+        }
+    }
+    assert!(refused > 0, "some gtrids are owned by A or B");
+    // Shared evidence moves them: once every process got the FAN down events
+    // and the settle time passed, both place around A and B, alike.
+    for c in [&p, &q] {
+        c.apply_event(&fan("A", "down")).unwrap();
+        c.apply_event(&fan("B", "down")).unwrap();
+    }
+    advance([&cp, &cq], 3_000);
+    let placed = placed_alike(&p, &q, "confirmed", 200);
+    assert!(!placed.iter().any(|n| n == "A" || n == "B"), "{placed:?}");
+}
+
+#[test]
+fn with_no_settle_time_one_process_places_around_a_node_it_alone_found_failing() {
+    // transaction.settle = 0 says this process places its gtrids alone (the
+    // transaction manager and every branch in one JVM): its own evidence is
+    // all there is, and availability is kept.
+    let c = common::cluster(
+        "nodes = A, B\ntransaction.strict = true\ntransaction.settle = 0s\n\
+                             health.eject_after_failures = 1",
+    );
+    c.report_outcome(c.node_by_name("A").unwrap().id(), false).unwrap();
+    for i in 0..50 {
+        assert_eq!(place(&c, &format!("alone-{i}")).as_deref(), Some("B"));
+    }
+}
