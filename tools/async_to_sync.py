@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FILES = [
     ("python/src/racaffinity/_pools_async.py", "python/src/racaffinity/_pools_sync.py"),
     ("python/tests/test_pools_async.py", "python/tests/test_pools_sync.py"),
+    ("python/src/racaffinity/_tpc_async.py", "python/src/racaffinity/_tpc_sync.py"),
+    ("python/tests/test_tpc_async.py", "python/tests/test_tpc_sync.py"),
 ]
 
 NAMES = {
@@ -53,6 +55,14 @@ NAMES = {
     "aport_of": "port_of",
     "make_apools": "make_pools",
     "test_pools_async": "test_pools_sync",
+    "_tpc_async": "_tpc_sync",
+    "test_tpc_async": "test_tpc_sync",
+    "AsyncGlobalTransaction": "GlobalTransaction",
+    "_AsyncBranchScope": "_BranchScope",
+    "_AsyncRecovery": "_Recovery",
+    "AsyncIterator": "Iterator",
+    "asynccontextmanager": "contextmanager",
+    "abounded": "bounded",
 }
 
 # Words in docstrings and strings (whole words only).

@@ -19,11 +19,11 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, AsyncIterator, Callable, Iterator, List, Optional, Tuple
 
 import psycopg
 
-__all__ = ["CallTimeout", "bounded"]
+__all__ = ["CallTimeout", "abounded", "bounded"]
 
 
 class CallTimeout(psycopg.OperationalError):
@@ -81,42 +81,82 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
+class _Deadline:
+    """One armed deadline: shuts the connection's socket down when it passes."""
+
+    __slots__ = ("_conn", "_timeout", "_lock", "_done", "_fired", "_entry")
+
+    def __init__(self, conn: Any, timeout: float) -> None:
+        self._conn = conn
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._done = False
+        self._fired = False
+        self._entry = _WATCHDOG.arm(timeout, self._fire)
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._fired = True
+        try:
+            # A dup shares the socket: shutdown reaches the one libpq waits on.
+            with socket.socket(fileno=os.dup(self._conn.fileno())) as s:
+                s.shutdown(socket.SHUT_RDWR)
+        except (OSError, psycopg.Error):
+            pass
+
+    def failed(self, e: psycopg.OperationalError) -> None:
+        """Raises CallTimeout for an error the deadline caused."""
+        with self._lock:
+            fired = self._fired
+        if fired:
+            raise CallTimeout(f"no answer from the node within {self._timeout:g}s") from e
+
+    def end(self) -> bool:
+        """Disarms; whether it fired (the socket is gone even if the call
+        just made it: the caller closes the connection)."""
+        _WATCHDOG.disarm(self._entry)
+        with self._lock:
+            self._done = True
+            return self._fired
+
+
 @contextlib.contextmanager
 def bounded(conn: Any, timeout: Optional[float]) -> Iterator[None]:
     if timeout is None:
         yield
         return
-    lock = threading.Lock()
-    state = {"done": False, "fired": False}
-
-    def fire() -> None:
-        with lock:
-            if state["done"]:
-                return
-            state["fired"] = True
-        try:
-            # A dup shares the socket: shutdown reaches the one libpq waits on.
-            with socket.socket(fileno=os.dup(conn.fileno())) as s:
-                s.shutdown(socket.SHUT_RDWR)
-        except (OSError, psycopg.Error):
-            pass
-
-    entry = _WATCHDOG.arm(timeout, fire)
+    d = _Deadline(conn, timeout)
     try:
         yield
     except psycopg.OperationalError as e:
-        with lock:
-            fired = state["fired"]
-        if fired:
-            raise CallTimeout(f"no answer from the node within {timeout:g}s") from e
+        d.failed(e)
         raise
     finally:
-        _WATCHDOG.disarm(entry)
-        with lock:
-            state["done"] = True
-            fired = state["fired"]
-        if fired:  # the socket is gone even if the call just made it
+        if d.end():
             try:
                 conn.close()
+            except Exception:
+                pass
+
+
+@contextlib.asynccontextmanager
+async def abounded(conn: Any, timeout: Optional[float]) -> AsyncIterator[None]:
+    """`bounded` for an async connection: the loop's wait on the socket sees
+    the shutdown like libpq's blocking read does."""
+    if timeout is None:
+        yield
+        return
+    d = _Deadline(conn, timeout)
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        d.failed(e)
+        raise
+    finally:
+        if d.end():
+            try:
+                await conn.close()
             except Exception:
                 pass

@@ -26,7 +26,8 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._routes import lease_release
 from ._ucp import PartitionMapLoader
-from .tpc import GlobalTransaction, RecoveryReport, recover_all
+from ._tpc_async import AsyncGlobalTransaction, recover_all
+from ._tpc_types import RecoveryReport
 
 _ASYNC = True
 
@@ -285,15 +286,15 @@ class AsyncNodePools(Base):
         balancing), as an async context manager."""
         return _AsyncConnection(self, key, session, timeout)
 
-    def global_transaction(self, gtrid: str, **kwargs: Any) -> GlobalTransaction:
+    def global_transaction(self, gtrid: str, **kwargs: Any) -> AsyncGlobalTransaction:
         """A two-phase (XA-style) transaction over psycopg's tpc_* API; see
-        `racaffinity.tpc.GlobalTransaction` (sync pools only)."""
-        return GlobalTransaction(self, gtrid, **kwargs)
+        `racaffinity.tpc`."""
+        return AsyncGlobalTransaction(self, gtrid, **kwargs)
 
-    def recover_all(self, action: str = "rollback", **kwargs: Any) -> RecoveryReport:
+    async def recover_all(self, action: str = "rollback", **kwargs: Any) -> RecoveryReport:
         """Resolves every in-doubt branch on every node; see
-        `racaffinity.tpc.recover_all` (sync pools only)."""
-        return recover_all(self, action, **kwargs)
+        `racaffinity.tpc`."""
+        return await recover_all(self, action, **kwargs)
 
     # -- heartbeat and lifecycle ----------------------------------------------------
 

@@ -23,7 +23,8 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._routes import lease_release
 from ._ucp import PartitionMapLoader
-from .tpc import GlobalTransaction, RecoveryReport, recover_all
+from ._tpc_sync import GlobalTransaction, recover_all
+from ._tpc_types import RecoveryReport
 __all__ = ['NodePools']
 log = logging.getLogger('racaffinity.pools')
 LOADER_SOURCE = 'loader'
@@ -229,12 +230,12 @@ class NodePools(Base):
 
     def global_transaction(self, gtrid: str, **kwargs: Any) -> GlobalTransaction:
         """A two-phase (XA-style) transaction over psycopg's tpc_* API; see
-        `racaffinity.tpc.GlobalTransaction` (sync pools only)."""
+        `racaffinity.tpc`."""
         return GlobalTransaction(self, gtrid, **kwargs)
 
     def recover_all(self, action: str='rollback', **kwargs: Any) -> RecoveryReport:
         """Resolves every in-doubt branch on every node; see
-        `racaffinity.tpc.recover_all` (sync pools only)."""
+        `racaffinity.tpc`."""
         return recover_all(self, action, **kwargs)
 
     def check_heartbeat(self) -> None:

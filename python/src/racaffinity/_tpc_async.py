@@ -1,0 +1,648 @@
+"""Two-phase commit and recovery over `AsyncNodePools`: the one source of
+`racaffinity.tpc`'s logic (its docstring tells the semantics).
+`_tpc_sync.py` (over `NodePools`) is generated from this file by
+`tools/async_to_sync.py` (`make lint` fails when it is out of date), as the
+pools are: edit this file, then run the tool."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Set
+
+import psycopg
+import psycopg_pool
+from psycopg import Xid
+from psycopg.pq import TransactionStatus
+
+from ._acompat import acancel, ais_alive, aspawn, await_all
+from ._deadline import abounded
+from ._errors import Error, InvalidArgumentError, UnknownTransactionError
+from ._failures import connection_lost, is_node_failure
+from ._routes import NodeState, Outcome, RouteKind
+from ._tpc_types import DEFAULT_FORMAT_ID, MAX_GTRID_BYTES, Branch, InDoubtError, Recovered, RecoveryReport
+
+__all__ = ["AsyncGlobalTransaction", "recover_all"]
+
+log = logging.getLogger("racaffinity.tpc")
+
+
+def _require_kind(pools: Any, what: str) -> None:
+    """Each helper drives its own kind of connection: an async one's calls
+    are coroutines, which a sync helper would never await."""
+    if not all(isinstance(p, psycopg_pool.AsyncConnectionPool) for _node, p in pools.items()):
+        raise TypeError(
+            f"{what} needs racaffinity.pools.AsyncNodePools, not {type(pools).__name__}: "
+            "use that object's own global_transaction() / recover_all()"
+        )
+
+
+@contextlib.asynccontextmanager
+async def _node_connection(pools: Any, node: int, timeout: Optional[float]) -> AsyncIterator[psycopg.AsyncConnection]:
+    """A new autocommit connection to `node`, closed at exit. Phase-two
+    retries and recovery use one rather than a pooled connection, which may
+    be stale after the node restarted or stuck on a hung socket."""
+    dsn = pools._node_dsn(node)
+    kw = dict(pools._connect_kwargs)
+    kw.setdefault("connect_timeout", max(2, math.ceil(timeout)) if timeout else 10)
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kw)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def _prepared_here(conn: psycopg.AsyncConnection, xid: Xid, timeout: Optional[float]) -> bool:
+    """Whether `xid` is prepared on the node of `conn` (pg_prepared_xacts)."""
+    async with abounded(conn, timeout):
+        return any(str(x) == str(xid) for x in await conn.tpc_recover())
+
+
+class _AsyncBranchScope:
+    __slots__ = ("_gtx", "_bqual", "_timeout", "_branch")
+
+    def __init__(self, gtx: "AsyncGlobalTransaction", bqual: Optional[str], timeout: Optional[float]) -> None:
+        self._gtx = gtx
+        self._bqual = bqual
+        self._timeout = timeout
+        self._branch: Optional[Branch] = None
+
+    async def __aenter__(self) -> psycopg.AsyncConnection:
+        self._branch = await self._gtx._begin_branch(self._bqual, self._timeout)
+        return self._branch.conn
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        b = self._branch
+        assert b is not None
+        if et is None:
+            await self._gtx._prepare_branch(b)
+        else:
+            await self._gtx._rollback_branch(b, ev)
+
+
+class AsyncGlobalTransaction:
+    """A global transaction `gtrid` whose branches run through `pools`.
+
+    `branch()` begins a branch (from any task or thread): the core routes the gtrid
+    (`tx_begin`: every branch gets the same node), a connection from that
+    node's pool runs `tpc_begin(xid)`; a normal exit prepares the branch
+    (`tpc_prepare`, then `tx_prepared`), an exception rolls it back.
+    `commit()` runs phase two on every prepared branch, each on the node it
+    was started on, then `tx_end`; `rollback()` rolls every branch back. As
+    an async context manager: commit on a normal exit, rollback on an
+    exception.
+
+    Every call to a node is bounded by `timeout` (default: the pools'
+    `timeout`). A branch whose PREPARE or phase-two answer was lost is *in
+    doubt*: it stays on record for a retry or `recover_all`, and the call
+    raises `InDoubtError`; it is never reported rolled back or committed
+    unless the node says so.
+
+    Soft transaction affinity (the default) is UCP's: if the gtrid's node
+    goes Down while a branch is active, a later branch is placed on another
+    node (the transaction *spans*; logged at WARNING, counted by the core)
+    and commit is a correct two-phase commit over both nodes. With
+    `transaction.strict` the later branch is refused instead
+    (`StrictAffinityError`), which keeps every branch on one node."""
+
+    def __init__(
+        self,
+        pools: Any,
+        gtrid: str,
+        *,
+        format_id: int = DEFAULT_FORMAT_ID,
+        timeout: Optional[float] = None,
+    ) -> None:
+        if not isinstance(gtrid, str):
+            raise TypeError(f"gtrid must be a str (psycopg Xids carry str), not {type(gtrid).__name__}")
+        _require_kind(pools, "AsyncGlobalTransaction")
+        self.pools = pools
+        self.cluster = pools.cluster
+        self.gtrid = gtrid
+        self.gtrid_bytes = gtrid.encode("utf-8")
+        self.format_id = format_id
+        self.timeout = timeout if timeout is not None else getattr(pools, "timeout", None)
+        self.branches: List[Branch] = []
+        self._lock = threading.Lock()
+        self._tag = f"{os.getpid():x}{uuid.uuid4().hex[:8]}"
+        self._n = 0
+
+    def branch(self, bqual: Optional[str] = None, *, timeout: Optional[float] = None) -> _AsyncBranchScope:
+        """A new branch as an async context manager yielding its connection."""
+        return _AsyncBranchScope(self, bqual, timeout if timeout is not None else self.timeout)
+
+    # -- phase one ------------------------------------------------------------------
+
+    async def _begin_branch(self, bqual: Optional[str], timeout: Optional[float]) -> Branch:
+        c = self.cluster
+        with self._lock:
+            self._n += 1
+            n = self._n
+        if bqual is None:
+            bqual = f"{self._tag}-{n}"
+        xid = Xid.from_parts(self.format_id, self.gtrid, bqual)
+        route = c.tx_begin(self.gtrid_bytes)
+        b = Branch(xid, route.node, c.node_name(route.node))
+        with self._lock:
+            others = sorted({x.node_name for x in self.branches if x.node != route.node})
+        if others and route.kind == RouteKind.REPINNED:
+            # Soft affinity re-placed the gtrid (its node went Down while a
+            # branch was active): this transaction now spans nodes.
+            log.warning(
+                "racaffinity: gtrid %r spans nodes: branch %s placed on %s while branch(es) run on %s "
+                "(soft transaction affinity; transaction.strict keeps one node)",
+                self.gtrid, bqual, b.node_name, ", ".join(others),
+            )
+        since = time.monotonic()
+        try:
+            b.lease = c.lease(route.node)
+            b.pool = self.pools.node_pool(route.node)
+            b.conn = await b.pool.getconn(timeout)
+            async with abounded(b.conn, timeout):
+                await b.conn.tpc_begin(xid)
+        except BaseException as e:
+            await self._release(b, e, since)
+            self._end()
+            raise
+        with self._lock:
+            self.branches.append(b)
+        return b
+
+    async def _prepare_branch(self, b: Branch) -> None:
+        try:
+            async with abounded(b.conn, self.timeout):
+                await b.conn.tpc_prepare()
+        except BaseException as e:
+            if connection_lost(b.conn, e):
+                # PREPARE may have reached the server before the connection
+                # went: the branch is in doubt (never "rolled back").
+                await self._in_doubt(b, e)
+                self.cluster.tx_prepared(self.gtrid_bytes)  # it must not move
+                if not isinstance(e, Exception):
+                    raise
+                raise InDoubtError(
+                    f"gtrid {self.gtrid!r}: the answer to PREPARE of branch {b.xid.bqual} on {b.node_name} was "
+                    f"lost ({type(e).__name__}); it may be prepared and stays on record for rollback() "
+                    "or recover_all()",
+                    [b],
+                ) from e
+            # The server answered with an error (a deferred constraint or
+            # trigger): PostgreSQL rolled the transaction back, nothing is
+            # prepared.
+            await _leave_2pc(b.conn)
+            b.state = "rolled back"
+            await self._release(b, e)
+            self._end()
+            raise
+        b.state = "prepared"
+        self.cluster.tx_prepared(self.gtrid_bytes)
+
+    async def _rollback_branch(self, b: Branch, cause: Optional[BaseException]) -> None:
+        """Rolls back a branch that is not prepared (its body failed)."""
+        conn = b.conn
+        # Whether the body's error ended this branch's own session (a node
+        # failure on its connection), before the rollback is tried.
+        lost = conn is None or bool(conn.closed or getattr(conn, "broken", False))
+        own: Optional[BaseException] = None
+        if conn is not None and not conn.closed:
+            try:
+                async with abounded(conn, self.timeout):
+                    await conn.tpc_rollback()
+            except BaseException as e:
+                # The session is gone or unusable: PostgreSQL aborts an
+                # unprepared transaction when its session ends (closed below).
+                own = e
+                await conn.close()
+        b.state = "rolled back"
+        # The lease tells what happened to *this* branch's node: its own
+        # ROLLBACK failing, or the body's error having ended its session.
+        # An error that came from elsewhere (another branch's node, a
+        # refused re-placement, the application) while this node answered
+        # is not this node's failure.
+        if own is not None:
+            await self._release(b, own)
+        elif lost or cause is None or not is_node_failure(cause, b.pool):
+            await self._release(b, cause)
+        else:
+            await self._release(b, cause, failed=False)
+        self._end()
+
+    async def _release(self, b: Branch, cause: Optional[BaseException], since: Optional[float] = None,
+                 failed: Optional[bool] = None) -> None:
+        """Returns the branch's connection (closed if unusable or still in a
+        two-phase transaction) and releases its lease, once: FAILED for a
+        node failure (unless `failed` says otherwise), OK without a cause,
+        else NEUTRAL."""
+        if failed is None:
+            failed = cause is not None and is_node_failure(cause, b.pool, waited_since=since)
+        conn, b.conn = b.conn, None
+        if conn is not None:
+            try:
+                interrupted = cause is not None and not isinstance(cause, Exception)
+                # never return a connection still in a two-phase transaction
+                if failed or interrupted or conn.broken or getattr(conn, "_tpc", None) is not None:
+                    await conn.close()
+                await b.pool.putconn(conn)
+            except Exception as e:  # a closed pool: nothing to return to
+                log.debug("racaffinity: returning a branch connection failed: %s", type(e).__name__)
+        lease, b.lease = b.lease, None
+        if lease is not None and not lease.released:
+            lease.release(Outcome.FAILED if failed else Outcome.OK if cause is None else Outcome.NEUTRAL)
+
+    async def _in_doubt(self, b: Branch, cause: BaseException) -> None:
+        b.state = "in doubt"
+        await self._release(b, cause)
+        self.pools._note_in_doubt(self.gtrid, b.node, str(b.xid))
+
+    def _end(self) -> None:
+        try:
+            self.cluster.tx_end(self.gtrid_bytes)
+        except UnknownTransactionError:
+            pass  # recover_all completed it meanwhile
+
+    # -- phase two ------------------------------------------------------------------
+
+    async def _finish_branch(self, b: Branch, action: str) -> None:
+        """Commits or rolls back one branch on the node it was started on.
+        Raises when the outcome is not known (the branch stays in doubt)."""
+        conn = b.conn
+        if conn is not None and not conn.closed:
+            try:
+                async with abounded(conn, self.timeout):
+                    if b.state == "active":  # never prepared: a plain ROLLBACK
+                        await conn.tpc_rollback()
+                    else:
+                        b.sent = action
+                        await (conn.tpc_commit if action == "commit" else conn.tpc_rollback)()
+            except Exception as e:
+                if not connection_lost(conn, e):
+                    raise
+                # The answer was lost: whether it took effect is re-checked
+                # on a new connection below.
+                await self._release(b, e)
+            else:
+                await self._done(b, action)
+                return
+        if b.state == "active":
+            # Its session is gone before PREPARE: PostgreSQL aborted it.
+            await self._done(b, "rollback")
+            return
+        async with _node_connection(self.pools, b.node, self.timeout) as fresh:
+            if await _prepared_here(fresh, b.xid, self.timeout):
+                b.sent = action
+                async with abounded(fresh, self.timeout):
+                    await (fresh.tpc_commit if action == "commit" else fresh.tpc_rollback)(b.xid)
+            elif action == "commit" and b.sent != "commit":
+                # Not prepared, and no COMMIT PREPARED of ours can explain it.
+                raise RuntimeError(
+                    f"gtrid {self.gtrid!r}: branch {b.xid.bqual} is not prepared on {b.node_name} "
+                    f"(its PREPARE did not take effect, or another party resolved it)"
+                )
+            # else: gone, by our own lost COMMIT/ROLLBACK PREPARED (or never
+            # prepared, for a rollback): the outcome is the one asked for.
+        await self._done(b, action)
+
+    async def _done(self, b: Branch, action: str) -> None:
+        b.state = "committed" if action == "commit" else "rolled back"
+        await self._release(b, None)
+        self.pools._forget_in_doubt(self.gtrid, str(b.xid))
+        self._end()
+
+    async def _finish(self, action: str) -> None:
+        with self._lock:
+            if action == "commit" and any(b.state == "active" for b in self.branches):
+                raise RuntimeError(f"gtrid {self.gtrid!r}: commit() while a branch is still active")
+            todo = [b for b in self.branches if b.state in ("prepared", "active", "in doubt")]
+        left: List[Branch] = []
+        interrupted: Optional[BaseException] = None
+        for b in todo:
+            if interrupted is not None:  # the rest stays on record, nothing held
+                await self._in_doubt(b, interrupted)
+                left.append(b)
+                continue
+            try:
+                await self._finish_branch(b, action)
+            except Exception as e:
+                log.warning("racaffinity: %s of gtrid %r on %s did not finish: %s: %s",
+                            action, self.gtrid, b.node_name, type(e).__name__, e)
+                await self._in_doubt(b, e)
+                left.append(b)
+            except BaseException as e:  # KeyboardInterrupt, cancellation
+                await self._in_doubt(b, e)
+                left.append(b)
+                interrupted = e
+        if interrupted is not None:
+            raise interrupted
+        if left:
+            raise InDoubtError(
+                f"gtrid {self.gtrid!r}: {action} did not finish on {len(left)} branch(es) "
+                f"({', '.join(b.node_name for b in left)}); they stay on record for a retry or recover_all()",
+                left,
+            )
+
+    async def commit(self) -> None:
+        """Phase two: commits every prepared branch, each on its node."""
+        await self._finish("commit")
+
+    async def rollback(self) -> None:
+        """Rolls back every branch (prepared, in doubt or not prepared)."""
+        await self._finish("rollback")
+
+    async def __aenter__(self) -> "AsyncGlobalTransaction":
+        return self
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if et is None:
+            await self.commit()
+        else:
+            await self.rollback()
+
+    def __repr__(self) -> str:
+        return f"AsyncGlobalTransaction(gtrid={self.gtrid!r}, branches={self.branches!r})"
+
+
+async def _leave_2pc(conn: Any) -> None:
+    """After PREPARE TRANSACTION failed with a server error the session is
+    idle (the transaction was rolled back), but psycopg still believes it is
+    in a prepared two-phase transaction: it marks the transaction prepared
+    before sending PREPARE, and has no public call to undo that. Clear the
+    mark, so the connection goes back to its pool clean; if psycopg's
+    internals differ, close the connection rather than return it dirty."""
+    try:
+        idle = conn.info.transaction_status == TransactionStatus.IDLE
+        tpc = getattr(conn, "_tpc", None)
+        if idle and isinstance(tpc, tuple) and len(tpc) == 2:
+            conn._tpc = None
+            return
+    except Exception:
+        pass
+    await conn.close()
+
+
+# ---------------------------------------------------------------------------
+# recovery
+
+
+class _AsyncRecovery:
+    """One `recover_all` run: what was found, resolved and left (thread-safe)."""
+
+    def __init__(self, pools: Any, action: str, format_id: Optional[int],
+                 predicate: Optional[Callable[[Xid], bool]], timeout: float, scope: str) -> None:
+        self.pools = pools
+        self.cluster = pools.cluster
+        self.action = action
+        self.format_id = format_id
+        self.predicate = predicate
+        self.timeout = timeout
+        self.report = RecoveryReport(scope=scope)
+        self.lock = threading.Lock()
+        #: gtrid -> branches found and not (yet) resolved
+        self.pending: Dict[str, int] = {}
+        #: every prepared xid (as a string) the scans saw, selected or not
+        self.held: Set[str] = set()
+        self.scanned: Set[int] = set()
+
+    async def select(self, conn: psycopg.AsyncConnection, node: int) -> List[Xid]:
+        db = conn.info.dbname
+        async with abounded(conn, self.timeout):
+            xids = await conn.tpc_recover()
+        out = []
+        name = self.cluster.node_name(node)
+        with self.lock:
+            self.held.update(str(x) for x in xids)
+        for xid in xids:
+            if xid.database != db or xid.format_id is None:
+                continue
+            if self.format_id is not None and xid.format_id != self.format_id:
+                continue
+            if self.predicate is not None and not self.predicate(xid):
+                continue
+            if not 1 <= len(xid.gtrid.encode("utf-8")) <= MAX_GTRID_BYTES:
+                with self.lock:
+                    self.report.failed.append(
+                        Recovered(node, name, str(xid), xid.gtrid, xid.bqual, self.action, "gtrid is not 1..=64 bytes")
+                    )
+                continue
+            out.append(xid)
+        return out
+
+    async def finish(self, conn: psycopg.AsyncConnection, node: int, xid: Xid) -> None:
+        """Commits or rolls back `xid` on the node of `conn`; raises on failure."""
+        async with abounded(conn, self.timeout):
+            await (conn.tpc_commit if self.action == "commit" else conn.tpc_rollback)(xid)
+
+    def resolved(self, node: int, xid: Xid) -> None:
+        rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action)
+        with self.lock:
+            self.report.resolved.append(rec)
+            self.pending[xid.gtrid] -= 1
+        self.pools._forget_in_doubt(xid.gtrid, str(xid))
+
+    def failed(self, node: int, xid: Xid, e: BaseException) -> None:
+        rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action,
+                        f"{type(e).__name__}: {e}")
+        with self.lock:
+            self.report.failed.append(rec)
+
+    def unreachable(self, node: int, e: BaseException) -> None:
+        with self.lock:
+            self.report.unreachable[self.cluster.node_name(node)] = f"{type(e).__name__}: {e}"
+        if is_node_failure(e):
+            try:
+                self.cluster.report_outcome(node, False)  # one failed node operation
+            except Error:
+                pass
+
+    # -- scope "node": every node, each branch on the node that returned it ------
+
+    async def scan_node(self, node: int) -> None:
+        try:
+            async with _node_connection(self.pools, node, self.timeout) as conn:
+                xids = await self.select(conn, node)
+                for xid in xids:
+                    self.record(node, xid)
+                for i, xid in enumerate(xids):
+                    try:
+                        await self.finish(conn, node, xid)
+                    except Exception as e:
+                        self.failed(node, xid, e)
+                        if connection_lost(conn, e):  # the rest cannot be done now
+                            for rest in xids[i + 1:]:
+                                self.failed(node, rest, e)
+                            self.unreachable(node, e)
+                            return
+                    else:
+                        self.resolved(node, xid)
+        except Exception as e:
+            self.unreachable(node, e)
+            return
+        with self.lock:
+            self.scanned.add(node)
+
+    def record(self, node: int, xid: Xid) -> None:
+        g = xid.gtrid.encode("utf-8")
+        with self.lock:
+            self.pending[xid.gtrid] = self.pending.get(xid.gtrid, 0) + 1
+        try:
+            self.cluster.tx_recovered(g, node)
+        except InvalidArgumentError:
+            # The length is fine, so this is the core's other
+            # INVALID_ARGUMENT: another node owns this gtrid (a split, or a
+            # spanned transaction of soft mode).
+            with self.lock:
+                if xid.gtrid not in self.report.split:
+                    self.report.split.append(xid.gtrid)
+
+    async def run_node_scope(self) -> None:
+        # Every node scanned concurrently: a healthy node's branches are
+        # resolved at once, whatever another node does; each call is bounded.
+        scans = [
+            (node, aspawn(self.scan_node, (node,), f"racaffinity-recover-{node}"))
+            for node, _pool in self.pools.items()
+        ]
+        await await_all([h for _node, h in scans], max(60.0, 20 * self.timeout))
+        for node, h in scans:
+            if ais_alive(h):  # cannot happen with bounded calls; never wait forever
+                acancel(h)
+                self.unreachable(node, TimeoutError("the scan did not end"))
+
+    # -- scope "database": one scan, completion through the owner or any instance -
+
+    async def run_database_scope(self) -> None:
+        cluster = self.cluster
+        nodes = [node for node, _pool in self.pools.items()]
+        up = [n for n in nodes if cluster.node_state(n) == NodeState.UP]
+        order = up + [n for n in nodes if n not in up]
+        for node in order:
+            try:
+                async with _node_connection(self.pools, node, self.timeout) as conn:
+                    xids = await self.select(conn, node)
+            except Exception as e:
+                self.unreachable(node, e)
+                continue
+            self.report.scanned = True
+            self.scanned.update(nodes)  # one instance sees the whole database
+            break
+        else:
+            return
+        seen: Set[str] = set()
+        for xid in xids:
+            if str(xid) in seen:
+                continue
+            seen.add(str(xid))
+            with self.lock:
+                self.pending[xid.gtrid] = self.pending.get(xid.gtrid, 0) + 1
+            try:
+                # one transaction whichever instance reports it: no split
+                cluster.tx_recovered(xid.gtrid.encode("utf-8"), node)
+            except Error as e:
+                log.debug("racaffinity: tx_recovered(%r) in database scope: %s", xid.gtrid, e)
+            await self.complete_anywhere(node, xid, up)
+
+    async def complete_anywhere(self, scanned: int, xid: Xid, up: List[int]) -> None:
+        """Where `tx_route` sends it (its owner while that instance keeps its
+        work, else an instance the core picks), else the instance that
+        returned it, else any other Up instance: every instance of the
+        database can finish any branch, so one that does not answer is
+        skipped."""
+        candidates: List[int] = []
+        try:
+            candidates.append(self.cluster.tx_route(xid.gtrid.encode("utf-8")).node)
+        except Error:
+            pass  # not on record (a crashed coordinator's), or refused
+        for n in [scanned] + up:
+            if n not in candidates:
+                candidates.append(n)
+        last: Optional[BaseException] = None
+        for node in candidates:
+            try:
+                async with _node_connection(self.pools, node, self.timeout) as conn:
+                    await self.finish(conn, node, xid)
+            except Exception as e:
+                last = e
+                if is_node_failure(e):  # this instance is gone: try the next
+                    continue
+                break
+            self.resolved(node, xid)
+            return
+        assert last is not None
+        self.failed(scanned, xid, last)
+
+    # -- after the scans ----------------------------------------------------------
+
+    def complete(self) -> None:
+        """Forgets every gtrid whose found branches were all resolved, and
+        every gtrid this process left in doubt that no scanned node holds;
+        with each, the branches it left in doubt that their (scanned) node
+        does not hold (a PREPARE that never ran, a ROLLBACK PREPARED whose
+        answer was lost). A branch still prepared, if only skipped by
+        `format_id` or `predicate`, or on a node not scanned, keeps its
+        gtrid on record."""
+        doubt = self.pools._in_doubt_branches()
+
+        def gone(gtrid: str) -> bool:
+            return all(x not in self.held and n in self.scanned for x, n in doubt.get(gtrid, {}).items())
+
+        for gtrid, left in sorted(self.pending.items()):
+            if left == 0 and gone(gtrid):
+                self._complete(gtrid)
+                self.pools._forget_in_doubt(gtrid, None)
+        for gtrid in sorted(doubt):
+            if gtrid in self.pending or not gone(gtrid):
+                continue
+            self._complete(gtrid)
+            self.pools._forget_in_doubt(gtrid, None)
+            self.report.completed.append(gtrid)
+
+    def _complete(self, gtrid: str) -> None:
+        try:
+            self.cluster.tx_complete(gtrid.encode("utf-8"))
+        except UnknownTransactionError:
+            pass
+
+
+async def recover_all(
+    pools: Any,
+    action: str = "rollback",
+    *,
+    format_id: Optional[int] = DEFAULT_FORMAT_ID,
+    predicate: Optional[Callable[[Xid], bool]] = None,
+    timeout: float = 5.0,
+    scope: Optional[str] = None,
+) -> RecoveryReport:
+    """Finds prepared (in-doubt) branches and commits or rolls them back
+    (`action`).
+
+    `scope` (default: the cluster's `recovery.scope`): "node" for
+    independent databases: every node is scanned concurrently and each
+    branch completed on the node that returned it, at once (a hung node
+    holds up nothing else); "database" for instances of one database (RAC):
+    one scan through the first instance that answers, each xid once, each
+    completed through its registry owner when Up, else any Up instance.
+
+    Every call to a node is bounded by `timeout` (connect, scan, each
+    commit or rollback), on a new connection per node (a pooled one may be
+    stale after a restart). Selects the Xids of the node's database with XA
+    format `format_id` (None: any; `DEFAULT_FORMAT_ID` is what
+    `GlobalTransaction` uses) that `predicate` (if given) accepts. Gtrids
+    this process left in doubt and that no scanned node holds any more are
+    completed (`RecoveryReport.completed`)."""
+    if action not in ("rollback", "commit"):
+        raise ValueError(f"action must be 'rollback' or 'commit', not {action!r}")
+    _require_kind(pools, "recover_all")
+    if scope is None:
+        scope = pools.cluster.recovery_scope
+    if scope not in ("node", "database"):
+        raise ValueError(f"scope must be 'node' or 'database', not {scope!r}")
+    run = _AsyncRecovery(pools, action, format_id, predicate, timeout, scope)
+    if scope == "database":
+        await run.run_database_scope()
+    else:
+        await run.run_node_scope()
+    run.complete()
+    return run.report

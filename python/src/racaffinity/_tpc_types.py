@@ -1,0 +1,86 @@
+"""The plain records of `racaffinity.tpc`, shared by its sync and async
+helpers: the branch, the in-doubt error and the recovery report."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional
+
+from psycopg import Xid
+
+from ._errors import Error
+from ._lib import lib
+from ._routes import Lease
+
+__all__ = ["DEFAULT_FORMAT_ID", "MAX_GTRID_BYTES", "Branch", "InDoubtError", "Recovered", "RecoveryReport"]
+
+#: The XA format id of the Xids this module creates ("RAFF").
+DEFAULT_FORMAT_ID = 0x52414646
+MAX_GTRID_BYTES = int(lib.RACAFFINITY_MAX_GTRID_BYTES)
+
+class InDoubtError(Error):
+    """Some branches may be prepared and their outcome is not known here: a
+    PREPARE or phase-two command whose answer was lost, or a node that did
+    not answer. They stay on record (the core keeps routing the gtrid to
+    their node, `pools.in_doubt` lists them) until a retry of `commit()` /
+    `rollback()` or `recover_all` resolves them. `branches` lists them."""
+
+    def __init__(self, message: str, branches: List["Branch"]) -> None:
+        super().__init__(message)
+        self.branches = branches
+
+
+@dataclasses.dataclass
+class Branch:
+    """One branch: its Xid, node and state (`active`, `prepared`,
+    `committed`, `rolled back`, `in doubt`)."""
+
+    xid: Xid
+    node: int
+    node_name: str
+    state: str = "active"
+    conn: Any = dataclasses.field(default=None, repr=False)
+    pool: Any = dataclasses.field(default=None, repr=False)
+    lease: Optional[Lease] = dataclasses.field(default=None, repr=False)
+    #: the phase-two command last sent for it ("commit"/"rollback"), whether
+    #: or not its answer came back
+    sent: Optional[str] = dataclasses.field(default=None, repr=False)
+
+
+@dataclasses.dataclass
+class Recovered:
+    """One in-doubt branch found by `recover_all` and what was done with it."""
+
+    node: int
+    node_name: str
+    gid: str
+    gtrid: str
+    bqual: Optional[str]
+    action: str
+    error: Optional[str] = None
+
+
+@dataclasses.dataclass
+class RecoveryReport:
+    resolved: List[Recovered] = dataclasses.field(default_factory=list)
+    failed: List[Recovered] = dataclasses.field(default_factory=list)
+    #: gtrids found on more than one node (split transactions, or spanned
+    #: ones in soft mode): each branch was still resolved on the node that
+    #: returned it. Always empty for `scope="database"`.
+    split: List[str] = dataclasses.field(default_factory=list)
+    #: nodes that could not be scanned: node name -> error.
+    unreachable: Dict[str, str] = dataclasses.field(default_factory=dict)
+    #: gtrids this process had left in doubt that no scan found prepared any
+    #: more (a lost COMMIT PREPARED answer, say): completed and forgotten.
+    completed: List[str] = dataclasses.field(default_factory=list)
+    #: "node" (every node scanned) or "database" (one instance scanned).
+    scope: str = "node"
+    #: for scope "database": whether some instance answered the scan.
+    scanned: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Nothing failed and nothing was left unscanned."""
+        if self.scope == "database":
+            return self.scanned and not self.failed
+        return not self.failed and not self.unreachable

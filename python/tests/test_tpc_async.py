@@ -1,0 +1,272 @@
+"""Two-phase commit over psycopg's tpc_* API routed by the core, and
+recovery after a real crash between prepare and commit; written once for
+AsyncNodePools. test_tpc_sync.py (NodePools) is generated from this file by
+tools/async_to_sync.py, so both APIs pass the same tests."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+
+import racaffinity as ra
+from racaffinity._acompat import aspawn, await_all
+from racaffinity.pools import AsyncNodePools
+from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
+
+from conftest import NAMES, prepared_xacts, tpc_rows, wait_until
+from faultproxy import FaultProxy
+from faults import gtrid_on, in_flight, live
+
+rows = tpc_rows
+
+_ASYNC = True
+
+
+def new_pools(pg, cluster_factory, **kwargs) -> AsyncNodePools:
+    kwargs.setdefault("min_size", 1)
+    kwargs.setdefault("max_size", 8)
+    kwargs.setdefault("timeout", 5.0)
+    return AsyncNodePools(cluster_factory(nodes=NAMES), pg.dsn, **kwargs)
+
+
+@pytest.mark.asyncio
+async def test_commit_two_concurrent_branches_on_one_node(pg, cluster_factory, tables):
+    async with new_pools(pg, cluster_factory) as pools:
+        c = pools.cluster
+        gtrids = [f"order-{i}" for i in range(9)]
+        for g in gtrids:
+            ports = []
+            async with pools.global_transaction(g) as gtx:
+
+                async def branch(b):
+                    async with gtx.branch() as conn:
+                        cur = await conn.execute("SELECT inet_server_port()")
+                        ports.append((await cur.fetchone())[0])
+                        await conn.execute("INSERT INTO py_tpc VALUES (%s, %s)", (g, b))
+
+                await await_all([aspawn(branch, (f"b{i}",), f"branch-{i}") for i in range(2)], 30)
+                assert [b.state for b in gtx.branches] == ["prepared", "prepared"]
+                owner = c.tx_route(g).name
+                assert len(prepared_xacts(pg)[owner]) == 2
+            assert set(ports) == {pg.port[owner]}
+            assert [b.state for b in gtx.branches] == ["committed", "committed"]
+        r = rows(pg)
+        for g in gtrids:
+            owner = c.tx_begin(g).name
+            c.tx_end(g)
+            assert (g, "b0") in r[owner] and (g, "b1") in r[owner]
+            assert all(not any(row[0] == g for row in r[n]) for n in NAMES if n != owner)
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert c.metrics()["scopes"]["transaction"]["live"] == 0
+        assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 0
+
+
+@pytest.mark.asyncio
+async def test_rollback_on_error(pg, cluster_factory, tables):
+    async with new_pools(pg, cluster_factory) as pools:
+        with pytest.raises(RuntimeError):
+            async with pools.global_transaction("rb-1") as gtx:
+                async with gtx.branch() as conn:
+                    await conn.execute("INSERT INTO py_tpc VALUES ('rb-1', 'b0')")
+                async with gtx.branch() as conn:
+                    await conn.execute("INSERT INTO py_tpc VALUES ('rb-1', 'b1')")
+                raise RuntimeError("the application changed its mind")
+        assert [b.state for b in gtx.branches] == ["rolled back", "rolled back"]
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert all(r == [] for r in rows(pg).values())
+        # a failing branch body rolls back that branch and then the others
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            async with pools.global_transaction("rb-2") as gtx:
+                async with gtx.branch() as conn:
+                    await conn.execute("INSERT INTO py_tpc VALUES ('rb-2', 'b0')")
+                async with gtx.branch() as conn:
+                    await conn.execute("INSERT INTO no_such_table VALUES (1)")
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert pools.cluster.metrics()["scopes"]["transaction"]["live"] == 0
+        assert sum(n["in_flight"] for n in pools.cluster.metrics()["nodes"]) == 0
+
+
+CRASHER = r"""
+import json, os, sys, time
+import racaffinity as ra
+from racaffinity.pools import NodePools
+names = ["RAC1", "RAC2", "RAC3"]
+dsns = {n: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, n in enumerate(names)}
+cluster = ra.Cluster(nodes=names)
+pools = NodePools(cluster, dsns, min_size=1, max_size=24)
+gtxs = []
+for i in range(int(sys.argv[1])):
+    g = f"crash-{i}"
+    gtx = pools.global_transaction(g)
+    for b in ("b0", "b1"):
+        with gtx.branch() as conn:
+            conn.execute("INSERT INTO py_tpc VALUES (%s, %s)", (g, b))
+    gtxs.append(gtx)
+print(json.dumps({g.gtrid: cluster.tx_route(g.gtrid).name for g in gtxs}), flush=True)
+time.sleep(600)  # killed here: between prepare and commit
+"""
+
+
+def crash_after_prepare(n: int) -> dict:
+    p = subprocess.Popen([sys.executable, "-c", CRASHER, str(n)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        assert line, "the crasher died before preparing"
+        owners = json.loads(line)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+    assert p.returncode == -signal.SIGKILL
+    return owners
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("action", ["rollback", "commit"])
+async def test_recover_all_after_a_crash_between_prepare_and_commit(pg, cluster_factory, tables, action):
+    owners = crash_after_prepare(10)
+    # the crash left 20 in-doubt branches, each gtrid's two on its owner node
+    left = prepared_xacts(pg)
+    assert sum(len(v) for v in left.values()) == 20
+    for g, owner in owners.items():
+        assert sum(1 for gid in left[owner] if psycopg.Xid.from_string(gid).gtrid == g) == 2
+    # a restarted TM (a fresh cluster knows nothing) recovers
+    async with new_pools(pg, cluster_factory) as pools:
+        report = await pools.recover_all(action)
+        assert report.ok and not report.split
+        assert len(report.resolved) == 20
+        assert all(r.node_name == owners[r.gtrid] for r in report.resolved)
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert pools.cluster.metrics()["scopes"]["transaction"]["live"] == 0
+    r = rows(pg)
+    for g, owner in owners.items():
+        want = [(g, "b0"), (g, "b1")] if action == "commit" else []
+        assert [row for row in r[owner] if row[0] == g] == want
+
+
+@pytest.mark.asyncio
+async def test_recover_all_reports_a_split_transaction_and_still_resolves_it(pg, cluster_factory, tables):
+    # Bypass the routing: one gtrid prepared on two nodes (what affinity prevents).
+    def prepare(name, xid):
+        conn = psycopg.connect(pg.dsn[name])
+        conn.tpc_begin(xid)
+        conn.execute("INSERT INTO py_tpc VALUES (%s, %s)", (xid.gtrid, xid.bqual))
+        conn.tpc_prepare()
+        conn.close()  # the prepared branch outlives the session
+
+    prepare("RAC1", psycopg.Xid.from_parts(DEFAULT_FORMAT_ID, "split-1", "x1"))
+    prepare("RAC2", psycopg.Xid.from_parts(DEFAULT_FORMAT_ID, "split-1", "x2"))
+    # a foreign xid (another format id) is left alone by default
+    prepare("RAC3", psycopg.Xid.from_parts(7, "foreign-1", "b"))
+    async with new_pools(pg, cluster_factory) as pools:
+        report = await pools.recover_all()
+        assert report.split == ["split-1"]
+        assert sorted(r.node_name for r in report.resolved) == ["RAC1", "RAC2"]
+        left = prepared_xacts(pg)
+        assert left["RAC1"] == left["RAC2"] == [] and len(left["RAC3"]) == 1
+        report = await pools.recover_all(format_id=None)
+        assert [r.gtrid for r in report.resolved] == ["foreign-1"]
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+
+
+@pytest.mark.asyncio
+async def test_phase_two_on_a_dead_node_leaves_the_branch_in_doubt_then_recovery(pg, cluster_factory, tables):
+    async with new_pools(pg, cluster_factory) as pools:
+        c = pools.cluster
+        g = next(f"dead-{i}" for i in range(100) if c.tx_begin(f"dead-{i}").name == "RAC2" or c.tx_end(f"dead-{i}"))
+        c.tx_end(g)
+        gtx = pools.global_transaction(g, timeout=1.0)
+        async with gtx.branch() as conn:
+            await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+        assert gtx.branches[0].node_name == "RAC2"
+        pg.kill(2)
+        try:
+            with pytest.raises(InDoubtError) as e:
+                await gtx.commit()
+            assert [b.node_name for b in e.value.branches] == ["RAC2"]
+            assert list(pools.in_doubt) == [g]
+            # the core still routes the prepared gtrid to RAC2 (it never moves)
+            assert c.tx_route(g).name == "RAC2"
+            c.set_node_state("RAC2", "down")
+            assert c.tx_route(g).name == "RAC2"  # never refused for routing reasons
+            c.set_node_state("RAC2", "up")
+        finally:
+            pg.restart(2)
+    # prepared transactions survive the crash; recovery commits it on RAC2
+    wait_until(lambda: len(prepared_xacts(pg)["RAC2"]) == 1, 10)
+    async with new_pools(pg, cluster_factory, max_size=2) as fresh:
+        report = await fresh.recover_all("commit")
+    assert [r.node_name for r in report.resolved] == ["RAC2"] and report.ok
+    assert prepared_xacts(pg) == {n: [] for n in NAMES}
+    assert rows(pg)["RAC2"] == [(g, "b0")]
+
+
+@pytest.mark.asyncio
+async def test_gtrid_type_and_size(pg, cluster_factory):
+    async with new_pools(pg, cluster_factory) as pools:
+        with pytest.raises(TypeError):
+            pools.global_transaction(b"bytes-gtrid")
+        gtx = pools.global_transaction("g" * 65)
+        with pytest.raises((ra.InvalidArgumentError, ValueError)):
+            async with gtx.branch():
+                pass
+        assert sum(n["in_flight"] for n in pools.cluster.metrics()["nodes"]) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+async def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_doubt(pg, cluster_factory, tables):
+    # The deadline shuts the socket down under the waiting call, whether
+    # libpq blocks on it or the event loop waits for it to be readable.
+    px = {name: FaultProxy(port) for name, port in pg.port.items()}
+    try:
+        dsns = {n: px[n].dsn(pg.dsn[n]) for n in NAMES}
+        async with AsyncNodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=4, timeout=2.0) as pools:
+            c = pools.cluster
+            g = gtrid_on(c, "RAC2", "hole")
+            gtx = pools.global_transaction(g)
+            async with gtx.branch() as conn:
+                await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+            px["RAC2"].blackhole()
+            t0 = time.monotonic()
+            with pytest.raises(InDoubtError):
+                await gtx.commit()
+            assert time.monotonic() - t0 < 15
+            assert [b.state for b in gtx.branches] == ["in doubt"]
+            assert len(prepared_xacts(pg)["RAC2"]) == 1 and live(c) == 1 and in_flight(c) == 0
+            assert pools.in_doubt == {g: [str(gtx.branches[0].xid)]}
+            px["RAC2"].heal()
+            report = await pools.recover_all("commit", timeout=2.0)
+            assert report.ok
+            # resolved by the scan, or by the held-back COMMIT arriving after the heal
+            assert [r.node_name for r in report.resolved] == ["RAC2"] or report.completed == [g]
+            assert rows(pg)["RAC2"] == [(g, "b0")] and prepared_xacts(pg) == {n: [] for n in NAMES}
+            assert live(c) == 0 and pools.in_doubt == {}
+    finally:
+        for p in px.values():
+            p.close()
+
+
+if _ASYNC:  # one test for both kinds: not in the generated file
+
+    @pytest.mark.asyncio
+    async def test_each_kind_of_pools_refuses_the_other_kinds_two_phase_commit(pg, cluster_factory):
+        # The async pools' connections cannot serve the sync helper, nor the
+        # reverse: a clear TypeError, never a hang or a coroutine never awaited.
+        from racaffinity import _tpc_async, _tpc_sync
+        from racaffinity.pools import NodePools
+
+        async with new_pools(pg, cluster_factory) as apools:
+            with pytest.raises(TypeError, match="NodePools"):
+                _tpc_sync.GlobalTransaction(apools, "wrong-kind")
+        spools = NodePools(cluster_factory(nodes=NAMES), pg.dsn, min_size=0, max_size=1)
+        try:
+            with pytest.raises(TypeError, match="AsyncNodePools"):
+                _tpc_async.AsyncGlobalTransaction(spools, "wrong-kind")
+        finally:
+            spools.close()
