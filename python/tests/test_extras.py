@@ -50,3 +50,19 @@ def test_a_module_that_needs_psycopg_names_the_extra(module):
     assert out.startswith("ImportError") or out.startswith("ModuleNotFoundError"), out
     assert "pip install 'racaffinity[postgres]'" in out, out
     assert "psycopg" in out, out
+
+
+def test_the_sqlalchemy_module_names_its_extra():
+    block = BLOCK.replace('("psycopg", "psycopg_pool", "psycopg_binary")', '("sqlalchemy",)')
+    code = block + textwrap.dedent(
+        """
+        try:
+            import racaffinity.sqlalchemy
+        except ImportError as e:
+            print(type(e).__name__, e)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ImportError"), done.stdout
+    assert "pip install 'racaffinity[sqlalchemy]'" in done.stdout, done.stdout

@@ -1,0 +1,375 @@
+"""SQLAlchemy 2.x engines whose connections the cluster routes.
+
+    from racaffinity.sqlalchemy import create_engine, route
+
+    engine = create_engine(cluster, {"RAC1": "postgresql+psycopg://app@db1/app",
+                                     "RAC2": "postgresql+psycopg://app@db2/app"},
+                           pool_size=5, pool_pre_ping=True)
+    with Session(engine) as s:                   # balanced by the core
+        ...
+    with cluster.pin():                          # every checkout on one node
+        ...
+    with route(key=42), Session(engine) as s:    # the data key's node
+        ...
+    with cluster.transaction(b"order-42"):       # the gtrid's node, for XA
+        ...
+
+Underneath, one SQLAlchemy pool per node (`QueuePool`, or
+`AsyncAdaptedQueuePool` for `create_async_engine`), created on first use
+with the engine's pool arguments. Each checkout asks the core for a node
+(its transaction, the `route()` key or session, the session scope, the
+pin, else load balancing: the same order as `racaffinity.pools`) and holds
+a lease until the connection is returned; a connection that SQLAlchemy
+invalidated during the checkout (a disconnect, a failed pre-ping whose
+reconnect failed) reports the node's failure, which counts towards passive
+ejection. SQLAlchemy's pool events registered on the engine fire for every
+node's connections, and `pool_pre_ping` pings each as usual; a failed ping
+invalidates the pooled connections of that node only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+
+from ._extras import require
+
+require(__name__, "sqlalchemy", "sqlalchemy")
+
+import sqlalchemy  # noqa: E402 - after the check that names the extra
+from sqlalchemy import exc as sa_exc  # noqa: E402
+from sqlalchemy.engine import URL, make_url  # noqa: E402
+from sqlalchemy.pool import AsyncAdaptedQueuePool, Pool, QueuePool  # noqa: E402
+
+from ._args import BytesLike, DataKey  # noqa: E402
+from ._cluster import Cluster  # noqa: E402
+from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
+from ._routes import lease_release  # noqa: E402
+
+__all__ = ["RoutingPool", "create_engine", "create_async_engine", "route"]
+
+_ROUTE: contextvars.ContextVar[Optional[Tuple[Optional[DataKey], Optional[BytesLike]]]] = contextvars.ContextVar(
+    "racaffinity_sqlalchemy_route", default=None
+)
+
+# Engine arguments that configure the pool, as create_engine names them.
+_POOL_ARGS = {
+    "pool_size": "pool_size",
+    "max_overflow": "max_overflow",
+    "pool_timeout": "timeout",
+    "pool_use_lifo": "use_lifo",
+    "pool_recycle": "recycle",
+    "pool_pre_ping": "pre_ping",
+    "pool_reset_on_return": "reset_on_return",
+    "echo_pool": "echo",
+    "pool_logging_name": "logging_name",
+}
+
+
+@contextlib.contextmanager
+def route(*, key: Optional[DataKey] = None, session: Optional[BytesLike] = None) -> Iterator[None]:
+    """Connections checked out inside go to the node of data key `key`
+    (partition map) or of web session `session` (session affinity). A
+    transaction scope around it still wins, as everywhere."""
+    if key is not None and session is not None:
+        raise TypeError("pass either key= or session=, not both")
+    token = _ROUTE.set((key, session))
+    try:
+        yield
+    finally:
+        _ROUTE.reset(token)
+
+
+class _Router(Base):
+    """The routing half of `racaffinity.pools` (`Base._acquire`): node
+    names and connection strings, the scopes, the affinity callback."""
+
+
+def _node_failed(e: BaseException, dbapi: Any) -> bool:
+    """Whether a checkout error is the node's failure: psycopg errors by
+    SQLSTATE and connection state (`racaffinity._failures`), other drivers'
+    by the DB-API class SQLAlchemy treats as operational; a pool that is
+    merely full is never the node's."""
+    if isinstance(e, sa_exc.TimeoutError):
+        return False
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the postgres extra is not installed
+        psycopg = None
+    if psycopg is not None and isinstance(e, psycopg.Error):
+        from ._failures import is_node_failure
+
+        return is_node_failure(e)
+    operational = getattr(dbapi, "OperationalError", None)
+    return operational is not None and isinstance(e, operational)
+
+
+class RoutingPool(Pool):
+    """A SQLAlchemy pool over one pool per node, each checkout routed by
+    the cluster. Made by `create_engine` / `create_async_engine`; pass one
+    as `pool=` only to build an engine by hand."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        urls: Mapping[str, Union[str, URL]],
+        *,
+        is_async: bool = False,
+        pool_size: int = 5,
+        max_overflow: int = 10,
+        timeout: float = 30.0,
+        use_lifo: bool = False,
+        connect_args: Optional[Mapping[str, Any]] = None,
+        recycle: int = -1,
+        pre_ping: bool = False,
+        reset_on_return: Any = True,
+        echo: Any = None,
+        logging_name: Optional[str] = None,
+        dialect: Any = None,
+        _dispatch: Any = None,
+    ) -> None:
+        super().__init__(
+            self._no_creator,
+            recycle=recycle,
+            echo=echo,
+            logging_name=logging_name,
+            reset_on_return=reset_on_return,
+            pre_ping=pre_ping,
+            dialect=dialect,
+            _dispatch=_dispatch,
+        )
+        if not isinstance(urls, Mapping) or not urls:
+            raise TypeError("urls must be a non-empty mapping of node name to database URL")
+        parsed = {name: make_url(u) for name, u in urls.items()}
+        drivers = {u.drivername for u in parsed.values()}
+        if len(drivers) != 1:
+            raise ValueError(f"every node needs the same dialect and driver, not {sorted(drivers)}")
+        self._is_asyncio = is_async
+        self._cluster = cluster
+        self._urls = parsed
+        self._router = _Router(
+            cluster, {n: u.render_as_string(hide_password=False) for n, u in parsed.items()},
+            False, None, None, None,
+        )
+        for node in self._router._dsns:
+            self._router._by_id[node] = node  # _acquire wants an entry; the pool is made on first use
+        self._h = self._router._h
+        self._args = dict(pool_size=pool_size, max_overflow=max_overflow, timeout=timeout, use_lifo=use_lifo)
+        self._connect_args = dict(connect_args or {})
+        self._subs: Dict[int, QueuePool] = {}
+        self._subs_lock = threading.Lock()
+        # checked-out record -> its lease (a raw racaffinity_lease)
+        self._leases: Dict[Any, Any] = {}
+
+    @staticmethod
+    def _no_creator() -> Any:
+        raise sa_exc.InvalidRequestError("RoutingPool connects through its node pools only")
+
+    @property
+    def cluster(self) -> Cluster:
+        return self._cluster
+
+    # -- the node pools -------------------------------------------------------------
+
+    def _sub(self, node: int) -> QueuePool:
+        sub = self._subs.get(node)
+        if sub is not None:
+            return sub
+        with self._subs_lock:
+            sub = self._subs.get(node)
+            if sub is None:
+                sub = self._new_sub(node)
+                self._subs[node] = sub
+        return sub
+
+    def _new_sub(self, node: int) -> QueuePool:
+        dialect = self._dialect
+        name = self._router._dsns[node][0]
+        cargs, cparams = dialect.create_connect_args(self._urls[name])
+        cparams = {**cparams, **self._connect_args}
+
+        def connect(connection_record: Any = None) -> Any:
+            # as create_engine's own creator: the dialect's do_connect hooks first
+            if dialect._has_events:
+                args, params = list(cargs), dict(cparams)
+                for fn in dialect.dispatch.do_connect:
+                    conn = fn(dialect, connection_record, args, params)
+                    if conn is not None:
+                        return conn
+                return dialect.connect(*args, **params)
+            return dialect.connect(*cargs, **cparams)
+
+        base = AsyncAdaptedQueuePool if self._is_asyncio else QueuePool
+        sub = _node_pool_class(base)(
+            connect,
+            self,
+            recycle=self._recycle,
+            echo=self.echo,
+            logging_name=f"{self.logging_name or 'racaffinity'}.{name}",
+            reset_on_return=self._reset_on_return,
+            pre_ping=self._pre_ping,
+            dialect=dialect,
+            **self._args,
+        )
+        # One set of listeners for every node: the engine's pool events (and
+        # the dialect's own connect hooks) are registered on this pool.
+        sub.__dict__["dispatch"] = self.dispatch
+        return sub
+
+    # -- checkout and return --------------------------------------------------------
+
+    def _do_get(self) -> Any:
+        key, session = _ROUTE.get() or (None, None)
+        buf, _marker = self._router._acquire(key, session)
+        try:
+            rec = self._sub(buf.node)._do_get()
+        except BaseException as e:
+            lease_release(self._h, buf, FAILED if _node_failed(e, self._dialect.loaded_dbapi) else NEUTRAL)
+            raise
+        self._leases[rec] = buf
+        return rec
+
+    def _returned(self, rec: Any, detached: bool = False) -> None:
+        """Ends the lease of a record coming back: FAILED when SQLAlchemy
+        invalidated its connection during the checkout and could not
+        reconnect (it has none now)."""
+        buf = self._leases.pop(rec, None)
+        if buf is None:
+            return
+        if detached:
+            outcome = NEUTRAL
+        else:
+            outcome = OK if rec.dbapi_connection is not None else FAILED
+        lease_release(self._h, buf, outcome)
+
+    def _do_return_conn(self, record: Any) -> None:
+        # Reached by a fairy's detach(), which hands the record to the
+        # fairy's pool (this one) rather than to the record's.
+        buf = self._leases.get(record)
+        self._returned(record, detached=True)
+        if buf is not None:
+            self._sub(buf.node)._put_back(record)
+
+    def _invalidate(self, connection: Any, exception: Optional[BaseException] = None, _checkin: bool = True) -> None:
+        # A failed pre-ping invalidates the pooled connections of its node,
+        # not of every node.
+        rec = getattr(connection, "_connection_record", None)
+        buf = self._leases.get(rec) if rec is not None else None
+        if buf is not None:
+            self._sub(buf.node)._invalidate(connection, exception, _checkin)
+        else:
+            super()._invalidate(connection, exception, _checkin)
+
+    # -- the Pool interface ----------------------------------------------------------
+
+    def recreate(self) -> "RoutingPool":
+        self.logger.info("Pool recreating")
+        return RoutingPool(
+            self._cluster,
+            self._urls,
+            is_async=self._is_asyncio,
+            connect_args=self._connect_args,
+            recycle=self._recycle,
+            pre_ping=self._pre_ping,
+            reset_on_return=self._reset_on_return,
+            echo=self.echo,
+            logging_name=self._orig_logging_name,
+            dialect=self._dialect,
+            _dispatch=self.dispatch,
+            **self._args,
+        )
+
+    def dispose(self) -> None:
+        for sub in list(self._subs.values()):
+            sub.dispose()
+        self.logger.info("Pool disposed. %s", self.status())
+
+    def status(self) -> str:
+        parts = [f"{self._router._dsns[n][0]}: {s.status()}" for n, s in sorted(self._subs.items())]
+        return "RoutingPool(" + "; ".join(parts) + ")"
+
+    def node_pool(self, node: Union[int, str]) -> QueuePool:
+        """The SQLAlchemy pool of one node (by id or name)."""
+        return self._sub(self._cluster.node_id(node))
+
+    def size(self) -> int:
+        return sum(s.size() for s in self._subs.values())
+
+    def checkedin(self) -> int:
+        return sum(s.checkedin() for s in self._subs.values())
+
+    def checkedout(self) -> int:
+        return sum(s.checkedout() for s in self._subs.values())
+
+    def overflow(self) -> int:
+        return sum(s.overflow() for s in self._subs.values())
+
+    def timeout(self) -> float:
+        return float(self._args["timeout"])
+
+
+def _node_pool_class(base: type) -> type:
+    cached = _NODE_POOL_CLASSES.get(base)
+    if cached is not None:
+        return cached
+
+    class _NodePool(base):  # type: ignore[misc, valid-type]
+        """One node's pool inside a RoutingPool."""
+
+        def __init__(self, creator: Any, outer: RoutingPool, **kw: Any) -> None:
+            super().__init__(creator, **kw)
+            self._outer = outer
+
+        def _do_return_conn(self, record: Any) -> None:
+            self._outer._returned(record)
+            super()._do_return_conn(record)
+
+        def _put_back(self, record: Any) -> None:
+            super()._do_return_conn(record)
+
+    _NodePool.__name__ = _NodePool.__qualname__ = f"Node{base.__name__}"
+    _NODE_POOL_CLASSES[base] = _NodePool
+    return _NodePool
+
+
+_NODE_POOL_CLASSES: Dict[type, type] = {}
+
+
+def _split_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    pool_kw = {}
+    for k, pk in _POOL_ARGS.items():
+        if k in kwargs:
+            pool_kw[pk] = kwargs.pop(k)
+    for k in ("poolclass", "pool", "creator"):
+        if k in kwargs:
+            raise TypeError(f"{k}= is not for a routed engine: it has one pool per node (pool_* arguments set them)")
+    if "connect_args" in kwargs:
+        pool_kw["connect_args"] = kwargs.pop("connect_args")
+    return pool_kw
+
+
+def create_engine(cluster: Cluster, urls: Mapping[str, Union[str, URL]], **kwargs: Any) -> sqlalchemy.Engine:
+    """`sqlalchemy.create_engine` over the cluster's nodes: `urls` maps each
+    node name to its database URL (one dialect and driver for all). The
+    `pool_*` arguments (`pool_size`, `max_overflow`, `pool_timeout`,
+    `pool_pre_ping`, `pool_recycle`, ...) configure each node's pool; every
+    other argument goes to SQLAlchemy."""
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster must be a racaffinity.Cluster, not {type(cluster).__name__}")
+    pool = RoutingPool(cluster, urls, is_async=False, **_split_kwargs(kwargs))
+    first = next(iter(pool._urls.values()))
+    return sqlalchemy.create_engine(first, pool=pool, **kwargs)
+
+
+def create_async_engine(cluster: Cluster, urls: Mapping[str, Union[str, URL]], **kwargs: Any) -> Any:
+    """`create_engine` for asyncio (`sqlalchemy.ext.asyncio.create_async_engine`,
+    an async driver such as `postgresql+psycopg`)."""
+    from sqlalchemy.ext.asyncio import create_async_engine as _create
+
+    if not isinstance(cluster, Cluster):
+        raise TypeError(f"cluster must be a racaffinity.Cluster, not {type(cluster).__name__}")
+    pool = RoutingPool(cluster, urls, is_async=True, **_split_kwargs(kwargs))
+    first = next(iter(pool._urls.values()))
+    return _create(first, pool=pool, **kwargs)

@@ -1,0 +1,274 @@
+"""racaffinity.sqlalchemy over the 3 local nodes: ORM sessions routed by
+the core (balancing, pin, data key, web session, global transaction with
+SQLAlchemy's two-phase commit), SQLAlchemy's pool events and pre-ping on
+every node's pool, a node killed mid-run, and the asyncio engine."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+import racaffinity as ra
+from racaffinity.sqlalchemy import RoutingPool, create_async_engine, create_engine, route
+
+from conftest import NAMES, prepared_xacts
+
+
+class Model(DeclarativeBase):
+    pass
+
+
+class Order(Model):
+    __tablename__ = "py_sqla_orders"
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    note: Mapped[str]
+
+
+PORT = sa.text("SELECT inet_server_port()")
+
+
+def urls(pg, driver: str = "postgresql+psycopg") -> dict:
+    return {n: f"{driver}://postgres@127.0.0.1:{pg.port[n]}/postgres" for n in NAMES}
+
+
+@pytest.fixture
+def orders(pg):
+    """An empty orders table on every node."""
+    for u in urls(pg).values():
+        e = sa.create_engine(u, poolclass=sa.NullPool)
+        Model.metadata.drop_all(e)
+        Model.metadata.create_all(e)
+        e.dispose()
+    yield
+    for u in urls(pg).values():
+        e = sa.create_engine(u, poolclass=sa.NullPool)
+        with e.connect() as conn:
+            for (gid,) in conn.execute(sa.text("SELECT gid FROM pg_prepared_xacts")).fetchall():
+                conn.execute(sa.text(f"ROLLBACK PREPARED '{gid}'"))
+            conn.commit()
+        e.dispose()
+
+
+def node_of(pg, s: Session) -> str:
+    return pg.name_of_port(s.execute(PORT).scalar_one())
+
+
+def in_flight(c: ra.Cluster) -> int:
+    return sum(n["in_flight"] for n in c.metrics()["nodes"])
+
+
+def test_orm_sessions_are_routed_by_the_core(pg, cluster_factory, orders):
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=2, max_overflow=2)
+    try:
+        assert isinstance(engine.pool, RoutingPool)
+        # balanced: every node serves some sessions
+        seen = Counter()
+        for _ in range(60):
+            with Session(engine) as s:
+                seen[node_of(pg, s)] += 1
+        assert set(seen) == set(NAMES)
+        # a pin keeps every checkout on one node
+        with c.pin():
+            pinned = set()
+            for _ in range(20):
+                with Session(engine) as s:
+                    pinned.add(node_of(pg, s))
+        assert len(pinned) == 1
+        # a data key goes to its owner; the row lands there
+        for k in range(12):
+            owner = c.route_key(k).name
+            with route(key=k), Session(engine) as s:
+                assert node_of(pg, s) == owner
+                s.add(Order(id=k, note=f"key {k}"))
+                s.commit()
+        for name, u in urls(pg).items():
+            e = sa.create_engine(u, poolclass=sa.NullPool)
+            with e.connect() as conn:
+                ids = [r[0] for r in conn.execute(sa.text("SELECT id FROM py_sqla_orders"))]
+            e.dispose()
+            assert sorted(ids) == sorted(k for k in range(12) if c.route_key(k).name == name)
+        # a web session keeps its node
+        with route(session="user-7"):
+            nodes = set()
+            for _ in range(10):
+                with Session(engine) as s:
+                    nodes.add(node_of(pg, s))
+        assert len(nodes) == 1
+        with pytest.raises(TypeError):
+            with route(key=1, session="both"):
+                pass
+        assert in_flight(c) == 0
+        assert sum(n["successes"] for n in c.metrics()["nodes"]) >= 60 + 20 + 12 + 10
+    finally:
+        engine.dispose()
+
+
+def test_a_global_transaction_keeps_every_branch_on_its_node_with_two_phase_commit(pg, cluster_factory, orders):
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg))
+    try:
+        for i in range(6):
+            gtrid = f"sqla-order-{i}"
+            with c.transaction(gtrid.encode()):
+                owner = c.tx_route(gtrid.encode()).name
+                branches = []
+                for b in range(2):  # two branches, two connections, one node
+                    conn = engine.connect()
+                    xa = conn.begin_twophase(f"{gtrid}.b{b}")
+                    assert pg.name_of_port(conn.execute(PORT).scalar_one()) == owner
+                    conn.execute(sa.insert(Order.__table__).values(id=10 * i + b, note=gtrid))
+                    xa.prepare()
+                    branches.append((conn, xa))
+                assert sorted(prepared_xacts(pg)[owner]) == [f"{gtrid}.b0", f"{gtrid}.b1"]
+                for conn, xa in branches:
+                    xa.commit()
+                    conn.close()
+            assert prepared_xacts(pg)[owner] == []
+        assert c.metrics()["scopes"]["transaction"]["live"] == 0
+        assert in_flight(c) == 0
+    finally:
+        engine.dispose()
+
+
+def test_pool_events_and_pre_ping_work_on_every_nodes_pool(pg, cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_pre_ping=True)
+    connects, checkouts = Counter(), []
+    try:
+
+        @event.listens_for(engine, "connect")
+        def on_connect(dbapi_conn, rec):
+            with dbapi_conn.cursor() as cur:
+                cur.execute("SELECT inet_server_port()")
+                connects[pg.name_of_port(cur.fetchone()[0])] += 1
+
+        for _ in range(30):
+            with engine.connect() as conn:
+                conn.execute(PORT)
+        assert set(connects) == set(NAMES) and all(v == 1 for v in connects.values()), connects
+
+        # a listener added once the node pools exist fires for them too
+        event.listen(engine, "checkout", lambda dbapi_conn, rec, proxy: checkouts.append(1))
+        with engine.connect() as conn:
+            conn.execute(PORT)
+        assert checkouts == [1]
+
+        # pre-ping: a connection the server ended is replaced at checkout
+        e = sa.create_engine(urls(pg)["RAC1"], poolclass=sa.NullPool)
+        with e.connect() as admin:
+            admin.execute(sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE pid <> pg_backend_pid() AND application_name = '' AND backend_type = 'client backend' "
+                                  "AND datname = 'postgres' AND state = 'idle'"))
+        e.dispose()
+        failures = sum(n["failures"] for n in c.metrics()["nodes"])
+        for _ in range(30):
+            with engine.connect() as conn:
+                conn.execute(PORT)  # never the terminated connection
+        assert connects["RAC1"] == 2, connects  # RAC1's pool reconnected once
+        assert sum(n["failures"] for n in c.metrics()["nodes"]) == failures, "a stale connection is not the node's failure"
+        assert in_flight(c) == 0
+    finally:
+        engine.dispose()
+
+
+def test_a_node_killed_mid_run_is_ejected_and_work_goes_on_elsewhere(pg, cluster_factory, orders, restart_after):
+    c = cluster_factory(nodes=NAMES, health_eject_after_failures=2, health_eject_backoff="60s",
+                        health_eject_backoff_max="60s")
+    engine = create_engine(c, urls(pg), pool_size=2, max_overflow=2, pool_pre_ping=True,
+                           connect_args={"connect_timeout": 2})
+    stop = threading.Event()
+    results = []  # (monotonic time, node or None, error)
+    ids = iter(range(1_000_000))
+    lock = threading.Lock()
+
+    def worker():
+        while not stop.is_set():
+            with lock:
+                i = next(ids)
+            try:
+                with Session(engine) as s:
+                    node = node_of(pg, s)
+                    s.add(Order(id=i, note="run"))
+                    s.commit()
+                results.append((time.monotonic(), node, None))
+            except sa.exc.DBAPIError as e:
+                results.append((time.monotonic(), None, e))
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(3)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        restart_after.append(2)
+        pg.kill(2)
+        killed = time.monotonic()
+        deadline = killed + 30
+        while c.node_state("RAC2") != ra.NodeState.DOWN and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert c.node_state("RAC2") == ra.NodeState.DOWN, "RAC2 was never ejected"
+        ejected = time.monotonic()
+        time.sleep(2.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    errors = [r for r in results if r[2] is not None]
+    assert errors, "the kill was never felt"
+    assert len(errors) <= 2 * 3 + 3, f"{len(errors)} failed sessions for one dead node"
+    after = [r for r in results if r[0] > ejected + 0.5]
+    assert after and all(r[2] is None and r[1] != "RAC2" for r in after), after[:5]
+    assert c.metrics()["nodes"][1]["ejections"] == 1
+    assert in_flight(c) == 0
+    engine.dispose()
+
+
+def test_bad_arguments_get_clear_errors(pg, cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    with pytest.raises(TypeError, match="racaffinity.Cluster"):
+        create_engine("not a cluster", urls(pg))
+    mixed = dict(urls(pg), RAC3=urls(pg, "postgresql+psycopg2")["RAC3"])
+    with pytest.raises(ValueError, match="same dialect"):
+        create_engine(c, mixed)
+    with pytest.raises(TypeError, match="poolclass"):
+        create_engine(c, urls(pg), poolclass=sa.NullPool)
+    with pytest.raises(ra.UnknownNodeError):
+        create_engine(c, {"RAC9": urls(pg)["RAC1"]})
+    with pytest.raises(TypeError, match="mapping"):
+        create_engine(c, [urls(pg)["RAC1"]])
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_engine_routes_the_same_way(pg, cluster_factory, orders):
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    c = cluster_factory(nodes=NAMES)
+    engine = create_async_engine(c, urls(pg), pool_size=2, max_overflow=2, pool_pre_ping=True)
+    try:
+        seen = Counter()
+        for _ in range(45):
+            async with AsyncSession(engine) as s:
+                seen[pg.name_of_port((await s.execute(PORT)).scalar_one())] += 1
+        assert set(seen) == set(NAMES)
+        with c.pin():
+            pinned = set()
+            for _ in range(10):
+                async with engine.connect() as conn:
+                    pinned.add(pg.name_of_port((await conn.execute(PORT)).scalar_one()))
+        assert len(pinned) == 1
+        for k in range(8):
+            with route(key=k):
+                async with AsyncSession(engine) as s:
+                    assert pg.name_of_port((await s.execute(PORT)).scalar_one()) == c.route_key(k).name
+                    s.add(Order(id=k, note="async"))
+                    await s.commit()
+        assert in_flight(c) == 0
+    finally:
+        await engine.dispose()
