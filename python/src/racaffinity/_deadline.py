@@ -123,7 +123,10 @@ class _Deadline:
 
 
 @contextlib.contextmanager
-def bounded(conn: Any, timeout: Optional[float]) -> Iterator[None]:
+def _armed(conn: Any, timeout: Optional[float], on_fired: Callable[[], None]) -> Iterator[None]:
+    """The deadline around one call; `on_fired` runs after it when the
+    deadline shut the socket down (the connection is gone even if the call
+    just made it)."""
     if timeout is None:
         yield
         return
@@ -135,27 +138,32 @@ def bounded(conn: Any, timeout: Optional[float]) -> Iterator[None]:
         raise
     finally:
         if d.end():
-            try:
-                conn.close()
-            except Exception:
-                pass
+            on_fired()
+
+
+def _close_quietly(conn: Any) -> None:
+    try:
+        conn.close()
+    except Exception:
+        pass
+
+
+@contextlib.contextmanager
+def bounded(conn: Any, timeout: Optional[float]) -> Iterator[None]:
+    with _armed(conn, timeout, lambda: _close_quietly(conn)):
+        yield
 
 
 @contextlib.asynccontextmanager
 async def abounded(conn: Any, timeout: Optional[float]) -> AsyncIterator[None]:
     """`bounded` for an async connection: the loop's wait on the socket sees
     the shutdown like libpq's blocking read does."""
-    if timeout is None:
-        yield
-        return
-    d = _Deadline(conn, timeout)
+    fired: List[bool] = []
     try:
-        yield
-    except psycopg.OperationalError as e:
-        d.failed(e)
-        raise
+        with _armed(conn, timeout, lambda: fired.append(True)):
+            yield
     finally:
-        if d.end():
+        if fired:
             try:
                 await conn.close()
             except Exception:
