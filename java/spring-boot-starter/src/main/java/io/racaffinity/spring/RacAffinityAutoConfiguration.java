@@ -1,6 +1,7 @@
 package io.racaffinity.spring;
 
 import io.racaffinity.Cluster;
+import io.racaffinity.jdbc.AbstractAffinityDataSource;
 import io.racaffinity.jdbc.AffinityDataSource;
 import java.sql.SQLException;
 import java.util.Map;
@@ -32,6 +33,17 @@ public class RacAffinityAutoConfiguration {
     @ConditionalOnMissingBean(DataSource.class)
     public AffinityDataSource dataSource(RacAffinityProperties p) throws SQLException {
         AffinityDataSource ds = new AffinityDataSource();
+        configure(ds, p, p.getDataSourceClassName());
+        return ds;
+    }
+
+    /**
+     * Applies {@code racaffinity.*} to either data source and starts it; the node class
+     * is each node's pool ({@code data-source-class-name}) or XA data source
+     * ({@code xa-data-source-class-name}).
+     */
+    static <D extends AbstractAffinityDataSource<?>> D configure(D ds, RacAffinityProperties p, String nodeClass)
+            throws SQLException {
         // Each setting through the builder, which refuses a ';' or newline in a key or
         // value: pasted as text, one property could add keys of its own.
         Cluster.Builder settings = Cluster.builder();
@@ -45,7 +57,7 @@ public class RacAffinityAutoConfiguration {
         if (p.getUrlTemplate() != null) {
             ds.setUrlTemplate(p.getUrlTemplate());
         }
-        ds.setDataSourceClassName(p.getDataSourceClassName());
+        ds.setDataSourceClassName(nodeClass);
         if (!p.getDataSourceProperties().isEmpty()) {
             Properties props = new Properties();
             props.putAll(p.getDataSourceProperties());

@@ -1,6 +1,6 @@
 package io.racaffinity.spring;
 
-import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.AbstractAffinityDataSource;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
@@ -9,15 +9,16 @@ import org.springframework.context.annotation.Bean;
 
 /**
  * The {@code racaffinity} health indicator, with Actuator's health API on the class path and
- * an {@code AffinityDataSource} bean (the starter's or the application's own).
+ * an {@code AffinityDataSource} or {@code AffinityXADataSource} bean (the starter's or the
+ * application's own).
  */
-@AutoConfiguration(after = RacAffinityAutoConfiguration.class)
+@AutoConfiguration(after = {RacAffinityAutoConfiguration.class, RacAffinityXaAutoConfiguration.class})
 @ConditionalOnClass(name = "org.springframework.boot.health.contributor.HealthIndicator")
-@ConditionalOnBean(AffinityDataSource.class)
+@ConditionalOnBean(AbstractAffinityDataSource.class)
 public class RacAffinityHealthAutoConfiguration {
     @Bean
     @ConditionalOnMissingBean(name = "racaffinityHealthIndicator")
-    public RacAffinityHealthIndicator racaffinityHealthIndicator(AffinityDataSource dataSource) {
+    public RacAffinityHealthIndicator racaffinityHealthIndicator(AbstractAffinityDataSource<?> dataSource) {
         return new RacAffinityHealthIndicator(dataSource);
     }
 }

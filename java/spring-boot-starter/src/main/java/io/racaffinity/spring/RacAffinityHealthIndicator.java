@@ -3,7 +3,7 @@ package io.racaffinity.spring;
 import io.racaffinity.Cluster;
 import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
-import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.AbstractAffinityDataSource;
 import java.util.LinkedHashMap;
 import java.util.Locale;
 import java.util.Map;
@@ -21,9 +21,9 @@ import org.springframework.boot.health.contributor.HealthIndicator;
  * restart it) while the other nodes serve every request.
  */
 public class RacAffinityHealthIndicator implements HealthIndicator {
-    private final AffinityDataSource dataSource;
+    private final AbstractAffinityDataSource<?> dataSource;
 
-    public RacAffinityHealthIndicator(AffinityDataSource dataSource) {
+    public RacAffinityHealthIndicator(AbstractAffinityDataSource<?> dataSource) {
         this.dataSource = dataSource;
     }
 

@@ -15,6 +15,7 @@ import org.springframework.boot.context.properties.ConfigurationProperties;
  * racaffinity.password=tiger
  * racaffinity.data-source-class-name=com.zaxxer.hikari.HikariDataSource
  * racaffinity.data-source-properties.maximumPoolSize=10
+ * racaffinity.xa-data-source-class-name=oracle.jdbc.xa.client.OracleXADataSource  # XA, under JTA
  * </pre>
  */
 @ConfigurationProperties("racaffinity")
@@ -32,7 +33,13 @@ public class RacAffinityProperties {
     private String urlTemplate;
     /** Each node's pool (or plain DataSource) class. */
     private String dataSourceClassName = "com.zaxxer.hikari.HikariDataSource";
-    /** Bean properties of each node's pool, e.g. {@code maximumPoolSize=10}. */
+    /**
+     * Each node's XADataSource class: set, and with a JTA transaction manager's
+     * {@code XADataSourceWrapper} bean (Narayana's Spring Boot integration), the starter makes
+     * an {@code AffinityXADataSource} and the application's DataSource enlists in JTA.
+     */
+    private String xaDataSourceClassName;
+    /** Bean properties of each node's pool (or XA data source), e.g. {@code maximumPoolSize=10}. */
     private Map<String, String> dataSourceProperties = new LinkedHashMap<>();
     private String username;
     private String password;
@@ -81,6 +88,14 @@ public class RacAffinityProperties {
         this.dataSourceClassName = dataSourceClassName;
     }
 
+    public String getXaDataSourceClassName() {
+        return xaDataSourceClassName;
+    }
+
+    public void setXaDataSourceClassName(String xaDataSourceClassName) {
+        this.xaDataSourceClassName = xaDataSourceClassName;
+    }
+
     public Map<String, String> getDataSourceProperties() {
         return dataSourceProperties;
     }
@@ -125,6 +140,7 @@ public class RacAffinityProperties {
     public String toString() {
         // Never the password.
         return "RacAffinityProperties[config=" + config + ", settings=" + settings + ", nodes=" + nodeUrls.keySet()
-                + ", urlTemplate=" + urlTemplate + ", dataSourceClassName=" + dataSourceClassName + "]";
+                + ", urlTemplate=" + urlTemplate + ", dataSourceClassName=" + dataSourceClassName
+                + ", xaDataSourceClassName=" + xaDataSourceClassName + "]";
     }
 }
