@@ -10,4 +10,5 @@
 # RACAFF_MVN_OFFLINE=1 (mvn -o), MVN, CARGO; extra arguments go to mvn (e.g. -Dtest=...).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-exec java/run_module_tests.sh java/appservers "-Dracaffinity.tomcat.port=${RACAFF_TOMCAT_PORT:-53880}" "$@"
+exec java/run_module_tests.sh java/appservers "-Dracaffinity.tomcat.port=${RACAFF_TOMCAT_PORT:-53880}" \
+    "-Dracaffinity.wildfly.port-offset=${RACAFF_WILDFLY_PORT_OFFSET:-30000}" "$@"
