@@ -11,4 +11,4 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 exec java/run_module_tests.sh java/appservers "-Dracaffinity.tomcat.port=${RACAFF_TOMCAT_PORT:-53880}" \
-    "-Dracaffinity.wildfly.port-offset=${RACAFF_WILDFLY_PORT_OFFSET:-30000}" "$@"
+    "-Dracaffinity.wildfly.port-offset=${RACAFF_WILDFLY_PORT_OFFSET:-20000}" "$@"

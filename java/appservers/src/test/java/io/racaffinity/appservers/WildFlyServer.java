@@ -24,8 +24,8 @@ import java.util.zip.ZipOutputStream;
  * One WildFly of the unpacked distribution ({@code JBOSS_HOME}, left untouched) with its own
  * server base directory under {@code target/} (a copy of the distribution's
  * {@code standalone/}) and its own module root beside {@code JBOSS_HOME/modules}
- * ({@code JBOSS_MODULEPATH}) holding the modules {@code io.racaffinity} and
- * {@code org.postgresql}. It is configured by the distribution's own {@code jboss-cli.sh}
+ * ({@code JBOSS_MODULEPATH}) holding the module {@code io.racaffinity} (racaffinity.jar and
+ * pgjdbc). It is configured by the distribution's own {@code jboss-cli.sh}
  * (offline, {@code embed-server}) and run by its own {@code standalone.sh} as a child
  * process, listening on 127.0.0.1 only, every port moved by a port offset.
  */
@@ -67,7 +67,7 @@ final class WildFlyServer implements AutoCloseable {
         Path jars = Path.of(System.getProperty("appserver.jars"));
         TomcatServer.copyTree(resource("wildfly/modules"), modules);
         Files.copy(jars.resolve("racaffinity.jar"), modules.resolve("io/racaffinity/main/racaffinity.jar"));
-        Files.copy(jars.resolve("postgresql.jar"), modules.resolve("org/postgresql/main/postgresql.jar"));
+        Files.copy(jars.resolve("postgresql.jar"), modules.resolve("io/racaffinity/main/postgresql.jar"));
         return new WildFlyServer(home, base, modules, portOffset);
     }
 
@@ -166,6 +166,10 @@ final class WildFlyServer implements AutoCloseable {
                 throw new IllegalStateException("WildFly did not deploy " + war + " within 180 s:\n" + console());
             }
             Thread.sleep(250);
+        }
+        String log = serverLog();
+        if (log.contains("started (with errors)")) {
+            throw new IllegalStateException("WildFly started with errors:\n" + log);
         }
     }
 

@@ -82,7 +82,7 @@ class WildFlyXaRecoveryTest {
     }
 
     static int portOffset() {
-        return Integer.parseInt(System.getProperty("racaffinity.wildfly.port-offset", "30000"));
+        return Integer.parseInt(System.getProperty("racaffinity.wildfly.port-offset", "20000"));
     }
 
     static Connection node(String url) throws SQLException {
