@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.fail;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -170,7 +171,11 @@ class WildFlyXaRecoveryTest {
         long started = System.nanoTime();
         WildFlyServer wf = WildFlyServer.create("wildfly-xa", portOffset());
         try {
-            String cli = wf.cli(WildFlyServer.resource("wildfly/racaffinity-xa.cli"));
+            Path script = WildFlyServer.resource("wildfly/racaffinity-xa.cli");
+            Path doc = Path.of(System.getProperty("racaffinity.repo", "../..")).resolve("docs/java-ecosystem.md");
+            assertTrue(Files.readString(doc).contains(Files.readString(script).strip()),
+                    "docs/java-ecosystem.md shows " + script.getFileName() + " as the test runs it, verbatim");
+            String cli = wf.cli(script);
             assertTrue(cli.contains("The batch executed successfully"), cli);
             wf.deployWar(WAR, List.of("io/racaffinity/appservers/wildflyapp"));
             // Recovery passes run when the test asks (the listener); between the two phases
