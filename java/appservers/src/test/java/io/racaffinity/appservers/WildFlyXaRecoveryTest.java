@@ -41,9 +41,11 @@ import org.junit.jupiter.api.Test;
  *   <li>a transaction held between its phases (a third resource enlisted last blocks in its
  *       prepare) has both branches prepared on its node; that node is killed
  *       ({@code pgnodes kill}, SIGKILL), the transaction let go, so its commit meets a dead
- *       node; the node restarts with both branches still in doubt; WildFly's own recovery
- *       (a pass asked for through Narayana's recovery listener) commits them: 0 rows in
- *       {@code pg_prepared_xacts} on every node, the rows present exactly once on that node;
+ *       node; both data sources log it DOWN (their heartbeat) and 10 new transactions commit
+ *       on the other two nodes; the node restarts with both branches still in doubt, is
+ *       logged UP, and WildFly's own recovery (a pass asked for through Narayana's
+ *       recovery listener) commits them: 0 rows in {@code pg_prepared_xacts} on every
+ *       node, the rows present exactly once on that node;
  *   <li>30 more transactions commit afterwards, over all three nodes again.
  * </ol>
  *
@@ -152,6 +154,9 @@ class WildFlyXaRecoveryTest {
             assertEquals(answer[1], answer[2], id + ": both branches of a transaction on one node");
             nodeOf.put(id, Integer.parseInt(answer[1]));
         }
+        Map<Integer, Integer> perPort = new java.util.TreeMap<>();
+        nodeOf.values().forEach(p -> perPort.merge(p, 1, Integer::sum));
+        System.out.println("wildfly: " + prefix + "-1.." + n + " committed, transactions per node port: " + perPort);
         return nodeOf;
     }
 
@@ -163,6 +168,32 @@ class WildFlyXaRecoveryTest {
                 assertEquals(List.of(e.getValue()), rows.get(e.getKey()), t + " row " + e.getKey());
             }
             assertEquals(new TreeSet<>(nodeOf.keySet()), new TreeSet<>(rows.keySet()), t + ": no other rows");
+        }
+    }
+
+    /**
+     * Waits (up to 60 s) until server.log, after offset {@code from}, says for both data
+     * sources' clusters that {@code node} is now {@code state} (racaffinity's own log line,
+     * through WildFly's logging); returns the log's length then.
+     */
+    static int awaitStateLogged(WildFlyServer wf, int from, String node, String state) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (true) {
+            String log = wf.serverLog();
+            String tail = log.substring(Math.min(from, log.length()));
+            boolean all = true;
+            for (String cluster : List.of("orders", "audit")) {
+                all &= tail.lines().anyMatch(l -> l.contains(" " + cluster + ": node " + node + " ")
+                        && (l.contains("is now " + state) || l.contains("-> " + state)));
+            }
+            if (all) {
+                return log.length();
+            }
+            if (System.nanoTime() > deadline) {
+                fail("server.log does not say within 60 s that " + node + " is " + state + " for both data sources:\n"
+                        + tail);
+            }
+            Thread.sleep(200);
         }
     }
 
@@ -215,9 +246,19 @@ class WildFlyXaRecoveryTest {
                     + outcome.body());
             assertEquals(200, outcome.statusCode(), outcome.body());
 
+            // While the node is down (each data source's heartbeat says so in server.log),
+            // new transactions go to the other two; its in-doubt branches wait for it.
+            String victimName = "node" + (victim + 1);
+            int logMark = wf.serverLog().length();
+            int downAt = awaitStateLogged(wf, logMark, victimName, "DOWN");
+            Map<String, Integer> whileDown = transactions(wf, "down", 10);
+            assertFalse(whileDown.containsValue(nodePorts[victim]), "no new transaction on the dead node: " + whileDown);
+            committed.putAll(whileDown);
+
             pgnodes("restart", Integer.toString(victim + 1));
             assertEquals(branches, prepared(nodeUrls[victim]),
                     "the branches are still in doubt after the crash: the commit never reached them");
+            awaitStateLogged(wf, downAt, victimName, "UP");
 
             // 3. WildFly's recovery: passes until nothing is in doubt anywhere.
             long recoveryStart = System.nanoTime();
