@@ -126,8 +126,17 @@ final class WildFlyServer implements AutoCloseable {
         }
     }
 
-    /** Starts the server and waits until deployment {@code war} is deployed. */
+    /**
+     * Starts the server and waits until deployment {@code war} is deployed (again, after a
+     * {@link #crash()}).
+     */
     void start(String war, List<String> systemProperties) throws Exception {
+        Path deployments = base.resolve("deployments");
+        for (String marker : List.of(".deployed", ".failed", ".isdeploying", ".pending")) {
+            Files.deleteIfExists(deployments.resolve(war + marker));
+        }
+        Path serverLog = base.resolve("log/server.log");
+        int logFrom = Files.exists(serverLog) ? Files.readString(serverLog).length() : 0;
         for (int port : PORTS) {
             try (ServerSocket s = new ServerSocket()) {
                 s.bind(new InetSocketAddress(InetAddress.getLoopbackAddress(), port + portOffset));
@@ -152,7 +161,6 @@ final class WildFlyServer implements AutoCloseable {
         reaper = new Thread(() -> kill(started, 0), "wildfly-reaper");
         Runtime.getRuntime().addShutdownHook(reaper);
 
-        Path deployments = base.resolve("deployments");
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(180);
         while (!Files.exists(deployments.resolve(war + ".deployed"))) {
             if (Files.exists(deployments.resolve(war + ".failed"))) {
@@ -167,7 +175,7 @@ final class WildFlyServer implements AutoCloseable {
             }
             Thread.sleep(250);
         }
-        String log = serverLog();
+        String log = serverLog().substring(logFrom);
         if (log.contains("started (with errors)")) {
             throw new IllegalStateException("WildFly started with errors:\n" + log);
         }
@@ -188,6 +196,17 @@ final class WildFlyServer implements AutoCloseable {
                 throw new IOException("recovery listener answered " + reply);
             }
         }
+    }
+
+    /** SIGKILL of the server's JVM (and its script): a crash, with no shutdown of any kind. */
+    void crash() throws InterruptedException {
+        List<ProcessHandle> all = alive();
+        kill(process, 0);
+        for (ProcessHandle h : all) {
+            h.onExit().join();
+        }
+        Runtime.getRuntime().removeShutdownHook(reaper);
+        reaper = null;
     }
 
     URI uri(String path) {

@@ -46,7 +46,11 @@ import org.junit.jupiter.api.Test;
  *       logged UP, and WildFly's own recovery (a pass asked for through Narayana's
  *       recovery listener) commits them: 0 rows in {@code pg_prepared_xacts} on every
  *       node, the rows present exactly once on that node;
- *   <li>30 more transactions commit afterwards, over all three nodes again.
+ *   <li>30 more transactions commit afterwards, over all three nodes again;
+ *   <li>WildFly itself is killed (SIGKILL) while a transaction is held between its phases
+ *       (both branches prepared, no log yet); after a restart its recovery, the data
+ *       sources' first user in the new JVM, rolls the orphaned branches back: nothing in
+ *       doubt, no row of that transaction, and new transactions commit.
  * </ol>
  *
  * <p>Nodes: tests/appservers/run.sh starts them and exports {@code RACAFF_NODEi_PORT/URL}.
@@ -281,6 +285,38 @@ class WildFlyXaRecoveryTest {
             committed.putAll(after);
             rowsExactlyOnce(committed);
             preparedEverywhere().forEach((i, gids) -> assertEquals(List.of(), gids, "node" + (i + 1) + " in doubt"));
+
+            // 5. WildFly itself crashes (SIGKILL) between the phases of a transaction: both
+            // branches prepared, Narayana's log not yet written. After a restart its recovery
+            // (the data sources' first use in the new JVM is on the recovery thread) finds the
+            // branches with recover(), sees no log for them and rolls them back (presumed abort).
+            http.sendAsync(HttpRequest.newBuilder(wf.uri("/racaff-xa/xa/tx?id=crash-1&hold=1"))
+                    .timeout(Duration.ofSeconds(240)).build(), HttpResponse.BodyHandlers.discarding());
+            String crashGtrid = get(wf, "/racaff-xa/xa/held");
+            Map<Integer, List<String>> orphans = preparedEverywhere();
+            List<String> orphanBranches = orphans.values().stream().flatMap(List::stream).toList();
+            assertEquals(2, orphanBranches.size(), "both branches prepared before the crash: " + orphans);
+            orphanBranches.forEach(gid -> assertEquals(crashGtrid, gid.split("_")[1], gid));
+            wf.crash();
+            wf.start(WAR, List.of("-DRecoveryEnvironmentBean.recoveryBackoffPeriod=1"));
+            assertEquals(orphans, preparedEverywhere(), "the orphaned branches survive the crash, in doubt");
+            long orphanStart = System.nanoTime();
+            int orphanPasses = 0;
+            // Narayana rolls back an orphan only after it has seen it for orphanSafetyInterval
+            // (20 s by default), so passes are asked for until then.
+            while (preparedEverywhere().values().stream().anyMatch(l -> !l.isEmpty())
+                    && System.nanoTime() - orphanStart < TimeUnit.SECONDS.toNanos(120)) {
+                wf.recoveryScan();
+                orphanPasses++;
+                Thread.sleep(1000);
+            }
+            System.out.printf("wildfly: after the crash, recovery rolled back the orphans in %d pass(es), %.1f s%n",
+                    orphanPasses, (System.nanoTime() - orphanStart) / 1e9);
+            preparedEverywhere().forEach((i, gids) -> assertEquals(List.of(), gids,
+                    "pg_prepared_xacts of node" + (i + 1) + " after WildFly's crash and recovery"));
+            rowsExactlyOnce(committed); // and no row of crash-1
+            committed.putAll(transactions(wf, "restarted", 10));
+            rowsExactlyOnce(committed);
 
             String log = wf.serverLog();
             assertFalse(log.contains(PASSWORD), "the data sources' password is not in server.log");
