@@ -247,7 +247,7 @@ test-wheel: wheel
 # thread of ours survives, sessions stay on their node. A real WildFly 39 (also from Maven
 # Central, under java/appservers/target/): racaffinity as a module, two XA data sources
 # written by jboss-cli, XA transactions through WildFly's Narayana, a node killed between
-# prepare and commit, WildFly's recovery. About 2.5 minutes in all: part of `make test`.
+# prepare and commit, WildFly's recovery. About 2 minutes in all: part of `make test`.
 test-appservers: lib
 	tests/appservers/run.sh
 
