@@ -52,7 +52,7 @@ help:
 	@echo "  make test-python     the Python binding's pytest suite over local nodes"
 	@echo "  make test-wheel      the wheel in a fresh venv without cargo runs the README quick start; the sdist builds"
 	@echo "  make test-java       the jar's JUnit tests over local nodes"
-	@echo "  make test-appservers a real Tomcat: redeploys without leaks, session routing"
+	@echo "  make test-appservers a real Tomcat (redeploys without leaks, session routing) and WildFly (XA, recovery)"
 	@echo "  make test-micrometer the Micrometer binder's metrics move with traffic and a killed node"
 	@echo "  make test-simplefan  Oracle's simplefan events translated into the core"
 	@echo "  make test-spring-boot the Spring Boot starter: properties, health, a killed node"
@@ -244,7 +244,10 @@ test-wheel: wheel
 # App servers (docs/java-ecosystem.md): a real Tomcat 10.1 (the distribution from Maven
 # Central, unpacked under java/appservers/target/) redeploys a web application 5 times with
 # racaffinity.jar in WEB-INF/lib and in lib/; Tomcat's own leak check finds nothing, no
-# thread of ours survives, sessions stay on their node. About 2 minutes: part of `make test`.
+# thread of ours survives, sessions stay on their node. A real WildFly 39 (also from Maven
+# Central, under java/appservers/target/): racaffinity as a module, two XA data sources
+# written by jboss-cli, XA transactions through WildFly's Narayana, a node killed between
+# prepare and commit, WildFly's recovery. About 2 minutes in all: part of `make test`.
 test-appservers: lib
 	tests/appservers/run.sh
 

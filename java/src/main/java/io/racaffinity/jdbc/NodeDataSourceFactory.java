@@ -48,7 +48,7 @@ final class NodeDataSourceFactory {
         String where = "node " + node + "'s DataSource " + className;
         Class<?> cls;
         try {
-            cls = Class.forName(className, true, loader());
+            cls = load(className);
         } catch (ClassNotFoundException | LinkageError e) {
             throw new SQLNonTransientException(
                     "AffinityDataSource: dataSourceClassName " + className + " cannot be loaded: " + e, "HY000");
@@ -114,9 +114,29 @@ final class NodeDataSourceFactory {
         }
     }
 
-    private static ClassLoader loader() {
-        ClassLoader l = Thread.currentThread().getContextClassLoader();
-        return l != null ? l : NodeDataSourceFactory.class.getClassLoader();
+    /**
+     * The context class loader first (Tomcat: the driver in the application's WEB-INF/lib,
+     * the library in lib/), then the library's own: an app server's own threads may have a
+     * context loader that sees neither (WildFly's recovery thread has the transaction
+     * manager's module, and after a restart it is the first to start an XA data source),
+     * while the library's module also holds the driver.
+     */
+    private static Class<?> load(String className) throws ClassNotFoundException {
+        ClassLoader own = NodeDataSourceFactory.class.getClassLoader();
+        ClassLoader context = Thread.currentThread().getContextClassLoader();
+        if (context != null && context != own) {
+            try {
+                return Class.forName(className, true, context);
+            } catch (ClassNotFoundException e) {
+                try {
+                    return Class.forName(className, true, own);
+                } catch (ClassNotFoundException notOurs) {
+                    e.addSuppressed(notOurs);
+                    throw e;
+                }
+            }
+        }
+        return Class.forName(className, true, own);
     }
 
     private static void set(

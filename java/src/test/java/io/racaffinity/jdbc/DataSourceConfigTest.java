@@ -75,6 +75,46 @@ class DataSourceConfigTest {
         }
     }
 
+    /**
+     * An app server's own threads may have a context class loader that sees neither the
+     * library nor the driver: WildFly's recovery thread has its transaction manager's module
+     * (org.jboss.jts), and after a restart it is the first to use an XA data source. The
+     * library and the driver live in one module then, so the library's own loader sees the
+     * driver. (Found in the real WildFly: recovery failed with ClassNotFoundException
+     * org.postgresql.xa.PGXADataSource from Module "org.jboss.jts", every pass, and left the
+     * crashed server's in-doubt branches on the node.)
+     */
+    @Test
+    void nodeClassesTheThreadsLoaderCannotSeeLoadThroughTheLibrarysOwn() throws Exception {
+        Thread t = Thread.currentThread();
+        ClassLoader before = t.getContextClassLoader();
+        try (java.net.URLClassLoader blind =
+                new java.net.URLClassLoader(new java.net.URL[0], ClassLoader.getPlatformClassLoader())) {
+            assertThrows(ClassNotFoundException.class, () -> blind.loadClass("org.postgresql.xa.PGXADataSource"));
+            t.setContextClassLoader(blind);
+            try (AffinityXADataSource xa = new AffinityXADataSource()) {
+                xa.setConfig("name = blind-xa; nodes = N1, N2");
+                xa.setUrlTemplate("jdbc:postgresql://127.0.0.1:1/{instance}");
+                xa.setXaDataSourceClassName("org.postgresql.xa.PGXADataSource");
+                xa.setHeartbeatIntervalMillis(0);
+                xa.setRegisterMBean(false);
+                xa.init();
+                assertTrue(xa.getNodeXADataSource("N1") instanceof PGXADataSource);
+            }
+            try (AffinityDataSource ds = new AffinityDataSource()) {
+                ds.setConfig("name = blind; nodes = N1, N2");
+                ds.setUrlTemplate("jdbc:postgresql://127.0.0.1:1/{instance}");
+                ds.setDataSourceClassName("org.postgresql.ds.PGSimpleDataSource");
+                ds.setHeartbeatIntervalMillis(0);
+                ds.setRegisterMBean(false);
+                ds.init();
+                assertTrue(ds.getNodeDataSource("N2") instanceof PGSimpleDataSource);
+            }
+        } finally {
+            t.setContextClassLoader(before);
+        }
+    }
+
     @Test
     void oneConfigurationNoWarnings() throws SQLException {
         try (LogCapture log = new LogCapture(); AffinityDataSource ds = new AffinityDataSource()) {
