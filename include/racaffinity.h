@@ -882,7 +882,8 @@ racaffinity_result racaffinity_session_token_new(const racaffinity_cluster *clus
  client must keep into `buf` (the same text unless the routing data
  changed; `*out_changed` says which). A malformed or foreign token is
  INVALID_ARGUMENT; a node the token names that this cluster does not know
- counts as down. A buffer of `strlen(token) + 1` always fits.
+ counts as down. A buffer of `strlen(token) + 5` always fits: an empty
+ backup slot (`none`) can become a node's 8 hex digits.
 
  # Safety
  `token` NULL or NUL-terminated; `out` and `out_changed` NULL or writable;

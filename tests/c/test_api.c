@@ -792,6 +792,28 @@ static void session_tokens_carry_primary_and_backup_and_promote_on_failure(void)
     free_cluster(c);
 }
 
+/* A token with an empty backup slot (`none`, written by a one-node cluster)
+ * gets a backup once another node is usable: the rewritten token is 4 bytes
+ * longer than the one the client sent. The documented buffer must hold it. */
+static void token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup(void) {
+    racaffinity_cluster *one = new_cluster("nodes = S1");
+    char token[64];
+    size_t len = 0;
+    CHECK_OK(racaffinity_session_token_new(one, "sess", token, sizeof token, &len));
+    CHECK(strlen(token) > 5 && strcmp(token + strlen(token) - 5, ".none") == 0);
+    free_cluster(one);
+    racaffinity_cluster *c = new_cluster("nodes = S1, S2");
+    size_t cap = strlen(token) + 5;
+    char *buf = malloc(cap);
+    racaffinity_route r;
+    bool changed = false;
+    CHECK_OK(racaffinity_session_token_route(c, token, &r, buf, cap, &len, &changed));
+    CHECK(changed);
+    CHECK_EQ_U(len, cap); /* the bound is tight */
+    free(buf);
+    free_cluster(c);
+}
+
 static void gtrid_of_65_bytes_or_empty_is_invalid_argument(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     const racaffinity_result IA = RACAFFINITY_RESULT_INVALID_ARGUMENT;
@@ -1916,6 +1938,7 @@ static const h_test tests[] = {
     TEST(ucp_affinity_contexts_and_the_partition_map_replaced_whole),
     TEST(a_planned_drain_keeps_existing_work_until_its_timeout_then_moves_it),
     TEST(session_tokens_carry_primary_and_backup_and_promote_on_failure),
+    TEST(token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup),
     TEST(five_failed_leases_eject_a_node),
     TEST(five_reported_failures_eject_a_node),
     TEST(set_strict_switches_the_thread_scope_at_runtime),
