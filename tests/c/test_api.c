@@ -814,6 +814,22 @@ static void token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup(
     free_cluster(c);
 }
 
+/* NULL_ARGUMENT is an answer about the arguments: a token route without a
+ * buffer for the token must not have routed (nor counted a route). */
+static void token_route_without_a_buffer_routes_nothing(void) {
+    racaffinity_cluster *c = new_cluster("nodes = S1, S2");
+    char token[64], before[4096], after[4096];
+    size_t len = 0;
+    CHECK_OK(racaffinity_session_token_new(c, "sess", token, sizeof token, &len));
+    CHECK_OK(racaffinity_metrics_json(c, before, sizeof before, NULL));
+    racaffinity_route r;
+    bool changed = false;
+    CHECK_RC(racaffinity_session_token_route(c, token, &r, NULL, 64, &len, &changed), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_OK(racaffinity_metrics_json(c, after, sizeof after, NULL));
+    CHECK(strcmp(before, after) == 0);
+    free_cluster(c);
+}
+
 static void gtrid_of_65_bytes_or_empty_is_invalid_argument(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     const racaffinity_result IA = RACAFFINITY_RESULT_INVALID_ARGUMENT;
@@ -1939,6 +1955,7 @@ static const h_test tests[] = {
     TEST(a_planned_drain_keeps_existing_work_until_its_timeout_then_moves_it),
     TEST(session_tokens_carry_primary_and_backup_and_promote_on_failure),
     TEST(token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup),
+    TEST(token_route_without_a_buffer_routes_nothing),
     TEST(five_failed_leases_eject_a_node),
     TEST(five_reported_failures_eject_a_node),
     TEST(set_strict_switches_the_thread_scope_at_runtime),
