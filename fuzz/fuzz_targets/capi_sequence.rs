@@ -2413,11 +2413,16 @@ impl Model {
                 match page {
                     PageSel::Issued(i) if !self.pages.is_empty() => {
                         let i = usize::from(i) % self.pages.len();
-                        // A second free of a word is a no-op (and ASan watches the first).
-                        racaffinity_epoch_page_free(self.pages[i].word);
+                        let w = self.pages[i].word;
+                        // Each epoch_page call holds the word once: a free beyond the
+                        // number of calls is a no-op, one within it releases a hand-out
+                        // (so a second free of page i while another hand-out of the word
+                        // is live would be the caller's bug, not tried here).
                         if !self.pages[i].freed {
+                            racaffinity_epoch_page_free(w);
                             self.pages[i].freed = true;
-                            // Other hand-outs of the same word stay readable.
+                        } else if !self.pages.iter().any(|p| !p.freed && p.word == w) {
+                            racaffinity_epoch_page_free(w);
                         }
                     }
                     PageSel::Issued(_) | PageSel::Null => racaffinity_epoch_page_free(null()),
@@ -2847,12 +2852,15 @@ fuzz_target!(|ops: Vec<Op>| {
         }
     }
     // Every epoch word is still readable after its cluster is gone (ASan
-    // checks the read), until it is freed; a second free is a no-op.
+    // checks the read), until it is freed.
     m.check_pages();
     for pg in &m.pages {
         if !pg.freed {
             racaffinity_epoch_page_free(pg.word);
-            racaffinity_epoch_page_free(pg.word);
         }
+    }
+    // Every hand-out is freed now: one more free of each word is a no-op.
+    for pg in &m.pages {
+        racaffinity_epoch_page_free(pg.word);
     }
 });

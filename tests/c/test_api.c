@@ -1402,6 +1402,23 @@ static void the_epoch_page_lets_a_host_cache_a_pinned_context_route(void) {
     racaffinity_epoch_page_free(&bogus);
 }
 
+/* Two parts of a host map the same cluster's epoch word: each call holds
+ * the word once, so one part's free leaves it readable for the other after
+ * the cluster is gone (valgrind checks the read), and only frees beyond the
+ * number of calls are no-ops. */
+static void each_epoch_page_call_holds_the_word_once(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    const uint64_t *mine = NULL, *theirs = NULL;
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &mine));
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &theirs));
+    CHECK(mine == theirs);
+    racaffinity_epoch_page_free(mine);
+    free_cluster(c);
+    CHECK(__atomic_load_n(theirs, __ATOMIC_ACQUIRE) > 0);
+    racaffinity_epoch_page_free(theirs);
+    racaffinity_epoch_page_free(theirs);
+}
+
 static void tx_branches_share_one_node_and_end_with_the_last(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     racaffinity_route first, r;
@@ -1940,6 +1957,7 @@ static const h_test tests[] = {
     TEST(context_pins_are_independent_of_thread_pins),
     TEST(context_release_drops_every_level_and_auto_pin_pins_contexts),
     TEST(the_epoch_page_lets_a_host_cache_a_pinned_context_route),
+    TEST(each_epoch_page_call_holds_the_word_once),
     TEST(tx_branches_share_one_node_and_end_with_the_last),
     TEST(tx_begin_on_places_a_new_gtrid_on_the_preferred_node),
     TEST(soft_transaction_repins_when_its_node_is_down),
