@@ -766,9 +766,11 @@ impl Model {
         }
     }
 
-    fn begin_new(&mut self, site: &'static str, c: usize, g: &[u8], r: R, route: &racaffinity_route) {
+    fn begin_new(&mut self, site: &'static str, c: usize, g: &[u8], r: R, route: &racaffinity_route, preferred: bool) {
         let want = self.hist[c].refusals(1);
-        let want: Vec<R> = want.into_iter().filter(|x| *x != R::StrictAffinity).collect();
+        // Only tx_begin_on refuses a new gtrid for strictness: when its preferred
+        // node takes no new work (include/racaffinity.h).
+        let want: Vec<R> = want.into_iter().filter(|x| *x != R::StrictAffinity || preferred).collect();
         self.check_in(site, r, &want, &g);
         if r == R::Ok {
             self.route_ok("tx.placed_live", &self.hist[c], route);
@@ -1759,7 +1761,7 @@ impl Model {
         if self.hist[c].tx.contains_key(&g) {
             self.begin_existing(site, c, &g, r, route);
         } else {
-            self.begin_new(site, c, &g, r, route);
+            self.begin_new(site, c, &g, r, route, preferred.is_some());
         }
     }
 
