@@ -561,8 +561,10 @@ racaffinity_result racaffinity_cluster_epoch_page(const racaffinity_cluster *clu
 
 /*
  Releases a word from `racaffinity_cluster_epoch_page`; the caller must
- not read it afterwards. NULL, a word already freed and a pointer that
- never came from `racaffinity_cluster_epoch_page` are no-ops.
+ not read it afterwards. Each call that returned the word holds it once
+ (one cluster's calls return the same word): free it once per call. A
+ free beyond that, NULL and a pointer that never came from
+ `racaffinity_cluster_epoch_page` are no-ops.
  */
 void racaffinity_epoch_page_free(const uint64_t *word);
 
@@ -882,7 +884,8 @@ racaffinity_result racaffinity_session_token_new(const racaffinity_cluster *clus
  client must keep into `buf` (the same text unless the routing data
  changed; `*out_changed` says which). A malformed or foreign token is
  INVALID_ARGUMENT; a node the token names that this cluster does not know
- counts as down. A buffer of `strlen(token) + 1` always fits.
+ counts as down. A buffer of `strlen(token) + 5` always fits: an empty
+ backup slot (`none`) can become a node's 8 hex digits.
 
  # Safety
  `token` NULL or NUL-terminated; `out` and `out_changed` NULL or writable;

@@ -792,6 +792,44 @@ static void session_tokens_carry_primary_and_backup_and_promote_on_failure(void)
     free_cluster(c);
 }
 
+/* A token with an empty backup slot (`none`, written by a one-node cluster)
+ * gets a backup once another node is usable: the rewritten token is 4 bytes
+ * longer than the one the client sent. The documented buffer must hold it. */
+static void token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup(void) {
+    racaffinity_cluster *one = new_cluster("nodes = S1");
+    char token[64];
+    size_t len = 0;
+    CHECK_OK(racaffinity_session_token_new(one, "sess", token, sizeof token, &len));
+    CHECK(strlen(token) > 5 && strcmp(token + strlen(token) - 5, ".none") == 0);
+    free_cluster(one);
+    racaffinity_cluster *c = new_cluster("nodes = S1, S2");
+    size_t cap = strlen(token) + 5;
+    char *buf = malloc(cap);
+    racaffinity_route r;
+    bool changed = false;
+    CHECK_OK(racaffinity_session_token_route(c, token, &r, buf, cap, &len, &changed));
+    CHECK(changed);
+    CHECK_EQ_U(len, cap); /* the bound is tight */
+    free(buf);
+    free_cluster(c);
+}
+
+/* NULL_ARGUMENT is an answer about the arguments: a token route without a
+ * buffer for the token must not have routed (nor counted a route). */
+static void token_route_without_a_buffer_routes_nothing(void) {
+    racaffinity_cluster *c = new_cluster("nodes = S1, S2");
+    char token[64], before[4096], after[4096];
+    size_t len = 0;
+    CHECK_OK(racaffinity_session_token_new(c, "sess", token, sizeof token, &len));
+    CHECK_OK(racaffinity_metrics_json(c, before, sizeof before, NULL));
+    racaffinity_route r;
+    bool changed = false;
+    CHECK_RC(racaffinity_session_token_route(c, token, &r, NULL, 64, &len, &changed), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_OK(racaffinity_metrics_json(c, after, sizeof after, NULL));
+    CHECK(strcmp(before, after) == 0);
+    free_cluster(c);
+}
+
 static void gtrid_of_65_bytes_or_empty_is_invalid_argument(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     const racaffinity_result IA = RACAFFINITY_RESULT_INVALID_ARGUMENT;
@@ -1364,6 +1402,23 @@ static void the_epoch_page_lets_a_host_cache_a_pinned_context_route(void) {
     racaffinity_epoch_page_free(&bogus);
 }
 
+/* Two parts of a host map the same cluster's epoch word: each call holds
+ * the word once, so one part's free leaves it readable for the other after
+ * the cluster is gone (valgrind checks the read), and only frees beyond the
+ * number of calls are no-ops. */
+static void each_epoch_page_call_holds_the_word_once(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    const uint64_t *mine = NULL, *theirs = NULL;
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &mine));
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &theirs));
+    CHECK(mine == theirs);
+    racaffinity_epoch_page_free(mine);
+    free_cluster(c);
+    CHECK(__atomic_load_n(theirs, __ATOMIC_ACQUIRE) > 0);
+    racaffinity_epoch_page_free(theirs);
+    racaffinity_epoch_page_free(theirs);
+}
+
 static void tx_branches_share_one_node_and_end_with_the_last(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     racaffinity_route first, r;
@@ -1902,6 +1957,7 @@ static const h_test tests[] = {
     TEST(context_pins_are_independent_of_thread_pins),
     TEST(context_release_drops_every_level_and_auto_pin_pins_contexts),
     TEST(the_epoch_page_lets_a_host_cache_a_pinned_context_route),
+    TEST(each_epoch_page_call_holds_the_word_once),
     TEST(tx_branches_share_one_node_and_end_with_the_last),
     TEST(tx_begin_on_places_a_new_gtrid_on_the_preferred_node),
     TEST(soft_transaction_repins_when_its_node_is_down),
@@ -1916,6 +1972,8 @@ static const h_test tests[] = {
     TEST(ucp_affinity_contexts_and_the_partition_map_replaced_whole),
     TEST(a_planned_drain_keeps_existing_work_until_its_timeout_then_moves_it),
     TEST(session_tokens_carry_primary_and_backup_and_promote_on_failure),
+    TEST(token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup),
+    TEST(token_route_without_a_buffer_routes_nothing),
     TEST(five_failed_leases_eject_a_node),
     TEST(five_reported_failures_eject_a_node),
     TEST(set_strict_switches_the_thread_scope_at_runtime),

@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
             if (rc != RACAFFINITY_RESULT_OK) die("racaffinity_node_set_state", rc);
         }
         for (size_t i = 0; i < n; i++) {
-            size_t cap = strlen(held[i]) + 1, len = 0;
+            size_t cap = strlen(held[i]) + 5, len = 0; /* the header's bound */
             char *buf = malloc(cap);
             racaffinity_route route;
             bool changed = false;

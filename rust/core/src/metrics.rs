@@ -147,7 +147,8 @@ pub struct MetricsSnapshot {
 impl MetricsSnapshot {
     /// Sum of picks over nodes.
     pub fn total_picks(&self) -> u64 {
-        self.nodes.iter().map(|n| n.picks).sum()
+        // Counters wrap (host hits can add any amount): so does their sum.
+        self.nodes.iter().fold(0u64, |a, n| a.wrapping_add(n.picks))
     }
 
     /// The snapshot as one JSON object. Names are validated identifiers, so no
@@ -322,7 +323,7 @@ impl MetricsSnapshot {
             "# HELP racaffinity_locality_picks_total Picks by where the node sits relative to this process.\n# TYPE racaffinity_locality_picks_total counter"
         );
         for place in ["machine", "zone", "remote"] {
-            let picks: u64 = self.nodes.iter().filter(|n| n.locality == place).map(|n| n.picks).sum();
+            let picks = self.nodes.iter().filter(|n| n.locality == place).fold(0u64, |a, n| a.wrapping_add(n.picks));
             let _ = writeln!(s, "racaffinity_locality_picks_total{{cluster=\"{c}\",locality=\"{place}\"}} {picks}");
         }
         type ScopeField = fn(&ScopeMetrics) -> u64;
@@ -418,7 +419,7 @@ impl Cluster {
                     weight: n.weight(),
                     rlb_percent: n.rlb_percent().map_or(-1, i32::from),
                     affinity_advised: n.affinity_advised(),
-                    picks: c.other_picks.sum() + hits,
+                    picks: c.other_picks.sum().wrapping_add(hits),
                     affinity_hits: hits,
                     repins: c.repins.load(Ordering::Relaxed),
                     strict_refusals: c.strict_refusals.load(Ordering::Relaxed),

@@ -340,3 +340,18 @@ fn partition_owner_table_follows_weights_and_node_changes() {
     c.remove_node("a").unwrap();
     assert_eq!(names(&c), names(&cluster("nodes = b, c, d, e\nnode.b.weight = 5")));
 }
+
+/// Host hits are counters like any other: a count near 2^64 (a host's
+/// counter that wrapped, or garbage from C) wraps the node's picks the way
+/// every other counter wraps, instead of overflowing when the metrics are read.
+#[test]
+fn host_hits_of_any_size_leave_the_metrics_readable() {
+    let c = cluster("nodes = orcl1, orcl2");
+    c.pick().unwrap();
+    c.count_host_hits(NodeId(0), u64::MAX).unwrap();
+    c.count_host_hits(NodeId(1), u64::MAX).unwrap();
+    let m = c.metrics();
+    assert!(m.to_json().contains("\"affinity_hits\":18446744073709551615"));
+    assert_eq!(m.total_picks(), u64::MAX, "1 pick + 2 * (2^64 - 1) hits, wrapped");
+    assert!(m.to_prometheus().contains("racaffinity_node_affinity_hits_total"));
+}

@@ -35,8 +35,10 @@ pub unsafe extern "C" fn racaffinity_cluster_epoch_page(
 }
 
 /// Releases a word from `racaffinity_cluster_epoch_page`; the caller must
-/// not read it afterwards. NULL, a word already freed and a pointer that
-/// never came from `racaffinity_cluster_epoch_page` are no-ops.
+/// not read it afterwards. Each call that returned the word holds it once
+/// (one cluster's calls return the same word): free it once per call. A
+/// free beyond that, NULL and a pointer that never came from
+/// `racaffinity_cluster_epoch_page` are no-ops.
 #[no_mangle]
 pub extern "C" fn racaffinity_epoch_page_free(word: *const u64) {
     if !word.is_null() {

@@ -4,7 +4,7 @@ use std::os::raw::c_char;
 
 use super::buffer::{bytes_arg, out_arg, str_arg, write_str};
 use super::handle::{self, racaffinity_cluster};
-use super::result::{guard, racaffinity_result};
+use super::result::{guard, racaffinity_result, Failure};
 use super::types::racaffinity_route;
 
 /// Stands for "no node" where a node id is optional (an empty backup slot).
@@ -71,7 +71,8 @@ pub unsafe extern "C" fn racaffinity_session_token_new(
 /// client must keep into `buf` (the same text unless the routing data
 /// changed; `*out_changed` says which). A malformed or foreign token is
 /// INVALID_ARGUMENT; a node the token names that this cluster does not know
-/// counts as down. A buffer of `strlen(token) + 1` always fits.
+/// counts as down. A buffer of `strlen(token) + 5` always fits: an empty
+/// backup slot (`none`) can become a node's 8 hex digits.
 ///
 /// # Safety
 /// `token` NULL or NUL-terminated; `out` and `out_changed` NULL or writable;
@@ -90,6 +91,11 @@ pub unsafe extern "C" fn racaffinity_session_token_route(
         // SAFETY: per this function's contract.
         let (t, out, changed) =
             unsafe { (str_arg(token, "token")?, out_arg(out, "out")?, out_arg(out_changed, "out_changed")?) };
+        // Checked before routing: a NULL buffer is an argument error, which
+        // must not leave a counted route behind.
+        if buf.is_null() {
+            return Err(Failure::null("buf"));
+        }
         let r = handle::with(cluster, |c| Ok(c.route_token(t)?))?;
         // Written first: a too-small buffer still tells the caller the node.
         out.set(r.route.into())?;
