@@ -76,6 +76,23 @@ def test_a_token_routes_to_its_primary_until_it_is_down_then_the_backup_is_promo
     assert c.route_token(moved.token).token is None
 
 
+def test_a_token_that_gains_a_backup_is_routed_and_counted_once(cluster_factory):
+    # A token made while its cluster had one node carries no backup ("none");
+    # routed where a second node exists it gains one and grows by 4 bytes.
+    # The route is counted once, however the binding sizes its buffer (the
+    # library routes before it can say a buffer is too small).
+    alone = cluster_factory(nodes=["S1"])
+    token = alone.session_token("sess")
+    assert parse(token)[2] == "none", token
+    c = cluster_factory(nodes=["S1", "S2"])
+    routed = c.route_token(token)
+    assert routed.token is not None and len(routed.token) == len(token) + 4
+    assert parse(routed.token)[2] != "none"
+    m = c.metrics()
+    assert m["scopes"]["session"]["hits"] == 1, m["scopes"]["session"]
+    assert sum(n["picks"] for n in m["nodes"]) == 1
+
+
 def test_a_malformed_or_foreign_token_is_a_typed_error(cluster):
     for bad in ["", "no-routing", "abc!ra1.zz.none", "abc!ra9.00000000.none", "abc!jvmroute1"]:
         with pytest.raises(ra.InvalidArgumentError):

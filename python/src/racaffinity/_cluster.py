@@ -285,8 +285,11 @@ class Cluster:
         t = _cstr(token, "token")
         out = _new("racaffinity_route *")
         changed = _new("bool *")
+        # The header's bound: a token whose backup slot is empty gains one (4
+        # bytes). Sized right the first time, since the library routes (and
+        # counts the route) before it can say that a buffer is too small.
         text = self._read_text(
-            lambda b, c, n: lib.racaffinity_session_token_route(self._h, t, out, b, c, n, changed), len(t) + 1
+            lambda b, c, n: lib.racaffinity_session_token_route(self._h, t, out, b, c, n, changed), len(t) + 5
         )
         return TokenRoute(_route(self, out), text if changed[0] else None)
 

@@ -72,7 +72,9 @@ pub unsafe extern "C" fn racaffinity_session_token_new(
 /// changed; `*out_changed` says which). A malformed or foreign token is
 /// INVALID_ARGUMENT; a node the token names that this cluster does not know
 /// counts as down. A buffer of `strlen(token) + 5` always fits: an empty
-/// backup slot (`none`) can become a node's 8 hex digits.
+/// backup slot (`none`) can become a node's 8 hex digits. BUFFER_TOO_SMALL
+/// comes after the route: `*out` holds the node and the route is counted,
+/// so size the buffer by that bound rather than retrying with a larger one.
 ///
 /// # Safety
 /// `token` NULL or NUL-terminated; `out` and `out_changed` NULL or writable;
