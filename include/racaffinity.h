@@ -587,6 +587,8 @@ racaffinity_result racaffinity_context_route_cacheable(const racaffinity_cluster
 /*
  Adds `count` routes a host served from its cache for a pinned context on
  `node` to the metrics (node picks and affinity hits, thread-scope hits).
+ An id the cluster never had is UNKNOWN_NODE; a removed node's id still
+ counts (its hits were served while it was there). The counters wrap.
  */
 racaffinity_result racaffinity_cluster_count_host_hits(const racaffinity_cluster *cluster,
                                                        uint32_t node,

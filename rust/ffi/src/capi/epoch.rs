@@ -75,6 +75,8 @@ pub unsafe extern "C" fn racaffinity_context_route_cacheable(
 
 /// Adds `count` routes a host served from its cache for a pinned context on
 /// `node` to the metrics (node picks and affinity hits, thread-scope hits).
+/// An id the cluster never had is UNKNOWN_NODE; a removed node's id still
+/// counts (its hits were served while it was there). The counters wrap.
 #[no_mangle]
 pub extern "C" fn racaffinity_cluster_count_host_hits(
     cluster: *const racaffinity_cluster,
