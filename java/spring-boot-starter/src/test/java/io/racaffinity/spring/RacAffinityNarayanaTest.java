@@ -142,17 +142,23 @@ class RacAffinityNarayanaTest {
         for (int t = 0; t < 6; t++) {
             int id = t;
             int[] ports = new int[2];
+            int[] pids = new int[2];
+            long starts = xa.getRouter().statistics().get("starts");
             tx.executeWithoutResult(status -> {
                 // Two connections, two XA branches of one global transaction: one node.
                 try (Connection a = dataSource.getConnection(); Connection b = dataSource.getConnection()) {
                     ports[0] = new JdbcTemplate(new SingleConnectionDataSource(a, true)).queryForObject("select inet_server_port()", Integer.class);
                     ports[1] = new JdbcTemplate(new SingleConnectionDataSource(b, true)).queryForObject("select inet_server_port()", Integer.class);
+                    pids[0] = new JdbcTemplate(new SingleConnectionDataSource(a, true)).queryForObject("select pg_backend_pid()", Integer.class);
+                    pids[1] = new JdbcTemplate(new SingleConnectionDataSource(b, true)).queryForObject("select pg_backend_pid()", Integer.class);
                     new JdbcTemplate(new SingleConnectionDataSource(a, true)).update("insert into boot_xa values (?, 'a')", id);
                     new JdbcTemplate(new SingleConnectionDataSource(b, true)).update("insert into boot_xa values (?, 'b')", id);
                 } catch (Exception e) {
                     throw new IllegalStateException(e);
                 }
             });
+            assertNotEquals(pids[0], pids[1], "two sessions, so two branches that could have gone apart");
+            assertEquals(2, xa.getRouter().statistics().get("starts") - starts, "two XA branches started");
             assertEquals(ports[0], ports[1], "both branches of transaction " + t + " on one node");
             int node = nodeOfPort(ports[0]);
             assertEquals(List.of("a", "b"), sql(node, "select note from boot_xa where id = " + id + " order by note"));
