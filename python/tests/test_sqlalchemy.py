@@ -230,6 +230,47 @@ def test_a_node_killed_mid_run_is_ejected_and_work_goes_on_elsewhere(pg, cluster
     engine.dispose()
 
 
+def test_a_full_node_pool_times_out_without_counting_against_the_node(pg, cluster_factory):
+    # The application holds the node's only connection: the next checkout
+    # waits pool_timeout and fails, which says nothing about the node.
+    c = cluster_factory(nodes=NAMES, health_eject_after_failures=1)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_timeout=0.3)
+    try:
+        with c.pin():
+            held = engine.connect()
+            node = pg.name_of_port(held.execute(PORT).scalar_one())
+            with pytest.raises(sa.exc.TimeoutError):
+                engine.connect()
+            held.close()
+            with engine.connect() as conn:
+                assert pg.name_of_port(conn.execute(PORT).scalar_one()) == node
+        m = c.metrics()
+        assert sum(n["failures"] for n in m["nodes"]) == 0, m["nodes"]
+        assert c.node_state(node) == ra.NodeState.UP
+        assert in_flight(c) == 0
+    finally:
+        engine.dispose()
+
+
+def test_a_node_refusing_connections_fails_the_checkout_and_counts_against_it(pg, cluster_factory, restart_after):
+    # No pooled connection yet and the node is gone: the new connection
+    # fails, the checkout raises, and the lease says the node failed.
+    c = cluster_factory(nodes=NAMES, health_eject_after_failures=1, health_eject_backoff="60s")
+    engine = create_engine(c, urls(pg), connect_args={"connect_timeout": 2})
+    try:
+        restart_after.append(3)
+        pg.kill(3)
+        with route(key=next(k for k in range(10_000) if c.route_key(k).name == "RAC3")):
+            with pytest.raises(sa.exc.OperationalError):
+                with engine.connect():
+                    pass
+        m = c.metrics()["nodes"][2]
+        assert m["failures"] == 1 and c.node_state("RAC3") == ra.NodeState.DOWN, m
+        assert in_flight(c) == 0
+    finally:
+        engine.dispose()
+
+
 def test_bad_arguments_get_clear_errors(pg, cluster_factory):
     c = cluster_factory(nodes=NAMES)
     with pytest.raises(TypeError, match="racaffinity.Cluster"):
