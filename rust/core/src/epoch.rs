@@ -22,20 +22,67 @@ use crate::node::NodeId;
 use crate::pin::ContextKey;
 use crate::route::{Route, RouteKind};
 
+/// Stripes of the host lease table: a host picks one per thread, so threads
+/// pinned to one node do not all bounce one cache line.
+pub const HOST_LEASE_STRIPES: usize = 8;
+/// Nodes the host lease table covers (ids `0..HOST_LEASE_NODES`); a host
+/// leases a node with a higher id through the library.
+pub const HOST_LEASE_NODES: usize = 256;
+/// Byte offset of the host lease table from the epoch word.
+pub const HOST_LEASE_OFFSET: usize = 64;
+/// Bits of a host lease word that count leases in flight; the bits above
+/// count leases that ended `Ok` since the core last collected them.
+pub const HOST_LEASE_IN_FLIGHT_BITS: u32 = 24;
+const IN_FLIGHT_MASK: u64 = (1 << HOST_LEASE_IN_FLIGHT_BITS) - 1;
+/// What a host adds to its lease word to begin a lease.
+pub const HOST_LEASE_BEGIN: u64 = 1;
+/// What a host adds to end a lease `Ok`: one fewer in flight and one more
+/// success, in a single atomic add (the borrow from the success bits cannot
+/// happen: the word holds this lease's own begin).
+pub const HOST_LEASE_END_OK: u64 = (1 << HOST_LEASE_IN_FLIGHT_BITS) - 1;
+/// What a host adds to end a lease without a verdict (two's complement -1).
+pub const HOST_LEASE_END_NEUTRAL: u64 = u64::MAX;
+
 /// The shared page: the epoch word first, at offset 0, alone on its cache
-/// line (writers are rare; readers on every core keep it shared and clean).
+/// line (writers are rare; readers on every core keep it shared and clean);
+/// then, at [`HOST_LEASE_OFFSET`], the host lease table: one word per
+/// (stripe, node), stripe-major, so a stripe's words share lines and two
+/// stripes never do.
+///
+/// A host lease lets a host serve `pick` + `release` for a cached pinned
+/// route with one atomic add each and no call into the library: the core
+/// reads the in-flight bits wherever it reads a node's leases in flight
+/// (balancing, the ejection's count of stale leases, metrics), and collects
+/// the `Ok` bits (successes, and the reset of the consecutive-failure count)
+/// before it counts a failure or reports metrics. A lease must end on the
+/// word it began on, with [`HOST_LEASE_END_OK`] or [`HOST_LEASE_END_NEUTRAL`]
+/// while the epoch still holds the value read before it began; otherwise
+/// (a failure, or the epoch moved) the host adds [`HOST_LEASE_END_NEUTRAL`]
+/// and reports the outcome with [`Cluster::end_host_lease`], so a node's
+/// state change sees every outcome it must.
 #[repr(C, align(64))]
-#[derive(Debug)]
 pub struct RoutingEpoch {
     word: AtomicU64,
+    // Keeps the epoch's line free of lease traffic.
+    _line: [u64; 7],
+    host_leases: [AtomicU64; HOST_LEASE_STRIPES * HOST_LEASE_NODES],
 }
 
 impl Default for RoutingEpoch {
     fn default() -> Self {
         // Starts at 1, so a host may keep 0 as "nothing cached".
-        RoutingEpoch { word: AtomicU64::new(1) }
+        RoutingEpoch { word: AtomicU64::new(1), _line: [0; 7], host_leases: std::array::from_fn(|_| AtomicU64::new(0)) }
     }
 }
+
+impl std::fmt::Debug for RoutingEpoch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoutingEpoch").field("word", &self.word).finish_non_exhaustive()
+    }
+}
+
+// The layout hosts map, checked at compile time.
+const _: () = assert!(std::mem::offset_of!(RoutingEpoch, host_leases) == HOST_LEASE_OFFSET);
 
 impl RoutingEpoch {
     /// The current epoch (acquire: what the change published is visible).
@@ -54,6 +101,43 @@ impl RoutingEpoch {
     /// next to a strong reference that keeps it valid).
     pub fn word_ptr(&self) -> *const u64 {
         self.word.as_ptr().cast_const()
+    }
+
+    /// Size of the page from the epoch word, for hosts that map it.
+    pub const fn page_len() -> usize {
+        std::mem::size_of::<RoutingEpoch>()
+    }
+
+    fn host_words(&self, node: u32) -> impl Iterator<Item = &AtomicU64> {
+        let n = node as usize;
+        (0..HOST_LEASE_STRIPES)
+            .filter(move |_| n < HOST_LEASE_NODES)
+            .map(move |s| &self.host_leases[s * HOST_LEASE_NODES + n])
+    }
+
+    /// Host leases in flight on `node`.
+    pub(crate) fn host_in_flight(&self, node: u32) -> i64 {
+        self.host_words(node).map(|w| (w.load(Ordering::Relaxed) & IN_FLIGHT_MASK) as i64).sum()
+    }
+
+    /// Takes the `Ok` ends hosts counted on `node` since the last call.
+    pub(crate) fn collect_host_oks(&self, node: u32) -> u64 {
+        self.host_words(node)
+            .map(|w| {
+                if w.load(Ordering::Relaxed) > IN_FLIGHT_MASK {
+                    w.fetch_and(IN_FLIGHT_MASK, Ordering::AcqRel) >> HOST_LEASE_IN_FLIGHT_BITS
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+
+    /// A host lease word, for a host in the same address space (Rust hosts,
+    /// tests and the FFI); `None` for a node the table does not cover.
+    pub fn host_lease_word(&self, stripe: usize, node: u32) -> Option<&AtomicU64> {
+        let n = node as usize;
+        (n < HOST_LEASE_NODES).then(|| &self.host_leases[(stripe % HOST_LEASE_STRIPES) * HOST_LEASE_NODES + n])
     }
 }
 

@@ -129,6 +129,25 @@ impl Cluster {
         let topo = self.topo();
         let Some(n) = topo.node(node) else { return };
         n.counters.in_flight.add_signed(-1);
+        self.lease_outcome(n, outcome);
+    }
+
+    /// Reports the outcome of a host lease (see [`crate::RoutingEpoch`]) that
+    /// the host could not end in its own memory: a failure, or any end after
+    /// the routing epoch moved (the node may have been ejected meanwhile,
+    /// and its state change must see the outcome). The host has already
+    /// taken the lease off its word, with `HOST_LEASE_END_NEUTRAL`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownNode`] for an id the cluster never had.
+    pub fn end_host_lease(&self, node: NodeId, outcome: Outcome) -> Result<()> {
+        let topo = self.topo();
+        let n = topo.node(node).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
+        self.lease_outcome(n, outcome);
+        Ok(())
+    }
+
+    fn lease_outcome(&self, n: &crate::node::Node, outcome: Outcome) {
         let ok = match outcome {
             Outcome::Ok => true,
             Outcome::Failed => false,

@@ -61,7 +61,10 @@ pub use config::{
     Config, DataConfig, Placement, RecoveryScope, SessionConfig, SessionMode, ThreadConfig, TransactionConfig,
 };
 pub use data::{check_partition_map_source, DataKey};
-pub use epoch::RoutingEpoch;
+pub use epoch::{
+    RoutingEpoch, HOST_LEASE_BEGIN, HOST_LEASE_END_NEUTRAL, HOST_LEASE_END_OK, HOST_LEASE_IN_FLIGHT_BITS,
+    HOST_LEASE_NODES, HOST_LEASE_OFFSET, HOST_LEASE_STRIPES,
+};
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
 pub use lease::{Lease, LeaseToken, Outcome};

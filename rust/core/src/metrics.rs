@@ -410,6 +410,7 @@ impl Cluster {
             .live
             .iter()
             .map(|n| {
+                n.collect_host_oks();
                 let c = &n.counters;
                 let hits = c.affinity_hits.sum();
                 NodeMetrics {
@@ -423,7 +424,7 @@ impl Cluster {
                     affinity_hits: hits,
                     repins: c.repins.load(Ordering::Relaxed),
                     strict_refusals: c.strict_refusals.load(Ordering::Relaxed),
-                    in_flight: c.in_flight.sum_signed(),
+                    in_flight: n.in_flight(),
                     successes: c.successes.sum(),
                     failures: c.failures.load(Ordering::Relaxed),
                     state_changes: c.state_changes.load(Ordering::Relaxed),

@@ -645,9 +645,20 @@ impl Node {
         }
     }
 
-    /// In-flight leases.
+    /// In-flight leases, the library's and the hosts' (see [`RoutingEpoch`]).
     pub fn in_flight(&self) -> i64 {
-        self.counters.in_flight.sum_signed()
+        self.counters.in_flight.sum_signed().wrapping_add(self.routing.host_in_flight(self.id.0))
+    }
+
+    /// Moves the `Ok` ends hosts counted in their lease words into the
+    /// node's successes. Any such end came after the failures counted so
+    /// far, which are then no longer consecutive.
+    pub(crate) fn collect_host_oks(&self) {
+        let oks = self.routing.collect_host_oks(self.id.0);
+        if oks > 0 {
+            self.counters.successes.add(oks);
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Whether the node can take *new* work or affinities now (Up and not
@@ -897,6 +908,9 @@ impl Node {
             self.counters.failures.fetch_add(1, Ordering::Relaxed);
         }
         let mut g = self.lock();
+        if !ok {
+            self.collect_host_oks();
+        }
         if g.0.auto == NodeState::Down && g.0.auto_cause == DownCause::Ejected {
             if source == OutcomeSource::Lease && g.1.stale_leases > 0 {
                 g.1.stale_leases -= 1;

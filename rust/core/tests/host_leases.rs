@@ -1,0 +1,175 @@
+//! Host leases: a host serves `pick` + `release` of a cached pinned route
+//! with one atomic add each on the routing epoch page, and the core still
+//! sees every lease in flight (balancing, ejection, metrics) and every
+//! outcome that counts (successes, the consecutive-failure count, a state
+//! change's stale leases).
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::{cluster, cluster_with_clock, name};
+use racaffinity::{
+    Cluster, ManualClock, NodeId, NodeState, Outcome, RoutingEpoch, HOST_LEASE_BEGIN, HOST_LEASE_END_NEUTRAL,
+    HOST_LEASE_END_OK, HOST_LEASE_NODES, HOST_LEASE_OFFSET, HOST_LEASE_STRIPES,
+};
+
+/// A host's lease, kept the way the Java and C hosts keep theirs: the word
+/// it began on and the epoch read before it began.
+struct HostLease<'p> {
+    word: &'p AtomicU64,
+    node: NodeId,
+    epoch: u64,
+}
+
+fn begin<'p>(page: &'p RoutingEpoch, stripe: usize, node: NodeId) -> HostLease<'p> {
+    let epoch = page.load();
+    let word = page.host_lease_word(stripe, node.0).expect("covered node");
+    word.fetch_add(HOST_LEASE_BEGIN, Ordering::AcqRel);
+    HostLease { word, node, epoch }
+}
+
+fn end(c: &Cluster, page: &RoutingEpoch, l: HostLease<'_>, outcome: Outcome) {
+    if outcome != Outcome::Failed && page.load() == l.epoch {
+        let add = if outcome == Outcome::Ok { HOST_LEASE_END_OK } else { HOST_LEASE_END_NEUTRAL };
+        l.word.fetch_add(add, Ordering::AcqRel);
+    } else {
+        l.word.fetch_add(HOST_LEASE_END_NEUTRAL, Ordering::AcqRel);
+        c.end_host_lease(l.node, outcome).unwrap();
+    }
+}
+
+#[test]
+fn the_page_layout_is_the_documented_one() {
+    let page = RoutingEpoch::default();
+    let base = page.word_ptr() as usize;
+    let w = page.host_lease_word(3, 5).unwrap() as *const AtomicU64 as usize;
+    assert_eq!(w - base, HOST_LEASE_OFFSET + (3 * HOST_LEASE_NODES + 5) * 8);
+    assert_eq!(RoutingEpoch::page_len(), HOST_LEASE_OFFSET + HOST_LEASE_STRIPES * HOST_LEASE_NODES * 8);
+    assert!(page.host_lease_word(0, HOST_LEASE_NODES as u32).is_none(), "a node past the table has no word");
+}
+
+#[test]
+fn host_leases_count_in_flight_for_balancing_and_metrics() {
+    let c = cluster("policy = least_outstanding\nnodes = A, B");
+    let page = c.routing_epoch_page();
+    let a = c.node_by_name("A").unwrap().id();
+    let leases: Vec<_> = (0..10).map(|i| begin(&page, i, a)).collect();
+    assert_eq!(c.node(a).unwrap().in_flight(), 10);
+    assert_eq!(c.metrics().nodes[a.0 as usize].in_flight, 10);
+    for _ in 0..1000 {
+        assert_eq!(name(&c, c.pick().unwrap().node), "B", "least_outstanding must see the host's leases");
+    }
+    for l in leases {
+        end(&c, &page, l, Outcome::Ok);
+    }
+    assert_eq!(c.node(a).unwrap().in_flight(), 0);
+    let m = c.metrics();
+    assert_eq!(m.nodes[a.0 as usize].in_flight, 0);
+    assert_eq!(m.nodes[a.0 as usize].successes, 10, "each Ok end is a success");
+}
+
+#[test]
+fn a_host_ok_between_failures_breaks_the_run_of_consecutive_failures() {
+    let c = cluster("nodes = A, B\nhealth.eject_after_failures = 3");
+    let page = c.routing_epoch_page();
+    let a = c.node_by_name("A").unwrap().id();
+    for _ in 0..2 {
+        end(&c, &page, begin(&page, 0, a), Outcome::Failed);
+    }
+    end(&c, &page, begin(&page, 1, a), Outcome::Ok);
+    for _ in 0..2 {
+        end(&c, &page, begin(&page, 2, a), Outcome::Failed);
+    }
+    assert_eq!(c.node(a).unwrap().state(), NodeState::Up, "fail, fail, ok, fail, fail is no run of 3");
+    end(&c, &page, begin(&page, 2, a), Outcome::Failed);
+    assert_eq!(c.node(a).unwrap().state(), NodeState::Down, "the third failure in a row ejects");
+    let m = c.metrics();
+    assert_eq!((m.nodes[a.0 as usize].successes, m.nodes[a.0 as usize].failures), (1, 5));
+}
+
+#[test]
+fn metrics_collecting_oks_between_failures_also_breaks_the_run() {
+    let c = cluster("nodes = A, B\nhealth.eject_after_failures = 2");
+    let page = c.routing_epoch_page();
+    let a = c.node_by_name("A").unwrap().id();
+    end(&c, &page, begin(&page, 0, a), Outcome::Failed);
+    end(&c, &page, begin(&page, 0, a), Outcome::Ok);
+    // A metrics read collects the Ok first; the failure after it starts a new run.
+    assert_eq!(c.metrics().nodes[a.0 as usize].successes, 1);
+    end(&c, &page, begin(&page, 0, a), Outcome::Failed);
+    assert_eq!(c.node(a).unwrap().state(), NodeState::Up);
+}
+
+#[test]
+fn a_host_lease_in_flight_at_an_ejection_is_discounted_not_taken_for_the_trial() {
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock("nodes = A, B\nhealth.eject_after_failures = 1\nhealth.eject_backoff = 1s", &clock);
+    let page = c.routing_epoch_page();
+    let a = c.node_by_name("A").unwrap().id();
+    let stale = begin(&page, 4, a);
+    c.report_outcome(a, false).unwrap();
+    assert_eq!(c.node(a).unwrap().state(), NodeState::Down);
+    clock.advance_ms(1000);
+    // The trial is out on A; the stale lease's Ok must not close the breaker.
+    while c.pick_balanced().unwrap().node != a {}
+    end(&c, &page, stale, Outcome::Ok);
+    assert_eq!(c.node(a).unwrap().state(), NodeState::Down, "a lease begun before the ejection is no trial");
+    c.report_outcome(a, true).unwrap();
+    assert_eq!(c.node(a).unwrap().state(), NodeState::Up, "the trial's own success lifts it");
+    assert_eq!(c.node(a).unwrap().in_flight(), 0);
+}
+
+#[test]
+fn host_leases_from_many_threads_leave_exact_totals() {
+    let c = Arc::new(cluster("policy = least_outstanding\nnodes = A, B, C\nhealth.eject_after_failures = 0"));
+    let threads = 4;
+    let per = 20_000u64;
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let page = c.routing_epoch_page();
+                for i in 0..per {
+                    let node = NodeId(((t as u64 + i) % 3) as u32);
+                    let l = begin(&page, t, node);
+                    // Balancing reads the words while they move.
+                    let _ = c.pick().unwrap();
+                    let outcome = match i % 10 {
+                        0 => Outcome::Failed,
+                        1 => Outcome::Neutral,
+                        _ => Outcome::Ok,
+                    };
+                    end(&c, &page, l, outcome);
+                    if i % 1000 == 0 {
+                        let _ = c.metrics();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let m = c.metrics();
+    let total = threads as u64 * per;
+    assert_eq!(m.nodes.iter().map(|n| n.in_flight).sum::<i64>(), 0);
+    assert_eq!(m.nodes.iter().map(|n| n.successes).sum::<u64>(), total * 8 / 10);
+    assert_eq!(m.nodes.iter().map(|n| n.failures).sum::<u64>(), total / 10);
+}
+
+#[test]
+fn a_node_past_the_table_still_leases_through_the_library() {
+    let c = cluster("nodes = A");
+    for i in 0..HOST_LEASE_NODES {
+        c.add_node(racaffinity::NodeSpec::new(format!("N{i}"))).unwrap();
+    }
+    let last = c.node_by_name(&format!("N{}", HOST_LEASE_NODES - 1)).unwrap().id();
+    assert!(last.0 as usize >= HOST_LEASE_NODES);
+    assert!(c.routing_epoch_page().host_lease_word(0, last.0).is_none());
+    c.begin_lease(last);
+    assert_eq!(c.node(last).unwrap().in_flight(), 1);
+    c.end_lease(last, Outcome::Ok);
+    assert_eq!(c.node(last).unwrap().in_flight(), 0);
+}
