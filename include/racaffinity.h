@@ -24,6 +24,41 @@
 #define RACAFFINITY_MAX_KEY_BYTES 1024
 
 /*
+ Stripes of the host lease table (see `racaffinity_cluster_host_lease_end`).
+ */
+#define RACAFFINITY_HOST_LEASE_STRIPES 8
+
+/*
+ Node ids the host lease table covers: `0 .. RACAFFINITY_HOST_LEASE_NODES`.
+ */
+#define RACAFFINITY_HOST_LEASE_NODES 256
+
+/*
+ Byte offset of the host lease table from the epoch word.
+ */
+#define RACAFFINITY_HOST_LEASE_OFFSET 64
+
+/*
+ Low bits of a host lease word that count leases in flight.
+ */
+#define RACAFFINITY_HOST_LEASE_IN_FLIGHT_BITS 24
+
+/*
+ Added to a host lease word to begin a lease.
+ */
+#define RACAFFINITY_HOST_LEASE_BEGIN 1
+
+/*
+ Added to end a lease OK (one fewer in flight, one more success).
+ */
+#define RACAFFINITY_HOST_LEASE_END_OK 16777215
+
+/*
+ Added to end a lease without a verdict (two's complement of 1).
+ */
+#define RACAFFINITY_HOST_LEASE_END_NEUTRAL 18446744073709551615ull
+
+/*
  Live clusters a process can hold at once.
  */
 #define RACAFFINITY_MAX_CLUSTERS 4096
@@ -593,6 +628,40 @@ racaffinity_result racaffinity_context_route_cacheable(const racaffinity_cluster
 racaffinity_result racaffinity_cluster_count_host_hits(const racaffinity_cluster *cluster,
                                                        uint32_t node,
                                                        uint64_t count);
+
+/*
+ Reports how a host lease ended when the host could not end it in its own
+ memory.
+
+ The page behind `racaffinity_cluster_epoch_page`'s word also holds a
+ host lease table at byte offset `RACAFFINITY_HOST_LEASE_OFFSET`: one
+ 64-bit word per (stripe, node), the word for `stripe` and `node` at index
+ `stripe * RACAFFINITY_HOST_LEASE_NODES + node`. A host that serves a
+ pinned context's route from its cache may also lease that node without
+ a call:
+ - begin: read the epoch word (acquire), then atomically add
+   `RACAFFINITY_HOST_LEASE_BEGIN` to the word of a stripe of its choice
+   (one per thread spreads the load) and keep the word and the epoch read;
+ - end OK or NEUTRAL while the epoch word still holds that epoch:
+   atomically add `RACAFFINITY_HOST_LEASE_END_OK` or
+   `RACAFFINITY_HOST_LEASE_END_NEUTRAL` to the same word;
+ - any other end (FAILED, or the epoch moved: the node may have been
+   ejected or marked down meanwhile): add
+   `RACAFFINITY_HOST_LEASE_END_NEUTRAL` to the same word, then call this
+   function with the outcome.
+
+ Only node ids below `RACAFFINITY_HOST_LEASE_NODES` have words; lease
+ others with `racaffinity_lease_begin`. The core reads the in-flight bits
+ for balancing, ejection and metrics, and collects the OK ends before it
+ counts a failure or reports metrics, so at most 2^40 - 1 OK ends fit a
+ word between two such reads. A lease never ended stays in flight.
+
+ UNKNOWN_NODE for an id the cluster never had; INVALID_ARGUMENT for an
+ outcome that is not a `racaffinity_outcome`.
+ */
+racaffinity_result racaffinity_cluster_host_lease_end(const racaffinity_cluster *cluster,
+                                                      uint32_t node,
+                                                      uint32_t outcome);
 
 /*
  Applies one FAN event or RLB advisory line. Malformed text, an unknown

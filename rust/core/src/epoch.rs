@@ -168,6 +168,21 @@ impl Cluster {
         Ok((r, cacheable))
     }
 
+    /// [`Cluster::pick_in_cacheable`] for a host that leases cached routes
+    /// itself: when the answer is cacheable and its node has a host lease
+    /// word, the core leases nothing and returns true (the host begins a
+    /// host lease, see [`RoutingEpoch`]); otherwise the core leases the node
+    /// as [`Cluster::pick_in`] + [`Cluster::begin_lease`] would, and returns
+    /// false.
+    pub fn pick_in_host_leasable(&self, key: ContextKey) -> Result<(Route, bool)> {
+        let (r, cacheable) = self.pick_in_cacheable(key)?;
+        let host = cacheable && self.inner.routing.host_lease_word(0, r.node.0).is_some();
+        if !host {
+            self.begin_lease(r.node);
+        }
+        Ok((r, host))
+    }
+
     /// Counts `n` pinned-thread hits a host served from its cache on `node`,
     /// so the metrics count every route exactly as if each had crossed.
     ///

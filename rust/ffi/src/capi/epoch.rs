@@ -11,7 +11,31 @@ use racaffinity_core::{ContextKey, RoutingEpoch};
 use super::buffer::out_arg;
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result};
-use super::types::{node_id, racaffinity_route};
+use super::types::{node_id, outcome_arg, racaffinity_route};
+
+/// Stripes of the host lease table (see `racaffinity_cluster_host_lease_end`).
+pub const RACAFFINITY_HOST_LEASE_STRIPES: usize = 8;
+/// Node ids the host lease table covers: `0 .. RACAFFINITY_HOST_LEASE_NODES`.
+pub const RACAFFINITY_HOST_LEASE_NODES: usize = 256;
+/// Byte offset of the host lease table from the epoch word.
+pub const RACAFFINITY_HOST_LEASE_OFFSET: usize = 64;
+/// Low bits of a host lease word that count leases in flight.
+pub const RACAFFINITY_HOST_LEASE_IN_FLIGHT_BITS: u32 = 24;
+/// Added to a host lease word to begin a lease.
+pub const RACAFFINITY_HOST_LEASE_BEGIN: u64 = 1;
+/// Added to end a lease OK (one fewer in flight, one more success).
+pub const RACAFFINITY_HOST_LEASE_END_OK: u64 = 16777215;
+/// Added to end a lease without a verdict (two's complement of 1).
+pub const RACAFFINITY_HOST_LEASE_END_NEUTRAL: u64 = 18446744073709551615;
+const _: () = {
+    assert!(RACAFFINITY_HOST_LEASE_STRIPES == racaffinity_core::HOST_LEASE_STRIPES);
+    assert!(RACAFFINITY_HOST_LEASE_NODES == racaffinity_core::HOST_LEASE_NODES);
+    assert!(RACAFFINITY_HOST_LEASE_OFFSET == racaffinity_core::HOST_LEASE_OFFSET);
+    assert!(RACAFFINITY_HOST_LEASE_IN_FLIGHT_BITS == racaffinity_core::HOST_LEASE_IN_FLIGHT_BITS);
+    assert!(RACAFFINITY_HOST_LEASE_BEGIN == racaffinity_core::HOST_LEASE_BEGIN);
+    assert!(RACAFFINITY_HOST_LEASE_END_OK == racaffinity_core::HOST_LEASE_END_OK);
+    assert!(RACAFFINITY_HOST_LEASE_END_NEUTRAL == racaffinity_core::HOST_LEASE_END_NEUTRAL);
+};
 
 /// Maps the cluster's routing epoch: `*out_word` points at a 64-bit word the
 /// core advances (with release ordering) after every change that could alter
@@ -84,6 +108,46 @@ pub extern "C" fn racaffinity_cluster_count_host_hits(
     count: u64,
 ) -> racaffinity_result {
     guard(|| handle::with(cluster, |c| Ok(c.count_host_hits(node_id(node), count)?)))
+}
+
+/// Reports how a host lease ended when the host could not end it in its own
+/// memory.
+///
+/// The page behind `racaffinity_cluster_epoch_page`'s word also holds a
+/// host lease table at byte offset `RACAFFINITY_HOST_LEASE_OFFSET`: one
+/// 64-bit word per (stripe, node), the word for `stripe` and `node` at index
+/// `stripe * RACAFFINITY_HOST_LEASE_NODES + node`. A host that serves a
+/// pinned context's route from its cache may also lease that node without
+/// a call:
+/// - begin: read the epoch word (acquire), then atomically add
+///   `RACAFFINITY_HOST_LEASE_BEGIN` to the word of a stripe of its choice
+///   (one per thread spreads the load) and keep the word and the epoch read;
+/// - end OK or NEUTRAL while the epoch word still holds that epoch:
+///   atomically add `RACAFFINITY_HOST_LEASE_END_OK` or
+///   `RACAFFINITY_HOST_LEASE_END_NEUTRAL` to the same word;
+/// - any other end (FAILED, or the epoch moved: the node may have been
+///   ejected or marked down meanwhile): add
+///   `RACAFFINITY_HOST_LEASE_END_NEUTRAL` to the same word, then call this
+///   function with the outcome.
+///
+/// Only node ids below `RACAFFINITY_HOST_LEASE_NODES` have words; lease
+/// others with `racaffinity_lease_begin`. The core reads the in-flight bits
+/// for balancing, ejection and metrics, and collects the OK ends before it
+/// counts a failure or reports metrics, so at most 2^40 - 1 OK ends fit a
+/// word between two such reads. A lease never ended stays in flight.
+///
+/// UNKNOWN_NODE for an id the cluster never had; INVALID_ARGUMENT for an
+/// outcome that is not a `racaffinity_outcome`.
+#[no_mangle]
+pub extern "C" fn racaffinity_cluster_host_lease_end(
+    cluster: *const racaffinity_cluster,
+    node: u32,
+    outcome: u32,
+) -> racaffinity_result {
+    guard(|| {
+        let outcome = outcome_arg(outcome)?;
+        handle::with(cluster, |c| Ok(c.end_host_lease(node_id(node), outcome)?))
+    })
 }
 
 /// Pages handed to hosts, by the address of their epoch word, with one

@@ -5,11 +5,12 @@
 
 use jni::objects::JByteBuffer;
 use jni::sys::{jint, jlong};
-use racaffinity_core::ContextKey;
+use racaffinity_core::{ContextKey, Outcome, RoutingEpoch};
 
-use super::{pack, run, run_cluster_fast, run_fast, run_node_fast, Fail};
+use super::{enum_arg, pack, run, run_cluster_fast, run_fast, run_node_fast, Fail};
 use crate::capi::epoch::{page_into_raw, page_release};
 use crate::capi::result::{racaffinity_result, Failure};
+use crate::capi::types::racaffinity_outcome;
 
 /// Set in a packed route when the answer may be cached under the epoch read
 /// before the call (bits 0..40 are the route, see [`pack`]).
@@ -22,17 +23,19 @@ jni_export! {
         run_cluster_fast(&mut env, h, |c| Ok(page_into_raw(c.routing_epoch_page()) as jlong))
     }
 
-    /// `ByteBuffer epochBuffer(long page)`: a direct buffer over the epoch word
-    /// (8 bytes, native order). It is valid while the page is not freed.
+    /// `ByteBuffer epochBuffer(long page)`: a direct buffer over the page: the
+    /// epoch word, then the host lease table (native order). It is valid while
+    /// the page is not freed.
     fn Java_io_racaffinity_Native_epochBuffer<'l>(env, page: jlong) -> JByteBuffer<'l> {
         run(&mut env, |env| {
             if page == 0 {
                 return Err(Fail::Core(Failure::new(racaffinity_result::NullArgument, "`page` is 0".to_string())));
             }
             // SAFETY: `page` is an address from `epochPage` that the caller has
-            // not freed: 8 bytes of an `AtomicU64` that live until it frees it.
-            // Java only reads the buffer (Cluster keeps it read-only).
-            Ok(unsafe { env.new_direct_byte_buffer(page as usize as *mut u8, 8) }?)
+            // not freed: the page, `page_len` bytes of atomics that live until
+            // it frees it. Java reads the epoch word and changes the host
+            // lease words only with atomic access modes.
+            Ok(unsafe { env.new_direct_byte_buffer(page as usize as *mut u8, RoutingEpoch::page_len()) }?)
         })
     }
 
@@ -55,6 +58,26 @@ jni_export! {
         run_cluster_fast(&mut env, h, |c| {
             let (r, cacheable) = c.pick_in_cacheable(ContextKey(context as u64))?;
             Ok(pack(r) | if cacheable { CACHEABLE } else { 0 })
+        })
+    }
+
+    /// `long contextPickCacheable(long handle, long context)`: `contextPick`,
+    /// except that when bit 40 is set the library leased nothing: the route
+    /// may be cached and Java begins a host lease on the page.
+    fn Java_io_racaffinity_Native_contextPickCacheable<'l>(env, h: jlong, context: jlong) -> jlong {
+        run_cluster_fast(&mut env, h, |c| {
+            let (r, host) = c.pick_in_host_leasable(ContextKey(context as u64))?;
+            Ok(pack(r) | if host { CACHEABLE } else { 0 })
+        })
+    }
+
+    /// `void hostLeaseEnd(long handle, int node, int outcome)`: the outcome of
+    /// a host lease Java already took off its word (a failure, or an end after
+    /// the epoch moved).
+    fn Java_io_racaffinity_Native_hostLeaseEnd<'l>(env, h: jlong, node: jint, outcome: jint) {
+        run_node_fast(&mut env, h, node, |c, node| {
+            let outcome: Outcome = enum_arg::<racaffinity_outcome, _>(outcome)?;
+            Ok(c.end_host_lease(node, outcome)?)
         })
     }
 

@@ -61,12 +61,14 @@ public final class Cluster implements AutoCloseable {
     private final ThreadLocal<AtomicLongArray[]> context;
     private volatile String[] names = new String[0];
     /**
-     * The core's routing epoch word (8 bytes, native order), which moves on
-     * every change that could alter a route. The page behind it is freed when
-     * this buffer becomes unreachable, not at {@link #close()}: a thread may
-     * read it after another closed the cluster.
+     * The core's routing epoch page (native order): at 0 the epoch word,
+     * which moves on every change that could alter a route; from
+     * {@link ThreadContexts#HOST_LEASE_OFFSET} the host lease words, changed
+     * only with atomic adds. The page is freed when this buffer becomes
+     * unreachable, not at {@link #close()}: a thread may read it, and end a
+     * lease on it, after another closed the cluster.
      */
-    private final ByteBuffer epoch;
+    private final ByteBuffer page;
     /** Thread contexts whose host-served hits are merged into the core's metrics. */
     private final Set<AtomicLongArray> hostHits = ConcurrentHashMap.newKeySet();
     /**
@@ -75,7 +77,7 @@ public final class Cluster implements AutoCloseable {
      */
     private volatile Route[] routes = new Route[0];
 
-    private static final VarHandle EPOCH = MethodHandles.byteBufferViewVarHandle(long[].class,
+    private static final VarHandle PAGE = MethodHandles.byteBufferViewVarHandle(long[].class,
             ByteOrder.nativeOrder());
 
     private Cluster(long handle) {
@@ -83,9 +85,9 @@ public final class Cluster implements AutoCloseable {
         this.freeOnGc = CLEANER.registerCluster(this, new Free(handle));
         this.name = Native.clusterName(handle);
         this.context = ThreadLocal.withInitial(this::newContext);
-        long page = Native.epochPage(handle);
-        this.epoch = Native.epochBuffer(page).asReadOnlyBuffer().order(ByteOrder.nativeOrder());
-        CLEANER.register(epoch, new FreeEpochPage(page));
+        long address = Native.epochPage(handle);
+        this.page = Native.epochBuffer(address).order(ByteOrder.nativeOrder());
+        CLEANER.register(page, new FreeEpochPage(address));
     }
 
     /**
@@ -395,8 +397,67 @@ public final class Cluster implements AutoCloseable {
      * @return the lease; release it with an outcome
      */
     public Lease pick() {
-        long r = Native.contextPick(handle, contextKey());
-        return new Lease(this, Native.node(r), Native.kind(r));
+        AtomicLongArray c = threadContext();
+        long e = (long) PAGE.getAcquire(page, 0);
+        long cached = c.getPlain(ThreadContexts.ROUTE);
+        // Nodes past the host lease table are leased by the library.
+        if (Native.node(cached) < ThreadContexts.HOST_LEASE_NODES && cacheHit(c, e)) {
+            // A host lease: one atomic add here and one at release, no call
+            // into the library (see the core's RoutingEpoch).
+            return beginHostLease(c, Native.node(cached), Native.kind(cached), e);
+        }
+        long generation = c.get(ThreadContexts.GENERATION);
+        long r = Native.contextPickCacheable(handle, c.getPlain(ThreadContexts.KEY));
+        if ((r & Native.CACHEABLE) == 0) {
+            c.setPlain(ThreadContexts.EPOCH, 0);
+            return new Lease(this, Native.node(r), Native.kind(r));
+        }
+        r &= ~Native.CACHEABLE;
+        cache(c, r, generation, e);
+        return beginHostLease(c, Native.node(r), Native.kind(r), e);
+    }
+
+    /** Whether the calling thread's cached route answers a route begun at epoch {@code e}. */
+    private static boolean cacheHit(AtomicLongArray c, long e) {
+        if (e == c.getPlain(ThreadContexts.EPOCH)
+                && c.get(ThreadContexts.GENERATION) == c.getPlain(ThreadContexts.CACHED_GENERATION)) {
+            // Nothing that could alter a route changed since the core said
+            // this pin may be cached, and this context's pin was not touched.
+            c.setPlain(ThreadContexts.HIT_COUNT, c.getPlain(ThreadContexts.HIT_COUNT) + 1);
+            return true;
+        }
+        return false;
+    }
+
+    private void cache(AtomicLongArray c, long r, long generation, long e) {
+        ThreadContexts.moveHitsTo(c, Native.node(r), handle);
+        c.setPlain(ThreadContexts.ROUTE, r);
+        c.setPlain(ThreadContexts.CACHED_GENERATION, generation);
+        c.setPlain(ThreadContexts.EPOCH, e);
+    }
+
+    private Lease beginHostLease(AtomicLongArray c, int node, RouteKind kind, long e) {
+        int word = (int) c.getPlain(ThreadContexts.LEASE_STRIPE) + node * 8;
+        PAGE.getAndAdd(page, word, ThreadContexts.HOST_LEASE_BEGIN);
+        Reference.reachabilityFence(page);
+        return new Lease(this, node, kind, word, e);
+    }
+
+    /**
+     * Ends a host lease: in Java's memory while the epoch it began under
+     * holds and the outcome is not a failure; otherwise the core must see
+     * the outcome (the node may have been ejected or marked down meanwhile).
+     */
+    void endHostLease(int node, int word, long epoch, Outcome outcome) {
+        ByteBuffer p = page;
+        if (outcome != Outcome.FAILED && (long) PAGE.getAcquire(p, 0) == epoch) {
+            PAGE.getAndAdd(p, word, outcome == Outcome.OK
+                    ? ThreadContexts.HOST_LEASE_END_OK : ThreadContexts.HOST_LEASE_END_NEUTRAL);
+        } else {
+            PAGE.getAndAdd(p, word, ThreadContexts.HOST_LEASE_END_NEUTRAL);
+            Native.hostLeaseEnd(handle, node, outcome.ordinal());
+        }
+        Reference.reachabilityFence(p);
     }
 
     /**
@@ -496,15 +557,11 @@ public final class Cluster implements AutoCloseable {
      */
     public Route route() {
         AtomicLongArray c = threadContext();
-        long e = (long) EPOCH.getAcquire(epoch, 0);
+        long e = (long) PAGE.getAcquire(page, 0);
         // The page is freed by a Cleaner on the buffer: keep it reachable
         // until the read above is done.
-        Reference.reachabilityFence(epoch);
-        if (e == c.getPlain(ThreadContexts.EPOCH)
-                && c.get(ThreadContexts.GENERATION) == c.getPlain(ThreadContexts.CACHED_GENERATION)) {
-            // Nothing that could alter a route changed since the core said
-            // this pin may be cached, and this context's pin was not touched.
-            c.setPlain(ThreadContexts.HIT_COUNT, c.getPlain(ThreadContexts.HIT_COUNT) + 1);
+        Reference.reachabilityFence(page);
+        if (cacheHit(c, e)) {
             return route(c.getPlain(ThreadContexts.ROUTE));
         }
         return routeAndCache(c, e);
@@ -514,16 +571,13 @@ public final class Cluster implements AutoCloseable {
     private Route routeAndCache(AtomicLongArray c, long e) {
         long generation = c.get(ThreadContexts.GENERATION);
         long r = Native.contextRouteCacheable(handle, c.getPlain(ThreadContexts.KEY));
-        Route route = route(r);
         if ((r & Native.CACHEABLE) != 0) {
-            ThreadContexts.moveHitsTo(c, route.node(), handle);
-            c.setPlain(ThreadContexts.ROUTE, r & ~Native.CACHEABLE);
-            c.setPlain(ThreadContexts.CACHED_GENERATION, generation);
-            c.setPlain(ThreadContexts.EPOCH, e);
+            r &= ~Native.CACHEABLE;
+            cache(c, r, generation, e);
         } else {
             c.setPlain(ThreadContexts.EPOCH, 0);
         }
-        return route;
+        return route(r);
     }
 
     /**

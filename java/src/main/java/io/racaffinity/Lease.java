@@ -1,6 +1,7 @@
 package io.racaffinity;
 
 import java.lang.ref.Cleaner;
+import java.util.Objects;
 
 /**
  * A unit of work in flight on a node: it counts for {@code least_outstanding}
@@ -19,16 +20,25 @@ import java.lang.ref.Cleaner;
  * }   // an exception above releases NEUTRAL
  * }</pre>
  *
- * <p>A lease that becomes unreachable without a release is released
- * {@link Outcome#NEUTRAL} once the garbage collector finds it (a
- * {@link Cleaner}), so a forgotten lease does not count as in flight forever.
+ * <p>A lease that crossed into the library and becomes unreachable without a
+ * release is released {@link Outcome#NEUTRAL} once the garbage collector finds
+ * it (a {@link Cleaner}). A pinned thread's {@link Cluster#pick()} served from
+ * its cache is a <em>host lease</em>, counted in memory the library shares
+ * with Java and released without a call; it is not watched by the garbage
+ * collector (a cleaner would cost more than the lease), so a forgotten one
+ * counts as in flight on its node until the cluster closes. Release every
+ * lease, as above.
  */
-public final class Lease implements AutoCloseable {
+public final class Lease extends ReleaseOnce implements AutoCloseable {
     private final Cluster cluster;
     private final int node;
     private final RouteKind kind;
+    /** A lease the library counts: its end, run once by a release or the cleaner. Null for a host lease. */
     private final End end;
     private final Cleaner.Cleanable cleanable;
+    /** A host lease's word (byte offset in the epoch page) and the epoch read before it began. */
+    private final int word;
+    private final long epoch;
 
     Lease(Cluster cluster, int node, RouteKind kind) {
         this.cluster = cluster;
@@ -36,6 +46,24 @@ public final class Lease implements AutoCloseable {
         this.kind = kind;
         this.end = new End(cluster.handle(), node);
         this.cleanable = Cluster.CLEANER.register(this, end);
+        this.word = -1;
+        this.epoch = 0;
+    }
+
+    /**
+     * A host lease ({@link Cluster#pick()} on a thread whose pinned route is
+     * cached): counted in the epoch page's lease word, so neither its begin
+     * nor an OK or NEUTRAL release calls into the library. It has no cleaner:
+     * registering one costs more than the whole lease.
+     */
+    Lease(Cluster cluster, int node, RouteKind kind, int word, long epoch) {
+        this.cluster = cluster;
+        this.node = node;
+        this.kind = kind;
+        this.end = null;
+        this.cleanable = null;
+        this.word = word;
+        this.epoch = epoch;
     }
 
     /** @return the leased node's id */
@@ -60,7 +88,7 @@ public final class Lease implements AutoCloseable {
 
     /** @return whether the lease was released */
     public boolean isReleased() {
-        return end.isDone();
+        return end == null ? isDone() : end.isDone();
     }
 
     /**
@@ -82,6 +110,14 @@ public final class Lease implements AutoCloseable {
      * @return true if this call released it, false if it was already released
      */
     public boolean tryRelease(Outcome outcome) {
+        Objects.requireNonNull(outcome, "outcome");
+        if (end == null) {
+            if (!markDone()) {
+                return false;
+            }
+            cluster.endHostLease(node, word, epoch, outcome);
+            return true;
+        }
         if (!end.markDone()) {
             return false;
         }

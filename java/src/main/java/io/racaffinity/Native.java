@@ -125,6 +125,10 @@ final class Native {
 
     static native void countHostHits(long h, int node, long count);
 
+    static native long contextPickCacheable(long h, long context);
+
+    static native void hostLeaseEnd(long h, int node, int outcome);
+
     static native long requestPick(long h, byte[] gtrid, byte[] key, long keyI64, boolean keyIsI64, byte[] session,
             long context);
 

@@ -34,7 +34,17 @@ final class ThreadContexts {
     static final int HIT_NODE = 5;
     static final int HIT_COUNT = 6;
     static final int HIT_MERGED = 7;
-    private static final int SLOTS = 8;
+    /** The byte offset of this thread's stripe of the host lease table (see {@link Cluster#pick()}). */
+    static final int LEASE_STRIPE = 8;
+    private static final int SLOTS = 9;
+
+    /** Mirrors the core's host lease table (the page after the epoch word). */
+    static final int HOST_LEASE_OFFSET = 64;
+    static final int HOST_LEASE_NODES = 256;
+    static final int HOST_LEASE_STRIPES = 8;
+    static final long HOST_LEASE_BEGIN = 1;
+    static final long HOST_LEASE_END_OK = (1L << 24) - 1;
+    static final long HOST_LEASE_END_NEUTRAL = -1;
 
     private ThreadContexts() {}
 
@@ -42,6 +52,10 @@ final class ThreadContexts {
         AtomicLongArray c = new AtomicLongArray(SLOTS);
         c.setPlain(KEY, key);
         c.setPlain(HIT_NODE, -1);
+        // Threads spread over the stripes by id, so threads pinned to one node
+        // do not all add to one cache line.
+        long stripe = (Thread.currentThread().getId() * 0x9E3779B97F4A7C15L) >>> 61;
+        c.setPlain(LEASE_STRIPE, HOST_LEASE_OFFSET + stripe * HOST_LEASE_NODES * 8L);
         return c;
     }
 

@@ -15,6 +15,7 @@ import java.util.Random;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Function;
 import java.util.regex.Matcher;
@@ -32,6 +33,10 @@ import org.junit.jupiter.api.Test;
 class RouteCacheTest {
     private static Cluster cluster(String extra) {
         return Cluster.fromConfig("name = cache\nnodes = n0, n1, n2, n3, n4, n5\n" + extra);
+    }
+
+    private static NodeMetrics metrics(Cluster c, int node) {
+        return c.nodeMetrics().stream().filter(m -> m.node() == node).findFirst().orElseThrow();
     }
 
     private static long scopeCounter(String json, String field) {
@@ -109,6 +114,12 @@ class RouteCacheTest {
     }
 
     private static void stress(Function<Runnable, Thread> start, int routers, int routes) throws Exception {
+        stress(start, routers, routes, false);
+    }
+
+    /** With {@code leases}, every other route is a {@link Cluster#pick()} released OK or NEUTRAL. */
+    private static void stress(Function<Runnable, Thread> start, int routers, int routes, boolean leases)
+            throws Exception {
         try (Cluster c = cluster("health.eject_after_failures = 3\nhealth.eject_backoff = 1h\n"
                 + "health.eject_backoff_max = 1h")) {
             AtomicLong clock = new AtomicLong(1);
@@ -165,6 +176,7 @@ class RouteCacheTest {
             flipper.start();
 
             long[][] seen = new long[routers][];
+            AtomicLongArray oks = new AtomicLongArray(1 << 16); // by node id
             CountDownLatch done = new CountDownLatch(routers);
             List<Thread> threads = new ArrayList<>();
             for (int t = 0; t < routers; t++) {
@@ -175,7 +187,19 @@ class RouteCacheTest {
                         c.pin();
                         for (int i = 0; i < routes; i++) {
                             long begin = clock.get();
-                            int node = c.route().node();
+                            int node;
+                            if (leases && (i & 1) == 1) {
+                                Lease lease = c.pick();
+                                node = lease.node();
+                                if (i % 10 == 1) {
+                                    lease.release(Outcome.NEUTRAL);
+                                } else {
+                                    lease.release(Outcome.OK);
+                                    oks.incrementAndGet(node);
+                                }
+                            } else {
+                                node = c.route().node();
+                            }
                             long end = clock.get();
                             mine[3 * i] = begin;
                             mine[3 * i + 1] = end;
@@ -222,7 +246,88 @@ class RouteCacheTest {
             long counted = scopeCounter(json, "hits") + scopeCounter(json, "placements")
                     + scopeCounter(json, "repins") + scopeCounter(json, "panics");
             assertEquals((long) routers * (routes + 1), counted, json);
+            if (leases) {
+                // Removed nodes leave the metrics; every live one must be exact.
+                for (NodeMetrics m : c.nodeMetrics()) {
+                    assertEquals(0, m.inFlight(), "every lease was released: " + m);
+                    assertEquals(oks.get(m.node()), m.successes(), "each OK release is one success: " + m);
+                }
+            }
         }
+    }
+
+    @Test
+    void leasesOnCachedPinsNeverOutliveADownRemovalOrEjectionAndCountExactly() throws Exception {
+        stress(r -> {
+            Thread t = new Thread(r);
+            t.start();
+            return t;
+        }, 4, 100_000, true);
+    }
+
+    @Test
+    @Tag("virtual-threads")
+    void leasesOnCachedPinsCountExactlyOnVirtualThreads() throws Exception {
+        VirtualThreads.assumeAvailable();
+        stress(VirtualThreads::start, 64, 10_000, true);
+    }
+
+    @Test
+    void aPinnedThreadsLeasesCountInFlightForBalancingAndHealth() throws Exception {
+        try (Cluster c = Cluster.fromConfig("name = lo\nnodes = a, b\npolicy = least_outstanding\n"
+                + "health.eject_after_failures = 2")) {
+            Pin pin = c.pin();
+            c.route(); // cached from here on
+            List<Lease> held = new ArrayList<>();
+            for (int i = 0; i < 5; i++) {
+                held.add(c.pick());
+            }
+            assertEquals(5, metrics(c, pin.node()).inFlight());
+            // Another, unpinned thread balances around the pinned thread's leases.
+            AtomicReference<Integer> other = new AtomicReference<>();
+            Thread t = new Thread(() -> {
+                int n = -1;
+                for (int i = 0; i < 100; i++) {
+                    try (Lease l = c.pick()) {
+                        if (n >= 0 && n != l.node()) {
+                            n = -2;
+                        } else if (n != -2) {
+                            n = l.node();
+                        }
+                    }
+                }
+                other.set(n);
+            });
+            t.start();
+            t.join();
+            assertEquals(1 - pin.node(), other.get(), "least_outstanding must avoid the node holding 5 leases");
+            for (Lease l : held) {
+                l.release(Outcome.OK);
+            }
+            assertThrows(InvalidLeaseException.class, () -> held.get(0).release(Outcome.OK));
+            NodeMetrics m = metrics(c, pin.node());
+            assertEquals(0, m.inFlight());
+            assertEquals(5, m.successes());
+            // Failures always reach the core: two in a row eject the pinned node.
+            c.pick().release(Outcome.FAILED);
+            c.pick().release(Outcome.FAILED);
+            assertEquals(NodeState.DOWN, c.nodeState(pin.node()));
+            assertEquals(2, metrics(c, pin.node()).failures());
+        }
+    }
+
+    @Test
+    void aLeaseHeldAcrossCloseIsReleasedSafely() {
+        Cluster c = cluster("");
+        c.pin();
+        c.route();
+        Lease first = c.pick();
+        Lease second = c.pick();
+        c.close();
+        first.close(); // the epoch moved at close: the slow path finds the cluster closed, quietly
+        assertTrue(first.isReleased());
+        assertThrows(ClusterClosedException.class, () -> second.release(Outcome.OK));
+        assertThrows(InvalidLeaseException.class, () -> second.release(Outcome.OK));
     }
 
     @Test
