@@ -11,7 +11,9 @@ import java.util.Objects;
  * <p>Release it exactly once with {@link #release(Outcome)}; a second release
  * throws {@link InvalidLeaseException}. {@link #close()} releases with
  * {@link Outcome#NEUTRAL} if the lease is still live and is otherwise a no-op,
- * so a lease fits try-with-resources:
+ * so a lease fits try-with-resources. A lease may be released on another
+ * thread than the one that picked it, after a hand-off, but never from two
+ * threads at once:
  *
  * <pre>{@code
  * try (Lease lease = cluster.pick()) {
@@ -29,7 +31,7 @@ import java.util.Objects;
  * counts as in flight on its node until the cluster closes. Release every
  * lease, as above.
  */
-public final class Lease extends ReleaseOnce implements AutoCloseable {
+public final class Lease implements AutoCloseable {
     private final Cluster cluster;
     private final int node;
     private final RouteKind kind;
@@ -39,6 +41,13 @@ public final class Lease extends ReleaseOnce implements AutoCloseable {
     /** A host lease's word (byte offset in the epoch page) and the epoch read before it began. */
     private final int word;
     private final long epoch;
+    /**
+     * A host lease's exactly-once flag: a plain field, so that a lease used
+     * and released in one method is never allocated at all (escape analysis
+     * removes it, an atomic update would pin it to the heap). A second
+     * release is still detected; two releases racing on two threads are not.
+     */
+    private boolean hostReleased;
 
     Lease(Cluster cluster, int node, RouteKind kind) {
         this.cluster = cluster;
@@ -88,7 +97,7 @@ public final class Lease extends ReleaseOnce implements AutoCloseable {
 
     /** @return whether the lease was released */
     public boolean isReleased() {
-        return end == null ? isDone() : end.isDone();
+        return end == null ? hostReleased : end.isDone();
     }
 
     /**
@@ -112,9 +121,10 @@ public final class Lease extends ReleaseOnce implements AutoCloseable {
     public boolean tryRelease(Outcome outcome) {
         Objects.requireNonNull(outcome, "outcome");
         if (end == null) {
-            if (!markDone()) {
+            if (hostReleased) {
                 return false;
             }
+            hostReleased = true;
             cluster.endHostLease(node, word, epoch, outcome);
             return true;
         }
