@@ -1,9 +1,19 @@
 package io.racaffinity;
 
+import com.zaxxer.hikari.HikariConfig;
+import com.zaxxer.hikari.HikariDataSource;
+import io.racaffinity.jdbc.AffinityDataSource;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.function.LongUnaryOperator;
+import javax.sql.DataSource;
 
 /**
  * Ratios against the no-op JNI call measured in the same process, round by
@@ -12,22 +22,72 @@ import java.util.function.LongUnaryOperator;
  * subject and baseline alike. JMH runs its benchmarks one after another,
  * which on this machine moved a ratio by 2x between runs.
  *
- * <p>Run: {@code java -cp racaffinity-0.1.0-benchmarks.jar io.racaffinity.InterleavedBench [rounds]}.
+ * <p>Run: {@code java -cp racaffinity-0.1.0-benchmarks.jar io.racaffinity.InterleavedBench [rounds]}, and
+ * with {@code [rounds] --datasource} for {@code AffinityDataSource} against bare HikariCP over the local nodes.
  * Prints a table and {@code JBENCH_PAIR <name> <ns> <baseline ns> <ratio median> <min> <max>} lines.
  */
 public final class InterleavedBench {
     private static final ThreadMXBean CPU = ManagementFactory.getThreadMXBean();
     private static final long ROUND_NS = 4_000_000;
     private static volatile long sink;
+    /** Where a subject keeps a lease, so that it escapes (as in a connection wrapper). */
+    private static volatile Lease kept;
 
-    private record Subject(String name, String what, LongUnaryOperator loop) {}
+    /** A timed loop; its ratio is taken against subject {@code base} of the same rounds. */
+    private record Subject(String name, String what, LongUnaryOperator loop, int base) {
+        Subject(String name, String what, LongUnaryOperator loop) {
+            this(name, what, loop, 0);
+        }
+    }
+
+    /** Thrown out of a loop as unchecked: a JDBC failure ends the run. */
+    private interface SqlLoop {
+        long run(long n) throws SQLException;
+    }
+
+    private static LongUnaryOperator sql(SqlLoop l) {
+        return n -> {
+            try {
+                return l.run(n);
+            } catch (SQLException e) {
+                throw new IllegalStateException(e);
+            }
+        };
+    }
 
     private InterleavedBench() {}
 
-    public static void main(String[] args) {
+    public static void main(String[] args) throws SQLException {
         int rounds = args.length > 0 ? Integer.parseInt(args[0]) : 21;
+        // The DataSource pair runs in a JVM of its own (`--datasource`): its calls into
+        // Cluster.pick() from a second site change what the JIT inlines into the others'
+        // loops. It needs the local nodes (java/run_bench.sh exports their URLs).
+        boolean nodes = args.length > 1 && args[1].equals("--datasource");
+        if (nodes && System.getenv("RACAFF_NODE1_URL") == null) {
+            throw new IllegalStateException("--datasource needs RACAFF_NODE1_URL..3 (tests/cluster/pgnodes env)");
+        }
+        Map<String, HikariDataSource> pools = new LinkedHashMap<>();
+        AffinityDataSource affinity = null;
+        if (nodes) {
+            for (int i = 1; i <= 3; i++) {
+                HikariConfig hc = new HikariConfig();
+                hc.setJdbcUrl(System.getenv("RACAFF_NODE" + i + "_URL"));
+                hc.setUsername("postgres");
+                hc.setMaximumPoolSize(2);
+                hc.setMinimumIdle(2);
+                hc.setPoolName("interleaved-RAC" + i);
+                pools.put("RAC" + i, new HikariDataSource(hc));
+            }
+            affinity = new AffinityDataSource();
+            affinity.setConfig("name = dsbench; nodes = RAC1, RAC2, RAC3");
+            affinity.setNodeDataSources(new LinkedHashMap<String, DataSource>(pools));
+            affinity.setHeartbeatIntervalMillis(0);
+            affinity.setRegisterMBean(false);
+            affinity.init();
+        }
         try (Cluster cluster = Cluster.fromConfig("name = bench; nodes = RAC1, RAC2, RAC3");
-                Pin pin = cluster.pin()) {
+                Pin pin = cluster.pin();
+                Pin dsPin = affinity == null ? null : affinity.pin()) {
             long h = cluster.handle();
             long context = Native.contextNew(h);
             Native.contextPin(h, context);
@@ -63,6 +123,48 @@ public final class InterleavedBench {
                     return acc;
                 }),
             };
+            if (!nodes) {
+                List<Subject> all = new ArrayList<>(Arrays.asList(subjects));
+                all.add(new Subject("pinnedPickReleaseKept",
+                        "`pick()` + `release(OK)` on a pinned thread, the lease kept in a field", n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        Lease l = cluster.pick();
+                        kept = l;
+                        l.release(Outcome.OK);
+                        acc += l.node();
+                    }
+                    return acc;
+                }));
+                subjects = all.toArray(new Subject[0]);
+            } else {
+                // Only the noop baseline and the pair.
+                subjects = new Subject[] {subjects[0]};
+                AffinityDataSource ads = affinity;
+                HikariDataSource bare = pools.get(dsPin.nodeName());
+                List<Subject> all = new ArrayList<>(Arrays.asList(subjects));
+                int bareIndex = all.size();
+                all.add(new Subject("bareHikari", "bare HikariCP `getConnection()` + `close()`", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = bare.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                })));
+                all.add(new Subject("affinityDataSource",
+                        "`AffinityDataSource.getConnection()` + `close()`, pinned, over the same HikariCP pool", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = ads.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
+                subjects = all.toArray(new Subject[0]);
+            }
             long[] iters = new long[subjects.length];
             for (int s = 0; s < subjects.length; s++) {
                 iters[s] = calibrate(subjects[s]);
@@ -76,22 +178,28 @@ public final class InterleavedBench {
             }
             System.out.printf("%nJava, same process, %d interleaved rounds of ~%d ms each (thread CPU time); JDK %s%n%n",
                     rounds, ROUND_NS / 1_000_000, Runtime.version());
-            System.out.println("| subject | ns/op (median) | / no-op JNI call: median | min | max |");
-            System.out.println("|---|---:|---:|---:|---:|");
+            System.out.println("| subject | ns/op (median) | baseline | / baseline: median | min | max |");
+            System.out.println("|---|---:|---|---:|---:|---:|");
             for (int s = 0; s < subjects.length; s++) {
+                int b = subjects[s].base();
                 double[] ratio = new double[rounds];
                 for (int r = 0; r < rounds; r++) {
-                    ratio[r] = ns[s][r] / ns[0][r];
+                    ratio[r] = ns[s][r] / ns[b][r];
                 }
                 double med = median(ns[s]);
-                double base = median(ns[0]);
+                double base = median(ns[b]);
                 double[] sorted = ratio.clone();
                 Arrays.sort(sorted);
-                System.out.printf("| %s | %.2f | %.2f× | %.2f× | %.2f× |%n", subjects[s].what(), med,
-                        sorted[rounds / 2], sorted[0], sorted[rounds - 1]);
+                System.out.printf("| %s | %.2f | %s | %.2f× | %.2f× | %.2f× |%n", subjects[s].what(), med,
+                        subjects[b].name(), sorted[rounds / 2], sorted[0], sorted[rounds - 1]);
                 System.out.printf("JBENCH_PAIR %s %.3f %.3f %.4f %.4f %.4f%n", subjects[s].name(), med, base,
                         sorted[rounds / 2], sorted[0], sorted[rounds - 1]);
             }
+        } finally {
+            if (affinity != null) {
+                affinity.close();
+            }
+            pools.values().forEach(HikariDataSource::close);
         }
     }
 

@@ -406,6 +406,16 @@ public final class Cluster implements AutoCloseable {
             // into the library (see the core's RoutingEpoch).
             return beginHostLease(c, Native.node(cached), Native.kind(cached), e);
         }
+        return pickAndCache(c, e);
+    }
+
+    /**
+     * A {@link #pick()} the cache could not serve; {@code e} was read before
+     * the call. Apart from the hit path, so that {@code pick()} stays small
+     * enough to be inlined into its caller, where escape analysis can then
+     * drop a host lease's allocation.
+     */
+    private Lease pickAndCache(AtomicLongArray c, long e) {
         long generation = c.get(ThreadContexts.GENERATION);
         long r = Native.contextPickCacheable(handle, c.getPlain(ThreadContexts.KEY));
         if ((r & Native.CACHEABLE) == 0) {
@@ -453,11 +463,17 @@ public final class Cluster implements AutoCloseable {
         if (outcome != Outcome.FAILED && (long) PAGE.getAcquire(p, 0) == epoch) {
             PAGE.getAndAdd(p, word, outcome == Outcome.OK
                     ? ThreadContexts.HOST_LEASE_END_OK : ThreadContexts.HOST_LEASE_END_NEUTRAL);
+            Reference.reachabilityFence(p);
         } else {
-            PAGE.getAndAdd(p, word, ThreadContexts.HOST_LEASE_END_NEUTRAL);
-            Native.hostLeaseEnd(handle, node, outcome.ordinal());
+            endHostLeaseInCore(node, word, outcome);
         }
+    }
+
+    private void endHostLeaseInCore(int node, int word, Outcome outcome) {
+        ByteBuffer p = page;
+        PAGE.getAndAdd(p, word, ThreadContexts.HOST_LEASE_END_NEUTRAL);
         Reference.reachabilityFence(p);
+        Native.hostLeaseEnd(handle, node, outcome.ordinal());
     }
 
     /**

@@ -128,6 +128,11 @@ public final class Lease implements AutoCloseable {
             cluster.endHostLease(node, word, epoch, outcome);
             return true;
         }
+        return releaseTracked(outcome);
+    }
+
+    /** A lease the library counts; apart from the host path so that this stays inlinable. */
+    private boolean releaseTracked(Outcome outcome) {
         if (!end.markDone()) {
             return false;
         }

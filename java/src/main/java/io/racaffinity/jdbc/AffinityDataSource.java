@@ -470,9 +470,14 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         Running<DataSource> s = running();
         Cluster c = s.cluster;
         Lease lease;
-        // How to route again if the node cannot give a connection; null: never (a transaction's
-        // branch, whose node must not change, or a routing token, decided before this call).
-        Retry retry = null;
+        // How to route again if the node cannot give a connection: by the callback's context,
+        // or by the request's key and session; neither for a transaction's branch, whose node
+        // must not change, or a routing token, decided before this call. Kept as plain values
+        // so that the common path allocates nothing for a retry it will not make.
+        CallbackPick retryPick = null;
+        boolean retryRequest = false;
+        byte[] retryKey = null;
+        byte[] retrySession = null;
         try {
             TransactionAffinity.Joined tx = jta == null ? null : jta.join();
             ConnectionAffinityCallback cb = affinityCallback;
@@ -480,9 +485,8 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                 // The transaction's first connection placed it (an explicit txBegin): go there.
                 lease = c.lease(tx.placed());
             } else if (cb != null && key == null && tx == null) {
-                CallbackPick pick = callbackLease(c, cb);
-                lease = pick.lease;
-                retry = failed -> pick.repick(failed);
+                retryPick = callbackLease(c, cb);
+                lease = retryPick.lease;
             } else {
                 // Everything this call knows goes to the core, which decides the precedence.
                 byte[] sess = session.get();
@@ -501,11 +505,10 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                         sess = REQUEST_SESSION.get();
                     }
                     byte[] k = key == null ? null : key.raw();
-                    byte[] se = sess;
                     lease = c.pickFor(tx == null ? null : tx.gtrid(), k, sess);
-                    if (tx == null) {
-                        retry = failed -> c.repickFor(k, se, failed);
-                    }
+                    retryRequest = tx == null;
+                    retryKey = k;
+                    retrySession = sess;
                 }
             }
         } catch (AffinityException e) {
@@ -514,14 +517,15 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         try {
             return open(s, lease, username, pass);
         } catch (SQLException e) {
-            if (retry == null || !isNodeFailure(e)) {
+            if ((retryPick == null && !retryRequest) || !isNodeFailure(e)) {
                 throw e;
             }
             // Soft failover within the caller's one call: the core names the next node and moves
             // the affinity that chose the failed one (strict scopes get null and refuse as before).
             Lease next;
             try {
-                next = retry.repick(lease.node());
+                next = retryPick != null ? retryPick.repick(lease.node())
+                        : c.repickFor(retryKey, retrySession, lease.node());
             } catch (AffinityException routing) {
                 e.addSuppressed(SqlErrors.routing(routing));
                 throw e;
@@ -539,12 +543,6 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                 throw again;
             }
         }
-    }
-
-    /** How {@link #connect} routes again after a node failure ({@link Cluster#repickFor}). */
-    private interface Retry {
-        /** @return a lease on the next node, or null for no retry */
-        Lease repick(int failedNode);
     }
 
     /** One node's connection under {@code lease}; every failure path releases the lease. */
