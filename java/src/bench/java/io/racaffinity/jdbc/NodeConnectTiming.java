@@ -63,7 +63,7 @@ public final class NodeConnectTiming {
         long t0 = System.nanoTime();
         for (int i = 0; i < ops; i++) {
             try (Connection c = mode == 0 ? ds.getConnection()
-                    : mode == 1 ? NodeConnect.open(ds, null, null) : everyCall(ds)) {
+                    : mode == 1 ? NodeConnect.open(ds, i > 0, null, null) : everyCall(ds)) {
                 if (c == null) {
                     throw new IllegalStateException();
                 }

@@ -59,6 +59,11 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
         final List<Object> owned;
         final Heartbeat heartbeat;
         final ObjectName mbean;
+        /**
+         * By node id: whether the node's DataSource gave a connection already ({@link NodeConnect}).
+         * Plain writes: a thread that misses another's write only takes the privileged path once more.
+         */
+        final boolean[] started;
 
         Running(Cluster cluster, boolean ownsCluster, T[] byId, List<Object> owned, Heartbeat heartbeat,
                 ObjectName mbean) {
@@ -68,6 +73,7 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
             this.owned = owned;
             this.heartbeat = heartbeat;
             this.mbean = mbean;
+            this.started = new boolean[byId.length];
         }
     }
 

