@@ -127,6 +127,25 @@ def bench_calls(quick: bool) -> None:
     def pinned_route() -> None:
         c.route()
 
+    class FloorLease:
+        """The least a Python lease can be: an object and a release() that checks a flag,
+        with no bookkeeping at all (no in-flight count, no outcome): the floor of
+        pick().release() for any design that hands Python a lease object."""
+
+        __slots__ = ("route", "done")
+
+        def __init__(self, route: object) -> None:
+            self.route = route
+            self.done = False
+
+        def release(self) -> None:
+            if self.done:
+                raise RuntimeError("released twice")
+            self.done = True
+
+    def floor_lease() -> None:
+        FloorLease(c.route()).release()
+
     cases = {
         "noop_call": loop(noop, n),
         "raw_cffi_node_count": loop(handle_call, n),
@@ -135,6 +154,7 @@ def bench_calls(quick: bool) -> None:
         "pick_with": loop(pick_with, n),
         "pinned_pick_release": lambda: pinned_ctx.run(loop(pinned_pick_release, n)),
         "pinned_route": lambda: pinned_ctx.run(loop(pinned_route, n)),
+        "pinned_floor_lease": lambda: pinned_ctx.run(loop(floor_lease, n)),
     }
     results = measure(cases, n, repeats)
     report(
@@ -149,6 +169,7 @@ def bench_calls(quick: bool) -> None:
             ("pick_with", "with Cluster.pick(): (unpinned)", ""),
             ("pinned_pick_release", "Cluster.pick().release() in a pin", "<= 2x"),
             ("pinned_route", "Cluster.route() in a pin (cached)", "<= 1x"),
+            ("pinned_floor_lease", "cached route + a bare Python lease object", "(floor)"),
         ],
     )
     c.close()

@@ -17,6 +17,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 import racaffinity as ra
+from racaffinity._routes import HostLease
 
 NODES = [f"n{i}" for i in range(6)]
 
@@ -251,3 +252,150 @@ def test_closing_a_cluster_under_cached_pins_is_safe():
             t.join()
         assert not wrong
         del c  # the epoch page goes with the last reference
+
+
+def route_or_lease(c: ra.Cluster, i: int, oks: Dict[str, int]) -> int:
+    """Every other call a pick released OK (every tenth NEUTRAL) instead of a route."""
+    if i % 2 == 0:
+        return c.route().node
+    lease = c.pick()
+    if i % 10 == 1:
+        lease.release(ra.Outcome.NEUTRAL)
+    else:
+        lease.release(ra.Outcome.OK)
+        name = c.node_name(lease.node)
+        oks[name] = oks.get(name, 0) + 1
+    return lease.node
+
+
+def check_lease_totals(c: ra.Cluster, oks: Dict[str, int]) -> None:
+    # Removed nodes leave the metrics; every live one must be exact.
+    for n in c.metrics()["nodes"]:
+        assert n["in_flight"] == 0, n
+        assert n["successes"] == oks.get(n["name"], 0), n
+
+
+def test_leases_on_cached_pins_never_outlive_a_down_and_count_exactly_threads(cluster_factory):
+    c = stress_cluster(cluster_factory)
+    f = Flipper(c)
+    routes, routers = 20_000, 4
+    seen: List[Tuple[int, int, int]] = []
+    oks: Dict[str, int] = {}
+    errors: List[BaseException] = []
+    deadline = time.monotonic() + DEADLINE_S
+
+    def router() -> None:
+        try:
+            mine = []
+            with c.pin():
+                while keep_routing(f, len(mine), routes, deadline):
+                    begin = f.now
+                    node = route_or_lease(c, len(mine), oks)
+                    mine.append((begin, f.now, node))
+            seen.extend(mine)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    flipper = threading.Thread(target=f.run)
+    flipper.start()
+    threads = [threading.Thread(target=router) for _ in range(routers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    f.stop.set()
+    flipper.join()
+    assert not errors, errors
+    assert f.changes >= MIN_CHANGES
+    check(f, seen)
+    m = c.metrics()["scopes"]["thread"]
+    assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == len(seen) + routers
+    check_lease_totals(c, oks)
+
+
+def test_leases_on_cached_pins_count_exactly_asyncio(cluster_factory):
+    c = stress_cluster(cluster_factory)
+    f = Flipper(c)
+    routes, tasks = 5_000, 32
+    seen: List[Tuple[int, int, int]] = []
+    oks: Dict[str, int] = {}
+    deadline = time.monotonic() + DEADLINE_S
+
+    async def router() -> None:
+        with c.pin():
+            i = 0
+            while keep_routing(f, i, routes, deadline):
+                begin = f.now
+                node = route_or_lease(c, i, oks)
+                i += 1
+                seen.append((begin, f.now, node))
+                if i % 50 == 0:
+                    await asyncio.sleep(0)
+
+    async def main() -> None:
+        await asyncio.gather(*(router() for _ in range(tasks)))
+
+    flipper = threading.Thread(target=f.run)
+    flipper.start()
+    try:
+        asyncio.run(main())
+    finally:
+        f.stop.set()
+        flipper.join()
+    check(f, seen)
+    m = c.metrics()["scopes"]["thread"]
+    assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == len(seen) + tasks
+    check_lease_totals(c, oks)
+
+
+def node_metrics(c: ra.Cluster, node: int) -> dict:
+    name = c.node_name(node)
+    return next(n for n in c.metrics()["nodes"] if n["name"] == name)
+
+
+def test_a_pinned_contexts_leases_count_for_balancing_and_health(cluster_factory):
+    c = cluster_factory(nodes=["a", "b"], policy="least_outstanding", health_eject_after_failures=2)
+    with c.pin() as pinned:
+        c.route()  # cached from here on
+        held = [c.pick() for _ in range(5)]
+        assert all(isinstance(lease, HostLease) for lease in held), held
+        assert node_metrics(c, pinned.node)["in_flight"] == 5
+        others: List[int] = []
+
+        def unpinned() -> None:
+            for _ in range(100):
+                with c.pick() as lease:
+                    others.append(lease.node)
+
+        t = threading.Thread(target=unpinned)
+        t.start()
+        t.join()
+        assert set(others) == {1 - pinned.node}, "least_outstanding must avoid the node holding 5 leases"
+        for lease in held:
+            lease.release()
+        with pytest.raises(ra.InvalidLeaseError):
+            held[0].release()
+        m = node_metrics(c, pinned.node)
+        assert (m["in_flight"], m["successes"]) == (0, 5)
+        # Failures always reach the library: two in a row eject the pinned node.
+        c.pick().release(ra.Outcome.FAILED)
+        c.pick().release(ra.Outcome.FAILED)
+        assert c.node_state(pinned.node) == ra.NodeState.DOWN
+        assert node_metrics(c, pinned.node)["failures"] == 2
+
+
+def test_a_host_lease_dropped_unreleased_or_held_across_close_is_released(cluster_factory):
+    c = cluster_factory(nodes=["a", "b"])
+    with c.pin() as pinned:
+        c.route()
+        lease = c.pick()
+        assert node_metrics(c, pinned.node)["in_flight"] == 1
+        del lease  # released NEUTRAL when collected, as a library lease is
+        assert node_metrics(c, pinned.node)["in_flight"] == 0
+        first, second = c.pick(), c.pick()
+    c.close()
+    with first:  # exits quietly: the epoch moved at close, the library reports the close
+        pass
+    assert first.released
+    with pytest.raises(ra.ClosedError):
+        second.release()

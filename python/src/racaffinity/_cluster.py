@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -24,7 +25,10 @@ from ._args import enum_arg as _enum_arg
 from ._args import i64_arg as _i64_arg
 from ._errors import BUFFER_TOO_SMALL, UNKNOWN_NODE, ClosedError, InvalidArgumentError, KeyOverflowError, raise_for
 from ._lib import NULL, ffi, lib
-from ._routes import Lease, Node, NodeState, Route, Scope
+from ._routes import HOST_LEASE_BASE as _HOST_LEASE_BASE
+from ._routes import HOST_LEASE_NODES as _HOST_LEASE_NODES
+from ._routes import PAGE_BYTES as _PAGE_BYTES
+from ._routes import HostLease, Lease, Node, NodeState, Route, Scope
 from ._routes import STATES as _STATES
 from ._routes import lease_begin as _lease_begin
 from ._routes import context_pick as _context_pick
@@ -73,6 +77,11 @@ def read_text(fill: Any, cap: int = 4096, fail: Any = None) -> str:
         cap = int(out_len[0]) + int(out_len[0]) // 8 + 256  # counters move: some slack
     fail(BUFFER_TOO_SMALL)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+# Host leases change the library's page with plain read-modify-writes, which
+# only the GIL makes safe (a free-threaded build leases through the library).
+_HOST_LEASES = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 class Cluster:
@@ -125,6 +134,8 @@ class Cluster:
         # Indexing a memoryview is cheaper than indexing the cdata pointer;
         # the cdata above keeps the memory it views alive.
         self._epoch_word = memoryview(ffi.buffer(self._epoch, 8)).cast("Q")
+        # The whole page: the epoch word, then the host lease table (HostLease).
+        self._page = memoryview(ffi.buffer(self._epoch, _PAGE_BYTES)).cast("Q")
         # Pins that cached a route: their hits are merged before metrics are read.
         self._cached_pins: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
@@ -387,6 +398,27 @@ class Cluster:
         """Picks a node for the current context (its pin, else load balancing;
         with `thread_auto_pin` a new pin of the context) and leases it.
         Release the lease (or use it as a context manager)."""
+        d = _SCOPES.get()
+        if d is not None and _HOST_LEASES:
+            f = d.get(self._serial)
+            if f is not None:
+                pin = f[0]
+                if pin is not None and pin.active:
+                    # Pinned: a host lease on the cached route (see HostLease).
+                    page = self._page
+                    epoch = page[0]
+                    hit = pin.epoch == epoch
+                    route = pin.route if hit else self._route_and_cache()
+                    if pin.epoch == epoch and route.node < _HOST_LEASE_NODES:
+                        if hit:
+                            pin.hits += 1
+                        page[_HOST_LEASE_BASE + route.node] += 1
+                        return HostLease(self, route.node, route.kind, epoch)
+                    # Not cacheable (a draining node, a node past the table):
+                    # the library leases the node the route chose.
+                    lease = self.lease(route.node)
+                    lease.kind = route.kind
+                    return lease
         buf = _new("racaffinity_lease *")
         _context_call(self, _context_pick, buf)
         return Lease(self, buf)

@@ -7,13 +7,13 @@ import enum
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 from ._args import enum_arg
-from ._errors import ClosedError
+from ._errors import ClosedError, InvalidLeaseError
 from ._lib import ffi, lib
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._cluster import Cluster
 
-__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "Node", "route_of"]
+__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "HostLease", "Node", "route_of"]
 
 
 class NodeState(enum.IntEnum):
@@ -53,6 +53,9 @@ class Scope(enum.IntEnum):
 
 
 # Hot-path lookups: plain tuples and module globals, not Enum(...) calls.
+# Enum members bound once too: on Python 3.11 `Outcome.OK` is a descriptor
+# call that costs half a call into the library.
+_OK, _FAILED, _NEUTRAL = Outcome.OK, Outcome.FAILED, Outcome.NEUTRAL
 KINDS = tuple(sorted(RouteKind, key=int))
 STATES = tuple(sorted(NodeState, key=int))
 
@@ -125,7 +128,7 @@ class Lease(Route):
     def released(self) -> bool:
         return self._released
 
-    def release(self, outcome: Union[Outcome, str, int] = Outcome.OK) -> None:
+    def release(self, outcome: Union[Outcome, str, int] = _OK) -> None:
         """Releases the lease with `outcome`: an `Outcome` or its name
         (``"ok"``, ``"failed"``, ``"neutral"``)."""
         if outcome.__class__ is not Outcome:
@@ -141,7 +144,7 @@ class Lease(Route):
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         if not self._released:
             try:
-                self.release(Outcome.OK if et is None else Outcome.NEUTRAL)
+                self.release(_OK if et is None else _NEUTRAL)
             except ClosedError:
                 # The body closed the cluster, and its leases went with it:
                 # quiet, as pin scopes are (and Java's Lease.close()), so the
@@ -155,6 +158,81 @@ class Lease(Route):
             try:
                 lease_release(self._h, self._buf, NEUTRAL)
             except Exception:  # interpreter shutdown
+                pass
+
+
+# The host lease table of the routing epoch page (see HostLease), as indexes
+# into the page viewed as 64-bit words.
+HOST_LEASE_NODES = int(lib.RACAFFINITY_HOST_LEASE_NODES)
+HOST_LEASE_BASE = int(lib.RACAFFINITY_HOST_LEASE_OFFSET) // 8  # stripe 0: every Python thread writes under the GIL
+PAGE_BYTES = int(lib.RACAFFINITY_HOST_LEASE_OFFSET) + 8 * int(lib.RACAFFINITY_HOST_LEASE_STRIPES) * HOST_LEASE_NODES
+_END_OK = int(lib.RACAFFINITY_HOST_LEASE_END_OK)
+_WORD = (1 << 64) - 1  # what the page's words hold
+host_lease_end = lib.racaffinity_cluster_host_lease_end
+
+
+class HostLease(Lease):
+    """A lease on a pinned context's cached route, counted in the library's
+    page without calling it: the pick adds one to the node's host lease word,
+    and an OK or NEUTRAL release while the routing epoch has not moved takes
+    it off again (an OK also counts a success). A failure, or a release after
+    the epoch moved (the node may have been ejected or marked down), reports
+    the outcome to the library.
+
+    The library only reads these words, and every Python thread changes them
+    under the GIL, so a plain read-modify-write of the page cannot lose an
+    update (`Cluster` uses these only when the GIL is enabled). Few fields,
+    set once: on this path each attribute store costs about as much as the
+    atomic add a Java host makes."""
+
+    __slots__ = ("_epoch",)  # the epoch read before the pick; 0 once released
+
+    def __init__(self, cluster: "Cluster", node: int, kind: RouteKind, epoch: int) -> None:
+        self._cluster = cluster
+        self.node = node
+        self.kind = kind
+        self._epoch = epoch
+
+    @property
+    def released(self) -> bool:
+        return self._epoch == 0
+
+    def release(self, outcome: Union[Outcome, str, int] = _OK) -> None:
+        if outcome.__class__ is not Outcome:
+            outcome = enum_arg(outcome, Outcome, "outcome")
+        epoch = self._epoch
+        if epoch == 0:
+            raise InvalidLeaseError(f"lease on node {self._name_or_id()} already released")
+        self._epoch = 0
+        page = self._cluster._page
+        i = HOST_LEASE_BASE + self.node
+        if page[0] == epoch and outcome is not _FAILED:
+            try:
+                page[i] += _END_OK if outcome is _OK else -1
+            except (ValueError, OverflowError):  # the success bits wrap (2^40 of them)
+                page[i] = (page[i] + _END_OK) & _WORD
+            return
+        self._end_in_library(outcome)
+
+    def _end_in_library(self, outcome: Outcome) -> None:
+        page = self._cluster._page
+        page[HOST_LEASE_BASE + self.node] -= 1
+        rc = host_lease_end(self._cluster._h, self.node, outcome)
+        if rc:
+            self._cluster._raise(rc)
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if self._epoch:
+            try:
+                self.release(_OK if et is None else _NEUTRAL)
+            except ClosedError:
+                pass  # as Lease.__exit__: the body's own exception propagates
+
+    def __del__(self) -> None:
+        if self._epoch:
+            try:
+                self.release(_NEUTRAL)
+            except Exception:  # a closed cluster, interpreter shutdown
                 pass
 
 

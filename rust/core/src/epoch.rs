@@ -54,7 +54,9 @@ pub const HOST_LEASE_END_NEUTRAL: u64 = u64::MAX;
 /// reads the in-flight bits wherever it reads a node's leases in flight
 /// (balancing, the ejection's count of stale leases, metrics), and collects
 /// the `Ok` bits (successes, and the reset of the consecutive-failure count)
-/// before it counts a failure or reports metrics. A lease must end on the
+/// before it counts a failure or reports metrics. The core only reads the
+/// words: a host whose writers are serialized otherwise (Python's GIL) may
+/// update them without atomic instructions. A lease must end on the
 /// word it began on, with [`HOST_LEASE_END_OK`] or [`HOST_LEASE_END_NEUTRAL`]
 /// while the epoch still holds the value read before it began; otherwise
 /// (a failure, or the epoch moved) the host adds [`HOST_LEASE_END_NEUTRAL`]
@@ -66,12 +68,17 @@ pub struct RoutingEpoch {
     // Keeps the epoch's line free of lease traffic.
     _line: [u64; 7],
     host_leases: [AtomicU64; HOST_LEASE_STRIPES * HOST_LEASE_NODES],
+    /// The core's own: per host lease word, the `Ok` count it collected up
+    /// to. The core never writes a host's words, so a host may change them
+    /// with a plain read-modify-write where nothing else writes them (Python
+    /// under its GIL), and a collection can never lose or repeat a count.
+    oks_seen: [AtomicU64; HOST_LEASE_STRIPES * HOST_LEASE_NODES],
 }
 
 impl Default for RoutingEpoch {
     fn default() -> Self {
         // Starts at 1, so a host may keep 0 as "nothing cached".
-        RoutingEpoch { word: AtomicU64::new(1), _line: [0; 7], host_leases: std::array::from_fn(|_| AtomicU64::new(0)) }
+        RoutingEpoch { word: AtomicU64::new(1), _line: [0; 7], host_leases: std::array::from_fn(|_| AtomicU64::new(0)), oks_seen: std::array::from_fn(|_| AtomicU64::new(0)) }
     }
 }
 
@@ -103,31 +110,42 @@ impl RoutingEpoch {
         self.word.as_ptr().cast_const()
     }
 
-    /// Size of the page from the epoch word, for hosts that map it.
+    /// Size of the page from the epoch word, for hosts that map it: the
+    /// word and the host lease table.
     pub const fn page_len() -> usize {
-        std::mem::size_of::<RoutingEpoch>()
+        HOST_LEASE_OFFSET + HOST_LEASE_STRIPES * HOST_LEASE_NODES * 8
     }
 
-    fn host_words(&self, node: u32) -> impl Iterator<Item = &AtomicU64> {
+    fn host_indexes(node: u32) -> impl Iterator<Item = usize> {
         let n = node as usize;
-        (0..HOST_LEASE_STRIPES)
-            .filter(move |_| n < HOST_LEASE_NODES)
-            .map(move |s| &self.host_leases[s * HOST_LEASE_NODES + n])
+        (0..HOST_LEASE_STRIPES).filter(move |_| n < HOST_LEASE_NODES).map(move |s| s * HOST_LEASE_NODES + n)
     }
 
     /// Host leases in flight on `node`.
     pub(crate) fn host_in_flight(&self, node: u32) -> i64 {
-        self.host_words(node).map(|w| (w.load(Ordering::Relaxed) & IN_FLIGHT_MASK) as i64).sum()
+        Self::host_indexes(node).map(|i| (self.host_leases[i].load(Ordering::Relaxed) & IN_FLIGHT_MASK) as i64).sum()
     }
 
-    /// Takes the `Ok` ends hosts counted on `node` since the last call.
+    /// The `Ok` ends hosts counted on `node` since the last call. The count
+    /// bits wrap: a collection sees any number of ends below 2^39 since the
+    /// one before it.
     pub(crate) fn collect_host_oks(&self, node: u32) -> u64 {
-        self.host_words(node)
-            .map(|w| {
-                if w.load(Ordering::Relaxed) > IN_FLIGHT_MASK {
-                    w.fetch_and(IN_FLIGHT_MASK, Ordering::AcqRel) >> HOST_LEASE_IN_FLIGHT_BITS
-                } else {
-                    0
+        const OK_MASK: u64 = u64::MAX >> HOST_LEASE_IN_FLIGHT_BITS;
+        Self::host_indexes(node)
+            .map(|i| {
+                let now = self.host_leases[i].load(Ordering::Acquire) >> HOST_LEASE_IN_FLIGHT_BITS;
+                let seen = &self.oks_seen[i];
+                let mut before = seen.load(Ordering::Relaxed);
+                loop {
+                    let delta = now.wrapping_sub(before) & OK_MASK;
+                    // Zero, or "behind": another collection read the word later and took more.
+                    if delta == 0 || delta > OK_MASK / 2 {
+                        return 0;
+                    }
+                    match seen.compare_exchange_weak(before, now, Ordering::AcqRel, Ordering::Relaxed) {
+                        Ok(_) => return delta,
+                        Err(b) => before = b,
+                    }
                 }
             })
             .sum()
