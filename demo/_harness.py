@@ -49,6 +49,15 @@ def start_nodes(timeout: Optional[float] = None) -> Tuple[Dict[str, int], bool]:
     return tool_ports(PGNODES, "NODE", timeout), up < 3
 
 
+def built_clients(out: Path, make_target: str) -> str:
+    """The classpath of the clients demo/build.sh wrote under `out`; a
+    SetupError naming the command to run when they are not built."""
+    for f in (out / "client_c", out / "java.classpath"):
+        if not f.exists():
+            raise SetupError(f"{f.relative_to(REPO)} is missing: run demo/build.sh (or `make {make_target}`)")
+    return (out / "java.classpath").read_text().strip()
+
+
 def first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 

@@ -49,7 +49,7 @@ try:
     import psycopg
 
     import racaffinity as ra
-    from _harness import NODES, PGNODES, REPO, NodeSQL, SetupError, esc, run_tool, start_nodes
+    from _harness import NODES, PGNODES, REPO, NodeSQL, SetupError, built_clients, esc, run_tool, start_nodes
 except ImportError as e:  # pragma: no cover - setup error
     sys.exit(f"demo/run.py: {e}: run it with target/pyenv/bin/python after demo/build.sh (or `make demo`)")
 
@@ -231,10 +231,7 @@ class Demo(NodeSQL):
 
     def start_clients(self, conf: Path) -> None:
         java = os.environ.get("JAVA", "java")
-        for f in (OUT / "client_c", OUT / "java.classpath"):
-            if not f.exists():
-                raise SetupError(f"{f.relative_to(REPO)} is missing: run demo/build.sh (or `make demo`)")
-        cp = (OUT / "java.classpath").read_text().strip()
+        cp = built_clients(OUT, "demo")
         confs = {lang: conf for lang in LANGS}
         odd = os.environ.get("RACAFF_DEMO_LOWERCASE_NODES", "")
         if odd:

@@ -81,7 +81,8 @@ try:
     import psycopg
 
     import racaffinity as ra
-    from _harness import FAULTS, NODES, PGNODES, REPO, NodeSQL, SetupError, esc, run_tool, start_nodes, tool_ports
+    from _harness import (FAULTS, NODES, PGNODES, REPO, NodeSQL, SetupError, built_clients, esc, run_tool, start_nodes,
+                          tool_ports)
 except ImportError as e:  # pragma: no cover - setup error
     sys.exit(f"demo/soak.py: {e}: run it with target/pyenv/bin/python after demo/build.sh (or `make soak`)")
 
@@ -526,10 +527,7 @@ class Soak(NodeSQL):
 
     def start_clients(self, conf: Path) -> None:
         java = os.environ.get("JAVA", "java")
-        for f in (DEMO / "client_c", DEMO / "java.classpath"):
-            if not f.exists():
-                raise SetupError(f"{f.relative_to(REPO)} is missing: run demo/build.sh (or `make soak`)")
-        cp = (DEMO / "java.classpath").read_text().strip()
+        cp = built_clients(DEMO, "soak")
         argv = {
             "c": [str(DEMO / "client_c"), str(conf)],
             "java": [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-Xms64m", "-Xmx64m",

@@ -164,12 +164,20 @@ def parse_lines(path: Path, tag: str) -> Dict[str, List[str]]:
     return out
 
 
-def c_rows(path: Path) -> Tuple[List[Row], str]:
+def tagged_values(path: Path, lang: str, tag: str, source: str) -> Tuple[Dict[str, float], str]:
+    """The `TAG name value` lines of a benchmark output; when there are none,
+    an empty dict and the line the table shows instead (`source`: what writes
+    the file)."""
     if not path.is_file():
-        return [], f"C: no `{rel(path)}` (tests/c/bench.sh writes it)"
-    c = {k: float(v[0]) for k, v in parse_lines(path, "CBENCH").items()}
+        return {}, f"{lang}: no `{rel(path)}` ({source})"
+    values = {k: float(v[0]) for k, v in parse_lines(path, tag).items()}
+    return values, "" if values else f"{lang}: no {tag} lines in `{rel(path)}`"
+
+
+def c_rows(path: Path) -> Tuple[List[Row], str]:
+    c, missing = tagged_values(path, "C", "CBENCH", "tests/c/bench.sh writes it")
     if not c:
-        return [], f"C: no CBENCH lines in `{rel(path)}`"
+        return [], missing
     rows = [
         Row("C", "`racaffinity_version()`: a no-op call into the library", c.get("noop_crossing"),
             "`__thread` read", c.get("tls_read")),
@@ -227,11 +235,9 @@ def ratio_rows(lang: str, values: Dict[str, float], spec: List[Tuple]) -> List[R
 
 
 def python_rows(path: Path) -> Tuple[List[Row], str]:
-    if not path.is_file():
-        return [], f"Python: no `{rel(path)}` (python/bench.py's output)"
-    values = {k: float(v[0]) for k, v in parse_lines(path, "PYBENCH").items()}
+    values, missing = tagged_values(path, "Python", "PYBENCH", "python/bench.py's output")
     if not values:
-        return [], f"Python: no PYBENCH lines in `{rel(path)}`"
+        return [], missing
     rows = ratio_rows("Python", values, PY_ROWS)
     # Per-round ratios (bench.py interleaves the cases): median with min–max.
     spread = parse_lines(path, "PYBENCH_RATIO")

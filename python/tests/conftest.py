@@ -9,13 +9,15 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, Iterator, List
 
 import psycopg
 import pytest
 
 import racaffinity
 from racaffinity.tpc import DEFAULT_FORMAT_ID
+
+from faultproxy import FaultProxy
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "tests" / "vectors"
@@ -156,6 +158,15 @@ def cluster_factory() -> Callable[..., racaffinity.Cluster]:
 @pytest.fixture
 def cluster(cluster_factory) -> racaffinity.Cluster:
     return cluster_factory(nodes=NAMES)
+
+
+@pytest.fixture
+def proxies(pg: PgNodes) -> Iterator[Dict[str, FaultProxy]]:
+    """One fault proxy in front of each node (python/tests/faultproxy.py)."""
+    px = {name: FaultProxy(port) for name, port in pg.port.items()}
+    yield px
+    for p in px.values():
+        p.close()
 
 
 @pytest.fixture

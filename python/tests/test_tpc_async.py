@@ -20,7 +20,6 @@ from racaffinity.pools import AsyncNodePools
 from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
 
 from conftest import NAMES, prepare_directly, prepared_xacts, tpc_rows, wait_until
-from faultproxy import FaultProxy
 from faults import gtrid_on, in_flight, live
 
 rows = tpc_rows
@@ -220,63 +219,55 @@ async def test_gtrid_type_and_size(pg, cluster_factory):
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(90)
-async def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_doubt(pg, cluster_factory, tables):
+async def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_doubt(
+    pg, cluster_factory, tables, proxies
+):
     # The deadline shuts the socket down under the waiting call, whether
     # libpq blocks on it or the event loop waits for it to be readable.
-    px = {name: FaultProxy(port) for name, port in pg.port.items()}
-    try:
-        dsns = {n: px[n].dsn(pg.dsn[n]) for n in NAMES}
-        async with AsyncNodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=4, timeout=2.0) as pools:
-            c = pools.cluster
-            g = gtrid_on(c, "RAC2", "hole")
-            gtx = pools.global_transaction(g)
-            async with gtx.branch() as conn:
-                await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
-            px["RAC2"].blackhole()
-            t0 = time.monotonic()
-            with pytest.raises(InDoubtError):
-                await gtx.commit()
-            assert time.monotonic() - t0 < 15
-            assert [b.state for b in gtx.branches] == ["in doubt"]
-            assert len(prepared_xacts(pg)["RAC2"]) == 1 and live(c) == 1 and in_flight(c) == 0
-            assert pools.in_doubt == {g: [str(gtx.branches[0].xid)]}
-            px["RAC2"].heal()
-            report = await pools.recover_all("commit", timeout=2.0)
-            assert report.ok
-            # resolved by the scan, or by the held-back COMMIT arriving after the heal
-            assert [r.node_name for r in report.resolved] == ["RAC2"] or report.completed == [g]
-            assert rows(pg)["RAC2"] == [(g, "b0")] and prepared_xacts(pg) == {n: [] for n in NAMES}
-            assert live(c) == 0 and pools.in_doubt == {}
-    finally:
-        for p in px.values():
-            p.close()
+    dsns = {n: proxies[n].dsn(pg.dsn[n]) for n in NAMES}
+    async with AsyncNodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=4, timeout=2.0) as pools:
+        c = pools.cluster
+        g = gtrid_on(c, "RAC2", "hole")
+        gtx = pools.global_transaction(g)
+        async with gtx.branch() as conn:
+            await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+        proxies["RAC2"].blackhole()
+        t0 = time.monotonic()
+        with pytest.raises(InDoubtError):
+            await gtx.commit()
+        assert time.monotonic() - t0 < 15
+        assert [b.state for b in gtx.branches] == ["in doubt"]
+        assert len(prepared_xacts(pg)["RAC2"]) == 1 and live(c) == 1 and in_flight(c) == 0
+        assert pools.in_doubt == {g: [str(gtx.branches[0].xid)]}
+        proxies["RAC2"].heal()
+        report = await pools.recover_all("commit", timeout=2.0)
+        assert report.ok
+        # resolved by the scan, or by the held-back COMMIT arriving after the heal
+        assert [r.node_name for r in report.resolved] == ["RAC2"] or report.completed == [g]
+        assert rows(pg)["RAC2"] == [(g, "b0")] and prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert live(c) == 0 and pools.in_doubt == {}
 
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(90)
-async def test_recover_all_resolves_the_healthy_nodes_while_another_hangs(pg, cluster_factory, tables):
-    px = {name: FaultProxy(port) for name, port in pg.port.items()}
-    try:
-        dsns = {n: px[n].dsn(pg.dsn[n]) for n in NAMES}
-        for name in ("RAC1", "RAC3"):
-            prepare_directly(pg.dsn[name], f"healthy-{name}", "b0")
-        prepare_directly(pg.dsn["RAC2"], "hung-RAC2", "b0")
-        async with AsyncNodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=2, timeout=2.0) as pools:
-            px["RAC2"].blackhole()  # from now on nothing answers through it
-            t0 = time.monotonic()
-            report = await pools.recover_all("rollback", timeout=2.0)
-            assert time.monotonic() - t0 < 20, "every call to the hung node is bounded"
-            assert sorted(r.node_name for r in report.resolved) == ["RAC1", "RAC3"]
-            assert list(report.unreachable) == ["RAC2"] and not report.ok
-            left = prepared_xacts(pg)
-            assert left["RAC1"] == left["RAC3"] == [] and len(left["RAC2"]) == 1
-            px["RAC2"].heal()
-            report = await pools.recover_all("rollback", timeout=2.0)
-            assert report.ok and [r.gtrid for r in report.resolved] == ["hung-RAC2"]
-            assert prepared_xacts(pg) == {n: [] for n in NAMES}
-    finally:
-        for p in px.values():
-            p.close()
+async def test_recover_all_resolves_the_healthy_nodes_while_another_hangs(pg, cluster_factory, tables, proxies):
+    dsns = {n: proxies[n].dsn(pg.dsn[n]) for n in NAMES}
+    for name in ("RAC1", "RAC3"):
+        prepare_directly(pg.dsn[name], f"healthy-{name}", "b0")
+    prepare_directly(pg.dsn["RAC2"], "hung-RAC2", "b0")
+    async with AsyncNodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=2, timeout=2.0) as pools:
+        proxies["RAC2"].blackhole()  # from now on nothing answers through it
+        t0 = time.monotonic()
+        report = await pools.recover_all("rollback", timeout=2.0)
+        assert time.monotonic() - t0 < 20, "every call to the hung node is bounded"
+        assert sorted(r.node_name for r in report.resolved) == ["RAC1", "RAC3"]
+        assert list(report.unreachable) == ["RAC2"] and not report.ok
+        left = prepared_xacts(pg)
+        assert left["RAC1"] == left["RAC3"] == [] and len(left["RAC2"]) == 1
+        proxies["RAC2"].heal()
+        report = await pools.recover_all("rollback", timeout=2.0)
+        assert report.ok and [r.gtrid for r in report.resolved] == ["hung-RAC2"]
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
 
 
 if _ASYNC:  # one test for both kinds: not in the generated file

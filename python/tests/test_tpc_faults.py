@@ -27,15 +27,6 @@ NONE_PREPARED = {n: [] for n in NAMES}
 
 
 @pytest.fixture
-def proxies(pg):
-    """One fault proxy in front of each node."""
-    px = {name: FaultProxy(port) for name, port in pg.port.items()}
-    yield px
-    for p in px.values():
-        p.close()
-
-
-@pytest.fixture
 def proxied_pools(pg, proxies, cluster_factory, tables):
     """NodePools whose connections all go through the fault proxies."""
     dsns = {n: proxies[n].dsn(pg.dsn[n]) for n in NAMES}

@@ -104,45 +104,25 @@ static __attribute__((noinline)) void run_noop(uint64_t n)
     g_sink = acc;
 }
 
-static __attribute__((noinline)) void run_pinned_route(uint64_t n)
-{
-    racaffinity_route r;
-    uint64_t acc = 0;
-    unsigned bad = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        bad |= (unsigned)racaffinity_cluster_route(g_pinned, &r);
-        acc += r.node;
+/* One measured loop per C routing call: `call` routes input i into `r`; its
+ * result codes are OR-ed into g_failures, the nodes summed into g_sink. */
+#define ROUTE_LOOP(name, call)                              \
+    static __attribute__((noinline)) void name(uint64_t n)  \
+    {                                                       \
+        racaffinity_route r;                                \
+        uint64_t acc = 0;                                   \
+        unsigned bad = 0;                                   \
+        for (uint64_t i = 0; i < n; i++) {                  \
+            bad |= (unsigned)(call);                        \
+            acc += r.node;                                  \
+        }                                                   \
+        g_sink = acc;                                       \
+        g_failures |= bad;                                  \
     }
-    g_sink = acc;
-    g_failures |= bad;
-}
 
-static __attribute__((noinline)) void run_key_route(uint64_t n)
-{
-    racaffinity_route r;
-    uint64_t acc = 0;
-    unsigned bad = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        size_t k = i & (KEYS - 1);
-        bad |= (unsigned)racaffinity_key_route(g_keys, g_key_bytes[k], g_key_len[k], &r);
-        acc += r.node;
-    }
-    g_sink = acc;
-    g_failures |= bad;
-}
-
-static __attribute__((noinline)) void run_key_route_i64(uint64_t n)
-{
-    racaffinity_route r;
-    uint64_t acc = 0;
-    unsigned bad = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        bad |= (unsigned)racaffinity_key_route_i64(g_keys, g_ints[i & (KEYS - 1)], &r);
-        acc += r.node;
-    }
-    g_sink = acc;
-    g_failures |= bad;
-}
+ROUTE_LOOP(run_pinned_route, racaffinity_cluster_route(g_pinned, &r))
+ROUTE_LOOP(run_key_route, racaffinity_key_route(g_keys, g_key_bytes[i & (KEYS - 1)], g_key_len[i & (KEYS - 1)], &r))
+ROUTE_LOOP(run_key_route_i64, racaffinity_key_route_i64(g_keys, g_ints[i & (KEYS - 1)], &r))
 
 static void rust_loop(racaffinity_cluster *c, uint32_t kind, uint64_t n)
 {

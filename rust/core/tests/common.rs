@@ -3,7 +3,9 @@
 
 use std::fmt::Debug;
 
-use racaffinity::{Cluster, ClusterBuilder, Config, ErrorKind, ManualClock, NodeId, NodeState, Result, Route};
+use racaffinity::{
+    Cluster, ClusterBuilder, Config, ErrorKind, ManualClock, NodeId, NodeState, Result, Route, RouteKind,
+};
 
 pub fn cluster(text: &str) -> Cluster {
     Cluster::from_config_text(text).expect("valid config")
@@ -35,4 +37,22 @@ pub fn assert_strict_refusal<T: Debug>(result: Result<T>, scope: &str, node: &st
     assert_eq!(e.kind(), ErrorKind::StrictAffinity, "{e}");
     let text = e.to_string();
     assert!(text.contains(scope) && text.contains(node), "{e}");
+}
+
+/// In a cluster of `config` (strict for `scope`), with the node `route` chose marked down,
+/// the next `route` is refused, and the refusal names the scope and that node.
+pub fn assert_refused_with_owner_down(config: &str, scope: &str, route: impl Fn(&Cluster) -> Result<Route>) {
+    let c = cluster(config);
+    let owner = owner_marked_down(&c, || route(&c));
+    assert_strict_refusal(route(&c), scope, &name(&c, owner));
+}
+
+/// Marks the node `route` chose down and routes again: the work is moved off that node, as
+/// `kind`. Returns the old owner and the new route.
+pub fn moved_with_owner_down(c: &Cluster, kind: RouteKind, route: impl Fn() -> Result<Route>) -> (NodeId, Route) {
+    let owner = owner_marked_down(c, &route);
+    let r = route().expect("routed again");
+    assert_eq!(r.kind, kind);
+    assert_ne!(r.node, owner);
+    (owner, r)
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{assert_strict_refusal, cluster, name, owner_marked_down};
+use common::{assert_refused_with_owner_down, cluster, moved_with_owner_down, name};
 use proptest::prelude::*;
 use racaffinity::{DataKey, ErrorKind, NodeState, RouteKind};
 
@@ -36,16 +36,11 @@ fn explicit_partition_map_overrides_rendezvous() {
 #[test]
 fn unavailable_owner_falls_back_to_load_balancing_unless_strict() {
     let c = cluster("nodes = A, B, C");
-    let owner = owner_marked_down(&c, || c.route_key(b"k"));
-    let r = c.route_key(b"k").unwrap();
-    assert_eq!(r.kind, RouteKind::Fallback);
-    assert_ne!(r.node, owner);
+    let (owner, _) = moved_with_owner_down(&c, RouteKind::Fallback, || c.route_key(b"k"));
     c.set_node_state(&name(&c, owner), NodeState::Up).unwrap();
     assert_eq!(c.route_key(b"k").unwrap().node, owner, "partitions come back with their node");
 
-    let c = cluster("nodes = A, B, C\ndata.strict = true");
-    let owner = owner_marked_down(&c, || c.route_key(b"k"));
-    assert_strict_refusal(c.route_key(b"k"), "data", &name(&c, owner));
+    assert_refused_with_owner_down("nodes = A, B, C\ndata.strict = true", "data", |c| c.route_key(b"k"));
 }
 
 #[test]

@@ -36,11 +36,17 @@ fn a_ejected(clock: &ManualClock) -> (Cluster, NodeId) {
     (c, a)
 }
 
-#[test]
-fn half_open_trial_never_places_a_transaction() {
+/// [`a_ejected`] with the back-off passed: A's trial is due.
+fn a_trial_due() -> (ManualClock, Cluster, NodeId) {
     let clock = ManualClock::new(0);
     let (c, a) = a_ejected(&clock);
     clock.advance_ms(1_000);
+    (clock, c, a)
+}
+
+#[test]
+fn half_open_trial_never_places_a_transaction() {
+    let (_clock, c, a) = a_trial_due();
     for i in 0..64 {
         let g = format!("g{i}");
         let first = c.tx_begin(g.as_bytes()).unwrap();
@@ -52,9 +58,7 @@ fn half_open_trial_never_places_a_transaction() {
 
 #[test]
 fn half_open_trial_never_places_a_session_pin_or_partition() {
-    let clock = ManualClock::new(0);
-    let (c, a) = a_ejected(&clock);
-    clock.advance_ms(1_000);
+    let (_clock, c, a) = a_trial_due();
     for i in 0..64 {
         assert_ne!(c.session_route(format!("s{i}").as_bytes()).unwrap().node, a, "session placed on the trial node");
         assert_ne!(c.route_key_i64(i).unwrap().node, a, "partition placed on the trial node");

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{cluster, cluster_with_clock, owner_marked_down};
+use common::{assert_refused_with_owner_down, cluster, cluster_with_clock, moved_with_owner_down};
 use racaffinity::{ErrorKind, ManualClock, NodeState, RouteKind, MAX_KEY_BYTES};
 
 #[test]
@@ -74,17 +74,10 @@ fn aff_false_advisory_revokes_that_instances_sessions_only() {
 
 #[test]
 fn strict_session_affinity_refuses_and_soft_repins() {
-    let c = cluster("nodes = A, B\nsession.strict = true");
-    owner_marked_down(&c, || c.session_route(b"s"));
-    let e = c.session_route(b"s").unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::StrictAffinity);
-    assert!(e.to_string().contains("session"));
+    assert_refused_with_owner_down("nodes = A, B\nsession.strict = true", "session", |c| c.session_route(b"s"));
 
     let c = cluster("nodes = A, B");
-    let n = owner_marked_down(&c, || c.session_route(b"s"));
-    let r = c.session_route(b"s").unwrap();
-    assert_eq!(r.kind, RouteKind::Repinned);
-    assert_ne!(r.node, n);
+    moved_with_owner_down(&c, RouteKind::Repinned, || c.session_route(b"s"));
 }
 
 #[test]

@@ -45,6 +45,25 @@ fn placed_alike(p: &Cluster, q: &Cluster, prefix: &str, n: usize) -> Vec<String>
         .collect()
 }
 
+/// Places 200 new gtrids in both processes, where only `p` has seen some
+/// nodes fail: each gtrid is placed alike, or refused by `p` alone when `q`
+/// put it on one of `seen_failing`. Returns how many `p` refused.
+fn refused_by_p_alone(p: &Cluster, q: &Cluster, prefix: &str, seen_failing: &[&str]) -> usize {
+    let mut refused = 0;
+    for i in 0..200 {
+        let g = format!("{prefix}-{i}");
+        match (place(p, &g), place(q, &g)) {
+            (Some(x), Some(y)) => assert_eq!(x, y, "gtrid {g} split: p placed it on {x}, q on {y}"),
+            (None, Some(y)) => {
+                assert!(seen_failing.contains(&y.as_str()), "p refuses only gtrids of {seen_failing:?}, not {y}");
+                refused += 1;
+            }
+            (x, y) => panic!("unexpected placements {x:?} {y:?}"),
+        }
+    }
+    refused
+}
+
 fn advance(clocks: [&ManualClock; 2], ms: u64) {
     for c in clocks {
         c.advance_ms(ms);
@@ -66,18 +85,7 @@ fn a_down_event_seen_by_one_process_first_never_splits_a_new_gtrid() {
     let (cp, cq) = (ManualClock::new(0), ManualClock::new(0));
     let (p, q) = (cluster_with_clock(CONFIG, &cp), cluster_with_clock(CONFIG, &cq));
     p.apply_event(&fan("A", "down")).unwrap();
-    let mut refused = 0;
-    for i in 0..200 {
-        let g = format!("g-{i}");
-        match (place(&p, &g), place(&q, &g)) {
-            (Some(a), Some(b)) => assert_eq!(a, b, "gtrid {g} split across the processes"),
-            (None, Some(b)) => {
-                assert_eq!(b, "A", "p refuses only what q would place on the node p just saw go down");
-                refused += 1;
-            }
-            (a, b) => panic!("unexpected placements {a:?} {b:?}"),
-        }
-    }
+    let refused = refused_by_p_alone(&p, &q, "g", &["A"]);
     assert!(refused > 0, "some gtrids are owned by A");
     // Once every process has seen the event and the settle time passed, the
     // node is placed around, in every process alike, with no refusal.
@@ -275,18 +283,7 @@ fn a_node_only_this_process_found_failing_never_moves_a_strict_gtrid() {
     assert_eq!(p.node_by_name("A").unwrap().state(), NodeState::Down);
     assert_eq!(p.node_by_name("B").unwrap().state(), NodeState::Down);
     advance([&cp, &cq], 60_000);
-    let mut refused = 0;
-    for i in 0..200 {
-        let g = format!("local-{i}");
-        match (place(&p, &g), place(&q, &g)) {
-            (Some(x), Some(y)) => assert_eq!(x, y, "gtrid {g} split: p placed it on {x}, q on {y}"),
-            (None, Some(y)) => {
-                assert!(y == "A" || y == "B", "p refuses only gtrids of the nodes it alone found failing, not {y}");
-                refused += 1;
-            }
-            (x, y) => panic!("unexpected placements {x:?} {y:?}"),
-        }
-    }
+    let refused = refused_by_p_alone(&p, &q, "local", &["A", "B"]);
     assert!(refused > 0, "some gtrids are owned by A or B");
     // Shared evidence moves them: once every process got the FAN down events
     // and the settle time passed, both place around A and B, alike.

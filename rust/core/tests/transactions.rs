@@ -4,7 +4,7 @@ mod common;
 
 use std::sync::{Arc, Barrier};
 
-use common::{assert_strict_refusal, cluster, name, owner_marked_down};
+use common::{assert_refused_with_owner_down, cluster, moved_with_owner_down, name, owner_marked_down};
 use proptest::prelude::*;
 use racaffinity::{ErrorKind, NodeState, RouteKind, MAX_GTRID_BYTES};
 
@@ -78,15 +78,10 @@ fn a_prepared_branch_never_moves_even_in_soft_mode() {
 #[test]
 fn soft_mode_repins_an_unprepared_gtrid_and_strict_refuses() {
     let c = cluster("nodes = A, B, C");
-    let owner = owner_marked_down(&c, || c.tx_begin(b"g"));
-    let r = c.tx_begin(b"g").unwrap();
-    assert_eq!(r.kind, RouteKind::Repinned);
-    assert_ne!(r.node, owner);
+    let (_, r) = moved_with_owner_down(&c, RouteKind::Repinned, || c.tx_begin(b"g"));
     assert_eq!(c.tx_begin(b"g").unwrap().node, r.node);
 
-    let c = cluster("nodes = A, B, C\ntransaction.strict = true");
-    let owner = owner_marked_down(&c, || c.tx_begin(b"g"));
-    assert_strict_refusal(c.tx_begin(b"g"), "transaction", &name(&c, owner));
+    assert_refused_with_owner_down("nodes = A, B, C\ntransaction.strict = true", "transaction", |c| c.tx_begin(b"g"));
 }
 
 #[test]

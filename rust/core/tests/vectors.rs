@@ -95,6 +95,11 @@ fn opt_s(v: &Value) -> Option<&str> {
     }
 }
 
+/// The objects of the array `v[name]`, each checked to hold exactly the `required` keys.
+fn cases<'a>(run: &mut Run, v: &'a Map<String, Value>, name: &str, required: &[&str]) -> Vec<&'a Map<String, Value>> {
+    arr(&v[name]).iter().map(|c| run.keys(name, c, required, &[])).collect()
+}
+
 fn arr(v: &Value) -> &Vec<Value> {
     v.as_array().unwrap_or_else(|| panic!("expected an array, got {v}"))
 }
@@ -160,31 +165,26 @@ fn rendezvous(run: &mut Run, v: &Value) {
     run.eq("hash_version", s(&top["hash_version"]), hash::HASH_VERSION);
 
     let h = run.keys("hash", &top["hash"], &["fmix64", "hash_bytes", "hash_i64", "score", "weighted_score"], &[]);
-    for c in arr(&h["fmix64"]) {
-        let m = run.keys("fmix64", c, &["input", "output"], &[]);
+    for m in cases(run, h, "fmix64", &["input", "output"]) {
         let input = hex64(&m["input"]);
         run.eq(&format!("fmix64({input:016x})"), hash::fmix64(input), hex64(&m["output"]));
     }
-    for c in arr(&h["hash_bytes"]) {
-        let m = run.keys("hash_bytes", c, &["bytes", "fnv1a64", "hash"], &[]);
+    for m in cases(run, h, "hash_bytes", &["bytes", "fnv1a64", "hash"]) {
         let b = bytes(run, "hash_bytes", &m["bytes"]);
         let want = hex64(&m["hash"]);
         run.eq(&format!("hash_bytes({})", show(&b)), hash::hash_bytes(&b), want);
         // The intermediate FNV value is for other languages; it must finalise to `hash`.
         run.eq(&format!("fmix64(fnv1a64) of {}", show(&b)), hash::fmix64(hex64(&m["fnv1a64"])), want);
     }
-    for c in arr(&h["hash_i64"]) {
-        let m = run.keys("hash_i64", c, &["i64", "hash"], &[]);
+    for m in cases(run, h, "hash_i64", &["i64", "hash"]) {
         let k = dec_i64(&m["i64"]);
         run.eq(&format!("hash_i64({k})"), hash::hash_i64(k), hex64(&m["hash"]));
     }
-    for c in arr(&h["score"]) {
-        let m = run.keys("score", c, &["key_hash", "node_seed", "score"], &[]);
+    for m in cases(run, h, "score", &["key_hash", "node_seed", "score"]) {
         let (k, sd) = (hex64(&m["key_hash"]), hex64(&m["node_seed"]));
         run.eq(&format!("score({k:016x}, {sd:016x})"), hash::score(k, sd), hex64(&m["score"]));
     }
-    for c in arr(&h["weighted_score"]) {
-        let m = run.keys("weighted_score", c, &["score", "weight", "bits", "value"], &[]);
+    for m in cases(run, h, "weighted_score", &["score", "weight", "bits", "value"]) {
         let sc = hex64(&m["score"]);
         let w = m["weight"].as_f64().expect("weight");
         let ctx = format!("weighted_score({sc:016x}, {w})");
@@ -200,8 +200,7 @@ fn rendezvous(run: &mut Run, v: &Value) {
     }
 
     let first = topologies.first().map(|t| s(&t["config"]).to_string()).unwrap_or_default();
-    for c in arr(&top["errors"]) {
-        let m = run.keys("errors", c, &["op", "arg", "error"], &[]);
+    for m in cases(run, top, "errors", &["op", "arg", "error"]) {
         let Some(cl) = cluster(run, "errors", &first) else { continue };
         let (op, want) = (s(&m["op"]), s(&m["error"]));
         let arg = &m["arg"];
@@ -422,8 +421,7 @@ fn effect_json(c: &Cluster, e: &EventEffect) -> Value {
 
 fn events(run: &mut Run, v: &Value) {
     let top = run.keys("top", v, &["description", "parse", "parse_errors", "apply"], &[]);
-    for c in arr(&top["parse"]) {
-        let m = run.keys("parse", c, &["line", "expect"], &[]);
+    for m in cases(run, top, "parse", &["line", "expect"]) {
         let line = s(&m["line"]);
         let got = match parse_event(line) {
             Ok(Event::Fan(e)) => fan_json(&e),
@@ -432,8 +430,7 @@ fn events(run: &mut Run, v: &Value) {
         };
         run.eq(&format!("parse_event({line:?})"), got, m["expect"].clone());
     }
-    for c in arr(&top["parse_errors"]) {
-        let m = run.keys("parse_errors", c, &["line", "error"], &[]);
+    for m in cases(run, top, "parse_errors", &["line", "error"]) {
         let line = s(&m["line"]);
         run.err(&format!("parse_event({line:?})"), parse_event(line), s(&m["error"]));
     }
@@ -481,8 +478,7 @@ fn address<'a>(run: &mut Run, ctx: &str, m: &'a Map<String, Value>) -> Option<In
 
 fn connect(run: &mut Run, v: &Value) {
     let top = run.keys("top", v, &["description", "build", "build_errors", "split_host_port"], &[]);
-    for c in arr(&top["build"]) {
-        let m = run.keys("build", c, &["host", "port", "service", "instance", "expect"], &[]);
+    for m in cases(run, top, "build", &["host", "port", "service", "instance", "expect"]) {
         let ctx = format!("build({}:{}/{}/{})", s(&m["host"]), m["port"], s(&m["service"]), s(&m["instance"]));
         let Some(a) = address(run, &ctx, m) else { continue };
         let e = run.keys(
@@ -498,8 +494,7 @@ fn connect(run: &mut Run, v: &Value) {
         run.eq(&format!("{ctx}: jdbc_descriptor_url"), jdbc_descriptor_url(&a), want("jdbc_descriptor_url"));
         run.eq(&format!("{ctx}: jdbc_easy_connect_url"), jdbc_easy_connect_url(&a), want("jdbc_easy_connect_url"));
     }
-    for c in arr(&top["build_errors"]) {
-        let m = run.keys("build_errors", c, &["host", "port", "service", "instance", "error"], &[]);
+    for m in cases(run, top, "build_errors", &["host", "port", "service", "instance", "error"]) {
         let ctx = format!("build({:?}:{}/{:?}/{:?})", s(&m["host"]), m["port"], s(&m["service"]), s(&m["instance"]));
         let Some(a) = address(run, &ctx, m) else { continue };
         let want = s(&m["error"]);
@@ -567,8 +562,7 @@ fn config_field(c: &Config, key: &str) -> Option<Value> {
 
 fn config(run: &mut Run, v: &Value) {
     let top = run.keys("top", v, &["description", "parse", "errors", "node_names"], &[]);
-    for c in arr(&top["parse"]) {
-        let m = run.keys("parse", c, &["text", "expect"], &[]);
+    for m in cases(run, top, "parse", &["text", "expect"]) {
         let text = s(&m["text"]);
         let ctx = format!("Config::parse({text:?})");
         let parsed = match Config::parse(text) {
@@ -589,8 +583,7 @@ fn config(run: &mut Run, v: &Value) {
         // The rendered text must parse back to the same config.
         run.eq(&format!("{ctx}: to_text round trip"), Config::parse(&parsed.to_text()).as_ref(), Ok(&parsed));
     }
-    for c in arr(&top["errors"]) {
-        let m = run.keys("errors", c, &["text", "error", "key"], &[]);
+    for m in cases(run, top, "errors", &["text", "error", "key"]) {
         let text = s(&m["text"]);
         let ctx = format!("Config::parse({text:?})");
         let got = match Config::parse(text) {

@@ -43,27 +43,19 @@ class VectorsTest {
             Class<? extends Throwable> want = KINDS.get(e.get("error").asText());
             try (Cluster c = Cluster.fromConfig(first)) {
                 String ctx = "errors: " + op;
-                switch (op) {
-                    case "tx_begin":
-                        run.err(ctx, () -> c.txBegin(Vectors.bytes(arg)), want);
-                        break;
-                    case "session_route":
-                        run.err(ctx, () -> c.routeSession(Vectors.bytes(arg)), want);
-                        break;
-                    case "route_key":
-                        run.err(ctx, () -> c.routeKey(Vectors.bytes(arg)), want);
-                        break;
-                    case "partition_of":
-                        run.err(ctx, () -> c.partitionOf(Vectors.bytes(arg)), want);
-                        break;
-                    case "partition_owner":
-                        run.err(ctx, () -> c.partitionOwner(arg.asInt()), want);
-                        break;
-                    case "remove_node":
-                        run.err(ctx, () -> c.removeNode(arg.asText()), want);
-                        break;
-                    default:
-                        run.fail(ctx, "no handler for op " + op);
+                Runnable call = switch (op) {
+                    case "tx_begin" -> () -> c.txBegin(Vectors.bytes(arg));
+                    case "session_route" -> () -> c.routeSession(Vectors.bytes(arg));
+                    case "route_key" -> () -> c.routeKey(Vectors.bytes(arg));
+                    case "partition_of" -> () -> c.partitionOf(Vectors.bytes(arg));
+                    case "partition_owner" -> () -> c.partitionOwner(arg.asInt());
+                    case "remove_node" -> () -> c.removeNode(arg.asText());
+                    default -> null;
+                };
+                if (call == null) {
+                    run.fail(ctx, "no handler for op " + op);
+                } else {
+                    run.err(ctx, call, want);
                 }
             }
         }

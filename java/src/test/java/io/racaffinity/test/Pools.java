@@ -3,6 +3,7 @@ package io.racaffinity.test;
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.testsupport.Await;
 import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.SQLException;
@@ -87,13 +88,6 @@ public final class Pools implements AutoCloseable {
 
     /** Polls {@code condition} until true or the deadline passes (no fixed sleeps as assertions). */
     public static boolean await(Duration timeout, BooleanSupplier condition) throws InterruptedException {
-        long deadline = System.nanoTime() + timeout.toNanos();
-        while (System.nanoTime() < deadline) {
-            if (condition.getAsBoolean()) {
-                return true;
-            }
-            Thread.sleep(20);
-        }
-        return condition.getAsBoolean();
+        return Await.until(timeout, Duration.ofMillis(20), condition);
     }
 }

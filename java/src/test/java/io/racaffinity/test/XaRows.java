@@ -1,12 +1,12 @@
 package io.racaffinity.test;
 
+import io.racaffinity.testsupport.PreparedXacts;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -76,14 +76,9 @@ public final class XaRows {
 
     /** gids of prepared transactions on node i. */
     public static List<String> prepared(int node) throws SQLException {
-        List<String> l = new ArrayList<>();
-        try (Connection c = connect(node); Statement s = c.createStatement();
-                ResultSet rs = s.executeQuery("SELECT gid FROM pg_prepared_xacts ORDER BY gid")) {
-            while (rs.next()) {
-                l.add(rs.getString(1));
-            }
+        try (Connection c = connect(node)) {
+            return PreparedXacts.gids(c);
         }
-        return l;
     }
 
     /** pgjdbc's gid prefix of Narayana xids (format id 131077). */

@@ -11,6 +11,7 @@ import io.racaffinity.SessionRouting;
 import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
+import io.racaffinity.testsupport.Await;
 import jakarta.servlet.http.HttpServletRequest;
 import java.io.IOException;
 import java.net.URI;
@@ -45,6 +46,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
  */
 @ExtendWith(PgNodes.class)
 class TokenRoutingTomcatTest {
+    static final HttpClient ADMIN = EmbeddedTomcat.browser();
     static Tomcat tomcat;
     static int port;
     static final String COOKIE = "WLROUTE";
@@ -134,6 +136,11 @@ class TokenRoutingTomcatTest {
         return EmbeddedTomcat.send(port, client, path);
     }
 
+    /** An operator's request ({@code /down}, {@code /up}, {@code /state}): one client for them all. */
+    static HttpResponse<String> admin(String path) throws Exception {
+        return send(ADMIN, path);
+    }
+
     /** GET {@code path}, whatever the status. */
     static HttpResponse<String> sendAny(HttpClient client, String path) throws Exception {
         return client.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
@@ -181,20 +188,15 @@ class TokenRoutingTomcatTest {
     }
 
     static void await(BooleanSupplier cond, Duration timeout, String what) throws InterruptedException {
-        long deadline = System.nanoTime() + timeout.toNanos();
-        while (!cond.getAsBoolean()) {
-            if (System.nanoTime() > deadline) {
-                fail(what + ": not within " + timeout);
-            }
-            Thread.sleep(50);
+        if (!Await.until(timeout, Duration.ofMillis(50), cond)) {
+            fail(what + ": not within " + timeout);
         }
     }
 
     static void awaitState(String ctx, String node, NodeState state) throws InterruptedException {
-        HttpClient admin = browser();
         await(() -> {
             try {
-                return send(admin, ctx + "/state?node=" + node).body().equals(state.name());
+                return admin(ctx + "/state?node=" + node).body().equals(state.name());
             } catch (Exception e) {
                 return false;
             }
@@ -279,7 +281,6 @@ class TokenRoutingTomcatTest {
     void theTokenCanLiveInASessionAttributeAndIsRewrittenOnlyOnChange() throws Exception {
         Map<String, String> ids = tokenIds();
         HttpClient browser = browser();
-        HttpClient admin = browser();
         Seen s0 = request(browser, "/a");
         String[] t0 = parse(s0.token());
         assertEquals(PgNodes.port(index(ids.get(t0[1]))), s0.port());
@@ -291,7 +292,7 @@ class TokenRoutingTomcatTest {
             assertTrue(!again.setCookie(), "attribute mode sends no token cookie");
         }
         String primary = ids.get(t0[1]);
-        assertEquals("UP", send(admin, "/a/down?node=" + primary).body());
+        assertEquals("UP", admin("/a/down?node=" + primary).body());
         try {
             Seen s1 = request(browser, "/a");
             String[] t1 = parse(s1.token());
@@ -300,7 +301,7 @@ class TokenRoutingTomcatTest {
             assertEquals(PgNodes.port(index(ids.get(t0[2]))), s1.port());
             assertEquals(s1.token(), request(browser, "/a").token(), "the attribute holds the rewritten token");
         } finally {
-            send(admin, "/a/up?node=" + primary);
+            admin("/a/up?node=" + primary);
         }
         // A new browser (no session) gets its own token.
         assertNotEquals(t0[0], parse(request(browser(), "/a").token())[0]);
@@ -309,9 +310,8 @@ class TokenRoutingTomcatTest {
     @Test
     void withEveryNodeDownARequestThatNeedsNoDatabaseStillRuns() throws Exception {
         HttpClient browser = browser();
-        HttpClient admin = browser();
         for (int i = 1; i <= 3; i++) {
-            assertEquals("UP", send(admin, "/a/down?node=" + nodeName(i)).body());
+            assertEquals("UP", admin("/a/down?node=" + nodeName(i)).body());
         }
         try {
             HttpResponse<String> r = send(browser, "/a/nodb");
@@ -323,7 +323,7 @@ class TokenRoutingTomcatTest {
             assertTrue(p.body().contains("racaffinity: no node available"), p.body());
         } finally {
             for (int i = 1; i <= 3; i++) {
-                send(admin, "/a/up?node=" + nodeName(i));
+                admin("/a/up?node=" + nodeName(i));
             }
         }
         assertEquals(200, send(browser, "/a/port").statusCode(), "the filter routes again once a node is up");
@@ -333,10 +333,9 @@ class TokenRoutingTomcatTest {
     void aStrictTokenWhosePrimaryIsDownRefusesConnectionsNotTheRequest() throws Exception {
         Map<String, String> ids = tokenIds();
         HttpClient browser = browser();
-        HttpClient admin = browser();
         Seen s0 = request(browser, "/s");
         String primary = ids.get(parse(s0.token())[1]);
-        assertEquals("UP", send(admin, "/s/down?node=" + primary).body());
+        assertEquals("UP", admin("/s/down?node=" + primary).body());
         try {
             HttpResponse<String> r = send(browser, "/s/nodb");
             assertEquals(200, r.statusCode(), r.body());
@@ -345,7 +344,7 @@ class TokenRoutingTomcatTest {
             assertEquals(500, p.statusCode(), p.body());
             assertTrue(p.body().contains("racaffinity: "), p.body());
         } finally {
-            send(admin, "/s/up?node=" + primary);
+            admin("/s/up?node=" + primary);
         }
         assertEquals(s0.port(), request(browser, "/s").port(), "back on its primary");
     }

@@ -6,6 +6,7 @@ import io.racaffinity.jdbc.AffinityXADataSource;
 import io.racaffinity.test.Narayana;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.XaRows;
+import io.racaffinity.testsupport.xa.EmptyXAResource;
 import jakarta.transaction.TransactionManager;
 import java.io.Serializable;
 import java.util.List;
@@ -13,7 +14,6 @@ import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 import javax.sql.XAConnection;
 import javax.transaction.xa.XAException;
-import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -43,7 +43,7 @@ class NodeCrashMidCommitTest {
      * prepared and none committed), it votes yes and has nothing to commit. Serializable, so
      * Narayana's log holds it and recovery can replay its (empty) commit.
      */
-    static final class KillAtPrepare implements XAResource, Serializable {
+    static final class KillAtPrepare extends EmptyXAResource implements Serializable {
         private static final long serialVersionUID = 1L;
 
         @Override
@@ -54,41 +54,6 @@ class NodeCrashMidCommitTest {
                 throw new IllegalStateException(e);
             }
             return XA_OK;
-        }
-
-        @Override
-        public void commit(Xid xid, boolean onePhase) {}
-
-        @Override
-        public void rollback(Xid xid) {}
-
-        @Override
-        public void start(Xid xid, int flags) {}
-
-        @Override
-        public void end(Xid xid, int flags) {}
-
-        @Override
-        public void forget(Xid xid) {}
-
-        @Override
-        public Xid[] recover(int flag) {
-            return new Xid[0];
-        }
-
-        @Override
-        public boolean isSameRM(XAResource other) {
-            return other == this;
-        }
-
-        @Override
-        public int getTransactionTimeout() {
-            return 0;
-        }
-
-        @Override
-        public boolean setTransactionTimeout(int seconds) {
-            return false;
         }
     }
 

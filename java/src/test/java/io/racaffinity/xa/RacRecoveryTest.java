@@ -20,7 +20,6 @@ import javax.sql.XAConnection;
 import javax.transaction.xa.XAException;
 import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -37,14 +36,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
 class RacRecoveryTest {
     @RegisterExtension
     static final XaSupport.Proxies PROXIES = XaSupport.Proxies.rac();
-    private final XaSupport xa = new XaSupport();
-
-    @AfterEach
-    void closeAll() throws Exception {
-        xa.close();
-        Faults.healAll();
-        XaSupport.rollbackPrepared(1);
-    }
+    @RegisterExtension
+    final XaSupport xa = new XaSupport(PROXIES);
 
     AffinityXADataSource ds(String scope) {
         return xa.ds("name = rac-" + UUID.randomUUID() + "; nodes = INST1, INST2, INST3; recovery.scope = " + scope,

@@ -17,7 +17,6 @@ import javax.sql.XAConnection;
 import javax.transaction.xa.XAException;
 import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -36,14 +35,8 @@ class XaBlackholeTest {
     static final int SOCKET_TIMEOUT = 2;
     @RegisterExtension
     static final XaSupport.Proxies PROXIES = XaSupport.Proxies.nodes();
-    private final XaSupport xa = new XaSupport();
-
-    @AfterEach
-    void closeAll() throws Exception {
-        Faults.healAll();
-        xa.close();
-        XaSupport.rollbackPrepared(XaSupport.allNodes());
-    }
+    @RegisterExtension
+    final XaSupport xa = new XaSupport(PROXIES);
 
     AffinityXADataSource ds() {
         Map<String, PGXADataSource> m = XaSupport.instances("RAC", PROXIES.ports());

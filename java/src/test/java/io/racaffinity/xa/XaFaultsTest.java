@@ -11,6 +11,7 @@ import static io.racaffinity.xa.XaSupport.metrics;
 import static io.racaffinity.xa.XaSupport.node;
 import static io.racaffinity.xa.XaSupport.pg;
 import static io.racaffinity.xa.XaSupport.preparedEmpty;
+import static io.racaffinity.xa.XaSupport.preparedOn;
 import static io.racaffinity.xa.XaSupport.prepared;
 import static io.racaffinity.xa.XaSupport.realNodes;
 import static io.racaffinity.xa.XaSupport.refusedPort;
@@ -276,13 +277,7 @@ class XaFaultsTest {
     @Test
     void aLongLivedRecoveryConnectionFindsTheBranchesOfARestartedNode() throws Exception {
         AffinityXADataSource first = ds("");
-        XAConnection c = connect(first);
-        XAResource r = c.getXAResource();
-        Xid x = xid(1);
-        startOn(first, "RAC2", r, x);
-        insert(c, UUID.randomUUID().toString(), 1);
-        r.end(x, XAResource.TMSUCCESS);
-        r.prepare(x);
+        Xid x = preparedOn(first, "RAC2", connect(first), UUID.randomUUID().toString());
 
         AffinityXADataSource recovery = ds("");
         XAResource rr = connect(recovery).getXAResource();

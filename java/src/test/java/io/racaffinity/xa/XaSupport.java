@@ -37,6 +37,7 @@ import javax.transaction.xa.XAException;
 import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
 import org.junit.jupiter.api.extension.AfterAllCallback;
+import org.junit.jupiter.api.extension.AfterEachCallback;
 import org.junit.jupiter.api.extension.BeforeAllCallback;
 import org.junit.jupiter.api.extension.BeforeEachCallback;
 import org.junit.jupiter.api.extension.ExtensionContext;
@@ -44,15 +45,43 @@ import org.postgresql.xa.PGXADataSource;
 
 /**
  * What the XA tests share, so each fixture and check is written once: the data sources and
- * XAConnections a test opens (closed by {@link #close()} in its {@code @AfterEach}), node data
+ * XAConnections a test opens (closed by {@link #close()} in its {@code @AfterEach}, or after each
+ * test when registered as an extension over the test's {@link Proxies}), node data
  * sources with driver timeouts, steering a branch to a node, the rows and prepared transactions
  * on the nodes, the leak check, and delegating wrappers for the tests' fault and tap resources.
  */
-final class XaSupport implements AutoCloseable {
+final class XaSupport implements AutoCloseable, AfterEachCallback {
     static final int FORMAT = AffinityXAResourceTest.FORMAT;
 
     private final List<AffinityXADataSource> opened = new ArrayList<>();
     private final List<XAConnection> connections = new ArrayList<>();
+    private final Proxies proxies;
+
+    /** For a test that calls {@link #close()} in its own {@code @AfterEach}. */
+    XaSupport() {
+        this(null);
+    }
+
+    /**
+     * For a test over {@code proxies} that registers it ({@code @RegisterExtension}): after each
+     * test the faults are healed first (closing over a blackholed proxy would hang), then what the
+     * test opened is closed and the prepared transactions on the nodes behind the proxies are rolled
+     * back.
+     */
+    XaSupport(Proxies proxies) {
+        this.proxies = proxies;
+    }
+
+    @Override
+    public void afterEach(ExtensionContext context) throws Exception {
+        if (proxies != null) {
+            Faults.healAll();
+        }
+        close();
+        if (proxies != null) {
+            rollbackPrepared(proxies.nodesBehind());
+        }
+    }
 
     // ---- what one test opens -------------------------------------------------------------
 
@@ -166,6 +195,11 @@ final class XaSupport implements AutoCloseable {
         /** instance number (1-based) → proxy port */
         Map<Integer, Integer> ports() {
             return ports;
+        }
+
+        /** The nodes behind the proxies. */
+        int[] nodesBehind() {
+            return rac ? new int[] {1} : allNodes();
         }
 
         @Override

@@ -5,6 +5,8 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import io.racaffinity.testsupport.PgNodesScript;
+import io.racaffinity.testsupport.PreparedXacts;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
@@ -98,14 +100,9 @@ class WildFlyXaRecoveryTest {
 
     /** The gids of the node's prepared transactions (pgjdbc's: formatId_gtrid_bqual, base64). */
     static List<String> prepared(String url) throws SQLException {
-        List<String> gids = new ArrayList<>();
-        try (Connection c = node(url); Statement st = c.createStatement();
-                ResultSet rs = st.executeQuery("select gid from pg_prepared_xacts order by gid")) {
-            while (rs.next()) {
-                gids.add(rs.getString(1));
-            }
+        try (Connection c = node(url)) {
+            return PreparedXacts.gids(c);
         }
-        return gids;
     }
 
     /** Per node index, the gids in pg_prepared_xacts. */
@@ -131,14 +128,6 @@ class WildFlyXaRecoveryTest {
             }
         }
         return rows;
-    }
-
-    static void pgnodes(String... args) throws Exception {
-        Path script = Path.of(System.getProperty("racaffinity.repo", "../..")).resolve("tests/cluster/pgnodes");
-        List<String> cmd = new ArrayList<>(List.of(script.toString()));
-        cmd.addAll(List.of(args));
-        Process p = new ProcessBuilder(cmd).inheritIO().start();
-        assertTrue(p.waitFor(120, TimeUnit.SECONDS) && p.exitValue() == 0, "pgnodes " + String.join(" ", args));
     }
 
     String get(WildFlyServer wf, String path) throws Exception {
@@ -212,7 +201,7 @@ class WildFlyXaRecoveryTest {
                     "docs/java-ecosystem.md shows " + script.getFileName() + " as the test runs it, verbatim");
             String cli = wf.cli(script);
             assertTrue(cli.contains("The batch executed successfully"), cli);
-            wf.deployWar(WAR, List.of("io/racaffinity/appservers/wildflyapp"));
+            wf.deployWar(WAR, List.of("io/racaffinity/appservers/wildflyapp", "io/racaffinity/testsupport/xa"));
             // Recovery passes run when the test asks (the listener); between the two phases
             // of a pass Narayana waits recoveryBackoffPeriod (10 s by default): 1 s here.
             wf.start(WAR, List.of("-DRecoveryEnvironmentBean.recoveryBackoffPeriod=1"));
@@ -243,7 +232,7 @@ class WildFlyXaRecoveryTest {
             }
             System.out.println("wildfly: held transaction " + gtrid + " prepared on node" + (victim + 1) + ": " + branches);
 
-            pgnodes("kill", Integer.toString(victim + 1));
+            PgNodesScript.run("kill", Integer.toString(victim + 1));
             assertEquals("released", get(wf, "/racaff-xa/xa/release"));
             HttpResponse<String> outcome = held.get(180, TimeUnit.SECONDS);
             System.out.println("wildfly: the held transaction's commit with node" + (victim + 1) + " dead answered: "
@@ -259,7 +248,7 @@ class WildFlyXaRecoveryTest {
             assertFalse(whileDown.containsValue(nodePorts[victim]), "no new transaction on the dead node: " + whileDown);
             committed.putAll(whileDown);
 
-            pgnodes("restart", Integer.toString(victim + 1));
+            PgNodesScript.run("restart", Integer.toString(victim + 1));
             assertEquals(branches, prepared(nodeUrls[victim]),
                     "the branches are still in doubt after the crash: the commit never reached them");
             awaitStateLogged(wf, downAt, victimName, "UP");

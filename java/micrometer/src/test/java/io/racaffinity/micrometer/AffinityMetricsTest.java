@@ -11,11 +11,13 @@ import io.micrometer.core.instrument.Timer;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.jdbc.SessionScope;
-import java.nio.file.Path;
+import io.racaffinity.testsupport.Await;
+import io.racaffinity.testsupport.PgNodesScript;
 import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.time.Duration;
 import java.util.List;
 import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
@@ -47,14 +49,6 @@ class AffinityMetricsTest {
         return Integer.parseInt(p);
     }
 
-    static void pgnodes(String... args) throws Exception {
-        Path script = Path.of(System.getProperty("racaffinity.repo", "../..")).resolve("tests/cluster/pgnodes");
-        List<String> cmd = new java.util.ArrayList<>(List.of(script.toString()));
-        cmd.addAll(List.of(args));
-        Process p = new ProcessBuilder(cmd).inheritIO().start();
-        assertTrue(p.waitFor(120, TimeUnit.SECONDS) && p.exitValue() == 0, "pgnodes " + String.join(" ", args));
-    }
-
     @BeforeEach
     void start() throws Exception {
         for (int i = 1; i <= 3; i++) {
@@ -77,7 +71,7 @@ class AffinityMetricsTest {
     @AfterEach
     void stop() throws Exception {
         ds.close();
-        pgnodes("restart", "3");
+        PgNodesScript.run("restart", "3");
     }
 
     double sum(String name, String... tags) {
@@ -96,14 +90,7 @@ class AffinityMetricsTest {
     }
 
     static boolean await(BooleanSupplier c) throws InterruptedException {
-        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
-        while (System.nanoTime() < end) {
-            if (c.getAsBoolean()) {
-                return true;
-            }
-            Thread.sleep(50);
-        }
-        return c.getAsBoolean();
+        return Await.until(Duration.ofSeconds(15), Duration.ofMillis(50), c);
     }
 
     /** The binder reads the core at most every 100 ms (one read per scrape): let a new read happen. */
@@ -197,7 +184,7 @@ class AffinityMetricsTest {
         assertEquals(12, sum("racaffinity.node.affinity_hits"));
         assertEquals(3, sum("racaffinity.node.state", "racaffinity.node.state.value", "up"), "3 nodes up");
 
-        pgnodes("kill", "3");
+        PgNodesScript.run("kill", "3");
         String dead = nodes[2];
         assertTrue(await(() -> sum("racaffinity.node.state", "racaffinity.node", dead,
                 "racaffinity.node.state.value", "down") == 1), "the heartbeat finds node 3 down");

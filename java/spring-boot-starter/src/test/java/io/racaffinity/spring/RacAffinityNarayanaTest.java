@@ -7,6 +7,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.arjuna.ats.arjuna.recovery.RecoveryManager;
 import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.testsupport.PgNodesScript;
+import io.racaffinity.testsupport.xa.EmptyXAResource;
 import jakarta.transaction.TransactionManager;
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -19,7 +21,6 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import javax.sql.DataSource;
 import javax.transaction.xa.XAException;
-import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -176,7 +177,7 @@ class RacAffinityNarayanaTest {
     }
 
     /** A second resource, enlisted last: its prepare kills the node of the first one's branch. */
-    static final class KillOnPrepare implements XAResource {
+    static final class KillOnPrepare extends EmptyXAResource {
         final int node;
 
         KillOnPrepare(int node) {
@@ -186,46 +187,11 @@ class RacAffinityNarayanaTest {
         @Override
         public int prepare(Xid xid) throws XAException {
             try {
-                RacAffinityStarterTest.pgnodes("kill", Integer.toString(node));
+                PgNodesScript.run("kill", Integer.toString(node));
             } catch (Exception e) {
                 throw new XAException(XAException.XAER_RMERR);
             }
             return XA_OK;
-        }
-
-        @Override
-        public void commit(Xid xid, boolean onePhase) {}
-
-        @Override
-        public void rollback(Xid xid) {}
-
-        @Override
-        public void start(Xid xid, int flags) {}
-
-        @Override
-        public void end(Xid xid, int flags) {}
-
-        @Override
-        public void forget(Xid xid) {}
-
-        @Override
-        public Xid[] recover(int flag) {
-            return new Xid[0];
-        }
-
-        @Override
-        public boolean isSameRM(XAResource other) {
-            return other == this;
-        }
-
-        @Override
-        public int getTransactionTimeout() {
-            return 0;
-        }
-
-        @Override
-        public boolean setTransactionTimeout(int seconds) {
-            return false;
         }
     }
 
@@ -247,7 +213,7 @@ class RacAffinityNarayanaTest {
         } catch (RuntimeException e) {
             outcome[0] = e; // the TM may report the failed commit; recovery finishes it either way
         }
-        RacAffinityStarterTest.pgnodes("restart", Integer.toString(node[0]));
+        PgNodesScript.run("restart", Integer.toString(node[0]));
         assertEquals(1, sql(node[0], "select gid from pg_prepared_xacts").size(),
                 "the branch stayed prepared across the crash (outcome " + outcome[0] + ")");
         RecoveryManager recovery = RecoveryManager.manager();

@@ -7,13 +7,12 @@ import static org.junit.jupiter.api.Assertions.fail;
 
 import io.racaffinity.NodeState;
 import io.racaffinity.jdbc.AffinityDataSource;
-import java.nio.file.Path;
-import java.util.ArrayList;
+import io.racaffinity.testsupport.Await;
+import io.racaffinity.testsupport.PgNodesScript;
+import java.time.Duration;
 import java.util.HashSet;
-import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
@@ -74,23 +73,8 @@ class RacAffinityStarterTest {
     @Autowired
     HealthEndpoint health;
 
-    static void pgnodes(String... args) throws Exception {
-        Path script = Path.of(System.getProperty("racaffinity.repo", "../..")).resolve("tests/cluster/pgnodes");
-        List<String> cmd = new ArrayList<>(List.of(script.toString()));
-        cmd.addAll(List.of(args));
-        Process p = new ProcessBuilder(cmd).inheritIO().start();
-        assertTrue(p.waitFor(120, TimeUnit.SECONDS) && p.exitValue() == 0, "pgnodes " + String.join(" ", args));
-    }
-
     static boolean await(BooleanSupplier c) throws InterruptedException {
-        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
-        while (System.nanoTime() < end) {
-            if (c.getAsBoolean()) {
-                return true;
-            }
-            Thread.sleep(100);
-        }
-        return c.getAsBoolean();
+        return Await.until(Duration.ofSeconds(20), Duration.ofMillis(100), c);
     }
 
     @SuppressWarnings("unchecked")
@@ -120,7 +104,7 @@ class RacAffinityStarterTest {
         assertEquals(Status.UP, component());
         assertEquals("UP", nodeStatus("N3"));
 
-        pgnodes("kill", "3");
+        PgNodesScript.run("kill", "3");
         try {
             assertTrue(await(() -> "DOWN".equals(nodeStatus("N3"))), "the heartbeat finds N3 down");
             assertEquals(Status.UP, component(), "the component stays up while N1 and N2 serve");
@@ -139,7 +123,7 @@ class RacAffinityStarterTest {
             ds.getCluster().setNodeState("N2", NodeState.UP);
             assertEquals(Status.UP, health.health().getStatus());
         } finally {
-            pgnodes("restart", "3");
+            PgNodesScript.run("restart", "3");
         }
         assertTrue(await(() -> "UP".equals(nodeStatus("N3"))), "N3 is up again after its restart");
     }

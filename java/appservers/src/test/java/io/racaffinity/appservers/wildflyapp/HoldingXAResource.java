@@ -1,9 +1,9 @@
 package io.racaffinity.appservers.wildflyapp;
 
+import io.racaffinity.testsupport.xa.EmptyXAResource;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import javax.transaction.xa.XAException;
-import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
 
 /**
@@ -14,7 +14,7 @@ import javax.transaction.xa.Xid;
  * in {@code pg_prepared_xacts}, kills the node and then {@link #release()}s it; it votes
  * read-only, so it takes no part in the commit phase and leaves nothing to recover.
  */
-public final class HoldingXAResource implements XAResource {
+public final class HoldingXAResource extends EmptyXAResource {
     /** How long a held prepare waits for the test before it votes rollback. */
     static final long HOLD_SECONDS = 120;
 
@@ -49,45 +49,5 @@ public final class HoldingXAResource implements XAResource {
             throw new XAException(XAException.XA_RBOTHER);
         }
         return XA_RDONLY;
-    }
-
-    @Override
-    public void start(Xid xid, int flags) {
-    }
-
-    @Override
-    public void end(Xid xid, int flags) {
-    }
-
-    @Override
-    public void commit(Xid xid, boolean onePhase) {
-    }
-
-    @Override
-    public void rollback(Xid xid) {
-    }
-
-    @Override
-    public void forget(Xid xid) {
-    }
-
-    @Override
-    public Xid[] recover(int flag) {
-        return new Xid[0];
-    }
-
-    @Override
-    public boolean isSameRM(XAResource other) {
-        return other == this;
-    }
-
-    @Override
-    public int getTransactionTimeout() {
-        return 0;
-    }
-
-    @Override
-    public boolean setTransactionTimeout(int seconds) {
-        return false;
     }
 }
