@@ -12,7 +12,7 @@ import itertools
 import random
 import threading
 import time
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import pytest
 
@@ -150,8 +150,14 @@ def stress_cluster(cluster_factory) -> ra.Cluster:
     )
 
 
-def test_cached_pins_never_outlive_a_down_removal_or_ejection_threads(cluster_factory):
-    c = stress_cluster(cluster_factory)
+Step = Callable[[ra.Cluster, int], int]  # the i-th call of a router; returns the node it got
+
+
+def just_route(c: ra.Cluster, i: int) -> int:
+    return c.route().node
+
+
+def stress_threads(c: ra.Cluster, step: Step) -> None:
     f = Flipper(c)
     routes, routers = 20_000, 4
     seen: List[Tuple[int, int, int]] = []
@@ -164,7 +170,7 @@ def test_cached_pins_never_outlive_a_down_removal_or_ejection_threads(cluster_fa
             with c.pin():
                 while keep_routing(f, len(mine), routes, deadline):
                     begin = f.now
-                    node = c.route().node
+                    node = step(c, len(mine))
                     mine.append((begin, f.now, node))
             seen.extend(mine)
         except BaseException as e:  # pragma: no cover - reported below
@@ -187,21 +193,19 @@ def test_cached_pins_never_outlive_a_down_removal_or_ejection_threads(cluster_fa
     assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == len(seen) + routers
 
 
-def test_cached_pins_never_outlive_a_down_removal_or_ejection_asyncio(cluster_factory):
-    c = stress_cluster(cluster_factory)
+def stress_tasks(c: ra.Cluster, step: Step) -> None:
     f = Flipper(c)
     routes, tasks = 5_000, 32
     seen: List[Tuple[int, int, int]] = []
-
     deadline = time.monotonic() + DEADLINE_S
 
     async def router() -> None:
         with c.pin():
             i = 0
             while keep_routing(f, i, routes, deadline):
-                i += 1
                 begin = f.now
-                node = c.route().node
+                node = step(c, i)
+                i += 1
                 seen.append((begin, f.now, node))
                 if i % 50 == 0:
                     await asyncio.sleep(0)  # let the other tasks route in between
@@ -220,6 +224,14 @@ def test_cached_pins_never_outlive_a_down_removal_or_ejection_asyncio(cluster_fa
     check(f, seen)
     m = c.metrics()["scopes"]["thread"]
     assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == len(seen) + tasks
+
+
+def test_cached_pins_never_outlive_a_down_removal_or_ejection_threads(cluster_factory):
+    stress_threads(stress_cluster(cluster_factory), just_route)
+
+
+def test_cached_pins_never_outlive_a_down_removal_or_ejection_asyncio(cluster_factory):
+    stress_tasks(stress_cluster(cluster_factory), just_route)
 
 
 def test_closing_a_cluster_under_cached_pins_is_safe():
@@ -254,6 +266,9 @@ def test_closing_a_cluster_under_cached_pins_is_safe():
         del c  # the epoch page goes with the last reference
 
 
+OKS_LOCK = threading.Lock()
+
+
 def route_or_lease(c: ra.Cluster, i: int, oks: Dict[str, int]) -> int:
     """Every other call a pick released OK (every tenth NEUTRAL) instead of a route."""
     if i % 2 == 0:
@@ -264,7 +279,8 @@ def route_or_lease(c: ra.Cluster, i: int, oks: Dict[str, int]) -> int:
     else:
         lease.release(ra.Outcome.OK)
         name = c.node_name(lease.node)
-        oks[name] = oks.get(name, 0) + 1
+        with OKS_LOCK:  # a get and a store: another thread may run in between
+            oks[name] = oks.get(name, 0) + 1
     return lease.node
 
 
@@ -275,76 +291,21 @@ def check_lease_totals(c: ra.Cluster, oks: Dict[str, int]) -> None:
         assert n["successes"] == oks.get(n["name"], 0), n
 
 
+def leasing(oks: Dict[str, int]) -> Step:
+    return lambda c, i: route_or_lease(c, i, oks)
+
+
 def test_leases_on_cached_pins_never_outlive_a_down_and_count_exactly_threads(cluster_factory):
     c = stress_cluster(cluster_factory)
-    f = Flipper(c)
-    routes, routers = 20_000, 4
-    seen: List[Tuple[int, int, int]] = []
     oks: Dict[str, int] = {}
-    errors: List[BaseException] = []
-    deadline = time.monotonic() + DEADLINE_S
-
-    def router() -> None:
-        try:
-            mine = []
-            with c.pin():
-                while keep_routing(f, len(mine), routes, deadline):
-                    begin = f.now
-                    node = route_or_lease(c, len(mine), oks)
-                    mine.append((begin, f.now, node))
-            seen.extend(mine)
-        except BaseException as e:  # pragma: no cover - reported below
-            errors.append(e)
-
-    flipper = threading.Thread(target=f.run)
-    flipper.start()
-    threads = [threading.Thread(target=router) for _ in range(routers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    f.stop.set()
-    flipper.join()
-    assert not errors, errors
-    assert f.changes >= MIN_CHANGES
-    check(f, seen)
-    m = c.metrics()["scopes"]["thread"]
-    assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == len(seen) + routers
+    stress_threads(c, leasing(oks))
     check_lease_totals(c, oks)
 
 
 def test_leases_on_cached_pins_count_exactly_asyncio(cluster_factory):
     c = stress_cluster(cluster_factory)
-    f = Flipper(c)
-    routes, tasks = 5_000, 32
-    seen: List[Tuple[int, int, int]] = []
     oks: Dict[str, int] = {}
-    deadline = time.monotonic() + DEADLINE_S
-
-    async def router() -> None:
-        with c.pin():
-            i = 0
-            while keep_routing(f, i, routes, deadline):
-                begin = f.now
-                node = route_or_lease(c, i, oks)
-                i += 1
-                seen.append((begin, f.now, node))
-                if i % 50 == 0:
-                    await asyncio.sleep(0)
-
-    async def main() -> None:
-        await asyncio.gather(*(router() for _ in range(tasks)))
-
-    flipper = threading.Thread(target=f.run)
-    flipper.start()
-    try:
-        asyncio.run(main())
-    finally:
-        f.stop.set()
-        flipper.join()
-    check(f, seen)
-    m = c.metrics()["scopes"]["thread"]
-    assert m["hits"] + m["placements"] + m["repins"] + m["panics"] == len(seen) + tasks
+    stress_tasks(c, leasing(oks))
     check_lease_totals(c, oks)
 
 

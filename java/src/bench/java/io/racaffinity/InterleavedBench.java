@@ -1,7 +1,7 @@
 package io.racaffinity;
 
-import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
+import io.racaffinity.bench.DataSourceBench;
 import io.racaffinity.jdbc.AffinityDataSource;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
@@ -9,11 +9,8 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.function.LongUnaryOperator;
-import javax.sql.DataSource;
 
 /**
  * Ratios against the no-op JNI call measured in the same process, round by
@@ -66,25 +63,13 @@ public final class InterleavedBench {
         if (nodes && System.getenv("RACAFF_NODE1_URL") == null) {
             throw new IllegalStateException("--datasource needs RACAFF_NODE1_URL..3 (tests/cluster/pgnodes env)");
         }
-        Map<String, HikariDataSource> pools = new LinkedHashMap<>();
-        AffinityDataSource affinity = null;
+        // JMH's DataSourceBench set-up: the node pools and an AffinityDataSource over them.
+        DataSourceBench.Pools ds = null;
         if (nodes) {
-            for (int i = 1; i <= 3; i++) {
-                HikariConfig hc = new HikariConfig();
-                hc.setJdbcUrl(System.getenv("RACAFF_NODE" + i + "_URL"));
-                hc.setUsername("postgres");
-                hc.setMaximumPoolSize(2);
-                hc.setMinimumIdle(2);
-                hc.setPoolName("interleaved-RAC" + i);
-                pools.put("RAC" + i, new HikariDataSource(hc));
-            }
-            affinity = new AffinityDataSource();
-            affinity.setConfig("name = dsbench; nodes = RAC1, RAC2, RAC3");
-            affinity.setNodeDataSources(new LinkedHashMap<String, DataSource>(pools));
-            affinity.setHeartbeatIntervalMillis(0);
-            affinity.setRegisterMBean(false);
-            affinity.init();
+            ds = new DataSourceBench.Pools();
+            ds.setUp();
         }
+        AffinityDataSource affinity = ds == null ? null : ds.affinity;
         try (Cluster cluster = Cluster.fromConfig("name = bench; nodes = RAC1, RAC2, RAC3");
                 Pin pin = cluster.pin();
                 Pin dsPin = affinity == null ? null : affinity.pin()) {
@@ -141,7 +126,7 @@ public final class InterleavedBench {
                 // Only the noop baseline and the pair.
                 subjects = new Subject[] {subjects[0]};
                 AffinityDataSource ads = affinity;
-                HikariDataSource bare = pools.get(dsPin.nodeName());
+                HikariDataSource bare = ds.pools.get(dsPin.nodeName());
                 List<Subject> all = new ArrayList<>(Arrays.asList(subjects));
                 int bareIndex = all.size();
                 all.add(new Subject("bareHikari", "bare HikariCP `getConnection()` + `close()`", sql(n -> {
@@ -196,10 +181,9 @@ public final class InterleavedBench {
                         sorted[rounds / 2], sorted[0], sorted[rounds - 1]);
             }
         } finally {
-            if (affinity != null) {
-                affinity.close();
+            if (ds != null) {
+                ds.tearDown();
             }
-            pools.values().forEach(HikariDataSource::close);
         }
     }
 

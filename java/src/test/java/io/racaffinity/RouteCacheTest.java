@@ -35,6 +35,12 @@ class RouteCacheTest {
         return Cluster.fromConfig("name = cache\nnodes = n0, n1, n2, n3, n4, n5\n" + extra);
     }
 
+    private static Thread platformThread(Runnable r) {
+        Thread t = new Thread(r);
+        t.start();
+        return t;
+    }
+
     private static NodeMetrics metrics(Cluster c, int node) {
         return c.nodeMetrics().stream().filter(m -> m.node() == node).findFirst().orElseThrow();
     }
@@ -258,11 +264,7 @@ class RouteCacheTest {
 
     @Test
     void leasesOnCachedPinsNeverOutliveADownRemovalOrEjectionAndCountExactly() throws Exception {
-        stress(r -> {
-            Thread t = new Thread(r);
-            t.start();
-            return t;
-        }, 4, 100_000, true);
+        stress(RouteCacheTest::platformThread, 4, 100_000, true);
     }
 
     @Test
@@ -332,11 +334,7 @@ class RouteCacheTest {
 
     @Test
     void cachedPinsNeverOutliveADownRemovalOrEjectionOnPlatformThreads() throws Exception {
-        stress(r -> {
-            Thread t = new Thread(r);
-            t.start();
-            return t;
-        }, 4, 100_000);
+        stress(RouteCacheTest::platformThread, 4, 100_000);
     }
 
     @Test

@@ -35,8 +35,9 @@ import org.openjdk.jmh.annotations.TearDown;
 public class DataSourceBench {
     @State(Scope.Benchmark)
     public static class Pools {
-        final Map<String, HikariDataSource> pools = new LinkedHashMap<>();
-        AffinityDataSource affinity;
+        /** The node pools by node name (InterleavedBench uses them too). */
+        public final Map<String, HikariDataSource> pools = new LinkedHashMap<>();
+        public AffinityDataSource affinity;
 
         @Setup(Level.Trial)
         public void setUp() throws SQLException {
