@@ -299,6 +299,9 @@ enum Op {
     EpochFree { page: PageSel },
     RouteCacheable { h: H, ctx: Ctx, nulls: u8 },
     CountHostHits { h: H, node: NodeSel, count: Count },
+    /// A host lease's end reported to the library: NEUTRAL (which changes no
+    /// state the model follows) or a code that is no outcome.
+    HostLeaseEnd { h: H, node: NodeSel, outcome: u32 },
     AutoPin { h: H, null_out: bool },
     ContextPinFor { h: H, ctx: Ctx, scope: u32, null_out: bool },
     ContextRelease { h: H, ctx: Ctx, null_out: bool },
@@ -2503,6 +2506,26 @@ impl Model {
                         self.holds("count_host_hits.exact", a == want, &(n, count, b, a));
                     }
                 }
+                Some(r)
+            }
+            Op::HostLeaseEnd { h, node, outcome } => {
+                let (p, live) = self.resolve(h);
+                let n = self.node_arg(live, node);
+                let outcome = if outcome % 2 == 0 { 2 } else { 3 + outcome / 2 };
+                let r = racaffinity_cluster_host_lease_end(p, n, outcome);
+                let want = if outcome > 2 {
+                    R::InvalidArgument
+                } else {
+                    Self::handle_err(p, live).unwrap_or_else(|| {
+                        // A removed node's id still ends its leases.
+                        if (n as usize) < self.hist[live.unwrap()].names.len() {
+                            R::Ok
+                        } else {
+                            R::UnknownNode
+                        }
+                    })
+                };
+                self.check("host_lease_end", r, want, &(h, n, outcome));
                 Some(r)
             }
             Op::AutoPin { h, null_out } => {

@@ -1419,6 +1419,43 @@ static void each_epoch_page_call_holds_the_word_once(void) {
     racaffinity_epoch_page_free(theirs);
 }
 
+/* A C host leases a cached route's node in the page, as the header
+ * describes: the core sees the lease in flight, an OK end as a success, and
+ * a failed end (reported through racaffinity_cluster_host_lease_end) in the
+ * node's health; the page stays writable after the cluster is freed. */
+static void a_host_lease_in_the_page_counts_like_a_library_lease(void) {
+    racaffinity_cluster *c = new_cluster("nodes = RAC1, RAC2\nhealth.eject_after_failures = 1");
+    const uint64_t *word = NULL;
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &word));
+    uint64_t *table = (uint64_t *)((char *)(uintptr_t)word + RACAFFINITY_HOST_LEASE_OFFSET);
+    const uint32_t node = 1, stripe = 3;
+    uint64_t *lease_word = &table[stripe * RACAFFINITY_HOST_LEASE_NODES + node];
+    uint64_t e = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    __atomic_fetch_add(lease_word, RACAFFINITY_HOST_LEASE_BEGIN, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(lease_word, RACAFFINITY_HOST_LEASE_BEGIN, __ATOMIC_ACQ_REL);
+    CHECK_EQ_U(node_metric(c, "RAC2", "in_flight"), 2);
+    CHECK_EQ_U(__atomic_load_n(word, __ATOMIC_ACQUIRE), e);
+    __atomic_fetch_add(lease_word, RACAFFINITY_HOST_LEASE_END_OK, __ATOMIC_ACQ_REL);
+    CHECK_EQ_U(node_metric(c, "RAC2", "in_flight"), 1);
+    CHECK_EQ_U(node_metric(c, "RAC2", "successes"), 1);
+    /* A failure: off the word, then reported; one failure ejects here. */
+    __atomic_fetch_add(lease_word, RACAFFINITY_HOST_LEASE_END_NEUTRAL, __ATOMIC_ACQ_REL);
+    CHECK_OK(racaffinity_cluster_host_lease_end(c, node, RACAFFINITY_OUTCOME_FAILED));
+    CHECK_EQ_U(node_metric(c, "RAC2", "in_flight"), 0);
+    CHECK_EQ_U(node_metric(c, "RAC2", "failures"), 1);
+    racaffinity_node_state st;
+    CHECK_OK(racaffinity_node_get_state(c, node, &st));
+    CHECK(st == RACAFFINITY_NODE_STATE_DOWN);
+    CHECK_RC(racaffinity_cluster_host_lease_end(c, 77, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_RC(racaffinity_cluster_host_lease_end(c, node, 9), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_cluster_host_lease_end(NULL, node, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    free_cluster(c);
+    /* A lease held across the free ends on the page, which the host still holds. */
+    __atomic_fetch_add(lease_word, RACAFFINITY_HOST_LEASE_BEGIN, __ATOMIC_ACQ_REL);
+    __atomic_fetch_add(lease_word, RACAFFINITY_HOST_LEASE_END_NEUTRAL, __ATOMIC_ACQ_REL);
+    racaffinity_epoch_page_free(word);
+}
+
 static void tx_branches_share_one_node_and_end_with_the_last(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     racaffinity_route first, r;
@@ -1958,6 +1995,7 @@ static const h_test tests[] = {
     TEST(context_release_drops_every_level_and_auto_pin_pins_contexts),
     TEST(the_epoch_page_lets_a_host_cache_a_pinned_context_route),
     TEST(each_epoch_page_call_holds_the_word_once),
+    TEST(a_host_lease_in_the_page_counts_like_a_library_lease),
     TEST(tx_branches_share_one_node_and_end_with_the_last),
     TEST(tx_begin_on_places_a_new_gtrid_on_the_preferred_node),
     TEST(soft_transaction_repins_when_its_node_is_down),

@@ -179,9 +179,11 @@ class HostLease(Lease):
     the epoch moved (the node may have been ejected or marked down), reports
     the outcome to the library.
 
-    The library only reads these words, and every Python thread changes them
-    under the GIL, so a plain read-modify-write of the page cannot lose an
-    update (`Cluster` uses these only when the GIL is enabled). Few fields,
+    The library only reads these words, and only Python threads of this
+    cluster write them, each `page[i] += n` under the GIL: CPython checks
+    for a thread switch at calls and backward jumps, never between the
+    subscript read, the addition and the store, so no update is lost.
+    `Cluster` uses host leases only while the GIL is enabled. Few fields,
     set once: on this path each attribute store costs about as much as the
     atomic add a Java host makes."""
 

@@ -78,7 +78,12 @@ pub struct RoutingEpoch {
 impl Default for RoutingEpoch {
     fn default() -> Self {
         // Starts at 1, so a host may keep 0 as "nothing cached".
-        RoutingEpoch { word: AtomicU64::new(1), _line: [0; 7], host_leases: std::array::from_fn(|_| AtomicU64::new(0)), oks_seen: std::array::from_fn(|_| AtomicU64::new(0)) }
+        RoutingEpoch {
+            word: AtomicU64::new(1),
+            _line: [0; 7],
+            host_leases: std::array::from_fn(|_| AtomicU64::new(0)),
+            oks_seen: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
     }
 }
 

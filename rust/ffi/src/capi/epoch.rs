@@ -132,9 +132,12 @@ pub extern "C" fn racaffinity_cluster_count_host_hits(
 ///
 /// Only node ids below `RACAFFINITY_HOST_LEASE_NODES` have words; lease
 /// others with `racaffinity_lease_begin`. The core reads the in-flight bits
-/// for balancing, ejection and metrics, and collects the OK ends before it
-/// counts a failure or reports metrics, so at most 2^40 - 1 OK ends fit a
-/// word between two such reads. A lease never ended stays in flight.
+/// for balancing, ejection and metrics, and counts the OK ends (they wrap)
+/// before it counts a failure or reports metrics: fewer than 2^39 may end on
+/// one word between two such reads. The library never writes these words,
+/// so a host whose writers are serialized otherwise may update them without
+/// atomic instructions. A lease never ended stays in flight. NULL_ARGUMENT
+/// for a NULL cluster.
 ///
 /// UNKNOWN_NODE for an id the cluster never had; INVALID_ARGUMENT for an
 /// outcome that is not a `racaffinity_outcome`.
