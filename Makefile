@@ -331,6 +331,7 @@ BENCH_OUT := target/bench
 bench: lib
 	@mkdir -p $(BENCH_OUT)
 	RACAFF_BENCH_QUICK=1 $(CARGO) bench -p racaffinity --bench routing 2>&1 | tee $(BENCH_OUT)/criterion.out
+	$(CARGO) run --release -q -p racaffinity --example interleaved | tee $(BENCH_OUT)/rust.out
 	tests/c/bench.sh | tee $(BENCH_OUT)/c.out
 	test -x target/pyenv/bin/python || python3 -m venv target/pyenv
 	target/pyenv/bin/python -m pip install --quiet --disable-pip-version-check "./python[test]"

@@ -57,3 +57,6 @@ PY
 # CPU time): what docs/performance.md and tools/perf_table.py report.
 "$JAVA" -cp java/target/racaffinity-0.1.0-benchmarks.jar io.racaffinity.InterleavedBench 21 \
     | tee java/target/interleaved.out
+# AffinityDataSource against bare HikariCP over the same pool, in a JVM of its own.
+"$JAVA" -cp java/target/racaffinity-0.1.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --datasource \
+    | tee -a java/target/interleaved.out

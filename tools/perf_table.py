@@ -206,10 +206,12 @@ def c_rows(path: Path) -> Tuple[List[Row], str]:
 PY_ROWS = [  # (name, label, baseline name, baseline label, target ratio)
     ("raw_cffi_node_count", "raw cffi: a trivial call on the handle", "noop_call", "no-op cffi call", None),
     ("raw_cffi_pick_release", "raw cffi: `cluster_pick` + `lease_release`", "noop_call", "no-op cffi call", None),
-    ("pick_release", "`Cluster.pick().release()`, unpinned", "noop_call", "no-op cffi call", 2.0),
+    ("pick_release", "`Cluster.pick().release()`, unpinned", "noop_call", "no-op cffi call", 3.0),
     ("pick_with", "`with Cluster.pick():`, unpinned", "noop_call", "no-op cffi call", None),
     ("pinned_pick_release", "`Cluster.pick().release()` in a pin", "noop_call", "no-op cffi call", 2.0),
     ("pinned_route", "`Cluster.route()` in a pin (cached)", "noop_call", "no-op cffi call", 1.0),
+    ("pinned_floor_lease", "the floor: cached route + a bare Python lease object", "noop_call", "no-op cffi call",
+     None),
     ("pools_connection_pinned", "`NodePools.connection()` in a pin", "bare_pool_connection",
      "psycopg_pool `connection()`", 1.15),
     ("pools_connection_key", "`NodePools.connection(key=…)`", "bare_pool_connection",
@@ -264,10 +266,13 @@ JAVA_ROWS = [  # mirrors java/run_bench.sh
 UNIT_NS = {"ns/op": 1.0, "us/op": 1e3, "µs/op": 1e3, "ms/op": 1e6, "s/op": 1e9}
 
 
-INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, target ratio to the no-op JNI call)
-    ("pinnedRoute", "`Cluster.route()` on a pinned thread (cached; interleaved)", 1.0),
-    ("nativePinnedRoute", "raw `Native.contextRoute` (interleaved)", None),
-    ("pinnedPickRelease", "`pick()` + `release(OK)` (interleaved)", 2.0),
+INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio to that baseline)
+    ("pinnedRoute", "`Cluster.route()` on a pinned thread (cached; interleaved)", "no-op JNI call", 1.0),
+    ("nativePinnedRoute", "raw `Native.contextRoute` (interleaved)", "no-op JNI call", None),
+    ("pinnedPickRelease", "`pick()` + `release(OK)` on a pinned thread (interleaved)", "no-op JNI call", 2.0),
+    ("pinnedPickReleaseKept", "the same, the lease kept in a field (interleaved)", "no-op JNI call", None),
+    ("affinityDataSource", "`AffinityDataSource` get + close, pinned (interleaved)", "bare HikariCP get + close",
+     1.10),
 ]
 
 
@@ -277,13 +282,36 @@ def java_interleaved_rows(path: Path) -> Tuple[List[Row], str]:
         return [], f"Java: no `{rel(path)}` (java/run_bench.sh writes it)"
     pairs = parse_lines(path, "JBENCH_PAIR")
     rows = []
-    for name, label, target in INTERLEAVED_ROWS:
+    for name, label, blabel, target in INTERLEAVED_ROWS:
         if name not in pairs:
             continue
         v, b, rat, rmin, rmax = (float(x) for x in pairs[name][:5])
-        rows.append(Row("Java", label, v, "no-op JNI call (same rounds)", b, f"≤ {target:g}×" if target else "–",
+        rows.append(Row("Java", label, v, f"{blabel} (same rounds)", b, f"≤ {target:g}×" if target else "–",
                         None if target is None else rat <= target, f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f})"))
     return rows, f"Java: InterleavedBench, `{rel(path)}` ({mtime(path)})"
+
+
+RUST_INTERLEAVED_ROWS = [  # (RBENCH_PAIR name, label, target ratio to a thread_local! read)
+    ("atomic_add", "one relaxed `fetch_add` (the cost of a shared counter bump)", None),
+    ("pinned_pick", "`pick()` on a pinned thread (interleaved)", 5.0),
+    ("pinned_acquire_release", "`acquire()` + `release(Ok)` on a pinned thread (interleaved)", None),
+]
+
+
+def rust_interleaved_rows(path: Path) -> Tuple[List[Row], str]:
+    """RBENCH_PAIR lines of rust/core/examples/interleaved.rs."""
+    if not path.is_file():
+        return [], f"Rust: no `{rel(path)}` (`make bench` writes it)"
+    pairs = parse_lines(path, "RBENCH_PAIR")
+    rows = []
+    for name, label, target in RUST_INTERLEAVED_ROWS:
+        if name not in pairs:
+            continue
+        v, b, rat, rmin, rmax = (float(x) for x in pairs[name][:5])
+        rows.append(Row("Rust", label, v, "`thread_local!` read (same rounds)", b,
+                        f"≤ {target:g}×" if target else "–", None if target is None else rat <= target,
+                        f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f})"))
+    return rows, f"Rust: interleaved example, `{rel(path)}` ({mtime(path)})"
 
 
 def java_rows(path: Path) -> Tuple[List[Row], str]:
@@ -398,6 +426,8 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--jmh", type=Path, default=REPO / "java" / "target" / "jmh-result.json", help="JMH JSON")
     ap.add_argument("--java-interleaved", type=Path, default=REPO / "java" / "target" / "interleaved.out",
                     help="JBENCH_PAIR lines (InterleavedBench)")
+    ap.add_argument("--rust-interleaved", type=Path, default=REPO / "target" / "bench" / "rust.out",
+                    help="RBENCH_PAIR lines (rust/core/examples/interleaved.rs)")
     ap.add_argument("--machine", default=f"a shared {os.cpu_count()}-core VM",
                     help='machine note (default: "a shared <N>-core VM")')
     ap.add_argument("--command", default=DEFAULT_COMMAND, help="the command that produced the numbers")
@@ -411,7 +441,7 @@ def main(argv: List[str]) -> int:
         crit = Path(load_summary_module().criterion_dir([]))  # type: ignore[attr-defined]
     rows: List[Row] = []
     sources: List[str] = []
-    for rs, src in (rust_rows(crit), c_rows(args.c), java_rows(args.jmh),
+    for rs, src in (rust_rows(crit), rust_interleaved_rows(args.rust_interleaved), c_rows(args.c), java_rows(args.jmh),
                     java_interleaved_rows(args.java_interleaved), python_rows(args.python)):
         rows += rs
         sources.append(src)

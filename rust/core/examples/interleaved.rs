@@ -1,0 +1,118 @@
+//! Rust's fast paths against their physical limit, in one process: a pinned
+//! thread's `pick()` and `route()`-style calls against a `thread_local!`
+//! read, round by round (odd rounds in reverse order), each round timed in
+//! the thread's CPU time; the ratio is the median of the per-round ratios,
+//! with their min–max. Criterion runs its benchmarks one after another, which
+//! on this shared machine moved this ratio from 6.7x to 39x between runs.
+//!
+//! ```text
+//! cargo run --release -p racaffinity --example interleaved [-- ROUNDS]
+//! ```
+//! Prints a markdown table and `RBENCH_PAIR <name> <ns> <baseline ns> <median> <min> <max>` lines.
+
+use std::cell::Cell;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use racaffinity::{Cluster, Outcome};
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static TL: Cell<u64> = const { Cell::new(1) };
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc_timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid clock id and a writable timespec.
+    unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[repr(C)]
+struct libc_timespec {
+    tv_sec: i64,
+    tv_nsec: i64,
+}
+const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+extern "C" {
+    fn clock_gettime(clk: i32, ts: *mut libc_timespec) -> i32;
+}
+
+type Case<'a> = (&'a str, &'a str, Box<dyn FnMut(u64) -> u64 + 'a>);
+
+fn main() {
+    let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(21);
+    let c = Cluster::from_config_text("name = bench\nnodes = RAC1, RAC2, RAC3").expect("valid config");
+    let _pin = c.pin_thread().expect("pinned");
+    let mut cases: Vec<Case> = vec![
+        (
+            "thread_local",
+            "`thread_local!` `Cell<u64>` read",
+            Box::new(|n| (0..n).fold(0, |acc, _| acc + TL.with(|t| black_box(t.get())))),
+        ),
+        (
+            "atomic_add",
+            "one `AtomicU64::fetch_add` (Relaxed): what counting a hit where any thread can read it costs",
+            Box::new(|n| (0..n).fold(0, |acc, _| acc + COUNTER.fetch_add(1, Ordering::Relaxed))),
+        ),
+        (
+            "pinned_pick",
+            "`pick()` on a pinned thread",
+            Box::new(|n| (0..n).fold(0, |acc, _| acc + u64::from(c.pick().unwrap().node.0))),
+        ),
+        (
+            "pinned_acquire_release",
+            "`acquire()` + `release(Ok)` on a pinned thread",
+            Box::new(|n| {
+                (0..n).fold(0, |acc, _| {
+                    let l = c.acquire().unwrap();
+                    let node = l.node().0;
+                    l.release(Outcome::Ok);
+                    acc + u64::from(node)
+                })
+            }),
+        ),
+    ];
+    // Calibrate: about 2 ms of thread CPU time per case and round.
+    let iters: Vec<u64> = cases
+        .iter_mut()
+        .map(|(_, _, f)| {
+            let mut n = 1_000u64;
+            loop {
+                let t = thread_cpu_ns();
+                black_box(f(n));
+                let dt = thread_cpu_ns() - t;
+                if dt >= 500_000 && n >= 10_000 {
+                    break (n as f64 * 2_000_000.0 / dt as f64) as u64;
+                }
+                n *= 2;
+            }
+        })
+        .collect();
+    let mut ns = vec![vec![0f64; rounds]; cases.len()];
+    for r in 0..rounds {
+        for k in 0..cases.len() {
+            let i = if r % 2 == 0 { k } else { cases.len() - 1 - k };
+            let t = thread_cpu_ns();
+            black_box((cases[i].2)(iters[i]));
+            ns[i][r] = (thread_cpu_ns() - t) as f64 / iters[i] as f64;
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("\nRust, same process, {rounds} interleaved rounds (thread CPU time)\n");
+    println!("| subject | ns/op (median) | / `thread_local!` read: median | min | max |");
+    println!("|---|---:|---:|---:|---:|");
+    for k in 0..cases.len() {
+        let mut ratio: Vec<f64> = (0..rounds).map(|r| ns[k][r] / ns[0][r]).collect();
+        let (lo, hi) = (ratio.iter().cloned().fold(f64::MAX, f64::min), ratio.iter().cloned().fold(0.0, f64::max));
+        let med = median(&mut ratio);
+        let subject = median(&mut ns[k].clone());
+        let base = median(&mut ns[0].clone());
+        println!("| {} | {subject:.2} | {med:.2}× | {lo:.2}× | {hi:.2}× |", cases[k].1);
+        println!("RBENCH_PAIR {} {subject:.3} {base:.3} {med:.4} {lo:.4} {hi:.4}", cases[k].0);
+    }
+}
