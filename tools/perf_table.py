@@ -273,6 +273,8 @@ INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio t
     ("pinnedPickReleaseKept", "the same, the lease kept in a field (interleaved)", "no-op JNI call", None),
     ("affinityDataSource", "`AffinityDataSource` get + close, pinned (interleaved)", "bare HikariCP get + close",
      1.10),
+    ("wrapperFloor", "the floor: pinned route + a minimal wrapper, no lease (interleaved)",
+     "bare HikariCP get + close", None),
 ]
 
 

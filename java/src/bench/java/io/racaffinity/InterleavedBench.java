@@ -148,6 +148,18 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }), bareIndex));
+                Cluster dsCluster = ads.getCluster();
+                all.add(new Subject("wrapperFloor",
+                        "the floor: the pinned route + a minimal wrapper over the same HikariCP borrow, no lease",
+                        sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Wrapped c = new Wrapped(bare.getConnection(), dsCluster.route())) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
                 subjects = all.toArray(new Subject[0]);
             }
             long[] iters = new long[subjects.length];
@@ -184,6 +196,31 @@ public final class InterleavedBench {
             if (ds != null) {
                 ds.tearDown();
             }
+        }
+    }
+
+    /**
+     * The least a routing data source's connection can be: the node pool's
+     * connection and the route, closed through. What {@code AffinityDataSource}
+     * adds beyond this is the lease (balancing and health).
+     */
+    private static final class Wrapped implements AutoCloseable {
+        private final Connection physical;
+        private final Route route;
+
+        Wrapped(Connection physical, Route route) {
+            this.physical = physical;
+            this.route = route;
+        }
+
+        @Override
+        public void close() throws SQLException {
+            physical.close();
+        }
+
+        @Override
+        public String toString() {
+            return "Wrapped[" + route + "]";
         }
     }
 
