@@ -90,13 +90,13 @@ fn main() {
             }
         })
         .collect();
-    let mut ns = vec![vec![0f64; rounds]; cases.len()];
+    let mut ns = vec![Vec::with_capacity(rounds); cases.len()];
     for r in 0..rounds {
         for k in 0..cases.len() {
             let i = if r % 2 == 0 { k } else { cases.len() - 1 - k };
             let t = thread_cpu_ns();
             black_box((cases[i].2)(iters[i]));
-            ns[i][r] = (thread_cpu_ns() - t) as f64 / iters[i] as f64;
+            ns[i].push((thread_cpu_ns() - t) as f64 / iters[i] as f64);
         }
     }
     let median = |v: &mut Vec<f64>| {
