@@ -222,3 +222,62 @@ impl Cluster {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    const NODE: u32 = 5;
+
+    fn word(page: &RoutingEpoch) -> &AtomicU64 {
+        page.host_lease_word(2, NODE).unwrap()
+    }
+
+    #[test]
+    fn ok_counts_that_wrap_past_the_top_of_the_word_are_counted_exactly() {
+        let page = RoutingEpoch::default();
+        let i = 2 * HOST_LEASE_NODES + NODE as usize;
+        // As if 2^40 - 3 leases had ended OK on this word and been counted.
+        let near_top = (1u64 << 40) - 3;
+        page.host_leases[i].store(near_top << HOST_LEASE_IN_FLIGHT_BITS, Ordering::Relaxed);
+        page.oks_seen[i].store(near_top, Ordering::Relaxed);
+        for _ in 0..7 {
+            word(&page).fetch_add(HOST_LEASE_BEGIN, Ordering::AcqRel);
+            word(&page).fetch_add(HOST_LEASE_END_OK, Ordering::AcqRel);
+        }
+        assert_eq!(page.host_in_flight(NODE), 0);
+        assert_eq!(page.collect_host_oks(NODE), 7, "the count wrapped from 2^40 - 3 to 4");
+        assert_eq!(page.collect_host_oks(NODE), 0, "each end is counted once");
+    }
+
+    #[test]
+    fn concurrent_collections_count_each_ok_once() {
+        let page = Arc::new(RoutingEpoch::default());
+        let per_host = 50_000u64;
+        let hosts: Vec<_> = (0..2)
+            .map(|_| {
+                let page = page.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..per_host {
+                        word(&page).fetch_add(HOST_LEASE_BEGIN, Ordering::AcqRel);
+                        word(&page).fetch_add(HOST_LEASE_END_OK, Ordering::AcqRel);
+                    }
+                })
+            })
+            .collect();
+        let collectors: Vec<_> = (0..2)
+            .map(|_| {
+                let page = page.clone();
+                std::thread::spawn(move || (0..20_000).map(|_| page.collect_host_oks(NODE)).sum::<u64>())
+            })
+            .collect();
+        for h in hosts {
+            h.join().unwrap();
+        }
+        let collected: u64 =
+            collectors.into_iter().map(|c| c.join().unwrap()).sum::<u64>() + page.collect_host_oks(NODE);
+        assert_eq!(collected, 2 * per_host);
+        assert_eq!(page.host_in_flight(NODE), 0);
+    }
+}
