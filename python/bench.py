@@ -146,6 +146,13 @@ def bench_calls(quick: bool) -> None:
     def floor_lease() -> None:
         FloorLease(c.route()).release()
 
+    def unpinned_floor() -> None:
+        # A balanced pick must ask the library (one crossing); a release kept
+        # in host memory would make no second one. (The library counts these
+        # picks as in flight forever: a benchmark-only shortcut.)
+        raw_pick(h, buf)
+        FloorLease(buf.node).release()
+
     cases = {
         "noop_call": loop(noop, n),
         "raw_cffi_node_count": loop(handle_call, n),
@@ -155,6 +162,7 @@ def bench_calls(quick: bool) -> None:
         "pinned_pick_release": lambda: pinned_ctx.run(loop(pinned_pick_release, n)),
         "pinned_route": lambda: pinned_ctx.run(loop(pinned_route, n)),
         "pinned_floor_lease": lambda: pinned_ctx.run(loop(floor_lease, n)),
+        "unpinned_floor": loop(unpinned_floor, n),
     }
     results = measure(cases, n, repeats)
     report(
@@ -170,6 +178,7 @@ def bench_calls(quick: bool) -> None:
             ("pinned_pick_release", "Cluster.pick().release() in a pin", "<= 2x"),
             ("pinned_route", "Cluster.route() in a pin (cached)", "<= 1x"),
             ("pinned_floor_lease", "cached route + a bare Python lease object", "(floor)"),
+            ("unpinned_floor", "one raw cffi pick + a bare Python lease object", "(floor)"),
         ],
     )
     c.close()

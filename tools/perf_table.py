@@ -212,6 +212,8 @@ PY_ROWS = [  # (name, label, baseline name, baseline label, target ratio)
     ("pinned_route", "`Cluster.route()` in a pin (cached)", "noop_call", "no-op cffi call", 1.0),
     ("pinned_floor_lease", "the floor: cached route + a bare Python lease object", "noop_call", "no-op cffi call",
      None),
+    ("unpinned_floor", "the unpinned floor: one raw cffi pick + a bare Python lease object", "noop_call",
+     "no-op cffi call", None),
     ("pools_connection_pinned", "`NodePools.connection()` in a pin", "bare_pool_connection",
      "psycopg_pool `connection()`", 1.15),
     ("pools_connection_key", "`NodePools.connection(key=…)`", "bare_pool_connection",
