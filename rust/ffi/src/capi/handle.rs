@@ -118,7 +118,7 @@ pub(crate) fn with<R>(
             // The slot's generation moves on when the handle is freed, so a
             // match means the cached entry is still this handle's.
             Some((b, e)) if *b == bits && slot.generation.load(Ordering::Acquire) == generation => {
-                Some((f.take().expect("called once"))(&e.cluster))
+                Some(overtaken((f.take().expect("called once"))(&e.cluster), &e.cluster))
             }
             _ => None,
         }
@@ -128,7 +128,7 @@ pub(crate) fn with<R>(
     }
     match slot.entry.load_full() {
         Some(e) if e.generation == generation => {
-            let r = (f.take().expect("called once"))(&e.cluster);
+            let r = overtaken((f.take().expect("called once"))(&e.cluster), &e.cluster);
             let _ = LAST.try_with(|last| *last.borrow_mut() = Some((bits, e)));
             r
         }
@@ -141,6 +141,19 @@ pub(crate) fn with<R>(
             });
             Err(invalid())
         }
+    }
+}
+
+/// A call that failed on a cluster another thread freed meanwhile gets
+/// INVALID_HANDLE: its error may be the free's doing (the free empties the
+/// registries, so a lease or transaction the call names is gone), and the
+/// contract is that such a call finishes on the old cluster or gets
+/// INVALID_HANDLE. Successes stand.
+#[inline]
+fn overtaken<R>(r: Result<R, Failure>, c: &Cluster) -> Result<R, Failure> {
+    match r {
+        Err(_) if c.is_closed() => Err(invalid()),
+        r => r,
     }
 }
 
@@ -227,6 +240,30 @@ mod tests {
         assert!(!table().free.lock().unwrap().contains(&(index as u32)), "a slot at its last generation came back");
         assert!(with(last, |_| Ok(())).is_err());
         assert!(with(h, |_| Ok(())).is_err());
+    }
+
+    /// The C thread test saw this once under valgrind: a release that passed
+    /// the handle check just before another thread freed the cluster found
+    /// its lease gone with the freed registries and answered INVALID_LEASE.
+    /// A call the free overtook finishes on the old cluster or gets
+    /// INVALID_HANDLE, never an error the free itself caused.
+    #[test]
+    fn a_call_that_fails_because_the_cluster_was_freed_under_it_is_invalid_handle() {
+        let _turn = serial();
+        let h = insert(cluster()).unwrap();
+        let token = with(h, |c| Ok(c.open_lease(racaffinity_core::NodeId(0))?)).unwrap();
+        let bits = h as usize;
+        let r = with(h, |c| {
+            // Another thread's free, between this call's handle check and its work.
+            std::thread::spawn(move || remove(bits as *const racaffinity_cluster).unwrap()).join().unwrap();
+            Ok(c.close_lease(token, racaffinity_core::Outcome::Ok)?)
+        });
+        assert_eq!(r.unwrap_err().code, racaffinity_result::InvalidHandle);
+        // Errors of the caller's own making stay what they are while the handle lives.
+        let h = insert(cluster()).unwrap();
+        let r = with(h, |c| Ok(c.close_lease(racaffinity_core::LeaseToken(999), racaffinity_core::Outcome::Ok)?));
+        assert_eq!(r.unwrap_err().code, racaffinity_result::InvalidLease);
+        remove(h).unwrap();
     }
 
     #[test]
