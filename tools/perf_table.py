@@ -297,7 +297,6 @@ def java_interleaved_rows(path: Path) -> Tuple[List[Row], str]:
 
 RUST_INTERLEAVED_ROWS = [  # (RBENCH_PAIR name, label, target ratio to a thread_local! read)
     ("atomic_add", "one relaxed `fetch_add` (the cost of a shared counter bump)", None),
-    ("pin_floor", "the floor: pin slot lookup, node state, a per-thread hit cell", None),
     ("pinned_pick", "`pick()` on a pinned thread (interleaved)", 5.0),
     ("pinned_acquire_release", "`acquire()` + `release(Ok)` on a pinned thread (interleaved)", None),
 ]

@@ -18,25 +18,8 @@ use racaffinity::{Cluster, Outcome};
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// What a pinned pick needs at the least, in the shape the core keeps it: a
-/// thread's pin slots, each naming its cluster, its node, the node's state
-/// (shared, atomic) and a hit cell only this thread writes (metrics readers
-/// on other threads would merge it).
-struct FloorSlot {
-    cluster: u64,
-    node: u32,
-    state: std::sync::Arc<std::sync::atomic::AtomicU8>,
-    hits: std::sync::Arc<AtomicU64>,
-}
-
 thread_local! {
     static TL: Cell<u64> = const { Cell::new(1) };
-    static FLOOR_SLOTS: std::cell::RefCell<Vec<FloorSlot>> = std::cell::RefCell::new(vec![FloorSlot {
-        cluster: 7,
-        node: 1,
-        state: Default::default(),
-        hits: Default::default(),
-    }]);
 }
 
 fn thread_cpu_ns() -> u64 {
@@ -70,26 +53,8 @@ fn main() {
         ),
         (
             "atomic_add",
-            "one `AtomicU64::fetch_add` (Relaxed): what counting a hit where any thread can read it costs",
+            "one `AtomicU64::fetch_add` (Relaxed): why a pinned pick counts its hit in a per-thread tally",
             Box::new(|n| (0..n).fold(0, |acc, _| acc + COUNTER.fetch_add(1, Ordering::Relaxed))),
-        ),
-        (
-            "pin_floor",
-            "the floor of an exactly counted pinned pick: the thread's pin slot, the node's state, a per-thread hit cell",
-            Box::new(|n| {
-                (0..n).fold(0, |acc, _| {
-                    acc + FLOOR_SLOTS.with(|s| {
-                        let v = s.borrow();
-                        let slot = v.iter().find(|x| x.cluster == 7).expect("a slot");
-                        if slot.state.load(Ordering::Acquire) != 0 {
-                            return 0;
-                        }
-                        // One writer: a load and a store, no locked instruction.
-                        slot.hits.store(slot.hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-                        u64::from(slot.node)
-                    })
-                })
-            }),
         ),
         (
             "pinned_pick",

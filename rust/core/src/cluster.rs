@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     pub sessions: SessionRegistry,
     pub data: DataMap,
     pub contexts: ContextPins,
+    /// Hits thread pins counted on their own (crate::thread_hits).
+    pub thread_hits: crate::thread_hits::Tallies,
     pub scope: [ScopeCounters; 4],
     pub next_context: AtomicU64,
     pub leases: LeaseRegistry,
@@ -206,6 +208,7 @@ impl Cluster {
             sessions: SessionRegistry::new(),
             data,
             contexts: ContextPins::new(),
+            thread_hits: Default::default(),
             scope: Default::default(),
             next_context: AtomicU64::new(1),
             leases: LeaseRegistry::new(),

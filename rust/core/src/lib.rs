@@ -50,6 +50,7 @@ mod request;
 mod route;
 mod session;
 mod sharded;
+mod thread_hits;
 mod token;
 mod topology;
 mod transaction;

@@ -406,13 +406,16 @@ impl Cluster {
     pub fn metrics(&self) -> MetricsSnapshot {
         let topo = self.topo();
         let (load_failures, last_error) = self.partition_map_load_failures();
+        // Held until the scope counters are read: no thread pin folds its
+        // tally into them meanwhile, so no hit is counted twice or missed.
+        let thread_hits = self.inner.thread_hits.merged();
         let nodes: Vec<NodeMetrics> = topo
             .live
             .iter()
             .map(|n| {
                 n.collect_host_oks();
                 let c = &n.counters;
-                let hits = c.affinity_hits.sum();
+                let hits = c.affinity_hits.sum().wrapping_add(thread_hits.node(n.id()));
                 NodeMetrics {
                     name: n.name().to_string(),
                     state: n.state(),
@@ -449,7 +452,11 @@ impl Cluster {
                     scope: sc,
                     strict: self.is_strict(sc),
                     live,
-                    hits: k.hits.sum(),
+                    hits: if sc == Scope::Thread {
+                        k.hits.sum().wrapping_add(thread_hits.total())
+                    } else {
+                        k.hits.sum()
+                    },
                     placements: k.placements.load(Ordering::Relaxed),
                     repins: k.repins.load(Ordering::Relaxed),
                     fallbacks: k.fallbacks.load(Ordering::Relaxed),

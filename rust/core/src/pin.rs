@@ -18,6 +18,7 @@ use crate::error::{Error, Result, Scope};
 use crate::node::{Node, NodeId};
 use crate::request::PinMove;
 use crate::route::{Route, RouteKind};
+use crate::thread_hits::Tally;
 
 /// A host-chosen key naming one pin context (a Java thread, a Python context).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,23 +28,69 @@ struct Slot {
     cluster: u64,
     depth: u32,
     node: Arc<Node>,
+    hits: Arc<Tally>,
     owner: Weak<Inner>,
+}
+
+impl Slot {
+    fn new(cluster: u64, node: Arc<Node>, inner: &Arc<Inner>) -> Slot {
+        let hits = inner.thread_hits.register(node.id());
+        Slot { cluster, depth: 1, node, hits, owner: Arc::downgrade(inner) }
+    }
+
+    /// Moves the pin to `to`, folding the hits counted on the old node first.
+    fn move_to(&mut self, to: Arc<Node>) {
+        if let Some(inner) = self.owner.upgrade() {
+            inner.thread_hits.fold(&self.hits, &self.node, &inner.scope[Scope::Thread as usize].hits, Some(to.id()));
+        }
+        self.node = to;
+        self.remember();
+    }
+
+    /// Makes this slot the one [`Cluster::pick`] tries first.
+    fn remember(&self) {
+        let last =
+            LastPin { cluster: self.cluster, id: self.node.id(), node: self.node.clone(), hits: self.hits.clone() };
+        // Fails only during thread exit, when no pick can come.
+        let _ = LAST_PIN.try_with(|l| *l.borrow_mut() = Some(last));
+    }
 }
 
 impl Drop for Slot {
     // Runs on unpin and also when a thread exits still pinned, so the live
-    // pin gauge cannot drift upwards with dead threads.
+    // pin gauge cannot drift upwards with dead threads, and the exiting
+    // thread's hits stay counted.
     fn drop(&mut self) {
+        // The fast path must not serve, or count into, a pin that ended.
+        let _ = LAST_PIN.try_with(|l| {
+            let mut l = l.borrow_mut();
+            if l.as_ref().is_some_and(|last| last.cluster == self.cluster) {
+                *l = None;
+            }
+        });
         if let Some(inner) = self.owner.upgrade() {
+            inner.thread_hits.fold(&self.hits, &self.node, &inner.scope[Scope::Thread as usize].hits, None);
             inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
         }
     }
+}
+
+/// A copy of the thread's last-used slot: what a pinned `pick()` reads, so
+/// it needs no scan of the list. Replaced whenever that slot's node moves,
+/// cleared when the slot ends.
+struct LastPin {
+    cluster: u64,
+    // The node's id beside it: one load fewer from the node.
+    id: NodeId,
+    node: Arc<Node>,
+    hits: Arc<Tally>,
 }
 
 thread_local! {
     // A Vec, not a map: a process rarely holds more than a couple of clusters,
     // and a linear scan of one or two entries beats hashing.
     static THREAD_PINS: RefCell<Vec<Slot>> = const { RefCell::new(Vec::new()) };
+    static LAST_PIN: RefCell<Option<LastPin>> = const { RefCell::new(None) };
 }
 
 enum Fast {
@@ -259,9 +306,12 @@ impl Cluster {
                 return Ok(None);
             };
             let kind = match self.revalidate(&slot.node, Scope::Thread)? {
-                None => RouteKind::Affinity,
+                None => {
+                    slot.remember();
+                    RouteKind::Affinity
+                }
                 Some((n, kind)) => {
-                    slot.node = n;
+                    slot.move_to(n);
                     kind
                 }
             };
@@ -276,8 +326,7 @@ impl Cluster {
                 None if enter || self.inner.config.thread.auto_pin => {
                     let (node, kind) = self.new_pin(Scope::Thread)?;
                     let r = Route::new(node.id(), kind);
-                    let owner = Arc::downgrade(&self.inner);
-                    let slot = Slot { cluster: id, depth: 1, node, owner };
+                    let slot = Slot::new(id, node, &self.inner);
                     self.inner.scope[Scope::Thread as usize].live.fetch_add(1, Ordering::Relaxed);
                     let pushed = THREAD_PINS.try_with(|p| {
                         let mut v = p.borrow_mut();
@@ -285,6 +334,7 @@ impl Cluster {
                         // can never be released by their handle: drop them
                         // here, so they hold no memory and slow no scan.
                         v.retain(|s| s.owner.upgrade().is_some_and(|inner| !inner.closed.load(Ordering::Acquire)));
+                        slot.remember();
                         v.push(slot);
                     });
                     if pushed.is_err() {
@@ -306,8 +356,29 @@ impl Cluster {
     #[inline]
     pub fn pick(&self) -> Result<Route> {
         let id = self.inner.id;
-        // Fast path: a healthy pin costs one thread-local lookup and two
-        // counter bumps, with no snapshot load.
+        // Fast path, the thread's last-used pin: no list scan, and the hit
+        // counted in the pin's own tally (no locked instruction).
+        let hit = LAST_PIN.try_with(|l| {
+            let l = l.borrow();
+            let last = l.as_ref().filter(|last| last.cluster == id)?;
+            // An Up node takes existing work; any other state (a drain's
+            // deadline reads the clock) is checked in full on the list path.
+            if !last.node.accepts_new() {
+                return None;
+            }
+            last.hits.hit();
+            Some(last.id)
+        });
+        match hit {
+            Ok(Some(node)) => Ok(Route::new(node, RouteKind::Affinity)),
+            _ => self.pick_listed(),
+        }
+    }
+
+    /// [`Cluster::pick`] when the last-used pin did not answer: another
+    /// cluster's pin, an unhealthy node, or no pin.
+    fn pick_listed(&self) -> Result<Route> {
+        let id = self.inner.id;
         let fast = THREAD_PINS
             .try_with(|p| {
                 let v = p.borrow();
@@ -315,15 +386,13 @@ impl Cluster {
                 if !s.node.accepts_existing(self.clock()) {
                     return Fast::Revalidate;
                 }
-                s.node.counters.affinity_hits.incr();
+                s.remember();
+                s.hits.hit();
                 Fast::Hit(s.node.id())
             })
             .unwrap_or(Fast::Unpinned);
         match fast {
-            Fast::Hit(node) => {
-                self.inner.scope[Scope::Thread as usize].hits.incr();
-                Ok(Route::new(node, RouteKind::Affinity))
-            }
+            Fast::Hit(node) => Ok(Route::new(node, RouteKind::Affinity)),
             Fast::Unpinned if !self.inner.config.thread.auto_pin => self.pick_balanced(),
             _ => self.thread_route(false),
         }
@@ -512,7 +581,7 @@ impl Cluster {
                 PinAfterFailure::Keep => PinMove::To(Route::new(slot.node.id(), RouteKind::Affinity)),
                 PinAfterFailure::Stay => PinMove::Stay,
                 PinAfterFailure::Move(n, kind) => {
-                    slot.node = n;
+                    slot.move_to(n);
                     PinMove::To(Route::new(slot.node.id(), kind))
                 }
             })

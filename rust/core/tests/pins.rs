@@ -224,3 +224,134 @@ fn a_request_routes_by_transaction_then_key_then_session_then_pin() {
         racaffinity::ErrorKind::UnknownTransaction
     );
 }
+
+/// Affinity hits and picks of `node` and the thread scope's hits, as metrics report them.
+fn thread_hits(c: &Cluster, node: &str) -> (u64, u64, u64) {
+    let m = c.metrics();
+    let n = m.nodes.iter().find(|n| n.name == node).expect("a live node");
+    let s = m.scopes.iter().find(|s| s.scope == Scope::Thread).expect("the thread scope");
+    (n.affinity_hits, n.picks, s.hits)
+}
+
+#[test]
+fn a_pinned_threads_hits_are_exact_in_metrics_while_it_runs_repins_and_after_it_exits() {
+    let c = Arc::new(cluster("nodes = A, B, C\npolicy = round_robin"));
+    let (to_main, from_thread) = std::sync::mpsc::channel();
+    let (to_thread, from_main) = std::sync::mpsc::channel::<()>();
+    let t = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let pin = c.pin_thread().unwrap();
+            let first = c.node_name(pin.node()).unwrap();
+            for _ in 0..1000 {
+                assert_eq!(c.pick().unwrap().kind, RouteKind::Affinity);
+            }
+            to_main.send(first.clone()).unwrap();
+            from_main.recv().unwrap();
+            // The lead marks the first node down: the next pick re-pins
+            // (soft), and later hits belong to the new node.
+            let moved = c.pick().unwrap();
+            assert_eq!(moved.kind, RouteKind::Repinned);
+            for _ in 0..500 {
+                assert_eq!(c.pick().unwrap().kind, RouteKind::Affinity);
+            }
+            to_main.send(c.node_name(moved.node).unwrap()).unwrap();
+            from_main.recv().unwrap();
+            // Exits pinned, with the guard forgotten: the thread's
+            // teardown ends the pin, and its hits must stay counted.
+            std::mem::forget(pin);
+        })
+    };
+    let first = from_thread.recv().unwrap();
+    // Read while the thread lives and holds its pin.
+    assert_eq!(thread_hits(&c, &first), (1000, 1001, 1000));
+    c.set_node_state(&first, NodeState::Down).unwrap();
+    to_thread.send(()).unwrap();
+    let second = from_thread.recv().unwrap();
+    assert_ne!(second, first);
+    assert_eq!(thread_hits(&c, &first).0, 1000, "hits before the re-pin stay on the first node");
+    assert_eq!(thread_hits(&c, &second).0, 500);
+    assert_eq!(thread_hits(&c, &second).2, 1500);
+    to_thread.send(()).unwrap();
+    t.join().unwrap();
+    assert_eq!(thread_hits(&c, &first).0, 1000);
+    assert_eq!(thread_hits(&c, &second), (500, 501, 1500), "the thread's exit keeps every hit");
+}
+
+#[test]
+fn thread_scope_hits_never_go_backwards_or_overcount_while_pins_come_and_go() {
+    const THREADS: usize = 4;
+    const ROUNDS: u64 = 200;
+    const PICKS: u64 = 50;
+    let c = Arc::new(cluster("nodes = A, B, C"));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (c, done) = (c.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut last = 0;
+            let mut reads = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Acquire) || reads == 0 {
+                let m = c.metrics();
+                let hits = m.scopes.iter().find(|s| s.scope == Scope::Thread).unwrap().hits;
+                assert!(hits >= last, "thread hits went back from {last} to {hits}");
+                assert!(hits <= THREADS as u64 * ROUNDS * PICKS, "{hits} hits counted, more than were made");
+                last = hits;
+                reads += 1;
+            }
+        })
+    };
+    let workers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                for _ in 0..ROUNDS {
+                    let _pin = c.pin_thread().unwrap();
+                    for _ in 0..PICKS {
+                        c.pick().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    reader.join().unwrap();
+    let m = c.metrics();
+    let hits = m.scopes.iter().find(|s| s.scope == Scope::Thread).unwrap().hits;
+    assert_eq!(hits, THREADS as u64 * ROUNDS * PICKS);
+    assert_eq!(m.nodes.iter().map(|n| n.affinity_hits).sum::<u64>(), hits, "every thread hit is some node's");
+}
+
+#[test]
+fn a_repinned_thread_stays_on_its_new_node_when_the_old_one_returns_at_once() {
+    let c = cluster("nodes = A, B, C");
+    let pin = c.pin_thread().unwrap();
+    let old = c.node_name(pin.node()).unwrap();
+    c.set_node_state(&old, NodeState::Down).unwrap();
+    let moved = c.pick().unwrap();
+    assert_eq!(moved.kind, RouteKind::Repinned);
+    // The old node is back before the thread's next pick: the pin has
+    // moved, and every later pick must say where it is now.
+    c.set_node_state(&old, NodeState::Up).unwrap();
+    for _ in 0..3 {
+        let r = c.pick().unwrap();
+        assert_eq!((r.node, r.kind), (moved.node, RouteKind::Affinity), "the pin moved to {:?}", moved.node);
+    }
+    assert_eq!(c.thread_pinned_node(), Some(moved.node));
+}
+
+#[test]
+fn a_thread_pin_moved_by_reroute_is_the_one_later_picks_use() {
+    let c = cluster("nodes = A, B, C");
+    let pin = c.pin_thread().unwrap();
+    let failed = pin.node();
+    // The first pick makes the pin the thread's last used.
+    assert_eq!(c.pick().unwrap().node, failed);
+    let moved = c.reroute(&racaffinity::RouteRequest::default(), failed).unwrap().expect("a retry node").node;
+    assert_ne!(moved, failed);
+    for _ in 0..3 {
+        assert_eq!(c.pick().unwrap().node, moved, "picks follow the rerouted pin");
+    }
+}
