@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 // A power of two: `stripe()` takes the top bits of a hash.
-const STRIPES: usize = 8;
+pub(crate) const STRIPES: usize = 8;
 
 #[repr(align(64))]
 #[derive(Default)]
@@ -25,7 +25,7 @@ pub(crate) struct StripedCounter {
 /// dearer than the same route in a Rust binary. Two threads may share a
 /// stripe; that costs contention, never a count (reads sum every cell).
 #[inline]
-fn stripe() -> usize {
+pub(crate) fn stripe() -> usize {
     let marker = 0u8;
     let granule = (std::ptr::addr_of!(marker) as usize >> 16) as u64;
     // Fibonacci hashing: the top bits of the product mix every granule bit.

@@ -21,7 +21,8 @@ pub(crate) struct Tally {
     hits: AtomicU64,
     /// The node the hits belong to; changed only under the registry's lock.
     node: AtomicU32,
-    /// Where the tally sits in the registry.
+    /// Where the tally sits in the registry: shard, then slot.
+    shard: usize,
     index: usize,
 }
 
@@ -41,11 +42,15 @@ struct Slab {
     free: Vec<usize>,
 }
 
-/// The live tallies of one cluster.
+/// The live tallies of one cluster, sharded by thread: pins begin and end
+/// as often as units of work, and one lock for all threads would serialize
+/// them. A reader takes every shard (in order), so its view is exact.
 #[derive(Default)]
 pub(crate) struct Tallies {
-    slab: Mutex<Slab>,
+    shards: [Mutex<Slab>; SHARDS],
 }
+
+const SHARDS: usize = crate::counter::STRIPES;
 
 impl std::fmt::Debug for Tallies {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -56,7 +61,7 @@ impl std::fmt::Debug for Tallies {
 /// The live tallies merged per node, with the registry locked: while it is
 /// held no tally folds, so the shared counters read next to it are exact.
 pub(crate) struct Merged<'a> {
-    _folds_wait: MutexGuard<'a, Slab>,
+    _folds_wait: Vec<MutexGuard<'a, Slab>>,
     per_node: Vec<u64>,
     total: u64,
 }
@@ -74,15 +79,16 @@ impl Merged<'_> {
 }
 
 impl Tallies {
-    fn lock(&self) -> MutexGuard<'_, Slab> {
-        self.slab.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Slab> {
+        self.shards[shard].lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A new tally for a pin on `node`.
     pub(crate) fn register(&self, node: NodeId) -> Arc<Tally> {
-        let mut s = self.lock();
+        let shard = crate::counter::stripe();
+        let mut s = self.lock(shard);
         let index = s.free.pop().unwrap_or(s.live.len());
-        let tally = Arc::new(Tally { hits: AtomicU64::new(0), node: AtomicU32::new(node.0), index });
+        let tally = Arc::new(Tally { hits: AtomicU64::new(0), node: AtomicU32::new(node.0), shard, index });
         if index == s.live.len() {
             s.live.push(Some(tally.clone()));
         } else {
@@ -95,7 +101,7 @@ impl Tallies {
     /// counters; then the tally counts for `next`, or leaves the registry.
     /// Called by the pin's own thread, so no hit is counted meanwhile.
     pub(crate) fn fold(&self, tally: &Tally, node: &Node, scope_hits: &StripedCounter, next: Option<NodeId>) {
-        let mut s = self.lock();
+        let mut s = self.lock(tally.shard);
         let hits = tally.hits.swap(0, Ordering::Relaxed);
         if hits > 0 {
             node.counters.affinity_hits.add(hits);
@@ -113,10 +119,10 @@ impl Tallies {
     /// The live tallies, merged; hold the result while reading the shared
     /// counters they add to.
     pub(crate) fn merged(&self) -> Merged<'_> {
-        let s = self.lock();
+        let shards: Vec<_> = (0..SHARDS).map(|i| self.lock(i)).collect();
         let mut per_node = Vec::new();
         let mut total = 0u64;
-        for t in s.live.iter().flatten() {
+        for t in shards.iter().flat_map(|s| s.live.iter().flatten()) {
             let (node, hits) = (t.node.load(Ordering::Relaxed) as usize, t.hits.load(Ordering::Relaxed));
             if per_node.len() <= node {
                 per_node.resize(node + 1, 0);
@@ -124,6 +130,6 @@ impl Tallies {
             per_node[node] += hits;
             total += hits;
         }
-        Merged { _folds_wait: s, per_node, total }
+        Merged { _folds_wait: shards, per_node, total }
     }
 }
