@@ -45,6 +45,10 @@ fn main() {
     let rounds: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(21);
     let c = Cluster::from_config_text("name = bench\nnodes = RAC1, RAC2, RAC3").expect("valid config");
     let _pin = c.pin_thread().expect("pinned");
+    let lo = Cluster::from_config_text(
+        "name = balanced\nnodes = RAC1, RAC2, RAC3, RAC4, RAC5, RAC6, RAC7, RAC8\npolicy = least_outstanding",
+    )
+    .expect("valid config");
     let mut cases: Vec<Case> = vec![
         (
             "thread_local",
@@ -60,6 +64,11 @@ fn main() {
             "pinned_pick",
             "`pick()` on a pinned thread",
             Box::new(|n| (0..n).fold(0, |acc, _| acc + u64::from(c.pick().unwrap().node.0))),
+        ),
+        (
+            "least_outstanding_pick",
+            "`pick()` unpinned, `least_outstanding` over 8 nodes",
+            Box::new(|n| (0..n).fold(0, |acc, _| acc + u64::from(lo.pick().unwrap().node.0))),
         ),
         (
             "pinned_acquire_release",

@@ -14,7 +14,7 @@
 //! it after the cluster closed (closing advances the word: every cached pin
 //! misses and the call that follows reports the closed cluster).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result, Scope};
@@ -73,6 +73,11 @@ pub struct RoutingEpoch {
     /// with a plain read-modify-write where nothing else writes them (Python
     /// under its GIL), and a collection can never lose or repeat a count.
     oks_seen: [AtomicU64; HOST_LEASE_STRIPES * HOST_LEASE_NODES],
+    /// Set once the page was handed to a host: until then no host can have
+    /// written a lease word, and a node's leases in flight are the library's
+    /// alone. Balancing reads in-flight counts of every candidate on every
+    /// pick; the table would add 8 cache lines to each.
+    handed_out: AtomicBool,
 }
 
 impl Default for RoutingEpoch {
@@ -83,6 +88,7 @@ impl Default for RoutingEpoch {
             _line: [0; 7],
             host_leases: std::array::from_fn(|_| AtomicU64::new(0)),
             oks_seen: std::array::from_fn(|_| AtomicU64::new(0)),
+            handed_out: AtomicBool::new(false),
         }
     }
 }
@@ -121,14 +127,24 @@ impl RoutingEpoch {
         HOST_LEASE_OFFSET + HOST_LEASE_STRIPES * HOST_LEASE_NODES * 8
     }
 
-    fn host_indexes(node: u32) -> impl Iterator<Item = usize> {
+    /// The table's words of `node`; none while no host holds the page (a
+    /// host's first lease comes after it got the page, so it is seen).
+    fn host_indexes(&self, node: u32) -> impl Iterator<Item = usize> {
         let n = node as usize;
-        (0..HOST_LEASE_STRIPES).filter(move |_| n < HOST_LEASE_NODES).map(move |s| s * HOST_LEASE_NODES + n)
+        let used = n < HOST_LEASE_NODES && self.handed_out.load(Ordering::Acquire);
+        (0..HOST_LEASE_STRIPES).filter(move |_| used).map(move |s| s * HOST_LEASE_NODES + n)
+    }
+
+    /// Records that a host may now write the host lease table.
+    fn hand_out(&self) {
+        if !self.handed_out.load(Ordering::Relaxed) {
+            self.handed_out.store(true, Ordering::Release);
+        }
     }
 
     /// Host leases in flight on `node`.
     pub(crate) fn host_in_flight(&self, node: u32) -> i64 {
-        Self::host_indexes(node).map(|i| (self.host_leases[i].load(Ordering::Relaxed) & IN_FLIGHT_MASK) as i64).sum()
+        self.host_indexes(node).map(|i| (self.host_leases[i].load(Ordering::Relaxed) & IN_FLIGHT_MASK) as i64).sum()
     }
 
     /// The `Ok` ends hosts counted on `node` since the last call. The count
@@ -136,7 +152,7 @@ impl RoutingEpoch {
     /// one before it.
     pub(crate) fn collect_host_oks(&self, node: u32) -> u64 {
         const OK_MASK: u64 = u64::MAX >> HOST_LEASE_IN_FLIGHT_BITS;
-        Self::host_indexes(node)
+        self.host_indexes(node)
             .map(|i| {
                 let now = self.host_leases[i].load(Ordering::Acquire) >> HOST_LEASE_IN_FLIGHT_BITS;
                 let seen = &self.oks_seen[i];
@@ -159,6 +175,7 @@ impl RoutingEpoch {
     /// A host lease word, for a host in the same address space (Rust hosts,
     /// tests and the FFI); `None` for a node the table does not cover.
     pub fn host_lease_word(&self, stripe: usize, node: u32) -> Option<&AtomicU64> {
+        self.hand_out();
         let n = node as usize;
         (n < HOST_LEASE_NODES).then(|| &self.host_leases[(stripe % HOST_LEASE_STRIPES) * HOST_LEASE_NODES + n])
     }
@@ -174,6 +191,7 @@ impl Cluster {
     /// The page holding the routing epoch; it outlives the cluster for as
     /// long as the caller holds it.
     pub fn routing_epoch_page(&self) -> std::sync::Arc<RoutingEpoch> {
+        self.inner.routing.hand_out();
         self.inner.routing.clone()
     }
 
@@ -199,7 +217,7 @@ impl Cluster {
     /// false.
     pub fn pick_in_host_leasable(&self, key: ContextKey) -> Result<(Route, bool)> {
         let (r, cacheable) = self.pick_in_cacheable(key)?;
-        let host = cacheable && self.inner.routing.host_lease_word(0, r.node.0).is_some();
+        let host = cacheable && (r.node.0 as usize) < HOST_LEASE_NODES;
         if !host {
             self.begin_lease(r.node);
         }
