@@ -6,7 +6,7 @@
 //! `ContextVar` (correct for virtual threads and asyncio, which share OS
 //! threads) and pass it explicitly.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
@@ -18,7 +18,7 @@ use crate::error::{Error, Result, Scope};
 use crate::node::{Node, NodeId};
 use crate::request::PinMove;
 use crate::route::{Route, RouteKind};
-use crate::thread_hits::Tally;
+use crate::thread_hits::{Registered, Tally};
 
 /// A host-chosen key naming one pin context (a Java thread, a Python context).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -28,7 +28,7 @@ struct Slot {
     cluster: u64,
     depth: u32,
     node: Arc<Node>,
-    hits: Arc<Tally>,
+    hits: Registered,
     owner: Weak<Inner>,
 }
 
@@ -40,19 +40,31 @@ impl Slot {
 
     /// Moves the pin to `to`, folding the hits counted on the old node first.
     fn move_to(&mut self, to: Arc<Node>) {
+        self.forget();
         if let Some(inner) = self.owner.upgrade() {
             inner.thread_hits.fold(&self.hits, &self.node, &inner.scope[Scope::Thread as usize].hits, Some(to.id()));
         }
         self.node = to;
-        self.remember();
     }
 
-    /// Makes this slot the one [`Cluster::pick`] tries first.
-    fn remember(&self) {
-        let last =
-            LastPin { cluster: self.cluster, id: self.node.id(), node: self.node.clone(), hits: self.hits.clone() };
-        // Fails only during thread exit, when no pick can come.
-        let _ = LAST_PIN.try_with(|l| *l.borrow_mut() = Some(last));
+    /// Lets [`Cluster::pick`] serve this pin from [`LAST_PIN`] while the
+    /// routing epoch still equals `epoch`, read before the node was checked
+    /// (see crate::epoch). Only an Up node's pin: a drain ends by the clock,
+    /// which moves no epoch.
+    fn remember(&self, epoch: u64) {
+        if self.node.accepts_new() {
+            let last = LastPin { cluster: self.cluster, epoch, node: self.node.id(), hits: Some(self.hits.tally) };
+            LAST_PIN.with(|l| l.set(last));
+        }
+    }
+
+    /// Stops the fast path from serving, or counting into, this pin.
+    fn forget(&self) {
+        LAST_PIN.with(|l| {
+            if l.get().hits.is_some_and(|t| std::ptr::eq(t, self.hits.tally)) {
+                l.set(NO_PIN);
+            }
+        });
     }
 }
 
@@ -61,36 +73,34 @@ impl Drop for Slot {
     // pin gauge cannot drift upwards with dead threads, and the exiting
     // thread's hits stay counted.
     fn drop(&mut self) {
-        // The fast path must not serve, or count into, a pin that ended.
-        let _ = LAST_PIN.try_with(|l| {
-            let mut l = l.borrow_mut();
-            if l.as_ref().is_some_and(|last| last.cluster == self.cluster) {
-                *l = None;
-            }
-        });
+        self.forget();
         if let Some(inner) = self.owner.upgrade() {
             inner.thread_hits.fold(&self.hits, &self.node, &inner.scope[Scope::Thread as usize].hits, None);
             inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
         }
+        crate::thread_hits::give_back(self.hits.tally);
     }
 }
 
-/// A copy of the thread's last-used slot: what a pinned `pick()` reads, so
-/// it needs no scan of the list. Replaced whenever that slot's node moves,
-/// cleared when the slot ends.
+/// What a pinned `pick()` reads: the thread's last-used pin, valid while the
+/// cluster's routing epoch holds. All `Copy`, so it lives in a `Cell` that
+/// needs no borrow flag and no destructor (usable during thread exit).
+#[derive(Clone, Copy)]
 struct LastPin {
     cluster: u64,
-    // The node's id beside it: one load fewer from the node.
-    id: NodeId,
-    node: Arc<Node>,
-    hits: Arc<Tally>,
+    epoch: u64,
+    node: NodeId,
+    hits: Option<&'static Tally>,
 }
+
+// Epoch 0 is never current (the word starts at 1).
+const NO_PIN: LastPin = LastPin { cluster: 0, epoch: 0, node: NodeId(0), hits: None };
 
 thread_local! {
     // A Vec, not a map: a process rarely holds more than a couple of clusters,
     // and a linear scan of one or two entries beats hashing.
     static THREAD_PINS: RefCell<Vec<Slot>> = const { RefCell::new(Vec::new()) };
-    static LAST_PIN: RefCell<Option<LastPin>> = const { RefCell::new(None) };
+    static LAST_PIN: Cell<LastPin> = const { Cell::new(NO_PIN) };
 }
 
 enum Fast {
@@ -297,6 +307,7 @@ impl Cluster {
     /// otherwise only an existing pin (or `thread.auto_pin`) applies.
     fn thread_route(&self, enter: bool) -> Result<Route> {
         let id = self.inner.id;
+        let epoch = self.routing_epoch();
         // `try_with` fails only while the thread is exiting (a host's
         // pthread-key destructor runs after Rust's thread-locals are gone):
         // its pins were released then, and it can hold no new one.
@@ -306,15 +317,13 @@ impl Cluster {
                 return Ok(None);
             };
             let kind = match self.revalidate(&slot.node, Scope::Thread)? {
-                None => {
-                    slot.remember();
-                    RouteKind::Affinity
-                }
+                None => RouteKind::Affinity,
                 Some((n, kind)) => {
                     slot.move_to(n);
                     kind
                 }
             };
+            slot.remember(epoch);
             if enter {
                 slot.depth += 1;
             }
@@ -334,7 +343,7 @@ impl Cluster {
                         // can never be released by their handle: drop them
                         // here, so they hold no memory and slow no scan.
                         v.retain(|s| s.owner.upgrade().is_some_and(|inner| !inner.closed.load(Ordering::Acquire)));
-                        slot.remember();
+                        slot.remember(epoch);
                         v.push(slot);
                     });
                     if pushed.is_err() {
@@ -356,29 +365,23 @@ impl Cluster {
     #[inline]
     pub fn pick(&self) -> Result<Route> {
         let id = self.inner.id;
-        // Fast path, the thread's last-used pin: no list scan, and the hit
-        // counted in the pin's own tally (no locked instruction).
-        let hit = LAST_PIN.try_with(|l| {
-            let l = l.borrow();
-            let last = l.as_ref().filter(|last| last.cluster == id)?;
-            // An Up node takes existing work; any other state (a drain's
-            // deadline reads the clock) is checked in full on the list path.
-            if !last.node.accepts_new() {
-                return None;
+        // Fast path: the thread's last-used pin while nothing that could
+        // alter a route changed; its hit counted in the pin's own tally.
+        let last = LAST_PIN.with(Cell::get);
+        if last.cluster == id && last.epoch == self.routing_epoch() {
+            if let Some(hits) = last.hits {
+                hits.hit();
+                return Ok(Route::new(last.node, RouteKind::Affinity));
             }
-            last.hits.hit();
-            Some(last.id)
-        });
-        match hit {
-            Ok(Some(node)) => Ok(Route::new(node, RouteKind::Affinity)),
-            _ => self.pick_listed(),
         }
+        self.pick_listed()
     }
 
     /// [`Cluster::pick`] when the last-used pin did not answer: another
     /// cluster's pin, an unhealthy node, or no pin.
     fn pick_listed(&self) -> Result<Route> {
         let id = self.inner.id;
+        let epoch = self.routing_epoch();
         let fast = THREAD_PINS
             .try_with(|p| {
                 let v = p.borrow();
@@ -386,8 +389,8 @@ impl Cluster {
                 if !s.node.accepts_existing(self.clock()) {
                     return Fast::Revalidate;
                 }
-                s.remember();
-                s.hits.hit();
+                s.remember(epoch);
+                s.hits.tally.hit();
                 Fast::Hit(s.node.id())
             })
             .unwrap_or(Fast::Unpinned);

@@ -8,22 +8,47 @@
 //! the registry's lock; a tally folds into the shared counters under the same
 //! lock when its pin moves to another node or ends (unpin, thread exit), so a
 //! reader never counts a hit twice and never misses one.
+//!
+//! Tallies are `'static` and recycled through a process-wide pool, so the
+//! fast path can keep a plain `&'static Tally` in a `Cell` (no `RefCell`, no
+//! reference count, no thread-local destructor check) without `unsafe`.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::counter::StripedCounter;
 use crate::node::{Node, NodeId};
 
 /// The hits one thread pin served on its current node since it last folded.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Tally {
     hits: AtomicU64,
     /// The node the hits belong to; changed only under the registry's lock.
     node: AtomicU32,
-    /// Where the tally sits in the registry: shard, then slot.
+}
+
+/// A tally registered with one cluster, and where it sits there.
+#[derive(Debug)]
+pub(crate) struct Registered {
+    pub(crate) tally: &'static Tally,
     shard: usize,
     index: usize,
+}
+
+/// Tallies of pins that ended, for the next pin of any thread and cluster.
+static POOL: Mutex<Vec<&'static Tally>> = Mutex::new(Vec::new());
+
+fn take() -> &'static Tally {
+    let pooled = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    // At most as many tallies exist as thread pins were ever live at once.
+    pooled.unwrap_or_else(|| Box::leak(Box::default()))
+}
+
+/// Gives a tally back to the pool. Its pin's thread must no longer count
+/// into it (the pin cleared its fast-path copy first).
+pub(crate) fn give_back(tally: &'static Tally) {
+    tally.hits.store(0, Ordering::Relaxed);
+    POOL.lock().unwrap_or_else(|p| p.into_inner()).push(tally);
 }
 
 impl Tally {
@@ -38,7 +63,7 @@ impl Tally {
 
 #[derive(Default)]
 struct Slab {
-    live: Vec<Option<Arc<Tally>>>,
+    live: Vec<Option<&'static Tally>>,
     free: Vec<usize>,
 }
 
@@ -84,24 +109,26 @@ impl Tallies {
     }
 
     /// A new tally for a pin on `node`.
-    pub(crate) fn register(&self, node: NodeId) -> Arc<Tally> {
+    pub(crate) fn register(&self, node: NodeId) -> Registered {
+        let tally = take();
+        tally.node.store(node.0, Ordering::Relaxed);
         let shard = crate::counter::stripe();
         let mut s = self.lock(shard);
         let index = s.free.pop().unwrap_or(s.live.len());
-        let tally = Arc::new(Tally { hits: AtomicU64::new(0), node: AtomicU32::new(node.0), shard, index });
         if index == s.live.len() {
-            s.live.push(Some(tally.clone()));
+            s.live.push(Some(tally));
         } else {
-            s.live[index] = Some(tally.clone());
+            s.live[index] = Some(tally);
         }
-        tally
+        Registered { tally, shard, index }
     }
 
     /// Moves `tally`'s hits into `node`'s and the thread scope's shared
     /// counters; then the tally counts for `next`, or leaves the registry.
     /// Called by the pin's own thread, so no hit is counted meanwhile.
-    pub(crate) fn fold(&self, tally: &Tally, node: &Node, scope_hits: &StripedCounter, next: Option<NodeId>) {
-        let mut s = self.lock(tally.shard);
+    pub(crate) fn fold(&self, at: &Registered, node: &Node, scope_hits: &StripedCounter, next: Option<NodeId>) {
+        let tally = at.tally;
+        let mut s = self.lock(at.shard);
         let hits = tally.hits.swap(0, Ordering::Relaxed);
         if hits > 0 {
             node.counters.affinity_hits.add(hits);
@@ -110,8 +137,8 @@ impl Tallies {
         match next {
             Some(n) => tally.node.store(n.0, Ordering::Relaxed),
             None => {
-                s.live[tally.index] = None;
-                s.free.push(tally.index);
+                s.live[at.index] = None;
+                s.free.push(at.index);
             }
         }
     }

@@ -148,8 +148,30 @@ fn down_throughout(log: &[Transition], begin: u64, end: u64) -> bool {
 
 #[test]
 fn cached_pins_never_outlive_a_down_removal_or_ejection_under_stress() {
+    stress(Router::HostCache);
+}
+
+/// The same for the core's own cache of a thread pin (Rust and C hosts).
+#[test]
+fn thread_pins_never_outlive_a_down_removal_or_ejection_under_stress() {
+    stress(Router::ThreadPin);
+}
+
+#[derive(Clone, Copy)]
+enum Router {
+    /// A context pin served from a host cache, as Java and Python do.
+    HostCache,
+    /// An OS thread pin, `Cluster::pick`.
+    ThreadPin,
+}
+
+fn stress(router: Router) {
     const ROUTERS: usize = 4;
     const ROUTES: usize = 150_000;
+    // Routers go on until the flipper made this many changes too: a cached
+    // route can be fast enough to finish ROUTES before the flipper starts.
+    const MIN_FLIPS: u64 = 200;
+    let flips = Arc::new(AtomicU64::new(0));
     let c = Arc::new(cluster(
         "nodes = n0, n1, n2, n3, n4, n5\nhealth.eject_after_failures = 3\nhealth.eject_backoff = 1h\nhealth.eject_backoff_max = 1h",
     ));
@@ -158,7 +180,7 @@ fn cached_pins_never_outlive_a_down_removal_or_ejection_under_stress() {
     let log: Arc<Mutex<HashMap<u32, Vec<Transition>>>> = Arc::default();
 
     let flipper = {
-        let (c, clock, stop, log) = (c.clone(), clock.clone(), stop.clone(), log.clone());
+        let (c, clock, stop, log, flips) = (c.clone(), clock.clone(), stop.clone(), log.clone(), flips.clone());
         std::thread::spawn(move || {
             // n0 never changes, so a soft re-pin always has somewhere to go.
             let mut rng = 0x2545_f491_4f6c_dd1du64;
@@ -216,6 +238,7 @@ fn cached_pins_never_outlive_a_down_removal_or_ejection_under_stress() {
                     log.lock().unwrap().entry(node.0).or_default().push(Transition { began, done, unavailable, op });
                 }
                 ops += 1;
+                flips.store(ops, Ordering::Relaxed);
                 std::thread::yield_now();
             }
             ops
@@ -224,19 +247,31 @@ fn cached_pins_never_outlive_a_down_removal_or_ejection_under_stress() {
 
     let routers: Vec<_> = (0..ROUTERS)
         .map(|_| {
-            let (c, clock) = (c.clone(), clock.clone());
+            let (c, clock, flips) = (c.clone(), clock.clone(), flips.clone());
             std::thread::spawn(move || {
                 let key = c.new_context_key();
-                let first = c.pin_context(key).unwrap().node;
+                let first = match router {
+                    Router::HostCache => c.pin_context(key).unwrap().node,
+                    Router::ThreadPin => c.enter_thread_pin().unwrap().node,
+                };
                 let mut cache = HostCache { key, node: first, epoch: 0, hits: HashMap::new() };
                 let mut seen = Vec::with_capacity(ROUTES);
                 let mut served_by_host = 0u64;
-                for _ in 0..ROUTES {
+                while seen.len() < ROUTES || flips.load(Ordering::Relaxed) < MIN_FLIPS {
                     let begin = clock.load(Ordering::SeqCst);
-                    let (node, hit) = cache.route(&c).unwrap();
+                    let (node, hit) = match router {
+                        Router::HostCache => cache.route(&c).unwrap(),
+                        Router::ThreadPin => {
+                            let r = c.pick().unwrap();
+                            (r.node, r.kind == RouteKind::Affinity)
+                        }
+                    };
                     let end = clock.load(Ordering::SeqCst);
                     served_by_host += u64::from(hit);
                     seen.push((begin, end, node.0, hit));
+                }
+                if let Router::ThreadPin = router {
+                    assert!(c.leave_thread_pin(), "the thread's pin ends with its only level");
                 }
                 (seen, cache.hits, served_by_host)
             })
@@ -249,7 +284,7 @@ fn cached_pins_never_outlive_a_down_removal_or_ejection_under_stress() {
     }
     stop.store(true, Ordering::Relaxed);
     let ops = flipper.join().unwrap();
-    assert!(ops > 20, "the flipper made only {ops} changes: the test proves nothing");
+    assert!(ops >= MIN_FLIPS, "the flipper made only {ops} changes: the test proves nothing");
 
     let log = log.lock().unwrap();
     let (mut hits_total, mut violations) = (0u64, Vec::new());
@@ -279,7 +314,7 @@ fn cached_pins_never_outlive_a_down_removal_or_ejection_under_stress() {
     let m = c.metrics();
     let t = m.scopes.iter().find(|s| s.scope == Scope::Thread).unwrap();
     let counted = t.hits + t.placements + t.repins + t.panics;
-    let made = (ROUTERS * (ROUTES + 1)) as u64;
+    let made: u64 = results.iter().map(|(seen, _, _)| seen.len() as u64 + 1).sum();
     assert_eq!(counted, made, "thread-scope routes counted (host hits merged: {hits_total})");
 }
 

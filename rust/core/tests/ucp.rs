@@ -136,3 +136,29 @@ fn a_node_read_after_its_drain_timeout_says_down_without_any_route_first() {
     let nb = m.nodes.iter().find(|n| n.name == "B").unwrap();
     assert_eq!(nb.state, NodeState::Down, "metrics after the drain timeout");
 }
+
+#[test]
+fn a_thread_pin_on_a_draining_node_moves_when_the_drain_times_out_with_no_other_change() {
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock("nodes = A, B, C\npolicy = round_robin", &clock);
+    let b = c.node_by_name("B").unwrap().id();
+    // Pin this thread to B (round robin reaches it within three tries).
+    let pin = loop {
+        let pin = c.pin_thread().unwrap();
+        if pin.node() == b {
+            break pin;
+        }
+        drop(pin);
+    };
+    c.apply_event(DRAIN).unwrap();
+    // Picks during the drain run on B; each could be remembered for the next.
+    for _ in 0..3 {
+        assert_eq!(c.pick().unwrap().node, b, "existing pins run on during the drain");
+    }
+    // Only the clock moves: no event, no epoch change.
+    clock.advance_ms(30_000);
+    let moved = c.pick().unwrap();
+    assert_ne!(moved.node, b, "the pin moves once the drain timeout ends");
+    assert_eq!(moved.kind, RouteKind::Repinned);
+    drop(pin);
+}
