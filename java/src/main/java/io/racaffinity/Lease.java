@@ -28,8 +28,12 @@ import java.util.Objects;
  * its cache is a <em>host lease</em>, counted in memory the library shares
  * with Java and released without a call; it is not watched by the garbage
  * collector (a cleaner would cost more than the lease), so a forgotten one
- * counts as in flight on its node until the cluster closes. Release every
- * lease, as above.
+ * counts as in flight on its node until the cluster closes, also after its
+ * thread has ended: {@link NodeMetrics#inFlight()} (and JMX
+ * {@code NodeInFlight}) stays one higher, and {@code least_outstanding}
+ * sends that node slightly less work. An {@code AffinityConnection} of a
+ * pinned thread holds such a lease (docs/java-datasource.md, "Connections
+ * never closed"). Release every lease, as above.
  */
 public final class Lease implements AutoCloseable {
     private final Cluster cluster;

@@ -42,6 +42,13 @@ import java.util.concurrent.atomic.AtomicIntegerFieldUpdater;
  *       pool's connection itself.
  * </ul>
  *
+ * <p>Close it (try-with-resources): nothing gives back a connection the application drops.
+ * The node pool keeps its physical connection checked out, and on a pinned thread the lease
+ * is a host lease that stays in flight on its node until the cluster closes (a
+ * lease routed otherwise is released {@code NEUTRAL} once the connection is collected); see
+ * docs/java-datasource.md, "Connections never closed". HikariCP's
+ * {@code leakDetectionThreshold} reports where a connection was taken and never closed.
+ *
  * <p>The methods below the marker line are generated from {@code java.sql.Connection} by
  * {@code tools/GenJdbcDelegates.java} (reflection on the JDK; {@code make lint} fails when they
  * are stale); the lifecycle and wrapper methods above it are written by hand.

@@ -1,0 +1,145 @@
+package io.racaffinity;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.lang.reflect.Field;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.util.Arrays;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A host lease ({@link Cluster#pick()} served from a pinned thread's cached
+ * route) whose node changes state while the lease is held: its release must
+ * reach the core as a library lease's would, since the epoch moved. The
+ * semantics are the core's (rust/core/tests/host_leases.rs): every OK end is
+ * a success, a lease in flight at an ejection is discounted and never taken
+ * for the half-open trial, and nothing stays in flight.
+ */
+class HostLeaseEndTest {
+    private static final VarHandle PAGE = MethodHandles.byteBufferViewVarHandle(long[].class,
+            ByteOrder.nativeOrder());
+
+    private static NodeMetrics metrics(Cluster c, int node) {
+        return c.nodeMetrics().stream().filter(m -> m.node() == node).findFirst().orElseThrow();
+    }
+
+    /**
+     * Host leases in flight on {@code node}, read from the epoch page the way
+     * the core reads them (the low 24 bits of each stripe's word): the only
+     * view of a removed node's leases, which the metrics no longer list.
+     */
+    private static long hostLeasesInFlight(Cluster c, int node) throws ReflectiveOperationException {
+        Field f = Cluster.class.getDeclaredField("page");
+        f.setAccessible(true);
+        ByteBuffer page = (ByteBuffer) f.get(c);
+        long n = 0;
+        for (int stripe = 0; stripe < ThreadContexts.HOST_LEASE_STRIPES; stripe++) {
+            int word = ThreadContexts.HOST_LEASE_OFFSET + (stripe * ThreadContexts.HOST_LEASE_NODES + node) * 8;
+            n += (long) PAGE.getVolatile(page, word) & ((1L << 24) - 1);
+        }
+        return n;
+    }
+
+    /** A pinned thread's pick served from its cache: proven a host lease by the page. */
+    private static Lease hostLease(Cluster c, int node) throws ReflectiveOperationException {
+        c.route(); // caches the pin
+        Lease l = c.pick();
+        assertEquals(node, l.node());
+        assertEquals(RouteKind.AFFINITY, l.kind());
+        assertEquals(1, hostLeasesInFlight(c, node), "the pick is a host lease, counted in the page");
+        return l;
+    }
+
+    @Test
+    void aStaleOkOfAHostLeaseHeldAcrossAnEjectionIsNoTrial() throws Exception {
+        try (Cluster c = Cluster.fromConfig("name = eject\nnodes = a, b\nhealth.eject_after_failures = 1\n"
+                + "health.eject_backoff = 100ms")) {
+            Pin pin = c.pin();
+            int a = pin.node();
+            Lease stale = hostLease(c, a);
+            c.reportOutcome(a, false);
+            assertEquals(NodeState.DOWN, c.nodeState(a));
+            assertEquals("ejected", metrics(c, a).downCause());
+            assertEquals(1, metrics(c, a).inFlight(), "the stale lease is still in flight");
+
+            // After the back-off the next balanced pick on a is the half-open trial.
+            pin.close();
+            Lease trial = null;
+            long deadline = System.nanoTime() + 10_000_000_000L;
+            while (trial == null && System.nanoTime() < deadline) {
+                Lease l = c.pick();
+                if (l.node() == a) {
+                    trial = l;
+                } else {
+                    l.release(Outcome.NEUTRAL);
+                    Thread.sleep(5);
+                }
+            }
+            assertTrue(trial != null, "no trial on a within 10 s of a 100 ms back-off");
+
+            stale.release(Outcome.OK);
+            assertEquals(NodeState.DOWN, c.nodeState(a), "a lease begun before the ejection must not close the trial");
+            trial.release(Outcome.OK);
+            assertEquals(NodeState.UP, c.nodeState(a), "the trial's own success lifts the ejection");
+            NodeMetrics m = metrics(c, a);
+            assertEquals(0, m.inFlight());
+            assertEquals(0, hostLeasesInFlight(c, a));
+            assertEquals(2, m.successes(), "each OK end is a success, the stale one too");
+            assertEquals(1, m.failures());
+        }
+    }
+
+    @Test
+    void aHostLeaseHeldAcrossAnEventDownEndsInTheCoreAndLeavesTheNodeDown() throws Exception {
+        try (Cluster c = Cluster.fromConfig("name = event\nnodes = MYDB1, MYDB2\ndatabase = orcl\nservice = svc\n"
+                + "health.eject_after_failures = 2")) {
+            Pin pin = c.pin();
+            int a = pin.node();
+            Lease held = hostLease(c, a);
+            assertEquals(1, c.applyEvent("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance="
+                    + pin.nodeName() + " host=h status=down reason=FAILURE card=1 timestamp=2026-12-02 03:00:00"));
+            assertEquals(NodeState.DOWN, c.nodeState(a));
+
+            held.release(Outcome.OK);
+            NodeMetrics m = metrics(c, a);
+            assertEquals(NodeState.DOWN, m.state(), "an OK is no evidence against the event");
+            assertEquals("event", m.downCause());
+            assertEquals(0, m.inFlight());
+            assertEquals(0, hostLeasesInFlight(c, a));
+            assertEquals(1, m.successes());
+            // The thread's pin moved at the Down; its next pick is on the other node.
+            try (Lease next = c.pick()) {
+                assertNotEquals(a, next.node());
+            }
+        }
+    }
+
+    @Test
+    void aHostLeaseHeldAcrossTheRemovalOfItsNodeIsReleasedQuietly() throws Exception {
+        try (Cluster c = Cluster.fromConfig("name = removal\nnodes = a, b, c")) {
+            Pin pin = c.pin();
+            int a = pin.node();
+            Lease held = hostLease(c, a);
+            c.removeNode(pin.nodeName());
+
+            held.release(Outcome.OK);
+            assertTrue(held.isReleased());
+            assertEquals(0, hostLeasesInFlight(c, a), "the removed node's host lease word is back to 0");
+            assertFalse(Arrays.stream(c.nodeIds()).anyMatch(id -> id == a), "the node stays removed");
+            assertEquals(NodeState.DOWN, c.nodeState(a));
+            for (NodeMetrics m : c.nodeMetrics()) {
+                assertEquals(0, m.inFlight(), m.toString());
+                assertEquals(0, m.successes(), "the OK counted on no live node: " + m);
+            }
+            try (Lease next = c.pick()) {
+                assertNotEquals(a, next.node());
+            }
+        }
+    }
+}
