@@ -198,6 +198,11 @@ def c_rows(path: Path) -> Tuple[List[Row], str]:
         ratio = f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f}); {d:+.1f} ns ({dmin:+.1f} to {dmax:+.1f})"
         rows.append(Row("C", f"{label} through the C ABI", cv, "the same loop in Rust inside the library", rv,
                         "C − Rust ≤ 3 ns", d <= 3.0, ratio))
+    if "handle_floor" in pairs:
+        cv, rv, d, dmin, dmax, rat, rmin, rmax = (float(x) for x in pairs["handle_floor"][:8])
+        rows.append(Row("C", "the floor of C − Rust: resolving a handle (`racaffinity_test_cluster_touch`)", cv,
+                        "no-op call", rv, "–", None,
+                        f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f}); {d:+.1f} ns ({dmin:+.1f} to {dmax:+.1f})"))
     return rows, f"C: `{rel(path)}` ({mtime(path)})"
 
 

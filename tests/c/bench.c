@@ -14,6 +14,10 @@
  *                   nodes; the same keys and cluster as `key_route/route_key`
  *   key_route_i64   racaffinity_key_route_i64() over 8 nodes; the same keys as
  *                   `key_route/route_key_i64`
+ *   handle_floor    racaffinity_test_cluster_touch(): resolve the cluster
+ *                   handle and return. Paired with noop_crossing, it is what
+ *                   every call on a cluster pays before any work: the floor of
+ *                   C - Rust
  *   rust_*          the same three loops written in Rust, run inside the
  *                   library (racaffinity_test_route_loop, testing build): the
  *                   C ABI's own cost is C - Rust within one process, each
@@ -46,6 +50,7 @@
 racaffinity_result racaffinity_test_route_loop(const racaffinity_cluster *cluster, uint32_t kind, const uint8_t *keys,
                                                size_t stride, const size_t *lens, const int64_t *ints, size_t nkeys,
                                                uint64_t n, uint64_t *out_sum);
+racaffinity_result racaffinity_test_cluster_touch(const racaffinity_cluster *cluster);
 
 #define RUNS 101
 #define TARGET_NS 2000000ull /* ~2 ms per timed run: short rounds, many of them, so a pair sees the same load */
@@ -124,6 +129,14 @@ ROUTE_LOOP(run_pinned_route, racaffinity_cluster_route(g_pinned, &r))
 ROUTE_LOOP(run_key_route, racaffinity_key_route(g_keys, g_key_bytes[i & (KEYS - 1)], g_key_len[i & (KEYS - 1)], &r))
 ROUTE_LOOP(run_key_route_i64, racaffinity_key_route_i64(g_keys, g_ints[i & (KEYS - 1)], &r))
 
+static __attribute__((noinline)) void run_handle_floor(uint64_t n)
+{
+    unsigned bad = 0;
+    for (uint64_t i = 0; i < n; i++)
+        bad |= (unsigned)racaffinity_test_cluster_touch(g_keys);
+    g_failures |= bad;
+}
+
 static void rust_loop(racaffinity_cluster *c, uint32_t kind, uint64_t n)
 {
     uint64_t sum = 0;
@@ -157,9 +170,10 @@ static struct bench g_bench[] = {
     {"rust_key_route", "`Cluster::route_key` in Rust inside the library, 8 nodes", run_rust_key_route, 0, {0}, 0},
     {"rust_key_route_i64", "`Cluster::route_key_i64` in Rust inside the library, 8 nodes", run_rust_key_route_i64, 0,
      {0}, 0},
+    {"handle_floor", "`racaffinity_test_cluster_touch`: resolve the handle, nothing else", run_handle_floor, 0, {0}, 0},
 };
 /* (C, Rust) pairs: indices into g_bench. */
-static const size_t g_pairs[][2] = {{2, 5}, {3, 6}, {4, 7}};
+static const size_t g_pairs[][2] = {{2, 5}, {3, 6}, {4, 7}, {8, 1}};
 #define NPAIRS (sizeof g_pairs / sizeof g_pairs[0])
 #define NBENCH (sizeof g_bench / sizeof g_bench[0])
 

@@ -66,3 +66,16 @@ pub unsafe extern "C" fn racaffinity_test_route_loop(
         })
     })
 }
+
+/// Resolves `cluster` and returns, doing nothing with it: what every C ABI
+/// call on a cluster pays over a no-op crossing (`racaffinity_version`). The
+/// C bench times it as the floor of "C − Rust".
+#[no_mangle]
+pub extern "C" fn racaffinity_test_cluster_touch(cluster: *const racaffinity_cluster) -> racaffinity_result {
+    guard(|| {
+        handle::with(cluster, |c| {
+            black_box(c);
+            Ok(())
+        })
+    })
+}
