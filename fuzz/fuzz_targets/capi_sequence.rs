@@ -302,6 +302,11 @@ enum Op {
     /// A host lease's end reported to the library: NEUTRAL (which changes no
     /// state the model follows) or a code that is no outcome.
     HostLeaseEnd { h: H, node: NodeSel, outcome: u32 },
+    /// A pinned pick for a host that leases cached routes itself.
+    PickHostLeasable { h: H, ctx: Ctx, nulls: u8 },
+    /// The end of a lease the library began in `PickHostLeasable`: NEUTRAL
+    /// (no state the model follows) or a code that is no outcome.
+    LeaseEnd { h: H, node: NodeSel, outcome: u32 },
     AutoPin { h: H, null_out: bool },
     ContextPinFor { h: H, ctx: Ctx, scope: u32, null_out: bool },
     ContextRelease { h: H, ctx: Ctx, null_out: bool },
@@ -2526,6 +2531,73 @@ impl Model {
                     })
                 };
                 self.check("host_lease_end", r, want, &(h, n, outcome));
+                Some(r)
+            }
+            Op::PickHostLeasable { h, ctx, nulls } => {
+                let (p, live) = self.resolve(h);
+                let k = self.ctx_arg(live, ctx);
+                let epoch0 = live.and_then(|c| self.epoch_of(c));
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let mut host = false;
+                let r = unsafe {
+                    racaffinity_context_pick_host_leasable(
+                        p,
+                        k,
+                        if nulls & 1 != 0 { null_mut() } else { &mut route },
+                        if nulls & 2 != 0 { null_mut() } else { &mut host },
+                    )
+                };
+                if nulls & 3 != 0 {
+                    self.check("pick_host_leasable.null_out", r, R::NullArgument, &(h, nulls));
+                    return Some(r);
+                }
+                let unissued_auto_pin = Self::handle_err(p, live).is_none()
+                    && live.is_some_and(|c| self.hist[c].cfg.auto_pin && !self.hist[c].contexts.contains(&k));
+                if unissued_auto_pin {
+                    self.check("pick_host_leasable.unissued_auto_pin", r, R::InvalidArgument, &k);
+                    return Some(r);
+                }
+                self.pick_result("context_pick_host_leasable", r, p, live, None, Some(route));
+                if r == R::Ok {
+                    let c = live.unwrap();
+                    if host {
+                        // The host may lease only a route it may also cache, on a node with a word.
+                        let kind_ok = route.kind == racaffinity_route_kind::Affinity;
+                        self.holds("pick_host_leasable.affinity", kind_ok, &route);
+                        let covered = (route.node as usize) < RACAFFINITY_HOST_LEASE_NODES;
+                        self.holds("pick_host_leasable.has_word", covered, &route);
+                        let mut again = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                        let r2 = unsafe { racaffinity_context_route(p, k, &mut again) };
+                        if epoch0.is_some() && epoch0 == self.epoch_of(c) {
+                            self.check("pick_host_leasable.again", r2, R::Ok, &k);
+                            self.holds("pick_host_leasable.same_route", again.node == route.node, &(route, again));
+                        }
+                    } else {
+                        // The library's lease, ended at once as a host would end it.
+                        let r2 = racaffinity_cluster_lease_end(p, route.node, 2);
+                        self.check("pick_host_leasable.lease_end", r2, R::Ok, &route);
+                    }
+                }
+                Some(r)
+            }
+            Op::LeaseEnd { h, node, outcome } => {
+                let (p, live) = self.resolve(h);
+                let n = self.node_arg(live, node);
+                let outcome = if outcome % 2 == 0 { 2 } else { 3 + outcome / 2 };
+                let r = racaffinity_cluster_lease_end(p, n, outcome);
+                let want = if outcome > 2 {
+                    R::InvalidArgument
+                } else {
+                    Self::handle_err(p, live).unwrap_or_else(|| {
+                        // A removed node's id still ends its leases.
+                        if (n as usize) < self.hist[live.unwrap()].names.len() {
+                            R::Ok
+                        } else {
+                            R::UnknownNode
+                        }
+                    })
+                };
+                self.check("lease_end", r, want, &(h, n, outcome));
                 Some(r)
             }
             Op::AutoPin { h, null_out } => {
