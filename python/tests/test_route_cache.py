@@ -426,3 +426,41 @@ def test_a_pick_in_a_pin_crosses_once_on_a_miss_and_for_a_draining_node(cluster_
             assert len(crossings.take()) == 1, "its release reports the outcome"
     m = node_metrics(c, pinned.node)
     assert (m["in_flight"], m["successes"]) == (0, 5)
+
+
+def test_a_host_lease_in_flight_at_an_ejection_is_discounted_not_taken_for_the_trial(cluster_factory):
+    # As rust/core/tests/host_leases.rs: a lease begun before the ejection
+    # ends after it, so its OK must reach the library's breaker (which
+    # discounts it as stale), never be counted in the page as if the epoch
+    # had not moved: the half-open trial alone decides.
+    c = cluster_factory(nodes=["a", "b"], health_eject_after_failures=1, health_eject_backoff="200ms")
+    with c.pin() as pinned:
+        c.route()  # cached from here on
+        stale = c.pick()
+        assert isinstance(stale, HostLease)
+        c.report_outcome(pinned.node, False)  # one failure ejects here
+        assert c.node_state(pinned.node) == ra.NodeState.DOWN
+        time.sleep(0.3)  # past the backoff: the next balanced pick of the node is the trial
+
+        trial: List[ra.Lease] = []
+
+        def pick_until_the_trial() -> None:
+            for _ in range(10_000):
+                lease = c.pick()
+                if lease.node == pinned.node:
+                    trial.append(lease)
+                    return
+                lease.release(ra.Outcome.NEUTRAL)
+
+        t = threading.Thread(target=pick_until_the_trial)  # unpinned
+        t.start()
+        t.join()
+        assert trial, "no trial pick of the ejected node"
+        stale.release(ra.Outcome.OK)
+        assert c.node_state(pinned.node) == ra.NodeState.DOWN, "a lease begun before the ejection is no trial"
+        m = node_metrics(c, pinned.node)
+        assert (m["in_flight"], m["successes"], m["ejections"]) == (1, 1, 1), "the trial is in flight; the stale OK counts"
+        trial[0].release(ra.Outcome.OK)
+        assert c.node_state(pinned.node) == ra.NodeState.UP, "the trial's own success lifts it"
+        m = node_metrics(c, pinned.node)
+        assert (m["in_flight"], m["successes"]) == (0, 2)
