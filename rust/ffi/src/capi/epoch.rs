@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use racaffinity_core::{ContextKey, RoutingEpoch};
+use racaffinity_core::{Cluster, ContextKey, Route, RoutingEpoch};
 
 use crate::ops;
 
@@ -88,15 +88,8 @@ pub unsafe extern "C" fn racaffinity_context_route_cacheable(
     out: *mut racaffinity_route,
     out_cacheable: *mut bool,
 ) -> racaffinity_result {
-    guard(|| {
-        // SAFETY: per this function's contract.
-        let (out, cacheable) = unsafe { (out_arg(out, "out")?, out_arg(out_cacheable, "out_cacheable")?) };
-        handle::with(cluster, |c| {
-            let (r, ok) = c.pick_in_cacheable(ContextKey(context))?;
-            cacheable.set(ok)?;
-            out.set(r.into())
-        })
-    })
+    // SAFETY: per this function's contract.
+    unsafe { route_with_flag(cluster, context, out, out_cacheable, "out_cacheable", |c, k| c.pick_in_cacheable(k)) }
 }
 
 /// `racaffinity_context_pick` for a host that leases cached routes itself
@@ -118,12 +111,28 @@ pub unsafe extern "C" fn racaffinity_context_pick_host_leasable(
     out: *mut racaffinity_route,
     out_host: *mut bool,
 ) -> racaffinity_result {
+    // SAFETY: per this function's contract.
+    unsafe { route_with_flag(cluster, context, out, out_host, "out_host", |c, k| c.pick_in_host_leasable(k)) }
+}
+
+/// A context's route and the flag the core answers with it.
+///
+/// # Safety
+/// `out` and `out_flag` must be NULL or writable.
+unsafe fn route_with_flag(
+    cluster: *const racaffinity_cluster,
+    context: u64,
+    out: *mut racaffinity_route,
+    out_flag: *mut bool,
+    flag_name: &'static str,
+    answer: impl FnOnce(&Cluster, ContextKey) -> racaffinity_core::Result<(Route, bool)>,
+) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let (out, host) = unsafe { (out_arg(out, "out")?, out_arg(out_host, "out_host")?) };
+        let (out, flag) = unsafe { (out_arg(out, "out")?, out_arg(out_flag, flag_name)?) };
         handle::with(cluster, |c| {
-            let (r, h) = c.pick_in_host_leasable(ContextKey(context))?;
-            host.set(h)?;
+            let (r, f) = answer(c, ContextKey(context))?;
+            flag.set(f)?;
             out.set(r.into())
         })
     })
