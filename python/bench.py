@@ -124,6 +124,10 @@ def bench_calls(quick: bool) -> None:
     def pinned_pick_release() -> None:
         c.pick().release()
 
+    def pinned_pick_with() -> None:
+        with c.pick():
+            pass
+
     def pinned_route() -> None:
         c.route()
 
@@ -160,6 +164,7 @@ def bench_calls(quick: bool) -> None:
         "pick_release": loop(pick_release, n),
         "pick_with": loop(pick_with, n),
         "pinned_pick_release": lambda: pinned_ctx.run(loop(pinned_pick_release, n)),
+        "pinned_pick_with": lambda: pinned_ctx.run(loop(pinned_pick_with, n)),
         "pinned_route": lambda: pinned_ctx.run(loop(pinned_route, n)),
         "pinned_floor_lease": lambda: pinned_ctx.run(loop(floor_lease, n)),
         "unpinned_floor": loop(unpinned_floor, n),
@@ -176,6 +181,7 @@ def bench_calls(quick: bool) -> None:
             ("pick_release", "Cluster.pick().release(), unpinned", "<= 3x"),
             ("pick_with", "with Cluster.pick(): (unpinned)", ""),
             ("pinned_pick_release", "Cluster.pick().release() in a pin", "<= 2x"),
+            ("pinned_pick_with", "with Cluster.pick(): in a pin", ""),
             ("pinned_route", "Cluster.route() in a pin (cached)", "<= 1x"),
             ("pinned_floor_lease", "cached route + a bare Python lease object", "(floor)"),
             ("unpinned_floor", "one raw cffi pick + a bare Python lease object", "(floor)"),

@@ -302,6 +302,11 @@ enum Op {
     /// A host lease's end reported to the library: NEUTRAL (which changes no
     /// state the model follows) or a code that is no outcome.
     HostLeaseEnd { h: H, node: NodeSel, outcome: u32 },
+    /// A pinned pick for a host that leases cached routes itself.
+    PickHostLeasable { h: H, ctx: Ctx, nulls: u8 },
+    /// The end of a lease the library began in `PickHostLeasable`: NEUTRAL
+    /// (no state the model follows) or a code that is no outcome.
+    LeaseEnd { h: H, node: NodeSel, outcome: u32 },
     AutoPin { h: H, null_out: bool },
     ContextPinFor { h: H, ctx: Ctx, scope: u32, null_out: bool },
     ContextRelease { h: H, ctx: Ctx, null_out: bool },
@@ -2441,41 +2446,63 @@ impl Model {
                 }
                 None
             }
-            Op::RouteCacheable { h, ctx, nulls } => {
+            Op::RouteCacheable { h, ctx, nulls } | Op::PickHostLeasable { h, ctx, nulls } => {
+                // One answer in two shapes: the pick also says who leased (a
+                // route the host may lease is one it may cache).
+                let pick = matches!(op, Op::PickHostLeasable { .. });
+                let site = |route: &'static str, pick_site: &'static str| if pick { pick_site } else { route };
+                let call = if pick {
+                    racaffinity_context_pick_host_leasable
+                } else {
+                    racaffinity_context_route_cacheable
+                };
                 let (p, live) = self.resolve(h);
                 let k = self.ctx_arg(live, ctx);
                 let epoch0 = live.and_then(|c| self.epoch_of(c));
                 let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
-                let mut cacheable = false;
+                let mut flag = false;
                 let r = unsafe {
-                    racaffinity_context_route_cacheable(
+                    call(
                         p,
                         k,
                         if nulls & 1 != 0 { null_mut() } else { &mut route },
-                        if nulls & 2 != 0 { null_mut() } else { &mut cacheable },
+                        if nulls & 2 != 0 { null_mut() } else { &mut flag },
                     )
                 };
                 if nulls & 3 != 0 {
-                    self.check("route_cacheable.null_out", r, R::NullArgument, &(h, nulls));
+                    let s = site("route_cacheable.null_out", "pick_host_leasable.null_out");
+                    self.check(s, r, R::NullArgument, &(h, nulls));
                     return Some(r);
                 }
                 let unissued_auto_pin = Self::handle_err(p, live).is_none()
                     && live.is_some_and(|c| self.hist[c].cfg.auto_pin && !self.hist[c].contexts.contains(&k));
                 if unissued_auto_pin {
-                    self.check("route_cacheable.unissued_auto_pin", r, R::InvalidArgument, &k);
+                    let s = site("route_cacheable.unissued_auto_pin", "pick_host_leasable.unissued_auto_pin");
+                    self.check(s, r, R::InvalidArgument, &k);
                     return Some(r);
                 }
-                self.pick_result("context_route_cacheable", r, p, live, None, Some(route));
-                if r == R::Ok && cacheable {
+                let s = site("context_route_cacheable", "context_pick_host_leasable");
+                self.pick_result(s, r, p, live, None, Some(route));
+                if r == R::Ok && flag {
                     let c = live.unwrap();
-                    self.holds("route_cacheable.affinity", route.kind == racaffinity_route_kind::Affinity, &route);
+                    let affinity = route.kind == racaffinity_route_kind::Affinity;
+                    self.holds(site("route_cacheable.affinity", "pick_host_leasable.affinity"), affinity, &route);
+                    if pick {
+                        let covered = (route.node as usize) < RACAFFINITY_HOST_LEASE_NODES;
+                        self.holds("pick_host_leasable.has_word", covered, &route);
+                    }
                     // While the epoch holds, the same context routes to the same node.
                     let mut again = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
                     let r2 = unsafe { racaffinity_context_route(p, k, &mut again) };
                     if epoch0.is_some() && epoch0 == self.epoch_of(c) {
-                        self.check("route_cacheable.again", r2, R::Ok, &k);
-                        self.holds("route_cacheable.same_route", again.node == route.node, &(route, again));
+                        self.check(site("route_cacheable.again", "pick_host_leasable.again"), r2, R::Ok, &k);
+                        let s = site("route_cacheable.same_route", "pick_host_leasable.same_route");
+                        self.holds(s, again.node == route.node, &(route, again));
                     }
+                } else if r == R::Ok && pick {
+                    // The library leased the node: ended at once, as a host would end it.
+                    let r2 = racaffinity_cluster_lease_end(p, route.node, 2);
+                    self.check("pick_host_leasable.lease_end", r2, R::Ok, &route);
                 }
                 Some(r)
             }
@@ -2508,11 +2535,18 @@ impl Model {
                 }
                 Some(r)
             }
-            Op::HostLeaseEnd { h, node, outcome } => {
+            Op::HostLeaseEnd { h, node, outcome } | Op::LeaseEnd { h, node, outcome } => {
+                // Both end an untracked lease by node: the same arguments and answers.
+                type End = extern "C" fn(*const racaffinity_cluster, u32, u32) -> R;
+                let (end, site): (End, _) = if matches!(op, Op::LeaseEnd { .. }) {
+                    (racaffinity_cluster_lease_end, "lease_end")
+                } else {
+                    (racaffinity_cluster_host_lease_end, "host_lease_end")
+                };
                 let (p, live) = self.resolve(h);
                 let n = self.node_arg(live, node);
                 let outcome = if outcome % 2 == 0 { 2 } else { 3 + outcome / 2 };
-                let r = racaffinity_cluster_host_lease_end(p, n, outcome);
+                let r = end(p, n, outcome);
                 let want = if outcome > 2 {
                     R::InvalidArgument
                 } else {
@@ -2525,7 +2559,7 @@ impl Model {
                         }
                     })
                 };
-                self.check("host_lease_end", r, want, &(h, n, outcome));
+                self.check(site, r, want, &(h, n, outcome));
                 Some(r)
             }
             Op::AutoPin { h, null_out } => {

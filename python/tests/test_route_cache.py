@@ -10,6 +10,7 @@ import asyncio
 import bisect
 import itertools
 import random
+import sys
 import threading
 import time
 from typing import Callable, Dict, List, Tuple
@@ -17,7 +18,8 @@ from typing import Callable, Dict, List, Tuple
 import pytest
 
 import racaffinity as ra
-from racaffinity._routes import HostLease
+from racaffinity._lib import ffi, lib
+from racaffinity._routes import HostLease, LibraryLease
 
 NODES = [f"n{i}" for i in range(6)]
 
@@ -360,3 +362,108 @@ def test_a_host_lease_dropped_unreleased_or_held_across_close_is_released(cluste
     assert first.released
     with pytest.raises(ra.ClosedError):
         second.release()
+
+
+class Crossings:
+    """Counts calls into the library: every module of the binding sees a
+    counting stand-in for `lib` and for each library function it bound to a
+    name of its own."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: List[str] = []
+        count = self.calls.append
+        # cffi's functions are cdata without a name: find them by identity.
+        functions = {}
+        for name in dir(lib):
+            v = getattr(lib, name)
+            if isinstance(v, ffi.CData) and ffi.typeof(v).kind == "function":
+                functions[id(v)] = name
+
+        def counted(fn, name):
+            def call(*args):
+                count(name)
+                return fn(*args)
+
+            return call
+
+        class Lib:
+            def __getattr__(self, name: str):
+                v = getattr(lib, name)
+                return counted(v, name) if id(v) in functions else v
+
+        stand_in = Lib()
+        for mod in [m for n, m in list(sys.modules.items()) if n.startswith("racaffinity.") and m is not None]:
+            for name, v in list(vars(mod).items()):
+                if v is lib:
+                    monkeypatch.setattr(mod, name, stand_in)
+                elif id(v) in functions and getattr(lib, functions[id(v)]) is v:
+                    monkeypatch.setattr(mod, name, counted(v, functions[id(v)]))
+
+    def take(self) -> List[str]:
+        calls = list(self.calls)
+        self.calls.clear()
+        return calls
+
+
+def test_a_pick_in_a_pin_crosses_once_on_a_miss_and_for_a_draining_node(cluster_factory, monkeypatch):
+    c = cluster_factory(nodes=["a", "b"])
+    with c.pin() as pinned:
+        crossings = Crossings(monkeypatch)
+        lease = c.pick()  # nothing cached yet: one crossing, and the host leases
+        assert len(crossings.take()) == 1
+        assert isinstance(lease, HostLease)
+        lease.release()
+        with c.pick():
+            pass
+        assert crossings.take() == [], "a hit and its OK release stay in Python"
+        c.set_node_state(pinned.name, "draining")  # never cacheable: its pin ends by the clock
+        crossings.take()
+        for _ in range(3):
+            lease = c.pick()
+            assert lease.node == pinned.node and isinstance(lease, LibraryLease)
+            assert len(crossings.take()) == 1, "one crossing per pick on a draining node"
+            lease.release()
+            assert len(crossings.take()) == 1, "its release reports the outcome"
+        with pytest.raises(ra.InvalidLeaseError):
+            lease.release()  # the library keeps no token for it: the lease refuses itself
+        assert crossings.take() == []
+    m = node_metrics(c, pinned.node)
+    assert (m["in_flight"], m["successes"]) == (0, 5)
+
+
+def test_a_host_lease_in_flight_at_an_ejection_is_discounted_not_taken_for_the_trial(cluster_factory):
+    # As rust/core/tests/host_leases.rs: a lease begun before the ejection
+    # ends after it, so its OK must reach the library's breaker (which
+    # discounts it as stale), never be counted in the page as if the epoch
+    # had not moved: the half-open trial alone decides.
+    c = cluster_factory(nodes=["a", "b"], health_eject_after_failures=1, health_eject_backoff="200ms")
+    with c.pin() as pinned:
+        c.route()  # cached from here on
+        stale = c.pick()
+        assert isinstance(stale, HostLease)
+        c.report_outcome(pinned.node, False)  # one failure ejects here
+        assert c.node_state(pinned.node) == ra.NodeState.DOWN
+        time.sleep(0.3)  # past the backoff: the next balanced pick of the node is the trial
+
+        trial: List[ra.Lease] = []
+
+        def pick_until_the_trial() -> None:
+            for _ in range(10_000):
+                lease = c.pick()
+                if lease.node == pinned.node:
+                    trial.append(lease)
+                    return
+                lease.release(ra.Outcome.NEUTRAL)
+
+        t = threading.Thread(target=pick_until_the_trial)  # unpinned
+        t.start()
+        t.join()
+        assert trial, "no trial pick of the ejected node"
+        stale.release(ra.Outcome.OK)
+        assert c.node_state(pinned.node) == ra.NodeState.DOWN, "a lease begun before the ejection is no trial"
+        m = node_metrics(c, pinned.node)
+        assert (m["in_flight"], m["successes"], m["ejections"]) == (1, 1, 1), "the trial is in flight; the stale OK counts"
+        trial[0].release(ra.Outcome.OK)
+        assert c.node_state(pinned.node) == ra.NodeState.UP, "the trial's own success lifts it"
+        m = node_metrics(c, pinned.node)
+        assert (m["in_flight"], m["successes"]) == (0, 2)

@@ -28,11 +28,13 @@ from ._lib import NULL, ffi, lib
 from ._routes import HOST_LEASE_BASE as _HOST_LEASE_BASE
 from ._routes import HOST_LEASE_NODES as _HOST_LEASE_NODES
 from ._routes import PAGE_BYTES as _PAGE_BYTES
-from ._routes import HostLease, Lease, Node, NodeState, Route, Scope
+from ._routes import KINDS as _KINDS
+from ._routes import HostLease, Lease, LibraryLease, Node, NodeState, Route, Scope
 from ._routes import STATES as _STATES
 from ._routes import lease_begin as _lease_begin
 from ._routes import context_pick as _context_pick
 from ._routes import new_ as _new
+from ._routes import pick_host_leasable as _pick_host_leasable
 from ._routes import route_of as _route
 from ._scopes import SESSION as _SESSION
 from ._scopes import PIN as _PIN
@@ -407,18 +409,13 @@ class Cluster:
                     # Pinned: a host lease on the cached route (see HostLease).
                     page = self._page
                     epoch = page[0]
-                    hit = pin.epoch == epoch
-                    route = pin.route if hit else self._route_and_cache()
-                    if pin.epoch == epoch and route.node < _HOST_LEASE_NODES:
-                        if hit:
+                    if pin.epoch == epoch:
+                        route = pin.route
+                        if route.node < _HOST_LEASE_NODES:
                             pin.hits += 1
-                        page[_HOST_LEASE_BASE + route.node] += 1
-                        return HostLease(self, route.node, route.kind, epoch)
-                    # Not cacheable (a draining node, a node past the table):
-                    # the library leases the node the route chose.
-                    lease = self.lease(route.node)
-                    lease.kind = route.kind
-                    return lease
+                            page[_HOST_LEASE_BASE + route.node] += 1
+                            return HostLease(self, route.node, route.kind, epoch)
+                    return self._pick_host_leasable(epoch)
         buf = _new("racaffinity_lease *")
         _context_call(self, _context_pick, buf)
         return Lease(self, buf)
@@ -457,6 +454,24 @@ class Cluster:
             else:
                 pin.epoch = 0
         return route
+
+    def _pick_host_leasable(self, epoch: int) -> Lease:
+        """A pinned pick the cache could not serve, in one call: the library
+        says whether Python may lease the route itself (and cache it, under
+        `epoch`, read before the call) or leased it already."""
+        out = _new("racaffinity_route *")
+        host = _new("bool *")
+        _context_call(self, lambda h, k, o: _pick_host_leasable(h, k, o, host), out)
+        pin = _slot(self._serial, _PIN)
+        if host[0]:
+            if pin is not None and pin.active and not self._closed:
+                pin.cache(self._h, _route(self, out), epoch)
+                self._cached_pins.add(pin)
+            self._page[_HOST_LEASE_BASE + out.node] += 1
+            return HostLease(self, out.node, _KINDS[out.kind], epoch)
+        # The pin's cache stays as it was: stale (the word moved past it), or
+        # a route() cache on a node past the host lease table.
+        return LibraryLease(self, out.node, _KINDS[out.kind])
 
     def _merge_host_hits(self) -> None:
         for pin in list(self._cached_pins):

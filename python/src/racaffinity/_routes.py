@@ -13,7 +13,7 @@ from ._lib import ffi, lib
 if TYPE_CHECKING:  # pragma: no cover
     from ._cluster import Cluster
 
-__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "HostLease", "Node", "route_of"]
+__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "HostLease", "LibraryLease", "Node", "route_of"]
 
 
 class NodeState(enum.IntEnum):
@@ -63,7 +63,6 @@ context_pick = lib.racaffinity_context_pick
 lease_release = lib.racaffinity_lease_release
 lease_begin = lib.racaffinity_lease_begin
 new_ = ffi.new
-NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
 PLACED = int(lib.RACAFFINITY_ROUTE_KIND_PLACED)
 
 
@@ -114,7 +113,10 @@ class Lease(Route):
     `release(Outcome.FAILED)`). A lease garbage-collected without a release
     is released NEUTRAL."""
 
-    __slots__ = ("_buf", "_released", "_h")
+    # `_live`: truthy until released. Every kind of lease keeps its state in
+    # this one slot, so that `__exit__`, `__del__` and `released` are written
+    # once for all of them at the cost of no extra store.
+    __slots__ = ("_buf", "_live", "_h")
 
     def __init__(self, cluster: "Cluster", buf: Any) -> None:
         self._cluster = cluster
@@ -122,11 +124,11 @@ class Lease(Route):
         self._buf = buf
         self.node = buf.node
         self.kind = KINDS[buf.kind]
-        self._released = False
+        self._live = True
 
     @property
     def released(self) -> bool:
-        return self._released
+        return not self._live
 
     def release(self, outcome: Union[Outcome, str, int] = _OK) -> None:
         """Releases the lease with `outcome`: an `Outcome` or its name
@@ -136,29 +138,33 @@ class Lease(Route):
         rc = lease_release(self._h, self._buf, outcome)
         if rc:
             self._cluster._raise(rc)
-        self._released = True
+        self._live = False
 
     def __enter__(self) -> "Lease":
         return self
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        if not self._released:
+        if self._live:
             try:
                 self.release(_OK if et is None else _NEUTRAL)
             except ClosedError:
                 # The body closed the cluster, and its leases went with it:
                 # quiet, as pin scopes are (and Java's Lease.close()), so the
                 # body's own exception is the one that propagates.
-                self._released = True
+                self._live = False
 
     def __del__(self) -> None:
         # A lease dropped without release would count as in flight forever
         # (skewing least_outstanding): release it NEUTRAL.
-        if not self._released:
+        if self._live:
             try:
-                lease_release(self._h, self._buf, NEUTRAL)
-            except Exception:  # interpreter shutdown
+                self.release(_NEUTRAL)
+            except Exception:  # a closed cluster, interpreter shutdown
                 pass
+
+
+def _refuse_second_release(lease: Lease) -> None:
+    raise InvalidLeaseError(f"lease on node {lease._name_or_id()} already released")
 
 
 # The host lease table of the routing epoch page (see HostLease), as indexes
@@ -169,6 +175,8 @@ PAGE_BYTES = int(lib.RACAFFINITY_HOST_LEASE_OFFSET) + 8 * int(lib.RACAFFINITY_HO
 _END_OK = int(lib.RACAFFINITY_HOST_LEASE_END_OK)
 _WORD = (1 << 64) - 1  # what the page's words hold
 host_lease_end = lib.racaffinity_cluster_host_lease_end
+pick_host_leasable = lib.racaffinity_context_pick_host_leasable
+library_lease_end = lib.racaffinity_cluster_lease_end
 
 
 class HostLease(Lease):
@@ -187,25 +195,21 @@ class HostLease(Lease):
     set once: on this path each attribute store costs about as much as the
     atomic add a Java host makes."""
 
-    __slots__ = ("_epoch",)  # the epoch read before the pick; 0 once released
+    __slots__ = ()  # `_live` holds the epoch read before the pick (never 0)
 
     def __init__(self, cluster: "Cluster", node: int, kind: RouteKind, epoch: int) -> None:
         self._cluster = cluster
         self.node = node
         self.kind = kind
-        self._epoch = epoch
-
-    @property
-    def released(self) -> bool:
-        return self._epoch == 0
+        self._live = epoch
 
     def release(self, outcome: Union[Outcome, str, int] = _OK) -> None:
         if outcome.__class__ is not Outcome:
             outcome = enum_arg(outcome, Outcome, "outcome")
-        epoch = self._epoch
-        if epoch == 0:
-            raise InvalidLeaseError(f"lease on node {self._name_or_id()} already released")
-        self._epoch = 0
+        epoch = self._live
+        if not epoch:
+            _refuse_second_release(self)
+        self._live = 0
         page = self._cluster._page
         i = HOST_LEASE_BASE + self.node
         if page[0] == epoch and outcome is not _FAILED:
@@ -214,28 +218,35 @@ class HostLease(Lease):
             except (ValueError, OverflowError):  # the success bits wrap (2^40 of them)
                 page[i] = (page[i] + _END_OK) & _WORD
             return
-        self._end_in_library(outcome)
-
-    def _end_in_library(self, outcome: Outcome) -> None:
-        page = self._cluster._page
-        page[HOST_LEASE_BASE + self.node] -= 1
+        page[i] -= 1
         rc = host_lease_end(self._cluster._h, self.node, outcome)
         if rc:
             self._cluster._raise(rc)
 
-    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        if self._epoch:
-            try:
-                self.release(_OK if et is None else _NEUTRAL)
-            except ClosedError:
-                pass  # as Lease.__exit__: the body's own exception propagates
 
-    def __del__(self) -> None:
-        if self._epoch:
-            try:
-                self.release(_NEUTRAL)
-            except Exception:  # a closed cluster, interpreter shutdown
-                pass
+class LibraryLease(Lease):
+    """A lease the library began for a pinned pick it would not let Python
+    lease (`racaffinity_context_pick_host_leasable`: a draining node, a
+    node past the host lease table). It has no token in the library, so it
+    guards its one release itself; the release is one call."""
+
+    __slots__ = ()
+
+    def __init__(self, cluster: "Cluster", node: int, kind: RouteKind) -> None:
+        self._cluster = cluster
+        self.node = node
+        self.kind = kind
+        self._live = True
+
+    def release(self, outcome: Union[Outcome, str, int] = _OK) -> None:
+        if outcome.__class__ is not Outcome:
+            outcome = enum_arg(outcome, Outcome, "outcome")
+        if not self._live:
+            _refuse_second_release(self)
+        self._live = False
+        rc = library_lease_end(self._cluster._h, self.node, outcome)
+        if rc:
+            self._cluster._raise(rc)
 
 
 class Node(NamedTuple):

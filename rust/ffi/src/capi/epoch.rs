@@ -6,7 +6,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use racaffinity_core::{ContextKey, RoutingEpoch};
+use racaffinity_core::{Cluster, ContextKey, Route, RoutingEpoch};
+
+use crate::ops;
 
 use super::buffer::out_arg;
 use super::handle::{self, racaffinity_cluster};
@@ -86,14 +88,71 @@ pub unsafe extern "C" fn racaffinity_context_route_cacheable(
     out: *mut racaffinity_route,
     out_cacheable: *mut bool,
 ) -> racaffinity_result {
+    // SAFETY: per this function's contract.
+    unsafe { route_with_flag(cluster, context, out, out_cacheable, "out_cacheable", |c, k| c.pick_in_cacheable(k)) }
+}
+
+/// `racaffinity_context_pick` for a host that leases cached routes itself
+/// (see `racaffinity_cluster_host_lease_end`): the library decides whether
+/// the host may. When `*out_host` is true the route may be cached as
+/// `racaffinity_context_route_cacheable` says and the library leased
+/// nothing: begin a host lease on the page, under the epoch read *before*
+/// this call. When it is false (a route that may not be cached, such as a
+/// pin on a draining node, or a node past the host lease table) the library
+/// leased `out->node` itself: end that lease exactly once with
+/// `racaffinity_cluster_lease_end`. Either way one call per pick.
+///
+/// # Safety
+/// `out` and `out_host` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_context_pick_host_leasable(
+    cluster: *const racaffinity_cluster,
+    context: u64,
+    out: *mut racaffinity_route,
+    out_host: *mut bool,
+) -> racaffinity_result {
+    // SAFETY: per this function's contract.
+    unsafe { route_with_flag(cluster, context, out, out_host, "out_host", |c, k| c.pick_in_host_leasable(k)) }
+}
+
+/// A context's route and the flag the core answers with it.
+///
+/// # Safety
+/// `out` and `out_flag` must be NULL or writable.
+unsafe fn route_with_flag(
+    cluster: *const racaffinity_cluster,
+    context: u64,
+    out: *mut racaffinity_route,
+    out_flag: *mut bool,
+    flag_name: &'static str,
+    answer: impl FnOnce(&Cluster, ContextKey) -> racaffinity_core::Result<(Route, bool)>,
+) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let (out, cacheable) = unsafe { (out_arg(out, "out")?, out_arg(out_cacheable, "out_cacheable")?) };
+        let (out, flag) = unsafe { (out_arg(out, "out")?, out_arg(out_flag, flag_name)?) };
         handle::with(cluster, |c| {
-            let (r, ok) = c.pick_in_cacheable(ContextKey(context))?;
-            cacheable.set(ok)?;
+            let (r, f) = answer(c, ContextKey(context))?;
+            flag.set(f)?;
             out.set(r.into())
         })
+    })
+}
+
+/// Ends a lease `racaffinity_context_pick_host_leasable` began in the
+/// library (`*out_host` false) with a `racaffinity_outcome`. Such a lease
+/// has no token: the library cannot tell a second end from a first, so the
+/// caller ends each exactly once (a removed node's lease still ends).
+/// UNKNOWN_NODE for an id the cluster never had; INVALID_ARGUMENT for an
+/// outcome that is not a `racaffinity_outcome`.
+#[no_mangle]
+pub extern "C" fn racaffinity_cluster_lease_end(
+    cluster: *const racaffinity_cluster,
+    node: u32,
+    outcome: u32,
+) -> racaffinity_result {
+    guard(|| {
+        let outcome = outcome_arg(outcome)?;
+        handle::with(cluster, |c| ops::end_lease(c, node_id(node), outcome))
     })
 }
 
