@@ -622,33 +622,25 @@ racaffinity_result racaffinity_context_route_cacheable(const racaffinity_cluster
 /*
  `racaffinity_context_pick` for a host that leases cached routes itself
  (see `racaffinity_cluster_host_lease_end`): the library decides whether
- the host may. When `*out_host` is true the route may be cached as
- `racaffinity_context_route_cacheable` says and the library leased
- nothing: begin a host lease on the page, under the epoch read *before*
- this call. When it is false (a route that may not be cached, such as a
- pin on a draining node, or a node past the host lease table) the library
- leased `out->node` itself: end that lease exactly once with
- `racaffinity_cluster_lease_end`. Either way one call per pick.
+ the host may, in the same call.
+
+ - `*out_host` true: the route may be cached as
+   `racaffinity_context_route_cacheable` says, and the library leased
+   nothing. Begin a host lease on the page, under the epoch read *before*
+   this call. `*out` holds the route with no token: releasing it with
+   `racaffinity_lease_release` is INVALID_LEASE.
+ - `*out_host` false (a route that may not be cached, such as a pin on a
+   draining node, or a node past the host lease table): `*out` is a lease
+   the library holds, to release exactly once with
+   `racaffinity_lease_release`, as one from `racaffinity_context_pick`.
 
  # Safety
  `out` and `out_host` must be NULL or writable.
  */
 racaffinity_result racaffinity_context_pick_host_leasable(const racaffinity_cluster *cluster,
                                                           uint64_t context,
-                                                          racaffinity_route *out,
+                                                          racaffinity_lease *out,
                                                           bool *out_host);
-
-/*
- Ends a lease `racaffinity_context_pick_host_leasable` began in the
- library (`*out_host` false) with a `racaffinity_outcome`. Such a lease
- has no token: the library cannot tell a second end from a first, so the
- caller ends each exactly once (a removed node's lease still ends).
- UNKNOWN_NODE for an id the cluster never had; INVALID_ARGUMENT for an
- outcome that is not a `racaffinity_outcome`.
- */
-racaffinity_result racaffinity_cluster_lease_end(const racaffinity_cluster *cluster,
-                                                 uint32_t node,
-                                                 uint32_t outcome);
 
 /*
  Adds `count` routes a host served from its cache for a pinned context on

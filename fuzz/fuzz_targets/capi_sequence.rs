@@ -248,72 +248,283 @@ enum Ev {
 
 #[derive(Arbitrary, Debug, Clone)]
 enum Op {
-    New { slot: bool, cfg: u8 },
-    NewBad { kind: u8 },
-    Free { h: H },
-    NodeCount { h: H, null_out: bool },
-    Heartbeat { h: H },
-    RecoveryScope { h: H },
-    SetStrict { h: H, scope: u32, strict: bool },
-    ThreadPin { h: H, null_out: bool },
-    ThreadUnpin { h: H },
-    ContextNew { h: H, null_out: bool },
-    ContextPin { h: H, ctx: Ctx },
-    ContextUnpin { h: H, ctx: Ctx },
-    ContextRoute { h: H, ctx: Ctx, lease: bool },
-    Route { h: H, null_out: bool },
-    Pick { h: H, null_out: bool },
-    LeaseBegin { h: H, node: NodeSel },
-    LeaseRelease { h: H, lease: LeaseSel, outcome: u32 },
-    TxBegin { h: H, g: Span, null_out: bool },
-    TxBeginOn { h: H, g: Span, node: NodeSel },
-    TxBeginFor { h: H, g: Span, req: Option<Req> },
-    TxPrepared { h: H, g: Span },
-    TxRoute { h: H, g: Span },
-    TxEnd { h: H, g: Span },
-    TxComplete { h: H, g: Span },
-    TxRecovered { h: H, g: Span, node: NodeSel },
-    SessionRoute { h: H, k: Span },
-    SessionEnd { h: H, k: Span },
-    KeyRoute { h: H, k: Span },
-    KeyRouteI64 { h: H, v: i64 },
-    KeyPartition { h: H, k: Span },
-    PartitionOwner { h: H, p: u32 },
-    RequestPick { h: H, req: Option<Req> },
-    Event { h: H, ev: Ev },
-    Metrics { h: H, cap: u16, null_buf: bool, prometheus: bool },
-    NodeAdd { h: H, name: NameSel, weight: u32, address: bool },
-    NodeRemove { h: H, name: NameSel },
-    NodeSetState { h: H, name: NameSel, state: u32 },
-    NodeGetState { h: H, node: NodeSel },
-    NodeFind { h: H, name: NameSel },
-    NodeName { h: H, node: NodeSel, cap: u8, address: bool },
-    Probe { h: H, node: NodeSel, ok: bool },
-    Outcome { h: H, node: NodeSel, ok: bool },
-    ResultMessage { code: u32, cap: u8 },
-    SessionRouting { h: H, k: Span, nulls: u8 },
-    TokenNew { h: H, sid: Text, cap: u8 },
-    TokenDecode { h: H, tok: Tok, nulls: u8, cap: u8 },
-    TokenRoute { h: H, tok: Tok, nulls: u8, cap: u8 },
-    EpochPage { h: H, null_out: bool },
-    EpochFree { page: PageSel },
-    RouteCacheable { h: H, ctx: Ctx, nulls: u8 },
-    CountHostHits { h: H, node: NodeSel, count: Count },
+    New {
+        slot: bool,
+        cfg: u8,
+    },
+    NewBad {
+        kind: u8,
+    },
+    Free {
+        h: H,
+    },
+    NodeCount {
+        h: H,
+        null_out: bool,
+    },
+    Heartbeat {
+        h: H,
+    },
+    RecoveryScope {
+        h: H,
+    },
+    SetStrict {
+        h: H,
+        scope: u32,
+        strict: bool,
+    },
+    ThreadPin {
+        h: H,
+        null_out: bool,
+    },
+    ThreadUnpin {
+        h: H,
+    },
+    ContextNew {
+        h: H,
+        null_out: bool,
+    },
+    ContextPin {
+        h: H,
+        ctx: Ctx,
+    },
+    ContextUnpin {
+        h: H,
+        ctx: Ctx,
+    },
+    ContextRoute {
+        h: H,
+        ctx: Ctx,
+        lease: bool,
+    },
+    Route {
+        h: H,
+        null_out: bool,
+    },
+    Pick {
+        h: H,
+        null_out: bool,
+    },
+    LeaseBegin {
+        h: H,
+        node: NodeSel,
+    },
+    LeaseRelease {
+        h: H,
+        lease: LeaseSel,
+        outcome: u32,
+    },
+    TxBegin {
+        h: H,
+        g: Span,
+        null_out: bool,
+    },
+    TxBeginOn {
+        h: H,
+        g: Span,
+        node: NodeSel,
+    },
+    TxBeginFor {
+        h: H,
+        g: Span,
+        req: Option<Req>,
+    },
+    TxPrepared {
+        h: H,
+        g: Span,
+    },
+    TxRoute {
+        h: H,
+        g: Span,
+    },
+    TxEnd {
+        h: H,
+        g: Span,
+    },
+    TxComplete {
+        h: H,
+        g: Span,
+    },
+    TxRecovered {
+        h: H,
+        g: Span,
+        node: NodeSel,
+    },
+    SessionRoute {
+        h: H,
+        k: Span,
+    },
+    SessionEnd {
+        h: H,
+        k: Span,
+    },
+    KeyRoute {
+        h: H,
+        k: Span,
+    },
+    KeyRouteI64 {
+        h: H,
+        v: i64,
+    },
+    KeyPartition {
+        h: H,
+        k: Span,
+    },
+    PartitionOwner {
+        h: H,
+        p: u32,
+    },
+    RequestPick {
+        h: H,
+        req: Option<Req>,
+    },
+    Event {
+        h: H,
+        ev: Ev,
+    },
+    Metrics {
+        h: H,
+        cap: u16,
+        null_buf: bool,
+        prometheus: bool,
+    },
+    NodeAdd {
+        h: H,
+        name: NameSel,
+        weight: u32,
+        address: bool,
+    },
+    NodeRemove {
+        h: H,
+        name: NameSel,
+    },
+    NodeSetState {
+        h: H,
+        name: NameSel,
+        state: u32,
+    },
+    NodeGetState {
+        h: H,
+        node: NodeSel,
+    },
+    NodeFind {
+        h: H,
+        name: NameSel,
+    },
+    NodeName {
+        h: H,
+        node: NodeSel,
+        cap: u8,
+        address: bool,
+    },
+    Probe {
+        h: H,
+        node: NodeSel,
+        ok: bool,
+    },
+    Outcome {
+        h: H,
+        node: NodeSel,
+        ok: bool,
+    },
+    ResultMessage {
+        code: u32,
+        cap: u8,
+    },
+    SessionRouting {
+        h: H,
+        k: Span,
+        nulls: u8,
+    },
+    TokenNew {
+        h: H,
+        sid: Text,
+        cap: u8,
+    },
+    TokenDecode {
+        h: H,
+        tok: Tok,
+        nulls: u8,
+        cap: u8,
+    },
+    TokenRoute {
+        h: H,
+        tok: Tok,
+        nulls: u8,
+        cap: u8,
+    },
+    EpochPage {
+        h: H,
+        null_out: bool,
+    },
+    EpochFree {
+        page: PageSel,
+    },
+    RouteCacheable {
+        h: H,
+        ctx: Ctx,
+        nulls: u8,
+    },
+    CountHostHits {
+        h: H,
+        node: NodeSel,
+        count: Count,
+    },
     /// A host lease's end reported to the library: NEUTRAL (which changes no
     /// state the model follows) or a code that is no outcome.
-    HostLeaseEnd { h: H, node: NodeSel, outcome: u32 },
+    HostLeaseEnd {
+        h: H,
+        node: NodeSel,
+        outcome: u32,
+    },
     /// A pinned pick for a host that leases cached routes itself.
-    PickHostLeasable { h: H, ctx: Ctx, nulls: u8 },
-    /// The end of a lease the library began in `PickHostLeasable`: NEUTRAL
-    /// (no state the model follows) or a code that is no outcome.
-    LeaseEnd { h: H, node: NodeSel, outcome: u32 },
-    AutoPin { h: H, null_out: bool },
-    ContextPinFor { h: H, ctx: Ctx, scope: u32, null_out: bool },
-    ContextRelease { h: H, ctx: Ctx, null_out: bool },
-    MapReplace { h: H, entries: Vec<(u32, NameSel)>, source: Text, nulls: u8 },
-    MapLoadFailed { h: H, source: Text, error: Text },
-    Connect { form: u32, host: Text, port: u16, service: Text, instance: Text, cap: u16 },
-    AddressConnect { form: u32, address: Text, default_port: u16, service: Text, instance: Text, cap: u16 },
+    PickHostLeasable {
+        h: H,
+        ctx: Ctx,
+        nulls: u8,
+    },
+    AutoPin {
+        h: H,
+        null_out: bool,
+    },
+    ContextPinFor {
+        h: H,
+        ctx: Ctx,
+        scope: u32,
+        null_out: bool,
+    },
+    ContextRelease {
+        h: H,
+        ctx: Ctx,
+        null_out: bool,
+    },
+    MapReplace {
+        h: H,
+        entries: Vec<(u32, NameSel)>,
+        source: Text,
+        nulls: u8,
+    },
+    MapLoadFailed {
+        h: H,
+        source: Text,
+        error: Text,
+    },
+    Connect {
+        form: u32,
+        host: Text,
+        port: u16,
+        service: Text,
+        instance: Text,
+        cap: u16,
+    },
+    AddressConnect {
+        form: u32,
+        address: Text,
+        default_port: u16,
+        service: Text,
+        instance: Text,
+        cap: u16,
+    },
 }
 
 /// A C string argument.
@@ -2451,24 +2662,26 @@ impl Model {
                 // route the host may lease is one it may cache).
                 let pick = matches!(op, Op::PickHostLeasable { .. });
                 let site = |route: &'static str, pick_site: &'static str| if pick { pick_site } else { route };
-                let call = if pick {
-                    racaffinity_context_pick_host_leasable
-                } else {
-                    racaffinity_context_route_cacheable
-                };
                 let (p, live) = self.resolve(h);
                 let k = self.ctx_arg(live, ctx);
                 let epoch0 = live.and_then(|c| self.epoch_of(c));
                 let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let mut lease =
+                    racaffinity_lease { node: u32::MAX, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
                 let mut flag = false;
+                let out_flag: *mut bool = if nulls & 2 != 0 { null_mut() } else { &mut flag };
                 let r = unsafe {
-                    call(
-                        p,
-                        k,
-                        if nulls & 1 != 0 { null_mut() } else { &mut route },
-                        if nulls & 2 != 0 { null_mut() } else { &mut flag },
-                    )
+                    if pick {
+                        let out = if nulls & 1 != 0 { null_mut() } else { &mut lease };
+                        racaffinity_context_pick_host_leasable(p, k, out, out_flag)
+                    } else {
+                        let out = if nulls & 1 != 0 { null_mut() } else { &mut route };
+                        racaffinity_context_route_cacheable(p, k, out, out_flag)
+                    }
                 };
+                if pick {
+                    route = racaffinity_route { node: lease.node, kind: lease.kind };
+                }
                 if nulls & 3 != 0 {
                     let s = site("route_cacheable.null_out", "pick_host_leasable.null_out");
                     self.check(s, r, R::NullArgument, &(h, nulls));
@@ -2490,6 +2703,9 @@ impl Model {
                     if pick {
                         let covered = (route.node as usize) < RACAFFINITY_HOST_LEASE_NODES;
                         self.holds("pick_host_leasable.has_word", covered, &route);
+                        // The host's lease, not the library's: it cannot be released there.
+                        let r2 = unsafe { racaffinity_lease_release(p, &lease, 2) };
+                        self.check("pick_host_leasable.host_lease_not_releasable", r2, R::InvalidLease, &lease);
                     }
                     // While the epoch holds, the same context routes to the same node.
                     let mut again = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
@@ -2500,9 +2716,11 @@ impl Model {
                         self.holds(s, again.node == route.node, &(route, again));
                     }
                 } else if r == R::Ok && pick {
-                    // The library leased the node: ended at once, as a host would end it.
-                    let r2 = racaffinity_cluster_lease_end(p, route.node, 2);
-                    self.check("pick_host_leasable.lease_end", r2, R::Ok, &route);
+                    // The library leased the node: released at once, exactly once.
+                    let r2 = unsafe { racaffinity_lease_release(p, &lease, 2) };
+                    self.check("pick_host_leasable.release", r2, R::Ok, &lease);
+                    let r3 = unsafe { racaffinity_lease_release(p, &lease, 2) };
+                    self.check("pick_host_leasable.second_release", r3, R::InvalidLease, &lease);
                 }
                 Some(r)
             }
@@ -2535,14 +2753,8 @@ impl Model {
                 }
                 Some(r)
             }
-            Op::HostLeaseEnd { h, node, outcome } | Op::LeaseEnd { h, node, outcome } => {
-                // Both end an untracked lease by node: the same arguments and answers.
-                type End = extern "C" fn(*const racaffinity_cluster, u32, u32) -> R;
-                let (end, site): (End, _) = if matches!(op, Op::LeaseEnd { .. }) {
-                    (racaffinity_cluster_lease_end, "lease_end")
-                } else {
-                    (racaffinity_cluster_host_lease_end, "host_lease_end")
-                };
+            Op::HostLeaseEnd { h, node, outcome } => {
+                let (end, site) = (racaffinity_cluster_host_lease_end, "host_lease_end");
                 let (p, live) = self.resolve(h);
                 let n = self.node_arg(live, node);
                 let outcome = if outcome % 2 == 0 { 2 } else { 3 + outcome / 2 };

@@ -188,8 +188,7 @@ static void every_cluster_function_returns(const racaffinity_cluster *c, racaffi
     CHECK(word == NULL);
     CHECK_RC(racaffinity_context_route_cacheable(c, 1, &r, &b), want);
     CHECK_RC(racaffinity_cluster_count_host_hits(c, 0, 1), want);
-    CHECK_RC(racaffinity_context_pick_host_leasable(c, 1, &r, &b), want);
-    CHECK_RC(racaffinity_cluster_lease_end(c, 0, RACAFFINITY_OUTCOME_OK), want);
+    CHECK_RC(racaffinity_context_pick_host_leasable(c, 1, &l, &b), want);
     CHECK_RC(racaffinity_context_route(c, 1, &r), want);
     CHECK_RC(racaffinity_request_pick(c, &req, &l), want);
     CHECK_RC(racaffinity_tx_begin_for(c, B("g"), &req, &r), want);
@@ -1461,40 +1460,47 @@ static void a_host_lease_in_the_page_counts_like_a_library_lease(void) {
 /* One call per pinned pick that the host cannot serve from its cache: the
  * library says whether the host may lease the route in the page (and leases
  * nothing then), or leased it itself (a route that may not be cached, as a
- * pin on a draining node), to be ended with racaffinity_cluster_lease_end. */
+ * pin on a draining node): a tracked lease, released exactly once. */
 static void a_pick_tells_the_host_whether_it_may_lease_the_route_itself(void) {
     racaffinity_cluster *c = new_cluster("nodes = RAC1, RAC2\nhealth.eject_after_failures = 1");
     uint64_t k = 0;
     CHECK_OK(racaffinity_context_new(c, &k));
-    racaffinity_route r, pin;
+    racaffinity_route pin;
+    racaffinity_lease l;
     bool host = true;
     /* Unpinned: balanced, leased by the library. */
-    CHECK_OK(racaffinity_context_pick_host_leasable(c, k, &r, &host));
+    CHECK_OK(racaffinity_context_pick_host_leasable(c, k, &l, &host));
     CHECK(!host);
-    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_BALANCED);
+    CHECK(l.kind == RACAFFINITY_ROUTE_KIND_BALANCED);
     char name[32];
     size_t len = 0;
-    CHECK_OK(racaffinity_node_name(c, r.node, name, sizeof name, &len));
+    CHECK_OK(racaffinity_node_name(c, l.node, name, sizeof name, &len));
     CHECK_EQ_U(node_metric(c, name, "in_flight"), 1);
-    CHECK_OK(racaffinity_cluster_lease_end(c, r.node, RACAFFINITY_OUTCOME_OK));
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK));
     CHECK_EQ_U(node_metric(c, name, "in_flight"), 0);
     CHECK_EQ_U(node_metric(c, name, "successes"), 1);
-    /* Pinned on an Up node: the host leases, the library leased nothing. */
+    /* The library tracks its lease: a second release is refused, unchanged. */
+    CHECK_RC(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_INVALID_LEASE);
+    CHECK_EQ_U(node_metric(c, name, "successes"), 1);
+    /* Pinned on an Up node: the host leases, the library leased nothing, and
+     * the answer is no lease of the library's. */
     CHECK_OK(racaffinity_context_pin(c, k, &pin));
     CHECK_OK(racaffinity_node_name(c, pin.node, name, sizeof name, &len));
     host = false;
-    CHECK_OK(racaffinity_context_pick_host_leasable(c, k, &r, &host));
+    CHECK_OK(racaffinity_context_pick_host_leasable(c, k, &l, &host));
     CHECK(host);
-    CHECK_EQ_U(r.node, pin.node);
-    CHECK(r.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_EQ_U(l.node, pin.node);
+    CHECK(l.kind == RACAFFINITY_ROUTE_KIND_AFFINITY);
+    CHECK_EQ_U(node_metric(c, name, "in_flight"), 0);
+    CHECK_RC(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_INVALID_LEASE);
     CHECK_EQ_U(node_metric(c, name, "in_flight"), 0);
     /* Draining: never cacheable, so the library leases the pinned node. */
     CHECK_OK(racaffinity_node_set_state(c, name, RACAFFINITY_NODE_STATE_DRAINING));
-    CHECK_OK(racaffinity_context_pick_host_leasable(c, k, &r, &host));
+    CHECK_OK(racaffinity_context_pick_host_leasable(c, k, &l, &host));
     CHECK(!host);
-    CHECK_EQ_U(r.node, pin.node);
+    CHECK_EQ_U(l.node, pin.node);
     CHECK_EQ_U(node_metric(c, name, "in_flight"), 1);
-    CHECK_OK(racaffinity_cluster_lease_end(c, r.node, RACAFFINITY_OUTCOME_FAILED));
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_FAILED));
     CHECK_EQ_U(node_metric(c, name, "in_flight"), 0);
     CHECK_EQ_U(node_metric(c, name, "failures"), 1);
     racaffinity_node_state st;
@@ -1503,11 +1509,8 @@ static void a_pick_tells_the_host_whether_it_may_lease_the_route_itself(void) {
     /* Typed errors; none of them leases anything. */
     CHECK_RC(racaffinity_context_pick_host_leasable(c, k, NULL, &host), RACAFFINITY_RESULT_NULL_ARGUMENT);
     CHECK_LAST_ERROR_CONTAINS("out");
-    CHECK_RC(racaffinity_context_pick_host_leasable(c, k, &r, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_context_pick_host_leasable(c, k, &l, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
     CHECK_LAST_ERROR_CONTAINS("out_host");
-    CHECK_RC(racaffinity_cluster_lease_end(c, 77, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_UNKNOWN_NODE);
-    CHECK_RC(racaffinity_cluster_lease_end(c, 0, 9), RACAFFINITY_RESULT_INVALID_ARGUMENT);
-    CHECK_RC(racaffinity_cluster_lease_end(NULL, 0, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_NULL_ARGUMENT);
     CHECK_EQ_U(node_metric(c, "RAC1", "in_flight") + node_metric(c, "RAC2", "in_flight"), 0);
     free_cluster(c);
 }

@@ -29,7 +29,7 @@ from ._routes import HOST_LEASE_BASE as _HOST_LEASE_BASE
 from ._routes import HOST_LEASE_NODES as _HOST_LEASE_NODES
 from ._routes import PAGE_BYTES as _PAGE_BYTES
 from ._routes import KINDS as _KINDS
-from ._routes import HostLease, Lease, LibraryLease, Node, NodeState, Route, Scope
+from ._routes import HostLease, Lease, Node, NodeState, Route, Scope
 from ._routes import STATES as _STATES
 from ._routes import lease_begin as _lease_begin
 from ._routes import context_pick as _context_pick
@@ -458,8 +458,9 @@ class Cluster:
     def _pick_host_leasable(self, epoch: int) -> Lease:
         """A pinned pick the cache could not serve, in one call: the library
         says whether Python may lease the route itself (and cache it, under
-        `epoch`, read before the call) or leased it already."""
-        out = _new("racaffinity_route *")
+        `epoch`, read before the call) or leased it already (a lease the
+        library tracks, as `racaffinity_context_pick` gives)."""
+        out = _new("racaffinity_lease *")
         host = _new("bool *")
         _context_call(self, lambda h, k, o: _pick_host_leasable(h, k, o, host), out)
         pin = _slot(self._serial, _PIN)
@@ -471,7 +472,7 @@ class Cluster:
             return HostLease(self, out.node, _KINDS[out.kind], epoch)
         # The pin's cache stays as it was: stale (the word moved past it), or
         # a route() cache on a node past the host lease table.
-        return LibraryLease(self, out.node, _KINDS[out.kind])
+        return Lease(self, out)
 
     def _merge_host_hits(self) -> None:
         for pin in list(self._cached_pins):

@@ -13,7 +13,7 @@ from ._lib import ffi, lib
 if TYPE_CHECKING:  # pragma: no cover
     from ._cluster import Cluster
 
-__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "HostLease", "LibraryLease", "Node", "route_of"]
+__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "HostLease", "Node", "route_of"]
 
 
 class NodeState(enum.IntEnum):
@@ -176,7 +176,6 @@ _END_OK = int(lib.RACAFFINITY_HOST_LEASE_END_OK)
 _WORD = (1 << 64) - 1  # what the page's words hold
 host_lease_end = lib.racaffinity_cluster_host_lease_end
 pick_host_leasable = lib.racaffinity_context_pick_host_leasable
-library_lease_end = lib.racaffinity_cluster_lease_end
 
 
 class HostLease(Lease):
@@ -220,31 +219,6 @@ class HostLease(Lease):
             return
         page[i] -= 1
         rc = host_lease_end(self._cluster._h, self.node, outcome)
-        if rc:
-            self._cluster._raise(rc)
-
-
-class LibraryLease(Lease):
-    """A lease the library began for a pinned pick it would not let Python
-    lease (`racaffinity_context_pick_host_leasable`: a draining node, a
-    node past the host lease table). It has no token in the library, so it
-    guards its one release itself; the release is one call."""
-
-    __slots__ = ()
-
-    def __init__(self, cluster: "Cluster", node: int, kind: RouteKind) -> None:
-        self._cluster = cluster
-        self.node = node
-        self.kind = kind
-        self._live = True
-
-    def release(self, outcome: Union[Outcome, str, int] = _OK) -> None:
-        if outcome.__class__ is not Outcome:
-            outcome = enum_arg(outcome, Outcome, "outcome")
-        if not self._live:
-            _refuse_second_release(self)
-        self._live = False
-        rc = library_lease_end(self._cluster._h, self.node, outcome)
         if rc:
             self._cluster._raise(rc)
 

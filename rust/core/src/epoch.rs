@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result, Scope};
+use crate::lease::LeaseToken;
 use crate::node::NodeId;
 use crate::pin::ContextKey;
 use crate::route::{Route, RouteKind};
@@ -181,6 +182,12 @@ impl RoutingEpoch {
     }
 }
 
+/// Whether a host may lease `r` itself: a route it may cache, on a node
+/// the host lease table covers.
+fn host_may_lease(r: Route, cacheable: bool) -> bool {
+    cacheable && (r.node.0 as usize) < HOST_LEASE_NODES
+}
+
 impl Cluster {
     /// The routing epoch now. See [`RoutingEpoch`].
     #[inline]
@@ -217,11 +224,24 @@ impl Cluster {
     /// false.
     pub fn pick_in_host_leasable(&self, key: ContextKey) -> Result<(Route, bool)> {
         let (r, cacheable) = self.pick_in_cacheable(key)?;
-        let host = cacheable && (r.node.0 as usize) < HOST_LEASE_NODES;
+        let host = host_may_lease(r, cacheable);
         if !host {
             self.begin_lease(r.node);
         }
         Ok((r, host))
+    }
+
+    /// [`Cluster::pick_in_host_leasable`] for a host that ends the library's
+    /// leases by token (C, Python): `None` when the host leases the route
+    /// itself and the core leased nothing; else the token of the lease the
+    /// core opened, which [`Cluster::close_lease`] ends exactly once (a
+    /// second close is refused, so a host cannot count one lease twice).
+    pub fn pick_in_host_or_open_lease(&self, key: ContextKey) -> Result<(Route, Option<LeaseToken>)> {
+        let (r, cacheable) = self.pick_in_cacheable(key)?;
+        if host_may_lease(r, cacheable) {
+            return Ok((r, None));
+        }
+        Ok((r, Some(self.open_picked_lease(r.node))))
     }
 
     /// Counts `n` pinned-thread hits a host served from its cache on `node`,

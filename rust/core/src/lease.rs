@@ -94,11 +94,18 @@ impl Cluster {
             Some(n) if !n.is_removed() => {}
             _ => return Err(Error::UnknownNode(format!("#{}", node.0))),
         }
+        Ok(self.open_picked_lease(node))
+    }
+
+    /// [`Cluster::open_lease`] of a node the core itself just picked: a
+    /// removal in between still leaves a lease to close, as a lease begun
+    /// just before the removal would.
+    pub(crate) fn open_picked_lease(&self, node: NodeId) -> LeaseToken {
         let reg = &self.inner.leases;
         let token = reg.next.fetch_add(1, Ordering::Relaxed);
         reg.open.lock(&token).insert(token, node);
         self.begin_lease(node);
-        Ok(LeaseToken(token))
+        LeaseToken(token)
     }
 
     /// Closes a lease opened with [`Cluster::open_lease`]; a token that is not

@@ -10,7 +10,7 @@
 
 use std::fmt::Display;
 
-use racaffinity_core::{Cluster, ContextKey, DataKey, NodeId, NodeSpec, NodeState, Outcome, RouteRequest};
+use racaffinity_core::{Cluster, ContextKey, DataKey, NodeId, NodeSpec, NodeState, RouteRequest};
 
 use crate::capi::result::{racaffinity_result, Failure};
 
@@ -54,18 +54,6 @@ pub(crate) fn begin_lease(c: &Cluster, node: NodeId) -> Result<(), Failure> {
         return Err(unknown_node(node.0));
     }
     c.begin_lease(node);
-    Ok(())
-}
-
-/// Ends a lease begun untracked ([`begin_lease`], or the core's
-/// `pick_in_host_leasable` when the host may not lease). The core's
-/// `end_lease` ignores a node it never had; the boundary says so. A removed
-/// node's lease still ends.
-pub(crate) fn end_lease(c: &Cluster, node: NodeId, outcome: Outcome) -> Result<(), Failure> {
-    if c.node(node).is_none() {
-        return Err(unknown_node(node.0));
-    }
-    c.end_lease(node, outcome);
     Ok(())
 }
 

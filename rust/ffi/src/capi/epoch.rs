@@ -6,14 +6,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use racaffinity_core::{Cluster, ContextKey, Route, RoutingEpoch};
-
-use crate::ops;
+use racaffinity_core::{ContextKey, RoutingEpoch};
 
 use super::buffer::out_arg;
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result};
-use super::types::{node_id, outcome_arg, racaffinity_route};
+use super::types::{node_id, outcome_arg, racaffinity_lease, racaffinity_route};
 
 /// Stripes of the host lease table (see `racaffinity_cluster_host_lease_end`).
 pub const RACAFFINITY_HOST_LEASE_STRIPES: usize = 8;
@@ -88,19 +86,30 @@ pub unsafe extern "C" fn racaffinity_context_route_cacheable(
     out: *mut racaffinity_route,
     out_cacheable: *mut bool,
 ) -> racaffinity_result {
-    // SAFETY: per this function's contract.
-    unsafe { route_with_flag(cluster, context, out, out_cacheable, "out_cacheable", |c, k| c.pick_in_cacheable(k)) }
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (out, cacheable) = unsafe { (out_arg(out, "out")?, out_arg(out_cacheable, "out_cacheable")?) };
+        handle::with(cluster, |c| {
+            let (r, ok) = c.pick_in_cacheable(ContextKey(context))?;
+            cacheable.set(ok)?;
+            out.set(r.into())
+        })
+    })
 }
 
 /// `racaffinity_context_pick` for a host that leases cached routes itself
 /// (see `racaffinity_cluster_host_lease_end`): the library decides whether
-/// the host may. When `*out_host` is true the route may be cached as
-/// `racaffinity_context_route_cacheable` says and the library leased
-/// nothing: begin a host lease on the page, under the epoch read *before*
-/// this call. When it is false (a route that may not be cached, such as a
-/// pin on a draining node, or a node past the host lease table) the library
-/// leased `out->node` itself: end that lease exactly once with
-/// `racaffinity_cluster_lease_end`. Either way one call per pick.
+/// the host may, in the same call.
+///
+/// - `*out_host` true: the route may be cached as
+///   `racaffinity_context_route_cacheable` says, and the library leased
+///   nothing. Begin a host lease on the page, under the epoch read *before*
+///   this call. `*out` holds the route with no token: releasing it with
+///   `racaffinity_lease_release` is INVALID_LEASE.
+/// - `*out_host` false (a route that may not be cached, such as a pin on a
+///   draining node, or a node past the host lease table): `*out` is a lease
+///   the library holds, to release exactly once with
+///   `racaffinity_lease_release`, as one from `racaffinity_context_pick`.
 ///
 /// # Safety
 /// `out` and `out_host` must be NULL or writable.
@@ -108,51 +117,21 @@ pub unsafe extern "C" fn racaffinity_context_route_cacheable(
 pub unsafe extern "C" fn racaffinity_context_pick_host_leasable(
     cluster: *const racaffinity_cluster,
     context: u64,
-    out: *mut racaffinity_route,
+    out: *mut racaffinity_lease,
     out_host: *mut bool,
-) -> racaffinity_result {
-    // SAFETY: per this function's contract.
-    unsafe { route_with_flag(cluster, context, out, out_host, "out_host", |c, k| c.pick_in_host_leasable(k)) }
-}
-
-/// A context's route and the flag the core answers with it.
-///
-/// # Safety
-/// `out` and `out_flag` must be NULL or writable.
-unsafe fn route_with_flag(
-    cluster: *const racaffinity_cluster,
-    context: u64,
-    out: *mut racaffinity_route,
-    out_flag: *mut bool,
-    flag_name: &'static str,
-    answer: impl FnOnce(&Cluster, ContextKey) -> racaffinity_core::Result<(Route, bool)>,
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let (out, flag) = unsafe { (out_arg(out, "out")?, out_arg(out_flag, flag_name)?) };
+        let (out, host) = unsafe { (out_arg(out, "out")?, out_arg(out_host, "out_host")?) };
         handle::with(cluster, |c| {
-            let (r, f) = answer(c, ContextKey(context))?;
-            flag.set(f)?;
-            out.set(r.into())
+            let (r, token) = c.pick_in_host_or_open_lease(ContextKey(context))?;
+            let r: racaffinity_route = r.into();
+            host.set(token.is_none())?;
+            out.set(match token {
+                Some(t) => racaffinity_lease { node: r.node, kind: r.kind, owner: handle::tag(cluster), token: t.0 },
+                None => racaffinity_lease { node: r.node, kind: r.kind, owner: 0, token: 0 },
+            })
         })
-    })
-}
-
-/// Ends a lease `racaffinity_context_pick_host_leasable` began in the
-/// library (`*out_host` false) with a `racaffinity_outcome`. Such a lease
-/// has no token: the library cannot tell a second end from a first, so the
-/// caller ends each exactly once (a removed node's lease still ends).
-/// UNKNOWN_NODE for an id the cluster never had; INVALID_ARGUMENT for an
-/// outcome that is not a `racaffinity_outcome`.
-#[no_mangle]
-pub extern "C" fn racaffinity_cluster_lease_end(
-    cluster: *const racaffinity_cluster,
-    node: u32,
-    outcome: u32,
-) -> racaffinity_result {
-    guard(|| {
-        let outcome = outcome_arg(outcome)?;
-        handle::with(cluster, |c| ops::end_lease(c, node_id(node), outcome))
     })
 }
 
