@@ -147,6 +147,26 @@ def bench_calls(quick: bool) -> None:
                 raise RuntimeError("released twice")
             self.done = True
 
+    from racaffinity._scopes import SCOPES
+
+    serial = c._serial
+
+    class FloorRouter:
+        """The least a cached route can do and stay correct per context: find
+        this context's pin of this cluster (the ContextVar, one dict lookup)
+        and return its route, with no validity check and no count. A method,
+        called as `c.route()` is."""
+
+        __slots__ = ()
+
+        def route(self) -> object:
+            return SCOPES.get().get(serial)[0].route
+
+    floor_router = FloorRouter()
+
+    def route_floor() -> None:
+        floor_router.route()
+
     def floor_lease() -> None:
         FloorLease(c.route()).release()
 
@@ -166,6 +186,7 @@ def bench_calls(quick: bool) -> None:
         "pinned_pick_release": lambda: pinned_ctx.run(loop(pinned_pick_release, n)),
         "pinned_pick_with": lambda: pinned_ctx.run(loop(pinned_pick_with, n)),
         "pinned_route": lambda: pinned_ctx.run(loop(pinned_route, n)),
+        "pinned_route_floor": lambda: pinned_ctx.run(loop(route_floor, n)),
         "pinned_floor_lease": lambda: pinned_ctx.run(loop(floor_lease, n)),
         "unpinned_floor": loop(unpinned_floor, n),
     }
@@ -183,6 +204,7 @@ def bench_calls(quick: bool) -> None:
             ("pinned_pick_release", "Cluster.pick().release() in a pin", "<= 2x"),
             ("pinned_pick_with", "with Cluster.pick(): in a pin", ""),
             ("pinned_route", "Cluster.route() in a pin (cached)", "<= 1x"),
+            ("pinned_route_floor", "route floor: this context's pin, no check, no count", "(floor)"),
             ("pinned_floor_lease", "cached route + a bare Python lease object", "(floor)"),
             ("unpinned_floor", "one raw cffi pick + a bare Python lease object", "(floor)"),
         ],

@@ -215,6 +215,8 @@ PY_ROWS = [  # (name, label, baseline name, baseline label, target ratio)
     ("pick_with", "`with Cluster.pick():`, unpinned", "noop_call", "no-op cffi call", None),
     ("pinned_pick_release", "`Cluster.pick().release()` in a pin", "noop_call", "no-op cffi call", 2.0),
     ("pinned_route", "`Cluster.route()` in a pin (cached)", "noop_call", "no-op cffi call", 1.0),
+    ("pinned_route_floor", "the route floor: the context's pin found and its route returned, no check, no count",
+     "noop_call", "no-op cffi call", None),
     ("pinned_floor_lease", "the floor: cached route + a bare Python lease object", "noop_call", "no-op cffi call",
      None),
     ("unpinned_floor", "the unpinned floor: one raw cffi pick + a bare Python lease object", "noop_call",
