@@ -277,6 +277,8 @@ UNIT_NS = {"ns/op": 1.0, "us/op": 1e3, "µs/op": 1e3, "ms/op": 1e6, "s/op": 1e9}
 
 INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio to that baseline)
     ("pinnedRoute", "`Cluster.route()` on a pinned thread (cached; interleaved)", "no-op JNI call", 1.0),
+    ("routeFloor", "the route floor: this thread's route from a `ThreadLocal`, no check, no count (interleaved)",
+     "no-op JNI call", None),
     ("nativePinnedRoute", "raw `Native.contextRoute` (interleaved)", "no-op JNI call", None),
     ("pinnedPickRelease", "`pick()` + `release(OK)` on a pinned thread (interleaved)", "no-op JNI call", 2.0),
     ("pinnedPickReleaseKept", "the same, the lease kept in a field (interleaved)", "no-op JNI call", None),

@@ -76,6 +76,8 @@ public final class InterleavedBench {
             long h = cluster.handle();
             long context = Native.contextNew(h);
             Native.contextPin(h, context);
+            Route pinned = cluster.route();
+            ThreadLocal<Route[]> floorRoute = ThreadLocal.withInitial(() -> new Route[] {pinned});
             Subject[] subjects = {
                 new Subject("noop", "no-op JNI call `Native.noop`", n -> {
                     long acc = 0;
@@ -91,6 +93,16 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }),
+                // The least a per-thread cached route can do: find this thread's
+                // entry and return its route, with no epoch check and no hit count.
+                new Subject("routeFloor", "the floor: this thread's route from a `ThreadLocal`, no check, no count",
+                        n -> {
+                            long acc = 0;
+                            for (long i = 0; i < n; i++) {
+                                acc += floorRoute.get()[0].node();
+                            }
+                            return acc;
+                        }),
                 new Subject("nativePinnedRoute", "raw `Native.contextRoute` (always crosses)", n -> {
                     long acc = 0;
                     for (long i = 0; i < n; i++) {
