@@ -16,7 +16,7 @@ LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
-	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench bench-scaling memory clean help \
+	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench bench-scaling memory clean clean-nodes help \
 	test-doc-samples check-docs wheel test-wheel docs \
 	test-appservers test-micrometer test-simplefan test-spring-boot
 
@@ -66,6 +66,7 @@ help:
 	@echo "  make toxiproxy-tool  the pinned Toxiproxy for the fault tests"
 	@echo "  make cargo-fuzz-tool the pinned cargo-fuzz"
 	@echo "  make clean           stop the local nodes, remove build output"
+	@echo "  make clean-nodes     stop and delete every local node data root of this checkout (/tmp/racaffinity-pg-*)"
 
 build:
 	$(CARGO) build --release --workspace
@@ -352,8 +353,17 @@ bench-scaling:
 memory:
 	$(CARGO) run --quiet --release -p racaffinity --example memory
 
-clean:
-	-$(PGNODES) stop
+# Every suite keeps its nodes in /tmp/racaffinity-pg-<suite>-<hash of this
+# checkout>, about 140 MB each; .ci/run calls this so that a CI machine
+# cloning afresh each time does not fill its disk.
+CHECKOUT_HASH := $(shell printf '%s' "$(CURDIR)" | sha1sum | cut -c1-8)
+clean-nodes:
+	@for root in /tmp/racaffinity-pg-*-$(CHECKOUT_HASH); do \
+		[ -d "$$root" ] || continue; \
+		RACAFF_PG_DIR="$$root" $(PGNODES) destroy || exit 1; \
+	done
+
+clean: clean-nodes
 	-mvn -q -f java clean
 	-mvn -q -f java/appservers clean
 	-mvn -q -f java/micrometer clean

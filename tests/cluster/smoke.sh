@@ -204,4 +204,24 @@ done
 "$PGNODES" stop >/dev/null || fail "second 'pgnodes stop' failed"
 pass "second 'pgnodes stop' is a no-op"
 
+echo "== destroy"
+# A root of its own, so the suites that follow keep theirs; the ports are
+# free again since every node above is stopped.
+DESTROY_ROOT=/tmp/racaffinity-pg-smoke-destroy-$$
+RACAFF_PG_DIR=$DESTROY_ROOT "$PGNODES" start 1 >/dev/null || abort "pgnodes start 1 in $DESTROY_ROOT"
+reachable 1 || fail "node 1 of $DESTROY_ROOT not reachable after start"
+RACAFF_PG_DIR=$DESTROY_ROOT "$PGNODES" destroy >/dev/null || fail "'pgnodes destroy' failed"
+[[ ! -e $DESTROY_ROOT ]] && pass "'pgnodes destroy' removes the data root" \
+    || { fail "$DESTROY_ROOT still exists after 'pgnodes destroy'"
+         RACAFF_PG_DIR=$DESTROY_ROOT "$PGNODES" stop >/dev/null 2>&1; rm -rf "$DESTROY_ROOT"; }
+reachable 1 && fail "node 1 still reachable after 'pgnodes destroy'" || pass "no node reachable after 'pgnodes destroy'"
+mkdir -p "$DESTROY_ROOT" && echo keep > "$DESTROY_ROOT/notes.txt"
+if RACAFF_PG_DIR=$DESTROY_ROOT "$PGNODES" destroy >/dev/null 2>&1; then
+    fail "'pgnodes destroy' accepted a directory pgnodes did not make"
+else
+    [[ -f $DESTROY_ROOT/notes.txt ]] && pass "'pgnodes destroy' refuses, and keeps, a directory it did not make" \
+        || fail "'pgnodes destroy' deleted a file it did not make"
+fi
+rm -rf "$DESTROY_ROOT"
+
 (( ${#failures[@]} == 0 ))

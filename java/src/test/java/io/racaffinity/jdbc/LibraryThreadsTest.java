@@ -64,13 +64,17 @@ class LibraryThreadsTest {
     @Test
     void theCleanerThreadEndsWithTheLastOpenCluster() throws Exception {
         Path out = Files.createTempFile("cleaner-child", ".out");
-        Process child = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "-cp", System.getProperty("java.class.path"), CleanerChild.class.getName())
-                .redirectErrorStream(true).redirectOutput(out.toFile()).start();
-        assertTrue(child.waitFor(60, TimeUnit.SECONDS), "the child JVM ends");
-        String output = Files.readString(out);
-        assertEquals(0, child.exitValue(), output);
-        assertTrue(output.contains("cleaner checks passed"), output);
+        try {
+            Process child = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                    "-cp", System.getProperty("java.class.path"), CleanerChild.class.getName())
+                    .redirectErrorStream(true).redirectOutput(out.toFile()).start();
+            assertTrue(child.waitFor(60, TimeUnit.SECONDS), "the child JVM ends");
+            String output = Files.readString(out);
+            assertEquals(0, child.exitValue(), output);
+            assertTrue(output.contains("cleaner checks passed"), output);
+        } finally {
+            Files.deleteIfExists(out);
+        }
     }
 
     /** The child JVM's checks. */
