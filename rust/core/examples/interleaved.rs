@@ -49,6 +49,7 @@ fn main() {
         "name = balanced\nnodes = RAC1, RAC2, RAC3, RAC4, RAC5, RAC6, RAC7, RAC8\npolicy = least_outstanding",
     )
     .expect("valid config");
+    let per_unit = Cluster::from_config_text("name = per_unit\nnodes = RAC1, RAC2, RAC3").expect("valid config");
     let mut cases: Vec<Case> = vec![
         (
             "thread_local",
@@ -81,6 +82,11 @@ fn main() {
                     acc + u64::from(node)
                 })
             }),
+        ),
+        (
+            "pin_unpin",
+            "`pin_thread()` + drop: a thread pin per unit of work",
+            Box::new(|n| (0..n).fold(0, |acc, _| acc + u64::from(per_unit.pin_thread().unwrap().node().0))),
         ),
     ];
     // Calibrate: about 2 ms of thread CPU time per case and round.

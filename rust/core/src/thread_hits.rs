@@ -9,10 +9,12 @@
 //! lock when its pin moves to another node or ends (unpin, thread exit), so a
 //! reader never counts a hit twice and never misses one.
 //!
-//! Tallies are `'static` and recycled through a process-wide pool, so the
-//! fast path can keep a plain `&'static Tally` in a `Cell` (no `RefCell`, no
-//! reference count, no thread-local destructor check) without `unsafe`.
+//! Tallies are `'static` and recycled, through the thread's own spares and
+//! then a process-wide pool, so the fast path can keep a plain
+//! `&'static Tally` in a `Cell` (no `RefCell`, no reference count, no
+//! thread-local destructor check) without `unsafe`.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -35,20 +37,66 @@ pub(crate) struct Registered {
     index: usize,
 }
 
-/// Tallies of pins that ended, for the next pin of any thread and cluster.
+/// Tallies of pins that ended on threads that have exited, or that kept
+/// enough spares; for the next pin of any thread and cluster.
 static POOL: Mutex<Vec<&'static Tally>> = Mutex::new(Vec::new());
 
-fn take() -> &'static Tally {
-    let pooled = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
-    // At most as many tallies exist as thread pins were ever live at once.
-    pooled.unwrap_or_else(|| Box::leak(Box::default()))
+/// A thread's own spare tallies. A host that pins per unit of work starts
+/// and ends pins as often as it routes; taking the process-wide pool's lock
+/// for each would queue its threads on one lock.
+struct Spares(Vec<&'static Tally>);
+
+/// Enough for a thread pinned to a few clusters at once.
+const SPARES_KEPT: usize = 4;
+
+impl Drop for Spares {
+    // At thread exit the spares go to the pool, so the tallies ever made stay
+    // bounded by the pins live at once (plus a few per live thread).
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            pool().append(&mut self.0);
+        }
+    }
 }
 
-/// Gives a tally back to the pool. Its pin's thread must no longer count
+thread_local! {
+    static SPARES: RefCell<Spares> = const { RefCell::new(Spares(Vec::new())) };
+}
+
+fn pool() -> MutexGuard<'static, Vec<&'static Tally>> {
+    POOL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn take() -> &'static Tally {
+    // During thread exit the spares may be gone already: the pool serves.
+    let spare = SPARES.try_with(|s| s.borrow_mut().0.pop()).ok().flatten();
+    spare.or_else(|| pool().pop()).unwrap_or_else(|| {
+        #[cfg(test)]
+        MADE.fetch_add(1, Ordering::Relaxed);
+        Box::leak(Box::default())
+    })
+}
+
+#[cfg(test)]
+static MADE: AtomicU64 = AtomicU64::new(0);
+
+/// Gives a tally back for reuse. Its pin's thread must no longer count
 /// into it (the pin cleared its fast-path copy first).
 pub(crate) fn give_back(tally: &'static Tally) {
     tally.hits.store(0, Ordering::Relaxed);
-    POOL.lock().unwrap_or_else(|p| p.into_inner()).push(tally);
+    let kept = SPARES
+        .try_with(|s| {
+            let mut s = s.borrow_mut();
+            let keep = s.0.len() < SPARES_KEPT;
+            if keep {
+                s.0.push(tally);
+            }
+            keep
+        })
+        .unwrap_or(false);
+    if !kept {
+        pool().push(tally);
+    }
 }
 
 impl Tally {
@@ -158,5 +206,30 @@ impl Tallies {
             total += hits;
         }
         Merged { _folds_wait: shards, per_node, total }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_that_pin_per_unit_of_work_and_exit_reuse_the_same_few_tallies() {
+        let before = MADE.load(Ordering::Relaxed);
+        for _ in 0..50 {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    for _ in 0..100 {
+                        let tally = take();
+                        tally.hit();
+                        give_back(tally);
+                    }
+                });
+            });
+        }
+        // One per exited thread if a thread's spares were lost at its exit;
+        // other tests of this binary pin concurrently, hence the margin.
+        let made = MADE.load(Ordering::Relaxed) - before;
+        assert!(made <= 10, "{made} tallies made for 50 threads that pinned one at a time");
     }
 }
