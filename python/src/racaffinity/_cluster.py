@@ -40,7 +40,7 @@ from ._scopes import SESSION as _SESSION
 from ._scopes import PIN as _PIN
 from ._scopes import SCOPES as _SCOPES
 from ._scopes import TX as _TX
-from ._scopes import PinScope, SessionScope, Transaction
+from ._scopes import PinScope, SessionScope, Transaction, _Pin
 from ._scopes import context_call as _context_call
 from ._scopes import slot as _slot
 from ._token import SessionRouting, TokenRoute
@@ -449,8 +449,7 @@ class Cluster:
         pin = _slot(self._serial, _PIN)
         if pin is not None and pin.active:
             if cacheable[0] and not self._closed:
-                pin.cache(self._h, route, epoch)
-                self._cached_pins.add(pin)
+                self._cache_pin(pin, route, epoch)
             else:
                 pin.epoch = 0
         return route
@@ -466,13 +465,18 @@ class Cluster:
         pin = _slot(self._serial, _PIN)
         if host[0]:
             if pin is not None and pin.active and not self._closed:
-                pin.cache(self._h, _route(self, out), epoch)
-                self._cached_pins.add(pin)
+                self._cache_pin(pin, _route(self, out), epoch)
             self._page[_HOST_LEASE_BASE + out.node] += 1
             return HostLease(self, out.node, _KINDS[out.kind], epoch)
         # The pin's cache stays as it was: stale (the word moved past it), or
         # a route() cache on a node past the host lease table.
         return Lease(self, out)
+
+    def _cache_pin(self, pin: _Pin, route: Route, epoch: int) -> None:
+        """Lets `pin` serve `route` while the routing epoch is `epoch`; its
+        hits are merged into the metrics from `_cached_pins`."""
+        pin.cache(self._h, route, epoch)
+        self._cached_pins.add(pin)
 
     def _merge_host_hits(self) -> None:
         for pin in list(self._cached_pins):

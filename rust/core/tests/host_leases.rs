@@ -173,3 +173,66 @@ fn a_node_past_the_table_still_leases_through_the_library() {
     c.end_lease(last, Outcome::Ok);
     assert_eq!(c.node(last).unwrap().in_flight(), 0);
 }
+
+/// The contract C and Python rely on: the core leases a pinned route only
+/// when the host may not, and then with a token that ends exactly once.
+#[test]
+fn a_cacheable_pin_is_left_to_the_host_and_the_core_leases_nothing() {
+    let c = cluster("nodes = A, B");
+    let k = c.new_context_key();
+    let pinned = c.pin_context(k).unwrap().node;
+    for _ in 0..100 {
+        let (r, token) = c.pick_in_host_or_open_lease(k).unwrap();
+        assert_eq!((r.node, token), (pinned, None));
+    }
+    assert_eq!(c.node(pinned).unwrap().in_flight(), 0, "the host leases, not the core");
+    assert_eq!(c.open_lease_count(), 0);
+}
+
+#[test]
+fn a_route_the_host_may_not_lease_gets_a_tracked_lease_that_ends_exactly_once() {
+    let c = cluster("nodes = A, B");
+    let k = c.new_context_key();
+    let pinned = c.pin_context(k).unwrap().node;
+    // A draining pin is not cacheable: its drain ends by the clock.
+    c.set_node_state(&c.node_name(pinned).unwrap(), NodeState::Draining).unwrap();
+    let (r, token) = c.pick_in_host_or_open_lease(k).unwrap();
+    let token = token.expect("the core leased the draining pin");
+    assert_eq!(r.node, pinned);
+    assert_eq!(c.node(pinned).unwrap().in_flight(), 1);
+    assert_eq!(c.open_lease_count(), 1);
+    assert_eq!(c.close_lease(token, Outcome::Ok).unwrap(), pinned);
+    assert!(
+        matches!(c.close_lease(token, Outcome::Ok), Err(racaffinity::Error::UnknownLease(_))),
+        "a second end of the same lease is refused"
+    );
+    assert_eq!(c.node(pinned).unwrap().in_flight(), 0, "counted out once");
+    assert_eq!(c.open_lease_count(), 0);
+}
+
+#[test]
+fn an_unpinned_route_and_a_node_past_the_table_are_leased_by_the_core() {
+    let c = cluster("nodes = A");
+    let k = c.new_context_key();
+    let (r, token) = c.pick_in_host_or_open_lease(k).unwrap();
+    assert!(token.is_some(), "a balanced route is not cacheable");
+    c.close_lease(token.unwrap(), Outcome::Ok).unwrap();
+    assert_eq!(c.node(r.node).unwrap().in_flight(), 0);
+
+    for i in 0..HOST_LEASE_NODES {
+        c.add_node(racaffinity::NodeSpec::new(format!("N{i}"))).unwrap();
+    }
+    c.set_node_state("A", NodeState::Down).unwrap();
+    let past = c.node_by_name(&format!("N{}", HOST_LEASE_NODES - 1)).unwrap().id();
+    for i in 0..HOST_LEASE_NODES - 1 {
+        c.set_node_state(&format!("N{i}"), NodeState::Down).unwrap();
+    }
+    let k = c.new_context_key();
+    assert_eq!(c.pin_context(k).unwrap().node, past);
+    let (r, token) = c.pick_in_host_or_open_lease(k).unwrap();
+    assert_eq!(r.node, past);
+    let token = token.expect("a node without a host lease word is leased by the core");
+    assert_eq!(c.node(past).unwrap().in_flight(), 1);
+    c.close_lease(token, Outcome::Ok).unwrap();
+    assert_eq!(c.node(past).unwrap().in_flight(), 0);
+}

@@ -10,6 +10,7 @@ use racaffinity_core::{ContextKey, RoutingEpoch};
 
 use super::buffer::out_arg;
 use super::handle::{self, racaffinity_cluster};
+use super::pick;
 use super::result::{guard, racaffinity_result};
 use super::types::{node_id, outcome_arg, racaffinity_lease, racaffinity_route};
 
@@ -128,8 +129,8 @@ pub unsafe extern "C" fn racaffinity_context_pick_host_leasable(
             let r: racaffinity_route = r.into();
             host.set(token.is_none())?;
             out.set(match token {
-                Some(t) => racaffinity_lease { node: r.node, kind: r.kind, owner: handle::tag(cluster), token: t.0 },
-                None => racaffinity_lease { node: r.node, kind: r.kind, owner: 0, token: 0 },
+                Some(t) => pick::tracked(cluster, r, t),
+                None => pick::host_held(r),
             })
         })
     })

@@ -136,8 +136,19 @@ pub(crate) fn lease(
     c: &racaffinity_core::Cluster,
     route: racaffinity_route,
 ) -> Result<racaffinity_lease, Failure> {
-    let token = c.open_lease(node_id(route.node))?;
-    Ok(racaffinity_lease { node: route.node, kind: route.kind, owner: handle::tag(h), token: token.0 })
+    Ok(tracked(h, route, c.open_lease(node_id(route.node))?))
+}
+
+/// The C view of a lease the core opened: `racaffinity_lease_release` finds
+/// it by owner and token, and ends it exactly once.
+pub(crate) fn tracked(h: *const racaffinity_cluster, route: racaffinity_route, token: LeaseToken) -> racaffinity_lease {
+    racaffinity_lease { node: route.node, kind: route.kind, owner: handle::tag(h), token: token.0 }
+}
+
+/// A route the host leases itself: no owner and no token, so releasing it
+/// through the library is INVALID_LEASE rather than a second count.
+pub(crate) fn host_held(route: racaffinity_route) -> racaffinity_lease {
+    racaffinity_lease { node: route.node, kind: route.kind, owner: 0, token: 0 }
 }
 
 /// Pins the calling OS thread (or deepens its pin) and writes the pinned
