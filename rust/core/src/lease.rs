@@ -131,12 +131,24 @@ impl Cluster {
         }
     }
 
-    /// Ends an untracked lease begun with [`Cluster::begin_lease`].
+    /// Ends an untracked lease begun with [`Cluster::begin_lease`]. An id
+    /// the cluster never had is ignored; see [`Cluster::try_end_lease`].
     pub fn end_lease(&self, node: NodeId, outcome: Outcome) {
+        let _ = self.try_end_lease(node, outcome);
+    }
+
+    /// [`Cluster::end_lease`] for a host that passes ids across a boundary
+    /// and must hear about one the cluster never had.
+    ///
+    /// # Errors
+    /// [`Error::UnknownNode`] for an id the cluster never had; nothing is
+    /// counted then.
+    pub fn try_end_lease(&self, node: NodeId, outcome: Outcome) -> Result<()> {
         let topo = self.topo();
-        let Some(n) = topo.node(node) else { return };
+        let n = topo.node(node).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
         n.counters.in_flight.add_signed(-1);
         self.lease_outcome(n, outcome);
+        Ok(())
     }
 
     /// Reports the outcome of a host lease (see [`crate::RoutingEpoch`]) that

@@ -202,10 +202,7 @@ jni_export! {
         run_fast(&mut env, || {
             let node = node_arg(node)?;
             let outcome: Outcome = enum_arg::<racaffinity_outcome, _>(outcome)?;
-            with_cluster(h, |c| {
-                c.end_lease(node_id(node), outcome);
-                Ok(())
-            })
+            with_cluster(h, |c| Ok(c.try_end_lease(node_id(node), outcome)?))
         })
     }
 

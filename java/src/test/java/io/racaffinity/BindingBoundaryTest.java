@@ -162,4 +162,19 @@ class BindingBoundaryTest {
         }
         assertTrue(c.isClosed());
     }
+
+    // ---- the native calls agree with the C ABI on a node id the cluster never had ----
+
+    @Test
+    void endingALeaseOnANodeTheClusterNeverHadIsRefusedAndCountsNothing() {
+        try (Cluster c = three("")) {
+            Lease live = c.lease(1);
+            UnknownNodeException e = assertThrows(UnknownNodeException.class,
+                    () -> Native.leaseEnd(c.handle(), 9, Outcome.OK.ordinal()));
+            assertTrue(e.getMessage().contains("9"), e.getMessage());
+            assertEquals(1, inFlight(c), "the live lease is still counted, nothing else moved");
+            live.release(Outcome.OK);
+            assertEquals(0, inFlight(c));
+        }
+    }
 }
