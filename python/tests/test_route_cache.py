@@ -64,6 +64,31 @@ def test_leaving_the_pin_scope_ends_the_cached_pin(cluster_factory):
     assert c.route().kind == ra.RouteKind.BALANCED
 
 
+def test_a_pin_ended_under_a_cached_route_is_never_served_from_the_cache(cluster_factory):
+    """Every way a pin ends stops its cache at once: `unpin_all()` in the
+    context, and the scope's exit seen from a context copied inside it (a
+    task or `copy_context().run` that still holds the pin object)."""
+    import contextvars
+
+    c = cluster_factory(nodes=NODES, policy="round_robin")
+    with c.pin():
+        c.route()
+        assert c.route().kind == ra.RouteKind.AFFINITY
+        hits = thread_counter(c, "hits")
+        assert c.unpin_all()
+        routes = [c.route() for _ in range(6)]
+        assert {r.kind for r in routes} == {ra.RouteKind.BALANCED}, routes
+        assert len({r.node for r in routes}) > 1, "balanced, not the old pin's node"
+        assert thread_counter(c, "hits") == hits, "no hit counted for an ended pin"
+
+    with c.pin():
+        c.route()
+        inside = contextvars.copy_context()  # holds the pin object
+        assert inside.run(c.route).kind == ra.RouteKind.AFFINITY
+    routes = [inside.run(c.route) for _ in range(6)]
+    assert {r.kind for r in routes} == {ra.RouteKind.BALANCED}, routes
+
+
 class Flipper:
     """Marks nodes down and up, ejects, advises, adds and removes nodes (n0
     never changes, so a soft re-pin always has somewhere to go), logging each

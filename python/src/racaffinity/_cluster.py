@@ -8,6 +8,7 @@ libracaffinity and maps result codes to exceptions (`_errors.EXCEPTIONS`).
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import json
 import sys
@@ -37,8 +38,6 @@ from ._routes import new_ as _new
 from ._routes import pick_host_leasable as _pick_host_leasable
 from ._routes import route_of as _route
 from ._scopes import SESSION as _SESSION
-from ._scopes import PIN as _PIN
-from ._scopes import SCOPES as _SCOPES
 from ._scopes import TX as _TX
 from ._scopes import PinScope, SessionScope, Transaction, _Pin
 from ._scopes import context_call as _context_call
@@ -101,6 +100,10 @@ class Cluster:
     def __init__(self, config: Union[str, bytes, None] = None, **kwargs: Any) -> None:
         self._closed = True  # until the handle exists (for __del__)
         self._serial = next(_serials)
+        # This cluster's pin of the current context (see _scopes).
+        self._pin_var: contextvars.ContextVar[Optional[_Pin]] = contextvars.ContextVar(
+            f"racaffinity_pin_{self._serial}", default=None
+        )
         self._names: Dict[int, str] = {}
         self._close_lock = threading.Lock()
         if isinstance(config, (bytes, bytearray)) and not kwargs:
@@ -400,22 +403,19 @@ class Cluster:
         """Picks a node for the current context (its pin, else load balancing;
         with `thread_auto_pin` a new pin of the context) and leases it.
         Release the lease (or use it as a context manager)."""
-        d = _SCOPES.get()
-        if d is not None and _HOST_LEASES:
-            f = d.get(self._serial)
-            if f is not None:
-                pin = f[0]
-                if pin is not None and pin.active:
-                    # Pinned: a host lease on the cached route (see HostLease).
-                    page = self._page
-                    epoch = page[0]
-                    if pin.epoch == epoch:
-                        route = pin.route
-                        if route.node < _HOST_LEASE_NODES:
-                            pin.hits += 1
-                            page[_HOST_LEASE_BASE + route.node] += 1
-                            return HostLease(self, route.node, route.kind, epoch)
-                    return self._pick_host_leasable(epoch)
+        pin = self._pin_var.get()
+        if pin is not None and _HOST_LEASES:
+            # Pinned: a host lease on the cached route (see HostLease).
+            page = self._page
+            epoch = page[0]
+            if pin.epoch == epoch:  # never so for an ended pin
+                route = pin.route
+                if route.node < _HOST_LEASE_NODES:
+                    pin.hits += 1
+                    page[_HOST_LEASE_BASE + route.node] += 1
+                    return HostLease(self, route.node, route.kind, epoch)
+            if pin.active:
+                return self._pick_host_leasable(epoch)
         buf = _new("racaffinity_lease *")
         _context_call(self, _context_pick, buf)
         return Lease(self, buf)
@@ -428,16 +428,13 @@ class Cluster:
         calling the library, while nothing that could alter a route has
         changed (the library's routing epoch word, read here); such routes
         are counted in the metrics as if the library had answered."""
-        d = _SCOPES.get()
-        if d is not None:
-            f = d.get(self._serial)
-            if f is not None:
-                pin = f[0]
-                # x86-64 loads have acquire ordering: what the library
-                # published before advancing the word is visible.
-                if pin is not None and pin.epoch == self._epoch_word[0] and pin.active:
-                    pin.hits += 1
-                    return pin.route
+        pin = self._pin_var.get()
+        # x86-64 loads have acquire ordering: what the library published
+        # before advancing the word is visible. An ended pin's epoch is 0,
+        # which the word never reads.
+        if pin is not None and pin.epoch == self._epoch_word[0]:
+            pin.hits += 1
+            return pin.route
         return self._route_and_cache()
 
     def _route_and_cache(self) -> Route:
@@ -446,7 +443,7 @@ class Cluster:
         cacheable = _new("bool *")
         _context_call(self, lambda h, k, o: lib.racaffinity_context_route_cacheable(h, k, o, cacheable), out)
         route = _route(self, out)
-        pin = _slot(self._serial, _PIN)
+        pin = self._pin_var.get()
         if pin is not None and pin.active:
             if cacheable[0] and not self._closed:
                 self._cache_pin(pin, route, epoch)
@@ -462,7 +459,7 @@ class Cluster:
         out = _new("racaffinity_lease *")
         host = _new("bool *")
         _context_call(self, lambda h, k, o: _pick_host_leasable(h, k, o, host), out)
-        pin = _slot(self._serial, _PIN)
+        pin = self._pin_var.get()
         if host[0]:
             if pin is not None and pin.active and not self._closed:
                 self._cache_pin(pin, _route(self, out), epoch)
@@ -498,7 +495,7 @@ class Cluster:
     def pinned(self) -> bool:
         """Whether the current context is pinned: inside a pin scope of this
         cluster, or auto-pinned (`thread_auto_pin`) by a pick or route."""
-        pin = _slot(self._serial, _PIN)
+        pin = self._pin_var.get()
         return pin is not None and pin.active
 
     def unpin_all(self) -> bool:
@@ -506,10 +503,10 @@ class Cluster:
         (`thread_auto_pin`), or a pin whose scopes were not all closed (the
         scopes then exit quietly). Returns whether the context was pinned;
         contexts sharing the pin (tasks created while it held) stop using it."""
-        pin = _slot(self._serial, _PIN)
+        pin = self._pin_var.get()
         if pin is None or not pin.active:
             return False
-        pin.active = False
+        pin.end()
         existed = _new("bool *")
         self._call(lib.racaffinity_context_release, pin.key, existed)
         return bool(existed[0])

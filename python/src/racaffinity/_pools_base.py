@@ -13,7 +13,7 @@ from ._cluster import Cluster
 from ._errors import ConfigError, UnknownNodeError
 from ._lib import ffi, lib
 from ._routes import Outcome, context_pick, lease_release, new_
-from ._scopes import SCOPES, PinScope, SessionScope, Transaction, context_call
+from ._scopes import SCOPES, SESSION, TX, PinScope, SessionScope, Transaction, context_call
 from ._ucp import callback_lease
 
 __all__ = ["Base", "connect_timeout", "OK", "FAILED", "NEUTRAL"]
@@ -154,12 +154,12 @@ class Base:
         scopes = SCOPES.get()
         f = scopes.get(self._serial) if scopes is not None else None
         cb = self._callback
-        if cb is not None and key is None and session is None and (f is None or f[1] is None):
+        if cb is not None and key is None and session is None and (f is None or f[TX] is None):
             # UCP's connection affinity callback: its context decides (below an
             # explicit key, session argument or transaction; above scopes).
             return self._pool_of(callback_lease(self, cb))
         buf = new_("racaffinity_lease *")
-        if key is None and session is None and (f is None or (f[1] is None and f[2] is None)):
+        if key is None and session is None and f is None:
             # Nothing but (at most) a pin: the one-affinity call, without
             # building a request (this is the common case, and cffi struct
             # writes cost more than the routing).
@@ -167,8 +167,8 @@ class Base:
             return self._pool_of(buf)
         req = new_("racaffinity_route_request *")
         keep = []  # the request points into these until the call returns
-        if f is not None and f[1] is not None:
-            gtrid = _span(f[1].gtrid)
+        if f is not None and f[TX] is not None:
+            gtrid = _span(f[TX].gtrid)
             keep.append(gtrid)
             req.gtrid, req.gtrid_len = gtrid, len(gtrid)
         if key is not None:
@@ -179,13 +179,14 @@ class Base:
                 keep.append(k)
                 req.key, req.key_len = k, len(k)
         if session is None and f is not None:
-            session = f[2]
+            session = f[SESSION]
         if session is not None:
             s = _span(bytes_arg(session, "session key"))
             keep.append(s)
             req.session, req.session_len = s, len(s)
-        if f is not None and f[0] is not None and f[0].active:
-            req.context = f[0].key
+        pin = c._pin_var.get()
+        if pin is not None and pin.active:
+            req.context = pin.key
         rc = lib.racaffinity_request_pick(self._h, req, buf)
         if rc:
             c._raise(rc)

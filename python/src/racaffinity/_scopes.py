@@ -14,17 +14,20 @@ from ._routes import PLACED, Route, new_, route_of
 if TYPE_CHECKING:  # pragma: no cover
     from ._cluster import Cluster
 
-__all__ = ["PinScope", "Transaction", "SessionScope", "SCOPES", "PIN", "TX", "SESSION", "slot", "set_slot", "context_call"]
+__all__ = ["PinScope", "Transaction", "SessionScope", "SCOPES", "TX", "SESSION", "slot", "set_slot", "context_call"]
 
 
-# One ContextVar for all of it: cluster serial -> frame (pin, transaction,
-# session key). The dict and the frames in a context are never mutated:
-# entering a scope sets a new dict, so contexts copied earlier (new tasks,
-# copy_context().run) keep what they had. Leaving a scope puts its slot back
-# to the value it replaced, whatever the order scopes are left in.
-PIN, TX, SESSION = 0, 1, 2
-EMPTY: Tuple[Any, Any, Any] = (None, None, None)
-SCOPES: contextvars.ContextVar[Optional[Dict[int, Tuple[Any, Any, Any]]]] = contextvars.ContextVar(
+# Transactions and sessions: one ContextVar for all clusters, cluster serial
+# -> frame (transaction, session key). The dict and the frames in a context
+# are never mutated: entering a scope sets a new dict, so contexts copied
+# earlier (new tasks, copy_context().run) keep what they had. Leaving a scope
+# puts its slot back to the value it replaced, whatever the order scopes are
+# left in. Pins live apart, in a ContextVar per cluster (`Cluster._pin_var`,
+# same rules): a pinned route is the hot path, and one ContextVar read costs
+# less than that read plus a dict lookup and a subscript.
+TX, SESSION = 0, 1
+EMPTY: Tuple[Any, Any] = (None, None)
+SCOPES: contextvars.ContextVar[Optional[Dict[int, Tuple[Any, Any]]]] = contextvars.ContextVar(
     "racaffinity_scopes", default=None
 )
 
@@ -45,7 +48,7 @@ def set_slot(serial: int, slot: int, value: Any) -> Any:
     previous = f[slot]
     f[slot] = value
     new = dict(d) if d else {}
-    if f == [None, None, None]:
+    if f == [None, None]:
         new.pop(serial, None)
     else:
         new[serial] = tuple(f)
@@ -66,8 +69,9 @@ class _Pin:
 
     The pin also caches its route (`Cluster.route()`): `route` may be served
     without calling the library while the cluster's routing epoch word still
-    reads `epoch` (0: nothing cached; the library's epochs start at 1) and the
-    pin is `active`. `hits` counts the routes served so; the part not yet
+    reads `epoch` (0: nothing cached; the library's epochs start at 1). An
+    inactive pin's `epoch` is always 0 (`end()`), so that a hit needs no
+    second check. `hits` counts the routes served so; the part not yet
     `merged` is added to the library's metrics before they are read, when the
     cached node changes, and when the pin goes.
 
@@ -86,6 +90,11 @@ class _Pin:
         self.hits = 0
         self.merged = 0
         self._h: Any = None  # the cluster handle, once a route was cached
+
+    def end(self) -> None:
+        """Marks the pin released: no context uses it or its cache again."""
+        self.active = False
+        self.epoch = 0
 
     def merge_hits(self) -> None:
         n = self.hits - self.merged
@@ -108,7 +117,7 @@ class _Pin:
         except Exception:  # interpreter shutdown
             pass
         if self._auto is not None and self.active:
-            self.active = False
+            self.end()
             try:
                 lib.racaffinity_context_release(self._auto, self.key, NULL)  # a closed cluster: INVALID_HANDLE
             except Exception:  # interpreter shutdown
@@ -122,9 +131,7 @@ def context_call(c: "Cluster", fn: Any, out: Any) -> None:
     pins contexts (threads, tasks), never OS threads, so the OS-thread entry
     points are not used (an OS thread runs many tasks)."""
     h = c._h
-    d = SCOPES.get()
-    f = d.get(c._serial) if d is not None else None
-    pin = f[0] if f is not None else None
+    pin = c._pin_var.get()
     if pin is not None and pin.active:
         rc = fn(h, pin.key, out)
         if rc:
@@ -133,7 +140,7 @@ def context_call(c: "Cluster", fn: Any, out: Any) -> None:
             # A new pin on a key that was pinned: its last scope released it
             # during this call (another thread), and auto-pin made a pin no
             # scope will release. Undo it; the context is unpinned now.
-            pin.active = False
+            pin.end()
             lib.racaffinity_context_release(h, pin.key, NULL)
         return
     if c._auto_pin:
@@ -144,7 +151,7 @@ def context_call(c: "Cluster", fn: Any, out: Any) -> None:
         rc = fn(h, key[0], out)  # the core auto-pins the new key
         if rc:
             c._raise(rc)
-        set_slot(c._serial, PIN, _Pin(int(key[0]), h))
+        c._pin_var.set(_Pin(int(key[0]), h))
         return
     rc = fn(h, 0, out)
     if rc:
@@ -177,7 +184,7 @@ class PinScope:
         if self._pin is not None:
             raise RuntimeError("this pin scope is already entered; call cluster.pin() again for a new one")
         c = self._cluster
-        cur = slot(c._serial, PIN)
+        cur = c._pin_var.get()
         out = new_("racaffinity_route *")
         if cur is not None and cur.active:
             rc = lib.racaffinity_context_pin(c._h, cur.key, out)
@@ -195,7 +202,8 @@ class PinScope:
                 c._raise(rc)
             self._pin = pin
             self._new = True
-            self._prev = set_slot(c._serial, PIN, pin)
+            self._prev = cur
+            c._pin_var.set(pin)
         self._route = route_of(c, out)
         return self._route
 
@@ -207,9 +215,9 @@ class PinScope:
         released = new_("bool *")
         rc = lib.racaffinity_context_unpin(c._h, pin.key, released)
         if released[0] or rc:
-            pin.active = False
+            pin.end()
         if self._new:
-            set_slot(c._serial, PIN, self._prev)
+            c._pin_var.set(self._prev)
         self._pin = self._prev = None
         self._new = False
         if rc and not (rc == INVALID_HANDLE and c._closed):
