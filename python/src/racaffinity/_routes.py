@@ -196,6 +196,8 @@ class HostLease(Lease):
 
     __slots__ = ()  # `_live` holds the epoch read before the pick (never 0)
 
+    # Cluster.pick() sets these four fields itself on its hot path; a new
+    # field must be set there too.
     def __init__(self, cluster: "Cluster", node: int, kind: RouteKind, epoch: int) -> None:
         self._cluster = cluster
         self.node = node
