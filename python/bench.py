@@ -132,9 +132,11 @@ def bench_calls(quick: bool) -> None:
         c.route()
 
     class FloorLease:
-        """The least a Python lease can be: an object and a release() that checks a flag,
-        with no bookkeeping at all (no in-flight count, no outcome): the floor of
-        pick().release() for any design that hands Python a lease object."""
+        """The least a Python lease can be: an object, a release() that checks a flag,
+        and the finalizer that releases a lease dropped unreleased (without it, one
+        dropped lease would count as in flight forever), with no bookkeeping at all
+        (no in-flight count, no outcome): the floor of pick().release() for any
+        design that hands Python a lease object."""
 
         __slots__ = ("route", "done")
 
@@ -146,6 +148,10 @@ def bench_calls(quick: bool) -> None:
             if self.done:
                 raise RuntimeError("released twice")
             self.done = True
+
+        def __del__(self) -> None:
+            if not self.done:
+                self.release()
 
     pin_var = c._pin_var
 
@@ -203,8 +209,8 @@ def bench_calls(quick: bool) -> None:
             ("pinned_pick_with", "with Cluster.pick(): in a pin", ""),
             ("pinned_route", "Cluster.route() in a pin (cached)", "<= 1x"),
             ("pinned_route_floor", "route floor: this context's pin, no check, no count", "(floor)"),
-            ("pinned_floor_lease", "cached route + a bare Python lease object", "(floor)"),
-            ("unpinned_floor", "one raw cffi pick + a bare Python lease object", "(floor)"),
+            ("pinned_floor_lease", "cached route + a bare Python lease object (with finalizer)", "(floor)"),
+            ("unpinned_floor", "one raw cffi pick + a bare Python lease object (with finalizer)", "(floor)"),
         ],
     )
     c.close()
