@@ -8,11 +8,12 @@
 # java/run_module_tests.sh builds, installs the jar, starts the nodes.
 #
 # Environment: RACAFF_PG_BASE_PORT / RACAFF_PG_DIR (the nodes, as for pgnodes),
-# RACAFF_TOMCAT_PORT (HTTP port of the first Tomcat, default 53880; the next one uses +1),
+# RACAFF_TOMCAT_PORT (HTTP port of the first Tomcat, default 28880; the next one uses +1;
+# below the ephemeral port range, where a client socket may hold a port),
 # RACAFF_WILDFLY_PORT_OFFSET (WildFly's jboss.socket.binding.port-offset, default 20000:
 # HTTP 28080, management 29990, recovery 24712, all below the ephemeral port range),
 # RACAFF_MVN_OFFLINE=1 (mvn -o), MVN, CARGO; extra arguments go to mvn (e.g. -Dtest=...).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-exec java/run_module_tests.sh java/appservers "-Dracaffinity.tomcat.port=${RACAFF_TOMCAT_PORT:-53880}" \
+exec java/run_module_tests.sh java/appservers "-Dracaffinity.tomcat.port=${RACAFF_TOMCAT_PORT:-28880}" \
     "-Dracaffinity.wildfly.port-offset=${RACAFF_WILDFLY_PORT_OFFSET:-20000}" "$@"

@@ -66,7 +66,7 @@ class TomcatRedeployTest {
     }
 
     static int tomcatPort(int offset) {
-        return Integer.parseInt(System.getProperty("racaffinity.tomcat.port", "53880")) + offset;
+        return Integer.parseInt(System.getProperty("racaffinity.tomcat.port", "28880")) + offset;
     }
 
     /** The {@code <Resource>} a Tomcat user writes, with the attributes of AffinityDataSourceFactory. */

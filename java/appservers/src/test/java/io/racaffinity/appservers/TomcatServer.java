@@ -101,6 +101,11 @@ final class TomcatServer implements AutoCloseable {
             } catch (IOException e) {
                 // not listening yet
             }
+            if (console().contains("java.net.BindException")) {
+                // Tomcat logs a connector it could not bind and runs on without it.
+                throw new IllegalStateException("Tomcat could not bind 127.0.0.1:" + port
+                        + " (another process holds it; RACAFF_TOMCAT_PORT moves it):\n" + console());
+            }
             if (System.nanoTime() > deadline) {
                 throw new IllegalStateException("Tomcat did not answer within 120 s:\n" + console());
             }
