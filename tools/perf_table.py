@@ -286,6 +286,8 @@ INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio t
      1.10),
     ("wrapperFloor", "the floor: pinned route + a minimal wrapper, no lease (interleaved)",
      "bare HikariCP get + close", None),
+    ("leasedWrapperFloor", "the floor with the lease: pinned `pick()` + a minimal wrapper releasing it (interleaved)",
+     "bare HikariCP get + close", None),
 ]
 
 

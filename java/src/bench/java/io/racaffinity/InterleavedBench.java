@@ -172,6 +172,18 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }), bareIndex));
+                all.add(new Subject("leasedWrapperFloor",
+                        "the floor with the lease: a pinned `pick()` (host lease) + a minimal wrapper that releases it OK"
+                                + " on close, over the same HikariCP borrow",
+                        sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (LeasedWrapped c = new LeasedWrapped(bare.getConnection(), dsCluster.pick())) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
                 subjects = all.toArray(new Subject[0]);
             }
             long[] iters = new long[subjects.length];
@@ -233,6 +245,34 @@ public final class InterleavedBench {
         @Override
         public String toString() {
             return "Wrapped[" + route + "]";
+        }
+    }
+
+    /**
+     * {@link Wrapped} with the lease every routed connection needs (in-flight
+     * count for balancing, the outcome for health): released OK on close.
+     */
+    private static final class LeasedWrapped implements AutoCloseable {
+        private final Connection physical;
+        private final Lease lease;
+
+        LeasedWrapped(Connection physical, Lease lease) {
+            this.physical = physical;
+            this.lease = lease;
+        }
+
+        @Override
+        public void close() throws SQLException {
+            try {
+                physical.close();
+            } finally {
+                lease.release(Outcome.OK);
+            }
+        }
+
+        @Override
+        public String toString() {
+            return "LeasedWrapped[" + lease + "]";
         }
     }
 
