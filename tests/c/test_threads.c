@@ -1,10 +1,12 @@
 /* libracaffinity from many threads: pins never leak between threads, a shared
  * gtrid gets one node whoever begins it, the last-error message is per thread,
- * and freeing a cluster while other threads use it gives them INVALID_HANDLE,
- * never a crash. Iteration counts are modest so valgrind finishes quickly. */
+ * freeing a cluster while other threads use it gives them INVALID_HANDLE,
+ * never a crash, and pinned routes never outlive a Down while another thread
+ * flips node states. Iteration counts are modest so valgrind finishes quickly. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
+#include <sched.h>
 
 #include "harness.h"
 
@@ -29,6 +31,118 @@ static void run_threads(void *(*fn)(void *)) {
     pthread_t t[THREADS];
     start_threads(t, fn, NULL);
     join_threads(t);
+}
+
+/* ---- pinned routes under a flipping topology ----------------------------------
+ * Pinned threads route without pause while another thread marks nodes down and
+ * up. A pinned route is served from the thread's cached pin while the routing
+ * epoch holds, so the check is that no route names a node that was Down for the
+ * whole call: its Down had completed before the route began and its Up began
+ * only after the route returned. Ticks of one shared clock order the two.
+ * Afterwards the metrics count every call, exactly. */
+
+#define FLIP_NODES 6
+#define FLIPS 300
+
+static racaffinity_cluster *flip_cluster;
+static atomic_uint_fast64_t flip_clock;
+static atomic_bool flip_done;
+/* Per node, written by the flipper only: a sequence number (odd while it
+ * writes), the tick after its last Down completed, the tick before its last Up
+ * began. */
+static atomic_uint_fast64_t flip_seq[FLIP_NODES], down_done[FLIP_NODES], up_begun[FLIP_NODES];
+static atomic_ulong flip_calls, flip_stale;
+
+static void flip_record(int n, atomic_uint_fast64_t *field) {
+    atomic_fetch_add(&flip_seq[n], 1);
+    atomic_store(field, atomic_fetch_add(&flip_clock, 1) + 1);
+    atomic_fetch_add(&flip_seq[n], 1);
+}
+
+static void *flip_router(void *arg) {
+    (void)arg;
+    pthread_barrier_wait(&barrier);
+    racaffinity_route pin;
+    if (!CHECK_OK(racaffinity_thread_pin(flip_cluster, &pin))) return NULL;
+    unsigned long calls = 1; /* the pin is a routing decision too */
+    while (!atomic_load(&flip_done)) {
+        uint64_t t0 = atomic_load(&flip_clock);
+        racaffinity_route r = {UINT32_MAX, RACAFFINITY_ROUTE_KIND_BALANCED};
+        if (!CHECK_OK(racaffinity_cluster_route(flip_cluster, &r))) break;
+        calls++;
+        uint64_t t1 = atomic_load(&flip_clock);
+        if (r.node >= FLIP_NODES) {
+            h_fail(__FILE__, __LINE__, "routed to node %u of %d", r.node, FLIP_NODES);
+            break;
+        }
+        uint64_t s1, s2, down, up;
+        do {
+            s1 = atomic_load(&flip_seq[r.node]);
+            down = atomic_load(&down_done[r.node]);
+            up = atomic_load(&up_begun[r.node]);
+            s2 = atomic_load(&flip_seq[r.node]);
+        } while (s1 != s2 || (s1 & 1));
+        if (down != 0 && down <= t0 && (up < down || up > t1)) {
+            if (atomic_fetch_add(&flip_stale, 1) == 0) {
+                h_fail(__FILE__, __LINE__,
+                       "route in ticks %llu..%llu named node %u, Down since tick %llu (last Up begun at %llu)",
+                       (unsigned long long)t0, (unsigned long long)t1, r.node, (unsigned long long)down,
+                       (unsigned long long)up);
+            }
+        }
+    }
+    bool released = false;
+    CHECK_OK(racaffinity_thread_unpin(flip_cluster, &released));
+    CHECK(released);
+    CHECK(calls > 1);
+    atomic_fetch_add(&flip_calls, calls);
+    return NULL;
+}
+
+/* The sum of one Prometheus counter over every node. */
+static unsigned long long prometheus_sum(const char *text, const char *metric) {
+    unsigned long long sum = 0;
+    size_t len = strlen(metric);
+    for (const char *p = text; (p = strstr(p, metric)) != NULL; p += len) {
+        if ((p != text && p[-1] != '\n') || p[len] != '{') continue;
+        const char *v = strchr(p, ' ');
+        if (v) sum += strtoull(v + 1, NULL, 10);
+    }
+    return sum;
+}
+
+static void pinned_routes_never_name_a_node_down_for_the_whole_call_and_all_count(void) {
+    CHECK_OK(racaffinity_cluster_new("name = flip\nnodes = n0, n1, n2, n3, n4, n5", &flip_cluster));
+    atomic_store(&flip_done, false);
+    pthread_t t[THREADS];
+    start_threads(t, flip_router, NULL);
+    bool down[FLIP_NODES] = {false};
+    unsigned seed = 7;
+    for (int i = 0; i < FLIPS; i++) {
+        /* n0 never changes: a soft re-pin always has somewhere to go. */
+        seed = seed * 1103515245u + 12345u;
+        int n = 1 + (int)((seed >> 16) % (FLIP_NODES - 1));
+        char name[4] = {'n', (char)('0' + n), 0, 0};
+        if (down[n]) {
+            flip_record(n, &up_begun[n]);
+            CHECK_OK(racaffinity_node_set_state(flip_cluster, name, RACAFFINITY_NODE_STATE_UP));
+        } else {
+            CHECK_OK(racaffinity_node_set_state(flip_cluster, name, RACAFFINITY_NODE_STATE_DOWN));
+            flip_record(n, &down_done[n]);
+        }
+        down[n] = !down[n];
+        if (i % 16 == 0) sched_yield();
+    }
+    atomic_store(&flip_done, true);
+    join_threads(t);
+    CHECK_EQ_U(atomic_load(&flip_stale), 0);
+
+    static char text[1 << 16];
+    size_t len = 0;
+    if (CHECK_OK(racaffinity_metrics_prometheus(flip_cluster, text, sizeof text, &len))) {
+        CHECK_EQ_U(prometheus_sum(text, "racaffinity_node_picks_total"), atomic_load(&flip_calls));
+    }
+    racaffinity_cluster_free(flip_cluster);
 }
 
 /* ---- pins ------------------------------------------------------------------- */
@@ -407,6 +521,7 @@ static const h_test tests[] = {
     TEST(racing_frees_of_one_handle_succeed_exactly_once),
     TEST(clusters_created_and_freed_concurrently_stay_distinct),
     TEST(calls_from_a_thread_exit_destructor_get_typed_answers),
+    TEST(pinned_routes_never_name_a_node_down_for_the_whole_call_and_all_count),
 };
 
 int main(int argc, char **argv) {
