@@ -89,6 +89,22 @@ def test_a_pin_ended_under_a_cached_route_is_never_served_from_the_cache(cluster
     assert {r.kind for r in routes} == {ra.RouteKind.BALANCED}, routes
 
 
+def test_a_pin_ended_while_its_route_is_being_cached_stays_uncached(cluster_factory):
+    """Two threads sharing a pin (a context copied into a thread): one ends
+    it while the other, past its `active` check, caches the route it got.
+    The ended pin must not start serving that route from the cache."""
+    c = cluster_factory(nodes=NODES, policy="round_robin")
+    with c.pin():
+        c.route()
+        pin = c._pin_var.get()
+        route, epoch = pin.route, pin.epoch
+        assert epoch != 0
+        pin.end()  # the other thread, between this one's check and its cache
+        pin.cache(c._h, route, epoch)
+        assert pin.epoch == 0
+        assert c.route().kind == ra.RouteKind.BALANCED
+
+
 class Flipper:
     """Marks nodes down and up, ejects, advises, adds and removes nodes (n0
     never changes, so a soft re-pin always has somewhere to go), logging each

@@ -109,7 +109,10 @@ class _Pin:
             self.hits = self.merged = 0
         self._h = h
         self.route = route
-        self.epoch = epoch
+        # Another thread sharing this pin may have ended it since the caller
+        # checked `active`. One statement with no call in it: the GIL does
+        # not switch threads inside it, nor inside end().
+        self.epoch = epoch if self.active else 0
 
     def __del__(self) -> None:
         try:
