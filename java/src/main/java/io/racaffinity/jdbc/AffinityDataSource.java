@@ -557,8 +557,13 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         }
         Connection physical;
         try {
-            physical = NodeConnect.open(ds, s.started[node], username, pass);
-            s.started[node] = true;
+            boolean started = s.started[node];
+            physical = NodeConnect.open(ds, started, username, pass);
+            if (!started) {
+                // Written once: a store on every call would move this array's cache line
+                // between the cores of every thread that gets connections.
+                s.started[node] = true;
+            }
         } catch (SQLException e) {
             if (isNodeFailure(e)) {
                 reportFailure(c, lease, e);
