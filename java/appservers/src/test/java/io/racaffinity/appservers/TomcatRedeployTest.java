@@ -1,11 +1,14 @@
 package io.racaffinity.appservers;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import java.io.IOException;
 import java.net.CookieManager;
+import java.net.InetAddress;
+import java.net.ServerSocket;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
@@ -19,6 +22,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
+import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.BeforeAll;
@@ -112,6 +116,24 @@ class TomcatRedeployTest {
         Files.createDirectories(dir);
         for (String jar : jars) {
             Files.copy(from.resolve(jar), dir.resolve(jar));
+        }
+    }
+
+    /**
+     * A port another socket holds (a client socket in the ephemeral range held 53880 in one
+     * CI run): Tomcat logs the failed connector and runs on without it, so the start must
+     * fail at once and name the port, not wait out its 120 s for an answer.
+     */
+    @Test
+    void aTomcatWhosePortIsTakenFailsAtOnceAndSaysWhy() throws Exception {
+        try (ServerSocket held = new ServerSocket(0, 1, InetAddress.getLoopbackAddress());
+                TomcatServer tomcat = TomcatServer.create("tomcat-port-taken", held.getLocalPort(), "")) {
+            long t0 = System.nanoTime();
+            IllegalStateException e = assertThrows(IllegalStateException.class, tomcat::start);
+            long seconds = TimeUnit.NANOSECONDS.toSeconds(System.nanoTime() - t0);
+            assertTrue(e.getMessage().startsWith("Tomcat could not bind 127.0.0.1:" + held.getLocalPort()),
+                    e.getMessage());
+            assertTrue(seconds < 60, "failed after " + seconds + " s");
         }
     }
 

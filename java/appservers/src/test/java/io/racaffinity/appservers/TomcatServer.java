@@ -94,17 +94,18 @@ final class TomcatServer implements AutoCloseable {
             if (!process.isAlive()) {
                 throw new IllegalStateException("Tomcat exited with " + process.exitValue() + ":\n" + console());
             }
-            try {
-                if (manager("list").startsWith("OK")) {
-                    return;
-                }
-            } catch (IOException e) {
-                // not listening yet
-            }
             if (console().contains("java.net.BindException")) {
                 // Tomcat logs a connector it could not bind and runs on without it.
                 throw new IllegalStateException("Tomcat could not bind 127.0.0.1:" + port
                         + " (another process holds it; RACAFF_TOMCAT_PORT moves it):\n" + console());
+            }
+            try {
+                // A short wait per probe: whatever holds the port may accept and never answer.
+                if (manager("list", Duration.ofSeconds(5)).startsWith("OK")) {
+                    return;
+                }
+            } catch (IOException e) {
+                // not listening yet
             }
             if (System.nanoTime() > deadline) {
                 throw new IllegalStateException("Tomcat did not answer within 120 s:\n" + console());
@@ -134,10 +135,14 @@ final class TomcatServer implements AutoCloseable {
 
     /** {@code /manager/text/<command>} as the manager user; returns the body. */
     String manager(String command) throws IOException, InterruptedException {
+        return manager(command, Duration.ofSeconds(120));
+    }
+
+    private String manager(String command, Duration timeout) throws IOException, InterruptedException {
         String auth = Base64.getEncoder()
                 .encodeToString((MANAGER_USER + ":" + MANAGER_PASSWORD).getBytes(StandardCharsets.UTF_8));
         HttpResponse<String> r = http.send(HttpRequest.newBuilder(uri("/manager/text/" + command))
-                .header("Authorization", "Basic " + auth).timeout(Duration.ofSeconds(120)).build(),
+                .header("Authorization", "Basic " + auth).timeout(timeout).build(),
                 HttpResponse.BodyHandlers.ofString());
         if (r.statusCode() != 200) {
             throw new IOException("manager " + command + ": HTTP " + r.statusCode() + " " + r.body());
