@@ -177,4 +177,14 @@ class BindingBoundaryTest {
             assertEquals(0, inFlight(c));
         }
     }
+
+    @Test
+    void aLeaseOnANodeRemovedMeanwhileStillEnds() {
+        try (Cluster c = three("")) {
+            Lease live = c.lease(1);
+            c.removeNode("MYDB2");
+            live.release(Outcome.OK); // a removed node's id is still the cluster's: no UnknownNodeException
+            assertTrue(live.isReleased());
+        }
+    }
 }
