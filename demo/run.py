@@ -27,9 +27,10 @@ errors.
 
 Environment: RACAFF_PG_BASE_PORT, RACAFF_PG_DIR (pgnodes: which nodes);
 RACAFF_DEMO_TX (transactions per part, default and minimum 60); JAVA (java binary);
-RACAFF_DEMO_LOWERCASE_NODES=c|java|py gives that client `nodes = rac1, rac2,
-rac3` (names are matched case-insensitively but hashed as spelled), which makes
-the affinity parts split transactions: the demo must then fail.
+RACAFF_DEMO_SKEWED_CLIENT=c|java|py gives that client another topology
+(`node.RAC1.weight = 3`), which makes the affinity parts split transactions: the
+demo must then fail. (Names spelled in another case no longer do: placement
+hashes them upper-cased, racaffinity-hrw-v2.)
 """
 
 from __future__ import annotations
@@ -233,15 +234,14 @@ class Demo(NodeSQL):
         java = os.environ.get("JAVA", "java")
         cp = built_clients(OUT, "demo")
         confs = {lang: conf for lang in LANGS}
-        odd = os.environ.get("RACAFF_DEMO_LOWERCASE_NODES", "")
+        odd = os.environ.get("RACAFF_DEMO_SKEWED_CLIENT", "")
         if odd:
-            # Break it on purpose: one client spells the node names in lower case.
-            # Matching is case-insensitive, hashing is not, so its placements differ.
+            # Break it on purpose: one client sees another topology (a weight
+            # the others do not have), so its placements differ.
             if odd not in LANGS:
-                raise SetupError(f"RACAFF_DEMO_LOWERCASE_NODES must be one of {', '.join(LANGS)}")
-            confs[odd] = OUT / f"cluster-{odd}-lowercase.conf"
-            confs[odd].write_text(conf.read_text().replace(f"nodes = {', '.join(NODES)}",
-                                                           f"nodes = {', '.join(NODES).lower()}"))
+                raise SetupError(f"RACAFF_DEMO_SKEWED_CLIENT must be one of {', '.join(LANGS)}")
+            confs[odd] = OUT / f"cluster-{odd}-skewed.conf"
+            confs[odd].write_text(conf.read_text() + f"\nnode.{NODES[0]}.weight = 3\n")
         argv = {
             "c": [str(OUT / "client_c"), str(confs["c"])],
             "java": [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-cp", cp,

@@ -2,7 +2,7 @@
 """Reference side of the `hrw_differential` fuzz target.
 
 Reads one JSON request per line on stdin and answers one JSON line on stdout,
-computed ONLY with the independent racaffinity-hrw-v1 implementation in
+computed ONLY with the independent racaffinity-hrw-v2 implementation in
 tests/vectors/generate.py (written from the documentation, not from the Rust
 code). The fuzz target sends the same random inputs to the Rust core and
 compares. Request:

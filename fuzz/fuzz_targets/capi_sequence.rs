@@ -1553,7 +1553,7 @@ impl Model {
                 });
                 self.check("key_partition", r, want, &(h, s.len));
                 if r == R::Ok {
-                    // h(key) % data.partitions (racaffinity-hrw-v1).
+                    // h(key) % data.partitions (racaffinity-hrw-v2).
                     let c = &self.hist[live.unwrap()];
                     let expect = (racaffinity::hash::hash_bytes(s.data()) % u64::from(c.cfg.partitions)) as u32;
                     self.holds("key_partition.value", part == expect, &(part, expect));

@@ -1928,7 +1928,7 @@ static void metrics_json_and_prometheus_name_the_cluster(void) {
     CHECK_OK(racaffinity_tx_begin(c, B("gtrid-m"), &r));
     char *json = read_text(racaffinity_metrics_json, c);
     CHECK_CONTAINS(json, "\"cluster\":\"c_api_metrics\"");
-    CHECK_CONTAINS(json, "\"hash_version\":\"racaffinity-hrw-v1\"");
+    CHECK_CONTAINS(json, "\"hash_version\":\"racaffinity-hrw-v2\"");
     CHECK_CONTAINS(json, "{\"name\":\"MYDB3\",");
     CHECK(json[0] == '{' && json[strlen(json) - 1] == '}');
     free(json);

@@ -43,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DEFAULT_VECTORS = HERE.parent / "vectors"
 
-# racaffinity-hrw-v1 key hash, the vectors generator's own (README "Deterministic rendezvous hashing"),
+# racaffinity-hrw-v2 key hash, the vectors generator's own (README "Deterministic rendezvous hashing"),
 # only to find partition witnesses; the C side verifies every witness.
 sys.path.insert(0, str(DEFAULT_VECTORS))
 from generate import h as _h  # noqa: E402

@@ -6,7 +6,7 @@ bug shows up as a disagreement with the vectors rather than as a silent
 misroute in production.
 
 The rendezvous vectors are *computed* here by a second, independent
-implementation of racaffinity-hrw-v1 written from its documentation (the module
+implementation of racaffinity-hrw-v2 written from its documentation (the module
 docs of rust/core/src/hash.rs), not from the Rust code. The other files
 (events, connect strings, config) are hand-written expectations.
 
@@ -27,10 +27,10 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-HASH_VERSION = "racaffinity-hrw-v1"
+HASH_VERSION = "racaffinity-hrw-v2"
 
 # ---------------------------------------------------------------------------
-# racaffinity-hrw-v1, re-implemented from the documentation
+# racaffinity-hrw-v2, re-implemented from the documentation
 # ---------------------------------------------------------------------------
 
 MASK64 = (1 << 64) - 1
@@ -75,8 +75,8 @@ def hash_i64(v: int) -> int:
 
 
 def seed(name: str) -> int:
-    """Step 2: a node's seed is h(node name as UTF-8)."""
-    return h(name.encode("utf-8"))
+    """Step 2: a node's seed is h(node name in ASCII upper case, as UTF-8)."""
+    return h(name.upper().encode("utf-8"))
 
 
 def score(key_hash: int, node_seed: int) -> int:
@@ -106,7 +106,7 @@ def owner(nodes: list[tuple[str, int]], key_hash: int) -> str:
     assert nodes
     weights = {w for _, w in nodes}
     if len(weights) == 1:
-        # Highest integer score; ties go to the lower name (bytewise).
+        # Highest integer score; ties go to the lower upper-cased name (bytewise).
         best = max(nodes, key=lambda n: (score(key_hash, seed(n[0])), _neg_bytes(n[0])))
         return best[0]
     scored = sorted(
@@ -123,8 +123,8 @@ def owner(nodes: list[tuple[str, int]], key_hash: int) -> str:
 
 
 def _neg_bytes(name: str) -> tuple[int, ...]:
-    """Sort key making the *lower* name compare higher (wins a tie under max())."""
-    return tuple(-b for b in name.encode("utf-8")) + (1,)
+    """Sort key making the *lower* upper-cased name compare higher (wins a tie under max())."""
+    return tuple(-b for b in name.upper().encode("utf-8")) + (1,)
 
 
 # ---------------------------------------------------------------------------
@@ -254,7 +254,7 @@ TOPOLOGIES = [
     },
     {
         "name": "mixed-case",
-        "about": "names hash as written (seed = h(name as UTF-8)); lookups such as remove_node ignore case",
+        "about": "names hash upper-cased (seed = h(upper(name))), as they match: `mydb2` and `MYDB2` place alike; lookups such as remove_node ignore case too",
         "config": "nodes = MyDb1, mydb2, MYDB3, Orcl_4\nsession.mode = stateless",
         "nodes": [("MyDb1", 1), ("mydb2", 1), ("MYDB3", 1), ("Orcl_4", 1)],
         "partitions": 4096,

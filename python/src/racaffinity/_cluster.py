@@ -612,7 +612,7 @@ class Cluster:
     def partition_of(self, key: DataKey) -> int:
         """The partition a data key falls in. An int key is passed as its 8
         little-endian bytes, which is how the core hashes an i64 (README,
-        racaffinity-hrw-v1 step 2); the C ABI has no i64 variant."""
+        racaffinity-hrw-v2 step 2); the C ABI has no i64 variant."""
         if isinstance(key, int) and not isinstance(key, bool):
             k = _i64_arg(key).to_bytes(8, "little", signed=True)
         else:

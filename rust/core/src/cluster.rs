@@ -21,6 +21,13 @@ use crate::session::SessionRegistry;
 use crate::topology::Topology;
 use crate::transaction::TxRegistry;
 
+/// The order of versioned membership inputs about one name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct MemberKey {
+    version: u64,
+    removed: bool,
+}
+
 static NEXT_CLUSTER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A database's nodes, its load-balancing policy and its affinity registries.
@@ -38,7 +45,9 @@ pub(crate) struct Inner {
     pub strict: [AtomicBool; 4],
     pub clock: Arc<dyn Clock>,
     pub topo: ArcSwap<Topology>,
-    pub topo_lock: Mutex<()>,
+    /// Serialises node set changes; holds the versioned membership inputs
+    /// seen so far: upper-cased name → ([`MemberKey`]).
+    pub topo_lock: Mutex<std::collections::HashMap<String, MemberKey>>,
     pub balancer: Balancer,
     pub tx: TxRegistry,
     pub sessions: SessionRegistry,
@@ -203,7 +212,7 @@ impl Cluster {
             strict,
             clock,
             topo: ArcSwap::from_pointee(topo),
-            topo_lock: Mutex::new(()),
+            topo_lock: Mutex::new(Default::default()),
             tx: TxRegistry::new(),
             sessions: SessionRegistry::new(),
             data,
@@ -309,10 +318,16 @@ impl Cluster {
         self.topo().node(id).map(|n| n.name().to_string())
     }
 
-    /// Adds a node at runtime; it gets the next id and starts `Up`.
+    /// Adds a node at runtime; it gets the next id and starts `Up`. An
+    /// input without a version: every process must add it (within
+    /// `transaction.settle`, during which strict placement waits for it).
     pub fn add_node(&self, spec: NodeSpec) -> Result<NodeId> {
         spec.validate()?;
         let _g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.add_node_locked(spec)
+    }
+
+    fn add_node_locked(&self, spec: NodeSpec) -> Result<NodeId> {
         let cur = self.inner.topo.load_full();
         if cur.find(&spec.name).is_some() {
             return Err(Error::DuplicateNode(spec.name));
@@ -324,16 +339,21 @@ impl Cluster {
         let node = Node::new(id, &spec, &self.inner.config.local, self.inner.clock.clone(), self.inner.routing.clone());
         // Other processes may not have added it yet: strict placement waits
         // out transaction.settle before giving it new gtrids.
-        node.stamp_new_work_change();
+        node.stamp_member_change();
         self.inner.topo.store(Arc::new(cur.with_added(Arc::new(node))));
         self.inner.routing.advance();
         Ok(id)
     }
 
     /// Removes a node at runtime. Affinities to it break like a `Down` node's;
-    /// under rendezvous only its keys move.
+    /// under rendezvous only its keys move. An input without a version, like
+    /// [`Cluster::add_node`].
     pub fn remove_node(&self, name: &str) -> Result<NodeId> {
         let _g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.remove_node_locked(name)
+    }
+
+    fn remove_node_locked(&self, name: &str) -> Result<NodeId> {
         let cur = self.inner.topo.load_full();
         let node = cur.find(name).cloned().ok_or_else(|| Error::UnknownNode(name.to_string()))?;
         node.mark_removed();
@@ -342,7 +362,57 @@ impl Cluster {
         Ok(node.id())
     }
 
-    /// Sets a node's state by operator/API (`markDown`, `markUp`, `drain`).
+    /// A versioned membership input: `spec`'s node is in the cluster as of
+    /// `version` (a fleet-wide order: the fleet feed's revision, or any
+    /// number every process is given alike). Of all membership inputs about
+    /// one name, the highest version wins (a removal over an addition at the
+    /// same version), whatever the order they arrive in: an addition older
+    /// than a removal already seen changes nothing. Returns whether the
+    /// cluster changed.
+    pub fn add_node_at(&self, spec: NodeSpec, version: u64) -> Result<bool> {
+        spec.validate()?;
+        let mut g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let key = MemberKey { version, removed: false };
+        let name = spec.name.to_ascii_uppercase();
+        if g.get(&name).is_some_and(|k| *k >= key) {
+            return Ok(false);
+        }
+        if self.inner.topo.load().find(&name).is_some() {
+            // The node is in already, as it is: its weight has inputs of its own.
+            g.insert(name, key);
+            return Ok(false);
+        }
+        self.add_node_locked(spec)?;
+        g.insert(name, key);
+        Ok(true)
+    }
+
+    /// A versioned removal; see [`Cluster::add_node_at`]. A removal of a
+    /// node this process has not added (its addition may still be on its
+    /// way) is remembered, so that addition changes nothing when it comes.
+    pub fn remove_node_at(&self, name: &str, version: u64) -> Result<bool> {
+        crate::node::validate_node_name(name)?;
+        let mut g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let key = MemberKey { version, removed: true };
+        let canonical = name.to_ascii_uppercase();
+        if g.get(&canonical).is_some_and(|k| *k >= key) {
+            return Ok(false);
+        }
+        g.insert(canonical, key);
+        Ok(match self.remove_node_locked(name) {
+            Ok(_) => true,
+            Err(Error::UnknownNode(_)) => false,
+            Err(e) => return Err(e),
+        })
+    }
+
+    /// Sets a node's state by operator/API (`markDown`, `markUp`, `drain`):
+    /// the operator's layer of this process only. It moves this process's
+    /// picks, but for strict placement across processes it is this
+    /// process's own evidence, like a missed heartbeat: a gtrid whose node
+    /// it takes out is refused, never placed elsewhere, since other
+    /// processes may not have had the call. [`Cluster::set_node_state_at`]
+    /// is the shared, versioned form.
     pub fn set_node_state(&self, name: &str, state: NodeState) -> Result<NodeState> {
         let node = self.node_by_name(name)?;
         let before = node.state();
@@ -350,11 +420,45 @@ impl Cluster {
         Ok(before)
     }
 
-    /// Changes a node's static weight.
+    /// The operator's state change as a shared input with `version` (a
+    /// fleet-wide order, as for [`Cluster::add_node_at`]): it joins the FAN
+    /// events' layer, where the input with the highest version wins (at
+    /// equal versions the more severe state, then the longer drain), so
+    /// every process that gets the same calls ends in the same state in any
+    /// order. `drain_timeout_ms` applies to `Draining`. Returns whether the
+    /// call was newer than what the node had.
+    pub fn set_node_state_at(
+        &self,
+        name: &str,
+        state: NodeState,
+        version: u64,
+        drain_timeout_ms: Option<u64>,
+    ) -> Result<bool> {
+        let node = self.node_by_name(name)?;
+        let key_before = node.shared_key();
+        match state {
+            NodeState::Up => node.event_up(Some(version)),
+            NodeState::Draining => node.drain_for(drain_timeout_ms, Some(version), self.clock()),
+            NodeState::Down => node.event_down(Some(version)),
+        };
+        Ok(node.shared_key() != key_before)
+    }
+
+    /// Changes a node's static weight (rendezvous placement and `weighted`
+    /// balancing). An input without a version: every process must get it;
+    /// strict placement waits out `transaction.settle` for the keys it moves.
     pub fn set_node_weight(&self, name: &str, weight: u32) -> Result<()> {
         crate::node::check_weight(weight)?;
-        self.node_by_name(name)?.set_weight(weight);
+        self.node_by_name(name)?.set_weight(weight, None, self.inner.config.transaction.settle_ms);
         Ok(())
+    }
+
+    /// [`Cluster::set_node_weight`] with a version: the highest version
+    /// wins (at equal versions the larger weight), in any order of arrival.
+    /// Returns whether it applied.
+    pub fn set_node_weight_at(&self, name: &str, weight: u32, version: u64) -> Result<bool> {
+        crate::node::check_weight(weight)?;
+        Ok(self.node_by_name(name)?.set_weight(weight, Some(version), self.inner.config.transaction.settle_ms))
     }
 
     // ---- shared routing steps ----------------------------------------------

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 
+use crate::agreement::{self, Agreed, Standing};
 use crate::cluster::Cluster;
 use crate::config::{DataConfig, Placement};
 use crate::error::{Error, Result, Scope};
@@ -39,6 +40,9 @@ pub(crate) struct DataMap {
     last_load_error: Mutex<String>,
     /// Rendezvous owners already computed, valid for one routing epoch.
     owners: ArcSwap<OwnerCache>,
+    /// Maps replaced recently, with when: other processes may still route
+    /// by them until `transaction.settle` has passed.
+    replaced: Mutex<Vec<(u64, Arc<PartitionMap>)>>,
 }
 
 /// Rendezvous owners per partition, filled on first use. Hashing a partition
@@ -73,6 +77,40 @@ struct PartitionMap {
     epoch: u64,
     /// Who set it: `config`, `set_partition`, or the loader's name.
     source: Box<str>,
+    /// The versioned replacement it came from: (version, content hash).
+    key: Option<(u64, u64)>,
+}
+
+impl PartitionMap {
+    /// The entry of `partition`, upper-cased as placement compares names.
+    fn entry(&self, partition: u32) -> Option<String> {
+        self.entries.get(&partition).map(|n| n.to_ascii_uppercase())
+    }
+
+    /// A digest of the entries alone (names upper-cased), the same in every
+    /// process that holds the same map.
+    fn content_hash(entries: &HashMap<u32, Box<str>>) -> u64 {
+        let mut sorted: Vec<(u32, String)> = entries.iter().map(|(p, n)| (*p, n.to_ascii_uppercase())).collect();
+        sorted.sort_unstable();
+        let mut text = String::with_capacity(sorted.len() * 12);
+        for (p, n) in sorted {
+            text.push_str(&p.to_string());
+            text.push('=');
+            text.push_str(&n);
+            text.push(';');
+        }
+        hash::hash_bytes(text.as_bytes())
+    }
+}
+
+/// The owner of a partition as every process sees it within the settle time.
+pub(crate) enum KeyOwner {
+    /// Every process routes the partition to this node.
+    Node(Arc<crate::node::Node>),
+    /// A recent change (map, node set, weight) leaves it open.
+    Unsettled(Arc<crate::node::Node>),
+    /// No agreed owner (balanced placement, or no node).
+    None,
 }
 
 /// Longest accepted partition-map source name.
@@ -91,11 +129,17 @@ impl DataMap {
         Ok(DataMap {
             partitions: cfg.partitions,
             has_explicit: AtomicBool::new(!explicit.is_empty()),
-            explicit: ArcSwap::from_pointee(PartitionMap { entries: explicit, epoch: 0, source: "config".into() }),
+            explicit: ArcSwap::from_pointee(PartitionMap {
+                entries: explicit,
+                epoch: 0,
+                source: "config".into(),
+                key: None,
+            }),
             placed: Sharded::new(),
             load_failures: AtomicU64::new(0),
             last_load_error: Mutex::new(String::new()),
             owners: ArcSwap::from_pointee(OwnerCache::new(0, cfg.partitions)),
+            replaced: Mutex::new(Vec::new()),
         })
     }
 
@@ -267,6 +311,42 @@ impl Cluster {
     /// Returns the map's new epoch.
     pub fn replace_partition_map(&self, map: &[(u32, &str)], source: &str) -> Result<u64> {
         check_partition_map_source(source)?;
+        let mut entries = self.check_map(map)?;
+        let mut epoch = 0;
+        self.update_map(|m| {
+            m.entries = std::mem::take(&mut entries);
+            epoch = m.epoch + 1;
+            source.into()
+        });
+        Ok(epoch)
+    }
+
+    /// [`Cluster::replace_partition_map`] as a versioned shared input: the
+    /// map with the highest version wins (at equal versions, the one whose
+    /// entries hash higher), whatever order the maps arrive in; an older one
+    /// changes nothing. Returns whether it applied.
+    ///
+    /// # Errors
+    /// As [`Cluster::replace_partition_map`]; a map refused changes nothing.
+    pub fn replace_partition_map_at(&self, map: &[(u32, &str)], source: &str, version: u64) -> Result<bool> {
+        check_partition_map_source(source)?;
+        let entries = self.check_map(map)?;
+        let key = (version, PartitionMap::content_hash(&entries));
+        let mut applied = false;
+        let mut entries = Some(entries);
+        self.update_map_if(|m| {
+            if m.key.is_some_and(|k| k >= key) {
+                return None;
+            }
+            applied = true;
+            m.entries = entries.take().unwrap_or_default();
+            m.key = Some(key);
+            Some(source.into())
+        });
+        Ok(applied)
+    }
+
+    fn check_map(&self, map: &[(u32, &str)]) -> Result<HashMap<u32, Box<str>>> {
         let topo = self.topo();
         let mut entries = HashMap::with_capacity(map.len());
         for &(p, node) in map {
@@ -276,13 +356,76 @@ impl Cluster {
                 return Err(Error::InvalidArgument(format!("partition {p} is mapped twice")));
             }
         }
-        let mut epoch = 0;
-        self.update_map(|m| {
-            m.entries = std::mem::take(&mut entries);
-            epoch = m.epoch + 1;
-            source.into()
-        });
-        Ok(epoch)
+        Ok(entries)
+    }
+
+    /// The owner of `partition` as every process that may not have seen the
+    /// latest shared inputs yet (map replacements, nodes added or removed,
+    /// weights) sees it: what strict placement of a keyed transaction acts
+    /// on. Balanced data placement is this process's own and has no agreed
+    /// owner.
+    pub(crate) fn agreed_partition_owner(&self, topo: &Topology, partition: u32) -> Result<KeyOwner> {
+        self.check_partition(partition)?;
+        let settle = self.inner.config.transaction.settle_ms;
+        let now = self.clock().now_ms();
+        let d = &self.inner.data;
+        let current = d.explicit.load_full();
+        let entry = current.entry(partition);
+        let by_name = |name: &str| topo.find(name).cloned();
+        {
+            let mut replaced = d.replaced.lock().unwrap_or_else(|p| p.into_inner());
+            replaced.retain(|(at, _)| now.saturating_sub(*at) < settle);
+            if replaced.iter().any(|(_, m)| m.entry(partition) != entry) {
+                let named = entry
+                    .as_deref()
+                    .and_then(by_name)
+                    .or_else(|| replaced.iter().find_map(|(_, m)| m.entry(partition).as_deref().and_then(by_name)));
+                let fallback =
+                    rendezvous::owner(&topo.live, hash::hash_i64(i64::from(partition)), Weights::Static, |_| true)
+                        .cloned();
+                return Ok(match named.or(fallback) {
+                    Some(n) => KeyOwner::Unsettled(n),
+                    None => KeyOwner::None,
+                });
+            }
+        }
+        if let Some(name) = entry {
+            // A node of that name added or removed within the settle time
+            // may be in one process's cluster and not in another's.
+            if let Some(n) = topo.by_id.iter().rev().find(|n| n.canonical_name() == name && !n.member_settled(settle)) {
+                return Ok(KeyOwner::Unsettled(n.clone()));
+            }
+            if let Some(n) = by_name(&name) {
+                return Ok(KeyOwner::Node(n));
+            }
+        }
+        if self.inner.config.data.placement == Placement::Balanced {
+            return Ok(KeyOwner::None);
+        }
+        let h = hash::hash_i64(i64::from(partition));
+        let standing = |n: &crate::node::Node| match (n.is_removed(), n.member_settled(settle)) {
+            (_, false) => Standing::Changing,
+            (true, true) => Standing::Ineligible,
+            (false, true) => Standing::Eligible,
+        };
+        Ok(match agreement::agreed_owner(&topo.by_id, h, settle, standing) {
+            Agreed::Owner(n) => {
+                let current = rendezvous::owner(&topo.live, h, Weights::Static, |_| true);
+                if current.is_some_and(|c| c.id() == n.id()) {
+                    KeyOwner::Node(n.clone())
+                } else {
+                    KeyOwner::Unsettled(n.clone())
+                }
+            }
+            Agreed::Unsettled(n) => KeyOwner::Unsettled(n.clone()),
+            Agreed::Nobody => KeyOwner::None,
+        })
+    }
+
+    /// A digest of the explicit map's entries (node names upper-cased),
+    /// equal in every process holding the same map whatever its epoch.
+    pub(crate) fn partition_map_digest(&self) -> u64 {
+        PartitionMap::content_hash(&self.inner.data.explicit.load().entries)
     }
 
     /// The explicit map's epoch: 0 as configured, +1 per change.
@@ -338,13 +481,29 @@ impl Cluster {
     /// One read-copy-update of the explicit map; `f` edits the copy and
     /// returns the new source. Concurrent updates retry, so none is lost.
     fn update_map(&self, mut f: impl FnMut(&mut PartitionMap) -> Box<str>) {
+        self.update_map_if(|m| Some(f(m)));
+    }
+
+    /// [`Self::update_map`] where `f` may decline (`None`: no change). The
+    /// map replaced is kept for `transaction.settle` (strict placement asks
+    /// what other processes may still route by).
+    fn update_map_if(&self, mut f: impl FnMut(&mut PartitionMap) -> Option<Box<str>>) {
         let d = &self.inner.data;
-        d.explicit.rcu(|m| {
-            let mut next = PartitionMap::clone(m);
-            next.source = f(&mut next);
-            next.epoch = m.epoch + 1;
-            Arc::new(next)
-        });
+        // Serialised by `replaced`'s lock, so the map recorded as replaced is
+        // the one the new map was made from.
+        let mut replaced = d.replaced.lock().unwrap_or_else(|p| p.into_inner());
+        let old = d.explicit.load_full();
+        let mut next = PartitionMap::clone(&old);
+        let Some(source) = f(&mut next) else {
+            return;
+        };
+        next.source = source;
+        next.epoch = old.epoch + 1;
+        d.explicit.store(Arc::new(next));
+        if self.inner.config.transaction.settle_ms > 0 {
+            replaced.push((self.clock().now_ms(), old));
+        }
+        drop(replaced);
         d.has_explicit.store(!d.explicit.load().entries.is_empty(), Ordering::Release);
         self.inner.routing.advance();
     }

@@ -187,15 +187,17 @@ impl fmt::Display for Error {
             }
             Error::StrictSettling { node, state, since_ms, settle_ms } => write!(
                 f,
-                "strict transaction affinity: owning node `{node}` became {state} {since_ms} ms ago; \
-                 a new transaction it owns is refused until every process has seen the change \
-                 (transaction.settle = {settle_ms} ms), so no two processes place it apart; retry"
+                "strict affinity: node `{node}` ({state}) had a shared input (state, weight, membership or \
+                 partition map) {since_ms} ms ago that may move this placement; it is refused until every \
+                 process has seen the change (transaction.settle = {settle_ms} ms), so no two processes \
+                 place it apart; retry"
             ),
             Error::StrictUnconfirmed { node, state, cause } => write!(
                 f,
                 "strict transaction affinity: owning node `{node}` is {state} ({}) in this process's view only; \
                  processes that got no event about it still place its transactions there, so a new one it owns \
-                 is refused rather than split until a FAN event or an operator's call confirms the state \
+                 is refused rather than split until a shared input (a FAN event, a versioned operator call) \
+                 confirms the state \
                  (transaction.settle = 0 when this process places its gtrids alone); retry",
                 cause.as_str()
             ),

@@ -98,6 +98,7 @@ impl Cluster {
             FanEventType::Service | FanEventType::Database => topo.live.clone(),
         };
         let drain_ms = ev.drain_timeout_s.map(|s| u64::from(s) * 1000);
+        let version = ev.version();
         let to = match ev.status {
             FanStatus::Up => NodeState::Up,
             FanStatus::Down if ev.reason == Some(FanReason::User) => NodeState::Draining,
@@ -111,9 +112,9 @@ impl Cluster {
             // events, heartbeats and ejection imposed but never an operator's
             // mark-down or drain.
             let t = match to {
-                NodeState::Up => n.event_up(),
-                NodeState::Draining => n.drain_for(drain_ms, self.clock()),
-                NodeState::Down => n.event_down(),
+                NodeState::Up => n.event_up(version),
+                NodeState::Draining => n.drain_for(drain_ms, version, self.clock()),
+                NodeState::Down => n.event_down(version),
             };
             if let Some(t) = t {
                 effect.changes.push(StateChange { node: n.id(), name: n.name().to_string(), from: t.from, to: t.to });

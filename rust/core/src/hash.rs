@@ -4,30 +4,30 @@
 //! on the same node with no shared state, so the function is fixed, seedless and
 //! documented here (and in the README) well enough to re-implement:
 //!
-//! **racaffinity-hrw-v1**
+//! **racaffinity-hrw-v2**
 //! 1. `h(bytes)` = FNV-1a 64 over the bytes (offset `0xcbf29ce484222325`,
 //!    prime `0x100000001b3`), then the `fmix64` finaliser of MurmurHash3.
-//! 2. A node's seed is `h(node name as UTF-8)`; a key's hash is `h(key bytes)`;
+//! 2. A node's seed is `h(node name in ASCII upper case)`: names match
+//!    case-insensitively, so `rac1` in one process and `RAC1` in another
+//!    must place alike (v1 hashed names as spelled). A key's hash is `h(key bytes)`;
 //!    an `i64` key is hashed as its 8 little-endian bytes.
 //! 3. `score(node, key)` = `fmix64(key_hash ^ node_seed)`.
 //! 4. With equal weights the node with the highest score wins; ties go to the
-//!    lower node name (bytewise). With unequal weights each score is mapped to
+//!    lower upper-cased node name (bytewise). With unequal weights each score is mapped to
 //!    `u = ((score >> 12) + 0.5) / 2^52`, which is exact in binary64 and
 //!    strictly inside (0,1), and the winner maximises `weight / -ln(u)`
 //!    (weighted rendezvous, Schindelhauer & Schomaker); ties again go to the
-//!    lower name. A node of weight 0 wins only when every eligible node has
+//!    lower upper-cased name. A node of weight 0 wins only when every eligible node has
 //!    weight 0, and then by the equal-weight rule.
-//! 6. Which weights: data partitions and stateless sessions use the static
-//!    `node.<N>.weight`, so runtime advisories never move data ownership. The
-//!    placement of a *new* transaction or session uses the effective weight
-//!    (the RLB percent once advisories arrive, 0 for `flag=BLOCKED`); processes
-//!    agree on it as long as they have applied the same advisories.
-//! 5. A partition number `p` is routed as the key `p` as `u64` little-endian.
+//! 5. A partition number `p` is routed as the key `p` as `i64` little-endian.
+//! 6. Which weights: every rendezvous placement (transactions, partitions,
+//!    stateless sessions) uses the static `node.<N>.weight` and node states
+//!    only, never RLB advice, which reaches each process at its own time.
 //!
 //! Changing any of this changes placements and must bump the version.
 
 /// Name of the hash scheme, reported in metrics so mismatched peers are visible.
-pub const HASH_VERSION: &str = "racaffinity-hrw-v1";
+pub const HASH_VERSION: &str = "racaffinity-hrw-v2";
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -43,7 +43,7 @@ pub const fn fmix64(mut k: u64) -> u64 {
     k
 }
 
-/// `h(bytes)` of racaffinity-hrw-v1.
+/// `h(bytes)` of racaffinity-hrw-v2.
 #[inline]
 pub fn hash_bytes(bytes: &[u8]) -> u64 {
     let mut h = FNV_OFFSET;
@@ -52,6 +52,12 @@ pub fn hash_bytes(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(FNV_PRIME);
     }
     fmix64(h)
+}
+
+/// A node's seed: `h` of its name in ASCII upper case (step 2).
+#[inline]
+pub fn node_seed(name: &str) -> u64 {
+    hash_bytes(name.to_ascii_uppercase().as_bytes())
 }
 
 /// Hash of an integer key (its little-endian bytes).

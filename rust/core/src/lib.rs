@@ -29,6 +29,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod agreement;
 mod balance;
 mod clock;
 mod cluster;

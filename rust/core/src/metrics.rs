@@ -374,31 +374,45 @@ impl MetricsSnapshot {
 }
 
 impl Cluster {
-    /// A short hash (8 hex digits) of the routing view: live nodes with
-    /// their names, states, causes, static weights, RLB advice and `aff`,
-    /// the strict switches and the partition map's epoch. Processes whose
-    /// fingerprints match route alike; comparing them shows how long views
-    /// disagree after an event that reaches processes at different times.
+    /// A short hash (8 hex digits) of exactly what placement reads: the
+    /// live nodes by their canonical (upper-cased) names, in name order,
+    /// each with its state by the shared inputs (what strict placement
+    /// across processes acts on), its state in this process's view (what
+    /// soft placement acts on), its static weight and its session advice
+    /// (`aff`); the placement hash version; the number of partitions, the
+    /// explicit partition map's content and the data placement; the strict
+    /// switches. RLB percents are left out: they steer load balancing, never
+    /// a placement. Processes whose fingerprints match place every gtrid,
+    /// partition and stateless session alike; comparing them shows how long
+    /// views disagree after an input that reaches processes at different
+    /// times.
     pub fn topology_fingerprint(&self) -> String {
         let topo = self.topo();
-        let mut view = String::with_capacity(64 * topo.live.len());
-        for n in &topo.live {
+        let mut nodes: Vec<_> = topo.live.iter().collect();
+        nodes.sort_unstable_by(|a, b| a.canonical_name().cmp(b.canonical_name()));
+        let mut view = String::with_capacity(48 * nodes.len() + 64);
+        let _ = write!(view, "{};", crate::hash::HASH_VERSION);
+        for n in nodes {
             let _ = write!(
                 view,
-                "{}|{}|{}|{}|{}|{}|{};",
-                n.name().to_ascii_uppercase(),
+                "{}|{}|{}|{}|{};",
+                n.canonical_name(),
+                n.shared_state(),
                 n.state(),
-                n.down_cause().as_str(),
                 n.weight(),
-                n.rlb_percent().map_or(-1, i32::from),
-                n.rlb_flag().map_or("", |f| f.as_str()),
                 n.affinity_advised()
             );
         }
         for s in Scope::ALL {
             view.push(if self.is_strict(s) { 'S' } else { 's' });
         }
-        let _ = write!(view, "|{}", self.partition_map_epoch());
+        let _ = write!(
+            view,
+            "|{}|{:?}|{:016x}",
+            self.partitions(),
+            self.inner.config.data.placement,
+            self.partition_map_digest()
+        );
         format!("{:08x}", crate::hash::hash_bytes(view.as_bytes()) as u32)
     }
 

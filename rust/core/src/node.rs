@@ -337,52 +337,83 @@ pub(crate) struct NodeCounters {
     pub tx_spans: AtomicU64,
 }
 
-/// The two layers a node's state is made of. The operator's layer is only
-/// ever changed by the operator, so no automatic input (FAN, probes, passive
-/// health) can lift a planned drain or an explicit mark-down.
+/// The layers a node's state is made of; the most severe one is what picks
+/// see. Each layer has its own inputs, so no input can lift what another
+/// kind of input imposed, and the result does not depend on the order in
+/// which inputs of different kinds arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Layers {
-    /// `Up` when the operator imposes nothing.
+    /// The operator's plain calls (`set_node_state`): `Up` when the operator
+    /// imposes nothing. This process's own input: other processes may not
+    /// have had the same call.
     admin: NodeState,
-    /// What events, heartbeats and passive health concluded.
-    auto: NodeState,
-    /// Why `auto` is not `Up`.
-    auto_cause: DownCause,
-    /// What events alone concluded: `auto` without this process's own
-    /// evidence (heartbeats, passive ejection), which no other process gets.
+    /// This process's own evidence: `Down` after missed heartbeats or a
+    /// passive ejection (its cause in `local_cause`), else `Up`.
+    local: NodeState,
+    local_cause: DownCause,
+    /// What the shared inputs (FAN events, versioned operator calls) say:
+    /// the input with the highest [`ShareKey`] wins, whatever the order of
+    /// arrival.
     event: NodeState,
+    /// The key of the input `event` came from (`None`: only unversioned
+    /// inputs so far).
+    event_key: Option<ShareKey>,
+}
+
+/// How versioned inputs about one node's state are ordered: the version
+/// first, then, for two inputs with the same version (FAN timestamps have a
+/// resolution of one second), the more severe state, then the longer drain.
+/// A total order on the inputs' content, so every process keeps the same one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct ShareKey {
+    version: u64,
+    severity: u8,
+    drain_ms: u64,
+}
+
+impl ShareKey {
+    fn new(version: u64, state: NodeState, drain_ms: Option<u64>) -> ShareKey {
+        ShareKey { version, severity: state.to_u8(), drain_ms: drain_ms.map_or(0, |d| d.saturating_add(1)) }
+    }
 }
 
 impl Layers {
-    const UP: Layers =
-        Layers { admin: NodeState::Up, auto: NodeState::Up, auto_cause: DownCause::None, event: NodeState::Up };
+    const UP: Layers = Layers {
+        admin: NodeState::Up,
+        local: NodeState::Up,
+        local_cause: DownCause::None,
+        event: NodeState::Up,
+        event_key: None,
+    };
 
-    /// The state picks see: the more severe layer wins, Down over Draining.
+    /// The state picks see: the most severe layer wins, Down over Draining;
+    /// between two downs the operator's, then the shared one, names the cause.
     fn effective(self) -> (NodeState, DownCause) {
-        match (self.admin, self.auto) {
-            (NodeState::Down, _) => (NodeState::Down, DownCause::Admin),
-            (_, NodeState::Down) => (NodeState::Down, self.auto_cause),
-            (NodeState::Draining, _) => (NodeState::Draining, DownCause::Admin),
-            (_, NodeState::Draining) => (NodeState::Draining, self.auto_cause),
+        match (self.admin, self.event, self.local) {
+            (NodeState::Down, _, _) => (NodeState::Down, DownCause::Admin),
+            (_, NodeState::Down, _) => (NodeState::Down, DownCause::Event),
+            (_, _, NodeState::Down) => (NodeState::Down, self.local_cause),
+            (NodeState::Draining, _, _) => (NodeState::Draining, DownCause::Admin),
+            (_, NodeState::Draining, _) => (NodeState::Draining, DownCause::Event),
             _ => (NodeState::Up, DownCause::None),
         }
     }
 
-    /// Whether the inputs every process gets (the operator's calls and FAN
-    /// events) let the node take new work.
+    /// Whether the shared inputs let the node take new work: what strict
+    /// placement across processes acts on.
     fn shared_up(self) -> bool {
-        self.admin == NodeState::Up && self.event == NodeState::Up
+        self.event == NodeState::Up
     }
+}
 
-    /// What the automatic layer falls back to when this process's own
-    /// evidence is lifted: what events said last.
-    fn event_cause(self) -> DownCause {
-        if self.event == NodeState::Up {
-            DownCause::None
-        } else {
-            DownCause::Event
-        }
-    }
+/// A weight's versioned key and the weights it spanned while changing.
+#[derive(Debug, Default, Clone, Copy)]
+struct WeightWindow {
+    key: Option<(u64, u32)>,
+    /// When the weight last changed (0: never).
+    changed_ms: u64,
+    lo: u32,
+    hi: u32,
 }
 
 /// Passive-health bookkeeping, changed under the node's transition lock.
@@ -401,6 +432,9 @@ struct Breaker {
 pub struct Node {
     id: NodeId,
     name: Box<str>,
+    /// The name as placement hashes and orders it (ASCII upper case): names
+    /// match case-insensitively, so `rac1` and `RAC1` must place alike.
+    canonical: Box<str>,
     seed: u64,
     /// The node's id inside session routing tokens (`token.rs`), computed once.
     token_id: u32,
@@ -411,6 +445,10 @@ pub struct Node {
     /// Where the node sits relative to this process (see [`Locality`]).
     locality: Locality,
     weight: AtomicU32,
+    /// The weight's versioned key and the range it took while changing.
+    weight_window: Mutex<WeightWindow>,
+    /// When the node was last added or removed (0: configured at start).
+    member_since: AtomicU64,
     /// Effective state and cause, mirrored from `layers` for lock-free picks.
     state: AtomicU8,
     cause: AtomicU8,
@@ -482,7 +520,8 @@ impl Node {
         Node {
             id,
             name: spec.name.clone().into_boxed_str(),
-            seed: hash::hash_bytes(spec.name.as_bytes()),
+            canonical: spec.name.to_ascii_uppercase().into_boxed_str(),
+            seed: hash::node_seed(&spec.name),
             token_id: crate::token::token_id_of(&spec.name),
             host,
             address: spec.address.clone(),
@@ -490,6 +529,8 @@ impl Node {
             zone: spec.zone.clone().map(String::into_boxed_str),
             locality,
             weight: AtomicU32::new(spec.weight),
+            weight_window: Mutex::new(WeightWindow::default()),
+            member_since: AtomicU64::new(0),
             state: AtomicU8::new(NodeState::Up.to_u8()),
             cause: AtomicU8::new(DownCause::None.to_u8()),
             removed: AtomicBool::new(false),
@@ -518,6 +559,12 @@ impl Node {
     /// Instance name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The name as placement hashes and orders it: ASCII upper case.
+    #[inline]
+    pub(crate) fn canonical_name(&self) -> &str {
+        &self.canonical
     }
 
     /// Configured `host:port`, if any.
@@ -582,6 +629,19 @@ impl Node {
         DownCause::from_u8(self.cause.load(Ordering::Acquire))
     }
 
+    /// The version key of the shared input the node's shared state came
+    /// from (`None`: only unversioned inputs so far); changes when a
+    /// versioned input applies.
+    pub(crate) fn shared_key(&self) -> Option<(u64, u8, u64)> {
+        self.lock().0.event_key.map(|k| (k.version, k.severity, k.drain_ms))
+    }
+
+    /// The state shared inputs alone give (FAN events, versioned calls).
+    pub fn shared_state(&self) -> NodeState {
+        self.apply_expired_drain();
+        self.lock().0.event
+    }
+
     /// What the operator imposes (`Up` when nothing).
     pub fn admin_state(&self) -> NodeState {
         self.lock().0.admin
@@ -598,9 +658,56 @@ impl Node {
         self.weight.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn set_weight(&self, w: u32) {
-        self.weight.store(w, Ordering::Relaxed);
-        self.routing.advance();
+    /// A weight change: with a version it applies only above the key in
+    /// force (version, then the larger weight), so any order of arrival ends
+    /// alike; without one it applies as the latest word. While changes keep
+    /// coming within `settle_ms` of each other, the range of weights they
+    /// spanned is kept: other processes may still rank by any of them.
+    /// Returns whether it applied.
+    pub(crate) fn set_weight(&self, w: u32, version: Option<u64>, settle_ms: u64) -> bool {
+        let mut win = self.weight_window.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = version {
+            if win.key.is_some_and(|k| k >= (v, w)) {
+                return false;
+            }
+            win.key = Some((v, w));
+        }
+        let old = self.weight.load(Ordering::Relaxed);
+        if old != w {
+            let now = self.clock.0.now_ms().max(1);
+            if win.changed_ms == 0 || now.saturating_sub(win.changed_ms) >= settle_ms {
+                (win.lo, win.hi) = (old, old);
+            }
+            (win.lo, win.hi) = (win.lo.min(w), win.hi.max(w));
+            win.changed_ms = now;
+            self.weight.store(w, Ordering::Relaxed);
+            self.routing.advance();
+        }
+        true
+    }
+
+    /// The weights other processes may rank this node by now: the current
+    /// one once it has held for `settle_ms`, else every weight since the
+    /// node's weight last held that long.
+    pub(crate) fn weight_range(&self, settle_ms: u64) -> (u32, u32) {
+        let win = *self.weight_window.lock().unwrap_or_else(|p| p.into_inner());
+        let w = self.weight();
+        if win.changed_ms == 0 || self.clock.0.now_ms().saturating_sub(win.changed_ms) >= settle_ms {
+            (w, w)
+        } else {
+            (win.lo.min(w), win.hi.max(w))
+        }
+    }
+
+    /// Whether the node's membership (added, removed) has held for `settle_ms`.
+    pub(crate) fn member_settled(&self, settle_ms: u64) -> bool {
+        let since = self.member_since.load(Ordering::Acquire);
+        since == 0 || self.clock.0.now_ms().saturating_sub(since) >= settle_ms
+    }
+
+    pub(crate) fn stamp_member_change(&self) {
+        self.member_since.store(self.clock.0.now_ms().max(1), Ordering::Release);
+        self.stamp_new_work_change();
     }
 
     /// RLB percent from the last advisory, if any.
@@ -687,9 +794,11 @@ impl Node {
         since == 0 || settle_ms == 0 || self.clock.0.now_ms().saturating_sub(since) >= settle_ms
     }
 
-    /// Milliseconds since the node last started or stopped taking new work.
+    /// Milliseconds since the node's last shared change that can move a
+    /// placement: taking or refusing new work, membership, weight.
     pub(crate) fn new_work_changed_ago_ms(&self) -> u64 {
-        let since = self.new_work_since.load(Ordering::Acquire);
+        let weight_at = self.weight_window.lock().unwrap_or_else(|p| p.into_inner()).changed_ms;
+        let since = self.new_work_since.load(Ordering::Acquire).max(weight_at);
         if since == 0 {
             u64::MAX
         } else {
@@ -716,23 +825,30 @@ impl Node {
             return false;
         }
         let mut g = self.lock();
-        if g.0.auto == NodeState::Draining && self.drain_until.load(Ordering::Acquire) == until {
+        if g.0.event == NodeState::Draining && self.drain_until.load(Ordering::Acquire) == until {
+            // The drain's own input turns into a Down: it keeps the drain's
+            // key, so an older input arriving later changes nothing.
+            let before = g.0.effective();
             g.0.event = NodeState::Down;
-            self.set_auto(&mut g, NodeState::Down, DownCause::Event);
+            self.drain_until.store(0, Ordering::Release);
+            self.publish(before, g.0);
         }
         self.state.load(Ordering::Acquire) == NodeState::Down.to_u8()
     }
 
     /// A planned drain (FAN `down`, `reason=USER`): with a timeout, existing
     /// work may continue until `now + timeout`, then the node counts as Down.
-    pub(crate) fn drain_for(&self, timeout_ms: Option<u64>, clock: &dyn Clock) -> Option<Transition> {
-        let mut g = self.lock();
+    /// Only the shared layer changes: a node this process saw die stays Down
+    /// until a FAN `up` or an answering probe, and the drain's deadline
+    /// survives whatever this process's own evidence does meanwhile.
+    pub(crate) fn drain_for(
+        &self,
+        timeout_ms: Option<u64>,
+        version: Option<u64>,
+        clock: &dyn Clock,
+    ) -> Option<Transition> {
         let until = timeout_ms.map_or(0, |t| clock.now_ms().saturating_add(t).max(1));
-        g.0.event = NodeState::Draining;
-        let t = self.set_auto(&mut g, NodeState::Draining, DownCause::Event);
-        self.drain_until.store(until, Ordering::Release);
-        self.routing.advance();
-        t
+        self.set_shared(NodeState::Draining, version, timeout_ms, until)
     }
 
     /// When a planned drain's timeout ends (None: no drain with a timeout).
@@ -763,7 +879,11 @@ impl Node {
         let mut g = self.lock();
         let (layers, breaker) = &mut *g;
         // An operator's drain or mark-down admits no new work, trials included.
-        if layers.admin != NodeState::Up || layers.auto_cause != DownCause::Ejected {
+        if layers.admin != NodeState::Up
+            || layers.event == NodeState::Down
+            || layers.local != NodeState::Down
+            || layers.local_cause != DownCause::Ejected
+        {
             return false;
         }
         // One trial per back-off period; a lost trial re-arms after another period.
@@ -778,7 +898,8 @@ impl Node {
 
     /// Milliseconds until an ejected node admits its next trial (0 if not ejected).
     pub fn ejected_for_ms(&self, clock: &dyn Clock) -> u64 {
-        if self.lock().0.auto_cause != DownCause::Ejected {
+        let g = self.lock();
+        if g.0.local != NodeState::Down || g.0.local_cause != DownCause::Ejected {
             return 0;
         }
         self.ejected_until.load(Ordering::Acquire).saturating_sub(clock.now_ms())
@@ -811,14 +932,12 @@ impl Node {
         Some(Transition { from: before.0, to })
     }
 
-    /// Sets the automatic layer; lifting it clears passive-health history.
-    fn set_auto(&self, g: &mut (Layers, Breaker), to: NodeState, cause: DownCause) -> Option<Transition> {
+    /// Sets this process's own evidence; lifting it clears passive-health
+    /// history.
+    fn set_local(&self, g: &mut (Layers, Breaker), to: NodeState, cause: DownCause) -> Option<Transition> {
         let before = g.0.effective();
-        // Any automatic change ends a planned drain's countdown; `drain_for`
-        // sets a new one after this.
-        self.drain_until.store(0, Ordering::Release);
-        g.0.auto = to;
-        g.0.auto_cause = if to == NodeState::Up { DownCause::None } else { cause };
+        g.0.local = to;
+        g.0.local_cause = if to == NodeState::Up { DownCause::None } else { cause };
         if to == NodeState::Up {
             self.clear_history(g);
         }
@@ -831,51 +950,75 @@ impl Node {
         self.misses.store(0, Ordering::Relaxed);
     }
 
-    /// The operator's input. `Up` lifts the operator's layer and also clears
-    /// the automatic one: the operator asserts the node is fine, and the
-    /// detectors will find out again if it is not.
+    /// The operator's plain call. `Up` lifts the operator's layer and this
+    /// process's own evidence (the operator asserts the node is fine; the
+    /// detectors find out again if it is not), never what a shared input
+    /// says: a FAN `down` stays until a FAN `up` or a versioned call with a
+    /// newer version, so the result is the same in any order of arrival.
     pub(crate) fn set_admin(&self, to: NodeState) -> Option<Transition> {
         let mut g = self.lock();
         let before = g.0.effective();
         g.0.admin = to;
         if to == NodeState::Up {
-            g.0.auto = NodeState::Up;
-            g.0.auto_cause = DownCause::None;
-            g.0.event = NodeState::Up;
-            self.drain_until.store(0, Ordering::Release);
+            g.0.local = NodeState::Up;
+            g.0.local_cause = DownCause::None;
             self.clear_history(&mut g);
         }
         self.publish(before, g.0)
     }
 
-    /// A FAN event's down: sets the automatic layer.
-    pub(crate) fn event_down(&self) -> Option<Transition> {
+    /// A shared input about the node's state (a FAN event, a versioned
+    /// operator call). With a version it applies only if its [`ShareKey`] is
+    /// above the one in force (the join that makes every order of arrival
+    /// end alike); without one it applies as the latest word and leaves the
+    /// key in force. An `up` also lifts this process's own evidence.
+    pub(crate) fn set_shared(
+        &self,
+        to: NodeState,
+        version: Option<u64>,
+        drain_ms: Option<u64>,
+        drain_until: u64,
+    ) -> Option<Transition> {
         let mut g = self.lock();
-        g.0.event = NodeState::Down;
-        self.set_auto(&mut g, NodeState::Down, DownCause::Event)
-    }
-
-    /// A FAN event's up: lifts what events, heartbeats and ejection imposed
-    /// (never an operator's mark-down or drain).
-    pub(crate) fn event_up(&self) -> Option<Transition> {
-        let mut g = self.lock();
-        g.0.event = NodeState::Up;
-        if g.0.auto != NodeState::Up {
-            self.set_auto(&mut g, NodeState::Up, DownCause::None)
-        } else {
-            None
+        if let Some(v) = version {
+            let key = ShareKey::new(v, to, drain_ms);
+            if g.0.event_key.is_some_and(|k| k >= key) {
+                return None;
+            }
+            g.0.event_key = Some(key);
         }
+        let before = g.0.effective();
+        g.0.event = to;
+        self.drain_until.store(if to == NodeState::Draining { drain_until } else { 0 }, Ordering::Release);
+        if to == NodeState::Up && g.0.local != NodeState::Up {
+            g.0.local = NodeState::Up;
+            g.0.local_cause = DownCause::None;
+            self.clear_history(&mut g);
+        }
+        // A new drain deadline is news to routes even when the state stays.
+        self.routing.advance();
+        self.publish(before, g.0)
     }
 
-    /// Lifts this process's own evidence (missed heartbeats, ejection): the
-    /// automatic layer goes back to what events said last, so a probe that
-    /// answers never ends a planned drain.
+    /// A FAN event's down (or a versioned operator call's).
+    pub(crate) fn event_down(&self, version: Option<u64>) -> Option<Transition> {
+        self.set_shared(NodeState::Down, version, None, 0)
+    }
+
+    /// A FAN event's up: lifts what shared inputs, heartbeats and ejection
+    /// imposed (never an operator's plain mark-down or drain).
+    pub(crate) fn event_up(&self, version: Option<u64>) -> Option<Transition> {
+        self.set_shared(NodeState::Up, version, None, 0)
+    }
+
+    /// Lifts this process's own evidence (missed heartbeats, ejection); what
+    /// shared inputs say stays, so a probe that answers never ends a planned
+    /// drain nor its deadline.
     fn lift_local(&self, g: &mut (Layers, Breaker)) -> Option<Transition> {
-        if g.0.auto == NodeState::Up || !matches!(g.0.auto_cause, DownCause::Heartbeat | DownCause::Ejected) {
+        if g.0.local == NodeState::Up || !matches!(g.0.local_cause, DownCause::Heartbeat | DownCause::Ejected) {
             return None;
         }
-        let (to, cause) = (g.0.event, g.0.event_cause());
-        self.set_auto(g, to, cause)
+        self.set_local(g, NodeState::Up, DownCause::None)
     }
 
     /// A unit of work on this node finished; `ok` is false for a node-level
@@ -911,7 +1054,7 @@ impl Node {
         if !ok {
             self.collect_host_oks();
         }
-        if g.0.auto == NodeState::Down && g.0.auto_cause == DownCause::Ejected {
+        if g.0.local == NodeState::Down && g.0.local_cause == DownCause::Ejected {
             if source == OutcomeSource::Lease && g.1.stale_leases > 0 {
                 g.1.stale_leases -= 1;
                 return None;
@@ -926,7 +1069,11 @@ impl Node {
             return None;
         }
         let n = self.consecutive_failures.fetch_add(1, Ordering::AcqRel).saturating_add(1);
-        if health.eject_after_failures == 0 || g.0.auto == NodeState::Down || n < health.eject_after_failures {
+        if health.eject_after_failures == 0
+            || g.0.local == NodeState::Down
+            || g.0.event == NodeState::Down
+            || n < health.eject_after_failures
+        {
             return None;
         }
         g.1.stale_leases = self.in_flight().max(0);
@@ -951,8 +1098,8 @@ impl Node {
         self.ejected_until.store(clock.now_ms() + backoff_ms(health, g.1.ejections_in_row), Ordering::Release);
         self.counters.ejections.fetch_add(1, Ordering::Relaxed);
         let before = g.0.effective();
-        g.0.auto = NodeState::Down;
-        g.0.auto_cause = DownCause::Ejected;
+        g.0.local = NodeState::Down;
+        g.0.local_cause = DownCause::Ejected;
         self.publish(before, g.0)
     }
 
@@ -965,8 +1112,8 @@ impl Node {
         self.counters.probe_misses.fetch_add(1, Ordering::Relaxed);
         let m = self.misses.fetch_add(1, Ordering::AcqRel) + 1;
         let mut g = self.lock();
-        if m >= health.heartbeat_misses && g.0.auto != NodeState::Down {
-            return self.set_auto(&mut g, NodeState::Down, DownCause::Heartbeat);
+        if m >= health.heartbeat_misses && g.0.local != NodeState::Down {
+            return self.set_local(&mut g, NodeState::Down, DownCause::Heartbeat);
         }
         None
     }
@@ -1004,7 +1151,7 @@ impl Node {
     }
 
     pub(crate) fn mark_removed(&self) {
-        self.stamp_new_work_change();
+        self.stamp_member_change();
         self.removed.store(true, Ordering::Release);
         self.session_epoch.fetch_add(1, Ordering::AcqRel);
         self.routing.advance();

@@ -50,7 +50,7 @@ pub(crate) fn owner<'a>(
         }
         let s = hash::score(key_hash, n.seed());
         best = match best {
-            Some((b, bs)) if bs > s || (bs == s && b.name() < n.name()) => Some((b, bs)),
+            Some((b, bs)) if bs > s || (bs == s && b.canonical_name() < n.canonical_name()) => Some((b, bs)),
             _ => Some((n, s)),
         };
     }
@@ -77,14 +77,14 @@ fn weighted_owner<'a>(
         if w == 0 {
             // Weight 0 (RLB BLOCKED) only wins when nothing else is eligible.
             zero_only = match zero_only {
-                Some((b, bs)) if bs > s || (bs == s && b.name() < n.name()) => Some((b, bs)),
+                Some((b, bs)) if bs > s || (bs == s && b.canonical_name() < n.canonical_name()) => Some((b, bs)),
                 _ => Some((n, s)),
             };
             continue;
         }
         let ws = hash::weighted_score(s, f64::from(w));
         best = match best {
-            Some((b, bs)) if bs > ws || (bs == ws && b.name() < n.name()) => Some((b, bs)),
+            Some((b, bs)) if bs > ws || (bs == ws && b.canonical_name() < n.canonical_name()) => Some((b, bs)),
             _ => Some((n, ws)),
         };
     }

@@ -3,13 +3,14 @@
 //! precedence between them is a routing decision, so it lives here and every
 //! binding gets the same answer.
 
+use crate::agreement::Standing;
 use crate::cluster::Cluster;
-use crate::data::DataKey;
+use crate::data::{DataKey, KeyOwner};
 use crate::error::{Error, Result, Scope};
 use crate::node::NodeId;
 use crate::pin::ContextKey;
 use crate::route::{Route, RouteKind};
-use crate::transaction::Preferred;
+use crate::transaction::{shared_standing, Preferred};
 
 /// What [`Cluster::reroute`] did to a pin.
 pub(crate) enum PinMove {
@@ -71,6 +72,10 @@ impl Cluster {
         if self.tx_info(gtrid).is_some() {
             return self.tx_begin(gtrid);
         }
+        let settle = self.inner.config.transaction.settle_ms;
+        if settle > 0 && self.is_strict(Scope::Transaction) {
+            return self.tx_begin_agreed(gtrid, request);
+        }
         // The key's owner, never a per-call fallback: a fallback is a random
         // draw, and every process must place one gtrid on the same node.
         let preferred = if let Some(key) = request.key {
@@ -84,6 +89,33 @@ impl Cluster {
             }
         };
         self.tx_begin_with(gtrid, preferred.map(Preferred::Derived))
+    }
+
+    /// [`Cluster::tx_begin_for`] of a new gtrid in strict mode across
+    /// processes: placed from shared inputs only. The data key's owner as
+    /// every process sees it ([`Cluster::agreed_partition_owner`]) while it
+    /// takes new work by the shared inputs, else where
+    /// [`Cluster::place_settled`] puts the gtrid. A session's or pin's node
+    /// is this process's own state (another process placing a branch of the
+    /// same gtrid has other pins), so it never places a gtrid here.
+    fn tx_begin_agreed(&self, gtrid: &[u8], request: &RouteRequest<'_>) -> Result<Route> {
+        let settle = self.inner.config.transaction.settle_ms;
+        let topo = self.topo();
+        let mut preferred = None;
+        if let Some(key) = request.key {
+            let p = self.partition_of(key)?;
+            match self.agreed_partition_owner(&topo, p)? {
+                KeyOwner::Node(n) => match shared_standing(&n, settle) {
+                    Standing::Eligible => preferred = Some(Preferred::Agreed(n.id())),
+                    Standing::Changing => return Err(self.settling(&n)),
+                    Standing::Ineligible => {}
+                },
+                KeyOwner::Unsettled(n) => return Err(self.settling(&n)),
+                KeyOwner::None => {}
+            }
+        }
+        drop(topo);
+        self.tx_begin_with(gtrid, preferred)
     }
 
     /// Routes `request` again after `failed` could not give it a connection

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::agreement::{self, Agreed, Standing};
 use crate::cluster::Cluster;
 use crate::config::SessionMode;
 use crate::error::{Error, Result, Scope};
@@ -73,6 +74,10 @@ impl Cluster {
 
     fn session_stateless(&self, topo: &Topology, key: &[u8]) -> Result<Route> {
         let h = hash::hash_bytes(key);
+        let settle = self.inner.config.transaction.settle_ms;
+        if settle > 0 && self.is_strict(Scope::Session) {
+            self.session_owner_agreed(topo, h, settle)?;
+        }
         // The owner is computed over every live node advising affinity, so a
         // node going down moves only its own sessions.
         let owner = rendezvous::owner(&topo.live, h, Weights::Static, |n| n.affinity_advised());
@@ -89,6 +94,42 @@ impl Cluster {
                     if kind == RouteKind::Placed && owner.is_some() { RouteKind::Repinned } else { kind },
                 ))
             }
+        }
+    }
+
+    /// Strict stateless sessions across processes: a session is routed only
+    /// while every process that may not have seen the latest node additions,
+    /// removals or weights yet names the same owner ([`crate::agreement`]);
+    /// else it is refused for `transaction.settle`, never sent to two nodes.
+    fn session_owner_agreed(&self, topo: &Topology, h: u64, settle: u64) -> Result<()> {
+        let standing = |n: &crate::node::Node| match (n.is_removed() || !n.affinity_advised(), n.member_settled(settle))
+        {
+            (_, false) => Standing::Changing,
+            (true, true) => Standing::Ineligible,
+            (false, true) => Standing::Eligible,
+        };
+        let agreed = match agreement::agreed_owner(&topo.by_id, h, settle, standing) {
+            // The same rule on this process's view, as a check against
+            // rounding in the bounds: any doubt refuses.
+            Agreed::Owner(n)
+                if rendezvous::owner(&topo.live, h, Weights::Static, |n| n.affinity_advised())
+                    .is_none_or(|c| c.id() != n.id()) =>
+            {
+                Agreed::Unsettled(n)
+            }
+            other => other,
+        };
+        match agreed {
+            Agreed::Unsettled(n) => {
+                self.refuse(Scope::Session, n);
+                Err(Error::StrictSettling {
+                    node: n.name().to_string(),
+                    state: n.state(),
+                    since_ms: n.new_work_changed_ago_ms(),
+                    settle_ms: settle,
+                })
+            }
+            Agreed::Owner(_) | Agreed::Nobody => Ok(()),
         }
     }
 

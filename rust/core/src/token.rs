@@ -5,7 +5,7 @@
 //!
 //! A token is `<session-id>!ra1.<primary>.<backup>`: `ra1` is the format
 //! version; each node is named by 8 lower-case hex digits of the
-//! racaffinity-hrw-v1 hash of its upper-cased name (stable across processes
+//! racaffinity-hrw-v2 hash of its upper-cased name (stable across processes
 //! and restarts, and no instance name in a cookie); `none` marks an empty
 //! backup slot. Every character is cookie-safe.
 

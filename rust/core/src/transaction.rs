@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::agreement::{self, Agreed, Standing};
 use crate::cluster::Cluster;
 use crate::config::{Placement, RecoveryScope};
 use crate::error::{Error, Result, Scope};
@@ -165,6 +166,8 @@ impl Cluster {
             // node: in strict mode a branch anywhere else would split it.
             Some((Preferred::Required(_), n)) if n.accepts_new() => return Ok((n.id(), RouteKind::Placed)),
             Some((Preferred::Required(_), n)) if strict => return Err(self.refuse(Scope::Transaction, n)),
+            Some((Preferred::Agreed(_), n)) if n.accepts_new() => return Ok((n.id(), RouteKind::Placed)),
+            Some((Preferred::Agreed(_), n)) => return Err(self.unconfirmed(n)),
             // A node this process derived from its own view (a data key's
             // owner, a session's or a pin's node): in strict mode it is acted
             // on only once its last change has settled, like a placement.
@@ -181,38 +184,43 @@ impl Cluster {
         self.place(topo, Scope::Transaction, placement, hash::hash_bytes(gtrid), |_| true)
     }
 
-    /// Strict rendezvous placement that processes agree on even while a FAN
-    /// event or an operator's call has reached some of them and not others:
-    /// a node's change is acted on only once it is older than
-    /// `transaction.settle`. The first node in rank that has not settled
-    /// into refusing new work decides: settled and taking work, it gets the
-    /// gtrid; changed recently either way, the gtrid is refused (a process
-    /// that has not seen the change yet would place it there).
+    /// Strict rendezvous placement that processes agree on while shared
+    /// inputs (FAN events, versioned operator calls, weights, nodes added or
+    /// removed) have reached some of them and not others: the gtrid is
+    /// placed only when every view a process may hold within
+    /// `transaction.settle` puts it on the same node ([`agreement`]), else
+    /// it is refused (a process that has not seen the change yet would place
+    /// it elsewhere).
     ///
-    /// Only inputs every process gets (FAN events, the operator's calls)
-    /// move a gtrid: a node that fails in this process's own view alone
-    /// (missed heartbeats, passive ejection) keeps its gtrids, refused here,
-    /// since the other processes still place them there. With no settle
-    /// time the process places alone and its own view is all there is.
-    fn place_settled(&self, topo: &Topology, gtrid: &[u8]) -> Result<(NodeId, RouteKind)> {
+    /// Only shared inputs move a gtrid: a node that fails in this process's
+    /// own view alone (missed heartbeats, passive ejection, an operator's
+    /// plain call) keeps its gtrids, refused here, since the other processes
+    /// still place them there. With no settle time the process places alone
+    /// and its own view is all there is.
+    pub(crate) fn place_settled(&self, topo: &Topology, gtrid: &[u8]) -> Result<(NodeId, RouteKind)> {
         let settle = self.settle_ms();
-        if settle == 0 {
-            return self.place_rendezvous(topo, Scope::Transaction, hash::hash_bytes(gtrid), |_| true);
-        }
         let h = hash::hash_bytes(gtrid);
+        if settle == 0 {
+            return self.place_rendezvous(topo, Scope::Transaction, h, |_| true);
+        }
         // Over every node ever added (`by_id`): one removed within the
         // settle time still counts, as other processes may still have it.
-        let owner = rendezvous::owner(&topo.by_id, h, Weights::Static, |n| {
-            n.accepts_new_shared() || !n.new_work_settled(settle)
-        });
-        match owner {
-            Some(n) if n.accepts_new_shared() && n.new_work_settled(settle) && n.accepts_new() => {
-                Ok((n.id(), RouteKind::Placed))
+        match agreement::agreed_owner(&topo.by_id, h, settle, |n| shared_standing(n, settle)) {
+            Agreed::Owner(n) => {
+                // The same rule on this process's settled view, as a check
+                // against rounding in the bounds: any doubt refuses.
+                let current = rendezvous::owner(&topo.by_id, h, Weights::Static, |n| n.accepts_new_shared());
+                if current.is_none_or(|c| c.id() != n.id()) {
+                    Err(self.settling(n))
+                } else if n.accepts_new() {
+                    Ok((n.id(), RouteKind::Placed))
+                } else {
+                    Err(self.unconfirmed(n))
+                }
             }
-            Some(n) if n.accepts_new_shared() && n.new_work_settled(settle) => Err(self.unconfirmed(n)),
-            Some(n) => Err(self.settling(n)),
+            Agreed::Unsettled(n) => Err(self.settling(n)),
             // Every node has refused new work for long enough: the panic policy.
-            None => self.place_rendezvous(topo, Scope::Transaction, h, |_| true),
+            Agreed::Nobody => self.place_rendezvous(topo, Scope::Transaction, h, |_| true),
         }
     }
 
@@ -222,7 +230,7 @@ impl Cluster {
 
     /// Counts and builds the refusal of a gtrid whose node changed within
     /// `transaction.settle`.
-    fn settling(&self, n: &Node) -> Error {
+    pub(crate) fn settling(&self, n: &Node) -> Error {
         self.refuse(Scope::Transaction, n);
         Error::StrictSettling {
             node: n.name().to_string(),
@@ -385,12 +393,26 @@ pub(crate) enum Preferred {
     /// Derived from this process's own view: a data key's owner, a
     /// session's or a pin's node.
     Derived(NodeId),
+    /// Derived from shared inputs every process agrees on (a data key's
+    /// owner after `transaction.settle`): taken if this process's own view
+    /// lets it take new work, else refused in strict mode.
+    Agreed(NodeId),
 }
 
 impl Preferred {
     pub(crate) fn node(self) -> NodeId {
         match self {
-            Preferred::Required(n) | Preferred::Derived(n) => n,
+            Preferred::Required(n) | Preferred::Derived(n) | Preferred::Agreed(n) => n,
         }
+    }
+}
+
+/// A node's standing for new work by the shared inputs, as every process
+/// may see it within `settle_ms`.
+pub(crate) fn shared_standing(n: &Node, settle_ms: u64) -> Standing {
+    match (n.accepts_new_shared(), n.new_work_settled(settle_ms)) {
+        (_, false) => Standing::Changing,
+        (true, true) => Standing::Eligible,
+        (false, true) => Standing::Ineligible,
     }
 }

@@ -52,7 +52,7 @@ fn json_is_valid_and_carries_the_snapshot() {
     let m = c.metrics();
     let v: serde_json::Value = serde_json::from_str(&m.to_json()).expect("valid JSON");
     assert_eq!(v["cluster"], "orcl");
-    assert_eq!(v["hash_version"], "racaffinity-hrw-v1");
+    assert_eq!(v["hash_version"], "racaffinity-hrw-v2");
     assert_eq!(v["nodes"].as_array().unwrap().len(), 3);
     assert_eq!(v["scopes"]["transaction"]["live"], 2);
     assert_eq!(v["scopes"]["transaction"]["strict_refusals"], 1);
@@ -96,7 +96,10 @@ fn the_topology_fingerprint_changes_with_the_routing_view_and_agrees_across_proc
     p.set_node_state("B", racaffinity::NodeState::Draining).unwrap();
     let f1 = p.topology_fingerprint();
     assert_ne!(f1, f0);
+    // RLB percents steer balancing only, never a placement; session advice does.
     p.apply_event("VERSION=1.0 database=orcl service=svc { {instance=A percent=60 flag=GOOD aff=TRUE} }").unwrap();
+    assert_eq!(p.topology_fingerprint(), f1);
+    p.apply_event("VERSION=1.0 database=orcl service=svc { {instance=A percent=60 flag=GOOD aff=FALSE} }").unwrap();
     assert_ne!(p.topology_fingerprint(), f1);
     // Traffic changes no routing view.
     let f2 = p.topology_fingerprint();

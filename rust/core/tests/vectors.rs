@@ -1,7 +1,7 @@
 //! Runs the shared test vectors in `tests/vectors/*.json` against the public API.
 //!
 //! The vectors are written by `tests/vectors/generate.py`; the rendezvous ones
-//! come from an independent Python implementation of racaffinity-hrw-v1 written
+//! come from an independent Python implementation of racaffinity-hrw-v2 written
 //! from the documentation in `hash.rs`, so this test checks the core against
 //! the documentation, not against itself. Every binding runs the same files.
 //!
@@ -249,7 +249,7 @@ fn topology(run: &mut Run, t: &Value) {
     for n in arr(&m["nodes"]) {
         let nm = run.keys(&tname, n, &["name", "weight", "seed"], &[]);
         let name = s(&nm["name"]);
-        run.eq(&format!("{tname}: seed of {name}"), hash::hash_bytes(name.as_bytes()), hex64(&nm["seed"]));
+        run.eq(&format!("{tname}: seed of {name}"), hash::node_seed(name), hex64(&nm["seed"]));
         want_nodes.push((name.to_string(), u(&nm["weight"])));
     }
     let got_nodes: Vec<(String, u64)> = c

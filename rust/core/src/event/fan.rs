@@ -192,7 +192,7 @@ pub struct FanEvent {
     pub reason: Option<FanReason>,
     /// `card=`: number of instances the service now runs on.
     pub card: Option<u32>,
-    /// `timestamp=` as sent (for example `2026-11-29 08:00:00`); not interpreted.
+    /// `timestamp=` as sent (for example `2026-11-29 08:00:00`); [`FanEvent::version`] reads it.
     pub timestamp: Option<String>,
     /// `drain_timeout=` in seconds (Oracle 12.2+, planned maintenance): how
     /// long existing work may keep running on a draining instance.
@@ -200,6 +200,16 @@ pub struct FanEvent {
 }
 
 impl FanEvent {
+    /// The event's version for the join of shared inputs (docs/semantics.md,
+    /// "Agreement"): `timestamp=` read as seconds since 1970-01-01 in the
+    /// publisher's zone (`YYYY-MM-DD`, optionally followed by `hh:mm` or
+    /// `hh:mm:ss`, a space or `T` between; a fraction of a second is
+    /// ignored). `None` when the event has no timestamp or one in another
+    /// form: such an event applies as the latest word, as before versions.
+    pub fn version(&self) -> Option<u64> {
+        self.timestamp.as_deref().and_then(timestamp_seconds)
+    }
+
     /// Parses one FAN event line.
     ///
     /// The event type, keys, and the values of `status=` and `reason=` are
@@ -561,6 +571,69 @@ mod tests {
                 let msg = err(&base[..cut]);
                 assert!(!msg.is_empty());
             }
+        }
+    }
+}
+
+/// `YYYY-MM-DD[( |T)hh:mm[:ss[.fff]]]` as seconds since 1970-01-01.
+pub(crate) fn timestamp_seconds(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (date, time) = match text.find([' ', 'T']) {
+        Some(i) => (&text[..i], text[i + 1..].trim()),
+        None => (text, ""),
+    };
+    let num = |s: &str, len: usize| -> Option<u64> {
+        (s.len() == len && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok()).flatten()
+    };
+    let mut d = date.split('-');
+    let (y, m, day) = (num(d.next()?, 4)?, num(d.next()?, 2)?, num(d.next()?, 2)?);
+    if d.next().is_some() || !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let mut secs = 0;
+    if !time.is_empty() {
+        // A zone or other trailing word is the publisher's, the same for all.
+        let clock = time.split_whitespace().next()?;
+        let clock = clock.split('.').next()?;
+        let mut t = clock.split(':');
+        let (h, mi) = (num(t.next()?, 2)?, num(t.next()?, 2)?);
+        let s = match t.next() {
+            Some(s) => num(s, 2)?,
+            None => 0,
+        };
+        if t.next().is_some() || h > 23 || mi > 59 || s > 60 {
+            return None;
+        }
+        secs = h * 3600 + mi * 60 + s;
+    }
+    Some(days_from_civil(y, m, day) * 86_400 + secs)
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (Hinnant's algorithm).
+fn days_from_civil(y: u64, m: u64, d: u64) -> u64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::timestamp_seconds;
+
+    #[test]
+    fn timestamps_read_as_seconds_since_1970() {
+        assert_eq!(timestamp_seconds("1970-01-01"), Some(0));
+        assert_eq!(timestamp_seconds("2026-11-29 08:00:00"), Some(1_795_939_200));
+        assert_eq!(timestamp_seconds("2000-03-01T00:00:01"), Some(951_868_801));
+        assert_eq!(timestamp_seconds("2026-11-29 08:00"), timestamp_seconds("2026-11-29 08:00:00"));
+        assert_eq!(timestamp_seconds("2026-11-29   08:00:01.250 UTC"), timestamp_seconds("2026-11-29 08:00:01"));
+        for bad in ["", "x", "2026-13-01", "26-11-29", "2026-11-29 8:00", "2026-11-29 08:00:00:00", "2026-11-29 24:00"]
+        {
+            assert_eq!(timestamp_seconds(bad), None, "{bad}");
         }
     }
 }

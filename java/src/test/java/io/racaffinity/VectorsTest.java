@@ -31,7 +31,7 @@ class VectorsTest {
     @Test
     void rendezvousVectorsRouteTheSameInJava() throws Exception {
         JsonNode top = Vectors.load("rendezvous.json");
-        assertEquals("racaffinity-hrw-v1", top.get("hash_version").asText());
+        assertEquals("racaffinity-hrw-v2", top.get("hash_version").asText());
         Run run = new Run("rendezvous.json");
         for (JsonNode t : top.get("topologies")) {
             topology(run, t);

@@ -7,7 +7,7 @@ import java.util.Arrays;
 
 /**
  * A data-affinity key built by {@link AffinityShardingKeyBuilder}: the bytes
- * the core routes ({@code key → partition → node}, racaffinity-hrw-v1).
+ * the core routes ({@code key → partition → node}, racaffinity-hrw-v2).
  * Equal keys have equal bytes.
  */
 public final class AffinityShardingKey implements ShardingKey {
