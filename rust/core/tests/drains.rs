@@ -1,0 +1,91 @@
+//! Planned drains next to this process's own evidence (issue [core-review-3]
+//! items 2 and 3): a drain's deadline survives heartbeats and ejections, and
+//! a drain never lifts a Down that heartbeats or an ejection imposed.
+
+mod common;
+
+use common::cluster_with_clock;
+use racaffinity::{DownCause, ManualClock, NodeState};
+
+const CONFIG: &str = "nodes = A, B\nheartbeat.misses = 1\nhealth.eject_after_failures = 1";
+
+fn drain(node: &str, timeout_s: Option<u32>) -> String {
+    let t = timeout_s.map_or(String::new(), |t| format!(" drain_timeout={t}"));
+    format!("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={node} status=down reason=USER{t}")
+}
+
+#[test]
+fn a_drains_deadline_survives_missed_heartbeats_that_come_and_go() {
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock(CONFIG, &clock);
+    let a = c.node_by_name("A").unwrap();
+    c.apply_event(&drain("A", Some(30))).unwrap();
+    clock.advance_ms(5_000);
+    c.report_probe(a.id(), false).unwrap();
+    assert_eq!(a.state(), NodeState::Down);
+    c.report_probe(a.id(), true).unwrap();
+    assert_eq!(a.state(), NodeState::Draining, "back to the drain, not to Up");
+    clock.advance_ms(55_000);
+    assert_eq!(a.state(), NodeState::Down, "60 s into a 30 s drain the node is Down");
+    assert_eq!(a.drain_deadline_ms(), None);
+}
+
+#[test]
+fn a_context_pin_leaves_a_drained_node_at_the_deadline_after_an_ejection_was_lifted() {
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock(CONFIG, &clock);
+    let ctx = c.new_context_key();
+    let node = c.pin_context(ctx).unwrap().node;
+    let name = c.node_name(node).unwrap();
+    c.apply_event(&drain(&name, Some(10))).unwrap();
+    assert_eq!(c.pick_in(ctx).unwrap().node, node, "existing work continues during the drain");
+    c.report_outcome(node, false).unwrap();
+    assert_eq!(c.node(node).unwrap().down_cause(), DownCause::Ejected);
+    c.report_probe(node, true).unwrap();
+    assert_eq!(c.node(node).unwrap().state(), NodeState::Draining);
+    clock.advance_ms(20_000);
+    assert_ne!(c.pick_in(ctx).unwrap().node, node, "20 s into a 10 s drain the pin has moved");
+}
+
+#[test]
+fn a_planned_drain_never_lifts_a_down_this_process_saw() {
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock(CONFIG, &clock);
+    let ctx = c.new_context_key();
+    let node = c.pin_context(ctx).unwrap().node;
+    let name = c.node_name(node).unwrap();
+    c.report_probe(node, false).unwrap();
+    assert_eq!(c.node(node).unwrap().state(), NodeState::Down);
+    c.apply_event(&drain(&name, None)).unwrap();
+    assert_eq!(c.node(node).unwrap().state(), NodeState::Down, "a drain is no sign of life");
+    assert_ne!(c.pick_in(ctx).unwrap().node, node, "the pin is not served on the dead node");
+    // Only a FAN up or an answering probe lifts it; the probe leaves the drain.
+    c.report_probe(node, true).unwrap();
+    assert_eq!(c.node(node).unwrap().state(), NodeState::Draining);
+    // The same for an ejection.
+    let other = c.node_by_name(if name == "A" { "B" } else { "A" }).unwrap();
+    c.report_outcome(other.id(), false).unwrap();
+    c.apply_event(&drain(other.name(), Some(30))).unwrap();
+    assert_eq!(other.state(), NodeState::Down);
+}
+
+#[test]
+fn a_drain_without_a_timeout_after_one_with_it_is_the_latest_word() {
+    // Decided (docs/semantics.md): the later announcement replaces the
+    // earlier one, deadline included; with versions, the later version.
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock(CONFIG, &clock);
+    let a = c.node_by_name("A").unwrap();
+    c.apply_event(&drain("A", Some(30))).unwrap();
+    assert!(a.drain_deadline_ms().is_some());
+    c.apply_event(&drain("A", None)).unwrap();
+    assert_eq!(a.drain_deadline_ms(), None);
+    clock.advance_ms(60_000);
+    assert_eq!(a.state(), NodeState::Draining);
+    // At one timestamp the longer drain wins, in any order.
+    let at = |t: Option<u32>| format!("{} timestamp=2026-12-04 10:00:00", drain("B", t));
+    let b = c.node_by_name("B").unwrap();
+    c.apply_event(&at(Some(30))).unwrap();
+    c.apply_event(&at(None)).unwrap();
+    assert!(b.drain_deadline_ms().is_some(), "same second: the drain with the deadline wins");
+}
