@@ -5,6 +5,7 @@ sets them) and kill/restart nodes through the same script."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import time
@@ -242,8 +243,15 @@ def tables(pg: PgNodes):
                 conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(gid))
 
 
+_FAN_SECOND = itertools.count(1)
+
+
 def fan_line(instance: str, status: str, reason: str = "FAILURE") -> str:
+    # Each line a second after the last: the core keeps the newest timestamp
+    # per node (docs/semantics.md, "Agreement"), so a fixed one would leave
+    # the first status of a second in force.
+    s = next(_FAN_SECOND)
     return (
         f"SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={instance} host=h "
-        f"status={status} reason={reason} card=1 timestamp=2026-11-29 08:00:00"
+        f"status={status} reason={reason} card=1 timestamp=2026-11-29 {8 + s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
     )

@@ -37,10 +37,16 @@ impl Drop for Revive {
     }
 }
 
+/// Each line a second after the last: the core keeps the newest timestamp
+/// per node (docs/semantics.md, "Agreement").
 fn fan(instance: &str, status: &str) -> String {
+    static SECOND: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let s = SECOND.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     format!(
         "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={instance} host=127.0.0.1 \
-         status={status} reason=FAILURE card=1 timestamp=2026-11-29 08:00:00"
+         status={status} reason=FAILURE card=1 timestamp=2026-11-29 08:{:02}:{:02}",
+        s / 60,
+        s % 60
     )
 }
 

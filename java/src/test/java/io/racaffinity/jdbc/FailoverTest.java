@@ -27,8 +27,15 @@ import org.junit.jupiter.api.extension.ExtendWith;
 /** A real crash of node 2 (SIGKILL of its postmaster), detected three ways. Node 2 is restarted at the end. */
 @ExtendWith(PgNodes.class)
 class FailoverTest {
-    private static final String EVENT = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=MYDB2 host=h2"
-            + " status=%s card=1 timestamp=2026-11-29 08:00:00";
+    private static final String EVENT_LINE = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=MYDB2 host=h2"
+            + " status=%s card=1 timestamp=2026-11-29 08:%02d:%02d";
+    /** Each event a second after the last one: the core keeps the newest timestamp (semantics.md, Agreement). */
+    private static final java.util.concurrent.atomic.AtomicInteger SECOND = new java.util.concurrent.atomic.AtomicInteger();
+
+    private static String event(String status) {
+        int s = SECOND.incrementAndGet();
+        return String.format(EVENT_LINE, status, s / 60, s % 60);
+    }
 
     private static AffinityDataSource ds(Pools pools, String name, String extra) {
         AffinityDataSource ds = new AffinityDataSource();
@@ -98,14 +105,14 @@ class FailoverTest {
                 PgNodes.restart(2);
             }
             // A FAN "up" lifts the ejection, and node 2's keys go home.
-            cluster.applyEvent(String.format(EVENT, "up"));
+            cluster.applyEvent(event("up"));
             assertEquals(NodeState.UP, cluster.nodeState("MYDB2"));
             // (node 2's pool may still be backing off from the refused connections: poll with a deadline)
             int[] port = {-1};
             // (a timed-out attempt counts as a failure and ejects it again: lift that with the next FAN up)
             assertTrue(Pools.await(Duration.ofSeconds(20), () -> {
                 if (cluster.nodeState("MYDB2") != NodeState.UP) {
-                    cluster.applyEvent(String.format(EVENT, "up"));
+                    cluster.applyEvent(event("up"));
                 }
                 try (Connection c = ds.createConnectionBuilder().shardingKey(key2).build()) {
                     port[0] = serverPort(c);
@@ -126,7 +133,7 @@ class FailoverTest {
             ShardingKey key2 = keyOn(ds, "MYDB2");
             PgNodes.kill(2);
             try {
-                assertEquals(1, cluster.applyEvent(String.format(EVENT, "down reason=FAILURE")));
+                assertEquals(1, cluster.applyEvent(event("down reason=FAILURE")));
                 noConnectionGoesToNode2(ds, key2);
                 assertEquals(0, metrics(cluster, "MYDB2").failures(), "no application traffic hit the dead node");
             } finally {

@@ -114,7 +114,7 @@ class FanAdapterTest {
                 return host;
             }
         };
-        return new ServiceUpEvent("ons", new Date(0)) {
+        return new ServiceUpEvent("ons", new Date(1_000)) {
             private static final long serialVersionUID = 1L;
 
             @Override
@@ -166,7 +166,7 @@ class FanAdapterTest {
     }
 
     static NodeUpEvent nodeUp(String host) {
-        return new NodeUpEvent("ons", new Date(0)) {
+        return new NodeUpEvent("ons", new Date(1_000)) {
             private static final long serialVersionUID = 1L;
 
             @Override
