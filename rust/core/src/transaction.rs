@@ -27,13 +27,22 @@ struct TxEntry {
 }
 
 const PREPARED: u32 = 1 << 31;
+/// A second node has reported the gtrid in recovery: its span is counted.
+const SPAN_SEEN: u32 = 1 << 30;
+const BRANCHES: u32 = SPAN_SEEN - 1;
 
 impl TxEntry {
     fn new(node: NodeId, branches: u32, prepared: bool) -> Self {
         TxEntry { node, state: branches | if prepared { PREPARED } else { 0 } }
     }
     fn branches(&self) -> u32 {
-        self.state & !PREPARED
+        self.state & BRANCHES
+    }
+    /// Marks the span seen; true the first time.
+    fn see_span(&mut self) -> bool {
+        let first = self.state & SPAN_SEEN == 0;
+        self.state |= SPAN_SEEN;
+        first
     }
     fn prepared(&self) -> bool {
         self.state & PREPARED != 0
@@ -44,7 +53,7 @@ impl TxEntry {
     fn add_branch(&mut self) {
         // Saturates far beyond any real branch count rather than spilling
         // into the prepared bit.
-        if self.branches() < PREPARED - 1 {
+        if self.branches() < BRANCHES {
             self.state += 1;
         }
     }
@@ -337,6 +346,13 @@ impl Cluster {
                 if owner.is_removed() && owner.name().eq_ignore_ascii_case(n.name()) {
                     e.node = node;
                 } else if self.recovery_scope() != RecoveryScope::Database {
+                    // Branches of one gtrid on two independent databases: a
+                    // span made by processes whose views differed (or without
+                    // affinity), seen here where recovery meets both. Counted
+                    // once per gtrid, however many scans report it.
+                    if e.see_span() {
+                        owner.counters.tx_spans.fetch_add(1, Ordering::Relaxed);
+                    }
                     return Err(Error::InvalidArgument(format!(
                         "gtrid {} was returned by `{}` but is owned by `{}`: split transaction",
                         hex(gtrid),

@@ -97,3 +97,21 @@ fn database_scope_completes_through_another_instance_when_the_owner_is_down() {
         assert_eq!(a.node, b.node, "{g}: two processes complete through different instances");
     }
 }
+
+#[test]
+fn a_gtrid_recovered_from_two_nodes_counts_one_span_however_often_it_is_scanned() {
+    // Two processes whose views differed put branches of one gtrid on two
+    // databases; neither saw a span. Recovery, which asks every node, does.
+    for strict in ["false", "true"] {
+        let c = common::cluster(&format!("nodes = A, B\nrecovery.scope = node\ntransaction.strict = {strict}"));
+        let (a, b) = (c.node_by_name("A").unwrap().id(), c.node_by_name("B").unwrap().id());
+        c.tx_recovered(b"across", a).unwrap();
+        for _ in 0..3 {
+            let e = c.tx_recovered(b"across", b).unwrap_err();
+            assert!(e.to_string().contains("split transaction"), "{e}");
+        }
+        let spans: u64 = c.metrics().nodes.iter().map(|n| n.tx_spans).sum();
+        assert_eq!(spans, 1, "strict = {strict}: one span, counted once");
+        assert_eq!(c.metrics().tx_spans, 1);
+    }
+}
