@@ -240,8 +240,9 @@ impl Cluster {
         inner.closed.store(true, Ordering::Release);
         inner.tx.clear();
         inner.sessions.clear();
-        let pins = inner.contexts.clear();
-        inner.scope[Scope::Thread as usize].live.fetch_sub(pins as i64, Ordering::Relaxed);
+        for (scope, pins) in inner.contexts.clear().into_iter().enumerate() {
+            inner.scope[scope].live.fetch_sub(pins as i64, Ordering::Relaxed);
+        }
         let topo = self.topo();
         for node in inner.leases.clear() {
             if let Some(n) = topo.node(node) {
@@ -546,6 +547,13 @@ impl Cluster {
             node: node.name().to_string(),
             state: if node.is_removed() { NodeState::Down } else { node.state() },
         }
+    }
+
+    /// Counts and builds a strict refusal whose owner this cluster does not
+    /// know (`who`: the id the caller named): counted on the scope only.
+    pub(crate) fn refuse_unknown(&self, scope: Scope, who: &str) -> Error {
+        self.inner.scope[scope as usize].strict_refusals.fetch_add(1, Ordering::Relaxed);
+        Error::StrictAffinity { scope, node: format!("{who} (not a node of this cluster)"), state: NodeState::Down }
     }
 
     /// Counts a routing outcome on the node and scope.

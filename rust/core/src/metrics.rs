@@ -456,12 +456,17 @@ impl Cluster {
             .iter()
             .map(|&sc| {
                 let k = &self.inner.scope[sc as usize];
-                let live = match sc {
-                    Scope::Thread => k.live.load(Ordering::Relaxed).max(0) as u64,
-                    Scope::Transaction => self.tx_count() as u64,
-                    Scope::Session => self.session_count() as u64,
-                    Scope::Data => self.data_affinities() as u64,
-                };
+                // Context pins count in their own scope (a UCP callback's
+                // web-session context is a live session affinity), next to
+                // the scope's registry.
+                let contexts = k.live.load(Ordering::Relaxed).max(0) as u64;
+                let live = contexts
+                    + match sc {
+                        Scope::Thread => 0,
+                        Scope::Transaction => self.tx_count() as u64,
+                        Scope::Session => self.session_count() as u64,
+                        Scope::Data => self.data_affinities() as u64,
+                    };
                 ScopeMetrics {
                     scope: sc,
                     strict: self.is_strict(sc),

@@ -451,8 +451,9 @@ impl Cluster {
         let Some(e) = m.get_mut(&key.0) else { return false };
         e.depth -= 1;
         if e.depth == 0 {
+            let scope = e.scope;
             m.remove(&key.0);
-            self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
+            self.inner.scope[scope as usize].live.fetch_sub(1, Ordering::Relaxed);
             true
         } else {
             false
@@ -461,11 +462,11 @@ impl Cluster {
 
     /// Releases `key`'s pin at every level. Returns whether a pin existed.
     pub fn release_context(&self, key: ContextKey) -> bool {
-        let removed = self.inner.contexts.lock(key.0).remove(&key.0).is_some();
-        if removed {
-            self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
+        let removed = self.inner.contexts.lock(key.0).remove(&key.0);
+        if let Some(e) = &removed {
+            self.inner.scope[e.scope as usize].live.fetch_sub(1, Ordering::Relaxed);
         }
-        removed
+        removed.is_some()
     }
 
     fn context_route(&self, key: ContextKey, enter: bool, scope: Scope) -> Result<Route> {
@@ -473,8 +474,9 @@ impl Cluster {
         if m.get(&key.0).is_some_and(ContextEntry::revoked) {
             // The instance withdrew affinity: the context is released, as
             // UCP releases a web-session context; a new one may be placed.
-            m.remove(&key.0);
-            self.inner.scope[Scope::Thread as usize].live.fetch_sub(1, Ordering::Relaxed);
+            if let Some(e) = m.remove(&key.0) {
+                self.inner.scope[e.scope as usize].live.fetch_sub(1, Ordering::Relaxed);
+            }
         }
         let route = match m.get_mut(&key.0) {
             // The hot path: a healthy pin, no snapshot load.
@@ -513,7 +515,7 @@ impl Cluster {
                 let id = n.id();
                 let epoch = n.session_epoch();
                 m.insert(key.0, ContextEntry { node: n, depth: 1, scope, epoch });
-                self.inner.scope[Scope::Thread as usize].live.fetch_add(1, Ordering::Relaxed);
+                self.inner.scope[scope as usize].live.fetch_add(1, Ordering::Relaxed);
                 Route::new(id, kind)
             }
             None => {
@@ -611,7 +613,14 @@ fn thread_exiting() -> Error {
 
 impl ContextPins {
     /// Drops every context pin (the cluster is closing).
-    pub(crate) fn clear(&self) -> usize {
-        self.shards.iter().map(|s| std::mem::take(&mut *s.lock().unwrap_or_else(|p| p.into_inner())).len()).sum()
+    /// Empties the registry; returns how many pins it held, per scope.
+    pub(crate) fn clear(&self) -> [usize; 4] {
+        let mut per_scope = [0; 4];
+        for s in self.shards.iter() {
+            for e in std::mem::take(&mut *s.lock().unwrap_or_else(|p| p.into_inner())).values() {
+                per_scope[e.scope as usize] += 1;
+            }
+        }
+        per_scope
     }
 }

@@ -168,7 +168,11 @@ impl Cluster {
             match pinned {
                 PinMove::Unpinned => self.reroute_balanced(None, failed, RouteKind::Balanced)?,
                 PinMove::Stay => None,
-                PinMove::To(r) => Some(r),
+                PinMove::To(r) => {
+                    // Hosts cache a pin's route until the routing epoch moves.
+                    self.inner.routing.advance();
+                    Some(r)
+                }
             }
         };
         Ok(route.filter(|r| r.node != failed))

@@ -176,17 +176,26 @@ impl Cluster {
             Some(n) => (n.clone(), RouteKind::Affinity),
             None => {
                 if self.is_strict(Scope::Session) {
-                    let lost = find(p.primary).or_else(|| topo.live.first());
-                    return match lost {
-                        Some(n) => Err(self.refuse(Scope::Session, n)),
-                        None => Err(Error::NoNodeAvailable { scope: Some(Scope::Session) }),
-                    };
+                    return Err(match find(p.primary) {
+                        Some(n) => self.refuse(Scope::Session, n),
+                        // A node this cluster does not know (another
+                        // cluster's token, or one removed): no node of ours
+                        // refused, so none is blamed or counted.
+                        None => self.refuse_unknown(Scope::Session, p.primary),
+                    });
                 }
-                let next = backup.filter(|b| b.accepts_new()).or_else(|| ranking.first().copied());
+                // The backup holds the session's copy: promoted while it
+                // takes new work, and while Draining too when no node takes
+                // new work (a drain keeps existing sessions).
+                let next = backup
+                    .filter(|b| b.accepts_new())
+                    .or_else(|| ranking.first().copied())
+                    .or_else(|| backup.filter(|b| b.accepts_existing(clock)));
                 match next {
                     Some(n) => (n.clone(), RouteKind::Repinned),
                     None => {
-                        let (id, kind) = self.place_rendezvous(&topo, Scope::Session, 0, |_| true)?;
+                        let h = hash::hash_bytes(p.sid.as_bytes());
+                        let (id, kind) = self.place_rendezvous(&topo, Scope::Session, h, |_| true)?;
                         let route = Route::new(id, kind);
                         self.count(&topo, Some(Scope::Session), route);
                         return Ok(TokenRoute { route, token: None });
