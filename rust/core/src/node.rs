@@ -765,6 +765,19 @@ impl Node {
         if oks > 0 {
             self.counters.successes.add(oks);
             self.consecutive_failures.store(0, Ordering::Relaxed);
+            if self.state.load(Ordering::Acquire) == NodeState::Down.to_u8() {
+                discount_stale(&mut self.lock().1, oks);
+            }
+        }
+    }
+
+    /// [`Node::collect_host_oks`] under the node's transition lock.
+    fn collect_host_oks_locked(&self, breaker: &mut Breaker) {
+        let oks = self.routing.collect_host_oks(self.id.0);
+        if oks > 0 {
+            self.counters.successes.add(oks);
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+            discount_stale(breaker, oks);
         }
     }
 
@@ -1051,9 +1064,11 @@ impl Node {
             self.counters.failures.fetch_add(1, Ordering::Relaxed);
         }
         let mut g = self.lock();
-        if !ok {
-            self.collect_host_oks();
-        }
+        // Host leases end `Ok` in their words, unseen until collected: an
+        // end that raced the ejection (the host read the epoch just before
+        // it moved) must discount itself before a trial's outcome is judged,
+        // or the trial would be taken for that stale lease.
+        self.collect_host_oks_locked(&mut g.1);
         if g.0.local == NodeState::Down && g.0.local_cause == DownCause::Ejected {
             if source == OutcomeSource::Lease && g.1.stale_leases > 0 {
                 g.1.stale_leases -= 1;
@@ -1156,6 +1171,13 @@ impl Node {
         self.session_epoch.fetch_add(1, Ordering::AcqRel);
         self.routing.advance();
     }
+}
+
+/// `oks` leases that ended `Ok` in hosts' words since the last collection:
+/// any of them in flight at an ejection was counted stale, and each one
+/// discounts itself as a library lease's end does.
+fn discount_stale(breaker: &mut Breaker, oks: u64) {
+    breaker.stale_leases = breaker.stale_leases.saturating_sub(i64::try_from(oks).unwrap_or(i64::MAX)).max(0);
 }
 
 fn backoff_ms(health: &HealthConfig, ejections_in_row: u32) -> u64 {

@@ -236,3 +236,33 @@ fn an_unpinned_route_and_a_node_past_the_table_are_leased_by_the_core() {
     c.close_lease(token, Outcome::Ok).unwrap();
     assert_eq!(c.node(past).unwrap().in_flight(), 0);
 }
+
+#[test]
+fn a_host_lease_ended_ok_across_an_ejection_never_eats_the_next_trials_outcome() {
+    // Decided (docs/operations.md, passive ejection): the stale-lease
+    // discount covers host leases too. A host read the epoch just before
+    // the ejection moved it and ended its lease OK in its word; that end
+    // discounts itself like a library lease's, so the trial that follows
+    // is judged on its own outcome, not eaten as a stale lease.
+    let clock = ManualClock::new(1);
+    let c = cluster_with_clock(
+        "nodes = A, B\npolicy = round_robin\nhealth.eject_after_failures = 1\nhealth.eject_backoff = 1s",
+        &clock,
+    );
+    let page = c.routing_epoch_page();
+    let a = c.node_by_name("A").unwrap();
+    let l = begin(&page, 0, a.id());
+    c.report_outcome(a.id(), false).unwrap();
+    assert_eq!(a.state(), NodeState::Down);
+    // The race: the host's end lands in the word, as if the epoch had not moved.
+    l.word.fetch_add(HOST_LEASE_END_OK, Ordering::AcqRel);
+    clock.advance_ms(1_000);
+    let trial = loop {
+        let r = c.pick().unwrap();
+        if r.node == a.id() {
+            break r;
+        }
+    };
+    c.lease(trial).release(Outcome::Ok);
+    assert_eq!(a.state(), NodeState::Up, "the trial's success lifts the ejection");
+}
