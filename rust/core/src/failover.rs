@@ -69,6 +69,12 @@ impl Cluster {
     /// Applies a parsed FAN event: `down` with reason `user` drains (planned
     /// maintenance), any other `down`/`nodedown` is a failure, `up` restores.
     pub fn apply_fan(&self, ev: &FanEvent) -> Result<EventEffect> {
+        self.apply_fan_versioned(ev, None)
+    }
+
+    /// [`Cluster::apply_fan`] with `version` in place of the event's own
+    /// (a feed's revision, which orders events of every publisher).
+    pub(crate) fn apply_fan_versioned(&self, ev: &FanEvent, version: Option<u64>) -> Result<EventEffect> {
         // INSTANCE, DATABASE and NODE events carry the database name in
         // `service=`, so only service-level events are filtered by service.
         let service = match ev.event_type {
@@ -98,7 +104,7 @@ impl Cluster {
             FanEventType::Service | FanEventType::Database => topo.live.clone(),
         };
         let drain_ms = ev.drain_timeout_s.map(|s| u64::from(s) * 1000);
-        let version = ev.version();
+        let version = version.or_else(|| ev.version());
         let to = match ev.status {
             FanStatus::Up => NodeState::Up,
             FanStatus::Down if ev.reason == Some(FanReason::User) => NodeState::Draining,

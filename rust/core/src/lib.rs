@@ -41,6 +41,7 @@ mod epoch;
 mod error;
 pub mod event;
 mod failover;
+mod feed;
 pub mod hash;
 mod lease;
 mod metrics;
@@ -69,6 +70,7 @@ pub use epoch::{
 };
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
+pub use feed::{FeedOutcome, MAX_FEED_VALUE_BYTES};
 pub use lease::{Lease, LeaseToken, Outcome};
 pub use metrics::{MetricsSnapshot, NodeMetrics, ScopeMetrics};
 pub use node::{

@@ -1,0 +1,167 @@
+//! Feed records: the shared inputs of a fleet as key/value records with a
+//! fleet-wide version (issue [fleet-feed]: an etcd key prefix, the record's
+//! `mod_revision` as its version; docs/operations.md, "Feed records").
+//!
+//! A subscriber (or any host that reads such a log itself) hands each record
+//! to [`Cluster::apply_feed_record`]; the record joins the node's shared
+//! layer like any versioned input ([`crate::agreement`]), so records applied
+//! in any order, twice, or after a full re-read end in the same state.
+//!
+//! | key (under the prefix) | value | deleted |
+//! |---|---|---|
+//! | `node/<NAME>` | `present`, optionally `weight=<w>` and `address=<host:port>` | the node is removed |
+//! | `node/<NAME>/state` | `up`, `down`, `draining`, `draining timeout=<duration>` | `up` |
+//! | `node/<NAME>/weight` | a weight `1..=1000000` | the configured weight |
+//! | `partition_map` | `<p>=<NAME>` entries separated by `,` (may be empty) | the empty map |
+//! | `fan/<anything>` | a FAN or RLB line; the record's version replaces its `timestamp=` | nothing |
+
+use crate::cluster::Cluster;
+use crate::config::parse_duration_ms;
+use crate::error::{Error, Result};
+use crate::event::{parse_event, Event};
+use crate::node::{check_weight, validate_node_name, NodeSpec, NodeState};
+
+/// Longest record value accepted (a partition map of a few thousand entries).
+pub const MAX_FEED_VALUE_BYTES: usize = 256 * 1024;
+
+/// What a record did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeedOutcome {
+    /// It was newer than what the cluster had and changed it (or confirmed it).
+    Applied,
+    /// An input with a higher version about the same thing was already in:
+    /// nothing changed (a record seen twice, or out of order).
+    Stale,
+}
+
+impl Cluster {
+    /// Applies one feed record: `key` relative to the feed's prefix, `value`
+    /// (`None`: the key was deleted), `version` its fleet-wide order (etcd's
+    /// `mod_revision` for a put, the delete's revision for a deletion). See
+    /// the module docs of `feed.rs` (docs/operations.md) for the keys.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a key or value of no known form;
+    /// [`Error::UnknownNode`] for a record about a node this cluster does
+    /// not have; an event's own errors for a `fan/` record. A refused record
+    /// changes nothing.
+    pub fn apply_feed_record(&self, version: u64, key: &str, value: Option<&str>) -> Result<FeedOutcome> {
+        if let Some(v) = value {
+            if v.len() > MAX_FEED_VALUE_BYTES {
+                return Err(Error::InvalidArgument(format!(
+                    "feed record `{}`: value of {} bytes exceeds {MAX_FEED_VALUE_BYTES}",
+                    key.escape_debug(),
+                    v.len()
+                )));
+            }
+        }
+        let bad = |why: &str| Error::InvalidArgument(format!("feed record `{}`: {why}", key.escape_debug()));
+        let parts: Vec<&str> = key.split('/').collect();
+        let applied = |changed: bool| if changed { FeedOutcome::Applied } else { FeedOutcome::Stale };
+        match parts.as_slice() {
+            ["node", name] => {
+                validate_node_name(name)?;
+                match value {
+                    None => Ok(applied(self.remove_node_at(name, version)?)),
+                    Some(v) => {
+                        let spec = parse_member(name, v).map_err(|e| bad(&e))?;
+                        Ok(applied(self.add_node_at(spec, version)?))
+                    }
+                }
+            }
+            ["node", name, "state"] => {
+                let (state, drain) = match value {
+                    None => (NodeState::Up, None),
+                    Some(v) => parse_state(v).map_err(|e| bad(&e))?,
+                };
+                Ok(applied(self.set_node_state_at(name, state, version, drain)?))
+            }
+            ["node", name, "weight"] => {
+                let weight = match value {
+                    None => self.configured_weight(name)?,
+                    Some(v) => {
+                        let w = v
+                            .trim()
+                            .parse::<u32>()
+                            .map_err(|_| bad(&format!("weight `{}` is not a number", v.escape_debug())))?;
+                        check_weight(w).map_err(|e| bad(&e.to_string()))?;
+                        w
+                    }
+                };
+                Ok(applied(self.set_node_weight_at(name, weight, version)?))
+            }
+            ["partition_map"] => {
+                let text = value.unwrap_or("");
+                let map = parse_map(text).map_err(|e| bad(&e))?;
+                let refs: Vec<(u32, &str)> = map.iter().map(|(p, n)| (*p, n.as_str())).collect();
+                Ok(applied(self.replace_partition_map_at(&refs, "feed", version)?))
+            }
+            ["fan", _, ..] => {
+                let Some(line) = value else { return Ok(FeedOutcome::Stale) };
+                match parse_event(line)? {
+                    Event::Fan(ev) => {
+                        let before = self.routing_epoch();
+                        self.apply_fan_versioned(&ev, Some(version))?;
+                        Ok(applied(self.routing_epoch() != before))
+                    }
+                    // Advice carries no version: it steers balancing only.
+                    Event::Rlb(adv) => self.apply_rlb(&adv).map(|_| FeedOutcome::Applied),
+                }
+            }
+            _ => Err(bad(
+                "unknown key (expected node/<NAME>, node/<NAME>/state, node/<NAME>/weight, partition_map or fan/<id>)",
+            )),
+        }
+    }
+
+    /// The weight `name` was configured with (1 for a node added at runtime).
+    fn configured_weight(&self, name: &str) -> Result<u32> {
+        let node = self.node_by_name(name)?;
+        Ok(self.inner.config.nodes.iter().find(|s| s.name.eq_ignore_ascii_case(node.name())).map_or(1, |s| s.weight))
+    }
+}
+
+fn parse_member(name: &str, value: &str) -> std::result::Result<NodeSpec, String> {
+    let mut words = value.split_whitespace();
+    if words.next() != Some("present") {
+        return Err(format!("expected `present`, got `{}`", value.escape_debug()));
+    }
+    let mut spec = NodeSpec::new(name);
+    for w in words {
+        match w.split_once('=') {
+            Some(("weight", v)) => spec.weight = v.parse().map_err(|_| format!("bad weight `{}`", v.escape_debug()))?,
+            Some(("address", v)) => spec.address = Some(v.to_string()),
+            _ => return Err(format!("unknown attribute `{}`", w.escape_debug())),
+        }
+    }
+    spec.validate().map_err(|e| e.to_string())?;
+    Ok(spec)
+}
+
+fn parse_state(value: &str) -> std::result::Result<(NodeState, Option<u64>), String> {
+    let mut words = value.split_whitespace();
+    let state: NodeState = words.next().unwrap_or("").parse().map_err(|e: Error| e.to_string())?;
+    let mut drain = None;
+    for w in words {
+        match w.split_once('=') {
+            Some(("timeout", v)) if state == NodeState::Draining => {
+                drain = Some(parse_duration_ms("timeout", v).map_err(|e| e.to_string())?);
+            }
+            _ => return Err(format!("unexpected `{}` after the state", w.escape_debug())),
+        }
+    }
+    Ok((state, drain))
+}
+
+fn parse_map(text: &str) -> std::result::Result<Vec<(u32, String)>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (p, n) =
+                e.split_once('=').ok_or_else(|| format!("entry `{}` is not <partition>=<node>", e.escape_debug()))?;
+            let p = p.trim().parse::<u32>().map_err(|_| format!("partition `{}` is not a number", p.escape_debug()))?;
+            Ok((p, n.trim().to_string()))
+        })
+        .collect()
+}

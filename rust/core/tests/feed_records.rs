@@ -1,0 +1,137 @@
+//! Feed records (issue [fleet-feed], the core's half): a fleet's shared
+//! inputs as key/value records versioned by the log's revision. Applied in
+//! any order, twice, or again after a full re-read, they end in one state.
+
+mod common;
+
+use proptest::prelude::*;
+use racaffinity::{Cluster, ErrorKind, FeedOutcome, NodeState};
+
+const CONFIG: &str = "nodes = A, B, C\nnode.B.weight = 2\ntransaction.strict = true\ndata.partitions = 16";
+
+type Record = (u64, &'static str, Option<&'static str>);
+
+/// A log of a fleet: revisions in order, several records per key.
+const LOG: &[Record] = &[
+    (10, "node/A/state", Some("draining timeout=30s")),
+    (11, "node/B/weight", Some("5")),
+    (12, "node/E", Some("present weight=3")),
+    (13, "partition_map", Some("0=A, 1=B, 2=E")),
+    (14, "node/A/state", Some("down")),
+    (15, "node/C/state", Some("draining")),
+    (16, "node/B/weight", None),
+    (17, "node/C/state", None),
+    (
+        18,
+        "fan/ons-1",
+        Some("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=A status=up timestamp=2020-01-01 00:00:00"),
+    ),
+    (19, "node/F", Some("present")),
+    (20, "node/F", None),
+    (21, "partition_map", Some("0=B,1=B")),
+];
+
+fn state(c: &Cluster) -> Vec<String> {
+    let mut v: Vec<String> = ["A", "B", "C", "E", "F"]
+        .iter()
+        .filter_map(|n| c.node_by_name(n).ok())
+        .map(|n| format!("{}:{}:{}:{}", n.name(), n.state(), n.shared_state(), n.weight()))
+        .collect();
+    v.push(c.topology_fingerprint());
+    v
+}
+
+fn apply_all(c: &Cluster, records: &[Record]) {
+    for (v, k, val) in records {
+        // A record about a node this cluster has not added yet is refused
+        // here; the subscriber re-reads the full state after such a refusal.
+        let _ = c.apply_feed_record(*v, k, *val);
+    }
+}
+
+#[test]
+fn the_log_in_order_gives_the_expected_state() {
+    let c = common::cluster(CONFIG);
+    apply_all(&c, LOG);
+    let a = c.node_by_name("A").unwrap();
+    assert_eq!(a.state(), NodeState::Up, "the relayed FAN up (revision 18) beats the down of revision 14");
+    assert_eq!(c.node_by_name("B").unwrap().weight(), 2, "a deleted weight is the configured one");
+    assert_eq!(c.node_by_name("C").unwrap().state(), NodeState::Up, "a deleted state is up");
+    assert_eq!(c.node_by_name("E").unwrap().weight(), 3);
+    assert!(c.node_by_name("F").is_err(), "added then removed");
+    assert_eq!(c.node_name(c.partition_owner(0).unwrap()).unwrap(), "B");
+}
+
+#[test]
+fn a_record_seen_twice_or_late_changes_nothing() {
+    let c = common::cluster(CONFIG);
+    assert_eq!(c.apply_feed_record(5, "node/A/state", Some("down")).unwrap(), FeedOutcome::Applied);
+    assert_eq!(c.apply_feed_record(5, "node/A/state", Some("down")).unwrap(), FeedOutcome::Stale);
+    assert_eq!(c.apply_feed_record(4, "node/A/state", Some("up")).unwrap(), FeedOutcome::Stale);
+    assert_eq!(c.node_by_name("A").unwrap().state(), NodeState::Down);
+    assert_eq!(c.apply_feed_record(6, "node/A/state", None).unwrap(), FeedOutcome::Applied);
+    assert_eq!(c.node_by_name("A").unwrap().state(), NodeState::Up);
+}
+
+#[test]
+fn bad_records_are_refused_with_a_reason_and_change_nothing() {
+    let c = common::cluster(CONFIG);
+    let before = state(&c);
+    for (key, value, kind, says) in [
+        ("nodes/A/state", Some("down"), ErrorKind::InvalidArgument, "unknown key"),
+        ("node/A/state", Some("sideways"), ErrorKind::InvalidArgument, "unknown node state"),
+        ("node/A/state", Some("down timeout=5s"), ErrorKind::InvalidArgument, "unexpected"),
+        ("node/A/weight", Some("0"), ErrorKind::InvalidArgument, "weight must be"),
+        ("node/A/weight", Some("heavy"), ErrorKind::InvalidArgument, "not a number"),
+        ("node/Z/state", Some("down"), ErrorKind::UnknownNode, "Z"),
+        ("node/bad name", Some("present"), ErrorKind::InvalidArgument, "node name"),
+        ("node/G", Some("absent"), ErrorKind::InvalidArgument, "expected `present`"),
+        ("partition_map", Some("0=A,0=B"), ErrorKind::InvalidArgument, "mapped twice"),
+        ("partition_map", Some("99=A"), ErrorKind::InvalidArgument, "out of range"),
+        ("partition_map", Some("x"), ErrorKind::InvalidArgument, "not <partition>=<node>"),
+        ("fan/1", Some("not an event"), ErrorKind::EventParse, ""),
+    ] {
+        let e = c.apply_feed_record(100, key, value).unwrap_err();
+        assert_eq!(e.kind(), kind, "{key}: {e}");
+        assert!(e.to_string().contains(says), "{key}: {e}");
+    }
+    let huge = "0=A,".repeat(70_000);
+    assert_eq!(c.apply_feed_record(100, "partition_map", Some(&huge)).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(state(&c), before, "nothing changed");
+}
+
+/// What a full re-read gives: the last record of each key (a deleted key
+/// as its deletion at its revision).
+fn snapshot() -> Vec<Record> {
+    let mut last: Vec<Record> = Vec::new();
+    for r in LOG {
+        last.retain(|l| l.1 != r.1);
+        last.push(*r);
+    }
+    last
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The log delivered in any order, with records repeated, to three
+    /// clusters, each followed by a full re-read (what a subscriber does
+    /// after refusing a record about a node it has not added yet): all end
+    /// in the state of the log applied in order.
+    #[test]
+    fn any_order_with_repeats_ends_in_the_state_of_the_log(
+        orders in prop::collection::vec(Just(LOG.to_vec()).prop_shuffle(), 3),
+        repeats in prop::collection::vec(0..LOG.len(), 0..8),
+    ) {
+        let reference = common::cluster(CONFIG);
+        apply_all(&reference, LOG);
+        for order in orders {
+            let c = common::cluster(CONFIG);
+            let mut records = order.clone();
+            records.extend(repeats.iter().map(|i| LOG[*i]));
+            apply_all(&c, &records);
+            apply_all(&c, &snapshot());
+            prop_assert_eq!(state(&c), state(&reference));
+        }
+    }
+}
