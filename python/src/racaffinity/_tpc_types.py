@@ -25,9 +25,11 @@ class InDoubtError(Error):
     their node, `pools.in_doubt` lists them) until a retry of `commit()` /
     `rollback()` or `recover_all` resolves them. `branches` lists them."""
 
-    def __init__(self, message: str, branches: List["Branch"]) -> None:
+    def __init__(self, message: str, branches: List["Branch"], *, event: Optional[str] = None) -> None:
         super().__init__(message)
         self.branches = branches
+        #: what happened, without what it leaves (the message once settled)
+        self.event = event or message
 
 
 @dataclasses.dataclass
@@ -45,6 +47,11 @@ class Branch:
     #: the phase-two command last sent for it ("commit"/"rollback"), whether
     #: or not its answer came back
     sent: Optional[str] = dataclasses.field(default=None, repr=False)
+    #: the server process of the branch's session (`pg_backend_pid`) and
+    #: when the branch began (monotonic): after its answer was lost, that
+    #: backend may still run the command it holds (see `_tpc_async`)
+    pid: Optional[int] = dataclasses.field(default=None, repr=False)
+    began: float = dataclasses.field(default=0.0, repr=False)
 
 
 @dataclasses.dataclass
