@@ -272,6 +272,32 @@ async def test_recover_all_resolves_the_healthy_nodes_while_another_hangs(pg, cl
         assert prepared_xacts(pg) == {n: [] for n in NAMES}
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("scope", ["node", "database"])
+async def test_recover_all_settles_an_xid_another_resolver_completed_after_the_scan(pg, cluster_factory, tables, scope):
+    # Another resolver (a second TM, an operator) commits the xid between
+    # this scan and this process's own COMMIT PREPARED, which then answers
+    # UndefinedObject: the branch is resolved, elsewhere, and nothing of it
+    # may stay on record.
+    prepare_directly(pg.dsn["RAC1"], "raced-1", "b0")
+
+    def other_resolver_first(xid) -> bool:
+        if xid.gtrid == "raced-1":  # called per scanned xid, after the scan
+            with psycopg.connect(pg.dsn["RAC1"], autocommit=True, connect_timeout=5) as other:
+                other.tpc_commit(xid)
+        return True
+
+    async with new_pools(pg, cluster_factory) as pools:
+        c = pools.cluster
+        report = await pools.recover_all("commit", predicate=other_resolver_first, timeout=2.0, scope=scope)
+        assert report.failed == [] and report.resolved == [], report
+        assert [(r.node_name, r.gtrid) for r in report.resolved_elsewhere] == [("RAC1", "raced-1")]
+        assert live(c) == 0 and in_flight(c) == 0
+        with pytest.raises(ra.UnknownTransactionError):
+            c.tx_complete("raced-1")  # no entry left to complete
+    assert prepared_xacts(pg) == {n: [] for n in NAMES} and rows(pg)["RAC1"] == [("raced-1", "b0")]
+
+
 def _stopped(pid: int) -> bool:
     """Whether process `pid` is stopped (SIGSTOP took effect)."""
     with open(f"/proc/{pid}/stat") as f:

@@ -215,6 +215,25 @@ def test_recover_all_resolves_the_healthy_nodes_while_another_hangs(pg, cluster_
         assert report.ok and [r.gtrid for r in report.resolved] == ['hung-RAC2']
         assert prepared_xacts(pg) == {n: [] for n in NAMES}
 
+@pytest.mark.parametrize('scope', ['node', 'database'])
+def test_recover_all_settles_an_xid_another_resolver_completed_after_the_scan(pg, cluster_factory, tables, scope):
+    prepare_directly(pg.dsn['RAC1'], 'raced-1', 'b0')
+
+    def other_resolver_first(xid) -> bool:
+        if xid.gtrid == 'raced-1':
+            with psycopg.connect(pg.dsn['RAC1'], autocommit=True, connect_timeout=5) as other:
+                other.tpc_commit(xid)
+        return True
+    with new_pools(pg, cluster_factory) as pools:
+        c = pools.cluster
+        report = pools.recover_all('commit', predicate=other_resolver_first, timeout=2.0, scope=scope)
+        assert report.failed == [] and report.resolved == [], report
+        assert [(r.node_name, r.gtrid) for r in report.resolved_elsewhere] == [('RAC1', 'raced-1')]
+        assert live(c) == 0 and in_flight(c) == 0
+        with pytest.raises(ra.UnknownTransactionError):
+            c.tx_complete('raced-1')
+    assert prepared_xacts(pg) == {n: [] for n in NAMES} and rows(pg)['RAC1'] == [('raced-1', 'b0')]
+
 def _stopped(pid: int) -> bool:
     """Whether process `pid` is stopped (SIGSTOP took effect)."""
     with open(f'/proc/{pid}/stat') as f:

@@ -512,10 +512,10 @@ class _AsyncRecovery:
         async with abounded(conn, self.timeout):
             await (conn.tpc_commit if self.action == "commit" else conn.tpc_rollback)(xid)
 
-    def resolved(self, node: int, xid: Xid) -> None:
+    def resolved(self, node: int, xid: Xid, elsewhere: bool = False) -> None:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action)
         with self.lock:
-            self.report.resolved.append(rec)
+            (self.report.resolved_elsewhere if elsewhere else self.report.resolved).append(rec)
             self.pending[xid.gtrid] -= 1
         self.pools._forget_in_doubt(xid.gtrid, str(xid))
 
@@ -546,6 +546,10 @@ class _AsyncRecovery:
                 for i, xid in enumerate(xids):
                     try:
                         await self.finish(conn, node, xid)
+                    except psycopg.errors.UndefinedObject:
+                        # The scan found it prepared and now it is gone:
+                        # another party completed it in between.
+                        self.resolved(node, xid, elsewhere=True)
                     except Exception as e:
                         self.failed(node, xid, e)
                         if connection_lost(conn, e):  # the rest cannot be done now
@@ -642,6 +646,10 @@ class _AsyncRecovery:
             try:
                 async with _node_connection(self.pools, node, self.timeout) as conn:
                     await self.finish(conn, node, xid)
+            except psycopg.errors.UndefinedObject:
+                # the scan found it prepared: another party completed it since
+                self.resolved(node, xid, elsewhere=True)
+                return
             except Exception as e:
                 last = e
                 if is_node_failure(e):  # this instance is gone: try the next

@@ -412,10 +412,10 @@ class _Recovery:
         with bounded(conn, self.timeout):
             (conn.tpc_commit if self.action == 'commit' else conn.tpc_rollback)(xid)
 
-    def resolved(self, node: int, xid: Xid) -> None:
+    def resolved(self, node: int, xid: Xid, elsewhere: bool=False) -> None:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action)
         with self.lock:
-            self.report.resolved.append(rec)
+            (self.report.resolved_elsewhere if elsewhere else self.report.resolved).append(rec)
             self.pending[xid.gtrid] -= 1
         self.pools._forget_in_doubt(xid.gtrid, str(xid))
 
@@ -443,6 +443,8 @@ class _Recovery:
                 for i, xid in enumerate(xids):
                     try:
                         self.finish(conn, node, xid)
+                    except psycopg.errors.UndefinedObject:
+                        self.resolved(node, xid, elsewhere=True)
                     except Exception as e:
                         self.failed(node, xid, e)
                         if connection_lost(conn, e):
@@ -527,6 +529,9 @@ class _Recovery:
             try:
                 with _node_connection(self.pools, node, self.timeout) as conn:
                     self.finish(conn, node, xid)
+            except psycopg.errors.UndefinedObject:
+                self.resolved(node, xid, elsewhere=True)
+                return
             except Exception as e:
                 last = e
                 if is_node_failure(e):

@@ -75,6 +75,11 @@ class RecoveryReport:
     #: ones in soft mode): each branch was still resolved on the node that
     #: returned it. Always empty for `scope="database"`.
     split: List[str] = dataclasses.field(default_factory=list)
+    #: branches the scan found that another party (a second transaction
+    #: manager, an operator) committed or rolled back before this run's own
+    #: command reached them (it answered UndefinedObject): settled here,
+    #: their outcome is whatever that party decided.
+    resolved_elsewhere: List[Recovered] = dataclasses.field(default_factory=list)
     #: nodes that could not be scanned: node name -> error.
     unreachable: Dict[str, str] = dataclasses.field(default_factory=dict)
     #: gtrids this process had left in doubt that no scan found prepared any
