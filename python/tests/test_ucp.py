@@ -116,6 +116,30 @@ def test_the_seed_sample_keeps_connections_on_one_instance_and_moves_on_fan_down
     assert cb.get_connection_affinity_context() is not fresh
 
 
+class _RefusesMoves(AffinityCallbackSample):
+    """Takes the first context; raises when handed a moved one."""
+
+    def set_connection_affinity_context(self, aff_cxt):
+        if self.app_affinity_context is not None and aff_cxt is not None:
+            raise RuntimeError("the application refuses the moved context")
+        return super().set_connection_affinity_context(aff_cxt)
+
+
+def test_a_callback_raising_during_a_soft_move_leaks_no_lease(pg, make):
+    cb = _RefusesMoves()
+    c, pools = make(affinity_callback=cb)
+    port(pools)
+    ctx = cb.get_connection_affinity_context()
+    pools.apply_event(down(ctx.instance))
+    with pytest.raises(RuntimeError, match="refuses the moved context"):
+        with pools.connection():
+            pass
+    import gc
+
+    gc.collect()
+    assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 0
+
+
 @pytest.mark.parametrize(
     "policy,strict",
     [
