@@ -548,10 +548,15 @@ class _AsyncUpkeep:
             raise
         except Exception as e:
             self.load_failures += 1
-            self.load_error = f"{type(e).__name__}: {e}"
+            # The core takes C strings: a NUL in the text (anything may be in
+            # an exception's) is shown, not allowed to fail the record.
+            self.load_error = f"{type(e).__name__}: {e}".replace("\0", "\\0")
             # In the core's metrics too, next to the map's epoch.
             self._pools.cluster.partition_map_load_failed(LOADER_SOURCE, self.load_error)
-            log.warning("racaffinity: partition map load failed (%s), keeping the last good map: %s", why, self.load_error)
+            log.warning(
+                "racaffinity: partition map load failed (%s), keeping the last good map: %s", why, self.load_error,
+                exc_info=e,
+            )
             return False
         self.loads += 1
         self.load_error = None

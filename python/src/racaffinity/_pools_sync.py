@@ -461,9 +461,9 @@ class _Upkeep:
             raise
         except Exception as e:
             self.load_failures += 1
-            self.load_error = f'{type(e).__name__}: {e}'
+            self.load_error = f'{type(e).__name__}: {e}'.replace('\x00', '\\0')
             self._pools.cluster.partition_map_load_failed(LOADER_SOURCE, self.load_error)
-            log.warning('racaffinity: partition map load failed (%s), keeping the last good map: %s', why, self.load_error)
+            log.warning('racaffinity: partition map load failed (%s), keeping the last good map: %s', why, self.load_error, exc_info=e)
             return False
         self.loads += 1
         self.load_error = None
