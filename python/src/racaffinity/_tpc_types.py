@@ -25,6 +25,8 @@ class InDoubtError(Error):
     their node, `pools.in_doubt` lists them) until a retry of `commit()` /
     `rollback()` or `recover_all` resolves them. `branches` lists them."""
 
+    __module__ = "racaffinity.tpc"  # its public home, for tracebacks
+
     def __init__(self, message: str, branches: List["Branch"], *, event: Optional[str] = None) -> None:
         super().__init__(message)
         self.branches = branches
