@@ -357,7 +357,8 @@ async def test_a_late_prepare_never_leaves_an_orphan_prepared_branch(pg, cluster
         if resolver == "rollback":
             assert isinstance(first, InDoubtError) and "stay on record" in str(first), repr(first)
         else:
-            assert first.completed == [] and first.resolved == [], first
+            assert first.completed == [] and first.resolved == [] and not first.ok, first
+            assert first.sessions_running == {str(gtx.branches[0].xid): pid}
         assert state == "in doubt" and on_record == 1 and in_doubt == {g: [str(gtx.branches[0].xid)]}
         # Once the backend is gone, the same call settles it whatever it did.
         await resolve()

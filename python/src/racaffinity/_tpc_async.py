@@ -504,6 +504,7 @@ class _AsyncRecovery:
             if pid in alive:
                 with self.lock:
                     self.held.add(x)
+                    self.report.sessions_running[x] = pid
             else:
                 self.pools._session_ended(x)
 

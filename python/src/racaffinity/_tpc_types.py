@@ -82,6 +82,10 @@ class RecoveryReport:
     #: command reached them (it answered UndefinedObject): settled here,
     #: their outcome is whatever that party decided.
     resolved_elsewhere: List[Recovered] = dataclasses.field(default_factory=list)
+    #: in-doubt branches of this process whose old session (backend pid)
+    #: had not ended within the timeout: xid -> pid. It may still run the
+    #: PREPARE it holds, so nothing was concluded about them (kept on record).
+    sessions_running: Dict[str, int] = dataclasses.field(default_factory=dict)
     #: nodes that could not be scanned: node name -> error.
     unreachable: Dict[str, str] = dataclasses.field(default_factory=dict)
     #: gtrids this process had left in doubt that no scan found prepared any
@@ -94,7 +98,10 @@ class RecoveryReport:
 
     @property
     def ok(self) -> bool:
-        """Nothing failed and nothing was left unscanned."""
+        """Nothing failed, nothing was left unscanned and no old session
+        was still running."""
+        if self.sessions_running:
+            return False
         if self.scope == "database":
             return self.scanned and not self.failed
         return not self.failed and not self.unreachable
