@@ -466,6 +466,8 @@ class _AsyncRecovery:
         #: every prepared xid (as a string) the scans saw, selected or not
         self.held: Set[str] = set()
         self.scanned: Set[int] = set()
+        #: nodes a call failed on in this run (node failures): not tried again
+        self.dead: Set[int] = set()
 
     async def select(self, conn: psycopg.AsyncConnection, node: int) -> List[Xid]:
         db = conn.info.dbname
@@ -530,10 +532,17 @@ class _AsyncRecovery:
         with self.lock:
             self.report.unreachable[self.cluster.node_name(node)] = f"{type(e).__name__}: {e}"
         if is_node_failure(e):
-            try:
-                self.cluster.report_outcome(node, False)  # one failed node operation
-            except Error:
-                pass
+            self.node_failed(node)
+
+    def node_failed(self, node: int) -> None:
+        """One failed node operation: counted against it, and the node is
+        not tried again in this run."""
+        with self.lock:
+            self.dead.add(node)
+        try:
+            self.cluster.report_outcome(node, False)
+        except Error:
+            pass
 
     # -- scope "node": every node, each branch on the node that returned it ------
 
@@ -644,6 +653,8 @@ class _AsyncRecovery:
                 candidates.append(n)
         last: Optional[BaseException] = None
         for node in candidates:
+            if node in self.dead:
+                continue  # it failed once in this run: one wait per instance, not per xid
             try:
                 async with _node_connection(self.pools, node, self.timeout) as conn:
                     await self.finish(conn, node, xid)
@@ -654,12 +665,12 @@ class _AsyncRecovery:
             except Exception as e:
                 last = e
                 if is_node_failure(e):  # this instance is gone: try the next
+                    self.node_failed(node)
                     continue
                 break
             self.resolved(node, xid)
             return
-        assert last is not None
-        self.failed(scanned, xid, last)
+        self.failed(scanned, xid, last if last is not None else ConnectionError("no instance answered in this run"))
 
     # -- after the scans ----------------------------------------------------------
 

@@ -368,6 +368,7 @@ class _Recovery:
         self.pending: Dict[str, int] = {}
         self.held: Set[str] = set()
         self.scanned: Set[int] = set()
+        self.dead: Set[int] = set()
 
     def select(self, conn: psycopg.Connection, node: int) -> List[Xid]:
         db = conn.info.dbname
@@ -429,10 +430,17 @@ class _Recovery:
         with self.lock:
             self.report.unreachable[self.cluster.node_name(node)] = f'{type(e).__name__}: {e}'
         if is_node_failure(e):
-            try:
-                self.cluster.report_outcome(node, False)
-            except Error:
-                pass
+            self.node_failed(node)
+
+    def node_failed(self, node: int) -> None:
+        """One failed node operation: counted against it, and the node is
+        not tried again in this run."""
+        with self.lock:
+            self.dead.add(node)
+        try:
+            self.cluster.report_outcome(node, False)
+        except Error:
+            pass
 
     def scan_node(self, node: int) -> None:
         try:
@@ -527,6 +535,8 @@ class _Recovery:
                 candidates.append(n)
         last: Optional[BaseException] = None
         for node in candidates:
+            if node in self.dead:
+                continue
             try:
                 with _node_connection(self.pools, node, self.timeout) as conn:
                     self.finish(conn, node, xid)
@@ -536,12 +546,12 @@ class _Recovery:
             except Exception as e:
                 last = e
                 if is_node_failure(e):
+                    self.node_failed(node)
                     continue
                 break
             self.resolved(node, xid)
             return
-        assert last is not None
-        self.failed(scanned, xid, last)
+        self.failed(scanned, xid, last if last is not None else ConnectionError('no instance answered in this run'))
 
     def complete(self) -> None:
         """Forgets every gtrid whose found branches were all resolved, and
