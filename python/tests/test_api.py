@@ -53,6 +53,48 @@ def test_exception_hierarchy():
     assert ra.ClosedError.code == lib.RACAFFINITY_RESULT_INVALID_HANDLE
 
 
+def test_exceptions_print_their_public_name():
+    import traceback
+
+    import racaffinity.tpc as tpc
+
+    for name in _errors.__all__:
+        cls = getattr(ra, name)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            assert f"{cls.__module__}.{cls.__qualname__}" == f"racaffinity.{name}", cls
+    try:
+        ra.Cluster("nodes = A; recovery.scope = rac")
+    except ra.ConfigError as e:
+        assert traceback.format_exception_only(e)[0].startswith("racaffinity.ConfigError: ")
+    assert tpc.InDoubtError.__module__ == "racaffinity.tpc"
+
+
+def test_route_key_says_which_key_types_it_takes():
+    with ra.Cluster(nodes=["A", "B"]) as c:
+        with pytest.raises(TypeError, match=r"bytes, str or int, not float"):
+            c.route_key(1.5)
+        with pytest.raises(TypeError, match=r"bytes, str or int, not float"):
+            c.partition_of(1.5)
+
+
+def test_recovery_scope_keyword():
+    with ra.Cluster(nodes=["A", "B"], recovery_scope="database") as c:
+        assert c.recovery_scope == "database"
+    with pytest.raises(ra.ConfigError, match="recovery.scope"):
+        ra.Cluster(nodes=["A"], recovery_scope="rac")
+
+
+def test_the_sqlalchemy_extra_brings_the_driver_of_its_sample():
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    extras = tomllib.loads((REPO / "python" / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("psycopg") for d in extras["sqlalchemy"]), extras["sqlalchemy"]
+    docs = (REPO / "docs" / "python.md").read_text()
+    assert "sync-only" not in docs
+
+
 # -- construction and config ----------------------------------------------------
 
 

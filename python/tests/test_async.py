@@ -76,3 +76,48 @@ async def test_async_heartbeat_downs_a_killed_node(pg, cluster_factory):
         await pools.close()
     assert not pools._heartbeat.is_alive()
 
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_the_real_limit_of_cancelling_a_query_on_a_node_that_stopped_answering(pg, cluster_factory):
+    # docs/python.md states it: a task cancelled (asyncio.timeout, wait_for)
+    # inside a query whose node stopped answering ends up to about 10 s
+    # later, psycopg's own cancellation (a cancel request, up to 5 s, then
+    # up to 5 s for the query to end); cancelling it a second time ends it
+    # at once (psycopg closes the connection). Nothing leaks either way.
+    from faultproxy import FaultProxy
+    from faults import in_flight, key_on
+
+    c = cluster_factory(nodes=NAMES)
+    with FaultProxy(pg.port["RAC2"]) as px:
+        dsns = dict(pg.dsn, RAC2=px.dsn(pg.dsn["RAC2"]))
+        async with AsyncNodePools(c, dsns, min_size=1, max_size=2, timeout=2.0) as pools:
+            key = key_on(c, "RAC2")
+
+            async def query():
+                async with pools.connection(key=key) as conn:
+                    await aport_of(conn)  # answered: the node is there
+                    px.blackhole()
+                    await conn.execute("SELECT 1")
+
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await query()
+            once = time.monotonic() - t0
+            px.heal()
+
+            task = asyncio.ensure_future(query())
+            await asyncio.sleep(1.0)
+            task.cancel()
+            await asyncio.sleep(0.2)
+            t1 = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            twice = time.monotonic() - t1
+            px.heal()
+        assert 9.0 < once < 12.5, once
+        assert twice < 1.0, twice
+        assert in_flight(c) == 0

@@ -50,6 +50,14 @@ refuses at connect: pgnodes runs `trust` authentication, so a wrong
 password cannot fail there; the user is a role that may not log in, the
 same FATAL class 28).
 
+This half's own cells (tools/failure_matrix.py OWN_CELLS, issue 27): stall
+(prepare) stops b1's backend with SIGSTOP right before its PREPARE and
+resumes it once the attempt is over, so the PREPARE may run after the
+library gave up on it (a rollback must not conclude "not prepared" while
+that backend lives); resolver (recover) has another party commit one of the
+two scanned xids before recover_all's own COMMIT PREPARED reaches it (it
+must be settled, reported in `resolved_elsewhere`, nothing left on record).
+
 Checks after each cell, by SQL on the servers (never through the proxies)
 and on the library's counters: split commits, spans counted and logged,
 prepared xacts left after recovery, rows, "rolled back"/"committed"/
@@ -65,6 +73,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -94,6 +103,12 @@ PHASES = ["start", "work", "end", "prepare", "commit", "rollback", "recover"]
 FAULTS = ["crash", "reset", "blackhole", "latency", "refused"]
 # application errors: (fault, phase where it happens)
 APP_ERRORS = [("constraint", "work"), ("trigger", "prepare"), ("serialization", "work"), ("password", "start")]
+# this half's own cells (tools/failure_matrix.py OWN_CELLS), (fault, phase):
+# stall = b1's backend stopped (SIGSTOP) right before its PREPARE, resumed
+# (SIGCONT) once the attempt is over, so that PREPARE may run late;
+# resolver = another party commits a scanned xid before recover_all's own
+# COMMIT PREPARED reaches it
+OWN = [("stall", "prepare"), ("resolver", "recover")]
 
 T = 0.75  # every library call to a node (and the pools' getconn)
 T_RECOVER = 1.0  # recover_all's per-call timeout
@@ -105,6 +120,15 @@ CELL_DEADLINE = 45.0  # a cell that has not finished by then is reported, not wa
 ALLOWED: Dict[Tuple[str, str, str, str], str] = {}
 
 NOLOGIN_ROLE = "mx_nologin"
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (a stall cell's SIGSTOP took effect)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
 
 
 def retryable(e: BaseException) -> bool:
@@ -334,8 +358,10 @@ class Spans(logging.Handler):
 def failures_expected(model: str, mode: str, phase: str, fault: str) -> int:
     """Failed node operations of the cell: one per branch whose own call met
     the fault, one per recovery scan that did."""
-    if fault == "latency" or fault in dict(APP_ERRORS):
+    if fault in ("latency", "resolver") or fault in dict(APP_ERRORS):
         return 0
+    if fault == "stall":
+        return 1  # b1's PREPARE timed out; its backend is ended, not failed
     if phase == "start":
         return 1  # b1's start; its retry runs on another node
     if phase == "recover":
@@ -378,6 +404,7 @@ class CellRun:
         m = lane.model[0]
         self.prefix = f"mx{run_id}{m}{cell.mode[:2]}-{cell.phase[:4]}-{cell.fault[:5]}"
         self.injected = False
+        self.stalled: Optional[int] = None  # the backend pid a stall cell stopped
         self.decision: Optional[str] = None
         self.expected_rows: Set[Tuple[str, str]] = set()
         self.gets = 0
@@ -413,7 +440,15 @@ class CellRun:
 
             pool.getconn, pool.putconn = getconn, putconn
 
-    def hook(self, phase: str) -> None:
+    def hook(self, phase: str, conn: Optional[psycopg.Connection] = None) -> None:
+        if phase == self.cell.phase and not self.injected and self.cell.fault == "stall" and conn is not None:
+            self.injected = True
+            self.stalled = conn.info.backend_pid
+            os.kill(self.stalled, signal.SIGSTOP)
+            deadline = time.monotonic() + 5
+            while not _stopped(self.stalled) and time.monotonic() < deadline:
+                time.sleep(0.005)
+            return
         if phase == self.cell.phase and not self.injected and self.cell.fault in FAULTS:
             self.injected = True
             self.lane.inject(self.cell.fault)
@@ -421,6 +456,13 @@ class CellRun:
                 self.notes.append("crash = instance proxy refused + reset")
 
     def heal(self) -> None:
+        if self.stalled is not None:
+            try:
+                os.kill(self.stalled, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # ended meanwhile
+            self.stalled = None
+            self.injected = False
         if self.injected:
             self.lane.heal(self.cell.fault)
             self.injected = False
@@ -537,7 +579,7 @@ class CellRun:
                 with bounded(conn, T):
                     conn.execute("INSERT INTO mx_deferred VALUES (1)")
             self.run_branch(gtx, "b2", b2)
-            self.hook("prepare")
+            self.hook("prepare", conn)
 
         try:
             self.hook("start")
@@ -571,8 +613,24 @@ class CellRun:
         self.decision = "commit"
         self.expected_rows = {(self.lane.server_dsn_name(self.lane.x), bq) for bq in ("b1.1", "b2.1")}
         self.hook("recover")
-        rep = self.pools.recover_all("commit", timeout=T_RECOVER, predicate=self.mine)
-        silent = self.cell.fault != "latency"
+        predicate = self.mine
+        if self.cell.fault == "resolver":
+            raced: List[str] = []
+
+            def predicate(xid: psycopg.Xid) -> bool:  # called after the scan, per xid
+                if self.mine(xid) and not raced:
+                    raced.append(str(xid))
+                    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as other:
+                        other.tpc_commit(xid)  # the other resolver
+                return self.mine(xid)
+
+        rep = self.pools.recover_all("commit", timeout=T_RECOVER, predicate=predicate)
+        if self.cell.fault == "resolver":
+            # the branch the other party completed is settled, not failed
+            if rep.failed or [r.gid for r in getattr(rep, "resolved_elsewhere", [])] != raced:
+                self.nota += 1
+                self.notes.append(f"raced {raced}: failed={[(f.gid, f.error) for f in rep.failed]}")
+        silent = self.cell.fault in FAULTS and self.cell.fault != "latency"
         if self.lane.model == "node" and silent:
             # X did not answer: it must be reported unreachable, not ok, and
             # nothing of X's reported done
@@ -635,7 +693,7 @@ class CellRun:
                               f"out={self.gets - self.puts}")
         failures = sum(n["failures"] for n in m["nodes"])
         ejections = sum(n["ejections"] for n in m["nodes"])
-        app = cell.fault not in FAULTS
+        app = cell.fault in dict(APP_ERRORS)
         exp = failures_expected(lane.model, cell.mode, cell.phase, cell.fault)
         checks = {
             "split_commits": split,
@@ -712,7 +770,7 @@ def _run_cell(lane: Lane, cell: Cell, r: "CellRun", t0: float) -> None:
         cell.holds = False
         r.notes.append(f"did not finish within {CELL_DEADLINE:g}s")
         try:
-            lane.heal(cell.fault) if cell.fault in FAULTS else None
+            lane.heal(cell.fault) if cell.fault in FAULTS else r.heal()
         except Exception:
             pass
     elif "error" in box:
@@ -728,7 +786,7 @@ def _run_cell(lane: Lane, cell: Cell, r: "CellRun", t0: float) -> None:
 
 def cells_of(model: str, mode: str) -> List[Cell]:
     out = [Cell(model, mode, phase, fault) for phase in PHASES for fault in FAULTS]
-    return out + [Cell(model, mode, phase, fault) for fault, phase in APP_ERRORS]
+    return out + [Cell(model, mode, phase, fault) for fault, phase in APP_ERRORS + OWN]
 
 
 def selected(model: str, mode: str) -> List[Cell]:

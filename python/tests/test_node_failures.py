@@ -5,6 +5,9 @@ one session. Checked on the core's failure and ejection counters."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import psycopg
 import psycopg_pool
 import pytest
@@ -62,6 +65,48 @@ def test_a_blackholed_node_is_ejected_with_the_default_pool_sizes(pg, cluster_fa
         with NodePools(c, dsns, timeout=1.0) as pools:
             assert_ejected_after_five(pg, c, pools)
             px.heal()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_warm_pool_whose_node_is_blackholed_is_bounded_and_ejected(pg, cluster_factory, kind):
+    # The pool holds an idle connection to RAC2 when RAC2 stops answering:
+    # its first use must not hang on that connection, and the failed uses
+    # count against RAC2 (5, then ejected), as for a pool that was cold.
+    c = cluster_factory(nodes=NAMES)
+    with FaultProxy(pg.port["RAC2"]) as px:
+        dsns = dict(pg.dsn, RAC2=px.dsn(pg.dsn["RAC2"]))
+        key = key_on(c, "RAC2")
+        if kind == "sync":
+            with NodePools(c, dsns, timeout=1.0) as pools:
+                assert within(20, use, pools, key) == pg.port["RAC2"]  # warm
+                time.sleep(0.6)  # idle for a while
+                px.blackhole()
+                assert_ejected_after_five(pg, c, pools)
+                px.heal()
+            return
+
+        async def ause(pools):
+            try:
+                async with pools.connection(key=key, timeout=1.0) as conn:
+                    return (await (await conn.execute("SELECT inet_server_port()")).fetchone())[0]
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+                return type(e).__name__
+
+        async def run():
+            async with AsyncNodePools(c, dsns, timeout=1.0) as pools:
+                assert await ause(pools) == pg.port["RAC2"]
+                await asyncio.sleep(0.6)
+                px.blackhole()
+                seen = [await asyncio.wait_for(ause(pools), 20) for _ in range(8)]
+                px.heal()
+                return seen
+
+        seen = asyncio.run(run())
+        m = node_metrics(c, "RAC2")
+        assert seen[:EJECT_AFTER] == ["PoolTimeout"] * EJECT_AFTER, seen
+        assert m["failures"] == EJECT_AFTER and m["ejections"] == 1, (m, seen)
+        assert all(p in (pg.port["RAC1"], pg.port["RAC3"]) for p in seen[EJECT_AFTER:]), seen
 
 
 @pytest.mark.timeout(90)

@@ -157,3 +157,43 @@ async def test_async_node_pools_are_measured_too(pg) -> None:
     finally:
         provider.shutdown()
         cluster.close()
+
+
+@pytest.mark.parametrize("first_out", ["older", "newer"])
+def test_uninstrumenting_one_instrumentation_keeps_the_others_hooks(setup, first_out) -> None:
+    # Two instrumentations of the same pools (two meter providers, say):
+    # removing either one leaves the other counting, and removing both
+    # leaves the pools' own methods.
+    _cluster, pools, reader = setup  # the fixture's instrumentation is the older
+    reader2 = InMemoryMetricReader()
+    provider2 = MeterProvider(metric_readers=[reader2])
+    second = instrument(pools, meter_provider=provider2)
+    try:
+        with pools.pin() as pin:
+            name = f"otel-{pin.name}"
+            attrs = {"db.client.connection.pool.name": name}
+            with pools.connection() as conn:
+                conn.execute("SELECT 1")
+            if first_out == "newer":
+                second.uninstrument()
+                kept = reader
+            else:
+                kept = reader2
+                # the fixture's handle: undone here, again (idempotent) at teardown
+                setup_handle = [h for h in _instrumentations(pools) if h is not second]
+                assert len(setup_handle) == 1
+                setup_handle[0].uninstrument()
+            with pools.connection() as conn:
+                conn.execute("SELECT 1")
+            assert value(points(kept), "db.client.connection.wait_time", **attrs) == 2
+    finally:
+        second.uninstrument()
+        provider2.shutdown()
+
+
+def _instrumentations(pools):
+    import gc
+
+    from racaffinity.otel import Instrumentation
+
+    return [o for o in gc.get_objects() if isinstance(o, Instrumentation) and o._pools is pools and not o._closed]

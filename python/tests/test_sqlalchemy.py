@@ -55,6 +55,14 @@ def orders(pg):
         e.dispose()
 
 
+def node_of_conn(pg, conn) -> str:
+    return pg.name_of_port(conn.execute(PORT).scalar_one())
+
+
+def key_on(c: ra.Cluster, name: str) -> int:
+    return next(k for k in range(10_000) if c.route_key(k).name == name)
+
+
 def node_of(pg, s: Session) -> str:
     return pg.name_of_port(s.execute(PORT).scalar_one())
 
@@ -175,6 +183,36 @@ def test_pool_events_and_pre_ping_work_on_every_nodes_pool(pg, cluster_factory):
         assert sum(n["failures"] for n in c.metrics()["nodes"]) == failures, "a stale connection is not the node's failure"
         assert in_flight(c) == 0
     finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("how", ["terminated", "invalidate"])
+def test_sessions_ended_on_a_healthy_node_never_eject_it(pg, cluster_factory, how):
+    # One session terminated by an operator (57P01 from pg_terminate_backend)
+    # or an application's own Connection.invalidate() is not the node's
+    # failure: 5 of them (the ejection threshold) leave the node Up with 0
+    # failures, as NodePools and Java do.
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    admin = sa.create_engine(urls(pg)["RAC1"], poolclass=sa.NullPool)
+    try:
+        for _ in range(5):
+            with route(key=key_on(c, "RAC1")):
+                with engine.connect() as conn:
+                    assert node_of_conn(pg, conn) == "RAC1"
+                    if how == "invalidate":
+                        conn.invalidate()
+                        continue
+                    pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+                    with admin.connect() as a:
+                        a.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+                    with pytest.raises(sa.exc.OperationalError):
+                        conn.execute(PORT)
+        m = next(n for n in c.metrics()["nodes"] if n["name"] == "RAC1")
+        assert c.node_state("RAC1") == ra.NodeState.UP and m["failures"] == 0, m
+        assert in_flight(c) == 0
+    finally:
+        admin.dispose()
         engine.dispose()
 
 

@@ -6,9 +6,11 @@ tools/async_to_sync.py, so both APIs pass the same tests."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psycopg
@@ -268,6 +270,138 @@ async def test_recover_all_resolves_the_healthy_nodes_while_another_hangs(pg, cl
         report = await pools.recover_all("rollback", timeout=2.0)
         assert report.ok and [r.gtrid for r in report.resolved] == ["hung-RAC2"]
         assert prepared_xacts(pg) == {n: [] for n in NAMES}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("scope", ["node", "database"])
+async def test_recover_all_settles_an_xid_another_resolver_completed_after_the_scan(pg, cluster_factory, tables, scope):
+    # Another resolver (a second TM, an operator) commits the xid between
+    # this scan and this process's own COMMIT PREPARED, which then answers
+    # UndefinedObject: the branch is resolved, elsewhere, and nothing of it
+    # may stay on record.
+    prepare_directly(pg.dsn["RAC1"], "raced-1", "b0")
+
+    def other_resolver_first(xid) -> bool:
+        if xid.gtrid == "raced-1":  # called per scanned xid, after the scan
+            with psycopg.connect(pg.dsn["RAC1"], autocommit=True, connect_timeout=5) as other:
+                other.tpc_commit(xid)
+        return True
+
+    async with new_pools(pg, cluster_factory) as pools:
+        c = pools.cluster
+        report = await pools.recover_all("commit", predicate=other_resolver_first, timeout=2.0, scope=scope)
+        assert report.failed == [] and report.resolved == [], report
+        assert [(r.node_name, r.gtrid) for r in report.resolved_elsewhere] == [("RAC1", "raced-1")]
+        assert live(c) == 0 and in_flight(c) == 0
+        with pytest.raises(ra.UnknownTransactionError):
+            c.tx_complete("raced-1")  # no entry left to complete
+    assert prepared_xacts(pg) == {n: [] for n in NAMES} and rows(pg)["RAC1"] == [("raced-1", "b0")]
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped (SIGSTOP took effect)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _backend_alive(dsn: str, pid: int) -> bool:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
+        return admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() is not None
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("resolver", ["rollback", "recover_all"])
+async def test_a_late_prepare_never_leaves_an_orphan_prepared_branch(pg, cluster_factory, tables, resolver):
+    # Only the branch's backend stalls, right before its PREPARE; the 1 s
+    # deadline gives up on the answer. That backend still holds the PREPARE
+    # and runs it when it resumes: a rollback (or recovery) that read
+    # pg_prepared_xacts before the backend was gone would call the branch
+    # rolled back (or completed) and forget it while it ends up prepared,
+    # holding its row locks.
+    async with new_pools(pg, cluster_factory, timeout=1.0) as pools:
+        c = pools.cluster
+        g = gtrid_on(c, "RAC1", "late")
+        gtx = pools.global_transaction(g, timeout=1.0)
+
+        async def resolve():
+            if resolver == "rollback":
+                await gtx.rollback()
+                return None
+            return await pools.recover_all("rollback", timeout=1.0)
+
+        pid = None
+        try:
+            with pytest.raises(InDoubtError):
+                async with gtx.branch() as conn:
+                    await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+                    pid = conn.info.backend_pid
+                    os.kill(pid, signal.SIGSTOP)
+                    wait_until(lambda: _stopped(pid), 5)
+            first = None
+            try:
+                first = await resolve()
+            except InDoubtError as e:
+                first = e
+            state, on_record, in_doubt = gtx.branches[0].state, live(c), pools.in_doubt
+        finally:
+            if pid is not None:
+                os.kill(pid, signal.SIGCONT)
+        wait_until(lambda: not _backend_alive(pg.dsn["RAC1"], pid), 10)
+        held = prepared_xacts(pg)["RAC1"]
+        assert not (held and (state == "rolled back" or on_record == 0)), (
+            f"orphan: {held} prepared, the library said {state} (live={on_record}, first={first!r})"
+        )
+        # While the stalled backend could still prepare, nothing is concluded:
+        # the branch stays in doubt and on record, as the error says.
+        if resolver == "rollback":
+            assert isinstance(first, InDoubtError) and "stay on record" in str(first), repr(first)
+        else:
+            assert first.completed == [] and first.resolved == [] and not first.ok, first
+            assert first.sessions_running == {str(gtx.branches[0].xid): pid}
+        assert state == "in doubt" and on_record == 1 and in_doubt == {g: [str(gtx.branches[0].xid)]}
+        # Once the backend is gone, the same call settles it whatever it did.
+        await resolve()
+        if resolver == "rollback":
+            assert [b.state for b in gtx.branches] == ["rolled back"]
+        assert prepared_xacts(pg) == {n: [] for n in NAMES} and rows(pg)["RAC1"] == []
+        assert live(c) == 0 and in_flight(c) == 0 and pools.in_doubt == {}
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+async def test_an_in_doubt_error_settled_by_the_rollback_on_exit_says_so(pg, cluster_factory, tables):
+    # The branch's answer to PREPARE is lost (its backend stalled past the
+    # deadline); the rollback on the transaction's exit then settles it once
+    # the backend is gone. The error that escapes must not claim the branch
+    # stays on record: it was rolled back and forgotten.
+    async with new_pools(pg, cluster_factory, timeout=2.0) as pools:
+        c = pools.cluster
+        g = gtrid_on(c, "RAC1", "settled")
+        pid = None
+        resume = None
+        try:
+            with pytest.raises(InDoubtError) as raised:
+                async with pools.global_transaction(g, timeout=2.0) as gtx:
+                    async with gtx.branch() as conn:
+                        await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+                        pid = conn.info.backend_pid
+                        os.kill(pid, signal.SIGSTOP)
+                        wait_until(lambda: _stopped(pid), 5)
+                        # resumes while the rollback on exit waits for it to end
+                        resume = threading.Timer(2.6, os.kill, (pid, signal.SIGCONT))
+                        resume.start()
+        finally:
+            if resume is not None:
+                resume.join()
+            elif pid is not None:
+                os.kill(pid, signal.SIGCONT)
+        assert [b.state for b in gtx.branches] == ["rolled back"]
+        assert live(c) == 0 and pools.in_doubt == {} and raised.value.branches == []
+        text = str(raised.value)
+        assert "stays on record" not in text and "rolled back" in text, text
+        wait_until(lambda: not _backend_alive(pg.dsn["RAC1"], pid), 10)
+        assert prepared_xacts(pg) == {n: [] for n in NAMES} and rows(pg)["RAC1"] == []
 
 
 if _ASYNC:  # one test for both kinds: not in the generated file

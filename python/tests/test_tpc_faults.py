@@ -394,3 +394,28 @@ def test_database_scope_recovery_completes_with_one_instance_dead(pg, instances)
     assert one_database_prepared(pg) == []
     assert sorted(tpc_rows(pg)["RAC1"]) == sorted([(g, "b0"), ("rac-orphan", "b0")])
     assert live(c) == 0
+
+
+def test_database_scope_waits_once_for_a_blackholed_owner_and_counts_its_failure(pg, instances):
+    # Six transactions owned by RAC2, whose instance then stops answering:
+    # recovery goes through another instance after one wait on RAC2, not
+    # one per xid, and that failed node operation counts once against it.
+    pools, ctl = instances
+    c = pools.cluster
+    gtrids = []
+    for i in range(6):
+        g = gtrid_on(c, "RAC2", f"racown{i}")
+        c.tx_begin(g)  # this process placed and prepared it on RAC2 ...
+        c.tx_prepared(g)
+        prepare_directly(pg.dsn["RAC1"], g, "b0")  # ... and lost its connections
+        gtrids.append(g)
+    assert all(c.tx_route(g).name == "RAC2" for g in gtrids)
+    failures = node_metrics(c, "RAC2")["failures"]
+    ctl.blackhole("RAC2")
+    t0 = time.monotonic()
+    report = within(60, pools.recover_all, "commit", timeout=1.0, scope="database")
+    took = time.monotonic() - t0
+    assert report.ok and sorted(r.gtrid for r in report.resolved) == sorted(gtrids), report
+    assert took < 6, f"{took:.1f}s: a wait on the dead owner per xid"
+    assert node_metrics(c, "RAC2")["failures"] - failures == 1
+    assert one_database_prepared(pg) == [] and live(c) == 0

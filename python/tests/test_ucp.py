@@ -116,6 +116,30 @@ def test_the_seed_sample_keeps_connections_on_one_instance_and_moves_on_fan_down
     assert cb.get_connection_affinity_context() is not fresh
 
 
+class _RefusesMoves(AffinityCallbackSample):
+    """Takes the first context; raises when handed a moved one."""
+
+    def set_connection_affinity_context(self, aff_cxt):
+        if self.app_affinity_context is not None and aff_cxt is not None:
+            raise RuntimeError("the application refuses the moved context")
+        return super().set_connection_affinity_context(aff_cxt)
+
+
+def test_a_callback_raising_during_a_soft_move_leaks_no_lease(pg, make):
+    cb = _RefusesMoves()
+    c, pools = make(affinity_callback=cb)
+    port(pools)
+    ctx = cb.get_connection_affinity_context()
+    pools.apply_event(down(ctx.instance))
+    with pytest.raises(RuntimeError, match="refuses the moved context"):
+        with pools.connection():
+            pass
+    import gc
+
+    gc.collect()
+    assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 0
+
+
 @pytest.mark.parametrize(
     "policy,strict",
     [
@@ -219,6 +243,36 @@ def test_a_planned_drain_empties_the_node_pool_by_its_timeout(pg, make):
 # ---- the partition-map loader ---------------------------------------------------
 
 PARTS = 6
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_loader_error_with_a_nul_in_its_text_keeps_routing(pg, make, cluster_factory, kind, caplog):
+    # The error's text goes to the core as a C string: a NUL in it must not
+    # turn the documented "keep the last good map, go on" into a failed open.
+    def loader():
+        raise ValueError("bad\0map")
+
+    if kind == "sync":
+        c, pools = make(f"data.partitions = {PARTS}", partition_map_loader=loader)
+        loads = pools.partition_map_loads
+        served = port(pools, key=1)
+    else:
+        c = cluster_factory(CONFIG + f"data.partitions = {PARTS}")
+
+        async def run():
+            async with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, partition_map_loader=loader) as ap:
+                async with ap.connection(key=1) as conn:
+                    cur = await conn.execute("SELECT inet_server_port()")
+                    return ap.partition_map_loads, (await cur.fetchone())[0]
+
+        loads, served = asyncio.run(run())
+    assert served in pg.port.values()
+    assert loads[0] == 0 and loads[1] == 1 and loads[2] == "ValueError: bad\\0map", loads
+    m = c.metrics()["partition_map"]
+    assert m["load_failures"] == 1 and m["last_error"] == "loader: ValueError: bad\\0map", m
+    # the warning carries the loader's exception, traceback included
+    rec = next(r for r in caplog.records if "partition map load failed" in r.getMessage())
+    assert rec.exc_info is not None and rec.exc_info[0] is ValueError
 
 
 def test_the_loader_follows_a_map_table_changed_by_sql_with_no_request_failing(pg, make):

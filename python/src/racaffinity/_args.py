@@ -32,7 +32,9 @@ def bytes_arg(v: Any, what: str) -> bytes:
             raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}", 3) from None
     if isinstance(v, (bytearray, memoryview)):
         return bytes(v)
-    raise TypeError(f"{what} must be bytes or str, not {type(v).__name__}")
+    # A data key ("key") may also be an int, which callers route before this.
+    kinds = "bytes, str or int" if what == "key" else "bytes or str"
+    raise TypeError(f"{what} must be {kinds}, not {type(v).__name__}")
 
 
 def cstr(v: Any, what: str) -> bytes:

@@ -41,6 +41,7 @@ KEYWORDS: Dict[str, Tuple[str, str]] = {
     "health_eject_backoff_max": ("health.eject_backoff_max", "duration"),
     "heartbeat_interval": ("heartbeat.interval", "duration"),
     "heartbeat_misses": ("heartbeat.misses", "int"),
+    "recovery_scope": ("recovery.scope", "str"),
     # mappings
     "node_addresses": ("node.{}.address", "map_str"),
     "node_weights": ("node.{}.weight", "map_int"),

@@ -137,6 +137,13 @@ def _code(name: str) -> int:
 
 #: THE table: result code -> exception class. Keyed by the header's enum
 #: constants, so a renumbering there cannot silently shift it.
+# Tracebacks and reprs name the public path (`racaffinity.ConfigError`),
+# where applications import them from, not this private module.
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, Error):
+        _cls.__module__ = "racaffinity"
+del _cls
+
 EXCEPTIONS: Dict[int, Type[Error]] = {
     _code("NULL_ARGUMENT"): NullArgumentError,
     _code("INVALID_HANDLE"): ClosedError,

@@ -102,6 +102,14 @@ class ConnectAttempts:
             self.last_failed = error is not None and _is_node_error(error)
             self.last_error = None if error is None else type(error).__name__
 
+    def check_failed(self, error: BaseException) -> None:
+        """A pooled connection failed its checkout check: with a node
+        failure, the node is as unreachable as after a failed connect."""
+        if _is_node_error(error):
+            with self._lock:
+                self.last_failed = True
+                self.last_error = type(error).__name__
+
     def cannot_connect(self, waited_since: Optional[float]) -> bool:
         """Whether a wait for a connection that began at `waited_since`
         (monotonic) timed out because the node cannot be reached."""

@@ -20,6 +20,7 @@ import psycopg_pool
 from ._acompat import AEvent, ALock, acancel, ais_alive, ajoin, aspawn, await_all, await_event
 from ._args import BytesLike, DataKey
 from ._cluster import Cluster
+from ._deadline import abounded
 from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
@@ -58,11 +59,41 @@ def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
     return _AsyncTracked
 
 
+# A connection used this recently skips the check on checkout (HikariCP's
+# aliveBypassWindowMs, 500 ms): a busy pool pays nothing, and a connection
+# that sat idle while its node stopped answering is found out at checkout.
+ALIVE_BYPASS = 0.5
+
+
+def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
+    """The pool's `check`: a pooled connection idle for `ALIVE_BYPASS` or
+    more answers an empty query within `bound`, else the pool discards it
+    (the deadline shuts its socket: a blackholed node cannot hold the
+    checkout), and a node failure is noted as the pool's last attempt, so
+    the `PoolTimeout` that follows counts against the node."""
+
+    async def check(conn: Any) -> None:
+        now = time.monotonic()
+        last = getattr(conn, "_racaffinity_checked_out", None)
+        conn._racaffinity_checked_out = now
+        if last is not None and now - last < ALIVE_BYPASS:
+            return
+        try:
+            async with abounded(conn, bound):
+                await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+        except Exception as e:
+            attempts.check_failed(e)
+            raise
+
+    return check
+
+
 def pool_kwargs(
     connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any]
 ) -> Tuple[Dict[str, Any], ConnectAttempts]:
     """The keyword arguments of one node's pool: the connect arguments (with
-    a bounded `connect_timeout` unless given) and a tracked connection class."""
+    a bounded `connect_timeout` unless given), a tracked connection class and
+    the checkout check (`_alive_check`, unless the caller passes `check=`)."""
     if "kwargs" in pool_kwargs:
         raise TypeError("pass connection arguments as connect_kwargs=, not kwargs=")
     kwargs = dict(connect_kwargs)
@@ -71,6 +102,11 @@ def pool_kwargs(
     extra = dict(pool_kwargs)
     extra["connection_class"] = _tracked(extra.pop("connection_class", psycopg.AsyncConnection), attempts)
     extra["kwargs"] = kwargs
+    if extra.get("check") is None:
+        bound = float(kwargs["connect_timeout"] or 10)
+        if timeout is not None:
+            bound = min(bound, timeout)
+        extra["check"] = _alive_check(attempts, bound)
     return extra, attempts
 
 
@@ -548,10 +584,15 @@ class _AsyncUpkeep:
             raise
         except Exception as e:
             self.load_failures += 1
-            self.load_error = f"{type(e).__name__}: {e}"
+            # The core takes C strings: a NUL in the text (anything may be in
+            # an exception's) is shown, not allowed to fail the record.
+            self.load_error = f"{type(e).__name__}: {e}".replace("\0", "\\0")
             # In the core's metrics too, next to the map's epoch.
             self._pools.cluster.partition_map_load_failed(LOADER_SOURCE, self.load_error)
-            log.warning("racaffinity: partition map load failed (%s), keeping the last good map: %s", why, self.load_error)
+            log.warning(
+                "racaffinity: partition map load failed (%s), keeping the last good map: %s", why, self.load_error,
+                exc_info=e,
+            )
             return False
         self.loads += 1
         self.load_error = None

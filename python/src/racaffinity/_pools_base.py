@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ._args import BytesLike, DataKey, bytes_arg, i64_arg
 from ._cluster import Cluster
@@ -80,6 +80,9 @@ class Base:
         # recover_all resolves them.
         self._doubt: Dict[str, Dict[str, int]] = {}
         self._doubt_lock = threading.Lock()
+        # xid string -> (backend pid, monotonic start of its branch) of an
+        # in-doubt branch whose session may still be running (racaffinity.tpc).
+        self._doubt_sessions: Dict[str, Tuple[int, float]] = {}
         # Seed 002 (UCP): the connection affinity callback (racaffinity._ucp).
         self._callback: Any = None
 
@@ -113,9 +116,27 @@ class Base:
         with self._doubt_lock:
             return {g: sorted(x) for g, x in self._doubt.items()}
 
-    def _note_in_doubt(self, gtrid: str, node: int, xid: str) -> None:
+    def _note_in_doubt(self, gtrid: str, node: int, xid: str, session: Optional[Tuple[int, float]] = None) -> None:
+        """`session`: (backend pid, monotonic start of the branch) of the
+        session whose answer was lost, which may still run what it holds."""
         with self._doubt_lock:
             self._doubt.setdefault(gtrid, {})[xid] = node
+            if session is not None:
+                self._doubt_sessions[xid] = session
+
+    def _session_ended(self, xid: str) -> None:
+        with self._doubt_lock:
+            self._doubt_sessions.pop(xid, None)
+
+    def _doubt_sessions_of(self, nodes: Iterable[int]) -> Dict[str, Tuple[int, float]]:
+        """xid string -> (pid, began) of the in-doubt branches on `nodes`
+        whose session was not seen ended."""
+        wanted = set(nodes)
+        with self._doubt_lock:
+            return {
+                x: s for x, s in self._doubt_sessions.items()
+                if any(self._doubt.get(g, {}).get(x) in wanted for g in self._doubt)
+            }
 
     def _forget_in_doubt(self, gtrid: str, xid: Optional[str]) -> None:
         """Forgets one branch (`xid`) or, with None, the whole gtrid."""
@@ -125,6 +146,10 @@ class Base:
                 return
             if xid is not None:
                 branches.pop(xid, None)
+                self._doubt_sessions.pop(xid, None)
+            else:
+                for x in branches:
+                    self._doubt_sessions.pop(x, None)
             if xid is None or not branches:
                 del self._doubt[gtrid]
 

@@ -17,6 +17,7 @@ import psycopg_pool
 from ._acompat import Event, Lock, cancel, is_alive, join, spawn, wait_all, wait_event
 from ._args import BytesLike, DataKey
 from ._cluster import Cluster
+from ._deadline import bounded
 from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
@@ -47,10 +48,33 @@ def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
             attempts.finished(token, None)
             return conn
     return _Tracked
+ALIVE_BYPASS = 0.5
+
+def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
+    """The pool's `check`: a pooled connection idle for `ALIVE_BYPASS` or
+    more answers an empty query within `bound`, else the pool discards it
+    (the deadline shuts its socket: a blackholed node cannot hold the
+    checkout), and a node failure is noted as the pool's last attempt, so
+    the `PoolTimeout` that follows counts against the node."""
+
+    def check(conn: Any) -> None:
+        now = time.monotonic()
+        last = getattr(conn, '_racaffinity_checked_out', None)
+        conn._racaffinity_checked_out = now
+        if last is not None and now - last < ALIVE_BYPASS:
+            return
+        try:
+            with bounded(conn, bound):
+                psycopg_pool.ConnectionPool.check_connection(conn)
+        except Exception as e:
+            attempts.check_failed(e)
+            raise
+    return check
 
 def pool_kwargs(connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], ConnectAttempts]:
     """The keyword arguments of one node's pool: the connect arguments (with
-    a bounded `connect_timeout` unless given) and a tracked connection class."""
+    a bounded `connect_timeout` unless given), a tracked connection class and
+    the checkout check (`_alive_check`, unless the caller passes `check=`)."""
     if 'kwargs' in pool_kwargs:
         raise TypeError('pass connection arguments as connect_kwargs=, not kwargs=')
     kwargs = dict(connect_kwargs)
@@ -59,6 +83,11 @@ def pool_kwargs(connect_kwargs: Mapping[str, Any], timeout: Optional[float], poo
     extra = dict(pool_kwargs)
     extra['connection_class'] = _tracked(extra.pop('connection_class', psycopg.Connection), attempts)
     extra['kwargs'] = kwargs
+    if extra.get('check') is None:
+        bound = float(kwargs['connect_timeout'] or 10)
+        if timeout is not None:
+            bound = min(bound, timeout)
+        extra['check'] = _alive_check(attempts, bound)
     return (extra, attempts)
 
 class _Connection:
@@ -461,9 +490,9 @@ class _Upkeep:
             raise
         except Exception as e:
             self.load_failures += 1
-            self.load_error = f'{type(e).__name__}: {e}'
+            self.load_error = f'{type(e).__name__}: {e}'.replace('\x00', '\\0')
             self._pools.cluster.partition_map_load_failed(LOADER_SOURCE, self.load_error)
-            log.warning('racaffinity: partition map load failed (%s), keeping the last good map: %s', why, self.load_error)
+            log.warning('racaffinity: partition map load failed (%s), keeping the last good map: %s', why, self.load_error, exc_info=e)
             return False
         self.loads += 1
         self.load_error = None

@@ -6,6 +6,7 @@ pools are: edit this file, then run the tool."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -13,7 +14,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Set
+from typing import Any, AsyncIterator, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import psycopg
 import psycopg_pool
@@ -61,6 +62,45 @@ async def _prepared_here(conn: psycopg.AsyncConnection, xid: Xid, timeout: Optio
     """Whether `xid` is prepared on the node of `conn` (pg_prepared_xacts)."""
     async with abounded(conn, timeout):
         return any(str(x) == str(xid) for x in await conn.tpc_recover())
+
+
+# A backend that a stalled host, a paused VM or a SIGSTOP held up past the
+# deadline still runs the PREPARE (or COMMIT/ROLLBACK PREPARED) it has
+# received when it resumes, after the client gave up on the answer. So no
+# new connection may conclude "not prepared" while that backend exists: it
+# is ended first (pg_terminate_backend; a role may end its own sessions) and
+# only once it is gone from pg_stat_activity is pg_prepared_xacts the truth.
+# A backend started after the branch began cannot be its session (the pid was
+# reused); the slack covers the round trips around the two clocks' readings.
+_PID_REUSE_SLACK = 1.0
+_SESSION_POLL = 0.05
+
+
+async def _end_sessions(conn: psycopg.AsyncConnection, sessions: Iterable[Tuple[int, float]],
+                        timeout: Optional[float]) -> Set[int]:
+    """Ends the backends `sessions` ((pid, monotonic time its branch began))
+    on the node of `conn` and waits up to `timeout` until they are gone;
+    returns the pids still there (a stopped process cannot act on its
+    SIGTERM until it resumes)."""
+    todo = dict(sessions)
+    deadline = time.monotonic() + (timeout if timeout else 10.0)
+    while todo:
+        now = time.monotonic()
+        pids = list(todo)
+        ages = [max(0.0, now - todo[p] - _PID_REUSE_SLACK) for p in pids]
+        async with abounded(conn, timeout):
+            cur = await conn.execute(
+                "SELECT a.pid, pg_terminate_backend(a.pid) FROM pg_stat_activity a "
+                "JOIN unnest(%s::int[], %s::float8[]) AS s(pid, age) ON a.pid = s.pid "
+                "WHERE a.backend_start <= statement_timestamp() - make_interval(secs => s.age)",
+                (pids, ages),
+            )
+            alive = {r[0] for r in await cur.fetchall()}
+        todo = {p: t for p, t in todo.items() if p in alive}
+        if not todo or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(_SESSION_POLL)
+    return set(todo)
 
 
 class _AsyncBranchScope:
@@ -163,6 +203,7 @@ class AsyncGlobalTransaction:
             b.lease = c.lease(route.node)
             b.pool = self.pools.node_pool(route.node)
             b.conn = await b.pool.getconn(timeout)
+            b.pid, b.began = b.conn.info.backend_pid, since
             async with abounded(b.conn, timeout):
                 await b.conn.tpc_begin(xid)
         except BaseException as e:
@@ -185,11 +226,12 @@ class AsyncGlobalTransaction:
                 self.cluster.tx_prepared(self.gtrid_bytes)  # it must not move
                 if not isinstance(e, Exception):
                     raise
-                raise InDoubtError(
+                event = (
                     f"gtrid {self.gtrid!r}: the answer to PREPARE of branch {b.xid.bqual} on {b.node_name} was "
-                    f"lost ({type(e).__name__}); it may be prepared and stays on record for rollback() "
-                    "or recover_all()",
-                    [b],
+                    f"lost ({type(e).__name__})"
+                )
+                raise InDoubtError(
+                    f"{event}; it may be prepared and stays on record for rollback() or recover_all()", [b], event=event
                 ) from e
             # The server answered with an error (a deferred constraint or
             # trigger): PostgreSQL rolled the transaction back, nothing is
@@ -257,7 +299,7 @@ class AsyncGlobalTransaction:
     async def _in_doubt(self, b: Branch, cause: BaseException) -> None:
         b.state = "in doubt"
         await self._release(b, cause)
-        self.pools._note_in_doubt(self.gtrid, b.node, str(b.xid))
+        self.pools._note_in_doubt(self.gtrid, b.node, str(b.xid), None if b.pid is None else (b.pid, b.began))
 
     def _end(self) -> None:
         try:
@@ -293,6 +335,14 @@ class AsyncGlobalTransaction:
             await self._done(b, "rollback")
             return
         async with _node_connection(self.pools, b.node, self.timeout) as fresh:
+            if b.pid is not None:
+                if await _end_sessions(fresh, [(b.pid, b.began)], self.timeout):
+                    raise TimeoutError(
+                        f"gtrid {self.gtrid!r}: the session of branch {b.xid.bqual} on {b.node_name} (backend "
+                        f"{b.pid}) has not ended yet: a command it holds may still run, so nothing is concluded"
+                    )
+                b.pid = None
+                self.pools._session_ended(str(b.xid))
             if await _prepared_here(fresh, b.xid, self.timeout):
                 b.sent = action
                 async with abounded(fresh, self.timeout):
@@ -361,6 +411,16 @@ class AsyncGlobalTransaction:
             await self.commit()
         else:
             await self.rollback()
+            if isinstance(ev, InDoubtError):
+                # The error escapes after this rollback: it tells what is
+                # left, not what was true when it was raised.
+                left = [b for b in ev.branches if b.state == "in doubt"]
+                if not left:
+                    ev.args = (
+                        f"{ev.event}; the rollback on exit settled "
+                        f"{'it' if len(ev.branches) == 1 else 'them'}: rolled back, no longer on record",
+                    )
+                ev.branches = left
 
     def __repr__(self) -> str:
         return f"AsyncGlobalTransaction(gtrid={self.gtrid!r}, branches={self.branches!r})"
@@ -406,6 +466,8 @@ class _AsyncRecovery:
         #: every prepared xid (as a string) the scans saw, selected or not
         self.held: Set[str] = set()
         self.scanned: Set[int] = set()
+        #: nodes a call failed on in this run (node failures): not tried again
+        self.dead: Set[int] = set()
 
     async def select(self, conn: psycopg.AsyncConnection, node: int) -> List[Xid]:
         db = conn.info.dbname
@@ -431,15 +493,32 @@ class _AsyncRecovery:
             out.append(xid)
         return out
 
+    async def end_sessions(self, conn: psycopg.AsyncConnection, nodes: List[int]) -> None:
+        """Ends the sessions of this process's in-doubt branches on `nodes`
+        before the scan reads pg_prepared_xacts (see `_end_sessions`); a
+        branch whose session is still there counts as held, so its gtrid
+        stays on record."""
+        sessions = self.pools._doubt_sessions_of(nodes)
+        if not sessions:
+            return
+        alive = await _end_sessions(conn, sessions.values(), self.timeout)
+        for x, (pid, _began) in sessions.items():
+            if pid in alive:
+                with self.lock:
+                    self.held.add(x)
+                    self.report.sessions_running[x] = pid
+            else:
+                self.pools._session_ended(x)
+
     async def finish(self, conn: psycopg.AsyncConnection, node: int, xid: Xid) -> None:
         """Commits or rolls back `xid` on the node of `conn`; raises on failure."""
         async with abounded(conn, self.timeout):
             await (conn.tpc_commit if self.action == "commit" else conn.tpc_rollback)(xid)
 
-    def resolved(self, node: int, xid: Xid) -> None:
+    def resolved(self, node: int, xid: Xid, elsewhere: bool = False) -> None:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action)
         with self.lock:
-            self.report.resolved.append(rec)
+            (self.report.resolved_elsewhere if elsewhere else self.report.resolved).append(rec)
             self.pending[xid.gtrid] -= 1
         self.pools._forget_in_doubt(xid.gtrid, str(xid))
 
@@ -453,22 +532,34 @@ class _AsyncRecovery:
         with self.lock:
             self.report.unreachable[self.cluster.node_name(node)] = f"{type(e).__name__}: {e}"
         if is_node_failure(e):
-            try:
-                self.cluster.report_outcome(node, False)  # one failed node operation
-            except Error:
-                pass
+            self.node_failed(node)
+
+    def node_failed(self, node: int) -> None:
+        """One failed node operation: counted against it, and the node is
+        not tried again in this run."""
+        with self.lock:
+            self.dead.add(node)
+        try:
+            self.cluster.report_outcome(node, False)
+        except Error:
+            pass
 
     # -- scope "node": every node, each branch on the node that returned it ------
 
     async def scan_node(self, node: int) -> None:
         try:
             async with _node_connection(self.pools, node, self.timeout) as conn:
+                await self.end_sessions(conn, [node])
                 xids = await self.select(conn, node)
                 for xid in xids:
                     self.record(node, xid)
                 for i, xid in enumerate(xids):
                     try:
                         await self.finish(conn, node, xid)
+                    except psycopg.errors.UndefinedObject:
+                        # The scan found it prepared and now it is gone:
+                        # another party completed it in between.
+                        self.resolved(node, xid, elsewhere=True)
                     except Exception as e:
                         self.failed(node, xid, e)
                         if connection_lost(conn, e):  # the rest cannot be done now
@@ -521,6 +612,8 @@ class _AsyncRecovery:
         for node in order:
             try:
                 async with _node_connection(self.pools, node, self.timeout) as conn:
+                    # instances of one database share its sessions
+                    await self.end_sessions(conn, nodes)
                     xids = await self.select(conn, node)
             except Exception as e:
                 self.unreachable(node, e)
@@ -560,18 +653,24 @@ class _AsyncRecovery:
                 candidates.append(n)
         last: Optional[BaseException] = None
         for node in candidates:
+            if node in self.dead:
+                continue  # it failed once in this run: one wait per instance, not per xid
             try:
                 async with _node_connection(self.pools, node, self.timeout) as conn:
                     await self.finish(conn, node, xid)
+            except psycopg.errors.UndefinedObject:
+                # the scan found it prepared: another party completed it since
+                self.resolved(node, xid, elsewhere=True)
+                return
             except Exception as e:
                 last = e
                 if is_node_failure(e):  # this instance is gone: try the next
+                    self.node_failed(node)
                     continue
                 break
             self.resolved(node, xid)
             return
-        assert last is not None
-        self.failed(scanned, xid, last)
+        self.failed(scanned, xid, last if last is not None else ConnectionError("no instance answered in this run"))
 
     # -- after the scans ----------------------------------------------------------
 

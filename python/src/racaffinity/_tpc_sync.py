@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Iterator, Callable, Dict, List, Optional, Set
+from typing import Any, Iterator, Callable, Dict, Iterable, List, Optional, Set, Tuple
 import psycopg
 import psycopg_pool
 from psycopg import Xid
@@ -52,6 +52,28 @@ def _prepared_here(conn: psycopg.Connection, xid: Xid, timeout: Optional[float])
     """Whether `xid` is prepared on the node of `conn` (pg_prepared_xacts)."""
     with bounded(conn, timeout):
         return any((str(x) == str(xid) for x in conn.tpc_recover()))
+_PID_REUSE_SLACK = 1.0
+_SESSION_POLL = 0.05
+
+def _end_sessions(conn: psycopg.Connection, sessions: Iterable[Tuple[int, float]], timeout: Optional[float]) -> Set[int]:
+    """Ends the backends `sessions` ((pid, monotonic time its branch began))
+    on the node of `conn` and waits up to `timeout` until they are gone;
+    returns the pids still there (a stopped process cannot act on its
+    SIGTERM until it resumes)."""
+    todo = dict(sessions)
+    deadline = time.monotonic() + (timeout if timeout else 10.0)
+    while todo:
+        now = time.monotonic()
+        pids = list(todo)
+        ages = [max(0.0, now - todo[p] - _PID_REUSE_SLACK) for p in pids]
+        with bounded(conn, timeout):
+            cur = conn.execute('SELECT a.pid, pg_terminate_backend(a.pid) FROM pg_stat_activity a JOIN unnest(%s::int[], %s::float8[]) AS s(pid, age) ON a.pid = s.pid WHERE a.backend_start <= statement_timestamp() - make_interval(secs => s.age)', (pids, ages))
+            alive = {r[0] for r in cur.fetchall()}
+        todo = {p: t for p, t in todo.items() if p in alive}
+        if not todo or time.monotonic() >= deadline:
+            break
+        time.sleep(_SESSION_POLL)
+    return set(todo)
 
 class _BranchScope:
     __slots__ = ('_gtx', '_bqual', '_timeout', '_branch')
@@ -137,6 +159,7 @@ class GlobalTransaction:
             b.lease = c.lease(route.node)
             b.pool = self.pools.node_pool(route.node)
             b.conn = b.pool.getconn(timeout)
+            b.pid, b.began = (b.conn.info.backend_pid, since)
             with bounded(b.conn, timeout):
                 b.conn.tpc_begin(xid)
         except BaseException as e:
@@ -157,7 +180,8 @@ class GlobalTransaction:
                 self.cluster.tx_prepared(self.gtrid_bytes)
                 if not isinstance(e, Exception):
                     raise
-                raise InDoubtError(f'gtrid {self.gtrid!r}: the answer to PREPARE of branch {b.xid.bqual} on {b.node_name} was lost ({type(e).__name__}); it may be prepared and stays on record for rollback() or recover_all()', [b]) from e
+                event = f'gtrid {self.gtrid!r}: the answer to PREPARE of branch {b.xid.bqual} on {b.node_name} was lost ({type(e).__name__})'
+                raise InDoubtError(f'{event}; it may be prepared and stays on record for rollback() or recover_all()', [b], event=event) from e
             _leave_2pc(b.conn)
             b.state = 'rolled back'
             self._release(b, e)
@@ -210,7 +234,7 @@ class GlobalTransaction:
     def _in_doubt(self, b: Branch, cause: BaseException) -> None:
         b.state = 'in doubt'
         self._release(b, cause)
-        self.pools._note_in_doubt(self.gtrid, b.node, str(b.xid))
+        self.pools._note_in_doubt(self.gtrid, b.node, str(b.xid), None if b.pid is None else (b.pid, b.began))
 
     def _end(self) -> None:
         try:
@@ -241,6 +265,11 @@ class GlobalTransaction:
             self._done(b, 'rollback')
             return
         with _node_connection(self.pools, b.node, self.timeout) as fresh:
+            if b.pid is not None:
+                if _end_sessions(fresh, [(b.pid, b.began)], self.timeout):
+                    raise TimeoutError(f'gtrid {self.gtrid!r}: the session of branch {b.xid.bqual} on {b.node_name} (backend {b.pid}) has not ended yet: a command it holds may still run, so nothing is concluded')
+                b.pid = None
+                self.pools._session_ended(str(b.xid))
             if _prepared_here(fresh, b.xid, self.timeout):
                 b.sent = action
                 with bounded(fresh, self.timeout):
@@ -298,6 +327,11 @@ class GlobalTransaction:
             self.commit()
         else:
             self.rollback()
+            if isinstance(ev, InDoubtError):
+                left = [b for b in ev.branches if b.state == 'in doubt']
+                if not left:
+                    ev.args = (f"{ev.event}; the rollback on exit settled {('it' if len(ev.branches) == 1 else 'them')}: rolled back, no longer on record",)
+                ev.branches = left
 
     def __repr__(self) -> str:
         return f'GlobalTransaction(gtrid={self.gtrid!r}, branches={self.branches!r})'
@@ -334,6 +368,7 @@ class _Recovery:
         self.pending: Dict[str, int] = {}
         self.held: Set[str] = set()
         self.scanned: Set[int] = set()
+        self.dead: Set[int] = set()
 
     def select(self, conn: psycopg.Connection, node: int) -> List[Xid]:
         db = conn.info.dbname
@@ -357,15 +392,32 @@ class _Recovery:
             out.append(xid)
         return out
 
+    def end_sessions(self, conn: psycopg.Connection, nodes: List[int]) -> None:
+        """Ends the sessions of this process's in-doubt branches on `nodes`
+        before the scan reads pg_prepared_xacts (see `_end_sessions`); a
+        branch whose session is still there counts as held, so its gtrid
+        stays on record."""
+        sessions = self.pools._doubt_sessions_of(nodes)
+        if not sessions:
+            return
+        alive = _end_sessions(conn, sessions.values(), self.timeout)
+        for x, (pid, _began) in sessions.items():
+            if pid in alive:
+                with self.lock:
+                    self.held.add(x)
+                    self.report.sessions_running[x] = pid
+            else:
+                self.pools._session_ended(x)
+
     def finish(self, conn: psycopg.Connection, node: int, xid: Xid) -> None:
         """Commits or rolls back `xid` on the node of `conn`; raises on failure."""
         with bounded(conn, self.timeout):
             (conn.tpc_commit if self.action == 'commit' else conn.tpc_rollback)(xid)
 
-    def resolved(self, node: int, xid: Xid) -> None:
+    def resolved(self, node: int, xid: Xid, elsewhere: bool=False) -> None:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action)
         with self.lock:
-            self.report.resolved.append(rec)
+            (self.report.resolved_elsewhere if elsewhere else self.report.resolved).append(rec)
             self.pending[xid.gtrid] -= 1
         self.pools._forget_in_doubt(xid.gtrid, str(xid))
 
@@ -378,20 +430,30 @@ class _Recovery:
         with self.lock:
             self.report.unreachable[self.cluster.node_name(node)] = f'{type(e).__name__}: {e}'
         if is_node_failure(e):
-            try:
-                self.cluster.report_outcome(node, False)
-            except Error:
-                pass
+            self.node_failed(node)
+
+    def node_failed(self, node: int) -> None:
+        """One failed node operation: counted against it, and the node is
+        not tried again in this run."""
+        with self.lock:
+            self.dead.add(node)
+        try:
+            self.cluster.report_outcome(node, False)
+        except Error:
+            pass
 
     def scan_node(self, node: int) -> None:
         try:
             with _node_connection(self.pools, node, self.timeout) as conn:
+                self.end_sessions(conn, [node])
                 xids = self.select(conn, node)
                 for xid in xids:
                     self.record(node, xid)
                 for i, xid in enumerate(xids):
                     try:
                         self.finish(conn, node, xid)
+                    except psycopg.errors.UndefinedObject:
+                        self.resolved(node, xid, elsewhere=True)
                     except Exception as e:
                         self.failed(node, xid, e)
                         if connection_lost(conn, e):
@@ -434,6 +496,7 @@ class _Recovery:
         for node in order:
             try:
                 with _node_connection(self.pools, node, self.timeout) as conn:
+                    self.end_sessions(conn, nodes)
                     xids = self.select(conn, node)
             except Exception as e:
                 self.unreachable(node, e)
@@ -472,18 +535,23 @@ class _Recovery:
                 candidates.append(n)
         last: Optional[BaseException] = None
         for node in candidates:
+            if node in self.dead:
+                continue
             try:
                 with _node_connection(self.pools, node, self.timeout) as conn:
                     self.finish(conn, node, xid)
+            except psycopg.errors.UndefinedObject:
+                self.resolved(node, xid, elsewhere=True)
+                return
             except Exception as e:
                 last = e
                 if is_node_failure(e):
+                    self.node_failed(node)
                     continue
                 break
             self.resolved(node, xid)
             return
-        assert last is not None
-        self.failed(scanned, xid, last)
+        self.failed(scanned, xid, last if last is not None else ConnectionError('no instance answered in this run'))
 
     def complete(self) -> None:
         """Forgets every gtrid whose found branches were all resolved, and

@@ -25,9 +25,13 @@ class InDoubtError(Error):
     their node, `pools.in_doubt` lists them) until a retry of `commit()` /
     `rollback()` or `recover_all` resolves them. `branches` lists them."""
 
-    def __init__(self, message: str, branches: List["Branch"]) -> None:
+    __module__ = "racaffinity.tpc"  # its public home, for tracebacks
+
+    def __init__(self, message: str, branches: List["Branch"], *, event: Optional[str] = None) -> None:
         super().__init__(message)
         self.branches = branches
+        #: what happened, without what it leaves (the message once settled)
+        self.event = event or message
 
 
 @dataclasses.dataclass
@@ -45,6 +49,11 @@ class Branch:
     #: the phase-two command last sent for it ("commit"/"rollback"), whether
     #: or not its answer came back
     sent: Optional[str] = dataclasses.field(default=None, repr=False)
+    #: the server process of the branch's session (`pg_backend_pid`) and
+    #: when the branch began (monotonic): after its answer was lost, that
+    #: backend may still run the command it holds (see `_tpc_async`)
+    pid: Optional[int] = dataclasses.field(default=None, repr=False)
+    began: float = dataclasses.field(default=0.0, repr=False)
 
 
 @dataclasses.dataclass
@@ -68,6 +77,15 @@ class RecoveryReport:
     #: ones in soft mode): each branch was still resolved on the node that
     #: returned it. Always empty for `scope="database"`.
     split: List[str] = dataclasses.field(default_factory=list)
+    #: branches the scan found that another party (a second transaction
+    #: manager, an operator) committed or rolled back before this run's own
+    #: command reached them (it answered UndefinedObject): settled here,
+    #: their outcome is whatever that party decided.
+    resolved_elsewhere: List[Recovered] = dataclasses.field(default_factory=list)
+    #: in-doubt branches of this process whose old session (backend pid)
+    #: had not ended within the timeout: xid -> pid. It may still run the
+    #: PREPARE it holds, so nothing was concluded about them (kept on record).
+    sessions_running: Dict[str, int] = dataclasses.field(default_factory=dict)
     #: nodes that could not be scanned: node name -> error.
     unreachable: Dict[str, str] = dataclasses.field(default_factory=dict)
     #: gtrids this process had left in doubt that no scan found prepared any
@@ -80,7 +98,10 @@ class RecoveryReport:
 
     @property
     def ok(self) -> bool:
-        """Nothing failed and nothing was left unscanned."""
+        """Nothing failed, nothing was left unscanned and no old session
+        was still running."""
+        if self.sessions_running:
+            return False
         if self.scope == "database":
             return self.scanned and not self.failed
         return not self.failed and not self.unreachable

@@ -151,9 +151,13 @@ def callback_lease(pools: Any, cb: Any) -> Any:
         if buf.kind != _BALANCED:
             if buf.node != ctx.node:
                 # Soft failover moved the affinity: a fresh context names the new instance.
-                cb.set_connection_affinity_context(
-                    ConnectionAffinityContext(pools, ctx._context, buf.node, c.node_name(buf.node), policy)
-                )
+                try:
+                    cb.set_connection_affinity_context(
+                        ConnectionAffinityContext(pools, ctx._context, buf.node, c.node_name(buf.node), policy)
+                    )
+                except BaseException:
+                    lease_release(c._h, buf, _NEUTRAL)  # no connection will carry it
+                    raise
             return buf
         # The instance released the context (aff=FALSE): place a new affinity.
         lease_release(c._h, buf, _NEUTRAL)

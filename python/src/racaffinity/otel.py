@@ -45,6 +45,7 @@ import psycopg_pool
 __all__ = ["instrument", "Instrumentation"]
 
 POOL = "db.client.connection.pool.name"
+_HOOKED = ("getconn", "putconn")
 STATE = "db.client.connection.state"
 CLUSTER = "racaffinity.cluster"
 NODE = "racaffinity.node"
@@ -88,6 +89,8 @@ class Instrumentation:
         self._lock = threading.Lock()
         self._hooked: Dict[int, Tuple[Any, str]] = {}  # id(pool) -> (pool, pool name)
         self._checked_out: Dict[int, float] = {}  # id(connection) -> monotonic time of getconn
+        self._mine: Dict[int, Dict[str, Any]] = {}  # id(pool) -> the hooks this installed
+        self._live: List[bool] = [True]  # emptied by uninstrument(): the hooks pass through
         self._closed = False
 
         self._wait = meter.create_histogram(
@@ -152,18 +155,23 @@ class Instrumentation:
     def _hook(self, pool: Any, name: str) -> None:
         attrs = {POOL: name}
         getconn, putconn = pool.getconn, pool.putconn
-        checked_out, wait, use, timeouts = self._checked_out, self._wait, self._use, self._timeouts
+        # What uninstrument() puts back: None for the pool class's own method.
+        below = {a: pool.__dict__.get(a) for a in _HOOKED}
+        checked_out, wait, use, timeouts, live = self._checked_out, self._wait, self._use, self._timeouts, self._live
 
-        # What both wrappers record, around the pool's own calls.
+        # What both wrappers record, around the pool's own calls; nothing once
+        # uninstrumented (another instrumentation may have wrapped these
+        # wrappers, so they can stay in the chain after that).
         def got(t0: float, conn: Any) -> Any:
-            now = time.monotonic()
-            wait.record(now - t0, attrs)
-            checked_out[id(conn)] = now
+            if live:
+                now = time.monotonic()
+                wait.record(now - t0, attrs)
+                checked_out[id(conn)] = now
             return conn
 
         def returning(conn: Any) -> None:
             t0 = checked_out.pop(id(conn), None)
-            if t0 is not None:
+            if t0 is not None and live:
                 use.record(time.monotonic() - t0, attrs)
 
         if isinstance(pool, psycopg_pool.AsyncConnectionPool):
@@ -173,38 +181,56 @@ class Instrumentation:
                 try:
                     return got(t0, await getconn(timeout))
                 except psycopg_pool.PoolTimeout:
-                    timeouts.add(1, attrs)
+                    if live:
+                        timeouts.add(1, attrs)
                     raise
 
             async def aputconn(conn: Any) -> None:
                 returning(conn)
                 await putconn(conn)
 
-            pool.getconn, pool.putconn = agetconn, aputconn
-            return
+            hooks: Dict[str, Any] = {"getconn": agetconn, "putconn": aputconn}
+        else:
 
-        def sgetconn(timeout: Optional[float] = None) -> Any:
-            t0 = time.monotonic()
-            try:
-                return got(t0, getconn(timeout))
-            except psycopg_pool.PoolTimeout:
-                timeouts.add(1, attrs)
-                raise
+            def sgetconn(timeout: Optional[float] = None) -> Any:
+                t0 = time.monotonic()
+                try:
+                    return got(t0, getconn(timeout))
+                except psycopg_pool.PoolTimeout:
+                    if live:
+                        timeouts.add(1, attrs)
+                    raise
 
-        def sputconn(conn: Any) -> None:
-            returning(conn)
-            putconn(conn)
+            def sputconn(conn: Any) -> None:
+                returning(conn)
+                putconn(conn)
 
-        pool.getconn, pool.putconn = sgetconn, sputconn
+            hooks = {"getconn": sgetconn, "putconn": sputconn}
+        for attr, fn in hooks.items():
+            fn._racaffinity_below = (live, below[attr])  # type: ignore[attr-defined]
+            setattr(pool, attr, fn)
+        self._mine[id(pool)] = hooks
 
     def uninstrument(self) -> None:
-        """Removes the pool hooks; the observable instruments report nothing more."""
+        """Removes this instrumentation's pool hooks (another one's stay);
+        the observable instruments report nothing more. Idempotent."""
         with self._lock:
             self._closed = True
-            for pool, _name in self._hooked.values():
-                for attr in ("getconn", "putconn"):
-                    pool.__dict__.pop(attr, None)
+            self._live.clear()
+            for key, (pool, _name) in self._hooked.items():
+                for attr, fn in self._mine.get(key, {}).items():
+                    if pool.__dict__.get(attr) is not fn:
+                        continue  # wrapped by a later instrumentation: passes through now
+                    # Unwrap this one and any uninstrumented one below it.
+                    below = fn._racaffinity_below[1]
+                    while below is not None and hasattr(below, "_racaffinity_below") and not below._racaffinity_below[0]:
+                        below = below._racaffinity_below[1]
+                    if below is None:
+                        pool.__dict__.pop(attr, None)
+                    else:
+                        setattr(pool, attr, below)
             self._hooked.clear()
+            self._mine.clear()
 
     # -- observable callbacks --------------------------------------------------------
 

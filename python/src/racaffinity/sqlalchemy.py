@@ -20,9 +20,10 @@ with the engine's pool arguments. Each checkout asks the core for a node
 (its transaction, the `route()` key or session, the session scope, the
 pin, else load balancing: the same order as `racaffinity.pools`) and holds
 a lease until the connection is returned; a connection that SQLAlchemy
-invalidated during the checkout (a disconnect, a failed pre-ping whose
-reconnect failed) reports the node's failure, which counts towards passive
-ejection. SQLAlchemy's pool events registered on the engine fire for every
+invalidated during the checkout for a node failure (a disconnect, a failed
+pre-ping whose reconnect failed) reports the node's failure, which counts
+towards passive ejection; one terminated session or an application's
+`invalidate()` does not. SQLAlchemy's pool events registered on the engine fire for every
 node's connections, and `pool_pre_ping` pings each as usual; a failed ping
 invalidates the pooled connections of that node only.
 """
@@ -42,6 +43,7 @@ import sqlalchemy  # noqa: E402 - after the check that names the extra
 from sqlalchemy import exc as sa_exc  # noqa: E402
 from sqlalchemy.engine import URL, make_url  # noqa: E402
 from sqlalchemy.pool import AsyncAdaptedQueuePool, Pool, QueuePool  # noqa: E402
+from sqlalchemy.pool.base import _ConnectionRecord  # noqa: E402
 
 from ._args import BytesLike, DataKey  # noqa: E402
 from ._cluster import Cluster  # noqa: E402
@@ -228,20 +230,25 @@ class RoutingPool(Pool):
         except BaseException as e:
             lease_release(self._h, buf, FAILED if _node_failed(e, self._dialect.loaded_dbapi) else NEUTRAL)
             raise
+        rec._racaffinity_invalidated = None
         self._leases[rec] = buf
         return rec
 
     def _returned(self, rec: Any, detached: bool = False) -> None:
         """Ends the lease of a record coming back: FAILED when SQLAlchemy
-        invalidated its connection during the checkout and could not
-        reconnect (it has none now)."""
+        invalidated its connection during the checkout for a node failure
+        (a disconnect, a failed reconnect) and it has none now; NEUTRAL when
+        it was invalidated for anything else (one terminated session, the
+        application's own `invalidate()`)."""
         buf = self._leases.pop(rec, None)
         if buf is None:
             return
         if detached:
             outcome = NEUTRAL
+        elif rec.dbapi_connection is not None:
+            outcome = OK  # never invalidated, or reconnected at once
         else:
-            outcome = OK if rec.dbapi_connection is not None else FAILED
+            outcome = FAILED if getattr(rec, "_racaffinity_invalidated", None) == "node" else NEUTRAL
         lease_release(self._h, buf, outcome)
 
     def _do_return_conn(self, record: Any) -> None:
@@ -329,12 +336,32 @@ def _node_pool_class(base: type) -> type:
         def _put_back(self, record: Any) -> None:
             super()._do_return_conn(record)
 
+        def _create_connection(self) -> Any:
+            return _Record(self)
+
     _NodePool.__name__ = _NodePool.__qualname__ = f"Node{base.__name__}"
     _NODE_POOL_CLASSES[base] = _NodePool
     return _NodePool
 
 
 _NODE_POOL_CLASSES: Dict[type, type] = {}
+
+
+class _Record(_ConnectionRecord):
+    """A node pool's connection record that remembers why SQLAlchemy
+    invalidated it during a checkout: "node" for the node's failure, else
+    "session" (the lease's outcome, `RoutingPool._returned`)."""
+
+    _racaffinity_invalidated: Optional[str] = None
+
+    def invalidate(self, e: Optional[BaseException] = None, soft: bool = False) -> None:
+        cause = e.orig if isinstance(e, sa_exc.DBAPIError) and e.orig is not None else e
+        outer = getattr(self._ConnectionRecord__pool, "_outer", None)
+        dbapi = outer._dialect.loaded_dbapi if outer is not None else None
+        node = cause is not None and not soft and _node_failed(cause, dbapi)
+        if node or self._racaffinity_invalidated is None:
+            self._racaffinity_invalidated = "node" if node else "session"
+        super().invalidate(e, soft)
 
 
 def _split_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
