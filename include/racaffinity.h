@@ -702,6 +702,27 @@ racaffinity_result racaffinity_event_apply(const racaffinity_cluster *cluster,
                                            uint32_t *out_changes);
 
 /*
+ Applies one record of a fleet feed (docs/operations.md, "Feed records"):
+ `key` relative to the feed's prefix (`node/<NAME>/state`, ...), `value`
+ the record's value or NULL when the key was deleted, `version` its
+ fleet-wide order (the log's revision). The versioned path every binding
+ has for shared operator inputs: records applied in any order end alike.
+ `*out_applied` (may be NULL) is false when an input with a higher
+ version was already in (nothing changed). A record of no known form is
+ `INVALID_ARGUMENT`, one about an unknown node `UNKNOWN_NODE`; a refused
+ record changes nothing.
+
+ # Safety
+ `key` must be NULL or NUL-terminated; `value` NULL or NUL-terminated;
+ `out_applied` NULL or writable.
+ */
+racaffinity_result racaffinity_feed_record_apply(const racaffinity_cluster *cluster,
+                                                 uint64_t version,
+                                                 const char *key,
+                                                 const char *value,
+                                                 bool *out_applied);
+
+/*
  Reports a heartbeat probe of `node` (`ok` = it answered).
  */
 racaffinity_result racaffinity_probe_report(const racaffinity_cluster *cluster,

@@ -422,3 +422,36 @@ def test_errors_carry_the_library_message():
             c.tx_begin(b"x" * 65)
         assert "64" in str(e.value) and e.value.code == lib.RACAFFINITY_RESULT_INVALID_ARGUMENT
         assert _errors.result_message(lib.RACAFFINITY_RESULT_PANIC).startswith("internal panic")
+
+
+def test_feed_records_join_by_version_in_any_order(cluster_factory):
+    # The versioned path for shared inputs (docs/operations.md, "Feed
+    # records"): the same records in opposite orders end alike.
+    records = [
+        (5, "node/RAC2/state", "draining timeout=30s"),
+        (6, "node/RAC2/state", "down"),
+        (7, "node/RAC1/weight", "4"),
+        (8, "partition_map", "0=RAC3,1=RAC2"),
+        (9, "node/RAC2/state", None),
+    ]
+    views = []
+    for order in (records, list(reversed(records))):
+        c = cluster_factory(nodes=NAMES, transaction_strict=True)
+        applied = [c.apply_feed_record(*r) for r in order]
+        assert applied[0] is True
+        views.append((c.node_state("RAC2"), c.metrics()["fingerprint"]))
+    assert views[0] == views[1]
+    assert views[0][0] == ra.NodeState.UP
+
+
+def test_feed_records_refuse_bad_input_with_a_reason(cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    assert c.apply_feed_record(3, "node/RAC1/state", "down") is True
+    assert c.apply_feed_record(2, "node/RAC1/state", "up") is False
+    with pytest.raises(ra.UnknownNodeError):
+        c.apply_feed_record(4, "node/NOPE/state", "down")
+    with pytest.raises(ra.InvalidArgumentError, match="unknown key"):
+        c.apply_feed_record(4, "nodes/RAC1", "present")
+    with pytest.raises(TypeError):
+        c.apply_feed_record(-1, "node/RAC1/state", "up")
+    assert c.node_state("RAC1") == ra.NodeState.DOWN

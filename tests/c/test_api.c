@@ -2013,7 +2013,32 @@ static void connect_string_refuses_values_that_break_the_syntax(void) {
     }
 }
 
+/* Feed records: the versioned path for shared inputs (docs/operations.md). */
+static void feed_records_join_by_version_and_refuse_bad_records(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    bool applied = false;
+    CHECK_OK(racaffinity_feed_record_apply(c, 7, "node/MYDB2/state", "down", &applied));
+    CHECK(applied);
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_DOWN);
+    /* Older, then the same again: nothing changes. */
+    CHECK_OK(racaffinity_feed_record_apply(c, 6, "node/MYDB2/state", "up", &applied));
+    CHECK(!applied);
+    CHECK_OK(racaffinity_feed_record_apply(c, 7, "node/MYDB2/state", "down", NULL));
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_DOWN);
+    /* A deletion (NULL value) is `up`, at its own revision. */
+    CHECK_OK(racaffinity_feed_record_apply(c, 9, "node/MYDB2/state", NULL, &applied));
+    CHECK(applied);
+    CHECK_EQ_U(state_of(c, 1), RACAFFINITY_NODE_STATE_UP);
+    CHECK_RC(racaffinity_feed_record_apply(c, 10, "node/NOPE/state", "down", NULL), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_RC(racaffinity_feed_record_apply(c, 10, "nodes/MYDB1", "x", NULL), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_feed_record_apply(c, 10, NULL, "down", NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_feed_record_apply(c, 10, "node/MYDB1/state", "\xff", NULL), RACAFFINITY_RESULT_INVALID_UTF8);
+    CHECK_EQ_U(state_of(c, 0), RACAFFINITY_NODE_STATE_UP);
+    free_cluster(c);
+}
+
 static const h_test tests[] = {
+    TEST(feed_records_join_by_version_and_refuse_bad_records),
     TEST(version_is_a_nonempty_dotted_string),
     TEST(result_message_describes_every_code),
     TEST(buffer_too_small_reports_the_needed_size_and_retry_succeeds),

@@ -630,6 +630,21 @@ class Cluster:
         out = self._out("uint32_t *", lib.racaffinity_event_apply, _cstr(line, "event line"))
         return int(out[0])
 
+    def apply_feed_record(self, version: int, key: str, value: Optional[str]) -> bool:
+        """Applies one record of a fleet feed (docs/operations.md, "Feed
+        records"): `key` relative to the feed's prefix (`node/RAC1/state`,
+        `node/RAC1/weight`, `node/RAC1`, `partition_map`, `fan/<id>`),
+        `value` its value or None when the key was deleted, `version` its
+        fleet-wide order (the log's revision). Returns False when an input
+        with a higher version was already in (nothing changed). A record of
+        no known form raises `InvalidArgumentError`, one about an unknown
+        node `UnknownNodeError`; a refused record changes nothing."""
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version < 2**64:
+            raise TypeError(f"version must be an int in 0..2**64, got {version!r}")
+        v = ffi.NULL if value is None else _cstr(value, "value")
+        out = self._out("bool *", lib.racaffinity_feed_record_apply, version, _cstr(key, "key"), v)
+        return bool(out[0])
+
     def report_probe(self, node: Union[int, str], ok: bool) -> None:
         """Reports a heartbeat probe of `node`."""
         self._call(lib.racaffinity_probe_report, self.node_id(node), _bool_arg(ok, "ok"))

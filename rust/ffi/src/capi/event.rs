@@ -29,6 +29,39 @@ pub unsafe extern "C" fn racaffinity_event_apply(
     })
 }
 
+/// Applies one record of a fleet feed (docs/operations.md, "Feed records"):
+/// `key` relative to the feed's prefix (`node/<NAME>/state`, ...), `value`
+/// the record's value or NULL when the key was deleted, `version` its
+/// fleet-wide order (the log's revision). The versioned path every binding
+/// has for shared operator inputs: records applied in any order end alike.
+/// `*out_applied` (may be NULL) is false when an input with a higher
+/// version was already in (nothing changed). A record of no known form is
+/// `INVALID_ARGUMENT`, one about an unknown node `UNKNOWN_NODE`; a refused
+/// record changes nothing.
+///
+/// # Safety
+/// `key` must be NULL or NUL-terminated; `value` NULL or NUL-terminated;
+/// `out_applied` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_feed_record_apply(
+    cluster: *const racaffinity_cluster,
+    version: u64,
+    key: *const c_char,
+    value: *const c_char,
+    out_applied: *mut bool,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let key = unsafe { str_arg(key, "key") }?;
+        // SAFETY: per this function's contract; NULL is a deletion.
+        let value = if value.is_null() { None } else { Some(unsafe { str_arg(value, "value") }?) };
+        let outcome = handle::with(cluster, |c| Ok(c.apply_feed_record(version, key, value)?))?;
+        // SAFETY: `out_applied` is NULL or writable per the contract.
+        unsafe { write_opt(out_applied, outcome == racaffinity_core::FeedOutcome::Applied) };
+        Ok(())
+    })
+}
+
 /// Reports a heartbeat probe of `node` (`ok` = it answered).
 #[no_mangle]
 pub extern "C" fn racaffinity_probe_report(
