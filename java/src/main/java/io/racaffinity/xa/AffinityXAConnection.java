@@ -179,7 +179,7 @@ public final class AffinityXAConnection implements XAConnection {
         if (p.associated != null) {
             XaRouter.Branch b = router.branch(p.associated);
             if (b != null && !b.prepared) {
-                b.sessionLost = true;
+                XaRouter.sessionLost(b);
             }
             if (p.associated.equals(boundXid)) {
                 boundXid = null;

@@ -173,11 +173,18 @@ public final class AffinityXAResource implements XAResource {
         try {
             r = p.xar.prepare(xid);
         } catch (XAException e) {
-            boolean nodeFailed = failed(node, e);
+            boolean lost = failed(node, e);
             clear(p, k);
             if (XaErrors.rolledBack(e.errorCode) || e.errorCode == XAException.XAER_NOTA) {
                 router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
-            } else if (!nodeFailed) {
+            } else if (lost) {
+                // The session died around the PREPARE (on whichever connection the TM prepared it): prepared or
+                // not, only the node's in-doubt list can tell; a rollback or a recovery scan settles it.
+                XaRouter.Branch b = router.branch(k);
+                if (b != null && !b.prepared) {
+                    XaRouter.sessionLost(b);
+                }
+            } else {
                 // The database answered the PREPARE with an error of the work (pgjdbc calls even a trigger's
                 // P0001 XAER_RMFAIL): the database rolled the branch back. The TM's rollback releases it.
                 XaRouter.Branch b = router.branch(k);

@@ -274,6 +274,38 @@ class XaFaultsTest {
         assertCompleted(ds, 3, run, 1);
     }
 
+    /**
+     * A branch ended; its node is killed; PREPARE fails (was it prepared before the crash? nobody knows), the TM's
+     * rollback cannot connect, the TM gives up (Narayana: ARJUNA012091) and closes the XAConnection. Once the node
+     * is back, a recovery scan that does not list the xid settles its fate: rolled back, released.
+     */
+    @Test
+    void aBranchWhosePrepareFailedOnAKilledNodeIsReleasedByTheScanThatShowsItWasNeverPrepared() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection c = ds.getXAConnection();
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        String run = UUID.randomUUID().toString();
+        startOn(ds, "RAC3", r, x);
+        insert(c, run, 1);
+        r.end(x, XAResource.TMSUCCESS);
+        PgNodes.kill(3);
+        try {
+            assertEquals(XAException.XAER_RMFAIL, xaFails(() -> r.prepare(x)).errorCode);
+            XAException e = xaFails(() -> r.rollback(x));
+            assertEquals(XAException.XAER_RMFAIL, e.errorCode, e.getMessage());
+            c.close(); // the TM lost interest
+            assertEquals(1, ds.getRouter().trackedBranches(), "its fate is unknown while its node is down");
+            assertEquals(0, XaSupport.totalInFlight(ds), "no work runs on a dead session: not in flight (it would"
+                    + " bias least-outstanding balancing away from the node)");
+        } finally {
+            PgNodes.restart(3);
+        }
+        XAResource rr = connect(ds).getXAResource();
+        assertFalse(contains(rr.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), x));
+        assertCompleted(ds, 3, run, 0);
+    }
+
     @Test
     void aLongLivedRecoveryConnectionFindsTheBranchesOfARestartedNode() throws Exception {
         AffinityXADataSource first = ds("");
