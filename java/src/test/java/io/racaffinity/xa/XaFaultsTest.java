@@ -557,6 +557,47 @@ class XaFaultsTest {
         }
     }
 
+    /**
+     * One user's wrong login (a role that may not log in: 28000) reaches the heartbeat, which probes with the
+     * last credentials the application passed: the node answered, so it is no miss. Before the fix every node
+     * went Down by heartbeat and strict mode refused the good user's starts (a full outage).
+     */
+    @Test
+    void oneUsersWrongLoginInTheXaHeartbeatNeverMarksANodeDown() throws Exception {
+        Map<String, XADataSource> nodes = new LinkedHashMap<>();
+        List<Counting> counting = new ArrayList<>();
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            Counting k = new Counting(node(i));
+            counting.add(k);
+            nodes.put("RAC" + i, k);
+        }
+        AffinityXADataSource ds = new AffinityXADataSource();
+        ds.setConfig("name = xa-faults-hb-login-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3"
+                + "; transaction.strict = true");
+        ds.setNodeXADataSources(nodes);
+        ds.setHeartbeatIntervalMillis(100);
+        ds.setRegisterMBean(false);
+        xa.track(ds);
+        XAConnection good = xa.track(ds.getXAConnection("postgres", ""));
+        XAConnection bad = xa.track(ds.getXAConnection(NOLOGIN, "wrong-password")); // the heartbeat's now
+        int before = counting.stream().mapToInt(k -> k.calls.get()).min().orElse(0);
+        assertTrue(Pools.await(Duration.ofSeconds(30), () -> counting.stream().allMatch(k -> k.calls.get() >= before + 8)),
+                "probes ran with the refused login");
+        for (NodeMetrics m : ds.getCluster().nodeMetrics()) {
+            assertEquals(NodeState.UP, m.state(), "a refused login is the user's, not the node's: " + m);
+            assertEquals(0, m.failures(), "no failure counted: " + m);
+        }
+        XAResource r = good.getXAResource();
+        for (int i = 0; i < 10; i++) {
+            Xid x = new TestXid(FORMAT, ("hb-login-" + i + "-" + UUID.randomUUID()).getBytes(), new byte[] {1});
+            r.start(x, XAResource.TMNOFLAGS); // strict: refused if the gtrid's node were Down
+            r.end(x, XAResource.TMSUCCESS);
+            r.commit(x, true);
+        }
+        xaFails(() -> bad.getXAResource().start(xid(1), XAResource.TMNOFLAGS));
+        assertNothingLeaked(ds);
+    }
+
     // ---- 8. one scan lists each xid once ------------------------------------------------
 
     @Test
