@@ -464,6 +464,15 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     }
 
     Connection connect(String username, String pass, AffinityShardingKey key) throws SQLException {
+        try {
+            return connectRouted(username, pass, key);
+        } catch (SQLException e) {
+            // Drivers write the URL (credentials and all) into their messages; classified already, so only redact.
+            throw nodes.redactor().sql(e, pass);
+        }
+    }
+
+    private Connection connectRouted(String username, String pass, AffinityShardingKey key) throws SQLException {
         if (isClosed()) {
             throw closedException();
         }

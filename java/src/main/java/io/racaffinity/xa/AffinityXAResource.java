@@ -102,7 +102,7 @@ public final class AffinityXAResource implements XAResource {
                 p.xar.start(xid, flags);
             } catch (XAException e) {
                 failed(node, e);
-                throw e;
+                throw router.redacted(e);
             }
             synchronized (conn) {
                 p.associated = k;
@@ -119,7 +119,7 @@ public final class AffinityXAResource implements XAResource {
             // failed() counted the node failure, if it was one: the lease goes back NEUTRAL so it is counted once
             failed(b.node, e);
             router.abandon(k, b, Outcome.NEUTRAL);
-            throw e;
+            throw router.redacted(e);
         } catch (RuntimeException e) {
             router.abandon(k, b, Outcome.NEUTRAL);
             throw e;
@@ -142,7 +142,7 @@ public final class AffinityXAResource implements XAResource {
             if (XaErrors.rolledBack(e.errorCode)) {
                 conn.unbindXid(k);
             }
-            throw e;
+            throw router.redacted(e);
         }
         if ((flags & TMSUSPEND) == 0) {
             conn.unbindXid(k);
@@ -160,7 +160,7 @@ public final class AffinityXAResource implements XAResource {
             if (XaErrors.rolledBack(e.errorCode)) {
                 abandon(k, xid);
             }
-            throw e;
+            throw router.redacted(e);
         }
         AffinityXAConnection.Physical p;
         int r;
@@ -168,7 +168,7 @@ public final class AffinityXAResource implements XAResource {
             p = conn.physical(node);
         } catch (XAException e) {
             failed(node, e);
-            throw e;
+            throw router.redacted(e);
         }
         try {
             r = p.xar.prepare(xid);
@@ -193,7 +193,7 @@ public final class AffinityXAResource implements XAResource {
                     conn.refused(k);
                 }
             }
-            throw e;
+            throw router.redacted(e);
         }
         clear(p, k);
         if (r == XA_RDONLY) {
@@ -268,7 +268,7 @@ public final class AffinityXAResource implements XAResource {
             if (onePhase && XaErrors.rolledBack(e.errorCode)) {
                 abandon(k, xid);
             }
-            throw e;
+            throw router.redacted(e);
         }
         XaRouter.Branch b = router.branch(k);
         AffinityXAConnection.Physical p;
@@ -283,8 +283,8 @@ public final class AffinityXAResource implements XAResource {
                 try {
                     target = temp.getXAResource();
                 } catch (java.sql.SQLException e) {
-                    throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " on " + router.nodeName(node)
-                            + ": " + router.redact(String.valueOf(e.getMessage())), e);
+                    throw router.redacted(XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " on "
+                            + router.nodeName(node) + ": " + router.redact(String.valueOf(e.getMessage())), e));
                 }
             }
         } catch (XAException e) {
@@ -292,7 +292,7 @@ public final class AffinityXAResource implements XAResource {
                 AffinityXAConnection.closeQuietly(temp);
             }
             failed(node, e); // unreachable: the entry is kept for the retry
-            throw e;
+            throw router.redacted(e);
         }
         try {
             switch (op) {
@@ -326,11 +326,11 @@ public final class AffinityXAResource implements XAResource {
                 if (c != XAException.XAER_RMFAIL) {
                     // pgjdbc answers XAER_RMERR when the session was terminated (57P01, as after a crash): the
                     // branch is still where it was, so the TM must retry (a TM gives up on XAER_RMERR)
-                    throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " of xid " + k + " on "
-                            + router.nodeName(node) + ": the connection was lost ("
-                            + router.redact(String.valueOf(e.getMessage())) + "); retry", e);
+                    throw router.redacted(XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " of xid " + k
+                            + " on " + router.nodeName(node) + ": the connection was lost ("
+                            + router.redact(String.valueOf(e.getMessage())) + "); retry", e));
                 }
-                throw e; // XAER_RMFAIL: the entry is kept for the retry, released after it
+                throw router.redacted(e); // XAER_RMFAIL: the entry is kept for the retry, released after it
             }
             if (p != null) {
                 clear(p, k);
@@ -351,7 +351,7 @@ public final class AffinityXAResource implements XAResource {
                 XaRouter.LOG.log(Level.WARNING, () -> "xid " + k + ": heuristic outcome " + XaErrors.name(c)
                         + " on " + router.nodeName(node) + " (" + op + "); the TM must forget it");
             }
-            throw e;
+            throw router.redacted(e);
         } finally {
             if (temp != null) {
                 AffinityXAConnection.closeQuietly(temp);

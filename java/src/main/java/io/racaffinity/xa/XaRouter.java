@@ -6,6 +6,7 @@ import io.racaffinity.Lease;
 import io.racaffinity.NodeState;
 import io.racaffinity.Outcome;
 import io.racaffinity.RecoveryScope;
+import io.racaffinity.Redacted;
 import io.racaffinity.Route;
 import io.racaffinity.UnknownTransactionException;
 import java.lang.System.Logger.Level;
@@ -178,8 +179,10 @@ public final class XaRouter {
             return c;
         } catch (SQLException e) {
             // Not counted here: the XA call this open serves counts one failure for the whole operation.
-            throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: cannot connect to node " + nodeName(node)
-                    + ": " + redact.apply(String.valueOf(e.getMessage())), e);
+            UnaryOperator<String> r = password == null || password.isEmpty() ? redact
+                    : s -> redact.apply(s).replace(password, "****");
+            throw Redacted.xa(XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: cannot connect to node "
+                    + nodeName(node) + ": " + r.apply(String.valueOf(e.getMessage())), e), r);
         }
     }
 
@@ -248,6 +251,11 @@ public final class XaRouter {
 
     String redact(String s) {
         return redact.apply(s);
+    }
+
+    /** {@code e}, or a copy whose messages and causes are redacted (a driver writes its URL into them). */
+    XAException redacted(XAException e) {
+        return Redacted.xa(e, redact);
     }
 
     // ---- placement -------------------------------------------------------------
