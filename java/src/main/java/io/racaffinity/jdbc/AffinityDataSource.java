@@ -319,6 +319,10 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         if (m != null) {
             m.close();
         }
+        TransactionAffinity t = jta;
+        if (t != null) {
+            t.close();
+        }
     }
 
     /**
