@@ -342,6 +342,15 @@ public final class AffinityXAResource implements XAResource {
                 router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
                 return;
             }
+            if (c == XAException.XAER_RMERR && XaRouter.isUnknownGid(e)) {
+                // pgjdbc's answer on the connection that prepared the xid, when the node no longer holds it
+                // (another resolver completed it): XAER_RMERR, where any other connection answers XAER_NOTA for
+                // the same 42704. The node answered, so it is NOTA; a TM gives up on RMERR and keeps nothing.
+                router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.NONE);
+                throw router.redacted(XaErrors.xa(XAException.XAER_NOTA, "racaffinity: " + op + " of xid " + k
+                        + ": node " + router.nodeName(node) + " holds no such branch (completed by another resolver?)",
+                        e));
+            }
             if (XaErrors.rolledBack(c)) {
                 router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
             } else if (c == XAException.XAER_NOTA) {

@@ -241,6 +241,22 @@ public final class XaRouter {
         return false;
     }
 
+    /**
+     * Whether a failed 2PC command's node answered that it holds no such prepared transaction
+     * (PostgreSQL's 42704, undefined_object: "prepared transaction with identifier ... does not
+     * exist") anywhere in the chain.
+     */
+    static boolean isUnknownGid(Throwable e) {
+        Throwable t = e;
+        for (int depth = 0; t != null && depth < 16; depth++) {
+            if (t instanceof SQLException && "42704".equals(((SQLException) t).getSQLState())) {
+                return true;
+            }
+            t = t.getCause() == t ? null : t.getCause();
+        }
+        return false;
+    }
+
     void reportFailure(int node) {
         try {
             cluster.reportOutcome(node, false);

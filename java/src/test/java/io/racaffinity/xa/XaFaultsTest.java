@@ -328,6 +328,77 @@ class XaFaultsTest {
         assertNothingLeaked(recovery);
     }
 
+    // ---- 3b. a gid the answering node does not hold ---------------------------------------
+
+    /** What pgjdbc answers to {@code op} of {@code x}, which its node does not hold: "XA code/SQLState". */
+    static String answer(XAResource r, String op, Xid x) {
+        XAException e = xaFails(() -> {
+            if (op.equals("commit")) {
+                r.commit(x, false);
+            } else {
+                r.rollback(x);
+            }
+        });
+        return XaErrors.name(e.errorCode) + "/" + (e.getCause() instanceof SQLException
+                ? ((SQLException) e.getCause()).getSQLState() : String.valueOf(e.getCause()));
+    }
+
+    /**
+     * The real driver's answers for a gid its node does not hold (docs/xa-faults.md's driver table): pgjdbc
+     * says XAER_NOTA, except on the connection that prepared the xid (until it completes it there), where the
+     * same "prepared transaction does not exist" (42704) is XAER_RMERR.
+     */
+    @Test
+    void pgjdbcAnswersNotaForAGidItDoesNotHoldButRmerrOnTheConnectionThatPreparedIt() throws Exception {
+        Map<String, String> seen = new LinkedHashMap<>();
+        XAConnection fresh = xa.track(node(1).getXAConnection());
+        Xid unknown = new TestXid(FORMAT, ("never-" + UUID.randomUUID()).getBytes(), new byte[] {1});
+        for (String op : List.of("commit", "rollback")) {
+            seen.put("fresh " + op, answer(fresh.getXAResource(), op, unknown));
+            XAConnection preparing = xa.track(node(1).getXAConnection());
+            XAResource r = preparing.getXAResource();
+            Xid x = new TestXid(FORMAT, ("gone-" + UUID.randomUUID()).getBytes(), new byte[] {1});
+            preparedEmpty(r, x);
+            try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
+                s.execute("ROLLBACK PREPARED '" + prepared(1).get(0) + "'"); // another resolver
+            }
+            seen.put("preparing " + op, answer(r, op, x));
+        }
+        assertEquals(Map.of("fresh commit", "XAER_NOTA/42704", "fresh rollback", "XAER_NOTA/42704",
+                "preparing commit", "XAER_RMERR/42704", "preparing rollback", "XAER_RMERR/42704"), seen);
+    }
+
+    /**
+     * Another resolver completed the prepared branch (a DBA's COMMIT PREPARED, another TM's recovery): the
+     * branch's node answers that it holds no such gid. That is XAER_NOTA (the node answered), and the branch is
+     * released; pgjdbc's own XAER_RMERR made Narayana give up with the branch tracked forever.
+     */
+    @Test
+    void aPreparedBranchCompletedByAnotherResolverAnswersNotaAndIsReleased() throws Exception {
+        AffinityXADataSource ds = onNode1();
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        String run = UUID.randomUUID().toString();
+        Xid x = preparedOn(ds, "RAC1", c, run);
+        List<String> gids = prepared(1);
+        assertEquals(1, gids.size(), String.valueOf(gids));
+        try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
+            s.execute("COMMIT PREPARED '" + gids.get(0) + "'");
+        }
+        XAException e = xaFails(() -> r.commit(x, false));
+        assertEquals(XAException.XAER_NOTA, e.errorCode, XaErrors.name(e.errorCode) + ": " + e.getMessage());
+        assertCompleted(ds, 1, run, 1);
+        // and the same for a rollback of a branch rolled back elsewhere
+        String run2 = UUID.randomUUID().toString();
+        Xid y = preparedOn(ds, "RAC1", c, run2);
+        try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
+            s.execute("ROLLBACK PREPARED '" + prepared(1).get(0) + "'");
+        }
+        XAException e2 = xaFails(() -> r.rollback(y));
+        assertEquals(XAException.XAER_NOTA, e2.errorCode, XaErrors.name(e2.errorCode) + ": " + e2.getMessage());
+        assertCompleted(ds, 1, run2, 0);
+    }
+
     // ---- 4. never NOTA while a node that could hold the branch did not answer --------
 
     @Test
