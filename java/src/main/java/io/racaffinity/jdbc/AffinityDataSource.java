@@ -305,7 +305,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         jta = transactionAffinity(r.cluster, nodes.redactor());
         lastFailure = new String[r.byId.length];
         maintenance = new PoolMaintenance(kind + " " + r.cluster.name(), r.cluster, r.byId, this::lastFailure,
-                poolMaintenanceMillis, partitionMapLoader, partitionMapReloadMillis);
+                poolMaintenanceMillis, partitionMapLoader, partitionMapReloadMillis, nodes.redactor());
     }
 
     @Override
@@ -746,7 +746,12 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         return m == null ? 0 : m.failures();
     }
 
-    /** @return the last load's error if it failed, else null */
+    /**
+     * @return the last load's error if it failed, else null: the exception and each cause, with its
+     *     SQLState ({@code ...; caused by java.sql.SQLException (SQLState 42P01): relation ... does not
+     *     exist}), credentials masked, at most 512 characters; the same text is the core's last error,
+     *     and the WARNING record of the failure carries the exception itself
+     */
     public String getPartitionMapLoadError() {
         PoolMaintenance m = maintenance;
         return m == null ? null : m.lastError();
