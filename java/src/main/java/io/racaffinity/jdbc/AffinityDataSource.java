@@ -497,7 +497,10 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             if (tx != null && tx.placed() != null) {
                 // The transaction's first connection placed it (an explicit txBegin): go there.
                 lease = c.lease(tx.placed());
-            } else if (cb != null && key == null && tx == null) {
+            } else if (cb != null && key == null && tx == null
+                    && cb.getAffinityPolicy() != ConnectionAffinityCallback.AffinityPolicy.DATA_BASED_AFFINITY) {
+                // (data-based: the sharding key is the affinity, and without one the call routes as without a
+                // callback)
                 retryPick = callbackLease(c, cb);
                 lease = retryPick.lease;
             } else {
