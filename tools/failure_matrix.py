@@ -75,6 +75,14 @@ SOURCES = {
 }
 CELL_KEYS = ("model", "mode", "phase", "fault", "holds", "checks")
 
+# Java's own cells (issue 27, FailureMatrixTest.OWN_CELLS): "gone", the node
+# crashes right before the second PREPARE and stays down until the TM gave up
+# (its rollback cannot connect) and the application closed its XAConnections;
+# "hb_login", one user's refused login reaches the XA heartbeat, which probes
+# with the last credentials passed to getXAConnection(user, password).
+OWN_CELLS["java"] = [("gone", "prepare"), ("hb_login", "start")]
+FAULTS += ["gone", "hb_login"]
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -195,4 +195,29 @@ class AffinityCallbackSampleTest {
         assertNotNull(second.getConnectionAffinityContext());
         assertEquals(null, cb.getConnectionAffinityContext(), "the removed callback is not used");
     }
+    /**
+     * UCP 12.1's third policy: data affinity comes from each connection's sharding key, so the data source
+     * hands the callback no context; a connection without a key is balanced (or follows the thread's pin).
+     */
+    @Test
+    void dataBasedAffinityRoutesByTheShardingKeyAndHandsOutNoContext() throws Exception {
+        AffinityDataSource ds = ds("sample-data", "");
+        AffinityCallbackSample cb = new AffinityCallbackSample();
+        cb.setAffinityPolicy(AffinityPolicy.DATA_BASED_AFFINITY);
+        ds.registerConnectionAffinityCallback(cb);
+        java.util.Set<Integer> unkeyed = new java.util.HashSet<>();
+        for (int i = 0; i < 30; i++) {
+            unkeyed.add(port(ds));
+        }
+        assertEquals(null, cb.getConnectionAffinityContext(), "no context: the key is the affinity");
+        assertTrue(unkeyed.size() >= 2, "without a key, balanced: " + unkeyed);
+        for (long k = 0; k < 20; k++) {
+            java.sql.ShardingKey key = ds.createShardingKeyBuilder().subkey(k, java.sql.JDBCType.BIGINT).build();
+            try (Connection c = ds.createConnectionBuilder().shardingKey(key).build()) {
+                assertEquals(portOf(ds.getCluster().routeKey(k).nodeName()), Pools.serverPort(c), "key " + k);
+            }
+        }
+        assertEquals(null, cb.getConnectionAffinityContext());
+    }
 }
+

@@ -446,11 +446,42 @@ public final class Cluster implements AutoCloseable {
         c.setPlain(ThreadContexts.EPOCH, e);
     }
 
+    /**
+     * Host leases in flight per stripe and node past which a pick is a library lease: a host lease
+     * has no cleaner, so one dropped without a release would stay in flight for good; this bounds them.
+     */
+    static final int HOST_LEASE_CAP = 64;
+
     private Lease beginHostLease(AtomicLongArray c, int node, RouteKind kind, long e) {
         int word = (int) c.getPlain(ThreadContexts.LEASE_STRIPE) + node * 8;
+        // Checked before the add, so the page only ever counts leases that end through it (threads of one
+        // stripe racing past the check overshoot the cap by a few: a bound, not an exact limit).
+        if (((long) PAGE.getOpaque(page, word) & ((1L << 24) - 1)) >= HOST_LEASE_CAP) {
+            return overHostLeaseCap(node, kind);
+        }
         PAGE.getAndAdd(page, word, ThreadContexts.HOST_LEASE_BEGIN);
         Reference.reachabilityFence(page);
         return new Lease(this, node, kind, word, e);
+    }
+
+    /** Whether the host lease cap was reached once (logged once per cluster). */
+    private volatile boolean hostLeaseCapLogged;
+
+    /**
+     * {@link #HOST_LEASE_CAP} host leases are in flight on this stripe and node: many threads pinned to the
+     * node hold one each, or leases were dropped without a release. Either way this one is a library lease,
+     * which the garbage collector releases if it is dropped.
+     */
+    private Lease overHostLeaseCap(int node, RouteKind kind) {
+        if (!hostLeaseCapLogged) {
+            hostLeaseCapLogged = true;
+            System.getLogger("io.racaffinity").log(System.Logger.Level.WARNING, () -> "cluster " + name + ": "
+                    + HOST_LEASE_CAP + " leases of pinned threads are in flight on node " + nodeName(node)
+                    + " from one stripe (leases dropped without a release? they stay in flight); further ones are"
+                    + " library leases, released by the garbage collector if dropped (logged once)");
+        }
+        Native.leaseBegin(handle, node);
+        return new Lease(this, node, kind);
     }
 
     /**

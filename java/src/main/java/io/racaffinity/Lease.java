@@ -31,7 +31,9 @@ import java.util.Objects;
  * counts as in flight on its node until the cluster closes, also after its
  * thread has ended: {@link NodeMetrics#inFlight()} (and JMX
  * {@code NodeInFlight}) stays one higher, and {@code least_outstanding}
- * sends that node slightly less work. An {@code AffinityConnection} of a
+ * sends that node slightly less work. Bounded: past 64 host leases in flight
+ * on one stripe of threads for one node (logged once at WARNING), pinned picks
+ * there are leases the collector watches. An {@code AffinityConnection} of a
  * pinned thread holds such a lease (docs/java-datasource.md, "Connections
  * never closed"). Release every lease, as above.
  */

@@ -56,6 +56,33 @@ class HostLeaseEndTest {
         return l;
     }
 
+    /**
+     * Host leases taken in a pin and dropped without a release: they have no cleaner (that would cost more
+     * than the lease), so at most {@link Cluster#HOST_LEASE_CAP} of them per stripe and node are host leases;
+     * the picks past that are library leases, which the garbage collector releases. Before the fix 1,000
+     * dropped leases stayed 1,000 in flight after GC, biasing least_outstanding away from the node for good.
+     */
+    @Test
+    void hostLeasesDroppedWithoutReleaseStayBoundedAndTheRestAreReleasedByTheGc() throws Exception {
+        try (Cluster c = Cluster.fromConfig("name = dropped\nnodes = a, b")) {
+            Pin pin = c.pin();
+            int a = pin.node();
+            c.route(); // caches the pin
+            for (int i = 0; i < 1000; i++) {
+                assertEquals(a, c.pick().node()); // dropped
+            }
+            assertTrue(hostLeasesInFlight(c, a) <= Cluster.HOST_LEASE_CAP, "host leases: " + hostLeasesInFlight(c, a));
+            boolean bounded = io.racaffinity.testsupport.Await.until(java.time.Duration.ofSeconds(20),
+                    java.time.Duration.ofMillis(50), () -> {
+                        System.gc();
+                        return metrics(c, a).inFlight() <= Cluster.HOST_LEASE_CAP;
+                    });
+            assertTrue(bounded, "in flight after GC: " + metrics(c, a).inFlight());
+            // the page still serves the pinned thread once its leases are released
+            pin.close();
+        }
+    }
+
     @Test
     void aStaleOkOfAHostLeaseHeldAcrossAnEjectionIsNoTrial() throws Exception {
         try (Cluster c = Cluster.fromConfig("name = eject\nnodes = a, b\nhealth.eject_after_failures = 1\n"

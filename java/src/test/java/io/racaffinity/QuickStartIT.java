@@ -58,4 +58,35 @@ class QuickStartIT {
         assertTrue(tx.find(), out);
         assertEquals(tx.group(1), tx.group(2));
     }
+    /** The README's inline Java quick start, run without the node variables set. */
+    @Test
+    void theReadmesQuickStartNamesAMissingNodeVariableInsteadOfThrowingANullPointerException() throws Exception {
+        Path jar = Path.of(System.getProperty("racaffinity.jar"));
+        String driver = null;
+        for (String e : System.getProperty("java.class.path").split(File.pathSeparator)) {
+            if (e.matches(".*/postgresql-[0-9.]+\\.jar")) {
+                driver = e;
+            }
+        }
+        assertTrue(driver != null, "pgjdbc on the test class path");
+        String readme = Files.readString(PgNodes.repo().resolve("README.md"), StandardCharsets.UTF_8);
+        Matcher sample = Pattern.compile("<!-- sample: java/readme -->\\s*```java\\n(.*?)```", Pattern.DOTALL)
+                .matcher(readme);
+        assertTrue(sample.find(), "the README's java/readme sample");
+        Path dir = Files.createTempDirectory("readme-quickstart");
+        Path source = dir.resolve("QuickStart.java");
+        Files.writeString(source, sample.group(1), StandardCharsets.UTF_8);
+        String java = ProcessHandle.current().info().command().orElse("java");
+        ProcessBuilder pb = new ProcessBuilder(java, "-cp", jar + File.pathSeparator + driver, source.toString())
+                .redirectErrorStream(true);
+        pb.environment().remove("LD_LIBRARY_PATH");
+        pb.environment().keySet().removeIf(k -> k.startsWith("RACAFF_NODE"));
+        Process p = pb.start();
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(120, TimeUnit.SECONDS));
+        assertTrue(p.exitValue() != 0, out);
+        assertTrue(!out.contains("NullPointerException"), out);
+        assertTrue(out.contains("RACAFF_NODE1_URL is not set"), out);
+    }
 }
+

@@ -425,6 +425,9 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
             if (ownsCluster) {
                 c.close();
             }
+            if (e instanceof SQLException) {
+                throw redactor.sql((SQLException) e, null);
+            }
             throw e;
         }
     }

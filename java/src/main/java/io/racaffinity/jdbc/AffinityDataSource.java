@@ -305,7 +305,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         jta = transactionAffinity(r.cluster, nodes.redactor());
         lastFailure = new String[r.byId.length];
         maintenance = new PoolMaintenance(kind + " " + r.cluster.name(), r.cluster, r.byId, this::lastFailure,
-                poolMaintenanceMillis, partitionMapLoader, partitionMapReloadMillis);
+                poolMaintenanceMillis, partitionMapLoader, partitionMapReloadMillis, nodes.redactor());
     }
 
     @Override
@@ -318,6 +318,10 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         PoolMaintenance m = maintenance;
         if (m != null) {
             m.close();
+        }
+        TransactionAffinity t = jta;
+        if (t != null) {
+            t.close();
         }
     }
 
@@ -464,6 +468,15 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     }
 
     Connection connect(String username, String pass, AffinityShardingKey key) throws SQLException {
+        try {
+            return connectRouted(username, pass, key);
+        } catch (SQLException e) {
+            // Drivers write the URL (credentials and all) into their messages; classified already, so only redact.
+            throw nodes.redactor().sql(e, pass);
+        }
+    }
+
+    private Connection connectRouted(String username, String pass, AffinityShardingKey key) throws SQLException {
         if (isClosed()) {
             throw closedException();
         }
@@ -484,7 +497,10 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             if (tx != null && tx.placed() != null) {
                 // The transaction's first connection placed it (an explicit txBegin): go there.
                 lease = c.lease(tx.placed());
-            } else if (cb != null && key == null && tx == null) {
+            } else if (cb != null && key == null && tx == null
+                    && cb.getAffinityPolicy() != ConnectionAffinityCallback.AffinityPolicy.DATA_BASED_AFFINITY) {
+                // (data-based: the sharding key is the affinity, and without one the call routes as without a
+                // callback)
                 retryPick = callbackLease(c, cb);
                 lease = retryPick.lease;
             } else {
@@ -733,7 +749,12 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         return m == null ? 0 : m.failures();
     }
 
-    /** @return the last load's error if it failed, else null */
+    /**
+     * @return the last load's error if it failed, else null: the exception and each cause, with its
+     *     SQLState ({@code ...; caused by java.sql.SQLException (SQLState 42P01): relation ... does not
+     *     exist}), credentials masked, at most 512 characters; the same text is the core's last error,
+     *     and the WARNING record of the failure carries the exception itself
+     */
     public String getPartitionMapLoadError() {
         PoolMaintenance m = maintenance;
         return m == null ? null : m.lastError();

@@ -26,6 +26,8 @@ package io.racaffinity.jdbc;
  * affinity and sets a fresh context naming the new instance; strict mode throws
  * {@code SQLTransientConnectionException} (SQLState 08001, cause
  * {@code StrictAffinityException}).
+ * {@link AffinityPolicy#DATA_BASED_AFFINITY} sets no context: the sharding key of each
+ * connection is its affinity.
  */
 public interface ConnectionAffinityCallback {
     /**
@@ -41,7 +43,15 @@ public interface ConnectionAffinityCallback {
         /** Transaction-based affinity: the transaction scope's rules. */
         TRANSACTION_BASED_AFFINITY,
         /** Web-session affinity: the session scope's rules (released by {@code aff=FALSE}). */
-        WEBSESSION_BASED_AFFINITY
+        WEBSESSION_BASED_AFFINITY,
+        /**
+         * Data affinity (UCP 12.1 and later): each connection's sharding key routes it
+         * ({@code createConnectionBuilder().shardingKey(k)}, the data scope's rules:
+         * {@code data.strict}); the data source hands the callback no context, and a
+         * connection without a key is routed as without a callback (the thread's pin, else
+         * load balancing).
+         */
+        DATA_BASED_AFFINITY
     }
 
     /**

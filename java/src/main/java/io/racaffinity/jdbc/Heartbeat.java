@@ -96,6 +96,15 @@ final class Heartbeat implements AutoCloseable {
         } catch (SQLException e) {
             why = e.getClass().getSimpleName() + " (SQLState " + e.getSQLState() + "): "
                     + redactor.redact(e.getMessage());
+            if (SqlErrors.isAuthenticationFailure(e)) {
+                // The node answered; the login is one user's (an XA heartbeat probes with the last credentials
+                // the application passed). Counting it would mark every node Down for one user's mistake.
+                String answer = why;
+                LOG.log(Level.DEBUG, () -> owner + ": heartbeat of node " + nodeName(node) + ": the login was"
+                        + " refused, the node answered: " + answer);
+                ok = true;
+                why = null;
+            }
         } catch (RuntimeException e) {
             why = redactor.redact(String.valueOf(e));
         } finally {
@@ -119,6 +128,14 @@ final class Heartbeat implements AutoCloseable {
             // closing
         } catch (AffinityException e) {
             LOG.log(Level.WARNING, () -> owner + ": heartbeat report failed: " + redactor.redact(e.getMessage()));
+        }
+    }
+
+    private String nodeName(int node) {
+        try {
+            return cluster.nodeName(node);
+        } catch (AffinityException e) {
+            return "#" + node;
         }
     }
 

@@ -388,6 +388,11 @@ final class NodeSources<T> {
     }
 
     private T fromUrl(Cluster c, String node, String url, Redactor redactor) throws SQLException {
+        if (url != null && url.isBlank()) {
+            // Spring's `node-urls.X=` binds "": a pool would only say "jdbcUrl is required" at the first use
+            throw new SQLNonTransientException(owner + " " + c.name() + ": nodeUrls gives node " + node
+                    + " an empty URL", "HY000");
+        }
         if (url == null) {
             if (urlTemplate == null) {
                 return null;

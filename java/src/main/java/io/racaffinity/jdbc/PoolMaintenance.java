@@ -35,6 +35,8 @@ final class PoolMaintenance implements AutoCloseable {
     private final IntFunction<String> lastFailure;
     private final long tickMillis;
     private final PartitionMapLoader loader;
+    /** The loader's exceptions are the application's (a driver's message may hold its URL). */
+    private final Redactor redactor;
     private final long reloadMillis;
     private final Thread thread;
     private final NodeState[] last;
@@ -54,8 +56,9 @@ final class PoolMaintenance implements AutoCloseable {
      * @param lastFailure the last connection failure the data source saw on a node, or null
      */
     PoolMaintenance(String owner, Cluster cluster, DataSource[] byId, IntFunction<String> lastFailure,
-            long tickMillis, PartitionMapLoader loader, long reloadMillis) {
+            long tickMillis, PartitionMapLoader loader, long reloadMillis, Redactor redactor) {
         this.owner = owner;
+        this.redactor = redactor;
         this.cluster = cluster;
         this.byId = byId.clone();
         this.lastFailure = lastFailure;
@@ -241,16 +244,34 @@ final class PoolMaintenance implements AutoCloseable {
             }
             // The error first, here and in the core's metrics (JSON, Prometheus, JMX):
             // whoever sees the count go up finds its error in both.
-            lastError = errorText(failure.getClass().getName() + ": " + failure.getMessage());
+            lastError = errorText(redactor.redact(describe(failure)));
             cluster.partitionMapLoadFailed(SOURCE, lastError);
             failures.incrementAndGet();
             LOG.log(Level.WARNING, owner + ": partition map load failed (" + why
-                    + "), keeping the last good map: " + lastError);
+                    + "), keeping the last good map: " + lastError,
+                    io.racaffinity.Redacted.throwable(failure, redactor::redact));
             return false;
         }
     }
 
     static final int MAX_ERROR_CHARS = 512;
+
+    /**
+     * A failure with its causes, each with its SQLState: the loader's own exception often only wraps the
+     * one that says what went wrong (a missing table: 42P01).
+     */
+    static String describe(Throwable failure) {
+        StringBuilder sb = new StringBuilder();
+        java.util.Set<Throwable> seen = java.util.Collections.newSetFromMap(new java.util.IdentityHashMap<>());
+        for (Throwable t = failure; t != null && seen.add(t) && sb.length() < MAX_ERROR_CHARS; t = t.getCause()) {
+            sb.append(sb.length() == 0 ? "" : "; caused by ").append(t.getClass().getName());
+            if (t instanceof java.sql.SQLException && ((java.sql.SQLException) t).getSQLState() != null) {
+                sb.append(" (SQLState ").append(((java.sql.SQLException) t).getSQLState()).append(')');
+            }
+            sb.append(": ").append(t.getMessage());
+        }
+        return sb.toString();
+    }
 
     /**
      * The loader's message as text the core takes: any exception message may hold

@@ -1,5 +1,8 @@
 package io.racaffinity.jdbc;
 
+import io.racaffinity.Redacted;
+import java.sql.SQLException;
+import java.util.function.UnaryOperator;
 import java.util.regex.Pattern;
 
 /**
@@ -10,9 +13,14 @@ import java.util.regex.Pattern;
 final class Redactor {
     private static final Pattern URL_SECRET = Pattern.compile(
             "(?i)((?:password|passwd|pwd|secret|credentials?)\\s*=\\s*)([^&;)\\s]*)");
-    private static final Pattern USERINFO = Pattern.compile("(//)([^/@\\s:]+):([^/@\\s]*)@");
-    /** Oracle's inline credentials: {@code jdbc:oracle:thin:scott/tiger@//host...} (also oci). */
-    private static final Pattern ORACLE_INLINE = Pattern.compile("(?i)(jdbc:oracle:[a-z0-9]+:)([^/@\\s:]+)/([^@\\s]*)@");
+    /** {@code //user:password@host}: the password runs to the authority's last {@code @} (it may hold one). */
+    private static final Pattern USERINFO = Pattern.compile("(//)([^/@\\s:]+):([^/\\s]*)@");
+    /**
+     * Oracle's inline credentials: {@code jdbc:oracle:thin:scott/tiger@//host...} (also oci); a quoted
+     * password ({@code scott/"ti@ger"@...}) may hold an {@code @}.
+     */
+    private static final Pattern ORACLE_INLINE = Pattern.compile(
+            "(?i)(jdbc:oracle:[a-z0-9]+:)(\"[^\"]*\"|[^/@\\s:\"]+)/(\"[^\"]*\"|[^@\\s]*)@");
 
     private final String password;
 
@@ -31,5 +39,18 @@ final class Redactor {
         r = URL_SECRET.matcher(r).replaceAll("$1****");
         r = ORACLE_INLINE.matcher(r).replaceAll("$1$2/****@");
         return USERINFO.matcher(r).replaceAll("$1$2:****@");
+    }
+
+    /** This redaction, also masking {@code extra} (a password given to one call). */
+    UnaryOperator<String> with(String extra) {
+        if (extra == null || extra.isEmpty()) {
+            return this::redact;
+        }
+        return s -> s == null ? null : redact(s).replace(extra, "****");
+    }
+
+    /** {@code e}, or a copy whose messages, causes and next exceptions are redacted (SQLState, code kept). */
+    SQLException sql(SQLException e, String extraSecret) {
+        return Redacted.sql(e, with(extraSecret));
     }
 }

@@ -39,6 +39,9 @@ final class SqlErrors {
      * errors that follow it.
      */
     static boolean isNodeFailure(SQLException e, List<String> prefixes) {
+        if (isAuthenticationFailure(e)) {
+            return false; // a pool's timeout can carry the login's 28000 under its own 08xxx
+        }
         Throwable t = e;
         for (int depth = 0; t != null && depth < 16; depth++) {
             if (t instanceof SQLException) {
@@ -55,6 +58,29 @@ final class SqlErrors {
                 SQLException next = s.getNextException();
                 if (next != null && next != t && matches(next.getSQLState(), prefixes)) {
                     return true;
+                }
+            }
+            t = t.getCause() == t ? null : t.getCause();
+        }
+        return false;
+    }
+
+    /**
+     * Whether {@code e} is a refused login (SQLState class 28: 28000, 28P01; Oracle's ORA-01017)
+     * anywhere in its chain: the node answered, and the credentials are one user's. Never a node
+     * failure, in a lease as in a heartbeat probe.
+     */
+    static boolean isAuthenticationFailure(SQLException e) {
+        Throwable t = e;
+        for (int depth = 0; t != null && depth < 16; depth++) {
+            if (t instanceof SQLException) {
+                for (SQLException s = (SQLException) t; s != null; s = s.getNextException() == s ? null
+                        : s.getNextException()) {
+                    String st = s.getSQLState();
+                    String msg = s.getMessage();
+                    if ((st != null && st.startsWith("28")) || (msg != null && msg.startsWith("ORA-01017"))) {
+                        return true;
+                    }
                 }
             }
             t = t.getCause() == t ? null : t.getCause();

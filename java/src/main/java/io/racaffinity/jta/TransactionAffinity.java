@@ -29,7 +29,10 @@ import javax.transaction.xa.Xid;
  * the TM's transaction object's {@code getTxId()}/{@code getXid()}, as Narayana and
  * so WildFly offer), so the transaction routes exactly as its XA branches do through
  * {@code AffinityXADataSource} on the same cluster; otherwise the registry's
- * transaction key (its {@code toString()}, hashed if longer than 64 bytes). The first
+ * transaction key (its {@code toString()}, hashed if longer than 64 bytes). A transaction
+ * whose TM takes no synchronization (Narayana once it is marked rollback-only) is followed all the
+ * same, and ended within {@value #SWEEP_MILLIS} ms of its completion by a daemon thread that runs only
+ * while such a transaction is followed. The first
  * connection of a transaction places it ({@code txBegin}, preferring the thread's pin)
  * and registers an interposed synchronization whose {@code afterCompletion} ends it
  * ({@code txEnd}); later connections follow it (routed by the core with the transaction's gtrid,
@@ -65,10 +68,53 @@ public final class TransactionAffinity {
         }
     }
 
+    /** How often unsynchronized transactions are checked for their end while any is followed. */
+    static final long SWEEP_MILLIS = 200;
+
+    /**
+     * Ends unsynchronized transactions that are over, whether or not the application asks for another
+     * connection (an idle one never would). Its one daemon thread lives only while such a transaction is
+     * followed: it times out once the map is empty.
+     */
+    private final java.util.concurrent.ScheduledThreadPoolExecutor sweeper;
+    private final java.util.concurrent.atomic.AtomicBoolean sweepScheduled = new java.util.concurrent.atomic.AtomicBoolean();
+
     private TransactionAffinity(Cluster cluster, TransactionSynchronizationRegistry tsr, TransactionManager tm) {
         this.cluster = cluster;
         this.tsr = tsr;
         this.tm = tm;
+        this.sweeper = new java.util.concurrent.ScheduledThreadPoolExecutor(1, io.racaffinity.LibraryThreads.factory(
+                "racaffinity-jta-sweep-" + cluster.name(), TransactionAffinity.class.getClassLoader()));
+        sweeper.setKeepAliveTime(1, java.util.concurrent.TimeUnit.SECONDS);
+        sweeper.allowCoreThreadTimeOut(true);
+        sweeper.setRemoveOnCancelPolicy(true);
+    }
+
+    /** Stops the sweeper and ends every transaction still followed without a synchronization. */
+    public void close() {
+        sweeper.shutdownNow();
+        unsynchronized.forEach((key, u) -> {
+            if (unsynchronized.remove(key, u)) {
+                end(cluster, u.gtrid);
+            }
+        });
+    }
+
+    private void scheduleSweep() {
+        if (!sweepScheduled.compareAndSet(false, true)) {
+            return;
+        }
+        try {
+            sweeper.schedule(() -> {
+                sweepScheduled.set(false);
+                sweep();
+                if (!unsynchronized.isEmpty()) {
+                    scheduleSweep();
+                }
+            }, SWEEP_MILLIS, java.util.concurrent.TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            sweepScheduled.set(false); // closed
+        }
     }
 
     /**
@@ -146,6 +192,7 @@ public final class TransactionAffinity {
                 return new Joined(gtrid, r);
             }
             unsynchronized.put(key, new Unsynchronized(gtrid, t));
+            scheduleSweep();
             return new Joined(gtrid, r);
         }
         tsr.putResource(resourceKey, gtrid);
@@ -163,7 +210,7 @@ public final class TransactionAffinity {
         }
     }
 
-    /** Ends the affinity of unsynchronized transactions that are over (called on every use). */
+    /** Ends the affinity of unsynchronized transactions that are over (on every use, and by the sweeper). */
     private void sweep() {
         if (unsynchronized.isEmpty()) {
             return;

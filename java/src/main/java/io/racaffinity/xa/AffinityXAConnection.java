@@ -179,7 +179,7 @@ public final class AffinityXAConnection implements XAConnection {
         if (p.associated != null) {
             XaRouter.Branch b = router.branch(p.associated);
             if (b != null && !b.prepared) {
-                b.sessionLost = true;
+                XaRouter.sessionLost(b);
             }
             if (p.associated.equals(boundXid)) {
                 boundXid = null;
@@ -242,8 +242,8 @@ public final class AffinityXAConnection implements XAConnection {
                 } catch (SQLException ignored) {
                     // nothing more to do
                 }
-                throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: node " + router.nodeName(node)
-                        + ": getXAResource failed: " + router.redact(String.valueOf(e.getMessage())), e);
+                throw router.redacted(XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: node " + router.nodeName(node)
+                        + ": getXAResource failed: " + router.redact(String.valueOf(e.getMessage())), e));
             }
             if (timeoutSeconds > 0) {
                 try {
@@ -309,7 +309,7 @@ public final class AffinityXAConnection implements XAConnection {
             }
         } catch (XAException e) {
             resource.failed(node, e);
-            throw e;
+            throw router.redacted(e);
         }
     }
 

@@ -102,7 +102,7 @@ public final class AffinityXAResource implements XAResource {
                 p.xar.start(xid, flags);
             } catch (XAException e) {
                 failed(node, e);
-                throw e;
+                throw router.redacted(e);
             }
             synchronized (conn) {
                 p.associated = k;
@@ -119,7 +119,7 @@ public final class AffinityXAResource implements XAResource {
             // failed() counted the node failure, if it was one: the lease goes back NEUTRAL so it is counted once
             failed(b.node, e);
             router.abandon(k, b, Outcome.NEUTRAL);
-            throw e;
+            throw router.redacted(e);
         } catch (RuntimeException e) {
             router.abandon(k, b, Outcome.NEUTRAL);
             throw e;
@@ -142,7 +142,7 @@ public final class AffinityXAResource implements XAResource {
             if (XaErrors.rolledBack(e.errorCode)) {
                 conn.unbindXid(k);
             }
-            throw e;
+            throw router.redacted(e);
         }
         if ((flags & TMSUSPEND) == 0) {
             conn.unbindXid(k);
@@ -160,7 +160,7 @@ public final class AffinityXAResource implements XAResource {
             if (XaErrors.rolledBack(e.errorCode)) {
                 abandon(k, xid);
             }
-            throw e;
+            throw router.redacted(e);
         }
         AffinityXAConnection.Physical p;
         int r;
@@ -168,16 +168,23 @@ public final class AffinityXAResource implements XAResource {
             p = conn.physical(node);
         } catch (XAException e) {
             failed(node, e);
-            throw e;
+            throw router.redacted(e);
         }
         try {
             r = p.xar.prepare(xid);
         } catch (XAException e) {
-            boolean nodeFailed = failed(node, e);
+            boolean lost = failed(node, e);
             clear(p, k);
             if (XaErrors.rolledBack(e.errorCode) || e.errorCode == XAException.XAER_NOTA) {
                 router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
-            } else if (!nodeFailed) {
+            } else if (lost) {
+                // The session died around the PREPARE (on whichever connection the TM prepared it): prepared or
+                // not, only the node's in-doubt list can tell; a rollback or a recovery scan settles it.
+                XaRouter.Branch b = router.branch(k);
+                if (b != null && !b.prepared) {
+                    XaRouter.sessionLost(b);
+                }
+            } else {
                 // The database answered the PREPARE with an error of the work (pgjdbc calls even a trigger's
                 // P0001 XAER_RMFAIL): the database rolled the branch back. The TM's rollback releases it.
                 XaRouter.Branch b = router.branch(k);
@@ -186,7 +193,7 @@ public final class AffinityXAResource implements XAResource {
                     conn.refused(k);
                 }
             }
-            throw e;
+            throw router.redacted(e);
         }
         clear(p, k);
         if (r == XA_RDONLY) {
@@ -261,7 +268,7 @@ public final class AffinityXAResource implements XAResource {
             if (onePhase && XaErrors.rolledBack(e.errorCode)) {
                 abandon(k, xid);
             }
-            throw e;
+            throw router.redacted(e);
         }
         XaRouter.Branch b = router.branch(k);
         AffinityXAConnection.Physical p;
@@ -276,8 +283,8 @@ public final class AffinityXAResource implements XAResource {
                 try {
                     target = temp.getXAResource();
                 } catch (java.sql.SQLException e) {
-                    throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " on " + router.nodeName(node)
-                            + ": " + router.redact(String.valueOf(e.getMessage())), e);
+                    throw router.redacted(XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " on "
+                            + router.nodeName(node) + ": " + router.redact(String.valueOf(e.getMessage())), e));
                 }
             }
         } catch (XAException e) {
@@ -285,7 +292,7 @@ public final class AffinityXAResource implements XAResource {
                 AffinityXAConnection.closeQuietly(temp);
             }
             failed(node, e); // unreachable: the entry is kept for the retry
-            throw e;
+            throw router.redacted(e);
         }
         try {
             switch (op) {
@@ -319,11 +326,11 @@ public final class AffinityXAResource implements XAResource {
                 if (c != XAException.XAER_RMFAIL) {
                     // pgjdbc answers XAER_RMERR when the session was terminated (57P01, as after a crash): the
                     // branch is still where it was, so the TM must retry (a TM gives up on XAER_RMERR)
-                    throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " of xid " + k + " on "
-                            + router.nodeName(node) + ": the connection was lost ("
-                            + router.redact(String.valueOf(e.getMessage())) + "); retry", e);
+                    throw router.redacted(XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: " + op + " of xid " + k
+                            + " on " + router.nodeName(node) + ": the connection was lost ("
+                            + router.redact(String.valueOf(e.getMessage())) + "); retry", e));
                 }
-                throw e; // XAER_RMFAIL: the entry is kept for the retry, released after it
+                throw router.redacted(e); // XAER_RMFAIL: the entry is kept for the retry, released after it
             }
             if (p != null) {
                 clear(p, k);
@@ -335,6 +342,15 @@ public final class AffinityXAResource implements XAResource {
                 router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
                 return;
             }
+            if (c == XAException.XAER_RMERR && XaRouter.isUnknownGid(e)) {
+                // pgjdbc's answer on the connection that prepared the xid, when the node no longer holds it
+                // (another resolver completed it): XAER_RMERR, where any other connection answers XAER_NOTA for
+                // the same 42704. The node answered, so it is NOTA; a TM gives up on RMERR and keeps nothing.
+                router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.NONE);
+                throw router.redacted(XaErrors.xa(XAException.XAER_NOTA, "racaffinity: " + op + " of xid " + k
+                        + ": node " + router.nodeName(node) + " holds no such branch (completed by another resolver?)",
+                        e));
+            }
             if (XaErrors.rolledBack(c)) {
                 router.completed(k, Outcome.NEUTRAL, XaRouter.Completion.ROLLBACK);
             } else if (c == XAException.XAER_NOTA) {
@@ -344,7 +360,7 @@ public final class AffinityXAResource implements XAResource {
                 XaRouter.LOG.log(Level.WARNING, () -> "xid " + k + ": heuristic outcome " + XaErrors.name(c)
                         + " on " + router.nodeName(node) + " (" + op + "); the TM must forget it");
             }
-            throw e;
+            throw router.redacted(e);
         } finally {
             if (temp != null) {
                 AffinityXAConnection.closeQuietly(temp);

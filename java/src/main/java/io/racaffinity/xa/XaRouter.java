@@ -6,6 +6,7 @@ import io.racaffinity.Lease;
 import io.racaffinity.NodeState;
 import io.racaffinity.Outcome;
 import io.racaffinity.RecoveryScope;
+import io.racaffinity.Redacted;
 import io.racaffinity.Route;
 import io.racaffinity.UnknownTransactionException;
 import java.lang.System.Logger.Level;
@@ -75,7 +76,11 @@ public final class XaRouter {
          * nothing left to do on the node and only releases the branch.
          */
         volatile boolean prepareRefused;
-        /** The session holding this unprepared branch died: the database rolled it back. */
+        /**
+         * The session holding this unprepared branch died: the database rolled it back, unless a PREPARE
+         * whose answer was lost with the session had run. Its node's in-doubt list decides: a recovery scan
+         * that the node answers without this xid releases it (no TM retries a rollback that could not connect).
+         */
         volatile boolean sessionLost;
 
         Branch(int node, boolean live, Lease lease) {
@@ -174,8 +179,10 @@ public final class XaRouter {
             return c;
         } catch (SQLException e) {
             // Not counted here: the XA call this open serves counts one failure for the whole operation.
-            throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: cannot connect to node " + nodeName(node)
-                    + ": " + redact.apply(String.valueOf(e.getMessage())), e);
+            UnaryOperator<String> r = password == null || password.isEmpty() ? redact
+                    : s -> redact.apply(s).replace(password, "****");
+            throw Redacted.xa(XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: cannot connect to node "
+                    + nodeName(node) + ": " + r.apply(String.valueOf(e.getMessage())), e), r);
         }
     }
 
@@ -234,6 +241,22 @@ public final class XaRouter {
         return false;
     }
 
+    /**
+     * Whether a failed 2PC command's node answered that it holds no such prepared transaction
+     * (PostgreSQL's 42704, undefined_object: "prepared transaction with identifier ... does not
+     * exist") anywhere in the chain.
+     */
+    static boolean isUnknownGid(Throwable e) {
+        Throwable t = e;
+        for (int depth = 0; t != null && depth < 16; depth++) {
+            if (t instanceof SQLException && "42704".equals(((SQLException) t).getSQLState())) {
+                return true;
+            }
+            t = t.getCause() == t ? null : t.getCause();
+        }
+        return false;
+    }
+
     void reportFailure(int node) {
         try {
             cluster.reportOutcome(node, false);
@@ -244,6 +267,11 @@ public final class XaRouter {
 
     String redact(String s) {
         return redact.apply(s);
+    }
+
+    /** {@code e}, or a copy whose messages and causes are redacted (a driver writes its URL into them). */
+    XAException redacted(XAException e) {
+        return Redacted.xa(e, redact);
     }
 
     // ---- placement -------------------------------------------------------------
@@ -418,6 +446,16 @@ public final class XaRouter {
         return branches.get(k);
     }
 
+    /**
+     * The session of unprepared branch {@code b} died: no work runs on it any more, so its lease is
+     * released now (an in-flight count kept until the fate is known would bias least-outstanding
+     * balancing away from the node); the entry stays until a rollback or a recovery scan settles it.
+     */
+    static void sessionLost(Branch b) {
+        b.sessionLost = true;
+        release(b, Outcome.NEUTRAL);
+    }
+
     /** Marks a branch prepared: from now on it never moves. */
     void prepared(XidKey k) {
         prepares.increment();
@@ -516,7 +554,7 @@ public final class XaRouter {
         List<XidKey> gone = new ArrayList<>();
         boolean anyInstanceSeesAll = scope == RecoveryScope.DATABASE && !answered.isEmpty();
         branches.forEach((k, b) -> {
-            if (preparedBefore.contains(k) && (!b.live || b.prepared)
+            if (preparedBefore.contains(k) && (!b.live || b.prepared || b.sessionLost)
                     && (anyInstanceSeesAll || answered.contains(b.node)) && !returned.contains(k)) {
                 gone.add(k);
             }
@@ -618,11 +656,12 @@ public final class XaRouter {
      * scope, the first instance that answers.
      */
     Xid[] scanAll(AffinityXAConnection via) throws XAException {
-        // Branches prepared before any node is asked: one that a node which answered no longer lists was
-        // completed (its commit's reply was lost, say), so it is released, live or recovered.
+        // Branches prepared (or maybe prepared: their session died around the PREPARE) before any node is
+        // asked: one that a node which answered does not list was completed (its commit's reply was lost, say)
+        // or never prepared, so it is released, live or recovered.
         Set<XidKey> preparedBefore = new HashSet<>();
         branches.forEach((k, b) -> {
-            if (b.prepared || !b.live) {
+            if (b.prepared || !b.live || b.sessionLost) {
                 preparedBefore.add(k);
             }
         });

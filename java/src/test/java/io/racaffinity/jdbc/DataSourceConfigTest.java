@@ -158,4 +158,24 @@ class DataSourceConfigTest {
         XADataSource unusedXa = xa;
         assertTrue(unusedDs.isWrapperFor(Cluster.class) && unusedXa.getLoginTimeout() == 0);
     }
+    @Test
+    void anEmptyOrBlankNodeUrlFailsTheStartNamingItsNode() {
+        for (String blank : new String[] {"", "  "}) {
+            AffinityDataSource ds = new AffinityDataSource();
+            ds.setConfig("name = blank-url; nodes = RAC1, RAC2");
+            java.util.Map<String, String> urls = new java.util.LinkedHashMap<>();
+            urls.put("RAC1", "jdbc:postgresql://127.0.0.1:1/x");
+            urls.put("RAC2", blank);
+            ds.setNodeUrls(urls);
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setRegisterMBean(false);
+            try (ds) {
+                java.sql.SQLException e = org.junit.jupiter.api.Assertions.assertThrows(java.sql.SQLException.class,
+                        ds::init);
+                org.junit.jupiter.api.Assertions.assertTrue(e.getMessage().contains("RAC2")
+                        && e.getMessage().contains("empty URL"), e.getMessage());
+            }
+        }
+    }
 }
+

@@ -161,6 +161,26 @@ class JtaRoutingTest {
     }
 
     @Test
+    void aRollbackOnlyTransactionsAffinityEndsAfterItsRollbackWithoutAnyLaterConnection() throws Exception {
+        tm.begin();
+        try {
+            tm.setRollbackOnly(); // Narayana refuses synchronizations now: nothing tells the data source of the end
+            port();
+            assertEquals(1, liveTransactions());
+        } finally {
+            tm.rollback();
+        }
+        // an idle application: no later getConnection sweeps it
+        assertTrue(Pools.await(java.time.Duration.ofSeconds(10), () -> {
+            try {
+                return liveTransactions() == 0;
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+        }), "the rolled-back transaction's gtrid stays live in the core: " + liveTransactions());
+    }
+
+    @Test
     void outsideATransactionConnectionsAreBalancedAsUsual() throws Exception {
         Set<Integer> used = new HashSet<>();
         for (int i = 0; i < 30; i++) {

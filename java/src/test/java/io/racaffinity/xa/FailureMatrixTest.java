@@ -91,6 +91,16 @@ class FailureMatrixTest {
     static final String SER_TABLE = "racaff_matrix_ser";
     static final String[] PHASES = {"start", "work", "end", "prepare", "commit", "rollback", "recover"};
     static final String[] FAULTS = {"crash", "reset", "blackhole", "latency", "refused"};
+    /**
+     * Cells of issue 27 that only this half runs so far, {phase, fault}: "gone", the node crashes right before
+     * the second PREPARE and stays down until the TM gave up (its rollback cannot connect) and the application
+     * closed its XAConnections; "hb_login", one user's refused login (a role that may not log in) reaches the
+     * XA heartbeat, which probes with the last credentials passed to getXAConnection(user, password), before
+     * the transaction runs as usual (heartbeat on).
+     */
+    static final String[][] OWN_CELLS = {{"prepare", "gone"}, {"start", "hb_login"}};
+    /** Probes the heartbeat made with the refused login (the hb_login cells wait for enough of them). */
+    static final java.util.concurrent.atomic.AtomicInteger REFUSED_PROBES = new java.util.concurrent.atomic.AtomicInteger();
 
     /**
      * Cells allowed to fail their invariants, each with the reason. Keep it empty unless a cell is
@@ -168,6 +178,8 @@ class FailureMatrixTest {
         final Map<Integer, String> branchNodes = new LinkedHashMap<>();
         final Set<String> gtrids = new java.util.concurrent.ConcurrentSkipListSet<>();
         volatile String decision = "rolled_back";
+        /** hb_login: nodes the heartbeat had taken Down once the refused login had been probed. */
+        volatile long heartbeatDowns;
         /** The TM sent a commit (two-phase): its decision was commit. */
         volatile boolean commitIssued;
 
@@ -203,7 +215,12 @@ class FailureMatrixTest {
 
         /** A fault cell (the application-error cells inject nothing). */
         boolean injects() {
-            return List.of(FAULTS).contains(fault);
+            return List.of(FAULTS).contains(fault) || fault.equals("gone");
+        }
+
+        /** The fault is a crash of the node (one instance's proxy going away in the database model). */
+        boolean crashes() {
+            return fault.equals("crash") || fault.equals("gone");
         }
 
         synchronized void arm(int nth, Op... ops) {
@@ -233,9 +250,9 @@ class FailureMatrixTest {
             }
             fired = true;
             active = true;
-            if (fault.equals("crash") && !rac()) {
+            if (crashes() && !rac()) {
                 PgNodes.kill(target);
-            } else if (fault.equals("crash")) {
+            } else if (crashes()) {
                 Toxics.fault("reset", target); // the instance goes away: its connections reset, new ones refused
                 Toxics.fault("refuse", target);
             } else {
@@ -247,7 +264,7 @@ class FailureMatrixTest {
             if (!active) {
                 return;
             }
-            if (fault.equals("crash") && !rac()) {
+            if (crashes() && !rac()) {
                 PgNodes.restart(target);
             } else {
                 Toxics.heal(target);
@@ -425,7 +442,14 @@ class FailureMatrixTest {
         public XAConnection getXAConnection(String user, String password) throws SQLException {
             if (Thread.currentThread().getName().startsWith("racaffinity-probe-")) {
                 // the heartbeat's probes: not the transaction's node operations (they count as probe misses)
-                return user == null ? pg.getXAConnection() : pg.getXAConnection(user, password);
+                try {
+                    return user == null ? pg.getXAConnection() : pg.getXAConnection(user, password);
+                } catch (SQLException e) {
+                    if (XaFaultsTest.NOLOGIN.equals(user)) {
+                        REFUSED_PROBES.incrementAndGet();
+                    }
+                    throw e;
+                }
             }
             Cell c = current;
             boolean mine = before(c, Op.CONNECT);
@@ -659,7 +683,7 @@ class FailureMatrixTest {
                 + "; transaction.settle = 0ms"
                 + (cell.rac() ? "; recovery.scope = database" : ""));
         ds.setNodeXADataSources(m);
-        ds.setHeartbeatIntervalMillis(0);
+        ds.setHeartbeatIntervalMillis(cell.fault.equals("hb_login") && suffix.isEmpty() ? 250 : 0);
         ds.setRegisterMBean(false);
         return ds;
     }
@@ -668,6 +692,19 @@ class FailureMatrixTest {
     String transaction(Cell cell, AffinityXADataSource ds, List<XAConnection> opened) throws Exception {
         TransactionManager tm = Narayana.tm();
         tm.setTransactionTimeout(60);
+        if (cell.fault.equals("hb_login")) {
+            // one user's wrong login: from now on the heartbeat probes with it; wait for more probes than the
+            // misses that take a node Down (3) on every node
+            opened.add(ds.getXAConnection(XaFaultsTest.NOLOGIN, "wrong-password"));
+            int from = REFUSED_PROBES.get();
+            if (!io.racaffinity.test.Pools.await(java.time.Duration.ofSeconds(20),
+                    () -> REFUSED_PROBES.get() - from >= 3 * 5)) {
+                cell.notes.add("hb_login: too few probes with the refused login: " + (REFUSED_PROBES.get() - from));
+            }
+            // before the cell steers the transaction (which changes node states on purpose)
+            cell.heartbeatDowns = ds.getCluster().nodeMetrics().stream()
+                    .filter(m -> m.state() == NodeState.DOWN).count();
+        }
         XAConnection x1 = ds.getXAConnection();
         opened.add(x1);
         XAConnection x2 = cell.fault.equals("password")
@@ -728,6 +765,7 @@ class FailureMatrixTest {
                 cell.arm(1, Op.END);
                 break;
             case "prepare":
+                cell.hold = cell.fault.equals("gone"); // down until the TM gave up and the app closed its connections
                 cell.arm(2, Op.PREPARE);
                 break;
             case "commit":
@@ -757,6 +795,19 @@ class FailureMatrixTest {
                 } catch (Exception ignored) {
                     // nothing associated
                 }
+            }
+            if (cell.fault.equals("gone")) {
+                // the TM gave up (its rollback could not connect); the application closes its connections, then
+                // the node comes back
+                for (XAConnection c : opened) {
+                    try {
+                        c.close();
+                    } catch (SQLException e) {
+                        cell.notes.add("close: " + e.getMessage());
+                    }
+                }
+                cell.hold = false;
+                cell.heal();
             }
         }
         // Narayana's decision: it sends commits only once every branch voted yes (and logged it)
@@ -939,10 +990,11 @@ class FailureMatrixTest {
             long spansSilent = Math.max(0, spansObserved - Math.min(spansCounted, warned));
             long leaks = measured.getRouter().trackedBranches() + NarayanaXaTest.liveTransactions(measured)
                     + sum(measured, NodeMetrics::inFlight);
-            boolean appError = Set.of("constraint", "trigger", "serialization", "password").contains(cell.fault);
+            boolean appError = Set.of("constraint", "trigger", "serialization", "password", "hb_login")
+                    .contains(cell.fault);
             long ejections = 0;
             if (appError) {
-                ejections = measured.getCluster().nodeMetrics().stream()
+                ejections = cell.heartbeatDowns + measured.getCluster().nodeMetrics().stream()
                         .filter(m -> m.state() == NodeState.DOWN || "ejected".equals(m.downCause())).count();
             }
             long failures = sum(ds, NodeMetrics::failures) + (measured != ds ? sum(measured, NodeMetrics::failures) : 0);
@@ -1020,7 +1072,7 @@ class FailureMatrixTest {
             }
             try {
                 cell.heal();
-                if (cell.fault.equals("crash") && !cell.rac()) {
+                if (cell.crashes() && !cell.rac()) {
                     PgNodes.run(60, "start", "3");
                 }
             } catch (Exception ignored) {
@@ -1078,6 +1130,7 @@ class FailureMatrixTest {
                 todo.add(new String[] {"prepare", "trigger"});
                 todo.add(new String[] {"work", "serialization"});
                 todo.add(new String[] {"start", "password"});
+                todo.addAll(List.of(OWN_CELLS));
                 for (String[] pf : todo) {
                     if ((!onlyPhase.isEmpty() && !onlyPhase.equals(pf[0]))
                             || (!onlyFault.isEmpty() && !onlyFault.equals(pf[1]))) {

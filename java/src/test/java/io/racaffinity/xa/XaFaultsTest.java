@@ -274,6 +274,38 @@ class XaFaultsTest {
         assertCompleted(ds, 3, run, 1);
     }
 
+    /**
+     * A branch ended; its node is killed; PREPARE fails (was it prepared before the crash? nobody knows), the TM's
+     * rollback cannot connect, the TM gives up (Narayana: ARJUNA012091) and closes the XAConnection. Once the node
+     * is back, a recovery scan that does not list the xid settles its fate: rolled back, released.
+     */
+    @Test
+    void aBranchWhosePrepareFailedOnAKilledNodeIsReleasedByTheScanThatShowsItWasNeverPrepared() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection c = ds.getXAConnection();
+        XAResource r = c.getXAResource();
+        Xid x = xid(1);
+        String run = UUID.randomUUID().toString();
+        startOn(ds, "RAC3", r, x);
+        insert(c, run, 1);
+        r.end(x, XAResource.TMSUCCESS);
+        PgNodes.kill(3);
+        try {
+            assertEquals(XAException.XAER_RMFAIL, xaFails(() -> r.prepare(x)).errorCode);
+            XAException e = xaFails(() -> r.rollback(x));
+            assertEquals(XAException.XAER_RMFAIL, e.errorCode, e.getMessage());
+            c.close(); // the TM lost interest
+            assertEquals(1, ds.getRouter().trackedBranches(), "its fate is unknown while its node is down");
+            assertEquals(0, XaSupport.totalInFlight(ds), "no work runs on a dead session: not in flight (it would"
+                    + " bias least-outstanding balancing away from the node)");
+        } finally {
+            PgNodes.restart(3);
+        }
+        XAResource rr = connect(ds).getXAResource();
+        assertFalse(contains(rr.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), x));
+        assertCompleted(ds, 3, run, 0);
+    }
+
     @Test
     void aLongLivedRecoveryConnectionFindsTheBranchesOfARestartedNode() throws Exception {
         AffinityXADataSource first = ds("");
@@ -294,6 +326,77 @@ class XaFaultsTest {
         rr.rollback(x);
         assertEquals(List.of(), prepared(2));
         assertNothingLeaked(recovery);
+    }
+
+    // ---- 3b. a gid the answering node does not hold ---------------------------------------
+
+    /** What pgjdbc answers to {@code op} of {@code x}, which its node does not hold: "XA code/SQLState". */
+    static String answer(XAResource r, String op, Xid x) {
+        XAException e = xaFails(() -> {
+            if (op.equals("commit")) {
+                r.commit(x, false);
+            } else {
+                r.rollback(x);
+            }
+        });
+        return XaErrors.name(e.errorCode) + "/" + (e.getCause() instanceof SQLException
+                ? ((SQLException) e.getCause()).getSQLState() : String.valueOf(e.getCause()));
+    }
+
+    /**
+     * The real driver's answers for a gid its node does not hold (docs/xa-faults.md's driver table): pgjdbc
+     * says XAER_NOTA, except on the connection that prepared the xid (until it completes it there), where the
+     * same "prepared transaction does not exist" (42704) is XAER_RMERR.
+     */
+    @Test
+    void pgjdbcAnswersNotaForAGidItDoesNotHoldButRmerrOnTheConnectionThatPreparedIt() throws Exception {
+        Map<String, String> seen = new LinkedHashMap<>();
+        XAConnection fresh = xa.track(node(1).getXAConnection());
+        Xid unknown = new TestXid(FORMAT, ("never-" + UUID.randomUUID()).getBytes(), new byte[] {1});
+        for (String op : List.of("commit", "rollback")) {
+            seen.put("fresh " + op, answer(fresh.getXAResource(), op, unknown));
+            XAConnection preparing = xa.track(node(1).getXAConnection());
+            XAResource r = preparing.getXAResource();
+            Xid x = new TestXid(FORMAT, ("gone-" + UUID.randomUUID()).getBytes(), new byte[] {1});
+            preparedEmpty(r, x);
+            try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
+                s.execute("ROLLBACK PREPARED '" + prepared(1).get(0) + "'"); // another resolver
+            }
+            seen.put("preparing " + op, answer(r, op, x));
+        }
+        assertEquals(Map.of("fresh commit", "XAER_NOTA/42704", "fresh rollback", "XAER_NOTA/42704",
+                "preparing commit", "XAER_RMERR/42704", "preparing rollback", "XAER_RMERR/42704"), seen);
+    }
+
+    /**
+     * Another resolver completed the prepared branch (a DBA's COMMIT PREPARED, another TM's recovery): the
+     * branch's node answers that it holds no such gid. That is XAER_NOTA (the node answered), and the branch is
+     * released; pgjdbc's own XAER_RMERR made Narayana give up with the branch tracked forever.
+     */
+    @Test
+    void aPreparedBranchCompletedByAnotherResolverAnswersNotaAndIsReleased() throws Exception {
+        AffinityXADataSource ds = onNode1();
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        String run = UUID.randomUUID().toString();
+        Xid x = preparedOn(ds, "RAC1", c, run);
+        List<String> gids = prepared(1);
+        assertEquals(1, gids.size(), String.valueOf(gids));
+        try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
+            s.execute("COMMIT PREPARED '" + gids.get(0) + "'");
+        }
+        XAException e = xaFails(() -> r.commit(x, false));
+        assertEquals(XAException.XAER_NOTA, e.errorCode, XaErrors.name(e.errorCode) + ": " + e.getMessage());
+        assertCompleted(ds, 1, run, 1);
+        // and the same for a rollback of a branch rolled back elsewhere
+        String run2 = UUID.randomUUID().toString();
+        Xid y = preparedOn(ds, "RAC1", c, run2);
+        try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement()) {
+            s.execute("ROLLBACK PREPARED '" + prepared(1).get(0) + "'");
+        }
+        XAException e2 = xaFails(() -> r.rollback(y));
+        assertEquals(XAException.XAER_NOTA, e2.errorCode, XaErrors.name(e2.errorCode) + ": " + e2.getMessage());
+        assertCompleted(ds, 1, run2, 0);
     }
 
     // ---- 4. never NOTA while a node that could hold the branch did not answer --------
@@ -523,6 +626,47 @@ class XaFaultsTest {
             // (a probe still running at the next tick counts as a miss: misses alone prove nothing on a busy machine)
             assertEquals(0, m.stateChanges(), "never marked down: " + m);
         }
+    }
+
+    /**
+     * One user's wrong login (a role that may not log in: 28000) reaches the heartbeat, which probes with the
+     * last credentials the application passed: the node answered, so it is no miss. Before the fix every node
+     * went Down by heartbeat and strict mode refused the good user's starts (a full outage).
+     */
+    @Test
+    void oneUsersWrongLoginInTheXaHeartbeatNeverMarksANodeDown() throws Exception {
+        Map<String, XADataSource> nodes = new LinkedHashMap<>();
+        List<Counting> counting = new ArrayList<>();
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            Counting k = new Counting(node(i));
+            counting.add(k);
+            nodes.put("RAC" + i, k);
+        }
+        AffinityXADataSource ds = new AffinityXADataSource();
+        ds.setConfig("name = xa-faults-hb-login-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3"
+                + "; transaction.strict = true");
+        ds.setNodeXADataSources(nodes);
+        ds.setHeartbeatIntervalMillis(100);
+        ds.setRegisterMBean(false);
+        xa.track(ds);
+        XAConnection good = xa.track(ds.getXAConnection("postgres", ""));
+        XAConnection bad = xa.track(ds.getXAConnection(NOLOGIN, "wrong-password")); // the heartbeat's now
+        int before = counting.stream().mapToInt(k -> k.calls.get()).min().orElse(0);
+        assertTrue(Pools.await(Duration.ofSeconds(30), () -> counting.stream().allMatch(k -> k.calls.get() >= before + 8)),
+                "probes ran with the refused login");
+        for (NodeMetrics m : ds.getCluster().nodeMetrics()) {
+            assertEquals(NodeState.UP, m.state(), "a refused login is the user's, not the node's: " + m);
+            assertEquals(0, m.failures(), "no failure counted: " + m);
+        }
+        XAResource r = good.getXAResource();
+        for (int i = 0; i < 10; i++) {
+            Xid x = new TestXid(FORMAT, ("hb-login-" + i + "-" + UUID.randomUUID()).getBytes(), new byte[] {1});
+            r.start(x, XAResource.TMNOFLAGS); // strict: refused if the gtrid's node were Down
+            r.end(x, XAResource.TMSUCCESS);
+            r.commit(x, true);
+        }
+        xaFails(() -> bad.getXAResource().start(xid(1), XAResource.TMNOFLAGS));
+        assertNothingLeaked(ds);
     }
 
     // ---- 8. one scan lists each xid once ------------------------------------------------

@@ -43,6 +43,16 @@ class RacAffinityAutoConfigurationTest {
     }
 
     @Test
+    void anEmptyNodeUrlFailsTheStartNamingTheNode() {
+        // `racaffinity.node-urls.RAC1=` binds an empty string: HikariCP said "jdbcUrl is required" only at first use
+        runner.withPropertyValues("racaffinity.config=nodes = RAC1, RAC2", "racaffinity.node-urls.RAC1=",
+                "racaffinity.node-urls.RAC2=jdbc:postgresql://127.0.0.1:1/x",
+                "racaffinity.heartbeat-interval-millis=0", "racaffinity.register-mbean=false")
+                .run(ctx -> assertThat(ctx).hasFailed().getFailure().rootCause()
+                        .hasMessageContaining("RAC1").hasMessageContaining("empty URL"));
+    }
+
+    @Test
     void anApplicationDataSourceWins() {
         runner.withPropertyValues("racaffinity.config=nodes = A, B")
                 .withBean("mine", javax.sql.DataSource.class, org.postgresql.ds.PGSimpleDataSource::new)

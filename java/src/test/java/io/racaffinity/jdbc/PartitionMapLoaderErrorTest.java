@@ -1,0 +1,58 @@
+package io.racaffinity.jdbc;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.test.LogCapture;
+import io.racaffinity.test.Stubs;
+import java.sql.SQLException;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.logging.Level;
+import java.util.logging.LogRecord;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.Test;
+
+/** A failing partition-map loader's cause reaches every place the failure is reported. */
+class PartitionMapLoaderErrorTest {
+    static DataSource unused(String name) {
+        return Stubs.proxy(DataSource.class, name, (p, m, a) -> {
+            throw new UnsupportedOperationException(m.getName());
+        });
+    }
+
+    @Test
+    void aFailingLoadersCauseIsKeptInTheLogTheErrorTextAndTheCoresMetrics() throws Exception {
+        Map<String, DataSource> nodes = new LinkedHashMap<>();
+        nodes.put("RAC1", unused("RAC1"));
+        nodes.put("RAC2", unused("RAC2"));
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig("name = loader-cause; nodes = RAC1, RAC2; data.partitions = 4");
+        ds.setNodeDataSources(nodes);
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        ds.setPartitionMapLoader(() -> {
+            throw new IllegalStateException("loading the partition map failed",
+                    new SQLException("relation \"ucp_partition_map\" does not exist", "42P01"));
+        });
+        try (LogCapture log = new LogCapture(); ds) {
+            ds.init();
+            assertEquals(1, ds.getPartitionMapLoadFailures());
+            String err = ds.getPartitionMapLoadError();
+            assertTrue(err.contains("loading the partition map failed"), err);
+            assertTrue(err.contains("42P01") && err.contains("does not exist"), "the cause is gone: " + err);
+            String json = ds.getCluster().metricsJson();
+            assertTrue(json.contains("42P01"), "the core's last error lacks the cause: " + json);
+            List<LogRecord> warnings = log.records().stream()
+                    .filter(r -> r.getLevel().equals(Level.WARNING) && r.getMessage().contains("partition map load"))
+                    .toList();
+            assertEquals(1, warnings.size(), log.all());
+            Throwable thrown = warnings.get(0).getThrown();
+            assertNotNull(thrown, "the WARNING record carries no Throwable: " + warnings.get(0).getMessage());
+            assertTrue(thrown.getCause() instanceof SQLException, String.valueOf(thrown.getCause()));
+            assertEquals("42P01", ((SQLException) thrown.getCause()).getSQLState());
+        }
+    }
+}
