@@ -187,6 +187,27 @@ jni_export! {
         run_str(&mut env, h, &line, "line", |c, line| Ok(c.apply_event(line)?.changes.len() as jint))
     }
 
+    /// `boolean feedRecordApply(long handle, long version, String key, String value)`:
+    /// one fleet feed record (a null value is a deletion); returns whether it
+    /// applied (false: a record with a higher version was already in).
+    fn Java_io_racaffinity_Native_feedRecordApply<'l>(
+        env,
+        h: jlong,
+        version: jlong,
+        key: JString<'l>,
+        value: JString<'l>,
+    ) -> jboolean {
+        run(&mut env, |env| {
+            let key = string(env, &key, "key")?;
+            let value = if value.is_null() { None } else { Some(string(env, &value, "value")?) };
+            // A Java long carries the full u64 range of revisions bit for bit.
+            let version = version as u64;
+            with_cluster(h, |c| {
+                Ok(c.apply_feed_record(version, &key, value.as_deref())? == racaffinity_core::FeedOutcome::Applied)
+            })
+        })
+    }
+
     /// `boolean probeReport(long handle, int node, boolean ok)`: a heartbeat
     /// result; returns whether the node's state changed.
     fn Java_io_racaffinity_Native_probeReport<'l>(env, h: jlong, node: jint, ok: jboolean) -> jboolean {

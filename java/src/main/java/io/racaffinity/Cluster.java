@@ -913,6 +913,23 @@ public final class Cluster implements AutoCloseable {
     }
 
     /**
+     * Applies one record of a fleet feed (docs/operations.md, "Feed records"): the versioned path
+     * for shared inputs such as an operator tool's drain, a weight or a partition map. Processes
+     * given the same records in any order end alike; a plain {@link #setNodeState} is this
+     * process's own input.
+     *
+     * @param version the record's fleet-wide order (the log's revision), read as unsigned
+     * @param key the key relative to the feed's prefix, for example {@code node/RAC2/state}
+     * @param value its value, for example {@code draining timeout=30s}; {@code null} when deleted
+     * @return false when a record with a higher version was already in (nothing changed)
+     * @throws InvalidArgumentException a record of no known form (nothing changed)
+     * @throws UnknownNodeException a record about a node this cluster does not have
+     */
+    public boolean applyFeedRecord(long version, String key, String value) {
+        return Native.feedRecordApply(handle, version, Objects.requireNonNull(key, "key"), value);
+    }
+
+    /**
      * Reports a heartbeat probe; {@code heartbeat.misses} consecutive misses mark the node down.
      *
      * @param node node id

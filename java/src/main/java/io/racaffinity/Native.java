@@ -86,6 +86,8 @@ final class Native {
 
     static native int eventApply(long h, String line);
 
+    static native boolean feedRecordApply(long h, long version, String key, String value);
+
     static native boolean probeReport(long h, int node, boolean ok);
 
     static native boolean outcomeReport(long h, int node, boolean ok);

@@ -536,4 +536,38 @@ class ClusterTest {
             assertEquals(1, m.stream().mapToLong(NodeMetrics::successes).sum());
         }
     }
+
+    @Test
+    void feedRecordsJoinByVersionInAnyOrder() {
+        String[][] records = {
+            {"5", "node/MYDB2/state", "draining timeout=30s"},
+            {"6", "node/MYDB2/state", "down"},
+            {"7", "node/MYDB1/weight", "4"},
+            {"8", "node/MYDB3/state", "down"},
+            {"9", "node/MYDB2/state", null},
+        };
+        String[] fingerprints = new String[2];
+        for (int order = 0; order < 2; order++) {
+            try (Cluster c = three("transaction.strict = true")) {
+                for (int i = 0; i < records.length; i++) {
+                    String[] r = records[order == 0 ? i : records.length - 1 - i];
+                    c.applyFeedRecord(Long.parseLong(r[0]), r[1], r[2]);
+                }
+                assertEquals(NodeState.UP, c.nodeState("MYDB2"), "the deletion at 9 is the last word");
+                assertEquals(NodeState.DOWN, c.nodeState("MYDB3"));
+                fingerprints[order] = c.metricsJson().replaceAll(".*\"fingerprint\":\"([0-9a-f]+)\".*", "$1");
+            }
+        }
+        assertEquals(fingerprints[0], fingerprints[1], "any order, one state");
+        try (Cluster c = three("")) {
+            assertTrue(c.applyFeedRecord(3, "node/MYDB1/state", "down"));
+            assertFalse(c.applyFeedRecord(2, "node/MYDB1/state", "up"), "older: nothing changes");
+            assertThrows(UnknownNodeException.class, () -> c.applyFeedRecord(4, "node/NOPE/state", "down"));
+            InvalidArgumentException e =
+                    assertThrows(InvalidArgumentException.class, () -> c.applyFeedRecord(4, "nodes/MYDB1", "present"));
+            assertTrue(e.getMessage().contains("unknown key"), e.getMessage());
+            assertThrows(NullPointerException.class, () -> c.applyFeedRecord(4, null, "down"));
+            assertEquals(NodeState.DOWN, c.nodeState("MYDB1"));
+        }
+    }
 }
