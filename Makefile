@@ -15,7 +15,7 @@ CARGO_FUZZ := $(TOOLS)/bin/cargo-fuzz
 LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
-.PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
+.PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool etcd-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
 	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench bench-scaling memory clean clean-nodes help \
 	test-doc-samples check-docs wheel test-wheel docs \
 	test-appservers test-micrometer test-simplefan test-spring-boot
@@ -56,7 +56,7 @@ help:
 	@echo "  make test-micrometer the Micrometer binder's metrics move with traffic and a killed node"
 	@echo "  make test-simplefan  Oracle's simplefan events translated into the core"
 	@echo "  make test-spring-boot the Spring Boot starter: properties, health, a killed node"
-	@echo "  make test-cluster    the node harness and fault proxies"
+	@echo "  make test-cluster    the node harness, fault proxies and the etcd cluster harness"
 	@echo "  make test-demo       make demo and make demo-rust with their checks"
 	@echo "  make test-doc-samples  every code sample of README.md and docs/, run as a user pastes it"
 	@echo "  make test-fuzz       each cargo-fuzz target for 20 s (needs a nightly toolchain)"
@@ -64,9 +64,10 @@ help:
 	@echo "  make failure-matrix  the XA failure matrix of the Java and Python tests, as one table"
 	@echo "Tools (fetched on first use anyway):"
 	@echo "  make toxiproxy-tool  the pinned Toxiproxy for the fault tests"
+	@echo "  make etcd-tool       the pinned etcd and etcdctl for the etcd cluster harness"
 	@echo "  make cargo-fuzz-tool the pinned cargo-fuzz"
 	@echo "  make clean           stop the local nodes, remove build output"
-	@echo "  make clean-nodes     stop and delete every local node data root of this checkout (/tmp/racaffinity-pg-*)"
+	@echo "  make clean-nodes     stop and delete every local node data root of this checkout (/tmp/racaffinity-{pg,etcd}-*)"
 
 build:
 	$(CARGO) build --release --workspace
@@ -101,6 +102,12 @@ cargo-fuzz-tool: $(CARGO_FUZZ)
 # does so by itself on first use, so this target is only a convenience).
 toxiproxy-tool:
 	tests/cluster/faults install
+
+# etcd and etcdctl for the etcd cluster harness: tests/cluster/etcd/go.mod pins
+# the version, and tests/cluster/etcdnodes builds that module with 'go build'
+# into target/tools/bin when missing (by itself on first use, too).
+etcd-tool:
+	tests/cluster/etcdnodes install
 
 header: cbindgen-tool
 	$(CBINDGEN) -q --config rust/ffi/cbindgen.toml --crate racaffinity-ffi --output include/racaffinity.h rust/ffi
@@ -181,9 +188,10 @@ test-rust:
 test-vectors:
 	python3 tests/vectors/generate.py --check
 
-test-cluster: toxiproxy-tool
+test-cluster: toxiproxy-tool etcd-tool
 	tests/cluster/smoke.sh
 	tests/cluster/with_nodes_test.sh
+	tests/cluster/smoke_etcd.sh
 
 # racaffinity.jar: the Java API and JDBC DataSource, bundling libracaffinity.
 jar: lib
@@ -361,6 +369,10 @@ clean-nodes:
 	@for root in /tmp/racaffinity-pg-*-$(CHECKOUT_HASH); do \
 		[ -d "$$root" ] || continue; \
 		RACAFF_PG_DIR="$$root" $(PGNODES) destroy || exit 1; \
+	done
+	@for root in /tmp/racaffinity-etcd-*-$(CHECKOUT_HASH); do \
+		[ -d "$$root" ] || continue; \
+		RACAFF_ETCD_DIR="$$root" tests/cluster/etcdnodes destroy || exit 1; \
 	done
 
 clean: clean-nodes

@@ -1,0 +1,12 @@
+// The etcd server, exactly as etcd's own main does it.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}
