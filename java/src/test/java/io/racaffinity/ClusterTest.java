@@ -488,9 +488,12 @@ class ClusterTest {
                     .replace("down", "up")));
             assertThrows(UnknownNodeException.class, () -> c.applyEvent(DOWN2.replace("MYDB2", "NOPE")));
             assertEquals(NodeState.DOWN, c.nodeState("MYDB2"));
-            assertEquals(1, c.applyEvent(DOWN2.replace("status=down reason=FAILURE", "status=up")));
+            // The newest timestamp wins; in one second the more severe status (semantics.md, Agreement).
+            String up = DOWN2.replace("status=down reason=FAILURE", "status=up");
+            assertEquals(0, c.applyEvent(up), "an up in the second of the down changes nothing");
+            assertEquals(1, c.applyEvent(up.replace("08:00:00", "08:00:01")));
             assertEquals(NodeState.UP, c.nodeState("MYDB2"));
-            c.applyEvent(DOWN2.replace("reason=FAILURE", "reason=USER"));
+            c.applyEvent(DOWN2.replace("reason=FAILURE", "reason=USER").replace("08:00:00", "08:00:02"));
             assertEquals(NodeState.DRAINING, c.nodeState("MYDB2"));
         }
     }
