@@ -148,3 +148,65 @@ fn builder_builds_the_same_cluster_as_text() {
     assert!(Cluster::builder().node(NodeSpec::new("X").weight(0)).build().is_err());
     assert!(Cluster::builder().node(NodeSpec::new("")).build().is_err());
 }
+
+/// A duration past its documented maximum (docs/configuration.md) is a
+/// config error naming the key, from the text and from the builder alike:
+/// `now + backoff` at the first ejection must never overflow.
+#[test]
+fn every_duration_and_count_is_bounded_and_a_bad_one_names_its_key() {
+    let over = [
+        ("health.eject_backoff", "18446744073709551615ms"),
+        ("health.eject_backoff", "25h"),
+        ("health.eject_backoff_max", "25h"),
+        ("heartbeat.interval", "2h"),
+        ("transaction.settle", "2h"),
+        ("session.idle_ttl", "721h"),
+        ("health.eject_after_failures", "1000001"),
+        ("heartbeat.misses", "1000001"),
+        ("locality.spill_percent", "1000001"),
+    ];
+    for (key, value) in over {
+        let text = format!("nodes = A\n{key} = {value}");
+        match Config::parse(&text) {
+            Err(racaffinity::Error::Config { key: k, reason }) => {
+                assert_eq!(k, key, "for {text:?}: {reason}");
+                assert!(reason.contains("at most"), "the message says the limit: {reason}");
+            }
+            other => panic!("{text:?} should fail on `{key}`, got {other:?}"),
+        }
+    }
+    // Each maximum itself is accepted.
+    let at_max = "nodes = A\nhealth.eject_backoff = 24h\nhealth.eject_backoff_max = 24h\nheartbeat.interval = 1h\n\
+                  transaction.settle = 1h\nsession.idle_ttl = 720h\nhealth.eject_after_failures = 1000000\n\
+                  heartbeat.misses = 1000000";
+    Config::parse(at_max).unwrap();
+    // The builder goes through the same bounds.
+    let health = racaffinity::HealthConfig { eject_base_ms: u64::MAX, eject_max_ms: u64::MAX, ..Default::default() };
+    let e = Cluster::builder().node(NodeSpec::new("A")).health(health).build().unwrap_err();
+    assert!(matches!(&e, racaffinity::Error::Config { key, .. } if key == "health.eject_backoff"), "{e:?}");
+}
+
+/// With the longest back-off allowed, the first ejection keeps the node out
+/// (no wrap of `now + backoff`) and it comes back after exactly that long.
+#[test]
+fn the_longest_allowed_eject_backoff_ejects_without_overflow() {
+    let clock = racaffinity::ManualClock::new(u64::MAX / 2);
+    let c = Cluster::builder()
+        .node(NodeSpec::new("A"))
+        .node(NodeSpec::new("B"))
+        .clock(clock.clone())
+        .health(racaffinity::HealthConfig {
+            eject_after_failures: 1,
+            eject_base_ms: 24 * 3_600_000,
+            eject_max_ms: 24 * 3_600_000,
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let a = c.node_by_name("A").unwrap();
+    c.report_outcome(a.id(), false).unwrap().expect("one failure ejects");
+    assert_eq!(a.ejected_for_ms(&clock), 24 * 3_600_000);
+    for _ in 0..20 {
+        assert_ne!(c.pick().unwrap().node, a.id(), "ejected: no picks");
+    }
+}
