@@ -317,6 +317,10 @@ impl Cluster {
         if cur.find(&spec.name).is_some() {
             return Err(Error::DuplicateNode(spec.name));
         }
+        let token_id = crate::token::token_id_of(&spec.name);
+        if let Some(other) = cur.live.iter().find(|n| n.token_id() == token_id) {
+            return Err(Error::InvalidArgument(crate::token::token_id_clash(&spec.name, other.name())));
+        }
         if cur.by_id.len() >= u32::MAX as usize {
             return Err(Error::InvalidArgument("too many nodes".into()));
         }

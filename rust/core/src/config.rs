@@ -442,10 +442,14 @@ impl Config {
             }
         }
         let mut names = HashSet::new();
+        let mut token_ids = std::collections::HashMap::new();
         for n in &self.nodes {
             n.validate().map_err(|e| Error::config(format!("node.{}", n.name), e.to_string()))?;
             if !names.insert(n.name.to_ascii_uppercase()) {
                 return Err(Error::config("nodes", format!("node `{}` is listed twice", n.name)));
+            }
+            if let Some(other) = token_ids.insert(crate::token::token_id_of(&n.name), n.name.as_str()) {
+                return Err(Error::config("nodes", crate::token::token_id_clash(&n.name, other)));
             }
         }
         for (p, node) in &self.data.map {

@@ -210,3 +210,25 @@ fn the_longest_allowed_eject_backoff_ejects_without_overflow() {
         assert_ne!(c.pick().unwrap().node, a.id(), "ejected: no picks");
     }
 }
+
+/// Session tokens name a node by a 32-bit id of its name: two names with
+/// one id would send a healthy session elsewhere, so they are refused where
+/// nodes are configured or added, naming both.
+#[test]
+fn names_that_share_a_token_id_are_refused_where_nodes_are_configured_or_added() {
+    assert_eq!(racaffinity::node_token_id("N6403"), racaffinity::node_token_id("N15384"));
+    let e = Config::parse("nodes = A, N6403, N15384").unwrap_err();
+    let text = e.to_string();
+    assert_eq!(e.kind(), ErrorKind::Config, "{text}");
+    assert!(text.contains("N6403") && text.contains("N15384"), "{text}");
+    let e = Cluster::builder().node(NodeSpec::new("n6403")).node(NodeSpec::new("N15384")).build().unwrap_err();
+    assert!(e.to_string().contains("n6403") && e.to_string().contains("N15384"), "{e}");
+    let c = Cluster::from_config_text("nodes = A, N6403").unwrap();
+    let e = c.add_node(NodeSpec::new("N15384")).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("N6403") && text.contains("N15384"), "{text}");
+    assert!(c.node_by_name("N15384").is_err(), "a refused node is not added");
+    // Once the other is removed, the name is free to use.
+    c.remove_node("N6403").unwrap();
+    c.add_node(NodeSpec::new("N15384")).unwrap();
+}
