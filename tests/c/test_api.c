@@ -177,6 +177,7 @@ static void every_cluster_function_returns(const racaffinity_cluster *c, racaffi
     uint32_t u2 = 0;
     racaffinity_recovery_scope scope;
     const uint64_t *word = NULL;
+    racaffinity_epoch_page *page = NULL;
     racaffinity_route_request req = {0};
     const uint32_t parts[] = {0};
     const char *names[] = {"X"};
@@ -184,8 +185,8 @@ static void every_cluster_function_returns(const racaffinity_cluster *c, racaffi
     CHECK_RC(racaffinity_cluster_recovery_scope(c, &scope), want);
     CHECK_RC(racaffinity_node_address(c, 0, buf, sizeof buf, &len), want);
     CHECK_RC(racaffinity_partition_owner(c, 0, &u), want);
-    CHECK_RC(racaffinity_cluster_epoch_page(c, &word), want);
-    CHECK(word == NULL);
+    CHECK_RC(racaffinity_cluster_epoch_page(c, &word, &page), want);
+    CHECK(word == NULL && page == NULL);
     CHECK_RC(racaffinity_context_route_cacheable(c, 1, &r, &b), want);
     CHECK_RC(racaffinity_cluster_count_host_hits(c, 0, 1), want);
     CHECK_RC(racaffinity_context_pick_host_leasable(c, 1, &l, &b), want);
@@ -1359,9 +1360,11 @@ static void context_release_drops_every_level_and_auto_pin_pins_contexts(void) {
 static void the_epoch_page_lets_a_host_cache_a_pinned_context_route(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     const uint64_t *word = NULL;
-    CHECK_OK(racaffinity_cluster_epoch_page(c, &word));
-    CHECK(word != NULL);
-    CHECK_RC(racaffinity_cluster_epoch_page(c, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    racaffinity_epoch_page *page = NULL;
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &word, &page));
+    CHECK(word != NULL && page != NULL);
+    CHECK_RC(racaffinity_cluster_epoch_page(c, NULL, &page), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_cluster_epoch_page(c, &word, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
     uint64_t k = 0;
     CHECK_OK(racaffinity_context_new(c, &k));
     racaffinity_route r, pin;
@@ -1394,30 +1397,58 @@ static void the_epoch_page_lets_a_host_cache_a_pinned_context_route(void) {
     e = __atomic_load_n(word, __ATOMIC_ACQUIRE);
     free_cluster(c);
     CHECK(__atomic_load_n(word, __ATOMIC_ACQUIRE) > e);
-    racaffinity_epoch_page_free(word);
+    racaffinity_epoch_page_free(page);
     racaffinity_epoch_page_free(NULL);
-    /* A second free of the same word, or a word never handed out, is a
-     * no-op (valgrind checks that nothing is read or freed twice). */
-    racaffinity_epoch_page_free(word);
+    /* A second free of the same hand-out, or anything never handed out (a
+     * word's address, a cluster handle), is a no-op (valgrind checks that
+     * nothing is read or freed twice). */
+    racaffinity_epoch_page_free(page);
     uint64_t bogus = 0;
-    racaffinity_epoch_page_free(&bogus);
+    racaffinity_epoch_page_free((racaffinity_epoch_page *)&bogus);
+    racaffinity_epoch_page_free((racaffinity_epoch_page *)(uintptr_t)word);
 }
 
-/* Two parts of a host map the same cluster's epoch word: each call holds
- * the word once, so one part's free leaves it readable for the other after
- * the cluster is gone (valgrind checks the read), and only frees beyond the
- * number of calls are no-ops. */
+/* Two parts of a host map the same cluster's epoch word: each call is its
+ * own hand-out, so one part's free leaves the word readable for the other
+ * after the cluster is gone (valgrind checks the read), and a second free
+ * of a hand-out is a no-op. */
 static void each_epoch_page_call_holds_the_word_once(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     const uint64_t *mine = NULL, *theirs = NULL;
-    CHECK_OK(racaffinity_cluster_epoch_page(c, &mine));
-    CHECK_OK(racaffinity_cluster_epoch_page(c, &theirs));
+    racaffinity_epoch_page *my_page = NULL, *their_page = NULL;
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &mine, &my_page));
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &theirs, &their_page));
     CHECK(mine == theirs);
-    racaffinity_epoch_page_free(mine);
+    CHECK(my_page != their_page);
+    racaffinity_epoch_page_free(my_page);
     free_cluster(c);
     CHECK(__atomic_load_n(theirs, __ATOMIC_ACQUIRE) > 0);
-    racaffinity_epoch_page_free(theirs);
-    racaffinity_epoch_page_free(theirs);
+    racaffinity_epoch_page_free(their_page);
+    racaffinity_epoch_page_free(their_page);
+}
+
+/* Two hosts hold hand-outs of a page at one address: two parts of a
+ * program mapping one cluster, or, as the reviewer found it, a page freed
+ * with its cluster and a new cluster's page allocated at the same address
+ * (natively the allocator hands the address back at once; under valgrind
+ * only after its free queue, so this test builds the collision directly).
+ * Host 1's stale second free of its own hand-out (a documented no-op) must
+ * not release host 2's: host 2 reads its word after the cluster is freed,
+ * and valgrind checks the read. */
+static void a_stale_epoch_page_free_never_takes_another_hosts_hand_out(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    const uint64_t *host1 = NULL, *host2 = NULL;
+    racaffinity_epoch_page *page1 = NULL, *page2 = NULL;
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &host1, &page1));
+    racaffinity_epoch_page_free(page1);
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &host2, &page2));
+    CHECK(host1 == host2);
+    CHECK(page1 != page2); /* a hand-out is never reissued */
+    racaffinity_epoch_page_free(page1); /* host 1's stale second free */
+    uint64_t e = __atomic_load_n(host2, __ATOMIC_ACQUIRE);
+    free_cluster(c);
+    CHECK(__atomic_load_n(host2, __ATOMIC_ACQUIRE) > e); /* closing moved it */
+    racaffinity_epoch_page_free(page2);
 }
 
 /* A C host leases a cached route's node in the page, as the header
@@ -1427,7 +1458,8 @@ static void each_epoch_page_call_holds_the_word_once(void) {
 static void a_host_lease_in_the_page_counts_like_a_library_lease(void) {
     racaffinity_cluster *c = new_cluster("nodes = RAC1, RAC2\nhealth.eject_after_failures = 1");
     const uint64_t *word = NULL;
-    CHECK_OK(racaffinity_cluster_epoch_page(c, &word));
+    racaffinity_epoch_page *page = NULL;
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &word, &page));
     uint64_t *table = (uint64_t *)((char *)(uintptr_t)word + RACAFFINITY_HOST_LEASE_OFFSET);
     const uint32_t node = 1, stripe = 3;
     uint64_t *lease_word = &table[stripe * RACAFFINITY_HOST_LEASE_NODES + node];
@@ -1454,7 +1486,7 @@ static void a_host_lease_in_the_page_counts_like_a_library_lease(void) {
     /* A lease held across the free ends on the page, which the host still holds. */
     __atomic_fetch_add(lease_word, RACAFFINITY_HOST_LEASE_BEGIN, __ATOMIC_ACQ_REL);
     __atomic_fetch_add(lease_word, RACAFFINITY_HOST_LEASE_END_NEUTRAL, __ATOMIC_ACQ_REL);
-    racaffinity_epoch_page_free(word);
+    racaffinity_epoch_page_free(page);
 }
 
 /* One call per pinned pick that the host cannot serve from its cache: the
@@ -2055,6 +2087,7 @@ static const h_test tests[] = {
     TEST(the_epoch_page_lets_a_host_cache_a_pinned_context_route),
     TEST(a_pick_tells_the_host_whether_it_may_lease_the_route_itself),
     TEST(each_epoch_page_call_holds_the_word_once),
+    TEST(a_stale_epoch_page_free_never_takes_another_hosts_hand_out),
     TEST(a_host_lease_in_the_page_counts_like_a_library_lease),
     TEST(tx_branches_share_one_node_and_end_with_the_last),
     TEST(tx_begin_on_places_a_new_gtrid_on_the_preferred_node),

@@ -133,10 +133,14 @@ class Cluster:
         # freed with this cdata, not at close(): a thread may read it after
         # another closed the cluster.
         word = _new("const uint64_t **")
-        rc = lib.racaffinity_cluster_epoch_page(self._h, word)
+        page = _new("racaffinity_epoch_page **")
+        rc = lib.racaffinity_cluster_epoch_page(self._h, word, page)
         if rc:
             raise_for(rc)
-        self._epoch = ffi.gc(word[0], lib.racaffinity_epoch_page_free)
+        # The buffers below keep this cdata alive; its finalizer frees the
+        # hand-out (never the word's address: a later page may reuse it).
+        hand_out = page[0]
+        self._epoch = ffi.gc(word[0], lambda _w: lib.racaffinity_epoch_page_free(hand_out))
         # Indexing a memoryview is cheaper than indexing the cdata pointer;
         # the cdata above keeps the memory it views alive.
         self._epoch_word = memoryview(ffi.buffer(self._epoch, 8)).cast("Q")
