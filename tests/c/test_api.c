@@ -1046,13 +1046,13 @@ static void no_node_available_with_panic_fail_and_all_nodes_down(void) {
     r = route(t);
     CHECK(r.kind == RACAFFINITY_ROUTE_KIND_PANIC);
     free_cluster(t);
-    /* A cluster without nodes has nothing to offer either. */
-    racaffinity_cluster *e = new_cluster("");
-    uint32_t n = 9;
-    CHECK_OK(racaffinity_cluster_node_count(e, &n));
-    CHECK_EQ_U(n, 0);
-    CHECK_RC(racaffinity_cluster_route(e, &r), NN);
-    free_cluster(e);
+    /* A cluster without nodes could only fail every pick: it is refused
+     * where it is built, saying why. */
+    racaffinity_cluster *e = NULL;
+    CHECK_RC(racaffinity_cluster_new("", &e), RACAFFINITY_RESULT_CONFIG);
+    CHECK_LAST_ERROR_CONTAINS("at least one node");
+    CHECK_RC(racaffinity_cluster_new("nodes = ", &e), RACAFFINITY_RESULT_CONFIG);
+    CHECK(e == NULL);
     free_cluster(c);
 }
 

@@ -301,7 +301,7 @@ impl Cluster {
 
     /// A live node by name (case-insensitive).
     pub fn node_by_name(&self, name: &str) -> Result<Arc<Node>> {
-        self.topo().find(name).cloned().ok_or_else(|| Error::UnknownNode(name.to_string()))
+        self.topo().find_or_unknown(name).cloned()
     }
 
     /// Name of a node id; removed nodes keep their name.
@@ -339,7 +339,7 @@ impl Cluster {
     pub fn remove_node(&self, name: &str) -> Result<NodeId> {
         let _g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
         let cur = self.inner.topo.load_full();
-        let node = cur.find(name).cloned().ok_or_else(|| Error::UnknownNode(name.to_string()))?;
+        let node = cur.find_or_unknown(name).cloned()?;
         node.mark_removed();
         self.inner.topo.store(Arc::new(cur.with_removed(node.id())));
         self.inner.routing.advance();

@@ -227,6 +227,70 @@ fn parse_u32(key: &str, v: &str, min: u32, max: u32) -> Result<u32> {
     }
 }
 
+/// Every top-level key `Config::parse` knows (`node.<NAME>.*` and
+/// `data.partition.<P>` aside).
+const KEYS: &[&str] = &[
+    "name",
+    "database",
+    "service",
+    "nodes",
+    "policy",
+    "panic",
+    "thread.strict",
+    "thread.auto_pin",
+    "transaction.strict",
+    "transaction.placement",
+    "transaction.settle",
+    "session.strict",
+    "session.placement",
+    "session.mode",
+    "session.idle_ttl",
+    "data.strict",
+    "data.placement",
+    "data.partitions",
+    "health.eject_after_failures",
+    "health.eject_backoff",
+    "health.eject_backoff_max",
+    "heartbeat.interval",
+    "heartbeat.misses",
+    "recovery.scope",
+    "local.machine",
+    "local.zone",
+    "locality.spill_percent",
+];
+
+/// The message for a key `Config::parse` does not know, with the nearest
+/// known key when one is a few edits away (a typo, not another word).
+fn unknown_key(key: &str) -> String {
+    let lower = key.to_ascii_lowercase();
+    let nearest = KEYS
+        .iter()
+        .map(|k| (edit_distance(&lower, k), *k))
+        .min()
+        .filter(|(d, k)| *d <= 2.max(k.len() / 6) && *d < k.len() / 2);
+    match nearest {
+        Some((_, k)) => format!("unknown key; did you mean `{k}`? (every key: docs/configuration.md)"),
+        None => "unknown key (every key: docs/configuration.md)".to_string(),
+    }
+}
+
+/// Levenshtein distance over bytes; keys are short ASCII.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() > 64 {
+        return usize::MAX;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
 /// Longest `health.eject_backoff` and `health.eject_backoff_max`: 24 hours.
 pub const MAX_EJECT_BACKOFF_MS: u64 = 24 * 3_600_000;
 /// Longest `heartbeat.interval`: 1 hour.
@@ -385,7 +449,7 @@ impl Config {
                 "local.zone" => c.local.zone = Some(place_name(key, value)?),
                 "locality.spill_percent" => c.local.spill_percent = parse_u32(key, value, 0, MAX_COUNT)?,
                 "heartbeat.misses" => c.health.heartbeat_misses = parse_u32(key, value, 1, MAX_COUNT)?,
-                _ => return Err(Error::config(key, "unknown key (see the README's config table)")),
+                _ => return Err(Error::config(key, unknown_key(key))),
             }
         }
         c.nodes = match listed {
@@ -412,6 +476,13 @@ impl Config {
 
     /// Checks bounds and cross-field rules; builders call it too.
     pub fn validate(&self) -> Result<()> {
+        if self.nodes.is_empty() {
+            // Every pick would fail, blaming down nodes and the panic policy.
+            return Err(Error::config(
+                "nodes",
+                "a cluster needs at least one node: list them in `nodes` (or declare one with node.<NAME>.* keys)",
+            ));
+        }
         // Bounded so that `now + duration` (and a back-off's doubling, which
         // saturates at the bound) never overflows a millisecond clock.
         let h = &self.health;

@@ -232,3 +232,55 @@ fn names_that_share_a_token_id_are_refused_where_nodes_are_configured_or_added()
     c.remove_node("N6403").unwrap();
     c.add_node(NodeSpec::new("N15384")).unwrap();
 }
+
+/// A cluster with no node could only fail every pick, with a message about
+/// down nodes and the panic policy: it is refused where it is built.
+#[test]
+fn an_empty_node_list_is_refused_where_the_cluster_is_built() {
+    for text in ["nodes = ", "", "name = x\npolicy = random"] {
+        match Config::parse(text) {
+            Err(racaffinity::Error::Config { key, reason }) => {
+                assert_eq!(key, "nodes", "{text:?}");
+                assert!(reason.contains("at least one node"), "{text:?}: {reason}");
+            }
+            other => panic!("{text:?} should be refused, got {other:?}"),
+        }
+    }
+    let e = Cluster::builder().build().unwrap_err();
+    assert!(e.to_string().contains("at least one node"), "{e}");
+}
+
+/// A mistyped key says where the keys are documented and which one was
+/// probably meant.
+#[test]
+fn an_unknown_key_points_to_the_config_page_and_the_nearest_key() {
+    let reason = |text: &str| match Config::parse(text) {
+        Err(racaffinity::Error::Config { reason, .. }) => reason,
+        other => panic!("{text:?} should fail, got {other:?}"),
+    };
+    let r = reason("nodes = A\ntransaction.strit = true");
+    assert!(r.contains("docs/configuration.md") && !r.contains("README"), "{r}");
+    assert!(r.contains("did you mean `transaction.strict`?"), "{r}");
+    assert!(reason("nodes = A\nPolicy = random").contains("did you mean `policy`?"));
+    assert!(reason("nodes = A\nhealth.eject_backof = 1s").contains("did you mean `health.eject_backoff`?"));
+    let far = reason("nodes = A\nbogus = 1");
+    assert!(!far.contains("did you mean"), "no guess for a key far from every known one: {far}");
+}
+
+/// An unknown node's message lists the cluster's nodes, so a typo shows
+/// at once; a large cluster's list is cut short.
+#[test]
+fn an_unknown_node_lists_the_known_names_within_a_bound() {
+    let c = Cluster::from_config_text("nodes = MYDB1, MYDB2").unwrap();
+    let e = c.node_by_name("MYDB3").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownNode);
+    let text = e.to_string();
+    assert!(text.contains("`MYDB3`") && text.contains("MYDB1, MYDB2"), "{text}");
+    let e = c.set_node_state("mydb9", racaffinity::NodeState::Down).unwrap_err();
+    assert!(e.to_string().contains("MYDB1, MYDB2"), "{e}");
+    let names: Vec<String> = (0..500).map(|i| format!("NODE_WITH_A_LONG_NAME_{i}")).collect();
+    let c = Cluster::from_config_text(&format!("nodes = {}", names.join(", "))).unwrap();
+    let text = c.remove_node("X").unwrap_err().to_string();
+    assert!(text.len() < 400, "bounded: {} bytes: {text}", text.len());
+    assert!(text.contains("NODE_WITH_A_LONG_NAME_0") && text.contains("more"), "{text}");
+}
