@@ -40,6 +40,7 @@ mod epoch;
 mod error;
 pub mod event;
 mod failover;
+mod fork;
 pub mod hash;
 mod lease;
 mod metrics;
@@ -68,6 +69,7 @@ pub use epoch::{
 };
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
+pub use fork::{after_fork, prepare_fork};
 pub use lease::{Lease, LeaseToken, Outcome};
 pub use metrics::{MetricsSnapshot, NodeMetrics, ScopeMetrics};
 pub use node::{

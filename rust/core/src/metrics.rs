@@ -409,6 +409,9 @@ impl Cluster {
 
     /// A snapshot of every counter.
     pub fn metrics(&self) -> MetricsSnapshot {
+        // A fork waits for this read to end, so the child never inherits
+        // the tally locks it holds (see fork.rs).
+        let _fork = crate::fork::reading();
         let topo = self.topo();
         let (load_failures, last_error) = self.partition_map_load_failures();
         // Held until the scope counters are read: no thread pin folds its

@@ -236,6 +236,11 @@ pub(crate) fn hand_out(page: Arc<RoutingEpoch>) -> Result<(u64, *const u64), Fai
     Ok((id, word))
 }
 
+/// The hand-out table, for the fork handler to hold across a fork.
+pub(crate) fn lock_hand_outs() -> std::sync::MutexGuard<'static, BTreeMap<u64, Arc<RoutingEpoch>>> {
+    HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The epoch word of a live hand-out.
 pub(crate) fn handed_out_word(id: u64) -> Option<*const u64> {
     HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner()).get(&id).map(|p| p.word_ptr())
