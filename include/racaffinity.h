@@ -933,6 +933,19 @@ racaffinity_result racaffinity_result_message(uint32_t code,
 racaffinity_result racaffinity_last_error_message(char *buf, size_t cap, size_t *out_len);
 
 /*
+ Replaces the calling thread's last-error message with `message` (NULL:
+ empty; cut like any detail; bytes that are not UTF-8 become U+FFFD).
+ For a binding whose finalizers call the library: read the message with
+ `racaffinity_last_error_message` before a finalizer's calls and put it
+ back after, so an error the thread is about to raise with the message of
+ its own failed call never carries the finalizer's.
+
+ # Safety
+ `message` must be NULL or a NUL-terminated string.
+ */
+void racaffinity_last_error_set(const char *message);
+
+/*
  Routes a request of session `key` (1..=1024 bytes).
 
  # Safety

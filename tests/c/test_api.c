@@ -903,8 +903,9 @@ static void huge_lengths_are_refused_before_reading(void) {
     racaffinity_cluster *out = NULL;
     CHECK_RC(racaffinity_cluster_new(big, &out), RACAFFINITY_RESULT_INVALID_ARGUMENT);
     CHECK_LAST_ERROR_CONTAINS("1048576");
-    /* Exactly the limit is accepted (a comment line). */
+    /* Exactly the limit is accepted (a node, then a comment line). */
     big[RACAFFINITY_MAX_STRING_BYTES] = '\0';
+    memcpy(big, "nodes=A\n", 8);
     CHECK_OK(racaffinity_cluster_new(big, &out));
     free_cluster(out);
     free(big);
@@ -1449,6 +1450,30 @@ static void a_stale_epoch_page_free_never_takes_another_hosts_hand_out(void) {
     free_cluster(c);
     CHECK(__atomic_load_n(host2, __ATOMIC_ACQUIRE) > e); /* closing moved it */
     racaffinity_epoch_page_free(page2);
+}
+
+/* A binding's finalizer reads the thread's last error before its own
+ * calls and puts it back after: the error the thread is about to raise
+ * keeps the detail of its own failed call. */
+static void a_finalizer_puts_the_threads_last_error_back(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    CHECK_RC(racaffinity_tx_end(c, B("no-such-gtrid")), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
+    char saved[512];
+    CHECK_OK(racaffinity_last_error_message(saved, sizeof saved, NULL));
+    CHECK_CONTAINS(saved, "unknown transaction");
+    /* The finalizer's call fails on a freed cluster... */
+    racaffinity_cluster *gone = new_cluster(NUM_NODES_3);
+    free_cluster(gone);
+    CHECK_RC(racaffinity_context_release(gone, 1, NULL), RACAFFINITY_RESULT_INVALID_HANDLE);
+    CHECK_LAST_ERROR_CONTAINS("handle");
+    /* ...and it puts the message back. */
+    racaffinity_last_error_set(saved);
+    CHECK_LAST_ERROR_CONTAINS("unknown transaction");
+    racaffinity_last_error_set(NULL);
+    char now[16];
+    CHECK_OK(racaffinity_last_error_message(now, sizeof now, NULL));
+    CHECK_STR(now, "");
+    free_cluster(c);
 }
 
 /* A C host leases a cached route's node in the page, as the header
@@ -2088,6 +2113,7 @@ static const h_test tests[] = {
     TEST(a_pick_tells_the_host_whether_it_may_lease_the_route_itself),
     TEST(each_epoch_page_call_holds_the_word_once),
     TEST(a_stale_epoch_page_free_never_takes_another_hosts_hand_out),
+    TEST(a_finalizer_puts_the_threads_last_error_back),
     TEST(a_host_lease_in_the_page_counts_like_a_library_lease),
     TEST(tx_branches_share_one_node_and_end_with_the_last),
     TEST(tx_begin_on_places_a_new_gtrid_on_the_preferred_node),
