@@ -1235,6 +1235,21 @@ static void thread_pin_keeps_picks_on_one_node_until_unpin(void) {
     free_cluster(c);
 }
 
+/* Decided (docs/c.md): a thread pinned to a cluster that is then freed gets
+ * INVALID_HANDLE from its next pinned route, never the pinned node. */
+static void a_pinned_route_after_the_free_is_invalid_handle(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    racaffinity_route pin, r;
+    CHECK_OK(racaffinity_thread_pin(c, &pin));
+    CHECK_OK(racaffinity_cluster_route(c, &r));
+    CHECK_EQ_U(r.node, pin.node);
+    free_cluster(c);
+    CHECK_RC(racaffinity_cluster_route(c, &r), RACAFFINITY_RESULT_INVALID_HANDLE);
+    racaffinity_lease l;
+    CHECK_RC(racaffinity_cluster_pick(c, &l), RACAFFINITY_RESULT_INVALID_HANDLE);
+    CHECK_RC(racaffinity_thread_unpin(c, NULL), RACAFFINITY_RESULT_INVALID_HANDLE);
+}
+
 static void nested_thread_pins_release_at_the_outermost_unpin(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     racaffinity_route outer, inner;
@@ -2106,6 +2121,7 @@ static const h_test tests[] = {
     TEST(panic_inside_the_library_becomes_panic_result),
     TEST(recovery_on_a_second_node_is_a_split_transaction),
     TEST(thread_pin_keeps_picks_on_one_node_until_unpin),
+    TEST(a_pinned_route_after_the_free_is_invalid_handle),
     TEST(nested_thread_pins_release_at_the_outermost_unpin),
     TEST(context_pins_are_independent_of_thread_pins),
     TEST(context_release_drops_every_level_and_auto_pin_pins_contexts),
