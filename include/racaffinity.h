@@ -282,6 +282,12 @@ typedef enum {
 typedef struct racaffinity_cluster racaffinity_cluster;
 
 /*
+ One hand-out of a cluster's epoch page (opaque: never a pointer to
+ dereference), what `racaffinity_epoch_page_free` takes back.
+ */
+typedef struct racaffinity_epoch_page racaffinity_epoch_page;
+
+/*
  A routing decision: node id (dense, in config order) and how it was chosen.
  */
 typedef struct {
@@ -585,23 +591,27 @@ racaffinity_result racaffinity_key_partition(const racaffinity_cluster *cluster,
  core advances (with release ordering) after every change that could alter
  any route. Read it with acquire ordering (`__atomic_load_n(p,
  __ATOMIC_ACQUIRE)`, `atomic_load`). The word stays readable until
- `racaffinity_epoch_page_free(*out_word)`, whatever happens to the cluster;
+ `racaffinity_epoch_page_free(*out_page)`, whatever happens to the cluster;
  closing the cluster advances it once more.
 
+ Each call makes a new hand-out `*out_page` (one cluster's calls share one
+ word): free each hand-out once. A hand-out is never reissued, so a stale
+ free of one can never release another, even when a later page lands at
+ the address of a freed one.
+
  # Safety
- `out_word` must be NULL or writable.
+ `out_word` and `out_page` must be NULL or writable.
  */
 racaffinity_result racaffinity_cluster_epoch_page(const racaffinity_cluster *cluster,
-                                                  const uint64_t **out_word);
+                                                  const uint64_t **out_word,
+                                                  racaffinity_epoch_page **out_page);
 
 /*
- Releases a word from `racaffinity_cluster_epoch_page`; the caller must
- not read it afterwards. Each call that returned the word holds it once
- (one cluster's calls return the same word): free it once per call. A
- free beyond that, NULL and a pointer that never came from
- `racaffinity_cluster_epoch_page` are no-ops.
+ Releases a hand-out from `racaffinity_cluster_epoch_page`; the caller
+ must not read its word afterwards (through this hand-out). NULL, a
+ hand-out already freed and anything that never was one are no-ops.
  */
-void racaffinity_epoch_page_free(const uint64_t *word);
+void racaffinity_epoch_page_free(racaffinity_epoch_page *page);
 
 /*
  `racaffinity_context_route` that also says whether the answer may be
@@ -942,6 +952,19 @@ racaffinity_result racaffinity_result_message(uint32_t code,
  `buf` must be NULL or valid for `cap` bytes; `out_len` NULL or writable.
  */
 racaffinity_result racaffinity_last_error_message(char *buf, size_t cap, size_t *out_len);
+
+/*
+ Replaces the calling thread's last-error message with `message` (NULL:
+ empty; cut like any detail; bytes that are not UTF-8 become U+FFFD).
+ For a binding whose finalizers call the library: read the message with
+ `racaffinity_last_error_message` before a finalizer's calls and put it
+ back after, so an error the thread is about to raise with the message of
+ its own failed call never carries the finalizer's.
+
+ # Safety
+ `message` must be NULL or a NUL-terminated string.
+ */
+void racaffinity_last_error_set(const char *message);
 
 /*
  Routes a request of session `key` (1..=1024 bytes).

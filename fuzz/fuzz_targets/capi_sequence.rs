@@ -572,7 +572,7 @@ enum Tok {
 enum PageSel {
     Issued(u8),
     Null,
-    /// An address that never came from epoch_page (never dereferenced).
+    /// A hand-out that never came from epoch_page (never dereferenced).
     Foreign(u64),
 }
 
@@ -662,9 +662,10 @@ struct Model {
     pages: Vec<Page>,
 }
 
-/// An epoch word handed out by racaffinity_cluster_epoch_page.
+/// An epoch page hand-out from racaffinity_cluster_epoch_page.
 struct Page {
     word: *const u64,
+    hand_out: *mut racaffinity_epoch_page,
     cluster: usize,
     last: u64,
     freed: bool,
@@ -2616,42 +2617,43 @@ impl Model {
             Op::EpochPage { h, null_out } => {
                 let (p, live) = self.resolve(h);
                 let mut w: *const u64 = null();
-                let r = unsafe { racaffinity_cluster_epoch_page(p, if null_out { null_mut() } else { &mut w }) };
+                let mut hand_out: *mut racaffinity_epoch_page = null_mut();
+                let r = unsafe {
+                    racaffinity_cluster_epoch_page(p, if null_out { null_mut() } else { &mut w }, &mut hand_out)
+                };
                 let want = if null_out { R::NullArgument } else { Self::handle_err(p, live).unwrap_or(R::Ok) };
                 self.check("epoch_page", r, want, &(h, null_out));
                 if r == R::Ok {
                     let now = read_word(w);
                     let c = live.unwrap();
-                    // Every page of one cluster is the same word.
+                    // Every page of one cluster is the same word; every hand-out is new.
                     if let Some(e) = self.pages.iter().find(|pg| !pg.freed && pg.cluster == c) {
                         self.holds("epoch_page.same_word", e.word == w, &(e.word, w));
                     }
-                    self.pages.push(Page { word: w, cluster: c, last: now, freed: false });
+                    let fresh = !self.pages.iter().any(|pg| pg.hand_out == hand_out);
+                    self.holds("epoch_page.never_reissued", fresh, &hand_out);
+                    self.pages.push(Page { word: w, hand_out, cluster: c, last: now, freed: false });
                 }
                 Some(r)
             }
             Op::EpochFree { page } => {
                 match page {
                     PageSel::Issued(i) if !self.pages.is_empty() => {
+                        // A second free of a hand-out is a no-op, whatever other
+                        // hand-outs of its word are live (check_pages reads them).
                         let i = usize::from(i) % self.pages.len();
-                        let w = self.pages[i].word;
-                        // Each epoch_page call holds the word once: a free beyond the
-                        // number of calls is a no-op, one within it releases a hand-out
-                        // (so a second free of page i while another hand-out of the word
-                        // is live would be the caller's bug, not tried here).
-                        if !self.pages[i].freed {
-                            racaffinity_epoch_page_free(w);
-                            self.pages[i].freed = true;
-                        } else if !self.pages.iter().any(|p| !p.freed && p.word == w) {
-                            racaffinity_epoch_page_free(w);
-                        }
+                        racaffinity_epoch_page_free(self.pages[i].hand_out);
+                        self.pages[i].freed = true;
                     }
-                    PageSel::Issued(_) | PageSel::Null => racaffinity_epoch_page_free(null()),
+                    PageSel::Issued(_) | PageSel::Null => racaffinity_epoch_page_free(null_mut()),
                     PageSel::Foreign(bits) => {
-                        let local = 0u64;
-                        let w = if bits & 1 == 0 { &local as *const u64 } else { bits as usize as *const u64 };
-                        if !self.pages.iter().any(|p| p.word == w) {
-                            racaffinity_epoch_page_free(w);
+                        // A live word's address or any other number: never a hand-out.
+                        let p = match self.pages.iter().find(|p| !p.freed) {
+                            Some(pg) if bits & 1 == 0 => pg.word as usize as *mut racaffinity_epoch_page,
+                            _ => bits as usize as *mut racaffinity_epoch_page,
+                        };
+                        if !self.pages.iter().any(|pg| pg.hand_out == p) {
+                            racaffinity_epoch_page_free(p);
                         }
                     }
                 }
@@ -3127,11 +3129,11 @@ fuzz_target!(|ops: Vec<Op>| {
     m.check_pages();
     for pg in &m.pages {
         if !pg.freed {
-            racaffinity_epoch_page_free(pg.word);
+            racaffinity_epoch_page_free(pg.hand_out);
         }
     }
-    // Every hand-out is freed now: one more free of each word is a no-op.
+    // Every hand-out is freed now: one more free of each is a no-op.
     for pg in &m.pages {
-        racaffinity_epoch_page_free(pg.word);
+        racaffinity_epoch_page_free(pg.hand_out);
     }
 });

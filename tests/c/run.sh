@@ -7,6 +7,8 @@
 #      against the TESTING library (it adds racaffinity_test_panic) and run
 #      under valgrind (0 errors, 0 definite/indirect leaks); test_vectors
 #      replays tests/vectors/*.json, converted by vectors_to_c.py;
+#   2b. test_fork, natively (valgrind hides the race it checks): children
+#      forked while a thread reads metrics answer their own calls;
 #   3. cffi: include/racaffinity.h parses with cffi.FFI().cdef() and the
 #      shipped target/release library answers through it (venv: target/venv);
 #   4. pkg-config: `make install PREFIX=<tmp>`, then a program built with
@@ -111,6 +113,24 @@ for t in test_api test_threads test_vectors; do
         fail "$t (exit $rc; logs: $OUT/$t.log, $OUT/$t.valgrind.log)"
     fi
 done
+
+# ---- 2b. fork() while another thread reads metrics, natively ------------------------
+# Not under valgrind: it runs one thread at a time, so the reading thread is
+# rarely inside the library when the main thread forks (and a child of a
+# valgrind process is valgrind too). Each child has its own timeout.
+section "C fork test (testing library, native)"
+t=test_fork
+if [[ -z $FILTER || $t == *"$FILTER"* ]]; then
+    if ! cc "${CFLAGS[@]}" "tests/c/$t.c" -o "$OUT/$t" "${LDFLAGS[@]}" 2>"$OUT/$t.build.log"; then
+        cat "$OUT/$t.build.log" >&2
+        fail "$t: build"
+    elif "$OUT/$t" >"$OUT/$t.log" 2>&1; then
+        pass "$t natively ($(grep -E "^$t: " "$OUT/$t.log" | sed -E "s/^$t: //"))"
+    else
+        grep -v -E '^ok  ' "$OUT/$t.log" >&2 || true
+        fail "$t (log: $OUT/$t.log)"
+    fi
+fi
 
 # ---- 3. cffi parse of the header -----------------------------------------------------
 section "cffi parse of include/racaffinity.h"

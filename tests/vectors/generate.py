@@ -866,7 +866,6 @@ CONFIG_OK = [
         # the list fixes the order, whatever order the node settings come in
         "nodes": [{"name": "B1", "weight": 1, "address": "h1"}, {"name": "A2", "weight": 5, "address": None}],
     }),
-    ("", {"nodes": []}),
     ("database =\nservice =\nnodes = X", {"database": None, "service": None}),
     ("nodes = N1\ndata.partitions = 1048576\nsession.idle_ttl = 2h", {"data.partitions": 1048576,
                                                                      "session.idle_ttl_ms": 7200000}),
@@ -900,6 +899,12 @@ CONFIG_ERR = [
     ("nodes = A\npanic = scream", "panic"),
     ("nodes = A\nname = my cluster", "name"),
     ("nodes = A\nheartbeat.misses = 0", "heartbeat.misses"),
+    ("", "nodes"),
+    ("nodes =", "nodes"),
+    ("nodes = A\nhealth.eject_backoff = 18446744073709551615ms\nhealth.eject_backoff_max = 18446744073709551615ms",
+     "health.eject_backoff"),
+    ("nodes = A\nsession.idle_ttl = 721h", "session.idle_ttl"),
+    ("nodes = N6403, N15384", "nodes"),
 ]
 
 NODE_NAMES_OK = ["MYDB1", "a", "orcl_1", "n-1.x$#", "N" * 64]

@@ -24,7 +24,7 @@ from ._args import bytes_arg as _bytes_arg
 from ._args import cstr as _cstr
 from ._args import enum_arg as _enum_arg
 from ._args import i64_arg as _i64_arg
-from ._errors import BUFFER_TOO_SMALL, UNKNOWN_NODE, ClosedError, InvalidArgumentError, KeyOverflowError, raise_for
+from ._errors import BUFFER_TOO_SMALL, UNKNOWN_NODE, ClosedError, InvalidArgumentError, KeyOverflowError, keeping_last_error, raise_for
 from ._lib import NULL, ffi, lib
 from ._routes import HOST_LEASE_BASE as _HOST_LEASE_BASE
 from ._routes import HOST_LEASE_NODES as _HOST_LEASE_NODES
@@ -133,10 +133,14 @@ class Cluster:
         # freed with this cdata, not at close(): a thread may read it after
         # another closed the cluster.
         word = _new("const uint64_t **")
-        rc = lib.racaffinity_cluster_epoch_page(self._h, word)
+        page = _new("racaffinity_epoch_page **")
+        rc = lib.racaffinity_cluster_epoch_page(self._h, word, page)
         if rc:
             raise_for(rc)
-        self._epoch = ffi.gc(word[0], lib.racaffinity_epoch_page_free)
+        # The buffers below keep this cdata alive; its finalizer frees the
+        # hand-out (never the word's address: a later page may reuse it).
+        hand_out = page[0]
+        self._epoch = ffi.gc(word[0], lambda _w: lib.racaffinity_epoch_page_free(hand_out))
         # Indexing a memoryview is cheaper than indexing the cdata pointer;
         # the cdata above keeps the memory it views alive.
         self._epoch_word = memoryview(ffi.buffer(self._epoch, 8)).cast("Q")
@@ -170,7 +174,7 @@ class Cluster:
         try:
             if not self._closed:
                 self._closed = True
-                lib.racaffinity_cluster_free(self._h)
+                keeping_last_error(lib.racaffinity_cluster_free, self._h)
         except Exception:  # interpreter shutdown
             pass
 

@@ -8,7 +8,7 @@ the failing call returns, with no `await` or library call in between).
 
 from __future__ import annotations
 
-from typing import Dict, NoReturn, Optional, Type
+from typing import Any, Dict, NoReturn, Optional, Type
 
 from ._lib import ffi, lib
 
@@ -200,6 +200,19 @@ def last_error_message() -> str:
 
 def result_message(code: int) -> str:
     return _read_text(lambda b, c, n: lib.racaffinity_result_message(code, b, c, n))
+
+
+def keeping_last_error(fn: Any, *args: Any) -> Any:
+    """`fn(*args)` for a finalizer (`__del__`, `weakref.finalize`), then the
+    thread's last-error message as it was before. The cycle collector runs
+    finalizers at any bytecode boundary, also between another call's failure
+    and `raise_for`'s read of its message: a finalizer's own failing call
+    (INVALID_HANDLE on a cluster another thread freed) must not replace it."""
+    saved = _read_text(lib.racaffinity_last_error_message)
+    try:
+        return fn(*args)
+    finally:
+        lib.racaffinity_last_error_set(saved.encode("utf-8"))
 
 
 def raise_for(code: int, closed: bool = False) -> NoReturn:

@@ -7,7 +7,7 @@ import enum
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 from ._args import enum_arg
-from ._errors import ClosedError, InvalidLeaseError
+from ._errors import ClosedError, InvalidLeaseError, keeping_last_error
 from ._lib import ffi, lib
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -158,9 +158,15 @@ class Lease(Route):
         # (skewing least_outstanding): release it NEUTRAL.
         if self._live:
             try:
-                self.release(_NEUTRAL)
-            except Exception:  # a closed cluster, interpreter shutdown
+                keeping_last_error(self._release_quietly)
+            except Exception:  # interpreter shutdown
                 pass
+
+    def _release_quietly(self) -> None:
+        try:
+            self.release(_NEUTRAL)
+        except Exception:  # a closed cluster
+            pass
 
 
 def _refuse_second_release(lease: Lease) -> None:

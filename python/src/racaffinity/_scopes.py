@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextvars
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
-from ._errors import INVALID_HANDLE, ClosedError, UnknownTransactionError
+from ._errors import INVALID_HANDLE, ClosedError, UnknownTransactionError, keeping_last_error
 from ._lib import NULL, lib
 from ._routes import PLACED, Route, new_, route_of
 
@@ -115,14 +115,18 @@ class _Pin:
         self.epoch = epoch if self.active else 0
 
     def __del__(self) -> None:
+        # Library calls only when there is something to hand back, each
+        # keeping the thread's last error (see keeping_last_error).
         try:
-            self.merge_hits()
+            if self.hits > self.merged:
+                keeping_last_error(self.merge_hits)
         except Exception:  # interpreter shutdown
             pass
         if self._auto is not None and self.active:
             self.end()
             try:
-                lib.racaffinity_context_release(self._auto, self.key, NULL)  # a closed cluster: INVALID_HANDLE
+                # A closed cluster: INVALID_HANDLE.
+                keeping_last_error(lib.racaffinity_context_release, self._auto, self.key, NULL)
             except Exception:  # interpreter shutdown
                 pass
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 from ._cluster import Cluster
 from ._routes import Route, RouteKind, Scope, context_pick, lease_begin, lease_release, new_, route_of
-from ._errors import InvalidArgumentError
+from ._errors import InvalidArgumentError, keeping_last_error
 from ._lib import NULL, lib
 
 __all__ = [
@@ -33,8 +33,10 @@ _NEUTRAL = int(lib.RACAFFINITY_OUTCOME_NEUTRAL)
 
 
 def _release(h: Any, key: int) -> None:
-    # Every level: pin() nests, and nobody is left to unpin the others.
-    lib.racaffinity_context_release(h, key, NULL)  # a closed cluster took its pins with it
+    # Every level: pin() nests, and nobody is left to unpin the others. A
+    # closed cluster took its pins with it (INVALID_HANDLE); this may run as
+    # a finalizer, so the thread's last error is kept.
+    keeping_last_error(lib.racaffinity_context_release, h, key, NULL)
 
 
 class AffinityContext:

@@ -311,7 +311,7 @@ impl Cluster {
 
     /// A live node by name (case-insensitive).
     pub fn node_by_name(&self, name: &str) -> Result<Arc<Node>> {
-        self.topo().find(name).cloned().ok_or_else(|| Error::UnknownNode(name.to_string()))
+        self.topo().find_or_unknown(name).cloned()
     }
 
     /// Name of a node id; removed nodes keep their name.
@@ -332,6 +332,10 @@ impl Cluster {
         let cur = self.inner.topo.load_full();
         if cur.find(&spec.name).is_some() {
             return Err(Error::DuplicateNode(spec.name));
+        }
+        let token_id = crate::token::token_id_of(&spec.name);
+        if let Some(other) = cur.live.iter().find(|n| n.token_id() == token_id) {
+            return Err(Error::InvalidArgument(crate::token::token_id_clash(&spec.name, other.name())));
         }
         if cur.by_id.len() >= u32::MAX as usize {
             return Err(Error::InvalidArgument("too many nodes".into()));
@@ -356,7 +360,7 @@ impl Cluster {
 
     fn remove_node_locked(&self, name: &str) -> Result<NodeId> {
         let cur = self.inner.topo.load_full();
-        let node = cur.find(name).cloned().ok_or_else(|| Error::UnknownNode(name.to_string()))?;
+        let node = cur.find_or_unknown(name).cloned()?;
         node.mark_removed();
         self.inner.topo.store(Arc::new(cur.with_removed(node.id())));
         self.inner.routing.advance();
@@ -402,7 +406,7 @@ impl Cluster {
         g.insert(canonical, key);
         Ok(match self.remove_node_locked(name) {
             Ok(_) => true,
-            Err(Error::UnknownNode(_)) => false,
+            Err(e) if e.kind() == crate::error::ErrorKind::UnknownNode => false,
             Err(e) => return Err(e),
         })
     }

@@ -223,9 +223,85 @@ fn place_name(key: &str, v: &str) -> Result<String> {
 fn parse_u32(key: &str, v: &str, min: u32, max: u32) -> Result<u32> {
     match parse_digits::<u32>(v) {
         Some(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(Error::config(key, format!("expected an integer in {min}..={max}, got `{v}`"))),
+        _ => Err(Error::config(key, format!("expected an integer, at least {min} and at most {max}, got `{v}`"))),
     }
 }
+
+/// Every top-level key `Config::parse` knows (`node.<NAME>.*` and
+/// `data.partition.<P>` aside).
+const KEYS: &[&str] = &[
+    "name",
+    "database",
+    "service",
+    "nodes",
+    "policy",
+    "panic",
+    "thread.strict",
+    "thread.auto_pin",
+    "transaction.strict",
+    "transaction.placement",
+    "transaction.settle",
+    "session.strict",
+    "session.placement",
+    "session.mode",
+    "session.idle_ttl",
+    "data.strict",
+    "data.placement",
+    "data.partitions",
+    "health.eject_after_failures",
+    "health.eject_backoff",
+    "health.eject_backoff_max",
+    "heartbeat.interval",
+    "heartbeat.misses",
+    "recovery.scope",
+    "local.machine",
+    "local.zone",
+    "locality.spill_percent",
+];
+
+/// The message for a key `Config::parse` does not know, with the nearest
+/// known key when one is a few edits away (a typo, not another word).
+fn unknown_key(key: &str) -> String {
+    let lower = key.to_ascii_lowercase();
+    let nearest = KEYS
+        .iter()
+        .map(|k| (edit_distance(&lower, k), *k))
+        .min()
+        .filter(|(d, k)| *d <= 2.max(k.len() / 6) && *d < k.len() / 2);
+    match nearest {
+        Some((_, k)) => format!("unknown key; did you mean `{k}`? (every key: docs/configuration.md)"),
+        None => "unknown key (every key: docs/configuration.md)".to_string(),
+    }
+}
+
+/// Levenshtein distance over bytes; keys are short ASCII.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() > 64 {
+        return usize::MAX;
+    }
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Longest `health.eject_backoff` and `health.eject_backoff_max`: 24 hours.
+pub const MAX_EJECT_BACKOFF_MS: u64 = 24 * 3_600_000;
+/// Longest `heartbeat.interval`: 1 hour.
+pub const MAX_HEARTBEAT_INTERVAL_MS: u64 = 3_600_000;
+/// Longest `transaction.settle`: 1 hour.
+pub const MAX_SETTLE_MS: u64 = 3_600_000;
+/// Longest `session.idle_ttl`: 30 days.
+pub const MAX_IDLE_TTL_MS: u64 = 720 * 3_600_000;
+/// Largest `health.eject_after_failures`, `heartbeat.misses` and
+/// `locality.spill_percent`.
+pub const MAX_COUNT: u32 = 1_000_000;
 
 /// Parses `500ms`, `10s`, `30m`, `2h`. A bare number is refused: the unit is
 /// where config mistakes hide; so is any other spelling (`10 s`, `1min`).
@@ -364,16 +440,16 @@ impl Config {
                 "data.strict" => c.data.strict = parse_bool(key, value)?,
                 "data.placement" => c.data.placement = Placement::parse(key, value)?,
                 "data.partitions" => c.data.partitions = parse_u32(key, value, 1, MAX_PARTITIONS)?,
-                "health.eject_after_failures" => c.health.eject_after_failures = parse_u32(key, value, 0, 1_000_000)?,
+                "health.eject_after_failures" => c.health.eject_after_failures = parse_u32(key, value, 0, MAX_COUNT)?,
                 "health.eject_backoff" => c.health.eject_base_ms = parse_duration_ms(key, value)?,
                 "health.eject_backoff_max" => c.health.eject_max_ms = parse_duration_ms(key, value)?,
                 "heartbeat.interval" => c.health.heartbeat_interval_ms = parse_duration_ms(key, value)?,
                 "recovery.scope" => c.recovery_scope = value.parse()?,
                 "local.machine" => c.local.machine = Some(place_name(key, value)?),
                 "local.zone" => c.local.zone = Some(place_name(key, value)?),
-                "locality.spill_percent" => c.local.spill_percent = parse_u32(key, value, 0, 1_000_000)?,
-                "heartbeat.misses" => c.health.heartbeat_misses = parse_u32(key, value, 1, 1_000_000)?,
-                _ => return Err(Error::config(key, "unknown key (see the README's config table)")),
+                "locality.spill_percent" => c.local.spill_percent = parse_u32(key, value, 0, MAX_COUNT)?,
+                "heartbeat.misses" => c.health.heartbeat_misses = parse_u32(key, value, 1, MAX_COUNT)?,
+                _ => return Err(Error::config(key, unknown_key(key))),
             }
         }
         c.nodes = match listed {
@@ -398,13 +474,53 @@ impl Config {
         Ok(c)
     }
 
-    /// Checks cross-field rules; builders call it too.
+    /// Checks bounds and cross-field rules; builders call it too.
     pub fn validate(&self) -> Result<()> {
+        if self.nodes.is_empty() {
+            // Every pick would fail, blaming down nodes and the panic policy.
+            return Err(Error::config(
+                "nodes",
+                "a cluster needs at least one node: list them in `nodes` (or declare one with node.<NAME>.* keys)",
+            ));
+        }
+        // Bounded so that `now + duration` (and a back-off's doubling, which
+        // saturates at the bound) never overflows a millisecond clock.
+        let h = &self.health;
+        let durations = [
+            ("health.eject_backoff", h.eject_base_ms, MAX_EJECT_BACKOFF_MS),
+            ("health.eject_backoff_max", h.eject_max_ms, MAX_EJECT_BACKOFF_MS),
+            ("heartbeat.interval", h.heartbeat_interval_ms, MAX_HEARTBEAT_INTERVAL_MS),
+            ("transaction.settle", self.transaction.settle_ms, MAX_SETTLE_MS),
+            ("session.idle_ttl", self.session.idle_ttl_ms, MAX_IDLE_TTL_MS),
+        ];
+        for (key, ms, max) in durations {
+            if ms > max {
+                return Err(Error::config(
+                    key,
+                    format!("{} is too long: at most {}", fmt_duration(ms), fmt_duration(max)),
+                ));
+            }
+        }
+        let counts = [
+            ("health.eject_after_failures", h.eject_after_failures, 0, MAX_COUNT),
+            ("heartbeat.misses", h.heartbeat_misses, 1, MAX_COUNT),
+            ("locality.spill_percent", self.local.spill_percent, 0, MAX_COUNT),
+            ("data.partitions", self.data.partitions, 1, MAX_PARTITIONS),
+        ];
+        for (key, n, min, max) in counts {
+            if !(min..=max).contains(&n) {
+                return Err(Error::config(key, format!("{n} is out of range: at least {min}, at most {max}")));
+            }
+        }
         let mut names = HashSet::new();
+        let mut token_ids = std::collections::HashMap::new();
         for n in &self.nodes {
             n.validate().map_err(|e| Error::config(format!("node.{}", n.name), e.to_string()))?;
             if !names.insert(n.name.to_ascii_uppercase()) {
                 return Err(Error::config("nodes", format!("node `{}` is listed twice", n.name)));
+            }
+            if let Some(other) = token_ids.insert(crate::token::token_id_of(&n.name), n.name.as_str()) {
+                return Err(Error::config("nodes", crate::token::token_id_clash(&n.name, other)));
             }
         }
         for (p, node) in &self.data.map {

@@ -123,7 +123,7 @@ impl DataMap {
     pub fn new(cfg: &DataConfig, topo: &Topology) -> Result<Self> {
         let mut explicit = HashMap::new();
         for (p, name) in &cfg.map {
-            let n = topo.find(name).ok_or_else(|| Error::UnknownNode(name.clone()))?;
+            let n = topo.find_or_unknown(name)?;
             explicit.insert(*p, n.name().into());
         }
         Ok(DataMap {
@@ -284,7 +284,7 @@ impl Cluster {
     pub fn set_partition(&self, partition: u32, node: &str) -> Result<()> {
         let topo = self.topo();
         self.check_partition(partition)?;
-        let name: Box<str> = topo.find(node).ok_or_else(|| Error::UnknownNode(node.to_string()))?.name().into();
+        let name: Box<str> = topo.find_or_unknown(node)?.name().into();
         self.update_map(|m| {
             m.entries.insert(partition, name.clone());
             "set_partition".into()
@@ -351,7 +351,7 @@ impl Cluster {
         let mut entries = HashMap::with_capacity(map.len());
         for &(p, node) in map {
             self.check_partition(p)?;
-            let name: Box<str> = topo.find(node).ok_or_else(|| Error::UnknownNode(node.to_string()))?.name().into();
+            let name: Box<str> = topo.find_or_unknown(node)?.name().into();
             if entries.insert(p, name).is_some() {
                 return Err(Error::InvalidArgument(format!("partition {p} is mapped twice")));
             }

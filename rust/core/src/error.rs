@@ -84,6 +84,14 @@ pub enum Error {
     InvalidArgument(String),
     /// The named node is not part of the cluster.
     UnknownNode(String),
+    /// No live node has this name; `known` lists the cluster's live nodes
+    /// (cut short in a large cluster). Kind: [`ErrorKind::UnknownNode`].
+    UnknownNodeName {
+        /// The name asked for.
+        name: String,
+        /// The live nodes' names, comma-separated, possibly cut short.
+        known: String,
+    },
     /// A node with that name already exists.
     DuplicateNode(String),
     /// No node is available and the panic policy is `fail`.
@@ -146,7 +154,7 @@ impl Error {
         match self {
             Error::Config { .. } => ErrorKind::Config,
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
-            Error::UnknownNode(_) => ErrorKind::UnknownNode,
+            Error::UnknownNode(_) | Error::UnknownNodeName { .. } => ErrorKind::UnknownNode,
             Error::DuplicateNode(_) => ErrorKind::DuplicateNode,
             Error::NoNodeAvailable { .. } => ErrorKind::NoNodeAvailable,
             Error::StrictAffinity { .. } | Error::StrictSettling { .. } | Error::StrictUnconfirmed { .. } => {
@@ -175,6 +183,10 @@ impl fmt::Display for Error {
             Error::Config { key, reason } => write!(f, "invalid config key `{key}`: {reason}"),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::UnknownNode(n) => write!(f, "unknown node `{n}`"),
+            Error::UnknownNodeName { name, known } if known.is_empty() => {
+                write!(f, "unknown node `{name}`: this cluster has no node")
+            }
+            Error::UnknownNodeName { name, known } => write!(f, "unknown node `{name}`; this cluster has {known}"),
             Error::DuplicateNode(n) => write!(f, "node `{n}` already exists"),
             Error::NoNodeAvailable { scope: Some(s) } => {
                 write!(f, "no node available for {s} routing (every node is down and panic policy is `fail`)")

@@ -86,7 +86,7 @@ impl Cluster {
         let targets: Vec<_> = match ev.event_type {
             FanEventType::Instance | FanEventType::ServiceMember => {
                 let name = ev.instance.as_deref().ok_or_else(|| Error::event("missing `instance=`"))?;
-                vec![topo.find(name).cloned().ok_or_else(|| Error::UnknownNode(name.to_string()))?]
+                vec![topo.find_or_unknown(name).cloned()?]
             }
             FanEventType::Node => {
                 let host = ev.host.as_deref().ok_or_else(|| Error::event("missing `host=`"))?;
@@ -137,11 +137,8 @@ impl Cluster {
     pub fn apply_rlb(&self, adv: &RlbAdvisory) -> Result<EventEffect> {
         self.check_foreign(&adv.database, &adv.service)?;
         let topo = self.topo();
-        let nodes = adv
-            .entries
-            .iter()
-            .map(|e| topo.find(&e.instance).cloned().ok_or_else(|| Error::UnknownNode(e.instance.clone())))
-            .collect::<Result<Vec<_>>>()?;
+        let nodes =
+            adv.entries.iter().map(|e| topo.find_or_unknown(&e.instance).cloned()).collect::<Result<Vec<_>>>()?;
         let mut effect = EventEffect::default();
         for (e, n) in adv.entries.iter().zip(&nodes) {
             if n.set_advice(e.percent, e.flag, e.aff) {

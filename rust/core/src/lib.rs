@@ -42,6 +42,7 @@ mod error;
 pub mod event;
 mod failover;
 mod feed;
+mod fork;
 pub mod hash;
 mod lease;
 mod metrics;
@@ -71,6 +72,7 @@ pub use epoch::{
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
 pub use feed::{FeedOutcome, MAX_FEED_VALUE_BYTES};
+pub use fork::{after_fork, prepare_fork};
 pub use lease::{Lease, LeaseToken, Outcome};
 pub use metrics::{MetricsSnapshot, NodeMetrics, ScopeMetrics};
 pub use node::{

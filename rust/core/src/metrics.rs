@@ -130,8 +130,14 @@ pub struct MetricsSnapshot {
     pub sessions_revoked: u64,
     /// Sessions dropped after their idle TTL.
     pub sessions_expired: u64,
-    /// Soft-mode transaction spans, summed over nodes (see [`NodeMetrics::tx_spans`]).
+    /// Soft-mode transaction spans, summed over every node the cluster
+    /// ever had (see [`NodeMetrics::tx_spans`]): a removed node's stay, so
+    /// the sum never goes down.
     pub tx_spans: u64,
+    /// Picks by where the node sits relative to this process (`machine`,
+    /// `zone`, `remote`), over every node the cluster ever had, removed ones
+    /// included: a counter must never go down.
+    pub locality_picks: [u64; 3],
     /// [`Cluster::topology_fingerprint`] at the snapshot.
     pub fingerprint: String,
     /// The explicit partition map's epoch (0: as configured).
@@ -322,8 +328,7 @@ impl MetricsSnapshot {
             s,
             "# HELP racaffinity_locality_picks_total Picks by where the node sits relative to this process.\n# TYPE racaffinity_locality_picks_total counter"
         );
-        for place in ["machine", "zone", "remote"] {
-            let picks = self.nodes.iter().filter(|n| n.locality == place).fold(0u64, |a, n| a.wrapping_add(n.picks));
+        for (place, picks) in LOCALITY_PLACES.iter().zip(self.locality_picks) {
             let _ = writeln!(s, "racaffinity_locality_picks_total{{cluster=\"{c}\",locality=\"{place}\"}} {picks}");
         }
         type ScopeField = fn(&ScopeMetrics) -> u64;
@@ -418,11 +423,27 @@ impl Cluster {
 
     /// A snapshot of every counter.
     pub fn metrics(&self) -> MetricsSnapshot {
+        // A fork waits for this read to end, so the child never inherits
+        // the tally locks it holds (see fork.rs).
+        let _fork = crate::fork::reading();
         let topo = self.topo();
         let (load_failures, last_error) = self.partition_map_load_failures();
         // Held until the scope counters are read: no thread pin folds its
         // tally into them meanwhile, so no hit is counted twice or missed.
         let thread_hits = self.inner.thread_hits.merged();
+        // Every node ever added, for the cluster-wide counters; removed
+        // nodes' counters no longer move.
+        let mut tx_spans = 0u64;
+        let mut locality_picks = [0u64; 3];
+        for n in &topo.by_id {
+            let c = &n.counters;
+            let hits = c.affinity_hits.sum().wrapping_add(thread_hits.node(n.id()));
+            let picks = c.other_picks.sum().wrapping_add(hits);
+            if let Some(i) = LOCALITY_PLACES.iter().position(|p| *p == n.locality().as_str()) {
+                locality_picks[i] = locality_picks[i].wrapping_add(picks);
+            }
+            tx_spans = tx_spans.wrapping_add(c.tx_spans.load(Ordering::Relaxed));
+        }
         let nodes: Vec<NodeMetrics> = topo
             .live
             .iter()
@@ -485,7 +506,8 @@ impl Cluster {
             })
             .collect();
         MetricsSnapshot {
-            tx_spans: nodes.iter().map(|n| n.tx_spans).sum(),
+            tx_spans,
+            locality_picks,
             fingerprint: self.topology_fingerprint(),
             cluster: self.name().to_string(),
             epoch: topo.epoch,
@@ -502,6 +524,10 @@ impl Cluster {
         }
     }
 }
+
+/// The `locality` labels of `racaffinity_locality_picks_total`, in
+/// [`MetricsSnapshot::locality_picks`] order (`unknown` has no series).
+const LOCALITY_PLACES: [&str; 3] = ["machine", "zone", "remote"];
 
 /// `text` as a JSON string literal (host error messages are free text).
 fn json_string(text: &str) -> String {

@@ -63,7 +63,7 @@ thread_local! {
     static SPARES: RefCell<Spares> = const { RefCell::new(Spares(Vec::new())) };
 }
 
-fn pool() -> MutexGuard<'static, Vec<&'static Tally>> {
+pub(crate) fn pool() -> MutexGuard<'static, Vec<&'static Tally>> {
     POOL.lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -61,6 +61,16 @@ pub(crate) fn token_id_of(name: &str) -> u32 {
     hash::hash_bytes(name.to_ascii_uppercase().as_bytes()) as u32
 }
 
+/// Why `name` cannot join a cluster that has `other`: a token naming one
+/// would route to the other.
+pub(crate) fn token_id_clash(name: &str, other: &str) -> String {
+    format!(
+        "node `{name}` has the same session-token id ({}) as node `{other}`, so a token could not tell \
+         them apart; rename one of them",
+        node_token_id(name)
+    )
+}
+
 /// The live node a token's id names. The id is parsed once and compared as
 /// a number, so a route allocates nothing per node. Two names with one id
 /// (about 1 in 2^32 per pair) are ambiguous: `None`, which counts as down.

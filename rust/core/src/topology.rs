@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use crate::node::{Node, NodeId};
 
+/// How many bytes of node names an unknown-node message lists.
+pub(crate) const KNOWN_NAMES_BYTES: usize = 200;
+
 /// One version of the node set.
 #[derive(Debug)]
 pub(crate) struct Topology {
@@ -46,6 +49,25 @@ impl Topology {
     #[inline]
     pub fn node(&self, id: NodeId) -> Option<&Arc<Node>> {
         self.by_id.get(id.0 as usize)
+    }
+
+    /// [`Topology::find`], or an error that lists the live nodes (at most
+    /// about [`KNOWN_NAMES_BYTES`] of names, then how many more).
+    pub fn find_or_unknown(&self, name: &str) -> crate::error::Result<&Arc<Node>> {
+        self.find(name).ok_or_else(|| {
+            let mut known = String::new();
+            for (i, n) in self.live.iter().enumerate() {
+                if known.len() + n.name().len() > KNOWN_NAMES_BYTES {
+                    known.push_str(&format!(", … and {} more", self.live.len() - i));
+                    break;
+                }
+                if i > 0 {
+                    known.push_str(", ");
+                }
+                known.push_str(n.name());
+            }
+            crate::error::Error::UnknownNodeName { name: name.to_string(), known }
+        })
     }
 
     pub fn find(&self, name: &str) -> Option<&Arc<Node>> {

@@ -148,3 +148,139 @@ fn builder_builds_the_same_cluster_as_text() {
     assert!(Cluster::builder().node(NodeSpec::new("X").weight(0)).build().is_err());
     assert!(Cluster::builder().node(NodeSpec::new("")).build().is_err());
 }
+
+/// A duration past its documented maximum (docs/configuration.md) is a
+/// config error naming the key, from the text and from the builder alike:
+/// `now + backoff` at the first ejection must never overflow.
+#[test]
+fn every_duration_and_count_is_bounded_and_a_bad_one_names_its_key() {
+    let over = [
+        ("health.eject_backoff", "18446744073709551615ms"),
+        ("health.eject_backoff", "25h"),
+        ("health.eject_backoff_max", "25h"),
+        ("heartbeat.interval", "2h"),
+        ("transaction.settle", "2h"),
+        ("session.idle_ttl", "721h"),
+        ("health.eject_after_failures", "1000001"),
+        ("heartbeat.misses", "1000001"),
+        ("locality.spill_percent", "1000001"),
+    ];
+    for (key, value) in over {
+        let text = format!("nodes = A\n{key} = {value}");
+        match Config::parse(&text) {
+            Err(racaffinity::Error::Config { key: k, reason }) => {
+                assert_eq!(k, key, "for {text:?}: {reason}");
+                assert!(reason.contains("at most"), "the message says the limit: {reason}");
+            }
+            other => panic!("{text:?} should fail on `{key}`, got {other:?}"),
+        }
+    }
+    // Each maximum itself is accepted.
+    let at_max = "nodes = A\nhealth.eject_backoff = 24h\nhealth.eject_backoff_max = 24h\nheartbeat.interval = 1h\n\
+                  transaction.settle = 1h\nsession.idle_ttl = 720h\nhealth.eject_after_failures = 1000000\n\
+                  heartbeat.misses = 1000000";
+    Config::parse(at_max).unwrap();
+    // The builder goes through the same bounds.
+    let health = racaffinity::HealthConfig { eject_base_ms: u64::MAX, eject_max_ms: u64::MAX, ..Default::default() };
+    let e = Cluster::builder().node(NodeSpec::new("A")).health(health).build().unwrap_err();
+    assert!(matches!(&e, racaffinity::Error::Config { key, .. } if key == "health.eject_backoff"), "{e:?}");
+}
+
+/// With the longest back-off allowed, the first ejection keeps the node out
+/// (no wrap of `now + backoff`) and it comes back after exactly that long.
+#[test]
+fn the_longest_allowed_eject_backoff_ejects_without_overflow() {
+    let clock = racaffinity::ManualClock::new(u64::MAX / 2);
+    let c = Cluster::builder()
+        .node(NodeSpec::new("A"))
+        .node(NodeSpec::new("B"))
+        .clock(clock.clone())
+        .health(racaffinity::HealthConfig {
+            eject_after_failures: 1,
+            eject_base_ms: 24 * 3_600_000,
+            eject_max_ms: 24 * 3_600_000,
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let a = c.node_by_name("A").unwrap();
+    c.report_outcome(a.id(), false).unwrap().expect("one failure ejects");
+    assert_eq!(a.ejected_for_ms(&clock), 24 * 3_600_000);
+    for _ in 0..20 {
+        assert_ne!(c.pick().unwrap().node, a.id(), "ejected: no picks");
+    }
+}
+
+/// Session tokens name a node by a 32-bit id of its name: two names with
+/// one id would send a healthy session elsewhere, so they are refused where
+/// nodes are configured or added, naming both.
+#[test]
+fn names_that_share_a_token_id_are_refused_where_nodes_are_configured_or_added() {
+    assert_eq!(racaffinity::node_token_id("N6403"), racaffinity::node_token_id("N15384"));
+    let e = Config::parse("nodes = A, N6403, N15384").unwrap_err();
+    let text = e.to_string();
+    assert_eq!(e.kind(), ErrorKind::Config, "{text}");
+    assert!(text.contains("N6403") && text.contains("N15384"), "{text}");
+    let e = Cluster::builder().node(NodeSpec::new("n6403")).node(NodeSpec::new("N15384")).build().unwrap_err();
+    assert!(e.to_string().contains("n6403") && e.to_string().contains("N15384"), "{e}");
+    let c = Cluster::from_config_text("nodes = A, N6403").unwrap();
+    let e = c.add_node(NodeSpec::new("N15384")).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("N6403") && text.contains("N15384"), "{text}");
+    assert!(c.node_by_name("N15384").is_err(), "a refused node is not added");
+    // Once the other is removed, the name is free to use.
+    c.remove_node("N6403").unwrap();
+    c.add_node(NodeSpec::new("N15384")).unwrap();
+}
+
+/// A cluster with no node could only fail every pick, with a message about
+/// down nodes and the panic policy: it is refused where it is built.
+#[test]
+fn an_empty_node_list_is_refused_where_the_cluster_is_built() {
+    for text in ["nodes = ", "", "name = x\npolicy = random"] {
+        match Config::parse(text) {
+            Err(racaffinity::Error::Config { key, reason }) => {
+                assert_eq!(key, "nodes", "{text:?}");
+                assert!(reason.contains("at least one node"), "{text:?}: {reason}");
+            }
+            other => panic!("{text:?} should be refused, got {other:?}"),
+        }
+    }
+    let e = Cluster::builder().build().unwrap_err();
+    assert!(e.to_string().contains("at least one node"), "{e}");
+}
+
+/// A mistyped key says where the keys are documented and which one was
+/// probably meant.
+#[test]
+fn an_unknown_key_points_to_the_config_page_and_the_nearest_key() {
+    let reason = |text: &str| match Config::parse(text) {
+        Err(racaffinity::Error::Config { reason, .. }) => reason,
+        other => panic!("{text:?} should fail, got {other:?}"),
+    };
+    let r = reason("nodes = A\ntransaction.strit = true");
+    assert!(r.contains("docs/configuration.md") && !r.contains("README"), "{r}");
+    assert!(r.contains("did you mean `transaction.strict`?"), "{r}");
+    assert!(reason("nodes = A\nPolicy = random").contains("did you mean `policy`?"));
+    assert!(reason("nodes = A\nhealth.eject_backof = 1s").contains("did you mean `health.eject_backoff`?"));
+    let far = reason("nodes = A\nbogus = 1");
+    assert!(!far.contains("did you mean"), "no guess for a key far from every known one: {far}");
+}
+
+/// An unknown node's message lists the cluster's nodes, so a typo shows
+/// at once; a large cluster's list is cut short.
+#[test]
+fn an_unknown_node_lists_the_known_names_within_a_bound() {
+    let c = Cluster::from_config_text("nodes = MYDB1, MYDB2").unwrap();
+    let e = c.node_by_name("MYDB3").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownNode);
+    let text = e.to_string();
+    assert!(text.contains("`MYDB3`") && text.contains("MYDB1, MYDB2"), "{text}");
+    let e = c.set_node_state("mydb9", racaffinity::NodeState::Down).unwrap_err();
+    assert!(e.to_string().contains("MYDB1, MYDB2"), "{e}");
+    let names: Vec<String> = (0..500).map(|i| format!("NODE_WITH_A_LONG_NAME_{i}")).collect();
+    let c = Cluster::from_config_text(&format!("nodes = {}", names.join(", "))).unwrap();
+    let text = c.remove_node("X").unwrap_err().to_string();
+    assert!(text.len() < 400, "bounded: {} bytes: {text}", text.len());
+    assert!(text.contains("NODE_WITH_A_LONG_NAME_0") && text.contains("more"), "{text}");
+}

@@ -133,3 +133,34 @@ fn a_failed_partition_map_load_is_counted_and_its_message_stays_valid_json() {
     assert_eq!(v["partition_map"]["last_error"], "table: relation \"partmap\"\ndoes not exist\t\u{1}");
     assert!(c.metrics().to_prometheus().contains("racaffinity_partition_map_load_failures_total{cluster=\""));
 }
+
+/// A Prometheus counter never goes down: removing a node keeps its picks in
+/// `racaffinity_locality_picks_total` (and its spans in the cluster's
+/// `tx_spans`), as Prometheus would otherwise read a counter reset.
+#[test]
+fn locality_picks_never_decrease_when_a_node_is_removed() {
+    let c = cluster(
+        "nodes = A, B\nnode.A.zone = z1\nnode.B.zone = z2\nlocal.zone = z1\npolicy = round_robin\nlocality.spill_percent = 0",
+    );
+    let series = |c: &racaffinity::Cluster| -> Vec<(String, u64)> {
+        c.metrics()
+            .to_prometheus()
+            .lines()
+            .filter(|l| l.starts_with("racaffinity_locality_picks_total{"))
+            .map(|l| {
+                let (k, v) = l.rsplit_once(' ').unwrap();
+                (k.to_string(), v.parse().unwrap())
+            })
+            .collect()
+    };
+    for _ in 0..100 {
+        c.pick().unwrap();
+    }
+    let before = series(&c);
+    assert_eq!(before.iter().map(|(_, v)| v).sum::<u64>(), 100, "{before:?}");
+    c.remove_node("A").unwrap();
+    let after = series(&c);
+    for ((k, b), (_, a)) in before.iter().zip(&after) {
+        assert!(a >= b, "{k} went from {b} to {a}");
+    }
+}

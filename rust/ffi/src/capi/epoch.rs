@@ -4,6 +4,8 @@
 //! The page is reference-counted apart from the cluster: a host that maps it
 //! keeps it valid until it frees it, even after `racaffinity_cluster_free`.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use racaffinity_core::{ContextKey, RoutingEpoch};
@@ -11,7 +13,7 @@ use racaffinity_core::{ContextKey, RoutingEpoch};
 use super::buffer::out_arg;
 use super::handle::{self, racaffinity_cluster};
 use super::pick;
-use super::result::{guard, racaffinity_result};
+use super::result::{guard, racaffinity_result, Failure};
 use super::types::{node_id, outcome_arg, racaffinity_lease, racaffinity_route};
 
 /// Stripes of the host lease table (see `racaffinity_cluster_host_lease_end`).
@@ -38,36 +40,50 @@ const _: () = {
     assert!(RACAFFINITY_HOST_LEASE_END_NEUTRAL == racaffinity_core::HOST_LEASE_END_NEUTRAL);
 };
 
+/// One hand-out of a cluster's epoch page (opaque: never a pointer to
+/// dereference), what `racaffinity_epoch_page_free` takes back.
+pub struct racaffinity_epoch_page {
+    _private: (),
+}
+
 /// Maps the cluster's routing epoch: `*out_word` points at a 64-bit word the
 /// core advances (with release ordering) after every change that could alter
 /// any route. Read it with acquire ordering (`__atomic_load_n(p,
 /// __ATOMIC_ACQUIRE)`, `atomic_load`). The word stays readable until
-/// `racaffinity_epoch_page_free(*out_word)`, whatever happens to the cluster;
+/// `racaffinity_epoch_page_free(*out_page)`, whatever happens to the cluster;
 /// closing the cluster advances it once more.
 ///
+/// Each call makes a new hand-out `*out_page` (one cluster's calls share one
+/// word): free each hand-out once. A hand-out is never reissued, so a stale
+/// free of one can never release another, even when a later page lands at
+/// the address of a freed one.
+///
 /// # Safety
-/// `out_word` must be NULL or writable.
+/// `out_word` and `out_page` must be NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn racaffinity_cluster_epoch_page(
     cluster: *const racaffinity_cluster,
     out_word: *mut *const u64,
+    out_page: *mut *mut racaffinity_epoch_page,
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let out = unsafe { out_arg(out_word, "out_word") }?;
-        handle::with(cluster, |c| out.set(page_into_raw(c.routing_epoch_page())))
+        let (word, page) = unsafe { (out_arg(out_word, "out_word")?, out_arg(out_page, "out_page")?) };
+        handle::with(cluster, |c| {
+            let (id, w) = hand_out(c.routing_epoch_page())?;
+            word.set(w)?;
+            page.set(id as usize as *mut racaffinity_epoch_page)
+        })
     })
 }
 
-/// Releases a word from `racaffinity_cluster_epoch_page`; the caller must
-/// not read it afterwards. Each call that returned the word holds it once
-/// (one cluster's calls return the same word): free it once per call. A
-/// free beyond that, NULL and a pointer that never came from
-/// `racaffinity_cluster_epoch_page` are no-ops.
+/// Releases a hand-out from `racaffinity_cluster_epoch_page`; the caller
+/// must not read its word afterwards (through this hand-out). NULL, a
+/// hand-out already freed and anything that never was one are no-ops.
 #[no_mangle]
-pub extern "C" fn racaffinity_epoch_page_free(word: *const u64) {
-    if !word.is_null() {
-        page_release(word);
+pub extern "C" fn racaffinity_epoch_page_free(page: *mut racaffinity_epoch_page) {
+    if !page.is_null() {
+        release(page as usize as u64);
     }
 }
 
@@ -192,32 +208,48 @@ pub extern "C" fn racaffinity_cluster_host_lease_end(
     })
 }
 
-/// Pages handed to hosts, by the address of their epoch word, with one
-/// strong reference per hand-out: a host's free gives one back, and a second
-/// free or a foreign address finds nothing to give back (a no-op, never a
-/// double drop). Hand-outs are rare (one per cluster and host), so a mutex.
-static HANDED_OUT: Mutex<Vec<(usize, Arc<RoutingEpoch>)>> = Mutex::new(Vec::new());
+/// Pages handed to hosts, by hand-out id, one strong reference each. An id
+/// is a serial number, never reused: matching hand-outs by the word's
+/// address let a stale free release another host's reference once the
+/// allocator put a new page where a freed one was. Hand-outs are rare (one
+/// per cluster and host), so a mutex.
+static HANDED_OUT: Mutex<BTreeMap<u64, Arc<RoutingEpoch>>> = Mutex::new(BTreeMap::new());
+static NEXT_HAND_OUT: AtomicU64 = AtomicU64::new(1);
 
-/// A strong reference to the page, kept for the host, as the address of its
-/// epoch word (valid until [`page_release`] of it).
-pub(crate) fn page_into_raw(page: Arc<RoutingEpoch>) -> *const u64 {
+// Bits 48..63 tag a hand-out (so small integers, cluster handles and most
+// real pointers are never one); bits 0..48 are its serial number.
+const TAG: u64 = 0x7a12 << 48;
+const TAG_MASK: u64 = 0xffff << 48;
+
+/// Keeps a strong reference to `page` for a host: its hand-out id (never 0,
+/// never reissued) and the address of its epoch word, valid until
+/// [`release`] of that id.
+pub(crate) fn hand_out(page: Arc<RoutingEpoch>) -> Result<(u64, *const u64), Failure> {
+    let serial = NEXT_HAND_OUT.fetch_add(1, Ordering::Relaxed);
+    if serial & TAG_MASK != 0 {
+        // 2^48 hand-outs: far past any process's life; refuse rather than reissue.
+        return Err(Failure::new(racaffinity_result::TooManyHandles, "epoch page hand-outs exhausted".to_string()));
+    }
+    let id = TAG | serial;
     let word = page.word_ptr();
-    HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner()).push((word as usize, page));
-    word
+    HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner()).insert(id, page);
+    Ok((id, word))
 }
 
-/// Gives back one reference [`page_into_raw`] kept for `word`; false if
-/// none is left (already freed, or never handed out).
-pub(crate) fn page_release(word: *const u64) -> bool {
-    let mut pages = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
-    match pages.iter().position(|(w, _)| *w == word as usize) {
-        Some(i) => {
-            // Dropped after the lock: the last reference frees the page.
-            let page = pages.swap_remove(i);
-            drop(pages);
-            drop(page);
-            true
-        }
-        None => false,
-    }
+/// The hand-out table, for the fork handler to hold across a fork.
+pub(crate) fn lock_hand_outs() -> std::sync::MutexGuard<'static, BTreeMap<u64, Arc<RoutingEpoch>>> {
+    HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The epoch word of a live hand-out.
+pub(crate) fn handed_out_word(id: u64) -> Option<*const u64> {
+    HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner()).get(&id).map(|p| p.word_ptr())
+}
+
+/// Gives back the reference [`hand_out`] kept for `id`; false if there is
+/// none (already freed, or never handed out).
+pub(crate) fn release(id: u64) -> bool {
+    let page = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+    // Dropped after the lock: the last reference frees the page.
+    page.is_some()
 }

@@ -72,8 +72,14 @@ fn decode(h: *const racaffinity_cluster) -> Option<(usize, u32)> {
     (index < MAX_CLUSTERS && generation != 0).then_some((index, generation))
 }
 
+/// The free-slot list, for the fork handler to hold across a fork.
+pub(crate) fn lock_free_list() -> std::sync::MutexGuard<'static, VecDeque<u32>> {
+    table().free.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Registers a cluster and returns its handle.
 pub(crate) fn insert(cluster: Cluster) -> Result<*mut racaffinity_cluster, Failure> {
+    super::fork::register();
     let t = table();
     let index = t.free.lock().unwrap_or_else(|p| p.into_inner()).pop_front().ok_or_else(|| {
         Failure::new(racaffinity_result::TooManyHandles, format!("more than {MAX_CLUSTERS} live clusters"))

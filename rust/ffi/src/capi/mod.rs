@@ -8,6 +8,7 @@ pub mod connect;
 pub mod data;
 pub mod epoch;
 pub mod event;
+mod fork;
 pub mod handle;
 pub mod metrics;
 pub mod pick;

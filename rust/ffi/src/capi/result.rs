@@ -383,6 +383,28 @@ pub unsafe extern "C" fn racaffinity_last_error_message(
     }
 }
 
+/// Replaces the calling thread's last-error message with `message` (NULL:
+/// empty; cut like any detail; bytes that are not UTF-8 become U+FFFD).
+/// For a binding whose finalizers call the library: read the message with
+/// `racaffinity_last_error_message` before a finalizer's calls and put it
+/// back after, so an error the thread is about to raise with the message of
+/// its own failed call never carries the finalizer's.
+///
+/// # Safety
+/// `message` must be NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_last_error_set(message: *const std::os::raw::c_char) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let msg = if message.is_null() {
+            String::new()
+        } else {
+            // SAFETY: per this function's contract.
+            unsafe { std::ffi::CStr::from_ptr(message) }.to_string_lossy().into_owned()
+        };
+        set_last_error(msg);
+    }));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@ use jni::sys::{jint, jlong};
 use racaffinity_core::{ContextKey, Outcome, RoutingEpoch};
 
 use super::{enum_arg, pack, run, run_cluster_fast, run_fast, run_node_fast, Fail};
-use crate::capi::epoch::{page_into_raw, page_release};
+use crate::capi::epoch::{hand_out, handed_out_word, release};
 use crate::capi::result::{racaffinity_result, Failure};
 use crate::capi::types::racaffinity_outcome;
 
@@ -18,9 +18,10 @@ const CACHEABLE: jlong = 1 << 40;
 
 jni_export! {
     /// `long epochPage(long handle)`: a strong reference to the cluster's epoch
-    /// page, as its address; free it with `epochPageFree` once nothing reads it.
+    /// page, as a hand-out id (never reissued, unlike the page's address);
+    /// free it with `epochPageFree` once nothing reads it.
     fn Java_io_racaffinity_Native_epochPage<'l>(env, h: jlong) -> jlong {
-        run_cluster_fast(&mut env, h, |c| Ok(page_into_raw(c.routing_epoch_page()) as jlong))
+        run_cluster_fast(&mut env, h, |c| Ok(hand_out(c.routing_epoch_page())?.0 as jlong))
     }
 
     /// `ByteBuffer epochBuffer(long page)`: a direct buffer over the page: the
@@ -31,11 +32,15 @@ jni_export! {
             if page == 0 {
                 return Err(Fail::Core(Failure::new(racaffinity_result::NullArgument, "`page` is 0".to_string())));
             }
-            // SAFETY: `page` is an address from `epochPage` that the caller has
-            // not freed: the page, `page_len` bytes of atomics that live until
-            // it frees it. Java reads the epoch word and changes the host
-            // lease words only with atomic access modes.
-            Ok(unsafe { env.new_direct_byte_buffer(page as usize as *mut u8, RoutingEpoch::page_len()) }?)
+            let word = handed_out_word(page as u64).ok_or_else(|| {
+                Fail::Core(Failure::new(racaffinity_result::InvalidHandle, format!("no epoch page hand-out {page:#x}")))
+            })?;
+            // SAFETY: `word` starts the page of a live hand-out: `page_len`
+            // bytes of atomics that live until the caller frees the hand-out,
+            // which it does only once the buffer is unreachable. Java reads the
+            // epoch word and changes the host lease words only with atomic
+            // access modes.
+            Ok(unsafe { env.new_direct_byte_buffer(word as *mut u8, RoutingEpoch::page_len()) }?)
         })
     }
 
@@ -45,7 +50,7 @@ jni_export! {
             if page != 0 {
                 // Java frees each page once (a Cleaner action), after the
                 // buffer over it became unreachable; a repeat is a no-op.
-                page_release(page as usize as *const u64);
+                release(page as u64);
             }
             Ok(())
         })

@@ -85,9 +85,9 @@ public final class Cluster implements AutoCloseable {
         this.freeOnGc = CLEANER.registerCluster(this, new Free(handle));
         this.name = Native.clusterName(handle);
         this.context = ThreadLocal.withInitial(this::newContext);
-        long address = Native.epochPage(handle);
-        this.page = Native.epochBuffer(address).order(ByteOrder.nativeOrder());
-        CLEANER.register(page, new FreeEpochPage(address));
+        long handOut = Native.epochPage(handle);
+        this.page = Native.epochBuffer(handOut).order(ByteOrder.nativeOrder());
+        CLEANER.register(page, new FreeEpochPage(handOut));
     }
 
     /**

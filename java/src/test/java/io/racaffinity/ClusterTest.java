@@ -91,6 +91,14 @@ class ClusterTest {
     }
 
     @Test
+    void anEmptyNodeListIsRefusedWhereTheClusterIsBuilt() {
+        // Every pick of an empty cluster would fail, blaming down nodes.
+        InvalidConfigException e = assertThrows(InvalidConfigException.class, () -> Cluster.builder().nodes().build());
+        assertTrue(e.getMessage().contains("at least one node"), e.getMessage());
+        assertThrows(InvalidConfigException.class, () -> Cluster.fromConfig("nodes = "));
+    }
+
+    @Test
     void builderRefusesValuesThatWouldInjectAnotherKey() {
         InvalidConfigException e = assertThrows(
                 InvalidConfigException.class, () -> Cluster.builder().nodes("A").policy("random; panic = fail"));

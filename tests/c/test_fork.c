@@ -1,0 +1,102 @@
+/* fork() while another thread reads metrics: every child must still answer
+ * its own racaffinity_metrics_json (and a route) within a timeout. A
+ * gunicorn --preload master forking while an OpenTelemetry reader thread
+ * collects is the real case: a lock the reading thread held at fork time
+ * stays held forever in the child, where that thread does not exist.
+ *
+ * Run natively by tests/c/run.sh, not under valgrind: valgrind runs one
+ * thread at a time, so the reader is rarely inside a lock when the main
+ * thread forks, and a child of a valgrind process is valgrind too. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define CHILDREN 40
+#define CHILD_TIMEOUT_S 10
+
+static racaffinity_cluster *cluster;
+static volatile int stop_reading;
+
+static void *read_metrics(void *arg) {
+    (void)arg;
+    static char buf[1 << 20];
+    while (!__atomic_load_n(&stop_reading, __ATOMIC_ACQUIRE)) {
+        size_t len = 0;
+        racaffinity_metrics_json(cluster, buf, sizeof buf, &len);
+        racaffinity_metrics_prometheus(cluster, buf, sizeof buf, &len);
+    }
+    return NULL;
+}
+
+/* The child's work: exit 0 when every call answered, 1 when one failed;
+ * SIGALRM (default action: terminate) ends a child that hangs. */
+static int child(void) {
+    alarm(getenv("RACAFF_FORK_NO_ALARM") ? 0 : CHILD_TIMEOUT_S);
+    static char buf[1 << 20];
+    size_t len = 0;
+    if (racaffinity_metrics_json(cluster, buf, sizeof buf, &len) != RACAFFINITY_RESULT_OK) return 1;
+    racaffinity_route r;
+    if (racaffinity_cluster_route(cluster, &r) != RACAFFINITY_RESULT_OK) return 1;
+    uint64_t k = 0;
+    if (racaffinity_context_new(cluster, &k) != RACAFFINITY_RESULT_OK) return 1;
+    if (racaffinity_context_pin(cluster, k, &r) != RACAFFINITY_RESULT_OK) return 1;
+    if (racaffinity_metrics_json(cluster, buf, sizeof buf, &len) != RACAFFINITY_RESULT_OK) return 1;
+    racaffinity_cluster *mine = NULL;
+    if (racaffinity_cluster_new("nodes = A, B", &mine) != RACAFFINITY_RESULT_OK) return 1;
+    if (racaffinity_metrics_json(mine, buf, sizeof buf, &len) != RACAFFINITY_RESULT_OK) return 1;
+    if (racaffinity_cluster_free(mine) != RACAFFINITY_RESULT_OK) return 1;
+    return 0;
+}
+
+static void children_of_a_process_reading_metrics_all_answer(void) {
+    char config[4096] = "nodes = ";
+    for (int i = 0; i < 64; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "%sN%d", i ? ", " : "", i);
+        strcat(config, name);
+    }
+    cluster = new_cluster(config);
+    /* Thread pins and host hits feed the merged tallies metrics read. */
+    racaffinity_route r;
+    CHECK_OK(racaffinity_thread_pin(cluster, &r));
+    pthread_t reader;
+    CHECK(pthread_create(&reader, NULL, read_metrics, NULL) == 0);
+    int hung = 0, failed = 0;
+    for (int i = 0; i < CHILDREN; i++) {
+        /* Let the reader get well into a snapshot before each fork. */
+        for (volatile int spin = 0; spin < 200000 + i * 7919; spin++) {
+        }
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) _exit(child());
+        int status = 0;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+            hung++;
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            failed++;
+        }
+    }
+    __atomic_store_n(&stop_reading, 1, __ATOMIC_RELEASE);
+    CHECK(pthread_join(reader, NULL) == 0);
+    if (hung || failed) {
+        fprintf(stderr, "    %d of %d children hung in their own calls, %d failed\n", hung, CHILDREN, failed);
+    }
+    CHECK_EQ_U(hung, 0);
+    CHECK_EQ_U(failed, 0);
+    CHECK_OK(racaffinity_thread_unpin(cluster, NULL));
+    free_cluster(cluster);
+}
+
+static const h_test tests[] = {
+    TEST(children_of_a_process_reading_metrics_all_answer),
+};
+
+int main(int argc, char **argv) {
+    return h_main("test_fork", tests, sizeof tests / sizeof tests[0], argc, argv);
+}
