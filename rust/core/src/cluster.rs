@@ -380,11 +380,13 @@ impl Cluster {
         let key = MemberKey { version, removed: false };
         let name = spec.name.to_ascii_uppercase();
         if g.get(&name).is_some_and(|k| *k >= key) {
+            self.member_input_seen(&spec.name)?;
             return Ok(false);
         }
         if self.inner.topo.load().find(&name).is_some() {
             // The node is in already, as it is: its weight has inputs of its own.
             g.insert(name, key);
+            self.member_input_seen(&spec.name)?;
             return Ok(false);
         }
         self.add_node_locked(spec)?;
@@ -406,9 +408,33 @@ impl Cluster {
         g.insert(canonical, key);
         Ok(match self.remove_node_locked(name) {
             Ok(_) => true,
-            Err(e) if e.kind() == crate::error::ErrorKind::UnknownNode => false,
+            Err(e) if e.kind() == crate::error::ErrorKind::UnknownNode => {
+                self.member_input_seen(name)?;
+                false
+            }
             Err(e) => return Err(e),
         })
+    }
+
+    /// A versioned membership input about `name` that changed nothing here
+    /// (older than what is in force): another process may hold its value
+    /// now, having got the inputs in another order, so strict placement
+    /// weighs the node as changing for the settle time. A node this process
+    /// never had is recorded as removed (a stand-in that placement weighs
+    /// at the highest weight while it is recent). Called with the
+    /// membership lock held.
+    fn member_input_seen(&self, name: &str) -> Result<()> {
+        let canonical = name.to_ascii_uppercase();
+        let cur = self.inner.topo.load_full();
+        if let Some(n) = cur.by_id.iter().rev().find(|n| n.canonical_name() == canonical) {
+            n.stamp_member_change();
+            return Ok(());
+        }
+        if self.inner.config.transaction.settle_ms == 0 {
+            return Ok(());
+        }
+        self.add_node_locked(NodeSpec::new(name).weight(crate::node::MAX_WEIGHT))?;
+        self.remove_node_locked(name).map(drop)
     }
 
     /// Sets a node's state by operator/API (`markDown`, `markUp`, `drain`):

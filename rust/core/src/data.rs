@@ -343,6 +343,14 @@ impl Cluster {
             m.key = Some(key);
             Some(source.into())
         });
+        if let (false, Some(entries), true) = (applied, entries, self.inner.config.transaction.settle_ms > 0) {
+            // Older than the map in force, but another process may route by
+            // it now, having got the maps in another order: strict
+            // placement weighs it for the settle time like a replaced map.
+            let stale = PartitionMap { entries, epoch: 0, source: source.into(), key: Some(key) };
+            let now = self.clock().now_ms();
+            self.inner.data.replaced.lock().unwrap_or_else(|p| p.into_inner()).push((now, Arc::new(stale)));
+        }
         Ok(applied)
     }
 

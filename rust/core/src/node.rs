@@ -666,20 +666,22 @@ impl Node {
     /// Returns whether it applied.
     pub(crate) fn set_weight(&self, w: u32, version: Option<u64>, settle_ms: u64) -> bool {
         let mut win = self.weight_window.lock().unwrap_or_else(|p| p.into_inner());
+        // Every weight received widens the window, applied or not: another
+        // process may rank by it now, having got the inputs in another order.
+        let old = self.weight.load(Ordering::Relaxed);
+        let now = self.clock.0.now_ms().max(1);
+        if win.changed_ms == 0 || now.saturating_sub(win.changed_ms) >= settle_ms {
+            (win.lo, win.hi) = (old, old);
+        }
+        (win.lo, win.hi) = (win.lo.min(w), win.hi.max(w));
+        win.changed_ms = now;
         if let Some(v) = version {
             if win.key.is_some_and(|k| k >= (v, w)) {
                 return false;
             }
             win.key = Some((v, w));
         }
-        let old = self.weight.load(Ordering::Relaxed);
         if old != w {
-            let now = self.clock.0.now_ms().max(1);
-            if win.changed_ms == 0 || now.saturating_sub(win.changed_ms) >= settle_ms {
-                (win.lo, win.hi) = (old, old);
-            }
-            (win.lo, win.hi) = (win.lo.min(w), win.hi.max(w));
-            win.changed_ms = now;
             self.weight.store(w, Ordering::Relaxed);
             self.routing.advance();
         }
@@ -993,6 +995,11 @@ impl Node {
         drain_until: u64,
     ) -> Option<Transition> {
         let mut g = self.lock();
+        // Every shared input received starts a settle time, even one that
+        // changes nothing here (older than what is in force, or equal to
+        // it): another process may hold its value right now, having got it
+        // in another order, and this process cannot tell (soak seed 267259).
+        self.stamp_new_work_change();
         if let Some(v) = version {
             let key = ShareKey::new(v, to, drain_ms);
             if g.0.event_key.is_some_and(|k| k >= key) {

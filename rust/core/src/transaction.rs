@@ -228,8 +228,31 @@ impl Cluster {
                 }
             }
             Agreed::Unsettled(n) => Err(self.settling(n)),
-            // Every node has refused new work for long enough: the panic policy.
-            Agreed::Nobody => self.place_rendezvous(topo, Scope::Transaction, h, |_| true),
+            // Every node has refused new work for long enough: the panic
+            // policy, over every member, with the same guard (weights and
+            // membership still change).
+            Agreed::Nobody => self.place_panic_agreed(topo, h, settle),
+        }
+    }
+
+    /// The panic policy's placement of a new strict gtrid when no node
+    /// takes new work in any process: rendezvous over every member, guarded
+    /// like [`Cluster::place_settled`].
+    fn place_panic_agreed(&self, topo: &Topology, h: u64, settle: u64) -> Result<(NodeId, RouteKind)> {
+        if self.inner.balancer.panic == crate::balance::PanicPolicy::Fail {
+            return Err(Error::NoNodeAvailable { scope: Some(Scope::Transaction) });
+        }
+        match agreement::agreed_owner(&topo.by_id, h, settle, |n| member_standing(n, settle)) {
+            Agreed::Owner(n) => {
+                let current = rendezvous::owner(&topo.live, h, Weights::Static, |_| true);
+                if current.is_some_and(|c| c.id() == n.id()) {
+                    Ok((n.id(), RouteKind::Panic))
+                } else {
+                    Err(self.settling(n))
+                }
+            }
+            Agreed::Unsettled(n) => Err(self.settling(n)),
+            Agreed::Nobody => Err(Error::NoNodeAvailable { scope: Some(Scope::Transaction) }),
         }
     }
 
@@ -420,6 +443,16 @@ impl Preferred {
         match self {
             Preferred::Required(n) | Preferred::Derived(n) | Preferred::Agreed(n) => n,
         }
+    }
+}
+
+/// A node's standing as a member (added, not removed), as every process
+/// may see it within `settle_ms`.
+pub(crate) fn member_standing(n: &Node, settle_ms: u64) -> Standing {
+    match (n.is_removed(), n.member_settled(settle_ms)) {
+        (_, false) => Standing::Changing,
+        (true, true) => Standing::Ineligible,
+        (false, true) => Standing::Eligible,
     }
 }
 

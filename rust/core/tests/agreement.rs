@@ -339,6 +339,51 @@ fn schedule(max_delay_ms: u64) -> impl Strategy<Value = Schedule> {
 /// Runs `s`: returns how many deliveries came in another order than
 /// publication, or what differs between the processes at the end.
 fn run(s: &Schedule, versioned: bool) -> Result<usize, String> {
+    run_checked(s, versioned, false)
+}
+
+/// No two processes place one strict gtrid, keyed gtrid or stateless
+/// session on two nodes right now (either may refuse).
+fn no_split_now(procs: &[Cluster], at: u64) -> Result<(), String> {
+    for i in 0..12 {
+        let g = format!("flight-{at}-{i}");
+        let key = (at as i64).wrapping_mul(31).wrapping_add(i);
+        let placed: Vec<(Option<String>, Option<String>, Option<String>)> = procs
+            .iter()
+            .map(|c| {
+                let session = format!("fs-{i}");
+                let s = c.session_route(session.as_bytes()).ok().map(|r| c.node_name(r.node).unwrap());
+                (place(c, &g), place_keyed(c, &format!("k{g}"), key), s)
+            })
+            .collect();
+        for (j, p) in placed.iter().enumerate() {
+            for (k, q) in placed.iter().enumerate().skip(j + 1) {
+                for (what, a, b) in [("gtrid", &p.0, &q.0), ("keyed gtrid", &p.1, &q.1), ("session", &p.2, &q.2)] {
+                    if let (Some(a), Some(b)) = (a, b) {
+                        if a != b {
+                            for (n, c) in procs.iter().enumerate() {
+                                let v: Vec<String> = ["A", "B", "C", "D", "E", "F"]
+                                    .iter()
+                                    .filter_map(|x| c.node_by_name(x).ok())
+                                    .map(|x| format!("{}:{}:{}:{}", x.name(), x.state(), x.shared_state(), x.weight()))
+                                    .collect();
+                                let e = c.tx_begin(g.as_bytes());
+                                let _ = c.tx_complete(g.as_bytes());
+                                eprintln!("process {n}: {v:?} -> {e:?}");
+                            }
+                            return Err(format!(
+                                "at +{at} ms a {what} ({g}) went to {a} in process {j} and {b} in process {k}"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_checked(s: &Schedule, versioned: bool, in_flight: bool) -> Result<usize, String> {
     let clocks: Vec<ManualClock> = s.delays.iter().map(|_| ManualClock::new(1_000_000)).collect();
     let procs: Vec<Cluster> = clocks.iter().map(|c| cluster_with_clock(STRICT, c)).collect();
     // (due, process, input index), published at the running sum of gaps.
@@ -358,12 +403,32 @@ fn run(s: &Schedule, versioned: bool) -> Result<usize, String> {
         })
         .sum();
     let mut now = 0;
-    for (at, p, i) in &due {
+    let step = |now: &mut u64, to: u64| {
         for c in &clocks {
-            c.advance_ms(at - now);
+            c.advance_ms(to - *now);
         }
-        now = *at;
+        *now = to;
+    };
+    for (at, p, i) in &due {
+        // Checked every 200 ms too, not only at deliveries: a split opens
+        // when a change settles in one process, between deliveries.
+        while in_flight && now + 200 < *at {
+            let to = now + 200;
+            step(&mut now, to);
+            no_split_now(&procs, now)?;
+        }
+        step(&mut now, *at);
         deliver(&procs[*p], &s.inputs[*i].0, versioned);
+        if in_flight {
+            no_split_now(&procs, now)?;
+        }
+    }
+    for _ in 0..(SETTLE_MS / 200 + 2) {
+        if in_flight {
+            let to = now + 200;
+            step(&mut now, to);
+            no_split_now(&procs, now)?;
+        }
     }
     for c in &clocks {
         c.advance_ms(SETTLE_MS + MAX_DRAIN_S * 1_000 + 1);
@@ -423,6 +488,57 @@ proptest! {
     }
 }
 
+/// A flap: alternating FAN downs and ups about one node, one to two
+/// seconds apart with rising timestamps (as Oracle publishes them), then
+/// some other inputs; each delivered to each process within `max_delay_ms`.
+fn flap_schedule(max_delay_ms: u64) -> impl Strategy<Value = Schedule> {
+    (
+        3usize..=5,
+        0..BASE.len(),
+        prop::collection::vec(1_000u64..2_000, 4..6),
+        prop::collection::vec((shared(), 0u64..1_500), 0..6),
+    )
+        .prop_flat_map(move |(procs, node, gaps, rest)| {
+            let mut inputs: Vec<(Shared, u64)> = gaps
+                .iter()
+                .enumerate()
+                .map(|(i, gap)| {
+                    let status = if i % 2 == 0 { FanStatus::Down } else { FanStatus::Up };
+                    (Shared::Fan { node, status, second: 10 + i as u64 * 2 }, *gap)
+                })
+                .collect();
+            inputs.extend(rest);
+            let n = inputs.len();
+            prop::collection::vec(prop::collection::vec(0..max_delay_ms, n), procs)
+                .prop_map(move |delays| Schedule { inputs: inputs.clone(), delays })
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// A flap delivered in orders of each process's own (soak seed 267259):
+    /// one process may see no change at all while another holds the node
+    /// Down; neither may place a strict gtrid the other places elsewhere.
+    #[test]
+    fn a_flap_in_any_order_never_splits_a_strict_placement(s in flap_schedule(SETTLE_MS - 1_500)) {
+        if let Err(e) = run_checked(&s, true, true) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+
+    /// While the inputs are in flight, with every input reaching every
+    /// process within `transaction.settle` of the others (the deployment's
+    /// promise) but in orders of their own: at every delivery, no strict
+    /// gtrid, keyed gtrid or stateless session is placed on two nodes.
+    #[test]
+    fn while_inputs_are_in_flight_no_strict_placement_splits(s in schedule(SETTLE_MS - 1)) {
+        if let Err(e) = run_checked(&s, true, true) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+}
+
 /// The same schedules with the versions left out (FAN lines without
 /// `timestamp=`, the plain calls): the last input to arrive wins, and
 /// processes end apart. Shows that the property above rests on the versions.
@@ -443,4 +559,112 @@ fn without_versions_the_same_schedules_end_apart() {
     eprintln!("{apart} of 40 schedules ended apart without versions; {reordered} deliveries reordered");
     assert!(reordered > 0, "the schedules reorder deliveries");
     assert!(apart >= 10, "only {apart} of 40 schedules ended apart without versions");
+}
+
+// ---- soak finding: a flap in different orders (seed 267259, flap #28) -----
+
+/// The soak (docs/soak.md) found it: the C client got a flap's four FAN lines
+/// as up(+1s), down(+0s), up(+4s), down(+3s), so it never held RAC3 Down and
+/// never started a settle time; the driver held RAC3 Down from its first line
+/// and, once that change had settled, placed RAC3's gtrids around it while C
+/// placed them on RAC3. Every line reached both within 3.5 s (settle 5 s).
+const FLAP_CONFIG: &str = "nodes = RAC1, RAC2, RAC3\ntransaction.strict = true\ntransaction.settle = 5s";
+
+fn flap_fan(status: &str, ts: &str) -> String {
+    format!(
+        "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC3 host=127.0.0.1 status={status} \
+         reason={} card=3 timestamp=2026-12-04 10:58:{ts}",
+        if status == "down" { "FAILURE" } else { "BOOT" }
+    )
+}
+
+fn place_on(c: &Cluster, gtrid: &str) -> Option<String> {
+    let r = c.tx_begin(gtrid.as_bytes());
+    let _ = c.tx_complete(gtrid.as_bytes());
+    match r {
+        Ok(r) => Some(c.node_name(r.node).unwrap()),
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::StrictAffinity, "{e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn a_flap_delivered_in_different_orders_never_splits_a_strict_gtrid() {
+    let (cp, cq) = (ManualClock::new(1_000_000), ManualClock::new(1_000_000));
+    let (p, q) = (cluster_with_clock(FLAP_CONFIG, &cp), cluster_with_clock(FLAP_CONFIG, &cq));
+    // (ms after the first line's publication, line): the flap published down
+    // at +0 s, up at +1.38 s, down at +3.23 s, up at +4.63 s (timestamps :00,
+    // :01, :03, :04), delivered with the soak's drawn delays.
+    let driver = [
+        (200, flap_fan("down", "00")),
+        (3230, flap_fan("down", "03")),
+        (4180, flap_fan("up", "01")),
+        (6630, flap_fan("up", "04")),
+    ];
+    let c_client = [
+        (1480, flap_fan("up", "01")),
+        (2900, flap_fan("down", "00")),
+        (5130, flap_fan("up", "04")),
+        (6330, flap_fan("down", "03")),
+    ];
+    let (mut i, mut j) = (0, 0);
+    for t in (0..=12_000u64).step_by(50) {
+        while i < driver.len() && driver[i].0 <= t {
+            p.apply_event(&driver[i].1).unwrap();
+            i += 1;
+        }
+        while j < c_client.len() && c_client[j].0 <= t {
+            q.apply_event(&c_client[j].1).unwrap();
+            j += 1;
+        }
+        for g in 0..200 {
+            let g = format!("t{t}-{g}");
+            if let (Some(a), Some(b)) = (place_on(&p, &g), place_on(&q, &g)) {
+                assert_eq!(a, b, "at +{t} ms gtrid {g}: the driver placed it on {a}, the C client on {b}");
+            }
+        }
+        cp.advance_ms(50);
+        cq.advance_ms(50);
+    }
+}
+
+/// Found by `while_inputs_are_in_flight_no_strict_placement_splits`: every
+/// node had settled into refusing new work, so the panic policy placed the
+/// gtrid, by weights that had just changed in one process (B: 3 in process
+/// 0, 1 in process 1): "a gtrid (flight-17483-0) went to B in process 0 and
+/// A in process 1". The panic placement is now guarded like any other.
+#[test]
+fn a_panic_placement_while_a_weight_changes_never_splits() {
+    let s = Schedule {
+        inputs: vec![
+            (Shared::State { node: 3, state: NodeState::Up, version: 1 }, 703),
+            (Shared::Fan { node: 3, status: FanStatus::Up, second: 4 }, 1316),
+            (Shared::Weight { node: 2, weight: 4, version: 22 }, 1285),
+            (Shared::State { node: 0, state: NodeState::Up, version: 6 }, 522),
+            (Shared::Fan { node: 2, status: FanStatus::Down, second: 0 }, 423),
+            (Shared::Fan { node: 1, status: FanStatus::Up, second: 2 }, 1358),
+            (Shared::Fan { node: 3, status: FanStatus::Up, second: 3 }, 1219),
+            (Shared::Fan { node: 1, status: FanStatus::Down, second: 5 }, 32),
+            (Shared::Fan { node: 3, status: FanStatus::Up, second: 4 }, 1255),
+            (Shared::Weight { node: 3, weight: 3, version: 32 }, 1387),
+            (Shared::State { node: 3, state: NodeState::Down, version: 29 }, 533),
+            (Shared::Fan { node: 1, status: FanStatus::Up, second: 3 }, 1330),
+            (Shared::Fan { node: 3, status: FanStatus::Down, second: 4 }, 380),
+            (Shared::Weight { node: 3, weight: 3, version: 11 }, 1299),
+            (Shared::Fan { node: 0, status: FanStatus::Drain(None), second: 2 }, 1097),
+            (Shared::Map { owners: vec![3, 1, 3, 2, 2, 3, 0, 0], version: 7 }, 874),
+            (Shared::Weight { node: 0, weight: 3, version: 6 }, 994),
+            (Shared::Weight { node: 1, weight: 3, version: 4 }, 1476),
+        ],
+        delays: vec![
+            vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            vec![0, 0, 0, 0, 612, 1374, 2429, 1708, 1700, 341, 1429, 2747, 1467, 2596, 2340, 2785, 2330, 2212],
+        ],
+    };
+    let outcome = run_checked(&s, true, true);
+    assert!(outcome.is_ok(), "{outcome:?}");
 }
