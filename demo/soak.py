@@ -8,13 +8,22 @@ schedule injects faults:
 
 - node kill -9 and restart (pgnodes kill / restart), then FAN down / up;
 - blackhole (faults blackhole), FAN down after 1 s, heal, FAN up;
-- planned drain: FAN down reason=USER, later FAN up;
+- planned drain: FAN down reason=USER, later FAN up; half the drains go down
+  (FAN down reason=FAILURE) 1-2 s into the drain;
+- flap: FAN down, up, down, up 1-2 s apart while the proxy resets the node's
+  connections in its down phases;
 - latency (faults latency) and connection resets (faults reset);
 - RLB advisories (percent and aff flags);
 - heartbeats: every client probes every node every few seconds (report_probe).
 
-Every FAN / RLB line reaches each process (C, Java, Python, driver) at a
-different moment, up to 2 s apart, as real notification delivery does.
+Every FAN / RLB line reaches each process (C, Java, Python, driver) after its
+own delay of 0-3.5 s, longer than the gap between a flap's events, so the
+processes get one node's events in different orders (each pair of a flap's
+events reaches at least one process reversed); every delay stays below
+transaction.settle (5 s), the deployment's promise the core's guard relies
+on. Each FAN line's `timestamp=` is its publication time (one-second
+resolution; a node's next line waits for the next second), which the core
+reads as the event's version. The report counts the reorderings.
 
 Workload: global transactions with one branch in each client process, committed
 by the driver with 2PC; web sessions, data keys and pinned work (SESSION / KEY
@@ -28,6 +37,8 @@ processes that disagree on the topology may split it; splits are counted).
 
 Checked continuously and at the end (exit 1 on any violation):
 - strict mode: 0 split transactions, 0 misrouted 2PC commands;
+- the deliveries did reorder: a run with a flap or a drain that goes down
+  applied some node's FAN lines against publication order in some process;
 - after the final recovery: 0 prepared transactions on every node, every
   committed branch's row exactly once (SQL against the driver's log, which is
   also written to target/soak/tm-log.jsonl), no row of a rolled-back one;
@@ -94,8 +105,17 @@ LABEL = {"c": "C", "java": "Java", "py": "Python", "tm": "driver"}
 TABLE = "demo_xa"  # the clients insert here (demo/README.md)
 PREFIX = "soak-"
 HANG_S = 75.0  # a client that does not answer within this is hung (its own timeouts are far shorter)
-STAGGER_S = 2.0  # FAN / RLB delivery spread over the four processes
-KINDS = ["crash", "blackhole", "drain", "latency", "reset", "rlb"]
+# Every FAN / RLB line reaches each process after its own delay in 0..MAX_DELAY_S,
+# longer than the 1-2 s between a flap's events, so processes get them in
+# different orders. The guard is only promised to hold while every process gets
+# each input within transaction.settle of every other (docs/semantics.md,
+# "Agreement across processes"): the delays stay below it, with a margin for
+# the driver's own scheduling.
+SETTLE_S = 5.0  # transaction.settle in the soak's config
+MAX_DELAY_S = 3.5
+FLAP_GAP_S = (1.0, 2.0)  # between consecutive events about one node in a flap or a drain that goes down
+assert MAX_DELAY_S < SETTLE_S and MAX_DELAY_S > FLAP_GAP_S[1] + 0.4
+KINDS = ["crash", "blackhole", "drain", "latency", "reset", "rlb", "flap"]
 FAILOVER_KINDS = ["crash", "blackhole", "drain"]
 
 
@@ -119,8 +139,11 @@ def fmt_s(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def fan(node: str, status: str, reason: str) -> str:
-    ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+def fan(node: str, status: str, reason: str, ts_s: int) -> str:
+    """A FAN line whose `timestamp=` is `ts_s` (seconds since 1970, UTC, one
+    second resolution as Oracle sends): the event's publication time, which
+    the core reads as its version."""
+    ts = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts_s))
     return (f"SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={node} host=127.0.0.1 "
             f"status={status} reason={reason} card=3 timestamp={ts}")
 
@@ -187,17 +210,40 @@ class Episode:
     start: float  # seconds after the load started
     duration: float
     mode: str
-    offsets: Dict[str, float]  # per process delivery delay of FAN / RLB lines
+    at: List[float]  # when each FAN / RLB line of the episode is published, seconds after t0 (planned)
+    delays: List[Dict[str, float]]  # per line, each process's delivery delay
     arg: int = 0  # latency ms
+    then_down: bool = False  # drain: the node goes down (FAN down FAILURE) 1-2 s into its drain
     t0: Optional[float] = None  # when the fault was injected (run clock)
     t_end: Optional[float] = None  # when it was healed / restarted / up
     notes: List[str] = field(default_factory=list)
 
     def describe(self) -> str:
-        extra = f" {self.arg} ms" if self.kind == "latency" else ""
-        offs = " ".join(f"{LABEL[p]}+{self.offsets[p]:.2f}s" for p in PROCS)
+        extra = {"latency": f" {self.arg} ms", "flap": " down/up/down/up",
+                 "drain": " then down" if self.then_down else ""}.get(self.kind, "")
+        lines = "; ".join(f"+{a:.1f}s: " + "/".join(f"{d[p]:.1f}" for p in PROCS)
+                          for a, d in zip(self.at, self.delays))
         return (f"#{self.idx:02d} t={self.start:6.1f}s {self.kind:<9} {self.node}{extra} for {self.duration:.1f}s "
-                f"[{self.mode}] delivery {offs}")
+                f"[{self.mode}]" + (f" delivery delays (C/Java/Python/driver) {lines}" if lines else ""))
+
+
+def draw_delays(rng: random.Random, at: List[float]) -> List[Dict[str, float]]:
+    """Each process's own delay (0..MAX_DELAY_S) for each line published at
+    the offsets `at`. For each pair of consecutive lines closer together than
+    that, one process (not the one of the pair before) gets the later line
+    at once and the earlier one after the gap plus 0.8 s or more, so every
+    flap reaches some process out of order whatever the other draws say."""
+    ds = [{p: round(rng.uniform(0, MAX_DELAY_S), 3) for p in PROCS} for _ in at]
+    prev = None
+    for k in range(len(at) - 1):
+        gap = at[k + 1] - at[k]
+        if gap + 0.8 > MAX_DELAY_S:
+            continue
+        p = rng.choice([q for q in PROCS if q != prev])
+        ds[k + 1][p] = round(rng.uniform(0, 0.2), 3)
+        ds[k][p] = round(rng.uniform(gap + 0.8, MAX_DELAY_S), 3)
+        prev = p
+    return ds
 
 
 def make_schedule(seed: int, seconds: float) -> Tuple[List[Episode], float, float]:
@@ -211,18 +257,30 @@ def make_schedule(seed: int, seconds: float) -> Tuple[List[Episode], float, floa
     i = 0
     while True:
         if not bag:
-            bag = KINDS[:]
+            # The flap first: it is what reorders deliveries, and a 90 s run
+            # has no room for every kind.
+            bag = [k for k in KINDS if k != "flap"]
             rng.shuffle(bag)
+            bag.append("flap")
         kind = bag.pop()
-        dur = {"crash": rng.uniform(5, 9), "blackhole": rng.uniform(9, 14), "drain": rng.uniform(5, 8),
-               "latency": rng.uniform(4, 7), "reset": rng.uniform(1.5, 3), "rlb": rng.uniform(4, 6)}[kind]
+        then_down = False
+        if kind == "flap":
+            at = [0.0]
+            for _ in range(3):
+                at.append(round(at[-1] + rng.uniform(*FLAP_GAP_S), 2))
+            dur = at[-1]
+        else:
+            dur = {"crash": rng.uniform(5, 9), "blackhole": rng.uniform(9, 14), "drain": rng.uniform(5, 8),
+                   "latency": rng.uniform(4, 7), "reset": rng.uniform(1.5, 3), "rlb": rng.uniform(4, 6)}[kind]
+            at = {"crash": [0.2, dur], "blackhole": [1.0, dur], "drain": [0.0, dur], "rlb": [0.0, dur]}.get(kind, [])
+            if kind == "drain" and rng.random() < 0.5:
+                then_down = True
+                at = [0.0, round(rng.uniform(*FLAP_GAP_S), 2), dur]
         if t + dur + 3 > seconds - tail:
             break
-        offs = {p: rng.uniform(0, STAGGER_S) for p in PROCS}
-        lo = min(offs.values())
-        offs = {p: round(v - lo, 3) for p, v in offs.items()}  # the first process gets it at once
         ep = Episode(i, kind, rng.choice(NODES), round(t, 2), round(dur, 2), "strict" if i % 2 == 0 else "soft",
-                     offs, arg=rng.choice([150, 300, 600, 1200]) if kind == "latency" else 0)
+                     at, draw_delays(rng, at), arg=rng.choice([150, 300, 600, 1200]) if kind == "latency" else 0,
+                     then_down=then_down)
         eps.append(ep)
         t += dur + rng.uniform(3, 6)
         i += 1
@@ -446,6 +504,10 @@ class Soak(NodeSQL):
         self.delivery_lag: List[float] = []
         self.label_kind: Dict[str, str] = {}
         self.label_t: Dict[str, float] = {}
+        self.fan_pub: Dict[str, Tuple[int, str]] = {}  # label of a FAN line -> (publication order, node)
+        self.applied: Dict[str, List[str]] = {p: [] for p in PROCS}  # labels in the order each process applied them
+        self.last_ts: Dict[str, int] = {}  # node -> timestamp= of the last FAN line published about it
+        self.pub_seq = itertools.count()
         self.rss_samples: Dict[str, List[Tuple[float, int]]] = {l: [] for l in LANGS}
         self.last_metrics: Dict[str, dict] = {}
         self.sessions: Dict[str, set] = {l: set() for l in LANGS}
@@ -505,7 +567,8 @@ class Soak(NodeSQL):
             "# the addresses are the fault proxies (tests/cluster/faults) in front of the nodes\n"
             "name = soak\ndatabase = orcl\nservice = svc\n"
             f"nodes = {', '.join(NODES)}\n{addr}\n"
-            "transaction.placement = rendezvous\ntransaction.strict = true\n"
+            f"transaction.placement = rendezvous\ntransaction.strict = true\n"
+            f"transaction.settle = {SETTLE_S:.0f}s\n"
             "session.placement = rendezvous\n"
             "heartbeat.interval = 3s\nheartbeat.misses = 3\n"
         )
@@ -609,6 +672,7 @@ class Soak(NodeSQL):
     def record_delivery(self, label: str, proc: str, t: float, lag: float) -> None:
         with self.rlock:
             self.deliveries[label][proc] = t
+            self.applied[proc].append(label)
             self.delivery_lag.append(lag)
 
     def tm_fp(self) -> None:
@@ -616,15 +680,35 @@ class Soak(NodeSQL):
 
     # ---- the chaos schedule
 
-    def broadcast(self, ep: Episode, line: str, phase: str) -> None:
-        """One FAN / RLB line to every process, each at its own moment."""
-        label = f"#{ep.idx:02d} {ep.kind} {ep.node} {phase}"
+    def fan_line(self, node: str, status: str, reason: str) -> str:
+        """A FAN line stamped with its publication time. Each line about a
+        node is published in a later second than the one before it (waiting
+        for the next second if need be): the core keeps the newest timestamp
+        and gives a tie to the more severe status, so an up in the second of
+        the down it lifts would leave the node Down."""
+        while True:
+            t = time.time()
+            if int(t) > self.last_ts.get(node, -1):
+                break
+            time.sleep(int(t) + 1.001 - t)
+        self.last_ts[node] = int(t)
+        return fan(node, status, reason, int(t))
+
+    def publish_fan(self, ep: Episode, k: int, status: str, reason: str, phase: str) -> None:
+        label = self.broadcast(ep, k, self.fan_line(ep.node, status, reason), phase)
+        self.fan_pub[label] = (next(self.pub_seq), ep.node)
+
+    def broadcast(self, ep: Episode, k: int, line: str, phase: str) -> str:
+        """The episode's k-th line to every process, each after its own
+        delay; its label."""
+        label = f"#{ep.idx:02d}.{k} {ep.kind} {ep.node} {phase}"
         self.label_kind[label] = f"{ep.kind} {phase}"
         base = now()
         self.label_t[label] = base - self.t0
         for lang in LANGS:
-            self.workers[lang].deliver_at(base + ep.offsets[lang], line, label)
-        self.tm_events.put((base + ep.offsets["tm"], line, label))
+            self.workers[lang].deliver_at(base + ep.delays[k][lang], line, label)
+        self.tm_events.put((base + ep.delays[k]["tm"], line, label))
+        return label
 
     def tm_event_loop(self) -> None:
         """The driver's own racaffinity gets the lines at its own moment too."""
@@ -677,27 +761,42 @@ class Soak(NodeSQL):
             self.run_tool(PGNODES, "kill", str(i))
             self.killed.add(i)
             time.sleep(0.2)
-            self.broadcast(ep, fan(ep.node, "down", "FAILURE"), "down")
+            self.publish_fan(ep, 0, "down", "FAILURE", "down")
             self.wait_until(end)
             self.run_tool(PGNODES, "restart", str(i))
             self.killed.discard(i)
             ep.t_end = self.clock()
-            self.broadcast(ep, fan(ep.node, "up", "BOOT"), "up")
+            self.publish_fan(ep, 1, "up", "BOOT", "up")
             self.recovery_due = True
         elif ep.kind == "blackhole":
             self.run_tool(FAULTS, "blackhole", str(i), timeout=30)
-            self.wait_until(ep.t0 + 1.0)  # the cluster notices
-            self.broadcast(ep, fan(ep.node, "down", "FAILURE"), "down")
+            self.wait_until(ep.t0 + ep.at[0])  # the cluster notices
+            self.publish_fan(ep, 0, "down", "FAILURE", "down")
             self.wait_until(end)
             self.run_tool(FAULTS, "heal", str(i), timeout=30)
             ep.t_end = self.clock()
-            self.broadcast(ep, fan(ep.node, "up", "BOOT"), "up")
+            self.publish_fan(ep, 1, "up", "BOOT", "up")
             self.recovery_due = True
         elif ep.kind == "drain":
-            self.broadcast(ep, fan(ep.node, "down", "USER"), "down")
+            self.publish_fan(ep, 0, "down", "USER", "down")
+            if ep.then_down:  # planned maintenance whose instance then stops
+                self.wait_until(ep.t0 + ep.at[1])
+                self.publish_fan(ep, 1, "down", "FAILURE", "then down")
             self.wait_until(end)
             ep.t_end = self.clock()
-            self.broadcast(ep, fan(ep.node, "up", "USER"), "up")
+            self.publish_fan(ep, len(ep.at) - 1, "up", "USER", "up")
+        elif ep.kind == "flap":
+            # A node that goes down and comes back twice within seconds: the
+            # proxy resets its connections while it is down. Each FAN line is
+            # published at its planned moment; the proxy follows.
+            for k, a in enumerate(ep.at):
+                self.wait_until(ep.t0 + a)
+                down = k % 2 == 0
+                self.publish_fan(ep, k, "down" if down else "up", "FAILURE" if down else "BOOT",
+                                 "down" if down else "up")
+                self.run_tool(FAULTS, "reset" if down else "heal", str(i), timeout=30)
+            ep.t_end = self.clock()
+            self.recovery_due = True
         elif ep.kind == "latency":
             self.run_tool(FAULTS, "latency", str(i), str(ep.arg), timeout=30)
             self.wait_until(end)
@@ -715,10 +814,10 @@ class Soak(NodeSQL):
             per = {n: max(1, round(100 * w[n] / tot)) for n in NODES}
             aff = {n: n != ep.node or rng.random() < 0.5 for n in NODES}
             ep.notes.append(f"advisory {per} aff {aff}")
-            self.broadcast(ep, rlb(per, aff), "advisory")
+            self.broadcast(ep, 0, rlb(per, aff), "advisory")
             self.wait_until(end)
             ep.t_end = self.clock()
-            self.broadcast(ep, rlb({n: 33 for n in NODES}, {n: True for n in NODES}), "neutral")
+            self.broadcast(ep, 1, rlb({n: 33 for n in NODES}, {n: True for n in NODES}), "neutral")
 
     # ---- global transactions
 
@@ -873,7 +972,7 @@ class Soak(NodeSQL):
         for i in sorted(self.killed):
             self.run_tool(PGNODES, "restart", str(i))
         self.killed.clear()
-        lines = [fan(n, "up", "BOOT") for n in NODES] + [rlb({n: 33 for n in NODES}, {n: True for n in NODES})]
+        lines = [self.fan_line(n, "up", "BOOT") for n in NODES] + [rlb({n: 33 for n in NODES}, {n: True for n in NODES})]
         for line in lines:
             self.tm.apply_event(line)
             for lang, r in self.ask_all("EVENT", line).items():
@@ -1043,6 +1142,26 @@ class Soak(NodeSQL):
             per_kind[self.label_kind[label]].append(d)
         return intervals, per_kind
 
+    def reorderings(self) -> Tuple[Dict[str, int], int, int]:
+        """Per process, the pairs of FAN lines about one node it applied in
+        the opposite order to their publication; the number of episodes
+        whose FAN lines did not reach every process in one order; the number
+        of episodes whose schedule forces a reordering (a flap, a drain that
+        goes down)."""
+        per: Dict[str, int] = {}
+        orders: Dict[str, Dict[str, List[int]]] = defaultdict(dict)  # episode -> proc -> publication order
+        for p in PROCS:
+            by_node: Dict[str, List[int]] = defaultdict(list)
+            for label in self.applied[p]:
+                if label in self.fan_pub:
+                    seq, node = self.fan_pub[label]
+                    by_node[node].append(seq)
+                    orders[label.split(".")[0]].setdefault(p, []).append(seq)
+            per[p] = sum(1 for xs in by_node.values() for i, a in enumerate(xs) for b in xs[i + 1:] if a > b)
+        differ = sum(1 for o in orders.values() if len({tuple(v) for v in o.values()}) > 1)
+        planned = sum(1 for e in self.episodes if e.t0 is not None and (e.kind == "flap" or e.then_down))
+        return per, differ, planned
+
     def failover(self) -> Dict[str, Dict[str, Dict[str, List[float]]]]:
         """kind -> lang -> {"last_fail": [...], "first_ok": [...]} in seconds after each injection."""
         out: Dict[str, Dict[str, Dict[str, List[float]]]] = {k: {l: {"last_fail": [], "first_ok": [], "failed": []} for l in LANGS}
@@ -1071,6 +1190,10 @@ class Soak(NodeSQL):
     def report(self, ntx: int) -> int:
         intervals, per_kind = self.disagreement()
         fo = self.failover()
+        reordered, eps_differ, eps_planned = self.reorderings()
+        if eps_planned and not sum(reordered.values()):
+            self.violation(f"{eps_planned} episodes were to reach some process out of order, "
+                           "yet every process applied every node's FAN lines in publication order")
         strict = [t for t in self.txs if t.mode == "strict"]
         soft = [t for t in self.txs if t.mode == "soft"]
 
@@ -1096,6 +1219,11 @@ class Soak(NodeSQL):
             ("left in doubt by a fault -> resolved by recovery",
              f"{cnt(self.txs, lambda t: t.in_doubt)} tx; recovery passes {self.recovery_passes}: "
              f"{self.recovered['COMMIT']} committed, {self.recovered['ROLLBACK']} rolled back"),
+            ("FAN lines reordered: pairs about one node applied against publication order "
+             "(C / Java / Python / driver)",
+             " / ".join(str(reordered[p]) for p in PROCS) + f" (total {sum(reordered.values())}; "
+             f"{eps_differ} episodes reached the processes in different orders; each delay 0-{MAX_DELAY_S:g} s, "
+             f"transaction.settle {SETTLE_S:g} s)"),
             ("**strict: split transactions**", f"**{cnt(strict, lambda t: t.split)}**"),
             ("**strict: misrouted 2PC commands**", f"**{sum(t.misrouted for t in strict)}**"),
             ("strict: transactions with a branch refused (STRICT_AFFINITY: the process saw the node "
@@ -1168,6 +1296,10 @@ class Soak(NodeSQL):
             "disagreement_by_event": per_kind,
             "failover": fo,
             "rss_growth_mb": self.rss_growth,
+            "reorderings": {"per_process": reordered, "episodes_in_different_orders": eps_differ,
+                            "episodes_planned_to_reorder": eps_planned, "max_delay_s": MAX_DELAY_S,
+                            "settle_s": SETTLE_S},
+            "applied_order": self.applied,
             "transactions": [{"gtrid": t.gtrid, "mode": t.mode, "tm_node": t.tm_node, "decision": t.decision,
                               "split": t.split, "misrouted": t.misrouted,
                               "branches": {l: vars(b) for l, b in t.branches.items()}} for t in self.txs],
@@ -1205,7 +1337,7 @@ class Soak(NodeSQL):
 # ---- the chart (hand-written SVG) ---------------------------------------------------------------
 
 EP_COLORS = {"crash": "#cc3311", "blackhole": "#332288", "drain": "#ee7733", "latency": "#999933",
-             "reset": "#aa4499", "rlb": "#44aa99"}
+             "reset": "#aa4499", "rlb": "#44aa99", "flap": "#882255"}
 LANG_COLORS = {"c": "#4477aa", "java": "#ee6677", "py": "#228833", "tm": "#555555"}
 
 
