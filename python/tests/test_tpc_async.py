@@ -6,6 +6,7 @@ tools/async_to_sync.py, so both APIs pass the same tests."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -151,7 +152,7 @@ async def test_recover_all_after_a_crash_between_prepare_and_commit(pg, cluster_
 
 
 @pytest.mark.asyncio
-async def test_recover_all_reports_a_split_transaction_and_still_resolves_it(pg, cluster_factory, tables):
+async def test_recover_all_reports_a_split_transaction_and_still_resolves_it(pg, cluster_factory, tables, caplog):
     # Bypass the routing: one gtrid prepared on two nodes (what affinity prevents).
     def prepare(name, xid):
         conn = psycopg.connect(pg.dsn[name])
@@ -165,8 +166,13 @@ async def test_recover_all_reports_a_split_transaction_and_still_resolves_it(pg,
     # a foreign xid (another format id) is left alone by default
     prepare("RAC3", psycopg.Xid.from_parts(7, "foreign-1", "b"))
     async with new_pools(pg, cluster_factory) as pools:
-        report = await pools.recover_all()
+        with caplog.at_level(logging.WARNING, logger="racaffinity.tpc"):
+            report = await pools.recover_all()
         assert report.split == ["split-1"]
+        # The span is counted by the core and logged once ([agreement] item 5).
+        spans = [r for r in caplog.records if "split-1" in r.getMessage() and r.levelno == logging.WARNING]
+        assert len(spans) == 1, [r.getMessage() for r in caplog.records]
+        assert pools.cluster.metrics()["tx_spans"] == 1
         assert sorted(r.node_name for r in report.resolved) == ["RAC1", "RAC2"]
         left = prepared_xacts(pg)
         assert left["RAC1"] == left["RAC2"] == [] and len(left["RAC3"]) == 1

@@ -7,6 +7,7 @@ NodePools. test_tpc_sync.py (NodePools) is generated from this file by
 tools/async_to_sync.py, so both APIs pass the same tests."""
 from __future__ import annotations
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -112,7 +113,7 @@ def test_recover_all_after_a_crash_between_prepare_and_commit(pg, cluster_factor
         want = [(g, 'b0'), (g, 'b1')] if action == 'commit' else []
         assert [row for row in r[owner] if row[0] == g] == want
 
-def test_recover_all_reports_a_split_transaction_and_still_resolves_it(pg, cluster_factory, tables):
+def test_recover_all_reports_a_split_transaction_and_still_resolves_it(pg, cluster_factory, tables, caplog):
 
     def prepare(name, xid):
         conn = psycopg.connect(pg.dsn[name])
@@ -124,8 +125,12 @@ def test_recover_all_reports_a_split_transaction_and_still_resolves_it(pg, clust
     prepare('RAC2', psycopg.Xid.from_parts(DEFAULT_FORMAT_ID, 'split-1', 'x2'))
     prepare('RAC3', psycopg.Xid.from_parts(7, 'foreign-1', 'b'))
     with new_pools(pg, cluster_factory) as pools:
-        report = pools.recover_all()
+        with caplog.at_level(logging.WARNING, logger='racaffinity.tpc'):
+            report = pools.recover_all()
         assert report.split == ['split-1']
+        spans = [r for r in caplog.records if 'split-1' in r.getMessage() and r.levelno == logging.WARNING]
+        assert len(spans) == 1, [r.getMessage() for r in caplog.records]
+        assert pools.cluster.metrics()['tx_spans'] == 1
         assert sorted((r.node_name for r in report.resolved)) == ['RAC1', 'RAC2']
         left = prepared_xacts(pg)
         assert left['RAC1'] == left['RAC2'] == [] and len(left['RAC3']) == 1

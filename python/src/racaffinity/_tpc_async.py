@@ -586,8 +586,15 @@ class _AsyncRecovery:
             # INVALID_ARGUMENT: another node owns this gtrid (a split, or a
             # spanned transaction of soft mode).
             with self.lock:
-                if xid.gtrid not in self.report.split:
+                first = xid.gtrid not in self.report.split
+                if first:
                     self.report.split.append(xid.gtrid)
+            if first:
+                # Branches of one gtrid on two nodes: a span made by processes
+                # whose views differed (the core counts it in tx_spans).
+                log.warning("racaffinity: gtrid %r has prepared branches on two nodes (%s and another): a split "
+                            "transaction; each branch is completed on its own node", xid.gtrid,
+                            self.cluster.node_name(node))
 
     async def run_node_scope(self) -> None:
         # Every node scanned concurrently: a healthy node's branches are

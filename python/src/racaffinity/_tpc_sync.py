@@ -477,8 +477,11 @@ class _Recovery:
             self.cluster.tx_recovered(g, node)
         except InvalidArgumentError:
             with self.lock:
-                if xid.gtrid not in self.report.split:
+                first = xid.gtrid not in self.report.split
+                if first:
                     self.report.split.append(xid.gtrid)
+            if first:
+                log.warning('racaffinity: gtrid %r has prepared branches on two nodes (%s and another): a split transaction; each branch is completed on its own node', xid.gtrid, self.cluster.node_name(node))
 
     def run_node_scope(self) -> None:
         scans = [(node, spawn(self.scan_node, (node,), f'racaffinity-recover-{node}')) for node, _pool in self.pools.items()]
