@@ -349,7 +349,8 @@ impl Cluster {
             // placement weighs it for the settle time like a replaced map.
             let stale = PartitionMap { entries, epoch: 0, source: source.into(), key: Some(key) };
             let now = self.clock().now_ms();
-            self.inner.data.replaced.lock().unwrap_or_else(|p| p.into_inner()).push((now, Arc::new(stale)));
+            let mut replaced = self.inner.data.replaced.lock().unwrap_or_else(|p| p.into_inner());
+            self.remember_replaced(&mut replaced, now, Arc::new(stale));
         }
         Ok(applied)
     }
@@ -492,6 +493,15 @@ impl Cluster {
         self.update_map_if(|m| Some(f(m)));
     }
 
+    /// Keeps `map` in the window of maps other processes may still route
+    /// by, dropping those older than the settle time first, so a host that
+    /// updates its map often never grows it.
+    fn remember_replaced(&self, replaced: &mut Vec<(u64, Arc<PartitionMap>)>, now: u64, map: Arc<PartitionMap>) {
+        let settle = self.inner.config.transaction.settle_ms;
+        replaced.retain(|(at, _)| now.saturating_sub(*at) < settle);
+        replaced.push((now, map));
+    }
+
     /// [`Self::update_map`] where `f` may decline (`None`: no change). The
     /// map replaced is kept for `transaction.settle` (strict placement asks
     /// what other processes may still route by).
@@ -509,7 +519,7 @@ impl Cluster {
         next.epoch = old.epoch + 1;
         d.explicit.store(Arc::new(next));
         if self.inner.config.transaction.settle_ms > 0 {
-            replaced.push((self.clock().now_ms(), old));
+            self.remember_replaced(&mut replaced, self.clock().now_ms(), old);
         }
         drop(replaced);
         d.has_explicit.store(!d.explicit.load().entries.is_empty(), Ordering::Release);
@@ -541,4 +551,26 @@ pub fn check_partition_map_source(source: &str) -> Result<()> {
 
 fn is_removed(topo: &Topology, id: NodeId) -> bool {
     topo.node(id).is_none_or(|n| n.is_removed())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Cluster, ClusterBuilder, Config, ManualClock};
+
+    #[test]
+    fn maps_replaced_long_ago_are_not_kept() {
+        // Only strict keyed placement reads the window; a host that updates
+        // its map often and never places such a gtrid must not grow it.
+        let clock = ManualClock::new(1);
+        let c: Cluster = ClusterBuilder::from_config(Config::parse("nodes = A, B\ntransaction.settle = 1s").unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        for i in 0..1_000 {
+            c.set_partition(i % 16, if i % 2 == 0 { "A" } else { "B" }).unwrap();
+            clock.advance_ms(100);
+        }
+        let kept = c.inner.data.replaced.lock().unwrap().len();
+        assert!(kept <= 11, "{kept} replaced maps kept; the settle time covers 10");
+    }
 }
