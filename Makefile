@@ -182,7 +182,7 @@ check-docs:
 
 # rust/oracle's tests use the local nodes: started here (and stopped after)
 # unless the user's are already running.
-test-rust:
+test-rust: etcd-tool
 	tests/cluster/with-nodes 3 sh -c '$(CARGO) test --workspace --all-targets && $(CARGO) test --workspace --doc'
 
 test-vectors:

@@ -62,6 +62,8 @@ pub(crate) struct Inner {
     pub closed: AtomicBool,
     /// Advanced by every change that could alter a route (crate::epoch).
     pub routing: Arc<RoutingEpoch>,
+    /// The topology feed's subscription (`topology.feed`), set once built.
+    pub feed: std::sync::OnceLock<crate::feed::Subscription>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -224,8 +226,13 @@ impl Cluster {
             closed: AtomicBool::new(false),
             routing,
             config,
+            feed: std::sync::OnceLock::new(),
         };
-        Ok(Cluster { inner: Arc::new(inner) })
+        let cluster = Cluster { inner: Arc::new(inner) };
+        if let Some(sub) = crate::feed::Subscription::start(&cluster, &cluster.inner.config.feed) {
+            let _ = cluster.inner.feed.set(sub);
+        }
+        Ok(cluster)
     }
 
     /// Releases everything the cluster holds for its hosts at once:
@@ -238,6 +245,9 @@ impl Cluster {
     pub fn close(&self) {
         let inner = &self.inner;
         inner.closed.store(true, Ordering::Release);
+        if let Some(feed) = inner.feed.get() {
+            feed.stop();
+        }
         inner.tx.clear();
         inner.sessions.clear();
         for (scope, pins) in inner.contexts.clear().into_iter().enumerate() {

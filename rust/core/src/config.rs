@@ -169,6 +169,25 @@ pub struct Config {
     pub recovery_scope: RecoveryScope,
     /// Where this process runs, for locality-aware picks.
     pub local: LocalConfig,
+    /// The shared topology feed, if any (`topology.feed`).
+    pub feed: FeedConfig,
+}
+
+/// The shared topology feed (docs/operations.md, "Topology feed").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedConfig {
+    /// `topology.feed`: the etcd members and key prefix; `None`: no feed.
+    pub url: Option<crate::feed::FeedUrl>,
+    /// `topology.feed_timeout`: bound of one etcd call, of the wait for the
+    /// first full read at start, and the silence after which the
+    /// subscriber checks that its watch is still live.
+    pub timeout_ms: u64,
+}
+
+impl Default for FeedConfig {
+    fn default() -> Self {
+        FeedConfig { url: None, timeout_ms: 2_000 }
+    }
 }
 
 impl Default for Config {
@@ -192,6 +211,7 @@ impl Default for Config {
             health: HealthConfig::default(),
             recovery_scope: RecoveryScope::Node,
             local: LocalConfig::default(),
+            feed: FeedConfig::default(),
         }
     }
 }
@@ -257,6 +277,8 @@ const KEYS: &[&str] = &[
     "local.machine",
     "local.zone",
     "locality.spill_percent",
+    "topology.feed",
+    "topology.feed_timeout",
 ];
 
 /// The message for a key `Config::parse` does not know, with the nearest
@@ -297,6 +319,8 @@ pub const MAX_EJECT_BACKOFF_MS: u64 = 24 * 3_600_000;
 pub const MAX_HEARTBEAT_INTERVAL_MS: u64 = 3_600_000;
 /// Longest `transaction.settle`: 1 hour.
 pub const MAX_SETTLE_MS: u64 = 3_600_000;
+/// Longest `topology.feed_timeout`: 1 minute.
+pub const MAX_FEED_TIMEOUT_MS: u64 = 60_000;
 /// Longest `session.idle_ttl`: 30 days.
 pub const MAX_IDLE_TTL_MS: u64 = 720 * 3_600_000;
 /// Largest `health.eject_after_failures`, `heartbeat.misses` and
@@ -448,6 +472,10 @@ impl Config {
                 "local.machine" => c.local.machine = Some(place_name(key, value)?),
                 "local.zone" => c.local.zone = Some(place_name(key, value)?),
                 "locality.spill_percent" => c.local.spill_percent = parse_u32(key, value, 0, MAX_COUNT)?,
+                "topology.feed" => {
+                    c.feed.url = if value.is_empty() { None } else { Some(crate::feed::FeedUrl::parse(value)?) }
+                }
+                "topology.feed_timeout" => c.feed.timeout_ms = parse_duration_ms(key, value)?,
                 "heartbeat.misses" => c.health.heartbeat_misses = parse_u32(key, value, 1, MAX_COUNT)?,
                 _ => return Err(Error::config(key, unknown_key(key))),
             }
@@ -492,6 +520,7 @@ impl Config {
             ("heartbeat.interval", h.heartbeat_interval_ms, MAX_HEARTBEAT_INTERVAL_MS),
             ("transaction.settle", self.transaction.settle_ms, MAX_SETTLE_MS),
             ("session.idle_ttl", self.session.idle_ttl_ms, MAX_IDLE_TTL_MS),
+            ("topology.feed_timeout", self.feed.timeout_ms, MAX_FEED_TIMEOUT_MS),
         ];
         for (key, ms, max) in durations {
             if ms > max {
@@ -536,6 +565,9 @@ impl Config {
         }
         if self.health.eject_max_ms < self.health.eject_base_ms {
             return Err(Error::config("health.eject_backoff_max", "must be ≥ health.eject_backoff"));
+        }
+        if self.feed.timeout_ms == 0 {
+            return Err(Error::config("topology.feed_timeout", "must be > 0"));
         }
         if self.health.heartbeat_interval_ms == 0 {
             return Err(Error::config("heartbeat.interval", "must be > 0"));
@@ -602,6 +634,10 @@ impl Config {
             let _ = writeln!(s, "local.zone = {z}");
         }
         let _ = writeln!(s, "locality.spill_percent = {}", self.local.spill_percent);
+        if let Some(u) = &self.feed.url {
+            let _ = writeln!(s, "topology.feed = {u}");
+        }
+        let _ = writeln!(s, "topology.feed_timeout = {}", fmt_duration(self.feed.timeout_ms));
         s
     }
 }

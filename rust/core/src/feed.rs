@@ -15,6 +15,15 @@
 //! | `partition_map` | `<p>=<NAME>` entries separated by `,` (may be empty) | the empty map |
 //! | `fan/<anything>` | a FAN or RLB line; the record's version replaces its `timestamp=` | nothing |
 
+pub mod etcd;
+mod http;
+mod subscriber;
+mod url;
+
+pub use subscriber::FeedMetrics;
+pub(crate) use subscriber::Subscription;
+pub use url::{FeedUrl, MAX_FEED_ENDPOINTS};
+
 use crate::cluster::Cluster;
 use crate::config::parse_duration_ms;
 use crate::error::{Error, Result};

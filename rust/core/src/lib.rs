@@ -41,7 +41,7 @@ mod epoch;
 mod error;
 pub mod event;
 mod failover;
-mod feed;
+pub mod feed;
 mod fork;
 pub mod hash;
 mod lease;
@@ -71,7 +71,7 @@ pub use epoch::{
 };
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
-pub use feed::{FeedOutcome, MAX_FEED_VALUE_BYTES};
+pub use feed::{FeedMetrics, FeedOutcome, FeedUrl, MAX_FEED_VALUE_BYTES};
 pub use fork::{after_fork, prepare_fork};
 pub use lease::{Lease, LeaseToken, Outcome};
 pub use metrics::{MetricsSnapshot, NodeMetrics, ScopeMetrics};

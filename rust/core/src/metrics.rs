@@ -148,6 +148,8 @@ pub struct MetricsSnapshot {
     pub partition_map_load_failures: u64,
     /// The last failed load, `<source>: <error>`.
     pub partition_map_last_error: Option<String>,
+    /// The topology feed's health; `None` without `topology.feed`.
+    pub feed: Option<crate::feed::FeedMetrics>,
 }
 
 impl MetricsSnapshot {
@@ -163,7 +165,7 @@ impl MetricsSnapshot {
         let mut s = String::with_capacity(256 + 320 * self.nodes.len());
         let _ = write!(
             s,
-            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"tx_spans":{},"fingerprint":"{}","partition_map":{{"epoch":{},"source":"{}","load_failures":{},"last_error":{}}},"nodes":["#,
+            r#"{{"cluster":"{}","epoch":{},"hash_version":"{}","policy":"{}","sessions_revoked":{},"sessions_expired":{},"tx_spans":{},"fingerprint":"{}","partition_map":{{"epoch":{},"source":"{}","load_failures":{},"last_error":{}}},"#,
             self.cluster,
             self.epoch,
             self.hash_version,
@@ -177,6 +179,29 @@ impl MetricsSnapshot {
             self.partition_map_load_failures,
             self.partition_map_last_error.as_deref().map_or_else(|| "null".to_string(), json_string)
         );
+        match &self.feed {
+            None => s.push_str(r#""feed":null,"#),
+            Some(f) => {
+                let opt = |t: &Option<String>| t.as_deref().map_or_else(|| "null".to_string(), json_string);
+                let _ = write!(
+                    s,
+                    r#""feed":{{"url":{},"connected":{},"revision":{},"leader_revision":{},"lag":{},"applied":{},"stale":{},"refused":{},"reconnects":{},"full_reads":{},"last_error":{},"last_refused":{}}},"#,
+                    json_string(&f.url),
+                    f.connected,
+                    f.revision,
+                    f.leader_revision,
+                    f.lag,
+                    f.applied,
+                    f.stale,
+                    f.refused,
+                    f.reconnects,
+                    f.full_reads,
+                    opt(&f.last_error),
+                    opt(&f.last_refused)
+                );
+            }
+        }
+        s.push_str(r#""nodes":["#);
         for (i, n) in self.nodes.iter().enumerate() {
             if i > 0 {
                 s.push(',');
@@ -374,6 +399,67 @@ impl MetricsSnapshot {
             "# HELP racaffinity_sessions_expired_total Sessions dropped after their idle TTL.\n# TYPE racaffinity_sessions_expired_total counter\nracaffinity_sessions_expired_total{{cluster=\"{c}\"}} {}",
             self.sessions_expired
         );
+        if let Some(f) = &self.feed {
+            let series: [(&str, &str, &str, u64); 9] = [
+                (
+                    "racaffinity_feed_connected",
+                    "gauge",
+                    "1 while the topology feed's watch is open and answering.",
+                    u64::from(f.connected),
+                ),
+                (
+                    "racaffinity_feed_revision",
+                    "gauge",
+                    "Every feed record up to this etcd revision is applied.",
+                    f.revision,
+                ),
+                (
+                    "racaffinity_feed_leader_revision",
+                    "gauge",
+                    "etcd's revision at the feed's last answer.",
+                    f.leader_revision,
+                ),
+                (
+                    "racaffinity_feed_lag_records",
+                    "gauge",
+                    "Feed records written after the applied revision, at the last check.",
+                    f.lag,
+                ),
+                (
+                    "racaffinity_feed_records_applied_total",
+                    "counter",
+                    "Feed records that changed or confirmed this process's view.",
+                    f.applied,
+                ),
+                (
+                    "racaffinity_feed_records_stale_total",
+                    "counter",
+                    "Feed records older than this process's view (no change).",
+                    f.stale,
+                ),
+                (
+                    "racaffinity_feed_records_refused_total",
+                    "counter",
+                    "Feed records refused (malformed or unknown node); nothing changed.",
+                    f.refused,
+                ),
+                (
+                    "racaffinity_feed_reconnects_total",
+                    "counter",
+                    "Feed watches re-opened after a failure.",
+                    f.reconnects,
+                ),
+                (
+                    "racaffinity_feed_full_reads_total",
+                    "counter",
+                    "Whole-prefix reads of the feed (at start and after a compaction).",
+                    f.full_reads,
+                ),
+            ];
+            for (name, kind, help, v) in series {
+                let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{cluster=\"{c}\"}} {v}");
+            }
+        }
         s
     }
 }
@@ -521,6 +607,7 @@ impl Cluster {
             partition_map_source: self.partition_map_source(),
             partition_map_load_failures: load_failures,
             partition_map_last_error: last_error,
+            feed: self.inner.feed.get().map(crate::feed::Subscription::metrics),
         }
     }
 }

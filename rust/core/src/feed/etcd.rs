@@ -1,0 +1,435 @@
+//! An etcd v3 client over the JSON gateway every etcd member serves on its
+//! client URL (`POST /v3/kv/range`, `/v3/watch`, …): the calls the topology
+//! feed's subscriber and its publishers need, nothing more.
+//!
+//! Why the gateway and not gRPC: a gRPC crate brings an async runtime,
+//! protobuf code generation and TLS stacks into a library that is loaded into
+//! JVMs and Python processes; the gateway needs only `std::net` and a JSON
+//! parser (docs/operations.md, "Topology feed").
+
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::http::{self, MessageStream, Next};
+
+/// What went wrong talking to etcd.
+#[derive(Debug)]
+pub enum EtcdError {
+    /// No member could be reached (the last member's error).
+    Unreachable(String),
+    /// A member answered with an error (gRPC code and message).
+    Server {
+        /// The gRPC status code (5: not found, 9: failed precondition, …).
+        code: i64,
+        /// etcd's message.
+        message: String,
+    },
+    /// A member answered something that is not an etcd answer.
+    Protocol(String),
+}
+
+impl std::fmt::Display for EtcdError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EtcdError::Unreachable(e) => write!(f, "no etcd member reachable: {e}"),
+            EtcdError::Server { code, message } => write!(f, "etcd refused the call (code {code}): {message}"),
+            EtcdError::Protocol(e) => write!(f, "unexpected answer from etcd: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EtcdError {}
+
+type EResult<T> = std::result::Result<T, EtcdError>;
+
+/// One key's record: its key, value (`None`: deleted) and the revision of
+/// that put or delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyValue {
+    /// The full key (prefix included), as UTF-8 (lossy).
+    pub key: String,
+    /// The value as UTF-8 (lossy); `None` for a deletion.
+    pub value: Option<String>,
+    /// `mod_revision`: the put's or the delete's revision.
+    pub mod_revision: u64,
+    /// The lease the key is attached to (0: none).
+    pub lease: i64,
+}
+
+/// One message of a watch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchBatch {
+    /// The store's revision when the message was sent.
+    pub header_revision: u64,
+    /// The events, in revision order.
+    pub events: Vec<KeyValue>,
+    /// The watch was just created.
+    pub created: bool,
+    /// The watch ended; with `compact_revision > 0` because the asked
+    /// revision was compacted away.
+    pub canceled: bool,
+    /// The oldest revision still held, when `canceled` for compaction.
+    pub compact_revision: u64,
+}
+
+/// A client of one etcd cluster: its members' `host:port` client addresses.
+/// Calls go to one member and move on to the next on a connection error.
+#[derive(Debug)]
+pub struct EtcdClient {
+    endpoints: Vec<String>,
+    current: AtomicUsize,
+    timeout: Duration,
+}
+
+/// The smallest key greater than every key with this prefix (etcd's
+/// `range_end` for a prefix).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+impl EtcdClient {
+    /// A client of the members at `endpoints` (`host:port`), each call bounded
+    /// by `timeout`.
+    pub fn new(endpoints: Vec<String>, timeout: Duration) -> Self {
+        EtcdClient { endpoints, current: AtomicUsize::new(0), timeout }
+    }
+
+    /// The member addresses.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// Tries each member once, starting with the last one that answered.
+    fn with_member<T>(&self, mut call: impl FnMut(&str) -> io::Result<T>) -> EResult<T> {
+        let n = self.endpoints.len().max(1);
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last = String::from("no endpoints");
+        for i in 0..n {
+            let at = (start + i) % n;
+            let Some(ep) = self.endpoints.get(at) else { break };
+            match call(ep) {
+                Ok(v) => {
+                    self.current.store(at, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                Err(e) => last = format!("{ep}: {e}"),
+            }
+        }
+        // The next call starts with another member.
+        self.current.store((start + 1) % n, Ordering::Relaxed);
+        Err(EtcdError::Unreachable(last))
+    }
+
+    fn call(&self, path: &str, body: &Value) -> EResult<Value> {
+        let body = body.to_string();
+        let resp = self.with_member(|ep| http::post(ep, path, &body, self.timeout))?;
+        let v: Value = serde_json::from_slice(&resp.body)
+            .map_err(|e| EtcdError::Protocol(format!("{path}: HTTP {}: {e}", resp.status)))?;
+        if resp.status != 200 {
+            return Err(server_error(&v));
+        }
+        Ok(v)
+    }
+
+    /// Every key under `prefix`, and the store's revision they were read at.
+    pub fn range_prefix(&self, prefix: &str) -> EResult<(u64, Vec<KeyValue>)> {
+        let p = prefix.as_bytes();
+        let v = self.call("/v3/kv/range", &json!({"key": b64(p), "range_end": b64(&prefix_end(p))}))?;
+        let rev = header_revision(&v)?;
+        let kvs = match v.get("kvs") {
+            Some(Value::Array(a)) => a.iter().map(|kv| key_value(kv, false)).collect::<EResult<Vec<_>>>()?,
+            _ => Vec::new(),
+        };
+        Ok((rev, kvs))
+    }
+
+    /// How many keys under `prefix` were put after `revision`, and the
+    /// store's current revision (a linearizable read: the leader's view).
+    pub fn count_newer(&self, prefix: &str, revision: u64) -> EResult<(u64, u64)> {
+        let p = prefix.as_bytes();
+        let v = self.call(
+            "/v3/kv/range",
+            &json!({"key": b64(p), "range_end": b64(&prefix_end(p)), "count_only": true,
+                    "min_mod_revision": (revision + 1).to_string()}),
+        )?;
+        Ok((int(v.get("count"))?, header_revision(&v)?))
+    }
+
+    /// Puts `key = value` (attached to `lease` unless 0); the put's revision.
+    pub fn put(&self, key: &str, value: &str, lease: i64) -> EResult<u64> {
+        let mut body = json!({"key": b64(key.as_bytes()), "value": b64(value.as_bytes())});
+        if lease != 0 {
+            body["lease"] = Value::String(lease.to_string());
+        }
+        header_revision(&self.call("/v3/kv/put", &body)?)
+    }
+
+    /// Deletes `key`; the store's revision after it (the delete's revision
+    /// when something was deleted) and whether anything was.
+    pub fn delete(&self, key: &str) -> EResult<(u64, bool)> {
+        let v = self.call("/v3/kv/deleterange", &json!({"key": b64(key.as_bytes())}))?;
+        Ok((header_revision(&v)?, int(v.get("deleted"))? > 0))
+    }
+
+    /// Puts `key = value` attached to `lease` only if no such key exists, or
+    /// if it exists attached to that same lease (a leader renewing its
+    /// claim). Returns whether this lease holds the key now, and the current
+    /// holder's value.
+    pub fn claim(&self, key: &str, value: &str, lease: i64) -> EResult<(bool, Option<String>)> {
+        let k = b64(key.as_bytes());
+        let put = json!({"request_put": {"key": k, "value": b64(value.as_bytes()), "lease": lease.to_string()}});
+        let get = json!({"request_range": {"key": k}});
+        let absent = json!({"compare": [{"key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
+                            "success": [put.clone()], "failure": [get.clone()]});
+        let v = self.call("/v3/kv/txn", &absent)?;
+        if v.get("succeeded") == Some(&Value::Bool(true)) {
+            return Ok((true, Some(value.to_string())));
+        }
+        let held = txn_range_kv(&v);
+        match held {
+            Some(kv) if kv.lease == lease => {
+                // Ours already (a renewal): keep it ours, with the new value.
+                let ours = json!({"compare": [{"key": k, "target": "LEASE", "result": "EQUAL", "lease": lease.to_string()}],
+                                  "success": [put], "failure": [get]});
+                let v = self.call("/v3/kv/txn", &ours)?;
+                let won = v.get("succeeded") == Some(&Value::Bool(true));
+                Ok((won, if won { Some(value.to_string()) } else { txn_range_kv(&v).and_then(|kv| kv.value) }))
+            }
+            Some(kv) => Ok((false, kv.value)),
+            None => Ok((false, None)),
+        }
+    }
+
+    /// Grants a lease of `ttl_seconds`; its id.
+    pub fn lease_grant(&self, ttl_seconds: u64) -> EResult<i64> {
+        let v = self.call("/v3/lease/grant", &json!({"TTL": ttl_seconds.to_string()}))?;
+        int_i64(v.get("ID"))
+    }
+
+    /// Renews a lease; its remaining TTL in seconds (0 or less: expired).
+    pub fn lease_keepalive(&self, id: i64) -> EResult<i64> {
+        let body = json!({"ID": id.to_string()}).to_string();
+        let msg = self.with_member(|ep| {
+            let mut s = MessageStream::open(ep, "/v3/lease/keepalive", &body, self.timeout)?;
+            match s.next(self.timeout)? {
+                Next::Message(m) => Ok(m),
+                Next::Idle => Err(io::Error::new(io::ErrorKind::TimedOut, "no keepalive answer")),
+                Next::Closed => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "keepalive closed")),
+            }
+        })?;
+        let v: Value = serde_json::from_slice(&msg).map_err(|e| EtcdError::Protocol(format!("keepalive: {e}")))?;
+        if v.get("error").is_some() {
+            return Err(server_error(&v["error"]));
+        }
+        // An expired lease answers with no TTL field (zero).
+        Ok(int_i64(v["result"].get("TTL")).unwrap_or(0))
+    }
+
+    /// Revokes a lease (its keys are deleted).
+    pub fn lease_revoke(&self, id: i64) -> EResult<()> {
+        self.call("/v3/lease/revoke", &json!({"ID": id.to_string()})).map(|_| ())
+    }
+
+    /// Compacts the store up to `revision` (tests and operators only).
+    pub fn compact(&self, revision: u64) -> EResult<()> {
+        self.call("/v3/kv/compaction", &json!({"revision": revision.to_string(), "physical": true})).map(|_| ())
+    }
+
+    /// Watches every key under `prefix` from `start_revision`, with progress
+    /// notifications, through the first member that answers.
+    pub fn watch(&self, prefix: &str, start_revision: u64) -> EResult<Watch> {
+        let p = prefix.as_bytes();
+        let body = json!({"create_request": {"key": b64(p), "range_end": b64(&prefix_end(p)),
+                          "start_revision": start_revision.to_string(), "progress_notify": true}})
+        .to_string();
+        let mut endpoint = String::new();
+        let stream = self.with_member(|ep| {
+            endpoint = ep.to_string();
+            MessageStream::open(ep, "/v3/watch", &body, self.timeout)
+        })?;
+        Ok(Watch { stream, endpoint })
+    }
+}
+
+/// An open watch.
+pub struct Watch {
+    stream: MessageStream,
+    endpoint: String,
+}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch").field("endpoint", &self.endpoint).finish()
+    }
+}
+
+impl Watch {
+    /// The member this watch reads from.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The next message, waiting at most `wait`: `Ok(None)` when nothing came.
+    /// The end of the stream is an error (the member went away).
+    pub fn next(&mut self, wait: Duration) -> EResult<Option<WatchBatch>> {
+        let msg = match self.stream.next(wait) {
+            Ok(Next::Message(m)) => m,
+            Ok(Next::Idle) => return Ok(None),
+            Ok(Next::Closed) => {
+                return Err(EtcdError::Unreachable(format!("{}: the watch stream ended", self.endpoint)))
+            }
+            Err(e) => return Err(EtcdError::Unreachable(format!("{}: {e}", self.endpoint))),
+        };
+        let v: Value = serde_json::from_slice(&msg).map_err(|e| EtcdError::Protocol(format!("watch: {e}")))?;
+        if let Some(err) = v.get("error") {
+            return Err(server_error(err));
+        }
+        let r = v.get("result").ok_or_else(|| EtcdError::Protocol("watch message without result".into()))?;
+        let events = match r.get("events") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|e| {
+                    let deleted = e.get("type").and_then(Value::as_str) == Some("DELETE");
+                    key_value(e.get("kv").unwrap_or(&Value::Null), deleted)
+                })
+                .collect::<EResult<Vec<_>>>()?,
+            _ => Vec::new(),
+        };
+        Ok(Some(WatchBatch {
+            header_revision: r.get("header").map_or(Ok(0), |h| int(h.get("revision")))?,
+            events,
+            created: r.get("created") == Some(&Value::Bool(true)),
+            canceled: r.get("canceled") == Some(&Value::Bool(true)),
+            compact_revision: int(r.get("compact_revision"))?,
+        }))
+    }
+}
+
+fn server_error(v: &Value) -> EtcdError {
+    EtcdError::Server {
+        code: v.get("code").and_then(Value::as_i64).unwrap_or(-1),
+        message: v.get("message").or_else(|| v.get("error")).and_then(Value::as_str).unwrap_or("").to_string(),
+    }
+}
+
+fn txn_range_kv(v: &Value) -> Option<KeyValue> {
+    let kv = v.get("responses")?.get(0)?.get("response_range")?.get("kvs")?.get(0)?;
+    key_value(kv, false).ok()
+}
+
+/// An int64 field: JSON strings in the gateway's encoding; absent is 0.
+fn int(v: Option<&Value>) -> EResult<u64> {
+    match v {
+        None | Some(Value::Null) => Ok(0),
+        Some(Value::String(s)) => s.parse().map_err(|_| EtcdError::Protocol(format!("bad integer `{s}`"))),
+        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| EtcdError::Protocol(format!("bad integer {n}"))),
+        Some(other) => Err(EtcdError::Protocol(format!("bad integer {other}"))),
+    }
+}
+
+fn int_i64(v: Option<&Value>) -> EResult<i64> {
+    match v {
+        None | Some(Value::Null) => Ok(0),
+        Some(Value::String(s)) => s.parse().map_err(|_| EtcdError::Protocol(format!("bad integer `{s}`"))),
+        Some(Value::Number(n)) => n.as_i64().ok_or_else(|| EtcdError::Protocol(format!("bad integer {n}"))),
+        Some(other) => Err(EtcdError::Protocol(format!("bad integer {other}"))),
+    }
+}
+
+fn header_revision(v: &Value) -> EResult<u64> {
+    int(v.get("header").and_then(|h| h.get("revision")))
+}
+
+fn key_value(kv: &Value, deleted: bool) -> EResult<KeyValue> {
+    let text = |field: &str| -> EResult<Option<String>> {
+        match kv.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => {
+                let bytes = unb64(s).ok_or_else(|| EtcdError::Protocol(format!("bad base64 in `{field}`")))?;
+                Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+            }
+            Some(other) => Err(EtcdError::Protocol(format!("bad `{field}`: {other}"))),
+        }
+    };
+    Ok(KeyValue {
+        key: text("key")?.unwrap_or_default(),
+        value: if deleted { None } else { Some(text("value")?.unwrap_or_default()) },
+        mod_revision: int(kv.get("mod_revision"))?,
+        lease: int_i64(kv.get("lease"))?,
+    })
+}
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 with padding (the gateway's encoding of `bytes` fields).
+pub(crate) fn b64(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(B64[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Decodes standard base64 (padding optional); `None` on any bad character.
+pub(crate) fn unb64(text: &str) -> Option<Vec<u8>> {
+    let digits: Vec<u8> = text.bytes().take_while(|&c| c != b'=').collect();
+    if text.len() - digits.len() > 2 || text[digits.len()..].bytes().any(|c| c != b'=') {
+        return None;
+    }
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in digits {
+        let d = B64.iter().position(|&x| x == c)? as u32;
+        acc = (acc << 6) | d;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trips_every_length() {
+        for n in 0..20u8 {
+            let data: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37).wrapping_add(200)).collect();
+            assert_eq!(unb64(&b64(&data)).unwrap(), data, "length {n}");
+        }
+        assert_eq!(b64(b"p/a"), "cC9h");
+        assert_eq!(b64(b"x"), "eA==");
+        assert_eq!(unb64("eA").unwrap(), b"x");
+        assert!(unb64("e*==").is_none());
+        assert!(unb64("eA=x").is_none());
+    }
+
+    #[test]
+    fn prefix_end_is_the_next_key() {
+        assert_eq!(prefix_end(b"p/"), b"p0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), vec![0]);
+    }
+}

@@ -1,0 +1,347 @@
+//! Just enough HTTP/1.1 for the etcd v3 JSON gateway: a `POST` with a JSON
+//! body, answered either whole or as a chunked stream of newline-separated
+//! JSON messages (a watch).
+//!
+//! `std::net` does the job; an HTTP crate would bring an async runtime or TLS
+//! stack the library does not otherwise need (docs/operations.md, "Topology
+//! feed"). Plain HTTP only: the gateway is reached on a trusted network or
+//! through a local TLS-terminating proxy.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// Largest response header block or single message accepted: a partition
+/// map record fits many times over; anything larger is not an etcd answer.
+const MAX_MESSAGE_BYTES: usize = 8 << 20;
+
+fn invalid(what: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.into())
+}
+
+fn resolve(endpoint: &str) -> io::Result<SocketAddr> {
+    endpoint
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("`{endpoint}` resolves to no address")))
+}
+
+/// An answer read whole.
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+/// Sends `POST path` with a JSON body and returns the status line's code and
+/// the connection positioned after the header block (plus any body bytes
+/// already read, and how the body is framed).
+fn send(endpoint: &str, path: &str, body: &str, timeout: Duration) -> io::Result<(TcpStream, u16, Framing, Vec<u8>)> {
+    let addr = resolve(endpoint)?;
+    let mut sock = TcpStream::connect_timeout(&addr, timeout)?;
+    sock.set_nodelay(true)?;
+    sock.set_read_timeout(Some(timeout))?;
+    sock.set_write_timeout(Some(timeout))?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {endpoint}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    sock.write_all(request.as_bytes())?;
+    let mut buf = Vec::with_capacity(1024);
+    let deadline = Instant::now() + timeout;
+    let head_end = loop {
+        if let Some(i) = find(&buf, b"\r\n\r\n") {
+            break i;
+        }
+        if buf.len() > MAX_MESSAGE_BYTES {
+            return Err(invalid("response header too large"));
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "no response header in time"));
+        }
+        read_some(&mut sock, &mut buf)?;
+    };
+    let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| invalid("response header is not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or("");
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse::<u16>().ok())
+        .ok_or_else(|| invalid(format!("bad status line `{}`", status_line.escape_debug())))?;
+    let mut framing = Framing::UntilClose;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else { continue };
+        let (name, value) = (name.trim(), value.trim());
+        if name.eq_ignore_ascii_case("transfer-encoding") && value.eq_ignore_ascii_case("chunked") {
+            framing = Framing::Chunked(Chunks::default());
+        } else if name.eq_ignore_ascii_case("content-length") && !matches!(framing, Framing::Chunked(_)) {
+            let n = value.parse::<usize>().map_err(|_| invalid("bad Content-Length"))?;
+            if n > MAX_MESSAGE_BYTES {
+                return Err(invalid("response body too large"));
+            }
+            framing = Framing::Length(n);
+        }
+    }
+    let rest = buf.split_off(head_end + 4);
+    Ok((sock, status, framing, rest))
+}
+
+/// One request, its answer read whole within `timeout`.
+pub(crate) fn post(endpoint: &str, path: &str, body: &str, timeout: Duration) -> io::Result<Response> {
+    let deadline = Instant::now() + timeout;
+    let (mut sock, status, framing, mut raw) = send(endpoint, path, body, timeout)?;
+    let mut body = Vec::new();
+    match framing {
+        Framing::Length(n) => {
+            while raw.len() < n {
+                if Instant::now() >= deadline {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "response body not complete in time"));
+                }
+                read_some(&mut sock, &mut raw)?;
+            }
+            raw.truncate(n);
+            body = raw;
+        }
+        Framing::Chunked(mut chunks) => loop {
+            let done = chunks.decode(&mut raw, &mut body)?;
+            if done {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "response body not complete in time"));
+            }
+            if read_some(&mut sock, &mut raw)? == 0 {
+                return Err(invalid("connection closed inside a chunked body"));
+            }
+        },
+        Framing::UntilClose => loop {
+            if raw.len() > MAX_MESSAGE_BYTES {
+                return Err(invalid("response body too large"));
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "response body not complete in time"));
+            }
+            if read_some(&mut sock, &mut raw)? == 0 {
+                body = raw;
+                break;
+            }
+        },
+    }
+    Ok(Response { status, body })
+}
+
+/// Reads once; `Ok(0)` at the end of the stream.
+fn read_some(sock: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let mut tmp = [0u8; 16 * 1024];
+    let n = sock.read(&mut tmp)?;
+    buf.extend_from_slice(&tmp[..n]);
+    Ok(n)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+enum Framing {
+    Length(usize),
+    Chunked(Chunks),
+    UntilClose,
+}
+
+/// The chunked transfer coding, decoded incrementally: bytes are consumed
+/// only once a whole piece (size line, data, trailing CRLF) is there, so a
+/// read timeout in the middle of a chunk loses nothing.
+#[derive(Default)]
+struct Chunks {
+    /// Data bytes still owed by the current chunk, then its CRLF.
+    left: Option<usize>,
+    ended: bool,
+}
+
+impl Chunks {
+    /// Moves every complete piece of `raw` into `out`; true at the last chunk.
+    fn decode(&mut self, raw: &mut Vec<u8>, out: &mut Vec<u8>) -> io::Result<bool> {
+        let mut at = 0;
+        loop {
+            if self.ended {
+                break;
+            }
+            match self.left {
+                None => {
+                    let Some(eol) = find(&raw[at..], b"\r\n") else {
+                        if raw.len() - at > 64 {
+                            return Err(invalid("bad chunk size line"));
+                        }
+                        break;
+                    };
+                    let line = std::str::from_utf8(&raw[at..at + eol]).map_err(|_| invalid("bad chunk size line"))?;
+                    let hex = line.split(';').next().unwrap_or("").trim();
+                    let size = usize::from_str_radix(hex, 16).map_err(|_| invalid("bad chunk size"))?;
+                    if size > MAX_MESSAGE_BYTES {
+                        return Err(invalid("chunk too large"));
+                    }
+                    at += eol + 2;
+                    if size == 0 {
+                        self.ended = true;
+                    } else {
+                        self.left = Some(size);
+                    }
+                }
+                Some(n) => {
+                    let have = raw.len() - at;
+                    if have == 0 {
+                        break;
+                    }
+                    if n > 0 {
+                        let take = n.min(have);
+                        out.extend_from_slice(&raw[at..at + take]);
+                        at += take;
+                        self.left = Some(n - take);
+                        continue;
+                    }
+                    if have < 2 {
+                        break;
+                    }
+                    if &raw[at..at + 2] != b"\r\n" {
+                        return Err(invalid("chunk not followed by CRLF"));
+                    }
+                    at += 2;
+                    self.left = None;
+                }
+            }
+        }
+        raw.drain(..at);
+        Ok(self.ended)
+    }
+}
+
+/// A response read message by message: the etcd gateway streams a watch as
+/// JSON messages separated by newlines, in a chunked body.
+pub(crate) struct MessageStream {
+    sock: TcpStream,
+    framing: Framing,
+    raw: Vec<u8>,
+    body: Vec<u8>,
+    closed: bool,
+}
+
+/// What [`MessageStream::next`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    Message(Vec<u8>),
+    /// Nothing arrived within the wait.
+    Idle,
+    /// The server ended the response.
+    Closed,
+}
+
+impl MessageStream {
+    /// Opens the stream; a status other than 200 is an error carrying the body.
+    pub(crate) fn open(endpoint: &str, path: &str, body: &str, timeout: Duration) -> io::Result<MessageStream> {
+        let (sock, status, framing, raw) = send(endpoint, path, body, timeout)?;
+        let mut s = MessageStream { sock, framing, raw, body: Vec::new(), closed: false };
+        if status != 200 {
+            let mut text = Vec::new();
+            let deadline = Instant::now() + timeout;
+            while Instant::now() < deadline {
+                match s.next(Duration::from_millis(100))? {
+                    Next::Message(m) => text.extend_from_slice(&m),
+                    Next::Idle => {}
+                    Next::Closed => break,
+                }
+            }
+            return Err(io::Error::other(format!("HTTP {status}: {}", String::from_utf8_lossy(&text).trim())));
+        }
+        Ok(s)
+    }
+
+    /// The next complete message, waiting at most `wait` for bytes.
+    pub(crate) fn next(&mut self, wait: Duration) -> io::Result<Next> {
+        loop {
+            if let Some(i) = self.body.iter().position(|&b| b == b'\n') {
+                let mut msg: Vec<u8> = self.body.drain(..=i).collect();
+                msg.pop();
+                if msg.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return Ok(Next::Message(msg));
+            }
+            if self.closed {
+                if self.body.iter().all(u8::is_ascii_whitespace) {
+                    return Ok(Next::Closed);
+                }
+                return Ok(Next::Message(std::mem::take(&mut self.body)));
+            }
+            if self.body.len() > MAX_MESSAGE_BYTES {
+                return Err(invalid("stream message too large"));
+            }
+            // Bytes already read but not yet decoded come first.
+            if !self.raw.is_empty() && self.decode()? {
+                continue;
+            }
+            self.sock.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
+            match read_some(&mut self.sock, &mut self.raw) {
+                Ok(0) => self.closed = true,
+                Ok(_) => {
+                    self.decode()?;
+                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    return Ok(Next::Idle)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Moves decoded body bytes over; true if any moved or the body ended.
+    fn decode(&mut self) -> io::Result<bool> {
+        let before = self.body.len();
+        match &mut self.framing {
+            Framing::Chunked(c) => {
+                if c.decode(&mut self.raw, &mut self.body)? {
+                    self.closed = true;
+                }
+            }
+            Framing::Length(n) => {
+                let take = (*n).min(self.raw.len());
+                self.body.extend(self.raw.drain(..take));
+                *n -= take;
+                if *n == 0 {
+                    self.closed = true;
+                }
+            }
+            Framing::UntilClose => self.body.append(&mut self.raw),
+        }
+        Ok(self.body.len() > before || self.closed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_decode_only_whole_pieces() {
+        let mut c = Chunks::default();
+        let mut out = Vec::new();
+        let mut raw = b"5\r\nhel".to_vec();
+        assert!(!c.decode(&mut raw, &mut out).unwrap());
+        assert_eq!(out, b"hel");
+        raw.extend_from_slice(b"lo\r");
+        assert!(!c.decode(&mut raw, &mut out).unwrap());
+        assert_eq!(out, b"hello");
+        raw.extend_from_slice(b"\n3;x=y\r\n ok\r\n0\r\n\r\n");
+        assert!(c.decode(&mut raw, &mut out).unwrap());
+        assert_eq!(out, b"hello ok");
+    }
+
+    #[test]
+    fn chunks_refuse_garbage() {
+        let mut c = Chunks::default();
+        let mut out = Vec::new();
+        assert!(c.decode(&mut b"zz\r\n".to_vec(), &mut out).is_err());
+        let mut c = Chunks::default();
+        assert!(c.decode(&mut b"2\r\nabXY".to_vec(), &mut out).is_err());
+    }
+}

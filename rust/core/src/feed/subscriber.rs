@@ -1,0 +1,350 @@
+//! The topology feed's subscriber: one thread per cluster that reads every
+//! record under the feed's etcd prefix, then watches it, and applies each
+//! record in revision order as a versioned input (`apply_feed_record`, the
+//! record's `mod_revision` as its version).
+//!
+//! Resuming is what makes it exact: the thread remembers the last revision
+//! it applied and re-opens the watch from the next one after any disconnect,
+//! so nothing is lost and nothing applied twice. When etcd has compacted
+//! that revision away, it reads the whole prefix again; records it had seen
+//! that are gone by then are applied as deletions at the read's revision.
+//! A record applied twice would be harmless anyway (the shared layer is a
+//! join), but the counters in the metrics stay exact this way.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use super::etcd::{EtcdClient, EtcdError, KeyValue};
+use super::FeedOutcome;
+use crate::cluster::{Cluster, Inner};
+use crate::config::FeedConfig;
+
+/// Longest pause between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How long one wait for a watch message lasts: the stop flag is checked
+/// this often.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Feed health, as the metrics show it.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    pub connected: AtomicBool,
+    /// The revision up to which every record was applied.
+    pub revision: AtomicU64,
+    /// The store's revision at the last answer (a linearizable read goes
+    /// through the leader).
+    pub leader_revision: AtomicU64,
+    /// Records under the prefix written after `revision`, at the last check.
+    pub lag: AtomicU64,
+    pub applied: AtomicU64,
+    pub stale: AtomicU64,
+    pub refused: AtomicU64,
+    pub reconnects: AtomicU64,
+    pub full_reads: AtomicU64,
+    pub last_error: Mutex<Option<String>>,
+    pub last_refused: Mutex<Option<String>>,
+}
+
+/// What the metrics report about a cluster's feed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedMetrics {
+    /// `topology.feed`.
+    pub url: String,
+    /// A watch is open and answering.
+    pub connected: bool,
+    /// Every record up to this revision is applied.
+    pub revision: u64,
+    /// etcd's revision at the subscriber's last answer.
+    pub leader_revision: u64,
+    /// Records under the prefix written after `revision` (at the last check).
+    pub lag: u64,
+    /// Records that changed or confirmed this cluster's view.
+    pub applied: u64,
+    /// Records older than what the cluster had (no change).
+    pub stale: u64,
+    /// Records refused (malformed, unknown node): nothing changed.
+    pub refused: u64,
+    /// Watches re-opened after a failure.
+    pub reconnects: u64,
+    /// Whole-prefix reads (the first, and one after each compaction).
+    pub full_reads: u64,
+    /// The last failure to reach etcd, if the feed is not connected.
+    pub last_error: Option<String>,
+    /// Why the last refused record was refused.
+    pub last_refused: Option<String>,
+}
+
+/// A cluster's subscription; dropping it (with the cluster) stops the thread.
+pub(crate) struct Subscription {
+    url: String,
+    health: Arc<Health>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+impl Subscription {
+    /// Starts the thread and waits up to the feed timeout for the first full
+    /// read, so a process that starts while etcd answers routes by the
+    /// fleet's view from its first call.
+    pub(crate) fn start(cluster: &Cluster, cfg: &FeedConfig) -> Option<Subscription> {
+        let url = cfg.url.clone()?;
+        let health = Arc::new(Health::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let timeout = Duration::from_millis(cfg.timeout_ms);
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let worker = Worker {
+            cluster: Arc::downgrade(&cluster.inner),
+            client: EtcdClient::new(url.endpoints.clone(), timeout),
+            prefix: url.prefix.clone(),
+            timeout,
+            health: health.clone(),
+            stop: stop.clone(),
+            revision: 0,
+            known: HashSet::new(),
+            ready: Some(ready_tx),
+        };
+        let spawned = std::thread::Builder::new().name("racaffinity-feed".into()).spawn(move || worker.run());
+        match spawned {
+            Ok(_) => {
+                let _ = ready_rx.recv_timeout(timeout + POLL);
+            }
+            Err(e) => *health.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("no thread: {e}")),
+        }
+        Some(Subscription { url: url.to_string(), health, stop })
+    }
+
+    pub(crate) fn metrics(&self) -> FeedMetrics {
+        let h = &self.health;
+        let connected = h.connected.load(Ordering::Acquire);
+        FeedMetrics {
+            url: self.url.clone(),
+            connected,
+            revision: h.revision.load(Ordering::Acquire),
+            leader_revision: h.leader_revision.load(Ordering::Relaxed),
+            lag: h.lag.load(Ordering::Relaxed),
+            applied: h.applied.load(Ordering::Relaxed),
+            stale: h.stale.load(Ordering::Relaxed),
+            refused: h.refused.load(Ordering::Relaxed),
+            reconnects: h.reconnects.load(Ordering::Relaxed),
+            full_reads: h.full_reads.load(Ordering::Relaxed),
+            last_error: if connected { None } else { h.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone() },
+            last_refused: h.last_refused.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        }
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+struct Worker {
+    cluster: Weak<Inner>,
+    client: EtcdClient,
+    prefix: String,
+    timeout: Duration,
+    health: Arc<Health>,
+    stop: Arc<AtomicBool>,
+    /// Every record up to this revision is applied (0: nothing read yet).
+    revision: u64,
+    /// Keys (relative) seen present, for deletions lost to a compaction.
+    known: HashSet<String>,
+    ready: Option<mpsc::Sender<()>>,
+}
+
+/// Why a watch ended.
+enum Ended {
+    Stopped,
+    Compacted,
+    Failed(String),
+}
+
+impl Worker {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire) || self.cluster.strong_count() == 0
+    }
+
+    fn run(mut self) {
+        let mut backoff = Duration::from_millis(100);
+        let mut need_read = true;
+        loop {
+            if self.stopped() {
+                break;
+            }
+            if need_read {
+                match self.full_read() {
+                    Ok(()) => need_read = false,
+                    Err(e) => {
+                        self.failed(e.to_string());
+                        if !self.pause(&mut backoff) {
+                            break;
+                        }
+                        continue;
+                    }
+                }
+            }
+            match self.follow() {
+                Ended::Stopped => break,
+                Ended::Compacted => need_read = true,
+                Ended::Failed(e) => {
+                    self.failed(e);
+                    if !self.pause(&mut backoff) {
+                        break;
+                    }
+                    self.health.reconnects.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            }
+            backoff = Duration::from_millis(100);
+        }
+        self.health.connected.store(false, Ordering::Release);
+    }
+
+    fn failed(&mut self, error: String) {
+        self.health.connected.store(false, Ordering::Release);
+        *self.health.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+        // The first attempt failed: start with the local view.
+        if let Some(r) = self.ready.take() {
+            let _ = r.send(());
+        }
+    }
+
+    /// Sleeps for the back-off (doubling it), watching the stop flag; false
+    /// when stopped.
+    fn pause(&self, backoff: &mut Duration) -> bool {
+        let until = Instant::now() + *backoff;
+        *backoff = (*backoff * 2).min(MAX_BACKOFF);
+        while Instant::now() < until {
+            if self.stopped() {
+                return false;
+            }
+            std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+        }
+        !self.stopped()
+    }
+
+    fn full_read(&mut self) -> Result<(), EtcdError> {
+        let (rev, kvs) = self.client.range_prefix(&self.prefix)?;
+        let Some(inner) = self.cluster.upgrade() else { return Ok(()) };
+        let cluster = Cluster { inner };
+        let mut present = HashSet::with_capacity(kvs.len());
+        for kv in &kvs {
+            present.insert(kv.key.strip_prefix(&self.prefix).unwrap_or(&kv.key).to_string());
+            self.apply(&cluster, kv);
+        }
+        // Deleted while this process was not watching, and compacted since.
+        let gone: Vec<String> = self.known.iter().filter(|k| !present.contains(*k)).cloned().collect();
+        for key in gone {
+            let kv = KeyValue { key: format!("{}{key}", self.prefix), value: None, mod_revision: rev, lease: 0 };
+            self.apply(&cluster, &kv);
+        }
+        self.revision = self.revision.max(rev);
+        self.health.revision.store(self.revision, Ordering::Release);
+        self.health.leader_revision.fetch_max(rev, Ordering::Relaxed);
+        self.health.lag.store(0, Ordering::Relaxed);
+        self.health.full_reads.fetch_add(1, Ordering::Relaxed);
+        self.health.connected.store(true, Ordering::Release);
+        if let Some(r) = self.ready.take() {
+            let _ = r.send(());
+        }
+        Ok(())
+    }
+
+    /// Watches from the revision after the last applied one until the watch
+    /// fails, is compacted away, or the subscription stops.
+    fn follow(&mut self) -> Ended {
+        let mut watch = match self.client.watch(&self.prefix, self.revision + 1) {
+            Ok(w) => w,
+            Err(e) => return Ended::Failed(e.to_string()),
+        };
+        let mut heard = Instant::now();
+        // Lag seen by the previous check with no watch message since: the
+        // watch is stuck (a member cut off from the leader keeps its
+        // clients' streams open but silent).
+        let mut lagging = false;
+        loop {
+            if self.stopped() {
+                return Ended::Stopped;
+            }
+            match watch.next(POLL) {
+                Ok(Some(batch)) => {
+                    heard = Instant::now();
+                    lagging = false;
+                    self.health.leader_revision.fetch_max(batch.header_revision, Ordering::Relaxed);
+                    if batch.canceled {
+                        if batch.compact_revision > 0 {
+                            return Ended::Compacted;
+                        }
+                        return Ended::Failed(format!("{}: etcd cancelled the watch", watch.endpoint()));
+                    }
+                    if batch.created {
+                        self.health.connected.store(true, Ordering::Release);
+                    }
+                    if !batch.events.is_empty() {
+                        let Some(inner) = self.cluster.upgrade() else { return Ended::Stopped };
+                        let cluster = Cluster { inner };
+                        for kv in &batch.events {
+                            // A re-opened watch may repeat the revision it
+                            // started from on some members: applied once.
+                            if kv.mod_revision > self.revision {
+                                self.apply(&cluster, kv);
+                            }
+                        }
+                        let last = batch.events.iter().map(|e| e.mod_revision).max().unwrap_or(0);
+                        self.revision = self.revision.max(last);
+                        self.health.revision.store(self.revision, Ordering::Release);
+                    }
+                }
+                Ok(None) => {
+                    if heard.elapsed() < self.timeout {
+                        continue;
+                    }
+                    heard = Instant::now();
+                    match self.client.count_newer(&self.prefix, self.revision) {
+                        Ok((newer, rev)) => {
+                            self.health.connected.store(true, Ordering::Release);
+                            self.health.leader_revision.fetch_max(rev, Ordering::Relaxed);
+                            self.health.lag.store(newer, Ordering::Relaxed);
+                            if newer > 0 && lagging {
+                                return Ended::Failed(format!(
+                                    "{}: the watch is {newer} record(s) behind and silent",
+                                    watch.endpoint()
+                                ));
+                            }
+                            lagging = newer > 0;
+                        }
+                        Err(e) => return Ended::Failed(e.to_string()),
+                    }
+                }
+                Err(e) => return Ended::Failed(e.to_string()),
+            }
+        }
+    }
+
+    fn apply(&mut self, cluster: &Cluster, kv: &KeyValue) {
+        let Some(key) = kv.key.strip_prefix(&self.prefix) else { return };
+        match kv.value {
+            Some(_) => self.known.insert(key.to_string()),
+            None => self.known.remove(key),
+        };
+        match cluster.apply_feed_record(kv.mod_revision, key, kv.value.as_deref()) {
+            Ok(FeedOutcome::Applied) => {
+                self.health.applied.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(FeedOutcome::Stale) => {
+                self.health.stale.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                self.health.refused.fetch_add(1, Ordering::Relaxed);
+                *self.health.last_refused.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(format!("revision {}: {e}", kv.mod_revision));
+            }
+        }
+    }
+}
