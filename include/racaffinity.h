@@ -149,6 +149,10 @@ typedef enum {
    The lease was already released, or belongs to another cluster.
    */
   RACAFFINITY_RESULT_INVALID_LEASE = 17,
+  /*
+   The topology feed did not take an operator's change; nothing changed.
+   */
+  RACAFFINITY_RESULT_FEED_UNAVAILABLE = 18,
 } racaffinity_result;
 
 /*

@@ -17,6 +17,7 @@
 
 pub mod etcd;
 mod http;
+mod publish;
 mod subscriber;
 mod url;
 

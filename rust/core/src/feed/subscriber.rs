@@ -79,6 +79,7 @@ pub struct FeedMetrics {
 /// A cluster's subscription; dropping it (with the cluster) stops the thread.
 pub(crate) struct Subscription {
     url: String,
+    publisher: super::publish::Publisher,
     health: Arc<Health>,
     stop: Arc<AtomicBool>,
 }
@@ -117,7 +118,11 @@ impl Subscription {
             }
             Err(e) => *health.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("no thread: {e}")),
         }
-        Some(Subscription { url: url.to_string(), health, stop })
+        let publisher = super::publish::Publisher {
+            client: EtcdClient::new(url.endpoints.clone(), timeout),
+            prefix: url.prefix.clone(),
+        };
+        Some(Subscription { url: url.to_string(), publisher, health, stop })
     }
 
     pub(crate) fn metrics(&self) -> FeedMetrics {
@@ -137,6 +142,10 @@ impl Subscription {
             last_error: if connected { None } else { h.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone() },
             last_refused: h.last_refused.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         }
+    }
+
+    pub(crate) fn publisher(&self) -> &super::publish::Publisher {
+        &self.publisher
     }
 
     pub(crate) fn stop(&self) {
@@ -329,6 +338,10 @@ impl Worker {
 
     fn apply(&mut self, cluster: &Cluster, kv: &KeyValue) {
         let Some(key) = kv.key.strip_prefix(&self.prefix) else { return };
+        // Reserved for the tools that write the feed (the monitors' election).
+        if key.starts_with('_') {
+            return;
+        }
         match kv.value {
             Some(_) => self.known.insert(key.to_string()),
             None => self.known.remove(key),
