@@ -185,3 +185,30 @@ def test_a_subscriber_partitioned_for_20s_converges_with_nothing_lost_or_applied
         assert c.metrics()["nodes"][0]["weight"] == int(expected)
     finally:
         proxy.remove()
+
+
+def test_a_forked_child_keeps_following_the_feed(etcd: Etcd) -> None:
+    # fork() copies no thread: the child's clusters start a subscriber of
+    # their own (the library's pthread_atfork child handler).
+    c = subscriber(etcd.url("py4"))
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        seen = b"0"
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if state(c, "RAC3") == "down":
+                    seen = b"1"
+                    break
+                time.sleep(0.02)
+        finally:
+            os.write(w, seen)
+            os._exit(0)
+    os.close(w)
+    etcd.put("py4/node/RAC3/state", "down")
+    seen = os.read(r, 1)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert seen == b"1", "the child saw the record written after the fork"
+    assert state(c, "RAC3") == "down"

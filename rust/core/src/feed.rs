@@ -18,7 +18,7 @@
 pub mod etcd;
 mod http;
 mod publish;
-mod subscriber;
+pub(crate) mod subscriber;
 mod url;
 
 pub use subscriber::FeedMetrics;

@@ -72,7 +72,7 @@ pub use epoch::{
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
 pub use feed::{FeedMetrics, FeedOutcome, FeedUrl, MAX_FEED_VALUE_BYTES};
-pub use fork::{after_fork, prepare_fork};
+pub use fork::{after_fork, after_fork_in_child, prepare_fork};
 pub use lease::{Lease, LeaseToken, Outcome};
 pub use metrics::{MetricsSnapshot, NodeMetrics, ScopeMetrics};
 pub use node::{
