@@ -212,3 +212,15 @@ def test_a_forked_child_keeps_following_the_feed(etcd: Etcd) -> None:
     os.waitpid(pid, 0)
     assert seen == b"1", "the child saw the record written after the fork"
     assert state(c, "RAC3") == "down"
+
+
+def test_an_ons_relay_publishes_fan_lines_to_the_fleet(etcd: Etcd) -> None:
+    here, there = subscriber(etcd.url("py5")), subscriber(etcd.url("py5"))
+    line = "SERVICEMEMBER VERSION=1.0 service=svc instance=RAC3 status=down reason=FAILURE"
+    rev = here.publish_event(line)
+    assert rev > 0 and state(here, "RAC3") == "down"
+    wait_until(lambda: state(there, "RAC3") == "down", 30)
+    with pytest.raises(ra.EventParseError):
+        here.publish_event("not an event")
+    with pytest.raises(ra.FeedUnavailableError, match="no topology.feed"):
+        ra.Cluster("nodes = RAC1, RAC2, RAC3").publish_event(line)

@@ -2008,6 +2008,11 @@ static void an_unreachable_feed_refuses_operator_calls(void) {
     CHECK_EQ_U(state, RACAFFINITY_NODE_STATE_UP);
     CHECK_RC(racaffinity_cluster_new("nodes = A\ntopology.feed = http://127.0.0.1:2379/x", &(racaffinity_cluster *){NULL}),
              RACAFFINITY_RESULT_CONFIG);
+    uint64_t revision = 7;
+    CHECK_RC(racaffinity_feed_event_publish(c, "SERVICEMEMBER VERSION=1.0 service=s instance=B status=down", &revision),
+             RACAFFINITY_RESULT_FEED_UNAVAILABLE);
+    CHECK_RC(racaffinity_feed_event_publish(c, "not an event", &revision), RACAFFINITY_RESULT_EVENT_PARSE);
+    CHECK_EQ_U(revision, 7);
     racaffinity_cluster_free(c);
 }
 
@@ -2034,6 +2039,16 @@ static void operator_calls_reach_another_subscriber_through_etcd(void) {
         nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 10000000}, NULL);
     }
     CHECK_EQ_U(state, RACAFFINITY_NODE_STATE_DRAINING);
+    /* An ONS relay: a FAN line published by one reaches the other. */
+    uint64_t revision = 0;
+    CHECK_OK(racaffinity_feed_event_publish(here, "SERVICEMEMBER VERSION=1.0 service=s instance=B status=down reason=FAILURE", &revision));
+    CHECK(revision > 0);
+    for (int i = 0; i < 6000; i++) {
+        CHECK_OK(racaffinity_node_get_state(there, 1, &state));
+        if (state == RACAFFINITY_NODE_STATE_DOWN) break;
+        nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 10000000}, NULL);
+    }
+    CHECK_EQ_U(state, RACAFFINITY_NODE_STATE_DOWN);
     char *json = metrics_json(there);
     CHECK(strstr(json, "\"connected\":true") != NULL);
     free(json);

@@ -39,3 +39,34 @@ impl Cluster {
         })
     }
 }
+
+impl Cluster {
+    /// Relays one FAN or RLB line into the topology feed (an ONS relay: the
+    /// one process that receives Oracle's events hands them to the whole
+    /// fleet) and applies it here at the record's revision, which replaces
+    /// the line's `timestamp=` as its version. The record's key keeps the
+    /// latest event per resource: `fan/<type>-<instance|host|service>`.
+    ///
+    /// # Errors
+    /// The line's own parse errors ([`Error::EventParse`],
+    /// [`Error::ForeignEvent`]) before anything is written;
+    /// [`Error::FeedUnavailable`] without `topology.feed` or when etcd does
+    /// not take the write.
+    pub fn publish_event(&self, line: &str) -> Result<u64> {
+        let key = match crate::event::parse_event(line)? {
+            crate::event::Event::Fan(ev) => {
+                self.check_foreign(&ev.database, &ev.service)?;
+                let resource = ev.instance.as_deref().or(ev.host.as_deref()).or(ev.service.as_deref()).unwrap_or("all");
+                format!("fan/{}-{}", ev.event_type.as_str(), resource.to_ascii_uppercase())
+            }
+            crate::event::Event::Rlb(adv) => {
+                self.check_foreign(&adv.database, &adv.service)?;
+                format!("fan/rlb-{}", adv.service.as_deref().unwrap_or("all").to_ascii_uppercase())
+            }
+        };
+        match self.publish(&key, Some(line)) {
+            Some(r) => r,
+            None => Err(Error::FeedUnavailable("this cluster has no topology.feed to publish to".into())),
+        }
+    }
+}
