@@ -121,8 +121,7 @@ fn main() {
     println!("| subject | subscribed ns/op (median) | unsubscribed ns/op (median) | subscribed / unsubscribed: median | min | max |");
     println!("|---|---|---|---|---|---|");
     type Path<'a> = (&'a str, &'a dyn Fn(&Cluster) -> f64);
-    let paths: [Path; 2] =
-        [("pinned `pick()`", &pinned), ("unpinned `acquire()` + `release(Ok)`", &unpinned)];
+    let paths: [Path; 2] = [("pinned `pick()`", &pinned), ("unpinned `acquire()` + `release(Ok)`", &unpinned)];
     for (name, f) in paths {
         let (mut a, mut b, mut r) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..rounds {

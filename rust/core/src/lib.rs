@@ -35,6 +35,7 @@ mod clock;
 mod cluster;
 pub mod config;
 pub mod connect;
+pub mod continuity;
 mod counter;
 mod data;
 mod epoch;
@@ -63,6 +64,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use cluster::{ClockDebug, Cluster, ClusterBuilder};
 pub use config::{
     Config, DataConfig, Placement, RecoveryScope, SessionConfig, SessionMode, ThreadConfig, TransactionConfig,
+};
+pub use continuity::{
+    classify_oracle_error, classify_sqlstate, CommitOutcome, ErrorClass, ReplayRefusal, ReplayStep, RequestFailure,
 };
 pub use data::{check_partition_map_source, DataKey};
 pub use epoch::{
