@@ -181,6 +181,24 @@ class NodeTimeoutsTest {
         }
     }
 
+    /** The XA data source's node data sources built from URLs get them too. */
+    @Test
+    void xaNodeDataSourcesGetThemToo() throws Exception {
+        try (AffinityXADataSource xa = new AffinityXADataSource()) {
+            xa.setConfig("name = to-xa; nodes = A");
+            xa.setNodeUrls(Map.of("A", PgNodes.url(1)));
+            xa.setDataSourceClassName("org.postgresql.xa.PGXADataSource");
+            xa.setUser("postgres");
+            xa.setHeartbeatIntervalMillis(0);
+            xa.setRegisterMBean(false);
+            xa.init();
+            org.postgresql.xa.PGXADataSource pg = (org.postgresql.xa.PGXADataSource) xa.getNodeXADataSource("A");
+            assertEquals(NodeTimeouts.SOCKET_TIMEOUT_SECONDS, pg.getSocketTimeout());
+            assertEquals(NodeTimeouts.LOGIN_TIMEOUT_SECONDS, pg.getLoginTimeout());
+            assertEquals(NodeTimeouts.CONNECT_TIMEOUT_SECONDS, pg.getConnectTimeout());
+        }
+    }
+
     /** Oracle's timeouts are connection properties, in milliseconds; a URL parameter the user set wins. */
     @Test
     void oracleDefaultsAreConnectionProperties() throws Exception {
