@@ -95,8 +95,8 @@ final class PgjdbcCleaner implements AutoCloseable {
             } finally {
                 pool.shutdown();
             }
-            Method clean = registration.getClass().getMethod("clean");
-            clean.setAccessible(true); // a private nested class of pgjdbc implements the public interface
+            // Through the public interface register returns (its implementation is private).
+            Method clean = register.getReturnType().getMethod("clean");
             return new PgjdbcCleaner(sentinel, registration, clean);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
