@@ -189,6 +189,102 @@ typedef enum {
 } racaffinity_node_state;
 
 /*
+ How an error that ended a request bears on replaying it.
+ */
+typedef enum {
+  /*
+   A lost connection or node: replayable once the commit outcome is known.
+   */
+  RACAFFINITY_ERROR_CLASS_RECOVERABLE = 0,
+  /*
+   Anything else: the application's to handle, never replayed.
+   */
+  RACAFFINITY_ERROR_CLASS_NOT_RECOVERABLE = 1,
+} racaffinity_error_class;
+
+/*
+ What the outcome checks of a commit in flight found so far.
+ */
+typedef enum {
+  /*
+   No check made yet.
+   */
+  RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED = 0,
+  /*
+   It committed.
+   */
+  RACAFFINITY_COMMIT_OUTCOME_COMMITTED = 1,
+  /*
+   It was rolled back, or never got there.
+   */
+  RACAFFINITY_COMMIT_OUTCOME_ABORTED = 2,
+  /*
+   It still runs behind the failed connection.
+   */
+  RACAFFINITY_COMMIT_OUTCOME_IN_PROGRESS = 3,
+  /*
+   No one can tell.
+   */
+  RACAFFINITY_COMMIT_OUTCOME_UNKNOWN = 4,
+} racaffinity_commit_outcome;
+
+/*
+ What the host does next with a failed request.
+ */
+typedef enum {
+  /*
+   The commit in flight committed: the request succeeded; no replay.
+   */
+  RACAFFINITY_REPLAY_ACTION_SUCCEEDED = 0,
+  /*
+   Ask `node` for the outcome (`pg_xact_status(xid)`), then ask again.
+   */
+  RACAFFINITY_REPLAY_ACTION_CHECK_OUTCOME = 1,
+  /*
+   End the old transaction's backend through `node`, then check again.
+   */
+  RACAFFINITY_REPLAY_ACTION_FORCE_OUTCOME = 2,
+  /*
+   Replay the request on `node`, once.
+   */
+  RACAFFINITY_REPLAY_ACTION_REPLAY = 3,
+  /*
+   No replay: surface the original error, with `refusal` as its cause.
+   */
+  RACAFFINITY_REPLAY_ACTION_GIVE_UP = 4,
+} racaffinity_replay_action;
+
+/*
+ Why a failed request is not replayed (`GiveUp`).
+ */
+typedef enum {
+  /*
+   Not a refusal (the action is not `GiveUp`).
+   */
+  RACAFFINITY_REPLAY_REFUSAL_NONE = 0,
+  /*
+   The error is not a connection or node failure.
+   */
+  RACAFFINITY_REPLAY_REFUSAL_NOT_RECOVERABLE = 1,
+  /*
+   The request used something that cannot be replayed, or replay is off.
+   */
+  RACAFFINITY_REPLAY_REFUSAL_NOT_REPLAYABLE = 2,
+  /*
+   The request was replayed already.
+   */
+  RACAFFINITY_REPLAY_REFUSAL_REPLAYED_ALREADY = 3,
+  /*
+   The commit in flight has no established outcome.
+   */
+  RACAFFINITY_REPLAY_REFUSAL_OUTCOME_UNKNOWN = 4,
+  /*
+   No node can take the replay.
+   */
+  RACAFFINITY_REPLAY_REFUSAL_NO_NODE = 5,
+} racaffinity_replay_refusal;
+
+/*
  How a node was chosen (mirrors the core's `RouteKind`).
  */
 typedef enum {
@@ -290,6 +386,61 @@ typedef struct racaffinity_cluster racaffinity_cluster;
  dereference), what `racaffinity_epoch_page_free` takes back.
  */
 typedef struct racaffinity_epoch_page racaffinity_epoch_page;
+
+/*
+ One failed request, as the host saw it. Only integers, so any bit
+ pattern a caller leaves is defined; flags are 0 or nonzero.
+ */
+typedef struct {
+  /*
+   The node id the request failed on.
+   */
+  uint32_t node;
+  /*
+   A `racaffinity_error_class` (`racaffinity_sqlstate_classify`).
+   */
+  uint32_t error_class;
+  /*
+   Nonzero: a COMMIT was sent and its answer never came.
+   */
+  uint32_t commit_in_flight;
+  /*
+   A `racaffinity_commit_outcome`: what the checks so far found.
+   */
+  uint32_t outcome;
+  /*
+   Nonzero: the old transaction was already ended (`ForceOutcome` done).
+   */
+  uint32_t forced;
+  /*
+   Replays already made of this request.
+   */
+  uint32_t replays;
+  /*
+   Nonzero: the request may be replayed (replay on, nothing
+   non-replayable used).
+   */
+  uint32_t replayable;
+} racaffinity_request_failure;
+
+/*
+ The next step: an action, the node it names (`CheckOutcome`,
+ `ForceOutcome`, `Replay`; else 0) and the refusal (`GiveUp`; else `None`).
+ */
+typedef struct {
+  /*
+   What to do.
+   */
+  racaffinity_replay_action action;
+  /*
+   Where.
+   */
+  uint32_t node;
+  /*
+   Why not (for `GiveUp`).
+   */
+  racaffinity_replay_refusal refusal;
+} racaffinity_replay_step;
 
 /*
  A routing decision: node id (dense, in config order) and how it was chosen.
@@ -546,6 +697,48 @@ racaffinity_result racaffinity_connect_string(uint32_t form,
                                               char *buf,
                                               size_t cap,
                                               size_t *out_len);
+
+/*
+ Classifies a SQLSTATE: class `08`, `57P01`, `57P02` and `57P03` are
+ `RECOVERABLE`; anything else (malformed text included) is not.
+
+ # Safety
+ `sqlstate` must be NULL or NUL-terminated; `out` NULL or writable.
+ */
+racaffinity_result racaffinity_sqlstate_classify(const char *sqlstate,
+                                                 racaffinity_error_class *out);
+
+/*
+ Classifies an Oracle error number (3113 for ORA-03113): the errors of a
+ lost instance or connection are `RECOVERABLE`.
+
+ # Safety
+ `out` must be NULL or writable.
+ */
+racaffinity_result racaffinity_oracle_error_classify(uint32_t code, racaffinity_error_class *out);
+
+/*
+ Maps `pg_xact_status(xid8)`'s answer (`status` NULL for SQL NULL) to an
+ outcome: `committed`, `aborted`, `in progress`; anything else `UNKNOWN`.
+
+ # Safety
+ `status` must be NULL or NUL-terminated; `out` NULL or writable.
+ */
+racaffinity_result racaffinity_pg_xact_status_outcome(const char *status,
+                                                      racaffinity_commit_outcome *out);
+
+/*
+ The next step for a failed request (docs/continuity.md): a pure decision
+ that changes nothing, so the host asks again after each step with what
+ it learned. An unknown node id is `UNKNOWN_NODE`; an out-of-range enum
+ value `INVALID_ARGUMENT`.
+
+ # Safety
+ `failure` must be NULL or readable; `out` NULL or writable.
+ */
+racaffinity_result racaffinity_replay_decide(const racaffinity_cluster *cluster,
+                                             const racaffinity_request_failure *failure,
+                                             racaffinity_replay_step *out);
 
 /*
  Routes a byte key (1..=1024 bytes) to its partition's node.

@@ -2056,6 +2056,57 @@ static void operator_calls_reach_another_subscriber_through_etcd(void) {
     racaffinity_cluster_free(there);
 }
 
+/* [continuity]: the replay decisions, walked as a libpq host would. */
+static void replay_decisions_walk_the_outcome_state_machine(void) {
+    racaffinity_error_class cls = 9;
+    CHECK_OK(racaffinity_sqlstate_classify("57P01", &cls));
+    CHECK_EQ_U(cls, RACAFFINITY_ERROR_CLASS_RECOVERABLE);
+    CHECK_OK(racaffinity_sqlstate_classify("08006", &cls));
+    CHECK_EQ_U(cls, RACAFFINITY_ERROR_CLASS_RECOVERABLE);
+    CHECK_OK(racaffinity_sqlstate_classify("23505", &cls));
+    CHECK_EQ_U(cls, RACAFFINITY_ERROR_CLASS_NOT_RECOVERABLE);
+    CHECK_OK(racaffinity_oracle_error_classify(3113, &cls));
+    CHECK_EQ_U(cls, RACAFFINITY_ERROR_CLASS_RECOVERABLE);
+    CHECK_RC(racaffinity_sqlstate_classify(NULL, &cls), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    racaffinity_commit_outcome outcome = 9;
+    CHECK_OK(racaffinity_pg_xact_status_outcome("committed", &outcome));
+    CHECK_EQ_U(outcome, RACAFFINITY_COMMIT_OUTCOME_COMMITTED);
+    CHECK_OK(racaffinity_pg_xact_status_outcome(NULL, &outcome));
+    CHECK_EQ_U(outcome, RACAFFINITY_COMMIT_OUTCOME_UNKNOWN);
+
+    racaffinity_cluster *c = NULL;
+    CHECK_OK(racaffinity_cluster_new("nodes = A, B, C\nrecovery.scope = database", &c));
+    racaffinity_request_failure f = {.node = 0, .error_class = RACAFFINITY_ERROR_CLASS_RECOVERABLE,
+                                     .commit_in_flight = 1, .outcome = RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED,
+                                     .forced = 0, .replays = 0, .replayable = 1};
+    racaffinity_replay_step step;
+    CHECK_OK(racaffinity_replay_decide(c, &f, &step));
+    CHECK_EQ_U(step.action, RACAFFINITY_REPLAY_ACTION_CHECK_OUTCOME);
+    CHECK_NE_U(step.node, 0); /* another instance answers on RAC */
+    f.outcome = RACAFFINITY_COMMIT_OUTCOME_COMMITTED;
+    CHECK_OK(racaffinity_replay_decide(c, &f, &step));
+    CHECK_EQ_U(step.action, RACAFFINITY_REPLAY_ACTION_SUCCEEDED);
+    f.outcome = RACAFFINITY_COMMIT_OUTCOME_IN_PROGRESS;
+    CHECK_OK(racaffinity_replay_decide(c, &f, &step));
+    CHECK_EQ_U(step.action, RACAFFINITY_REPLAY_ACTION_FORCE_OUTCOME);
+    f.outcome = RACAFFINITY_COMMIT_OUTCOME_ABORTED;
+    CHECK_OK(racaffinity_replay_decide(c, &f, &step));
+    CHECK_EQ_U(step.action, RACAFFINITY_REPLAY_ACTION_REPLAY);
+    CHECK_NE_U(step.node, 0);
+    CHECK_EQ_U(step.refusal, RACAFFINITY_REPLAY_REFUSAL_NONE);
+    f.replays = 1;
+    CHECK_OK(racaffinity_replay_decide(c, &f, &step));
+    CHECK_EQ_U(step.action, RACAFFINITY_REPLAY_ACTION_GIVE_UP);
+    CHECK_EQ_U(step.refusal, RACAFFINITY_REPLAY_REFUSAL_REPLAYED_ALREADY);
+    f.outcome = 77;
+    CHECK_RC(racaffinity_replay_decide(c, &f, &step), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    f.outcome = RACAFFINITY_COMMIT_OUTCOME_ABORTED;
+    f.node = 99;
+    CHECK_RC(racaffinity_replay_decide(c, &f, &step), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_RC(racaffinity_replay_decide(c, NULL, &step), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    racaffinity_cluster_free(c);
+}
+
 static void metrics_json_and_prometheus_name_the_cluster(void) {
     racaffinity_cluster *c = new_cluster("name = c_api_metrics\n" NUM_NODES_3);
     racaffinity_route r;
@@ -2242,6 +2293,7 @@ static const h_test tests[] = {
     TEST(nodes_are_added_and_removed_at_runtime_and_ids_never_reused),
     TEST(metrics_json_and_prometheus_name_the_cluster),
     TEST(an_unreachable_feed_refuses_operator_calls),
+    TEST(replay_decisions_walk_the_outcome_state_machine),
     TEST(operator_calls_reach_another_subscriber_through_etcd),
     TEST(connect_strings_match_the_documented_forms),
     TEST(connect_string_refuses_values_that_break_the_syntax),

@@ -5,6 +5,7 @@ pub mod buffer;
 mod call;
 pub mod cluster;
 pub mod connect;
+pub mod continuity;
 pub mod data;
 pub mod epoch;
 pub mod event;
