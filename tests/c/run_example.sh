@@ -51,6 +51,10 @@ mkdir -p "$OUT"
     -Iinclude -I"$PQ_INC" \
     tests/c/example_libpq.c -o "$OUT/example_libpq" \
     -L"$LIB_DIR" -Wl,-rpath,"$LIB_DIR" -lracaffinity -L"$PQ_LIB" -lpq
+"$CC" -std=c11 -Wall -Wextra -Werror -O1 -g \
+    -Iinclude -I"$PQ_INC" \
+    tests/c/example_replay.c -o "$OUT/example_replay" \
+    -L"$LIB_DIR" -Wl,-rpath,"$LIB_DIR" -lracaffinity -L"$PQ_LIB" -lpq
 # The example must use the library it was built against, not an installed copy.
 resolved=$(ldd "$OUT/example_libpq")
 [[ $resolved == *"$LIB_DIR/libracaffinity.so"* ]] \
@@ -100,5 +104,19 @@ if [[ $USE_VALGRIND != 0 ]]; then
     fi
 else
     "$OUT/example_libpq" || status=$?
+fi
+
+# The replay example (docs/continuity.md): a request killed before COMMIT is
+# replayed once elsewhere, a lost COMMIT reply is found committed, a
+# constraint violation is never replayed.
+echo
+if [[ $USE_VALGRIND != 0 ]]; then
+    RLOG="$OUT/valgrind-replay.log"
+    valgrind --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+        --show-leak-kinds=definite,indirect --log-file="$RLOG" \
+        "$OUT/example_replay" || status=$?
+    grep -q 'ERROR SUMMARY: 0 errors' "$RLOG" || { echo "run_example.sh: valgrind (replay) reported errors:" >&2; cat "$RLOG" >&2; (( status != 0 )) || status=1; }
+else
+    "$OUT/example_replay" || status=$?
 fi
 exit "$status"

@@ -1,0 +1,285 @@
+/* example_replay.c - request replay from C with libpq, guarded by the
+ * commit outcome (docs/continuity.md), over the three local PostgreSQL nodes
+ * (RAC1..RAC3, independent databases: recovery.scope = node).
+ *
+ * Run it through tests/c/run_example.sh (it exports RACAFF_NODE<i>_DSN and
+ * runs it under valgrind).
+ *
+ * A request is: BEGIN; INSERT its id; SELECT pg_current_xact_id(),
+ * pg_backend_pid(); COMMIT. The host keeps the xid and pid, and when the
+ * request fails it asks racaffinity_replay_decide what to do, step by step:
+ * check the outcome (pg_xact_status on the node the core names), force it
+ * (pg_terminate_backend there), replay once on the node the core names, or
+ * give up with the core's refusal. Three requests, each with a real fault:
+ *
+ *   killed   its backend is terminated (by another session) before COMMIT:
+ *            COMMIT fails with 57P01, the outcome check says "aborted", the
+ *            request is replayed on another node and commits there once;
+ *   lost     COMMIT runs and commits, and the host treats its reply as lost:
+ *            the outcome check says "committed", the request succeeded and
+ *            nothing is replayed;
+ *   unique   a constraint violation (23505): not recoverable, never replayed.
+ *
+ * Checks: every request id is on exactly one node; the steps taken are the
+ * expected ones; no PGconn/PGresult leaks (valgrind). */
+#define _POSIX_C_SOURCE 200809L
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "racaffinity.h"
+
+#define NODES 3
+
+static char *dsn[NODES];
+static int failures;
+
+#define EXPECT(cond, ...)                                      \
+    do {                                                       \
+        if (!(cond)) {                                         \
+            failures++;                                        \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                      \
+            fputc('\n', stderr);                               \
+        }                                                      \
+    } while (0)
+
+static PGconn *connect_node(uint32_t node) {
+    PGconn *c = PQconnectdb(dsn[node]);
+    if (PQstatus(c) != CONNECTION_OK) {
+        fprintf(stderr, "cannot connect to node %u: %s", node, PQerrorMessage(c));
+        PQfinish(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Runs one statement; returns its SQLSTATE ("00000" on success) in `state`. */
+static PGresult *run(PGconn *c, const char *sql, int n, const char *const *params, char state[6]) {
+    PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = PQresultStatus(r);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        strcpy(state, "00000");
+    } else {
+        const char *s = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        /* A connection that died without a word has no SQLSTATE: 08006. */
+        snprintf(state, 6, "%s", s ? s : (PQstatus(c) == CONNECTION_BAD ? "08006" : "XX000"));
+    }
+    return r;
+}
+
+static void exec_or_die(PGconn *c, const char *sql) {
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+        fprintf(stderr, "%s: %s", sql, PQerrorMessage(c));
+        exit(2);
+    }
+    PQclear(r);
+}
+
+enum fault { KILLED, LOST, UNIQUE };
+
+struct attempt {
+    bool commit_in_flight;
+    char sqlstate[6];
+    char xid[32];
+    char pid[16];
+};
+
+/* One run of the request on `node`; true if COMMIT answered OK and the host
+ * believes it (the `lost` fault disbelieves it). */
+static bool run_request(uint32_t node, const char *id, enum fault fault, bool inject, struct attempt *a) {
+    memset(a, 0, sizeof *a);
+    PGconn *c = connect_node(node);
+    if (!c) {
+        strcpy(a->sqlstate, "08001");
+        return false;
+    }
+    bool ok = false;
+    char st[6];
+    PGresult *r = run(c, "BEGIN", 0, NULL, st);
+    PQclear(r);
+    const char *p[1] = {id};
+    r = run(c, "INSERT INTO replay_demo(request_id) VALUES ($1)", 1, p, st);
+    PQclear(r);
+    if (strcmp(st, "00000") != 0) {
+        memcpy(a->sqlstate, st, 6);
+        goto done;
+    }
+    r = run(c, "SELECT pg_current_xact_id()::text, pg_backend_pid()::text", 0, NULL, st);
+    if (strcmp(st, "00000") == 0) {
+        snprintf(a->xid, sizeof a->xid, "%s", PQgetvalue(r, 0, 0));
+        snprintf(a->pid, sizeof a->pid, "%s", PQgetvalue(r, 0, 1));
+    }
+    PQclear(r);
+    if (inject && fault == KILLED) {
+        /* Another session ends this backend before COMMIT. */
+        PGconn *k = connect_node(node);
+        const char *kp[1] = {a->pid};
+        char ks[6];
+        PQclear(run(k, "SELECT pg_terminate_backend($1::int)", 1, kp, ks));
+        PQfinish(k);
+    }
+    a->commit_in_flight = true;
+    r = run(c, "COMMIT", 0, NULL, st);
+    PQclear(r);
+    memcpy(a->sqlstate, st, 6);
+    ok = strcmp(st, "00000") == 0;
+    if (ok && inject && fault == LOST) {
+        /* The reply "never came": the connection is lost right after. */
+        strcpy(a->sqlstate, "08006");
+        ok = false;
+    }
+done:
+    PQfinish(c);
+    return ok;
+}
+
+static racaffinity_commit_outcome check_outcome(uint32_t node, const char *xid) {
+    racaffinity_commit_outcome out = RACAFFINITY_COMMIT_OUTCOME_UNKNOWN;
+    PGconn *c = connect_node(node);
+    if (!c) return out;
+    const char *p[1] = {xid};
+    char st[6];
+    PGresult *r = run(c, "SELECT pg_xact_status($1::xid8)", 1, p, st);
+    if (strcmp(st, "00000") == 0) {
+        const char *status = PQgetisnull(r, 0, 0) ? NULL : PQgetvalue(r, 0, 0);
+        if (racaffinity_pg_xact_status_outcome(status, &out) != RACAFFINITY_RESULT_OK) out = RACAFFINITY_COMMIT_OUTCOME_UNKNOWN;
+    }
+    PQclear(r);
+    PQfinish(c);
+    return out;
+}
+
+static void force_outcome(uint32_t node, const char *pid) {
+    PGconn *c = connect_node(node);
+    if (!c) return;
+    const char *p[1] = {pid};
+    char st[6];
+    PQclear(run(c, "SELECT pg_terminate_backend($1::int)", 1, p, st));
+    PQfinish(c);
+}
+
+/* Runs a request with replay; writes the steps taken ("C" check, "F" force,
+ * "R" replay, "S" succeeded, "G<refusal>" give up, "ok") into `trace`. */
+static void request(racaffinity_cluster *cl, const char *id, enum fault fault, char *trace, size_t cap) {
+    struct attempt a;
+    uint32_t node = 0;
+    trace[0] = '\0';
+    if (run_request(node, id, fault, true, &a)) {
+        snprintf(trace, cap, "ok");
+        return;
+    }
+    racaffinity_request_failure f = {.node = node, .commit_in_flight = a.commit_in_flight,
+                                     .outcome = RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED, .replayable = 1};
+    racaffinity_error_class cls;
+    if (racaffinity_sqlstate_classify(a.sqlstate, &cls) != RACAFFINITY_RESULT_OK) cls = RACAFFINITY_ERROR_CLASS_NOT_RECOVERABLE;
+    f.error_class = cls;
+    for (int steps = 0; steps < 8; steps++) {
+        racaffinity_replay_step s;
+        if (racaffinity_replay_decide(cl, &f, &s) != RACAFFINITY_RESULT_OK) {
+            strncat(trace, "E", cap - strlen(trace) - 1);
+            return;
+        }
+        switch (s.action) {
+        case RACAFFINITY_REPLAY_ACTION_CHECK_OUTCOME:
+            strncat(trace, "C", cap - strlen(trace) - 1);
+            f.outcome = check_outcome(s.node, a.xid);
+            break;
+        case RACAFFINITY_REPLAY_ACTION_FORCE_OUTCOME:
+            strncat(trace, "F", cap - strlen(trace) - 1);
+            force_outcome(s.node, a.pid);
+            f.forced = 1;
+            f.outcome = RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED;
+            break;
+        case RACAFFINITY_REPLAY_ACTION_REPLAY:
+            strncat(trace, "R", cap - strlen(trace) - 1);
+            f.replays++;
+            if (run_request(s.node, id, fault, false, &a)) {
+                strncat(trace, "ok", cap - strlen(trace) - 1);
+                return;
+            }
+            f.node = s.node;
+            f.commit_in_flight = a.commit_in_flight;
+            f.outcome = RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED;
+            f.forced = 0;
+            if (racaffinity_sqlstate_classify(a.sqlstate, &cls) != RACAFFINITY_RESULT_OK) cls = RACAFFINITY_ERROR_CLASS_NOT_RECOVERABLE;
+            f.error_class = cls;
+            break;
+        case RACAFFINITY_REPLAY_ACTION_SUCCEEDED:
+            strncat(trace, "S", cap - strlen(trace) - 1);
+            return;
+        case RACAFFINITY_REPLAY_ACTION_GIVE_UP: {
+            char g[8];
+            snprintf(g, sizeof g, "G%d", (int)s.refusal);
+            strncat(trace, g, cap - strlen(trace) - 1);
+            return;
+        }
+        }
+    }
+}
+
+static int copies(const char *id) {
+    int n = 0;
+    for (uint32_t i = 0; i < NODES; i++) {
+        PGconn *c = connect_node(i);
+        if (!c) exit(2);
+        const char *p[1] = {id};
+        char st[6];
+        PGresult *r = run(c, "SELECT count(*) FROM replay_demo WHERE request_id = $1", 1, p, st);
+        n += atoi(PQgetvalue(r, 0, 0));
+        PQclear(r);
+        PQfinish(c);
+    }
+    return n;
+}
+
+int main(void) {
+    for (int i = 0; i < NODES; i++) {
+        char var[32];
+        snprintf(var, sizeof var, "RACAFF_NODE%d_DSN", i + 1);
+        dsn[i] = getenv(var);
+        if (!dsn[i]) {
+            fprintf(stderr, "%s is not set (run through tests/c/run_example.sh)\n", var);
+            return 2;
+        }
+        PGconn *c = connect_node((uint32_t)i);
+        if (!c) return 2;
+        exec_or_die(c, "CREATE TABLE IF NOT EXISTS replay_demo (request_id text PRIMARY KEY)");
+        exec_or_die(c, "DELETE FROM replay_demo");
+        PQfinish(c);
+    }
+    /* The unique case's row is there already, on node 0. */
+    PGconn *c0 = connect_node(0);
+    exec_or_die(c0, "INSERT INTO replay_demo VALUES ('unique-1')");
+    PQfinish(c0);
+
+    racaffinity_cluster *cl = NULL;
+    if (racaffinity_cluster_new("nodes = RAC1, RAC2, RAC3\nrecovery.scope = node", &cl) != RACAFFINITY_RESULT_OK) return 2;
+
+    char trace[64];
+    request(cl, "killed-1", KILLED, trace, sizeof trace);
+    printf("killed: %s\n", trace);
+    EXPECT(strcmp(trace, "CRok") == 0, "killed before COMMIT: check (aborted), replay, ok; got %s", trace);
+    EXPECT(copies("killed-1") == 1, "killed-1 committed %d times", copies("killed-1"));
+
+    request(cl, "lost-1", LOST, trace, sizeof trace);
+    printf("lost: %s\n", trace);
+    EXPECT(strcmp(trace, "CS") == 0, "COMMIT reply lost: check (committed), succeeded; got %s", trace);
+    EXPECT(copies("lost-1") == 1, "lost-1 committed %d times", copies("lost-1"));
+
+    request(cl, "unique-1", UNIQUE, trace, sizeof trace);
+    printf("unique: %s\n", trace);
+    EXPECT(strcmp(trace, "G1") == 0, "23505: give up, not recoverable; got %s", trace);
+    EXPECT(copies("unique-1") == 1, "unique-1 is there %d times", copies("unique-1"));
+
+    racaffinity_cluster_free(cl);
+    printf("example_replay: %s\n", failures ? "FAILED" : "ok (3 requests, each committed exactly once)");
+    return failures ? 1 : 0;
+}
