@@ -11,6 +11,7 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, revision_of, text, tool, tool_with, Etcd};
+use racaffinity::feed::etcd::Guarded;
 use racaffinity::{Cluster, NodeState};
 
 const BASE_PORT: u16 = 25090;
@@ -20,6 +21,43 @@ fn operator_commands_over_a_real_etcd() {
     let etcd = Etcd::start(BASE_PORT);
     bad_input_writes_nothing(&etcd);
     each_command_reaches_a_subscribed_cluster(&etcd);
+    the_guarded_put_writes_only_for_the_holder(&etcd);
+}
+
+/// The monitor's writes: `put_if_holder` writes only while the leader key is
+/// attached to the writer's lease (and, when asked, the key holds a value).
+fn the_guarded_put_writes_only_for_the_holder(etcd: &Etcd) {
+    let kv = etcd.client();
+    let (mine, theirs) = (kv.lease_grant(30).unwrap(), kv.lease_grant(30).unwrap());
+    assert!(kv.claim("g/_monitor/leader", "me", mine).unwrap().0);
+    let before = etcd.revision();
+    assert_eq!(
+        kv.put_if_holder("g/_monitor/leader", theirs, "g/node/A/state", "down", None).unwrap(),
+        Guarded::NotHolder
+    );
+    assert_eq!(
+        kv.put_if_holder("g/_monitor/leader", mine, "g/node/A/state", "up", Some("down")).unwrap(),
+        Guarded::ValueDiffers
+    );
+    assert_eq!(etcd.revision(), before, "nothing written");
+    let Guarded::Written(rev) = kv.put_if_holder("g/_monitor/leader", mine, "g/node/A/state", "down", None).unwrap()
+    else {
+        panic!("the holder writes")
+    };
+    assert_eq!(etcd.revision(), rev);
+    assert!(matches!(
+        kv.put_if_holder("g/_monitor/leader", mine, "g/node/A/state", "up", Some("down")).unwrap(),
+        Guarded::Written(_)
+    ));
+    // The lease gone, its key goes, and its holder writes nothing more.
+    kv.lease_revoke(mine).unwrap();
+    let before = etcd.revision();
+    assert_eq!(
+        kv.put_if_holder("g/_monitor/leader", mine, "g/node/A/state", "down", None).unwrap(),
+        Guarded::NotHolder
+    );
+    assert_eq!(etcd.revision(), before);
+    kv.lease_revoke(theirs).unwrap();
 }
 
 fn applied_up_to(c: &Cluster, rev: u64) {
