@@ -158,6 +158,11 @@ fn of_two_monitors_only_the_leader_writes(etcd: &Etcd, pg: &Pg) {
     assert_eq!(l.writes().len(), 2, "the leader wrote down then up: {:?}", l.lines());
     assert!(f.writes().is_empty(), "the follower wrote: {:?}", f.lines());
     assert!(!has_line(&f, "leading"), "{:?}", f.lines());
+    for mut m in [f, l] {
+        m.signal("-INT");
+        assert!(m.wait(Duration::from_secs(15)).success(), "SIGINT: exit 0");
+    }
+    assert_eq!(leader(etcd, "m2"), None, "the leader revoked its lease on SIGINT");
 }
 
 /// The control of the test above: with the election off (a hidden test
