@@ -31,8 +31,16 @@ impl Record {
     }
 }
 
+/// The core's message, without the kind's prefix the tool's own adds nothing to.
+fn invalid(e: racaffinity::Error) -> Failure {
+    match e {
+        racaffinity::Error::InvalidArgument(m) => Failure::Invalid(m),
+        other => Failure::Invalid(other.to_string()),
+    }
+}
+
 fn node_name(name: &str) -> Result<(), Failure> {
-    validate_node_name(name).map_err(|e| Failure::Invalid(e.to_string()))
+    validate_node_name(name).map_err(invalid)
 }
 
 /// Applies `record` to a scratch cluster made of `nodes` (`partitions`
@@ -44,10 +52,10 @@ fn dry_run(record: &Record, nodes: &[&str], partitions: u32) -> Result<(), Failu
     for n in nodes {
         builder = builder.node(NodeSpec::new(*n));
     }
-    let scratch = builder.build().map_err(|e| Failure::Invalid(e.to_string()))?;
+    let scratch = builder.build().map_err(invalid)?;
     let result = scratch.apply_feed_record(1, &record.key, record.value.as_deref());
     scratch.close();
-    result.map(|_| ()).map_err(|e| Failure::Invalid(e.to_string()))
+    result.map(|_| ()).map_err(invalid)
 }
 
 /// `node/<N>/state`: `draining`, with `timeout=<t>` when given.
@@ -135,7 +143,7 @@ pub fn fan(line: &str, id: Option<&str>) -> Result<Record, Failure> {
     if line.len() > MAX_FEED_VALUE_BYTES {
         return Err(Failure::Invalid(format!("the line is {} bytes; at most {MAX_FEED_VALUE_BYTES}", line.len())));
     }
-    let event = parse_event(line).map_err(|e| Failure::Invalid(e.to_string()))?;
+    let event = parse_event(line).map_err(invalid)?;
     let id = match id {
         Some(id) => id.to_string(),
         None => match &event {
