@@ -40,6 +40,7 @@ help:
 	@echo "  make demo-rust       the Rust-only walk-through: 2PC, sessions, data keys, kill -9 and FAN"
 	@echo "  make bench           every benchmark (Rust, C, Java, Python; short mode) and one table of ratios"
 	@echo "  make bench-scaling   route cost by node count and registry size, RSS of 1M sessions/contexts, SVG plot"
+	@echo "  make bench-feed      topology feed: subscribed vs unsubscribed picks, put-to-apply latency in 3 processes (starts etcd)"
 	@echo "  make memory          memory of 1M live transaction affinities"
 	@echo "  make fuzz            every cargo-fuzz target for FUZZ_SECONDS each (default 300), one after another"
 	@echo "  make soak            the chaos soak for SOAK_SECONDS (default 600; SOAK_SEED replays a run)"
@@ -353,12 +354,22 @@ bench: lib
 	target/pyenv/bin/python python/bench.py | tee $(BENCH_OUT)/python.out
 	java/run_bench.sh | tee $(BENCH_OUT)/java.out
 	$(MAKE) --no-print-directory bench-scaling
+	$(MAKE) --no-print-directory bench-feed
 	@echo
 	python3 tools/perf_table.py --python $(BENCH_OUT)/python.out | tee $(BENCH_OUT)/table.md
 
 # How route cost grows with nodes and live registry entries, and RSS for 1M
 # sessions/contexts (rust/core/examples/scaling.rs); the plot goes to
 # $(BENCH_OUT)/scaling.svg (docs/performance.md shows a committed copy).
+# Its own 3-member etcd cluster on ports of its own, destroyed at the end.
+bench-feed: etcd-tool
+	@mkdir -p $(BENCH_OUT)
+	$(CARGO) build --quiet --release -p racaffinity --example feed_bench
+	export RACAFF_ETCD_BASE_PORT=25190 RACAFF_ETCD_DIR=/tmp/racaffinity-etcd-bench-25190; \
+	trap 'tests/cluster/etcdnodes destroy >/dev/null 2>&1' EXIT; \
+	tests/cluster/etcdnodes start 3 >/dev/null && eval "$$(tests/cluster/etcdnodes env)" && \
+	target/release/examples/feed_bench | tee $(BENCH_OUT)/feed.out
+
 bench-scaling:
 	@mkdir -p $(BENCH_OUT)
 	$(CARGO) run --quiet --release -p racaffinity --example scaling | tee $(BENCH_OUT)/scaling.out

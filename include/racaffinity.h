@@ -149,6 +149,10 @@ typedef enum {
    The lease was already released, or belongs to another cluster.
    */
   RACAFFINITY_RESULT_INVALID_LEASE = 17,
+  /*
+   The topology feed did not take an operator's change; nothing changed.
+   */
+  RACAFFINITY_RESULT_FEED_UNAVAILABLE = 18,
 } racaffinity_result;
 
 /*
@@ -731,6 +735,21 @@ racaffinity_result racaffinity_feed_record_apply(const racaffinity_cluster *clus
                                                  const char *key,
                                                  const char *value,
                                                  bool *out_applied);
+
+/*
+ Relays one FAN or RLB line into the cluster's topology feed
+ (`topology.feed`): an ONS relay, so every subscribed process of the fleet
+ gets the event. Applied here too, at the record's revision (written to
+ `*out_revision`, may be NULL). A malformed or foreign line is refused
+ before anything is written (`EVENT_PARSE`, `FOREIGN_EVENT`); no feed, or
+ etcd not taking the write, is `FEED_UNAVAILABLE`.
+
+ # Safety
+ `line` must be NULL or NUL-terminated; `out_revision` NULL or writable.
+ */
+racaffinity_result racaffinity_feed_event_publish(const racaffinity_cluster *cluster,
+                                                  const char *line,
+                                                  uint64_t *out_revision);
 
 /*
  Reports a heartbeat probe of `node` (`ok` = it answered).

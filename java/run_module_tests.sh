@@ -8,7 +8,8 @@
 # print one closing line "MODULE: N passed, N failed, N skipped".
 #
 # Environment: RACAFF_PG_BASE_PORT / RACAFF_PG_DIR (the nodes, as for pgnodes),
-# RACAFF_MVN_OFFLINE=1 (mvn -o), MVN, CARGO.
+# RACAFF_MVN_OFFLINE=1 (mvn -o), MVN, CARGO; for java/micrometer RACAFF_PY_VENV (the
+# virtualenv of Python's exporter, default target/pyenv, created and updated here) and PYTHON.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 module=${1:?usage: java/run_module_tests.sh MODULE [mvn args...]}
@@ -27,6 +28,15 @@ if [[ $("$PGNODES" status 2>/dev/null | grep -c '^node[1-3] up ') != 3 ]]; then
     "$PGNODES" start 3 >/dev/null
 fi
 eval "$("$PGNODES" env)"
+
+# java/micrometer's MetricNamesTest compares with Python's exporter: the Python package and
+# its test extras (the OpenTelemetry SDK and Prometheus exporter) in a virtualenv.
+if [[ $module == java/micrometer || $module == java/micrometer/ ]]; then
+    RACAFF_PY_VENV=${RACAFF_PY_VENV:-$PWD/target/pyenv}
+    export RACAFF_PY_VENV
+    [[ -x $RACAFF_PY_VENV/bin/python ]] || "${PYTHON:-python3}" -m venv "$RACAFF_PY_VENV"
+    "$RACAFF_PY_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "./python[test]"
+fi
 
 rm -rf "$module/target/surefire-reports"
 status=0

@@ -6,7 +6,7 @@
  *   racaffinity_last_error_message, and count the failure. They never abort,
  *   so one run reports every failure. They are safe to use from threads.
  * - Every CHECK_RC that sees the code it expected marks that code as seen;
- *   h_require_all_codes_seen() fails unless all 18 result codes were.
+ *   h_require_all_codes_seen() fails unless all 19 result codes were.
  * - A test is a `static void name(void)` listed in a TEST table; h_main runs
  *   them (or only those whose names contain argv[1]) and prints a summary.
  *
@@ -28,7 +28,7 @@
 #include "racaffinity.h"
 
 /* Number of racaffinity_result codes (RACAFFINITY_RESULT_OK .. INVALID_LEASE). */
-#define H_RESULT_CODES 18
+#define H_RESULT_CODES 19
 
 static atomic_int h_failures;
 static atomic_int h_checks;
@@ -40,7 +40,7 @@ static inline const char *h_code_name(int code) {
         "OK", "NULL_ARGUMENT", "INVALID_HANDLE", "INVALID_UTF8", "INVALID_ARGUMENT", "BUFFER_TOO_SMALL",
         "PANIC", "CONFIG", "UNKNOWN_NODE", "DUPLICATE_NODE", "NO_NODE_AVAILABLE", "STRICT_AFFINITY",
         "PREPARED_NODE_UNAVAILABLE", "UNKNOWN_TRANSACTION", "EVENT_PARSE", "FOREIGN_EVENT",
-        "TOO_MANY_HANDLES", "INVALID_LEASE",
+        "TOO_MANY_HANDLES", "INVALID_LEASE", "FEED_UNAVAILABLE",
     };
     return (code >= 0 && code < H_RESULT_CODES) ? names[code] : "(not a racaffinity_result)";
 }

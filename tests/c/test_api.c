@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -1992,6 +1993,69 @@ static void nodes_are_added_and_removed_at_runtime_and_ids_never_reused(void) {
     free_cluster(c);
 }
 
+/* The topology feed (docs/operations.md, "Topology feed"). etcd unreachable:
+ * the cluster starts with its local view, says so in its metrics, and an
+ * operator's call that the fleet would not get is refused, changing nothing. */
+static void an_unreachable_feed_refuses_operator_calls(void) {
+    racaffinity_cluster *c = NULL;
+    CHECK_OK(racaffinity_cluster_new("nodes = A, B\ntopology.feed = etcd://127.0.0.1:1/c1\ntopology.feed_timeout = 500ms", &c));
+    char *json = metrics_json(c);
+    CHECK(strstr(json, "\"feed\":{\"url\":\"etcd://127.0.0.1:1/c1\",\"connected\":false") != NULL);
+    free(json);
+    CHECK_RC(racaffinity_node_set_state(c, "B", RACAFFINITY_NODE_STATE_DOWN), RACAFFINITY_RESULT_FEED_UNAVAILABLE);
+    racaffinity_node_state state = 99;
+    CHECK_OK(racaffinity_node_get_state(c, 1, &state));
+    CHECK_EQ_U(state, RACAFFINITY_NODE_STATE_UP);
+    CHECK_RC(racaffinity_cluster_new("nodes = A\ntopology.feed = http://127.0.0.1:2379/x", &(racaffinity_cluster *){NULL}),
+             RACAFFINITY_RESULT_CONFIG);
+    uint64_t revision = 7;
+    CHECK_RC(racaffinity_feed_event_publish(c, "SERVICEMEMBER VERSION=1.0 service=s instance=B status=down", &revision),
+             RACAFFINITY_RESULT_FEED_UNAVAILABLE);
+    CHECK_RC(racaffinity_feed_event_publish(c, "not an event", &revision), RACAFFINITY_RESULT_EVENT_PARSE);
+    CHECK_EQ_U(revision, 7);
+    racaffinity_cluster_free(c);
+}
+
+/* Two subscribers of one feed (two processes of a fleet, here two clusters):
+ * an operator's call on one reaches the other through etcd. Needs
+ * RACAFF_FEED_ENDPOINTS (run.sh starts a 3-member etcd cluster). */
+static void operator_calls_reach_another_subscriber_through_etcd(void) {
+    const char *eps = getenv("RACAFF_FEED_ENDPOINTS");
+    CHECK(eps != NULL && *eps); /* RACAFF_FEED_ENDPOINTS: tests/c/run.sh sets it */
+    if (eps == NULL || !*eps) return;
+    char config[512];
+    snprintf(config, sizeof config, "nodes = A, B, C\ntopology.feed = etcd://%s/c2-%ld\n", eps, (long)getpid());
+    racaffinity_cluster *here = NULL, *there = NULL;
+    CHECK_OK(racaffinity_cluster_new(config, &here));
+    CHECK_OK(racaffinity_cluster_new(config, &there));
+    CHECK_OK(racaffinity_node_set_state(here, "C", RACAFFINITY_NODE_STATE_DRAINING));
+    racaffinity_node_state state = 99;
+    CHECK_OK(racaffinity_node_get_state(here, 2, &state));
+    CHECK_EQ_U(state, RACAFFINITY_NODE_STATE_DRAINING);
+    /* Asynchronous by nature: poll for up to 60 s (valgrind is slow). */
+    for (int i = 0; i < 6000; i++) {
+        CHECK_OK(racaffinity_node_get_state(there, 2, &state));
+        if (state == RACAFFINITY_NODE_STATE_DRAINING) break;
+        nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 10000000}, NULL);
+    }
+    CHECK_EQ_U(state, RACAFFINITY_NODE_STATE_DRAINING);
+    /* An ONS relay: a FAN line published by one reaches the other. */
+    uint64_t revision = 0;
+    CHECK_OK(racaffinity_feed_event_publish(here, "SERVICEMEMBER VERSION=1.0 service=s instance=B status=down reason=FAILURE", &revision));
+    CHECK(revision > 0);
+    for (int i = 0; i < 6000; i++) {
+        CHECK_OK(racaffinity_node_get_state(there, 1, &state));
+        if (state == RACAFFINITY_NODE_STATE_DOWN) break;
+        nanosleep(&(struct timespec){.tv_sec = 0, .tv_nsec = 10000000}, NULL);
+    }
+    CHECK_EQ_U(state, RACAFFINITY_NODE_STATE_DOWN);
+    char *json = metrics_json(there);
+    CHECK(strstr(json, "\"connected\":true") != NULL);
+    free(json);
+    racaffinity_cluster_free(here);
+    racaffinity_cluster_free(there);
+}
+
 static void metrics_json_and_prometheus_name_the_cluster(void) {
     racaffinity_cluster *c = new_cluster("name = c_api_metrics\n" NUM_NODES_3);
     racaffinity_route r;
@@ -2177,6 +2241,8 @@ static const h_test tests[] = {
     TEST(set_strict_switches_the_thread_scope_at_runtime),
     TEST(nodes_are_added_and_removed_at_runtime_and_ids_never_reused),
     TEST(metrics_json_and_prometheus_name_the_cluster),
+    TEST(an_unreachable_feed_refuses_operator_calls),
+    TEST(operator_calls_reach_another_subscriber_through_etcd),
     TEST(connect_strings_match_the_documented_forms),
     TEST(connect_string_refuses_values_that_break_the_syntax),
 };

@@ -30,6 +30,7 @@ from ._errors import (
     DuplicateNodeError,
     Error,
     EventParseError,
+    FeedUnavailableError,
     ForeignEventError,
     InvalidArgumentError,
     InvalidLeaseError,

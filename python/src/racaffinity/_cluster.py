@@ -649,6 +649,15 @@ class Cluster:
         out = self._out("bool *", lib.racaffinity_feed_record_apply, version, _cstr(key, "key"), v)
         return bool(out[0])
 
+    def publish_event(self, line: str) -> int:
+        """Relays one FAN or RLB line into the cluster's topology feed
+        (`topology.feed`; an ONS relay, so every subscribed process gets it)
+        and applies it here at the record's revision, which it returns. A
+        malformed or foreign line raises before anything is written;
+        `FeedUnavailableError` without a feed or when etcd does not take it."""
+        out = self._out("uint64_t *", lib.racaffinity_feed_event_publish, _cstr(line, "event line"))
+        return int(out[0])
+
     def report_probe(self, node: Union[int, str], ok: bool) -> None:
         """Reports a heartbeat probe of `node`."""
         self._call(lib.racaffinity_probe_report, self.node_id(node), _bool_arg(ok, "ok"))

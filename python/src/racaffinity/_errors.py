@@ -32,6 +32,7 @@ __all__ = [
     "ForeignEventError",
     "TooManyHandlesError",
     "InvalidLeaseError",
+    "FeedUnavailableError",
     "EXCEPTIONS",
     "exception_for",
 ]
@@ -131,6 +132,11 @@ class InvalidLeaseError(Error):
     """INVALID_LEASE: the lease was already released (or is from another cluster)."""
 
 
+class FeedUnavailableError(Error, ConnectionError):
+    """FEED_UNAVAILABLE: an operator call could not be written to the topology
+    feed (`topology.feed`); nothing changed, in this process or any other."""
+
+
 def _code(name: str) -> int:
     return int(getattr(lib, "RACAFFINITY_RESULT_" + name))
 
@@ -162,6 +168,7 @@ EXCEPTIONS: Dict[int, Type[Error]] = {
     _code("FOREIGN_EVENT"): ForeignEventError,
     _code("TOO_MANY_HANDLES"): TooManyHandlesError,
     _code("INVALID_LEASE"): InvalidLeaseError,
+    _code("FEED_UNAVAILABLE"): FeedUnavailableError,
 }
 
 for _c, _cls in EXCEPTIONS.items():

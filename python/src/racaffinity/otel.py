@@ -14,7 +14,7 @@ core's affinity counters, named as the Java Micrometer binder names them:
 |---|---|---|
 | `db.client.connection.count` (`db.client.connection.state` = `idle` / `used`) | observable up-down counter | psycopg_pool's `get_stats()` |
 | `db.client.connection.pending_requests`, `.max`, `.idle.min` | observable up-down counters | `get_stats()` |
-| `db.client.connection.wait_time`, `.use_time` (s) | histograms | each `getconn` / `putconn` of a node pool |
+| `db.client.connection.wait_time`, `.use_time` (s; buckets `DURATION_BUCKETS`) | histograms | each `getconn` / `putconn` of a node pool |
 | `db.client.connection.timeouts` | counter | each `PoolTimeout` of a node pool |
 | `racaffinity.node.picks`, `.affinity_hits`, `.repins`, `.strict_refusals`, `.failures` (`racaffinity.cluster`, `racaffinity.node`) | observable counters | `cluster.metrics()` |
 | `racaffinity.node.in_flight`; `racaffinity.node.state` (1 for the current `racaffinity.node.state.value`) | observable up-down counters | `cluster.metrics()` |
@@ -60,6 +60,10 @@ NODE_COUNTERS = {
     "failures": "Units of work on the node that ended in a node failure",
 }
 SCOPES = ("transaction", "session", "data", "thread")
+# Bucket bounds (seconds) of the duration histograms, the same as Java's binders: Prometheus
+# histograms of both languages aggregate only when their bounds agree, and the SDK's
+# default bounds (0, 5, 10, ... 10000) suit milliseconds, not seconds.
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 SCOPE_COUNTERS = {
     "hits": "Requests routed by an existing affinity of the scope",
     "placements": "Affinities of the scope placed on a node",
@@ -95,10 +99,12 @@ class Instrumentation:
 
         self._wait = meter.create_histogram(
             "db.client.connection.wait_time", unit="s",
-            description="The time it took to obtain an open connection from the pool")
+            description="The time it took to obtain an open connection from the pool",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
         self._use = meter.create_histogram(
             "db.client.connection.use_time", unit="s",
-            description="The time between borrowing a connection and returning it to the pool")
+            description="The time between borrowing a connection and returning it to the pool",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS)
         self._timeouts = meter.create_counter(
             "db.client.connection.timeouts", unit="{timeout}",
             description="The number of connection timeouts that have occurred trying to obtain a connection from the pool")

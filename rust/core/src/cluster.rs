@@ -334,6 +334,19 @@ impl Cluster {
     /// `transaction.settle`, during which strict placement waits for it).
     pub fn add_node(&self, spec: NodeSpec) -> Result<NodeId> {
         spec.validate()?;
+        if self.inner.feed.get().is_some() {
+            if self.topo().find(&spec.name).is_some() {
+                return Err(Error::DuplicateNode(spec.name));
+            }
+            let mut value = format!("present weight={}", spec.weight);
+            if let Some(a) = &spec.address {
+                value.push_str(&format!(" address={a}"));
+            }
+            if let Some(r) = self.publish(&format!("node/{}", spec.name), Some(&value)) {
+                r?;
+                return Ok(self.node_by_name(&spec.name)?.id());
+            }
+        }
         let _g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.add_node_locked(spec)
     }
@@ -364,6 +377,13 @@ impl Cluster {
     /// under rendezvous only its keys move. An input without a version, like
     /// [`Cluster::add_node`].
     pub fn remove_node(&self, name: &str) -> Result<NodeId> {
+        if self.inner.feed.get().is_some() {
+            let node = self.node_by_name(name)?;
+            if let Some(r) = self.publish(&format!("node/{}", node.name()), None) {
+                r?;
+                return Ok(node.id());
+            }
+        }
         let _g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.remove_node_locked(name)
     }
@@ -457,6 +477,10 @@ impl Cluster {
     pub fn set_node_state(&self, name: &str, state: NodeState) -> Result<NodeState> {
         let node = self.node_by_name(name)?;
         let before = node.state();
+        // With a feed, the fleet gets the call (feed/publish.rs).
+        if let Some(r) = self.publish(&format!("node/{}/state", node.name()), Some(state.as_str())) {
+            return r.map(|_| before);
+        }
         node.set_admin(state);
         Ok(before)
     }
@@ -490,7 +514,11 @@ impl Cluster {
     /// strict placement waits out `transaction.settle` for the keys it moves.
     pub fn set_node_weight(&self, name: &str, weight: u32) -> Result<()> {
         crate::node::check_weight(weight)?;
-        self.node_by_name(name)?.set_weight(weight, None, self.inner.config.transaction.settle_ms);
+        let node = self.node_by_name(name)?;
+        if let Some(r) = self.publish(&format!("node/{}/weight", node.name()), Some(&weight.to_string())) {
+            return r.map(drop);
+        }
+        node.set_weight(weight, None, self.inner.config.transaction.settle_ms);
         Ok(())
     }
 

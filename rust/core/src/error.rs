@@ -67,6 +67,9 @@ pub enum ErrorKind {
     ForeignEvent,
     /// A lease token that is not open (released twice, or never issued).
     UnknownLease,
+    /// The topology feed (`topology.feed`) could not take an operator's
+    /// change; nothing changed.
+    FeedUnavailable,
 }
 
 /// Errors returned by the core.
@@ -146,6 +149,8 @@ pub enum Error {
     ForeignEvent(String),
     /// The lease token is not open.
     UnknownLease(u64),
+    /// An operator call could not be written to the topology feed.
+    FeedUnavailable(String),
 }
 
 impl Error {
@@ -165,6 +170,7 @@ impl Error {
             Error::EventParse(_) => ErrorKind::EventParse,
             Error::ForeignEvent(_) => ErrorKind::ForeignEvent,
             Error::UnknownLease(_) => ErrorKind::UnknownLease,
+            Error::FeedUnavailable(_) => ErrorKind::FeedUnavailable,
         }
     }
 
@@ -222,6 +228,11 @@ impl fmt::Display for Error {
             Error::EventParse(m) => write!(f, "cannot parse event: {m}"),
             Error::ForeignEvent(m) => write!(f, "event is not for this cluster: {m}"),
             Error::UnknownLease(t) => write!(f, "lease {t} is not open (already released, or not from this cluster)"),
+            Error::FeedUnavailable(m) => write!(
+                f,
+                "the topology feed did not take the change, so no process has it (this one neither): {m}; \
+                 retry, or use racaffinity-feed once etcd answers"
+            ),
         }
     }
 }

@@ -38,7 +38,7 @@ fn same(a: &Option<String>, b: &Option<String>) -> bool {
 }
 
 impl Cluster {
-    fn check_foreign(&self, database: &Option<String>, service: &Option<String>) -> Result<()> {
+    pub(crate) fn check_foreign(&self, database: &Option<String>, service: &Option<String>) -> Result<()> {
         let c = &self.inner.config;
         if !same(&c.database, database) {
             return Err(Error::ForeignEvent(format!(

@@ -17,7 +17,8 @@
 
 pub mod etcd;
 mod http;
-mod subscriber;
+mod publish;
+pub(crate) mod subscriber;
 mod url;
 
 pub use subscriber::FeedMetrics;

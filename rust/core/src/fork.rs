@@ -19,7 +19,11 @@ use crate::thread_hits::{self, Tally};
 /// Shared by every metrics read; taken exclusively across a fork.
 static GATE: RwLock<()> = RwLock::new(());
 
-type Held = (RwLockWriteGuard<'static, ()>, MutexGuard<'static, Vec<&'static Tally>>);
+type Held = (
+    RwLockWriteGuard<'static, ()>,
+    MutexGuard<'static, Vec<&'static Tally>>,
+    MutexGuard<'static, Vec<std::sync::Weak<crate::feed::subscriber::Restart>>>,
+);
 
 thread_local! {
     // The forking thread's guards, from prepare_fork to after_fork (fork
@@ -37,11 +41,20 @@ pub(crate) fn reading() -> RwLockReadGuard<'static, ()> {
 pub fn prepare_fork() {
     let gate = GATE.write().unwrap_or_else(|p| p.into_inner());
     let pool = thread_hits::pool();
-    let _ = HELD.try_with(|h| *h.borrow_mut() = Some((gate, pool)));
+    let feeds = crate::feed::subscriber::lock_live();
+    let _ = HELD.try_with(|h| *h.borrow_mut() = Some((gate, pool, feeds)));
 }
 
 /// Call right after `fork()`, in the parent and in the child, on the thread
 /// that called [`prepare_fork`]. Without a matching `prepare_fork`, a no-op.
 pub fn after_fork() {
     let _ = HELD.try_with(|h| h.borrow_mut().take());
+}
+
+/// [`after_fork`] for the child: also starts the topology feed's subscriber
+/// threads again (threads are not copied by `fork()`), so a child's
+/// clusters keep following the feed.
+pub fn after_fork_in_child() {
+    after_fork();
+    crate::feed::subscriber::restart_in_child();
 }

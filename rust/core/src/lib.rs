@@ -35,6 +35,7 @@ mod clock;
 mod cluster;
 pub mod config;
 pub mod connect;
+pub mod continuity;
 mod counter;
 mod data;
 mod epoch;
@@ -64,6 +65,9 @@ pub use cluster::{ClockDebug, Cluster, ClusterBuilder};
 pub use config::{
     Config, DataConfig, Placement, RecoveryScope, SessionConfig, SessionMode, ThreadConfig, TransactionConfig,
 };
+pub use continuity::{
+    classify_oracle_error, classify_sqlstate, CommitOutcome, ErrorClass, ReplayRefusal, ReplayStep, RequestFailure,
+};
 pub use data::{check_partition_map_source, DataKey};
 pub use epoch::{
     RoutingEpoch, HOST_LEASE_BEGIN, HOST_LEASE_END_NEUTRAL, HOST_LEASE_END_OK, HOST_LEASE_IN_FLIGHT_BITS,
@@ -72,7 +76,7 @@ pub use epoch::{
 pub use error::{Error, ErrorKind, Result, Scope};
 pub use failover::{EventEffect, StateChange};
 pub use feed::{FeedMetrics, FeedOutcome, FeedUrl, MAX_FEED_VALUE_BYTES};
-pub use fork::{after_fork, prepare_fork};
+pub use fork::{after_fork, after_fork_in_child, prepare_fork};
 pub use lease::{Lease, LeaseToken, Outcome};
 pub use metrics::{MetricsSnapshot, NodeMetrics, ScopeMetrics};
 pub use node::{

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use racaffinity::feed::etcd::EtcdClient;
-use racaffinity::{Cluster, FeedMetrics, NodeState};
+use racaffinity::{Cluster, ErrorKind, FeedMetrics, NodeSpec, NodeState};
 
 const BASE_PORT: u16 = 24890;
 
@@ -88,6 +88,7 @@ fn the_subscriber_over_a_real_etcd_cluster() {
     records_in_revision_order(&etcd);
     bad_records_are_refused_and_counted(&etcd);
     an_unreachable_feed_leaves_the_local_view();
+    operator_calls_reach_the_whole_fleet(&etcd);
     a_subscriber_away_resumes_or_reads_everything_again(&etcd);
     the_leader_killed_mid_stream_loses_nothing(&etcd);
 }
@@ -132,12 +133,13 @@ fn bad_records_are_refused_and_counted(etcd: &Etcd) {
     let kv = etcd.client();
     let c = Cluster::from_config_text(&config(&etcd.url("t2"))).unwrap();
     let before = c.topology_fingerprint();
+    kv.put("t2/_monitor/leader", "m1", 0).unwrap();
     kv.put("t2/node/A/state", "sideways", 0).unwrap();
     kv.put("t2/node/ZZ/state", "down", 0).unwrap();
     let last = kv.put("t2/something/else", "x", 0).unwrap();
     eventually("the bad records seen", &c, |c| feed(c).revision >= last);
     let f = feed(&c);
-    assert_eq!((f.refused, f.applied), (3, 0), "{f:?}");
+    assert_eq!((f.refused, f.applied, f.stale), (3, 0, 0), "the tools' `_` keys are not records: {f:?}");
     assert!(f.last_refused.as_deref().unwrap_or("").contains("something/else"), "{f:?}");
     assert_eq!(c.topology_fingerprint(), before, "a refused record changes nothing");
     assert_eq!(state(&c, "A"), NodeState::Up);
@@ -151,8 +153,39 @@ fn an_unreachable_feed_leaves_the_local_view() {
     assert!(!f.connected, "{f:?}");
     assert!(f.last_error.as_deref().unwrap_or("").contains("127.0.0.1:1"), "{f:?}");
     assert!(c.pick().is_ok(), "the local view routes");
-    c.set_node_state("B", NodeState::Down).unwrap();
-    assert_eq!(state(&c, "B"), NodeState::Down);
+    // An operator's change that only this process would get is refused.
+    let e = c.set_node_state("B", NodeState::Down).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FeedUnavailable, "{e}");
+    assert!(e.to_string().contains("127.0.0.1:1"), "{e}");
+    assert_eq!(state(&c, "B"), NodeState::Up, "nothing changed");
+    assert_eq!(c.set_node_weight("B", 3).unwrap_err().kind(), ErrorKind::FeedUnavailable);
+    assert_eq!(c.node_by_name("B").unwrap().weight(), 1);
+    assert_eq!(c.add_node(NodeSpec::new("D")).unwrap_err().kind(), ErrorKind::FeedUnavailable);
+    assert_eq!(c.remove_node("C").unwrap_err().kind(), ErrorKind::FeedUnavailable);
+    assert!(c.node_by_name("C").is_ok() && c.node_by_name("D").is_err());
+}
+
+fn operator_calls_reach_the_whole_fleet(etcd: &Etcd) {
+    // Two processes of one fleet.
+    let here = Cluster::from_config_text(&config(&etcd.url("t6"))).unwrap();
+    let there = Cluster::from_config_text(&config(&etcd.url("t6"))).unwrap();
+    assert_eq!(here.set_node_state("B", NodeState::Draining).unwrap(), NodeState::Up);
+    assert_eq!(state(&here, "B"), NodeState::Draining, "the caller reads its own write at once");
+    assert_eq!(here.node_by_name("B").unwrap().shared_state(), NodeState::Draining, "as a shared input");
+    eventually("the drain elsewhere", &there, |c| state(c, "B") == NodeState::Draining);
+    here.set_node_weight("C", 9).unwrap();
+    eventually("the weight elsewhere", &there, |c| c.node_by_name("C").unwrap().weight() == 9);
+    let d = here.add_node(NodeSpec::new("D").weight(2)).unwrap();
+    assert_eq!(here.node_name(d).as_deref(), Some("D"));
+    eventually("the new node elsewhere", &there, |c| c.node_by_name("D").is_ok_and(|n| n.weight() == 2));
+    assert_eq!(here.add_node(NodeSpec::new("D")).unwrap_err().kind(), ErrorKind::DuplicateNode);
+    here.remove_node("D").unwrap();
+    assert!(here.node_by_name("D").is_err());
+    eventually("the removal elsewhere", &there, |c| c.node_by_name("D").is_err());
+    assert_eq!(here.set_node_state("ZZ", NodeState::Down).unwrap_err().kind(), ErrorKind::UnknownNode);
+    there.set_node_state("B", NodeState::Up).unwrap();
+    eventually("the undrain here", &here, |c| state(c, "B") == NodeState::Up);
+    assert_eq!(here.topology_fingerprint(), there.topology_fingerprint(), "one view");
 }
 
 fn a_subscriber_away_resumes_or_reads_everything_again(etcd: &Etcd) {

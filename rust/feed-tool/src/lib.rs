@@ -46,7 +46,7 @@ operator commands (one record each, checked as subscribers parse it first):
                                node/NODE = present [weight=W] [address=host:port]
   remove NODE                  delete node/NODE (subscribers remove the node)
   fan LINE [--id ID]           fan/<ID> = LINE, a FAN or RLB line; the default ID
-                               is the event type and its subject (instance.A, …)
+                               is the core relay's: <type>-<INSTANCE|HOST|SERVICE>
   show                         every record under the prefix, with its revision
 
 monitor (probes nodes, publishes node/NODE/state down and up):

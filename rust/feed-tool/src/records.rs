@@ -8,7 +8,7 @@
 //! cluster (docs/operations.md).
 
 use racaffinity::config::MAX_PARTITIONS;
-use racaffinity::event::{parse_event, Event, FanEventType};
+use racaffinity::event::{parse_event, Event};
 use racaffinity::{validate_node_name, ClusterBuilder, Config, NodeSpec, MAX_FEED_VALUE_BYTES};
 
 use crate::cli::Failure;
@@ -134,10 +134,11 @@ pub fn remove(node: &str) -> Result<Record, Failure> {
     Ok(Record::delete(format!("node/{node}")))
 }
 
-/// `fan/<id> = <line>`; without `id`, one per subject (the event type and
-/// its instance, host, service or database; `rlb.<service>` for advice), so
-/// a later event about the same thing replaces the earlier record and a full
-/// re-read still sees the latest event about every subject.
+/// `fan/<id> = <line>`; without `id`, the key `Cluster::publish_event` (the
+/// core's relay) gives the same event, `<type>-<INSTANCE|HOST|SERVICE>` or
+/// `rlb-<SERVICE>`, so both relays keep one record per resource: a later
+/// event about it replaces the earlier one, and a full re-read still sees
+/// the latest event about every resource.
 pub fn fan(line: &str, id: Option<&str>) -> Result<Record, Failure> {
     let line = line.trim();
     if line.len() > MAX_FEED_VALUE_BYTES {
@@ -148,18 +149,10 @@ pub fn fan(line: &str, id: Option<&str>) -> Result<Record, Failure> {
         Some(id) => id.to_string(),
         None => match &event {
             Event::Fan(ev) => {
-                let fields: &[&Option<String>] = match ev.event_type {
-                    FanEventType::Service => &[&ev.service],
-                    FanEventType::ServiceMember => &[&ev.service, &ev.instance],
-                    FanEventType::Database => &[&ev.database],
-                    FanEventType::Instance => &[&ev.instance],
-                    FanEventType::Node => &[&ev.host],
-                };
-                let subject: Vec<&str> = fields.iter().filter_map(|f| f.as_deref()).collect();
-                let subject = if subject.is_empty() { "any".to_string() } else { subject.join(".") };
-                format!("{}.{subject}", ev.event_type.as_str())
+                let resource = ev.instance.as_deref().or(ev.host.as_deref()).or(ev.service.as_deref()).unwrap_or("all");
+                format!("{}-{}", ev.event_type.as_str(), resource.to_ascii_uppercase())
             }
-            Event::Rlb(adv) => format!("rlb.{}", adv.service.as_deref().unwrap_or("any")),
+            Event::Rlb(adv) => format!("rlb-{}", adv.service.as_deref().unwrap_or("all").to_ascii_uppercase()),
         },
     };
     if id.is_empty() || id.bytes().any(|b| b.is_ascii_control() || b == b' ') {
@@ -215,9 +208,9 @@ mod tests {
     fn fan_records_are_keyed_by_subject() {
         let line = "INSTANCE VERSION=1.0 service=orcl database=orcl instance=A host=h1 status=down reason=FAILURE";
         let r = fan(line, None).unwrap();
-        assert_eq!((r.key.as_str(), r.value.as_deref()), ("fan/instance.A", Some(line)));
+        assert_eq!((r.key.as_str(), r.value.as_deref()), ("fan/instance-A", Some(line)));
         let sm = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=A host=h2 status=down reason=FAILURE";
-        assert_eq!(fan(sm, None).unwrap().key, "fan/servicemember.svc.A");
+        assert_eq!(fan(sm, None).unwrap().key, "fan/servicemember-A");
         assert_eq!(fan(line, Some("x/1")).unwrap().key, "fan/x/1");
         assert!(matches!(fan(line, Some("a b")), Err(Failure::Invalid(_))));
     }

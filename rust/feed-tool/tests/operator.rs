@@ -120,13 +120,13 @@ fn each_command_reaches_a_subscribed_cluster(etcd: &Etcd) {
     let line = "INSTANCE VERSION=1.0 service=orcl database=orcl instance=A host=h1 status=down reason=FAILURE \
                 timestamp=2026-11-29 08:00:00";
     let (_, out) = run(&["fan", line]);
-    assert!(out.starts_with("wrote fan/instance.A = INSTANCE "), "{out}");
+    assert!(out.starts_with("wrote fan/instance-A = INSTANCE "), "{out}");
     assert_eq!(state(&c, "A"), NodeState::Down);
 
     let out = tool(&["show", "--feed", &url]);
     assert!(out.status.success());
     let shown = text(&out.stdout);
-    for key in ["node/B/state\tdraining timeout=30s", "node/C/state\tup", "partition_map\t0=B,1=A", "fan/instance.A\t"]
+    for key in ["node/B/state\tdraining timeout=30s", "node/C/state\tup", "partition_map\t0=B,1=A", "fan/instance-A\t"]
     {
         assert!(shown.contains(key), "`{key}` in\n{shown}");
     }

@@ -79,8 +79,64 @@ pub struct FeedMetrics {
 /// A cluster's subscription; dropping it (with the cluster) stops the thread.
 pub(crate) struct Subscription {
     url: String,
+    publisher: super::publish::Publisher,
     health: Arc<Health>,
     stop: Arc<AtomicBool>,
+    /// What a forked child needs to start its own thread (the parent's is
+    /// not in the child); registered in [`LIVE`].
+    _restart: Arc<Restart>,
+}
+
+/// Everything a subscriber thread starts from.
+pub(crate) struct Restart {
+    cluster: Weak<Inner>,
+    url: crate::feed::FeedUrl,
+    timeout: Duration,
+    health: Arc<Health>,
+    stop: Arc<AtomicBool>,
+}
+
+/// Every live subscription of the process, for a forked child to restart.
+static LIVE: Mutex<Vec<Weak<Restart>>> = Mutex::new(Vec::new());
+
+/// Held across a fork (crate::fork), so the child finds [`LIVE`] unlocked.
+pub(crate) fn lock_live() -> std::sync::MutexGuard<'static, Vec<Weak<Restart>>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// In a forked child: the parent's subscriber threads are not there; each
+/// live subscription starts a thread of its own, which reads the whole
+/// prefix again (the records it applies again are stale: nothing changes).
+pub(crate) fn restart_in_child() {
+    let live: Vec<Arc<Restart>> = lock_live().iter().filter_map(Weak::upgrade).collect();
+    for r in live {
+        if r.stop.load(Ordering::Acquire) {
+            continue;
+        }
+        r.health.connected.store(false, Ordering::Release);
+        spawn(&r, None);
+    }
+}
+
+fn spawn(r: &Restart, ready: Option<mpsc::Sender<()>>) -> bool {
+    let worker = Worker {
+        cluster: r.cluster.clone(),
+        client: EtcdClient::new(r.url.endpoints.clone(), r.timeout),
+        prefix: r.url.prefix.clone(),
+        timeout: r.timeout,
+        health: r.health.clone(),
+        stop: r.stop.clone(),
+        revision: 0,
+        known: HashSet::new(),
+        ready,
+    };
+    match std::thread::Builder::new().name("racaffinity-feed".into()).spawn(move || worker.run()) {
+        Ok(_) => true,
+        Err(e) => {
+            *r.health.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("no thread: {e}"));
+            false
+        }
+    }
 }
 
 impl Drop for Subscription {
@@ -99,25 +155,26 @@ impl Subscription {
         let stop = Arc::new(AtomicBool::new(false));
         let timeout = Duration::from_millis(cfg.timeout_ms);
         let (ready_tx, ready_rx) = mpsc::channel();
-        let worker = Worker {
+        let restart = Arc::new(Restart {
             cluster: Arc::downgrade(&cluster.inner),
-            client: EtcdClient::new(url.endpoints.clone(), timeout),
-            prefix: url.prefix.clone(),
+            url: url.clone(),
             timeout,
             health: health.clone(),
             stop: stop.clone(),
-            revision: 0,
-            known: HashSet::new(),
-            ready: Some(ready_tx),
-        };
-        let spawned = std::thread::Builder::new().name("racaffinity-feed".into()).spawn(move || worker.run());
-        match spawned {
-            Ok(_) => {
-                let _ = ready_rx.recv_timeout(timeout + POLL);
-            }
-            Err(e) => *health.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("no thread: {e}")),
+        });
+        {
+            let mut live = lock_live();
+            live.retain(|w| w.strong_count() > 0);
+            live.push(Arc::downgrade(&restart));
         }
-        Some(Subscription { url: url.to_string(), health, stop })
+        if spawn(&restart, Some(ready_tx)) {
+            let _ = ready_rx.recv_timeout(timeout + POLL);
+        }
+        let publisher = super::publish::Publisher {
+            client: EtcdClient::new(url.endpoints.clone(), timeout),
+            prefix: url.prefix.clone(),
+        };
+        Some(Subscription { url: url.to_string(), publisher, health, stop, _restart: restart })
     }
 
     pub(crate) fn metrics(&self) -> FeedMetrics {
@@ -137,6 +194,10 @@ impl Subscription {
             last_error: if connected { None } else { h.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone() },
             last_refused: h.last_refused.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         }
+    }
+
+    pub(crate) fn publisher(&self) -> &super::publish::Publisher {
+        &self.publisher
     }
 
     pub(crate) fn stop(&self) {
@@ -329,6 +390,10 @@ impl Worker {
 
     fn apply(&mut self, cluster: &Cluster, kv: &KeyValue) {
         let Some(key) = kv.key.strip_prefix(&self.prefix) else { return };
+        // Reserved for the tools that write the feed (the monitors' election).
+        if key.starts_with('_') {
+            return;
+        }
         match kv.value {
             Some(_) => self.known.insert(key.to_string()),
             None => self.known.remove(key),

@@ -62,6 +62,31 @@ pub unsafe extern "C" fn racaffinity_feed_record_apply(
     })
 }
 
+/// Relays one FAN or RLB line into the cluster's topology feed
+/// (`topology.feed`): an ONS relay, so every subscribed process of the fleet
+/// gets the event. Applied here too, at the record's revision (written to
+/// `*out_revision`, may be NULL). A malformed or foreign line is refused
+/// before anything is written (`EVENT_PARSE`, `FOREIGN_EVENT`); no feed, or
+/// etcd not taking the write, is `FEED_UNAVAILABLE`.
+///
+/// # Safety
+/// `line` must be NULL or NUL-terminated; `out_revision` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_feed_event_publish(
+    cluster: *const racaffinity_cluster,
+    line: *const c_char,
+    out_revision: *mut u64,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let line = unsafe { str_arg(line, "line") }?;
+        let revision = handle::with(cluster, |c| Ok(c.publish_event(line)?))?;
+        // SAFETY: `out_revision` is NULL or writable per the contract.
+        unsafe { write_opt(out_revision, revision) };
+        Ok(())
+    })
+}
+
 /// Reports a heartbeat probe of `node` (`ok` = it answered).
 #[no_mangle]
 pub extern "C" fn racaffinity_probe_report(

@@ -31,7 +31,7 @@ pub(crate) fn register() {
         // valid for the life of the process (the library is never unloaded
         // while a cluster exists, and these stay registered after).
         unsafe {
-            pthread_atfork(Some(prepare), Some(after), Some(after));
+            pthread_atfork(Some(prepare), Some(after), Some(after_in_child));
         }
     });
 }
@@ -51,5 +51,12 @@ unsafe extern "C" fn after() {
     let _ = catch_unwind(|| {
         let _ = HELD.try_with(|h| h.borrow_mut().take());
         racaffinity_core::after_fork();
+    });
+}
+
+unsafe extern "C" fn after_in_child() {
+    let _ = catch_unwind(|| {
+        let _ = HELD.try_with(|h| h.borrow_mut().take());
+        racaffinity_core::after_fork_in_child();
     });
 }

@@ -49,6 +49,8 @@ pub enum racaffinity_result {
     TooManyHandles = 16,
     /// The lease was already released, or belongs to another cluster.
     InvalidLease = 17,
+    /// The topology feed did not take an operator's change; nothing changed.
+    FeedUnavailable = 18,
 }
 
 /// A `#[repr(C)]` enum of the boundary: its values and its checked
@@ -159,6 +161,7 @@ c_enum!(racaffinity_result {
     ForeignEvent,
     TooManyHandles,
     InvalidLease,
+    FeedUnavailable,
 });
 
 impl racaffinity_result {
@@ -184,6 +187,7 @@ impl racaffinity_result {
             ForeignEvent => "event for another database or service",
             TooManyHandles => "too many live cluster handles in this process",
             InvalidLease => "lease already released or from another cluster",
+            FeedUnavailable => "the topology feed did not take the change; nothing changed",
         }
     }
 }
@@ -218,6 +222,7 @@ kind_codes! {
     EventParse => EventParse,
     ForeignEvent => ForeignEvent,
     UnknownLease => InvalidLease,
+    FeedUnavailable => FeedUnavailable,
 }
 
 /// A failed call: the code plus the detail kept for `racaffinity_last_error_message`.
@@ -465,7 +470,7 @@ mod tests {
         // SAFETY: as above.
         let rc = unsafe { racaffinity_result_message(n - 1, buf.as_mut_ptr(), buf.len(), &mut len) };
         assert_eq!(rc, racaffinity_result::Ok);
-        assert_eq!(len, racaffinity_result::InvalidLease.message().len() + 1);
+        assert_eq!(len, racaffinity_result::FeedUnavailable.message().len() + 1);
     }
 
     #[test]

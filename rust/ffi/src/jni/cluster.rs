@@ -208,6 +208,13 @@ jni_export! {
         })
     }
 
+    /// `long feedEventPublish(long handle, String line)`: relays a FAN or
+    /// RLB line into the topology feed; returns the record's revision.
+    fn Java_io_racaffinity_Native_feedEventPublish<'l>(env, h: jlong, line: JString<'l>) -> jlong {
+        // The revision's u64 fits a Java long bit for bit.
+        run_str(&mut env, h, &line, "line", |c, line| Ok(c.publish_event(line)? as jlong))
+    }
+
     /// `boolean probeReport(long handle, int node, boolean ok)`: a heartbeat
     /// result; returns whether the node's state changed.
     fn Java_io_racaffinity_Native_probeReport<'l>(env, h: jlong, node: jint, ok: jboolean) -> jboolean {

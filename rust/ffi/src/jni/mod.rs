@@ -121,6 +121,7 @@ pub(crate) fn exception_class(code: racaffinity_result) -> &'static JNIStr {
         ForeignEvent => jni_str!("io/racaffinity/ForeignEventException"),
         TooManyHandles => jni_str!("io/racaffinity/TooManyClustersException"),
         InvalidLease => jni_str!("io/racaffinity/InvalidLeaseException"),
+        FeedUnavailable => jni_str!("io/racaffinity/FeedUnavailableException"),
     }
 }
 

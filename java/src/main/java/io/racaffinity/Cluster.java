@@ -930,6 +930,21 @@ public final class Cluster implements AutoCloseable {
     }
 
     /**
+     * Relays one FAN or RLB line into this cluster's topology feed ({@code topology.feed}): an ONS
+     * relay, so every subscribed process of the fleet (Java, Python, C) gets the event; applied
+     * here too, at the record's revision.
+     *
+     * @param line the event line, as ONS delivered it
+     * @return the record's revision in etcd
+     * @throws EventParseException a malformed line (nothing written)
+     * @throws ForeignEventException a line for another database or service (nothing written)
+     * @throws FeedUnavailableException no feed configured, or etcd did not take the write
+     */
+    public long publishEvent(String line) {
+        return Native.feedEventPublish(handle, Objects.requireNonNull(line, "line"));
+    }
+
+    /**
      * Reports a heartbeat probe; {@code heartbeat.misses} consecutive misses mark the node down.
      *
      * @param node node id

@@ -88,6 +88,8 @@ final class Native {
 
     static native boolean feedRecordApply(long h, long version, String key, String value);
 
+    static native long feedEventPublish(long h, String line);
+
     static native boolean probeReport(long h, int node, boolean ok);
 
     static native boolean outcomeReport(long h, int node, boolean ok);

@@ -388,6 +388,12 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
                 log.log(Level.WARNING, prefix + ": " + w);
             }
             T[] byId = nodes.resolve(c, redactor, owned::add);
+            // Before the heartbeat or any pool connects (closed after the node pools).
+            PgjdbcCleaner pgjdbc = PgjdbcCleaner.hold(Thread.currentThread().getContextClassLoader(),
+                    AbstractAffinityDataSource.class.getClassLoader());
+            if (pgjdbc != null) {
+                owned.add(pgjdbc);
+            }
             long interval = nodes.heartbeatInterval(c);
             if (interval > 0) {
                 hb = new Heartbeat(prefix, c, probes(byId), interval, nodes.heartbeatTimeoutSeconds(), redactor,

@@ -5,6 +5,7 @@ import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
+import java.util.Map;
 import java.util.Properties;
 import java.util.logging.Logger;
 import javax.sql.DataSource;
@@ -19,12 +20,19 @@ final class DriverDataSource implements DataSource {
     private final String user;
     private final String password;
     private final Redactor redactor;
+    private final Map<String, String> driverProperties;
     private int loginTimeout;
 
     DriverDataSource(String url, String user, String password) {
+        this(url, user, password, Map.of());
+    }
+
+    /** @param driverProperties connection properties given to the driver with the credentials */
+    DriverDataSource(String url, String user, String password, Map<String, String> driverProperties) {
         this.url = url;
         this.user = user;
         this.password = password;
+        this.driverProperties = Map.copyOf(driverProperties);
         this.redactor = new Redactor(password);
     }
 
@@ -36,6 +44,7 @@ final class DriverDataSource implements DataSource {
     @Override
     public Connection getConnection(String username, String pass) throws SQLException {
         Properties p = new Properties();
+        p.putAll(driverProperties);
         if (username != null) {
             p.setProperty("user", username);
         }

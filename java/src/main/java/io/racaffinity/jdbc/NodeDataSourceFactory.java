@@ -9,6 +9,7 @@ import java.sql.SQLNonTransientException;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Properties;
 import java.util.concurrent.ThreadFactory;
 import javax.sql.DataSource;
 
@@ -43,6 +44,7 @@ final class NodeDataSourceFactory {
             String user,
             String password,
             Map<String, String> properties,
+            Map<String, String> driverProperties,
             Redactor redactor)
             throws SQLException {
         String where = "node " + node + "'s DataSource " + className;
@@ -89,8 +91,61 @@ final class NodeDataSourceFactory {
                 invoke(ds, m, cluster + "-" + node, where, "pool name", false, redactor);
             }
         }
+        if (!driverProperties.isEmpty()) {
+            driverProperties(ds, cls, driverProperties, where);
+        }
         poolThreads(ds, cls, cluster + "-" + node, where);
         return type.cast(ds);
+    }
+
+    /**
+     * Gives the driver connection properties through the first way the class has: UCP's
+     * {@code setConnectionProperty(String, String)}, HikariCP's
+     * {@code addDataSourceProperty(String, Object)} (passed to the driver with a
+     * {@code jdbcUrl}), or {@code OracleDataSource}'s {@code setConnectionProperties(Properties)}
+     * (added to what it has). A class with none of them gets a WARNING naming the properties.
+     */
+    private static void driverProperties(Object ds, Class<?> cls, Map<String, String> props, String where)
+            throws SQLException {
+        try {
+            Method m = method(cls, "setConnectionProperty", String.class, String.class);
+            if (m == null) {
+                m = method(cls, "addDataSourceProperty", String.class, Object.class);
+            }
+            if (m != null) {
+                for (Map.Entry<String, String> p : props.entrySet()) {
+                    m.invoke(ds, p.getKey(), p.getValue());
+                }
+                return;
+            }
+            Method set = method(cls, "setConnectionProperties", Properties.class);
+            if (set != null) {
+                Method get = method(cls, "getConnectionProperties");
+                Properties merged = new Properties();
+                Object had = get == null ? null : get.invoke(ds);
+                if (had instanceof Properties) {
+                    merged.putAll((Properties) had);
+                }
+                props.forEach(merged::putIfAbsent);
+                set.invoke(ds, merged);
+                return;
+            }
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            throw new SQLNonTransientException("AffinityDataSource: cannot set the connection properties "
+                    + props.keySet() + " of " + where + ": "
+                    + (e instanceof InvocationTargetException ? e.getCause() : e), "HY000");
+        }
+        System.getLogger(NodeDataSourceFactory.class.getPackageName()).log(System.Logger.Level.WARNING,
+                "AffinityDataSource: " + where + " takes no connection properties: set " + props
+                        + " (or your own values) yourself, or calls on a node that stops answering wait for it");
+    }
+
+    private static Method method(Class<?> cls, String name, Class<?>... params) {
+        try {
+            return cls.getMethod(name, params);
+        } catch (NoSuchMethodException e) {
+            return null;
+        }
     }
 
     /**

@@ -403,11 +403,14 @@ final class NodeSources<T> {
                 throw new SQLNonTransientException(owner + " " + c.name() + ": " + e.getMessage(), "HY000");
             }
         }
+        // Bounded calls on a node that stops answering, unless the user chose otherwise.
+        Map<String, String> driverProperties = NodeTimeouts.oracleProperties(url, dataSourceProperties);
+        url = NodeTimeouts.pgjdbcUrl(url, dataSourceProperties);
         if (dataSourceClassName == null) {
-            return type.cast(new DriverDataSource(url, user, password));
+            return type.cast(new DriverDataSource(url, user, password, driverProperties));
         }
         return NodeDataSourceFactory.create(type, dataSourceClassName, c.name(), node, url, user, password,
-                dataSourceProperties, redactor);
+                dataSourceProperties, driverProperties, redactor);
     }
 
     /**

@@ -34,8 +34,11 @@ import javax.sql.DataSource;
  *       {@code thread}): {@code racaffinity.scope.hits}, {@code .placements}, {@code .repins},
  *       {@code .fallbacks}, {@code .strict_refusals} and {@code racaffinity.scope.live}.</li>
  * </ul>
- * The full list, with units, is in docs/java-ecosystem.md; the Python exporter uses the
- * same names. Values are read from the core when the registry asks (no thread of its own).
+ * The full list, with units, is in docs/java-ecosystem.md. A Prometheus registry serves the
+ * families Python's exporter serves ({@code db_client_connection_count},
+ * {@code db_client_connection_wait_time_seconds} as a histogram, ...); for OTLP take
+ * {@link AffinityOpenTelemetry}, since Micrometer has no up-down counter. Values are read
+ * from the core when the registry asks (no thread of its own).
  *
  * <pre>{@code
  * new AffinityMetrics(dataSource).bindTo(registry);   // Spring: declare it as a MeterBinder bean

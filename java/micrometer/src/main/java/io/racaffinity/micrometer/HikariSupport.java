@@ -9,6 +9,7 @@ import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.Timer;
+import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 import javax.sql.DataSource;
 
@@ -42,39 +43,57 @@ final class HikariSupport {
         hikari.setMetricsTrackerFactory((poolName, stats) -> register(registry, extraTags.and(POOL, poolName), stats));
     }
 
+    /**
+     * A timer that Prometheus registries serve as a histogram with the buckets Python's
+     * exporter and the OpenTelemetry binder use ({@link DurationBuckets}), where Micrometer's
+     * default is a summary that no histogram query can join with Python's.
+     */
+    private static Timer.Builder timer(String name) {
+        Duration[] slos = new Duration[DurationBuckets.SECONDS.size()];
+        for (int i = 0; i < slos.length; i++) {
+            slos[i] = Duration.ofNanos(Math.round(DurationBuckets.SECONDS.get(i) * 1e9));
+        }
+        return Timer.builder(name).serviceLevelObjectives(slos);
+    }
+
+    // No base unit on the gauges and the counter: Micrometer's Prometheus registry appends it
+    // to the name (db_client_connection_count__connection_), where OpenTelemetry's exporters
+    // drop an annotation unit like {connection}; the Prometheus names must be the same for
+    // both languages. (Micrometer's OTLP registry has no up-down counters at all: OTLP users
+    // take AffinityOpenTelemetry.)
     // HikariCP hands each tracker a PoolStats of its own and keeps no reference to it: the
     // gauges hold it strongly (Micrometer's default is a weak reference, which reads NaN
     // after the next collection).
     private static IMetricsTracker register(MeterRegistry registry, Tags tags, PoolStats stats) {
         Gauge.builder("db.client.connection.count", stats, PoolStats::getIdleConnections)
-                .tags(tags.and(STATE, "idle")).baseUnit("{connection}")
+                .tags(tags.and(STATE, "idle"))
                 .description("The number of connections that are currently in state described by the state attribute")
                 .strongReference(true)
                 .register(registry);
         Gauge.builder("db.client.connection.count", stats, PoolStats::getActiveConnections)
-                .tags(tags.and(STATE, "used")).baseUnit("{connection}")
+                .tags(tags.and(STATE, "used"))
                 .description("The number of connections that are currently in state described by the state attribute")
                 .strongReference(true)
                 .register(registry);
         Gauge.builder("db.client.connection.pending_requests", stats, PoolStats::getPendingThreads).tags(tags)
-                .baseUnit("{request}").description("The number of current pending requests for an open connection")
+                .description("The number of current pending requests for an open connection")
                 .strongReference(true)
                 .register(registry);
         Gauge.builder("db.client.connection.max", stats, PoolStats::getMaxConnections).tags(tags)
-                .baseUnit("{connection}").description("The maximum number of open connections allowed")
+                .description("The maximum number of open connections allowed")
                 .strongReference(true)
                 .register(registry);
         Gauge.builder("db.client.connection.idle.min", stats, PoolStats::getMinConnections).tags(tags)
-                .baseUnit("{connection}").description("The minimum number of idle open connections allowed")
+                .description("The minimum number of idle open connections allowed")
                 .strongReference(true)
                 .register(registry);
-        Timer wait = Timer.builder("db.client.connection.wait_time").tags(tags)
+        Timer wait = timer("db.client.connection.wait_time").tags(tags)
                 .description("The time it took to obtain an open connection from the pool").register(registry);
-        Timer use = Timer.builder("db.client.connection.use_time").tags(tags)
+        Timer use = timer("db.client.connection.use_time").tags(tags)
                 .description("The time between borrowing a connection and returning it to the pool").register(registry);
-        Timer create = Timer.builder("db.client.connection.create_time").tags(tags)
+        Timer create = timer("db.client.connection.create_time").tags(tags)
                 .description("The time it took to create a new connection").register(registry);
-        Counter timeouts = Counter.builder("db.client.connection.timeouts").tags(tags).baseUnit("{timeout}")
+        Counter timeouts = Counter.builder("db.client.connection.timeouts").tags(tags)
                 .description("The number of connection timeouts that have occurred trying to obtain a connection"
                         + " from the pool")
                 .register(registry);

@@ -1,0 +1,72 @@
+//! Operator calls through the feed: with `topology.feed` set, a plain
+//! operator call (`set_node_state`, `set_node_weight`, `add_node`,
+//! `remove_node`) is written to etcd as a record, so every subscribed
+//! process gets it, and is applied here at once at the revision etcd gave
+//! it (this process reads its own write; the watch later brings it again,
+//! counted stale). When etcd does not take the write, the call fails with
+//! [`Error::FeedUnavailable`] and nothing changes anywhere: an operator's
+//! change that reached one process only is what the feed exists to prevent.
+
+use super::etcd::EtcdClient;
+use crate::cluster::Cluster;
+use crate::error::{Error, Result};
+
+/// Where a cluster's operator calls are written.
+#[derive(Debug)]
+pub(crate) struct Publisher {
+    pub client: EtcdClient,
+    pub prefix: String,
+}
+
+impl Cluster {
+    /// The topology feed this cluster subscribes to (`topology.feed`), if any.
+    pub fn feed_url(&self) -> Option<&super::FeedUrl> {
+        self.inner.config.feed.url.as_ref()
+    }
+
+    /// Writes `key` (relative to the prefix; `None`: delete it) and applies
+    /// it here at the write's revision. `None` without a feed.
+    pub(crate) fn publish(&self, key: &str, value: Option<&str>) -> Option<Result<u64>> {
+        let p = self.inner.feed.get()?.publisher();
+        let full = format!("{}{key}", p.prefix);
+        let written = match value {
+            Some(v) => p.client.put(&full, v, 0),
+            None => p.client.delete(&full).map(|(rev, _)| rev),
+        };
+        Some(match written {
+            Ok(rev) => self.apply_feed_record(rev, key, value).map(|_| rev),
+            Err(e) => Err(Error::FeedUnavailable(e.to_string())),
+        })
+    }
+}
+
+impl Cluster {
+    /// Relays one FAN or RLB line into the topology feed (an ONS relay: the
+    /// one process that receives Oracle's events hands them to the whole
+    /// fleet) and applies it here at the record's revision, which replaces
+    /// the line's `timestamp=` as its version. The record's key keeps the
+    /// latest event per resource: `fan/<type>-<instance|host|service>`.
+    ///
+    /// # Errors
+    /// The line's own parse errors ([`Error::EventParse`],
+    /// [`Error::ForeignEvent`]) before anything is written;
+    /// [`Error::FeedUnavailable`] without `topology.feed` or when etcd does
+    /// not take the write.
+    pub fn publish_event(&self, line: &str) -> Result<u64> {
+        let key = match crate::event::parse_event(line)? {
+            crate::event::Event::Fan(ev) => {
+                self.check_foreign(&ev.database, &ev.service)?;
+                let resource = ev.instance.as_deref().or(ev.host.as_deref()).or(ev.service.as_deref()).unwrap_or("all");
+                format!("fan/{}-{}", ev.event_type.as_str(), resource.to_ascii_uppercase())
+            }
+            crate::event::Event::Rlb(adv) => {
+                self.check_foreign(&adv.database, &adv.service)?;
+                format!("fan/rlb-{}", adv.service.as_deref().unwrap_or("all").to_ascii_uppercase())
+            }
+        };
+        match self.publish(&key, Some(line)) {
+            Some(r) => r,
+            None => Err(Error::FeedUnavailable("this cluster has no topology.feed to publish to".into())),
+        }
+    }
+}
