@@ -15,7 +15,7 @@ CARGO_FUZZ := $(TOOLS)/bin/cargo-fuzz
 LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
-.PHONY: failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool etcd-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
+.PHONY: feed-tool failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool etcd-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
 	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench bench-scaling memory clean clean-nodes help \
 	test-doc-samples check-docs wheel test-wheel docs \
 	test-appservers test-micrometer test-simplefan test-spring-boot
@@ -35,6 +35,7 @@ help:
 	@echo "  make wheel           a manylinux wheel of the Python package that installs without Rust (target/wheel)"
 	@echo "  make header          regenerate include/racaffinity.h with the pinned cbindgen"
 	@echo "  make docs            the documentation site with the Rust, Java and Python API references (target/site)"
+	@echo "  make feed-tool       target/release/racaffinity-feed: the topology feed's operator commands and monitor"
 	@echo "Demos, benchmarks, long runs:"
 	@echo "  make demo-rust       the Rust-only walk-through: 2PC, sessions, data keys, kill -9 and FAN"
 	@echo "  make bench           every benchmark (Rust, C, Java, Python; short mode) and one table of ratios"
@@ -69,6 +70,11 @@ help:
 	@echo "  make cargo-fuzz-tool the pinned cargo-fuzz"
 	@echo "  make clean           stop the local nodes, remove build output"
 	@echo "  make clean-nodes     stop and delete every local node data root of this checkout (/tmp/racaffinity-{pg,etcd}-*)"
+
+# The topology feed's publisher (docs/operations.md, "Topology feed: the
+# operator tool and the monitor").
+feed-tool:
+	$(CARGO) build --release -p racaffinity-feed-tool --bin racaffinity-feed
 
 build:
 	$(CARGO) build --release --workspace

@@ -75,6 +75,19 @@ pub struct WatchBatch {
     pub compact_revision: u64,
 }
 
+/// What [`EtcdClient::put_if_holder`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guarded {
+    /// Written at this revision.
+    Written(u64),
+    /// The holder key is not (or no longer) attached to the lease: nothing
+    /// was written.
+    NotHolder,
+    /// The holder key is ours but the key did not hold the required value:
+    /// nothing was written.
+    ValueDiffers,
+}
+
 /// A client of one etcd cluster: its members' `host:port` client addresses.
 /// Calls go to one member and move on to the next on a connection error.
 #[derive(Debug)]
@@ -207,6 +220,38 @@ impl EtcdClient {
             }
             Some(kv) => Ok((false, kv.value)),
             None => Ok((false, None)),
+        }
+    }
+
+    /// Puts `key = value` only while `holder_key` is attached to `lease` (a
+    /// leader writing under its election key), and, with `only_if_value`,
+    /// only while `key` holds exactly that value. One transaction: a writer
+    /// whose lease expired or whose key was taken writes nothing.
+    pub fn put_if_holder(
+        &self,
+        holder_key: &str,
+        lease: i64,
+        key: &str,
+        value: &str,
+        only_if_value: Option<&str>,
+    ) -> EResult<Guarded> {
+        let h = b64(holder_key.as_bytes());
+        let k = b64(key.as_bytes());
+        let mut compare = vec![json!({"key": h, "target": "LEASE", "result": "EQUAL", "lease": lease.to_string()})];
+        if let Some(v) = only_if_value {
+            compare.push(json!({"key": k, "target": "VALUE", "result": "EQUAL", "value": b64(v.as_bytes())}));
+        }
+        let txn = json!({"compare": compare,
+                         "success": [{"request_put": {"key": k, "value": b64(value.as_bytes())}}],
+                         "failure": [{"request_range": {"key": h}}]});
+        let v = self.call("/v3/kv/txn", &txn)?;
+        if v.get("succeeded") == Some(&Value::Bool(true)) {
+            return Ok(Guarded::Written(header_revision(&v)?));
+        }
+        // Which comparison failed: the holder's, or only the value's.
+        match txn_range_kv(&v) {
+            Some(kv) if kv.lease == lease => Ok(Guarded::ValueDiffers),
+            _ => Ok(Guarded::NotHolder),
         }
     }
 

@@ -1,0 +1,189 @@
+//! Command-line parsing with std only: the tool has a dozen commands with a
+//! few options each, which a table and thirty lines handle; an argument
+//! crate would add more code to the build than it saves here.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use racaffinity::config::parse_duration_ms;
+
+/// Why the tool stopped; each kind has its exit status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Bad command line (unknown command or option, missing argument): 2.
+    Usage(String),
+    /// A value subscribers would refuse, or a malformed feed URL: 2.
+    Invalid(String),
+    /// etcd unreachable or refusing the call: 1.
+    Etcd(String),
+}
+
+impl Failure {
+    /// The process exit status for this failure.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Failure::Usage(_) | Failure::Invalid(_) => 2,
+            Failure::Etcd(_) => 1,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Usage(m) => write!(f, "{m} (see `racaffinity-feed help`)"),
+            Failure::Invalid(m) | Failure::Etcd(m) => f.write_str(m),
+        }
+    }
+}
+
+/// The options a command accepts: those taking a value, and bare flags.
+pub struct Spec {
+    pub valued: &'static [&'static str],
+    pub flags: &'static [&'static str],
+}
+
+/// Options every command takes.
+pub const GLOBAL_VALUED: &[&str] = &["--feed", "--etcd-timeout"];
+
+/// A parsed command line (the command itself removed).
+#[derive(Debug, Default)]
+pub struct Args {
+    pub positionals: Vec<String>,
+    values: HashMap<String, Vec<String>>,
+    flags: Vec<String>,
+}
+
+impl Args {
+    /// The last value given for `name`.
+    pub fn value(&self, name: &str) -> Option<&str> {
+        self.values.get(name).and_then(|v| v.last()).map(String::as_str)
+    }
+
+    /// Every value given for `name`, in order.
+    pub fn values(&self, name: &str) -> &[String] {
+        self.values.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn flag(&self, name: &str) -> bool {
+        self.flags.iter().any(|f| f == name)
+    }
+
+    /// The positionals, checked to be exactly `names` (for the message).
+    pub fn exactly(&self, command: &str, names: &[&str]) -> Result<&[String], Failure> {
+        if self.positionals.len() != names.len() {
+            let want = names.iter().map(|n| format!("<{n}>")).collect::<Vec<_>>().join(" ");
+            return Err(Failure::Usage(format!(
+                "`{command}` takes {} argument(s): {command} {want}; got {}",
+                names.len(),
+                self.positionals.len()
+            )));
+        }
+        Ok(&self.positionals)
+    }
+}
+
+/// Splits `args` into the command and the rest: the command is the first
+/// word that is neither an option nor the value of a global option, so
+/// `--feed URL drain A` and `drain A --feed URL` both work.
+pub fn split_command(args: &[String]) -> Option<(String, Vec<String>)> {
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        if GLOBAL_VALUED.contains(&a.as_str()) {
+            i += 2;
+            continue;
+        }
+        if a.starts_with("--") || a == "-h" {
+            if a == "--help" || a == "-h" {
+                return Some(("help".into(), Vec::new()));
+            }
+            i += 1;
+            continue;
+        }
+        let mut rest = args.to_vec();
+        let cmd = rest.remove(i);
+        return Some((cmd, rest));
+    }
+    None
+}
+
+/// Parses options (`--name value`, `--name=value`, flags) and positionals;
+/// `--` ends the options, and a lone `-` is a positional (stdin).
+pub fn parse(command: &str, args: &[String], spec: &Spec) -> Result<Args, Failure> {
+    let mut out = Args::default();
+    let mut it = args.iter();
+    let mut options_done = false;
+    while let Some(a) = it.next() {
+        if options_done || !a.starts_with("--") {
+            out.positionals.push(a.clone());
+            continue;
+        }
+        if a == "--" {
+            options_done = true;
+            continue;
+        }
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (a.as_str(), None),
+        };
+        if GLOBAL_VALUED.contains(&name) || spec.valued.contains(&name) {
+            let v = match inline {
+                Some(v) => v,
+                None => it.next().cloned().ok_or_else(|| Failure::Usage(format!("{name} needs a value")))?,
+            };
+            out.values.entry(name.to_string()).or_default().push(v);
+        } else if spec.flags.contains(&name) && inline.is_none() {
+            out.flags.push(name.to_string());
+        } else {
+            return Err(Failure::Usage(format!("`{command}` has no option {}", name.escape_debug())));
+        }
+    }
+    Ok(out)
+}
+
+/// A duration option (`500ms`, `2s`, …), parsed like the core's config.
+pub fn duration(option: &str, text: &str) -> Result<Duration, Failure> {
+    let ms = parse_duration_ms(option, text).map_err(|e| Failure::Invalid(e.to_string()))?;
+    if ms == 0 {
+        return Err(Failure::Invalid(format!("{option} must be more than 0, got `{}`", text.escape_debug())));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn the_command_is_the_first_word_that_is_not_an_option_value() {
+        let (c, rest) = split_command(&s(&["--feed", "etcd://h:1/p", "drain", "A"])).unwrap();
+        assert_eq!((c.as_str(), rest), ("drain", s(&["--feed", "etcd://h:1/p", "A"])));
+        assert_eq!(split_command(&s(&["--help"])).unwrap().0, "help");
+        assert!(split_command(&s(&["--feed", "x"])).is_none());
+    }
+
+    #[test]
+    fn options_inline_separate_flags_and_unknown() {
+        let spec = Spec { valued: &["--timeout"], flags: &["--x"] };
+        let a = parse("drain", &s(&["A", "--timeout=3s", "--x", "--feed", "u", "--", "--B"]), &spec).unwrap();
+        assert_eq!(a.positionals, s(&["A", "--B"]));
+        assert_eq!((a.value("--timeout"), a.value("--feed"), a.flag("--x")), (Some("3s"), Some("u"), true));
+        assert!(matches!(parse("drain", &s(&["--nope"]), &spec), Err(Failure::Usage(_))));
+        assert!(matches!(parse("drain", &s(&["--timeout"]), &spec), Err(Failure::Usage(_))));
+        assert!(matches!(parse("drain", &s(&["--x=1"]), &spec), Err(Failure::Usage(_))));
+    }
+
+    #[test]
+    fn durations_need_a_unit_and_more_than_zero() {
+        assert_eq!(duration("--interval", "250ms").unwrap(), Duration::from_millis(250));
+        for bad in ["1", "0s", "x", "-1s", "1w"] {
+            assert!(matches!(duration("--interval", bad), Err(Failure::Invalid(_))), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! `racaffinity-feed`: publishes the records of a topology feed (issue
+//! [fleet-feed]; docs/operations.md, "Topology feed: the operator tool and
+//! the monitor") to the etcd prefix racaffinity clusters subscribe to with
+//! `topology.feed = etcd://…/<prefix>`.
+//!
+//! Operator commands write one record each, checked first by the
+//! subscribers' own parser ([`records`]); `monitor` probes the nodes and
+//! publishes `down`/`up`, one elected monitor writing at a time
+//! ([`monitor`]).
+
+pub mod cli;
+pub mod monitor;
+mod probe;
+pub mod records;
+mod signals;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use racaffinity::feed::etcd::EtcdClient;
+use racaffinity::FeedUrl;
+
+use cli::{Args, Failure, Spec};
+use records::Record;
+
+/// The help text (`racaffinity-feed help`).
+pub const HELP: &str = "\
+usage: racaffinity-feed COMMAND [ARGS] --feed etcd://host:port[,host:port…]/<prefix>
+
+Publishes topology-feed records under <prefix>/ for the racaffinity clusters
+whose config has `topology.feed` = the same URL. Each write prints the etcd
+revision it was written at. RACAFF_FEED stands for --feed when that is absent.
+
+operator commands (one record each, checked as subscribers parse it first):
+  drain NODE [--timeout 30s]   node/NODE/state = draining [timeout=30s]
+  down NODE                    node/NODE/state = down
+  up NODE                      node/NODE/state = up
+  weight NODE W                node/NODE/weight = W (1..=1000000)
+  reset-weight NODE            delete node/NODE/weight (back to the configured weight)
+  partition-map MAP [--partitions N]
+                               partition_map = MAP, entries p=NODE separated by
+                               commas or newlines; MAP `-` reads stdin,
+                               `--file PATH` reads a file; '' is the empty map;
+                               --partitions checks p < N (the clusters' data.partitions)
+  add NODE [--weight W] [--address host:port]
+                               node/NODE = present [weight=W] [address=host:port]
+  remove NODE                  delete node/NODE (subscribers remove the node)
+  fan LINE [--id ID]           fan/<ID> = LINE, a FAN or RLB line; the default ID
+                               is the core relay's: <type>-<INSTANCE|HOST|SERVICE>
+  show                         every record under the prefix, with its revision
+
+monitor (probes nodes, publishes node/NODE/state down and up):
+  monitor --node NAME=host:port [--node …] [--nodes NAME=host:port,…]
+          [--kind tcp|postgres] [--interval 1s] [--probe-timeout 1s] [--misses 2]
+          [--lease-ttl 5s] [--id ID] [--pg-user postgres] [--pg-dbname postgres]
+    After --misses failed probes in a row a node is published down; after one
+    good probe a node this monitor found down is published up. Monitors of one
+    prefix elect one writer with an etcd lease (key <prefix>/_monitor/leader);
+    every write is guarded by that lease. SIGTERM/SIGINT revoke it and exit 0.
+
+options of every command:
+  --feed URL            the feed (or RACAFF_FEED)
+  --etcd-timeout 5s     bound of each etcd call
+
+exit status: 0 done; 1 etcd unreachable or refusing (nothing written);
+             2 bad command line or a value subscribers would refuse (nothing written)
+";
+
+const NODE_ONLY: Spec = Spec { valued: &[], flags: &[] };
+
+/// Runs the tool with `args` (without the program name) and `env_feed` (the
+/// value of RACAFF_FEED); returns the exit status.
+pub fn run(args: &[String], env_feed: Option<String>, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    match run_inner(args, env_feed, out, err) {
+        Ok(()) => 0,
+        Err(f) => {
+            let _ = writeln!(err, "racaffinity-feed: {f}");
+            f.exit_code()
+        }
+    }
+}
+
+fn run_inner(
+    args: &[String],
+    env_feed: Option<String>,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), Failure> {
+    let Some((command, rest)) = cli::split_command(args) else {
+        return Err(Failure::Usage("no command given".into()));
+    };
+    let io = |e: std::io::Error| Failure::Etcd(format!("cannot write the output: {e}"));
+    let spec = match command.as_str() {
+        "help" => {
+            out.write_all(HELP.as_bytes()).map_err(io)?;
+            return Ok(());
+        }
+        "drain" => Spec { valued: &["--timeout"], flags: &[] },
+        "weight" | "down" | "up" | "reset-weight" | "remove" | "show" => NODE_ONLY,
+        "partition-map" => Spec { valued: &["--file", "--partitions"], flags: &[] },
+        "add" => Spec { valued: &["--weight", "--address"], flags: &[] },
+        "fan" => Spec { valued: &["--id"], flags: &[] },
+        "monitor" => monitor::SPEC,
+        other => return Err(Failure::Usage(format!("unknown command `{}`", other.escape_debug()))),
+    };
+    let args = cli::parse(&command, &rest, &spec)?;
+    let feed = feed_url(&args, env_feed)?;
+    let timeout = match args.value("--etcd-timeout") {
+        Some(t) => cli::duration("--etcd-timeout", t)?,
+        None => Duration::from_secs(5),
+    };
+    if command == "monitor" {
+        let opts = monitor::Options::parse(&args)?;
+        return monitor::run(&feed, timeout, opts, out, err);
+    }
+    // Every check is done before etcd is called: nothing is written unless
+    // the whole command is good.
+    let record = match command.as_str() {
+        "drain" => records::drain(&args.exactly("drain", &["NODE"])?[0], args.value("--timeout"))?,
+        "down" => records::state(&args.exactly("down", &["NODE"])?[0], "down")?,
+        "up" => records::state(&args.exactly("up", &["NODE"])?[0], "up")?,
+        "weight" => {
+            let p = args.exactly("weight", &["NODE", "W"])?;
+            records::weight(&p[0], &p[1])?
+        }
+        "reset-weight" => records::reset_weight(&args.exactly("reset-weight", &["NODE"])?[0])?,
+        "partition-map" => {
+            let text = map_text(&args)?;
+            let partitions = match args.value("--partitions") {
+                Some(p) => Some(p.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                    Failure::Invalid(format!("--partitions must be a number of partitions, got `{}`", p.escape_debug()))
+                })?),
+                None => None,
+            };
+            records::partition_map(&text, partitions)?
+        }
+        "add" => records::add(&args.exactly("add", &["NODE"])?[0], args.value("--weight"), args.value("--address"))?,
+        "remove" => records::remove(&args.exactly("remove", &["NODE"])?[0])?,
+        "fan" => records::fan(&args.exactly("fan", &["LINE"])?[0], args.value("--id"))?,
+        "show" => {
+            args.exactly("show", &[])?;
+            return show(&feed, timeout, out);
+        }
+        _ => unreachable!("every command of the spec table is handled"),
+    };
+    let _ = err;
+    let client = EtcdClient::new(feed.endpoints.clone(), timeout);
+    let line = write_record(&client, &feed.prefix, &record)?;
+    writeln!(out, "{line}").map_err(io)
+}
+
+fn feed_url(args: &Args, env_feed: Option<String>) -> Result<FeedUrl, Failure> {
+    let text = match args.value("--feed") {
+        Some(t) => t.to_string(),
+        None => env_feed.filter(|t| !t.is_empty()).ok_or_else(|| {
+            Failure::Usage("no feed: give --feed etcd://host:port/<prefix> or set RACAFF_FEED".into())
+        })?,
+    };
+    FeedUrl::parse(&text).map_err(|e| Failure::Invalid(format!("--feed: {e}")))
+}
+
+fn map_text(args: &Args) -> Result<String, Failure> {
+    match (args.value("--file"), args.positionals.as_slice()) {
+        (Some(path), []) => {
+            std::fs::read_to_string(path).map_err(|e| Failure::Invalid(format!("--file {}: {e}", path.escape_debug())))
+        }
+        (None, [dash]) if dash == "-" => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).map_err(|e| Failure::Invalid(format!("stdin: {e}")))?;
+            Ok(s)
+        }
+        (None, [text]) => Ok(text.clone()),
+        _ => Err(Failure::Usage("`partition-map` takes one MAP, `-` (stdin) or --file PATH".into())),
+    }
+}
+
+/// Writes one record; the line to print (with the revision).
+pub fn write_record(client: &EtcdClient, prefix: &str, record: &Record) -> Result<String, Failure> {
+    let key = format!("{prefix}{}", record.key);
+    let etcd = |e| Failure::Etcd(format!("{} (feed etcd://{}/{prefix})", e, client.endpoints().join(",")));
+    match &record.value {
+        Some(v) => {
+            let rev = client.put(&key, v, 0).map_err(etcd)?;
+            Ok(format!("wrote {} = {v} at revision {rev}", record.key))
+        }
+        None => {
+            let (rev, deleted) = client.delete(&key).map_err(etcd)?;
+            Ok(if deleted {
+                format!("deleted {} at revision {rev}", record.key)
+            } else {
+                format!("no record {} to delete (store at revision {rev})", record.key)
+            })
+        }
+    }
+}
+
+fn show(feed: &FeedUrl, timeout: Duration, out: &mut dyn Write) -> Result<(), Failure> {
+    let client = EtcdClient::new(feed.endpoints.clone(), timeout);
+    let (rev, kvs) = client.range_prefix(&feed.prefix).map_err(|e| Failure::Etcd(format!("{e} (feed {feed})")))?;
+    let mut text =
+        format!("# {} records under {}, store at revision {rev}\n# revision\tkey\tvalue\n", kvs.len(), feed.prefix);
+    for kv in kvs {
+        let key = kv.key.strip_prefix(&feed.prefix).unwrap_or(&kv.key);
+        let lease = if kv.lease != 0 { format!("\t(lease {:x})", kv.lease) } else { String::new() };
+        text.push_str(&format!("{}\t{key}\t{}{lease}\n", kv.mod_revision, kv.value.unwrap_or_default()));
+    }
+    out.write_all(text.as_bytes()).map_err(|e| Failure::Etcd(format!("cannot write the output: {e}")))
+}
