@@ -178,6 +178,15 @@ impl Error {
         Error::Config { key: key.into(), reason: reason.into() }
     }
 
+    /// The message without its kind's prefix, for an error that becomes
+    /// part of another one's message (which says its kind once).
+    pub(crate) fn detail(&self) -> String {
+        match self {
+            Error::InvalidArgument(m) => m.clone(),
+            other => other.to_string(),
+        }
+    }
+
     pub(crate) fn event(reason: impl Into<String>) -> Self {
         Error::EventParse(reason.into())
     }

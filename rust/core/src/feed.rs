@@ -4,7 +4,7 @@
 //!
 //! A subscriber (or any host that reads such a log itself) hands each record
 //! to [`Cluster::apply_feed_record`]; the record joins the node's shared
-//! layer like any versioned input ([`crate::agreement`]), so records applied
+//! layer like any versioned input (`agreement.rs`), so records applied
 //! in any order, twice, or after a full re-read end in the same state.
 //!
 //! | key (under the prefix) | value | deleted |
@@ -18,6 +18,8 @@
 pub mod etcd;
 mod http;
 mod publish;
+
+pub use publish::fan_record_id;
 pub(crate) mod subscriber;
 mod url;
 
@@ -94,7 +96,7 @@ impl Cluster {
                             .trim()
                             .parse::<u32>()
                             .map_err(|_| bad(&format!("weight `{}` is not a number", v.escape_debug())))?;
-                        check_weight(w).map_err(|e| bad(&e.to_string()))?;
+                        check_weight(w).map_err(|e| bad(&reason(e)))?;
                         w
                     }
                 };
@@ -131,6 +133,11 @@ impl Cluster {
     }
 }
 
+/// An error's own words: the record's refusal says its kind once.
+fn reason(e: Error) -> String {
+    e.detail()
+}
+
 fn parse_member(name: &str, value: &str) -> std::result::Result<NodeSpec, String> {
     let mut words = value.split_whitespace();
     if words.next() != Some("present") {
@@ -144,18 +151,18 @@ fn parse_member(name: &str, value: &str) -> std::result::Result<NodeSpec, String
             _ => return Err(format!("unknown attribute `{}`", w.escape_debug())),
         }
     }
-    spec.validate().map_err(|e| e.to_string())?;
+    spec.validate().map_err(reason)?;
     Ok(spec)
 }
 
 fn parse_state(value: &str) -> std::result::Result<(NodeState, Option<u64>), String> {
     let mut words = value.split_whitespace();
-    let state: NodeState = words.next().unwrap_or("").parse().map_err(|e: Error| e.to_string())?;
+    let state: NodeState = words.next().unwrap_or("").parse().map_err(reason)?;
     let mut drain = None;
     for w in words {
         match w.split_once('=') {
             Some(("timeout", v)) if state == NodeState::Draining => {
-                drain = Some(parse_duration_ms("timeout", v).map_err(|e| e.to_string())?);
+                drain = Some(parse_duration_ms("timeout", v).map_err(reason)?);
             }
             _ => return Err(format!("unexpected `{}` after the state", w.escape_debug())),
         }

@@ -193,15 +193,19 @@ impl NodeSpec {
 
     pub(crate) fn validate(&self) -> Result<()> {
         validate_node_name(&self.name)?;
-        check_weight(self.weight).map_err(|e| Error::InvalidArgument(format!("node `{}`: {e}", self.name)))?;
+        check_weight(self.weight)
+            .map_err(|e| Error::InvalidArgument(format!("node `{}`: {}", self.name, e.detail())))?;
         if let Some(a) = &self.address {
-            crate::connect::split_host_port(a, 1521)
-                .map_err(|e| Error::InvalidArgument(format!("node `{}`: bad address `{a}`: {e}", self.name)))?;
+            crate::connect::split_host_port(a, 1521).map_err(|e| {
+                Error::InvalidArgument(format!("node `{}`: bad address `{a}`: {}", self.name, e.detail()))
+            })?;
         }
         for (what, v) in [("machine", &self.machine), ("zone", &self.zone)] {
             if let Some(v) = v {
                 validate_node_name(v).map_err(|e| {
-                    Error::InvalidArgument(format!("node `{}`: {what}: {}", self.name, e).replace("node name", what))
+                    Error::InvalidArgument(
+                        format!("node `{}`: {what}: {}", self.name, e.detail()).replace("node name", what),
+                    )
                 })?;
             }
         }

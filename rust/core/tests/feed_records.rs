@@ -135,3 +135,12 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_refused_record_names_its_kind_once() {
+    let c = common::cluster(CONFIG);
+    for (key, value) in [("node/A/weight", "0"), ("node/A/state", "sideways"), ("node/Q", "present weight=0")] {
+        let e = c.apply_feed_record(1, key, Some(value)).unwrap_err();
+        assert_eq!(e.to_string().matches("invalid argument").count(), 1, "{e}");
+    }
+}

@@ -8,7 +8,7 @@
 //! cluster (docs/operations.md).
 
 use racaffinity::config::MAX_PARTITIONS;
-use racaffinity::event::{parse_event, Event};
+use racaffinity::event::parse_event;
 use racaffinity::{validate_node_name, ClusterBuilder, Config, NodeSpec, MAX_FEED_VALUE_BYTES};
 
 use crate::cli::Failure;
@@ -147,13 +147,7 @@ pub fn fan(line: &str, id: Option<&str>) -> Result<Record, Failure> {
     let event = parse_event(line).map_err(invalid)?;
     let id = match id {
         Some(id) => id.to_string(),
-        None => match &event {
-            Event::Fan(ev) => {
-                let resource = ev.instance.as_deref().or(ev.host.as_deref()).or(ev.service.as_deref()).unwrap_or("all");
-                format!("{}-{}", ev.event_type.as_str(), resource.to_ascii_uppercase())
-            }
-            Event::Rlb(adv) => format!("rlb-{}", adv.service.as_deref().unwrap_or("all").to_ascii_uppercase()),
-        },
+        None => racaffinity::feed::fan_record_id(&event),
     };
     if id.is_empty() || id.bytes().any(|b| b.is_ascii_control() || b == b' ') {
         return Err(Failure::Invalid(format!("fan record id `{}` is empty or has spaces", id.escape_debug())));
@@ -210,7 +204,11 @@ mod tests {
         let r = fan(line, None).unwrap();
         assert_eq!((r.key.as_str(), r.value.as_deref()), ("fan/instance-A", Some(line)));
         let sm = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=A host=h2 status=down reason=FAILURE";
-        assert_eq!(fan(sm, None).unwrap().key, "fan/servicemember-A");
+        assert_eq!(fan(sm, None).unwrap().key, "fan/servicemember-SVC.A");
+        // Two services on one instance are two resources: a full re-read
+        // must see both members' latest events.
+        let other = sm.replace("service=svc", "service=batch");
+        assert_ne!(fan(&other, None).unwrap().key, fan(sm, None).unwrap().key);
         assert_eq!(fan(line, Some("x/1")).unwrap().key, "fan/x/1");
         assert!(matches!(fan(line, Some("a b")), Err(Failure::Invalid(_))));
     }

@@ -45,7 +45,7 @@ impl Cluster {
     /// one process that receives Oracle's events hands them to the whole
     /// fleet) and applies it here at the record's revision, which replaces
     /// the line's `timestamp=` as its version. The record's key keeps the
-    /// latest event per resource: `fan/<type>-<instance|host|service>`.
+    /// latest event per resource ([`fan_record_id`]).
     ///
     /// # Errors
     /// The line's own parse errors ([`Error::EventParse`],
@@ -53,20 +53,42 @@ impl Cluster {
     /// [`Error::FeedUnavailable`] without `topology.feed` or when etcd does
     /// not take the write.
     pub fn publish_event(&self, line: &str) -> Result<u64> {
-        let key = match crate::event::parse_event(line)? {
-            crate::event::Event::Fan(ev) => {
-                self.check_foreign(&ev.database, &ev.service)?;
-                let resource = ev.instance.as_deref().or(ev.host.as_deref()).or(ev.service.as_deref()).unwrap_or("all");
-                format!("fan/{}-{}", ev.event_type.as_str(), resource.to_ascii_uppercase())
-            }
-            crate::event::Event::Rlb(adv) => {
-                self.check_foreign(&adv.database, &adv.service)?;
-                format!("fan/rlb-{}", adv.service.as_deref().unwrap_or("all").to_ascii_uppercase())
-            }
-        };
+        let event = crate::event::parse_event(line)?;
+        match &event {
+            crate::event::Event::Fan(ev) => self.check_foreign(&ev.database, &ev.service)?,
+            crate::event::Event::Rlb(adv) => self.check_foreign(&adv.database, &adv.service)?,
+        }
+        let key = format!("fan/{}", fan_record_id(&event));
         match self.publish(&key, Some(line)) {
             Some(r) => r,
             None => Err(Error::FeedUnavailable("this cluster has no topology.feed to publish to".into())),
         }
+    }
+}
+
+/// The id of a FAN or RLB line's feed record (`fan/<id>`): one record per
+/// resource, so the latest event about each survives a compaction and a
+/// full re-read: `servicemember-<SERVICE>.<INSTANCE>`, `instance-<INSTANCE>`,
+/// `node-<HOST>`, `service-<SERVICE>`, `database-<DATABASE>`,
+/// `rlb-<SERVICE>` (upper-cased; `ALL` for a missing name). Every publisher
+/// (`Cluster::publish_event`, the operator tool) keys records this way.
+pub fn fan_record_id(event: &crate::event::Event) -> String {
+    use crate::event::{Event, FanEventType};
+    let up = |v: Option<&str>| v.unwrap_or("all").to_ascii_uppercase();
+    match event {
+        Event::Fan(ev) => {
+            let resource = match ev.event_type {
+                FanEventType::ServiceMember => match &ev.service {
+                    Some(svc) => format!("{}.{}", svc.to_ascii_uppercase(), up(ev.instance.as_deref())),
+                    None => up(ev.instance.as_deref()),
+                },
+                FanEventType::Instance => up(ev.instance.as_deref()),
+                FanEventType::Node => up(ev.host.as_deref()),
+                FanEventType::Service => up(ev.service.as_deref()),
+                FanEventType::Database => up(ev.database.as_deref()),
+            };
+            format!("{}-{resource}", ev.event_type.as_str())
+        }
+        Event::Rlb(adv) => format!("rlb-{}", up(adv.service.as_deref())),
     }
 }

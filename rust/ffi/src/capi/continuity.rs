@@ -217,7 +217,9 @@ pub unsafe extern "C" fn racaffinity_replay_decide(
             ReplayStep::ForceOutcome { node } => {
                 (racaffinity_replay_action::ForceOutcome, node.0, racaffinity_replay_refusal::None)
             }
-            ReplayStep::Replay { node } => (racaffinity_replay_action::Replay, node.0, racaffinity_replay_refusal::None),
+            ReplayStep::Replay { node } => {
+                (racaffinity_replay_action::Replay, node.0, racaffinity_replay_refusal::None)
+            }
             ReplayStep::GiveUp { refusal } => (
                 racaffinity_replay_action::GiveUp,
                 0,
