@@ -137,6 +137,7 @@ install: lib
 	install -m 0644 $(LIB_DIR)/libracaffinity.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 include/racaffinity.h $(DESTDIR)$(PREFIX)/include/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' racaffinity.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/racaffinity.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' racaffinity-static.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/racaffinity-static.pc
 	install -d $(DESTDIR)$(PREFIX)/lib/cmake/racaffinity
 	sed -e 's|@VERSION@|$(VERSION)|' cmake/racaffinityConfig.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/racaffinity/racaffinityConfig.cmake
 	sed -e 's|@VERSION@|$(VERSION)|' cmake/racaffinityConfigVersion.cmake.in > $(DESTDIR)$(PREFIX)/lib/cmake/racaffinity/racaffinityConfigVersion.cmake

@@ -175,11 +175,11 @@ fi
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 if [[ $pkg_ok -eq 1 ]]; then
     cflags=$(pkg-config --cflags racaffinity) && libs=$(pkg-config --libs racaffinity) &&
-        static_libs=$(pkg-config --static --libs racaffinity) || pkg_ok=0
+        static_libs=$(pkg-config --libs racaffinity-static) || pkg_ok=0
 fi
 if [[ $pkg_ok -eq 1 ]]; then
     echo "  pkg-config --cflags --libs: $cflags $libs"
-    echo "  pkg-config --static --libs: $static_libs"
+    echo "  pkg-config --libs racaffinity-static: $static_libs"
     # Shared: found through LD_LIBRARY_PATH, and it must be the installed copy.
     # shellcheck disable=SC2086
     if cc -std=c11 -Wall -Wextra -Werror tests/c/pkgconfig_app.c $cflags $libs -o "$tmp/app_shared" &&
@@ -192,12 +192,13 @@ if [[ $pkg_ok -eq 1 ]]; then
         echo "  shared build or run failed" >&2
         pkg_ok=0
     fi
-    # Static: the same flags, with the archive instead of the shared object.
-    static_libs=${static_libs//-lracaffinity/-l:libracaffinity.a}
+    # Static: racaffinity-static.pc's flags as they are (docs/c.md), and the
+    # program runs with the shared library gone from the prefix.
     # shellcheck disable=SC2086
     if cc -std=c11 -Wall -Wextra -Werror tests/c/pkgconfig_app.c $cflags $static_libs -o "$tmp/app_static" &&
        ! readelf -d "$tmp/app_static" | grep 'NEEDED.*libracaffinity' >/dev/null &&
-       env -u LD_LIBRARY_PATH "$tmp/app_static"; then
+       mv "$prefix/lib/libracaffinity.so" "$tmp/moved.so" &&
+       env -u LD_LIBRARY_PATH "$tmp/app_static" && mv "$tmp/moved.so" "$prefix/lib/libracaffinity.so"; then
         echo "  static: ok (no libracaffinity.so needed at run time)"
     else
         echo "  static build or run failed" >&2
