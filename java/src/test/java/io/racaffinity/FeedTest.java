@@ -118,9 +118,10 @@ class FeedTest {
 
     @Test
     void aClusterWithoutAFeedHasNoFeedStatus() {
-        try (Cluster c = Cluster.fromConfig("name = feed-none; " + NODES)) {
-            assertTrue(c.feedStatus().isEmpty());
-        }
+        Cluster c = Cluster.fromConfig("name = feed-none; " + NODES);
+        assertTrue(c.feedStatus().isEmpty());
+        c.close();
+        assertThrows(ClusterClosedException.class, c::feedStatus);
     }
 
     @Test
