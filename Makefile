@@ -269,12 +269,16 @@ test-appservers: lib
 	tests/appservers/run.sh
 
 # The Micrometer binder (java/micrometer, docs/java-ecosystem.md): OpenTelemetry pool metric
-# names and the affinity counters, moving with traffic and a killed node. About 1 minute.
+# names and the affinity counters, moving with traffic and a killed node, and the names
+# compared with Python's exporter. About 30 s (measured 32 s); about a minute the first
+# time, when java/run_module_tests.sh creates the Python virtualenv target/pyenv (63 s
+# with pip's cache warm; longer when pip has to download OpenTelemetry).
 test-micrometer: lib
 	java/run_module_tests.sh java/micrometer
 
 # Oracle's simplefan FAN client into the core (java/simplefan): simplefan's own event
-# classes, translated and applied to a real cluster (no ONS server here). Seconds.
+# classes, translated and applied to a real cluster (no ONS server here), and relayed into a
+# topology feed through a real 3-member etcd the test starts (FanRelayTest). About 15 s.
 test-simplefan: lib
 	java/run_module_tests.sh java/simplefan
 

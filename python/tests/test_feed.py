@@ -224,3 +224,58 @@ def test_an_ons_relay_publishes_fan_lines_to_the_fleet(etcd: Etcd) -> None:
         here.publish_event("not an event")
     with pytest.raises(ra.FeedUnavailableError, match="no topology.feed"):
         ra.Cluster("nodes = RAC1, RAC2, RAC3").publish_event(line)
+
+
+class _NoPools:
+    """What racaffinity.otel reads of a NodePools, without pools: the feed's
+    instruments come from the cluster alone."""
+
+    def __init__(self, cluster: ra.Cluster) -> None:
+        self.cluster = cluster
+
+    def items(self):
+        return []
+
+
+def test_otel_reports_the_feeds_health(etcd: Etcd) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from racaffinity.otel import instrument
+
+    def points(reader: InMemoryMetricReader) -> Dict[str, List]:
+        out: Dict[str, List] = {}
+        data = reader.get_metrics_data()
+        for rm in data.resource_metrics if data else ():
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    out.setdefault(m.name, []).extend((dict(p.attributes), p.value) for p in m.data.data_points)
+        return out
+
+    c = subscriber(etcd.url("py-otel"))
+    etcd.put("py-otel/node/RAC9/state", "down")  # refused: no such node
+    last = etcd.put("py-otel/node/RAC1/state", "down")
+    wait_until(lambda: feed(c)["revision"] >= last, 30)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    handle = instrument(_NoPools(c), meter_provider=provider)
+    pts = points(reader)
+    cluster = {"racaffinity.cluster": c.metrics()["cluster"]}
+    f = feed(c)
+    assert pts["racaffinity.feed.connected"] == [(cluster, 1)], pts
+    assert pts["racaffinity.feed.revision"] == [(cluster, f["revision"])]
+    assert pts["racaffinity.feed.lag"] == [(cluster, 0)]
+    assert pts["racaffinity.feed.records.applied"] == [(cluster, f["applied"])]
+    assert pts["racaffinity.feed.records.refused"] == [(cluster, 1)]
+    handle.uninstrument()
+    provider.shutdown()
+
+    plain = ra.Cluster("nodes = RAC1, RAC2")
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    handle = instrument(_NoPools(plain), meter_provider=provider)
+    assert not [n for n in points(reader) if n.startswith("racaffinity.feed.")], "no feed, no feed instruments"
+    handle.uninstrument()
+    provider.shutdown()
+    plain.close()
+    c.close()

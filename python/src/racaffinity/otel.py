@@ -19,6 +19,8 @@ core's affinity counters, named as the Java Micrometer binder names them:
 | `racaffinity.node.picks`, `.affinity_hits`, `.repins`, `.strict_refusals`, `.failures` (`racaffinity.cluster`, `racaffinity.node`) | observable counters | `cluster.metrics()` |
 | `racaffinity.node.in_flight`; `racaffinity.node.state` (1 for the current `racaffinity.node.state.value`) | observable up-down counters | `cluster.metrics()` |
 | `racaffinity.scope.hits`, `.placements`, `.repins`, `.fallbacks`, `.strict_refusals` (`racaffinity.scope`); `racaffinity.scope.live` | observable counters; up-down counter | `cluster.metrics()` |
+| with `topology.feed` only: `racaffinity.feed.connected` (1 or 0), `.revision`, `.lag` (`racaffinity.cluster`) | observable up-down counters | `cluster.metrics()["feed"]` |
+| with `topology.feed` only: `racaffinity.feed.records.applied`, `.records.refused` | observable counters | `cluster.metrics()["feed"]` |
 
 Wait and use times are measured around the node pools' own `getconn` and
 `putconn`, which every `pools.connection()` goes through; a pool that replaces
@@ -60,6 +62,17 @@ NODE_COUNTERS = {
     "failures": "Units of work on the node that ended in a node failure",
 }
 SCOPES = ("transaction", "session", "data", "thread")
+# The topology feed's health (name suffix -> (field of metrics()["feed"], description)),
+# named as Java's binders name it (java/micrometer FeedMeter).
+FEED_LEVELS = {
+    "connected": ("connected", "1 while a watch on the topology feed is open and answering, else 0"),
+    "revision": ("revision", "The etcd revision up to which every feed record is applied"),
+    "lag": ("lag", "Feed records written after the applied revision, at the last check"),
+}
+FEED_COUNTERS = {
+    "records.applied": ("applied", "Feed records that changed or confirmed this cluster's view"),
+    "records.refused": ("refused", "Feed records refused (malformed or unknown node); nothing changed"),
+}
 # Bucket bounds (seconds) of the duration histograms, the same as Java's binders: Prometheus
 # histograms of both languages aggregate only when their bounds agree, and the SDK's
 # default bounds (0, 5, 10, ... 10000) suit milliseconds, not seconds.
@@ -87,7 +100,8 @@ class Instrumentation:
 
         self._pools = pools
         self._cluster = pools.cluster
-        self._cluster_name = self._cluster.metrics()["cluster"]
+        first = self._cluster.metrics()
+        self._cluster_name = first["cluster"]
         provider = meter_provider if meter_provider is not None else _otel_metrics.get_meter_provider()
         meter = provider.get_meter("racaffinity", __version__)
         self._lock = threading.Lock()
@@ -135,6 +149,14 @@ class Instrumentation:
         meter.create_observable_up_down_counter(
             "racaffinity.scope.live", [self._scope_callback("live")],
             description="Affinities of the scope the core holds")
+        # The feed is configuration: a cluster without one never gains one, so no instruments.
+        if first.get("feed") is not None:
+            for name, (key, description) in FEED_LEVELS.items():
+                meter.create_observable_up_down_counter(
+                    f"racaffinity.feed.{name}", [self._feed_callback(key)], description=description)
+            for name, (key, description) in FEED_COUNTERS.items():
+                meter.create_observable_counter(
+                    f"racaffinity.feed.{name}", [self._feed_callback(key)], description=description)
         self._hook_pools()
 
     # -- the pool hooks --------------------------------------------------------------
@@ -284,5 +306,14 @@ class Instrumentation:
             m = self._metrics()
             for scope in SCOPES if m else ():
                 yield Observation(m["scopes"][scope][key], {CLUSTER: self._cluster_name, SCOPE: scope})
+
+        return observe
+
+    def _feed_callback(self, key: str):
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            m = self._metrics()
+            feed = m.get("feed") if m else None
+            if feed is not None:
+                yield Observation(int(feed[key]), {CLUSTER: self._cluster_name})
 
         return observe

@@ -289,3 +289,53 @@ jni_export! {
         })
     }
 }
+
+/// Counters in `feedStatus`' `long[]`, in this order.
+pub(crate) const FEED_COUNTERS: usize = 9;
+
+jni_export! {
+    /// `Object[] feedStatus(long handle)`: the topology feed's health, or null
+    /// without `topology.feed`: `{String url, String lastError, String
+    /// lastRefused, long[] counters}` (the two messages null when there is
+    /// none), counters: connected (0/1), revision, leader revision, lag,
+    /// applied, stale, refused, reconnects, full reads. A typed view for
+    /// JMX and the metrics binders, which would otherwise parse the JSON.
+    fn Java_io_racaffinity_Native_feedStatus<'l>(env, h: jlong) -> JObjectArray<'l> {
+        run(&mut env, |env| {
+            let Some(f) = with_cluster(h, |c| Ok(c.metrics().feed))? else {
+                return Ok(JObjectArray::<JObject>::null());
+            };
+            // Revisions and counts are u64: saturate rather than wrap negative.
+            let sat = |v: u64| v.min(i64::MAX as u64) as jlong;
+            let counters = [
+                jlong::from(f.connected),
+                sat(f.revision),
+                sat(f.leader_revision),
+                sat(f.lag),
+                sat(f.applied),
+                sat(f.stale),
+                sat(f.refused),
+                sat(f.reconnects),
+                sat(f.full_reads),
+            ];
+            debug_assert_eq!(counters.len(), FEED_COUNTERS);
+            let text = |env: &mut Env<'l>, s: Option<&str>| -> JResult<JObject<'l>> {
+                Ok(match s {
+                    Some(s) => JString::from_str(env, s)?.into(),
+                    None => JObject::null(),
+                })
+            };
+            let url = text(env, Some(&f.url))?;
+            let last_error = text(env, f.last_error.as_deref())?;
+            let last_refused = text(env, f.last_refused.as_deref())?;
+            let longs = JLongArray::new(env, counters.len())?;
+            longs.set_region(env, 0, &counters)?;
+            let out = JObjectArray::<JObject>::new(env, 4, JObject::null())?;
+            out.set_element(env, 0, &url)?;
+            out.set_element(env, 1, &last_error)?;
+            out.set_element(env, 2, &last_refused)?;
+            out.set_element(env, 3, &longs)?;
+            Ok(out)
+        })
+    }
+}

@@ -19,7 +19,9 @@ ports = sys.argv[1:]
 names = [f"N{i + 1}" for i in range(len(ports))]
 dsns = {n: f"host=127.0.0.1 port={p} dbname=postgres user=postgres" for n, p in zip(names, ports)}
 provider = MeterProvider(metric_readers=[PrometheusMetricReader()])
-with ra.Cluster(f"name = names\nnodes = {', '.join(names)}\npolicy = round_robin") as cluster, \
+# A topology feed no etcd answers, as MetricNamesTest.FEED: the feed's instruments exist.
+feed = "topology.feed = etcd://127.0.0.1:1/names"
+with ra.Cluster(f"name = names\nnodes = {', '.join(names)}\npolicy = round_robin\n{feed}") as cluster, \
         NodePools(cluster, dsns, min_size=1, max_size=2, timeout=5.0) as pools:
     handle = instrument(pools, meter_provider=provider)
     for _ in range(2 * len(names)):

@@ -1006,6 +1006,17 @@ public final class Cluster implements AutoCloseable {
         return Collections.unmodifiableList(out);
     }
 
+    /**
+     * The topology feed's health ({@code topology.feed}, docs/operations.md "Topology feed"):
+     * connected, the applied revision, the lag, the records applied and refused, the last
+     * error. The same fields as the {@code feed} object of {@link #metricsJson()}.
+     *
+     * @return the feed's status, empty when the cluster has no feed
+     */
+    public Optional<FeedStatus> feedStatus() {
+        return Optional.ofNullable(FeedStatus.of(Native.feedStatus(handle)));
+    }
+
     /** Adds the pinned routes that threads served from their caches to the core's counters. */
     private void mergeHostHits() {
         for (AtomicLongArray c : hostHits) {

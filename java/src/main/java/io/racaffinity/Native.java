@@ -102,6 +102,8 @@ final class Native {
 
     static native long[] nodeTxSpans(long h);
 
+    static native Object[] feedStatus(long h);
+
     // --- pins and leases -------------------------------------------------
     static native long contextNew(long h);
 

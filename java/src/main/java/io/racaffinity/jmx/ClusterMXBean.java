@@ -44,6 +44,33 @@ public interface ClusterMXBean {
     /** @return the metrics snapshot in the Prometheus text format */
     String getMetricsPrometheus();
 
+    /** @return the {@code topology.feed} URL; null when the cluster has no feed (the other Feed attributes are then false or 0) */
+    String getFeedUrl();
+
+    /** @return a watch on the topology feed is open and answering */
+    boolean isFeedConnected();
+
+    /** @return every feed record up to this etcd revision is applied */
+    long getFeedRevision();
+
+    /** @return feed records written after {@link #getFeedRevision()}, at the last check */
+    long getFeedLag();
+
+    /** @return feed records that changed or confirmed this cluster's view */
+    long getFeedRecordsApplied();
+
+    /** @return feed records refused (malformed, unknown node): nothing changed */
+    long getFeedRecordsRefused();
+
+    /** @return feed watches re-opened after a failure */
+    long getFeedReconnects();
+
+    /** @return the last failure to reach etcd while the feed is not connected; null if none */
+    String getFeedLastError();
+
+    /** @return why the last refused feed record was refused; null if none */
+    String getFeedLastRefused();
+
     /** @return strict XA (transaction) affinity: refuse instead of re-placing */
     boolean isUseStrictXAAffinity();
 
@@ -69,7 +96,10 @@ public interface ClusterMXBean {
     void setUseStrictDataAffinity(boolean strict);
 
     /**
-     * Marks a node down (cause {@code admin}: only {@link #markUp} lifts it).
+     * Marks a node down (cause {@code admin}: only {@link #markUp} lifts it). With a topology
+     * feed the change is written through etcd to every subscribed process; when etcd does not
+     * take it, {@link IllegalStateException} and nothing changes (as for {@link #markUp} and
+     * {@link #drain}).
      *
      * @param node node name
      */

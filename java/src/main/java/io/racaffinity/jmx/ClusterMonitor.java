@@ -2,6 +2,8 @@ package io.racaffinity.jmx;
 
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
+import io.racaffinity.FeedStatus;
+import io.racaffinity.FeedUnavailableException;
 import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
 import io.racaffinity.Scope;
@@ -9,6 +11,7 @@ import java.lang.management.ManagementFactory;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.function.Function;
 import javax.management.InstanceAlreadyExistsException;
 import javax.management.InstanceNotFoundException;
@@ -18,9 +21,11 @@ import javax.management.MalformedObjectNameException;
 import javax.management.ObjectName;
 
 /**
- * The {@link ClusterMXBean} of a {@link Cluster}. Operations that fail throw
- * {@link IllegalArgumentException} with the core's message, so a remote JMX
- * client needs no racaffinity classes.
+ * The {@link ClusterMXBean} of a {@link Cluster}. Operations that fail throw a JDK exception
+ * with the core's message, so a remote JMX client needs no racaffinity classes:
+ * {@link IllegalStateException} when the topology feed did not take an operator's change
+ * (the call may succeed later; nothing changed), {@link IllegalArgumentException} for the
+ * rest (an unknown node, a malformed event).
  */
 public final class ClusterMonitor implements ClusterMXBean {
     /** The JMX domain. */
@@ -157,6 +162,55 @@ public final class ClusterMonitor implements ClusterMXBean {
         return cluster.metricsPrometheus();
     }
 
+    private Optional<FeedStatus> feed() {
+        return cluster.feedStatus();
+    }
+
+    @Override
+    public String getFeedUrl() {
+        return feed().map(FeedStatus::url).orElse(null);
+    }
+
+    @Override
+    public boolean isFeedConnected() {
+        return feed().map(FeedStatus::connected).orElse(false);
+    }
+
+    @Override
+    public long getFeedRevision() {
+        return feed().map(FeedStatus::revision).orElse(0L);
+    }
+
+    @Override
+    public long getFeedLag() {
+        return feed().map(FeedStatus::lag).orElse(0L);
+    }
+
+    @Override
+    public long getFeedRecordsApplied() {
+        return feed().map(FeedStatus::applied).orElse(0L);
+    }
+
+    @Override
+    public long getFeedRecordsRefused() {
+        return feed().map(FeedStatus::refused).orElse(0L);
+    }
+
+    @Override
+    public long getFeedReconnects() {
+        return feed().map(FeedStatus::reconnects).orElse(0L);
+    }
+
+    @Override
+    public String getFeedLastError() {
+        return feed().flatMap(FeedStatus::lastError).orElse(null);
+    }
+
+    @Override
+    public String getFeedLastRefused() {
+        return feed().flatMap(FeedStatus::lastRefused).orElse(null);
+    }
+
     @Override
     public boolean isUseStrictXAAffinity() {
         return cluster.isStrict(Scope.TRANSACTION);
@@ -200,6 +254,9 @@ public final class ClusterMonitor implements ClusterMXBean {
     private void setState(String node, NodeState state) {
         try {
             cluster.setNodeState(node, state);
+        } catch (FeedUnavailableException e) {
+            // Not the caller's argument: the same call succeeds once etcd takes writes.
+            throw new IllegalStateException(e.getMessage());
         } catch (AffinityException e) {
             throw new IllegalArgumentException(e.getMessage());
         }

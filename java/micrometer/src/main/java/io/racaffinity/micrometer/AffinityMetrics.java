@@ -32,7 +32,11 @@ import javax.sql.DataSource;
  *       {@code racaffinity.node.state.value}, 0 for the others);</li>
  *   <li>per affinity scope ({@code transaction}, {@code session}, {@code data},
  *       {@code thread}): {@code racaffinity.scope.hits}, {@code .placements}, {@code .repins},
- *       {@code .fallbacks}, {@code .strict_refusals} and {@code racaffinity.scope.live}.</li>
+ *       {@code .fallbacks}, {@code .strict_refusals} and {@code racaffinity.scope.live};</li>
+ *   <li>with a topology feed ({@code topology.feed}), per cluster: {@code racaffinity.feed.connected}
+ *       (1 or 0), {@code racaffinity.feed.revision}, {@code racaffinity.feed.lag} (records not yet
+ *       applied) and the counters {@code racaffinity.feed.records.applied} and
+ *       {@code racaffinity.feed.records.refused}.</li>
  * </ul>
  * The full list, with units, is in docs/java-ecosystem.md. A Prometheus registry serves the
  * families Python's exporter serves ({@code db_client_connection_count},
@@ -106,6 +110,21 @@ public final class AffinityMetrics implements MeterBinder {
             }
             Gauge.builder("racaffinity.scope.live", snapshot, s -> s.scope(scope, "live")).tags(tags).strongReference(true)
                     .description("Affinities of the scope the core holds").register(registry);
+        }
+        // The feed is configuration: a cluster without one never gains one, so no meters.
+        if (cluster.feedStatus().isPresent()) {
+            bindFeed(registry, snapshot, clusterTags);
+        }
+    }
+
+    private static void bindFeed(MeterRegistry registry, Snapshot snapshot, Tags tags) {
+        for (FeedMeter m : FeedMeter.LEVELS) {
+            Gauge.builder(m.name(), snapshot, s -> s.feed(m.value())).tags(tags).strongReference(true)
+                    .description(m.description()).register(registry);
+        }
+        for (FeedMeter m : FeedMeter.COUNTERS) {
+            FunctionCounter.builder(m.name(), snapshot, s -> snapshot.feed(m.value())).tags(tags)
+                    .description(m.description()).register(registry);
         }
     }
 

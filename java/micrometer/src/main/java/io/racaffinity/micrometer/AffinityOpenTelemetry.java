@@ -38,7 +38,10 @@ import javax.sql.DataSource;
  *       {request}}), {@code .timeouts} (counter, {@code {timeout}}), {@code .create_time},
  *       {@code .wait_time}, {@code .use_time} (histograms, {@code s});
  *   <li>per node and per scope, the core's counters and levels, named as in {@link
- *       AffinityMetrics}.
+ *       AffinityMetrics};
+ *   <li>with a topology feed, per cluster: {@code racaffinity.feed.connected}, {@code .revision},
+ *       {@code .lag} (up-down counters) and {@code racaffinity.feed.records.applied}, {@code
+ *       .records.refused} (counters).
  * </ul>
  *
  * <pre>{@code
@@ -102,6 +105,18 @@ public final class AffinityOpenTelemetry implements AutoCloseable {
         }
         instruments.add(meter.upDownCounterBuilder("racaffinity.scope.live")
                 .setDescription("Affinities of the scope the core holds").buildWithCallback(scopes(snapshot, name, "live")));
+        // The feed is configuration: a cluster without one never gains one, so no instruments.
+        if (cluster.feedStatus().isPresent()) {
+            Attributes attributes = Attributes.of(CLUSTER, name);
+            for (FeedMeter f : FeedMeter.LEVELS) {
+                instruments.add(meter.upDownCounterBuilder(f.name()).setDescription(f.description())
+                        .buildWithCallback(m -> record(m, snapshot.feed(f.value()), attributes)));
+            }
+            for (FeedMeter f : FeedMeter.COUNTERS) {
+                instruments.add(meter.counterBuilder(f.name()).setDescription(f.description())
+                        .buildWithCallback(m -> record(m, snapshot.feed(f.value()), attributes)));
+            }
+        }
     }
 
     /**

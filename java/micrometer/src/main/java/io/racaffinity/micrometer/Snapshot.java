@@ -2,11 +2,13 @@ package io.racaffinity.micrometer;
 
 import io.racaffinity.Cluster;
 import io.racaffinity.ClusterClosedException;
+import io.racaffinity.FeedStatus;
 import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.function.ToLongFunction;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -28,6 +30,7 @@ final class Snapshot {
     private long readAt;
     private Map<String, NodeMetrics> nodes = Map.of();
     private Map<String, Long> scopes = Map.of();
+    private Optional<FeedStatus> feed = Optional.empty();
 
     Snapshot(Cluster cluster) {
         this.cluster = cluster;
@@ -54,10 +57,12 @@ final class Snapshot {
             }
             nodes = byName;
             scopes = s;
+            feed = cluster.feedStatus();
         } catch (ClusterClosedException e) {
             // The data source was closed: its meters read NaN from now on.
             nodes = Map.of();
             scopes = Map.of();
+            feed = Optional.empty();
         }
     }
 
@@ -77,5 +82,11 @@ final class Snapshot {
         refresh();
         Long v = scopes.get(scope + "." + field);
         return v == null ? Double.NaN : v;
+    }
+
+    /** A field of the topology feed's status; NaN without a feed or once the cluster is closed. */
+    synchronized double feed(ToLongFunction<FeedStatus> f) {
+        refresh();
+        return feed.map(st -> (double) f.applyAsLong(st)).orElse(Double.NaN);
     }
 }

@@ -84,7 +84,19 @@ class MetricNamesTest {
             Map.entry("racaffinity.scope.repins", new String[] {"counter", ""}),
             Map.entry("racaffinity.scope.fallbacks", new String[] {"counter", ""}),
             Map.entry("racaffinity.scope.strict_refusals", new String[] {"counter", ""}),
-            Map.entry("racaffinity.scope.live", new String[] {"updowncounter", ""})));
+            Map.entry("racaffinity.scope.live", new String[] {"updowncounter", ""}),
+            Map.entry("racaffinity.feed.connected", new String[] {"updowncounter", ""}),
+            Map.entry("racaffinity.feed.revision", new String[] {"updowncounter", ""}),
+            Map.entry("racaffinity.feed.lag", new String[] {"updowncounter", ""}),
+            Map.entry("racaffinity.feed.records.applied", new String[] {"counter", ""}),
+            Map.entry("racaffinity.feed.records.refused", new String[] {"counter", ""})));
+
+    /**
+     * A topology feed no etcd answers (the constructor does not wait for a refused
+     * connection): the feed's meters exist, reading not connected, in both languages. The
+     * same in python_prometheus.py.
+     */
+    static final String FEED = "topology.feed = etcd://127.0.0.1:1/names";
 
     static final String OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -103,7 +115,7 @@ class MetricNamesTest {
     static AffinityDataSource dataSource(String name) {
         AffinityDataSource ds = new AffinityDataSource();
         String nodes = port(1) + ", " + port(2) + ", " + port(3);
-        ds.setConfig("name = " + name + "; nodes = " + nodes + "; policy = round_robin");
+        ds.setConfig("name = " + name + "; nodes = " + nodes + "; policy = round_robin; " + FEED);
         ds.setUrlTemplate("jdbc:postgresql://127.0.0.1:{instance}/postgres");
         ds.setDataSourceClassName("com.zaxxer.hikari.HikariDataSource");
         ds.setDataSourcePropertyList("maximumPoolSize=2 | minimumIdle=1 | connectionTimeout=250");
@@ -293,6 +305,11 @@ class MetricNamesTest {
         String otelText = openTelemetryPrometheus();
         Map<String, Family> python = families(pythonText);
         assertTrue(python.containsKey("db_client_connection_count"), show(python));
+        assertTrue(python.containsKey("racaffinity_feed_connected"), show(python));
+        for (String text : List.of(pythonText, micrometerText, otelText)) {
+            assertTrue(Pattern.compile("(?m)^racaffinity_feed_connected\\{[^}]*racaffinity_cluster=\"names\"[^}]*\\} 0(\\.0)?$")
+                    .matcher(text).find(), "an unreachable feed reads not connected:\n" + text);
+        }
         Map<String, Family> micrometer = families(micrometerText);
         Map<String, Family> otel = families(otelText);
         System.out.println("Python:\n" + show(python) + "\nMicrometer:\n" + show(micrometer) + "\nOpenTelemetry Java:\n"

@@ -1,7 +1,10 @@
 package io.racaffinity.simplefan;
 
+import io.racaffinity.Cluster;
+import io.racaffinity.FeedUnavailableException;
 import io.racaffinity.jdbc.AffinityDataSource;
 import java.lang.System.Logger.Level;
+import java.sql.SQLException;
 import java.text.SimpleDateFormat;
 import java.util.LinkedHashMap;
 import java.util.Locale;
@@ -40,6 +43,16 @@ import oracle.simplefan.ServiceUpEvent;
  * An event the core refuses (a foreign database or service, an unknown instance) is logged
  * at WARNING and dropped: it must not reach simplefan's dispatch thread.
  *
+ * <p><b>ONS relay</b> ({@code relayToFeed}, {@link #relayToFeed(Cluster)}): with a topology
+ * feed ({@code topology.feed}), the adapter publishes each line into the feed
+ * ({@link Cluster#publishEvent}) instead of applying it: the record is applied here at the
+ * revision etcd gave it, and every subscribed process of the fleet (C, Python, Java without
+ * simplefan) applies the same record. When etcd does not take the write the line is applied
+ * in this process only (logged at WARNING): an event Oracle sent is not dropped because
+ * etcd is away, while the fleet's other processes miss it until Oracle's next event for the
+ * resource. Run one relay per ONS subscription: the feed keeps the latest event per resource,
+ * and two relays' copies of one event would interleave with later events.
+ *
  * <pre>{@code
  * Properties ons = new Properties();
  * ons.setProperty("onsNodes", "racnode1:6200,racnode2:6200");
@@ -63,6 +76,7 @@ public final class FanAdapter implements FanUpEventListener, AutoCloseable {
     }
 
     private final EventSink sink;
+    private final Cluster relay;
     private final Map<String, Map<String, String>> advice = new LinkedHashMap<>();
     private volatile FanSubscription subscription;
 
@@ -74,6 +88,34 @@ public final class FanAdapter implements FanUpEventListener, AutoCloseable {
     /** @param sink where the translated lines go */
     public FanAdapter(EventSink sink) {
         this.sink = Objects.requireNonNull(sink, "sink");
+        this.relay = null;
+    }
+
+    private FanAdapter(Cluster relay) {
+        this.sink = relay::applyEvent;
+        this.relay = relay;
+    }
+
+    /**
+     * An adapter that relays each event into the cluster's topology feed
+     * ({@link Cluster#publishEvent}), so every subscribed process of the fleet gets it.
+     *
+     * @param cluster a cluster with {@code topology.feed}
+     * @return the adapter
+     * @throws IllegalArgumentException if the cluster has no topology feed
+     */
+    public static FanAdapter relayToFeed(Cluster cluster) {
+        Objects.requireNonNull(cluster, "cluster");
+        if (cluster.feedStatus().isEmpty()) {
+            throw new IllegalArgumentException("relayToFeed: cluster " + cluster.name()
+                    + " has no topology.feed to relay FAN events into");
+        }
+        return new FanAdapter(cluster);
+    }
+
+    /** @return whether this adapter relays into the topology feed rather than applying locally */
+    public boolean relaysToFeed() {
+        return relay != null;
     }
 
     /**
@@ -86,7 +128,36 @@ public final class FanAdapter implements FanUpEventListener, AutoCloseable {
      * @return the subscribed adapter; close it to unsubscribe
      */
     public static FanAdapter subscribe(AffinityDataSource dataSource, Properties onsConfig, Properties subscription) {
-        FanAdapter adapter = new FanAdapter(dataSource);
+        return subscribe(dataSource, onsConfig, subscription, false);
+    }
+
+    /**
+     * As {@link #subscribe(AffinityDataSource, Properties, Properties)}, optionally as the
+     * fleet's ONS relay.
+     *
+     * @param dataSource the data source
+     * @param onsConfig simplefan's {@code FanManager.configure} properties; null or empty to keep
+     *     its configuration
+     * @param subscription {@code FanManager.subscribe} properties
+     * @param relayToFeed publish each event into the data source's topology feed
+     *     ({@link #relayToFeed(Cluster)}) instead of applying it here only
+     * @return the subscribed adapter; close it to unsubscribe
+     * @throws IllegalArgumentException if {@code relayToFeed} and the data source's config has no
+     *     {@code topology.feed}
+     * @throws IllegalStateException if {@code relayToFeed} and the data source cannot start
+     */
+    public static FanAdapter subscribe(AffinityDataSource dataSource, Properties onsConfig, Properties subscription,
+            boolean relayToFeed) {
+        FanAdapter adapter;
+        if (relayToFeed) {
+            try {
+                adapter = relayToFeed(Objects.requireNonNull(dataSource, "dataSource").getCluster());
+            } catch (SQLException e) {
+                throw new IllegalStateException("relayToFeed: the data source cannot start: " + e.getMessage(), e);
+            }
+        } else {
+            adapter = new FanAdapter(dataSource);
+        }
         FanManager fan = FanManager.getInstance();
         if (onsConfig != null && !onsConfig.isEmpty()) {
             fan.configure(onsConfig);
@@ -200,11 +271,33 @@ public final class FanAdapter implements FanUpEventListener, AutoCloseable {
             line.append(" timestamp=").append(f.format(e.getTimestamp()));
         }
         String text = line.toString();
+        if (relay != null) {
+            relay(text);
+            return;
+        }
         try {
             int changed = sink.apply(text);
             LOG.log(Level.DEBUG, () -> "simplefan: " + text + " -> " + changed + " node state change(s)");
         } catch (Exception ex) {
             LOG.log(Level.WARNING, "simplefan: event not applied: " + text + ": " + ex.getMessage());
+        }
+    }
+
+    private void relay(String text) {
+        try {
+            long revision = relay.publishEvent(text);
+            LOG.log(Level.DEBUG, () -> "simplefan: " + text + " -> relayed at feed revision " + revision);
+        } catch (FeedUnavailableException ex) {
+            try {
+                int changed = relay.applyEvent(text);
+                LOG.log(Level.WARNING, "simplefan: event not relayed (" + ex.getMessage()
+                        + "); applied in this process only (" + changed + " node state change(s)): " + text);
+            } catch (RuntimeException local) {
+                LOG.log(Level.WARNING, "simplefan: event neither relayed (" + ex.getMessage() + ") nor applied: "
+                        + text + ": " + local.getMessage());
+            }
+        } catch (RuntimeException ex) {
+            LOG.log(Level.WARNING, "simplefan: event not relayed: " + text + ": " + ex.getMessage());
         }
     }
 
