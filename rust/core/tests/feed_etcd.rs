@@ -88,6 +88,7 @@ fn the_subscriber_over_a_real_etcd_cluster() {
     records_in_revision_order(&etcd);
     bad_records_are_refused_and_counted(&etcd);
     an_unreachable_feed_leaves_the_local_view();
+    a_quiet_watch_is_left_alone(&etcd);
     operator_calls_reach_the_whole_fleet(&etcd);
     a_subscriber_away_resumes_or_reads_everything_again(&etcd);
     the_leader_killed_mid_stream_loses_nothing(&etcd);
@@ -163,6 +164,24 @@ fn an_unreachable_feed_leaves_the_local_view() {
     assert_eq!(c.add_node(NodeSpec::new("D")).unwrap_err().kind(), ErrorKind::FeedUnavailable);
     assert_eq!(c.remove_node("C").unwrap_err().kind(), ErrorKind::FeedUnavailable);
     assert!(c.node_by_name("C").is_ok() && c.node_by_name("D").is_err());
+}
+
+fn a_quiet_watch_is_left_alone(etcd: &Etcd) {
+    // Records under the prefix, then silence for several liveness checks
+    // (topology.feed_timeout = 1s): a healthy watch is neither re-opened
+    // nor reported lagging, and the next record arrives at once.
+    let kv = etcd.client();
+    for n in ["A", "B", "C"] {
+        kv.put(&format!("t7/node/{n}/weight"), "2", 0).unwrap();
+    }
+    let c = Cluster::from_config_text(&config(&etcd.url("t7"))).unwrap();
+    std::thread::sleep(Duration::from_millis(3500));
+    let f = feed(&c);
+    assert_eq!((f.reconnects, f.lag, f.connected), (0, 0, true), "a quiet, healthy watch: {f:?}");
+    let rev = kv.put("t7/node/A/state", "down", 0).unwrap();
+    let t = Instant::now();
+    eventually("the record after the silence", &c, |c| feed(c).revision >= rev);
+    assert!(t.elapsed() < Duration::from_secs(1), "applied {:?} after the put", t.elapsed());
 }
 
 fn operator_calls_reach_the_whole_fleet(etcd: &Etcd) {

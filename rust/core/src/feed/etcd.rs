@@ -168,14 +168,20 @@ impl EtcdClient {
 
     /// How many keys under `prefix` were put after `revision`, and the
     /// store's current revision (a linearizable read: the leader's view).
+    /// The keys are read (without values) and counted here: etcd's `count`
+    /// is the number of keys in the range before the revision filter.
     pub fn count_newer(&self, prefix: &str, revision: u64) -> EResult<(u64, u64)> {
         let p = prefix.as_bytes();
         let v = self.call(
             "/v3/kv/range",
-            &json!({"key": b64(p), "range_end": b64(&prefix_end(p)), "count_only": true,
+            &json!({"key": b64(p), "range_end": b64(&prefix_end(p)), "keys_only": true,
                     "min_mod_revision": (revision + 1).to_string()}),
         )?;
-        Ok((int(v.get("count"))?, header_revision(&v)?))
+        let newer = match v.get("kvs") {
+            Some(Value::Array(a)) => a.len() as u64,
+            _ => 0,
+        };
+        Ok((newer, header_revision(&v)?))
     }
 
     /// Puts `key = value` (attached to `lease` unless 0); the put's revision.

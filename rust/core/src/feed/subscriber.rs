@@ -129,6 +129,7 @@ fn spawn(r: &Restart, ready: Option<mpsc::Sender<()>>) -> bool {
         revision: 0,
         known: HashSet::new(),
         ready,
+        was_live: false,
     };
     match std::thread::Builder::new().name("racaffinity-feed".into()).spawn(move || worker.run()) {
         Ok(_) => true,
@@ -217,6 +218,8 @@ struct Worker {
     /// Keys (relative) seen present, for deletions lost to a compaction.
     known: HashSet<String>,
     ready: Option<mpsc::Sender<()>>,
+    /// The current watch was created (the feed answered since the last failure).
+    was_live: bool,
 }
 
 /// Why a watch ended.
@@ -254,6 +257,11 @@ impl Worker {
                 Ended::Stopped => break,
                 Ended::Compacted => need_read = true,
                 Ended::Failed(e) => {
+                    // A watch that was live fails over at once; back-off
+                    // is for a feed that keeps failing.
+                    if std::mem::take(&mut self.was_live) {
+                        backoff = Duration::from_millis(100);
+                    }
                     self.failed(e);
                     if !self.pause(&mut backoff) {
                         break;
@@ -346,6 +354,7 @@ impl Worker {
                     }
                     if batch.created {
                         self.health.connected.store(true, Ordering::Release);
+                        self.was_live = true;
                     }
                     if !batch.events.is_empty() {
                         let Some(inner) = self.cluster.upgrade() else { return Ended::Stopped };
