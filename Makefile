@@ -42,7 +42,7 @@ help:
 	@echo "  make bench-scaling   route cost by node count and registry size, RSS of 1M sessions/contexts, SVG plot"
 	@echo "  make bench-feed      topology feed: subscribed vs unsubscribed picks, put-to-apply latency in 3 processes (starts etcd)"
 	@echo "  make memory          memory of 1M live transaction affinities"
-	@echo "  make fuzz            every cargo-fuzz target for FUZZ_SECONDS each (default 300), one after another"
+	@echo "  make fuzz            every cargo-fuzz target to FUZZ_RUNS inputs (1M), FUZZ_SECONDS in all (1800)"
 	@echo "  make soak            the chaos soak for SOAK_SECONDS (default 600; SOAK_SEED replays a run)"
 	@echo "Test steps (all part of make test):"
 	@echo "  make lint            rustfmt, clippy, rustdoc warnings, JNI exports, docs checks"
@@ -315,14 +315,17 @@ test-doc-samples: lib jar
 
 # Fuzzing (fuzz/, docs/fuzzing.md): the config parser, FAN/RLB events on a
 # cluster, C-ABI call sequences against a model, and the rendezvous hash
-# against the Python reference. `make fuzz` runs each target FUZZ_SECONDS
-# (default 5 minutes), `make test-fuzz` 20 seconds, one after another with one
-# libFuzzer job. Without a nightly toolchain both say so and succeed.
-FUZZ_SECONDS ?= 300
+# against the Python reference. `make fuzz` runs them FUZZ_SECONDS in all
+# (default 30 minutes; the time a target leaves goes to the ones after it),
+# each until FUZZ_RUNS inputs (default 1M); `make test-fuzz` each for 20
+# seconds. One after another, one libFuzzer job. Without a nightly
+# toolchain both say so and succeed.
+FUZZ_SECONDS ?= 1800
+FUZZ_RUNS ?= 1000000
 NO_NIGHTLY_MSG = no nightly toolchain ('$(CARGO) +nightly' fails): skipping the fuzz targets (rustup toolchain install nightly)
 fuzz:
 	@if ! $(CARGO) +nightly --version >/dev/null 2>&1; then echo "make fuzz: $(NO_NIGHTLY_MSG)"; exit 0; fi; \
-	$(MAKE) --no-print-directory cargo-fuzz-tool && PATH="$(TOOLS)/bin:$$PATH" CARGO=$(CARGO) tools/fuzz.sh $(FUZZ_SECONDS)
+	$(MAKE) --no-print-directory cargo-fuzz-tool && PATH="$(TOOLS)/bin:$$PATH" CARGO=$(CARGO) FUZZ_RUNS=$(FUZZ_RUNS) tools/fuzz.sh --total $(FUZZ_SECONDS)
 
 test-fuzz:
 	@if ! $(CARGO) +nightly --version >/dev/null 2>&1; then echo "make test-fuzz: $(NO_NIGHTLY_MSG)"; exit 0; fi; \

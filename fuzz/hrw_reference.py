@@ -17,12 +17,20 @@ null means the reference calls the winner Fragile (it depends on the last
 bits of ln()), so that comparison is skipped, as the vectors do.
 """
 
+import functools
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "vectors"))
 import generate as ref  # noqa: E402
+
+# `owner` derives every node's seed and tie-break key again for each key it
+# places (up to 12 nodes x 64 keys a request): most of this child's time,
+# which was most of the target's. Both are pure functions of the name, so
+# memoizing them changes no answer; the reference's code stays as written.
+ref.seed = functools.lru_cache(maxsize=1 << 14)(ref.seed)
+ref._neg_bytes = functools.lru_cache(maxsize=1 << 14)(ref._neg_bytes)
 
 
 def owner_or_none(nodes, key_hash):

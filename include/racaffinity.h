@@ -850,14 +850,32 @@ racaffinity_result racaffinity_context_pick_host_leasable(const racaffinity_clus
                                                           bool *out_host);
 
 /*
- Adds `count` routes a host served from its cache for a pinned context on
- `node` to the metrics (node picks and affinity hits, thread-scope hits).
- An id the cluster never had is UNKNOWN_NODE; a removed node's id still
- counts (its hits were served while it was there). The counters wrap.
+ Adds `count` routes a host served from its cache for a context pinned
+ on `node` with the thread scope's rules (`racaffinity_context_pin`, or
+ `racaffinity_context_pin_for` with `RACAFFINITY_SCOPE_THREAD`) to the
+ metrics: `racaffinity_cluster_count_host_hits_for` with
+ `RACAFFINITY_SCOPE_THREAD`.
  */
 racaffinity_result racaffinity_cluster_count_host_hits(const racaffinity_cluster *cluster,
                                                        uint32_t node,
                                                        uint64_t count);
+
+/*
+ Adds `count` routes a host served from its cache for a context pinned
+ on `node` with the rules of `scope` (`racaffinity_scope`: the scope the
+ context was pinned with by `racaffinity_context_pin_for`) to the
+ metrics: the node's picks and affinity hits, and `scope`'s hits, where
+ the library counts that context's own answers. INVALID_ARGUMENT for a
+ scope out of range (checked before the cluster) and for
+ `RACAFFINITY_SCOPE_DATA`, whose rules no context pin follows;
+ UNKNOWN_NODE for an id the cluster never had (a removed node's id still
+ counts: its hits were served while it was there). Nothing is counted on
+ an error. The counters wrap.
+ */
+racaffinity_result racaffinity_cluster_count_host_hits_for(const racaffinity_cluster *cluster,
+                                                           uint32_t node,
+                                                           uint32_t scope,
+                                                           uint64_t count);
 
 /*
  Reports how a host lease ended when the host could not end it in its own

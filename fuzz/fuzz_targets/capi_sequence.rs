@@ -50,8 +50,9 @@
 //! (see docs/fuzzing.md); each check site has a name for that file.
 #![no_main]
 
+use std::borrow::Cow;
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::ptr::{null, null_mut};
 
@@ -465,9 +466,12 @@ enum Op {
         ctx: Ctx,
         nulls: u8,
     },
+    /// `racaffinity_cluster_count_host_hits` (no scope: the thread's) or
+    /// `racaffinity_cluster_count_host_hits_for` with a scope, in range or not.
     CountHostHits {
         h: H,
         node: NodeSel,
+        scope: Option<u8>,
         count: Count,
     },
     /// A host lease's end reported to the library: NEUTRAL (which changes no
@@ -660,6 +664,10 @@ struct Model {
     /// Tokens the library wrote (token_new, token_route), for later calls.
     tokens: Vec<String>,
     pages: Vec<Page>,
+    /// The metrics JSON of every live cluster after the last op.
+    last: Option<Vec<String>>,
+    /// An op that can move a node's state, weight or membership ran.
+    moved: bool,
 }
 
 /// An epoch page hand-out from racaffinity_cluster_epoch_page.
@@ -695,6 +703,21 @@ fn is_no_change_error(r: R) -> bool {
 fn op_name(op: &Op) -> String {
     let d = format!("{op:?}");
     d.split([' ', '{', '(']).next().unwrap_or("").to_string()
+}
+
+/// Metrics JSON with every `tx_spans` counter zeroed.
+fn without_spans(snapshots: &[String]) -> Vec<serde_json::Value> {
+    snapshots
+        .iter()
+        .map(|j| {
+            let mut v: serde_json::Value = serde_json::from_str(j).expect("metrics JSON");
+            v["tx_spans"] = 0.into();
+            for n in v["nodes"].as_array_mut().expect("nodes").iter_mut() {
+                n["tx_spans"] = 0.into();
+            }
+            v
+        })
+        .collect()
 }
 
 fn known_findings() -> Vec<&'static str> {
@@ -988,9 +1011,13 @@ impl Model {
 
     fn begin_new(&mut self, site: &'static str, c: usize, g: &[u8], r: R, route: &racaffinity_route, preferred: bool) {
         let want = self.hist[c].refusals(1);
-        // Only tx_begin_on refuses a new gtrid for strictness: when its preferred
-        // node takes no new work (include/racaffinity.h).
-        let want: Vec<R> = want.into_iter().filter(|x| *x != R::StrictAffinity || preferred).collect();
+        // A strict scope refuses a new gtrid when tx_begin_on's preferred node
+        // takes no new work (include/racaffinity.h), and, since strict
+        // placement agrees across processes (docs/semantics.md, "One guard for
+        // every strict placement"), while a node's inputs settle or this
+        // process's own evidence takes the gtrid's node out: only after an op
+        // that can move a node (`moved`; the settle time outlasts an input).
+        let want: Vec<R> = want.into_iter().filter(|x| *x != R::StrictAffinity || preferred || self.moved).collect();
         self.check_in(site, r, &want, &g);
         if r == R::Ok {
             self.route_ok("tx.placed_live", &self.hist[c], route);
@@ -1015,13 +1042,30 @@ impl Model {
     // -----------------------------------------------------------------------
 
     fn run(&mut self, op: &Op) {
-        let before = self.snapshot();
+        // The state before this op is the state after the last one: nothing
+        // runs between two ops but reads (check_pages), so one snapshot per
+        // op serves both (two per failed op were a third of this target's time).
+        let before = self.last.take().unwrap_or_else(|| self.snapshot());
+        if matches!(
+            op,
+            Op::Event { .. }
+                | Op::NodeAdd { .. }
+                | Op::NodeRemove { .. }
+                | Op::NodeSetState { .. }
+                | Op::Probe { .. }
+                | Op::Outcome { .. }
+                | Op::LeaseRelease { .. }
+                | Op::HostLeaseEnd { .. }
+                | Op::MapReplace { .. }
+        ) {
+            self.moved = true;
+        }
         let r = self.step(op);
         self.check_pages();
+        let after = self.snapshot();
         if let Some(r) = r {
             assert_ne!(r, R::Panic, "PANIC from {op:?}");
             if is_no_change_error(r) {
-                let after = self.snapshot();
                 // Named per call, so an allow-list entry covers one reported call only.
                 let mut site = format!("error.changes_nothing.{}", op_name(op));
                 if matches!(op, Op::TokenRoute { .. }) && r == R::BufferTooSmall {
@@ -1029,9 +1073,17 @@ impl Model {
                     // short buffer still says the node: its own site, in known-findings.txt.
                     site.push_str(".BufferTooSmall");
                 }
-                self.holds(&site, before == after, &(op, r, &before, &after));
+                if matches!(op, Op::TxRecovered { .. }) && r == R::InvalidArgument {
+                    // A split gtrid's refusal counts the span in `tx_spans`, once
+                    // (docs/semantics.md, "Agreement across processes"): everything
+                    // else stays as it was.
+                    self.holds(&site, without_spans(&before) == without_spans(&after), &(op, r, &before, &after));
+                } else {
+                    self.holds(&site, before == after, &(op, r, &before, &after));
+                }
             }
         }
+        self.last = Some(after);
     }
 
     /// Runs one op; returns the result code of the call under test.
@@ -2274,7 +2326,7 @@ fn read_word(p: *const u64) -> u64 {
 /// A materialized C string argument: what the callee sees, or the error its
 /// conversion gives first (NULL, INVALID_UTF8, INVALID_ARGUMENT over 1 MiB).
 struct TextArg {
-    c: Option<CString>,
+    c: Option<Cow<'static, CStr>>,
     s: Option<String>,
     pre: Option<R>,
     /// Index in the pool, for the model's validity tables.
@@ -2290,9 +2342,16 @@ impl TextArg {
     }
 }
 
+/// One string over the 1 MiB cap for the whole run: building and scanning
+/// a fresh one per op cost a third of this target's time.
+fn huge() -> &'static CStr {
+    static HUGE: std::sync::OnceLock<CString> = std::sync::OnceLock::new();
+    HUGE.get_or_init(|| CString::new(vec![b'a'; RACAFFINITY_MAX_STRING_BYTES + 1]).unwrap())
+}
+
 fn text_arg(t: &Text, pool: &[&str], long: usize) -> TextArg {
     let owned = |s: String, pool: Option<usize>| TextArg {
-        c: Some(CString::new(s.clone()).unwrap()),
+        c: Some(Cow::Owned(CString::new(s.clone()).unwrap())),
         s: Some(s),
         pre: None,
         pool,
@@ -2304,19 +2363,11 @@ fn text_arg(t: &Text, pool: &[&str], long: usize) -> TextArg {
         }
         Text::Raw(r) => owned(r.chars().filter(|c| *c != '\0').collect(), None),
         Text::Long(d) => owned("a".repeat(long + 1 + usize::from(*d % 4)), None),
-        Text::NonUtf8 => TextArg {
-            c: Some(CString::new(vec![b'a', 0xc3, 0x28]).unwrap()),
-            s: None,
-            pre: Some(R::InvalidUtf8),
-            pool: None,
-        },
+        Text::NonUtf8 => {
+            TextArg { c: Some(Cow::Borrowed(c"a\xc3\x28")), s: None, pre: Some(R::InvalidUtf8), pool: None }
+        }
         Text::Null => TextArg { c: None, s: None, pre: Some(R::NullArgument), pool: None },
-        Text::Huge => TextArg {
-            c: Some(CString::new(vec![b'a'; RACAFFINITY_MAX_STRING_BYTES + 1]).unwrap()),
-            s: None,
-            pre: Some(R::InvalidArgument),
-            pool: None,
-        },
+        Text::Huge => TextArg { c: Some(Cow::Borrowed(huge())), s: None, pre: Some(R::InvalidArgument), pool: None },
     }
 }
 
@@ -2365,11 +2416,11 @@ impl Cl {
 
 /// What the metrics JSON says about node `name` and the thread scope:
 /// (picks, affinity_hits, thread hits).
-fn hit_counts(json: &str, node: usize, name: &str) -> Option<(u64, u64, u64)> {
+fn hit_counts(json: &str, node: usize, name: &str, scope: &str) -> Option<(u64, u64, u64)> {
     let v: serde_json::Value = serde_json::from_str(json).expect("metrics JSON");
     let nodes = v["nodes"].as_array()?;
     let n = nodes.get(node).filter(|n| n["name"].as_str() == Some(name))?;
-    Some((n["picks"].as_u64()?, n["affinity_hits"].as_u64()?, v["scopes"]["thread"]["hits"].as_u64()?))
+    Some((n["picks"].as_u64()?, n["affinity_hits"].as_u64()?, v["scopes"][scope]["hits"].as_u64()?))
 }
 
 impl Model {
@@ -2726,31 +2777,46 @@ impl Model {
                 }
                 Some(r)
             }
-            Op::CountHostHits { h, node, count } => {
+            Op::CountHostHits { h, node, scope, count } => {
                 let (p, live) = self.resolve(h);
                 let n = self.node_arg(live, node);
                 let count = match count {
                     Count::Small(v) => u64::from(v),
                     Count::Any(v) => v,
                 };
+                let scope = scope.map(|s| u32::from(s % 6));
+                const SCOPES: [&str; 4] = ["thread", "transaction", "session", "data"];
+                let scope_name = SCOPES.get(scope.unwrap_or(0) as usize).copied().unwrap_or("thread");
                 let name = live.and_then(|c| self.hist[c].names.get(n as usize).cloned()).unwrap_or_default();
-                let before = live.and_then(|c| hit_counts(&Self::metrics_of(self.hist[c].bits), n as usize, &name));
-                let r = racaffinity_cluster_count_host_hits(p, n, count);
-                // A removed node's id still counts: its hits were served before the removal.
-                let want = Self::handle_err(p, live).unwrap_or_else(|| {
-                    if (n as usize) < self.hist[live.unwrap()].names.len() {
-                        R::Ok
-                    } else {
-                        R::UnknownNode
-                    }
-                });
-                self.check("count_host_hits", r, want, &(h, n, count));
+                let hits = |json: &str| hit_counts(json, n as usize, &name, scope_name);
+                let before = live.and_then(|c| hits(&Self::metrics_of(self.hist[c].bits)));
+                let r = match scope {
+                    None => racaffinity_cluster_count_host_hits(p, n, count),
+                    Some(s) => racaffinity_cluster_count_host_hits_for(p, n, s, count),
+                };
+                // The scope is checked before the handle, DATA (no context pin
+                // follows it) by the core before the node. A removed node's id
+                // still counts: its hits were served before the removal.
+                let want = if scope.is_some_and(|s| s > 3) {
+                    R::InvalidArgument
+                } else {
+                    Self::handle_err(p, live).unwrap_or_else(|| {
+                        if scope == Some(3) {
+                            R::InvalidArgument
+                        } else if (n as usize) < self.hist[live.unwrap()].names.len() {
+                            R::Ok
+                        } else {
+                            R::UnknownNode
+                        }
+                    })
+                };
+                self.check("count_host_hits", r, want, &(h, n, scope, count));
                 if r == R::Ok {
                     let c = live.unwrap();
-                    let after = hit_counts(&Self::metrics_of(self.hist[c].bits), n as usize, &name);
+                    let after = hits(&Self::metrics_of(self.hist[c].bits));
                     if let (Some(b), Some(a)) = (before, after) {
                         let want = (b.0.wrapping_add(count), b.1.wrapping_add(count), b.2.wrapping_add(count));
-                        self.holds("count_host_hits.exact", a == want, &(n, count, b, a));
+                        self.holds("count_host_hits.exact", a == want, &(n, scope_name, count, b, a));
                     }
                 }
                 Some(r)
@@ -2864,7 +2930,7 @@ impl Model {
                             NameSel::NonUtf8 => Some(R::InvalidUtf8),
                             _ => None,
                         };
-                        (TextArg { c, s: Some(s.clone()), pre, pool: None }, s)
+                        (TextArg { c: c.map(Cow::Owned), s: Some(s.clone()), pre, pool: None }, s)
                     })
                     .collect();
                 let parts: Vec<u32> = entries.iter().take(8).map(|(p, _)| p % (parts_n + 2)).collect();
@@ -3108,6 +3174,8 @@ fuzz_target!(|ops: Vec<Op>| {
         allowed: known_findings(),
         tokens: Vec::new(),
         pages: Vec::new(),
+        last: None,
+        moved: false,
     };
     // Every sequence starts from two live clusters so most ops reach the core.
     m.new_cluster(false, 0);

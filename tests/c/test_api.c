@@ -190,6 +190,7 @@ static void every_cluster_function_returns(const racaffinity_cluster *c, racaffi
     CHECK(word == NULL && page == NULL);
     CHECK_RC(racaffinity_context_route_cacheable(c, 1, &r, &b), want);
     CHECK_RC(racaffinity_cluster_count_host_hits(c, 0, 1), want);
+    CHECK_RC(racaffinity_cluster_count_host_hits_for(c, 0, RACAFFINITY_SCOPE_THREAD, 1), want);
     CHECK_RC(racaffinity_context_pick_host_leasable(c, 1, &l, &b), want);
     CHECK_RC(racaffinity_context_route(c, 1, &r), want);
     CHECK_RC(racaffinity_request_pick(c, &req, &l), want);
@@ -1452,6 +1453,43 @@ static void each_epoch_page_call_holds_the_word_once(void) {
  * Host 1's stale second free of its own hand-out (a documented no-op) must
  * not release host 2's: host 2 reads its word after the cluster is freed,
  * and valgrind checks the read. */
+/* [core-review-3] "Decide and test": a host caching a transaction- or
+ * session-scoped context's route names the scope of its hits, and the core
+ * credits that scope; the scope-less call stays the thread scope's. */
+static void host_hits_are_counted_in_the_scope_the_host_names(void) {
+    racaffinity_cluster *c = new_cluster(NUM_NODES_3);
+    uint64_t k = 0;
+    racaffinity_route pin;
+    CHECK_OK(racaffinity_context_new(c, &k));
+    CHECK_OK(racaffinity_context_pin_for(c, k, RACAFFINITY_SCOPE_TRANSACTION, &pin));
+    char name[32];
+    size_t len = 0;
+    CHECK_OK(racaffinity_node_name(c, pin.node, name, sizeof name, &len));
+    long long thread = scope_metric(c, "thread", "hits"), tx = scope_metric(c, "transaction", "hits");
+    long long session = scope_metric(c, "session", "hits"), on_node = node_metric(c, name, "affinity_hits");
+    CHECK_OK(racaffinity_cluster_count_host_hits_for(c, pin.node, RACAFFINITY_SCOPE_TRANSACTION, 5));
+    CHECK_OK(racaffinity_cluster_count_host_hits_for(c, pin.node, RACAFFINITY_SCOPE_SESSION, 3));
+    CHECK_OK(racaffinity_cluster_count_host_hits(c, pin.node, 2));
+    CHECK_EQ_U(scope_metric(c, "thread", "hits"), thread + 2);
+    CHECK_EQ_U(scope_metric(c, "transaction", "hits"), tx + 5);
+    CHECK_EQ_U(scope_metric(c, "session", "hits"), session + 3);
+    CHECK_EQ_U(node_metric(c, name, "affinity_hits"), on_node + 10);
+    /* No context pin follows the data scope; an out-of-range scope is refused
+     * before the handle is looked at; an unknown node is refused. Nothing counts. */
+    CHECK_RC(racaffinity_cluster_count_host_hits_for(c, pin.node, RACAFFINITY_SCOPE_DATA, 4),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_cluster_count_host_hits_for(NULL, pin.node, 99, 4), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_RC(racaffinity_cluster_count_host_hits_for(c, 77, RACAFFINITY_SCOPE_SESSION, 4),
+             RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_RC(racaffinity_cluster_count_host_hits_for(NULL, pin.node, RACAFFINITY_SCOPE_SESSION, 4),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_EQ_U(scope_metric(c, "data", "hits"), 0);
+    CHECK_EQ_U(scope_metric(c, "session", "hits"), session + 3);
+    CHECK_EQ_U(node_metric(c, name, "affinity_hits"), on_node + 10);
+    CHECK_OK(racaffinity_context_release(c, k, NULL));
+    free_cluster(c);
+}
+
 static void a_stale_epoch_page_free_never_takes_another_hosts_hand_out(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     const uint64_t *host1 = NULL, *host2 = NULL;
@@ -2269,6 +2307,7 @@ static const h_test tests[] = {
     TEST(a_pick_tells_the_host_whether_it_may_lease_the_route_itself),
     TEST(each_epoch_page_call_holds_the_word_once),
     TEST(a_stale_epoch_page_free_never_takes_another_hosts_hand_out),
+    TEST(host_hits_are_counted_in_the_scope_the_host_names),
     TEST(a_finalizer_puts_the_threads_last_error_back),
     TEST(a_host_lease_in_the_page_counts_like_a_library_lease),
     TEST(tx_branches_share_one_node_and_end_with_the_last),

@@ -360,6 +360,12 @@ impl Cluster {
         if let Some(other) = cur.live.iter().find(|n| n.token_id() == token_id) {
             return Err(Error::InvalidArgument(crate::token::token_id_clash(&spec.name, other.name())));
         }
+        self.insert_node_locked(&cur, spec)
+    }
+
+    /// Adds `spec`'s node as checked by the caller (a stand-in, removed at
+    /// once, never live, so never in a token: its token id may collide).
+    fn insert_node_locked(&self, cur: &Topology, spec: NodeSpec) -> Result<NodeId> {
         if cur.by_id.len() >= u32::MAX as usize {
             return Err(Error::InvalidArgument("too many nodes".into()));
         }
@@ -410,13 +416,13 @@ impl Cluster {
         let key = MemberKey { version, removed: false };
         let name = spec.name.to_ascii_uppercase();
         if g.get(&name).is_some_and(|k| *k >= key) {
-            self.member_input_seen(&spec.name)?;
+            self.member_input_seen(&spec.name, Some(spec.weight))?;
             return Ok(false);
         }
         if self.inner.topo.load().find(&name).is_some() {
             // The node is in already, as it is: its weight has inputs of its own.
             g.insert(name, key);
-            self.member_input_seen(&spec.name)?;
+            self.member_input_seen(&spec.name, Some(spec.weight))?;
             return Ok(false);
         }
         self.add_node_locked(spec)?;
@@ -439,7 +445,7 @@ impl Cluster {
         Ok(match self.remove_node_locked(name) {
             Ok(_) => true,
             Err(e) if e.kind() == crate::error::ErrorKind::UnknownNode => {
-                self.member_input_seen(name)?;
+                self.member_input_seen(name, None)?;
                 false
             }
             Err(e) => return Err(e),
@@ -451,19 +457,23 @@ impl Cluster {
     /// now, having got the inputs in another order, so strict placement
     /// weighs the node as changing for the settle time. A node this process
     /// never had is recorded as removed (a stand-in that placement weighs
-    /// at the highest weight while it is recent). Called with the
-    /// membership lock held.
-    fn member_input_seen(&self, name: &str) -> Result<()> {
+    /// at the highest weight while it is recent). An addition's `weight`
+    /// widens the node's weight window, as a stale weight does. Called with
+    /// the membership lock held.
+    fn member_input_seen(&self, name: &str, weight: Option<u32>) -> Result<()> {
         let canonical = name.to_ascii_uppercase();
         let cur = self.inner.topo.load_full();
         if let Some(n) = cur.by_id.iter().rev().find(|n| n.canonical_name() == canonical) {
             n.stamp_member_change();
+            if let Some(w) = weight {
+                n.weight_input_seen(w, self.inner.config.transaction.settle_ms);
+            }
             return Ok(());
         }
         if self.inner.config.transaction.settle_ms == 0 {
             return Ok(());
         }
-        self.add_node_locked(NodeSpec::new(name).weight(crate::node::MAX_WEIGHT))?;
+        self.insert_node_locked(&cur, NodeSpec::new(name).weight(crate::node::MAX_WEIGHT))?;
         self.remove_node_locked(name).map(drop)
     }
 

@@ -244,18 +244,38 @@ impl Cluster {
         Ok((r, Some(self.open_picked_lease(r.node))))
     }
 
-    /// Counts `n` pinned-thread hits a host served from its cache on `node`,
-    /// so the metrics count every route exactly as if each had crossed.
+    /// Counts `n` thread-scope hits a host served from its cache on `node`:
+    /// [`Cluster::count_host_hits_for`] with [`Scope::Thread`], the scope of
+    /// a thread pin and of a context pinned with [`Cluster::pin_context`].
     ///
     /// # Errors
-    /// [`Error::UnknownNode`] for an id the cluster never had (a removed
-    /// node's id still counts: its hits were served before the removal).
+    /// As [`Cluster::count_host_hits_for`].
     pub fn count_host_hits(&self, node: NodeId, n: u64) -> Result<()> {
+        self.count_host_hits_for(node, Scope::Thread, n)
+    }
+
+    /// Counts `n` hits a host served from its cache for a context pinned on
+    /// `node` with the rules of `scope`, so the metrics count every route
+    /// exactly as if each had crossed: the node's picks and affinity hits,
+    /// and `scope`'s hits, where the core counts that context's own answers
+    /// (its pin keeps the scope it was made with, [`Cluster::pin_context_for`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for [`Scope::Data`], whose rules no context
+    /// pin follows; [`Error::UnknownNode`] for an id the cluster never had (a
+    /// removed node's id still counts: its hits were served before the
+    /// removal). Nothing is counted on an error.
+    pub fn count_host_hits_for(&self, node: NodeId, scope: Scope, n: u64) -> Result<()> {
+        if scope == Scope::Data {
+            return Err(Error::InvalidArgument(
+                "a context pin follows the thread, transaction or session rules, so its hits are counted there".into(),
+            ));
+        }
         let topo = self.topo();
         let node = topo.node(node).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
         if n > 0 {
             node.counters.affinity_hits.add(n);
-            self.inner.scope[Scope::Thread as usize].hits.add(n);
+            self.inner.scope[scope as usize].hits.add(n);
         }
         Ok(())
     }

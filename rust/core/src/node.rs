@@ -670,15 +670,7 @@ impl Node {
     /// Returns whether it applied.
     pub(crate) fn set_weight(&self, w: u32, version: Option<u64>, settle_ms: u64) -> bool {
         let mut win = self.weight_window.lock().unwrap_or_else(|p| p.into_inner());
-        // Every weight received widens the window, applied or not: another
-        // process may rank by it now, having got the inputs in another order.
-        let old = self.weight.load(Ordering::Relaxed);
-        let now = self.clock.0.now_ms().max(1);
-        if win.changed_ms == 0 || now.saturating_sub(win.changed_ms) >= settle_ms {
-            (win.lo, win.hi) = (old, old);
-        }
-        (win.lo, win.hi) = (win.lo.min(w), win.hi.max(w));
-        win.changed_ms = now;
+        let old = self.widen_weight_window(&mut win, w, settle_ms);
         if let Some(v) = version {
             if win.key.is_some_and(|k| k >= (v, w)) {
                 return false;
@@ -690,6 +682,27 @@ impl Node {
             self.routing.advance();
         }
         true
+    }
+
+    /// A shared input that carries weight `w` and changes nothing here (a
+    /// stale addition of this node): it still widens the weight window.
+    pub(crate) fn weight_input_seen(&self, w: u32, settle_ms: u64) {
+        let mut win = self.weight_window.lock().unwrap_or_else(|p| p.into_inner());
+        self.widen_weight_window(&mut win, w, settle_ms);
+    }
+
+    /// Every weight received widens the window, applied or not: another
+    /// process may rank by it now, having got the inputs in another order.
+    /// Returns the weight in force.
+    fn widen_weight_window(&self, win: &mut WeightWindow, w: u32, settle_ms: u64) -> u32 {
+        let old = self.weight.load(Ordering::Relaxed);
+        let now = self.clock.0.now_ms().max(1);
+        if win.changed_ms == 0 || now.saturating_sub(win.changed_ms) >= settle_ms {
+            (win.lo, win.hi) = (old, old);
+        }
+        (win.lo, win.hi) = (win.lo.min(w), win.hi.max(w));
+        win.changed_ms = now;
+        old
     }
 
     /// The weights other processes may rank this node by now: the current

@@ -100,6 +100,11 @@ impl Cluster {
     /// same gtrid has other pins), so it never places a gtrid here.
     fn tx_begin_agreed(&self, gtrid: &[u8], request: &RouteRequest<'_>) -> Result<Route> {
         let settle = self.inner.config.transaction.settle_ms;
+        if let (None, Some(session)) = (request.key, request.session) {
+            // Never routed here, but refused as the soft mode refuses it:
+            // bad input is an error whatever the strict switch.
+            crate::session::check_key("session key", session)?;
+        }
         let topo = self.topo();
         let mut preferred = None;
         if let Some(key) = request.key {

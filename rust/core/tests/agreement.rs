@@ -578,18 +578,6 @@ fn flap_fan(status: &str, ts: &str) -> String {
     )
 }
 
-fn place_on(c: &Cluster, gtrid: &str) -> Option<String> {
-    let r = c.tx_begin(gtrid.as_bytes());
-    let _ = c.tx_complete(gtrid.as_bytes());
-    match r {
-        Ok(r) => Some(c.node_name(r.node).unwrap()),
-        Err(e) => {
-            assert_eq!(e.kind(), ErrorKind::StrictAffinity, "{e}");
-            None
-        }
-    }
-}
-
 #[test]
 fn a_flap_delivered_in_different_orders_never_splits_a_strict_gtrid() {
     let (cp, cq) = (ManualClock::new(1_000_000), ManualClock::new(1_000_000));
@@ -621,7 +609,7 @@ fn a_flap_delivered_in_different_orders_never_splits_a_strict_gtrid() {
         }
         for g in 0..200 {
             let g = format!("t{t}-{g}");
-            if let (Some(a), Some(b)) = (place_on(&p, &g), place_on(&q, &g)) {
+            if let (Some(a), Some(b)) = (common::place(&p, &g), common::place(&q, &g)) {
                 assert_eq!(a, b, "at +{t} ms gtrid {g}: the driver placed it on {a}, the C client on {b}");
             }
         }
@@ -667,4 +655,53 @@ fn a_panic_placement_while_a_weight_changes_never_splits() {
     };
     let outcome = run_checked(&s, true, true);
     assert!(outcome.is_ok(), "{outcome:?}");
+}
+
+/// [core-review-3] leftover: a versioned removal of a name this process
+/// never had leaves a removed stand-in, so strict placement waits out the
+/// settle time for a node other processes may hold. When the name's 32-bit
+/// token id collides with a live node's (`N15384` and `N6403`), the stand-in
+/// was refused like a real addition and the removal failed; it is a stale
+/// answer like any other (`Ok(false)`), and the stand-in (never live, so
+/// never in a token) still holds placement back.
+#[test]
+fn a_removal_of_an_unknown_name_whose_token_id_collides_is_a_stale_answer() {
+    let clock = ManualClock::new(1_000_000);
+    let c = cluster_with_clock("nodes = N6403, B\ntransaction.strict = true\ntransaction.settle = 3s", &clock);
+    clock.advance_ms(10_000);
+    assert!(common::place(&c, "before").is_some());
+    assert!(!c.remove_node_at("N15384", 7).unwrap(), "nothing here changed");
+    // Remembered: its addition at an older version changes nothing either.
+    assert!(!c.add_node_at(NodeSpec::new("N15384"), 6).unwrap());
+    assert_eq!(c.node_ids().len(), 2);
+    let token = c.session_token("sid").unwrap();
+    let primary = c.decode_token(&token).unwrap().primary.unwrap();
+    assert!(["N6403", "B"].contains(&c.node_name(primary).unwrap().as_str()));
+    // The stand-in may win a gtrid somewhere else: refused until it settles.
+    let held: Vec<_> = (0..50).filter(|i| common::place(&c, &format!("g{i}")).is_none()).collect();
+    assert!(!held.is_empty(), "the removed stand-in holds strict placement back");
+    clock.advance_ms(3_000);
+    assert!((0..50).all(|i| common::place(&c, &format!("g{i}")).is_some()));
+}
+
+/// [core-review-3] leftover: a stale `add_node_at` of a node that is here
+/// carries a weight another process may rank the node by now (it got the
+/// inputs in another order), so it widens the node's weight window like any
+/// stale weight ("every shared input received counts as a change"). Here `q`
+/// got the addition at weight 1000 (version 5) and `p` got the newer one at
+/// weight 1 (version 7) first: once `q`'s addition has settled, `q` ranks
+/// E at 1000, so `p` must too, while the stale addition is recent.
+#[test]
+fn a_stale_addition_of_a_present_node_widens_its_weight_window() {
+    let (cp, cq) = clocks();
+    let (p, q) = (cluster_with_clock(STRICT, &cp), cluster_with_clock(STRICT, &cq));
+    advance(&[&cp, &cq], 10_000);
+    assert!(q.add_node_at(NodeSpec::new("E").weight(1000), 5).unwrap());
+    advance(&[&cp, &cq], 500);
+    assert!(p.add_node_at(NodeSpec::new("E").weight(1), 7).unwrap());
+    advance(&[&cp, &cq], 2_400);
+    assert!(!p.add_node_at(NodeSpec::new("E").weight(1000), 5).unwrap(), "stale here");
+    advance(&[&cp, &cq], 100);
+    let split = splits(&p, &q, 400, "e", false);
+    assert!(split.is_empty(), "{} of 400 strict gtrids split: {:?}", split.len(), &split[..split.len().min(3)]);
 }

@@ -69,3 +69,20 @@ fn tx_begin_for_with_a_bad_gtrid_changes_nothing() {
     assert_eq!(c.session_count(), 0, "the request's session was placed by a refused call");
     assert_eq!(c.metrics().to_json(), before);
 }
+
+/// Found by capi_sequence: a strict `tx_begin_for` of a new gtrid places from
+/// shared inputs only and never routed the request's session, so a session
+/// key over 1024 bytes was accepted (and the gtrid placed) where the soft
+/// mode refuses it. Bad input is refused alike in both modes, before anything
+/// is placed.
+#[test]
+fn a_strict_tx_begin_for_refuses_an_invalid_session_key_as_soft_mode_does() {
+    let long = vec![b's'; racaffinity::MAX_KEY_BYTES + 1];
+    let req = racaffinity::RouteRequest { session: Some(&long), ..Default::default() };
+    for strict in ["false", "true"] {
+        let c = cluster(&format!("nodes = A, B\ntransaction.strict = {strict}"));
+        let e = c.tx_begin_for(b"g-long-session", &req).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "transaction.strict = {strict}: {e}");
+        assert!(c.tx_info(b"g-long-session").is_none(), "nothing placed");
+    }
+}

@@ -56,3 +56,18 @@ pub fn moved_with_owner_down(c: &Cluster, kind: RouteKind, route: impl Fn() -> R
     assert_ne!(r.node, owner);
     (owner, r)
 }
+
+/// Where `c` puts a new gtrid: the node's name, or None for a strict
+/// refusal (any other error fails the test). The gtrid is completed at once,
+/// so the same name can be placed again.
+pub fn place(c: &Cluster, gtrid: &str) -> Option<String> {
+    let r = c.tx_begin(gtrid.as_bytes());
+    let _ = c.tx_complete(gtrid.as_bytes());
+    match r {
+        Ok(r) => Some(c.node_name(r.node).unwrap()),
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::StrictAffinity, "{e}");
+            None
+        }
+    }
+}

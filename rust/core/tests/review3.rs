@@ -77,3 +77,33 @@ fn contexts_are_live_in_their_own_scope() {
     c.close();
     assert_eq!((live(Scope::Session), live(Scope::Transaction), live(Scope::Thread)), (0, 0, 0));
 }
+
+/// [core-review-3] "Decide and test": a host that caches a transaction- or
+/// session-scoped context's route says which scope its hits are for, and
+/// the core credits that scope (the context counted them there when it
+/// answered). The scope-less call stays the thread scope's.
+#[test]
+fn host_hits_are_counted_in_the_scope_the_host_names() {
+    let c = common::cluster("nodes = A, B, C");
+    let ctx = c.new_context_key();
+    let node = c.pin_context_for(ctx, Scope::Transaction).unwrap().node;
+    let hits = |s: Scope| c.metrics().scopes.iter().find(|m| m.scope == s).unwrap().hits;
+    let node_hits = || c.metrics().nodes[node.0 as usize].affinity_hits;
+    let before = [Scope::Thread, Scope::Transaction, Scope::Session].map(hits);
+    let on_node = node_hits();
+
+    c.count_host_hits_for(node, Scope::Transaction, 5).unwrap();
+    c.count_host_hits_for(node, Scope::Session, 3).unwrap();
+    c.count_host_hits(node, 2).unwrap();
+    assert_eq!(
+        [Scope::Thread, Scope::Transaction, Scope::Session].map(hits),
+        [before[0] + 2, before[1] + 5, before[2] + 3]
+    );
+    assert_eq!(node_hits(), on_node + 10);
+
+    // No context pin follows the data scope's rules: refused, nothing counted.
+    let e = c.count_host_hits_for(node, Scope::Data, 4).unwrap_err();
+    assert_eq!(e.kind(), racaffinity::ErrorKind::InvalidArgument, "{e}");
+    assert_eq!(hits(Scope::Data), 0);
+    assert_eq!(node_hits(), on_node + 10);
+}

@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::VecDeque;
 
-use common::cluster_with_clock;
+use common::{cluster_with_clock, place};
 use proptest::prelude::*;
 use racaffinity::{Clock, Cluster, ErrorKind, ManualClock, NodeState};
 
@@ -17,19 +17,6 @@ const CONFIG: &str = "nodes = A, B, C, D\ntransaction.strict = true\ntransaction
 
 fn fan(node: &str, status: &str) -> String {
     format!("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={node} status={status} reason=FAILURE")
-}
-
-/// Where each process put `gtrid` (None: refused), then forgets it.
-fn place(c: &Cluster, gtrid: &str) -> Option<String> {
-    let r = c.tx_begin(gtrid.as_bytes());
-    let _ = c.tx_complete(gtrid.as_bytes());
-    match r {
-        Ok(r) => Some(c.node_name(r.node).unwrap()),
-        Err(e) => {
-            assert_eq!(e.kind(), ErrorKind::StrictAffinity, "{e}");
-            None
-        }
-    }
 }
 
 /// Places `n` new gtrids in both processes, once both have everything and

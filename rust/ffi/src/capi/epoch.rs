@@ -14,7 +14,7 @@ use super::buffer::out_arg;
 use super::handle::{self, racaffinity_cluster};
 use super::pick;
 use super::result::{guard, racaffinity_result, Failure};
-use super::types::{node_id, outcome_arg, racaffinity_lease, racaffinity_route};
+use super::types::{node_id, outcome_arg, racaffinity_lease, racaffinity_route, scope_arg};
 
 /// Stripes of the host lease table (see `racaffinity_cluster_host_lease_end`).
 pub const RACAFFINITY_HOST_LEASE_STRIPES: usize = 8;
@@ -152,10 +152,11 @@ pub unsafe extern "C" fn racaffinity_context_pick_host_leasable(
     })
 }
 
-/// Adds `count` routes a host served from its cache for a pinned context on
-/// `node` to the metrics (node picks and affinity hits, thread-scope hits).
-/// An id the cluster never had is UNKNOWN_NODE; a removed node's id still
-/// counts (its hits were served while it was there). The counters wrap.
+/// Adds `count` routes a host served from its cache for a context pinned
+/// on `node` with the thread scope's rules (`racaffinity_context_pin`, or
+/// `racaffinity_context_pin_for` with `RACAFFINITY_SCOPE_THREAD`) to the
+/// metrics: `racaffinity_cluster_count_host_hits_for` with
+/// `RACAFFINITY_SCOPE_THREAD`.
 #[no_mangle]
 pub extern "C" fn racaffinity_cluster_count_host_hits(
     cluster: *const racaffinity_cluster,
@@ -163,6 +164,29 @@ pub extern "C" fn racaffinity_cluster_count_host_hits(
     count: u64,
 ) -> racaffinity_result {
     guard(|| handle::with(cluster, |c| Ok(c.count_host_hits(node_id(node), count)?)))
+}
+
+/// Adds `count` routes a host served from its cache for a context pinned
+/// on `node` with the rules of `scope` (`racaffinity_scope`: the scope the
+/// context was pinned with by `racaffinity_context_pin_for`) to the
+/// metrics: the node's picks and affinity hits, and `scope`'s hits, where
+/// the library counts that context's own answers. INVALID_ARGUMENT for a
+/// scope out of range (checked before the cluster) and for
+/// `RACAFFINITY_SCOPE_DATA`, whose rules no context pin follows;
+/// UNKNOWN_NODE for an id the cluster never had (a removed node's id still
+/// counts: its hits were served while it was there). Nothing is counted on
+/// an error. The counters wrap.
+#[no_mangle]
+pub extern "C" fn racaffinity_cluster_count_host_hits_for(
+    cluster: *const racaffinity_cluster,
+    node: u32,
+    scope: u32,
+    count: u64,
+) -> racaffinity_result {
+    guard(|| {
+        let scope = scope_arg(scope)?;
+        handle::with(cluster, |c| Ok(c.count_host_hits_for(node_id(node), scope, count)?))
+    })
 }
 
 /// Reports how a host lease ended when the host could not end it in its own
