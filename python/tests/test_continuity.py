@@ -1,0 +1,154 @@
+"""Continuity through Python (docs/continuity.md): the core's decisions as
+the binding exposes them, each row of the table, and the answers real
+PostgreSQL nodes give fed to them."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+import racaffinity as ra
+from racaffinity import CommitOutcome as O
+from racaffinity import ErrorClass as E
+from racaffinity import ReplayAction as A
+from racaffinity import ReplayRefusal as R
+from racaffinity import RequestFailure as F
+
+from conftest import wait_until
+
+NAMES = ["RAC1", "RAC2", "RAC3"]
+
+
+def test_sqlstates_of_lost_connections_are_recoverable():
+    for s in ["08000", "08003", "08006", "08001", "08S01", "08s02", "57P01", "57P02", "57P03", " 08006 "]:
+        assert ra.classify_sqlstate(s) is E.RECOVERABLE, s
+    for s in ["23505", "40001", "40P01", "57014", "42P01", "", "08", "0800000", "08\u00e901", "57P04", "08\x0001"]:
+        assert ra.classify_sqlstate(s) is E.NOT_RECOVERABLE, repr(s)
+    assert ra.classify_sqlstate(b"08006") is E.RECOVERABLE
+    with pytest.raises(TypeError):
+        ra.classify_sqlstate(8006)  # type: ignore[arg-type]
+
+
+def test_oracle_errors_of_lost_instances_are_recoverable():
+    assert ra.classify_oracle_error(3113) is E.RECOVERABLE
+    assert ra.classify_oracle_error(25408) is E.RECOVERABLE
+    assert ra.classify_oracle_error(1) is E.NOT_RECOVERABLE
+    assert ra.classify_oracle_error(1 << 40) is E.NOT_RECOVERABLE
+    with pytest.raises(TypeError):
+        ra.classify_oracle_error("3113")  # type: ignore[arg-type]
+
+
+def test_pg_xact_status_answers_map_to_outcomes():
+    assert O.from_pg_xact_status("committed") is O.COMMITTED
+    assert O.from_pg_xact_status("aborted") is O.ABORTED
+    assert O.from_pg_xact_status("in progress") is O.IN_PROGRESS
+    assert O.from_pg_xact_status(None) is O.UNKNOWN
+    assert O.from_pg_xact_status("sideways") is O.UNKNOWN
+    assert O.from_pg_xact_status("commit\0ted") is O.UNKNOWN
+
+
+def test_each_row_of_the_table(cluster_factory):
+    c = cluster_factory(nodes=NAMES)  # recovery.scope = node: the failed node is asked
+    rec = F(node=0, error_class=E.RECOVERABLE)
+    assert c.replay_step(F(node=0, error_class=E.NOT_RECOVERABLE)) == ra.ReplayStep(A.GIVE_UP, None, R.NOT_RECOVERABLE)
+    inflight = rec.with_(commit_in_flight=True)
+    assert c.replay_step(inflight) == ra.ReplayStep(A.CHECK_OUTCOME, 0)
+    # committed: success even where a replay would be refused
+    for f in (inflight.with_(outcome=O.COMMITTED), inflight.with_(outcome=O.COMMITTED, replayable=False, replays=1)):
+        assert c.replay_step(f).action is A.SUCCEEDED
+    assert c.replay_step(inflight.with_(outcome=O.IN_PROGRESS)) == ra.ReplayStep(A.FORCE_OUTCOME, 0)
+    for f in (inflight.with_(outcome=O.IN_PROGRESS, forced=True), inflight.with_(outcome=O.UNKNOWN)):
+        assert c.replay_step(f) == ra.ReplayStep(A.GIVE_UP, None, R.OUTCOME_UNKNOWN)
+    for f in (inflight.with_(outcome=O.ABORTED), rec):
+        step = c.replay_step(f)
+        assert step.action is A.REPLAY and step.node in (1, 2) and step.refusal is None
+    assert c.replay_step(rec.with_(replayable=False)).refusal is R.NOT_REPLAYABLE
+    assert c.replay_step(rec.with_(replays=1)).refusal is R.REPLAYED_ALREADY
+    for name in NAMES:
+        c.set_node_state(name, "down")
+    assert c.replay_step(rec).refusal is R.NO_NODE
+    # independent databases: the failed node itself is asked, down or not;
+    # while it is down the check fails, and nobody else can tell
+    assert c.replay_step(inflight) == ra.ReplayStep(A.CHECK_OUTCOME, 0)
+    assert c.replay_step(inflight.with_(outcome=O.UNKNOWN)).refusal is R.OUTCOME_UNKNOWN
+
+
+def test_instances_of_one_database_answer_for_each_other(cluster_factory):
+    c = cluster_factory(nodes=NAMES, recovery_scope="database")
+    f = F(node=1, error_class=E.RECOVERABLE, commit_in_flight=True)
+    step = c.replay_step(f)
+    assert step.action is A.CHECK_OUTCOME and step.node in (0, 2)
+    step = c.replay_step(f.with_(outcome=O.IN_PROGRESS))
+    assert step.action is A.FORCE_OUTCOME and step.node in (0, 2)
+    c.set_node_state("RAC2", "down")
+    assert c.replay_step(f).action is A.CHECK_OUTCOME
+
+
+def test_the_only_usable_node_replays_on_itself(cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    c.set_node_state("RAC2", "down")
+    c.set_node_state("RAC3", "down")
+    assert c.replay_step(F(node=0, error_class=E.RECOVERABLE)) == ra.ReplayStep(A.REPLAY, 0)
+
+
+def test_bad_failures_are_typed_errors(cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    with pytest.raises(ra.UnknownNodeError):
+        c.replay_step(F(node=7, error_class=E.RECOVERABLE))
+    with pytest.raises(ra.KeyOverflowError):
+        c.replay_step(F(node=1 << 32, error_class=E.RECOVERABLE))
+    with pytest.raises(TypeError):
+        c.replay_step(F(node=0, error_class=E.RECOVERABLE, forced=1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        c.replay_step(F(node=0, error_class=9))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        c.replay_step((0, 0))  # type: ignore[arg-type]
+    c.close()
+    with pytest.raises(ra.ClosedError):
+        c.replay_step(F(node=0, error_class=E.RECOVERABLE))
+
+
+# -- against real PostgreSQL nodes ----------------------------------------------
+
+
+def _status(conn, xid) -> O:
+    row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+    return O.from_pg_xact_status(row[0])
+
+
+def test_real_outcomes_and_errors_walk_to_the_right_step(pg, cluster_factory):
+    """A real node's pg_xact_status answers and a real terminated session's
+    SQLSTATE, fed to the core, give the steps of the table."""
+    c = cluster_factory(nodes=NAMES)
+    dsn = pg.dsn["RAC1"]
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
+        admin.execute("CREATE TABLE IF NOT EXISTS py_cont (id text PRIMARY KEY)")
+        admin.execute("TRUNCATE py_cont")
+        with psycopg.connect(dsn, connect_timeout=5) as a:
+            committed = a.execute("SELECT pg_current_xact_id()::text").fetchone()[0]
+            a.execute("INSERT INTO py_cont VALUES ('c')")
+            a.commit()
+            aborted = a.execute("SELECT pg_current_xact_id()::text").fetchone()[0]
+            a.rollback()
+            running = a.execute("SELECT pg_current_xact_id()::text").fetchone()[0]
+            pid = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+            assert _status(admin, committed) is O.COMMITTED
+            assert _status(admin, aborted) is O.ABORTED
+            assert _status(admin, running) is O.IN_PROGRESS
+            f = F(node=0, error_class=E.RECOVERABLE, commit_in_flight=True, outcome=O.IN_PROGRESS)
+            assert c.replay_step(f) == ra.ReplayStep(A.FORCE_OUTCOME, 0)
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            with pytest.raises(psycopg.OperationalError) as info:
+                a.execute("SELECT 1")
+        # The terminated session's error (57P01, or no SQLSTATE when libpq
+        # only saw the socket close) is recoverable either way.
+        state = info.value.sqlstate
+        assert state is None or ra.classify_sqlstate(state) is E.RECOVERABLE, state
+        # The backend sends its FATAL before it aborts on the way out.
+        wait_until(lambda: _status(admin, running) is not O.IN_PROGRESS, 5)
+        assert _status(admin, running) is O.ABORTED
+        step = c.replay_step(f.with_(forced=True, outcome=_status(admin, running)))
+        assert step.action is A.REPLAY and step.node in (1, 2)
+        with pytest.raises(psycopg.errors.UniqueViolation) as dup:
+            admin.execute("INSERT INTO py_cont VALUES ('c')")
+        assert ra.classify_sqlstate(dup.value.sqlstate) is E.NOT_RECOVERABLE
