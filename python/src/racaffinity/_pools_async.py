@@ -20,7 +20,7 @@ import psycopg_pool
 from ._acompat import AEvent, ALock, acancel, ais_alive, ajoin, aspawn, await_all, await_event
 from ._args import BytesLike, DataKey
 from ._cluster import Cluster
-from ._deadline import abounded
+from ._deadline import abounded, shut_down
 from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
@@ -62,7 +62,12 @@ def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
 # A connection used this recently skips the check on checkout (HikariCP's
 # aliveBypassWindowMs, 500 ms): a busy pool pays nothing, and a connection
 # that sat idle while its node stopped answering is found out at checkout.
+# Unless its node failed since it was last checked out: then it is checked.
 ALIVE_BYPASS = 0.5
+
+# Re-routes of one checkout whose node's pool was retired while it waited
+# (a Down, a drain): each goes to the core again, within the same wait.
+MAX_REROUTES = 3
 
 
 def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
@@ -76,7 +81,7 @@ def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
         now = time.monotonic()
         last = getattr(conn, "_racaffinity_checked_out", None)
         conn._racaffinity_checked_out = now
-        if last is not None and now - last < ALIVE_BYPASS:
+        if last is not None and now - last < ALIVE_BYPASS and last > attempts.node_failed_at:
             return
         try:
             async with abounded(conn, bound):
@@ -126,22 +131,32 @@ class _AsyncConnection:
         self._timeout = timeout
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
-        buf, pool = self._pools._acquire(self._key, self._session)
+        pools = self._pools
+        buf, pool = pools._acquire(self._key, self._session)
         since = time.monotonic()
-        try:
+        timeout = self._timeout
+        for reroutes in range(MAX_REROUTES + 1):
             try:
-                conn = await pool.getconn(self._timeout)
+                conn = await pool.getconn(timeout)
+                break
             except psycopg_pool.PoolClosed:
-                # A planned drain retired this node's pool meanwhile: its successor serves.
-                current = self._pools._by_id[buf.node]
-                if current is pool or current is None or self._pools._closed:
+                # The node went Down or drains, and its pool was retired while
+                # this waited (fast connection failover): the core routes
+                # again (the node's successor pool, or another node), within
+                # what is left of the wait.
+                lease_release(pools._h, buf, NEUTRAL)
+                if pools._closed or reroutes == MAX_REROUTES:
                     raise
-                pool = current
-                conn = await pool.getconn(self._timeout)
-        except BaseException as e:
-            failed = is_node_failure(e, pool, waited_since=since)
-            lease_release(self._pools._h, buf, FAILED if failed else NEUTRAL)
-            raise
+                wait = self._timeout if self._timeout is not None else pool.timeout
+                timeout = max(0.0, since + wait - time.monotonic())
+                buf, pool = pools._acquire(self._key, self._session)
+            except BaseException as e:
+                failed = is_node_failure(e, pool, waited_since=since)
+                if failed:
+                    pools._node_failed(pool)
+                lease_release(pools._h, buf, FAILED if failed else NEUTRAL)
+                raise
+        pool._racaffinity_borrowed.add(conn)
         self._buf, self._pool, self._conn = buf, pool, conn
         return await conn.__aenter__()
 
@@ -155,6 +170,9 @@ class _AsyncConnection:
                 outcome = FAILED if is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
+            pool._racaffinity_borrowed.discard(self._conn)
+            if outcome == FAILED:
+                self._pools._node_failed(pool)
             try:
                 await pool.putconn(self._conn)
             finally:
@@ -243,7 +261,17 @@ class AsyncNodePools(Base):
         )
         pool._racaffinity_connects = attempts  # read by _failures.is_node_failure
         pool._racaffinity_draining = draining
+        # Connections checked out now, which a hard Down aborts.
+        pool._racaffinity_borrowed = set()
         return pool
+
+    def _node_failed(self, pool: Any) -> None:
+        """A node failure on `pool`'s node: its connections are checked at
+        their next checkout, and the upkeep looks at the node states now (an
+        ejection may have taken it Down)."""
+        pool._racaffinity_connects.node_failed_at = time.monotonic()
+        if self._upkeep is not None:
+            self._upkeep.poke()
 
     async def open(self) -> None:
         """Opens every pool, loads the partition map (with a loader) and
@@ -278,6 +306,27 @@ class AsyncNodePools(Base):
         successor = self._new_pool(node, 0, True)
         await successor.open(wait=False)
         self._by_id[node] = successor
+        await _fail_waiters(pool)
+        await pool.close(timeout=1.0)
+
+    async def _down_node(self, node: int, hard: bool) -> None:
+        """A node gone Down (FAN, operator, heartbeat, ejection): its pool is
+        retired at once as for a drain (idle connections close, tasks
+        waiting on it route again, its successor keeps no idle connection
+        until the node is Up), and on a hard Down (not the end of a planned
+        drain) its borrowed connections are aborted: their next call fails
+        at once instead of waiting on a dead or hung node."""
+        pool = self._by_id[node]
+        if pool is None or self._closed:
+            return
+        successor = self._new_pool(node, 0, True)
+        successor._racaffinity_connects.node_failed_at = time.monotonic()
+        await successor.open(wait=False)
+        self._by_id[node] = successor
+        if hard:
+            for conn in list(pool._racaffinity_borrowed):
+                shut_down(conn)
+        await _fail_waiters(pool)
         await pool.close(timeout=1.0)
 
     async def _undrain_node(self, node: int) -> None:
@@ -365,6 +414,21 @@ class AsyncNodePools(Base):
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         await self.close()
+
+
+async def _fail_waiters(pool: Any) -> None:
+    """Sends the tasks waiting on a retired pool on at once (`PoolClosed`:
+    they route again). psycopg_pool's close() fails them only after its
+    workers stop, which a connect attempt to a dead node holds up to
+    `connect_timeout`."""
+    waiting, lock = getattr(pool, "_waiting", None), getattr(pool, "_lock", None)
+    if waiting is None or lock is None:  # another psycopg_pool: close() fails them, later
+        return
+    async with lock:
+        clients = list(waiting)
+        waiting.clear()
+    for client in clients:
+        await client.fail(psycopg_pool.PoolClosed(f"the pool {pool.name!r} is retired: its node is not usable"))
 
 
 # psycopg's connect() arguments that are not libpq connection parameters.
@@ -480,6 +544,8 @@ class _AsyncHeartbeat:
                 pools.cluster.report_probe(node, ok)
             except Exception as e:  # a closed cluster or a removed node
                 log.debug("racaffinity: report_probe(#%d) failed: %s", node, e)
+        if pools._upkeep is not None:
+            pools._upkeep.poke()  # a node this round took Down or Up: act now
 
     async def close_probes(self) -> None:
         for conn in list(self._conns.values()):
@@ -561,6 +627,8 @@ class _AsyncUpkeep:
                     log.info("racaffinity: node %s %s -> %s", c.node_name(node), before.name, state.name)
                 if state.name == "DRAINING" or (state.name == "DOWN" and before is not None and before.name == "DRAINING"):
                     await pools._drain_node(node)
+                elif state.name == "DOWN" and before is not None and before.name != "DOWN":
+                    await pools._down_node(node, hard=True)
                 elif state.name == "UP" and before is not None and before.name != "UP":
                     await pools._undrain_node(node)
                 self._last[node] = state

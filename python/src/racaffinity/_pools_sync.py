@@ -17,7 +17,7 @@ import psycopg_pool
 from ._acompat import Event, Lock, cancel, is_alive, join, spawn, wait_all, wait_event
 from ._args import BytesLike, DataKey
 from ._cluster import Cluster
-from ._deadline import bounded
+from ._deadline import bounded, shut_down
 from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
@@ -49,6 +49,7 @@ def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
             return conn
     return _Tracked
 ALIVE_BYPASS = 0.5
+MAX_REROUTES = 3
 
 def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
     """The pool's `check`: a pooled connection idle for `ALIVE_BYPASS` or
@@ -61,7 +62,7 @@ def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
         now = time.monotonic()
         last = getattr(conn, '_racaffinity_checked_out', None)
         conn._racaffinity_checked_out = now
-        if last is not None and now - last < ALIVE_BYPASS:
+        if last is not None and now - last < ALIVE_BYPASS and (last > attempts.node_failed_at):
             return
         try:
             with bounded(conn, bound):
@@ -105,21 +106,28 @@ class _Connection:
         self._timeout = timeout
 
     def __enter__(self) -> psycopg.Connection:
-        buf, pool = self._pools._acquire(self._key, self._session)
+        pools = self._pools
+        buf, pool = pools._acquire(self._key, self._session)
         since = time.monotonic()
-        try:
+        timeout = self._timeout
+        for reroutes in range(MAX_REROUTES + 1):
             try:
-                conn = pool.getconn(self._timeout)
+                conn = pool.getconn(timeout)
+                break
             except psycopg_pool.PoolClosed:
-                current = self._pools._by_id[buf.node]
-                if current is pool or current is None or self._pools._closed:
+                lease_release(pools._h, buf, NEUTRAL)
+                if pools._closed or reroutes == MAX_REROUTES:
                     raise
-                pool = current
-                conn = pool.getconn(self._timeout)
-        except BaseException as e:
-            failed = is_node_failure(e, pool, waited_since=since)
-            lease_release(self._pools._h, buf, FAILED if failed else NEUTRAL)
-            raise
+                wait = self._timeout if self._timeout is not None else pool.timeout
+                timeout = max(0.0, since + wait - time.monotonic())
+                buf, pool = pools._acquire(self._key, self._session)
+            except BaseException as e:
+                failed = is_node_failure(e, pool, waited_since=since)
+                if failed:
+                    pools._node_failed(pool)
+                lease_release(pools._h, buf, FAILED if failed else NEUTRAL)
+                raise
+        pool._racaffinity_borrowed.add(conn)
         self._buf, self._pool, self._conn = (buf, pool, conn)
         return conn.__enter__()
 
@@ -133,6 +141,9 @@ class _Connection:
                 outcome = FAILED if is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
+            pool._racaffinity_borrowed.discard(self._conn)
+            if outcome == FAILED:
+                self._pools._node_failed(pool)
             try:
                 pool.putconn(self._conn)
             finally:
@@ -184,7 +195,16 @@ class NodePools(Base):
         pool = psycopg_pool.ConnectionPool(dsn, min_size=min_size, max_size=max_size if max_size is not None or min_size > 0 else max(1, first_min), timeout=timeout, name=f'racaffinity-{name}', open=False, **extra)
         pool._racaffinity_connects = attempts
         pool._racaffinity_draining = draining
+        pool._racaffinity_borrowed = set()
         return pool
+
+    def _node_failed(self, pool: Any) -> None:
+        """A node failure on `pool`'s node: its connections are checked at
+        their next checkout, and the upkeep looks at the node states now (an
+        ejection may have taken it Down)."""
+        pool._racaffinity_connects.node_failed_at = time.monotonic()
+        if self._upkeep is not None:
+            self._upkeep.poke()
 
     def open(self) -> None:
         """Opens every pool, loads the partition map (with a loader) and
@@ -217,6 +237,27 @@ class NodePools(Base):
         successor = self._new_pool(node, 0, True)
         successor.open(wait=False)
         self._by_id[node] = successor
+        _fail_waiters(pool)
+        pool.close(timeout=1.0)
+
+    def _down_node(self, node: int, hard: bool) -> None:
+        """A node gone Down (FAN, operator, heartbeat, ejection): its pool is
+        retired at once as for a drain (idle connections close, tasks
+        waiting on it route again, its successor keeps no idle connection
+        until the node is Up), and on a hard Down (not the end of a planned
+        drain) its borrowed connections are aborted: their next call fails
+        at once instead of waiting on a dead or hung node."""
+        pool = self._by_id[node]
+        if pool is None or self._closed:
+            return
+        successor = self._new_pool(node, 0, True)
+        successor._racaffinity_connects.node_failed_at = time.monotonic()
+        successor.open(wait=False)
+        self._by_id[node] = successor
+        if hard:
+            for conn in list(pool._racaffinity_borrowed):
+                shut_down(conn)
+        _fail_waiters(pool)
         pool.close(timeout=1.0)
 
     def _undrain_node(self, node: int) -> None:
@@ -298,6 +339,20 @@ class NodePools(Base):
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         self.close()
+
+def _fail_waiters(pool: Any) -> None:
+    """Sends the tasks waiting on a retired pool on at once (`PoolClosed`:
+    they route again). psycopg_pool's close() fails them only after its
+    workers stop, which a connect attempt to a dead node holds up to
+    `connect_timeout`."""
+    waiting, lock = (getattr(pool, '_waiting', None), getattr(pool, '_lock', None))
+    if waiting is None or lock is None:
+        return
+    with lock:
+        clients = list(waiting)
+        waiting.clear()
+    for client in clients:
+        client.fail(psycopg_pool.PoolClosed(f'the pool {pool.name!r} is retired: its node is not usable'))
 _NOT_CONNINFO = frozenset(('autocommit', 'prepare_threshold', 'context', 'row_factory', 'cursor_factory'))
 
 def _ping_ok(dsn: str, connect_kwargs: Mapping[str, Any]) -> bool:
@@ -398,6 +453,8 @@ class _Heartbeat:
                 pools.cluster.report_probe(node, ok)
             except Exception as e:
                 log.debug('racaffinity: report_probe(#%d) failed: %s', node, e)
+        if pools._upkeep is not None:
+            pools._upkeep.poke()
 
     def close_probes(self) -> None:
         for conn in list(self._conns.values()):
@@ -470,6 +527,8 @@ class _Upkeep:
                     log.info('racaffinity: node %s %s -> %s', c.node_name(node), before.name, state.name)
                 if state.name == 'DRAINING' or (state.name == 'DOWN' and before is not None and (before.name == 'DRAINING')):
                     pools._drain_node(node)
+                elif state.name == 'DOWN' and before is not None and (before.name != 'DOWN'):
+                    pools._down_node(node, hard=True)
                 elif state.name == 'UP' and before is not None and (before.name != 'UP'):
                     pools._undrain_node(node)
                 self._last[node] = state
