@@ -258,9 +258,9 @@ def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_facto
         held = holder.__enter__()
         assert port_of(held) == pg.port['RAC1']
         tasks, served, errors = _queue_on(pools, key, 4)
+        killed = time.monotonic()
         pg.kill(1)
         restart_after.append(1)
-        killed = time.monotonic()
         for t in tasks:
             join(t, 10)
         took = {i: round(at - killed, 2) for i, (_p, at) in {**served, **errors}.items()}
