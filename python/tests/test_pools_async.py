@@ -357,3 +357,27 @@ async def test_a_planned_drain_does_not_abort_borrowed_connections(pg, cluster_f
             c.set_node_state("RAC1", "down")  # the drain's end
             await asyncio.sleep(0.3)  # several upkeep rounds
             assert await aport_of(held) == pg.port["RAC1"]  # finishes its request
+
+
+@pytest.mark.asyncio
+async def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
+    # Both of RAC1's connections were used just now (inside the alive-check
+    # bypass window) when the node drops every connection. The first
+    # checkout finds out the hard way; the next one must be checked, not
+    # handed out dead because it is young.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    async with new_pools(c, dsns, min_size=2, max_size=2) as pools:
+        key = key_on(c, "RAC1")
+        await wait_until_async(lambda: pools.node_pool("RAC1").get_stats().get("pool_available", 0) == 2, 5)
+        first, second = pools.connection(key=key), pools.connection(key=key)
+        for conn in (await first.__aenter__(), await second.__aenter__()):
+            await aport_of(conn)
+        await first.__aexit__(None, None, None)
+        await second.__aexit__(None, None, None)
+        proxies["RAC1"].refuse()  # every connection closed
+        proxies["RAC1"].heal()  # and the node answers again
+        with pytest.raises(psycopg.OperationalError):
+            await port(pools, key=key)  # young: handed out unchecked, fails
+        assert await port(pools, key=key) == pg.port["RAC1"]
+        assert c.node_state("RAC1") is ra.NodeState.UP

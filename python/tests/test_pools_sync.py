@@ -302,3 +302,21 @@ def test_a_planned_drain_does_not_abort_borrowed_connections(pg, cluster_factory
             c.set_node_state('RAC1', 'down')
             time.sleep(0.3)
             assert port_of(held) == pg.port['RAC1']
+
+def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies['RAC1'].dsn(pg.dsn['RAC1']))
+    with new_pools(c, dsns, min_size=2, max_size=2) as pools:
+        key = key_on(c, 'RAC1')
+        wait_until(lambda: pools.node_pool('RAC1').get_stats().get('pool_available', 0) == 2, 5)
+        first, second = (pools.connection(key=key), pools.connection(key=key))
+        for conn in (first.__enter__(), second.__enter__()):
+            port_of(conn)
+        first.__exit__(None, None, None)
+        second.__exit__(None, None, None)
+        proxies['RAC1'].refuse()
+        proxies['RAC1'].heal()
+        with pytest.raises(psycopg.OperationalError):
+            port(pools, key=key)
+        assert port(pools, key=key) == pg.port['RAC1']
+        assert c.node_state('RAC1') is ra.NodeState.UP
