@@ -152,3 +152,127 @@ def test_real_outcomes_and_errors_walk_to_the_right_step(pg, cluster_factory):
         with pytest.raises(psycopg.errors.UniqueViolation) as dup:
             admin.execute("INSERT INTO py_cont VALUES ('c')")
         assert ra.classify_sqlstate(dup.value.sqlstate) is E.NOT_RECOVERABLE
+
+
+# -- request replay in NodePools ----------------------------------------------------
+
+from racaffinity.pools import NodePools  # noqa: E402
+
+
+@pytest.fixture
+def req_table(pg):
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS py_req (id text PRIMARY KEY)")
+            conn.execute("TRUNCATE py_req")
+
+
+def rows_of(pg, rid):
+    """node name -> whether request id `rid` is there."""
+    out = {}
+    for name, dsn in pg.dsn.items():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            out[name] = conn.execute("SELECT count(*) FROM py_req WHERE id = %s", (rid,)).fetchone()[0]
+    return out
+
+
+def key_on(c, name):
+    return next(k for k in range(10_000) if c.route_key(k).name == name)
+
+
+def terminate(pg, node, pid):
+    with psycopg.connect(pg.dsn[node], autocommit=True, connect_timeout=5) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()[0]
+
+
+def test_a_request_killed_before_commit_is_replayed_once_elsewhere(pg, cluster_factory, req_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", ("r1",))
+            assert req.execute("SELECT count(*) FROM py_req").fetchone() == (1,)
+            assert req.node == "RAC1"
+            terminate(pg, "RAC1", req.backend_pid)  # before COMMIT
+        assert req.replays == 1 and req.outcome == "committed" and req.node != "RAC1"
+        assert sorted(rows_of(pg, "r1").values()) == [0, 0, 1]
+        assert rows_of(pg, "r1")["RAC1"] == 0
+
+        # the same without replay: the original error, its typed cause, no row
+    with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_req VALUES (%s)", ("r2",))
+                terminate(pg, "RAC1", req.backend_pid)
+        assert isinstance(info.value.__cause__, ra.ReplayRefused)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert sum(rows_of(pg, "r2").values()) == 0
+
+
+def test_a_statement_whose_session_died_is_replayed_with_those_before_it(pg, cluster_factory, req_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC2")) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", ("a",))
+            terminate(pg, "RAC2", req.backend_pid)
+            req.execute("INSERT INTO py_req VALUES (%s)", ("b",))  # fails, replayed with "a" elsewhere
+            assert req.execute("SELECT count(*) FROM py_req").fetchone() == (2,)
+        assert req.replays == 1 and req.node != "RAC2"
+        assert rows_of(pg, "a") == rows_of(pg, "b") and sum(rows_of(pg, "a").values()) == 1
+
+
+def test_a_lost_commit_reply_is_found_committed_and_not_replayed(pg, cluster_factory, req_table, proxies):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", ("r3",))
+            proxies["RAC1"].lose_reply_after(b"COMMIT")
+        assert proxies["RAC1"].reply_lost
+        assert req.replays == 0 and req.outcome == "committed"
+        assert rows_of(pg, "r3") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
+
+
+def test_a_lost_commit_reply_on_a_node_gone_is_never_replayed_blind(pg, cluster_factory, req_table, proxies):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_req VALUES (%s)", ("r4",))
+                proxies["RAC1"].lose_reply_after(b"COMMIT", then_refuse=True)
+        assert info.value.__cause__.refusal is R.OUTCOME_UNKNOWN
+        assert req.replays == 0
+        assert rows_of(pg, "r4") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}  # committed once, never twice
+
+
+def test_errors_that_are_not_recoverable_and_differing_results_are_never_replayed(pg, cluster_factory, req_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
+        admin.execute("INSERT INTO py_req VALUES ('only-on-rac1')")
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.errors.UniqueViolation) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_req VALUES ('only-on-rac1')")
+        assert info.value.__cause__.refusal is R.NOT_RECOVERABLE and req.replays == 0
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                assert req.execute("SELECT count(*) FROM py_req").fetchone() == (1,)  # consumed
+                req.execute("INSERT INTO py_req VALUES ('r5')")
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.reason == "results_differ" and info.value.__cause__.refusal is None
+        assert sum(rows_of(pg, "r5").values()) == 0
+
+
+@pytest.mark.asyncio
+async def test_async_requests_replay_the_same_way(pg, cluster_factory, req_table):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        async with pools.request(key=key_on(c, "RAC3")) as req:
+            await req.execute("INSERT INTO py_req VALUES (%s)", ("ar",))
+            cur = await req.execute("SELECT count(*) FROM py_req")
+            assert await cur.fetchone() == (1,)
+            terminate(pg, "RAC3", req.backend_pid)
+        assert req.replays == 1 and req.node != "RAC3"
+        assert sum(rows_of(pg, "ar").values()) == 1 and rows_of(pg, "ar")["RAC3"] == 0

@@ -23,6 +23,7 @@ __all__ = [
     "RequestFailure",
     "classify_sqlstate",
     "classify_oracle_error",
+    "ReplayRefused",
 ]
 
 
@@ -113,6 +114,18 @@ class ReplayStep:
     action: ReplayAction
     node: Optional[int] = None
     refusal: Optional[ReplayRefusal] = None
+
+
+class ReplayRefused(Exception):
+    """The typed cause (`__cause__`) of the original error a request
+    surfaces when it is not replayed: `refusal` is the core's reason, or
+    None with `reason` "results_differ" when a replay's results differed
+    from the ones the application already consumed."""
+
+    def __init__(self, refusal: Optional[ReplayRefusal], reason: Optional[str] = None) -> None:
+        self.refusal = refusal
+        self.reason = reason or (refusal.name.lower() if refusal is not None else "unknown")
+        super().__init__(f"request not replayed: {self.reason}")
 
 
 def classify_sqlstate(sqlstate: str) -> ErrorClass:

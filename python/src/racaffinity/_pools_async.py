@@ -12,7 +12,8 @@ import inspect
 import logging
 import time
 import weakref
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+import hashlib
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import psycopg
 import psycopg_pool
@@ -25,7 +26,9 @@ from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
-from ._routes import lease_release
+from ._continuity import CommitOutcome, ErrorClass, ReplayAction, ReplayRefused, ReplayStep, RequestFailure
+from ._continuity import classify_sqlstate
+from ._routes import lease_begin, lease_release, new_
 from ._ucp import PartitionMapLoader
 from ._tpc_async import AsyncGlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
@@ -122,17 +125,30 @@ class _AsyncConnection:
     manager and its `usage_ms` statistic, inside a lease released OK, or
     FAILED on a node failure (`is_node_failure`), else NEUTRAL."""
 
-    __slots__ = ("_pools", "_key", "_session", "_timeout", "_buf", "_pool", "_conn")
+    __slots__ = ("_pools", "_key", "_session", "_timeout", "_node", "_buf", "_pool", "_conn")
 
-    def __init__(self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float]) -> None:
+    def __init__(
+        self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float], node: Optional[int] = None
+    ) -> None:
         self._pools = pools
         self._key = key
         self._session = session
         self._timeout = timeout
+        self._node = node  # a node another decision chose (a replay's)
+
+    def _route(self) -> Tuple[Any, Any]:
+        pools = self._pools
+        if self._node is None:
+            return pools._acquire(self._key, self._session)
+        buf = new_("racaffinity_lease *")
+        rc = lease_begin(pools._h, self._node, buf)
+        if rc:
+            pools.cluster._raise(rc)
+        return pools._pool_of(buf)
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
         pools = self._pools
-        buf, pool = pools._acquire(self._key, self._session)
+        buf, pool = self._route()
         since = time.monotonic()
         timeout = self._timeout
         for reroutes in range(MAX_REROUTES + 1):
@@ -149,7 +165,7 @@ class _AsyncConnection:
                     raise
                 wait = self._timeout if self._timeout is not None else pool.timeout
                 timeout = max(0.0, since + wait - time.monotonic())
-                buf, pool = pools._acquire(self._key, self._session)
+                buf, pool = self._route()
             except BaseException as e:
                 failed = is_node_failure(e, pool, waited_since=since)
                 if failed:
@@ -177,6 +193,222 @@ class _AsyncConnection:
                 await pool.putconn(self._conn)
             finally:
                 lease_release(self._pools._h, self._buf, outcome)
+
+
+def _error_class(e: BaseException) -> ErrorClass:
+    """An error's class for replay: its SQLSTATE's (`classify_sqlstate`), or
+    recoverable for an `OperationalError` without one (libpq lost the
+    connection: reset, closed, timed out)."""
+    state = getattr(e, "sqlstate", None)
+    if isinstance(e, psycopg.Error) and state:
+        return classify_sqlstate(state)
+    if isinstance(e, psycopg.OperationalError):
+        return ErrorClass.RECOVERABLE
+    return ErrorClass.NOT_RECOVERABLE
+
+
+async def _digest(cur: Any) -> Tuple[int, Optional[bytes]]:
+    """What a statement answered (row count, digest of its rows), compared
+    on a replay. The rows are read ahead and the cursor rewound, so the
+    application still reads them all."""
+    if cur.description is None:
+        return cur.rowcount, None
+    rows = await cur.fetchall()
+    await cur.scroll(0, "absolute")
+    return cur.rowcount, hashlib.sha256(repr(rows).encode()).digest()
+
+
+class _ResultsDiffer(Exception):
+    """A replayed statement answered otherwise than the original did."""
+
+
+_COMMIT = None  # what a request runs after its replayed statements: COMMIT
+
+
+class _AsyncRequest:
+    """`async with pools.request() as req:` — one transaction whose
+    statements (`await req.execute(query, params)`) are recorded; on a
+    recoverable error the core decides, step by step, whether the commit in
+    flight is checked (and forced), whether the request is replayed once on
+    another node, or the original error surfaces with a `ReplayRefused`
+    cause (docs/continuity.md). A statement that fails is replayed with
+    those before it, and the block goes on; a failed COMMIT is checked
+    first, then replayed and committed. Committed at the end of the block,
+    rolled back on the application's own exception."""
+
+    def __init__(self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float]) -> None:
+        self._pools = pools
+        self._key = key
+        self._session = session
+        self._timeout = timeout
+        self._cm: Optional[_AsyncConnection] = None
+        self._conn: Any = None
+        self._node = -1
+        self._recorded: List[Tuple[Any, Any, Tuple[int, Optional[bytes]]]] = []
+        self._replayable = pools.replay
+        self._committing = False
+        self._xid: Optional[str] = None
+        self._pid: Optional[int] = None
+        self.replays = 0
+        self.outcome: Optional[str] = None
+
+    @property
+    def node(self) -> str:
+        """The name of the node the request runs on now."""
+        return self._pools.cluster.node_name(self._node)
+
+    @property
+    def backend_pid(self) -> int:
+        """The server process of the request's connection now."""
+        return int(self._conn.info.backend_pid)
+
+    @property
+    def connection(self) -> Any:
+        """The underlying psycopg connection. What runs on it is not
+        recorded, so a request that asks for it is not replayed."""
+        self._replayable = False
+        return self._conn
+
+    async def __aenter__(self) -> _AsyncRequest:
+        cm = _AsyncConnection(self._pools, self._key, self._session, self._timeout)
+        self._conn = await cm.__aenter__()
+        self._cm, self._node = cm, cm._buf.node
+        return self
+
+    async def execute(self, query: Any, params: Any = None) -> Any:
+        """Runs a statement in the request's transaction and records it."""
+        try:
+            cur = await self._conn.execute(query, params)
+            digest = await _digest(cur) if self._replayable else (0, None)
+        except Exception as e:
+            return await self._recover(e, (query, params))
+        if self._replayable:
+            self._recorded.append((query, params, digest))
+        return cur
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if et is not None:
+            await self._drop(ev)
+            return
+        try:
+            await self._commit()
+        except Exception as e:
+            await self._recover(e, _COMMIT)
+
+    async def _commit(self) -> None:
+        conn = self._conn
+        self._committing = False
+        # The id that tells the outcome later, and the backend that could
+        # still commit it: taken before COMMIT, in the transaction.
+        cur = await conn.execute("SELECT pg_current_xact_id()::text, pg_backend_pid()")
+        self._xid, self._pid = await cur.fetchone()
+        self._committing = True
+        await conn.commit()
+        self._committing = False
+        self.outcome = "committed"
+        cm, self._cm = self._cm, None
+        if cm is not None:
+            await cm.__aexit__(None, None, None)
+
+    async def _drop(self, e: BaseException) -> None:
+        """Gives the failed connection back (its lease FAILED for a node
+        failure, else NEUTRAL)."""
+        cm, self._cm, self._conn = self._cm, None, None
+        if cm is not None:
+            try:
+                await cm.__aexit__(type(e), e, e.__traceback__)
+            except Exception:
+                pass
+
+    async def _recover(self, original: BaseException, then: Any) -> Any:
+        e = original
+        while True:
+            failure = RequestFailure(
+                node=self._node,
+                error_class=_error_class(e),
+                commit_in_flight=self._committing,
+                replays=self.replays,
+                replayable=self._replayable,
+            )
+            self._committing = False
+            await self._drop(e)
+            step = await self._settle(failure)
+            if step.action is ReplayAction.SUCCEEDED:
+                self.outcome = "committed"
+                return None
+            if step.action is ReplayAction.GIVE_UP:
+                raise original from ReplayRefused(step.refusal)
+            assert step.node is not None
+            self.replays += 1
+            self._node = step.node
+            try:
+                return await self._replay_on(step.node, then)
+            except _ResultsDiffer as d:
+                await self._drop(d)
+                raise original from ReplayRefused(None, "results_differ")
+            except Exception as e2:
+                e = e2  # the core decides again: the replay's own commit, or no second replay
+
+    async def _settle(self, failure: RequestFailure) -> ReplayStep:
+        """Walks the outcome checks until the core says succeed, replay or give up."""
+        cluster = self._pools.cluster
+        for _ in range(8):
+            step = cluster.replay_step(failure)
+            if step.action is ReplayAction.CHECK_OUTCOME:
+                assert step.node is not None
+                failure = failure.with_(outcome=await self._ask(step.node, "check"))
+            elif step.action is ReplayAction.FORCE_OUTCOME:
+                assert step.node is not None
+                await self._ask(step.node, "force")
+                failure = failure.with_(forced=True, outcome=None)
+            else:
+                return step
+        return ReplayStep(ReplayAction.GIVE_UP, None, None)  # pragma: no cover - the core ends in 4 steps
+
+    async def _ask(self, node: int, what: str) -> CommitOutcome:
+        """On `node`, over a connection of its own: the outcome of the
+        commit in flight (`check`), or end its backend first (`force`) and
+        wait for it to be gone. Any failure is an unknown outcome."""
+        pools = self._pools
+        if self._xid is None:
+            return CommitOutcome.UNKNOWN
+        kw = dict(pools._connect_kwargs)
+        kw.setdefault("connect_timeout", connect_timeout(pools.probe_timeout))
+        bound = float(kw["connect_timeout"] or 10)
+        try:
+            conn = await psycopg.AsyncConnection.connect(pools._node_dsn(node), autocommit=True, **kw)
+        except Exception:
+            return CommitOutcome.UNKNOWN
+        try:
+            async with abounded(conn, bound):
+                if what == "force":
+                    await conn.execute("SELECT pg_terminate_backend(%s, %s)", (self._pid, int(bound * 1000)))
+                cur = await conn.execute("SELECT pg_xact_status(%s::xid8)", (self._xid,))
+                row = await cur.fetchone()
+            return CommitOutcome.from_pg_xact_status(row[0] if row else None)
+        except Exception:
+            return CommitOutcome.UNKNOWN
+        finally:
+            try:
+                await conn.close()
+            except Exception:
+                pass
+
+    async def _replay_on(self, node: int, then: Any) -> Any:
+        cm = _AsyncConnection(self._pools, None, None, self._timeout, node)
+        self._conn = await cm.__aenter__()
+        self._cm = cm
+        for query, params, digest in self._recorded:
+            cur = await self._conn.execute(query, params)
+            if await _digest(cur) != digest:
+                raise _ResultsDiffer(query)
+        if then is _COMMIT:
+            await self._commit()
+            return None
+        query, params = then
+        cur = await self._conn.execute(query, params)
+        self._recorded.append((query, params, await _digest(cur)))
+        return cur
 
 
 class AsyncNodePools(Base):
@@ -221,10 +453,14 @@ class AsyncNodePools(Base):
         partition_map_loader: Optional[PartitionMapLoader] = None,
         partition_map_reload: Optional[float] = None,
         upkeep_interval: float = 0.2,
+        replay: bool = False,
         **pool_kwargs: Any,
     ) -> None:
         super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
         self.timeout = timeout
+        if not isinstance(replay, bool):
+            raise TypeError(f"replay must be a bool, not {type(replay).__name__}")
+        self.replay = replay
         self._set_callback(affinity_callback)
         self._heartbeat: Optional[_AsyncHeartbeat] = None
         self._upkeep: Optional[_AsyncUpkeep] = None
@@ -370,6 +606,16 @@ class AsyncNodePools(Base):
         transaction, session/key argument, session scope, pin, load
         balancing), as an async context manager."""
         return _AsyncConnection(self, key, session, timeout)
+
+    def request(
+        self, *, key: Optional[DataKey] = None, session: Optional[BytesLike] = None, timeout: Optional[float] = None
+    ) -> _AsyncRequest:
+        """A request: one transaction on the node the core routes to (as
+        `connection()`), whose statements `await req.execute(...)` runs and,
+        with `replay=True`, records, so that a recoverable failure is
+        replayed once elsewhere when the commit outcome allows it
+        (docs/continuity.md)."""
+        return _AsyncRequest(self, key, session, timeout)
 
     def global_transaction(self, gtrid: str, **kwargs: Any) -> AsyncGlobalTransaction:
         """A two-phase (XA-style) transaction over psycopg's tpc_* API; see
