@@ -276,3 +276,17 @@ async def test_async_requests_replay_the_same_way(pg, cluster_factory, req_table
             terminate(pg, "RAC3", req.backend_pid)
         assert req.replays == 1 and req.node != "RAC3"
         assert sum(rows_of(pg, "ar").values()) == 1 and rows_of(pg, "ar")["RAC3"] == 0
+
+
+def test_an_application_error_leaves_the_request_usable(pg, cluster_factory, req_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC2")) as req:
+            req.execute("INSERT INTO py_req VALUES ('x')")
+            req.execute("SAVEPOINT s")
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                req.execute("INSERT INTO py_req VALUES ('x')")
+            req.execute("ROLLBACK TO SAVEPOINT s")  # the application's own handling
+            req.execute("INSERT INTO py_req VALUES ('y')")
+        assert rows_of(pg, "x")["RAC2"] == rows_of(pg, "y")["RAC2"] == 1
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])

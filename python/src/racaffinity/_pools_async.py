@@ -293,7 +293,11 @@ class _AsyncRequest:
         try:
             await self._commit()
         except Exception as e:
-            await self._recover(e, _COMMIT)
+            try:
+                await self._recover(e, _COMMIT)
+            except BaseException:
+                await self._drop(e)
+                raise
 
     async def _commit(self) -> None:
         conn = self._conn
@@ -330,6 +334,10 @@ class _AsyncRequest:
                 replays=self.replays,
                 replayable=self._replayable,
             )
+            if e is original and then is not _COMMIT and failure.error_class is ErrorClass.NOT_RECOVERABLE:
+                # The application's error (a constraint, a serialization
+                # failure): the connection stays, as psycopg leaves it.
+                raise original from ReplayRefused(self._pools.cluster.replay_step(failure).refusal)
             self._committing = False
             await self._drop(e)
             step = await self._settle(failure)
@@ -337,7 +345,10 @@ class _AsyncRequest:
                 self.outcome = "committed"
                 return None
             if step.action is ReplayAction.GIVE_UP:
-                raise original from ReplayRefused(step.refusal)
+                refused = ReplayRefused(step.refusal)
+                if e is not original:
+                    refused.__cause__ = e  # what ended the replay
+                raise original from refused
             assert step.node is not None
             self.replays += 1
             self._node = step.node

@@ -256,7 +256,11 @@ class _Request:
         try:
             self._commit()
         except Exception as e:
-            self._recover(e, _COMMIT)
+            try:
+                self._recover(e, _COMMIT)
+            except BaseException:
+                self._drop(e)
+                raise
 
     def _commit(self) -> None:
         conn = self._conn
@@ -285,6 +289,8 @@ class _Request:
         e = original
         while True:
             failure = RequestFailure(node=self._node, error_class=_error_class(e), commit_in_flight=self._committing, replays=self.replays, replayable=self._replayable)
+            if e is original and then is not _COMMIT and (failure.error_class is ErrorClass.NOT_RECOVERABLE):
+                raise original from ReplayRefused(self._pools.cluster.replay_step(failure).refusal)
             self._committing = False
             self._drop(e)
             step = self._settle(failure)
@@ -292,7 +298,10 @@ class _Request:
                 self.outcome = 'committed'
                 return None
             if step.action is ReplayAction.GIVE_UP:
-                raise original from ReplayRefused(step.refusal)
+                refused = ReplayRefused(step.refusal)
+                if e is not original:
+                    refused.__cause__ = e
+                raise original from refused
             assert step.node is not None
             self.replays += 1
             self._node = step.node
