@@ -434,7 +434,9 @@ class AsyncNodePools(Base):
     reported. `affinity_callback` is UCP's connection affinity callback (four
     methods in snake_case); `partition_map_loader` returns the whole
     partition -> instance map, loaded at open, after each HA event and every
-    `partition_map_reload` seconds. Close the pools (or use them as a context
+    `partition_map_reload` seconds. With `replay=True`, `request()` records
+    its statements and replays a request a recoverable failure interrupted
+    (docs/continuity.md). Close the pools (or use them as a context
     manager) to stop the heartbeat and the upkeep and close every pool.
     """
 

@@ -386,7 +386,9 @@ class NodePools(Base):
     reported. `affinity_callback` is UCP's connection affinity callback (four
     methods in snake_case); `partition_map_loader` returns the whole
     partition -> instance map, loaded at open, after each HA event and every
-    `partition_map_reload` seconds. Close the pools (or use them as a context
+    `partition_map_reload` seconds. With `replay=True`, `request()` records
+    its statements and replays a request a recoverable failure interrupted
+    (docs/continuity.md). Close the pools (or use them as a context
     manager) to stop the heartbeat and the upkeep and close every pool.
     """
     __doc__ += "\n    They are open once constructed; the heartbeat and the upkeep are daemon\n    threads, and pins and transactions follow the thread's context."
