@@ -290,3 +290,24 @@ def test_an_application_error_leaves_the_request_usable(pg, cluster_factory, req
             req.execute("INSERT INTO py_req VALUES ('y')")
         assert rows_of(pg, "x")["RAC2"] == rows_of(pg, "y")["RAC2"] == 1
         assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
+def test_a_commit_lost_in_a_blackhole_is_forced_through_another_instance_then_replayed(
+    pg, cluster_factory, req_table, proxies
+):
+    # RAC: three instances of one database (node 1), RAC1 behind a proxy
+    # that swallows the COMMIT and then everything. The transaction is still
+    # open on the server ("in progress"): another instance ends its backend,
+    # finds it aborted, and the request is replayed there once.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES, recovery_scope="database")
+    one = pg.dsn["RAC1"]
+    dsns = {"RAC1": proxies["RAC1"].dsn(one), "RAC2": one, "RAC3": one}
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1"), call_timeout=1.0) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", ("bh",))
+            old_pid = req.backend_pid
+            proxies["RAC1"].blackhole_before(b"COMMIT")
+        assert req.replays == 1 and req.node in ("RAC2", "RAC3") and req.outcome == "committed"
+        assert rows_of(pg, "bh")["RAC1"] == 1  # node 1 holds every instance's data: once
+        with psycopg.connect(one, autocommit=True) as admin:
+            assert admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (old_pid,)).fetchone() == (0,)

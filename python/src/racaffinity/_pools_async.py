@@ -236,11 +236,16 @@ class _AsyncRequest:
     first, then replayed and committed. Committed at the end of the block,
     rolled back on the application's own exception."""
 
-    def __init__(self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float]) -> None:
+    def __init__(
+        self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float], call_timeout: Optional[float]
+    ) -> None:
+        if call_timeout is not None and not call_timeout > 0:
+            raise ValueError("call_timeout must be > 0 (or None: no deadline)")
         self._pools = pools
         self._key = key
         self._session = session
         self._timeout = timeout
+        self._call_timeout = call_timeout
         self._cm: Optional[_AsyncConnection] = None
         self._conn: Any = None
         self._node = -1
@@ -278,7 +283,8 @@ class _AsyncRequest:
     async def execute(self, query: Any, params: Any = None) -> Any:
         """Runs a statement in the request's transaction and records it."""
         try:
-            cur = await self._conn.execute(query, params)
+            async with abounded(self._conn, self._call_timeout):
+                cur = await self._conn.execute(query, params)
             digest = await _digest(cur) if self._replayable else (0, None)
         except Exception as e:
             return await self._recover(e, (query, params))
@@ -304,10 +310,12 @@ class _AsyncRequest:
         self._committing = False
         # The id that tells the outcome later, and the backend that could
         # still commit it: taken before COMMIT, in the transaction.
-        cur = await conn.execute("SELECT pg_current_xact_id()::text, pg_backend_pid()")
+        async with abounded(conn, self._call_timeout):
+            cur = await conn.execute("SELECT pg_current_xact_id()::text, pg_backend_pid()")
         self._xid, self._pid = await cur.fetchone()
         self._committing = True
-        await conn.commit()
+        async with abounded(conn, self._call_timeout):
+            await conn.commit()
         self._committing = False
         self.outcome = "committed"
         cm, self._cm = self._cm, None
@@ -410,14 +418,16 @@ class _AsyncRequest:
         self._conn = await cm.__aenter__()
         self._cm = cm
         for query, params, digest in self._recorded:
-            cur = await self._conn.execute(query, params)
+            async with abounded(self._conn, self._call_timeout):
+                cur = await self._conn.execute(query, params)
             if await _digest(cur) != digest:
                 raise _ResultsDiffer(query)
         if then is _COMMIT:
             await self._commit()
             return None
         query, params = then
-        cur = await self._conn.execute(query, params)
+        async with abounded(self._conn, self._call_timeout):
+            cur = await self._conn.execute(query, params)
         self._recorded.append((query, params, await _digest(cur)))
         return cur
 
@@ -621,14 +631,22 @@ class AsyncNodePools(Base):
         return _AsyncConnection(self, key, session, timeout)
 
     def request(
-        self, *, key: Optional[DataKey] = None, session: Optional[BytesLike] = None, timeout: Optional[float] = None
+        self,
+        *,
+        key: Optional[DataKey] = None,
+        session: Optional[BytesLike] = None,
+        timeout: Optional[float] = None,
+        call_timeout: Optional[float] = None,
     ) -> _AsyncRequest:
         """A request: one transaction on the node the core routes to (as
         `connection()`), whose statements `await req.execute(...)` runs and,
         with `replay=True`, records, so that a recoverable failure is
         replayed once elsewhere when the commit outcome allows it
-        (docs/continuity.md)."""
-        return _AsyncRequest(self, key, session, timeout)
+        (docs/continuity.md). `timeout`: the wait for a connection;
+        `call_timeout`: a statement or the COMMIT that gets no answer
+        within it fails as a lost connection (a node that stopped answering
+        cannot hold the request)."""
+        return _AsyncRequest(self, key, session, timeout, call_timeout)
 
     def global_transaction(self, gtrid: str, **kwargs: Any) -> AsyncGlobalTransaction:
         """A two-phase (XA-style) transaction over psycopg's tpc_* API; see

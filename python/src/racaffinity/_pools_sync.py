@@ -199,11 +199,14 @@ class _Request:
     first, then replayed and committed. Committed at the end of the block,
     rolled back on the application's own exception."""
 
-    def __init__(self, pools: NodePools, key: Any, session: Any, timeout: Optional[float]) -> None:
+    def __init__(self, pools: NodePools, key: Any, session: Any, timeout: Optional[float], call_timeout: Optional[float]) -> None:
+        if call_timeout is not None and (not call_timeout > 0):
+            raise ValueError('call_timeout must be > 0 (or None: no deadline)')
         self._pools = pools
         self._key = key
         self._session = session
         self._timeout = timeout
+        self._call_timeout = call_timeout
         self._cm: Optional[_Connection] = None
         self._conn: Any = None
         self._node = -1
@@ -241,7 +244,8 @@ class _Request:
     def execute(self, query: Any, params: Any=None) -> Any:
         """Runs a statement in the request's transaction and records it."""
         try:
-            cur = self._conn.execute(query, params)
+            with bounded(self._conn, self._call_timeout):
+                cur = self._conn.execute(query, params)
             digest = _digest(cur) if self._replayable else (0, None)
         except Exception as e:
             return self._recover(e, (query, params))
@@ -265,10 +269,12 @@ class _Request:
     def _commit(self) -> None:
         conn = self._conn
         self._committing = False
-        cur = conn.execute('SELECT pg_current_xact_id()::text, pg_backend_pid()')
+        with bounded(conn, self._call_timeout):
+            cur = conn.execute('SELECT pg_current_xact_id()::text, pg_backend_pid()')
         self._xid, self._pid = cur.fetchone()
         self._committing = True
-        conn.commit()
+        with bounded(conn, self._call_timeout):
+            conn.commit()
         self._committing = False
         self.outcome = 'committed'
         cm, self._cm = (self._cm, None)
@@ -363,14 +369,16 @@ class _Request:
         self._conn = cm.__enter__()
         self._cm = cm
         for query, params, digest in self._recorded:
-            cur = self._conn.execute(query, params)
+            with bounded(self._conn, self._call_timeout):
+                cur = self._conn.execute(query, params)
             if _digest(cur) != digest:
                 raise _ResultsDiffer(query)
         if then is _COMMIT:
             self._commit()
             return None
         query, params = then
-        cur = self._conn.execute(query, params)
+        with bounded(self._conn, self._call_timeout):
+            cur = self._conn.execute(query, params)
         self._recorded.append((query, params, _digest(cur)))
         return cur
 
@@ -528,13 +536,16 @@ class NodePools(Base):
         balancing), as a context manager."""
         return _Connection(self, key, session, timeout)
 
-    def request(self, *, key: Optional[DataKey]=None, session: Optional[BytesLike]=None, timeout: Optional[float]=None) -> _Request:
+    def request(self, *, key: Optional[DataKey]=None, session: Optional[BytesLike]=None, timeout: Optional[float]=None, call_timeout: Optional[float]=None) -> _Request:
         """A request: one transaction on the node the core routes to (as
         `connection()`), whose statements `req.execute(...)` runs and,
         with `replay=True`, records, so that a recoverable failure is
         replayed once elsewhere when the commit outcome allows it
-        (docs/continuity.md)."""
-        return _Request(self, key, session, timeout)
+        (docs/continuity.md). `timeout`: the wait for a connection;
+        `call_timeout`: a statement or the COMMIT that gets no answer
+        within it fails as a lost connection (a node that stopped answering
+        cannot hold the request)."""
+        return _Request(self, key, session, timeout, call_timeout)
 
     def global_transaction(self, gtrid: str, **kwargs: Any) -> GlobalTransaction:
         """A two-phase (XA-style) transaction over psycopg's tpc_* API; see
