@@ -33,6 +33,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
+import socket
 import threading
 import time
 import weakref
@@ -51,7 +53,6 @@ from sqlalchemy.pool.base import _ConnectionRecord  # noqa: E402
 from ._args import BytesLike, DataKey  # noqa: E402
 from ._cluster import Cluster  # noqa: E402
 from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
-from ._deadline import shut_down  # noqa: E402
 from ._routes import NodeState, lease_release  # noqa: E402
 
 __all__ = ["RoutingPool", "create_engine", "create_async_engine", "route"]
@@ -99,6 +100,17 @@ _MAX_REROUTES = 3
 
 # How often the failover watch reads the node states (seconds).
 WATCH_INTERVAL = 0.2
+
+
+def _abort(conn: Any) -> None:
+    """Shuts a DB-API connection's socket down from another thread (its
+    next call fails as a lost connection). A driver without `fileno()`
+    keeps its connection: it fails on its own, later."""
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as s:
+            s.shutdown(socket.SHUT_RDWR)
+    except Exception:
+        pass
 
 
 class _Retired(Exception):
@@ -240,7 +252,7 @@ class RoutingPool(Pool):
             for rec, buf in list(self._leases.items()):
                 conn = rec.dbapi_connection
                 if buf.node == node and conn is not None:
-                    shut_down(getattr(conn, "driver_connection", conn))
+                    _abort(getattr(conn, "driver_connection", conn))
         old.dispose()  # the idle ones
         queue = old._pool
         # A put wakes (and un-queues) one waiting thread: one each, as the
