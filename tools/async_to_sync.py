@@ -36,6 +36,7 @@ NAMES = {
     "_AsyncHeartbeat": "_Heartbeat",
     "_AsyncUpkeep": "_Upkeep",
     "_AsyncTracked": "_Tracked",
+    "_AsyncRequest": "_Request",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncConnection": "Connection",
     "AsyncCursor": "Cursor",

@@ -30,6 +30,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._blackhole = False
         self._lose_after: Optional[bytes] = None
+        self._hole_before: Optional[bytes] = None
         self._then_refuse = False
         self._lost = threading.Event()
         self._socks: Set[socket.socket] = set()
@@ -44,6 +45,12 @@ class FaultProxy:
         """Every connection, open or new, stops moving bytes; none is closed."""
         with self._lock:
             self._blackhole = True
+
+    def blackhole_before(self, marker: bytes) -> None:
+        """The next client message that contains `marker` never reaches the
+        server, and from then on the proxy is a blackhole (`blackhole()`)."""
+        with self._lock:
+            self._hole_before = marker
 
     def lose_reply_after(self, marker: bytes, *, then_refuse: bool = False) -> None:
         """The next client message that contains `marker` reaches the server;
@@ -86,6 +93,7 @@ class FaultProxy:
         with self._lock:
             self._blackhole = False
             self._lose_after = None
+            self._hole_before = None
             listening = self._listener is not None
         if not listening:
             self._listen(self.port)
@@ -152,6 +160,11 @@ class FaultProxy:
                     if not data:
                         return
                     with self._lock:
+                        hole = self._hole_before if src is client else None
+                        if hole is not None and hole in data:
+                            self._hole_before = None
+                            self._blackhole = True
+                            break  # the message is lost in the hole
                         marker = self._lose_after if src is client else None
                         if marker is not None and marker in data:
                             self._lose_after = None

@@ -7,6 +7,7 @@ loader and the heartbeat."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import time
@@ -18,6 +19,8 @@ import pytest
 
 import racaffinity as ra
 from racaffinity.pools import AsyncNodePools, is_node_failure
+
+from racaffinity._acompat import ajoin, aspawn
 
 from conftest import NAMES, aport_of, fan_line, wait_until_async
 
@@ -270,3 +273,111 @@ async def test_heartbeat_counts_a_node_refusing_connections_while_shutting_down_
             assert c.node_state("RAC3") == ra.NodeState.DOWN
             assert c.metrics()["nodes"][2]["down_cause"] == "heartbeat"
             assert c.node_state("RAC1") == c.node_state("RAC2") == ra.NodeState.UP
+
+
+# -- fast connection failover (docs/python-pools.md) ------------------------------
+
+
+async def _queue_on(pools, key, n):
+    """`n` tasks waiting for a connection by `key`; each records (port,
+    monotonic time served) or its error."""
+    served, errors = {}, {}
+
+    async def one(i):
+        try:
+            async with pools.connection(key=key) as conn:
+                served[i] = (await aport_of(conn), time.monotonic())
+        except Exception as e:
+            errors[i] = (repr(e), time.monotonic())
+
+    tasks = [aspawn(one, (i,), f"waiter-{i}") for i in range(n)]
+    await wait_until_async(lambda: pools.node_pool("RAC1").get_stats().get("requests_waiting", 0) == n, 5)
+    return tasks, served, errors
+
+
+@pytest.mark.asyncio
+async def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
+    # Waiters queued on a node that is kill -9ed must not wait out the pool
+    # timeout (5 s): once the heartbeat takes the node Down, its pool fails
+    # them over to another node at once.
+    c = cluster_factory("heartbeat.interval = 100ms\nheartbeat.misses = 2\nthread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, heartbeat=True, min_size=1, max_size=1, timeout=5.0, upkeep_interval=0.05)
+    async with pools:
+        key = key_on(c, "RAC1")
+        holder = pools.connection(key=key)
+        held = await holder.__aenter__()  # RAC1's only connection
+        assert await aport_of(held) == pg.port["RAC1"]
+        tasks, served, errors = await _queue_on(pools, key, 4)
+        killed = time.monotonic()  # before the kill: the script's own time counts too
+        pg.kill(1)
+        restart_after.append(1)
+        for t in tasks:
+            await ajoin(t, 10)
+        took = {i: round(at - killed, 2) for i, (_p, at) in {**served, **errors}.items()}
+        assert not errors and sorted(served) == [0, 1, 2, 3], (errors, took)
+        assert all(p != pg.port["RAC1"] for p, _at in served.values()), served
+        assert max(took.values()) < 1.0, took
+        try:
+            await held.execute("SELECT 1")
+        except psycopg.OperationalError as e:
+            await holder.__aexit__(type(e), e, e.__traceback__)
+        else:
+            pytest.fail("a connection to a killed node still answered")
+
+
+@pytest.mark.asyncio
+async def test_an_operator_down_closes_idle_aborts_borrowed_and_up_refills_at_once(pg, cluster_factory):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=2, connect_kwargs={"application_name": APP}, upkeep_interval=0.05)
+    async with pools:
+        await wait_until_async(lambda: all(server_conns(pg, n) >= 2 for n in NAMES), 10)
+        holder = pools.connection(key=key_on(c, "RAC1"))
+        held = await holder.__aenter__()
+        assert await aport_of(held) == pg.port["RAC1"]
+        c.set_node_state("RAC1", "down")
+        # idle ones closed and the borrowed one aborted: no session left
+        await wait_until_async(lambda: server_conns(pg, "RAC1") == 0, 1.0)
+        with pytest.raises(psycopg.OperationalError) as info:
+            await held.execute("SELECT 1")  # the node is alive: only an abort ends it
+        assert is_node_failure(info.value)
+        await holder.__aexit__(type(info.value), info.value, None)
+        c.set_node_state("RAC1", "up")
+        took = await wait_until_async(lambda: server_conns(pg, "RAC1") >= 2, 5)
+        assert took < 1.0, f"refilled after {took:.2f}s"
+
+
+@pytest.mark.asyncio
+async def test_a_planned_drain_does_not_abort_borrowed_connections(pg, cluster_factory):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=0.05)
+    async with pools:
+        async with pools.connection(key=key_on(c, "RAC1")) as held:
+            c.set_node_state("RAC1", "draining")
+            await wait_until_async(lambda: pools.node_pool("RAC1")._racaffinity_draining, 2)
+            c.set_node_state("RAC1", "down")  # the drain's end
+            await asyncio.sleep(0.3)  # several upkeep rounds
+            assert await aport_of(held) == pg.port["RAC1"]  # finishes its request
+
+
+@pytest.mark.asyncio
+async def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
+    # Both of RAC1's connections were used just now (inside the alive-check
+    # bypass window) when the node drops every connection. The first
+    # checkout finds out the hard way; the next one must be checked, not
+    # handed out dead because it is young.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    async with new_pools(c, dsns, min_size=2, max_size=2) as pools:
+        key = key_on(c, "RAC1")
+        await wait_until_async(lambda: pools.node_pool("RAC1").get_stats().get("pool_available", 0) == 2, 5)
+        first, second = pools.connection(key=key), pools.connection(key=key)
+        for conn in (await first.__aenter__(), await second.__aenter__()):
+            await aport_of(conn)
+        await first.__aexit__(None, None, None)
+        await second.__aexit__(None, None, None)
+        proxies["RAC1"].refuse()  # every connection closed
+        proxies["RAC1"].heal()  # and the node answers again
+        with pytest.raises(psycopg.OperationalError):
+            await port(pools, key=key)  # young: handed out unchecked, fails
+        assert await port(pools, key=key) == pg.port["RAC1"]
+        assert c.node_state("RAC1") is ra.NodeState.UP

@@ -17,6 +17,7 @@ import psycopg_pool
 import pytest
 import racaffinity as ra
 from racaffinity.pools import NodePools, is_node_failure
+from racaffinity._acompat import join, spawn
 from conftest import NAMES, port_of, fan_line, wait_until
 APP = 'racaffinity-pools-suite'
 
@@ -232,3 +233,90 @@ def test_heartbeat_counts_a_node_refusing_connections_while_shutting_down_as_a_m
             assert c.node_state('RAC3') == ra.NodeState.DOWN
             assert c.metrics()['nodes'][2]['down_cause'] == 'heartbeat'
             assert c.node_state('RAC1') == c.node_state('RAC2') == ra.NodeState.UP
+
+def _queue_on(pools, key, n):
+    """`n` tasks waiting for a connection by `key`; each records (port,
+    monotonic time served) or its error."""
+    served, errors = ({}, {})
+
+    def one(i):
+        try:
+            with pools.connection(key=key) as conn:
+                served[i] = (port_of(conn), time.monotonic())
+        except Exception as e:
+            errors[i] = (repr(e), time.monotonic())
+    tasks = [spawn(one, (i,), f'waiter-{i}') for i in range(n)]
+    wait_until(lambda: pools.node_pool('RAC1').get_stats().get('requests_waiting', 0) == n, 5)
+    return (tasks, served, errors)
+
+def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
+    c = cluster_factory('heartbeat.interval = 100ms\nheartbeat.misses = 2\nthread.auto_pin = false', nodes=NAMES)
+    pools = new_pools(c, pg.dsn, heartbeat=True, min_size=1, max_size=1, timeout=5.0, upkeep_interval=0.05)
+    with pools:
+        key = key_on(c, 'RAC1')
+        holder = pools.connection(key=key)
+        held = holder.__enter__()
+        assert port_of(held) == pg.port['RAC1']
+        tasks, served, errors = _queue_on(pools, key, 4)
+        killed = time.monotonic()
+        pg.kill(1)
+        restart_after.append(1)
+        for t in tasks:
+            join(t, 10)
+        took = {i: round(at - killed, 2) for i, (_p, at) in {**served, **errors}.items()}
+        assert not errors and sorted(served) == [0, 1, 2, 3], (errors, took)
+        assert all((p != pg.port['RAC1'] for p, _at in served.values())), served
+        assert max(took.values()) < 1.0, took
+        try:
+            held.execute('SELECT 1')
+        except psycopg.OperationalError as e:
+            holder.__exit__(type(e), e, e.__traceback__)
+        else:
+            pytest.fail('a connection to a killed node still answered')
+
+def test_an_operator_down_closes_idle_aborts_borrowed_and_up_refills_at_once(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=2, connect_kwargs={'application_name': APP}, upkeep_interval=0.05)
+    with pools:
+        wait_until(lambda: all((server_conns(pg, n) >= 2 for n in NAMES)), 10)
+        holder = pools.connection(key=key_on(c, 'RAC1'))
+        held = holder.__enter__()
+        assert port_of(held) == pg.port['RAC1']
+        c.set_node_state('RAC1', 'down')
+        wait_until(lambda: server_conns(pg, 'RAC1') == 0, 1.0)
+        with pytest.raises(psycopg.OperationalError) as info:
+            held.execute('SELECT 1')
+        assert is_node_failure(info.value)
+        holder.__exit__(type(info.value), info.value, None)
+        c.set_node_state('RAC1', 'up')
+        took = wait_until(lambda: server_conns(pg, 'RAC1') >= 2, 5)
+        assert took < 1.0, f'refilled after {took:.2f}s'
+
+def test_a_planned_drain_does_not_abort_borrowed_connections(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=0.05)
+    with pools:
+        with pools.connection(key=key_on(c, 'RAC1')) as held:
+            c.set_node_state('RAC1', 'draining')
+            wait_until(lambda: pools.node_pool('RAC1')._racaffinity_draining, 2)
+            c.set_node_state('RAC1', 'down')
+            time.sleep(0.3)
+            assert port_of(held) == pg.port['RAC1']
+
+def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies['RAC1'].dsn(pg.dsn['RAC1']))
+    with new_pools(c, dsns, min_size=2, max_size=2) as pools:
+        key = key_on(c, 'RAC1')
+        wait_until(lambda: pools.node_pool('RAC1').get_stats().get('pool_available', 0) == 2, 5)
+        first, second = (pools.connection(key=key), pools.connection(key=key))
+        for conn in (first.__enter__(), second.__enter__()):
+            port_of(conn)
+        first.__exit__(None, None, None)
+        second.__exit__(None, None, None)
+        proxies['RAC1'].refuse()
+        proxies['RAC1'].heal()
+        with pytest.raises(psycopg.OperationalError):
+            port(pools, key=key)
+        assert port(pools, key=key) == pg.port['RAC1']
+        assert c.node_state('RAC1') is ra.NodeState.UP

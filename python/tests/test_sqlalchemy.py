@@ -351,3 +351,46 @@ async def test_the_asyncio_engine_routes_the_same_way(pg, cluster_factory, order
         assert in_flight(c) == 0
     finally:
         await engine.dispose()
+
+
+def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
+    # Fast connection failover in the SQLAlchemy pool: threads waiting on a
+    # node's full pool when it is kill -9ed (and reported Down, as a FAN
+    # subscriber would) route again at once instead of waiting out
+    # pool_timeout (5 s); the connection checked out there is aborted.
+    from conftest import fan_line, wait_until
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_timeout=5)
+    key = key_on(c, "RAC1")
+    with route(key=key):
+        holder = engine.connect()
+    assert node_of_conn(pg, holder) == "RAC1"
+    served, errors = {}, {}
+
+    def one(i):
+        try:
+            with route(key=key), engine.connect() as conn:
+                served[i] = (node_of_conn(pg, conn), time.monotonic())
+        except Exception as e:
+            errors[i] = (repr(e), time.monotonic())
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    queue = engine.pool.node_pool("RAC1")._pool
+    wait_until(lambda: len(queue.not_empty._waiters) == 4, 5)
+    killed = time.monotonic()
+    pg.kill(1)
+    restart_after.append(1)
+    c.apply_event(fan_line("RAC1", "down"))
+    for t in threads:
+        t.join(10)
+    took = {i: round(at - killed, 2) for i, (_n, at) in {**served, **errors}.items()}
+    assert not errors and sorted(served) == [0, 1, 2, 3], (errors, took)
+    assert all(n != "RAC1" for n, _at in served.values()), served
+    assert max(took.values()) < 1.0, took
+    with pytest.raises(sa.exc.DBAPIError):
+        holder.execute(sa.text("SELECT 1"))
+    holder.close()
+    engine.dispose()

@@ -18,6 +18,17 @@ DSNs and pools).
 
 from ._args import BytesLike, DataKey
 from ._cluster import Cluster, version
+from ._continuity import (
+    CommitOutcome,
+    ErrorClass,
+    ReplayAction,
+    ReplayRefusal,
+    ReplayRefused,
+    ReplayStep,
+    RequestFailure,
+    classify_oracle_error,
+    classify_sqlstate,
+)
 from ._routes import Lease, Node, NodeState, Outcome, Route, RouteKind, Scope
 from ._scopes import PinScope, SessionScope, Transaction
 from ._token import SessionRouting, TokenRoute
@@ -73,5 +84,14 @@ __all__ = [
     "DataKey",
     "version",
     "LIBRARY_PATH",
+    "ErrorClass",
+    "CommitOutcome",
+    "ReplayAction",
+    "ReplayRefusal",
+    "ReplayRefused",
+    "ReplayStep",
+    "RequestFailure",
+    "classify_sqlstate",
+    "classify_oracle_error",
     *_errors.__all__,
 ]

@@ -45,6 +45,7 @@ from ._scopes import slot as _slot
 from ._token import SessionRouting, TokenRoute
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._continuity import ReplayStep, RequestFailure
     from ._ucp import AffinityContext
 
 __all__ = ["Cluster", "version", "read_text"]
@@ -274,6 +275,19 @@ class Cluster:
         out = _new("racaffinity_recovery_scope *")
         self._call(lib.racaffinity_cluster_recovery_scope, out)
         return "database" if int(out[0]) == lib.RACAFFINITY_RECOVERY_SCOPE_DATABASE else "node"
+
+    # -- continuity (docs/continuity.md) ------------------------------------
+
+    def replay_step(self, failure: "RequestFailure") -> "ReplayStep":
+        """The next step for a failed request (`racaffinity_replay_decide`):
+        check the outcome of a commit in flight on a node, force it, replay
+        once on a node, report success, or give up with a typed refusal. A
+        pure decision that changes nothing: ask again after each step with
+        what it learned (`failure.with_(outcome=...)`). UnknownNodeError for
+        a node id this cluster never had."""
+        from ._continuity import replay_decide
+
+        return replay_decide(self, failure)
 
     # -- session routing tokens (seed 001, WebLogic) -----------------------
 

@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, List, Optional, Tuple
 
 import psycopg
 
-__all__ = ["CallTimeout", "abounded", "bounded"]
+__all__ = ["CallTimeout", "abounded", "bounded", "shut_down"]
 
 
 class CallTimeout(psycopg.OperationalError):
@@ -81,6 +81,18 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
+def shut_down(conn: Any) -> None:
+    """Shuts a connection's socket down, from any thread or task: the call
+    blocked on it (or the next one) sees the connection end and raises, as
+    for any lost connection; closing it belongs to its owner."""
+    try:
+        # A dup shares the socket: shutdown reaches the one libpq waits on.
+        with socket.socket(fileno=os.dup(conn.fileno())) as s:
+            s.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):
+        pass
+
+
 class _Deadline:
     """One armed deadline: shuts the connection's socket down when it passes."""
 
@@ -99,12 +111,7 @@ class _Deadline:
             if self._done:
                 return
             self._fired = True
-        try:
-            # A dup shares the socket: shutdown reaches the one libpq waits on.
-            with socket.socket(fileno=os.dup(self._conn.fileno())) as s:
-                s.shutdown(socket.SHUT_RDWR)
-        except (OSError, psycopg.Error):
-            pass
+        shut_down(self._conn)
 
     def failed(self, e: psycopg.OperationalError) -> None:
         """Raises CallTimeout for an error the deadline caused."""

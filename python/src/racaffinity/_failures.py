@@ -88,6 +88,10 @@ class ConnectAttempts:
         self._running: Dict[int, float] = {}
         self._next = 0
         self.last_failed = False
+        # Monotonic time of the last failure of the node these pools saw (a
+        # node failure, a Down): a connection last checked out before it is
+        # validated at checkout whatever its age.
+        self.node_failed_at = 0.0
         self.last_error: Optional[str] = None
 
     def started(self) -> int:

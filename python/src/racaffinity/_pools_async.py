@@ -12,7 +12,8 @@ import inspect
 import logging
 import time
 import weakref
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+import hashlib
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import psycopg
 import psycopg_pool
@@ -20,12 +21,14 @@ import psycopg_pool
 from ._acompat import AEvent, ALock, acancel, ais_alive, ajoin, aspawn, await_all, await_event
 from ._args import BytesLike, DataKey
 from ._cluster import Cluster
-from ._deadline import abounded
+from ._deadline import abounded, shut_down
 from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
-from ._routes import lease_release
+from ._continuity import CommitOutcome, ErrorClass, ReplayAction, ReplayRefused, ReplayStep, RequestFailure
+from ._continuity import classify_sqlstate
+from ._routes import lease_begin, lease_release, new_
 from ._ucp import PartitionMapLoader
 from ._tpc_async import AsyncGlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
@@ -62,7 +65,12 @@ def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
 # A connection used this recently skips the check on checkout (HikariCP's
 # aliveBypassWindowMs, 500 ms): a busy pool pays nothing, and a connection
 # that sat idle while its node stopped answering is found out at checkout.
+# Unless its node failed since it was last checked out: then it is checked.
 ALIVE_BYPASS = 0.5
+
+# Re-routes of one checkout whose node's pool was retired while it waited
+# (a Down, a drain): each goes to the core again, within the same wait.
+MAX_REROUTES = 3
 
 
 def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
@@ -76,7 +84,7 @@ def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
         now = time.monotonic()
         last = getattr(conn, "_racaffinity_checked_out", None)
         conn._racaffinity_checked_out = now
-        if last is not None and now - last < ALIVE_BYPASS:
+        if last is not None and now - last < ALIVE_BYPASS and last > attempts.node_failed_at:
             return
         try:
             async with abounded(conn, bound):
@@ -117,31 +125,54 @@ class _AsyncConnection:
     manager and its `usage_ms` statistic, inside a lease released OK, or
     FAILED on a node failure (`is_node_failure`), else NEUTRAL."""
 
-    __slots__ = ("_pools", "_key", "_session", "_timeout", "_buf", "_pool", "_conn")
+    __slots__ = ("_pools", "_key", "_session", "_timeout", "_node", "_buf", "_pool", "_conn")
 
-    def __init__(self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float]) -> None:
+    def __init__(
+        self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float], node: Optional[int] = None
+    ) -> None:
         self._pools = pools
         self._key = key
         self._session = session
         self._timeout = timeout
+        self._node = node  # a node another decision chose (a replay's)
+
+    def _route(self) -> Tuple[Any, Any]:
+        pools = self._pools
+        if self._node is None:
+            return pools._acquire(self._key, self._session)
+        buf = new_("racaffinity_lease *")
+        rc = lease_begin(pools._h, self._node, buf)
+        if rc:
+            pools.cluster._raise(rc)
+        return pools._pool_of(buf)
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
-        buf, pool = self._pools._acquire(self._key, self._session)
+        pools = self._pools
+        buf, pool = self._route()
         since = time.monotonic()
-        try:
+        timeout = self._timeout
+        for reroutes in range(MAX_REROUTES + 1):
             try:
-                conn = await pool.getconn(self._timeout)
+                conn = await pool.getconn(timeout)
+                break
             except psycopg_pool.PoolClosed:
-                # A planned drain retired this node's pool meanwhile: its successor serves.
-                current = self._pools._by_id[buf.node]
-                if current is pool or current is None or self._pools._closed:
+                # The node went Down or drains, and its pool was retired while
+                # this waited (fast connection failover): the core routes
+                # again (the node's successor pool, or another node), within
+                # what is left of the wait.
+                lease_release(pools._h, buf, NEUTRAL)
+                if pools._closed or reroutes == MAX_REROUTES:
                     raise
-                pool = current
-                conn = await pool.getconn(self._timeout)
-        except BaseException as e:
-            failed = is_node_failure(e, pool, waited_since=since)
-            lease_release(self._pools._h, buf, FAILED if failed else NEUTRAL)
-            raise
+                wait = self._timeout if self._timeout is not None else pool.timeout
+                timeout = max(0.0, since + wait - time.monotonic())
+                buf, pool = self._route()
+            except BaseException as e:
+                failed = is_node_failure(e, pool, waited_since=since)
+                if failed:
+                    pools._node_failed(pool)
+                lease_release(pools._h, buf, FAILED if failed else NEUTRAL)
+                raise
+        pool._racaffinity_borrowed.add(conn)
         self._buf, self._pool, self._conn = buf, pool, conn
         return await conn.__aenter__()
 
@@ -155,10 +186,250 @@ class _AsyncConnection:
                 outcome = FAILED if is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
+            pool._racaffinity_borrowed.discard(self._conn)
+            if outcome == FAILED:
+                self._pools._node_failed(pool)
             try:
                 await pool.putconn(self._conn)
             finally:
                 lease_release(self._pools._h, self._buf, outcome)
+
+
+def _error_class(e: BaseException) -> ErrorClass:
+    """An error's class for replay: its SQLSTATE's (`classify_sqlstate`), or
+    recoverable for an `OperationalError` without one (libpq lost the
+    connection: reset, closed, timed out)."""
+    state = getattr(e, "sqlstate", None)
+    if isinstance(e, psycopg.Error) and state:
+        return classify_sqlstate(state)
+    if isinstance(e, psycopg.OperationalError):
+        return ErrorClass.RECOVERABLE
+    return ErrorClass.NOT_RECOVERABLE
+
+
+async def _digest(cur: Any) -> Tuple[int, Optional[bytes]]:
+    """What a statement answered (row count, digest of its rows), compared
+    on a replay. The rows are read ahead and the cursor rewound, so the
+    application still reads them all."""
+    if cur.description is None:
+        return cur.rowcount, None
+    rows = await cur.fetchall()
+    await cur.scroll(0, "absolute")
+    return cur.rowcount, hashlib.sha256(repr(rows).encode()).digest()
+
+
+class _ResultsDiffer(Exception):
+    """A replayed statement answered otherwise than the original did."""
+
+
+_COMMIT = None  # what a request runs after its replayed statements: COMMIT
+
+
+class _AsyncRequest:
+    """`async with pools.request() as req:` — one transaction whose
+    statements (`await req.execute(query, params)`) are recorded; on a
+    recoverable error the core decides, step by step, whether the commit in
+    flight is checked (and forced), whether the request is replayed once on
+    another node, or the original error surfaces with a `ReplayRefused`
+    cause (docs/continuity.md). A statement that fails is replayed with
+    those before it, and the block goes on; a failed COMMIT is checked
+    first, then replayed and committed. Committed at the end of the block,
+    rolled back on the application's own exception."""
+
+    def __init__(
+        self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float], call_timeout: Optional[float]
+    ) -> None:
+        if call_timeout is not None and not call_timeout > 0:
+            raise ValueError("call_timeout must be > 0 (or None: no deadline)")
+        self._pools = pools
+        self._key = key
+        self._session = session
+        self._timeout = timeout
+        self._call_timeout = call_timeout
+        self._cm: Optional[_AsyncConnection] = None
+        self._conn: Any = None
+        self._node = -1
+        self._recorded: List[Tuple[Any, Any, Tuple[int, Optional[bytes]]]] = []
+        self._replayable = pools.replay
+        self._committing = False
+        self._xid: Optional[str] = None
+        self._pid: Optional[int] = None
+        self.replays = 0
+        self.outcome: Optional[str] = None
+
+    @property
+    def node(self) -> str:
+        """The name of the node the request runs on now."""
+        return self._pools.cluster.node_name(self._node)
+
+    @property
+    def backend_pid(self) -> int:
+        """The server process of the request's connection now."""
+        return int(self._conn.info.backend_pid)
+
+    @property
+    def connection(self) -> Any:
+        """The underlying psycopg connection. What runs on it is not
+        recorded, so a request that asks for it is not replayed."""
+        self._replayable = False
+        return self._conn
+
+    async def __aenter__(self) -> _AsyncRequest:
+        cm = _AsyncConnection(self._pools, self._key, self._session, self._timeout)
+        self._conn = await cm.__aenter__()
+        self._cm, self._node = cm, cm._buf.node
+        return self
+
+    async def execute(self, query: Any, params: Any = None) -> Any:
+        """Runs a statement in the request's transaction and records it."""
+        try:
+            async with abounded(self._conn, self._call_timeout):
+                cur = await self._conn.execute(query, params)
+            digest = await _digest(cur) if self._replayable else (0, None)
+        except Exception as e:
+            return await self._recover(e, (query, params))
+        if self._replayable:
+            self._recorded.append((query, params, digest))
+        return cur
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if et is not None:
+            await self._drop(ev)
+            return
+        try:
+            await self._commit()
+        except Exception as e:
+            try:
+                await self._recover(e, _COMMIT)
+            except BaseException:
+                await self._drop(e)
+                raise
+
+    async def _commit(self) -> None:
+        conn = self._conn
+        self._committing = False
+        # The id that tells the outcome later, and the backend that could
+        # still commit it: taken before COMMIT, in the transaction.
+        async with abounded(conn, self._call_timeout):
+            cur = await conn.execute("SELECT pg_current_xact_id()::text, pg_backend_pid()")
+        self._xid, self._pid = await cur.fetchone()
+        self._committing = True
+        async with abounded(conn, self._call_timeout):
+            await conn.commit()
+        self._committing = False
+        self.outcome = "committed"
+        cm, self._cm = self._cm, None
+        if cm is not None:
+            await cm.__aexit__(None, None, None)
+
+    async def _drop(self, e: BaseException) -> None:
+        """Gives the failed connection back (its lease FAILED for a node
+        failure, else NEUTRAL)."""
+        cm, self._cm, self._conn = self._cm, None, None
+        if cm is not None:
+            try:
+                await cm.__aexit__(type(e), e, e.__traceback__)
+            except Exception:
+                pass
+
+    async def _recover(self, original: BaseException, then: Any) -> Any:
+        e = original
+        while True:
+            failure = RequestFailure(
+                node=self._node,
+                error_class=_error_class(e),
+                commit_in_flight=self._committing,
+                replays=self.replays,
+                replayable=self._replayable,
+            )
+            if e is original and then is not _COMMIT and failure.error_class is ErrorClass.NOT_RECOVERABLE:
+                # The application's error (a constraint, a serialization
+                # failure): the connection stays, as psycopg leaves it.
+                raise original from ReplayRefused(self._pools.cluster.replay_step(failure).refusal)
+            self._committing = False
+            await self._drop(e)
+            step = await self._settle(failure)
+            if step.action is ReplayAction.SUCCEEDED:
+                self.outcome = "committed"
+                return None
+            if step.action is ReplayAction.GIVE_UP:
+                refused = ReplayRefused(step.refusal)
+                if e is not original:
+                    refused.__cause__ = e  # what ended the replay
+                raise original from refused
+            assert step.node is not None
+            self.replays += 1
+            self._node = step.node
+            try:
+                return await self._replay_on(step.node, then)
+            except _ResultsDiffer as d:
+                await self._drop(d)
+                raise original from ReplayRefused(None, "results_differ")
+            except Exception as e2:
+                e = e2  # the core decides again: the replay's own commit, or no second replay
+
+    async def _settle(self, failure: RequestFailure) -> ReplayStep:
+        """Walks the outcome checks until the core says succeed, replay or give up."""
+        cluster = self._pools.cluster
+        for _ in range(8):
+            step = cluster.replay_step(failure)
+            if step.action is ReplayAction.CHECK_OUTCOME:
+                assert step.node is not None
+                failure = failure.with_(outcome=await self._ask(step.node, "check"))
+            elif step.action is ReplayAction.FORCE_OUTCOME:
+                assert step.node is not None
+                await self._ask(step.node, "force")
+                failure = failure.with_(forced=True, outcome=None)
+            else:
+                return step
+        return ReplayStep(ReplayAction.GIVE_UP, None, None)  # pragma: no cover - the core ends in 4 steps
+
+    async def _ask(self, node: int, what: str) -> CommitOutcome:
+        """On `node`, over a connection of its own: the outcome of the
+        commit in flight (`check`), or end its backend first (`force`) and
+        wait for it to be gone. Any failure is an unknown outcome."""
+        pools = self._pools
+        if self._xid is None:
+            return CommitOutcome.UNKNOWN
+        kw = dict(pools._connect_kwargs)
+        kw.setdefault("connect_timeout", connect_timeout(pools.probe_timeout))
+        bound = float(kw["connect_timeout"] or 10)
+        try:
+            conn = await psycopg.AsyncConnection.connect(pools._node_dsn(node), autocommit=True, **kw)
+        except Exception:
+            return CommitOutcome.UNKNOWN
+        try:
+            async with abounded(conn, bound):
+                if what == "force":
+                    await conn.execute("SELECT pg_terminate_backend(%s, %s)", (self._pid, int(bound * 1000)))
+                cur = await conn.execute("SELECT pg_xact_status(%s::xid8)", (self._xid,))
+                row = await cur.fetchone()
+            return CommitOutcome.from_pg_xact_status(row[0] if row else None)
+        except Exception:
+            return CommitOutcome.UNKNOWN
+        finally:
+            try:
+                await conn.close()
+            except Exception:
+                pass
+
+    async def _replay_on(self, node: int, then: Any) -> Any:
+        cm = _AsyncConnection(self._pools, None, None, self._timeout, node)
+        self._conn = await cm.__aenter__()
+        self._cm = cm
+        for query, params, digest in self._recorded:
+            async with abounded(self._conn, self._call_timeout):
+                cur = await self._conn.execute(query, params)
+            if await _digest(cur) != digest:
+                raise _ResultsDiffer(query)
+        if then is _COMMIT:
+            await self._commit()
+            return None
+        query, params = then
+        async with abounded(self._conn, self._call_timeout):
+            cur = await self._conn.execute(query, params)
+        self._recorded.append((query, params, await _digest(cur)))
+        return cur
 
 
 class AsyncNodePools(Base):
@@ -173,7 +444,9 @@ class AsyncNodePools(Base):
     reported. `affinity_callback` is UCP's connection affinity callback (four
     methods in snake_case); `partition_map_loader` returns the whole
     partition -> instance map, loaded at open, after each HA event and every
-    `partition_map_reload` seconds. Close the pools (or use them as a context
+    `partition_map_reload` seconds. With `replay=True`, `request()` records
+    its statements and replays a request a recoverable failure interrupted
+    (docs/continuity.md). Close the pools (or use them as a context
     manager) to stop the heartbeat and the upkeep and close every pool.
     """
 
@@ -203,10 +476,14 @@ class AsyncNodePools(Base):
         partition_map_loader: Optional[PartitionMapLoader] = None,
         partition_map_reload: Optional[float] = None,
         upkeep_interval: float = 0.2,
+        replay: bool = False,
         **pool_kwargs: Any,
     ) -> None:
         super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
         self.timeout = timeout
+        if not isinstance(replay, bool):
+            raise TypeError(f"replay must be a bool, not {type(replay).__name__}")
+        self.replay = replay
         self._set_callback(affinity_callback)
         self._heartbeat: Optional[_AsyncHeartbeat] = None
         self._upkeep: Optional[_AsyncUpkeep] = None
@@ -243,7 +520,17 @@ class AsyncNodePools(Base):
         )
         pool._racaffinity_connects = attempts  # read by _failures.is_node_failure
         pool._racaffinity_draining = draining
+        # Connections checked out now, which a hard Down aborts.
+        pool._racaffinity_borrowed = set()
         return pool
+
+    def _node_failed(self, pool: Any) -> None:
+        """A node failure on `pool`'s node: its connections are checked at
+        their next checkout, and the upkeep looks at the node states now (an
+        ejection may have taken it Down)."""
+        pool._racaffinity_connects.node_failed_at = time.monotonic()
+        if self._upkeep is not None:
+            self._upkeep.poke()
 
     async def open(self) -> None:
         """Opens every pool, loads the partition map (with a loader) and
@@ -278,6 +565,27 @@ class AsyncNodePools(Base):
         successor = self._new_pool(node, 0, True)
         await successor.open(wait=False)
         self._by_id[node] = successor
+        await _fail_waiters(pool)
+        await pool.close(timeout=1.0)
+
+    async def _down_node(self, node: int, hard: bool) -> None:
+        """A node gone Down (FAN, operator, heartbeat, ejection): its pool is
+        retired at once as for a drain (idle connections close, tasks
+        waiting on it route again, its successor keeps no idle connection
+        until the node is Up), and on a hard Down (not the end of a planned
+        drain) its borrowed connections are aborted: their next call fails
+        at once instead of waiting on a dead or hung node."""
+        pool = self._by_id[node]
+        if pool is None or self._closed:
+            return
+        successor = self._new_pool(node, 0, True)
+        successor._racaffinity_connects.node_failed_at = time.monotonic()
+        await successor.open(wait=False)
+        self._by_id[node] = successor
+        if hard:
+            for conn in list(pool._racaffinity_borrowed):
+                shut_down(conn)
+        await _fail_waiters(pool)
         await pool.close(timeout=1.0)
 
     async def _undrain_node(self, node: int) -> None:
@@ -322,6 +630,24 @@ class AsyncNodePools(Base):
         balancing), as an async context manager."""
         return _AsyncConnection(self, key, session, timeout)
 
+    def request(
+        self,
+        *,
+        key: Optional[DataKey] = None,
+        session: Optional[BytesLike] = None,
+        timeout: Optional[float] = None,
+        call_timeout: Optional[float] = None,
+    ) -> _AsyncRequest:
+        """A request: one transaction on the node the core routes to (as
+        `connection()`), whose statements `await req.execute(...)` runs and,
+        with `replay=True`, records, so that a recoverable failure is
+        replayed once elsewhere when the commit outcome allows it
+        (docs/continuity.md). `timeout`: the wait for a connection;
+        `call_timeout`: a statement or the COMMIT that gets no answer
+        within it fails as a lost connection (a node that stopped answering
+        cannot hold the request)."""
+        return _AsyncRequest(self, key, session, timeout, call_timeout)
+
     def global_transaction(self, gtrid: str, **kwargs: Any) -> AsyncGlobalTransaction:
         """A two-phase (XA-style) transaction over psycopg's tpc_* API; see
         `racaffinity.tpc`."""
@@ -365,6 +691,21 @@ class AsyncNodePools(Base):
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         await self.close()
+
+
+async def _fail_waiters(pool: Any) -> None:
+    """Sends the tasks waiting on a retired pool on at once (`PoolClosed`:
+    they route again). psycopg_pool's close() fails them only after its
+    workers stop, which a connect attempt to a dead node holds up to
+    `connect_timeout`."""
+    waiting, lock = getattr(pool, "_waiting", None), getattr(pool, "_lock", None)
+    if waiting is None or lock is None:  # another psycopg_pool: close() fails them, later
+        return
+    async with lock:
+        clients = list(waiting)
+        waiting.clear()
+    for client in clients:
+        await client.fail(psycopg_pool.PoolClosed(f"the pool {pool.name!r} is retired: its node is not usable"))
 
 
 # psycopg's connect() arguments that are not libpq connection parameters.
@@ -480,6 +821,8 @@ class _AsyncHeartbeat:
                 pools.cluster.report_probe(node, ok)
             except Exception as e:  # a closed cluster or a removed node
                 log.debug("racaffinity: report_probe(#%d) failed: %s", node, e)
+        if pools._upkeep is not None:
+            pools._upkeep.poke()  # a node this round took Down or Up: act now
 
     async def close_probes(self) -> None:
         for conn in list(self._conns.values()):
@@ -561,6 +904,8 @@ class _AsyncUpkeep:
                     log.info("racaffinity: node %s %s -> %s", c.node_name(node), before.name, state.name)
                 if state.name == "DRAINING" or (state.name == "DOWN" and before is not None and before.name == "DRAINING"):
                     await pools._drain_node(node)
+                elif state.name == "DOWN" and before is not None and before.name != "DOWN":
+                    await pools._down_node(node, hard=True)
                 elif state.name == "UP" and before is not None and before.name != "UP":
                     await pools._undrain_node(node)
                 self._last[node] = state

@@ -32,7 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
+import os
+import socket
 import threading
+import time
+import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 from ._extras import require
@@ -48,7 +53,7 @@ from sqlalchemy.pool.base import _ConnectionRecord  # noqa: E402
 from ._args import BytesLike, DataKey  # noqa: E402
 from ._cluster import Cluster  # noqa: E402
 from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
-from ._routes import lease_release  # noqa: E402
+from ._routes import NodeState, lease_release  # noqa: E402
 
 __all__ = ["RoutingPool", "create_engine", "create_async_engine", "route"]
 
@@ -82,6 +87,71 @@ def route(*, key: Optional[DataKey] = None, session: Optional[BytesLike] = None)
         yield
     finally:
         _ROUTE.reset(token)
+
+
+log = logging.getLogger("racaffinity.sqlalchemy")
+
+# Put into a retired node pool's queue, one per waiting thread: the thread
+# that gets it routes again (`RoutingPool._do_get`).
+_RETIRED = object()
+
+# Re-routes of one checkout whose node pool was retired while it waited.
+_MAX_REROUTES = 3
+
+# How often the failover watch reads the node states (seconds).
+WATCH_INTERVAL = 0.2
+
+
+def _abort(conn: Any) -> None:
+    """Shuts a DB-API connection's socket down from another thread (its
+    next call fails as a lost connection). A driver without `fileno()`
+    keeps its connection: it fails on its own, later."""
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as s:
+            s.shutdown(socket.SHUT_RDWR)
+    except Exception:
+        pass
+
+
+class _Retired(Exception):
+    """The node pool a checkout waited on was retired (its node went Down)."""
+
+
+class _Watch:
+    """Fast connection failover for a sync RoutingPool: a daemon thread
+    that reads the node states every `WATCH_INTERVAL` and retires the pool
+    of a node gone Down (`RoutingPool._retire`). It ends with the pool (a
+    weak reference) or the cluster."""
+
+    def __init__(self, pool: "RoutingPool") -> None:
+        self._pool = weakref.ref(pool)
+        self._halt = threading.Event()
+        # The states at start: a Down before the first round is a change too.
+        self._last: Dict[int, NodeState] = {n: pool._cluster.node_state(n) for n in pool._router._dsns}
+        threading.Thread(target=self._run, name="racaffinity-sqlalchemy-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def _run(self) -> None:
+        while not self._halt.wait(WATCH_INTERVAL):
+            pool = self._pool()
+            if pool is None or pool._cluster.closed:
+                return
+            try:
+                self.round(pool)
+            except Exception:  # a removed node, a closing cluster: log and go on
+                log.debug("racaffinity: sqlalchemy failover watch failed", exc_info=True)
+            del pool
+
+    def round(self, pool: "RoutingPool") -> None:
+        for node in list(pool._router._dsns):
+            state = pool._cluster.node_state(node)
+            before = self._last.get(node)
+            self._last[node] = state
+            if state is NodeState.DOWN and before is not None and before is not NodeState.DOWN:
+                # the end of a planned drain lets borrowed connections finish
+                pool._retire(node, hard=before is not NodeState.DRAINING)
 
 
 class _Router(Base):
@@ -164,6 +234,35 @@ class RoutingPool(Pool):
         self._subs_lock = threading.Lock()
         # checked-out record -> its lease (a raw racaffinity_lease)
         self._leases: Dict[Any, Any] = {}
+        # The asyncio engine's queues are the loop's: no thread may touch them.
+        self._watch = None if is_async else _Watch(self)
+
+    def _retire(self, node: int, hard: bool) -> None:
+        """A node gone Down: its pool is retired at once. Idle connections
+        close; threads waiting on it route again; on a hard Down the
+        connections checked out there are aborted (their socket shut down),
+        so their next call fails at once instead of hanging on a dead node;
+        the node's next checkout makes a new pool."""
+        with self._subs_lock:
+            old = self._subs.pop(node, None)
+        if old is None:
+            return
+        old._racaffinity_retired = True
+        if hard:
+            for rec, buf in list(self._leases.items()):
+                conn = rec.dbapi_connection
+                if buf.node == node and conn is not None:
+                    _abort(getattr(conn, "driver_connection", conn))
+        old.dispose()  # the idle ones
+        queue = old._pool
+        # A put wakes (and un-queues) one waiting thread: one each, as the
+        # queue (pool_size long) makes room.
+        deadline = time.monotonic() + 2.0
+        while queue.not_empty._waiters and time.monotonic() < deadline:
+            try:
+                queue.put(_RETIRED, True, 0.05)
+            except Exception:  # full: a woken thread has not taken its one yet
+                pass
 
     @staticmethod
     def _no_creator() -> Any:
@@ -224,12 +323,19 @@ class RoutingPool(Pool):
 
     def _do_get(self) -> Any:
         key, session = _ROUTE.get() or (None, None)
-        buf, _marker = self._router._acquire(key, session)
-        try:
-            rec = self._sub(buf.node)._do_get()
-        except BaseException as e:
-            lease_release(self._h, buf, FAILED if _node_failed(e, self._dialect.loaded_dbapi) else NEUTRAL)
-            raise
+        for reroutes in range(_MAX_REROUTES + 1):
+            buf, _marker = self._router._acquire(key, session)
+            try:
+                rec = self._sub(buf.node)._do_get()
+                break
+            except _Retired:
+                # Its node went Down while this waited: the core routes again.
+                lease_release(self._h, buf, NEUTRAL)
+                if reroutes == _MAX_REROUTES:
+                    raise sa_exc.TimeoutError("the node pools were retired while this checkout waited") from None
+            except BaseException as e:
+                lease_release(self._h, buf, FAILED if _node_failed(e, self._dialect.loaded_dbapi) else NEUTRAL)
+                raise
         rec._racaffinity_invalidated = None
         self._leases[rec] = buf
         return rec
@@ -289,6 +395,7 @@ class RoutingPool(Pool):
         )
 
     def dispose(self) -> None:
+        # not the watch: an engine's dispose() keeps the engine usable
         for sub in list(self._subs.values()):
             sub.dispose()
         self.logger.info("Pool disposed. %s", self.status())
@@ -329,8 +436,21 @@ def _node_pool_class(base: type) -> type:
             super().__init__(creator, **kw)
             self._outer = outer
 
+        _racaffinity_retired = False
+
+        def _do_get(self) -> Any:
+            if self._racaffinity_retired:
+                raise _Retired()
+            rec = super()._do_get()
+            if rec is _RETIRED:
+                raise _Retired()
+            return rec
+
         def _do_return_conn(self, record: Any) -> None:
             self._outer._returned(record)
+            if self._racaffinity_retired:
+                record.close()  # its node went Down: not pooled again
+                return
             super()._do_return_conn(record)
 
         def _put_back(self, record: Any) -> None:

@@ -1,0 +1,192 @@
+"""The core's continuity decisions (docs/continuity.md), thin and typed: is
+an error recoverable, what a `pg_xact_status` answer means, and the next
+step for a failed request (`Cluster.replay_step`). Every decision is the
+core's (rust/core/src/continuity.rs); this module converts arguments and
+results only."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Optional
+
+from ._args import cstr, U32_MAX
+from ._errors import InvalidArgumentError, KeyOverflowError, raise_for
+from ._lib import NULL, ffi, lib
+
+__all__ = [
+    "ErrorClass",
+    "CommitOutcome",
+    "ReplayAction",
+    "ReplayRefusal",
+    "ReplayStep",
+    "RequestFailure",
+    "classify_sqlstate",
+    "classify_oracle_error",
+    "ReplayRefused",
+]
+
+
+class ErrorClass(enum.IntEnum):
+    """`racaffinity_error_class`: how an error that ended a request bears on
+    replaying it."""
+
+    RECOVERABLE = int(lib.RACAFFINITY_ERROR_CLASS_RECOVERABLE)
+    NOT_RECOVERABLE = int(lib.RACAFFINITY_ERROR_CLASS_NOT_RECOVERABLE)
+
+
+class CommitOutcome(enum.IntEnum):
+    """`racaffinity_commit_outcome` of a commit in flight (the header's
+    `NOT_CHECKED` is `None` in `RequestFailure.outcome`)."""
+
+    COMMITTED = int(lib.RACAFFINITY_COMMIT_OUTCOME_COMMITTED)
+    ABORTED = int(lib.RACAFFINITY_COMMIT_OUTCOME_ABORTED)
+    IN_PROGRESS = int(lib.RACAFFINITY_COMMIT_OUTCOME_IN_PROGRESS)
+    UNKNOWN = int(lib.RACAFFINITY_COMMIT_OUTCOME_UNKNOWN)
+
+    @classmethod
+    def from_pg_xact_status(cls, status: Optional[str]) -> "CommitOutcome":
+        """From `pg_xact_status(xid8)`'s answer (`None`: SQL NULL):
+        `committed`, `aborted`, `in progress`; anything else `UNKNOWN`."""
+        if status is None:
+            arg = NULL
+        else:
+            try:
+                arg = cstr(status, "status")
+            except InvalidArgumentError:
+                return cls.UNKNOWN  # a NUL inside is no answer the server gives
+        out = ffi.new("racaffinity_commit_outcome *")
+        rc = lib.racaffinity_pg_xact_status_outcome(arg, out)
+        if rc:
+            raise_for(rc)
+        return cls(int(out[0]))
+
+
+class ReplayAction(enum.IntEnum):
+    """`racaffinity_replay_action`: what to do next with a failed request."""
+
+    SUCCEEDED = int(lib.RACAFFINITY_REPLAY_ACTION_SUCCEEDED)
+    CHECK_OUTCOME = int(lib.RACAFFINITY_REPLAY_ACTION_CHECK_OUTCOME)
+    FORCE_OUTCOME = int(lib.RACAFFINITY_REPLAY_ACTION_FORCE_OUTCOME)
+    REPLAY = int(lib.RACAFFINITY_REPLAY_ACTION_REPLAY)
+    GIVE_UP = int(lib.RACAFFINITY_REPLAY_ACTION_GIVE_UP)
+
+
+class ReplayRefusal(enum.IntEnum):
+    """`racaffinity_replay_refusal`: why a failed request is not replayed."""
+
+    NOT_RECOVERABLE = int(lib.RACAFFINITY_REPLAY_REFUSAL_NOT_RECOVERABLE)
+    NOT_REPLAYABLE = int(lib.RACAFFINITY_REPLAY_REFUSAL_NOT_REPLAYABLE)
+    REPLAYED_ALREADY = int(lib.RACAFFINITY_REPLAY_REFUSAL_REPLAYED_ALREADY)
+    OUTCOME_UNKNOWN = int(lib.RACAFFINITY_REPLAY_REFUSAL_OUTCOME_UNKNOWN)
+    NO_NODE = int(lib.RACAFFINITY_REPLAY_REFUSAL_NO_NODE)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestFailure:
+    """One failed request, as the binding saw it (`racaffinity_request_failure`).
+
+    `node`: the node id it failed on; `error_class`: `classify_sqlstate` of
+    its error; `commit_in_flight`: a COMMIT was sent and its answer never
+    came; `outcome`: what the checks so far found (None: none made);
+    `forced`: the old backend was ended already; `replays`: replays made;
+    `replayable`: replay is on and nothing non-replayable was used."""
+
+    node: int
+    error_class: ErrorClass
+    commit_in_flight: bool = False
+    outcome: Optional[CommitOutcome] = None
+    forced: bool = False
+    replays: int = 0
+    replayable: bool = True
+
+    def with_(self, **changes: Any) -> "RequestFailure":
+        """A copy with `changes` (what the last step learned)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayStep:
+    """The next step (`racaffinity_replay_step`): `action`, the node it
+    names (CHECK_OUTCOME, FORCE_OUTCOME, REPLAY; else None) and the refusal
+    (GIVE_UP; else None)."""
+
+    action: ReplayAction
+    node: Optional[int] = None
+    refusal: Optional[ReplayRefusal] = None
+
+
+class ReplayRefused(Exception):
+    """The typed cause (`__cause__`) of the original error a request
+    surfaces when it is not replayed: `refusal` is the core's reason, or
+    None with `reason` "results_differ" when a replay's results differed
+    from the ones the application already consumed."""
+
+    def __init__(self, refusal: Optional[ReplayRefusal], reason: Optional[str] = None) -> None:
+        self.refusal = refusal
+        self.reason = reason or (refusal.name.lower() if refusal is not None else "unknown")
+        super().__init__(f"request not replayed: {self.reason}")
+
+
+def classify_sqlstate(sqlstate: str) -> ErrorClass:
+    """Class `08`, `57P01`, `57P02`, `57P03` are RECOVERABLE; anything else
+    (malformed text included) is NOT_RECOVERABLE."""
+    try:
+        arg = cstr(sqlstate, "sqlstate")
+    except InvalidArgumentError:
+        return ErrorClass.NOT_RECOVERABLE  # a NUL inside: no SQLSTATE
+    out = ffi.new("racaffinity_error_class *")
+    rc = lib.racaffinity_sqlstate_classify(arg, out)
+    if rc:
+        raise_for(rc)
+    return ErrorClass(int(out[0]))
+
+
+def classify_oracle_error(code: int) -> ErrorClass:
+    """An Oracle error number (3113 for ORA-03113): the errors of a lost
+    instance or connection are RECOVERABLE."""
+    if isinstance(code, bool) or not isinstance(code, int):
+        raise TypeError(f"code must be an int, not {type(code).__name__}")
+    if not 0 <= code <= U32_MAX:
+        return ErrorClass.NOT_RECOVERABLE  # no Oracle error has such a number
+    out = ffi.new("racaffinity_error_class *")
+    rc = lib.racaffinity_oracle_error_classify(code, out)
+    if rc:
+        raise_for(rc)
+    return ErrorClass(int(out[0]))
+
+
+def _u32(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{what} must be an int, not {type(v).__name__}")
+    if not 0 <= v <= U32_MAX:
+        raise KeyOverflowError(f"{what}: {v} is out of range", 4)
+    return v
+
+
+def _flag(v: Any, what: str) -> int:
+    if not isinstance(v, bool):
+        raise TypeError(f"{what} must be a bool, not {type(v).__name__}")
+    return 1 if v else 0
+
+
+def replay_decide(cluster: Any, failure: RequestFailure) -> ReplayStep:
+    """`racaffinity_replay_decide` (`Cluster.replay_step`)."""
+    if not isinstance(failure, RequestFailure):
+        raise TypeError(f"failure must be a RequestFailure, not {type(failure).__name__}")
+    f = ffi.new("racaffinity_request_failure *")
+    f.node = _u32(failure.node, "node")
+    f.error_class = int(ErrorClass(failure.error_class))
+    f.commit_in_flight = _flag(failure.commit_in_flight, "commit_in_flight")
+    f.outcome = (
+        int(lib.RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED) if failure.outcome is None else int(CommitOutcome(failure.outcome))
+    )
+    f.forced = _flag(failure.forced, "forced")
+    f.replays = _u32(failure.replays, "replays")
+    f.replayable = _flag(failure.replayable, "replayable")
+    out = ffi.new("racaffinity_replay_step *")
+    cluster._call(lib.racaffinity_replay_decide, f, out)
+    action = ReplayAction(int(out.action))
+    node = int(out.node) if action in (ReplayAction.CHECK_OUTCOME, ReplayAction.FORCE_OUTCOME, ReplayAction.REPLAY) else None
+    refusal = ReplayRefusal(int(out.refusal)) if action == ReplayAction.GIVE_UP else None
+    return ReplayStep(action, node, refusal)

@@ -1,0 +1,313 @@
+"""Continuity through Python (docs/continuity.md): the core's decisions as
+the binding exposes them, each row of the table, and the answers real
+PostgreSQL nodes give fed to them."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+import racaffinity as ra
+from racaffinity import CommitOutcome as O
+from racaffinity import ErrorClass as E
+from racaffinity import ReplayAction as A
+from racaffinity import ReplayRefusal as R
+from racaffinity import RequestFailure as F
+
+from conftest import wait_until
+
+NAMES = ["RAC1", "RAC2", "RAC3"]
+
+
+def test_sqlstates_of_lost_connections_are_recoverable():
+    for s in ["08000", "08003", "08006", "08001", "08S01", "08s02", "57P01", "57P02", "57P03", " 08006 "]:
+        assert ra.classify_sqlstate(s) is E.RECOVERABLE, s
+    for s in ["23505", "40001", "40P01", "57014", "42P01", "", "08", "0800000", "08\u00e901", "57P04", "08\x0001"]:
+        assert ra.classify_sqlstate(s) is E.NOT_RECOVERABLE, repr(s)
+    assert ra.classify_sqlstate(b"08006") is E.RECOVERABLE
+    with pytest.raises(TypeError):
+        ra.classify_sqlstate(8006)  # type: ignore[arg-type]
+
+
+def test_oracle_errors_of_lost_instances_are_recoverable():
+    assert ra.classify_oracle_error(3113) is E.RECOVERABLE
+    assert ra.classify_oracle_error(25408) is E.RECOVERABLE
+    assert ra.classify_oracle_error(1) is E.NOT_RECOVERABLE
+    assert ra.classify_oracle_error(1 << 40) is E.NOT_RECOVERABLE
+    with pytest.raises(TypeError):
+        ra.classify_oracle_error("3113")  # type: ignore[arg-type]
+
+
+def test_pg_xact_status_answers_map_to_outcomes():
+    assert O.from_pg_xact_status("committed") is O.COMMITTED
+    assert O.from_pg_xact_status("aborted") is O.ABORTED
+    assert O.from_pg_xact_status("in progress") is O.IN_PROGRESS
+    assert O.from_pg_xact_status(None) is O.UNKNOWN
+    assert O.from_pg_xact_status("sideways") is O.UNKNOWN
+    assert O.from_pg_xact_status("commit\0ted") is O.UNKNOWN
+
+
+def test_each_row_of_the_table(cluster_factory):
+    c = cluster_factory(nodes=NAMES)  # recovery.scope = node: the failed node is asked
+    rec = F(node=0, error_class=E.RECOVERABLE)
+    assert c.replay_step(F(node=0, error_class=E.NOT_RECOVERABLE)) == ra.ReplayStep(A.GIVE_UP, None, R.NOT_RECOVERABLE)
+    inflight = rec.with_(commit_in_flight=True)
+    assert c.replay_step(inflight) == ra.ReplayStep(A.CHECK_OUTCOME, 0)
+    # committed: success even where a replay would be refused
+    for f in (inflight.with_(outcome=O.COMMITTED), inflight.with_(outcome=O.COMMITTED, replayable=False, replays=1)):
+        assert c.replay_step(f).action is A.SUCCEEDED
+    assert c.replay_step(inflight.with_(outcome=O.IN_PROGRESS)) == ra.ReplayStep(A.FORCE_OUTCOME, 0)
+    for f in (inflight.with_(outcome=O.IN_PROGRESS, forced=True), inflight.with_(outcome=O.UNKNOWN)):
+        assert c.replay_step(f) == ra.ReplayStep(A.GIVE_UP, None, R.OUTCOME_UNKNOWN)
+    for f in (inflight.with_(outcome=O.ABORTED), rec):
+        step = c.replay_step(f)
+        assert step.action is A.REPLAY and step.node in (1, 2) and step.refusal is None
+    assert c.replay_step(rec.with_(replayable=False)).refusal is R.NOT_REPLAYABLE
+    assert c.replay_step(rec.with_(replays=1)).refusal is R.REPLAYED_ALREADY
+    for name in NAMES:
+        c.set_node_state(name, "down")
+    assert c.replay_step(rec).refusal is R.NO_NODE
+    # independent databases: the failed node itself is asked, down or not;
+    # while it is down the check fails, and nobody else can tell
+    assert c.replay_step(inflight) == ra.ReplayStep(A.CHECK_OUTCOME, 0)
+    assert c.replay_step(inflight.with_(outcome=O.UNKNOWN)).refusal is R.OUTCOME_UNKNOWN
+
+
+def test_instances_of_one_database_answer_for_each_other(cluster_factory):
+    c = cluster_factory(nodes=NAMES, recovery_scope="database")
+    f = F(node=1, error_class=E.RECOVERABLE, commit_in_flight=True)
+    step = c.replay_step(f)
+    assert step.action is A.CHECK_OUTCOME and step.node in (0, 2)
+    step = c.replay_step(f.with_(outcome=O.IN_PROGRESS))
+    assert step.action is A.FORCE_OUTCOME and step.node in (0, 2)
+    c.set_node_state("RAC2", "down")
+    assert c.replay_step(f).action is A.CHECK_OUTCOME
+
+
+def test_the_only_usable_node_replays_on_itself(cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    c.set_node_state("RAC2", "down")
+    c.set_node_state("RAC3", "down")
+    assert c.replay_step(F(node=0, error_class=E.RECOVERABLE)) == ra.ReplayStep(A.REPLAY, 0)
+
+
+def test_bad_failures_are_typed_errors(cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    with pytest.raises(ra.UnknownNodeError):
+        c.replay_step(F(node=7, error_class=E.RECOVERABLE))
+    with pytest.raises(ra.KeyOverflowError):
+        c.replay_step(F(node=1 << 32, error_class=E.RECOVERABLE))
+    with pytest.raises(TypeError):
+        c.replay_step(F(node=0, error_class=E.RECOVERABLE, forced=1))  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        c.replay_step(F(node=0, error_class=9))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        c.replay_step((0, 0))  # type: ignore[arg-type]
+    c.close()
+    with pytest.raises(ra.ClosedError):
+        c.replay_step(F(node=0, error_class=E.RECOVERABLE))
+
+
+# -- against real PostgreSQL nodes ----------------------------------------------
+
+
+def _status(conn, xid) -> O:
+    row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+    return O.from_pg_xact_status(row[0])
+
+
+def test_real_outcomes_and_errors_walk_to_the_right_step(pg, cluster_factory):
+    """A real node's pg_xact_status answers and a real terminated session's
+    SQLSTATE, fed to the core, give the steps of the table."""
+    c = cluster_factory(nodes=NAMES)
+    dsn = pg.dsn["RAC1"]
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
+        admin.execute("CREATE TABLE IF NOT EXISTS py_cont (id text PRIMARY KEY)")
+        admin.execute("TRUNCATE py_cont")
+        with psycopg.connect(dsn, connect_timeout=5) as a:
+            committed = a.execute("SELECT pg_current_xact_id()::text").fetchone()[0]
+            a.execute("INSERT INTO py_cont VALUES ('c')")
+            a.commit()
+            aborted = a.execute("SELECT pg_current_xact_id()::text").fetchone()[0]
+            a.rollback()
+            running = a.execute("SELECT pg_current_xact_id()::text").fetchone()[0]
+            pid = a.execute("SELECT pg_backend_pid()").fetchone()[0]
+            assert _status(admin, committed) is O.COMMITTED
+            assert _status(admin, aborted) is O.ABORTED
+            assert _status(admin, running) is O.IN_PROGRESS
+            f = F(node=0, error_class=E.RECOVERABLE, commit_in_flight=True, outcome=O.IN_PROGRESS)
+            assert c.replay_step(f) == ra.ReplayStep(A.FORCE_OUTCOME, 0)
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            with pytest.raises(psycopg.OperationalError) as info:
+                a.execute("SELECT 1")
+        # The terminated session's error (57P01, or no SQLSTATE when libpq
+        # only saw the socket close) is recoverable either way.
+        state = info.value.sqlstate
+        assert state is None or ra.classify_sqlstate(state) is E.RECOVERABLE, state
+        # The backend sends its FATAL before it aborts on the way out.
+        wait_until(lambda: _status(admin, running) is not O.IN_PROGRESS, 5)
+        assert _status(admin, running) is O.ABORTED
+        step = c.replay_step(f.with_(forced=True, outcome=_status(admin, running)))
+        assert step.action is A.REPLAY and step.node in (1, 2)
+        with pytest.raises(psycopg.errors.UniqueViolation) as dup:
+            admin.execute("INSERT INTO py_cont VALUES ('c')")
+        assert ra.classify_sqlstate(dup.value.sqlstate) is E.NOT_RECOVERABLE
+
+
+# -- request replay in NodePools ----------------------------------------------------
+
+from racaffinity.pools import NodePools  # noqa: E402
+
+
+@pytest.fixture
+def req_table(pg):
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS py_req (id text PRIMARY KEY)")
+            conn.execute("TRUNCATE py_req")
+
+
+def rows_of(pg, rid):
+    """node name -> whether request id `rid` is there."""
+    out = {}
+    for name, dsn in pg.dsn.items():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            out[name] = conn.execute("SELECT count(*) FROM py_req WHERE id = %s", (rid,)).fetchone()[0]
+    return out
+
+
+def key_on(c, name):
+    return next(k for k in range(10_000) if c.route_key(k).name == name)
+
+
+def terminate(pg, node, pid):
+    with psycopg.connect(pg.dsn[node], autocommit=True, connect_timeout=5) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()[0]
+
+
+def test_a_request_killed_before_commit_is_replayed_once_elsewhere(pg, cluster_factory, req_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", ("r1",))
+            assert req.execute("SELECT count(*) FROM py_req").fetchone() == (1,)
+            assert req.node == "RAC1"
+            terminate(pg, "RAC1", req.backend_pid)  # before COMMIT
+        assert req.replays == 1 and req.outcome == "committed" and req.node != "RAC1"
+        assert sorted(rows_of(pg, "r1").values()) == [0, 0, 1]
+        assert rows_of(pg, "r1")["RAC1"] == 0
+
+        # the same without replay: the original error, its typed cause, no row
+    with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_req VALUES (%s)", ("r2",))
+                terminate(pg, "RAC1", req.backend_pid)
+        assert isinstance(info.value.__cause__, ra.ReplayRefused)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert sum(rows_of(pg, "r2").values()) == 0
+
+
+def test_a_statement_whose_session_died_is_replayed_with_those_before_it(pg, cluster_factory, req_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC2")) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", ("a",))
+            terminate(pg, "RAC2", req.backend_pid)
+            req.execute("INSERT INTO py_req VALUES (%s)", ("b",))  # fails, replayed with "a" elsewhere
+            assert req.execute("SELECT count(*) FROM py_req").fetchone() == (2,)
+        assert req.replays == 1 and req.node != "RAC2"
+        assert rows_of(pg, "a") == rows_of(pg, "b") and sum(rows_of(pg, "a").values()) == 1
+
+
+def test_a_lost_commit_reply_is_found_committed_and_not_replayed(pg, cluster_factory, req_table, proxies):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", ("r3",))
+            proxies["RAC1"].lose_reply_after(b"COMMIT")
+        assert proxies["RAC1"].reply_lost
+        assert req.replays == 0 and req.outcome == "committed"
+        assert rows_of(pg, "r3") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
+
+
+def test_a_lost_commit_reply_on_a_node_gone_is_never_replayed_blind(pg, cluster_factory, req_table, proxies):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_req VALUES (%s)", ("r4",))
+                proxies["RAC1"].lose_reply_after(b"COMMIT", then_refuse=True)
+        assert info.value.__cause__.refusal is R.OUTCOME_UNKNOWN
+        assert req.replays == 0
+        assert rows_of(pg, "r4") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}  # committed once, never twice
+
+
+def test_errors_that_are_not_recoverable_and_differing_results_are_never_replayed(pg, cluster_factory, req_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
+        admin.execute("INSERT INTO py_req VALUES ('only-on-rac1')")
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.errors.UniqueViolation) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_req VALUES ('only-on-rac1')")
+        assert info.value.__cause__.refusal is R.NOT_RECOVERABLE and req.replays == 0
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                assert req.execute("SELECT count(*) FROM py_req").fetchone() == (1,)  # consumed
+                req.execute("INSERT INTO py_req VALUES ('r5')")
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.reason == "results_differ" and info.value.__cause__.refusal is None
+        assert sum(rows_of(pg, "r5").values()) == 0
+
+
+@pytest.mark.asyncio
+async def test_async_requests_replay_the_same_way(pg, cluster_factory, req_table):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        async with pools.request(key=key_on(c, "RAC3")) as req:
+            await req.execute("INSERT INTO py_req VALUES (%s)", ("ar",))
+            cur = await req.execute("SELECT count(*) FROM py_req")
+            assert await cur.fetchone() == (1,)
+            terminate(pg, "RAC3", req.backend_pid)
+        assert req.replays == 1 and req.node != "RAC3"
+        assert sum(rows_of(pg, "ar").values()) == 1 and rows_of(pg, "ar")["RAC3"] == 0
+
+
+def test_an_application_error_leaves_the_request_usable(pg, cluster_factory, req_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC2")) as req:
+            req.execute("INSERT INTO py_req VALUES ('x')")
+            req.execute("SAVEPOINT s")
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                req.execute("INSERT INTO py_req VALUES ('x')")
+            req.execute("ROLLBACK TO SAVEPOINT s")  # the application's own handling
+            req.execute("INSERT INTO py_req VALUES ('y')")
+        assert rows_of(pg, "x")["RAC2"] == rows_of(pg, "y")["RAC2"] == 1
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
+def test_a_commit_lost_in_a_blackhole_is_forced_through_another_instance_then_replayed(
+    pg, cluster_factory, req_table, proxies
+):
+    # RAC: three instances of one database (node 1), RAC1 behind a proxy
+    # that swallows the COMMIT and then everything. The transaction is still
+    # open on the server ("in progress"): another instance ends its backend,
+    # finds it aborted, and the request is replayed there once.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES, recovery_scope="database")
+    one = pg.dsn["RAC1"]
+    dsns = {"RAC1": proxies["RAC1"].dsn(one), "RAC2": one, "RAC3": one}
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1"), call_timeout=1.0) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", ("bh",))
+            old_pid = req.backend_pid
+            proxies["RAC1"].blackhole_before(b"COMMIT")
+        assert req.replays == 1 and req.node in ("RAC2", "RAC3") and req.outcome == "committed"
+        assert rows_of(pg, "bh")["RAC1"] == 1  # node 1 holds every instance's data: once
+        with psycopg.connect(one, autocommit=True) as admin:
+            assert admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (old_pid,)).fetchone() == (0,)
