@@ -41,7 +41,9 @@ static void result_message_describes_every_code(void) {
     CHECK_STR(buf, "success");
     CHECK_OK(racaffinity_result_message(RACAFFINITY_RESULT_INVALID_LEASE, buf, sizeof buf, NULL));
     CHECK_CONTAINS(buf, "lease");
-    CHECK_RC(racaffinity_result_message(18, buf, sizeof buf, NULL), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_OK(racaffinity_result_message(RACAFFINITY_RESULT_FEED_UNAVAILABLE, buf, sizeof buf, NULL));
+    CHECK_CONTAINS(buf, "feed");
+    CHECK_RC(racaffinity_result_message(H_RESULT_CODES, buf, sizeof buf, NULL), RACAFFINITY_RESULT_INVALID_ARGUMENT);
     CHECK_RC(racaffinity_result_message(99, buf, sizeof buf, NULL), RACAFFINITY_RESULT_INVALID_ARGUMENT);
     CHECK_LAST_ERROR_CONTAINS("99");
     CHECK_RC(racaffinity_result_message(UINT32_MAX, buf, sizeof buf, NULL), RACAFFINITY_RESULT_INVALID_ARGUMENT);
