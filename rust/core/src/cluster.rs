@@ -415,17 +415,31 @@ impl Cluster {
         let mut g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
         let key = MemberKey { version, removed: false };
         let name = spec.name.to_ascii_uppercase();
+        let settle = self.inner.config.transaction.settle_ms;
+        // The addition's weight is a versioned weight input at its version,
+        // whether the node is configured, added now or added before: so a
+        // process that has the node in its config and one that gets it
+        // from the feed end with the same weight (highest version wins).
+        let weigh = |n: &Node| {
+            n.set_weight(spec.weight, Some(version), settle);
+        };
         if g.get(&name).is_some_and(|k| *k >= key) {
+            if let Some(n) = self.inner.topo.load().find(&name) {
+                weigh(n);
+            }
             self.member_input_seen(&spec.name, Some(spec.weight))?;
             return Ok(false);
         }
-        if self.inner.topo.load().find(&name).is_some() {
-            // The node is in already, as it is: its weight has inputs of its own.
+        if let Some(n) = self.inner.topo.load().find(&name) {
             g.insert(name, key);
+            weigh(n);
             self.member_input_seen(&spec.name, Some(spec.weight))?;
             return Ok(false);
         }
-        self.add_node_locked(spec)?;
+        let id = self.add_node_locked(spec.clone())?;
+        if let Some(n) = self.topo().node(id) {
+            weigh(n);
+        }
         g.insert(name, key);
         Ok(true)
     }

@@ -144,3 +144,22 @@ fn a_refused_record_names_its_kind_once() {
         assert_eq!(e.to_string().matches("invalid argument").count(), 1, "{e}");
     }
 }
+
+#[test]
+fn a_membership_records_weight_is_a_versioned_weight_wherever_the_node_came_from() {
+    // One process has E in its config (weight 1); another gets E from the
+    // feed. The record's weight must end the same in both, in any order.
+    let records: [Record; 2] = [(10, "node/E", Some("present weight=3")), (8, "node/E/weight", Some("5"))];
+    for order in [[0, 1], [1, 0]] {
+        let configured = common::cluster("nodes = A, B, C, E\ntransaction.strict = true\ndata.partitions = 16");
+        let added = common::cluster(CONFIG);
+        for i in order {
+            let (v, k, val) = records[i];
+            let _ = configured.apply_feed_record(v, k, val);
+            let _ = added.apply_feed_record(v, k, val);
+        }
+        // The weight record is older than the membership record: 3 wins.
+        let w = |c: &Cluster| c.node_by_name("E").unwrap().weight();
+        assert_eq!((w(&configured), w(&added)), (3, 3), "order {order:?}");
+    }
+}
