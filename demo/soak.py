@@ -77,7 +77,8 @@ that disagree for a moment from splitting them. SOAK_NO_GUARD=1 places every
 strict transaction the second way. SOAK_FEED=etcd: the feed mode above;
 RACAFF_ETCD_BASE_PORT / RACAFF_ETCD_DIR (etcdnodes; defaults of its own, so
 the soak's etcd is never another test's). SOAK_SETTLE: transaction.settle in
-seconds (default 5; 1 in the feed mode, see docs/soak.md).
+seconds (default 5; 1 in the feed mode, see docs/soak.md). SOAK_FEED_TIMEOUT:
+topology.feed_timeout (default: the core's).
 Exit status: 0 all invariants held, 1 a violation, 2 setup error.
 """
 
@@ -714,6 +715,8 @@ class Soak(NodeSQL):
             "session.placement = rendezvous\n"
             "heartbeat.interval = 3s\nheartbeat.misses = 3\n"
             + (f"topology.feed = {self.feed_url}\n" if FEED and feed else "")
+            + (f"topology.feed_timeout = {os.environ['SOAK_FEED_TIMEOUT']}\n"
+               if FEED and feed and os.environ.get("SOAK_FEED_TIMEOUT") else "")
         )
 
     # ---- SQL from the driver: straight to the nodes (the TM's own links are not faulted)
@@ -1584,7 +1587,8 @@ class Soak(NodeSQL):
              + f"; monitors writing: {', '.join(sorted({w.source for w in self.writes if w.source.startswith('monitor')})) or 'none'}"
              f"; every process applied revision {self.final_rev}; etcd 3 members, 2 monitors (postgres probe every "
              f"{MON_INTERVAL_S:g} s, timeout {MON_PROBE_TIMEOUT_S:g} s, {MON_MISSES} misses); "
-             f"transaction.settle {SETTLE_S:g} s"),
+             f"transaction.settle {SETTLE_S:g} s; topology.feed_timeout "
+             f"{os.environ.get('SOAK_FEED_TIMEOUT') or 'the default'}"),
             ("**strict: split transactions**", f"**{cnt(strict, lambda t: t.split)}**"),
             ("**strict: misrouted 2PC commands**", f"**{sum(t.misrouted for t in strict)}**"),
             ("strict: transactions with a branch refused (STRICT_AFFINITY: the process saw the node "
