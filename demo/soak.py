@@ -997,17 +997,18 @@ class Soak(NodeSQL):
             self.run_tool(PGNODES, "kill", str(i))
             self.killed.add(i)
             self.wait_until(end)
+            # marked before: the monitor can see the node answer before the tool returns
+            self.mark(n, "up")
             self.run_tool(PGNODES, "restart", str(i))
             self.killed.discard(i)
-            self.mark(n, "up")
             ep.t_end = self.clock()
             self.recovery_due = True
         elif ep.kind in ("blackhole", "latency", "reset"):
             self.mark(n, "down")
             self.run_tool(FAULTS, ep.kind, str(i), *([str(ep.arg)] if ep.kind == "latency" else []), timeout=30)
             self.wait_until(end)
-            self.run_tool(FAULTS, "heal", str(i), timeout=30)
             self.mark(n, "up")
+            self.run_tool(FAULTS, "heal", str(i), timeout=30)
             ep.t_end = self.clock()
             if ep.kind == "blackhole":
                 self.recovery_due = True
@@ -1699,7 +1700,7 @@ class Soak(NodeSQL):
                      {f"{k} ({s})": v for (k, s), v in feed_rows.items()}, "final_revision": self.final_rev,
                      "settle_s": SETTLE_S} if FEED else None,
             "crash_refusals": crash_rows,
-            "transactions": [{"gtrid": t.gtrid, "mode": t.mode, "tm_node": t.tm_node, "decision": t.decision,
+            "transactions": [{"gtrid": t.gtrid, "t": round(t.t, 3), "mode": t.mode, "tm_node": t.tm_node, "decision": t.decision,
                               "split": t.split, "misrouted": t.misrouted,
                               "branches": {l: vars(b) for l, b in t.branches.items()}} for t in self.txs],
         }, indent=1, default=str))
