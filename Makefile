@@ -16,7 +16,7 @@ LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
 .PHONY: feed-tool failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool etcd-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
-	test-cluster test-demo test-soak soak test-c test-python test-java jar lint bench bench-scaling memory clean clean-nodes help \
+	test-cluster test-demo test-soak soak soak-feed test-c test-python test-java jar lint bench bench-scaling memory clean clean-nodes help \
 	test-doc-samples check-docs wheel test-wheel docs \
 	test-appservers test-micrometer test-simplefan test-spring-boot
 
@@ -44,6 +44,7 @@ help:
 	@echo "  make memory          memory of 1M live transaction affinities"
 	@echo "  make fuzz            every cargo-fuzz target to FUZZ_RUNS inputs (1M), FUZZ_SECONDS in all (1800)"
 	@echo "  make soak            the chaos soak for SOAK_SECONDS (default 600; SOAK_SEED replays a run)"
+	@echo "  make soak-feed       the chaos soak in feed mode: etcd, monitors, every client subscribed (SOAK_FEED=etcd)"
 	@echo "Test steps (all part of make test):"
 	@echo "  make lint            rustfmt, clippy, rustdoc warnings, JNI exports, docs checks"
 	@echo "  make check-header    include/racaffinity.h matches what cbindgen generates"
@@ -343,6 +344,17 @@ soak: lib jar toxiproxy-tool
 	demo/build.sh
 	@trap 'tests/cluster/faults stop >/dev/null 2>&1 || true; $(PGNODES) stop >/dev/null 2>&1 || true' EXIT; \
 	SOAK_SECONDS=$(SOAK_SECONDS) target/pyenv/bin/python demo/soak.py
+
+# The soak in feed mode (docs/soak.md, "Feed mode"): every process subscribes
+# to a 3-member etcd of the soak's own (ports RACAFF_ETCD_BASE_PORT, default
+# 24390; destroyed at the end), two monitors publish what fails, the operator
+# tool drains. Not in `make test`: its etcd and monitors make even a 60 s run
+# cost over a minute more.
+soak-feed: feed-tool etcd-tool
+	@export RACAFF_ETCD_DIR=$${RACAFF_ETCD_DIR:-/tmp/racaffinity-etcd-soak-$(CHECKOUT_HASH)} \
+		RACAFF_ETCD_BASE_PORT=$${RACAFF_ETCD_BASE_PORT:-24390}; \
+	trap 'tests/cluster/etcdnodes destroy >/dev/null 2>&1 || true' EXIT; \
+	$(MAKE) --no-print-directory soak SOAK_FEED=etcd SOAK_SECONDS=$(SOAK_SECONDS)
 
 # The soak's short form inside `make test`: 90 seconds, same checks.
 test-soak:

@@ -28,6 +28,8 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.HashMap;
 import java.util.Locale;
 import java.util.Map;
@@ -69,6 +71,54 @@ public final class DemoClient {
     private final Map<Integer, ArrayDeque<Connection>> idle = new HashMap<>();
     private final Map<String, Branch> open = new HashMap<>();
     private final PrintStream out = new PrintStream(System.out, false, StandardCharsets.UTF_8);
+
+    // The soak's feed mode (RACAFF_FEEDLOG_MS): a thread polls this process's
+    // metrics and notes when the feed revision or the topology fingerprint
+    // changed, so the driver learns when this process applied an event even
+    // while the main thread waits on a silent node. FEEDLOG hands the notes over.
+    static final Pattern FEED_REVISION = Pattern.compile("\"feed\":\\{[^{}]*?\"revision\":(\\d+)");
+    static final Pattern FINGERPRINT = Pattern.compile("\"fingerprint\":\"([^\"]*)\"");
+    final List<String> feedLog = new ArrayList<>();
+    volatile boolean feedLogStop;
+    Thread feedLogThread;
+
+    void startFeedLog() {
+        String v = System.getenv("RACAFF_FEEDLOG_MS");
+        long every = v == null || v.isEmpty() ? 0 : Long.parseLong(v);
+        if (every <= 0) {
+            return;
+        }
+        feedLogThread = new Thread(() -> {
+            String last = "";
+            while (!feedLogStop) {
+                try {
+                    Thread.sleep(every);
+                } catch (InterruptedException e) {
+                    return;
+                }
+                String m = cluster.metricsJson();
+                Matcher r = FEED_REVISION.matcher(m);
+                Matcher fp = FINGERPRINT.matcher(m);
+                String cur = (r.find() ? r.group(1) : "0") + "," + (fp.find() ? fp.group(1) : "-");
+                if (!cur.equals(last)) {
+                    last = cur;
+                    synchronized (feedLog) {
+                        feedLog.add(System.currentTimeMillis() + "," + cur);
+                    }
+                }
+            }
+        }, "feedlog");
+        feedLogThread.setDaemon(true);
+        feedLogThread.start();
+    }
+
+    String takeFeedLog() {
+        synchronized (feedLog) {
+            String out = String.join(" ", feedLog);
+            feedLog.clear();
+            return out;
+        }
+    }
 
     DemoClient(String config) {
         cluster = Cluster.fromConfig(config);
@@ -374,6 +424,7 @@ public final class DemoClient {
         reply("READY\t" + LANG + "\tracaffinity " + Cluster.libraryVersion() + " (Java " + Runtime.version().feature()
                 + ", pgjdbc " + new org.postgresql.Driver().getMajorVersion() + "."
                 + new org.postgresql.Driver().getMinorVersion() + ")");
+        startFeedLog();
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String line;
         while ((line = in.readLine()) != null) {
@@ -393,6 +444,7 @@ public final class DemoClient {
                 }
                 case "HEARTBEAT" -> reply(heartbeat());
                 case "METRICS" -> reply("METRICS\t" + cluster.metricsJson());
+                case "FEEDLOG" -> reply("FEEDLOG\t" + takeFeedLog());
                 case "PREPARE" -> reply(prepare(f[1], affinity));
                 case "ROLLBACK" -> reply(rollback(f[1]));
                 case "DONE" -> {
@@ -416,7 +468,11 @@ public final class DemoClient {
         return 0;
     }
 
-    void close() {
+    void close() throws InterruptedException {
+        if (feedLogThread != null) {
+            feedLogStop = true;
+            feedLogThread.join();
+        }
         idle.values().forEach(q -> q.forEach(DemoClient::discard));
         open.values().forEach(b -> discard(b.conn));
         cluster.close();

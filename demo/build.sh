@@ -38,7 +38,7 @@ fi
 # C
 "$CC" -std=c11 -Wall -Wextra -Werror -O2 -Iinclude -I"$(pg_config --includedir)" demo/client.c \
     -o "$OUT/client_c" -L"$ROOT/target/release" -Wl,-rpath,"$ROOT/target/release" -lracaffinity \
-    -L"$(pg_config --libdir)" -lpq
+    -L"$(pg_config --libdir)" -lpq -pthread
 
 # Java: pgjdbc is the version java/pom.xml tests with (make jar has fetched it).
 PGJDBC_VERSION=$(sed -n 's:.*<postgresql.version>\(.*\)</postgresql.version>.*:\1:p' java/pom.xml | head -1)

@@ -7,11 +7,12 @@
  *
  * Built by demo/build.sh:
  *   cc -std=c11 -O2 -Iinclude -I$(pg_config --includedir) demo/client.c \
- *      -Ltarget/release -lracaffinity -L$(pg_config --libdir) -lpq
+ *      -Ltarget/release -lracaffinity -L$(pg_config --libdir) -lpq -pthread
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -542,6 +543,63 @@ static void cmd_heartbeat(void)
     reply("OK\t%s", oks);
 }
 
+/* The soak's feed mode (RACAFF_FEEDLOG_MS): a thread polls this process's
+ * metrics and notes when the feed revision or the topology fingerprint
+ * changed, so the driver learns when this process applied an event even
+ * while the main thread waits on a silent node. FEEDLOG hands the notes over. */
+#define FEEDLOG_MAX 4096
+static pthread_mutex_t g_feedlog_lock = PTHREAD_MUTEX_INITIALIZER;
+static char g_feedlog[FEEDLOG_MAX][48];
+static int g_feedlog_n;
+static volatile bool g_feedlog_stop;
+static pthread_t g_feedlog_thread;
+static bool g_feedlog_on;
+
+static void *feedlog_run(void *arg)
+{
+    long every_ms = *(long *)arg;
+    static char buf[1 << 16];
+    char last[40] = "";
+    struct timespec pause = {every_ms / 1000, (every_ms % 1000) * 1000000L};
+    while (!g_feedlog_stop) {
+        nanosleep(&pause, NULL);
+        size_t n = 0;
+        if (racaffinity_metrics_json(g_cl, buf, sizeof buf, &n) != RACAFFINITY_RESULT_OK)
+            continue;
+        const char *feed = strstr(buf, "\"feed\":{");
+        const char *rev = feed ? strstr(feed, "\"revision\":") : NULL;
+        const char *fp = strstr(buf, "\"fingerprint\":\"");
+        char cur[40];
+        snprintf(cur, sizeof cur, "%lld,%.8s", rev ? strtoll(rev + 11, NULL, 10) : 0LL, fp ? fp + 15 : "-");
+        char *q = strchr(cur, '"');
+        if (q)
+            *q = '\0';
+        if (strcmp(cur, last) == 0)
+            continue;
+        strcpy(last, cur);
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        pthread_mutex_lock(&g_feedlog_lock);
+        if (g_feedlog_n < FEEDLOG_MAX)
+            snprintf(g_feedlog[g_feedlog_n++], sizeof g_feedlog[0], "%lld,%s",
+                     (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000, cur);
+        pthread_mutex_unlock(&g_feedlog_lock);
+    }
+    return NULL;
+}
+
+static void cmd_feedlog(void)
+{
+    pthread_mutex_lock(&g_feedlog_lock);
+    fputs("FEEDLOG\t", stdout);
+    for (int i = 0; i < g_feedlog_n; i++)
+        printf(i ? " %s" : "%s", g_feedlog[i]);
+    g_feedlog_n = 0;
+    pthread_mutex_unlock(&g_feedlog_lock);
+    putchar('\n');
+    fflush(stdout);
+}
+
 static long tx_live(void)
 {
     char buf[16384];
@@ -595,6 +653,11 @@ int main(int argc, char **argv)
                  "host=%s port=%s user=postgres dbname=postgres connect_timeout=5", addr, colon + 1);
     }
     free(config);
+    static long feedlog_ms;
+    const char *fl = getenv("RACAFF_FEEDLOG_MS");
+    feedlog_ms = fl ? atol(fl) : 0;
+    if (feedlog_ms > 0 && pthread_create(&g_feedlog_thread, NULL, feedlog_run, &feedlog_ms) == 0)
+        g_feedlog_on = true;
     reply("READY\t" LANG "\tracaffinity %s (C, libpq %d)", racaffinity_version(), PQlibVersion());
 
     char line[LINE];
@@ -633,6 +696,8 @@ int main(int argc, char **argv)
                 reply("METRICS\t%s", buf);
             else
                 reply("ERR\tPROTOCOL\tmetrics failed");
+        } else if (strcmp(cmd, "FEEDLOG") == 0) {
+            cmd_feedlog();
         } else if (strcmp(cmd, "PREPARE") == 0 && args[1]) {
             cmd_prepare(args[0], affinity);
         } else if (strcmp(cmd, "ROLLBACK") == 0 && args[0]) {
@@ -666,6 +731,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < MAX_OPEN; i++)
         if (g_open[i].used && g_open[i].conn)
             PQfinish(g_open[i].conn);
+    if (g_feedlog_on) {
+        g_feedlog_stop = true;
+        pthread_join(g_feedlog_thread, NULL);
+    }
     racaffinity_cluster_free(g_cl);
     return 0;
 }

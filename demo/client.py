@@ -12,9 +12,11 @@ psycopg 3 to the node the core names. The C (client.c) and Java
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
@@ -90,11 +92,52 @@ class Branch:
     lease: Optional[ra.Lease]  # balanced mode: the pick's lease
 
 
+FEED_REVISION = re.compile(r'"feed":\{[^{}]*?"revision":(\d+)')
+FINGERPRINT = re.compile(r'"fingerprint":"([^"]*)"')
+
+
+class FeedLog(threading.Thread):
+    """The soak's feed mode (RACAFF_FEEDLOG_MS): polls this process's metrics
+    on a thread of its own and notes when the feed revision or the topology
+    fingerprint changed, so the driver learns when this process applied an
+    event even while the main thread waits on a silent node."""
+
+    def __init__(self, cluster: ra.Cluster, every_ms: int) -> None:
+        super().__init__(name="feedlog", daemon=True)
+        self.cluster, self.every = cluster, every_ms / 1000
+        self.lock = threading.Lock()
+        self.entries: List[str] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        last = None
+        while not self.stopped.wait(self.every):
+            try:
+                m = self.cluster.metrics_json()
+            except ra.Error:
+                return  # the cluster is closed
+            rev, fp = FEED_REVISION.search(m), FINGERPRINT.search(m)
+            cur = (rev.group(1) if rev else "0", fp.group(1) if fp else "-")
+            if cur != last:
+                last = cur
+                with self.lock:
+                    self.entries.append(f"{int(time.time() * 1000)},{cur[0]},{cur[1]}")
+
+    def take(self) -> str:
+        with self.lock:
+            out, self.entries = self.entries, []
+        return " ".join(out)
+
+
 class Client:
     def __init__(self, config: str) -> None:
         self.cluster = ra.Cluster(config)
         self.idle: Dict[int, List[psycopg.Connection]] = {}
         self.open: Dict[str, Branch] = {}
+        every = int(os.environ.get("RACAFF_FEEDLOG_MS", "0") or 0)
+        self.feedlog = FeedLog(self.cluster, every) if every > 0 else None
+        if self.feedlog:
+            self.feedlog.start()
 
     # ---- connections: a tiny per-node pool --------------------------------
 
@@ -329,6 +372,8 @@ class Client:
                 out = self.heartbeat()
             elif cmd == "METRICS":
                 out = f"METRICS\t{self.cluster.metrics_json()}"
+            elif cmd == "FEEDLOG":
+                out = f"FEEDLOG\t{self.feedlog.take() if self.feedlog else ''}"
             elif cmd == "PREPARE":
                 out = self.prepare(*args)
             elif cmd == "ROLLBACK":
@@ -349,6 +394,9 @@ class Client:
         for pool in self.idle.values():
             for conn in pool:
                 self.discard(conn)
+        if self.feedlog:
+            self.feedlog.stopped.set()
+            self.feedlog.join()
         self.cluster.close()
         return 0
 

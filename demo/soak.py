@@ -46,6 +46,18 @@ Checked continuously and at the end (exit 1 on any violation):
   (scopes' live counts and in-flight leases from each process's metrics JSON),
   resident memory growth of each process under 20 MB (VmRSS, after warm-up).
 
+Feed mode (SOAK_FEED=etcd): the driver delivers no event. It starts a
+3-member etcd (tests/cluster/etcdnodes) and two `racaffinity-feed monitor`
+processes (kind postgres, over the proxies the clients use; they elect one
+writer), and every process (C, Java, Python, driver) subscribes with
+`topology.feed`. Crashes, blackholes, resets and slow nodes are found and
+published by the monitor; planned drains go through `racaffinity-feed drain`
+(then `down`, `up`); flaps and RLB advisories are relayed FAN lines
+(`racaffinity-feed fan`). Each client notes, on a thread of its own every
+20 ms, when its feed revision and fingerprint changed (RACAFF_FEEDLOG_MS,
+the FEEDLOG command); the report gives, per kind of event, the time from the
+fault to the record's write and to the last process applying it.
+
 Measured: failover as users feel it, per language (from each crash, blackhole
 and drain to the last failed request and to the first success elsewhere);
 how long the processes' topology fingerprints disagreed after each event;
@@ -62,13 +74,18 @@ are placed by every process itself by rendezvous (as the demo does), where
 only the core's `transaction.settle` (a node's change is acted on once every
 process has seen it; meanwhile gtrids it owns are refused) keeps processes
 that disagree for a moment from splitting them. SOAK_NO_GUARD=1 places every
-strict transaction the second way.
+strict transaction the second way. SOAK_FEED=etcd: the feed mode above;
+RACAFF_ETCD_BASE_PORT / RACAFF_ETCD_DIR (etcdnodes; defaults of its own, so
+the soak's etcd is never another test's). SOAK_SETTLE: transaction.settle in
+seconds (default 5; 1 in the feed mode, see docs/soak.md). SOAK_FEED_TIMEOUT:
+topology.feed_timeout (default: the core's).
 Exit status: 0 all invariants held, 1 a violation, 2 setup error.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import heapq
 import itertools
 import json
@@ -94,6 +111,7 @@ try:
     import racaffinity as ra
     from _harness import (FAULTS, NODES, PGNODES, REPO, NodeSQL, SetupError, built_clients, esc, run_tool, start_nodes,
                           tool_ports)
+    import re
 except ImportError as e:  # pragma: no cover - setup error
     sys.exit(f"demo/soak.py: {e}: run it with target/pyenv/bin/python after demo/build.sh (or `make soak`)")
 
@@ -111,10 +129,21 @@ HANG_S = 75.0  # a client that does not answer within this is hung (its own time
 # each input within transaction.settle of every other (docs/semantics.md,
 # "Agreement across processes"): the delays stay below it, with a margin for
 # the driver's own scheduling.
-SETTLE_S = 5.0  # transaction.settle in the soak's config
+FEED = os.environ.get("SOAK_FEED", "")  # "" (the driver delivers each line) or "etcd"
+# With the feed every process applies the same records in revision order
+# within a fraction of a second of each other (measured: the report's feed
+# table), so the promise transaction.settle stands for is kept with a far
+# shorter settle time; a longer one only prolongs the refusals after a change.
+SETTLE_S = float(os.environ.get("SOAK_SETTLE") or (1.0 if FEED else 5.0))  # transaction.settle in the config
 MAX_DELAY_S = 3.5
 FLAP_GAP_S = (1.0, 2.0)  # between consecutive events about one node in a flap or a drain that goes down
-assert MAX_DELAY_S < SETTLE_S and MAX_DELAY_S > FLAP_GAP_S[1] + 0.4
+assert MAX_DELAY_S > FLAP_GAP_S[1] + 0.4
+FEED_TOOL = REPO / "target" / "release" / "racaffinity-feed"
+ETCDNODES = str(REPO / "tests" / "cluster" / "etcdnodes")
+# The monitors: a crashed node (connection refused) is published within
+# misses x interval, a silent one within that plus the probe timeout.
+MON_INTERVAL_S, MON_PROBE_TIMEOUT_S, MON_MISSES, MON_LEASE_TTL = 0.5, 1.0, 2, "3s"
+FEEDLOG_MS = 20  # how often each client notes its feed revision and fingerprint
 KINDS = ["crash", "blackhole", "drain", "latency", "reset", "rlb", "flap"]
 FAILOVER_KINDS = ["crash", "blackhole", "drain"]
 
@@ -133,6 +162,10 @@ def pct(xs: List[float], p: float) -> Optional[float]:
     s = sorted(xs)
     k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
     return s[k]
+
+
+def replay(seed: int, seconds: float) -> str:
+    return f"SOAK_SEED={seed} SOAK_SECONDS={seconds:.0f} make {'soak-feed' if FEED else 'soak'}"
 
 
 def fmt_s(x: Optional[float]) -> str:
@@ -203,6 +236,19 @@ class Tx:
 
 
 @dataclass
+class FeedWrite:
+    """A record written to the feed (feed mode): by the operator tool or a monitor."""
+
+    t: float  # when the driver saw it written (run clock)
+    rev: int
+    key: str
+    value: str
+    source: str  # operator, relay, monitor-1, monitor-2
+    kind: str = ""  # e.g. "crash down", filled in by the analysis
+    t_fault: Optional[float] = None  # the fault or the operator's command it answers
+
+
+@dataclass
 class Episode:
     idx: int
     kind: str
@@ -221,6 +267,9 @@ class Episode:
     def describe(self) -> str:
         extra = {"latency": f" {self.arg} ms", "flap": " down/up/down/up",
                  "drain": " then down" if self.then_down else ""}.get(self.kind, "")
+        if FEED:
+            return (f"#{self.idx:02d} t={self.start:6.1f}s {self.kind:<9} {self.node}{extra} for {self.duration:.1f}s "
+                    f"[{self.mode}]")
         lines = "; ".join(f"+{a:.1f}s: " + "/".join(f"{d[p]:.1f}" for p in PROCS)
                           for a, d in zip(self.at, self.delays))
         return (f"#{self.idx:02d} t={self.start:6.1f}s {self.kind:<9} {self.node}{extra} for {self.duration:.1f}s "
@@ -436,7 +485,22 @@ class Worker(threading.Thread):
         rss = self.soak.rss(self.p.pid)
         if rss is not None:
             self.soak.rss_samples[self.lang].append((t, rss))
+        if FEED:
+            self.take_feedlog()
         self.next_metrics = now() + 1.0
+
+    def take_feedlog(self) -> None:
+        """The client's notes of when its feed revision or fingerprint
+        changed, each stamped with its own wall clock when it happened."""
+        r = self.call("FEEDLOG")
+        if r[0] != "FEEDLOG":
+            self.soak.violation(f"{LABEL[self.lang]}: FEEDLOG answered {r[:3]}")
+            return
+        for entry in (r[1] if len(r) > 1 else "").split():
+            ms, rev, fp = entry.split(",", 2)
+            t = int(ms) / 1000 - self.soak.wall0
+            self.soak.record_fp(self.lang, t, fp)
+            self.soak.record_rev(self.lang, t, int(rev))
 
     def background(self) -> bool:
         """Between the driver's work items: metrics (every second), a heartbeat
@@ -523,6 +587,15 @@ class Soak(NodeSQL):
         self.tmlog = None
         self.decisions: Dict[str, str] = {}
         self.inflight: set = set()
+        self.wall0 = time.time()  # the wall clock at t0: the clients stamp their feed notes with it
+        self.feed_url = ""
+        self.started_etcd = False
+        self.monitors: List[subprocess.Popen] = []
+        self.mon_logs: List = []
+        self.writes: List[FeedWrite] = []
+        self.revs: Dict[str, List[Tuple[float, int]]] = {p: [] for p in PROCS}
+        self.fault_marks: List[Tuple[float, str, str]] = []  # (when, node, "down" | "up"): a fault in, a repair
+        self.final_rev = 0
 
     def clock(self) -> float:
         return now() - self.t0
@@ -559,8 +632,78 @@ class Soak(NodeSQL):
         self.proxy_ports = tool_ports(FAULTS, "PROXY", timeout=120)
         if len(self.proxy_ports) != 3 or len(self.ports) != 3:
             raise SetupError(f"nodes {self.ports}, proxies {self.proxy_ports}")
+        if FEED:
+            self.start_feed()
 
-    def config_text(self) -> str:
+    def start_feed(self) -> None:
+        """A 3-member etcd of the soak's own (destroyed at the end when this
+        run started it) and two monitors over the proxies the clients use."""
+        if not FEED_TOOL.exists():
+            raise SetupError(f"{FEED_TOOL.relative_to(REPO)} is missing: `make feed-tool` (or `make soak-feed`)")
+        running = [l for l in self.run_tool(ETCDNODES, "status", timeout=60).splitlines() if " up " in f"{l} "]
+        self.started_etcd = not running
+        self.run_tool(ETCDNODES, "start", "3", timeout=1900)
+        endpoints = ""
+        for line in self.run_tool(ETCDNODES, "env", timeout=60).splitlines():
+            m = re.match(r"export RACAFF_ETCD_ENDPOINTS=['\"]?([^'\"]+)", line)
+            if m:
+                endpoints = m.group(1)
+        if not endpoints:
+            raise SetupError("etcdnodes env: no RACAFF_ETCD_ENDPOINTS")
+        # a prefix of this run's own: an etcd left running by another run holds other records
+        self.feed_url = f"etcd://{endpoints}/racaffinity/soak-{self.seed}-{os.getpid()}"
+        nodes = [a for n in NODES for a in ("--node", f"{n}=127.0.0.1:{self.proxy_ports[n]}")]
+        for k in (1, 2):
+            log = open(OUT / f"monitor-{k}.log", "w")
+            self.mon_logs.append(log)
+            p = subprocess.Popen([str(FEED_TOOL), "monitor", "--feed", self.feed_url, "--kind", "postgres", *nodes,
+                                  "--interval", f"{int(MON_INTERVAL_S * 1000)}ms",
+                                  "--probe-timeout", f"{int(MON_PROBE_TIMEOUT_S * 1000)}ms",
+                                  "--misses", str(MON_MISSES), "--lease-ttl", MON_LEASE_TTL, "--id", f"soak-monitor-{k}"],
+                                 cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True,
+                                 bufsize=1)
+            self.monitors.append(p)
+            threading.Thread(target=self.read_monitor, args=(k, p, log), name=f"monitor-{k}", daemon=True).start()
+
+    def read_monitor(self, k: int, p: subprocess.Popen, log) -> None:  # type: ignore[no-untyped-def]
+        """A monitor's stdout: each record it wrote, when it wrote it."""
+        assert p.stdout is not None
+        for line in p.stdout:
+            t = self.clock()
+            try:
+                log.write(f"[{t:7.2f}s] {line}")
+                log.flush()
+            except ValueError:  # closed by the cleanup
+                pass
+            m = re.match(r"wrote (\S+) = (.*) at revision (\d+)", line.strip())
+            if m:
+                self.record_write(FeedWrite(t, int(m.group(3)), m.group(1), m.group(2), f"monitor-{k}"))
+
+    def feed_op(self, *args: str, source: str = "operator", kind: str = "") -> FeedWrite:
+        """One operator command (`racaffinity-feed drain RAC1 ...`); the record it wrote."""
+        t_fault = self.clock()
+        out = self.run_tool(str(FEED_TOOL), *args, "--feed", self.feed_url, timeout=30)
+        m = re.search(r"wrote (\S+) = (.*) at revision (\d+)", out)
+        if m is None:
+            raise SetupError(f"racaffinity-feed {args[0]}: unexpected output {out!r}")
+        w = FeedWrite(self.clock(), int(m.group(3)), m.group(1), m.group(2), source, kind, t_fault)
+        self.record_write(w)
+        return w
+
+    def record_write(self, w: FeedWrite) -> None:
+        with self.rlock:
+            self.writes.append(w)
+
+    def record_rev(self, proc: str, t: float, rev: int) -> None:
+        with self.rlock:
+            self.revs[proc].append((t, rev))
+
+    def mark(self, node: str, what: str) -> None:
+        """A fault injected on `node` ("down") or repaired ("up"): what the monitor's records answer."""
+        with self.rlock:
+            self.fault_marks.append((self.clock(), node, what))
+
+    def config_text(self, feed: bool = True) -> str:
         addr = "\n".join(f"node.{n}.address = 127.0.0.1:{self.proxy_ports[n]}" for n in NODES)
         return (
             "# written by demo/soak.py: the C, Java and Python clients and the driver all load this text;\n"
@@ -568,9 +711,12 @@ class Soak(NodeSQL):
             "name = soak\ndatabase = orcl\nservice = svc\n"
             f"nodes = {', '.join(NODES)}\n{addr}\n"
             f"transaction.placement = rendezvous\ntransaction.strict = true\n"
-            f"transaction.settle = {SETTLE_S:.0f}s\n"
+            f"transaction.settle = {int(SETTLE_S * 1000)}ms\n"
             "session.placement = rendezvous\n"
             "heartbeat.interval = 3s\nheartbeat.misses = 3\n"
+            + (f"topology.feed = {self.feed_url}\n" if FEED and feed else "")
+            + (f"topology.feed_timeout = {os.environ['SOAK_FEED_TIMEOUT']}\n"
+               if FEED and feed and os.environ.get("SOAK_FEED_TIMEOUT") else "")
         )
 
     # ---- SQL from the driver: straight to the nodes (the TM's own links are not faulted)
@@ -598,6 +744,8 @@ class Soak(NodeSQL):
             "py": [sys.executable, str(REPO / "demo" / "client.py"), str(conf)],
         }
         env = dict(os.environ, RACAFF_CLIENT_TIMEOUT=os.environ.get("SOAK_CLIENT_TIMEOUT", "6"))
+        if FEED:
+            env["RACAFF_FEEDLOG_MS"] = str(FEEDLOG_MS)
         for lang in LANGS:
             self.workers[lang] = Worker(self, lang, argv[lang], env)
         for w in self.workers.values():
@@ -710,6 +858,19 @@ class Soak(NodeSQL):
         self.tm_events.put((base + ep.delays[k]["tm"], line, label))
         return label
 
+    def tm_feed_loop(self) -> None:
+        """Feed mode: the driver's racaffinity subscribes like the clients;
+        its revision and fingerprint are noted every FEEDLOG_MS."""
+        last = None
+        while not self.stop.wait(FEEDLOG_MS / 1000):
+            m = self.tm.metrics()
+            cur = ((m.get("feed") or {}).get("revision", 0), m["fingerprint"])
+            if cur != last:
+                t = self.clock()
+                self.record_rev("tm", t, cur[0])
+                self.record_fp("tm", t, cur[1])
+                last = cur
+
     def tm_event_loop(self) -> None:
         """The driver's own racaffinity gets the lines at its own moment too."""
         pending: List[Tuple[float, int, str, str]] = []
@@ -753,6 +914,8 @@ class Soak(NodeSQL):
         return True
 
     def run_episode(self, ep: Episode) -> None:
+        if FEED:
+            return self.run_feed_episode(ep)
         i = NODES.index(ep.node) + 1
         self.say(f"chaos {ep.describe()}")
         ep.t0 = self.clock()
@@ -818,6 +981,67 @@ class Soak(NodeSQL):
             self.wait_until(end)
             ep.t_end = self.clock()
             self.broadcast(ep, 1, rlb({n: 33 for n in NODES}, {n: True for n in NODES}), "neutral")
+
+    def run_feed_episode(self, ep: Episode) -> None:
+        """The episode in feed mode: the fault only. The monitor finds and
+        publishes what fails; an operator's drain, down and up go through
+        racaffinity-feed, a flap's and an advisory's FAN lines through its
+        relay (`fan`), as an ONS relay would write them."""
+        i = NODES.index(ep.node) + 1
+        n = ep.node
+        self.say(f"chaos {ep.describe()}")
+        ep.t0 = self.clock()
+        end = ep.t0 + ep.duration
+        if ep.kind == "crash":
+            self.mark(n, "down")
+            self.run_tool(PGNODES, "kill", str(i))
+            self.killed.add(i)
+            self.wait_until(end)
+            # marked before: the monitor can see the node answer before the tool returns
+            self.mark(n, "up")
+            self.run_tool(PGNODES, "restart", str(i))
+            self.killed.discard(i)
+            ep.t_end = self.clock()
+            self.recovery_due = True
+        elif ep.kind in ("blackhole", "latency", "reset"):
+            self.mark(n, "down")
+            self.run_tool(FAULTS, ep.kind, str(i), *([str(ep.arg)] if ep.kind == "latency" else []), timeout=30)
+            self.wait_until(end)
+            self.mark(n, "up")
+            self.run_tool(FAULTS, "heal", str(i), timeout=30)
+            ep.t_end = self.clock()
+            if ep.kind == "blackhole":
+                self.recovery_due = True
+        elif ep.kind == "drain":
+            self.feed_op("drain", n, "--timeout", "30s", kind="drain down")
+            if ep.then_down:  # planned maintenance whose instance then stops
+                self.wait_until(ep.t0 + ep.at[1])
+                self.feed_op("down", n, kind="drain then down")
+            self.wait_until(end)
+            ep.t_end = self.clock()
+            self.feed_op("up", n, kind="drain up")
+        elif ep.kind == "flap":
+            for k, a in enumerate(ep.at):
+                self.wait_until(ep.t0 + a)
+                down = k % 2 == 0
+                self.mark(n, "down" if down else "up")
+                self.feed_op("fan", fan(n, "down" if down else "up", "FAILURE" if down else "BOOT", int(time.time())),
+                             source="relay", kind="flap down" if down else "flap up")
+                self.run_tool(FAULTS, "reset" if down else "heal", str(i), timeout=30)
+            ep.t_end = self.clock()
+            self.recovery_due = True
+        elif ep.kind == "rlb":
+            rng = random.Random(self.seed * 1000 + ep.idx)
+            w = {x: rng.randint(5, 80) for x in NODES}
+            tot = sum(w.values())
+            per = {x: max(1, round(100 * w[x] / tot)) for x in NODES}
+            aff = {x: x != n or rng.random() < 0.5 for x in NODES}
+            ep.notes.append(f"advisory {per} aff {aff}")
+            self.feed_op("fan", rlb(per, aff), source="relay", kind="rlb advisory")
+            self.wait_until(end)
+            ep.t_end = self.clock()
+            self.feed_op("fan", rlb({x: 33 for x in NODES}, {x: True for x in NODES}), source="relay",
+                         kind="rlb neutral")
 
     # ---- global transactions
 
@@ -972,6 +1196,8 @@ class Soak(NodeSQL):
         for i in sorted(self.killed):
             self.run_tool(PGNODES, "restart", str(i))
         self.killed.clear()
+        if FEED:
+            return self.settle_feed()
         lines = [self.fan_line(n, "up", "BOOT") for n in NODES] + [rlb({n: 33 for n in NODES}, {n: True for n in NODES})]
         for line in lines:
             self.tm.apply_event(line)
@@ -979,6 +1205,43 @@ class Soak(NodeSQL):
                 if r[0] != "OK":
                     self.violation(f"{LABEL[lang]} refused the final event: {r}")
         self.tm_fp()
+
+    def settle_feed(self) -> None:
+        """Feed mode: the monitors stop (SIGTERM: each revokes its lease),
+        then every node up, every FAN line up and a neutral advisory through
+        the tool; every process must reach the last record's revision."""
+        self.stop_monitors()
+        last = None
+        for n in NODES:
+            last = self.feed_op("up", n, kind="final up")
+            last = self.feed_op("fan", fan(n, "up", "BOOT", int(time.time())), source="relay", kind="final up")
+        last = self.feed_op("fan", rlb({n: 33 for n in NODES}, {n: True for n in NODES}), source="relay",
+                            kind="final neutral")
+        self.final_rev = last.rev
+        deadline = now() + 30
+        while True:
+            # the workers take their client's feed notes every second
+            self.record_rev("tm", self.clock(), (self.tm.metrics().get("feed") or {}).get("revision", 0))
+            behind = [LABEL[p] for p in PROCS if not self.revs[p] or max(r for _, r in self.revs[p]) < last.rev]
+            if not behind:
+                break
+            if now() > deadline:
+                self.violation(f"feed: {', '.join(behind)} did not apply revision {last.rev} within 30 s")
+                break
+            time.sleep(0.2)
+        self.tm_fp()
+
+    def stop_monitors(self) -> None:
+        for p in self.monitors:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.monitors:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+                self.violation(f"monitor pid {p.pid} did not stop within 15 s of SIGTERM")
 
     def final_checks(self, ntx: int) -> None:
         self.recover(final=True)
@@ -1024,6 +1287,9 @@ class Soak(NodeSQL):
             self.record_fp(lang, self.clock(), m["fingerprint"])
             self.registries[lang] = self.registry_check(LABEL[lang], m)
         self.registries["tm"] = self.registry_check("driver", self.tm.metrics())
+        with self.rlock:  # the clients' feed notes arrive after the samples taken since
+            for p in PROCS:
+                self.fps[p].sort(key=lambda x: x[0])
         fps = {p: self.fps[p][-1][1] for p in PROCS if self.fps[p]}
         self.final_fps = fps
         if len(set(fps.values())) != 1:
@@ -1071,8 +1337,8 @@ class Soak(NodeSQL):
     def run(self) -> int:
         OUT.mkdir(parents=True, exist_ok=True)
         self.episodes, self.warmup, tail = make_schedule(self.seed, self.seconds)
-        print(f"racaffinity chaos soak: {self.seconds:.0f} s, seed {self.seed} "
-              f"(replay: SOAK_SEED={self.seed} SOAK_SECONDS={self.seconds:.0f} make soak)")
+        print(f"racaffinity chaos soak{' (feed mode)' if FEED else ''}: {self.seconds:.0f} s, seed {self.seed} "
+              f"(replay: {replay(self.seed, self.seconds)})")
         print(f"schedule: warm-up {self.warmup:.0f} s, {len(self.episodes)} fault episodes, quiet tail {tail:.0f} s")
         for ep in self.episodes:
             print(f"  {ep.describe()}")
@@ -1080,18 +1346,22 @@ class Soak(NodeSQL):
         conf = OUT / "cluster.conf"
         conf.write_text(self.config_text())
         self.tm = ra.Cluster(conf.read_text())
-        self.ref = ra.Cluster(conf.read_text())
+        self.ref = ra.Cluster(self.config_text(feed=False))  # the homes: a view that never changes
         self.reset_tables()
         self.tmlog = open(OUT / "tm-log.jsonl", "w")
         self.tm_events: "queue.Queue[Tuple[float, str, str]]" = queue.Queue()
         print(f"nodes {', '.join(f'{n} :{self.ports[n]} (proxy :{self.proxy_ports[n]})' for n in NODES)}")
+        if FEED:
+            print(f"topology feed {self.feed_url}; monitors pid {', '.join(str(p.pid) for p in self.monitors)}")
         self.start_clients(conf)
         for lang in LANGS:
             w = self.workers[lang]
             print(f"  {LABEL[lang]:<7} pid {w.p.pid:<7} {w.banner}")
         print(f"  driver  pid {os.getpid():<7} racaffinity {ra.version()}: the TM (2PC), the chaos schedule")
         self.t0 = now()
-        tm_thread = threading.Thread(target=self.tm_event_loop, name="tm-events", daemon=True)
+        self.wall0 = time.time()
+        tm_thread = threading.Thread(target=self.tm_feed_loop if FEED else self.tm_event_loop, name="tm-events",
+                                     daemon=True)
         tm_thread.start()
         self.load_on = True
         chaos = threading.Thread(target=self.chaos, name="chaos", daemon=True)
@@ -1187,11 +1457,99 @@ class Soak(NodeSQL):
                     out[ep.kind][lang]["first_ok"].append(min(oks))
         return out
 
+    def applied_at(self, proc: str, rev: int) -> Optional[float]:
+        """When `proc` first held feed revision `rev` or a later one."""
+        for t, r in self._revs_sorted[proc]:
+            if r >= rev:
+                return t
+        return None
+
+    def feed_events(self) -> Dict[Tuple[str, str], Dict]:
+        """Feed mode: classifies every record written (the fault it answers:
+        the latest fault, for a monitor's `down`, or repair, for its `up`, of
+        that node), sets it up as an event for the disagreement analysis, and
+        gathers per kind the seconds fault -> written, fault -> applied in
+        every process, written -> applied in every process."""
+        self._revs_sorted = {p: sorted(self.revs[p]) for p in PROCS}
+        marks = sorted(self.fault_marks)
+        eps = [e for e in self.episodes if e.t0 is not None]
+        out: Dict[Tuple[str, str], Dict] = {}
+        for w in sorted(self.writes, key=lambda w: w.rev):
+            if w.source.startswith("monitor"):
+                parts = w.key.split("/")
+                node = parts[1] if len(parts) == 3 else ""
+                m = [t for t, n, what in marks if n == node and what == w.value and t <= w.t]
+                w.t_fault = m[-1] if m else None
+                ep = next((e for e in eps if w.t_fault is not None and e.node == node
+                           and e.t0 - 0.01 <= w.t_fault <= (e.t_end if e.t_end is not None else 1e9) + 0.01), None)
+                w.kind = f"{ep.kind} {w.value}" if ep else f"no fault injected: {w.value}"
+                if ep is None:
+                    w.t_fault = None
+            src = "monitor" if w.source.startswith("monitor") else w.source
+            at = {p: self.applied_at(p, w.rev) for p in PROCS}
+            label = f"r{w.rev} {w.key} = {w.value}"
+            self.label_t[label] = w.t
+            self.label_kind[label] = w.kind
+            self.deliveries[label] = {p: t for p, t in at.items() if t is not None}
+            d = out.setdefault((w.kind, src), {"n": 0, "det": [], "all": [], "spread": [], "missing": 0,
+                                               "by_proc": {p: [] for p in PROCS}})
+            d["n"] += 1
+            if any(t is None for t in at.values()):
+                d["missing"] += 1
+                continue
+            last = max(at.values())  # type: ignore[type-var]
+            d["spread"].append(max(0.0, last - w.t))
+            for p in PROCS:
+                d["by_proc"][p].append(max(0.0, at[p] - w.t))  # type: ignore[operator]
+            if w.t_fault is not None:
+                d["det"].append(w.t - w.t_fault)
+                d["all"].append(last - w.t_fault)
+        return out
+
+    def crash_refusals(self) -> List[Dict]:
+        """Per crash episode in strict mode: when the fleet was told (and
+        when every process had applied it), and the strict transactions
+        refused whose home is the crashed node, while it was down and after
+        its restart until the next episode."""
+        rows = []
+        eps = [e for e in self.episodes if e.t0 is not None]
+        for j, e in enumerate(eps):
+            if e.kind != "crash" or e.mode != "strict":
+                continue
+            t_end = e.t_end if e.t_end is not None else e.t0 + e.duration
+            nxt = eps[j + 1].t0 if j + 1 < len(eps) else 1e9
+            det = every = None
+            if FEED:
+                w = next((w for w in sorted(self.writes, key=lambda w: w.t) if w.key == f"node/{e.node}/state"
+                          and w.value == "down" and e.t0 <= w.t <= t_end), None)
+                if w is not None:
+                    det = w.t - e.t0
+                    at = [self.applied_at(p, w.rev) for p in PROCS]
+                    every = None if None in at else max(at) - e.t0  # type: ignore[type-var]
+            else:
+                label = next((l for l in self.label_t if l.startswith(f"#{e.idx:02d}.0 ")), None)
+                if label is not None:
+                    det = self.label_t[label] - e.t0
+                    got = self.deliveries.get(label, {})
+                    every = max(got.values()) - e.t0 if len(got) == len(PROCS) else None
+            mine = [t for t in self.txs if t.mode == "strict" and e.t0 <= t.t < nxt
+                    and self.home("BRANCH", t.gtrid) == e.node]
+            refused = [t for t in mine if any(b.status == "refused" for b in t.branches.values())]
+            during = [t.t - e.t0 for t in refused if t.t < t_end]
+            rows.append({"idx": e.idx, "node": e.node, "dur": t_end - e.t0, "det": det, "all": every,
+                         "n": len(during), "last": max(during) if during else None,
+                         "failed": sum(1 for t in mine if t.t < t_end
+                                       and any(b.status == "failed" for b in t.branches.values())),
+                         "after": sum(1 for t in refused if t.t >= t_end)})
+        return rows
+
     def report(self, ntx: int) -> int:
-        intervals, per_kind = self.disagreement()
         fo = self.failover()
         reordered, eps_differ, eps_planned = self.reorderings()
-        if eps_planned and not sum(reordered.values()):
+        feed_rows = self.feed_events() if FEED else {}
+        crash_rows = self.crash_refusals()
+        intervals, per_kind = self.disagreement()
+        if eps_planned and not sum(reordered.values()) and not FEED:
             self.violation(f"{eps_planned} episodes were to reach some process out of order, "
                            "yet every process applied every node's FAN lines in publication order")
         strict = [t for t in self.txs if t.mode == "strict"]
@@ -1223,7 +1581,15 @@ class Soak(NodeSQL):
              "(C / Java / Python / driver)",
              " / ".join(str(reordered[p]) for p in PROCS) + f" (total {sum(reordered.values())}; "
              f"{eps_differ} episodes reached the processes in different orders; each delay 0-{MAX_DELAY_S:g} s, "
-             f"transaction.settle {SETTLE_S:g} s)"),
+             f"transaction.settle {SETTLE_S:g} s)") if not FEED else
+            ("topology feed (SOAK_FEED=etcd): records written (operator / relay / monitor)",
+             " / ".join(str(sum(1 for w in self.writes if w.source.startswith(k)))
+                        for k in ("operator", "relay", "monitor"))
+             + f"; monitors writing: {', '.join(sorted({w.source for w in self.writes if w.source.startswith('monitor')})) or 'none'}"
+             f"; every process applied revision {self.final_rev}; etcd 3 members, 2 monitors (postgres probe every "
+             f"{MON_INTERVAL_S:g} s, timeout {MON_PROBE_TIMEOUT_S:g} s, {MON_MISSES} misses); "
+             f"transaction.settle {SETTLE_S:g} s; topology.feed_timeout "
+             f"{os.environ.get('SOAK_FEED_TIMEOUT') or 'the default'}"),
             ("**strict: split transactions**", f"**{cnt(strict, lambda t: t.split)}**"),
             ("**strict: misrouted 2PC commands**", f"**{sum(t.misrouted for t in strict)}**"),
             ("strict: transactions with a branch refused (STRICT_AFFINITY: the process saw the node "
@@ -1253,7 +1619,8 @@ class Soak(NodeSQL):
             ("fingerprint disagreement (total)", f"{sum(b - a for a, b in intervals):.1f} s in {len(intervals)} "
                                                  f"periods; final fingerprint {sorted(set(self.final_fps.values()))}"),
             ("event delivery lag (queued behind a busy client) p50 / max",
-             f"{fmt_s(pct(self.delivery_lag, 50))} / {fmt_s(pct(self.delivery_lag, 100))} s"),
+             f"{fmt_s(pct(self.delivery_lag, 50))} / {fmt_s(pct(self.delivery_lag, 100))} s"
+             if not FEED else "- (feed mode: each process's subscriber thread applies the records)"),
         ]
         lines = [f"Chaos soak: seed {self.seed}, {self.seconds:.0f} s, "
                  f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
@@ -1275,11 +1642,40 @@ class Soak(NodeSQL):
                 fs = " / ".join(fmt_s(pct(d["first_ok"], p)) for p in (50, 99, 100))
                 lines.append(f"| {kind} | {LABEL[lang]} | {n} | {sum(d['failed'])} | {lf} | {fs} |")
         lines += ["", "Fingerprint disagreement after each injected event (seconds until the four processes' "
-                      "topology fingerprints agreed again; p50 / max)", "",
-                  "| event | count | p50 | max |", "|---|--:|--:|--:|"]
+                      "topology fingerprints agreed again; p50 / p99 / max)", "",
+                  "| event | count | p50 | p99 | max |", "|---|--:|--:|--:|--:|"]
         for k in sorted(per_kind):
             v = per_kind[k]
-            lines.append(f"| {k} | {len(v)} | {fmt_s(pct(v, 50))} | {fmt_s(pct(v, 100))} |")
+            lines.append(f"| {k} | {len(v)} | {fmt_s(pct(v, 50))} | {fmt_s(pct(v, 99))} | {fmt_s(pct(v, 100))} |")
+        if FEED:
+            lines += ["", "Topology feed: per kind of record, seconds from the fault (or the operator's command) "
+                          "to the record's write and to the last of the four processes applying it, and from the "
+                          "write to that last application (p50 / p99 / max). Each client notes its feed revision "
+                          f"every {FEEDLOG_MS} ms on a thread of its own (the driver likewise); a process applied "
+                          "a record when its revision first reached the record's.", "",
+                      "| record | source | count | fault -> written | fault -> applied in every process | "
+                      "written -> applied in every process |", "|---|---|--:|---|---|---|"]
+            for (kind, src), d in sorted(feed_rows.items()):
+                lines.append(f"| {kind} | {src} | {d['n']} | " + " | ".join(
+                    " / ".join(fmt_s(pct(d[c], q)) for q in (50, 99, 100)) for c in ("det", "all", "spread")) + " |")
+            per_proc = {p: [x for (k, _), d in feed_rows.items() for x in d["by_proc"][p]] for p in PROCS}
+            lines += ["", "Written -> applied, per process (p50 / p99 / max, every record): " + "; ".join(
+                f"{LABEL[p]} {' / '.join(fmt_s(pct(per_proc[p], q)) for q in (50, 99, 100))}" for p in PROCS)]
+        lines += ["", "Strict refusals per crash episode in strict mode (gtrids whose home is the crashed node, "
+                      "refused by the driver or a client): the fleet learns of the crash when "
+                      + ("the monitor writes `down`" if FEED else "the driver publishes FAN down (0.2 s after "
+                                                                  "the kill; each process gets it 0-3.5 s later)")
+                      + f"; transaction.settle {SETTLE_S:g} s", "",
+                  "| episode | node | down for | published | applied everywhere | refused while down | "
+                  "last refusal | last refusal - published | failed while down | refused after restart |",
+                  "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+        for r in crash_rows:
+            lines.append(f"| #{r['idx']:02d} | {r['node']} | {r['dur']:.1f} | {fmt_s(r['det'])} | "
+                         f"{fmt_s(r['all'])} | {r['n']} | {fmt_s(r['last'])} | "
+                         f"{fmt_s(None if r['last'] is None or r['det'] is None else r['last'] - r['det'])} | "
+                         f"{r['failed']} | {r['after']} |")
+        if not crash_rows:
+            lines.append("| (no crash in strict mode) | | | | | | | | | |")
         verdict = "all invariants held" if not self.problems else f"{len(self.problems)} VIOLATIONS"
         lines += ["", f"Result: {verdict}. Chart: target/soak/soak.svg; details: target/soak/results.json; "
                       "the TM log: target/soak/tm-log.jsonl."]
@@ -1300,13 +1696,16 @@ class Soak(NodeSQL):
                             "episodes_planned_to_reorder": eps_planned, "max_delay_s": MAX_DELAY_S,
                             "settle_s": SETTLE_S},
             "applied_order": self.applied,
-            "transactions": [{"gtrid": t.gtrid, "mode": t.mode, "tm_node": t.tm_node, "decision": t.decision,
+            "feed": {"url": self.feed_url, "writes": [vars(w) for w in self.writes], "by_kind": feed_rows and
+                     {f"{k} ({s})": v for (k, s), v in feed_rows.items()}, "final_revision": self.final_rev,
+                     "settle_s": SETTLE_S} if FEED else None,
+            "crash_refusals": crash_rows,
+            "transactions": [{"gtrid": t.gtrid, "t": round(t.t, 3), "mode": t.mode, "tm_node": t.tm_node, "decision": t.decision,
                               "split": t.split, "misrouted": t.misrouted,
                               "branches": {l: vars(b) for l, b in t.branches.items()}} for t in self.txs],
         }, indent=1, default=str))
         if self.problems:
-            print(f"SOAK FAILED (seed {self.seed}; replay: SOAK_SEED={self.seed} SOAK_SECONDS={self.seconds:.0f} "
-                  "make soak):")
+            print(f"SOAK FAILED (seed {self.seed}; replay: {replay(self.seed, self.seconds)}):")
             for p in self.problems[:30]:
                 print(f"  - {p}")
             return 1
@@ -1326,6 +1725,14 @@ class Soak(NodeSQL):
         self.close_conns()
         if self.tmlog is not None:
             self.tmlog.close()
+        for p in self.monitors:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        for log in self.mon_logs:
+            log.close()
+        if self.started_etcd:
+            subprocess.run([ETCDNODES, "destroy"], capture_output=True, timeout=120)
         if self.started_faults:
             subprocess.run([FAULTS, "stop"], capture_output=True, timeout=60)
         for i in sorted(self.killed):
@@ -1454,6 +1861,18 @@ def main() -> int:
     if seconds < 60:
         print("SOAK_SECONDS must be at least 60", file=sys.stderr)
         return 2
+    if FEED not in ("", "etcd"):
+        print(f"SOAK_FEED must be empty or 'etcd' (got {FEED!r})", file=sys.stderr)
+        return 2
+    if not FEED and MAX_DELAY_S >= SETTLE_S:
+        print(f"SOAK_SETTLE must exceed the delivery delays ({MAX_DELAY_S:g} s) without a feed", file=sys.stderr)
+        return 2
+    if FEED:
+        # the soak's etcd is its own: another suite's cluster keeps its data root and ports
+        # (make clean-nodes finds /tmp/racaffinity-etcd-*-<checkout hash>)
+        os.environ.setdefault("RACAFF_ETCD_DIR", "/tmp/racaffinity-etcd-soak-"
+                              + hashlib.sha1(str(REPO).encode()).hexdigest()[:8])
+        os.environ.setdefault("RACAFF_ETCD_BASE_PORT", "24390")
     soak = Soak(seconds, seed)
 
     def too_long(*_: object) -> None:
@@ -1469,7 +1888,7 @@ def main() -> int:
         return soak.run()
     except Violation as e:
         soak.violation(str(e))
-        print(f"SOAK FAILED (seed {seed}; replay: SOAK_SEED={seed} SOAK_SECONDS={seconds:.0f} make soak):")
+        print(f"SOAK FAILED (seed {seed}; replay: {replay(seed, seconds)}):")
         for p in soak.problems[:30]:
             print(f"  - {p}")
         return 1
