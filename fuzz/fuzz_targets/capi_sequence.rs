@@ -1944,12 +1944,14 @@ impl Model {
                 Some(r)
             }
             Op::ResultMessage { code, cap } => {
-                let code = code % 20;
+                // One past the last code: the codes are 0..=FEED_UNAVAILABLE.
+                let codes = R::FeedUnavailable as u32 + 1;
+                let code = code % (codes + 2);
                 let mut buf = vec![0 as c_char; usize::from(cap)];
                 let mut need = 0usize;
                 let bp = if cap == 0 { null_mut() } else { buf.as_mut_ptr() };
                 let r = unsafe { racaffinity_result_message(code, bp, buf.len(), &mut need) };
-                let want = if code >= 18 {
+                let want = if code >= codes {
                     R::InvalidArgument
                 } else if bp.is_null() {
                     R::NullArgument
