@@ -145,7 +145,9 @@ class FeedTest {
             assertTrue(revision > 0, "revision " + revision);
             assertEquals(feed(here).revision(), revision);
             assertEquals(0L, MBS.getAttribute(on, "FeedLag"));
-            assertTrue((Long) MBS.getAttribute(on, "FeedRecordsApplied") >= 3L);
+            // Its own writes are applied when written and come back stale;
+            // the other subscriber's up is applied from the watch.
+            assertTrue((Long) MBS.getAttribute(on, "FeedRecordsApplied") >= 1L);
             assertEquals(0L, MBS.getAttribute(on, "FeedRecordsRefused"));
             assertNull(MBS.getAttribute(on, "FeedLastError"));
         }

@@ -47,7 +47,7 @@ class NativeLibraryTest {
     @Test
     void theNativeExceptionTableNamesAClassForEveryResultCodeAndEachExtendsAffinityException() throws Exception {
         String[] classes = Native.exceptionClasses();
-        assertEquals(18, classes.length, "one entry per racaffinity_result code");
+        assertEquals(19, classes.length, "one entry per racaffinity_result code");
         String[] expected = {
             "io.racaffinity.AffinityException", // OK: never thrown
             "io.racaffinity.InvalidArgumentException", // NULL_ARGUMENT
@@ -67,6 +67,7 @@ class NativeLibraryTest {
             "io.racaffinity.ForeignEventException", // FOREIGN_EVENT
             "io.racaffinity.TooManyClustersException", // TOO_MANY_HANDLES
             "io.racaffinity.InvalidLeaseException", // INVALID_LEASE
+            "io.racaffinity.FeedUnavailableException", // FEED_UNAVAILABLE
         };
         for (int code = 0; code < classes.length; code++) {
             assertEquals(expected[code], classes[code], "code " + code);
