@@ -98,7 +98,10 @@ pub(crate) fn post(endpoint: &str, path: &str, body: &str, timeout: Duration) ->
                 if Instant::now() >= deadline {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "response body not complete in time"));
                 }
-                read_some(&mut sock, &mut raw)?;
+                // A closed connection would otherwise spin here until the deadline.
+                if read_some(&mut sock, &mut raw)? == 0 {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed inside the body"));
+                }
             }
             raw.truncate(n);
             body = raw;
@@ -343,5 +346,26 @@ mod tests {
         assert!(c.decode(&mut b"zz\r\n".to_vec(), &mut out).is_err());
         let mut c = Chunks::default();
         assert!(c.decode(&mut b"2\r\nabXY".to_vec(), &mut out).is_err());
+    }
+}
+
+#[cfg(test)]
+mod eof_tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_body_cut_short_is_an_error_not_a_wait_for_the_deadline() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let ep = l.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut req = [0u8; 1024];
+            let _ = s.read(&mut req);
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc").unwrap();
+        });
+        let e = post(&ep, "/x", "{}", Duration::from_secs(30)).unwrap_err();
+        server.join().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
     }
 }
