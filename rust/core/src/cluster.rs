@@ -28,6 +28,15 @@ pub(crate) struct MemberKey {
     removed: bool,
 }
 
+/// Refuses a name whose session-token id a live node already has.
+fn check_token_free(topo: &Topology, name: &str) -> Result<()> {
+    let token_id = crate::token::token_id_of(name);
+    match topo.live.iter().find(|n| n.token_id() == token_id) {
+        Some(other) => Err(Error::InvalidArgument(crate::token::token_id_clash(name, other.name()))),
+        None => Ok(()),
+    }
+}
+
 static NEXT_CLUSTER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A database's nodes, its load-balancing policy and its affinity registries.
@@ -335,9 +344,12 @@ impl Cluster {
     pub fn add_node(&self, spec: NodeSpec) -> Result<NodeId> {
         spec.validate()?;
         if self.inner.feed.get().is_some() {
-            if self.topo().find(&spec.name).is_some() {
+            let cur = self.topo();
+            if cur.find(&spec.name).is_some() {
                 return Err(Error::DuplicateNode(spec.name));
             }
+            // Every subscriber would refuse it: never write it.
+            check_token_free(&cur, &spec.name)?;
             let mut value = format!("present weight={}", spec.weight);
             if let Some(a) = &spec.address {
                 value.push_str(&format!(" address={a}"));
@@ -356,10 +368,7 @@ impl Cluster {
         if cur.find(&spec.name).is_some() {
             return Err(Error::DuplicateNode(spec.name));
         }
-        let token_id = crate::token::token_id_of(&spec.name);
-        if let Some(other) = cur.live.iter().find(|n| n.token_id() == token_id) {
-            return Err(Error::InvalidArgument(crate::token::token_id_clash(&spec.name, other.name())));
-        }
+        check_token_free(&cur, &spec.name)?;
         self.insert_node_locked(&cur, spec)
     }
 

@@ -163,3 +163,13 @@ fn a_membership_records_weight_is_a_versioned_weight_wherever_the_node_came_from
         assert_eq!((w(&configured), w(&added)), (3, 3), "order {order:?}");
     }
 }
+
+#[test]
+fn an_addition_every_subscriber_would_refuse_is_refused_before_it_is_written() {
+    // N6403 and N15384 share a session-token id: the record would be
+    // refused by every subscriber, so the call must not write it at all
+    // (here etcd is unreachable: a write attempt would say FeedUnavailable).
+    let c = common::cluster("nodes = N6403\ntopology.feed = etcd://127.0.0.1:1/t\ntopology.feed_timeout = 100ms");
+    let e = c.add_node(racaffinity::NodeSpec::new("N15384")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+}
