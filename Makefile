@@ -324,6 +324,7 @@ test-c: lib lib-testing
 	tests/c/run.sh
 
 test-demo: demo demo-rust
+	target/pyenv/bin/python tests/demo/chart_test.py
 	tests/cluster/demo_stray_prepared.sh
 	tests/demo/demo_rust_keeps_nodes.sh
 
