@@ -39,12 +39,13 @@ goals=(compile org.apache.maven.plugins:maven-dependency-plugin:3.8.1:build-clas
 
 mkdir -p "$state"
 stamp=$state/prefetched-$(sha1sum "$root/tests/dist/app/pom.xml" | cut -c1-12)
-if [[ ! -e $stamp ]]; then
-    echo "test-dist: first run: resolving the project's Maven Central dependencies into $user_m2"
+prefetch() {
+    echo "test-dist: resolving the project's Maven Central dependencies into $user_m2 (online)"
     "$MVN" -B -q -f "$work" -Dmaven.repo.local="$user_m2" "${goals[@]}"
     rm -rf "$work/target" "$work/cp.txt"
     touch "$stamp"
-fi
+}
+[[ -e $stamp ]] || prefetch
 
 view=$state/central-view
 rm -rf "$view" "$state/m2/io/racaffinity"
@@ -63,7 +64,14 @@ cat > "$state/settings.xml" <<XML
   </mirrors>
 </settings>
 XML
-"$MVN" -B -q -f "$work" -s "$state/settings.xml" "${goals[@]}" || fail "the project did not build against $repo"
+build() { "$MVN" -B -q -f "$work" -s "$state/settings.xml" "${goals[@]}" >"$state/build.log" 2>&1; }
+if ! build; then
+    # ~/.m2 lost something the view served before (a cleaned cache): fill it again, once.
+    if grep -q "in user-m2-view" "$state/build.log" && prefetch && build; then :; else
+        sed 's/\x1b\[[0-9;]*m//g' "$state/build.log" | grep -v '^\[ERROR\] *$' | head -20 >&2
+        fail "the project did not build against $repo"
+    fi
+fi
 for a in racaffinity racaffinity-micrometer racaffinity-spring-boot-starter; do
     got=$state/m2/io/racaffinity/$a/$version/$a-$version.jar
     cmp -s "$got" "$repo/io/racaffinity/$a/$version/$a-$version.jar" || fail "$a did not come from $repo"
