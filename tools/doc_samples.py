@@ -10,8 +10,9 @@ its language as a user would paste it into a new project outside the
 repository. A `toml` block marked with rust sample names is those samples'
 `[dependencies]`; an `xml` block marked with java sample names is those
 samples' Maven `pom.xml` (the sample then runs as a Maven project, its class
-under src/main/java; without one it runs in source-file mode). A block that is not meant to run (a config excerpt, a
-fragment of a shown file) is marked `<!-- not-a-sample: why -->`.
+under src/main/java; without one it runs in source-file mode). A block that
+is not meant to run (a config excerpt, a fragment of a shown file) is marked
+`<!-- not-a-sample: why -->`.
 
     tools/doc_samples.py check           fail when a c/rust/python/java/toml block has no marker
     tools/doc_samples.py list [LANG]     one line per sample: name, file:line

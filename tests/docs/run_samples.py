@@ -6,7 +6,8 @@ repository; the only things taken from the repository are what the docs tell
 the user to take: the install prefix of `make install` (C), the crates by the
 absolute path of the checkout (Rust: the docs' `/path/to/racaffinity`), the jar
 of `make jar` and pgjdbc (Java in source-file mode), the Maven repository of
-`make dist` by the checkout's path (Java samples with a pom.xml). Python samples run in python/tests/test_readme.py.
+`make dist` by the checkout's path (Java samples with a pom.xml). Python
+samples run in python/tests/test_readme.py.
 
     tests/docs/run_samples.py [LANG ...]      (make test-doc-samples)
 
