@@ -401,6 +401,7 @@ bench: lib
 	test -x target/pyenv/bin/python || python3 -m venv target/pyenv
 	target/pyenv/bin/python -m pip install --quiet --disable-pip-version-check "./python[test]"
 	target/pyenv/bin/python python/bench.py | tee $(BENCH_OUT)/python.out
+	tests/cluster/with-nodes 3 target/pyenv/bin/python python/bench_continuity.py --quick | tee $(BENCH_OUT)/python-continuity.out
 	java/run_bench.sh | tee $(BENCH_OUT)/java.out
 	$(MAKE) --no-print-directory bench-scaling
 	$(MAKE) --no-print-directory bench-feed
