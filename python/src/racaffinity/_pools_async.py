@@ -28,7 +28,7 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import CommitOutcome, ErrorClass, ReplayAction, ReplayRefused, ReplayStep, RequestFailure
 from ._continuity import classify_sqlstate
-from ._routes import lease_begin, lease_release, new_
+from ._routes import end_lease, lease_begin, new_
 from ._ucp import PartitionMapLoader
 from ._tpc_async import AsyncGlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
@@ -160,7 +160,7 @@ class _AsyncConnection:
                 # this waited (fast connection failover): the core routes
                 # again (the node's successor pool, or another node), within
                 # what is left of the wait.
-                lease_release(pools._h, buf, NEUTRAL)
+                end_lease(pools._h, buf, NEUTRAL)
                 if pools._closed or reroutes == MAX_REROUTES:
                     raise
                 wait = self._timeout if self._timeout is not None else pool.timeout
@@ -170,7 +170,7 @@ class _AsyncConnection:
                 failed = is_node_failure(e, pool, waited_since=since)
                 if failed:
                     pools._node_failed(pool)
-                lease_release(pools._h, buf, FAILED if failed else NEUTRAL)
+                end_lease(pools._h, buf, FAILED if failed else NEUTRAL)
                 raise
         pool._racaffinity_borrowed.add(conn)
         self._buf, self._pool, self._conn = buf, pool, conn
@@ -192,7 +192,7 @@ class _AsyncConnection:
             try:
                 await pool.putconn(self._conn)
             finally:
-                lease_release(self._pools._h, self._buf, outcome)
+                end_lease(self._pools._h, self._buf, outcome)
 
 
 def _error_class(e: BaseException) -> ErrorClass:

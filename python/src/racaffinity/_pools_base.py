@@ -12,11 +12,14 @@ from ._args import BytesLike, DataKey, bytes_arg, i64_arg
 from ._cluster import Cluster
 from ._errors import ConfigError, UnknownNodeError
 from ._lib import ffi, lib
-from ._routes import Outcome, context_pick, lease_release, new_
+from ._cluster import _HOST_LEASES as HOST_LEASES
+from ._routes import HOST_LEASE_BASE, HOST_LEASE_NODES, HostLease, Outcome, context_pick, end_lease, new_
+
+new_host_lease = HostLease.__new__
 from ._scopes import SCOPES, SESSION, TX, PinScope, SessionScope, Transaction, context_call
 from ._ucp import callback_lease
 
-__all__ = ["Base", "connect_timeout", "OK", "FAILED", "NEUTRAL"]
+__all__ = ["Base", "connect_timeout", "end_lease", "OK", "FAILED", "NEUTRAL"]
 
 OK, FAILED, NEUTRAL = int(Outcome.OK), int(Outcome.FAILED), int(Outcome.NEUTRAL)
 
@@ -164,8 +167,9 @@ class Base:
     # -- routing ----------------------------------------------------------------
 
     def _acquire(self, key: Optional[DataKey], session: Optional[BytesLike]) -> Tuple[Any, Any]:
-        """Leases the node for the next connection and returns (lease
-        buffer, that node's pool). Everything the context knows (its
+        """Leases the node for the next connection and returns (lease,
+        that node's pool): a raw `racaffinity_lease`, or a `HostLease` for a
+        pinned borrow; end either with `end_lease`. Everything the context knows (its
         transaction, the key or session argument or the context's session,
         its pin) goes to the core in one `racaffinity_request_pick`, and the
         core decides which affinity applies (`Cluster::route`).
@@ -183,13 +187,40 @@ class Base:
             # UCP's connection affinity callback: its context decides (below an
             # explicit key, session argument or transaction; above scopes).
             return self._pool_of(callback_lease(self, cb))
-        buf = new_("racaffinity_lease *")
         if key is None and session is None and f is None:
+            pin = c._pin_var.get()
+            if pin is not None and HOST_LEASES:
+                # Pinned: `Cluster.pick()`'s host lease on the pin's cached
+                # route (see HostLease), with its guarantees: served only
+                # while the routing epoch, read before the pin's node, is the
+                # one the route was cached under.
+                page = c._page
+                epoch = page[0]
+                if pin.epoch == epoch:  # never so for an ended pin
+                    route = pin.route
+                    node = route.node
+                    by_id = self._by_id
+                    if node < HOST_LEASE_NODES and node < len(by_id):
+                        pool = by_id[node]
+                        if pool is not None:
+                            pin.hits += 1
+                            page[HOST_LEASE_BASE + node] += 1
+                            lease = new_host_lease(HostLease)
+                            lease._cluster = c
+                            lease.node = node
+                            lease.kind = route.kind
+                            lease._live = epoch
+                            return lease, pool
+                if pin.active:
+                    # One call that also caches the route for the next borrow.
+                    return self._pool_of(c._pick_host_or_raw(epoch))
             # Nothing but (at most) a pin: the one-affinity call, without
             # building a request (this is the common case, and cffi struct
             # writes cost more than the routing).
+            buf = new_("racaffinity_lease *")
             context_call(c, context_pick, buf)  # its pin, an auto-pin or balancing
             return self._pool_of(buf)
+        buf = new_("racaffinity_lease *")
         req = new_("racaffinity_route_request *")
         keep = []  # the request points into these until the call returns
         if f is not None and f[TX] is not None:
@@ -223,7 +254,7 @@ class Base:
         by_id = self._by_id
         pool = by_id[node] if node < len(by_id) else None
         if pool is None:
-            lease_release(self._h, buf, NEUTRAL)
+            end_lease(self._h, buf, NEUTRAL)
             raise UnknownNodeError(f"no pool for node {c.node_name(node)}", 8)
         return buf, pool
 

@@ -25,7 +25,7 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import CommitOutcome, ErrorClass, ReplayAction, ReplayRefused, ReplayStep, RequestFailure
 from ._continuity import classify_sqlstate
-from ._routes import lease_begin, lease_release, new_
+from ._routes import end_lease, lease_begin, new_
 from ._ucp import PartitionMapLoader
 from ._tpc_sync import GlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
@@ -129,7 +129,7 @@ class _Connection:
                 conn = pool.getconn(timeout)
                 break
             except psycopg_pool.PoolClosed:
-                lease_release(pools._h, buf, NEUTRAL)
+                end_lease(pools._h, buf, NEUTRAL)
                 if pools._closed or reroutes == MAX_REROUTES:
                     raise
                 wait = self._timeout if self._timeout is not None else pool.timeout
@@ -139,7 +139,7 @@ class _Connection:
                 failed = is_node_failure(e, pool, waited_since=since)
                 if failed:
                     pools._node_failed(pool)
-                lease_release(pools._h, buf, FAILED if failed else NEUTRAL)
+                end_lease(pools._h, buf, FAILED if failed else NEUTRAL)
                 raise
         pool._racaffinity_borrowed.add(conn)
         self._buf, self._pool, self._conn = (buf, pool, conn)
@@ -161,7 +161,7 @@ class _Connection:
             try:
                 pool.putconn(self._conn)
             finally:
-                lease_release(self._pools._h, self._buf, outcome)
+                end_lease(self._pools._h, self._buf, outcome)
 
 def _error_class(e: BaseException) -> ErrorClass:
     """An error's class for replay: its SQLSTATE's (`classify_sqlstate`), or

@@ -13,7 +13,7 @@ from ._lib import ffi, lib
 if TYPE_CHECKING:  # pragma: no cover
     from ._cluster import Cluster
 
-__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "HostLease", "Node", "route_of"]
+__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "HostLease", "Node", "route_of", "end_lease"]
 
 
 class NodeState(enum.IntEnum):
@@ -229,6 +229,37 @@ class HostLease(Lease):
         rc = host_lease_end(self._cluster._h, self.node, outcome)
         if rc:
             self._cluster._raise(rc)
+
+
+_OK_I, _FAILED_I = int(_OK), int(_FAILED)
+
+
+def end_lease(h: Any, buf: Any, outcome: int) -> None:
+    """Ends a node pool's lease with an int outcome: a raw `racaffinity_lease`
+    through the library, a `HostLease` (a pinned borrow served from the pin's
+    cached route) in the page, by `HostLease.release`'s rules. The pools'
+    release sites ignore the library's result code, as they always have."""
+    if buf.__class__ is not HostLease:
+        lease_release(h, buf, outcome)
+        return
+    epoch = buf._live
+    if not epoch:
+        _refuse_second_release(buf)
+    buf._live = 0
+    c = buf._cluster
+    page = c._page
+    i = HOST_LEASE_BASE + buf.node
+    if outcome != _FAILED_I and page[0] == epoch:
+        if outcome == _OK_I:
+            try:
+                page[i] += _END_OK
+            except (ValueError, OverflowError):  # the success bits wrap
+                page[i] = (page[i] + _END_OK) & _WORD
+        else:
+            page[i] -= 1
+        return
+    page[i] -= 1
+    host_lease_end(c._h, buf.node, outcome)
 
 
 class Node(NamedTuple):

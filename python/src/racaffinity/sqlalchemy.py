@@ -53,7 +53,7 @@ from sqlalchemy.pool.base import _ConnectionRecord  # noqa: E402
 from ._args import BytesLike, DataKey  # noqa: E402
 from ._cluster import Cluster  # noqa: E402
 from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
-from ._routes import NodeState, lease_release  # noqa: E402
+from ._routes import NodeState, end_lease  # noqa: E402
 
 __all__ = ["RoutingPool", "create_engine", "create_async_engine", "route"]
 
@@ -330,11 +330,11 @@ class RoutingPool(Pool):
                 break
             except _Retired:
                 # Its node went Down while this waited: the core routes again.
-                lease_release(self._h, buf, NEUTRAL)
+                end_lease(self._h, buf, NEUTRAL)
                 if reroutes == _MAX_REROUTES:
                     raise sa_exc.TimeoutError("the node pools were retired while this checkout waited") from None
             except BaseException as e:
-                lease_release(self._h, buf, FAILED if _node_failed(e, self._dialect.loaded_dbapi) else NEUTRAL)
+                end_lease(self._h, buf, FAILED if _node_failed(e, self._dialect.loaded_dbapi) else NEUTRAL)
                 raise
         rec._racaffinity_invalidated = None
         self._leases[rec] = buf
@@ -355,7 +355,7 @@ class RoutingPool(Pool):
             outcome = OK  # never invalidated, or reconnected at once
         else:
             outcome = FAILED if getattr(rec, "_racaffinity_invalidated", None) == "node" else NEUTRAL
-        lease_release(self._h, buf, outcome)
+        end_lease(self._h, buf, outcome)
 
     def _do_return_conn(self, record: Any) -> None:
         # Reached by a fairy's detach(), which hands the record to the
