@@ -379,9 +379,12 @@ class RoutingPool(Pool):
 
     def recreate(self) -> "RoutingPool":
         self.logger.info("Pool recreating")
+        # Over the nodes the cluster has now: one removed since has no pool
+        # to make (and would fail the new pool's construction).
+        live = {n.name for n in self._cluster.nodes}
         return RoutingPool(
             self._cluster,
-            self._urls,
+            {name: url for name, url in self._urls.items() if name in live},
             is_async=self._is_asyncio,
             connect_args=self._connect_args,
             recycle=self._recycle,
