@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 import racaffinity as ra
-from racaffinity._routes import HostLease
+from racaffinity._routes import PoolHostLease
 from racaffinity.pools import AsyncNodePools, NodePools
 from racaffinity.sqlalchemy import create_engine
 
@@ -88,7 +88,7 @@ def test_a_pinned_borrow_that_fails_on_its_node_reaches_the_breaker(pg, cluster_
                 pass
             cm = pools.connection()
             cm.__enter__()
-            assert isinstance(cm._buf, HostLease)
+            assert isinstance(cm._buf, PoolHostLease)
             lost = psycopg.OperationalError("server closed the connection unexpectedly")
             cm.__exit__(type(lost), lost, None)
             assert c.node_state(pinned.node) == ra.NodeState.DOWN, "the FAILED outcome reached the library"
@@ -110,7 +110,7 @@ def test_a_pinned_sqlalchemy_checkout_crosses_only_on_a_miss(pg, cluster_factory
             for _ in range(3):
                 with engine.connect() as conn:
                     assert crossings.take() == [], "a hit stays in Python"
-                    assert isinstance(engine.pool._leases[conn.connection._connection_record], HostLease)
+                    assert isinstance(engine.pool._leases[conn.connection._connection_record], PoolHostLease)
                     assert node_metrics(c, pinned.node)["in_flight"] == 1
                     crossings.take()
                 assert crossings.take() == [], "its OK release too"
@@ -273,7 +273,7 @@ def test_pinned_sqlalchemy_checkouts_never_outlive_a_down_removal_or_ejection(pg
             except TOLERATED:
                 b.failed += 1
                 return
-            if lease.__class__ is HostLease:
+            if lease.__class__ is PoolHostLease:
                 assert lease.released, "a checkout's lease outlived its connection"
 
         threads_borrowing(c, borrow, per_router=1000, exact_oks=False)
