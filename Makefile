@@ -15,7 +15,7 @@ CARGO_FUZZ := $(TOOLS)/bin/cargo-fuzz
 LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
-.PHONY: feed-tool failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool etcd-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
+.PHONY: check-abi abi-baseline feed-tool failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool etcd-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
 	test-cluster test-demo test-soak soak soak-feed test-c test-python test-java jar lint bench bench-scaling memory clean clean-nodes help \
 	test-doc-samples check-docs wheel test-wheel docs \
 	test-appservers test-micrometer test-simplefan test-spring-boot
@@ -30,10 +30,11 @@ help:
 	@echo "Build and install:"
 	@echo "  make build           the whole Rust workspace (release)"
 	@echo "  make lib             libracaffinity.so/.a (target/release): what C links, the jar bundles, Python loads"
-	@echo "  make jar             java/target/racaffinity-0.1.0.jar (Java API, DataSource, the native library)"
+	@echo "  make jar             java/target/racaffinity-$(VERSION).jar (Java API, DataSource, the native library)"
 	@echo "  make install         library, header, pkg-config file and CMake package under PREFIX (default /usr/local)"
 	@echo "  make wheel           a manylinux wheel of the Python package that installs without Rust (target/wheel)"
 	@echo "  make header          regenerate include/racaffinity.h with the pinned cbindgen"
+	@echo "  make abi-baseline    write abi/racaffinity-VERSION.abi, the C ABI baseline (at a release: docs/c.md)"
 	@echo "  make docs            the documentation site with the Rust, Java and Python API references (target/site)"
 	@echo "  make feed-tool       target/release/racaffinity-feed: the topology feed's operator commands and monitor"
 	@echo "Demos, benchmarks, long runs:"
@@ -46,9 +47,10 @@ help:
 	@echo "  make soak            the chaos soak for SOAK_SECONDS (default 600; SOAK_SEED replays a run)"
 	@echo "  make soak-feed       the chaos soak in feed mode: etcd, monitors, every client subscribed (SOAK_FEED=etcd)"
 	@echo "Test steps (all part of make test):"
-	@echo "  make lint            rustfmt, clippy, rustdoc warnings, JNI exports, docs checks"
+	@echo "  make lint            rustfmt, clippy, rustdoc warnings, JNI exports, one version everywhere, docs checks"
 	@echo "  make check-header    include/racaffinity.h matches what cbindgen generates"
 	@echo "  make check-symbols   the library exports only racaffinity_* and Java_*"
+	@echo "  make check-abi       the C ABI against its baseline in abi/: no incompatible change without a version bump"
 	@echo "  make test-rust       cargo test of the workspace and its doctests"
 	@echo "  make test-vectors    the shared vectors against the independent Python hash"
 	@echo "  make test-c          C tests under valgrind, cffi parse, pkg-config and CMake installs, libpq example"
@@ -132,6 +134,20 @@ check-symbols: lib
 	if [ -n "$$bad" ]; then echo "unexpected exported symbols:"; echo "$$bad"; exit 1; fi; \
 	echo "exports: $$(nm -D --defined-only $(LIB_DIR)/libracaffinity.so | wc -l) symbols, all racaffinity_* or Java_*"
 
+# The C ABI (docs/c.md, "Versions and ABI"): libabigail reads it from the
+# dev-profile library (the release profile strips the DWARF types it needs;
+# after test-rust it is built already) and compares it with the newest
+# baseline in abi/. About 40 s with the library built (abidw ~30 s of it);
+# tools/abi.sh installs abigail-tools when missing.
+ABI_LIB := target/debug/libracaffinity.so
+check-abi:
+	$(CARGO) build --quiet -p racaffinity-ffi
+	tools/abi.sh check $(ABI_LIB)
+
+abi-baseline:
+	$(CARGO) build --quiet -p racaffinity-ffi
+	tools/abi.sh baseline $(ABI_LIB)
+
 install: lib
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 0755 $(LIB_DIR)/libracaffinity.so $(DESTDIR)$(PREFIX)/lib/
@@ -158,7 +174,7 @@ demo: lib jar
 demo-rust: build
 	tests/cluster/with-nodes 3 $(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust test-vectors test-fuzz test-c test-python test-wheel test-java test-appservers test-micrometer test-simplefan test-spring-boot test-doc-samples docs test-cluster test-demo test-soak failure-matrix
+test: lint check-header check-symbols test-rust check-abi test-vectors test-fuzz test-c test-python test-wheel test-java test-appservers test-micrometer test-simplefan test-spring-boot test-doc-samples docs test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
@@ -178,6 +194,7 @@ lint:
 	else echo "cargo clippy not installed: skipping the lint (rustup component add clippy)"; fi
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
 	python3 tools/check_jni_exports.py
+	python3 tools/version.py check
 	python3 tools/async_to_sync.py --check
 	java tools/GenJdbcDelegates.java --check
 	$(MAKE) --no-print-directory check-docs
