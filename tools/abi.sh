@@ -79,6 +79,13 @@ mkdir -p target/abi
 
 case $cmd in
 baseline)
+    # A released baseline is history: rewriting it would hide the very change
+    # check-abi exists to catch. A new version gets a new file.
+    if [[ -e abi/racaffinity-$ver.abi && ${ABI_BASELINE_FORCE:-0} != 1 ]]; then
+        echo "tools/abi.sh: abi/racaffinity-$ver.abi exists; a release bumps the version first" \
+            "(tools/version.py set), or ABI_BASELINE_FORCE=1 rewrites it" >&2
+        exit 1
+    fi
     dump "$lib" "abi/racaffinity-$ver.abi"
     echo "tools/abi.sh: wrote abi/racaffinity-$ver.abi ($(grep -c '<elf-symbol ' "abi/racaffinity-$ver.abi") symbols)"
     ;;
