@@ -163,8 +163,9 @@ check-symbols: lib
 # The C ABI (docs/c.md, "Versions and ABI"): libabigail reads it from the
 # dev-profile library (the release profile strips the DWARF types it needs;
 # after test-rust it is built already) and compares it with the newest
-# baseline in abi/. About 40 s with the library built (abidw ~30 s of it);
-# tools/abi.sh installs abigail-tools when missing.
+# baseline in abi/. Measured 12-25 s with the library built (abidw most of
+# it; 12 s included installing abigail-tools), up to a minute when the dev
+# library is not built yet; tools/abi.sh installs abigail-tools when missing.
 ABI_LIB := target/debug/libracaffinity.so
 check-abi:
 	$(CARGO) build --quiet -p racaffinity-ffi
