@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import doc_samples  # noqa: E402
 
 PGJDBC = Path.home() / ".m2/repository/org/postgresql/postgresql/42.7.8/postgresql-42.7.8.jar"
-JAR = ROOT / "java/target/racaffinity-0.1.0.jar"
+JAR = ROOT / "java/target/racaffinity-0.2.0.jar"
 DIST = ROOT / "target/dist/maven"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
