@@ -9,11 +9,12 @@
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::http::{self, MessageStream, Next};
+use super::http::{self, MessageStream, Next, Resolver};
 
 /// What went wrong talking to etcd.
 #[derive(Debug)]
@@ -95,6 +96,7 @@ pub struct EtcdClient {
     endpoints: Vec<String>,
     current: AtomicUsize,
     timeout: Duration,
+    resolver: Arc<Resolver>,
 }
 
 /// The smallest key greater than every key with this prefix (etcd's
@@ -114,7 +116,12 @@ impl EtcdClient {
     /// A client of the members at `endpoints` (`host:port`), each call bounded
     /// by `timeout`.
     pub fn new(endpoints: Vec<String>, timeout: Duration) -> Self {
-        EtcdClient { endpoints, current: AtomicUsize::new(0), timeout }
+        Self::with_resolver(endpoints, timeout, Resolver::system())
+    }
+
+    /// A client whose host names go through `resolver` (tests).
+    pub(crate) fn with_resolver(endpoints: Vec<String>, timeout: Duration, resolver: Arc<Resolver>) -> Self {
+        EtcdClient { endpoints, current: AtomicUsize::new(0), timeout, resolver }
     }
 
     /// The member addresses.
@@ -145,7 +152,7 @@ impl EtcdClient {
 
     fn call(&self, path: &str, body: &Value) -> EResult<Value> {
         let body = body.to_string();
-        let resp = self.with_member(|ep| http::post(ep, path, &body, self.timeout))?;
+        let resp = self.with_member(|ep| http::post(&self.resolver, ep, path, &body, self.timeout))?;
         let v: Value = serde_json::from_slice(&resp.body)
             .map_err(|e| EtcdError::Protocol(format!("{path}: HTTP {}: {e}", resp.status)))?;
         if resp.status != 200 {
@@ -271,7 +278,7 @@ impl EtcdClient {
     pub fn lease_keepalive(&self, id: i64) -> EResult<i64> {
         let body = json!({"ID": id.to_string()}).to_string();
         let msg = self.with_member(|ep| {
-            let mut s = MessageStream::open(ep, "/v3/lease/keepalive", &body, self.timeout)?;
+            let mut s = MessageStream::open(&self.resolver, ep, "/v3/lease/keepalive", &body, self.timeout)?;
             match s.next(self.timeout)? {
                 Next::Message(m) => Ok(m),
                 Next::Idle => Err(io::Error::new(io::ErrorKind::TimedOut, "no keepalive answer")),
@@ -306,7 +313,7 @@ impl EtcdClient {
         let mut endpoint = String::new();
         let stream = self.with_member(|ep| {
             endpoint = ep.to_string();
-            MessageStream::open(ep, "/v3/watch", &body, self.timeout)
+            MessageStream::open(&self.resolver, ep, "/v3/watch", &body, self.timeout)
         })?;
         Ok(Watch { stream, endpoint })
     }
