@@ -47,6 +47,7 @@ fn the_subscriber_over_a_real_etcd_cluster() {
     an_unreachable_feed_leaves_the_local_view();
     a_quiet_watch_is_left_alone(&etcd);
     operator_calls_reach_the_whole_fleet(&etcd);
+    a_record_is_written_only_while_its_node_is_a_member(&etcd);
     a_subscriber_away_resumes_or_reads_everything_again(&etcd);
     the_leader_killed_mid_stream_loses_nothing(&etcd);
 }
@@ -162,6 +163,44 @@ fn operator_calls_reach_the_whole_fleet(etcd: &Etcd) {
     there.set_node_state("B", NodeState::Up).unwrap();
     eventually("the undrain here", &here, |c| state(c, "B") == NodeState::Up);
     assert_eq!(here.topology_fingerprint(), there.topology_fingerprint(), "one view");
+}
+
+fn a_record_is_written_only_while_its_node_is_a_member(etcd: &Etcd) {
+    let kv = etcd.client();
+    let here = Cluster::from_config_text(&config(&etcd.url("t8"))).unwrap();
+    let there = Cluster::from_config_text(&config(&etcd.url("t8"))).unwrap();
+    // The window between an operator call's check and its write, held
+    // open: this process has D from a membership record at `rev` that the
+    // fleet has removed since (etcd no longer has `node/D`), and has not
+    // applied the removal yet.
+    let rev = etcd.revision();
+    assert!(here.add_node_at(NodeSpec::new("D"), rev).unwrap());
+    let before = etcd.revision();
+    let e = here.set_node_state("D", NodeState::Down).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownNode, "{e}");
+    assert!(e.to_string().contains("topology feed"), "says where the node went: {e}");
+    assert_eq!(here.set_node_weight("D", 3).unwrap_err().kind(), ErrorKind::UnknownNode);
+    assert_eq!(etcd.revision(), before, "nothing written that every subscriber would refuse");
+    assert_eq!(state(&here, "D"), NodeState::Up, "nothing changed here either");
+    assert_eq!(feed(&there).refused, 0);
+
+    // A member whose record moved on since this process read it (re-put,
+    // its weight changed) is still a member: the call goes through.
+    let added = kv.put("t8/node/E", "present weight=2", 0).unwrap();
+    eventually("E here", &here, |c| feed(c).revision >= added);
+    kv.put("t8/node/E", "present weight=4", 0).unwrap();
+    let rev = here.set_node_state("E", NodeState::Draining).map(|_| etcd.revision()).unwrap();
+    assert_eq!(state(&here, "E"), NodeState::Draining);
+    eventually("the drain of E elsewhere", &there, |c| feed(c).revision >= rev);
+    assert_eq!(state(&there, "E"), NodeState::Draining);
+
+    // Added elsewhere meanwhile: a duplicate, the other's record kept.
+    kv.put("t8/node/F", "present weight=5", 0).unwrap();
+    let e = here.add_node(NodeSpec::new("F").weight(9)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::DuplicateNode, "{e}");
+    let (_, kvs) = kv.range_prefix("t8/node/F").unwrap();
+    assert_eq!(kvs[0].value.as_deref(), Some("present weight=5"));
+    assert_eq!((feed(&here).refused, feed(&there).refused), (0, 0));
 }
 
 fn a_subscriber_away_resumes_or_reads_everything_again(etcd: &Etcd) {

@@ -89,6 +89,16 @@ pub enum Guarded {
     ValueDiffers,
 }
 
+/// What [`EtcdClient::put_if_mod_revision`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IfModRevision {
+    /// Written at this revision.
+    Written(u64),
+    /// The guard key had another `mod_revision`: nothing was written. Its
+    /// record now (`None`: absent).
+    Moved(Option<KeyValue>),
+}
+
 /// A client of one etcd cluster: its members' `host:port` client addresses.
 /// Calls go to one member and move on to the next on a connection error.
 #[derive(Debug)]
@@ -266,6 +276,28 @@ impl EtcdClient {
             Some(kv) if kv.lease == lease => Ok(Guarded::ValueDiffers),
             _ => Ok(Guarded::NotHolder),
         }
+    }
+
+    /// Puts `key = value` only while `guard_key`'s `mod_revision` is
+    /// `mod_revision` (0: the guard key is absent). One transaction: a
+    /// record whose premise changed since the writer read it is not written.
+    pub fn put_if_mod_revision(
+        &self,
+        guard_key: &str,
+        mod_revision: u64,
+        key: &str,
+        value: &str,
+    ) -> EResult<IfModRevision> {
+        let g = b64(guard_key.as_bytes());
+        let txn = json!({"compare": [{"key": g, "target": "MOD", "result": "EQUAL",
+                                      "mod_revision": mod_revision.to_string()}],
+                         "success": [{"request_put": {"key": b64(key.as_bytes()), "value": b64(value.as_bytes())}}],
+                         "failure": [{"request_range": {"key": g}}]});
+        let v = self.call("/v3/kv/txn", &txn)?;
+        if v.get("succeeded") == Some(&Value::Bool(true)) {
+            return Ok(IfModRevision::Written(header_revision(&v)?));
+        }
+        Ok(IfModRevision::Moved(txn_range_kv(&v)))
     }
 
     /// Grants a lease of `ttl_seconds`; its id.
