@@ -40,10 +40,12 @@ pub(crate) struct Resolver {
 }
 
 /// One lookup's outcome, handed to every caller waiting for it.
-#[derive(Default)]
 struct Pending {
     outcome: Mutex<Option<std::result::Result<SocketAddr, (io::ErrorKind, String)>>>,
     done: Condvar,
+    /// The process that started it: a forked child has the map but not the
+    /// thread, so it starts its own lookup.
+    pid: u32,
 }
 
 impl std::fmt::Debug for Resolver {
@@ -69,25 +71,27 @@ impl Resolver {
         if let Ok(addr) = endpoint.parse::<SocketAddr>() {
             return Ok(addr);
         }
-        let pending = {
+        let pid = std::process::id();
+        let (pending, start) = {
             let mut map = self.pending.lock().unwrap_or_else(|p| p.into_inner());
             match map.get(endpoint) {
-                Some(p) => p.clone(),
-                None => {
-                    let p = Arc::new(Pending::default());
+                Some(p) if p.pid == pid => (p.clone(), false),
+                _ => {
+                    let p = Arc::new(Pending { outcome: Mutex::new(None), done: Condvar::new(), pid });
                     map.insert(endpoint.to_string(), p.clone());
-                    let (me, ep, slot) = (self.clone(), endpoint.to_string(), p.clone());
-                    let spawned = std::thread::Builder::new()
-                        .name("racaffinity-resolve".into())
-                        .spawn(move || me.look_up(&ep, &slot));
-                    if let Err(e) = spawned {
-                        map.remove(endpoint);
-                        return Err(io::Error::other(format!("no thread to resolve `{endpoint}`: {e}")));
-                    }
-                    p
+                    (p, true)
                 }
             }
         };
+        if start {
+            let (me, ep, slot) = (self.clone(), endpoint.to_string(), pending.clone());
+            let spawned =
+                std::thread::Builder::new().name("racaffinity-resolve".into()).spawn(move || me.look_up(&ep, &slot));
+            if let Err(e) = spawned {
+                self.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(endpoint);
+                return Err(io::Error::other(format!("no thread to resolve `{endpoint}`: {e}")));
+            }
+        }
         let deadline = Instant::now() + timeout;
         let mut outcome = pending.outcome.lock().unwrap_or_else(|p| p.into_inner());
         loop {
@@ -108,10 +112,19 @@ impl Resolver {
     /// The helper thread's job: look up, hand the outcome to the waiters,
     /// and leave the next call to look up afresh.
     fn look_up(&self, endpoint: &str, pending: &Pending) {
-        let found = first(endpoint, (self.lookup)(endpoint)).map_err(|e| (e.kind(), e.to_string()));
+        // A lookup that panics is an answer too: its waiters must not wait
+        // for one that never comes.
+        let looked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.lookup)(endpoint)))
+            .unwrap_or_else(|_| Err(io::Error::other(format!("resolving `{endpoint}` panicked"))));
+        let found = first(endpoint, looked).map_err(|e| (e.kind(), e.to_string()));
         // Out of the map first: a call arriving now starts a fresh lookup
         // rather than reading one about to be dropped.
-        self.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(endpoint);
+        {
+            let mut map = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if map.get(endpoint).is_some_and(|p| std::ptr::eq(Arc::as_ptr(p), pending)) {
+                map.remove(endpoint);
+            }
+        }
         *pending.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(found);
         pending.done.notify_all();
     }
@@ -540,6 +553,16 @@ mod resolve_tests {
         drop(release);
         let e = post_on_a_thread(&resolver).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+    }
+
+    #[test]
+    fn a_lookup_that_panics_fails_its_callers_at_once() {
+        let resolver = Resolver::new(Box::new(|_: &str| panic!("resolver bug")));
+        let e = post(&resolver, "etcd-2.example:2379", "/v3/kv/range", "{}", Duration::from_secs(30)).unwrap_err();
+        assert!(e.to_string().contains("panicked"), "{e}");
+        // And the next call looks up again rather than waiting on it.
+        let e = post(&resolver, "etcd-2.example:2379", "/v3/kv/range", "{}", Duration::from_secs(30)).unwrap_err();
+        assert!(e.to_string().contains("panicked"), "{e}");
     }
 
     #[test]
