@@ -453,6 +453,14 @@ impl Cluster {
         Ok(true)
     }
 
+    /// The version of the membership input that has `name` in this
+    /// cluster (a feed record's revision); `None` when no versioned input
+    /// has it (configured, never in a record) or the last one removed it.
+    pub(crate) fn member_version(&self, name: &str) -> Option<u64> {
+        let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        g.get(&name.to_ascii_uppercase()).filter(|k| !k.removed).map(|k| k.version)
+    }
+
     /// A versioned removal; see [`Cluster::add_node_at`]. A removal of a
     /// node this process has not added (its addition may still be on its
     /// way) is remembered, so that addition changes nothing when it comes.

@@ -8,58 +8,15 @@
 //! under its own key prefix), on its own ports and data root; it is
 //! destroyed at the end, pass or fail.
 
-use std::process::Command;
+#[path = "support/etcd.rs"]
+mod support;
+
 use std::time::{Duration, Instant};
 
-use racaffinity::feed::etcd::EtcdClient;
 use racaffinity::{Cluster, ErrorKind, FeedMetrics, NodeSpec, NodeState};
+use support::Etcd;
 
 const BASE_PORT: u16 = 24890;
-
-struct Etcd {
-    endpoints: Vec<String>,
-}
-
-fn etcdnodes(args: &[&str]) -> String {
-    let tool = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/cluster/etcdnodes");
-    let out = Command::new(tool)
-        .args(args)
-        .env("RACAFF_ETCD_BASE_PORT", BASE_PORT.to_string())
-        .env("RACAFF_ETCD_DIR", format!("/tmp/racaffinity-etcd-rust-feed-{BASE_PORT}"))
-        .output()
-        .expect("run tests/cluster/etcdnodes");
-    assert!(
-        out.status.success(),
-        "etcdnodes {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-impl Etcd {
-    fn start() -> Etcd {
-        etcdnodes(&["start", "3"]);
-        let env = etcdnodes(&["env"]);
-        let line = env.lines().find(|l| l.contains("RACAFF_ETCD_ENDPOINTS=")).expect("endpoints in env");
-        let value = line.split_once('=').unwrap().1.trim_matches(|c| c == '"' || c == '\'');
-        Etcd { endpoints: value.split(',').map(str::to_string).collect() }
-    }
-
-    fn client(&self) -> EtcdClient {
-        EtcdClient::new(self.endpoints.clone(), Duration::from_secs(5))
-    }
-
-    fn url(&self, prefix: &str) -> String {
-        format!("etcd://{}/{prefix}", self.endpoints.join(","))
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(|| etcdnodes(&["destroy"]));
-    }
-}
 
 fn feed(c: &Cluster) -> FeedMetrics {
     c.metrics().feed.expect("a subscribed cluster reports its feed")
@@ -84,12 +41,13 @@ fn config(url: &str) -> String {
 
 #[test]
 fn the_subscriber_over_a_real_etcd_cluster() {
-    let etcd = Etcd::start();
+    let etcd = Etcd::start(BASE_PORT, "rust-feed");
     records_in_revision_order(&etcd);
     bad_records_are_refused_and_counted(&etcd);
     an_unreachable_feed_leaves_the_local_view();
     a_quiet_watch_is_left_alone(&etcd);
     operator_calls_reach_the_whole_fleet(&etcd);
+    a_record_is_written_only_while_its_node_is_a_member(&etcd);
     a_subscriber_away_resumes_or_reads_everything_again(&etcd);
     the_leader_killed_mid_stream_loses_nothing(&etcd);
 }
@@ -207,6 +165,44 @@ fn operator_calls_reach_the_whole_fleet(etcd: &Etcd) {
     assert_eq!(here.topology_fingerprint(), there.topology_fingerprint(), "one view");
 }
 
+fn a_record_is_written_only_while_its_node_is_a_member(etcd: &Etcd) {
+    let kv = etcd.client();
+    let here = Cluster::from_config_text(&config(&etcd.url("t8"))).unwrap();
+    let there = Cluster::from_config_text(&config(&etcd.url("t8"))).unwrap();
+    // The window between an operator call's check and its write, held
+    // open: this process has D from a membership record at `rev` that the
+    // fleet has removed since (etcd no longer has `node/D`), and has not
+    // applied the removal yet.
+    let rev = etcd.revision();
+    assert!(here.add_node_at(NodeSpec::new("D"), rev).unwrap());
+    let before = etcd.revision();
+    let e = here.set_node_state("D", NodeState::Down).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownNode, "{e}");
+    assert!(e.to_string().contains("topology feed"), "says where the node went: {e}");
+    assert_eq!(here.set_node_weight("D", 3).unwrap_err().kind(), ErrorKind::UnknownNode);
+    assert_eq!(etcd.revision(), before, "nothing written that every subscriber would refuse");
+    assert_eq!(state(&here, "D"), NodeState::Up, "nothing changed here either");
+    assert_eq!(feed(&there).refused, 0);
+
+    // A member whose record moved on since this process read it (re-put,
+    // its weight changed) is still a member: the call goes through.
+    let added = kv.put("t8/node/E", "present weight=2", 0).unwrap();
+    eventually("E here", &here, |c| feed(c).revision >= added);
+    kv.put("t8/node/E", "present weight=4", 0).unwrap();
+    let rev = here.set_node_state("E", NodeState::Draining).map(|_| etcd.revision()).unwrap();
+    assert_eq!(state(&here, "E"), NodeState::Draining);
+    eventually("the drain of E elsewhere", &there, |c| feed(c).revision >= rev);
+    assert_eq!(state(&there, "E"), NodeState::Draining);
+
+    // Added elsewhere meanwhile: a duplicate, the other's record kept.
+    kv.put("t8/node/F", "present weight=5", 0).unwrap();
+    let e = here.add_node(NodeSpec::new("F").weight(9)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::DuplicateNode, "{e}");
+    let (_, kvs) = kv.range_prefix("t8/node/F").unwrap();
+    assert_eq!(kvs[0].value.as_deref(), Some("present weight=5"));
+    assert_eq!((feed(&here).refused, feed(&there).refused), (0, 0));
+}
+
 fn a_subscriber_away_resumes_or_reads_everything_again(etcd: &Etcd) {
     let kv = etcd.client();
     // Only member 3: when it is down, this subscriber is cut off.
@@ -216,11 +212,11 @@ fn a_subscriber_away_resumes_or_reads_everything_again(etcd: &Etcd) {
     assert_eq!(state(&c, "A"), NodeState::Draining);
 
     // Away, nothing compacted: the watch resumes from its revision.
-    etcdnodes(&["kill", "3"]);
+    etcd.nodes(&["kill", "3"]);
     eventually("the loss seen", &c, |c| !feed(c).connected);
     kv.put("t4/node/B/state", "down", 0).unwrap();
     let last = kv.put("t4/node/A/state", "up", 0).unwrap();
-    etcdnodes(&["restart", "3"]);
+    etcd.nodes(&["restart", "3"]);
     eventually("the records missed while away", &c, |c| feed(c).revision >= last);
     let f = feed(&c);
     assert!(f.reconnects >= 1 && f.full_reads == 1, "resumed, not re-read: {f:?}");
@@ -229,13 +225,13 @@ fn a_subscriber_away_resumes_or_reads_everything_again(etcd: &Etcd) {
 
     // Away while etcd compacts past its revision: everything read again,
     // and a record deleted meanwhile is applied as deleted.
-    etcdnodes(&["kill", "3"]);
+    etcd.nodes(&["kill", "3"]);
     eventually("the loss seen", &c, |c| !feed(c).connected);
     kv.delete("t4/node/B/state").unwrap();
     kv.put("t4/node/C/state", "down", 0).unwrap();
     let last = kv.put("t4/node/C/weight", "4", 0).unwrap();
     kv.compact(last).unwrap();
-    etcdnodes(&["restart", "3"]);
+    etcd.nodes(&["restart", "3"]);
     eventually("the full read after the compaction", &c, |c| feed(c).revision >= last);
     let f = feed(&c);
     assert_eq!(f.full_reads, 2, "{f:?}");
@@ -247,11 +243,11 @@ fn a_subscriber_away_resumes_or_reads_everything_again(etcd: &Etcd) {
 fn the_leader_killed_mid_stream_loses_nothing(etcd: &Etcd) {
     let kv = etcd.client();
     let c = Cluster::from_config_text(&config(&etcd.url("t5"))).unwrap();
-    let leader: usize = etcdnodes(&["leader"]).trim().parse().expect("leader index");
+    let leader: usize = etcd.nodes(&["leader"]).trim().parse().expect("leader index");
     let mut last = 0;
     for i in 1..=40u32 {
         if i == 15 {
-            etcdnodes(&["kill", &leader.to_string()]);
+            etcd.nodes(&["kill", &leader.to_string()]);
         }
         // The weight of B counts the records: the last one wins.
         loop {
@@ -269,5 +265,5 @@ fn the_leader_killed_mid_stream_loses_nothing(etcd: &Etcd) {
     assert_eq!(c.node_by_name("B").unwrap().weight(), 40);
     let f = feed(&c);
     assert!(f.applied + f.stale >= 40 && f.refused == 0, "{f:?}");
-    etcdnodes(&["restart", &leader.to_string()]);
+    etcd.nodes(&["restart", &leader.to_string()]);
 }

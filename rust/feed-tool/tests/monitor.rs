@@ -30,7 +30,7 @@ fn detection_bound() -> Duration {
 
 #[test]
 fn the_monitor_over_real_nodes_and_etcd() {
-    let etcd = Etcd::start(ETCD_PORT);
+    let etcd = Etcd::start(ETCD_PORT, "feed-tool");
     let pg = Pg::start(PG_PORT, 2);
     down_then_up_reach_a_subscribed_cluster(&etcd, &pg);
     of_two_monitors_only_the_leader_writes(&etcd, &pg);

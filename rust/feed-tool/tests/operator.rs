@@ -18,7 +18,7 @@ const BASE_PORT: u16 = 25090;
 
 #[test]
 fn operator_commands_over_a_real_etcd() {
-    let etcd = Etcd::start(BASE_PORT);
+    let etcd = Etcd::start(BASE_PORT, "feed-tool");
     bad_input_writes_nothing(&etcd);
     each_command_reaches_a_subscribed_cluster(&etcd);
     the_guarded_put_writes_only_for_the_holder(&etcd);

@@ -9,11 +9,12 @@
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::http::{self, MessageStream, Next};
+use super::http::{self, MessageStream, Next, Resolver};
 
 /// What went wrong talking to etcd.
 #[derive(Debug)]
@@ -88,6 +89,16 @@ pub enum Guarded {
     ValueDiffers,
 }
 
+/// What [`EtcdClient::put_if_mod_revision`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IfModRevision {
+    /// Written at this revision.
+    Written(u64),
+    /// The guard key had another `mod_revision`: nothing was written. Its
+    /// record now (`None`: absent).
+    Moved(Option<KeyValue>),
+}
+
 /// A client of one etcd cluster: its members' `host:port` client addresses.
 /// Calls go to one member and move on to the next on a connection error.
 #[derive(Debug)]
@@ -95,6 +106,7 @@ pub struct EtcdClient {
     endpoints: Vec<String>,
     current: AtomicUsize,
     timeout: Duration,
+    resolver: Arc<Resolver>,
 }
 
 /// The smallest key greater than every key with this prefix (etcd's
@@ -114,7 +126,12 @@ impl EtcdClient {
     /// A client of the members at `endpoints` (`host:port`), each call bounded
     /// by `timeout`.
     pub fn new(endpoints: Vec<String>, timeout: Duration) -> Self {
-        EtcdClient { endpoints, current: AtomicUsize::new(0), timeout }
+        Self::with_resolver(endpoints, timeout, Resolver::system())
+    }
+
+    /// A client whose host names go through `resolver` (tests).
+    pub(crate) fn with_resolver(endpoints: Vec<String>, timeout: Duration, resolver: Arc<Resolver>) -> Self {
+        EtcdClient { endpoints, current: AtomicUsize::new(0), timeout, resolver }
     }
 
     /// The member addresses.
@@ -145,7 +162,7 @@ impl EtcdClient {
 
     fn call(&self, path: &str, body: &Value) -> EResult<Value> {
         let body = body.to_string();
-        let resp = self.with_member(|ep| http::post(ep, path, &body, self.timeout))?;
+        let resp = self.with_member(|ep| http::post(&self.resolver, ep, path, &body, self.timeout))?;
         let v: Value = serde_json::from_slice(&resp.body)
             .map_err(|e| EtcdError::Protocol(format!("{path}: HTTP {}: {e}", resp.status)))?;
         if resp.status != 200 {
@@ -261,6 +278,28 @@ impl EtcdClient {
         }
     }
 
+    /// Puts `key = value` only while `guard_key`'s `mod_revision` is
+    /// `mod_revision` (0: the guard key is absent). One transaction: a
+    /// record whose premise changed since the writer read it is not written.
+    pub fn put_if_mod_revision(
+        &self,
+        guard_key: &str,
+        mod_revision: u64,
+        key: &str,
+        value: &str,
+    ) -> EResult<IfModRevision> {
+        let g = b64(guard_key.as_bytes());
+        let txn = json!({"compare": [{"key": g, "target": "MOD", "result": "EQUAL",
+                                      "mod_revision": mod_revision.to_string()}],
+                         "success": [{"request_put": {"key": b64(key.as_bytes()), "value": b64(value.as_bytes())}}],
+                         "failure": [{"request_range": {"key": g}}]});
+        let v = self.call("/v3/kv/txn", &txn)?;
+        if v.get("succeeded") == Some(&Value::Bool(true)) {
+            return Ok(IfModRevision::Written(header_revision(&v)?));
+        }
+        Ok(IfModRevision::Moved(txn_range_kv(&v)))
+    }
+
     /// Grants a lease of `ttl_seconds`; its id.
     pub fn lease_grant(&self, ttl_seconds: u64) -> EResult<i64> {
         let v = self.call("/v3/lease/grant", &json!({"TTL": ttl_seconds.to_string()}))?;
@@ -271,7 +310,7 @@ impl EtcdClient {
     pub fn lease_keepalive(&self, id: i64) -> EResult<i64> {
         let body = json!({"ID": id.to_string()}).to_string();
         let msg = self.with_member(|ep| {
-            let mut s = MessageStream::open(ep, "/v3/lease/keepalive", &body, self.timeout)?;
+            let mut s = MessageStream::open(&self.resolver, ep, "/v3/lease/keepalive", &body, self.timeout)?;
             match s.next(self.timeout)? {
                 Next::Message(m) => Ok(m),
                 Next::Idle => Err(io::Error::new(io::ErrorKind::TimedOut, "no keepalive answer")),
@@ -306,7 +345,7 @@ impl EtcdClient {
         let mut endpoint = String::new();
         let stream = self.with_member(|ep| {
             endpoint = ep.to_string();
-            MessageStream::open(ep, "/v3/watch", &body, self.timeout)
+            MessageStream::open(&self.resolver, ep, "/v3/watch", &body, self.timeout)
         })?;
         Ok(Watch { stream, endpoint })
     }

@@ -7,8 +7,10 @@
 //! feed"). Plain HTTP only: the gateway is reached on a trusted network or
 //! through a local TLS-terminating proxy.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Condvar, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 /// Largest response header block or single message accepted: a partition
@@ -19,9 +21,118 @@ fn invalid(what: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.into())
 }
 
-fn resolve(endpoint: &str) -> io::Result<SocketAddr> {
-    endpoint
-        .to_socket_addrs()?
+/// A host-name lookup (`host:port` → addresses): the system's, or one a
+/// test injects.
+pub(crate) type Lookup = dyn Fn(&str) -> io::Result<Vec<SocketAddr>> + Send + Sync;
+
+/// Resolves member addresses for the feed's calls, each lookup bounded by
+/// the call's timeout (`topology.feed_timeout`): `getaddrinfo` has no
+/// deadline of its own, and an operator call through the feed must fail in
+/// its time even when a DNS server never answers. The lookup runs on a
+/// helper thread the caller waits for; a lookup still running when the
+/// caller gives up is joined by the next call for that host rather than
+/// started again, so a dead DNS server holds one thread per host. Nothing
+/// is cached: a member whose name moves is followed.
+pub(crate) struct Resolver {
+    lookup: Arc<Lookup>,
+    /// Lookups under way, by endpoint.
+    pending: Mutex<HashMap<String, Arc<Pending>>>,
+}
+
+/// One lookup's outcome, handed to every caller waiting for it.
+struct Pending {
+    outcome: Mutex<Option<std::result::Result<SocketAddr, (io::ErrorKind, String)>>>,
+    done: Condvar,
+    /// The process that started it: a forked child has the map but not the
+    /// thread, so it starts its own lookup.
+    pid: u32,
+}
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolver").finish_non_exhaustive()
+    }
+}
+
+impl Resolver {
+    pub(crate) fn new(lookup: Box<Lookup>) -> Arc<Resolver> {
+        Arc::new(Resolver { lookup: Arc::from(lookup), pending: Mutex::new(HashMap::new()) })
+    }
+
+    /// The process's resolver over the system's lookup (`getaddrinfo`).
+    pub(crate) fn system() -> Arc<Resolver> {
+        static SYSTEM: LazyLock<Arc<Resolver>> =
+            LazyLock::new(|| Resolver::new(Box::new(|ep: &str| ep.to_socket_addrs().map(Iterator::collect))));
+        SYSTEM.clone()
+    }
+
+    /// The first address of `endpoint`, within `timeout`.
+    pub(crate) fn resolve(self: &Arc<Self>, endpoint: &str, timeout: Duration) -> io::Result<SocketAddr> {
+        if let Ok(addr) = endpoint.parse::<SocketAddr>() {
+            return Ok(addr);
+        }
+        let pid = std::process::id();
+        let (pending, start) = {
+            let mut map = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            match map.get(endpoint) {
+                Some(p) if p.pid == pid => (p.clone(), false),
+                _ => {
+                    let p = Arc::new(Pending { outcome: Mutex::new(None), done: Condvar::new(), pid });
+                    map.insert(endpoint.to_string(), p.clone());
+                    (p, true)
+                }
+            }
+        };
+        if start {
+            let (me, ep, slot) = (self.clone(), endpoint.to_string(), pending.clone());
+            let spawned =
+                std::thread::Builder::new().name("racaffinity-resolve".into()).spawn(move || me.look_up(&ep, &slot));
+            if let Err(e) = spawned {
+                self.pending.lock().unwrap_or_else(|p| p.into_inner()).remove(endpoint);
+                return Err(io::Error::other(format!("no thread to resolve `{endpoint}`: {e}")));
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        let mut outcome = pending.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(o) = outcome.as_ref() {
+                return o.clone().map_err(|(kind, text)| io::Error::new(kind, text));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("resolving `{endpoint}` took longer than {timeout:?} (topology.feed_timeout)"),
+                ));
+            }
+            outcome = pending.done.wait_timeout(outcome, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// The helper thread's job: look up, hand the outcome to the waiters,
+    /// and leave the next call to look up afresh.
+    fn look_up(&self, endpoint: &str, pending: &Pending) {
+        // A lookup that panics is an answer too: its waiters must not wait
+        // for one that never comes.
+        let looked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.lookup)(endpoint)))
+            .unwrap_or_else(|_| Err(io::Error::other(format!("resolving `{endpoint}` panicked"))));
+        let found = first(endpoint, looked).map_err(|e| (e.kind(), e.to_string()));
+        // Out of the map first: a call arriving now starts a fresh lookup
+        // rather than reading one about to be dropped.
+        {
+            let mut map = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if map.get(endpoint).is_some_and(|p| std::ptr::eq(Arc::as_ptr(p), pending)) {
+                map.remove(endpoint);
+            }
+        }
+        *pending.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(found);
+        pending.done.notify_all();
+    }
+}
+
+fn first(endpoint: &str, found: io::Result<Vec<SocketAddr>>) -> io::Result<SocketAddr> {
+    found?
+        .into_iter()
         .next()
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("`{endpoint}` resolves to no address")))
 }
@@ -36,9 +147,18 @@ pub(crate) struct Response {
 /// Sends `POST path` with a JSON body and returns the status line's code and
 /// the connection positioned after the header block (plus any body bytes
 /// already read, and how the body is framed).
-fn send(endpoint: &str, path: &str, body: &str, timeout: Duration) -> io::Result<(TcpStream, u16, Framing, Vec<u8>)> {
-    let addr = resolve(endpoint)?;
-    let mut sock = TcpStream::connect_timeout(&addr, timeout)?;
+fn send(
+    resolver: &Arc<Resolver>,
+    endpoint: &str,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+) -> io::Result<(TcpStream, u16, Framing, Vec<u8>)> {
+    let started = Instant::now();
+    let addr = resolver.resolve(endpoint, timeout)?;
+    // The lookup and the connection share the call's bound.
+    let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
+    let mut sock = TcpStream::connect_timeout(&addr, left)?;
     sock.set_nodelay(true)?;
     sock.set_read_timeout(Some(timeout))?;
     sock.set_write_timeout(Some(timeout))?;
@@ -88,9 +208,15 @@ fn send(endpoint: &str, path: &str, body: &str, timeout: Duration) -> io::Result
 }
 
 /// One request, its answer read whole within `timeout`.
-pub(crate) fn post(endpoint: &str, path: &str, body: &str, timeout: Duration) -> io::Result<Response> {
+pub(crate) fn post(
+    resolver: &Arc<Resolver>,
+    endpoint: &str,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+) -> io::Result<Response> {
     let deadline = Instant::now() + timeout;
-    let (mut sock, status, framing, mut raw) = send(endpoint, path, body, timeout)?;
+    let (mut sock, status, framing, mut raw) = send(resolver, endpoint, path, body, timeout)?;
     let mut body = Vec::new();
     match framing {
         Framing::Length(n) => {
@@ -241,8 +367,14 @@ pub(crate) enum Next {
 
 impl MessageStream {
     /// Opens the stream; a status other than 200 is an error carrying the body.
-    pub(crate) fn open(endpoint: &str, path: &str, body: &str, timeout: Duration) -> io::Result<MessageStream> {
-        let (sock, status, framing, raw) = send(endpoint, path, body, timeout)?;
+    pub(crate) fn open(
+        resolver: &Arc<Resolver>,
+        endpoint: &str,
+        path: &str,
+        body: &str,
+        timeout: Duration,
+    ) -> io::Result<MessageStream> {
+        let (sock, status, framing, raw) = send(resolver, endpoint, path, body, timeout)?;
         let mut s = MessageStream { sock, framing, raw, body: Vec::new(), closed: false };
         if status != 200 {
             let mut text = Vec::new();
@@ -364,8 +496,80 @@ mod eof_tests {
             let _ = s.read(&mut req);
             s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc").unwrap();
         });
-        let e = post(&ep, "/x", "{}", Duration::from_secs(30)).unwrap_err();
+        let e = post(&Resolver::system(), &ep, "/x", "{}", Duration::from_secs(30)).unwrap_err();
         server.join().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
+    }
+}
+
+#[cfg(test)]
+mod resolve_tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+
+    /// A lookup that hangs until the test drops the sender (a resolver
+    /// whose DNS server never answers), counting its calls; it then answers
+    /// 127.0.0.1:1, where nothing listens.
+    fn hanging() -> (Arc<Resolver>, mpsc::Sender<()>, Arc<AtomicUsize>) {
+        let (release, gate) = mpsc::channel::<()>();
+        let gate = Mutex::new(gate);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let resolver = Resolver::new(Box::new(move |_: &str| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let _ = gate.lock().unwrap_or_else(|p| p.into_inner()).recv();
+            Ok(vec![SocketAddr::from(([127, 0, 0, 1], 1))])
+        }));
+        (resolver, release, calls)
+    }
+
+    /// `post` on a thread of its own: an unbounded lookup would hang the
+    /// test, so the test gives up waiting (far beyond the call's 100 ms
+    /// bound) and fails instead.
+    fn post_on_a_thread(resolver: &Arc<Resolver>) -> io::Result<Response> {
+        let (tx, rx) = mpsc::channel();
+        let r = resolver.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(post(&r, "etcd-1.hung.example:2379", "/v3/kv/range", "{}", Duration::from_millis(100)));
+        });
+        rx.recv_timeout(Duration::from_secs(20))
+            .expect("the call is still blocked in the host lookup 20 s after its 100 ms timeout")
+    }
+
+    #[test]
+    fn a_hung_host_lookup_fails_the_call_within_its_timeout() {
+        let (resolver, release, calls) = hanging();
+        let e = post_on_a_thread(&resolver).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(e.to_string().contains("etcd-1.hung.example:2379"), "names the member: {e}");
+        // The lookup still hangs: the next call waits for that one rather
+        // than starting another, so a dead DNS server costs one thread per
+        // host, not one per call.
+        let e = post_on_a_thread(&resolver).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "one lookup in flight per host");
+        // Once it answers, calls use its address (nothing listens there).
+        drop(release);
+        let e = post_on_a_thread(&resolver).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+    }
+
+    #[test]
+    fn a_lookup_that_panics_fails_its_callers_at_once() {
+        let resolver = Resolver::new(Box::new(|_: &str| panic!("resolver bug")));
+        let e = post(&resolver, "etcd-2.example:2379", "/v3/kv/range", "{}", Duration::from_secs(30)).unwrap_err();
+        assert!(e.to_string().contains("panicked"), "{e}");
+        // And the next call looks up again rather than waiting on it.
+        let e = post(&resolver, "etcd-2.example:2379", "/v3/kv/range", "{}", Duration::from_secs(30)).unwrap_err();
+        assert!(e.to_string().contains("panicked"), "{e}");
+    }
+
+    #[test]
+    fn an_address_literal_needs_no_lookup() {
+        let (resolver, _release, calls) = hanging();
+        let e = post(&resolver, "127.0.0.1:1", "/v3/kv/range", "{}", Duration::from_secs(5)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
     }
 }

@@ -7,7 +7,7 @@
 //! [`Error::FeedUnavailable`] and nothing changes anywhere: an operator's
 //! change that reached one process only is what the feed exists to prevent.
 
-use super::etcd::EtcdClient;
+use super::etcd::{EtcdClient, IfModRevision};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 
@@ -29,15 +29,55 @@ impl Cluster {
     pub(crate) fn publish(&self, key: &str, value: Option<&str>) -> Option<Result<u64>> {
         let p = self.inner.feed.get()?.publisher();
         let full = format!("{}{key}", p.prefix);
-        let written = match value {
-            Some(v) => p.client.put(&full, v, 0),
-            None => p.client.delete(&full).map(|(rev, _)| rev),
+        let unavailable = |e: super::etcd::EtcdError| Error::FeedUnavailable(e.to_string());
+        let written = match (value, member_of(key)) {
+            (Some(v), Some(name)) => self.put_while_member(p, name, key, &full, v),
+            (Some(v), None) => p.client.put(&full, v, 0).map_err(unavailable),
+            (None, _) => p.client.delete(&full).map(|(rev, _)| rev).map_err(unavailable),
         };
-        Some(match written {
-            Ok(rev) => self.apply_feed_record(rev, key, value).map(|_| rev),
-            Err(e) => Err(Error::FeedUnavailable(e.to_string())),
-        })
+        Some(written.and_then(|rev| self.apply_feed_record(rev, key, value).map(|_| rev)))
     }
+
+    /// Writes a record about node `name` (its membership record
+    /// `node/<NAME>`, or its `state` or `weight`) only while etcd's
+    /// membership record is the one this process's check read: one
+    /// transaction comparing `node/<NAME>`'s `mod_revision` with the
+    /// version of this process's membership input (0: no record, a
+    /// configured node, or an addition). Between the check and the write
+    /// another process may remove the node or add it; the record would then
+    /// be refused by every subscriber, this one included, so it is not
+    /// written. A record that merely moved on (re-put: still a member) is
+    /// compared again at its new revision.
+    fn put_while_member(&self, p: &Publisher, name: &str, key: &str, full: &str, value: &str) -> Result<u64> {
+        let adding = key.split('/').count() == 2;
+        let guard = format!("{}node/{name}", p.prefix);
+        let mut expected = self.member_version(name).unwrap_or(0);
+        // Each retry follows a write by another process; a few in a row
+        // mean the record is being rewritten faster than it can be read.
+        for _ in 0..4 {
+            match p.client.put_if_mod_revision(&guard, expected, full, value) {
+                Ok(IfModRevision::Written(rev)) => return Ok(rev),
+                Ok(IfModRevision::Moved(Some(_))) if adding => return Err(Error::DuplicateNode(name.to_string())),
+                Ok(IfModRevision::Moved(Some(kv))) => expected = kv.mod_revision,
+                Ok(IfModRevision::Moved(None)) if adding => expected = 0,
+                Ok(IfModRevision::Moved(None)) => {
+                    return Err(Error::UnknownNode(format!(
+                        "{name}: removed through the topology feed since this process read it; nothing written"
+                    )))
+                }
+                Err(e) => return Err(Error::FeedUnavailable(e.to_string())),
+            }
+        }
+        Err(Error::FeedUnavailable(format!("`node/{name}` kept changing in etcd; nothing written")))
+    }
+}
+
+/// The node a record's validity depends on: `node/<NAME>`,
+/// `node/<NAME>/state`, `node/<NAME>/weight`.
+fn member_of(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix("node/")?;
+    let name = rest.split('/').next()?;
+    (!name.is_empty()).then_some(name)
 }
 
 impl Cluster {

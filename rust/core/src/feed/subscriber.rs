@@ -130,6 +130,7 @@ fn spawn(r: &Restart, ready: Option<mpsc::Sender<()>>) -> bool {
         known: HashSet::new(),
         ready,
         was_live: false,
+        sleep: Box::new(sleep_unless_stopped),
     };
     match std::thread::Builder::new().name("racaffinity-feed".into()).spawn(move || worker.run()) {
         Ok(_) => true,
@@ -220,6 +221,25 @@ struct Worker {
     ready: Option<mpsc::Sender<()>>,
     /// The current watch was created (the feed answered since the last failure).
     was_live: bool,
+    /// Spends a back-off pause; false when stopped meanwhile. Tests record
+    /// the pauses instead of sleeping them.
+    sleep: Box<Sleep>,
+}
+
+/// A back-off pause's length and a "stopped?" check; false when stopped.
+type Sleep = dyn FnMut(Duration, &dyn Fn() -> bool) -> bool + Send;
+
+/// A back-off pause in slices of [`POLL`], so a stopped subscription ends
+/// within one.
+fn sleep_unless_stopped(pause: Duration, stopped: &dyn Fn() -> bool) -> bool {
+    let until = Instant::now() + pause;
+    while Instant::now() < until {
+        if stopped() {
+            return false;
+        }
+        std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+    }
+    !stopped()
 }
 
 /// Why a watch ended.
@@ -286,16 +306,11 @@ impl Worker {
 
     /// Sleeps for the back-off (doubling it), watching the stop flag; false
     /// when stopped.
-    fn pause(&self, backoff: &mut Duration) -> bool {
-        let until = Instant::now() + *backoff;
+    fn pause(&mut self, backoff: &mut Duration) -> bool {
+        let pause = *backoff;
         *backoff = (*backoff * 2).min(MAX_BACKOFF);
-        while Instant::now() < until {
-            if self.stopped() {
-                return false;
-            }
-            std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
-        }
-        !self.stopped()
+        let (stop, cluster) = (self.stop.clone(), self.cluster.clone());
+        (self.sleep)(pause, &|| stop.load(Ordering::Acquire) || cluster.strong_count() == 0)
     }
 
     fn full_read(&mut self) -> Result<(), EtcdError> {
@@ -420,5 +435,106 @@ impl Worker {
                     Some(format!("revision {}: {e}", kv.mod_revision));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    /// Reads one request (its header block and `Content-Length` body); its path.
+    fn read_request(s: &mut TcpStream) -> String {
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 4096];
+        loop {
+            let n = s.read(&mut tmp).unwrap_or(0);
+            if n == 0 {
+                return String::new();
+            }
+            buf.extend_from_slice(&tmp[..n]);
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let len = text[..end]
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + len {
+                    return text.split(' ').nth(1).unwrap_or("").to_string();
+                }
+            }
+        }
+    }
+
+    /// An etcd gateway stand-in: a range answers an empty prefix at
+    /// revision 5; the first `refused` watches answer HTTP 503 (a member
+    /// that keeps failing), every later one is created and then ends (a
+    /// live watch whose member goes away).
+    fn gateway(refused: usize) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let mut watches = 0;
+            for conn in l.incoming() {
+                let Ok(mut s) = conn else { continue };
+                let path = read_request(&mut s);
+                let reply = match path.as_str() {
+                    "/v3/kv/range" => {
+                        let body = r#"{"header":{"revision":"5"}}"#;
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                    }
+                    "/v3/watch" if watches < refused => {
+                        watches += 1;
+                        let body = r#"{"error":"unavailable","code":14}"#;
+                        format!("HTTP/1.1 503 Unavailable\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+                    }
+                    "/v3/watch" => {
+                        watches += 1;
+                        let msg = "{\"result\":{\"header\":{\"revision\":\"5\"},\"created\":true}}\n";
+                        format!(
+                            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{msg}\r\n0\r\n\r\n",
+                            msg.len()
+                        )
+                    }
+                    _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string(),
+                };
+                let _ = s.write_all(reply.as_bytes());
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_live_watch_that_fails_fails_over_with_the_first_back_off() {
+        let cluster = Cluster::from_config_text("nodes = A, B").unwrap();
+        let endpoint = gateway(3);
+        let pauses = Arc::new(Mutex::new(Vec::new()));
+        let seen = pauses.clone();
+        let worker = Worker {
+            cluster: Arc::downgrade(&cluster.inner),
+            client: EtcdClient::new(vec![endpoint], Duration::from_secs(5)),
+            prefix: "t/".into(),
+            timeout: Duration::from_secs(5),
+            health: Arc::new(Health::default()),
+            stop: Arc::new(AtomicBool::new(false)),
+            revision: 0,
+            known: HashSet::new(),
+            ready: None,
+            was_live: false,
+            // Recorded, not slept; the subscriber stops at the fifth pause.
+            sleep: Box::new(move |pause, _| {
+                let mut p = seen.lock().unwrap();
+                p.push(pause);
+                p.len() < 5
+            }),
+        };
+        worker.run();
+        let ms: Vec<u128> = pauses.lock().unwrap().iter().map(Duration::as_millis).collect();
+        // Three refused watches back off 0.1, 0.2, 0.4 s; the fourth watch
+        // was live when it ended, so its failure starts again at 0.1 s
+        // (then doubles, as the next watches are live again too).
+        assert_eq!(ms, [100, 200, 400, 100, 100], "back-off pauses");
     }
 }

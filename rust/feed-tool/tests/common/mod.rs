@@ -9,65 +9,16 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use racaffinity::feed::etcd::EtcdClient;
-
 pub const TOOL: &str = env!("CARGO_BIN_EXE_racaffinity-feed");
 
 fn harness(name: &str) -> String {
     format!("{}/../../tests/cluster/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-pub struct Etcd {
-    pub endpoints: Vec<String>,
-    base_port: u16,
-}
+#[path = "../../../core/tests/support/etcd.rs"]
+mod etcd;
 
-impl Etcd {
-    fn run(base_port: u16, args: &[&str]) -> String {
-        let out = Command::new(harness("etcdnodes"))
-            .args(args)
-            .env("RACAFF_ETCD_BASE_PORT", base_port.to_string())
-            .env("RACAFF_ETCD_DIR", format!("/tmp/racaffinity-etcd-feed-tool-{base_port}"))
-            .output()
-            .expect("run tests/cluster/etcdnodes");
-        assert!(
-            out.status.success(),
-            "etcdnodes {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Three members from `base_port` (peers at `base_port + 10`).
-    pub fn start(base_port: u16) -> Etcd {
-        Etcd::run(base_port, &["start", "3"]);
-        let env = Etcd::run(base_port, &["env"]);
-        let line = env.lines().find(|l| l.contains("RACAFF_ETCD_ENDPOINTS=")).expect("endpoints in env");
-        let value = line.split_once('=').unwrap().1.trim_matches(|c| c == '"' || c == '\'');
-        Etcd { endpoints: value.split(',').map(str::to_string).collect(), base_port }
-    }
-
-    pub fn client(&self) -> EtcdClient {
-        EtcdClient::new(self.endpoints.clone(), Duration::from_secs(5))
-    }
-
-    pub fn url(&self, prefix: &str) -> String {
-        format!("etcd://{}/{prefix}", self.endpoints.join(","))
-    }
-
-    /// The store's revision (it moves with every write anywhere).
-    pub fn revision(&self) -> u64 {
-        self.client().range_prefix("\u{1}none/").unwrap().0
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let port = self.base_port;
-        let _ = std::panic::catch_unwind(|| Etcd::run(port, &["destroy"]));
-    }
-}
+pub use etcd::Etcd;
 
 /// PostgreSQL nodes 1..=n from `base_port`.
 pub struct Pg {
@@ -91,7 +42,12 @@ impl Pg {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    pub fn start(base_port: u16, n: usize) -> Pg {
+    /// `n` nodes from `RACAFF_PG_BASE_PORT` when set, else `default_base_port`.
+    pub fn start(default_base_port: u16, n: usize) -> Pg {
+        let base_port = match std::env::var("RACAFF_PG_BASE_PORT") {
+            Ok(p) if !p.is_empty() => p.parse().expect("RACAFF_PG_BASE_PORT is a port"),
+            _ => default_base_port,
+        };
         let pg = Pg { base_port };
         pg.run(&["start", &n.to_string()]);
         pg

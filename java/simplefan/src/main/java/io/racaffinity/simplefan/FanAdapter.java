@@ -290,14 +290,19 @@ public final class FanAdapter implements FanUpEventListener, AutoCloseable {
         } catch (FeedUnavailableException ex) {
             try {
                 int changed = relay.applyEvent(text);
-                LOG.log(Level.WARNING, "simplefan: event not relayed (" + ex.getMessage()
-                        + "); applied in this process only (" + changed + " node state change(s)): " + text);
+                // Says what the fleet misses: the point of relaying was that every process gets it.
+                LOG.log(Level.WARNING, "simplefan: the topology feed did not take the event (" + ex.getMessage()
+                        + "), so it was applied in this process only (" + changed
+                        + " node state change(s) here); the fleet's other processes miss it until Oracle's"
+                        + " next event for the same resource: " + text);
             } catch (RuntimeException local) {
-                LOG.log(Level.WARNING, "simplefan: event neither relayed (" + ex.getMessage() + ") nor applied: "
-                        + text + ": " + local.getMessage());
+                LOG.log(Level.WARNING, "simplefan: the topology feed did not take the event (" + ex.getMessage()
+                        + ") and this process refused it too (" + local.getMessage() + "); event dropped: " + text);
             }
         } catch (RuntimeException ex) {
-            LOG.log(Level.WARNING, "simplefan: event not relayed: " + text + ": " + ex.getMessage());
+            // Refused before anything was written (a foreign database or service, a malformed line).
+            LOG.log(Level.WARNING, "simplefan: event refused, neither written to the topology feed nor applied ("
+                    + ex.getMessage() + "); event dropped: " + text);
         }
     }
 
