@@ -95,6 +95,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     private PartitionMapLoader partitionMapLoader;
     private long partitionMapReloadMillis;
     private long poolMaintenanceMillis = 200;
+    private boolean replay;
     private volatile PoolMaintenance maintenance;
     /** Per node id, the last connection failure seen (racy by design: a log detail only). */
     private volatile String[] lastFailure = new String[0];
@@ -143,6 +144,25 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             throw new IllegalArgumentException("partitionMapReloadMillis must be >= 0");
         }
         this.partitionMapReloadMillis = millis;
+    }
+
+    /**
+     * Request replay (default off; docs/continuity.md, "Java"): each connection records what
+     * runs on it since its transaction began, and a request a recoverable failure interrupted
+     * (connection lost, node down) is replayed once on the node the core names, after the
+     * outcome of any COMMIT in flight is known; the application sees no error. Connections of a
+     * JTA transaction are never replayed.
+     *
+     * @param replay whether to replay
+     */
+    public void setReplay(boolean replay) {
+        checkNotStarted();
+        this.replay = replay;
+    }
+
+    /** @return whether requests are replayed */
+    public boolean isReplay() {
+        return replay;
     }
 
     /** @return the partition-map reload period (0: start and HA events only) */
@@ -474,14 +494,18 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
 
     Connection connect(String username, String pass, AffinityShardingKey key) throws SQLException {
         try {
-            return connectRouted(username, pass, key);
+            boolean[] inTx = new boolean[1];
+            Connection c = connectRouted(username, pass, key, inTx);
+            // XA and JTA branches are the transaction manager's to recover, never replayed.
+            return replay && !inTx[0] ? ReplayConnection.open(this, (AffinityConnection) c) : c;
         } catch (SQLException e) {
             // Drivers write the URL (credentials and all) into their messages; classified already, so only redact.
             throw nodes.redactor().sql(e, pass);
         }
     }
 
-    private Connection connectRouted(String username, String pass, AffinityShardingKey key) throws SQLException {
+    private Connection connectRouted(String username, String pass, AffinityShardingKey key, boolean[] inTx)
+            throws SQLException {
         if (isClosed()) {
             throw closedException();
         }
@@ -498,6 +522,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         byte[] retrySession = null;
         try {
             TransactionAffinity.Joined tx = jta == null ? null : jta.join();
+            inTx[0] = tx != null;
             ConnectionAffinityCallback cb = affinityCallback;
             if (tx != null && tx.placed() != null) {
                 // The transaction's first connection placed it (an explicit txBegin): go there.
@@ -846,6 +871,35 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     long upkeepRounds() {
         PoolMaintenance m = maintenance;
         return m == null ? 0 : m.rounds();
+    }
+
+    /**
+     * A connection on {@code node} for a replay, or after a commit found committed ({@code node}
+     * -1: routed as a plain {@code getConnection()}), without replay of its own.
+     */
+    AffinityConnection connectForReplay(int node) throws SQLException {
+        Running<DataSource> s = running();
+        if (node < 0) {
+            boolean[] inTx = new boolean[1];
+            return (AffinityConnection) connectRouted(null, null, null, inTx);
+        }
+        Lease lease;
+        try {
+            lease = s.cluster.lease(node);
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+        return (AffinityConnection) open(s, lease, null, null);
+    }
+
+    /** @return the cluster of a started data source */
+    Cluster clusterOf() throws SQLException {
+        return running().cluster;
+    }
+
+    /** @return seconds a check of a node may take (the heartbeat's probe timeout) */
+    int checkTimeoutSeconds() {
+        return nodes.heartbeatTimeoutSeconds();
     }
 
     /** The application gave back (closed or aborted) a node pool's connection. */
