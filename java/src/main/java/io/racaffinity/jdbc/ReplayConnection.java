@@ -147,7 +147,12 @@ final class ReplayConnection {
                     return null;
                 case "beginRequest":
                 case "endRequest":
-                    return null; // the data source's, at borrow and close
+                    // The application's request boundary (JDBC 4.3): outside a transaction, nothing
+                    // before it is replayed again. The driver's are the data source's, at borrow and close.
+                    if (!inTransaction()) {
+                        compact();
+                    }
+                    return null;
                 case "unwrap":
                 case "isWrapperFor":
                     if (((Class<?>) args[0]).isInstance(p)) {
@@ -296,20 +301,55 @@ final class ReplayConnection {
         }
     }
 
+    /** Whether statements ran since the transaction began (auto-commit off). */
+    private boolean inTransaction() {
+        if (autoCommit) {
+            return false;
+        }
+        for (Call c : log) {
+            if (c.method.getName().startsWith("execute")) {
+                return true;
+            }
+        }
+        return false;
+    }
+
     /**
      * The transaction ended: only what sets the session up and the open statements stay recorded
      * (creation and settings); executions and result sets go, the result sets stay readable
      * (drivers keep their rows in memory) but unrecorded.
      */
     private void compact() {
-        List<Call> kept = new ArrayList<>();
+        java.util.Set<Integer> closedIds = new java.util.HashSet<>();
         for (Call c : log) {
-            boolean onResultSet = resultSets.get(c.target) || (c.created >= 0 && resultSets.get(c.created));
-            if (!onResultSet && !c.method.getName().startsWith("execute")
-                    && !c.method.getName().equals("getResultSet") && !c.method.getName().equals("getGeneratedKeys")) {
-                kept.add(c);
+            if (c.target != 0 && c.method.getName().equals("close")) {
+                closedIds.add(c.target);
             }
         }
+        // A statement's parameter set again later replaces the earlier setting: keep the last only,
+        // so a statement reused over many transactions keeps a log of its size, not of its uses.
+        java.util.Set<String> later = new java.util.HashSet<>();
+        List<Call> kept = new ArrayList<>();
+        for (int i = log.size() - 1; i >= 0; i--) {
+            Call c = log.get(i);
+            String name = c.method.getName();
+            boolean onResultSet = resultSets.get(c.target) || (c.created >= 0 && resultSets.get(c.created));
+            boolean closedOne = closedIds.contains(c.target) || (c.created >= 0 && closedIds.contains(c.created));
+            if (onResultSet || closedOne || name.startsWith("execute") || name.equals("getResultSet")
+                    || name.equals("getGeneratedKeys") || name.equals("addBatch") || name.equals("clearBatch")) {
+                continue;
+            }
+            if (c.created < 0 && c.hash == 0 && name.startsWith("set") && c.args != null && c.args.length > 0) {
+                Object first = c.args[0];
+                String slot = c.target + "/" + name + "/"
+                        + (first instanceof Integer || first instanceof String ? first : "");
+                if (!later.add(slot)) {
+                    continue;
+                }
+            }
+            kept.add(c);
+        }
+        java.util.Collections.reverse(kept);
         log.clear();
         log.addAll(kept);
         for (int i = 1; i < resultSets.size(); i++) {
@@ -601,6 +641,16 @@ final class ReplayConnection {
 
     private Cluster cluster() throws SQLException {
         return owner.clusterOf();
+    }
+
+    /** @return the calls a replay connection has recorded now (for tests), or -1 if it is not one */
+    static int recordedCalls(Connection c) {
+        if (!Proxy.isProxyClass(c.getClass()) || !(Proxy.getInvocationHandler(c) instanceof ObjectHandler h)) {
+            return -1;
+        }
+        synchronized (h.owner) {
+            return h.owner.log.size();
+        }
     }
 
     @Override

@@ -247,6 +247,34 @@ class ReplayTest {
     }
 
     @Test
+    void aStatementReusedOverManyTransactionsKeepsTheRecordBounded() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("replay-bounded", true);
+        try (Connection c = ds.getConnection()) {
+            c.setAutoCommit(false);
+            int after1 = 0;
+            try (PreparedStatement s = c.prepareStatement("INSERT INTO java_req VALUES (?)")) {
+                for (int i = 0; i < 50; i++) {
+                    s.setString(1, "b" + i);
+                    s.executeUpdate();
+                    c.commit();
+                    if (i == 0) {
+                        after1 = ReplayConnection.recordedCalls(c);
+                    }
+                }
+                assertEquals(after1, ReplayConnection.recordedCalls(c), "as after the first transaction");
+            }
+            // In auto-commit mode each statement is its own transaction: nothing of it stays.
+            c.setAutoCommit(true);
+            int before = ReplayConnection.recordedCalls(c);
+            for (int i = 0; i < 20; i++) {
+                count(c, "b%");
+            }
+            assertTrue(ReplayConnection.recordedCalls(c) <= before + 1, "kept " + ReplayConnection.recordedCalls(c));
+        }
+    }
+
+    @Test
     void theApplicationsErrorsAndDifferingAnswersAreNeverReplayed() throws Exception {
         pools = new Pools(NAMES);
         AffinityDataSource ds = ds("replay-refusals", true);
