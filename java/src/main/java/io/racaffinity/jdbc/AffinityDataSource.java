@@ -497,7 +497,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             boolean[] inTx = new boolean[1];
             Connection c = connectRouted(username, pass, key, inTx);
             // XA and JTA branches are the transaction manager's to recover, never replayed.
-            return replay && !inTx[0] ? ReplayConnection.open(this, (AffinityConnection) c) : c;
+            return replay && !inTx[0] ? ReplayConnection.open(this, (AffinityConnection) c, username, pass) : c;
         } catch (SQLException e) {
             // Drivers write the URL (credentials and all) into their messages; classified already, so only redact.
             throw nodes.redactor().sql(e, pass);
@@ -877,11 +877,11 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      * A connection on {@code node} for a replay, or after a commit found committed ({@code node}
      * -1: routed as a plain {@code getConnection()}), without replay of its own.
      */
-    AffinityConnection connectForReplay(int node) throws SQLException {
+    AffinityConnection connectForReplay(int node, String username, String pass) throws SQLException {
         Running<DataSource> s = running();
         if (node < 0) {
             boolean[] inTx = new boolean[1];
-            return (AffinityConnection) connectRouted(null, null, null, inTx);
+            return (AffinityConnection) connectRouted(username, pass, null, inTx);
         }
         Lease lease;
         try {
@@ -889,7 +889,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         } catch (AffinityException e) {
             throw SqlErrors.routing(e);
         }
-        return (AffinityConnection) open(s, lease, null, null);
+        return (AffinityConnection) open(s, lease, username, pass);
     }
 
     /** @return the cluster of a started data source */

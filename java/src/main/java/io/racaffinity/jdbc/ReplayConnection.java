@@ -54,6 +54,9 @@ final class ReplayConnection {
     private record Call(int target, Method method, Object[] args, int created, long hash) {}
 
     private final AffinityDataSource owner;
+    /** The credentials of {@code getConnection(user, password)}, for the replay's connection (null: the data source's). */
+    private final String user;
+    private final String password;
     private final Connection proxy;
     private AffinityConnection current;
     /** Object id → the current node's object (0: the connection). */
@@ -70,8 +73,10 @@ final class ReplayConnection {
     private int replays;
     private boolean closed;
 
-    private ReplayConnection(AffinityDataSource owner, AffinityConnection first) {
+    private ReplayConnection(AffinityDataSource owner, AffinityConnection first, String user, String password) {
         this.owner = owner;
+        this.user = user;
+        this.password = password;
         this.current = first;
         targets.add(first);
         resultSets.add(false);
@@ -80,8 +85,9 @@ final class ReplayConnection {
                 new Class<?>[] {Connection.class}, new ObjectHandler(this, 0, Connection.class));
     }
 
-    static Connection open(AffinityDataSource owner, AffinityConnection first) throws SQLException {
-        ReplayConnection r = new ReplayConnection(owner, first);
+    static Connection open(AffinityDataSource owner, AffinityConnection first, String user, String password)
+            throws SQLException {
+        ReplayConnection r = new ReplayConnection(owner, first, user, password);
         try {
             first.beginRequest();
             r.autoCommit = first.getAutoCommit();
@@ -576,7 +582,7 @@ final class ReplayConnection {
 
     /** After a COMMIT found committed: a connection routed anew, set up as the session was. */
     private void reattach(int node) throws SQLException {
-        AffinityConnection fresh = owner.connectForReplay(node);
+        AffinityConnection fresh = owner.connectForReplay(node, user, password);
         try {
             rerun(fresh);
         } catch (ResultsDiffer | RuntimeException e) {
@@ -617,7 +623,7 @@ final class ReplayConnection {
     }
 
     private Object replayOn(int node, Call then) throws Throwable {
-        AffinityConnection fresh = owner.connectForReplay(node);
+        AffinityConnection fresh = owner.connectForReplay(node, user, password);
         try {
             rerun(fresh);
         } catch (ResultsDiffer | SQLException e) {
