@@ -668,7 +668,8 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                 }
                 throw NodeFailover.wentDown(s.cluster.nodeName(node), null);
             }
-            if (physical == null || !f.suspect(node, physical)) {
+            // An unpooled source's connection is new: nothing to suspect.
+            if (physical == null || ds instanceof DriverDataSource || !f.suspect(node, physical)) {
                 return physical;
             }
             boolean ok;

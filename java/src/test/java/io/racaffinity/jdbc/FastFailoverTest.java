@@ -208,4 +208,88 @@ class FastFailoverTest {
         assertTrue(await(Duration.ofSeconds(10), () -> serverConns("MYDB3") == 0),
                 "left: " + serverConns("MYDB3"));
     }
+
+    @Test
+    void aPlannedDrainAndItsDeadlineFailNoRequestUnderLoad() throws Exception {
+        pools = new Pools(NAMES, c -> {
+            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
+            c.setMaximumPoolSize(4);
+        });
+        for (int i = 1; i <= 3; i++) {
+            try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    Statement s = c.createStatement()) {
+                s.execute("CREATE TABLE IF NOT EXISTS java_drain (id text PRIMARY KEY)");
+                s.execute("TRUNCATE java_drain");
+            }
+        }
+        AffinityDataSource ds = ds("fcf-drain-load", "");
+        ds.setPoolMaintenanceMillis(50);
+        Cluster cluster = ds.getCluster();
+        // Six web sessions, three of them placed on the node to drain: they keep working there during
+        // the drain and move at its deadline.
+        List<String> sessions = new ArrayList<>();
+        for (int i = 0; sessions.size() < 6; i++) {
+            String id = "drain-session-" + i;
+            String node = cluster.routeSession(id).nodeName();
+            long onDrained = sessions.stream().filter(x -> x.endsWith("@MYDB2")).count();
+            if (node.equals("MYDB2") ? onDrained < 3 : sessions.size() - onDrained < 3) {
+                sessions.add(id + "@" + node);
+            }
+        }
+        java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+        java.util.concurrent.atomic.AtomicInteger ok = new java.util.concurrent.atomic.AtomicInteger();
+        java.util.concurrent.atomic.AtomicInteger onDrainedNode = new java.util.concurrent.atomic.AtomicInteger();
+        List<Throwable> failures = java.util.Collections.synchronizedList(new ArrayList<>());
+        threads = Executors.newFixedThreadPool(sessions.size());
+        List<Future<?>> workers = new ArrayList<>();
+        for (String entry : sessions) {
+            String session = entry.substring(0, entry.indexOf('@'));
+            workers.add(threads.submit(() -> {
+                for (int n = 0; !stop.get(); n++) {
+                    try (SessionScope scope = ds.withSession(session); Connection c = ds.getConnection()) {
+                        c.setAutoCommit(false);
+                        try (java.sql.PreparedStatement s = c.prepareStatement("INSERT INTO java_drain VALUES (?)")) {
+                            s.setString(1, session + "-" + n);
+                            s.executeUpdate();
+                        }
+                        if (serverPort(c) == portOf("MYDB2")) {
+                            onDrainedNode.incrementAndGet();
+                        }
+                        c.commit();
+                        ok.incrementAndGet();
+                    } catch (Throwable t) {
+                        failures.add(t);
+                    }
+                }
+            }));
+        }
+        try {
+            assertTrue(await(Duration.ofSeconds(30), () -> ok.get() >= 60 && onDrainedNode.get() >= 10));
+            int beforeDrain = onDrainedNode.get();
+            ds.applyEvent(fan("MYDB2", "status=down reason=USER drain_timeout=1"));
+            assertTrue(await(Duration.ofSeconds(30), () -> cluster.nodeState("MYDB2") == NodeState.DOWN),
+                    "the drain's deadline passes");
+            assertTrue(onDrainedNode.get() > beforeDrain, "the sessions there kept working during the drain");
+            long rounds = ds.upkeepRounds();
+            assertTrue(await(Duration.ofSeconds(10), () -> ds.upkeepRounds() >= rounds + 2));
+            int atDeadline = ok.get();
+            assertTrue(await(Duration.ofSeconds(30), () -> ok.get() >= atDeadline + 60), "requests go on");
+        } finally {
+            stop.set(true);
+            for (Future<?> w : workers) {
+                w.get(SERVED_WITHIN_S, TimeUnit.SECONDS);
+            }
+        }
+        assertEquals(List.of(), failures.stream().map(String::valueOf).toList(), "no failed request");
+        int rows = 0;
+        for (int i = 1; i <= 3; i++) {
+            try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    Statement s = c.createStatement();
+                    ResultSet rs = s.executeQuery("SELECT count(*) FROM java_drain")) {
+                rs.next();
+                rows += rs.getInt(1);
+            }
+        }
+        assertEquals(ok.get(), rows, "every request committed exactly once");
+    }
 }
