@@ -58,7 +58,8 @@ final class ReplayConnection {
     private final String user;
     private final String password;
     private final Connection proxy;
-    private AffinityConnection current;
+    /** Volatile: {@code abort} reads it without the lock a hung call holds. */
+    private volatile AffinityConnection current;
     /** Object id → the current node's object (0: the connection). */
     private final List<Object> targets = new ArrayList<>();
     /** Object id → whether it is a result set (never kept across a transaction's end). */
@@ -71,7 +72,7 @@ final class ReplayConnection {
     private String why;
     private boolean autoCommit = true;
     private int replays;
-    private boolean closed;
+    private volatile boolean closed;
 
     private ReplayConnection(AffinityDataSource owner, AffinityConnection first, String user, String password) {
         this.owner = owner;
@@ -121,6 +122,12 @@ final class ReplayConnection {
                     default:
                         return iface.getSimpleName() + "[replay, " + owner.current + "]";
                 }
+            }
+            if (id == 0 && method.getName().equals("abort")) {
+                // From another thread, to end a call that hangs: it must not wait for that call.
+                owner.closed = true;
+                owner.current.abort((java.util.concurrent.Executor) args[0]);
+                return null;
             }
             synchronized (owner) {
                 return owner.call(p, id, method, args);
@@ -376,23 +383,29 @@ final class ReplayConnection {
             current.commit(); // as the driver: an error for auto-commit
             return;
         }
-        boolean inFlight = false;
-        try {
-            xid = null;
-            if (isPostgres()) {
-                // Taken in the transaction: what tells its outcome once the COMMIT's answer is lost.
-                try (Statement s = current.physical().createStatement();
-                        ResultSet rs = s.executeQuery("SELECT pg_current_xact_id()::text, pg_backend_pid()")) {
-                    rs.next();
-                    xid = rs.getString(1);
-                    pid = rs.getInt(2);
+        xid = null;
+        if (isPostgres()) {
+            // Taken in the transaction: what tells its outcome once the COMMIT's answer is lost.
+            try (Statement s = current.physical().createStatement();
+                    ResultSet rs = s.executeQuery("SELECT pg_current_xact_id()::text, pg_backend_pid()")) {
+                rs.next();
+                xid = rs.getString(1);
+                pid = rs.getInt(2);
+            } catch (SQLException e) {
+                if (Continuity.classifySqlState(e.getSQLState()) == ErrorClass.RECOVERABLE) {
+                    current.failed(e);
+                    recover(e, null, false);
+                    return;
                 }
+                // The server answered (a transaction an error aborted: 25P02): the COMMIT gets the
+                // driver's own answer, as without replay; without an xid its loss cannot be settled.
+                xid = null;
             }
-            inFlight = true;
+        }
+        try {
             current.commit();
         } catch (SQLException e) {
-            current.failed(e);
-            recover(e, null, inFlight);
+            recover(e, null, true);
             return;
         }
         compact();
@@ -456,7 +469,11 @@ final class ReplayConnection {
                     replayable && !closed);
             if (cls == ErrorClass.NOT_RECOVERABLE && e == original) {
                 // The server answered (a constraint, a syntax error, a serialization failure): the
-                // application's error, and the connection goes on.
+                // application's error, and the connection goes on. A COMMIT that failed so ended
+                // the transaction (rolled back): nothing of it is replayed later.
+                if (then == null) {
+                    compact();
+                }
                 throw refused(original, Refusal.NOT_RECOVERABLE, null);
             }
             drop();

@@ -287,6 +287,11 @@ class ReplayTest {
             assertEquals("23505", dup.getSQLState());
             assertEquals(Refusal.NOT_RECOVERABLE, refusalOf(dup));
             c.rollback();
+            // A COMMIT of a transaction an error aborted: the driver's answer (pgjdbc: a silent
+            // rollback), and the transaction is over; nothing of it is replayed later.
+            insert(c, "gone");
+            assertThrows(SQLException.class, () -> insert(c, "only-on-1"));
+            c.commit();
             // the connection goes on
             assertEquals(1, count(c, "only-on-%"), "read by the application");
             insert(c, "r5");
@@ -298,6 +303,7 @@ class ReplayTest {
                     lost.getSQLState());
         }
         assertEquals(0, total(rowsOf("r5")));
+        assertEquals(0, total(rowsOf("gone")), "rolled back, never replayed");
         assertEquals(0, total(rowsOf("r5b")));
     }
 }
