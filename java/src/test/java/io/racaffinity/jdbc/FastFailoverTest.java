@@ -7,6 +7,7 @@ import static io.racaffinity.test.Pools.serverPort;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.zaxxer.hikari.HikariDataSource;
@@ -141,7 +142,7 @@ class FastFailoverTest {
                     return false;
                 }
             }), "the connection in use on the crashed node is aborted");
-            SQLException next = org.junit.jupiter.api.Assertions.assertThrows(SQLException.class,
+            SQLException next = assertThrows(SQLException.class,
                     () -> serverPort(held));
             assertTrue(next.getSQLState().startsWith("08"), next.getSQLState() + ": " + next.getMessage());
             held.close();
@@ -291,5 +292,38 @@ class FastFailoverTest {
             }
         }
         assertEquals(ok.get(), rows, "every request committed exactly once");
+    }
+
+    @Test
+    void waitersOnANodeThatAFailedConnectionEjectsAreServedElsewhereAtOnce() throws Exception {
+        pools = new Pools(NAMES, c -> {
+            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
+            if (c.getPoolName().endsWith("MYDB2")) {
+                c.setMaximumPoolSize(1);
+                c.setMinimumIdle(0);
+            }
+        });
+        // One failure ejects; the crash's "terminating connection due to unexpected postmaster exit" (57P01) counts.
+        AffinityDataSource ds = ds("fcf-eject", "health.eject_after_failures = 1; health.eject_backoff = 10m; health.eject_backoff_max = 1h");
+        ds.setNodeFailureSqlStates("08,57P01,57P02,57P03");
+        ShardingKey key2 = keyOn(ds, "MYDB2");
+        HikariDataSource pool2 = pools.get("MYDB2");
+        try {
+            Connection held = ds.createConnectionBuilder().shardingKey(key2).build();
+            assertEquals(portOf("MYDB2"), serverPort(held));
+            List<Future<Integer>> served = askers(ds, key2, 3);
+            assertTrue(await(Duration.ofSeconds(15),
+                    () -> pool2.getHikariPoolMXBean().getThreadsAwaitingConnection() == 3));
+
+            PgNodes.kill(2); // no event, no heartbeat: the connection in use finds out
+            assertThrows(SQLException.class, () -> serverPort(held));
+            for (Future<Integer> f : served) {
+                assertNotEquals(portOf("MYDB2"), f.get(SERVED_WITHIN_S, TimeUnit.SECONDS));
+            }
+            assertEquals(NodeState.DOWN, ds.getCluster().nodeState("MYDB2"));
+            held.close();
+        } finally {
+            PgNodes.restart(2);
+        }
     }
 }
