@@ -306,4 +306,41 @@ class ReplayTest {
         assertEquals(0, total(rowsOf("gone")), "rolled back, never replayed");
         assertEquals(0, total(rowsOf("r5b")));
     }
+
+    /** Rows with id {@code id} in node 1's database (the RAC model's one database). */
+    static int rowsInDatabase(String id) throws SQLException {
+        return rowsOf(id).get("MYDB1");
+    }
+
+    @Test
+    void inOneDatabaseACommitLostInABlackholeIsForcedThroughAnotherInstanceThenReplayed() throws Exception {
+        List<String> instances = List.of("INST1", "INST2", "INST3");
+        try (CommitReplyProxy proxy = new CommitReplyProxy(PgNodes.port(1))) {
+            // Three instances of one database (node 1): INST1 through the proxy.
+            pools = new Pools(instances, c -> c.setJdbcUrl(c.getPoolName().endsWith("INST1") ? proxy.url()
+                    : PgNodes.url(1)));
+            AffinityDataSource ds = pools.affinity("name = replay-rac; nodes = INST1, INST2, INST3;"
+                    + " policy = random; thread.auto_pin = false; recovery.scope = database");
+            ds.setRegisterMBean(false);
+            ds.setReplay(true);
+            ds.setHeartbeatTimeoutSeconds(2);
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "INST1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "rac1");
+                proxy.swallowNextCommit(); // the COMMIT never arrives; the transaction stays in progress
+                c.commit(); // in progress -> ended through INST2/3 -> aborted -> replayed there, once
+                assertEquals(0, proxy.replyWithheld.getCount());
+            }
+            assertEquals(1, rowsInDatabase("rac1"), "committed exactly once");
+
+            // A lost answer, the instance then gone: another instance knows it committed.
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "INST1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "rac2");
+                proxy.loseNextCommitReply(false);
+                c.commit();
+            }
+            assertEquals(1, rowsInDatabase("rac2"), "committed exactly once");
+        }
+    }
 }

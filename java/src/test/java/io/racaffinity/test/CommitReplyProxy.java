@@ -23,6 +23,7 @@ public final class CommitReplyProxy implements AutoCloseable {
     private final List<Socket> sockets = new CopyOnWriteArrayList<>();
     private volatile boolean armed;
     private volatile boolean holdUntilRelease;
+    private volatile boolean swallow;
     /** Counted down once the server answered a withheld COMMIT. */
     public final CountDownLatch replyWithheld = new CountDownLatch(1);
     private final CountDownLatch released = new CountDownLatch(1);
@@ -48,6 +49,14 @@ public final class CommitReplyProxy implements AutoCloseable {
     public void loseNextCommitReply(boolean holdUntilRelease) {
         this.holdUntilRelease = holdUntilRelease;
         this.armed = true;
+    }
+
+    /**
+     * The next COMMIT never reaches the server, and the client's socket closes while the server's
+     * stays open: a blackhole, the transaction still in progress behind it.
+     */
+    public void swallowNextCommit() {
+        this.swallow = true;
     }
 
     /** Closes the client of a withheld reply. */
@@ -100,19 +109,28 @@ public final class CommitReplyProxy implements AutoCloseable {
         /** Client to server: spots the COMMIT of an armed proxy. */
         void up() {
             byte[] buf = new byte[65536];
-            try (InputStream in = client.getInputStream(); OutputStream out = upstream.getOutputStream()) {
+            try {
+                // Not closed by a try-with-resources: closing a socket's stream closes the socket.
+                InputStream in = client.getInputStream();
+                OutputStream out = upstream.getOutputStream();
                 int n;
                 while ((n = in.read(buf)) > 0) {
-                    if (armed && new String(buf, 0, n, StandardCharsets.ISO_8859_1).contains("COMMIT")) {
+                    String text = new String(buf, 0, n, StandardCharsets.ISO_8859_1);
+                    if (swallow && text.contains("COMMIT")) {
+                        swallow = false;
+                        replyWithheld.countDown();
+                        client.close(); // the server's socket stays open: its backend waits in the transaction
+                        return;
+                    }
+                    if (armed && text.contains("COMMIT")) {
                         armed = false;
                         commitSent = true;
                     }
                     out.write(buf, 0, n);
                     out.flush();
                 }
+                closeBoth();
             } catch (IOException e) {
-                // closed
-            } finally {
                 closeBoth();
             }
         }
