@@ -172,7 +172,7 @@ final class ReplayConnection {
                         return name.equals("unwrap") ? p : Boolean.TRUE;
                     }
                     notReplayable(name);
-                    return method.invoke(current, args);
+                    return invoke(current, method, args);
                 case "getAutoCommit":
                     return autoCommit;
                 case "isValid":
@@ -215,14 +215,20 @@ final class ReplayConnection {
         } catch (SQLException e) {
             boolean execute = name.startsWith("execute");
             if (id != 0 && execute && autoCommit) {
-                // The statement was its own transaction: its commit may have happened, with no xid to ask.
+                // The statement was its own transaction: its commit may have happened, with no xid to
+                // ask (not the last COMMIT's, which did commit).
+                xid = null;
                 return recover(e, new Call(id, method, args, -1, 0), true);
             }
             return recover(e, new Call(id, method, args, -1, 0), false);
         }
         Object out = record(id, method, args, result);
         if (id == 0 && name.equals("setAutoCommit")) {
+            boolean was = autoCommit;
             autoCommit = (Boolean) args[0];
+            if (autoCommit && !was) {
+                compact(); // JDBC: switching auto-commit on commits the transaction
+            }
         }
         if (id != 0 && autoCommit && name.startsWith("execute")) {
             // Committed by itself: nothing of it is replayed again.
@@ -408,6 +414,7 @@ final class ReplayConnection {
             recover(e, null, true);
             return;
         }
+        xid = null; // settled: a later failure never asks about this one
         compact();
     }
 
@@ -479,6 +486,7 @@ final class ReplayConnection {
             drop();
             Step step = settle(cluster, f);
             if (step.action() == Action.SUCCEEDED) {
+                xid = null;
                 LOG.log(Level.DEBUG, () -> "AffinityDataSource " + cluster.name() + ": the COMMIT in flight committed;"
                         + " not replayed");
                 compact();
