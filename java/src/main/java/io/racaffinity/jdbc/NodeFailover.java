@@ -3,7 +3,9 @@ package io.racaffinity.jdbc;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLTransientConnectionException;
+import java.util.ArrayList;
 import java.util.Collections;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.WeakHashMap;
@@ -18,8 +20,8 @@ import java.util.concurrent.atomic.AtomicLongArray;
  * them through {@link #abortBorrowed} and {@link #kickWaiters}.
  */
 final class NodeFailover {
-    private final Set<Connection>[] borrowed;
-    private final Set<Waiter>[] waiting;
+    private final List<Set<Connection>> borrowed;
+    private final List<Set<Waiter>> waiting;
     /** Per node: failures seen (a reported connection failure or a Down); 0 keeps borrows unchecked. */
     private final AtomicLongArray failures;
     /**
@@ -28,14 +30,15 @@ final class NodeFailover {
      */
     private final Map<Connection, Long> checkedAt = Collections.synchronizedMap(new WeakHashMap<>());
 
-    @SuppressWarnings("unchecked")
     NodeFailover(int nodes) {
-        borrowed = new Set[nodes];
-        waiting = new Set[nodes];
+        List<Set<Connection>> b = new ArrayList<>(nodes);
+        List<Set<Waiter>> w = new ArrayList<>(nodes);
         for (int i = 0; i < nodes; i++) {
-            borrowed[i] = ConcurrentHashMap.newKeySet();
-            waiting[i] = ConcurrentHashMap.newKeySet();
+            b.add(ConcurrentHashMap.newKeySet());
+            w.add(ConcurrentHashMap.newKeySet());
         }
+        borrowed = List.copyOf(b);
+        waiting = List.copyOf(w);
         failures = new AtomicLongArray(nodes);
     }
 
@@ -54,8 +57,8 @@ final class NodeFailover {
     /** The calling thread now waits on {@code node}'s pool. */
     Waiter waiting(int node) {
         Waiter w = new Waiter(node);
-        if (node < waiting.length) {
-            waiting[node].add(w);
+        if (node < waiting.size()) {
+            waiting.get(node).add(w);
         }
         return w;
     }
@@ -67,8 +70,8 @@ final class NodeFailover {
      * @return whether the node went Down meanwhile (the caller routes again)
      */
     boolean done(Waiter w) {
-        if (w.node < waiting.length) {
-            waiting[w.node].remove(w);
+        if (w.node < waiting.size()) {
+            waiting.get(w.node).remove(w);
         }
         synchronized (w) {
             w.done = true;
@@ -91,7 +94,7 @@ final class NodeFailover {
      */
     int kickWaiters(int node) {
         int n = 0;
-        for (Waiter w : waiting[node]) {
+        for (Waiter w : waiting.get(node)) {
             synchronized (w) {
                 if (!w.done && !w.kicked && !w.thread.isInterrupted()) {
                     w.kicked = true;
@@ -105,7 +108,7 @@ final class NodeFailover {
 
     /** @return the threads waiting on {@code node}'s pool now */
     int waiters(int node) {
-        return node < waiting.length ? waiting[node].size() : 0;
+        return node < waiting.size() ? waiting.get(node).size() : 0;
     }
 
     /** The error a kicked waiter's call gets when it cannot route again (a strict scope, a transaction). */
@@ -127,14 +130,14 @@ final class NodeFailover {
     }
 
     void borrowed(int node, Connection physical) {
-        if (node < borrowed.length) {
-            borrowed[node].add(physical);
+        if (node < borrowed.size()) {
+            borrowed.get(node).add(physical);
         }
     }
 
     void returned(int node, Connection physical) {
-        if (node < borrowed.length) {
-            borrowed[node].remove(physical);
+        if (node < borrowed.size()) {
+            borrowed.get(node).remove(physical);
         }
     }
 
@@ -147,8 +150,8 @@ final class NodeFailover {
      */
     int abortBorrowed(int node) {
         int n = 0;
-        for (Connection c : borrowed[node]) {
-            borrowed[node].remove(c);
+        for (Connection c : borrowed.get(node)) {
+            borrowed.get(node).remove(c);
             try {
                 c.abort(Runnable::run);
                 n++;

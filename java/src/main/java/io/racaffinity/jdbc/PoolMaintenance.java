@@ -175,17 +175,21 @@ final class PoolMaintenance implements AutoCloseable {
                 // A planned drain's end: connections in use finish their request and close when
                 // returned (their request boundary); only waiters, pinned work that can no longer
                 // get a connection here, route again.
-                failover.kickWaiters(i);
-                Hikari.softEvict(byId[i]);
                 if (savedMinIdle[i] < 0) {
                     savedMinIdle[i] = Math.max(0, Hikari.setMinimumIdle(byId[i], 0));
                 }
+                failover.kickWaiters(i);
+                Hikari.softEvict(byId[i]);
             } else if (now == NodeState.DOWN && last[i] != NodeState.DOWN) {
                 down(i);
             } else if (now == NodeState.DOWN) {
                 // Threads that came to wait on a Down node's pool since (a transaction's branch
-                // or a strict pin routed there before the Down) get their error now.
+                // or a strict pin routed there before the Down) get their error now, and a
+                // connection the pool was opening at the Down is closed once it lands.
                 failover.kickWaiters(i);
+                if (Hikari.idle(byId[i]) > 0) {
+                    Hikari.softEvict(byId[i]);
+                }
             } else if (now == NodeState.UP && savedMinIdle[i] >= 0) {
                 Hikari.setMinimumIdle(byId[i], savedMinIdle[i]);
                 // Back at once, not at the pool's housekeeping tick (HikariCP: 30 s).
@@ -209,12 +213,13 @@ final class PoolMaintenance implements AutoCloseable {
     private void down(int node) {
         DataSource ds = byId[node];
         failover.failed(node);
-        failover.kickWaiters(node);
-        int aborted = failover.abortBorrowed(node);
-        Hikari.softEvict(ds);
+        // No refill first, so that the eviction below is not undone by the pool's own upkeep.
         if (savedMinIdle[node] < 0) {
             savedMinIdle[node] = Math.max(0, Hikari.setMinimumIdle(ds, 0));
         }
+        failover.kickWaiters(node);
+        int aborted = failover.abortBorrowed(node);
+        Hikari.softEvict(ds);
         if (aborted > 0) {
             LOG.log(Level.DEBUG, () -> owner + ": node " + cluster.nodeName(node) + " Down: " + aborted
                     + " connection(s) in use aborted");
@@ -433,6 +438,13 @@ final class PoolMaintenance implements AutoCloseable {
             } catch (ReflectiveOperationException | LinkageError | RuntimeException e) {
                 // another HikariCP: its housekeeper refills
             }
+        }
+
+        /** {@code getIdleConnections()}, 0 if not a Hikari pool. */
+        static int idle(DataSource ds) {
+            Object n = call(ds, "getHikariPoolMXBean", "com.zaxxer.hikari.HikariPoolMXBean", "getIdleConnections",
+                    new Class<?>[0]);
+            return n instanceof Integer ? (Integer) n : 0;
         }
 
         /** {@code getThreadsAwaitingConnection()}, 0 if not a Hikari pool. */
