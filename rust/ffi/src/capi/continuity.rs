@@ -170,7 +170,7 @@ pub unsafe extern "C" fn racaffinity_pg_xact_status_outcome(
     })
 }
 
-fn failure_arg(f: &racaffinity_request_failure) -> Result<RequestFailure, Failure> {
+pub(crate) fn failure_arg(f: &racaffinity_request_failure) -> Result<RequestFailure, Failure> {
     let class = racaffinity_error_class::try_from(f.error_class).map_err(|_| bad_enum("error_class", f.error_class))?;
     let outcome = match racaffinity_commit_outcome::try_from(f.outcome).map_err(|_| bad_enum("outcome", f.outcome))? {
         racaffinity_commit_outcome::NotChecked => None,
@@ -209,29 +209,32 @@ pub unsafe extern "C" fn racaffinity_replay_decide(
         // SAFETY: non-NULL checked; readable per the contract.
         let f = failure_arg(unsafe { failure.as_ref() }.ok_or_else(|| Failure::null("failure"))?)?;
         let step = handle::with(cluster, |c| Ok(c.replay_step(&f)?))?;
-        let (action, node, refusal) = match step {
-            ReplayStep::Succeeded => (racaffinity_replay_action::Succeeded, 0, racaffinity_replay_refusal::None),
-            ReplayStep::CheckOutcome { node } => {
-                (racaffinity_replay_action::CheckOutcome, node.0, racaffinity_replay_refusal::None)
-            }
-            ReplayStep::ForceOutcome { node } => {
-                (racaffinity_replay_action::ForceOutcome, node.0, racaffinity_replay_refusal::None)
-            }
-            ReplayStep::Replay { node } => {
-                (racaffinity_replay_action::Replay, node.0, racaffinity_replay_refusal::None)
-            }
-            ReplayStep::GiveUp { refusal } => (
-                racaffinity_replay_action::GiveUp,
-                0,
-                match refusal {
-                    ReplayRefusal::NotRecoverable => racaffinity_replay_refusal::NotRecoverable,
-                    ReplayRefusal::NotReplayable => racaffinity_replay_refusal::NotReplayable,
-                    ReplayRefusal::ReplayedAlready => racaffinity_replay_refusal::ReplayedAlready,
-                    ReplayRefusal::OutcomeUnknown => racaffinity_replay_refusal::OutcomeUnknown,
-                    ReplayRefusal::NoNode => racaffinity_replay_refusal::NoNode,
-                },
-            ),
-        };
-        out.set(racaffinity_replay_step { action, node, refusal })
+        out.set(step_out(step))
     })
+}
+
+/// A core step as the C ABI's struct (the JNI export packs the same fields).
+pub(crate) fn step_out(step: ReplayStep) -> racaffinity_replay_step {
+    let (action, node, refusal) = match step {
+        ReplayStep::Succeeded => (racaffinity_replay_action::Succeeded, 0, racaffinity_replay_refusal::None),
+        ReplayStep::CheckOutcome { node } => {
+            (racaffinity_replay_action::CheckOutcome, node.0, racaffinity_replay_refusal::None)
+        }
+        ReplayStep::ForceOutcome { node } => {
+            (racaffinity_replay_action::ForceOutcome, node.0, racaffinity_replay_refusal::None)
+        }
+        ReplayStep::Replay { node } => (racaffinity_replay_action::Replay, node.0, racaffinity_replay_refusal::None),
+        ReplayStep::GiveUp { refusal } => (
+            racaffinity_replay_action::GiveUp,
+            0,
+            match refusal {
+                ReplayRefusal::NotRecoverable => racaffinity_replay_refusal::NotRecoverable,
+                ReplayRefusal::NotReplayable => racaffinity_replay_refusal::NotReplayable,
+                ReplayRefusal::ReplayedAlready => racaffinity_replay_refusal::ReplayedAlready,
+                ReplayRefusal::OutcomeUnknown => racaffinity_replay_refusal::OutcomeUnknown,
+                ReplayRefusal::NoNode => racaffinity_replay_refusal::NoNode,
+            },
+        ),
+    };
+    racaffinity_replay_step { action, node, refusal }
 }

@@ -62,6 +62,7 @@ macro_rules! jni_export {
 
 mod cluster;
 mod connect;
+mod continuity;
 mod epoch;
 mod routing;
 #[cfg(feature = "testing")]

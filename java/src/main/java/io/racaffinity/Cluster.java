@@ -945,6 +945,22 @@ public final class Cluster implements AutoCloseable {
     }
 
     /**
+     * The next step for a request a failure interrupted (docs/continuity.md): a pure decision of
+     * the core that changes nothing, so the caller asks again after each step with what it
+     * learned.
+     *
+     * @param failure the failed request as the caller saw it
+     * @return what to do next
+     * @throws UnknownNodeException a node id this cluster never had
+     */
+    public Continuity.Step replayStep(Continuity.Failure failure) {
+        long r = Native.replayDecide(handle, failure.node(), failure.errorClass().ordinal(),
+                failure.commitInFlight(), failure.outcome() == null ? 0 : failure.outcome().code(),
+                failure.forced(), failure.replays(), failure.replayable());
+        return Continuity.Step.unpack(r);
+    }
+
+    /**
      * Reports a heartbeat probe; {@code heartbeat.misses} consecutive misses mark the node down.
      *
      * @param node node id

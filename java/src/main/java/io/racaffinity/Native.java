@@ -104,6 +104,14 @@ final class Native {
 
     static native Object[] feedStatus(long h);
 
+    // --- continuity (docs/continuity.md) ---------------------------------------
+    static native int sqlstateClassify(String sqlstate);
+
+    static native int pgXactStatusOutcome(String status);
+
+    static native long replayDecide(long h, int node, int errorClass, boolean commitInFlight, int outcome,
+            boolean forced, int replays, boolean replayable);
+
     // --- pins and leases -------------------------------------------------
     static native long contextNew(long h);
 

@@ -110,6 +110,9 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
         return false;
     }
 
+    /** A node's state may have changed (a heartbeat moved it): act on it now, not at a tick. */
+    void stateMayHaveChanged() {}
+
     /** Stops the data source's own runtime parts, first thing in {@link #close()}. */
     void stopping() {}
 
@@ -397,7 +400,7 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
             long interval = nodes.heartbeatInterval(c);
             if (interval > 0) {
                 hb = new Heartbeat(prefix, c, probes(byId), interval, nodes.heartbeatTimeoutSeconds(), redactor,
-                        !logsStateChanges());
+                        !logsStateChanges(), this::stateMayHaveChanged);
             }
             if (nodes.registerMBean()) {
                 try {

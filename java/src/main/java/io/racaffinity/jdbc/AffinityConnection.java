@@ -118,6 +118,7 @@ public final class AffinityConnection implements Connection {
         if (!CLOSED.compareAndSet(this, 0, 1)) {
             return;
         }
+        owner.returned(lease.node(), delegate);
         try {
             delegate.close();
         } catch (SQLException e) {
@@ -142,6 +143,9 @@ public final class AffinityConnection implements Connection {
     /** Aborts the physical connection and releases the lease {@code NEUTRAL}. */
     @Override
     public void abort(Executor executor) throws SQLException {
+        if (CLOSED.compareAndSet(this, 0, 1)) {
+            owner.returned(lease.node(), delegate);
+        }
         try {
             delegate.abort(executor);
         } catch (SQLException e) {

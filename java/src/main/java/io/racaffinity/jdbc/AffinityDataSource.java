@@ -14,6 +14,7 @@ import java.sql.Connection;
 import java.sql.ConnectionBuilder;
 import java.sql.SQLException;
 import java.sql.SQLNonTransientException;
+import java.sql.SQLTransientConnectionException;
 import java.sql.ShardingKeyBuilder;
 import java.util.Collections;
 import java.util.LinkedHashMap;
@@ -94,11 +95,14 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     private PartitionMapLoader partitionMapLoader;
     private long partitionMapReloadMillis;
     private long poolMaintenanceMillis = 200;
+    private boolean replay;
     private volatile PoolMaintenance maintenance;
     /** Per node id, the last connection failure seen (racy by design: a log detail only). */
     private volatile String[] lastFailure = new String[0];
     /** JTA routing, when a transaction registry was found at the start. */
     private volatile TransactionAffinity jta;
+    /** Fast connection failover's bookkeeping (a placeholder of no node until the start). */
+    private volatile NodeFailover failover = new NodeFailover(0);
 
     /** Creates an unconfigured data source; set its properties, then use it. */
     public AffinityDataSource() {
@@ -140,6 +144,25 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             throw new IllegalArgumentException("partitionMapReloadMillis must be >= 0");
         }
         this.partitionMapReloadMillis = millis;
+    }
+
+    /**
+     * Request replay (default off; docs/continuity.md, "Java"): each connection records what
+     * runs on it since its transaction began, and a request a recoverable failure interrupted
+     * (connection lost, node down) is replayed once on the node the core names, after the
+     * outcome of any COMMIT in flight is known; the application sees no error. Connections of a
+     * JTA transaction are never replayed.
+     *
+     * @param replay whether to replay
+     */
+    public void setReplay(boolean replay) {
+        checkNotStarted();
+        this.replay = replay;
+    }
+
+    /** @return whether requests are replayed */
+    public boolean isReplay() {
+        return replay;
     }
 
     /** @return the partition-map reload period (0: start and HA events only) */
@@ -304,7 +327,9 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     void started(Running<DataSource> r) throws SQLException {
         jta = transactionAffinity(r.cluster, nodes.redactor());
         lastFailure = new String[r.byId.length];
-        maintenance = new PoolMaintenance(kind + " " + r.cluster.name(), r.cluster, r.byId, this::lastFailure,
+        failover = new NodeFailover(r.byId.length);
+        maintenance = new PoolMaintenance(kind + " " + r.cluster.name(), r.cluster, r.byId, failover,
+                this::lastFailure,
                 poolMaintenanceMillis, partitionMapLoader, partitionMapReloadMillis, nodes.redactor());
     }
 
@@ -469,14 +494,18 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
 
     Connection connect(String username, String pass, AffinityShardingKey key) throws SQLException {
         try {
-            return connectRouted(username, pass, key);
+            boolean[] inTx = new boolean[1];
+            Connection c = connectRouted(username, pass, key, inTx);
+            // XA and JTA branches are the transaction manager's to recover, never replayed.
+            return replay && !inTx[0] ? ReplayConnection.open(this, (AffinityConnection) c, username, pass) : c;
         } catch (SQLException e) {
             // Drivers write the URL (credentials and all) into their messages; classified already, so only redact.
             throw nodes.redactor().sql(e, pass);
         }
     }
 
-    private Connection connectRouted(String username, String pass, AffinityShardingKey key) throws SQLException {
+    private Connection connectRouted(String username, String pass, AffinityShardingKey key, boolean[] inTx)
+            throws SQLException {
         if (isClosed()) {
             throw closedException();
         }
@@ -493,6 +522,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         byte[] retrySession = null;
         try {
             TransactionAffinity.Joined tx = jta == null ? null : jta.join();
+            inTx[0] = tx != null;
             ConnectionAffinityCallback cb = affinityCallback;
             if (tx != null && tx.placed() != null) {
                 // The transaction's first connection placed it (an explicit txBegin): go there.
@@ -571,15 +601,14 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             throw new SQLNonTransientException(kind + " " + c.name() + ": node " + c.nodeName(node)
                     + " has no DataSource (added at runtime?)", "HY000");
         }
+        NodeFailover f = failover;
         Connection physical;
         try {
-            boolean started = s.started[node];
-            physical = NodeConnect.open(ds, started, username, pass);
-            if (!started) {
-                // Written once: a store on every call would move this array's cache line
-                // between the cores of every thread that gets connections.
-                s.started[node] = true;
-            }
+            physical = borrow(s, f, ds, node, username, pass);
+        } catch (NodeFailover.NodeWentDown e) {
+            // The node is Down already (that is why the wait ended): nothing more to count.
+            release(lease, Outcome.NEUTRAL);
+            throw e;
         } catch (SQLException e) {
             if (isNodeFailure(e)) {
                 reportFailure(c, lease, e);
@@ -595,7 +624,70 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             release(lease, Outcome.NEUTRAL);
             throw new SQLException("node " + c.nodeName(node) + "'s DataSource returned no connection", "08001");
         }
+        f.borrowed(node, physical);
         return new AffinityConnection(this, physical, lease);
+    }
+
+    /** Checks of one borrow's suspect connections before the borrow fails (a pool holds this many at most). */
+    private static final int MAX_SUSPECT_CHECKS = 64;
+
+    /**
+     * A connection from a node's pool, as a registered waiter (a Down ends the wait: {@link
+     * NodeFailover.NodeWentDown}), checked first if the node failed since it was last known good
+     * (a connection that fails its check is dropped from the pool and the next one taken).
+     */
+    private Connection borrow(Running<DataSource> s, NodeFailover f, DataSource ds, int node, String username,
+            String pass) throws SQLException {
+        for (int checks = 0;; checks++) {
+            NodeFailover.Waiter w = f.waiting(node);
+            Connection physical;
+            boolean kicked = false;
+            try {
+                try {
+                    boolean started = s.started[node];
+                    physical = NodeConnect.open(ds, started, username, pass);
+                    if (!started) {
+                        // Written once: a store on every call would move this array's cache line
+                        // between the cores of every thread that gets connections.
+                        s.started[node] = true;
+                    }
+                } finally {
+                    kicked = f.done(w);
+                }
+            } catch (SQLException | RuntimeException e) {
+                if (kicked) {
+                    throw NodeFailover.wentDown(s.cluster.nodeName(node), e instanceof SQLException
+                            ? (SQLException) e : new SQLException(e));
+                }
+                throw e;
+            }
+            if (kicked) {
+                // The node went Down as the pool answered: this connection is on it.
+                if (physical != null) {
+                    PoolMaintenance.Hikari.evict(ds, physical);
+                }
+                throw NodeFailover.wentDown(s.cluster.nodeName(node), null);
+            }
+            // An unpooled source's connection is new: nothing to suspect.
+            if (physical == null || ds instanceof DriverDataSource || !f.suspect(node, physical)) {
+                return physical;
+            }
+            boolean ok;
+            try {
+                ok = physical.isValid(nodes.heartbeatTimeoutSeconds());
+            } catch (SQLException e) {
+                ok = false;
+            }
+            if (ok) {
+                f.good(node, physical);
+                return physical;
+            }
+            PoolMaintenance.Hikari.evict(ds, physical);
+            if (checks + 1 >= MAX_SUSPECT_CHECKS) {
+                throw new SQLTransientConnectionException("node " + s.cluster.nodeName(node) + ": "
+                        + MAX_SUSPECT_CHECKS + " pooled connections in a row failed their check", "08006");
+            }
+        }
     }
 
     // ---- seed 002 (UCP) parity ----------------------------------------------------
@@ -776,6 +868,54 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         }
     }
 
+    /** @return pool upkeep rounds done so far (for tests: a round that began after a change saw it) */
+    long upkeepRounds() {
+        PoolMaintenance m = maintenance;
+        return m == null ? 0 : m.rounds();
+    }
+
+    /**
+     * A connection on {@code node} for a replay, or after a commit found committed ({@code node}
+     * -1: routed as a plain {@code getConnection()}), without replay of its own.
+     */
+    AffinityConnection connectForReplay(int node, String username, String pass) throws SQLException {
+        Running<DataSource> s = running();
+        if (node < 0) {
+            boolean[] inTx = new boolean[1];
+            return (AffinityConnection) connectRouted(username, pass, null, inTx);
+        }
+        Lease lease;
+        try {
+            lease = s.cluster.lease(node);
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+        return (AffinityConnection) open(s, lease, username, pass);
+    }
+
+    /** @return the cluster of a started data source */
+    Cluster clusterOf() throws SQLException {
+        return running().cluster;
+    }
+
+    /** @return seconds a check of a node may take (the heartbeat's probe timeout) */
+    int checkTimeoutSeconds() {
+        return nodes.heartbeatTimeoutSeconds();
+    }
+
+    /** The application gave back (closed or aborted) a node pool's connection. */
+    void returned(int node, Connection physical) {
+        failover.returned(node, physical);
+    }
+
+    @Override
+    void stateMayHaveChanged() {
+        PoolMaintenance m = maintenance;
+        if (m != null) {
+            m.poke();
+        }
+    }
+
     /** Releases a lease whose node failed, so that ejection counts it, and notes why. */
     private void reportFailure(Cluster c, Lease lease, SQLException e) {
         release(lease, Outcome.FAILED);
@@ -783,6 +923,9 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     }
 
     private void noteFailure(Cluster c, int node, SQLException e) {
+        failover.failed(node);
+        // The failure may have ejected the node: upkeep acts on a Down at once, not at its tick.
+        stateMayHaveChanged();
         String why = "SQLState " + e.getSQLState() + ": " + nodes.redactor().redact(e.getMessage());
         String[] seen = lastFailure;
         if (node < seen.length) {

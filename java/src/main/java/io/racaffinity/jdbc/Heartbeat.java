@@ -39,6 +39,8 @@ final class Heartbeat implements AutoCloseable {
     private final Redactor redactor;
     private final ScheduledExecutorService timer;
     private final ExecutorService probes;
+    /** Told of each state change a probe caused (pool upkeep acts on a Down at once). */
+    private final Runnable changed;
 
     /**
      * @param owner the data source's log prefix ({@code AffinityDataSource orcl})
@@ -46,8 +48,9 @@ final class Heartbeat implements AutoCloseable {
      *     the data source logs every change already, with the core's cause)
      */
     Heartbeat(String owner, Cluster cluster, DataSource[] nodes, long intervalMillis, int timeoutSeconds,
-            Redactor redactor, boolean logChanges) {
+            Redactor redactor, boolean logChanges, Runnable changed) {
         this.owner = owner;
+        this.changed = changed;
         this.logChanges = logChanges;
         this.cluster = cluster;
         this.nodes = nodes.clone();
@@ -119,6 +122,9 @@ final class Heartbeat implements AutoCloseable {
             if (!ok) {
                 LOG.log(Level.DEBUG, () -> owner + ": heartbeat of node " + cluster.nodeName(node) + " missed: "
                         + why);
+            }
+            if (changed) {
+                this.changed.run();
             }
             if (changed && logChanges) {
                 NodeStates.logChange(LOG, owner, cluster, node, ok ? "heartbeat probe succeeded"

@@ -20,10 +20,16 @@ import javax.sql.DataSource;
  *       busy ones are retired when returned (HikariCP {@code softEvictConnections},
  *       with {@code minimumIdle} at 0 until the node is Up again), so the
  *       instance holds no pooled connection when its drain timeout ends;</li>
+ *   <li>fails a Down node's pool over at once (fast connection failover,
+ *       {@link NodeFailover}): idle connections close, threads waiting on the pool
+ *       route again, and on a hard Down (not a planned drain's end) the connections
+ *       in use are aborted; the pool refills at once when the node is Up again;</li>
  *   <li>reloads the partition map from the {@link PartitionMapLoader} after each
  *       node state change (an HA event) and on its period.</li>
  * </ul>
- * {@link #poke()} runs a round at once (after {@code AffinityDataSource.applyEvent}).
+ * {@link #poke()} runs a round at once: after {@code AffinityDataSource.applyEvent}, a
+ * heartbeat that changed a state and a connection failure (which may eject the node); other
+ * changes (an operator's, the fleet feed's) are seen at the next tick.
  */
 final class PoolMaintenance implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AffinityDataSource");
@@ -32,6 +38,7 @@ final class PoolMaintenance implements AutoCloseable {
     private final String owner;
     private final Cluster cluster;
     private final DataSource[] byId;
+    private final NodeFailover failover;
     private final IntFunction<String> lastFailure;
     private final long tickMillis;
     private final PartitionMapLoader loader;
@@ -42,6 +49,8 @@ final class PoolMaintenance implements AutoCloseable {
     private final NodeState[] last;
     private final int[] savedMinIdle;
     private final AtomicLong loads = new AtomicLong();
+    /** Rounds done (tests wait for one that started after a change). */
+    private final AtomicLong rounds = new AtomicLong();
     private final AtomicLong failures = new AtomicLong();
     private volatile String lastError;
     private long nextReload;
@@ -55,9 +64,11 @@ final class PoolMaintenance implements AutoCloseable {
      * @param owner the data source's log prefix
      * @param lastFailure the last connection failure the data source saw on a node, or null
      */
-    PoolMaintenance(String owner, Cluster cluster, DataSource[] byId, IntFunction<String> lastFailure,
-            long tickMillis, PartitionMapLoader loader, long reloadMillis, Redactor redactor) {
+    PoolMaintenance(String owner, Cluster cluster, DataSource[] byId, NodeFailover failover,
+            IntFunction<String> lastFailure, long tickMillis, PartitionMapLoader loader, long reloadMillis,
+            Redactor redactor) {
         this.owner = owner;
+        this.failover = failover;
         this.redactor = redactor;
         this.cluster = cluster;
         this.byId = byId.clone();
@@ -75,6 +86,10 @@ final class PoolMaintenance implements AutoCloseable {
         this.thread = LibraryThreads.newThread(this::loop, "racaffinity-pools-" + cluster.name(),
                 PoolMaintenance.class.getClassLoader());
         thread.start();
+    }
+
+    long rounds() {
+        return rounds.get();
     }
 
     long loads() {
@@ -133,6 +148,7 @@ final class PoolMaintenance implements AutoCloseable {
             }
             try {
                 round();
+                rounds.incrementAndGet();
             } catch (ClusterClosedException e) {
                 return;
             } catch (RuntimeException e) {
@@ -153,10 +169,31 @@ final class PoolMaintenance implements AutoCloseable {
                 changed = true;
                 NodeStates.logTransition(LOG, owner, cluster, i, last[i], now, lastFailure.apply(i));
             }
-            if (now == NodeState.DRAINING || (now == NodeState.DOWN && last[i] == NodeState.DRAINING)) {
+            if (now == NodeState.DRAINING) {
                 drain(i);
+            } else if (now == NodeState.DOWN && last[i] == NodeState.DRAINING) {
+                // A planned drain's end: connections in use finish their request and close when
+                // returned (their request boundary); only waiters, pinned work that can no longer
+                // get a connection here, route again.
+                if (savedMinIdle[i] < 0) {
+                    savedMinIdle[i] = Math.max(0, Hikari.setMinimumIdle(byId[i], 0));
+                }
+                failover.kickWaiters(i);
+                Hikari.softEvict(byId[i]);
+            } else if (now == NodeState.DOWN && last[i] != NodeState.DOWN) {
+                down(i);
+            } else if (now == NodeState.DOWN) {
+                // Threads that came to wait on a Down node's pool since (a transaction's branch
+                // or a strict pin routed there before the Down) get their error now, and a
+                // connection the pool was opening at the Down is closed once it lands.
+                failover.kickWaiters(i);
+                if (Hikari.idle(byId[i]) > 0) {
+                    Hikari.softEvict(byId[i]);
+                }
             } else if (now == NodeState.UP && savedMinIdle[i] >= 0) {
                 Hikari.setMinimumIdle(byId[i], savedMinIdle[i]);
+                // Back at once, not at the pool's housekeeping tick (HikariCP: 30 s).
+                Hikari.refill(byId[i], savedMinIdle[i]);
                 savedMinIdle[i] = -1;
             }
             last[i] = now;
@@ -165,6 +202,27 @@ final class PoolMaintenance implements AutoCloseable {
         if (loader != null && (changed || nowMs >= nextReload)) {
             reload(changed ? "HA event" : "period");
             nextReload = reloadMillis > 0 ? nowMs + reloadMillis : Long.MAX_VALUE;
+        }
+    }
+
+    /**
+     * A hard Down (crash, heartbeat, ejection, operator, FAN {@code reason=FAILURE}): as a drain,
+     * and the connections in use are aborted (their next call fails at once rather than hang on a
+     * dead node) and the threads waiting on the pool route again at once.
+     */
+    private void down(int node) {
+        DataSource ds = byId[node];
+        failover.failed(node);
+        // No refill first, so that the eviction below is not undone by the pool's own upkeep.
+        if (savedMinIdle[node] < 0) {
+            savedMinIdle[node] = Math.max(0, Hikari.setMinimumIdle(ds, 0));
+        }
+        failover.kickWaiters(node);
+        int aborted = failover.abortBorrowed(node);
+        Hikari.softEvict(ds);
+        if (aborted > 0) {
+            LOG.log(Level.DEBUG, () -> owner + ": node " + cluster.nodeName(node) + " Down: " + aborted
+                    + " connection(s) in use aborted");
         }
     }
 
@@ -335,6 +393,58 @@ final class PoolMaintenance implements AutoCloseable {
             call(ds, "getHikariPoolMXBean", "com.zaxxer.hikari.HikariPoolMXBean", "softEvictConnections",
                     new Class<?>[0]);
             return true;
+        }
+
+        /**
+         * Drops one connection from the pool ({@code HikariDataSource.evictConnection}; it is
+         * closed now if idle, else when returned); without it, aborts and closes the connection.
+         */
+        static void evict(DataSource ds, java.sql.Connection c) {
+            try {
+                ds.getClass().getMethod("evictConnection", java.sql.Connection.class).invoke(ds, c);
+                return;
+            } catch (ReflectiveOperationException | LinkageError | RuntimeException e) {
+                // not a Hikari pool
+            }
+            try {
+                c.abort(Runnable::run);
+            } catch (java.sql.SQLException | RuntimeException e) {
+                // gone already
+            }
+            try {
+                c.close();
+            } catch (java.sql.SQLException | RuntimeException e) {
+                // gone already
+            }
+        }
+
+        /**
+         * Asks the pool to open up to {@code n} connections now, on its own thread ({@code
+         * HikariPool.addBagItem}, never beyond {@code minimumIdle}); a pool without it refills at
+         * its own pace.
+         */
+        static void refill(DataSource ds, int n) {
+            Object mx = bean(ds, "getHikariPoolMXBean", "com.zaxxer.hikari.HikariPoolMXBean");
+            if (mx == null) {
+                return;
+            }
+            try {
+                // Each task opens one connection while the pool is below minimumIdle; the argument,
+                // "threads waiting", is compared with the tasks queued, so count up.
+                Method add = mx.getClass().getMethod("addBagItem", int.class);
+                for (int i = 1; i <= n; i++) {
+                    add.invoke(mx, i);
+                }
+            } catch (ReflectiveOperationException | LinkageError | RuntimeException e) {
+                // another HikariCP: its housekeeper refills
+            }
+        }
+
+        /** {@code getIdleConnections()}, 0 if not a Hikari pool. */
+        static int idle(DataSource ds) {
+            Object n = call(ds, "getHikariPoolMXBean", "com.zaxxer.hikari.HikariPoolMXBean", "getIdleConnections",
+                    new Class<?>[0]);
+            return n instanceof Integer ? (Integer) n : 0;
         }
 
         /** {@code getThreadsAwaitingConnection()}, 0 if not a Hikari pool. */

@@ -1,0 +1,691 @@
+package io.racaffinity.jdbc;
+
+import io.racaffinity.AffinityException;
+import io.racaffinity.Cluster;
+import io.racaffinity.Continuity;
+import io.racaffinity.Continuity.Action;
+import io.racaffinity.Continuity.CommitOutcome;
+import io.racaffinity.Continuity.ErrorClass;
+import io.racaffinity.Continuity.Refusal;
+import io.racaffinity.Continuity.ReplayRefusedException;
+import io.racaffinity.Continuity.Step;
+import java.lang.System.Logger.Level;
+import java.lang.reflect.InvocationHandler;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
+import java.sql.CallableStatement;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import javax.sql.DataSource;
+
+/**
+ * Request replay for one connection of an {@link AffinityDataSource} with {@code replay=true}
+ * (docs/continuity.md, "Java"). The application gets a proxy of {@link Connection}; every call on
+ * it and on the statements and result sets it returns goes through here, is run on the current
+ * node's connection and recorded, with a hash of what it answered, since the transaction began.
+ * On a recoverable failure the core decides, step by step ({@link Cluster#replayStep}), whether
+ * the COMMIT in flight is checked (and forced) on a node, whether the recorded calls are run again
+ * on another node (once), or the original error surfaces with a {@link ReplayRefusedException}
+ * cause. A replay whose answers differ from those the application read is abandoned. The
+ * application's statements and result sets follow the replay: their proxies point at the new
+ * node's objects afterwards.
+ *
+ * <p>Not replayed (the core's {@code not_replayable}): a request that reached the driver's
+ * connection ({@code unwrap}, {@code getMetaData}, large objects, arrays, {@code setSavepoint}),
+ * and a statement that failed in auto-commit mode (it is its own commit, whose xid is unknown:
+ * {@code outcome_unknown}). The request boundaries are JDBC 4.3's: {@code beginRequest()} when
+ * the connection is handed out, {@code endRequest()} when it is closed.
+ */
+final class ReplayConnection {
+    private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AffinityDataSource");
+    /** Steps of one recovery at most: check, force, check, replay (the core bounds replays to one). */
+    private static final int MAX_STEPS = 8;
+
+    /** One recorded call: on object {@code target}, creating object {@code created} or answering {@code hash}. */
+    private record Call(int target, Method method, Object[] args, int created, long hash) {}
+
+    private final AffinityDataSource owner;
+    /** The credentials of {@code getConnection(user, password)}, for the replay's connection (null: the data source's). */
+    private final String user;
+    private final String password;
+    private final Connection proxy;
+    /** Volatile: {@code abort} reads it without the lock a hung call holds. */
+    private volatile AffinityConnection current;
+    /** Object id → the current node's object (0: the connection). */
+    private final List<Object> targets = new ArrayList<>();
+    /** Object id → whether it is a result set (never kept across a transaction's end). */
+    private final List<Boolean> resultSets = new ArrayList<>();
+    /** The calls since the transaction began, and what sets the session and the open statements up. */
+    private final List<Call> log = new ArrayList<>();
+    /** Object ids whose calls are no longer recorded (result sets of a finished transaction). */
+    private final List<Boolean> stale = new ArrayList<>();
+    private boolean replayable = true;
+    private String why;
+    private boolean autoCommit = true;
+    private int replays;
+    private volatile boolean closed;
+
+    private ReplayConnection(AffinityDataSource owner, AffinityConnection first, String user, String password) {
+        this.owner = owner;
+        this.user = user;
+        this.password = password;
+        this.current = first;
+        targets.add(first);
+        resultSets.add(false);
+        stale.add(false);
+        this.proxy = (Connection) Proxy.newProxyInstance(ReplayConnection.class.getClassLoader(),
+                new Class<?>[] {Connection.class}, new ObjectHandler(this, 0, Connection.class));
+    }
+
+    static Connection open(AffinityDataSource owner, AffinityConnection first, String user, String password)
+            throws SQLException {
+        ReplayConnection r = new ReplayConnection(owner, first, user, password);
+        try {
+            first.beginRequest();
+            r.autoCommit = first.getAutoCommit();
+        } catch (SQLException e) {
+            first.close();
+            throw e;
+        }
+        return r.proxy;
+    }
+
+    /** A proxy's handler: its object's id and interface. */
+    private static final class ObjectHandler implements InvocationHandler {
+        final ReplayConnection owner;
+        final int id;
+        final Class<?> iface;
+
+        ObjectHandler(ReplayConnection owner, int id, Class<?> iface) {
+            this.owner = owner;
+            this.id = id;
+            this.iface = iface;
+        }
+
+        @Override
+        public Object invoke(Object p, Method method, Object[] args) throws Throwable {
+            if (method.getDeclaringClass() == Object.class) {
+                switch (method.getName()) {
+                    case "equals":
+                        return p == args[0];
+                    case "hashCode":
+                        return System.identityHashCode(p);
+                    default:
+                        return iface.getSimpleName() + "[replay, " + owner.current + "]";
+                }
+            }
+            if (id == 0 && method.getName().equals("abort")) {
+                // From another thread, to end a call that hangs: it must not wait for that call.
+                owner.closed = true;
+                owner.current.abort((java.util.concurrent.Executor) args[0]);
+                return null;
+            }
+            synchronized (owner) {
+                return owner.call(p, id, method, args);
+            }
+        }
+    }
+
+    private Object call(Object p, int id, Method method, Object[] args) throws Throwable {
+        String name = method.getName();
+        int argc = args == null ? 0 : args.length;
+        if (id == 0) {
+            switch (name) {
+                case "close":
+                    close();
+                    return null;
+                case "isClosed":
+                    return closed || current.isClosed();
+                case "commit":
+                    commit();
+                    return null;
+                case "rollback":
+                    if (argc == 0) {
+                        rollback();
+                        return null;
+                    }
+                    break;
+                case "abort":
+                    closed = true;
+                    current.abort((java.util.concurrent.Executor) args[0]);
+                    return null;
+                case "beginRequest":
+                case "endRequest":
+                    // The application's request boundary (JDBC 4.3): outside a transaction, nothing
+                    // before it is replayed again. The driver's are the data source's, at borrow and close.
+                    if (!inTransaction()) {
+                        compact();
+                    }
+                    return null;
+                case "unwrap":
+                case "isWrapperFor":
+                    if (((Class<?>) args[0]).isInstance(p)) {
+                        return name.equals("unwrap") ? p : Boolean.TRUE;
+                    }
+                    notReplayable(name);
+                    return invoke(current, method, args);
+                case "getAutoCommit":
+                    return autoCommit;
+                case "isValid":
+                case "getWarnings":
+                case "clearWarnings":
+                    return invoke(current, method, args);
+                case "getMetaData":
+                case "createBlob":
+                case "createClob":
+                case "createNClob":
+                case "createSQLXML":
+                case "createArrayOf":
+                case "createStruct":
+                case "setSavepoint":
+                case "releaseSavepoint":
+                case "setNetworkTimeout":
+                    notReplayable(name);
+                    return invoke(current, method, args);
+                default:
+                    break;
+            }
+            if (name.equals("rollback") || name.equals("prepareCall")) {
+                notReplayable(name);
+            }
+        } else if (stale.get(id)) {
+            // A result set of a finished transaction: read in memory, not recorded.
+            return wrapUnrecorded(invoke(targets.get(id), method, args));
+        } else if (argc == 0 && name.equals("getConnection")) {
+            return proxy;
+        } else if (argc == 1 && (name.equals("unwrap") || name.equals("isWrapperFor"))) {
+            if (((Class<?>) args[0]).isInstance(p)) {
+                return name.equals("unwrap") ? p : Boolean.TRUE;
+            }
+            notReplayable(name);
+        }
+        Object target = targets.get(id);
+        Object result;
+        try {
+            result = invoke(target, method, args);
+        } catch (SQLException e) {
+            boolean execute = name.startsWith("execute");
+            if (id != 0 && execute && autoCommit) {
+                // The statement was its own transaction: its commit may have happened, with no xid to
+                // ask (not the last COMMIT's, which did commit).
+                xid = null;
+                return recover(e, new Call(id, method, args, -1, 0), true);
+            }
+            return recover(e, new Call(id, method, args, -1, 0), false);
+        }
+        Object out = record(id, method, args, result);
+        if (id == 0 && name.equals("setAutoCommit")) {
+            boolean was = autoCommit;
+            autoCommit = (Boolean) args[0];
+            if (autoCommit && !was) {
+                compact(); // JDBC: switching auto-commit on commits the transaction
+            }
+        }
+        if (id != 0 && autoCommit && name.startsWith("execute")) {
+            // Committed by itself: nothing of it is replayed again.
+            compact();
+        }
+        return out;
+    }
+
+    private static Object invoke(Object target, Method method, Object[] args) throws Throwable {
+        try {
+            return method.invoke(target, args);
+        } catch (InvocationTargetException e) {
+            throw e.getCause();
+        }
+    }
+
+    /** Records a call that answered {@code result}; returns what the application gets. */
+    private Object record(int id, Method method, Object[] args, Object result) {
+        Object[] kept = args == null ? null : args.clone();
+        Class<?> rt = method.getReturnType();
+        if ((result instanceof Statement && Statement.class.isAssignableFrom(rt))
+                || (result instanceof ResultSet && rt == ResultSet.class)) {
+            int created = newObject(result, result instanceof ResultSet);
+            log.add(new Call(id, method, kept, created, 0));
+            return proxyOf(created, rt, result);
+        }
+        if (result instanceof Connection) {
+            return proxy;
+        }
+        log.add(new Call(id, method, kept, -1, hash(result)));
+        return result;
+    }
+
+    private Object wrapUnrecorded(Object result) {
+        if (result instanceof Statement || result instanceof Connection) {
+            return proxy;
+        }
+        return result;
+    }
+
+    private int newObject(Object target, boolean resultSet) {
+        targets.add(target);
+        resultSets.add(resultSet);
+        stale.add(false);
+        return targets.size() - 1;
+    }
+
+    private Object proxyOf(int id, Class<?> declared, Object target) {
+        Class<?> iface = declared;
+        if (target instanceof CallableStatement) {
+            iface = CallableStatement.class;
+        } else if (target instanceof PreparedStatement && declared.isAssignableFrom(PreparedStatement.class)) {
+            iface = PreparedStatement.class;
+        }
+        return Proxy.newProxyInstance(ReplayConnection.class.getClassLoader(), new Class<?>[] {iface},
+                new ObjectHandler(this, id, iface));
+    }
+
+    /** What a call answered, as compared on a replay. */
+    private static long hash(Object v) {
+        if (v == null) {
+            return 0;
+        }
+        if (v instanceof byte[]) {
+            return Arrays.hashCode((byte[]) v) * 31L + 1;
+        }
+        if (v instanceof Object[]) {
+            return Arrays.deepHashCode((Object[]) v) * 31L + 2;
+        }
+        if (v instanceof int[]) {
+            return Arrays.hashCode((int[]) v) * 31L + 3;
+        }
+        if (v instanceof long[]) {
+            return Arrays.hashCode((long[]) v) * 31L + 4;
+        }
+        if (v instanceof Number || v instanceof Boolean || v instanceof String || v instanceof Character
+                || v instanceof java.util.Date || v instanceof java.time.temporal.Temporal
+                || v instanceof java.util.UUID) {
+            return v.hashCode() * 31L + v.getClass().getName().hashCode();
+        }
+        // Driver objects (LOBs, arrays): not compared; reading them made the request not replayable.
+        return 5;
+    }
+
+    private void notReplayable(String what) {
+        if (replayable) {
+            replayable = false;
+            why = what;
+        }
+    }
+
+    /** Whether statements ran since the transaction began (auto-commit off). */
+    private boolean inTransaction() {
+        if (autoCommit) {
+            return false;
+        }
+        for (Call c : log) {
+            if (c.method.getName().startsWith("execute")) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * The transaction ended: only what sets the session up and the open statements stay recorded
+     * (creation and settings); executions and result sets go, the result sets stay readable
+     * (drivers keep their rows in memory) but unrecorded.
+     */
+    private void compact() {
+        java.util.Set<Integer> closedIds = new java.util.HashSet<>();
+        for (Call c : log) {
+            if (c.target != 0 && c.method.getName().equals("close")) {
+                closedIds.add(c.target);
+            }
+        }
+        // A statement's parameter set again later replaces the earlier setting: keep the last only,
+        // so a statement reused over many transactions keeps a log of its size, not of its uses.
+        java.util.Set<String> later = new java.util.HashSet<>();
+        List<Call> kept = new ArrayList<>();
+        for (int i = log.size() - 1; i >= 0; i--) {
+            Call c = log.get(i);
+            String name = c.method.getName();
+            boolean onResultSet = resultSets.get(c.target) || (c.created >= 0 && resultSets.get(c.created));
+            boolean closedOne = closedIds.contains(c.target) || (c.created >= 0 && closedIds.contains(c.created));
+            if (onResultSet || closedOne || name.startsWith("execute") || name.equals("getResultSet")
+                    || name.equals("getGeneratedKeys") || name.equals("addBatch") || name.equals("clearBatch")) {
+                continue;
+            }
+            if (c.created < 0 && c.hash == 0 && name.startsWith("set") && c.args != null && c.args.length > 0) {
+                Object first = c.args[0];
+                String slot = c.target + "/" + name + "/"
+                        + (first instanceof Integer || first instanceof String ? first : "");
+                if (!later.add(slot)) {
+                    continue;
+                }
+            }
+            kept.add(c);
+        }
+        java.util.Collections.reverse(kept);
+        log.clear();
+        log.addAll(kept);
+        for (int i = 1; i < resultSets.size(); i++) {
+            if (resultSets.get(i)) {
+                stale.set(i, true);
+            }
+        }
+    }
+
+    // ---- transaction demarcation ---------------------------------------------
+
+    private String xid;
+    private int pid;
+    private Boolean postgres;
+
+    private void commit() throws Throwable {
+        if (autoCommit) {
+            current.commit(); // as the driver: an error for auto-commit
+            return;
+        }
+        xid = null;
+        if (isPostgres()) {
+            // Taken in the transaction: what tells its outcome once the COMMIT's answer is lost.
+            try (Statement s = current.physical().createStatement();
+                    ResultSet rs = s.executeQuery("SELECT pg_current_xact_id()::text, pg_backend_pid()")) {
+                rs.next();
+                xid = rs.getString(1);
+                pid = rs.getInt(2);
+            } catch (SQLException e) {
+                if (Continuity.classifySqlState(e.getSQLState()) == ErrorClass.RECOVERABLE) {
+                    current.failed(e);
+                    recover(e, null, false);
+                    return;
+                }
+                // The server answered (a transaction an error aborted: 25P02): the COMMIT gets the
+                // driver's own answer, as without replay; without an xid its loss cannot be settled.
+                xid = null;
+            }
+        }
+        try {
+            current.commit();
+        } catch (SQLException e) {
+            recover(e, null, true);
+            return;
+        }
+        xid = null; // settled: a later failure never asks about this one
+        compact();
+    }
+
+    private boolean isPostgres() {
+        if (postgres == null) {
+            try {
+                postgres = current.physical().getMetaData().getDatabaseProductName().toLowerCase(java.util.Locale.ROOT)
+                        .contains("postgres");
+            } catch (SQLException e) {
+                postgres = false;
+            }
+        }
+        return postgres;
+    }
+
+    private void rollback() throws SQLException {
+        try {
+            current.rollback();
+        } catch (SQLException e) {
+            if (Continuity.classifySqlState(e.getSQLState()) != ErrorClass.RECOVERABLE) {
+                throw e;
+            }
+            // The transaction is gone with its connection, which is what a rollback wants: go on elsewhere.
+            drop();
+            reattach(-1);
+        }
+        log.removeIf(c -> c.method.getName().startsWith("execute"));
+        compact();
+    }
+
+    private void close() throws SQLException {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        AffinityConnection c = current;
+        try {
+            c.endRequest();
+        } catch (SQLException e) {
+            // the connection is closed next either way
+        } finally {
+            c.close();
+        }
+    }
+
+    // ---- recovery -------------------------------------------------------------
+
+    /**
+     * Walks the core's steps after {@code original}; returns what the failed call ({@code then},
+     * null for a COMMIT) answers on the replayed connection, or throws {@code original} with why it
+     * was not replayed.
+     */
+    private Object recover(SQLException original, Call then, boolean commitInFlight) throws Throwable {
+        Cluster cluster = owner.clusterOf();
+        SQLException e = original;
+        while (true) {
+            ErrorClass cls = Continuity.classifySqlState(e.getSQLState());
+            Continuity.Failure f = new Continuity.Failure(current.node(), cls, commitInFlight, null, false, replays,
+                    replayable && !closed);
+            if (cls == ErrorClass.NOT_RECOVERABLE && e == original) {
+                // The server answered (a constraint, a syntax error, a serialization failure): the
+                // application's error, and the connection goes on. A COMMIT that failed so ended
+                // the transaction (rolled back): nothing of it is replayed later.
+                if (then == null) {
+                    compact();
+                }
+                throw refused(original, Refusal.NOT_RECOVERABLE, null);
+            }
+            drop();
+            Step step = settle(cluster, f);
+            if (step.action() == Action.SUCCEEDED) {
+                xid = null;
+                LOG.log(Level.DEBUG, () -> "AffinityDataSource " + cluster.name() + ": the COMMIT in flight committed;"
+                        + " not replayed");
+                compact();
+                reattach(-1);
+                return null;
+            }
+            if (step.action() == Action.GIVE_UP) {
+                SQLException thrown = refused(original, step.refusal(),
+                        step.refusal() == Refusal.NOT_REPLAYABLE && why != null ? "used " + why : null);
+                if (e != original) {
+                    thrown.addSuppressed(e);
+                }
+                closed = true;
+                throw thrown;
+            }
+            replays++;
+            commitInFlight = false;
+            try {
+                return replayOn(step.node(), then);
+            } catch (ResultsDiffer d) {
+                drop();
+                closed = true;
+                throw refused(original, Refusal.RESULTS_DIFFER, d.getMessage());
+            } catch (SQLException again) {
+                e = again;
+            }
+        }
+    }
+
+    private static SQLException refused(SQLException original, Refusal refusal, String detail) {
+        ReplayRefusedException cause = new ReplayRefusedException(refusal, detail);
+        if (original.getCause() == null) {
+            original.initCause(cause);
+        } else {
+            original.addSuppressed(cause);
+        }
+        return original;
+    }
+
+    /** Walks the outcome checks until the core says succeed, replay or give up. */
+    private Step settle(Cluster cluster, Continuity.Failure f) throws SQLException {
+        for (int i = 0; i < MAX_STEPS; i++) {
+            Step step;
+            try {
+                step = cluster.replayStep(f);
+            } catch (AffinityException ex) {
+                throw SqlErrors.routing(ex);
+            }
+            if (step.action() == Action.CHECK_OUTCOME) {
+                f = f.withOutcome(ask(cluster, step.node(), false));
+            } else if (step.action() == Action.FORCE_OUTCOME) {
+                ask(cluster, step.node(), true);
+                f = f.forcedNow();
+            } else {
+                return step;
+            }
+        }
+        return new Step(Action.GIVE_UP, 0, Refusal.OUTCOME_UNKNOWN);
+    }
+
+    /**
+     * On {@code node}, over a connection of its own: the outcome of the COMMIT in flight, after
+     * ending its backend first when {@code force}. Any failure is an unknown outcome.
+     */
+    private CommitOutcome ask(Cluster cluster, int node, boolean force) {
+        if (xid == null) {
+            return CommitOutcome.UNKNOWN;
+        }
+        int bound = owner.checkTimeoutSeconds();
+        try {
+            DataSource ds = owner.getNodeDataSource(cluster.nodeName(node));
+            try (Connection c = ds.getConnection()) {
+                c.setAutoCommit(true);
+                if (force) {
+                    try (PreparedStatement s = c.prepareStatement("SELECT pg_terminate_backend(?, ?)")) {
+                        s.setQueryTimeout(bound);
+                        s.setInt(1, pid);
+                        s.setLong(2, bound * 1000L);
+                        s.execute();
+                    }
+                }
+                try (PreparedStatement s = c.prepareStatement("SELECT pg_xact_status(?::xid8)")) {
+                    s.setQueryTimeout(bound);
+                    s.setString(1, xid);
+                    try (ResultSet rs = s.executeQuery()) {
+                        return Continuity.fromPgXactStatus(rs.next() ? rs.getString(1) : null);
+                    }
+                }
+            }
+        } catch (SQLException | RuntimeException e) {
+            return CommitOutcome.UNKNOWN;
+        }
+    }
+
+    /** Gives the failed connection back (its lease was released FAILED when the failure was seen). */
+    private void drop() {
+        AffinityConnection c = current;
+        try {
+            c.physical().abort(Runnable::run);
+        } catch (SQLException | RuntimeException e) {
+            // gone already
+        }
+        try {
+            c.close();
+        } catch (SQLException | RuntimeException e) {
+            // gone already
+        }
+    }
+
+    /** A replay's answer differs from the original's. */
+    private static final class ResultsDiffer extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        ResultsDiffer(String message) {
+            super(message);
+        }
+    }
+
+    /** After a COMMIT found committed: a connection routed anew, set up as the session was. */
+    private void reattach(int node) throws SQLException {
+        AffinityConnection fresh = owner.connectForReplay(node, user, password);
+        try {
+            rerun(fresh);
+        } catch (ResultsDiffer | RuntimeException e) {
+            fresh.close();
+            throw new SQLException("the session could not be set up again: " + e.getMessage(), "08006", e);
+        } catch (SQLException e) {
+            fresh.close();
+            throw e;
+        }
+    }
+
+    /** Runs the recorded calls on {@code fresh}; the proxies point at its objects once all answered alike. */
+    private void rerun(AffinityConnection fresh) throws SQLException, ResultsDiffer {
+        Map<Integer, Object> now = new HashMap<>();
+        now.put(0, fresh);
+        fresh.beginRequest();
+        for (Call c : log) {
+            Object t = now.get(c.target);
+            if (t == null) {
+                throw new ResultsDiffer("object " + c.target + " of " + c.method.getName() + " was not created again");
+            }
+            Object r;
+            try {
+                r = invoke(t, c.method, c.args);
+            } catch (SQLException e) {
+                throw e;
+            } catch (Throwable e) {
+                throw new SQLException(e);
+            }
+            if (c.created >= 0) {
+                now.put(c.created, r);
+            } else if (hash(r) != c.hash) {
+                throw new ResultsDiffer(c.method.getName() + " answered otherwise");
+            }
+        }
+        current = fresh;
+        now.forEach(targets::set);
+    }
+
+    private Object replayOn(int node, Call then) throws Throwable {
+        AffinityConnection fresh = owner.connectForReplay(node, user, password);
+        try {
+            rerun(fresh);
+        } catch (ResultsDiffer | SQLException e) {
+            if (current != fresh) {
+                try {
+                    fresh.close();
+                } catch (SQLException ignored) {
+                    // the replay's error is the one to report
+                }
+            }
+            throw e;
+        }
+        String name = cluster().name();
+        LOG.log(Level.DEBUG, () -> "AffinityDataSource " + name + ": request replayed on node " + fresh.nodeName());
+        if (then == null) {
+            commit();
+            return null;
+        }
+        return call(null, then.target, then.method, then.args);
+    }
+
+    private Cluster cluster() throws SQLException {
+        return owner.clusterOf();
+    }
+
+    /** @return the calls a replay connection has recorded now (for tests), or -1 if it is not one */
+    static int recordedCalls(Connection c) {
+        if (!Proxy.isProxyClass(c.getClass()) || !(Proxy.getInvocationHandler(c) instanceof ObjectHandler h)) {
+            return -1;
+        }
+        synchronized (h.owner) {
+            return h.owner.log.size();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "ReplayConnection[" + current + ", replays=" + replays + "]";
+    }
+}

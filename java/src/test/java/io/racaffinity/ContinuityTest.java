@@ -1,0 +1,72 @@
+package io.racaffinity;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import io.racaffinity.Continuity.Action;
+import io.racaffinity.Continuity.CommitOutcome;
+import io.racaffinity.Continuity.ErrorClass;
+import io.racaffinity.Continuity.Failure;
+import io.racaffinity.Continuity.Refusal;
+import io.racaffinity.Continuity.Step;
+import org.junit.jupiter.api.Test;
+
+/** The core's continuity decisions through JNI, row by row of docs/continuity.md's table. */
+class ContinuityTest {
+    @Test
+    void sqlStatesOfLostConnectionsAreRecoverable() {
+        for (String s : new String[] {"08006", "08003", "08S01", "08S02", "57P01", "57P02", "57P03"}) {
+            assertEquals(ErrorClass.RECOVERABLE, Continuity.classifySqlState(s), s);
+        }
+        for (String s : new String[] {"40001", "40P01", "57014", "23505", "", "garbage", "0"}) {
+            assertEquals(ErrorClass.NOT_RECOVERABLE, Continuity.classifySqlState(s), s);
+        }
+        assertEquals(ErrorClass.NOT_RECOVERABLE, Continuity.classifySqlState(null));
+    }
+
+    @Test
+    void pgXactStatusAnswersMapToOutcomes() {
+        assertEquals(CommitOutcome.COMMITTED, Continuity.fromPgXactStatus("committed"));
+        assertEquals(CommitOutcome.ABORTED, Continuity.fromPgXactStatus("aborted"));
+        assertEquals(CommitOutcome.IN_PROGRESS, Continuity.fromPgXactStatus("in progress"));
+        assertEquals(CommitOutcome.UNKNOWN, Continuity.fromPgXactStatus(null));
+        assertEquals(CommitOutcome.UNKNOWN, Continuity.fromPgXactStatus("COMMITTED?"));
+    }
+
+    @Test
+    void eachRowOfTheTable() {
+        try (Cluster c = Cluster.fromConfig("nodes = A, B, C")) {
+            Failure lost = new Failure(1, ErrorClass.RECOVERABLE, false, null, false, 0, true);
+            assertEquals(new Step(Action.GIVE_UP, 0, Refusal.NOT_RECOVERABLE),
+                    c.replayStep(new Failure(1, ErrorClass.NOT_RECOVERABLE, false, null, false, 0, true)));
+            Step replay = c.replayStep(lost);
+            assertEquals(Action.REPLAY, replay.action());
+            assertNotEquals(1, replay.node(), "elsewhere");
+            Failure committing = new Failure(1, ErrorClass.RECOVERABLE, true, null, false, 0, true);
+            // independent databases (recovery.scope = node): the failed node itself is asked
+            assertEquals(new Step(Action.CHECK_OUTCOME, 1, Refusal.NONE), c.replayStep(committing));
+            assertEquals(Action.SUCCEEDED, c.replayStep(committing.withOutcome(CommitOutcome.COMMITTED)).action());
+            assertEquals(Action.REPLAY, c.replayStep(committing.withOutcome(CommitOutcome.ABORTED)).action());
+            assertEquals(new Step(Action.FORCE_OUTCOME, 1, Refusal.NONE),
+                    c.replayStep(committing.withOutcome(CommitOutcome.IN_PROGRESS)));
+            assertEquals(new Step(Action.GIVE_UP, 0, Refusal.OUTCOME_UNKNOWN),
+                    c.replayStep(committing.forcedNow().withOutcome(CommitOutcome.IN_PROGRESS)));
+            assertEquals(new Step(Action.GIVE_UP, 0, Refusal.OUTCOME_UNKNOWN),
+                    c.replayStep(committing.withOutcome(CommitOutcome.UNKNOWN)));
+            assertEquals(Refusal.NOT_REPLAYABLE,
+                    c.replayStep(new Failure(1, ErrorClass.RECOVERABLE, false, null, false, 0, false)).refusal());
+            assertEquals(Refusal.REPLAYED_ALREADY,
+                    c.replayStep(new Failure(1, ErrorClass.RECOVERABLE, false, null, false, 1, true)).refusal());
+            assertThrows(UnknownNodeException.class,
+                    () -> c.replayStep(new Failure(7, ErrorClass.RECOVERABLE, false, null, false, 0, true)));
+            assertThrows(UnknownNodeException.class,
+                    () -> c.replayStep(new Failure(-1, ErrorClass.RECOVERABLE, false, null, false, 0, true)));
+        }
+        try (Cluster rac = Cluster.fromConfig("nodes = A, B, C; recovery.scope = database")) {
+            Step check = rac.replayStep(new Failure(1, ErrorClass.RECOVERABLE, true, null, false, 0, true));
+            assertEquals(Action.CHECK_OUTCOME, check.action());
+            assertNotEquals(1, check.node(), "another instance of the database answers");
+        }
+    }
+}

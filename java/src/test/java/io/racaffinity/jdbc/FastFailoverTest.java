@@ -1,0 +1,329 @@
+package io.racaffinity.jdbc;
+
+import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
+import static io.racaffinity.jdbc.AffinityDataSourceTest.portOf;
+import static io.racaffinity.test.Pools.await;
+import static io.racaffinity.test.Pools.serverPort;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.racaffinity.Cluster;
+import io.racaffinity.NodeState;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.ShardingKey;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * Fast connection failover in the node pools (issue [continuity], docs/continuity.md "Java"):
+ * a node gone Down has its idle connections closed, its connections in use aborted (not on a
+ * planned drain), the threads waiting on its pool served by another node at once, and its pool
+ * refilled when it is Up again. Node 2 is killed by one test and restarted at its end.
+ */
+@ExtendWith(PgNodes.class)
+class FastFailoverTest {
+    static final List<String> NAMES = AffinityDataSourceTest.NAMES;
+    static final String APP = "racaff-fcf-java";
+    /**
+     * Far longer than any test waits: a thread still in a pool's wait when a test looks has waited
+     * for the connection timeout, not been sent on.
+     */
+    static final long CONNECTION_TIMEOUT_MS = 120_000;
+    /** How long a test waits for threads sent on at once (a bound on the test, not a measure). */
+    static final long SERVED_WITHIN_S = 30;
+
+    private Pools pools;
+    private ExecutorService threads;
+
+    @AfterEach
+    void close() {
+        if (threads != null) {
+            threads.shutdownNow();
+        }
+        if (pools != null) {
+            pools.close();
+        }
+    }
+
+    private AffinityDataSource ds(String name, String extra) {
+        AffinityDataSource ds = pools.affinity("name = " + name
+                + "; database = orcl; service = svc; nodes = MYDB1, MYDB2, MYDB3; policy = random; " + extra);
+        ds.setRegisterMBean(false);
+        return ds;
+    }
+
+    static String fan(String node, String tail) {
+        return "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=" + node + " host=h " + tail;
+    }
+
+    /** This test's connections open on a node, as its server counts them. */
+    static int serverConns(String node) {
+        try (Connection c = DriverManager.getConnection(PgNodes.url(NAMES.indexOf(node) + 1), "postgres", "");
+                Statement s = c.createStatement();
+                ResultSet rs = s.executeQuery(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + APP + "'")) {
+            rs.next();
+            return rs.getInt(1);
+        } catch (SQLException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    /** Whether the driver's connection under {@code c} is closed (a pool's proxy keeps its own flag). */
+    static boolean driverClosed(Connection c) throws SQLException {
+        return ((Connection) c.unwrap(org.postgresql.PGConnection.class)).isClosed();
+    }
+
+    /** {@code n} threads asking for a connection by {@code key}; each answers the port that served it. */
+    private List<Future<Integer>> askers(AffinityDataSource ds, ShardingKey key, int n) {
+        threads = Executors.newFixedThreadPool(n);
+        List<Future<Integer>> served = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            served.add(threads.submit(() -> {
+                try (Connection c = ds.createConnectionBuilder().shardingKey(key).build()) {
+                    return serverPort(c);
+                }
+            }));
+        }
+        return served;
+    }
+
+    @Test
+    void threadsWaitingOnAKilledNodesPoolAreServedByAnotherNodeAndItsBorrowedConnectionIsAborted()
+            throws Exception {
+        pools = new Pools(NAMES, c -> {
+            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
+            if (c.getPoolName().endsWith("MYDB2")) {
+                c.setMaximumPoolSize(1);
+                c.setMinimumIdle(0);
+            }
+        });
+        AffinityDataSource ds = ds("fcf-kill", "");
+        ShardingKey key2 = keyOn(ds, "MYDB2");
+        HikariDataSource pool2 = pools.get("MYDB2");
+        try {
+            Connection held = ds.createConnectionBuilder().shardingKey(key2).build();
+            assertEquals(portOf("MYDB2"), serverPort(held));
+            List<Future<Integer>> served = askers(ds, key2, 4);
+            assertTrue(await(Duration.ofSeconds(15),
+                    () -> pool2.getHikariPoolMXBean().getThreadsAwaitingConnection() == 4),
+                    "4 threads wait on node 2's pool");
+
+            PgNodes.kill(2);
+            ds.applyEvent(fan("MYDB2", "status=down reason=FAILURE"));
+
+            for (Future<Integer> f : served) {
+                // get() throws the thread's SQLException, if any surfaced
+                assertNotEquals(portOf("MYDB2"), f.get(SERVED_WITHIN_S, TimeUnit.SECONDS),
+                        "served by another node");
+            }
+            assertTrue(await(Duration.ofSeconds(SERVED_WITHIN_S), () -> {
+                try {
+                    return driverClosed(held);
+                } catch (SQLException e) {
+                    return false;
+                }
+            }), "the connection in use on the crashed node is aborted");
+            SQLException next = assertThrows(SQLException.class,
+                    () -> serverPort(held));
+            assertTrue(next.getSQLState().startsWith("08"), next.getSQLState() + ": " + next.getMessage());
+            held.close();
+        } finally {
+            PgNodes.restart(2);
+        }
+    }
+
+    @Test
+    void aDownNodesIdleConnectionsCloseAndItsPoolRefillsWhenItIsUp() throws Exception {
+        pools = new Pools(NAMES, c -> {
+            c.setMinimumIdle(3);
+            c.addDataSourceProperty("ApplicationName", APP);
+        });
+        AffinityDataSource ds = ds("fcf-idle", "");
+        ds.setPoolMaintenanceMillis(50);
+        Cluster cluster = ds.getCluster();
+        assertTrue(await(Duration.ofSeconds(15), () -> serverConns("MYDB1") >= 3));
+
+        cluster.setNodeState("MYDB1", NodeState.DOWN);
+        assertTrue(await(Duration.ofSeconds(10), () -> serverConns("MYDB1") == 0),
+                "left: " + serverConns("MYDB1"));
+        // HikariCP's housekeeper refills every 30 s: back well before it, the pool was told.
+        cluster.setNodeState("MYDB1", NodeState.UP);
+        assertTrue(await(Duration.ofSeconds(10), () -> serverConns("MYDB1") >= 3),
+                "refilled: " + serverConns("MYDB1"));
+    }
+
+    @Test
+    void aDrainedNodesConnectionInUseFinishesItsWorkAndClosesWhenReturned() throws Exception {
+        pools = new Pools(NAMES, c -> {
+            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
+            c.setMinimumIdle(2);
+            c.addDataSourceProperty("ApplicationName", APP);
+        });
+        AffinityDataSource ds = ds("fcf-drain", "");
+        ds.setPoolMaintenanceMillis(50);
+        Cluster cluster = ds.getCluster();
+        ShardingKey key3 = keyOn(ds, "MYDB3");
+        assertTrue(await(Duration.ofSeconds(15), () -> serverConns("MYDB3") >= 2));
+        Connection held = ds.createConnectionBuilder().shardingKey(key3).build();
+        held.setAutoCommit(false);
+        assertEquals(portOf("MYDB3"), serverPort(held));
+
+        ds.applyEvent(fan("MYDB3", "status=down reason=USER drain_timeout=600"));
+        assertEquals(NodeState.DRAINING, cluster.nodeState("MYDB3"));
+        // New borrows go elsewhere at once; the idle ones close.
+        for (int i = 0; i < 20; i++) {
+            try (Connection c = ds.createConnectionBuilder().shardingKey(key3).build()) {
+                assertNotEquals(portOf("MYDB3"), serverPort(c));
+            }
+        }
+        assertTrue(await(Duration.ofSeconds(10), () -> serverConns("MYDB3") == 1),
+                "only the one in use left: " + serverConns("MYDB3"));
+        // The drain's deadline (the operator's Down after the drain): still not aborted.
+        long rounds = ds.upkeepRounds();
+        cluster.setNodeState("MYDB3", NodeState.DOWN);
+        // Two rounds later, one began after the Down and acted on it.
+        assertTrue(await(Duration.ofSeconds(5), () -> ds.upkeepRounds() >= rounds + 2));
+        assertFalse(driverClosed(held), "a drained node's connection in use is not aborted");
+        assertEquals(portOf("MYDB3"), serverPort(held));
+        held.commit();
+        held.close(); // its request boundary: the pool closes it
+        assertTrue(await(Duration.ofSeconds(10), () -> serverConns("MYDB3") == 0),
+                "left: " + serverConns("MYDB3"));
+    }
+
+    @Test
+    void aPlannedDrainAndItsDeadlineFailNoRequestUnderLoad() throws Exception {
+        pools = new Pools(NAMES, c -> {
+            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
+            c.setMaximumPoolSize(4);
+        });
+        for (int i = 1; i <= 3; i++) {
+            try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    Statement s = c.createStatement()) {
+                s.execute("CREATE TABLE IF NOT EXISTS java_drain (id text PRIMARY KEY)");
+                s.execute("TRUNCATE java_drain");
+            }
+        }
+        AffinityDataSource ds = ds("fcf-drain-load", "");
+        ds.setPoolMaintenanceMillis(50);
+        Cluster cluster = ds.getCluster();
+        // Six web sessions, three of them placed on the node to drain: they keep working there during
+        // the drain and move at its deadline.
+        List<String> sessions = new ArrayList<>();
+        for (int i = 0; sessions.size() < 6; i++) {
+            String id = "drain-session-" + i;
+            String node = cluster.routeSession(id).nodeName();
+            long onDrained = sessions.stream().filter(x -> x.endsWith("@MYDB2")).count();
+            if (node.equals("MYDB2") ? onDrained < 3 : sessions.size() - onDrained < 3) {
+                sessions.add(id + "@" + node);
+            }
+        }
+        java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+        java.util.concurrent.atomic.AtomicInteger ok = new java.util.concurrent.atomic.AtomicInteger();
+        java.util.concurrent.atomic.AtomicInteger onDrainedNode = new java.util.concurrent.atomic.AtomicInteger();
+        List<Throwable> failures = java.util.Collections.synchronizedList(new ArrayList<>());
+        threads = Executors.newFixedThreadPool(sessions.size());
+        List<Future<?>> workers = new ArrayList<>();
+        for (String entry : sessions) {
+            String session = entry.substring(0, entry.indexOf('@'));
+            workers.add(threads.submit(() -> {
+                for (int n = 0; !stop.get(); n++) {
+                    try (SessionScope scope = ds.withSession(session); Connection c = ds.getConnection()) {
+                        c.setAutoCommit(false);
+                        try (java.sql.PreparedStatement s = c.prepareStatement("INSERT INTO java_drain VALUES (?)")) {
+                            s.setString(1, session + "-" + n);
+                            s.executeUpdate();
+                        }
+                        if (serverPort(c) == portOf("MYDB2")) {
+                            onDrainedNode.incrementAndGet();
+                        }
+                        c.commit();
+                        ok.incrementAndGet();
+                    } catch (Throwable t) {
+                        failures.add(t);
+                    }
+                }
+            }));
+        }
+        try {
+            assertTrue(await(Duration.ofSeconds(30), () -> ok.get() >= 60 && onDrainedNode.get() >= 10));
+            int beforeDrain = onDrainedNode.get();
+            ds.applyEvent(fan("MYDB2", "status=down reason=USER drain_timeout=1"));
+            assertTrue(await(Duration.ofSeconds(30), () -> cluster.nodeState("MYDB2") == NodeState.DOWN),
+                    "the drain's deadline passes");
+            assertTrue(onDrainedNode.get() > beforeDrain, "the sessions there kept working during the drain");
+            long rounds = ds.upkeepRounds();
+            assertTrue(await(Duration.ofSeconds(10), () -> ds.upkeepRounds() >= rounds + 2));
+            int atDeadline = ok.get();
+            assertTrue(await(Duration.ofSeconds(30), () -> ok.get() >= atDeadline + 60), "requests go on");
+        } finally {
+            stop.set(true);
+            for (Future<?> w : workers) {
+                w.get(SERVED_WITHIN_S, TimeUnit.SECONDS);
+            }
+        }
+        assertEquals(List.of(), failures.stream().map(String::valueOf).toList(), "no failed request");
+        int rows = 0;
+        for (int i = 1; i <= 3; i++) {
+            try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    Statement s = c.createStatement();
+                    ResultSet rs = s.executeQuery("SELECT count(*) FROM java_drain")) {
+                rs.next();
+                rows += rs.getInt(1);
+            }
+        }
+        assertEquals(ok.get(), rows, "every request committed exactly once");
+    }
+
+    @Test
+    void waitersOnANodeThatAFailedConnectionEjectsAreServedElsewhereAtOnce() throws Exception {
+        pools = new Pools(NAMES, c -> {
+            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
+            if (c.getPoolName().endsWith("MYDB2")) {
+                c.setMaximumPoolSize(1);
+                c.setMinimumIdle(0);
+            }
+        });
+        // One failure ejects; the crash's "terminating connection due to unexpected postmaster exit" (57P01) counts.
+        AffinityDataSource ds = ds("fcf-eject", "health.eject_after_failures = 1; health.eject_backoff = 10m; health.eject_backoff_max = 1h");
+        ds.setNodeFailureSqlStates("08,57P01,57P02,57P03");
+        ShardingKey key2 = keyOn(ds, "MYDB2");
+        HikariDataSource pool2 = pools.get("MYDB2");
+        try {
+            Connection held = ds.createConnectionBuilder().shardingKey(key2).build();
+            assertEquals(portOf("MYDB2"), serverPort(held));
+            List<Future<Integer>> served = askers(ds, key2, 3);
+            assertTrue(await(Duration.ofSeconds(15),
+                    () -> pool2.getHikariPoolMXBean().getThreadsAwaitingConnection() == 3));
+
+            PgNodes.kill(2); // no event, no heartbeat: the connection in use finds out
+            assertThrows(SQLException.class, () -> serverPort(held));
+            for (Future<Integer> f : served) {
+                assertNotEquals(portOf("MYDB2"), f.get(SERVED_WITHIN_S, TimeUnit.SECONDS));
+            }
+            assertEquals(NodeState.DOWN, ds.getCluster().nodeState("MYDB2"));
+            held.close();
+        } finally {
+            PgNodes.restart(2);
+        }
+    }
+}

@@ -1,0 +1,368 @@
+package io.racaffinity.jdbc;
+
+import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
+import static io.racaffinity.jdbc.AffinityDataSourceTest.portOf;
+import static io.racaffinity.test.Pools.serverPort;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.Continuity;
+import io.racaffinity.Continuity.Refusal;
+import io.racaffinity.Continuity.ReplayRefusedException;
+import io.racaffinity.test.CommitReplyProxy;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.ShardingKey;
+import java.sql.Statement;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * Request replay in {@link AffinityDataSource} (docs/continuity.md, "Java") on real nodes: a
+ * request a node's crash interrupted is replayed once elsewhere; a COMMIT whose answer was lost is
+ * checked and not replayed; a commit whose outcome cannot be known is never replayed blind; the
+ * application's own errors and differing answers are never replayed. Exactly once is checked by
+ * SQL on every node.
+ */
+@ExtendWith(PgNodes.class)
+class ReplayTest {
+    static final List<String> NAMES = AffinityDataSourceTest.NAMES;
+    private Pools pools;
+
+    @BeforeEach
+    void table() throws SQLException {
+        for (int i = 1; i <= 3; i++) {
+            try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    Statement s = c.createStatement()) {
+                s.execute("CREATE TABLE IF NOT EXISTS java_req (id text PRIMARY KEY)");
+                s.execute("TRUNCATE java_req");
+            }
+        }
+    }
+
+    @AfterEach
+    void close() {
+        if (pools != null) {
+            pools.close();
+        }
+    }
+
+    private AffinityDataSource ds(String name, boolean replay) {
+        AffinityDataSource ds = pools.affinity("name = " + name
+                + "; database = orcl; service = svc; nodes = MYDB1, MYDB2, MYDB3; policy = random;"
+                + " thread.auto_pin = false");
+        ds.setRegisterMBean(false);
+        ds.setReplay(replay);
+        ds.setHeartbeatTimeoutSeconds(2);
+        return ds;
+    }
+
+    /** Node name → rows with id {@code id} there. */
+    static Map<String, Integer> rowsOf(String id) throws SQLException {
+        Map<String, Integer> out = new LinkedHashMap<>();
+        for (int i = 1; i <= 3; i++) {
+            try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    PreparedStatement s = c.prepareStatement("SELECT count(*) FROM java_req WHERE id = ?")) {
+                s.setString(1, id);
+                try (ResultSet rs = s.executeQuery()) {
+                    rs.next();
+                    out.put(NAMES.get(i - 1), rs.getInt(1));
+                }
+            }
+        }
+        return out;
+    }
+
+    static int total(Map<String, Integer> rows) {
+        return rows.values().stream().mapToInt(Integer::intValue).sum();
+    }
+
+    private static void insert(Connection c, String id) throws SQLException {
+        try (PreparedStatement s = c.prepareStatement("INSERT INTO java_req VALUES (?)")) {
+            s.setString(1, id);
+            assertEquals(1, s.executeUpdate());
+        }
+    }
+
+    private static int count(Connection c, String like) throws SQLException {
+        try (PreparedStatement s = c.prepareStatement("SELECT count(*) FROM java_req WHERE id LIKE ?")) {
+            s.setString(1, like);
+            try (ResultSet rs = s.executeQuery()) {
+                rs.next();
+                return rs.getInt(1);
+            }
+        }
+    }
+
+    private static Refusal refusalOf(SQLException e) {
+        for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
+            if (t instanceof ReplayRefusedException r) {
+                return r.refusal();
+            }
+        }
+        for (Throwable t : e.getSuppressed()) {
+            if (t instanceof ReplayRefusedException r) {
+                return r.refusal();
+            }
+        }
+        return null;
+    }
+
+    private static void terminate(String node, int pid) throws SQLException {
+        try (Connection c = DriverManager.getConnection(PgNodes.url(NAMES.indexOf(node) + 1), "postgres", "");
+                PreparedStatement s = c.prepareStatement("SELECT pg_terminate_backend(?, 5000)")) {
+            s.setInt(1, pid);
+            try (ResultSet rs = s.executeQuery()) {
+                rs.next();
+                assertTrue(rs.getBoolean(1));
+            }
+        }
+    }
+
+    private static int backendPid(Connection c) throws SQLException {
+        try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
+            rs.next();
+            return rs.getInt(1);
+        }
+    }
+
+    @Test
+    void aRequestWhoseNodeIsKilledMidRequestIsReplayedOnceElsewhere() throws Exception {
+        pools = new Pools(NAMES, c -> c.setConnectionTimeout(2000));
+        try {
+            AffinityDataSource ds = ds("replay-kill", true);
+            ShardingKey key2 = keyOn(ds, "MYDB2");
+            try (Connection c = ds.createConnectionBuilder().shardingKey(key2).build()) {
+                // (no inet_server_port() here: the replay elsewhere would answer another port, and be abandoned)
+                c.setAutoCommit(false);
+                insert(c, "k1");
+                assertEquals(1, count(c, "k1%"), "read by the application, compared on the replay");
+
+                PgNodes.kill(2);
+                ds.applyEvent(FastFailoverTest.fan("MYDB2", "status=down reason=FAILURE"));
+
+                insert(c, "k1b"); // fails on node 2: replayed with what came before, elsewhere
+                assertEquals(2, count(c, "k1%"));
+                c.commit();
+                assertNotEquals(portOf("MYDB2"), serverPort(c));
+            }
+            PgNodes.restart(2);
+            Map<String, Integer> k1 = rowsOf("k1");
+            assertEquals(1, total(k1), "exactly once: " + k1);
+            assertEquals(0, k1.get("MYDB2"));
+            assertEquals(k1, rowsOf("k1b"), "both on the replay's node");
+
+            // Control: the same without replay surfaces the failure and commits nothing.
+            AffinityDataSource off = ds("replay-off", false);
+            ShardingKey key2off = keyOn(off, "MYDB2");
+            Connection c = off.createConnectionBuilder().shardingKey(key2off).build();
+            c.setAutoCommit(false);
+            insert(c, "k2");
+            PgNodes.kill(2);
+            off.applyEvent(FastFailoverTest.fan("MYDB2", "status=down reason=FAILURE"));
+            SQLException e = assertThrows(SQLException.class, () -> insert(c, "k2b"));
+            assertEquals(Continuity.ErrorClass.RECOVERABLE, Continuity.classifySqlState(e.getSQLState()),
+                    e.getSQLState());
+            c.close();
+        } finally {
+            PgNodes.restart(2);
+        }
+        assertEquals(0, total(rowsOf("k2")));
+    }
+
+    @Test
+    void aLostCommitReplyIsFoundCommittedAndNotReplayed() throws Exception {
+        try (CommitReplyProxy proxy = new CommitReplyProxy(PgNodes.port(1))) {
+            pools = new Pools(NAMES, c -> {
+                if (c.getPoolName().endsWith("MYDB1")) {
+                    c.setJdbcUrl(proxy.url());
+                }
+            });
+            AffinityDataSource ds = ds("replay-lost-commit", true);
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "c1");
+                proxy.loseNextCommitReply(false);
+                c.commit(); // the answer is lost; the outcome check finds it committed
+                assertEquals(0, proxy.replyWithheld.getCount(), "the reply was lost");
+                // The connection goes on, on a connection routed anew.
+                insert(c, "c1-next");
+                c.commit();
+            }
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("c1"));
+            assertEquals(1, total(rowsOf("c1-next")));
+        }
+    }
+
+    @Test
+    void aCommitWhoseNodeDiesBeforeItsOutcomeIsKnownIsNeverReplayedBlind() throws Exception {
+        try (CommitReplyProxy proxy = new CommitReplyProxy(PgNodes.port(1))) {
+            pools = new Pools(NAMES, c -> {
+                c.setConnectionTimeout(1000);
+                if (c.getPoolName().endsWith("MYDB1")) {
+                    c.setJdbcUrl(proxy.url());
+                }
+            });
+            AffinityDataSource ds = ds("replay-unknown", true);
+            Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+            try {
+                c.setAutoCommit(false);
+                insert(c, "u1");
+                proxy.loseNextCommitReply(true);
+                CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
+                    try {
+                        c.commit();
+                        return null;
+                    } catch (SQLException e) {
+                        return e;
+                    }
+                });
+                assertTrue(proxy.replyWithheld.await(30, TimeUnit.SECONDS));
+                PgNodes.kill(1); // committed, and now no one can tell
+                proxy.release();
+                SQLException e = committing.get(60, TimeUnit.SECONDS);
+                assertInstanceOf(SQLException.class, e, "the original error surfaces");
+                assertEquals(Refusal.OUTCOME_UNKNOWN, refusalOf(e), String.valueOf(e));
+            } finally {
+                c.close();
+                PgNodes.restart(1);
+            }
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("u1"), "committed once, never twice");
+        }
+    }
+
+    @Test
+    void aStatementReusedOverManyTransactionsKeepsTheRecordBounded() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("replay-bounded", true);
+        try (Connection c = ds.getConnection()) {
+            c.setAutoCommit(false);
+            int after1 = 0;
+            try (PreparedStatement s = c.prepareStatement("INSERT INTO java_req VALUES (?)")) {
+                for (int i = 0; i < 50; i++) {
+                    s.setString(1, "b" + i);
+                    s.executeUpdate();
+                    c.commit();
+                    if (i == 0) {
+                        after1 = ReplayConnection.recordedCalls(c);
+                    }
+                }
+                assertEquals(after1, ReplayConnection.recordedCalls(c), "as after the first transaction");
+            }
+            // In auto-commit mode each statement is its own transaction: nothing of it stays.
+            c.setAutoCommit(true);
+            for (int i = 0; i < 10; i++) {
+                count(c, "b%");
+            }
+            int after10 = ReplayConnection.recordedCalls(c);
+            for (int i = 0; i < 10; i++) {
+                count(c, "b%");
+            }
+            assertEquals(after10, ReplayConnection.recordedCalls(c), "the last statement's calls only");
+        }
+    }
+
+    @Test
+    void theApplicationsErrorsAndDifferingAnswersAreNeverReplayed() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("replay-refusals", true);
+        try (Connection admin = DriverManager.getConnection(PgNodes.url(1), "postgres", "")) {
+            insert(admin, "only-on-1");
+        }
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            SQLException dup = assertThrows(SQLException.class, () -> insert(c, "only-on-1"));
+            assertEquals("23505", dup.getSQLState());
+            assertEquals(Refusal.NOT_RECOVERABLE, refusalOf(dup));
+            c.rollback();
+            // A COMMIT of a transaction an error aborted: the driver's answer (pgjdbc: a silent
+            // rollback), and the transaction is over; nothing of it is replayed later.
+            insert(c, "gone");
+            assertThrows(SQLException.class, () -> insert(c, "only-on-1"));
+            c.commit();
+            // the connection goes on
+            assertEquals(1, count(c, "only-on-%"), "read by the application");
+            insert(c, "r5");
+            terminate("MYDB1", backendPid(c));
+            // the replay elsewhere reads 0 where the application read 1: abandoned
+            SQLException lost = assertThrows(SQLException.class, () -> insert(c, "r5b"));
+            assertEquals(Refusal.RESULTS_DIFFER, refusalOf(lost), String.valueOf(lost));
+            assertTrue(Continuity.classifySqlState(lost.getSQLState()) == Continuity.ErrorClass.RECOVERABLE,
+                    lost.getSQLState());
+        }
+        assertEquals(0, total(rowsOf("r5")));
+        assertEquals(0, total(rowsOf("gone")), "rolled back, never replayed");
+        assertEquals(0, total(rowsOf("r5b")));
+    }
+
+    /** Rows with id {@code id} in node 1's database (the RAC model's one database). */
+    static int rowsInDatabase(String id) throws SQLException {
+        return rowsOf(id).get("MYDB1");
+    }
+
+    @Test
+    void inOneDatabaseACommitLostInABlackholeIsForcedThroughAnotherInstanceThenReplayed() throws Exception {
+        List<String> instances = List.of("INST1", "INST2", "INST3");
+        try (CommitReplyProxy proxy = new CommitReplyProxy(PgNodes.port(1))) {
+            // Three instances of one database (node 1): INST1 through the proxy.
+            pools = new Pools(instances, c -> c.setJdbcUrl(c.getPoolName().endsWith("INST1") ? proxy.url()
+                    : PgNodes.url(1)));
+            AffinityDataSource ds = pools.affinity("name = replay-rac; nodes = INST1, INST2, INST3;"
+                    + " policy = random; thread.auto_pin = false; recovery.scope = database");
+            ds.setRegisterMBean(false);
+            ds.setReplay(true);
+            ds.setHeartbeatTimeoutSeconds(2);
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "INST1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "rac1");
+                proxy.swallowNextCommit(); // the COMMIT never arrives; the transaction stays in progress
+                c.commit(); // in progress -> ended through INST2/3 -> aborted -> replayed there, once
+                assertEquals(0, proxy.replyWithheld.getCount());
+            }
+            assertEquals(1, rowsInDatabase("rac1"), "committed exactly once");
+
+            // A lost answer, the instance then gone: another instance knows it committed.
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "INST1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "rac2");
+                proxy.loseNextCommitReply(false);
+                c.commit();
+            }
+            assertEquals(1, rowsInDatabase("rac2"), "committed exactly once");
+        }
+    }
+
+    @Test
+    void aStatementThatFailsInAutoCommitModeIsNeverReplayedNorTakenForAnEarlierCommit() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("replay-autocommit", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "t1");
+            c.commit(); // its xid committed
+            c.setAutoCommit(true);
+            insert(c, "a1");
+            terminate("MYDB3", backendPid(c));
+            SQLException e = assertThrows(SQLException.class, () -> insert(c, "a2"));
+            assertEquals(Refusal.OUTCOME_UNKNOWN, refusalOf(e), String.valueOf(e));
+        }
+        assertEquals(1, total(rowsOf("t1")));
+        assertEquals(1, total(rowsOf("a1")));
+        assertEquals(0, total(rowsOf("a2")));
+    }
+}

@@ -1,0 +1,75 @@
+//! Request replay's decisions for `io.racaffinity.Continuity` and the Java
+//! data source's replay (docs/continuity.md): the same classification and
+//! outcome state machine `capi/continuity.rs` gives C hosts and Python; these
+//! exports convert arguments only.
+
+use jni::objects::JString;
+use jni::sys::{jboolean, jint, jlong};
+use racaffinity_core::{classify_sqlstate, CommitOutcome};
+
+use super::{run, string, with_cluster};
+use crate::capi::continuity::{
+    failure_arg, racaffinity_commit_outcome, racaffinity_error_class, racaffinity_request_failure, step_out,
+};
+
+jni_export! {
+    /// `int sqlstateClassify(String sqlstate)`: 0 recoverable, 1 not
+    /// (`racaffinity_error_class`); malformed text is not recoverable.
+    fn Java_io_racaffinity_Native_sqlstateClassify<'l>(env, sqlstate: JString<'l>) -> jint {
+        run(&mut env, |env| {
+            let s = string(env, &sqlstate, "sqlstate")?;
+            let c: racaffinity_error_class = classify_sqlstate(&s).into();
+            Ok(c as jint)
+        })
+    }
+
+    /// `int pgXactStatusOutcome(String status)`: `pg_xact_status`'s answer
+    /// (null for SQL NULL) as a `racaffinity_commit_outcome` (1..4).
+    fn Java_io_racaffinity_Native_pgXactStatusOutcome<'l>(env, status: JString<'l>) -> jint {
+        run(&mut env, |env| {
+            let s = if status.is_null() { None } else { Some(string(env, &status, "status")?) };
+            let o = match CommitOutcome::from_pg_xact_status(s.as_deref()) {
+                CommitOutcome::Committed => racaffinity_commit_outcome::Committed,
+                CommitOutcome::Aborted => racaffinity_commit_outcome::Aborted,
+                CommitOutcome::InProgress => racaffinity_commit_outcome::InProgress,
+                CommitOutcome::Unknown => racaffinity_commit_outcome::Unknown,
+            };
+            Ok(o as jint)
+        })
+    }
+
+    /// `long replayDecide(long handle, int node, int errorClass, boolean
+    /// commitInFlight, int outcome, boolean forced, int replays, boolean
+    /// replayable)`: the next step, packed: bits 0..8 the action, 8..16 the
+    /// refusal, 32..64 the node (`racaffinity_replay_step`'s fields).
+    fn Java_io_racaffinity_Native_replayDecide<'l>(
+        env,
+        h: jlong,
+        node: jint,
+        error_class: jint,
+        commit_in_flight: jboolean,
+        outcome: jint,
+        forced: jboolean,
+        replays: jint,
+        replayable: jboolean,
+    ) -> jlong {
+        run(&mut env, |_| {
+            let raw = racaffinity_request_failure {
+                node: super::node_arg(node)?,
+                // A negative value becomes one no enum has: an INVALID_ARGUMENT naming it.
+                error_class: error_class as u32,
+                commit_in_flight: u32::from(commit_in_flight),
+                outcome: outcome as u32,
+                forced: u32::from(forced),
+                replays: u32::try_from(replays).unwrap_or(u32::MAX),
+                replayable: u32::from(replayable),
+            };
+            let step = with_cluster(h, |c| {
+                let f = failure_arg(&raw)?;
+                Ok(c.replay_step(&f)?)
+            })?;
+            let s = step_out(step);
+            Ok(((i64::from(s.node)) << 32) | ((s.refusal as i64) << 8) | (s.action as i64))
+        })
+    }
+}
