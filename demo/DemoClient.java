@@ -4,7 +4,7 @@
 // (client.py) clients implement the same line protocol (demo/README.md);
 // demo/run.py drives all three.
 //
-//   java -cp target/demo/java:racaffinity-0.1.0.jar:postgresql.jar DemoClient CONFIG_FILE
+//   java -cp target/demo/java:racaffinity-0.2.0.jar:postgresql.jar DemoClient CONFIG_FILE
 //
 // Commands on stdin, one reply line per command on stdout.
 

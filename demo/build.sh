@@ -3,7 +3,7 @@
 #   - target/pyenv: a virtualenv with `pip install ./python[test]` (racaffinity
 #     over the fresh libracaffinity, psycopg), as python/run_tests.sh does;
 #   - target/demo/client_c: demo/client.c against target/release/libracaffinity.so and libpq;
-#   - target/demo/java/DemoClient.class against java/target/racaffinity-0.1.0.jar,
+#   - target/demo/java/DemoClient.class against java/target/racaffinity-0.2.0.jar,
 #     and target/demo/java.classpath (that jar and pgjdbc from the local Maven repository).
 # Then run the demo with: target/pyenv/bin/python demo/run.py
 #

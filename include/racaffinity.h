@@ -9,6 +9,13 @@
 #include <stdint.h>
 
 /*
+ The header's version, "MAJOR.MINOR.PATCH" (RACAFFINITY_VERSION_MAJOR and the
+ others below); racaffinity_version() gives the loaded library's.
+ */
+#define RACAFFINITY_VERSION "0.2.0"
+
+
+/*
  Largest string or byte argument accepted (config text, event lines).
  */
 #define RACAFFINITY_MAX_STRING_BYTES 1048576
@@ -22,6 +29,23 @@
  Longest session or data key.
  */
 #define RACAFFINITY_MAX_KEY_BYTES 1024
+
+/*
+ The version of the header, for a compile-time check; at run time
+ `racaffinity_version()` gives the library's. Major, minor and patch follow
+ semantic versioning (docs/c.md, "Versions and ABI").
+ */
+#define RACAFFINITY_VERSION_MAJOR 0
+
+/*
+ See `RACAFFINITY_VERSION_MAJOR`.
+ */
+#define RACAFFINITY_VERSION_MINOR 2
+
+/*
+ See `RACAFFINITY_VERSION_MAJOR`.
+ */
+#define RACAFFINITY_VERSION_PATCH 0
 
 /*
  Stripes of the host lease table (see `racaffinity_cluster_host_lease_end`).
@@ -531,6 +555,7 @@ extern "C" {
 
 /*
  The library version as a static NUL-terminated string. Never fails.
+ Compare it with `RACAFFINITY_VERSION` to tell which library was loaded.
  */
 const char *racaffinity_version(void);
 

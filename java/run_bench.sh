@@ -31,7 +31,7 @@ else
     jmh=(-f 1 -wi 3 -w 1s -i 5 -r 1s)
 fi
 out=java/target/jmh-result.json
-"$JAVA" -jar java/target/racaffinity-0.1.0-benchmarks.jar "${jmh[@]}" -rf json -rff "$out" "$@"
+"$JAVA" -jar java/target/racaffinity-0.2.0-benchmarks.jar "${jmh[@]}" -rf json -rff "$out" "$@"
 
 python3 - "$out" <<'PY'
 import json, sys
@@ -55,8 +55,8 @@ PY
 
 # The routing ratios again, interleaved in one process (round by round, thread
 # CPU time): what docs/performance.md and tools/perf_table.py report.
-"$JAVA" -cp java/target/racaffinity-0.1.0-benchmarks.jar io.racaffinity.InterleavedBench 21 \
+"$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 \
     | tee java/target/interleaved.out
 # AffinityDataSource against bare HikariCP over the same pool, in a JVM of its own.
-"$JAVA" -cp java/target/racaffinity-0.1.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --datasource \
+"$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --datasource \
     | tee -a java/target/interleaved.out

@@ -5,19 +5,28 @@
 (a) call overhead: a no-op call through the binding (`racaffinity_version`
     on the same cffi `lib` object) against `Cluster.pick()` + release,
     unpinned and pinned, and the raw cffi calls they make;
-(b) pools: `NodePools.connection()` acquire + release against
-    `psycopg_pool.ConnectionPool.connection()` acquire + release on the same
-    node; also bare `getconn()` / `with conn` / `putconn()`, which is what
-    `NodePools.connection()` does inside its lease (psycopg_pool's
-    `connection()` adds a generator context manager, about 1 us). Needs the local PostgreSQL nodes: if RACAFF_NODE1_DSN is not set,
+(b) pools: `NodePools.connection()` acquire + release (in a pin, unpinned,
+    with a key) against the two anchors a psycopg user would pick, on the
+    same node: bare `getconn()` / `with conn` / `putconn()` (what
+    `NodePools.connection()` does inside its lease) and
+    `psycopg_pool.ConnectionPool.connection()` (which adds a generator
+    context manager and its usage statistic, about 1 us);
+(c) SQLAlchemy: racaffinity's engine (`racaffinity.sqlalchemy.create_engine`)
+    `connect()` + close, in a pin and unpinned, against a plain SQLAlchemy
+    engine (`QueuePool`) on the same node.
+(b) and (c) need the local PostgreSQL nodes: if RACAFF_NODE1_DSN is not set,
     the script starts them with tests/cluster/pgnodes (on the ports
     python/run_tests.sh uses) and stops them at the end.
 
 Plain timing with time.thread_time_ns (this thread's CPU time, so other
 processes' load on a shared machine does not count): each case runs `repeats` rounds of
-`n` operations, cases interleaved round by round, and reports the median
-ns/op. Prints a table and one line per case: `PYBENCH name ns_per_op ratio`
-(the ratio to the case's baseline).
+`n` operations, cases interleaved round by round (odd rounds in reverse
+order), and reports the median ns/op. Prints a table and one line per case:
+`PYBENCH name ns_per_op ratio` (the ratio of medians to the section's
+baseline), `PYBENCH_RATIO name median min max` (per-round ratios to the
+section's first case) and, for the pools and SQLAlchemy, `PYBENCH_VS
+subject baseline median min max subject_ns baseline_ns` (per-round ratios
+to each anchor).
 """
 
 from __future__ import annotations
@@ -51,17 +60,21 @@ def loop(fn: Callable[[], None], n: int) -> Callable[[], int]:
 
 
 RATIOS: Dict[str, Tuple[float, float, float]] = {}  # case -> per-round ratio to the first case: median, min, max
+SAMPLES: Dict[str, List[float]] = {}  # case -> ns/op per round, of the last measure()
 
 
 def measure(cases: Dict[str, Callable[[], int]], n: int, repeats: int) -> Dict[str, float]:
+    """Runs the cases round by round, odd rounds in reverse order (a case
+    never always follows the same one)."""
     samples: Dict[str, List[float]] = {k: [] for k in cases}
     for run in cases.values():  # warm up
         run()
     gc.collect()
     gc.disable()
     try:
-        for _ in range(repeats):
-            for name, run in cases.items():
+        for r in range(repeats):
+            order = list(cases.items())
+            for name, run in order if r % 2 == 0 else reversed(order):
                 samples[name].append(run() / n)
     finally:
         gc.enable()
@@ -69,7 +82,21 @@ def measure(cases: Dict[str, Callable[[], int]], n: int, repeats: int) -> Dict[s
     for k, v in samples.items():
         r = [a / b for a, b in zip(v, base)]
         RATIOS[k] = (statistics.median(r), min(r), max(r))
+    SAMPLES.update(samples)
     return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def versus(pairs: List[Tuple[str, str, str, str, str]]) -> None:
+    """Per-round ratios of (subject, baseline) pairs measured in the last
+    measure(): median with min–max, one `PYBENCH_VS subject baseline median
+    min max subject_ns baseline_ns` line each, and a table."""
+    print(f"\n  {'subject':<52} {'baseline':<44} {'ratio (min-max)':>22}  target")
+    for subject, label, baseline, blabel, target in pairs:
+        r = [a / b for a, b in zip(SAMPLES[subject], SAMPLES[baseline])]
+        med, lo, hi = statistics.median(r), min(r), max(r)
+        ns, bns = statistics.median(SAMPLES[subject]), statistics.median(SAMPLES[baseline])
+        print(f"  {label:<52} {blabel:<44} {med:>7.2f}x ({lo:.2f}-{hi:.2f})  {target}")
+        print(f"PYBENCH_VS {subject} {baseline} {med:.3f} {lo:.3f} {hi:.3f} {ns:.0f} {bns:.0f}")
 
 
 def report(title: str, results: Dict[str, float], baseline: str, rows: List[Tuple[str, str, str]]) -> None:
@@ -241,7 +268,7 @@ def bench_pools(quick: bool) -> None:
 
     from racaffinity.pools import NodePools
 
-    n, repeats = (500, 5) if quick else (3_000, 11)
+    n, repeats = (500, 11) if quick else (3_000, 21)
     dsns = {name: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, name in enumerate(NAMES)}
     c = ra.Cluster(nodes=NAMES)
     pools = NodePools(c, dsns, min_size=2, max_size=2)
@@ -269,6 +296,27 @@ def bench_pools(quick: bool) -> None:
         finally:
             bare.putconn(conn)
 
+    class Floor:
+        """The least a pool wrapper can be: a context manager around getconn,
+        the connection's own `with` and putconn, with no routing, no lease and
+        no alive check (what NodePools.connection() adds)."""
+
+        __slots__ = ("conn",)
+
+        def __enter__(self) -> object:
+            self.conn = bare.getconn()
+            return self.conn.__enter__()
+
+        def __exit__(self, et: object, ev: object, tb: object) -> None:
+            try:
+                self.conn.__exit__(et, ev, tb)
+            finally:
+                bare.putconn(self.conn)
+
+    def wrapper_floor() -> None:
+        with Floor():
+            pass
+
     def ra_key() -> None:
         with pools.connection(key=key):
             pass
@@ -284,6 +332,7 @@ def bench_pools(quick: bool) -> None:
     cases = {
         "bare_pool_connection": loop(bare_conn, n),
         "bare_pool_getconn_putconn": loop(bare_getconn, n),
+        "pool_wrapper_floor": loop(wrapper_floor, n),
         "pools_connection_pinned": lambda: pinned.run(loop(ra_pinned, n)),
         "pools_connection_key": loop(ra_key, n),
         "pools_connection_balanced": loop(ra_balanced, n),
@@ -297,27 +346,105 @@ def bench_pools(quick: bool) -> None:
         [
             ("bare_pool_connection", "psycopg_pool ConnectionPool.connection()", "baseline"),
             ("bare_pool_getconn_putconn", "psycopg_pool getconn; with conn; putconn", "(what we call)"),
-            ("pools_connection_pinned", "NodePools.connection() in a pin", "<= 1.15x"),
+            ("pool_wrapper_floor", "the floor: a bare context manager around those", "(floor)"),
+            ("pools_connection_pinned", "NodePools.connection() in a pin", ""),
             ("pools_connection_key", "NodePools.connection(key=...)", ""),
             ("pools_connection_balanced", "NodePools.connection(), balanced", ""),
         ],
+    )
+    getconn, connection = "psycopg_pool getconn + with conn + putconn", "psycopg_pool pool.connection()"
+    versus(
+        [
+            ("pools_connection_pinned", "NodePools.connection() in a pin", "bare_pool_getconn_putconn", getconn,
+             "<= 1.35x"),
+            ("pools_connection_balanced", "NodePools.connection(), unpinned (balanced)", "bare_pool_getconn_putconn",
+             getconn, "<= 1.6x"),
+            ("pools_connection_key", "NodePools.connection(key=...)", "bare_pool_getconn_putconn", getconn, ""),
+            ("pool_wrapper_floor", "the floor: a bare context manager around those", "bare_pool_getconn_putconn",
+             getconn, ""),
+            ("pools_connection_pinned", "NodePools.connection() in a pin", "bare_pool_connection", connection, ""),
+            ("pools_connection_balanced", "NodePools.connection(), unpinned (balanced)", "bare_pool_connection",
+             connection, ""),
+        ]
     )
     bare.close()
     pools.close()
     c.close()
 
 
+def bench_sqlalchemy(quick: bool) -> None:
+    """(c) SQLAlchemy: `engine.connect()` + close of racaffinity's engine (its
+    RoutingPool over one QueuePool per node) against a plain SQLAlchemy
+    engine (QueuePool) on the same node, with the same pool size."""
+    import sqlalchemy as sa
+
+    from racaffinity.sqlalchemy import create_engine
+
+    n, repeats = (500, 11) if quick else (3_000, 21)
+    ports = {name: os.environ[f"RACAFF_NODE{i + 1}_PORT"] for i, name in enumerate(NAMES)}
+    urls = {name: f"postgresql+psycopg://postgres@127.0.0.1:{p}/postgres" for name, p in ports.items()}
+    c = ra.Cluster(nodes=NAMES)
+    engine = create_engine(c, urls, pool_size=2, max_overflow=0)
+    import contextvars
+
+    pinned = contextvars.copy_context()
+    node = pinned.run(lambda: c.pin().__enter__()).name
+    plain = sa.create_engine(urls[node], pool_size=2, max_overflow=0)
+    assert isinstance(plain.pool, sa.pool.QueuePool)
+
+    def plain_connect() -> None:
+        with plain.connect():
+            pass
+
+    def ra_connect() -> None:
+        with engine.connect():
+            pass
+
+    cases = {
+        "sqlalchemy_plain_connect": loop(plain_connect, n),
+        "sqlalchemy_engine_pinned": lambda: pinned.run(loop(ra_connect, n)),
+        "sqlalchemy_engine_balanced": loop(ra_connect, n),
+    }
+    results = measure(cases, n, repeats)
+    report(
+        f"(c) SQLAlchemy engine.connect() + close, {n} ops x {repeats} rounds (median), on node {node}"
+        " (balanced: any node)",
+        results,
+        "sqlalchemy_plain_connect",
+        [
+            ("sqlalchemy_plain_connect", "plain SQLAlchemy engine (QueuePool)", "baseline"),
+            ("sqlalchemy_engine_pinned", "racaffinity engine in a pin", ""),
+            ("sqlalchemy_engine_balanced", "racaffinity engine, unpinned (balanced)", ""),
+        ],
+    )
+    plain_label = "plain SQLAlchemy engine.connect() (QueuePool)"
+    versus(
+        [
+            ("sqlalchemy_engine_pinned", "racaffinity engine.connect() in a pin", "sqlalchemy_plain_connect",
+             plain_label, "<= 1.15x"),
+            ("sqlalchemy_engine_balanced", "racaffinity engine.connect(), unpinned", "sqlalchemy_plain_connect",
+             plain_label, ""),
+        ]
+    )
+    plain.dispose()
+    engine.dispose()
+    c.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer operations (a smoke run)")
-    ap.add_argument("--no-pools", action="store_true", help="skip (b)")
+    ap.add_argument("--no-pools", action="store_true", help="skip (b) and (c)")
+    ap.add_argument("--no-calls", action="store_true", help="skip (a)")
     args = ap.parse_args()
     print(f"racaffinity {ra.version()} on Python {sys.version.split()[0]} ({ra.LIBRARY_PATH})")
-    bench_calls(args.quick)
+    if not args.no_calls:
+        bench_calls(args.quick)
     if not args.no_pools:
         started = start_nodes()
         try:
             bench_pools(args.quick)
+            bench_sqlalchemy(args.quick)
         finally:
             if started:
                 stop_nodes()

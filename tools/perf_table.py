@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- perf:begin -->", "<!-- perf:end -->"
 PLACEHOLDER = "PERFORMANCE_TABLE"
 DEFAULT_COMMAND = "make bench"
+MIN_BASELINE_NS = 2.0  # no ratio against a baseline under this (issue fast-paths-2)
 
 
 @dataclass
@@ -63,6 +64,10 @@ class Row:
             return self.ratio_text
         if self.value is None or not self.base_value:
             return "–"
+        if self.base_value < MIN_BASELINE_NS:
+            # A baseline this small moves by half between runs while the
+            # subject does not: its ratio cannot tell progress from noise.
+            return "– (baseline < 2 ns: see the value)"
         r = self.value / self.base_value
         return f"{r:.1f}×" if r >= 10 else f"{r:.2f}×"
 
@@ -222,7 +227,7 @@ PY_ROWS = [  # (name, label, baseline name, baseline label, target ratio)
     ("unpinned_floor", "the unpinned floor: one raw cffi pick + a bare Python lease object (with its finalizer)", "noop_call",
      "no-op cffi call", None),
     ("pools_connection_pinned", "`NodePools.connection()` in a pin", "bare_pool_connection",
-     "psycopg_pool `connection()`", 1.15),
+     "psycopg_pool `connection()`", None),
     ("pools_connection_key", "`NodePools.connection(key=…)`", "bare_pool_connection",
      "psycopg_pool `connection()`", None),
     ("pools_connection_balanced", "`NodePools.connection()`, balanced", "bare_pool_connection",
@@ -258,7 +263,43 @@ def python_rows(path: Path) -> Tuple[List[Row], str]:
             row.ratio_text = f"{med:.2f}× ({lo:.2f}–{hi:.2f})"
             target = next(t for n, _l, _b, _bl, t in PY_ROWS if n == name)
             row.met = None if target is None else med <= target
+    rows += python_versus_rows(path)
     return rows, f"Python: `{rel(path)}` ({mtime(path)})"
+
+
+PY_VERSUS_ROWS = [  # (subject, baseline, label, baseline label, target): PYBENCH_VS lines, per-round ratios
+    ("pools_connection_pinned", "bare_pool_getconn_putconn", "`NodePools.connection()` in a pin",
+     "psycopg_pool `getconn` + `with conn` + `putconn` (same rounds)", 1.35),
+    ("pools_connection_balanced", "bare_pool_getconn_putconn", "`NodePools.connection()`, unpinned",
+     "psycopg_pool `getconn` + `with conn` + `putconn` (same rounds)", 1.6),
+    ("pool_wrapper_floor", "bare_pool_getconn_putconn", "the floor: a bare context manager around those",
+     "psycopg_pool `getconn` + `with conn` + `putconn` (same rounds)", None),
+    ("pools_connection_pinned", "bare_pool_connection", "`NodePools.connection()` in a pin",
+     "psycopg_pool `pool.connection()` (same rounds)", None),
+    ("pools_connection_balanced", "bare_pool_connection", "`NodePools.connection()`, unpinned",
+     "psycopg_pool `pool.connection()` (same rounds)", None),
+    ("sqlalchemy_engine_pinned", "sqlalchemy_plain_connect", "SQLAlchemy engine `connect()` + close, in a pin",
+     "plain SQLAlchemy engine, `QueuePool` (same rounds)", 1.15),
+    ("sqlalchemy_engine_balanced", "sqlalchemy_plain_connect", "SQLAlchemy engine `connect()` + close, unpinned",
+     "plain SQLAlchemy engine, `QueuePool` (same rounds)", None),
+]
+
+
+def python_versus_rows(path: Path) -> List[Row]:
+    """PYBENCH_VS lines: `subject baseline median min max subject_ns baseline_ns`."""
+    vs: Dict[Tuple[str, str], List[float]] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        p = line.split()
+        if len(p) == 8 and p[0] == "PYBENCH_VS":
+            vs[(p[1], p[2])] = [float(x) for x in p[3:]]
+    rows = []
+    for subject, base, label, blabel, target in PY_VERSUS_ROWS:
+        if (subject, base) not in vs:
+            continue
+        med, lo, hi, v, b = vs[(subject, base)]
+        rows.append(Row("Python", f"{label} (interleaved)", v, blabel, b, f"≤ {target:g}×" if target else "–",
+                        None if target is None else med <= target, f"{med:.2f}× ({lo:.2f}–{hi:.2f})"))
+    return rows
 
 
 # ---- Java: JMH json -------------------------------------------------------------------------
@@ -306,24 +347,36 @@ def java_interleaved_rows(path: Path) -> Tuple[List[Row], str]:
     return rows, f"Java: InterleavedBench, `{rel(path)}` ({mtime(path)})"
 
 
-RUST_INTERLEAVED_ROWS = [  # (RBENCH_PAIR name, label, target ratio to a thread_local! read)
-    ("atomic_add", "one relaxed `fetch_add` (the cost of a shared counter bump)", None),
-    ("pinned_pick", "`pick()` on a pinned thread (interleaved)", 5.0),
-    ("pinned_acquire_release", "`acquire()` + `release(Ok)` on a pinned thread (interleaved)", None),
+RUST_INTERLEAVED_ROWS = [  # (RBENCH_PAIR name, label, target ratio to one relaxed fetch_add)
+    ("pinned_acquire_release", "`acquire()` + `release(Ok)` on a pinned thread (interleaved)", 3.0),
+    ("two_atomic_adds", "the floor of a lease in a shared word: two relaxed `fetch_add`s + a `thread_local!` read "
+     "(interleaved)", None),
+    ("least_outstanding_pick", "unpinned `pick()`, `least_outstanding`, 8 nodes (interleaved)", None),
+]
+RUST_ABSOLUTE_ROWS = [  # (RBENCH_ABS name, label): too small for a ratio; ns with min–max over the rounds
+    ("thread_local", "`thread_local!` read (interleaved)"),
+    ("atomic_add", "one relaxed `fetch_add` (interleaved)"),
+    ("pinned_pick", "`pick()` on a pinned thread (interleaved)"),
 ]
 
 
 def rust_interleaved_rows(path: Path) -> Tuple[List[Row], str]:
-    """RBENCH_PAIR lines of rust/core/examples/interleaved.rs."""
+    """RBENCH_PAIR (ratios to one relaxed fetch_add) and RBENCH_ABS lines of
+    rust/core/examples/interleaved.rs."""
     if not path.is_file():
         return [], f"Rust: no `{rel(path)}` (`make bench` writes it)"
     pairs = parse_lines(path, "RBENCH_PAIR")
+    absolute = parse_lines(path, "RBENCH_ABS")
     rows = []
+    for name, label in RUST_ABSOLUTE_ROWS:
+        if name in absolute:
+            v, lo, hi = (float(x) for x in absolute[name][:3])
+            rows.append(Row("Rust", label, v, "– (absolute)", None, "–", None, f"{lo:.2f}–{hi:.2f} ns"))
     for name, label, target in RUST_INTERLEAVED_ROWS:
         if name not in pairs:
             continue
         v, b, rat, rmin, rmax = (float(x) for x in pairs[name][:5])
-        rows.append(Row("Rust", label, v, "`thread_local!` read (same rounds)", b,
+        rows.append(Row("Rust", label, v, "one relaxed `fetch_add` (same rounds)", b,
                         f"≤ {target:g}×" if target else "–", None if target is None else rat <= target,
                         f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f})"))
     return rows, f"Rust: interleaved example, `{rel(path)}` ({mtime(path)})"

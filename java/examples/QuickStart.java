@@ -1,7 +1,7 @@
 // The README's Java quick start. Runs with nothing but racaffinity.jar and a JDBC
 // driver on the class path, no -Djava.library.path (the jar loads its own library):
 //
-//   java -cp racaffinity-0.1.0.jar:postgresql.jar QuickStart.java
+//   java -cp racaffinity-0.2.0.jar:postgresql.jar QuickStart.java
 //
 // It routes over three PostgreSQL nodes standing in for RAC instances
 // (tests/cluster/pgnodes start 3; URLs from RACAFF_NODE<i>_URL, else 127.0.0.1:5543<i>).

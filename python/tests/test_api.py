@@ -22,6 +22,8 @@ def test_version_matches_the_workspace():
     text = (REPO / "Cargo.toml").read_text()
     want = re.search(r'^version = "(.*)"', text, re.M).group(1)
     assert ra.version() == want == ra.__version__
+    # The header's macros, through the cffi module built from it.
+    assert f"{lib.RACAFFINITY_VERSION_MAJOR}.{lib.RACAFFINITY_VERSION_MINOR}.{lib.RACAFFINITY_VERSION_PATCH}" == want
 
 
 def test_loads_the_bundled_library():

@@ -311,3 +311,20 @@ def test_a_commit_lost_in_a_blackhole_is_forced_through_another_instance_then_re
         assert rows_of(pg, "bh")["RAC1"] == 1  # node 1 holds every instance's data: once
         with psycopg.connect(one, autocommit=True) as admin:
             assert admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (old_pid,)).fetchone() == (0,)
+
+
+@pytest.mark.asyncio
+async def test_async_a_request_whose_node_failed_before_it_started_runs_elsewhere(
+    pg, cluster_factory, req_table, proxies
+):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    async with AsyncNodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=2.0) as pools:
+        proxies["RAC1"].refuse()  # unknown to the library: no heartbeat, no event
+        async with pools.request(key=key_on(c, "RAC1")) as req:
+            await req.execute("INSERT INTO py_req VALUES (%s)", ("early",))
+        assert req.replays == 1 and req.node != "RAC1"
+        assert sum(rows_of(pg, "early").values()) == 1
+    proxies["RAC1"].heal()

@@ -110,8 +110,9 @@ class Flipper:
     never changes, so a soft re-pin always has somewhere to go), logging each
     change between two ticks of a shared clock."""
 
-    def __init__(self, c: ra.Cluster) -> None:
+    def __init__(self, c: ra.Cluster, grow: bool = True) -> None:
         self.c = c
+        self.grow = grow  # False: no nodes added (node pools need a DSN per node)
         self.clock = itertools.count(1)
         self.now = 0  # the last tick handed out (read by routers)
         self.log: Dict[int, List[Tuple[int, int, bool]]] = {}
@@ -152,9 +153,12 @@ class Flipper:
             elif op == 8 and len(live) > 3:
                 c.remove_node(name)
                 unavailable = True
-            else:
+            elif self.grow:
                 added += 1
                 c.add_node(f"m{added}")
+            else:
+                c.set_node_state(name, "up")
+                unavailable = False
             done = self.tick()
             if unavailable is not None:
                 self.log.setdefault(node, []).append((began, done, unavailable))

@@ -394,3 +394,22 @@ def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_facto
         holder.execute(sa.text("SELECT 1"))
     holder.close()
     engine.dispose()
+
+
+def test_an_engine_disposed_after_a_node_was_removed_keeps_working(pg, cluster_factory):
+    # engine.dispose() recreates the pool; it must build it over the nodes
+    # the cluster still has, not fail on the one removed.
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            conn.execute(PORT)
+        c.remove_node("RAC3")
+        engine.dispose()
+        seen = set()
+        for _ in range(20):
+            with engine.connect() as conn:
+                seen.add(node_of_conn(pg, conn))
+        assert seen == {"RAC1", "RAC2"}
+    finally:
+        engine.dispose()

@@ -36,6 +36,7 @@ INCLUDE_RE = re.compile(r"^#\s*include\s*<[A-Za-z0-9_./]+>\s*$")
 ENDIF_RE = re.compile(r"^#\s*endif\b.*$")
 CPP_OPEN_RE = re.compile(r"^#\s*ifdef\s+__cplusplus\b.*$")
 DEFINE_RE = re.compile(r"^#\s*define\s+([A-Za-z_][A-Za-z0-9_]*)\s*(.*?)\s*$")
+STRING_LITERAL_RE = re.compile(r'^"[0-9A-Za-z.+-]*"$')
 INT_LITERAL_RE = re.compile(r"^(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)([uU]?[lL]{0,2}|[lL]{1,2}[uU]?)$")
 
 
@@ -74,6 +75,7 @@ def cdef_text(header: str) -> tuple[str, dict[str, int]]:
     lines = strip_comments(header).split("\n")
     out: list[str] = []
     defines: dict[str, int] = {}
+    strings: dict[str, str] = {}
     in_cpp = False  # inside #ifdef __cplusplus ... #endif
     depth = 0  # open conditionals (the include guard counts as one)
     for no, raw in enumerate(lines, 1):
@@ -116,6 +118,12 @@ def cdef_text(header: str) -> tuple[str, dict[str, int]]:
         m = DEFINE_RE.match(line)
         if m:
             name, value = m.group(1), m.group(2)
+            if STRING_LITERAL_RE.match(value):
+                # The version string: cffi's cdef() has no string macros, and the
+                # Python binding drops it too (its cdef_source keeps integers only).
+                strings[name] = value[1:-1]
+                out.append("")
+                continue
             if not INT_LITERAL_RE.match(value):
                 raise HeaderError(f"line {no}: #define {name} is not a plain integer literal: {value!r} "
                                   "(cffi cannot parse macro expressions)")
@@ -126,6 +134,8 @@ def cdef_text(header: str) -> tuple[str, dict[str, int]]:
                           "(no #if/#ifdef inside the declarations)")
     if in_cpp or depth != 0:
         raise HeaderError("unbalanced #ifdef/#endif")
+    if strings.get("RACAFFINITY_VERSION") != ".".join(str(defines.get(f"RACAFFINITY_VERSION_{p}")) for p in ("MAJOR", "MINOR", "PATCH")):
+        raise HeaderError("RACAFFINITY_VERSION disagrees with RACAFFINITY_VERSION_MAJOR/MINOR/PATCH")
     return "\n".join(out), defines
 
 
@@ -197,6 +207,10 @@ def main() -> int:
     version = ffi.string(lib.racaffinity_version()).decode()
     if not version:
         print("cffi_parse: empty version", file=sys.stderr)
+        return 1
+    header_version = f"{lib.RACAFFINITY_VERSION_MAJOR}.{lib.RACAFFINITY_VERSION_MINOR}.{lib.RACAFFINITY_VERSION_PATCH}"
+    if version != header_version:
+        print(f"cffi_parse: the library is {version}, the header {header_version}", file=sys.stderr)
         return 1
 
     out = ffi.new("racaffinity_cluster **")

@@ -28,6 +28,15 @@ static void version_is_a_nonempty_dotted_string(void) {
     CHECK(racaffinity_version() == v); /* static: the same pointer every time */
 }
 
+/* The header's macros name the library built from the same sources. */
+static void version_macros_match_the_library(void) {
+    char numbers[32];
+    snprintf(numbers, sizeof numbers, "%d.%d.%d", RACAFFINITY_VERSION_MAJOR, RACAFFINITY_VERSION_MINOR,
+             RACAFFINITY_VERSION_PATCH);
+    CHECK(strcmp(numbers, RACAFFINITY_VERSION) == 0);
+    CHECK(strcmp(racaffinity_version(), RACAFFINITY_VERSION) == 0);
+}
+
 static void result_message_describes_every_code(void) {
     char buf[256];
     for (uint32_t code = 0; code < H_RESULT_CODES; code++) {
@@ -2267,6 +2276,7 @@ static void feed_records_join_by_version_and_refuse_bad_records(void) {
 static const h_test tests[] = {
     TEST(feed_records_join_by_version_and_refuse_bad_records),
     TEST(version_is_a_nonempty_dotted_string),
+    TEST(version_macros_match_the_library),
     TEST(result_message_describes_every_code),
     TEST(buffer_too_small_reports_the_needed_size_and_retry_succeeds),
     TEST(cluster_free_of_null_is_ok),

@@ -483,6 +483,12 @@ class Cluster:
         says whether Python may lease the route itself (and cache it, under
         `epoch`, read before the call) or leased it already (a lease the
         library tracks, as `racaffinity_context_pick` gives)."""
+        got = self._pick_host_or_raw(epoch)
+        return got if got.__class__ is HostLease else Lease(self, got)
+
+    def _pick_host_or_raw(self, epoch: int) -> Any:
+        """`_pick_host_leasable` for the node pools, which keep a lease the
+        library tracks as its raw `racaffinity_lease` (no `Lease` object)."""
         out = _new("racaffinity_lease *")
         host = _new("bool *")
         _context_call(self, lambda h, k, o: _pick_host_leasable(h, k, o, host), out)
@@ -494,7 +500,7 @@ class Cluster:
             return HostLease(self, out.node, _KINDS[out.kind], epoch)
         # The pin's cache stays as it was: stale (the word moved past it), or
         # a route() cache on a node past the host lease table.
-        return Lease(self, out)
+        return out
 
     def _cache_pin(self, pin: _Pin, route: Route, epoch: int) -> None:
         """Lets `pin` serve `route` while the routing epoch is `epoch`; its

@@ -28,7 +28,7 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import CommitOutcome, ErrorClass, ReplayAction, ReplayRefused, ReplayStep, RequestFailure
 from ._continuity import classify_sqlstate
-from ._routes import lease_begin, lease_release, new_
+from ._routes import end_lease, lease_begin, new_
 from ._ucp import PartitionMapLoader
 from ._tpc_async import AsyncGlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
@@ -125,7 +125,7 @@ class _AsyncConnection:
     manager and its `usage_ms` statistic, inside a lease released OK, or
     FAILED on a node failure (`is_node_failure`), else NEUTRAL."""
 
-    __slots__ = ("_pools", "_key", "_session", "_timeout", "_node", "_buf", "_pool", "_conn")
+    __slots__ = ("_pools", "_key", "_session", "_timeout", "_node", "_buf", "_pool", "_conn", "failed_node")
 
     def __init__(
         self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float], node: Optional[int] = None
@@ -135,6 +135,7 @@ class _AsyncConnection:
         self._session = session
         self._timeout = timeout
         self._node = node  # a node another decision chose (a replay's)
+        self.failed_node: Optional[int] = None  # the node a failed borrow found failed
 
     def _route(self) -> Tuple[Any, Any]:
         pools = self._pools
@@ -148,33 +149,49 @@ class _AsyncConnection:
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
         pools = self._pools
-        buf, pool = self._route()
+        if self._node is None:
+            buf, pool = pools._acquire(self._key, self._session)
+        else:
+            buf, pool = self._route()
         since = time.monotonic()
-        timeout = self._timeout
-        for reroutes in range(MAX_REROUTES + 1):
-            try:
-                conn = await pool.getconn(timeout)
-                break
-            except psycopg_pool.PoolClosed:
-                # The node went Down or drains, and its pool was retired while
-                # this waited (fast connection failover): the core routes
-                # again (the node's successor pool, or another node), within
-                # what is left of the wait.
-                lease_release(pools._h, buf, NEUTRAL)
-                if pools._closed or reroutes == MAX_REROUTES:
-                    raise
-                wait = self._timeout if self._timeout is not None else pool.timeout
-                timeout = max(0.0, since + wait - time.monotonic())
-                buf, pool = self._route()
-            except BaseException as e:
-                failed = is_node_failure(e, pool, waited_since=since)
-                if failed:
-                    pools._node_failed(pool)
-                lease_release(pools._h, buf, FAILED if failed else NEUTRAL)
-                raise
+        try:
+            conn = await pool.getconn(self._timeout)
+        except BaseException as e:
+            buf, pool, conn = await self._reroute(e, buf, pool, since)
         pool._racaffinity_borrowed.add(conn)
         self._buf, self._pool, self._conn = buf, pool, conn
         return await conn.__aenter__()
+
+    async def _reroute(self, e: BaseException, buf: Any, pool: Any, since: float) -> Tuple[Any, Any, Any]:
+        """The checkout from `pool` (begun at `since`) failed with `e`: a
+        retired pool routes again, up to `MAX_REROUTES` times within the same
+        wait; any other failure ends the lease and propagates. Out of the
+        common path, which is one checkout."""
+        pools = self._pools
+        reroutes = 0
+        while True:
+            if not isinstance(e, psycopg_pool.PoolClosed):
+                failed = is_node_failure(e, pool, waited_since=since)
+                if failed:
+                    pools._node_failed(pool)
+                    self.failed_node = int(buf.node)
+                end_lease(pools.cluster, buf, FAILED if failed else NEUTRAL)
+                raise e
+            # The node went Down or drains, and its pool was retired while
+            # this waited (fast connection failover): the core routes again
+            # (the node's successor pool, or another node), within what is
+            # left of the wait.
+            end_lease(pools.cluster, buf, NEUTRAL)
+            if pools._closed or reroutes == MAX_REROUTES:
+                raise e
+            reroutes += 1
+            wait = self._timeout if self._timeout is not None else pool.timeout
+            timeout = max(0.0, since + wait - time.monotonic())
+            buf, pool = self._route()
+            try:
+                return buf, pool, await pool.getconn(timeout)
+            except BaseException as again:
+                e = again
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         pool = self._pool
@@ -192,7 +209,10 @@ class _AsyncConnection:
             try:
                 await pool.putconn(self._conn)
             finally:
-                lease_release(self._pools._h, self._buf, outcome)
+                end_lease(self._pools.cluster, self._buf, outcome)
+
+
+_new_connection = _AsyncConnection.__new__
 
 
 def _error_class(e: BaseException) -> ErrorClass:
@@ -223,6 +243,7 @@ class _ResultsDiffer(Exception):
 
 
 _COMMIT = None  # what a request runs after its replayed statements: COMMIT
+_START = "start"  # ... or nothing: its borrow failed before anything ran
 
 
 class _AsyncRequest:
@@ -276,7 +297,16 @@ class _AsyncRequest:
 
     async def __aenter__(self) -> _AsyncRequest:
         cm = _AsyncConnection(self._pools, self._key, self._session, self._timeout)
-        self._conn = await cm.__aenter__()
+        try:
+            self._conn = await cm.__aenter__()
+        except Exception as e:
+            # The borrow found the node failed (it could not connect within the
+            # wait): nothing ran yet, so the request starts where the core says.
+            if not self._replayable or cm.failed_node is None:
+                raise
+            self._node = cm.failed_node
+            await self._recover(e, _START)
+            return self
         self._cm, self._node = cm, cm._buf.node
         return self
 
@@ -422,6 +452,8 @@ class _AsyncRequest:
                 cur = await self._conn.execute(query, params)
             if await _digest(cur) != digest:
                 raise _ResultsDiffer(query)
+        if then is _START:
+            return None
         if then is _COMMIT:
             await self._commit()
             return None
@@ -628,7 +660,14 @@ class AsyncNodePools(Base):
         """A connection from the node the core routes to (the order:
         transaction, session/key argument, session scope, pin, load
         balancing), as an async context manager."""
-        return _AsyncConnection(self, key, session, timeout)
+        # The constructor without its frame: a fifth of this wrapper's cost.
+        cm = _new_connection(_AsyncConnection)
+        cm._pools = self
+        cm._key = key
+        cm._session = session
+        cm._timeout = timeout
+        cm._node = None
+        return cm
 
     def request(
         self,

@@ -12,11 +12,22 @@ from ._args import BytesLike, DataKey, bytes_arg, i64_arg
 from ._cluster import Cluster
 from ._errors import ConfigError, UnknownNodeError
 from ._lib import ffi, lib
-from ._routes import Outcome, context_pick, lease_release, new_
+from ._cluster import _HOST_LEASES as HOST_LEASES
+from ._routes import (
+    HOST_LEASE_BASE,
+    HOST_LEASE_NODES,
+    LEASE_T,
+    Outcome,
+    PoolHostLease,
+    context_pick,
+    end_lease,
+    new_,
+    new_pool_host_lease,
+)
 from ._scopes import SCOPES, SESSION, TX, PinScope, SessionScope, Transaction, context_call
 from ._ucp import callback_lease
 
-__all__ = ["Base", "connect_timeout", "OK", "FAILED", "NEUTRAL"]
+__all__ = ["Base", "connect_timeout", "end_lease", "OK", "FAILED", "NEUTRAL"]
 
 OK, FAILED, NEUTRAL = int(Outcome.OK), int(Outcome.FAILED), int(Outcome.NEUTRAL)
 
@@ -164,11 +175,13 @@ class Base:
     # -- routing ----------------------------------------------------------------
 
     def _acquire(self, key: Optional[DataKey], session: Optional[BytesLike]) -> Tuple[Any, Any]:
-        """Leases the node for the next connection and returns (lease
-        buffer, that node's pool). Everything the context knows (its
-        transaction, the key or session argument or the context's session,
-        its pin) goes to the core in one `racaffinity_request_pick`, and the
-        core decides which affinity applies (`Cluster::route`).
+        """Leases the node for the next connection and returns (lease, that
+        node's pool): a raw `racaffinity_lease`, or a `PoolHostLease` (or
+        `HostLease`) for a pinned borrow; end any with `end_lease`. Everything
+        the context knows (its transaction, the key or session argument or
+        the context's session, its pin) goes to the core in one
+        `racaffinity_request_pick`, and the core decides which affinity
+        applies (`Cluster::route`).
 
         The hot path of every connection, so it calls the library directly
         with a raw `racaffinity_lease` (no `Lease` object); `_Connection`
@@ -178,18 +191,50 @@ class Base:
             raise TypeError("pass either key= or session=, not both")
         scopes = SCOPES.get()
         f = scopes.get(self._serial) if scopes is not None else None
+        if key is None and session is None and f is None and self._callback is None:
+            pin = c._pin_var.get()
+            if pin is not None:
+                if HOST_LEASES:
+                    # Pinned: a host lease on the pin's cached route (see
+                    # HostLease), with its guarantees: served only while the
+                    # routing epoch, read before the pin's cache, is the one
+                    # the route was cached under.
+                    page = c._page
+                    epoch = page[0]
+                    if pin.epoch == epoch:  # never so for an ended pin
+                        node = pin.route.node
+                        by_id = self._by_id
+                        if node < HOST_LEASE_NODES and node < len(by_id):
+                            pool = by_id[node]
+                            if pool is not None:
+                                pin.hits += 1
+                                page[HOST_LEASE_BASE + node] += 1
+                                lease = new_pool_host_lease(PoolHostLease)
+                                lease.node = node
+                                lease._live = epoch
+                                return lease, pool
+                    if pin.active:
+                        # One call that also caches the route for the next borrow.
+                        return self._pool_of(c._pick_host_or_raw(epoch))
+            elif not c._auto_pin:
+                # Balanced: one call, without context_call's pin handling.
+                buf = new_(LEASE_T)
+                rc = context_pick(self._h, 0, buf)
+                if rc:
+                    c._raise(rc)
+                return self._pool_of(buf)
+            # Nothing but (at most) a pin: the one-affinity call, without
+            # building a request (cffi struct writes cost more than the
+            # routing).
+            buf = new_(LEASE_T)
+            context_call(c, context_pick, buf)  # its pin, an auto-pin or balancing
+            return self._pool_of(buf)
         cb = self._callback
         if cb is not None and key is None and session is None and (f is None or f[TX] is None):
             # UCP's connection affinity callback: its context decides (below an
             # explicit key, session argument or transaction; above scopes).
             return self._pool_of(callback_lease(self, cb))
-        buf = new_("racaffinity_lease *")
-        if key is None and session is None and f is None:
-            # Nothing but (at most) a pin: the one-affinity call, without
-            # building a request (this is the common case, and cffi struct
-            # writes cost more than the routing).
-            context_call(c, context_pick, buf)  # its pin, an auto-pin or balancing
-            return self._pool_of(buf)
+        buf = new_(LEASE_T)
         req = new_("racaffinity_route_request *")
         keep = []  # the request points into these until the call returns
         if f is not None and f[TX] is not None:
@@ -223,7 +268,7 @@ class Base:
         by_id = self._by_id
         pool = by_id[node] if node < len(by_id) else None
         if pool is None:
-            lease_release(self._h, buf, NEUTRAL)
+            end_lease(c, buf, NEUTRAL)
             raise UnknownNodeError(f"no pool for node {c.node_name(node)}", 8)
         return buf, pool
 

@@ -25,7 +25,7 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import CommitOutcome, ErrorClass, ReplayAction, ReplayRefused, ReplayStep, RequestFailure
 from ._continuity import classify_sqlstate
-from ._routes import lease_begin, lease_release, new_
+from ._routes import end_lease, lease_begin, new_
 from ._ucp import PartitionMapLoader
 from ._tpc_sync import GlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
@@ -100,7 +100,7 @@ class _Connection:
     success, rollback on error; putconn), without its generator context
     manager and its `usage_ms` statistic, inside a lease released OK, or
     FAILED on a node failure (`is_node_failure`), else NEUTRAL."""
-    __slots__ = ('_pools', '_key', '_session', '_timeout', '_node', '_buf', '_pool', '_conn')
+    __slots__ = ('_pools', '_key', '_session', '_timeout', '_node', '_buf', '_pool', '_conn', 'failed_node')
 
     def __init__(self, pools: NodePools, key: Any, session: Any, timeout: Optional[float], node: Optional[int]=None) -> None:
         self._pools = pools
@@ -108,6 +108,7 @@ class _Connection:
         self._session = session
         self._timeout = timeout
         self._node = node
+        self.failed_node: Optional[int] = None
 
     def _route(self) -> Tuple[Any, Any]:
         pools = self._pools
@@ -121,29 +122,45 @@ class _Connection:
 
     def __enter__(self) -> psycopg.Connection:
         pools = self._pools
-        buf, pool = self._route()
+        if self._node is None:
+            buf, pool = pools._acquire(self._key, self._session)
+        else:
+            buf, pool = self._route()
         since = time.monotonic()
-        timeout = self._timeout
-        for reroutes in range(MAX_REROUTES + 1):
-            try:
-                conn = pool.getconn(timeout)
-                break
-            except psycopg_pool.PoolClosed:
-                lease_release(pools._h, buf, NEUTRAL)
-                if pools._closed or reroutes == MAX_REROUTES:
-                    raise
-                wait = self._timeout if self._timeout is not None else pool.timeout
-                timeout = max(0.0, since + wait - time.monotonic())
-                buf, pool = self._route()
-            except BaseException as e:
-                failed = is_node_failure(e, pool, waited_since=since)
-                if failed:
-                    pools._node_failed(pool)
-                lease_release(pools._h, buf, FAILED if failed else NEUTRAL)
-                raise
+        try:
+            conn = pool.getconn(self._timeout)
+        except BaseException as e:
+            buf, pool, conn = self._reroute(e, buf, pool, since)
         pool._racaffinity_borrowed.add(conn)
         self._buf, self._pool, self._conn = (buf, pool, conn)
         return conn.__enter__()
+
+    def _reroute(self, e: BaseException, buf: Any, pool: Any, since: float) -> Tuple[Any, Any, Any]:
+        """The checkout from `pool` (begun at `since`) failed with `e`: a
+        retired pool routes again, up to `MAX_REROUTES` times within the same
+        wait; any other failure ends the lease and propagates. Out of the
+        common path, which is one checkout."""
+        pools = self._pools
+        reroutes = 0
+        while True:
+            if not isinstance(e, psycopg_pool.PoolClosed):
+                failed = is_node_failure(e, pool, waited_since=since)
+                if failed:
+                    pools._node_failed(pool)
+                    self.failed_node = int(buf.node)
+                end_lease(pools.cluster, buf, FAILED if failed else NEUTRAL)
+                raise e
+            end_lease(pools.cluster, buf, NEUTRAL)
+            if pools._closed or reroutes == MAX_REROUTES:
+                raise e
+            reroutes += 1
+            wait = self._timeout if self._timeout is not None else pool.timeout
+            timeout = max(0.0, since + wait - time.monotonic())
+            buf, pool = self._route()
+            try:
+                return (buf, pool, pool.getconn(timeout))
+            except BaseException as again:
+                e = again
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         pool = self._pool
@@ -161,7 +178,8 @@ class _Connection:
             try:
                 pool.putconn(self._conn)
             finally:
-                lease_release(self._pools._h, self._buf, outcome)
+                end_lease(self._pools.cluster, self._buf, outcome)
+_new_connection = _Connection.__new__
 
 def _error_class(e: BaseException) -> ErrorClass:
     """An error's class for replay: its SQLSTATE's (`classify_sqlstate`), or
@@ -187,6 +205,7 @@ def _digest(cur: Any) -> Tuple[int, Optional[bytes]]:
 class _ResultsDiffer(Exception):
     """A replayed statement answered otherwise than the original did."""
 _COMMIT = None
+_START = 'start'
 
 class _Request:
     """`with pools.request() as req:` — one transaction whose
@@ -237,7 +256,14 @@ class _Request:
 
     def __enter__(self) -> _Request:
         cm = _Connection(self._pools, self._key, self._session, self._timeout)
-        self._conn = cm.__enter__()
+        try:
+            self._conn = cm.__enter__()
+        except Exception as e:
+            if not self._replayable or cm.failed_node is None:
+                raise
+            self._node = cm.failed_node
+            self._recover(e, _START)
+            return self
         self._cm, self._node = (cm, cm._buf.node)
         return self
 
@@ -373,6 +399,8 @@ class _Request:
                 cur = self._conn.execute(query, params)
             if _digest(cur) != digest:
                 raise _ResultsDiffer(query)
+        if then is _START:
+            return None
         if then is _COMMIT:
             self._commit()
             return None
@@ -534,7 +562,13 @@ class NodePools(Base):
         """A connection from the node the core routes to (the order:
         transaction, session/key argument, session scope, pin, load
         balancing), as a context manager."""
-        return _Connection(self, key, session, timeout)
+        cm = _new_connection(_Connection)
+        cm._pools = self
+        cm._key = key
+        cm._session = session
+        cm._timeout = timeout
+        cm._node = None
+        return cm
 
     def request(self, *, key: Optional[DataKey]=None, session: Optional[BytesLike]=None, timeout: Optional[float]=None, call_timeout: Optional[float]=None) -> _Request:
         """A request: one transaction on the node the core routes to (as

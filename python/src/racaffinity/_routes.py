@@ -13,7 +13,7 @@ from ._lib import ffi, lib
 if TYPE_CHECKING:  # pragma: no cover
     from ._cluster import Cluster
 
-__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "HostLease", "Node", "route_of"]
+__all__ = ["NodeState", "RouteKind", "Outcome", "Scope", "Route", "Lease", "HostLease", "Node", "route_of", "end_lease", "PoolHostLease"]
 
 
 class NodeState(enum.IntEnum):
@@ -63,6 +63,7 @@ context_pick = lib.racaffinity_context_pick
 lease_release = lib.racaffinity_lease_release
 lease_begin = lib.racaffinity_lease_begin
 new_ = ffi.new
+LEASE_T = ffi.typeof("racaffinity_lease *")  # ffi.new(LEASE_T) skips parsing the type's name
 PLACED = int(lib.RACAFFINITY_ROUTE_KIND_PLACED)
 
 
@@ -169,8 +170,9 @@ class Lease(Route):
             pass
 
 
-def _refuse_second_release(lease: Lease) -> None:
-    raise InvalidLeaseError(f"lease on node {lease._name_or_id()} already released")
+def _refuse_second_release(lease: Any) -> None:
+    name = lease._name_or_id() if isinstance(lease, Route) else f"#{lease.node}"
+    raise InvalidLeaseError(f"lease on node {name} already released")
 
 
 # The host lease table of the routing epoch page (see HostLease), as indexes
@@ -229,6 +231,54 @@ class HostLease(Lease):
         rc = host_lease_end(self._cluster._h, self.node, outcome)
         if rc:
             self._cluster._raise(rc)
+
+
+_OK_I, _FAILED_I = int(_OK), int(_FAILED)
+
+
+class PoolHostLease:
+    """A node pool's host lease: a pinned borrow served from its pin's
+    cached route (`HostLease`'s rules), with only what ending it needs: the
+    node and the epoch read before it began (0 once ended). No finalizer: the
+    pools end every lease they make, as they end their raw library leases
+    (which have none either), and a `__del__` cost a fifth of the borrow."""
+
+    __slots__ = ("node", "_live")
+
+    @property
+    def released(self) -> bool:
+        return not self._live
+
+
+new_pool_host_lease = PoolHostLease.__new__
+
+
+def end_lease(c: "Cluster", buf: Any, outcome: int) -> None:
+    """Ends a node pool's lease with an int outcome: a raw `racaffinity_lease`
+    through the library; a `PoolHostLease` (or a `HostLease`) in the page, by
+    `HostLease.release`'s rules. The pools' release sites ignore the
+    library's result code, as they always have."""
+    cls = buf.__class__
+    if cls is not PoolHostLease and cls is not HostLease:
+        lease_release(c._h, buf, outcome)
+        return
+    epoch = buf._live
+    if not epoch:
+        _refuse_second_release(buf)
+    buf._live = 0
+    page = c._page
+    i = HOST_LEASE_BASE + buf.node
+    if outcome != _FAILED_I and page[0] == epoch:
+        if outcome == _OK_I:
+            try:
+                page[i] += _END_OK
+            except (ValueError, OverflowError):  # the success bits wrap
+                page[i] = (page[i] + _END_OK) & _WORD
+        else:
+            page[i] -= 1
+        return
+    page[i] -= 1
+    host_lease_end(c._h, buf.node, outcome)
 
 
 class Node(NamedTuple):

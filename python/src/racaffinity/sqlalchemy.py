@@ -53,7 +53,7 @@ from sqlalchemy.pool.base import _ConnectionRecord  # noqa: E402
 from ._args import BytesLike, DataKey  # noqa: E402
 from ._cluster import Cluster  # noqa: E402
 from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
-from ._routes import NodeState, lease_release  # noqa: E402
+from ._routes import NodeState, end_lease  # noqa: E402
 
 __all__ = ["RoutingPool", "create_engine", "create_async_engine", "route"]
 
@@ -323,22 +323,36 @@ class RoutingPool(Pool):
 
     def _do_get(self) -> Any:
         key, session = _ROUTE.get() or (None, None)
-        for reroutes in range(_MAX_REROUTES + 1):
-            buf, _marker = self._router._acquire(key, session)
-            try:
-                rec = self._sub(buf.node)._do_get()
-                break
-            except _Retired:
-                # Its node went Down while this waited: the core routes again.
-                lease_release(self._h, buf, NEUTRAL)
-                if reroutes == _MAX_REROUTES:
-                    raise sa_exc.TimeoutError("the node pools were retired while this checkout waited") from None
-            except BaseException as e:
-                lease_release(self._h, buf, FAILED if _node_failed(e, self._dialect.loaded_dbapi) else NEUTRAL)
-                raise
+        buf, _marker = self._router._acquire(key, session)
+        try:
+            sub = self._subs.get(buf.node) or self._sub(buf.node)
+            rec = sub._do_get()
+        except BaseException as e:
+            rec, buf = self._reroute(e, buf, key, session)
         rec._racaffinity_invalidated = None
         self._leases[rec] = buf
         return rec
+
+    def _reroute(self, e: BaseException, buf: Any, key: Any, session: Any) -> Tuple[Any, Any]:
+        """The checkout of `buf`'s node failed with `e`: a retired node pool
+        routes again (up to `_MAX_REROUTES` times; returns the record and its
+        lease); any other failure ends the lease and propagates. Out of the
+        common path, one checkout."""
+        reroutes = 0
+        while True:
+            if not isinstance(e, _Retired):
+                end_lease(self._cluster, buf, FAILED if _node_failed(e, self._dialect.loaded_dbapi) else NEUTRAL)
+                raise e
+            # Its node went Down while this waited: the core routes again.
+            end_lease(self._cluster, buf, NEUTRAL)
+            if reroutes == _MAX_REROUTES:
+                raise sa_exc.TimeoutError("the node pools were retired while this checkout waited") from None
+            reroutes += 1
+            buf, _marker = self._router._acquire(key, session)
+            try:
+                return self._sub(buf.node)._do_get(), buf
+            except BaseException as again:
+                e = again
 
     def _returned(self, rec: Any, detached: bool = False) -> None:
         """Ends the lease of a record coming back: FAILED when SQLAlchemy
@@ -355,7 +369,7 @@ class RoutingPool(Pool):
             outcome = OK  # never invalidated, or reconnected at once
         else:
             outcome = FAILED if getattr(rec, "_racaffinity_invalidated", None) == "node" else NEUTRAL
-        lease_release(self._h, buf, outcome)
+        end_lease(self._cluster, buf, outcome)
 
     def _do_return_conn(self, record: Any) -> None:
         # Reached by a fairy's detach(), which hands the record to the
@@ -379,9 +393,12 @@ class RoutingPool(Pool):
 
     def recreate(self) -> "RoutingPool":
         self.logger.info("Pool recreating")
+        # Over the nodes the cluster has now: one removed since has no pool
+        # to make (and would fail the new pool's construction).
+        live = {n.name for n in self._cluster.nodes}
         return RoutingPool(
             self._cluster,
-            self._urls,
+            {name: url for name, url in self._urls.items() if name in live},
             is_async=self._is_asyncio,
             connect_args=self._connect_args,
             recycle=self._recycle,

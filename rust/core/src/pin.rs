@@ -377,6 +377,23 @@ impl Cluster {
         self.pick_listed()
     }
 
+    /// [`Cluster::pick`]'s fast path alone, for [`Cluster::acquire`]: the
+    /// thread's last-used pin's node and the routing epoch read before it
+    /// was checked (what a host lease needs), its hit counted; `None` where
+    /// `pick()` would go on to [`Cluster::pick_listed`].
+    #[inline]
+    pub(crate) fn pick_last_pin(&self) -> Option<(NodeId, u64)> {
+        let last = LAST_PIN.with(Cell::get);
+        let epoch = self.routing_epoch();
+        if last.cluster == self.inner.id && last.epoch == epoch {
+            if let Some(hits) = last.hits {
+                hits.hit();
+                return Some((last.node, epoch));
+            }
+        }
+        None
+    }
+
     /// [`Cluster::pick`] when the last-used pin did not answer: another
     /// cluster's pin, an unhealthy node, or no pin.
     fn pick_listed(&self) -> Result<Route> {

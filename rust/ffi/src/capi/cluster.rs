@@ -11,7 +11,36 @@ use super::result::{guard, racaffinity_result};
 use super::types::{node_id, node_state_arg, racaffinity_node_state, racaffinity_recovery_scope, scope_arg};
 use crate::ops;
 
+/// The version of the header, for a compile-time check; at run time
+/// `racaffinity_version()` gives the library's. Major, minor and patch follow
+/// semantic versioning (docs/c.md, "Versions and ABI").
+pub const RACAFFINITY_VERSION_MAJOR: u32 = 0;
+/// See `RACAFFINITY_VERSION_MAJOR`.
+pub const RACAFFINITY_VERSION_MINOR: u32 = 2;
+/// See `RACAFFINITY_VERSION_MAJOR`.
+pub const RACAFFINITY_VERSION_PATCH: u32 = 0;
+
+// The header's numbers are literals (cbindgen cannot evaluate env!); the build
+// fails when they drift from the workspace version in Cargo.toml, the one
+// source (tools/version.py rewrites them). The string macro
+// RACAFFINITY_VERSION comes from rust/ffi/cbindgen.toml (cbindgen drops &str
+// constants), checked by tools/version.py.
+const fn parse_u32(s: &str) -> u32 {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut n = 0;
+    while i < b.len() {
+        n = n * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    n
+}
+const _: () = assert!(RACAFFINITY_VERSION_MAJOR == parse_u32(env!("CARGO_PKG_VERSION_MAJOR")));
+const _: () = assert!(RACAFFINITY_VERSION_MINOR == parse_u32(env!("CARGO_PKG_VERSION_MINOR")));
+const _: () = assert!(RACAFFINITY_VERSION_PATCH == parse_u32(env!("CARGO_PKG_VERSION_PATCH")));
+
 /// The library version as a static NUL-terminated string. Never fails.
+/// Compare it with `RACAFFINITY_VERSION` to tell which library was loaded.
 #[no_mangle]
 pub extern "C" fn racaffinity_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()

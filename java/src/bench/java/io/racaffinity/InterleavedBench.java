@@ -19,7 +19,7 @@ import java.util.function.LongUnaryOperator;
  * subject and baseline alike. JMH runs its benchmarks one after another,
  * which on this machine moved a ratio by 2x between runs.
  *
- * <p>Run: {@code java -cp racaffinity-0.1.0-benchmarks.jar io.racaffinity.InterleavedBench [rounds]}, and
+ * <p>Run: {@code java -cp racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench [rounds]}, and
  * with {@code [rounds] --datasource} for {@code AffinityDataSource} against bare HikariCP over the local nodes.
  * Prints a table and {@code JBENCH_PAIR <name> <ns> <baseline ns> <ratio median> <min> <max>} lines.
  */

@@ -1,0 +1,281 @@
+"""The node pools (`NodePools`, `AsyncNodePools`) and the SQLAlchemy pool
+borrow in a pin through the pin's cached route and release through a host
+lease, as `Cluster.pick()` does: no call into the library while the routing
+epoch holds. Held to the cached route's guarantees by the stale-route
+stress of test_route_cache.py, over real connections: no borrow gets a
+connection to a node that was down, removed or ejected for the whole
+borrow, and every lease is counted exactly (in flight, successes)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Callable, Dict, List, Tuple
+
+import psycopg
+import psycopg_pool
+import pytest
+import sqlalchemy as sa
+
+import racaffinity as ra
+from racaffinity._routes import PoolHostLease
+from racaffinity.pools import AsyncNodePools, NodePools
+from racaffinity.sqlalchemy import create_engine
+
+from conftest import NAMES
+from test_route_cache import (
+    DEADLINE_S,
+    MIN_CHANGES,
+    NODES,
+    Crossings,
+    Flipper,
+    check,
+    check_lease_totals,
+    keep_routing,
+    node_metrics,
+    stress_cluster,
+)
+
+
+# Six cluster nodes over the three local servers: more nodes to flip.
+def dsns(pg) -> Dict[str, str]:
+    return {n: pg.dsn[NAMES[i % 3]] for i, n in enumerate(NODES)}
+
+
+def urls(pg) -> Dict[str, str]:
+    return {n: f"postgresql+psycopg://postgres@127.0.0.1:{pg.port[NAMES[i % 3]]}/postgres" for i, n in enumerate(NODES)}
+
+
+# -- no crossing on a hit ------------------------------------------------------------
+
+
+def test_a_pinned_borrow_crosses_only_on_a_miss_and_counts_like_a_library_lease(pg, cluster_factory, monkeypatch):
+    c = cluster_factory(nodes=NAMES, health_eject_after_failures=2)
+    with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+        with c.pin() as pinned:
+            crossings = Crossings(monkeypatch)
+            with pools.connection():
+                pass
+            assert len(crossings.take()) == 1, "a miss: one call, which also caches the route"
+            for _ in range(3):
+                with pools.connection() as conn:
+                    assert crossings.take() == [], "a hit stays in Python"
+                    assert node_metrics(c, pinned.node)["in_flight"] == 1, "a host lease counts in flight"
+                    crossings.take()
+                    conn.execute("SELECT 1")
+                assert crossings.take() == [], "its OK release too"
+            with pytest.raises(ZeroDivisionError):
+                with pools.connection():
+                    1 / 0  # NEUTRAL: no verdict on the node, no crossing either
+            assert crossings.take() == []
+            c.set_node_state(pinned.name, "draining")  # never cacheable: its pin ends by the clock
+            crossings.take()
+            with pools.connection():
+                pass
+            assert [x for x in crossings.take() if "lease" in x or "pick" in x] != [], "a draining node asks the library"
+        m = node_metrics(c, pinned.node)
+        assert (m["in_flight"], m["successes"]) == (0, 5)
+        assert c.metrics()["scopes"]["thread"]["hits"] >= 4
+
+
+def test_a_pinned_borrow_that_fails_on_its_node_reaches_the_breaker(pg, cluster_factory):
+    c = cluster_factory(nodes=NAMES, health_eject_after_failures=1, health_eject_backoff="1h",
+                        health_eject_backoff_max="1h")
+    with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+        with c.pin() as pinned:
+            with pools.connection():
+                pass
+            cm = pools.connection()
+            cm.__enter__()
+            assert isinstance(cm._buf, PoolHostLease)
+            lost = psycopg.OperationalError("server closed the connection unexpectedly")
+            cm.__exit__(type(lost), lost, None)
+            assert c.node_state(pinned.node) == ra.NodeState.DOWN, "the FAILED outcome reached the library"
+            with pools.connection():
+                pass
+            assert c.route().node != pinned.node
+        assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 0
+
+
+def test_a_pinned_sqlalchemy_checkout_crosses_only_on_a_miss(pg, cluster_factory, monkeypatch):
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, {n: f"postgresql+psycopg://postgres@127.0.0.1:{pg.port[n]}/postgres" for n in NAMES},
+                           pool_size=1, max_overflow=1)
+    try:
+        with c.pin() as pinned:
+            with engine.connect():
+                pass
+            crossings = Crossings(monkeypatch)
+            for _ in range(3):
+                with engine.connect() as conn:
+                    assert crossings.take() == [], "a hit stays in Python"
+                    assert isinstance(engine.pool._leases[conn.connection._connection_record], PoolHostLease)
+                    assert node_metrics(c, pinned.node)["in_flight"] == 1
+                    crossings.take()
+                assert crossings.take() == [], "its OK release too"
+        m = node_metrics(c, pinned.node)
+        assert (m["in_flight"], m["successes"]) == (0, 4)
+    finally:
+        engine.dispose()
+
+
+# -- the stale-route stress over real connections -------------------------------------
+
+TOLERATED = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed, sa.exc.TimeoutError,
+             sa.exc.OperationalError)
+OKS_LOCK = threading.Lock()
+
+
+class Borrows:
+    """What the routers saw: (tick before, tick after, node) per borrow, the
+    OK ends per node name, and the borrows that failed on a connection
+    (the flipper's Downs abort connections: tolerated, and counted)."""
+
+    def __init__(self, c: ra.Cluster) -> None:
+        self.c = c
+        self.seen: List[Tuple[int, int, int]] = []
+        self.oks: Dict[str, int] = {}
+        self.failed = 0
+
+    def ok(self, node: int) -> None:
+        name = self.c.node_name(node)
+        with OKS_LOCK:
+            self.oks[name] = self.oks.get(name, 0) + 1
+
+    def settle(self, f: Flipper, exact_oks: bool = True) -> None:
+        assert f.changes >= MIN_CHANGES, f"the flipper made only {f.changes} changes in {DEADLINE_S} s"
+        assert self.failed <= len(self.seen) // 10, f"{self.failed} failed borrows of {len(self.seen)}"
+        check(f, self.seen)
+        if exact_oks:
+            check_lease_totals(self.c, self.oks)
+        else:  # SQLAlchemy invalidates a connection on a failed reset without telling the caller
+            assert all(n["in_flight"] == 0 for n in self.c.metrics()["nodes"])
+
+
+def threads_borrowing(
+    c: ra.Cluster, borrow: Callable[[Flipper, Borrows], None], per_router: int = 1500, exact_oks: bool = True
+) -> None:
+    f = Flipper(c, grow=False)
+    b = Borrows(c)
+    errors: List[BaseException] = []
+    deadline = time.monotonic() + DEADLINE_S
+
+    def router() -> None:
+        try:
+            with c.pin():
+                done = 0
+                while keep_routing(f, done, per_router, deadline):
+                    borrow(f, b)
+                    done += 1
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    flipper = threading.Thread(target=f.run)
+    flipper.start()
+    threads = [threading.Thread(target=router) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    f.stop.set()
+    flipper.join()
+    assert not errors, errors
+    b.settle(f, exact_oks)
+
+
+def test_pooled_pinned_borrows_never_outlive_a_down_removal_or_ejection_threads(pg, cluster_factory):
+    c = stress_cluster(cluster_factory)
+    with NodePools(c, dsns(pg), min_size=1, max_size=4, timeout=5.0, upkeep_interval=0.05) as pools:
+
+        def borrow(f: Flipper, b: Borrows) -> None:
+            begin = f.now
+            cm = pools.connection()
+            try:
+                cm.__enter__()
+            except TOLERATED:
+                b.failed += 1
+                return
+            node = cm._buf.node
+            b.seen.append((begin, f.now, node))
+            try:
+                cm.__exit__(None, None, None)
+            except TOLERATED:
+                b.failed += 1
+                return
+            b.ok(node)
+
+        threads_borrowing(c, borrow)
+
+
+def test_pooled_pinned_borrows_never_outlive_a_down_removal_or_ejection_asyncio(pg, cluster_factory):
+    c = stress_cluster(cluster_factory)
+    f = Flipper(c, grow=False)
+    b = Borrows(c)
+    deadline = time.monotonic() + DEADLINE_S
+
+    async def main() -> None:
+        pools = AsyncNodePools(c, dsns(pg), min_size=1, max_size=4, timeout=5.0, upkeep_interval=0.05)
+        await pools.open()
+        try:
+
+            async def router() -> None:
+                with c.pin():
+                    done = 0
+                    while keep_routing(f, done, 400, deadline):
+                        done += 1
+                        begin = f.now
+                        cm = pools.connection()
+                        try:
+                            await cm.__aenter__()
+                        except TOLERATED:
+                            b.failed += 1
+                            continue
+                        node = cm._buf.node
+                        b.seen.append((begin, f.now, node))
+                        try:
+                            await cm.__aexit__(None, None, None)
+                        except TOLERATED:
+                            b.failed += 1
+                            continue
+                        b.ok(node)
+
+            await asyncio.gather(*(router() for _ in range(8)))
+        finally:
+            await pools.close()
+
+    flipper = threading.Thread(target=f.run)
+    flipper.start()
+    try:
+        asyncio.run(main())
+    finally:
+        f.stop.set()
+        flipper.join()
+    b.settle(f)
+
+
+def test_pinned_sqlalchemy_checkouts_never_outlive_a_down_removal_or_ejection(pg, cluster_factory):
+    c = stress_cluster(cluster_factory)
+    engine = create_engine(c, urls(pg), pool_size=2, max_overflow=2, pool_timeout=5)
+    try:
+
+        def borrow(f: Flipper, b: Borrows) -> None:
+            begin = f.now
+            try:
+                conn = engine.connect()
+            except TOLERATED:
+                b.failed += 1
+                return
+            lease = engine.pool._leases[conn.connection._connection_record]
+            b.seen.append((begin, f.now, lease.node))
+            try:
+                conn.close()
+            except TOLERATED:
+                b.failed += 1
+                return
+            if lease.__class__ is PoolHostLease:
+                assert lease.released, "a checkout's lease outlived its connection"
+
+        threads_borrowing(c, borrow, per_router=1000, exact_oks=False)
+    finally:
+        engine.dispose()
