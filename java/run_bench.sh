@@ -43,6 +43,7 @@ rows = [
     ("    raw Native.contextRoute / no-op JNI call", "nativePinnedRoute", "noop", None),
     ("    pick()+release(OK) / no-op JNI call", "pinnedPickRelease", "noop", None),
     ("(b) AffinityDataSource get+close / bare HikariCP get+close", "affinityPinned", "bareHikari", 1.15),
+    ("    unpinned AffinityDataSource get+close / bare HikariCP get+close", "affinityUnpinned", "bareHikari", 1.6),
     ("    ... with SELECT 1 / bare HikariCP with SELECT 1", "affinityPinnedSelect1", "bareHikariSelect1", None),
 ]
 print()

@@ -133,6 +133,28 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }));
+                Cluster free = Cluster.fromConfig("name = bench-unpinned; nodes = RAC1, RAC2, RAC3");
+                long freeContext = Native.contextNew(free.handle());
+                all.add(new Subject("unpinnedPickRelease", "`pick()` + `release(OK)`, unpinned (one JNI call)", n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        Lease l = free.pick();
+                        l.release(Outcome.OK);
+                        acc += l.node();
+                    }
+                    return acc;
+                }));
+                all.add(new Subject("nativeUnpinnedPick", "raw `Native.contextPick` + `Native.leaseEnd`, unpinned"
+                        + " (the two crossings an unpinned pick + release took before)", n -> {
+                    long acc = 0;
+                    long fh = free.handle();
+                    for (long i = 0; i < n; i++) {
+                        long r = Native.contextPick(fh, freeContext);
+                        Native.leaseEnd(fh, Native.node(r), Outcome.OK.ordinal());
+                        acc += r;
+                    }
+                    return acc;
+                }));
                 subjects = all.toArray(new Subject[0]);
             } else {
                 // Only the noop baseline and the pair.
@@ -160,6 +182,18 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }), bareIndex));
+                AffinityDataSource unpinnedDs = ds.unpinned;
+                all.add(new Subject("affinityUnpinned",
+                        "`AffinityDataSource.getConnection()` + `close()`, unpinned (balanced over the three pools, each"
+                                + " like the bare one)", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = unpinnedDs.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
                 Cluster dsCluster = ads.getCluster();
                 all.add(new Subject("wrapperFloor",
                         "the floor: the pinned route + a minimal wrapper over the same HikariCP borrow, no lease",
@@ -179,6 +213,19 @@ public final class InterleavedBench {
                     long acc = 0;
                     for (long i = 0; i < n; i++) {
                         try (LeasedWrapped c = new LeasedWrapped(bare.getConnection(), dsCluster.pick())) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
+                Cluster unpinnedCluster = unpinnedDs.getCluster();
+                all.add(new Subject("unpinnedLeasedWrapperFloor",
+                        "the unpinned floor: an unpinned `pick()` (one JNI call, host lease) + a minimal wrapper that"
+                                + " releases it OK on close, over the same HikariCP borrow",
+                        sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (LeasedWrapped c = new LeasedWrapped(bare.getConnection(), unpinnedCluster.pick())) {
                             acc += c.hashCode() & 1;
                         }
                     }

@@ -38,6 +38,8 @@ public class DataSourceBench {
         /** The node pools by node name (InterleavedBench uses them too). */
         public final Map<String, HikariDataSource> pools = new LinkedHashMap<>();
         public AffinityDataSource affinity;
+        /** A second data source over the same pools, never pinned: balanced borrows. */
+        public AffinityDataSource unpinned;
 
         @Setup(Level.Trial)
         public void setUp() throws SQLException {
@@ -57,11 +59,18 @@ public class DataSourceBench {
             affinity.setHeartbeatIntervalMillis(0);
             affinity.setRegisterMBean(false);
             affinity.init();
+            unpinned = new AffinityDataSource();
+            unpinned.setConfig("name = bench-unpinned; nodes = RAC1, RAC2, RAC3");
+            unpinned.setNodeDataSources(new LinkedHashMap<String, DataSource>(pools));
+            unpinned.setHeartbeatIntervalMillis(0);
+            unpinned.setRegisterMBean(false);
+            unpinned.init();
         }
 
         @TearDown(Level.Trial)
         public void tearDown() {
             affinity.close();
+            unpinned.close();
             pools.values().forEach(HikariDataSource::close);
         }
     }
@@ -101,6 +110,14 @@ public class DataSourceBench {
     @Benchmark
     public Connection affinityPinned(Pools p, Pinned t) throws SQLException {
         Connection c = p.affinity.getConnection();
+        c.close();
+        return c;
+    }
+
+    /** Balanced over the three pools (each like the bare one): the unpinned borrow's own cost. */
+    @Benchmark
+    public Connection affinityUnpinned(Pools p) throws SQLException {
+        Connection c = p.unpinned.getConnection();
         c.close();
         return c;
     }
