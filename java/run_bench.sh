@@ -61,3 +61,6 @@ PY
 # AffinityDataSource against bare HikariCP over the same pool, in a JVM of its own.
 "$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --datasource \
     | tee -a java/target/interleaved.out
+# Unpinned pick() + release(OK) against the raw two-call path it replaced, in a JVM of its own.
+"$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --unpinned \
+    | tee -a java/target/interleaved.out

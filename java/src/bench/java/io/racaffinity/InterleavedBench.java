@@ -20,7 +20,8 @@ import java.util.function.LongUnaryOperator;
  * which on this machine moved a ratio by 2x between runs.
  *
  * <p>Run: {@code java -cp racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench [rounds]}, and
- * with {@code [rounds] --datasource} for {@code AffinityDataSource} against bare HikariCP over the local nodes.
+ * with {@code [rounds] --datasource} for {@code AffinityDataSource} against bare HikariCP over the local nodes,
+ * with {@code [rounds] --unpinned} for an unpinned {@code pick()} + {@code release(OK)}.
  * Prints a table and {@code JBENCH_PAIR <name> <ns> <baseline ns> <ratio median> <min> <max>} lines.
  */
 public final class InterleavedBench {
@@ -60,6 +61,8 @@ public final class InterleavedBench {
         // Cluster.pick() from a second site change what the JIT inlines into the others'
         // loops. It needs the local nodes (java/run_bench.sh exports their URLs).
         boolean nodes = args.length > 1 && args[1].equals("--datasource");
+        // `--unpinned`: unpinned pick() + release(OK) against the two raw crossings it replaced, in a JVM of its own.
+        boolean unpinned = args.length > 1 && args[1].equals("--unpinned");
         if (nodes && System.getenv("RACAFF_NODE1_URL") == null) {
             throw new IllegalStateException("--datasource needs RACAFF_NODE1_URL..3 (tests/cluster/pgnodes env)");
         }
@@ -120,19 +123,10 @@ public final class InterleavedBench {
                     return acc;
                 }),
             };
-            if (!nodes) {
-                List<Subject> all = new ArrayList<>(Arrays.asList(subjects));
-                all.add(new Subject("pinnedPickReleaseKept",
-                        "`pick()` + `release(OK)` on a pinned thread, the lease kept in a field", n -> {
-                    long acc = 0;
-                    for (long i = 0; i < n; i++) {
-                        Lease l = cluster.pick();
-                        kept = l;
-                        l.release(Outcome.OK);
-                        acc += l.node();
-                    }
-                    return acc;
-                }));
+            if (unpinned) {
+                // Only the noop baseline and the unpinned pair: another call site of
+                // Cluster.pick() in this JVM would change what the JIT inlines into the pinned loops.
+                List<Subject> all = new ArrayList<>(List.of(subjects[0]));
                 Cluster free = Cluster.fromConfig("name = bench-unpinned; nodes = RAC1, RAC2, RAC3");
                 long freeContext = Native.contextNew(free.handle());
                 all.add(new Subject("unpinnedPickRelease", "`pick()` + `release(OK)`, unpinned (one JNI call)", n -> {
@@ -152,6 +146,20 @@ public final class InterleavedBench {
                         long r = Native.contextPick(fh, freeContext);
                         Native.leaseEnd(fh, Native.node(r), Outcome.OK.ordinal());
                         acc += r;
+                    }
+                    return acc;
+                }));
+                subjects = all.toArray(new Subject[0]);
+            } else if (!nodes) {
+                List<Subject> all = new ArrayList<>(Arrays.asList(subjects));
+                all.add(new Subject("pinnedPickReleaseKept",
+                        "`pick()` + `release(OK)` on a pinned thread, the lease kept in a field", n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        Lease l = cluster.pick();
+                        kept = l;
+                        l.release(Outcome.OK);
+                        acc += l.node();
                     }
                     return acc;
                 }));
@@ -226,6 +234,22 @@ public final class InterleavedBench {
                     long acc = 0;
                     for (long i = 0; i < n; i++) {
                         try (LeasedWrapped c = new LeasedWrapped(bare.getConnection(), unpinnedCluster.pick())) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
+                long unpinnedContext = Native.contextNew(unpinnedCluster.handle());
+                all.add(new Subject("unpinnedTwoCallFloor",
+                        "the unpinned floor as before [fast-paths-2]: `Native.contextPick` + a library lease (its"
+                                + " cleaner) released by `Native.leaseEnd` on close, over the same HikariCP borrow",
+                        sql(n -> {
+                    long acc = 0;
+                    long uh = unpinnedCluster.handle();
+                    for (long i = 0; i < n; i++) {
+                        long r = Native.contextPick(uh, unpinnedContext);
+                        Lease l = new Lease(unpinnedCluster, Native.node(r), Native.kind(r));
+                        try (LeasedWrapped c = new LeasedWrapped(bare.getConnection(), l)) {
                             acc += c.hashCode() & 1;
                         }
                     }
