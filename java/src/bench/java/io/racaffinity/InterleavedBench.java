@@ -190,6 +190,37 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }), bareIndex));
+                // Oracle UCP over pgjdbc on the same node: the anchor a UCP user would keep. UCP needs
+                // serverName/portNumber/databaseName besides the URL, and ojdbc11 on the class path.
+                String url = System.getenv("RACAFF_NODE" + dsPin.nodeName().substring(3) + "_URL");
+                java.util.regex.Matcher m = java.util.regex.Pattern.compile("jdbc:postgresql://([^:/]+):(\\d+)/([^?]+)")
+                        .matcher(url);
+                if (!m.lookingAt()) {
+                    throw new IllegalStateException("not a pgjdbc URL: " + url);
+                }
+                oracle.ucp.jdbc.PoolDataSource ucp = ucpPool("org.postgresql.ds.PGSimpleDataSource", url, m, "ucp");
+                oracle.ucp.jdbc.PoolDataSource ucpLocal = ucpPool(
+                        "io.racaffinity.bench.LocalValidPgDataSource", url, m, "ucp-local-valid");
+                all.add(new Subject("ucpPgjdbc", "Oracle UCP 23.26 over pgjdbc `getConnection()` + `close()`, as it"
+                        + " ships (an `isValid()` round trip per borrow)", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = ucp.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
+                all.add(new Subject("ucpLocalValid", "Oracle UCP over pgjdbc, `isValid()` answered locally (UCP's own"
+                        + " pool work)", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = ucpLocal.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
                 AffinityDataSource unpinnedDs = ds.unpinned;
                 all.add(new Subject("affinityUnpinned",
                         "`AffinityDataSource.getConnection()` + `close()`, unpinned (balanced over the three pools, each"
@@ -292,6 +323,23 @@ public final class InterleavedBench {
                 ds.tearDown();
             }
         }
+    }
+
+    /** A UCP pool of 4 connections over pgjdbc, built by the factory class named. */
+    private static oracle.ucp.jdbc.PoolDataSource ucpPool(String factory, String url, java.util.regex.Matcher m,
+            String name) throws SQLException {
+        oracle.ucp.jdbc.PoolDataSource p = oracle.ucp.jdbc.PoolDataSourceFactory.getPoolDataSource();
+        p.setConnectionFactoryClassName(factory);
+        p.setURL(url);
+        p.setUser("postgres");
+        p.setServerName(m.group(1));
+        p.setPortNumber(Integer.parseInt(m.group(2)));
+        p.setDatabaseName(m.group(3));
+        p.setConnectionPoolName("bench-" + name);
+        p.setInitialPoolSize(4);
+        p.setMinPoolSize(4);
+        p.setMaxPoolSize(4);
+        return p;
     }
 
     /**

@@ -48,6 +48,9 @@ public class DataSourceBench {
                 HikariConfig c = new HikariConfig();
                 c.setJdbcUrl(url != null ? url : "jdbc:postgresql://127.0.0.1:" + (55430 + i) + "/postgres");
                 c.setUsername("postgres");
+                // The benchmarks jar merges ojdbc11 (for the UCP anchor), whose java.sql.Driver service
+                // file replaces pgjdbc's: name the driver.
+                c.setDriverClassName("org.postgresql.Driver");
                 c.setMaximumPoolSize(4);
                 c.setMinimumIdle(4);
                 c.setPoolName("bench-RAC" + i);
