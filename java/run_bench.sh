@@ -43,6 +43,7 @@ rows = [
     ("    raw Native.contextRoute / no-op JNI call", "nativePinnedRoute", "noop", None),
     ("    pick()+release(OK) / no-op JNI call", "pinnedPickRelease", "noop", None),
     ("(b) AffinityDataSource get+close / bare HikariCP get+close", "affinityPinned", "bareHikari", 1.15),
+    ("    unpinned AffinityDataSource get+close / bare HikariCP get+close", "affinityUnpinned", "bareHikari", 1.6),
     ("    ... with SELECT 1 / bare HikariCP with SELECT 1", "affinityPinnedSelect1", "bareHikariSelect1", None),
 ]
 print()
@@ -59,4 +60,7 @@ PY
     | tee java/target/interleaved.out
 # AffinityDataSource against bare HikariCP over the same pool, in a JVM of its own.
 "$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --datasource \
+    | tee -a java/target/interleaved.out
+# Unpinned pick() + release(OK) against the raw two-call path it replaced, in a JVM of its own.
+"$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --unpinned \
     | tee -a java/target/interleaved.out

@@ -329,6 +329,19 @@ INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio t
      "bare HikariCP get + close", None),
     ("leasedWrapperFloor", "the floor with the lease: pinned `pick()` + a minimal wrapper releasing it (interleaved)",
      "bare HikariCP get + close", None),
+    ("ucpPgjdbc", "anchor: Oracle UCP 23.26 over pgjdbc get + close, as it ships (interleaved)",
+     "bare HikariCP get + close", None),
+    ("ucpLocalValid", "anchor: Oracle UCP over pgjdbc, `isValid()` answered locally (interleaved)",
+     "bare HikariCP get + close", None),
+    ("affinityUnpinned", "`AffinityDataSource` get + close, unpinned (interleaved)", "bare HikariCP get + close",
+     1.6),
+    ("unpinnedLeasedWrapperFloor", "the unpinned floor: unpinned `pick()` (one JNI call, host lease) + a minimal"
+     " wrapper releasing it (interleaved)", "bare HikariCP get + close", None),
+    ("unpinnedTwoCallFloor", "the unpinned floor as before [fast-paths-2]: `contextPick` + a library lease (cleaner)"
+     " + `leaseEnd` (interleaved)", "bare HikariCP get + close", None),
+    ("unpinnedPickRelease", "`pick()` + `release(OK)`, unpinned, one JNI call (interleaved)", "no-op JNI call", None),
+    ("nativeUnpinnedPick", "raw `Native.contextPick` + `Native.leaseEnd`, unpinned (interleaved)", "no-op JNI call",
+     None),
 ]
 
 

@@ -184,6 +184,17 @@ impl RoutingEpoch {
     }
 }
 
+/// Who leased the answer of [`Cluster::pick_in_host_leased`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostLeased {
+    /// A host lease on the word of the stripe asked for: end it on the page.
+    Host,
+    /// The library: the node is not `Up`, or past the host lease table.
+    No,
+    /// The library, because the word already held `cap` leases in flight.
+    OverCap,
+}
+
 /// Whether a host may lease `r` itself: a route it may cache, on a node
 /// the host lease table covers.
 fn host_may_lease(r: Route, cacheable: bool) -> bool {
@@ -231,6 +242,39 @@ impl Cluster {
             self.begin_lease(r.node);
         }
         Ok((r, host))
+    }
+
+    /// [`Cluster::pick_in_cacheable`] for a host that ends its leases on the
+    /// page itself whatever the route (Java's unpinned borrow): when the
+    /// answer's node is `Up` and has a word in the host lease table, the core
+    /// begins a host lease on the word of `stripe` (an atomic add, so the
+    /// host must update its stripe with atomic instructions too) before it
+    /// returns, and the host ends it as [`RoutingEpoch`] says, against the
+    /// epoch it read *before* this call. Otherwise, or once the word holds
+    /// `cap` leases in flight (a host whose dropped leases are never ended
+    /// bounds them so), the core leases the node as [`Cluster::pick_in`] +
+    /// [`Cluster::begin_lease`] would.
+    ///
+    /// Only an `Up` node is host-leased, as only a pin on one is cacheable:
+    /// a node in any other state (a half-open trial, a drain) must see each
+    /// outcome when it happens, which an `Ok` kept in a word is not.
+    pub fn pick_in_host_leased(&self, key: ContextKey, stripe: usize, cap: u64) -> Result<(Route, bool, HostLeased)> {
+        let r = self.pick_in(key)?;
+        // One topology read for both answers (pick_in_cacheable's rule).
+        let up = !self.is_closed() && self.topo().node(r.node).is_some_and(|n| n.accepts_new());
+        let cacheable = up && r.kind == RouteKind::Affinity;
+        if up {
+            if let Some(word) = self.inner.routing.host_lease_word(stripe, r.node.0) {
+                if word.load(Ordering::Relaxed) & IN_FLIGHT_MASK < cap {
+                    word.fetch_add(HOST_LEASE_BEGIN, Ordering::AcqRel);
+                    return Ok((r, cacheable, HostLeased::Host));
+                }
+                self.begin_lease(r.node);
+                return Ok((r, cacheable, HostLeased::OverCap));
+            }
+        }
+        self.begin_lease(r.node);
+        Ok((r, cacheable, HostLeased::No))
     }
 
     /// [`Cluster::pick_in_host_leasable`] for a host that ends the library's

@@ -70,7 +70,7 @@ pub use continuity::{
 };
 pub use data::{check_partition_map_source, DataKey};
 pub use epoch::{
-    RoutingEpoch, HOST_LEASE_BEGIN, HOST_LEASE_END_NEUTRAL, HOST_LEASE_END_OK, HOST_LEASE_IN_FLIGHT_BITS,
+    HostLeased, RoutingEpoch, HOST_LEASE_BEGIN, HOST_LEASE_END_NEUTRAL, HOST_LEASE_END_OK, HOST_LEASE_IN_FLIGHT_BITS,
     HOST_LEASE_NODES, HOST_LEASE_OFFSET, HOST_LEASE_STRIPES,
 };
 pub use error::{Error, ErrorKind, Result, Scope};

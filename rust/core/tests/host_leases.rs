@@ -266,3 +266,33 @@ fn a_host_lease_ended_ok_across_an_ejection_never_eats_the_next_trials_outcome()
     c.lease(trial).release(Outcome::Ok);
     assert_eq!(a.state(), NodeState::Up, "the trial's success lifts the ejection");
 }
+
+/// Java's unpinned borrow: one call picks and begins the host lease on the
+/// stripe the host names, only on an `Up` node and under the host's cap;
+/// otherwise the library leases the node as `pick_in` + `begin_lease` would.
+#[test]
+fn pick_in_host_leased_begins_on_the_named_stripe_under_the_cap_and_only_on_an_up_node() {
+    use racaffinity::HostLeased;
+    let c = cluster("policy = least_outstanding\nnodes = A, B");
+    let page = c.routing_epoch_page();
+    let key = c.new_context_key();
+    let (r, cacheable, by) = c.pick_in_host_leased(key, 3, 2).unwrap();
+    assert_eq!((by, cacheable), (HostLeased::Host, false), "an unpinned answer is host-leased, not cacheable");
+    let word = page.host_lease_word(3, r.node.0).unwrap();
+    assert_eq!(word.load(Ordering::Relaxed), HOST_LEASE_BEGIN, "begun on stripe 3 by the core");
+    assert_eq!(c.node(r.node).unwrap().in_flight(), 1);
+
+    // Two in flight on the word (the cap here): the next lease there is the library's.
+    word.fetch_add(HOST_LEASE_BEGIN, Ordering::AcqRel);
+    c.set_node_state(if r.node == c.node_by_name("A").unwrap().id() { "B" } else { "A" }, NodeState::Down).unwrap();
+    let (r2, _, by2) = c.pick_in_host_leased(key, 3, 2).unwrap();
+    assert_eq!((r2.node, by2), (r.node, HostLeased::OverCap));
+    assert_eq!(word.load(Ordering::Relaxed), 2 * HOST_LEASE_BEGIN, "the word is not touched past the cap");
+    assert_eq!(c.node(r.node).unwrap().in_flight(), 3, "two host leases and the library's");
+
+    // A node that is not Up (a panic pick onto a Down node here) is never host-leased.
+    c.set_node_state("A", NodeState::Down).unwrap();
+    c.set_node_state("B", NodeState::Down).unwrap();
+    let (r3, _, by3) = c.pick_in_host_leased(key, 3, 64).unwrap();
+    assert_eq!(by3, HostLeased::No, "node {:?} is Down", r3.node);
+}

@@ -5,7 +5,7 @@
 
 use jni::objects::JByteBuffer;
 use jni::sys::{jint, jlong};
-use racaffinity_core::{ContextKey, Outcome, RoutingEpoch};
+use racaffinity_core::{ContextKey, HostLeased, Outcome, RoutingEpoch};
 
 use super::{enum_arg, pack, run, run_cluster_fast, run_fast, run_node_fast, Fail};
 use crate::capi::epoch::{hand_out, handed_out_word, release};
@@ -15,6 +15,10 @@ use crate::capi::types::racaffinity_outcome;
 /// Set in a packed route when the answer may be cached under the epoch read
 /// before the call (bits 0..40 are the route, see [`pack`]).
 const CACHEABLE: jlong = 1 << 40;
+/// Set when the library began a host lease for Java (see `contextPickHostLeased`).
+const HOST_LEASED: jlong = 1 << 41;
+/// Set when the library leased the node because the host lease word was full.
+const OVER_CAP: jlong = 1 << 42;
 
 jni_export! {
     /// `long epochPage(long handle)`: a strong reference to the cluster's epoch
@@ -66,13 +70,21 @@ jni_export! {
         })
     }
 
-    /// `long contextPickCacheable(long handle, long context)`: `contextPick`,
-    /// except that when bit 40 is set the library leased nothing: the route
-    /// may be cached and Java begins a host lease on the page.
-    fn Java_io_racaffinity_Native_contextPickCacheable<'l>(env, h: jlong, context: jlong) -> jlong {
+    /// `long contextPickHostLeased(long handle, long context, int stripe, int cap)`:
+    /// `contextPick` in one crossing for every route: bit 41 set when the
+    /// library began a host lease on the word of `stripe` (Java ends it on the
+    /// page), bit 42 when it leased the node itself because that word held
+    /// `cap` leases in flight, bit 40 when the route may be cached.
+    fn Java_io_racaffinity_Native_contextPickHostLeased<'l>(env, h: jlong, context: jlong, stripe: jint, cap: jint) -> jlong {
         run_cluster_fast(&mut env, h, |c| {
-            let (r, host) = c.pick_in_host_leasable(ContextKey(context as u64))?;
-            Ok(pack(r) | if host { CACHEABLE } else { 0 })
+            let (r, cacheable, leased) =
+                c.pick_in_host_leased(ContextKey(context as u64), stripe.max(0) as usize, cap.max(0) as u64)?;
+            let by = match leased {
+                HostLeased::Host => HOST_LEASED,
+                HostLeased::OverCap => OVER_CAP,
+                HostLeased::No => 0,
+            };
+            Ok(pack(r) | by | if cacheable { CACHEABLE } else { 0 })
         })
     }
 

@@ -20,7 +20,8 @@ import java.util.function.LongUnaryOperator;
  * which on this machine moved a ratio by 2x between runs.
  *
  * <p>Run: {@code java -cp racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench [rounds]}, and
- * with {@code [rounds] --datasource} for {@code AffinityDataSource} against bare HikariCP over the local nodes.
+ * with {@code [rounds] --datasource} for {@code AffinityDataSource} against bare HikariCP over the local nodes,
+ * with {@code [rounds] --unpinned} for an unpinned {@code pick()} + {@code release(OK)}.
  * Prints a table and {@code JBENCH_PAIR <name> <ns> <baseline ns> <ratio median> <min> <max>} lines.
  */
 public final class InterleavedBench {
@@ -60,6 +61,8 @@ public final class InterleavedBench {
         // Cluster.pick() from a second site change what the JIT inlines into the others'
         // loops. It needs the local nodes (java/run_bench.sh exports their URLs).
         boolean nodes = args.length > 1 && args[1].equals("--datasource");
+        // `--unpinned`: unpinned pick() + release(OK) against the two raw crossings it replaced, in a JVM of its own.
+        boolean unpinned = args.length > 1 && args[1].equals("--unpinned");
         if (nodes && System.getenv("RACAFF_NODE1_URL") == null) {
             throw new IllegalStateException("--datasource needs RACAFF_NODE1_URL..3 (tests/cluster/pgnodes env)");
         }
@@ -120,7 +123,34 @@ public final class InterleavedBench {
                     return acc;
                 }),
             };
-            if (!nodes) {
+            if (unpinned) {
+                // Only the noop baseline and the unpinned pair: another call site of
+                // Cluster.pick() in this JVM would change what the JIT inlines into the pinned loops.
+                List<Subject> all = new ArrayList<>(List.of(subjects[0]));
+                Cluster free = Cluster.fromConfig("name = bench-unpinned; nodes = RAC1, RAC2, RAC3");
+                long freeContext = Native.contextNew(free.handle());
+                all.add(new Subject("unpinnedPickRelease", "`pick()` + `release(OK)`, unpinned (one JNI call)", n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        Lease l = free.pick();
+                        l.release(Outcome.OK);
+                        acc += l.node();
+                    }
+                    return acc;
+                }));
+                all.add(new Subject("nativeUnpinnedPick", "raw `Native.contextPick` + `Native.leaseEnd`, unpinned"
+                        + " (the two crossings an unpinned pick + release took before)", n -> {
+                    long acc = 0;
+                    long fh = free.handle();
+                    for (long i = 0; i < n; i++) {
+                        long r = Native.contextPick(fh, freeContext);
+                        Native.leaseEnd(fh, Native.node(r), Outcome.OK.ordinal());
+                        acc += r;
+                    }
+                    return acc;
+                }));
+                subjects = all.toArray(new Subject[0]);
+            } else if (!nodes) {
                 List<Subject> all = new ArrayList<>(Arrays.asList(subjects));
                 all.add(new Subject("pinnedPickReleaseKept",
                         "`pick()` + `release(OK)` on a pinned thread, the lease kept in a field", n -> {
@@ -160,6 +190,49 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }), bareIndex));
+                // Oracle UCP over pgjdbc on the same node: the anchor a UCP user would keep. UCP needs
+                // serverName/portNumber/databaseName besides the URL, and ojdbc11 on the class path.
+                String url = System.getenv("RACAFF_NODE" + dsPin.nodeName().substring(3) + "_URL");
+                java.util.regex.Matcher m = java.util.regex.Pattern.compile("jdbc:postgresql://([^:/]+):(\\d+)/([^?]+)")
+                        .matcher(url);
+                if (!m.lookingAt()) {
+                    throw new IllegalStateException("not a pgjdbc URL: " + url);
+                }
+                oracle.ucp.jdbc.PoolDataSource ucp = ucpPool("org.postgresql.ds.PGSimpleDataSource", url, m, "ucp");
+                oracle.ucp.jdbc.PoolDataSource ucpLocal = ucpPool(
+                        "io.racaffinity.bench.LocalValidPgDataSource", url, m, "ucp-local-valid");
+                all.add(new Subject("ucpPgjdbc", "Oracle UCP 23.26 over pgjdbc `getConnection()` + `close()`, as it"
+                        + " ships (an `isValid()` round trip per borrow)", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = ucp.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
+                all.add(new Subject("ucpLocalValid", "Oracle UCP over pgjdbc, `isValid()` answered locally (UCP's own"
+                        + " pool work)", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = ucpLocal.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
+                AffinityDataSource unpinnedDs = ds.unpinned;
+                all.add(new Subject("affinityUnpinned",
+                        "`AffinityDataSource.getConnection()` + `close()`, unpinned (balanced over the three pools, each"
+                                + " like the bare one)", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = unpinnedDs.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
                 Cluster dsCluster = ads.getCluster();
                 all.add(new Subject("wrapperFloor",
                         "the floor: the pinned route + a minimal wrapper over the same HikariCP borrow, no lease",
@@ -179,6 +252,35 @@ public final class InterleavedBench {
                     long acc = 0;
                     for (long i = 0; i < n; i++) {
                         try (LeasedWrapped c = new LeasedWrapped(bare.getConnection(), dsCluster.pick())) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
+                Cluster unpinnedCluster = unpinnedDs.getCluster();
+                all.add(new Subject("unpinnedLeasedWrapperFloor",
+                        "the unpinned floor: an unpinned `pick()` (one JNI call, host lease) + a minimal wrapper that"
+                                + " releases it OK on close, over the same HikariCP borrow",
+                        sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (LeasedWrapped c = new LeasedWrapped(bare.getConnection(), unpinnedCluster.pick())) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
+                long unpinnedContext = Native.contextNew(unpinnedCluster.handle());
+                all.add(new Subject("unpinnedTwoCallFloor",
+                        "the unpinned floor as before [fast-paths-2]: `Native.contextPick` + a library lease (its"
+                                + " cleaner) released by `Native.leaseEnd` on close, over the same HikariCP borrow",
+                        sql(n -> {
+                    long acc = 0;
+                    long uh = unpinnedCluster.handle();
+                    for (long i = 0; i < n; i++) {
+                        long r = Native.contextPick(uh, unpinnedContext);
+                        Lease l = new Lease(unpinnedCluster, Native.node(r), Native.kind(r));
+                        try (LeasedWrapped c = new LeasedWrapped(bare.getConnection(), l)) {
                             acc += c.hashCode() & 1;
                         }
                     }
@@ -221,6 +323,23 @@ public final class InterleavedBench {
                 ds.tearDown();
             }
         }
+    }
+
+    /** A UCP pool of 4 connections over pgjdbc, built by the factory class named. */
+    private static oracle.ucp.jdbc.PoolDataSource ucpPool(String factory, String url, java.util.regex.Matcher m,
+            String name) throws SQLException {
+        oracle.ucp.jdbc.PoolDataSource p = oracle.ucp.jdbc.PoolDataSourceFactory.getPoolDataSource();
+        p.setConnectionFactoryClassName(factory);
+        p.setURL(url);
+        p.setUser("postgres");
+        p.setServerName(m.group(1));
+        p.setPortNumber(Integer.parseInt(m.group(2)));
+        p.setDatabaseName(m.group(3));
+        p.setConnectionPoolName("bench-" + name);
+        p.setInitialPoolSize(4);
+        p.setMinPoolSize(4);
+        p.setMaxPoolSize(4);
+        return p;
     }
 
     /**

@@ -417,14 +417,26 @@ public final class Cluster implements AutoCloseable {
      */
     private Lease pickAndCache(AtomicLongArray c, long e) {
         long generation = c.get(ThreadContexts.GENERATION);
-        long r = Native.contextPickCacheable(handle, c.getPlain(ThreadContexts.KEY));
-        if ((r & Native.CACHEABLE) == 0) {
+        long stripe = c.getPlain(ThreadContexts.LEASE_STRIPE);
+        // One crossing for every route: the library picks and, on an Up node,
+        // begins the host lease itself, which this thread ends on the page
+        // (pinned or not: an unpinned borrow needs no second crossing either).
+        long r = Native.contextPickHostLeased(handle, c.getPlain(ThreadContexts.KEY),
+                ThreadContexts.stripeIndex(stripe), HOST_LEASE_CAP);
+        int node = Native.node(r);
+        RouteKind kind = Native.kind(r);
+        if ((r & Native.CACHEABLE) != 0) {
+            cache(c, r & Native.ROUTE_BITS, generation, e);
+        } else {
             c.setPlain(ThreadContexts.EPOCH, 0);
-            return new Lease(this, Native.node(r), Native.kind(r));
         }
-        r &= ~Native.CACHEABLE;
-        cache(c, r, generation, e);
-        return beginHostLease(c, Native.node(r), Native.kind(r), e);
+        if ((r & Native.HOST_LEASED) != 0) {
+            return new Lease(this, node, kind, (int) stripe + node * 8, e);
+        }
+        if ((r & Native.OVER_CAP) != 0) {
+            logHostLeaseCap(node);
+        }
+        return new Lease(this, node, kind);
     }
 
     /** Whether the calling thread's cached route answers a route begun at epoch {@code e}. */
@@ -473,15 +485,19 @@ public final class Cluster implements AutoCloseable {
      * which the garbage collector releases if it is dropped.
      */
     private Lease overHostLeaseCap(int node, RouteKind kind) {
+        logHostLeaseCap(node);
+        Native.leaseBegin(handle, node);
+        return new Lease(this, node, kind);
+    }
+
+    private void logHostLeaseCap(int node) {
         if (!hostLeaseCapLogged) {
             hostLeaseCapLogged = true;
             System.getLogger("io.racaffinity").log(System.Logger.Level.WARNING, () -> "cluster " + name + ": "
-                    + HOST_LEASE_CAP + " leases of pinned threads are in flight on node " + nodeName(node)
+                    + HOST_LEASE_CAP + " host leases are in flight on node " + nodeName(node)
                     + " from one stripe (leases dropped without a release? they stay in flight); further ones are"
                     + " library leases, released by the garbage collector if dropped (logged once)");
         }
-        Native.leaseBegin(handle, node);
-        return new Lease(this, node, kind);
     }
 
     /**

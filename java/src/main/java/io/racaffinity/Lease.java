@@ -24,15 +24,16 @@ import java.util.Objects;
  *
  * <p>A lease that crossed into the library and becomes unreachable without a
  * release is released {@link Outcome#NEUTRAL} once the garbage collector finds
- * it (a {@link Cleaner}). A pinned thread's {@link Cluster#pick()} served from
- * its cache is a <em>host lease</em>, counted in memory the library shares
- * with Java and released without a call; it is not watched by the garbage
+ * it (a {@link Cleaner}). A {@link Cluster#pick()} on an {@code Up} node
+ * (served from a pinned thread's cache, or picked by the library in one call
+ * that also begins the lease) is a <em>host lease</em>, counted in memory the
+ * library shares with Java and released without a call; it is not watched by the garbage
  * collector (a cleaner would cost more than the lease), so a forgotten one
  * counts as in flight on its node until the cluster closes, also after its
  * thread has ended: {@link NodeMetrics#inFlight()} (and JMX
  * {@code NodeInFlight}) stays one higher, and {@code least_outstanding}
  * sends that node slightly less work. Bounded: past 64 host leases in flight
- * on one stripe of threads for one node (logged once at WARNING), pinned picks
+ * on one stripe of threads for one node (logged once at WARNING), picks
  * there are leases the collector watches. An {@code AffinityConnection} of a
  * pinned thread holds such a lease (docs/java-datasource.md, "Connections
  * never closed"). Release every lease, as above.

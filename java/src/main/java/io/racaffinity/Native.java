@@ -29,6 +29,12 @@ final class Native {
 
     /** Set in {@link #contextRouteCacheable}'s result when the route may be cached. */
     static final long CACHEABLE = 1L << 40;
+    /** Set by {@link #contextPickHostLeased}: the library began a host lease for Java. */
+    static final long HOST_LEASED = 1L << 41;
+    /** Set by {@link #contextPickHostLeased}: the library leased the node, the host lease word was full. */
+    static final long OVER_CAP = 1L << 42;
+    /** The packed route without the flags above. */
+    static final long ROUTE_BITS = CACHEABLE - 1;
 
     // --- library ---------------------------------------------------------
     static native String version();
@@ -139,7 +145,7 @@ final class Native {
 
     static native void countHostHits(long h, int node, long count);
 
-    static native long contextPickCacheable(long h, long context);
+    static native long contextPickHostLeased(long h, long context, int stripe, int cap);
 
     static native void hostLeaseEnd(long h, int node, int outcome);
 

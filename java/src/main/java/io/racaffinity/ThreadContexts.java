@@ -59,6 +59,11 @@ final class ThreadContexts {
         return c;
     }
 
+    /** The stripe whose byte offset {@link #LEASE_STRIPE} holds. */
+    static int stripeIndex(long stripeOffset) {
+        return (int) ((stripeOffset - HOST_LEASE_OFFSET) / (HOST_LEASE_NODES * 8));
+    }
+
     /** Called after the core changed this context's pin. */
     static void pinChanged(AtomicLongArray c) {
         c.getAndIncrement(GENERATION);

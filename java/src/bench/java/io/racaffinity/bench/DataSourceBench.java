@@ -38,6 +38,8 @@ public class DataSourceBench {
         /** The node pools by node name (InterleavedBench uses them too). */
         public final Map<String, HikariDataSource> pools = new LinkedHashMap<>();
         public AffinityDataSource affinity;
+        /** A second data source over the same pools, never pinned: balanced borrows. */
+        public AffinityDataSource unpinned;
 
         @Setup(Level.Trial)
         public void setUp() throws SQLException {
@@ -46,6 +48,9 @@ public class DataSourceBench {
                 HikariConfig c = new HikariConfig();
                 c.setJdbcUrl(url != null ? url : "jdbc:postgresql://127.0.0.1:" + (55430 + i) + "/postgres");
                 c.setUsername("postgres");
+                // The benchmarks jar merges ojdbc11 (for the UCP anchor), whose java.sql.Driver service
+                // file replaces pgjdbc's: name the driver.
+                c.setDriverClassName("org.postgresql.Driver");
                 c.setMaximumPoolSize(4);
                 c.setMinimumIdle(4);
                 c.setPoolName("bench-RAC" + i);
@@ -57,11 +62,18 @@ public class DataSourceBench {
             affinity.setHeartbeatIntervalMillis(0);
             affinity.setRegisterMBean(false);
             affinity.init();
+            unpinned = new AffinityDataSource();
+            unpinned.setConfig("name = bench-unpinned; nodes = RAC1, RAC2, RAC3");
+            unpinned.setNodeDataSources(new LinkedHashMap<String, DataSource>(pools));
+            unpinned.setHeartbeatIntervalMillis(0);
+            unpinned.setRegisterMBean(false);
+            unpinned.init();
         }
 
         @TearDown(Level.Trial)
         public void tearDown() {
             affinity.close();
+            unpinned.close();
             pools.values().forEach(HikariDataSource::close);
         }
     }
@@ -101,6 +113,14 @@ public class DataSourceBench {
     @Benchmark
     public Connection affinityPinned(Pools p, Pinned t) throws SQLException {
         Connection c = p.affinity.getConnection();
+        c.close();
+        return c;
+    }
+
+    /** Balanced over the three pools (each like the bare one): the unpinned borrow's own cost. */
+    @Benchmark
+    public Connection affinityUnpinned(Pools p) throws SQLException {
+        Connection c = p.unpinned.getConnection();
         c.close();
         return c;
     }

@@ -43,9 +43,10 @@ import java.util.concurrent.atomic.AtomicIntegerFieldUpdater;
  * </ul>
  *
  * <p>Close it (try-with-resources): nothing gives back a connection the application drops.
- * The node pool keeps its physical connection checked out, and on a pinned thread the lease
- * is a host lease that stays in flight on its node until the cluster closes (a
- * lease routed otherwise is released {@code NEUTRAL} once the connection is collected); see
+ * The node pool keeps its physical connection checked out, and a lease taken by
+ * {@code Cluster.pick()} on an Up node (pinned or not) is a host lease that stays in flight on
+ * its node until the cluster closes (a lease routed otherwise is released {@code NEUTRAL} once
+ * the connection is collected); see
  * docs/java-datasource.md, "Connections never closed". HikariCP's
  * {@code leakDetectionThreshold} reports where a connection was taken and never closed.
  *
