@@ -19,8 +19,8 @@ is killed (`pgnodes kill 2`) with transactions in flight, a FAN event is
 broadcast to every process, RAC2 restarts and a recovery pass resolves what it
 held prepared.
 
-Writes target/demo/branches.svg (each node's share of branches per
-transaction) and target/demo/results.json. Exits 1 if affinity ever splits a
+Writes target/demo/branches.svg (per part the count of split transactions, a
+mark above each, and the node of every branch) and target/demo/results.json. Exits 1 if affinity ever splits a
 transaction, misroutes a 2PC command or leaves anything in doubt, or if the
 contrast run shows no split (then the check would prove nothing); 2 on setup
 errors.
@@ -736,7 +736,7 @@ class Demo(NodeSQL):
                  "branches": {l: vars(b) for l, b in t.branches.items()}} for t in self.txs
             ],
         }, indent=1))
-        print(f"\nchart: {svg.relative_to(REPO)} (each node's share of branches per transaction); "
+        print(f"\nchart: {svg.relative_to(REPO)} (split transactions, and the node of every branch); "
               f"details: {(OUT / 'results.json').relative_to(REPO)}")
         print(f"demo ran in {elapsed:.1f} s")
         if self.problems:
@@ -765,16 +765,19 @@ class Demo(NodeSQL):
 # ---- the chart (hand-written SVG) -----------------------------------------------------------------
 
 COLORS = {"RAC1": "#4477aa", "RAC2": "#ee7733", "RAC3": "#228833"}
+SPLIT = "#cc0000"
 
 
 def render_svg(demo: Demo) -> str:
-    """Per part: a stacked area of each node's share of branches (rolling over
-    10 transactions) above one column per transaction, its three branch cells
-    (C, Java, Python) coloured by the node that holds them."""
+    """Per part: how many transactions split, a red mark above each one that did,
+    and one column per transaction, its three branch cells (C, Java, Python)
+    coloured by the node that holds them. Splits are the point of the demo, so
+    they are what the eye meets first: a count in each panel's corner and a mark
+    per split column (class "split"; tests/demo/chart_test.py counts them)."""
     W, left, right = 990, 84, 20
     plot_w = W - left - right
-    area_h, cells_h, gap, head = 90, 42, 34, 26
-    panel_h = head + area_h + 8 + cells_h + gap
+    strip_h, cells_h, gap, head = 14, 54, 34, 30
+    panel_h = head + strip_h + 4 + cells_h + gap
     titles = {
         1: "1. shared routing (affinity): every column one colour",
         2: "2. no affinity: branches of one transaction on different nodes",
@@ -788,20 +791,22 @@ def render_svg(demo: Demo) -> str:
         "patternTransform=\"rotate(45)\"><rect width=\"2\" height=\"4\" fill=\"#fff\" fill-opacity=\"0.6\"/>"
         "</pattern></defs>",
         f'<rect width="{W}" height="{H}" fill="#fff"/>',
-        f'<text x="{left}" y="20" font-size="14" font-weight="bold">racaffinity demo: share of branches per node, '
-        "by transaction (C, Java, Python in three processes)</text>",
+        f'<text x="{left}" y="20" font-size="14" font-weight="bold">racaffinity demo: split transactions, '
+        "and the node of every branch (C, Java, Python in three processes)</text>",
     ]
     lx = left
     for n, c in COLORS.items():
         o.append(f'<rect x="{lx}" y="28" width="10" height="10" fill="{c}"/><text x="{lx + 14}" y="37">{n}</text>')
         lx += 60
+    o.append(f'<rect x="{lx}" y="28" width="10" height="10" fill="{SPLIT}"/><text x="{lx + 14}" y="37">split</text>')
+    lx += 50
     o.append(f'<rect x="{lx}" y="28" width="10" height="10" fill="#ccc"/>'
              f'<text x="{lx + 14}" y="37">refused / rolled back</text>')
     lx += 140
     o.append(f'<rect x="{lx}" y="28" width="10" height="10" fill="{COLORS["RAC2"]}"/>'
              f'<rect x="{lx}" y="28" width="10" height="10" fill="url(#hatch)"/>'
              f'<text x="{lx + 14}" y="37">in doubt, committed by recovery</text>')
-    lx += 200
+    lx += 215
     o.append(f'<rect x="{lx}" y="28" width="10" height="10" fill="{COLORS["RAC3"]}" stroke="#000"/>'
              f'<text x="{lx + 14}" y="37">re-pinned before prepare (soft)</text>')
     for p in (1, 2, 3):
@@ -809,31 +814,24 @@ def render_svg(demo: Demo) -> str:
         n = max(1, len(txs))
         cw = plot_w / n
         y0 = 40 + (p - 1) * panel_h + 12
-        o.append(f'<text x="{left}" y="{y0 + 12}" font-size="12" font-weight="bold">{esc(titles[p])}</text>')
-        ya, yc = y0 + head, y0 + head + area_h + 8
-        # rolling share, stacked
-        window = 10
-        shares: List[Dict[str, float]] = []
-        for i in range(n):
-            cnt: Counter = Counter(b.node for t in txs[max(0, i - window + 1): i + 1] for b in t.worked())
-            tot = sum(cnt.values()) or 1
-            shares.append({k: cnt.get(k, 0) / tot for k in NODES})
-        base = [0.0] * n
-        for node in NODES:
-            top = [base[i] + shares[i][node] for i in range(n)]
-            pts = [(left + (i + 0.5) * cw, ya + area_h * (1 - top[i])) for i in range(n)]
-            pts += [(left + (i + 0.5) * cw, ya + area_h * (1 - base[i])) for i in reversed(range(n))]
-            o.append(f'<polygon fill="{COLORS[node]}" fill-opacity="0.85" points="'
-                     + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts) + '"/>')
-            base = top
-        for frac in (0, 1 / 3, 2 / 3, 1):
-            y = ya + area_h * (1 - frac)
-            o.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#fff" '
-                     'stroke-opacity="0.7" stroke-dasharray="2,3"/>')
-            o.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{round(frac * 100)}%</text>')
-        ym = ya + area_h / 2
-        o.append(f'<text x="24" y="{ym:.0f}" transform="rotate(-90 24 {ym:.0f})" text-anchor="middle" '
-                 f'font-size="10">share, last {window}</text>')
+        o.append(f'<text x="{left}" y="{y0 + 14}" font-size="12" font-weight="bold">{esc(titles[p])}</text>')
+        splits = sum(t.split for t in txs)
+        misrouted = sum(t.misrouted for t in txs)
+        color = SPLIT if splits or misrouted else "#070"
+        o.append(f'<text class="headline" x="{left + plot_w}" y="{y0 + 16}" text-anchor="end" font-size="16" '
+                 f'font-weight="bold" fill="{color}">{splits} of {len(txs)} split, '
+                 f'{misrouted} misrouted commits</text>')
+        ya = y0 + head
+        yc = ya + strip_h + 4
+        o.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{ya + strip_h}" y2="{ya + strip_h}" stroke="#ddd"/>')
+        o.append(f'<text x="{left - 4}" y="{ya + strip_h - 3}" text-anchor="end" font-size="9" '
+                 f'fill="{SPLIT}" font-weight="bold">split</text>')
+        for i, t in enumerate(txs):
+            if t.split:
+                nodes = ", ".join(sorted({b.node for b in t.worked() if b.node}))
+                o.append(f'<rect class="split" x="{left + i * cw:.1f}" y="{ya}" width="{max(cw - 0.6, 0.5):.1f}" '
+                         f'height="{strip_h}" fill="{SPLIT}"><title>{esc(t.gtrid)}: split over {esc(nodes)}'
+                         '</title></rect>')
         # one column per transaction: C bottom, Java middle, Python top
         ch = cells_h / 3
         for i, t in enumerate(txs):

@@ -8,8 +8,11 @@ A sample is a fenced block right after a marker line:
 LANG is c, rust, python or java; each language's test runs every sample of
 its language as a user would paste it into a new project outside the
 repository. A `toml` block marked with rust sample names is those samples'
-`[dependencies]`. A block that is not meant to run (a config excerpt, a
-fragment of a shown file) is marked `<!-- not-a-sample: why -->`.
+`[dependencies]`; an `xml` block marked with java sample names is those
+samples' Maven `pom.xml` (the sample then runs as a Maven project, its class
+under src/main/java; without one it runs in source-file mode). A block that
+is not meant to run (a config excerpt, a fragment of a shown file) is marked
+`<!-- not-a-sample: why -->`.
 
     tools/doc_samples.py check           fail when a c/rust/python/java/toml block has no marker
     tools/doc_samples.py list [LANG]     one line per sample: name, file:line
@@ -116,6 +119,11 @@ def check() -> list[str]:
             for name in b.names:
                 if name not in seen:
                     errors.append(f"{b.where}: dependencies for {name!r}, which has no rust block")
+    for b in all_blocks():
+        if b.lang == "xml" and b.marker == "sample":
+            for name in b.names:
+                if not name.startswith("java/") or name not in seen:
+                    errors.append(f"{b.where}: a pom.xml for {name!r}, which has no java block")
     for name, where in seen.items():
         if name.startswith("rust/") and not any(
             b.lang == "toml" and name in b.names for b in all_blocks()
@@ -128,12 +136,16 @@ def samples() -> dict[str, dict]:
     """name -> {lang, source, files: {relative path: text}}"""
     out: dict[str, dict] = {}
     deps: dict[str, str] = {}
+    poms: dict[str, str] = {}
     for b in all_blocks():
         if b.marker != "sample":
             continue
         for name in b.names:
             if b.lang == "toml":
                 deps[name] = b.text
+                continue
+            if b.lang == "xml":
+                poms[name] = b.text
                 continue
             lang, short = name.split("/", 1)
             if lang == "c":
@@ -152,6 +164,10 @@ def samples() -> dict[str, dict]:
             out[name]["files"]["Cargo.toml"] = (
                 f'[package]\nname = "sample-{pkg}"\nversion = "0.1.0"\nedition = "2021"\n\n{text}'
             )
+    for name, text in poms.items():
+        if name in out:
+            (java,) = out[name]["files"]
+            out[name]["files"] = {"pom.xml": text, f"src/main/java/{java}": out[name]["files"][java]}
     return out
 
 

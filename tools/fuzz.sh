@@ -62,47 +62,99 @@ for t in "${TARGETS[@]}"; do
   "$CARGO" +nightly fuzz build --fuzz-dir "$ROOT/fuzz" -O $(build_args "$t") "$t"
 done
 
-status=0
-summary=()
-left=$SECONDS_ARG
-n_left=${#TARGETS[@]}
-for t in "${TARGETS[@]}"; do
-  if [ -n "$TOTAL" ]; then SECONDS_EACH=$(( left / n_left )); else SECONDS_EACH=$SECONDS_ARG; fi
+# One libFuzzer job: target $1 for $2 seconds as worker $3. Workers of one
+# target share its working corpus (libFuzzer reloads it every second, so
+# each sees what the other found) and its artifacts directory; each has its
+# own log directory, because -jobs=1 writes fuzz-0.log in the working
+# directory. Leaves "rc runs exec/s" in $OUT/logs/$t/w$3.result.
+run_job() {
+  local t=$1 secs=$2 w=$3 rc=0
+  local dir=$OUT/logs/$t/w$w
+  mkdir -p "$dir" "$OUT/corpus/$t" "$OUT/artifacts/$t" "fuzz/corpus/$t" "fuzz/regressions/$t"
   # libFuzzer reads -max_total_time=0 as "no limit".
-  [ "$SECONDS_EACH" -ge 1 ] || SECONDS_EACH=1
-  n_left=$(( n_left - 1 ))
-  started=$(date +%s)
-  mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t" "$OUT/logs/$t" "fuzz/corpus/$t" "fuzz/regressions/$t"
-  args=(-max_total_time="$SECONDS_EACH" -jobs=1 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+  [ "$secs" -ge 1 ] || secs=1
+  local args=(-max_total_time="$secs" -jobs=1 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
         -artifact_prefix="$OUT/artifacts/$t/")
   [ -n "$RUNS" ] && args+=(-runs="$RUNS")
   [ -f "fuzz/dict/$t.dict" ] && args+=(-dict="$ROOT/fuzz/dict/$t.dict")
   # shellcheck disable=SC2206
   args+=($(extra_args "$t"))
-  echo "== fuzz $t for ${SECONDS_EACH}s (log: target/fuzz/logs/$t/fuzz-0.log)"
-  before=$(ls "$OUT/artifacts/$t" | wc -l)
-  # -jobs=1 makes libFuzzer write the job's output to fuzz-0.log in the
-  # working directory: run it inside the target's log directory.
-  rc=0
-  (cd "$OUT/logs/$t" && rm -f fuzz-0.log && ASAN_OPTIONS=$(asan_options "$t") "$CARGO" +nightly fuzz run --fuzz-dir "$ROOT/fuzz" -O $(build_args "$t") "$t" \
-     "$OUT/corpus/$t" "$ROOT/fuzz/corpus/$t" "$ROOT/fuzz/regressions/$t" -- "${args[@]}") >"$OUT/logs/$t/run.log" 2>&1 || rc=$?
-  log=$OUT/logs/$t/fuzz-0.log
-  [ -f "$log" ] || log=$OUT/logs/$t/run.log
+  echo "== fuzz $t for ${secs}s, worker $w (log: target/fuzz/logs/$t/w$w/fuzz-0.log)"
+  # shellcheck disable=SC2046
+  (cd "$dir" && rm -f fuzz-0.log && ASAN_OPTIONS=$(asan_options "$t") "$CARGO" +nightly fuzz run --fuzz-dir "$ROOT/fuzz" -O $(build_args "$t") "$t" \
+     "$OUT/corpus/$t" "$ROOT/fuzz/corpus/$t" "$ROOT/fuzz/regressions/$t" -- "${args[@]}") >"$dir/run.log" 2>&1 || rc=$?
+  local log=$dir/fuzz-0.log
+  [ -f "$log" ] || log=$dir/run.log
+  local runs eps
   runs=$(grep -o 'Done [0-9]* runs' "$log" | tail -1 | awk '{print $2}')
   [ -n "$runs" ] || runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | awk '{print $2}')
   eps=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | awk '{print $2}')
-  crashes=$(( $(ls "$OUT/artifacts/$t" | wc -l) - before ))
-  took=$(( $(date +%s) - started ))
-  left=$(( left > took ? left - took : 0 ))
-  if [ "$rc" -ne 0 ] || [ "$crashes" -ne 0 ] || grep -q -E '^==[0-9]+== ERROR|deadly signal|panicked at' "$log"; then
+  if grep -q -E '^==[0-9]+== ERROR|deadly signal|panicked at' "$log"; then [ "$rc" -ne 0 ] || rc=99; fi
+  echo "$rc ${runs:-0} ${eps:-0}" >"$OUT/logs/$t/w$w.result"
+}
+
+# The workers' results for target $1, as one summary line; sets status=1 and
+# prints the failing log when a worker failed or a crash input appeared.
+report() {
+  local t=$1 took=$2 before=$3 runs=0 eps=0 rc= log= r n e f
+  for f in "$OUT/logs/$t"/w*.result; do
+    read -r r n e <"$f"
+    runs=$(( runs + n )); eps=$(( eps + e ))
+    if [ "$r" -ne 0 ]; then rc=$r; log="${f%.result}/fuzz-0.log"; fi
+  done
+  local crashes=$(( $(ls "$OUT/artifacts/$t" | wc -l) - before ))
+  if [ -n "${rc:-}" ] || [ "$crashes" -ne 0 ]; then
     status=1
-    echo "!! $t FAILED (exit $rc); the end of its log:"
-    tail -40 "$log"
+    echo "!! $t FAILED (exit ${rc:-0}); the end of its log:"
+    [ -f "${log:-}" ] && tail -40 "$log"
     echo "!! crash inputs: target/fuzz/artifacts/$t/ ; reproduce: cargo +nightly fuzz run --fuzz-dir fuzz -O $(build_args "$t") $t <file>"
   fi
-  summary+=("$(printf '%-18s runs=%-12s exec/s=%-8s seconds=%-6s crashes=%s' "$t" "${runs:-?}" "${eps:-?}" "$took" "$crashes")")
+  local workers
+  workers=$(ls "$OUT/logs/$t"/w*.result | wc -l)
+  summary+=("$(printf '%-18s runs=%-12s exec/s=%-8s seconds=%-6s workers=%s crashes=%s' "$t" "$runs" "$eps" "$took" "$workers" "$crashes")")
+}
+
+status=0
+summary=()
+left=$SECONDS_ARG
+n_left=${#TARGETS[@]}
+# With --total and two or more cores (FUZZ_WORKERS, default the core count,
+# at most 2), the last target (the slowest: capi_sequence under ASan, about
+# 20 times slower per input than the next) does not wait its turn: it gets a
+# worker of its own for the whole budget from the start, the others run one
+# after another on the other core, and when they are done a second worker
+# of the last target joins it for the time left. One job per core, as before.
+WORKERS=${FUZZ_WORKERS:-$(nproc)}
+[ "$WORKERS" -le 2 ] || WORKERS=2
+EARLY=
+if [ -n "$TOTAL" ] && [ "$WORKERS" -ge 2 ] && [ ${#TARGETS[@]} -ge 2 ]; then
+  EARLY=${TARGETS[-1]}
+  unset 'TARGETS[-1]'
+  rm -f "$OUT/logs/$EARLY"/w*.result
+  early_before=$(ls "$OUT/artifacts/$EARLY" 2>/dev/null | wc -l)
+  early_started=$(date +%s)
+  run_job "$EARLY" "$SECONDS_ARG" 0 &
+  early_pid=$!
+  n_left=${#TARGETS[@]}
+fi
+for t in "${TARGETS[@]}"; do
+  if [ -n "$TOTAL" ]; then SECONDS_EACH=$(( left / n_left )); else SECONDS_EACH=$SECONDS_ARG; fi
+  n_left=$(( n_left - 1 ))
+  started=$(date +%s)
+  mkdir -p "$OUT/artifacts/$t"
+  before=$(ls "$OUT/artifacts/$t" | wc -l)
+  rm -f "$OUT/logs/$t"/w*.result
+  run_job "$t" "$SECONDS_EACH" 0
+  took=$(( $(date +%s) - started ))
+  left=$(( left > took ? left - took : 0 ))
+  report "$t" "$took" "$before"
 done
+if [ -n "$EARLY" ]; then
+  if [ "$left" -ge 10 ] && kill -0 "$early_pid" 2>/dev/null; then run_job "$EARLY" "$left" 1; fi
+  wait "$early_pid" || true
+  report "$EARLY" "$(( $(date +%s) - early_started ))" "$early_before"
+fi
 if [ -n "$TOTAL" ]; then budget="${SECONDS_ARG}s in all"; else budget="${SECONDS_ARG}s each"; fi
-echo "== fuzz summary ($(date -u +%Y-%m-%d), $budget${RUNS:+, at most $RUNS runs each})"
+echo "== fuzz summary ($(date -u +%Y-%m-%d), $budget${RUNS:+, at most $RUNS runs per worker})"
 printf '%s\n' "${summary[@]}"
 exit $status

@@ -664,8 +664,10 @@ struct Model {
     /// Tokens the library wrote (token_new, token_route), for later calls.
     tokens: Vec<String>,
     pages: Vec<Page>,
-    /// The metrics JSON of every live cluster after the last op.
-    last: Option<Vec<String>>,
+    /// The metrics JSON of each cluster (by `hist` index) after the last
+    /// op, where it is still known: an op drops the entry of the cluster it
+    /// addressed (of every cluster when it has no handle or is `new`/`free`).
+    seen: Vec<Option<String>>,
     /// An op that can move a node's state, weight or membership ran.
     moved: bool,
 }
@@ -677,6 +679,15 @@ struct Page {
     cluster: usize,
     last: u64,
     freed: bool,
+}
+
+/// The cluster handle an op addresses, if it has one: only that cluster's
+/// metrics can change (an op without a handle may touch any of them).
+fn op_handle(op: &Op) -> Option<H> {
+    match op {
+        Op::Free { h, .. } | Op::NodeCount { h, .. } | Op::Heartbeat { h, .. } | Op::RecoveryScope { h, .. } | Op::SetStrict { h, .. } | Op::ThreadPin { h, .. } | Op::ThreadUnpin { h, .. } | Op::ContextNew { h, .. } | Op::ContextPin { h, .. } | Op::ContextUnpin { h, .. } | Op::ContextRoute { h, .. } | Op::Route { h, .. } | Op::Pick { h, .. } | Op::LeaseBegin { h, .. } | Op::LeaseRelease { h, .. } | Op::TxBegin { h, .. } | Op::TxBeginOn { h, .. } | Op::TxBeginFor { h, .. } | Op::TxPrepared { h, .. } | Op::TxRoute { h, .. } | Op::TxEnd { h, .. } | Op::TxComplete { h, .. } | Op::TxRecovered { h, .. } | Op::SessionRoute { h, .. } | Op::SessionEnd { h, .. } | Op::KeyRoute { h, .. } | Op::KeyRouteI64 { h, .. } | Op::KeyPartition { h, .. } | Op::PartitionOwner { h, .. } | Op::RequestPick { h, .. } | Op::Event { h, .. } | Op::Metrics { h, .. } | Op::NodeAdd { h, .. } | Op::NodeRemove { h, .. } | Op::NodeSetState { h, .. } | Op::NodeGetState { h, .. } | Op::NodeFind { h, .. } | Op::NodeName { h, .. } | Op::Probe { h, .. } | Op::Outcome { h, .. } | Op::SessionRouting { h, .. } | Op::TokenNew { h, .. } | Op::TokenDecode { h, .. } | Op::TokenRoute { h, .. } | Op::EpochPage { h, .. } | Op::RouteCacheable { h, .. } | Op::CountHostHits { h, .. } | Op::HostLeaseEnd { h, .. } | Op::PickHostLeasable { h, .. } | Op::AutoPin { h, .. } | Op::ContextPinFor { h, .. } | Op::ContextRelease { h, .. } | Op::MapReplace { h, .. } | Op::MapLoadFailed { h, .. } => Some(*h),
+        _ => None,
+    }
 }
 
 /// Result codes that answer "bad argument / no such thing": such a call must
@@ -837,8 +848,19 @@ impl Model {
         })
     }
 
-    fn snapshot(&self) -> Vec<String> {
-        self.hist.iter().filter(|c| c.live).map(|c| Self::metrics_of(c.bits)).collect()
+    /// The metrics JSON of every live cluster. One taken per op and only of
+    /// the cluster the op addressed: the others' are still those read after
+    /// the op that last addressed them (an op on one cluster that changed
+    /// another would show as a difference at that cluster's next failed op).
+    fn snapshot(&mut self) -> Vec<String> {
+        self.seen.resize(self.hist.len(), None);
+        let mut out = Vec::with_capacity(2);
+        for (i, c) in self.hist.iter().enumerate() {
+            if c.live {
+                out.push(self.seen[i].get_or_insert_with(|| Self::metrics_of(c.bits)).clone());
+            }
+        }
+        out
     }
 
     fn route_ok(&self, site: &'static str, c: &Cl, r: &racaffinity_route) {
@@ -1044,8 +1066,14 @@ impl Model {
     fn run(&mut self, op: &Op) {
         // The state before this op is the state after the last one: nothing
         // runs between two ops but reads (check_pages), so one snapshot per
-        // op serves both (two per failed op were a third of this target's time).
-        let before = self.last.take().unwrap_or_else(|| self.snapshot());
+        // op serves both (two per failed op were a third of this target's
+        // time), and it reads only the cluster the op addressed.
+        let before = self.snapshot();
+        // Resolved before the op runs: a free or new changes what a handle names.
+        let addressed = match op {
+            Op::Free { .. } | Op::New { .. } => None,
+            op => op_handle(op).and_then(|h| self.resolve(h).1),
+        };
         if matches!(
             op,
             Op::Event { .. }
@@ -1062,6 +1090,11 @@ impl Model {
         }
         let r = self.step(op);
         self.check_pages();
+        self.seen.resize(self.hist.len(), None);
+        match addressed {
+            Some(i) => self.seen[i] = None,
+            None => self.seen.iter_mut().for_each(|s| *s = None),
+        }
         let after = self.snapshot();
         if let Some(r) = r {
             assert_ne!(r, R::Panic, "PANIC from {op:?}");
@@ -1083,7 +1116,6 @@ impl Model {
                 }
             }
         }
-        self.last = Some(after);
     }
 
     /// Runs one op; returns the result code of the call under test.
@@ -3176,7 +3208,7 @@ fuzz_target!(|ops: Vec<Op>| {
         allowed: known_findings(),
         tokens: Vec::new(),
         pages: Vec::new(),
-        last: None,
+        seen: Vec::new(),
         moved: false,
     };
     // Every sequence starts from two live clusters so most ops reach the core.

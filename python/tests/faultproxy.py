@@ -32,6 +32,8 @@ class FaultProxy:
         self._lose_after: Optional[bytes] = None
         self._hole_before: Optional[bytes] = None
         self._then_refuse = False
+        self._then_hole = False
+        self._reset_gen = 0
         self._lost = threading.Event()
         self._socks: Set[socket.socket] = set()
         self._threads: List[threading.Thread] = []
@@ -61,7 +63,36 @@ class FaultProxy:
         with self._lock:
             self._lose_after = marker
             self._then_refuse = then_refuse
+            self._then_hole = False
             self._lost.clear()
+
+    def blackhole_after(self, marker: bytes) -> None:
+        """The next client message that contains `marker` reaches the server
+        and runs; its answer and everything after it is held (`blackhole()`):
+        the command took effect, the client hears nothing."""
+        with self._lock:
+            self._lose_after = marker
+            self._then_refuse = False
+            self._then_hole = True
+            self._lost.clear()
+
+    def reset(self) -> None:
+        """Resets every open connection (the server sees its client go, the
+        client a reset); new connections are accepted as before."""
+        with self._lock:
+            self._reset_gen += 1
+
+    def refuse_new(self) -> None:
+        """Closes the listener only: new connects are refused, the sessions
+        already open go on (a node that stops accepting)."""
+        with self._lock:
+            lst, self._listener = self._listener, None
+        if lst is not None:
+            try:
+                lst.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            lst.close()
 
     @property
     def reply_lost(self) -> bool:
@@ -94,6 +125,7 @@ class FaultProxy:
             self._blackhole = False
             self._lose_after = None
             self._hole_before = None
+            self._then_hole = False
             listening = self._listener is not None
         if not listening:
             self._listen(self.port)
@@ -136,10 +168,17 @@ class FaultProxy:
         sel.register(client, selectors.EVENT_READ, server)
         sel.register(server, selectors.EVENT_READ, client)
         held = False
+        with self._lock:
+            gen = self._reset_gen
         try:
             while not self._closed:
                 with self._lock:
                     hole = self._blackhole
+                    if self._reset_gen != gen:
+                        hole = None
+                if hole is None:
+                    _reset(client)
+                    return
                 if hole:  # hold both sockets open, move nothing
                     held = True
                     threading.Event().wait(0.05)
@@ -179,6 +218,11 @@ class FaultProxy:
                             server.recv(1, socket.MSG_PEEK)
                         finally:
                             server.settimeout(None)
+                        if self._then_hole:
+                            with self._lock:
+                                self._blackhole = True
+                            self._lost.set()
+                            continue
                         if self._then_refuse:
                             self.refuse()
                         self._lost.set()

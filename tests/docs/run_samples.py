@@ -5,7 +5,9 @@ Each sample is pasted into a new project in a temporary directory outside the
 repository; the only things taken from the repository are what the docs tell
 the user to take: the install prefix of `make install` (C), the crates by the
 absolute path of the checkout (Rust: the docs' `/path/to/racaffinity`), the jar
-of `make jar` and pgjdbc (Java). Python samples run in python/tests/test_readme.py.
+of `make jar` and pgjdbc (Java in source-file mode), the Maven repository of
+`make dist` by the checkout's path (Java samples with a pom.xml). Python
+samples run in python/tests/test_readme.py.
 
     tests/docs/run_samples.py [LANG ...]      (make test-doc-samples)
 
@@ -16,6 +18,7 @@ The local nodes must be running and their variables exported
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +31,8 @@ import doc_samples  # noqa: E402
 
 PGJDBC = Path.home() / ".m2/repository/org/postgresql/postgresql/42.7.8/postgresql-42.7.8.jar"
 JAR = ROOT / "java/target/racaffinity-0.1.0.jar"
+DIST = ROOT / "target/dist/maven"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 # A sample that needs what this machine cannot have runs until that point and
 # must stop there with this message; anything else is a failure.
@@ -38,7 +43,10 @@ NEEDS_ORACLE = {
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    # Maven 3.8 writes colour resets even when not on a terminal.
+    p.stdout, p.stderr = ANSI.sub("", p.stdout), ANSI.sub("", p.stderr)
+    return p
 
 
 def report(name: str, source: str, p: subprocess.CompletedProcess, expect: str | None = None) -> bool:
@@ -95,9 +103,6 @@ def rust_samples(samples: dict, work: Path) -> bool:
 
 
 def java_samples(samples: dict, work: Path) -> bool:
-    if not JAR.exists() or not PGJDBC.exists():
-        print(f"FAIL  java: needs {JAR} (make jar) and {PGJDBC} (resolved by make test-java)")
-        return False
     for i in (1, 2, 3):
         if f"RACAFF_NODE{i}_URL" not in os.environ:
             print("FAIL  java: the local nodes' variables are not set (eval \"$(tests/cluster/pgnodes env)\")")
@@ -105,13 +110,48 @@ def java_samples(samples: dict, work: Path) -> bool:
     ok = True
     for name, s in samples.items():
         d = work / name
-        d.mkdir(parents=True)
+        for rel, text in s["files"].items():
+            (d / rel).parent.mkdir(parents=True, exist_ok=True)
+            (d / rel).write_text(text.replace(doc_samples.CHECKOUT_PLACEHOLDER, str(ROOT)))
+        if "pom.xml" in s["files"]:
+            ok &= maven_sample(name, s, d)
+            continue
+        if not JAR.exists() or not PGJDBC.exists():
+            print(f"FAIL  {name}: needs {JAR} (make jar) and {PGJDBC} (resolved by make test-java)")
+            ok = False
+            continue
         (file,) = s["files"]
-        (d / file).write_text(s["files"][file])
-        # Source-file mode, as the README's command runs it: java -cp ... QuickStart.java
+        # Source-file mode, as the docs run it: java -cp ... Sample.java
         p = run(["java", "-cp", f"{JAR}:{PGJDBC}", file], d, timeout=300)
         ok &= report(name, s["source"], p)
     return ok
+
+
+def maven_sample(name: str, s: dict, d: Path) -> bool:
+    """A Maven project run as the README runs it, against make dist's repository."""
+    if not DIST.is_dir():
+        print(f"FAIL  {name}: needs {DIST} (make dist)")
+        return False
+    (java,) = (f for f in s["files"] if f.endswith(".java"))
+    main = Path(java).stem
+    cmd = ["mvn", "-q", "-B", "compile", "org.codehaus.mojo:exec-maven-plugin:3.5.0:java", f"-Dexec.mainClass={main}"]
+    p = run(cmd, d, timeout=600)
+    if not report(name, s["source"], p):
+        return False
+    if "RACAFF_NODE" not in next(t for f, t in s["files"].items() if f.endswith(".java")):
+        return True
+    # Without the nodes' variables: the sample's own line saying which is missing, not an
+    # exception through Maven ("[ERROR] Failed to execute goal ...") or a stack trace.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RACAFF_NODE")}
+    p = run(cmd, d, env, timeout=600)
+    out = (p.stdout + p.stderr).strip()
+    if p.returncode != 0 and "RACAFF_NODE1_URL is not set" in out and "\tat " not in out and "[ERROR]" not in out:
+        said = next(line for line in out.splitlines() if "is not set" in line)
+        print(f"ok    {name} without the node variables: exit {p.returncode}, {said!r}")
+        return True
+    print(f"FAIL  {name} without the node variables: exit {p.returncode}, wanted a clear 'RACAFF_NODE1_URL is not set'")
+    print("\n".join("        | " + line for line in out.splitlines()[-30:]))
+    return False
 
 
 RUNNERS = {"c": c_samples, "rust": rust_samples, "java": java_samples}

@@ -125,7 +125,7 @@ class _AsyncConnection:
     manager and its `usage_ms` statistic, inside a lease released OK, or
     FAILED on a node failure (`is_node_failure`), else NEUTRAL."""
 
-    __slots__ = ("_pools", "_key", "_session", "_timeout", "_node", "_buf", "_pool", "_conn")
+    __slots__ = ("_pools", "_key", "_session", "_timeout", "_node", "_buf", "_pool", "_conn", "failed_node")
 
     def __init__(
         self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float], node: Optional[int] = None
@@ -135,6 +135,7 @@ class _AsyncConnection:
         self._session = session
         self._timeout = timeout
         self._node = node  # a node another decision chose (a replay's)
+        self.failed_node: Optional[int] = None  # the node a failed borrow found failed
 
     def _route(self) -> Tuple[Any, Any]:
         pools = self._pools
@@ -170,6 +171,7 @@ class _AsyncConnection:
                 failed = is_node_failure(e, pool, waited_since=since)
                 if failed:
                     pools._node_failed(pool)
+                    self.failed_node = int(buf.node)
                 lease_release(pools._h, buf, FAILED if failed else NEUTRAL)
                 raise
         pool._racaffinity_borrowed.add(conn)
@@ -223,6 +225,7 @@ class _ResultsDiffer(Exception):
 
 
 _COMMIT = None  # what a request runs after its replayed statements: COMMIT
+_START = "start"  # ... or nothing: its borrow failed before anything ran
 
 
 class _AsyncRequest:
@@ -276,7 +279,16 @@ class _AsyncRequest:
 
     async def __aenter__(self) -> _AsyncRequest:
         cm = _AsyncConnection(self._pools, self._key, self._session, self._timeout)
-        self._conn = await cm.__aenter__()
+        try:
+            self._conn = await cm.__aenter__()
+        except Exception as e:
+            # The borrow found the node failed (it could not connect within the
+            # wait): nothing ran yet, so the request starts where the core says.
+            if not self._replayable or cm.failed_node is None:
+                raise
+            self._node = cm.failed_node
+            await self._recover(e, _START)
+            return self
         self._cm, self._node = cm, cm._buf.node
         return self
 
@@ -422,6 +434,8 @@ class _AsyncRequest:
                 cur = await self._conn.execute(query, params)
             if await _digest(cur) != digest:
                 raise _ResultsDiffer(query)
+        if then is _START:
+            return None
         if then is _COMMIT:
             await self._commit()
             return None

@@ -100,7 +100,7 @@ class _Connection:
     success, rollback on error; putconn), without its generator context
     manager and its `usage_ms` statistic, inside a lease released OK, or
     FAILED on a node failure (`is_node_failure`), else NEUTRAL."""
-    __slots__ = ('_pools', '_key', '_session', '_timeout', '_node', '_buf', '_pool', '_conn')
+    __slots__ = ('_pools', '_key', '_session', '_timeout', '_node', '_buf', '_pool', '_conn', 'failed_node')
 
     def __init__(self, pools: NodePools, key: Any, session: Any, timeout: Optional[float], node: Optional[int]=None) -> None:
         self._pools = pools
@@ -108,6 +108,7 @@ class _Connection:
         self._session = session
         self._timeout = timeout
         self._node = node
+        self.failed_node: Optional[int] = None
 
     def _route(self) -> Tuple[Any, Any]:
         pools = self._pools
@@ -139,6 +140,7 @@ class _Connection:
                 failed = is_node_failure(e, pool, waited_since=since)
                 if failed:
                     pools._node_failed(pool)
+                    self.failed_node = int(buf.node)
                 lease_release(pools._h, buf, FAILED if failed else NEUTRAL)
                 raise
         pool._racaffinity_borrowed.add(conn)
@@ -187,6 +189,7 @@ def _digest(cur: Any) -> Tuple[int, Optional[bytes]]:
 class _ResultsDiffer(Exception):
     """A replayed statement answered otherwise than the original did."""
 _COMMIT = None
+_START = 'start'
 
 class _Request:
     """`with pools.request() as req:` — one transaction whose
@@ -237,7 +240,14 @@ class _Request:
 
     def __enter__(self) -> _Request:
         cm = _Connection(self._pools, self._key, self._session, self._timeout)
-        self._conn = cm.__enter__()
+        try:
+            self._conn = cm.__enter__()
+        except Exception as e:
+            if not self._replayable or cm.failed_node is None:
+                raise
+            self._node = cm.failed_node
+            self._recover(e, _START)
+            return self
         self._cm, self._node = (cm, cm._buf.node)
         return self
 
@@ -373,6 +383,8 @@ class _Request:
                 cur = self._conn.execute(query, params)
             if _digest(cur) != digest:
                 raise _ResultsDiffer(query)
+        if then is _START:
+            return None
         if then is _COMMIT:
             self._commit()
             return None
