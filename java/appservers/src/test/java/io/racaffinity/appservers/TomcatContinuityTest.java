@@ -118,7 +118,10 @@ class TomcatContinuityTest {
                 + " heartbeatIntervalMillis=\"250\" sessionIdleTtl=\"10m\" replay=\"" + replay + "\"/>\n</Context>\n";
     }
 
-    record Outcome(String id, int status, String body, long millis) {
+    record Outcome(String id, int status, String body, long millis, boolean interrupted) {
+        boolean outcomeUnknown() {
+            return status != 200 && body.contains("outcome_unknown");
+        }
     }
 
     enum Episode { KILL, COMMIT_KILL, DRAIN }
@@ -126,7 +129,7 @@ class TomcatContinuityTest {
     @Test
     void withReplayNoRequestFailsButACommitOnlyItsDeadNodeCouldVouchFor() throws Exception {
         Run run = run(true);
-        List<Outcome> unexplained = run.failed().stream().filter(o -> !o.body.contains("OUTCOME_UNKNOWN")).toList();
+        List<Outcome> unexplained = run.failed().stream().filter(o -> !o.outcomeUnknown()).toList();
         assertEquals(List.of(), unexplained, "no request fails with replay on, but for a COMMIT whose node died");
         assertTrue(run.outcomeUnknown().size() <= run.commitKills, "at most one OUTCOME_UNKNOWN per COMMIT kill: "
                 + run.outcomeUnknown());
@@ -161,7 +164,7 @@ class TomcatContinuityTest {
         }
 
         List<Outcome> outcomeUnknown() {
-            return failed().stream().filter(o -> o.body.contains("OUTCOME_UNKNOWN")).toList();
+            return failed().stream().filter(Outcome::outcomeUnknown).toList();
         }
     }
 
@@ -251,10 +254,13 @@ class TomcatContinuityTest {
         List<Outcome> failed = outcomes.stream().filter(o -> o.status != 200).toList();
         Map<String, Long> failuresByKind = failed.stream().collect(Collectors.groupingBy(
                 TomcatContinuityTest::kind, Collectors.counting()));
+        List<Outcome> interrupted = outcomes.stream().filter(Outcome::interrupted).toList();
         String summary = String.format(Locale.ROOT, "replay=%s seed=%d: %d requests in %d s, %d failed %s;"
+                + " %d left their Tomcat thread interrupted;"
                 + " %d kills (%d with a COMMIT reply held), %d drains; latency p50 %d ms, p99 %d ms, max %d ms,"
                 + " %d over 1.5 s; committed ids %d; episodes %s",
-                replay ? "on" : "off", SEED, outcomes.size(), seconds, failed.size(), failuresByKind, KILLS, commitKills,
+                replay ? "on" : "off", SEED, outcomes.size(), seconds, failed.size(), failuresByKind, interrupted.size(),
+                KILLS, commitKills,
                 DRAINS, pct(millis, 0.50), pct(millis, 0.99), millis.isEmpty() ? 0 : millis.get(millis.size() - 1),
                 millis.stream().filter(m -> m > 1500).count(), committed.size(), log);
         System.out.println("TomcatContinuityTest " + summary);
@@ -276,12 +282,15 @@ class TomcatContinuityTest {
             }
         }
         assertTrue(outcomes.size() > 10 * (episodes.size() + 2), "traffic ran: " + summary);
+        // The application's thread is its own: a wait the library cut short on a failed node
+        // must not leave the interrupt behind for the next request on that Tomcat thread.
+        assertEquals(List.of(), interrupted, "requests that left their Tomcat thread interrupted");
         return new Run(outcomes, committed, commitKills, summary);
     }
 
     /** A failure's kind: the refusal, else the exception's first line (Tomcat's error page's too). */
     static String kind(Outcome o) {
-        if (o.body.contains("OUTCOME_UNKNOWN")) {
+        if (o.outcomeUnknown()) {
             return "OUTCOME_UNKNOWN";
         }
         String text = o.body;
@@ -385,18 +394,21 @@ class TomcatContinuityTest {
                 long t0 = System.nanoTime();
                 int status;
                 String body;
+                boolean interrupted = false;
                 try {
                     HttpResponse<String> r = client.send(HttpRequest.newBuilder(tomcat.uri("/app/tx?id=" + id))
                             .timeout(Duration.ofSeconds(60)).build(), HttpResponse.BodyHandlers.ofString());
                     status = r.statusCode();
                     body = r.body();
+                    interrupted = r.headers().firstValue("X-Thread-Interrupted").isPresent();
                 } catch (IOException e) {
                     status = -1;
                     body = String.valueOf(e);
                 } catch (InterruptedException e) {
                     return;
                 }
-                outcomes.add(new Outcome(id, status, body, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)));
+                outcomes.add(new Outcome(id, status, body, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0),
+                        interrupted));
             }
         }
     }

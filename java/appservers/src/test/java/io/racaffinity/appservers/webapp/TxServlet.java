@@ -34,6 +34,20 @@ public class TxServlet extends HttpServlet {
             return;
         }
         try {
+            transaction(id, resp);
+        } finally {
+            // Tells the test whether the library left this worker thread interrupted (its
+            // fast connection failover interrupts threads waiting on a failed node's pool):
+            // the next request Tomcat runs on it would find its waits cut short. Cleared
+            // here so that one finding does not spread to later requests.
+            if (Thread.interrupted()) {
+                resp.setHeader("X-Thread-Interrupted", "true");
+            }
+        }
+    }
+
+    private static void transaction(String id, HttpServletResponse resp) throws IOException {
+        try {
             DataSource ds = (DataSource) new InitialContext().lookup("java:comp/env/jdbc/rac");
             try (Connection c = ds.getConnection()) {
                 c.setAutoCommit(false);
