@@ -266,6 +266,9 @@ class TomcatContinuityTest {
         System.out.println("TomcatContinuityTest " + summary);
         Files.writeString(Path.of(System.getProperty("appserver.work", "target"))
                 .resolve("continuity-tomcat-replay-" + (replay ? "on" : "off") + ".txt"), summary + "\n"
+                        + "slower than 500 ms: " + outcomes.stream().filter(o -> o.millis > 500)
+                                .map(o -> o.id.substring(prefix.length()) + " (" + o.millis + " ms, " + o.status + ")")
+                                .toList() + "\n"
                         + failed.stream().map(o -> o.id + " " + o.status + " " + o.millis + " ms:\n" + o.body)
                                 .collect(Collectors.joining("\n")));
 
