@@ -57,7 +57,9 @@ import org.junit.jupiter.api.Test;
  *
  * <p>Size: {@code -Dracaffinity.continuity.kills} (default 3), {@code .commitKills} (of
  * those, killed during COMMIT; default 1), {@code .drains} (default 1), {@code .seed};
- * {@code make continuity-tomcat} runs 20 kills (5 during COMMIT) and 5 drains. A summary per
+ * {@code make continuity-tomcat} runs 20 kills (5 during COMMIT) and 5 drains.
+ * {@code -Dracaffinity.continuity.naiveRetry=true} is the mutant that shows the exactly-once
+ * check can fail: the servlet runs a failed request again itself, with no outcome guard. A summary per
  * run goes to {@code target/continuity-tomcat-replay-{on,off}.txt}.
  */
 class TomcatContinuityTest {
@@ -66,6 +68,8 @@ class TomcatContinuityTest {
     static final int DRAINS = Integer.getInteger("racaffinity.continuity.drains", 1);
     static final long SEED = Long.getLong("racaffinity.continuity.seed", System.nanoTime());
     static final long PERIOD_MILLIS = 100;
+    /** The mutant (docs/continuity.md): the servlet retries any SQLException itself, unguarded. */
+    static final boolean NAIVE_RETRY = Boolean.getBoolean("racaffinity.continuity.naiveRetry");
 
     static int[] nodePorts = new int[3];
     static String[] nodeUrls = new String[3];
@@ -399,7 +403,7 @@ class TomcatContinuityTest {
                 String body;
                 boolean interrupted = false;
                 try {
-                    HttpResponse<String> r = client.send(HttpRequest.newBuilder(tomcat.uri("/app/tx?id=" + id))
+                    HttpResponse<String> r = client.send(HttpRequest.newBuilder(tomcat.uri("/app/tx?id=" + id + (NAIVE_RETRY ? "&retry=1" : "")))
                             .timeout(Duration.ofSeconds(60)).build(), HttpResponse.BodyHandlers.ofString());
                     status = r.statusCode();
                     body = r.body();

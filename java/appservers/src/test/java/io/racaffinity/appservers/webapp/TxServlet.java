@@ -34,7 +34,13 @@ public class TxServlet extends HttpServlet {
             return;
         }
         try {
-            transaction(id, resp);
+            // retry=1: the mutant of the continuity run, an application that runs the request
+            // again after any SQLException, with no commit-outcome guard: a COMMIT whose reply
+            // was lost commits twice, and the run's exactly-once check must say so.
+            if (!transaction(id, resp, "1".equals(req.getParameter("retry")))) {
+                resp.reset();
+                transaction(id, resp, false);
+            }
         } finally {
             // Tells the test whether the library left this worker thread interrupted (its
             // fast connection failover interrupts threads waiting on a failed node's pool):
@@ -46,7 +52,8 @@ public class TxServlet extends HttpServlet {
         }
     }
 
-    private static void transaction(String id, HttpServletResponse resp) throws IOException {
+    /** @return false when {@code retryable} and an SQLException ended it (nothing written then) */
+    private static boolean transaction(String id, HttpServletResponse resp, boolean retryable) throws IOException {
         try {
             DataSource ds = (DataSource) new InitialContext().lookup("java:comp/env/jdbc/rac");
             try (Connection c = ds.getConnection()) {
@@ -65,17 +72,25 @@ public class TxServlet extends HttpServlet {
                 if (!id.equals(read)) {
                     c.rollback();
                     resp.sendError(500, "read back " + read + " for " + id);
-                    return;
+                    return true;
                 }
                 c.commit();
             }
             resp.setContentType("text/plain");
             resp.getWriter().print("ok");
-        } catch (NamingException | SQLException e) {
+        } catch (SQLException e) {
+            if (retryable) {
+                return false;
+            }
+            resp.setStatus(500);
+            resp.setContentType("text/plain");
+            resp.getWriter().print(chain(e));
+        } catch (NamingException e) {
             resp.setStatus(500);
             resp.setContentType("text/plain");
             resp.getWriter().print(chain(e));
         }
+        return true;
     }
 
     /** The exception, its causes and suppressed exceptions, one per line. */
