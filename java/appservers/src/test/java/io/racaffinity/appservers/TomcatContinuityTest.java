@@ -60,7 +60,7 @@ import org.junit.jupiter.api.Test;
  * {@code make continuity-tomcat} runs 20 kills (5 during COMMIT) and 5 drains.
  * {@code -Dracaffinity.continuity.naiveRetry=true} is the mutant that shows the exactly-once
  * check can fail: the servlet runs a failed request again itself, with no outcome guard. A summary per
- * run goes to {@code target/continuity-tomcat-replay-{on,off}.txt}.
+ * run goes to {@code target/continuity-tomcat-{on,off,commit-kills}.txt}.
  */
 class TomcatContinuityTest {
     static final int KILLS = Integer.getInteger("racaffinity.continuity.kills", 3);
@@ -150,6 +150,27 @@ class TomcatContinuityTest {
         assertTrue(run.failed().size() > 0, "without replay a kill fails requests: " + run.summary);
     }
 
+    /**
+     * DEFECT (replay code, java/src/main, not fixed here; reported to its owner): the outcome
+     * check of a COMMIT whose node died ({@code ReplayConnection.ask}) borrows from that node's
+     * HikariCP pool directly, so it is handed, unchecked, a connection the dead node left
+     * there (HikariCP skips validation of a connection used in the last 500 ms, and the
+     * heartbeat uses one every 250 ms): the check fails at once and the request fails with
+     * OUTCOME_UNKNOWN. A connection made anew waits for the node instead (within the pool's
+     * connectionTimeout, 5 s here) and finds the COMMIT committed. Which of the two happens is
+     * a race: in the runs of 2026-12-04, 1–2 of every 4–5 COMMIT kills failed; with
+     * {@code -Dcom.zaxxer.hikari.aliveBypassWindowMs=0} in Tomcat (every borrow validated)
+     * 5 of 5 succeeded (about 2.8 s each). The data source's own hand-outs check such
+     * connections (docs/java-datasource.md: "a connection of a node that failed since it was
+     * last known good is checked"); its outcome check does not. Fails until that is fixed.
+     */
+    @Test
+    void defectTheOutcomeCheckOfACommitWhoseNodeDiedUsesAnUncheckedPooledConnection() throws Exception {
+        Run run = run(true, 5, 5, 0, "commit-kills");
+        assertEquals(List.of(), run.failed(), "DEFECT: a COMMIT whose node is back within the pool's"
+                + " connectionTimeout is found committed, not refused at once on a stale pooled connection");
+    }
+
     static final class Run {
         final List<Outcome> outcomes;
         final Map<String, Integer> committed;
@@ -177,13 +198,17 @@ class TomcatContinuityTest {
      * exactly-once check on every node (asserted here for both modes).
      */
     static Run run(boolean replay) throws Exception {
-        String prefix = (replay ? "on-" : "off-") + Long.toHexString(SEED) + "-";
+        return run(replay, KILLS, COMMIT_KILLS, DRAINS, replay ? "on" : "off");
+    }
+
+    static Run run(boolean replay, int kills, int commitKillsWanted, int drains, String name) throws Exception {
+        String prefix = name + "-" + Long.toHexString(SEED) + "-";
         Random random = new Random(SEED ^ (replay ? 1 : 2));
         List<Episode> episodes = new ArrayList<>();
-        for (int i = 0; i < KILLS; i++) {
-            episodes.add(i < COMMIT_KILLS ? Episode.COMMIT_KILL : Episode.KILL);
+        for (int i = 0; i < kills; i++) {
+            episodes.add(i < commitKillsWanted ? Episode.COMMIT_KILL : Episode.KILL);
         }
-        for (int i = 0; i < DRAINS; i++) {
+        for (int i = 0; i < drains; i++) {
             episodes.add(Episode.DRAIN);
         }
         Collections.shuffle(episodes, random);
@@ -191,7 +216,7 @@ class TomcatContinuityTest {
         List<Outcome> outcomes = new CopyOnWriteArrayList<>();
         int commitKills = 0;
         long started = System.nanoTime();
-        try (TomcatServer tomcat = TomcatServer.create("tomcat-continuity-" + (replay ? "on" : "off"),
+        try (TomcatServer tomcat = TomcatServer.create("tomcat-continuity-" + name,
                 TomcatRedeployTest.tomcatPort(0), "")) {
             TomcatRedeployTest.copyJars(List.of("postgresql.jar"), tomcat.base.resolve("lib"));
             TomcatRedeployTest.writeApp(tomcat, contextXml(replay),
@@ -259,17 +284,17 @@ class TomcatContinuityTest {
         Map<String, Long> failuresByKind = failed.stream().collect(Collectors.groupingBy(
                 TomcatContinuityTest::kind, Collectors.counting()));
         List<Outcome> interrupted = outcomes.stream().filter(Outcome::interrupted).toList();
-        String summary = String.format(Locale.ROOT, "replay=%s seed=%d: %d requests in %d s, %d failed %s;"
+        String summary = String.format(Locale.ROOT, "%s: replay=%s seed=%d: %d requests in %d s, %d failed %s;"
                 + " %d left their Tomcat thread interrupted;"
                 + " %d kills (%d with a COMMIT reply held), %d drains; latency p50 %d ms, p99 %d ms, max %d ms,"
                 + " %d over 1.5 s; committed ids %d; episodes %s",
-                replay ? "on" : "off", SEED, outcomes.size(), seconds, failed.size(), failuresByKind, interrupted.size(),
-                KILLS, commitKills,
-                DRAINS, pct(millis, 0.50), pct(millis, 0.99), millis.isEmpty() ? 0 : millis.get(millis.size() - 1),
+                name, replay ? "on" : "off", SEED, outcomes.size(), seconds, failed.size(), failuresByKind, interrupted.size(),
+                kills, commitKills,
+                drains, pct(millis, 0.50), pct(millis, 0.99), millis.isEmpty() ? 0 : millis.get(millis.size() - 1),
                 millis.stream().filter(m -> m > 1500).count(), committed.size(), log);
         System.out.println("TomcatContinuityTest " + summary);
         Files.writeString(Path.of(System.getProperty("appserver.work", "target"))
-                .resolve("continuity-tomcat-replay-" + (replay ? "on" : "off") + ".txt"), summary + "\n"
+                .resolve("continuity-tomcat-" + name + ".txt"), summary + "\n"
                         + "slower than 500 ms: " + outcomes.stream().filter(o -> o.millis > 500)
                                 .map(o -> o.id.substring(prefix.length()) + " (" + o.millis + " ms, " + o.status + ")")
                                 .toList() + "\n"
