@@ -59,8 +59,10 @@ import org.junit.jupiter.api.Test;
  * those, killed during COMMIT; default 1), {@code .drains} (default 1), {@code .seed};
  * {@code make continuity-tomcat} runs 20 kills (5 during COMMIT) and 5 drains.
  * {@code -Dracaffinity.continuity.naiveRetry=true} is the mutant that shows the exactly-once
- * check can fail: the servlet runs a failed request again itself, with no outcome guard. A summary per
- * run goes to {@code target/continuity-tomcat-{on,off,commit-kills}.txt}.
+ * check can fail: the servlet runs a failed request again itself, with no outcome guard. A
+ * summary per run goes to {@code target/continuity-tomcat-{on,off,commit-kills}.txt}.
+ * {@link #defectTheOutcomeCheckOfACommitWhoseNodeDiedUsesAnUncheckedPooledConnection} is an
+ * open defect of the replay code, failing until it is fixed.
  */
 class TomcatContinuityTest {
     static final int KILLS = Integer.getInteger("racaffinity.continuity.kills", 3);
