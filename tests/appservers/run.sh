@@ -4,7 +4,9 @@
 # application over racaffinity.jar and 3 local PostgreSQL nodes, and a real WildFly runs
 # XA transactions over two AffinityXADataSource data sources with a node killed between
 # prepare and commit; see java/appservers/src/test/java/io/racaffinity/appservers/
-# (TomcatRedeployTest, WildFlyXaRecoveryTest) and docs/java-ecosystem.md.
+# (TomcatRedeployTest, WildFlyXaRecoveryTest) and docs/java-ecosystem.md. TomcatContinuityTest
+# kills and drains the nodes under a web session's traffic (docs/continuity.md, "Tomcat
+# acceptance run"; its full size is make continuity-tomcat).
 # java/run_module_tests.sh builds, installs the jar, starts the nodes.
 #
 # Environment: RACAFF_PG_BASE_PORT / RACAFF_PG_DIR (the nodes, as for pgnodes),

@@ -87,7 +87,8 @@ final class TomcatServer implements AutoCloseable {
         // pgjdbc's cleaner thread keeps its default 30 s idle time: the library must start
         // it so that it holds no application's loader (it used to run with
         // -Dpgjdbc.config.cleanup.thread.ttl=1000, which hid that leak).
-        pb.environment().put("CATALINA_OPTS", "-Xmx256m");
+        // racaffinity.tomcat.opts: JVM options for an experiment (e.g. a HikariCP system property).
+        pb.environment().put("CATALINA_OPTS", ("-Xmx256m " + System.getProperty("racaffinity.tomcat.opts", "")).strip());
         process = pb.start();
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(120);
         while (true) {
