@@ -558,7 +558,10 @@ final class ReplayConnection {
         int bound = owner.checkTimeoutSeconds();
         try {
             DataSource ds = owner.getNodeDataSource(cluster.nodeName(node));
-            try (Connection c = ds.getConnection()) {
+            try (Connection c = checkedConnection(ds, bound)) {
+                if (c == null) {
+                    return CommitOutcome.UNKNOWN;
+                }
                 c.setAutoCommit(true);
                 if (force) {
                     try (PreparedStatement s = c.prepareStatement("SELECT pg_terminate_backend(?, ?)")) {
@@ -579,6 +582,34 @@ final class ReplayConnection {
         } catch (SQLException | RuntimeException e) {
             return CommitOutcome.UNKNOWN;
         }
+    }
+
+    /** Stale pooled connections an outcome check throws away before it gives up. */
+    private static final int MAX_STALE_CHECKS = 64;
+
+    /**
+     * A connection of {@code ds} that answers: the node of a COMMIT in flight has just failed,
+     * so the pool may hold connections to its old server that it will not check (HikariCP
+     * skips its alive check for a connection used within the last 500 ms, and the heartbeat
+     * uses one every probe). Each is checked and evicted when dead; the pool's own wait for a
+     * new connection (its connectionTimeout) is the wait for the node to come back. Null when
+     * only dead connections came.
+     */
+    private static Connection checkedConnection(DataSource ds, int bound) throws SQLException {
+        for (int i = 0; i < MAX_STALE_CHECKS; i++) {
+            Connection c = ds.getConnection();
+            boolean ok;
+            try {
+                ok = c.isValid(bound);
+            } catch (SQLException e) {
+                ok = false;
+            }
+            if (ok) {
+                return c;
+            }
+            PoolMaintenance.Hikari.evict(ds, c);
+        }
+        return null;
     }
 
     /** Gives the failed connection back (its lease was released FAILED when the failure was seen). */

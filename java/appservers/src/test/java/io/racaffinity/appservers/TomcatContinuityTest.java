@@ -61,8 +61,8 @@ import org.junit.jupiter.api.Test;
  * {@code -Dracaffinity.continuity.naiveRetry=true} is the mutant that shows the exactly-once
  * check can fail: the servlet runs a failed request again itself, with no outcome guard. A
  * summary per run goes to {@code target/continuity-tomcat-{on,off,commit-kills}.txt}.
- * {@link #defectTheOutcomeCheckOfACommitWhoseNodeDiedUsesAnUncheckedPooledConnection} is an
- * open defect of the replay code, failing until it is fixed.
+ * {@link #theOutcomeCheckOfACommitWhoseNodeDiedWaitsForAConnectionThatAnswers} was an
+ * open defect of the replay code (fixed: ReplayConnection checks the connection it asks on).
  */
 class TomcatContinuityTest {
     static final int KILLS = Integer.getInteger("racaffinity.continuity.kills", 3);
@@ -153,8 +153,8 @@ class TomcatContinuityTest {
     }
 
     /**
-     * DEFECT (replay code, java/src/main, not fixed here; reported to its owner): the outcome
-     * check of a COMMIT whose node died ({@code ReplayConnection.ask}) borrows from that node's
+     * Was a defect of the replay code (fixed 2026-12-04): the outcome
+     * check of a COMMIT whose node died ({@code ReplayConnection.ask}) borrowed from that node's
      * HikariCP pool directly, so it is handed, unchecked, a connection the dead node left
      * there (HikariCP skips validation of a connection used in the last 500 ms, and the
      * heartbeat uses one every 250 ms): the check fails at once and the request fails with
@@ -164,12 +164,13 @@ class TomcatContinuityTest {
      * {@code -Dcom.zaxxer.hikari.aliveBypassWindowMs=0} in Tomcat (every borrow validated)
      * 5 of 5 succeeded (about 2.8 s each). The data source's own hand-outs check such
      * connections (docs/java-datasource.md: "a connection of a node that failed since it was
-     * last known good is checked"); its outcome check does not. Fails until that is fixed.
+     * last known good is checked"); the outcome check now checks each connection it is handed
+     * and evicts the dead ones.
      */
     @Test
-    void defectTheOutcomeCheckOfACommitWhoseNodeDiedUsesAnUncheckedPooledConnection() throws Exception {
+    void theOutcomeCheckOfACommitWhoseNodeDiedWaitsForAConnectionThatAnswers() throws Exception {
         Run run = run(true, 5, 5, 0, "commit-kills");
-        assertEquals(List.of(), run.failed(), "DEFECT: a COMMIT whose node is back within the pool's"
+        assertEquals(List.of(), run.failed(), "a COMMIT whose node is back within the pool's"
                 + " connectionTimeout is found committed, not refused at once on a stale pooled connection");
     }
 
