@@ -53,6 +53,18 @@ class FanRelayTest {
         return etcd.call("/v3/kv/range", "{\"key\":\"" + from + "\",\"range_end\":\"" + to + "\"}").contains("\"kvs\"");
     }
 
+    /**
+     * etcd's store revision: what moves with every write. A subscriber's feed revision is not
+     * that: it reaches its own write's revision when the watch brings the record back.
+     */
+    static long storeRevision() throws Exception {
+        String r = etcd.call("/v3/kv/range", "{\"key\":\""
+                + java.util.Base64.getEncoder().encodeToString("r1/".getBytes()) + "\"}");
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\"revision\":\"(\\d+)\"").matcher(r);
+        assertTrue(m.find(), r);
+        return Long.parseLong(m.group(1));
+    }
+
     @Test
     void relayedEventsReachASubscriberWithoutSimplefan() throws Exception {
         try (Cluster relayCluster = subscriber("fan-relay", etcd.url("r1"));
@@ -72,11 +84,11 @@ class FanRelayTest {
             assertEquals(NodeState.DOWN, relayCluster.nodeState("RAC3"));
 
             // A foreign event is refused before anything is written, and not thrown at simplefan.
-            long before = relayCluster.feedStatus().orElseThrow().revision();
+            long before = storeRevision();
             fan.handleEvent(FanAdapterTest.serviceDown("RAC1", "host1", ServiceDownEvent.Reason.FAILURE, 0,
                     ServiceDownEvent.EventKind.MEMBER, "other_service"));
             assertEquals(NodeState.UP, relayCluster.nodeState("RAC1"));
-            assertEquals(before, relayCluster.feedStatus().orElseThrow().revision(), "nothing written");
+            assertEquals(before, storeRevision(), "nothing written");
         }
     }
 
