@@ -214,9 +214,14 @@ def test_pooled_pinned_borrows_never_outlive_a_down_removal_or_ejection_asyncio(
     b = Borrows(c)
     deadline = time.monotonic() + DEADLINE_S
 
+    flipper = threading.Thread(target=f.run)
+
     async def main() -> None:
+        # The pools are built before the flipper starts: it removes nodes, and
+        # a pool for a node the cluster no longer has is refused at build time.
         pools = AsyncNodePools(c, dsns(pg), min_size=1, max_size=4, timeout=5.0, upkeep_interval=0.05)
         await pools.open()
+        flipper.start()
         try:
 
             async def router() -> None:
@@ -244,13 +249,12 @@ def test_pooled_pinned_borrows_never_outlive_a_down_removal_or_ejection_asyncio(
         finally:
             await pools.close()
 
-    flipper = threading.Thread(target=f.run)
-    flipper.start()
     try:
         asyncio.run(main())
     finally:
         f.stop.set()
-        flipper.join()
+        if flipper.is_alive():
+            flipper.join()
     b.settle(f)
 
 
