@@ -114,6 +114,21 @@ report() {
   summary+=("$(printf '%-18s runs=%-12s exec/s=%-8s seconds=%-6s workers=%s crashes=%s' "$t" "$runs" "$eps" "$took" "$workers" "$crashes")")
 }
 
+# Stopped early (Ctrl-C, a CI timeout), take the libFuzzer processes along:
+# with -jobs=1 each job is a child of a child of cargo, which a plain kill of
+# this script leaves running (and fuzzing) for the rest of its time.
+descendants() {
+  local c
+  for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do descendants "$c"; echo "$c"; done
+}
+stop_workers() {
+  trap - INT TERM
+  # shellcheck disable=SC2046
+  kill $(descendants $$) 2>/dev/null || true
+  exit 130
+}
+trap stop_workers INT TERM
+
 status=0
 summary=()
 left=$SECONDS_ARG
