@@ -394,7 +394,7 @@ impl Cluster {
     pub fn remove_node(&self, name: &str) -> Result<NodeId> {
         if self.inner.feed.get().is_some() {
             let node = self.node_by_name(name)?;
-            if let Some(r) = self.publish(&format!("node/{}", node.name()), None) {
+            if let Some(r) = self.publish(&format!("node/{}", node.name()), Some(crate::feed::REMOVED)) {
                 r?;
                 return Ok(node.id());
             }
@@ -459,6 +459,13 @@ impl Cluster {
     pub(crate) fn member_version(&self, name: &str) -> Option<u64> {
         let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
         g.get(&name.to_ascii_uppercase()).filter(|k| !k.removed).map(|k| k.version)
+    }
+
+    /// The version of the last membership input about `name`, an addition
+    /// or a removal (`None`: no versioned input about it).
+    pub(crate) fn member_record_version(&self, name: &str) -> Option<u64> {
+        let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        g.get(&name.to_ascii_uppercase()).map(|k| k.version)
     }
 
     /// A versioned removal; see [`Cluster::add_node_at`]. A removal of a

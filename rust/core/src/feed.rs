@@ -9,7 +9,7 @@
 //!
 //! | key (under the prefix) | value | deleted |
 //! |---|---|---|
-//! | `node/<NAME>` | `present`, optionally `weight=<w>` (a versioned weight at the record's version, as `node/<NAME>/weight`, whether the node is configured or added by the record) and `address=<host:port>` | the node is removed |
+//! | `node/<NAME>` | `present`, optionally `weight=<w>` (a versioned weight at the record's version, as `node/<NAME>/weight`, whether the node is configured or added by the record) and `address=<host:port>`; or `removed`: the node is removed (configured or not), and stays removed for a process that starts later | the node is removed (a record written by an older publisher) |
 //! | `node/<NAME>/state` | `up`, `down`, `draining`, `draining timeout=<duration>` | `up` |
 //! | `node/<NAME>/weight` | a weight `1..=1000000` | the configured weight |
 //! | `partition_map` | `<p>=<NAME>` entries separated by `,` (may be empty) | the empty map |
@@ -75,6 +75,7 @@ impl Cluster {
                 validate_node_name(name)?;
                 match value {
                     None => Ok(applied(self.remove_node_at(name, version)?)),
+                    Some(v) if is_removal(v) => Ok(applied(self.remove_node_at(name, version)?)),
                     Some(v) => {
                         let spec = parse_member(name, v).map_err(|e| bad(&e))?;
                         Ok(applied(self.add_node_at(spec, version)?))
@@ -136,6 +137,16 @@ impl Cluster {
 /// An error's own words: the record's refusal says its kind once.
 fn reason(e: Error) -> String {
     e.detail()
+}
+
+/// The value of a `node/<NAME>` record that removes the node. A removal is
+/// a put, not a delete: deleting a key that does not exist (a configured
+/// node never added by a record) writes nothing, so no other process would
+/// see it, and a process reading the prefix later would keep the node.
+pub const REMOVED: &str = "removed";
+
+pub(crate) fn is_removal(value: &str) -> bool {
+    value.trim() == REMOVED
 }
 
 fn parse_member(name: &str, value: &str) -> std::result::Result<NodeSpec, String> {

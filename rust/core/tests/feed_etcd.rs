@@ -48,6 +48,7 @@ fn the_subscriber_over_a_real_etcd_cluster() {
     a_quiet_watch_is_left_alone(&etcd);
     operator_calls_reach_the_whole_fleet(&etcd);
     a_record_is_written_only_while_its_node_is_a_member(&etcd);
+    a_configured_node_removed_stays_removed_fleet_wide(&etcd);
     a_subscriber_away_resumes_or_reads_everything_again(&etcd);
     the_leader_killed_mid_stream_loses_nothing(&etcd);
 }
@@ -201,6 +202,43 @@ fn a_record_is_written_only_while_its_node_is_a_member(etcd: &Etcd) {
     let (_, kvs) = kv.range_prefix("t8/node/F").unwrap();
     assert_eq!(kvs[0].value.as_deref(), Some("present weight=5"));
     assert_eq!((feed(&here).refused, feed(&there).refused), (0, 0));
+}
+
+fn a_configured_node_removed_stays_removed_fleet_wide(etcd: &Etcd) {
+    // C is in every process's config and has no `node/C` record: its
+    // removal must still become a record that every process applies, and
+    // that a process starting later reads.
+    let kv = etcd.client();
+    let here = Cluster::from_config_text(&config(&etcd.url("t9"))).unwrap();
+    let there = Cluster::from_config_text(&config(&etcd.url("t9"))).unwrap();
+    let before = etcd.revision();
+    here.remove_node("C").unwrap();
+    assert!(here.node_by_name("C").is_err());
+    assert!(etcd.revision() > before, "the removal was written");
+    eventually("the removal elsewhere", &there, |c| c.node_by_name("C").is_err());
+    let later = Cluster::from_config_text(&config(&etcd.url("t9"))).unwrap();
+    assert!(later.node_by_name("C").is_err(), "a process starting after the removal reads it");
+    assert_eq!(here.set_node_state("C", NodeState::Down).unwrap_err().kind(), ErrorKind::UnknownNode);
+
+    // Added back: a member again everywhere, and records about it go through.
+    here.add_node(NodeSpec::new("C").weight(3)).unwrap();
+    eventually("C back elsewhere", &there, |c| c.node_by_name("C").is_ok_and(|n| n.weight() == 3));
+    here.set_node_state("C", NodeState::Draining).unwrap();
+    eventually("C's drain elsewhere", &there, |c| c.node_by_name("C").is_ok_and(|n| n.state() == NodeState::Draining));
+    eventually("C back in the later process", &later, |c| c.node_by_name("C").is_ok());
+    assert_eq!(here.add_node(NodeSpec::new("C")).unwrap_err().kind(), ErrorKind::DuplicateNode);
+
+    // A removal record read by a tool that deletes instead (older
+    // publishers): a deleted `node/<NAME>` is a removal as before.
+    let rev = kv.delete("t9/node/C").unwrap().0;
+    eventually("the deletion elsewhere", &there, |c| feed(c).revision >= rev);
+    assert!(there.node_by_name("C").is_err());
+    for c in [&here, &there, &later] {
+        eventually("one view", c, |c| feed(c).revision >= rev);
+        assert_eq!(feed(c).refused, 0, "{:?}", feed(c));
+    }
+    assert_eq!(here.topology_fingerprint(), there.topology_fingerprint());
+    assert_eq!(here.topology_fingerprint(), later.topology_fingerprint());
 }
 
 fn a_subscriber_away_resumes_or_reads_everything_again(etcd: &Etcd) {

@@ -29,10 +29,14 @@ const LOG: &[Record] = &[
     (19, "node/F", Some("present")),
     (20, "node/F", None),
     (21, "partition_map", Some("0=B,1=B")),
+    // A removal is a record, for a configured node too.
+    (22, "node/C", Some("removed")),
+    (23, "node/G", Some("present")),
+    (24, "node/G", Some(" removed ")),
 ];
 
 fn state(c: &Cluster) -> Vec<String> {
-    let mut v: Vec<String> = ["A", "B", "C", "E", "F"]
+    let mut v: Vec<String> = ["A", "B", "C", "E", "F", "G"]
         .iter()
         .filter_map(|n| c.node_by_name(n).ok())
         .map(|n| format!("{}:{}:{}:{}", n.name(), n.state(), n.shared_state(), n.weight()))
@@ -56,7 +60,8 @@ fn the_log_in_order_gives_the_expected_state() {
     let a = c.node_by_name("A").unwrap();
     assert_eq!(a.state(), NodeState::Up, "the relayed FAN up (revision 18) beats the down of revision 14");
     assert_eq!(c.node_by_name("B").unwrap().weight(), 2, "a deleted weight is the configured one");
-    assert_eq!(c.node_by_name("C").unwrap().state(), NodeState::Up, "a deleted state is up");
+    assert!(c.node_by_name("C").is_err(), "a configured node removed by a `removed` record");
+    assert!(c.node_by_name("G").is_err(), "added then removed by a record");
     assert_eq!(c.node_by_name("E").unwrap().weight(), 3);
     assert!(c.node_by_name("F").is_err(), "added then removed");
     assert_eq!(c.node_name(c.partition_owner(0).unwrap()).unwrap(), "B");

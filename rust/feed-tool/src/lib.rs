@@ -44,7 +44,7 @@ operator commands (one record each, checked as subscribers parse it first):
                                --partitions checks p < N (the clusters' data.partitions)
   add NODE [--weight W] [--address host:port]
                                node/NODE = present [weight=W] [address=host:port]
-  remove NODE                  delete node/NODE (subscribers remove the node)
+  remove NODE                  node/NODE = removed (subscribers remove the node)
   fan LINE [--id ID]           fan/<ID> = LINE, a FAN or RLB line; the default ID
                                is the core relay's: <type>-<INSTANCE|HOST|SERVICE>
   show                         every record under the prefix, with its revision

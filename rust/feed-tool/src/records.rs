@@ -128,10 +128,12 @@ pub fn add(node: &str, weight: Option<&str>, address: Option<&str>) -> Result<Re
     Ok(r)
 }
 
-/// Deletes `node/<N>`: subscribers remove the node.
+/// `node/<N> = removed`: subscribers remove the node, configured or not,
+/// and a process starting later reads the removal (a deleted key would be
+/// no record at all for a configured node).
 pub fn remove(node: &str) -> Result<Record, Failure> {
     node_name(node)?;
-    Ok(Record::delete(format!("node/{node}")))
+    Ok(Record::put(format!("node/{node}"), racaffinity::feed::REMOVED.to_string()))
 }
 
 /// `fan/<id> = <line>`; without `id`, the key `Cluster::publish_event` (the
@@ -178,7 +180,7 @@ mod tests {
         assert_eq!(partition_map("", None).unwrap().value.unwrap(), "");
         assert_eq!(add("D", Some("3"), Some("db4:5432")).unwrap().value.unwrap(), "present weight=3 address=db4:5432");
         assert_eq!(add("scratch", None, None).unwrap().value.unwrap(), "present");
-        assert_eq!(remove("D").unwrap(), Record { key: "node/D".into(), value: None });
+        assert_eq!(remove("D").unwrap(), Record { key: "node/D".into(), value: Some("removed".into()) });
     }
 
     #[test]

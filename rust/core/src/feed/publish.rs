@@ -39,32 +39,41 @@ impl Cluster {
     }
 
     /// Writes a record about node `name` (its membership record
-    /// `node/<NAME>`, or its `state` or `weight`) only while etcd's
-    /// membership record is the one this process's check read: one
-    /// transaction comparing `node/<NAME>`'s `mod_revision` with the
-    /// version of this process's membership input (0: no record, a
-    /// configured node, or an addition). Between the check and the write
-    /// another process may remove the node or add it; the record would then
-    /// be refused by every subscriber, this one included, so it is not
-    /// written. A record that merely moved on (re-put: still a member) is
-    /// compared again at its new revision.
+    /// `node/<NAME>`: an addition or a removal; or its `state` or `weight`)
+    /// only while etcd's membership record is the one this process's check
+    /// read: one transaction comparing `node/<NAME>`'s `mod_revision` with
+    /// the version of this process's membership input (0: no record, a
+    /// configured node). Between the check and the write another process
+    /// may remove the node or add it; the record would then be refused by
+    /// every subscriber, this one included, so it is not written. A record
+    /// that merely moved on (re-put: still a member) is compared again at
+    /// its new revision. An addition after a removal is compared with the
+    /// removal's record.
     fn put_while_member(&self, p: &Publisher, name: &str, key: &str, full: &str, value: &str) -> Result<u64> {
-        let adding = key.split('/').count() == 2;
+        let adding = key.split('/').count() == 2 && !super::is_removal(value);
         let guard = format!("{}node/{name}", p.prefix);
-        let mut expected = self.member_version(name).unwrap_or(0);
+        let mut expected =
+            if adding { self.member_record_version(name) } else { self.member_version(name) }.unwrap_or(0);
+        let gone = || {
+            Error::UnknownNode(format!(
+                "{name}: removed through the topology feed since this process read it; nothing written"
+            ))
+        };
         // Each retry follows a write by another process; a few in a row
         // mean the record is being rewritten faster than it can be read.
         for _ in 0..4 {
             match p.client.put_if_mod_revision(&guard, expected, full, value) {
                 Ok(IfModRevision::Written(rev)) => return Ok(rev),
+                Ok(IfModRevision::Moved(Some(kv))) if kv.value.as_deref().is_some_and(super::is_removal) => {
+                    if !adding {
+                        return Err(gone());
+                    }
+                    expected = kv.mod_revision;
+                }
                 Ok(IfModRevision::Moved(Some(_))) if adding => return Err(Error::DuplicateNode(name.to_string())),
                 Ok(IfModRevision::Moved(Some(kv))) => expected = kv.mod_revision,
                 Ok(IfModRevision::Moved(None)) if adding => expected = 0,
-                Ok(IfModRevision::Moved(None)) => {
-                    return Err(Error::UnknownNode(format!(
-                        "{name}: removed through the topology feed since this process read it; nothing written"
-                    )))
-                }
+                Ok(IfModRevision::Moved(None)) => return Err(gone()),
                 Err(e) => return Err(Error::FeedUnavailable(e.to_string())),
             }
         }
