@@ -25,7 +25,10 @@ import javax.sql.DataSource;
  *
  * <p>A probe that is still running when the node's next tick comes (say the
  * pool waits for a connection to a dead host) counts as a miss for that tick,
- * so misses accrue at the configured rate however long the pool blocks.
+ * so misses accrue at the configured rate however long the pool blocks. Except
+ * a node's first probe, for up to the probe timeout: it opens the pool's first
+ * connection, which on a cold, busy JVM can take longer than misses × interval,
+ * and counting it marked healthy nodes Down at start-up.
  */
 final class Heartbeat implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.Heartbeat");
@@ -35,6 +38,10 @@ final class Heartbeat implements AutoCloseable {
     private final Cluster cluster;
     private final DataSource[] nodes;
     private final AtomicBoolean[] inFlight;
+    /** When each node's running probe started (System.nanoTime). */
+    private final long[] startedNanos;
+    /** Whether a probe of each node has ended (answered or failed): then a slow probe is a miss at once. */
+    private final boolean[] answered;
     private final int timeoutSeconds;
     private final Redactor redactor;
     private final ScheduledExecutorService timer;
@@ -55,6 +62,8 @@ final class Heartbeat implements AutoCloseable {
         this.cluster = cluster;
         this.nodes = nodes.clone();
         this.inFlight = new AtomicBoolean[nodes.length];
+        this.startedNanos = new long[nodes.length];
+        this.answered = new boolean[nodes.length];
         for (int i = 0; i < inFlight.length; i++) {
             inFlight[i] = new AtomicBoolean();
         }
@@ -77,9 +86,15 @@ final class Heartbeat implements AutoCloseable {
             }
             final int node = id;
             if (!inFlight[node].compareAndSet(false, true)) {
-                report(node, false, "the previous probe is still running");
+                // Only the timer thread reads these, and the probe that sets answered ends with a volatile write.
+                boolean firstProbe = !answered[node]
+                        && System.nanoTime() - startedNanos[node] < TimeUnit.SECONDS.toNanos(timeoutSeconds);
+                if (!firstProbe) {
+                    report(node, false, "the previous probe is still running");
+                }
                 continue;
             }
+            startedNanos[node] = System.nanoTime();
             try {
                 probes.execute(() -> probe(node));
             } catch (RejectedExecutionException e) {
@@ -111,6 +126,7 @@ final class Heartbeat implements AutoCloseable {
         } catch (RuntimeException e) {
             why = redactor.redact(String.valueOf(e));
         } finally {
+            answered[node] = true;
             inFlight[node].set(false);
         }
         report(node, ok, why);

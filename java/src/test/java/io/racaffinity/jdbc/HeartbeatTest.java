@@ -1,0 +1,140 @@
+package io.racaffinity.jdbc;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.Cluster;
+import io.racaffinity.NodeState;
+import java.io.PrintWriter;
+import java.lang.reflect.Proxy;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.SQLFeatureNotSupportedException;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.logging.Logger;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The heartbeat's counting of a probe still running at the next tick. It counts as a miss, so a pool
+ * blocked on a dead host cannot hold detection back; but the first probe of a node opens its pool's first
+ * connection, which on a cold, busy JVM can take longer than misses × interval: counting that one marked
+ * a healthy node Down at start-up (the Tomcat continuity run's cold start, docs/continuity.md).
+ */
+class HeartbeatTest {
+    private static final long INTERVAL_MS = 50;
+
+    /** A node whose connections take {@code delays[i]} ms for the i-th getConnection (the last one after). */
+    private static final class SlowNode implements DataSource {
+        final long[] delays;
+        final AtomicInteger calls = new AtomicInteger();
+        final CountDownLatch release = new CountDownLatch(1);
+        volatile boolean blockForever;
+
+        SlowNode(long... delays) {
+            this.delays = delays;
+        }
+
+        @Override
+        public Connection getConnection() throws SQLException {
+            int i = calls.getAndIncrement();
+            try {
+                if (blockForever) {
+                    release.await();
+                } else {
+                    Thread.sleep(delays[Math.min(i, delays.length - 1)]);
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new SQLException("interrupted", "08001");
+            }
+            return (Connection) Proxy.newProxyInstance(getClass().getClassLoader(), new Class<?>[] {Connection.class},
+                    (p, m, a) -> switch (m.getName()) {
+                        case "isValid" -> true;
+                        case "close" -> null;
+                        case "isClosed" -> false;
+                        case "hashCode" -> System.identityHashCode(p);
+                        case "equals" -> p == a[0];
+                        default -> throw new SQLFeatureNotSupportedException(m.getName());
+                    });
+        }
+
+        @Override
+        public Connection getConnection(String u, String p) throws SQLException {
+            return getConnection();
+        }
+
+        @Override
+        public PrintWriter getLogWriter() {
+            return null;
+        }
+
+        @Override
+        public void setLogWriter(PrintWriter out) {}
+
+        @Override
+        public void setLoginTimeout(int seconds) {}
+
+        @Override
+        public int getLoginTimeout() {
+            return 0;
+        }
+
+        @Override
+        public Logger getParentLogger() {
+            return Logger.getGlobal();
+        }
+
+        @Override
+        public <T> T unwrap(Class<T> iface) throws SQLException {
+            throw new SQLException("not a wrapper");
+        }
+
+        @Override
+        public boolean isWrapperFor(Class<?> iface) {
+            return false;
+        }
+    }
+
+    private static Heartbeat heartbeat(Cluster c, DataSource... nodes) {
+        return new Heartbeat("HeartbeatTest", c, nodes, INTERVAL_MS, 1, new Redactor(null), false, () -> {});
+    }
+
+    private static void waitFor(String what, java.util.function.BooleanSupplier ok) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+        while (!ok.getAsBoolean()) {
+            assertTrue(System.nanoTime() < deadline, what + ": not within 20 s");
+            Thread.sleep(10);
+        }
+    }
+
+    @Test
+    void aSlowFirstConnectionIsNotAMiss() throws Exception {
+        // 3 misses of 50 ms: the first probe's 600 ms spans 12 ticks.
+        SlowNode a = new SlowNode(600, 0);
+        try (Cluster c = Cluster.fromConfig("nodes = A, B\nheartbeat.misses = 3");
+                Heartbeat hb = heartbeat(c, a, new SlowNode(0))) {
+            // Its first probe done, and a few quick ones after it.
+            waitFor("A probed 4 times", () -> a.calls.get() >= 4);
+            assertEquals(NodeState.UP, c.nodeState("A"), "a node whose first connection was slow is up");
+            assertEquals(NodeState.UP, c.nodeState("B"));
+            assertEquals(0, c.nodeMetrics().get(0).probeMisses(), "no miss counted for it");
+        }
+    }
+
+    @Test
+    void aProbeBlockedAfterTheNodeAnsweredStillCountsAsMisses() throws Exception {
+        SlowNode a = new SlowNode(0);
+        try (Cluster c = Cluster.fromConfig("nodes = A, B\nheartbeat.misses = 3");
+                Heartbeat hb = heartbeat(c, a, new SlowNode(0))) {
+            waitFor("A probed", () -> a.calls.get() >= 2);
+            a.blockForever = true;
+            // A pool blocked on a dead host: detection at the configured rate, not at the probe's end.
+            waitFor("A down while its probe is still blocked", () -> c.nodeState("A") == NodeState.DOWN);
+            assertEquals(NodeState.UP, c.nodeState("B"));
+            a.release.countDown();
+        }
+    }
+}
