@@ -903,7 +903,10 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         return running().cluster;
     }
 
-    /** @return seconds a check of a node may take (the heartbeat's probe timeout) */
+    /**
+     * @return seconds a check of a node may take: the heartbeat's probe timeout, and the deadline of
+     *     a replay's outcome check, its connection included
+     */
     int checkTimeoutSeconds() {
         return nodes.heartbeatTimeoutSeconds();
     }
