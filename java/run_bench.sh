@@ -2,7 +2,9 @@
 # java/run_bench.sh - JMH benchmarks of the Java binding, short mode by default:
 #   (a) a no-op JNI call against a pinned pick through JNI;
 #   (b) AffinityDataSource.getConnection()+close() over HikariCP node pools against
-#       bare HikariCP getConnection()+close() on the same node (and both with SELECT 1).
+#       bare HikariCP getConnection()+close() on the same node (and both with SELECT 1);
+#   (c) a request (connection, auto-commit off, SELECT 1, COMMIT, close) through an
+#       AffinityDataSource with replay on against the same without replay.
 # Side by side in one JMH run; prints the ratios. Nodes are started as needed and
 # stopped on exit if this script started them.
 #   RACAFF_BENCH_FULL=1   2 forks, 5 x 2 s warm-up, 10 x 2 s measurement (default: 1 fork, 3 x 1 s, 5 x 1 s)
@@ -45,6 +47,7 @@ rows = [
     ("(b) AffinityDataSource get+close / bare HikariCP get+close", "affinityPinned", "bareHikari", 1.15),
     ("    unpinned AffinityDataSource get+close / bare HikariCP get+close", "affinityUnpinned", "bareHikari", 1.6),
     ("    ... with SELECT 1 / bare HikariCP with SELECT 1", "affinityPinnedSelect1", "bareHikariSelect1", None),
+    ("(c) request, replay on / replay off", "replayOn", "replayOff", None),
 ]
 print()
 print(f"{'comparison':62} {'ours ns':>10} {'base ns':>10} {'ratio':>7}  target")
@@ -63,4 +66,7 @@ PY
     | tee -a java/target/interleaved.out
 # Unpinned pick() + release(OK) against the raw two-call path it replaced, in a JVM of its own.
 "$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --unpinned \
+    | tee -a java/target/interleaved.out
+# Request replay's recording cost on a SELECT 1 request, wall and CPU time, in a JVM of its own.
+"$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --replay \
     | tee -a java/target/interleaved.out

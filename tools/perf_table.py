@@ -342,6 +342,10 @@ INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio t
     ("unpinnedPickRelease", "`pick()` + `release(OK)`, unpinned, one JNI call (interleaved)", "no-op JNI call", None),
     ("nativeUnpinnedPick", "raw `Native.contextPick` + `Native.leaseEnd`, unpinned (interleaved)", "no-op JNI call",
      None),
+    ("replayOn/replayOff.wall", "request (connection, `SELECT 1`, COMMIT, close) with replay on, wall (interleaved)",
+     "the same request, replay off", 1.10),
+    ("replayOn/replayOffXid.wall", "the same, replay on: its recording alone, wall (interleaved)",
+     "replay off, the application reading the xid as replay does", 1.10),
 ]
 
 

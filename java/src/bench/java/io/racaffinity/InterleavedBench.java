@@ -21,7 +21,8 @@ import java.util.function.LongUnaryOperator;
  *
  * <p>Run: {@code java -cp racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench [rounds]}, and
  * with {@code [rounds] --datasource} for {@code AffinityDataSource} against bare HikariCP over the local nodes,
- * with {@code [rounds] --unpinned} for an unpinned {@code pick()} + {@code release(OK)}.
+ * with {@code [rounds] --unpinned} for an unpinned {@code pick()} + {@code release(OK)}, with
+ * {@code [rounds] --replay} for request replay's recording cost on a {@code SELECT 1} request.
  * Prints a table and {@code JBENCH_PAIR <name> <ns> <baseline ns> <ratio median> <min> <max>} lines.
  */
 public final class InterleavedBench {
@@ -61,6 +62,10 @@ public final class InterleavedBench {
         // Cluster.pick() from a second site change what the JIT inlines into the others'
         // loops. It needs the local nodes (java/run_bench.sh exports their URLs).
         boolean nodes = args.length > 1 && args[1].equals("--datasource");
+        if (args.length > 1 && args[1].equals("--replay")) {
+            replay(rounds);
+            return;
+        }
         // `--unpinned`: unpinned pick() + release(OK) against the two raw crossings it replaced, in a JVM of its own.
         boolean unpinned = args.length > 1 && args[1].equals("--unpinned");
         if (nodes && System.getenv("RACAFF_NODE1_URL") == null) {
@@ -322,6 +327,78 @@ public final class InterleavedBench {
             if (ds != null) {
                 ds.tearDown();
             }
+        }
+    }
+
+    /** Requests per round of {@code --replay}, as python/bench_continuity.py. */
+    private static final int REPLAY_REQUESTS = 500;
+
+    /**
+     * {@code --replay}: request replay's recording cost ([continuity]), {@link DataSourceBench#request}
+     * (a connection, auto-commit off, {@code SELECT 1} read, COMMIT, close) on node 1 through an
+     * {@code AffinityDataSource} with replay on, against the same without replay, and against the
+     * same without replay whose application reads the transaction id as replay does (and, as a finding,
+     * with {@code pg_current_xact_id_if_assigned()}, which assigns none). Round by round
+     * in one thread, odd rounds in reverse; wall time (what a request pays: its round trips) and
+     * this thread's CPU time (the client's own work). Needs RACAFF_NODE1_URL.
+     */
+    private static void replay(int rounds) throws SQLException {
+        if (System.getenv("RACAFF_NODE1_URL") == null) {
+            throw new IllegalStateException("--replay needs RACAFF_NODE1_URL (tests/cluster/pgnodes env)");
+        }
+        DataSourceBench.Replay r = new DataSourceBench.Replay();
+        r.setUp();
+        try {
+            String[] names = {"replayOff", "replayOffXid", "replayOn", "replayOffXidIfAssigned"};
+            javax.sql.DataSource[] sources = {r.off, r.off, r.on, r.off};
+            int[] readXid = {0, 1, 0, 2};
+            // Warm-up: the JIT, the pool, the server's plan caches.
+            for (int w = 0; w < 4; w++) {
+                for (int k = 0; k < names.length; k++) {
+                    for (int i = 0; i < REPLAY_REQUESTS; i++) {
+                        sink += DataSourceBench.request(sources[k], readXid[k]);
+                    }
+                }
+            }
+            double[][] wall = new double[names.length][rounds];
+            double[][] cpu = new double[names.length][rounds];
+            for (int round = 0; round < rounds; round++) {
+                for (int j = 0; j < names.length; j++) {
+                    int k = round % 2 == 0 ? j : names.length - 1 - j;
+                    long w0 = System.nanoTime();
+                    long c0 = CPU.getCurrentThreadCpuTime();
+                    for (int i = 0; i < REPLAY_REQUESTS; i++) {
+                        sink += DataSourceBench.request(sources[k], readXid[k]);
+                    }
+                    cpu[k][round] = (double) (CPU.getCurrentThreadCpuTime() - c0) / REPLAY_REQUESTS;
+                    wall[k][round] = (double) (System.nanoTime() - w0) / REPLAY_REQUESTS;
+                }
+            }
+            System.out.printf("%nJava request replay, a request = connection + auto-commit off + SELECT 1 + COMMIT"
+                    + " + close on one node, %d per round, %d interleaved rounds; JDK %s%n%n", REPLAY_REQUESTS,
+                    rounds, Runtime.version());
+            System.out.println("| subject | clock | ns/request (median) | baseline | / baseline: median | min | max |");
+            System.out.println("|---|---|---:|---|---:|---:|---:|");
+            // replay on against both baselines, and the xid read's own cost
+            // (the last: the xid read's round trip without the xid it assigns)
+            int[][] pairs = {{2, 0}, {2, 1}, {1, 0}, {3, 0}};
+            for (int[] p : pairs) {
+                for (String clock : new String[] {"wall", "cpu"}) {
+                    double[][] t = clock.equals("wall") ? wall : cpu;
+                    double[] ratio = new double[rounds];
+                    for (int i = 0; i < rounds; i++) {
+                        ratio[i] = t[p[0]][i] / t[p[1]][i];
+                    }
+                    Arrays.sort(ratio);
+                    System.out.printf("| %s | %s | %.0f | %s (%.0f) | %.3f× | %.3f× | %.3f× |%n", names[p[0]], clock,
+                            median(t[p[0]]), names[p[1]], median(t[p[1]]), ratio[rounds / 2], ratio[0],
+                            ratio[rounds - 1]);
+                    System.out.printf("JBENCH_PAIR %s/%s.%s %.3f %.3f %.4f %.4f %.4f%n", names[p[0]], names[p[1]],
+                            clock, median(t[p[0]]), median(t[p[1]]), ratio[rounds / 2], ratio[0], ratio[rounds - 1]);
+                }
+            }
+        } finally {
+            r.tearDown();
         }
     }
 

@@ -96,6 +96,92 @@ public class DataSourceBench {
         }
     }
 
+    /**
+     * Request replay's recording cost ([continuity]): two {@code AffinityDataSource}s over one
+     * HikariCP pool of node 1 (the only node of each, so both route alike), one with
+     * {@code replay=true}, one without. A request is {@link #request}.
+     */
+    @State(Scope.Benchmark)
+    public static class Replay {
+        public HikariDataSource pool;
+        public AffinityDataSource on;
+        public AffinityDataSource off;
+
+        @Setup(Level.Trial)
+        public void setUp() throws SQLException {
+            String url = System.getenv("RACAFF_NODE1_URL");
+            HikariConfig c = new HikariConfig();
+            c.setJdbcUrl(url != null ? url : "jdbc:postgresql://127.0.0.1:55431/postgres");
+            c.setUsername("postgres");
+            c.setDriverClassName("org.postgresql.Driver");
+            c.setMaximumPoolSize(2);
+            c.setMinimumIdle(2);
+            c.setPoolName("bench-replay-RAC1");
+            pool = new HikariDataSource(c);
+            on = replayDataSource("bench-replay-on", true);
+            off = replayDataSource("bench-replay-off", false);
+        }
+
+        private AffinityDataSource replayDataSource(String name, boolean replay) throws SQLException {
+            AffinityDataSource ds = new AffinityDataSource();
+            ds.setConfig("name = " + name + "; nodes = RAC1");
+            ds.setNodeDataSources(new LinkedHashMap<String, DataSource>(Map.of("RAC1", pool)));
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setRegisterMBean(false);
+            ds.setReplay(replay);
+            ds.init();
+            return ds;
+        }
+
+        @TearDown(Level.Trial)
+        public void tearDown() {
+            on.close();
+            off.close();
+            pool.close();
+        }
+    }
+
+    /** What {@link #request} reads before COMMIT besides its {@code SELECT 1}. */
+    public static final String[] XID_QUERIES = {
+        null,
+        // what replay reads: assigns an xid to a transaction that has none (this one wrote nothing)
+        "SELECT pg_current_xact_id()::text, pg_backend_pid()",
+        // the same round trip without assigning one
+        "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()",
+    };
+
+    /**
+     * One request as an application makes it: a connection, auto-commit off, {@code SELECT 1}
+     * with its row read, COMMIT, close. With {@code xidQuery} 1, the application itself reads what
+     * replay reads before COMMIT, so that replay's recording alone is the difference; with 2, the
+     * same round trip without assigning a transaction id.
+     */
+    public static int request(DataSource ds, int xidQuery) throws SQLException {
+        try (Connection c = ds.getConnection()) {
+            c.setAutoCommit(false);
+            int v = select1(c);
+            if (xidQuery > 0) {
+                try (Statement s = c.createStatement();
+                        ResultSet rs = s.executeQuery(XID_QUERIES[xidQuery])) {
+                    rs.next();
+                    v += rs.getInt(2) & 1;
+                }
+            }
+            c.commit();
+            return v;
+        }
+    }
+
+    @Benchmark
+    public int replayOff(Replay r) throws SQLException {
+        return request(r.off, 0);
+    }
+
+    @Benchmark
+    public int replayOn(Replay r) throws SQLException {
+        return request(r.on, 0);
+    }
+
     private static int select1(Connection c) throws SQLException {
         try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT 1")) {
             rs.next();

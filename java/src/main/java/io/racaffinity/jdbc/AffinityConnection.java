@@ -62,14 +62,19 @@ public final class AffinityConnection implements Connection {
     private final AffinityDataSource owner;
     private final Connection delegate;
     private final Lease lease;
+    /** Where fast connection failover keeps this connection while it is in use ({@link NodeFailover}). */
+    private final NodeFailover failover;
+    private final int slot;
 
     @SuppressWarnings("unused") // through CLOSED
     private volatile int closed;
 
-    AffinityConnection(AffinityDataSource owner, Connection delegate, Lease lease) {
+    AffinityConnection(AffinityDataSource owner, Connection delegate, Lease lease, NodeFailover failover, int slot) {
         this.owner = owner;
         this.delegate = delegate;
         this.lease = lease;
+        this.failover = failover;
+        this.slot = slot;
     }
 
     /** @return the node pool's (physical) connection */
@@ -119,7 +124,7 @@ public final class AffinityConnection implements Connection {
         if (!CLOSED.compareAndSet(this, 0, 1)) {
             return;
         }
-        owner.returned(lease.node(), delegate);
+        failover.returned(lease.node(), slot);
         try {
             delegate.close();
         } catch (SQLException e) {
@@ -145,7 +150,7 @@ public final class AffinityConnection implements Connection {
     @Override
     public void abort(Executor executor) throws SQLException {
         if (CLOSED.compareAndSet(this, 0, 1)) {
-            owner.returned(lease.node(), delegate);
+            failover.returned(lease.node(), slot);
         }
         try {
             delegate.abort(executor);

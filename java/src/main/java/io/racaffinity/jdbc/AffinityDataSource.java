@@ -602,9 +602,11 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                     + " has no DataSource (added at runtime?)", "HY000");
         }
         NodeFailover f = failover;
+        // The thread's slot on the node: it waits in it, then its connection is kept there.
+        int slot = f.waiting(node);
         Connection physical;
         try {
-            physical = borrow(s, f, ds, node, username, pass);
+            physical = borrow(s, f, ds, node, slot, username, pass);
         } catch (NodeFailover.NodeWentDown e) {
             // The node is Down already (that is why the wait ended): nothing more to count.
             release(lease, Outcome.NEUTRAL);
@@ -624,44 +626,41 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             release(lease, Outcome.NEUTRAL);
             throw new SQLException("node " + c.nodeName(node) + "'s DataSource returned no connection", "08001");
         }
-        f.borrowed(node, physical);
-        return new AffinityConnection(this, physical, lease);
+        return new AffinityConnection(this, physical, lease, f, slot);
     }
 
     /** Checks of one borrow's suspect connections before the borrow fails (a pool holds this many at most). */
     private static final int MAX_SUSPECT_CHECKS = 64;
 
     /**
-     * A connection from a node's pool, as a registered waiter (a Down ends the wait: {@link
-     * NodeFailover.NodeWentDown}), checked first if the node failed since it was last known good
-     * (a connection that fails its check is dropped from the pool and the next one taken).
+     * A connection from a node's pool, borrowed by the thread waiting in {@code slot} (a Down ends
+     * the wait: {@link NodeFailover.NodeWentDown}), checked first if the node failed since it was
+     * last known good (a connection that fails its check is dropped from the pool and the next one
+     * taken). On return the slot holds the connection; on a throw or a null connection it is free.
      */
-    private Connection borrow(Running<DataSource> s, NodeFailover f, DataSource ds, int node, String username,
-            String pass) throws SQLException {
+    private Connection borrow(Running<DataSource> s, NodeFailover f, DataSource ds, int node, int slot,
+            String username, String pass) throws SQLException {
         for (int checks = 0;; checks++) {
-            NodeFailover.Waiter w = f.waiting(node);
             Connection physical;
-            boolean kicked = false;
             try {
-                try {
-                    boolean started = s.started[node];
-                    physical = NodeConnect.open(ds, started, username, pass);
-                    if (!started) {
-                        // Written once: a store on every call would move this array's cache line
-                        // between the cores of every thread that gets connections.
-                        s.started[node] = true;
-                    }
-                } finally {
-                    kicked = f.done(w);
+                boolean started = s.started[node];
+                physical = NodeConnect.open(ds, started, username, pass);
+                if (!started) {
+                    // Written once: a store on every call would move this array's cache line
+                    // between the cores of every thread that gets connections.
+                    s.started[node] = true;
                 }
             } catch (SQLException | RuntimeException e) {
-                if (kicked) {
+                if (f.done(node, slot, null)) {
                     throw NodeFailover.wentDown(s.cluster.nodeName(node), e instanceof SQLException
                             ? (SQLException) e : new SQLException(e));
                 }
                 throw e;
+            } catch (Error e) {
+                f.done(node, slot, null);
+                throw e;
             }
-            if (kicked) {
+            if (f.done(node, slot, physical)) {
                 // The node went Down as the pool answered: this connection is on it.
                 if (physical != null) {
                     PoolMaintenance.Hikari.evict(ds, physical);
@@ -677,6 +676,10 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                 ok = physical.isValid(nodes.heartbeatTimeoutSeconds());
             } catch (SQLException e) {
                 ok = false;
+            } catch (RuntimeException | Error e) {
+                f.returned(node, slot);
+                PoolMaintenance.Hikari.evict(ds, physical);
+                throw e;
             }
             if (ok) {
                 f.good(node, physical);
@@ -684,9 +687,11 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             }
             PoolMaintenance.Hikari.evict(ds, physical);
             if (checks + 1 >= MAX_SUSPECT_CHECKS) {
+                f.returned(node, slot);
                 throw new SQLTransientConnectionException("node " + s.cluster.nodeName(node) + ": "
                         + MAX_SUSPECT_CHECKS + " pooled connections in a row failed their check", "08006");
             }
+            f.waitAgain(node, slot);
         }
     }
 
@@ -898,14 +903,12 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         return running().cluster;
     }
 
-    /** @return seconds a check of a node may take (the heartbeat's probe timeout) */
+    /**
+     * @return seconds a check of a node may take: the heartbeat's probe timeout, and the deadline of
+     *     a replay's outcome check, its connection included
+     */
     int checkTimeoutSeconds() {
         return nodes.heartbeatTimeoutSeconds();
-    }
-
-    /** The application gave back (closed or aborted) a node pool's connection. */
-    void returned(int node, Connection physical) {
-        failover.returned(node, physical);
     }
 
     @Override

@@ -3,8 +3,16 @@ package io.racaffinity.jdbc;
 import java.security.AccessController;
 import java.security.PrivilegedActionException;
 import java.security.PrivilegedExceptionAction;
+import io.racaffinity.LibraryThreads;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
 import java.sql.Connection;
 import java.sql.SQLException;
+import java.sql.SQLTransientConnectionException;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import javax.sql.DataSource;
 
 /**
@@ -54,6 +62,85 @@ final class NodeConnect {
                 throw s;
             }
             throw new SQLException(cause.getMessage(), cause); // getConnection declares only SQLException
+        }
+    }
+
+    /**
+     * A connection of {@code ds} (the data source's credentials) within {@code millis}, whatever the
+     * pool's own wait ({@code connectionTimeout}, 30 s by default in HikariCP): for a request that
+     * must ask a node something before it can answer the application (the outcome check of a
+     * replay), where a node that stays down must cost the check's deadline, not the pool's.
+     * HikariCP is asked through its pool's own bounded borrow ({@code HikariPool.getConnection(long)},
+     * by reflection: the jar depends on no pool), on the calling thread. Any other DataSource is
+     * asked on a library thread of its own, whose wait is interrupted at the deadline (pools give a
+     * wait up on an interrupt); a connection that comes after the deadline is closed.
+     *
+     * @throws SQLTransientConnectionException (SQLState 08001) when none came in time
+     */
+    static Connection within(DataSource ds, long millis) throws SQLException {
+        Connection c = hikariWithin(ds, millis);
+        if (c != null) {
+            return c;
+        }
+        CompletableFuture<Connection> got = new CompletableFuture<>();
+        Thread t = LibraryThreads.newThread(() -> {
+            try {
+                got.complete(ds.getConnection());
+            } catch (Throwable e) {
+                got.completeExceptionally(e);
+            }
+        }, "racaffinity-bounded-connect", NodeConnect.class.getClassLoader());
+        t.start();
+        try {
+            return got.get(millis, TimeUnit.MILLISECONDS);
+        } catch (ExecutionException e) {
+            Throwable cause = e.getCause();
+            if (cause instanceof SQLException s) {
+                throw s;
+            }
+            throw new SQLException(String.valueOf(cause), "08001", cause);
+        } catch (TimeoutException | InterruptedException e) {
+            if (e instanceof InterruptedException) {
+                Thread.currentThread().interrupt();
+            }
+            t.interrupt();
+            got.thenAccept(NodeConnect::closeQuietly);
+            throw new SQLTransientConnectionException("no connection within " + millis + " ms", "08001", e);
+        }
+    }
+
+    /** HikariCP's bounded borrow, or null when {@code ds} is not a started HikariCP pool. */
+    private static Connection hikariWithin(DataSource ds, long millis) throws SQLException {
+        Object pool;
+        Method borrow;
+        try {
+            pool = ds.getClass().getMethod("getHikariPoolMXBean").invoke(ds);
+            if (pool == null) {
+                return null;
+            }
+            borrow = pool.getClass().getMethod("getConnection", long.class);
+        } catch (ReflectiveOperationException | LinkageError | RuntimeException e) {
+            return null;
+        }
+        try {
+            return (Connection) borrow.invoke(pool, Math.max(1, millis));
+        } catch (InvocationTargetException e) {
+            if (e.getCause() instanceof SQLException s) {
+                throw s;
+            }
+            throw new SQLException(String.valueOf(e.getCause()), "08001", e.getCause());
+        } catch (ReflectiveOperationException | LinkageError | ClassCastException e) {
+            return null;
+        }
+    }
+
+    private static void closeQuietly(Connection c) {
+        try {
+            if (c != null) {
+                c.close();
+            }
+        } catch (SQLException | RuntimeException e) {
+            // given up on already
         }
     }
 }

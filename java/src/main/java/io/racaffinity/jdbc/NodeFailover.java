@@ -3,14 +3,12 @@ package io.racaffinity.jdbc;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLTransientConnectionException;
-import java.util.ArrayList;
 import java.util.Collections;
-import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.WeakHashMap;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLongArray;
+import java.util.concurrent.atomic.AtomicReferenceArray;
+import java.util.concurrent.atomic.AtomicReferenceFieldUpdater;
 
 /**
  * Fast connection failover's bookkeeping, per node of one {@link AffinityDataSource} (Oracle
@@ -18,10 +16,44 @@ import java.util.concurrent.atomic.AtomicLongArray;
  * the threads waiting on a node pool, and how many failures each node had. The decisions
  * (is the node Down, was it a planned drain) are the core's; {@link PoolMaintenance} acts on
  * them through {@link #abortBorrowed} and {@link #kickWaiters}.
+ *
+ * <p>Every borrow goes through here, and a node goes Down rarely, so the borrow pays as little
+ * as can be and the Down pays the rest. A borrow claims a <em>slot</em> of its node: a cell
+ * that holds the borrowing thread while it waits on the pool, then the connection it got, then
+ * nothing once the connection is closed. Only the borrow that claimed a slot writes it (the
+ * kicker's hand-off aside, below), so a borrow + close is a compare-and-set to claim, one to
+ * swap the thread for the connection and a release store to free, on a cell the thread
+ * usually claimed last time as well (its cache line stays with its core): no allocation, no
+ * identity hash, no shared counter. A Down walks every slot of the node: threads are sent on,
+ * connections aborted. Before, each borrow inserted into and removed from two
+ * {@code ConcurrentHashMap} sets (its waiter, its connection): about 70-90 ns of a pinned
+ * borrow + close of 230-250, in {@code putVal}/{@code replaceNode} and the identity hashes of
+ * objects new at each borrow; the slots cost about 15-25 ns (docs/benchmarks.md). The two
+ * compare-and-sets are what is left: one claims the slot against other threads, one keeps a
+ * kick and the end of the wait from crossing (a kick's interrupt must never land after the wait
+ * is over). Decided against: a failure generation checked at a connection's next use (a call
+ * already hung on a blackholed node is ended only by an abort, which needs the connection at
+ * hand), a weak registry (a shared map insert per borrow again), and slots owned by threads
+ * (virtual threads, a new one per task, would grow them without bound).
+ *
+ * <p>A node's slots are segments of {@value #SEGMENT} cells, chained and never freed: a node
+ * keeps as many as its peak of concurrent borrows needed. A thread starts probing at a cache
+ * line picked by its id, so threads borrowing at once mostly write different lines.
  */
 final class NodeFailover {
-    private final List<Set<Connection>> borrowed;
-    private final List<Set<Waiter>> waiting;
+    /** Cells per segment: 1 KiB with compressed references, 16 cache lines. */
+    static final int SEGMENT = 256;
+    /** Probe step: odd, so every cell is visited, and past a cache line, so colliding threads part. */
+    private static final int STEP = 17;
+    /** A kicker took the slot's thread and is interrupting it. */
+    private static final Object KICKING = new Object();
+    /** The kicker's interrupt has landed; the thread takes its slot back. */
+    private static final Object KICKED = new Object();
+    private static final AtomicReferenceFieldUpdater<Segment, Segment> NEXT =
+            AtomicReferenceFieldUpdater.newUpdater(Segment.class, Segment.class, "next");
+
+    /** Per node: its first segment of slots. */
+    private final Segment[] slots;
     /** Per node: failures seen (a reported connection failure or a Down); 0 keeps borrows unchecked. */
     private final AtomicLongArray failures;
     /**
@@ -30,56 +62,112 @@ final class NodeFailover {
      */
     private final Map<Connection, Long> checkedAt = Collections.synchronizedMap(new WeakHashMap<>());
 
-    NodeFailover(int nodes) {
-        List<Set<Connection>> b = new ArrayList<>(nodes);
-        List<Set<Waiter>> w = new ArrayList<>(nodes);
-        for (int i = 0; i < nodes; i++) {
-            b.add(ConcurrentHashMap.newKeySet());
-            w.add(ConcurrentHashMap.newKeySet());
+    /** A run of slots; a slot's number is {@code base} + its cell. */
+    private static final class Segment {
+        final AtomicReferenceArray<Object> cells = new AtomicReferenceArray<>(SEGMENT);
+        final int base;
+        volatile Segment next;
+
+        Segment(int base) {
+            this.base = base;
         }
-        borrowed = List.copyOf(b);
-        waiting = List.copyOf(w);
+    }
+
+    NodeFailover(int nodes) {
+        slots = new Segment[nodes];
+        for (int i = 0; i < nodes; i++) {
+            slots[i] = new Segment(0);
+        }
         failures = new AtomicLongArray(nodes);
     }
 
-    /** A thread waiting on a node pool; {@link #kickWaiters} interrupts it at most once. */
-    static final class Waiter {
-        private final Thread thread = Thread.currentThread();
-        private final int node;
-        private boolean done;
-        private boolean kicked;
-
-        private Waiter(int node) {
-            this.node = node;
+    /**
+     * The calling thread now waits on {@code node}'s pool: it claims a slot of the node, which
+     * holds the thread until {@link #done}.
+     *
+     * @return the slot, for {@link #done}, {@link #waitAgain} and {@link #returned}; -1 for a
+     *     node this bookkeeping does not know (added at runtime)
+     */
+    int waiting(int node) {
+        if (node >= slots.length) {
+            return -1;
+        }
+        Thread me = Thread.currentThread();
+        // Fibonacci hashing of the id, its top 4 bits: one of the segment's 16 cache lines.
+        int start = (int) ((me.getId() * 0x9E3779B97F4A7C15L) >>> 60) << 4;
+        for (Segment s = slots[node];; s = following(s)) {
+            AtomicReferenceArray<Object> cells = s.cells;
+            for (int k = 0, i = start; k < SEGMENT; k++, i = (i + STEP) & (SEGMENT - 1)) {
+                if (cells.get(i) == null && cells.compareAndSet(i, null, me)) {
+                    return s.base + i;
+                }
+            }
         }
     }
 
-    /** The calling thread now waits on {@code node}'s pool. */
-    Waiter waiting(int node) {
-        Waiter w = new Waiter(node);
-        if (node < waiting.size()) {
-            waiting.get(node).add(w);
+    private static Segment following(Segment s) {
+        Segment n = s.next;
+        if (n == null) {
+            NEXT.compareAndSet(s, null, new Segment(s.base + SEGMENT));
+            n = s.next;
         }
-        return w;
+        return n;
+    }
+
+    private Segment segment(int node, int slot) {
+        Segment s = slots[node];
+        while (slot >= s.base + SEGMENT) {
+            s = s.next;
+        }
+        return s;
     }
 
     /**
-     * The wait is over. The interrupt of a kick happens under the waiter's monitor, so once
+     * The wait is over: the slot holds {@code got} from now on (the connection borrowed, or null:
+     * the slot is free). A kick's interrupt lands before the kicker lets go of the slot, so once
      * this returns, no interrupt of ours is left pending on the thread.
      *
-     * @return whether the node went Down meanwhile (the caller routes again)
+     * @return whether the node went Down meanwhile (the slot is free then, and the caller routes
+     *     again instead of using {@code got})
      */
-    boolean done(Waiter w) {
-        if (w.node < waiting.size()) {
-            waiting.get(w.node).remove(w);
-        }
-        synchronized (w) {
-            w.done = true;
-            if (w.kicked) {
-                Thread.interrupted(); // ours, set before the monitor was released
-                return true;
-            }
+    boolean done(int node, int slot, Connection got) {
+        if (slot < 0) {
             return false;
+        }
+        Segment s = segment(node, slot);
+        int i = slot - s.base;
+        if (s.cells.compareAndSet(i, Thread.currentThread(), got)) {
+            return false;
+        }
+        // Kicked: the kicker is between its compare-and-set and its interrupt's end.
+        for (int spins = 0; s.cells.get(i) != KICKED; spins++) {
+            if (spins < 64) {
+                Thread.onSpinWait();
+            } else {
+                Thread.yield();
+            }
+        }
+        Thread.interrupted(); // ours
+        s.cells.set(i, null);
+        return true;
+    }
+
+    /** The connection in {@code slot} failed its check and was dropped: the thread waits on the pool again. */
+    void waitAgain(int node, int slot) {
+        if (slot >= 0) {
+            Segment s = segment(node, slot);
+            s.cells.set(slot - s.base, Thread.currentThread());
+        }
+    }
+
+    /** The application gave back (closed or aborted) the connection in {@code slot}: the slot is free. */
+    void returned(int node, int slot) {
+        if (slot >= 0) {
+            Segment s = segment(node, slot);
+            // Only this slot's borrower writes it, and nothing it does next depends on the store:
+            // a release store, no fence. A Down that reads the old value aborts a closed connection,
+            // which does nothing.
+            s.cells.lazySet(slot - s.base, null);
         }
     }
 
@@ -94,11 +182,16 @@ final class NodeFailover {
      */
     int kickWaiters(int node) {
         int n = 0;
-        for (Waiter w : waiting.get(node)) {
-            synchronized (w) {
-                if (!w.done && !w.kicked && !w.thread.isInterrupted()) {
-                    w.kicked = true;
-                    w.thread.interrupt();
+        for (Segment s = node < slots.length ? slots[node] : null; s != null; s = s.next) {
+            AtomicReferenceArray<Object> cells = s.cells;
+            for (int i = 0; i < SEGMENT; i++) {
+                Object v = cells.get(i);
+                if (v instanceof Thread && !((Thread) v).isInterrupted() && cells.compareAndSet(i, v, KICKING)) {
+                    try {
+                        ((Thread) v).interrupt();
+                    } finally {
+                        cells.set(i, KICKED);
+                    }
                     n++;
                 }
             }
@@ -108,7 +201,15 @@ final class NodeFailover {
 
     /** @return the threads waiting on {@code node}'s pool now */
     int waiters(int node) {
-        return node < waiting.size() ? waiting.get(node).size() : 0;
+        int n = 0;
+        for (Segment s = node < slots.length ? slots[node] : null; s != null; s = s.next) {
+            for (int i = 0; i < SEGMENT; i++) {
+                if (s.cells.get(i) instanceof Thread) {
+                    n++;
+                }
+            }
+        }
+        return n;
     }
 
     /** The error a kicked waiter's call gets when it cannot route again (a strict scope, a transaction). */
@@ -129,34 +230,28 @@ final class NodeFailover {
         }
     }
 
-    void borrowed(int node, Connection physical) {
-        if (node < borrowed.size()) {
-            borrowed.get(node).add(physical);
-        }
-    }
-
-    void returned(int node, Connection physical) {
-        if (node < borrowed.size()) {
-            borrowed.get(node).remove(physical);
-        }
-    }
-
     /**
      * Aborts every connection of {@code node} the application holds (a hard Down: crash,
      * heartbeat, ejection, operator): a call on one fails at once instead of waiting on a dead
-     * or hung node, and the pool drops it when it is closed.
+     * or hung node, and the pool drops it when it is closed. A connection borrowed as this walk
+     * passes its slot may be missed, as the walk of a concurrent set missed it before: the pool
+     * evicts it at the Down (it closes when returned), and its next call on the dead node fails
+     * on its own.
      *
      * @return the connections aborted
      */
     int abortBorrowed(int node) {
         int n = 0;
-        for (Connection c : borrowed.get(node)) {
-            borrowed.get(node).remove(c);
-            try {
-                c.abort(Runnable::run);
-                n++;
-            } catch (SQLException | RuntimeException e) {
-                // closed meanwhile, or a driver without abort: its next call finds out
+        for (Segment s = node < slots.length ? slots[node] : null; s != null; s = s.next) {
+            for (int i = 0; i < SEGMENT; i++) {
+                if (s.cells.get(i) instanceof Connection c) {
+                    try {
+                        c.abort(Runnable::run);
+                        n++;
+                    } catch (SQLException | RuntimeException e) {
+                        // closed meanwhile, or a driver without abort: its next call finds out
+                    }
+                }
             }
         }
         return n;

@@ -25,6 +25,7 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.TimeUnit;
 import javax.sql.DataSource;
 
 /**
@@ -588,19 +589,26 @@ final class ReplayConnection {
     private static final int MAX_STALE_CHECKS = 64;
 
     /**
-     * A connection of {@code ds} that answers: the node of a COMMIT in flight has just failed,
-     * so the pool may hold connections to its old server that it will not check (HikariCP
-     * skips its alive check for a connection used within the last 500 ms, and the heartbeat
-     * uses one every probe). Each is checked and evicted when dead; the pool's own wait for a
-     * new connection (its connectionTimeout) is the wait for the node to come back. Null when
-     * only dead connections came.
+     * A connection of {@code ds} that answers, within {@code bound} seconds in all: the node of a
+     * COMMIT in flight has just failed, so the pool may hold connections to its old server that it
+     * will not check (HikariCP skips its alive check for a connection used within the last 500 ms,
+     * and the heartbeat uses one every probe). Each is checked and evicted when dead. The wait for
+     * a new connection (for the node to come back) ends at the check's deadline, not at the pool's
+     * {@code connectionTimeout}: a node that stays down costs the request {@code bound}, then
+     * {@code outcome_unknown}. Null when no live connection came in time.
      */
     private static Connection checkedConnection(DataSource ds, int bound) throws SQLException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(bound);
         for (int i = 0; i < MAX_STALE_CHECKS; i++) {
-            Connection c = ds.getConnection();
+            long left = deadline - System.nanoTime();
+            if (left <= 0) {
+                return null;
+            }
+            Connection c = NodeConnect.within(ds, TimeUnit.NANOSECONDS.toMillis(left));
             boolean ok;
             try {
-                ok = c.isValid(bound);
+                // isValid counts whole seconds, and 0 is no limit.
+                ok = c.isValid((int) Math.max(1, TimeUnit.NANOSECONDS.toSeconds(deadline - System.nanoTime())));
             } catch (SQLException e) {
                 ok = false;
             }
