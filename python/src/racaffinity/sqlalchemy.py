@@ -30,6 +30,7 @@ invalidates the pooled connections of that node only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import logging
@@ -254,8 +255,9 @@ class RoutingPool(Pool):
         self._subs_lock = threading.Lock()
         # checked-out record -> its lease (a raw racaffinity_lease)
         self._leases: Dict[Any, Any] = {}
-        # The asyncio engine's queues are the loop's: no thread may touch them.
-        self._watch = None if is_async else _Watch(self)
+        # The asyncio engine's queues are the loop's: the watch hands its
+        # node pools' retirement to their loop (`_retire_on_loop`).
+        self._watch = _Watch(self)
 
     def _retire(self, node: int, hard: bool) -> None:
         """A node gone Down: its pool is retired at once. Idle connections
@@ -273,6 +275,14 @@ class RoutingPool(Pool):
                 conn = rec.dbapi_connection
                 if buf.node == node and conn is not None:
                     _abort(getattr(conn, "driver_connection", conn))
+        if self._is_asyncio:
+            loop = old._racaffinity_loop
+            if loop is not None:
+                try:
+                    loop.call_soon_threadsafe(_retire_on_loop, old)
+                except RuntimeError:  # its loop is closed: nothing waits there
+                    pass
+            return
         old.dispose()  # the idle ones
         queue = old._pool
         # A put wakes (and un-queues) one waiting thread: one each, as the
@@ -482,6 +492,25 @@ class RoutingPool(Pool):
         return float(self._args["timeout"])
 
 
+def _retire_on_loop(old: Any) -> None:
+    """A retired asyncio node pool, on its loop: the tasks waiting on its
+    queue fail with `_Retired` at once (they route again), and its idle
+    connections close (an async driver closes inside SQLAlchemy's greenlet)."""
+    from sqlalchemy.util import greenlet_spawn
+
+    queue = old._pool.__dict__.get("_queue")  # memoized: absent if never used
+    for getter in list(getattr(queue, "_getters", ())):
+        if not getter.done():
+            getter.set_exception(_Retired())
+    task = asyncio.ensure_future(greenlet_spawn(old.dispose))
+    _DISPOSING.add(task)
+    task.add_done_callback(_DISPOSING.discard)
+
+
+# The retired pools' dispose tasks (the loop keeps only weak references).
+_DISPOSING: set = set()
+
+
 def _node_pool_class(base: type) -> type:
     cached = _NODE_POOL_CLASSES.get(base)
     if cached is not None:
@@ -495,10 +524,14 @@ def _node_pool_class(base: type) -> type:
             self._outer = outer
 
         _racaffinity_retired = False
+        # An asyncio pool's event loop (where its retirement runs).
+        _racaffinity_loop: Any = None
 
         def _do_get(self) -> Any:
             if self._racaffinity_retired:
                 raise _Retired()
+            if self._is_asyncio and self._racaffinity_loop is None:
+                self._racaffinity_loop = asyncio.get_running_loop()
             rec = super()._do_get()
             if rec is _RETIRED:
                 raise _Retired()
