@@ -26,6 +26,12 @@ towards passive ejection; one terminated session or an application's
 `invalidate()` does not. SQLAlchemy's pool events registered on the engine fire for every
 node's connections, and `pool_pre_ping` pings each as usual; a failed ping
 invalidates the pooled connections of that node only.
+
+A node gone Down has its pool retired at once (fast connection failover,
+`_Watch`), and with `replay=True` a request (`with request(engine) as req:
+req.execute(...)`) is recorded and replayed once elsewhere when a
+recoverable failure interrupts it and the commit outcome allows it
+(docs/continuity.md; the walk is `NodePools.request()`'s).
 """
 
 from __future__ import annotations
@@ -531,7 +537,10 @@ def _node_pool_class(base: type) -> type:
             if self._racaffinity_retired:
                 raise _Retired()
             if self._is_asyncio and self._racaffinity_loop is None:
-                self._racaffinity_loop = asyncio.get_running_loop()
+                try:
+                    self._racaffinity_loop = asyncio.get_running_loop()
+                except RuntimeError:  # not on a loop: its retirement has none to run on
+                    pass
             rec = super()._do_get()
             if rec is _RETIRED:
                 raise _Retired()
