@@ -195,8 +195,13 @@ SESSION = b"web-session-1"
 
 class PoolsWork:
     def __init__(self, c, pg, replay: bool) -> None:
+        # The heartbeat, as fast connection failover is configured: a node
+        # back from a kill has its pool made anew when it is Up. Without it
+        # the pool of a restarted node may be in psycopg_pool's reconnect
+        # back-off (1, 2, 4 s ...) when a replay is sent there, and the
+        # replay's borrow times out (seen with timeout=1.0: 4 of 18 failed).
         self.pools = NodePools(c, pg.dsn, replay=replay, min_size=1, max_size=2, timeout=2.0,
-                               connect_kwargs={"connect_timeout": 2})
+                               heartbeat=True, heartbeat_interval=0.2, connect_kwargs={"connect_timeout": 2})
 
     def close(self) -> None:
         self.pools.close()
