@@ -8,7 +8,10 @@ committed exactly once with replay on; failures with replay off."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import threading
 import time
 from typing import Any, Dict, List, Tuple
 
@@ -234,6 +237,52 @@ class SqlaWork:
         return req.execute(sa.text("SELECT id FROM py_sreq WHERE id = :id"), {"id": rid}).all()
 
 
+class AsyncSqlaWork:
+    """The asyncio engine, driven from the workload's thread: its loop runs
+    on a thread of its own and each call waits for its coroutine."""
+
+    def __init__(self, c, pg, replay: bool) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="workload-loop", daemon=True)
+        self.thread.start()
+        self.engine = self.run(self._make(c, pg, replay))
+
+    @staticmethod
+    async def _make(c, pg, replay):
+        return create_async_engine(c, urls(pg), replay=replay, pool_size=2, max_overflow=0, pool_timeout=5,
+                                   connect_args={"connect_timeout": 2})
+
+    def run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    def close(self) -> None:
+        try:
+            self.run(self.engine.dispose())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+
+    @contextlib.contextmanager
+    def request(self):
+        areq = request(self.engine, session=SESSION, call_timeout=2.0)
+        self.run(areq.__aenter__())
+        try:
+            yield areq
+        except BaseException as e:
+            self.run(areq.__aexit__(type(e), e, e.__traceback__))
+            raise
+        self.run(areq.__aexit__(None, None, None))
+
+    def insert(self, req, rid):
+        self.run(req.execute(INSERT, {"id": rid}))
+
+    def read(self, req, rid):
+        return self.run(req.execute(sa.text("SELECT id FROM py_sreq WHERE id = :id"), {"id": rid})).all()
+
+
+WORK = {"pools": lambda: PoolsWork, "sqlalchemy": lambda: SqlaWork, "sqlalchemy-asyncio": lambda: AsyncSqlaWork}
+
+
 def run_workload(pg, c, work, prefix: str, killed: List[int]) -> Tuple[List[str], List[Tuple[str, str]], int]:
     """Runs every episode; returns (ids that succeeded, (id, error) of the
     failed ones, replays)."""
@@ -275,14 +324,14 @@ def run_workload(pg, c, work, prefix: str, killed: List[int]) -> Tuple[List[str]
     return ok, failed, replays
 
 
-@pytest.mark.parametrize("api", ["pools", "sqlalchemy"])
+@pytest.mark.parametrize("api", sorted(WORK))
 def test_the_workload_survives_kills_of_the_sessions_node_exactly_once(
     pg, cluster_factory, sreq_table, restart_after, api
 ):
     figures: Dict[str, Any] = {}
     for replay in (True, False):
         c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
-        work = (PoolsWork if api == "pools" else SqlaWork)(c, pg, replay)
+        work = WORK[api]()(c, pg, replay)
         prefix = f"{api}-{'on' if replay else 'off'}"
         try:
             ok, failed, replays = run_workload(pg, c, work, prefix, restart_after)
