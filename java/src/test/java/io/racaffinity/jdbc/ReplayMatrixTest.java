@@ -33,6 +33,7 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.Stream;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterAll;
@@ -143,10 +144,13 @@ class ReplayMatrixTest {
         if (IN_FLIGHT.contains(step) && !RECOVERY_OFF && !BLIND) {
             // The same cell with the commit check answered blind must fail: a committed write
             // replayed elsewhere (two copies), or a raise that hides a commit.
+            int answered = MatrixPool.BLIND_ANSWERS.get();
             Map<String, Object> m = run(model, step, fault, rid + "-mutant", true);
             synchronized (RESULTS) {
                 RESULTS.put(rid + "-mutant", m);
             }
+            assertTrue(MatrixPool.BLIND_ANSWERS.get() > answered, "the mutant answered no outcome check: is it"
+                    + " still ReplayConnection.ask that borrows the check's connection?");
             assertFalse((Boolean) m.get("holds"), () -> "the blind-replay mutation passed this cell: " + m);
         }
     }
@@ -234,6 +238,8 @@ class ReplayMatrixTest {
      * itself (a HikariDataSource, as the data source's failover expects), is real.
      */
     static final class MatrixPool extends HikariDataSource {
+        /** Outcome checks the mutant answered, so that a mutant that no longer acts is seen. */
+        static final AtomicInteger BLIND_ANSWERS = new AtomicInteger();
         private final boolean blind;
 
         MatrixPool(HikariConfig config, boolean blind) {
@@ -244,6 +250,7 @@ class ReplayMatrixTest {
         @Override
         public Connection getConnection() throws SQLException {
             if (blind && fromOutcomeCheck()) {
+                BLIND_ANSWERS.incrementAndGet();
                 return abortedAnswer();
             }
             return super.getConnection();
