@@ -6,6 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
+import com.zaxxer.hikari.HikariPoolMXBean;
+import com.zaxxer.hikari.pool.HikariPool;
 import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.Continuity.ReplayRefusedException;
 import io.racaffinity.test.LogCapture;
@@ -256,10 +258,74 @@ class ReplayMatrixTest {
             return super.getConnection();
         }
 
+        /**
+         * The outcome check borrows through HikariCP's own bounded borrow ({@code NodeConnect.within}:
+         * {@code getHikariPoolMXBean().getConnection(long)}), which {@link #getConnection()} does not
+         * see: a blind pool hands it a bean whose bounded borrow answers the same way.
+         */
+        @Override
+        public HikariPoolMXBean getHikariPoolMXBean() {
+            HikariPoolMXBean real = super.getHikariPoolMXBean();
+            return blind && real instanceof HikariPool pool ? new BlindBean(pool) : real;
+        }
+
         private static boolean fromOutcomeCheck() {
             return StackWalker.getInstance().walk(s -> s.anyMatch(f -> f.getClassName().equals(
                     ReplayConnection.class.getName()) && f.getMethodName().equals("ask")));
         }
+    }
+
+    /** A blind pool's bean: its bounded borrow, when the outcome check asks, answers "aborted". */
+    static final class BlindBean implements HikariPoolMXBean {
+        private final HikariPool real;
+
+        BlindBean(HikariPool real) {
+            this.real = real;
+        }
+
+        public Connection getConnection(long timeoutMs) throws SQLException {
+            if (MatrixPool.fromOutcomeCheck()) {
+                MatrixPool.BLIND_ANSWERS.incrementAndGet();
+                return abortedAnswer();
+            }
+            return real.getConnection(timeoutMs);
+        }
+
+        @Override
+        public int getIdleConnections() {
+            return real.getIdleConnections();
+        }
+
+        @Override
+        public int getActiveConnections() {
+            return real.getActiveConnections();
+        }
+
+        @Override
+        public int getTotalConnections() {
+            return real.getTotalConnections();
+        }
+
+        @Override
+        public int getThreadsAwaitingConnection() {
+            return real.getThreadsAwaitingConnection();
+        }
+
+        @Override
+        public void softEvictConnections() {
+            real.softEvictConnections();
+        }
+
+        @Override
+        public void suspendPool() {
+            real.suspendPool();
+        }
+
+        @Override
+        public void resumePool() {
+            real.resumePool();
+        }
+
     }
 
     /** A connection whose every query answers one row, {@code aborted}. */
