@@ -54,7 +54,7 @@ build_args() {
 # the same); the reproduce command printed on a failure runs with full stacks.
 asan_options() { case $1 in capi_sequence) echo "malloc_context_size=0" ;; *) echo "" ;; esac; }
 # Extra libFuzzer flags per target: sequences need room for many calls.
-extra_args() { case $1 in capi_sequence) echo "-max_len=4096 -len_control=10" ;; *) echo "" ;; esac; }
+extra_args() { case $1 in capi_sequence) echo "-max_len=2048 -len_control=10" ;; *) echo "" ;; esac; }
 
 # Build every target up front, so the time limit is spent fuzzing.
 for t in "${TARGETS[@]}"; do

@@ -55,6 +55,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::os::raw::c_char;
 use std::ptr::{null, null_mut};
+use std::rc::Rc;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
@@ -667,7 +668,7 @@ struct Model {
     /// The metrics JSON of each cluster (by `hist` index) after the last
     /// op, where it is still known: an op drops the entry of the cluster it
     /// addressed (of every cluster when it has no handle or is `new`/`free`).
-    seen: Vec<Option<String>>,
+    seen: Vec<Option<Rc<str>>>,
     /// An op that can move a node's state, weight or membership ran.
     moved: bool,
 }
@@ -717,7 +718,7 @@ fn op_name(op: &Op) -> String {
 }
 
 /// Metrics JSON with every `tx_spans` counter zeroed.
-fn without_spans(snapshots: &[String]) -> Vec<serde_json::Value> {
+fn without_spans(snapshots: &[Rc<str>]) -> Vec<serde_json::Value> {
     snapshots
         .iter()
         .map(|j| {
@@ -838,8 +839,10 @@ impl Model {
                 };
                 match r {
                     R::Ok => {
-                        let bytes: Vec<u8> = buf[..need - 1].iter().map(|c| *c as u8).collect();
-                        return String::from_utf8(bytes).expect("UTF-8 metrics");
+                        // SAFETY: `c_char` and `u8` have one size and alignment; `need - 1`
+                        // bytes were written. One copy, not a loop through the sanitizer.
+                        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), need - 1) };
+                        return std::str::from_utf8(bytes).expect("UTF-8 metrics").to_string();
                     }
                     R::BufferTooSmall => buf.resize(need * 2, 0),
                     r => panic!("metrics snapshot: {r:?}"),
@@ -852,12 +855,14 @@ impl Model {
     /// the cluster the op addressed: the others' are still those read after
     /// the op that last addressed them (an op on one cluster that changed
     /// another would show as a difference at that cluster's next failed op).
-    fn snapshot(&mut self) -> Vec<String> {
+    /// Shared, not copied: a snapshot serves as one op's "after" and the
+    /// next one's "before".
+    fn snapshot(&mut self) -> Vec<Rc<str>> {
         self.seen.resize(self.hist.len(), None);
         let mut out = Vec::with_capacity(2);
         for (i, c) in self.hist.iter().enumerate() {
             if c.live {
-                out.push(self.seen[i].get_or_insert_with(|| Self::metrics_of(c.bits)).clone());
+                out.push(self.seen[i].get_or_insert_with(|| Self::metrics_of(c.bits).into()).clone());
             }
         }
         out
