@@ -72,7 +72,7 @@ help:
 	@echo "  make test-doc-samples  every code sample of README.md and docs/, run as a user pastes it"
 	@echo "  make test-fuzz       each cargo-fuzz target for 20 s (needs a nightly toolchain)"
 	@echo "  make test-soak       the chaos soak for 90 s"
-	@echo "  make failure-matrix  the XA failure matrix of the Java and Python tests, as one table"
+	@echo "  make failure-matrix  the XA failure matrix and the replay matrix of the Java and Python tests, as tables"
 	@echo "Tools (fetched on first use anyway):"
 	@echo "  make toxiproxy-tool  the pinned Toxiproxy for the fault tests"
 	@echo "  make etcd-tool       the pinned etcd and etcdctl for the etcd cluster harness"
@@ -210,8 +210,11 @@ test: lint check-header check-symbols test-rust check-abi test-vectors test-fuzz
 
 # The XA failure matrix of both halves (written by test-java and test-python
 # under target/failure-matrix/): one table; fails if any cell does not hold.
+# Then the replay dimension of both halves (ReplayMatrixTest, test_replay_matrix.py):
+# fails if a cell does not hold or a blind-replay mutant passes one.
 failure-matrix:
 	python3 tools/failure_matrix.py target/failure-matrix
+	python3 tools/failure_matrix.py --replay target/failure-matrix
 
 # Rust format and lints, the core's docs, the Java natives against the
 # JNI exports (tools/check_jni_exports.py: both directions, parameters), and

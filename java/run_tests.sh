@@ -9,7 +9,9 @@
 # PREPARE) and the RAC model (recovery.scope = database: three Toxiproxy instances
 # of one node, tests/cluster/faults), the failure matrix of issue 11 (xa.FailureMatrixTest: each XA phase x
 # each fault x soft/strict x both models under Narayana, about 2 minutes; writes target/failure-matrix/java.json
-# and prints its table), JTA routing of AffinityDataSource, and embedded Tomcat (JNDI factory +
+# and prints its table), the replay dimension of issue 29's failure matrix (jdbc.ReplayMatrixTest: each
+# step of a request x each fault x both models with replay on, about 1 minute; writes
+# target/failure-matrix/replay-java.json), JTA routing of AffinityDataSource, and embedded Tomcat (JNDI factory +
 # web-session filter). Maven downloads Narayana and Tomcat (test scope).
 #
 # Ports: the nodes are pgnodes' (RACAFF_PG_BASE_PORT, default 55431; data in

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints the failure matrix of issue 11 [xa-faults] as one table.
 
-    python3 tools/failure_matrix.py [DIR] [--markdown] [--language NAME ...] [--allow-partial]
+    python3 tools/failure_matrix.py [DIR] [--markdown] [--language NAME ...] [--allow-partial] [--replay]
 
 Reads DIR/python.json (python/tests/test_failure_matrix.py) and DIR/java.json
 (the Java half's FailureMatrixTest), DIR defaulting to target/failure-matrix
@@ -31,6 +31,27 @@ iterating on a few cells and for hand-made files), has a cell twice or one
 the matrix does not, or is older than a tracked source it describes
 (SOURCES: the results of an earlier run of other code). Exits 2 if no file could be read or one is
 malformed. Python 3 standard library only. Tests: python/tests/test_failure_matrix_tool.py.
+
+With --replay it prints the failure matrix's replay dimension of issue 29
+[continuity] instead: DIR/replay-python.json (python/tests/test_replay_matrix.py)
+and DIR/replay-java.json (ReplayMatrixTest), each
+
+    {"language": "...", "cells": [{"model", "step", "fault", "holds", "copies",
+                                   "replays", "outcome", "seconds", "mutated"}]}
+
+Rows are model x step (REPLAY_STEPS), columns the faults (REPLAY_FAULTS); a
+cell of a step where a COMMIT is in flight (REPLAY_IN_FLIGHT) comes twice,
+as run and "mutated" (a blind replay, no commit-outcome check), and the
+mutant must NOT hold: that shows the cell's check can fail. Marks:
+
+    ok     the cell holds (and its mutant, where it has one, fails it)
+    FAIL   it does not hold
+    MUT    it holds, and so does its mutant: the check cannot fail there
+    .      no such cell
+
+Then one summary line per language and each failing cell's outcome. The
+same verdicts of a whole, current run as above (SOURCES: REPLAY_SOURCES).
+Tests: python/tests/test_replay_matrix_tool.py.
 """
 
 from __future__ import annotations
@@ -85,12 +106,25 @@ FAULTS += ["gone", "hb_login"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The replay dimension (--replay): a fault at each step of one request, on
+# independent nodes and on instances of one database.
+REPLAY_STEPS = ["before", "mid", "before_commit", "commit_lost", "after"]
+REPLAY_FAULTS = ["crash", "blackhole", "reset", "refuse"]
+REPLAY_IN_FLIGHT = ["commit_lost"]
+REPLAY_CELLS = [(model, step, fault, False) for model in MODELS for step in REPLAY_STEPS for fault in REPLAY_FAULTS]
+REPLAY_CELLS += [(model, step, fault, True) for model in MODELS for step in REPLAY_IN_FLIGHT for fault in REPLAY_FAULTS]
+REPLAY_KEYS = ("model", "step", "fault", "holds", "copies", "outcome", "mutated")
+REPLAY_SOURCES = {
+    "python": ["rust", "python/src", "python/tests/test_replay_matrix.py", "python/tests/faultproxy.py"],
+    "java": ["rust", "java/src", "java/test-support"],
+}
+
 
 class Malformed(Exception):
     pass
 
 
-def load(path: Path) -> Dict[str, Any]:
+def load(path: Path, keys: Tuple[str, ...] = CELL_KEYS) -> Dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -98,7 +132,7 @@ def load(path: Path) -> Dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("language"), str) or not isinstance(doc.get("cells"), list):
         raise Malformed(f"{path}: expected an object with \"language\" and \"cells\"")
     for i, c in enumerate(doc["cells"]):
-        missing = [k for k in CELL_KEYS if not isinstance(c, dict) or k not in c]
+        missing = [k for k in keys if not isinstance(c, dict) or k not in c]
         if missing:
             raise Malformed(f"{path}: cell {i} lacks {', '.join(missing)}")
     return doc
@@ -129,9 +163,9 @@ def cell_problems(doc: Dict[str, Any], allow_partial: bool) -> List[str]:
     return out
 
 
-def stale(path: Path, language: str) -> List[str]:
+def stale(path: Path, language: str, sources: Dict[str, List[str]] = SOURCES) -> List[str]:
     """The file's results are older than a tracked source they depend on."""
-    paths = SOURCES.get(language)
+    paths = sources.get(language)
     if not paths:
         return []
     try:
@@ -199,6 +233,106 @@ def render(header: List[str], body: List[List[str]], markdown: bool) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body])
 
 
+def replay_key(c: Dict[str, Any]) -> Tuple[str, str, str, bool]:
+    return (c["model"], c["step"], c["fault"], c["mutated"] is True)
+
+
+def replay_problems(doc: Dict[str, Any], name: str, allow_partial: bool) -> List[str]:
+    """Why `doc` is not one whole run of the replay matrix (empty if it is)."""
+    seen: Dict[Tuple[str, str, str, bool], int] = {}
+    for c in doc["cells"]:
+        seen[replay_key(c)] = seen.get(replay_key(c), 0) + 1
+    fmt = lambda ks: ", ".join("/".join(k[:3]) + (" (mutant)" if k[3] else "") for k in ks)  # noqa: E731
+    out = []
+    missing = [k for k in REPLAY_CELLS if k not in seen]
+    if missing and not allow_partial:
+        out.append(f"{name} lacks {len(missing)} cell{'s' if len(missing) > 1 else ''}: {fmt(missing[:10])}"
+                   + (" ..." if len(missing) > 10 else ""))
+    unknown = sorted(k for k in seen if k not in set(REPLAY_CELLS))
+    if unknown:
+        out.append(f"{name} has cells the matrix does not: {fmt(unknown)}")
+    twice = sorted(k for k, n in seen.items() if n > 1)
+    if twice:
+        out.append(f"{name} has cells more than once: {fmt(twice)}")
+    return out
+
+
+def replay_mark(run: Dict[str, Any], mutant: Any) -> str:
+    if not run["holds"]:
+        return "FAIL"
+    return "MUT" if mutant is not None and mutant["holds"] else "ok"
+
+
+def replay_main(args: argparse.Namespace) -> int:
+    d = Path(args.dir)
+    docs = []
+    problems: List[str] = []
+    try:
+        for name in args.language or KNOWN:
+            p = d / f"replay-{name}.json"
+            if not p.exists():
+                problems.append(f"{name}: no {p.name} in {d} (that half has not run)")
+                continue
+            doc = load(p, REPLAY_KEYS)
+            if doc["language"] != name:
+                raise Malformed(f"{p}: \"language\" is {doc['language']!r}, not {name!r}")
+            docs.append(doc)
+            problems += [f"{name}: {m}" for m in replay_problems(doc, p.name, args.allow_partial)
+                         + stale(p, name, REPLAY_SOURCES)]
+    except Malformed as e:
+        print(f"failure_matrix: {e}", file=sys.stderr)
+        return 2
+    if not docs:
+        print(f"failure_matrix: no replay matrix file in {d} (run python/tests/test_replay_matrix.py or"
+              " ReplayMatrixTest)", file=sys.stderr)
+        return 2
+    order = {name: i for i, name in enumerate(KNOWN)}
+    docs.sort(key=lambda doc: (order.get(doc["language"], len(KNOWN)), doc["language"]))
+    index = {(doc["language"],) + replay_key(c): c for doc in docs for c in doc["cells"]}
+    header = ["model", "step"] + REPLAY_FAULTS
+    body = []
+    for model in MODELS:
+        for step in REPLAY_STEPS:
+            row = [model, step]
+            for fault in REPLAY_FAULTS:
+                marks = []
+                for doc in docs:
+                    k = (doc["language"], model, step, fault)
+                    marks.append(replay_mark(index[k + (False,)], index.get(k + (True,)))
+                                 if k + (False,) in index else ".")
+                row.append("/".join(marks))
+            if any(m.strip("/.") for m in row[2:]):
+                body.append(row)
+    out = [("Marks: " if args.markdown else "marks: ") + "/".join(doc["language"] for doc in docs)
+           + " — ok holds (its blind-replay mutant, where it has one, fails it), FAIL does not hold,"
+           " MUT holds and so does its mutant, . no cell"]
+    if args.markdown:
+        out.append("")
+    out.append(render(header, body, args.markdown))
+    if args.markdown:
+        out.append("")
+    failing = []
+    for doc in docs:
+        runs = [c for c in doc["cells"] if c["mutated"] is not True]
+        mutants = [c for c in doc["cells"] if c["mutated"] is True]
+        holding = sum(1 for c in runs if c["holds"])
+        caught = sum(1 for c in mutants if not c["holds"])
+        failing += [(doc["language"], c, "does not hold") for c in runs if not c["holds"]]
+        failing += [(doc["language"], c, "its mutant holds: the check cannot fail") for c in mutants if c["holds"]]
+        out.append(("- " if args.markdown else "") + f"{doc['language']}: {len(runs)} cells, {holding} holding;"
+                   f" {len(mutants)} mutants, {caught} failing as they must; runtime {runtime(doc):.1f} s")
+    for p in problems:
+        out.append(("- " if args.markdown else "") + "NOT A WHOLE RUN: " + p)
+    for lang, c, why in failing:
+        out.append(f"FAIL {lang} {c['model']}/{c['step']}/{c['fault']}{' (mutant)' if c['mutated'] is True else ''}:"
+                   f" {why}: {c['copies']} copies, {c['outcome']}")
+    try:
+        print("\n".join(out))
+    except BrokenPipeError:  # `| head`
+        pass
+    return 1 if failing or problems else 0
+
+
 def main(argv: List[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", nargs="?", default=str(ROOT / "target" / "failure-matrix"))
@@ -206,7 +340,11 @@ def main(argv: List[str]) -> int:
     ap.add_argument("--language", action="append", help="only this language's file (repeatable)")
     ap.add_argument("--allow-partial", action="store_true",
                     help="accept files with only some of the cells (a narrowed run, a hand-made file)")
+    ap.add_argument("--replay", action="store_true",
+                    help="the replay dimension of issue 29 (replay-python.json, replay-java.json)")
     args = ap.parse_args(argv)
+    if args.replay:
+        return replay_main(args)
     d = Path(args.dir)
     wanted = args.language or KNOWN
     docs = []

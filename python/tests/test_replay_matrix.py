@@ -1,6 +1,8 @@
 """The failure matrix's replay dimension ([continuity]), in Python: a fault
 at each step of a request x crash / blackhole / reset / refuse x
-independent nodes / RAC one database, through `NodePools(replay=True)`.
+independent nodes / RAC one database, through `NodePools(replay=True)`
+and through the SQLAlchemy engine (`create_engine(..., replay=True)`,
+`request(engine)`).
 
 Every cell holds when the request's writes are in the data exactly once if
 it returned, at most once if it raised, and a raise carries a typed cause
@@ -19,13 +21,17 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
+import contextlib
+
 import psycopg
 import pytest
+import sqlalchemy as sa
 
 import racaffinity as ra
 from racaffinity import ReplayAction as A
 from racaffinity import ReplayStep
 from racaffinity.pools import NodePools
+from racaffinity.sqlalchemy import create_engine, request, route
 
 from conftest import REPO
 
@@ -33,6 +39,7 @@ NAMES = ["RAC1", "RAC2", "RAC3"]
 STEPS = ["before", "mid", "before_commit", "commit_lost", "after"]
 FAULTS = ["crash", "blackhole", "reset", "refuse"]
 MODELS = ["node", "database"]
+APIS = ["pools", "sqlalchemy"]
 # A commit can be in flight at these steps: a blind replay commits twice.
 IN_FLIGHT = {"commit_lost"}
 CALL_TIMEOUT = 1.0
@@ -113,7 +120,54 @@ def blind_replay(real):
     return step
 
 
-def run_cell(pg, proxies, cluster_factory, killed, model, step, fault, rid, mutate=False) -> Dict[str, Any]:
+class PoolsClient:
+    """The request through `NodePools(replay=True)`."""
+
+    def __init__(self, c, dsns, ports) -> None:
+        self.pools = NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0, connect_kwargs={"connect_timeout": 2})
+
+    def close(self) -> None:
+        self.pools.close()
+
+    def request(self, key):
+        return self.pools.request(key=key, call_timeout=CALL_TIMEOUT)
+
+    def insert(self, req, rid: str) -> None:
+        req.execute("INSERT INTO py_rm VALUES (%s)", (rid,))
+
+    def select(self, req, rid: str) -> None:
+        req.execute("SELECT count(*) FROM py_rm WHERE id = %s", (rid,)).fetchone()
+
+
+class SqlaClient:
+    """The same request through the SQLAlchemy engine; a connection of the
+    request's node is pooled first, as NodePools' min_size=1 has one."""
+
+    def __init__(self, c, dsns, ports) -> None:
+        urls = {n: f"postgresql+psycopg://postgres@127.0.0.1:{p}/postgres" for n, p in ports.items()}
+        self.engine = create_engine(
+            c, urls, replay=True, pool_size=1, max_overflow=1, pool_timeout=5, connect_args={"connect_timeout": 2}
+        )
+        with route(key=key_on(c, "RAC1")), self.engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def request(self, key):
+        return request(self.engine, key=key, call_timeout=CALL_TIMEOUT)
+
+    def insert(self, req, rid: str) -> None:
+        req.execute(sa.text("INSERT INTO py_rm VALUES (:id)"), {"id": rid})
+
+    def select(self, req, rid: str) -> None:
+        req.execute(sa.text("SELECT count(*) FROM py_rm WHERE id = :id"), {"id": rid}).one()
+
+
+CLIENTS = {"pools": PoolsClient, "sqlalchemy": SqlaClient}
+
+
+def run_cell(pg, proxies, cluster_factory, killed, model, step, fault, rid, mutate=False, api="pools") -> Dict[str, Any]:
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES, **({"recovery_scope": "database"} if model == "database" else {}))
     if mutate:
         c.replay_step = blind_replay(c.replay_step)
@@ -121,23 +175,26 @@ def run_cell(pg, proxies, cluster_factory, killed, model, step, fault, rid, muta
     if model == "database":
         one = pg.dsn["RAC1"]
         dsns = {"RAC1": px["RAC1"].dsn(one), "RAC2": one, "RAC3": one}
+        ports = {"RAC1": px["RAC1"].port, "RAC2": pg.port["RAC1"], "RAC3": pg.port["RAC1"]}
     else:
         dsns = {n: px[n].dsn(pg.dsn[n]) for n in NAMES}
+        ports = {n: px[n].port for n in NAMES}
     cell = Cell(pg, px, model, fault, killed)
     key = key_on(c, "RAC1")
     started = time.monotonic()
     raised: Optional[BaseException] = None
     replays = 0
     try:
-        with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0, connect_kwargs={"connect_timeout": 2}) as pools:
+        client = CLIENTS[api](c, dsns, ports)
+        with contextlib.closing(client):
             if step == "before":
                 cell.inject()
             try:
-                with pools.request(key=key, call_timeout=CALL_TIMEOUT) as req:
-                    req.execute("INSERT INTO py_rm VALUES (%s)", (rid,))
+                with client.request(key) as req:
+                    client.insert(req, rid)
                     if step == "mid":
                         cell.inject()
-                    req.execute("SELECT count(*) FROM py_rm WHERE id = %s", (rid,)).fetchone()
+                    client.select(req, rid)
                     if step == "before_commit":
                         cell.inject()
                     elif step == "commit_lost":
@@ -148,8 +205,8 @@ def run_cell(pg, proxies, cluster_factory, killed, model, step, fault, rid, muta
                 replays = getattr(locals().get("req"), "replays", 0)
             if step == "after" and raised is None:
                 cell.inject()
-                with pools.request(key=key, call_timeout=CALL_TIMEOUT) as req2:
-                    req2.execute("INSERT INTO py_rm VALUES (%s)", (rid + "-next",))
+                with client.request(key) as req2:
+                    client.insert(req2, rid + "-next")
     finally:
         cell.heal()
         if killed:
@@ -165,22 +222,23 @@ def run_cell(pg, proxies, cluster_factory, killed, model, step, fault, rid, muta
         unknown = refusal is ra.ReplayRefusal.OUTCOME_UNKNOWN
         holds = typed and n <= 1 and (n == 0 or unknown)
         outcome = f"raised {type(raised).__name__}: {getattr(refusal, 'name', None) or getattr(cause, 'reason', None) or repr(cause)}"
-    return {"model": model, "step": step, "fault": fault, "holds": bool(holds), "copies": n, "replays": replays,
-            "outcome": outcome, "seconds": round(time.monotonic() - started, 2), "mutated": mutate}
+    return {"api": api, "model": model, "step": step, "fault": fault, "holds": bool(holds), "copies": n,
+            "replays": replays, "outcome": outcome, "seconds": round(time.monotonic() - started, 2), "mutated": mutate}
 
 
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("fault", FAULTS)
-def test_replay_cell(pg, proxies, cluster_factory, restart_after, matrix_table, model, step, fault):
-    rid = f"{model}-{step}-{fault}"
-    r = run_cell(pg, proxies, cluster_factory, restart_after, model, step, fault, rid)
+@pytest.mark.parametrize("api", APIS)
+def test_replay_cell(pg, proxies, cluster_factory, restart_after, matrix_table, api, model, step, fault):
+    rid = f"{'' if api == 'pools' else 'sqla-'}{model}-{step}-{fault}"
+    r = run_cell(pg, proxies, cluster_factory, restart_after, model, step, fault, rid, api=api)
     RESULTS[rid] = r
     assert r["holds"], r
     if step in IN_FLIGHT:
         # The same cell with the commit check removed must fail: a committed
         # write replayed elsewhere (two copies), or a raise that hides a commit.
-        m = run_cell(pg, proxies, cluster_factory, restart_after, model, step, fault, rid + "-mutant", mutate=True)
+        m = run_cell(pg, proxies, cluster_factory, restart_after, model, step, fault, rid + "-mutant", mutate=True, api=api)
         RESULTS[rid + "-mutant"] = m
         assert not m["holds"], ("the blind-replay mutation passed this cell", m)
 

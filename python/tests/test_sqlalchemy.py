@@ -396,6 +396,50 @@ def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_facto
     engine.dispose()
 
 
+@pytest.mark.asyncio
+async def test_asyncio_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
+    # Fast connection failover in the asyncio engine: tasks waiting on a
+    # node's full pool when it is kill -9ed (and reported Down, as a FAN
+    # subscriber would) route again instead of waiting out pool_timeout
+    # (5 s); the connection checked out there is aborted.
+    import asyncio
+
+    from conftest import fan_line, wait_until_async
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_async_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_timeout=5)
+    key = key_on(c, "RAC1")
+    with route(key=key):
+        holder = await engine.connect()
+    assert pg.name_of_port((await holder.execute(PORT)).scalar_one()) == "RAC1"
+    served, errors = {}, {}
+
+    async def one(i):
+        try:
+            with route(key=key):
+                async with engine.connect() as conn:
+                    served[i] = (pg.name_of_port((await conn.execute(PORT)).scalar_one()), time.monotonic())
+        except Exception as e:
+            errors[i] = (repr(e), time.monotonic())
+
+    tasks = [asyncio.create_task(one(i)) for i in range(4)]
+    queue = engine.sync_engine.pool.node_pool("RAC1")._pool._queue
+    await wait_until_async(lambda: len(queue._getters) == 4, 5)
+    killed = time.monotonic()
+    pg.kill(1)
+    restart_after.append(1)
+    c.apply_event(fan_line("RAC1", "down"))
+    await asyncio.gather(*tasks)
+    took = {i: round(at - killed, 2) for i, (_n, at) in {**served, **errors}.items()}
+    print("served after (s):", took)
+    assert not errors and sorted(served) == [0, 1, 2, 3], (errors, took)
+    assert all(n != "RAC1" for n, _at in served.values()), served
+    with pytest.raises(sa.exc.DBAPIError):
+        await holder.execute(sa.text("SELECT 1"))
+    await holder.close()
+    await engine.dispose()
+
+
 def test_an_engine_disposed_after_a_node_was_removed_keeps_working(pg, cluster_factory):
     # engine.dispose() recreates the pool; it must build it over the nodes
     # the cluster still has, not fail on the one removed.

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Optional
+import hashlib
+from typing import Any, Callable, Generator, Optional, Sequence, Tuple
 
 from ._args import cstr, U32_MAX
 from ._errors import InvalidArgumentError, KeyOverflowError, raise_for
@@ -25,6 +26,11 @@ __all__ = [
     "classify_oracle_error",
     "ReplayRefused",
 ]
+
+# Taken in the request's transaction just before COMMIT: the id that tells
+# the commit's outcome later (`pg_xact_status`), and the backend that could
+# still commit it (`pg_terminate_backend`).
+XACT_QUERY = "SELECT pg_current_xact_id()::text, pg_backend_pid()"
 
 
 class ErrorClass(enum.IntEnum):
@@ -190,3 +196,92 @@ def replay_decide(cluster: Any, failure: RequestFailure) -> ReplayStep:
     node = int(out.node) if action in (ReplayAction.CHECK_OUTCOME, ReplayAction.FORCE_OUTCOME, ReplayAction.REPLAY) else None
     refusal = ReplayRefusal(int(out.refusal)) if action == ReplayAction.GIVE_UP else None
     return ReplayStep(action, node, refusal)
+
+
+# What a request's recovery (`recover`) asks its binding to do.
+DROP = "drop"  # give the failed connection back: arg, the error
+CHECK = "check"  # the commit's outcome on node arg: send back a CommitOutcome
+FORCE = "force"  # end the old backend on node arg, then check: send back a CommitOutcome
+REPLAY = "replay"  # replay on node arg: send back its result, or throw in its error
+
+
+class ResultsDiffer(Exception):
+    """A replayed statement answered otherwise than the original did."""
+
+
+def digest(rowcount: int, rows: Optional[Sequence[Any]]) -> Tuple[int, Optional[bytes]]:
+    """What a statement answered, compared on a replay: its row count and a
+    digest of its rows (None: it returned none)."""
+    if rows is None:
+        return rowcount, None
+    return rowcount, hashlib.sha256(repr(rows).encode()).digest()
+
+
+def outcome_queries(xid: str, pid: int, force: bool, wait_ms: int) -> Tuple[str, ...]:
+    """The statements that ask a commit's outcome (the last one answers
+    `pg_xact_status`), ending the old backend first with `force`. Literals,
+    not parameters, so they run on any PostgreSQL driver: both values came
+    from the server and are checked as integers here."""
+    check = f"SELECT pg_xact_status('{int(xid)}'::xid8)"
+    if not force:
+        return (check,)
+    return (f"SELECT pg_terminate_backend({int(pid)}, {int(wait_ms)})", check)
+
+
+def recover(
+    cluster: Any, req: Any, original: BaseException, at_commit: bool, error_class: Callable[[BaseException], ErrorClass]
+) -> Generator[Tuple[str, Any], Any, Any]:
+    """A request's recovery after `original` ended a statement (or, with
+    `at_commit`, its COMMIT or its start), without the I/O, which is the
+    binding's: every request type (`NodePools`, `AsyncNodePools`, the
+    SQLAlchemy engine) drives this one walk of `Cluster.replay_step`.
+
+    It yields (DROP | CHECK | FORCE | REPLAY, arg) and takes back what the
+    binding's action gave (see the constants); it returns the request's
+    result (the replayed statement's, or None: committed), or raises the
+    original error with a `ReplayRefused` cause. It reads and updates the
+    request's `_node`, `_committing`, `_replayable`, `replays`, `outcome`."""
+    e = original
+    while True:
+        failure = RequestFailure(
+            node=req._node,
+            error_class=error_class(e),
+            commit_in_flight=req._committing,
+            replays=req.replays,
+            replayable=req._replayable,
+        )
+        if e is original and not at_commit and failure.error_class is ErrorClass.NOT_RECOVERABLE:
+            # The application's error (a constraint, a serialization
+            # failure): the connection stays, as the driver leaves it.
+            raise original from ReplayRefused(cluster.replay_step(failure).refusal)
+        req._committing = False
+        yield DROP, e
+        for _ in range(8):
+            step = cluster.replay_step(failure)
+            if step.action is ReplayAction.CHECK_OUTCOME:
+                failure = failure.with_(outcome=(yield CHECK, step.node))
+            elif step.action is ReplayAction.FORCE_OUTCOME:
+                yield FORCE, step.node
+                failure = failure.with_(forced=True, outcome=None)
+            else:
+                break
+        else:  # pragma: no cover - the core ends in 4 steps
+            step = ReplayStep(ReplayAction.GIVE_UP, None, None)
+        if step.action is ReplayAction.SUCCEEDED:
+            req.outcome = "committed"
+            return None
+        if step.action is ReplayAction.GIVE_UP:
+            refused = ReplayRefused(step.refusal)
+            if e is not original:
+                refused.__cause__ = e  # what ended the replay
+            raise original from refused
+        assert step.node is not None
+        req.replays += 1
+        req._node = step.node
+        try:
+            return (yield REPLAY, step.node)
+        except ResultsDiffer as d:
+            yield DROP, d
+            raise original from ReplayRefused(None, "results_differ")
+        except Exception as e2:
+            e = e2  # the core decides again: the replay's own commit, or no second replay

@@ -12,7 +12,6 @@ import inspect
 import logging
 import time
 import weakref
-import hashlib
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import psycopg
@@ -26,8 +25,8 @@ from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
-from ._continuity import CommitOutcome, ErrorClass, ReplayAction, ReplayRefused, ReplayStep, RequestFailure
-from ._continuity import classify_sqlstate
+from ._continuity import DROP, FORCE, REPLAY, XACT_QUERY, CommitOutcome, ErrorClass, ResultsDiffer
+from ._continuity import classify_sqlstate, digest, outcome_queries, recover
 from ._routes import end_lease, lease_begin, new_
 from ._ucp import PartitionMapLoader
 from ._tpc_async import AsyncGlobalTransaction, recover_all
@@ -232,14 +231,10 @@ async def _digest(cur: Any) -> Tuple[int, Optional[bytes]]:
     on a replay. The rows are read ahead and the cursor rewound, so the
     application still reads them all."""
     if cur.description is None:
-        return cur.rowcount, None
+        return digest(cur.rowcount, None)
     rows = await cur.fetchall()
     await cur.scroll(0, "absolute")
-    return cur.rowcount, hashlib.sha256(repr(rows).encode()).digest()
-
-
-class _ResultsDiffer(Exception):
-    """A replayed statement answered otherwise than the original did."""
+    return digest(cur.rowcount, rows)
 
 
 _COMMIT = None  # what a request runs after its replayed statements: COMMIT
@@ -341,7 +336,7 @@ class _AsyncRequest:
         # The id that tells the outcome later, and the backend that could
         # still commit it: taken before COMMIT, in the transaction.
         async with abounded(conn, self._call_timeout):
-            cur = await conn.execute("SELECT pg_current_xact_id()::text, pg_backend_pid()")
+            cur = await conn.execute(XACT_QUERY)
         self._xid, self._pid = await cur.fetchone()
         self._committing = True
         async with abounded(conn, self._call_timeout):
@@ -363,56 +358,26 @@ class _AsyncRequest:
                 pass
 
     async def _recover(self, original: BaseException, then: Any) -> Any:
-        e = original
+        """Drives the shared recovery walk (`_continuity.recover`): its
+        decisions are the same for every request type, its I/O is this one's."""
+        walk = recover(self._pools.cluster, self, original, then is _COMMIT, _error_class)
+        sent: Any = None
+        thrown: Optional[Exception] = None
         while True:
-            failure = RequestFailure(
-                node=self._node,
-                error_class=_error_class(e),
-                commit_in_flight=self._committing,
-                replays=self.replays,
-                replayable=self._replayable,
-            )
-            if e is original and then is not _COMMIT and failure.error_class is ErrorClass.NOT_RECOVERABLE:
-                # The application's error (a constraint, a serialization
-                # failure): the connection stays, as psycopg leaves it.
-                raise original from ReplayRefused(self._pools.cluster.replay_step(failure).refusal)
-            self._committing = False
-            await self._drop(e)
-            step = await self._settle(failure)
-            if step.action is ReplayAction.SUCCEEDED:
-                self.outcome = "committed"
-                return None
-            if step.action is ReplayAction.GIVE_UP:
-                refused = ReplayRefused(step.refusal)
-                if e is not original:
-                    refused.__cause__ = e  # what ended the replay
-                raise original from refused
-            assert step.node is not None
-            self.replays += 1
-            self._node = step.node
             try:
-                return await self._replay_on(step.node, then)
-            except _ResultsDiffer as d:
-                await self._drop(d)
-                raise original from ReplayRefused(None, "results_differ")
-            except Exception as e2:
-                e = e2  # the core decides again: the replay's own commit, or no second replay
-
-    async def _settle(self, failure: RequestFailure) -> ReplayStep:
-        """Walks the outcome checks until the core says succeed, replay or give up."""
-        cluster = self._pools.cluster
-        for _ in range(8):
-            step = cluster.replay_step(failure)
-            if step.action is ReplayAction.CHECK_OUTCOME:
-                assert step.node is not None
-                failure = failure.with_(outcome=await self._ask(step.node, "check"))
-            elif step.action is ReplayAction.FORCE_OUTCOME:
-                assert step.node is not None
-                await self._ask(step.node, "force")
-                failure = failure.with_(forced=True, outcome=None)
-            else:
-                return step
-        return ReplayStep(ReplayAction.GIVE_UP, None, None)  # pragma: no cover - the core ends in 4 steps
+                op, arg = walk.send(sent) if thrown is None else walk.throw(thrown)
+            except StopIteration as done:
+                return done.value
+            sent, thrown = None, None
+            try:
+                if op == DROP:
+                    await self._drop(arg)
+                elif op == REPLAY:
+                    sent = await self._replay_on(arg, then)
+                else:
+                    sent = await self._ask(arg, op)
+            except Exception as x:
+                thrown = x
 
     async def _ask(self, node: int, what: str) -> CommitOutcome:
         """On `node`, over a connection of its own: the outcome of the
@@ -430,9 +395,8 @@ class _AsyncRequest:
             return CommitOutcome.UNKNOWN
         try:
             async with abounded(conn, bound):
-                if what == "force":
-                    await conn.execute("SELECT pg_terminate_backend(%s, %s)", (self._pid, int(bound * 1000)))
-                cur = await conn.execute("SELECT pg_xact_status(%s::xid8)", (self._xid,))
+                for query in outcome_queries(self._xid, self._pid or 0, what == FORCE, int(bound * 1000)):
+                    cur = await conn.execute(query)
                 row = await cur.fetchone()
             return CommitOutcome.from_pg_xact_status(row[0] if row else None)
         except Exception:
@@ -447,11 +411,11 @@ class _AsyncRequest:
         cm = _AsyncConnection(self._pools, None, None, self._timeout, node)
         self._conn = await cm.__aenter__()
         self._cm = cm
-        for query, params, digest in self._recorded:
+        for query, params, recorded in self._recorded:
             async with abounded(self._conn, self._call_timeout):
                 cur = await self._conn.execute(query, params)
-            if await _digest(cur) != digest:
-                raise _ResultsDiffer(query)
+            if await _digest(cur) != recorded:
+                raise ResultsDiffer(query)
         if then is _START:
             return None
         if then is _COMMIT:

@@ -26,10 +26,17 @@ towards passive ejection; one terminated session or an application's
 `invalidate()` does not. SQLAlchemy's pool events registered on the engine fire for every
 node's connections, and `pool_pre_ping` pings each as usual; a failed ping
 invalidates the pooled connections of that node only.
+
+A node gone Down has its pool retired at once (fast connection failover,
+`_Watch`), and with `replay=True` a request (`with request(engine) as req:
+req.execute(...)`) is recorded and replayed once elsewhere when a
+recoverable failure interrupts it and the commit outcome allows it
+(docs/continuity.md; the walk is `NodePools.request()`'s).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import logging
@@ -52,14 +59,30 @@ from sqlalchemy.pool.base import _ConnectionRecord  # noqa: E402
 
 from ._args import BytesLike, DataKey  # noqa: E402
 from ._cluster import Cluster  # noqa: E402
-from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
-from ._routes import NodeState, end_lease  # noqa: E402
-
-__all__ = ["RoutingPool", "create_engine", "create_async_engine", "route"]
-
-_ROUTE: contextvars.ContextVar[Optional[Tuple[Optional[DataKey], Optional[BytesLike]]]] = contextvars.ContextVar(
-    "racaffinity_sqlalchemy_route", default=None
+from ._continuity import (  # noqa: E402
+    DROP,
+    FORCE,
+    REPLAY,
+    XACT_QUERY,
+    CommitOutcome,
+    ErrorClass,
+    ResultsDiffer,
+    classify_sqlstate,
+    digest,
+    outcome_queries,
+    recover,
 )
+from ._deadline import _armed  # noqa: E402
+from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
+from ._routes import LEASE_T, NodeState, end_lease, lease_begin, new_  # noqa: E402
+
+__all__ = ["RoutingPool", "Request", "AsyncRequest", "create_engine", "create_async_engine", "request", "route"]
+
+# (data key, session key, node id): the node id is a replay's, chosen by the core.
+_ROUTE: contextvars.ContextVar[Optional[Tuple[Optional[DataKey], Optional[BytesLike], Optional[int]]]] = (
+    contextvars.ContextVar("racaffinity_sqlalchemy_route", default=None)
+)
+_NO_ROUTE = (None, None, None)
 
 # Engine arguments that configure the pool, as create_engine names them.
 _POOL_ARGS = {
@@ -82,7 +105,7 @@ def route(*, key: Optional[DataKey] = None, session: Optional[BytesLike] = None)
     transaction scope around it still wins, as everywhere."""
     if key is not None and session is not None:
         raise TypeError("pass either key= or session=, not both")
-    token = _ROUTE.set((key, session))
+    token = _ROUTE.set((key, session, None))
     try:
         yield
     finally:
@@ -200,8 +223,12 @@ class RoutingPool(Pool):
         echo: Any = None,
         logging_name: Optional[str] = None,
         dialect: Any = None,
+        replay: bool = False,
         _dispatch: Any = None,
     ) -> None:
+        if not isinstance(replay, bool):
+            raise TypeError(f"replay must be a bool, not {type(replay).__name__}")
+        self.replay = replay
         super().__init__(
             self._no_creator,
             recycle=recycle,
@@ -234,8 +261,9 @@ class RoutingPool(Pool):
         self._subs_lock = threading.Lock()
         # checked-out record -> its lease (a raw racaffinity_lease)
         self._leases: Dict[Any, Any] = {}
-        # The asyncio engine's queues are the loop's: no thread may touch them.
-        self._watch = None if is_async else _Watch(self)
+        # The asyncio engine's queues are the loop's: the watch hands its
+        # node pools' retirement to their loop (`_retire_on_loop`).
+        self._watch = _Watch(self)
 
     def _retire(self, node: int, hard: bool) -> None:
         """A node gone Down: its pool is retired at once. Idle connections
@@ -253,6 +281,14 @@ class RoutingPool(Pool):
                 conn = rec.dbapi_connection
                 if buf.node == node and conn is not None:
                     _abort(getattr(conn, "driver_connection", conn))
+        if self._is_asyncio:
+            loop = old._racaffinity_loop
+            if loop is not None:
+                try:
+                    loop.call_soon_threadsafe(_retire_on_loop, old)
+                except RuntimeError:  # its loop is closed: nothing waits there
+                    pass
+            return
         old.dispose()  # the idle ones
         queue = old._pool
         # A put wakes (and un-queues) one waiting thread: one each, as the
@@ -285,11 +321,14 @@ class RoutingPool(Pool):
                 self._subs[node] = sub
         return sub
 
-    def _new_sub(self, node: int) -> QueuePool:
+    def _connector(self, node: int, **extra: Any) -> Any:
+        """The node's creator (the engine's own way: the dialect's connect
+        arguments, `connect_args`, its `do_connect` hooks); `extra` are
+        connect arguments that `connect_args` did not set."""
         dialect = self._dialect
         name = self._router._dsns[node][0]
         cargs, cparams = dialect.create_connect_args(self._urls[name])
-        cparams = {**cparams, **self._connect_args}
+        cparams = {**extra, **cparams, **self._connect_args}
 
         def connect(connection_record: Any = None) -> Any:
             # as create_engine's own creator: the dialect's do_connect hooks first
@@ -302,6 +341,12 @@ class RoutingPool(Pool):
                 return dialect.connect(*args, **params)
             return dialect.connect(*cargs, **cparams)
 
+        return connect
+
+    def _new_sub(self, node: int) -> QueuePool:
+        dialect = self._dialect
+        name = self._router._dsns[node][0]
+        connect = self._connector(node)
         base = AsyncAdaptedQueuePool if self._is_asyncio else QueuePool
         sub = _node_pool_class(base)(
             connect,
@@ -322,8 +367,14 @@ class RoutingPool(Pool):
     # -- checkout and return --------------------------------------------------------
 
     def _do_get(self) -> Any:
-        key, session = _ROUTE.get() or (None, None)
-        buf, _marker = self._router._acquire(key, session)
+        key, session, node = _ROUTE.get() or _NO_ROUTE
+        if node is None:
+            buf, _marker = self._router._acquire(key, session)
+        else:
+            buf = new_(LEASE_T)
+            rc = lease_begin(self._h, node, buf)
+            if rc:
+                self._cluster._raise(rc)
         try:
             sub = self._subs.get(buf.node) or self._sub(buf.node)
             rec = sub._do_get()
@@ -341,7 +392,12 @@ class RoutingPool(Pool):
         reroutes = 0
         while True:
             if not isinstance(e, _Retired):
-                end_lease(self._cluster, buf, FAILED if _node_failed(e, self._dialect.loaded_dbapi) else NEUTRAL)
+                failed = _node_failed(e, self._dialect.loaded_dbapi)
+                if failed:
+                    # A request that began with this checkout starts where
+                    # the core says (`Request`).
+                    e._racaffinity_failed_node = int(buf.node)  # type: ignore[attr-defined]
+                end_lease(self._cluster, buf, FAILED if failed else NEUTRAL)
                 raise e
             # Its node went Down while this waited: the core routes again.
             end_lease(self._cluster, buf, NEUTRAL)
@@ -407,6 +463,7 @@ class RoutingPool(Pool):
             echo=self.echo,
             logging_name=self._orig_logging_name,
             dialect=self._dialect,
+            replay=self.replay,
             _dispatch=self.dispatch,
             **self._args,
         )
@@ -441,6 +498,25 @@ class RoutingPool(Pool):
         return float(self._args["timeout"])
 
 
+def _retire_on_loop(old: Any) -> None:
+    """A retired asyncio node pool, on its loop: the tasks waiting on its
+    queue fail with `_Retired` at once (they route again), and its idle
+    connections close (an async driver closes inside SQLAlchemy's greenlet)."""
+    from sqlalchemy.util import greenlet_spawn
+
+    queue = old._pool.__dict__.get("_queue")  # memoized: absent if never used
+    for getter in list(getattr(queue, "_getters", ())):
+        if not getter.done():
+            getter.set_exception(_Retired())
+    task = asyncio.ensure_future(greenlet_spawn(old.dispose))
+    _DISPOSING.add(task)
+    task.add_done_callback(_DISPOSING.discard)
+
+
+# The retired pools' dispose tasks (the loop keeps only weak references).
+_DISPOSING: set = set()
+
+
 def _node_pool_class(base: type) -> type:
     cached = _NODE_POOL_CLASSES.get(base)
     if cached is not None:
@@ -454,10 +530,17 @@ def _node_pool_class(base: type) -> type:
             self._outer = outer
 
         _racaffinity_retired = False
+        # An asyncio pool's event loop (where its retirement runs).
+        _racaffinity_loop: Any = None
 
         def _do_get(self) -> Any:
             if self._racaffinity_retired:
                 raise _Retired()
+            if self._is_asyncio and self._racaffinity_loop is None:
+                try:
+                    self._racaffinity_loop = asyncio.get_running_loop()
+                except RuntimeError:  # not on a loop: its retirement has none to run on
+                    pass
             rec = super()._do_get()
             if rec is _RETIRED:
                 raise _Retired()
@@ -498,6 +581,14 @@ class _Record(_ConnectionRecord):
         node = cause is not None and not soft and _node_failed(cause, dbapi)
         if node or self._racaffinity_invalidated is None:
             self._racaffinity_invalidated = "node" if node else "session"
+        buf = outer._leases.get(self) if node and outer is not None else None
+        if buf is not None:
+            # A pooled record's reconnect at checkout failed: a request that
+            # began with this checkout starts where the core says (`Request`).
+            try:
+                cause._racaffinity_failed_node = int(buf.node)  # type: ignore[union-attr]
+            except AttributeError:
+                pass
         super().invalidate(e, soft)
 
 
@@ -511,20 +602,35 @@ def _split_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
             raise TypeError(f"{k}= is not for a routed engine: it has one pool per node (pool_* arguments set them)")
     if "connect_args" in kwargs:
         pool_kw["connect_args"] = kwargs.pop("connect_args")
+    if "replay" in kwargs:
+        pool_kw["replay"] = kwargs.pop("replay")
     return pool_kw
+
+
+def _check_replay(engine: Any) -> None:
+    pool = engine.pool
+    if pool.replay and engine.dialect.name != "postgresql":
+        if pool._watch is not None:
+            pool._watch.stop()
+        raise ValueError(
+            f"replay=True needs a PostgreSQL dialect (its commit outcome is pg_xact_status), not {engine.dialect.name}"
+        )
 
 
 def create_engine(cluster: Cluster, urls: Mapping[str, Union[str, URL]], **kwargs: Any) -> sqlalchemy.Engine:
     """`sqlalchemy.create_engine` over the cluster's nodes: `urls` maps each
     node name to its database URL (one dialect and driver for all). The
     `pool_*` arguments (`pool_size`, `max_overflow`, `pool_timeout`,
-    `pool_pre_ping`, `pool_recycle`, ...) configure each node's pool; every
-    other argument goes to SQLAlchemy."""
+    `pool_pre_ping`, `pool_recycle`, ...) configure each node's pool;
+    `replay=True` makes `request(engine)` record and replay (PostgreSQL
+    dialects); every other argument goes to SQLAlchemy."""
     if not isinstance(cluster, Cluster):
         raise TypeError(f"cluster must be a racaffinity.Cluster, not {type(cluster).__name__}")
     pool = RoutingPool(cluster, urls, is_async=False, **_split_kwargs(kwargs))
     first = next(iter(pool._urls.values()))
-    return sqlalchemy.create_engine(first, pool=pool, **kwargs)
+    engine = sqlalchemy.create_engine(first, pool=pool, **kwargs)
+    _check_replay(engine)
+    return engine
 
 
 def create_async_engine(cluster: Cluster, urls: Mapping[str, Union[str, URL]], **kwargs: Any) -> Any:
@@ -536,4 +642,347 @@ def create_async_engine(cluster: Cluster, urls: Mapping[str, Union[str, URL]], *
         raise TypeError(f"cluster must be a racaffinity.Cluster, not {type(cluster).__name__}")
     pool = RoutingPool(cluster, urls, is_async=True, **_split_kwargs(kwargs))
     first = next(iter(pool._urls.values()))
-    return _create(first, pool=pool, **kwargs)
+    engine = _create(first, pool=pool, **kwargs)
+    _check_replay(engine.sync_engine)
+    return engine
+
+
+# -- request replay ----------------------------------------------------------------
+
+_COMMIT = None  # what a request runs after its replayed statements: COMMIT
+_START = "start"  # ... or nothing: its checkout failed before anything ran
+
+# The connect timeout of an outcome check's own connection (psycopg drivers;
+# `connect_args` wins): a blackholed node cannot hold the check.
+_ASK_CONNECT_TIMEOUT = 2
+
+
+def _error_class(e: BaseException) -> ErrorClass:
+    """An error's class for replay: the driver's SQLSTATE
+    (`classify_sqlstate`); without one, recoverable when the connection is
+    lost (an `OperationalError` of psycopg without SQLSTATE: reset, closed,
+    timed out; or one SQLAlchemy invalidated the connection for)."""
+    orig = e.orig if isinstance(e, sa_exc.DBAPIError) and e.orig is not None else e
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if isinstance(state, str) and state:
+        return classify_sqlstate(state)
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the postgres extra is not installed
+        psycopg = None
+    if psycopg is not None and isinstance(orig, psycopg.OperationalError):
+        return ErrorClass.RECOVERABLE
+    if isinstance(e, sa_exc.DBAPIError) and e.connection_invalidated:
+        return ErrorClass.RECOVERABLE
+    return ErrorClass.NOT_RECOVERABLE
+
+
+def _freeze(result: Any) -> Tuple[Any, Tuple[int, Optional[bytes]]]:
+    """What a statement answered (row count, digest of its rows), compared
+    on a replay, and the result to hand the application: the rows are read
+    ahead into a `FrozenResult` and handed out as a new `Result` over them,
+    so the application still reads them all (and a replay's rows can be
+    compared before anything is handed out)."""
+    if not result.returns_rows:
+        return result, digest(result.rowcount, None)
+    frozen = result.freeze()
+    rows = list(frozen.data)
+    return frozen(), digest(len(rows), rows)
+
+
+def _driver(conn: Any) -> Any:
+    """The driver's own connection under a SQLAlchemy `Connection` (what a
+    deadline shuts down)."""
+    dbapi = conn.connection.dbapi_connection
+    return getattr(dbapi, "driver_connection", dbapi)
+
+
+class Request:
+    """`with request(engine) as req:` — one transaction on the node the
+    core routes to, whose statements (`req.execute(statement, params)`)
+    are recorded with a digest of their results when the engine has
+    `replay=True`. On a recoverable error the core decides, step by step,
+    whether the commit in flight is checked (and forced), whether the
+    request is replayed once on another node, or the original error
+    surfaces with a `ReplayRefused` cause: the same walk as
+    `NodePools.request()` (docs/continuity.md). Committed at the end of the
+    block, rolled back on the application's own exception."""
+
+    def __init__(
+        self, engine: Any, key: Optional[DataKey], session: Optional[BytesLike], call_timeout: Optional[float]
+    ) -> None:
+        pool = getattr(engine, "pool", None)
+        if not isinstance(pool, RoutingPool):
+            raise TypeError("request() needs an engine of racaffinity.sqlalchemy.create_engine")
+        if key is not None and session is not None:
+            raise TypeError("pass either key= or session=, not both")
+        if call_timeout is not None and not call_timeout > 0:
+            raise ValueError("call_timeout must be > 0 (or None: no deadline)")
+        self._engine = engine
+        self._pool: RoutingPool = pool
+        self._key = key
+        self._session = session
+        self._call_timeout = call_timeout
+        self._conn: Any = None
+        self._node = -1
+        self._recorded: list = []
+        self._replayable = pool.replay
+        self._committing = False
+        self._xid: Optional[str] = None
+        self._pid: Optional[int] = None
+        self.replays = 0
+        self.outcome: Optional[str] = None
+
+    @property
+    def node(self) -> str:
+        """The name of the node the request runs on now."""
+        return self._pool._cluster.node_name(self._node)
+
+    @property
+    def backend_pid(self) -> Optional[int]:
+        """The server process of the request's connection now (psycopg;
+        None for a driver that does not tell)."""
+        info = getattr(_driver(self._conn), "info", None)
+        pid = getattr(info, "backend_pid", None)
+        return int(pid) if pid is not None else None
+
+    @property
+    def connection(self) -> Any:
+        """The SQLAlchemy `Connection` underneath. What runs on it (an ORM
+        `Session(bind=...)` included) is not recorded, so a request that
+        asks for it is not replayed."""
+        self._replayable = False
+        return self._conn
+
+    def _checkout(self, node: Optional[int]) -> Any:
+        token = _ROUTE.set((self._key, self._session, None) if node is None else (None, None, node))
+        try:
+            conn = self._engine.connect()
+        finally:
+            _ROUTE.reset(token)
+        self._conn = conn
+        rec = conn.connection._connection_record
+        self._node = int(self._pool._leases[rec].node)
+        return conn
+
+    def _bounded(self) -> Any:
+        conn = self._conn
+        if self._call_timeout is None:
+            return contextlib.nullcontext()
+        # SQLAlchemy invalidates the connection whose call the deadline
+        # ended (the driver sees it closed): nothing to close here.
+        return _armed(_driver(conn), self._call_timeout, lambda: None)
+
+    def __enter__(self) -> "Request":
+        try:
+            self._checkout(None)
+        except Exception as e:
+            # The checkout found the node failed (it could not connect):
+            # nothing ran yet, so the request starts where the core says.
+            orig = e.orig if isinstance(e, sa_exc.DBAPIError) and e.orig is not None else e
+            failed = getattr(orig, "_racaffinity_failed_node", None)
+            if not self._replayable or failed is None:
+                raise
+            self._node = failed
+            self._recover(e, _START)
+        return self
+
+    def execute(self, statement: Any, parameters: Any = None, *, execution_options: Any = None) -> Any:
+        """`Connection.execute` in the request's transaction, recorded. The
+        rows of a statement that returns rows are read ahead (the `Result`
+        handed back is buffered)."""
+        if self._replayable:
+            parameters = _copy_params(parameters)
+        try:
+            with self._bounded():
+                result = self._conn.execute(statement, parameters, execution_options=execution_options)
+                out, answered = _freeze(result) if self._replayable else (result, None)
+        except Exception as e:
+            return self._recover(e, (statement, parameters, execution_options))
+        if self._replayable:
+            self._recorded.append((statement, parameters, execution_options, answered))
+        return out
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if et is not None:
+            self._drop(ev)
+            return
+        try:
+            self._commit()
+        except Exception as e:
+            try:
+                self._recover(e, _COMMIT)
+            except BaseException:
+                self._drop(e)
+                raise
+
+    def _commit(self) -> None:
+        conn = self._conn
+        self._committing = False
+        with self._bounded():
+            self._xid, self._pid = conn.exec_driver_sql(XACT_QUERY).one()
+        self._committing = True
+        with self._bounded():
+            conn.commit()
+        self._committing = False
+        self.outcome = "committed"
+        self._conn = None
+        conn.close()
+
+    def _drop(self, e: Optional[BaseException]) -> None:
+        """Gives the failed connection back: invalidated when its session is
+        lost (its lease FAILED for a node failure), else rolled back."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if e is not None and not isinstance(e, ResultsDiffer) and _error_class(e) is ErrorClass.RECOVERABLE:
+                conn.invalidate(e)
+        except Exception:
+            pass
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+    def _recover(self, original: BaseException, then: Any) -> Any:
+        """Drives the shared recovery walk (`racaffinity._continuity.recover`),
+        as `NodePools.request()` does: the decisions are the core's and the
+        walk's; the I/O is this engine's."""
+        walk = recover(self._pool._cluster, self, original, then is _COMMIT, _error_class)
+        sent: Any = None
+        thrown: Optional[Exception] = None
+        while True:
+            try:
+                op, arg = walk.send(sent) if thrown is None else walk.throw(thrown)
+            except StopIteration as done:
+                return done.value
+            sent, thrown = None, None
+            try:
+                if op == DROP:
+                    self._drop(arg)
+                elif op == REPLAY:
+                    sent = self._replay_on(arg, then)
+                else:
+                    sent = self._ask(arg, op)
+            except Exception as x:
+                thrown = x
+
+    def _ask(self, node: int, what: str) -> CommitOutcome:
+        """On `node`, over a connection of its own (not pooled): the outcome
+        of the commit in flight (`check`), or end its backend first
+        (`force`) and wait for it to be gone. Any failure is an unknown
+        outcome."""
+        if self._xid is None:
+            return CommitOutcome.UNKNOWN
+        pool = self._pool
+        extra = {"connect_timeout": _ASK_CONNECT_TIMEOUT} if "psycopg" in (pool._dialect.driver or "") else {}
+        try:
+            raw = pool._connector(node, **extra)()
+        except Exception:
+            return CommitOutcome.UNKNOWN
+        bound = float(pool._connect_args.get("connect_timeout", _ASK_CONNECT_TIMEOUT))
+        try:
+            with _armed(getattr(raw, "driver_connection", raw), bound, lambda: None):
+                cur = raw.cursor()
+                for query in outcome_queries(self._xid, self._pid or 0, what == FORCE, int(bound * 1000)):
+                    cur.execute(query)
+                row = cur.fetchone()
+            return CommitOutcome.from_pg_xact_status(row[0] if row else None)
+        except Exception:
+            return CommitOutcome.UNKNOWN
+        finally:
+            try:
+                raw.close()
+            except Exception:
+                pass
+
+    def _replay_on(self, node: int, then: Any) -> Any:
+        conn = self._checkout(node)
+        for statement, parameters, options, answered in self._recorded:
+            with self._bounded():
+                _out, again = _freeze(conn.execute(statement, parameters, execution_options=options))
+            if again != answered:
+                raise ResultsDiffer(statement)
+        if then is _START:
+            return None
+        if then is _COMMIT:
+            self._commit()
+            return None
+        statement, parameters, options = then
+        with self._bounded():
+            out, answered = _freeze(conn.execute(statement, parameters, execution_options=options))
+        self._recorded.append((statement, parameters, options, answered))
+        return out
+
+
+def _copy_params(parameters: Any) -> Any:
+    """The parameters as they are now (the application may change its dict
+    after the call; a replay runs what ran)."""
+    if isinstance(parameters, Mapping):
+        return dict(parameters)
+    if isinstance(parameters, (list, tuple)):
+        return [dict(p) if isinstance(p, Mapping) else p for p in parameters]
+    return parameters
+
+
+class AsyncRequest:
+    """`async with request(async_engine) as req:` — `Request` for the
+    asyncio engine: the same request, run the way SQLAlchemy runs its sync
+    core under asyncio (a greenlet per call), so every step of it is the
+    sync one's."""
+
+    def __init__(self, engine: Any, key: Any, session: Any, call_timeout: Optional[float]) -> None:
+        self._sync = Request(engine.sync_engine, key, session, call_timeout)
+
+    @property
+    def node(self) -> str:
+        return self._sync.node
+
+    @property
+    def replays(self) -> int:
+        return self._sync.replays
+
+    @property
+    def backend_pid(self) -> Optional[int]:
+        return self._sync.backend_pid
+
+    @property
+    def outcome(self) -> Optional[str]:
+        return self._sync.outcome
+
+    async def __aenter__(self) -> "AsyncRequest":
+        from sqlalchemy.util import greenlet_spawn
+
+        await greenlet_spawn(self._sync.__enter__)
+        return self
+
+    async def execute(self, statement: Any, parameters: Any = None, *, execution_options: Any = None) -> Any:
+        from sqlalchemy.util import greenlet_spawn
+
+        return await greenlet_spawn(self._sync.execute, statement, parameters, execution_options=execution_options)
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        from sqlalchemy.util import greenlet_spawn
+
+        await greenlet_spawn(self._sync.__exit__, et, ev, tb)
+
+
+def request(
+    engine: Any,
+    *,
+    key: Optional[DataKey] = None,
+    session: Optional[BytesLike] = None,
+    call_timeout: Optional[float] = None,
+) -> Any:
+    """A request on an engine of `create_engine` (`with`) or
+    `create_async_engine` (`async with`): one transaction on the node the
+    core routes to (`key=`, `session=` as `route()`; a `cluster.pin()` or
+    transaction scope around it as for any checkout), whose statements
+    `req.execute(...)` runs and, with `replay=True`, records, so that a
+    recoverable failure is replayed once elsewhere when the commit outcome
+    allows it (docs/continuity.md). `call_timeout`: a statement or the
+    COMMIT that gets no answer within it fails as a lost connection."""
+    if hasattr(engine, "sync_engine"):
+        return AsyncRequest(engine, key, session, call_timeout)
+    return Request(engine, key, session, call_timeout)

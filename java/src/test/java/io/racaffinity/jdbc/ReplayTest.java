@@ -12,9 +12,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.racaffinity.Continuity;
 import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.Continuity.ReplayRefusedException;
-import io.racaffinity.test.CommitReplyProxy;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
+import io.racaffinity.testsupport.FaultProxy;
+import io.racaffinity.testsupport.FaultProxy.Hold;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
@@ -187,7 +188,7 @@ class ReplayTest {
 
     @Test
     void aLostCommitReplyIsFoundCommittedAndNotReplayed() throws Exception {
-        try (CommitReplyProxy proxy = new CommitReplyProxy(PgNodes.port(1))) {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
             pools = new Pools(NAMES, c -> {
                 if (c.getPoolName().endsWith("MYDB1")) {
                     c.setJdbcUrl(proxy.url());
@@ -197,9 +198,9 @@ class ReplayTest {
             try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
                 c.setAutoCommit(false);
                 insert(c, "c1");
-                proxy.loseNextCommitReply(false);
+                Hold lost = proxy.loseNextCommitReply();
                 c.commit(); // the answer is lost; the outcome check finds it committed
-                assertEquals(0, proxy.replyWithheld.getCount(), "the reply was lost");
+                assertTrue(lost.acted(), "the reply was lost");
                 // The connection goes on, on a connection routed anew.
                 insert(c, "c1-next");
                 c.commit();
@@ -211,7 +212,7 @@ class ReplayTest {
 
     @Test
     void aCommitWhoseNodeDiesBeforeItsOutcomeIsKnownIsNeverReplayedBlind() throws Exception {
-        try (CommitReplyProxy proxy = new CommitReplyProxy(PgNodes.port(1))) {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
             pools = new Pools(NAMES, c -> {
                 c.setConnectionTimeout(1000);
                 if (c.getPoolName().endsWith("MYDB1")) {
@@ -223,7 +224,7 @@ class ReplayTest {
             try {
                 c.setAutoCommit(false);
                 insert(c, "u1");
-                proxy.loseNextCommitReply(true);
+                Hold hold = proxy.holdNextCommitReply();
                 CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
                     try {
                         c.commit();
@@ -232,9 +233,9 @@ class ReplayTest {
                         return e;
                     }
                 });
-                assertTrue(proxy.replyWithheld.await(30, TimeUnit.SECONDS));
+                assertTrue(hold.withheld.await(30, TimeUnit.SECONDS));
                 PgNodes.kill(1); // committed, and now no one can tell
-                proxy.release();
+                hold.release();
                 SQLException e = committing.get(60, TimeUnit.SECONDS);
                 assertInstanceOf(SQLException.class, e, "the original error surfaces");
                 assertEquals(Refusal.OUTCOME_UNKNOWN, refusalOf(e), String.valueOf(e));
@@ -397,7 +398,7 @@ class ReplayTest {
     @Test
     void inOneDatabaseACommitLostInABlackholeIsForcedThroughAnotherInstanceThenReplayed() throws Exception {
         List<String> instances = List.of("INST1", "INST2", "INST3");
-        try (CommitReplyProxy proxy = new CommitReplyProxy(PgNodes.port(1))) {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
             // Three instances of one database (node 1): INST1 through the proxy.
             pools = new Pools(instances, c -> c.setJdbcUrl(c.getPoolName().endsWith("INST1") ? proxy.url()
                     : PgNodes.url(1)));
@@ -409,9 +410,10 @@ class ReplayTest {
             try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "INST1")).build()) {
                 c.setAutoCommit(false);
                 insert(c, "rac1");
-                proxy.swallowNextCommit(); // the COMMIT never arrives; the transaction stays in progress
+                // The COMMIT never arrives; the transaction stays in progress.
+                Hold swallowed = proxy.swallowNextCommit();
                 c.commit(); // in progress -> ended through INST2/3 -> aborted -> replayed there, once
-                assertEquals(0, proxy.replyWithheld.getCount());
+                assertTrue(swallowed.acted());
             }
             assertEquals(1, rowsInDatabase("rac1"), "committed exactly once");
 
@@ -419,8 +421,9 @@ class ReplayTest {
             try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "INST1")).build()) {
                 c.setAutoCommit(false);
                 insert(c, "rac2");
-                proxy.loseNextCommitReply(false);
+                Hold lost = proxy.loseNextCommitReply();
                 c.commit();
+                assertTrue(lost.acted(), "the reply was lost");
             }
             assertEquals(1, rowsInDatabase("rac2"), "committed exactly once");
         }

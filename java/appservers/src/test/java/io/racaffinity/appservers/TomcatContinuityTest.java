@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import io.racaffinity.testsupport.FaultProxy;
 import io.racaffinity.testsupport.PgNodesScript;
 import java.io.IOException;
 import java.net.CookieManager;
@@ -42,7 +43,7 @@ import org.junit.jupiter.api.Test;
  * auto-commit off) at 10 requests/s. Meanwhile, at random points, the session's node is
  * <ul>
  *   <li>killed ({@code pgnodes kill}: SIGKILL of its postmaster), then restarted;
- *   <li>killed while the reply of a COMMIT is held ({@link CommitHoldProxy} in front of
+ *   <li>killed while the reply of a COMMIT is held ({@link FaultProxy} in front of
  *       every node: the COMMIT ran, the client does not know it), then restarted;
  *   <li>drained (FAN {@code status=down reason=USER drain_timeout=1} through
  *       {@link io.racaffinity.appservers.webapp.FanServlet}), stopped, restarted, FAN up.
@@ -75,7 +76,7 @@ class TomcatContinuityTest {
 
     static int[] nodePorts = new int[3];
     static String[] nodeUrls = new String[3];
-    static CommitHoldProxy[] proxies = new CommitHoldProxy[3];
+    static FaultProxy[] proxies = new FaultProxy[3];
 
     @BeforeAll
     static void nodes() throws Exception {
@@ -86,7 +87,7 @@ class TomcatContinuityTest {
             }
             nodePorts[i - 1] = Integer.parseInt(p);
             nodeUrls[i - 1] = "jdbc:postgresql://127.0.0.1:" + p + "/postgres";
-            proxies[i - 1] = new CommitHoldProxy(nodePorts[i - 1]);
+            proxies[i - 1] = new FaultProxy(nodePorts[i - 1]);
             try (Connection c = node(i - 1); Statement s = c.createStatement()) {
                 s.execute("create table if not exists continuity_requests (id text primary key,"
                         + " at timestamptz not null default clock_timestamp())");
@@ -96,7 +97,7 @@ class TomcatContinuityTest {
 
     @AfterAll
     static void closeProxies() throws IOException {
-        for (CommitHoldProxy p : proxies) {
+        for (FaultProxy p : proxies) {
             if (p != null) {
                 p.close();
             }
@@ -263,7 +264,7 @@ class TomcatContinuityTest {
                             PgNodesScript.run("restart", Integer.toString(n + 1));
                         }
                         case COMMIT_KILL -> {
-                            CommitHoldProxy.Hold hold = proxies[n].holdNextCommitReply();
+                            FaultProxy.Hold hold = proxies[n].holdNextCommitReply();
                             boolean held = hold.withheld.await(5, TimeUnit.SECONDS);
                             proxies[n].disarm();
                             PgNodesScript.run("kill", Integer.toString(n + 1));
@@ -291,7 +292,7 @@ class TomcatContinuityTest {
             } finally {
                 traffic.stop = true;
                 t.join(TimeUnit.SECONDS.toMillis(120));
-                for (CommitHoldProxy p : proxies) {
+                for (FaultProxy p : proxies) {
                     p.disarm();
                 }
             }

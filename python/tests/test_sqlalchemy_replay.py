@@ -1,0 +1,352 @@
+"""Request replay in the SQLAlchemy engine ([continuity]) over the 3 local
+nodes: `create_engine(..., replay=True)` and `request(engine)` replay a
+request a recoverable failure interrupted once elsewhere, through the same
+walk as `NodePools.request()`; and the acceptance workload (a unique request
+id inserted and read back, autocommit off, the session's node `kill -9`ed)
+through NodePools and through the engine: 0 failed requests and every id
+committed exactly once with replay on; failures with replay off."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from typing import Any, Dict, List, Tuple
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+import racaffinity as ra
+from racaffinity import ReplayRefusal as R
+from racaffinity.pools import NodePools
+from racaffinity.sqlalchemy import create_async_engine, create_engine, request
+
+from conftest import NAMES, REPO
+
+INSERT = sa.text("INSERT INTO py_sreq VALUES (:id)")
+COUNT = sa.text("SELECT count(*) FROM py_sreq WHERE id = :id")
+
+
+def urls(pg, ports=None) -> Dict[str, str]:
+    ports = ports or pg.port
+    return {n: f"postgresql+psycopg://postgres@127.0.0.1:{ports[n]}/postgres" for n in NAMES}
+
+
+@pytest.fixture
+def sreq_table(pg):
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS py_sreq (id text PRIMARY KEY)")
+            conn.execute("TRUNCATE py_sreq")
+
+
+def rows_of(pg, rid) -> Dict[str, int]:
+    """node name -> how many times request id `rid` is there (by SQL)."""
+    out = {}
+    for name, dsn in pg.dsn.items():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            out[name] = conn.execute("SELECT count(*) FROM py_sreq WHERE id = %s", (rid,)).fetchone()[0]
+    return out
+
+
+def key_on(c, name):
+    return next(k for k in range(10_000) if c.route_key(k).name == name)
+
+
+def terminate(pg, node, pid):
+    with psycopg.connect(pg.dsn[node], autocommit=True, connect_timeout=5) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()[0]
+
+
+def test_a_request_killed_before_commit_is_replayed_once_elsewhere(pg, cluster_factory, sreq_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        with request(engine, key=key_on(c, "RAC1")) as req:
+            req.execute(INSERT, {"id": "r1"})
+            assert req.execute(COUNT, {"id": "r1"}).scalar_one() == 1
+            assert req.node == "RAC1"
+            terminate(pg, "RAC1", req.backend_pid)  # before COMMIT
+        assert req.replays == 1 and req.outcome == "committed" and req.node != "RAC1"
+        assert sorted(rows_of(pg, "r1").values()) == [0, 0, 1] and rows_of(pg, "r1")["RAC1"] == 0
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    finally:
+        engine.dispose()
+    # the same without replay: the original error, its typed cause, no row
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=1)
+    try:
+        with pytest.raises(sa.exc.DBAPIError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.execute(INSERT, {"id": "r2"})
+                terminate(pg, "RAC1", req.backend_pid)
+        assert isinstance(info.value.__cause__, ra.ReplayRefused)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert sum(rows_of(pg, "r2").values()) == 0
+    finally:
+        engine.dispose()
+
+
+def test_a_statement_whose_session_died_is_replayed_with_those_before_it(pg, cluster_factory, sreq_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        with request(engine, key=key_on(c, "RAC2")) as req:
+            req.execute(INSERT, {"id": "a"})
+            terminate(pg, "RAC2", req.backend_pid)
+            req.execute(INSERT, {"id": "b"})  # fails, replayed with "a" elsewhere
+            assert req.execute(sa.text("SELECT count(*) FROM py_sreq")).scalar_one() == 2
+        assert req.replays == 1 and req.node != "RAC2"
+        assert rows_of(pg, "a") == rows_of(pg, "b") and sum(rows_of(pg, "a").values()) == 1
+    finally:
+        engine.dispose()
+
+
+def test_errors_that_are_not_recoverable_and_differing_results_are_never_replayed(pg, cluster_factory, sreq_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
+        admin.execute("INSERT INTO py_sreq VALUES ('only-on-rac1')")
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        with pytest.raises(sa.exc.IntegrityError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.execute(INSERT, {"id": "only-on-rac1"})
+        assert info.value.__cause__.refusal is R.NOT_RECOVERABLE and req.replays == 0
+        with pytest.raises(sa.exc.DBAPIError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                assert req.execute(sa.text("SELECT count(*) FROM py_sreq")).scalar_one() == 1  # consumed
+                req.execute(INSERT, {"id": "r5"})
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.reason == "results_differ" and info.value.__cause__.refusal is None
+        assert sum(rows_of(pg, "r5").values()) == 0
+        # what ran on req.connection is not recorded: never replayed
+        with pytest.raises(sa.exc.DBAPIError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.connection.execute(INSERT, {"id": "r6"})
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert sum(rows_of(pg, "r6").values()) == 0
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    finally:
+        engine.dispose()
+
+
+def test_a_request_whose_node_is_gone_before_its_first_checkout_starts_elsewhere(
+    pg, cluster_factory, sreq_table, proxies
+):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    ports = dict(pg.port, RAC1=proxies["RAC1"].port)
+    proxies["RAC1"].refuse()
+    engine = create_engine(c, urls(pg, ports), replay=True, pool_size=1, max_overflow=1)
+    try:
+        with request(engine, key=key_on(c, "RAC1")) as req:
+            req.execute(INSERT, {"id": "s1"})
+        assert req.replays == 1 and req.node != "RAC1"
+        assert sum(rows_of(pg, "s1").values()) == 1
+    finally:
+        engine.dispose()
+    engine = create_engine(c, urls(pg, ports), pool_size=1, max_overflow=1)
+    try:
+        with pytest.raises(sa.exc.OperationalError):
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.execute(INSERT, {"id": "s2"})
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_engine_replays_the_same_way(pg, cluster_factory, sreq_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_async_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        async with request(engine, key=key_on(c, "RAC3")) as req:
+            await req.execute(INSERT, {"id": "ar"})
+            assert (await req.execute(COUNT, {"id": "ar"})).scalar_one() == 1
+            terminate(pg, "RAC3", req.backend_pid)
+        assert req.replays == 1 and req.node != "RAC3"
+        assert sum(rows_of(pg, "ar").values()) == 1 and rows_of(pg, "ar")["RAC3"] == 0
+    finally:
+        await engine.dispose()
+
+
+def test_replay_needs_a_postgresql_engine_of_the_cluster(pg, cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    with pytest.raises(ValueError, match="PostgreSQL"):
+        create_engine(c, {n: "sqlite://" for n in NAMES}, replay=True)
+    with pytest.raises(TypeError, match="bool"):
+        create_engine(c, urls(pg), replay="yes")
+    with pytest.raises(TypeError, match="create_engine"):
+        request(sa.create_engine(urls(pg)["RAC1"]))
+    engine = create_engine(c, urls(pg))
+    with pytest.raises(ValueError, match="call_timeout"):
+        request(engine, call_timeout=0)
+    engine.dispose()
+
+
+# -- the acceptance workload: NodePools and the engine, kill -9 of the session's node --
+
+# Where each episode's kill lands: before the request (its pooled connection
+# is dead), between its two statements, or after them, before COMMIT. A kill
+# during COMMIT is the failure matrix's (test_replay_matrix.py): on
+# independent nodes only the killed node could tell its outcome.
+EPISODES = ["between", "mid", "before_commit"]
+PER_EPISODE = 6
+SESSION = b"web-session-1"
+
+
+class PoolsWork:
+    def __init__(self, c, pg, replay: bool) -> None:
+        # The heartbeat, as fast connection failover is configured: a node
+        # back from a kill has its pool made anew when it is Up. Without it
+        # the pool of a restarted node may be in psycopg_pool's reconnect
+        # back-off (1, 2, 4 s ...) when a replay is sent there, and the
+        # replay's borrow times out (seen with timeout=1.0: 4 of 18 failed).
+        self.pools = NodePools(c, pg.dsn, replay=replay, min_size=1, max_size=2, timeout=2.0,
+                               heartbeat=True, heartbeat_interval=0.2, connect_kwargs={"connect_timeout": 2})
+
+    def close(self) -> None:
+        self.pools.close()
+
+    def request(self):
+        return self.pools.request(session=SESSION, call_timeout=2.0)
+
+    def insert(self, req, rid):
+        req.execute("INSERT INTO py_sreq VALUES (%s)", (rid,))
+
+    def read(self, req, rid):
+        return req.execute("SELECT id FROM py_sreq WHERE id = %s", (rid,)).fetchall()
+
+
+class SqlaWork:
+    def __init__(self, c, pg, replay: bool) -> None:
+        self.engine = create_engine(c, urls(pg), replay=replay, pool_size=2, max_overflow=0, pool_timeout=5,
+                                    connect_args={"connect_timeout": 2})
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def request(self):
+        return request(self.engine, session=SESSION, call_timeout=2.0)
+
+    def insert(self, req, rid):
+        req.execute(INSERT, {"id": rid})
+
+    def read(self, req, rid):
+        return req.execute(sa.text("SELECT id FROM py_sreq WHERE id = :id"), {"id": rid}).all()
+
+
+class AsyncSqlaWork:
+    """The asyncio engine, driven from the workload's thread: its loop runs
+    on a thread of its own and each call waits for its coroutine."""
+
+    def __init__(self, c, pg, replay: bool) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="workload-loop", daemon=True)
+        self.thread.start()
+        self.engine = self.run(self._make(c, pg, replay))
+
+    @staticmethod
+    async def _make(c, pg, replay):
+        return create_async_engine(c, urls(pg), replay=replay, pool_size=2, max_overflow=0, pool_timeout=5,
+                                   connect_args={"connect_timeout": 2})
+
+    def run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    def close(self) -> None:
+        try:
+            self.run(self.engine.dispose())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+
+    @contextlib.contextmanager
+    def request(self):
+        areq = request(self.engine, session=SESSION, call_timeout=2.0)
+        self.run(areq.__aenter__())
+        try:
+            yield areq
+        except BaseException as e:
+            self.run(areq.__aexit__(type(e), e, e.__traceback__))
+            raise
+        self.run(areq.__aexit__(None, None, None))
+
+    def insert(self, req, rid):
+        self.run(req.execute(INSERT, {"id": rid}))
+
+    def read(self, req, rid):
+        return self.run(req.execute(sa.text("SELECT id FROM py_sreq WHERE id = :id"), {"id": rid})).all()
+
+
+WORK = {"pools": lambda: PoolsWork, "sqlalchemy": lambda: SqlaWork, "sqlalchemy-asyncio": lambda: AsyncSqlaWork}
+
+
+def run_workload(pg, c, work, prefix: str, killed: List[int]) -> Tuple[List[str], List[Tuple[str, str]], int]:
+    """Runs every episode; returns (ids that succeeded, (id, error) of the
+    failed ones, replays)."""
+    ok: List[str] = []
+    failed: List[Tuple[str, str]] = []
+    replays = 0
+    last_start = None  # the node the last request started on: the session's
+    for ep, where in enumerate(EPISODES):
+        victim = None
+        for i in range(PER_EPISODE):
+            rid = f"{prefix}-{ep}-{i}"
+            kill_here = i == 2
+            if kill_here and where == "between" and last_start is not None:
+                victim = NAMES.index(last_start) + 1
+                pg.kill(victim)
+                killed.append(victim)
+            req = None
+            try:
+                with work.request() as req:
+                    start = req.node
+                    work.insert(req, rid)
+                    if kill_here and where == "mid":
+                        victim = NAMES.index(req.node) + 1
+                        pg.kill(victim)
+                        killed.append(victim)
+                    assert [tuple(r) for r in work.read(req, rid)] == [(rid,)]
+                    if kill_here and where == "before_commit":
+                        victim = NAMES.index(req.node) + 1
+                        pg.kill(victim)
+                        killed.append(victim)
+                ok.append(rid)
+                last_start = start
+            except Exception as e:  # counted: the run's figure
+                failed.append((rid, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+            replays += getattr(req, "replays", 0) or 0
+            time.sleep(0.02)
+        while killed:
+            pg.restart(killed.pop())
+    return ok, failed, replays
+
+
+@pytest.mark.parametrize("api", sorted(WORK))
+def test_the_workload_survives_kills_of_the_sessions_node_exactly_once(
+    pg, cluster_factory, sreq_table, restart_after, api
+):
+    figures: Dict[str, Any] = {}
+    for replay in (True, False):
+        c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+        work = WORK[api]()(c, pg, replay)
+        prefix = f"{api}-{'on' if replay else 'off'}"
+        try:
+            ok, failed, replays = run_workload(pg, c, work, prefix, restart_after)
+        finally:
+            work.close()
+        counts = {rid: sum(rows_of(pg, rid).values()) for rid in ok + [f for f, _ in failed]}
+        figures[prefix] = {"requests": len(ok) + len(failed), "failed": len(failed), "replays": replays,
+                           "errors": sorted({e for _r, e in failed})}
+        # exactly once for every success, at most once for a failure (by SQL)
+        assert all(counts[rid] == 1 for rid in ok), {r: counts[r] for r in ok if counts[r] != 1}
+        assert all(counts[rid] <= 1 for rid, _e in failed), failed
+        if replay:
+            assert not failed and replays >= len(EPISODES), figures
+        else:
+            assert failed, ("replay off must show the kills' failures (the control)", figures)
+    out = REPO / "target" / "continuity"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"python-workload-{api}.json").write_text(json.dumps(figures, indent=1))
