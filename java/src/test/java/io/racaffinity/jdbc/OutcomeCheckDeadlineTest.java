@@ -6,10 +6,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.Continuity.ReplayRefusedException;
-import io.racaffinity.test.CommitReplyProxy;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.test.Stubs;
+import io.racaffinity.testsupport.FaultProxy;
+import io.racaffinity.testsupport.FaultProxy.Hold;
 import java.lang.reflect.InvocationTargetException;
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -96,7 +97,7 @@ class OutcomeCheckDeadlineTest {
 
     private void aCommitWhoseNodeStaysDownGivesUpAtTheCheckDeadline(boolean wrapped) throws Exception {
         String id = "deadline-" + (wrapped ? "wrapped" : "hikari");
-        try (CommitReplyProxy proxy = new CommitReplyProxy(PgNodes.port(1))) {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
             pools = new Pools(ReplayTest.NAMES, c -> {
                 c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
                 if (c.getPoolName().endsWith("MYDB1")) {
@@ -123,7 +124,7 @@ class OutcomeCheckDeadlineTest {
                     s.setString(1, id);
                     s.executeUpdate();
                 }
-                proxy.loseNextCommitReply(true);
+                Hold hold = proxy.holdNextCommitReply();
                 CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
                     try {
                         c.commit();
@@ -132,10 +133,10 @@ class OutcomeCheckDeadlineTest {
                         return e;
                     }
                 });
-                assertTrue(proxy.replyWithheld.await(30, TimeUnit.SECONDS));
+                assertTrue(hold.withheld.await(30, TimeUnit.SECONDS));
                 PgNodes.kill(1); // committed, and node 1 stays down for the rest of the request
                 long t0 = System.nanoTime();
-                proxy.release();
+                hold.release();
                 SQLException e = committing.get(120, TimeUnit.SECONDS);
                 long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
                 assertEquals(Refusal.OUTCOME_UNKNOWN, e == null ? null : refusalOf(e), String.valueOf(e));

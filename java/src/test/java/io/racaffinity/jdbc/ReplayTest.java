@@ -292,7 +292,7 @@ class ReplayTest {
 
     @Test
     void aReadOnlyRequestWhoseCommitReplyIsLostWithItsNodeDownIsReplayedElsewhere() throws Exception {
-        try (CommitReplyProxy proxy = new CommitReplyProxy(PgNodes.port(1))) {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
             pools = new Pools(NAMES, c -> {
                 c.setConnectionTimeout(1000);
                 if (c.getPoolName().endsWith("MYDB1")) {
@@ -304,7 +304,7 @@ class ReplayTest {
             try {
                 c.setAutoCommit(false);
                 assertEquals(0, count(c, "ro%"), "read by the application, compared on the replay");
-                proxy.loseNextCommitReply(true);
+                Hold hold = proxy.holdNextCommitReply();
                 CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
                     try {
                         c.commit();
@@ -313,9 +313,9 @@ class ReplayTest {
                         return e;
                     }
                 });
-                assertTrue(proxy.replyWithheld.await(30, TimeUnit.SECONDS));
+                assertTrue(hold.withheld.await(30, TimeUnit.SECONDS));
                 PgNodes.kill(1); // no one can tell its outcome, and a read-only transaction has none to tell
-                proxy.release();
+                hold.release();
                 SQLException e = committing.get(60, TimeUnit.SECONDS);
                 assertEquals(null, e, "replayed elsewhere, refused " + (e == null ? null : refusalOf(e)));
                 assertNotEquals(portOf("MYDB1"), serverPort(c));
