@@ -245,6 +245,47 @@ def test_a_lost_commit_reply_on_a_node_gone_is_never_replayed_blind(pg, cluster_
         assert rows_of(pg, "r4") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}  # committed once, never twice
 
 
+def next_xid(pg, node) -> int:
+    """The next transaction id `node` will assign, read from a session of
+    its own without assigning one: a snapshot's xmax is one past the last
+    transaction that ended (every request here has ended when it is read)."""
+    with psycopg.connect(pg.dsn[node], autocommit=True, connect_timeout=5) as admin:
+        return admin.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0]
+
+
+def test_a_read_only_request_is_given_no_transaction_id(pg, cluster_factory, req_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        before = next_xid(pg, "RAC3")
+        for _ in range(20):
+            with pools.request(key=key_on(c, "RAC3")) as req:
+                assert req.execute("SELECT count(*) FROM py_req").fetchone() == (0,)
+            assert req.outcome == "committed"
+        # One xid per request would be 20 (and a commit record each);
+        # nothing else on the node takes xids, the margin is for autovacuum.
+        used = next_xid(pg, "RAC3") - before
+        assert used <= 2, f"20 read-only requests took {used} transaction ids"
+        # control: the observable moves for a request that writes
+        before = next_xid(pg, "RAC3")
+        with pools.request(key=key_on(c, "RAC3")) as req:
+            req.execute("INSERT INTO py_req VALUES ('w1')")
+        assert next_xid(pg, "RAC3") - before >= 1
+
+
+def test_a_read_only_request_whose_commit_reply_is_lost_on_a_node_gone_is_replayed(
+    pg, cluster_factory, req_table, proxies
+):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            assert req.execute("SELECT count(*) FROM py_req").fetchone() == (0,)  # compared on the replay
+            proxies["RAC1"].lose_reply_after(b"COMMIT", then_refuse=True)
+        # a read-only transaction has no outcome to guard: replayed, not OUTCOME_UNKNOWN
+        assert proxies["RAC1"].reply_lost
+        assert req.replays == 1 and req.outcome == "committed" and req.node != "RAC1"
+
+
 def test_errors_that_are_not_recoverable_and_differing_results_are_never_replayed(pg, cluster_factory, req_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:

@@ -104,6 +104,37 @@ def test_a_statement_whose_session_died_is_replayed_with_those_before_it(pg, clu
         engine.dispose()
 
 
+def test_a_read_only_request_is_given_no_transaction_id_and_its_lost_commit_is_replayed(
+    pg, cluster_factory, sreq_table, proxies
+):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        # the next xid of RAC3, read without assigning one (see test_continuity.next_xid)
+        def next_xid() -> int:
+            with psycopg.connect(pg.dsn["RAC3"], autocommit=True, connect_timeout=5) as admin:
+                return admin.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0]
+
+        before = next_xid()
+        for _ in range(20):
+            with request(engine, key=key_on(c, "RAC3")) as req:
+                assert req.execute(COUNT, {"id": "ro"}).scalar_one() == 0
+        used = next_xid() - before
+        assert used <= 2, f"20 read-only requests took {used} transaction ids"
+    finally:
+        engine.dispose()
+    engine = create_engine(c, urls(pg, dict(pg.port, RAC1=proxies["RAC1"].port)), replay=True,
+                           pool_size=1, max_overflow=1)
+    try:
+        with request(engine, key=key_on(c, "RAC1")) as req:
+            assert req.execute(COUNT, {"id": "ro"}).scalar_one() == 0
+            proxies["RAC1"].lose_reply_after(b"COMMIT", then_refuse=True)
+        assert proxies["RAC1"].reply_lost
+        assert req.replays == 1 and req.outcome == "committed" and req.node != "RAC1"
+    finally:
+        engine.dispose()
+
+
 def test_errors_that_are_not_recoverable_and_differing_results_are_never_replayed(pg, cluster_factory, sreq_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:

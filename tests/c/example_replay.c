@@ -5,8 +5,9 @@
  * Run it through tests/c/run_example.sh (it exports RACAFF_NODE<i>_DSN and
  * runs it under valgrind).
  *
- * A request is: BEGIN; INSERT its id; SELECT pg_current_xact_id(),
- * pg_backend_pid(); COMMIT. The host keeps the xid and pid, and when the
+ * A request is: BEGIN; INSERT its id; SELECT pg_current_xact_id_if_assigned(),
+ * pg_backend_pid(); COMMIT. The host keeps the xid and pid (no xid: the
+ * transaction wrote nothing, so no commit is in flight), and when the
  * request fails it asks racaffinity_replay_decide what to do, step by step:
  * check the outcome (pg_xact_status on the node the core names), force it
  * (pg_terminate_backend there), replay once on the node the core names, or
@@ -18,7 +19,11 @@
  *   lost     COMMIT runs and commits, and the host treats its reply as lost:
  *            the outcome check says "committed", the request succeeded and
  *            nothing is replayed;
- *   unique   a constraint violation (23505): not recoverable, never replayed.
+ *   unique   a constraint violation (23505): not recoverable, never replayed;
+ *   readonly a request that only reads (a SELECT instead of the INSERT): its
+ *            COMMIT reply is lost and its node stays down (connections to
+ *            it refused). It wrote nothing, so it has no xid and no outcome
+ *            to guard: no check, replayed on another node.
  *
  * Checks: every request id is on exactly one node; the steps taken are the
  * expected ones; no PGconn/PGresult leaks (valgrind). */
@@ -39,6 +44,8 @@
 
 static char *dsn[NODES];
 static int failures;
+/* Node 0 refuses connections while set: the node is down. */
+static bool node0_down;
 
 #define EXPECT(cond, ...)                                      \
     do {                                                       \
@@ -51,6 +58,7 @@ static int failures;
     } while (0)
 
 static PGconn *connect_node(uint32_t node) {
+    if (node == 0 && node0_down) return NULL;
     PGconn *c = PQconnectdb(dsn[node]);
     if (PQstatus(c) != CONNECTION_OK) {
         fprintf(stderr, "cannot connect to node %u: %s", node, PQerrorMessage(c));
@@ -83,7 +91,7 @@ static void exec_or_die(PGconn *c, const char *sql) {
     PQclear(r);
 }
 
-enum fault { KILLED, LOST, UNIQUE };
+enum fault { KILLED, LOST, UNIQUE, READONLY };
 
 struct attempt {
     bool commit_in_flight;
@@ -106,14 +114,21 @@ static bool run_request(uint32_t node, const char *id, enum fault fault, bool in
     PGresult *r = run(c, "BEGIN", 0, NULL, st);
     PQclear(r);
     const char *p[1] = {id};
-    r = run(c, "INSERT INTO replay_demo(request_id) VALUES ($1)", 1, p, st);
+    r = run(c, fault == READONLY ? "SELECT count(*) FROM replay_demo WHERE request_id = $1"
+                                 : "INSERT INTO replay_demo(request_id) VALUES ($1)",
+            1, p, st);
     PQclear(r);
     if (strcmp(st, "00000") != 0) {
         memcpy(a->sqlstate, st, 6);
         goto done;
     }
-    r = run(c, "SELECT pg_current_xact_id()::text, pg_backend_pid()::text", 0, NULL, st);
+    /* The _if_assigned form gives no xid to a transaction that has none:
+     * pg_current_xact_id() would make a read-only COMMIT write a commit record
+     * and burn an xid. NULL: it wrote nothing, no outcome to guard. */
+    bool wrote = true;
+    r = run(c, "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()::text", 0, NULL, st);
     if (strcmp(st, "00000") == 0) {
+        wrote = !PQgetisnull(r, 0, 0);
         snprintf(a->xid, sizeof a->xid, "%s", PQgetvalue(r, 0, 0));
         snprintf(a->pid, sizeof a->pid, "%s", PQgetvalue(r, 0, 1));
     }
@@ -126,15 +141,16 @@ static bool run_request(uint32_t node, const char *id, enum fault fault, bool in
         PQclear(run(k, "SELECT pg_terminate_backend($1::int)", 1, kp, ks));
         PQfinish(k);
     }
-    a->commit_in_flight = true;
+    a->commit_in_flight = wrote;
     r = run(c, "COMMIT", 0, NULL, st);
     PQclear(r);
     memcpy(a->sqlstate, st, 6);
     ok = strcmp(st, "00000") == 0;
-    if (ok && inject && fault == LOST) {
+    if (ok && inject && (fault == LOST || fault == READONLY)) {
         /* The reply "never came": the connection is lost right after. */
         strcpy(a->sqlstate, "08006");
         ok = false;
+        if (fault == READONLY) node0_down = true; /* and the node is gone with it */
     }
 done:
     PQfinish(c);
@@ -274,12 +290,17 @@ int main(void) {
     EXPECT(strcmp(trace, "CS") == 0, "COMMIT reply lost: check (committed), succeeded; got %s", trace);
     EXPECT(copies("lost-1") == 1, "lost-1 committed %d times", copies("lost-1"));
 
+    request(cl, "readonly-1", READONLY, trace, sizeof trace);
+    printf("readonly: %s\n", trace);
+    EXPECT(strcmp(trace, "Rok") == 0, "read-only, COMMIT reply lost, node down: replay, ok; got %s", trace);
+    node0_down = false;
+
     request(cl, "unique-1", UNIQUE, trace, sizeof trace);
     printf("unique: %s\n", trace);
     EXPECT(strcmp(trace, "G1") == 0, "23505: give up, not recoverable; got %s", trace);
     EXPECT(copies("unique-1") == 1, "unique-1 is there %d times", copies("unique-1"));
 
     racaffinity_cluster_free(cl);
-    printf("example_replay: %s\n", failures ? "FAILED" : "ok (3 requests, each committed exactly once)");
+    printf("example_replay: %s\n", failures ? "FAILED" : "ok (4 requests, each write committed exactly once)");
     return failures ? 1 : 0;
 }

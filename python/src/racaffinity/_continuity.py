@@ -29,8 +29,10 @@ __all__ = [
 
 # Taken in the request's transaction just before COMMIT: the id that tells
 # the commit's outcome later (`pg_xact_status`), and the backend that could
-# still commit it (`pg_terminate_backend`).
-XACT_QUERY = "SELECT pg_current_xact_id()::text, pg_backend_pid()"
+# still commit it (`pg_terminate_backend`). The _if_assigned form gives no xid
+# to a transaction that has none (NULL: it wrote nothing); pg_current_xact_id()
+# would make every read-only COMMIT write a commit record and burn an xid.
+XACT_QUERY = "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()"
 
 
 class ErrorClass(enum.IntEnum):
@@ -240,13 +242,16 @@ def recover(
     binding's action gave (see the constants); it returns the request's
     result (the replayed statement's, or None: committed), or raises the
     original error with a `ReplayRefused` cause. It reads and updates the
-    request's `_node`, `_committing`, `_replayable`, `replays`, `outcome`."""
+    request's `_node`, `_committing`, `_xid`, `_replayable`, `replays`,
+    `outcome`."""
     e = original
     while True:
         failure = RequestFailure(
             node=req._node,
             error_class=error_class(e),
-            commit_in_flight=req._committing,
+            # No xid: the transaction wrote nothing, so its COMMIT has no
+            # outcome to guard and its reads replay harmlessly.
+            commit_in_flight=req._committing and req._xid is not None,
             replays=req.replays,
             replayable=req._replayable,
         )

@@ -337,8 +337,9 @@ public final class InterleavedBench {
      * {@code --replay}: request replay's recording cost ([continuity]), {@link DataSourceBench#request}
      * (a connection, auto-commit off, {@code SELECT 1} read, COMMIT, close) on node 1 through an
      * {@code AffinityDataSource} with replay on, against the same without replay, and against the
-     * same without replay whose application reads the transaction id as replay does (and, as a finding,
-     * with {@code pg_current_xact_id_if_assigned()}, which assigns none). Round by round
+     * same without replay whose application reads the transaction id as replay did until 2026-12-04
+     * ({@code pg_current_xact_id()}), and as it does now ({@code pg_current_xact_id_if_assigned()},
+     * which assigns none to this read-only request). Round by round
      * in one thread, odd rounds in reverse; wall time (what a request pays: its round trips) and
      * this thread's CPU time (the client's own work). Needs RACAFF_NODE1_URL.
      */
@@ -380,8 +381,9 @@ public final class InterleavedBench {
             System.out.println("| subject | clock | ns/request (median) | baseline | / baseline: median | min | max |");
             System.out.println("|---|---|---:|---|---:|---:|---:|");
             // replay on against both baselines, and the xid read's own cost
-            // (the last: the xid read's round trip without the xid it assigns)
-            int[][] pairs = {{2, 0}, {2, 1}, {1, 0}, {3, 0}};
+            // (the fourth: the xid read's round trip without the xid it assigns); the last is the
+            // recording alone since replay reads pg_current_xact_id_if_assigned()
+            int[][] pairs = {{2, 0}, {2, 1}, {1, 0}, {3, 0}, {2, 3}};
             for (int[] p : pairs) {
                 for (String clock : new String[] {"wall", "cpu"}) {
                     double[][] t = clock.equals("wall") ? wall : cpu;

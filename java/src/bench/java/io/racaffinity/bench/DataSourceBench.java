@@ -144,9 +144,10 @@ public class DataSourceBench {
     /** What {@link #request} reads before COMMIT besides its {@code SELECT 1}. */
     public static final String[] XID_QUERIES = {
         null,
-        // what replay reads: assigns an xid to a transaction that has none (this one wrote nothing)
+        // what replay read until 2026-12-04: assigns an xid to a transaction that has none (this
+        // one wrote nothing)
         "SELECT pg_current_xact_id()::text, pg_backend_pid()",
-        // the same round trip without assigning one
+        // what replay reads now: the same round trip without assigning one
         "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()",
     };
 

@@ -391,13 +391,20 @@ final class ReplayConnection {
             return;
         }
         xid = null;
+        // A COMMIT whose answer is lost has an outcome to establish unless the server says the
+        // transaction wrote nothing.
+        boolean wrote = true;
         if (isPostgres()) {
-            // Taken in the transaction: what tells its outcome once the COMMIT's answer is lost.
+            // Taken in the transaction: what tells its outcome once the COMMIT's answer is lost. The
+            // _if_assigned form gives no xid to a transaction that has none: pg_current_xact_id()
+            // would make every read-only COMMIT write a commit record (a WAL flush) and burn an xid.
             try (Statement s = current.physical().createStatement();
-                    ResultSet rs = s.executeQuery("SELECT pg_current_xact_id()::text, pg_backend_pid()")) {
+                    ResultSet rs = s.executeQuery("SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()")) {
                 rs.next();
                 xid = rs.getString(1);
                 pid = rs.getInt(2);
+                // NULL: it wrote nothing, so there is no outcome to guard; its reads replay harmlessly.
+                wrote = xid != null;
             } catch (SQLException e) {
                 if (Continuity.classifySqlState(e.getSQLState()) == ErrorClass.RECOVERABLE) {
                     current.failed(e);
@@ -412,7 +419,7 @@ final class ReplayConnection {
         try {
             current.commit();
         } catch (SQLException e) {
-            recover(e, null, true);
+            recover(e, null, wrote);
             return;
         }
         xid = null; // settled: a later failure never asks about this one

@@ -247,6 +247,85 @@ class ReplayTest {
         }
     }
 
+    /**
+     * The next transaction id node {@code i} will assign, read from a session of its own without
+     * assigning one: a snapshot's xmax is one past the last transaction that ended, and every
+     * request here has ended when it is read.
+     */
+    private static long nextXid(int i) throws SQLException {
+        try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                Statement s = c.createStatement();
+                ResultSet rs = s.executeQuery("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")) {
+            rs.next();
+            return rs.getLong(1);
+        }
+    }
+
+    @Test
+    void aReadOnlyRequestIsGivenNoTransactionId() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("replay-read-only", true);
+        ShardingKey key3 = keyOn(ds, "MYDB3");
+        long before = nextXid(3);
+        int requests = 20;
+        for (int i = 0; i < requests; i++) {
+            try (Connection c = ds.createConnectionBuilder().shardingKey(key3).build()) {
+                c.setAutoCommit(false);
+                assertEquals(0, count(c, "ro%"));
+                c.commit();
+            }
+        }
+        // One xid per request would be 20 (and a commit record each); nothing else on the node takes
+        // xids, the margin is for an autovacuum that might.
+        long used = nextXid(3) - before;
+        assertTrue(used <= 2, requests + " read-only requests took " + used + " transaction ids");
+
+        // Control: the observable moves for a request that writes.
+        before = nextXid(3);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(key3).build()) {
+            c.setAutoCommit(false);
+            insert(c, "w1");
+            c.commit();
+        }
+        assertTrue(nextXid(3) - before >= 1, "a writing request takes its xid");
+    }
+
+    @Test
+    void aReadOnlyRequestWhoseCommitReplyIsLostWithItsNodeDownIsReplayedElsewhere() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = new Pools(NAMES, c -> {
+                c.setConnectionTimeout(1000);
+                if (c.getPoolName().endsWith("MYDB1")) {
+                    c.setJdbcUrl(proxy.url());
+                }
+            });
+            AffinityDataSource ds = ds("replay-read-only-lost", true);
+            Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+            try {
+                c.setAutoCommit(false);
+                assertEquals(0, count(c, "ro%"), "read by the application, compared on the replay");
+                Hold hold = proxy.holdNextCommitReply();
+                CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
+                    try {
+                        c.commit();
+                        return null;
+                    } catch (SQLException e) {
+                        return e;
+                    }
+                });
+                assertTrue(hold.withheld.await(30, TimeUnit.SECONDS));
+                PgNodes.kill(1); // no one can tell its outcome, and a read-only transaction has none to tell
+                hold.release();
+                SQLException e = committing.get(60, TimeUnit.SECONDS);
+                assertEquals(null, e, "replayed elsewhere, refused " + (e == null ? null : refusalOf(e)));
+                assertNotEquals(portOf("MYDB1"), serverPort(c));
+            } finally {
+                c.close();
+                PgNodes.restart(1);
+            }
+        }
+    }
+
     @Test
     void aStatementReusedOverManyTransactionsKeepsTheRecordBounded() throws Exception {
         pools = new Pools(NAMES);
