@@ -13,6 +13,7 @@ psycopg 3 to the node the core names. The C (client.c) and Java
 from __future__ import annotations
 
 import os
+import queue
 import re
 import socket
 import sys
@@ -444,6 +445,27 @@ class ReplayClient:
             timeout=float(env("RACAFF_REPLAY_POOL_TIMEOUT", "3")),
             min_size=1, max_size=4, connect_kwargs=connect_kwargs,
         )
+        # FAN lines are applied on a thread of their own, as an ONS listener
+        # delivers them, not between two requests: `pools.apply_event` retires
+        # a failed node's pool at once, and that close waits (up to 1 s) for
+        # the pool's workers, which may be connecting to a silent node.
+        self.events: "queue.Queue[Optional[str]]" = queue.Queue()
+        self.event_errors: List[str] = []
+        self.fan = threading.Thread(target=self.apply_events, name="fan", daemon=True)
+        self.fan.start()
+
+    def apply_events(self) -> None:
+        while True:
+            line = self.events.get()
+            try:
+                if line is None:
+                    return
+                self.pools.apply_event(line)
+            except ra.Error as e:
+                self.event_errors.append(f"{code_of(e)} {one_line(e)}")
+                print(f"EVENT {line!r}: {code_of(e)} {one_line(e)}", file=sys.stderr, flush=True)
+            finally:
+                self.events.task_done()
 
     def request(self, rid: str, key: str) -> str:
         """REQUEST: one request routed by the data key `key`. OK with where it
@@ -473,17 +495,19 @@ class ReplayClient:
             if cmd == "REQUEST":
                 out = self.request(*args)
             elif cmd == "EVENT":
-                try:
-                    out = f"OK\t{self.pools.apply_event(args[0])}"
-                except ra.Error as e:
-                    out = f"ERR\t{code_of(e)}\t{one_line(e)}"
+                self.events.put(args[0])
+                out = "OK\tqueued"
             elif cmd == "METRICS":
                 out = f"METRICS\t{self.cluster.metrics_json()}"
             elif cmd == "FEEDLOG":
                 out = "FEEDLOG\t"
             elif cmd == "QUIT":
+                self.events.put(None)
+                self.fan.join()
                 live = self.cluster.metrics()["scopes"]["transaction"]["live"]
-                print(f"BYE\ttx_live={live}\topen=0", flush=True)
+                # a FAN line the pools refused is reported here (its EVENT was answered when queued)
+                errors = f"\tevent_errors={'; '.join(self.event_errors)}" if self.event_errors else ""
+                print(f"BYE\ttx_live={live}\t{'open=0' if not errors else 'open=?'}{errors}", flush=True)
                 break
             else:
                 out = f"ERR\tPROTOCOL\tunknown command {cmd!r}"
