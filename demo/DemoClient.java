@@ -10,12 +10,14 @@
 
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
+import io.racaffinity.Continuity;
 import io.racaffinity.Lease;
 import io.racaffinity.NodeState;
 import io.racaffinity.Outcome;
 import io.racaffinity.Route;
 import io.racaffinity.Scope;
 import io.racaffinity.UnknownTransactionException;
+import io.racaffinity.jdbc.AffinityDataSource;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
@@ -24,8 +26,11 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.sql.Connection;
 import java.sql.DriverManager;
+import java.sql.JDBCType;
+import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.ShardingKey;
 import java.sql.Statement;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -478,9 +483,200 @@ public final class DemoClient {
         cluster.close();
     }
 
+    /**
+     * {@code DemoClient --replay LANG CONFIG_FILE}: the soak's replay-enabled Java client. Plain
+     * requests, not XA branches, through {@link AffinityDataSource} with {@code replay=true} over
+     * HikariCP node pools, so that a request a failure interrupted is replayed once elsewhere when
+     * its commit outcome allows it (docs/continuity.md). One request: INSERT a unique request id,
+     * SELECT it back (nothing that depends on the node), COMMIT. The data source probes every node on
+     * its own heartbeat and takes the FAN lines itself ({@code applyEvent}). The timeouts come from
+     * the soak (RACAFF_REPLAY_* in the environment, see demo/soak.py).
+     */
+    static final class Replay {
+        final String lang;
+        final AffinityDataSource ds;
+        final PrintStream out = new PrintStream(System.out, false, StandardCharsets.UTF_8);
+        // What the data source did for the request in hand, from its own DEBUG records (the client
+        // is one thread, so every record between two requests is this request's).
+        int replays;
+        boolean foundCommitted;
+        // Held here: JUL keeps loggers weakly, and a collected one would lose the level set on it.
+        final java.util.logging.Logger log = java.util.logging.Logger.getLogger("io.racaffinity.jdbc.AffinityDataSource");
+
+        static String env(String name, String dflt) {
+            String v = System.getenv(name);
+            return v == null || v.isEmpty() ? dflt : v;
+        }
+
+        Replay(String lang, String config) {
+            this.lang = lang;
+            Map<String, String> urls = new HashMap<>();
+            // pgjdbc: socketTimeout is the statement and COMMIT deadline (whole seconds), connectTimeout
+            // and loginTimeout bound a new connection, tcpKeepAlive turns the OS keepalives on (pgjdbc has
+            // no per-socket idle time).
+            String params = "user=postgres&socketTimeout=" + env("RACAFF_REPLAY_CALL_TIMEOUT", "1")
+                    + "&connectTimeout=" + env("RACAFF_REPLAY_CONNECT_TIMEOUT", "2")
+                    + "&loginTimeout=" + env("RACAFF_REPLAY_CONNECT_TIMEOUT", "2") + "&tcpKeepAlive=true";
+            try (Cluster c = Cluster.fromConfig(config)) {
+                for (int id : c.nodeIds()) {
+                    String address = c.nodeAddress(id).orElseThrow();
+                    urls.put(c.nodeName(id), "jdbc:postgresql://" + address + "/postgres?" + params);
+                }
+            }
+            ds = new AffinityDataSource();
+            ds.setConfig(config);
+            ds.setNodeUrls(urls);
+            ds.setUser("postgres");
+            ds.setReplay(true);
+            ds.setHeartbeatIntervalMillis(Math.round(Double.parseDouble(env("RACAFF_REPLAY_HEARTBEAT", "0.5")) * 1000));
+            ds.setHeartbeatTimeoutSeconds(Math.max(1, (int) Math.ceil(Double.parseDouble(
+                    env("RACAFF_REPLAY_PROBE_TIMEOUT", "0.5")))));
+            ds.setDataSourceClassName("com.zaxxer.hikari.HikariDataSource");
+            long wait = Math.round(Double.parseDouble(env("RACAFF_REPLAY_POOL_TIMEOUT", "3")) * 1000);
+            ds.setDataSourcePropertyList("maximumPoolSize=4 | minimumIdle=1 | connectionTimeout=" + wait
+                    + " | validationTimeout=" + Math.min(1000, wait - 250));
+            log.setLevel(java.util.logging.Level.FINE);
+            log.addHandler(new java.util.logging.Handler() {
+                @Override
+                public void publish(java.util.logging.LogRecord r) {
+                    String m = r.getMessage() == null ? "" : r.getMessage();
+                    if (m.contains("request replayed on node")) {
+                        replays++;
+                    } else if (m.contains("the COMMIT in flight committed")) {
+                        foundCommitted = true;
+                    }
+                }
+
+                @Override
+                public void flush() {}
+
+                @Override
+                public void close() {}
+            });
+        }
+
+        /** The node of the connection in hand now, from its description. */
+        static String nodeOf(Connection c) {
+            Matcher m = Pattern.compile("node=([^,\\]]+)").matcher(String.valueOf(c));
+            return m.find() ? m.group(1) : "-";
+        }
+
+        /** The typed cause of a request's failure: the refusal's name, or "-" when there is none. */
+        static String cause(Throwable e) {
+            for (Throwable t = e; t != null; t = t.getCause()) {
+                if (t instanceof Continuity.ReplayRefusedException r) {
+                    return r.refusal().name();
+                }
+                for (Throwable s : t.getSuppressed()) {
+                    if (s instanceof Continuity.ReplayRefusedException r) {
+                        return r.refusal().name();
+                    }
+                }
+            }
+            return "-";
+        }
+
+        String request(String rid, String key) {
+            replays = 0;
+            foundCommitted = false;
+            String node = "-";
+            Connection c = null;
+            try {
+                ShardingKey sk = ds.createShardingKeyBuilder().subkey(key, JDBCType.VARCHAR).build();
+                c = ds.createConnectionBuilder().shardingKey(sk).build();
+                c.setAutoCommit(false);
+                try (PreparedStatement s = c.prepareStatement("INSERT INTO soak_req (id, lang) VALUES (?, ?)")) {
+                    s.setString(1, rid);
+                    s.setString(2, lang);
+                    s.executeUpdate();
+                }
+                long n;
+                try (PreparedStatement s = c.prepareStatement("SELECT count(*) FROM soak_req WHERE id = ?")) {
+                    s.setString(1, rid);
+                    try (ResultSet rs = s.executeQuery()) {
+                        rs.next();
+                        n = rs.getLong(1);
+                    }
+                }
+                if (n != 1) {
+                    throw new SQLException("the request's own row counted " + n + " times");
+                }
+                node = nodeOf(c);
+                c.commit();
+                // Found committed: the row is where the COMMIT ran, and the connection has moved on.
+                String at = foundCommitted ? node : nodeOf(c);
+                return "OK\t" + rid + "\t" + at + "\t" + replays + "\t"
+                        + (foundCommitted ? "found-committed" : "committed");
+            } catch (AffinityException e) {
+                return "REFUSED\t" + rid + "\t-\t" + code(e) + "\t" + oneLine(e);
+            } catch (SQLException | RuntimeException e) {
+                if (c != null) {
+                    node = nodeOf(c);
+                }
+                return "FAIL\t" + rid + "\t" + node + "\t" + cause(e) + "\t" + e.getClass().getSimpleName() + ": "
+                        + oneLine(e);
+            } finally {
+                if (c != null) {
+                    try {
+                        c.close();
+                    } catch (SQLException e) {
+                        // the request is over; a dead connection's close has nothing to say
+                    }
+                }
+            }
+        }
+
+        int serve() throws Exception {
+            ds.getConnection().close(); // init: the pools and the heartbeat start now, not at the first request
+            out.println("READY\t" + lang + "\tracaffinity (Java " + System.getProperty("java.version")
+                    + ", AffinityDataSource replay=true, HikariCP)");
+            out.flush();
+            BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+            String line;
+            while ((line = in.readLine()) != null) {
+                String[] a = line.split("\t", -1);
+                String reply;
+                switch (a[0]) {
+                    case "REQUEST":
+                        reply = request(a[1], a[2]);
+                        break;
+                    case "EVENT":
+                        try {
+                            reply = "OK\t" + ds.applyEvent(a[1]);
+                        } catch (SQLException e) {
+                            reply = "ERR\tEVENT\t" + oneLine(e);
+                        }
+                        break;
+                    case "METRICS":
+                        reply = "METRICS\t" + ds.getCluster().metricsJson();
+                        break;
+                    case "FEEDLOG":
+                        reply = "FEEDLOG\t";
+                        break;
+                    case "QUIT":
+                        Matcher m = Pattern.compile("\"transaction\":\\{[^{}]*?\"live\":(\\d+)")
+                                .matcher(ds.getCluster().metricsJson());
+                        out.println("BYE\ttx_live=" + (m.find() ? m.group(1) : "?") + "\topen=0");
+                        out.flush();
+                        ds.close();
+                        return 0;
+                    default:
+                        reply = "ERR\tPROTOCOL\tunknown command " + a[0];
+                }
+                out.println(reply);
+                out.flush();
+            }
+            ds.close();
+            return 0;
+        }
+    }
+
     public static void main(String[] args) throws Exception {
+        if (args.length == 3 && args[0].equals("--replay")) {
+            System.exit(new Replay(args[1], Files.readString(Path.of(args[2]))).serve());
+        }
         if (args.length != 1) {
-            System.err.println("usage: DemoClient CONFIG_FILE");
+            System.err.println("usage: DemoClient CONFIG_FILE | DemoClient --replay LANG CONFIG_FILE");
             System.exit(2);
         }
         System.exit(new DemoClient(Files.readString(Path.of(args[0]))).serve());

@@ -2,6 +2,7 @@
 of global transactions (see demo/README.md for the line protocol).
 
     python demo/client.py CONFIG_FILE
+    python demo/client.py --replay LANG CONFIG_FILE   (the soak's replay-enabled client, below)
 
 Reads commands on stdin, answers one line per command on stdout. Routing is
 racaffinity's (`import racaffinity`, the cffi binding); SQL goes through
@@ -12,6 +13,7 @@ psycopg 3 to the node the core names. The C (client.c) and Java
 from __future__ import annotations
 
 import os
+import queue
 import re
 import socket
 import sys
@@ -401,5 +403,121 @@ class Client:
         return 0
 
 
+class ReplayClient:
+    """`client.py --replay LANG CONFIG` (the soak's replay-enabled client):
+    an application that runs plain requests, not XA branches, through
+    `NodePools(..., replay=True)` and `pools.request()`, so that a request a
+    failure interrupted is replayed once elsewhere when its commit outcome
+    allows it (docs/continuity.md). One request: INSERT a unique request id,
+    SELECT it back (nothing that depends on the node: a replay compares what
+    the application read), COMMIT. The pools probe every node on their own
+    heartbeat and handle FAN lines themselves (`pools.apply_event`).
+
+    The timeouts come from the soak (RACAFF_REPLAY_* in the environment, see
+    demo/soak.py and docs/soak.md): the statement deadline (`call_timeout`),
+    the wait for a pooled connection, the heartbeat and its probe timeout,
+    and the connections' libpq connect timeout, TCP keepalives and TCP user
+    timeout."""
+
+    def __init__(self, lang: str, config: str) -> None:
+        from racaffinity.pools import NodePools
+
+        env = os.environ.get
+        self.lang = lang
+        self.call_timeout = float(env("RACAFF_REPLAY_CALL_TIMEOUT", "1"))
+        self.cluster = ra.Cluster(config)
+        dsns = {}
+        for node in range(len(self.cluster.nodes)):
+            host, _, port = (self.cluster.node_address(node) or "").rpartition(":")
+            dsns[self.cluster.node_name(node)] = f"host={host} port={port} user=postgres dbname=postgres"
+        connect_kwargs = {
+            "connect_timeout": int(env("RACAFF_REPLAY_CONNECT_TIMEOUT", "2")),
+            "keepalives": 1,
+            "keepalives_idle": int(env("RACAFF_REPLAY_KEEPALIVES_IDLE", "1")),
+            "keepalives_interval": int(env("RACAFF_REPLAY_KEEPALIVES_INTERVAL", "1")),
+            "keepalives_count": int(env("RACAFF_REPLAY_KEEPALIVES_COUNT", "2")),
+            "tcp_user_timeout": int(env("RACAFF_REPLAY_TCP_USER_TIMEOUT_MS", "2000")),
+        }
+        self.pools = NodePools(
+            self.cluster, dsns, replay=True, heartbeat=True,
+            heartbeat_interval=float(env("RACAFF_REPLAY_HEARTBEAT", "0.5")),
+            probe_timeout=float(env("RACAFF_REPLAY_PROBE_TIMEOUT", "0.5")),
+            timeout=float(env("RACAFF_REPLAY_POOL_TIMEOUT", "3")),
+            min_size=1, max_size=4, connect_kwargs=connect_kwargs,
+        )
+        # FAN lines are applied on a thread of their own, as an ONS listener
+        # delivers them, not between two requests: `pools.apply_event` retires
+        # a failed node's pool at once, and that close waits (up to 1 s) for
+        # the pool's workers, which may be connecting to a silent node.
+        self.events: "queue.Queue[Optional[str]]" = queue.Queue()
+        self.event_errors: List[str] = []
+        self.fan = threading.Thread(target=self.apply_events, name="fan", daemon=True)
+        self.fan.start()
+
+    def apply_events(self) -> None:
+        while True:
+            line = self.events.get()
+            try:
+                if line is None:
+                    return
+                self.pools.apply_event(line)
+            except ra.Error as e:
+                self.event_errors.append(f"{code_of(e)} {one_line(e)}")
+                print(f"EVENT {line!r}: {code_of(e)} {one_line(e)}", file=sys.stderr, flush=True)
+            finally:
+                self.events.task_done()
+
+    def request(self, rid: str, key: str) -> str:
+        """REQUEST: one request routed by the data key `key`. OK with where it
+        committed, how many replays and the outcome; FAIL with the typed cause
+        (the core's refusal, `results_differ`, or `-` when there is none)."""
+        r = self.pools.request(key=key, call_timeout=self.call_timeout)
+        try:
+            with r as req:
+                req.execute("INSERT INTO soak_req (id, lang) VALUES (%s, %s)", (rid, self.lang))
+                n = req.execute("SELECT count(*) FROM soak_req WHERE id = %s", (rid,)).fetchone()[0]
+                if n != 1:
+                    raise AssertionError(f"the request's own row counted {n} times")
+        except ra.Error as e:
+            return f"REFUSED\t{rid}\t-\t{code_of(e)}\t{one_line(e)}"
+        except Exception as e:  # noqa: BLE001 - every failure is reported with its cause
+            cause = e.__cause__
+            why = cause.reason.upper() if isinstance(cause, ra.ReplayRefused) else "-"
+            node = self.cluster.node_name(r._node) if r._node >= 0 else "-"
+            return f"FAIL\t{rid}\t{node}\t{why}\t{type(e).__name__}: {one_line(e)}"
+        return f"OK\t{rid}\t{r.node}\t{r.replays}\t{r.outcome}"
+
+    def serve(self) -> int:
+        versions = f"Python {sys.version.split()[0]}, psycopg {psycopg.__version__}, NodePools replay=True"
+        print(f"READY\t{self.lang}\tracaffinity {ra.version()} ({versions})", flush=True)
+        for raw in sys.stdin:
+            cmd, *args = raw.rstrip("\n").split("\t")
+            if cmd == "REQUEST":
+                out = self.request(*args)
+            elif cmd == "EVENT":
+                self.events.put(args[0])
+                out = "OK\tqueued"
+            elif cmd == "METRICS":
+                out = f"METRICS\t{self.cluster.metrics_json()}"
+            elif cmd == "FEEDLOG":
+                out = "FEEDLOG\t"
+            elif cmd == "QUIT":
+                self.events.put(None)
+                self.fan.join()
+                live = self.cluster.metrics()["scopes"]["transaction"]["live"]
+                # a FAN line the pools refused is reported here (its EVENT was answered when queued)
+                errors = f"\tevent_errors={'; '.join(self.event_errors)}" if self.event_errors else ""
+                print(f"BYE\ttx_live={live}\t{'open=0' if not errors else 'open=?'}{errors}", flush=True)
+                break
+            else:
+                out = f"ERR\tPROTOCOL\tunknown command {cmd!r}"
+            print(out, flush=True)
+        self.pools.close()
+        self.cluster.close()
+        return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--replay":
+        sys.exit(ReplayClient(sys.argv[2], Path(sys.argv[3]).read_text()).serve())
     sys.exit(Client(Path(sys.argv[1]).read_text()).serve())

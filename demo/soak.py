@@ -35,6 +35,16 @@ transaction) and
 soft (every process places the gtrid itself by rendezvous, as the demo does:
 processes that disagree on the topology may split it; splits are counted).
 
+Beside them, two replay-enabled clients run plain requests: "Python replay"
+(demo/client.py --replay, the binding's NodePools(replay=True)) and "Java
+replay" (DemoClient --replay, AffinityDataSource replay=true over HikariCP):
+INSERT a unique request id, SELECT it back, COMMIT; a request a failure
+interrupted is replayed once elsewhere when its commit outcome allows it
+(docs/continuity.md). Each gets the FAN lines when the XA client of its
+language does, and probes every node on its own heartbeat. The report counts
+their requests per fault kind apart: ok, replayed, failed (with the typed
+cause), refused. SOAK_REPLAY=0 leaves them out.
+
 Checked continuously and at the end (exit 1 on any violation):
 - strict mode: 0 split transactions, 0 misrouted 2PC commands;
 - the deliveries did reorder: a run with a flap or a drain that goes down
@@ -42,6 +52,9 @@ Checked continuously and at the end (exit 1 on any violation):
 - after the final recovery: 0 prepared transactions on every node, every
   committed branch's row exactly once (SQL against the driver's log, which is
   also written to target/soak/tm-log.jsonl), no row of a rolled-back one;
+- every replay-enabled request exactly once: an answered one's row once, on
+  the node the client named; a failed one's at most once, and only with
+  the cause OUTCOME_UNKNOWN; no row of a request no client answered;
 - no client crash or hang, no PANIC result code, every registry back to 0
   (scopes' live counts and in-flight leases from each process's metrics JSON),
   resident memory growth of each process under 20 MB (VmRSS, after warm-up).
@@ -119,8 +132,34 @@ OUT = REPO / "target" / "soak"
 DEMO = REPO / "target" / "demo"
 LANGS = ["c", "java", "py"]
 PROCS = LANGS + ["tm"]
-LABEL = {"c": "C", "java": "Java", "py": "Python", "tm": "driver"}
+# The replay-enabled clients: plain requests (no XA) through the binding's
+# pools with request replay on, each getting the FAN lines at the moments its
+# language's XA client does (the schedule's draws stay what they were).
+# SOAK_REPLAY=0 leaves them out.
+RLANGS = [] if os.environ.get("SOAK_REPLAY", "1") == "0" else ["pyr", "javar"]
+BASE_LANG = {"pyr": "py", "javar": "java"}
+CLIENTS = LANGS + RLANGS
+LABEL = {"c": "C", "java": "Java", "py": "Python", "tm": "driver", "pyr": "Python replay", "javar": "Java replay"}
 TABLE = "demo_xa"  # the clients insert here (demo/README.md)
+REQ_TABLE = "soak_req"  # the replay-enabled clients' requests insert here
+# The replay-enabled clients' timeouts (docs/soak.md, "Replay-enabled
+# clients"): what bounds the time from a blackhole to the first success
+# elsewhere. Through the fault proxy (a user-space TCP proxy on this host) the
+# kernel acknowledges every segment and answers every keepalive, so TCP's own
+# timeouts never fire on a blackhole here: the statement deadline, the pool's
+# wait and the heartbeat do. They are set all the same, as a deployment would.
+REPLAY_SETTINGS = {
+    "RACAFF_REPLAY_CALL_TIMEOUT": "1",  # seconds: a statement or COMMIT without an answer fails (replayed)
+    "RACAFF_REPLAY_POOL_TIMEOUT": "3",  # seconds: the wait for a pooled connection (the heartbeat ends it sooner)
+    "RACAFF_REPLAY_HEARTBEAT": "0.5",  # seconds between probes of every node (3 misses: Down)
+    "RACAFF_REPLAY_PROBE_TIMEOUT": "0.5",  # seconds: a probe without an answer is a miss
+    "RACAFF_REPLAY_CONNECT_TIMEOUT": "2",  # libpq connect_timeout, seconds (its floor)
+    "RACAFF_REPLAY_KEEPALIVES_IDLE": "1",
+    "RACAFF_REPLAY_KEEPALIVES_INTERVAL": "1",
+    "RACAFF_REPLAY_KEEPALIVES_COUNT": "2",
+    "RACAFF_REPLAY_TCP_USER_TIMEOUT_MS": "2000",
+}
+REQ_GAP_S = 0.05  # a replay-enabled client sends its next request this long after the last answer
 PREFIX = "soak-"
 HANG_S = 75.0  # a client that does not answer within this is hung (its own timeouts are far shorter)
 # Every FAN / RLB line reaches each process after its own delay in 0..MAX_DELAY_S,
@@ -205,6 +244,8 @@ class Req:
     status: str  # ok, fail, refused
     node: Optional[str]  # where it ran (the server's own port)
     why: str = ""  # a failure's node and code, e.g. "RAC2 SQL server closed the connection"
+    replays: int = 0  # a replay-enabled request: how many times it was replayed
+    refusal: str = ""  # a replay-enabled request that failed: the typed cause ("-": none)
 
 
 @dataclass
@@ -362,7 +403,7 @@ class Worker(threading.Thread):
         self.events: List[Tuple[float, int, str, str]] = []  # heap: (due, seq, line, label)
         self.lock = threading.Lock()
         self.work: "queue.Queue[Tuple[List[str], Future]]" = queue.Queue()
-        self.rng = random.Random(soak.seed * 31 + LANGS.index(lang))
+        self.rng = random.Random(soak.seed * 31 + CLIENTS.index(lang))
         self.banner = ""
         self.error: Optional[str] = None
         self.next_hb = 0.0
@@ -470,7 +511,8 @@ class Worker(threading.Thread):
         t = self.soak.clock()
         if r[0] != "OK":
             self.soak.violation(f"{LABEL[self.lang]} refused {label}: {r}")
-        self.soak.record_delivery(label, self.lang, t, t - (due - self.soak.t0))
+        if self.lang in PROCS:
+            self.soak.record_delivery(label, self.lang, t, t - (due - self.soak.t0))
         self.sample_metrics()
 
     def sample_metrics(self) -> None:
@@ -480,12 +522,13 @@ class Worker(threading.Thread):
             self.soak.violation(f"{LABEL[self.lang]}: METRICS answered {r[:3]}")
             return
         m = json.loads(r[1])
-        self.soak.record_fp(self.lang, t, m["fingerprint"])
+        if self.lang in PROCS:  # the agreement is measured among the XA processes
+            self.soak.record_fp(self.lang, t, m["fingerprint"])
         self.soak.last_metrics[self.lang] = m
         rss = self.soak.rss(self.p.pid)
         if rss is not None:
             self.soak.rss_samples[self.lang].append((t, rss))
-        if FEED:
+        if FEED and self.lang in PROCS:
             self.take_feedlog()
         self.next_metrics = now() + 1.0
 
@@ -513,6 +556,8 @@ class Worker(threading.Thread):
             return True
         if not s.load_on:
             return False
+        if self.lang in RLANGS:
+            return self.replay_request(t)
         if t >= self.next_hb:
             r = self.call("HEARTBEAT")
             self.next_hb = now() + 3.0 + self.rng.uniform(0, 0.5)
@@ -534,6 +579,20 @@ class Worker(threading.Thread):
         r = self.call(op, key, *args)
         self.last_op = now()
         s.record_request(self.lang, op, key, sent, r)
+        return True
+
+    def replay_request(self, t: float) -> bool:
+        """A replay-enabled client: one request (a unique id, routed by a
+        data key) when due; its pools run their own heartbeat."""
+        if t - self.last_op < REQ_GAP_S:
+            return False
+        s = self.soak
+        rid = f"{PREFIX}{self.lang}-{self.calls:07d}"
+        key = f"k{self.rng.randrange(1000):04d}"
+        sent = s.clock()
+        r = self.call("REQUEST", rid, key)
+        self.last_op = now()
+        s.record_replay_request(self.lang, rid, key, sent, r)
         return True
 
 
@@ -564,6 +623,7 @@ class Soak(NodeSQL):
         self.reqs: List[Req] = []
         self.rlock = threading.Lock()
         self.fps: Dict[str, List[Tuple[float, str]]] = {p: [] for p in PROCS}
+        self.rids: Dict[str, Req] = {}  # a replay-enabled request's id -> the request
         self.deliveries: Dict[str, Dict[str, float]] = defaultdict(dict)  # label -> proc -> applied at
         self.delivery_lag: List[float] = []
         self.label_kind: Dict[str, str] = {}
@@ -572,7 +632,7 @@ class Soak(NodeSQL):
         self.applied: Dict[str, List[str]] = {p: [] for p in PROCS}  # labels in the order each process applied them
         self.last_ts: Dict[str, int] = {}  # node -> timestamp= of the last FAN line published about it
         self.pub_seq = itertools.count()
-        self.rss_samples: Dict[str, List[Tuple[float, int]]] = {l: [] for l in LANGS}
+        self.rss_samples: Dict[str, List[Tuple[float, int]]] = {l: [] for l in CLIENTS}
         self.last_metrics: Dict[str, dict] = {}
         self.sessions: Dict[str, set] = {l: set() for l in LANGS}
         self.home_cache: Dict[Tuple[str, str], Optional[str]] = {}
@@ -731,6 +791,9 @@ class Soak(NodeSQL):
                 self.sql(n, f"ROLLBACK PREPARED '{gid}'")
             self.sql(n, f"CREATE TABLE IF NOT EXISTS {TABLE} (gtrid text, lang text, port int)")
             self.sql(n, f"DELETE FROM {TABLE} WHERE gtrid LIKE %s", (PREFIX + "%",))
+            self.sql(n, f"CREATE TABLE IF NOT EXISTS {REQ_TABLE} (id text, lang text)")
+            self.sql(n, f"CREATE INDEX IF NOT EXISTS {REQ_TABLE}_id ON {REQ_TABLE} (id)")
+            self.sql(n, f"DELETE FROM {REQ_TABLE} WHERE id LIKE %s", (PREFIX + "%",))
 
     # ---- clients
 
@@ -742,15 +805,18 @@ class Soak(NodeSQL):
             "java": [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-Xms64m", "-Xmx64m",
                      "-XX:+AlwaysPreTouch", "-cp", cp, "DemoClient", str(conf)],
             "py": [sys.executable, str(REPO / "demo" / "client.py"), str(conf)],
+            "pyr": [sys.executable, str(REPO / "demo" / "client.py"), "--replay", "pyr", str(conf)],
+            "javar": [java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto", "-Xms64m", "-Xmx64m",
+                      "-XX:+AlwaysPreTouch", "-cp", cp, "DemoClient", "--replay", "javar", str(conf)],
         }
-        env = dict(os.environ, RACAFF_CLIENT_TIMEOUT=os.environ.get("SOAK_CLIENT_TIMEOUT", "6"))
+        env = dict(os.environ, RACAFF_CLIENT_TIMEOUT=os.environ.get("SOAK_CLIENT_TIMEOUT", "6"), **REPLAY_SETTINGS)
         if FEED:
             env["RACAFF_FEEDLOG_MS"] = str(FEEDLOG_MS)
-        for lang in LANGS:
+        for lang in CLIENTS:
             self.workers[lang] = Worker(self, lang, argv[lang], env)
         for w in self.workers.values():
             w.start()
-        for _ in LANGS:
+        for _ in CLIENTS:
             if not self.ready.acquire(timeout=150):
                 raise SetupError("a client did not start within 150 s")
         for w in self.workers.values():
@@ -786,7 +852,7 @@ class Soak(NodeSQL):
                 if op == "SESSION":
                     h = self.ref.route_session(key).name
                     self.ref.end_session(key)
-                elif op == "KEY":
+                elif op in ("KEY", "REQUEST"):
                     h = self.ref.route_key(key).name
                 elif op == "BRANCH":
                     h = self.ref.tx_begin(key).name
@@ -812,6 +878,23 @@ class Soak(NodeSQL):
         req = Req(lang, op, key, self.home(op, key), sent, t, status, node, why)
         with self.rlock:
             self.reqs.append(req)
+
+    def record_replay_request(self, lang: str, rid: str, key: str, sent: float, r: List[str]) -> None:
+        """A replay-enabled client's answer: `OK id node replays outcome`,
+        `FAIL id node cause message` or `REFUSED id - code message`."""
+        t = self.clock()
+        status = {"OK": "ok", "FAIL": "fail", "REFUSED": "refused"}.get(r[0])
+        if status is None or len(r) < 4:
+            self.violation(f"{LABEL[lang]}: REQUEST {rid}: unexpected reply {r[:5]}")
+            return
+        node = next((n for n in NODES if n.upper() == r[2].upper()), None)
+        req = Req(lang, "REQUEST", key, self.home("REQUEST", key), sent, t, status,
+                  node if status == "ok" else None,
+                  "" if status == "ok" else " ".join(r[2:5])[:200],
+                  replays=int(r[3]) if status == "ok" else 0, refusal="" if status == "ok" else r[3])
+        with self.rlock:
+            self.reqs.append(req)
+            self.rids[rid] = req
 
     def record_fp(self, proc: str, t: float, fp: str) -> None:
         with self.rlock:
@@ -853,8 +936,8 @@ class Soak(NodeSQL):
         self.label_kind[label] = f"{ep.kind} {phase}"
         base = now()
         self.label_t[label] = base - self.t0
-        for lang in LANGS:
-            self.workers[lang].deliver_at(base + ep.delays[k][lang], line, label)
+        for lang in CLIENTS:
+            self.workers[lang].deliver_at(base + ep.delays[k][BASE_LANG.get(lang, lang)], line, label)
         self.tm_events.put((base + ep.delays[k]["tm"], line, label))
         return label
 
@@ -1201,7 +1284,7 @@ class Soak(NodeSQL):
         lines = [self.fan_line(n, "up", "BOOT") for n in NODES] + [rlb({n: 33 for n in NODES}, {n: True for n in NODES})]
         for line in lines:
             self.tm.apply_event(line)
-            for lang, r in self.ask_all("EVENT", line).items():
+            for lang, r in self.ask_all("EVENT", line, langs=CLIENTS).items():
                 if r[0] != "OK":
                     self.violation(f"{LABEL[lang]} refused the final event: {r}")
         self.tm_fp()
@@ -1276,15 +1359,17 @@ class Soak(NodeSQL):
                 bad += 1
                 self.violation(f"{k[0]}.{k[1]}: rows {dict(got)} of a transaction the driver never ran")
         self.rows_bad = bad
+        self.check_requests()
         # registries back to 0
         for lang in LANGS:
             for s in sorted(self.sessions[lang]):
                 self.workers[lang].submit("ENDSESSION", s)
         self.registries: Dict[str, str] = {}
-        for lang, r in self.ask_all("METRICS").items():
+        for lang, r in self.ask_all("METRICS", langs=CLIENTS).items():
             m = json.loads(r[1])
             self.last_metrics[lang] = m
-            self.record_fp(lang, self.clock(), m["fingerprint"])
+            if lang in PROCS:
+                self.record_fp(lang, self.clock(), m["fingerprint"])
             self.registries[lang] = self.registry_check(LABEL[lang], m)
         self.registries["tm"] = self.registry_check("driver", self.tm.metrics())
         with self.rlock:  # the clients' feed notes arrive after the samples taken since
@@ -1300,7 +1385,7 @@ class Soak(NodeSQL):
         self.rss_growth: Dict[str, Optional[float]] = {}
         warm = self.warmup
         limit = float(os.environ.get("SOAK_RSS_LIMIT_MB", "20"))
-        for lang in LANGS:
+        for lang in CLIENTS:
             s = self.rss_samples[lang]
             base = [v for t, v in s if warm <= t <= warm + 10] or [v for _, v in s[:5]]
             last = [v for t, v in s if t >= s[-1][0] - 10] if s else []
@@ -1313,7 +1398,7 @@ class Soak(NodeSQL):
                 self.violation(f"{LABEL[lang]}: resident memory grew {g:.1f} MB (limit {limit:.0f} MB)")
         # clean exits
         self.byes = {}
-        for lang, r in self.ask_all("QUIT").items():
+        for lang, r in self.ask_all("QUIT", langs=CLIENTS).items():
             self.byes[lang] = r
             if r[:3] != ["BYE", "tx_live=0", "open=0"]:
                 self.violation(f"{LABEL[lang]} client left state behind: {r}")
@@ -1325,6 +1410,40 @@ class Soak(NodeSQL):
                 continue
             if w.p.returncode != 0:
                 self.violation(f"{LABEL[lang]} client exited {w.p.returncode}")
+
+    def check_requests(self) -> None:
+        """Every replay-enabled request exactly once: an answered one has its
+        row once, on the node the client named; a failed or refused one at
+        most once, and a failed one whose write did commit must say
+        OUTCOME_UNKNOWN (the one refusal that leaves a commit possible);
+        no row of a request never sent."""
+        rows: Dict[str, Counter] = defaultdict(Counter)
+        for n in NODES:
+            for rid, cnt in self.sql(n, f"SELECT id, count(*) FROM {REQ_TABLE} WHERE id LIKE %s GROUP BY 1",
+                                     (PREFIX + "%",)):
+                rows[rid][n] += cnt
+        bad = 0
+        self.req_committed_failed = 0
+        for rid, req in self.rids.items():
+            got = rows.get(rid, Counter())
+            total = sum(got.values())
+            if req.status == "ok":
+                # a client that could not tell where it committed names no node: once, anywhere
+                ok = got == Counter({req.node: 1}) if req.node else total == 1
+            else:
+                ok = total == 0 or (total == 1 and req.status == "fail" and req.refusal == "OUTCOME_UNKNOWN")
+                self.req_committed_failed += total
+            if not ok:
+                bad += 1
+                self.violation(f"request {rid} ({LABEL[req.lang]}, {req.status}"
+                               f"{' on ' + str(req.node) if req.node else ''}{' ' + req.why if req.why else ''}): "
+                               f"rows {dict(got)}")
+        for rid, got in rows.items():
+            if rid not in self.rids:
+                bad += 1
+                self.violation(f"request {rid}: rows {dict(got)} of a request no client answered")
+        self.req_rows_bad = bad
+        self.req_rows_expected = sum(1 for r in self.rids.values() if r.status == "ok")
 
     def registry_check(self, who: str, m: dict) -> str:
         live = {s: v["live"] for s, v in m["scopes"].items()}
@@ -1354,7 +1473,7 @@ class Soak(NodeSQL):
         if FEED:
             print(f"topology feed {self.feed_url}; monitors pid {', '.join(str(p.pid) for p in self.monitors)}")
         self.start_clients(conf)
-        for lang in LANGS:
+        for lang in CLIENTS:
             w = self.workers[lang]
             print(f"  {LABEL[lang]:<7} pid {w.p.pid:<7} {w.banner}")
         print(f"  driver  pid {os.getpid():<7} racaffinity {ra.version()}: the TM (2PC), the chaos schedule")
@@ -1375,7 +1494,7 @@ class Soak(NodeSQL):
         tm_thread.join(10)
         self.say(f"load stopped after {ntx} global transactions; healing, final events, final recovery")
         # drain the clients' queues (DONE, due events) before the checks
-        self.ask_all("METRICS")
+        self.ask_all("METRICS", langs=CLIENTS)
         self.settle()
         if self.want_mode != self.mode:
             self.set_mode(self.want_mode)
@@ -1434,15 +1553,15 @@ class Soak(NodeSQL):
 
     def failover(self) -> Dict[str, Dict[str, Dict[str, List[float]]]]:
         """kind -> lang -> {"last_fail": [...], "first_ok": [...]} in seconds after each injection."""
-        out: Dict[str, Dict[str, Dict[str, List[float]]]] = {k: {l: {"last_fail": [], "first_ok": [], "failed": []} for l in LANGS}
+        out: Dict[str, Dict[str, Dict[str, List[float]]]] = {k: {l: {"last_fail": [], "first_ok": [], "failed": []} for l in CLIENTS}
                                                              for k in FAILOVER_KINDS}
-        by_lang = {l: sorted((r for r in self.reqs if r.lang == l), key=lambda r: r.done) for l in LANGS}
-        done_at = {l: [r.done for r in by_lang[l]] for l in LANGS}
+        by_lang = {l: sorted((r for r in self.reqs if r.lang == l), key=lambda r: r.done) for l in CLIENTS}
+        done_at = {l: [r.done for r in by_lang[l]] for l in CLIENTS}
         for ep in self.episodes:
             if ep.kind not in FAILOVER_KINDS or ep.t0 is None:
                 continue
             t_end = ep.t_end if ep.t_end is not None else ep.t0 + ep.duration
-            for lang in LANGS:
+            for lang in CLIENTS:
                 lo, hi = bisect.bisect_left(done_at[lang], ep.t0), bisect.bisect_left(done_at[lang], t_end)
                 rs = by_lang[lang][lo:hi]
                 bad = [r for r in rs if r.status != "ok"]
@@ -1455,6 +1574,26 @@ class Soak(NodeSQL):
                 out[ep.kind][lang]["last_fail"].append(max(fails) if fails else 0.0)
                 if oks:
                     out[ep.kind][lang]["first_ok"].append(min(oks))
+        return out
+
+    def kind_at(self, t: float) -> str:
+        """The kind of the last episode injected at or before `t` ("none": before the first)."""
+        starts = sorted((e.t0, e.kind) for e in self.episodes if e.t0 is not None)
+        j = bisect.bisect_right([x for x, _ in starts], t) - 1
+        return starts[j][1] if j >= 0 else "none"
+
+    def replay_counts(self) -> Dict[str, Dict[str, Counter]]:
+        """The replay-enabled requests per fault kind: lang -> kind -> Counter
+        of ok / replayed / fail / refused. A request belongs to the last
+        episode injected before it answered (its fault and the gap after
+        it, so a fault's after-effects count against it); "none": before the
+        first one."""
+        out: Dict[str, Dict[str, Counter]] = {l: defaultdict(Counter) for l in RLANGS}
+        for r in self.reqs:
+            if r.lang not in RLANGS:
+                continue
+            kind = self.kind_at(r.done)
+            out[r.lang][kind]["replayed" if r.status == "ok" and r.replays else r.status] += 1
         return out
 
     def applied_at(self, proc: str, rev: int) -> Optional[float]:
@@ -1602,20 +1741,30 @@ class Soak(NodeSQL):
              + f"** ({' / '.join(NODES)})"),
             ("**committed rows exactly once**", f"**{self.rows_expected - min(self.rows_bad, self.rows_expected)}"
                                                 f" / {self.rows_expected}** (bad: {self.rows_bad})"),
-            ("requests (branch, session, key, pinned)",
+            ("requests (branch, session, key, pinned; request: replay-enabled)",
              f"{len(self.reqs)}: " + ", ".join(f"{k.lower()} {v}" for k, v in sorted(ops.items()))),
         ]
         for lang in LANGS:
             rows.append((f"{LABEL[lang]}: requests ok / failed / refused",
                          f"{reqs[(lang, 'ok')]} / {reqs[(lang, 'fail')]} / {reqs[(lang, 'refused')]}"))
+        replayed = Counter(r.lang for r in self.reqs if r.lang in RLANGS and r.status == "ok" and r.replays)
+        for lang in RLANGS:
+            rows.append((f"{LABEL[lang]}: requests ok / replayed / failed / refused",
+                         f"{reqs[(lang, 'ok')] - replayed[lang]} / {replayed[lang]} / {reqs[(lang, 'fail')]} / "
+                         f"{reqs[(lang, 'refused')]}"))
+        if RLANGS:
+            rows.append(("**replay-enabled requests committed exactly once**",
+                         f"**{self.req_rows_expected - min(self.req_rows_bad, self.req_rows_expected)} / "
+                         f"{self.req_rows_expected}** answered (bad: {self.req_rows_bad}; failed requests whose write "
+                         f"committed, each OUTCOME_UNKNOWN: {self.req_committed_failed})"))
         rows += [
             ("**crashes, hangs, PANIC**", f"**{sum(1 for p in self.problems if 'exited' in p or 'hang' in p)}, "
                                           f"{sum(1 for p in self.problems if 'PANIC' in p)}**"),
-            ("**registries back to 0 (C / Java / Python / driver)**",
-             "**" + " / ".join(self.registries.get(p, "?") for p in PROCS) + "**"),
-            ("**RSS growth after warm-up (C / Java / Python)**",
+            (f"**registries back to 0 ({' / '.join(LABEL[p] for p in PROCS + RLANGS)})**",
+             "**" + " / ".join(self.registries.get(p, "?") for p in PROCS + RLANGS) + "**"),
+            (f"**RSS growth after warm-up ({' / '.join(LABEL[l] for l in CLIENTS)})**",
              "**" + " / ".join("-" if self.rss_growth.get(l) is None else f"{self.rss_growth[l]:+.1f} MB"
-                               for l in LANGS) + "** (limit 20 MB)"),
+                               for l in CLIENTS) + "** (limit 20 MB)"),
             ("fingerprint disagreement (total)", f"{sum(b - a for a, b in intervals):.1f} s in {len(intervals)} "
                                                  f"periods; final fingerprint {sorted(set(self.final_fps.values()))}"),
             ("event delivery lag (queued behind a busy client) p50 / max",
@@ -1635,12 +1784,36 @@ class Soak(NodeSQL):
                   "first success elsewhere |",
                   "|---|---|--:|--:|---|---|"]
         for kind in FAILOVER_KINDS:
-            for lang in LANGS:
+            for lang in CLIENTS:
                 d = fo[kind][lang]
                 n = len(d["last_fail"])
                 lf = " / ".join(fmt_s(pct(d["last_fail"], p)) for p in (50, 99, 100))
                 fs = " / ".join(fmt_s(pct(d["first_ok"], p)) for p in (50, 99, 100))
                 lines.append(f"| {kind} | {LABEL[lang]} | {n} | {sum(d['failed'])} | {lf} | {fs} |")
+        if RLANGS:
+            rc = self.replay_counts()
+            st = REPLAY_SETTINGS
+            lines += ["", "Replay-enabled clients: requests per fault kind (each request counted against the last "
+                          "episode injected before it answered: the fault and the gap after it; \"none\": the "
+                          "warm-up). ok: answered without a replay; replayed: answered after a replay on another node "
+                          "(or found committed after a lost COMMIT answer); failed: the original error with its typed "
+                          "cause (counts per cause); refused: the core routed nowhere. Timeouts: statement and COMMIT "
+                          f"deadline (call_timeout) {st['RACAFF_REPLAY_CALL_TIMEOUT']} s, pool wait "
+                          f"{st['RACAFF_REPLAY_POOL_TIMEOUT']} s, heartbeat every {st['RACAFF_REPLAY_HEARTBEAT']} s "
+                          f"(probe timeout {st['RACAFF_REPLAY_PROBE_TIMEOUT']} s, 3 misses), connect_timeout "
+                          f"{st['RACAFF_REPLAY_CONNECT_TIMEOUT']} s, TCP keepalives idle "
+                          f"{st['RACAFF_REPLAY_KEEPALIVES_IDLE']} s / interval {st['RACAFF_REPLAY_KEEPALIVES_INTERVAL']}"
+                          f" s / count {st['RACAFF_REPLAY_KEEPALIVES_COUNT']}, tcp_user_timeout "
+                          f"{st['RACAFF_REPLAY_TCP_USER_TIMEOUT_MS']} ms", "",
+                      "| fault | client | ok | replayed | failed | refused | failed by cause |",
+                      "|---|---|--:|--:|--:|--:|---|"]
+            for lang in RLANGS:
+                for kind in ["none"] + KINDS:
+                    c = rc[lang].get(kind, Counter())
+                    causes = Counter(r.refusal for r in self.reqs if r.lang == lang and r.status == "fail"
+                                     and self.kind_at(r.done) == kind)
+                    lines.append(f"| {kind} | {LABEL[lang]} | {c['ok']} | {c['replayed']} | {c['fail']} | "
+                                 f"{c['refused']} | {', '.join(f'{k} {v}' for k, v in sorted(causes.items())) or '-'} |")
         lines += ["", "Fingerprint disagreement after each injected event (seconds until the four processes' "
                       "topology fingerprints agreed again; p50 / p99 / max)", "",
                   "| event | count | p50 | p99 | max |", "|---|--:|--:|--:|--:|"]
@@ -1691,6 +1864,10 @@ class Soak(NodeSQL):
             "disagreement_intervals": intervals,
             "disagreement_by_event": per_kind,
             "failover": fo,
+            "replay_settings": REPLAY_SETTINGS if RLANGS else None,
+            # every replay-enabled request: lang, key, home, sent, answered, status, node, replays, cause
+            "replay_requests": [[r.lang, r.key, r.home, round(r.sent, 3), round(r.done, 3), r.status, r.node,
+                                 r.replays, r.why] for r in self.reqs if r.lang in RLANGS],
             "rss_growth_mb": self.rss_growth,
             "reorderings": {"per_process": reordered, "episodes_in_different_orders": eps_differ,
                             "episodes_planned_to_reorder": eps_planned, "max_delay_s": MAX_DELAY_S,
@@ -1745,7 +1922,8 @@ class Soak(NodeSQL):
 
 EP_COLORS = {"crash": "#cc3311", "blackhole": "#332288", "drain": "#ee7733", "latency": "#999933",
              "reset": "#aa4499", "rlb": "#44aa99", "flap": "#882255"}
-LANG_COLORS = {"c": "#4477aa", "java": "#ee6677", "py": "#228833", "tm": "#555555"}
+LANG_COLORS = {"c": "#4477aa", "java": "#ee6677", "py": "#228833", "tm": "#555555", "pyr": "#117733",
+               "javar": "#aa3377"}
 
 
 def render_svg(s: Soak, intervals: List[Tuple[float, float]]) -> str:
@@ -1800,7 +1978,7 @@ def render_svg(s: Soak, intervals: List[Tuple[float, float]]) -> str:
     # failures per second per language
     heading("requests per second per language: ok (light) and failed or refused (dark)")
     nb = int(T) + 1
-    for lang in LANGS:
+    for lang in CLIENTS:
         okc, bad = [0] * nb, [0] * nb
         for r in s.reqs:
             if r.lang == lang:
@@ -1825,20 +2003,20 @@ def render_svg(s: Soak, intervals: List[Tuple[float, float]]) -> str:
     # RSS
     heading("resident memory per client (MB)")
     h = 80
-    vals = [v / 2 ** 20 for l in LANGS for _, v in s.rss_samples[l]]
+    vals = [v / 2 ** 20 for l in CLIENTS for _, v in s.rss_samples[l]]
     lo, hi = (min(vals), max(vals)) if vals else (0, 1)
     hi = max(hi, lo + 1)
-    for lang in LANGS:
+    for lang in CLIENTS:
         pts = " ".join(f"{X(t):.1f},{y + h - h * (v / 2 ** 20 - lo) / (hi - lo):.1f}" for t, v in s.rss_samples[lang])
         if pts:
             o.append(f'<polyline fill="none" stroke="{LANG_COLORS[lang]}" stroke-width="1.5" points="{pts}"/>')
     row_label(8, f"{hi:.0f}", 9)
     row_label(h, f"{lo:.0f}", 9)
     lx = left
-    for lang in LANGS:
+    for lang in CLIENTS:
         o.append(f'<rect x="{lx}" y="{y + h + 8}" width="10" height="10" fill="{LANG_COLORS[lang]}"/>'
                  f'<text x="{lx + 14}" y="{y + h + 17}" font-size="10">{LABEL[lang]}</text>')
-        lx += 80
+        lx += 110
     y += h + 30
     for t in range(0, int(T) + 1, max(10, int(T / 10) // 10 * 10 or 10)):
         o.append(f'<text x="{X(t):.1f}" y="{y}" text-anchor="middle" font-size="9" fill="#555">{t}s</text>')

@@ -38,6 +38,7 @@ NAMES = {
     "_AsyncTracked": "_Tracked",
     "_AsyncRequest": "_Request",
     "AsyncConnectionPool": "ConnectionPool",
+    "_AsyncNodePool": "_NodePool",
     "AsyncConnection": "Connection",
     "AsyncCursor": "Cursor",
     "__aenter__": "__enter__",

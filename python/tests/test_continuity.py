@@ -369,3 +369,39 @@ async def test_async_a_request_whose_node_failed_before_it_started_runs_elsewher
         assert req.replays == 1 and req.node != "RAC1"
         assert sum(rows_of(pg, "early").values()) == 1
     proxies["RAC1"].heal()
+
+
+def test_a_borrow_checking_a_connection_when_its_pool_retires_is_served_elsewhere(pg, cluster_factory, proxies):
+    """Found by the chaos soak (docs/soak.md, "Replay-enabled runs"): a
+    borrow whose checkout check of an idle connection was running on a
+    silent node when that node went Down was put back in the retired pool's
+    wait queue, which nobody serves, and waited out the whole pool timeout."""
+    import threading
+    import time
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    with NodePools(c, dsns, min_size=1, max_size=1, timeout=20.0, connect_kwargs={"connect_timeout": 2}) as pools:
+        key = key_on(c, "RAC1")
+        with pools.connection(key=key) as conn:
+            conn.execute("SELECT 1")
+        time.sleep(0.7)  # idle past the check bypass: the next borrow checks the connection
+        proxies["RAC1"].blackhole()  # unknown to the library: no heartbeat, no event
+        got = {}
+
+        def borrow() -> None:
+            try:
+                with pools.connection(key=key) as conn:
+                    got["port"] = conn.execute("SELECT current_setting('port')::int").fetchone()[0]
+            except Exception as e:  # noqa: BLE001
+                got["error"] = e
+
+        t = threading.Thread(target=borrow)
+        t.start()
+        time.sleep(0.5)  # the borrow is inside its check (bounded by the 2 s connect timeout)
+        c.set_node_state("RAC1", "down")  # the pools' upkeep retires RAC1's pool
+        t.join(30)
+        assert not t.is_alive()
+        assert "error" not in got, got
+        assert pg.name_of_port(got["port"]) != "RAC1"
+    proxies["RAC1"].heal()

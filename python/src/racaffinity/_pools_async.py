@@ -505,7 +505,7 @@ class AsyncNodePools(Base):
         name, dsn = self._dsns[node]
         first_min, max_size, timeout, extra_kwargs = self._pool_args
         extra, attempts = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs)
-        pool = psycopg_pool.AsyncConnectionPool(
+        pool = _AsyncNodePool(
             dsn,
             min_size=min_size,
             max_size=max_size if max_size is not None or min_size > 0 else max(1, first_min),
@@ -694,6 +694,20 @@ class AsyncNodePools(Base):
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         await self.close()
+
+
+class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
+    """A node's pool. Once retired (closed: its node went Down or drains) it
+    takes no new waiter: after a failed checkout check, psycopg_pool's
+    getconn loop would queue the caller in the closed pool, which nobody
+    serves, until its whole timeout (the chaos soak found a blackholed
+    node's borrow waiting there 3 s). `PoolClosed` sends it to route again
+    (`_reroute`), within its wait."""
+
+    async def _getconn_unchecked(self, timeout: float) -> Any:
+        if self.closed:
+            raise psycopg_pool.PoolClosed(f"the pool {self.name!r} is retired: its node is not usable")
+        return await super()._getconn_unchecked(timeout)
 
 
 async def _fail_waiters(pool: Any) -> None:

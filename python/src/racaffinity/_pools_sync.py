@@ -431,7 +431,7 @@ class NodePools(Base):
         name, dsn = self._dsns[node]
         first_min, max_size, timeout, extra_kwargs = self._pool_args
         extra, attempts = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs)
-        pool = psycopg_pool.ConnectionPool(dsn, min_size=min_size, max_size=max_size if max_size is not None or min_size > 0 else max(1, first_min), timeout=timeout, name=f'racaffinity-{name}', open=False, **extra)
+        pool = _NodePool(dsn, min_size=min_size, max_size=max_size if max_size is not None or min_size > 0 else max(1, first_min), timeout=timeout, name=f'racaffinity-{name}', open=False, **extra)
         pool._racaffinity_connects = attempts
         pool._racaffinity_draining = draining
         pool._racaffinity_borrowed = set()
@@ -595,6 +595,19 @@ class NodePools(Base):
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         self.close()
+
+class _NodePool(psycopg_pool.ConnectionPool):
+    """A node's pool. Once retired (closed: its node went Down or drains) it
+    takes no new waiter: after a failed checkout check, psycopg_pool's
+    getconn loop would queue the caller in the closed pool, which nobody
+    serves, until its whole timeout (the chaos soak found a blackholed
+    node's borrow waiting there 3 s). `PoolClosed` sends it to route again
+    (`_reroute`), within its wait."""
+
+    def _getconn_unchecked(self, timeout: float) -> Any:
+        if self.closed:
+            raise psycopg_pool.PoolClosed(f'the pool {self.name!r} is retired: its node is not usable')
+        return super()._getconn_unchecked(timeout)
 
 def _fail_waiters(pool: Any) -> None:
     """Sends the tasks waiting on a retired pool on at once (`PoolClosed`:
