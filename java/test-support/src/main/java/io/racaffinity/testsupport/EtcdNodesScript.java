@@ -87,6 +87,14 @@ public final class EtcdNodesScript implements AutoCloseable {
         return revision(call("/v3/kv/deleterange", "{\"key\":\"" + b64(key) + "\"}"));
     }
 
+    /**
+     * etcd's store revision now: it moves with every write. A subscriber's feed revision is not
+     * that: it reaches its own write's revision only when the watch brings the record back.
+     */
+    public long storeRevision() throws Exception {
+        return revision(call("/v3/kv/range", "{\"key\":\"" + b64("racaffinity-revision-probe") + "\"}"));
+    }
+
     /** The JSON answer of the first member that answers {@code POST path}. */
     public String call(String path, String body) throws Exception {
         Exception last = null;
