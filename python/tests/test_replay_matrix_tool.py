@@ -108,3 +108,22 @@ def test_a_stale_or_malformed_file(tmp_path):
     os.remove(tmp_path / "replay-python.json")
     done = run(tmp_path)
     assert done.returncode == 2 and "no replay matrix file" in done.stderr
+
+
+def test_python_runs_through_two_apis_are_two_halves(tmp_path):
+    # test_replay_matrix.py writes NodePools' and the SQLAlchemy engine's cells into one file,
+    # each cell naming its `api` (CI: "has cells more than once" when they were one half).
+    api = lambda cells, name: [dict(c, api=name) for c in cells]  # noqa: E731
+    sqla = api(whole(), "sqlalchemy")
+    sqla[0] = dict(sqla[0], holds=False, copies=2)
+    write(tmp_path, "python", api(whole(), "pools") + sqla)
+    write(tmp_path, "java", whole())
+    done = run(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0].startswith("marks: python pools/python sqlalchemy/java")
+    assert "more than once" not in done.stdout
+    assert "FAIL python sqlalchemy node/before/crash: does not hold" in done.stdout
+    assert row(done.stdout, "node", "before")["crash"] == "ok/FAIL/ok"
+    write(tmp_path, "python", api(whole(), "pools") + api(whole(), "sqlalchemy")[:-1])
+    done = run(tmp_path)
+    assert done.returncode == 1 and "python sqlalchemy: replay-python.json lacks 1 cell" in done.stdout, done.stdout
