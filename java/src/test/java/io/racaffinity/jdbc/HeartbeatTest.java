@@ -5,15 +5,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Cluster;
 import io.racaffinity.NodeState;
-import java.io.PrintWriter;
-import java.lang.reflect.Proxy;
+import io.racaffinity.test.Stubs;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.logging.Logger;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
 
@@ -27,18 +25,23 @@ class HeartbeatTest {
     private static final long INTERVAL_MS = 50;
 
     /** A node whose connections take {@code delays[i]} ms for the i-th getConnection (the last one after). */
-    private static final class SlowNode implements DataSource {
+    private static final class SlowNode {
         final long[] delays;
         final AtomicInteger calls = new AtomicInteger();
         final CountDownLatch release = new CountDownLatch(1);
         volatile boolean blockForever;
+        final DataSource dataSource = Stubs.proxy(DataSource.class, "SlowNode", (p, m, a) -> switch (m.getName()) {
+            case "getConnection" -> connect();
+            case "getLoginTimeout" -> 0;
+            case "isWrapperFor" -> false;
+            default -> null;
+        });
 
         SlowNode(long... delays) {
             this.delays = delays;
         }
 
-        @Override
-        public Connection getConnection() throws SQLException {
+        private Connection connect() throws SQLException {
             int i = calls.getAndIncrement();
             try {
                 if (blockForever) {
@@ -50,56 +53,18 @@ class HeartbeatTest {
                 Thread.currentThread().interrupt();
                 throw new SQLException("interrupted", "08001");
             }
-            return (Connection) Proxy.newProxyInstance(getClass().getClassLoader(), new Class<?>[] {Connection.class},
-                    (p, m, a) -> switch (m.getName()) {
-                        case "isValid" -> true;
-                        case "close" -> null;
-                        case "isClosed" -> false;
-                        case "hashCode" -> System.identityHashCode(p);
-                        case "equals" -> p == a[0];
-                        default -> throw new SQLFeatureNotSupportedException(m.getName());
-                    });
-        }
-
-        @Override
-        public Connection getConnection(String u, String p) throws SQLException {
-            return getConnection();
-        }
-
-        @Override
-        public PrintWriter getLogWriter() {
-            return null;
-        }
-
-        @Override
-        public void setLogWriter(PrintWriter out) {}
-
-        @Override
-        public void setLoginTimeout(int seconds) {}
-
-        @Override
-        public int getLoginTimeout() {
-            return 0;
-        }
-
-        @Override
-        public Logger getParentLogger() {
-            return Logger.getGlobal();
-        }
-
-        @Override
-        public <T> T unwrap(Class<T> iface) throws SQLException {
-            throw new SQLException("not a wrapper");
-        }
-
-        @Override
-        public boolean isWrapperFor(Class<?> iface) {
-            return false;
+            return Stubs.proxy(Connection.class, "SlowNode connection", (p, m, a) -> switch (m.getName()) {
+                case "isValid" -> true;
+                case "close" -> null;
+                case "isClosed" -> false;
+                default -> throw new SQLFeatureNotSupportedException(m.getName());
+            });
         }
     }
 
-    private static Heartbeat heartbeat(Cluster c, DataSource... nodes) {
-        return new Heartbeat("HeartbeatTest", c, nodes, INTERVAL_MS, 1, new Redactor(null), false, () -> {});
+    private static Heartbeat heartbeat(Cluster c, SlowNode... nodes) {
+        DataSource[] sources = java.util.Arrays.stream(nodes).map(n -> n.dataSource).toArray(DataSource[]::new);
+        return new Heartbeat("HeartbeatTest", c, sources, INTERVAL_MS, 1, new Redactor(null), false, () -> {});
     }
 
     private static void waitFor(String what, java.util.function.BooleanSupplier ok) throws InterruptedException {
