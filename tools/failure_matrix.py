@@ -143,18 +143,23 @@ def cell_problems(doc: Dict[str, Any], allow_partial: bool) -> List[str]:
     name = f"{doc['language']}.json"
     if doc.get("narrowed") is True and not allow_partial:
         return [f"{name} records a narrowed run (RACAFF_MATRIX_ONLY or the like): re-run the whole matrix"]
-    seen: Dict[Tuple[str, str, str, str], int] = {}
-    for c in doc["cells"]:
-        k = (c["model"], c["mode"], c["phase"], c["fault"])
+    keys = [(c["model"], c["mode"], c["phase"], c["fault"]) for c in doc["cells"]]
+    return coverage_problems(name, keys, cells_of(doc["language"]), lambda k: "/".join(k), allow_partial)
+
+
+def coverage_problems(name: str, keys: List[Any], expected: List[Any], show: Any, allow_partial: bool) -> List[str]:
+    """The cells a run lacks (unless `allow_partial`), has beyond `expected`,
+    or has twice; `show` names one cell."""
+    seen: Dict[Any, int] = {}
+    for k in keys:
         seen[k] = seen.get(k, 0) + 1
+    fmt = lambda ks: ", ".join(show(k) for k in ks)  # noqa: E731
     out = []
-    fmt = lambda ks: ", ".join("/".join(k) for k in ks)  # noqa: E731
-    cells = cells_of(doc["language"])
-    missing = [k for k in cells if k not in seen]
+    missing = [k for k in expected if k not in seen]
     if missing and not allow_partial:
         out.append(f"{name} lacks {len(missing)} cell{'s' if len(missing) > 1 else ''}: {fmt(missing[:10])}"
                    + (" ..." if len(missing) > 10 else ""))
-    unknown = sorted(k for k in seen if k not in set(cells))
+    unknown = sorted(k for k in seen if k not in set(expected))
     if unknown:
         out.append(f"{name} has cells the matrix does not: {fmt(unknown)}")
     twice = sorted(k for k, n in seen.items() if n > 1)
@@ -239,22 +244,9 @@ def replay_key(c: Dict[str, Any]) -> Tuple[str, str, str, bool]:
 
 def replay_problems(doc: Dict[str, Any], name: str, allow_partial: bool) -> List[str]:
     """Why `doc` is not one whole run of the replay matrix (empty if it is)."""
-    seen: Dict[Tuple[str, str, str, bool], int] = {}
-    for c in doc["cells"]:
-        seen[replay_key(c)] = seen.get(replay_key(c), 0) + 1
-    fmt = lambda ks: ", ".join("/".join(k[:3]) + (" (mutant)" if k[3] else "") for k in ks)  # noqa: E731
-    out = []
-    missing = [k for k in REPLAY_CELLS if k not in seen]
-    if missing and not allow_partial:
-        out.append(f"{name} lacks {len(missing)} cell{'s' if len(missing) > 1 else ''}: {fmt(missing[:10])}"
-                   + (" ..." if len(missing) > 10 else ""))
-    unknown = sorted(k for k in seen if k not in set(REPLAY_CELLS))
-    if unknown:
-        out.append(f"{name} has cells the matrix does not: {fmt(unknown)}")
-    twice = sorted(k for k, n in seen.items() if n > 1)
-    if twice:
-        out.append(f"{name} has cells more than once: {fmt(twice)}")
-    return out
+    keys = [replay_key(c) for c in doc["cells"]]
+    show = lambda k: "/".join(k[:3]) + (" (mutant)" if k[3] else "")  # noqa: E731
+    return coverage_problems(name, keys, REPLAY_CELLS, show, allow_partial)
 
 
 def split_by_api(doc: Dict[str, Any]) -> List[Dict[str, Any]]:
