@@ -1075,9 +1075,15 @@ impl Model {
         // time), and it reads only the cluster the op addressed.
         let before = self.snapshot();
         // Resolved before the op runs: a free or new changes what a handle names.
+        // `None`: every live cluster is read again after the op. `Some(None)`:
+        // a handle that names no live cluster (NULL, freed, forged), 21 % of
+        // all ops: such a call must stop at the handle, and re-reading every
+        // live cluster after each one made 40,000 of 185,000 snapshots per
+        // 100,000 ops. A change it made anyway still shows, as for the
+        // cluster an op did not address, at that cluster's next failed op.
         let addressed = match op {
             Op::Free { .. } | Op::New { .. } => None,
-            op => op_handle(op).and_then(|h| self.resolve(h).1),
+            op => op_handle(op).map(|h| self.resolve(h).1),
         };
         if matches!(
             op,
@@ -1097,7 +1103,8 @@ impl Model {
         self.check_pages();
         self.seen.resize(self.hist.len(), None);
         match addressed {
-            Some(i) => self.seen[i] = None,
+            Some(Some(i)) => self.seen[i] = None,
+            Some(None) => {}
             None => self.seen.iter_mut().for_each(|s| *s = None),
         }
         let after = self.snapshot();
