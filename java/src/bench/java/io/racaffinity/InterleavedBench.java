@@ -195,6 +195,19 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }), bareIndex));
+                // The same data source with its failover bookkeeping off (a control, never shipped), on a
+                // one-node cluster of the pinned node over the same pool: what the bookkeeping costs.
+                AffinityDataSource noFcf = ds.withoutFailover(dsPin.nodeName());
+                all.add(new Subject("affinityNoFailover", "`AffinityDataSource.getConnection()` + `close()`, pinned,"
+                        + " fast connection failover bookkeeping off (control)", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = noFcf.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
                 // Oracle UCP over pgjdbc on the same node: the anchor a UCP user would keep. UCP needs
                 // serverName/portNumber/databaseName besides the URL, and ojdbc11 on the class path.
                 String url = System.getenv("RACAFF_NODE" + dsPin.nodeName().substring(3) + "_URL");
@@ -257,6 +270,19 @@ public final class InterleavedBench {
                     long acc = 0;
                     for (long i = 0; i < n; i++) {
                         try (LeasedWrapped c = new LeasedWrapped(bare.getConnection(), dsCluster.pick())) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
+                Object slots = io.racaffinity.jdbc.PinnedBorrowParts.failover(3);
+                all.add(new Subject("slotLeasedWrapperFloor",
+                        "the floor with the lease and a failover slot taken and freed around the borrow",
+                        sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (io.racaffinity.jdbc.PinnedBorrowParts.SlotWrapped c =
+                                io.racaffinity.jdbc.PinnedBorrowParts.borrow(slots, dsCluster, bare)) {
                             acc += c.hashCode() & 1;
                         }
                     }
