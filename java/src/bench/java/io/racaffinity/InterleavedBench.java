@@ -349,6 +349,32 @@ public final class InterleavedBench {
                 System.out.printf("JBENCH_PAIR %s %.3f %.3f %.4f %.4f %.4f%n", subjects[s].name(), med, base,
                         sorted[rounds / 2], sorted[0], sorted[rounds - 1]);
             }
+            // What the failover bookkeeping costs, each subject against its twin without it in the same rounds.
+            String[][] twins = {{"affinityDataSource", "affinityNoFailover"}, {"slotLeasedWrapperFloor",
+                "leasedWrapperFloor"}};
+            for (String[] t : twins) {
+                int a = -1;
+                int b = -1;
+                for (int k = 0; k < subjects.length; k++) {
+                    a = subjects[k].name().equals(t[0]) ? k : a;
+                    b = subjects[k].name().equals(t[1]) ? k : b;
+                }
+                if (a < 0 || b < 0) {
+                    continue;
+                }
+                double[] ratio = new double[rounds];
+                double[] diff = new double[rounds];
+                for (int r = 0; r < rounds; r++) {
+                    ratio[r] = ns[a][r] / ns[b][r];
+                    diff[r] = ns[a][r] - ns[b][r];
+                }
+                Arrays.sort(ratio);
+                Arrays.sort(diff);
+                System.out.printf("| %s / %s | %.2f ns more (%.2f to %.2f) | %.3f× | %.3f× | %.3f× |%n", t[0], t[1],
+                        diff[rounds / 2], diff[0], diff[rounds - 1], ratio[rounds / 2], ratio[0], ratio[rounds - 1]);
+                System.out.printf("JBENCH_PAIR %s/%s %.3f %.3f %.4f %.4f %.4f%n", t[0], t[1], median(ns[a]),
+                        median(ns[b]), ratio[rounds / 2], ratio[0], ratio[rounds - 1]);
+            }
         } finally {
             if (ds != null) {
                 ds.tearDown();
