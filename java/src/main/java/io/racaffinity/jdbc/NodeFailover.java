@@ -29,13 +29,15 @@ import java.util.concurrent.atomic.AtomicReferenceFieldUpdater;
  * connections aborted. Before, each borrow inserted into and removed from two
  * {@code ConcurrentHashMap} sets (its waiter, its connection): about 70-90 ns of a pinned
  * borrow + close of 230-250, in {@code putVal}/{@code replaceNode} and the identity hashes of
- * objects new at each borrow; the slots cost about 15-25 ns (docs/benchmarks.md). The two
- * compare-and-sets are what is left: one claims the slot against other threads, one keeps a
- * kick and the end of the wait from crossing (a kick's interrupt must never land after the wait
- * is over). Decided against: a failure generation checked at a connection's next use (a call
+ * objects new at each borrow; the slots cost 3.5-6 ns of a 160 ns pinned borrow + close, 7.5 ns
+ * in a loop by themselves (docs/benchmarks.md, NodeFailoverTiming). The two compare-and-sets
+ * (4.3 ns) are what is left: one claims the slot against other threads, one keeps a kick and
+ * the end of the wait from crossing (a kick's interrupt must never land after the wait is
+ * over). Decided against: a failure generation checked at a connection's next use (a call
  * already hung on a blackholed node is ended only by an abort, which needs the connection at
  * hand), a weak registry (a shared map insert per borrow again), and slots owned by threads
- * (virtual threads, a new one per task, would grow them without bound).
+ * (one compare-and-set less for a pool of platform threads, but a virtual thread per task
+ * claims at every borrow anyway, and live owners' cells lengthen every new thread's probe).
  *
  * <p>A node's slots are segments of {@value #SEGMENT} cells, chained and never freed: a node
  * keeps as many as its peak of concurrent borrows needed. A thread starts probing at a cache
