@@ -539,7 +539,8 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             } else {
                 // Everything this call knows goes to the core, which decides the precedence.
                 // Each scope's thread-local is looked up only once a scope of its kind was ever opened:
-                // a pinned borrow is about 170 ns, and the three lookups cost about 10 of them.
+                // three lookups on every borrow showed in a profile of the pinned borrow, which
+                // applications without scopes paid for nothing (docs/benchmarks.md).
                 byte[] sess = SessionScope.everOpened ? session.get() : null;
                 RouteScope scope = tx == null && key == null && sess == null && RouteScope.everOpened
                         ? RouteScope.current(c) : null;
