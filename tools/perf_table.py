@@ -329,6 +329,12 @@ INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio t
      "bare HikariCP get + close", None),
     ("leasedWrapperFloor", "the floor with the lease: pinned `pick()` + a minimal wrapper releasing it (interleaved)",
      "bare HikariCP get + close", None),
+    ("affinityNoFailover", "`AffinityDataSource` get + close, pinned, failover bookkeeping off (control; interleaved)",
+     "bare HikariCP get + close", None),
+    ("affinityDataSource/affinityNoFailover", "fast connection failover's bookkeeping: pinned get + close with it"
+     " (interleaved)", "the same without it", None),
+    ("slotLeasedWrapperFloor/leasedWrapperFloor", "the floor with the lease and a failover slot (interleaved)",
+     "the floor with the lease", None),
     ("ucpPgjdbc", "anchor: Oracle UCP 23.26 over pgjdbc get + close, as it ships (interleaved)",
      "bare HikariCP get + close", None),
     ("ucpLocalValid", "anchor: Oracle UCP over pgjdbc, `isValid()` answered locally (interleaved)",

@@ -195,6 +195,19 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }), bareIndex));
+                // The same data source with its failover bookkeeping off (a control, never shipped), on a
+                // one-node cluster of the pinned node over the same pool: what the bookkeeping costs.
+                AffinityDataSource noFcf = ds.withoutFailover(dsPin.nodeName());
+                all.add(new Subject("affinityNoFailover", "`AffinityDataSource.getConnection()` + `close()`, pinned,"
+                        + " fast connection failover bookkeeping off (control)", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = noFcf.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
                 // Oracle UCP over pgjdbc on the same node: the anchor a UCP user would keep. UCP needs
                 // serverName/portNumber/databaseName besides the URL, and ojdbc11 on the class path.
                 String url = System.getenv("RACAFF_NODE" + dsPin.nodeName().substring(3) + "_URL");
@@ -262,6 +275,19 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }), bareIndex));
+                Object slots = io.racaffinity.jdbc.PinnedBorrowParts.failover(3);
+                all.add(new Subject("slotLeasedWrapperFloor",
+                        "the floor with the lease and a failover slot taken and freed around the borrow",
+                        sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (io.racaffinity.jdbc.PinnedBorrowParts.SlotWrapped c =
+                                io.racaffinity.jdbc.PinnedBorrowParts.borrow(slots, dsCluster, bare)) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
                 Cluster unpinnedCluster = unpinnedDs.getCluster();
                 all.add(new Subject("unpinnedLeasedWrapperFloor",
                         "the unpinned floor: an unpinned `pick()` (one JNI call, host lease) + a minimal wrapper that"
@@ -322,6 +348,32 @@ public final class InterleavedBench {
                         subjects[b].name(), sorted[rounds / 2], sorted[0], sorted[rounds - 1]);
                 System.out.printf("JBENCH_PAIR %s %.3f %.3f %.4f %.4f %.4f%n", subjects[s].name(), med, base,
                         sorted[rounds / 2], sorted[0], sorted[rounds - 1]);
+            }
+            // What the failover bookkeeping costs, each subject against its twin without it in the same rounds.
+            String[][] twins = {{"affinityDataSource", "affinityNoFailover"}, {"slotLeasedWrapperFloor",
+                "leasedWrapperFloor"}};
+            for (String[] t : twins) {
+                int a = -1;
+                int b = -1;
+                for (int k = 0; k < subjects.length; k++) {
+                    a = subjects[k].name().equals(t[0]) ? k : a;
+                    b = subjects[k].name().equals(t[1]) ? k : b;
+                }
+                if (a < 0 || b < 0) {
+                    continue;
+                }
+                double[] ratio = new double[rounds];
+                double[] diff = new double[rounds];
+                for (int r = 0; r < rounds; r++) {
+                    ratio[r] = ns[a][r] / ns[b][r];
+                    diff[r] = ns[a][r] - ns[b][r];
+                }
+                Arrays.sort(ratio);
+                Arrays.sort(diff);
+                System.out.printf("| %s / %s | %.2f ns more (%.2f to %.2f) | %.3f× | %.3f× | %.3f× |%n", t[0], t[1],
+                        diff[rounds / 2], diff[0], diff[rounds - 1], ratio[rounds / 2], ratio[0], ratio[rounds - 1]);
+                System.out.printf("JBENCH_PAIR %s/%s %.3f %.3f %.4f %.4f %.4f%n", t[0], t[1], median(ns[a]),
+                        median(ns[b]), ratio[rounds / 2], ratio[0], ratio[rounds - 1]);
             }
         } finally {
             if (ds != null) {

@@ -70,8 +70,33 @@ public class DataSourceBench {
             unpinned.init();
         }
 
+        /** {@link #withoutFailover}'s data source and its pin, closed at {@link #tearDown}. */
+        private AffinityDataSource noFailover;
+        private Pin noFailoverPin;
+
+        /**
+         * A data source of one node ({@code node}, over the same pool) with its fast connection failover
+         * bookkeeping off (a control, never shipped), the calling thread pinned to it: what that
+         * bookkeeping costs a pinned borrow, beside {@link #affinity} in the same rounds.
+         */
+        public AffinityDataSource withoutFailover(String node) throws SQLException {
+            noFailover = new AffinityDataSource();
+            noFailover.setConfig("name = bench-no-failover; nodes = " + node);
+            noFailover.setNodeDataSources(new LinkedHashMap<String, DataSource>(Map.of(node, pools.get(node))));
+            noFailover.setHeartbeatIntervalMillis(0);
+            noFailover.setRegisterMBean(false);
+            noFailover.init();
+            io.racaffinity.jdbc.PinnedBorrowParts.failoverOff(noFailover);
+            noFailoverPin = noFailover.pin();
+            return noFailover;
+        }
+
         @TearDown(Level.Trial)
         public void tearDown() {
+            if (noFailoverPin != null) {
+                noFailoverPin.close();
+                noFailover.close();
+            }
             affinity.close();
             unpinned.close();
             pools.values().forEach(HikariDataSource::close);

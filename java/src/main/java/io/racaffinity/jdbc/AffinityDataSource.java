@@ -494,7 +494,8 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
 
     Connection connect(String username, String pass, AffinityShardingKey key) throws SQLException {
         try {
-            boolean[] inTx = new boolean[1];
+            // Only replay asks whether the call joined a transaction: without it, nothing to allocate.
+            boolean[] inTx = replay ? new boolean[1] : null;
             Connection c = connectRouted(username, pass, key, inTx);
             // XA and JTA branches are the transaction manager's to recover, never replayed.
             return replay && !inTx[0] ? ReplayConnection.open(this, (AffinityConnection) c, username, pass) : c;
@@ -522,7 +523,9 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         byte[] retrySession = null;
         try {
             TransactionAffinity.Joined tx = jta == null ? null : jta.join();
-            inTx[0] = tx != null;
+            if (inTx != null) {
+                inTx[0] = tx != null;
+            }
             ConnectionAffinityCallback cb = affinityCallback;
             if (tx != null && tx.placed() != null) {
                 // The transaction's first connection placed it (an explicit txBegin): go there.
@@ -535,8 +538,12 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                 lease = retryPick.lease;
             } else {
                 // Everything this call knows goes to the core, which decides the precedence.
-                byte[] sess = session.get();
-                RouteScope scope = tx == null && key == null && sess == null ? RouteScope.current(c) : null;
+                // Each scope's thread-local is looked up only once a scope of its kind was ever opened:
+                // three lookups on every borrow showed in a profile of the pinned borrow, which
+                // applications without scopes paid for nothing (docs/benchmarks.md).
+                byte[] sess = SessionScope.everOpened ? session.get() : null;
+                RouteScope scope = tx == null && key == null && sess == null && RouteScope.everOpened
+                        ? RouteScope.current(c) : null;
                 if (scope != null && scope.refusal() != null) {
                     // The request's routing token was refused (strict session affinity, no
                     // node): a connection elsewhere would break that affinity.
@@ -547,7 +554,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                     // The request's routing token: Cluster.routeToken decided the node.
                     lease = c.lease(decided);
                 } else {
-                    if (sess == null) {
+                    if (sess == null && SessionScope.everOpened) {
                         sess = REQUEST_SESSION.get();
                     }
                     byte[] k = key == null ? null : key.raw();

@@ -1,5 +1,7 @@
 package io.racaffinity.jdbc;
 
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLTransientConnectionException;
@@ -7,7 +9,6 @@ import java.util.Collections;
 import java.util.Map;
 import java.util.WeakHashMap;
 import java.util.concurrent.atomic.AtomicLongArray;
-import java.util.concurrent.atomic.AtomicReferenceArray;
 import java.util.concurrent.atomic.AtomicReferenceFieldUpdater;
 
 /**
@@ -28,13 +29,15 @@ import java.util.concurrent.atomic.AtomicReferenceFieldUpdater;
  * connections aborted. Before, each borrow inserted into and removed from two
  * {@code ConcurrentHashMap} sets (its waiter, its connection): about 70-90 ns of a pinned
  * borrow + close of 230-250, in {@code putVal}/{@code replaceNode} and the identity hashes of
- * objects new at each borrow; the slots cost about 15-25 ns (docs/benchmarks.md). The two
- * compare-and-sets are what is left: one claims the slot against other threads, one keeps a
- * kick and the end of the wait from crossing (a kick's interrupt must never land after the wait
- * is over). Decided against: a failure generation checked at a connection's next use (a call
+ * objects new at each borrow; the slots cost 3.5-6 ns of a 160 ns pinned borrow + close, 7.5 ns
+ * in a loop by themselves (docs/benchmarks.md, NodeFailoverTiming). The two compare-and-sets
+ * (4.3 ns) are what is left: one claims the slot against other threads, one keeps a kick and
+ * the end of the wait from crossing (a kick's interrupt must never land after the wait is
+ * over). Decided against: a failure generation checked at a connection's next use (a call
  * already hung on a blackholed node is ended only by an abort, which needs the connection at
  * hand), a weak registry (a shared map insert per borrow again), and slots owned by threads
- * (virtual threads, a new one per task, would grow them without bound).
+ * (one compare-and-set less for a pool of platform threads, but a virtual thread per task
+ * claims at every borrow anyway, and live owners' cells lengthen every new thread's probe).
  *
  * <p>A node's slots are segments of {@value #SEGMENT} cells, chained and never freed: a node
  * keeps as many as its peak of concurrent borrows needed. A thread starts probing at a cache
@@ -51,8 +54,20 @@ final class NodeFailover {
     private static final Object KICKED = new Object();
     private static final AtomicReferenceFieldUpdater<Segment, Segment> NEXT =
             AtomicReferenceFieldUpdater.newUpdater(Segment.class, Segment.class, "next");
+    /**
+     * A slot's cell: a plain array under a VarHandle rather than an {@code AtomicReferenceArray}, whose
+     * every access goes through one more object and checks the array's type at run time (seen in a
+     * profile of the pinned borrow).
+     */
+    private static final VarHandle CELL = MethodHandles.arrayElementVarHandle(Object[].class);
 
-    /** Per node: its first segment of slots. */
+    /**
+     * Every node's first segment in one array (node n's cells from n x {@value #SEGMENT}): a borrow's
+     * compare-and-set waits on one load (this array), not on three dependent ones (the node's
+     * segment, its cell array, then the cell), which cost about 4 ns of a 9 ns borrow + close.
+     */
+    private final Object[] first;
+    /** Per node: its first segment (over {@link #first}), chained to the ones it grew. */
     private final Segment[] slots;
     /** Per node: failures seen (a reported connection failure or a Down); 0 keeps borrows unchecked. */
     private final AtomicLongArray failures;
@@ -62,21 +77,25 @@ final class NodeFailover {
      */
     private final Map<Connection, Long> checkedAt = Collections.synchronizedMap(new WeakHashMap<>());
 
-    /** A run of slots; a slot's number is {@code base} + its cell. */
+    /** A run of slots: slot {@code base + k} is {@code cells[offset + k]}. */
     private static final class Segment {
-        final AtomicReferenceArray<Object> cells = new AtomicReferenceArray<>(SEGMENT);
+        final Object[] cells;
+        final int offset;
         final int base;
         volatile Segment next;
 
-        Segment(int base) {
+        Segment(Object[] cells, int offset, int base) {
+            this.cells = cells;
+            this.offset = offset;
             this.base = base;
         }
     }
 
     NodeFailover(int nodes) {
+        first = new Object[nodes * SEGMENT];
         slots = new Segment[nodes];
         for (int i = 0; i < nodes; i++) {
-            slots[i] = new Segment(0);
+            slots[i] = new Segment(first, i * SEGMENT, 0);
         }
         failures = new AtomicLongArray(nodes);
     }
@@ -95,10 +114,22 @@ final class NodeFailover {
         Thread me = Thread.currentThread();
         // Fibonacci hashing of the id, its top 4 bits: one of the segment's 16 cache lines.
         int start = (int) ((me.getId() * 0x9E3779B97F4A7C15L) >>> 60) << 4;
+        // The thread's own first cell is free unless another thread borrows on this line now:
+        // one compare-and-set, no loop, small enough to inline into the borrow.
+        if (CELL.compareAndSet(first, node * SEGMENT + start, (Object) null, (Object) me)) {
+            return start;
+        }
+        return probe(node, me, start);
+    }
+
+    /** {@link #waiting}'s search past a taken first cell: along the segments, adding one at the end. */
+    private int probe(int node, Thread me, int start) {
         for (Segment s = slots[node];; s = following(s)) {
-            AtomicReferenceArray<Object> cells = s.cells;
+            Object[] cells = s.cells;
             for (int k = 0, i = start; k < SEGMENT; k++, i = (i + STEP) & (SEGMENT - 1)) {
-                if (cells.get(i) == null && cells.compareAndSet(i, null, me)) {
+                // A plain read: only a hint that spares a compare-and-set on a taken cell.
+                if (cells[s.offset + i] == null
+                        && CELL.compareAndSet(cells, s.offset + i, (Object) null, (Object) me)) {
                     return s.base + i;
                 }
             }
@@ -108,13 +139,23 @@ final class NodeFailover {
     private static Segment following(Segment s) {
         Segment n = s.next;
         if (n == null) {
-            NEXT.compareAndSet(s, null, new Segment(s.base + SEGMENT));
+            NEXT.compareAndSet(s, null, new Segment(new Object[SEGMENT], 0, s.base + SEGMENT));
             n = s.next;
         }
         return n;
     }
 
-    private Segment segment(int node, int slot) {
+    /** The array that holds {@code slot} of {@code node}: {@link #first} but for a grown node's later slots. */
+    private Object[] cells(int node, int slot) {
+        return slot < SEGMENT ? first : later(node, slot).cells;
+    }
+
+    /** The index of {@code slot} of {@code node} in {@link #cells}. */
+    private int index(int node, int slot) {
+        return slot < SEGMENT ? node * SEGMENT + slot : slot % SEGMENT;
+    }
+
+    private Segment later(int node, int slot) {
         Segment s = slots[node];
         while (slot >= s.base + SEGMENT) {
             s = s.next;
@@ -134,13 +175,13 @@ final class NodeFailover {
         if (slot < 0) {
             return false;
         }
-        Segment s = segment(node, slot);
-        int i = slot - s.base;
-        if (s.cells.compareAndSet(i, Thread.currentThread(), got)) {
+        Object[] cells = cells(node, slot);
+        int i = index(node, slot);
+        if (CELL.compareAndSet(cells, i, (Object) Thread.currentThread(), (Object) got)) {
             return false;
         }
         // Kicked: the kicker is between its compare-and-set and its interrupt's end.
-        for (int spins = 0; s.cells.get(i) != KICKED; spins++) {
+        for (int spins = 0; CELL.getVolatile(cells, i) != KICKED; spins++) {
             if (spins < 64) {
                 Thread.onSpinWait();
             } else {
@@ -148,26 +189,24 @@ final class NodeFailover {
             }
         }
         Thread.interrupted(); // ours
-        s.cells.set(i, null);
+        CELL.setVolatile(cells, i, (Object) null);
         return true;
     }
 
     /** The connection in {@code slot} failed its check and was dropped: the thread waits on the pool again. */
     void waitAgain(int node, int slot) {
         if (slot >= 0) {
-            Segment s = segment(node, slot);
-            s.cells.set(slot - s.base, Thread.currentThread());
+            CELL.setVolatile(cells(node, slot), index(node, slot), (Object) Thread.currentThread());
         }
     }
 
     /** The application gave back (closed or aborted) the connection in {@code slot}: the slot is free. */
     void returned(int node, int slot) {
         if (slot >= 0) {
-            Segment s = segment(node, slot);
             // Only this slot's borrower writes it, and nothing it does next depends on the store:
             // a release store, no fence. A Down that reads the old value aborts a closed connection,
             // which does nothing.
-            s.cells.lazySet(slot - s.base, null);
+            CELL.setRelease(cells(node, slot), index(node, slot), (Object) null);
         }
     }
 
@@ -183,14 +222,14 @@ final class NodeFailover {
     int kickWaiters(int node) {
         int n = 0;
         for (Segment s = node < slots.length ? slots[node] : null; s != null; s = s.next) {
-            AtomicReferenceArray<Object> cells = s.cells;
-            for (int i = 0; i < SEGMENT; i++) {
-                Object v = cells.get(i);
-                if (v instanceof Thread && !((Thread) v).isInterrupted() && cells.compareAndSet(i, v, KICKING)) {
+            Object[] cells = s.cells;
+            for (int i = s.offset; i < s.offset + SEGMENT; i++) {
+                Object v = CELL.getVolatile(cells, i);
+                if (v instanceof Thread && !((Thread) v).isInterrupted() && CELL.compareAndSet(cells, i, v, KICKING)) {
                     try {
                         ((Thread) v).interrupt();
                     } finally {
-                        cells.set(i, KICKED);
+                        CELL.setVolatile(cells, i, KICKED);
                     }
                     n++;
                 }
@@ -203,8 +242,8 @@ final class NodeFailover {
     int waiters(int node) {
         int n = 0;
         for (Segment s = node < slots.length ? slots[node] : null; s != null; s = s.next) {
-            for (int i = 0; i < SEGMENT; i++) {
-                if (s.cells.get(i) instanceof Thread) {
+            for (int i = s.offset; i < s.offset + SEGMENT; i++) {
+                if (CELL.getVolatile(s.cells, i) instanceof Thread) {
                     n++;
                 }
             }
@@ -243,8 +282,8 @@ final class NodeFailover {
     int abortBorrowed(int node) {
         int n = 0;
         for (Segment s = node < slots.length ? slots[node] : null; s != null; s = s.next) {
-            for (int i = 0; i < SEGMENT; i++) {
-                if (s.cells.get(i) instanceof Connection c) {
+            for (int i = s.offset; i < s.offset + SEGMENT; i++) {
+                if (CELL.getVolatile(s.cells, i) instanceof Connection c) {
                     try {
                         c.abort(Runnable::run);
                         n++;

@@ -16,6 +16,8 @@ import java.util.Objects;
  */
 public final class RouteScope implements AutoCloseable {
     private static final ThreadLocal<RouteScope> CURRENT = new ThreadLocal<>();
+    /** Whether a route scope was ever opened in this JVM (as {@link SessionScope#everOpened}). */
+    static volatile boolean everOpened;
     private final Cluster cluster;
     private final Route route;
     private final AffinityException refusal;
@@ -37,6 +39,7 @@ public final class RouteScope implements AutoCloseable {
         this.refusal = refusal;
         this.previous = CURRENT.get();
         this.owner = Thread.currentThread();
+        everOpened = true;
         CURRENT.set(this);
     }
 

@@ -8,6 +8,12 @@ package io.racaffinity.jdbc;
  * nest; closing restores the enclosing one. Close it on the thread that opened it.
  */
 public final class SessionScope implements AutoCloseable {
+    /**
+     * Whether a session scope was ever opened in this JVM: until one is, a borrow skips the
+     * session thread-locals. Set before the thread-local, so the opening thread always sees it;
+     * another thread has no scope of its own to miss until it opens one (and sets it itself).
+     */
+    static volatile boolean everOpened;
     private final ThreadLocal<byte[]> slot;
     private final byte[] previous;
     private final Thread owner;
@@ -17,6 +23,7 @@ public final class SessionScope implements AutoCloseable {
         this.slot = slot;
         this.previous = slot.get();
         this.owner = Thread.currentThread();
+        everOpened = true;
         slot.set(key);
     }
 

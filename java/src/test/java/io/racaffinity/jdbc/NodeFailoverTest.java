@@ -86,6 +86,35 @@ class NodeFailoverTest {
     }
 
     @Test
+    void aNodePastTheFirstKeepsItsOwnSlotsPastOneSegmentToo() {
+        // Every node's first segment lives in one shared array, later ones apart: node 2's slots,
+        // past its first segment, are its own and nobody else's.
+        NodeFailover f = new NodeFailover(3);
+        Set<String> aborted = ConcurrentHashMap.newKeySet();
+        int n = 2 * NodeFailover.SEGMENT + 7;
+        int[] slots = new int[n];
+        Set<Integer> distinct = new HashSet<>();
+        for (int i = 0; i < n; i++) {
+            slots[i] = borrow(f, 2, conn("c" + i, aborted));
+            assertTrue(distinct.add(slots[i]), "slot " + slots[i] + " given twice");
+        }
+        borrow(f, 1, conn("b", aborted));
+        Set<String> stillHeld = new HashSet<>();
+        for (int i = 0; i < n; i++) {
+            if (i % 7 == 2) {
+                f.returned(2, slots[i]);
+            } else {
+                stillHeld.add("c" + i);
+            }
+        }
+        assertEquals(0, f.abortBorrowed(0));
+        assertEquals(Set.of(), aborted, "node 0 holds nothing");
+        assertEquals(stillHeld.size(), f.abortBorrowed(2));
+        assertEquals(stillHeld, aborted, "exactly the connections still held on node 2");
+        assertEquals(1, f.abortBorrowed(1));
+    }
+
+    @Test
     void connectionsBorrowedFromManyThreadsAtOnceEachGetASlotOfTheirOwn() throws Exception {
         NodeFailover f = new NodeFailover(1);
         Set<String> aborted = ConcurrentHashMap.newKeySet();
