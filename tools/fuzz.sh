@@ -96,9 +96,12 @@ run_job() {
   local log=$dir/fuzz-0.log
   [ -f "$log" ] || log=$dir/run.log
   local runs eps
-  runs=$(grep -o 'Done [0-9]* runs' "$log" | tail -1 | awk '{print $2}')
-  [ -n "$runs" ] || runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | awk '{print $2}')
-  eps=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | awk '{print $2}')
+  # A crashed job has no "Done" line (and may have no stats): under
+  # pipefail a grep that finds nothing would end the whole script here,
+  # before the report, with the other worker left running.
+  runs=$(grep -o 'Done [0-9]* runs' "$log" | tail -1 | awk '{print $2}' || true)
+  [ -n "$runs" ] || runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | awk '{print $2}' || true)
+  eps=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | awk '{print $2}' || true)
   if grep -q -E '^==[0-9]+== ERROR|deadly signal|panicked at' "$log"; then [ "$rc" -ne 0 ] || rc=99; fi
   echo "$rc ${runs:-0} ${eps:-0}" >"$OUT/logs/$t/w$w.result"
 }
@@ -156,7 +159,10 @@ if [ -n "$TOTAL" ] && [ "$WORKERS" -ge 2 ] && [ ${#TARGETS[@]} -ge 2 ]; then
   EARLY=${TARGETS[-1]}
   unset 'TARGETS[-1]'
   rm -f "$OUT/logs/$EARLY"/w*.result
-  early_before=$(ls "$OUT/artifacts/$EARLY" 2>/dev/null | wc -l)
+  # (Made first: under pipefail an `ls` of a missing directory ended the
+  # script here, silently, on a fresh clone.)
+  mkdir -p "$OUT/artifacts/$EARLY"
+  early_before=$(ls "$OUT/artifacts/$EARLY" | wc -l)
   early_started=$(date +%s)
   run_job "$EARLY" "$SECONDS_ARG" 0 &
   early_pid=$!

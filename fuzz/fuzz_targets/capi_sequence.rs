@@ -1740,6 +1740,13 @@ impl Model {
                     } else {
                         self.check_in("request_pick.session", r, &self.hist[c].refusals(2), &req);
                     }
+                } else if b.raw.context != 0
+                    && self.hist[c].cfg.auto_pin
+                    && !self.hist[c].contexts.contains(&b.raw.context)
+                {
+                    // As context_route: with thread.auto_pin the request pins its
+                    // context, and a key context_new never issued is refused.
+                    self.check("request_pick.unissued_auto_pin", r, R::InvalidArgument, &b.raw.context);
                 } else {
                     self.check_in("request_pick.pin", r, &self.hist[c].refusals(0), &req);
                     if r == R::Ok && b.raw.context == 0 && self.hist[c].cfg.auto_pin {
