@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::{ArcSwap, Guard};
 
-use crate::balance::{Balancer, Choice, PanicPolicy, Policy};
+use crate::balance::{Balancer, Choice, LiveNodes, PanicPolicy, Policy};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, DataConfig, Placement, SessionConfig, ThreadConfig, TransactionConfig};
 use crate::data::DataMap;
@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     pub strict: [AtomicBool; 4],
     pub clock: Arc<dyn Clock>,
     pub topo: ArcSwap<Topology>,
+    /// The live nodes of `topo`, for the balanced pick (see [`LiveNodes`]).
+    pub live: LiveNodes,
     /// Serialises node set changes; holds the versioned membership inputs
     /// seen so far: upper-cased name → ([`MemberKey`]).
     pub topo_lock: Mutex<std::collections::HashMap<String, MemberKey>>,
@@ -217,12 +219,14 @@ impl Cluster {
             AtomicBool::new(config.session.strict),
             AtomicBool::new(config.data.strict),
         ];
+        let live = LiveNodes::new(&topo.live);
         let inner = Inner {
             id: NEXT_CLUSTER_ID.fetch_add(1, Ordering::Relaxed),
             balancer: Balancer::new(config.policy, config.panic, &config.local),
             strict,
             clock,
             topo: ArcSwap::from_pointee(topo),
+            live,
             topo_lock: Mutex::new(Default::default()),
             tx: TxRegistry::new(),
             sessions: SessionRegistry::new(),
@@ -290,6 +294,13 @@ impl Cluster {
     /// Topology epoch: bumped by every node add/remove.
     pub fn epoch(&self) -> u64 {
         self.inner.topo.load().epoch
+    }
+
+    /// Swaps in a new snapshot; the caller holds the topology lock.
+    fn store_topology(&self, t: Topology) {
+        let t = Arc::new(t);
+        self.inner.topo.store(t.clone());
+        self.inner.live.publish(&t.live);
     }
 
     pub(crate) fn topo(&self) -> Guard<Arc<Topology>> {
@@ -383,7 +394,7 @@ impl Cluster {
         // Other processes may not have added it yet: strict placement waits
         // out transaction.settle before giving it new gtrids.
         node.stamp_member_change();
-        self.inner.topo.store(Arc::new(cur.with_added(Arc::new(node))));
+        self.store_topology(cur.with_added(Arc::new(node)));
         self.inner.routing.advance();
         Ok(id)
     }
@@ -407,7 +418,7 @@ impl Cluster {
         let cur = self.inner.topo.load_full();
         let node = cur.find_or_unknown(name).cloned()?;
         node.mark_removed();
-        self.inner.topo.store(Arc::new(cur.with_removed(node.id())));
+        self.store_topology(cur.with_removed(node.id()));
         self.inner.routing.advance();
         Ok(node.id())
     }
@@ -601,9 +612,21 @@ impl Cluster {
         allow_trial: bool,
         prefer: impl Fn(&Node) -> bool,
     ) -> Result<(NodeId, bool)> {
-        match self.inner.balancer.choose(&topo.live, self.clock(), self.health(), allow_trial, prefer) {
-            Ok(Choice::Node(n)) => Ok((n.id(), false)),
-            Ok(Choice::Panic(n)) => Ok((n.id(), true)),
+        self.choose_node(&topo.live, scope, allow_trial, prefer).map(|(n, panic)| (n.id(), panic))
+    }
+
+    /// [`Cluster::choose`] among `nodes` (a snapshot's live nodes), giving
+    /// the node itself.
+    fn choose_node<'t, N: std::ops::Deref<Target = Node>>(
+        &self,
+        nodes: &'t [N],
+        scope: Option<Scope>,
+        allow_trial: bool,
+        prefer: impl Fn(&Node) -> bool,
+    ) -> Result<(&'t N, bool)> {
+        match self.inner.balancer.choose(nodes, self.clock(), self.health(), allow_trial, prefer) {
+            Ok(Choice::Node(n)) => Ok((n, false)),
+            Ok(Choice::Panic(n)) => Ok((n, true)),
             Err(Error::NoNodeAvailable { .. }) => Err(Error::NoNodeAvailable { scope }),
             Err(e) => Err(e),
         }
@@ -694,10 +717,35 @@ impl Cluster {
     /// one place an ejected node's half-open trial can be granted: the pick
     /// is one unit of work whose outcome the host reports on its lease.
     pub fn pick_balanced(&self) -> Result<Route> {
+        self.pick_balanced_up().map(|(r, _)| r)
+    }
+
+    /// [`Cluster::pick_balanced`], and whether the node picked takes new
+    /// work (`Up`, not removed) as the pick returns, asked of the node
+    /// itself, without a snapshot load.
+    #[inline]
+    pub(crate) fn pick_balanced_up(&self) -> Result<(Route, bool)> {
+        // Only the answer leaves the closure: moving a whole `Result` (its
+        // error is large) through the `Option` took stores and loads of
+        // different widths, a store-forwarding stall per pick. No answer
+        // (no live node usable, or the list unreadable) takes the snapshot's
+        // path, which gives the error.
+        let picked = self.inner.live.with(|nodes| {
+            let (n, panic) = self.choose_node(nodes, None, true, |_| true).ok()?;
+            Some(self.count_balanced(n, panic))
+        });
+        if let Some(Some(r)) = picked {
+            return Ok(r);
+        }
         let topo = self.topo();
-        let (id, panic) = self.choose(&topo, None, true, |_| true)?;
-        let r = Route::new(id, if panic { RouteKind::Panic } else { RouteKind::Balanced });
-        self.count(&topo, None, r);
-        Ok(r)
+        let (n, panic) = self.choose_node(&topo.live, None, true, |_| true)?;
+        Ok(self.count_balanced(n, panic))
+    }
+
+    /// Counts a balanced pick of `n` ([`Cluster::count`] without a scope).
+    #[inline]
+    fn count_balanced(&self, n: &Node, panic: bool) -> (Route, bool) {
+        n.counters.other_picks.incr();
+        (Route::new(n.id(), if panic { RouteKind::Panic } else { RouteKind::Balanced }), n.accepts_new())
     }
 }

@@ -50,10 +50,12 @@ impl StripedCounter {
         self.add(n as u64);
     }
 
+    #[inline]
     pub(crate) fn sum(&self) -> u64 {
         self.cells.iter().fold(0u64, |acc, c| acc.wrapping_add(c.0.load(Ordering::Relaxed)))
     }
 
+    #[inline]
     pub(crate) fn sum_signed(&self) -> i64 {
         self.sum() as i64
     }

@@ -146,6 +146,7 @@ impl RoutingEpoch {
     }
 
     /// Host leases in flight on `node`.
+    #[inline]
     pub(crate) fn host_in_flight(&self, node: u32) -> i64 {
         self.host_indexes(node).map(|i| (self.host_leases[i].load(Ordering::Relaxed) & IN_FLIGHT_MASK) as i64).sum()
     }
@@ -259,9 +260,16 @@ impl Cluster {
     /// a node in any other state (a half-open trial, a drain) must see each
     /// outcome when it happens, which an `Ok` kept in a word is not.
     pub fn pick_in_host_leased(&self, key: ContextKey, stripe: usize, cap: u64) -> Result<(Route, bool, HostLeased)> {
-        let r = self.pick_in(key)?;
-        // One topology read for both answers (pick_in_cacheable's rule).
-        let up = !self.is_closed() && self.topo().node(r.node).is_some_and(|n| n.accepts_new());
+        let (r, up) = match self.context_route_or_unpinned(key, false, Scope::Thread)? {
+            // One topology read for both answers (pick_in_cacheable's rule).
+            Some(r) => (r, !self.is_closed() && self.topo().node(r.node).is_some_and(|n| n.accepts_new())),
+            // Unpinned (the path of every borrow that does not pin): the
+            // pick answers the question, with no snapshot load.
+            None => {
+                let (r, up) = self.pick_balanced_up()?;
+                (r, up && !self.is_closed())
+            }
+        };
         let cacheable = up && r.kind == RouteKind::Affinity;
         if up {
             if let Some(word) = self.inner.routing.host_lease_word(stripe, r.node.0) {

@@ -772,6 +772,7 @@ impl Node {
     }
 
     /// In-flight leases, the library's and the hosts' (see [`RoutingEpoch`]).
+    #[inline]
     pub fn in_flight(&self) -> i64 {
         self.counters.in_flight.sum_signed().wrapping_add(self.routing.host_in_flight(self.id.0))
     }

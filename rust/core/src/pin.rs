@@ -10,7 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::marker::PhantomData;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::cluster::{Cluster, Inner};
@@ -154,18 +154,73 @@ const CONTEXT_SHARDS: usize = 64;
 
 /// Registry of explicit context pins.
 pub(crate) struct ContextPins {
-    shards: Box<[Mutex<ContextMap>]>,
+    shards: Box<[Shard]>,
+}
+
+/// A shard's map, and its entry count as of the last unlock: an unpinned
+/// context's route (the path of every borrow that does not pin) sees its
+/// shard empty with one load instead of a lock and unlock, two atomic
+/// read-modify-writes.
+#[repr(align(64))]
+struct Shard {
+    map: Mutex<ContextMap>,
+    len: AtomicUsize,
+}
+
+/// A locked shard; its count is published as the lock is let go, so a
+/// reader that sees 0 linearizes before any insert still under the lock.
+struct ShardGuard<'a> {
+    map: MutexGuard<'a, ContextMap>,
+    len: &'a AtomicUsize,
+}
+
+impl std::ops::Deref for ShardGuard<'_> {
+    type Target = ContextMap;
+    fn deref(&self) -> &ContextMap {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for ShardGuard<'_> {
+    fn deref_mut(&mut self) -> &mut ContextMap {
+        &mut self.map
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    fn drop(&mut self) {
+        let n = self.map.len();
+        if self.len.load(Ordering::Relaxed) != n {
+            self.len.store(n, Ordering::Release);
+        }
+    }
 }
 
 impl ContextPins {
     pub fn new() -> Self {
-        ContextPins { shards: (0..CONTEXT_SHARDS).map(|_| Mutex::new(ContextMap::default())).collect() }
+        ContextPins {
+            shards: (0..CONTEXT_SHARDS)
+                .map(|_| Shard { map: Mutex::new(ContextMap::default()), len: AtomicUsize::new(0) })
+                .collect(),
+        }
     }
 
     #[inline]
-    fn lock(&self, key: u64) -> MutexGuard<'_, ContextMap> {
-        let i = (crate::hash::fmix64(key) >> 58) as usize % CONTEXT_SHARDS;
-        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    fn shard(&self, key: u64) -> &Shard {
+        &self.shards[(crate::hash::fmix64(key) >> 58) as usize % CONTEXT_SHARDS]
+    }
+
+    #[inline]
+    fn lock(&self, key: u64) -> ShardGuard<'_> {
+        let s = self.shard(key);
+        ShardGuard { map: s.map.lock().unwrap_or_else(|p| p.into_inner()), len: &s.len }
+    }
+
+    /// Whether `key` has no entry, known without the lock: its shard held
+    /// none when last unlocked. `false` says nothing.
+    #[inline]
+    fn surely_absent(&self, key: u64) -> bool {
+        self.shard(key).len.load(Ordering::Acquire) == 0
     }
 }
 
@@ -487,6 +542,20 @@ impl Cluster {
     }
 
     fn context_route(&self, key: ContextKey, enter: bool, scope: Scope) -> Result<Route> {
+        match self.context_route_or_unpinned(key, enter, scope)? {
+            Some(r) => Ok(r),
+            None => self.pick_balanced(),
+        }
+    }
+
+    /// [`Cluster::context_route`], or `None` where that would be an unpinned
+    /// [`Cluster::pick_balanced`] (no pin, none to make), which the caller
+    /// then makes itself: [`Cluster::pick_in_host_leased`] asks the picked
+    /// node whether it is `Up`, where a route from here needs a snapshot.
+    pub(crate) fn context_route_or_unpinned(&self, key: ContextKey, enter: bool, scope: Scope) -> Result<Option<Route>> {
+        if !enter && !self.inner.config.thread.auto_pin && self.inner.contexts.surely_absent(key.0) {
+            return Ok(None);
+        }
         let mut m = self.inner.contexts.lock(key.0);
         if m.get(&key.0).is_some_and(ContextEntry::revoked) {
             // The instance withdrew affinity: the context is released, as
@@ -503,7 +572,7 @@ impl Cluster {
                 }
                 e.node.counters.affinity_hits.incr();
                 self.inner.scope[e.scope as usize].hits.incr();
-                return Ok(Route::new(e.node.id(), RouteKind::Affinity));
+                return Ok(Some(Route::new(e.node.id(), RouteKind::Affinity)));
             }
             Some(e) => {
                 // The node may have come back since the check above.
@@ -535,14 +604,11 @@ impl Cluster {
                 self.inner.scope[scope as usize].live.fetch_add(1, Ordering::Relaxed);
                 Route::new(id, kind)
             }
-            None => {
-                drop(m);
-                return self.pick_balanced();
-            }
+            None => return Ok(None),
         };
         drop(m);
         self.count(&self.topo(), Some(scope), route);
-        Ok(route)
+        Ok(Some(route))
     }
 }
 
@@ -634,7 +700,8 @@ impl ContextPins {
     pub(crate) fn clear(&self) -> [usize; 4] {
         let mut per_scope = [0; 4];
         for s in self.shards.iter() {
-            for e in std::mem::take(&mut *s.lock().unwrap_or_else(|p| p.into_inner())).values() {
+            let mut g = ShardGuard { map: s.map.lock().unwrap_or_else(|p| p.into_inner()), len: &s.len };
+            for e in std::mem::take(&mut *g).values() {
                 per_scope[e.scope as usize] += 1;
             }
         }
