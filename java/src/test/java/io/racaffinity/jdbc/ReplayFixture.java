@@ -25,7 +25,8 @@ import java.util.function.Consumer;
 import javax.sql.DataSource;
 
 /**
- * What the replay tests on real nodes share ({@link ReplayTest}, {@link OutcomeCheckDeadlineTest}): the {@code java_req} table on the three nodes, an
+ * What the replay tests on real nodes share ({@link ReplayTest}, {@link OutcomeCheckDeadlineTest},
+ * {@link ReplayCountsTest}): the {@code java_req} table on the three nodes, an
  * {@link AffinityDataSource} over the three as independent databases, node 1's pool through a
  * {@link FaultProxy}, a COMMIT whose node is killed while the proxy holds its reply, the rows
  * counted by SQL on every node, and the refusal an error carries.

@@ -305,6 +305,10 @@ class ReplayTest {
                 assertTrue(swallowed.acted());
             }
             assertEquals(1, rowsInDatabase("rac1"), "committed exactly once");
+            ReplayCounts counts = ds.getReplayCounts();
+            assertEquals(List.of(1L, 0L, 0L, 1L), List.of(counts.replayed(), counts.committedAlready(),
+                    counts.refusedTotal(), counts.outcomesForced()), "replayed, after forcing its outcome: " + counts);
+            assertEquals(2, counts.outcomeChecks(), "in progress, then aborted: " + counts);
 
             // A lost answer, the instance then gone: another instance knows it committed.
             try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "INST1")).build()) {
@@ -315,6 +319,9 @@ class ReplayTest {
                 assertTrue(lost.acted(), "the reply was lost");
             }
             assertEquals(1, rowsInDatabase("rac2"), "committed exactly once");
+            assertEquals(1, counts.committedAlready(), "found committed: " + counts);
+            assertEquals(List.of(1L, 0L, 1L, 3L), List.of(counts.replayed(), counts.refusedTotal(),
+                    counts.outcomesForced(), counts.outcomeChecks()), "only one check more: " + counts);
         }
     }
 
