@@ -165,6 +165,18 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         return replay;
     }
 
+    /**
+     * How request replay ended the recoveries of this data source's cluster: replayed, found
+     * committed already, refused (by refusal), and the outcome checks run. Summed over every data
+     * source of the cluster; the cluster's MXBean shows the same ({@code Replays}, ...).
+     *
+     * @return the cluster's counts
+     * @throws SQLException if initialisation fails
+     */
+    public ReplayCounts getReplayCounts() throws SQLException {
+        return ReplayCounts.of(running().cluster);
+    }
+
     /** @return the partition-map reload period (0: start and HA events only) */
     public long getPartitionMapReloadMillis() {
         return partitionMapReloadMillis;

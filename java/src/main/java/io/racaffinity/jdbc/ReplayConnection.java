@@ -73,6 +73,8 @@ final class ReplayConnection {
     private String why;
     private boolean autoCommit = true;
     private int replays;
+    /** Recovery walks running on this connection: a replay's own failure begins one inside the first. */
+    private int depth;
     private volatile boolean closed;
 
     private ReplayConnection(AffinityDataSource owner, AffinityConnection first, String user, String password) {
@@ -476,7 +478,26 @@ final class ReplayConnection {
      * was not replayed.
      */
     private Object recover(SQLException original, Call then, boolean commitInFlight) throws Throwable {
+        depth++;
+        try {
+            return walk(original, then, commitInFlight);
+        } finally {
+            depth--;
+        }
+    }
+
+    /**
+     * Whether the walk running is the request's own, not one a replay's COMMIT or replayed call
+     * began inside it: only that one is counted ({@link ReplayCounts}), so that a recovery is
+     * counted once, by the end the application sees.
+     */
+    private boolean outermost() {
+        return depth == 1;
+    }
+
+    private Object walk(SQLException original, Call then, boolean commitInFlight) throws Throwable {
         Cluster cluster = owner.clusterOf();
+        ReplayCounts counts = ReplayCounts.of(cluster);
         SQLException e = original;
         while (true) {
             ErrorClass cls = Continuity.classifySqlState(e.getSQLState());
@@ -494,6 +515,9 @@ final class ReplayConnection {
             drop();
             Step step = settle(cluster, f);
             if (step.action() == Action.SUCCEEDED) {
+                if (outermost()) {
+                    counts.countCommittedAlready();
+                }
                 xid = null;
                 LOG.log(Level.DEBUG, () -> "AffinityDataSource " + cluster.name() + ": the COMMIT in flight committed;"
                         + " not replayed");
@@ -508,15 +532,25 @@ final class ReplayConnection {
                     thrown.addSuppressed(e);
                 }
                 closed = true;
+                if (outermost()) {
+                    counts.countRefused(step.refusal());
+                }
                 throw thrown;
             }
             replays++;
             commitInFlight = false;
             try {
-                return replayOn(step.node(), then);
+                Object answer = replayOn(step.node(), then);
+                if (outermost()) {
+                    counts.countReplayed();
+                }
+                return answer;
             } catch (ResultsDiffer d) {
                 drop();
                 closed = true;
+                if (outermost()) {
+                    counts.countRefused(Refusal.RESULTS_DIFFER);
+                }
                 throw refused(original, Refusal.RESULTS_DIFFER, d.getMessage());
             } catch (SQLException again) {
                 e = again;
@@ -564,6 +598,7 @@ final class ReplayConnection {
             return CommitOutcome.UNKNOWN;
         }
         int bound = owner.checkTimeoutSeconds();
+        ReplayCounts.of(cluster).countCheck(force);
         try {
             DataSource ds = owner.getNodeDataSource(cluster.nodeName(node));
             try (Connection c = checkedConnection(ds, bound)) {

@@ -71,6 +71,28 @@ public interface ClusterMXBean {
     /** @return why the last refused feed record was refused; null if none */
     String getFeedLastRefused();
 
+    /**
+     * @return recoveries of request replay that a replay ended: the request went on, on another node
+     *     ({@code AffinityDataSource} with {@code replay=true}; 0 without)
+     */
+    long getReplays();
+
+    /** @return recoveries that found the COMMIT in flight committed: the request succeeded, not replayed */
+    long getReplayCommittedAlready();
+
+    /**
+     * @return refusal ({@code not_replayable}, {@code replayed_already}, {@code outcome_unknown},
+     *     {@code no_node}, {@code results_differ}, {@code not_recoverable}) → recoveries that ended in
+     *     the original error with it
+     */
+    Map<String, Long> getReplayRefusals();
+
+    /** @return outcome checks run ({@code pg_xact_status} of a COMMIT in flight asked of a node) */
+    long getReplayOutcomeChecks();
+
+    /** @return outcomes forced (the old transaction's backend ended through a node before a check) */
+    long getReplayOutcomesForced();
+
     /** @return strict XA (transaction) affinity: refuse instead of re-placing */
     boolean isUseStrictXAAffinity();
 

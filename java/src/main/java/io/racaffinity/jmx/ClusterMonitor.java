@@ -7,6 +7,7 @@ import io.racaffinity.FeedUnavailableException;
 import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
 import io.racaffinity.Scope;
+import io.racaffinity.jdbc.ReplayCounts;
 import java.lang.management.ManagementFactory;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -209,6 +210,35 @@ public final class ClusterMonitor implements ClusterMXBean {
     @Override
     public String getFeedLastRefused() {
         return feed().flatMap(FeedStatus::lastRefused).orElse(null);
+    }
+
+    private ReplayCounts replay() {
+        return ReplayCounts.of(cluster);
+    }
+
+    @Override
+    public long getReplays() {
+        return replay().replayed();
+    }
+
+    @Override
+    public long getReplayCommittedAlready() {
+        return replay().committedAlready();
+    }
+
+    @Override
+    public Map<String, Long> getReplayRefusals() {
+        return replay().refusals();
+    }
+
+    @Override
+    public long getReplayOutcomeChecks() {
+        return replay().outcomeChecks();
+    }
+
+    @Override
+    public long getReplayOutcomesForced() {
+        return replay().outcomesForced();
     }
 
     @Override

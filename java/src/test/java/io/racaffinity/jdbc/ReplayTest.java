@@ -2,6 +2,17 @@ package io.racaffinity.jdbc;
 
 import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
 import static io.racaffinity.jdbc.AffinityDataSourceTest.portOf;
+import static io.racaffinity.jdbc.ReplayFixture.NAMES;
+import static io.racaffinity.jdbc.ReplayFixture.backendPid;
+import static io.racaffinity.jdbc.ReplayFixture.commitThenKill;
+import static io.racaffinity.jdbc.ReplayFixture.count;
+import static io.racaffinity.jdbc.ReplayFixture.insert;
+import static io.racaffinity.jdbc.ReplayFixture.refusalOf;
+import static io.racaffinity.jdbc.ReplayFixture.resetTable;
+import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
+import static io.racaffinity.jdbc.ReplayFixture.terminate;
+import static io.racaffinity.jdbc.ReplayFixture.throughProxy;
+import static io.racaffinity.jdbc.ReplayFixture.total;
 import static io.racaffinity.test.Pools.serverPort;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
@@ -11,7 +22,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Continuity;
 import io.racaffinity.Continuity.Refusal;
-import io.racaffinity.Continuity.ReplayRefusedException;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.testsupport.FaultProxy;
@@ -23,11 +33,8 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.ShardingKey;
 import java.sql.Statement;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -42,18 +49,11 @@ import org.junit.jupiter.api.extension.ExtendWith;
  */
 @ExtendWith(PgNodes.class)
 class ReplayTest {
-    static final List<String> NAMES = AffinityDataSourceTest.NAMES;
     private Pools pools;
 
     @BeforeEach
     void table() throws SQLException {
-        for (int i = 1; i <= 3; i++) {
-            try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
-                    Statement s = c.createStatement()) {
-                s.execute("CREATE TABLE IF NOT EXISTS java_req (id text PRIMARY KEY)");
-                s.execute("TRUNCATE java_req");
-            }
-        }
+        resetTable(null);
     }
 
     @AfterEach
@@ -64,82 +64,7 @@ class ReplayTest {
     }
 
     private AffinityDataSource ds(String name, boolean replay) {
-        AffinityDataSource ds = pools.affinity("name = " + name
-                + "; database = orcl; service = svc; nodes = MYDB1, MYDB2, MYDB3; policy = random;"
-                + " thread.auto_pin = false");
-        ds.setRegisterMBean(false);
-        ds.setReplay(replay);
-        ds.setHeartbeatTimeoutSeconds(2);
-        return ds;
-    }
-
-    /** Node name → rows with id {@code id} there. */
-    static Map<String, Integer> rowsOf(String id) throws SQLException {
-        Map<String, Integer> out = new LinkedHashMap<>();
-        for (int i = 1; i <= 3; i++) {
-            try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
-                    PreparedStatement s = c.prepareStatement("SELECT count(*) FROM java_req WHERE id = ?")) {
-                s.setString(1, id);
-                try (ResultSet rs = s.executeQuery()) {
-                    rs.next();
-                    out.put(NAMES.get(i - 1), rs.getInt(1));
-                }
-            }
-        }
-        return out;
-    }
-
-    static int total(Map<String, Integer> rows) {
-        return rows.values().stream().mapToInt(Integer::intValue).sum();
-    }
-
-    private static void insert(Connection c, String id) throws SQLException {
-        try (PreparedStatement s = c.prepareStatement("INSERT INTO java_req VALUES (?)")) {
-            s.setString(1, id);
-            assertEquals(1, s.executeUpdate());
-        }
-    }
-
-    private static int count(Connection c, String like) throws SQLException {
-        try (PreparedStatement s = c.prepareStatement("SELECT count(*) FROM java_req WHERE id LIKE ?")) {
-            s.setString(1, like);
-            try (ResultSet rs = s.executeQuery()) {
-                rs.next();
-                return rs.getInt(1);
-            }
-        }
-    }
-
-    private static Refusal refusalOf(SQLException e) {
-        for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
-            if (t instanceof ReplayRefusedException r) {
-                return r.refusal();
-            }
-        }
-        for (Throwable t : e.getSuppressed()) {
-            if (t instanceof ReplayRefusedException r) {
-                return r.refusal();
-            }
-        }
-        return null;
-    }
-
-    private static void terminate(String node, int pid) throws SQLException {
-        try (Connection c = DriverManager.getConnection(PgNodes.url(NAMES.indexOf(node) + 1), "postgres", "");
-                PreparedStatement s = c.prepareStatement("SELECT pg_terminate_backend(?, 5000)")) {
-            s.setInt(1, pid);
-            try (ResultSet rs = s.executeQuery()) {
-                rs.next();
-                assertTrue(rs.getBoolean(1));
-            }
-        }
-    }
-
-    private static int backendPid(Connection c) throws SQLException {
-        try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
-            rs.next();
-            return rs.getInt(1);
-        }
+        return ReplayFixture.dataSource(pools, name, replay);
     }
 
     @Test
@@ -189,11 +114,7 @@ class ReplayTest {
     @Test
     void aLostCommitReplyIsFoundCommittedAndNotReplayed() throws Exception {
         try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
-            pools = new Pools(NAMES, c -> {
-                if (c.getPoolName().endsWith("MYDB1")) {
-                    c.setJdbcUrl(proxy.url());
-                }
-            });
+            pools = throughProxy(proxy, c -> {});
             AffinityDataSource ds = ds("replay-lost-commit", true);
             try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
                 c.setAutoCommit(false);
@@ -213,30 +134,14 @@ class ReplayTest {
     @Test
     void aCommitWhoseNodeDiesBeforeItsOutcomeIsKnownIsNeverReplayedBlind() throws Exception {
         try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
-            pools = new Pools(NAMES, c -> {
-                c.setConnectionTimeout(1000);
-                if (c.getPoolName().endsWith("MYDB1")) {
-                    c.setJdbcUrl(proxy.url());
-                }
-            });
+            pools = throughProxy(proxy, c -> c.setConnectionTimeout(1000));
             AffinityDataSource ds = ds("replay-unknown", true);
             Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
             try {
                 c.setAutoCommit(false);
                 insert(c, "u1");
-                Hold hold = proxy.holdNextCommitReply();
-                CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
-                    try {
-                        c.commit();
-                        return null;
-                    } catch (SQLException e) {
-                        return e;
-                    }
-                });
-                assertTrue(hold.withheld.await(30, TimeUnit.SECONDS));
-                PgNodes.kill(1); // committed, and now no one can tell
-                hold.release();
-                SQLException e = committing.get(60, TimeUnit.SECONDS);
+                // committed, and then no one can tell
+                SQLException e = commitThenKill(c, proxy, 1).error();
                 assertInstanceOf(SQLException.class, e, "the original error surfaces");
                 assertEquals(Refusal.OUTCOME_UNKNOWN, refusalOf(e), String.valueOf(e));
             } finally {
@@ -293,30 +198,14 @@ class ReplayTest {
     @Test
     void aReadOnlyRequestWhoseCommitReplyIsLostWithItsNodeDownIsReplayedElsewhere() throws Exception {
         try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
-            pools = new Pools(NAMES, c -> {
-                c.setConnectionTimeout(1000);
-                if (c.getPoolName().endsWith("MYDB1")) {
-                    c.setJdbcUrl(proxy.url());
-                }
-            });
+            pools = throughProxy(proxy, c -> c.setConnectionTimeout(1000));
             AffinityDataSource ds = ds("replay-read-only-lost", true);
             Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
             try {
                 c.setAutoCommit(false);
                 assertEquals(0, count(c, "ro%"), "read by the application, compared on the replay");
-                Hold hold = proxy.holdNextCommitReply();
-                CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
-                    try {
-                        c.commit();
-                        return null;
-                    } catch (SQLException e) {
-                        return e;
-                    }
-                });
-                assertTrue(hold.withheld.await(30, TimeUnit.SECONDS));
-                PgNodes.kill(1); // no one can tell its outcome, and a read-only transaction has none to tell
-                hold.release();
-                SQLException e = committing.get(60, TimeUnit.SECONDS);
+                // no one can tell its outcome, and a read-only transaction has none to tell
+                SQLException e = commitThenKill(c, proxy, 1).error();
                 assertEquals(null, e, "replayed elsewhere, refused " + (e == null ? null : refusalOf(e)));
                 assertNotEquals(portOf("MYDB1"), serverPort(c));
             } finally {
@@ -416,6 +305,10 @@ class ReplayTest {
                 assertTrue(swallowed.acted());
             }
             assertEquals(1, rowsInDatabase("rac1"), "committed exactly once");
+            ReplayCounts counts = ds.getReplayCounts();
+            assertEquals(List.of(1L, 0L, 0L, 1L), List.of(counts.replayed(), counts.committedAlready(),
+                    counts.refusedTotal(), counts.outcomesForced()), "replayed, after forcing its outcome: " + counts);
+            assertEquals(2, counts.outcomeChecks(), "in progress, then aborted: " + counts);
 
             // A lost answer, the instance then gone: another instance knows it committed.
             try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "INST1")).build()) {
@@ -426,6 +319,9 @@ class ReplayTest {
                 assertTrue(lost.acted(), "the reply was lost");
             }
             assertEquals(1, rowsInDatabase("rac2"), "committed exactly once");
+            assertEquals(1, counts.committedAlready(), "found committed: " + counts);
+            assertEquals(List.of(1L, 0L, 1L, 3L), List.of(counts.replayed(), counts.refusedTotal(),
+                    counts.outcomesForced(), counts.outcomeChecks()), "only one check more: " + counts);
         }
     }
 

@@ -6,9 +6,11 @@ import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.binder.MeterBinder;
 import io.racaffinity.Cluster;
+import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
 import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.ReplayCounts;
 import java.sql.SQLException;
 import java.util.List;
 import java.util.Locale;
@@ -36,7 +38,11 @@ import javax.sql.DataSource;
  *   <li>with a topology feed ({@code topology.feed}), per cluster: {@code racaffinity.feed.connected}
  *       (1 or 0), {@code racaffinity.feed.revision}, {@code racaffinity.feed.lag} (records not yet
  *       applied) and the counters {@code racaffinity.feed.records.applied} and
- *       {@code racaffinity.feed.records.refused}.</li>
+ *       {@code racaffinity.feed.records.refused};</li>
+ *   <li>with request replay on ({@link AffinityDataSource#setReplay}), per cluster, how its recoveries
+ *       ended ({@link ReplayCounts}): the counters {@code racaffinity.replay.replayed},
+ *       {@code .committed_already}, {@code .refused} (tagged {@code racaffinity.replay.refusal}),
+ *       {@code .outcome_checks} and {@code .outcomes_forced}.</li>
  * </ul>
  * The full list, with units, is in docs/java-ecosystem.md. A Prometheus registry serves the
  * families Python's exporter serves ({@code db_client_connection_count},
@@ -114,6 +120,23 @@ public final class AffinityMetrics implements MeterBinder {
         // The feed is configuration: a cluster without one never gains one, so no meters.
         if (cluster.feedStatus().isPresent()) {
             bindFeed(registry, snapshot, clusterTags);
+        }
+        // Replay too: a data source without it never replays. (Python has no replay counts yet:
+        // these are Java's own families, and the comparison of the two exporters runs without replay.)
+        if (dataSource.isReplay()) {
+            bindReplay(registry, ReplayCounts.of(cluster), clusterTags);
+        }
+    }
+
+    private static void bindReplay(MeterRegistry registry, ReplayCounts counts, Tags tags) {
+        for (ReplayMeter m : ReplayMeter.COUNTERS) {
+            FunctionCounter.builder(m.name(), counts, c -> m.value().applyAsLong(c)).tags(tags)
+                    .description(m.description()).register(registry);
+        }
+        for (Refusal r : ReplayMeter.REFUSALS) {
+            FunctionCounter.builder(ReplayMeter.REFUSED.name(), counts, c -> c.refused(r))
+                    .tags(tags.and(ReplayMeter.REFUSAL, ReplayMeter.refusalName(r)))
+                    .description(ReplayMeter.REFUSED.description()).register(registry);
         }
     }
 

@@ -8,9 +8,11 @@ import io.opentelemetry.api.metrics.MeterBuilder;
 import io.opentelemetry.api.metrics.MeterProvider;
 import io.opentelemetry.api.metrics.ObservableLongMeasurement;
 import io.racaffinity.Cluster;
+import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
 import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.ReplayCounts;
 import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.List;
@@ -41,7 +43,8 @@ import javax.sql.DataSource;
  *       AffinityMetrics};
  *   <li>with a topology feed, per cluster: {@code racaffinity.feed.connected}, {@code .revision},
  *       {@code .lag} (up-down counters) and {@code racaffinity.feed.records.applied}, {@code
- *       .records.refused} (counters).
+ *       .records.refused} (counters);
+ *   <li>with request replay on, per cluster, the replay counters named as in {@link AffinityMetrics}.
  * </ul>
  *
  * <pre>{@code
@@ -61,11 +64,12 @@ public final class AffinityOpenTelemetry implements AutoCloseable {
     private static final AttributeKey<String> NODE = AttributeKey.stringKey(AffinityMetrics.NODE);
     private static final AttributeKey<String> SCOPE = AttributeKey.stringKey(AffinityMetrics.SCOPE);
     private static final AttributeKey<String> NODE_STATE = AttributeKey.stringKey(AffinityMetrics.STATE);
+    private static final AttributeKey<String> REFUSAL = AttributeKey.stringKey(ReplayMeter.REFUSAL);
 
     private final List<AutoCloseable> instruments = new ArrayList<>();
     private final HikariOpenTelemetry pools;
 
-    private AffinityOpenTelemetry(Meter meter, Cluster cluster) {
+    private AffinityOpenTelemetry(Meter meter, Cluster cluster, boolean replay) {
         this.pools = new HikariOpenTelemetry(meter);
         Snapshot snapshot = new Snapshot(cluster);
         String name = cluster.name();
@@ -117,6 +121,22 @@ public final class AffinityOpenTelemetry implements AutoCloseable {
                         .buildWithCallback(m -> record(m, snapshot.feed(f.value()), attributes)));
             }
         }
+        // As in AffinityMetrics: only a data source that replays has replay instruments.
+        if (replay) {
+            ReplayCounts counts = ReplayCounts.of(cluster);
+            Attributes attributes = Attributes.of(CLUSTER, name);
+            for (ReplayMeter r : ReplayMeter.COUNTERS) {
+                instruments.add(meter.counterBuilder(r.name()).setDescription(r.description())
+                        .buildWithCallback(m -> m.record(r.value().applyAsLong(counts), attributes)));
+            }
+            instruments.add(meter.counterBuilder(ReplayMeter.REFUSED.name())
+                    .setDescription(ReplayMeter.REFUSED.description()).buildWithCallback(m -> {
+                        for (Refusal why : ReplayMeter.REFUSALS) {
+                            m.record(counts.refused(why), attributes.toBuilder()
+                                    .put(REFUSAL, ReplayMeter.refusalName(why)).build());
+                        }
+                    }));
+        }
     }
 
     /**
@@ -146,7 +166,7 @@ public final class AffinityOpenTelemetry implements AutoCloseable {
         if (version != null) {
             b.setInstrumentationVersion(version);
         }
-        AffinityOpenTelemetry t = new AffinityOpenTelemetry(b.build(), cluster);
+        AffinityOpenTelemetry t = new AffinityOpenTelemetry(b.build(), cluster, dataSource.isReplay());
         try {
             for (String node : cluster.nodeNames()) {
                 DataSource pool = dataSource.getNodeDataSource(node);
