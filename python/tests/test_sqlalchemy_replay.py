@@ -13,6 +13,7 @@ import contextlib
 import json
 import threading
 import time
+import traceback
 from typing import Any, Dict, List, Tuple
 
 import psycopg
@@ -85,6 +86,49 @@ def test_a_request_killed_before_commit_is_replayed_once_elsewhere(pg, cluster_f
         assert isinstance(info.value.__cause__, ra.ReplayRefused)
         assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
         assert sum(rows_of(pg, "r2").values()) == 0
+    finally:
+        engine.dispose()
+
+
+def shows_the_driver_error(exc: BaseException) -> bool:
+    """Whether the traceback of `exc` shows the driver's error (`.orig`) as
+    an exception of its own, with its traceback, not only as the text that
+    SQLAlchemy's message quotes."""
+    chain, e = [], exc
+    while e is not None and len(chain) < 10:
+        chain.append(e)
+        e = e.__cause__
+    orig = exc.orig
+    printed = "".join(traceback.format_exception(exc))
+    return orig in chain and f"\n{type(orig).__module__}.{type(orig).__qualname__}: " in printed
+
+
+def test_a_refusal_keeps_the_driver_error_in_the_traceback(pg, cluster_factory, sreq_table):
+    # The refusal is the SQLAlchemy error's __cause__, which was the
+    # driver's error: that one must stay in the chain, as the refusal's.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
+        admin.execute("INSERT INTO py_sreq VALUES ('taken')")
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        with pytest.raises(sa.exc.IntegrityError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.execute(INSERT, {"id": "taken"})
+        assert info.value.__cause__.refusal is R.NOT_RECOVERABLE
+        assert info.value.__cause__.__cause__ is info.value.orig
+        assert isinstance(info.value.orig, psycopg.errors.UniqueViolation)
+        assert shows_the_driver_error(info.value)
+    finally:
+        engine.dispose()
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=1)  # replay off
+    try:
+        with pytest.raises(sa.exc.DBAPIError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.execute(INSERT, {"id": "t2"})
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert info.value.__cause__.__cause__ is info.value.orig
+        assert shows_the_driver_error(info.value)
     finally:
         engine.dispose()
 
