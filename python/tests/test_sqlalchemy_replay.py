@@ -25,7 +25,7 @@ from racaffinity import ReplayRefusal as R
 from racaffinity.pools import NodePools
 from racaffinity.sqlalchemy import create_async_engine, create_engine, request
 
-from conftest import NAMES, REPO
+from conftest import NAMES, REPO, next_xid
 
 INSERT = sa.text("INSERT INTO py_sreq VALUES (:id)")
 COUNT = sa.text("SELECT count(*) FROM py_sreq WHERE id = :id")
@@ -154,16 +154,11 @@ def test_a_read_only_request_is_given_no_transaction_id_and_its_lost_commit_is_r
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
     try:
-        # the next xid of RAC3, read without assigning one (see test_continuity.next_xid)
-        def next_xid() -> int:
-            with psycopg.connect(pg.dsn["RAC3"], autocommit=True, connect_timeout=5) as admin:
-                return admin.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0]
-
-        before = next_xid()
+        before = next_xid(pg, "RAC3")
         for _ in range(20):
             with request(engine, key=key_on(c, "RAC3")) as req:
                 assert req.execute(COUNT, {"id": "ro"}).scalar_one() == 0
-        used = next_xid() - before
+        used = next_xid(pg, "RAC3") - before
         assert used <= 2, f"20 read-only requests took {used} transaction ids"
     finally:
         engine.dispose()
