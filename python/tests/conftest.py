@@ -210,6 +210,15 @@ def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> 
         time.sleep(step)
 
 
+def next_xid(pg: PgNodes, node: str) -> int:
+    """The next transaction id `node` will assign, read from a session of
+    its own without assigning one: a snapshot's xmax is one past the last
+    transaction that ended (every request of the caller has ended when it
+    is read). The replay tests count the ids their requests took with it."""
+    with psycopg.connect(pg.dsn[node], autocommit=True, connect_timeout=5) as admin:
+        return admin.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0]
+
+
 def prepared_xacts(pg: PgNodes) -> Dict[str, List[str]]:
     """The gids in `pg_prepared_xacts` of every node, read by SQL."""
     out = {}

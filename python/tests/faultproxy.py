@@ -7,13 +7,20 @@ tests/cluster is used here.
         dsn = px.dsn(pg_dsn)          # the node's DSN with the proxy's port
         px.lose_reply_after(b"PREPARE TRANSACTION")
         px.blackhole()                # accept, forward nothing, close nothing
-        px.refuse()                   # close the listener: connections refused
+        px.refuse()                   # cut every session, reset new connects
         px.heal()
 
 Every fault is real at the socket level: a lost reply means the server got and
 executed the command, and the client's connection is reset before any answer
 reaches it; a blackhole keeps every socket open and moves no byte, so a
-client call hangs until its own timeout."""
+client call hangs until its own timeout.
+
+The proxy listens on one port for its whole life, refusing included: a
+refused proxy resets each connection as it accepts it (the client's connect
+fails at once, as against a node gone) rather than closing its listener,
+whose port would go back to the kernel's ephemeral range, where an outgoing
+connection can take it before `heal()` listens there again (Java's
+`FaultProxy` in java/test-support met that as a `BindException`)."""
 
 from __future__ import annotations
 
@@ -34,12 +41,18 @@ class FaultProxy:
         self._then_refuse = False
         self._then_hole = False
         self._reset_gen = 0
+        self._refusing = False
         self._lost = threading.Event()
         self._socks: Set[socket.socket] = set()
         self._threads: List[threading.Thread] = []
         self._closed = False
-        self._listener: Optional[socket.socket] = None
-        self.port = self._listen(0)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port: int = self._listener.getsockname()[1]
+        t = threading.Thread(target=self._accept, name="faultproxy-accept", daemon=True)
+        t.start()
+        self._threads.append(t)
 
     # -- faults -----------------------------------------------------------------
 
@@ -58,8 +71,8 @@ class FaultProxy:
         """The next client message that contains `marker` reaches the server;
         then the client's connection is reset before the server's answer is
         forwarded (the reply is lost, the command took effect). With
-        `then_refuse` the proxy stops listening before that reset, so the
-        client's next connect is refused (the node is gone after the reply)."""
+        `then_refuse` the proxy refuses (`refuse()`) before that reset, so
+        the client's next connect fails (the node is gone after the reply)."""
         with self._lock:
             self._lose_after = marker
             self._then_refuse = then_refuse
@@ -83,34 +96,28 @@ class FaultProxy:
             self._reset_gen += 1
 
     def refuse_new(self) -> None:
-        """Closes the listener only: new connects are refused, the sessions
+        """New connects fail (each is reset as it is accepted); the sessions
         already open go on (a node that stops accepting)."""
         with self._lock:
-            lst, self._listener = self._listener, None
-        if lst is not None:
-            try:
-                lst.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            lst.close()
+            self._refusing = True
+
+    @property
+    def connections(self) -> int:
+        """The client connections open through the proxy now (a blackhole's
+        held ones included)."""
+        with self._lock:
+            return len(self._socks) // 2
 
     @property
     def reply_lost(self) -> bool:
         return self._lost.is_set()
 
     def refuse(self) -> None:
-        """Closes the listener and every connection: new connects are refused."""
+        """Ends every open session and makes new connects fail (each is reset
+        as it is accepted): a node gone."""
         with self._lock:
-            lst, self._listener = self._listener, None
+            self._refusing = True
             socks = list(self._socks)
-        if lst is not None:
-            # shutdown first: a plain close leaves the socket listening while
-            # the accept thread is blocked on it (Linux)
-            try:
-                lst.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            lst.close()
         for s in socks:
             # shutdown, not close: the pump thread owns (and closes) them
             try:
@@ -119,40 +126,30 @@ class FaultProxy:
                 pass
 
     def heal(self) -> None:
-        """Ends every fault; a refused proxy listens again on the same port,
-        and the connections a blackhole held are dropped."""
+        """Ends every fault: connections are accepted again, and the
+        connections a blackhole held are dropped."""
         with self._lock:
             self._blackhole = False
             self._lose_after = None
             self._hole_before = None
             self._then_hole = False
-            listening = self._listener is not None
-        if not listening:
-            self._listen(self.port)
+            self._refusing = False
 
     # -- plumbing -----------------------------------------------------------------
 
     def dsn(self, node_dsn: str) -> str:
         return re.sub(r"port=\d+", f"port={self.port}", node_dsn)
 
-    def _listen(self, port: int) -> int:
-        lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        lst.bind(("127.0.0.1", port))
-        lst.listen(64)
-        with self._lock:
-            self._listener = lst
-        t = threading.Thread(target=self._accept, args=(lst,), name="faultproxy-accept", daemon=True)
-        t.start()
-        self._threads.append(t)
-        return lst.getsockname()[1]
-
-    def _accept(self, lst: socket.socket) -> None:
+    def _accept(self) -> None:
+        lst = self._listener
         while True:
             try:
                 client, _ = lst.accept()
             except OSError:
-                return  # listener closed
+                return  # closed by close()
+            if self._refusing or self._closed:
+                _reset(client)
+                continue
             try:
                 server = socket.create_connection(self.upstream, timeout=5)
                 server.settimeout(None)
@@ -160,7 +157,15 @@ class FaultProxy:
                 _close(client)
                 continue
             with self._lock:
-                self._socks.update((client, server))
+                # refuse() may have come while this connected upstream: it
+                # saw neither socket, so this one cuts them.
+                refused = self._refusing or self._closed
+                if not refused:
+                    self._socks.update((client, server))
+            if refused:
+                _reset(client)
+                _close(server)
+                continue
             threading.Thread(target=self._pump, args=(client, server), name="faultproxy-pump", daemon=True).start()
 
     def _pump(self, client: socket.socket, server: socket.socket) -> None:
@@ -241,6 +246,13 @@ class FaultProxy:
     def close(self) -> None:
         self._closed = True
         self.refuse()
+        # shutdown first: a plain close leaves the socket listening while the
+        # accept thread is blocked on it (Linux)
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        _close(self._listener)
 
     def __enter__(self) -> "FaultProxy":
         return self

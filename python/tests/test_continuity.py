@@ -14,7 +14,7 @@ from racaffinity import ReplayAction as A
 from racaffinity import ReplayRefusal as R
 from racaffinity import RequestFailure as F
 
-from conftest import wait_until
+from conftest import next_xid, wait_until
 
 NAMES = ["RAC1", "RAC2", "RAC3"]
 
@@ -243,14 +243,6 @@ def test_a_lost_commit_reply_on_a_node_gone_is_never_replayed_blind(pg, cluster_
         assert info.value.__cause__.refusal is R.OUTCOME_UNKNOWN
         assert req.replays == 0
         assert rows_of(pg, "r4") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}  # committed once, never twice
-
-
-def next_xid(pg, node) -> int:
-    """The next transaction id `node` will assign, read from a session of
-    its own without assigning one: a snapshot's xmax is one past the last
-    transaction that ended (every request here has ended when it is read)."""
-    with psycopg.connect(pg.dsn[node], autocommit=True, connect_timeout=5) as admin:
-        return admin.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0]
 
 
 def test_a_read_only_request_is_given_no_transaction_id(pg, cluster_factory, req_table):

@@ -320,3 +320,25 @@ def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluste
             port(pools, key=key)
         assert port(pools, key=key) == pg.port['RAC1']
         assert c.node_state('RAC1') is ra.NodeState.UP
+
+@pytest.mark.timeout(60)
+def test_a_down_does_not_hold_its_caller_while_a_silent_nodes_pool_closes(pg, cluster_factory, proxies):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    px = proxies['RAC1']
+    dsns = dict(pg.dsn, RAC1=px.dsn(pg.dsn['RAC1']))
+    pools = new_pools(c, dsns, min_size=2, max_size=4, connect_kwargs={'connect_timeout': 10})
+    with pools:
+        old = pools.node_pool('RAC1')
+        wait_until(lambda: old.get_stats().get('pool_available', 0) == 2, 5)
+        idle = list(old._pool)
+        px.blackhole()
+        old.resize(4)
+        wait_until(lambda: px.connections == 4, 5)
+        t0 = time.monotonic()
+        pools.apply_event(fan_line('RAC1', 'down'))
+        took = time.monotonic() - t0
+        assert c.node_state('RAC1') is ra.NodeState.DOWN and pools.node_pool('RAC1') is not old
+        assert took < 0.5, f'apply_event held its caller {took:.2f} s'
+        wait_until(lambda: old.closed and all((conn.closed for conn in idle)), 6)
+    assert all((conn.closed for conn in idle))
+    px.heal()

@@ -13,6 +13,7 @@ import contextlib
 import json
 import threading
 import time
+import traceback
 from typing import Any, Dict, List, Tuple
 
 import psycopg
@@ -24,7 +25,7 @@ from racaffinity import ReplayRefusal as R
 from racaffinity.pools import NodePools
 from racaffinity.sqlalchemy import create_async_engine, create_engine, request
 
-from conftest import NAMES, REPO
+from conftest import NAMES, REPO, next_xid
 
 INSERT = sa.text("INSERT INTO py_sreq VALUES (:id)")
 COUNT = sa.text("SELECT count(*) FROM py_sreq WHERE id = :id")
@@ -89,6 +90,49 @@ def test_a_request_killed_before_commit_is_replayed_once_elsewhere(pg, cluster_f
         engine.dispose()
 
 
+def shows_the_driver_error(exc: BaseException) -> bool:
+    """Whether the traceback of `exc` shows the driver's error (`.orig`) as
+    an exception of its own, with its traceback, not only as the text that
+    SQLAlchemy's message quotes."""
+    chain, e = [], exc
+    while e is not None and len(chain) < 10:
+        chain.append(e)
+        e = e.__cause__
+    orig = exc.orig
+    printed = "".join(traceback.format_exception(exc))
+    return orig in chain and f"\n{type(orig).__module__}.{type(orig).__qualname__}: " in printed
+
+
+def test_a_refusal_keeps_the_driver_error_in_the_traceback(pg, cluster_factory, sreq_table):
+    # The refusal is the SQLAlchemy error's __cause__, which was the
+    # driver's error: that one must stay in the chain, as the refusal's.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
+        admin.execute("INSERT INTO py_sreq VALUES ('taken')")
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        with pytest.raises(sa.exc.IntegrityError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.execute(INSERT, {"id": "taken"})
+        assert info.value.__cause__.refusal is R.NOT_RECOVERABLE
+        assert info.value.__cause__.__cause__ is info.value.orig
+        assert isinstance(info.value.orig, psycopg.errors.UniqueViolation)
+        assert shows_the_driver_error(info.value)
+    finally:
+        engine.dispose()
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=1)  # replay off
+    try:
+        with pytest.raises(sa.exc.DBAPIError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.execute(INSERT, {"id": "t2"})
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert info.value.__cause__.__cause__ is info.value.orig
+        assert shows_the_driver_error(info.value)
+    finally:
+        engine.dispose()
+
+
 def test_a_statement_whose_session_died_is_replayed_with_those_before_it(pg, cluster_factory, sreq_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
@@ -110,16 +154,11 @@ def test_a_read_only_request_is_given_no_transaction_id_and_its_lost_commit_is_r
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
     try:
-        # the next xid of RAC3, read without assigning one (see test_continuity.next_xid)
-        def next_xid() -> int:
-            with psycopg.connect(pg.dsn["RAC3"], autocommit=True, connect_timeout=5) as admin:
-                return admin.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0]
-
-        before = next_xid()
+        before = next_xid(pg, "RAC3")
         for _ in range(20):
             with request(engine, key=key_on(c, "RAC3")) as req:
                 assert req.execute(COUNT, {"id": "ro"}).scalar_one() == 0
-        used = next_xid() - before
+        used = next_xid(pg, "RAC3") - before
         assert used <= 2, f"20 read-only requests took {used} transaction ids"
     finally:
         engine.dispose()

@@ -128,12 +128,37 @@ class ReplayRefused(Exception):
     """The typed cause (`__cause__`) of the original error a request
     surfaces when it is not replayed: `refusal` is the core's reason, or
     None with `reason` "results_differ" when a replay's results differed
-    from the ones the application already consumed."""
+    from the ones the application already consumed. Its own `__cause__`
+    is the error that ended a replay, else the cause the original error
+    had (under a SQLAlchemy error, the driver's)."""
 
     def __init__(self, refusal: Optional[ReplayRefusal], reason: Optional[str] = None) -> None:
         self.refusal = refusal
         self.reason = reason or (refusal.name.lower() if refusal is not None else "unknown")
         super().__init__(f"request not replayed: {self.reason}")
+
+
+def _refused(
+    original: BaseException,
+    refusal: Optional[ReplayRefusal],
+    reason: Optional[str] = None,
+    ended_by: Optional[BaseException] = None,
+) -> ReplayRefused:
+    """The `ReplayRefused` that becomes `original`'s `__cause__`. It takes
+    over the cause `original` had, so a traceback still shows the driver's
+    error: a SQLAlchemy error's `__cause__` is the driver's (`.orig`), which
+    the refusal would otherwise hide. `ended_by`: the error that ended a
+    replay, the refusal's cause instead."""
+    refused = ReplayRefused(refusal, reason)
+    cause = ended_by
+    if cause is None:
+        cause = original.__cause__
+        if cause is None or isinstance(cause, ReplayRefused):
+            orig = getattr(original, "orig", None)
+            cause = orig if isinstance(orig, BaseException) and orig is not original else None
+    if cause is not None:
+        refused.__cause__ = cause
+    return refused
 
 
 def classify_sqlstate(sqlstate: str) -> ErrorClass:
@@ -258,7 +283,7 @@ def recover(
         if e is original and not at_commit and failure.error_class is ErrorClass.NOT_RECOVERABLE:
             # The application's error (a constraint, a serialization
             # failure): the connection stays, as the driver leaves it.
-            raise original from ReplayRefused(cluster.replay_step(failure).refusal)
+            raise original from _refused(original, cluster.replay_step(failure).refusal)
         req._committing = False
         yield DROP, e
         for _ in range(8):
@@ -276,10 +301,8 @@ def recover(
             req.outcome = "committed"
             return None
         if step.action is ReplayAction.GIVE_UP:
-            refused = ReplayRefused(step.refusal)
-            if e is not original:
-                refused.__cause__ = e  # what ended the replay
-            raise original from refused
+            # What ended the replay, when one ran, else the driver's error.
+            raise original from _refused(original, step.refusal, ended_by=None if e is original else e)
         assert step.node is not None
         req.replays += 1
         req._node = step.node
@@ -287,6 +310,6 @@ def recover(
             return (yield REPLAY, step.node)
         except ResultsDiffer as d:
             yield DROP, d
-            raise original from ReplayRefused(None, "results_differ")
+            raise original from _refused(original, None, "results_differ")
         except Exception as e2:
             e = e2  # the core decides again: the replay's own commit, or no second replay

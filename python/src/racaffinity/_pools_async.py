@@ -8,6 +8,7 @@ ones."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import time
@@ -484,6 +485,8 @@ class AsyncNodePools(Base):
         self._heartbeat: Optional[_AsyncHeartbeat] = None
         self._upkeep: Optional[_AsyncUpkeep] = None
         self._opened = False
+        # The closes of retired pools still running (`_retire`).
+        self._retiring: List[Any] = []
         if not upkeep_interval > 0:
             raise ValueError("upkeep_interval must be > 0")
         if partition_map_reload is not None and not partition_map_reload > 0:
@@ -561,8 +564,7 @@ class AsyncNodePools(Base):
         successor = self._new_pool(node, 0, True)
         await successor.open(wait=False)
         self._by_id[node] = successor
-        await _fail_waiters(pool)
-        await pool.close(timeout=1.0)
+        await self._retire(pool)
 
     async def _down_node(self, node: int, hard: bool) -> None:
         """A node gone Down (FAN, operator, heartbeat, ejection): its pool is
@@ -581,8 +583,23 @@ class AsyncNodePools(Base):
         if hard:
             for conn in list(pool._racaffinity_borrowed):
                 shut_down(conn)
+        await self._retire(pool)
+
+    async def _retire(self, pool: Any) -> None:
+        """Retires a node's old pool: it takes no new waiter from now on,
+        those waiting on it route again, and it closes in the background (a
+        task; a thread in the sync pools), which `close()` waits for.
+        psycopg_pool's close() waits for each of its workers up to
+        `RETIRE_TIMEOUT`, and a worker connecting to a silent node holds it
+        that long: the caller of `apply_event` (or the upkeep) must not
+        wait (the chaos soak saw `apply_event` hold its caller 1.35 s,
+        docs/soak.md)."""
+        # Refused before the close starts: an instance attribute over the
+        # checkout method, so an open pool's checkout pays nothing for it.
+        pool._getconn_unchecked = functools.partial(_refuse_checkout, pool)
         await _fail_waiters(pool)
-        await pool.close(timeout=1.0)
+        self._retiring = [h for h in self._retiring if ais_alive(h)]
+        self._retiring.append(aspawn(_close_retired, (pool,), f"racaffinity-retire-{pool.name}"))
 
     async def _undrain_node(self, node: int) -> None:
         """The node is Up again: its pool grows back to `min_size`."""
@@ -687,6 +704,7 @@ class AsyncNodePools(Base):
                     await pool.close(timeout=timeout)
                 except Exception:
                     log.exception("racaffinity: closing a node pool failed")
+        await await_all(self._retiring, timeout)
 
     async def __aenter__(self) -> AsyncNodePools:
         await self.open()
@@ -708,6 +726,22 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
         if self.closed:
             raise psycopg_pool.PoolClosed(f"the pool {self.name!r} is retired: its node is not usable")
         return await super()._getconn_unchecked(timeout)
+
+
+# How long the close of a retired pool waits for each of its workers
+# (psycopg_pool's close timeout); nobody waits for that close but `close()`.
+RETIRE_TIMEOUT = 1.0
+
+
+async def _refuse_checkout(pool: Any, timeout: float) -> Any:
+    raise psycopg_pool.PoolClosed(f"the pool {pool.name!r} is retired: its node is not usable")
+
+
+async def _close_retired(pool: Any) -> None:
+    try:
+        await pool.close(timeout=RETIRE_TIMEOUT)
+    except Exception:
+        log.exception("racaffinity: closing a retired node pool failed")
 
 
 async def _fail_waiters(pool: Any) -> None:

@@ -8,6 +8,7 @@ psycopg_pool does: edit `_pools_async.py`, then run the tool. Blocks under
 `if _ASYNC:` exist only in the async pools, their `else:` only in the sync
 ones."""
 from __future__ import annotations
+import functools
 import logging
 import time
 import weakref
@@ -412,6 +413,7 @@ class NodePools(Base):
         self._heartbeat: Optional[_Heartbeat] = None
         self._upkeep: Optional[_Upkeep] = None
         self._opened = False
+        self._retiring: List[Any] = []
         if not upkeep_interval > 0:
             raise ValueError('upkeep_interval must be > 0')
         if partition_map_reload is not None and (not partition_map_reload > 0):
@@ -476,8 +478,7 @@ class NodePools(Base):
         successor = self._new_pool(node, 0, True)
         successor.open(wait=False)
         self._by_id[node] = successor
-        _fail_waiters(pool)
-        pool.close(timeout=1.0)
+        self._retire(pool)
 
     def _down_node(self, node: int, hard: bool) -> None:
         """A node gone Down (FAN, operator, heartbeat, ejection): its pool is
@@ -496,8 +497,21 @@ class NodePools(Base):
         if hard:
             for conn in list(pool._racaffinity_borrowed):
                 shut_down(conn)
+        self._retire(pool)
+
+    def _retire(self, pool: Any) -> None:
+        """Retires a node's old pool: it takes no new waiter from now on,
+        those waiting on it route again, and it closes in the background (a
+        task; a thread in the sync pools), which `close()` waits for.
+        psycopg_pool's close() waits for each of its workers up to
+        `RETIRE_TIMEOUT`, and a worker connecting to a silent node holds it
+        that long: the caller of `apply_event` (or the upkeep) must not
+        wait (the chaos soak saw `apply_event` hold its caller 1.35 s,
+        docs/soak.md)."""
+        pool._getconn_unchecked = functools.partial(_refuse_checkout, pool)
         _fail_waiters(pool)
-        pool.close(timeout=1.0)
+        self._retiring = [h for h in self._retiring if is_alive(h)]
+        self._retiring.append(spawn(_close_retired, (pool,), f'racaffinity-retire-{pool.name}'))
 
     def _undrain_node(self, node: int) -> None:
         """The node is Up again: its pool grows back to `min_size`."""
@@ -588,6 +602,7 @@ class NodePools(Base):
                     pool.close(timeout=timeout)
                 except Exception:
                     log.exception('racaffinity: closing a node pool failed')
+        wait_all(self._retiring, timeout)
 
     def __enter__(self) -> NodePools:
         self.open()
@@ -608,6 +623,16 @@ class _NodePool(psycopg_pool.ConnectionPool):
         if self.closed:
             raise psycopg_pool.PoolClosed(f'the pool {self.name!r} is retired: its node is not usable')
         return super()._getconn_unchecked(timeout)
+RETIRE_TIMEOUT = 1.0
+
+def _refuse_checkout(pool: Any, timeout: float) -> Any:
+    raise psycopg_pool.PoolClosed(f'the pool {pool.name!r} is retired: its node is not usable')
+
+def _close_retired(pool: Any) -> None:
+    try:
+        pool.close(timeout=RETIRE_TIMEOUT)
+    except Exception:
+        log.exception('racaffinity: closing a retired node pool failed')
 
 def _fail_waiters(pool: Any) -> None:
     """Sends the tasks waiting on a retired pool on at once (`PoolClosed`:
