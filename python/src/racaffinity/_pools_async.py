@@ -46,6 +46,7 @@ __all__ = ["AsyncNodePools"]
 log = logging.getLogger("racaffinity.pools")
 
 _monotonic = time.monotonic
+_pool_log = logging.getLogger("psycopg.pool")  # psycopg_pool's, for what it logs itself
 
 LOADER_SOURCE = "loader"
 
@@ -67,7 +68,7 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
                 attempts.finished(token, e)
                 raise
             attempts.finished(token, None)
-            # Never checked out: `_alive_check` reads it without a default,
+            # Never checked out: `_AliveCheck` reads it without a default,
             # and a time infinitely long ago needs no test of its own.
             conn._racaffinity_checked_out = -math.inf
             conns.add(conn)
@@ -87,29 +88,38 @@ ALIVE_BYPASS = 0.5
 MAX_REROUTES = 3
 
 
-def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
+class _AliveCheck:
     """The pool's `check`: a pooled connection idle for `ALIVE_BYPASS` or
     more answers an empty query within `bound`, else the pool discards it
     (the deadline shuts its socket: a blackholed node cannot hold the
     checkout), and a node failure is noted as the pool's last attempt, so
-    the `PoolTimeout` that follows counts against the node."""
+    the `PoolTimeout` that follows counts against the node.
 
-    # Every checkout runs it: names bound as defaults (no global lookups),
-    # and the attribute set at connect (`_tracked`), so no getattr default.
-    async def check(conn: Any, monotonic: Any = time.monotonic, bypass: float = ALIVE_BYPASS) -> None:
-        now = monotonic()
+    Every checkout runs it: `_AsyncNodePool._check_connection` makes the
+    bypass test itself (a call less than psycopg_pool's, which calls the
+    `check=` it was given) and calls `probe` only for the query."""
+
+    __slots__ = ("attempts", "bound")
+
+    def __init__(self, attempts: ConnectAttempts, bound: float) -> None:
+        self.attempts = attempts
+        self.bound = bound
+
+    async def __call__(self, conn: Any) -> None:
+        now = _monotonic()
         last = conn._racaffinity_checked_out
         conn._racaffinity_checked_out = now
-        if now - last < bypass and last > attempts.node_failed_at:
+        if now - last < ALIVE_BYPASS and last > self.attempts.node_failed_at:
             return
+        await self.probe(conn)
+
+    async def probe(self, conn: Any) -> None:
         try:
-            async with abounded(conn, bound):
+            async with abounded(conn, self.bound):
                 await psycopg_pool.AsyncConnectionPool.check_connection(conn)
         except Exception as e:
-            attempts.check_failed(e)
+            self.attempts.check_failed(e)
             raise
-
-    return check
 
 
 def pool_kwargs(
@@ -117,7 +127,7 @@ def pool_kwargs(
 ) -> Tuple[Dict[str, Any], ConnectAttempts, Any]:
     """The keyword arguments of one node's pool: the connect arguments (with
     a bounded `connect_timeout` unless given), a tracked connection class and
-    the checkout check (`_alive_check`, unless the caller passes `check=`);
+    the checkout check (`_AliveCheck`, unless the caller passes `check=`);
     with the pool's `ConnectAttempts` and the `WeakSet` of its connections."""
     if "kwargs" in pool_kwargs:
         raise TypeError("pass connection arguments as connect_kwargs=, not kwargs=")
@@ -132,7 +142,7 @@ def pool_kwargs(
         bound = float(kwargs["connect_timeout"] or 10)
         if timeout is not None:
             bound = min(bound, timeout)
-        extra["check"] = _alive_check(attempts, bound)
+        extra["check"] = _AliveCheck(attempts, bound)
     return extra, attempts, conns
 
 
@@ -820,6 +830,23 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
 
     async def _refuse_checkout(self, timeout: float) -> Any:
         raise psycopg_pool.PoolClosed(f"the pool {self.name!r} is retired: its node is not usable")
+
+    async def _check_connection(self, conn: Any) -> None:
+        check = self._check
+        if check.__class__ is not _AliveCheck:  # the caller's check=, or none
+            await super()._check_connection(conn)
+            return
+        # `_AliveCheck.__call__` inline.
+        now = _monotonic()
+        last = conn._racaffinity_checked_out
+        conn._racaffinity_checked_out = now
+        if now - last < ALIVE_BYPASS and last > check.attempts.node_failed_at:
+            return
+        try:
+            await check.probe(conn)
+        except Exception as e:  # as psycopg_pool's own
+            _pool_log.info("connection failed check: %s", e)
+            raise
 
 
 async def _fail_waiters(pool: Any) -> None:
