@@ -71,6 +71,7 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
             # Never checked out: `_AliveCheck` reads it without a default,
             # and a time infinitely long ago needs no test of its own.
             conn._racaffinity_checked_out = -math.inf
+            conn._racaffinity_borrowed = False  # by `connection()`, now
             conns.add(conn)
             return conn
 
@@ -236,6 +237,7 @@ class _AsyncConnection(PoolHostLease):
             conn = await pool.getconn(self._timeout)
         except BaseException as e:
             buf, pool, conn = await self._reroute(e, buf, pool, since)
+        conn._racaffinity_borrowed = True
         self._buf, self._pool, self._conn = buf, pool, conn
         return await conn.__aenter__()
 
@@ -280,6 +282,7 @@ class _AsyncConnection(PoolHostLease):
                 outcome = FAILED if is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
+            self._conn._racaffinity_borrowed = False
             if outcome == FAILED:
                 self._pools._node_failed(pool)
             try:
@@ -633,9 +636,9 @@ class AsyncNodePools(Base):
         )
         pool._racaffinity_connects = attempts  # read by _failures.is_node_failure
         pool._racaffinity_draining = draining
-        # Its connections: the borrowed ones among them (psycopg_pool sets a
-        # connection's `_pool` while it is checked out) are those a hard Down
-        # aborts. Found when needed, so a borrow keeps no set of its own.
+        # Its connections: those borrowed by `connection()` now (marked
+        # while they are) are what a hard Down aborts. Found when needed: a
+        # borrow sets a flag rather than adding to and taking from a set.
         pool._racaffinity_conns = conns
         return pool
 
@@ -699,7 +702,7 @@ class AsyncNodePools(Base):
         self._by_id[node] = successor
         if hard:
             for conn in list(pool._racaffinity_conns):
-                if conn._pool is pool:
+                if conn._racaffinity_borrowed:
                     shut_down(conn)
         await _fail_waiters(pool)
         await pool.close(timeout=1.0)

@@ -35,6 +35,7 @@ from ._tpc_types import RecoveryReport
 __all__ = ['NodePools']
 log = logging.getLogger('racaffinity.pools')
 _monotonic = time.monotonic
+_pool_log = logging.getLogger('psycopg.pool')
 LOADER_SOURCE = 'loader'
 
 def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
@@ -56,37 +57,49 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
                 raise
             attempts.finished(token, None)
             conn._racaffinity_checked_out = -math.inf
+            conn._racaffinity_borrowed = False
             conns.add(conn)
             return conn
     return _Tracked
 ALIVE_BYPASS = 0.5
 MAX_REROUTES = 3
 
-def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
+class _AliveCheck:
     """The pool's `check`: a pooled connection idle for `ALIVE_BYPASS` or
     more answers an empty query within `bound`, else the pool discards it
     (the deadline shuts its socket: a blackholed node cannot hold the
     checkout), and a node failure is noted as the pool's last attempt, so
-    the `PoolTimeout` that follows counts against the node."""
+    the `PoolTimeout` that follows counts against the node.
 
-    def check(conn: Any, monotonic: Any=time.monotonic, bypass: float=ALIVE_BYPASS) -> None:
-        now = monotonic()
+    Every checkout runs it: `_NodePool._check_connection` makes the
+    bypass test itself (a call less than psycopg_pool's, which calls the
+    `check=` it was given) and calls `probe` only for the query."""
+    __slots__ = ('attempts', 'bound')
+
+    def __init__(self, attempts: ConnectAttempts, bound: float) -> None:
+        self.attempts = attempts
+        self.bound = bound
+
+    def __call__(self, conn: Any) -> None:
+        now = _monotonic()
         last = conn._racaffinity_checked_out
         conn._racaffinity_checked_out = now
-        if now - last < bypass and last > attempts.node_failed_at:
+        if now - last < ALIVE_BYPASS and last > self.attempts.node_failed_at:
             return
+        self.probe(conn)
+
+    def probe(self, conn: Any) -> None:
         try:
-            with bounded(conn, bound):
+            with bounded(conn, self.bound):
                 psycopg_pool.ConnectionPool.check_connection(conn)
         except Exception as e:
-            attempts.check_failed(e)
+            self.attempts.check_failed(e)
             raise
-    return check
 
 def pool_kwargs(connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], ConnectAttempts, Any]:
     """The keyword arguments of one node's pool: the connect arguments (with
     a bounded `connect_timeout` unless given), a tracked connection class and
-    the checkout check (`_alive_check`, unless the caller passes `check=`);
+    the checkout check (`_AliveCheck`, unless the caller passes `check=`);
     with the pool's `ConnectAttempts` and the `WeakSet` of its connections."""
     if 'kwargs' in pool_kwargs:
         raise TypeError('pass connection arguments as connect_kwargs=, not kwargs=')
@@ -101,7 +114,7 @@ def pool_kwargs(connect_kwargs: Mapping[str, Any], timeout: Optional[float], poo
         bound = float(kwargs['connect_timeout'] or 10)
         if timeout is not None:
             bound = min(bound, timeout)
-        extra['check'] = _alive_check(attempts, bound)
+        extra['check'] = _AliveCheck(attempts, bound)
     return (extra, attempts, conns)
 
 class _Connection(PoolHostLease):
@@ -186,6 +199,7 @@ class _Connection(PoolHostLease):
             conn = pool.getconn(self._timeout)
         except BaseException as e:
             buf, pool, conn = self._reroute(e, buf, pool, since)
+        conn._racaffinity_borrowed = True
         self._buf, self._pool, self._conn = (buf, pool, conn)
         return conn.__enter__()
 
@@ -226,6 +240,7 @@ class _Connection(PoolHostLease):
                 outcome = FAILED if is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
+            self._conn._racaffinity_borrowed = False
             if outcome == FAILED:
                 self._pools._node_failed(pool)
             try:
@@ -581,7 +596,7 @@ class NodePools(Base):
         self._by_id[node] = successor
         if hard:
             for conn in list(pool._racaffinity_conns):
-                if conn._pool is pool:
+                if conn._racaffinity_borrowed:
                     shut_down(conn)
         _fail_waiters(pool)
         pool.close(timeout=1.0)
@@ -697,6 +712,22 @@ class _NodePool(psycopg_pool.ConnectionPool):
 
     def _refuse_checkout(self, timeout: float) -> Any:
         raise psycopg_pool.PoolClosed(f'the pool {self.name!r} is retired: its node is not usable')
+
+    def _check_connection(self, conn: Any) -> None:
+        check = self._check
+        if check.__class__ is not _AliveCheck:
+            super()._check_connection(conn)
+            return
+        now = _monotonic()
+        last = conn._racaffinity_checked_out
+        conn._racaffinity_checked_out = now
+        if now - last < ALIVE_BYPASS and last > check.attempts.node_failed_at:
+            return
+        try:
+            check.probe(conn)
+        except Exception as e:
+            _pool_log.info('connection failed check: %s', e)
+            raise
 
 def _fail_waiters(pool: Any) -> None:
     """Sends the tasks waiting on a retired pool on at once (`PoolClosed`:
