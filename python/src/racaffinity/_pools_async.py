@@ -59,6 +59,10 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
     for the borrowed ones)."""
 
     class _AsyncTracked(base):  # type: ignore[misc, valid-type]
+        # psycopg's own `__aenter__` returns the connection: a borrow then
+        # skips the call (a thirtieth of a bare checkout), not a subclass's.
+        _racaffinity_enter_is_self = base.__aenter__ is psycopg.AsyncConnection.__aenter__
+
         @classmethod
         async def connect(cls, *args: Any, **kwargs: Any) -> Any:
             token = attempts.started()
@@ -239,6 +243,8 @@ class _AsyncConnection(PoolHostLease):
             buf, pool, conn = await self._reroute(e, buf, pool, since)
         conn._racaffinity_borrowed = True
         self._buf, self._pool, self._conn = buf, pool, conn
+        if conn._racaffinity_enter_is_self:
+            return conn
         return await conn.__aenter__()
 
     async def _reroute(self, e: BaseException, buf: Any, pool: Any, since: float) -> Tuple[Any, Any, Any]:

@@ -46,6 +46,7 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
     for the borrowed ones)."""
 
     class _Tracked(base):
+        _racaffinity_enter_is_self = base.__enter__ is psycopg.Connection.__enter__
 
         @classmethod
         def connect(cls, *args: Any, **kwargs: Any) -> Any:
@@ -201,6 +202,8 @@ class _Connection(PoolHostLease):
             buf, pool, conn = self._reroute(e, buf, pool, since)
         conn._racaffinity_borrowed = True
         self._buf, self._pool, self._conn = (buf, pool, conn)
+        if conn._racaffinity_enter_is_self:
+            return conn
         return conn.__enter__()
 
     def _reroute(self, e: BaseException, buf: Any, pool: Any, since: float) -> Tuple[Any, Any, Any]:
