@@ -14,6 +14,11 @@
 (c) SQLAlchemy: racaffinity's engine (`racaffinity.sqlalchemy.create_engine`)
     `connect()` + close, in a pin and unpinned, against a plain SQLAlchemy
     engine (`QueuePool`) on the same node.
+With `--before DIR` (a directory holding the `racaffinity` package of an
+earlier build, for instance copied from that build's site-packages), (b)
+and (c) also run that build's pinned and balanced cases, as
+`racaffinity_before`, in the same rounds: before and after in one process,
+each as a ratio to the same anchor.
 (b) and (c) need the local PostgreSQL nodes: if RACAFF_NODE1_DSN is not set,
     the script starts them with tests/cluster/pgnodes (on the ports
     python/run_tests.sh uses) and stops them at the end.
@@ -40,13 +45,44 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import racaffinity as ra
 from racaffinity._lib import ffi, lib
 
 REPO = Path(__file__).resolve().parent.parent
 NAMES = ["RAC1", "RAC2", "RAC3"]
+BEFORE: Any = None  # the earlier build's package (--before), or None
+
+
+def load_before(path: str) -> Any:
+    """The `racaffinity` package under `path`, imported as
+    `racaffinity_before` (its imports are relative, so it stays apart from
+    the current one; both load the same library file's code)."""
+    import importlib.util
+
+    init = Path(path) / "racaffinity" / "__init__.py"
+    spec = importlib.util.spec_from_file_location(
+        "racaffinity_before", init, submodule_search_locations=[str(init.parent)]
+    )
+    assert spec is not None and spec.loader is not None, path
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["racaffinity_before"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def pinned_on(cluster: Any, node: str) -> Any:
+    """A context pinned on `node`: pins chosen by balancing until one lands there."""
+    import contextvars
+
+    for _ in range(1000):
+        ctx = contextvars.copy_context()
+        scope = cluster.pin()
+        if ctx.run(scope.__enter__).name == node:
+            return ctx
+        ctx.run(scope.__exit__, None, None, None)
+    raise RuntimeError(f"no pin landed on {node}")
 
 
 def loop(fn: Callable[[], None], n: int) -> Callable[[], int]:
@@ -337,6 +373,29 @@ def bench_pools(quick: bool) -> None:
         "pools_connection_key": loop(ra_key, n),
         "pools_connection_balanced": loop(ra_balanced, n),
     }
+    before_pairs = []
+    if BEFORE is not None:
+        from racaffinity_before.pools import NodePools as BeforePools
+
+        bc = BEFORE.Cluster(nodes=NAMES)
+        bpools = BeforePools(bc, dsns, min_size=2, max_size=2)
+        for p in bpools._by_id:
+            p.wait()
+        bpinned = pinned_on(bc, node)
+
+        def before_borrow() -> None:
+            with bpools.connection():
+                pass
+
+        cases["pools_connection_pinned_before"] = lambda: bpinned.run(loop(before_borrow, n))
+        cases["pools_connection_balanced_before"] = loop(before_borrow, n)
+        getconn_ = "psycopg_pool getconn + with conn + putconn"
+        before_pairs = [
+            ("pools_connection_pinned_before", "before: NodePools.connection() in a pin", "bare_pool_getconn_putconn",
+             getconn_, ""),
+            ("pools_connection_balanced_before", "before: NodePools.connection(), unpinned", "bare_pool_getconn_putconn",
+             getconn_, ""),
+        ]
     results = measure(cases, n, repeats)
     report(
         f"(b) pools, acquire + release, {n} ops x {repeats} rounds (median), all on node {node}"
@@ -366,7 +425,11 @@ def bench_pools(quick: bool) -> None:
             ("pools_connection_balanced", "NodePools.connection(), unpinned (balanced)", "bare_pool_connection",
              connection, ""),
         ]
+        + before_pairs
     )
+    if BEFORE is not None:
+        bpools.close()
+        bc.close()
     bare.close()
     pools.close()
     c.close()
@@ -405,6 +468,27 @@ def bench_sqlalchemy(quick: bool) -> None:
         "sqlalchemy_engine_pinned": lambda: pinned.run(loop(ra_connect, n)),
         "sqlalchemy_engine_balanced": loop(ra_connect, n),
     }
+    before_pairs = []
+    if BEFORE is not None:
+        from racaffinity_before.sqlalchemy import create_engine as before_create_engine
+
+        bc = BEFORE.Cluster(nodes=NAMES)
+        bengine = before_create_engine(bc, urls, pool_size=2, max_overflow=0)
+        bpinned = pinned_on(bc, node)
+
+        def before_connect() -> None:
+            with bengine.connect():
+                pass
+
+        cases["sqlalchemy_engine_pinned_before"] = lambda: bpinned.run(loop(before_connect, n))
+        cases["sqlalchemy_engine_balanced_before"] = loop(before_connect, n)
+        plain_ = "plain SQLAlchemy engine.connect() (QueuePool)"
+        before_pairs = [
+            ("sqlalchemy_engine_pinned_before", "before: racaffinity engine.connect() in a pin",
+             "sqlalchemy_plain_connect", plain_, ""),
+            ("sqlalchemy_engine_balanced_before", "before: racaffinity engine.connect(), unpinned",
+             "sqlalchemy_plain_connect", plain_, ""),
+        ]
     results = measure(cases, n, repeats)
     report(
         f"(c) SQLAlchemy engine.connect() + close, {n} ops x {repeats} rounds (median), on node {node}"
@@ -425,7 +509,11 @@ def bench_sqlalchemy(quick: bool) -> None:
             ("sqlalchemy_engine_balanced", "racaffinity engine.connect(), unpinned", "sqlalchemy_plain_connect",
              plain_label, ""),
         ]
+        + before_pairs
     )
+    if BEFORE is not None:
+        bengine.dispose()
+        bc.close()
     plain.dispose()
     engine.dispose()
     c.close()
@@ -436,7 +524,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer operations (a smoke run)")
     ap.add_argument("--no-pools", action="store_true", help="skip (b) and (c)")
     ap.add_argument("--no-calls", action="store_true", help="skip (a)")
+    ap.add_argument("--before", metavar="DIR", help="also run (b) and (c) with the racaffinity package in DIR")
     args = ap.parse_args()
+    if args.before:
+        global BEFORE
+        BEFORE = load_before(args.before)
     print(f"racaffinity {ra.version()} on Python {sys.version.split()[0]} ({ra.LIBRARY_PATH})")
     if not args.no_calls:
         bench_calls(args.quick)

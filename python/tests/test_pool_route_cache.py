@@ -79,6 +79,34 @@ def test_a_pinned_borrow_crosses_only_on_a_miss_and_counts_like_a_library_lease(
         assert c.metrics()["scopes"]["thread"]["hits"] >= 4
 
 
+def test_a_pinned_borrow_ended_after_the_epoch_moved_reports_to_the_library(pg, cluster_factory, monkeypatch):
+    # An OK end counts in the page only while the epoch read at the borrow's
+    # begin holds. After it moved (the node may have been ejected meanwhile)
+    # the end goes to the library, whose breaker discounts a stale lease
+    # (test_route_cache: a host lease in flight at an ejection).
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, {n: f"postgresql+psycopg://postgres@127.0.0.1:{pg.port[n]}/postgres" for n in NAMES},
+                           pool_size=1, max_overflow=1)
+    try:
+        with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+            with c.pin() as pinned:
+                others = [n for n in NAMES if n != pinned.name]
+                crossings = Crossings(monkeypatch)
+                for other, borrow in zip(others, (pools.connection, engine.connect)):
+                    with borrow():
+                        pass  # a miss (the epoch moved), which caches the route again
+                    crossings.take()
+                    with borrow():
+                        assert crossings.take() == [], "a hit"
+                        c.set_node_state(other, "draining")  # moves the epoch
+                        crossings.take()
+                    assert crossings.take() == ["racaffinity_cluster_host_lease_end"], borrow
+            m = node_metrics(c, pinned.node)
+            assert (m["in_flight"], m["successes"]) == (0, 4)
+    finally:
+        engine.dispose()
+
+
 def test_a_pinned_borrow_that_fails_on_its_node_reaches_the_breaker(pg, cluster_factory):
     c = cluster_factory(nodes=NAMES, health_eject_after_failures=1, health_eject_backoff="1h",
                         health_eject_backoff_max="1h")

@@ -49,6 +49,30 @@ def new_pools(c, dsns, **kwargs) -> AsyncNodePools:
 
 
 @pytest.mark.asyncio
+async def test_a_connection_class_of_the_callers_is_entered_by_the_borrow(pg, cluster_factory):
+    # The borrow skips psycopg's own __aenter__ (it returns the connection),
+    # never a connection_class's override: pinned, balanced and keyed.
+    entered = []
+
+    class Entering(psycopg.AsyncConnection):
+        async def __aenter__(self):
+            entered.append(self)
+            return await super().__aenter__()
+
+    c = cluster_factory(nodes=NAMES)
+    async with new_pools(c, pg.dsn, connection_class=Entering) as pools:
+        async with pools.connection() as conn:
+            assert entered == [conn]
+        async with pools.connection(key=1) as conn:
+            assert entered[-1] is conn
+        with c.pin():
+            for _ in range(3):  # a miss, then hits
+                async with pools.connection() as conn:
+                    assert entered[-1] is conn
+        assert len(entered) == 5
+
+
+@pytest.mark.asyncio
 async def test_balanced_connections_reach_every_node(pg, cluster_factory):
     async with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
         seen = Counter()

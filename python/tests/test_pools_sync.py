@@ -38,6 +38,26 @@ def new_pools(c, dsns, **kwargs) -> NodePools:
     kwargs.setdefault('timeout', 5.0)
     return NodePools(c, dsns, **kwargs)
 
+def test_a_connection_class_of_the_callers_is_entered_by_the_borrow(pg, cluster_factory):
+    entered = []
+
+    class Entering(psycopg.Connection):
+
+        def __enter__(self):
+            entered.append(self)
+            return super().__enter__()
+    c = cluster_factory(nodes=NAMES)
+    with new_pools(c, pg.dsn, connection_class=Entering) as pools:
+        with pools.connection() as conn:
+            assert entered == [conn]
+        with pools.connection(key=1) as conn:
+            assert entered[-1] is conn
+        with c.pin():
+            for _ in range(3):
+                with pools.connection() as conn:
+                    assert entered[-1] is conn
+        assert len(entered) == 5
+
 def test_balanced_connections_reach_every_node(pg, cluster_factory):
     with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
         seen = Counter()

@@ -396,6 +396,58 @@ def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_facto
     engine.dispose()
 
 
+def test_pinned_waiters_on_a_node_gone_down_are_served_elsewhere_at_once(pg, cluster_factory):
+    # The same failover for pinned checkouts, which RoutingPool._do_get
+    # serves inline from their pins' cached routes: each thread, pinned to
+    # RAC1 with its route cached, waits on RAC1's full pool; RAC1 goes Down
+    # and the waiters, woken by the retired pool, route again (their pins
+    # move: soft mode) instead of waiting out pool_timeout (5 s).
+    from conftest import fan_line, wait_until
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_timeout=5)
+    for n in ("RAC2", "RAC3"):
+        c.set_node_state(n, "draining")  # the pins below go to RAC1
+    holder = engine.connect()  # balanced: RAC1, the one node taking work
+    assert node_of_conn(pg, holder) == "RAC1"
+    pinned, cached = threading.Barrier(5), threading.Barrier(5)
+    served, errors = {}, {}
+
+    def one(i):
+        with c.pin() as r:
+            assert r.name == "RAC1"
+            pinned.wait(5)
+            cached.wait(5)  # the other nodes are Up again
+            c.route()  # caches the pin's route under the current epoch
+            try:
+                with engine.connect() as conn:
+                    served[i] = (node_of_conn(pg, conn), time.monotonic())
+            except Exception as e:
+                errors[i] = (repr(e), time.monotonic())
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    pinned.wait(5)
+    for n in ("RAC2", "RAC3"):
+        c.set_node_state(n, "up")
+    cached.wait(5)
+    queue = engine.pool.node_pool("RAC1")._pool
+    wait_until(lambda: len(queue.not_empty._waiters) == 4, 5)
+    down = time.monotonic()
+    c.apply_event(fan_line("RAC1", "down"))
+    for t in threads:
+        t.join(10)
+    took = {i: round(v[1] - down, 2) for i, v in {**served, **errors}.items()}
+    assert not errors and sorted(served) == [0, 1, 2, 3], (errors, took)
+    assert all(n != "RAC1" for n, _at in served.values()), served
+    assert max(took.values()) < 1.0, took
+    with pytest.raises(sa.exc.DBAPIError):  # a hard Down aborts it
+        holder.execute(sa.text("SELECT 1"))
+    holder.close()
+    engine.dispose()
+
+
 @pytest.mark.asyncio
 async def test_asyncio_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
     # Fast connection failover in the asyncio engine: tasks waiting on a

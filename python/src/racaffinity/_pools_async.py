@@ -8,9 +8,9 @@ ones."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
+import math
 import time
 import weakref
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -28,7 +28,13 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import DROP, FORCE, REPLAY, XACT_QUERY, CommitOutcome, ErrorClass, ResultsDiffer
 from ._continuity import classify_sqlstate, digest, outcome_queries, recover
-from ._routes import end_lease, lease_begin, new_
+from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, lease_begin
+from ._routes import lease_release, new_, _END_OK, _WORD
+
+# The class of a raw library lease (`ffi.new(LEASE_T)`), told apart from a
+# host lease by one identity test.
+_RAW_LEASE = new_(LEASE_T).__class__
+from ._scopes import SCOPES
 from ._ucp import PartitionMapLoader
 from ._tpc_async import AsyncGlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
@@ -39,15 +45,24 @@ __all__ = ["AsyncNodePools"]
 
 log = logging.getLogger("racaffinity.pools")
 
+_monotonic = time.monotonic
+_pool_log = logging.getLogger("psycopg.pool")  # psycopg_pool's, for what it logs itself
+
 LOADER_SOURCE = "loader"
 
 
-def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
+def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
     """A subclass of psycopg's connection class `base` whose `connect` feeds
     `attempts`, so a pool timeout can tell "cannot reach the node" from
-    "busy" (`racaffinity._failures`)."""
+    "busy" (`racaffinity._failures`), and adds each connection to `conns`
+    (a `WeakSet`: the pool's connections, which a hard Down looks through
+    for the borrowed ones)."""
 
     class _AsyncTracked(base):  # type: ignore[misc, valid-type]
+        # psycopg's own `__aenter__` returns the connection: a borrow then
+        # skips the call (a thirtieth of a bare checkout), not a subclass's.
+        _racaffinity_enter_is_self = base.__aenter__ is psycopg.AsyncConnection.__aenter__
+
         @classmethod
         async def connect(cls, *args: Any, **kwargs: Any) -> Any:
             token = attempts.started()
@@ -57,6 +72,11 @@ def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
                 attempts.finished(token, e)
                 raise
             attempts.finished(token, None)
+            # Never checked out: `_AliveCheck` reads it without a default,
+            # and a time infinitely long ago needs no test of its own.
+            conn._racaffinity_checked_out = -math.inf
+            conn._racaffinity_borrowed = False  # by `connection()`, now
+            conns.add(conn)
             return conn
 
     return _AsyncTracked
@@ -73,69 +93,88 @@ ALIVE_BYPASS = 0.5
 MAX_REROUTES = 3
 
 
-def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
+class _AliveCheck:
     """The pool's `check`: a pooled connection idle for `ALIVE_BYPASS` or
     more answers an empty query within `bound`, else the pool discards it
     (the deadline shuts its socket: a blackholed node cannot hold the
     checkout), and a node failure is noted as the pool's last attempt, so
-    the `PoolTimeout` that follows counts against the node."""
+    the `PoolTimeout` that follows counts against the node.
 
-    async def check(conn: Any) -> None:
-        now = time.monotonic()
-        last = getattr(conn, "_racaffinity_checked_out", None)
+    Every checkout runs it: `_AsyncNodePool._check_connection` makes the
+    bypass test itself (a call less than psycopg_pool's, which calls the
+    `check=` it was given) and calls `probe` only for the query."""
+
+    __slots__ = ("attempts", "bound")
+
+    def __init__(self, attempts: ConnectAttempts, bound: float) -> None:
+        self.attempts = attempts
+        self.bound = bound
+
+    async def __call__(self, conn: Any) -> None:
+        now = _monotonic()
+        last = conn._racaffinity_checked_out
         conn._racaffinity_checked_out = now
-        if last is not None and now - last < ALIVE_BYPASS and last > attempts.node_failed_at:
+        if now - last < ALIVE_BYPASS and last > self.attempts.node_failed_at:
             return
+        await self.probe(conn)
+
+    async def probe(self, conn: Any) -> None:
         try:
-            async with abounded(conn, bound):
+            async with abounded(conn, self.bound):
                 await psycopg_pool.AsyncConnectionPool.check_connection(conn)
         except Exception as e:
-            attempts.check_failed(e)
+            self.attempts.check_failed(e)
             raise
-
-    return check
 
 
 def pool_kwargs(
     connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any]
-) -> Tuple[Dict[str, Any], ConnectAttempts]:
+) -> Tuple[Dict[str, Any], ConnectAttempts, Any]:
     """The keyword arguments of one node's pool: the connect arguments (with
     a bounded `connect_timeout` unless given), a tracked connection class and
-    the checkout check (`_alive_check`, unless the caller passes `check=`)."""
+    the checkout check (`_AliveCheck`, unless the caller passes `check=`);
+    with the pool's `ConnectAttempts` and the `WeakSet` of its connections."""
     if "kwargs" in pool_kwargs:
         raise TypeError("pass connection arguments as connect_kwargs=, not kwargs=")
     kwargs = dict(connect_kwargs)
     kwargs.setdefault("connect_timeout", connect_timeout(timeout))
     attempts = ConnectAttempts()
     extra = dict(pool_kwargs)
-    extra["connection_class"] = _tracked(extra.pop("connection_class", psycopg.AsyncConnection), attempts)
+    conns: Any = weakref.WeakSet()
+    extra["connection_class"] = _tracked(extra.pop("connection_class", psycopg.AsyncConnection), attempts, conns)
     extra["kwargs"] = kwargs
     if extra.get("check") is None:
         bound = float(kwargs["connect_timeout"] or 10)
         if timeout is not None:
             bound = min(bound, timeout)
-        extra["check"] = _alive_check(attempts, bound)
-    return extra, attempts
+        extra["check"] = _AliveCheck(attempts, bound)
+    return extra, attempts, conns
 
 
-class _AsyncConnection:
+class _AsyncConnection(PoolHostLease):
     """`async with pools.connection() as conn:` — what psycopg_pool's
     `connection()` does (getconn; the connection's own context: commit on
     success, rollback on error; putconn), without its generator context
     manager and its `usage_ms` statistic, inside a lease released OK, or
-    FAILED on a node failure (`is_node_failure`), else NEUTRAL."""
+    FAILED on a node failure (`is_node_failure`), else NEUTRAL.
 
-    __slots__ = ("_pools", "_key", "_session", "_timeout", "_node", "_buf", "_pool", "_conn", "failed_node")
+    A borrow served from its pin's cached route is its own host lease: it
+    holds `PoolHostLease`'s two fields, and `_buf` is the object itself, so
+    such a borrow makes one object, not two (the second cost a tenth of the
+    wrapper's work). `_end` ends either kind.
 
-    def __init__(
-        self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float], node: Optional[int] = None
-    ) -> None:
-        self._pools = pools
-        self._key = key
-        self._session = session
-        self._timeout = timeout
-        self._node = node  # a node another decision chose (a replay's)
-        self.failed_node: Optional[int] = None  # the node a failed borrow found failed
+    This class is `connection()` without arguments, the common call: its
+    key, session, timeout and node are the class's None and it sets only
+    `_pools` (each store is a fortieth of the wrapper's work);
+    `_ConnectionWithArgs` holds them. `failed_node` is set only by a
+    failed borrow, and read only by a request, whose borrows have args."""
+
+    __slots__ = ("_pools", "_buf", "_pool", "_conn", "failed_node")
+    _key: Any = None
+    _session: Any = None
+    _timeout: Optional[float] = None
+    _node: Optional[int] = None  # a node another decision chose (a replay's)
+    _plain = True  # no key, session or node: the inline borrows may serve it
 
     def _route(self) -> Tuple[Any, Any]:
         pools = self._pools
@@ -147,19 +186,65 @@ class _AsyncConnection:
             pools.cluster._raise(rc)
         return pools._pool_of(buf)
 
-    async def __aenter__(self) -> psycopg.AsyncConnection:
-        pools = self._pools
-        if self._node is None:
-            buf, pool = pools._acquire(self._key, self._session)
+    def _end(self, buf: Any, outcome: int) -> None:
+        if buf is self:
+            end_host_lease(self._pools.cluster, buf, outcome)
         else:
-            buf, pool = self._route()
-        since = time.monotonic()
+            end_lease(self._pools.cluster, buf, outcome)
+
+    async def __aenter__(self) -> psycopg.AsyncConnection:
+        # The two common borrows inline, with `Base._acquire`'s rules (its
+        # call and the tuples cost a tenth of the wrapper's work): a pinned
+        # context on its pin's cached route (a host lease, no library call),
+        # and a context with nothing but balancing (one call). Anything else,
+        # or a miss, goes through `_acquire`.
+        pools = self._pools
+        pin = pools._pin_var.get()
+        buf = None
+        if self._plain and pools._callback is None:
+            scopes = SCOPES.get()
+            if scopes is None or scopes.get(pools._serial) is None:
+                if pin is not None:
+                    # The epoch is read before the pin's cache: served only
+                    # while it is the one the route was cached under.
+                    page = pools._page
+                    epoch = page[0]
+                    if pin.epoch == epoch:  # never so for an ended pin
+                        node = pin.route.node
+                        if node < pools._host_nodes:  # 0 without host leases
+                            pool = pools._by_id[node]
+                            if pool is not None:
+                                pin.hits += 1
+                                page[HOST_LEASE_BASE + node] += 1
+                                self.node = node
+                                self._live = epoch
+                                buf = self
+                elif pools._balanced_inline:
+                    bufs = pools._lease_bufs
+                    try:
+                        buf = bufs.pop()
+                    except IndexError:
+                        buf = new_(LEASE_T)
+                    rc = context_pick(pools._h, 0, buf)
+                    if rc:
+                        pools.cluster._raise(rc)
+                    try:
+                        pool = pools._by_id[buf.node]
+                    except IndexError:
+                        pool = None
+                    if pool is None:
+                        buf, pool = pools._pool_of(buf)  # raises
+        if buf is None:
+            buf, pool = pools._acquire(self._key, self._session) if self._node is None else self._route()
+        since = _monotonic()
         try:
             conn = await pool.getconn(self._timeout)
         except BaseException as e:
             buf, pool, conn = await self._reroute(e, buf, pool, since)
-        pool._racaffinity_borrowed.add(conn)
+        conn._racaffinity_borrowed = True
         self._buf, self._pool, self._conn = buf, pool, conn
+        if conn._racaffinity_enter_is_self:
+            return conn
         return await conn.__aenter__()
 
     async def _reroute(self, e: BaseException, buf: Any, pool: Any, since: float) -> Tuple[Any, Any, Any]:
@@ -175,13 +260,13 @@ class _AsyncConnection:
                 if failed:
                     pools._node_failed(pool)
                     self.failed_node = int(buf.node)
-                end_lease(pools.cluster, buf, FAILED if failed else NEUTRAL)
+                self._end(buf, FAILED if failed else NEUTRAL)
                 raise e
             # The node went Down or drains, and its pool was retired while
             # this waited (fast connection failover): the core routes again
             # (the node's successor pool, or another node), within what is
             # left of the wait.
-            end_lease(pools.cluster, buf, NEUTRAL)
+            self._end(buf, NEUTRAL)
             if pools._closed or reroutes == MAX_REROUTES:
                 raise e
             reroutes += 1
@@ -203,13 +288,53 @@ class _AsyncConnection:
                 outcome = FAILED if is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
-            pool._racaffinity_borrowed.discard(self._conn)
+            self._conn._racaffinity_borrowed = False
             if outcome == FAILED:
                 self._pools._node_failed(pool)
             try:
                 await pool.putconn(self._conn)
             finally:
-                end_lease(self._pools.cluster, self._buf, outcome)
+                buf = self._buf
+                if buf is self:
+                    # `end_host_lease`'s OK end inline (its call cost as
+                    # much as its work).
+                    epoch = self._live
+                    page = self._pools._page
+                    if outcome == OK and epoch and page[0] == epoch:
+                        self._live = 0
+                        i = HOST_LEASE_BASE + self.node
+                        try:
+                            page[i] += _END_OK
+                        except (ValueError, OverflowError):  # the success bits wrap
+                            page[i] = (page[i] + _END_OK) & _WORD
+                    else:
+                        end_host_lease(self._pools.cluster, self, outcome)
+                elif buf.__class__ is _RAW_LEASE:
+                    pools = self._pools
+                    lease_release(pools._h, buf, outcome)  # its result ignored, as `end_lease` does
+                    # Reused by the next balanced borrow: `ffi.new` costs
+                    # as much as the wrapper's own work.
+                    pools._lease_bufs.append(buf)
+                else:
+                    end_lease(self._pools.cluster, buf, outcome)
+
+
+class _ConnectionWithArgs(_AsyncConnection):
+    """`connection(key=..., session=..., timeout=...)`, a request's borrow
+    (a timeout) or a replay's (a node): its slots over the class's Nones."""
+
+    __slots__ = ("_key", "_session", "_timeout", "_node", "_plain")
+
+    def __init__(
+        self, pools: AsyncNodePools, key: Any, session: Any, timeout: Optional[float], node: Optional[int] = None
+    ) -> None:
+        self._pools = pools
+        self._key = key
+        self._session = session
+        self._timeout = timeout
+        self._node = node
+        self._plain = key is None and session is None and node is None
+        self.failed_node: Optional[int] = None  # the node a failed borrow found failed
 
 
 _new_connection = _AsyncConnection.__new__
@@ -292,7 +417,7 @@ class _AsyncRequest:
         return self._conn
 
     async def __aenter__(self) -> _AsyncRequest:
-        cm = _AsyncConnection(self._pools, self._key, self._session, self._timeout)
+        cm = _ConnectionWithArgs(self._pools, self._key, self._session, self._timeout)
         try:
             self._conn = await cm.__aenter__()
         except Exception as e:
@@ -409,7 +534,7 @@ class _AsyncRequest:
                 pass
 
     async def _replay_on(self, node: int, then: Any) -> Any:
-        cm = _AsyncConnection(self._pools, None, None, self._timeout, node)
+        cm = _ConnectionWithArgs(self._pools, None, None, self._timeout, node)
         self._conn = await cm.__aenter__()
         self._cm = cm
         for query, params, recorded in self._recorded:
@@ -507,7 +632,7 @@ class AsyncNodePools(Base):
         """A node's pool, not opened yet."""
         name, dsn = self._dsns[node]
         first_min, max_size, timeout, extra_kwargs = self._pool_args
-        extra, attempts = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs)
+        extra, attempts, conns = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs)
         pool = _AsyncNodePool(
             dsn,
             min_size=min_size,
@@ -519,8 +644,10 @@ class AsyncNodePools(Base):
         )
         pool._racaffinity_connects = attempts  # read by _failures.is_node_failure
         pool._racaffinity_draining = draining
-        # Connections checked out now, which a hard Down aborts.
-        pool._racaffinity_borrowed = set()
+        # Its connections: those borrowed by `connection()` now (marked
+        # while they are) are what a hard Down aborts. Found when needed: a
+        # borrow sets a flag rather than adding to and taking from a set.
+        pool._racaffinity_conns = conns
         return pool
 
     def _node_failed(self, pool: Any) -> None:
@@ -581,8 +708,9 @@ class AsyncNodePools(Base):
         await successor.open(wait=False)
         self._by_id[node] = successor
         if hard:
-            for conn in list(pool._racaffinity_borrowed):
-                shut_down(conn)
+            for conn in list(pool._racaffinity_conns):
+                if conn._racaffinity_borrowed:
+                    shut_down(conn)
         await self._retire(pool)
 
     async def _retire(self, pool: Any) -> None:
@@ -594,9 +722,9 @@ class AsyncNodePools(Base):
         that long: the caller of `apply_event` (or the upkeep) must not
         wait (the chaos soak saw `apply_event` hold its caller 1.35 s,
         docs/soak.md)."""
-        # Refused before the close starts: an instance attribute over the
-        # checkout method, so an open pool's checkout pays nothing for it.
-        pool._getconn_unchecked = functools.partial(_refuse_checkout, pool)
+        # Refused before the close starts (the node pool's close() puts the
+        # same refusal in place, but only once the background close runs).
+        pool._getconn_unchecked = pool._refuse_checkout
         await _fail_waiters(pool)
         self._retiring = [h for h in self._retiring if ais_alive(h)]
         self._retiring.append(aspawn(_close_retired, (pool,), f"racaffinity-retire-{pool.name}"))
@@ -641,13 +769,11 @@ class AsyncNodePools(Base):
         """A connection from the node the core routes to (the order:
         transaction, session/key argument, session scope, pin, load
         balancing), as an async context manager."""
+        if key is not None or session is not None or timeout is not None:
+            return _ConnectionWithArgs(self, key, session, timeout)
         # The constructor without its frame: a fifth of this wrapper's cost.
         cm = _new_connection(_AsyncConnection)
         cm._pools = self
-        cm._key = key
-        cm._session = session
-        cm._timeout = timeout
-        cm._node = None
         return cm
 
     def request(
@@ -720,21 +846,38 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
     getconn loop would queue the caller in the closed pool, which nobody
     serves, until its whole timeout (the chaos soak found a blackholed
     node's borrow waiting there 3 s). `PoolClosed` sends it to route again
-    (`_reroute`), within its wait."""
+    (`_reroute`), within its wait. `close()` puts the refusal in place
+    (an instance attribute over psycopg_pool's method) before it closes,
+    so an open pool's checkout runs psycopg_pool's code alone."""
 
-    async def _getconn_unchecked(self, timeout: float) -> Any:
-        if self.closed:
-            raise psycopg_pool.PoolClosed(f"the pool {self.name!r} is retired: its node is not usable")
-        return await super()._getconn_unchecked(timeout)
+    async def close(self, timeout: float = 5.0) -> None:
+        self._getconn_unchecked = self._refuse_checkout
+        await super().close(timeout)
+
+    async def _refuse_checkout(self, timeout: float) -> Any:
+        raise psycopg_pool.PoolClosed(f"the pool {self.name!r} is retired: its node is not usable")
+
+    async def _check_connection(self, conn: Any) -> None:
+        check = self._check
+        if check.__class__ is not _AliveCheck:  # the caller's check=, or none
+            await super()._check_connection(conn)
+            return
+        # `_AliveCheck.__call__` inline.
+        now = _monotonic()
+        last = conn._racaffinity_checked_out
+        conn._racaffinity_checked_out = now
+        if now - last < ALIVE_BYPASS and last > check.attempts.node_failed_at:
+            return
+        try:
+            await check.probe(conn)
+        except Exception as e:  # as psycopg_pool's own
+            _pool_log.info("connection failed check: %s", e)
+            raise
 
 
 # How long the close of a retired pool waits for each of its workers
 # (psycopg_pool's close timeout); nobody waits for that close but `close()`.
 RETIRE_TIMEOUT = 1.0
-
-
-async def _refuse_checkout(pool: Any, timeout: float) -> Any:
-    raise psycopg_pool.PoolClosed(f"the pool {pool.name!r} is retired: its node is not usable")
 
 
 async def _close_retired(pool: Any) -> None:

@@ -79,7 +79,19 @@ class Base:
         self._dsns = _node_dsns(cluster, dsns)
         self._connect_kwargs = dict(connect_kwargs or {})
         size = max(self._dsns) + 1 if self._dsns else 0
-        self._by_id: List[Any] = [None] * size
+        self._by_id: List[Any] = [None] * size  # its length never changes
+        # The node ids below this a pinned borrow may count as a host lease
+        # (`_acquire`, the pools' inline copy): 0 without host leases.
+        self._host_nodes = min(size, HOST_LEASE_NODES) if HOST_LEASES else 0
+        # What the pools' inline borrow reads, bound once (fixed for the
+        # cluster's life): its pin variable and page, and whether a context
+        # with no pin is balanced (not auto-pinned).
+        self._pin_var = cluster._pin_var
+        self._page = cluster._page
+        self._balanced_inline = not cluster._auto_pin
+        # Raw lease buffers of ended balanced borrows, reused (list pop and
+        # append are atomic).
+        self._lease_bufs: List[Any] = []
         self._heartbeat_on = heartbeat
         self.heartbeat_interval = float(heartbeat_interval) if heartbeat_interval is not None else cluster.heartbeat_interval
         if not self.heartbeat_interval > 0:

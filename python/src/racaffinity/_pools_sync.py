@@ -8,8 +8,8 @@ psycopg_pool does: edit `_pools_async.py`, then run the tool. Blocks under
 `if _ASYNC:` exist only in the async pools, their `else:` only in the sync
 ones."""
 from __future__ import annotations
-import functools
 import logging
+import math
 import time
 import weakref
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
@@ -25,20 +25,28 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import DROP, FORCE, REPLAY, XACT_QUERY, CommitOutcome, ErrorClass, ResultsDiffer
 from ._continuity import classify_sqlstate, digest, outcome_queries, recover
-from ._routes import end_lease, lease_begin, new_
+from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, lease_begin
+from ._routes import lease_release, new_, _END_OK, _WORD
+_RAW_LEASE = new_(LEASE_T).__class__
+from ._scopes import SCOPES
 from ._ucp import PartitionMapLoader
 from ._tpc_sync import GlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
 __all__ = ['NodePools']
 log = logging.getLogger('racaffinity.pools')
+_monotonic = time.monotonic
+_pool_log = logging.getLogger('psycopg.pool')
 LOADER_SOURCE = 'loader'
 
-def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
+def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
     """A subclass of psycopg's connection class `base` whose `connect` feeds
     `attempts`, so a pool timeout can tell "cannot reach the node" from
-    "busy" (`racaffinity._failures`)."""
+    "busy" (`racaffinity._failures`), and adds each connection to `conns`
+    (a `WeakSet`: the pool's connections, which a hard Down looks through
+    for the borrowed ones)."""
 
     class _Tracked(base):
+        _racaffinity_enter_is_self = base.__enter__ is psycopg.Connection.__enter__
 
         @classmethod
         def connect(cls, *args: Any, **kwargs: Any) -> Any:
@@ -49,66 +57,90 @@ def _tracked(base: Any, attempts: ConnectAttempts) -> Any:
                 attempts.finished(token, e)
                 raise
             attempts.finished(token, None)
+            conn._racaffinity_checked_out = -math.inf
+            conn._racaffinity_borrowed = False
+            conns.add(conn)
             return conn
     return _Tracked
 ALIVE_BYPASS = 0.5
 MAX_REROUTES = 3
 
-def _alive_check(attempts: ConnectAttempts, bound: float) -> Any:
+class _AliveCheck:
     """The pool's `check`: a pooled connection idle for `ALIVE_BYPASS` or
     more answers an empty query within `bound`, else the pool discards it
     (the deadline shuts its socket: a blackholed node cannot hold the
     checkout), and a node failure is noted as the pool's last attempt, so
-    the `PoolTimeout` that follows counts against the node."""
+    the `PoolTimeout` that follows counts against the node.
 
-    def check(conn: Any) -> None:
-        now = time.monotonic()
-        last = getattr(conn, '_racaffinity_checked_out', None)
+    Every checkout runs it: `_NodePool._check_connection` makes the
+    bypass test itself (a call less than psycopg_pool's, which calls the
+    `check=` it was given) and calls `probe` only for the query."""
+    __slots__ = ('attempts', 'bound')
+
+    def __init__(self, attempts: ConnectAttempts, bound: float) -> None:
+        self.attempts = attempts
+        self.bound = bound
+
+    def __call__(self, conn: Any) -> None:
+        now = _monotonic()
+        last = conn._racaffinity_checked_out
         conn._racaffinity_checked_out = now
-        if last is not None and now - last < ALIVE_BYPASS and (last > attempts.node_failed_at):
+        if now - last < ALIVE_BYPASS and last > self.attempts.node_failed_at:
             return
+        self.probe(conn)
+
+    def probe(self, conn: Any) -> None:
         try:
-            with bounded(conn, bound):
+            with bounded(conn, self.bound):
                 psycopg_pool.ConnectionPool.check_connection(conn)
         except Exception as e:
-            attempts.check_failed(e)
+            self.attempts.check_failed(e)
             raise
-    return check
 
-def pool_kwargs(connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], ConnectAttempts]:
+def pool_kwargs(connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], ConnectAttempts, Any]:
     """The keyword arguments of one node's pool: the connect arguments (with
     a bounded `connect_timeout` unless given), a tracked connection class and
-    the checkout check (`_alive_check`, unless the caller passes `check=`)."""
+    the checkout check (`_AliveCheck`, unless the caller passes `check=`);
+    with the pool's `ConnectAttempts` and the `WeakSet` of its connections."""
     if 'kwargs' in pool_kwargs:
         raise TypeError('pass connection arguments as connect_kwargs=, not kwargs=')
     kwargs = dict(connect_kwargs)
     kwargs.setdefault('connect_timeout', connect_timeout(timeout))
     attempts = ConnectAttempts()
     extra = dict(pool_kwargs)
-    extra['connection_class'] = _tracked(extra.pop('connection_class', psycopg.Connection), attempts)
+    conns: Any = weakref.WeakSet()
+    extra['connection_class'] = _tracked(extra.pop('connection_class', psycopg.Connection), attempts, conns)
     extra['kwargs'] = kwargs
     if extra.get('check') is None:
         bound = float(kwargs['connect_timeout'] or 10)
         if timeout is not None:
             bound = min(bound, timeout)
-        extra['check'] = _alive_check(attempts, bound)
-    return (extra, attempts)
+        extra['check'] = _AliveCheck(attempts, bound)
+    return (extra, attempts, conns)
 
-class _Connection:
+class _Connection(PoolHostLease):
     """`with pools.connection() as conn:` — what psycopg_pool's
     `connection()` does (getconn; the connection's own context: commit on
     success, rollback on error; putconn), without its generator context
     manager and its `usage_ms` statistic, inside a lease released OK, or
-    FAILED on a node failure (`is_node_failure`), else NEUTRAL."""
-    __slots__ = ('_pools', '_key', '_session', '_timeout', '_node', '_buf', '_pool', '_conn', 'failed_node')
+    FAILED on a node failure (`is_node_failure`), else NEUTRAL.
 
-    def __init__(self, pools: NodePools, key: Any, session: Any, timeout: Optional[float], node: Optional[int]=None) -> None:
-        self._pools = pools
-        self._key = key
-        self._session = session
-        self._timeout = timeout
-        self._node = node
-        self.failed_node: Optional[int] = None
+    A borrow served from its pin's cached route is its own host lease: it
+    holds `PoolHostLease`'s two fields, and `_buf` is the object itself, so
+    such a borrow makes one object, not two (the second cost a tenth of the
+    wrapper's work). `_end` ends either kind.
+
+    This class is `connection()` without arguments, the common call: its
+    key, session, timeout and node are the class's None and it sets only
+    `_pools` (each store is a fortieth of the wrapper's work);
+    `_ConnectionWithArgs` holds them. `failed_node` is set only by a
+    failed borrow, and read only by a request, whose borrows have args."""
+    __slots__ = ('_pools', '_buf', '_pool', '_conn', 'failed_node')
+    _key: Any = None
+    _session: Any = None
+    _timeout: Optional[float] = None
+    _node: Optional[int] = None
+    _plain = True
 
     def _route(self) -> Tuple[Any, Any]:
         pools = self._pools
@@ -120,19 +152,58 @@ class _Connection:
             pools.cluster._raise(rc)
         return pools._pool_of(buf)
 
+    def _end(self, buf: Any, outcome: int) -> None:
+        if buf is self:
+            end_host_lease(self._pools.cluster, buf, outcome)
+        else:
+            end_lease(self._pools.cluster, buf, outcome)
+
     def __enter__(self) -> psycopg.Connection:
         pools = self._pools
-        if self._node is None:
-            buf, pool = pools._acquire(self._key, self._session)
-        else:
-            buf, pool = self._route()
-        since = time.monotonic()
+        pin = pools._pin_var.get()
+        buf = None
+        if self._plain and pools._callback is None:
+            scopes = SCOPES.get()
+            if scopes is None or scopes.get(pools._serial) is None:
+                if pin is not None:
+                    page = pools._page
+                    epoch = page[0]
+                    if pin.epoch == epoch:
+                        node = pin.route.node
+                        if node < pools._host_nodes:
+                            pool = pools._by_id[node]
+                            if pool is not None:
+                                pin.hits += 1
+                                page[HOST_LEASE_BASE + node] += 1
+                                self.node = node
+                                self._live = epoch
+                                buf = self
+                elif pools._balanced_inline:
+                    bufs = pools._lease_bufs
+                    try:
+                        buf = bufs.pop()
+                    except IndexError:
+                        buf = new_(LEASE_T)
+                    rc = context_pick(pools._h, 0, buf)
+                    if rc:
+                        pools.cluster._raise(rc)
+                    try:
+                        pool = pools._by_id[buf.node]
+                    except IndexError:
+                        pool = None
+                    if pool is None:
+                        buf, pool = pools._pool_of(buf)
+        if buf is None:
+            buf, pool = pools._acquire(self._key, self._session) if self._node is None else self._route()
+        since = _monotonic()
         try:
             conn = pool.getconn(self._timeout)
         except BaseException as e:
             buf, pool, conn = self._reroute(e, buf, pool, since)
-        pool._racaffinity_borrowed.add(conn)
+        conn._racaffinity_borrowed = True
         self._buf, self._pool, self._conn = (buf, pool, conn)
+        if conn._racaffinity_enter_is_self:
+            return conn
         return conn.__enter__()
 
     def _reroute(self, e: BaseException, buf: Any, pool: Any, since: float) -> Tuple[Any, Any, Any]:
@@ -148,9 +219,9 @@ class _Connection:
                 if failed:
                     pools._node_failed(pool)
                     self.failed_node = int(buf.node)
-                end_lease(pools.cluster, buf, FAILED if failed else NEUTRAL)
+                self._end(buf, FAILED if failed else NEUTRAL)
                 raise e
-            end_lease(pools.cluster, buf, NEUTRAL)
+            self._end(buf, NEUTRAL)
             if pools._closed or reroutes == MAX_REROUTES:
                 raise e
             reroutes += 1
@@ -172,13 +243,45 @@ class _Connection:
                 outcome = FAILED if is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
-            pool._racaffinity_borrowed.discard(self._conn)
+            self._conn._racaffinity_borrowed = False
             if outcome == FAILED:
                 self._pools._node_failed(pool)
             try:
                 pool.putconn(self._conn)
             finally:
-                end_lease(self._pools.cluster, self._buf, outcome)
+                buf = self._buf
+                if buf is self:
+                    epoch = self._live
+                    page = self._pools._page
+                    if outcome == OK and epoch and (page[0] == epoch):
+                        self._live = 0
+                        i = HOST_LEASE_BASE + self.node
+                        try:
+                            page[i] += _END_OK
+                        except (ValueError, OverflowError):
+                            page[i] = page[i] + _END_OK & _WORD
+                    else:
+                        end_host_lease(self._pools.cluster, self, outcome)
+                elif buf.__class__ is _RAW_LEASE:
+                    pools = self._pools
+                    lease_release(pools._h, buf, outcome)
+                    pools._lease_bufs.append(buf)
+                else:
+                    end_lease(self._pools.cluster, buf, outcome)
+
+class _ConnectionWithArgs(_Connection):
+    """`connection(key=..., session=..., timeout=...)`, a request's borrow
+    (a timeout) or a replay's (a node): its slots over the class's Nones."""
+    __slots__ = ('_key', '_session', '_timeout', '_node', '_plain')
+
+    def __init__(self, pools: NodePools, key: Any, session: Any, timeout: Optional[float], node: Optional[int]=None) -> None:
+        self._pools = pools
+        self._key = key
+        self._session = session
+        self._timeout = timeout
+        self._node = node
+        self._plain = key is None and session is None and (node is None)
+        self.failed_node: Optional[int] = None
 _new_connection = _Connection.__new__
 
 def _error_class(e: BaseException) -> ErrorClass:
@@ -252,7 +355,7 @@ class _Request:
         return self._conn
 
     def __enter__(self) -> _Request:
-        cm = _Connection(self._pools, self._key, self._session, self._timeout)
+        cm = _ConnectionWithArgs(self._pools, self._key, self._session, self._timeout)
         try:
             self._conn = cm.__enter__()
         except Exception as e:
@@ -365,7 +468,7 @@ class _Request:
                 pass
 
     def _replay_on(self, node: int, then: Any) -> Any:
-        cm = _Connection(self._pools, None, None, self._timeout, node)
+        cm = _ConnectionWithArgs(self._pools, None, None, self._timeout, node)
         self._conn = cm.__enter__()
         self._cm = cm
         for query, params, recorded in self._recorded:
@@ -432,11 +535,11 @@ class NodePools(Base):
         """A node's pool, not opened yet."""
         name, dsn = self._dsns[node]
         first_min, max_size, timeout, extra_kwargs = self._pool_args
-        extra, attempts = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs)
+        extra, attempts, conns = pool_kwargs(self._connect_kwargs, timeout, extra_kwargs)
         pool = _NodePool(dsn, min_size=min_size, max_size=max_size if max_size is not None or min_size > 0 else max(1, first_min), timeout=timeout, name=f'racaffinity-{name}', open=False, **extra)
         pool._racaffinity_connects = attempts
         pool._racaffinity_draining = draining
-        pool._racaffinity_borrowed = set()
+        pool._racaffinity_conns = conns
         return pool
 
     def _node_failed(self, pool: Any) -> None:
@@ -495,8 +598,9 @@ class NodePools(Base):
         successor.open(wait=False)
         self._by_id[node] = successor
         if hard:
-            for conn in list(pool._racaffinity_borrowed):
-                shut_down(conn)
+            for conn in list(pool._racaffinity_conns):
+                if conn._racaffinity_borrowed:
+                    shut_down(conn)
         self._retire(pool)
 
     def _retire(self, pool: Any) -> None:
@@ -508,7 +612,7 @@ class NodePools(Base):
         that long: the caller of `apply_event` (or the upkeep) must not
         wait (the chaos soak saw `apply_event` hold its caller 1.35 s,
         docs/soak.md)."""
-        pool._getconn_unchecked = functools.partial(_refuse_checkout, pool)
+        pool._getconn_unchecked = pool._refuse_checkout
         _fail_waiters(pool)
         self._retiring = [h for h in self._retiring if is_alive(h)]
         self._retiring.append(spawn(_close_retired, (pool,), f'racaffinity-retire-{pool.name}'))
@@ -549,12 +653,10 @@ class NodePools(Base):
         """A connection from the node the core routes to (the order:
         transaction, session/key argument, session scope, pin, load
         balancing), as a context manager."""
+        if key is not None or session is not None or timeout is not None:
+            return _ConnectionWithArgs(self, key, session, timeout)
         cm = _new_connection(_Connection)
         cm._pools = self
-        cm._key = key
-        cm._session = session
-        cm._timeout = timeout
-        cm._node = None
         return cm
 
     def request(self, *, key: Optional[DataKey]=None, session: Optional[BytesLike]=None, timeout: Optional[float]=None, call_timeout: Optional[float]=None) -> _Request:
@@ -617,16 +719,33 @@ class _NodePool(psycopg_pool.ConnectionPool):
     getconn loop would queue the caller in the closed pool, which nobody
     serves, until its whole timeout (the chaos soak found a blackholed
     node's borrow waiting there 3 s). `PoolClosed` sends it to route again
-    (`_reroute`), within its wait."""
+    (`_reroute`), within its wait. `close()` puts the refusal in place
+    (an instance attribute over psycopg_pool's method) before it closes,
+    so an open pool's checkout runs psycopg_pool's code alone."""
 
-    def _getconn_unchecked(self, timeout: float) -> Any:
-        if self.closed:
-            raise psycopg_pool.PoolClosed(f'the pool {self.name!r} is retired: its node is not usable')
-        return super()._getconn_unchecked(timeout)
+    def close(self, timeout: float=5.0) -> None:
+        self._getconn_unchecked = self._refuse_checkout
+        super().close(timeout)
+
+    def _refuse_checkout(self, timeout: float) -> Any:
+        raise psycopg_pool.PoolClosed(f'the pool {self.name!r} is retired: its node is not usable')
+
+    def _check_connection(self, conn: Any) -> None:
+        check = self._check
+        if check.__class__ is not _AliveCheck:
+            super()._check_connection(conn)
+            return
+        now = _monotonic()
+        last = conn._racaffinity_checked_out
+        conn._racaffinity_checked_out = now
+        if now - last < ALIVE_BYPASS and last > check.attempts.node_failed_at:
+            return
+        try:
+            check.probe(conn)
+        except Exception as e:
+            _pool_log.info('connection failed check: %s', e)
+            raise
 RETIRE_TIMEOUT = 1.0
-
-def _refuse_checkout(pool: Any, timeout: float) -> Any:
-    raise psycopg_pool.PoolClosed(f'the pool {pool.name!r} is retired: its node is not usable')
 
 def _close_retired(pool: Any) -> None:
     try:

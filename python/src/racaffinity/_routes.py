@@ -262,6 +262,12 @@ def end_lease(c: "Cluster", buf: Any, outcome: int) -> None:
     if cls is not PoolHostLease and cls is not HostLease:
         lease_release(c._h, buf, outcome)
         return
+    end_host_lease(c, buf, outcome)
+
+
+def end_host_lease(c: "Cluster", buf: Any, outcome: int) -> None:
+    """`end_lease` of a host lease: any object with `PoolHostLease`'s two
+    fields (the node pools' connection objects are their own)."""
     epoch = buf._live
     if not epoch:
         _refuse_second_release(buf)

@@ -74,7 +74,9 @@ from ._continuity import (  # noqa: E402
 )
 from ._deadline import _armed  # noqa: E402
 from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
-from ._routes import LEASE_T, NodeState, end_lease, lease_begin, new_  # noqa: E402
+from ._routes import HOST_LEASE_BASE, LEASE_T, NodeState, PoolHostLease, end_lease, lease_begin, new_  # noqa: E402
+from ._routes import _END_OK, _WORD, new_pool_host_lease  # noqa: E402
+from ._scopes import SCOPES  # noqa: E402
 
 __all__ = ["RoutingPool", "Request", "AsyncRequest", "create_engine", "create_async_engine", "request", "route"]
 
@@ -367,7 +369,38 @@ class RoutingPool(Pool):
     # -- checkout and return --------------------------------------------------------
 
     def _do_get(self) -> Any:
-        key, session, node = _ROUTE.get() or _NO_ROUTE
+        route = _ROUTE.get()
+        if route is None and not self._is_asyncio:
+            # A pinned checkout on its pin's cached route, inline: the rules
+            # of `Base._acquire`'s first branch (its call and tuple, the node
+            # pool's `_do_get` override and `super()` cost a third of the
+            # routing pool's work), with that override's retirement checks.
+            router = self._router
+            pin = router._pin_var.get()
+            if pin is not None and router._callback is None:
+                scopes = SCOPES.get()
+                if scopes is None or scopes.get(router._serial) is None:
+                    page = router._page
+                    epoch = page[0]  # before the pin's cache
+                    if pin.epoch == epoch:  # never so for an ended pin
+                        node = pin.route.node
+                        sub = self._subs.get(node)
+                        if sub is not None and node < router._host_nodes and not sub._racaffinity_retired:
+                            pin.hits += 1
+                            page[HOST_LEASE_BASE + node] += 1
+                            buf = new_pool_host_lease(PoolHostLease)
+                            buf.node = node
+                            buf._live = epoch
+                            try:
+                                rec = sub._racaffinity_base_get(sub)
+                                if rec is _RETIRED:
+                                    raise _Retired()
+                            except BaseException as e:
+                                rec, buf = self._reroute(e, buf, None, None)
+                            rec._racaffinity_invalidated = None
+                            self._leases[rec] = buf
+                            return rec
+        key, session, node = route or _NO_ROUTE
         if node is None:
             buf, _marker = self._router._acquire(key, session)
         else:
@@ -417,8 +450,10 @@ class RoutingPool(Pool):
         it was invalidated for anything else (one terminated session, the
         application's own `invalidate()`)."""
         buf = self._leases.pop(rec, None)
-        if buf is None:
-            return
+        if buf is not None:
+            self._end_returned(rec, buf, detached)
+
+    def _end_returned(self, rec: Any, buf: Any, detached: bool) -> None:
         if detached:
             outcome = NEUTRAL
         elif rec.dbapi_connection is not None:
@@ -522,6 +557,8 @@ def _node_pool_class(base: type) -> type:
     if cached is not None:
         return cached
 
+    base_return = base._do_return_conn
+
     class _NodePool(base):  # type: ignore[misc, valid-type]
         """One node's pool inside a RoutingPool."""
 
@@ -547,14 +584,36 @@ def _node_pool_class(base: type) -> type:
             return rec
 
         def _do_return_conn(self, record: Any) -> None:
-            self._outer._returned(record)
+            # `RoutingPool._returned` with its OK host lease end inline (its
+            # two calls cost as much as their work).
+            outer = self._outer
+            buf = outer._leases.pop(record, None)
+            if buf is not None:
+                if buf.__class__ is PoolHostLease and record.dbapi_connection is not None:
+                    epoch = buf._live
+                    page = outer._router._page
+                    if epoch and page[0] == epoch:
+                        buf._live = 0
+                        i = HOST_LEASE_BASE + buf.node
+                        try:
+                            page[i] += _END_OK
+                        except (ValueError, OverflowError):  # the success bits wrap
+                            page[i] = (page[i] + _END_OK) & _WORD
+                    else:
+                        end_lease(outer._cluster, buf, OK)
+                else:
+                    outer._end_returned(record, buf, False)
             if self._racaffinity_retired:
                 record.close()  # its node went Down: not pooled again
                 return
-            super()._do_return_conn(record)
+            base_return(self, record)
 
         def _put_back(self, record: Any) -> None:
-            super()._do_return_conn(record)
+            base_return(self, record)
+
+        # The base's checkout without this class's checks, for
+        # `RoutingPool._do_get`'s inline path, which makes them itself.
+        _racaffinity_base_get = staticmethod(base._do_get)
 
         def _create_connection(self) -> Any:
             return _Record(self)
