@@ -1163,6 +1163,8 @@ racaffinity_result racaffinity_cluster_auto_pin(const racaffinity_cluster *clust
  Picks and leases a node for a request, by the first affinity that applies:
  the transaction, then the data key, then the session, then the context's
  (or thread's) pin, else load balancing. Release with `racaffinity_lease_release`.
+ With `thread.auto_pin` such a pick pins the request's context, so a
+ `context` this cluster never issued is `RACAFFINITY_RESULT_INVALID_ARGUMENT`.
 
  # Safety
  `request` must be NULL or point to a readable `racaffinity_route_request`
