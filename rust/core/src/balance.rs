@@ -234,7 +234,8 @@ impl Balancer {
             panic,
             rr: AtomicU64::new(0),
             draws: Draws::default(),
-            locality: local.is_set().then_some(local.spill_percent) }
+            locality: local.is_set().then_some(local.spill_percent),
+        }
     }
 
     /// Chooses among `nodes` that accept new work, preferring those that pass
@@ -519,7 +520,10 @@ mod tests {
             for a in 0..len {
                 for b in (0..len).filter(|&b| b != a) {
                     let got = seen[a * len + b] as f64;
-                    assert!((got / expected - 1.0).abs() < 0.06, "len {len}: ({a}, {b}) {got} times, {expected} expected");
+                    assert!(
+                        (got / expected - 1.0).abs() < 0.06,
+                        "len {len}: ({a}, {b}) {got} times, {expected} expected"
+                    );
                 }
             }
         }
@@ -554,7 +558,13 @@ mod tests {
         (0..n)
             .map(|i| {
                 let spec = NodeSpec::new(format!("N{i}"));
-                Arc::new(Node::new(NodeId(i), &spec, &LocalConfig::default(), Arc::new(SystemClock::new()), routing.clone()))
+                Arc::new(Node::new(
+                    NodeId(i),
+                    &spec,
+                    &LocalConfig::default(),
+                    Arc::new(SystemClock::new()),
+                    routing.clone(),
+                ))
             })
             .collect()
     }

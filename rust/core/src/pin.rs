@@ -552,7 +552,12 @@ impl Cluster {
     /// [`Cluster::pick_balanced`] (no pin, none to make), which the caller
     /// then makes itself: [`Cluster::pick_in_host_leased`] asks the picked
     /// node whether it is `Up`, where a route from here needs a snapshot.
-    pub(crate) fn context_route_or_unpinned(&self, key: ContextKey, enter: bool, scope: Scope) -> Result<Option<Route>> {
+    pub(crate) fn context_route_or_unpinned(
+        &self,
+        key: ContextKey,
+        enter: bool,
+        scope: Scope,
+    ) -> Result<Option<Route>> {
         if !enter && !self.inner.config.thread.auto_pin && self.inner.contexts.surely_absent(key.0) {
             return Ok(None);
         }
