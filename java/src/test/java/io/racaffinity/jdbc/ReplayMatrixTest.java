@@ -1,6 +1,7 @@
 package io.racaffinity.jdbc;
 
 import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
+import static io.racaffinity.jdbc.ReplayFixture.refusalOf;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -506,20 +507,6 @@ class ReplayMatrixTest {
         }
         Refusal refusal = refusalOf(raised);
         return refusal != null && copies <= 1 && (copies == 0 || refusal == Refusal.OUTCOME_UNKNOWN);
-    }
-
-    static Refusal refusalOf(SQLException e) {
-        for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
-            if (t instanceof ReplayRefusedException r) {
-                return r.refusal();
-            }
-        }
-        for (Throwable t : e.getSuppressed()) {
-            if (t instanceof ReplayRefusedException r) {
-                return r.refusal();
-            }
-        }
-        return null;
     }
 
     /** How many times {@code id} was committed, over the distinct databases. */
