@@ -146,3 +146,76 @@ proptest! {
         }
     }
 }
+
+/// Balanced picks read the live nodes from a list of 16 slots and fall back
+/// to the topology snapshot past 16 live nodes or past the id table (256
+/// ids). While membership keeps crossing both bounds (20 nodes down to 3 and
+/// back, each new node a new id), no pick fails and none returns a node
+/// whose removal had returned before the pick began.
+#[test]
+fn balanced_picks_never_see_a_removed_node_while_membership_crosses_the_live_list() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    use std::sync::Arc;
+
+    const CYCLES: usize = 16;
+    const MOST: usize = 20;
+    const FEWEST: usize = 3;
+    for policy in ["random", "round_robin", "weighted", "least_outstanding"] {
+        let names: Vec<String> = (0..MOST).map(|i| format!("N{i}")).collect();
+        let c = Arc::new(cluster(&format!("policy = {policy}\nnodes = {}", names.join(", "))));
+        let ids = MOST + CYCLES * (MOST - FEWEST);
+        // The count of removals done when the node of an id was removed.
+        let removed_at: Arc<Vec<AtomicU64>> = Arc::new((0..ids).map(|_| AtomicU64::new(u64::MAX)).collect());
+        let done = Arc::new(AtomicU64::new(0));
+        let picks = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let pickers: Vec<_> = (0..2)
+            .map(|_| {
+                let (c, removed_at, done, picks, stop) =
+                    (c.clone(), removed_at.clone(), done.clone(), picks.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(SeqCst) {
+                        let before = done.load(SeqCst);
+                        let r = c.pick_balanced().unwrap_or_else(|e| panic!("{policy}: a pick failed: {e}"));
+                        let at = removed_at[r.node.0 as usize].load(SeqCst);
+                        assert!(
+                            at >= before,
+                            "{policy}: picked node {} removed at {at}, before the pick began at {before}",
+                            r.node.0
+                        );
+                        picks.fetch_add(1, SeqCst);
+                    }
+                })
+            })
+            .collect();
+        // Every membership of the run is picked from many times.
+        let picked_from = || {
+            let from = picks.load(SeqCst);
+            while picks.load(SeqCst) < from + 50 {
+                assert!(!pickers.iter().any(|p| p.is_finished()), "{policy}: a picker stopped");
+                std::thread::yield_now();
+            }
+        };
+        let mut live: Vec<String> = names.clone();
+        for cycle in 0..CYCLES {
+            while live.len() > FEWEST {
+                let id = c.remove_node(&live.remove(0)).unwrap();
+                removed_at[id.0 as usize].store(done.load(SeqCst), SeqCst);
+                done.fetch_add(1, SeqCst);
+                picked_from();
+            }
+            for i in 0..MOST - FEWEST {
+                let name = format!("C{cycle}-{i}");
+                c.add_node(racaffinity::NodeSpec::new(name.clone())).unwrap();
+                live.push(name);
+                picked_from();
+            }
+        }
+        stop.store(true, SeqCst);
+        for p in pickers {
+            p.join().unwrap();
+        }
+        let top = c.node_ids().iter().map(|n| n.0).max().unwrap();
+        assert!(top as usize >= 256, "{policy}: ids reached {top}, short of the id table's end");
+    }
+}
