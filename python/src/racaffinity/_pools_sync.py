@@ -468,6 +468,7 @@ class _Request:
                 pass
 
     def _replay_on(self, node: int, then: Any) -> Any:
+        self._pools._renew_if_backing_off(node)
         cm = _ConnectionWithArgs(self._pools, None, None, self._timeout, node)
         self._conn = cm.__enter__()
         self._cm = cm
@@ -616,6 +617,25 @@ class NodePools(Base):
         _fail_waiters(pool)
         self._retiring = [h for h in self._retiring if is_alive(h)]
         self._retiring.append(spawn(_close_retired, (pool,), f'racaffinity-retire-{pool.name}'))
+
+    def _renew_if_backing_off(self, node: int) -> None:
+        """A node's pool whose last connect failed waits psycopg_pool's
+        reconnect back-off (1, 2, 4 s ... after each failure) before its
+        next one, whatever the node does meanwhile: a replay the core sends
+        there (it reads the node as usable: restarted before it was ever
+        Down) would wait that out and time out though the node is back. A
+        fresh pool connects at once; the old one retires as for a Down
+        (its connections, of a node that failed, close)."""
+        pool = self._by_id[node]
+        if pool is None or self._closed or pool._racaffinity_draining:
+            return
+        if not pool._racaffinity_connects.last_failed:
+            return
+        successor = self._new_pool(node, self._pool_args[0], False)
+        successor._racaffinity_connects.node_failed_at = time.monotonic()
+        successor.open(wait=False)
+        self._by_id[node] = successor
+        self._retire(pool)
 
     def _undrain_node(self, node: int) -> None:
         """The node is Up again: its pool grows back to `min_size`."""
