@@ -901,10 +901,20 @@ RETIRE_TIMEOUT = 1.0
 
 
 async def _close_retired(pool: Any) -> None:
+    # psycopg_pool's close() takes the idle connections out of the pool and
+    # stops at the first whose close raises: those after it would stay open
+    # on the server, and nobody else holds them.
+    idle = list(getattr(pool, "_pool", ()))
     try:
         await pool.close(timeout=RETIRE_TIMEOUT)
     except Exception:
-        log.exception("racaffinity: closing a retired node pool failed")
+        log.exception("racaffinity: closing the retired pool %r failed; closing its idle connections", pool.name)
+        for conn in idle:
+            if not conn.closed:
+                try:
+                    await conn.close()
+                except Exception as e:
+                    log.warning("racaffinity: a connection of the retired pool %r failed to close: %s", pool.name, e)
 
 
 async def _fail_waiters(pool: Any) -> None:

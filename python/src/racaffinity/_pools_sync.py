@@ -768,10 +768,17 @@ class _NodePool(psycopg_pool.ConnectionPool):
 RETIRE_TIMEOUT = 1.0
 
 def _close_retired(pool: Any) -> None:
+    idle = list(getattr(pool, '_pool', ()))
     try:
         pool.close(timeout=RETIRE_TIMEOUT)
     except Exception:
-        log.exception('racaffinity: closing a retired node pool failed')
+        log.exception('racaffinity: closing the retired pool %r failed; closing its idle connections', pool.name)
+        for conn in idle:
+            if not conn.closed:
+                try:
+                    conn.close()
+                except Exception as e:
+                    log.warning('racaffinity: a connection of the retired pool %r failed to close: %s', pool.name, e)
 
 def _fail_waiters(pool: Any) -> None:
     """Sends the tasks waiting on a retired pool on at once (`PoolClosed`:
