@@ -353,6 +353,16 @@ async def test_the_asyncio_engine_routes_the_same_way(pg, cluster_factory, order
         await engine.dispose()
 
 
+def checkout(pg, engine, i, served, errors) -> None:
+    """Waiter `i`'s checkout: the node that served it and when (`served`),
+    or its error and when (`errors`)."""
+    try:
+        with engine.connect() as conn:
+            served[i] = (node_of_conn(pg, conn), time.monotonic())
+    except Exception as e:
+        errors[i] = (repr(e), time.monotonic())
+
+
 def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
     # Fast connection failover in the SQLAlchemy pool: threads waiting on a
     # node's full pool when it is kill -9ed (and reported Down, as a FAN
@@ -369,11 +379,8 @@ def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_facto
     served, errors = {}, {}
 
     def one(i):
-        try:
-            with route(key=key), engine.connect() as conn:
-                served[i] = (node_of_conn(pg, conn), time.monotonic())
-        except Exception as e:
-            errors[i] = (repr(e), time.monotonic())
+        with route(key=key):
+            checkout(pg, engine, i, served, errors)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
     for t in threads:
@@ -419,11 +426,7 @@ def test_pinned_waiters_on_a_node_gone_down_are_served_elsewhere_at_once(pg, clu
             pinned.wait(5)
             cached.wait(5)  # the other nodes are Up again
             c.route()  # caches the pin's route under the current epoch
-            try:
-                with engine.connect() as conn:
-                    served[i] = (node_of_conn(pg, conn), time.monotonic())
-            except Exception as e:
-                errors[i] = (repr(e), time.monotonic())
+            checkout(pg, engine, i, served, errors)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
     for t in threads:
