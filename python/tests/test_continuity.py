@@ -431,3 +431,38 @@ def test_a_replay_to_a_node_just_restarted_is_served_without_the_reconnect_back_
             req.execute("SELECT count(*) FROM py_req").fetchone()
         assert req.replays == 1 and req.node == "RAC2"
         assert rows_of(pg, "back") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
+
+
+@pytest.mark.asyncio
+async def test_async_a_replay_to_a_node_just_restarted_is_served_without_the_reconnect_back_off(
+    pg, cluster_factory, req_table, restart_after
+):
+    """The test above, through `AsyncNodePools` (the same code, generated
+    the other way), its loop running while the node is down."""
+    import asyncio
+
+    from conftest import wait_until_async
+    from racaffinity.pools import AsyncNodePools
+
+    two = ["RAC1", "RAC2"]
+    c = cluster_factory("thread.auto_pin = false", nodes=two)
+    dsns = {n: pg.dsn[n] for n in two}
+    async with AsyncNodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
+                              connect_kwargs={"connect_timeout": 2}) as pools:
+        rac2 = pools.node_pool("RAC2")
+        await asyncio.to_thread(pg.kill, 2)
+        restart_after.append(2)
+        try:
+            async with pools.connection(key=key_on(c, "RAC2")) as conn:
+                await conn.execute("SELECT 1")
+        except psycopg.Error:
+            pass
+        await wait_until_async(lambda: rac2.get_stats().get("connections_errors", 0) >= 3, 20)
+        await asyncio.to_thread(pg.restart, restart_after.pop())
+        assert c.node_state("RAC2") is ra.NodeState.UP
+        async with pools.request(key=key_on(c, "RAC1")) as req:
+            await req.execute("INSERT INTO py_req VALUES (%s)", ("aback",))
+            terminate(pg, "RAC1", req.backend_pid)
+            await (await req.execute("SELECT count(*) FROM py_req")).fetchone()
+        assert req.replays == 1 and req.node == "RAC2"
+        assert rows_of(pg, "aback") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
