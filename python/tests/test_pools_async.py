@@ -322,25 +322,37 @@ async def _queue_on(pools, key, n):
 @pytest.mark.asyncio
 async def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
     # Waiters queued on a node that is kill -9ed must not wait out the pool
-    # timeout (5 s): once the heartbeat takes the node Down, its pool fails
-    # them over to another node at once.
+    # timeout, nor the retired pool's close (psycopg_pool fails its waiters
+    # only once its workers stopped): once the heartbeat takes the node
+    # Down, its pool fails them over to another node at once. The timeout
+    # is far beyond the joins and the close is held at a gate until they
+    # are served, so neither can be what served them (no clock read).
     c = cluster_factory("heartbeat.interval = 100ms\nheartbeat.misses = 2\nthread.auto_pin = false", nodes=NAMES)
-    pools = new_pools(c, pg.dsn, heartbeat=True, min_size=1, max_size=1, timeout=5.0, upkeep_interval=0.05)
+    pools = new_pools(c, pg.dsn, heartbeat=True, min_size=1, max_size=1, timeout=120.0, upkeep_interval=0.05)
     async with pools:
         key = key_on(c, "RAC1")
         holder = pools.connection(key=key)
         held = await holder.__aenter__()  # RAC1's only connection
         assert await aport_of(held) == pg.port["RAC1"]
+        old = pools.node_pool("RAC1")
+        gate = AEvent()
+        real_close = old.close
+
+        async def gated_close(timeout: float = 5.0) -> None:
+            await await_event(gate, 60)
+            await real_close(timeout)
+
+        old.close = gated_close
         tasks, served, errors = await _queue_on(pools, key, 4)
-        killed = time.monotonic()  # before the kill: the script's own time counts too
         pg.kill(1)
         restart_after.append(1)
-        for t in tasks:
-            await ajoin(t, 10)
-        took = {i: round(at - killed, 2) for i, (_p, at) in {**served, **errors}.items()}
-        assert not errors and sorted(served) == [0, 1, 2, 3], (errors, took)
+        try:
+            await wait_until_async(lambda: not any(ais_alive(t) for t in tasks), 20)
+            assert not old.closed  # still held at the gate
+            assert not errors and sorted(served) == [0, 1, 2, 3], (errors, served)
+        finally:
+            gate.set()
         assert all(p != pg.port["RAC1"] for p, _at in served.values()), served
-        assert max(took.values()) < 1.0, took
         try:
             await held.execute("SELECT 1")
         except psycopg.OperationalError as e:
@@ -366,8 +378,9 @@ async def test_an_operator_down_closes_idle_aborts_borrowed_and_up_refills_at_on
         assert is_node_failure(info.value)
         await holder.__aexit__(type(info.value), info.value, None)
         c.set_node_state("RAC1", "up")
-        took = await wait_until_async(lambda: server_conns(pg, "RAC1") >= 2, 5)
-        assert took < 1.0, f"refilled after {took:.2f}s"
+        # Refilled by the pools themselves: nothing borrows from RAC1 here,
+        # and psycopg_pool alone never grows a pool without a borrow.
+        await wait_until_async(lambda: server_conns(pg, "RAC1") >= 2, 10)
 
 
 @pytest.mark.asyncio
