@@ -397,3 +397,72 @@ def test_a_borrow_checking_a_connection_when_its_pool_retires_is_served_elsewher
         assert "error" not in got, got
         assert pg.name_of_port(got["port"]) != "RAC1"
     proxies["RAC1"].heal()
+
+
+def test_a_replay_to_a_node_just_restarted_is_served_without_the_reconnect_back_off(
+    pg, cluster_factory, req_table, restart_after
+):
+    """A node killed and restarted while the cluster never saw it Down (no
+    heartbeat, too few failures to eject it): its pool's connects failed
+    while it was down, so psycopg_pool waits 1, 2, 4 s ... before the next
+    one. A replay sent there must connect now, not after that wait (found
+    by the Python workload, docs/continuity.md)."""
+    two = ["RAC1", "RAC2"]
+    c = cluster_factory("thread.auto_pin = false", nodes=two)
+    dsns = {n: pg.dsn[n] for n in two}
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
+                   connect_kwargs={"connect_timeout": 2}) as pools:
+        rac2 = pools.node_pool("RAC2")
+        pg.kill(2)
+        restart_after.append(2)
+        # The pool finds its connection dead at a checkout and reconnects,
+        # failing, with a growing back-off.
+        try:
+            with pools.connection(key=key_on(c, "RAC2")) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            pass
+        wait_until(lambda: rac2.get_stats().get("connections_errors", 0) >= 3, 20)
+        pg.restart(restart_after.pop())
+        assert c.node_state("RAC2") is ra.NodeState.UP
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", ("back",))
+            terminate(pg, "RAC1", req.backend_pid)
+            req.execute("SELECT count(*) FROM py_req").fetchone()
+        assert req.replays == 1 and req.node == "RAC2"
+        assert rows_of(pg, "back") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
+
+
+@pytest.mark.asyncio
+async def test_async_a_replay_to_a_node_just_restarted_is_served_without_the_reconnect_back_off(
+    pg, cluster_factory, req_table, restart_after
+):
+    """The test above, through `AsyncNodePools` (the same code, generated
+    the other way), its loop running while the node is down."""
+    import asyncio
+
+    from conftest import wait_until_async
+    from racaffinity.pools import AsyncNodePools
+
+    two = ["RAC1", "RAC2"]
+    c = cluster_factory("thread.auto_pin = false", nodes=two)
+    dsns = {n: pg.dsn[n] for n in two}
+    async with AsyncNodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
+                              connect_kwargs={"connect_timeout": 2}) as pools:
+        rac2 = pools.node_pool("RAC2")
+        await asyncio.to_thread(pg.kill, 2)
+        restart_after.append(2)
+        try:
+            async with pools.connection(key=key_on(c, "RAC2")) as conn:
+                await conn.execute("SELECT 1")
+        except psycopg.Error:
+            pass
+        await wait_until_async(lambda: rac2.get_stats().get("connections_errors", 0) >= 3, 20)
+        await asyncio.to_thread(pg.restart, restart_after.pop())
+        assert c.node_state("RAC2") is ra.NodeState.UP
+        async with pools.request(key=key_on(c, "RAC1")) as req:
+            await req.execute("INSERT INTO py_req VALUES (%s)", ("aback",))
+            terminate(pg, "RAC1", req.backend_pid)
+            await (await req.execute("SELECT count(*) FROM py_req")).fetchone()
+        assert req.replays == 1 and req.node == "RAC2"
+        assert rows_of(pg, "aback") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}

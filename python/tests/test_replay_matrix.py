@@ -1,8 +1,9 @@
 """The failure matrix's replay dimension ([continuity]), in Python: a fault
 at each step of a request x crash / blackhole / reset / refuse x
-independent nodes / RAC one database, through `NodePools(replay=True)`
-and through the SQLAlchemy engine (`create_engine(..., replay=True)`,
-`request(engine)`).
+independent nodes / RAC one database, through `NodePools(replay=True)`,
+`AsyncNodePools(replay=True)`, the SQLAlchemy engine
+(`create_engine(..., replay=True)`, `request(engine)`) and its asyncio
+twin (`create_async_engine`, `async with request(engine)`).
 
 Every cell holds when the request's writes are in the data exactly once if
 it returned, at most once if it raised, and a raise carries a typed cause
@@ -16,10 +17,11 @@ check can fail. The results go to target/failure-matrix/replay-python.json
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 import contextlib
 
@@ -30,8 +32,8 @@ import sqlalchemy as sa
 import racaffinity as ra
 from racaffinity import ReplayAction as A
 from racaffinity import ReplayStep
-from racaffinity.pools import NodePools
-from racaffinity.sqlalchemy import create_engine, request, route
+from racaffinity.pools import AsyncNodePools, NodePools
+from racaffinity.sqlalchemy import create_async_engine, create_engine, request, route
 
 from conftest import REPO
 
@@ -39,7 +41,7 @@ NAMES = ["RAC1", "RAC2", "RAC3"]
 STEPS = ["before", "mid", "before_commit", "commit_lost", "after"]
 FAULTS = ["crash", "blackhole", "reset", "refuse"]
 MODELS = ["node", "database"]
-APIS = ["pools", "sqlalchemy"]
+APIS = ["pools", "sqlalchemy", "async_pools", "async_sqlalchemy"]
 # A commit can be in flight at these steps: a blind replay commits twice.
 IN_FLIGHT = {"commit_lost"}
 CALL_TIMEOUT = 1.0
@@ -164,7 +166,121 @@ class SqlaClient:
         req.execute(sa.text("SELECT count(*) FROM py_rm WHERE id = :id"), {"id": rid}).one()
 
 
-CLIENTS = {"pools": PoolsClient, "sqlalchemy": SqlaClient}
+class AsyncPoolsClient:
+    """The request through `AsyncNodePools(replay=True)`, in an asyncio
+    program (its pool workers and upkeep run while the request waits)."""
+
+    def __init__(self, c, dsns, ports) -> None:
+        self.pools = AsyncNodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0,
+                                    connect_kwargs={"connect_timeout": 2})
+
+    async def open(self) -> None:
+        await self.pools.open()
+
+    async def close(self) -> None:
+        await self.pools.close()
+
+    def request(self, key):
+        return self.pools.request(key=key, call_timeout=CALL_TIMEOUT)
+
+    async def insert(self, req, rid: str) -> None:
+        await req.execute("INSERT INTO py_rm VALUES (%s)", (rid,))
+
+    async def select(self, req, rid: str) -> None:
+        await (await req.execute("SELECT count(*) FROM py_rm WHERE id = %s", (rid,))).fetchone()
+
+
+class AsyncSqlaClient:
+    """The same request through the asyncio SQLAlchemy engine
+    (`create_async_engine`, psycopg's async driver), a connection of the
+    request's node pooled first as for the sync engine."""
+
+    def __init__(self, c, dsns, ports) -> None:
+        urls = {n: f"postgresql+psycopg://postgres@127.0.0.1:{p}/postgres" for n, p in ports.items()}
+        self.c = c
+        self.engine = create_async_engine(
+            c, urls, replay=True, pool_size=1, max_overflow=1, pool_timeout=5, connect_args={"connect_timeout": 2}
+        )
+
+    async def open(self) -> None:
+        with route(key=key_on(self.c, "RAC1")):
+            async with self.engine.connect() as conn:
+                await conn.execute(sa.text("SELECT 1"))
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    def request(self, key):
+        return request(self.engine, key=key, call_timeout=CALL_TIMEOUT)
+
+    async def insert(self, req, rid: str) -> None:
+        await req.execute(sa.text("INSERT INTO py_rm VALUES (:id)"), {"id": rid})
+
+    async def select(self, req, rid: str) -> None:
+        (await req.execute(sa.text("SELECT count(*) FROM py_rm WHERE id = :id"), {"id": rid})).one()
+
+
+CLIENTS = {"pools": PoolsClient, "sqlalchemy": SqlaClient,
+           "async_pools": AsyncPoolsClient, "async_sqlalchemy": AsyncSqlaClient}
+
+
+def one_request(client, cell, step, key, rid) -> Tuple[Optional[BaseException], int]:
+    """The request with the cell's fault at its step: what it raised (None)
+    and how many replays it made."""
+    if step == "before":
+        cell.inject()
+    req = None
+    try:
+        with client.request(key) as req:
+            client.insert(req, rid)
+            if step == "mid":
+                cell.inject()
+            client.select(req, rid)
+            if step == "before_commit":
+                cell.inject()
+            elif step == "commit_lost":
+                cell.at_commit()
+    except Exception as e:  # the cell records it; the checks judge it
+        return e, getattr(req, "replays", 0)
+    if step == "after":
+        cell.inject()
+        with client.request(key) as req2:
+            client.insert(req2, rid + "-next")
+    return None, req.replays
+
+
+async def one_request_async(client, cell, step, key, rid) -> Tuple[Optional[BaseException], int]:
+    """`one_request` in an asyncio program; the fault is injected off the
+    loop (it can sleep) while the loop goes on."""
+    if step == "before":
+        await asyncio.to_thread(cell.inject)
+    req = None
+    try:
+        async with client.request(key) as req:
+            await client.insert(req, rid)
+            if step == "mid":
+                await asyncio.to_thread(cell.inject)
+            await client.select(req, rid)
+            if step == "before_commit":
+                await asyncio.to_thread(cell.inject)
+            elif step == "commit_lost":
+                cell.at_commit()
+    except Exception as e:  # the cell records it; the checks judge it
+        return e, getattr(req, "replays", 0)
+    if step == "after":
+        await asyncio.to_thread(cell.inject)
+        async with client.request(key) as req2:
+            await client.insert(req2, rid + "-next")
+    return None, req.replays
+
+
+async def run_async(api, c, dsns, ports, cell, step, key, rid) -> Tuple[Optional[BaseException], int]:
+    client = CLIENTS[api](c, dsns, ports)
+    try:
+        await client.open()
+        return await one_request_async(client, cell, step, key, rid)
+    finally:
+        await client.close()
 
 
 def run_cell(pg, proxies, cluster_factory, killed, model, step, fault, rid, mutate=False, api="pools") -> Dict[str, Any]:
@@ -182,31 +298,13 @@ def run_cell(pg, proxies, cluster_factory, killed, model, step, fault, rid, muta
     cell = Cell(pg, px, model, fault, killed)
     key = key_on(c, "RAC1")
     started = time.monotonic()
-    raised: Optional[BaseException] = None
-    replays = 0
     try:
-        client = CLIENTS[api](c, dsns, ports)
-        with contextlib.closing(client):
-            if step == "before":
-                cell.inject()
-            try:
-                with client.request(key) as req:
-                    client.insert(req, rid)
-                    if step == "mid":
-                        cell.inject()
-                    client.select(req, rid)
-                    if step == "before_commit":
-                        cell.inject()
-                    elif step == "commit_lost":
-                        cell.at_commit()
-                replays = req.replays
-            except Exception as e:  # the cell records it; the checks below judge it
-                raised = e
-                replays = getattr(locals().get("req"), "replays", 0)
-            if step == "after" and raised is None:
-                cell.inject()
-                with client.request(key) as req2:
-                    client.insert(req2, rid + "-next")
+        if api.startswith("async_"):
+            raised, replays = asyncio.run(run_async(api, c, dsns, ports, cell, step, key, rid))
+        else:
+            client = CLIENTS[api](c, dsns, ports)
+            with contextlib.closing(client):
+                raised, replays = one_request(client, cell, step, key, rid)
     finally:
         cell.heal()
         if killed:
@@ -231,7 +329,7 @@ def run_cell(pg, proxies, cluster_factory, killed, model, step, fault, rid, muta
 @pytest.mark.parametrize("fault", FAULTS)
 @pytest.mark.parametrize("api", APIS)
 def test_replay_cell(pg, proxies, cluster_factory, restart_after, matrix_table, api, model, step, fault):
-    rid = f"{'' if api == 'pools' else 'sqla-'}{model}-{step}-{fault}"
+    rid = f"{'' if api == 'pools' else api + '-'}{model}-{step}-{fault}"
     r = run_cell(pg, proxies, cluster_factory, restart_after, model, step, fault, rid, api=api)
     RESULTS[rid] = r
     assert r["holds"], r

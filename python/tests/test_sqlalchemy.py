@@ -353,15 +353,38 @@ async def test_the_asyncio_engine_routes_the_same_way(pg, cluster_factory, order
         await engine.dispose()
 
 
+def checkout(pg, engine, i, served, errors) -> None:
+    """Waiter `i`'s checkout: the node that served it (`served`), or its
+    error (`errors`)."""
+    try:
+        with engine.connect() as conn:
+            served[i] = node_of_conn(pg, conn)
+    except Exception as e:
+        errors[i] = repr(e)
+
+
+# The failover tests' pool_timeout: far beyond how long they wait for their
+# waiters (WAITERS_DONE), so a waiter that was not woken at the Down is
+# still waiting when they look, whatever the machine's speed (no clock read).
+FAR_TIMEOUT = 120
+WAITERS_DONE = 20
+
+
+def waiters_done(threads) -> None:
+    from conftest import wait_until
+
+    wait_until(lambda: not any(t.is_alive() for t in threads), WAITERS_DONE)
+
+
 def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
     # Fast connection failover in the SQLAlchemy pool: threads waiting on a
     # node's full pool when it is kill -9ed (and reported Down, as a FAN
     # subscriber would) route again at once instead of waiting out
-    # pool_timeout (5 s); the connection checked out there is aborted.
+    # pool_timeout; the connection checked out there is aborted.
     from conftest import fan_line, wait_until
 
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
-    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_timeout=5)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_timeout=FAR_TIMEOUT)
     key = key_on(c, "RAC1")
     with route(key=key):
         holder = engine.connect()
@@ -369,27 +392,20 @@ def test_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_facto
     served, errors = {}, {}
 
     def one(i):
-        try:
-            with route(key=key), engine.connect() as conn:
-                served[i] = (node_of_conn(pg, conn), time.monotonic())
-        except Exception as e:
-            errors[i] = (repr(e), time.monotonic())
+        with route(key=key):
+            checkout(pg, engine, i, served, errors)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(4)]
     for t in threads:
         t.start()
     queue = engine.pool.node_pool("RAC1")._pool
     wait_until(lambda: len(queue.not_empty._waiters) == 4, 5)
-    killed = time.monotonic()
     pg.kill(1)
     restart_after.append(1)
     c.apply_event(fan_line("RAC1", "down"))
-    for t in threads:
-        t.join(10)
-    took = {i: round(at - killed, 2) for i, (_n, at) in {**served, **errors}.items()}
-    assert not errors and sorted(served) == [0, 1, 2, 3], (errors, took)
-    assert all(n != "RAC1" for n, _at in served.values()), served
-    assert max(took.values()) < 1.0, took
+    waiters_done(threads)
+    assert not errors and sorted(served) == [0, 1, 2, 3], (errors, served)
+    assert all(n != "RAC1" for n in served.values()), served
     with pytest.raises(sa.exc.DBAPIError):
         holder.execute(sa.text("SELECT 1"))
     holder.close()
@@ -401,11 +417,11 @@ def test_pinned_waiters_on_a_node_gone_down_are_served_elsewhere_at_once(pg, clu
     # serves inline from their pins' cached routes: each thread, pinned to
     # RAC1 with its route cached, waits on RAC1's full pool; RAC1 goes Down
     # and the waiters, woken by the retired pool, route again (their pins
-    # move: soft mode) instead of waiting out pool_timeout (5 s).
+    # move: soft mode) instead of waiting out pool_timeout.
     from conftest import fan_line, wait_until
 
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
-    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_timeout=5)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_timeout=FAR_TIMEOUT)
     for n in ("RAC2", "RAC3"):
         c.set_node_state(n, "draining")  # the pins below go to RAC1
     holder = engine.connect()  # balanced: RAC1, the one node taking work
@@ -419,13 +435,9 @@ def test_pinned_waiters_on_a_node_gone_down_are_served_elsewhere_at_once(pg, clu
             pinned.wait(5)
             cached.wait(5)  # the other nodes are Up again
             c.route()  # caches the pin's route under the current epoch
-            try:
-                with engine.connect() as conn:
-                    served[i] = (node_of_conn(pg, conn), time.monotonic())
-            except Exception as e:
-                errors[i] = (repr(e), time.monotonic())
+            checkout(pg, engine, i, served, errors)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(4)]
     for t in threads:
         t.start()
     pinned.wait(5)
@@ -434,14 +446,10 @@ def test_pinned_waiters_on_a_node_gone_down_are_served_elsewhere_at_once(pg, clu
     cached.wait(5)
     queue = engine.pool.node_pool("RAC1")._pool
     wait_until(lambda: len(queue.not_empty._waiters) == 4, 5)
-    down = time.monotonic()
     c.apply_event(fan_line("RAC1", "down"))
-    for t in threads:
-        t.join(10)
-    took = {i: round(v[1] - down, 2) for i, v in {**served, **errors}.items()}
-    assert not errors and sorted(served) == [0, 1, 2, 3], (errors, took)
-    assert all(n != "RAC1" for n, _at in served.values()), served
-    assert max(took.values()) < 1.0, took
+    waiters_done(threads)
+    assert not errors and sorted(served) == [0, 1, 2, 3], (errors, served)
+    assert all(n != "RAC1" for n in served.values()), served
     with pytest.raises(sa.exc.DBAPIError):  # a hard Down aborts it
         holder.execute(sa.text("SELECT 1"))
     holder.close()
@@ -452,14 +460,14 @@ def test_pinned_waiters_on_a_node_gone_down_are_served_elsewhere_at_once(pg, clu
 async def test_asyncio_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
     # Fast connection failover in the asyncio engine: tasks waiting on a
     # node's full pool when it is kill -9ed (and reported Down, as a FAN
-    # subscriber would) route again instead of waiting out pool_timeout
-    # (5 s); the connection checked out there is aborted.
+    # subscriber would) route again instead of waiting out pool_timeout;
+    # the connection checked out there is aborted.
     import asyncio
 
     from conftest import fan_line, wait_until_async
 
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
-    engine = create_async_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_timeout=5)
+    engine = create_async_engine(c, urls(pg), pool_size=1, max_overflow=0, pool_timeout=FAR_TIMEOUT)
     key = key_on(c, "RAC1")
     with route(key=key):
         holder = await engine.connect()
@@ -470,22 +478,19 @@ async def test_asyncio_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg,
         try:
             with route(key=key):
                 async with engine.connect() as conn:
-                    served[i] = (pg.name_of_port((await conn.execute(PORT)).scalar_one()), time.monotonic())
+                    served[i] = pg.name_of_port((await conn.execute(PORT)).scalar_one())
         except Exception as e:
-            errors[i] = (repr(e), time.monotonic())
+            errors[i] = repr(e)
 
     tasks = [asyncio.create_task(one(i)) for i in range(4)]
     queue = engine.sync_engine.pool.node_pool("RAC1")._pool._queue
     await wait_until_async(lambda: len(queue._getters) == 4, 5)
-    killed = time.monotonic()
     pg.kill(1)
     restart_after.append(1)
     c.apply_event(fan_line("RAC1", "down"))
-    await asyncio.gather(*tasks)
-    took = {i: round(at - killed, 2) for i, (_n, at) in {**served, **errors}.items()}
-    print("served after (s):", took)
-    assert not errors and sorted(served) == [0, 1, 2, 3], (errors, took)
-    assert all(n != "RAC1" for n, _at in served.values()), served
+    await wait_until_async(lambda: all(t.done() for t in tasks), WAITERS_DONE)
+    assert not errors and sorted(served) == [0, 1, 2, 3], (errors, served)
+    assert all(n != "RAC1" for n in served.values()), served
     with pytest.raises(sa.exc.DBAPIError):
         await holder.execute(sa.text("SELECT 1"))
     await holder.close()

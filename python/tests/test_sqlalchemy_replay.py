@@ -103,18 +103,26 @@ def shows_the_driver_error(exc: BaseException) -> bool:
     return orig in chain and f"\n{type(orig).__module__}.{type(orig).__qualname__}: " in printed
 
 
+def unique_violation(pg, c, engine, rid: str):
+    """A request on RAC1 inserting `rid`, which RAC1 already holds: the
+    application's own error, never replayed (`NOT_RECOVERABLE`). Returns
+    pytest's info on the error and the request."""
+    with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
+        admin.execute("INSERT INTO py_sreq VALUES (%s)", (rid,))
+    with pytest.raises(sa.exc.IntegrityError) as info:
+        with request(engine, key=key_on(c, "RAC1")) as req:
+            req.execute(INSERT, {"id": rid})
+    assert info.value.__cause__.refusal is R.NOT_RECOVERABLE
+    return info, req
+
+
 def test_a_refusal_keeps_the_driver_error_in_the_traceback(pg, cluster_factory, sreq_table):
     # The refusal is the SQLAlchemy error's __cause__, which was the
     # driver's error: that one must stay in the chain, as the refusal's.
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
-    with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
-        admin.execute("INSERT INTO py_sreq VALUES ('taken')")
     engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
     try:
-        with pytest.raises(sa.exc.IntegrityError) as info:
-            with request(engine, key=key_on(c, "RAC1")) as req:
-                req.execute(INSERT, {"id": "taken"})
-        assert info.value.__cause__.refusal is R.NOT_RECOVERABLE
+        info, _req = unique_violation(pg, c, engine, "taken")
         assert info.value.__cause__.__cause__ is info.value.orig
         assert isinstance(info.value.orig, psycopg.errors.UniqueViolation)
         assert shows_the_driver_error(info.value)
@@ -176,14 +184,10 @@ def test_a_read_only_request_is_given_no_transaction_id_and_its_lost_commit_is_r
 
 def test_errors_that_are_not_recoverable_and_differing_results_are_never_replayed(pg, cluster_factory, sreq_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
-    with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
-        admin.execute("INSERT INTO py_sreq VALUES ('only-on-rac1')")
     engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
     try:
-        with pytest.raises(sa.exc.IntegrityError) as info:
-            with request(engine, key=key_on(c, "RAC1")) as req:
-                req.execute(INSERT, {"id": "only-on-rac1"})
-        assert info.value.__cause__.refusal is R.NOT_RECOVERABLE and req.replays == 0
+        _info, req = unique_violation(pg, c, engine, "only-on-rac1")
+        assert req.replays == 0
         with pytest.raises(sa.exc.DBAPIError) as info:
             with request(engine, key=key_on(c, "RAC1")) as req:
                 assert req.execute(sa.text("SELECT count(*) FROM py_sreq")).scalar_one() == 1  # consumed

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-from typing import Any, Callable, Generator, Optional, Sequence, Tuple
+from typing import Any, Callable, Generator, List, Optional, Sequence, Tuple
 
 from ._args import cstr, U32_MAX
 from ._errors import InvalidArgumentError, KeyOverflowError, raise_for
@@ -225,11 +225,45 @@ def replay_decide(cluster: Any, failure: RequestFailure) -> ReplayStep:
     return ReplayStep(action, node, refusal)
 
 
-# What a request's recovery (`recover`) asks its binding to do.
+# What a request's recovery (`recover`) asks its binding to do; an action
+# that fails is thrown back in.
 DROP = "drop"  # give the failed connection back: arg, the error
 CHECK = "check"  # the commit's outcome on node arg: send back a CommitOutcome
 FORCE = "force"  # end the old backend on node arg, then check: send back a CommitOutcome
-REPLAY = "replay"  # replay on node arg: send back its result, or throw in its error
+REPLAY = "replay"  # take the request's new connection on node arg (a replay starts)
+RUN = "run"  # run recorded statement arg on it: send back (result, digest of its answer)
+COMMIT = "commit"  # commit the request on it (its xid taken first, as at its end)
+
+# What a failed request goes on with once its recorded statements ran
+# again (`recover`'s `then`): the statement that failed (the binding's
+# recorded form), or one of these.
+AT_COMMIT = "at commit"  # its COMMIT
+AT_START = "at start"  # nothing: its start (a borrow, a checkout) failed before anything ran
+
+
+class Recorder:
+    """What a request records to replay it (each statement, in the
+    binding's form, with the digest of what it answered) and the state its
+    recovery (`recover`) reads and updates: the one base of every request
+    type (`NodePools`, `AsyncNodePools`, the SQLAlchemy engines), whose
+    own code is the I/O only."""
+
+    def __init__(self, replayable: bool) -> None:
+        self._node = -1
+        self._recorded: List[Tuple[Any, Tuple[int, Optional[bytes]]]] = []
+        self._replayable = replayable
+        self._committing = False
+        self._xid: Optional[str] = None
+        self._pid: Optional[int] = None
+        self.replays = 0
+        self.outcome: Optional[str] = None
+
+    def _record(self, statement: Any, answered: Tuple[int, Optional[bytes]]) -> None:
+        """`statement` (a tuple: the statement text or object first, then
+        what runs it) ran and answered `answered` (`digest`): a replay runs
+        it again and compares."""
+        if self._replayable:
+            self._recorded.append((statement, answered))
 
 
 class ResultsDiffer(Exception):
@@ -256,19 +290,20 @@ def outcome_queries(xid: str, pid: int, force: bool, wait_ms: int) -> Tuple[str,
 
 
 def recover(
-    cluster: Any, req: Any, original: BaseException, at_commit: bool, error_class: Callable[[BaseException], ErrorClass]
+    cluster: Any, req: Recorder, original: BaseException, then: Any, error_class: Callable[[BaseException], ErrorClass]
 ) -> Generator[Tuple[str, Any], Any, Any]:
-    """A request's recovery after `original` ended a statement (or, with
-    `at_commit`, its COMMIT or its start), without the I/O, which is the
-    binding's: every request type (`NodePools`, `AsyncNodePools`, the
-    SQLAlchemy engine) drives this one walk of `Cluster.replay_step`.
+    """A request's recovery after `original` ended a statement (`then`:
+    that statement), its COMMIT (`AT_COMMIT`) or its start (`AT_START`),
+    without the I/O, which is the binding's: every request type drives
+    this one walk of `Cluster.replay_step`, and a replay runs the request's
+    record here.
 
-    It yields (DROP | CHECK | FORCE | REPLAY, arg) and takes back what the
-    binding's action gave (see the constants); it returns the request's
-    result (the replayed statement's, or None: committed), or raises the
+    It yields (DROP | CHECK | FORCE | REPLAY | RUN | COMMIT, arg) and takes
+    back what the binding's action gave (see the constants); it returns the
+    request's result (the replayed statement's, or None), or raises the
     original error with a `ReplayRefused` cause. It reads and updates the
-    request's `_node`, `_committing`, `_xid`, `_replayable`, `replays`,
-    `outcome`."""
+    request's state (`Recorder`)."""
+    at_commit = then is AT_COMMIT
     e = original
     while True:
         failure = RequestFailure(
@@ -307,7 +342,20 @@ def recover(
         req.replays += 1
         req._node = step.node
         try:
-            return (yield REPLAY, step.node)
+            yield REPLAY, step.node
+            for statement, answered in list(req._recorded):
+                _result, again = yield RUN, statement
+                if again != answered:
+                    # The statement, without its parameters (never in a message).
+                    raise ResultsDiffer(statement[0])
+            if then is AT_START:
+                return None
+            if then is AT_COMMIT:
+                yield COMMIT, None
+                return None
+            result, answered = yield RUN, then
+            req._record(then, answered)
+            return result
         except ResultsDiffer as d:
             yield DROP, d
             raise original from _refused(original, None, "results_differ")

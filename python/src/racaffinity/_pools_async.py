@@ -26,8 +26,8 @@ from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
-from ._continuity import DROP, FORCE, REPLAY, XACT_QUERY, CommitOutcome, ErrorClass, ResultsDiffer
-from ._continuity import classify_sqlstate, digest, outcome_queries, recover
+from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
+from ._continuity import Recorder, classify_sqlstate, digest, outcome_queries, recover
 from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, lease_begin
 from ._routes import lease_release, new_, _END_OK, _WORD
 
@@ -363,11 +363,7 @@ async def _digest(cur: Any) -> Tuple[int, Optional[bytes]]:
     return digest(cur.rowcount, rows)
 
 
-_COMMIT = None  # what a request runs after its replayed statements: COMMIT
-_START = "start"  # ... or nothing: its borrow failed before anything ran
-
-
-class _AsyncRequest:
+class _AsyncRequest(Recorder):
     """`async with pools.request() as req:` — one transaction whose
     statements (`await req.execute(query, params)`) are recorded; on a
     recoverable error the core decides, step by step, whether the commit in
@@ -383,6 +379,7 @@ class _AsyncRequest:
     ) -> None:
         if call_timeout is not None and not call_timeout > 0:
             raise ValueError("call_timeout must be > 0 (or None: no deadline)")
+        super().__init__(pools.replay)
         self._pools = pools
         self._key = key
         self._session = session
@@ -390,14 +387,6 @@ class _AsyncRequest:
         self._call_timeout = call_timeout
         self._cm: Optional[_AsyncConnection] = None
         self._conn: Any = None
-        self._node = -1
-        self._recorded: List[Tuple[Any, Any, Tuple[int, Optional[bytes]]]] = []
-        self._replayable = pools.replay
-        self._committing = False
-        self._xid: Optional[str] = None
-        self._pid: Optional[int] = None
-        self.replays = 0
-        self.outcome: Optional[str] = None
 
     @property
     def node(self) -> str:
@@ -426,7 +415,7 @@ class _AsyncRequest:
             if not self._replayable or cm.failed_node is None:
                 raise
             self._node = cm.failed_node
-            await self._recover(e, _START)
+            await self._recover(e, AT_START)
             return self
         self._cm, self._node = cm, cm._buf.node
         return self
@@ -439,8 +428,7 @@ class _AsyncRequest:
             digest = await _digest(cur) if self._replayable else (0, None)
         except Exception as e:
             return await self._recover(e, (query, params))
-        if self._replayable:
-            self._recorded.append((query, params, digest))
+        self._record((query, params), digest)
         return cur
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
@@ -451,7 +439,7 @@ class _AsyncRequest:
             await self._commit()
         except Exception as e:
             try:
-                await self._recover(e, _COMMIT)
+                await self._recover(e, AT_COMMIT)
             except BaseException:
                 await self._drop(e)
                 raise
@@ -486,7 +474,7 @@ class _AsyncRequest:
     async def _recover(self, original: BaseException, then: Any) -> Any:
         """Drives the shared recovery walk (`_continuity.recover`): its
         decisions are the same for every request type, its I/O is this one's."""
-        walk = recover(self._pools.cluster, self, original, then is _COMMIT, _error_class)
+        walk = recover(self._pools.cluster, self, original, then, _error_class)
         sent: Any = None
         thrown: Optional[Exception] = None
         while True:
@@ -496,10 +484,14 @@ class _AsyncRequest:
                 return done.value
             sent, thrown = None, None
             try:
-                if op == DROP:
+                if op == RUN:
+                    sent = await self._run(arg)
+                elif op == DROP:
                     await self._drop(arg)
                 elif op == REPLAY:
-                    sent = await self._replay_on(arg, then)
+                    await self._replay_on(arg)
+                elif op == COMMIT:
+                    await self._commit()
                 else:
                     sent = await self._ask(arg, op)
             except Exception as x:
@@ -533,25 +525,17 @@ class _AsyncRequest:
             except Exception:
                 pass
 
-    async def _replay_on(self, node: int, then: Any) -> Any:
+    async def _replay_on(self, node: int) -> None:
+        await self._pools._renew_if_backing_off(node)
         cm = _ConnectionWithArgs(self._pools, None, None, self._timeout, node)
         self._conn = await cm.__aenter__()
         self._cm = cm
-        for query, params, recorded in self._recorded:
-            async with abounded(self._conn, self._call_timeout):
-                cur = await self._conn.execute(query, params)
-            if await _digest(cur) != recorded:
-                raise ResultsDiffer(query)
-        if then is _START:
-            return None
-        if then is _COMMIT:
-            await self._commit()
-            return None
-        query, params = then
+
+    async def _run(self, statement: Tuple[Any, Any]) -> Tuple[Any, Tuple[int, Optional[bytes]]]:
+        query, params = statement
         async with abounded(self._conn, self._call_timeout):
             cur = await self._conn.execute(query, params)
-        self._recorded.append((query, params, await _digest(cur)))
-        return cur
+        return cur, await _digest(cur)
 
 
 class AsyncNodePools(Base):
@@ -729,6 +713,25 @@ class AsyncNodePools(Base):
         self._retiring = [h for h in self._retiring if ais_alive(h)]
         self._retiring.append(aspawn(_close_retired, (pool,), f"racaffinity-retire-{pool.name}"))
 
+    async def _renew_if_backing_off(self, node: int) -> None:
+        """A node's pool whose last connect failed waits psycopg_pool's
+        reconnect back-off (1, 2, 4 s ... after each failure) before its
+        next one, whatever the node does meanwhile: a replay the core sends
+        there (it reads the node as usable: restarted before it was ever
+        Down) would wait that out and time out though the node is back. A
+        fresh pool connects at once; the old one retires as for a Down
+        (its connections, of a node that failed, close)."""
+        pool = self._by_id[node]
+        if pool is None or self._closed or pool._racaffinity_draining:
+            return
+        if not pool._racaffinity_connects.last_failed:
+            return
+        successor = self._new_pool(node, self._pool_args[0], False)
+        successor._racaffinity_connects.node_failed_at = time.monotonic()
+        await successor.open(wait=False)
+        self._by_id[node] = successor
+        await self._retire(pool)
+
     async def _undrain_node(self, node: int) -> None:
         """The node is Up again: its pool grows back to `min_size`."""
         pool = self._by_id[node]
@@ -881,10 +884,20 @@ RETIRE_TIMEOUT = 1.0
 
 
 async def _close_retired(pool: Any) -> None:
+    # psycopg_pool's close() takes the idle connections out of the pool and
+    # stops at the first whose close raises: those after it would stay open
+    # on the server, and nobody else holds them.
+    idle = list(getattr(pool, "_pool", ()))
     try:
         await pool.close(timeout=RETIRE_TIMEOUT)
     except Exception:
-        log.exception("racaffinity: closing a retired node pool failed")
+        log.exception("racaffinity: closing the retired pool %r failed; closing its idle connections", pool.name)
+        for conn in idle:
+            if not conn.closed:
+                try:
+                    await conn.close()
+                except Exception as e:
+                    log.warning("racaffinity: a connection of the retired pool %r failed to close: %s", pool.name, e)
 
 
 async def _fail_waiters(pool: Any) -> None:

@@ -23,8 +23,8 @@ from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
-from ._continuity import DROP, FORCE, REPLAY, XACT_QUERY, CommitOutcome, ErrorClass, ResultsDiffer
-from ._continuity import classify_sqlstate, digest, outcome_queries, recover
+from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
+from ._continuity import Recorder, classify_sqlstate, digest, outcome_queries, recover
 from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, lease_begin
 from ._routes import lease_release, new_, _END_OK, _WORD
 _RAW_LEASE = new_(LEASE_T).__class__
@@ -304,10 +304,8 @@ def _digest(cur: Any) -> Tuple[int, Optional[bytes]]:
     rows = cur.fetchall()
     cur.scroll(0, 'absolute')
     return digest(cur.rowcount, rows)
-_COMMIT = None
-_START = 'start'
 
-class _Request:
+class _Request(Recorder):
     """`with pools.request() as req:` — one transaction whose
     statements (`req.execute(query, params)`) are recorded; on a
     recoverable error the core decides, step by step, whether the commit in
@@ -321,6 +319,7 @@ class _Request:
     def __init__(self, pools: NodePools, key: Any, session: Any, timeout: Optional[float], call_timeout: Optional[float]) -> None:
         if call_timeout is not None and (not call_timeout > 0):
             raise ValueError('call_timeout must be > 0 (or None: no deadline)')
+        super().__init__(pools.replay)
         self._pools = pools
         self._key = key
         self._session = session
@@ -328,14 +327,6 @@ class _Request:
         self._call_timeout = call_timeout
         self._cm: Optional[_Connection] = None
         self._conn: Any = None
-        self._node = -1
-        self._recorded: List[Tuple[Any, Any, Tuple[int, Optional[bytes]]]] = []
-        self._replayable = pools.replay
-        self._committing = False
-        self._xid: Optional[str] = None
-        self._pid: Optional[int] = None
-        self.replays = 0
-        self.outcome: Optional[str] = None
 
     @property
     def node(self) -> str:
@@ -362,7 +353,7 @@ class _Request:
             if not self._replayable or cm.failed_node is None:
                 raise
             self._node = cm.failed_node
-            self._recover(e, _START)
+            self._recover(e, AT_START)
             return self
         self._cm, self._node = (cm, cm._buf.node)
         return self
@@ -375,8 +366,7 @@ class _Request:
             digest = _digest(cur) if self._replayable else (0, None)
         except Exception as e:
             return self._recover(e, (query, params))
-        if self._replayable:
-            self._recorded.append((query, params, digest))
+        self._record((query, params), digest)
         return cur
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
@@ -387,7 +377,7 @@ class _Request:
             self._commit()
         except Exception as e:
             try:
-                self._recover(e, _COMMIT)
+                self._recover(e, AT_COMMIT)
             except BaseException:
                 self._drop(e)
                 raise
@@ -420,7 +410,7 @@ class _Request:
     def _recover(self, original: BaseException, then: Any) -> Any:
         """Drives the shared recovery walk (`_continuity.recover`): its
         decisions are the same for every request type, its I/O is this one's."""
-        walk = recover(self._pools.cluster, self, original, then is _COMMIT, _error_class)
+        walk = recover(self._pools.cluster, self, original, then, _error_class)
         sent: Any = None
         thrown: Optional[Exception] = None
         while True:
@@ -430,10 +420,14 @@ class _Request:
                 return done.value
             sent, thrown = (None, None)
             try:
-                if op == DROP:
+                if op == RUN:
+                    sent = self._run(arg)
+                elif op == DROP:
                     self._drop(arg)
                 elif op == REPLAY:
-                    sent = self._replay_on(arg, then)
+                    self._replay_on(arg)
+                elif op == COMMIT:
+                    self._commit()
                 else:
                     sent = self._ask(arg, op)
             except Exception as x:
@@ -467,25 +461,17 @@ class _Request:
             except Exception:
                 pass
 
-    def _replay_on(self, node: int, then: Any) -> Any:
+    def _replay_on(self, node: int) -> None:
+        self._pools._renew_if_backing_off(node)
         cm = _ConnectionWithArgs(self._pools, None, None, self._timeout, node)
         self._conn = cm.__enter__()
         self._cm = cm
-        for query, params, recorded in self._recorded:
-            with bounded(self._conn, self._call_timeout):
-                cur = self._conn.execute(query, params)
-            if _digest(cur) != recorded:
-                raise ResultsDiffer(query)
-        if then is _START:
-            return None
-        if then is _COMMIT:
-            self._commit()
-            return None
-        query, params = then
+
+    def _run(self, statement: Tuple[Any, Any]) -> Tuple[Any, Tuple[int, Optional[bytes]]]:
+        query, params = statement
         with bounded(self._conn, self._call_timeout):
             cur = self._conn.execute(query, params)
-        self._recorded.append((query, params, _digest(cur)))
-        return cur
+        return (cur, _digest(cur))
 
 class NodePools(Base):
     """One `psycopg_pool.ConnectionPool` per node.
@@ -616,6 +602,25 @@ class NodePools(Base):
         _fail_waiters(pool)
         self._retiring = [h for h in self._retiring if is_alive(h)]
         self._retiring.append(spawn(_close_retired, (pool,), f'racaffinity-retire-{pool.name}'))
+
+    def _renew_if_backing_off(self, node: int) -> None:
+        """A node's pool whose last connect failed waits psycopg_pool's
+        reconnect back-off (1, 2, 4 s ... after each failure) before its
+        next one, whatever the node does meanwhile: a replay the core sends
+        there (it reads the node as usable: restarted before it was ever
+        Down) would wait that out and time out though the node is back. A
+        fresh pool connects at once; the old one retires as for a Down
+        (its connections, of a node that failed, close)."""
+        pool = self._by_id[node]
+        if pool is None or self._closed or pool._racaffinity_draining:
+            return
+        if not pool._racaffinity_connects.last_failed:
+            return
+        successor = self._new_pool(node, self._pool_args[0], False)
+        successor._racaffinity_connects.node_failed_at = time.monotonic()
+        successor.open(wait=False)
+        self._by_id[node] = successor
+        self._retire(pool)
 
     def _undrain_node(self, node: int) -> None:
         """The node is Up again: its pool grows back to `min_size`."""
@@ -748,10 +753,17 @@ class _NodePool(psycopg_pool.ConnectionPool):
 RETIRE_TIMEOUT = 1.0
 
 def _close_retired(pool: Any) -> None:
+    idle = list(getattr(pool, '_pool', ()))
     try:
         pool.close(timeout=RETIRE_TIMEOUT)
     except Exception:
-        log.exception('racaffinity: closing a retired node pool failed')
+        log.exception('racaffinity: closing the retired pool %r failed; closing its idle connections', pool.name)
+        for conn in idle:
+            if not conn.closed:
+                try:
+                    conn.close()
+                except Exception as e:
+                    log.warning('racaffinity: a connection of the retired pool %r failed to close: %s', pool.name, e)
 
 def _fail_waiters(pool: Any) -> None:
     """Sends the tasks waiting on a retired pool on at once (`PoolClosed`:

@@ -60,10 +60,15 @@ from sqlalchemy.pool.base import _ConnectionRecord  # noqa: E402
 from ._args import BytesLike, DataKey  # noqa: E402
 from ._cluster import Cluster  # noqa: E402
 from ._continuity import (  # noqa: E402
+    AT_COMMIT,
+    AT_START,
+    COMMIT,
     DROP,
     FORCE,
     REPLAY,
+    RUN,
     XACT_QUERY,
+    Recorder,
     CommitOutcome,
     ErrorClass,
     ResultsDiffer,
@@ -708,9 +713,6 @@ def create_async_engine(cluster: Cluster, urls: Mapping[str, Union[str, URL]], *
 
 # -- request replay ----------------------------------------------------------------
 
-_COMMIT = None  # what a request runs after its replayed statements: COMMIT
-_START = "start"  # ... or nothing: its checkout failed before anything ran
-
 # The connect timeout of an outcome check's own connection (psycopg drivers;
 # `connect_args` wins): a blackholed node cannot hold the check.
 _ASK_CONNECT_TIMEOUT = 2
@@ -756,7 +758,7 @@ def _driver(conn: Any) -> Any:
     return getattr(dbapi, "driver_connection", dbapi)
 
 
-class Request:
+class Request(Recorder):
     """`with request(engine) as req:` — one transaction on the node the
     core routes to, whose statements (`req.execute(statement, params)`)
     are recorded with a digest of their results when the engine has
@@ -777,20 +779,13 @@ class Request:
             raise TypeError("pass either key= or session=, not both")
         if call_timeout is not None and not call_timeout > 0:
             raise ValueError("call_timeout must be > 0 (or None: no deadline)")
+        super().__init__(pool.replay)
         self._engine = engine
         self._pool: RoutingPool = pool
         self._key = key
         self._session = session
         self._call_timeout = call_timeout
         self._conn: Any = None
-        self._node = -1
-        self._recorded: list = []
-        self._replayable = pool.replay
-        self._committing = False
-        self._xid: Optional[str] = None
-        self._pid: Optional[int] = None
-        self.replays = 0
-        self.outcome: Optional[str] = None
 
     @property
     def node(self) -> str:
@@ -843,7 +838,7 @@ class Request:
             if not self._replayable or failed is None:
                 raise
             self._node = failed
-            self._recover(e, _START)
+            self._recover(e, AT_START)
         return self
 
     def execute(self, statement: Any, parameters: Any = None, *, execution_options: Any = None) -> Any:
@@ -858,8 +853,7 @@ class Request:
                 out, answered = _freeze(result) if self._replayable else (result, None)
         except Exception as e:
             return self._recover(e, (statement, parameters, execution_options))
-        if self._replayable:
-            self._recorded.append((statement, parameters, execution_options, answered))
+        self._record((statement, parameters, execution_options), answered)
         return out
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
@@ -870,7 +864,7 @@ class Request:
             self._commit()
         except Exception as e:
             try:
-                self._recover(e, _COMMIT)
+                self._recover(e, AT_COMMIT)
             except BaseException:
                 self._drop(e)
                 raise
@@ -908,7 +902,7 @@ class Request:
         """Drives the shared recovery walk (`racaffinity._continuity.recover`),
         as `NodePools.request()` does: the decisions are the core's and the
         walk's; the I/O is this engine's."""
-        walk = recover(self._pool._cluster, self, original, then is _COMMIT, _error_class)
+        walk = recover(self._pool._cluster, self, original, then, _error_class)
         sent: Any = None
         thrown: Optional[Exception] = None
         while True:
@@ -918,10 +912,14 @@ class Request:
                 return done.value
             sent, thrown = None, None
             try:
-                if op == DROP:
+                if op == RUN:
+                    sent = self._run(arg)
+                elif op == DROP:
                     self._drop(arg)
                 elif op == REPLAY:
-                    sent = self._replay_on(arg, then)
+                    self._checkout(arg)
+                elif op == COMMIT:
+                    self._commit()
                 else:
                     sent = self._ask(arg, op)
             except Exception as x:
@@ -956,23 +954,10 @@ class Request:
             except Exception:
                 pass
 
-    def _replay_on(self, node: int, then: Any) -> Any:
-        conn = self._checkout(node)
-        for statement, parameters, options, answered in self._recorded:
-            with self._bounded():
-                _out, again = _freeze(conn.execute(statement, parameters, execution_options=options))
-            if again != answered:
-                raise ResultsDiffer(statement)
-        if then is _START:
-            return None
-        if then is _COMMIT:
-            self._commit()
-            return None
-        statement, parameters, options = then
+    def _run(self, recorded: Tuple[Any, Any, Any]) -> Tuple[Any, Tuple[int, Optional[bytes]]]:
+        statement, parameters, options = recorded
         with self._bounded():
-            out, answered = _freeze(conn.execute(statement, parameters, execution_options=options))
-        self._recorded.append((statement, parameters, options, answered))
-        return out
+            return _freeze(self._conn.execute(statement, parameters, execution_options=options))
 
 
 def _copy_params(parameters: Any) -> Any:
