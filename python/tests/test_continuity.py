@@ -208,6 +208,25 @@ def test_a_request_killed_before_commit_is_replayed_once_elsewhere(pg, cluster_f
         assert sum(rows_of(pg, "r2").values()) == 0
 
 
+def test_a_replay_runs_the_parameters_as_they_ran_though_the_application_changed_them(
+    pg, cluster_factory, req_table
+):
+    # The application reuses its parameter list and dict after each call: a
+    # replay that ran them as they are at the replay would commit other rows.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            row = ["p1"]
+            req.execute("INSERT INTO py_req VALUES (%s)", row)
+            row[0] = "p2"
+            named = {"id": "p3"}
+            req.execute("INSERT INTO py_req VALUES (%(id)s)", named)
+            named["id"] = "p4"
+            terminate(pg, "RAC1", req.backend_pid)  # before COMMIT
+        assert req.replays == 1 and req.outcome == "committed"
+        assert [sum(rows_of(pg, rid).values()) for rid in ("p1", "p2", "p3", "p4")] == [1, 0, 1, 0]
+
+
 def test_a_statement_whose_session_died_is_replayed_with_those_before_it(pg, cluster_factory, req_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:

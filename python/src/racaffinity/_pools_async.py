@@ -13,6 +13,7 @@ import logging
 import math
 import time
 import weakref
+from collections import abc
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import psycopg
@@ -422,6 +423,8 @@ class _AsyncRequest(Recorder):
 
     async def execute(self, query: Any, params: Any = None) -> Any:
         """Runs a statement in the request's transaction and records it."""
+        if self._replayable:
+            params = _params_as_run(params)
         try:
             async with abounded(self._conn, self._call_timeout):
                 cur = await self._conn.execute(query, params)
@@ -1150,3 +1153,15 @@ class _AsyncUpkeep:
         self.load_error = None
         log.debug("racaffinity: partition map epoch %d loaded (%s, %d entries)", epoch, why, len(mapping))
         return True
+
+
+def _params_as_run(params: Any) -> Any:
+    """The parameters as they are when the statement runs: the application
+    may reuse its list or dict for the next call, and a replay must run
+    what ran. A shallow copy: a value changed in place (a list bound as an
+    array) is the application's to leave alone, as the docs say."""
+    if isinstance(params, abc.Mapping):
+        return dict(params)
+    if isinstance(params, list):
+        return list(params)
+    return params

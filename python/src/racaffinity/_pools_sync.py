@@ -12,6 +12,7 @@ import logging
 import math
 import time
 import weakref
+from collections import abc
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import psycopg
 import psycopg_pool
@@ -360,6 +361,8 @@ class _Request(Recorder):
 
     def execute(self, query: Any, params: Any=None) -> Any:
         """Runs a statement in the request's transaction and records it."""
+        if self._replayable:
+            params = _params_as_run(params)
         try:
             with bounded(self._conn, self._call_timeout):
                 cur = self._conn.execute(query, params)
@@ -982,3 +985,14 @@ class _Upkeep:
         self.load_error = None
         log.debug('racaffinity: partition map epoch %d loaded (%s, %d entries)', epoch, why, len(mapping))
         return True
+
+def _params_as_run(params: Any) -> Any:
+    """The parameters as they are when the statement runs: the application
+    may reuse its list or dict for the next call, and a replay must run
+    what ran. A shallow copy: a value changed in place (a list bound as an
+    array) is the application's to leave alone, as the docs say."""
+    if isinstance(params, abc.Mapping):
+        return dict(params)
+    if isinstance(params, list):
+        return list(params)
+    return params
