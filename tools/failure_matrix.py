@@ -249,11 +249,17 @@ def replay_problems(doc: Dict[str, Any], name: str, allow_partial: bool) -> List
     return coverage_problems(name, keys, REPLAY_CELLS, show, allow_partial)
 
 
+# Python's APIs as docs/continuity.md lists them: the sync pools and engine,
+# then their asyncio forms.
+API_ORDER = ["pools", "sqlalchemy", "async_pools", "async_sqlalchemy"]
+
+
 def split_by_api(doc: Dict[str, Any]) -> List[Dict[str, Any]]:
     """One half per API its cells name (`api`: Python runs the matrix through
     `NodePools` and through the SQLAlchemy engine into one file); a file
     without `api` is one half."""
-    apis = sorted({c.get("api") for c in doc["cells"]}, key=lambda a: (a is not None, a != "pools", str(a)))
+    apis = sorted({c.get("api") for c in doc["cells"]},
+                  key=lambda a: (a is not None, API_ORDER.index(a) if a in API_ORDER else len(API_ORDER), str(a)))
     if len(apis) < 2:
         return [doc]
     return [dict(doc, language=f"{doc['language']} {api}", cells=[c for c in doc["cells"] if c.get("api") == api])
@@ -291,7 +297,8 @@ def replay_main(args: argparse.Namespace) -> int:
               " ReplayMatrixTest)", file=sys.stderr)
         return 2
     order = {name: i for i, name in enumerate(KNOWN)}
-    docs.sort(key=lambda doc: (order.get(doc["language"].split()[0], len(KNOWN)), doc["language"]))
+    # Stable: a language's halves keep split_by_api's order.
+    docs.sort(key=lambda doc: order.get(doc["language"].split()[0], len(KNOWN)))
     index = {(doc["language"],) + replay_key(c): c for doc in docs for c in doc["cells"]}
     header = ["model", "step"] + REPLAY_FAULTS
     body = []
@@ -368,7 +375,8 @@ def main(argv: List[str]) -> int:
         print(f"failure_matrix: {e}", file=sys.stderr)
         return 2
     order = {name: i for i, name in enumerate(KNOWN)}
-    docs.sort(key=lambda doc: (order.get(doc["language"].split()[0], len(KNOWN)), doc["language"]))
+    # Stable: a language's halves keep split_by_api's order.
+    docs.sort(key=lambda doc: order.get(doc["language"].split()[0], len(KNOWN)))
     if not docs:
         print(f"failure_matrix: no matrix file in {d} (run python/run_tests.sh or java/run_tests.sh)", file=sys.stderr)
         return 2

@@ -127,3 +127,15 @@ def test_python_runs_through_two_apis_are_two_halves(tmp_path):
     write(tmp_path, "python", api(whole(), "pools") + api(whole(), "sqlalchemy")[:-1])
     done = run(tmp_path)
     assert done.returncode == 1 and "python sqlalchemy: replay-python.json lacks 1 cell" in done.stdout, done.stdout
+
+
+def test_the_four_python_apis_are_marked_in_the_order_the_docs_give_them(tmp_path):
+    # The sync pools and engine first, then their asyncio forms (docs/continuity.md's table).
+    cells = [dict(c, api=name) for name in ("async_sqlalchemy", "sqlalchemy", "async_pools", "pools")
+             for c in whole()]
+    write(tmp_path, "python", cells)
+    write(tmp_path, "java", whole())
+    done = run(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0].startswith(
+        "marks: python pools/python sqlalchemy/python async_pools/python async_sqlalchemy/java"), done.stdout
