@@ -439,6 +439,141 @@ public final class Cluster implements AutoCloseable {
         return new Lease(this, node, kind);
     }
 
+    // ---- a lease kept in the caller's own object -------------------------------------------
+
+    /**
+     * {@link #pick()} for a binding that keeps the lease in an object of its own (this library's
+     * {@code AffinityDataSource} keeps it in its connection), so that a borrow allocates no
+     * {@link Lease}: the same routing, counts and epoch checks, one JNI call at most. A host
+     * lease comes back as a token {@code >= 0} (its node, kind, word and the epoch it began under,
+     * packed); end it exactly once with {@link #releaseToken}. Any other lease (the library's: a
+     * node that is not {@code Up}, past the host lease table, or over {@link #HOST_LEASE_CAP})
+     * comes back as a token {@code < 0}: turn it into its {@link Lease} at once with
+     * {@link #adoptToken}, which the garbage collector watches as it does {@link #pick()}'s.
+     *
+     * @return the lease as a token
+     */
+    public long pickToken() {
+        AtomicLongArray c = threadContext();
+        long e = (long) PAGE.getAcquire(page, 0);
+        long cached = c.getPlain(ThreadContexts.ROUTE);
+        if (Native.node(cached) < ThreadContexts.HOST_LEASE_NODES && cacheHit(c, e)) {
+            long stripe = c.getPlain(ThreadContexts.LEASE_STRIPE);
+            int node = Native.node(cached);
+            int word = (int) stripe + node * 8;
+            // As beginHostLease: checked before the add.
+            if (((long) PAGE.getOpaque(page, word) & ((1L << 24) - 1)) >= HOST_LEASE_CAP) {
+                logHostLeaseCap(node);
+                Native.leaseBegin(handle, node);
+                return libraryToken(cached);
+            }
+            PAGE.getAndAdd(page, word, ThreadContexts.HOST_LEASE_BEGIN);
+            Reference.reachabilityFence(page);
+            return hostToken(cached, stripe, e);
+        }
+        return pickTokenAndCache(c, e);
+    }
+
+    /** {@link #pickToken()} past the cache: {@link #pickAndCache}'s one crossing, no lease object. */
+    private long pickTokenAndCache(AtomicLongArray c, long e) {
+        long generation = c.get(ThreadContexts.GENERATION);
+        long stripe = c.getPlain(ThreadContexts.LEASE_STRIPE);
+        long r = Native.contextPickHostLeased(handle, c.getPlain(ThreadContexts.KEY),
+                ThreadContexts.stripeIndex(stripe), HOST_LEASE_CAP);
+        if ((r & Native.CACHEABLE) != 0) {
+            cache(c, r & Native.ROUTE_BITS, generation, e);
+        } else {
+            c.setPlain(ThreadContexts.EPOCH, 0);
+        }
+        if ((r & Native.HOST_LEASED) != 0) {
+            return hostToken(r, stripe, e);
+        }
+        if ((r & Native.OVER_CAP) != 0) {
+            logHostLeaseCap(Native.node(r));
+        }
+        return libraryToken(r);
+    }
+
+    // A host token: node (below HOST_LEASE_NODES) in bits 0-7, the kind's code in 8-15, the stripe
+    // in 16-18, the low 44 bits of the epoch the lease began under from bit 19. The epoch moves by
+    // one per change: 2^44 changes within one lease, the only way a stale lease could pass the check,
+    // do not happen. A library token: bit 63, the node in bits 0-31, the kind's code in 32-39.
+    private static final int TOKEN_EPOCH_SHIFT = 19;
+    private static final int STRIPE_SHIFT = Integer.numberOfTrailingZeros(ThreadContexts.HOST_LEASE_NODES * 8);
+
+    private static long hostToken(long route, long stripeOffset, long epoch) {
+        long stripe = (stripeOffset - ThreadContexts.HOST_LEASE_OFFSET) >>> STRIPE_SHIFT;
+        return (route & 0xff) | ((route >>> 24) & 0xff00) | (stripe << 16) | epochBits(epoch);
+    }
+
+    /** The epoch's low 44 bits where a host token keeps them. */
+    private static long epochBits(long epoch) {
+        return epoch << (TOKEN_EPOCH_SHIFT + 1) >>> 1;
+    }
+
+    private static long libraryToken(long route) {
+        return Long.MIN_VALUE | (route & 0xff_ffff_ffffL);
+    }
+
+    /**
+     * @param token a token of {@link #pickToken()}
+     * @return its node's id
+     */
+    public static int tokenNode(long token) {
+        return token < 0 ? (int) token : (int) token & 0xff;
+    }
+
+    /**
+     * @param token a token of {@link #pickToken()}
+     * @return how its node was chosen
+     */
+    public static RouteKind tokenKind(long token) {
+        return RouteKind.of((int) (token < 0 ? token >>> 32 : token >>> 8) & 0xff);
+    }
+
+    /**
+     * The {@link Lease} of a library token of {@link #pickToken()} (one {@code < 0}); call it once per
+     * token, at once: the lease counts in the library until this lease is released or collected.
+     *
+     * @param token a token {@code < 0} of {@link #pickToken()}
+     * @return the lease
+     * @throws InvalidLeaseException for a host token
+     */
+    public Lease adoptToken(long token) {
+        if (token >= 0) {
+            throw new InvalidLeaseException("a host lease's token has no library lease to adopt");
+        }
+        return new Lease(this, tokenNode(token), tokenKind(token));
+    }
+
+    /**
+     * Ends a host token of {@link #pickToken()} (one {@code >= 0}) with an outcome, as
+     * {@link Lease#release} ends a host lease: exactly once (a second end would count one lease
+     * less than are in flight on its node; the caller keeps the once).
+     *
+     * @param token a token {@code >= 0} of {@link #pickToken()}
+     * @param outcome how the work ended
+     * @throws InvalidLeaseException for a library token (release its {@link #adoptToken} lease)
+     */
+    public void releaseToken(long token, Outcome outcome) {
+        Objects.requireNonNull(outcome, "outcome");
+        if (token < 0) {
+            throw new InvalidLeaseException("a library lease's token is released through its adopted Lease");
+        }
+        int node = (int) token & 0xff;
+        int word = ThreadContexts.HOST_LEASE_OFFSET + (int) ((token >>> 16) & 7) * ThreadContexts.HOST_LEASE_NODES * 8
+                + node * 8;
+        ByteBuffer p = page;
+        if (outcome != Outcome.FAILED
+                && epochBits((long) PAGE.getAcquire(p, 0)) == (token & ~((1L << TOKEN_EPOCH_SHIFT) - 1))) {
+            PAGE.getAndAdd(p, word, outcome == Outcome.OK
+                    ? ThreadContexts.HOST_LEASE_END_OK : ThreadContexts.HOST_LEASE_END_NEUTRAL);
+            Reference.reachabilityFence(p);
+        } else {
+            endHostLeaseInCore(node, word, outcome);
+        }
+    }
+
     /** Whether the calling thread's cached route answers a route begun at epoch {@code e}. */
     private static boolean cacheHit(AtomicLongArray c, long e) {
         if (e == c.getPlain(ThreadContexts.EPOCH)

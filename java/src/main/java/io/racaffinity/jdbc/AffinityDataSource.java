@@ -523,8 +523,37 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             throw closedException();
         }
         Running<DataSource> s = running();
+        if (key != null || jta != null || affinityCallback != null || SessionScope.everOpened
+                || RouteScope.everOpened) {
+            return connectRequest(s, username, pass, key, inTx);
+        }
+        // The commonest borrow: nothing routes it but the thread's pin or balancing, which
+        // Cluster.pickToken() answers in one crossing at most, without a Lease object. Apart from
+        // connectRequest so that this path is small enough for the JIT to inline into its caller.
         Cluster c = s.cluster;
-        Lease lease;
+        long token;
+        try {
+            token = c.pickToken();
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+        Lease lease = token < 0 ? c.adoptToken(token) : null;
+        try {
+            return open(s, lease, token, username, pass);
+        } catch (SQLException e) {
+            return retry(s, lease != null ? lease.node() : Cluster.tokenNode(token), null, true, null, null, username,
+                    pass, e);
+        }
+    }
+
+    /** {@link #connectRouted} with a key, a transaction manager, a callback or a scope. */
+    private Connection connectRequest(Running<DataSource> s, String username, String pass, AffinityShardingKey key,
+            boolean[] inTx) throws SQLException {
+        Cluster c = s.cluster;
+        // The borrow's lease: an object (lease) or, on the commonest path, a host lease's token of
+        // Cluster.pickToken() (lease null), which the connection keeps without a Lease per borrow.
+        Lease lease = null;
+        long token = -1;
         // How to route again if the node cannot give a connection: by the callback's context,
         // or by the request's key and session; neither for a transaction's branch, whose node
         // must not change, or a routing token, decided before this call. Kept as plain values
@@ -570,7 +599,16 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                         sess = REQUEST_SESSION.get();
                     }
                     byte[] k = key == null ? null : key.raw();
-                    lease = c.pickFor(tx == null ? null : tx.gtrid(), k, sess);
+                    if (tx == null && k == null && sess == null) {
+                        // Nothing but the pin or balancing: Cluster.pickFor's own fast path (pick()),
+                        // as a token, so that the borrow allocates no Lease.
+                        token = c.pickToken();
+                        if (token < 0) {
+                            lease = c.adoptToken(token);
+                        }
+                    } else {
+                        lease = c.pickFor(tx == null ? null : tx.gtrid(), k, sess);
+                    }
                     retryRequest = tx == null;
                     retryKey = k;
                     retrySession = sess;
@@ -580,43 +618,59 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             throw SqlErrors.routing(e);
         }
         try {
-            return open(s, lease, username, pass);
+            return open(s, lease, token, username, pass);
         } catch (SQLException e) {
-            if ((retryPick == null && !retryRequest) || !isNodeFailure(e)) {
-                throw e;
-            }
-            // Soft failover within the caller's one call: the core names the next node and moves
-            // the affinity that chose the failed one (strict scopes get null and refuse as before).
-            Lease next;
-            try {
-                next = retryPick != null ? retryPick.repick(lease.node())
-                        : c.repickFor(retryKey, retrySession, lease.node());
-            } catch (AffinityException routing) {
-                e.addSuppressed(SqlErrors.routing(routing));
-                throw e;
-            }
-            if (next == null) {
-                throw e;
-            }
-            String failedNode = c.nodeName(lease.node());
-            log.log(Level.DEBUG, () -> kind + " " + c.name() + ": node " + failedNode + " gave no connection"
-                    + " (SQLState " + e.getSQLState() + "): retrying on node " + next.nodeName());
-            try {
-                return open(s, next, username, pass);
-            } catch (SQLException again) {
-                again.addSuppressed(e);
-                throw again;
-            }
+            return retry(s, lease != null ? lease.node() : Cluster.tokenNode(token), retryPick, retryRequest,
+                    retryKey, retrySession, username, pass, e);
         }
     }
 
-    /** One node's connection under {@code lease}; every failure path releases the lease. */
-    private Connection open(Running<DataSource> s, Lease lease, String username, String pass) throws SQLException {
+    /**
+     * After {@code failed} gave no connection ({@code e}): the one retry of a borrow that may move
+     * (by the callback's context {@code retryPick}, or, with {@code retryRequest}, by the request's
+     * key and session), else {@code e}.
+     */
+    private Connection retry(Running<DataSource> s, int failed, CallbackPick retryPick, boolean retryRequest,
+            byte[] retryKey, byte[] retrySession, String username, String pass, SQLException e) throws SQLException {
         Cluster c = s.cluster;
-        int node = lease.node();
+        if ((retryPick == null && !retryRequest) || !isNodeFailure(e)) {
+            throw e;
+        }
+        // Soft failover within the caller's one call: the core names the next node and moves
+        // the affinity that chose the failed one (strict scopes get null and refuse as before).
+        Lease next;
+        try {
+            next = retryPick != null ? retryPick.repick(failed)
+                    : c.repickFor(retryKey, retrySession, failed);
+        } catch (AffinityException routing) {
+            e.addSuppressed(SqlErrors.routing(routing));
+            throw e;
+        }
+        if (next == null) {
+            throw e;
+        }
+        String failedNode = c.nodeName(failed);
+        log.log(Level.DEBUG, () -> kind + " " + c.name() + ": node " + failedNode + " gave no connection"
+                + " (SQLState " + e.getSQLState() + "): retrying on node " + next.nodeName());
+        try {
+            return open(s, next, -1, username, pass);
+        } catch (SQLException again) {
+            again.addSuppressed(e);
+            throw again;
+        }
+    }
+
+    /**
+     * One node's connection under {@code lease}, or when it is null under the host lease {@code token}
+     * of {@link Cluster#pickToken()}; every failure path releases the lease.
+     */
+    private Connection open(Running<DataSource> s, Lease lease, long token, String username, String pass)
+            throws SQLException {
+        Cluster c = s.cluster;
+        int node = lease != null ? lease.node() : Cluster.tokenNode(token);
         DataSource ds = node < s.byId.length ? s.byId[node] : null;
         if (ds == null) {
-            release(lease, Outcome.NEUTRAL);
+            release(c, lease, token, Outcome.NEUTRAL);
             throw new SQLNonTransientException(kind + " " + c.name() + ": node " + c.nodeName(node)
                     + " has no DataSource (added at runtime?)", "HY000");
         }
@@ -628,24 +682,25 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             physical = borrow(s, f, ds, node, slot, username, pass);
         } catch (NodeFailover.NodeWentDown e) {
             // The node is Down already (that is why the wait ended): nothing more to count.
-            release(lease, Outcome.NEUTRAL);
+            release(c, lease, token, Outcome.NEUTRAL);
             throw e;
         } catch (SQLException e) {
             if (isNodeFailure(e)) {
-                reportFailure(c, lease, e);
+                release(c, lease, token, Outcome.FAILED);
+                noteFailure(c, node, e);
             } else {
-                release(lease, Outcome.NEUTRAL);
+                release(c, lease, token, Outcome.NEUTRAL);
             }
             throw e;
         } catch (RuntimeException | Error e) {
-            release(lease, Outcome.NEUTRAL);
+            release(c, lease, token, Outcome.NEUTRAL);
             throw e;
         }
         if (physical == null) {
-            release(lease, Outcome.NEUTRAL);
+            release(c, lease, token, Outcome.NEUTRAL);
             throw new SQLException("node " + c.nodeName(node) + "'s DataSource returned no connection", "08001");
         }
-        return new AffinityConnection(this, physical, lease, f, slot);
+        return new AffinityConnection(this, physical, c, lease, token, f, slot);
     }
 
     /** Checks of one borrow's suspect connections before the borrow fails (a pool holds this many at most). */
@@ -775,7 +830,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                 return new CallbackPick(cb, ctx.context, policy, lease);
             }
             // The pin went between the two calls (aff=FALSE): place a new one.
-            release(lease, Outcome.NEUTRAL);
+            release(c, lease, -1, Outcome.NEUTRAL);
         }
         // None set, a foreign one or one of another policy, or one the instance released: place anew.
         AffinityContext ac = ctx != null ? ctx.context
@@ -876,10 +931,17 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         return m == null ? null : m.lastError();
     }
 
-    /** Releases a lease on an error path without masking the error if the cluster was closed meanwhile. */
-    private static void release(Lease lease, Outcome outcome) {
+    /**
+     * Releases a borrow's lease (the object, or when it is null the host token) on an error path
+     * without masking the error if the cluster was closed meanwhile.
+     */
+    private static void release(Cluster c, Lease lease, long token, Outcome outcome) {
         try {
-            lease.tryRelease(outcome);
+            if (lease != null) {
+                lease.tryRelease(outcome);
+            } else {
+                c.releaseToken(token, outcome);
+            }
         } catch (AffinityException e) {
             // closed concurrently: nothing to release
         }
@@ -914,7 +976,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         } catch (AffinityException e) {
             throw SqlErrors.routing(e);
         }
-        return (AffinityConnection) open(s, lease, username, pass);
+        return (AffinityConnection) open(s, lease, -1, username, pass);
     }
 
     /** @return the cluster of a started data source */
@@ -936,12 +998,6 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         if (m != null) {
             m.poke();
         }
-    }
-
-    /** Releases a lease whose node failed, so that ejection counts it, and notes why. */
-    private void reportFailure(Cluster c, Lease lease, SQLException e) {
-        release(lease, Outcome.FAILED);
-        noteFailure(c, lease.node(), e);
     }
 
     private void noteFailure(Cluster c, int node, SQLException e) {
