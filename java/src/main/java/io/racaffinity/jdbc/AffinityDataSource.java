@@ -529,21 +529,19 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             return connectRequest(s, username, pass, key, inTx);
         }
         // The commonest borrow: nothing routes it but the thread's pin or balancing, which
-        // Cluster.pickToken() answers in one crossing at most, without a Lease object. Apart from
-        // connectRequest so that this path is small enough for the JIT to inline into its caller.
+        // Cluster.pick() answers in one crossing at most. Apart from connectRequest so that this
+        // path is small enough for the JIT to inline into its caller (it was not, at 578 bytecodes).
         Cluster c = s.cluster;
-        long token;
+        Lease lease;
         try {
-            token = c.pickToken();
+            lease = c.pick();
         } catch (AffinityException e) {
             throw SqlErrors.routing(e);
         }
-        Lease lease = token < 0 ? c.adoptToken(token) : null;
         try {
-            return open(s, lease, token, username, pass);
+            return open(s, lease, username, pass);
         } catch (SQLException e) {
-            return retry(s, lease != null ? lease.node() : Cluster.tokenNode(token), null, true, null, null, username,
-                    pass, e);
+            return retry(s, lease.node(), null, true, null, null, username, pass, e);
         }
     }
 
@@ -551,10 +549,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     private Connection connectRequest(Running<DataSource> s, String username, String pass, AffinityShardingKey key,
             boolean[] inTx) throws SQLException {
         Cluster c = s.cluster;
-        // The borrow's lease: an object (lease) or, on the commonest path, a host lease's token of
-        // Cluster.pickToken() (lease null), which the connection keeps without a Lease per borrow.
-        Lease lease = null;
-        long token = -1;
+        Lease lease;
         // How to route again if the node cannot give a connection: by the callback's context,
         // or by the request's key and session; neither for a transaction's branch, whose node
         // must not change, or a routing token, decided before this call. Kept as plain values
@@ -600,16 +595,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                         sess = REQUEST_SESSION.get();
                     }
                     byte[] k = key == null ? null : key.raw();
-                    if (tx == null && k == null && sess == null) {
-                        // Nothing but the pin or balancing: Cluster.pickFor's own fast path (pick()),
-                        // as a token, so that the borrow allocates no Lease.
-                        token = c.pickToken();
-                        if (token < 0) {
-                            lease = c.adoptToken(token);
-                        }
-                    } else {
-                        lease = c.pickFor(tx == null ? null : tx.gtrid(), k, sess);
-                    }
+                    lease = c.pickFor(tx == null ? null : tx.gtrid(), k, sess);
                     retryRequest = tx == null;
                     retryKey = k;
                     retrySession = sess;
@@ -619,10 +605,9 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             throw SqlErrors.routing(e);
         }
         try {
-            return open(s, lease, token, username, pass);
+            return open(s, lease, username, pass);
         } catch (SQLException e) {
-            return retry(s, lease != null ? lease.node() : Cluster.tokenNode(token), retryPick, retryRequest,
-                    retryKey, retrySession, username, pass, e);
+            return retry(s, lease.node(), retryPick, retryRequest, retryKey, retrySession, username, pass, e);
         }
     }
 
@@ -660,7 +645,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             log.log(Level.DEBUG, () -> kind + " " + c.name() + ": node " + failedNode + " gave no connection"
                     + " (SQLState " + why.getSQLState() + "): retrying on node " + next.nodeName());
             try {
-                return open(s, next, -1, username, pass);
+                return open(s, next, username, pass);
             } catch (SQLException again) {
                 again.addSuppressed(cause);
                 if (!(again instanceof NodeFailover.NodeWentDown) || routes >= c.nodeIds().length) {
@@ -672,17 +657,13 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         }
     }
 
-    /**
-     * One node's connection under {@code lease}, or when it is null under the host lease {@code token}
-     * of {@link Cluster#pickToken()}; every failure path releases the lease.
-     */
-    private Connection open(Running<DataSource> s, Lease lease, long token, String username, String pass)
-            throws SQLException {
+    /** One node's connection under {@code lease}; every failure path releases the lease. */
+    private Connection open(Running<DataSource> s, Lease lease, String username, String pass) throws SQLException {
         Cluster c = s.cluster;
-        int node = lease != null ? lease.node() : Cluster.tokenNode(token);
+        int node = lease.node();
         DataSource ds = node < s.byId.length ? s.byId[node] : null;
         if (ds == null) {
-            release(c, lease, token, Outcome.NEUTRAL);
+            release(lease, Outcome.NEUTRAL);
             throw new SQLNonTransientException(kind + " " + c.name() + ": node " + c.nodeName(node)
                     + " has no DataSource (added at runtime?)", "HY000");
         }
@@ -694,25 +675,24 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             physical = borrow(s, f, ds, node, slot, username, pass);
         } catch (NodeFailover.NodeWentDown e) {
             // The node is Down already (that is why the wait ended): nothing more to count.
-            release(c, lease, token, Outcome.NEUTRAL);
+            release(lease, Outcome.NEUTRAL);
             throw e;
         } catch (SQLException e) {
             if (isNodeFailure(e)) {
-                release(c, lease, token, Outcome.FAILED);
-                noteFailure(c, node, e);
+                reportFailure(c, lease, e);
             } else {
-                release(c, lease, token, Outcome.NEUTRAL);
+                release(lease, Outcome.NEUTRAL);
             }
             throw e;
         } catch (RuntimeException | Error e) {
-            release(c, lease, token, Outcome.NEUTRAL);
+            release(lease, Outcome.NEUTRAL);
             throw e;
         }
         if (physical == null) {
-            release(c, lease, token, Outcome.NEUTRAL);
+            release(lease, Outcome.NEUTRAL);
             throw new SQLException("node " + c.nodeName(node) + "'s DataSource returned no connection", "08001");
         }
-        return new AffinityConnection(this, physical, c, lease, token, f, slot);
+        return new AffinityConnection(this, physical, lease, f, slot);
     }
 
     /** Checks of one borrow's suspect connections before the borrow fails (a pool holds this many at most). */
@@ -842,7 +822,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                 return new CallbackPick(cb, ctx.context, policy, lease);
             }
             // The pin went between the two calls (aff=FALSE): place a new one.
-            release(c, lease, -1, Outcome.NEUTRAL);
+            release(lease, Outcome.NEUTRAL);
         }
         // None set, a foreign one or one of another policy, or one the instance released: place anew.
         AffinityContext ac = ctx != null ? ctx.context
@@ -943,17 +923,10 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         return m == null ? null : m.lastError();
     }
 
-    /**
-     * Releases a borrow's lease (the object, or when it is null the host token) on an error path
-     * without masking the error if the cluster was closed meanwhile.
-     */
-    private static void release(Cluster c, Lease lease, long token, Outcome outcome) {
+    /** Releases a lease on an error path without masking the error if the cluster was closed meanwhile. */
+    private static void release(Lease lease, Outcome outcome) {
         try {
-            if (lease != null) {
-                lease.tryRelease(outcome);
-            } else {
-                c.releaseToken(token, outcome);
-            }
+            lease.tryRelease(outcome);
         } catch (AffinityException e) {
             // closed concurrently: nothing to release
         }
@@ -988,7 +961,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         } catch (AffinityException e) {
             throw SqlErrors.routing(e);
         }
-        return (AffinityConnection) open(s, lease, -1, username, pass);
+        return (AffinityConnection) open(s, lease, username, pass);
     }
 
     /** @return the cluster of a started data source */
@@ -1010,6 +983,12 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         if (m != null) {
             m.poke();
         }
+    }
+
+    /** Releases a lease whose node failed, so that ejection counts it, and notes why. */
+    private void reportFailure(Cluster c, Lease lease, SQLException e) {
+        release(lease, Outcome.FAILED);
+        noteFailure(c, lease.node(), e);
     }
 
     private void noteFailure(Cluster c, int node, SQLException e) {
