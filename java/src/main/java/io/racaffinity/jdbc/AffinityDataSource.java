@@ -49,7 +49,8 @@ import javax.sql.DataSource;
  * see {@link #setNodeFailureSqlStates}) reports the node failure (passive ejection). A node that cannot give a
  * connection at all costs the caller no failed request in soft scopes: {@code getConnection()} retries once, within
  * the same call, on the node the core names next ({@link Cluster#repickFor}), and the session or pin moves there;
- * never a transaction's branch, never in a strict scope. A heartbeat probes each node at
+ * never a transaction's branch, never in a strict scope. A retry whose node goes Down while the call waits on its
+ * pool asks the core again (the core never names a Down node, so at most once per node). A heartbeat probes each node at
  * {@code heartbeat.interval} without application traffic. One MXBean per cluster
  * is registered as {@code io.racaffinity:type=Cluster,name=<name>}.
  *
@@ -523,6 +524,30 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             throw closedException();
         }
         Running<DataSource> s = running();
+        if (key != null || jta != null || affinityCallback != null || SessionScope.everOpened
+                || RouteScope.everOpened) {
+            return connectRequest(s, username, pass, key, inTx);
+        }
+        // The commonest borrow: nothing routes it but the thread's pin or balancing, which
+        // Cluster.pick() answers in one crossing at most. Apart from connectRequest so that this
+        // path is small enough for the JIT to inline into its caller (it was not, at 578 bytecodes).
+        Cluster c = s.cluster;
+        Lease lease;
+        try {
+            lease = c.pick();
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+        try {
+            return open(s, lease, username, pass);
+        } catch (SQLException e) {
+            return retry(s, lease.node(), null, true, null, null, username, pass, e);
+        }
+    }
+
+    /** {@link #connectRouted} with a key, a transaction manager, a callback or a scope. */
+    private Connection connectRequest(Running<DataSource> s, String username, String pass, AffinityShardingKey key,
+            boolean[] inTx) throws SQLException {
         Cluster c = s.cluster;
         Lease lease;
         // How to route again if the node cannot give a connection: by the callback's context,
@@ -582,30 +607,52 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         try {
             return open(s, lease, username, pass);
         } catch (SQLException e) {
-            if ((retryPick == null && !retryRequest) || !isNodeFailure(e)) {
-                throw e;
-            }
+            return retry(s, lease.node(), retryPick, retryRequest, retryKey, retrySession, username, pass, e);
+        }
+    }
+
+    /**
+     * After {@code failed} gave no connection ({@code e}): the one retry of a borrow that may move
+     * (by the callback's context {@code retryPick}, or, with {@code retryRequest}, by the request's
+     * key and session), else {@code e}. A retry whose wait on its node's pool was ended by that
+     * node's Down ({@link NodeFailover.NodeWentDown}) is routed again: the core marked the node
+     * Down and never names it for a retry, so each route is a node fewer (bounded by the node count
+     * besides); any other failure of the retry ends the call.
+     */
+    private Connection retry(Running<DataSource> s, int failed, CallbackPick retryPick, boolean retryRequest,
+            byte[] retryKey, byte[] retrySession, String username, String pass, SQLException e) throws SQLException {
+        Cluster c = s.cluster;
+        if ((retryPick == null && !retryRequest) || !isNodeFailure(e)) {
+            throw e;
+        }
+        SQLException cause = e;
+        for (int routes = 1;; routes++) {
             // Soft failover within the caller's one call: the core names the next node and moves
             // the affinity that chose the failed one (strict scopes get null and refuse as before).
             Lease next;
             try {
-                next = retryPick != null ? retryPick.repick(lease.node())
-                        : c.repickFor(retryKey, retrySession, lease.node());
+                next = retryPick != null ? retryPick.repick(failed)
+                        : c.repickFor(retryKey, retrySession, failed);
             } catch (AffinityException routing) {
-                e.addSuppressed(SqlErrors.routing(routing));
-                throw e;
+                cause.addSuppressed(SqlErrors.routing(routing));
+                throw cause;
             }
             if (next == null) {
-                throw e;
+                throw cause;
             }
-            String failedNode = c.nodeName(lease.node());
+            String failedNode = c.nodeName(failed);
+            SQLException why = cause;
             log.log(Level.DEBUG, () -> kind + " " + c.name() + ": node " + failedNode + " gave no connection"
-                    + " (SQLState " + e.getSQLState() + "): retrying on node " + next.nodeName());
+                    + " (SQLState " + why.getSQLState() + "): retrying on node " + next.nodeName());
             try {
                 return open(s, next, username, pass);
             } catch (SQLException again) {
-                again.addSuppressed(e);
-                throw again;
+                again.addSuppressed(cause);
+                if (!(again instanceof NodeFailover.NodeWentDown) || routes >= c.nodeIds().length) {
+                    throw again;
+                }
+                cause = again;
+                failed = next.node();
             }
         }
     }

@@ -272,4 +272,67 @@ class SoftFailoverTest {
             Faults.stop();
         }
     }
+
+    /**
+     * The soak's one failed Java request (docs/soak.md, "Replay-enabled runs"): the first node
+     * failed at connect, the core's retry node went Down while the call waited on its pool, and
+     * the call failed with {@code NodeWentDown} although a third node was usable. A wait ended by
+     * a Down is the core's news, not the caller's failure: the call asks the core again, which
+     * never names a Down node, so this ends after at most one more route per node.
+     */
+    @Test
+    void aRetryWhoseNodeGoesDownWhileItWaitsIsRoutedAgainByTheCore() throws Exception {
+        Pools pools = new Pools(AffinityDataSourceTest.NAMES, c -> {
+            c.setConnectionTimeout(1000);
+            if (c.getPoolName().endsWith("MYDB1")) {
+                // No idle connection to hand out after the kill: the borrow itself fails (refused).
+                c.setMinimumIdle(0);
+                c.setInitializationFailTimeout(-1);
+            }
+            if (c.getPoolName().endsWith("MYDB2")) {
+                // One connection, held below: the retry waits on this pool, long enough to be kicked.
+                c.setMaximumPoolSize(1);
+                c.setMinimumIdle(0);
+                c.setConnectionTimeout(60_000);
+            }
+        });
+        java.util.concurrent.ExecutorService caller = java.util.concurrent.Executors.newSingleThreadExecutor();
+        try (pools) {
+            // least_outstanding: with node 3 holding a lease the core's retry from node 1 is node 2;
+            // node 1's one failure ejects it, so nothing but node 3 is left after node 2's Down.
+            AffinityDataSource ds = pools.affinity("name = retry-down; database = orcl; service = svc;"
+                    + " nodes = MYDB1, MYDB2, MYDB3; policy = least_outstanding; health.eject_after_failures = 1");
+            ds.setRegisterMBean(false);
+            ShardingKey key1 = keyOn(ds, "MYDB1");
+            try (Connection onThree = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
+                    Connection poolTwosOnly = pools.get("MYDB2").getConnection()) {
+                assertEquals(portOf("MYDB3"), serverPort(onThree));
+                PgNodes.kill(1);
+                java.util.concurrent.Future<Integer> served = caller.submit(() -> {
+                    try (Connection c = ds.createConnectionBuilder().shardingKey(key1).build()) {
+                        return serverPort(c);
+                    }
+                });
+                boolean waits = io.racaffinity.test.Pools.await(Duration.ofSeconds(30),
+                        () -> pools.get("MYDB2").getHikariPoolMXBean().getThreadsAwaitingConnection() == 1);
+                if (!waits) {
+                    Object got;
+                    try {
+                        got = served.get(1, java.util.concurrent.TimeUnit.SECONDS);
+                    } catch (java.util.concurrent.ExecutionException e) {
+                        got = e.getCause();
+                    }
+                    throw new AssertionError("the retry did not wait on node 2's pool: " + got + "; "
+                            + ds.getCluster().nodeMetrics());
+                }
+                assertEquals(NodeState.DOWN, ds.getCluster().nodeState("MYDB1"), "node 1's failure ejected it");
+                ds.applyEvent(FastFailoverTest.fan("MYDB2", "status=down reason=FAILURE"));
+                assertEquals(portOf("MYDB3"), served.get(30, java.util.concurrent.TimeUnit.SECONDS),
+                        "served by the node the core names after node 2's Down");
+            }
+        } finally {
+            caller.shutdownNow();
+            PgNodes.restart(1);
+        }
+    }
 }
