@@ -28,8 +28,8 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import DROP, FORCE, REPLAY, XACT_QUERY, CommitOutcome, ErrorClass, ResultsDiffer
 from ._continuity import classify_sqlstate, digest, outcome_queries, recover
-from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, lease_begin
-from ._routes import lease_release, new_, _END_OK, _WORD
+from ._routes import BOOL_T, HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
+from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 
 # The class of a raw library lease (`ffi.new(LEASE_T)`), told apart from a
 # host lease by one identity test.
@@ -196,8 +196,9 @@ class _AsyncConnection(PoolHostLease):
         # The two common borrows inline, with `Base._acquire`'s rules (its
         # call and the tuples cost a tenth of the wrapper's work): a pinned
         # context on its pin's cached route (a host lease, no library call),
-        # and a context with nothing but balancing (one call). Anything else,
-        # or a miss, goes through `_acquire`.
+        # and a context with nothing but balancing (one call, which hands an
+        # Up node's lease to the page: its release makes none). Anything
+        # else, or a miss, goes through `_acquire`.
         pools = self._pools
         pin = pools._pin_var.get()
         buf = None
@@ -219,7 +220,42 @@ class _AsyncConnection(PoolHostLease):
                                 self.node = node
                                 self._live = epoch
                                 buf = self
-                elif pools._balanced_inline:
+                elif pools._balanced_host:
+                    bufs, flags = pools._lease_bufs, pools._flag_bufs
+                    try:
+                        buf = bufs.pop()
+                    except IndexError:
+                        buf = new_(LEASE_T)
+                    try:
+                        flag = flags.pop()
+                    except IndexError:
+                        flag = new_(BOOL_T)
+                    # Before the call: an end after any change since goes to the library.
+                    page = pools._page
+                    epoch = page[0]
+                    rc = pick_host_begins(pools._h, 0, buf, flag)
+                    host = flag[0]
+                    flags.append(flag)
+                    if rc:
+                        pools.cluster._raise(rc)
+                    node = buf.node
+                    try:
+                        pool = pools._by_id[node]
+                    except IndexError:
+                        pool = None
+                    if host:
+                        bufs.append(buf)
+                        if pool is None:
+                            pools._no_pool(node)  # raises; nothing was leased
+                        # The lease the library left to Python, begun at once
+                        # (until then balancing does not count it).
+                        page[HOST_LEASE_BASE + node] += 1
+                        self.node = node
+                        self._live = epoch
+                        buf = self
+                    elif pool is None:
+                        buf, pool = pools._pool_of(buf)  # raises
+                elif pools._balanced_inline:  # a build without the GIL: no host leases
                     bufs = pools._lease_bufs
                     try:
                         buf = bufs.pop()
@@ -297,7 +333,7 @@ class _AsyncConnection(PoolHostLease):
                 buf = self._buf
                 if buf is self:
                     # `end_host_lease`'s OK end inline (its call cost as
-                    # much as its work).
+                    # much as its work); `end_ok` makes the wrap.
                     epoch = self._live
                     page = self._pools._page
                     if outcome == OK and epoch and page[0] == epoch:
@@ -305,8 +341,8 @@ class _AsyncConnection(PoolHostLease):
                         i = HOST_LEASE_BASE + self.node
                         try:
                             page[i] += _END_OK
-                        except (ValueError, OverflowError):  # the success bits wrap
-                            page[i] = (page[i] + _END_OK) & _WORD
+                        except (ValueError, OverflowError):
+                            end_ok(page, i)  # the success bits wrap
                     else:
                         end_host_lease(self._pools.cluster, self, outcome)
                 elif buf.__class__ is _RAW_LEASE:

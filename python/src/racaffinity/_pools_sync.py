@@ -25,8 +25,8 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import DROP, FORCE, REPLAY, XACT_QUERY, CommitOutcome, ErrorClass, ResultsDiffer
 from ._continuity import classify_sqlstate, digest, outcome_queries, recover
-from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, lease_begin
-from ._routes import lease_release, new_, _END_OK, _WORD
+from ._routes import BOOL_T, HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
+from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 _RAW_LEASE = new_(LEASE_T).__class__
 from ._scopes import SCOPES
 from ._ucp import PartitionMapLoader
@@ -178,6 +178,38 @@ class _Connection(PoolHostLease):
                                 self.node = node
                                 self._live = epoch
                                 buf = self
+                elif pools._balanced_host:
+                    bufs, flags = (pools._lease_bufs, pools._flag_bufs)
+                    try:
+                        buf = bufs.pop()
+                    except IndexError:
+                        buf = new_(LEASE_T)
+                    try:
+                        flag = flags.pop()
+                    except IndexError:
+                        flag = new_(BOOL_T)
+                    page = pools._page
+                    epoch = page[0]
+                    rc = pick_host_begins(pools._h, 0, buf, flag)
+                    host = flag[0]
+                    flags.append(flag)
+                    if rc:
+                        pools.cluster._raise(rc)
+                    node = buf.node
+                    try:
+                        pool = pools._by_id[node]
+                    except IndexError:
+                        pool = None
+                    if host:
+                        bufs.append(buf)
+                        if pool is None:
+                            pools._no_pool(node)
+                        page[HOST_LEASE_BASE + node] += 1
+                        self.node = node
+                        self._live = epoch
+                        buf = self
+                    elif pool is None:
+                        buf, pool = pools._pool_of(buf)
                 elif pools._balanced_inline:
                     bufs = pools._lease_bufs
                     try:
@@ -259,7 +291,7 @@ class _Connection(PoolHostLease):
                         try:
                             page[i] += _END_OK
                         except (ValueError, OverflowError):
-                            page[i] = page[i] + _END_OK & _WORD
+                            end_ok(page, i)
                     else:
                         end_host_lease(self._pools.cluster, self, outcome)
                 elif buf.__class__ is _RAW_LEASE:
