@@ -158,7 +158,7 @@ def leasing(crossings: Crossings) -> List[str]:
 
 
 def test_an_unpinned_borrow_crosses_once_and_counts_like_a_library_lease(pg, cluster_factory, monkeypatch):
-    # The pick hands an Up node's lease to Python (racaffinity_context_pick_host_begins):
+    # The pick hands an Up node's lease to Python (racaffinity_cluster_pick_host_begins):
     # the release is a page write, unless the epoch moved (then the library
     # hears the outcome) or the borrow failed on its node.
     c = cluster_factory(nodes=NAMES, health_eject_after_failures=1, health_eject_backoff="1h",
@@ -168,7 +168,7 @@ def test_an_unpinned_borrow_crosses_once_and_counts_like_a_library_lease(pg, clu
         oks: Dict[int, int] = {}
         for _ in range(6):
             with pools.connection():
-                assert leasing(crossings) == ["racaffinity_context_pick_host_begins"]
+                assert leasing(crossings) == ["racaffinity_cluster_pick_host_begins"]
                 assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 1, "a host lease counts in flight"
                 crossings.take()
             assert leasing(crossings) == [], "its OK release is a page write"
@@ -195,7 +195,7 @@ def test_an_unpinned_borrow_crosses_once_and_counts_like_a_library_lease(pg, clu
             c.set_node_state(n, "down")
         crossings.take()
         with pools.connection():
-            assert leasing(crossings) == ["racaffinity_context_pick_host_begins"]
+            assert leasing(crossings) == ["racaffinity_cluster_pick_host_begins"]
         assert leasing(crossings) == ["racaffinity_lease_release"]
         assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 0
         assert sum(n["successes"] for n in c.metrics()["nodes"]) == 8
@@ -210,7 +210,7 @@ async def test_an_unpinned_async_borrow_crosses_once(pg, cluster_factory, monkey
         crossings = Crossings(monkeypatch)
         for _ in range(4):
             async with pools.connection():
-                assert leasing(crossings) == ["racaffinity_context_pick_host_begins"]
+                assert leasing(crossings) == ["racaffinity_cluster_pick_host_begins"]
                 assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 1
                 crossings.take()
             assert leasing(crossings) == []
@@ -434,3 +434,17 @@ def test_pinned_sqlalchemy_checkouts_never_outlive_a_down_removal_or_ejection(pg
         threads_borrowing(c, borrow, per_router=1000, exact_oks=False)
     finally:
         engine.dispose()
+
+
+def test_reused_lease_buffers_stay_bounded_whatever_the_borrows(pg, cluster_factory):
+    # The ended borrows' raw lease buffers are kept for the balanced borrow
+    # to reuse; borrows that bring their own (a key, a replay's node) must
+    # not grow that list without bound.
+    c = cluster_factory(nodes=NAMES)
+    with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+        for k in range(200):
+            with pools.connection(key=k):
+                pass
+        with pools.connection():
+            pass
+        assert len(pools._lease_bufs) <= 16

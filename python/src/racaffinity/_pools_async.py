@@ -28,7 +28,7 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import DROP, FORCE, REPLAY, XACT_QUERY, CommitOutcome, ErrorClass, ResultsDiffer
 from ._continuity import classify_sqlstate, digest, outcome_queries, recover
-from ._routes import BOOL_T, HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
+from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
 from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 
 # The class of a raw library lease (`ffi.new(LEASE_T)`), told apart from a
@@ -87,6 +87,9 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
 # that sat idle while its node stopped answering is found out at checkout.
 # Unless its node failed since it was last checked out: then it is checked.
 ALIVE_BYPASS = 0.5
+
+# Raw lease buffers a node pools object keeps for reuse (`_lease_bufs`).
+KEPT_LEASE_BUFS = 16
 
 # Re-routes of one checkout whose node's pool was retired while it waited
 # (a Down, a drain): each goes to the core again, within the same wait.
@@ -221,40 +224,34 @@ class _AsyncConnection(PoolHostLease):
                                 self._live = epoch
                                 buf = self
                 elif pools._balanced_host:
-                    bufs, flags = pools._lease_bufs, pools._flag_bufs
+                    bufs = pools._lease_bufs
                     try:
                         buf = bufs.pop()
                     except IndexError:
                         buf = new_(LEASE_T)
-                    try:
-                        flag = flags.pop()
-                    except IndexError:
-                        flag = new_(BOOL_T)
                     # Before the call: an end after any change since goes to the library.
                     page = pools._page
                     epoch = page[0]
-                    rc = pick_host_begins(pools._h, 0, buf, flag)
-                    host = flag[0]
-                    flags.append(flag)
+                    rc = pick_host_begins(pools._h, buf)
                     if rc:
-                        pools.cluster._raise(rc)
-                    node = buf.node
-                    try:
-                        pool = pools._by_id[node]
-                    except IndexError:
-                        pool = None
-                    if host:
                         bufs.append(buf)
+                        pools.cluster._raise(rc)
+                    if not buf.token:  # the library leased nothing: Python begins the lease
+                        bufs.append(buf)
+                        node = buf.node
+                        try:
+                            pool = pools._by_id[node]
+                        except IndexError:
+                            pool = None
                         if pool is None:
                             pools._no_pool(node)  # raises; nothing was leased
-                        # The lease the library left to Python, begun at once
-                        # (until then balancing does not count it).
+                        # At once: until then balancing does not count it.
                         page[HOST_LEASE_BASE + node] += 1
                         self.node = node
                         self._live = epoch
                         buf = self
-                    elif pool is None:
-                        buf, pool = pools._pool_of(buf)  # raises
+                    else:  # the library's lease, released at the end (then the buffer is reused)
+                        buf, pool = pools._pool_of(buf)
                 elif pools._balanced_inline:  # a build without the GIL: no host leases
                     bufs = pools._lease_bufs
                     try:
@@ -336,7 +333,7 @@ class _AsyncConnection(PoolHostLease):
                     # much as its work); `end_ok` makes the wrap.
                     epoch = self._live
                     page = self._pools._page
-                    if outcome == OK and epoch and page[0] == epoch:
+                    if outcome == OK and page[0] == epoch:  # an ended lease's 0 never matches
                         self._live = 0
                         i = HOST_LEASE_BASE + self.node
                         try:
@@ -348,9 +345,12 @@ class _AsyncConnection(PoolHostLease):
                 elif buf.__class__ is _RAW_LEASE:
                     pools = self._pools
                     lease_release(pools._h, buf, outcome)  # its result ignored, as `end_lease` does
-                    # Reused by the next balanced borrow: `ffi.new` costs
-                    # as much as the wrapper's own work.
-                    pools._lease_bufs.append(buf)
+                    # Reused by the next balanced borrow (`ffi.new` costs
+                    # as much as the wrapper's own work); a few only: the
+                    # borrows with a key or a session bring their own.
+                    bufs = pools._lease_bufs
+                    if len(bufs) < KEPT_LEASE_BUFS:
+                        bufs.append(buf)
                 else:
                     end_lease(self._pools.cluster, buf, outcome)
 

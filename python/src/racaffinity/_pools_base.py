@@ -93,10 +93,9 @@ class Base:
         # ends in the page (`racaffinity_context_pick_host_begins`): one
         # call per borrow and release, not two.
         self._balanced_host = self._balanced_inline and HOST_LEASES
-        # Raw lease buffers of ended balanced borrows, and the flags that
-        # call writes, reused (list pop and append are atomic).
+        # Raw lease buffers of ended borrows, reused by the balanced borrow
+        # (list pop and append are atomic).
         self._lease_bufs: List[Any] = []
-        self._flag_bufs: List[Any] = []
         self._heartbeat_on = heartbeat
         self.heartbeat_interval = float(heartbeat_interval) if heartbeat_interval is not None else cluster.heartbeat_interval
         if not self.heartbeat_interval > 0:

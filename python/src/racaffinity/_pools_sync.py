@@ -25,7 +25,7 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import DROP, FORCE, REPLAY, XACT_QUERY, CommitOutcome, ErrorClass, ResultsDiffer
 from ._continuity import classify_sqlstate, digest, outcome_queries, recover
-from ._routes import BOOL_T, HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
+from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
 from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 _RAW_LEASE = new_(LEASE_T).__class__
 from ._scopes import SCOPES
@@ -63,6 +63,7 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
             return conn
     return _Tracked
 ALIVE_BYPASS = 0.5
+KEPT_LEASE_BUFS = 16
 MAX_REROUTES = 3
 
 class _AliveCheck:
@@ -179,36 +180,31 @@ class _Connection(PoolHostLease):
                                 self._live = epoch
                                 buf = self
                 elif pools._balanced_host:
-                    bufs, flags = (pools._lease_bufs, pools._flag_bufs)
+                    bufs = pools._lease_bufs
                     try:
                         buf = bufs.pop()
                     except IndexError:
                         buf = new_(LEASE_T)
-                    try:
-                        flag = flags.pop()
-                    except IndexError:
-                        flag = new_(BOOL_T)
                     page = pools._page
                     epoch = page[0]
-                    rc = pick_host_begins(pools._h, 0, buf, flag)
-                    host = flag[0]
-                    flags.append(flag)
+                    rc = pick_host_begins(pools._h, buf)
                     if rc:
-                        pools.cluster._raise(rc)
-                    node = buf.node
-                    try:
-                        pool = pools._by_id[node]
-                    except IndexError:
-                        pool = None
-                    if host:
                         bufs.append(buf)
+                        pools.cluster._raise(rc)
+                    if not buf.token:
+                        bufs.append(buf)
+                        node = buf.node
+                        try:
+                            pool = pools._by_id[node]
+                        except IndexError:
+                            pool = None
                         if pool is None:
                             pools._no_pool(node)
                         page[HOST_LEASE_BASE + node] += 1
                         self.node = node
                         self._live = epoch
                         buf = self
-                    elif pool is None:
+                    else:
                         buf, pool = pools._pool_of(buf)
                 elif pools._balanced_inline:
                     bufs = pools._lease_bufs
@@ -285,7 +281,7 @@ class _Connection(PoolHostLease):
                 if buf is self:
                     epoch = self._live
                     page = self._pools._page
-                    if outcome == OK and epoch and (page[0] == epoch):
+                    if outcome == OK and page[0] == epoch:
                         self._live = 0
                         i = HOST_LEASE_BASE + self.node
                         try:
@@ -297,7 +293,9 @@ class _Connection(PoolHostLease):
                 elif buf.__class__ is _RAW_LEASE:
                     pools = self._pools
                     lease_release(pools._h, buf, outcome)
-                    pools._lease_bufs.append(buf)
+                    bufs = pools._lease_bufs
+                    if len(bufs) < KEPT_LEASE_BUFS:
+                        bufs.append(buf)
                 else:
                     end_lease(self._pools.cluster, buf, outcome)
 

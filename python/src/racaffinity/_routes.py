@@ -184,8 +184,7 @@ _END_OK = int(lib.RACAFFINITY_HOST_LEASE_END_OK)
 _WORD = (1 << 64) - 1  # what the page's words hold
 host_lease_end = lib.racaffinity_cluster_host_lease_end
 pick_host_leasable = lib.racaffinity_context_pick_host_leasable
-pick_host_begins = lib.racaffinity_context_pick_host_begins
-BOOL_T = ffi.typeof("bool *")
+pick_host_begins = lib.racaffinity_cluster_pick_host_begins
 
 
 def end_ok(page: Any, i: int) -> None:

@@ -260,7 +260,16 @@ impl Cluster {
     /// a node in any other state (a half-open trial, a drain) must see each
     /// outcome when it happens, which an `Ok` kept in a word is not.
     pub fn pick_in_host_leased(&self, key: ContextKey, stripe: usize, cap: u64) -> Result<(Route, bool, HostLeased)> {
-        let (r, up) = self.pick_in_up(key)?;
+        let (r, up) = match self.context_route_or_unpinned(key, false, Scope::Thread)? {
+            // One topology read for both answers (pick_in_cacheable's rule).
+            Some(r) => (r, !self.is_closed() && self.topo().node(r.node).is_some_and(|n| n.accepts_new())),
+            // Unpinned (the path of every borrow that does not pin): the
+            // pick answers the question, with no snapshot load.
+            None => {
+                let (r, up) = self.pick_balanced_up()?;
+                (r, up && !self.is_closed())
+            }
+        };
         let cacheable = up && r.kind == RouteKind::Affinity;
         if up {
             if let Some(word) = self.inner.routing.host_lease_word(stripe, r.node.0) {
@@ -276,41 +285,26 @@ impl Cluster {
         Ok((r, cacheable, HostLeased::No))
     }
 
-    /// [`Cluster::pick_in`] without a lease, and whether its node is `Up`
-    /// in an open cluster: what decides whether a host may lease it.
-    fn pick_in_up(&self, key: ContextKey) -> Result<(Route, bool)> {
-        Ok(match self.context_route_or_unpinned(key, false, Scope::Thread)? {
-            // One topology read for both answers (pick_in_cacheable's rule).
-            Some(r) => (r, !self.is_closed() && self.topo().node(r.node).is_some_and(|n| n.accepts_new())),
-            // Unpinned (the path of every borrow that does not pin): the
-            // pick answers the question, with no snapshot load.
-            None => {
-                let (r, up) = self.pick_balanced_up()?;
-                (r, up && !self.is_closed())
-            }
-        })
-    }
-
-    /// [`Cluster::pick_in_host_leased`] for a host that writes its lease
+    /// The unpinned pick of [`Cluster::pick_in_host_leased`] (balancing,
+    /// whatever `thread_auto_pin` says) for a host that writes its lease
     /// words with plain read-modify-writes (Python under its GIL): the core
     /// cannot begin a host lease for it, since its atomic add, made while
     /// such a host's other thread is between the read and the write of its
-    /// `+=`, would be lost. So when the answer's node is `Up` and has a word
+    /// `+=`, would be lost. So when the picked node is `Up` and has a word
     /// in the host lease table, the core leases nothing and returns `None`:
     /// the host begins a host lease on that node at once (until it does,
     /// balancing does not count it, as after
     /// [`Cluster::pick_in_host_leasable`]) and ends it as [`RoutingEpoch`]
-    /// says, against the epoch it read *before* this call. Otherwise it
-    /// returns the token of the lease the core opened, which
-    /// [`Cluster::close_lease`] ends exactly once. The `bool` says whether
-    /// the route may be cached (a pin on an `Up` node).
-    pub fn pick_in_host_begins(&self, key: ContextKey) -> Result<(Route, bool, Option<LeaseToken>)> {
-        let (r, up) = self.pick_in_up(key)?;
-        let cacheable = up && r.kind == RouteKind::Affinity;
-        if up && (r.node.0 as usize) < HOST_LEASE_NODES {
-            return Ok((r, cacheable, None));
+    /// says, against the epoch it read *before* this call. Otherwise (a
+    /// half-open trial, a panic pick onto a node that is not `Up`, a node
+    /// past the table) it returns the token of the lease the core opened,
+    /// which [`Cluster::close_lease`] ends exactly once.
+    pub fn pick_balanced_host_begins(&self) -> Result<(Route, Option<LeaseToken>)> {
+        let (r, up) = self.pick_balanced_up()?;
+        if up && !self.is_closed() && (r.node.0 as usize) < HOST_LEASE_NODES {
+            return Ok((r, None));
         }
-        Ok((r, cacheable, Some(self.open_picked_lease(r.node))))
+        Ok((r, Some(self.open_picked_lease(r.node))))
     }
 
     /// [`Cluster::pick_in_host_leasable`] for a host that ends the library's

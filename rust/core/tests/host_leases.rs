@@ -302,12 +302,11 @@ fn pick_in_host_leased_begins_on_the_named_stripe_under_the_cap_and_only_on_an_u
 /// plain write, which an atomic add of the core's could race); on any other
 /// node the core opens a lease the host ends by token.
 #[test]
-fn pick_in_host_begins_leases_nothing_on_an_up_node_and_opens_a_lease_otherwise() {
+fn pick_balanced_host_begins_leases_nothing_on_an_up_node_and_opens_a_lease_otherwise() {
     let c = cluster("policy = least_outstanding\nnodes = A, B");
     let page = c.routing_epoch_page();
-    let key = c.new_context_key();
-    let (r, cacheable, token) = c.pick_in_host_begins(key).unwrap();
-    assert_eq!((token, cacheable), (None, false), "an unpinned answer on an Up node: the host's, not cacheable");
+    let (r, token) = c.pick_balanced_host_begins().unwrap();
+    assert_eq!(token, None, "an unpinned answer on an Up node: the host's");
     for s in 0..HOST_LEASE_STRIPES {
         assert_eq!(page.host_lease_word(s, r.node.0).unwrap().load(Ordering::Relaxed), 0, "the core wrote no word");
     }
@@ -316,7 +315,7 @@ fn pick_in_host_begins_leases_nothing_on_an_up_node_and_opens_a_lease_otherwise(
     // A node that is not Up (a panic pick onto a Down node here): the core's lease.
     c.set_node_state("A", NodeState::Down).unwrap();
     c.set_node_state("B", NodeState::Down).unwrap();
-    let (r2, _, token2) = c.pick_in_host_begins(key).unwrap();
+    let (r2, token2) = c.pick_balanced_host_begins().unwrap();
     let token2 = token2.unwrap_or_else(|| panic!("node {:?} is Down: the core leases it", r2.node));
     assert_eq!(c.node(r2.node).unwrap().in_flight(), 1);
     c.close_lease(token2, Outcome::Neutral).unwrap();
