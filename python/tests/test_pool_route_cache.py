@@ -359,7 +359,8 @@ def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_threads(pg, clu
         threads_borrowing(c, borrow, pinned=pinned)
 
 
-def test_pooled_pinned_borrows_never_outlive_a_down_removal_or_ejection_asyncio(pg, cluster_factory):
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "unpinned"])
+def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_asyncio(pg, cluster_factory, pinned):
     c = stress_cluster(cluster_factory)
     f = Flipper(c, grow=False)
     b = Borrows(c)
@@ -376,7 +377,7 @@ def test_pooled_pinned_borrows_never_outlive_a_down_removal_or_ejection_asyncio(
         try:
 
             async def router() -> None:
-                with c.pin():
+                with c.pin() if pinned else contextlib.nullcontext():
                     done = 0
                     while keep_routing(f, done, 400, deadline):
                         done += 1
