@@ -90,7 +90,7 @@ class Base:
         self._page = cluster._page
         self._balanced_inline = not cluster._auto_pin
         # Whether that balanced borrow is a host lease, which a node pool
-        # ends in the page (`racaffinity_context_pick_host_begins`): one
+        # ends in the page (`racaffinity_cluster_pick_host_begins`): one
         # call per borrow and release, not two.
         self._balanced_host = self._balanced_inline and HOST_LEASES
         # Raw lease buffers of ended borrows, reused by the balanced borrow
