@@ -499,7 +499,9 @@ typedef struct {
    */
   uint64_t owner;
   /*
-   Private: the lease's token in the issuing cluster.
+   Private: the lease's token in the issuing cluster, except that 0
+   (never issued) marks a route the library leased nothing for (see
+   `racaffinity_cluster_pick_host_begins`).
    */
   uint64_t token;
 } racaffinity_lease;
@@ -873,6 +875,37 @@ racaffinity_result racaffinity_context_pick_host_leasable(const racaffinity_clus
                                                           uint64_t context,
                                                           racaffinity_lease *out,
                                                           bool *out_host);
+
+/*
+ The pick `racaffinity_context_pick` makes for a context with no pin
+ (balancing, whatever `thread_auto_pin` says), for a host that ends its
+ leases on the page and writes the host lease words itself with plain
+ read-modify-writes, its writers serialized otherwise (Python's GIL): the
+ library decides in the same call whether the host may lease the answer,
+ and never writes a word the host writes. Read the epoch word *before*
+ this call. No context and no flag argument: each argument costs an ABI
+ binding (cffi's) as much as a tenth of the call.
+
+ - `out->token` 0 (the library never issues token 0): the node is UP and
+   below `RACAFFINITY_HOST_LEASE_NODES`, and the library leased nothing.
+   Begin a host lease on the node's word at once (until then balancing
+   does not count it) and end it against the epoch read before this call
+   (see `racaffinity_cluster_host_lease_end`); releasing `*out` with
+   `racaffinity_lease_release` is INVALID_LEASE.
+ - any other token (a node in another state, such as a half-open trial
+   or a panic pick onto a DOWN node, whose every outcome the library must
+   see when it happens, or a node past the table): `*out` is a lease the
+   library holds, to release exactly once with `racaffinity_lease_release`,
+   as one from `racaffinity_context_pick`.
+
+ NULL_ARGUMENT for a NULL `cluster` or `out`, INVALID_HANDLE for a stale
+ or foreign cluster; the errors of `racaffinity_context_pick` otherwise.
+
+ # Safety
+ `out` must be NULL or writable.
+ */
+racaffinity_result racaffinity_cluster_pick_host_begins(const racaffinity_cluster *cluster,
+                                                        racaffinity_lease *out);
 
 /*
  Adds `count` routes a host served from its cache for a context pinned

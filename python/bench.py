@@ -10,7 +10,10 @@
     same node: bare `getconn()` / `with conn` / `putconn()` (what
     `NodePools.connection()` does inside its lease) and
     `psycopg_pool.ConnectionPool.connection()` (which adds a generator
-    context manager and its usage statistic, about 1 us);
+    context manager and its usage statistic, about 1 us); and two floors:
+    the pinned borrow with node pools that check out as bare psycopg_pool
+    (no alive check) and the balanced borrow on a one-node cluster (one
+    pool, as the anchor);
 (c) SQLAlchemy: racaffinity's engine (`racaffinity.sqlalchemy.create_engine`)
     `connect()` + close, in a pin and unpinned, against a plain SQLAlchemy
     engine (`QueuePool`) on the same node.
@@ -365,6 +368,30 @@ def bench_pools(quick: bool) -> None:
         with pools.connection():
             pass
 
+    # Two floors of the missed targets: the pinned borrow whose node pools
+    # check out as bare psycopg_pool does (no alive check: the anchor has
+    # none), and the balanced borrow on a one-node cluster of the pinned node
+    # (the anchor's one pool, not three).
+    fc = ra.Cluster(nodes=NAMES)
+    fpools = NodePools(fc, dsns, min_size=2, max_size=2)
+    for p in fpools._by_id:
+        p.wait()
+        p._check = None
+        p._check_connection = psycopg_pool.ConnectionPool._check_connection.__get__(p)
+    fpinned = pinned_on(fc, node)
+    oc = ra.Cluster(nodes=[node])
+    opools = NodePools(oc, {node: dsns[node]}, min_size=2, max_size=2)
+    for p in opools._by_id:
+        p.wait()
+
+    def ra_no_check() -> None:
+        with fpools.connection():
+            pass
+
+    def ra_one_node() -> None:
+        with opools.connection():
+            pass
+
     cases = {
         "bare_pool_connection": loop(bare_conn, n),
         "bare_pool_getconn_putconn": loop(bare_getconn, n),
@@ -372,6 +399,8 @@ def bench_pools(quick: bool) -> None:
         "pools_connection_pinned": lambda: pinned.run(loop(ra_pinned, n)),
         "pools_connection_key": loop(ra_key, n),
         "pools_connection_balanced": loop(ra_balanced, n),
+        "pools_connection_pinned_no_check": lambda: fpinned.run(loop(ra_no_check, n)),
+        "pools_connection_balanced_one_node": loop(ra_one_node, n),
     }
     before_pairs = []
     if BEFORE is not None:
@@ -421,6 +450,10 @@ def bench_pools(quick: bool) -> None:
             ("pools_connection_key", "NodePools.connection(key=...)", "bare_pool_getconn_putconn", getconn, ""),
             ("pool_wrapper_floor", "the floor: a bare context manager around those", "bare_pool_getconn_putconn",
              getconn, ""),
+            ("pools_connection_pinned_no_check", "floor: in a pin, node pools without the alive check",
+             "bare_pool_getconn_putconn", getconn, ""),
+            ("pools_connection_balanced_one_node", "floor: unpinned, on a one-node cluster (one pool)",
+             "bare_pool_getconn_putconn", getconn, ""),
             ("pools_connection_pinned", "NodePools.connection() in a pin", "bare_pool_connection", connection, ""),
             ("pools_connection_balanced", "NodePools.connection(), unpinned (balanced)", "bare_pool_connection",
              connection, ""),
@@ -433,6 +466,10 @@ def bench_pools(quick: bool) -> None:
     bare.close()
     pools.close()
     c.close()
+    fpools.close()
+    fc.close()
+    opools.close()
+    oc.close()
 
 
 def bench_sqlalchemy(quick: bool) -> None:

@@ -9,6 +9,7 @@ borrow, and every lease is counted exactly (in flight, successes)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Callable, Dict, List, Tuple
@@ -19,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 import racaffinity as ra
-from racaffinity._routes import PoolHostLease
+from racaffinity._routes import HOST_LEASE_BASE, PoolHostLease
 from racaffinity.pools import AsyncNodePools, NodePools
 from racaffinity.sqlalchemy import create_engine
 
@@ -148,6 +149,120 @@ def test_a_pinned_sqlalchemy_checkout_crosses_only_on_a_miss(pg, cluster_factory
         engine.dispose()
 
 
+# -- unpinned borrows: one call, the lease in the page ------------------------------
+
+
+def leasing(crossings: Crossings) -> List[str]:
+    """The borrow's own calls (picks, leases), not a background thread's."""
+    return [x for x in crossings.take() if "pick" in x or "lease" in x]
+
+
+def test_an_unpinned_borrow_crosses_once_and_counts_like_a_library_lease(pg, cluster_factory, monkeypatch):
+    # The pick hands an Up node's lease to Python (racaffinity_cluster_pick_host_begins):
+    # the release is a page write, unless the epoch moved (then the library
+    # hears the outcome) or the borrow failed on its node.
+    c = cluster_factory(nodes=NAMES, health_eject_after_failures=1, health_eject_backoff="1h",
+                        health_eject_backoff_max="1h")
+    with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+        crossings = Crossings(monkeypatch)
+        oks: Dict[int, int] = {}
+        for _ in range(6):
+            with pools.connection():
+                assert leasing(crossings) == ["racaffinity_cluster_pick_host_begins"]
+                assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 1, "a host lease counts in flight"
+                crossings.take()
+            assert leasing(crossings) == [], "its OK release is a page write"
+        assert sum(n["successes"] for n in c.metrics()["nodes"]) == 6
+        # The epoch moves during the borrow: the end goes to the library.
+        cm = pools.connection()
+        cm.__enter__()
+        assert cm._buf is cm, "the borrow is its own host lease"
+        other = next(n for n in NAMES if c.node_id(n) != cm.node)
+        c.set_node_state(other, "draining")
+        crossings.take()
+        cm.__exit__(None, None, None)
+        assert leasing(crossings) == ["racaffinity_cluster_host_lease_end"]
+        c.set_node_state(other, "up")
+        # A failure on the node reaches the breaker.
+        cm = pools.connection()
+        cm.__enter__()
+        failed = cm.node
+        lost = psycopg.OperationalError("server closed the connection unexpectedly")
+        cm.__exit__(type(lost), lost, None)
+        assert c.node_state(failed) == ra.NodeState.DOWN, "the FAILED outcome reached the library"
+        # Every node Down: a panic pick onto a node that is not Up is the library's lease.
+        for n in NAMES:
+            c.set_node_state(n, "down")
+        crossings.take()
+        with pools.connection():
+            assert leasing(crossings) == ["racaffinity_cluster_pick_host_begins"]
+        assert leasing(crossings) == ["racaffinity_lease_release"]
+        assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 0
+        assert sum(n["successes"] for n in c.metrics()["nodes"]) == 8
+
+
+@pytest.mark.asyncio
+async def test_an_unpinned_async_borrow_crosses_once(pg, cluster_factory, monkeypatch):
+    c = cluster_factory(nodes=NAMES)
+    pools = AsyncNodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0)
+    await pools.open()
+    try:
+        crossings = Crossings(monkeypatch)
+        for _ in range(4):
+            async with pools.connection():
+                assert leasing(crossings) == ["racaffinity_cluster_pick_host_begins"]
+                assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 1
+                crossings.take()
+            assert leasing(crossings) == []
+        assert sum(n["successes"] for n in c.metrics()["nodes"]) == 4
+    finally:
+        await pools.close()
+
+
+# Every success bit set and nothing in flight: the next OK end wraps the word to 0.
+FULL = ((1 << 40) - 1) << 24
+
+
+def test_an_ok_end_wraps_the_success_bits_at_every_end_site(pg, cluster_factory):
+    # The page's words are unsigned 64-bit: an OK end past 2^40 successes
+    # must wrap, not raise, wherever a host lease ends.
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, {n: f"postgresql+psycopg://postgres@127.0.0.1:{pg.port[n]}/postgres" for n in NAMES},
+                           pool_size=1, max_overflow=1)
+    page = c._page
+
+    def sqlalchemy_checkin() -> None:
+        with engine.connect():
+            pass
+
+    def pools_exit() -> None:
+        with pools.connection():
+            pass
+
+    def pools_acquire_path() -> None:  # a borrow with arguments: `end_lease` ends it
+        with pools.connection(timeout=5.0):
+            pass
+
+    try:
+        with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+            with c.pin() as pinned:
+                i = HOST_LEASE_BASE + pinned.node
+                for end in (lambda: c.pick().release(), pools_exit, pools_acquire_path, sqlalchemy_checkin):
+                    end()  # a miss after the last one's epoch: cached again
+                    page[i] = FULL
+                    end()
+                    assert page[i] == 0, end
+            # Unpinned: the node balancing picks.
+            for n in NAMES:
+                page[HOST_LEASE_BASE + c.node_id(n)] = FULL
+            with pools.connection():
+                pass
+            assert sorted(page[HOST_LEASE_BASE + c.node_id(n)] for n in NAMES) == [0, FULL, FULL]
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    finally:
+        engine.dispose()
+
+
 # -- the stale-route stress over real connections -------------------------------------
 
 TOLERATED = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed, sa.exc.TimeoutError,
@@ -182,7 +297,11 @@ class Borrows:
 
 
 def threads_borrowing(
-    c: ra.Cluster, borrow: Callable[[Flipper, Borrows], None], per_router: int = 1500, exact_oks: bool = True
+    c: ra.Cluster,
+    borrow: Callable[[Flipper, Borrows], None],
+    per_router: int = 1500,
+    exact_oks: bool = True,
+    pinned: bool = True,
 ) -> None:
     f = Flipper(c, grow=False)
     b = Borrows(c)
@@ -191,7 +310,7 @@ def threads_borrowing(
 
     def router() -> None:
         try:
-            with c.pin():
+            with c.pin() if pinned else contextlib.nullcontext():
                 done = 0
                 while keep_routing(f, done, per_router, deadline):
                     borrow(f, b)
@@ -212,7 +331,11 @@ def threads_borrowing(
     b.settle(f, exact_oks)
 
 
-def test_pooled_pinned_borrows_never_outlive_a_down_removal_or_ejection_threads(pg, cluster_factory):
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "unpinned"])
+def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_threads(pg, cluster_factory, pinned):
+    # Unpinned: balancing never hands out a node that was unavailable for
+    # the whole pick, and the page's counts stay exact for borrows whose
+    # release is a page write.
     c = stress_cluster(cluster_factory)
     with NodePools(c, dsns(pg), min_size=1, max_size=4, timeout=5.0, upkeep_interval=0.05) as pools:
 
@@ -233,10 +356,11 @@ def test_pooled_pinned_borrows_never_outlive_a_down_removal_or_ejection_threads(
                 return
             b.ok(node)
 
-        threads_borrowing(c, borrow)
+        threads_borrowing(c, borrow, pinned=pinned)
 
 
-def test_pooled_pinned_borrows_never_outlive_a_down_removal_or_ejection_asyncio(pg, cluster_factory):
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "unpinned"])
+def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_asyncio(pg, cluster_factory, pinned):
     c = stress_cluster(cluster_factory)
     f = Flipper(c, grow=False)
     b = Borrows(c)
@@ -253,7 +377,7 @@ def test_pooled_pinned_borrows_never_outlive_a_down_removal_or_ejection_asyncio(
         try:
 
             async def router() -> None:
-                with c.pin():
+                with c.pin() if pinned else contextlib.nullcontext():
                     done = 0
                     while keep_routing(f, done, 400, deadline):
                         done += 1
@@ -311,3 +435,17 @@ def test_pinned_sqlalchemy_checkouts_never_outlive_a_down_removal_or_ejection(pg
         threads_borrowing(c, borrow, per_router=1000, exact_oks=False)
     finally:
         engine.dispose()
+
+
+def test_reused_lease_buffers_stay_bounded_whatever_the_borrows(pg, cluster_factory):
+    # The ended borrows' raw lease buffers are kept for the balanced borrow
+    # to reuse; borrows that bring their own (a key, a replay's node) must
+    # not grow that list without bound.
+    c = cluster_factory(nodes=NAMES)
+    with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+        for k in range(200):
+            with pools.connection(key=k):
+                pass
+        with pools.connection():
+            pass
+        assert len(pools._lease_bufs) <= 16

@@ -203,6 +203,7 @@ static void every_cluster_function_returns(const racaffinity_cluster *c, racaffi
     CHECK_RC(racaffinity_cluster_count_host_hits(c, 0, 1), want);
     CHECK_RC(racaffinity_cluster_count_host_hits_for(c, 0, RACAFFINITY_SCOPE_THREAD, 1), want);
     CHECK_RC(racaffinity_context_pick_host_leasable(c, 1, &l, &b), want);
+    CHECK_RC(racaffinity_cluster_pick_host_begins(c, &l), want);
     CHECK_RC(racaffinity_context_route(c, 1, &r), want);
     CHECK_RC(racaffinity_request_pick(c, &req, &l), want);
     CHECK_RC(racaffinity_tx_begin_for(c, B("g"), &req, &r), want);
@@ -1637,6 +1638,57 @@ static void a_pick_tells_the_host_whether_it_may_lease_the_route_itself(void) {
     free_cluster(c);
 }
 
+/* One call per unpinned pick for a host that writes the lease words with
+ * plain writes (Python): on an UP node the library leases nothing and writes
+ * no word (token 0), the host begins and ends the lease in the page; on a
+ * node that is not UP (a panic pick here) the library leases it, tracked and
+ * released exactly once, so the node sees its outcome at once. */
+static void an_unpinned_pick_leaves_an_up_nodes_lease_to_the_host(void) {
+    racaffinity_cluster *c = new_cluster("nodes = RAC1, RAC2\nhealth.eject_after_failures = 1");
+    const uint64_t *word = NULL;
+    racaffinity_epoch_page *page = NULL;
+    CHECK_OK(racaffinity_cluster_epoch_page(c, &word, &page));
+    uint64_t *table = (uint64_t *)((char *)(uintptr_t)word + RACAFFINITY_HOST_LEASE_OFFSET);
+    racaffinity_lease l;
+    char name[32];
+    size_t len = 0;
+    uint64_t e = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    l.token = 7;
+    CHECK_OK(racaffinity_cluster_pick_host_begins(c, &l));
+    CHECK_EQ_U(l.token, 0);
+    CHECK(l.kind == RACAFFINITY_ROUTE_KIND_BALANCED);
+    CHECK_OK(racaffinity_node_name(c, l.node, name, sizeof name, &len));
+    for (uint32_t s = 0; s < RACAFFINITY_HOST_LEASE_STRIPES; s++)
+        CHECK_EQ_U(__atomic_load_n(&table[s * RACAFFINITY_HOST_LEASE_NODES + l.node], __ATOMIC_ACQUIRE), 0);
+    CHECK_EQ_U(node_metric(c, name, "in_flight"), 0);
+    CHECK_RC(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_OK), RACAFFINITY_RESULT_INVALID_LEASE);
+    /* The host's lease, begun and ended OK on its word under the epoch read before the pick. */
+    uint64_t *lease_word = &table[l.node];
+    __atomic_fetch_add(lease_word, RACAFFINITY_HOST_LEASE_BEGIN, __ATOMIC_ACQ_REL);
+    CHECK_EQ_U(node_metric(c, name, "in_flight"), 1);
+    CHECK_EQ_U(__atomic_load_n(word, __ATOMIC_ACQUIRE), e);
+    __atomic_fetch_add(lease_word, RACAFFINITY_HOST_LEASE_END_OK, __ATOMIC_ACQ_REL);
+    CHECK_EQ_U(node_metric(c, name, "in_flight"), 0);
+    CHECK_EQ_U(node_metric(c, name, "successes"), 1);
+    /* Every node DOWN: the pick is a panic pick onto a node that is not UP,
+     * which the library leases itself. */
+    CHECK_OK(racaffinity_node_set_state(c, "RAC1", RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_OK(racaffinity_node_set_state(c, "RAC2", RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_OK(racaffinity_cluster_pick_host_begins(c, &l));
+    CHECK(l.token != 0);
+    CHECK_OK(racaffinity_node_name(c, l.node, name, sizeof name, &len));
+    CHECK_EQ_U(node_metric(c, name, "in_flight"), 1);
+    CHECK_OK(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_NEUTRAL));
+    CHECK_RC(racaffinity_lease_release(c, &l, RACAFFINITY_OUTCOME_NEUTRAL), RACAFFINITY_RESULT_INVALID_LEASE);
+    CHECK_EQ_U(node_metric(c, name, "in_flight"), 0);
+    /* Typed errors; none of them leases anything. */
+    CHECK_RC(racaffinity_cluster_pick_host_begins(c, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("out");
+    CHECK_EQ_U(node_metric(c, "RAC1", "in_flight") + node_metric(c, "RAC2", "in_flight"), 0);
+    free_cluster(c);
+    racaffinity_epoch_page_free(page);
+}
+
 static void tx_branches_share_one_node_and_end_with_the_last(void) {
     racaffinity_cluster *c = new_cluster(NUM_NODES_3);
     racaffinity_route first, r;
@@ -2317,6 +2369,7 @@ static const h_test tests[] = {
     TEST(context_release_drops_every_level_and_auto_pin_pins_contexts),
     TEST(the_epoch_page_lets_a_host_cache_a_pinned_context_route),
     TEST(a_pick_tells_the_host_whether_it_may_lease_the_route_itself),
+    TEST(an_unpinned_pick_leaves_an_up_nodes_lease_to_the_host),
     TEST(each_epoch_page_call_holds_the_word_once),
     TEST(a_stale_epoch_page_free_never_takes_another_hosts_hand_out),
     TEST(host_hits_are_counted_in_the_scope_the_host_names),

@@ -29,8 +29,8 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
 from ._continuity import Recorder, classify_sqlstate, digest, outcome_queries, recover
-from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, lease_begin
-from ._routes import lease_release, new_, _END_OK, _WORD
+from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
+from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 
 # The class of a raw library lease (`ffi.new(LEASE_T)`), told apart from a
 # host lease by one identity test.
@@ -88,6 +88,9 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
 # that sat idle while its node stopped answering is found out at checkout.
 # Unless its node failed since it was last checked out: then it is checked.
 ALIVE_BYPASS = 0.5
+
+# Raw lease buffers a node pools object keeps for reuse (`_lease_bufs`).
+KEPT_LEASE_BUFS = 16
 
 # Re-routes of one checkout whose node's pool was retired while it waited
 # (a Down, a drain): each goes to the core again, within the same wait.
@@ -197,8 +200,9 @@ class _AsyncConnection(PoolHostLease):
         # The two common borrows inline, with `Base._acquire`'s rules (its
         # call and the tuples cost a tenth of the wrapper's work): a pinned
         # context on its pin's cached route (a host lease, no library call),
-        # and a context with nothing but balancing (one call). Anything else,
-        # or a miss, goes through `_acquire`.
+        # and a context with nothing but balancing (one call, which hands an
+        # Up node's lease to the page: its release makes none). Anything
+        # else, or a miss, goes through `_acquire`.
         pools = self._pools
         pin = pools._pin_var.get()
         buf = None
@@ -220,7 +224,36 @@ class _AsyncConnection(PoolHostLease):
                                 self.node = node
                                 self._live = epoch
                                 buf = self
-                elif pools._balanced_inline:
+                elif pools._balanced_host:
+                    bufs = pools._lease_bufs
+                    try:
+                        buf = bufs.pop()
+                    except IndexError:
+                        buf = new_(LEASE_T)
+                    # Before the call: an end after any change since goes to the library.
+                    page = pools._page
+                    epoch = page[0]
+                    rc = pick_host_begins(pools._h, buf)
+                    if rc:
+                        bufs.append(buf)
+                        pools.cluster._raise(rc)
+                    if not buf.token:  # the library leased nothing: Python begins the lease
+                        bufs.append(buf)
+                        node = buf.node
+                        try:
+                            pool = pools._by_id[node]
+                        except IndexError:
+                            pool = None
+                        if pool is None:
+                            pools._no_pool(node)  # raises; nothing was leased
+                        # At once: until then balancing does not count it.
+                        page[HOST_LEASE_BASE + node] += 1
+                        self.node = node
+                        self._live = epoch
+                        buf = self
+                    else:  # the library's lease, released at the end (then the buffer is reused)
+                        buf, pool = pools._pool_of(buf)
+                elif pools._balanced_inline:  # a build without the GIL: no host leases
                     bufs = pools._lease_bufs
                     try:
                         buf = bufs.pop()
@@ -298,24 +331,27 @@ class _AsyncConnection(PoolHostLease):
                 buf = self._buf
                 if buf is self:
                     # `end_host_lease`'s OK end inline (its call cost as
-                    # much as its work).
+                    # much as its work); `end_ok` makes the wrap.
                     epoch = self._live
                     page = self._pools._page
-                    if outcome == OK and epoch and page[0] == epoch:
+                    if outcome == OK and page[0] == epoch:  # an ended lease's 0 never matches
                         self._live = 0
                         i = HOST_LEASE_BASE + self.node
                         try:
                             page[i] += _END_OK
-                        except (ValueError, OverflowError):  # the success bits wrap
-                            page[i] = (page[i] + _END_OK) & _WORD
+                        except (ValueError, OverflowError):
+                            end_ok(page, i)  # the success bits wrap
                     else:
                         end_host_lease(self._pools.cluster, self, outcome)
                 elif buf.__class__ is _RAW_LEASE:
                     pools = self._pools
                     lease_release(pools._h, buf, outcome)  # its result ignored, as `end_lease` does
-                    # Reused by the next balanced borrow: `ffi.new` costs
-                    # as much as the wrapper's own work.
-                    pools._lease_bufs.append(buf)
+                    # Reused by the next balanced borrow (`ffi.new` costs
+                    # as much as the wrapper's own work); a few only: the
+                    # borrows with a key or a session bring their own.
+                    bufs = pools._lease_bufs
+                    if len(bufs) < KEPT_LEASE_BUFS:
+                        bufs.append(buf)
                 else:
                     end_lease(self._pools.cluster, buf, outcome)
 

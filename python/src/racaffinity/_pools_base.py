@@ -89,8 +89,12 @@ class Base:
         self._pin_var = cluster._pin_var
         self._page = cluster._page
         self._balanced_inline = not cluster._auto_pin
-        # Raw lease buffers of ended balanced borrows, reused (list pop and
-        # append are atomic).
+        # Whether that balanced borrow is a host lease, which a node pool
+        # ends in the page (`racaffinity_cluster_pick_host_begins`): one
+        # call per borrow and release, not two.
+        self._balanced_host = self._balanced_inline and HOST_LEASES
+        # Raw lease buffers of ended borrows, reused by the balanced borrow
+        # (list pop and append are atomic).
         self._lease_bufs: List[Any] = []
         self._heartbeat_on = heartbeat
         self.heartbeat_interval = float(heartbeat_interval) if heartbeat_interval is not None else cluster.heartbeat_interval
@@ -281,8 +285,11 @@ class Base:
         pool = by_id[node] if node < len(by_id) else None
         if pool is None:
             end_lease(c, buf, NEUTRAL)
-            raise UnknownNodeError(f"no pool for node {c.node_name(node)}", 8)
+            self._no_pool(node)
         return buf, pool
+
+    def _no_pool(self, node: int) -> None:
+        raise UnknownNodeError(f"no pool for node {self.cluster.node_name(node)}", 8)
 
     # -- conveniences that delegate to the cluster --------------------------------
 

@@ -26,8 +26,8 @@ from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
 from ._continuity import Recorder, classify_sqlstate, digest, outcome_queries, recover
-from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, lease_begin
-from ._routes import lease_release, new_, _END_OK, _WORD
+from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
+from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 _RAW_LEASE = new_(LEASE_T).__class__
 from ._scopes import SCOPES
 from ._ucp import PartitionMapLoader
@@ -64,6 +64,7 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
             return conn
     return _Tracked
 ALIVE_BYPASS = 0.5
+KEPT_LEASE_BUFS = 16
 MAX_REROUTES = 3
 
 class _AliveCheck:
@@ -179,6 +180,33 @@ class _Connection(PoolHostLease):
                                 self.node = node
                                 self._live = epoch
                                 buf = self
+                elif pools._balanced_host:
+                    bufs = pools._lease_bufs
+                    try:
+                        buf = bufs.pop()
+                    except IndexError:
+                        buf = new_(LEASE_T)
+                    page = pools._page
+                    epoch = page[0]
+                    rc = pick_host_begins(pools._h, buf)
+                    if rc:
+                        bufs.append(buf)
+                        pools.cluster._raise(rc)
+                    if not buf.token:
+                        bufs.append(buf)
+                        node = buf.node
+                        try:
+                            pool = pools._by_id[node]
+                        except IndexError:
+                            pool = None
+                        if pool is None:
+                            pools._no_pool(node)
+                        page[HOST_LEASE_BASE + node] += 1
+                        self.node = node
+                        self._live = epoch
+                        buf = self
+                    else:
+                        buf, pool = pools._pool_of(buf)
                 elif pools._balanced_inline:
                     bufs = pools._lease_bufs
                     try:
@@ -254,19 +282,21 @@ class _Connection(PoolHostLease):
                 if buf is self:
                     epoch = self._live
                     page = self._pools._page
-                    if outcome == OK and epoch and (page[0] == epoch):
+                    if outcome == OK and page[0] == epoch:
                         self._live = 0
                         i = HOST_LEASE_BASE + self.node
                         try:
                             page[i] += _END_OK
                         except (ValueError, OverflowError):
-                            page[i] = page[i] + _END_OK & _WORD
+                            end_ok(page, i)
                     else:
                         end_host_lease(self._pools.cluster, self, outcome)
                 elif buf.__class__ is _RAW_LEASE:
                     pools = self._pools
                     lease_release(pools._h, buf, outcome)
-                    pools._lease_bufs.append(buf)
+                    bufs = pools._lease_bufs
+                    if len(bufs) < KEPT_LEASE_BUFS:
+                        bufs.append(buf)
                 else:
                     end_lease(self._pools.cluster, buf, outcome)
 

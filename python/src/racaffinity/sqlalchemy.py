@@ -80,7 +80,7 @@ from ._continuity import (  # noqa: E402
 from ._deadline import _armed  # noqa: E402
 from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
 from ._routes import HOST_LEASE_BASE, LEASE_T, NodeState, PoolHostLease, end_lease, lease_begin, new_  # noqa: E402
-from ._routes import _END_OK, _WORD, new_pool_host_lease  # noqa: E402
+from ._routes import _END_OK, end_ok, new_pool_host_lease  # noqa: E402
 from ._scopes import SCOPES  # noqa: E402
 
 __all__ = ["RoutingPool", "Request", "AsyncRequest", "create_engine", "create_async_engine", "request", "route"]
@@ -602,8 +602,8 @@ def _node_pool_class(base: type) -> type:
                         i = HOST_LEASE_BASE + buf.node
                         try:
                             page[i] += _END_OK
-                        except (ValueError, OverflowError):  # the success bits wrap
-                            page[i] = (page[i] + _END_OK) & _WORD
+                        except (ValueError, OverflowError):
+                            end_ok(page, i)  # the success bits wrap
                     else:
                         end_lease(outer._cluster, buf, OK)
                 else:

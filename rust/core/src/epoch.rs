@@ -285,6 +285,28 @@ impl Cluster {
         Ok((r, cacheable, HostLeased::No))
     }
 
+    /// The unpinned pick of [`Cluster::pick_in_host_leased`] (balancing,
+    /// whatever `thread_auto_pin` says) for a host that writes its lease
+    /// words with plain read-modify-writes (Python under its GIL): the core
+    /// cannot begin a host lease for it, since its atomic add, made while
+    /// such a host's other thread is between the read and the write of its
+    /// `+=`, would be lost. So when the picked node is `Up` and has a word
+    /// in the host lease table, the core leases nothing and returns `None`:
+    /// the host begins a host lease on that node at once (until it does,
+    /// balancing does not count it, as after
+    /// [`Cluster::pick_in_host_leasable`]) and ends it as [`RoutingEpoch`]
+    /// says, against the epoch it read *before* this call. Otherwise (a
+    /// half-open trial, a panic pick onto a node that is not `Up`, a node
+    /// past the table) it returns the token of the lease the core opened,
+    /// which [`Cluster::close_lease`] ends exactly once.
+    pub fn pick_balanced_host_begins(&self) -> Result<(Route, Option<LeaseToken>)> {
+        let (r, up) = self.pick_balanced_up()?;
+        if up && !self.is_closed() && (r.node.0 as usize) < HOST_LEASE_NODES {
+            return Ok((r, None));
+        }
+        Ok((r, Some(self.open_picked_lease(r.node))))
+    }
+
     /// [`Cluster::pick_in_host_leasable`] for a host that ends the library's
     /// leases by token (C, Python): `None` when the host leases the route
     /// itself and the core leased nothing; else the token of the lease the

@@ -296,3 +296,29 @@ fn pick_in_host_leased_begins_on_the_named_stripe_under_the_cap_and_only_on_an_u
     let (r3, _, by3) = c.pick_in_host_leased(key, 3, 64).unwrap();
     assert_eq!(by3, HostLeased::No, "node {:?} is Down", r3.node);
 }
+
+/// Python's unpinned borrow: one call picks; on an `Up` node inside the
+/// table the core leases nothing (the host begins the lease itself with a
+/// plain write, which an atomic add of the core's could race); on any other
+/// node the core opens a lease the host ends by token.
+#[test]
+fn pick_balanced_host_begins_leases_nothing_on_an_up_node_and_opens_a_lease_otherwise() {
+    let c = cluster("policy = least_outstanding\nnodes = A, B");
+    let page = c.routing_epoch_page();
+    let (r, token) = c.pick_balanced_host_begins().unwrap();
+    assert_eq!(token, None, "an unpinned answer on an Up node: the host's");
+    for s in 0..HOST_LEASE_STRIPES {
+        assert_eq!(page.host_lease_word(s, r.node.0).unwrap().load(Ordering::Relaxed), 0, "the core wrote no word");
+    }
+    assert_eq!(c.node(r.node).unwrap().in_flight(), 0, "nothing begun until the host begins it");
+
+    // A node that is not Up (a panic pick onto a Down node here): the core's lease.
+    c.set_node_state("A", NodeState::Down).unwrap();
+    c.set_node_state("B", NodeState::Down).unwrap();
+    let (r2, token2) = c.pick_balanced_host_begins().unwrap();
+    let token2 = token2.unwrap_or_else(|| panic!("node {:?} is Down: the core leases it", r2.node));
+    assert_eq!(c.node(r2.node).unwrap().in_flight(), 1);
+    c.close_lease(token2, Outcome::Neutral).unwrap();
+    assert!(c.close_lease(token2, Outcome::Neutral).is_err(), "closed exactly once");
+    assert_eq!(c.node(r2.node).unwrap().in_flight(), 0);
+}

@@ -50,7 +50,9 @@ pub struct racaffinity_lease {
     pub kind: racaffinity_route_kind,
     /// Private: the issuing cluster handle.
     pub owner: u64,
-    /// Private: the lease's token in the issuing cluster.
+    /// Private: the lease's token in the issuing cluster, except that 0
+    /// (never issued) marks a route the library leased nothing for (see
+    /// `racaffinity_cluster_pick_host_begins`).
     pub token: u64,
 }
 
