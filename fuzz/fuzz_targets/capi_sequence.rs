@@ -307,6 +307,10 @@ enum Op {
         h: H,
         null_out: bool,
     },
+    PickHostBegins {
+        h: H,
+        null_out: bool,
+    },
     LeaseBegin {
         h: H,
         node: NodeSel,
@@ -686,7 +690,7 @@ struct Page {
 /// metrics can change (an op without a handle may touch any of them).
 fn op_handle(op: &Op) -> Option<H> {
     match op {
-        Op::Free { h, .. } | Op::NodeCount { h, .. } | Op::Heartbeat { h, .. } | Op::RecoveryScope { h, .. } | Op::SetStrict { h, .. } | Op::ThreadPin { h, .. } | Op::ThreadUnpin { h, .. } | Op::ContextNew { h, .. } | Op::ContextPin { h, .. } | Op::ContextUnpin { h, .. } | Op::ContextRoute { h, .. } | Op::Route { h, .. } | Op::Pick { h, .. } | Op::LeaseBegin { h, .. } | Op::LeaseRelease { h, .. } | Op::TxBegin { h, .. } | Op::TxBeginOn { h, .. } | Op::TxBeginFor { h, .. } | Op::TxPrepared { h, .. } | Op::TxRoute { h, .. } | Op::TxEnd { h, .. } | Op::TxComplete { h, .. } | Op::TxRecovered { h, .. } | Op::SessionRoute { h, .. } | Op::SessionEnd { h, .. } | Op::KeyRoute { h, .. } | Op::KeyRouteI64 { h, .. } | Op::KeyPartition { h, .. } | Op::PartitionOwner { h, .. } | Op::RequestPick { h, .. } | Op::Event { h, .. } | Op::Metrics { h, .. } | Op::NodeAdd { h, .. } | Op::NodeRemove { h, .. } | Op::NodeSetState { h, .. } | Op::NodeGetState { h, .. } | Op::NodeFind { h, .. } | Op::NodeName { h, .. } | Op::Probe { h, .. } | Op::Outcome { h, .. } | Op::SessionRouting { h, .. } | Op::TokenNew { h, .. } | Op::TokenDecode { h, .. } | Op::TokenRoute { h, .. } | Op::EpochPage { h, .. } | Op::RouteCacheable { h, .. } | Op::CountHostHits { h, .. } | Op::HostLeaseEnd { h, .. } | Op::PickHostLeasable { h, .. } | Op::AutoPin { h, .. } | Op::ContextPinFor { h, .. } | Op::ContextRelease { h, .. } | Op::MapReplace { h, .. } | Op::MapLoadFailed { h, .. } => Some(*h),
+        Op::Free { h, .. } | Op::NodeCount { h, .. } | Op::Heartbeat { h, .. } | Op::RecoveryScope { h, .. } | Op::SetStrict { h, .. } | Op::ThreadPin { h, .. } | Op::ThreadUnpin { h, .. } | Op::ContextNew { h, .. } | Op::ContextPin { h, .. } | Op::ContextUnpin { h, .. } | Op::ContextRoute { h, .. } | Op::Route { h, .. } | Op::Pick { h, .. } | Op::PickHostBegins { h, .. } | Op::LeaseBegin { h, .. } | Op::LeaseRelease { h, .. } | Op::TxBegin { h, .. } | Op::TxBeginOn { h, .. } | Op::TxBeginFor { h, .. } | Op::TxPrepared { h, .. } | Op::TxRoute { h, .. } | Op::TxEnd { h, .. } | Op::TxComplete { h, .. } | Op::TxRecovered { h, .. } | Op::SessionRoute { h, .. } | Op::SessionEnd { h, .. } | Op::KeyRoute { h, .. } | Op::KeyRouteI64 { h, .. } | Op::KeyPartition { h, .. } | Op::PartitionOwner { h, .. } | Op::RequestPick { h, .. } | Op::Event { h, .. } | Op::Metrics { h, .. } | Op::NodeAdd { h, .. } | Op::NodeRemove { h, .. } | Op::NodeSetState { h, .. } | Op::NodeGetState { h, .. } | Op::NodeFind { h, .. } | Op::NodeName { h, .. } | Op::Probe { h, .. } | Op::Outcome { h, .. } | Op::SessionRouting { h, .. } | Op::TokenNew { h, .. } | Op::TokenDecode { h, .. } | Op::TokenRoute { h, .. } | Op::EpochPage { h, .. } | Op::RouteCacheable { h, .. } | Op::CountHostHits { h, .. } | Op::HostLeaseEnd { h, .. } | Op::PickHostLeasable { h, .. } | Op::AutoPin { h, .. } | Op::ContextPinFor { h, .. } | Op::ContextRelease { h, .. } | Op::MapReplace { h, .. } | Op::MapLoadFailed { h, .. } => Some(*h),
         _ => None,
     }
 }
@@ -1380,6 +1384,27 @@ impl Model {
                     self.check("pick.null_out", r, R::NullArgument, &h);
                 } else {
                     self.pick_result("cluster_pick", r, p, live, Some(l), None);
+                }
+                Some(r)
+            }
+            Op::PickHostBegins { h, null_out } => {
+                let (p, live) = self.resolve(h);
+                let mut l =
+                    racaffinity_lease { node: u32::MAX, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
+                let r = unsafe { racaffinity_cluster_pick_host_begins(p, if null_out { null_mut() } else { &mut l }) };
+                if null_out {
+                    self.check("pick_host_begins.null_out", r, R::NullArgument, &h);
+                } else if r == R::Ok && l.token == 0 {
+                    // The host's to begin and end in the page: a node of the
+                    // lease table, and no lease of the library's.
+                    let route = racaffinity_route { node: l.node, kind: l.kind };
+                    self.pick_result("cluster_pick_host_begins", r, p, live, None, Some(route));
+                    self.holds("pick_host_begins.has_word", (l.node as usize) < RACAFFINITY_HOST_LEASE_NODES, &l);
+                    let r2 = unsafe { racaffinity_lease_release(p, &l, 2) };
+                    self.check("pick_host_begins.host_lease_not_releasable", r2, R::InvalidLease, &l);
+                } else {
+                    // Otherwise a library lease, released by a later op like any other.
+                    self.pick_result("cluster_pick_host_begins", r, p, live, Some(l), None);
                 }
                 Some(r)
             }
