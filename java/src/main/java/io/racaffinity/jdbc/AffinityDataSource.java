@@ -6,6 +6,7 @@ import io.racaffinity.Cluster;
 import io.racaffinity.Lease;
 import io.racaffinity.Outcome;
 import io.racaffinity.Pin;
+import io.racaffinity.ReplayCounts;
 import io.racaffinity.Route;
 import io.racaffinity.Scope;
 import io.racaffinity.jta.TransactionAffinity;

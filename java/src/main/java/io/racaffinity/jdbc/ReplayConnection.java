@@ -9,6 +9,7 @@ import io.racaffinity.Continuity.ErrorClass;
 import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.Continuity.ReplayRefusedException;
 import io.racaffinity.Continuity.Step;
+import io.racaffinity.ReplayCounts;
 import java.lang.System.Logger.Level;
 import java.lang.reflect.InvocationHandler;
 import java.lang.reflect.InvocationTargetException;

@@ -22,6 +22,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Continuity;
 import io.racaffinity.Continuity.Refusal;
+import io.racaffinity.ReplayCounts;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.testsupport.FaultProxy;

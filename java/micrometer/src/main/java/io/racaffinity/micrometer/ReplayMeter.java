@@ -1,7 +1,7 @@
 package io.racaffinity.micrometer;
 
 import io.racaffinity.Continuity.Refusal;
-import io.racaffinity.jdbc.ReplayCounts;
+import io.racaffinity.ReplayCounts;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;

@@ -1,6 +1,5 @@
-package io.racaffinity.jdbc;
+package io.racaffinity;
 
-import io.racaffinity.Cluster;
 import io.racaffinity.Continuity.Refusal;
 import java.util.Collections;
 import java.util.LinkedHashMap;
@@ -11,7 +10,8 @@ import java.util.concurrent.atomic.LongAdder;
 
 /**
  * How request replay ended its recoveries on one cluster (docs/continuity.md, "Java",
- * "Counts"), summed over every {@link AffinityDataSource} of the cluster, as the cluster's
+ * "Counts"), summed over every data source of the cluster
+ * ({@code io.racaffinity.jdbc.AffinityDataSource} with {@code replay=true}), as the cluster's
  * MXBean ({@code Replays}, {@code ReplayCommittedAlready}, {@code ReplayRefusals},
  * {@code ReplayOutcomeChecks}, {@code ReplayOutcomesForced}) and the Micrometer binder
  * ({@code racaffinity.replay.*}) show them.
@@ -25,10 +25,13 @@ import java.util.concurrent.atomic.LongAdder;
  * own errors (a constraint, a syntax error: the {@code NOT_RECOVERABLE} cause on the first error)
  * begin no recovery and are not counted.
  *
- * <p>Counted by the data source's replay walk, not the core: {@link Cluster#replayStep} is a
- * decision without side effects, and the walk's I/O (the outcome checks, the replay) is the
- * binding's. Kept per cluster so that data sources sharing one cluster (and its one MXBean)
- * count together; a cluster's counts live as long as it is reachable.
+ * <p>Counted by the replay walk that does the I/O, not the core: {@link Cluster#replayStep} is a
+ * decision without side effects. The data source's walk reports each end with the {@code count}
+ * methods; a host that runs its own walk over {@link Cluster#replayStep} may report its ends the
+ * same way, and the cluster's MXBean and meters show them. Kept per cluster, in this package
+ * beside {@link Cluster} (the MXBean's package reads them, the data source's writes them), so
+ * that data sources sharing one cluster (and its one MXBean) count together; a cluster's counts
+ * live as long as it is reachable.
  */
 public final class ReplayCounts {
     /** Clusters are compared by identity (Cluster does not override equals). */
@@ -112,19 +115,32 @@ public final class ReplayCounts {
         return forced.sum();
     }
 
-    void countReplayed() {
+    /** A recovery a replay ended: the request went on elsewhere and the application saw no error. */
+    public void countReplayed() {
         replayed.increment();
     }
 
-    void countCommittedAlready() {
+    /** A recovery that found the COMMIT in flight committed: nothing replayed. */
+    public void countCommittedAlready() {
         committed.increment();
     }
 
-    void countRefused(Refusal refusal) {
+    /**
+     * A recovery that ended in the original error with {@code refusal}.
+     *
+     * @param refusal why
+     */
+    public void countRefused(Refusal refusal) {
         refused[refusal.ordinal()].increment();
     }
 
-    void countCheck(boolean force) {
+    /**
+     * An outcome check run, or with {@code force} an outcome forced (the old transaction's
+     * backend ended before a check).
+     *
+     * @param force which of the two
+     */
+    public void countCheck(boolean force) {
         (force ? forced : checks).increment();
     }
 
