@@ -15,7 +15,7 @@ CARGO_FUZZ := $(TOOLS)/bin/cargo-fuzz
 LIB_DIR := target/release
 TESTING_LIB_DIR := target/ffi-testing/release
 
-.PHONY: check-abi abi-baseline zig-tools lib-portable check-portable feed-tool failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool etcd-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
+.PHONY: check-abi check-abi-fails abi-baseline zig-tools lib-portable check-portable feed-tool failure-matrix fuzz test-fuzz cargo-fuzz-tool demo-rust cbindgen-tool toxiproxy-tool etcd-tool all build lib lib-testing header check-header check-symbols install demo test test-rust test-vectors \
 	test-cluster test-demo test-soak soak soak-feed test-c test-python test-java jar lint bench bench-scaling memory clean clean-nodes help \
 	test-doc-samples check-docs wheel test-wheel docs \
 	test-appservers continuity-tomcat test-micrometer test-simplefan test-spring-boot dist install-java test-dist
@@ -55,6 +55,7 @@ help:
 	@echo "  make check-header    include/racaffinity.h matches what cbindgen generates"
 	@echo "  make check-symbols   the library exports only racaffinity_* and Java_*"
 	@echo "  make check-abi       the C ABI against its baseline in abi/: no incompatible change without a version bump"
+	@echo "  make check-abi-fails that check-abi fails on a scratch copy with two incompatible changes"
 	@echo "  make test-rust       cargo test of the workspace and its doctests"
 	@echo "  make test-vectors    the shared vectors against the independent Python hash"
 	@echo "  make test-c          C tests under valgrind, cffi parse, pkg-config and CMake installs, libpq example"
@@ -175,6 +176,12 @@ check-abi:
 	$(CARGO) build --quiet -p racaffinity-ffi
 	tools/abi.sh check $(ABI_LIB)
 
+# That check-abi can fail: a scratch copy with two incompatible changes must
+# fail it (tools/abi_selftest.sh --quick; the whole self-test, 7 cases, is
+# tools/abi_selftest.sh).
+check-abi-fails:
+	tools/abi_selftest.sh --quick
+
 abi-baseline:
 	$(CARGO) build --quiet -p racaffinity-ffi
 	tools/abi.sh baseline $(ABI_LIB)
@@ -205,7 +212,7 @@ demo: lib jar
 demo-rust: build
 	tests/cluster/with-nodes 3 $(CARGO) run --quiet --release -p racaffinity --example demo
 
-test: lint check-header check-symbols test-rust check-abi test-vectors test-fuzz test-c test-python test-wheel check-portable test-java test-appservers test-micrometer test-simplefan test-spring-boot test-dist test-doc-samples docs test-cluster test-demo test-soak failure-matrix
+test: lint check-header check-symbols test-rust check-abi check-abi-fails test-vectors test-fuzz test-c test-python test-wheel check-portable test-java test-appservers test-micrometer test-simplefan test-spring-boot test-dist test-doc-samples docs test-cluster test-demo test-soak failure-matrix
 	@echo "make test: all tests passed"
 
 # The XA failure matrix of both halves (written by test-java and test-python
