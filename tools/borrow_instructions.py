@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Instructions per Python pool borrow, counted by valgrind's callgrind.
+
+A count, not a time: it does not move with the load of a shared machine (the
+timing ratios of python/bench.py swing with it), so it shows what a change to
+the borrow path saves before a quiet machine is at hand to time it. Each case
+runs twice under callgrind, with N borrows and with none, after the same
+200-borrow warm-up; the difference over N is the count per borrow. The pools'
+own threads add a few hundred instructions of noise per borrow.
+
+    target/pyenv/bin/python tools/borrow_instructions.py [--borrows N] [CASE ...]
+
+Cases: bare (psycopg_pool getconn + with conn + putconn), floor (a bare
+context manager around those), pinned (NodePools.connection() in a pin),
+balanced (NodePools.connection(), unpinned). Uses the nodes of
+RACAFF_NODE1_DSN..3, or starts 3 with tests/cluster/pgnodes (ports from
+RACAFF_PG_BASE_PORT, default 57081) and stops them after. Needs valgrind.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = ("bare", "floor", "pinned", "balanced")
+
+# Run in the child: set up the pools, warm up, then N borrows of one case.
+CHILD = r"""
+import contextvars, os, sys
+import psycopg_pool
+import racaffinity as ra
+from racaffinity.pools import NodePools
+
+case, n = sys.argv[1], int(sys.argv[2])
+names = ["n1", "n2", "n3"]
+dsns = {name: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, name in enumerate(names)}
+cluster = ra.Cluster(nodes=names)
+pools = NodePools(cluster, dsns, min_size=2, max_size=2)
+for p in pools._by_id:
+    p.wait()
+ctx = contextvars.copy_context()
+node = ctx.run(lambda: cluster.pin().__enter__()).name
+bare = psycopg_pool.ConnectionPool(dsns[node], min_size=2, max_size=2, open=False, name="bare")
+bare.open(wait=True)
+
+
+def bare_borrow():
+    conn = bare.getconn()
+    try:
+        with conn:
+            pass
+    finally:
+        bare.putconn(conn)
+
+
+class Floor:
+    __slots__ = ("conn",)
+
+    def __enter__(self):
+        self.conn = bare.getconn()
+        return self.conn.__enter__()
+
+    def __exit__(self, et, ev, tb):
+        try:
+            self.conn.__exit__(et, ev, tb)
+        finally:
+            bare.putconn(self.conn)
+
+
+def floor_borrow():
+    with Floor():
+        pass
+
+
+def pools_borrow():
+    with pools.connection():
+        pass
+
+
+fn = {"bare": bare_borrow, "floor": floor_borrow, "pinned": pools_borrow, "balanced": pools_borrow}[case]
+run = ctx.run if case == "pinned" else (lambda f: f())
+
+
+def borrows(k):
+    def go():
+        for _ in range(k):
+            fn()
+    return go
+
+
+run(borrows(200))
+run(borrows(n))
+# No teardown: the count is of the borrows, and N=0 runs the same set-up.
+os._exit(0)
+"""
+
+
+def collected(case: str, n: int) -> int:
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", CHILD, case, str(n)],
+        capture_output=True, text=True, check=False,
+    )
+    m = re.search(r"Collected : (\d+)", out.stderr)
+    if not m:
+        sys.exit(f"borrow_instructions: callgrind gave no count for {case} (N={n}):\n{out.stderr[-2000:]}")
+    return int(m.group(1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--borrows", type=int, default=6000)
+    ap.add_argument("cases", nargs="*", metavar="CASE", help=f"any of {', '.join(CASES)} (default: all)")
+    args = ap.parse_args()
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        ap.error(f"unknown case {unknown[0]!r}: the cases are {', '.join(CASES)}")
+    args.cases = args.cases or list(CASES)
+    pgnodes = str(REPO / "tests" / "cluster" / "pgnodes")
+    started = False
+    if not os.environ.get("RACAFF_NODE1_DSN"):
+        os.environ.setdefault("RACAFF_PG_BASE_PORT", "57081")
+        subprocess.run([pgnodes, "start", "3"], check=True, stdout=subprocess.DEVNULL)
+        started = True
+        env = subprocess.run([pgnodes, "env"], check=True, capture_output=True, text=True).stdout
+        for line in env.splitlines():
+            if line.startswith("export "):
+                k, _, v = line[len("export "):].partition("=")
+                os.environ[k] = v.strip("'")
+    try:
+        base = None
+        for case in args.cases:
+            per = (collected(case, args.borrows) - collected(case, 0)) / args.borrows
+            base = per if case == "bare" else base
+            vs = f"  {per / base:.2f}x bare" if base else ""
+            print(f"{case:9s} {per:9.0f} instructions per borrow{vs}")
+    finally:
+        if started:
+            subprocess.run([pgnodes, "stop"], stdout=subprocess.DEVNULL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
