@@ -472,11 +472,11 @@ impl Cluster {
         g.get(&name.to_ascii_uppercase()).filter(|k| !k.removed).map(|k| k.version)
     }
 
-    /// The version of the last membership input about `name`, an addition
-    /// or a removal (`None`: no versioned input about it).
-    pub(crate) fn member_record_version(&self, name: &str) -> Option<u64> {
+    /// The version of the last membership input about `name` when it is a
+    /// removal (`None`: no versioned input about it, or an addition).
+    pub(crate) fn member_removal_version(&self, name: &str) -> Option<u64> {
         let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
-        g.get(&name.to_ascii_uppercase()).map(|k| k.version)
+        g.get(&name.to_ascii_uppercase()).filter(|k| k.removed).map(|k| k.version)
     }
 
     /// A versioned removal; see [`Cluster::add_node_at`]. A removal of a

@@ -48,6 +48,7 @@ fn the_subscriber_over_a_real_etcd_cluster() {
     a_quiet_watch_is_left_alone(&etcd);
     operator_calls_reach_the_whole_fleet(&etcd);
     a_record_is_written_only_while_its_node_is_a_member(&etcd);
+    an_addition_racing_another_process_s_is_a_duplicate(&etcd);
     a_configured_node_removed_stays_removed_fleet_wide(&etcd);
     a_subscriber_away_resumes_or_reads_everything_again(&etcd);
     the_leader_killed_mid_stream_loses_nothing(&etcd);
@@ -202,6 +203,36 @@ fn a_record_is_written_only_while_its_node_is_a_member(etcd: &Etcd) {
     let (_, kvs) = kv.range_prefix("t8/node/F").unwrap();
     assert_eq!(kvs[0].value.as_deref(), Some("present weight=5"));
     assert_eq!((feed(&here).refused, feed(&there).refused), (0, 0));
+}
+
+fn an_addition_racing_another_process_s_is_a_duplicate(etcd: &Etcd) {
+    // Another process adds a node and this one adds the same name while the
+    // other's record is on its way here: whatever this process has applied
+    // by then, its addition must be refused as a duplicate and the other's
+    // record kept. The delay after the other's write sweeps the moment the
+    // record arrives across this call's check and its write (a CI run once
+    // overwrote the record: the watch applied it between the two).
+    let kv = etcd.client();
+    let here = Cluster::from_config_text(&config(&etcd.url("t10"))).unwrap();
+    let mut overwritten = Vec::new();
+    for i in 0..300u64 {
+        let name = format!("G{i}");
+        kv.put(&format!("t10/node/{name}"), "present weight=5", 0).unwrap();
+        let until = Instant::now() + Duration::from_micros(i * 10);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        match here.add_node(NodeSpec::new(&name).weight(9)) {
+            Err(e) => assert_eq!(e.kind(), ErrorKind::DuplicateNode, "{name}: {e}"),
+            Ok(_) => overwritten.push(name.clone()),
+        }
+        let (_, kvs) = kv.range_prefix(&format!("t10/node/{name}")).unwrap();
+        if kvs[0].value.as_deref() != Some("present weight=5") {
+            overwritten.push(format!("{name} record"));
+        }
+    }
+    assert!(overwritten.is_empty(), "additions that overwrote another process's: {overwritten:?}");
+    assert_eq!(feed(&here).refused, 0);
 }
 
 fn a_configured_node_removed_stays_removed_fleet_wide(etcd: &Etcd) {

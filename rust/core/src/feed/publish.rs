@@ -52,8 +52,13 @@ impl Cluster {
     fn put_while_member(&self, p: &Publisher, name: &str, key: &str, full: &str, value: &str) -> Result<u64> {
         let adding = key.split('/').count() == 2 && !super::is_removal(value);
         let guard = format!("{}node/{name}", p.prefix);
+        // An addition is guarded by the removal it follows, or by no record
+        // at all; never by a record that adds the node: the caller found no
+        // such node, so a present record read now arrived since (another
+        // process added it), and comparing with it would overwrite that
+        // addition. 0 then fails the compare: a duplicate.
         let mut expected =
-            if adding { self.member_record_version(name) } else { self.member_version(name) }.unwrap_or(0);
+            if adding { self.member_removal_version(name) } else { self.member_version(name) }.unwrap_or(0);
         let gone = || {
             Error::UnknownNode(format!(
                 "{name}: removed through the topology feed since this process read it; nothing written"
