@@ -302,30 +302,45 @@ def stop_nodes() -> None:
     subprocess.run([str(REPO / "tests" / "cluster" / "pgnodes"), "stop"], stdout=subprocess.DEVNULL)
 
 
-def bench_pools(quick: bool) -> None:
-    import psycopg_pool
+class PoolSubjects:
+    """The pools both pool benchmarks borrow from (this script's timings and
+    tools/borrow_instructions.py's instruction counts), so they measure the
+    same borrows: `NodePools` over the three nodes with 2 connections each,
+    a context pinned on one of them (`pinned`, node `node`), and a bare
+    psycopg_pool pool of 2 on that node (`bare`), and the borrows
+    (`_borrows`)."""
 
-    from racaffinity.pools import NodePools
+    def __init__(self, dsns: Dict[str, str]) -> None:
+        import contextvars
 
-    n, repeats = (500, 11) if quick else (3_000, 21)
-    dsns = {name: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, name in enumerate(NAMES)}
-    c = ra.Cluster(nodes=NAMES)
-    pools = NodePools(c, dsns, min_size=2, max_size=2)
-    for p in pools._by_id:
-        p.wait()
-    import contextvars
+        import psycopg_pool
 
-    # The pinned case runs in its own context; the bare pool, the key case
-    # and the comparison all use the pinned node.
-    pinned = contextvars.copy_context()
-    node = pinned.run(lambda: c.pin().__enter__()).name
-    bare = psycopg_pool.ConnectionPool(dsns[node], min_size=2, max_size=2, open=False, name="bare")
-    bare.open(wait=True)
-    key = next(k for k in range(1000) if c.route_key(k).name == node)
+        from racaffinity.pools import NodePools
 
-    def bare_conn() -> None:
-        with bare.connection():
-            pass
+        self.cluster = ra.Cluster(nodes=list(dsns))
+        self.pools = NodePools(self.cluster, dsns, min_size=2, max_size=2)
+        for p in self.pools._by_id:
+            p.wait()
+        # The pinned case runs in its own context; the bare pool, the key
+        # case and the comparison all use the pinned node.
+        self.pinned = contextvars.copy_context()
+        self.node = self.pinned.run(lambda: self.cluster.pin().__enter__()).name
+        self.bare = psycopg_pool.ConnectionPool(dsns[self.node], min_size=2, max_size=2, open=False, name="bare")
+        self.bare.open(wait=True)
+        self.bare_getconn, self.wrapper_floor, self.ra_borrow = _borrows(self.bare, self.pools)
+
+    def close(self) -> None:
+        self.bare.close()
+        self.pools.close()
+        self.cluster.close()
+
+
+def _borrows(bare: Any, pools: Any) -> Tuple[Callable[[], None], Callable[[], None], Callable[[], None]]:
+    """The borrows of `PoolSubjects`, as closures (a method would add an
+    attribute load per call to every case): bare getconn + `with conn` +
+    putconn (what `NodePools.connection()` calls inside its lease), the
+    floor around those, and `NodePools.connection()` (pinned when run in the
+    pinned context, else balanced)."""
 
     def bare_getconn() -> None:
         conn = bare.getconn()
@@ -356,16 +371,33 @@ def bench_pools(quick: bool) -> None:
         with Floor():
             pass
 
+    def ra_borrow() -> None:
+        with pools.connection():
+            pass
+
+    return bare_getconn, wrapper_floor, ra_borrow
+
+
+def bench_pools(quick: bool) -> None:
+    import psycopg_pool
+
+    from racaffinity.pools import NodePools
+
+    n, repeats = (500, 11) if quick else (3_000, 21)
+    dsns = {name: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, name in enumerate(NAMES)}
+    subjects = PoolSubjects(dsns)
+    c, pools, pinned, node, bare = subjects.cluster, subjects.pools, subjects.pinned, subjects.node, subjects.bare
+    key = next(k for k in range(1000) if c.route_key(k).name == node)
+
+    def bare_conn() -> None:
+        with bare.connection():
+            pass
+
+    bare_getconn, wrapper_floor = subjects.bare_getconn, subjects.wrapper_floor
+    ra_balanced = ra_pinned = subjects.ra_borrow
+
     def ra_key() -> None:
         with pools.connection(key=key):
-            pass
-
-    def ra_balanced() -> None:
-        with pools.connection():
-            pass
-
-    def ra_pinned() -> None:
-        with pools.connection():
             pass
 
     # Two floors of the missed targets: the pinned borrow whose node pools
@@ -463,9 +495,7 @@ def bench_pools(quick: bool) -> None:
     if BEFORE is not None:
         bpools.close()
         bc.close()
-    bare.close()
-    pools.close()
-    c.close()
+    subjects.close()
     fpools.close()
     fc.close()
     opools.close()

@@ -27,61 +27,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CASES = ("bare", "floor", "pinned", "balanced")
 
-# Run in the child: set up the pools, warm up, then N borrows of one case.
+# Run in the child: the pools and borrows of python/bench.py's pool
+# benchmark (so both measure the same borrows), a warm-up, then N borrows of
+# one case.
 CHILD = r"""
-import contextvars, os, sys
-import psycopg_pool
-import racaffinity as ra
-from racaffinity.pools import NodePools
+import os, sys
+sys.path.insert(0, os.environ["RACAFF_BENCH_DIR"])
+from bench import PoolSubjects
 
 case, n = sys.argv[1], int(sys.argv[2])
-names = ["n1", "n2", "n3"]
-dsns = {name: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, name in enumerate(names)}
-cluster = ra.Cluster(nodes=names)
-pools = NodePools(cluster, dsns, min_size=2, max_size=2)
-for p in pools._by_id:
-    p.wait()
-ctx = contextvars.copy_context()
-node = ctx.run(lambda: cluster.pin().__enter__()).name
-bare = psycopg_pool.ConnectionPool(dsns[node], min_size=2, max_size=2, open=False, name="bare")
-bare.open(wait=True)
-
-
-def bare_borrow():
-    conn = bare.getconn()
-    try:
-        with conn:
-            pass
-    finally:
-        bare.putconn(conn)
-
-
-class Floor:
-    __slots__ = ("conn",)
-
-    def __enter__(self):
-        self.conn = bare.getconn()
-        return self.conn.__enter__()
-
-    def __exit__(self, et, ev, tb):
-        try:
-            self.conn.__exit__(et, ev, tb)
-        finally:
-            bare.putconn(self.conn)
-
-
-def floor_borrow():
-    with Floor():
-        pass
-
-
-def pools_borrow():
-    with pools.connection():
-        pass
-
-
-fn = {"bare": bare_borrow, "floor": floor_borrow, "pinned": pools_borrow, "balanced": pools_borrow}[case]
-run = ctx.run if case == "pinned" else (lambda f: f())
+dsns = {name: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, name in enumerate(["n1", "n2", "n3"])}
+s = PoolSubjects(dsns)
+fn = {"bare": s.bare_getconn, "floor": s.wrapper_floor, "pinned": s.ra_borrow, "balanced": s.ra_borrow}[case]
+run = s.pinned.run if case == "pinned" else (lambda f: f())
 
 
 def borrows(k):
@@ -101,7 +59,7 @@ os._exit(0)
 def collected(case: str, n: int) -> int:
     out = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", CHILD, case, str(n)],
-        capture_output=True, text=True, check=False,
+        capture_output=True, text=True, check=False, env={**os.environ, "RACAFF_BENCH_DIR": str(REPO / "python")},
     )
     m = re.search(r"Collected : (\d+)", out.stderr)
     if not m:
