@@ -316,7 +316,8 @@ docs: lib
 	mkdir -p target/site/api && cp -r target/doc target/site/api/rust
 	mvn -q -f java $(JAVADOC_PLUGIN):javadoc -Dmaven.javadoc.failOnError=true -Ddoclint=none
 	cp -r java/target/reports/apidocs target/site/api/java
-	$(DOCS_VENV)/bin/pdoc --output-directory target/site/api/python racaffinity
+	# A type pdoc cannot resolve would show in the reference as a ForwardRef string: an error here.
+	$(DOCS_VENV)/bin/python -W error::UserWarning:pdoc.doc_types -m pdoc --output-directory target/site/api/python racaffinity
 	@for f in index.html api.html api/rust/racaffinity/index.html api/rust/racaffinity_oracle/index.html \
 	  api/java/index.html api/python/racaffinity.html api/c/racaffinity.h; do \
 	  test -s target/site/$$f || { echo "make docs: target/site/$$f is missing"; exit 1; }; done

@@ -308,3 +308,9 @@ class Node(NamedTuple):
     name: str
     state: NodeState
 
+
+# A NamedTuple's generated __new__ belongs to a made-up module, so its string
+# annotations (this module's `from __future__ import annotations`) resolve
+# nowhere: the API reference would show `ForwardRef('NodeState')`.
+Node.__new__.__module__ = __name__
+

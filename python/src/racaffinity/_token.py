@@ -35,3 +35,9 @@ class TokenRoute(NamedTuple):
     def changed(self) -> bool:
         """Whether the client must be sent the rewritten token."""
         return self.token is not None
+
+
+# Each NamedTuple's generated __new__ belongs to a made-up module, so its string
+# annotations resolve nowhere: the API reference would show
+# `ForwardRef('Optional[str]')` (as racaffinity._routes does for Node).
+SessionRouting.__new__.__module__ = TokenRoute.__new__.__module__ = __name__
