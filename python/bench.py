@@ -506,29 +506,11 @@ def bench_sqlalchemy(quick: bool) -> None:
     """(c) SQLAlchemy: `engine.connect()` + close of racaffinity's engine (its
     RoutingPool over one QueuePool per node) against a plain SQLAlchemy
     engine (QueuePool) on the same node, with the same pool size."""
-    import sqlalchemy as sa
-
-    from racaffinity.sqlalchemy import create_engine
-
     n, repeats = (500, 11) if quick else (3_000, 21)
     ports = {name: os.environ[f"RACAFF_NODE{i + 1}_PORT"] for i, name in enumerate(NAMES)}
-    urls = {name: f"postgresql+psycopg://postgres@127.0.0.1:{p}/postgres" for name, p in ports.items()}
-    c = ra.Cluster(nodes=NAMES)
-    engine = create_engine(c, urls, pool_size=2, max_overflow=0)
-    import contextvars
-
-    pinned = contextvars.copy_context()
-    node = pinned.run(lambda: c.pin().__enter__()).name
-    plain = sa.create_engine(urls[node], pool_size=2, max_overflow=0)
-    assert isinstance(plain.pool, sa.pool.QueuePool)
-
-    def plain_connect() -> None:
-        with plain.connect():
-            pass
-
-    def ra_connect() -> None:
-        with engine.connect():
-            pass
+    subjects = SqlAlchemySubjects(ports)
+    pinned, node, urls = subjects.pinned, subjects.node, subjects.urls
+    plain_connect, ra_connect = subjects.plain_connect, subjects.ra_connect
 
     cases = {
         "sqlalchemy_plain_connect": loop(plain_connect, n),
@@ -581,9 +563,47 @@ def bench_sqlalchemy(quick: bool) -> None:
     if BEFORE is not None:
         bengine.dispose()
         bc.close()
-    plain.dispose()
-    engine.dispose()
-    c.close()
+    subjects.close()
+
+
+class SqlAlchemySubjects:
+    """The engines both SQLAlchemy benchmarks use (this script's timings and
+    tools/borrow_instructions.py's instruction counts): racaffinity's engine
+    over the nodes on `ports` (2 connections per node), a context pinned on
+    one of them (`pinned`, node `node`), and a plain SQLAlchemy engine
+    (`QueuePool` of 2) on that node; `connect()` + close of each."""
+
+    def __init__(self, ports: Dict[str, str]) -> None:
+        import contextvars
+
+        import sqlalchemy as sa
+
+        from racaffinity.sqlalchemy import create_engine
+
+        self.urls = {name: f"postgresql+psycopg://postgres@127.0.0.1:{p}/postgres" for name, p in ports.items()}
+        self.cluster = ra.Cluster(nodes=list(ports))
+        self.engine = create_engine(self.cluster, self.urls, pool_size=2, max_overflow=0)
+        self.pinned = contextvars.copy_context()
+        self.node = self.pinned.run(lambda: self.cluster.pin().__enter__()).name
+        self.plain = sa.create_engine(self.urls[self.node], pool_size=2, max_overflow=0)
+        assert isinstance(self.plain.pool, sa.pool.QueuePool)
+        plain, engine = self.plain, self.engine
+
+        # Closures, as `_borrows`: a method would add an attribute load per call.
+        def plain_connect() -> None:
+            with plain.connect():
+                pass
+
+        def ra_connect() -> None:
+            with engine.connect():
+                pass
+
+        self.plain_connect, self.ra_connect = plain_connect, ra_connect
+
+    def close(self) -> None:
+        self.plain.dispose()
+        self.engine.dispose()
+        self.cluster.close()
 
 
 def main() -> int:

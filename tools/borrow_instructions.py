@@ -12,7 +12,10 @@ own threads add a few hundred instructions of noise per borrow.
 
 Cases: bare (psycopg_pool getconn + with conn + putconn), floor (a bare
 context manager around those), pinned (NodePools.connection() in a pin),
-balanced (NodePools.connection(), unpinned). Uses the nodes of
+balanced (NodePools.connection(), unpinned); sa_plain (a plain SQLAlchemy
+engine's connect() + close, QueuePool) and sa_pinned (racaffinity's engine,
+in a pin). Each ratio is to its group's anchor when that ran too (bare,
+sa_plain). Uses the nodes of
 RACAFF_NODE1_DSN..3, or starts 3 with tests/cluster/pgnodes (ports from
 RACAFF_PG_BASE_PORT, default 57081) and stops them after. Needs valgrind.
 """
@@ -25,7 +28,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CASES = ("bare", "floor", "pinned", "balanced")
+CASES = ("bare", "floor", "pinned", "balanced", "sa_plain", "sa_pinned")
 
 # Run in the child: the pools and borrows of python/bench.py's pool
 # benchmark (so both measure the same borrows), a warm-up, then N borrows of
@@ -33,13 +36,17 @@ CASES = ("bare", "floor", "pinned", "balanced")
 CHILD = r"""
 import os, sys
 sys.path.insert(0, os.environ["RACAFF_BENCH_DIR"])
-from bench import PoolSubjects
+from bench import PoolSubjects, SqlAlchemySubjects
 
 case, n = sys.argv[1], int(sys.argv[2])
-dsns = {name: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, name in enumerate(["n1", "n2", "n3"])}
-s = PoolSubjects(dsns)
-fn = {"bare": s.bare_getconn, "floor": s.wrapper_floor, "pinned": s.ra_borrow, "balanced": s.ra_borrow}[case]
-run = s.pinned.run if case == "pinned" else (lambda f: f())
+names = ["n1", "n2", "n3"]
+if case.startswith("sa_"):
+    s = SqlAlchemySubjects({name: os.environ[f"RACAFF_NODE{i + 1}_PORT"] for i, name in enumerate(names)})
+    fn = s.plain_connect if case == "sa_plain" else s.ra_connect
+else:
+    s = PoolSubjects({name: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, name in enumerate(names)})
+    fn = {"bare": s.bare_getconn, "floor": s.wrapper_floor, "pinned": s.ra_borrow, "balanced": s.ra_borrow}[case]
+run = s.pinned.run if case in ("pinned", "sa_pinned") else (lambda f: f())
 
 
 def borrows(k):
@@ -88,11 +95,13 @@ def main() -> int:
                 k, _, v = line[len("export "):].partition("=")
                 os.environ[k] = v.strip("'")
     try:
-        base = None
+        bases: dict = {}  # each group's anchor (bare, sa_plain) -> its count
         for case in args.cases:
             per = (collected(case, args.borrows) - collected(case, 0)) / args.borrows
-            base = per if case == "bare" else base
-            vs = f"  {per / base:.2f}x bare" if base else ""
+            first = "sa_plain" if case.startswith("sa_") else "bare"
+            if case == first:
+                bases[first] = per
+            vs = f"  {per / bases[first]:.2f}x {first}" if first in bases else ""
             print(f"{case:9s} {per:9.0f} instructions per borrow{vs}")
     finally:
         if started:
