@@ -1659,12 +1659,17 @@ class Soak(NodeSQL):
             nxt = eps[j + 1].t0 if j + 1 < len(eps) else 1e9
             det = every = None
             if FEED:
-                w = next((w for w in sorted(self.writes, key=lambda w: w.t) if w.key == f"node/{e.node}/state"
-                          and w.value == "down" and e.t0 <= w.t <= t_end), None)
+                states = [w for w in sorted(self.writes, key=lambda w: w.t) if w.key == f"node/{e.node}/state"]
+                w = next((w for w in states if w.value == "down" and e.t0 <= w.t <= t_end), None)
                 if w is not None:
                     det = w.t - e.t0
                     at = [self.applied_at(p, w.rev) for p in PROCS]
                     every = None if None in at else max(at) - e.t0  # type: ignore[type-var]
+                    # The monitor sees the restarted node answer, and writes `up`, before the
+                    # restart tool returns: a refusal after that write answers the `up` (the
+                    # node changed within the settle), not the crash.
+                    up = next((u.t for u in states if u.value == "up" and w.t < u.t <= t_end), None)
+                    t_end = up if up is not None else t_end
             else:
                 label = next((l for l in self.label_t if l.startswith(f"#{e.idx:02d}.0 ")), None)
                 if label is not None:
