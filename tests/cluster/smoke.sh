@@ -210,6 +210,20 @@ echo "== destroy"
 DESTROY_ROOT=/tmp/racaffinity-pg-smoke-destroy-$$
 RACAFF_PG_DIR=$DESTROY_ROOT "$PGNODES" start 1 >/dev/null || abort "pgnodes start 1 in $DESTROY_ROOT"
 reachable 1 || fail "node 1 of $DESTROY_ROOT not reachable after start"
+# Another run (another RACAFF_PG_BASE_PORT) on a root whose node is running
+# elsewhere: refused at once, naming the port the node runs on and the way
+# out, and the running node is left alone (it once timed out after 30 s on
+# the ports it was asked for, and a soak lost its nodes to a benchmark's).
+other=$(( RACAFF_NODE1_PORT + 100 ))
+t0=$SECONDS
+if out=$(RACAFF_PG_DIR=$DESTROY_ROOT RACAFF_PG_BASE_PORT=$other "$PGNODES" start 1 2>&1); then
+    fail "'pgnodes start' on port $other took a root whose node runs on $RACAFF_NODE1_PORT"
+elif [[ $out == *"port $RACAFF_NODE1_PORT"* && $out == *RACAFF_PG_DIR* ]] && (( SECONDS - t0 < 10 )); then
+    pass "a start on other ports refuses a root whose node runs, at once, naming its port"
+else
+    fail "a start on other ports of a running root: $(( SECONDS - t0 )) s, said: $out"
+fi
+reachable 1 || fail "node 1 of $DESTROY_ROOT not reachable after another run's refused start"
 RACAFF_PG_DIR=$DESTROY_ROOT "$PGNODES" destroy >/dev/null || fail "'pgnodes destroy' failed"
 [[ ! -e $DESTROY_ROOT ]] && pass "'pgnodes destroy' removes the data root" \
     || { fail "$DESTROY_ROOT still exists after 'pgnodes destroy'"
