@@ -343,6 +343,10 @@ INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio t
      " (interleaved)", "the same without it", None),
     ("slotLeasedWrapperFloor/leasedWrapperFloor", "the floor with the lease and a failover slot (interleaved)",
      "the floor with the lease", None),
+    ("affinityOneNode/affinityNoFailover", "fast connection failover's bookkeeping, twins built alike (one node"
+     " over the same pool): with it (interleaved)", "the same without it", None),
+    ("affinityNoFailoverTwin/affinityNoFailover", "the resolution of that pair: two identical data sources without"
+     " it (interleaved)", "its twin", None),
     ("ucpPgjdbc", "anchor: Oracle UCP 23.26 over pgjdbc get + close, as it ships (interleaved)",
      "bare HikariCP get + close", None),
     ("ucpLocalValid", "anchor: Oracle UCP over pgjdbc, `isValid()` answered locally (interleaved)",

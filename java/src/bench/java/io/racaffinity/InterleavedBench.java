@@ -208,6 +208,31 @@ public final class InterleavedBench {
                     }
                     return acc;
                 }), bareIndex));
+                // The control's twins, built as it is (one node over the same pool): with the bookkeeping
+                // on, the pair differs in the bookkeeping alone; with it off too, the pair differs in
+                // nothing, and its ratio is what this comparison can resolve.
+                AffinityDataSource oneFcf = ds.oneNode(dsPin.nodeName(), true);
+                all.add(new Subject("affinityOneNode", "`AffinityDataSource.getConnection()` + `close()`, pinned,"
+                        + " built as the control, bookkeeping on", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = oneFcf.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
+                AffinityDataSource noFcf2 = ds.oneNode(dsPin.nodeName(), false);
+                all.add(new Subject("affinityNoFailoverTwin", "`AffinityDataSource.getConnection()` + `close()`,"
+                        + " pinned, the control's identical twin", sql(n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try (Connection c = noFcf2.getConnection()) {
+                            acc += c.hashCode() & 1;
+                        }
+                    }
+                    return acc;
+                }), bareIndex));
                 // Oracle UCP over pgjdbc on the same node: the anchor a UCP user would keep. UCP needs
                 // serverName/portNumber/databaseName besides the URL, and ojdbc11 on the class path.
                 String url = System.getenv("RACAFF_NODE" + dsPin.nodeName().substring(3) + "_URL");
@@ -351,7 +376,8 @@ public final class InterleavedBench {
             }
             // What the failover bookkeeping costs, each subject against its twin without it in the same rounds.
             String[][] twins = {{"affinityDataSource", "affinityNoFailover"}, {"slotLeasedWrapperFloor",
-                "leasedWrapperFloor"}};
+                "leasedWrapperFloor"}, {"affinityOneNode", "affinityNoFailover"},
+                {"affinityNoFailoverTwin", "affinityNoFailover"}};
             for (String[] t : twins) {
                 int a = -1;
                 int b = -1;

@@ -8,7 +8,9 @@ import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import javax.sql.DataSource;
@@ -70,9 +72,8 @@ public class DataSourceBench {
             unpinned.init();
         }
 
-        /** {@link #withoutFailover}'s data source and its pin, closed at {@link #tearDown}. */
-        private AffinityDataSource noFailover;
-        private Pin noFailoverPin;
+        /** The data sources of {@link #oneNode} and their pins, closed at {@link #tearDown}. */
+        private final List<AutoCloseable> oneNode = new ArrayList<>();
 
         /**
          * A data source of one node ({@code node}, over the same pool) with its fast connection failover
@@ -80,22 +81,38 @@ public class DataSourceBench {
          * bookkeeping costs a pinned borrow, beside {@link #affinity} in the same rounds.
          */
         public AffinityDataSource withoutFailover(String node) throws SQLException {
-            noFailover = new AffinityDataSource();
-            noFailover.setConfig("name = bench-no-failover; nodes = " + node);
-            noFailover.setNodeDataSources(new LinkedHashMap<String, DataSource>(Map.of(node, pools.get(node))));
-            noFailover.setHeartbeatIntervalMillis(0);
-            noFailover.setRegisterMBean(false);
-            noFailover.init();
-            io.racaffinity.jdbc.PinnedBorrowParts.failoverOff(noFailover);
-            noFailoverPin = noFailover.pin();
-            return noFailover;
+            return oneNode(node, false);
+        }
+
+        /**
+         * A data source of one node ({@code node}, over the same pool), the calling thread pinned to it;
+         * with {@code failover} false its fast connection failover bookkeeping is off (a control, never
+         * shipped). Two of them that differ in {@code failover} alone give the bookkeeping's cost; two
+         * alike, the resolution of that comparison.
+         */
+        public AffinityDataSource oneNode(String node, boolean failover) throws SQLException {
+            AffinityDataSource d = new AffinityDataSource();
+            d.setConfig("name = bench-one-node-" + oneNode.size() + "; nodes = " + node);
+            d.setNodeDataSources(new LinkedHashMap<String, DataSource>(Map.of(node, pools.get(node))));
+            d.setHeartbeatIntervalMillis(0);
+            d.setRegisterMBean(false);
+            d.init();
+            if (!failover) {
+                io.racaffinity.jdbc.PinnedBorrowParts.failoverOff(d);
+            }
+            oneNode.add(d::close);
+            oneNode.add(d.pin()::close);
+            return d;
         }
 
         @TearDown(Level.Trial)
         public void tearDown() {
-            if (noFailoverPin != null) {
-                noFailoverPin.close();
-                noFailover.close();
+            for (int i = oneNode.size() - 1; i >= 0; i--) {
+                try {
+                    oneNode.get(i).close();
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
             }
             affinity.close();
             unpinned.close();
