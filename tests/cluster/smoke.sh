@@ -224,6 +224,14 @@ else
     fail "a start on other ports of a running root: $(( SECONDS - t0 )) s, said: $out"
 fi
 reachable 1 || fail "node 1 of $DESTROY_ROOT not reachable after another run's refused start"
+# env on those other ports would hand the caller ports nobody listens on.
+if out=$(RACAFF_PG_DIR=$DESTROY_ROOT RACAFF_PG_BASE_PORT=$other "$PGNODES" env 2>&1); then
+    fail "'pgnodes env' on port $other of a root whose node runs on $RACAFF_NODE1_PORT printed: $out"
+elif [[ $out == *"port $RACAFF_NODE1_PORT"* && $out != *"export RACAFF_NODE1_PORT=$other"* ]]; then
+    pass "env on other ports refuses a root whose node runs, naming its port"
+else
+    fail "env on other ports of a running root said: $out"
+fi
 RACAFF_PG_DIR=$DESTROY_ROOT "$PGNODES" destroy >/dev/null || fail "'pgnodes destroy' failed"
 [[ ! -e $DESTROY_ROOT ]] && pass "'pgnodes destroy' removes the data root" \
     || { fail "$DESTROY_ROOT still exists after 'pgnodes destroy'"
