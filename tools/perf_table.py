@@ -60,6 +60,7 @@ class Row:
     note: str = ""
     measured: Optional[float] = None  # the median ratio the target was judged on, where it is a ratio
     also: Optional[Tuple[str, Optional[bool]]] = None  # a later issue's target for the same row, and met?
+    issue: Optional[str] = None  # the bracket tag of the issue that set the target
 
     def ratio(self) -> str:
         if self.ratio_text is not None:
@@ -72,6 +73,29 @@ class Row:
             return "– (baseline < 2 ns: see the value)"
         r = self.value / self.base_value
         return f"{r:.1f}×" if r >= 10 else f"{r:.2f}×"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A ratio limit, with the issue (bracket tag) that set it: a target is
+    read against the issue that asked for it, so a spec cannot give one
+    without the other. `later`: a later issue's limit for the same row (the
+    earlier stays, met or missed, as it was set)."""
+
+    limit: float
+    issue: str
+    later: Optional[Tuple[float, str]] = None
+
+    def judge(self, row: "Row", ratio: Optional[float]) -> "Row":
+        """`row` with this target's text, issue and verdicts on `ratio` (None: no data)."""
+        row.target = f"≤ {self.limit:g}×"
+        row.issue = self.issue
+        row.met = None if ratio is None else ratio <= self.limit
+        row.measured = ratio
+        if self.later is not None:
+            limit, tag = self.later
+            row.also = (f"≤ {limit:g}× [{tag}]", None if ratio is None else ratio <= limit)
+        return row
 
 
 def fmt_ns(v: Optional[float]) -> str:
@@ -127,18 +151,19 @@ def rust_rows(crit: Path) -> Tuple[List[Row], str]:
         else:  # unpinned_pick/<policy>/<n>
             _, policy, n = bench.split("/")
             label, blabel = f"unpinned `pick()`, `{policy}`, {n} nodes", "`AtomicU64::fetch_add`"
-        tgt, met = "–", None
+        row = Row("Rust", label, m, blabel, b)
         if target is not None:
-            tgt = f"≤ {target[1]:g} ns"
-            met = None if m is None else m <= target[1]
-        rows.append(Row("Rust", label, m, blabel, b, tgt, met))
+            _unit, limit, row.issue = target
+            row.target = f"≤ {limit:g} ns"
+            row.met = None if m is None else m <= limit
+        rows.append(row)
     scaling = {}
-    for kind, _ in s.SCALING:  # type: ignore[attr-defined]
+    for kind, _, _ in s.SCALING:  # type: ignore[attr-defined]
         t1, t2 = median(crit, f"threads/{kind}/1"), median(crit, f"threads/{kind}/2")
         found += t1 is not None
         scaling[kind] = (t1, t2, 2 * t1 / t2 if t1 and t2 else None)
     control = scaling["compute"][2]
-    for kind, target in s.SCALING:  # type: ignore[attr-defined]
+    for kind, target, issue in s.SCALING:  # type: ignore[attr-defined]
         t1, t2, r = scaling[kind]
         label = {"pinned": "pinned `pick()`", "unpinned": "unpinned `pick()`",
                  "compute": "shared-nothing loop (control)"}[kind]
@@ -153,7 +178,7 @@ def rust_rows(crit: Path) -> Tuple[List[Row], str]:
                 else:
                     met = False
         rows.append(Row("Rust", f"{label}, 2 threads (ns per 2 ops)", t2, "the same, 1 thread", t1, tgt, met,
-                        f"{r:.2f}× throughput" if r else "–", note))
+                        f"{r:.2f}× throughput" if r else "–", note, issue=issue))
     if not found:
         return [], f"Rust: no criterion results under `{rel(crit)}`"
     return rows, f"Rust: criterion medians, `{rel(crit)}` ({mtime(crit)})"
@@ -204,7 +229,7 @@ def c_rows(path: Path) -> Tuple[List[Row], str]:
         cv, rv, d, dmin, dmax, rat, rmin, rmax = (float(x) for x in pairs[name][:8])
         ratio = f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f}); {d:+.1f} ns ({dmin:+.1f} to {dmax:+.1f})"
         rows.append(Row("C", f"{label} through the C ABI", cv, "the same loop in Rust inside the library", rv,
-                        "C − Rust ≤ 3 ns", d <= 3.0, ratio))
+                        "C − Rust ≤ 3 ns", d <= 3.0, ratio, issue="fast-paths"))
     if "handle_floor" in pairs:
         cv, rv, d, dmin, dmax, rat, rmin, rmax = (float(x) for x in pairs["handle_floor"][:8])
         rows.append(Row("C", "the floor of C − Rust: resolving a handle (`racaffinity_test_cluster_touch`)", cv,
@@ -218,10 +243,10 @@ def c_rows(path: Path) -> Tuple[List[Row], str]:
 PY_ROWS = [  # (name, label, baseline name, baseline label, target ratio)
     ("raw_cffi_node_count", "raw cffi: a trivial call on the handle", "noop_call", "no-op cffi call", None),
     ("raw_cffi_pick_release", "raw cffi: `cluster_pick` + `lease_release`", "noop_call", "no-op cffi call", None),
-    ("pick_release", "`Cluster.pick().release()`, unpinned", "noop_call", "no-op cffi call", 3.0),
+    ("pick_release", "`Cluster.pick().release()`, unpinned", "noop_call", "no-op cffi call", Target(3.0, "fast-paths")),
     ("pick_with", "`with Cluster.pick():`, unpinned", "noop_call", "no-op cffi call", None),
-    ("pinned_pick_release", "`Cluster.pick().release()` in a pin", "noop_call", "no-op cffi call", 2.0),
-    ("pinned_route", "`Cluster.route()` in a pin (cached)", "noop_call", "no-op cffi call", 1.0),
+    ("pinned_pick_release", "`Cluster.pick().release()` in a pin", "noop_call", "no-op cffi call", Target(2.0, "fast-paths")),
+    ("pinned_route", "`Cluster.route()` in a pin (cached)", "noop_call", "no-op cffi call", Target(1.0, "fast-paths")),
     ("pinned_route_floor", "the route floor: the context's pin found and its route returned, no check, no count",
      "noop_call", "no-op cffi call", None),
     ("pinned_floor_lease", "the floor: cached route + a bare Python lease object (with its finalizer)", "noop_call", "no-op cffi call",
@@ -239,16 +264,18 @@ PY_ROWS = [  # (name, label, baseline name, baseline label, target ratio)
 ]
 
 
+def judged(row: Row, target: Optional[Target], ratio: Optional[float]) -> Row:
+    """`row` judged against `target` (None: a row without one) on `ratio`."""
+    return row if target is None else target.judge(row, ratio)
+
+
 def ratio_rows(lang: str, values: Dict[str, float], spec: List[Tuple]) -> List[Row]:
     rows = []
     for name, label, base, blabel, target in spec:
         if name not in values:
             continue
         v, b = values[name], values.get(base)
-        met = None
-        if target is not None and b:
-            met = v / b <= target
-        rows.append(Row(lang, label, v, blabel, b, f"≤ {target:g}×" if target else "–", met))
+        rows.append(judged(Row(lang, label, v, blabel, b), target, v / b if b else None))
     return rows
 
 
@@ -263,17 +290,16 @@ def python_rows(path: Path) -> Tuple[List[Row], str]:
         if name in spread and row.base_value == values.get("noop_call"):
             med, lo, hi = (float(x) for x in spread[name][:3])
             row.ratio_text = f"{med:.2f}× ({lo:.2f}–{hi:.2f})"
-            target = next(t for n, _l, _b, _bl, t in PY_ROWS if n == name)
-            row.met = None if target is None else med <= target
+            judged(row, next(t for n, _l, _b, _bl, t in PY_ROWS if n == name), med)
     rows += python_versus_rows(path)
     return rows, f"Python: `{rel(path)}` ({mtime(path)})"
 
 
 PY_VERSUS_ROWS = [  # (subject, baseline, label, baseline label, target): PYBENCH_VS lines, per-round ratios
     ("pools_connection_pinned", "bare_pool_getconn_putconn", "`NodePools.connection()` in a pin",
-     "psycopg_pool `getconn` + `with conn` + `putconn` (same rounds)", 1.35),
+     "psycopg_pool `getconn` + `with conn` + `putconn` (same rounds)", Target(1.35, "fast-paths-2")),
     ("pools_connection_balanced", "bare_pool_getconn_putconn", "`NodePools.connection()`, unpinned",
-     "psycopg_pool `getconn` + `with conn` + `putconn` (same rounds)", 1.6),
+     "psycopg_pool `getconn` + `with conn` + `putconn` (same rounds)", Target(1.6, "fast-paths-2")),
     ("pool_wrapper_floor", "bare_pool_getconn_putconn", "the floor: a bare context manager around those",
      "psycopg_pool `getconn` + `with conn` + `putconn` (same rounds)", None),
     ("pools_connection_pinned_no_check", "bare_pool_getconn_putconn",
@@ -287,7 +313,7 @@ PY_VERSUS_ROWS = [  # (subject, baseline, label, baseline label, target): PYBENC
     ("pools_connection_balanced", "bare_pool_connection", "`NodePools.connection()`, unpinned",
      "psycopg_pool `pool.connection()` (same rounds)", None),
     ("sqlalchemy_engine_pinned", "sqlalchemy_plain_connect", "SQLAlchemy engine `connect()` + close, in a pin",
-     "plain SQLAlchemy engine, `QueuePool` (same rounds)", 1.15),
+     "plain SQLAlchemy engine, `QueuePool` (same rounds)", Target(1.15, "fast-paths-2")),
     ("sqlalchemy_engine_balanced", "sqlalchemy_plain_connect", "SQLAlchemy engine `connect()` + close, unpinned",
      "plain SQLAlchemy engine, `QueuePool` (same rounds)", None),
 ]
@@ -305,18 +331,19 @@ def python_versus_rows(path: Path) -> List[Row]:
         if (subject, base) not in vs:
             continue
         med, lo, hi, v, b = vs[(subject, base)]
-        rows.append(Row("Python", f"{label} (interleaved)", v, blabel, b, f"≤ {target:g}×" if target else "–",
-                        None if target is None else med <= target, f"{med:.2f}× ({lo:.2f}–{hi:.2f})"))
+        row = Row("Python", f"{label} (interleaved)", v, blabel, b, ratio_text=f"{med:.2f}× ({lo:.2f}–{hi:.2f})")
+        rows.append(judged(row, target, med))
     return rows
 
 
 # ---- Java: JMH json -------------------------------------------------------------------------
 
 JAVA_ROWS = [  # mirrors java/run_bench.sh
-    ("pinnedRoute", "`Cluster.route()` on a pinned thread", "noop", "no-op JNI call", 2.0),
+    ("pinnedRoute", "`Cluster.route()` on a pinned thread", "noop", "no-op JNI call", Target(2.0, "java")),
     ("nativePinnedRoute", "raw `Native.contextRoute`", "noop", "no-op JNI call", None),
     ("pinnedPickRelease", "`pick()` + `release(OK)`", "noop", "no-op JNI call", None),
-    ("affinityPinned", "`AffinityDataSource` get + close", "bareHikari", "bare HikariCP get + close", 1.15),
+    ("affinityPinned", "`AffinityDataSource` get + close", "bareHikari", "bare HikariCP get + close",
+     Target(1.15, "java")),
     ("affinityPinnedSelect1", "the same with `SELECT 1`", "bareHikariSelect1", "bare HikariCP with `SELECT 1`",
      None),
 ]
@@ -325,14 +352,15 @@ UNIT_NS = {"ns/op": 1.0, "us/op": 1e3, "µs/op": 1e3, "ms/op": 1e6, "s/op": 1e9}
 
 
 INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio to that baseline)
-    ("pinnedRoute", "`Cluster.route()` on a pinned thread (cached; interleaved)", "no-op JNI call", 1.0),
+    ("pinnedRoute", "`Cluster.route()` on a pinned thread (cached; interleaved)", "no-op JNI call", Target(1.0, "fast-paths")),
     ("routeFloor", "the route floor: this thread's route from a `ThreadLocal`, no check, no count (interleaved)",
      "no-op JNI call", None),
     ("nativePinnedRoute", "raw `Native.contextRoute` (interleaved)", "no-op JNI call", None),
-    ("pinnedPickRelease", "`pick()` + `release(OK)` on a pinned thread (interleaved)", "no-op JNI call", 2.0),
+    ("pinnedPickRelease", "`pick()` + `release(OK)` on a pinned thread (interleaved)", "no-op JNI call",
+     Target(2.0, "fast-paths")),
     ("pinnedPickReleaseKept", "the same, the lease kept in a field (interleaved)", "no-op JNI call", None),
     ("affinityDataSource", "`AffinityDataSource` get + close, pinned (interleaved)", "bare HikariCP get + close",
-     1.10),
+     Target(1.10, "fast-paths", later=(1.3, "fast-paths-2"))),
     ("wrapperFloor", "the floor: pinned route + a minimal wrapper, no lease (interleaved)",
      "bare HikariCP get + close", None),
     ("leasedWrapperFloor", "the floor with the lease: pinned `pick()` + a minimal wrapper releasing it (interleaved)",
@@ -352,7 +380,7 @@ INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio t
     ("ucpLocalValid", "anchor: Oracle UCP over pgjdbc, `isValid()` answered locally (interleaved)",
      "bare HikariCP get + close", None),
     ("affinityUnpinned", "`AffinityDataSource` get + close, unpinned (interleaved)", "bare HikariCP get + close",
-     1.6),
+     Target(1.6, "fast-paths-2")),
     ("unpinnedLeasedWrapperFloor", "the unpinned floor: unpinned `pick()` (one JNI call, host lease) + a minimal"
      " wrapper releasing it (interleaved)", "bare HikariCP get + close", None),
     ("unpinnedTwoCallFloor", "the unpinned floor as before [fast-paths-2]: `contextPick` + a library lease (cleaner)"
@@ -361,9 +389,9 @@ INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio t
     ("nativeUnpinnedPick", "raw `Native.contextPick` + `Native.leaseEnd`, unpinned (interleaved)", "no-op JNI call",
      None),
     ("replayOn/replayOff.wall", "request (connection, `SELECT 1`, COMMIT, close) with replay on, wall (interleaved)",
-     "the same request, replay off", 1.10),
+     "the same request, replay off", Target(1.10, "continuity")),
     ("replayOn/replayOffXid.wall", "the same, replay on: its recording alone, wall (interleaved)",
-     "replay off, the application reading the xid as replay does", 1.10),
+     "replay off, the application reading the xid as replay does", Target(1.10, "continuity")),
 ]
 
 
@@ -377,14 +405,14 @@ def java_interleaved_rows(path: Path) -> Tuple[List[Row], str]:
         if name not in pairs:
             continue
         v, b, rat, rmin, rmax = (float(x) for x in pairs[name][:5])
-        rows.append(Row("Java", label, v, f"{blabel} (same rounds)", b, f"≤ {target:g}×" if target else "–",
-                        None if target is None else rat <= target, f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f})",
-                        measured=rat))
+        row = Row("Java", label, v, f"{blabel} (same rounds)", b, ratio_text=f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f})")
+        rows.append(judged(row, target, rat))
     return rows, f"Java: InterleavedBench, `{rel(path)}` ({mtime(path)})"
 
 
 RUST_INTERLEAVED_ROWS = [  # (RBENCH_PAIR name, label, target ratio to one relaxed fetch_add)
-    ("pinned_acquire_release", "`acquire()` + `release(Ok)` on a pinned thread (interleaved)", 3.0),
+    ("pinned_acquire_release", "`acquire()` + `release(Ok)` on a pinned thread (interleaved)",
+     Target(3.0, "fast-paths-2")),
     ("two_atomic_adds", "the floor of a lease in a shared word: two relaxed `fetch_add`s + a `thread_local!` read "
      "(interleaved)", None),
     ("least_outstanding_pick", "unpinned `pick()`, `least_outstanding`, 8 nodes (interleaved)", None),
@@ -412,9 +440,9 @@ def rust_interleaved_rows(path: Path) -> Tuple[List[Row], str]:
         if name not in pairs:
             continue
         v, b, rat, rmin, rmax = (float(x) for x in pairs[name][:5])
-        rows.append(Row("Rust", label, v, "one relaxed `fetch_add` (same rounds)", b,
-                        f"≤ {target:g}×" if target else "–", None if target is None else rat <= target,
-                        f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f})"))
+        row = Row("Rust", label, v, "one relaxed `fetch_add` (same rounds)", b,
+                  ratio_text=f"{rat:.2f}× ({rmin:.2f}–{rmax:.2f})")
+        rows.append(judged(row, target, rat))
     return rows, f"Rust: interleaved example, `{rel(path)}` ({mtime(path)})"
 
 
@@ -472,58 +500,16 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-# The issue (bracket tag) that set each row's target, by language and label: a
-# target is read against the issue that asked for it. A target row missing here
-# is an error, so a new target must name its issue.
-TARGET_ISSUES: Dict[Tuple[str, str], str] = {
-    ("Rust", "`pick()` on a pinned thread"): "core",
-    ("Rust", "unpinned `pick()`, `least_outstanding`, 3 nodes"): "core",
-    ("Rust", "unpinned `pick()`, `least_outstanding`, 8 nodes"): "core",
-    ("Rust", "`tx_begin` + `tx_end`"): "core",
-    ("Rust", "`route_key`, byte key, 8 nodes"): "core",
-    ("Rust", "`route_key_i64`, 8 nodes"): "core",
-    ("Rust", "pinned `pick()`, 2 threads (ns per 2 ops)"): "core",
-    ("Rust", "unpinned `pick()`, 2 threads (ns per 2 ops)"): "core",
-    ("Rust", "`acquire()` + `release(Ok)` on a pinned thread (interleaved)"): "fast-paths-2",
-    ("C", "pinned route through the C ABI"): "fast-paths",
-    ("C", "`racaffinity_key_route()`, 8 nodes through the C ABI"): "fast-paths",
-    ("C", "`racaffinity_key_route_i64()`, 8 nodes through the C ABI"): "fast-paths",
-    ("Java", "`Cluster.route()` on a pinned thread"): "java",
-    ("Java", "`AffinityDataSource` get + close"): "java",
-    ("Java", "`Cluster.route()` on a pinned thread (cached; interleaved)"): "fast-paths",
-    ("Java", "`pick()` + `release(OK)` on a pinned thread (interleaved)"): "fast-paths",
-    ("Java", "`AffinityDataSource` get + close, pinned (interleaved)"): "fast-paths",
-    ("Java", "`AffinityDataSource` get + close, unpinned (interleaved)"): "fast-paths-2",
-    ("Java", "request (connection, `SELECT 1`, COMMIT, close) with replay on, wall (interleaved)"): "continuity",
-    ("Java", "the same, replay on: its recording alone, wall (interleaved)"): "continuity",
-    ("Python", "`Cluster.pick().release()`, unpinned"): "fast-paths",
-    ("Python", "`Cluster.pick().release()` in a pin"): "fast-paths",
-    ("Python", "`Cluster.route()` in a pin (cached)"): "fast-paths",
-    ("Python", "`NodePools.connection()` in a pin (interleaved)"): "fast-paths-2",
-    ("Python", "`NodePools.connection()`, unpinned (interleaved)"): "fast-paths-2",
-    ("Python", "SQLAlchemy engine `connect()` + close, in a pin (interleaved)"): "fast-paths-2",
-}
-# A later issue's target for a row that already has one (the earlier stays, missed or
-# met, as it was set): (language, label) -> (ratio limit, issue).
-LATER_TARGETS: Dict[Tuple[str, str], Tuple[float, str]] = {
-    ("Java", "`AffinityDataSource` get + close, pinned (interleaved)"): (1.3, "fast-paths-2"),
-}
-
-
 def name_issues(rows: List[Row]) -> None:
-    """Adds to each target the issue that set it, and a later issue's target where there is one."""
+    """Adds to each target the issue that set it (the row specs give both
+    together; a row built with a target and no issue is a spec mistake)."""
     for r in rows:
         if r.target == "–":
             continue
-        issue = TARGET_ISSUES.get((r.lang, r.bench))
-        if issue is None:
+        if not r.issue:
             raise SystemExit(f"perf_table.py: the target of {r.lang} row {r.bench!r} names no issue:"
-                             " add it to TARGET_ISSUES")
-        r.target = f"{r.target} [{issue}]"
-        later = LATER_TARGETS.get((r.lang, r.bench))
-        if later is not None:
-            limit, tag = later
-            r.also = (f"≤ {limit:g}× [{tag}]", None if r.measured is None else r.measured <= limit)
+                             " give its spec a Target(limit, issue)")
+        r.target = f"{r.target} [{r.issue}]"
 
 
 def table(rows: List[Row]) -> List[str]:

@@ -21,28 +21,29 @@ from pathlib import Path
 
 POLICIES = ["random", "round_robin", "weighted", "least_outstanding"]
 
-# (measured id, baseline id, target: ("ns", max) | None)
-PAIRS = [("pinned_pick/pick", "pinned_pick/thread_local", ("ns", 20.0))]
+# (measured id, baseline id, target: ("ns", max, the issue that set it) | None)
+PAIRS = [("pinned_pick/pick", "pinned_pick/thread_local", ("ns", 20.0, "core"))]
 for _p in POLICIES:
     for _n in (3, 8):
         PAIRS.append((
             f"unpinned_pick/{_p}/{_n}",
             "unpinned_pick/atomic_fetch_add",
-            ("ns", 60.0) if _p == "least_outstanding" else None,
+            ("ns", 60.0, "core") if _p == "least_outstanding" else None,
         ))
 PAIRS += [
-    ("tx/begin_end", "tx/mutex_hashmap", ("ns", 300.0)),
+    ("tx/begin_end", "tx/mutex_hashmap", ("ns", 300.0, "core")),
     ("session/route_hit", "session/mutex_hashmap_get", None),
-    ("key_route/route_key", "key_route/hash_bytes", ("ns", 150.0)),
-    ("key_route/route_key_i64", "key_route/hash_i64", ("ns", 150.0)),
+    ("key_route/route_key", "key_route/hash_bytes", ("ns", 150.0, "core")),
+    ("key_route/route_key_i64", "key_route/hash_i64", ("ns", 150.0, "core")),
 ]
 
 # 2-thread scaling: throughput(2)/throughput(1) = 2 * t(1) / t(2), because one
 # iteration of threads/<kind>/2 is two operations done in parallel.
+# (kind, target, the issue that set it)
 SCALING = [
-    ("pinned", 1.7),
-    ("unpinned", 1.7),
-    ("compute", None),  # shared-nothing control: the machine's own ceiling
+    ("pinned", 1.7, "core"),
+    ("unpinned", 1.7, "core"),
+    ("compute", None, None),  # shared-nothing control: the machine's own ceiling
 ]
 # Below this control ratio the box was busy (or has fewer free cores than
 # threads) and the pick scaling numbers say nothing about the core.
@@ -97,12 +98,12 @@ def main(argv):
         rows.append(f"| `{bench}` | {fmt_ns(m)} | `{base}` | {fmt_ns(b)} | {ratio} | {tgt} | {met} |")
 
     scaling = {}
-    for kind, _ in SCALING:
+    for kind, _, _ in SCALING:
         t1, t2 = median_ns(root, f"threads/{kind}/1"), median_ns(root, f"threads/{kind}/2")
         found += t1 is not None
         scaling[kind] = (t1, t2, 2 * t1 / t2 if t1 and t2 else None)
     control = scaling["compute"][2]
-    for kind, target in SCALING:
+    for kind, target, _ in SCALING:
         t1, t2, r = scaling[kind]
         tgt = f"≥ {target:g}× (2 threads vs 1)" if target else "– (control)"
         if target is None or r is None:
