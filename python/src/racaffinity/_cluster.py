@@ -673,7 +673,8 @@ class Cluster:
         """Relays one FAN or RLB line into the cluster's topology feed
         (`topology.feed`; an ONS relay, so every subscribed process gets it)
         and applies it here at the record's revision, which it returns. A
-        malformed or foreign line raises before anything is written;
+        malformed or foreign line, or one about an instance or host this
+        cluster does not have, raises before anything is written;
         `FeedUnavailableError` without a feed or when etcd does not take it."""
         out = self._out("uint64_t *", lib.racaffinity_feed_event_publish, _cstr(line, "event line"))
         return int(out[0])

@@ -1,10 +1,12 @@
 //! Failover inputs: FAN events, RLB advisories, heartbeat probes and
 //! operator state changes, applied to node states.
 
+use std::sync::Arc;
+
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::event::{parse_event, Event, FanEvent, FanEventType, FanReason, FanStatus, RlbAdvisory};
-use crate::node::{NodeId, NodeState, OutcomeSource};
+use crate::node::{Node, NodeId, NodeState, OutcomeSource};
 
 /// One node's state change caused by an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,27 +84,7 @@ impl Cluster {
             _ => None,
         };
         self.check_foreign(&ev.database, &service)?;
-        let topo = self.topo();
-        let targets: Vec<_> = match ev.event_type {
-            FanEventType::Instance | FanEventType::ServiceMember => {
-                let name = ev.instance.as_deref().ok_or_else(|| Error::event("missing `instance=`"))?;
-                vec![topo.find_or_unknown(name).cloned()?]
-            }
-            FanEventType::Node => {
-                let host = ev.host.as_deref().ok_or_else(|| Error::event("missing `host=`"))?;
-                let v: Vec<_> = topo
-                    .live
-                    .iter()
-                    .filter(|n| n.host().is_some_and(|h| h.eq_ignore_ascii_case(host)))
-                    .cloned()
-                    .collect();
-                if v.is_empty() {
-                    return Err(Error::UnknownNode(format!("no node has host `{host}`")));
-                }
-                v
-            }
-            FanEventType::Service | FanEventType::Database => topo.live.clone(),
-        };
+        let targets = self.fan_targets(ev)?;
         let drain_ms = ev.drain_timeout_s.map(|s| u64::from(s) * 1000);
         let version = version.or_else(|| ev.version());
         let to = match ev.status {
@@ -127,6 +109,54 @@ impl Cluster {
             }
         }
         Ok(effect)
+    }
+
+    /// The nodes a FAN event is about: its instance, the nodes on its host,
+    /// or every live node (service and database events).
+    fn fan_targets(&self, ev: &FanEvent) -> Result<Vec<Arc<Node>>> {
+        let topo = self.topo();
+        Ok(match ev.event_type {
+            FanEventType::Instance | FanEventType::ServiceMember => {
+                let name = ev.instance.as_deref().ok_or_else(|| Error::event("missing `instance=`"))?;
+                vec![topo.find_or_unknown(name).cloned()?]
+            }
+            FanEventType::Node => {
+                let host = ev.host.as_deref().ok_or_else(|| Error::event("missing `host=`"))?;
+                let v: Vec<_> = topo
+                    .live
+                    .iter()
+                    .filter(|n| n.host().is_some_and(|h| h.eq_ignore_ascii_case(host)))
+                    .cloned()
+                    .collect();
+                if v.is_empty() {
+                    return Err(Error::UnknownNode(format!("no node has host `{host}`")));
+                }
+                v
+            }
+            FanEventType::Service | FanEventType::Database => topo.live.clone(),
+        })
+    }
+
+    /// What [`Cluster::apply_event`] would refuse of `event` before changing
+    /// anything: a foreign database or service, an instance or host this
+    /// cluster does not have. A relay checks a line with it before writing
+    /// it for the whole fleet.
+    pub(crate) fn check_event(&self, event: &Event) -> Result<()> {
+        match event {
+            Event::Fan(ev) => {
+                let service = match ev.event_type {
+                    FanEventType::Service | FanEventType::ServiceMember => ev.service.clone(),
+                    _ => None,
+                };
+                self.check_foreign(&ev.database, &service)?;
+                self.fan_targets(ev).map(drop)
+            }
+            Event::Rlb(adv) => {
+                self.check_foreign(&adv.database, &adv.service)?;
+                let topo = self.topo();
+                adv.entries.iter().try_for_each(|e| topo.find_or_unknown(&e.instance).map(drop))
+            }
+        }
     }
 
     /// Applies an RLB advisory: every named instance must exist (else nothing

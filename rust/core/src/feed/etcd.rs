@@ -180,6 +180,7 @@ impl EtcdClient {
             Some(Value::Array(a)) => a.iter().map(|kv| key_value(kv, false)).collect::<EResult<Vec<_>>>()?,
             _ => Vec::new(),
         };
+        not_past(rev, &kvs, "range")?;
         Ok((rev, kvs))
     }
 
@@ -395,8 +396,10 @@ impl Watch {
                 .collect::<EResult<Vec<_>>>()?,
             _ => Vec::new(),
         };
+        let header_revision = r.get("header").map_or(Ok(0), |h| int(h.get("revision")))?;
+        not_past(header_revision, &events, "watch")?;
         Ok(Some(WatchBatch {
-            header_revision: r.get("header").map_or(Ok(0), |h| int(h.get("revision")))?,
+            header_revision,
             events,
             created: r.get("created") == Some(&Value::Bool(true)),
             canceled: r.get("canceled") == Some(&Value::Bool(true)),
@@ -417,14 +420,34 @@ fn txn_range_kv(v: &Value) -> Option<KeyValue> {
     key_value(kv, false).ok()
 }
 
-/// An int64 field: JSON strings in the gateway's encoding; absent is 0.
-fn int(v: Option<&Value>) -> EResult<u64> {
-    match v {
-        None | Some(Value::Null) => Ok(0),
-        Some(Value::String(s)) => s.parse().map_err(|_| EtcdError::Protocol(format!("bad integer `{s}`"))),
-        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| EtcdError::Protocol(format!("bad integer {n}"))),
-        Some(other) => Err(EtcdError::Protocol(format!("bad integer {other}"))),
+/// A record no etcd answer holds: one put after the revision the answer was
+/// read at. Applied, its revision would outrun every later record's (which
+/// would all be taken for old), so the whole answer is refused.
+fn not_past(revision: u64, kvs: &[KeyValue], what: &str) -> EResult<()> {
+    match kvs.iter().find(|kv| kv.mod_revision > revision) {
+        Some(kv) => Err(EtcdError::Protocol(format!(
+            "{what}: `{}` at revision {} past the answer's revision {revision}",
+            kv.key.escape_debug(),
+            kv.mod_revision
+        ))),
+        None => Ok(()),
     }
+}
+
+/// A non-negative int64 field (revisions, counts): JSON strings in the
+/// gateway's encoding; absent is 0. Past `i64::MAX` is no etcd value, and
+/// refusing it keeps every `revision + 1` here in range.
+fn int(v: Option<&Value>) -> EResult<u64> {
+    let n = match v {
+        None | Some(Value::Null) => return Ok(0),
+        Some(Value::String(s)) => s.parse::<u64>().map_err(|_| EtcdError::Protocol(format!("bad integer `{s}`")))?,
+        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| EtcdError::Protocol(format!("bad integer {n}")))?,
+        Some(other) => return Err(EtcdError::Protocol(format!("bad integer {other}"))),
+    };
+    if n > i64::MAX as u64 {
+        return Err(EtcdError::Protocol(format!("integer {n} past int64")));
+    }
+    Ok(n)
 }
 
 fn int_i64(v: Option<&Value>) -> EResult<i64> {

@@ -237,6 +237,11 @@ pub(crate) fn post(
             if done {
                 break;
             }
+            // The sum, not only each chunk: a member streaming small chunks
+            // would otherwise hold as much memory as the deadline lets it send.
+            if body.len() + raw.len() > MAX_MESSAGE_BYTES {
+                return Err(invalid(format!("response body over {} MiB (no etcd answer is)", MAX_MESSAGE_BYTES >> 20)));
+            }
             if Instant::now() >= deadline {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "response body not complete in time"));
             }
@@ -379,7 +384,8 @@ impl MessageStream {
         if status != 200 {
             let mut text = Vec::new();
             let deadline = Instant::now() + timeout;
-            while Instant::now() < deadline {
+            // An error's words, not a stream: what fits in a message is enough.
+            while Instant::now() < deadline && text.len() <= MAX_MESSAGE_BYTES {
                 match s.next(Duration::from_millis(100))? {
                     Next::Message(m) => text.extend_from_slice(&m),
                     Next::Idle => {}
@@ -391,8 +397,12 @@ impl MessageStream {
         Ok(s)
     }
 
-    /// The next complete message, waiting at most `wait` for bytes.
+    /// The next complete message, waiting at most `wait` for it: a stream
+    /// that keeps sending bytes but no message (blank lines, a message
+    /// trickled byte by byte) answers `Idle` at `wait` all the same, so its
+    /// reader gets to check its stop flag and its lag between reads.
     pub(crate) fn next(&mut self, wait: Duration) -> io::Result<Next> {
+        let deadline = Instant::now() + wait;
         loop {
             if let Some(i) = self.body.iter().position(|&b| b == b'\n') {
                 let mut msg: Vec<u8> = self.body.drain(..=i).collect();
@@ -415,7 +425,11 @@ impl MessageStream {
             if !self.raw.is_empty() && self.decode()? {
                 continue;
             }
-            self.sock.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(Next::Idle);
+            }
+            self.sock.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
             match read_some(&mut self.sock, &mut self.raw) {
                 Ok(0) => self.closed = true,
                 Ok(_) => {

@@ -102,16 +102,15 @@ impl Cluster {
     /// latest event per resource ([`fan_record_id`]).
     ///
     /// # Errors
-    /// The line's own parse errors ([`Error::EventParse`],
-    /// [`Error::ForeignEvent`]) before anything is written;
-    /// [`Error::FeedUnavailable`] without `topology.feed` or when etcd does
-    /// not take the write.
+    /// What applying the line here would refuse, before anything is
+    /// written: its parse errors ([`Error::EventParse`]), a foreign database
+    /// or service ([`Error::ForeignEvent`]), an instance or host this
+    /// cluster does not have ([`Error::UnknownNode`]; a record every
+    /// subscriber would refuse alike); [`Error::FeedUnavailable`] without
+    /// `topology.feed` or when etcd does not take the write.
     pub fn publish_event(&self, line: &str) -> Result<u64> {
         let event = crate::event::parse_event(line)?;
-        match &event {
-            crate::event::Event::Fan(ev) => self.check_foreign(&ev.database, &ev.service)?,
-            crate::event::Event::Rlb(adv) => self.check_foreign(&adv.database, &adv.service)?,
-        }
+        self.check_event(&event)?;
         let key = format!("fan/{}", fan_record_id(&event));
         match self.publish(&key, Some(line)) {
             Some(r) => r,

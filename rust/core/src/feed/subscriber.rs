@@ -10,8 +10,16 @@
 //! that are gone by then are applied as deletions at the read's revision.
 //! A record applied twice would be harmless anyway (the shared layer is a
 //! join), but the counters in the metrics stay exact this way.
+//!
+//! A record about a node no record has added yet (a FAN line relayed before
+//! its instance's `node/` record, or read before it: a full read comes back
+//! sorted by key, and `fan/` sorts before `node/`) is kept, and applied
+//! again after every batch that applied something, until its node is there
+//! or a later record replaces it. Records are versioned, so applying one
+//! late ends where the log in revision order ends: a process that watched
+//! the records arrive and one that read them all later agree.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -20,6 +28,7 @@ use super::etcd::{EtcdClient, EtcdError, KeyValue};
 use super::FeedOutcome;
 use crate::cluster::{Cluster, Inner};
 use crate::config::FeedConfig;
+use crate::error::{Error, ErrorKind};
 
 /// Longest pause between reconnection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
@@ -128,6 +137,7 @@ fn spawn(r: &Restart, ready: Option<mpsc::Sender<()>>) -> bool {
         stop: r.stop.clone(),
         revision: 0,
         known: HashSet::new(),
+        waiting: HashMap::new(),
         ready,
         was_live: false,
         sleep: Box::new(sleep_unless_stopped),
@@ -218,6 +228,9 @@ struct Worker {
     revision: u64,
     /// Keys (relative) seen present, for deletions lost to a compaction.
     known: HashSet<String>,
+    /// Records refused for a node not added yet, by key (relative): the
+    /// latest of each, applied again after each batch that applied anything.
+    waiting: HashMap<String, KeyValue>,
     ready: Option<mpsc::Sender<()>>,
     /// The current watch was created (the feed answered since the last failure).
     was_live: bool,
@@ -318,6 +331,9 @@ impl Worker {
         let Some(inner) = self.cluster.upgrade() else { return Ok(()) };
         let cluster = Cluster { inner };
         let mut present = HashSet::with_capacity(kvs.len());
+        // In revision order, as a watch brings them (etcd sorts a range by key).
+        let mut kvs = kvs;
+        kvs.sort_by_key(|kv| kv.mod_revision);
         for kv in &kvs {
             present.insert(kv.key.strip_prefix(&self.prefix).unwrap_or(&kv.key).to_string());
             self.apply(&cluster, kv);
@@ -328,6 +344,7 @@ impl Worker {
             let kv = KeyValue { key: format!("{}{key}", self.prefix), value: None, mod_revision: rev, lease: 0 };
             self.apply(&cluster, &kv);
         }
+        self.apply_waiting(&cluster);
         self.revision = self.revision.max(rev);
         self.health.revision.store(self.revision, Ordering::Release);
         self.health.leader_revision.fetch_max(rev, Ordering::Relaxed);
@@ -381,6 +398,7 @@ impl Worker {
                                 self.apply(&cluster, kv);
                             }
                         }
+                        self.apply_waiting(&cluster);
                         let last = batch.events.iter().map(|e| e.mod_revision).max().unwrap_or(0);
                         self.revision = self.revision.max(last);
                         self.health.revision.store(self.revision, Ordering::Release);
@@ -422,17 +440,50 @@ impl Worker {
             Some(_) => self.known.insert(key.to_string()),
             None => self.known.remove(key),
         };
+        // A newer record of the key replaces the one waiting for its node.
+        self.waiting.remove(key);
         match cluster.apply_feed_record(kv.mod_revision, key, kv.value.as_deref()) {
-            Ok(FeedOutcome::Applied) => {
-                self.health.applied.fetch_add(1, Ordering::Relaxed);
+            Ok(outcome) => self.counted(outcome),
+            Err(e) if e.kind() == ErrorKind::UnknownNode => {
+                // Refused for now (counted once), and applied if a record adds the node.
+                self.refused(kv, &e);
+                self.waiting.insert(key.to_string(), kv.clone());
             }
-            Ok(FeedOutcome::Stale) => {
-                self.health.stale.fetch_add(1, Ordering::Relaxed);
+            Err(e) => self.refused(kv, &e),
+        }
+    }
+
+    fn counted(&self, outcome: FeedOutcome) {
+        match outcome {
+            FeedOutcome::Applied => self.health.applied.fetch_add(1, Ordering::Relaxed),
+            FeedOutcome::Stale => self.health.stale.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    fn refused(&self, kv: &KeyValue, e: &Error) {
+        self.health.refused.fetch_add(1, Ordering::Relaxed);
+        *self.health.last_refused.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(format!("revision {}: {e}", kv.mod_revision));
+    }
+
+    /// Applies again the records kept for a node not added yet, in revision
+    /// order, pass after pass while a pass applies one.
+    fn apply_waiting(&mut self, cluster: &Cluster) {
+        while !self.waiting.is_empty() {
+            let mut kept: Vec<(String, KeyValue)> = self.waiting.drain().collect();
+            kept.sort_by_key(|(_, kv)| kv.mod_revision);
+            let before = kept.len();
+            for (key, kv) in kept {
+                match cluster.apply_feed_record(kv.mod_revision, &key, kv.value.as_deref()) {
+                    Ok(outcome) => self.counted(outcome),
+                    Err(e) if e.kind() == ErrorKind::UnknownNode => {
+                        self.waiting.insert(key, kv);
+                    }
+                    Err(e) => self.refused(&kv, &e),
+                }
             }
-            Err(e) => {
-                self.health.refused.fetch_add(1, Ordering::Relaxed);
-                *self.health.last_refused.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(format!("revision {}: {e}", kv.mod_revision));
+            if self.waiting.len() == before {
+                return;
             }
         }
     }
@@ -521,6 +572,7 @@ mod tests {
             stop: Arc::new(AtomicBool::new(false)),
             revision: 0,
             known: HashSet::new(),
+            waiting: HashMap::new(),
             ready: None,
             was_live: false,
             // Recorded, not slept; the subscriber stops at the fifth pause.

@@ -65,8 +65,9 @@ pub unsafe extern "C" fn racaffinity_feed_record_apply(
 /// Relays one FAN or RLB line into the cluster's topology feed
 /// (`topology.feed`): an ONS relay, so every subscribed process of the fleet
 /// gets the event. Applied here too, at the record's revision (written to
-/// `*out_revision`, may be NULL). A malformed or foreign line is refused
-/// before anything is written (`EVENT_PARSE`, `FOREIGN_EVENT`); no feed, or
+/// `*out_revision`, may be NULL). A malformed or foreign line, or one about
+/// an instance or host the cluster does not have, is refused before anything
+/// is written (`EVENT_PARSE`, `FOREIGN_EVENT`, `UNKNOWN_NODE`); no feed, or
 /// etcd not taking the write, is `FEED_UNAVAILABLE`.
 ///
 /// # Safety

@@ -954,6 +954,7 @@ public final class Cluster implements AutoCloseable {
      * @return the record's revision in etcd
      * @throws EventParseException a malformed line (nothing written)
      * @throws ForeignEventException a line for another database or service (nothing written)
+     * @throws UnknownNodeException a line about an instance or host this cluster does not have (nothing written)
      * @throws FeedUnavailableException no feed configured, or etcd did not take the write
      */
     public long publishEvent(String line) {

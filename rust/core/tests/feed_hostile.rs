@@ -1,0 +1,288 @@
+//! The feed subscriber against an etcd JSON gateway stand-in (no etcd): the
+//! order a full read applies records in, and answers no etcd member gives
+//! (oversized, trickling, impossible revisions). Each test failed before its
+//! fix (review of 2026-12-05).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use racaffinity::{Cluster, ErrorKind, NodeState};
+
+fn b64(data: &[u8]) -> String {
+    const B: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { B[(n >> (18 - 6 * i)) as usize & 63] as char } else { '=' });
+        }
+    }
+    out
+}
+
+/// Reads one request (headers and `Content-Length` body); its path.
+fn read_request(s: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    loop {
+        let n = s.read(&mut tmp).unwrap_or(0);
+        if n == 0 {
+            return String::new();
+        }
+        buf.extend_from_slice(&tmp[..n]);
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let len = text[..end]
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                return text.split(' ').nth(1).unwrap_or("").to_string();
+            }
+        }
+    }
+}
+
+fn kv(key: &str, value: &str, rev: u64) -> String {
+    format!(
+        r#"{{"key":"{}","value":"{}","mod_revision":"{rev}","create_revision":"{rev}"}}"#,
+        b64(key.as_bytes()),
+        b64(value.as_bytes())
+    )
+}
+
+fn chunk(msg: &str) -> Vec<u8> {
+    format!("{:x}\r\n{msg}\r\n", msg.len()).into_bytes()
+}
+
+fn events(header: u64, kvs: &[String]) -> String {
+    let evs: Vec<String> = kvs.iter().map(|k| format!(r#"{{"kv":{k}}}"#)).collect();
+    format!("{{\"result\":{{\"header\":{{\"revision\":\"{header}\"}},\"events\":[{}]}}}}\n", evs.join(","))
+}
+
+/// What a watch does after its `created` message; `n` counts the watches
+/// opened so far (1 for the first).
+type WatchScript = dyn Fn(&mut TcpStream, usize) + Send + Sync;
+
+struct Gateway {
+    endpoint: String,
+    puts: Arc<AtomicUsize>,
+}
+
+/// A gateway: a range answers `range_body`; a watch answers `created` at
+/// `range_rev`, then runs `watch`; a put answers revision 9 (counted).
+fn gateway(range_body: String, range_rev: u64, watch: Arc<WatchScript>) -> Gateway {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = l.local_addr().unwrap().to_string();
+    let puts = Arc::new(AtomicUsize::new(0));
+    let counted = puts.clone();
+    let watches = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let (range_body, watch, puts, watches) =
+                (range_body.clone(), watch.clone(), counted.clone(), watches.clone());
+            std::thread::spawn(move || match read_request(&mut s).as_str() {
+                "/v3/kv/range" => {
+                    let _ = s.write_all(
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{range_body}", range_body.len())
+                            .as_bytes(),
+                    );
+                }
+                "/v3/watch" => {
+                    let n = watches.fetch_add(1, Ordering::SeqCst) + 1;
+                    let created =
+                        format!("{{\"result\":{{\"header\":{{\"revision\":\"{range_rev}\"}},\"created\":true}}}}\n");
+                    let mut head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+                    head.extend(chunk(&created));
+                    if s.write_all(&head).is_ok() {
+                        watch(&mut s, n);
+                    }
+                }
+                "/v3/kv/put" | "/v3/kv/txn" => {
+                    puts.fetch_add(1, Ordering::SeqCst);
+                    let b = r#"{"header":{"revision":"9"},"succeeded":true}"#;
+                    let _ =
+                        s.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{b}", b.len()).as_bytes());
+                }
+                _ => {
+                    let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+                }
+            });
+        }
+    });
+    Gateway { endpoint, puts }
+}
+
+/// Holds a watch open and silent until the client goes away.
+fn silent(s: &mut TcpStream) {
+    let mut b = [0u8; 64];
+    let _ = s.read(&mut b);
+}
+
+fn subscribed(endpoint: &str) -> Cluster {
+    Cluster::from_config_text(&format!("nodes = A, B\ntopology.feed = etcd://{endpoint}/p\ntopology.feed_timeout = 1s"))
+        .unwrap()
+}
+
+fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < Duration::from_secs(10), "not within 10 s: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const FAN_DOWN_E: &str =
+    "INSTANCE VERSION=1.0 service=orcl database=orcl instance=E host=hostE status=down reason=FAILURE";
+
+/// The fleet's log: node E added at revision 5, then a FAN `down` about E at
+/// revision 7. A process that watched both has E down. One that starts later
+/// reads the prefix, which etcd returns sorted by key: `fan/instance-E`
+/// before `node/E`. Before, that process refused the FAN record (no node E
+/// yet) and kept E up: two processes at the same revision disagreed.
+#[test]
+fn a_full_read_ends_where_the_log_in_revision_order_ends() {
+    let watcher = Cluster::from_config_text("nodes = A, B").unwrap();
+    watcher.apply_feed_record(5, "node/E", Some("present")).unwrap();
+    watcher.apply_feed_record(7, "fan/instance-E", Some(FAN_DOWN_E)).unwrap();
+    assert_eq!(watcher.node_by_name("E").unwrap().state(), NodeState::Down);
+
+    let body = format!(
+        r#"{{"header":{{"revision":"7"}},"kvs":[{},{}],"count":"2"}}"#,
+        kv("p/fan/instance-E", FAN_DOWN_E, 7),
+        kv("p/node/E", "present", 5)
+    );
+    let gw = gateway(body, 7, Arc::new(|s: &mut TcpStream, _| silent(s)));
+    let late = subscribed(&gw.endpoint);
+    wait_for("the first full read", || late.metrics().feed.is_some_and(|m| m.full_reads >= 1));
+    let m = late.metrics().feed.unwrap();
+    assert_eq!(late.node_by_name("E").unwrap().state(), NodeState::Down, "{m:?}");
+    assert_eq!((m.refused, m.revision), (0, 7), "{m:?}");
+}
+
+/// A watch that brings a record about a node a later record adds: the
+/// watcher keeps it and applies it once the node is there, as a full read of
+/// the same log does.
+#[test]
+fn a_watched_record_about_a_node_not_yet_added_applies_once_it_is() {
+    let body = r#"{"header":{"revision":"4"}}"#.to_string();
+    let script = |s: &mut TcpStream, n: usize| {
+        if n == 1 {
+            let _ = s.write_all(&chunk(&events(5, &[kv("p/fan/instance-E", FAN_DOWN_E, 5)])));
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = s.write_all(&chunk(&events(7, &[kv("p/node/E", "present", 7)])));
+        }
+        silent(s);
+    };
+    let gw = gateway(body, 4, Arc::new(script));
+    let c = subscribed(&gw.endpoint);
+    wait_for("revision 7", || c.metrics().feed.is_some_and(|m| m.revision == 7));
+    let full = Cluster::from_config_text("nodes = A, B").unwrap();
+    full.apply_feed_record(7, "node/E", Some("present")).unwrap();
+    full.apply_feed_record(5, "fan/instance-E", Some(FAN_DOWN_E)).unwrap();
+    assert_eq!(c.node_by_name("E").unwrap().state(), full.node_by_name("E").unwrap().state());
+    assert_eq!(c.node_by_name("E").unwrap().state(), NodeState::Down, "{:?}", c.metrics().feed);
+}
+
+/// A chunked answer is capped in total, as a sized one is (8 MiB: no etcd
+/// answer of this feed is larger). Before, only each chunk was: a member
+/// could hand the process as much memory as it liked within the deadline.
+#[test]
+fn a_chunked_answer_past_the_cap_is_refused() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = l.local_addr().unwrap().to_string();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counted = sent.clone();
+    std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        read_request(&mut s);
+        let mut out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        out.extend(chunk(r#"{"header":{"revision":"1"},"pad":""#));
+        let _ = s.write_all(&out);
+        let mut framed = format!("{:x}\r\n", 1 << 20).into_bytes();
+        framed.extend(vec![b'x'; 1 << 20]);
+        framed.extend_from_slice(b"\r\n");
+        for _ in 0..64 {
+            if s.write_all(&framed).is_err() {
+                return;
+            }
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+        let _ = s.write_all(b"3\r\n\"}\n\r\n0\r\n\r\n");
+    });
+    let client = racaffinity::feed::etcd::EtcdClient::new(vec![ep], Duration::from_secs(30));
+    let r = client.range_prefix("p/");
+    assert!(r.is_err(), "a 64 MiB answer was read whole and accepted: {:?}", r.map(|(rev, kvs)| (rev, kvs.len())));
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("MiB") || e.contains("bytes"), "says why: {e}");
+}
+
+/// A watch that sends blank lines forever (never a message) no longer holds
+/// the subscriber: it stops with its cluster. Before, `next` kept reading as
+/// long as bytes came, and the thread outlived its cluster.
+#[test]
+fn a_trickling_watch_does_not_outlive_its_cluster() {
+    let closed = Arc::new(AtomicBool::new(false));
+    let seen = closed.clone();
+    let script = move |s: &mut TcpStream, _| loop {
+        std::thread::sleep(Duration::from_millis(50));
+        if s.write_all(b"1\r\n\n\r\n").is_err() {
+            seen.store(true, Ordering::SeqCst);
+            return;
+        }
+    };
+    let gw = gateway(r#"{"header":{"revision":"7"}}"#.to_string(), 7, Arc::new(script));
+    let c = subscribed(&gw.endpoint);
+    wait_for("the watch", || c.metrics().feed.is_some_and(|m| m.connected));
+    std::thread::sleep(Duration::from_millis(300));
+    drop(c);
+    wait_for("the trickling watch closed by the client", || closed.load(Ordering::SeqCst));
+}
+
+/// An event past its own message's revision (here u64::MAX) is no etcd
+/// answer: the watch is dropped and opened again, and later records apply.
+/// Before, the `+ 1` of the next watch overflowed (the thread died in a debug
+/// build) or every later record was taken for old (release).
+#[test]
+fn an_event_past_its_header_revision_is_refused_and_the_feed_goes_on() {
+    let script = |s: &mut TcpStream, n: usize| {
+        let ev = if n == 1 {
+            events(8, &[kv("p/node/A/state", "down", u64::MAX)])
+        } else {
+            events(8, &[kv("p/node/B/state", "down", 8)])
+        };
+        let _ = s.write_all(&chunk(&ev));
+        silent(s);
+    };
+    let gw = gateway(r#"{"header":{"revision":"7"}}"#.to_string(), 7, Arc::new(script));
+    let c = subscribed(&gw.endpoint);
+    wait_for("B down by the second watch", || c.node_by_name("B").unwrap().state() == NodeState::Down);
+    let m = c.metrics().feed.unwrap();
+    assert_eq!(c.node_by_name("A").unwrap().state(), NodeState::Up, "{m:?}");
+    assert_eq!(m.revision, 8, "{m:?}");
+    assert_eq!((m.reconnects, m.refused), (1, 0), "the first watch dropped, no record refused: {m:?}");
+}
+
+/// `publish_event` about an instance this cluster does not have refuses
+/// before anything is written. Before, the record went to etcd (every
+/// subscriber got it) and then the call failed with UnknownNode.
+#[test]
+fn publish_event_about_an_unknown_instance_writes_nothing() {
+    let gw = gateway(r#"{"header":{"revision":"7"}}"#.to_string(), 7, Arc::new(|s: &mut TcpStream, _| silent(s)));
+    let c = subscribed(&gw.endpoint);
+    let unknown = FAN_DOWN_E.replace("instance=E", "instance=Z");
+    let e = c.publish_event(&unknown).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UnknownNode, "{e}");
+    let host = "NODE VERSION=1.0 host=nohost status=nodedown";
+    assert_eq!(c.publish_event(host).unwrap_err().kind(), ErrorKind::UnknownNode);
+    assert_eq!(gw.puts.load(Ordering::SeqCst), 0, "nothing written");
+    // A known instance is written (the control).
+    c.publish_event(&FAN_DOWN_E.replace("instance=E", "instance=A")).unwrap();
+    assert_eq!(gw.puts.load(Ordering::SeqCst), 1);
+}
