@@ -72,6 +72,7 @@ type WatchScript = dyn Fn(&mut TcpStream, usize) + Send + Sync;
 struct Gateway {
     endpoint: String,
     puts: Arc<AtomicUsize>,
+    ranges: Arc<AtomicUsize>,
 }
 
 /// A gateway: a range answers `range_body`; a watch answers `created` at
@@ -81,14 +82,18 @@ fn gateway(range_body: String, range_rev: u64, watch: Arc<WatchScript>) -> Gatew
     let endpoint = l.local_addr().unwrap().to_string();
     let puts = Arc::new(AtomicUsize::new(0));
     let counted = puts.clone();
+    let ranges = Arc::new(AtomicUsize::new(0));
+    let reads = ranges.clone();
     let watches = Arc::new(AtomicUsize::new(0));
     std::thread::spawn(move || {
         for conn in l.incoming() {
             let Ok(mut s) = conn else { continue };
             let (range_body, watch, puts, watches) =
                 (range_body.clone(), watch.clone(), counted.clone(), watches.clone());
+            let reads = reads.clone();
             std::thread::spawn(move || match read_request(&mut s).as_str() {
                 "/v3/kv/range" => {
+                    reads.fetch_add(1, Ordering::SeqCst);
                     let _ = s.write_all(
                         format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{range_body}", range_body.len())
                             .as_bytes(),
@@ -116,7 +121,7 @@ fn gateway(range_body: String, range_rev: u64, watch: Arc<WatchScript>) -> Gatew
             });
         }
     });
-    Gateway { endpoint, puts }
+    Gateway { endpoint, puts, ranges }
 }
 
 /// Holds a watch open and silent until the client goes away.
@@ -285,4 +290,24 @@ fn publish_event_about_an_unknown_instance_writes_nothing() {
     // A known instance is written (the control).
     c.publish_event(&FAN_DOWN_E.replace("instance=E", "instance=A")).unwrap();
     assert_eq!(gw.puts.load(Ordering::SeqCst), 1);
+}
+
+/// A member that answers every watch "compacted" (no etcd member does so
+/// right after a read at a newer revision) gets the back-off, not a full read
+/// and a watch as fast as the network allows. Before, each such answer led
+/// straight to the next full read.
+#[test]
+fn a_watch_compacted_again_at_once_backs_off() {
+    let script = |s: &mut TcpStream, _| {
+        let msg = "{\"result\":{\"header\":{\"revision\":\"7\"},\"canceled\":true,\"compact_revision\":\"7\"}}\n";
+        let _ = s.write_all(&chunk(msg));
+        let _ = s.write_all(b"0\r\n\r\n");
+    };
+    let gw = gateway(r#"{"header":{"revision":"7"}}"#.to_string(), 7, Arc::new(script));
+    let c = subscribed(&gw.endpoint);
+    std::thread::sleep(Duration::from_millis(1500));
+    let reads = gw.ranges.load(Ordering::SeqCst);
+    drop(c);
+    // Back-off 0.1, 0.2, 0.4, 0.8 s: at most 5 reads in 1.5 s.
+    assert!((2..=5).contains(&reads), "full reads in 1.5 s: {reads}");
 }

@@ -270,13 +270,19 @@ impl Worker {
     fn run(mut self) {
         let mut backoff = Duration::from_millis(100);
         let mut need_read = true;
+        // The revision of the last full read: a watch from just after it
+        // cannot be compacted away unless a compaction came in between.
+        let mut read_at = None;
         loop {
             if self.stopped() {
                 break;
             }
             if need_read {
                 match self.full_read() {
-                    Ok(()) => need_read = false,
+                    Ok(()) => {
+                        need_read = false;
+                        read_at = Some(self.revision);
+                    }
                     Err(e) => {
                         self.failed(e.to_string());
                         if !self.pause(&mut backoff) {
@@ -288,7 +294,18 @@ impl Worker {
             }
             match self.follow() {
                 Ended::Stopped => break,
-                Ended::Compacted => need_read = true,
+                Ended::Compacted => {
+                    need_read = true;
+                    // Compacted again with nothing applied since the read: a
+                    // member answering so every time gets the back-off, not
+                    // a read and a watch as fast as the network goes.
+                    if read_at == Some(self.revision) {
+                        if !self.pause(&mut backoff) {
+                            break;
+                        }
+                        continue;
+                    }
+                }
                 Ended::Failed(e) => {
                     // A watch that was live fails over at once; back-off
                     // is for a feed that keeps failing.
