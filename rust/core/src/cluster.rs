@@ -26,6 +26,9 @@ use crate::transaction::TxRegistry;
 pub(crate) struct MemberKey {
     version: u64,
     removed: bool,
+    /// An addition's weight (0 for a removal): what a deleted weight record
+    /// falls back to, the same in every process that has the record.
+    weight: u32,
 }
 
 /// Refuses a name whose session-token id a live node already has.
@@ -75,6 +78,10 @@ pub(crate) struct Inner {
     pub routing: Arc<RoutingEpoch>,
     /// The topology feed's subscription (`topology.feed`), set once built.
     pub feed: std::sync::OnceLock<crate::feed::Subscription>,
+    /// The highest-keyed versioned FAN input about every node at once (a
+    /// DATABASE or SERVICE event), which a node added later takes too: the
+    /// event and the addition then end alike in either order.
+    pub wide_input: Mutex<Option<crate::node::SharedInput>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -240,6 +247,7 @@ impl Cluster {
             routing,
             config,
             feed: std::sync::OnceLock::new(),
+            wide_input: Mutex::new(None),
         };
         let cluster = Cluster { inner: Arc::new(inner) };
         if let Some(sub) = crate::feed::Subscription::start(&cluster, &cluster.inner.config.feed) {
@@ -391,6 +399,18 @@ impl Cluster {
         }
         let id = NodeId(cur.by_id.len() as u32);
         let node = Node::new(id, &spec, &self.inner.config.local, self.inner.clock.clone(), self.inner.routing.clone());
+        // The versioned inputs about this name outlive its removal: the
+        // earlier incarnation's state and weight, and what was said of every
+        // node, as a process that gets the same inputs in another order (or
+        // reads the log after a compaction, where the state record is still
+        // there) applies them to this incarnation.
+        let canonical = spec.name.to_ascii_uppercase();
+        if let Some(old) = cur.by_id.iter().rev().find(|n| n.canonical_name() == canonical) {
+            node.inherit_shared(old, self.inner.config.transaction.settle_ms);
+        }
+        if let Some(wide) = *self.inner.wide_input.lock().unwrap_or_else(|p| p.into_inner()) {
+            node.apply_shared(wide);
+        }
         // Other processes may not have added it yet: strict placement waits
         // out transaction.settle before giving it new gtrids.
         node.stamp_member_change();
@@ -433,7 +453,7 @@ impl Cluster {
     pub fn add_node_at(&self, spec: NodeSpec, version: u64) -> Result<bool> {
         spec.validate()?;
         let mut g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let key = MemberKey { version, removed: false };
+        let key = MemberKey { version, removed: false, weight: spec.weight };
         let name = spec.name.to_ascii_uppercase();
         let settle = self.inner.config.transaction.settle_ms;
         // The addition's weight is a versioned weight input at its version,
@@ -474,6 +494,13 @@ impl Cluster {
 
     /// The version of the last membership input about `name` when it is a
     /// removal (`None`: no versioned input about it, or an addition).
+    /// The weight of the membership input that has `name` in this cluster
+    /// (`node/<NAME> present weight=…`), if a versioned one does.
+    pub(crate) fn member_weight(&self, name: &str) -> Option<u32> {
+        let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        g.get(&name.to_ascii_uppercase()).filter(|k| !k.removed).map(|k| k.weight)
+    }
+
     pub(crate) fn member_removal_version(&self, name: &str) -> Option<u64> {
         let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
         g.get(&name.to_ascii_uppercase()).filter(|k| k.removed).map(|k| k.version)
@@ -485,7 +512,7 @@ impl Cluster {
     pub fn remove_node_at(&self, name: &str, version: u64) -> Result<bool> {
         crate::node::validate_node_name(name)?;
         let mut g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let key = MemberKey { version, removed: true };
+        let key = MemberKey { version, removed: true, weight: 0 };
         let canonical = name.to_ascii_uppercase();
         if g.get(&canonical).is_some_and(|k| *k >= key) {
             return Ok(false);

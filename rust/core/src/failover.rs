@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::event::{parse_event, Event, FanEvent, FanEventType, FanReason, FanStatus, RlbAdvisory};
-use crate::node::{Node, NodeId, NodeState, OutcomeSource};
+use crate::node::{Node, NodeId, NodeState, OutcomeSource, SharedInput};
 
 /// One node's state change caused by an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +94,15 @@ impl Cluster {
             // Pre-connect and restart notices say nothing about where work can go.
             _ => return Ok(EventEffect::default()),
         };
+        if matches!(ev.event_type, FanEventType::Service | FanEventType::Database) {
+            if let Some(v) = version {
+                // About every node, so about a node added later too.
+                let until = drain_ms.map_or(0, |t| self.clock().now_ms().saturating_add(t).max(1));
+                let input = SharedInput { to, version: v, drain_ms, drain_until: until };
+                let mut wide = self.inner.wide_input.lock().unwrap_or_else(|p| p.into_inner());
+                *wide = Some(SharedInput::max(*wide, input));
+            }
+        }
         let mut effect = EventEffect::default();
         for n in targets {
             // Events write the automatic layer only, so `up` lifts what

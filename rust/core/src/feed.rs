@@ -127,9 +127,15 @@ impl Cluster {
         }
     }
 
-    /// The weight `name` was configured with (1 for a node added at runtime).
+    /// What a deleted weight record leaves: the weight of the membership
+    /// record that has `name` (`present weight=…`: the same in every process
+    /// that has the record), else the configured weight (1 for a node added
+    /// at runtime without one).
     fn configured_weight(&self, name: &str) -> Result<u32> {
         let node = self.node_by_name(name)?;
+        if let Some(w) = self.member_weight(node.name()) {
+            return Ok(w);
+        }
         Ok(self.inner.config.nodes.iter().find(|s| s.name.eq_ignore_ascii_case(node.name())).map_or(1, |s| s.weight))
     }
 }

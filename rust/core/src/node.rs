@@ -364,6 +364,30 @@ struct Layers {
     event_key: Option<ShareKey>,
 }
 
+/// A versioned shared input about a node's state, as [`Node::set_shared`]
+/// takes it: kept to apply to a node that did not exist when it came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SharedInput {
+    pub to: NodeState,
+    pub version: u64,
+    pub drain_ms: Option<u64>,
+    pub drain_until: u64,
+}
+
+impl SharedInput {
+    fn key(&self) -> ShareKey {
+        ShareKey::new(self.version, self.to, self.drain_ms)
+    }
+
+    /// The input of the two that the join keeps.
+    pub(crate) fn max(a: Option<SharedInput>, b: SharedInput) -> SharedInput {
+        match a {
+            Some(a) if a.key() >= b.key() => a,
+            _ => b,
+        }
+    }
+}
+
 /// How versioned inputs about one node's state are ordered: the version
 /// first, then, for two inputs with the same version (FAN timestamps have a
 /// resolution of one second), the more severe state, then the longer drain.
@@ -1036,6 +1060,36 @@ impl Node {
         // A new drain deadline is news to routes even when the state stays.
         self.routing.advance();
         self.publish(before, g.0)
+    }
+
+    /// The versioned shared input in force here, to hand to another node
+    /// (`None`: only unversioned inputs so far).
+    fn shared_input(&self) -> Option<SharedInput> {
+        let g = self.lock();
+        g.0.event_key.map(|key| SharedInput {
+            to: g.0.event,
+            version: key.version,
+            drain_ms: key.drain_ms.checked_sub(1),
+            drain_until: self.drain_until.load(Ordering::Acquire),
+        })
+    }
+
+    /// Applies a versioned shared input as it arrived elsewhere (the join
+    /// keeps the higher of it and what is in force).
+    pub(crate) fn apply_shared(&self, input: SharedInput) -> Option<Transition> {
+        self.set_shared(input.to, Some(input.version), input.drain_ms, input.drain_until)
+    }
+
+    /// Takes the versioned inputs of `old`, an earlier incarnation of this
+    /// name (removed since): its shared state and its versioned weight.
+    pub(crate) fn inherit_shared(&self, old: &Node, settle_ms: u64) {
+        if let Some(input) = old.shared_input() {
+            self.apply_shared(input);
+        }
+        let key = old.weight_window.lock().unwrap_or_else(|p| p.into_inner()).key;
+        if let Some((version, w)) = key {
+            self.set_weight(w, Some(version), settle_ms);
+        }
     }
 
     /// A FAN event's down (or a versioned operator call's).
