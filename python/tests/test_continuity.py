@@ -167,12 +167,12 @@ def req_table(pg):
             conn.execute("TRUNCATE py_req")
 
 
-def rows_of(pg, rid):
-    """node name -> whether request id `rid` is there."""
+def rows_of(pg, rid, table="py_req"):
+    """node name -> how many times request id `rid` is there."""
     out = {}
     for name, dsn in pg.dsn.items():
         with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-            out[name] = conn.execute("SELECT count(*) FROM py_req WHERE id = %s", (rid,)).fetchone()[0]
+            out[name] = conn.execute(f"SELECT count(*) FROM {table} WHERE id = %s", (rid,)).fetchone()[0]
     return out
 
 
@@ -485,3 +485,291 @@ async def test_async_a_replay_to_a_node_just_restarted_is_served_without_the_rec
             await (await req.execute("SELECT count(*) FROM py_req")).fetchone()
         assert req.replays == 1 and req.node == "RAC2"
         assert rows_of(pg, "aback") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
+
+
+# -- what a replay cannot reproduce (review of 2026-12-05) -------------------------
+
+
+@pytest.mark.parametrize(
+    "sql, controls",
+    [
+        ("COMMIT", True), ("end", True), ("/* c */ commit work", True), ("ABORT", True), ("ROLLBACK", True),
+        ("select 1; -- c\n rollback and chain", True), ("COMMIT; BEGIN", True), ("START TRANSACTION", True),
+        ("PREPARE TRANSACTION 'g'", True), ("COMMIT PREPARED 'g'", True), ("ROLLBACK PREPARED 'g'", True),
+        ("DO $f$ BEGIN PERFORM 1; END $f$; COMMIT", True), ("(SELECT 1); END", True),
+        ("ROLLBACK TO SAVEPOINT s", False), ("rollback work to s", False), ("SAVEPOINT s", False),
+        ("RELEASE SAVEPOINT s", False), ("SELECT 'commit; end'", False), ('SELECT "end" FROM t', False),
+        ("SELECT CASE WHEN true THEN 1 END", False), ("DO $$ BEGIN PERFORM 1; END $$", False),
+        ("PREPARE q AS SELECT 1", False), ("-- commit\nSELECT 1", False), ("UPDATE t SET begin = 1", False),
+    ],
+)
+def test_which_statements_control_the_transaction(sql, controls):
+    from racaffinity._continuity import controls_transaction
+
+    assert controls_transaction(sql) is controls
+
+
+@pytest.fixture
+def dup_table(pg):
+    # No key: a write committed twice shows as two rows.
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid = 'py_dup'").fetchall():
+                conn.execute(f"ROLLBACK PREPARED '{gid}'")  # a failed run's
+            conn.execute("DROP TABLE IF EXISTS py_dup")
+            conn.execute("CREATE TABLE py_dup (id text)")
+
+
+def dups_of(pg, rid):
+    return rows_of(pg, rid, table="py_dup")
+
+
+def one_database(pg):
+    """Three instance names over node 1 (the RAC model, recovery.scope =
+    database): a replay writes where the original did, so a write the
+    original committed is counted twice."""
+    one = pg.dsn["RAC1"]
+    return {"RAC1": one, "RAC2": one, "RAC3": one}
+
+
+def test_replay_refuses_autocommit_connections(pg, cluster_factory, dup_table):
+    # Autocommit commits each statement as it runs: a replay commits them again.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES, recovery_scope="database")
+    with pytest.raises(ValueError, match="autocommit"):
+        NodePools(c, one_database(pg), replay=True, connect_kwargs={"autocommit": True})
+
+    def configure(conn):  # autocommit set where the constructor cannot see it
+        conn.autocommit = True
+
+    with NodePools(c, one_database(pg), replay=True, min_size=1, max_size=2, timeout=5.0, configure=configure) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_dup VALUES ('ac')")
+                terminate(pg, "RAC1", req.backend_pid)
+                req.execute("SELECT 1")
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE and req.replays == 0
+        assert dups_of(pg, "ac")["RAC1"] == 1
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["COMMIT", "end", "/* the application's */ commit work", "COMMIT; BEGIN", "ROLLBACK; BEGIN", "PREPARE TRANSACTION 'py_dup'"],
+)
+def test_a_transaction_control_statement_makes_the_request_not_replayable(pg, cluster_factory, dup_table, statement):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES, recovery_scope="database")
+    with NodePools(c, one_database(pg), replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_dup VALUES ('tc')")
+                req.execute(statement)
+                terminate(pg, "RAC1", req.backend_pid)
+                req.execute("SELECT 1")
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE and req.replays == 0
+    committed = 0 if statement.startswith(("ROLLBACK", "PREPARE")) else 1
+    assert dups_of(pg, "tc")["RAC1"] == committed
+    if statement.startswith("PREPARE"):
+        with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
+            admin.execute("ROLLBACK PREPARED 'py_dup'")
+
+
+def test_a_lost_reply_of_a_commit_statement_is_never_replayed(pg, cluster_factory, dup_table, proxies):
+    # The statement's reply is lost: it may have committed, and only a
+    # block-end COMMIT has its outcome checked.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_dup VALUES ('lost-commit')")
+                proxies["RAC1"].lose_reply_after(b"COMMIT")
+                req.execute("COMMIT")
+        assert proxies["RAC1"].reply_lost
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE and req.replays == 0
+        assert dups_of(pg, "lost-commit") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
+
+
+def test_savepoints_leave_the_request_replayable(pg, cluster_factory, dup_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES, recovery_scope="database")
+    with NodePools(c, one_database(pg), replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("SAVEPOINT s")
+            req.execute("INSERT INTO py_dup VALUES ('undone')")
+            req.execute("ROLLBACK TO SAVEPOINT s")
+            req.execute("RELEASE SAVEPOINT s")
+            req.execute("INSERT INTO py_dup VALUES ('kept')")
+            terminate(pg, "RAC1", req.backend_pid)
+        assert req.replays == 1 and req.outcome == "committed"
+    assert dups_of(pg, "undone")["RAC1"] == 0 and dups_of(pg, "kept")["RAC1"] == 1
+
+
+@pytest.mark.parametrize("use", ["execute", "executemany", "connection"])
+def test_a_statement_run_on_the_returned_cursor_makes_the_request_not_replayable(
+    pg, cluster_factory, dup_table, use
+):
+    # What runs on the cursor is not recorded: a replay would drop it and
+    # report success.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES, recovery_scope="database")
+    with NodePools(c, one_database(pg), replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                cur = req.execute("INSERT INTO py_dup VALUES ('first')")
+                if use == "execute":
+                    assert cur.execute("INSERT INTO py_dup VALUES ('second')") is cur
+                elif use == "executemany":
+                    cur.executemany("INSERT INTO py_dup VALUES (%s)", [("second",)])
+                else:
+                    cur.connection.execute("INSERT INTO py_dup VALUES ('second')")
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE and req.replays == 0
+    assert dups_of(pg, "first")["RAC1"] == dups_of(pg, "second")["RAC1"] == 0
+
+
+@pytest.fixture
+def val_table(pg):
+    # Each node holds another value: a replay elsewhere reads another one.
+    for i, dsn in enumerate(pg.dsn.values(), 1):
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("DROP TABLE IF EXISTS py_val")
+            conn.execute("CREATE TABLE py_val (v int)")
+            conn.execute("INSERT INTO py_val VALUES (%s)", (i,))
+
+
+def test_every_result_set_is_compared_on_a_replay(pg, cluster_factory, req_table, val_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                cur = req.execute("SELECT 0; SELECT v FROM py_val")
+                assert cur.fetchall() == [(0,)]  # every set still there to read
+                assert cur.nextset()
+                assert cur.fetchall() == [(1,)]  # RAC1's value, consumed
+                terminate(pg, "RAC1", req.backend_pid)
+                req.execute("INSERT INTO py_req VALUES ('saw 1')")
+        assert info.value.__cause__.reason == "results_differ"
+        assert sum(rows_of(pg, "saw 1").values()) == 0
+        # the same sets elsewhere: replayed
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            cur = req.execute("SELECT 0; SELECT count(*) FROM py_val")
+            assert cur.fetchone() == (0,) and cur.nextset() and cur.fetchone() == (1,)
+            terminate(pg, "RAC1", req.backend_pid)
+            req.execute("INSERT INTO py_req VALUES ('saw 2')")
+        assert req.replays == 1 and sum(rows_of(pg, "saw 2").values()) == 1
+
+
+@pytest.mark.asyncio
+async def test_async_every_result_set_is_compared_and_cursor_writes_are_not_replayed(
+    pg, cluster_factory, req_table, val_table
+):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            async with pools.request(key=key_on(c, "RAC1")) as req:
+                cur = await req.execute("SELECT 0; SELECT v FROM py_val")
+                assert cur.nextset() and await cur.fetchone() == (1,)
+                terminate(pg, "RAC1", req.backend_pid)
+                await req.execute("INSERT INTO py_req VALUES ('async saw 1')")
+        assert info.value.__cause__.reason == "results_differ"
+        with pytest.raises(psycopg.OperationalError) as info:
+            async with pools.request(key=key_on(c, "RAC2")) as req:
+                cur = await req.execute("INSERT INTO py_req VALUES ('async first')")
+                await cur.execute("INSERT INTO py_req VALUES ('async second')")
+                terminate(pg, "RAC2", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert sum(rows_of(pg, "async first").values()) == sum(rows_of(pg, "async second").values()) == 0
+
+
+@pytest.mark.parametrize("setting", ["dict_row", "namedtuple_row", "autocommit=False"])
+def test_a_lost_commit_reply_is_found_committed_whatever_the_connect_kwargs(
+    pg, cluster_factory, req_table, proxies, setting
+):
+    # The outcome check makes its own connection with the application's
+    # connect_kwargs: a row factory or an autocommit setting is not its own.
+    from psycopg import rows
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    kw = {"autocommit": False} if setting == "autocommit=False" else {"row_factory": getattr(rows, setting)}
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=5.0, connect_kwargs=kw) as pools:
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            cur = req.execute("INSERT INTO py_req VALUES (%s) RETURNING id", (setting,))
+            row = cur.fetchone()  # the application's rows, as it asked for them
+            assert row == ({"id": setting} if setting == "dict_row" else (setting,))
+            proxies["RAC1"].lose_reply_after(b"COMMIT")
+        assert proxies["RAC1"].reply_lost
+        assert req.replays == 0 and req.outcome == "committed"
+        assert rows_of(pg, setting) == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
+
+
+@pytest.fixture
+def slow_commit(pg, req_table):
+    # A deferred trigger that sleeps: RAC1's COMMIT of a py_req insert takes 3 s.
+    with psycopg.connect(pg.dsn["RAC1"], autocommit=True, connect_timeout=5) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION py_slow() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$"
+        )
+        conn.execute("DROP TRIGGER IF EXISTS py_slow ON py_req")
+        conn.execute(
+            "CREATE CONSTRAINT TRIGGER py_slow AFTER INSERT ON py_req DEFERRABLE INITIALLY DEFERRED "
+            "FOR EACH ROW EXECUTE FUNCTION py_slow()"
+        )
+    yield
+    with psycopg.connect(pg.dsn["RAC1"], autocommit=True, connect_timeout=5) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS py_slow ON py_req")
+
+
+def in_flight(c, name):
+    return next(n["in_flight"] for n in c.metrics()["nodes"] if n["name"] == name)
+
+
+def test_a_keyboard_interrupt_during_commit_gives_the_connection_back(pg, cluster_factory, slow_commit):
+    import signal
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=2.0) as pools:
+        key = key_on(c, "RAC1")
+
+        def ctrl_c(*_):
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGALRM, ctrl_c)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.8)  # in the 3 s COMMIT
+            with pytest.raises(KeyboardInterrupt):
+                with pools.request(key=key) as req:
+                    req.execute("INSERT INTO py_req VALUES ('ctrl-c')")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        assert in_flight(c, "RAC1") == 0
+        with pools.request(key=key) as req:  # max_size=1: served only if it came back
+            assert req.execute("SELECT 1").fetchone() == (1,)
+        assert req.node == "RAC1"
+
+
+@pytest.mark.asyncio
+async def test_async_a_cancel_during_commit_gives_the_connection_back(pg, cluster_factory, slow_commit):
+    import asyncio
+
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=2.0) as pools:
+        key = key_on(c, "RAC1")
+
+        async def body():
+            async with pools.request(key=key) as req:
+                await req.execute("INSERT INTO py_req VALUES ('cancelled')")
+
+        task = asyncio.ensure_future(body())
+        await asyncio.sleep(0.8)  # in the 3 s COMMIT
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert in_flight(c, "RAC1") == 0
+        async with pools.request(key=key) as req:
+            assert await (await req.execute("SELECT 1")).fetchone() == (1,)
+        assert req.node == "RAC1"

@@ -259,6 +259,69 @@ def test_replay_needs_a_postgresql_engine_of_the_cluster(pg, cluster_factory):
     engine.dispose()
 
 
+@pytest.fixture
+def sdup_table(pg):
+    # No key: a write committed twice shows as two rows.
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("DROP TABLE IF EXISTS py_sdup")
+            conn.execute("CREATE TABLE py_sdup (id text)")
+
+
+def dups_on_rac1(pg, rid) -> int:
+    with psycopg.connect(pg.dsn["RAC1"], autocommit=True, connect_timeout=5) as conn:
+        return conn.execute("SELECT count(*) FROM py_sdup WHERE id = %s", (rid,)).fetchone()[0]
+
+
+def one_database_urls(pg) -> Dict[str, str]:
+    """Three instance names over node 1 (the RAC model): a replay writes
+    where the original did, so a write committed twice is counted twice."""
+    return urls(pg, {n: pg.port["RAC1"] for n in NAMES})
+
+
+def test_replay_refuses_autocommit_engines(pg, cluster_factory, sdup_table):
+    # Autocommit commits each statement as it runs: a replay commits them again.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES, recovery_scope="database")
+    for kw in ({"isolation_level": "AUTOCOMMIT"}, {"execution_options": {"isolation_level": "AUTOCOMMIT"}}):
+        with pytest.raises(ValueError, match="AUTOCOMMIT"):
+            create_engine(c, one_database_urls(pg), replay=True, **kw)
+    engine = create_engine(c, one_database_urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")  # where create_engine cannot see it
+        with pytest.raises(sa.exc.DBAPIError) as info:
+            with request(autocommit, key=key_on(c, "RAC1")) as req:
+                req.execute(sa.text("INSERT INTO py_sdup VALUES ('ac')"))
+                terminate(pg, "RAC1", req.backend_pid)
+                req.execute(sa.text("SELECT 1"))
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE and req.replays == 0
+        assert dups_on_rac1(pg, "ac") == 1
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("statement", ["COMMIT", "end work", "ROLLBACK", "PREPARE TRANSACTION 'py_sdup'"])
+def test_a_transaction_control_statement_makes_the_request_not_replayable(
+    pg, cluster_factory, sdup_table, statement
+):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES, recovery_scope="database")
+    engine = create_engine(c, one_database_urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        with pytest.raises(sa.exc.DBAPIError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.execute(sa.text("INSERT INTO py_sdup VALUES ('tc')"))
+                req.execute(sa.text(statement))
+                terminate(pg, "RAC1", req.backend_pid)
+                req.execute(sa.text("SELECT 1"))
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE and req.replays == 0
+        assert dups_on_rac1(pg, "tc") == (0 if statement.startswith(("ROLLBACK", "PREPARE")) else 1)
+    finally:
+        engine.dispose()
+        with psycopg.connect(pg.dsn["RAC1"], autocommit=True, connect_timeout=5) as conn:
+            if conn.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = 'py_sdup'").fetchone():
+                conn.execute("ROLLBACK PREPARED 'py_sdup'")
+
+
 # -- the acceptance workload: NodePools and the engine, kill -9 of the session's node --
 
 # Where each episode's kill lands: before the request (its pooled connection

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import re
 from typing import Any, Callable, Generator, List, Optional, Sequence, Tuple
 
 from ._args import cstr, U32_MAX
@@ -276,6 +277,62 @@ def digest(rowcount: int, rows: Optional[Sequence[Any]]) -> Tuple[int, Optional[
     if rows is None:
         return rowcount, None
     return rowcount, hashlib.sha256(repr(rows).encode()).digest()
+
+
+def digest_sets(sets: Sequence[Tuple[int, Optional[Sequence[Any]]]]) -> Tuple[int, Optional[bytes]]:
+    """`digest` of a statement that answered several result sets (row
+    count and rows, or None, of each): every set is compared on a replay,
+    the application may have read any of them. One set digests as `digest`."""
+    if len(sets) == 1:
+        return digest(*sets[0])
+    return sets[0][0], hashlib.sha256(repr(list(sets)).encode()).digest()
+
+
+# A cheap first look: text without any of these words controls no transaction.
+_TX_WORDS = re.compile(r"\b(?:commit|end|rollback|abort|begin|start|prepare)\b", re.I)
+# SQL split into what cannot start a statement (quoted text, comments, dollar
+# quotes: a plpgsql body's BEGIN ... END is not the transaction's), statement
+# separators and words.
+_SQL_TOKEN = re.compile(
+    r"""(?P<skip>'(?:[^']|'')*'?|"(?:[^"]|"")*"?|--[^\n]*|/\*.*?(?:\*/|\Z)"""
+    r"""|\$(?P<tag>[A-Za-z_][A-Za-z0-9_]*)?\$.*?(?:\$(?P=tag)\$|\Z))"""
+    r"""|(?P<space>\s+)|(?P<semi>;)|(?P<word>[A-Za-z_][A-Za-z0-9_$]*)|(?P<other>.)""",
+    re.S,
+)
+
+
+def controls_transaction(sql: str) -> bool:
+    """Whether `sql` (one statement or several) ends or starts a
+    transaction: COMMIT, END, ROLLBACK (not ROLLBACK TO a savepoint),
+    ABORT, BEGIN, START TRANSACTION, PREPARE TRANSACTION, COMMIT or
+    ROLLBACK PREPARED. What ran before such a statement may be committed,
+    or rolled back, where a replay would commit it again."""
+    if not _TX_WORDS.search(sql):
+        return False
+    words: List[str] = []  # the first words of the current statement
+    for m in _SQL_TOKEN.finditer(sql):
+        kind = m.lastgroup
+        if kind == "semi":
+            if _controls(words):
+                return True
+            words = []
+        elif kind == "word" and len(words) < 3:
+            words.append(m.group("word").lower())
+        elif kind == "other" and not words:
+            words.append("")  # a statement starting otherwise: none of ours
+    return _controls(words)
+
+
+def _controls(words: List[str]) -> bool:
+    if not words:
+        return False
+    first, rest = words[0], words[1:]
+    if first in ("commit", "end", "abort", "begin"):
+        return True
+    if first == "rollback":
+        rest = [w for w in rest if w not in ("work", "transaction")]
+        return not rest or rest[0] != "to"
+    return first in ("start", "prepare") and rest[:1] == ["transaction"]
 
 
 def outcome_queries(xid: str, pid: int, force: bool, wait_ms: int) -> Tuple[str, ...]:

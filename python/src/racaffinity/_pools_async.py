@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import psycopg
 import psycopg_pool
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
 
 from ._acompat import AEvent, ALock, acancel, ais_alive, ajoin, aspawn, await_all, await_event
 from ._args import BytesLike, DataKey
@@ -28,7 +30,7 @@ from ._failures import is_node_failure
 from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
-from ._continuity import Recorder, classify_sqlstate, digest, outcome_queries, recover
+from ._continuity import Recorder, classify_sqlstate, controls_transaction, digest_sets, outcome_queries, recover
 from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
 from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 
@@ -390,14 +392,101 @@ def _error_class(e: BaseException) -> ErrorClass:
 
 
 async def _digest(cur: Any) -> Tuple[int, Optional[bytes]]:
-    """What a statement answered (row count, digest of its rows), compared
-    on a replay. The rows are read ahead and the cursor rewound, so the
-    application still reads them all."""
-    if cur.description is None:
-        return digest(cur.rowcount, None)
-    rows = await cur.fetchall()
-    await cur.scroll(0, "absolute")
-    return digest(cur.rowcount, rows)
+    """What a statement answered (row count, digest of its rows, of every
+    result set), compared on a replay. The rows are read ahead and the
+    cursor rewound to its first set, so the application still reads them all."""
+    sets: List[Tuple[int, Optional[List[Any]]]] = []
+    while True:
+        rows = await cur.fetchall() if cur.description is not None else None
+        sets.append((cur.rowcount, rows))
+        if not cur.nextset():
+            break
+    if len(sets) > 1:
+        await cur.set_result(0)
+    elif rows is not None:
+        await cur.scroll(0, "absolute")
+    return digest_sets(sets)
+
+
+def _query_text(query: Any, conn: Any) -> Optional[str]:
+    """The SQL of a query as psycopg takes it (str, bytes, `sql.Composable`,
+    a template's fixed parts), None when it cannot be read."""
+    if isinstance(query, str):
+        return query
+    if isinstance(query, (bytes, bytearray, memoryview)):
+        return bytes(query).decode("utf-8", "replace")
+    if isinstance(query, psycopg.sql.Composable):
+        try:
+            return query.as_string(conn)
+        except Exception:
+            return None
+    strings = getattr(query, "strings", None)
+    if isinstance(strings, tuple) and all(isinstance(x, str) for x in strings):
+        return " ".join(strings)
+    return None
+
+
+class _RecordedCursor:
+    """The cursor `req.execute` hands back (a subclass of the connection's
+    `cursor_factory`, `_recorded_cursor`). What the application runs on it
+    itself (`execute`, `executemany`, `copy`, `stream`) or on its
+    `connection` is not recorded, so a replay would drop it and report
+    success: any of them makes the request not replayable."""
+
+    __slots__ = ()
+    _request: Recorder
+    _conn: Any
+    # psycopg reads `connection` itself while it runs a statement: only the
+    # application's reads, once the cursor is handed out, count.
+    _handed_out = False
+
+    @property
+    def connection(self) -> Any:
+        if self._handed_out:
+            self._request._replayable = False
+        return self._conn
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        self._request._replayable = False
+        return await super().execute(*args, **kwargs)  # type: ignore[misc]
+
+    async def executemany(self, *args: Any, **kwargs: Any) -> None:
+        self._request._replayable = False
+        await super().executemany(*args, **kwargs)  # type: ignore[misc]
+
+    def copy(self, *args: Any, **kwargs: Any) -> Any:
+        self._request._replayable = False
+        return super().copy(*args, **kwargs)  # type: ignore[misc]
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        self._request._replayable = False
+        return super().stream(*args, **kwargs)  # type: ignore[misc]
+
+
+_recorded_classes: Dict[type, type] = {}
+
+
+async def _recorded_cursor(request: Recorder, conn: Any, query: Any, params: Any) -> Any:
+    """Runs `query` on a new `_RecordedCursor` of `conn`, of the class its
+    `cursor_factory` makes (a `ClientCursor` stays one)."""
+    base = conn.cursor_factory
+    cls = _recorded_classes.get(base)
+    if cls is None:
+        cls = _recorded_classes.setdefault(base, type("RecordedCursor", (_RecordedCursor, base), {}))
+    cur = cls(conn)
+    cur._request = request
+    await base.execute(cur, query, params)
+    return cur
+
+
+def _hand_out(cur: Any) -> Any:
+    if cur is not None:
+        cur._handed_out = True
+    return cur
+
+
+# What a request's statement leaves when its transaction goes on.
+_IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 
 class _AsyncRequest(Recorder):
@@ -455,20 +544,38 @@ class _AsyncRequest(Recorder):
             await self._recover(e, AT_START)
             return self
         self._cm, self._node = cm, cm._buf.node
+        self._check_autocommit()
         return self
+
+    def _check_autocommit(self) -> None:
+        # An autocommit connection (a pool's `configure` may set it)
+        # commits each statement as it runs: a replay would commit it again.
+        if self._conn.autocommit:
+            self._replayable = False
 
     async def execute(self, query: Any, params: Any = None) -> Any:
         """Runs a statement in the request's transaction and records it."""
         if self._replayable:
             params = _params_as_run(params)
+            text = _query_text(query, self._conn)
+            if text is None or controls_transaction(text):
+                # What ran before it may be committed (or rolled back), and
+                # the statement's own reply may be lost after it did: only
+                # the block's COMMIT has its outcome checked.
+                self._replayable = False
         try:
             async with abounded(self._conn, self._call_timeout):
-                cur = await self._conn.execute(query, params)
+                cur = await self._execute(query, params)
+            if self._conn.info.transaction_status not in _IN_TRANSACTION:
+                self._replayable = False  # the transaction ended, however the text hid it
             digest = await _digest(cur) if self._replayable else (0, None)
         except Exception as e:
-            return await self._recover(e, (query, params))
+            return _hand_out(await self._recover(e, (query, params)))
         self._record((query, params), digest)
-        return cur
+        return _hand_out(cur)
+
+    async def _execute(self, query: Any, params: Any) -> Any:
+        return await _recorded_cursor(self, self._conn, query, params)
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         if et is not None:
@@ -482,6 +589,11 @@ class _AsyncRequest(Recorder):
             except BaseException:
                 await self._drop(e)
                 raise
+        except BaseException as e:
+            # A cancel or Ctrl-C in the COMMIT: nothing is recovered, but
+            # the connection and its lease must not leak.
+            await self._drop(e)
+            raise
 
     async def _commit(self) -> None:
         conn = self._conn
@@ -489,7 +601,9 @@ class _AsyncRequest(Recorder):
         # The id that tells the outcome later, and the backend that could
         # still commit it: taken before COMMIT, in the transaction.
         async with abounded(conn, self._call_timeout):
-            cur = await conn.execute(XACT_QUERY)
+            # Tuples whatever row factory the application's connections use.
+            cur = conn.cursor(row_factory=tuple_row)
+            await cur.execute(XACT_QUERY)
         self._xid, self._pid = await cur.fetchone()
         self._committing = True
         async with abounded(conn, self._call_timeout):
@@ -546,8 +660,12 @@ class _AsyncRequest(Recorder):
         kw = dict(pools._connect_kwargs)
         kw.setdefault("connect_timeout", connect_timeout(pools.probe_timeout))
         bound = float(kw["connect_timeout"] or 10)
+        # The application's row factory and autocommit setting are not the
+        # check's: it reads tuples, and runs outside any transaction.
+        kw.update(autocommit=True, row_factory=tuple_row)
+        kw.pop("cursor_factory", None)
         try:
-            conn = await psycopg.AsyncConnection.connect(pools._node_dsn(node), autocommit=True, **kw)
+            conn = await psycopg.AsyncConnection.connect(pools._node_dsn(node), **kw)
         except Exception:
             return CommitOutcome.UNKNOWN
         try:
@@ -569,11 +687,12 @@ class _AsyncRequest(Recorder):
         cm = _ConnectionWithArgs(self._pools, None, None, self._timeout, node)
         self._conn = await cm.__aenter__()
         self._cm = cm
+        self._check_autocommit()
 
     async def _run(self, statement: Tuple[Any, Any]) -> Tuple[Any, Tuple[int, Optional[bytes]]]:
         query, params = statement
         async with abounded(self._conn, self._call_timeout):
-            cur = await self._conn.execute(query, params)
+            cur = await self._execute(query, params)
         return cur, await _digest(cur)
 
 
@@ -624,10 +743,15 @@ class AsyncNodePools(Base):
         replay: bool = False,
         **pool_kwargs: Any,
     ) -> None:
-        super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
-        self.timeout = timeout
         if not isinstance(replay, bool):
             raise TypeError(f"replay must be a bool, not {type(replay).__name__}")
+        if replay and (connect_kwargs or {}).get("autocommit"):
+            raise ValueError(
+                "replay=True needs transactions: connect_kwargs autocommit=True commits each statement"
+                " as it runs, which a replay would commit again"
+            )
+        super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
+        self.timeout = timeout
         self.replay = replay
         self._set_callback(affinity_callback)
         self._heartbeat: Optional[_AsyncHeartbeat] = None

@@ -16,6 +16,8 @@ from collections import abc
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import psycopg
 import psycopg_pool
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
 from ._acompat import Event, Lock, cancel, is_alive, join, spawn, wait_all, wait_event
 from ._args import BytesLike, DataKey
 from ._cluster import Cluster
@@ -25,7 +27,7 @@ from ._failures import is_node_failure
 from ._failures import ConnectAttempts
 from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
-from ._continuity import Recorder, classify_sqlstate, digest, outcome_queries, recover
+from ._continuity import Recorder, classify_sqlstate, controls_transaction, digest_sets, outcome_queries, recover
 from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
 from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 _RAW_LEASE = new_(LEASE_T).__class__
@@ -327,14 +329,89 @@ def _error_class(e: BaseException) -> ErrorClass:
     return ErrorClass.NOT_RECOVERABLE
 
 def _digest(cur: Any) -> Tuple[int, Optional[bytes]]:
-    """What a statement answered (row count, digest of its rows), compared
-    on a replay. The rows are read ahead and the cursor rewound, so the
-    application still reads them all."""
-    if cur.description is None:
-        return digest(cur.rowcount, None)
-    rows = cur.fetchall()
-    cur.scroll(0, 'absolute')
-    return digest(cur.rowcount, rows)
+    """What a statement answered (row count, digest of its rows, of every
+    result set), compared on a replay. The rows are read ahead and the
+    cursor rewound to its first set, so the application still reads them all."""
+    sets: List[Tuple[int, Optional[List[Any]]]] = []
+    while True:
+        rows = cur.fetchall() if cur.description is not None else None
+        sets.append((cur.rowcount, rows))
+        if not cur.nextset():
+            break
+    if len(sets) > 1:
+        cur.set_result(0)
+    elif rows is not None:
+        cur.scroll(0, 'absolute')
+    return digest_sets(sets)
+
+def _query_text(query: Any, conn: Any) -> Optional[str]:
+    """The SQL of a query as psycopg takes it (str, bytes, `sql.Composable`,
+    a template's fixed parts), None when it cannot be read."""
+    if isinstance(query, str):
+        return query
+    if isinstance(query, (bytes, bytearray, memoryview)):
+        return bytes(query).decode('utf-8', 'replace')
+    if isinstance(query, psycopg.sql.Composable):
+        try:
+            return query.as_string(conn)
+        except Exception:
+            return None
+    strings = getattr(query, 'strings', None)
+    if isinstance(strings, tuple) and all((isinstance(x, str) for x in strings)):
+        return ' '.join(strings)
+    return None
+
+class _RecordedCursor:
+    """The cursor `req.execute` hands back (a subclass of the connection's
+    `cursor_factory`, `_recorded_cursor`). What the application runs on it
+    itself (`execute`, `executemany`, `copy`, `stream`) or on its
+    `connection` is not recorded, so a replay would drop it and report
+    success: any of them makes the request not replayable."""
+    __slots__ = ()
+    _request: Recorder
+    _conn: Any
+    _handed_out = False
+
+    @property
+    def connection(self) -> Any:
+        if self._handed_out:
+            self._request._replayable = False
+        return self._conn
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        self._request._replayable = False
+        return super().execute(*args, **kwargs)
+
+    def executemany(self, *args: Any, **kwargs: Any) -> None:
+        self._request._replayable = False
+        super().executemany(*args, **kwargs)
+
+    def copy(self, *args: Any, **kwargs: Any) -> Any:
+        self._request._replayable = False
+        return super().copy(*args, **kwargs)
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        self._request._replayable = False
+        return super().stream(*args, **kwargs)
+_recorded_classes: Dict[type, type] = {}
+
+def _recorded_cursor(request: Recorder, conn: Any, query: Any, params: Any) -> Any:
+    """Runs `query` on a new `_RecordedCursor` of `conn`, of the class its
+    `cursor_factory` makes (a `ClientCursor` stays one)."""
+    base = conn.cursor_factory
+    cls = _recorded_classes.get(base)
+    if cls is None:
+        cls = _recorded_classes.setdefault(base, type('RecordedCursor', (_RecordedCursor, base), {}))
+    cur = cls(conn)
+    cur._request = request
+    base.execute(cur, query, params)
+    return cur
+
+def _hand_out(cur: Any) -> Any:
+    if cur is not None:
+        cur._handed_out = True
+    return cur
+_IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 class _Request(Recorder):
     """`with pools.request() as req:` — one transaction whose
@@ -387,20 +464,33 @@ class _Request(Recorder):
             self._recover(e, AT_START)
             return self
         self._cm, self._node = (cm, cm._buf.node)
+        self._check_autocommit()
         return self
+
+    def _check_autocommit(self) -> None:
+        if self._conn.autocommit:
+            self._replayable = False
 
     def execute(self, query: Any, params: Any=None) -> Any:
         """Runs a statement in the request's transaction and records it."""
         if self._replayable:
             params = _params_as_run(params)
+            text = _query_text(query, self._conn)
+            if text is None or controls_transaction(text):
+                self._replayable = False
         try:
             with bounded(self._conn, self._call_timeout):
-                cur = self._conn.execute(query, params)
+                cur = self._execute(query, params)
+            if self._conn.info.transaction_status not in _IN_TRANSACTION:
+                self._replayable = False
             digest = _digest(cur) if self._replayable else (0, None)
         except Exception as e:
-            return self._recover(e, (query, params))
+            return _hand_out(self._recover(e, (query, params)))
         self._record((query, params), digest)
-        return cur
+        return _hand_out(cur)
+
+    def _execute(self, query: Any, params: Any) -> Any:
+        return _recorded_cursor(self, self._conn, query, params)
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         if et is not None:
@@ -414,12 +504,16 @@ class _Request(Recorder):
             except BaseException:
                 self._drop(e)
                 raise
+        except BaseException as e:
+            self._drop(e)
+            raise
 
     def _commit(self) -> None:
         conn = self._conn
         self._committing = False
         with bounded(conn, self._call_timeout):
-            cur = conn.execute(XACT_QUERY)
+            cur = conn.cursor(row_factory=tuple_row)
+            cur.execute(XACT_QUERY)
         self._xid, self._pid = cur.fetchone()
         self._committing = True
         with bounded(conn, self._call_timeout):
@@ -476,8 +570,10 @@ class _Request(Recorder):
         kw = dict(pools._connect_kwargs)
         kw.setdefault('connect_timeout', connect_timeout(pools.probe_timeout))
         bound = float(kw['connect_timeout'] or 10)
+        kw.update(autocommit=True, row_factory=tuple_row)
+        kw.pop('cursor_factory', None)
         try:
-            conn = psycopg.Connection.connect(pools._node_dsn(node), autocommit=True, **kw)
+            conn = psycopg.Connection.connect(pools._node_dsn(node), **kw)
         except Exception:
             return CommitOutcome.UNKNOWN
         try:
@@ -499,11 +595,12 @@ class _Request(Recorder):
         cm = _ConnectionWithArgs(self._pools, None, None, self._timeout, node)
         self._conn = cm.__enter__()
         self._cm = cm
+        self._check_autocommit()
 
     def _run(self, statement: Tuple[Any, Any]) -> Tuple[Any, Tuple[int, Optional[bytes]]]:
         query, params = statement
         with bounded(self._conn, self._call_timeout):
-            cur = self._conn.execute(query, params)
+            cur = self._execute(query, params)
         return (cur, _digest(cur))
 
 class NodePools(Base):
@@ -526,10 +623,12 @@ class NodePools(Base):
     __doc__ += "\n    They are open once constructed; the heartbeat and the upkeep are daemon\n    threads, and pins and transactions follow the thread's context."
 
     def __init__(self, cluster: Cluster, dsns: Mapping[str, str], *, heartbeat: bool=False, heartbeat_interval: Optional[float]=None, probe_timeout: Optional[float]=None, connect_kwargs: Optional[Mapping[str, Any]]=None, min_size: int=1, max_size: Optional[int]=None, timeout: float=30.0, affinity_callback: Any=None, partition_map_loader: Optional[PartitionMapLoader]=None, partition_map_reload: Optional[float]=None, upkeep_interval: float=0.2, replay: bool=False, **pool_kwargs: Any) -> None:
-        super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
-        self.timeout = timeout
         if not isinstance(replay, bool):
             raise TypeError(f'replay must be a bool, not {type(replay).__name__}')
+        if replay and (connect_kwargs or {}).get('autocommit'):
+            raise ValueError('replay=True needs transactions: connect_kwargs autocommit=True commits each statement as it runs, which a replay would commit again')
+        super().__init__(cluster, dsns, heartbeat, heartbeat_interval, probe_timeout, connect_kwargs)
+        self.timeout = timeout
         self.replay = replay
         self._set_callback(affinity_callback)
         self._heartbeat: Optional[_Heartbeat] = None

@@ -73,6 +73,7 @@ from ._continuity import (  # noqa: E402
     ErrorClass,
     ResultsDiffer,
     classify_sqlstate,
+    controls_transaction,
     digest,
     outcome_queries,
     recover,
@@ -668,6 +669,14 @@ def _split_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
         pool_kw["connect_args"] = kwargs.pop("connect_args")
     if "replay" in kwargs:
         pool_kw["replay"] = kwargs.pop("replay")
+        if pool_kw["replay"] is True and "AUTOCOMMIT" in (
+            kwargs.get("isolation_level"),
+            (kwargs.get("execution_options") or {}).get("isolation_level"),
+        ):
+            raise ValueError(
+                "replay=True needs transactions: isolation_level AUTOCOMMIT commits each statement"
+                " as it runs, which a replay would commit again"
+            )
     return pool_kw
 
 
@@ -758,6 +767,14 @@ def _driver(conn: Any) -> Any:
     return getattr(dbapi, "driver_connection", dbapi)
 
 
+def _in_transaction(conn: Any) -> bool:
+    """Whether the server still has the request's transaction open
+    (psycopg's and psycopg2's `info.transaction_status`: 0 is idle, no
+    transaction); True for a driver that does not tell."""
+    status = getattr(getattr(_driver(conn), "info", None), "transaction_status", None)
+    return status is None or int(status) != 0
+
+
 class Request(Recorder):
     """`with request(engine) as req:` — one transaction on the node the
     core routes to, whose statements (`req.execute(statement, params)`)
@@ -817,6 +834,10 @@ class Request(Recorder):
         self._conn = conn
         rec = conn.connection._connection_record
         self._node = int(self._pool._leases[rec].node)
+        if getattr(_driver(conn), "autocommit", False):
+            # AUTOCOMMIT (an engine's `execution_options` may set it): each
+            # statement commits as it runs, and a replay would commit it again.
+            self._replayable = False
         return conn
 
     def _bounded(self) -> Any:
@@ -847,9 +868,16 @@ class Request(Recorder):
         handed back is buffered)."""
         if self._replayable:
             parameters = _copy_params(parameters)
+            if isinstance(statement, sqlalchemy.TextClause) and controls_transaction(statement.text):
+                # What ran before it may be committed (or rolled back), and
+                # its own reply may be lost after it did: only the block's
+                # COMMIT has its outcome checked.
+                self._replayable = False
         try:
             with self._bounded():
                 result = self._conn.execute(statement, parameters, execution_options=execution_options)
+                if not _in_transaction(self._conn):
+                    self._replayable = False  # the transaction ended, however the statement hid it
                 out, answered = _freeze(result) if self._replayable else (result, None)
         except Exception as e:
             return self._recover(e, (statement, parameters, execution_options))
