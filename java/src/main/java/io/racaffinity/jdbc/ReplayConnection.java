@@ -10,22 +10,38 @@ import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.Continuity.ReplayRefusedException;
 import io.racaffinity.Continuity.Step;
 import io.racaffinity.ReplayCounts;
+import java.io.InputStream;
+import java.io.Reader;
 import java.lang.System.Logger.Level;
 import java.lang.reflect.InvocationHandler;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.sql.Array;
+import java.sql.Blob;
 import java.sql.CallableStatement;
+import java.sql.Clob;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
+import java.sql.Ref;
 import java.sql.ResultSet;
+import java.sql.RowId;
+import java.sql.SQLXML;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.sql.Struct;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.HashMap;
+import java.util.HashSet;
+import java.util.IdentityHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import javax.sql.DataSource;
 
@@ -33,7 +49,7 @@ import javax.sql.DataSource;
  * Request replay for one connection of an {@link AffinityDataSource} with {@code replay=true}
  * (docs/continuity.md, "Java"). The application gets a proxy of {@link Connection}; every call on
  * it and on the statements and result sets it returns goes through here, is run on the current
- * node's connection and recorded, with a hash of what it answered, since the transaction began.
+ * node's connection and recorded, with a digest of what it answered, since the transaction began.
  * On a recoverable failure the core decides, step by step ({@link Cluster#replayStep}), whether
  * the COMMIT in flight is checked (and forced) on a node, whether the recorded calls are run again
  * on another node (once), or the original error surfaces with a {@link ReplayRefusedException}
@@ -42,9 +58,12 @@ import javax.sql.DataSource;
  * node's objects afterwards.
  *
  * <p>Not replayed (the core's {@code not_replayable}): a request that reached the driver's
- * connection ({@code unwrap}, {@code getMetaData}, large objects, arrays, {@code setSavepoint}),
- * and a statement that failed in auto-commit mode (it is its own commit, whose xid is unknown:
- * {@code outcome_unknown}). The request boundaries are JDBC 4.3's: {@code beginRequest()} when
+ * connection ({@code unwrap}, {@code getMetaData}, large objects, arrays, streams,
+ * {@code setSavepoint}) or sent transaction control as SQL text ({@code COMMIT}, {@code END},
+ * {@code ROLLBACK}, {@code BEGIN}, {@code SAVEPOINT}...; a failure of a committing one is
+ * {@code outcome_unknown}), and a statement that failed in auto-commit mode (it is its own
+ * commit, whose xid is unknown: {@code outcome_unknown}). {@code setAutoCommit(true)} inside a
+ * transaction commits it as {@code commit()} does, outcome guarded. The request boundaries are JDBC 4.3's: {@code beginRequest()} when
  * the connection is handed out, {@code endRequest()} when it is closed.
  */
 final class ReplayConnection {
@@ -70,6 +89,16 @@ final class ReplayConnection {
     private final List<Call> log = new ArrayList<>();
     /** Object ids whose calls are no longer recorded (result sets of a finished transaction). */
     private final List<Boolean> stale = new ArrayList<>();
+    /** Object id → the proxy the application holds, so that asking for an object again answers the same proxy. */
+    private final List<Object> proxies = new ArrayList<>();
+    /** Object id → the id of the object whose call created it (-1: none recorded). */
+    private final List<Integer> creators = new ArrayList<>();
+    /** Digests what calls answered (under this connection's lock, as every call is). */
+    private MessageDigest md;
+    /** The current node's object → its id. */
+    private final Map<Object, Integer> ids = new IdentityHashMap<>();
+    /** Statements prepared with SQL that commits the transaction (their execution's outcome is a COMMIT's). */
+    private final Set<Integer> committingStatements = new HashSet<>();
     private boolean replayable = true;
     private String why;
     private boolean autoCommit = true;
@@ -84,10 +113,13 @@ final class ReplayConnection {
         this.password = password;
         this.current = first;
         targets.add(first);
+        ids.put(first, 0);
+        creators.add(-1);
         resultSets.add(false);
         stale.add(false);
         this.proxy = (Connection) Proxy.newProxyInstance(ReplayConnection.class.getClassLoader(),
                 new Class<?>[] {Connection.class}, new ObjectHandler(this, 0, Connection.class));
+        proxies.add(proxy);
     }
 
     static Connection open(AffinityDataSource owner, AffinityConnection first, String user, String password)
@@ -96,8 +128,14 @@ final class ReplayConnection {
         try {
             first.beginRequest();
             r.autoCommit = first.getAutoCommit();
-        } catch (SQLException e) {
-            first.close();
+        } catch (SQLException | RuntimeException | Error e) {
+            // Whatever a driver or pool throws here, the application gets no connection to close:
+            // the pooled connection, its lease and its failover slot go back now.
+            try {
+                first.close();
+            } catch (SQLException | RuntimeException closing) {
+                e.addSuppressed(closing);
+            }
             throw e;
         }
         return r.proxy;
@@ -179,6 +217,15 @@ final class ReplayConnection {
                     return invoke(current, method, args);
                 case "getAutoCommit":
                     return autoCommit;
+                case "setAutoCommit":
+                    if (argc == 1 && Boolean.TRUE.equals(args[0]) && inTransaction()) {
+                        // JDBC: this commits the transaction. Sent by the driver inside
+                        // setAutoCommit, that COMMIT's lost reply would be replayed blind (no xid
+                        // read): commit() first, whose outcome is established before any replay;
+                        // the driver's setAutoCommit then finds no transaction to commit.
+                        commit();
+                    }
+                    break;
                 case "isValid":
                 case "getWarnings":
                 case "clearWarnings":
@@ -201,6 +248,11 @@ final class ReplayConnection {
             if (name.equals("rollback") || name.equals("prepareCall")) {
                 notReplayable(name);
             }
+        } else if (argc == 0 && name.equals("getStatement") && creators.get(id) > 0
+                && !resultSets.get(creators.get(id))) {
+            // The statement the application ran it on, not another proxy of the driver's (the
+            // node connection's wrappers answer a new one each time).
+            return proxies.get(creators.get(id));
         } else if (stale.get(id)) {
             // A result set of a finished transaction: read in memory, not recorded.
             return wrapUnrecorded(invoke(targets.get(id), method, args));
@@ -212,21 +264,42 @@ final class ReplayConnection {
             }
             notReplayable(name);
         }
+        boolean execute = name.startsWith("execute");
+        String sql = sqlText(id, name, args);
+        String control = sql == null ? null : TransactionSql.keyword(sql);
+        if (control != null) {
+            // The request's boundaries and the outcome guard follow the JDBC calls (commit,
+            // rollback, setAutoCommit); SQL text that ends or shapes the transaction bypasses
+            // them, and finding it in every form (multi-statement strings, prepared statements
+            // run later) is not reliable enough to replay after it.
+            notReplayable("transaction control SQL (" + control + ")");
+        }
+        boolean commits = (control != null && TransactionSql.commits(control))
+                || (execute && id != 0 && committingStatements.contains(id));
         Object target = targets.get(id);
         Object result;
         try {
             result = invoke(target, method, args);
         } catch (SQLException e) {
-            boolean execute = name.startsWith("execute");
-            if (id != 0 && execute && autoCommit) {
-                // The statement was its own transaction: its commit may have happened, with no xid to
-                // ask (not the last COMMIT's, which did commit).
+            if (id != 0 && execute && (autoCommit || commits)) {
+                // The statement was its own transaction, or committed one by SQL text: its commit
+                // may have happened, with no xid to ask (not the last COMMIT's, which did commit).
                 xid = null;
                 return recover(e, new Call(id, method, args, -1, 0), true);
             }
             return recover(e, new Call(id, method, args, -1, 0), false);
         }
+        int before = targets.size();
         Object out = record(id, method, args, result);
+        if (id == 0 && commits && targets.size() > before) {
+            committingStatements.add(targets.size() - 1);
+        } else if (id != 0 && commits && name.equals("addBatch")) {
+            committingStatements.add(id);
+        }
+        if (execute && id != 0 && (commits || (control != null && TransactionSql.ends(control)))) {
+            // Ended by the SQL (not replayable from now on): what it ran is not kept either.
+            compact();
+        }
         if (id == 0 && name.equals("setAutoCommit")) {
             boolean was = autoCommit;
             autoCommit = (Boolean) args[0];
@@ -241,6 +314,141 @@ final class ReplayConnection {
         return out;
     }
 
+    /** The SQL text a call sends or prepares, or null. */
+    private static String sqlText(int id, String name, Object[] args) {
+        if (args == null || args.length == 0 || !(args[0] instanceof String text)) {
+            return null;
+        }
+        boolean sends = id == 0 ? name.startsWith("prepare") : name.startsWith("execute") || name.equals("addBatch");
+        return sends ? text : null;
+    }
+
+    /**
+     * Transaction control in SQL text: the first keyword of any of its statements that begins,
+     * ends or shapes a transaction (comments, quoted text and dollar-quoted bodies skipped).
+     */
+    static final class TransactionSql {
+        private static final Set<String> KEYWORDS = Set.of("COMMIT", "END", "ROLLBACK", "ABORT",
+                "BEGIN", "START", "SAVEPOINT", "RELEASE", "PREPARE TRANSACTION");
+
+        private TransactionSql() {}
+
+        /** Whether the statement {@code keyword} begins commits the transaction (or hands it to 2PC). */
+        static boolean commits(String keyword) {
+            return keyword.equals("COMMIT") || keyword.equals("END") || keyword.equals("PREPARE TRANSACTION");
+        }
+
+        /** Whether it ends the transaction, committed or not. */
+        static boolean ends(String keyword) {
+            return commits(keyword) || keyword.equals("ROLLBACK") || keyword.equals("ABORT");
+        }
+
+        /** The transaction-control keyword a statement of {@code sql} begins with (committing ones first), or null. */
+        static String keyword(String sql) {
+            String found = null;
+            int n = sql.length();
+            int i = 0;
+            boolean start = true;
+            while (i < n) {
+                char ch = sql.charAt(i);
+                if (Character.isWhitespace(ch) || ch == '(') {
+                    i++;
+                } else if (ch == '-' && i + 1 < n && sql.charAt(i + 1) == '-') {
+                    while (i < n && sql.charAt(i) != '\n') {
+                        i++;
+                    }
+                } else if (ch == '/' && i + 1 < n && sql.charAt(i + 1) == '*') {
+                    int depth = 0;
+                    do {
+                        if (sql.startsWith("/*", i)) {
+                            depth++;
+                            i += 2;
+                        } else if (sql.startsWith("*/", i)) {
+                            depth--;
+                            i += 2;
+                        } else {
+                            i++;
+                        }
+                    } while (i < n && depth > 0);
+                } else if (ch == ';') {
+                    start = true;
+                    i++;
+                } else if (ch == '\'' || ch == '"') {
+                    start = false;
+                    i = skipQuoted(sql, i, ch);
+                } else if (ch == '$' && dollarTag(sql, i) != null) {
+                    String tag = dollarTag(sql, i);
+                    int end = sql.indexOf(tag, i + tag.length());
+                    i = end < 0 ? n : end + tag.length();
+                    start = false;
+                } else if (Character.isLetter(ch) || ch == '_') {
+                    int w = i;
+                    while (i < n && (Character.isLetterOrDigit(sql.charAt(i)) || sql.charAt(i) == '_')) {
+                        i++;
+                    }
+                    if (start) {
+                        String word = sql.substring(w, i).toUpperCase(Locale.ROOT);
+                        if (word.equals("PREPARE")) {
+                            word = nextWord(sql, i).equals("TRANSACTION") ? "PREPARE TRANSACTION" : word;
+                        }
+                        if (KEYWORDS.contains(word) && (found == null || commits(word) && !commits(found))) {
+                            found = word;
+                        }
+                    }
+                    start = false;
+                } else {
+                    start = false;
+                    i++;
+                }
+            }
+            return found;
+        }
+
+        private static int skipQuoted(String sql, int i, char quote) {
+            int n = sql.length();
+            boolean backslashes = quote == '\'' && i > 0 && (sql.charAt(i - 1) == 'E' || sql.charAt(i - 1) == 'e');
+            i++;
+            while (i < n) {
+                char c = sql.charAt(i);
+                if (backslashes && c == '\\') {
+                    i += 2;
+                } else if (c == quote) {
+                    if (i + 1 < n && sql.charAt(i + 1) == quote) {
+                        i += 2;
+                    } else {
+                        return i + 1;
+                    }
+                } else {
+                    i++;
+                }
+            }
+            return n;
+        }
+
+        /** The dollar-quote tag ({@code $$}, {@code $body$}) at {@code i}, or null. */
+        private static String dollarTag(String sql, int i) {
+            int j = i + 1;
+            while (j < sql.length() && (Character.isLetterOrDigit(sql.charAt(j)) || sql.charAt(j) == '_')) {
+                j++;
+            }
+            if (j < sql.length() && sql.charAt(j) == '$' && (j == i + 1 || !Character.isDigit(sql.charAt(i + 1)))) {
+                return sql.substring(i, j + 1);
+            }
+            return null;
+        }
+
+        private static String nextWord(String sql, int i) {
+            while (i < sql.length() && Character.isWhitespace(sql.charAt(i))) {
+                i++;
+            }
+            int w = i;
+            while (i < sql.length() && Character.isLetter(sql.charAt(i))) {
+                i++;
+            }
+            return sql.substring(w, i).toUpperCase(Locale.ROOT);
+        }
+    }
+
     private static Object invoke(Object target, Method method, Object[] args) throws Throwable {
         try {
             return method.invoke(target, args);
@@ -253,22 +461,76 @@ final class ReplayConnection {
     private Object record(int id, Method method, Object[] args, Object result) {
         Object[] kept = args == null ? null : args.clone();
         Class<?> rt = method.getReturnType();
-        if ((result instanceof Statement && Statement.class.isAssignableFrom(rt))
-                || (result instanceof ResultSet && rt == ResultSet.class)) {
+        if (method.getName().equals("unwrap")) {
+            // The driver's own object, asked for by its class (the request is not replayable).
+            log.add(new Call(id, method, kept, -1, hash(result)));
+            return result;
+        }
+        if (result instanceof Statement || result instanceof ResultSet) {
+            Object known = proxyOfTarget(result);
+            if (known != null) {
+                return known; // rs.getStatement(): the statement the application holds
+            }
+            // Also when declared as Object (getObject of a refcursor: the driver's result set, whose
+            // statement and connection would let writes escape the record).
             int created = newObject(result, result instanceof ResultSet);
+            creators.set(created, id);
             log.add(new Call(id, method, kept, created, 0));
-            return proxyOf(created, rt, result);
+            return proxyOf(created, declaredOf(rt, result), result);
         }
         if (result instanceof Connection) {
             return proxy;
+        }
+        if (unchecked(result)) {
+            // Read through the driver's object, not compared on a replay (docs: not replayable).
+            notReplayable(method.getName() + " (" + result.getClass().getSimpleName() + ")");
         }
         log.add(new Call(id, method, kept, -1, hash(result)));
         return result;
     }
 
+    /** Objects whose content a replay cannot compare: LOBs, arrays, streams, structs. */
+    private static boolean unchecked(Object v) {
+        return v instanceof Array || v instanceof Blob || v instanceof Clob
+                || v instanceof SQLXML || v instanceof Struct || v instanceof Ref
+                || v instanceof RowId || v instanceof Reader || v instanceof InputStream;
+    }
+
+    private static Class<?> declaredOf(Class<?> rt, Object result) {
+        if (result instanceof ResultSet) {
+            return ResultSet.class;
+        }
+        return Statement.class.isAssignableFrom(rt) ? rt : Statement.class;
+    }
+
+    /** The proxy the application holds of the driver's object {@code target}, or null. */
+    private Object proxyOfTarget(Object target) {
+        Integer id = ids.get(target);
+        return id == null ? null : proxies.get(id);
+    }
+
+    private void setTarget(int id, Object target) {
+        ids.remove(targets.get(id));
+        targets.set(id, target);
+        ids.put(target, id);
+    }
+
     private Object wrapUnrecorded(Object result) {
-        if (result instanceof Statement || result instanceof Connection) {
+        if (result instanceof Connection) {
             return proxy;
+        }
+        if (result instanceof Statement || result instanceof ResultSet) {
+            Object known = proxyOfTarget(result);
+            if (known != null) {
+                return known;
+            }
+            // One the application never had (a refcursor's, from a finished transaction's rows).
+            // A result set's reads stay unrecorded; a statement is recorded from now on without
+            // its creation, so a replay that needs it is abandoned rather than run without it.
+            boolean resultSet = result instanceof ResultSet;
+            int created = newObject(result, resultSet);
+            stale.set(created, resultSet);
+            return proxyOf(created, declaredOf(Object.class, result), result);
         }
         return result;
     }
@@ -277,6 +539,9 @@ final class ReplayConnection {
         targets.add(target);
         resultSets.add(resultSet);
         stale.add(false);
+        proxies.add(null);
+        creators.add(-1);
+        ids.put(target, targets.size() - 1);
         return targets.size() - 1;
     }
 
@@ -287,34 +552,76 @@ final class ReplayConnection {
         } else if (target instanceof PreparedStatement && declared.isAssignableFrom(PreparedStatement.class)) {
             iface = PreparedStatement.class;
         }
-        return Proxy.newProxyInstance(ReplayConnection.class.getClassLoader(), new Class<?>[] {iface},
+        Object p = Proxy.newProxyInstance(ReplayConnection.class.getClassLoader(), new Class<?>[] {iface},
                 new ObjectHandler(this, id, iface));
+        proxies.set(id, p);
+        return p;
     }
 
-    /** What a call answered, as compared on a replay. */
-    private static long hash(Object v) {
+    /**
+     * What a call answered, as compared on a replay: 64 bits of a SHA-256 of the value's type and
+     * canonical form, so that values that differ (0 and -1, "Aa" and "BB": one Java hashCode)
+     * differ here too. 0 is a call that answered nothing (compaction tells setters by it).
+     */
+    private long hash(Object v) {
         if (v == null) {
             return 0;
         }
-        if (v instanceof byte[]) {
-            return Arrays.hashCode((byte[]) v) * 31L + 1;
+        if (md == null) {
+            try {
+                md = MessageDigest.getInstance("SHA-256");
+            } catch (NoSuchAlgorithmException e) {
+                throw new IllegalStateException("every Java platform has SHA-256", e);
+            }
         }
-        if (v instanceof Object[]) {
-            return Arrays.deepHashCode((Object[]) v) * 31L + 2;
+        md.reset();
+        digest(md, v);
+        long h = ByteBuffer.wrap(md.digest()).getLong();
+        return h == 0 ? 1 : h;
+    }
+
+    private static void digest(MessageDigest md, Object v) {
+        if (v == null) {
+            md.update((byte) 0);
+            return;
         }
-        if (v instanceof int[]) {
-            return Arrays.hashCode((int[]) v) * 31L + 3;
+        md.update((byte) 1);
+        field(md, v.getClass().getName().getBytes(StandardCharsets.UTF_8));
+        if (v instanceof byte[] b) {
+            field(md, b);
+        } else if (v.getClass().isArray()) {
+            int n = java.lang.reflect.Array.getLength(v);
+            field(md, ByteBuffer.allocate(4).putInt(n).array());
+            for (int i = 0; i < n; i++) {
+                digest(md, java.lang.reflect.Array.get(v, i));
+            }
+        } else if (!describesItself(v)) {
+            // No text of its own (a result set's metadata): nothing to compare, its class only.
+        } else {
+            String text = String.valueOf(v);
+            if (v instanceof java.util.Date d) {
+                // toString of java.sql.Time and java.util.Date drops the milliseconds.
+                text = d.getTime() + "/" + (v instanceof java.sql.Timestamp t ? t.getNanos() : 0) + "/" + text;
+            }
+            // Numbers, strings, temporals, UUIDs; the driver's objects by their text (pgjdbc's
+            // PGobject, a jsonb or an interval: its value). An object whose text is not its
+            // content differs on a replay: abandoned, never accepted wrongly.
+            field(md, text.getBytes(StandardCharsets.UTF_8));
         }
-        if (v instanceof long[]) {
-            return Arrays.hashCode((long[]) v) * 31L + 4;
+    }
+
+    /** Whether {@code v}'s class has a toString of its own (Object's names the instance, which differs on a replay). */
+    private static boolean describesItself(Object v) {
+        try {
+            return v.getClass().getMethod("toString").getDeclaringClass() != Object.class;
+        } catch (NoSuchMethodException e) {
+            return false;
         }
-        if (v instanceof Number || v instanceof Boolean || v instanceof String || v instanceof Character
-                || v instanceof java.util.Date || v instanceof java.time.temporal.Temporal
-                || v instanceof java.util.UUID) {
-            return v.hashCode() * 31L + v.getClass().getName().hashCode();
-        }
-        // Driver objects (LOBs, arrays): not compared; reading them made the request not replayable.
-        return 5;
+    }
+
+    private static void field(MessageDigest md, byte[] bytes) {
+        md.update(ByteBuffer.allocate(4).putInt(bytes.length).array());
+        md.update(bytes);
     }
 
     private void notReplayable(String what) {
@@ -343,7 +650,7 @@ final class ReplayConnection {
      * (drivers keep their rows in memory) but unrecorded.
      */
     private void compact() {
-        java.util.Set<Integer> closedIds = new java.util.HashSet<>();
+        Set<Integer> closedIds = new HashSet<>();
         for (Call c : log) {
             if (c.target != 0 && c.method.getName().equals("close")) {
                 closedIds.add(c.target);
@@ -351,7 +658,7 @@ final class ReplayConnection {
         }
         // A statement's parameter set again later replaces the earlier setting: keep the last only,
         // so a statement reused over many transactions keeps a log of its size, not of its uses.
-        java.util.Set<String> later = new java.util.HashSet<>();
+        Set<String> later = new HashSet<>();
         List<Call> kept = new ArrayList<>();
         for (int i = log.size() - 1; i >= 0; i--) {
             Call c = log.get(i);
@@ -360,6 +667,12 @@ final class ReplayConnection {
             boolean closedOne = closedIds.contains(c.target) || (c.created >= 0 && closedIds.contains(c.created));
             if (onResultSet || closedOne || name.startsWith("execute") || name.equals("getResultSet")
                     || name.equals("getGeneratedKeys") || name.equals("addBatch") || name.equals("clearBatch")) {
+                continue;
+            }
+            if (c.created < 0 && c.method.getReturnType() != void.class) {
+                // A getter (getUpdateCount, getTransactionIsolation, getWarnings...) sets nothing
+                // up, and answers of the transaction it ran in: run again alone it answers
+                // otherwise (getUpdateCount: -1 without its execute).
                 continue;
             }
             if (c.created < 0 && c.hash == 0 && name.startsWith("set") && c.args != null && c.args.length > 0) {
@@ -432,7 +745,7 @@ final class ReplayConnection {
     private boolean isPostgres() {
         if (postgres == null) {
             try {
-                postgres = current.physical().getMetaData().getDatabaseProductName().toLowerCase(java.util.Locale.ROOT)
+                postgres = current.physical().getMetaData().getDatabaseProductName().toLowerCase(Locale.ROOT)
                         .contains("postgres");
             } catch (SQLException e) {
                 postgres = false;
@@ -448,11 +761,13 @@ final class ReplayConnection {
             if (Continuity.classifySqlState(e.getSQLState()) != ErrorClass.RECOVERABLE) {
                 throw e;
             }
-            // The transaction is gone with its connection, which is what a rollback wants: go on elsewhere.
+            // The transaction is gone with its connection, which is what a rollback wants: go on
+            // elsewhere, with the session's setup only (the record of the transaction would run
+            // its statements again on the new connection, and the next commit commit them).
             drop();
+            compact();
             reattach(-1);
         }
-        log.removeIf(c -> c.method.getName().startsWith("execute"));
         compact();
     }
 
@@ -554,9 +869,36 @@ final class ReplayConnection {
                 }
                 throw refused(original, Refusal.RESULTS_DIFFER, d.getMessage());
             } catch (SQLException again) {
+                Refusal inner = closed ? refusalOf(again) : null;
+                if (inner != null) {
+                    // A walk inside this one (the replay's own COMMIT or call failed) decided already,
+                    // OUTCOME_UNKNOWN for a replay's COMMIT that may have committed: that is the answer,
+                    // not the NOT_REPLAYABLE a closed connection would give here.
+                    SQLException thrown = refused(original, inner, "the replay: " + again.getMessage());
+                    thrown.addSuppressed(again);
+                    if (outermost()) {
+                        counts.countRefused(inner);
+                    }
+                    throw thrown;
+                }
                 e = again;
             }
         }
+    }
+
+    /** The refusal an error carries already (a walk's), or null. */
+    private static Refusal refusalOf(SQLException e) {
+        for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
+            if (t instanceof ReplayRefusedException r) {
+                return r.refusal();
+            }
+        }
+        for (Throwable t : e.getSuppressed()) {
+            if (t instanceof ReplayRefusedException r) {
+                return r.refusal();
+            }
+        }
+        return null;
     }
 
     private static SQLException refused(SQLException original, Refusal refusal, String detail) {
@@ -726,14 +1068,14 @@ final class ReplayConnection {
             }
         }
         current = fresh;
-        now.forEach(targets::set);
+        now.forEach(this::setTarget);
     }
 
     private Object replayOn(int node, Call then) throws Throwable {
         AffinityConnection fresh = owner.connectForReplay(node, user, password);
         try {
             rerun(fresh);
-        } catch (ResultsDiffer | SQLException e) {
+        } catch (ResultsDiffer | SQLException | RuntimeException e) {
             if (current != fresh) {
                 try {
                     fresh.close();

@@ -15,6 +15,7 @@ import io.racaffinity.Cluster;
 import io.racaffinity.NodeState;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
+import io.racaffinity.testsupport.FaultProxy;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.ResultSet;
@@ -34,8 +35,8 @@ import org.junit.jupiter.api.extension.ExtendWith;
 
 /**
  * Fast connection failover in the node pools (issue [continuity], docs/continuity.md "Java"):
- * a node gone Down has its idle connections closed, its connections in use aborted (not on a
- * planned drain), the threads waiting on its pool served by another node at once, and its pool
+ * a node gone Down has its idle connections closed, its connections in use aborted (not at a
+ * planned drain's end; a node that fails during its drain is a hard Down), the threads waiting on its pool served by another node at once, and its pool
  * refilled when it is Up again. Node 2 is killed by one test and restarted at its end.
  */
 @ExtendWith(PgNodes.class)
@@ -208,6 +209,76 @@ class FastFailoverTest {
         held.close(); // its request boundary: the pool closes it
         assertTrue(await(Duration.ofSeconds(10), () -> serverConns("MYDB3") == 0),
                 "left: " + serverConns("MYDB3"));
+    }
+
+    @Test
+    void aNodeThatFailsDuringItsDrainHasItsConnectionsInUseAborted() throws Exception {
+        pools = new Pools(NAMES, c -> {
+            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
+            c.addDataSourceProperty("ApplicationName", APP);
+        });
+        AffinityDataSource ds = ds("fcf-drain-failure", "");
+        ds.setPoolMaintenanceMillis(50);
+        Cluster cluster = ds.getCluster();
+        Connection held = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
+        try {
+            held.setAutoCommit(false);
+            assertEquals(portOf("MYDB3"), serverPort(held));
+            ds.applyEvent(fan("MYDB3", "status=down reason=USER drain_timeout=600"));
+            long rounds = ds.upkeepRounds();
+            assertTrue(await(Duration.ofSeconds(5), () -> ds.upkeepRounds() >= rounds + 2), "the drain acted on");
+            assertFalse(driverClosed(held), "a drained node's connection in use works on");
+            // The node fails before the drain's deadline: a hard Down, as without the drain.
+            ds.applyEvent(fan("MYDB3", "status=down reason=FAILURE"));
+            assertEquals(NodeState.DOWN, cluster.nodeState("MYDB3"));
+            assertTrue(await(Duration.ofSeconds(5), () -> {
+                try {
+                    return driverClosed(held);
+                } catch (SQLException e) {
+                    return true;
+                }
+            }), "the failed node's connection in use is aborted, not left to its drain's end");
+        } finally {
+            held.close();
+        }
+    }
+
+    @Test
+    void aNodeTheHeartbeatFindsDeadDuringItsDrainHasItsConnectionsInUseAborted() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(3))) {
+            pools = new Pools(NAMES, c -> {
+                c.setConnectionTimeout(2000);
+                if (c.getPoolName().endsWith("MYDB3")) {
+                    c.setJdbcUrl(proxy.url());
+                }
+            });
+            AffinityDataSource ds = ds("fcf-drain-heartbeat", "heartbeat.misses = 2");
+            ds.setPoolMaintenanceMillis(50);
+            ds.setHeartbeatIntervalMillis(100);
+            ds.setHeartbeatTimeoutSeconds(1);
+            Cluster cluster = ds.getCluster();
+            Connection held = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
+            try {
+                held.setAutoCommit(false);
+                assertEquals(portOf("MYDB3"), serverPort(held));
+                ds.applyEvent(fan("MYDB3", "status=down reason=USER drain_timeout=600"));
+                long rounds = ds.upkeepRounds();
+                assertTrue(await(Duration.ofSeconds(5), () -> ds.upkeepRounds() >= rounds + 2), "the drain acted on");
+                proxy.blackhole(); // the node stops answering: the heartbeat's probes miss
+                assertTrue(await(Duration.ofSeconds(20), () -> cluster.nodeState("MYDB3") == NodeState.DOWN),
+                        "the heartbeat took it Down");
+                assertTrue(await(Duration.ofSeconds(5), () -> {
+                    try {
+                        return driverClosed(held);
+                    } catch (SQLException e) {
+                        return true;
+                    }
+                }), "the dead node's connection in use is aborted, not left hanging to its request's end");
+            } finally {
+                proxy.heal();
+                held.close();
+            }
+        }
     }
 
     @Test

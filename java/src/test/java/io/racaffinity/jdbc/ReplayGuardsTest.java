@@ -1,0 +1,481 @@
+package io.racaffinity.jdbc;
+
+import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
+import static io.racaffinity.jdbc.ReplayFixture.NAMES;
+import static io.racaffinity.jdbc.ReplayFixture.count;
+import static io.racaffinity.jdbc.ReplayFixture.insert;
+import static io.racaffinity.jdbc.ReplayFixture.refusalOf;
+import static io.racaffinity.jdbc.ReplayFixture.resetTable;
+import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
+import static io.racaffinity.jdbc.ReplayFixture.throughProxy;
+import static io.racaffinity.jdbc.ReplayFixture.total;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.racaffinity.Continuity.Refusal;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
+import io.racaffinity.testsupport.FaultProxy;
+import io.racaffinity.testsupport.FaultProxy.Hold;
+import java.io.Reader;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * Request replay's guards on real nodes (docs/continuity.md, "Java"): every way a transaction
+ * ends has its outcome guarded like {@code commit()}'s, a rollback's failure replays nothing of
+ * what it rolled back, a replay that reads other values than the application read is abandoned
+ * whatever those values are, nothing reached through the proxies escapes the record, and the
+ * record keeps only what sets the session up. Exactly once is checked by SQL on every node.
+ */
+@ExtendWith(PgNodes.class)
+class ReplayGuardsTest {
+    private Pools pools;
+
+    @BeforeEach
+    void table() throws SQLException {
+        resetTable(null);
+    }
+
+    @AfterEach
+    void close() {
+        if (pools != null) {
+            pools.close();
+        }
+    }
+
+    private AffinityDataSource ds(String name, boolean replay) {
+        return ReplayFixture.dataSource(pools, name, replay);
+    }
+
+    /**
+     * Ends, from a session of its own, the backends of node {@code node} idle in a transaction (the
+     * request's: 57P01 at its next call). Not {@code pg_backend_pid()} through the request, which
+     * would be recorded and answer otherwise on a replay.
+     */
+    private static void endOpenTransactions(int node) throws SQLException {
+        try (Connection d = DriverManager.getConnection(PgNodes.url(node), "postgres", "");
+                Statement t = d.createStatement();
+                ResultSet rs = t.executeQuery("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
+                        + " WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()")) {
+            rs.next();
+            assertTrue(rs.getInt(1) > 0, "a transaction was open on node " + node);
+        }
+    }
+
+    private static void onEveryNode(String... sql) throws SQLException {
+        for (int i = 1; i <= 3; i++) {
+            try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    Statement s = c.createStatement()) {
+                for (String q : sql) {
+                    s.execute(q.replace("$NODE", Integer.toString(i)));
+                }
+            }
+        }
+    }
+
+    // ---- 1. every way a transaction ends -------------------------------------------------------
+
+    @Test
+    void aTransactionEndedBySetAutoCommitWhoseReplyIsLostIsCheckedNotReplayedBlind() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = throughProxy(proxy, c -> {});
+            AffinityDataSource ds = ds("guard-autocommit-on", true);
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "ac1");
+                Hold lost = proxy.loseNextCommitReply();
+                c.setAutoCommit(true); // JDBC: commits the transaction
+                assertTrue(lost.acted(), "the reply was lost");
+                assertTrue(c.getAutoCommit());
+                insert(c, "ac1-next"); // auto-commit: its own transaction
+            }
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("ac1"), "committed once, where it ran");
+            assertEquals(1, total(rowsOf("ac1-next")));
+            assertEquals(1, ds.getReplayCounts().committedAlready(), String.valueOf(ds.getReplayCounts()));
+        }
+    }
+
+    @Test
+    void aTransactionEndedBySqlTextIsNeverReplayed() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = throughProxy(proxy, c -> {});
+            AffinityDataSource ds = ds("guard-sql-commit", true);
+            List<String> ends = List.of("COMMIT", "end", "  /* the end */ COMMIT AND CHAIN", "-- done\ncommit work;");
+            for (int i = 0; i < ends.size(); i++) {
+                String id = "sql" + i;
+                Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+                try {
+                    c.setAutoCommit(false);
+                    insert(c, id);
+                    Hold lost = proxy.loseNextCommitReply();
+                    try (Statement s = c.createStatement()) {
+                        String sql = ends.get(i);
+                        SQLException e = assertThrows(SQLException.class, () -> s.execute(sql),
+                                sql + ": a lost reply of a COMMIT sent as SQL surfaces");
+                        assertEquals(Refusal.OUTCOME_UNKNOWN, refusalOf(e), sql + ": " + e);
+                    }
+                    assertTrue(lost.acted(), "the reply was lost");
+                } finally {
+                    c.close();
+                }
+                assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf(id), ends.get(i) + ": committed once");
+            }
+            // Transaction control sent as SQL without a failure: the request goes on, not replayable.
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "sql-ok");
+                try (Statement s = c.createStatement()) {
+                    s.execute("COMMIT");
+                }
+                insert(c, "sql-ok-next");
+                endOpenTransactions(1);
+                SQLException e = assertThrows(SQLException.class, c::commit);
+                assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), String.valueOf(e));
+            }
+            assertEquals(1, total(rowsOf("sql-ok")));
+            assertEquals(0, total(rowsOf("sql-ok-next")), "never replayed");
+        }
+    }
+
+    @Test
+    void transactionControlIsFoundInSqlTextNotInItsData() {
+        Map<String, String> cases = new java.util.LinkedHashMap<>();
+        cases.put("COMMIT", "COMMIT");
+        cases.put("end transaction", "END");
+        cases.put("INSERT INTO t VALUES (1); commit", "COMMIT");
+        cases.put("SAVEPOINT a; INSERT INTO t VALUES (1); COMMIT", "COMMIT");
+        cases.put("PREPARE TRANSACTION 'x'", "PREPARE TRANSACTION");
+        cases.put("rollback to savepoint a", "ROLLBACK");
+        cases.put("BEGIN", "BEGIN");
+        cases.put("START TRANSACTION ISOLATION LEVEL SERIALIZABLE", "START");
+        cases.put("SELECT 'COMMIT'; SELECT \"end\" FROM t", null);
+        cases.put("SELECT CASE WHEN x THEN 1 END FROM t", null);
+        cases.put("-- COMMIT\nSELECT 1 /* ; COMMIT */", null);
+        cases.put("SELECT E'it\\'s; COMMIT' ", null);
+        cases.put("DO $$ BEGIN PERFORM 1; END $$", null);
+        cases.put("CREATE FUNCTION f() RETURNS int AS $body$ BEGIN RETURN 1; END $body$ LANGUAGE plpgsql", null);
+        cases.put("PREPARE q AS SELECT 1", null);
+        cases.put("SELECT $1::text", null);
+        cases.forEach((sql, keyword) -> assertEquals(keyword, ReplayConnection.TransactionSql.keyword(sql), sql));
+    }
+
+    // ---- 2. a rollback's failure ---------------------------------------------------------------
+
+    @Test
+    void aRollbackThatFailsRecoverablyReplaysNothingItRolledBack() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-rollback", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "rolled-back");
+            endOpenTransactions(1);
+            c.rollback(); // its connection is gone, with the transaction: goes on elsewhere
+            insert(c, "next");
+            c.commit();
+        }
+        assertEquals(0, total(rowsOf("rolled-back")), "rolled back: " + rowsOf("rolled-back"));
+        assertEquals(1, total(rowsOf("next")));
+    }
+
+    // ---- 3, 4. what a replay compares -----------------------------------------------------------
+
+    /** A request on node 1 reads a value with {@code read}, its backend ends, and it must not be replayed elsewhere. */
+    private Refusal readThenFail(AffinityDataSource ds, String id, String query, ReadValue read) throws Exception {
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            Object seen;
+            try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery(query)) {
+                assertTrue(rs.next());
+                seen = read.read(rs);
+            }
+            endOpenTransactions(1);
+            try {
+                insert(c, id);
+                c.commit();
+            } catch (SQLException e) {
+                assertEquals(0, total(rowsOf(id)), id + ": refused, nothing committed");
+                return refusalOf(e);
+            }
+            fail(id + ": replayed elsewhere although the application read " + seen + " on MYDB1; rows " + rowsOf(id)
+                    + ", replays " + ds.getReplayCounts().replayed());
+            return null;
+        }
+    }
+
+    interface ReadValue {
+        Object read(ResultSet rs) throws Exception;
+    }
+
+    @Test
+    void aReplayThatReadsOtherValuesIsAbandonedWhateverTheirHashCodes() throws Exception {
+        // Long.hashCode(0) == Long.hashCode(-1), "Aa".hashCode() == "BB".hashCode()
+        onEveryNode("DROP TABLE IF EXISTS java_vals",
+                "CREATE TABLE java_vals (k int PRIMARY KEY, n bigint, t text)",
+                "INSERT INTO java_vals VALUES (1, CASE WHEN $NODE = 1 THEN 0 ELSE -1 END,"
+                        + " CASE WHEN $NODE = 1 THEN 'Aa' ELSE 'BB' END)");
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-digest", true);
+        assertEquals(Refusal.RESULTS_DIFFER, readThenFail(ds, "h1", "SELECT n FROM java_vals", rs -> rs.getLong(1)));
+        assertEquals(Refusal.RESULTS_DIFFER, readThenFail(ds, "h2", "SELECT t FROM java_vals", rs -> rs.getString(1)));
+        assertEquals(Refusal.RESULTS_DIFFER, readThenFail(ds, "h3", "SELECT n FROM java_vals",
+                rs -> rs.getObject(1)));
+    }
+
+    @Test
+    void valuesReadThroughDriverObjectsAreComparedOrMakeTheRequestNotReplayable() throws Exception {
+        onEveryNode("DROP TABLE IF EXISTS java_docs",
+                "CREATE TABLE java_docs (k int PRIMARY KEY, j jsonb, i interval, a int[], t text, b bytea)",
+                "INSERT INTO java_docs VALUES (1, '{\"balance\": $NODE00}', '$NODE days', '{$NODE,$NODE}',"
+                        + " 'text of node $NODE', 'bytes of $NODE'::bytea)");
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-objects", true);
+        String q = "SELECT j, i, a, t, b FROM java_docs";
+        assertEquals(Refusal.RESULTS_DIFFER, readThenFail(ds, "o1", q, rs -> rs.getObject("j")), "jsonb");
+        assertEquals(Refusal.RESULTS_DIFFER, readThenFail(ds, "o2", q, rs -> rs.getObject("i")), "interval");
+        assertEquals(Refusal.NOT_REPLAYABLE, readThenFail(ds, "o3", q, rs -> rs.getArray("a").getArray()), "array");
+        assertEquals(Refusal.NOT_REPLAYABLE, readThenFail(ds, "o4", q, rs -> rs.getObject("a")), "array as object");
+        assertEquals(Refusal.NOT_REPLAYABLE, readThenFail(ds, "o5", q, rs -> {
+            try (Reader r = rs.getCharacterStream("t")) {
+                return r.read();
+            }
+        }), "character stream");
+        assertEquals(Refusal.NOT_REPLAYABLE, readThenFail(ds, "o6", q, rs -> rs.getBinaryStream("b").read()),
+                "binary stream");
+    }
+
+    // ---- 5, 10. nothing escapes the proxies -------------------------------------------------------
+
+    @Test
+    void aRefcursorsResultSetStaysInsideTheRecord() throws Exception {
+        onEveryNode("CREATE OR REPLACE FUNCTION java_cur() RETURNS refcursor AS $$ DECLARE c refcursor := 'c1';"
+                + " BEGIN OPEN c FOR SELECT 1; RETURN c; END $$ LANGUAGE plpgsql");
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-refcursor", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT java_cur()")) {
+                assertTrue(rs.next());
+                ResultSet cur = (ResultSet) rs.getObject(1);
+                assertSame(c, cur.getStatement().getConnection(), "the application's connection, not the driver's");
+                try (Statement w = cur.getStatement().getConnection().createStatement()) {
+                    w.executeUpdate("INSERT INTO java_req VALUES ('through-cursor')");
+                }
+            }
+            insert(c, "after-cursor");
+            endOpenTransactions(1);
+            c.commit(); // replayed with the cursor and the write through it
+        }
+        Map<String, Integer> through = rowsOf("through-cursor");
+        assertEquals(1, total(through), "the request succeeded, so every write committed: " + through);
+        assertEquals(0, through.get("MYDB1"));
+        assertEquals(through, rowsOf("after-cursor"), "both on the replay's node");
+        assertEquals(1, ds.getReplayCounts().replayed());
+    }
+
+    @Test
+    void aResultSetOfAFinishedTransactionAnswersItsStatement() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-stale", true);
+        try (Connection c = ds.getConnection(); Statement s = c.createStatement();
+                ResultSet rs = s.executeQuery("SELECT 1")) { // auto-commit: its transaction is over
+            assertTrue(rs.next());
+            assertSame(s, rs.getStatement());
+            assertSame(c, rs.getStatement().getConnection());
+        }
+    }
+
+    // ---- 6. opening a connection ----------------------------------------------------------------
+
+    @Test
+    void aRuntimeExceptionWhileARequestBeginsLeaksNothing() throws Exception {
+        pools = new Pools(List.of("MYDB1"));
+        HikariDataSource h = pools.get("MYDB1");
+        boolean[] failNext = {false};
+        DataSource faulty = (DataSource) Proxy.newProxyInstance(getClass().getClassLoader(),
+                new Class<?>[] {DataSource.class}, (p, m, a) -> {
+                    Object r = invoke(h, m, a);
+                    if (!(r instanceof Connection c)) {
+                        return r;
+                    }
+                    return Proxy.newProxyInstance(getClass().getClassLoader(), new Class<?>[] {Connection.class},
+                            (p2, m2, a2) -> {
+                                if (m2.getName().equals("getAutoCommit") && failNext[0]) {
+                                    failNext[0] = false;
+                                    throw new IllegalStateException("a driver's bug in getAutoCommit");
+                                }
+                                return invoke(c, m2, a2);
+                            });
+                });
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig("name = guard-open-leak; nodes = MYDB1");
+        ds.setNodeDataSources(Map.of("MYDB1", faulty));
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        ds.setReplay(true);
+        pools.own(ds);
+        try (Connection c = ds.getConnection()) {
+            assertEquals(0, count(c, "%"));
+        }
+        failNext[0] = true;
+        assertThrows(IllegalStateException.class, ds::getConnection);
+        assertTrue(Pools.await(Duration.ofSeconds(5), () -> h.getHikariPoolMXBean().getActiveConnections() == 0),
+                "the pooled connection went back: active " + h.getHikariPoolMXBean().getActiveConnections());
+        assertEquals(0, ds.getCluster().nodeMetrics().get(0).inFlight(), "the lease was released");
+        try (Connection c = ds.getConnection()) {
+            assertEquals(0, count(c, "%"));
+        }
+    }
+
+    @Test
+    void aRuntimeExceptionWhileAReplayBeginsLeaksNothing() throws Exception {
+        pools = new Pools(NAMES);
+        boolean[] failNext = {false};
+        Map<String, DataSource> nodes = new java.util.LinkedHashMap<>();
+        for (String name : NAMES) {
+            HikariDataSource h = pools.get(name);
+            nodes.put(name, (DataSource) Proxy.newProxyInstance(getClass().getClassLoader(),
+                    new Class<?>[] {DataSource.class}, (p, m, a) -> {
+                        Object r = invoke(h, m, a);
+                        if (!(r instanceof Connection c)) {
+                            return r;
+                        }
+                        return Proxy.newProxyInstance(getClass().getClassLoader(), new Class<?>[] {Connection.class},
+                                (p2, m2, a2) -> {
+                                    if (m2.getName().equals("beginRequest") && failNext[0]) {
+                                        failNext[0] = false;
+                                        throw new IllegalStateException("a driver's bug in beginRequest");
+                                    }
+                                    return invoke(c, m2, a2);
+                                });
+                    }));
+        }
+        AffinityDataSource ds = ReplayFixture.dataSource(pools, nodes, "guard-replay-leak", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "leak1");
+            endOpenTransactions(1);
+            failNext[0] = true; // the replay's connection
+            assertThrows(IllegalStateException.class, () -> insert(c, "leak1b"));
+            assertTrue(!failNext[0], "the replay began on a fresh connection");
+        }
+        for (String name : NAMES) {
+            HikariDataSource h = pools.get(name);
+            assertTrue(Pools.await(Duration.ofSeconds(5), () -> h.getHikariPoolMXBean().getActiveConnections() == 0),
+                    name + ": the replay's connection went back: active " + h.getHikariPoolMXBean().getActiveConnections());
+        }
+        ds.getCluster().nodeMetrics().forEach(m -> assertEquals(0, m.inFlight(), m.name() + ": leases released"));
+        assertEquals(0, total(rowsOf("leak1")));
+    }
+
+    private static Object invoke(Object target, java.lang.reflect.Method m, Object[] a) throws Throwable {
+        try {
+            return m.invoke(target, a);
+        } catch (InvocationTargetException e) {
+            throw e.getCause();
+        }
+    }
+
+    // ---- 8. a replay's own COMMIT --------------------------------------------------------------
+
+    @Test
+    void aReplaysCommitWhoseOutcomeIsUnknownSaysOutcomeUnknown() throws Exception {
+        try (FaultProxy p2 = new FaultProxy(PgNodes.port(2)); FaultProxy p3 = new FaultProxy(PgNodes.port(3))) {
+            pools = new Pools(NAMES, c -> {
+                c.setConnectionTimeout(1000);
+                if (c.getPoolName().endsWith("MYDB2")) {
+                    c.setJdbcUrl(p2.url());
+                } else if (c.getPoolName().endsWith("MYDB3")) {
+                    c.setJdbcUrl(p3.url());
+                }
+            });
+            AffinityDataSource ds = ds("guard-nested", true);
+            SQLException e;
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "n1");
+                endOpenTransactions(1);
+                // The replay's COMMIT on node 2 or 3 runs, its reply is lost and its node unreachable.
+                p2.loseNextCommitReplyThenRefuse();
+                p3.loseNextCommitReplyThenRefuse();
+                e = assertThrows(SQLException.class, c::commit);
+            }
+            p2.heal();
+            p3.heal();
+            assertEquals(1, total(rowsOf("n1")), "the replay committed once: " + rowsOf("n1"));
+            assertEquals(Refusal.OUTCOME_UNKNOWN, refusalOf(e), "a raise whose write committed: " + e);
+            assertEquals(1, ds.getReplayCounts().refusedTotal(), "counted once: " + ds.getReplayCounts());
+        }
+    }
+
+    // ---- 9. what a transaction's end keeps ------------------------------------------------------
+
+    @Test
+    void gettersOfAFinishedTransactionAreNotKept() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-getters", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+                Statement s = c.createStatement()) {
+            c.setAutoCommit(false);
+            int after1 = 0;
+            for (int i = 0; i < 20; i++) {
+                c.getTransactionIsolation();
+                s.execute("INSERT INTO java_req VALUES ('g" + i + "')");
+                assertEquals(1, s.getUpdateCount());
+                s.getMoreResults();
+                c.getWarnings();
+                c.commit();
+                if (i == 0) {
+                    after1 = ReplayConnection.recordedCalls(c);
+                }
+            }
+            assertEquals(after1, ReplayConnection.recordedCalls(c), "as after the first transaction");
+            // A replay of the next transaction runs none of the earlier getters (getUpdateCount
+            // alone would answer -1 where it answered 1).
+            s.execute("INSERT INTO java_req VALUES ('g-next')");
+            endOpenTransactions(1);
+            s.execute("INSERT INTO java_req VALUES ('g-next-b')");
+            c.commit();
+        }
+        assertEquals(1, total(rowsOf("g-next")));
+        assertEquals(rowsOf("g-next"), rowsOf("g-next-b"));
+    }
+
+    @Test
+    void aLostCommitReplyFoundCommittedAfterAGetterSucceeds() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = throughProxy(proxy, c -> {});
+            AffinityDataSource ds = ds("guard-committed-getter", true);
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+                    Statement s = c.createStatement()) {
+                c.setAutoCommit(false);
+                s.execute("INSERT INTO java_req VALUES ('cg1')");
+                assertEquals(1, s.getUpdateCount());
+                Hold lost = proxy.loseNextCommitReply();
+                c.commit(); // found committed
+                assertTrue(lost.acted());
+                s.execute("INSERT INTO java_req VALUES ('cg1-next')");
+                c.commit();
+            }
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("cg1"));
+            assertEquals(1, total(rowsOf("cg1-next")));
+        }
+    }
+}
