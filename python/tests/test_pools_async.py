@@ -397,6 +397,28 @@ async def test_a_planned_drain_does_not_abort_borrowed_connections(pg, cluster_f
 
 
 @pytest.mark.asyncio
+async def test_a_failure_during_a_drain_aborts_borrowed_connections(pg, cluster_factory):
+    # A FAN failure reaching the cluster by any path (the topology feed, a
+    # relay, Cluster.apply_event), not through the pools' own apply_event,
+    # while the node drains: a hard Down, so the connection in use is
+    # aborted as at any crash. Before, every Down after a drain counted as
+    # the drain's end and the connection went on.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=0.05)
+    async with pools:
+        holder = pools.connection(key=key_on(c, "RAC1"))
+        held = await holder.__aenter__()
+        assert await aport_of(held) == pg.port["RAC1"]
+        c.apply_event("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER")
+        await wait_until_async(lambda: pools.node_pool("RAC1")._racaffinity_draining, 2)
+        c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=RAC1 host=h1 status=down reason=FAILURE")
+        await asyncio.sleep(0.3)  # several upkeep rounds
+        with pytest.raises(psycopg.OperationalError) as info:
+            await held.execute("SELECT 1")  # the node is alive: only an abort ends it
+        await holder.__aexit__(type(info.value), info.value, None)
+
+
+@pytest.mark.asyncio
 async def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
     # Both of RAC1's connections were used just now (inside the alive-check
     # bypass window) when the node drops every connection. The first

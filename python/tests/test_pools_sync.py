@@ -330,6 +330,21 @@ def test_a_planned_drain_does_not_abort_borrowed_connections(pg, cluster_factory
             time.sleep(0.3)
             assert port_of(held) == pg.port['RAC1']
 
+def test_a_failure_during_a_drain_aborts_borrowed_connections(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=0.05)
+    with pools:
+        holder = pools.connection(key=key_on(c, 'RAC1'))
+        held = holder.__enter__()
+        assert port_of(held) == pg.port['RAC1']
+        c.apply_event('SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER')
+        wait_until(lambda: pools.node_pool('RAC1')._racaffinity_draining, 2)
+        c.apply_event('INSTANCE VERSION=1.0 service=orcl database=orcl instance=RAC1 host=h1 status=down reason=FAILURE')
+        time.sleep(0.3)
+        with pytest.raises(psycopg.OperationalError) as info:
+            held.execute('SELECT 1')
+        holder.__exit__(type(info.value), info.value, None)
+
 def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
     c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
     dsns = dict(pg.dsn, RAC1=proxies['RAC1'].dsn(pg.dsn['RAC1']))

@@ -759,6 +759,10 @@ class AsyncNodePools(Base):
         self._opened = False
         # The closes of retired pools still running (`_retire`).
         self._retiring: List[Any] = []
+        # Node -> the pools its drains retired, whose connections in use
+        # finish their requests: a failure before the node is Up again
+        # aborts those too (they are on the failed node).
+        self._drained: Dict[int, List[Any]] = {}
         if not upkeep_interval > 0:
             raise ValueError("upkeep_interval must be > 0")
         if partition_map_reload is not None and not partition_map_reload > 0:
@@ -838,6 +842,7 @@ class AsyncNodePools(Base):
         successor = self._new_pool(node, 0, True)
         await successor.open(wait=False)
         self._by_id[node] = successor
+        self._drained.setdefault(node, []).append(pool)
         await self._retire(pool)
 
     async def _down_node(self, node: int, hard: bool) -> None:
@@ -854,10 +859,12 @@ class AsyncNodePools(Base):
         successor._racaffinity_connects.node_failed_at = time.monotonic()
         await successor.open(wait=False)
         self._by_id[node] = successor
+        drained = self._drained.pop(node, [])
         if hard:
-            for conn in list(pool._racaffinity_conns):
-                if conn._racaffinity_borrowed:
-                    shut_down(conn)
+            for p in [pool, *drained]:
+                for conn in list(p._racaffinity_conns):
+                    if conn._racaffinity_borrowed:
+                        shut_down(conn)
         await self._retire(pool)
 
     async def _retire(self, pool: Any) -> None:
@@ -899,6 +906,7 @@ class AsyncNodePools(Base):
         """The node is Up again: its pool grows back to `min_size`."""
         pool = self._by_id[node]
         min_size, max_size = self._pool_args[0], self._pool_args[1]
+        self._drained.pop(node, None)
         if pool is not None and getattr(pool, "_racaffinity_draining", False) and not self._closed:
             await pool.resize(min_size, pool.max_size if max_size is None else max_size)
             pool._racaffinity_draining = False
@@ -1203,6 +1211,18 @@ class _AsyncHeartbeat:
         self._conns.clear()
 
 
+def _drain_ended(cluster: Any, node: int) -> bool:
+    """Whether a Draining node's Down is its drain's end (the deadline
+    passed, or the operator's Down), which lets connections in use finish,
+    rather than a failure during the drain (a FAN failure, however it was
+    delivered; missed heartbeats; an ejection), which aborts them. The
+    core's cause says which."""
+    for n in cluster.metrics().get("nodes", ()):
+        if n.get("name") == cluster.node_name(node):
+            return n.get("down_cause") in ("drained", "admin")
+    return True
+
+
 class _AsyncUpkeep:
     """The pools' upkeep: follows the node states the core reports and (1)
     drains the pool of a Draining node (idle connections close at once, busy
@@ -1272,7 +1292,9 @@ class _AsyncUpkeep:
                 if before is not None and before != state:
                     changed = True
                     log.info("racaffinity: node %s %s -> %s", c.node_name(node), before.name, state.name)
-                if state.name == "DRAINING" or (state.name == "DOWN" and before is not None and before.name == "DRAINING"):
+                if state.name == "DRAINING" or (
+                    state.name == "DOWN" and before is not None and before.name == "DRAINING" and _drain_ended(c, node)
+                ):
                     await pools._drain_node(node)
                 elif state.name == "DOWN" and before is not None and before.name != "DOWN":
                     await pools._down_node(node, hard=True)

@@ -635,6 +635,7 @@ class NodePools(Base):
         self._upkeep: Optional[_Upkeep] = None
         self._opened = False
         self._retiring: List[Any] = []
+        self._drained: Dict[int, List[Any]] = {}
         if not upkeep_interval > 0:
             raise ValueError('upkeep_interval must be > 0')
         if partition_map_reload is not None and (not partition_map_reload > 0):
@@ -699,6 +700,7 @@ class NodePools(Base):
         successor = self._new_pool(node, 0, True)
         successor.open(wait=False)
         self._by_id[node] = successor
+        self._drained.setdefault(node, []).append(pool)
         self._retire(pool)
 
     def _down_node(self, node: int, hard: bool) -> None:
@@ -715,10 +717,12 @@ class NodePools(Base):
         successor._racaffinity_connects.node_failed_at = time.monotonic()
         successor.open(wait=False)
         self._by_id[node] = successor
+        drained = self._drained.pop(node, [])
         if hard:
-            for conn in list(pool._racaffinity_conns):
-                if conn._racaffinity_borrowed:
-                    shut_down(conn)
+            for p in [pool, *drained]:
+                for conn in list(p._racaffinity_conns):
+                    if conn._racaffinity_borrowed:
+                        shut_down(conn)
         self._retire(pool)
 
     def _retire(self, pool: Any) -> None:
@@ -758,6 +762,7 @@ class NodePools(Base):
         """The node is Up again: its pool grows back to `min_size`."""
         pool = self._by_id[node]
         min_size, max_size = (self._pool_args[0], self._pool_args[1])
+        self._drained.pop(node, None)
         if pool is not None and getattr(pool, '_racaffinity_draining', False) and (not self._closed):
             pool.resize(min_size, pool.max_size if max_size is None else max_size)
             pool._racaffinity_draining = False
@@ -1021,6 +1026,17 @@ class _Heartbeat:
                 pass
         self._conns.clear()
 
+def _drain_ended(cluster: Any, node: int) -> bool:
+    """Whether a Draining node's Down is its drain's end (the deadline
+    passed, or the operator's Down), which lets connections in use finish,
+    rather than a failure during the drain (a FAN failure, however it was
+    delivered; missed heartbeats; an ejection), which aborts them. The
+    core's cause says which."""
+    for n in cluster.metrics().get('nodes', ()):
+        if n.get('name') == cluster.node_name(node):
+            return n.get('down_cause') in ('drained', 'admin')
+    return True
+
 class _Upkeep:
     """The pools' upkeep: follows the node states the core reports and (1)
     drains the pool of a Draining node (idle connections close at once, busy
@@ -1082,7 +1098,7 @@ class _Upkeep:
                 if before is not None and before != state:
                     changed = True
                     log.info('racaffinity: node %s %s -> %s', c.node_name(node), before.name, state.name)
-                if state.name == 'DRAINING' or (state.name == 'DOWN' and before is not None and (before.name == 'DRAINING')):
+                if state.name == 'DRAINING' or (state.name == 'DOWN' and before is not None and (before.name == 'DRAINING') and _drain_ended(c, node)):
                     pools._drain_node(node)
                 elif state.name == 'DOWN' and before is not None and (before.name != 'DOWN'):
                     pools._down_node(node, hard=True)

@@ -326,8 +326,14 @@ impl MetricsSnapshot {
             "# HELP racaffinity_node_down_cause Why the node is down or draining (1 for the current cause).\n# TYPE racaffinity_node_down_cause gauge"
         );
         for n in &self.nodes {
-            for cause in [DownCause::None, DownCause::Admin, DownCause::Event, DownCause::Heartbeat, DownCause::Ejected]
-            {
+            for cause in [
+                DownCause::None,
+                DownCause::Admin,
+                DownCause::Event,
+                DownCause::Heartbeat,
+                DownCause::Ejected,
+                DownCause::Drained,
+            ] {
                 let cause = cause.as_str();
                 let _ = writeln!(
                     s,

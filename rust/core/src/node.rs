@@ -100,6 +100,9 @@ pub enum DownCause {
     Heartbeat,
     /// Passive ejection after consecutive failures.
     Ejected,
+    /// A planned drain's deadline passed (its shared input became a Down):
+    /// the drain's end, not a failure, so work in flight was let finish.
+    Drained,
 }
 
 impl DownCause {
@@ -111,6 +114,7 @@ impl DownCause {
             DownCause::Event => "event",
             DownCause::Heartbeat => "heartbeat",
             DownCause::Ejected => "ejected",
+            DownCause::Drained => "drained",
         }
     }
 
@@ -120,6 +124,7 @@ impl DownCause {
             2 => DownCause::Event,
             3 => DownCause::Heartbeat,
             4 => DownCause::Ejected,
+            5 => DownCause::Drained,
             _ => DownCause::None,
         }
     }
@@ -131,6 +136,7 @@ impl DownCause {
             DownCause::Event => 2,
             DownCause::Heartbeat => 3,
             DownCause::Ejected => 4,
+            DownCause::Drained => 5,
         }
     }
 }
@@ -362,6 +368,8 @@ struct Layers {
     /// The key of the input `event` came from (`None`: only unversioned
     /// inputs so far).
     event_key: Option<ShareKey>,
+    /// `event` is the Down a planned drain's deadline turned its input into.
+    event_drained: bool,
 }
 
 /// A versioned shared input about a node's state, as [`Node::set_shared`]
@@ -412,6 +420,7 @@ impl Layers {
         local_cause: DownCause::None,
         event: NodeState::Up,
         event_key: None,
+        event_drained: false,
     };
 
     /// The state picks see: the most severe layer wins, Down over Draining;
@@ -419,6 +428,7 @@ impl Layers {
     fn effective(self) -> (NodeState, DownCause) {
         match (self.admin, self.event, self.local) {
             (NodeState::Down, _, _) => (NodeState::Down, DownCause::Admin),
+            (_, NodeState::Down, _) if self.event_drained => (NodeState::Down, DownCause::Drained),
             (_, NodeState::Down, _) => (NodeState::Down, DownCause::Event),
             (_, _, NodeState::Down) => (NodeState::Down, self.local_cause),
             (NodeState::Draining, _, _) => (NodeState::Draining, DownCause::Admin),
@@ -887,6 +897,7 @@ impl Node {
             // key, so an older input arriving later changes nothing.
             let before = g.0.effective();
             g.0.event = NodeState::Down;
+            g.0.event_drained = true;
             self.drain_until.store(0, Ordering::Release);
             self.publish(before, g.0);
         }
@@ -1051,6 +1062,7 @@ impl Node {
         }
         let before = g.0.effective();
         g.0.event = to;
+        g.0.event_drained = false;
         self.drain_until.store(if to == NodeState::Draining { drain_until } else { 0 }, Ordering::Release);
         if to == NodeState::Up && g.0.local != NodeState::Up {
             g.0.local = NodeState::Up;

@@ -89,3 +89,30 @@ fn a_drain_without_a_timeout_after_one_with_it_is_the_latest_word() {
     c.apply_event(&at(None)).unwrap();
     assert!(b.drain_deadline_ms().is_some(), "same second: the drain with the deadline wins");
 }
+
+/// A Down that ends a planned drain says so (`Drained`), apart from a Down a
+/// failure brings during the drain (`Event`): the pools abort connections in
+/// use for the second only, and every binding reads the difference here, not
+/// from which of its own calls applied the event (a FAN failure delivered
+/// through the topology feed or JMX counted as the drain's end before).
+#[test]
+fn a_drains_end_and_a_failure_during_a_drain_are_told_apart() {
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock(CONFIG, &clock);
+    let (a, b) = (c.node_by_name("A").unwrap(), c.node_by_name("B").unwrap());
+    c.apply_event(&drain("A", Some(30))).unwrap();
+    c.apply_event(&drain("B", Some(30))).unwrap();
+    assert_eq!(a.down_cause(), DownCause::Event, "draining, by an event");
+    clock.advance_ms(10_000);
+    c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=B host=hb status=down reason=FAILURE")
+        .unwrap();
+    assert_eq!((b.state(), b.down_cause()), (NodeState::Down, DownCause::Event), "a failure during the drain");
+    clock.advance_ms(20_000);
+    assert_eq!((a.state(), a.down_cause()), (NodeState::Down, DownCause::Drained), "the drain's end");
+    assert_eq!(b.down_cause(), DownCause::Event, "still the failure");
+    // A later input about A's state is the latest word again.
+    c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=A host=ha status=down reason=FAILURE")
+        .unwrap();
+    assert_eq!(a.down_cause(), DownCause::Event);
+    assert_eq!(DownCause::Drained.as_str(), "drained");
+}

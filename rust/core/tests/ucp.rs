@@ -36,7 +36,7 @@ fn a_planned_drain_keeps_existing_work_until_its_timeout_then_moves_it() {
     assert_ne!(moved.node, b, "the pin moves once the drain timeout ends");
     assert_eq!(moved.kind, RouteKind::Repinned);
     let node = c.node(b).unwrap();
-    assert_eq!((node.state(), node.down_cause()), (NodeState::Down, DownCause::Event));
+    assert_eq!((node.state(), node.down_cause()), (NodeState::Down, DownCause::Drained));
     // Strict scopes refuse after the timeout instead of moving.
     let strict = cluster_with_clock("nodes = A, B\nthread.strict = true\npolicy = round_robin", &clock);
     let k = (0..2).map(|_| strict.new_context_key()).find(|&k| strict.pin_context(k).unwrap().node == b).unwrap();
@@ -131,7 +131,7 @@ fn a_node_read_after_its_drain_timeout_says_down_without_any_route_first() {
     c.apply_event(DRAIN).unwrap();
     clock.advance_ms(30_000);
     let node = c.node(b).unwrap();
-    assert_eq!((node.state(), node.down_cause()), (NodeState::Down, DownCause::Event));
+    assert_eq!((node.state(), node.down_cause()), (NodeState::Down, DownCause::Drained));
     let m = c.metrics();
     let nb = m.nodes.iter().find(|n| n.name == "B").unwrap();
     assert_eq!(nb.state, NodeState::Down, "metrics after the drain timeout");

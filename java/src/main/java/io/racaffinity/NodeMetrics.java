@@ -7,7 +7,7 @@ package io.racaffinity;
  * @param name node name
  * @param state current state
  * @param downCause why it is down or draining ({@code none} when up; else {@code admin}, {@code event},
- *     {@code heartbeat} or {@code ejected})
+ *     {@code heartbeat}, {@code ejected} or {@code drained}: a planned drain's deadline passed)
  * @param weight static weight
  * @param rlbPercent RLB percent from the last advisory, -1 if none
  * @param picks routing decisions that returned this node

@@ -872,18 +872,13 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      */
     public int applyEvent(String line) throws SQLException {
         Running<DataSource> s = running();
-        int changed = 0;
-        PoolMaintenance m = maintenance;
-        boolean[] draining = m == null ? null : m.beforeEvent();
+        int changed;
         try {
             changed = s.cluster.applyEvent(line);
         } catch (AffinityException e) {
             throw SqlErrors.routing(e);
-        } finally {
-            if (m != null) {
-                m.afterEvent(draining, changed > 0);
-            }
         }
+        PoolMaintenance m = maintenance;
         if (m != null) {
             m.poke();
         }

@@ -8,8 +8,6 @@ import java.lang.System.Logger.Level;
 import java.lang.reflect.Method;
 import java.util.Arrays;
 import java.util.Map;
-import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.AtomicIntegerArray;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.IntFunction;
 import javax.sql.DataSource;
@@ -61,10 +59,6 @@ final class PoolMaintenance implements AutoCloseable {
     private boolean closed;
     /** The upkeep thread is in (or waits for) the application's loader. */
     private boolean upkeepLoading;
-    /** Node → 1 when an event took it from Draining to Down: a failure, not its drain's end. */
-    private final AtomicIntegerArray failedWhileDraining;
-    /** Events being applied now ({@link #beforeEvent}): a Draining node's Down waits for their verdict. */
-    private final AtomicInteger eventsApplying = new AtomicInteger();
 
     /**
      * @param owner the data source's log prefix
@@ -84,7 +78,6 @@ final class PoolMaintenance implements AutoCloseable {
         this.reloadMillis = reloadMillis;
         this.last = new NodeState[byId.length];
         this.savedMinIdle = new int[byId.length];
-        this.failedWhileDraining = new AtomicIntegerArray(byId.length);
         Arrays.fill(savedMinIdle, -1);
         Arrays.fill(last, NodeState.UP);
         if (loader != null) {
@@ -109,42 +102,6 @@ final class PoolMaintenance implements AutoCloseable {
 
     String lastError() {
         return lastError;
-    }
-
-    /**
-     * Before the data source applies an event: the nodes Draining now. A drain ends in a Down at
-     * its deadline or by an operator's Down; an event cannot end one so (reason=USER drains, up
-     * lifts), so a Draining node an event takes Down has failed.
-     */
-    boolean[] beforeEvent() {
-        eventsApplying.incrementAndGet();
-        boolean[] draining = new boolean[byId.length];
-        try {
-            for (int i = 0; i < byId.length; i++) {
-                draining[i] = byId[i] != null && cluster.nodeState(i) == NodeState.DRAINING;
-            }
-        } catch (RuntimeException e) {
-            eventsApplying.decrementAndGet();
-            throw e;
-        }
-        return draining;
-    }
-
-    /**
-     * After the event {@link #beforeEvent} preceded ({@code changed}: it changed a node's state):
-     * marks the Draining nodes it took Down as failed. An event that changed nothing leaves a
-     * drain whose deadline passed meanwhile to be its end.
-     */
-    void afterEvent(boolean[] draining, boolean changed) {
-        try {
-            for (int i = 0; changed && i < draining.length; i++) {
-                if (draining[i] && cluster.nodeState(i) == NodeState.DOWN) {
-                    failedWhileDraining.set(i, 1);
-                }
-            }
-        } finally {
-            eventsApplying.decrementAndGet();
-        }
     }
 
     /** Runs a round now (and waits for none). */
@@ -208,15 +165,9 @@ final class PoolMaintenance implements AutoCloseable {
                 continue;
             }
             NodeState now = cluster.nodeState(i);
-            if (now == NodeState.DOWN && last[i] == NodeState.DRAINING && eventsApplying.get() > 0) {
-                continue; // the event applied now may be a failure: decided in the round after it
-            }
             if (now != last[i]) {
                 changed = true;
                 NodeStates.logTransition(LOG, owner, cluster, i, last[i], now, lastFailure.apply(i));
-            }
-            if (now == NodeState.UP) {
-                failedWhileDraining.set(i, 0); // back before a round saw it fail
             }
             if (now == NodeState.DRAINING) {
                 drain(i);
@@ -230,7 +181,6 @@ final class PoolMaintenance implements AutoCloseable {
                 failover.kickWaiters(i);
                 Hikari.softEvict(byId[i]);
             } else if (now == NodeState.DOWN && last[i] != NodeState.DOWN) {
-                failedWhileDraining.set(i, 0); // hard either way
                 down(i);
             } else if (now == NodeState.DOWN) {
                 // Threads that came to wait on a Down node's pool since (a transaction's branch
@@ -256,17 +206,15 @@ final class PoolMaintenance implements AutoCloseable {
     }
 
     /**
-     * Whether a Draining node's Down is a failure rather than its drain's end: an event took it
-     * Down ({@code reason=FAILURE}, a node down), or the heartbeat or passive ejection did. An
-     * operator's Down stays the drain's end.
+     * Whether a Draining node's Down is a failure rather than its drain's end, by the core's cause:
+     * its deadline ({@code drained}) and an operator's Down ({@code admin}) end the drain; a FAN
+     * failure ({@code event}, whoever applied it: this data source, the topology feed, JMX), the
+     * heartbeat or passive ejection is a hard Down.
      */
     private boolean failedDuringDrain(int node) {
-        if (failedWhileDraining.getAndSet(node, 0) == 1) {
-            return true;
-        }
         for (io.racaffinity.NodeMetrics m : cluster.nodeMetrics()) {
             if (m.node() == node) {
-                return m.downCause().equals("heartbeat") || m.downCause().equals("ejected");
+                return !m.downCause().equals("drained") && !m.downCause().equals("admin");
             }
         }
         return false;

@@ -213,11 +213,25 @@ class FastFailoverTest {
 
     @Test
     void aNodeThatFailsDuringItsDrainHasItsConnectionsInUseAborted() throws Exception {
+        failureDuringDrain(false);
+    }
+
+    /**
+     * The failure reaches the cluster by another path than the data source's own {@code applyEvent}
+     * (the topology feed, an ONS relay, JMX {@code ClusterMonitor.applyEvent}): the core's down cause
+     * tells the drain's end from a failure, whoever applied it.
+     */
+    @Test
+    void aFailureDeliveredToTheClusterDuringADrainAbortsConnectionsInUseToo() throws Exception {
+        failureDuringDrain(true);
+    }
+
+    private void failureDuringDrain(boolean throughCluster) throws Exception {
         pools = new Pools(NAMES, c -> {
             c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
             c.addDataSourceProperty("ApplicationName", APP);
         });
-        AffinityDataSource ds = ds("fcf-drain-failure", "");
+        AffinityDataSource ds = ds(throughCluster ? "fcf-drain-failure-cluster" : "fcf-drain-failure", "");
         ds.setPoolMaintenanceMillis(50);
         Cluster cluster = ds.getCluster();
         Connection held = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
@@ -229,7 +243,12 @@ class FastFailoverTest {
             assertTrue(await(Duration.ofSeconds(5), () -> ds.upkeepRounds() >= rounds + 2), "the drain acted on");
             assertFalse(driverClosed(held), "a drained node's connection in use works on");
             // The node fails before the drain's deadline: a hard Down, as without the drain.
-            ds.applyEvent(fan("MYDB3", "status=down reason=FAILURE"));
+            String failure = fan("MYDB3", "status=down reason=FAILURE");
+            if (throughCluster) {
+                cluster.applyEvent(failure);
+            } else {
+                ds.applyEvent(failure);
+            }
             assertEquals(NodeState.DOWN, cluster.nodeState("MYDB3"));
             assertTrue(await(Duration.ofSeconds(5), () -> {
                 try {
