@@ -1,5 +1,6 @@
 package io.racaffinity.jdbc;
 
+import io.racaffinity.Cluster;
 import io.racaffinity.xa.AffinityXAConnection;
 import io.racaffinity.xa.XaRouter;
 import java.lang.reflect.InvocationTargetException;
@@ -107,8 +108,21 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
     @Override
     void started(Running<XADataSource> r) {
         final List<String> fs = nodes.nodeFailureStates();
-        router = new XaRouter(r.cluster, r.byId, transactionAffinity, e -> SqlErrors.isNodeFailure(e, fs),
-                nodes.redactor()::redact, AffinityDataSource::requestSession);
+        Cluster c = r.cluster;
+        router = new XaRouter(c, r.byId, transactionAffinity, e -> SqlErrors.isNodeFailure(e, fs),
+                nodes.redactor()::redact, AffinityDataSource::requestSession, () -> requestRoute(c));
+    }
+
+    /** The thread's routing-token decision for {@code c} (AffinityFilter in token mode), as AffinityDataSource. */
+    private static io.racaffinity.Route requestRoute(Cluster c) {
+        RouteScope scope = RouteScope.everOpened ? RouteScope.current(c) : null;
+        if (scope == null) {
+            return null;
+        }
+        if (scope.refusal() != null) {
+            throw scope.refusal();
+        }
+        return scope.route();
     }
 
     /**

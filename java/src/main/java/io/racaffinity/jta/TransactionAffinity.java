@@ -14,7 +14,6 @@ import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.Objects;
-import java.util.OptionalInt;
 import javax.transaction.xa.Xid;
 
 /**
@@ -33,7 +32,7 @@ import javax.transaction.xa.Xid;
  * whose TM takes no synchronization (Narayana once it is marked rollback-only) is followed all the
  * same, and ended within {@value #SWEEP_MILLIS} ms of its completion by a daemon thread that runs only
  * while such a transaction is followed. The first
- * connection of a transaction places it ({@code txBegin}, preferring the thread's pin)
+ * connection of a transaction places it (the core's {@code txBeginFor}, as for an XA branch)
  * and registers an interposed synchronization whose {@code afterCompletion} ends it
  * ({@code txEnd}); later connections follow it (routed by the core with the transaction's gtrid,
  * {@link Cluster#pickFor}, or {@code txRoute}). If the node is down,
@@ -152,7 +151,7 @@ public final class TransactionAffinity {
 
     /**
      * The calling thread's JTA transaction, for one connection: on first use it is
-     * placed ({@code txBegin}, preferring the thread's pin) and {@link Joined#placed()}
+     * placed (the core's {@code txBeginFor}, the thread's pin among its inputs) and {@link Joined#placed()}
      * is its route; later, {@link Joined#gtrid()} is the gtrid to route by (the
      * transaction of {@link Cluster#pickFor}), and {@code placed()} is null.
      *
@@ -179,8 +178,10 @@ public final class TransactionAffinity {
             return new Joined(u.gtrid, null);
         }
         byte[] gtrid = gtrid(key);
-        OptionalInt pin = cluster.pinnedNode();
-        Route r = pin.isPresent() ? cluster.txBegin(gtrid, pin.getAsInt()) : cluster.txBegin(gtrid);
+        // The core places a new gtrid (the thread's pin among its inputs), as for an XA branch: in strict mode
+        // with a settle time a pin is this process's own state and never places one, so another process's
+        // branch of the same transaction lands on the same node; a pinned node that is down is not required.
+        Route r = cluster.txBeginFor(gtrid, (byte[]) null, null);
         try {
             tsr.registerInterposedSynchronization(new End(cluster, gtrid));
         } catch (IllegalStateException e) {
@@ -191,7 +192,14 @@ public final class TransactionAffinity {
                 end(cluster, gtrid); // nothing to watch its end with: route this connection, hold nothing
                 return new Joined(gtrid, r);
             }
-            unsynchronized.put(key, new Unsynchronized(gtrid, t));
+            // Another thread of this transaction may have got here first: its record's one end must not be
+            // the only one for two txBegin references, so this thread's reference ends now (the gtrid stays
+            // registered by the first).
+            Unsynchronized first = unsynchronized.putIfAbsent(key, new Unsynchronized(gtrid, t));
+            if (first != null) {
+                end(cluster, gtrid);
+                return new Joined(first.gtrid, r);
+            }
             scheduleSweep();
             return new Joined(gtrid, r);
         }

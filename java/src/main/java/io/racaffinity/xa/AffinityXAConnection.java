@@ -298,6 +298,12 @@ public final class AffinityXAConnection implements XAConnection {
             if (p != null) {
                 return nonNull(p.xar.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
             }
+        } catch (XAException e) {
+            resource.failed(node, e);
+            throw router.redacted(e);
+        }
+        // the own connection is closed or holds a branch: a short-lived one's failure is not the own one's
+        try {
             XAConnection t = openTemporary(node);
             try {
                 return nonNull(t.getXAResource().recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
@@ -308,7 +314,7 @@ public final class AffinityXAConnection implements XAConnection {
                 closeQuietly(t);
             }
         } catch (XAException e) {
-            resource.failed(node, e);
+            resource.failedTemporary(node, e);
             throw router.redacted(e);
         }
     }

@@ -90,6 +90,25 @@ public final class AffinityXAResource implements XAResource {
         return true;
     }
 
+    /**
+     * {@link #failed} for a short-lived connection (a 2PC command or a scan while this XAConnection's own
+     * connection to the node holds another branch): only that connection failed, so the node failure is
+     * counted but the own connection, and the active branch on its session, are left alone (a smart shutdown
+     * refuses new sessions while open ones run to completion).
+     *
+     * @return whether the call failed with its connection (else an application error)
+     */
+    boolean failedTemporary(int node, XAException e) {
+        boolean nodeFailed = router.isNodeFailure(e);
+        if (!nodeFailed && !XaRouter.isConnectionLost(e)) {
+            return false;
+        }
+        if (nodeFailed) {
+            router.reportFailure(node);
+        }
+        return true;
+    }
+
     @Override
     public void start(Xid xid, int flags) throws XAException {
         conn.checkOpen();
@@ -274,11 +293,13 @@ public final class AffinityXAResource implements XAResource {
         AffinityXAConnection.Physical p;
         XAConnection temp = null;
         XAResource target;
+        boolean shortLived = false;
         try {
             p = conn.physicalFor2pc(node, k);
             if (p != null) {
                 target = p.xar;
             } else {
+                shortLived = true;
                 temp = conn.openTemporary(node);
                 try {
                     target = temp.getXAResource();
@@ -291,7 +312,12 @@ public final class AffinityXAResource implements XAResource {
             if (temp != null) {
                 AffinityXAConnection.closeQuietly(temp);
             }
-            failed(node, e); // unreachable: the entry is kept for the retry
+            // unreachable: the entry is kept for the retry
+            if (shortLived) {
+                failedTemporary(node, e);
+            } else {
+                failed(node, e);
+            }
             throw router.redacted(e);
         }
         try {
@@ -307,7 +333,7 @@ public final class AffinityXAResource implements XAResource {
                     break;
             }
         } catch (XAException e) {
-            boolean nodeFailed = failed(node, e);
+            boolean nodeFailed = p != null ? failed(node, e) : failedTemporary(node, e);
             int c = e.errorCode;
             if (nodeFailed) {
                 if (op.equals("rollback") && b != null && b.live && !b.prepared) {

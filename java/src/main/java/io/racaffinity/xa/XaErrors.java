@@ -42,7 +42,7 @@ final class XaErrors {
     }
 
     static XAException routing(AffinityException e, String op, XidKey xid) {
-        String msg = "racaffinity: cannot route " + op + " of xid " + xid + ": " + e.getMessage();
+        String msg = "racaffinity: cannot route " + op + (xid == null ? "" : " of xid " + xid) + ": " + e.getMessage();
         int code;
         if (e instanceof PreparedNodeUnavailableException) {
             code = XAException.XAER_RMFAIL;

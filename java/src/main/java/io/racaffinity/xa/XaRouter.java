@@ -51,6 +51,7 @@ public final class XaRouter {
     private final Predicate<SQLException> nodeFailure;
     private final UnaryOperator<String> redact;
     private final Supplier<byte[]> requestSession;
+    private final Supplier<Route> requestRoute;
     /** Independent databases (scan all, complete where found) or instances of one (any instance will do). */
     private final RecoveryScope scope;
 
@@ -101,6 +102,25 @@ public final class XaRouter {
      */
     public XaRouter(Cluster cluster, XADataSource[] byId, boolean transactionAffinity,
             Predicate<SQLException> nodeFailure, UnaryOperator<String> redact, Supplier<byte[]> requestSession) {
+        this(cluster, byId, transactionAffinity, nodeFailure, redact, requestSession, null);
+    }
+
+    /**
+     * As above, with the request's routing-token decision.
+     *
+     * @param cluster the cluster (owns the affinity state)
+     * @param byId node XADataSources indexed by node id (null where a node has none)
+     * @param transactionAffinity as above
+     * @param nodeFailure which SQLExceptions mean the node failed (feeds passive ejection)
+     * @param redact removes credentials from messages
+     * @param requestSession the calling thread's web-session key, or null (placement preference)
+     * @param requestRoute the calling thread's routing-token decision ({@code Cluster.routeToken}) for this
+     *     cluster, or null when there is none; throws the core's refusal of the request
+     */
+    public XaRouter(Cluster cluster, XADataSource[] byId, boolean transactionAffinity,
+            Predicate<SQLException> nodeFailure, UnaryOperator<String> redact, Supplier<byte[]> requestSession,
+            Supplier<Route> requestRoute) {
+        this.requestRoute = requestRoute == null ? () -> null : requestRoute;
         this.cluster = Objects.requireNonNull(cluster, "cluster");
         this.byId = byId.clone();
         this.affinity = transactionAffinity;
@@ -277,11 +297,18 @@ public final class XaRouter {
     // ---- placement -------------------------------------------------------------
 
     /**
-     * Node of work outside any global transaction: the core's precedence for the
-     * request's session and the thread's pin (else load balancing).
+     * Node of work outside any global transaction: the request's routing-token decision,
+     * else the core's precedence for the request's session and the thread's pin (else load
+     * balancing).
      */
     int localNode() throws XAException {
         try {
+            // The request's routing token was decided (or refused) by the core: a connection elsewhere, or
+            // one given despite the refusal, would break the session affinity it carries.
+            Route decided = requestRoute.get();
+            if (decided != null) {
+                return decided.node();
+            }
             return cluster.routeFor(null, null, requestSession.get()).node();
         } catch (AffinityException e) {
             throw XaErrors.routing(e, "local work", null);
@@ -388,8 +415,8 @@ public final class XaRouter {
     /**
      * The node a 2PC command (or end) for {@code k} goes to: the node the branch was
      * started on or recovered from (this binding's own record: in soft mode the branches of
-     * one gtrid may be on two nodes); else the gtrid's owner in the core ({@code txRoute},
-     * recovered xids); else a scan of every node's in-doubt list. Never refused for routing
+     * one gtrid may be on two nodes); in database scope the core's choice of instance
+     * ({@code txRoute}); else a scan of every node's in-doubt list. Never refused for routing
      * reasons: a Down node still gets the command, and only an unreachable one answers
      * {@code XAER_RMFAIL} (retry later).
      */
@@ -400,7 +427,10 @@ public final class XaRouter {
         }
         // recovery.scope = database: a prepared (or recovered) branch can be completed through any instance of
         // the database, and the core's txRoute picks one: the owner when Up, else another Up instance.
-        if (affinity) {
+        // In node scope the gtrid's owner says nothing about an exact xid never seen here: a soft span (or a
+        // TM that split the gtrid) leaves its branches on several nodes, and a partial scan may have registered
+        // the gtrid with the node of another branch. Only the node's in-doubt list tells, so scan.
+        if (affinity && scope == RecoveryScope.DATABASE) {
             try {
                 return cluster.txRoute(k.gtrid).node();
             } catch (UnknownTransactionException e) {
@@ -632,10 +662,18 @@ public final class XaRouter {
      * The nodes a scan asks, in order: every node with an XADataSource; Up nodes first, so in
      * database scope the one answering instance is usually found at the first try.
      */
-    private List<Integer> scanOrder() {
+    private List<Integer> scanOrder() throws XAException {
+        int[] ids;
+        try {
+            ids = nodeIds();
+        } catch (AffinityException e) {
+            // the data source is closed (a TM's recovery helper may keep its resource): XAER_RMFAIL, as every
+            // other call answers then; an unchecked exception would escape the TM's recovery loop
+            throw XaErrors.routing(e, "recovery scan", null);
+        }
         List<Integer> up = new ArrayList<>();
         List<Integer> rest = new ArrayList<>();
-        for (int node : nodeIds()) {
+        for (int node : ids) {
             if (node >= byId.length || byId[node] == null) {
                 continue;
             }

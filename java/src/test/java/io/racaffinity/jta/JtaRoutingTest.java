@@ -235,4 +235,88 @@ class JtaRoutingTest {
             assertEquals(0, liveTransactions());
         }
     }
+
+    /**
+     * Strict transaction affinity with a settle time: a pin is this process's own state, so it never places a new
+     * gtrid (docs/semantics.md). Another process (its own Cluster, the same configuration, no pin) places the same
+     * transaction's XA branch by the core alone; both must land on one node.
+     */
+    @Test
+    void aStrictTransactionOnAPinnedThreadLandsWhereAnotherProcessPlacesItsXaBranch() throws Exception {
+        String config = "nodes = RAC1, RAC2, RAC3; transaction.strict = true; transaction.settle = 1s";
+        ds.close();
+        cluster.close();
+        cluster = Cluster.fromConfig("name = jta-strict-p1; " + config);
+        ds = jtaDataSource(cluster);
+        Map<String, XADataSource> xa = new LinkedHashMap<>();
+        for (int i = 1; i <= 3; i++) {
+            xa.put("RAC" + i, XaRows.xaDataSource(i));
+        }
+        try (AffinityXADataSource xads = new AffinityXADataSource()) {
+            xads.setConfig("name = jta-strict-p2; " + config);
+            xads.setNodeXADataSources(xa);
+            xads.setHeartbeatIntervalMillis(0);
+            xads.setRegisterMBean(false);
+            xads.init();
+            Thread.sleep(1500); // the nodes just added are shared inputs: strict placement waits out the settle time
+            List<String> split = new ArrayList<>();
+            try (Pin pin = ds.pin()) {
+                for (int t = 0; t < 12; t++) {
+                    tm.begin();
+                    XAConnection xc = xads.getXAConnection();
+                    try {
+                        int port = port(); // the first connection places the transaction
+                        XAResource xr = xc.getXAResource();
+                        tm.getTransaction().enlistResource(xr);
+                        String branchNode = ((AffinityXAResource) xr).boundNodeName();
+                        if (PgNodes.port(NAMES.indexOf(branchNode) + 1) != port) {
+                            split.add("tx " + t + ": JTA on port " + port + ", XA branch on " + branchNode
+                                    + " (pinned to " + pin.nodeName() + ")");
+                        }
+                        tm.getTransaction().delistResource(xr, XAResource.TMSUCCESS);
+                        tm.commit();
+                    } finally {
+                        xc.close();
+                    }
+                }
+            }
+            assertEquals(List.of(), split, "strict transactions on two nodes");
+            assertEquals(0, liveTransactions());
+        }
+    }
+
+    /**
+     * Strict mode, the pinned node marked down: the pin places no new gtrid, so a new transaction is placed by the
+     * core (refused only when the gtrid's own node is the down one), never refused for the pin alone.
+     */
+    @Test
+    void aStrictTransactionOnAThreadPinnedToADownNodeIsPlacedByTheCore() throws Exception {
+        ds.close();
+        cluster.close();
+        cluster = Cluster.fromConfig("name = jta-strict-down; nodes = RAC1, RAC2, RAC3; transaction.strict = true;"
+                + " transaction.settle = 1s");
+        ds = jtaDataSource(cluster);
+        Thread.sleep(1500); // the nodes just added are shared inputs: strict placement waits out the settle time
+        int placed = 0;
+        try (Pin pin = ds.pin()) {
+            int down = PgNodes.port(pin.node() + 1);
+            cluster.setNodeState(pin.nodeName(), io.racaffinity.NodeState.DOWN);
+            for (int t = 0; t < 12; t++) {
+                tm.begin();
+                try {
+                    int port = port();
+                    assertTrue(port != down, "placed on the down node " + pin.nodeName());
+                    placed++;
+                } catch (java.sql.SQLException e) {
+                    // the gtrid's own node is the down one: strict mode refuses it
+                } finally {
+                    tm.rollback();
+                }
+            }
+            cluster.setNodeState(pin.nodeName(), io.racaffinity.NodeState.UP);
+        }
+        assertTrue(placed > 0, "every new transaction refused for the pinned node being down");
+        port();
+        assertEquals(0, liveTransactions());
+    }
 }

@@ -6,21 +6,31 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.racaffinity.Cluster;
 import io.racaffinity.NodeState;
+import io.racaffinity.Route;
+import io.racaffinity.StrictAffinityException;
 import io.racaffinity.Scope;
+import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.jdbc.RouteScope;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.test.XaRows;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
+import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
+import java.util.concurrent.atomic.AtomicBoolean;
 import javax.sql.XAConnection;
+import javax.sql.XADataSource;
 import javax.transaction.xa.XAException;
 import javax.transaction.xa.XAResource;
 import javax.transaction.xa.Xid;
@@ -238,6 +248,178 @@ class AffinityXAResourceTest {
         }
         XAException e = assertThrows(XAException.class, () -> r2.commit(TestXid.of("unit-never", 1), false));
         assertEquals(XAException.XAER_NOTA, e.errorCode);
+    }
+
+    /**
+     * A soft-mode span (one gtrid, branches on two nodes) prepared by a process that then went away. A restarted
+     * TM commits from its log without recover(): the scan for another xid reaches the node of one branch first
+     * and registers the gtrid there, yet the other branch, on another node, must still be found there.
+     */
+    @Test
+    void aCommandForAnUnseenBranchOfASpannedGtridFindsTheNodeThatHoldsIt() throws Exception {
+        AffinityXADataSource first = ds("");
+        XAConnection c1 = connect(first);
+        XAConnection c2 = connect(first);
+        XAConnection c3 = connect(first);
+        String g = "unit-span-" + UUID.randomUUID();
+        Xid x1 = TestXid.of(g, 1);
+        Xid x2 = TestXid.of(g, 2);
+        try {
+            XaSupport.startOn(first, "RAC3", c1.getXAResource(), x1);
+            first.getCluster().setNodeState("RAC3", NodeState.DOWN); // soft mode re-places the gtrid
+            first.getCluster().setNodeState("RAC2", NodeState.DRAINING);
+            c2.getXAResource().start(x2, XAResource.TMNOFLAGS);
+            first.getCluster().setNodeState("RAC3", NodeState.UP);
+            first.getCluster().setNodeState("RAC2", NodeState.UP);
+            assertEquals(3, node(c1.getXAResource()));
+            assertEquals(1, node(c2.getXAResource()));
+            c1.getXAResource().end(x1, XAResource.TMSUCCESS);
+            c2.getXAResource().end(x2, XAResource.TMSUCCESS);
+            assertEquals(XAResource.XA_OK, c1.getXAResource().prepare(x1));
+            assertEquals(XAResource.XA_OK, c2.getXAResource().prepare(x2));
+            // another in-doubt xid on RAC1, the node a scan asks first
+            Xid x3 = TestXid.of("unit-other-" + UUID.randomUUID(), 1);
+            XAResource r3 = c3.getXAResource();
+            XaSupport.steerTo(first, "RAC1", () -> {
+                try {
+                    XaSupport.preparedEmpty(r3, x3);
+                } catch (XAException e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            assertEquals(1, node(r3));
+
+            AffinityXADataSource other = ds(""); // the restarted TM: no recover() first
+            XAResource r = connect(other).getXAResource();
+            r.commit(x3, false);
+            r.commit(x1, false);
+            r.commit(x2, false);
+            assertEquals(List.of(), XaSupport.prepared(3), "x1 committed on RAC3");
+            assertEquals(List.of(), XaSupport.prepared(1), "x2 and x3 committed on RAC1");
+            assertEquals(0, other.getRouter().trackedBranches());
+        } finally {
+            XaSupport.rollbackPrepared(XaSupport.allNodes());
+        }
+    }
+
+    /** Node XADataSources whose new connections can be refused (a smart shutdown: 57P03) while open ones go on. */
+    private static Map<String, XADataSource> refusingNewConnections(AtomicBoolean refuse) {
+        Map<String, XADataSource> m = new LinkedHashMap<>();
+        XaSupport.realNodes().forEach((name, ds) -> m.put(name, new XaSupport.ForwardingXADataSource(ds) {
+            @Override
+            public XAConnection getXAConnection() throws SQLException {
+                if (refuse.get()) {
+                    throw new SQLException("FATAL: the database system is shutting down", "57P03");
+                }
+                return super.getXAConnection();
+            }
+        }));
+        return m;
+    }
+
+    /**
+     * A 2PC command (or a recovery scan) that needs a short-lived connection because the XAConnection's own
+     * connection to the node holds another, active branch, and cannot open one: only that short-lived
+     * connection failed. The active branch's healthy session must go on and commit.
+     */
+    @Test
+    void aShortLivedConnectionThatCannotOpenLeavesTheActiveBranchOnItsSession() throws Exception {
+        shortLivedConnectionRefused(true);
+    }
+
+    @Test
+    void aRecoveryScanThatCannotOpenAShortLivedConnectionLeavesTheActiveBranchOnItsSession() throws Exception {
+        shortLivedConnectionRefused(false);
+    }
+
+    private void shortLivedConnectionRefused(boolean commit) throws Exception {
+        AtomicBoolean refuse = new AtomicBoolean();
+        AffinityXADataSource ds = xa.ds("name = temp-fail; nodes = RAC1, RAC2, RAC3", refusingNewConnections(refuse));
+        XAConnection xc = connect(ds);
+        XAResource r = xc.getXAResource();
+        String run = "temp-" + UUID.randomUUID();
+        try {
+            Xid x = XaSupport.preparedOn(ds, "RAC1", xc, run); // its phase 2 still to come
+            Xid y = XaSupport.xid(1);
+            XaSupport.startOn(ds, "RAC1", r, y); // active on the same XAConnection and node
+            XaSupport.insert(xc, run, 2);
+            refuse.set(true);
+            if (commit) {
+                XAException e = assertThrows(XAException.class, () -> r.commit(x, false));
+                assertEquals(XAException.XAER_RMFAIL, e.errorCode, "retry later: " + e.getMessage());
+            }
+            assertThrows(XAException.class, () -> r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
+            XaSupport.insert(xc, run, 3); // y goes on on its open session
+            r.end(y, XAResource.TMSUCCESS);
+            assertEquals(XAResource.XA_OK, r.prepare(y));
+            r.commit(y, false);
+            assertEquals(2, XaSupport.rows(1, run), "y's two rows committed on RAC1");
+            refuse.set(false);
+            r.commit(x, false);
+            XaSupport.assertCompleted(ds, 1, run, 3);
+        } finally {
+            refuse.set(false);
+            XaSupport.rollbackPrepared(XaSupport.allNodes());
+        }
+    }
+
+    /**
+     * A TM's recovery helper keeps its XAResource after the data source is closed: every call answers
+     * XAER_RMFAIL (docs/java-datasource.md), never an unchecked exception the TM does not expect.
+     */
+    @Test
+    void recoveryAndCommandsAfterTheDataSourceClosedAnswerXaerRmfail() throws Exception {
+        for (boolean affinity : new boolean[] {true, false}) {
+            AffinityXADataSource ds = NarayanaXaTest.xaDataSource("xa-closed-" + affinity, affinity, "");
+            XAConnection c = ds.getXAConnection();
+            try {
+                XAResource r = c.getXAResource();
+                ds.close();
+                Xid x = TestXid.of("unit-closed-" + UUID.randomUUID(), 1);
+                XAException e = assertThrows(XAException.class,
+                        () -> r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), "affinity " + affinity);
+                assertEquals(XAException.XAER_RMFAIL, e.errorCode, e.getMessage());
+                e = assertThrows(XAException.class, () -> r.commit(x, false), "affinity " + affinity);
+                assertEquals(XAException.XAER_RMFAIL, e.errorCode, e.getMessage());
+                e = assertThrows(XAException.class, () -> r.rollback(x), "affinity " + affinity);
+                assertEquals(XAException.XAER_RMFAIL, e.errorCode, e.getMessage());
+            } finally {
+                c.close();
+                ds.close();
+            }
+        }
+    }
+
+    /**
+     * Token mode (AffinityFilter opens the request's routing-token decision): work outside a global transaction
+     * goes to the decided node, and a refused request gets no connection, as with AffinityDataSource.
+     */
+    @Test
+    void workOutsideATransactionFollowsTheRequestsRoutingTokenAndItsRefusal() throws Exception {
+        AffinityXADataSource ds = ds("");
+        connect(ds).close(); // started: its cluster decides the token
+        Cluster c = ds.getCluster();
+        Route route = c.routeToken(c.sessionToken("xa-token-session")).route();
+        Set<Integer> ports = new HashSet<>();
+        try (RouteScope s = AffinityDataSource.withRequestRoute(c, route)) {
+            for (int i = 0; i < 12; i++) {
+                XAConnection xc = connect(ds);
+                try (Connection h = xc.getConnection()) {
+                    ports.add(Pools.serverPort(h));
+                }
+                xc.close();
+            }
+        }
+        assertEquals(Set.of(PgNodes.port(route.node() + 1)), ports, "token routes to " + route.nodeName());
+        try (RouteScope s = AffinityDataSource.withRequestRefusal(c,
+                new StrictAffinityException("strict session affinity: the session's node is down"))) {
+            XAConnection xc = connect(ds);
+            assertThrows(SQLException.class, () -> {
+                try (Connection h = xc.getConnection()) {
+                    Pools.serverPort(h);
+                }
+            }, "a refused request gets no connection elsewhere");
+        }
     }
 
     // ---- what a TM reads from the resource (issue 11, minor) -----------------------

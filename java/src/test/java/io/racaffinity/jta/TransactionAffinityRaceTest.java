@@ -1,0 +1,189 @@
+package io.racaffinity.jta;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.Cluster;
+import io.racaffinity.test.Pools;
+import jakarta.transaction.Status;
+import jakarta.transaction.Synchronization;
+import jakarta.transaction.Transaction;
+import jakarta.transaction.TransactionManager;
+import jakarta.transaction.TransactionSynchronizationRegistry;
+import java.time.Duration;
+import java.util.concurrent.CyclicBarrier;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import javax.transaction.xa.XAResource;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Threads of one transaction whose TM refuses synchronizations (Narayana once it is rollback-only) racing for
+ * their first connection: every reference they take in the core must end with the transaction. No database:
+ * a TM and registry stand-in hold both threads past the "already followed?" checks.
+ */
+class TransactionAffinityRaceTest {
+    private volatile int status = Status.STATUS_MARKED_ROLLBACK;
+
+    private final class Tx implements Transaction {
+        @Override
+        public void commit() {}
+
+        @Override
+        public boolean delistResource(XAResource r, int f) {
+            return false;
+        }
+
+        @Override
+        public boolean enlistResource(XAResource r) {
+            return false;
+        }
+
+        @Override
+        public int getStatus() {
+            return status;
+        }
+
+        @Override
+        public void registerSynchronization(Synchronization s) {
+            throw new IllegalStateException("rollback-only");
+        }
+
+        @Override
+        public void rollback() {}
+
+        @Override
+        public void setRollbackOnly() {}
+    }
+
+    private final Tx tx = new Tx();
+
+    private final class Tsr implements TransactionSynchronizationRegistry {
+        private final CyclicBarrier together;
+
+        Tsr(int threads) {
+            together = new CyclicBarrier(threads);
+        }
+
+        @Override
+        public Object getTransactionKey() {
+            return "tx-key-race";
+        }
+
+        @Override
+        public void putResource(Object k, Object v) {}
+
+        @Override
+        public Object getResource(Object k) {
+            return null;
+        }
+
+        @Override
+        public void registerInterposedSynchronization(Synchronization s) {
+            try {
+                together.await(5, TimeUnit.SECONDS);
+            } catch (Exception e) {
+                throw new IllegalStateException(e);
+            }
+            throw new IllegalStateException("the transaction is marked rollback-only"); // as Narayana
+        }
+
+        @Override
+        public int getTransactionStatus() {
+            return status;
+        }
+
+        @Override
+        public void setRollbackOnly() {}
+
+        @Override
+        public boolean getRollbackOnly() {
+            return true;
+        }
+    }
+
+    private final class Tm implements TransactionManager {
+        @Override
+        public void begin() {}
+
+        @Override
+        public void commit() {}
+
+        @Override
+        public int getStatus() {
+            return status;
+        }
+
+        @Override
+        public Transaction getTransaction() {
+            return tx;
+        }
+
+        @Override
+        public void resume(Transaction t) {}
+
+        @Override
+        public void rollback() {}
+
+        @Override
+        public void setRollbackOnly() {}
+
+        @Override
+        public void setTransactionTimeout(int s) {}
+
+        @Override
+        public Transaction suspend() {
+            return null;
+        }
+    }
+
+    private static long live(Cluster c) throws Exception {
+        var n = new com.fasterxml.jackson.databind.ObjectMapper().readTree(c.metricsJson());
+        return n.path("scopes").path("transaction").path("live").asLong(-1);
+    }
+
+    private void firstConnectionsOfOneTransaction(int threads) throws Exception {
+        ExecutorService pool = Executors.newFixedThreadPool(threads);
+        try (Cluster c = Cluster.fromConfig("name = jta-race; nodes = RAC1, RAC2, RAC3")) {
+            TransactionAffinity ta = TransactionAffinity.of(c, new Tsr(threads), new Tm());
+            try {
+                Future<?>[] joins = new Future<?>[threads];
+                for (int i = 0; i < threads; i++) {
+                    joins[i] = pool.submit(ta::join);
+                }
+                String node = null;
+                for (Future<?> f : joins) {
+                    TransactionAffinity.Joined j = (TransactionAffinity.Joined) f.get(10, TimeUnit.SECONDS);
+                    String n = j.placed() != null ? j.placed().nodeName() : c.txRoute(j.gtrid()).nodeName();
+                    assertTrue(node == null || node.equals(n), "one transaction, one node: " + node + ", " + n);
+                    node = n;
+                }
+                assertEquals(1, live(c));
+                status = Status.STATUS_ROLLEDBACK;
+                assertTrue(Pools.await(Duration.ofSeconds(5), () -> {
+                    try {
+                        return live(c) == 0;
+                    } catch (Exception e) {
+                        throw new IllegalStateException(e);
+                    }
+                }), "the rolled-back transaction's gtrid stays live in the core: " + live(c));
+            } finally {
+                ta.close();
+            }
+        } finally {
+            pool.shutdownNow();
+        }
+    }
+
+    @Test
+    void oneThreadsRollbackOnlyTransactionEndsInTheCore() throws Exception {
+        firstConnectionsOfOneTransaction(1);
+    }
+
+    @Test
+    void twoThreadsRacingIntoOneRollbackOnlyTransactionLeaveNothingInTheCore() throws Exception {
+        firstConnectionsOfOneTransaction(2);
+    }
+}
