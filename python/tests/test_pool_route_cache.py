@@ -118,6 +118,8 @@ def test_a_pinned_borrow_that_fails_on_its_node_reaches_the_breaker(pg, cluster_
             cm = pools.connection()
             cm.__enter__()
             assert isinstance(cm._buf, PoolHostLease)
+            # The connection itself is lost (only its own failure blames its node).
+            cm._conn.pgconn.finish()
             lost = psycopg.OperationalError("server closed the connection unexpectedly")
             cm.__exit__(type(lost), lost, None)
             assert c.node_state(pinned.node) == ra.NodeState.DOWN, "the FAILED outcome reached the library"
@@ -187,6 +189,7 @@ def test_an_unpinned_borrow_crosses_once_and_counts_like_a_library_lease(pg, clu
         cm = pools.connection()
         cm.__enter__()
         failed = cm.node
+        cm._conn.pgconn.finish()  # the connection itself is lost
         lost = psycopg.OperationalError("server closed the connection unexpectedly")
         cm.__exit__(type(lost), lost, None)
         assert c.node_state(failed) == ra.NodeState.DOWN, "the FAILED outcome reached the library"

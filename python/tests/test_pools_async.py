@@ -518,3 +518,235 @@ async def test_a_retired_pools_close_that_raises_is_logged_with_its_node_and_lea
         await wait_until_async(lambda: server_conns(pg, "RAC1", app) == 0, 10)
         await wait_until_async(lambda: server_conns(pg, "RAC2", app) == 0, 10)
     assert not any(ais_alive(h) for h in pools._retiring)  # close() waited for every retirement
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_borrow_checking_a_connection_of_a_node_gone_down_routes_again_within_its_wait(
+    pg, cluster_factory, proxies
+):
+    # The borrow's checkout check runs on RAC1's idle connection when RAC1
+    # stops answering; RAC1 then goes Down. The check's bound is the whole
+    # pool timeout, and a hard Down aborted only borrowed connections: the
+    # borrow waited out its timeout (PoolTimeout) though other nodes had
+    # idle connections.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    async with new_pools(c, dsns, min_size=1, max_size=1, timeout=8.0, upkeep_interval=0.05) as pools:
+        key = key_on(c, "RAC1")
+        assert await port(pools, key=key) == pg.port["RAC1"]
+        await asyncio.sleep(0.7)  # past the alive-check bypass: the next checkout checks
+        proxies["RAC1"].blackhole()
+        got: dict = {}
+
+        async def borrow() -> None:
+            try:
+                got["port"] = await port(pools, key=key)
+            except Exception as e:  # noqa: BLE001
+                got["error"] = e
+            got["at"] = time.monotonic()
+
+        task = aspawn(borrow, (), "borrow")
+        await asyncio.sleep(0.5)  # the check is waiting on the silent node
+        c.set_node_state("RAC1", "down")
+        down_at = time.monotonic()
+        await ajoin(task, 20)
+        assert "error" not in got, f"the borrow failed {got['at'] - down_at:.2f} s after the Down: {got['error']!r}"
+        assert got["port"] != pg.port["RAC1"]
+        assert got["at"] - down_at < 4.0
+    proxies["RAC1"].heal()
+
+
+@pytest.mark.asyncio
+async def test_a_connection_context_entered_twice_is_refused_and_leaks_nothing(pg, cluster_factory):
+    # A second entry borrowed a second connection into the same context: the
+    # first was never returned (its pool stayed one short) and the lease was
+    # ended twice.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with new_pools(c, pg.dsn, min_size=1, max_size=1, timeout=1.0) as pools:
+        key = key_on(c, "RAC1")
+        for cm in (pools.connection(), pools.connection(key=key)):
+            conn = await cm.__aenter__()
+            with pytest.raises(RuntimeError, match="already entered"):
+                await cm.__aenter__()
+            await aport_of(conn)
+            await cm.__aexit__(None, None, None)
+            with pytest.raises(RuntimeError, match="already entered"):
+                await cm.__aenter__()  # nor once it is done
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+        for name in NAMES:  # every connection back (min_size=max_size=1: one each)
+            pool = pools.node_pool(name)
+            await wait_until_async(lambda: pool.get_stats().get("pool_available", 0) == 1, 5)
+        assert await port(pools, key=key) == pg.port["RAC1"]
+
+
+@pytest.mark.parametrize("probe_timeout", [0, -1.0, float("nan")])
+def test_a_probe_timeout_not_above_zero_is_refused(pg, cluster_factory, probe_timeout):
+    # 0 or less failed every probe at once: healthy nodes went Down.
+    with pytest.raises(ValueError, match="probe_timeout"):
+        AsyncNodePools(cluster_factory(nodes=NAMES), pg.dsn, probe_timeout=probe_timeout)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_drains_end_routes_its_waiters_again_and_keeps_no_idle_connection(pg, cluster_factory):
+    # RAC1 drains while a pinned borrow holds its draining pool's only
+    # connection and another waits on that pool. At the drain's end (Down)
+    # the pool, with no idle connection, was never retired: the waiter was
+    # served on the Down node once the connection came back, which then
+    # stayed idle in a Down node's pool.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    app = f"{APP}-{AsyncNodePools.__name__}-drain-end"  # its own: the sync twin's count is apart
+    pools = new_pools(
+        c, pg.dsn, min_size=1, max_size=1, timeout=8.0, upkeep_interval=0.05, connect_kwargs={"application_name": app}
+    )
+    async with pools:
+        await wait_until_async(lambda: all(server_conns(pg, n, app) >= 1 for n in NAMES), 10)
+        while True:
+            scope = pools.pin()
+            if scope.__enter__().name == "RAC1":
+                break
+            scope.__exit__(None, None, None)
+        try:
+            c.set_node_state("RAC1", "draining")
+            await wait_until_async(lambda: pools.node_pool("RAC1")._racaffinity_draining, 2)
+            got: dict = {}
+
+            async def waiter() -> None:  # under the same pin
+                got["port"] = await port(pools)
+
+            async with pools.connection() as held:
+                assert await aport_of(held) == pg.port["RAC1"]
+                task = aspawn(contextvars.copy_context().run, (waiter,), "waiter")  # a thread's too
+                await wait_until_async(lambda: pools.node_pool("RAC1").get_stats().get("requests_waiting", 0) == 1, 2)
+                c.set_node_state("RAC1", "down")  # the drain's end
+                await wait_until_async(lambda: "port" in got, 3)  # routed again, not held by this borrow
+                assert got["port"] != pg.port["RAC1"]
+            await ajoin(task, 5)
+            await asyncio.sleep(0.3)  # several upkeep rounds
+            assert server_conns(pg, "RAC1", app) == 0
+        finally:
+            scope.__exit__(None, None, None)
+
+
+@pytest.mark.asyncio
+async def test_only_the_borrowed_connections_own_failure_blames_its_node(pg, cluster_factory, proxies):
+    # A node-failure-shaped error leaving a borrow's block failed the
+    # borrow's node whoever raised it: a nested borrow's lost connection,
+    # or a connect to some other service refused, ejected a healthy node.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES, health_eject_after_failures=2)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    async with new_pools(c, dsns, min_size=1, max_size=2, timeout=3.0) as pools:
+        k1, k2, k3 = (key_on(c, n) for n in NAMES)
+        for _ in range(2):
+            with pytest.raises(psycopg.OperationalError):
+                async with pools.connection(key=k2) as outer:
+                    await outer.execute("SELECT 1")
+                    async with pools.connection(key=k1) as inner:
+                        await inner.execute("SELECT 1")
+                        proxies["RAC1"].reset()  # RAC1's connections reset
+                        await asyncio.sleep(0.2)
+                        await inner.execute("SELECT 1")
+            proxies["RAC1"].heal()
+            with pytest.raises(psycopg.OperationalError):
+                async with pools.connection(key=k3) as conn:
+                    await conn.execute("SELECT 1")
+                    await psycopg.AsyncConnection.connect("host=127.0.0.1 port=1 connect_timeout=2")
+        failures = {n["name"]: n["failures"] for n in c.metrics()["nodes"]}
+        assert failures == {"RAC1": 2, "RAC2": 0, "RAC3": 0}
+        assert c.node_state("RAC2") is ra.NodeState.UP and c.node_state("RAC3") is ra.NodeState.UP
+
+
+@pytest.mark.asyncio
+async def test_a_node_down_when_the_pools_open_keeps_no_connection_and_refills_when_up(pg, cluster_factory):
+    # Every pool opened with min_size whatever its node's state: a Down
+    # node's pool kept min_size idle connections to it, and when it came Up
+    # it refilled only at psycopg_pool's reconnect back-off.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    app = f"{APP}-{AsyncNodePools.__name__}-down-at-open"  # its own: the sync twin's count is apart
+    c.set_node_state("RAC1", "down")
+    pools = new_pools(c, pg.dsn, min_size=2, max_size=2, upkeep_interval=0.05, connect_kwargs={"application_name": app})
+    async with pools:
+        await wait_until_async(lambda: all(server_conns(pg, n, app) >= 2 for n in ("RAC2", "RAC3")), 10)
+        await asyncio.sleep(0.5)  # the upkeep's rounds too
+        assert server_conns(pg, "RAC1", app) == 0
+        c.set_node_state("RAC1", "up")
+        await wait_until_async(lambda: server_conns(pg, "RAC1", app) >= 2, 3)
+
+
+@pytest.mark.asyncio
+async def test_closed_pools_refuse_to_open_or_probe_again(pg, cluster_factory):
+    # open() after close() opened every pool and started the upkeep and the
+    # heartbeat again, which no later close() stopped; check_heartbeat()
+    # opened probe connections nobody closed.
+    c = cluster_factory(nodes=NAMES)
+    app = f"{APP}-{AsyncNodePools.__name__}-closed"  # its own: the sync twin's count is apart
+    for opened in (False, True):
+        pools = new_pools(c, pg.dsn, min_size=1, connect_kwargs={"application_name": app})
+        if opened:
+            await pools.open()
+        await pools.close()
+        try:
+            with pytest.raises(psycopg_pool.PoolClosed):
+                await pools.open()
+            with pytest.raises(psycopg_pool.PoolClosed):
+                await pools.check_heartbeat()
+            await asyncio.sleep(0.3)
+            assert all(server_conns(pg, n, app) == 0 for n in NAMES)
+            assert all(pool.closed for _node, pool in pools.items())
+        finally:
+            if not all(pool.closed for _node, pool in pools.items()):  # reopened: a failed test must not hang
+                pools._closed = False
+                await pools.close()
+
+
+@pytest.mark.asyncio
+async def test_a_session_scope_entered_twice_is_refused_and_the_outer_session_kept(pg, cluster_factory):
+    # A scope entered again inside itself restored its own session at the
+    # inner exit and the session before it was lost at the outer one: the
+    # enclosing session's borrows went elsewhere.
+    c = cluster_factory(nodes=NAMES)
+    async with new_pools(c, pg.dsn) as pools:
+        with pools.session("outer") as route:
+            inner = next(f"inner-{i}" for i in range(1000) if c.route_session(f"inner-{i}").name != route.name)
+            s = pools.session(inner)
+            with s:
+                with pytest.raises(RuntimeError, match="already entered"):
+                    s.__enter__()
+                assert await port(pools) != pg.port[route.name]
+            assert await port(pools) == pg.port[route.name]
+            with s:  # once exited, it may be entered again
+                assert await port(pools) != pg.port[route.name]
+            assert await port(pools) == pg.port[route.name]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_stuck_heartbeat_probe_is_abandoned_and_the_next_one_connects_afresh(pg, cluster_factory):
+    # The probe's own session hangs (its backend stopped) while the node
+    # answers new sessions at once. The probe's query had no time limit: it
+    # stayed stuck, every round counted a miss, and the node stayed Down.
+    import os
+    import signal
+
+    c = cluster_factory("thread.auto_pin = false\nheartbeat.interval = 200ms\nheartbeat.misses = 2", nodes=NAMES)
+    app = f"{APP}-{AsyncNodePools.__name__}-stuck-probe"  # its own: the sync twin's sessions are apart
+
+    def probe_pids() -> list:
+        with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as conn:
+            rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchall()
+        return [r[0] for r in rows]
+
+    pools = new_pools(c, pg.dsn, min_size=0, max_size=2, heartbeat=True, connect_kwargs={"application_name": app})
+    async with pools:
+        await wait_until_async(lambda: len(probe_pids()) == 1, 5)  # min_size=0: the probe's session alone
+        (stuck,) = probe_pids()
+        os.kill(stuck, signal.SIGSTOP)
+        try:
+            # Abandoned at probe_timeout: the next probe opens its own session,
+            # and one stuck session is no run of misses.
+            await wait_until_async(lambda: len(probe_pids()) == 2, 5)
+            await asyncio.sleep(1.0)  # five rounds
+            assert c.node_state("RAC1") is ra.NodeState.UP
+        finally:
+            os.kill(stuck, signal.SIGCONT)

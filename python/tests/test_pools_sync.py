@@ -17,7 +17,7 @@ import psycopg_pool
 import pytest
 import racaffinity as ra
 from racaffinity.pools import NodePools, is_node_failure
-from racaffinity._acompat import Event, is_alive, wait_event, spawn
+from racaffinity._acompat import Event, is_alive, join, wait_event, spawn
 from conftest import NAMES, port_of, fan_line, wait_until
 APP = 'racaffinity-pools-suite'
 
@@ -419,3 +419,179 @@ def test_a_retired_pools_close_that_raises_is_logged_with_its_node_and_leaks_not
         wait_until(lambda: server_conns(pg, 'RAC1', app) == 0, 10)
         wait_until(lambda: server_conns(pg, 'RAC2', app) == 0, 10)
     assert not any((is_alive(h) for h in pools._retiring))
+
+@pytest.mark.timeout(60)
+def test_a_borrow_checking_a_connection_of_a_node_gone_down_routes_again_within_its_wait(pg, cluster_factory, proxies):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies['RAC1'].dsn(pg.dsn['RAC1']))
+    with new_pools(c, dsns, min_size=1, max_size=1, timeout=8.0, upkeep_interval=0.05) as pools:
+        key = key_on(c, 'RAC1')
+        assert port(pools, key=key) == pg.port['RAC1']
+        time.sleep(0.7)
+        proxies['RAC1'].blackhole()
+        got: dict = {}
+
+        def borrow() -> None:
+            try:
+                got['port'] = port(pools, key=key)
+            except Exception as e:
+                got['error'] = e
+            got['at'] = time.monotonic()
+        task = spawn(borrow, (), 'borrow')
+        time.sleep(0.5)
+        c.set_node_state('RAC1', 'down')
+        down_at = time.monotonic()
+        join(task, 20)
+        assert 'error' not in got, f"the borrow failed {got['at'] - down_at:.2f} s after the Down: {got['error']!r}"
+        assert got['port'] != pg.port['RAC1']
+        assert got['at'] - down_at < 4.0
+    proxies['RAC1'].heal()
+
+def test_a_connection_context_entered_twice_is_refused_and_leaks_nothing(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    with new_pools(c, pg.dsn, min_size=1, max_size=1, timeout=1.0) as pools:
+        key = key_on(c, 'RAC1')
+        for cm in (pools.connection(), pools.connection(key=key)):
+            conn = cm.__enter__()
+            with pytest.raises(RuntimeError, match='already entered'):
+                cm.__enter__()
+            port_of(conn)
+            cm.__exit__(None, None, None)
+            with pytest.raises(RuntimeError, match='already entered'):
+                cm.__enter__()
+        assert all((n['in_flight'] == 0 for n in c.metrics()['nodes']))
+        for name in NAMES:
+            pool = pools.node_pool(name)
+            wait_until(lambda: pool.get_stats().get('pool_available', 0) == 1, 5)
+        assert port(pools, key=key) == pg.port['RAC1']
+
+@pytest.mark.parametrize('probe_timeout', [0, -1.0, float('nan')])
+def test_a_probe_timeout_not_above_zero_is_refused(pg, cluster_factory, probe_timeout):
+    with pytest.raises(ValueError, match='probe_timeout'):
+        NodePools(cluster_factory(nodes=NAMES), pg.dsn, probe_timeout=probe_timeout)
+
+@pytest.mark.timeout(60)
+def test_a_drains_end_routes_its_waiters_again_and_keeps_no_idle_connection(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    app = f'{APP}-{NodePools.__name__}-drain-end'
+    pools = new_pools(c, pg.dsn, min_size=1, max_size=1, timeout=8.0, upkeep_interval=0.05, connect_kwargs={'application_name': app})
+    with pools:
+        wait_until(lambda: all((server_conns(pg, n, app) >= 1 for n in NAMES)), 10)
+        while True:
+            scope = pools.pin()
+            if scope.__enter__().name == 'RAC1':
+                break
+            scope.__exit__(None, None, None)
+        try:
+            c.set_node_state('RAC1', 'draining')
+            wait_until(lambda: pools.node_pool('RAC1')._racaffinity_draining, 2)
+            got: dict = {}
+
+            def waiter() -> None:
+                got['port'] = port(pools)
+            with pools.connection() as held:
+                assert port_of(held) == pg.port['RAC1']
+                task = spawn(contextvars.copy_context().run, (waiter,), 'waiter')
+                wait_until(lambda: pools.node_pool('RAC1').get_stats().get('requests_waiting', 0) == 1, 2)
+                c.set_node_state('RAC1', 'down')
+                wait_until(lambda: 'port' in got, 3)
+                assert got['port'] != pg.port['RAC1']
+            join(task, 5)
+            time.sleep(0.3)
+            assert server_conns(pg, 'RAC1', app) == 0
+        finally:
+            scope.__exit__(None, None, None)
+
+def test_only_the_borrowed_connections_own_failure_blames_its_node(pg, cluster_factory, proxies):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES, health_eject_after_failures=2)
+    dsns = dict(pg.dsn, RAC1=proxies['RAC1'].dsn(pg.dsn['RAC1']))
+    with new_pools(c, dsns, min_size=1, max_size=2, timeout=3.0) as pools:
+        k1, k2, k3 = (key_on(c, n) for n in NAMES)
+        for _ in range(2):
+            with pytest.raises(psycopg.OperationalError):
+                with pools.connection(key=k2) as outer:
+                    outer.execute('SELECT 1')
+                    with pools.connection(key=k1) as inner:
+                        inner.execute('SELECT 1')
+                        proxies['RAC1'].reset()
+                        time.sleep(0.2)
+                        inner.execute('SELECT 1')
+            proxies['RAC1'].heal()
+            with pytest.raises(psycopg.OperationalError):
+                with pools.connection(key=k3) as conn:
+                    conn.execute('SELECT 1')
+                    psycopg.Connection.connect('host=127.0.0.1 port=1 connect_timeout=2')
+        failures = {n['name']: n['failures'] for n in c.metrics()['nodes']}
+        assert failures == {'RAC1': 2, 'RAC2': 0, 'RAC3': 0}
+        assert c.node_state('RAC2') is ra.NodeState.UP and c.node_state('RAC3') is ra.NodeState.UP
+
+def test_a_node_down_when_the_pools_open_keeps_no_connection_and_refills_when_up(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    app = f'{APP}-{NodePools.__name__}-down-at-open'
+    c.set_node_state('RAC1', 'down')
+    pools = new_pools(c, pg.dsn, min_size=2, max_size=2, upkeep_interval=0.05, connect_kwargs={'application_name': app})
+    with pools:
+        wait_until(lambda: all((server_conns(pg, n, app) >= 2 for n in ('RAC2', 'RAC3'))), 10)
+        time.sleep(0.5)
+        assert server_conns(pg, 'RAC1', app) == 0
+        c.set_node_state('RAC1', 'up')
+        wait_until(lambda: server_conns(pg, 'RAC1', app) >= 2, 3)
+
+def test_closed_pools_refuse_to_open_or_probe_again(pg, cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    app = f'{APP}-{NodePools.__name__}-closed'
+    for opened in (False, True):
+        pools = new_pools(c, pg.dsn, min_size=1, connect_kwargs={'application_name': app})
+        if opened:
+            pools.open()
+        pools.close()
+        try:
+            with pytest.raises(psycopg_pool.PoolClosed):
+                pools.open()
+            with pytest.raises(psycopg_pool.PoolClosed):
+                pools.check_heartbeat()
+            time.sleep(0.3)
+            assert all((server_conns(pg, n, app) == 0 for n in NAMES))
+            assert all((pool.closed for _node, pool in pools.items()))
+        finally:
+            if not all((pool.closed for _node, pool in pools.items())):
+                pools._closed = False
+                pools.close()
+
+def test_a_session_scope_entered_twice_is_refused_and_the_outer_session_kept(pg, cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    with new_pools(c, pg.dsn) as pools:
+        with pools.session('outer') as route:
+            inner = next((f'inner-{i}' for i in range(1000) if c.route_session(f'inner-{i}').name != route.name))
+            s = pools.session(inner)
+            with s:
+                with pytest.raises(RuntimeError, match='already entered'):
+                    s.__enter__()
+                assert port(pools) != pg.port[route.name]
+            assert port(pools) == pg.port[route.name]
+            with s:
+                assert port(pools) != pg.port[route.name]
+            assert port(pools) == pg.port[route.name]
+
+@pytest.mark.timeout(60)
+def test_a_stuck_heartbeat_probe_is_abandoned_and_the_next_one_connects_afresh(pg, cluster_factory):
+    import os
+    import signal
+    c = cluster_factory('thread.auto_pin = false\nheartbeat.interval = 200ms\nheartbeat.misses = 2', nodes=NAMES)
+    app = f'{APP}-{NodePools.__name__}-stuck-probe'
+
+    def probe_pids() -> list:
+        with psycopg.connect(pg.dsn['RAC1'], autocommit=True) as conn:
+            rows = conn.execute('SELECT pid FROM pg_stat_activity WHERE application_name = %s', (app,)).fetchall()
+        return [r[0] for r in rows]
+    pools = new_pools(c, pg.dsn, min_size=0, max_size=2, heartbeat=True, connect_kwargs={'application_name': app})
+    with pools:
+        wait_until(lambda: len(probe_pids()) == 1, 5)
+        stuck, = probe_pids()
+        os.kill(stuck, signal.SIGSTOP)
+        try:
+            wait_until(lambda: len(probe_pids()) == 2, 5)
+            time.sleep(1.0)
+            assert c.node_state('RAC1') is ra.NodeState.UP
+        finally:
+            os.kill(stuck, signal.SIGCONT)

@@ -79,6 +79,7 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
             # and a time infinitely long ago needs no test of its own.
             conn._racaffinity_checked_out = -math.inf
             conn._racaffinity_borrowed = False  # by `connection()`, now
+            conn._racaffinity_checking = False  # under the checkout check, now
             conns.add(conn)
             return conn
 
@@ -205,6 +206,11 @@ class _AsyncConnection(PoolHostLease):
         # and a context with nothing but balancing (one call, which hands an
         # Up node's lease to the page: its release makes none). Anything
         # else, or a miss, goes through `_acquire`.
+        if self._conn is not None:
+            # Set by a borrow: a second would overwrite it and leak the first.
+            # (None from `connection()`: a missing slot's AttributeError, caught
+            # here, cost a tenth of the wrapper's work.)
+            raise RuntimeError("this connection() context is already entered; call connection() again for another")
         pools = self._pools
         pin = pools._pin_var.get()
         buf = None
@@ -316,12 +322,18 @@ class _AsyncConnection(PoolHostLease):
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         pool = self._pool
-        outcome = OK if et is None else (FAILED if is_node_failure(ev, pool) else NEUTRAL)
+        conn = self._conn
+        # The node is blamed only when its connection itself failed (broken:
+        # lost, not closed by its owner), as the SQLAlchemy pool blames an
+        # invalidated connection only: an error of the same shape may come
+        # from anywhere in the block (a nested borrow's node, a connect to
+        # another service).
+        outcome = OK if et is None else (FAILED if conn.broken and is_node_failure(ev, pool) else NEUTRAL)
         try:
-            await self._conn.__aexit__(et, ev, tb)
+            await conn.__aexit__(et, ev, tb)
         except BaseException as e:
             if outcome == OK:
-                outcome = FAILED if is_node_failure(e, pool) else NEUTRAL
+                outcome = FAILED if conn.broken and is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
             self._conn._racaffinity_borrowed = False
@@ -373,6 +385,7 @@ class _ConnectionWithArgs(_AsyncConnection):
         self._timeout = timeout
         self._node = node
         self._plain = key is None and session is None and node is None
+        self._conn = None
         self.failed_node: Optional[int] = None  # the node a failed borrow found failed
 
 
@@ -811,15 +824,27 @@ class AsyncNodePools(Base):
 
     async def open(self) -> None:
         """Opens every pool, loads the partition map (with a loader) and
-        starts the upkeep and the heartbeat. Idempotent."""
+        starts the upkeep and the heartbeat. Idempotent; `PoolClosed` after
+        `close()`."""
+        if self._closed:  # would run again what close() stopped, and no later close() would
+            raise psycopg_pool.PoolClosed("these node pools are closed")
         if self._opened:
             return
         self._opened = True
-        for pool in self._by_id:
-            if pool is not None:
-                await pool.open(wait=False)
+        # The states the pools open under are the upkeep's first ones: a
+        # change after this read is one it acts on.
+        states = {node: self.cluster.node_state(node) for node, _pool in self.items()}
+        for node, state in states.items():
+            if state.name != "UP":
+                # As a pool the upkeep saw go Down or drain: no idle
+                # connection to the node, refilled at once when it is Up
+                # (a min_size pool kept them, and refilled only at
+                # psycopg_pool's reconnect back-off).
+                self._by_id[node] = self._new_pool(node, 0, True)
+                self._by_id[node]._racaffinity_connects.node_failed_at = time.monotonic()
+            await self._by_id[node].open(wait=False)
         interval, loader, reload_interval = self._upkeep_args
-        self._upkeep = _AsyncUpkeep(self, interval, loader, reload_interval)
+        self._upkeep = _AsyncUpkeep(self, interval, loader, reload_interval, states)
         if loader is not None:
             await self._upkeep.reload("start")
         self._upkeep.start()
@@ -863,7 +888,7 @@ class AsyncNodePools(Base):
         if hard:
             for p in [pool, *drained]:
                 for conn in list(p._racaffinity_conns):
-                    if conn._racaffinity_borrowed:
+                    if conn._racaffinity_borrowed or conn._racaffinity_checking:
                         shut_down(conn)
         await self._retire(pool)
 
@@ -948,6 +973,7 @@ class AsyncNodePools(Base):
         # The constructor without its frame: a fifth of this wrapper's cost.
         cm = _new_connection(_AsyncConnection)
         cm._pools = self
+        cm._conn = None
         return cm
 
     def request(
@@ -981,7 +1007,10 @@ class AsyncNodePools(Base):
     # -- heartbeat and lifecycle ----------------------------------------------------
 
     async def check_heartbeat(self) -> None:
-        """Runs one heartbeat round now (probes every node and reports)."""
+        """Runs one heartbeat round now (probes every node and reports);
+        `PoolClosed` after `close()`."""
+        if self._closed:  # its probe connections would outlive the pools
+            raise psycopg_pool.PoolClosed("these node pools are closed")
         hb = self._heartbeat or _AsyncHeartbeat(self)
         await hb.tick()
         if self._heartbeat is None:
@@ -1042,11 +1071,17 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
         conn._racaffinity_checked_out = now
         if now - last < ALIVE_BYPASS and last > check.attempts.node_failed_at:
             return
+        # Marked while it runs: the check's bound is the whole wait, and a
+        # hard Down must end it (as it aborts borrowed connections) so that
+        # the borrow routes again within its wait.
+        conn._racaffinity_checking = True
         try:
             await check.probe(conn)
         except Exception as e:  # as psycopg_pool's own
             _pool_log.info("connection failed check: %s", e)
             raise
+        finally:
+            conn._racaffinity_checking = False
 
 
 # How long the close of a retired pool waits for each of its workers
@@ -1163,7 +1198,11 @@ class _AsyncHeartbeat:
                     self._results[node] = ok
                     return
                 self._conns[node] = conn
-            await conn.execute("SELECT 1")
+            # Bounded: a query stuck on its session (a hung backend, while
+            # the node answers new sessions) would hold the probe, and the
+            # node Down, for good; shut down, the next probe connects afresh.
+            async with abounded(conn, self._pools.probe_timeout):
+                await conn.execute("SELECT 1")
             ok = True
         except Exception as e:
             # A node that answers the query with an error of its own is alive:
@@ -1237,6 +1276,7 @@ class _AsyncUpkeep:
         interval: float,
         loader: Optional[PartitionMapLoader],
         reload_interval: Optional[float],
+        states: Dict[int, Any],
     ) -> None:
         # A weak reference: pools that are dropped without close() can go.
         self._pools = weakref.proxy(pools)
@@ -1246,8 +1286,9 @@ class _AsyncUpkeep:
         self._wake = AEvent()
         self._halt = AEvent()
         self._lock = ALock()
-        # The states at open: an HA event before the first round is a change too.
-        self._last: Dict[int, Any] = {node: pools.cluster.node_state(node) for node, _pool in pools.items()}
+        # The states the pools opened under: an HA event before the first
+        # round is a change too.
+        self._last: Dict[int, Any] = dict(states)
         self._runner: Any = None
         self.loads = 0
         self.load_failures = 0
@@ -1292,10 +1333,13 @@ class _AsyncUpkeep:
                 if before is not None and before != state:
                     changed = True
                     log.info("racaffinity: node %s %s -> %s", c.node_name(node), before.name, state.name)
-                if state.name == "DRAINING" or (
-                    state.name == "DOWN" and before is not None and before.name == "DRAINING" and _drain_ended(c, node)
-                ):
+                if state.name == "DRAINING":
                     await pools._drain_node(node)
+                elif state.name == "DOWN" and before is not None and before.name == "DRAINING" and _drain_ended(c, node):
+                    # Retired whatever it holds: a draining pool with no idle
+                    # connection would keep its waiters (served on the Down
+                    # node once a connection came back) and that connection.
+                    await pools._down_node(node, hard=False)
                 elif state.name == "DOWN" and before is not None and before.name != "DOWN":
                     await pools._down_node(node, hard=True)
                 elif state.name == "UP" and before is not None and before.name != "UP":

@@ -101,6 +101,8 @@ class Base:
         if not self.heartbeat_interval > 0:
             raise ValueError("heartbeat_interval must be > 0")
         self.probe_timeout = float(probe_timeout) if probe_timeout is not None else min(1.0, self.heartbeat_interval)
+        if not self.probe_timeout > 0:  # 0 or less fails every probe: healthy nodes would go Down
+            raise ValueError("probe_timeout must be > 0")
         self._closed = False
         # The binding's branch map: gtrid -> {xid string: node} of branches a
         # GlobalTransaction left in doubt (racaffinity.tpc), until a retry or

@@ -62,6 +62,7 @@ def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
             attempts.finished(token, None)
             conn._racaffinity_checked_out = -math.inf
             conn._racaffinity_borrowed = False
+            conn._racaffinity_checking = False
             conns.add(conn)
             return conn
     return _Tracked
@@ -163,6 +164,8 @@ class _Connection(PoolHostLease):
             end_lease(self._pools.cluster, buf, outcome)
 
     def __enter__(self) -> psycopg.Connection:
+        if self._conn is not None:
+            raise RuntimeError('this connection() context is already entered; call connection() again for another')
         pools = self._pools
         pin = pools._pin_var.get()
         buf = None
@@ -266,12 +269,13 @@ class _Connection(PoolHostLease):
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         pool = self._pool
-        outcome = OK if et is None else FAILED if is_node_failure(ev, pool) else NEUTRAL
+        conn = self._conn
+        outcome = OK if et is None else FAILED if conn.broken and is_node_failure(ev, pool) else NEUTRAL
         try:
-            self._conn.__exit__(et, ev, tb)
+            conn.__exit__(et, ev, tb)
         except BaseException as e:
             if outcome == OK:
-                outcome = FAILED if is_node_failure(e, pool) else NEUTRAL
+                outcome = FAILED if conn.broken and is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
             self._conn._racaffinity_borrowed = False
@@ -314,6 +318,7 @@ class _ConnectionWithArgs(_Connection):
         self._timeout = timeout
         self._node = node
         self._plain = key is None and session is None and (node is None)
+        self._conn = None
         self.failed_node: Optional[int] = None
 _new_connection = _Connection.__new__
 
@@ -671,15 +676,21 @@ class NodePools(Base):
 
     def open(self) -> None:
         """Opens every pool, loads the partition map (with a loader) and
-        starts the upkeep and the heartbeat. Idempotent."""
+        starts the upkeep and the heartbeat. Idempotent; `PoolClosed` after
+        `close()`."""
+        if self._closed:
+            raise psycopg_pool.PoolClosed('these node pools are closed')
         if self._opened:
             return
         self._opened = True
-        for pool in self._by_id:
-            if pool is not None:
-                pool.open(wait=False)
+        states = {node: self.cluster.node_state(node) for node, _pool in self.items()}
+        for node, state in states.items():
+            if state.name != 'UP':
+                self._by_id[node] = self._new_pool(node, 0, True)
+                self._by_id[node]._racaffinity_connects.node_failed_at = time.monotonic()
+            self._by_id[node].open(wait=False)
         interval, loader, reload_interval = self._upkeep_args
-        self._upkeep = _Upkeep(self, interval, loader, reload_interval)
+        self._upkeep = _Upkeep(self, interval, loader, reload_interval, states)
         if loader is not None:
             self._upkeep.reload('start')
         self._upkeep.start()
@@ -721,7 +732,7 @@ class NodePools(Base):
         if hard:
             for p in [pool, *drained]:
                 for conn in list(p._racaffinity_conns):
-                    if conn._racaffinity_borrowed:
+                    if conn._racaffinity_borrowed or conn._racaffinity_checking:
                         shut_down(conn)
         self._retire(pool)
 
@@ -799,6 +810,7 @@ class NodePools(Base):
             return _ConnectionWithArgs(self, key, session, timeout)
         cm = _new_connection(_Connection)
         cm._pools = self
+        cm._conn = None
         return cm
 
     def request(self, *, key: Optional[DataKey]=None, session: Optional[BytesLike]=None, timeout: Optional[float]=None, call_timeout: Optional[float]=None) -> _Request:
@@ -823,7 +835,10 @@ class NodePools(Base):
         return recover_all(self, action, **kwargs)
 
     def check_heartbeat(self) -> None:
-        """Runs one heartbeat round now (probes every node and reports)."""
+        """Runs one heartbeat round now (probes every node and reports);
+        `PoolClosed` after `close()`."""
+        if self._closed:
+            raise psycopg_pool.PoolClosed('these node pools are closed')
         hb = self._heartbeat or _Heartbeat(self)
         hb.tick()
         if self._heartbeat is None:
@@ -882,11 +897,14 @@ class _NodePool(psycopg_pool.ConnectionPool):
         conn._racaffinity_checked_out = now
         if now - last < ALIVE_BYPASS and last > check.attempts.node_failed_at:
             return
+        conn._racaffinity_checking = True
         try:
             check.probe(conn)
         except Exception as e:
             _pool_log.info('connection failed check: %s', e)
             raise
+        finally:
+            conn._racaffinity_checking = False
 RETIRE_TIMEOUT = 1.0
 
 def _close_retired(pool: Any) -> None:
@@ -981,7 +999,8 @@ class _Heartbeat:
                     self._results[node] = ok
                     return
                 self._conns[node] = conn
-            conn.execute('SELECT 1')
+            with bounded(conn, self._pools.probe_timeout):
+                conn.execute('SELECT 1')
             ok = True
         except Exception as e:
             ok = not is_node_failure(e)
@@ -1045,7 +1064,7 @@ class _Upkeep:
     every `reload_interval`. A failing loader keeps the last good map: it is
     logged and counted (`loads`, `load_failures`, `load_error`)."""
 
-    def __init__(self, pools: NodePools, interval: float, loader: Optional[PartitionMapLoader], reload_interval: Optional[float]) -> None:
+    def __init__(self, pools: NodePools, interval: float, loader: Optional[PartitionMapLoader], reload_interval: Optional[float], states: Dict[int, Any]) -> None:
         self._pools = weakref.proxy(pools)
         self.interval = interval
         self.loader = loader
@@ -1053,7 +1072,7 @@ class _Upkeep:
         self._wake = Event()
         self._halt = Event()
         self._lock = Lock()
-        self._last: Dict[int, Any] = {node: pools.cluster.node_state(node) for node, _pool in pools.items()}
+        self._last: Dict[int, Any] = dict(states)
         self._runner: Any = None
         self.loads = 0
         self.load_failures = 0
@@ -1098,8 +1117,10 @@ class _Upkeep:
                 if before is not None and before != state:
                     changed = True
                     log.info('racaffinity: node %s %s -> %s', c.node_name(node), before.name, state.name)
-                if state.name == 'DRAINING' or (state.name == 'DOWN' and before is not None and (before.name == 'DRAINING') and _drain_ended(c, node)):
+                if state.name == 'DRAINING':
                     pools._drain_node(node)
+                elif state.name == 'DOWN' and before is not None and (before.name == 'DRAINING') and _drain_ended(c, node):
+                    pools._down_node(node, hard=False)
                 elif state.name == 'DOWN' and before is not None and (before.name != 'DOWN'):
                     pools._down_node(node, hard=True)
                 elif state.name == 'UP' and before is not None and (before.name != 'UP'):

@@ -323,23 +323,30 @@ class SessionScope:
     cluster's connections inside by the session. The session's affinity
     outlives the scope; end it with `cluster.end_session(key)`."""
 
-    __slots__ = ("_cluster", "key", "_prev", "route")
+    __slots__ = ("_cluster", "key", "_prev", "route", "_entered")
 
     def __init__(self, cluster: "Cluster", key: bytes) -> None:
         self._cluster = cluster
         self.key = key
         self._prev: Optional[bytes] = None
         self.route: Optional[Route] = None
+        self._entered = False
 
     def __enter__(self) -> Route:
+        # A second entry would overwrite the session to restore at the
+        # first's exit: the one in force before the scope would be lost.
+        if self._entered:
+            raise RuntimeError("this session scope is already entered; call session() again for a new one")
         c = self._cluster
         self.route = c.route_session(self.key)
         self._prev = set_slot(c._serial, SESSION, self.key)
+        self._entered = True
         return self.route
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         set_slot(self._cluster._serial, SESSION, self._prev)
         self._prev = None
+        self._entered = False
 
     async def __aenter__(self) -> Route:
         return self.__enter__()
