@@ -227,6 +227,35 @@ typedef enum {
 } racaffinity_error_class;
 
 /*
+ What SQL text a request sends does to its transaction: the strongest
+ control of any of its statements, from none to commit.
+ */
+typedef enum {
+  /*
+   No statement controls a transaction.
+   */
+  RACAFFINITY_TRANSACTION_CONTROL_NONE = 0,
+  /*
+   `SAVEPOINT`, `RELEASE`, `ROLLBACK TO`: the transaction goes on; the
+   request stays replayable.
+   */
+  RACAFFINITY_TRANSACTION_CONTROL_SAVEPOINT = 1,
+  /*
+   `BEGIN`, `START TRANSACTION`.
+   */
+  RACAFFINITY_TRANSACTION_CONTROL_BEGIN = 2,
+  /*
+   `ROLLBACK`, `ABORT`, `ROLLBACK PREPARED`.
+   */
+  RACAFFINITY_TRANSACTION_CONTROL_ROLLBACK = 3,
+  /*
+   `COMMIT`, `END`, `PREPARE TRANSACTION`, `COMMIT PREPARED`: what ran
+   before may be committed.
+   */
+  RACAFFINITY_TRANSACTION_CONTROL_COMMIT = 4,
+} racaffinity_transaction_control;
+
+/*
  What the outcome checks of a commit in flight found so far.
  */
 typedef enum {
@@ -734,6 +763,22 @@ racaffinity_result racaffinity_connect_string(uint32_t form,
  */
 racaffinity_result racaffinity_sqlstate_classify(const char *sqlstate,
                                                  racaffinity_error_class *out);
+
+/*
+ Reads the transaction control in SQL text a request sends (`len` bytes
+ at `sql`, in UTF-8 or any encoding that keeps ASCII as it is; any length;
+ not NUL-terminated): `COMMIT`, `ROLLBACK`, `BEGIN`... as the first words
+ of any of its statements, with comments, quoted text and dollar-quoted
+ bodies skipped. A request that sent anything stronger than
+ `RACAFFINITY_TRANSACTION_CONTROL_SAVEPOINT` is not replayable.
+
+ # Safety
+ `sql` must be NULL (with `len` 0) or valid for reading `len` bytes; `out`
+ NULL or writable.
+ */
+racaffinity_result racaffinity_sql_transaction_control(const char *sql,
+                                                       size_t len,
+                                                       racaffinity_transaction_control *out);
 
 /*
  Classifies an Oracle error number (3113 for ORA-03113): the errors of a

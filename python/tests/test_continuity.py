@@ -501,12 +501,28 @@ async def test_async_a_replay_to_a_node_just_restarted_is_served_without_the_rec
         ("RELEASE SAVEPOINT s", False), ("SELECT 'commit; end'", False), ('SELECT "end" FROM t', False),
         ("SELECT CASE WHEN true THEN 1 END", False), ("DO $$ BEGIN PERFORM 1; END $$", False),
         ("PREPARE q AS SELECT 1", False), ("-- commit\nSELECT 1", False), ("UPDATE t SET begin = 1", False),
+        # Read as PostgreSQL reads them (the core's reading, which Java shares): an escaped
+        # quote in an E'' string, nested block comments.
+        ("SELECT E'it\\'s; COMMIT'", False), ("/* a /* nested */ COMMIT */ SELECT 1", False),
     ],
 )
 def test_which_statements_control_the_transaction(sql, controls):
     from racaffinity._continuity import controls_transaction
 
     assert controls_transaction(sql) is controls
+
+
+def test_transaction_control_is_the_cores_reading():
+    T = ra.TransactionControl
+    assert ra.transaction_control("SAVEPOINT a; INSERT INTO t VALUES (1); COMMIT") is T.COMMIT
+    assert ra.transaction_control("ROLLBACK; BEGIN") is T.ROLLBACK
+    assert ra.transaction_control("start transaction") is T.BEGIN
+    assert ra.transaction_control("rollback to a") is T.SAVEPOINT
+    assert ra.transaction_control("SELECT '\x00 \udc80 é'; -- commit") is T.NONE
+    assert ra.transaction_control("") is T.NONE
+    assert [t.replayable for t in T] == [True, True, False, False, False]
+    with pytest.raises(TypeError):
+        ra.transaction_control(b"COMMIT")  # type: ignore[arg-type]
 
 
 @pytest.fixture

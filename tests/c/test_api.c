@@ -2175,6 +2175,28 @@ static void replay_decisions_walk_the_outcome_state_machine(void) {
     CHECK_OK(racaffinity_pg_xact_status_outcome(NULL, &outcome));
     CHECK_EQ_U(outcome, RACAFFINITY_COMMIT_OUTCOME_UNKNOWN);
 
+    /* Transaction control in SQL text: length-delimited, NULs and any length read. */
+    racaffinity_transaction_control tc = 9;
+    static const char commit_after_nul[] = "SELECT '\0'; COMMIT";
+    CHECK_OK(racaffinity_sql_transaction_control(commit_after_nul, sizeof commit_after_nul - 1, &tc));
+    CHECK_EQ_U(tc, RACAFFINITY_TRANSACTION_CONTROL_COMMIT);
+    CHECK_OK(racaffinity_sql_transaction_control("ROLLBACK TO s; SELECT 'COMMIT'", 30, &tc));
+    CHECK_EQ_U(tc, RACAFFINITY_TRANSACTION_CONTROL_SAVEPOINT);
+    CHECK_OK(racaffinity_sql_transaction_control("COMMIT", 3, &tc)); /* "COM": only the bytes given */
+    CHECK_EQ_U(tc, RACAFFINITY_TRANSACTION_CONTROL_NONE);
+    CHECK_OK(racaffinity_sql_transaction_control(NULL, 0, &tc));
+    CHECK_EQ_U(tc, RACAFFINITY_TRANSACTION_CONTROL_NONE);
+    CHECK_RC(racaffinity_sql_transaction_control(NULL, 6, &tc), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_sql_transaction_control("BEGIN", 5, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    size_t big = 2u << 20; /* past RACAFFINITY_MAX_STRING_BYTES: SQL has no cap here */
+    char *long_sql = malloc(big);
+    CHECK(long_sql != NULL);
+    memset(long_sql, ' ', big);
+    memcpy(long_sql + big - 5, "BEGIN", 5);
+    CHECK_OK(racaffinity_sql_transaction_control(long_sql, big, &tc));
+    CHECK_EQ_U(tc, RACAFFINITY_TRANSACTION_CONTROL_BEGIN);
+    free(long_sql);
+
     racaffinity_cluster *c = NULL;
     CHECK_OK(racaffinity_cluster_new("nodes = A, B, C\nrecovery.scope = database", &c));
     racaffinity_request_failure f = {.node = 0, .error_class = RACAFFINITY_ERROR_CLASS_RECOVERABLE,

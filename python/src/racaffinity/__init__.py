@@ -26,8 +26,10 @@ from ._continuity import (
     ReplayRefused,
     ReplayStep,
     RequestFailure,
+    TransactionControl,
     classify_oracle_error,
     classify_sqlstate,
+    transaction_control,
 )
 from ._routes import Lease, Node, NodeState, Outcome, Route, RouteKind, Scope
 from ._scopes import PinScope, SessionScope, Transaction
@@ -92,6 +94,8 @@ __all__ = [
     "ReplayStep",
     "RequestFailure",
     "classify_sqlstate",
+    "transaction_control",
+    "TransactionControl",
     "classify_oracle_error",
     *_errors.__all__,
 ]

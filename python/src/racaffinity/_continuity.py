@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
-import re
-from typing import Any, Callable, Generator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple
 
 from ._args import cstr, U32_MAX
 from ._errors import InvalidArgumentError, KeyOverflowError, raise_for
@@ -26,6 +25,8 @@ __all__ = [
     "classify_sqlstate",
     "classify_oracle_error",
     "ReplayRefused",
+    "TransactionControl",
+    "transaction_control",
 ]
 
 # Taken in the request's transaction just before COMMIT: the id that tells
@@ -42,6 +43,27 @@ class ErrorClass(enum.IntEnum):
 
     RECOVERABLE = int(lib.RACAFFINITY_ERROR_CLASS_RECOVERABLE)
     NOT_RECOVERABLE = int(lib.RACAFFINITY_ERROR_CLASS_NOT_RECOVERABLE)
+
+
+class TransactionControl(enum.IntEnum):
+    """`racaffinity_transaction_control`: what SQL text a request sends does
+    to its transaction, from none to commit (`transaction_control`)."""
+
+    NONE = int(lib.RACAFFINITY_TRANSACTION_CONTROL_NONE)
+    """No statement controls a transaction."""
+    SAVEPOINT = int(lib.RACAFFINITY_TRANSACTION_CONTROL_SAVEPOINT)
+    """SAVEPOINT, RELEASE, ROLLBACK TO: the transaction goes on."""
+    BEGIN = int(lib.RACAFFINITY_TRANSACTION_CONTROL_BEGIN)
+    """BEGIN, START TRANSACTION."""
+    ROLLBACK = int(lib.RACAFFINITY_TRANSACTION_CONTROL_ROLLBACK)
+    """ROLLBACK, ABORT, ROLLBACK PREPARED."""
+    COMMIT = int(lib.RACAFFINITY_TRANSACTION_CONTROL_COMMIT)
+    """COMMIT, END, PREPARE TRANSACTION, COMMIT PREPARED."""
+
+    @property
+    def replayable(self) -> bool:
+        """Whether a request that sent it may still be replayed."""
+        return self in (TransactionControl.NONE, TransactionControl.SAVEPOINT)
 
 
 class CommitOutcome(enum.IntEnum):
@@ -288,51 +310,44 @@ def digest_sets(sets: Sequence[Tuple[int, Optional[Sequence[Any]]]]) -> Tuple[in
     return sets[0][0], hashlib.sha256(repr(list(sets)).encode()).digest()
 
 
-# A cheap first look: text without any of these words controls no transaction.
-_TX_WORDS = re.compile(r"\b(?:commit|end|rollback|abort|begin|start|prepare)\b", re.I)
-# SQL split into what cannot start a statement (quoted text, comments, dollar
-# quotes: a plpgsql body's BEGIN ... END is not the transaction's), statement
-# separators and words.
-_SQL_TOKEN = re.compile(
-    r"""(?P<skip>'(?:[^']|'')*'?|"(?:[^"]|"")*"?|--[^\n]*|/\*.*?(?:\*/|\Z)"""
-    r"""|\$(?P<tag>[A-Za-z_][A-Za-z0-9_]*)?\$.*?(?:\$(?P=tag)\$|\Z))"""
-    r"""|(?P<space>\s+)|(?P<semi>;)|(?P<word>[A-Za-z_][A-Za-z0-9_$]*)|(?P<other>.)""",
-    re.S,
-)
+def transaction_control(sql: str) -> TransactionControl:
+    """What `sql` (one statement or several) does to its transaction: the
+    strongest control of any of its statements, as the core reads it
+    (comments, quoted text and dollar-quoted bodies skipped; Java reads the
+    same). A request that sent anything but NONE or SAVEPOINT is not
+    replayable."""
+    if not isinstance(sql, str):
+        raise TypeError(f"sql must be a str, not {type(sql).__name__}")
+    # surrogatepass: a lone surrogate is text the scan reads as a letter,
+    # not a reason to fail a statement the driver may still send.
+    data = sql.encode("utf-8", "surrogatepass")
+    out = ffi.new("racaffinity_transaction_control *")
+    rc = lib.racaffinity_sql_transaction_control(data, len(data), out)
+    if rc:
+        raise_for(rc)
+    return TransactionControl(int(out[0]))
+
+
+# Requests send the same texts again and again: the answer of a short one is
+# kept (a long one is read anew, not held in memory).
+_CONTROLS: Dict[str, bool] = {}
+_CONTROLS_MAX = 1024
+_CONTROLS_TEXT_MAX = 4096
 
 
 def controls_transaction(sql: str) -> bool:
-    """Whether `sql` (one statement or several) ends or starts a
-    transaction: COMMIT, END, ROLLBACK (not ROLLBACK TO a savepoint),
-    ABORT, BEGIN, START TRANSACTION, PREPARE TRANSACTION, COMMIT or
-    ROLLBACK PREPARED. What ran before such a statement may be committed,
-    or rolled back, where a replay would commit it again."""
-    if not _TX_WORDS.search(sql):
-        return False
-    words: List[str] = []  # the first words of the current statement
-    for m in _SQL_TOKEN.finditer(sql):
-        kind = m.lastgroup
-        if kind == "semi":
-            if _controls(words):
-                return True
-            words = []
-        elif kind == "word" and len(words) < 3:
-            words.append(m.group("word").lower())
-        elif kind == "other" and not words:
-            words.append("")  # a statement starting otherwise: none of ours
-    return _controls(words)
-
-
-def _controls(words: List[str]) -> bool:
-    if not words:
-        return False
-    first, rest = words[0], words[1:]
-    if first in ("commit", "end", "abort", "begin"):
-        return True
-    if first == "rollback":
-        rest = [w for w in rest if w not in ("work", "transaction")]
-        return not rest or rest[0] != "to"
-    return first in ("start", "prepare") and rest[:1] == ["transaction"]
+    """Whether sending `sql` leaves its request not replayable
+    (`transaction_control` stronger than SAVEPOINT): what ran before such a
+    statement may be committed or rolled back, where a replay would commit
+    it again."""
+    controls = _CONTROLS.get(sql)
+    if controls is None:
+        controls = not transaction_control(sql).replayable
+        if len(sql) <= _CONTROLS_TEXT_MAX:
+            if len(_CONTROLS) >= _CONTROLS_MAX:
+                _CONTROLS.clear()
+            _CONTROLS[sql] = controls
+    return controls
 
 
 def outcome_queries(xid: str, pid: int, force: bool, wait_ms: int) -> Tuple[str, ...]:

@@ -18,6 +18,9 @@ use crate::config::RecoveryScope;
 use crate::error::{Error, Result};
 use crate::node::{NodeId, NodeState};
 
+mod transaction_control;
+pub use transaction_control::TransactionControl;
+
 /// Replays of one request at most: a request that failed twice is not a
 /// failover, it is a request that fails.
 pub const MAX_REPLAYS: u32 = 1;

@@ -67,6 +67,7 @@ pub use config::{
 };
 pub use continuity::{
     classify_oracle_error, classify_sqlstate, CommitOutcome, ErrorClass, ReplayRefusal, ReplayStep, RequestFailure,
+    TransactionControl,
 };
 pub use data::{check_partition_map_source, DataKey};
 pub use epoch::{

@@ -6,6 +6,7 @@ use std::os::raw::c_char;
 
 use racaffinity_core::{
     classify_oracle_error, classify_sqlstate, CommitOutcome, ErrorClass, ReplayRefusal, ReplayStep, RequestFailure,
+    TransactionControl,
 };
 
 use super::buffer::{out_arg, str_arg};
@@ -24,6 +25,27 @@ pub enum racaffinity_error_class {
 }
 
 c_enum!(racaffinity_error_class => ErrorClass { Recoverable, NotRecoverable });
+
+/// What SQL text a request sends does to its transaction: the strongest
+/// control of any of its statements, from none to commit.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum racaffinity_transaction_control {
+    /// No statement controls a transaction.
+    None = 0,
+    /// `SAVEPOINT`, `RELEASE`, `ROLLBACK TO`: the transaction goes on; the
+    /// request stays replayable.
+    Savepoint = 1,
+    /// `BEGIN`, `START TRANSACTION`.
+    Begin = 2,
+    /// `ROLLBACK`, `ABORT`, `ROLLBACK PREPARED`.
+    Rollback = 3,
+    /// `COMMIT`, `END`, `PREPARE TRANSACTION`, `COMMIT PREPARED`: what ran
+    /// before may be committed.
+    Commit = 4,
+}
+
+c_enum!(racaffinity_transaction_control => TransactionControl { None, Savepoint, Begin, Rollback, Commit });
 
 /// What the outcome checks of a commit in flight found so far.
 #[repr(C)]
@@ -126,6 +148,38 @@ pub unsafe extern "C" fn racaffinity_sqlstate_classify(
         // SAFETY: per this function's contract.
         let (out, s) = unsafe { (out_arg(out, "out")?, str_arg(sqlstate, "sqlstate")?) };
         out.set(classify_sqlstate(s).into())
+    })
+}
+
+/// Reads the transaction control in SQL text a request sends (`len` bytes
+/// at `sql`, in UTF-8 or any encoding that keeps ASCII as it is; any length;
+/// not NUL-terminated): `COMMIT`, `ROLLBACK`, `BEGIN`... as the first words
+/// of any of its statements, with comments, quoted text and dollar-quoted
+/// bodies skipped. A request that sent anything stronger than
+/// `RACAFFINITY_TRANSACTION_CONTROL_SAVEPOINT` is not replayable.
+///
+/// # Safety
+/// `sql` must be NULL (with `len` 0) or valid for reading `len` bytes; `out`
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_sql_transaction_control(
+    sql: *const c_char,
+    len: usize,
+    out: *mut racaffinity_transaction_control,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out")? };
+        let text: &[u8] = if len == 0 {
+            &[]
+        } else if sql.is_null() {
+            return Err(Failure::null("sql"));
+        } else {
+            // SAFETY: non-NULL and valid for `len` bytes per the contract. No
+            // length cap: the scan is linear and allocates nothing.
+            unsafe { std::slice::from_raw_parts(sql.cast::<u8>(), len) }
+        };
+        out.set(TransactionControl::of_bytes(text).into())
     })
 }
 

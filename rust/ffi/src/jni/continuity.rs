@@ -5,11 +5,12 @@
 
 use jni::objects::JString;
 use jni::sys::{jboolean, jint, jlong};
-use racaffinity_core::{classify_sqlstate, CommitOutcome};
+use racaffinity_core::{classify_sqlstate, CommitOutcome, TransactionControl};
 
 use super::{run, string, with_cluster};
 use crate::capi::continuity::{
-    failure_arg, racaffinity_commit_outcome, racaffinity_error_class, racaffinity_request_failure, step_out,
+    failure_arg, racaffinity_commit_outcome, racaffinity_error_class, racaffinity_request_failure,
+    racaffinity_transaction_control, step_out,
 };
 
 jni_export! {
@@ -19,6 +20,20 @@ jni_export! {
         run(&mut env, |env| {
             let s = string(env, &sqlstate, "sqlstate")?;
             let c: racaffinity_error_class = classify_sqlstate(&s).into();
+            Ok(c as jint)
+        })
+    }
+
+    /// `int sqlTransactionControl(String sql)`: a `racaffinity_transaction_control`
+    /// (0..4). Read from the string's modified UTF-8 as it is: lone surrogates
+    /// and any length are fine, the keywords it looks for are ASCII.
+    fn Java_io_racaffinity_Native_sqlTransactionControl<'l>(env, sql: JString<'l>) -> jint {
+        run(&mut env, |env| {
+            if sql.is_null() {
+                return Err(super::null_arg("sql"));
+            }
+            let chars = sql.mutf8_chars(env)?;
+            let c: racaffinity_transaction_control = TransactionControl::of_bytes(chars.to_bytes()).into();
             Ok(c as jint)
         })
     }

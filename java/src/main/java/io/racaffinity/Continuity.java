@@ -50,6 +50,39 @@ public final class Continuity {
         }
     }
 
+    /**
+     * What SQL text a request sends does to its transaction: the strongest control of any of its
+     * statements, read by the core (comments, quoted text and dollar-quoted bodies skipped), the
+     * same reading every binding uses.
+     */
+    public enum TransactionControl {
+        /** No statement controls a transaction. */
+        NONE,
+        /** {@code SAVEPOINT}, {@code RELEASE}, {@code ROLLBACK TO}: the transaction goes on. */
+        SAVEPOINT,
+        /** {@code BEGIN}, {@code START TRANSACTION}. */
+        BEGIN,
+        /** {@code ROLLBACK}, {@code ABORT}, {@code ROLLBACK PREPARED}. */
+        ROLLBACK,
+        /** {@code COMMIT}, {@code END}, {@code PREPARE TRANSACTION}, {@code COMMIT PREPARED}. */
+        COMMIT;
+
+        /** @return whether a request that sent it may still be replayed */
+        public boolean replayable() {
+            return this == NONE || this == SAVEPOINT;
+        }
+
+        /** @return whether it commits the transaction (or hands it to two-phase commit) */
+        public boolean commits() {
+            return this == COMMIT;
+        }
+
+        /** @return whether it ends the transaction, committed or not */
+        public boolean ends() {
+            return this == COMMIT || this == ROLLBACK;
+        }
+    }
+
     /** What to do next with a failed request. */
     public enum Action {
         /** The commit in flight committed: the request succeeded; nothing is replayed. */
@@ -94,6 +127,23 @@ public final class Continuity {
             return ErrorClass.NOT_RECOVERABLE;
         }
         return Native.sqlstateClassify(sqlState) == 0 ? ErrorClass.RECOVERABLE : ErrorClass.NOT_RECOVERABLE;
+    }
+
+    /**
+     * Reads the transaction control in SQL text (one statement or several).
+     *
+     * @param sql the text a statement sends or prepares
+     * @return the strongest control of any of its statements
+     * @throws NullPointerException if {@code sql} is null
+     */
+    public static TransactionControl transactionControl(String sql) {
+        Objects.requireNonNull(sql, "sql");
+        int c = Native.sqlTransactionControl(sql);
+        TransactionControl[] all = TransactionControl.values();
+        if (c < 0 || c >= all.length) {
+            throw new IllegalStateException("the library answered transaction control " + c);
+        }
+        return all[c]; // declared in the order of racaffinity_transaction_control's values
     }
 
     /**

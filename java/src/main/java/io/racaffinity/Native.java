@@ -115,6 +115,8 @@ final class Native {
 
     static native int pgXactStatusOutcome(String status);
 
+    static native int sqlTransactionControl(String sql);
+
     static native long replayDecide(long h, int node, int errorClass, boolean commitInFlight, int outcome,
             boolean forced, int replays, boolean replayable);
 

@@ -9,6 +9,7 @@ import io.racaffinity.Continuity.ErrorClass;
 import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.Continuity.ReplayRefusedException;
 import io.racaffinity.Continuity.Step;
+import io.racaffinity.Continuity.TransactionControl;
 import io.racaffinity.ReplayCounts;
 import java.io.InputStream;
 import java.io.Reader;
@@ -59,8 +60,8 @@ import javax.sql.DataSource;
  *
  * <p>Not replayed (the core's {@code not_replayable}): a request that reached the driver's
  * connection ({@code unwrap}, {@code getMetaData}, large objects, arrays, streams,
- * {@code setSavepoint}) or sent transaction control as SQL text ({@code COMMIT}, {@code END},
- * {@code ROLLBACK}, {@code BEGIN}, {@code SAVEPOINT}...; a failure of a committing one is
+ * {@code setSavepoint}) or sent transaction control other than savepoints as SQL text
+ * ({@code COMMIT}, {@code END}, {@code ROLLBACK}, {@code BEGIN}...; a failure of a committing one is
  * {@code outcome_unknown}), and a statement that failed in auto-commit mode (it is its own
  * commit, whose xid is unknown: {@code outcome_unknown}). {@code setAutoCommit(true)} inside a
  * transaction commits it as {@code commit()} does, outcome guarded. The request boundaries are JDBC 4.3's: {@code beginRequest()} when
@@ -266,15 +267,16 @@ final class ReplayConnection {
         }
         boolean execute = name.startsWith("execute");
         String sql = sqlText(id, name, args);
-        String control = sql == null ? null : TransactionSql.keyword(sql);
-        if (control != null) {
+        TransactionControl control = sql == null ? TransactionControl.NONE : Continuity.transactionControl(sql);
+        if (!control.replayable()) {
             // The request's boundaries and the outcome guard follow the JDBC calls (commit,
-            // rollback, setAutoCommit); SQL text that ends or shapes the transaction bypasses
-            // them, and finding it in every form (multi-statement strings, prepared statements
-            // run later) is not reliable enough to replay after it.
-            notReplayable("transaction control SQL (" + control + ")");
+            // rollback, setAutoCommit); SQL text that ends or begins the transaction bypasses
+            // them, and its effect cannot be told reliably (a COMMIT inside a multi-statement
+            // string, a statement prepared now and run later). Savepoints keep the transaction
+            // and are replayed in order with the rest.
+            notReplayable("transaction control SQL (" + control.name() + ")");
         }
-        boolean commits = (control != null && TransactionSql.commits(control))
+        boolean commits = control.commits()
                 || (execute && id != 0 && committingStatements.contains(id));
         Object target = targets.get(id);
         Object result;
@@ -296,7 +298,7 @@ final class ReplayConnection {
         } else if (id != 0 && commits && name.equals("addBatch")) {
             committingStatements.add(id);
         }
-        if (execute && id != 0 && (commits || (control != null && TransactionSql.ends(control)))) {
+        if (execute && id != 0 && (commits || control.ends())) {
             // Ended by the SQL (not replayable from now on): what it ran is not kept either.
             compact();
         }
@@ -321,132 +323,6 @@ final class ReplayConnection {
         }
         boolean sends = id == 0 ? name.startsWith("prepare") : name.startsWith("execute") || name.equals("addBatch");
         return sends ? text : null;
-    }
-
-    /**
-     * Transaction control in SQL text: the first keyword of any of its statements that begins,
-     * ends or shapes a transaction (comments, quoted text and dollar-quoted bodies skipped).
-     */
-    static final class TransactionSql {
-        private static final Set<String> KEYWORDS = Set.of("COMMIT", "END", "ROLLBACK", "ABORT",
-                "BEGIN", "START", "SAVEPOINT", "RELEASE", "PREPARE TRANSACTION");
-
-        private TransactionSql() {}
-
-        /** Whether the statement {@code keyword} begins commits the transaction (or hands it to 2PC). */
-        static boolean commits(String keyword) {
-            return keyword.equals("COMMIT") || keyword.equals("END") || keyword.equals("PREPARE TRANSACTION");
-        }
-
-        /** Whether it ends the transaction, committed or not. */
-        static boolean ends(String keyword) {
-            return commits(keyword) || keyword.equals("ROLLBACK") || keyword.equals("ABORT");
-        }
-
-        /** The transaction-control keyword a statement of {@code sql} begins with (committing ones first), or null. */
-        static String keyword(String sql) {
-            String found = null;
-            int n = sql.length();
-            int i = 0;
-            boolean start = true;
-            while (i < n) {
-                char ch = sql.charAt(i);
-                if (Character.isWhitespace(ch) || ch == '(') {
-                    i++;
-                } else if (ch == '-' && i + 1 < n && sql.charAt(i + 1) == '-') {
-                    while (i < n && sql.charAt(i) != '\n') {
-                        i++;
-                    }
-                } else if (ch == '/' && i + 1 < n && sql.charAt(i + 1) == '*') {
-                    int depth = 0;
-                    do {
-                        if (sql.startsWith("/*", i)) {
-                            depth++;
-                            i += 2;
-                        } else if (sql.startsWith("*/", i)) {
-                            depth--;
-                            i += 2;
-                        } else {
-                            i++;
-                        }
-                    } while (i < n && depth > 0);
-                } else if (ch == ';') {
-                    start = true;
-                    i++;
-                } else if (ch == '\'' || ch == '"') {
-                    start = false;
-                    i = skipQuoted(sql, i, ch);
-                } else if (ch == '$' && dollarTag(sql, i) != null) {
-                    String tag = dollarTag(sql, i);
-                    int end = sql.indexOf(tag, i + tag.length());
-                    i = end < 0 ? n : end + tag.length();
-                    start = false;
-                } else if (Character.isLetter(ch) || ch == '_') {
-                    int w = i;
-                    while (i < n && (Character.isLetterOrDigit(sql.charAt(i)) || sql.charAt(i) == '_')) {
-                        i++;
-                    }
-                    if (start) {
-                        String word = sql.substring(w, i).toUpperCase(Locale.ROOT);
-                        if (word.equals("PREPARE")) {
-                            word = nextWord(sql, i).equals("TRANSACTION") ? "PREPARE TRANSACTION" : word;
-                        }
-                        if (KEYWORDS.contains(word) && (found == null || commits(word) && !commits(found))) {
-                            found = word;
-                        }
-                    }
-                    start = false;
-                } else {
-                    start = false;
-                    i++;
-                }
-            }
-            return found;
-        }
-
-        private static int skipQuoted(String sql, int i, char quote) {
-            int n = sql.length();
-            boolean backslashes = quote == '\'' && i > 0 && (sql.charAt(i - 1) == 'E' || sql.charAt(i - 1) == 'e');
-            i++;
-            while (i < n) {
-                char c = sql.charAt(i);
-                if (backslashes && c == '\\') {
-                    i += 2;
-                } else if (c == quote) {
-                    if (i + 1 < n && sql.charAt(i + 1) == quote) {
-                        i += 2;
-                    } else {
-                        return i + 1;
-                    }
-                } else {
-                    i++;
-                }
-            }
-            return n;
-        }
-
-        /** The dollar-quote tag ({@code $$}, {@code $body$}) at {@code i}, or null. */
-        private static String dollarTag(String sql, int i) {
-            int j = i + 1;
-            while (j < sql.length() && (Character.isLetterOrDigit(sql.charAt(j)) || sql.charAt(j) == '_')) {
-                j++;
-            }
-            if (j < sql.length() && sql.charAt(j) == '$' && (j == i + 1 || !Character.isDigit(sql.charAt(i + 1)))) {
-                return sql.substring(i, j + 1);
-            }
-            return null;
-        }
-
-        private static String nextWord(String sql, int i) {
-            while (i < sql.length() && Character.isWhitespace(sql.charAt(i))) {
-                i++;
-            }
-            int w = i;
-            while (i < sql.length() && Character.isLetter(sql.charAt(i))) {
-                i++;
-            }
-            return sql.substring(w, i).toUpperCase(Locale.ROOT);
-        }
     }
 
     private static Object invoke(Object target, Method method, Object[] args) throws Throwable {

@@ -16,7 +16,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import com.zaxxer.hikari.HikariDataSource;
+import io.racaffinity.Continuity;
 import io.racaffinity.Continuity.Refusal;
+import io.racaffinity.Continuity.TransactionControl;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.testsupport.FaultProxy;
@@ -156,25 +158,46 @@ class ReplayGuardsTest {
     }
 
     @Test
+    void savepointsSentAsSqlLeaveTheRequestReplayable() throws Exception {
+        // The transaction goes on after them, and a replay runs them again in order: the same
+        // reading as Python's (the core's TransactionControl).
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-savepoint", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            try (Statement s = c.createStatement()) {
+                s.execute("SAVEPOINT s");
+            }
+            insert(c, "sp-undone");
+            try (Statement s = c.createStatement()) {
+                s.execute("ROLLBACK TO SAVEPOINT s");
+                s.execute("release s");
+            }
+            insert(c, "sp-kept");
+            endOpenTransactions(1);
+            c.commit(); // its connection is gone: replayed elsewhere, savepoints and all
+        }
+        assertEquals(0, total(rowsOf("sp-undone")), "rolled back to the savepoint: " + rowsOf("sp-undone"));
+        assertEquals(1, total(rowsOf("sp-kept")), String.valueOf(rowsOf("sp-kept")));
+        assertEquals(0, rowsOf("sp-kept").get("MYDB1"), "the first node's transaction ended uncommitted");
+        assertEquals(1, ds.getReplayCounts().replayed(), String.valueOf(ds.getReplayCounts()));
+    }
+
+    @Test
     void transactionControlIsFoundInSqlTextNotInItsData() {
-        Map<String, String> cases = new java.util.LinkedHashMap<>();
-        cases.put("COMMIT", "COMMIT");
-        cases.put("end transaction", "END");
-        cases.put("INSERT INTO t VALUES (1); commit", "COMMIT");
-        cases.put("SAVEPOINT a; INSERT INTO t VALUES (1); COMMIT", "COMMIT");
-        cases.put("PREPARE TRANSACTION 'x'", "PREPARE TRANSACTION");
-        cases.put("rollback to savepoint a", "ROLLBACK");
-        cases.put("BEGIN", "BEGIN");
-        cases.put("START TRANSACTION ISOLATION LEVEL SERIALIZABLE", "START");
-        cases.put("SELECT 'COMMIT'; SELECT \"end\" FROM t", null);
-        cases.put("SELECT CASE WHEN x THEN 1 END FROM t", null);
-        cases.put("-- COMMIT\nSELECT 1 /* ; COMMIT */", null);
-        cases.put("SELECT E'it\\'s; COMMIT' ", null);
-        cases.put("DO $$ BEGIN PERFORM 1; END $$", null);
-        cases.put("CREATE FUNCTION f() RETURNS int AS $body$ BEGIN RETURN 1; END $body$ LANGUAGE plpgsql", null);
-        cases.put("PREPARE q AS SELECT 1", null);
-        cases.put("SELECT $1::text", null);
-        cases.forEach((sql, keyword) -> assertEquals(keyword, ReplayConnection.TransactionSql.keyword(sql), sql));
+        // The core's reading (its table test is rust/core/src/continuity/transaction_control.rs);
+        // here each answer crosses JNI, with text only Java strings hold.
+        Map<String, TransactionControl> cases = new java.util.LinkedHashMap<>();
+        cases.put("SAVEPOINT a; INSERT INTO t VALUES (1); COMMIT", TransactionControl.COMMIT);
+        cases.put("ROLLBACK; BEGIN", TransactionControl.ROLLBACK);
+        cases.put("START TRANSACTION ISOLATION LEVEL SERIALIZABLE", TransactionControl.BEGIN);
+        cases.put("rollback to savepoint a", TransactionControl.SAVEPOINT);
+        cases.put("SELECT 'COMMIT'; SELECT \"end\" FROM t", TransactionControl.NONE);
+        cases.put("SELECT E'it\\'s; COMMIT' ", TransactionControl.NONE);
+        cases.put("DO $$ BEGIN PERFORM 1; END $$", TransactionControl.NONE);
+        cases.put("SELECT '\ud800 \u0000 \uD83D\uDE00'; commit", TransactionControl.COMMIT);
+        cases.forEach((sql, want) -> assertEquals(want, Continuity.transactionControl(sql), sql));
+        assertThrows(NullPointerException.class, () -> Continuity.transactionControl(null));
     }
 
     // ---- 2. a rollback's failure ---------------------------------------------------------------
