@@ -684,6 +684,23 @@ racaffinity_result racaffinity_node_get_state(const racaffinity_cluster *cluster
                                               racaffinity_node_state *out);
 
 /*
+ Whether a node is Down at the end of a planned drain (its deadline
+ passed, or the operator's Down came while it drained; or it was removed
+ while it drained): a pool lets the connections in use on it finish their
+ requests. `false` while it is Up or Draining, and for a Down by a failure
+ (FAN failure, missed heartbeats, ejection, the operator's Down of a node
+ taking work), after which a pool aborts them. Ask the core rather than
+ infer it from states seen: a pool polling states may never see the
+ node Draining.
+
+ # Safety
+ `out` must be NULL or writable.
+ */
+racaffinity_result racaffinity_node_down_is_planned(const racaffinity_cluster *cluster,
+                                                    uint32_t node,
+                                                    bool *out);
+
+/*
  Looks a node up by name (case-insensitive).
 
  # Safety

@@ -419,6 +419,28 @@ async def test_a_failure_during_a_drain_aborts_borrowed_connections(pg, cluster_
 
 
 @pytest.mark.asyncio
+async def test_a_drain_that_ended_between_two_upkeep_rounds_lets_borrowed_connections_finish(pg, cluster_factory):
+    # The upkeep never saw the node Draining (the drain's deadline passed
+    # between two rounds): the core says the Down ended a planned drain, so
+    # the connection in use goes on. Before, the pools read Up -> Down as a
+    # failure and aborted it.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=600)
+    async with pools:
+        holder = pools.connection(key=key_on(c, "RAC1"))
+        held = await holder.__aenter__()
+        assert await aport_of(held) == pg.port["RAC1"]
+        c.apply_event(
+            "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1"
+        )
+        await wait_until_async(lambda: c.node_state("RAC1") is ra.NodeState.DOWN, 5)
+        await pools._upkeep.round()  # the first round since the drain began
+        await held.execute("SELECT 1")  # not aborted
+        await holder.__aexit__(None, None, None)
+        assert await port(pools) != pg.port["RAC1"], "new work goes elsewhere"
+
+
+@pytest.mark.asyncio
 async def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
     # Both of RAC1's connections were used just now (inside the alive-check
     # bypass window) when the node drops every connection. The first

@@ -345,6 +345,20 @@ def test_a_failure_during_a_drain_aborts_borrowed_connections(pg, cluster_factor
             held.execute('SELECT 1')
         holder.__exit__(type(info.value), info.value, None)
 
+def test_a_drain_that_ended_between_two_upkeep_rounds_lets_borrowed_connections_finish(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=600)
+    with pools:
+        holder = pools.connection(key=key_on(c, 'RAC1'))
+        held = holder.__enter__()
+        assert port_of(held) == pg.port['RAC1']
+        c.apply_event('SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1')
+        wait_until(lambda: c.node_state('RAC1') is ra.NodeState.DOWN, 5)
+        pools._upkeep.round()
+        held.execute('SELECT 1')
+        holder.__exit__(None, None, None)
+        assert port(pools) != pg.port['RAC1'], 'new work goes elsewhere'
+
 def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
     c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
     dsns = dict(pg.dsn, RAC1=proxies['RAC1'].dsn(pg.dsn['RAC1']))

@@ -456,6 +456,60 @@ def test_pinned_waiters_on_a_node_gone_down_are_served_elsewhere_at_once(pg, clu
     engine.dispose()
 
 
+def _held_on_rac1(c, engine):
+    for n in ("RAC2", "RAC3"):
+        c.set_node_state(n, "draining")
+    holder = engine.connect()  # balanced: RAC1, the one node taking work
+    for n in ("RAC2", "RAC3"):
+        c.set_node_state(n, "up")
+    return holder
+
+
+def test_a_failure_during_a_drain_aborts_checked_out_connections(pg, cluster_factory):
+    # A FAN failure while RAC1 drains is a hard Down: the connection in use
+    # (on a node still alive) is aborted as at any crash. Before, every Down
+    # after Draining counted as the drain's end and the connection went on.
+    from conftest import fan_line, wait_until
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    holder = _held_on_rac1(c, engine)
+    assert node_of_conn(pg, holder) == "RAC1"
+    c.apply_event(fan_line("RAC1", "down", "USER") + " drain_timeout=30")
+    watch = engine.pool._watch
+    wait_until(lambda: watch._last.get(c.node_id("RAC1")) is ra.NodeState.DRAINING, 5)
+    c.apply_event(fan_line("RAC1", "down"))
+    wait_until(lambda: watch._last.get(c.node_id("RAC1")) is ra.NodeState.DOWN, 5)
+    with pytest.raises(sa.exc.DBAPIError):
+        holder.execute(sa.text("SELECT 1"))
+    holder.close()
+    engine.dispose()
+
+
+def test_a_drain_that_ended_between_two_watch_rounds_lets_checked_out_connections_finish(
+    pg, cluster_factory, monkeypatch
+):
+    # The watch never saw RAC1 Draining (its deadline passed between two
+    # rounds): the core says the Down ended a planned drain, so the
+    # connection in use goes on.
+    import racaffinity.sqlalchemy as ras
+    from conftest import wait_until
+
+    monkeypatch.setattr(ras, "WATCH_INTERVAL", 600.0)
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    holder = _held_on_rac1(c, engine)
+    assert node_of_conn(pg, holder) == "RAC1"
+    c.apply_event(
+        "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1"
+    )
+    wait_until(lambda: c.node_state("RAC1") is ra.NodeState.DOWN, 5)
+    engine.pool._watch.round(engine.pool)  # the first round since the drain began
+    assert holder.execute(sa.text("SELECT 1")).scalar() == 1  # not aborted
+    holder.close()
+    engine.dispose()
+
+
 @pytest.mark.asyncio
 async def test_asyncio_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
     # Fast connection failover in the asyncio engine: tasks waiting on a

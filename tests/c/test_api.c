@@ -154,6 +154,7 @@ static void every_cluster_function_returns(const racaffinity_cluster *c, racaffi
     CHECK_RC(racaffinity_node_remove(c, "X"), want);
     CHECK_RC(racaffinity_node_set_state(c, "X", RACAFFINITY_NODE_STATE_DOWN), want);
     CHECK_RC(racaffinity_node_get_state(c, 0, &st), want);
+    CHECK_RC(racaffinity_node_down_is_planned(c, 0, &b), want);
     CHECK_RC(racaffinity_node_find(c, "X", &u), want);
     CHECK_RC(racaffinity_node_name(c, 0, buf, sizeof buf, &len), want);
     CHECK_RC(racaffinity_key_route(c, B("k"), &r), want);
@@ -243,6 +244,11 @@ static void null_pointer_arguments_are_null_argument(void) {
     CHECK_RC(racaffinity_node_remove(c, NULL), NA);
     CHECK_RC(racaffinity_node_set_state(c, NULL, RACAFFINITY_NODE_STATE_DOWN), NA);
     CHECK_RC(racaffinity_node_get_state(c, 0, NULL), NA);
+    bool planned = true;
+    CHECK_RC(racaffinity_node_down_is_planned(c, 0, NULL), NA);
+    CHECK_RC(racaffinity_node_down_is_planned(c, 999, &planned), RACAFFINITY_RESULT_UNKNOWN_NODE);
+    CHECK_OK(racaffinity_node_down_is_planned(c, 0, &planned));
+    CHECK(!planned);
     CHECK_RC(racaffinity_node_find(c, NULL, &u), NA);
     CHECK_RC(racaffinity_node_find(c, "MYDB1", NULL), NA);
     /* A NULL buffer is NULL_ARGUMENT, and the size needed is still reported. */

@@ -392,6 +392,16 @@ class Cluster:
         out = self._out("racaffinity_node_state *", lib.racaffinity_node_get_state, self.node_id(node))
         return _STATES[out[0]]
 
+    def node_down_is_planned(self, node: Union[int, str]) -> bool:
+        """Whether the node is Down at the end of a planned drain (its
+        deadline passed, or the operator's Down came while it drained; or it
+        was removed while it drained): connections in use on it may finish
+        their requests. False while Up or Draining, and for a Down by a
+        failure (FAN failure, missed heartbeats, ejection, the operator's
+        Down of a node taking work)."""
+        out = self._out("bool *", lib.racaffinity_node_down_is_planned, self.node_id(node))
+        return bool(out[0])
+
     def set_node_state(self, name: str, state: Union[NodeState, str, int]) -> None:
         """Sets a node's state as an operator would (`up`, `draining`, `down`)."""
         st = _enum_arg(state, NodeState, "state")

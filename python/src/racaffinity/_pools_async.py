@@ -1250,18 +1250,6 @@ class _AsyncHeartbeat:
         self._conns.clear()
 
 
-def _drain_ended(cluster: Any, node: int) -> bool:
-    """Whether a Draining node's Down is its drain's end (the deadline
-    passed, or the operator's Down), which lets connections in use finish,
-    rather than a failure during the drain (a FAN failure, however it was
-    delivered; missed heartbeats; an ejection), which aborts them. The
-    core's cause says which."""
-    for n in cluster.metrics().get("nodes", ()):
-        if n.get("name") == cluster.node_name(node):
-            return n.get("down_cause") in ("drained", "admin")
-    return True
-
-
 class _AsyncUpkeep:
     """The pools' upkeep: follows the node states the core reports and (1)
     drains the pool of a Draining node (idle connections close at once, busy
@@ -1335,13 +1323,15 @@ class _AsyncUpkeep:
                     log.info("racaffinity: node %s %s -> %s", c.node_name(node), before.name, state.name)
                 if state.name == "DRAINING":
                     await pools._drain_node(node)
-                elif state.name == "DOWN" and before is not None and before.name == "DRAINING" and _drain_ended(c, node):
-                    # Retired whatever it holds: a draining pool with no idle
-                    # connection would keep its waiters (served on the Down
-                    # node once a connection came back) and that connection.
-                    await pools._down_node(node, hard=False)
                 elif state.name == "DOWN" and before is not None and before.name != "DOWN":
-                    await pools._down_node(node, hard=True)
+                    # Whether the Down ended a planned drain (connections in
+                    # use finish) or is a failure (they are aborted) is the
+                    # core's answer: this round may never have seen the node
+                    # Draining. A planned end retires whatever the pool holds:
+                    # a draining pool with no idle connection would keep its
+                    # waiters (served on the Down node once a connection came
+                    # back) and that connection.
+                    await pools._down_node(node, hard=not c.node_down_is_planned(node))
                 elif state.name == "UP" and before is not None and before.name != "UP":
                     await pools._undrain_node(node)
                 self._last[node] = state

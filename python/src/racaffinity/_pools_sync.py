@@ -1045,17 +1045,6 @@ class _Heartbeat:
                 pass
         self._conns.clear()
 
-def _drain_ended(cluster: Any, node: int) -> bool:
-    """Whether a Draining node's Down is its drain's end (the deadline
-    passed, or the operator's Down), which lets connections in use finish,
-    rather than a failure during the drain (a FAN failure, however it was
-    delivered; missed heartbeats; an ejection), which aborts them. The
-    core's cause says which."""
-    for n in cluster.metrics().get('nodes', ()):
-        if n.get('name') == cluster.node_name(node):
-            return n.get('down_cause') in ('drained', 'admin')
-    return True
-
 class _Upkeep:
     """The pools' upkeep: follows the node states the core reports and (1)
     drains the pool of a Draining node (idle connections close at once, busy
@@ -1119,10 +1108,8 @@ class _Upkeep:
                     log.info('racaffinity: node %s %s -> %s', c.node_name(node), before.name, state.name)
                 if state.name == 'DRAINING':
                     pools._drain_node(node)
-                elif state.name == 'DOWN' and before is not None and (before.name == 'DRAINING') and _drain_ended(c, node):
-                    pools._down_node(node, hard=False)
                 elif state.name == 'DOWN' and before is not None and (before.name != 'DOWN'):
-                    pools._down_node(node, hard=True)
+                    pools._down_node(node, hard=not c.node_down_is_planned(node))
                 elif state.name == 'UP' and before is not None and (before.name != 'UP'):
                     pools._undrain_node(node)
                 self._last[node] = state

@@ -181,8 +181,10 @@ class _Watch:
             before = self._last.get(node)
             self._last[node] = state
             if state is NodeState.DOWN and before is not None and before is not NodeState.DOWN:
-                # the end of a planned drain lets borrowed connections finish
-                pool._retire(node, hard=before is not NodeState.DRAINING)
+                # The end of a planned drain lets borrowed connections finish;
+                # a failure (during a drain too) aborts them. The core tells
+                # which: this round may never have seen the node Draining.
+                pool._retire(node, hard=not pool._cluster.node_down_is_planned(node))
 
 
 class _Router(Base):

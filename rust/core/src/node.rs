@@ -490,6 +490,8 @@ pub struct Node {
     /// Effective state and cause, mirrored from `layers` for lock-free picks.
     state: AtomicU8,
     cause: AtomicU8,
+    /// The Down in `state` ended a planned drain (`down_is_planned`).
+    planned_down: AtomicBool,
     removed: AtomicBool,
     ejected_until: AtomicU64,
     /// End of a planned drain's `drain_timeout` (0: none); read only while
@@ -571,6 +573,7 @@ impl Node {
             member_since: AtomicU64::new(0),
             state: AtomicU8::new(NodeState::Up.to_u8()),
             cause: AtomicU8::new(DownCause::None.to_u8()),
+            planned_down: AtomicBool::new(false),
             removed: AtomicBool::new(false),
             ejected_until: AtomicU64::new(0),
             drain_until: AtomicU64::new(0),
@@ -665,6 +668,23 @@ impl Node {
     pub fn down_cause(&self) -> DownCause {
         self.apply_expired_drain();
         DownCause::from_u8(self.cause.load(Ordering::Acquire))
+    }
+
+    /// Whether the node is Down at the end of a planned drain (the drain's
+    /// deadline passed, or the operator's Down came while it drained), or
+    /// was removed while it drained or after: the pools let connections in
+    /// use finish their requests. `false` while Up or Draining and for a
+    /// Down by a failure (a FAN failure however delivered, missed
+    /// heartbeats, an ejection, the operator's Down of a node taking work),
+    /// after which the pools abort them. Its own answer, not the bindings':
+    /// one that polls states may never see the node Draining.
+    pub fn down_is_planned(&self) -> bool {
+        self.apply_expired_drain();
+        let state = self.state.load(Ordering::Acquire);
+        if self.is_removed() && state == NodeState::Draining.to_u8() {
+            return true;
+        }
+        state == NodeState::Down.to_u8() && self.planned_down.load(Ordering::Acquire)
     }
 
     /// The version key of the shared input the node's shared state came
@@ -988,6 +1008,18 @@ impl Node {
         if self.shared_up.swap(layers.shared_up(), Ordering::AcqRel) != layers.shared_up() {
             self.stamp_new_work_change();
         }
+        let planned = to == NodeState::Down
+            && match cause {
+                DownCause::Drained => true,
+                // The operator's Down of a draining node ends its drain; of a
+                // node taking work it is as sudden as a failure.
+                DownCause::Admin => {
+                    before.0 == NodeState::Draining
+                        || (before.0 == NodeState::Down && self.planned_down.load(Ordering::Acquire))
+                }
+                _ => false,
+            };
+        self.planned_down.store(planned, Ordering::Release);
         self.cause.store(cause.to_u8(), Ordering::Release);
         self.state.store(to.to_u8(), Ordering::Release);
         if before != (to, cause) {

@@ -116,3 +116,62 @@ fn a_drains_end_and_a_failure_during_a_drain_are_told_apart() {
     assert_eq!(a.down_cause(), DownCause::Event);
     assert_eq!(DownCause::Drained.as_str(), "drained");
 }
+
+/// Whether a Down lets connections in use finish is the core's answer
+/// (`Node::down_is_planned`), not a binding's reading of the states it
+/// happened to see: a pool polling every few seconds may never see the node
+/// Draining at all (the Python pools aborted connections in use of a drain
+/// that ended between two upkeep rounds).
+#[test]
+fn only_a_down_that_ends_a_drain_is_planned() {
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock(CONFIG, &clock);
+    let a = c.node_by_name("A").unwrap();
+    let b = c.node_by_name("B").unwrap();
+    assert!(!a.down_is_planned(), "up");
+    c.apply_event(&drain("A", Some(10))).unwrap();
+    assert!(!a.down_is_planned(), "draining");
+    clock.advance_ms(10_000);
+    assert!(a.down_is_planned(), "the deadline passed: {:?}", a.down_cause());
+    c.set_node_state("A", NodeState::Down).unwrap();
+    assert!(a.down_is_planned(), "the operator's Down after the drain's end");
+    c.set_node_state("A", NodeState::Up).unwrap();
+    c.apply_event("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=A status=up").unwrap();
+    assert_eq!(a.state(), NodeState::Up);
+    assert!(!a.down_is_planned(), "up again");
+
+    // The operator's Down while the node drains ends the drain; of a node
+    // taking work it is a failure.
+    c.set_node_state("B", NodeState::Draining).unwrap();
+    c.set_node_state("B", NodeState::Down).unwrap();
+    assert!(b.down_is_planned());
+    c.set_node_state("B", NodeState::Up).unwrap();
+    c.set_node_state("B", NodeState::Down).unwrap();
+    assert!(!b.down_is_planned(), "the operator's Down of a node taking work");
+    c.set_node_state("B", NodeState::Up).unwrap();
+
+    // A failure during a drain, however it comes: not planned.
+    c.apply_event(&drain("B", Some(30))).unwrap();
+    c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=B host=h status=down reason=FAILURE")
+        .unwrap();
+    assert_eq!(b.state(), NodeState::Down);
+    assert!(!b.down_is_planned(), "a FAN failure during the drain");
+    c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=B host=h status=up").unwrap();
+    c.apply_event(&drain("B", Some(30))).unwrap();
+    assert_eq!(b.state(), NodeState::Draining);
+    c.report_probe(b.id(), false).unwrap();
+    assert!(!b.down_is_planned(), "missed heartbeats during the drain: {:?}", b.down_cause());
+}
+
+#[test]
+fn a_node_removed_while_it_drains_lets_its_work_finish() {
+    let clock = ManualClock::new(0);
+    let c = cluster_with_clock(CONFIG, &clock);
+    let a = c.node_by_name("A").unwrap();
+    c.apply_event(&drain("A", Some(30))).unwrap();
+    c.remove_node("A").unwrap();
+    assert!(a.down_is_planned(), "removed while draining");
+    let b = c.node_by_name("B").unwrap();
+    c.remove_node("B").unwrap();
+    assert!(!b.down_is_planned(), "removed while taking work");
+}

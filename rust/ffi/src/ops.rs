@@ -27,6 +27,11 @@ pub(crate) fn node_state(c: &Cluster, node: NodeId) -> Result<NodeState, Failure
     Ok(if n.is_removed() { NodeState::Down } else { n.state() })
 }
 
+/// Whether a node's Down ended a planned drain (`Node::down_is_planned`).
+pub(crate) fn node_down_is_planned(c: &Cluster, node: NodeId) -> Result<bool, Failure> {
+    Ok(c.node(node).ok_or_else(|| unknown_node(node.0))?.down_is_planned())
+}
+
 /// A node's name; removed nodes keep theirs.
 pub(crate) fn node_name(c: &Cluster, node: NodeId) -> Result<String, Failure> {
     c.node_name(node).ok_or_else(|| unknown_node(node.0))

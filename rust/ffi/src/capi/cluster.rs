@@ -221,6 +221,30 @@ pub unsafe extern "C" fn racaffinity_node_get_state(
     })
 }
 
+/// Whether a node is Down at the end of a planned drain (its deadline
+/// passed, or the operator's Down came while it drained; or it was removed
+/// while it drained): a pool lets the connections in use on it finish their
+/// requests. `false` while it is Up or Draining, and for a Down by a failure
+/// (FAN failure, missed heartbeats, ejection, the operator's Down of a node
+/// taking work), after which a pool aborts them. Ask the core rather than
+/// infer it from states seen: a pool polling states may never see the
+/// node Draining.
+///
+/// # Safety
+/// `out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_node_down_is_planned(
+    cluster: *const racaffinity_cluster,
+    node: u32,
+    out: *mut bool,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out") }?;
+        handle::with(cluster, |c| out.set(ops::node_down_is_planned(c, node_id(node))?))
+    })
+}
+
 /// Looks a node up by name (case-insensitive).
 ///
 /// # Safety

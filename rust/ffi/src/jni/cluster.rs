@@ -125,6 +125,12 @@ jni_export! {
         run_node_fast(&mut env, h, node, |c, node| Ok(racaffinity_node_state::from(ops::node_state(c, node)?) as jint))
     }
 
+    /// `boolean nodeDownIsPlanned(long handle, int node)`: the Down ended a
+    /// planned drain (`racaffinity_node_down_is_planned`).
+    fn Java_io_racaffinity_Native_nodeDownIsPlanned<'l>(env, h: jlong, node: jint) -> jboolean {
+        run_node_fast(&mut env, h, node, |c, node| Ok(jboolean::from(ops::node_down_is_planned(c, node)?)))
+    }
+
     /// `int nodeSetState(long handle, String name, int state)`: as an operator
     /// would (JMX markUp/markDown/drain); returns the previous state.
     fn Java_io_racaffinity_Native_nodeSetState<'l>(env, h: jlong, name: JString<'l>, state: jint) -> jint {

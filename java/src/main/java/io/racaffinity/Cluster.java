@@ -193,6 +193,21 @@ public final class Cluster implements AutoCloseable {
     }
 
     /**
+     * Whether the node is Down at the end of a planned drain (its deadline passed, or the
+     * operator's Down came while it drained; or it was removed while it drained): a pool lets the
+     * connections in use on it finish their requests. False while it is Up or Draining, and for a
+     * Down by a failure (a FAN failure however delivered, missed heartbeats, an ejection, the
+     * operator's Down of a node taking work), after which a pool aborts them. The core's answer:
+     * a pool that polls states may never see the node Draining.
+     *
+     * @param node node id
+     * @return whether its Down ended a planned drain
+     */
+    public boolean nodeDownIsPlanned(int node) {
+        return Native.nodeDownIsPlanned(handle, node);
+    }
+
+    /**
      * Sets a node's state as an operator would (cause {@code admin}: only another
      * operator call lifts an operator's {@code DOWN}).
      *

@@ -80,6 +80,8 @@ final class Native {
 
     static native int nodeState(long h, int node);
 
+    static native boolean nodeDownIsPlanned(long h, int node);
+
     static native int nodeSetState(long h, String name, int state);
 
     static native int nodeAdd(long h, String name, String address, int weight);

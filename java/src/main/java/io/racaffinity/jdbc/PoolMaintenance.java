@@ -171,10 +171,11 @@ final class PoolMaintenance implements AutoCloseable {
             }
             if (now == NodeState.DRAINING) {
                 drain(i);
-            } else if (now == NodeState.DOWN && last[i] == NodeState.DRAINING && !failedDuringDrain(i)) {
-                // A planned drain's end: connections in use finish their request and close when
-                // returned (their request boundary); only waiters, pinned work that can no longer
-                // get a connection here, route again.
+            } else if (now == NodeState.DOWN && last[i] != NodeState.DOWN && cluster.nodeDownIsPlanned(i)) {
+                // A planned drain's end (the core's answer: these rounds may never have seen the
+                // node Draining): connections in use finish their request and close when returned
+                // (their request boundary); only waiters, pinned work that can no longer get a
+                // connection here, route again. A failure during the drain is down(i) below.
                 if (savedMinIdle[i] < 0) {
                     savedMinIdle[i] = Math.max(0, Hikari.setMinimumIdle(byId[i], 0));
                 }
@@ -203,21 +204,6 @@ final class PoolMaintenance implements AutoCloseable {
             reload(changed ? "HA event" : "period");
             nextReload = reloadMillis > 0 ? nowMs + reloadMillis : Long.MAX_VALUE;
         }
-    }
-
-    /**
-     * Whether a Draining node's Down is a failure rather than its drain's end, by the core's cause:
-     * its deadline ({@code drained}) and an operator's Down ({@code admin}) end the drain; a FAN
-     * failure ({@code event}, whoever applied it: this data source, the topology feed, JMX), the
-     * heartbeat or passive ejection is a hard Down.
-     */
-    private boolean failedDuringDrain(int node) {
-        for (io.racaffinity.NodeMetrics m : cluster.nodeMetrics()) {
-            if (m.node() == node) {
-                return !m.downCause().equals("drained") && !m.downCause().equals("admin");
-            }
-        }
-        return false;
     }
 
     /**

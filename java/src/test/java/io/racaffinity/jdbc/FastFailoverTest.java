@@ -226,6 +226,36 @@ class FastFailoverTest {
         failureDuringDrain(true);
     }
 
+    /**
+     * A drain whose deadline passed between two upkeep rounds: the rounds never saw the node
+     * Draining, and the core says the Down ended a planned drain, so the connection in use goes
+     * on. Before, Up then Down read as a failure and the connection was aborted.
+     */
+    @Test
+    void aDrainThatEndedBetweenTwoUpkeepRoundsLetsConnectionsInUseFinish() throws Exception {
+        pools = new Pools(NAMES, c -> {
+            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
+            c.addDataSourceProperty("ApplicationName", APP);
+        });
+        AffinityDataSource ds = ds("fcf-drain-unseen", "");
+        ds.setPoolMaintenanceMillis(600_000); // a round only when poked
+        Cluster cluster = ds.getCluster();
+        Connection held = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
+        try {
+            held.setAutoCommit(false);
+            assertEquals(portOf("MYDB3"), serverPort(held));
+            cluster.applyEvent(fan("MYDB3", "status=down reason=USER drain_timeout=1")); // no round
+            assertTrue(await(Duration.ofSeconds(5), () -> cluster.nodeState("MYDB3") == NodeState.DOWN));
+            long rounds = ds.upkeepRounds();
+            ds.applyEvent(fan("MYDB1", "status=up")); // pokes the first round since the drain began
+            assertTrue(await(Duration.ofSeconds(5), () -> ds.upkeepRounds() > rounds), "a round ran");
+            assertFalse(driverClosed(held), "the end of a planned drain lets the connection in use finish");
+            assertEquals(portOf("MYDB3"), serverPort(held));
+        } finally {
+            held.close();
+        }
+    }
+
     private void failureDuringDrain(boolean throughCluster) throws Exception {
         pools = new Pools(NAMES, c -> {
             c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
