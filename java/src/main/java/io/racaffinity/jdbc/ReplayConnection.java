@@ -762,8 +762,8 @@ final class ReplayConnection {
         }
     }
 
-    /** The refusal an error carries already (a walk's), or null. */
-    private static Refusal refusalOf(SQLException e) {
+    /** The refusal an error carries already (a walk's, as a cause or a suppressed one), or null; the replay tests read it too. */
+    static Refusal refusalOf(SQLException e) {
         for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
             if (t instanceof ReplayRefusedException r) {
                 return r.refusal();

@@ -1,10 +1,10 @@
 package io.racaffinity.jdbc;
 
 import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
+import static io.racaffinity.jdbc.ReplayConnection.refusalOf;
 import static io.racaffinity.jdbc.ReplayFixture.CHECK_SECONDS;
 import static io.racaffinity.jdbc.ReplayFixture.commitThenKill;
 import static io.racaffinity.jdbc.ReplayFixture.insert;
-import static io.racaffinity.jdbc.ReplayFixture.refusalOf;
 import static io.racaffinity.jdbc.ReplayFixture.resetTable;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.throughProxy;

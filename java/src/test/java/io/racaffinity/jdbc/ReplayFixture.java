@@ -4,8 +4,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.zaxxer.hikari.HikariConfig;
-import io.racaffinity.Continuity.Refusal;
-import io.racaffinity.Continuity.ReplayRefusedException;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.testsupport.FaultProxy;
@@ -131,21 +129,6 @@ final class ReplayFixture {
                 return rs.getInt(1);
             }
         }
-    }
-
-    /** The refusal of the {@link ReplayRefusedException} an error carries (a cause or a suppressed one), or null. */
-    static Refusal refusalOf(SQLException e) {
-        for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
-            if (t instanceof ReplayRefusedException r) {
-                return r.refusal();
-            }
-        }
-        for (Throwable t : e.getSuppressed()) {
-            if (t instanceof ReplayRefusedException r) {
-                return r.refusal();
-            }
-        }
-        return null;
     }
 
     /** Ends the backend {@code pid} of node {@code node} from a session of its own (57P01 to its client). */

@@ -1,7 +1,7 @@
 package io.racaffinity.jdbc;
 
 import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
-import static io.racaffinity.jdbc.ReplayFixture.refusalOf;
+import static io.racaffinity.jdbc.ReplayConnection.refusalOf;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 

@@ -2,12 +2,12 @@ package io.racaffinity.jdbc;
 
 import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
 import static io.racaffinity.jdbc.AffinityDataSourceTest.portOf;
+import static io.racaffinity.jdbc.ReplayConnection.refusalOf;
 import static io.racaffinity.jdbc.ReplayFixture.NAMES;
 import static io.racaffinity.jdbc.ReplayFixture.backendPid;
 import static io.racaffinity.jdbc.ReplayFixture.commitThenKill;
 import static io.racaffinity.jdbc.ReplayFixture.count;
 import static io.racaffinity.jdbc.ReplayFixture.insert;
-import static io.racaffinity.jdbc.ReplayFixture.refusalOf;
 import static io.racaffinity.jdbc.ReplayFixture.resetTable;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.terminate;
