@@ -560,7 +560,14 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         byte[] retryKey = null;
         byte[] retrySession = null;
         try {
-            TransactionAffinity.Joined tx = jta == null ? null : jta.join();
+            // A new JTA transaction is placed by the core from this call's key and session, as an XA branch begun
+            // here would be (docs/semantics.md): without them it landed by its gtrid alone, off the session's node.
+            TransactionAffinity.Joined tx = null;
+            if (jta != null) {
+                byte[] own = SessionScope.everOpened ? session.get() : null;
+                tx = jta.joinFor(key == null ? null : key.raw(),
+                        own != null || !SessionScope.everOpened ? own : REQUEST_SESSION.get());
+            }
             if (inTx != null) {
                 inTx[0] = tx != null;
             }

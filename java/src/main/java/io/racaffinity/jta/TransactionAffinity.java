@@ -151,7 +151,8 @@ public final class TransactionAffinity {
 
     /**
      * The calling thread's JTA transaction, for one connection: on first use it is
-     * placed (the core's {@code txBeginFor}, the thread's pin among its inputs) and {@link Joined#placed()}
+     * placed (the core's {@code txBeginFor}, the thread's pin among its inputs; {@link #joinFor(byte[], byte[])}
+     * adds the connection's key and session) and {@link Joined#placed()}
      * is its route; later, {@link Joined#gtrid()} is the gtrid to route by (the
      * transaction of {@link Cluster#pickFor}), and {@code placed()} is null.
      *
@@ -159,6 +160,20 @@ public final class TransactionAffinity {
      * @throws AffinityException if the core refuses to place it
      */
     public Joined join() {
+        return joinFor(null, null);
+    }
+
+    /**
+     * {@link #join()} for a connection that carries other affinities: the core places a new transaction
+     * by them (the data key's owner, else the session's node, else the thread's pin; docs/semantics.md),
+     * as it places an XA branch begun from the same request. They do not move a transaction placed before.
+     *
+     * @param dataKey the connection's data (sharding) key, or null
+     * @param session the connection's web-session key (its data source's session scope, else the request's), or null
+     * @return the transaction, or null outside an active transaction
+     * @throws AffinityException if the core refuses to place it
+     */
+    public Joined joinFor(byte[] dataKey, byte[] session) {
         sweep();
         Object key = tsr.getTransactionKey();
         if (key == null) {
@@ -178,10 +193,11 @@ public final class TransactionAffinity {
             return new Joined(u.gtrid, null);
         }
         byte[] gtrid = gtrid(key);
-        // The core places a new gtrid (the thread's pin among its inputs), as for an XA branch: in strict mode
-        // with a settle time a pin is this process's own state and never places one, so another process's
-        // branch of the same transaction lands on the same node; a pinned node that is down is not required.
-        Route r = cluster.txBeginFor(gtrid, (byte[]) null, null);
+        // The core places a new gtrid (key, session and the thread's pin among its inputs), as for an XA branch:
+        // in strict mode with a settle time a session or pin is this process's own state and never places one, so
+        // another process's branch of the same transaction lands on the same node; a pinned node that is down is
+        // not required.
+        Route r = cluster.txBeginFor(gtrid, dataKey, session);
         try {
             tsr.registerInterposedSynchronization(new End(cluster, gtrid));
         } catch (IllegalStateException e) {

@@ -7,7 +7,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.racaffinity.Cluster;
 import io.racaffinity.Pin;
 import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.jdbc.AffinityShardingKey;
 import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.jdbc.SessionScope;
 import io.racaffinity.test.Narayana;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
@@ -200,6 +202,57 @@ class JtaRoutingTest {
                 tm.commit();
             }
         }
+    }
+
+    /**
+     * docs/semantics.md: a new gtrid goes to the owner of the request's data key, else its session's node, else
+     * its pin. A JTA transaction begun inside a web request (AffinityFilter's request session) must be placed on
+     * the session's node, as an XA branch begun there is; 12 sessions, so a placement by gtrid alone misses most.
+     */
+    @Test
+    void aTransactionBegunInAWebRequestIsPlacedOnTheSessionsNode() throws Exception {
+        List<String> elsewhere = new ArrayList<>();
+        for (int s = 0; s < 12; s++) {
+            try (SessionScope request = AffinityDataSource.withRequestSession("jta-web-session-" + s)) {
+                int sessionPort = port();
+                tm.begin();
+                try {
+                    int txPort = port();
+                    if (txPort != sessionPort) {
+                        elsewhere.add("session " + s + " on port " + sessionPort + ", its transaction on " + txPort);
+                    }
+                } finally {
+                    tm.rollback();
+                }
+                assertEquals(sessionPort, port(), "the session stays on its node");
+            }
+        }
+        assertEquals(List.of(), elsewhere, "transactions placed without their web session");
+        assertEquals(0, liveTransactions());
+    }
+
+    /** The same rule for the data key: a transaction's first connection with a sharding key goes to its owner. */
+    @Test
+    void aTransactionsFirstConnectionWithAShardingKeyIsPlacedOnTheKeysOwner() throws Exception {
+        List<String> elsewhere = new ArrayList<>();
+        for (long k = 0; k < 12; k++) {
+            int owner = PgNodes.port(NAMES.indexOf(cluster.routeKey(k).nodeName()) + 1);
+            tm.begin();
+            try {
+                int txPort;
+                try (Connection c = ds.createConnectionBuilder().shardingKey(AffinityShardingKey.of(k)).build()) {
+                    txPort = serverPort(c);
+                }
+                if (txPort != owner) {
+                    elsewhere.add("key " + k + " owned by port " + owner + ", its transaction on " + txPort);
+                }
+                assertEquals(txPort, port(), "the transaction's later connections follow it");
+            } finally {
+                tm.rollback();
+            }
+        }
+        assertEquals(List.of(), elsewhere, "transactions placed without their sharding key");
+        assertEquals(0, liveTransactions());
     }
 
     @Test
