@@ -215,7 +215,11 @@ final class NodeFailover {
      * interrupt (HikariCP: "Interrupted during connection acquisition"), and the thread routes
      * again instead of waiting out the pool's connection timeout on a node that will give
      * nothing. A thread the application interrupted already is left alone (its interrupt is
-     * the application's).
+     * the application's). An application interrupt that lands after this walk read the thread
+     * uninterrupted, up to the waiter's {@link #done}, is taken for the kick and cleared with it:
+     * a thread has one interrupt bit, so the two cannot be told apart (a Thread whose
+     * {@code isInterrupted()} lets one land right after the walk's check shows it; no ordering of
+     * the check, the compare-and-set and the interrupt closes it).
      *
      * @return the threads sent on
      */
