@@ -8,9 +8,11 @@ import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLNonTransientConnectionException;
+import java.sql.SQLNonTransientException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.Executor;
 import javax.sql.ConnectionEvent;
 import javax.sql.ConnectionEventListener;
 import javax.sql.StatementEvent;
@@ -174,6 +176,10 @@ public final class AffinityXAConnection implements XAConnection {
         if (p == null) {
             return true; // the failure was opening one (or a short-lived connection's)
         }
+        return markBroken(p);
+    }
+
+    private synchronized boolean markBroken(Physical p) {
         boolean news = !p.broken;
         p.broken = true;
         if (p.associated != null) {
@@ -290,17 +296,26 @@ public final class AffinityXAConnection implements XAConnection {
 
     /** One node's in-doubt list; a connection-class failure counts once and replaces the physical connection. */
     Xid[] recoverOn(int node) throws XAException {
-        try {
-            Physical p;
-            synchronized (this) {
-                p = closed ? null : physicalFor2pc(node, null);
+        for (int attempt = 0;; attempt++) {
+            Physical p = null;
+            try {
+                synchronized (this) {
+                    p = closed ? null : physicalFor2pc(node, null);
+                }
+                if (p != null) {
+                    return nonNull(p.xar.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
+                }
+            } catch (XAException e) {
+                // Marked broken while the scan ran on it (the application aborted a handle on that session):
+                // the session, not the node, ended the call, so the node is asked once more on a fresh one.
+                boolean endedHere = p != null && p.broken;
+                resource.failed(node, e);
+                if (endedHere && attempt == 0) {
+                    continue;
+                }
+                throw router.redacted(e);
             }
-            if (p != null) {
-                return nonNull(p.xar.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
-            }
-        } catch (XAException e) {
-            resource.failed(node, e);
-            throw router.redacted(e);
+            break;
         }
         // the own connection is closed or holds a branch: a short-lived one's failure is not the own one's
         try {
@@ -467,6 +482,48 @@ public final class AffinityXAConnection implements XAConnection {
         }
     }
 
+    /**
+     * {@code Connection.abort} of handle {@code h}: a no-op once it is closed (java.sql.Connection). Else the
+     * sessions it used end at once and it is closed. Those sessions are marked broken first, as dead ones
+     * (an active branch on one died with it): the node is fine, so the next call on this XAConnection (a
+     * recovery scan, a start) opens a fresh session rather than fail on the aborted one and blame the node.
+     */
+    private void abortHandle(Handle h, Executor executor) throws SQLException {
+        if (executor == null) {
+            throw new SQLNonTransientException("Connection.abort: the executor is null", "HY009");
+        }
+        List<Physical> used;
+        synchronized (this) {
+            if (h.closed || closed) {
+                return;
+            }
+            used = new ArrayList<>(h.used);
+            for (Physical p : used) {
+                markBroken(p);
+            }
+        }
+        SQLException failed = null;
+        for (Physical p : used) {
+            Connection logical = p.logical;
+            if (logical == null) {
+                continue;
+            }
+            try {
+                logical.abort(executor);
+            } catch (SQLException e) {
+                if (failed == null) {
+                    failed = e;
+                } else {
+                    failed.addSuppressed(e);
+                }
+            }
+        }
+        closeHandle(h, true);
+        if (failed != null) {
+            throw failed;
+        }
+    }
+
     /** A logical connection handle. */
     final class Handle implements InvocationHandler {
         final List<Physical> used = new ArrayList<>(2);
@@ -498,6 +555,10 @@ public final class AffinityXAConnection implements XAConnection {
                     default:
                         break;
                 }
+            }
+            if (argc == 1 && name.equals("abort")) {
+                abortHandle(this, (Executor) args[0]);
+                return null;
             }
             if (argc == 1 && (name.equals("unwrap") || name.equals("isWrapperFor"))
                     && ((Class<?>) args[0]).isInstance(proxy)) {

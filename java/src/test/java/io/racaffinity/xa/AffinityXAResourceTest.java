@@ -234,6 +234,175 @@ class AffinityXAResourceTest {
                 .get("rollbacks"));
     }
 
+    /** Branches of another process prepared on every node (its registry forgotten: in doubt for this one). */
+    List<Xid> inDoubtOnEveryNode() throws Exception {
+        AffinityXADataSource first = ds("");
+        List<Xid> xids = new ArrayList<>();
+        Set<Integer> nodes = new HashSet<>();
+        for (int t = 0; t < 30 && nodes.size() < 3; t++) {
+            XAConnection c = connect(first);
+            XAResource r = c.getXAResource();
+            Xid x = TestXid.of("unit-abort-" + UUID.randomUUID(), 7);
+            r.start(x, XAResource.TMNOFLAGS);
+            r.end(x, XAResource.TMSUCCESS);
+            r.prepare(x);
+            xids.add(x);
+            nodes.add(node(r));
+        }
+        assertEquals(3, nodes.size());
+        return xids;
+    }
+
+    /** The gtrids of {@code xids} that {@code found} does not list. */
+    static List<String> missing(List<Xid> xids, Xid[] found) {
+        Set<XidKey> listed = new HashSet<>();
+        for (Xid x : found) {
+            listed.add(XidKey.of(x));
+        }
+        List<String> missing = new ArrayList<>();
+        for (Xid x : xids) {
+            if (!listed.contains(XidKey.of(x))) {
+                missing.add(new String(x.getGlobalTransactionId(), StandardCharsets.UTF_8));
+            }
+        }
+        return missing;
+    }
+
+    static long nodeFailures(AffinityXADataSource ds) throws SQLException {
+        return ds.getCluster().nodeMetrics().stream().mapToLong(m -> m.failures()).sum();
+    }
+
+    /**
+     * The application aborts its handle (Connection.abort: the physical session to its node ends), then the TM
+     * scans through the same XAConnection. Only that session is gone, the node is fine: it must answer the scan
+     * (its in-doubt branches listed) and no node failure be counted for the application's own abort.
+     */
+    @Test
+    void aScanAfterTheApplicationAbortedItsHandleStillAsksThatNodeAndBlamesNoNode() throws Exception {
+        List<Xid> xids = inDoubtOnEveryNode();
+        AffinityXADataSource ds = ds("");
+        XAConnection c = connect(ds);
+        Connection h = c.getConnection();
+        int port = Pools.serverPort(h); // binds the handle, opening the XAConnection's own session there
+        h.abort(Runnable::run);
+        assertTrue(h.isClosed(), "an aborted connection is closed");
+        XAResource r = c.getXAResource();
+        List<String> missing = missing(xids, r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
+        long failures = nodeFailures(ds);
+        for (Xid x : xids) {
+            r.rollback(x);
+        }
+        assertEquals(List.of(), missing, "in doubt but not listed (the aborted session was on port " + port + ")");
+        assertEquals(0, failures, "node failures counted for the application's abort");
+    }
+
+    /**
+     * The same abort while the scan is on that very session (held at the node driver's recover until the abort
+     * is done): the scan still lists that node's in-doubt branches and blames no node.
+     */
+    @Test
+    void anAbortWhileTheScanIsOnThatSessionLeavesTheScanWhole() throws Exception {
+        List<Xid> xids = inDoubtOnEveryNode();
+        int[] heldNode = {-1};
+        java.util.concurrent.CountDownLatch atRecover = new java.util.concurrent.CountDownLatch(1);
+        java.util.concurrent.CountDownLatch aborted = new java.util.concurrent.CountDownLatch(1);
+        Map<String, XADataSource> gated = new LinkedHashMap<>();
+        NarayanaXaTest.nodes().forEach((name, node) -> gated.put(name, recoverGated(node, () -> {
+            if (name.equals("RAC" + heldNode[0]) && atRecover.getCount() > 0) {
+                atRecover.countDown();
+                await(aborted);
+            }
+        })));
+        AffinityXADataSource ds = new AffinityXADataSource();
+        ds.setConfig("name = xa-unit-gated-" + xa.openedCount() + "; nodes = RAC1, RAC2, RAC3");
+        ds.setNodeXADataSources(gated);
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        xa.track(ds);
+        XAConnection c = connect(ds);
+        Connection h = c.getConnection();
+        int port = Pools.serverPort(h);
+        for (int i = 1; i <= PgNodes.COUNT; i++) {
+            if (PgNodes.port(i) == port) {
+                heldNode[0] = i;
+            }
+        }
+        XAResource r = c.getXAResource();
+        java.util.concurrent.CompletableFuture<Xid[]> scan = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+            try {
+                return r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN);
+            } catch (XAException e) {
+                throw new java.util.concurrent.CompletionException(e);
+            }
+        });
+        assertTrue(atRecover.await(30, java.util.concurrent.TimeUnit.SECONDS), "the scan reached node " + heldNode[0]);
+        h.abort(Runnable::run);
+        aborted.countDown();
+        List<String> missing = missing(xids, scan.get(30, java.util.concurrent.TimeUnit.SECONDS));
+        long failures = nodeFailures(ds);
+        for (Xid x : xids) {
+            r.rollback(x);
+        }
+        assertEquals(List.of(), missing, "in doubt but not listed (the session aborted during the scan: node "
+                + heldNode[0] + ")");
+        assertEquals(0, failures, "node failures counted for the application's abort");
+    }
+
+    private static void await(java.util.concurrent.CountDownLatch l) {
+        try {
+            l.await(30, java.util.concurrent.TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /** {@code node}, whose XAResources run {@code beforeRecover} at the start of each recover call. */
+    static XADataSource recoverGated(XADataSource node, Runnable beforeRecover) {
+        return (XADataSource) java.lang.reflect.Proxy.newProxyInstance(XADataSource.class.getClassLoader(),
+                new Class<?>[] {XADataSource.class}, (p, m, a) -> {
+                    Object o = invoke(node, m, a);
+                    if (!(o instanceof XAConnection xc)) {
+                        return o;
+                    }
+                    return java.lang.reflect.Proxy.newProxyInstance(XAConnection.class.getClassLoader(),
+                            new Class<?>[] {XAConnection.class}, (p2, m2, a2) -> {
+                                Object o2 = invoke(xc, m2, a2);
+                                if (!(o2 instanceof XAResource xr)) {
+                                    return o2;
+                                }
+                                return java.lang.reflect.Proxy.newProxyInstance(XAResource.class.getClassLoader(),
+                                        new Class<?>[] {XAResource.class}, (p3, m3, a3) -> {
+                                            if (m3.getName().equals("recover")) {
+                                                beforeRecover.run();
+                                            }
+                                            return invoke(xr, m3, a3);
+                                        });
+                            });
+                });
+    }
+
+    private static Object invoke(Object target, java.lang.reflect.Method m, Object[] args) throws Throwable {
+        try {
+            return m.invoke(target, args);
+        } catch (java.lang.reflect.InvocationTargetException e) {
+            throw e.getCause();
+        }
+    }
+
+    /** Connection.abort on a closed connection is a no-op (java.sql.Connection); the handle is one. */
+    @Test
+    void abortOfAClosedHandleIsANoOp() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection c = connect(ds);
+        Connection h = c.getConnection();
+        h.close();
+        h.abort(Runnable::run);
+        Connection unused = c.getConnection();
+        c.close();
+        unused.abort(Runnable::run);
+        assertTrue(unused.isClosed());
+    }
+
     @Test
     void aCommandForAnXidNeverSeenFindsItsNodeByScanning() throws Exception {
         AffinityXADataSource first = ds("");
