@@ -205,17 +205,10 @@ public class AffinityFilter implements Filter {
         }
         HttpSession session = request instanceof HttpServletRequest
                 ? ((HttpServletRequest) request).getSession(createSession) : null;
-        if (session == null) {
+        String id = session == null ? null : bind(session);
+        if (id == null) {
             chain.doFilter(request, response);
             return;
-        }
-        String id = session.getId();
-        if (!dataSources.isEmpty() && session.getAttribute(ATTRIBUTE) == null) {
-            try {
-                session.setAttribute(ATTRIBUTE, new End(id, dataSources));
-            } catch (IllegalStateException e) {
-                // invalidated meanwhile
-            }
         }
         try (SessionScope scope = AffinityDataSource.withRequestSession(id)) {
             chain.doFilter(request, response);
@@ -226,6 +219,10 @@ public class AffinityFilter implements Filter {
     private void routeByToken(HttpServletRequest request, HttpServletResponse response, FilterChain chain)
             throws IOException, ServletException {
         HttpSession session = request.getSession(createSession || tokenStore == TokenStore.ATTRIBUTE);
+        String sessionId = session == null ? null : bind(session);
+        if (sessionId == null) {
+            session = null;
+        }
         String token = null;
         if (tokenStore == TokenStore.COOKIE) {
             Cookie[] cookies = request.getCookies();
@@ -237,7 +234,12 @@ public class AffinityFilter implements Filter {
                 }
             }
         } else if (session != null) {
-            Object held = session.getAttribute(tokenAttribute);
+            Object held;
+            try {
+                held = session.getAttribute(tokenAttribute);
+            } catch (IllegalStateException e) {
+                held = null; // invalidated meanwhile: a new token, as for a request without one
+            }
             token = held instanceof String ? (String) held : null;
         }
         TokenRoute decided = null;
@@ -252,7 +254,7 @@ public class AffinityFilter implements Filter {
                 }
             }
             if (decided == null) {
-                token = cluster.sessionToken(session != null ? session.getId() : newSessionId());
+                token = cluster.sessionToken(sessionId != null ? sessionId : newSessionId());
                 decided = cluster.routeToken(token);
                 write = true;
             } else {
@@ -276,22 +278,36 @@ public class AffinityFilter implements Filter {
                 c.setHttpOnly(true);
                 c.setSecure(request.isSecure());
                 response.addCookie(c);
-            } else {
-                session.setAttribute(tokenAttribute, held);
+            } else if (session != null) {
+                try {
+                    session.setAttribute(tokenAttribute, held);
+                } catch (IllegalStateException e) {
+                    // invalidated meanwhile: the client keeps no token, its next request gets a new one
+                }
             }
         }
         Route route = decided.route();
         request.setAttribute(ROUTE_ATTRIBUTE, route);
         request.setAttribute(TOKEN_ATTRIBUTE, held);
-        if (session != null && !dataSources.isEmpty() && session.getAttribute(ATTRIBUTE) == null) {
-            try {
-                session.setAttribute(ATTRIBUTE, new End(session.getId(), dataSources));
-            } catch (IllegalStateException e) {
-                // invalidated meanwhile
-            }
-        }
         try (RouteScope scope = AffinityDataSource.withRequestRoute(cluster, route)) {
             chain.doFilter(request, response);
+        }
+    }
+
+    /**
+     * The session's id, its affinity's end bound to it first (once); null if another request invalidated
+     * it since this one got it (its attribute calls throw then): this request then runs as one without a
+     * session, rather than fail, or route by an id whose end nothing would report.
+     */
+    private String bind(HttpSession session) {
+        try {
+            String id = session.getId();
+            if (!dataSources.isEmpty() && session.getAttribute(ATTRIBUTE) == null) {
+                session.setAttribute(ATTRIBUTE, new End(id, dataSources));
+            }
+            return id;
+        } catch (IllegalStateException e) {
+            return null;
         }
     }
 
