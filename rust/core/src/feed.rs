@@ -23,6 +23,11 @@ pub use publish::fan_record_id;
 pub(crate) mod subscriber;
 mod url;
 
+/// The etcd gateway stand-in the integration tests use too.
+#[cfg(test)]
+#[path = "../tests/support/gateway.rs"]
+pub(crate) mod stand_in;
+
 pub use subscriber::FeedMetrics;
 pub(crate) use subscriber::Subscription;
 pub use url::{FeedUrl, MAX_FEED_ENDPOINTS};

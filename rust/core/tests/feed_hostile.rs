@@ -3,132 +3,17 @@
 //! (oversized, trickling, impossible revisions). Each test failed before its
 //! fix (review of 2026-12-05).
 
-use std::io::{Read, Write};
+#[path = "support/gateway.rs"]
+mod gateway;
+
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gateway::{chunk, events, kv, read_request, silent, Gateway};
 use racaffinity::{Cluster, ErrorKind, NodeState};
-
-fn b64(data: &[u8]) -> String {
-    const B: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            out.push(if i <= chunk.len() { B[(n >> (18 - 6 * i)) as usize & 63] as char } else { '=' });
-        }
-    }
-    out
-}
-
-/// Reads one request (headers and `Content-Length` body); its path.
-fn read_request(s: &mut TcpStream) -> String {
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
-    loop {
-        let n = s.read(&mut tmp).unwrap_or(0);
-        if n == 0 {
-            return String::new();
-        }
-        buf.extend_from_slice(&tmp[..n]);
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        if let Some(end) = text.find("\r\n\r\n") {
-            let len = text[..end]
-                .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
-                .and_then(|v| v.parse::<usize>().ok())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + len {
-                return text.split(' ').nth(1).unwrap_or("").to_string();
-            }
-        }
-    }
-}
-
-fn kv(key: &str, value: &str, rev: u64) -> String {
-    format!(
-        r#"{{"key":"{}","value":"{}","mod_revision":"{rev}","create_revision":"{rev}"}}"#,
-        b64(key.as_bytes()),
-        b64(value.as_bytes())
-    )
-}
-
-fn chunk(msg: &str) -> Vec<u8> {
-    format!("{:x}\r\n{msg}\r\n", msg.len()).into_bytes()
-}
-
-fn events(header: u64, kvs: &[String]) -> String {
-    let evs: Vec<String> = kvs.iter().map(|k| format!(r#"{{"kv":{k}}}"#)).collect();
-    format!("{{\"result\":{{\"header\":{{\"revision\":\"{header}\"}},\"events\":[{}]}}}}\n", evs.join(","))
-}
-
-/// What a watch does after its `created` message; `n` counts the watches
-/// opened so far (1 for the first).
-type WatchScript = dyn Fn(&mut TcpStream, usize) + Send + Sync;
-
-struct Gateway {
-    endpoint: String,
-    puts: Arc<AtomicUsize>,
-    ranges: Arc<AtomicUsize>,
-}
-
-/// A gateway: a range answers `range_body`; a watch answers `created` at
-/// `range_rev`, then runs `watch`; a put answers revision 9 (counted).
-fn gateway(range_body: String, range_rev: u64, watch: Arc<WatchScript>) -> Gateway {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = l.local_addr().unwrap().to_string();
-    let puts = Arc::new(AtomicUsize::new(0));
-    let counted = puts.clone();
-    let ranges = Arc::new(AtomicUsize::new(0));
-    let reads = ranges.clone();
-    let watches = Arc::new(AtomicUsize::new(0));
-    std::thread::spawn(move || {
-        for conn in l.incoming() {
-            let Ok(mut s) = conn else { continue };
-            let (range_body, watch, puts, watches) =
-                (range_body.clone(), watch.clone(), counted.clone(), watches.clone());
-            let reads = reads.clone();
-            std::thread::spawn(move || match read_request(&mut s).as_str() {
-                "/v3/kv/range" => {
-                    reads.fetch_add(1, Ordering::SeqCst);
-                    let _ = s.write_all(
-                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{range_body}", range_body.len())
-                            .as_bytes(),
-                    );
-                }
-                "/v3/watch" => {
-                    let n = watches.fetch_add(1, Ordering::SeqCst) + 1;
-                    let created =
-                        format!("{{\"result\":{{\"header\":{{\"revision\":\"{range_rev}\"}},\"created\":true}}}}\n");
-                    let mut head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-                    head.extend(chunk(&created));
-                    if s.write_all(&head).is_ok() {
-                        watch(&mut s, n);
-                    }
-                }
-                "/v3/kv/put" | "/v3/kv/txn" => {
-                    puts.fetch_add(1, Ordering::SeqCst);
-                    let b = r#"{"header":{"revision":"9"},"succeeded":true}"#;
-                    let _ =
-                        s.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{b}", b.len()).as_bytes());
-                }
-                _ => {
-                    let _ = s.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
-                }
-            });
-        }
-    });
-    Gateway { endpoint, puts, ranges }
-}
-
-/// Holds a watch open and silent until the client goes away.
-fn silent(s: &mut TcpStream) {
-    let mut b = [0u8; 64];
-    let _ = s.read(&mut b);
-}
 
 fn subscribed(endpoint: &str) -> Cluster {
     Cluster::from_config_text(&format!("nodes = A, B\ntopology.feed = etcd://{endpoint}/p\ntopology.feed_timeout = 1s"))
@@ -163,7 +48,7 @@ fn a_full_read_ends_where_the_log_in_revision_order_ends() {
         kv("p/fan/instance-E", FAN_DOWN_E, 7),
         kv("p/node/E", "present", 5)
     );
-    let gw = gateway(body, 7, Arc::new(|s: &mut TcpStream, _| silent(s)));
+    let gw = Gateway::fixed(body, 7, |s, _| silent(s));
     let late = subscribed(&gw.endpoint);
     wait_for("the first full read", || late.metrics().feed.is_some_and(|m| m.full_reads >= 1));
     let m = late.metrics().feed.unwrap();
@@ -185,7 +70,7 @@ fn a_watched_record_about_a_node_not_yet_added_applies_once_it_is() {
         }
         silent(s);
     };
-    let gw = gateway(body, 4, Arc::new(script));
+    let gw = Gateway::fixed(body, 4, script);
     let c = subscribed(&gw.endpoint);
     wait_for("revision 7", || c.metrics().feed.is_some_and(|m| m.revision == 7));
     let full = Cluster::from_config_text("nodes = A, B").unwrap();
@@ -242,7 +127,7 @@ fn a_trickling_watch_does_not_outlive_its_cluster() {
             return;
         }
     };
-    let gw = gateway(r#"{"header":{"revision":"7"}}"#.to_string(), 7, Arc::new(script));
+    let gw = Gateway::fixed(r#"{"header":{"revision":"7"}}"#.to_string(), 7, script);
     let c = subscribed(&gw.endpoint);
     wait_for("the watch", || c.metrics().feed.is_some_and(|m| m.connected));
     std::thread::sleep(Duration::from_millis(300));
@@ -265,7 +150,7 @@ fn an_event_past_its_header_revision_is_refused_and_the_feed_goes_on() {
         let _ = s.write_all(&chunk(&ev));
         silent(s);
     };
-    let gw = gateway(r#"{"header":{"revision":"7"}}"#.to_string(), 7, Arc::new(script));
+    let gw = Gateway::fixed(r#"{"header":{"revision":"7"}}"#.to_string(), 7, script);
     let c = subscribed(&gw.endpoint);
     wait_for("B down by the second watch", || c.node_by_name("B").unwrap().state() == NodeState::Down);
     let m = c.metrics().feed.unwrap();
@@ -279,7 +164,7 @@ fn an_event_past_its_header_revision_is_refused_and_the_feed_goes_on() {
 /// subscriber got it) and then the call failed with UnknownNode.
 #[test]
 fn publish_event_about_an_unknown_instance_writes_nothing() {
-    let gw = gateway(r#"{"header":{"revision":"7"}}"#.to_string(), 7, Arc::new(|s: &mut TcpStream, _| silent(s)));
+    let gw = Gateway::fixed(r#"{"header":{"revision":"7"}}"#.to_string(), 7, |s, _| silent(s));
     let c = subscribed(&gw.endpoint);
     let unknown = FAN_DOWN_E.replace("instance=E", "instance=Z");
     let e = c.publish_event(&unknown).unwrap_err();
@@ -303,7 +188,7 @@ fn a_watch_compacted_again_at_once_backs_off() {
         let _ = s.write_all(&chunk(msg));
         let _ = s.write_all(b"0\r\n\r\n");
     };
-    let gw = gateway(r#"{"header":{"revision":"7"}}"#.to_string(), 7, Arc::new(script));
+    let gw = Gateway::fixed(r#"{"header":{"revision":"7"}}"#.to_string(), 7, script);
     let c = subscribed(&gw.endpoint);
     std::thread::sleep(Duration::from_millis(1500));
     let reads = gw.ranges.load(Ordering::SeqCst);

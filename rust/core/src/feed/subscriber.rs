@@ -509,69 +509,23 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
+    use crate::feed::stand_in::{open_watch, respond, Gateway, Request};
+    use std::io::Write;
+    use std::net::TcpStream;
 
-    /// Reads one request (its header block and `Content-Length` body); its path.
-    fn read_request(s: &mut TcpStream) -> String {
-        let mut buf = Vec::new();
-        let mut tmp = [0u8; 4096];
-        loop {
-            let n = s.read(&mut tmp).unwrap_or(0);
-            if n == 0 {
-                return String::new();
-            }
-            buf.extend_from_slice(&tmp[..n]);
-            let text = String::from_utf8_lossy(&buf).into_owned();
-            if let Some(end) = text.find("\r\n\r\n") {
-                let len = text[..end]
-                    .lines()
-                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_string()))
-                    .and_then(|v| v.parse::<usize>().ok())
-                    .unwrap_or(0);
-                if buf.len() >= end + 4 + len {
-                    return text.split(' ').nth(1).unwrap_or("").to_string();
-                }
-            }
-        }
-    }
-
-    /// An etcd gateway stand-in: a range answers an empty prefix at
-    /// revision 5; the first `refused` watches answer HTTP 503 (a member
-    /// that keeps failing), every later one is created and then ends (a
-    /// live watch whose member goes away).
+    /// A range answers an empty prefix at revision 5; the first `refused`
+    /// watches answer HTTP 503 (a member that keeps failing), every later
+    /// one is created and then ends (a live watch whose member goes away).
     fn gateway(refused: usize) -> String {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        std::thread::spawn(move || {
-            let mut watches = 0;
-            for conn in l.incoming() {
-                let Ok(mut s) = conn else { continue };
-                let path = read_request(&mut s);
-                let reply = match path.as_str() {
-                    "/v3/kv/range" => {
-                        let body = r#"{"header":{"revision":"5"}}"#;
-                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len())
-                    }
-                    "/v3/watch" if watches < refused => {
-                        watches += 1;
-                        let body = r#"{"error":"unavailable","code":14}"#;
-                        format!("HTTP/1.1 503 Unavailable\r\nContent-Length: {}\r\n\r\n{body}", body.len())
-                    }
-                    "/v3/watch" => {
-                        watches += 1;
-                        let msg = "{\"result\":{\"header\":{\"revision\":\"5\"},\"created\":true}}\n";
-                        format!(
-                            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{msg}\r\n0\r\n\r\n",
-                            msg.len()
-                        )
-                    }
-                    _ => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string(),
-                };
-                let _ = s.write_all(reply.as_bytes());
+        let watch = move |s: &mut TcpStream, _: &Request, n: usize| {
+            if n <= refused {
+                respond(s, "503 Unavailable", r#"{"error":"unavailable","code":14}"#);
+            } else if open_watch(s, 5) {
+                let _ = s.write_all(b"0\r\n\r\n");
             }
-        });
-        addr
+        };
+        Gateway::start(Arc::new(|_: &Request, _| r#"{"header":{"revision":"5"}}"#.to_string()), Arc::new(watch))
+            .endpoint
     }
 
     #[test]
