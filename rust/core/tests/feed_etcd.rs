@@ -46,6 +46,7 @@ fn the_subscriber_over_a_real_etcd_cluster() {
     bad_records_are_refused_and_counted(&etcd);
     an_unreachable_feed_leaves_the_local_view();
     a_quiet_watch_is_left_alone(&etcd);
+    the_silence_check_counts_deletions(&etcd);
     operator_calls_reach_the_whole_fleet(&etcd);
     a_record_is_written_only_while_its_node_is_a_member(&etcd);
     an_addition_racing_another_process_s_is_a_duplicate(&etcd);
@@ -142,6 +143,24 @@ fn a_quiet_watch_is_left_alone(etcd: &Etcd) {
     let t = Instant::now();
     eventually("the record after the silence", &c, |c| feed(c).revision >= rev);
     assert!(t.elapsed() < Duration::from_secs(1), "applied {:?} after the put", t.elapsed());
+}
+
+fn the_silence_check_counts_deletions(etcd: &Etcd) {
+    // The check's count against etcd's own keys-only answer: a deletion is
+    // in no range answer, so it shows as a key the reader holds that is gone.
+    let kv = etcd.client();
+    kv.put("t8/node/A/weight", "2", 0).unwrap();
+    let read_at = kv.put("t8/node/B/state", "down", 0).unwrap();
+    let held = ["t8/node/A/weight", "t8/node/B/state"];
+    assert_eq!(kv.count_newer("t8/", read_at, held).unwrap(), (0, read_at), "nothing since");
+    let (deleted_at, _) = kv.delete("t8/node/B/state").unwrap();
+    assert_eq!(kv.count_newer("t8/", read_at, held).unwrap(), (1, deleted_at), "the deletion alone");
+    let last = kv.put("t8/node/C/state", "down", 0).unwrap();
+    kv.put("t8/_monitor/leader", "m1", 0).unwrap();
+    let (n, rev) = kv.count_newer("t8/", read_at, held).unwrap();
+    assert_eq!((n, rev > last), (3, true), "the deletion and two puts");
+    let now = ["t8/node/A/weight", "t8/node/C/state", "t8/_monitor/leader"];
+    assert_eq!(kv.count_newer("t8/", rev, now).unwrap(), (0, rev), "a reader up to date");
 }
 
 fn operator_calls_reach_the_whole_fleet(etcd: &Etcd) {

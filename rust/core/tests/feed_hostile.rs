@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway::{chunk, events, kv, read_request, silent, Gateway};
+use gateway::{chunk, deletion, events, kv, range_of, raw_events, read_request, silent, Gateway, Request};
 use racaffinity::{Cluster, ErrorKind, NodeState};
 
 fn subscribed(endpoint: &str) -> Cluster {
@@ -195,4 +195,54 @@ fn a_watch_compacted_again_at_once_backs_off() {
     drop(c);
     // Back-off 0.1, 0.2, 0.4, 0.8 s: at most 5 reads in 1.5 s.
     assert!((2..=5).contains(&reads), "full reads in 1.5 s: {reads}");
+}
+
+/// A watch left open but silent (its member cut off from the leader) while
+/// the one record written since is a deletion: `node/B/state` (B down at
+/// revision 4) deleted at 6, so B is up again. The silence check counted
+/// the keys put after the applied revision, and a range holds no deletion:
+/// it saw none missing (`lag: 0`), kept the stuck watch, and B stayed down
+/// in this process for good.
+#[test]
+fn a_deletion_a_silent_watch_missed_is_found_by_the_silence_check() {
+    let deleted = Arc::new(AtomicBool::new(false));
+    let seen = deleted.clone();
+    let range = move |req: &Request, _| {
+        if seen.load(Ordering::SeqCst) {
+            range_of(req, 6, &[("p/node/A/weight", "3", 3)])
+        } else {
+            range_of(req, 5, &[("p/node/A/weight", "3", 3), ("p/node/B/state", "down", 4)])
+        }
+    };
+    let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let asked = starts.clone();
+    let watch = move |s: &mut TcpStream, req: &Request, n: usize| {
+        let start = req.body["create_request"]["start_revision"].as_str().unwrap_or("").to_string();
+        asked.lock().unwrap().push(start);
+        if n == 1 {
+            // The deletion happens once this watch is open; it never tells.
+            deleted.store(true, Ordering::SeqCst);
+            if gateway::open_watch(s, 5) {
+                silent(s);
+            }
+        } else if gateway::open_watch(s, 6) {
+            let _ = s.write_all(&chunk(&raw_events(6, &[deletion("p/node/B/state", 6)])));
+            silent(s);
+        }
+    };
+    let gw = Gateway::start(Arc::new(range), Arc::new(watch));
+    let c = Cluster::from_config_text(&format!(
+        "nodes = A, B\ntopology.feed = etcd://{}/p\ntopology.feed_timeout = 300ms",
+        gw.endpoint
+    ))
+    .unwrap();
+    assert_eq!(c.node_by_name("B").unwrap().state(), NodeState::Down, "the full read: {:?}", c.metrics().feed);
+    let t = Instant::now();
+    while c.node_by_name("B").unwrap().state() != NodeState::Up {
+        assert!(t.elapsed() < Duration::from_secs(10), "B still down after 10 s: {:?}", c.metrics().feed);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let m = c.metrics().feed.unwrap();
+    assert_eq!((m.revision, m.reconnects), (6, 1), "{m:?}");
+    assert_eq!(*starts.lock().unwrap(), ["6", "6"], "each watch from the revision after the applied one");
 }

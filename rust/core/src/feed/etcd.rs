@@ -7,6 +7,7 @@
 //! JVMs and Python processes; the gateway needs only `std::net` and a JSON
 //! parser (docs/operations.md, "Topology feed").
 
+use std::collections::HashSet;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -184,22 +185,35 @@ impl EtcdClient {
         Ok((rev, kvs))
     }
 
-    /// How many keys under `prefix` were put after `revision`, and the
-    /// store's current revision (a linearizable read: the leader's view).
-    /// The keys are read (without values) and counted here: etcd's `count`
-    /// is the number of keys in the range before the revision filter.
-    pub fn count_newer(&self, prefix: &str, revision: u64) -> EResult<(u64, u64)> {
+    /// How many records under `prefix` a reader that applied every record
+    /// up to `revision` has not seen, and the store's current revision (a
+    /// linearizable read: the leader's view). `present` are the keys (prefix
+    /// included) the reader holds at `revision`.
+    ///
+    /// A range answer holds no deletion, so one shows only as a key of
+    /// `present` that is gone; a key put after `revision` is counted by its
+    /// `mod_revision`. The whole prefix is read, keys only: etcd's `count`
+    /// ignores the revision filters, and a filtered range cannot show what
+    /// is missing. Several writes to one key since `revision` count once.
+    pub fn count_newer<S: AsRef<str>>(
+        &self,
+        prefix: &str,
+        revision: u64,
+        present: impl IntoIterator<Item = S>,
+    ) -> EResult<(u64, u64)> {
         let p = prefix.as_bytes();
-        let v = self.call(
-            "/v3/kv/range",
-            &json!({"key": b64(p), "range_end": b64(&prefix_end(p)), "keys_only": true,
-                    "min_mod_revision": (revision + 1).to_string()}),
-        )?;
-        let newer = match v.get("kvs") {
-            Some(Value::Array(a)) => a.len() as u64,
-            _ => 0,
+        let v =
+            self.call("/v3/kv/range", &json!({"key": b64(p), "range_end": b64(&prefix_end(p)), "keys_only": true}))?;
+        let rev = header_revision(&v)?;
+        let kvs = match v.get("kvs") {
+            Some(Value::Array(a)) => a.iter().map(|kv| key_value(kv, false)).collect::<EResult<Vec<_>>>()?,
+            _ => Vec::new(),
         };
-        Ok((newer, header_revision(&v)?))
+        not_past(rev, &kvs, "count")?;
+        let now: HashSet<&str> = kvs.iter().map(|kv| kv.key.as_str()).collect();
+        let put = kvs.iter().filter(|kv| kv.mod_revision > revision).count();
+        let deleted = present.into_iter().filter(|k| !now.contains(k.as_ref())).count();
+        Ok(((put + deleted) as u64, rev))
     }
 
     /// Puts `key = value` (attached to `lease` unless 0); the put's revision.

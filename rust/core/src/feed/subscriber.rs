@@ -45,7 +45,8 @@ pub(crate) struct Health {
     /// The store's revision at the last answer (a linearizable read goes
     /// through the leader).
     pub leader_revision: AtomicU64,
-    /// Records under the prefix written after `revision`, at the last check.
+    /// Records under the prefix written (put or deleted) after `revision`,
+    /// at the last check.
     pub lag: AtomicU64,
     pub applied: AtomicU64,
     pub stale: AtomicU64,
@@ -67,7 +68,8 @@ pub struct FeedMetrics {
     pub revision: u64,
     /// etcd's revision at the subscriber's last answer.
     pub leader_revision: u64,
-    /// Records under the prefix written after `revision` (at the last check).
+    /// Records under the prefix written (put or deleted) after `revision`
+    /// (at the last check).
     pub lag: u64,
     /// Records that changed or confirmed this cluster's view.
     pub applied: u64,
@@ -226,7 +228,9 @@ struct Worker {
     stop: Arc<AtomicBool>,
     /// Every record up to this revision is applied (0: nothing read yet).
     revision: u64,
-    /// Keys (relative) seen present, for deletions lost to a compaction.
+    /// Keys (relative) present at `revision`: a deletion since shows only
+    /// as one of them missing (lost to a compaction, or not brought by a
+    /// silent watch).
     known: HashSet<String>,
     /// Records refused for a node not added yet, by key (relative): the
     /// latest of each, applied again after each batch that applied anything.
@@ -426,7 +430,8 @@ impl Worker {
                         continue;
                     }
                     heard = Instant::now();
-                    match self.client.count_newer(&self.prefix, self.revision) {
+                    let present = self.known.iter().map(|k| format!("{}{k}", self.prefix));
+                    match self.client.count_newer(&self.prefix, self.revision, present) {
                         Ok((newer, rev)) => {
                             self.health.connected.store(true, Ordering::Release);
                             self.health.leader_revision.fetch_max(rev, Ordering::Relaxed);

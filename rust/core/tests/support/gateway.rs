@@ -73,6 +73,27 @@ pub fn kv(key: &str, value: &str, rev: u64) -> String {
     )
 }
 
+/// A range's answer, as etcd gives it, from a store at `rev` holding these
+/// `(key, value, mod_revision)` records: `min_mod_revision` leaves older
+/// records out, `keys_only` the values. The range's keys are not looked at:
+/// the store holds one prefix.
+pub fn range_of(req: &Request, rev: u64, store: &[(&str, &str, u64)]) -> String {
+    let min = req.body.get("min_mod_revision").and_then(Value::as_str).and_then(|m| m.parse().ok()).unwrap_or(0);
+    let keys_only = req.body.get("keys_only") == Some(&Value::Bool(true));
+    let kvs: Vec<String> = store
+        .iter()
+        .filter(|(_, _, r)| *r >= min)
+        .map(|(k, v, r)| {
+            if keys_only {
+                format!(r#"{{"key":"{}","mod_revision":"{r}","create_revision":"{r}"}}"#, b64(k.as_bytes()))
+            } else {
+                kv(k, v, *r)
+            }
+        })
+        .collect();
+    format!(r#"{{"header":{{"revision":"{rev}"}},"kvs":[{}],"count":"{}"}}"#, kvs.join(","), store.len())
+}
+
 /// A watch event deleting `key` at `rev`.
 pub fn deletion(key: &str, rev: u64) -> String {
     format!(r#"{{"type":"DELETE","kv":{{"key":"{}","mod_revision":"{rev}"}}}}"#, b64(key.as_bytes()))
