@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 /// map record fits many times over; anything larger is not an etcd answer.
 const MAX_MESSAGE_BYTES: usize = 8 << 20;
 
+/// Most of an error answer's body read and kept: etcd's errors are a line.
+const MAX_ERROR_BYTES: usize = 1024;
+
 fn invalid(what: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.into())
 }
@@ -412,19 +415,42 @@ impl MessageStream {
         let (sock, status, framing, raw) = send(resolver, endpoint, path, body, timeout)?;
         let mut s = MessageStream { sock, framing, raw, body: Vec::new(), closed: false };
         if status != 200 {
-            let mut text = Vec::new();
-            let deadline = Instant::now() + timeout;
-            // An error's words, not a stream: what fits in a message is enough.
-            while Instant::now() < deadline && text.len() <= MAX_MESSAGE_BYTES {
-                match s.next(Duration::from_millis(100))? {
-                    Next::Message(m) => text.extend_from_slice(&m),
-                    Next::Idle => {}
-                    Next::Closed => break,
-                }
-            }
-            return Err(io::Error::other(format!("HTTP {status}: {}", String::from_utf8_lossy(&text).trim())));
+            let text = s.error_words(Instant::now() + timeout);
+            return Err(io::Error::other(format!("HTTP {status}: {}", text.trim())));
         }
         Ok(s)
+    }
+
+    /// The start of an error answer's body: at most [`MAX_ERROR_BYTES`],
+    /// read until the body ends, the cap, or `deadline`. Not by message: a
+    /// body with no newline would be read to the message cap and say
+    /// nothing, and the words end up in the feed's `last_error`.
+    fn error_words(&mut self, deadline: Instant) -> String {
+        loop {
+            // A body that breaks its framing has said what it could.
+            if !self.raw.is_empty() && self.decode().is_err() {
+                break;
+            }
+            if self.closed || self.body.len() >= MAX_ERROR_BYTES {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.sock.set_read_timeout(Some(left)).is_err() {
+                break;
+            }
+            match read_some(&mut self.sock, &mut self.raw) {
+                Ok(0) => self.closed = true,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let cut = self.body.len() > MAX_ERROR_BYTES;
+        self.body.truncate(MAX_ERROR_BYTES);
+        let mut text = String::from_utf8_lossy(&self.body).into_owned();
+        if cut {
+            text.push_str(" [cut]");
+        }
+        text
     }
 
     /// The next complete message, waiting at most `wait` for it: a stream
@@ -558,6 +584,81 @@ mod head_tests {
         let at = read_head(&mut Trickle(&answer), &mut buf, deadline, &mut end).unwrap();
         assert_eq!(at, head_len - 2, "the blank line's first byte");
         assert!(end.scanned <= 4 * answer.len(), "{} bytes looked at for a {head_len}-byte header", end.scanned);
+    }
+}
+
+#[cfg(test)]
+mod error_body_tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A member answering `head`, then `piece` again and again every
+    /// `every` until the client goes away.
+    fn endless(head: &'static str, piece: &'static [u8], every: Duration) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let ep = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut req = [0u8; 4096];
+            let _ = s.read(&mut req);
+            if s.write_all(head.as_bytes()).is_err() {
+                return;
+            }
+            while s.write_all(piece).is_ok() {
+                std::thread::sleep(every);
+            }
+        });
+        ep
+    }
+
+    fn open_err(ep: &str, timeout: Duration) -> (io::Error, Duration) {
+        let t = Instant::now();
+        match MessageStream::open(&Resolver::system(), ep, "/v3/watch", "{}", timeout) {
+            Ok(_) => panic!("an HTTP 500 opened a stream"),
+            Err(e) => (e, t.elapsed()),
+        }
+    }
+
+    /// A 500 whose chunked body never ends, in lines: the error says the
+    /// status and a bounded excerpt, at once. The excerpt is what reaches
+    /// `last_error` in the metrics.
+    #[test]
+    fn an_error_answer_with_an_endless_body_is_cut_short() {
+        let line: &[u8] = b"1d\r\n{\"error\":\"etcdserver: boom\"}\n\r\n";
+        let head = "HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let ep = endless(head, line, Duration::ZERO);
+        let (e, took) = open_err(&ep, Duration::from_secs(5));
+        let text = e.to_string();
+        assert!(
+            text.starts_with("HTTP 500: {\"error\":\"etcdserver: boom\"}"),
+            "{} (after {took:?})",
+            &text[..text.len().min(200)]
+        );
+        assert!(text.len() <= 2048, "an error of {} bytes", text.len());
+        assert!(took < Duration::from_secs(4), "took {took:?}");
+    }
+
+    /// The same with a body of one endless line (no length, no chunks: to
+    /// the close): the status is still what the error says.
+    #[test]
+    fn an_error_answer_of_one_endless_line_says_its_status() {
+        let ep = endless("HTTP/1.1 500 Internal Server Error\r\n\r\nno", &[b'o'; 4096], Duration::ZERO);
+        let (e, took) = open_err(&ep, Duration::from_secs(5));
+        let text = e.to_string();
+        assert!(text.starts_with("HTTP 500: noooo"), "{} (after {took:?})", &text[..text.len().min(200)]);
+        assert!(text.len() <= 2048, "an error of {} bytes", text.len());
+        assert!(took < Duration::from_secs(4), "took {took:?}");
+    }
+
+    /// An error body trickled a byte at a time, endless: the call's timeout
+    /// bounds the read.
+    #[test]
+    fn an_error_answer_trickled_forever_ends_at_the_timeout() {
+        let head = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 1000000\r\n\r\n";
+        let ep = endless(head, b"x", Duration::from_millis(20));
+        let (e, took) = open_err(&ep, Duration::from_millis(500));
+        assert!(e.to_string().starts_with("HTTP 503: xx"), "{e} (after {took:?})");
+        assert!(took < Duration::from_millis(1500), "took {took:?}");
     }
 }
 
