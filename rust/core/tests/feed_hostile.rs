@@ -246,3 +246,31 @@ fn a_deletion_a_silent_watch_missed_is_found_by_the_silence_check() {
     assert_eq!((m.revision, m.reconnects), (6, 1), "{m:?}");
     assert_eq!(*starts.lock().unwrap(), ["6", "6"], "each watch from the revision after the applied one");
 }
+
+/// A full read holding a record past its own answer's revision (here the
+/// largest revision etcd could have) is refused whole, as such a watch
+/// event is: applied, its revision would outrun every later record's. The
+/// subscriber reads again after its back-off and applies the next answer.
+#[test]
+fn a_full_read_with_a_record_past_its_revision_is_refused_whole() {
+    let bad = format!(
+        r#"{{"header":{{"revision":"7"}},"kvs":[{},{}]}}"#,
+        kv("p/node/A/state", "down", i64::MAX as u64),
+        kv("p/node/B/weight", "5", 6)
+    );
+    let good = format!(r#"{{"header":{{"revision":"8"}},"kvs":[{}]}}"#, kv("p/node/B/state", "down", 8));
+    let range = move |_: &Request, n: usize| if n == 1 { bad.clone() } else { good.clone() };
+    let gw = Gateway::start(Arc::new(range), Arc::new(|s: &mut TcpStream, _: &Request, _| silent(s)));
+
+    let client = racaffinity::feed::etcd::EtcdClient::new(vec![gw.endpoint.clone()], Duration::from_secs(5));
+    let e = client.range_prefix("p/").unwrap_err().to_string();
+    assert!(e.contains("past the answer's revision 7"), "{e}");
+    gw.ranges.store(0, Ordering::SeqCst);
+
+    let c = subscribed(&gw.endpoint);
+    wait_for("B down by the second read", || c.node_by_name("B").unwrap().state() == NodeState::Down);
+    let m = c.metrics().feed.unwrap();
+    assert_eq!(c.node_by_name("A").unwrap().state(), NodeState::Up, "{m:?}");
+    assert_eq!(c.node_by_name("B").unwrap().weight(), 1, "nothing of the refused answer applied: {m:?}");
+    assert_eq!((m.revision, m.full_reads, m.applied), (8, 1, 1), "{m:?}");
+}
