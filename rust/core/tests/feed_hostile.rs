@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway::{chunk, deletion, events, kv, range_of, raw_events, read_request, silent, Gateway, Request};
+use gateway::{chunk, deletion, events, kv, range_of, raw_events, read_request, respond, silent, Gateway, Request};
 use racaffinity::{Cluster, ErrorKind, NodeState};
 
 fn subscribed(endpoint: &str) -> Cluster {
@@ -273,4 +273,41 @@ fn a_full_read_with_a_record_past_its_revision_is_refused_whole() {
     assert_eq!(c.node_by_name("A").unwrap().state(), NodeState::Up, "{m:?}");
     assert_eq!(c.node_by_name("B").unwrap().weight(), 1, "nothing of the refused answer applied: {m:?}");
     assert_eq!((m.revision, m.full_reads, m.applied), (8, 1, 1), "{m:?}");
+}
+
+/// An error answer (read whole: 8 MiB at most, as any answer) whose
+/// message is megabytes long: the error, which an operator call returns
+/// and the subscriber keeps as `last_error` in the metrics, says its code
+/// and the start of the message.
+#[test]
+fn a_megabyte_error_message_is_cut_short() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        read_request(&mut s);
+        let words = "etcdserver: ".to_string() + &"x".repeat(2 << 20);
+        respond(&mut s, "500 Internal Server Error", &format!(r#"{{"error":"{words}","code":2,"message":"{words}"}}"#));
+    });
+    let client = racaffinity::feed::etcd::EtcdClient::new(vec![ep], Duration::from_secs(30));
+    let e = client.range_prefix("p/").unwrap_err().to_string();
+    assert!(e.starts_with("etcd refused the call (code 2): etcdserver: xxx"), "{}", &e[..e.len().min(200)]);
+    assert!(e.len() <= 2048, "an error of {} bytes", e.len());
+}
+
+/// The same for an answer that is not etcd's, echoed in the error: a
+/// revision of two megabytes of digits.
+#[test]
+fn a_megabyte_bad_field_is_cut_short_in_the_error() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        read_request(&mut s);
+        respond(&mut s, "200 OK", &format!(r#"{{"header":{{"revision":"{}"}}}}"#, "9".repeat(2 << 20)));
+    });
+    let client = racaffinity::feed::etcd::EtcdClient::new(vec![ep], Duration::from_secs(30));
+    let e = client.range_prefix("p/").unwrap_err().to_string();
+    assert!(e.starts_with("unexpected answer from etcd: bad integer `999"), "{}", &e[..e.len().min(200)]);
+    assert!(e.len() <= 2048, "an error of {} bytes", e.len());
 }

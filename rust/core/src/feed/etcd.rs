@@ -425,7 +425,7 @@ impl Watch {
 fn server_error(v: &Value) -> EtcdError {
     EtcdError::Server {
         code: v.get("code").and_then(Value::as_i64).unwrap_or(-1),
-        message: v.get("message").or_else(|| v.get("error")).and_then(Value::as_str).unwrap_or("").to_string(),
+        message: excerpt(v.get("message").or_else(|| v.get("error")).and_then(Value::as_str).unwrap_or("")),
     }
 }
 
@@ -441,7 +441,7 @@ fn not_past(revision: u64, kvs: &[KeyValue], what: &str) -> EResult<()> {
     match kvs.iter().find(|kv| kv.mod_revision > revision) {
         Some(kv) => Err(EtcdError::Protocol(format!(
             "{what}: `{}` at revision {} past the answer's revision {revision}",
-            kv.key.escape_debug(),
+            excerpt(&kv.key.escape_debug().to_string()),
             kv.mod_revision
         ))),
         None => Ok(()),
@@ -454,9 +454,9 @@ fn not_past(revision: u64, kvs: &[KeyValue], what: &str) -> EResult<()> {
 fn int(v: Option<&Value>) -> EResult<u64> {
     let n = match v {
         None | Some(Value::Null) => return Ok(0),
-        Some(Value::String(s)) => s.parse::<u64>().map_err(|_| EtcdError::Protocol(format!("bad integer `{s}`")))?,
-        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| EtcdError::Protocol(format!("bad integer {n}")))?,
-        Some(other) => return Err(EtcdError::Protocol(format!("bad integer {other}"))),
+        Some(Value::String(s)) => s.parse::<u64>().map_err(|_| bad_integer(&format!("`{s}`")))?,
+        Some(Value::Number(n)) => n.as_u64().ok_or_else(|| bad_integer(&n.to_string()))?,
+        Some(other) => return Err(bad_integer(&other.to_string())),
     };
     if n > i64::MAX as u64 {
         return Err(EtcdError::Protocol(format!("integer {n} past int64")));
@@ -464,12 +464,33 @@ fn int(v: Option<&Value>) -> EResult<u64> {
     Ok(n)
 }
 
+fn bad_integer(text: &str) -> EtcdError {
+    EtcdError::Protocol(format!("bad integer {}", excerpt(text)))
+}
+
+/// Most of an answer's text an error repeats.
+const MAX_ECHO_BYTES: usize = 512;
+
+/// The start of `text`, for an error that repeats what an answer held: the
+/// error reaches an operator call's caller and the feed's `last_error` in
+/// the metrics, and an answer may be megabytes long.
+fn excerpt(text: &str) -> String {
+    if text.len() <= MAX_ECHO_BYTES {
+        return text.to_string();
+    }
+    let mut end = MAX_ECHO_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} bytes]", &text[..end], text.len())
+}
+
 fn int_i64(v: Option<&Value>) -> EResult<i64> {
     match v {
         None | Some(Value::Null) => Ok(0),
-        Some(Value::String(s)) => s.parse().map_err(|_| EtcdError::Protocol(format!("bad integer `{s}`"))),
-        Some(Value::Number(n)) => n.as_i64().ok_or_else(|| EtcdError::Protocol(format!("bad integer {n}"))),
-        Some(other) => Err(EtcdError::Protocol(format!("bad integer {other}"))),
+        Some(Value::String(s)) => s.parse().map_err(|_| bad_integer(&format!("`{s}`"))),
+        Some(Value::Number(n)) => n.as_i64().ok_or_else(|| bad_integer(&n.to_string())),
+        Some(other) => Err(bad_integer(&other.to_string())),
     }
 }
 
@@ -485,7 +506,7 @@ fn key_value(kv: &Value, deleted: bool) -> EResult<KeyValue> {
                 let bytes = unb64(s).ok_or_else(|| EtcdError::Protocol(format!("bad base64 in `{field}`")))?;
                 Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
             }
-            Some(other) => Err(EtcdError::Protocol(format!("bad `{field}`: {other}"))),
+            Some(other) => Err(EtcdError::Protocol(format!("bad `{field}`: {}", excerpt(&other.to_string())))),
         }
     };
     Ok(KeyValue {
