@@ -389,8 +389,58 @@ pub(crate) struct MessageStream {
     sock: TcpStream,
     framing: Framing,
     raw: Vec<u8>,
-    body: Vec<u8>,
+    body: Lines,
     closed: bool,
+}
+
+/// A stream's decoded body, taken a line at a time, and the bytes that
+/// cost (searched and copied; tests bound it). Each search starts where the
+/// last one found no newline, and a line taken leaves the rest in place: a
+/// member trickling a message byte by byte, or sending many small ones at
+/// once, would otherwise cost the square of what it sends.
+#[derive(Default)]
+struct Lines {
+    buf: Vec<u8>,
+    /// Where the next line starts (`buf` before it is taken).
+    start: usize,
+    /// Bytes from `start` on known to hold no newline.
+    clean: usize,
+    work: usize,
+}
+
+impl Lines {
+    /// The next whole line, without its newline.
+    fn take_line(&mut self) -> Option<Vec<u8>> {
+        let from = self.start + self.clean;
+        let Some(i) = self.buf[from..].iter().position(|&b| b == b'\n') else {
+            self.work += self.buf.len() - from;
+            self.clean = self.buf.len() - self.start;
+            // Once per search that finds no line, not once per line.
+            if self.start > 0 {
+                self.work += self.buf.len() - self.start;
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            return None;
+        };
+        let end = from + i;
+        let msg = self.buf[self.start..end].to_vec();
+        self.work += i + 1 + msg.len();
+        (self.start, self.clean) = (end + 1, 0);
+        Some(msg)
+    }
+
+    /// What no newline ended yet.
+    fn pending(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    fn take_rest(&mut self) -> Vec<u8> {
+        let mut rest = std::mem::take(&mut self.buf);
+        rest.drain(..std::mem::take(&mut self.start));
+        self.clean = 0;
+        rest
+    }
 }
 
 /// What [`MessageStream::next`] found.
@@ -413,7 +463,7 @@ impl MessageStream {
         timeout: Duration,
     ) -> io::Result<MessageStream> {
         let (sock, status, framing, raw) = send(resolver, endpoint, path, body, timeout)?;
-        let mut s = MessageStream { sock, framing, raw, body: Vec::new(), closed: false };
+        let mut s = MessageStream { sock, framing, raw, body: Lines::default(), closed: false };
         if status != 200 {
             let text = s.error_words(Instant::now() + timeout);
             return Err(io::Error::other(format!("HTTP {status}: {}", text.trim())));
@@ -431,7 +481,7 @@ impl MessageStream {
             if !self.raw.is_empty() && self.decode().is_err() {
                 break;
             }
-            if self.closed || self.body.len() >= MAX_ERROR_BYTES {
+            if self.closed || self.body.pending().len() >= MAX_ERROR_BYTES {
                 break;
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -444,9 +494,10 @@ impl MessageStream {
                 Err(_) => break,
             }
         }
-        let cut = self.body.len() > MAX_ERROR_BYTES;
-        self.body.truncate(MAX_ERROR_BYTES);
-        let mut text = String::from_utf8_lossy(&self.body).into_owned();
+        let mut words = self.body.take_rest();
+        let cut = words.len() > MAX_ERROR_BYTES;
+        words.truncate(MAX_ERROR_BYTES);
+        let mut text = String::from_utf8_lossy(&words).into_owned();
         if cut {
             text.push_str(" [cut]");
         }
@@ -460,21 +511,20 @@ impl MessageStream {
     pub(crate) fn next(&mut self, wait: Duration) -> io::Result<Next> {
         let deadline = Instant::now() + wait;
         loop {
-            if let Some(i) = self.body.iter().position(|&b| b == b'\n') {
-                let mut msg: Vec<u8> = self.body.drain(..=i).collect();
-                msg.pop();
+            if let Some(msg) = self.body.take_line() {
                 if msg.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
                 return Ok(Next::Message(msg));
             }
             if self.closed {
-                if self.body.iter().all(u8::is_ascii_whitespace) {
+                let rest = self.body.take_rest();
+                if rest.iter().all(u8::is_ascii_whitespace) {
                     return Ok(Next::Closed);
                 }
-                return Ok(Next::Message(std::mem::take(&mut self.body)));
+                return Ok(Next::Message(rest));
             }
-            if self.body.len() > MAX_MESSAGE_BYTES {
+            if self.body.pending().len() > MAX_MESSAGE_BYTES {
                 return Err(invalid("stream message too large"));
             }
             // Bytes already read but not yet decoded come first.
@@ -501,24 +551,25 @@ impl MessageStream {
 
     /// Moves decoded body bytes over; true if any moved or the body ended.
     fn decode(&mut self) -> io::Result<bool> {
-        let before = self.body.len();
+        let body = &mut self.body.buf;
+        let before = body.len();
         match &mut self.framing {
             Framing::Chunked(c) => {
-                if c.decode(&mut self.raw, &mut self.body)? {
+                if c.decode(&mut self.raw, body)? {
                     self.closed = true;
                 }
             }
             Framing::Length(n) => {
                 let take = (*n).min(self.raw.len());
-                self.body.extend(self.raw.drain(..take));
+                body.extend(self.raw.drain(..take));
                 *n -= take;
                 if *n == 0 {
                     self.closed = true;
                 }
             }
-            Framing::UntilClose => self.body.append(&mut self.raw),
+            Framing::UntilClose => body.append(&mut self.raw),
         }
-        Ok(self.body.len() > before || self.closed)
+        Ok(body.len() > before || self.closed)
     }
 }
 
@@ -584,6 +635,46 @@ mod head_tests {
         let at = read_head(&mut Trickle(&answer), &mut buf, deadline, &mut end).unwrap();
         assert_eq!(at, head_len - 2, "the blank line's first byte");
         assert!(end.scanned <= 4 * answer.len(), "{} bytes looked at for a {head_len}-byte header", end.scanned);
+    }
+}
+
+#[cfg(test)]
+mod lines_tests {
+    use super::*;
+
+    /// A 16 KiB message trickled a byte at a time, a search after each
+    /// byte (a member sending one byte per read): linear work, not the
+    /// square of the message over two.
+    #[test]
+    fn a_trickled_message_is_searched_in_linear_work() {
+        let n = 16 << 10;
+        let mut lines = Lines::default();
+        for _ in 0..n {
+            lines.buf.push(b'x');
+            assert_eq!(lines.take_line(), None);
+        }
+        lines.buf.push(b'\n');
+        assert_eq!(lines.take_line().map(|m| m.len()), Some(n));
+        assert!(lines.work <= 4 * n, "{} bytes of work for a {n}-byte message", lines.work);
+    }
+
+    /// 16 KiB of 4-byte messages in one read (blank lines, or small events):
+    /// each taken without moving the rest to the front.
+    #[test]
+    fn many_messages_in_one_read_are_taken_in_linear_work() {
+        let n = 16 << 10;
+        let mut lines = Lines::default();
+        lines.buf.extend(b"abc\n".repeat(n / 4));
+        let mut taken = 0;
+        while let Some(m) = lines.take_line() {
+            assert_eq!(m, b"abc");
+            taken += 1;
+        }
+        assert_eq!(taken, n / 4);
+        lines.buf.extend_from_slice(b"de\nf");
+        assert_eq!(lines.take_line().as_deref(), Some(&b"de"[..]));
+        assert_eq!((lines.take_line(), lines.pending()), (None, &b"f"[..]));
+        assert!(lines.work <= 4 * n, "{} bytes of work for {n} bytes of messages", lines.work);
     }
 }
 
