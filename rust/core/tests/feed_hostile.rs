@@ -311,3 +311,20 @@ fn a_megabyte_bad_field_is_cut_short_in_the_error() {
     assert!(e.starts_with("unexpected answer from etcd: bad integer `999"), "{}", &e[..e.len().min(200)]);
     assert!(e.len() <= 2048, "an error of {} bytes", e.len());
 }
+
+/// A refused record's value is repeated in the refusal; the subscriber
+/// keeps the last one as `last_refused` in every metrics snapshot, so it
+/// keeps its start only (a value may be 256 KiB).
+#[test]
+fn a_long_refused_record_is_cut_short_in_the_metrics() {
+    let body =
+        format!(r#"{{"header":{{"revision":"7"}},"kvs":[{}]}}"#, kv("p/node/A/state", &"x".repeat(200 << 10), 7));
+    let gw = Gateway::fixed(body, 7, |s, _| silent(s));
+    let c = subscribed(&gw.endpoint);
+    wait_for("the first full read", || c.metrics().feed.is_some_and(|m| m.full_reads >= 1));
+    let m = c.metrics().feed.unwrap();
+    let why = m.last_refused.unwrap_or_default();
+    assert!(why.starts_with("revision 7: "), "{}", &why[..why.len().min(200)]);
+    assert!(why.len() <= 2048, "a refusal of {} bytes", why.len());
+    assert_eq!(m.refused, 1);
+}

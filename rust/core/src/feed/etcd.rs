@@ -474,7 +474,7 @@ const MAX_ECHO_BYTES: usize = 512;
 /// The start of `text`, for an error that repeats what an answer held: the
 /// error reaches an operator call's caller and the feed's `last_error` in
 /// the metrics, and an answer may be megabytes long.
-fn excerpt(text: &str) -> String {
+pub(crate) fn excerpt(text: &str) -> String {
     if text.len() <= MAX_ECHO_BYTES {
         return text.to_string();
     }

@@ -484,8 +484,10 @@ impl Worker {
 
     fn refused(&self, kv: &KeyValue, e: &Error) {
         self.health.refused.fetch_add(1, Ordering::Relaxed);
+        // The refusal repeats the record, which may be 256 KiB: every
+        // metrics snapshot carries it.
         *self.health.last_refused.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(format!("revision {}: {e}", kv.mod_revision));
+            Some(format!("revision {}: {}", kv.mod_revision, super::etcd::excerpt(&e.to_string())));
     }
 
     /// Applies again the records kept for a node not added yet, in revision
