@@ -328,3 +328,48 @@ fn a_long_refused_record_is_cut_short_in_the_metrics() {
     assert!(why.len() <= 2048, "a refusal of {} bytes", why.len());
     assert_eq!(m.refused, 1);
 }
+
+/// A watch that keeps sending messages with no event (an empty progress
+/// message every 100 ms, its revision standing still) while a record is
+/// waiting: `node/B/state` put at 6 after the watch opened. Its messages
+/// are no proof it is up to date, so the silence check still runs every
+/// `topology.feed_timeout` and the watch is re-opened.
+#[test]
+fn a_watch_chattering_without_events_is_checked_all_the_same() {
+    let written = Arc::new(AtomicBool::new(false));
+    let seen = written.clone();
+    let range = move |req: &Request, _| {
+        if seen.load(Ordering::SeqCst) {
+            range_of(req, 6, &[("p/node/B/state", "down", 6)])
+        } else {
+            range_of(req, 5, &[])
+        }
+    };
+    let watch = move |s: &mut TcpStream, _: &Request, n: usize| {
+        if n == 1 {
+            written.store(true, Ordering::SeqCst);
+            if gateway::open_watch(s, 5) {
+                let progress = "{\"result\":{\"header\":{\"revision\":\"5\"}}}\n";
+                while s.write_all(&chunk(progress)).is_ok() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        } else if gateway::open_watch(s, 6) {
+            let _ = s.write_all(&chunk(&events(6, &[kv("p/node/B/state", "down", 6)])));
+            silent(s);
+        }
+    };
+    let gw = Gateway::start(Arc::new(range), Arc::new(watch));
+    let c = Cluster::from_config_text(&format!(
+        "nodes = A, B\ntopology.feed = etcd://{}/p\ntopology.feed_timeout = 300ms",
+        gw.endpoint
+    ))
+    .unwrap();
+    let t = Instant::now();
+    while c.node_by_name("B").unwrap().state() != NodeState::Down {
+        assert!(t.elapsed() < Duration::from_secs(10), "B still up after 10 s: {:?}", c.metrics().feed);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let m = c.metrics().feed.unwrap();
+    assert_eq!((m.revision, m.reconnects), (6, 1), "{m:?}");
+}

@@ -385,8 +385,12 @@ impl Worker {
             Ok(w) => w,
             Err(e) => return Ended::Failed(e.to_string()),
         };
+        // When the watch last brought a record: only that shows it is not
+        // stuck. Any message would not do: a member can keep sending
+        // messages with no event (progress messages at a revision that
+        // stands still) while records wait.
         let mut heard = Instant::now();
-        // Lag seen by the previous check with no watch message since: the
+        // Lag seen by the previous check with no record brought since: the
         // watch is stuck (a member cut off from the leader keeps its
         // clients' streams open but silent).
         let mut lagging = false;
@@ -396,8 +400,6 @@ impl Worker {
             }
             match watch.next(POLL) {
                 Ok(Some(batch)) => {
-                    heard = Instant::now();
-                    lagging = false;
                     self.health.leader_revision.fetch_max(batch.header_revision, Ordering::Relaxed);
                     if batch.canceled {
                         if batch.compact_revision > 0 {
@@ -421,31 +423,34 @@ impl Worker {
                         }
                         self.apply_waiting(&cluster);
                         let last = batch.events.iter().map(|e| e.mod_revision).max().unwrap_or(0);
-                        self.revision = self.revision.max(last);
+                        if last > self.revision {
+                            self.revision = last;
+                            heard = Instant::now();
+                            lagging = false;
+                        }
                         self.health.revision.store(self.revision, Ordering::Release);
                     }
                 }
-                Ok(None) => {
-                    if heard.elapsed() < self.timeout {
-                        continue;
+                Ok(None) => {}
+                Err(e) => return Ended::Failed(e.to_string()),
+            }
+            if heard.elapsed() < self.timeout {
+                continue;
+            }
+            heard = Instant::now();
+            let present = self.known.iter().map(|k| format!("{}{k}", self.prefix));
+            match self.client.count_newer(&self.prefix, self.revision, present) {
+                Ok((newer, rev)) => {
+                    self.health.connected.store(true, Ordering::Release);
+                    self.health.leader_revision.fetch_max(rev, Ordering::Relaxed);
+                    self.health.lag.store(newer, Ordering::Relaxed);
+                    if newer > 0 && lagging {
+                        return Ended::Failed(format!(
+                            "{}: the watch is {newer} record(s) behind and brings none",
+                            watch.endpoint()
+                        ));
                     }
-                    heard = Instant::now();
-                    let present = self.known.iter().map(|k| format!("{}{k}", self.prefix));
-                    match self.client.count_newer(&self.prefix, self.revision, present) {
-                        Ok((newer, rev)) => {
-                            self.health.connected.store(true, Ordering::Release);
-                            self.health.leader_revision.fetch_max(rev, Ordering::Relaxed);
-                            self.health.lag.store(newer, Ordering::Relaxed);
-                            if newer > 0 && lagging {
-                                return Ended::Failed(format!(
-                                    "{}: the watch is {newer} record(s) behind and silent",
-                                    watch.endpoint()
-                                ));
-                            }
-                            lagging = newer > 0;
-                        }
-                        Err(e) => return Ended::Failed(e.to_string()),
-                    }
+                    lagging = newer > 0;
                 }
                 Err(e) => return Ended::Failed(e.to_string()),
             }
