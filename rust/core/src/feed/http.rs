@@ -155,23 +155,21 @@ fn send(
     endpoint: &str,
     path: &str,
     body: &str,
-    timeout: Duration,
+    deadline: Instant,
 ) -> io::Result<(TcpStream, u16, Framing, Vec<u8>)> {
-    let started = Instant::now();
-    let addr = resolver.resolve(endpoint, timeout)?;
-    // The lookup and the connection share the call's bound.
-    let left = timeout.saturating_sub(started.elapsed()).max(Duration::from_millis(1));
-    let mut sock = TcpStream::connect_timeout(&addr, left)?;
+    // The lookup, the connection and the answer share the call's bound.
+    let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    let addr = resolver.resolve(endpoint, left())?;
+    let mut sock = TcpStream::connect_timeout(&addr, left())?;
     sock.set_nodelay(true)?;
-    sock.set_read_timeout(Some(timeout))?;
-    sock.set_write_timeout(Some(timeout))?;
+    sock.set_write_timeout(Some(left()))?;
     let request = format!(
         "POST {path} HTTP/1.1\r\nHost: {endpoint}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     sock.write_all(request.as_bytes())?;
     let mut buf = Vec::with_capacity(1024);
-    let head_end = read_head(&mut sock, &mut buf, Instant::now() + timeout, &mut HeadEnd::default())?;
+    let head_end = read_head(&mut Until { sock: &mut sock, deadline }, &mut buf, deadline, &mut HeadEnd::default())?;
     let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| invalid("response header is not UTF-8"))?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or("");
@@ -249,7 +247,8 @@ pub(crate) fn post(
     timeout: Duration,
 ) -> io::Result<Response> {
     let deadline = Instant::now() + timeout;
-    let (mut sock, status, framing, mut raw) = send(resolver, endpoint, path, body, timeout)?;
+    let (mut sock, status, framing, mut raw) = send(resolver, endpoint, path, body, deadline)?;
+    let mut sock = Until { sock: &mut sock, deadline };
     let mut body = Vec::new();
     match framing {
         Framing::Length(n) => {
@@ -296,6 +295,29 @@ pub(crate) fn post(
         },
     }
     Ok(Response { status, body })
+}
+
+/// A connection read no later than `deadline`: each read waits only for
+/// what is left of it. With the socket's own read timeout, a member sending
+/// a byte just before the deadline got a whole timeout more for each read.
+struct Until<'a> {
+    sock: &'a mut TcpStream,
+    deadline: Instant,
+}
+
+impl Read for Until<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "no answer within the call's timeout");
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        self.sock.set_read_timeout(Some(left))?;
+        match self.sock.read(out) {
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Err(timed_out()),
+            r => r,
+        }
+    }
 }
 
 /// Reads once; `Ok(0)` at the end of the stream.
@@ -462,10 +484,11 @@ impl MessageStream {
         body: &str,
         timeout: Duration,
     ) -> io::Result<MessageStream> {
-        let (sock, status, framing, raw) = send(resolver, endpoint, path, body, timeout)?;
+        let deadline = Instant::now() + timeout;
+        let (sock, status, framing, raw) = send(resolver, endpoint, path, body, deadline)?;
         let mut s = MessageStream { sock, framing, raw, body: Lines::default(), closed: false };
         if status != 200 {
-            let text = s.error_words(Instant::now() + timeout);
+            let text = s.error_words(deadline);
             return Err(io::Error::other(format!("HTTP {status}: {}", text.trim())));
         }
         Ok(s)
@@ -750,6 +773,50 @@ mod error_body_tests {
         let (e, took) = open_err(&ep, Duration::from_millis(500));
         assert!(e.to_string().starts_with("HTTP 503: xx"), "{e} (after {took:?})");
         assert!(took < Duration::from_millis(1500), "took {took:?}");
+    }
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A member that answers `first` at once and `late` 0.8 s later, then
+    /// holds the connection open and says nothing more.
+    fn stalling(first: &'static [u8], late: &'static [u8]) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let ep = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut req = [0u8; 4096];
+            let _ = s.read(&mut req);
+            let _ = s.write_all(first);
+            std::thread::sleep(Duration::from_millis(800));
+            let _ = s.write_all(late);
+            std::thread::sleep(Duration::from_secs(5));
+        });
+        ep
+    }
+
+    fn timed_post(ep: &str) -> (io::Error, Duration) {
+        let t = Instant::now();
+        let e = post(&Resolver::system(), ep, "/v3/kv/range", "{}", Duration::from_secs(1)).unwrap_err();
+        (e, t.elapsed())
+    }
+
+    /// A byte of the header just before the 1 s timeout, then nothing: the
+    /// call fails at its timeout, not a whole socket read timeout later.
+    #[test]
+    fn a_header_stalling_near_the_deadline_fails_at_the_timeout() {
+        let (e, took) = timed_post(&stalling(b"", b"H"));
+        assert!(took < Duration::from_millis(1400), "failed after {took:?}: {e}");
+    }
+
+    /// The same inside a body.
+    #[test]
+    fn a_body_stalling_near_the_deadline_fails_at_the_timeout() {
+        let (e, took) = timed_post(&stalling(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\na", b"b"));
+        assert!(took < Duration::from_millis(1400), "failed after {took:?}: {e}");
     }
 }
 
