@@ -423,7 +423,8 @@ pub(crate) struct MessageStream {
 #[derive(Default)]
 struct Lines {
     buf: Vec<u8>,
-    /// Where the next line starts (`buf` before it is taken).
+    /// Where the next line starts: the lines before it were taken, and
+    /// leave `buf` at the next search that finds none.
     start: usize,
     /// Bytes from `start` on known to hold no newline.
     clean: usize,
@@ -656,7 +657,7 @@ mod head_tests {
         let (mut buf, mut end) = (Vec::new(), HeadEnd::default());
         let deadline = Instant::now() + Duration::from_secs(600);
         let at = read_head(&mut Trickle(&answer), &mut buf, deadline, &mut end).unwrap();
-        assert_eq!(at, head_len - 2, "the blank line's first byte");
+        assert_eq!(at, head_len - 2, "where the block's \\r\\n\\r\\n starts");
         assert!(end.scanned <= 4 * answer.len(), "{} bytes looked at for a {head_len}-byte header", end.scanned);
     }
 }
