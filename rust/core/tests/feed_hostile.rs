@@ -1,7 +1,8 @@
 //! The feed subscriber against an etcd JSON gateway stand-in (no etcd): the
 //! order a full read applies records in, and answers no etcd member gives
-//! (oversized, trickling, impossible revisions). Each test failed before its
-//! fix (review of 2026-12-05).
+//! (oversized, trickling, impossible revisions, a stuck watch). Each test
+//! failed before its fix (reviews of 2026-12-05), but the one that says it
+//! is coverage.
 
 #[path = "support/gateway.rs"]
 mod gateway;
@@ -251,6 +252,7 @@ fn a_deletion_a_silent_watch_missed_is_found_by_the_silence_check() {
 /// largest revision etcd could have) is refused whole, as such a watch
 /// event is: applied, its revision would outrun every later record's. The
 /// subscriber reads again after its back-off and applies the next answer.
+/// Coverage: it passed the first time (the guard was there, untested).
 #[test]
 fn a_full_read_with_a_record_past_its_revision_is_refused_whole() {
     let bad = format!(
