@@ -504,7 +504,7 @@ def test_a_drain_that_ended_between_two_watch_rounds_lets_checked_out_connection
         "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1"
     )
     wait_until(lambda: c.node_state("RAC1") is ra.NodeState.DOWN, 5)
-    engine.pool._watch.round(engine.pool)  # the first round since the drain began
+    engine.pool._watch.round([engine.pool])  # the first round since the drain began
     assert holder.execute(sa.text("SELECT 1")).scalar() == 1  # not aborted
     holder.close()
     engine.dispose()
@@ -566,5 +566,80 @@ def test_an_engine_disposed_after_a_node_was_removed_keeps_working(pg, cluster_f
             with engine.connect() as conn:
                 seen.add(node_of_conn(pg, conn))
         assert seen == {"RAC1", "RAC2"}
+    finally:
+        engine.dispose()
+
+
+def _watches() -> set:
+    return {t for t in threading.enumerate() if t.name == "racaffinity-sqlalchemy-watch" and t.is_alive()}
+
+
+def _settle(cond, timeout: float = 2.0) -> None:
+    # Polls without failing: the assertion after it says what was seen.
+    deadline = time.monotonic() + timeout
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_engine_dispose_keeps_one_failover_watch_and_none_outlives_the_cluster(pg, cluster_factory):
+    # engine.dispose() replaces the pool (`recreate()`) and the new pool
+    # starts its own watch thread. The replaced pool's watch ended only
+    # once the cycle collector freed that pool (its node pools point back
+    # at it): a process that disposes often (after each fork, per test)
+    # ran one more thread each time. The collector is off here so that
+    # only the pools' own doing counts.
+    import gc
+
+    from racaffinity.sqlalchemy import WATCH_INTERVAL
+
+    before = _watches()
+    c = cluster_factory(nodes=NAMES)
+    gc.collect()
+    gc.disable()
+    try:
+        engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+        for _ in range(5):
+            for n in NAMES:  # a node pool each: what holds the pool in a cycle
+                with route(key=key_on(c, n)), engine.connect() as conn:
+                    conn.execute(PORT)
+            engine.dispose()
+        _settle(lambda: len(_watches() - before) <= 1, 10 * WATCH_INTERVAL)
+        assert len(_watches() - before) == 1, f"{len(_watches() - before)} watch threads for one engine"
+        engine.dispose()
+        c.close()
+        _settle(lambda: not (_watches() - before), 10 * WATCH_INTERVAL)
+        assert not (_watches() - before), f"{len(_watches() - before)} watch threads after the cluster closed"
+    finally:
+        gc.enable()
+
+
+def test_a_connection_of_a_disposed_engine_pool_is_still_aborted_on_a_hard_down(pg, cluster_factory):
+    # A connection checked out before engine.dispose() goes back to the
+    # replaced pool: a hard Down of its node must still abort it (fast
+    # failover), whichever watch looks after that pool now.
+    from conftest import fan_line
+
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    try:
+        with route(key=key_on(c, "RAC1")):
+            holder = engine.connect()
+        assert node_of_conn(pg, holder) == "RAC1"
+        engine.dispose()
+        c.apply_event(fan_line("RAC1", "down"))
+        aborted = {}
+
+        def probe() -> bool:
+            try:
+                holder.execute(PORT)
+                holder.rollback()
+                return False
+            except sa.exc.DBAPIError as e:
+                aborted["e"] = e
+                return True
+
+        _settle(probe, 2.0)
+        assert "e" in aborted, "the old pool's connection on RAC1 still answers after its hard Down"
+        holder.close()
     finally:
         engine.dispose()

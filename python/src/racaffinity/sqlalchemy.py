@@ -151,11 +151,16 @@ class _Retired(Exception):
 class _Watch:
     """Fast connection failover for a sync RoutingPool: a daemon thread
     that reads the node states every `WATCH_INTERVAL` and retires the pool
-    of a node gone Down (`RoutingPool._retire`). It ends with the pool (a
-    weak reference) or the cluster."""
+    of a node gone Down (`RoutingPool._retire`). It ends with its pools
+    (weak references) or the cluster. A pool that replaces another
+    (`recreate()`, an engine's dispose) takes over its watch's pools
+    (`adopt`): the replaced pool's checked-out connections still need
+    failover, and one thread per replacement would run until the cycle
+    collector freed the replaced pool."""
 
     def __init__(self, pool: "RoutingPool") -> None:
-        self._pool = weakref.ref(pool)
+        self._pools = [weakref.ref(pool)]
+        self._pools_lock = threading.Lock()  # `adopt` runs on another thread than `_run`
         self._halt = threading.Event()
         # The states at start: a Down before the first round is a change too.
         self._last: Dict[int, NodeState] = {n: pool._cluster.node_state(n) for n in pool._router._dsns}
@@ -164,27 +169,50 @@ class _Watch:
     def stop(self) -> None:
         self._halt.set()
 
+    def adopt(self, other: "_Watch") -> None:
+        """Stops `other` and watches its pools from now on."""
+        other.stop()
+        with other._pools_lock:
+            theirs = list(other._pools)
+            last = dict(other._last)
+        with self._pools_lock:
+            self._pools.extend(theirs)
+            # Its states are older: a Down since its last round is still a change.
+            for node, state in last.items():
+                if node in self._last:
+                    self._last[node] = state
+
+    def _live_pools(self) -> list:
+        with self._pools_lock:
+            pools = [p for p in (r() for r in self._pools) if p is not None]
+            self._pools = [weakref.ref(p) for p in pools]
+        return pools
+
     def _run(self) -> None:
         while not self._halt.wait(WATCH_INTERVAL):
-            pool = self._pool()
-            if pool is None or pool._cluster.closed:
+            pools = self._live_pools()
+            if not pools or pools[0]._cluster.closed:
                 return
             try:
-                self.round(pool)
+                self.round(pools)
             except Exception:  # a removed node, a closing cluster: log and go on
                 log.debug("racaffinity: sqlalchemy failover watch failed", exc_info=True)
-            del pool
+            del pools
 
-    def round(self, pool: "RoutingPool") -> None:
-        for node in list(pool._router._dsns):
-            state = pool._cluster.node_state(node)
-            before = self._last.get(node)
-            self._last[node] = state
+    def round(self, pools: list) -> None:
+        cluster = pools[0]._cluster
+        for node in list(pools[0]._router._dsns):
+            state = cluster.node_state(node)
+            with self._pools_lock:
+                before = self._last.get(node)
+                self._last[node] = state
             if state is NodeState.DOWN and before is not None and before is not NodeState.DOWN:
                 # The end of a planned drain lets borrowed connections finish;
                 # a failure (during a drain too) aborts them. The core tells
                 # which: this round may never have seen the node Draining.
-                pool._retire(node, hard=not pool._cluster.node_down_is_planned(node))
+                hard = not cluster.node_down_is_planned(node)
+                for pool in pools:
+                    pool._retire(node, hard=hard)
 
 
 class _Router(Base):
@@ -495,7 +523,7 @@ class RoutingPool(Pool):
         # Over the nodes the cluster has now: one removed since has no pool
         # to make (and would fail the new pool's construction).
         live = {n.name for n in self._cluster.nodes}
-        return RoutingPool(
+        new = RoutingPool(
             self._cluster,
             {name: url for name, url in self._urls.items() if name in live},
             is_async=self._is_asyncio,
@@ -510,6 +538,9 @@ class RoutingPool(Pool):
             _dispatch=self.dispatch,
             **self._args,
         )
+        if self._watch is not None and new._watch is not None:
+            new._watch.adopt(self._watch)
+        return new
 
     def dispose(self) -> None:
         # not the watch: an engine's dispose() keeps the engine usable
