@@ -109,6 +109,51 @@ def _key_on(c: ra.Cluster, name: str) -> int:
 
 
 
+
+def test_a_renewal_racing_the_upkeep_leaves_one_open_pool_per_node(make_pools, cluster_factory):
+    # A replay renews the pool of its node when that pool's last connect
+    # failed (`_renew_if_backing_off`, on the request's thread) while the
+    # upkeep may replace the same pool for a Down (apply_event's thread
+    # here). Each read the node's pool, made a successor and stored it:
+    # the later store dropped the other's successor, open and never
+    # closed (not even by close()), and a renewal stored last left a
+    # pool that keeps connections to the Down node.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    pools = make_pools(c, min_size=1, upkeep_interval=60.0)  # rounds from apply_event only
+    node = c.node_id("RAC1")
+    made = []
+    new_pool = pools._new_pool
+
+    def recording(*args):  # every pool made, to find one left open
+        pool = new_pool(*args)
+        made.append(pool)
+        return pool
+
+    pools._new_pool = recording
+    wrong = []
+    for i in range(12):
+        # What a failed connect leaves, which a replay's renewal acts on.
+        pools._by_id[node]._racaffinity_connects.last_failed = True
+        go = threading.Barrier(2)
+        renew = threading.Thread(target=lambda: (go.wait(), pools._renew_if_backing_off(node)))
+        down = threading.Thread(target=lambda: (go.wait(), pools.apply_event(fan_line("RAC1", "down"))))
+        for t in (renew, down):
+            t.start()
+        for t in (renew, down):
+            t.join()
+        if not pools._by_id[node]._racaffinity_draining:
+            wrong.append(i)
+        pools.apply_event(fan_line("RAC1", "up"))
+    current = [p for _n, p in pools.items()]
+    pools.close()
+    leaked = [p.name for p in made if not p.closed]
+    assert not leaked and not wrong, (
+        f"{len(leaked)} of {len(made)} pools left open after close(); "
+        f"rounds {wrong} kept a pool with min_size for the Down node"
+    )
+    assert all(p.closed for p in current)
+
+
 def test_heartbeat_stops_on_close(make_pools, cluster_factory):
     c = cluster_factory("heartbeat.interval = 50ms", nodes=NAMES)
     pools = make_pools(c, heartbeat=True)

@@ -776,6 +776,11 @@ class AsyncNodePools(Base):
         # finish their requests: a failure before the node is Up again
         # aborts those too (they are on the failed node).
         self._drained: Dict[int, List[Any]] = {}
+        # Held while a node's pool is read and replaced (a drain, a Down, an
+        # Up, a replay's renewal) and while close() begins: the upkeep and a
+        # request's thread (or task) each replaced the pool they had read,
+        # and the later store dropped the other's successor, left open.
+        self._replace_lock = ALock()
         if not upkeep_interval > 0:
             raise ValueError("upkeep_interval must be > 0")
         if partition_map_reload is not None and not partition_map_reload > 0:
@@ -859,16 +864,17 @@ class AsyncNodePools(Base):
         returned (the pool is retired: psycopg_pool closes a connection put
         back into a closed pool), and its successor keeps no idle connection
         while the node drains."""
-        pool = self._by_id[node]
-        if pool is None or self._closed:
-            return
-        if pool._racaffinity_draining and pool.get_stats().get("pool_available", 0) == 0:
-            return
-        successor = self._new_pool(node, 0, True)
-        await successor.open(wait=False)
-        self._by_id[node] = successor
-        self._drained.setdefault(node, []).append(pool)
-        await self._retire(pool)
+        async with self._replace_lock:
+            pool = self._by_id[node]
+            if pool is None or self._closed:
+                return
+            if pool._racaffinity_draining and pool.get_stats().get("pool_available", 0) == 0:
+                return
+            successor = self._new_pool(node, 0, True)
+            await successor.open(wait=False)
+            self._by_id[node] = successor
+            self._drained.setdefault(node, []).append(pool)
+            await self._retire(pool)
 
     async def _down_node(self, node: int, hard: bool) -> None:
         """A node gone Down (FAN, operator, heartbeat, ejection): its pool is
@@ -877,20 +883,21 @@ class AsyncNodePools(Base):
         until the node is Up), and on a hard Down (not the end of a planned
         drain) its borrowed connections are aborted: their next call fails
         at once instead of waiting on a dead or hung node."""
-        pool = self._by_id[node]
-        if pool is None or self._closed:
-            return
-        successor = self._new_pool(node, 0, True)
-        successor._racaffinity_connects.node_failed_at = time.monotonic()
-        await successor.open(wait=False)
-        self._by_id[node] = successor
-        drained = self._drained.pop(node, [])
-        if hard:
-            for p in [pool, *drained]:
-                for conn in list(p._racaffinity_conns):
-                    if conn._racaffinity_borrowed or conn._racaffinity_checking:
-                        shut_down(conn)
-        await self._retire(pool)
+        async with self._replace_lock:
+            pool = self._by_id[node]
+            if pool is None or self._closed:
+                return
+            successor = self._new_pool(node, 0, True)
+            successor._racaffinity_connects.node_failed_at = time.monotonic()
+            await successor.open(wait=False)
+            self._by_id[node] = successor
+            drained = self._drained.pop(node, [])
+            if hard:
+                for p in [pool, *drained]:
+                    for conn in list(p._racaffinity_conns):
+                        if conn._racaffinity_borrowed or conn._racaffinity_checking:
+                            shut_down(conn)
+            await self._retire(pool)
 
     async def _retire(self, pool: Any) -> None:
         """Retires a node's old pool: it takes no new waiter from now on,
@@ -916,25 +923,27 @@ class AsyncNodePools(Base):
         Down) would wait that out and time out though the node is back. A
         fresh pool connects at once; the old one retires as for a Down
         (its connections, of a node that failed, close)."""
-        pool = self._by_id[node]
-        if pool is None or self._closed or pool._racaffinity_draining:
-            return
-        if not pool._racaffinity_connects.last_failed:
-            return
-        successor = self._new_pool(node, self._pool_args[0], False)
-        successor._racaffinity_connects.node_failed_at = time.monotonic()
-        await successor.open(wait=False)
-        self._by_id[node] = successor
-        await self._retire(pool)
+        async with self._replace_lock:
+            pool = self._by_id[node]
+            if pool is None or self._closed or pool._racaffinity_draining:
+                return
+            if not pool._racaffinity_connects.last_failed:
+                return
+            successor = self._new_pool(node, self._pool_args[0], False)
+            successor._racaffinity_connects.node_failed_at = time.monotonic()
+            await successor.open(wait=False)
+            self._by_id[node] = successor
+            await self._retire(pool)
 
     async def _undrain_node(self, node: int) -> None:
         """The node is Up again: its pool grows back to `min_size`."""
-        pool = self._by_id[node]
-        min_size, max_size = self._pool_args[0], self._pool_args[1]
-        self._drained.pop(node, None)
-        if pool is not None and getattr(pool, "_racaffinity_draining", False) and not self._closed:
-            await pool.resize(min_size, pool.max_size if max_size is None else max_size)
-            pool._racaffinity_draining = False
+        async with self._replace_lock:
+            pool = self._by_id[node]
+            min_size, max_size = self._pool_args[0], self._pool_args[1]
+            self._drained.pop(node, None)
+            if pool is not None and getattr(pool, "_racaffinity_draining", False) and not self._closed:
+                await pool.resize(min_size, pool.max_size if max_size is None else max_size)
+                pool._racaffinity_draining = False
 
     async def apply_event(self, line: Union[str, bytes]) -> int:
         """`cluster.apply_event(line)`, then pool upkeep at once: a planned
@@ -1022,7 +1031,10 @@ class AsyncNodePools(Base):
         same. Idempotent."""
         if self._closed:
             return
-        self._closed = True
+        async with self._replace_lock:
+            # A replacement under way stores its pool before this (closed
+            # below) or, after it, sees `_closed` and makes none.
+            self._closed = True
         if self._heartbeat is not None:
             await self._heartbeat.stop()
         if self._upkeep is not None:

@@ -641,6 +641,7 @@ class NodePools(Base):
         self._opened = False
         self._retiring: List[Any] = []
         self._drained: Dict[int, List[Any]] = {}
+        self._replace_lock = Lock()
         if not upkeep_interval > 0:
             raise ValueError('upkeep_interval must be > 0')
         if partition_map_reload is not None and (not partition_map_reload > 0):
@@ -703,16 +704,17 @@ class NodePools(Base):
         returned (the pool is retired: psycopg_pool closes a connection put
         back into a closed pool), and its successor keeps no idle connection
         while the node drains."""
-        pool = self._by_id[node]
-        if pool is None or self._closed:
-            return
-        if pool._racaffinity_draining and pool.get_stats().get('pool_available', 0) == 0:
-            return
-        successor = self._new_pool(node, 0, True)
-        successor.open(wait=False)
-        self._by_id[node] = successor
-        self._drained.setdefault(node, []).append(pool)
-        self._retire(pool)
+        with self._replace_lock:
+            pool = self._by_id[node]
+            if pool is None or self._closed:
+                return
+            if pool._racaffinity_draining and pool.get_stats().get('pool_available', 0) == 0:
+                return
+            successor = self._new_pool(node, 0, True)
+            successor.open(wait=False)
+            self._by_id[node] = successor
+            self._drained.setdefault(node, []).append(pool)
+            self._retire(pool)
 
     def _down_node(self, node: int, hard: bool) -> None:
         """A node gone Down (FAN, operator, heartbeat, ejection): its pool is
@@ -721,20 +723,21 @@ class NodePools(Base):
         until the node is Up), and on a hard Down (not the end of a planned
         drain) its borrowed connections are aborted: their next call fails
         at once instead of waiting on a dead or hung node."""
-        pool = self._by_id[node]
-        if pool is None or self._closed:
-            return
-        successor = self._new_pool(node, 0, True)
-        successor._racaffinity_connects.node_failed_at = time.monotonic()
-        successor.open(wait=False)
-        self._by_id[node] = successor
-        drained = self._drained.pop(node, [])
-        if hard:
-            for p in [pool, *drained]:
-                for conn in list(p._racaffinity_conns):
-                    if conn._racaffinity_borrowed or conn._racaffinity_checking:
-                        shut_down(conn)
-        self._retire(pool)
+        with self._replace_lock:
+            pool = self._by_id[node]
+            if pool is None or self._closed:
+                return
+            successor = self._new_pool(node, 0, True)
+            successor._racaffinity_connects.node_failed_at = time.monotonic()
+            successor.open(wait=False)
+            self._by_id[node] = successor
+            drained = self._drained.pop(node, [])
+            if hard:
+                for p in [pool, *drained]:
+                    for conn in list(p._racaffinity_conns):
+                        if conn._racaffinity_borrowed or conn._racaffinity_checking:
+                            shut_down(conn)
+            self._retire(pool)
 
     def _retire(self, pool: Any) -> None:
         """Retires a node's old pool: it takes no new waiter from now on,
@@ -758,25 +761,27 @@ class NodePools(Base):
         Down) would wait that out and time out though the node is back. A
         fresh pool connects at once; the old one retires as for a Down
         (its connections, of a node that failed, close)."""
-        pool = self._by_id[node]
-        if pool is None or self._closed or pool._racaffinity_draining:
-            return
-        if not pool._racaffinity_connects.last_failed:
-            return
-        successor = self._new_pool(node, self._pool_args[0], False)
-        successor._racaffinity_connects.node_failed_at = time.monotonic()
-        successor.open(wait=False)
-        self._by_id[node] = successor
-        self._retire(pool)
+        with self._replace_lock:
+            pool = self._by_id[node]
+            if pool is None or self._closed or pool._racaffinity_draining:
+                return
+            if not pool._racaffinity_connects.last_failed:
+                return
+            successor = self._new_pool(node, self._pool_args[0], False)
+            successor._racaffinity_connects.node_failed_at = time.monotonic()
+            successor.open(wait=False)
+            self._by_id[node] = successor
+            self._retire(pool)
 
     def _undrain_node(self, node: int) -> None:
         """The node is Up again: its pool grows back to `min_size`."""
-        pool = self._by_id[node]
-        min_size, max_size = (self._pool_args[0], self._pool_args[1])
-        self._drained.pop(node, None)
-        if pool is not None and getattr(pool, '_racaffinity_draining', False) and (not self._closed):
-            pool.resize(min_size, pool.max_size if max_size is None else max_size)
-            pool._racaffinity_draining = False
+        with self._replace_lock:
+            pool = self._by_id[node]
+            min_size, max_size = (self._pool_args[0], self._pool_args[1])
+            self._drained.pop(node, None)
+            if pool is not None and getattr(pool, '_racaffinity_draining', False) and (not self._closed):
+                pool.resize(min_size, pool.max_size if max_size is None else max_size)
+                pool._racaffinity_draining = False
 
     def apply_event(self, line: Union[str, bytes]) -> int:
         """`cluster.apply_event(line)`, then pool upkeep at once: a planned
@@ -850,7 +855,8 @@ class NodePools(Base):
         same. Idempotent."""
         if self._closed:
             return
-        self._closed = True
+        with self._replace_lock:
+            self._closed = True
         if self._heartbeat is not None:
             self._heartbeat.stop()
         if self._upkeep is not None:
