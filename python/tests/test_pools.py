@@ -105,6 +105,47 @@ def _key_on(c: ra.Cluster, name: str) -> int:
     return next(k for k in range(10_000) if c.route_key(k).name == name)
 
 
+def test_threaded_balanced_borrows_each_go_where_the_core_picked(make_pools, cluster_factory):
+    # A balanced borrow hands its lease buffer to the core, which writes
+    # the node it picks into it. Many threads share a few reused buffers
+    # (`_lease_bufs`): a borrow that gave its buffer back before reading the
+    # pick could read another thread's, and go to that node; its own pick
+    # was never served, and balancing (counted by picks) drifted from the
+    # connections actually made. Each node's picks must be its borrows.
+    import sys
+
+    c = cluster_factory("policy = round_robin\nthread.auto_pin = false", nodes=NAMES)
+    pools = make_pools(c, min_size=2, max_size=8)
+    assert pools._balanced_host  # the path under test: host-begun balanced leases
+    start = threading.Barrier(8)
+    errors = []
+
+    def worker():
+        try:
+            start.wait()
+            for _ in range(400):
+                with pools.connection():
+                    pass
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython will
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    nodes = c.metrics()["nodes"]
+    picks = {n["name"]: n["picks"] for n in nodes}
+    served = {n["name"]: n["successes"] for n in nodes}
+    assert sum(served.values()) == 8 * 400
+    assert served == picks, f"borrows per node {served} != the core's picks {picks}"
+
 
 
 
