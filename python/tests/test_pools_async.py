@@ -438,6 +438,77 @@ async def test_a_drain_that_ended_between_two_upkeep_rounds_lets_borrowed_connec
         await held.execute("SELECT 1")  # not aborted
         await holder.__aexit__(None, None, None)
         assert await port(pools) != pg.port["RAC1"], "new work goes elsewhere"
+async def test_a_drain_undone_closes_its_retired_pool_once_its_connection_returns(pg, cluster_factory):
+    # RAC1 drains while a connection is borrowed from its pool, then is Up
+    # again before the drain ends. The drain's retired pool must not
+    # outlive that connection: returned, it closes (not pooled again), and
+    # the node keeps the successor's connections only.
+    app = f"{APP}-{AsyncNodePools.__name__}-undrain"  # its own: the sync twin's count is apart
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, connect_kwargs={"application_name": app}, upkeep_interval=0.05)
+    async with pools:
+        holder = pools.connection(key=key_on(c, "RAC1"))
+        held = await holder.__aenter__()
+        retired = pools.node_pool("RAC1")
+        c.set_node_state("RAC1", "draining")
+        await wait_until_async(lambda: pools.node_pool("RAC1")._racaffinity_draining, 2)
+        c.set_node_state("RAC1", "up")
+        await wait_until_async(lambda: not pools.node_pool("RAC1")._racaffinity_draining, 2)
+        assert pools.node_pool("RAC1") is not retired
+        assert await aport_of(held) == pg.port["RAC1"]  # the drain let it finish
+        await holder.__aexit__(None, None, None)
+        assert held.closed and retired.closed
+        await wait_until_async(lambda: server_conns(pg, "RAC1", app) == 1, 5)  # the successor's min_size
+
+
+@pytest.mark.asyncio
+async def test_a_hard_down_after_a_drain_was_undone_aborts_the_drained_pools_borrowed_connection(pg, cluster_factory):
+    # A connection borrowed before a drain that was undone (Up again) is
+    # still on the node: a hard Down of the node later must abort it as it
+    # aborts the current pool's. The Up forgot the drain's retired pools,
+    # and their connections in use then hung on the failed node.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=0.05)
+    async with pools:
+        holder = pools.connection(key=key_on(c, "RAC1"))
+        held = await holder.__aenter__()
+        c.set_node_state("RAC1", "draining")
+        await wait_until_async(lambda: pools.node_pool("RAC1")._racaffinity_draining, 2)
+        c.set_node_state("RAC1", "up")
+        await wait_until_async(lambda: not pools.node_pool("RAC1")._racaffinity_draining, 2)
+        c.set_node_state("RAC1", "down")  # from Up: a hard Down
+        await asyncio.sleep(0.3)  # several upkeep rounds
+        with pytest.raises(psycopg.OperationalError) as info:
+            await held.execute("SELECT 1")  # the node is alive: only an abort ends it
+        await holder.__aexit__(type(info.value), info.value, None)
+
+
+@pytest.mark.asyncio
+async def test_a_hard_down_after_a_drains_end_and_an_up_aborts_a_connection_borrowed_before_the_drain(
+    pg, cluster_factory
+):
+    # The drain's end (Down) lets a connection in use finish; the node is
+    # Up again and later fails while that connection is still in use: it
+    # is on the node, so the hard Down aborts it. The drain's end forgot
+    # the retired pools, and the connection hung on the failed node.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=0.05)
+    async with pools:
+        holder = pools.connection(key=key_on(c, "RAC1"))
+        held = await holder.__aenter__()
+        c.set_node_state("RAC1", "draining")
+        await wait_until_async(lambda: pools.node_pool("RAC1")._racaffinity_draining, 2)
+        retired = pools.node_pool("RAC1")
+        c.set_node_state("RAC1", "down")  # the drain's end
+        await wait_until_async(lambda: pools.node_pool("RAC1") is not retired, 2)
+        assert await aport_of(held) == pg.port["RAC1"]  # it finishes its request
+        c.set_node_state("RAC1", "up")
+        await wait_until_async(lambda: not pools.node_pool("RAC1")._racaffinity_draining, 2)
+        c.set_node_state("RAC1", "down")  # from Up: a hard Down
+        await asyncio.sleep(0.3)  # several upkeep rounds
+        with pytest.raises(psycopg.OperationalError) as info:
+            await held.execute("SELECT 1")  # the node is alive: only an abort ends it
+        await holder.__aexit__(type(info.value), info.value, None)
 
 
 @pytest.mark.asyncio

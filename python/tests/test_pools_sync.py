@@ -359,6 +359,60 @@ def test_a_drain_that_ended_between_two_upkeep_rounds_lets_borrowed_connections_
         holder.__exit__(None, None, None)
         assert port(pools) != pg.port['RAC1'], 'new work goes elsewhere'
 
+def test_a_drain_undone_closes_its_retired_pool_once_its_connection_returns(pg, cluster_factory):
+    app = f'{APP}-{NodePools.__name__}-undrain'
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, connect_kwargs={'application_name': app}, upkeep_interval=0.05)
+    with pools:
+        holder = pools.connection(key=key_on(c, 'RAC1'))
+        held = holder.__enter__()
+        retired = pools.node_pool('RAC1')
+        c.set_node_state('RAC1', 'draining')
+        wait_until(lambda: pools.node_pool('RAC1')._racaffinity_draining, 2)
+        c.set_node_state('RAC1', 'up')
+        wait_until(lambda: not pools.node_pool('RAC1')._racaffinity_draining, 2)
+        assert pools.node_pool('RAC1') is not retired
+        assert port_of(held) == pg.port['RAC1']
+        holder.__exit__(None, None, None)
+        assert held.closed and retired.closed
+        wait_until(lambda: server_conns(pg, 'RAC1', app) == 1, 5)
+
+def test_a_hard_down_after_a_drain_was_undone_aborts_the_drained_pools_borrowed_connection(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=0.05)
+    with pools:
+        holder = pools.connection(key=key_on(c, 'RAC1'))
+        held = holder.__enter__()
+        c.set_node_state('RAC1', 'draining')
+        wait_until(lambda: pools.node_pool('RAC1')._racaffinity_draining, 2)
+        c.set_node_state('RAC1', 'up')
+        wait_until(lambda: not pools.node_pool('RAC1')._racaffinity_draining, 2)
+        c.set_node_state('RAC1', 'down')
+        time.sleep(0.3)
+        with pytest.raises(psycopg.OperationalError) as info:
+            held.execute('SELECT 1')
+        holder.__exit__(type(info.value), info.value, None)
+
+def test_a_hard_down_after_a_drains_end_and_an_up_aborts_a_connection_borrowed_before_the_drain(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=0.05)
+    with pools:
+        holder = pools.connection(key=key_on(c, 'RAC1'))
+        held = holder.__enter__()
+        c.set_node_state('RAC1', 'draining')
+        wait_until(lambda: pools.node_pool('RAC1')._racaffinity_draining, 2)
+        retired = pools.node_pool('RAC1')
+        c.set_node_state('RAC1', 'down')
+        wait_until(lambda: pools.node_pool('RAC1') is not retired, 2)
+        assert port_of(held) == pg.port['RAC1']
+        c.set_node_state('RAC1', 'up')
+        wait_until(lambda: not pools.node_pool('RAC1')._racaffinity_draining, 2)
+        c.set_node_state('RAC1', 'down')
+        time.sleep(0.3)
+        with pytest.raises(psycopg.OperationalError) as info:
+            held.execute('SELECT 1')
+        holder.__exit__(type(info.value), info.value, None)
+
 def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
     c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
     dsns = dict(pg.dsn, RAC1=proxies['RAC1'].dsn(pg.dsn['RAC1']))

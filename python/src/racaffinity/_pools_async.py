@@ -773,8 +773,9 @@ class AsyncNodePools(Base):
         # The closes of retired pools still running (`_retire`).
         self._retiring: List[Any] = []
         # Node -> the pools its drains retired, whose connections in use
-        # finish their requests: a failure before the node is Up again
-        # aborts those too (they are on the failed node).
+        # finish their requests: a hard Down of the node aborts those too
+        # (they are on the failed node), also after the node was Up again
+        # while they were in use.
         self._drained: Dict[int, List[Any]] = {}
         # Held while a node's pool is read and replaced (a drain, a Down, an
         # Up, a replay's renewal) and while close() begins: the upkeep and a
@@ -873,7 +874,7 @@ class AsyncNodePools(Base):
             successor = self._new_pool(node, 0, True)
             await successor.open(wait=False)
             self._by_id[node] = successor
-            self._drained.setdefault(node, []).append(pool)
+            self._drained[node] = [*_in_use(self._drained.get(node, ())), pool]
             await self._retire(pool)
 
     async def _down_node(self, node: int, hard: bool) -> None:
@@ -897,6 +898,12 @@ class AsyncNodePools(Base):
                     for conn in list(p._racaffinity_conns):
                         if conn._racaffinity_borrowed or conn._racaffinity_checking:
                             shut_down(conn)
+            else:
+                # The drain's end: its connections in use finish, on the
+                # node, which a hard Down after it is Up again aborts.
+                in_use = _in_use([pool, *drained])
+                if in_use:
+                    self._drained[node] = in_use
             await self._retire(pool)
 
     async def _retire(self, pool: Any) -> None:
@@ -940,7 +947,11 @@ class AsyncNodePools(Base):
         async with self._replace_lock:
             pool = self._by_id[node]
             min_size, max_size = self._pool_args[0], self._pool_args[1]
-            self._drained.pop(node, None)
+            # Those of the drain's retired pools with a connection in use
+            # stay known: it is on the node, and a hard Down later aborts it.
+            drained = _in_use(self._drained.pop(node, ()))
+            if drained:
+                self._drained[node] = drained
             if pool is not None and getattr(pool, "_racaffinity_draining", False) and not self._closed:
                 await pool.resize(min_size, pool.max_size if max_size is None else max_size)
                 pool._racaffinity_draining = False
@@ -1094,6 +1105,15 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
             raise
         finally:
             conn._racaffinity_checking = False
+
+
+def _in_use(pools: Any) -> List[Any]:
+    """The retired `pools` with a connection borrowed, or under its checkout
+    check, now."""
+    return [
+        p for p in pools
+        if any(conn._racaffinity_borrowed or conn._racaffinity_checking for conn in list(p._racaffinity_conns))
+    ]
 
 
 # How long the close of a retired pool waits for each of its workers

@@ -713,7 +713,7 @@ class NodePools(Base):
             successor = self._new_pool(node, 0, True)
             successor.open(wait=False)
             self._by_id[node] = successor
-            self._drained.setdefault(node, []).append(pool)
+            self._drained[node] = [*_in_use(self._drained.get(node, ())), pool]
             self._retire(pool)
 
     def _down_node(self, node: int, hard: bool) -> None:
@@ -737,6 +737,10 @@ class NodePools(Base):
                     for conn in list(p._racaffinity_conns):
                         if conn._racaffinity_borrowed or conn._racaffinity_checking:
                             shut_down(conn)
+            else:
+                in_use = _in_use([pool, *drained])
+                if in_use:
+                    self._drained[node] = in_use
             self._retire(pool)
 
     def _retire(self, pool: Any) -> None:
@@ -778,7 +782,9 @@ class NodePools(Base):
         with self._replace_lock:
             pool = self._by_id[node]
             min_size, max_size = (self._pool_args[0], self._pool_args[1])
-            self._drained.pop(node, None)
+            drained = _in_use(self._drained.pop(node, ()))
+            if drained:
+                self._drained[node] = drained
             if pool is not None and getattr(pool, '_racaffinity_draining', False) and (not self._closed):
                 pool.resize(min_size, pool.max_size if max_size is None else max_size)
                 pool._racaffinity_draining = False
@@ -911,6 +917,11 @@ class _NodePool(psycopg_pool.ConnectionPool):
             raise
         finally:
             conn._racaffinity_checking = False
+
+def _in_use(pools: Any) -> List[Any]:
+    """The retired `pools` with a connection borrowed, or under its checkout
+    check, now."""
+    return [p for p in pools if any((conn._racaffinity_borrowed or conn._racaffinity_checking for conn in list(p._racaffinity_conns)))]
 RETIRE_TIMEOUT = 1.0
 
 def _close_retired(pool: Any) -> None:
