@@ -643,3 +643,32 @@ def test_a_connection_of_a_disposed_engine_pool_is_still_aborted_on_a_hard_down(
         holder.close()
     finally:
         engine.dispose()
+
+
+def test_a_forked_childs_dispose_leaves_the_parents_connections_alone(pg, cluster_factory):
+    # SQLAlchemy's way for a forked child: engine.dispose(close=False), a
+    # new pool that leaves the parent's (copied) pool alone. Its sockets
+    # are the parent's: a Down seen in the child must not shut down the
+    # parent's checked-out connection through that copy.
+    import os
+
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    try:
+        with route(key=key_on(c, "RAC1")):
+            holder = engine.connect()
+        assert node_of_conn(pg, holder) == "RAC1"
+        holder.rollback()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                engine.dispose(close=False)
+                c.set_node_state("RAC1", "down")
+                time.sleep(0.6)  # the child's watch: three rounds
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        assert node_of_conn(pg, holder) == "RAC1"  # not aborted by the child
+        holder.close()
+    finally:
+        engine.dispose()

@@ -162,6 +162,7 @@ class _Watch:
         self._pools = [weakref.ref(pool)]
         self._pools_lock = threading.Lock()  # `adopt` runs on another thread than `_run`
         self._halt = threading.Event()
+        self._pid = os.getpid()
         # The states at start: a Down before the first round is a change too.
         self._last: Dict[int, NodeState] = {n: pool._cluster.node_state(n) for n in pool._router._dsns}
         threading.Thread(target=self._run, name="racaffinity-sqlalchemy-watch", daemon=True).start()
@@ -170,8 +171,13 @@ class _Watch:
         self._halt.set()
 
     def adopt(self, other: "_Watch") -> None:
-        """Stops `other` and watches its pools from now on."""
+        """Stops `other` and watches its pools from now on, unless `other`
+        is a forked parent's copy: those pools' sockets are the parent's
+        (SQLAlchemy's `dispose(close=False)` in a child leaves them alone),
+        and its lock may have been held by a thread the fork did not copy."""
         other.stop()
+        if other._pid != os.getpid():
+            return
         with other._pools_lock:
             theirs = list(other._pools)
             last = dict(other._last)
