@@ -106,13 +106,27 @@ def _key_on(c: ra.Cluster, name: str) -> int:
 
 
 def test_threaded_balanced_borrows_each_go_where_the_core_picked(make_pools, cluster_factory):
-    # A balanced borrow hands its lease buffer to the core, which writes
-    # the node it picks into it. Many threads share a few reused buffers
-    # (`_lease_bufs`): a borrow that gave its buffer back before reading the
-    # pick could read another thread's, and go to that node; its own pick
-    # was never served, and balancing (counted by picks) drifted from the
-    # connections actually made. Each node's picks must be its borrows.
+    # A balanced borrow hands a lease buffer to the core, which writes the
+    # node it picks into it. Threads share a few reused buffers
+    # (`_lease_bufs`): a borrow that gave its buffer back before reading
+    # the pick read another thread's when it was switched out in between,
+    # and went to that node; its own pick was never served, and balancing
+    # (counted by picks) drifted from the connections made. A trace
+    # function that yields at each line of the borrow (as a tracer such as
+    # coverage's makes switches possible there) makes that switch likely.
     import sys
+
+    from racaffinity._pools_sync import _Connection
+
+    borrow = _Connection.__enter__.__code__
+
+    def yielding(frame, event, arg):
+        if event == "line":
+            time.sleep(0)
+        return yielding
+
+    def tracer(frame, event, arg):
+        return yielding if frame.f_code is borrow else None
 
     c = cluster_factory("policy = round_robin\nthread.auto_pin = false", nodes=NAMES)
     pools = make_pools(c, min_size=2, max_size=8)
@@ -121,29 +135,27 @@ def test_threaded_balanced_borrows_each_go_where_the_core_picked(make_pools, clu
     errors = []
 
     def worker():
+        sys.settrace(tracer)
         try:
             start.wait()
-            for _ in range(400):
+            for _ in range(300):
                 with pools.connection():
                     pass
-        except Exception as e:  # pragma: no cover - reported below
+        except Exception as e:
             errors.append(repr(e))
+        finally:
+            sys.settrace(None)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as CPython will
-    try:
-        threads = [threading.Thread(target=worker) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     assert not errors, errors
     nodes = c.metrics()["nodes"]
     picks = {n["name"]: n["picks"] for n in nodes}
     served = {n["name"]: n["successes"] for n in nodes}
-    assert sum(served.values()) == 8 * 400
+    assert sum(served.values()) == 8 * 300
     assert served == picks, f"borrows per node {served} != the core's picks {picks}"
 
 

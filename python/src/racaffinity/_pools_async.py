@@ -246,8 +246,10 @@ class _AsyncConnection(PoolHostLease):
                         bufs.append(buf)
                         pools.cluster._raise(rc)
                     if not buf.token:  # the library leased nothing: Python begins the lease
-                        bufs.append(buf)
+                        # Read before the buffer goes back: another thread's
+                        # borrow may pop it and pick into it at once.
                         node = buf.node
+                        bufs.append(buf)
                         try:
                             pool = pools._by_id[node]
                         except IndexError:

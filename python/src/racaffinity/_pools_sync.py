@@ -198,8 +198,8 @@ class _Connection(PoolHostLease):
                         bufs.append(buf)
                         pools.cluster._raise(rc)
                     if not buf.token:
-                        bufs.append(buf)
                         node = buf.node
+                        bufs.append(buf)
                         try:
                             pool = pools._by_id[node]
                         except IndexError:
