@@ -159,10 +159,6 @@ def test_threaded_balanced_borrows_each_go_where_the_core_picked(make_pools, clu
     assert served == picks, f"borrows per node {served} != the core's picks {picks}"
 
 
-
-
-
-
 def test_a_renewal_racing_the_upkeep_leaves_one_open_pool_per_node(make_pools, cluster_factory):
     # A replay renews the pool of its node when that pool's last connect
     # failed (`_renew_if_backing_off`, on the request's thread) while the
