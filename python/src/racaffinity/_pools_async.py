@@ -1109,7 +1109,7 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
             conn._racaffinity_checking = False
 
 
-def _in_use(pools: Any) -> List[Any]:
+def _in_use(pools: abc.Iterable[Any]) -> List[Any]:
     """The retired `pools` with a connection borrowed, or under its checkout
     check, now."""
     return [

@@ -918,7 +918,7 @@ class _NodePool(psycopg_pool.ConnectionPool):
         finally:
             conn._racaffinity_checking = False
 
-def _in_use(pools: Any) -> List[Any]:
+def _in_use(pools: abc.Iterable[Any]) -> List[Any]:
     """The retired `pools` with a connection borrowed, or under its checkout
     check, now."""
     return [p for p in pools if any((conn._racaffinity_borrowed or conn._racaffinity_checking for conn in list(p._racaffinity_conns)))]

@@ -45,7 +45,7 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ._extras import require
 
@@ -159,7 +159,7 @@ class _Watch:
     collector freed the replaced pool."""
 
     def __init__(self, pool: "RoutingPool") -> None:
-        self._pools = [weakref.ref(pool)]
+        self._pools: List["weakref.ref[RoutingPool]"] = [weakref.ref(pool)]
         self._pools_lock = threading.Lock()  # `adopt` runs on another thread than `_run`
         self._halt = threading.Event()
         self._pid = os.getpid()
@@ -188,7 +188,7 @@ class _Watch:
                 if node in self._last:
                     self._last[node] = state
 
-    def _live_pools(self) -> list:
+    def _live_pools(self) -> List["RoutingPool"]:
         with self._pools_lock:
             pools = [p for p in (r() for r in self._pools) if p is not None]
             self._pools = [weakref.ref(p) for p in pools]
@@ -205,7 +205,7 @@ class _Watch:
                 log.debug("racaffinity: sqlalchemy failover watch failed", exc_info=True)
             del pools
 
-    def round(self, pools: list) -> None:
+    def round(self, pools: List["RoutingPool"]) -> None:
         cluster = pools[0]._cluster
         for node in list(pools[0]._router._dsns):
             state = cluster.node_state(node)
