@@ -438,6 +438,9 @@ async def test_a_drain_that_ended_between_two_upkeep_rounds_lets_borrowed_connec
         await held.execute("SELECT 1")  # not aborted
         await holder.__aexit__(None, None, None)
         assert await port(pools) != pg.port["RAC1"], "new work goes elsewhere"
+
+
+@pytest.mark.asyncio
 async def test_a_drain_undone_closes_its_retired_pool_once_its_connection_returns(pg, cluster_factory):
     # RAC1 drains while a connection is borrowed from its pool, then is Up
     # again before the drain ends. The drain's retired pool must not
