@@ -419,6 +419,31 @@ async def test_a_failure_during_a_drain_aborts_borrowed_connections(pg, cluster_
 
 
 @pytest.mark.asyncio
+async def test_a_failure_after_a_drain_ended_aborts_the_connections_still_finishing(pg, cluster_factory):
+    # The drain's end let the connection in use finish; the node then fails
+    # (a FAN failure: the instance was shut down abort, or crashed) and the
+    # connection, which would hang on a blackholed node, is aborted as at
+    # any hard Down. Before, a Down that stayed Down was never looked at again.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=0.05)
+    async with pools:
+        holder = pools.connection(key=key_on(c, "RAC1"))
+        held = await holder.__aenter__()
+        assert await aport_of(held) == pg.port["RAC1"]
+        c.apply_event(
+            "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1"
+        )
+        await wait_until_async(lambda: c.node_state("RAC1") is ra.NodeState.DOWN, 5)
+        await asyncio.sleep(0.3)  # several upkeep rounds past the drain's end
+        await held.execute("SELECT 1")  # finishing its request
+        c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=RAC1 host=h1 status=down reason=FAILURE")
+        await asyncio.sleep(0.3)
+        with pytest.raises(psycopg.OperationalError):
+            await held.execute("SELECT 1")  # the node is alive: only an abort ends it
+        await holder.__aexit__(None, None, None)
+
+
+@pytest.mark.asyncio
 async def test_a_drain_that_ended_between_two_upkeep_rounds_lets_borrowed_connections_finish(pg, cluster_factory):
     # The upkeep never saw the node Draining (the drain's deadline passed
     # between two rounds): the core says the Down ended a planned drain, so

@@ -345,6 +345,23 @@ def test_a_failure_during_a_drain_aborts_borrowed_connections(pg, cluster_factor
             held.execute('SELECT 1')
         holder.__exit__(type(info.value), info.value, None)
 
+def test_a_failure_after_a_drain_ended_aborts_the_connections_still_finishing(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=0.05)
+    with pools:
+        holder = pools.connection(key=key_on(c, 'RAC1'))
+        held = holder.__enter__()
+        assert port_of(held) == pg.port['RAC1']
+        c.apply_event('SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1')
+        wait_until(lambda: c.node_state('RAC1') is ra.NodeState.DOWN, 5)
+        time.sleep(0.3)
+        held.execute('SELECT 1')
+        c.apply_event('INSTANCE VERSION=1.0 service=orcl database=orcl instance=RAC1 host=h1 status=down reason=FAILURE')
+        time.sleep(0.3)
+        with pytest.raises(psycopg.OperationalError):
+            held.execute('SELECT 1')
+        holder.__exit__(None, None, None)
+
 def test_a_drain_that_ended_between_two_upkeep_rounds_lets_borrowed_connections_finish(pg, cluster_factory):
     c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
     pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=600)

@@ -486,6 +486,29 @@ def test_a_failure_during_a_drain_aborts_checked_out_connections(pg, cluster_fac
     engine.dispose()
 
 
+def test_a_failure_after_a_drain_ended_aborts_the_connections_still_finishing(pg, cluster_factory):
+    # The drain's end let the connection in use finish; the node then fails
+    # and the connection, which would hang on a blackholed node, is aborted.
+    from conftest import wait_until
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    holder = _held_on_rac1(c, engine)
+    assert node_of_conn(pg, holder) == "RAC1"
+    c.apply_event(
+        "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1"
+    )
+    watch = engine.pool._watch
+    wait_until(lambda: watch._last.get(c.node_id("RAC1")) is ra.NodeState.DOWN, 5)
+    assert holder.execute(sa.text("SELECT 1")).scalar() == 1  # finishing its request
+    c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=RAC1 host=h1 status=down reason=FAILURE")
+    time.sleep(1.0)  # several watch rounds
+    with pytest.raises(sa.exc.DBAPIError):
+        holder.execute(sa.text("SELECT 1"))
+    holder.close()
+    engine.dispose()
+
+
 def test_a_drain_that_ended_between_two_watch_rounds_lets_checked_out_connections_finish(
     pg, cluster_factory, monkeypatch
 ):

@@ -908,6 +908,15 @@ class AsyncNodePools(Base):
                     self._drained[node] = in_use
             await self._retire(pool)
 
+    async def _abort_retired(self, node: int) -> None:
+        """The node failed after its drain ended: the connections still in
+        use in its retired pools are aborted, as at a hard Down."""
+        async with self._replace_lock:
+            for p in self._drained.pop(node, ()):
+                for conn in list(p._racaffinity_conns):
+                    if conn._racaffinity_borrowed or conn._racaffinity_checking:
+                        shut_down(conn)
+
     async def _retire(self, pool: Any) -> None:
         """Retires a node's old pool: it takes no new waiter from now on,
         those waiting on it route again, and it closes in the background (a
@@ -1311,6 +1320,8 @@ class _AsyncUpkeep:
         # The states the pools opened under: an HA event before the first
         # round is a change too.
         self._last: Dict[int, Any] = dict(states)
+        # Nodes whose Down ended a planned drain, until they fail or come back.
+        self._planned: Dict[int, bool] = {}
         self._runner: Any = None
         self.loads = 0
         self.load_failures = 0
@@ -1365,8 +1376,17 @@ class _AsyncUpkeep:
                     # a draining pool with no idle connection would keep its
                     # waiters (served on the Down node once a connection came
                     # back) and that connection.
-                    await pools._down_node(node, hard=not c.node_down_is_planned(node))
+                    planned = c.node_down_is_planned(node)
+                    self._planned[node] = planned
+                    await pools._down_node(node, hard=not planned)
+                elif state.name == "DOWN" and self._planned.get(node) and not c.node_down_is_planned(node):
+                    # Failed after its drain ended (a FAN failure, the
+                    # operator's Down): the connections still finishing
+                    # there would hang on a dead node, as at any hard Down.
+                    self._planned[node] = False
+                    await pools._abort_retired(node)
                 elif state.name == "UP" and before is not None and before.name != "UP":
+                    self._planned.pop(node, None)
                     await pools._undrain_node(node)
                 self._last[node] = state
             now = time.monotonic()

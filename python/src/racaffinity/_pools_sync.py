@@ -743,6 +743,15 @@ class NodePools(Base):
                     self._drained[node] = in_use
             self._retire(pool)
 
+    def _abort_retired(self, node: int) -> None:
+        """The node failed after its drain ended: the connections still in
+        use in its retired pools are aborted, as at a hard Down."""
+        with self._replace_lock:
+            for p in self._drained.pop(node, ()):
+                for conn in list(p._racaffinity_conns):
+                    if conn._racaffinity_borrowed or conn._racaffinity_checking:
+                        shut_down(conn)
+
     def _retire(self, pool: Any) -> None:
         """Retires a node's old pool: it takes no new waiter from now on,
         those waiting on it route again, and it closes in the background (a
@@ -1079,6 +1088,7 @@ class _Upkeep:
         self._halt = Event()
         self._lock = Lock()
         self._last: Dict[int, Any] = dict(states)
+        self._planned: Dict[int, bool] = {}
         self._runner: Any = None
         self.loads = 0
         self.load_failures = 0
@@ -1126,8 +1136,14 @@ class _Upkeep:
                 if state.name == 'DRAINING':
                     pools._drain_node(node)
                 elif state.name == 'DOWN' and before is not None and (before.name != 'DOWN'):
-                    pools._down_node(node, hard=not c.node_down_is_planned(node))
+                    planned = c.node_down_is_planned(node)
+                    self._planned[node] = planned
+                    pools._down_node(node, hard=not planned)
+                elif state.name == 'DOWN' and self._planned.get(node) and (not c.node_down_is_planned(node)):
+                    self._planned[node] = False
+                    pools._abort_retired(node)
                 elif state.name == 'UP' and before is not None and (before.name != 'UP'):
+                    self._planned.pop(node, None)
                     pools._undrain_node(node)
                 self._last[node] = state
             now = time.monotonic()

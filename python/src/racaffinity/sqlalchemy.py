@@ -165,6 +165,8 @@ class _Watch:
         self._pid = os.getpid()
         # The states at start: a Down before the first round is a change too.
         self._last: Dict[int, NodeState] = {n: pool._cluster.node_state(n) for n in pool._router._dsns}
+        # Nodes whose Down ended a planned drain, until they fail or come back.
+        self._planned: Dict[int, bool] = {}
         threading.Thread(target=self._run, name="racaffinity-sqlalchemy-watch", daemon=True).start()
 
     def stop(self) -> None:
@@ -216,9 +218,18 @@ class _Watch:
                 # The end of a planned drain lets borrowed connections finish;
                 # a failure (during a drain too) aborts them. The core tells
                 # which: this round may never have seen the node Draining.
-                hard = not cluster.node_down_is_planned(node)
+                planned = cluster.node_down_is_planned(node)
+                self._planned[node] = planned
                 for pool in pools:
-                    pool._retire(node, hard=hard)
+                    pool._retire(node, hard=not planned)
+            elif state is NodeState.DOWN and self._planned.get(node) and not cluster.node_down_is_planned(node):
+                # Failed after its drain ended: the connections still
+                # finishing there would hang on a dead node.
+                self._planned[node] = False
+                for pool in pools:
+                    pool._abort_checked_out(node)
+            elif state is not NodeState.DOWN:
+                self._planned.pop(node, None)
 
 
 class _Router(Base):
@@ -309,6 +320,14 @@ class RoutingPool(Pool):
         # node pools' retirement to their loop (`_retire_on_loop`).
         self._watch = _Watch(self)
 
+    def _abort_checked_out(self, node: int) -> None:
+        """Aborts the connections checked out on `node` (their socket shut
+        down): their next call fails at once instead of hanging on it."""
+        for rec, buf in list(self._leases.items()):
+            conn = rec.dbapi_connection
+            if buf.node == node and conn is not None:
+                _abort(getattr(conn, "driver_connection", conn))
+
     def _retire(self, node: int, hard: bool) -> None:
         """A node gone Down: its pool is retired at once. Idle connections
         close; threads waiting on it route again; on a hard Down the
@@ -321,10 +340,7 @@ class RoutingPool(Pool):
             return
         old._racaffinity_retired = True
         if hard:
-            for rec, buf in list(self._leases.items()):
-                conn = rec.dbapi_connection
-                if buf.node == node and conn is not None:
-                    _abort(getattr(conn, "driver_connection", conn))
+            self._abort_checked_out(node)
         if self._is_asyncio:
             loop = old._racaffinity_loop
             if loop is not None:

@@ -133,6 +133,13 @@ fn only_a_down_that_ends_a_drain_is_planned() {
     assert!(!a.down_is_planned(), "draining");
     clock.advance_ms(10_000);
     assert!(a.down_is_planned(), "the deadline passed: {:?}", a.down_cause());
+    c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=A host=h status=down reason=FAILURE")
+        .unwrap();
+    assert!(!a.down_is_planned(), "a failure after the drain's end: {:?}", a.down_cause());
+    c.apply_event("INSTANCE VERSION=1.0 service=orcl database=orcl instance=A host=h status=up").unwrap();
+    c.apply_event(&drain("A", Some(10))).unwrap();
+    clock.advance_ms(10_000);
+    assert!(a.down_is_planned(), "drained again");
     c.set_node_state("A", NodeState::Down).unwrap();
     assert!(a.down_is_planned(), "the operator's Down after the drain's end");
     c.set_node_state("A", NodeState::Up).unwrap();

@@ -47,6 +47,8 @@ final class PoolMaintenance implements AutoCloseable {
     private final long reloadMillis;
     private final Thread thread;
     private final NodeState[] last;
+    /** Whether a node's Down ended a planned drain, until it fails or comes back. */
+    private final boolean[] planned;
     private final int[] savedMinIdle;
     private final AtomicLong loads = new AtomicLong();
     /** Rounds done (tests wait for one that started after a change). */
@@ -77,6 +79,7 @@ final class PoolMaintenance implements AutoCloseable {
         this.loader = loader;
         this.reloadMillis = reloadMillis;
         this.last = new NodeState[byId.length];
+        this.planned = new boolean[byId.length];
         this.savedMinIdle = new int[byId.length];
         Arrays.fill(savedMinIdle, -1);
         Arrays.fill(last, NodeState.UP);
@@ -172,6 +175,7 @@ final class PoolMaintenance implements AutoCloseable {
             if (now == NodeState.DRAINING) {
                 drain(i);
             } else if (now == NodeState.DOWN && last[i] != NodeState.DOWN && cluster.nodeDownIsPlanned(i)) {
+                planned[i] = true;
                 // A planned drain's end (the core's answer: these rounds may never have seen the
                 // node Draining): connections in use finish their request and close when returned
                 // (their request boundary); only waiters, pinned work that can no longer get a
@@ -181,7 +185,11 @@ final class PoolMaintenance implements AutoCloseable {
                 }
                 failover.kickWaiters(i);
                 Hikari.softEvict(byId[i]);
-            } else if (now == NodeState.DOWN && last[i] != NodeState.DOWN) {
+            } else if (now == NodeState.DOWN
+                    && (last[i] != NodeState.DOWN || planned[i] && !cluster.nodeDownIsPlanned(i))) {
+                // A hard Down, or a failure after a drain's end (a FAN failure, the operator's Down):
+                // the connections still finishing there would hang on a dead node.
+                planned[i] = false;
                 down(i);
             } else if (now == NodeState.DOWN) {
                 // Threads that came to wait on a Down node's pool since (a transaction's branch
@@ -196,6 +204,9 @@ final class PoolMaintenance implements AutoCloseable {
                 // Back at once, not at the pool's housekeeping tick (HikariCP: 30 s).
                 Hikari.refill(byId[i], savedMinIdle[i]);
                 savedMinIdle[i] = -1;
+            }
+            if (now != NodeState.DOWN) {
+                planned[i] = false;
             }
             last[i] = now;
         }

@@ -256,6 +256,42 @@ class FastFailoverTest {
         }
     }
 
+    /**
+     * The drain's end lets the connection in use finish; the node then fails (a FAN failure: shut
+     * down abort, a crash) and that connection, which would hang on a blackholed node, is aborted as
+     * at any hard Down. Before, a node that stayed Down was never looked at again.
+     */
+    @Test
+    void aFailureAfterADrainEndedAbortsTheConnectionsStillFinishing() throws Exception {
+        pools = new Pools(NAMES, c -> {
+            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
+            c.addDataSourceProperty("ApplicationName", APP);
+        });
+        AffinityDataSource ds = ds("fcf-drain-then-failure", "");
+        ds.setPoolMaintenanceMillis(50);
+        Cluster cluster = ds.getCluster();
+        Connection held = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
+        try {
+            held.setAutoCommit(false);
+            assertEquals(portOf("MYDB3"), serverPort(held));
+            cluster.applyEvent(fan("MYDB3", "status=down reason=USER drain_timeout=1"));
+            assertTrue(await(Duration.ofSeconds(5), () -> cluster.nodeState("MYDB3") == NodeState.DOWN));
+            long rounds = ds.upkeepRounds();
+            assertTrue(await(Duration.ofSeconds(5), () -> ds.upkeepRounds() >= rounds + 2), "the drain's end acted on");
+            assertFalse(driverClosed(held), "the end of a planned drain lets the connection in use finish");
+            cluster.applyEvent(fan("MYDB3", "status=down reason=FAILURE"));
+            assertTrue(await(Duration.ofSeconds(5), () -> {
+                try {
+                    return driverClosed(held);
+                } catch (SQLException e) {
+                    return true;
+                }
+            }), "the failed node's connection still finishing is aborted");
+        } finally {
+            held.close();
+        }
+    }
+
     private void failureDuringDrain(boolean throughCluster) throws Exception {
         pools = new Pools(NAMES, c -> {
             c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
