@@ -197,3 +197,56 @@ def _instrumentations(pools):
     from racaffinity.otel import Instrumentation
 
     return [o for o in gc.get_objects() if isinstance(o, Instrumentation) and o._pools is pools and not o._closed]
+
+
+def test_closed_node_pools_report_no_pool_points(pg) -> None:
+    # A closed pool has no connections, limits or waiters: reporting its
+    # last `max`/`idle.min` (and 0 idle, 0 used) for as long as the meter
+    # provider lives would show a pool that no longer exists. Java's meters
+    # of a closed data source read NaN (no point) for the same reason.
+    cluster = ra.Cluster("name = otel\nnodes = RAC1, RAC2, RAC3")
+    pools = NodePools(cluster, pg.dsn, min_size=1, max_size=2, timeout=5.0)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    handle = instrument(pools, meter_provider=provider)
+    try:
+        assert len(points(reader)["db.client.connection.max"]) == 3
+        pools.close()
+        cluster.close()
+        pts = points(reader)
+        for name in ("db.client.connection.count", "db.client.connection.max",
+                     "db.client.connection.idle.min", "db.client.connection.pending_requests",
+                     "racaffinity.node.picks", "racaffinity.scope.live"):
+            assert pts.get(name, []) == [], f"{name} after close: {pts.get(name)}"
+    finally:
+        handle.uninstrument()
+        provider.shutdown()
+        pools.close()
+        cluster.close()
+
+
+def test_uninstrument_lets_go_of_the_pools_and_the_cluster(pg) -> None:
+    # OpenTelemetry's API cannot unregister an observable instrument: its
+    # callbacks live as long as the meter provider (the global one: the
+    # process). Whatever they reach stays alive with them.
+    import gc
+    import weakref
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    cluster = ra.Cluster("name = otel\nnodes = RAC1, RAC2, RAC3")
+    pools = NodePools(cluster, pg.dsn, min_size=0, max_size=1, timeout=5.0)
+    handle = instrument(pools, meter_provider=provider)
+    points(reader)
+    handle.uninstrument()
+    pools.close()
+    cluster.close()
+    gone_cluster, gone_pools = weakref.ref(cluster), weakref.ref(pools)
+    del cluster, pools
+    gc.collect()
+    try:
+        assert gone_pools() is None, "the meter provider keeps the closed NodePools alive"
+        assert gone_cluster() is None, "the meter provider keeps the closed Cluster alive"
+        assert all(v == [] for k, v in points(reader).items() if not k.endswith(("wait_time", "use_time")))
+    finally:
+        provider.shutdown()

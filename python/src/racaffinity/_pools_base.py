@@ -315,6 +315,11 @@ class Base:
             raise UnknownNodeError(f"no pool for node #{node}", 8)
         return pool
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._closed
+
     def items(self) -> List[Tuple[int, Any]]:
         """(node id, pool) for every node with a pool, in id order."""
         return [(i, p) for i, p in enumerate(self._by_id) if p is not None]

@@ -44,6 +44,8 @@ except ImportError as e:  # pragma: no cover - the message is the point
 
 import psycopg_pool
 
+from ._errors import ClosedError
+
 __all__ = ["instrument", "Instrumentation"]
 
 POOL = "db.client.connection.pool.name"
@@ -98,8 +100,8 @@ class Instrumentation:
     def __init__(self, pools: Any, meter_provider: Any = None) -> None:
         from . import __version__
 
-        self._pools = pools
-        self._cluster = pools.cluster
+        self._pools: Any = pools  # None once uninstrumented
+        self._cluster: Any = pools.cluster  # None once uninstrumented
         first = self._cluster.metrics()
         self._cluster_name = first["cluster"]
         provider = meter_provider if meter_provider is not None else _otel_metrics.get_meter_provider()
@@ -169,9 +171,13 @@ class Instrumentation:
         (a drained node's pool is replaced by a new one)."""
         out = []
         with self._lock:
-            if self._closed:
+            # A closed pool keeps the counts of its last moment (one connection
+            # `used` for ever): no point is better than that.
+            if self._closed or self._pools.closed:
                 return []
             for node, pool in self._pools.items():
+                if pool.closed:
+                    continue
                 entry = self._hooked.get(id(pool))
                 if entry is None or entry[0] is not pool:
                     entry = (pool, self._pool_name(node))
@@ -259,6 +265,10 @@ class Instrumentation:
                         setattr(pool, attr, below)
             self._hooked.clear()
             self._mine.clear()
+            # The SDK keeps the callbacks (so this object) as long as the meter
+            # provider: they must not keep the pools and the cluster too.
+            self._pools = None
+            self._cluster = None
 
     # -- observable callbacks --------------------------------------------------------
 
@@ -280,9 +290,13 @@ class Instrumentation:
         return observe
 
     def _metrics(self) -> Optional[dict]:
-        if self._closed or self._cluster.closed:
+        cluster = self._cluster
+        if self._closed or cluster is None or cluster.closed:
             return None
-        return self._cluster.metrics()
+        try:
+            return cluster.metrics()
+        except ClosedError:  # closed since the check: as if closed before
+            return None
 
     def _node_callback(self, key: str):
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
