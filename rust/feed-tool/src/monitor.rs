@@ -211,31 +211,7 @@ pub fn run(
             }
         });
     }
-    let now = Instant::now();
-    let mut m = Monitor {
-        client: EtcdClient::new(feed.endpoints.clone(), etcd_timeout),
-        prefix: feed.prefix.clone(),
-        leader_key: format!("{}{LEADER_KEY}", feed.prefix),
-        nodes: opts
-            .targets
-            .iter()
-            .map(|(n, _)| Node {
-                name: n.clone(),
-                misses: 0,
-                view: View::Unknown,
-                published: View::Unknown,
-                retry_at: now,
-            })
-            .collect(),
-        opts,
-        lease: None,
-        leading: false,
-        next_campaign: now,
-        holder_seen: None,
-        last_error: String::new(),
-        out,
-        err,
-    };
+    let mut m = Monitor::new(feed, etcd_timeout, opts, out, err);
     m.say(&format!(
         "monitor {} of {} node(s) on {feed}{}",
         m.opts.id,
@@ -243,9 +219,7 @@ pub fn run(
         if m.opts.election { "" } else { " WITHOUT ELECTION (test only)" }
     ));
     while !signals::stopping() {
-        if let Ok((i, result)) = rx.recv_timeout(Duration::from_millis(50)) {
-            m.observe(i, result);
-        }
+        m.take_results(&rx, Duration::from_millis(50));
         if m.opts.election {
             m.elect();
         }
@@ -264,7 +238,53 @@ pub fn run(
     Ok(())
 }
 
-impl Monitor<'_> {
+impl<'a> Monitor<'a> {
+    fn new(
+        feed: &FeedUrl,
+        etcd_timeout: Duration,
+        opts: Options,
+        out: &'a mut dyn Write,
+        err: &'a mut dyn Write,
+    ) -> Self {
+        let now = Instant::now();
+        Monitor {
+            client: EtcdClient::new(feed.endpoints.clone(), etcd_timeout),
+            prefix: feed.prefix.clone(),
+            leader_key: format!("{}{LEADER_KEY}", feed.prefix),
+            nodes: opts
+                .targets
+                .iter()
+                .map(|(n, _)| Node {
+                    name: n.clone(),
+                    misses: 0,
+                    view: View::Unknown,
+                    published: View::Unknown,
+                    retry_at: now,
+                })
+                .collect(),
+            opts,
+            lease: None,
+            leading: false,
+            next_campaign: now,
+            holder_seen: None,
+            last_error: String::new(),
+            out,
+            err,
+        }
+    }
+
+    /// Waits up to `wait` for a probe result, then observes every result
+    /// waiting: a turn that took one would let the probers, which do not
+    /// wait for the loop, run ahead of it while etcd is slow, and the view
+    /// it publishes would be as old as the queue is long.
+    fn take_results(&mut self, rx: &mpsc::Receiver<(usize, Result<(), String>)>, wait: Duration) {
+        let Ok((i, result)) = rx.recv_timeout(wait) else { return };
+        self.observe(i, result);
+        while let Ok((i, result)) = rx.try_recv() {
+            self.observe(i, result);
+        }
+    }
+
     fn say(&mut self, line: &str) {
         let _ = writeln!(self.out, "{line}");
         let _ = self.out.flush();
@@ -448,6 +468,33 @@ mod tests {
         assert!(o.election);
         let o = opts(&["--node=A=h:1", "--kind", "postgres", "--unsafe-no-election", "--lease-ttl", "2s"]).unwrap();
         assert!(matches!(o.kind, Kind::Postgres { .. }) && !o.election && o.lease_ttl_s == 2);
+    }
+
+    #[test]
+    fn one_turn_of_the_loop_observes_every_waiting_probe_result() {
+        // Each turn of the loop can spend the etcd timeout on one call (a
+        // campaign, a write) while etcd does not answer, and every node's
+        // prober sends a result per interval meanwhile. A turn that takes
+        // one result lets the queue grow for as long as etcd is away, and
+        // the monitor that leads again publishes what it saw then.
+        let o = opts(&["--node", "A=h:1", "--node", "B=h:2", "--misses", "2"]).unwrap();
+        let feed = FeedUrl::parse("etcd://127.0.0.1:1/p/").unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut m = Monitor::new(&feed, Duration::from_millis(10), o, &mut out, &mut err);
+        let (tx, rx) = mpsc::channel();
+        // A went down and came back, B went down, while the loop was in a call.
+        for r in [(0, Err("x".to_string())), (1, Err("x".into())), (0, Err("x".into()))] {
+            tx.send(r).unwrap();
+        }
+        for r in [(1, Err("x".to_string())), (0, Ok(()))] {
+            tx.send(r).unwrap();
+        }
+        m.take_results(&rx, Duration::from_millis(50));
+        assert_eq!((m.nodes[0].view, m.nodes[1].view), (View::Up, View::Down));
+        // Nothing waiting: the turn waits no longer than asked.
+        let t0 = Instant::now();
+        m.take_results(&rx, Duration::from_millis(50));
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     }
 
     #[test]
