@@ -127,10 +127,14 @@ pub enum FanReason {
     MemberLeave,
     /// The server did not know the reason.
     Unknown,
+    /// A Data Guard failover moved the database (`data_guard_failover`).
+    DataGuardFailover,
+    /// Clusterware restarted the resource (`restart`).
+    Restart,
 }
 
 impl FanReason {
-    const ALL: [Self; 9] = [
+    const ALL: [Self; 11] = [
         Self::User,
         Self::Failure,
         Self::Dependency,
@@ -140,6 +144,8 @@ impl FanReason {
         Self::PublicNwDown,
         Self::MemberLeave,
         Self::Unknown,
+        Self::DataGuardFailover,
+        Self::Restart,
     ];
 
     /// Lower-case Oracle spelling, e.g. `member_leave`.
@@ -154,6 +160,8 @@ impl FanReason {
             Self::PublicNwDown => "public_nw_down",
             Self::MemberLeave => "member_leave",
             Self::Unknown => "unknown",
+            Self::DataGuardFailover => "data_guard_failover",
+            Self::Restart => "restart",
         }
     }
 
@@ -517,6 +525,22 @@ mod tests {
         assert_err_contains("DATABASE VERSION=1.0 reason=user", "missing `status=`");
         assert_err_contains("DATABASE VERSION=1.0 status=foo", "unknown status `foo`");
         assert_err_contains("DATABASE VERSION=1.0 status=", "unknown status ``");
+    }
+
+    #[test]
+    fn a_down_after_a_data_guard_failover_or_a_restart_parses() {
+        // Oracle documents these reasons for HA events (ODP.NET's
+        // HAEventArgs.Reason: Data_Guard_Failover, Restart); refusing them
+        // drops the `down` the event carries, and the node keeps its work.
+        for (text, reason) in [("Data_Guard_Failover", FanReason::DataGuardFailover), ("RESTART", FanReason::Restart)] {
+            let line = format!(
+                "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl1 host=h1 status=down \
+                 reason={text} timestamp=2026-11-29 08:00:00"
+            );
+            let ev = FanEvent::parse(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert_eq!((ev.status, ev.reason), (FanStatus::Down, Some(reason)));
+            assert_eq!(reason.to_string(), text.to_ascii_lowercase());
+        }
     }
 
     #[test]
