@@ -84,12 +84,22 @@ final class HikariOpenTelemetry {
         }
         hikari.setMetricsTrackerFactory((poolName, poolStats) -> {
             stats.put(poolName, poolStats);
-            return tracker(Attributes.of(AffinityOpenTelemetry.POOL, poolName));
+            return tracker(poolName, poolStats);
         });
     }
 
-    private IMetricsTracker tracker(Attributes pool) {
+    private IMetricsTracker tracker(String poolName, PoolStats poolStats) {
+        Attributes pool = Attributes.of(AffinityOpenTelemetry.POOL, poolName);
         return new IMetricsTracker() {
+            /**
+             * HikariCP calls this when the pool shuts down: a closed pool's stats still answer
+             * its last counts and configured limits, so it reports no more points.
+             */
+            @Override
+            public void close() {
+                stats.remove(poolName, poolStats);
+            }
+
             @Override
             public void recordConnectionCreatedMillis(long millis) {
                 if (live) {

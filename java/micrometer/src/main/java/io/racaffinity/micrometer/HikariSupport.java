@@ -6,10 +6,13 @@ import com.zaxxer.hikari.metrics.MetricsTrackerFactory;
 import com.zaxxer.hikari.metrics.PoolStats;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.Timer;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 import javax.sql.DataSource;
 
@@ -65,28 +68,29 @@ final class HikariSupport {
     // gauges hold it strongly (Micrometer's default is a weak reference, which reads NaN
     // after the next collection).
     private static IMetricsTracker register(MeterRegistry registry, Tags tags, PoolStats stats) {
-        Gauge.builder("db.client.connection.count", stats, PoolStats::getIdleConnections)
+        List<Meter> meters = new ArrayList<>();
+        meters.add(Gauge.builder("db.client.connection.count", stats, PoolStats::getIdleConnections)
                 .tags(tags.and(STATE, "idle"))
                 .description("The number of connections that are currently in state described by the state attribute")
                 .strongReference(true)
-                .register(registry);
-        Gauge.builder("db.client.connection.count", stats, PoolStats::getActiveConnections)
+                .register(registry));
+        meters.add(Gauge.builder("db.client.connection.count", stats, PoolStats::getActiveConnections)
                 .tags(tags.and(STATE, "used"))
                 .description("The number of connections that are currently in state described by the state attribute")
                 .strongReference(true)
-                .register(registry);
-        Gauge.builder("db.client.connection.pending_requests", stats, PoolStats::getPendingThreads).tags(tags)
+                .register(registry));
+        meters.add(Gauge.builder("db.client.connection.pending_requests", stats, PoolStats::getPendingThreads).tags(tags)
                 .description("The number of current pending requests for an open connection")
                 .strongReference(true)
-                .register(registry);
-        Gauge.builder("db.client.connection.max", stats, PoolStats::getMaxConnections).tags(tags)
+                .register(registry));
+        meters.add(Gauge.builder("db.client.connection.max", stats, PoolStats::getMaxConnections).tags(tags)
                 .description("The maximum number of open connections allowed")
                 .strongReference(true)
-                .register(registry);
-        Gauge.builder("db.client.connection.idle.min", stats, PoolStats::getMinConnections).tags(tags)
+                .register(registry));
+        meters.add(Gauge.builder("db.client.connection.idle.min", stats, PoolStats::getMinConnections).tags(tags)
                 .description("The minimum number of idle open connections allowed")
                 .strongReference(true)
-                .register(registry);
+                .register(registry));
         Timer wait = timer("db.client.connection.wait_time").tags(tags)
                 .description("The time it took to obtain an open connection from the pool").register(registry);
         Timer use = timer("db.client.connection.use_time").tags(tags)
@@ -97,6 +101,7 @@ final class HikariSupport {
                 .description("The number of connection timeouts that have occurred trying to obtain a connection"
                         + " from the pool")
                 .register(registry);
+        meters.addAll(List.of(wait, use, create, timeouts));
         return new IMetricsTracker() {
             @Override
             public void recordConnectionCreatedMillis(long millis) {
@@ -116,6 +121,16 @@ final class HikariSupport {
             @Override
             public void recordConnectionTimeout() {
                 timeouts.increment();
+            }
+
+            /**
+             * HikariCP calls this when the pool shuts down. A closed pool's stats still
+             * answer its configured maximum and minimum (and hold the pool): its meters go,
+             * as HikariCP's own Micrometer tracker's do.
+             */
+            @Override
+            public void close() {
+                meters.forEach(registry::remove);
             }
         };
     }

@@ -9,6 +9,12 @@ import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Timer;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import io.opentelemetry.sdk.common.CompletableResultCode;
+import io.opentelemetry.sdk.metrics.InstrumentType;
+import io.opentelemetry.sdk.metrics.SdkMeterProvider;
+import io.opentelemetry.sdk.metrics.data.AggregationTemporality;
+import io.opentelemetry.sdk.metrics.export.CollectionRegistration;
+import io.opentelemetry.sdk.metrics.export.MetricReader;
 import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.jdbc.SessionScope;
 import io.racaffinity.testsupport.Await;
@@ -54,18 +60,23 @@ class AffinityMetricsTest {
         for (int i = 1; i <= 3; i++) {
             nodes[i - 1] = Integer.toString(port(i));
         }
-        ds = new AffinityDataSource();
-        // Node names are the ports, so the URL template places them and inet_server_port() names them.
-        ds.setConfig("name = " + NAME + "; nodes = " + String.join(", ", nodes)
-                + "; policy = round_robin; health.eject_after_failures = 1");
-        ds.setUrlTemplate("jdbc:postgresql://127.0.0.1:{instance}/postgres?connectTimeout=2");
-        ds.setDataSourceClassName("com.zaxxer.hikari.HikariDataSource");
-        ds.setDataSourcePropertyList("maximumPoolSize=2 | minimumIdle=1 | connectionTimeout=500");
-        ds.setUser("postgres");
-        ds.setHeartbeatIntervalMillis(1000);
-        ds.setRegisterMBean(false);
+        ds = dataSource(NAME);
         registry = new SimpleMeterRegistry();
         new AffinityMetrics(ds).bindTo(registry);
+    }
+
+    AffinityDataSource dataSource(String name) {
+        AffinityDataSource d = new AffinityDataSource();
+        // Node names are the ports, so the URL template places them and inet_server_port() names them.
+        d.setConfig("name = " + name + "; nodes = " + String.join(", ", nodes)
+                + "; policy = round_robin; health.eject_after_failures = 1");
+        d.setUrlTemplate("jdbc:postgresql://127.0.0.1:{instance}/postgres?connectTimeout=2");
+        d.setDataSourceClassName("com.zaxxer.hikari.HikariDataSource");
+        d.setDataSourcePropertyList("maximumPoolSize=2 | minimumIdle=1 | connectionTimeout=500");
+        d.setUser("postgres");
+        d.setHeartbeatIntervalMillis(1000);
+        d.setRegisterMBean(false);
+        return d;
     }
 
     @AfterEach
@@ -211,6 +222,73 @@ class AffinityMetricsTest {
         assertEquals(movedSessions, sum("racaffinity.node.repins"), "re-pins counted on the nodes they moved to");
         assertEquals(0, sum("racaffinity.node.repins", "racaffinity.node", dead));
         assertEquals(picksOfDead, sum("racaffinity.node.picks", "racaffinity.node", dead), "no pick of the dead node");
+    }
+
+    @Test
+    void aClosedDataSourceLeavesNoPoolMeters() throws Exception {
+        try (Connection c = ds.getConnection()) {
+            serverPort(c);
+        }
+        assertTrue(registry.find("db.client.connection.max").meters().size() >= 1, "the pool that served");
+        ds.close();
+        // A closed HikariCP pool still answers its configured maximum and minimum for as long
+        // as something holds its stats, so the meters would show a pool that is gone (and keep
+        // it from being collected); HikariCP's own Micrometer tracker removes them on close.
+        List<String> left = registry.getMeters().stream().map(Meter::getId)
+                .filter(id -> id.getName().startsWith("db.client.connection."))
+                .map(id -> id.getName() + id.getTags()).toList();
+        assertEquals(List.of(), left, "pool meters after close");
+    }
+
+    @Test
+    void aClosedDataSourceLeavesNoOpenTelemetryPoolPoints() throws Exception {
+        AffinityDataSource other = dataSource(NAME + "-otel");
+        Collect reader = new Collect();
+        try (SdkMeterProvider provider = SdkMeterProvider.builder().registerMetricReader(reader).build();
+                AffinityOpenTelemetry otel = AffinityOpenTelemetry.install(other, provider)) {
+            try (Connection c = other.getConnection()) {
+                serverPort(c);
+            }
+            assertTrue(reader.points("db.client.connection.max").size() >= 1, "the pool that served");
+            other.close();
+            for (String name : List.of("db.client.connection.count", "db.client.connection.max",
+                    "db.client.connection.idle.min", "db.client.connection.pending_requests")) {
+                assertEquals(List.of(), reader.points(name), name + " after close");
+            }
+        } finally {
+            other.close();
+        }
+    }
+
+    /** Collects on demand: the long points of one instrument, as text. */
+    private static final class Collect implements MetricReader {
+        private volatile CollectionRegistration registration;
+
+        @Override
+        public void register(CollectionRegistration r) {
+            registration = r;
+        }
+
+        @Override
+        public AggregationTemporality getAggregationTemporality(InstrumentType type) {
+            return AggregationTemporality.CUMULATIVE;
+        }
+
+        @Override
+        public CompletableResultCode forceFlush() {
+            return CompletableResultCode.ofSuccess();
+        }
+
+        @Override
+        public CompletableResultCode shutdown() {
+            return CompletableResultCode.ofSuccess();
+        }
+
+        List<String> points(String name) {
+            return registration.collectAllMetrics().stream().filter(d -> d.getName().equals(name))
+                    .flatMap(d -> d.getLongSumData().getPoints().stream())
+                    .map(p -> p.getAttributes() + "=" + p.getValue()).toList();
+        }
     }
 
     @Test
