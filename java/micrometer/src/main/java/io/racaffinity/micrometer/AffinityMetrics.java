@@ -174,7 +174,12 @@ public final class AffinityMetrics implements MeterBinder {
                 .description("Leases on the node not yet released").register(registry);
         for (NodeState state : NodeState.values()) {
             String value = state.name().toLowerCase(Locale.ROOT);
-            Gauge.builder("racaffinity.node.state", snapshot, s -> s.state(node) == state ? 1 : 0)
+            // NaN once the node is gone (closed data source): 0 for every state would read as
+            // a node neither up nor down.
+            Gauge.builder("racaffinity.node.state", snapshot, s -> {
+                        NodeState now = s.state(node);
+                        return now == null ? Double.NaN : now == state ? 1 : 0;
+                    })
                     .tags(tags.and(STATE, value)).strongReference(true)
                     .description("1 for the node's current state, 0 for the others")
                     .register(registry);

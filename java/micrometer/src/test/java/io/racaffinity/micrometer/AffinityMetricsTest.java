@@ -241,6 +241,22 @@ class AffinityMetricsTest {
     }
 
     @Test
+    void theCoreMetersOfAClosedDataSourceReadNaN() throws Exception {
+        try (Connection c = ds.getConnection()) {
+            serverPort(c);
+        }
+        settle();
+        ds.close();
+        settle();
+        // docs/java-ecosystem.md: no value rather than a made-up one (AffinityOpenTelemetry
+        // records no point). A 0 for every state would read as a node neither up nor down.
+        List<String> read = registry.getMeters().stream()
+                .filter(m -> m.getId().getName().startsWith("racaffinity.") && !Double.isNaN(value(m)))
+                .map(m -> m.getId().getName() + m.getId().getTags() + "=" + value(m)).toList();
+        assertEquals(List.of(), read, "racaffinity meters with a value after close");
+    }
+
+    @Test
     void aClosedDataSourceLeavesNoOpenTelemetryPoolPoints() throws Exception {
         AffinityDataSource other = dataSource(NAME + "-otel");
         Collect reader = new Collect();
