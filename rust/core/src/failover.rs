@@ -143,6 +143,9 @@ impl Cluster {
                 v
             }
             FanEventType::Service | FanEventType::Database => topo.live.clone(),
+            // A pre-connect notice routes nothing (its service is the shadow
+            // one, not the cluster's): no target, so nothing to refuse.
+            FanEventType::SrvPreconnect => Vec::new(),
         })
     }
 

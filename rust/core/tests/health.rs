@@ -42,6 +42,24 @@ fn fan_failure_downs_user_drains_and_up_restores() {
 }
 
 #[test]
+fn a_srv_preconnect_event_is_understood_and_changes_nothing() {
+    // SRV_PRECONNECT is one of the FAN event types Oracle documents (RAC
+    // Administration, "FAN event types"): a TAF pre-connect service's
+    // shadow moved. Refusing it as malformed counts a good line as bad
+    // in every relay and feed; it says nothing about where work can go.
+    let c = cluster("nodes = orcl_1, orcl_2, orcl_3");
+    for status in ["preconn_down", "preconn_up"] {
+        let line = format!(
+            "SRV_PRECONNECT VERSION=1.0 service=svc_preconnect database=orcl instance=orcl_2 host=h2 \
+             status={status} reason=FAILURE timestamp=2026-11-29 08:00:00 timezone=+00:00 db_domain="
+        );
+        let e = c.apply_event(&line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        assert!(e.changes.is_empty(), "{:?}", e.changes);
+    }
+    assert_eq!(states(&c), [NodeState::Up; 3]);
+}
+
+#[test]
 fn node_down_event_downs_every_instance_on_that_host() {
     let c = cluster(
         "nodes = a1, a2, b1\nnode.a1.address = hosta:1521\nnode.a2.address = hosta:1522\nnode.b1.address = hostb:1521",

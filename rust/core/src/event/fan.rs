@@ -21,10 +21,14 @@ pub enum FanEventType {
     Instance,
     /// A cluster node (host).
     Node,
+    /// A TAF pre-connect service's shadow (`SRV_PRECONNECT`, status
+    /// `preconn_up`/`preconn_down`): nothing about where work can go.
+    SrvPreconnect,
 }
 
 impl FanEventType {
-    const ALL: [Self; 5] = [Self::Service, Self::ServiceMember, Self::Database, Self::Instance, Self::Node];
+    const ALL: [Self; 6] =
+        [Self::Service, Self::ServiceMember, Self::Database, Self::Instance, Self::Node, Self::SrvPreconnect];
 
     /// Lower-case Oracle spelling (Oracle sends it upper-case; parsing ignores case).
     pub const fn as_str(self) -> &'static str {
@@ -34,6 +38,7 @@ impl FanEventType {
             Self::Database => "database",
             Self::Instance => "instance",
             Self::Node => "node",
+            Self::SrvPreconnect => "srv_preconnect",
         }
     }
 
@@ -251,8 +256,8 @@ impl FanEvent {
             }
             None => {
                 return Err(Error::event(format!(
-                    "unknown event type {} (expected SERVICE, SERVICEMEMBER, DATABASE, INSTANCE \
-                     or NODE)",
+                    "unknown event type {} (expected SERVICE, SERVICEMEMBER, DATABASE, INSTANCE, \
+                     NODE or SRV_PRECONNECT)",
                     show(first)
                 )))
             }
@@ -307,7 +312,7 @@ impl FanEvent {
         let required = match event_type {
             FanEventType::Instance | FanEventType::ServiceMember => Some(("instance", event.instance.is_some())),
             FanEventType::Node => Some(("host", event.host.is_some())),
-            FanEventType::Service | FanEventType::Database => None,
+            FanEventType::Service | FanEventType::Database | FanEventType::SrvPreconnect => None,
         };
         if let Some((key, false)) = required {
             return Err(Error::event(format!("{first} event is missing `{key}=`")));

@@ -131,7 +131,7 @@ pub fn fan_record_id(event: &crate::event::Event) -> String {
     match event {
         Event::Fan(ev) => {
             let resource = match ev.event_type {
-                FanEventType::ServiceMember => match &ev.service {
+                FanEventType::ServiceMember | FanEventType::SrvPreconnect => match &ev.service {
                     Some(svc) => format!("{}.{}", svc.to_ascii_uppercase(), up(ev.instance.as_deref())),
                     None => up(ev.instance.as_deref()),
                 },
