@@ -60,6 +60,30 @@ fn a_srv_preconnect_event_is_understood_and_changes_nothing() {
 }
 
 #[test]
+fn fan_timestamps_of_different_zones_order_by_the_instant() {
+    // Oracle writes `timestamp=` in the server's local time and its offset
+    // in `timezone=`; Java's simplefan adapter writes UTC. The later event
+    // must win whichever way each was written.
+    let c = cluster("nodes = orcl_1, orcl_2");
+    let down_utc = "INSTANCE VERSION=1.0 database=orcl instance=orcl_2 host=h2 status=down reason=FAILURE \
+                    timestamp=2026-11-29 15:00:00";
+    let up_local_5s_later = "INSTANCE VERSION=1.0 database=orcl instance=orcl_2 host=h2 status=up reason=BOOT \
+                             timestamp=2026-11-29 08:00:05 timezone=-07:00 db_domain=example.com";
+    c.apply_event(down_utc).unwrap();
+    c.apply_event(up_local_5s_later).unwrap();
+    assert_eq!(c.node_by_name("orcl_2").unwrap().state(), NodeState::Up, "the up came 5 s after the down");
+
+    let c = cluster("nodes = orcl_1, orcl_2");
+    let up_local = "INSTANCE VERSION=1.0 database=orcl instance=orcl_2 host=h2 status=up reason=BOOT \
+                    timestamp=2026-11-29 16:00:00 timezone=+01:00";
+    let down_utc_5s_earlier = "INSTANCE VERSION=1.0 database=orcl instance=orcl_2 host=h2 status=down \
+                               reason=FAILURE timestamp=2026-11-29 14:59:55";
+    c.apply_event(up_local).unwrap();
+    c.apply_event(down_utc_5s_earlier).unwrap();
+    assert_eq!(c.node_by_name("orcl_2").unwrap().state(), NodeState::Up, "the down is 5 s older than the up");
+}
+
+#[test]
 fn node_down_event_downs_every_instance_on_that_host() {
     let c = cluster(
         "nodes = a1, a2, b1\nnode.a1.address = hosta:1521\nnode.a2.address = hosta:1522\nnode.b1.address = hostb:1521",

@@ -207,6 +207,9 @@ pub struct FanEvent {
     pub card: Option<u32>,
     /// `timestamp=` as sent (for example `2026-11-29 08:00:00`); [`FanEvent::version`] reads it.
     pub timestamp: Option<String>,
+    /// `timezone=` as sent (for example `-07:00`): Oracle writes `timestamp=`
+    /// in the server's local time and its offset from UTC here.
+    pub timezone: Option<String>,
     /// `drain_timeout=` in seconds (Oracle 12.2+, planned maintenance): how
     /// long existing work may keep running on a draining instance.
     pub drain_timeout_s: Option<u32>,
@@ -214,13 +217,21 @@ pub struct FanEvent {
 
 impl FanEvent {
     /// The event's version for the join of shared inputs (docs/semantics.md,
-    /// "Agreement"): `timestamp=` read as seconds since 1970-01-01 in the
-    /// publisher's zone (`YYYY-MM-DD`, optionally followed by `hh:mm` or
-    /// `hh:mm:ss`, a space or `T` between; a fraction of a second is
-    /// ignored). `None` when the event has no timestamp or one in another
-    /// form: such an event applies as the latest word, as before versions.
+    /// "Agreement"): `timestamp=` read as seconds since 1970-01-01 UTC
+    /// (`YYYY-MM-DD`, optionally followed by `hh:mm` or `hh:mm:ss`, a space
+    /// or `T` between; a fraction of a second is ignored), less the
+    /// `timezone=` offset (`±hh:mm`) when there is one: Oracle's lines carry
+    /// local time and its offset, Java's simplefan adapter writes UTC, and
+    /// the later event must win whoever wrote it. A `timezone=` in another
+    /// form is not read (the timestamp counts as UTC). `None` when the event
+    /// has no timestamp or one in another form: such an event applies as
+    /// the latest word, as before versions.
     pub fn version(&self) -> Option<u64> {
-        self.timestamp.as_deref().and_then(timestamp_seconds)
+        let local = self.timestamp.as_deref().and_then(timestamp_seconds)?;
+        match self.timezone.as_deref().and_then(utc_offset_seconds) {
+            Some(offset) => local.checked_add_signed(-offset),
+            None => Some(local),
+        }
     }
 
     /// Parses one FAN event line.
@@ -277,6 +288,7 @@ impl FanEvent {
                 "reason" => &mut raw.reason,
                 "card" => &mut raw.card,
                 "timestamp" => &mut raw.timestamp,
+                "timezone" => &mut raw.timezone,
                 "drain_timeout" => &mut raw.drain_timeout,
                 _ => continue,
             };
@@ -306,6 +318,7 @@ impl FanEvent {
             reason,
             card,
             timestamp: raw.timestamp.map(timestamp_value).transpose()?,
+            timezone: raw.timezone.filter(|z| !z.is_empty()).map(str::to_owned),
             drain_timeout_s,
         };
 
@@ -333,6 +346,7 @@ struct RawFields<'a> {
     reason: Option<&'a str>,
     card: Option<&'a str>,
     timestamp: Option<&'a str>,
+    timezone: Option<&'a str>,
     drain_timeout: Option<&'a str>,
 }
 
@@ -385,6 +399,7 @@ mod tests {
                 reason: Some(FanReason::Failure),
                 card: Some(1),
                 timestamp: Some("2026-11-29 08:00:00".into()),
+                timezone: None,
                 drain_timeout_s: None,
             }
         );
@@ -405,6 +420,7 @@ mod tests {
                 reason: Some(FanReason::Boot),
                 card: None,
                 timestamp: Some("2026-11-29 08:00:00".into()),
+                timezone: None,
                 drain_timeout_s: None,
             }
         );
@@ -425,6 +441,7 @@ mod tests {
                 reason: Some(FanReason::MemberLeave),
                 card: None,
                 timestamp: Some("2026-11-29 08:00:00".into()),
+                timezone: None,
                 drain_timeout_s: None,
             }
         );
@@ -454,6 +471,23 @@ mod tests {
         // Runs of whitespace inside the value are kept as sent.
         let line = "INSTANCE VERSION=1.0 instance=i1 status=up timestamp=2026-11-29   08:00:00  ";
         assert_eq!(FanEvent::parse(line).unwrap().timestamp.as_deref(), Some("2026-11-29   08:00:00"));
+    }
+
+    #[test]
+    fn the_version_is_the_instant_whatever_zone_the_timestamp_was_written_in() {
+        let at = |tail: &str| FanEvent::parse(&format!("INSTANCE VERSION=1.0 instance=i1 status=up {tail}")).unwrap();
+        let utc = at("timestamp=2026-11-29 15:00:00").version();
+        assert_eq!(utc, Some(1_795_939_200 + 7 * 3600));
+        assert_eq!(at("timestamp=2026-11-29 08:00:00 timezone=-07:00 db_domain=x").version(), utc);
+        assert_eq!(at("timestamp=2026-11-29 20:30:00 timezone=+05:30").version(), utc);
+        assert_eq!(at("timestamp=2026-11-29 15:00:00 timezone=+00:00").timezone.as_deref(), Some("+00:00"));
+        // An offset in another form is not read: the timestamp counts as UTC.
+        for odd in ["PST", "-7", "+07:60", "+15:00", "07:00", "timezone=-07:00:00"] {
+            let tail = format!("timestamp=2026-11-29 15:00:00 timezone={}", odd.trim_start_matches("timezone="));
+            assert_eq!(at(&tail).version(), utc, "{odd}");
+        }
+        assert_eq!(at("timezone=-07:00").version(), None, "no timestamp, no version");
+        assert_eq!(at("timestamp=1970-01-01 00:00:00 timezone=+01:00").version(), None, "before 1970 UTC");
     }
 
     #[test]
@@ -588,7 +622,7 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_ignored_even_when_empty() {
-        let with_extra = format!("{INST} timezone=+00:00 db_domain= x-new.key=1");
+        let with_extra = format!("{INST} db_domain= x-new.key=1 incarn=");
         assert_eq!(FanEvent::parse(&with_extra).unwrap(), FanEvent::parse(INST).unwrap());
     }
 
@@ -602,6 +636,19 @@ mod tests {
             }
         }
     }
+}
+
+/// `±hh:mm` (Oracle's `timezone=`) as seconds east of UTC.
+fn utc_offset_seconds(text: &str) -> Option<i64> {
+    let (sign, rest) = match text.trim().as_bytes().first()? {
+        b'+' => (1, &text.trim()[1..]),
+        b'-' => (-1, &text.trim()[1..]),
+        _ => return None,
+    };
+    let (h, m) = rest.split_once(':')?;
+    let two = |s: &str| (s.len() == 2 && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<i64>().ok())?;
+    let (h, m) = (two(h)?, two(m)?);
+    (h <= 14 && m <= 59).then_some(sign * (h * 3600 + m * 60))
 }
 
 /// `YYYY-MM-DD[( |T)hh:mm[:ss[.fff]]]` as seconds since 1970-01-01.
