@@ -62,7 +62,8 @@ options of every command:
   --feed URL            the feed (or RACAFF_FEED)
   --etcd-timeout 5s     bound of each etcd call
 
-exit status: 0 done; 1 etcd unreachable or refusing (nothing written);
+exit status: 0 done (a record written whose line cannot be printed goes to stderr);
+             1 etcd unreachable or refusing (nothing written);
              2 bad command line or a value subscribers would refuse (nothing written)
 ";
 
@@ -143,10 +144,14 @@ fn run_inner(
         }
         _ => unreachable!("every command of the spec table is handled"),
     };
-    let _ = err;
     let client = EtcdClient::new(feed.endpoints.clone(), timeout);
     let line = write_record(&client, &feed.prefix, &record)?;
-    writeln!(out, "{line}").map_err(io)
+    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        // Written: status 1 would say nothing was, and a script would retry
+        // or raise an etcd alert. The line is not lost.
+        let _ = writeln!(err, "racaffinity-feed: {line} (not printed: {e})");
+    }
+    Ok(())
 }
 
 fn feed_url(args: &Args, env_feed: Option<String>) -> Result<FeedUrl, Failure> {

@@ -22,6 +22,31 @@ fn operator_commands_over_a_real_etcd() {
     bad_input_writes_nothing(&etcd);
     each_command_reaches_a_subscribed_cluster(&etcd);
     the_guarded_put_writes_only_for_the_holder(&etcd);
+    a_written_record_is_not_reported_as_unwritten_when_stdout_fails(&etcd);
+}
+
+/// Status 1 says "nothing written" (the help): a script retries or alerts
+/// on it. A record that was written, whose line could not be printed (a
+/// closed pipe), is done: status 0, and the line goes to stderr.
+fn a_written_record_is_not_reported_as_unwritten_when_stdout_fails(etcd: &Etcd) {
+    struct ClosedPipe;
+    impl std::io::Write for ClosedPipe {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+    }
+    let url = etcd.url("stdout/");
+    let args: Vec<String> = ["down", "A", "--feed", &url].iter().map(|a| a.to_string()).collect();
+    let mut err = Vec::new();
+    let code = racaffinity_feed_tool::run(&args, None, &mut ClosedPipe, &mut err);
+    let err = String::from_utf8_lossy(&err);
+    let (_, kvs) = etcd.client().range_prefix("stdout/node/A/state").unwrap();
+    assert_eq!(kvs.first().and_then(|kv| kv.value.clone()).as_deref(), Some("down"), "the record is written");
+    assert_eq!(code, 0, "stderr: {err}");
+    assert!(err.contains("wrote node/A/state = down at revision"), "stderr: {err}");
 }
 
 /// The monitor's writes: `put_if_holder` writes only while the leader key is
