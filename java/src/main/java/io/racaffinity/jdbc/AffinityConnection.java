@@ -58,11 +58,20 @@ import java.util.concurrent.Executor;
 public final class AffinityConnection implements Connection {
     // A VarHandle, not an AtomicBoolean (no allocation per connection) nor a field updater (whose
     // every call checks the object's class: a sample in a profile of the pinned borrow).
-    private static final VarHandle CLOSED;
+    private static final VarHandle STATE;
+    /** {@link #state} bit: the application closed or aborted the connection. */
+    private static final int CLOSED = 1;
+    /**
+     * {@link #state} bit: a reported failure released the lease. One word for both, so that close,
+     * abort and a failure on another thread release the lease exactly once (a host lease's own
+     * flag is a plain field, which two threads releasing at once both pass) with the one
+     * compare-and-set a close always paid.
+     */
+    private static final int RELEASED = 2;
 
     static {
         try {
-            CLOSED = MethodHandles.lookup().findVarHandle(AffinityConnection.class, "closed", int.class);
+            STATE = MethodHandles.lookup().findVarHandle(AffinityConnection.class, "state", int.class);
         } catch (ReflectiveOperationException e) {
             throw new ExceptionInInitializerError(e);
         }
@@ -75,8 +84,8 @@ public final class AffinityConnection implements Connection {
     private final NodeFailover failover;
     private final int slot;
 
-    @SuppressWarnings("unused") // through CLOSED
-    private volatile int closed;
+    @SuppressWarnings("unused") // through STATE
+    private volatile int state;
 
     AffinityConnection(AffinityDataSource owner, Connection delegate, Lease lease, NodeFailover failover, int slot) {
         this.owner = owner;
@@ -113,10 +122,36 @@ public final class AffinityConnection implements Connection {
      */
     <E extends SQLException> E failed(E e) {
         if (owner.isNodeFailure(e)) {
-            release(Outcome.FAILED);
-            owner.nodeFailureReported(this, e);
+            for (int s = state; (s & CLOSED) == 0; s = state) {
+                // Closed or aborted by the application: a call failing on it says nothing of the node
+                // (the application's own abort, or a call on a closed connection: 08003).
+                if ((s & RELEASED) != 0 || STATE.compareAndSet(this, s, s | RELEASED)) {
+                    if ((s & RELEASED) == 0) {
+                        release(Outcome.FAILED);
+                    }
+                    owner.nodeFailureReported(this, e);
+                    break;
+                }
+            }
         }
         return e;
+    }
+
+    /**
+     * Marks the connection closed.
+     *
+     * @return -1 if it was closed already, else whether the caller releases the lease (no failure did)
+     */
+    private int markClosed() {
+        if (STATE.compareAndSet(this, 0, CLOSED)) {
+            return 1;
+        }
+        for (int s = state; (s & CLOSED) == 0; s = state) {
+            if (STATE.compareAndSet(this, s, s | CLOSED)) {
+                return (s & RELEASED) == 0 ? 1 : 0;
+            }
+        }
+        return -1;
     }
 
     private void release(Outcome outcome) {
@@ -130,22 +165,30 @@ public final class AffinityConnection implements Connection {
     /** Closes the node pool's connection and releases the lease ({@code OK} unless a failure was reported). */
     @Override
     public void close() throws SQLException {
-        if (!CLOSED.compareAndSet(this, 0, 1)) {
+        int owns = markClosed();
+        if (owns < 0) {
             return;
         }
         failover.returned(lease.node(), slot);
+        Outcome outcome = Outcome.OK;
         try {
             delegate.close();
         } catch (SQLException e) {
-            throw failed(e);
+            if (owner.isNodeFailure(e)) {
+                outcome = Outcome.FAILED;
+                owner.nodeFailureReported(this, e);
+            }
+            throw e;
         } finally {
-            release(Outcome.OK);
+            if (owns == 1) {
+                release(outcome);
+            }
         }
     }
 
     @Override
     public boolean isClosed() throws SQLException {
-        if (closed != 0) {
+        if ((state & CLOSED) != 0) {
             return true;
         }
         try {
@@ -155,18 +198,30 @@ public final class AffinityConnection implements Connection {
         }
     }
 
-    /** Aborts the physical connection and releases the lease {@code NEUTRAL}. */
+    /**
+     * Aborts the physical connection, drops it from the node pool and releases the lease
+     * {@code NEUTRAL}; a no-op on a closed connection. A call that fails because of it is no node
+     * failure.
+     */
     @Override
     public void abort(Executor executor) throws SQLException {
-        if (CLOSED.compareAndSet(this, 0, 1)) {
-            failover.returned(lease.node(), slot);
+        if (executor == null) {
+            throw new SQLException("abort: executor is null", "HY009");
         }
+        int owns = markClosed();
+        if (owns < 0) {
+            return;
+        }
+        failover.returned(lease.node(), slot);
         try {
             delegate.abort(executor);
-        } catch (SQLException e) {
-            throw failed(e);
         } finally {
-            release(Outcome.NEUTRAL);
+            // A pool's handle stays checked out after an abort of the connection under it (HikariCP
+            // keeps the entry in use), and the application's close() after this one is a no-op.
+            owner.aborted(lease.node(), delegate);
+            if (owns == 1) {
+                release(Outcome.NEUTRAL);
+            }
         }
     }
 
@@ -223,7 +278,8 @@ public final class AffinityConnection implements Connection {
         } catch (RuntimeException e) {
             node = "#" + lease.node();
         }
-        return "AffinityConnection[node=" + node + ", kind=" + lease.kind() + (closed != 0 ? ", closed" : "") + "]";
+        return "AffinityConnection[node=" + node + ", kind=" + lease.kind()
+                + ((state & CLOSED) != 0 ? ", closed" : "") + "]";
     }
 
     // ---- generated by tools/GenJdbcDelegates.java from java.sql.Connection: do not edit below ----

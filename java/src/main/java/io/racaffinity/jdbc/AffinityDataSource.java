@@ -947,6 +947,19 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         }
     }
 
+    /**
+     * The application aborted {@code physical}, a connection of {@code node}'s pool: the pool drops it,
+     * since the application's close() after the abort no longer reaches the pool's handle.
+     */
+    void aborted(int node, Connection physical) {
+        Running<DataSource> s = runningOrNull();
+        DataSource ds = s != null && node < s.byId.length ? s.byId[node] : null;
+        // An unpooled connection is closed by the abort itself.
+        if (ds != null && !(ds instanceof DriverDataSource)) {
+            PoolMaintenance.Hikari.evict(ds, physical);
+        }
+    }
+
     /** @return pool upkeep rounds done so far (for tests: a round that began after a change saw it) */
     long upkeepRounds() {
         PoolMaintenance m = maintenance;

@@ -1,0 +1,129 @@
+package io.racaffinity.jdbc;
+
+import static io.racaffinity.test.Pools.await;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import com.zaxxer.hikari.HikariPoolMXBean;
+import io.racaffinity.Cluster;
+import io.racaffinity.NodeMetrics;
+import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/**
+ * {@link Connection#abort} of an {@link AffinityConnection} by the application (a watchdog ending a
+ * hung call, or a connection it gives up on): the node pool gets its entry back, and a call that fails
+ * because of the application's own abort is no failure of the node.
+ */
+@ExtendWith(PgNodes.class)
+class ConnectionAbortTest {
+
+    private static Pools onePool() {
+        return new Pools(List.of("A"), c -> {
+            c.setMaximumPoolSize(1);
+            c.setMinimumIdle(0);
+            c.setConnectionTimeout(2_000);
+        });
+    }
+
+    private static NodeMetrics metrics(Cluster c) {
+        return c.nodeMetrics().get(0);
+    }
+
+    @Test
+    void anAbortedThenClosedConnectionGivesItsPoolEntryBack() throws Exception {
+        try (Pools pools = onePool()) {
+            AffinityDataSource ds = pools.affinity("name = abortidle; nodes = A");
+            Connection c = ds.getConnection();
+            c.abort(Runnable::run);
+            assertTrue(c.isClosed(), "aborted is closed");
+            c.close(); // a try-with-resources around the watchdog's abort
+            HikariPoolMXBean pool = pools.get("A").getHikariPoolMXBean();
+            assertTrue(await(Duration.ofSeconds(5), () -> pool.getActiveConnections() == 0),
+                    "the pool's only entry is still in use after abort + close: "
+                            + pool.getActiveConnections() + " active");
+            // The one-connection pool serves again (it timed out after 2 s when the entry leaked).
+            try (Connection again = ds.getConnection()) {
+                assertEquals(PgNodes.port(1), Pools.serverPort(again));
+            }
+            assertEquals(0, metrics(ds.getCluster()).inFlight(), "no lease left in flight");
+        }
+    }
+
+    @Test
+    void aCallEndedByTheApplicationsOwnAbortIsNoNodeFailure() throws Exception {
+        try (Pools pools = onePool()) {
+            AffinityDataSource ds = pools.affinity("name = abortbusy; nodes = A");
+            Connection c = ds.getConnection();
+            CountDownLatch callFailed = new CountDownLatch(1);
+            CompletableFuture<SQLException> call = CompletableFuture.supplyAsync(() -> {
+                try (Statement s = c.createStatement()) {
+                    s.execute("SELECT pg_sleep(60)");
+                    return null;
+                } catch (SQLException e) {
+                    return e;
+                } finally {
+                    callFailed.countDown();
+                }
+            });
+            awaitSleeping();
+            // An executor that ends the physical connection at once and returns only after the
+            // caller's call has failed: the order a slow abort() caller (or a descheduled one) sees.
+            c.abort(r -> {
+                r.run();
+                try {
+                    callFailed.await(30, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            });
+            SQLException e = call.get(30, TimeUnit.SECONDS);
+            assertTrue(e != null && e.getSQLState() != null && e.getSQLState().startsWith("08"),
+                    "the call ended with a connection error: " + e);
+            c.close();
+            NodeMetrics m = metrics(ds.getCluster());
+            assertEquals(0, m.failures(), "the application's abort counted as a failure of a healthy node");
+            assertEquals(0, m.inFlight());
+        }
+    }
+
+    @Test
+    void abortOfAClosedConnectionIsANoOp() throws Exception {
+        try (Pools pools = onePool()) {
+            AffinityDataSource ds = pools.affinity("name = abortclosed; nodes = A");
+            Connection c = ds.getConnection();
+            c.close();
+            c.abort(Runnable::run);
+            assertThrows(SQLException.class, () -> c.abort(null), "a null executor is refused (JDBC)");
+            assertEquals(0, metrics(ds.getCluster()).inFlight());
+        }
+    }
+
+    /** Waits until node 1 runs a {@code pg_sleep} (the call is on the server, not on its way there). */
+    private static void awaitSleeping() throws Exception {
+        try (Connection probe = java.sql.DriverManager.getConnection(PgNodes.url(1), "postgres", null)) {
+            assertTrue(await(Duration.ofSeconds(20), () -> {
+                try (Statement s = probe.createStatement();
+                        ResultSet rs = s.executeQuery("SELECT count(*) FROM pg_stat_activity WHERE state = 'active'"
+                                + " AND query LIKE 'SELECT pg_sleep(60)%'")) {
+                    rs.next();
+                    return rs.getInt(1) == 1;
+                } catch (SQLException e) {
+                    throw new IllegalStateException(e);
+                }
+            }), "the call never reached the server");
+        }
+    }
+}
