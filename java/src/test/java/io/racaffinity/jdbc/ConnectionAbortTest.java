@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.zaxxer.hikari.HikariPoolMXBean;
 import io.racaffinity.Cluster;
 import io.racaffinity.NodeMetrics;
+import io.racaffinity.test.LogCapture;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import java.sql.Connection;
@@ -16,6 +17,7 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -25,7 +27,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 /**
  * {@link Connection#abort} of an {@link AffinityConnection} by the application (a watchdog ending a
  * hung call, or a connection it gives up on): the node pool gets its entry back, and a call that fails
- * because of the application's own abort is no failure of the node.
+ * because of the application's own abort, or on a connection it closed, is no failure of the node.
  */
 @ExtendWith(PgNodes.class)
 class ConnectionAbortTest {
@@ -108,6 +110,28 @@ class ConnectionAbortTest {
             c.abort(Runnable::run);
             assertThrows(SQLException.class, () -> c.abort(null), "a null executor is refused (JDBC)");
             assertEquals(0, metrics(ds.getCluster()).inFlight());
+        }
+    }
+
+    @Test
+    void aCallOnAClosedConnectionIsNoNodeFailure() throws Exception {
+        try (LogCapture log = new LogCapture()) {
+            AffinityDataSource ds = new AffinityDataSource();
+            // Unpooled (no dataSourceClassName): pgjdbc's closed connection answers 08003, as ojdbc's
+            // (ORA-17008) does under UCP.
+            ds.setConfig("name = closedcall; nodes = A");
+            ds.setNodeUrls(Map.of("A", PgNodes.url(1)));
+            ds.setUser("postgres");
+            ds.setHeartbeatIntervalMillis(0);
+            try (ds) {
+                Connection c = ds.getConnection();
+                c.close();
+                SQLException e = assertThrows(SQLException.class, c::getAutoCommit);
+                assertEquals("08003", e.getSQLState(), e.toString());
+                List<String> reported = log.records().stream().map(r -> r.getMessage())
+                        .filter(m -> m.contains("connection failure on node")).toList();
+                assertEquals(List.of(), reported, "a call on a closed connection reported a node failure");
+            }
         }
     }
 
