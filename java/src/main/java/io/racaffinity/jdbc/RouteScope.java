@@ -24,6 +24,8 @@ public final class RouteScope implements AutoCloseable {
     private final RouteScope previous;
     private final Thread owner;
     private boolean closed;
+    /** An enclosing scope closed first: this one ended with it, and its own close changes nothing. */
+    private boolean ended;
 
     RouteScope(Cluster cluster, Route route) {
         this(cluster, Objects.requireNonNull(route, "route"), null);
@@ -69,6 +71,13 @@ public final class RouteScope implements AutoCloseable {
             throw new IllegalStateException("a route scope must be closed on the thread that opened it");
         }
         closed = true;
+        if (ended) {
+            return;
+        }
+        // Closed before scopes opened inside it: they end with it.
+        for (RouteScope s = CURRENT.get(); s != null && s != this; s = s.previous) {
+            s.ended = true;
+        }
         if (previous == null) {
             CURRENT.remove();
         } else {

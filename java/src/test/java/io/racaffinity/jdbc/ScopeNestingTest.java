@@ -1,0 +1,57 @@
+package io.racaffinity.jdbc;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+
+import io.racaffinity.Cluster;
+import io.racaffinity.Route;
+import java.nio.charset.StandardCharsets;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Session and route scopes closed out of order (an outer scope's finally running before an inner
+ * scope's, as when the inner one is closed by a later callback on the same thread): once every scope
+ * is closed, none is left on the thread, which in a pool thread would route the next, unrelated work.
+ */
+class ScopeNestingTest {
+
+    @Test
+    void sessionScopesClosedOutOfOrderLeaveNoSessionOnTheThread() {
+        SessionScope outer = AffinityDataSource.withRequestSession("outer");
+        SessionScope inner = AffinityDataSource.withRequestSession("inner");
+        outer.close();
+        inner.close();
+        byte[] left = AffinityDataSource.requestSession();
+        assertNull(left, () -> "session left on the thread: "
+                + new String(left, StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void closingAnOuterSessionScopeEndsTheInnerOne() {
+        try (SessionScope outer = AffinityDataSource.withRequestSession("outer")) {
+            SessionScope inner = AffinityDataSource.withRequestSession("inner");
+            SessionScope middle = AffinityDataSource.withRequestSession("middle");
+            inner.close();
+            assertArrayEquals("outer".getBytes(StandardCharsets.UTF_8), AffinityDataSource.requestSession(),
+                    "closing a scope ends the scopes opened inside it");
+            middle.close();
+            assertArrayEquals("outer".getBytes(StandardCharsets.UTF_8), AffinityDataSource.requestSession());
+        }
+        assertNull(AffinityDataSource.requestSession());
+    }
+
+    @Test
+    void routeScopesClosedOutOfOrderLeaveNoRouteOnTheThread() {
+        try (Cluster cluster = Cluster.fromConfig("name = scopes; nodes = A, B")) {
+            Route a = cluster.route();
+            RouteScope outer = AffinityDataSource.withRequestRoute(cluster, a);
+            RouteScope inner = AffinityDataSource.withRequestRoute(cluster, a);
+            assertSame(inner, RouteScope.current(cluster));
+            outer.close();
+            inner.close();
+            RouteScope left = RouteScope.current(cluster);
+            assertNull(left, () -> "route scope left on the thread: " + left.route());
+        }
+    }
+}
