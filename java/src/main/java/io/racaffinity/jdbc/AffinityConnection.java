@@ -1,8 +1,10 @@
 package io.racaffinity.jdbc;
 
+import io.racaffinity.AffinityException;
 import io.racaffinity.ClusterClosedException;
 import io.racaffinity.Lease;
 import io.racaffinity.Outcome;
+import io.racaffinity.Route;
 import io.racaffinity.RouteKind;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
@@ -16,9 +18,13 @@ import java.sql.NClob;
 import java.sql.PreparedStatement;
 import java.sql.SQLClientInfoException;
 import java.sql.SQLException;
+import java.sql.SQLFeatureNotSupportedException;
+import java.sql.SQLNonTransientConnectionException;
+import java.sql.SQLNonTransientException;
 import java.sql.SQLWarning;
 import java.sql.SQLXML;
 import java.sql.Savepoint;
+import java.sql.ShardingKey;
 import java.sql.Statement;
 import java.sql.Struct;
 import java.util.Map;
@@ -267,6 +273,64 @@ public final class AffinityConnection implements Connection {
             delegate.endRequest();
         } catch (SQLException e) {
             throw failed(e);
+        }
+    }
+
+    /**
+     * JDBC 4.3, UCP's call shape for data affinity: whether {@code shardingKey} belongs on this
+     * connection, that is whether the core routes it to this connection's node (as
+     * {@code createConnectionBuilder().shardingKey(key)} would) and the connection is valid. On
+     * false, close it and build one with the key.
+     */
+    @Override
+    public boolean setShardingKeyIfValid(ShardingKey shardingKey, ShardingKey superShardingKey, int timeout)
+            throws SQLException {
+        if (timeout < 0) {
+            throw new SQLNonTransientException("setShardingKeyIfValid: timeout must be >= 0, got " + timeout,
+                    "22023");
+        }
+        return keyRoute(shardingKey, superShardingKey).node() == node() && isValid(timeout);
+    }
+
+    @Override
+    public boolean setShardingKeyIfValid(ShardingKey shardingKey, int timeout) throws SQLException {
+        return setShardingKeyIfValid(shardingKey, null, timeout);
+    }
+
+    /** JDBC 4.3: accepts {@code shardingKey} if the core routes it to this connection's node, else throws. */
+    @Override
+    public void setShardingKey(ShardingKey shardingKey, ShardingKey superShardingKey) throws SQLException {
+        Route r = keyRoute(shardingKey, superShardingKey);
+        if (r.node() != node()) {
+            throw new SQLNonTransientException("sharding key " + shardingKey + " belongs on node " + r.nodeName()
+                    + ", this connection is on node " + nodeName()
+                    + ": build a connection with it (createConnectionBuilder().shardingKey(key))", "22023");
+        }
+    }
+
+    @Override
+    public void setShardingKey(ShardingKey shardingKey) throws SQLException {
+        setShardingKey(shardingKey, null);
+    }
+
+    /** @return the core's route of {@code key}, checked as the connection builder checks it */
+    private Route keyRoute(ShardingKey key, ShardingKey superKey) throws SQLException {
+        if ((state & CLOSED) != 0) {
+            throw new SQLNonTransientConnectionException("the connection is closed", "08003");
+        }
+        if (superKey != null) {
+            throw new SQLFeatureNotSupportedException("super sharding keys (Oracle Sharding shard groups) are not"
+                    + " supported: RAC data affinity routes by the sharding key alone", "0A000");
+        }
+        if (!(key instanceof AffinityShardingKey)) {
+            throw new SQLNonTransientException("the sharding key must come from the data source's"
+                    + " createShardingKeyBuilder(), got " + (key == null ? "null" : key.getClass().getName()),
+                    "22023");
+        }
+        try {
+            return owner.clusterOf().routeKey(((AffinityShardingKey) key).raw());
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
         }
     }
 
