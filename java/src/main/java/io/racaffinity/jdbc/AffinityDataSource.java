@@ -630,7 +630,8 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     private Connection retry(Running<DataSource> s, int failed, CallbackPick retryPick, boolean retryRequest,
             byte[] retryKey, byte[] retrySession, String username, String pass, SQLException e) throws SQLException {
         Cluster c = s.cluster;
-        if ((retryPick == null && !retryRequest) || !isNodeFailure(e)) {
+        // A closed data source's 08003 is no node failure: nothing to move the affinity away from.
+        if ((retryPick == null && !retryRequest) || isClosed() || !isNodeFailure(e)) {
             throw e;
         }
         SQLException cause = e;
@@ -699,6 +700,18 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         if (physical == null) {
             release(lease, Outcome.NEUTRAL);
             throw new SQLException("node " + c.nodeName(node) + "'s DataSource returned no connection", "08001");
+        }
+        if (isClosed()) {
+            // Closed while this call waited on the node's pool: a given cluster and given pools stay
+            // open, and would have this closed data source hand out a connection.
+            f.returned(node, slot);
+            try {
+                physical.close();
+            } catch (SQLException | RuntimeException e) {
+                // going away anyway
+            }
+            release(lease, Outcome.NEUTRAL);
+            throw closedException();
         }
         return new AffinityConnection(this, physical, lease, f, slot);
     }
