@@ -9,7 +9,7 @@ import java.sql.ShardingKey;
 
 /**
  * JDBC 4.3 connection builder of {@link AffinityDataSource}: a sharding key
- * routes by data affinity, user and password go to the node pool's
+ * routes by data affinity, a user (and its password, if any) go to the node pool's
  * {@code getConnection(user, password)}.
  */
 final class AffinityConnectionBuilder implements ConnectionBuilder {
@@ -57,8 +57,10 @@ final class AffinityConnectionBuilder implements ConnectionBuilder {
             throw new SQLNonTransientException("the sharding key must come from this data source's"
                     + " createShardingKeyBuilder(), got " + shardingKey.getClass().getName(), "22023");
         }
-        if ((user == null) != (password == null)) {
-            throw new SQLNonTransientException("set both user and password, or neither", "28000");
+        // A user alone is getConnection(user, null): a login without a password (trust, Kerberos, a
+        // wallet) is the driver's to accept. A password alone names nobody to log in as.
+        if (user == null && password != null) {
+            throw new SQLNonTransientException("a password without a user: set the user too", "28000");
         }
         return ds.connect(user, password, (AffinityShardingKey) shardingKey);
     }
