@@ -48,6 +48,11 @@ final class Heartbeat implements AutoCloseable {
     private final ExecutorService probes;
     /** Told of each state change a probe caused (pool upkeep acts on a Down at once). */
     private final Runnable changed;
+    /**
+     * Set by {@link #close()}, whose interrupt ends a probe waiting on its pool with an error that says
+     * nothing of the node: a cluster the application gave the data source outlives this heartbeat.
+     */
+    private volatile boolean closed;
 
     /**
      * @param owner the data source's log prefix ({@code AffinityDataSource orcl})
@@ -133,6 +138,9 @@ final class Heartbeat implements AutoCloseable {
     }
 
     private void report(int node, boolean ok, String why) {
+        if (closed) {
+            return;
+        }
         try {
             boolean changed = cluster.reportProbe(node, ok);
             if (!ok) {
@@ -163,6 +171,7 @@ final class Heartbeat implements AutoCloseable {
 
     @Override
     public void close() {
+        closed = true;
         timer.shutdownNow();
         probes.shutdownNow();
     }

@@ -1,6 +1,7 @@
 package io.racaffinity.jdbc;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Cluster;
@@ -12,6 +13,7 @@ import java.sql.SQLFeatureNotSupportedException;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
 
@@ -100,6 +102,39 @@ class HeartbeatTest {
             waitFor("A down while its probe is still blocked", () -> c.nodeState("A") == NodeState.DOWN);
             assertEquals(NodeState.UP, c.nodeState("B"));
             a.release.countDown();
+        }
+    }
+
+    @Test
+    void aProbeThatCloseInterruptsReportsNoMissToASharedCluster() throws Exception {
+        CountDownLatch probing = new CountDownLatch(1);
+        AtomicReference<Thread> prober = new AtomicReference<>();
+        // A node pool a probe waits on when the data source closes; the cluster is the application's
+        // (shared with another data source), so it outlives this heartbeat.
+        DataSource stuck = Stubs.proxy(DataSource.class, "StuckNode", (p, m, a) -> {
+            if (!m.getName().equals("getConnection")) {
+                return null;
+            }
+            prober.set(Thread.currentThread());
+            probing.countDown();
+            try {
+                Thread.sleep(60_000);
+            } catch (InterruptedException e) {
+                throw new SQLException("Interrupted during connection acquisition", "08001");
+            }
+            throw new AssertionError("the probe was not interrupted");
+        });
+        try (Cluster c = Cluster.fromConfig("name = hbclose; nodes = A, B\nheartbeat.misses = 1")) {
+            // 30 s of probe timeout: the first probe is no miss while it runs.
+            Heartbeat hb = new Heartbeat("HeartbeatTest", c, new DataSource[] {stuck, null}, INTERVAL_MS, 30,
+                    new Redactor(null), false, () -> {});
+            assertTrue(probing.await(20, TimeUnit.SECONDS), "probing");
+            hb.close();
+            // Its pool thread ends with the task, once the probe has reported (or not).
+            prober.get().join(20_000);
+            assertFalse(prober.get().isAlive(), "the probe ended");
+            assertEquals(0, c.nodeMetrics().get(0).probeMisses(), "a closed heartbeat counted a miss");
+            assertEquals(NodeState.UP, c.nodeState("A"));
         }
     }
 }
