@@ -837,8 +837,8 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             if (lease.kind() != io.racaffinity.RouteKind.BALANCED) {
                 if (lease.node() != ctx.node) {
                     // Soft failover moved the affinity: a fresh context names the new instance.
-                    cb.setConnectionAffinityContext(new ConnectionAffinityContext(this, ctx.context, lease.node(),
-                            lease.nodeName(), policy));
+                    tellCallback(cb, new ConnectionAffinityContext(this, ctx.context, lease.node(),
+                            lease.nodeName(), policy), lease);
                 }
                 return new CallbackPick(cb, ctx.context, policy, lease);
             }
@@ -873,10 +873,24 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             Lease next = context.repick(failed);
             if (next != null) {
                 // The core moved the pin: the callback's context names the new instance, as after a soft move.
-                cb.setConnectionAffinityContext(new ConnectionAffinityContext(AffinityDataSource.this, context,
-                        next.node(), next.nodeName(), policy));
+                tellCallback(cb, new ConnectionAffinityContext(AffinityDataSource.this, context,
+                        next.node(), next.nodeName(), policy), next);
             }
             return next;
+        }
+    }
+
+    /**
+     * Hands the callback its moved context. The callback is the application's (it may store the
+     * context in an HTTP session invalidated meanwhile): what it throws reaches the caller, and the
+     * lease taken for the call is released, not left in flight until the garbage collector finds it.
+     */
+    private static void tellCallback(ConnectionAffinityCallback cb, ConnectionAffinityContext moved, Lease lease) {
+        try {
+            cb.setConnectionAffinityContext(moved);
+        } catch (RuntimeException | Error e) {
+            release(lease, Outcome.NEUTRAL);
+            throw e;
         }
     }
 
