@@ -10,6 +10,7 @@ import java.sql.SQLException;
 import java.sql.SQLNonTransientConnectionException;
 import java.sql.SQLNonTransientException;
 import java.util.ArrayList;
+import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
@@ -403,15 +404,7 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
                         !logsStateChanges(), this::stateMayHaveChanged);
             }
             if (nodes.registerMBean()) {
-                try {
-                    mbean = ClusterMonitor.register(c);
-                } catch (InstanceAlreadyExistsException e) {
-                    // A given cluster is shared on purpose (a DataSource and an XADataSource of one
-                    // database), so its second registration is expected; an own one is a clash.
-                    log.log(ownsCluster ? Level.WARNING : Level.DEBUG, prefix + ": MBean "
-                            + ClusterMonitor.objectName(c.name()) + " is already registered (another data source"
-                            + " of cluster " + c.name() + "?); this one registers none");
-                }
+                mbean = registerMBean(c, ownsCluster, prefix);
             }
             Running<T> r = new Running<>(c, ownsCluster, byId, owned, hb, mbean);
             started(r);
@@ -428,7 +421,7 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
                 hb.close();
             }
             if (mbean != null) {
-                ClusterMonitor.unregister(mbean);
+                unregisterMBean(c, ownsCluster, mbean);
             }
             closeAll(owned);
             if (ownsCluster) {
@@ -464,11 +457,54 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
             r.heartbeat.close();
         }
         if (r.mbean != null) {
-            ClusterMonitor.unregister(r.mbean);
+            unregisterMBean(r.cluster, r.ownsCluster, r.mbean);
         }
         closeAll(r.owned);
         if (r.ownsCluster) {
             r.cluster.close();
+        }
+    }
+
+    /**
+     * By given (shared) cluster, how many open data sources show its MXBean: the first registers it,
+     * the last to close unregisters it, so that it never leaves JMX while the cluster is in use.
+     */
+    private static final Map<Cluster, int[]> SHARED_MBEANS = new IdentityHashMap<>();
+
+    private ObjectName registerMBean(Cluster c, boolean ownsCluster, String prefix) {
+        synchronized (SHARED_MBEANS) {
+            int[] users = ownsCluster ? null : SHARED_MBEANS.get(c);
+            if (users != null) {
+                users[0]++;
+                return ClusterMonitor.objectName(c.name());
+            }
+            try {
+                ObjectName on = ClusterMonitor.register(c);
+                if (!ownsCluster) {
+                    SHARED_MBEANS.put(c, new int[] {1});
+                }
+                return on;
+            } catch (InstanceAlreadyExistsException e) {
+                // Another cluster of the same name: a clash for an own cluster, expected when the
+                // application registered this one itself.
+                log.log(ownsCluster ? Level.WARNING : Level.DEBUG, prefix + ": MBean "
+                        + ClusterMonitor.objectName(c.name()) + " is already registered (another cluster named "
+                        + c.name() + "?); this data source registers none");
+                return null;
+            }
+        }
+    }
+
+    private static void unregisterMBean(Cluster c, boolean ownsCluster, ObjectName on) {
+        synchronized (SHARED_MBEANS) {
+            if (!ownsCluster) {
+                int[] users = SHARED_MBEANS.get(c);
+                if (users != null && --users[0] > 0) {
+                    return;
+                }
+                SHARED_MBEANS.remove(c);
+            }
+            ClusterMonitor.unregister(on);
         }
     }
 
@@ -508,7 +544,8 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
     }
 
     /**
-     * The JMX name of the cluster's MXBean, if this data source registered it.
+     * The JMX name of the cluster's MXBean, if this data source registered it (or shows it with the
+     * other data sources of a cluster it was given).
      *
      * @return the ObjectName or null
      * @throws SQLException if initialisation fails
