@@ -74,6 +74,8 @@ public final class AffinityConnection implements Connection {
      * compare-and-set a close always paid.
      */
     private static final int RELEASED = 2;
+    /** {@link #state} bit: abort() came while close() was under way, whose failure is then its doing. */
+    private static final int ABORTED = 4;
 
     static {
         try {
@@ -180,7 +182,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.close();
         } catch (SQLException e) {
-            if (owner.isNodeFailure(e)) {
+            if ((state & ABORTED) == 0 && owner.isNodeFailure(e)) {
                 outcome = Outcome.FAILED;
                 owner.nodeFailureReported(this, e);
             }
@@ -206,8 +208,8 @@ public final class AffinityConnection implements Connection {
 
     /**
      * Aborts the physical connection, drops it from the node pool and releases the lease
-     * {@code NEUTRAL}; a no-op on a closed connection. A call that fails because of it is no node
-     * failure.
+     * {@code NEUTRAL}. On a closed connection only the pool's or driver's abort runs (a no-op there,
+     * and what ends a close() still under way). A call that fails because of it is no node failure.
      */
     @Override
     public void abort(Executor executor) throws SQLException {
@@ -216,6 +218,11 @@ public final class AffinityConnection implements Connection {
         }
         int owns = markClosed();
         if (owns < 0) {
+            // Closed, or closing: a close() hung on its connection (a rollback on return, on a node
+            // that stopped answering) ends with the abort of that connection; on a closed one, the
+            // pool's or driver's abort does nothing. The lease is close()'s to release.
+            STATE.getAndBitwiseOr(this, ABORTED);
+            delegate.abort(executor);
             return;
         }
         failover.returned(lease.node(), slot);

@@ -11,6 +11,7 @@ import io.racaffinity.NodeMetrics;
 import io.racaffinity.test.LogCapture;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
+import io.racaffinity.test.Stubs;
 import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.SQLException;
@@ -21,6 +22,7 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 
@@ -132,6 +134,55 @@ class ConnectionAbortTest {
                         .filter(m -> m.contains("connection failure on node")).toList();
                 assertEquals(List.of(), reported, "a call on a closed connection reported a node failure");
             }
+        }
+    }
+
+    @Test
+    void abortEndsACloseHungOnItsConnectionWithoutANodeFailure() throws Exception {
+        CountDownLatch closing = new CountDownLatch(1);
+        CountDownLatch aborted = new CountDownLatch(1);
+        // A pool whose close() of a borrowed connection hangs (its rollback on return waits on a
+        // node that stopped answering) until the connection under it is aborted.
+        Connection hanging = Stubs.proxy(Connection.class, "hanging", (p, m, a) -> switch (m.getName()) {
+            case "close" -> {
+                closing.countDown();
+                if (!aborted.await(30, TimeUnit.SECONDS)) {
+                    throw new AssertionError("never aborted");
+                }
+                throw new SQLException("An I/O error occurred while sending to the backend.", "08006");
+            }
+            case "abort" -> {
+                aborted.countDown();
+                yield null;
+            }
+            case "isClosed" -> false;
+            default -> null;
+        });
+        DataSource node = Stubs.proxy(DataSource.class, "node", (p, m, a) -> m.getName().equals("getConnection")
+                ? hanging : null);
+        try (Cluster cluster = Cluster.fromConfig("name = aborthungclose; nodes = A");
+                AffinityDataSource ds = new AffinityDataSource()) {
+            ds.setCluster(cluster);
+            ds.setNodeDataSources(Map.of("A", node));
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setRegisterMBean(false);
+            Connection c = ds.getConnection();
+            CompletableFuture<SQLException> close = CompletableFuture.supplyAsync(() -> {
+                try {
+                    c.close();
+                    return null;
+                } catch (SQLException e) {
+                    return e;
+                }
+            });
+            assertTrue(closing.await(30, TimeUnit.SECONDS));
+            c.abort(Runnable::run); // the application's watchdog
+            assertEquals(0, aborted.getCount(), "abort() did not reach the connection a hung close() waits on");
+            SQLException e = close.get(30, TimeUnit.SECONDS);
+            assertEquals("08006", e == null ? null : e.getSQLState());
+            NodeMetrics m = metrics(cluster);
+            assertEquals(0, m.failures(), "the application's abort counted as a failure of the node");
+            assertEquals(0, m.inFlight());
         }
     }
 
