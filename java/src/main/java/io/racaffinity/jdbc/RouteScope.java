@@ -12,7 +12,8 @@ import java.util.Objects;
  * session scope, goes to the decided node ({@code Cluster.routeToken}, seed 001).
  * When the core refused the request ({@link AffinityDataSource#withRequestRefusal}), such a
  * connection is refused with that error instead.
- * Scopes nest; closing restores the enclosing one. Close it on the thread that opened it.
+ * Scopes nest; closing restores the enclosing one, and ends the scopes opened inside it that are
+ * still open. Close it on the thread that opened it.
  */
 public final class RouteScope implements AutoCloseable {
     private static final ThreadLocal<RouteScope> CURRENT = new ThreadLocal<>();

@@ -54,4 +54,31 @@ class ScopeNestingTest {
             assertNull(left, () -> "route scope left on the thread: " + left.route());
         }
     }
+
+    @Test
+    void aLeakedSessionScopeLeavesOnlyJdkTypesOnTheThread() throws Exception {
+        SessionScope leaked = AffinityDataSource.withRequestSession("leaked");
+        try {
+            java.lang.reflect.Field top = SessionScope.class.getDeclaredField("TOP");
+            top.setAccessible(true);
+            Object value = ((ThreadLocal<?>) top.get(null)).get();
+            // An app server's thread keeps its thread-locals: a class of the jar in WEB-INF/lib among
+            // them keeps the web application's class loader after a redeploy.
+            java.util.Deque<Object> todo = new java.util.ArrayDeque<>(java.util.List.of(value));
+            while (!todo.isEmpty()) {
+                Object o = todo.pop();
+                assertSame(null, o.getClass().getClassLoader(), "a " + o.getClass().getName()
+                        + " on the thread");
+                if (o instanceof Object[] a) {
+                    for (Object e : a) {
+                        if (e != null) {
+                            todo.push(e);
+                        }
+                    }
+                }
+            }
+        } finally {
+            leaked.close();
+        }
+    }
 }
