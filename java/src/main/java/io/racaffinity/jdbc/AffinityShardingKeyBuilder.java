@@ -68,7 +68,7 @@ public final class AffinityShardingKeyBuilder implements ShardingKeyBuilder {
             throw new SQLNonTransientException("a sharding key needs at least one subkey", "22023");
         }
         if (values.size() == 1) {
-            return new AffinityShardingKey(encode(values.get(0), types.get(0)));
+            return new AffinityShardingKey(bounded(encode(values.get(0), types.get(0))));
         }
         ByteArrayOutputStream out = new ByteArrayOutputStream();
         for (int i = 0; i < values.size(); i++) {
@@ -76,7 +76,18 @@ public final class AffinityShardingKeyBuilder implements ShardingKeyBuilder {
             out.writeBytes(ByteBuffer.allocate(4).putInt(b.length).array());
             out.writeBytes(b);
         }
-        return new AffinityShardingKey(out.toByteArray());
+        return new AffinityShardingKey(bounded(out.toByteArray()));
+    }
+
+    /** The core's bound on a data key (docs/semantics.md, data affinity): refused where the key is built. */
+    static final int MAX_KEY_BYTES = 1024;
+
+    private static byte[] bounded(byte[] key) throws SQLException {
+        if (key.length == 0 || key.length > MAX_KEY_BYTES) {
+            throw new SQLNonTransientException("a sharding key must be 1.." + MAX_KEY_BYTES + " bytes, got "
+                    + key.length, "22023");
+        }
+        return key;
     }
 
     static byte[] encode(Object v, SQLType type) throws SQLException {

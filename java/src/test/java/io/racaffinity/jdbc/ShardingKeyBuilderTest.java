@@ -1,0 +1,34 @@
+package io.racaffinity.jdbc;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import java.sql.JDBCType;
+import java.sql.SQLException;
+import java.sql.SQLNonTransientException;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The sharding key builder's documented bounds: a key is 1..1024 bytes, and {@code build()} refuses
+ * any other (SQLState 22023), where the caller builds it, not at a later connection request.
+ */
+class ShardingKeyBuilderTest {
+
+    private static void refused(String what, AffinityShardingKeyBuilder b) {
+        SQLException e = assertThrows(SQLNonTransientException.class, b::build, what + " was built");
+        assertEquals("22023", e.getSQLState(), what);
+    }
+
+    @Test
+    void buildRefusesAnEmptyOrOversizedKey() throws Exception {
+        refused("an empty text key", new AffinityShardingKeyBuilder().subkey("", JDBCType.VARCHAR));
+        refused("an empty byte key", new AffinityShardingKeyBuilder().subkey(new byte[0], JDBCType.VARBINARY));
+        refused("a 1025-byte key", new AffinityShardingKeyBuilder().subkey(new byte[1025], JDBCType.VARBINARY));
+        refused("a 1025-byte composite key", new AffinityShardingKeyBuilder()
+                .subkey(new byte[1000], JDBCType.VARBINARY).subkey(new byte[17], JDBCType.VARBINARY));
+        assertEquals(1024, ((AffinityShardingKey) new AffinityShardingKeyBuilder()
+                .subkey(new byte[1024], JDBCType.VARBINARY).build()).bytes().length);
+        assertEquals(1, ((AffinityShardingKey) new AffinityShardingKeyBuilder().subkey("x", JDBCType.VARCHAR)
+                .build()).bytes().length);
+    }
+}
