@@ -233,6 +233,8 @@ class _NoPools:
     """What racaffinity.otel reads of a NodePools, without pools: the feed's
     instruments come from the cluster alone."""
 
+    closed = False
+
     def __init__(self, cluster: ra.Cluster) -> None:
         self.cluster = cluster
 
