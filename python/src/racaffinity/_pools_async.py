@@ -896,10 +896,7 @@ class AsyncNodePools(Base):
             self._by_id[node] = successor
             drained = self._drained.pop(node, [])
             if hard:
-                for p in [pool, *drained]:
-                    for conn in list(p._racaffinity_conns):
-                        if conn._racaffinity_borrowed or conn._racaffinity_checking:
-                            shut_down(conn)
+                _abort_in_use([pool, *drained])
             else:
                 # The drain's end: its connections in use finish, on the
                 # node, which a hard Down after it is Up again aborts.
@@ -912,10 +909,7 @@ class AsyncNodePools(Base):
         """The node failed after its drain ended: the connections still in
         use in its retired pools are aborted, as at a hard Down."""
         async with self._replace_lock:
-            for p in self._drained.pop(node, ()):
-                for conn in list(p._racaffinity_conns):
-                    if conn._racaffinity_borrowed or conn._racaffinity_checking:
-                        shut_down(conn)
+            _abort_in_use(self._drained.pop(node, ()))
 
     async def _retire(self, pool: Any) -> None:
         """Retires a node's old pool: it takes no new waiter from now on,
@@ -1116,6 +1110,16 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
             raise
         finally:
             conn._racaffinity_checking = False
+
+
+def _abort_in_use(pools: abc.Iterable[Any]) -> None:
+    """Aborts the connections borrowed (or under their checkout check) of
+    `pools`: their next call fails at once instead of waiting on a dead or
+    hung node."""
+    for p in pools:
+        for conn in list(p._racaffinity_conns):
+            if conn._racaffinity_borrowed or conn._racaffinity_checking:
+                shut_down(conn)
 
 
 def _in_use(pools: abc.Iterable[Any]) -> List[Any]:

@@ -733,10 +733,7 @@ class NodePools(Base):
             self._by_id[node] = successor
             drained = self._drained.pop(node, [])
             if hard:
-                for p in [pool, *drained]:
-                    for conn in list(p._racaffinity_conns):
-                        if conn._racaffinity_borrowed or conn._racaffinity_checking:
-                            shut_down(conn)
+                _abort_in_use([pool, *drained])
             else:
                 in_use = _in_use([pool, *drained])
                 if in_use:
@@ -747,10 +744,7 @@ class NodePools(Base):
         """The node failed after its drain ended: the connections still in
         use in its retired pools are aborted, as at a hard Down."""
         with self._replace_lock:
-            for p in self._drained.pop(node, ()):
-                for conn in list(p._racaffinity_conns):
-                    if conn._racaffinity_borrowed or conn._racaffinity_checking:
-                        shut_down(conn)
+            _abort_in_use(self._drained.pop(node, ()))
 
     def _retire(self, pool: Any) -> None:
         """Retires a node's old pool: it takes no new waiter from now on,
@@ -926,6 +920,15 @@ class _NodePool(psycopg_pool.ConnectionPool):
             raise
         finally:
             conn._racaffinity_checking = False
+
+def _abort_in_use(pools: abc.Iterable[Any]) -> None:
+    """Aborts the connections borrowed (or under their checkout check) of
+    `pools`: their next call fails at once instead of waiting on a dead or
+    hung node."""
+    for p in pools:
+        for conn in list(p._racaffinity_conns):
+            if conn._racaffinity_borrowed or conn._racaffinity_checking:
+                shut_down(conn)
 
 def _in_use(pools: abc.Iterable[Any]) -> List[Any]:
     """The retired `pools` with a connection borrowed, or under its checkout
