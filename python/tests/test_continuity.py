@@ -487,6 +487,97 @@ async def test_async_a_replay_to_a_node_just_restarted_is_served_without_the_rec
         assert rows_of(pg, "aback") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
 
 
+def _long_reconnect_back_off(monkeypatch):
+    """psycopg_pool retries a failed connect after 1, 2, 4 s ...: 30 s here,
+    so that no retry of the old pool lands within a test."""
+    import psycopg_pool.base
+
+    monkeypatch.setattr(psycopg_pool.base.AttemptWithBackoff, "INITIAL_DELAY", 30.0)
+
+
+def _refusing_while_shutting_down(pg, held):
+    """Node 2 in a smart shutdown that `held` keeps waiting: it refuses every
+    new connection with the server's FATAL "the database system is shutting
+    down", to which libpq attaches no SQLSTATE (as to "starting up"). Its
+    other sessions (the pool's) are ended, so the pool reconnects and fails."""
+    pg.smart_stop(2)
+    held.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
+    )
+
+
+def test_a_replay_to_a_node_that_refused_while_restarting_is_served_without_the_reconnect_back_off(
+    pg, cluster_factory, req_table, restart_after, monkeypatch
+):
+    """The test above when the pool's last connect met the node starting up
+    or shutting down: a server's refusal, not a node failure (the node is
+    there), but the pool backs off from it all the same. A CI run of fb7b5dc
+    failed the test above this way: its last back-off attempt landed while
+    the node was starting up, and the replay timed out. The back-off is
+    made long here, so that only a fresh pool can serve the replay."""
+    _long_reconnect_back_off(monkeypatch)
+    two = ["RAC1", "RAC2"]
+    c = cluster_factory("thread.auto_pin = false", nodes=two)
+    dsns = {n: pg.dsn[n] for n in two}
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
+                   connect_kwargs={"connect_timeout": 2}) as pools:
+        rac2 = pools.node_pool("RAC2")
+        with psycopg.connect(pg.dsn["RAC2"], autocommit=True) as held:
+            _refusing_while_shutting_down(pg, held)
+            restart_after.append(2)
+            try:
+                with pools.connection(key=key_on(c, "RAC2")) as conn:
+                    conn.execute("SELECT 1")
+            except psycopg.Error:
+                pass
+            wait_until(lambda: rac2.get_stats().get("connections_errors", 0) >= 1, 20)
+        pg.restart(restart_after.pop())
+        assert c.node_state("RAC2") is ra.NodeState.UP
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", ("sback",))
+            terminate(pg, "RAC1", req.backend_pid)
+            req.execute("SELECT count(*) FROM py_req").fetchone()
+        assert req.replays == 1 and req.node == "RAC2"
+        assert rows_of(pg, "sback") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
+
+
+@pytest.mark.asyncio
+async def test_async_a_replay_to_a_node_that_refused_while_restarting_is_served_without_the_reconnect_back_off(
+    pg, cluster_factory, req_table, restart_after, monkeypatch
+):
+    """The test above through `AsyncNodePools`."""
+    import asyncio
+
+    from conftest import wait_until_async
+    from racaffinity.pools import AsyncNodePools
+
+    _long_reconnect_back_off(monkeypatch)
+    two = ["RAC1", "RAC2"]
+    c = cluster_factory("thread.auto_pin = false", nodes=two)
+    dsns = {n: pg.dsn[n] for n in two}
+    async with AsyncNodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
+                              connect_kwargs={"connect_timeout": 2}) as pools:
+        rac2 = pools.node_pool("RAC2")
+        with psycopg.connect(pg.dsn["RAC2"], autocommit=True) as held:
+            await asyncio.to_thread(_refusing_while_shutting_down, pg, held)
+            restart_after.append(2)
+            try:
+                async with pools.connection(key=key_on(c, "RAC2")) as conn:
+                    await conn.execute("SELECT 1")
+            except psycopg.Error:
+                pass
+            await wait_until_async(lambda: rac2.get_stats().get("connections_errors", 0) >= 1, 20)
+        await asyncio.to_thread(pg.restart, restart_after.pop())
+        assert c.node_state("RAC2") is ra.NodeState.UP
+        async with pools.request(key=key_on(c, "RAC1")) as req:
+            await req.execute("INSERT INTO py_req VALUES (%s)", ("asback",))
+            terminate(pg, "RAC1", req.backend_pid)
+            await (await req.execute("SELECT count(*) FROM py_req")).fetchone()
+        assert req.replays == 1 and req.node == "RAC2"
+        assert rows_of(pg, "asback") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
+
+
 # -- what a replay cannot reproduce (review of 2026-12-05) -------------------------
 
 

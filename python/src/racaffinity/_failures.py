@@ -88,6 +88,10 @@ class ConnectAttempts:
         self._running: Dict[int, float] = {}
         self._next = 0
         self.last_failed = False
+        # Whether the last finished connect failed for any reason: the pool
+        # then waits its reconnect back-off, also after a server's refusal
+        # ("starting up", "shutting down") that is no node failure.
+        self.backing_off = False
         # Monotonic time of the last failure of the node these pools saw (a
         # node failure, a Down): a connection last checked out before it is
         # validated at checkout whatever its age.
@@ -104,6 +108,7 @@ class ConnectAttempts:
         with self._lock:
             self._running.pop(token, None)
             self.last_failed = error is not None and _is_node_error(error)
+            self.backing_off = error is not None
             self.last_error = None if error is None else type(error).__name__
 
     def check_failed(self, error: BaseException) -> None:

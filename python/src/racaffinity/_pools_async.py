@@ -928,7 +928,8 @@ class AsyncNodePools(Base):
         self._retiring.append(aspawn(_close_retired, (pool,), f"racaffinity-retire-{pool.name}"))
 
     async def _renew_if_backing_off(self, node: int) -> None:
-        """A node's pool whose last connect failed waits psycopg_pool's
+        """A node's pool whose last connect failed (the node down, or
+        refusing while it starts up or shuts down) waits psycopg_pool's
         reconnect back-off (1, 2, 4 s ... after each failure) before its
         next one, whatever the node does meanwhile: a replay the core sends
         there (it reads the node as usable: restarted before it was ever
@@ -939,7 +940,8 @@ class AsyncNodePools(Base):
             pool = self._by_id[node]
             if pool is None or self._closed or pool._racaffinity_draining:
                 return
-            if not pool._racaffinity_connects.last_failed:
+            attempts = pool._racaffinity_connects
+            if not (attempts.last_failed or attempts.backing_off):
                 return
             successor = self._new_pool(node, self._pool_args[0], False)
             successor._racaffinity_connects.node_failed_at = time.monotonic()
