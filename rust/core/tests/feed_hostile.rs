@@ -375,3 +375,76 @@ fn a_watch_chattering_without_events_is_checked_all_the_same() {
     let m = c.metrics().feed.unwrap();
     assert_eq!((m.revision, m.reconnects), (6, 1), "{m:?}");
 }
+
+/// A prefix of 2,000 records and a quiet, healthy watch: the silence check
+/// that runs every `topology.feed_timeout` asks only for what changed after
+/// the applied revision (`min_mod_revision`, keys only) and reads the
+/// prefix's size from the answer's `count`, so its answer is a few dozen
+/// bytes whatever the prefix holds. Before, each check read every key of
+/// the prefix (keys only): 2,000 keys, about 100 KB, every quiet period.
+#[test]
+fn the_silence_check_reads_only_what_changed() {
+    let names: Vec<String> = (0..2000).map(|i| format!("p/fan/instance-{i:04}")).collect();
+    let store: Vec<(String, u64)> = names.iter().enumerate().map(|(i, k)| (k.clone(), 3 + i as u64 % 3)).collect();
+    let range = move |req: &Request, _| {
+        let held: Vec<(&str, &str, u64)> = store.iter().map(|(k, r)| (k.as_str(), "x", *r)).collect();
+        range_of(req, 5, &held)
+    };
+    let watch = |s: &mut TcpStream, _: &Request, _| {
+        if gateway::open_watch(s, 5) {
+            silent(s);
+        }
+    };
+    let gw = Gateway::start(Arc::new(range), Arc::new(watch));
+    let c = Cluster::from_config_text(&format!(
+        "nodes = A, B\ntopology.feed = etcd://{}/p\ntopology.feed_timeout = 200ms",
+        gw.endpoint
+    ))
+    .unwrap();
+    wait_for("the full read and two silence checks", || gw.ranges.load(Ordering::SeqCst) >= 3);
+    let log = gw.range_log.lock().unwrap().clone();
+    drop(c);
+    let m = (log[0].1, log.len());
+    assert!(log[0].1 > 50_000, "the full read holds every record: {m:?}");
+    for (req, size) in &log[1..] {
+        assert!(*size < 200, "a silence check answered {size} bytes (asked {})", req.body);
+        assert_eq!(req.body["min_mod_revision"].as_str(), Some("6"), "only records after revision 5: {}", req.body);
+    }
+}
+
+/// The check's count of deletions counts every key under the prefix,
+/// the tools' own (`_monitor/leader`) too: a deletion the silent watch
+/// missed while the monitors' key stays is found all the same.
+#[test]
+fn a_missed_deletion_is_found_next_to_the_tools_own_key() {
+    let deleted = Arc::new(AtomicBool::new(false));
+    let seen = deleted.clone();
+    let range = move |req: &Request, _| {
+        if seen.load(Ordering::SeqCst) {
+            range_of(req, 6, &[("p/_monitor/leader", "m1", 2), ("p/node/A/weight", "3", 3)])
+        } else {
+            range_of(req, 5, &[("p/_monitor/leader", "m1", 2), ("p/node/A/weight", "3", 3), ("p/node/B/state", "down", 4)])
+        }
+    };
+    let watch = move |s: &mut TcpStream, _: &Request, n: usize| {
+        if n == 1 {
+            deleted.store(true, Ordering::SeqCst);
+            if gateway::open_watch(s, 5) {
+                silent(s);
+            }
+        } else if gateway::open_watch(s, 6) {
+            let _ = s.write_all(&chunk(&raw_events(6, &[deletion("p/node/B/state", 6)])));
+            silent(s);
+        }
+    };
+    let gw = Gateway::start(Arc::new(range), Arc::new(watch));
+    let c = Cluster::from_config_text(&format!(
+        "nodes = A, B\ntopology.feed = etcd://{}/p\ntopology.feed_timeout = 300ms",
+        gw.endpoint
+    ))
+    .unwrap();
+    assert_eq!(c.node_by_name("B").unwrap().state(), NodeState::Down, "the full read: {:?}", c.metrics().feed);
+    wait_for("B up again", || c.node_by_name("B").unwrap().state() == NodeState::Up);
+    let m = c.metrics().feed.unwrap();
+    assert_eq!((m.revision, m.reconnects), (6, 1), "{m:?}");
+}

@@ -188,13 +188,19 @@ impl EtcdClient {
     /// How many records under `prefix` a reader that applied every record
     /// up to `revision` has not seen, and the store's current revision (a
     /// linearizable read: the leader's view). `present` are the keys (prefix
-    /// included) the reader holds at `revision`.
+    /// included) the reader holds at `revision`: every key under the prefix,
+    /// the tools' own (`_monitor/…`) too, or a deletion can hide behind one.
     ///
-    /// A range answer holds no deletion, so one shows only as a key of
-    /// `present` that is gone; a key put after `revision` is counted by its
-    /// `mod_revision`. The whole prefix is read, keys only: etcd's `count`
-    /// ignores the revision filters, and a filtered range cannot show what
-    /// is missing. Several writes to one key since `revision` count once.
+    /// One range asks only for the keys put after `revision`
+    /// (`min_mod_revision`, keys only): its answer holds what changed, not
+    /// the whole prefix, and is empty for a reader up to date. Its `count`
+    /// is the number of keys under the prefix now: etcd counts the range
+    /// before the revision filters (`etcdserver/txn/range.go`, etcd 3.5 to
+    /// 3.7). A range holds no deletion, so deletions are counted from it:
+    /// the keys not put since are the held keys still there, and every held
+    /// key missing from them is gone. A key put several times since
+    /// `revision` counts once, as do a key deleted and put again and each
+    /// key of one transaction: the count is of records (keys), not writes.
     pub fn count_newer<S: AsRef<str>>(
         &self,
         prefix: &str,
@@ -202,18 +208,35 @@ impl EtcdClient {
         present: impl IntoIterator<Item = S>,
     ) -> EResult<(u64, u64)> {
         let p = prefix.as_bytes();
-        let v =
-            self.call("/v3/kv/range", &json!({"key": b64(p), "range_end": b64(&prefix_end(p)), "keys_only": true}))?;
+        let v = self.call(
+            "/v3/kv/range",
+            &json!({"key": b64(p), "range_end": b64(&prefix_end(p)), "keys_only": true,
+                    "min_mod_revision": revision.saturating_add(1).to_string()}),
+        )?;
         let rev = header_revision(&v)?;
+        let count = int(v.get("count"))?;
         let kvs = match v.get("kvs") {
             Some(Value::Array(a)) => a.iter().map(|kv| key_value(kv, false)).collect::<EResult<Vec<_>>>()?,
             _ => Vec::new(),
         };
         not_past(rev, &kvs, "count")?;
-        let now: HashSet<&str> = kvs.iter().map(|kv| kv.key.as_str()).collect();
-        let put = kvs.iter().filter(|kv| kv.mod_revision > revision).count();
-        let deleted = present.into_iter().filter(|k| !now.contains(k.as_ref())).count();
-        Ok(((put + deleted) as u64, rev))
+        if let Some(kv) = kvs.iter().find(|kv| kv.mod_revision <= revision) {
+            return Err(EtcdError::Protocol(format!(
+                "count: `{}` at revision {} in an answer for records after {revision}",
+                excerpt(&kv.key.escape_debug().to_string()),
+                kv.mod_revision
+            )));
+        }
+        let held: HashSet<String> = present.into_iter().map(|k| k.as_ref().to_string()).collect();
+        let put = kvs.len() as u64;
+        let new = kvs.iter().filter(|kv| !held.contains(&kv.key)).count() as u64;
+        if count < new {
+            return Err(EtcdError::Protocol(format!("count: {new} new key(s) but a count of {count}")));
+        }
+        // Held keys still there and not put since: the count less the new keys.
+        let kept = count - new;
+        let deleted = (held.len() as u64).saturating_sub(kept);
+        Ok((put + deleted, rev))
     }
 
     /// Puts `key = value` (attached to `lease` unless 0); the put's revision.

@@ -228,9 +228,9 @@ struct Worker {
     stop: Arc<AtomicBool>,
     /// Every record up to this revision is applied (0: nothing read yet).
     revision: u64,
-    /// Keys (relative) present at `revision`: a deletion since shows only
-    /// as one of them missing (lost to a compaction, or not brought by a
-    /// silent watch).
+    /// Keys (relative) present at `revision`, the tools' own (`_…`) too: a
+    /// deletion since shows only as one of them missing (lost to a
+    /// compaction, or not brought by a silent watch).
     known: HashSet<String>,
     /// Records refused for a node not added yet, by key (relative): the
     /// latest of each, applied again after each batch that applied anything.
@@ -459,14 +459,16 @@ impl Worker {
 
     fn apply(&mut self, cluster: &Cluster, kv: &KeyValue) {
         let Some(key) = kv.key.strip_prefix(&self.prefix) else { return };
-        // Reserved for the tools that write the feed (the monitors' election).
-        if key.starts_with('_') {
-            return;
-        }
+        // Every key, the tools' own too: the silence check counts deletions
+        // against the number of keys under the prefix.
         match kv.value {
             Some(_) => self.known.insert(key.to_string()),
             None => self.known.remove(key),
         };
+        // Reserved for the tools that write the feed (the monitors' election).
+        if key.starts_with('_') {
+            return;
+        }
         // A newer record of the key replaces the one waiting for its node.
         self.waiting.remove(key);
         match cluster.apply_feed_record(kv.mod_revision, key, kv.value.as_deref()) {

@@ -11,7 +11,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -150,6 +150,8 @@ pub struct Gateway {
     pub puts: Arc<AtomicUsize>,
     pub ranges: Arc<AtomicUsize>,
     pub watches: Arc<AtomicUsize>,
+    /// Every range asked, in order, with the size of its answer's body.
+    pub range_log: Arc<Mutex<Vec<(Request, usize)>>>,
 }
 
 impl Gateway {
@@ -163,19 +165,24 @@ impl Gateway {
             puts: Arc::new(AtomicUsize::new(0)),
             ranges: Arc::new(AtomicUsize::new(0)),
             watches: Arc::new(AtomicUsize::new(0)),
+            range_log: Arc::new(Mutex::new(Vec::new())),
         };
         let (puts, ranges, watches) = (gw.puts.clone(), gw.ranges.clone(), gw.watches.clone());
+        let range_log = gw.range_log.clone();
         std::thread::spawn(move || {
             for conn in l.incoming() {
                 let Ok(mut s) = conn else { continue };
                 let (range, watch) = (range.clone(), watch.clone());
                 let (puts, ranges, watches) = (puts.clone(), ranges.clone(), watches.clone());
+                let range_log = range_log.clone();
                 std::thread::spawn(move || {
                     let Some(req) = read_request(&mut s) else { return };
                     match req.path.as_str() {
                         "/v3/kv/range" => {
                             let n = ranges.fetch_add(1, Ordering::SeqCst) + 1;
-                            respond(&mut s, "200 OK", &range(&req, n));
+                            let body = range(&req, n);
+                            range_log.lock().unwrap_or_else(|p| p.into_inner()).push((req.clone(), body.len()));
+                            respond(&mut s, "200 OK", &body);
                         }
                         "/v3/watch" => {
                             let n = watches.fetch_add(1, Ordering::SeqCst) + 1;
