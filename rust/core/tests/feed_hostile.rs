@@ -448,3 +448,36 @@ fn a_missed_deletion_is_found_next_to_the_tools_own_key() {
     let m = c.metrics().feed.unwrap();
     assert_eq!((m.revision, m.reconnects), (6, 1), "{m:?}");
 }
+
+/// `lease_keepalive` against a member that sends the answer's header at
+/// 0.8 s and its one message at 1.6 s, with a 1 s timeout: the call fails
+/// at its timeout. Before, opening the stream and waiting for the message
+/// each had the whole timeout, so the call took 1.6 s and succeeded (up to
+/// twice the timeout: a monitor's lease could run out meanwhile).
+#[test]
+fn a_keepalive_is_bounded_by_its_timeout_as_a_whole() {
+    let keepalive = |s: &mut TcpStream, req: &Request, n: usize| {
+        assert_eq!(req.path, "/v3/lease/keepalive");
+        // The second call (the control) is answered at once.
+        let pause = Duration::from_millis(if n == 1 { 800 } else { 0 });
+        std::thread::sleep(pause);
+        if s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").is_err() {
+            return;
+        }
+        std::thread::sleep(pause);
+        let _ = s.write_all(&chunk("{\"result\":{\"header\":{\"revision\":\"5\"},\"ID\":\"7\",\"TTL\":\"5\"}}\n"));
+        silent(s);
+    };
+    let gw = Gateway::start_with(
+        Arc::new(|_: &Request, _| r#"{"header":{"revision":"5"}}"#.to_string()),
+        Arc::new(|s: &mut TcpStream, _: &Request, _| silent(s)),
+        Arc::new(keepalive),
+    );
+    let client = racaffinity::feed::etcd::EtcdClient::new(vec![gw.endpoint.clone()], Duration::from_secs(1));
+    let t = Instant::now();
+    let r = client.lease_keepalive(7);
+    let took = t.elapsed();
+    assert!(r.is_err(), "answered {r:?} after {took:?}, past the 1 s timeout");
+    assert!(took < Duration::from_millis(1400), "failed after {took:?}: {r:?}");
+    assert_eq!(client.lease_keepalive(7).unwrap(), 5, "a member answering in time renews");
+}

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -345,11 +345,14 @@ impl EtcdClient {
     }
 
     /// Renews a lease; its remaining TTL in seconds (0 or less: expired).
+    /// Opening the stream and reading its answer share the timeout, as a
+    /// whole answer's steps do in every other call (each member tried once).
     pub fn lease_keepalive(&self, id: i64) -> EResult<i64> {
         let body = json!({"ID": id.to_string()}).to_string();
         let msg = self.with_member(|ep| {
+            let deadline = Instant::now() + self.timeout;
             let mut s = MessageStream::open(&self.resolver, ep, "/v3/lease/keepalive", &body, self.timeout)?;
-            match s.next(self.timeout)? {
+            match s.next(deadline.saturating_duration_since(Instant::now()))? {
                 Next::Message(m) => Ok(m),
                 Next::Idle => Err(io::Error::new(io::ErrorKind::TimedOut, "no keepalive answer")),
                 Next::Closed => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "keepalive closed")),

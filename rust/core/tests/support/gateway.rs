@@ -158,6 +158,15 @@ impl Gateway {
     /// A range answers `range`; a watch runs `watch`; a put or a txn
     /// answers revision 9, succeeded (counted in `puts`); anything else 404.
     pub fn start(range: Arc<RangeScript>, watch: Arc<WatchScript>) -> Gateway {
+        let not_found = |s: &mut TcpStream, _: &Request, _: usize| {
+            respond(s, "404 Not Found", "");
+        };
+        Gateway::start_with(range, watch, Arc::new(not_found))
+    }
+
+    /// As [`Gateway::start`], with any other path (`/v3/lease/keepalive`, …)
+    /// answered by `other` (with how many such requests came so far).
+    pub fn start_with(range: Arc<RangeScript>, watch: Arc<WatchScript>, other: Arc<WatchScript>) -> Gateway {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let endpoint = l.local_addr().unwrap().to_string();
         let gw = Gateway {
@@ -169,12 +178,13 @@ impl Gateway {
         };
         let (puts, ranges, watches) = (gw.puts.clone(), gw.ranges.clone(), gw.watches.clone());
         let range_log = gw.range_log.clone();
+        let others = Arc::new(AtomicUsize::new(0));
         std::thread::spawn(move || {
             for conn in l.incoming() {
                 let Ok(mut s) = conn else { continue };
                 let (range, watch) = (range.clone(), watch.clone());
                 let (puts, ranges, watches) = (puts.clone(), ranges.clone(), watches.clone());
-                let range_log = range_log.clone();
+                let (range_log, other, others) = (range_log.clone(), other.clone(), others.clone());
                 std::thread::spawn(move || {
                     let Some(req) = read_request(&mut s) else { return };
                     match req.path.as_str() {
@@ -193,7 +203,8 @@ impl Gateway {
                             respond(&mut s, "200 OK", r#"{"header":{"revision":"9"},"succeeded":true}"#);
                         }
                         _ => {
-                            respond(&mut s, "404 Not Found", "");
+                            let n = others.fetch_add(1, Ordering::SeqCst) + 1;
+                            other(&mut s, &req, n);
                         }
                     }
                 });
