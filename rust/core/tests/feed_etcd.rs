@@ -10,6 +10,8 @@
 
 #[path = "support/etcd.rs"]
 mod support;
+#[path = "support/gateway.rs"]
+mod gateway;
 
 use std::time::{Duration, Instant};
 
@@ -161,6 +163,49 @@ fn the_silence_check_counts_deletions(etcd: &Etcd) {
     assert_eq!((n, rev > last), (3, true), "the deletion and two puts");
     let now = ["t8/node/A/weight", "t8/node/C/state", "t8/_monitor/leader"];
     assert_eq!(kv.count_newer("t8/", rev, now).unwrap(), (0, rev), "a reader up to date");
+    // The lag is in records (keys), as the docs say: one transaction writing
+    // three records counts three, and a record written twice counts once
+    // (a prefix of its own: later scenarios read t8/).
+    let read_at = kv.put("t8lag/node/A/weight", "2", 0).unwrap();
+    let three = [("t8lag/node/A/weight", "3"), ("t8lag/node/B/weight", "3"), ("t8lag/node/C/weight", "3")];
+    let txn_at = txn_put(&etcd.endpoints[0], &three);
+    let held = ["t8lag/node/A/weight"];
+    assert_eq!(kv.count_newer("t8lag/", read_at, held).unwrap(), (3, txn_at), "one transaction, three records");
+    kv.put("t8lag/node/B/state", "down", 0).unwrap();
+    let last = kv.put("t8lag/node/B/state", "draining", 0).unwrap();
+    let held = ["t8lag/node/A/weight", "t8lag/node/B/weight", "t8lag/node/C/weight"];
+    assert_eq!(kv.count_newer("t8lag/", txn_at, held).unwrap(), (1, last), "one record written twice");
+}
+
+/// Puts `pairs` in one etcd transaction (the gateway's `/v3/kv/txn`); its
+/// revision.
+fn txn_put(endpoint: &str, pairs: &[(&str, &str)]) -> u64 {
+    use std::io::{Read, Write};
+    let ops: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                r#"{{"request_put":{{"key":"{}","value":"{}"}}}}"#,
+                gateway::b64(k.as_bytes()),
+                gateway::b64(v.as_bytes())
+            )
+        })
+        .collect();
+    let body = format!(r#"{{"success":[{}]}}"#, ops.join(","));
+    let mut s = std::net::TcpStream::connect(endpoint).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "POST /v3/kv/txn HTTP/1.1\r\nHost: {endpoint}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let json = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    let v: serde_json::Value = serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert_eq!(v["succeeded"], serde_json::Value::Bool(true), "{answer}");
+    v["header"]["revision"].as_str().unwrap().parse().unwrap()
 }
 
 fn operator_calls_reach_the_whole_fleet(etcd: &Etcd) {

@@ -45,8 +45,8 @@ pub(crate) struct Health {
     /// The store's revision at the last answer (a linearizable read goes
     /// through the leader).
     pub leader_revision: AtomicU64,
-    /// Records under the prefix written (put or deleted) after `revision`,
-    /// at the last check.
+    /// Records (keys) under the prefix written (put or deleted) after
+    /// `revision`, at the last check: a key written twice counts once.
     pub lag: AtomicU64,
     pub applied: AtomicU64,
     pub stale: AtomicU64,
@@ -68,8 +68,9 @@ pub struct FeedMetrics {
     pub revision: u64,
     /// etcd's revision at the subscriber's last answer.
     pub leader_revision: u64,
-    /// Records under the prefix written (put or deleted) after `revision`
-    /// (at the last check).
+    /// Records (keys) under the prefix written (put or deleted) after
+    /// `revision` (at the last check): a key written several times counts
+    /// once, each key of one transaction counts.
     pub lag: u64,
     /// Records that changed or confirmed this cluster's view.
     pub applied: u64,

@@ -11,7 +11,8 @@ import java.util.Optional;
  * @param connected a watch is open and answering
  * @param revision every record up to this etcd revision is applied
  * @param leaderRevision etcd's revision at the subscriber's last answer
- * @param lag records under the prefix written after {@code revision}, at the last check
+ * @param lag records (keys) under the prefix written after {@code revision}, at the last check (a key
+ *     written several times counts once)
  * @param applied records that changed or confirmed this cluster's view
  * @param stale records older than what the cluster had (no change)
  * @param refused records refused (malformed, unknown node): nothing changed
