@@ -17,6 +17,9 @@ pub enum Failure {
     Invalid(String),
     /// etcd unreachable or refusing the call: 1.
     Etcd(String),
+    /// A read command's output could not be written (not a closed pipe,
+    /// which ends the command quietly with 0): 3.
+    Output(String),
 }
 
 impl Failure {
@@ -25,6 +28,7 @@ impl Failure {
         match self {
             Failure::Usage(_) | Failure::Invalid(_) => 2,
             Failure::Etcd(_) => 1,
+            Failure::Output(_) => 3,
         }
     }
 }
@@ -33,7 +37,7 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Failure::Usage(m) => write!(f, "{m} (see `racaffinity-feed help`)"),
-            Failure::Invalid(m) | Failure::Etcd(m) => f.write_str(m),
+            Failure::Invalid(m) | Failure::Etcd(m) | Failure::Output(m) => f.write_str(m),
         }
     }
 }

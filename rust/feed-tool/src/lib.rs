@@ -62,9 +62,11 @@ options of every command:
   --feed URL            the feed (or RACAFF_FEED)
   --etcd-timeout 5s     bound of each etcd call
 
-exit status: 0 done (a record written whose line cannot be printed goes to stderr);
+exit status: 0 done (a record written whose line cannot be printed goes to stderr;
+               `show` or `help` whose reader went away, as in `show | head`);
              1 etcd unreachable or refusing (nothing written);
-             2 bad command line or a value subscribers would refuse (nothing written)
+             2 bad command line or a value subscribers would refuse (nothing written);
+             3 `show` or `help` could not write its output (other than a closed pipe)
 ";
 
 const NODE_ONLY: Spec = Spec { valued: &[], flags: &[] };
@@ -90,12 +92,8 @@ fn run_inner(
     let Some((command, rest)) = cli::split_command(args) else {
         return Err(Failure::Usage("no command given".into()));
     };
-    let io = |e: std::io::Error| Failure::Etcd(format!("cannot write the output: {e}"));
     let spec = match command.as_str() {
-        "help" => {
-            out.write_all(HELP.as_bytes()).map_err(io)?;
-            return Ok(());
-        }
+        "help" => return printed(out.write_all(HELP.as_bytes()).and_then(|()| out.flush())),
         "drain" => Spec { valued: &["--timeout"], flags: &[] },
         "weight" | "down" | "up" | "reset-weight" | "remove" | "show" => NODE_ONLY,
         "partition-map" => Spec { valued: &["--file", "--partitions"], flags: &[] },
@@ -209,5 +207,16 @@ fn show(feed: &FeedUrl, timeout: Duration, out: &mut dyn Write) -> Result<(), Fa
         let lease = if kv.lease != 0 { format!("\t(lease {:x})", kv.lease) } else { String::new() };
         text.push_str(&format!("{}\t{key}\t{}{lease}\n", kv.mod_revision, kv.value.unwrap_or_default()));
     }
-    out.write_all(text.as_bytes()).map_err(|e| Failure::Etcd(format!("cannot write the output: {e}")))
+    printed(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
+}
+
+/// How a read command's output went (`show`, `help`). A reader that went
+/// away (`show | head`: a closed pipe) wanted no more: done, status 0,
+/// nothing said. Any other failure to write is [`Failure::Output`].
+fn printed(r: std::io::Result<()>) -> Result<(), Failure> {
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Failure::Output(format!("cannot write the output: {e}"))),
+        Ok(()) => Ok(()),
+    }
 }

@@ -1,0 +1,69 @@
+//! The tool's command line against the core's etcd gateway stand-in (no
+//! etcd): what a shell pipeline and the usual option spellings do to it.
+
+#[path = "../../core/tests/support/gateway.rs"]
+mod gateway;
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+
+use gateway::{kv, silent, Gateway, Request};
+
+const TOOL: &str = env!("CARGO_BIN_EXE_racaffinity-feed");
+
+/// A stand-in whose prefix `p/` holds `n` records; puts answer revision 9.
+fn gateway_of(n: usize) -> Gateway {
+    let kvs: Vec<String> = (0..n).map(|i| kv(&format!("p/fan/instance-{i:05}"), "x", 3)).collect();
+    let body = format!(r#"{{"header":{{"revision":"5"}},"kvs":[{}],"count":"{n}"}}"#, kvs.join(","));
+    Gateway::start(Arc::new(move |_: &Request, _| body.clone()), Arc::new(|s: &mut TcpStream, _: &Request, _| silent(s)))
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(TOOL).args(args).env_remove("RACAFF_FEED").stdin(Stdio::null()).output().expect("run racaffinity-feed")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `show | head -1`: the reader goes away after a line while `show` has
+/// far more than a pipe holds to print (20,000 records, about 700 KB). A
+/// read command whose reader is gone has nothing left to do: status 0 and
+/// nothing on stderr. Before, it exited 1 ("cannot write the output:
+/// Broken pipe"), the status that says etcd was unreachable, and a
+/// `set -o pipefail` script failed.
+#[test]
+fn show_into_a_closed_pipe_ends_quietly_with_status_0() {
+    let gw = gateway_of(20_000);
+    let feed = format!("etcd://{}/p", gw.endpoint);
+    let mut child = Command::new(TOOL)
+        .args(["show", "--feed", &feed])
+        .env_remove("RACAFF_FEED")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with("# 20000 records under p/"), "{first}");
+    // The reader (and the pipe's read end) is dropped here, as `head` exits.
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "", "nothing to say about a reader that left");
+}
+
+/// `--name=value` anywhere: before the command, after it, global options
+/// and a command's own. Coverage: it passed the first time (the parser
+/// took `=` already).
+#[test]
+fn options_take_their_value_after_an_equals_sign() {
+    let gw = gateway_of(0);
+    let feed = format!("--feed=etcd://{}/p", gw.endpoint);
+    let out = run(&["--etcd-timeout=2s", &feed, "--timeout=5s", "drain", "B"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "wrote node/B/state = draining timeout=5s at revision 9\n");
+    let out = run(&["weight", "B", "7", &feed, "--etcd-timeout=2s"]);
+    assert_eq!(text(&out.stdout), "wrote node/B/weight = 7 at revision 9\n", "{}", text(&out.stderr));
+}
