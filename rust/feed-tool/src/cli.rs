@@ -88,29 +88,56 @@ impl Args {
     }
 }
 
+/// What an option is, by its name, across every command: `Some(true)`
+/// takes a value, `Some(false)` is a flag, `None` is no option of any.
+pub type OptionKind<'a> = &'a dyn Fn(&str) -> Option<bool>;
+
 /// Splits `args` into the command and the rest: the command is the first
-/// word that is neither an option nor the value of a global option, so
-/// `--feed URL drain A` and `drain A --feed URL` both work.
-pub fn split_command(args: &[String]) -> Option<(String, Vec<String>)> {
+/// word that is neither an option nor an option's value, so
+/// `--feed URL drain A`, `--timeout 30s drain A` and `drain A --feed URL`
+/// all work. Before the command is known, `kind` says which options take a
+/// value (an option taking one in any command takes one in all); a word
+/// that is no option of any command is a usage error there, rather than
+/// its value being taken for the command. The command then checks that
+/// its options are its own ([`parse`]).
+pub fn split_command(args: &[String], kind: OptionKind<'_>) -> Result<Option<(String, Vec<String>)>, Failure> {
     let mut i = 0;
     while i < args.len() {
         let a = &args[i];
-        if GLOBAL_VALUED.contains(&a.as_str()) {
-            i += 2;
-            continue;
+        if a == "--help" || a == "-h" {
+            return Ok(Some(("help".into(), Vec::new())));
         }
-        if a.starts_with("--") || a == "-h" {
-            if a == "--help" || a == "-h" {
-                return Some(("help".into(), Vec::new()));
-            }
+        if a == "--" {
+            // Options end: the next word is the command.
             i += 1;
+            break;
+        }
+        if let Some(option) = a.strip_prefix("--").map(|_| a.split_once('=').map_or(a.as_str(), |(n, _)| n)) {
+            let inline = a.contains('=');
+            let valued = if GLOBAL_VALUED.contains(&option) { Some(true) } else { kind(option) };
+            i += match valued {
+                Some(true) if !inline => 2,
+                Some(_) => 1,
+                None => {
+                    return Err(Failure::Usage(format!(
+                        "no option {} (before the command: it is no option of any command)",
+                        option.escape_debug()
+                    )))
+                }
+            };
             continue;
         }
-        let mut rest = args.to_vec();
-        let cmd = rest.remove(i);
-        return Some((cmd, rest));
+        break;
     }
-    None
+    if i >= args.len() {
+        return Ok(None);
+    }
+    let mut rest = args.to_vec();
+    let cmd = rest.remove(i);
+    if i > 0 && args[i - 1] == "--" {
+        rest.remove(i - 1);
+    }
+    Ok(Some((cmd, rest)))
 }
 
 /// Parses options (`--name value`, `--name=value`, flags) and positionals;
@@ -166,10 +193,21 @@ mod tests {
 
     #[test]
     fn the_command_is_the_first_word_that_is_not_an_option_value() {
-        let (c, rest) = split_command(&s(&["--feed", "etcd://h:1/p", "drain", "A"])).unwrap();
+        let kind = |o: &str| match o {
+            "--timeout" => Some(true),
+            "--x" => Some(false),
+            _ => None,
+        };
+        let split = |a: &[&str]| split_command(&s(a), &kind);
+        let (c, rest) = split(&["--feed", "etcd://h:1/p", "drain", "A"]).unwrap().unwrap();
         assert_eq!((c.as_str(), rest), ("drain", s(&["--feed", "etcd://h:1/p", "A"])));
-        assert_eq!(split_command(&s(&["--help"])).unwrap().0, "help");
-        assert!(split_command(&s(&["--feed", "x"])).is_none());
+        let (c, rest) = split(&["--timeout", "3s", "--x", "--feed=u", "drain", "A"]).unwrap().unwrap();
+        assert_eq!((c.as_str(), rest), ("drain", s(&["--timeout", "3s", "--x", "--feed=u", "A"])));
+        let (c, rest) = split(&["--timeout=3s", "--", "show"]).unwrap().unwrap();
+        assert_eq!((c.as_str(), rest), ("show", s(&["--timeout=3s"])));
+        assert_eq!(split(&["--help"]).unwrap().unwrap().0, "help");
+        assert!(split(&["--feed", "x"]).unwrap().is_none());
+        assert!(matches!(split(&["--nope", "3s", "drain"]), Err(Failure::Usage(m)) if m.contains("no option --nope")));
     }
 
     #[test]

@@ -61,6 +61,7 @@ monitor (probes nodes, publishes node/NODE/state down and up):
 options of every command:
   --feed URL            the feed (or RACAFF_FEED)
   --etcd-timeout 5s     bound of each etcd call
+Options go before or after the command, as `--name value` or `--name=value`.
 
 exit status: 0 done (a record written whose line cannot be printed goes to stderr;
                `show` or `help` whose reader went away, as in `show | head`);
@@ -70,6 +71,38 @@ exit status: 0 done (a record written whose line cannot be printed goes to stder
 ";
 
 const NODE_ONLY: Spec = Spec { valued: &[], flags: &[] };
+
+/// Every command (but `help`) and its options.
+const COMMANDS: &[&str] =
+    &["drain", "weight", "down", "up", "reset-weight", "remove", "show", "partition-map", "add", "fan", "monitor"];
+
+fn spec_of(command: &str) -> Option<Spec> {
+    Some(match command {
+        "drain" => Spec { valued: &["--timeout"], flags: &[] },
+        "weight" | "down" | "up" | "reset-weight" | "remove" | "show" => NODE_ONLY,
+        "partition-map" => Spec { valued: &["--file", "--partitions"], flags: &[] },
+        "add" => Spec { valued: &["--weight", "--address"], flags: &[] },
+        "fan" => Spec { valued: &["--id"], flags: &[] },
+        "monitor" => monitor::SPEC,
+        _ => return None,
+    })
+}
+
+/// Whether `option` takes a value in the commands that have it (`None`:
+/// no command has it), for the words before the command.
+fn option_kind(option: &str) -> Option<bool> {
+    let specs = COMMANDS.iter().filter_map(|c| spec_of(c));
+    let mut kind = None;
+    for spec in specs {
+        if spec.valued.contains(&option) {
+            return Some(true);
+        }
+        if spec.flags.contains(&option) {
+            kind = Some(false);
+        }
+    }
+    kind
+}
 
 /// Runs the tool with `args` (without the program name) and `env_feed` (the
 /// value of RACAFF_FEED); returns the exit status.
@@ -89,18 +122,14 @@ fn run_inner(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), Failure> {
-    let Some((command, rest)) = cli::split_command(args) else {
+    let Some((command, rest)) = cli::split_command(args, &option_kind)? else {
         return Err(Failure::Usage("no command given".into()));
     };
-    let spec = match command.as_str() {
-        "help" => return printed(out.write_all(HELP.as_bytes()).and_then(|()| out.flush())),
-        "drain" => Spec { valued: &["--timeout"], flags: &[] },
-        "weight" | "down" | "up" | "reset-weight" | "remove" | "show" => NODE_ONLY,
-        "partition-map" => Spec { valued: &["--file", "--partitions"], flags: &[] },
-        "add" => Spec { valued: &["--weight", "--address"], flags: &[] },
-        "fan" => Spec { valued: &["--id"], flags: &[] },
-        "monitor" => monitor::SPEC,
-        other => return Err(Failure::Usage(format!("unknown command `{}`", other.escape_debug()))),
+    if command == "help" {
+        return printed(out.write_all(HELP.as_bytes()).and_then(|()| out.flush()));
+    }
+    let Some(spec) = spec_of(&command) else {
+        return Err(Failure::Usage(format!("unknown command `{}`", command.escape_debug())));
     };
     let args = cli::parse(&command, &rest, &spec)?;
     let feed = feed_url(&args, env_feed)?;

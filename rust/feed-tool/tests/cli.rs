@@ -54,6 +54,25 @@ fn show_into_a_closed_pipe_ends_quietly_with_status_0() {
     assert_eq!(text(&out.stderr), "", "nothing to say about a reader that left");
 }
 
+/// Options before the command: a command's own option with its value
+/// (`--timeout 30s drain A`) is not taken for the command. Before, `30s`
+/// was: "unknown command `30s`".
+#[test]
+fn an_option_before_the_command_is_read_as_an_option() {
+    let gw = gateway_of(0);
+    let feed = format!("etcd://{}/p", gw.endpoint);
+    let out = run(&["--timeout", "30s", "drain", "A", "--feed", &feed]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "wrote node/A/state = draining timeout=30s at revision 9\n");
+    let out = run(&["--feed", &feed, "--kind", "tcp", "--interval", "1s", "show"]);
+    assert_eq!(out.status.code(), Some(2), "a monitor option before `show`: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("`show` has no option --kind"), "{}", text(&out.stderr));
+    let out = run(&["--bogus", "drain", "A", "--feed", &feed]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("no option --bogus"), "{}", text(&out.stderr));
+    assert_eq!(gw.puts.load(std::sync::atomic::Ordering::SeqCst), 1, "only the good command wrote");
+}
+
 /// `--name=value` anywhere: before the command, after it, global options
 /// and a command's own. Coverage: it passed the first time (the parser
 /// took `=` already).
