@@ -8,10 +8,10 @@
 //! under its own key prefix), on its own ports and data root; it is
 //! destroyed at the end, pass or fail.
 
-#[path = "support/etcd.rs"]
-mod support;
 #[path = "support/gateway.rs"]
 mod gateway;
+#[path = "support/etcd.rs"]
+mod support;
 
 use std::time::{Duration, Instant};
 

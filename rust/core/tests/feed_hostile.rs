@@ -423,7 +423,11 @@ fn a_missed_deletion_is_found_next_to_the_tools_own_key() {
         if seen.load(Ordering::SeqCst) {
             range_of(req, 6, &[("p/_monitor/leader", "m1", 2), ("p/node/A/weight", "3", 3)])
         } else {
-            range_of(req, 5, &[("p/_monitor/leader", "m1", 2), ("p/node/A/weight", "3", 3), ("p/node/B/state", "down", 4)])
+            range_of(
+                req,
+                5,
+                &[("p/_monitor/leader", "m1", 2), ("p/node/A/weight", "3", 3), ("p/node/B/state", "down", 4)],
+            )
         }
     };
     let watch = move |s: &mut TcpStream, _: &Request, n: usize| {

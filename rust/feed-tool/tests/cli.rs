@@ -17,7 +17,10 @@ const TOOL: &str = env!("CARGO_BIN_EXE_racaffinity-feed");
 fn gateway_of(n: usize) -> Gateway {
     let kvs: Vec<String> = (0..n).map(|i| kv(&format!("p/fan/instance-{i:05}"), "x", 3)).collect();
     let body = format!(r#"{{"header":{{"revision":"5"}},"kvs":[{}],"count":"{n}"}}"#, kvs.join(","));
-    Gateway::start(Arc::new(move |_: &Request, _| body.clone()), Arc::new(|s: &mut TcpStream, _: &Request, _| silent(s)))
+    Gateway::start(
+        Arc::new(move |_: &Request, _| body.clone()),
+        Arc::new(|s: &mut TcpStream, _: &Request, _| silent(s)),
+    )
 }
 
 fn run(args: &[&str]) -> Output {
