@@ -256,41 +256,47 @@ impl MetricsSnapshot {
     pub fn to_prometheus(&self) -> String {
         let mut s = String::with_capacity(2048 + 1024 * self.nodes.len());
         let c = &self.cluster;
-        type NodeField = fn(&NodeMetrics) -> i64;
+        // Wide enough for every field as it is: u64 counters past i64::MAX
+        // (a host's `count_host_hits` adds any u64) and signed gauges.
+        type NodeField = fn(&NodeMetrics) -> i128;
         let node_series: [(&str, &str, &str, NodeField); 13] = [
             ("racaffinity_node_picks_total", "counter", "Routing decisions that returned the node.", |n| {
-                n.picks as i64
+                i128::from(n.picks)
             }),
             ("racaffinity_node_affinity_hits_total", "counter", "Existing affinities honoured on the node.", |n| {
-                n.affinity_hits as i64
+                i128::from(n.affinity_hits)
             }),
             (
                 "racaffinity_node_repins_total",
                 "counter",
                 "Affinities moved to the node from an unavailable one.",
-                |n| n.repins as i64,
+                |n| i128::from(n.repins),
             ),
             ("racaffinity_node_strict_refusals_total", "counter", "Strict refusals naming the node.", |n| {
-                n.strict_refusals as i64
+                i128::from(n.strict_refusals)
             }),
-            ("racaffinity_node_in_flight", "gauge", "Leases in flight on the node.", |n| n.in_flight),
-            ("racaffinity_node_successes_total", "counter", "Leases released OK.", |n| n.successes as i64),
-            ("racaffinity_node_failures_total", "counter", "Node-level failures reported.", |n| n.failures as i64),
-            ("racaffinity_node_state_changes_total", "counter", "Node state transitions.", |n| n.state_changes as i64),
-            ("racaffinity_node_ejections_total", "counter", "Passive ejections.", |n| n.ejections as i64),
-            ("racaffinity_node_probe_misses_total", "counter", "Missed heartbeat probes.", |n| n.probe_misses as i64),
-            ("racaffinity_node_weight", "gauge", "Static weight.", |n| i64::from(n.weight)),
+            ("racaffinity_node_in_flight", "gauge", "Leases in flight on the node.", |n| i128::from(n.in_flight)),
+            ("racaffinity_node_successes_total", "counter", "Leases released OK.", |n| i128::from(n.successes)),
+            ("racaffinity_node_failures_total", "counter", "Node-level failures reported.", |n| i128::from(n.failures)),
+            ("racaffinity_node_state_changes_total", "counter", "Node state transitions.", |n| {
+                i128::from(n.state_changes)
+            }),
+            ("racaffinity_node_ejections_total", "counter", "Passive ejections.", |n| i128::from(n.ejections)),
+            ("racaffinity_node_probe_misses_total", "counter", "Missed heartbeat probes.", |n| {
+                i128::from(n.probe_misses)
+            }),
+            ("racaffinity_node_weight", "gauge", "Static weight.", |n| i128::from(n.weight)),
             (
                 "racaffinity_node_tx_spans_total",
                 "counter",
                 "Transactions that left the node for another with branches still here (soft mode).",
-                |n| n.tx_spans as i64,
+                |n| i128::from(n.tx_spans),
             ),
             (
                 "racaffinity_node_affinity_advised",
                 "gauge",
                 "1 while the instance advises session affinity (RLB aff=TRUE).",
-                |n| i64::from(n.affinity_advised),
+                |n| i128::from(n.affinity_advised),
             ),
         ];
         for (name, kind, help, f) in node_series {

@@ -164,3 +164,27 @@ fn locality_picks_never_decrease_when_a_node_is_removed() {
         assert!(a >= b, "{k} went from {b} to {a}");
     }
 }
+
+/// Counters are u64 and Prometheus prints them as written: a count past
+/// i64::MAX is that count, not a negative one. Reachable: a host counts
+/// the hits it served from its cache in one call (`count_host_hits`, any
+/// u64). Before, every node counter went through `as i64`, and this one
+/// read -9223372036854775808.
+#[test]
+fn a_counter_past_i64_max_is_printed_as_it_is() {
+    let c = cluster("name = big\nnodes = A, B");
+    let a = c.node_ids()[0];
+    c.count_host_hits(a, 1 << 63).unwrap();
+    let text = c.metrics().to_prometheus();
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{cluster=\"big\",node=\"A\"}}")))
+            .unwrap_or_else(|| panic!("no {name} of A in\n{text}"))
+            .to_string()
+    };
+    assert!(line("racaffinity_node_affinity_hits_total").ends_with(" 9223372036854775808"), "{text}");
+    // The scope's count of the same hits (a u64 printed as one already).
+    assert!(text.contains("racaffinity_affinity_hits_total{cluster=\"big\",scope=\"thread\"} 9223372036854775808"));
+    // A gauge that can go below zero is still signed.
+    assert!(line("racaffinity_node_in_flight").ends_with(" 0"));
+}
