@@ -400,6 +400,10 @@ def test_metrics_json_and_prometheus(cluster):
     assert sum(n["picks"] for n in m["nodes"]) == 10
     text = cluster.metrics_prometheus()
     assert "racaffinity_node_picks_total" in text and 'node="RAC1"' in text
+    # The info series, and its pre-_info name for one release (deprecated).
+    fp = f'fingerprint="{m["fingerprint"]}"}} 1'
+    assert f"racaffinity_topology_fingerprint_info{{cluster=" in text and fp in text
+    assert "# HELP racaffinity_topology_fingerprint Deprecated" in text
 
 
 def test_route_in_and_out_of_a_pin(cluster):

@@ -391,9 +391,17 @@ impl MetricsSnapshot {
             "# HELP racaffinity_sessions_revoked_total Sessions dropped because the instance withdrew affinity.\n# TYPE racaffinity_sessions_revoked_total counter\nracaffinity_sessions_revoked_total{{cluster=\"{c}\"}} {}",
             self.sessions_revoked
         );
+        // An info series: its value is 1, the fingerprint is the label.
         let _ = writeln!(
             s,
-            "# HELP racaffinity_topology_fingerprint Hash of the routing view; processes that agree route alike.\n# TYPE racaffinity_topology_fingerprint gauge\nracaffinity_topology_fingerprint{{cluster=\"{c}\",fingerprint=\"{}\"}} 1",
+            "# HELP racaffinity_topology_fingerprint_info Hash of the routing view; processes that agree route alike.\n# TYPE racaffinity_topology_fingerprint_info gauge\nracaffinity_topology_fingerprint_info{{cluster=\"{c}\",fingerprint=\"{}\"}} 1",
+            self.fingerprint
+        );
+        // The name of 0.2.0 and before (no `_info`), kept one release for the
+        // dashboards and alerts that read it (CHANGELOG, Deprecated).
+        let _ = writeln!(
+            s,
+            "# HELP racaffinity_topology_fingerprint Deprecated: racaffinity_topology_fingerprint_info, the same series; this name goes in the next release.\n# TYPE racaffinity_topology_fingerprint gauge\nracaffinity_topology_fingerprint{{cluster=\"{c}\",fingerprint=\"{}\"}} 1",
             self.fingerprint
         );
         let _ = writeln!(

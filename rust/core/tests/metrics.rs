@@ -188,3 +188,19 @@ fn a_counter_past_i64_max_is_printed_as_it_is() {
     // A gauge that can go below zero is still signed.
     assert!(line("racaffinity_node_in_flight").ends_with(" 0"));
 }
+
+/// The fingerprint is an info-style series (its value is always 1, the
+/// information is in a label): named `_info`, as Prometheus and OpenMetrics
+/// name them. The name without the suffix stays one release, marked
+/// deprecated in its HELP, so dashboards and alerts that compare
+/// fingerprints across processes keep working until they move.
+#[test]
+fn the_fingerprint_series_is_named_info() {
+    let c = cluster("name = fp\nnodes = A, B");
+    let f = c.topology_fingerprint();
+    let text = c.metrics().to_prometheus();
+    assert!(text.contains("# TYPE racaffinity_topology_fingerprint_info gauge\n"), "{text}");
+    assert!(text.contains(&format!("racaffinity_topology_fingerprint_info{{cluster=\"fp\",fingerprint=\"{f}\"}} 1\n")));
+    assert!(text.contains("# HELP racaffinity_topology_fingerprint Deprecated"), "{text}");
+    assert!(text.contains(&format!("racaffinity_topology_fingerprint{{cluster=\"fp\",fingerprint=\"{f}\"}} 1\n")));
+}
