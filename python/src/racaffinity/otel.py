@@ -17,7 +17,8 @@ core's affinity counters, named as the Java Micrometer binder names them:
 | `db.client.connection.wait_time`, `.use_time` (s; buckets `DURATION_BUCKETS`) | histograms | each `getconn` / `putconn` of a node pool |
 | `db.client.connection.timeouts` | counter | each `PoolTimeout` of a node pool |
 | `racaffinity.node.picks`, `.affinity_hits`, `.repins`, `.strict_refusals`, `.failures` (`racaffinity.cluster`, `racaffinity.node`) | observable counters | `cluster.metrics()` |
-| `racaffinity.node.in_flight`; `racaffinity.node.state` (1 for the current `racaffinity.node.state.value`) | observable up-down counters | `cluster.metrics()` |
+| `racaffinity.node.in_flight`; `racaffinity.node.status` (1 for the current `racaffinity.node.state`: `up` / `draining` / `down`) | observable up-down counters | `cluster.metrics()` |
+| deprecated, gone in the next release: `racaffinity.node.state` (1 for the current `racaffinity.node.state.value`), the same as `racaffinity.node.status` | observable up-down counter | `cluster.metrics()` |
 | `racaffinity.scope.hits`, `.placements`, `.repins`, `.fallbacks`, `.strict_refusals` (`racaffinity.scope`); `racaffinity.scope.live` | observable counters; up-down counter | `cluster.metrics()` |
 | with `topology.feed` only: `racaffinity.feed.connected` (1 or 0), `.revision`, `.lag` (`racaffinity.cluster`) | observable up-down counters | `cluster.metrics()["feed"]` |
 | with `topology.feed` only: `racaffinity.feed.records.applied`, `.records.refused` | observable counters | `cluster.metrics()["feed"]` |
@@ -54,7 +55,12 @@ STATE = "db.client.connection.state"
 CLUSTER = "racaffinity.cluster"
 NODE = "racaffinity.node"
 SCOPE = "racaffinity.scope"
-NODE_STATE = "racaffinity.node.state.value"
+# The node's state as an attribute of racaffinity.node.status (OpenTelemetry's hw.status /
+# hw.state pattern). Before, the instrument was racaffinity.node.state with the attribute
+# racaffinity.node.state.value: a name that was also a namespace, which OpenTelemetry's
+# naming rules advise against. The old pair is served one release more, deprecated.
+NODE_STATE = "racaffinity.node.state"
+DEPRECATED_NODE_STATE = "racaffinity.node.state.value"
 NODE_STATES = ("up", "draining", "down")
 NODE_COUNTERS = {
     "picks": "Units of work routed to the node",
@@ -143,8 +149,12 @@ class Instrumentation:
             "racaffinity.node.in_flight", [self._node_callback("in_flight")],
             description="Leases on the node not yet released")
         meter.create_observable_up_down_counter(
-            "racaffinity.node.state", [self._observe_state],
-            description="1 for the node's current state, 0 for the others")
+            "racaffinity.node.status", [self._state_callback(NODE_STATE)],
+            description="1 for the node's current state (racaffinity.node.state), 0 for the others")
+        meter.create_observable_up_down_counter(
+            "racaffinity.node.state", [self._state_callback(DEPRECATED_NODE_STATE)],
+            description="Deprecated: racaffinity.node.status (attribute racaffinity.node.state), the same "
+                        "points; this name goes in the next release")
         for name, description in SCOPE_COUNTERS.items():
             meter.create_observable_counter(
                 f"racaffinity.scope.{name}", [self._scope_callback(name)], description=description)
@@ -306,14 +316,17 @@ class Instrumentation:
 
         return observe
 
-    def _observe_state(self, _options: CallbackOptions) -> Iterable[Observation]:
-        m = self._metrics()
-        for n in m["nodes"] if m else ():
-            for state in NODE_STATES:
-                yield Observation(
-                    1 if n["state"] == state else 0,
-                    {CLUSTER: self._cluster_name, NODE: n["name"], NODE_STATE: state},
-                )
+    def _state_callback(self, attribute: str):
+        def observe(_options: CallbackOptions) -> Iterable[Observation]:
+            m = self._metrics()
+            for n in m["nodes"] if m else ():
+                for state in NODE_STATES:
+                    yield Observation(
+                        1 if n["state"] == state else 0,
+                        {CLUSTER: self._cluster_name, NODE: n["name"], attribute: state},
+                    )
+
+        return observe
 
     def _scope_callback(self, key: str):
         def observe(_options: CallbackOptions) -> Iterable[Observation]:

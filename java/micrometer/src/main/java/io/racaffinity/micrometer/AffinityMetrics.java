@@ -30,8 +30,9 @@ import javax.sql.DataSource;
  *       pools of other classes get none);</li>
  *   <li>per node, the core's affinity counters ({@code racaffinity.node.picks},
  *       {@code .affinity_hits}, {@code .repins}, {@code .strict_refusals}, {@code .failures}),
- *       in-flight work and its state ({@code racaffinity.node.state}: 1 for the current
- *       {@code racaffinity.node.state.value}, 0 for the others);</li>
+ *       in-flight work and its state ({@code racaffinity.node.status}: 1 for the current
+ *       {@code racaffinity.node.state}, 0 for the others; deprecated and served one release
+ *       more, the same as {@code racaffinity.node.state} with {@code racaffinity.node.state.value});</li>
  *   <li>per affinity scope ({@code transaction}, {@code session}, {@code data},
  *       {@code thread}): {@code racaffinity.scope.hits}, {@code .placements}, {@code .repins},
  *       {@code .fallbacks}, {@code .strict_refusals} and {@code racaffinity.scope.live};</li>
@@ -62,7 +63,15 @@ public final class AffinityMetrics implements MeterBinder {
     static final String CLUSTER = "racaffinity.cluster";
     static final String NODE = "racaffinity.node";
     static final String SCOPE = "racaffinity.scope";
-    static final String STATE = "racaffinity.node.state.value";
+    /**
+     * The node's state, a tag of {@code racaffinity.node.status} (OpenTelemetry's {@code
+     * hw.status}/{@code hw.state} pattern). Before, the meter was {@code racaffinity.node.state}
+     * tagged {@code racaffinity.node.state.value}: a name that was also a namespace, which
+     * OpenTelemetry's naming rules advise against; that pair is served one release more.
+     */
+    static final String STATE = "racaffinity.node.state";
+    /** The deprecated meter's tag. */
+    static final String DEPRECATED_STATE = "racaffinity.node.state.value";
     static final List<String> SCOPES = List.of("transaction", "session", "data", "thread");
     static final List<String> SCOPE_COUNTERS = List.of("hits", "placements", "repins", "fallbacks",
             "strict_refusals");
@@ -176,12 +185,20 @@ public final class AffinityMetrics implements MeterBinder {
             String value = state.name().toLowerCase(Locale.ROOT);
             // NaN once the node is gone (closed data source): 0 for every state would read as
             // a node neither up nor down.
-            Gauge.builder("racaffinity.node.state", snapshot, s -> {
+            Gauge.builder("racaffinity.node.status", snapshot, s -> {
                         NodeState now = s.state(node);
                         return now == null ? Double.NaN : now == state ? 1 : 0;
                     })
                     .tags(tags.and(STATE, value)).strongReference(true)
-                    .description("1 for the node's current state, 0 for the others")
+                    .description("1 for the node's current state (racaffinity.node.state), 0 for the others")
+                    .register(registry);
+            Gauge.builder("racaffinity.node.state", snapshot, s -> {
+                        NodeState now = s.state(node);
+                        return now == null ? Double.NaN : now == state ? 1 : 0;
+                    })
+                    .tags(tags.and(DEPRECATED_STATE, value)).strongReference(true)
+                    .description("Deprecated: racaffinity.node.status (tag racaffinity.node.state), the same "
+                            + "values; this name goes in the next release")
                     .register(registry);
         }
     }

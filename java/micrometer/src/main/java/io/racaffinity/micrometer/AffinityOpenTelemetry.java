@@ -64,6 +64,8 @@ public final class AffinityOpenTelemetry implements AutoCloseable {
     private static final AttributeKey<String> NODE = AttributeKey.stringKey(AffinityMetrics.NODE);
     private static final AttributeKey<String> SCOPE = AttributeKey.stringKey(AffinityMetrics.SCOPE);
     private static final AttributeKey<String> NODE_STATE = AttributeKey.stringKey(AffinityMetrics.STATE);
+    private static final AttributeKey<String> DEPRECATED_NODE_STATE =
+            AttributeKey.stringKey(AffinityMetrics.DEPRECATED_STATE);
     private static final AttributeKey<String> REFUSAL = AttributeKey.stringKey(ReplayMeter.REFUSAL);
 
     private final List<AutoCloseable> instruments = new ArrayList<>();
@@ -89,19 +91,13 @@ public final class AffinityOpenTelemetry implements AutoCloseable {
                         record(m, snapshot.node(n, NodeMetrics::inFlight), nodeAttributes(name, n));
                     }
                 }));
+        instruments.add(meter.upDownCounterBuilder("racaffinity.node.status")
+                .setDescription("1 for the node's current state (racaffinity.node.state), 0 for the others")
+                .buildWithCallback(states(snapshot, name, nodes, NODE_STATE)));
         instruments.add(meter.upDownCounterBuilder("racaffinity.node.state")
-                .setDescription("1 for the node's current state, 0 for the others").buildWithCallback(m -> {
-                    for (String n : nodes) {
-                        NodeState now = snapshot.state(n);
-                        if (now == null) {
-                            continue;
-                        }
-                        for (NodeState s : NodeState.values()) {
-                            m.record(s == now ? 1 : 0, nodeAttributes(name, n).toBuilder()
-                                    .put(NODE_STATE, s.name().toLowerCase(Locale.ROOT)).build());
-                        }
-                    }
-                }));
+                .setDescription("Deprecated: racaffinity.node.status (attribute racaffinity.node.state), the "
+                        + "same points; this name goes in the next release")
+                .buildWithCallback(states(snapshot, name, nodes, DEPRECATED_NODE_STATE)));
         for (String counter : AffinityMetrics.SCOPE_COUNTERS) {
             instruments.add(meter.counterBuilder("racaffinity.scope." + counter)
                     .setDescription(SCOPE_DESCRIPTIONS.get(counter))
@@ -220,6 +216,23 @@ public final class AffinityOpenTelemetry implements AutoCloseable {
         return m -> {
             for (String scope : AffinityMetrics.SCOPES) {
                 record(m, snapshot.scope(scope, field), Attributes.of(CLUSTER, cluster, SCOPE, scope));
+            }
+        };
+    }
+
+    /** 1 for each node's current state, 0 for the others, the state under {@code key}. */
+    private static Consumer<ObservableLongMeasurement> states(Snapshot snapshot, String cluster, List<String> nodes,
+            AttributeKey<String> key) {
+        return m -> {
+            for (String n : nodes) {
+                NodeState now = snapshot.state(n);
+                if (now == null) {
+                    continue;
+                }
+                for (NodeState s : NodeState.values()) {
+                    m.record(s == now ? 1 : 0, nodeAttributes(cluster, n).toBuilder()
+                            .put(key, s.name().toLowerCase(Locale.ROOT)).build());
+                }
             }
         };
     }

@@ -193,15 +193,18 @@ class AffinityMetricsTest {
         assertEquals(6, sum("racaffinity.scope.live", "racaffinity.scope", "session"));
         assertEquals(18, sum("racaffinity.node.picks"));
         assertEquals(12, sum("racaffinity.node.affinity_hits"));
-        assertEquals(3, sum("racaffinity.node.state", "racaffinity.node.state.value", "up"), "3 nodes up");
+        assertEquals(3, sum("racaffinity.node.status", "racaffinity.node.state", "up"), "3 nodes up");
+        // The name of 0.2 and before, served one release more (deprecated).
+        assertEquals(3, sum("racaffinity.node.state", "racaffinity.node.state.value", "up"), "deprecated name");
 
         PgNodesScript.run("kill", "3");
         String dead = nodes[2];
-        assertTrue(await(() -> sum("racaffinity.node.state", "racaffinity.node", dead,
-                "racaffinity.node.state.value", "down") == 1), "the heartbeat finds node 3 down");
-        assertEquals(0, sum("racaffinity.node.state", "racaffinity.node", dead, "racaffinity.node.state.value",
+        assertTrue(await(() -> sum("racaffinity.node.status", "racaffinity.node", dead,
+                "racaffinity.node.state", "down") == 1), "the heartbeat finds node 3 down");
+        assertEquals(0, sum("racaffinity.node.status", "racaffinity.node", dead, "racaffinity.node.state",
                 "up"));
-        assertEquals(2, sum("racaffinity.node.state", "racaffinity.node.state.value", "up"));
+        assertEquals(2, sum("racaffinity.node.status", "racaffinity.node.state", "up"));
+        assertEquals(2, sum("racaffinity.node.state", "racaffinity.node.state.value", "up"), "deprecated name");
 
         settle();
         double picksOfDead = sum("racaffinity.node.picks", "racaffinity.node", dead);

@@ -78,6 +78,8 @@ class MetricNamesTest {
             Map.entry("racaffinity.node.strict_refusals", new String[] {"counter", ""}),
             Map.entry("racaffinity.node.failures", new String[] {"counter", ""}),
             Map.entry("racaffinity.node.in_flight", new String[] {"updowncounter", ""}),
+            Map.entry("racaffinity.node.status", new String[] {"updowncounter", ""}),
+            // Deprecated (racaffinity.node.status), served one release more.
             Map.entry("racaffinity.node.state", new String[] {"updowncounter", ""}),
             Map.entry("racaffinity.scope.hits", new String[] {"counter", ""}),
             Map.entry("racaffinity.scope.placements", new String[] {"counter", ""}),
