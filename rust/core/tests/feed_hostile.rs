@@ -17,8 +17,61 @@ use gateway::{chunk, deletion, events, kv, range_of, raw_events, read_request, r
 use racaffinity::{Cluster, ErrorKind, NodeState};
 
 fn subscribed(endpoint: &str) -> Cluster {
-    Cluster::from_config_text(&format!("nodes = A, B\ntopology.feed = etcd://{endpoint}/p\ntopology.feed_timeout = 1s"))
-        .unwrap()
+    subscribed_every(endpoint, "1s")
+}
+
+/// A cluster subscribed to `endpoint`'s prefix `p/` with the silence check
+/// every `feed_timeout` (`300ms`, …).
+fn subscribed_every(endpoint: &str, feed_timeout: &str) -> Cluster {
+    Cluster::from_config_text(&format!(
+        "nodes = A, B\ntopology.feed = etcd://{endpoint}/p\ntopology.feed_timeout = {feed_timeout}"
+    ))
+    .unwrap()
+}
+
+/// An empty prefix at revision 7: every range answers it, every watch is
+/// created at 7 and then runs `then` (with how many watches were opened).
+fn empty_at_7(then: impl Fn(&mut TcpStream, usize) + Send + Sync + 'static) -> Gateway {
+    Gateway::fixed(r#"{"header":{"revision":"7"}}"#.to_string(), 7, then)
+}
+
+/// A record written once the first watch is open, which that watch never
+/// brings: a range answers `before` at revision 5 until the first watch is
+/// opened, `after` at 6 from then on; the first watch is created at 5 and
+/// then runs `stuck` (silent, chattering, …); every later watch is created
+/// at 6, brings `event` (a whole event, `{"kv":…}` or a [`deletion`]) and
+/// stays silent. `starts` collects each watch's `start_revision`.
+fn missed_write(
+    before: &'static [(&'static str, &'static str, u64)],
+    after: &'static [(&'static str, &'static str, u64)],
+    stuck: fn(&mut TcpStream),
+    event: String,
+    starts: Arc<std::sync::Mutex<Vec<String>>>,
+) -> Gateway {
+    let written = Arc::new(AtomicBool::new(false));
+    let seen = written.clone();
+    let range = move |req: &Request, _| {
+        if seen.load(Ordering::SeqCst) {
+            range_of(req, 6, after)
+        } else {
+            range_of(req, 5, before)
+        }
+    };
+    let watch = move |s: &mut TcpStream, req: &Request, n: usize| {
+        let start = req.body["create_request"]["start_revision"].as_str().unwrap_or("").to_string();
+        starts.lock().unwrap().push(start);
+        if n == 1 {
+            // The write happens once this watch is open; it never tells.
+            written.store(true, Ordering::SeqCst);
+            if gateway::open_watch(s, 5) {
+                stuck(s);
+            }
+        } else if gateway::open_watch(s, 6) {
+            let _ = s.write_all(&chunk(&raw_events(6, std::slice::from_ref(&event))));
+            silent(s);
+        }
+    };
+    Gateway::start(Arc::new(range), Arc::new(watch))
 }
 
 fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
@@ -128,7 +181,7 @@ fn a_trickling_watch_does_not_outlive_its_cluster() {
             return;
         }
     };
-    let gw = Gateway::fixed(r#"{"header":{"revision":"7"}}"#.to_string(), 7, script);
+    let gw = empty_at_7(script);
     let c = subscribed(&gw.endpoint);
     wait_for("the watch", || c.metrics().feed.is_some_and(|m| m.connected));
     std::thread::sleep(Duration::from_millis(300));
@@ -151,7 +204,7 @@ fn an_event_past_its_header_revision_is_refused_and_the_feed_goes_on() {
         let _ = s.write_all(&chunk(&ev));
         silent(s);
     };
-    let gw = Gateway::fixed(r#"{"header":{"revision":"7"}}"#.to_string(), 7, script);
+    let gw = empty_at_7(script);
     let c = subscribed(&gw.endpoint);
     wait_for("B down by the second watch", || c.node_by_name("B").unwrap().state() == NodeState::Down);
     let m = c.metrics().feed.unwrap();
@@ -165,7 +218,7 @@ fn an_event_past_its_header_revision_is_refused_and_the_feed_goes_on() {
 /// subscriber got it) and then the call failed with UnknownNode.
 #[test]
 fn publish_event_about_an_unknown_instance_writes_nothing() {
-    let gw = Gateway::fixed(r#"{"header":{"revision":"7"}}"#.to_string(), 7, |s, _| silent(s));
+    let gw = empty_at_7(|s, _| silent(s));
     let c = subscribed(&gw.endpoint);
     let unknown = FAN_DOWN_E.replace("instance=E", "instance=Z");
     let e = c.publish_event(&unknown).unwrap_err();
@@ -189,7 +242,7 @@ fn a_watch_compacted_again_at_once_backs_off() {
         let _ = s.write_all(&chunk(msg));
         let _ = s.write_all(b"0\r\n\r\n");
     };
-    let gw = Gateway::fixed(r#"{"header":{"revision":"7"}}"#.to_string(), 7, script);
+    let gw = empty_at_7(script);
     let c = subscribed(&gw.endpoint);
     std::thread::sleep(Duration::from_millis(1500));
     let reads = gw.ranges.load(Ordering::SeqCst);
@@ -206,37 +259,15 @@ fn a_watch_compacted_again_at_once_backs_off() {
 /// in this process for good.
 #[test]
 fn a_deletion_a_silent_watch_missed_is_found_by_the_silence_check() {
-    let deleted = Arc::new(AtomicBool::new(false));
-    let seen = deleted.clone();
-    let range = move |req: &Request, _| {
-        if seen.load(Ordering::SeqCst) {
-            range_of(req, 6, &[("p/node/A/weight", "3", 3)])
-        } else {
-            range_of(req, 5, &[("p/node/A/weight", "3", 3), ("p/node/B/state", "down", 4)])
-        }
-    };
     let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let asked = starts.clone();
-    let watch = move |s: &mut TcpStream, req: &Request, n: usize| {
-        let start = req.body["create_request"]["start_revision"].as_str().unwrap_or("").to_string();
-        asked.lock().unwrap().push(start);
-        if n == 1 {
-            // The deletion happens once this watch is open; it never tells.
-            deleted.store(true, Ordering::SeqCst);
-            if gateway::open_watch(s, 5) {
-                silent(s);
-            }
-        } else if gateway::open_watch(s, 6) {
-            let _ = s.write_all(&chunk(&raw_events(6, &[deletion("p/node/B/state", 6)])));
-            silent(s);
-        }
-    };
-    let gw = Gateway::start(Arc::new(range), Arc::new(watch));
-    let c = Cluster::from_config_text(&format!(
-        "nodes = A, B\ntopology.feed = etcd://{}/p\ntopology.feed_timeout = 300ms",
-        gw.endpoint
-    ))
-    .unwrap();
+    let gw = missed_write(
+        &[("p/node/A/weight", "3", 3), ("p/node/B/state", "down", 4)],
+        &[("p/node/A/weight", "3", 3)],
+        silent,
+        deletion("p/node/B/state", 6),
+        starts.clone(),
+    );
+    let c = subscribed_every(&gw.endpoint, "300ms");
     assert_eq!(c.node_by_name("B").unwrap().state(), NodeState::Down, "the full read: {:?}", c.metrics().feed);
     let t = Instant::now();
     while c.node_by_name("B").unwrap().state() != NodeState::Up {
@@ -338,35 +369,16 @@ fn a_long_refused_record_is_cut_short_in_the_metrics() {
 /// `topology.feed_timeout` and the watch is re-opened.
 #[test]
 fn a_watch_chattering_without_events_is_checked_all_the_same() {
-    let written = Arc::new(AtomicBool::new(false));
-    let seen = written.clone();
-    let range = move |req: &Request, _| {
-        if seen.load(Ordering::SeqCst) {
-            range_of(req, 6, &[("p/node/B/state", "down", 6)])
-        } else {
-            range_of(req, 5, &[])
+    let chatter = |s: &mut TcpStream| {
+        let progress = "{\"result\":{\"header\":{\"revision\":\"5\"}}}\n";
+        while s.write_all(&chunk(progress)).is_ok() {
+            std::thread::sleep(Duration::from_millis(100));
         }
     };
-    let watch = move |s: &mut TcpStream, _: &Request, n: usize| {
-        if n == 1 {
-            written.store(true, Ordering::SeqCst);
-            if gateway::open_watch(s, 5) {
-                let progress = "{\"result\":{\"header\":{\"revision\":\"5\"}}}\n";
-                while s.write_all(&chunk(progress)).is_ok() {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        } else if gateway::open_watch(s, 6) {
-            let _ = s.write_all(&chunk(&events(6, &[kv("p/node/B/state", "down", 6)])));
-            silent(s);
-        }
-    };
-    let gw = Gateway::start(Arc::new(range), Arc::new(watch));
-    let c = Cluster::from_config_text(&format!(
-        "nodes = A, B\ntopology.feed = etcd://{}/p\ntopology.feed_timeout = 300ms",
-        gw.endpoint
-    ))
-    .unwrap();
+    let written = &[("p/node/B/state", "down", 6)];
+    let event = format!(r#"{{"kv":{}}}"#, kv("p/node/B/state", "down", 6));
+    let gw = missed_write(&[], written, chatter, event, Arc::default());
+    let c = subscribed_every(&gw.endpoint, "300ms");
     let t = Instant::now();
     while c.node_by_name("B").unwrap().state() != NodeState::Down {
         assert!(t.elapsed() < Duration::from_secs(10), "B still up after 10 s: {:?}", c.metrics().feed);
@@ -396,11 +408,7 @@ fn the_silence_check_reads_only_what_changed() {
         }
     };
     let gw = Gateway::start(Arc::new(range), Arc::new(watch));
-    let c = Cluster::from_config_text(&format!(
-        "nodes = A, B\ntopology.feed = etcd://{}/p\ntopology.feed_timeout = 200ms",
-        gw.endpoint
-    ))
-    .unwrap();
+    let c = subscribed_every(&gw.endpoint, "200ms");
     wait_for("the full read and two silence checks", || gw.ranges.load(Ordering::SeqCst) >= 3);
     let log = gw.range_log.lock().unwrap().clone();
     drop(c);
@@ -417,36 +425,14 @@ fn the_silence_check_reads_only_what_changed() {
 /// missed while the monitors' key stays is found all the same.
 #[test]
 fn a_missed_deletion_is_found_next_to_the_tools_own_key() {
-    let deleted = Arc::new(AtomicBool::new(false));
-    let seen = deleted.clone();
-    let range = move |req: &Request, _| {
-        if seen.load(Ordering::SeqCst) {
-            range_of(req, 6, &[("p/_monitor/leader", "m1", 2), ("p/node/A/weight", "3", 3)])
-        } else {
-            range_of(
-                req,
-                5,
-                &[("p/_monitor/leader", "m1", 2), ("p/node/A/weight", "3", 3), ("p/node/B/state", "down", 4)],
-            )
-        }
-    };
-    let watch = move |s: &mut TcpStream, _: &Request, n: usize| {
-        if n == 1 {
-            deleted.store(true, Ordering::SeqCst);
-            if gateway::open_watch(s, 5) {
-                silent(s);
-            }
-        } else if gateway::open_watch(s, 6) {
-            let _ = s.write_all(&chunk(&raw_events(6, &[deletion("p/node/B/state", 6)])));
-            silent(s);
-        }
-    };
-    let gw = Gateway::start(Arc::new(range), Arc::new(watch));
-    let c = Cluster::from_config_text(&format!(
-        "nodes = A, B\ntopology.feed = etcd://{}/p\ntopology.feed_timeout = 300ms",
-        gw.endpoint
-    ))
-    .unwrap();
+    let gw = missed_write(
+        &[("p/_monitor/leader", "m1", 2), ("p/node/A/weight", "3", 3), ("p/node/B/state", "down", 4)],
+        &[("p/_monitor/leader", "m1", 2), ("p/node/A/weight", "3", 3)],
+        silent,
+        deletion("p/node/B/state", 6),
+        Arc::default(),
+    );
+    let c = subscribed_every(&gw.endpoint, "300ms");
     assert_eq!(c.node_by_name("B").unwrap().state(), NodeState::Down, "the full read: {:?}", c.metrics().feed);
     wait_for("B up again", || c.node_by_name("B").unwrap().state() == NodeState::Up);
     let m = c.metrics().feed.unwrap();
