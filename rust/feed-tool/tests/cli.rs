@@ -89,3 +89,26 @@ fn options_take_their_value_after_an_equals_sign() {
     let out = run(&["weight", "B", "7", &feed, "--etcd-timeout=2s"]);
     assert_eq!(text(&out.stdout), "wrote node/B/weight = 7 at revision 9\n", "{}", text(&out.stderr));
 }
+
+/// `help` into a writer that fails: a closed pipe is the reader leaving
+/// (status 0, nothing said), any other failure (a full disk) is status 3
+/// with the reason, not etcd's status 1.
+#[test]
+fn a_read_command_whose_output_fails_otherwise_exits_3() {
+    struct Failing(std::io::ErrorKind);
+    impl std::io::Write for Failing {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(self.0.into())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(self.0.into())
+        }
+    }
+    let help = ["help".to_string()];
+    let mut err = Vec::new();
+    let code = racaffinity_feed_tool::run(&help, None, &mut Failing(std::io::ErrorKind::BrokenPipe), &mut err);
+    assert_eq!((code, text(&err)), (0, String::new()));
+    let code = racaffinity_feed_tool::run(&help, None, &mut Failing(std::io::ErrorKind::StorageFull), &mut err);
+    assert_eq!(code, 3, "{}", text(&err));
+    assert!(text(&err).contains("cannot write the output"), "{}", text(&err));
+}
