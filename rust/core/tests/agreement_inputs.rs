@@ -1,0 +1,116 @@
+//! Agreement across processes (two or three clusters stand for processes)
+//! for inputs whose value depends on how or when they arrive: FAN versions
+//! written in different time zones, a membership record put again with
+//! another address, a drain's deadline, and session tokens decoded where
+//! token ids could collide. The same inputs in any order end in the same
+//! state, fingerprint and placements.
+mod common;
+
+use common::cluster_with_clock;
+use racaffinity::{Cluster, ManualClock, NodeState};
+
+const CFG: &str = "nodes = orcl_1, orcl_2, orcl_3\ntransaction.strict = true\ntransaction.settle = 3s\n\
+                   node.orcl_1.address = h1:1521\nnode.orcl_2.address = h2:1521\nnode.orcl_3.address = h3:1521";
+
+fn procs(n: usize) -> (Vec<Cluster>, Vec<ManualClock>) {
+    let clocks: Vec<_> = (0..n).map(|_| ManualClock::new(1_000_000)).collect();
+    (clocks.iter().map(|c| cluster_with_clock(CFG, c)).collect(), clocks)
+}
+
+fn advance(clocks: &[ManualClock], ms: u64) {
+    for c in clocks {
+        c.advance_ms(ms);
+    }
+}
+
+fn states(c: &Cluster) -> Vec<(String, NodeState, NodeState)> {
+    let mut ids = c.node_ids();
+    ids.sort();
+    ids.into_iter()
+        .map(|id| {
+            let n = c.node(id).unwrap();
+            (n.name().to_owned(), n.state(), n.shared_state())
+        })
+        .collect()
+}
+
+/// Gtrids two processes place differently (a refusal counts as a placement of its own).
+fn split_gtrids(p: &Cluster, q: &Cluster, n: usize) -> Vec<String> {
+    (0..n)
+        .filter_map(|i| {
+            let g = format!("g-{i}");
+            let a = p.tx_begin(g.as_bytes()).map(|r| p.node_name(r.node).unwrap()).map_err(|e| e.kind());
+            let b = q.tx_begin(g.as_bytes()).map(|r| q.node_name(r.node).unwrap()).map_err(|e| e.kind());
+            let _ = p.tx_complete(g.as_bytes());
+            let _ = q.tx_complete(g.as_bytes());
+            (a != b).then(|| format!("{g}: {a:?} vs {b:?}"))
+        })
+        .collect()
+}
+
+fn assert_alike(cs: &[Cluster]) {
+    for c in &cs[1..] {
+        assert_eq!(states(&cs[0]), states(c), "same inputs, different node states");
+        assert_eq!(cs[0].topology_fingerprint(), c.topology_fingerprint(), "same inputs, different fingerprints");
+        let split = split_gtrids(&cs[0], c, 200);
+        assert!(split.is_empty(), "{} of 200 gtrids placed apart: {:?}", split.len(), &split[..split.len().min(3)]);
+    }
+}
+
+/// A `down` the simplefan adapter wrote in UTC, and an `up` Oracle wrote 5 s
+/// later in local time (UTC-7, so its wall-clock reads 7 hours earlier).
+const DOWN_UTC: &str = "INSTANCE VERSION=1.0 database=orcl instance=orcl_2 host=h2 status=down reason=FAILURE \
+                        timestamp=2026-11-29 15:00:00";
+const UP_LOCAL_5S_LATER: &str = "INSTANCE VERSION=1.0 database=orcl instance=orcl_2 host=h2 status=up \
+                                 reason=BOOT timestamp=2026-11-29 08:00:05 timezone=-07:00 db_domain=example.com";
+/// A `down` Oracle wrote in UTC+1 at the instant of `DOWN_UTC` (it reads an hour later).
+const DOWN_LOCAL: &str = "INSTANCE VERSION=1.0 database=orcl instance=orcl_2 host=h2 status=down \
+                          reason=FAILURE timestamp=2026-11-29 16:00:00 timezone=+01:00";
+/// A planned drain in UTC, 10 s after the down: the latest of a triple, though
+/// it reads earlier than `DOWN_LOCAL`.
+const DRAIN_UTC_10S_LATER: &str = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl_2 host=h2 \
+                                   status=down reason=USER card=2 timestamp=2026-11-29 15:00:10";
+
+#[test]
+fn fan_events_of_different_zones_arriving_up_first_order_by_the_instant() {
+    let (cs, _clocks) = procs(1);
+    cs[0].apply_event(UP_LOCAL_5S_LATER).unwrap();
+    cs[0].apply_event(DOWN_UTC).unwrap();
+    let n = cs[0].node_by_name("orcl_2").unwrap();
+    assert_eq!(n.state(), NodeState::Up, "the down is 5 s older than the up, though it reads 7 hours later");
+}
+
+#[test]
+fn fan_events_of_different_zones_in_opposite_orders_end_alike_in_two_processes() {
+    let (cs, clocks) = procs(2);
+    advance(&clocks, 10_000);
+    cs[0].apply_event(DOWN_UTC).unwrap();
+    cs[1].apply_event(UP_LOCAL_5S_LATER).unwrap();
+    advance(&clocks, 500);
+    cs[0].apply_event(UP_LOCAL_5S_LATER).unwrap();
+    cs[1].apply_event(DOWN_UTC).unwrap();
+    advance(&clocks, 10_000);
+    assert_eq!(cs[0].node_by_name("orcl_2").unwrap().state(), NodeState::Up);
+    assert_alike(&cs);
+}
+
+#[test]
+fn a_mixed_triple_of_zones_in_every_order_ends_alike() {
+    // Three zones: UTC+1, UTC-7 and UTC. Read as UTC, the first would be the latest.
+    let events = [DOWN_LOCAL, UP_LOCAL_5S_LATER, DRAIN_UTC_10S_LATER];
+    let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+    let (cs, clocks) = procs(orders.len());
+    advance(&clocks, 10_000);
+    for step in 0..3 {
+        for (c, order) in cs.iter().zip(&orders) {
+            c.apply_event(events[order[step]]).unwrap();
+        }
+        advance(&clocks, 300);
+    }
+    advance(&clocks, 10_000);
+    for c in &cs {
+        let n = c.node_by_name("orcl_2").unwrap();
+        assert_eq!(n.state(), NodeState::Draining, "the drain in UTC is the latest");
+    }
+    assert_alike(&cs);
+}
