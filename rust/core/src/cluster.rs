@@ -22,13 +22,33 @@ use crate::topology::Topology;
 use crate::transaction::TxRegistry;
 
 /// The order of versioned membership inputs about one name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct MemberKey {
     version: u64,
     removed: bool,
     /// An addition's weight (0 for a removal): what a deleted weight record
     /// falls back to, the same in every process that has the record.
     weight: u32,
+    /// An addition's address, machine and zone as given (a removal's are
+    /// `None`): the node's place follows the input in force, and at one
+    /// version and weight the greater of these wins, in every process.
+    place: [Option<Box<str>>; 3],
+}
+
+impl MemberKey {
+    fn removal(version: u64) -> MemberKey {
+        MemberKey { version, removed: true, weight: 0, place: [None, None, None] }
+    }
+
+    fn addition(spec: &NodeSpec, version: u64) -> MemberKey {
+        let text = |v: &Option<String>| v.as_deref().map(Box::from);
+        MemberKey {
+            version,
+            removed: false,
+            weight: spec.weight,
+            place: [text(&spec.address), text(&spec.machine), text(&spec.zone)],
+        }
+    }
 }
 
 /// Refuses a name whose session-token id a live node already has.
@@ -453,8 +473,12 @@ impl Cluster {
     pub fn add_node_at(&self, spec: NodeSpec, version: u64) -> Result<bool> {
         spec.validate()?;
         let mut g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let key = MemberKey { version, removed: false, weight: spec.weight };
+        let key = MemberKey::addition(&spec, version);
         let name = spec.name.to_ascii_uppercase();
+        // What the input leaves out (an address, a machine, a zone) is the
+        // configured one: a process that reads only this input (the log
+        // after a compaction) has the node with exactly that.
+        let spec = self.with_configured_place(spec);
         let settle = self.inner.config.transaction.settle_ms;
         // The addition's weight is a versioned weight input at its version,
         // whether the node is configured, added now or added before: so a
@@ -470,11 +494,14 @@ impl Cluster {
             self.member_input_seen(&spec.name, Some(spec.weight))?;
             return Ok(false);
         }
-        if let Some(n) = self.inner.topo.load().find(&name) {
+        if let Some(n) = self.inner.topo.load_full().find(&name) {
             g.insert(name, key);
             weigh(n);
+            // The newest input's address is the node's in every process,
+            // whichever came first (FAN `NODE` events name hosts).
+            let moved = n.set_place(&spec, &self.inner.config.local);
             self.member_input_seen(&spec.name, Some(spec.weight))?;
-            return Ok(false);
+            return Ok(moved);
         }
         let id = self.add_node_locked(spec.clone())?;
         if let Some(n) = self.topo().node(id) {
@@ -482,6 +509,17 @@ impl Cluster {
         }
         g.insert(name, key);
         Ok(true)
+    }
+
+    /// `spec` with the address, machine and zone it leaves out taken from
+    /// the node's configuration (`node.<N>.address`, ...), if it has one.
+    fn with_configured_place(&self, mut spec: NodeSpec) -> NodeSpec {
+        if let Some(c) = self.inner.config.nodes.iter().find(|c| c.name.eq_ignore_ascii_case(&spec.name)) {
+            spec.address = spec.address.or_else(|| c.address.clone());
+            spec.machine = spec.machine.or_else(|| c.machine.clone());
+            spec.zone = spec.zone.or_else(|| c.zone.clone());
+        }
+        spec
     }
 
     /// The version of the membership input that has `name` in this
@@ -512,7 +550,7 @@ impl Cluster {
     pub fn remove_node_at(&self, name: &str, version: u64) -> Result<bool> {
         crate::node::validate_node_name(name)?;
         let mut g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let key = MemberKey { version, removed: true, weight: 0 };
+        let key = MemberKey::removal(version);
         let canonical = name.to_ascii_uppercase();
         if g.get(&canonical).is_some_and(|k| *k >= key) {
             return Ok(false);

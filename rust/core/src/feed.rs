@@ -9,7 +9,7 @@
 //!
 //! | key (under the prefix) | value | deleted |
 //! |---|---|---|
-//! | `node/<NAME>` | `present`, optionally `weight=<w>` (a versioned weight at the record's version, as `node/<NAME>/weight`, whether the node is configured or added by the record) and `address=<host:port>`; or `removed`: the node is removed (configured or not), and stays removed for a process that starts later | the node is removed (a record written by an older publisher) |
+//! | `node/<NAME>` | `present`, optionally `weight=<w>` (a versioned weight at the record's version, as `node/<NAME>/weight`, whether the node is configured or added by the record) and `address=<host:port>` (the newest such record's address is the node's, also for a node that is already there; none: the configured one); or `removed`: the node is removed (configured or not), and stays removed for a process that starts later | the node is removed (a record written by an older publisher) |
 //! | `node/<NAME>/state` | `up`, `down`, `draining`, `draining timeout=<duration>` | `up` |
 //! | `node/<NAME>/weight` | a weight `1..=1000000` | the configured weight |
 //! | `partition_map` | `<p>=<NAME>` entries separated by `,` (may be empty) | the empty map |

@@ -235,6 +235,28 @@ pub fn validate_node_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Where a node listens and runs, from its [`NodeSpec`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Place {
+    address: Option<String>,
+    host: Option<String>,
+    machine: Option<String>,
+    zone: Option<String>,
+}
+
+impl Place {
+    fn of(spec: &NodeSpec, local: &LocalConfig) -> (Place, Locality) {
+        let machine = spec.machine_or_host();
+        let locality = local.classify(machine.as_deref(), spec.zone.as_deref());
+        let host = spec
+            .address
+            .as_deref()
+            .and_then(|a| crate::connect::split_host_port(a, 1521).ok())
+            .map(|(h, _)| h.to_string());
+        (Place { address: spec.address.clone(), host, machine, zone: spec.zone.clone() }, locality)
+    }
+}
+
 /// Where a node sits relative to the calling process (`local.machine`,
 /// `local.zone`): WebLogic's colocation and Envoy's zone-aware routing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -250,6 +272,12 @@ pub enum Locality {
 }
 
 impl Locality {
+    const ALL: [Locality; 4] = [Locality::Machine, Locality::Zone, Locality::Remote, Locality::Unknown];
+
+    fn from_u8(v: u8) -> Locality {
+        Locality::ALL.get(v as usize).copied().unwrap_or(Locality::Unknown)
+    }
+
     /// Lower-case name.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -476,12 +504,13 @@ pub struct Node {
     seed: u64,
     /// The node's id inside session routing tokens (`token.rs`), computed once.
     token_id: u32,
-    host: Option<String>,
-    address: Option<String>,
-    machine: Option<Box<str>>,
-    zone: Option<Box<str>>,
-    /// Where the node sits relative to this process (see [`Locality`]).
-    locality: Locality,
+    /// Where it listens and runs: as added, replaced by a newer versioned
+    /// membership input (`Cluster::add_node_at`), so every process that
+    /// got the same inputs names the same host (FAN `NODE` events).
+    place: Mutex<Arc<Place>>,
+    /// Where the node sits relative to this process (see [`Locality`]),
+    /// derived from `place`; read by picks without a lock.
+    locality: AtomicU8,
     weight: AtomicU32,
     /// The weight's versioned key and the range it took while changing.
     weight_window: Mutex<WeightWindow>,
@@ -550,24 +579,15 @@ impl Node {
         clock: Arc<dyn Clock>,
         routing: Arc<RoutingEpoch>,
     ) -> Node {
-        let machine = spec.machine_or_host();
-        let locality = local.classify(machine.as_deref(), spec.zone.as_deref());
-        let host = spec
-            .address
-            .as_deref()
-            .and_then(|a| crate::connect::split_host_port(a, 1521).ok())
-            .map(|(h, _)| h.to_string());
+        let (place, locality) = Place::of(spec, local);
         Node {
             id,
             name: spec.name.clone().into_boxed_str(),
             canonical: spec.name.to_ascii_uppercase().into_boxed_str(),
             seed: hash::node_seed(&spec.name),
             token_id: crate::token::token_id_of(&spec.name),
-            host,
-            address: spec.address.clone(),
-            machine: machine.map(String::into_boxed_str),
-            zone: spec.zone.clone().map(String::into_boxed_str),
-            locality,
+            place: Mutex::new(Arc::new(place)),
+            locality: AtomicU8::new(locality as u8),
             weight: AtomicU32::new(spec.weight),
             weight_window: Mutex::new(WeightWindow::default()),
             member_since: AtomicU64::new(0),
@@ -608,30 +628,50 @@ impl Node {
         &self.canonical
     }
 
-    /// Configured `host:port`, if any.
-    pub fn address(&self) -> Option<&str> {
-        self.address.as_deref()
+    fn place(&self) -> Arc<Place> {
+        self.place.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Its `host:port`, if any: as configured or added, or as the newest
+    /// versioned membership input put it.
+    pub fn address(&self) -> Option<String> {
+        self.place().address.clone()
     }
 
     /// Host part of the address (FAN `NODE` events name hosts).
-    pub fn host(&self) -> Option<&str> {
-        self.host.as_deref()
+    pub fn host(&self) -> Option<String> {
+        self.place().host.clone()
     }
 
     /// The machine it runs on (`node.<N>.machine`, else the address's host).
-    pub fn machine(&self) -> Option<&str> {
-        self.machine.as_deref()
+    pub fn machine(&self) -> Option<String> {
+        self.place().machine.clone()
     }
 
     /// Its zone (`node.<N>.zone`).
-    pub fn zone(&self) -> Option<&str> {
-        self.zone.as_deref()
+    pub fn zone(&self) -> Option<String> {
+        self.place().zone.clone()
     }
 
     /// Where it sits relative to this process.
     #[inline]
     pub fn locality(&self) -> Locality {
-        self.locality
+        Locality::from_u8(self.locality.load(Ordering::Relaxed))
+    }
+
+    /// Takes `spec`'s address, machine and zone (a newer membership input
+    /// than the one it was added by). Returns whether any changed.
+    pub(crate) fn set_place(&self, spec: &NodeSpec, local: &LocalConfig) -> bool {
+        let (place, locality) = Place::of(spec, local);
+        let mut g = self.place.lock().unwrap_or_else(|p| p.into_inner());
+        if **g == place {
+            return false;
+        }
+        *g = Arc::new(place);
+        self.locality.store(locality as u8, Ordering::Relaxed);
+        drop(g);
+        self.routing.advance();
+        true
     }
 
     #[inline]

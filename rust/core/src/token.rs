@@ -229,7 +229,8 @@ impl Cluster {
 /// else any other node of it, else none.
 fn backup_for(ranking: &[&std::sync::Arc<Node>], primary: &Node) -> Option<NodeId> {
     let others = || ranking.iter().filter(|n| n.id() != primary.id());
-    let elsewhere = |n: &&&std::sync::Arc<Node>| match (n.machine(), primary.machine()) {
+    let home = primary.machine();
+    let elsewhere = |n: &&&std::sync::Arc<Node>| match (n.machine(), home.as_deref()) {
         (Some(a), Some(b)) => !a.eq_ignore_ascii_case(b),
         // Unknown machines cannot be told apart; prefer nodes that are known
         // to be elsewhere, so only an exact match counts.

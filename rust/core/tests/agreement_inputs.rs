@@ -114,3 +114,104 @@ fn a_mixed_triple_of_zones_in_every_order_ends_alike() {
     }
     assert_alike(&cs);
 }
+
+/// What a FAN `NODE` event naming `host` takes down, by node name.
+fn nodedown(c: &Cluster, host: &str) -> Result<Vec<String>, racaffinity::ErrorKind> {
+    let line = format!("NODE VERSION=1.0 host={host} incarnation=7 status=nodedown reason=member_leave");
+    c.apply_event(&line)
+        .map(|e| e.changes.iter().map(|ch| ch.name.to_ascii_uppercase()).collect())
+        .map_err(|e| e.kind())
+}
+
+fn addresses(c: &Cluster) -> Vec<(String, Option<String>, Option<String>)> {
+    let mut ids = c.node_ids();
+    ids.sort();
+    ids.into_iter()
+        .map(|id| {
+            let n = c.node(id).unwrap();
+            (n.name().to_owned(), n.address(), n.machine())
+        })
+        .collect()
+}
+
+/// Membership records of a node added at runtime, put again with another
+/// address: a watcher applies them in revision order, another process in
+/// the opposite order, a third reads only the latest (the log after a
+/// compaction). A FAN `NODE` event by host then reaches the same node in
+/// all three.
+#[test]
+fn a_membership_record_put_again_with_another_address_moves_the_address_everywhere() {
+    let (cs, clocks) = procs(3);
+    advance(&clocks, 10_000);
+    let recs = [(10, "present address=hA:1521"), (20, "present weight=2 address=hB:1521")];
+    for (v, val) in recs {
+        cs[0].apply_feed_record(v, "node/E", Some(val)).unwrap();
+    }
+    for (v, val) in recs.iter().rev() {
+        cs[1].apply_feed_record(*v, "node/E", Some(val)).unwrap();
+    }
+    cs[2].apply_feed_record(20, "node/E", Some(recs[1].1)).unwrap();
+    for c in &cs {
+        assert_eq!(c.node_by_name("E").unwrap().address().as_deref(), Some("hB:1521"), "the newest record's address");
+    }
+    assert_eq!(addresses(&cs[0]), addresses(&cs[1]));
+    assert_eq!(addresses(&cs[0]), addresses(&cs[2]));
+    advance(&clocks, 10_000);
+    for c in &cs {
+        assert_eq!(nodedown(c, "hA"), Err(racaffinity::ErrorKind::UnknownNode), "no node is on hA any more");
+        assert_eq!(nodedown(c, "hB"), Ok(vec!["E".to_owned()]));
+    }
+    advance(&clocks, 10_000);
+    assert_alike(&cs);
+}
+
+/// The same with direct calls, for a configured node: `add_node_at` with
+/// another address, two processes in opposite orders.
+#[test]
+fn add_node_at_with_another_address_in_opposite_orders_ends_alike() {
+    let (cs, clocks) = procs(2);
+    advance(&clocks, 10_000);
+    let older = racaffinity::NodeSpec::new("orcl_2").address("h7:1521");
+    let newer = racaffinity::NodeSpec::new("orcl_2").address("h8:1521");
+    cs[0].add_node_at(older.clone(), 5).unwrap();
+    cs[0].add_node_at(newer.clone(), 6).unwrap();
+    cs[1].add_node_at(newer, 6).unwrap();
+    cs[1].add_node_at(older, 5).unwrap();
+    for c in &cs {
+        assert_eq!(c.node_by_name("orcl_2").unwrap().host().as_deref(), Some("h8"));
+    }
+    assert_eq!(addresses(&cs[0]), addresses(&cs[1]));
+    advance(&clocks, 10_000);
+    for c in &cs {
+        assert_eq!(nodedown(c, "h2"), Err(racaffinity::ErrorKind::UnknownNode));
+        assert_eq!(nodedown(c, "h8"), Ok(vec!["ORCL_2".to_owned()]));
+    }
+    advance(&clocks, 10_000);
+    assert_alike(&cs);
+}
+
+/// Two additions at one version with different addresses resolve alike in
+/// either order (the tie rule), and a later record without an address
+/// gives the configured address back, as a process that reads only that
+/// record has it.
+#[test]
+fn addresses_at_one_version_resolve_alike_and_a_record_without_one_restores_the_configured() {
+    let (cs, clocks) = procs(3);
+    advance(&clocks, 10_000);
+    let a = "present address=hA:1521";
+    let b = "present address=hB:1521";
+    cs[0].apply_feed_record(10, "node/orcl_3", Some(a)).unwrap();
+    cs[0].apply_feed_record(10, "node/orcl_3", Some(b)).unwrap();
+    cs[1].apply_feed_record(10, "node/orcl_3", Some(b)).unwrap();
+    cs[1].apply_feed_record(10, "node/orcl_3", Some(a)).unwrap();
+    assert_eq!(addresses(&cs[0]), addresses(&cs[1]), "a tie resolves alike in either order");
+    for c in &cs[..2] {
+        c.apply_feed_record(11, "node/orcl_3", Some("present weight=1")).unwrap();
+    }
+    cs[2].apply_feed_record(11, "node/orcl_3", Some("present weight=1")).unwrap();
+    for c in &cs {
+        assert_eq!(c.node_by_name("orcl_3").unwrap().address().as_deref(), Some("h3:1521"), "the configured address");
+    }
+    advance(&clocks, 10_000);
+    assert_alike(&cs);
+}

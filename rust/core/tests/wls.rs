@@ -23,7 +23,7 @@ fn every_backup_is_on_another_machine_when_the_topology_has_one() {
     }
     // The machine defaults to the address's host.
     let hosts = cluster("nodes = X, Y\nnode.X.address = h1:1521\nnode.Y.address = h2:1521");
-    assert_eq!(hosts.node_by_name("Y").unwrap().machine(), Some("h2"));
+    assert_eq!(hosts.node_by_name("Y").unwrap().machine().as_deref(), Some("h2"));
 }
 
 #[test]
@@ -147,7 +147,7 @@ fn a_busy_local_zone_spills_when_over_its_share_of_capacity() {
             let id = c.node_by_name(name).unwrap().id();
             (0..n).for_each(|_| c.begin_lease(id));
         }
-        (0..100).filter(|_| c.node(c.pick_balanced().unwrap().node).unwrap().zone() == Some("z2")).count()
+        (0..100).filter(|_| c.node(c.pick_balanced().unwrap().node).unwrap().zone().as_deref() == Some("z2")).count()
     };
     assert_eq!(remote_picks(ZONES), 0, "without a spill ratio the local zone always wins");
     let spilled = remote_picks(&format!("{ZONES}\nlocality.spill_percent = 100"));

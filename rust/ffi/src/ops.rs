@@ -136,7 +136,7 @@ mod tests {
         let id = add_node(&c, "C", Some("h3:1521"), 0).unwrap();
         let n = c.node(id).unwrap();
         assert_eq!(n.weight(), 1);
-        assert_eq!(n.address(), Some("h3:1521"));
+        assert_eq!(n.address().as_deref(), Some("h3:1521"));
         assert_eq!(add_node(&c, "c", None, 5).unwrap_err().code, racaffinity_result::DuplicateNode);
     }
 

@@ -279,7 +279,7 @@ impl OracleNodePoolsBuilder {
             let address = node.address().ok_or_else(|| {
                 Error::Config(format!("node `{name}` has no address; set `node.{name}.address = host:port`"))
             })?;
-            let (host, port) = split_host_port(address, self.default_port)
+            let (host, port) = split_host_port(&address, self.default_port)
                 .map_err(|e| Error::Config(format!("node `{name}`: address: {e}")))?;
             let cs = descriptor(&InstanceAddress { host, port, service, instance: name })
                 .map_err(|e| Error::Config(format!("node `{name}`: connect string: {e}")))?;
