@@ -13,7 +13,7 @@ use crate::epoch::RoutingEpoch;
 use crate::error::{Error, Result, Scope};
 use crate::lease::LeaseRegistry;
 use crate::metrics::ScopeCounters;
-use crate::node::{HealthConfig, Node, NodeId, NodeSpec, NodeState};
+use crate::node::{drain_deadline, HealthConfig, Node, NodeId, NodeSpec, NodeState};
 use crate::pin::ContextPins;
 use crate::rendezvous::{self, Weights};
 use crate::route::{Route, RouteKind};
@@ -206,6 +206,10 @@ struct DynClock(Arc<dyn ClockDebug>);
 impl Clock for DynClock {
     fn now_ms(&self) -> u64 {
         self.0.now_ms()
+    }
+
+    fn unix_ms(&self) -> Option<u64> {
+        self.0.unix_ms()
     }
 }
 
@@ -627,7 +631,11 @@ impl Cluster {
         let key_before = node.shared_key();
         match state {
             NodeState::Up => node.event_up(Some(version)),
-            NodeState::Draining => node.drain_for(drain_timeout_ms, Some(version), self.clock()),
+            // The caller's version need not be a clock: the timeout counts
+            // from now (docs/semantics.md, "What is not covered yet").
+            NodeState::Draining => {
+                node.drain_for(drain_timeout_ms, Some(version), drain_deadline(self.clock(), drain_timeout_ms, None))
+            }
             NodeState::Down => node.event_down(Some(version)),
         };
         Ok(node.shared_key() != key_before)

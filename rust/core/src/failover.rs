@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::event::{parse_event, Event, FanEvent, FanEventType, FanReason, FanStatus, RlbAdvisory};
-use crate::node::{Node, NodeId, NodeState, OutcomeSource, SharedInput};
+use crate::node::{drain_deadline, Node, NodeId, NodeState, OutcomeSource, SharedInput};
 
 /// One node's state change caused by an input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl Cluster {
         if matches!(ev.event_type, FanEventType::Service | FanEventType::Database) {
             if let Some(v) = version {
                 // About every node, so about a node added later too.
-                let until = drain_ms.map_or(0, |t| self.clock().now_ms().saturating_add(t).max(1));
+                let until = drain_deadline(self.clock(), drain_ms, ev.version());
                 let input = SharedInput { to, version: v, drain_ms, drain_until: until };
                 let mut wide = self.inner.wide_input.lock().unwrap_or_else(|p| p.into_inner());
                 *wide = Some(SharedInput::max(*wide, input));
@@ -110,7 +110,9 @@ impl Cluster {
             // mark-down or drain.
             let t = match to {
                 NodeState::Up => n.event_up(version),
-                NodeState::Draining => n.drain_for(drain_ms, version, self.clock()),
+                NodeState::Draining => {
+                    n.drain_for(drain_ms, version, drain_deadline(self.clock(), drain_ms, ev.version()))
+                }
                 NodeState::Down => n.event_down(version),
             };
             if let Some(t) = t {

@@ -235,6 +235,24 @@ pub fn validate_node_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// When a planned drain of `timeout_ms` received now ends, on `clock`'s
+/// monotonic time (0: no timeout). A drain dated by a clock (`dated_s`: a
+/// FAN event's `timestamp=`, seconds since 1970 UTC) ends at that instant
+/// plus the timeout in every process whose clock knows the wall time, so a
+/// process that gets it late (a slow relay, a feed read after a restart)
+/// drains no longer than the others: at once a Down when that instant has
+/// passed. Never later than the timeout from now, so a wall clock behind
+/// the server's never lengthens a drain. Processes then end it apart by
+/// their clocks' skew, not by the delivery's delay.
+pub(crate) fn drain_deadline(clock: &dyn Clock, timeout_ms: Option<u64>, dated_s: Option<u64>) -> u64 {
+    let Some(timeout) = timeout_ms else { return 0 };
+    let mut left = timeout;
+    if let (Some(s), Some(wall)) = (dated_s, clock.unix_ms()) {
+        left = left.min(s.saturating_mul(1000).saturating_add(timeout).saturating_sub(wall));
+    }
+    clock.now_ms().saturating_add(left).max(1)
+}
+
 /// Where a node listens and runs, from its [`NodeSpec`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Place {
@@ -965,18 +983,13 @@ impl Node {
     }
 
     /// A planned drain (FAN `down`, `reason=USER`): with a timeout, existing
-    /// work may continue until `now + timeout`, then the node counts as Down.
-    /// Only the shared layer changes: a node this process saw die stays Down
-    /// until a FAN `up` or an answering probe, and the drain's deadline
-    /// survives whatever this process's own evidence does meanwhile.
-    pub(crate) fn drain_for(
-        &self,
-        timeout_ms: Option<u64>,
-        version: Option<u64>,
-        clock: &dyn Clock,
-    ) -> Option<Transition> {
-        let until = timeout_ms.map_or(0, |t| clock.now_ms().saturating_add(t).max(1));
-        self.set_shared(NodeState::Draining, version, timeout_ms, until)
+    /// work may continue until `until` ([`drain_deadline`]), then the node
+    /// counts as Down. Only the shared layer changes: a node this process
+    /// saw die stays Down until a FAN `up` or an answering probe, and the
+    /// drain's deadline survives whatever this process's own evidence does
+    /// meanwhile.
+    pub(crate) fn drain_for(&self, timeout_ms: Option<u64>, version: Option<u64>, until: u64) -> Option<Transition> {
+        self.set_shared(NodeState::Draining, version, timeout_ms, if timeout_ms.is_some() { until } else { 0 })
     }
 
     /// When a planned drain's timeout ends (None: no drain with a timeout).

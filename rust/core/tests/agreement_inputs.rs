@@ -215,3 +215,101 @@ fn addresses_at_one_version_resolve_alike_and_a_record_without_one_restores_the_
     advance(&clocks, 10_000);
     assert_alike(&cs);
 }
+
+/// 2026-11-29 15:00:00 UTC in milliseconds since 1970.
+const T0_UNIX_MS: u64 = 1_795_964_400_000;
+
+/// A planned drain of orcl_2 at 15:00:00 UTC (written at UTC+1) with 60 s
+/// for existing work.
+const DRAIN_60S: &str = "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl_2 host=h2 status=down \
+                         reason=USER card=2 drain_timeout=60 timestamp=2026-11-29 16:00:00 timezone=+01:00";
+
+/// Processes whose wall clocks read `T0_UNIX_MS + skew_ms[i]` now (their
+/// monotonic clocks start apart, as processes' do).
+fn procs_at(skew_ms: &[i64]) -> (Vec<Cluster>, Vec<ManualClock>) {
+    let clocks: Vec<_> = skew_ms
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ManualClock::new(1_000_000 * (i as u64 + 1)).with_unix_ms(T0_UNIX_MS.saturating_add_signed(*s)))
+        .collect();
+    (clocks.iter().map(|c| cluster_with_clock(CFG, c)).collect(), clocks)
+}
+
+/// A gtrid `c` places on `node`, begun now and left open.
+fn open_gtrid_on(c: &Cluster, node: &str) -> String {
+    (0..1000)
+        .map(|i| format!("open-{i}"))
+        .find(|g| {
+            let r = c.tx_begin(g.as_bytes()).unwrap();
+            let on = c.node_name(r.node).unwrap() == node;
+            if !on {
+                c.tx_complete(g.as_bytes()).unwrap();
+            }
+            on
+        })
+        .expect("some gtrid places on the node")
+}
+
+/// Whether `c` lets the open gtrid `g` go on (a later branch of it here).
+fn continues(c: &Cluster, g: &str) -> Result<String, racaffinity::ErrorKind> {
+    c.tx_begin(g.as_bytes()).map(|r| c.node_name(r.node).unwrap()).map_err(|e| e.kind())
+}
+
+/// A drain's deadline counts from the event's timestamp, not from when each
+/// process got it: one that gets it 30 s late (a late relay, a process that
+/// reads the feed later) ends the drain when the other does.
+#[test]
+fn a_fan_drain_delivered_late_ends_when_it_ends_everywhere() {
+    let (cs, clocks) = procs_at(&[0, 0]);
+    advance(&clocks, 10_000);
+    let open: Vec<_> = cs.iter().map(|c| open_gtrid_on(c, "orcl_2")).collect();
+    cs[0].apply_event(DRAIN_60S).unwrap();
+    advance(&clocks, 30_000);
+    // Through the feed: the record's version orders it, its timestamp dates it.
+    cs[1].apply_feed_record(77, "fan/relay-1", Some(DRAIN_60S)).unwrap();
+    for (c, g) in cs.iter().zip(&open) {
+        assert_eq!(c.node_by_name("orcl_2").unwrap().state(), NodeState::Draining);
+        assert_eq!(continues(c, g), Ok("orcl_2".to_owned()), "existing work runs on while the drain lasts");
+    }
+    advance(&clocks, 21_000); // 61 s after the event
+    for (c, g) in cs.iter().zip(&open) {
+        let n = c.node_by_name("orcl_2").unwrap();
+        assert_eq!(n.state(), NodeState::Down, "60 s after the event, in every process");
+        assert!(n.down_is_planned());
+        assert_eq!(continues(c, g), Err(racaffinity::ErrorKind::StrictAffinity));
+    }
+    assert_eq!(cs[0].topology_fingerprint(), cs[1].topology_fingerprint());
+}
+
+/// A drain that reaches a process after its deadline is a planned Down at
+/// once; one whose timestamp is ahead of this process's wall clock (a
+/// clock behind the server's) never lasts longer than its timeout from
+/// receipt; a clock with no wall time counts from receipt.
+#[test]
+fn a_drain_deadline_from_the_timestamp_is_bounded_by_the_receipt() {
+    let (cs, clocks) = procs_at(&[0, -20_000]);
+    advance(&clocks, 70_000);
+    cs[0].apply_event(DRAIN_60S).unwrap();
+    let n = cs[0].node_by_name("orcl_2").unwrap();
+    assert_eq!((n.state(), n.down_is_planned()), (NodeState::Down, true), "70 s after a 60 s drain");
+    // cs[1]'s wall clock reads 50 s after the event: 10 s left by its clock.
+    cs[1].apply_event(DRAIN_60S).unwrap();
+    clocks[1].advance_ms(9_000);
+    assert_eq!(cs[1].node_by_name("orcl_2").unwrap().state(), NodeState::Draining);
+    clocks[1].advance_ms(1_000);
+    assert_eq!(cs[1].node_by_name("orcl_2").unwrap().state(), NodeState::Down);
+
+    let (ahead, clocks) = procs_at(&[-600_000]);
+    ahead[0].apply_event(DRAIN_60S).unwrap();
+    clocks[0].advance_ms(60_000);
+    assert_eq!(ahead[0].node_by_name("orcl_2").unwrap().state(), NodeState::Down, "never past receipt + timeout");
+
+    let plain = ManualClock::new(1_000_000);
+    let c = cluster_with_clock(CFG, &plain);
+    plain.advance_ms(100_000);
+    c.apply_event(DRAIN_60S).unwrap();
+    plain.advance_ms(59_000);
+    assert_eq!(c.node_by_name("orcl_2").unwrap().state(), NodeState::Draining, "no wall clock: from receipt");
+    plain.advance_ms(1_000);
+    assert_eq!(c.node_by_name("orcl_2").unwrap().state(), NodeState::Down);
+}
