@@ -82,6 +82,10 @@ pub(crate) struct Inner {
     /// Serialises node set changes; holds the versioned membership inputs
     /// seen so far: upper-cased name → ([`MemberKey`]).
     pub topo_lock: Mutex<std::collections::HashMap<String, MemberKey>>,
+    /// Names (upper-cased) whose versioned addition is in force but whose
+    /// session-token id another live node holds: they wait for it to go
+    /// (`settle_token_id`). Changed only with `topo_lock` held.
+    pub token_waiting: Mutex<std::collections::HashMap<String, NodeSpec>>,
     pub balancer: Balancer,
     pub tx: TxRegistry,
     pub sessions: SessionRegistry,
@@ -259,6 +263,7 @@ impl Cluster {
             topo: ArcSwap::from_pointee(topo),
             live,
             topo_lock: Mutex::new(Default::default()),
+            token_waiting: Mutex::new(Default::default()),
             tx: TxRegistry::new(),
             sessions: SessionRegistry::new(),
             data,
@@ -454,8 +459,10 @@ impl Cluster {
                 return Ok(node.id());
             }
         }
-        let _g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.remove_node_locked(name)
+        let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let id = self.remove_node_locked(name)?;
+        self.settle_token_id(&g, crate::token::token_id_of(name))?;
+        Ok(id)
     }
 
     fn remove_node_locked(&self, name: &str) -> Result<NodeId> {
@@ -505,13 +512,76 @@ impl Cluster {
             // whichever came first (FAN `NODE` events name hosts).
             let moved = n.set_place(&spec, &self.inner.config.local);
             self.member_input_seen(&spec.name, Some(spec.weight))?;
+            // A newer version may let a name waiting for its token id outrank it.
+            let handed = self.settle_token_id(&g, n.token_id())?;
+            return Ok(moved || handed);
+        }
+        let token_id = crate::token::token_id_of(&name);
+        if self.inner.topo.load().live.iter().any(|n| n.token_id() == token_id) {
+            // Another live name has its session-token id: which of the two
+            // holds it follows from the inputs in force, never from their
+            // order, so the addition is kept rather than refused.
+            g.insert(name.clone(), key);
+            self.inner.token_waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), spec.clone());
+            let moved = self.settle_token_id(&g, token_id)?;
+            if self.inner.topo.load().find(&name).is_none() {
+                self.member_input_seen(&spec.name, Some(spec.weight))?;
+            }
             return Ok(moved);
         }
+        self.inner.token_waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
         let id = self.add_node_locked(spec.clone())?;
         if let Some(n) = self.topo().node(id) {
             weigh(n);
         }
         g.insert(name, key);
+        Ok(true)
+    }
+
+    /// Of the names that share session-token id `token_id`, the live one
+    /// is the one whose versioned addition in force has the lowest
+    /// version (then the lowest name); a node no versioned input added
+    /// (configured, or added by `add_node`) holds its id against every
+    /// other. The others wait (`token_waiting`) and take the id when the
+    /// holder is removed or a newer input about it outranks them, so every
+    /// process that has the same inputs has the same live node for every
+    /// token, in any order. Returns whether the live node changed. Called
+    /// with the membership lock held (`g`).
+    fn settle_token_id(&self, g: &std::collections::HashMap<String, MemberKey>, token_id: u32) -> Result<bool> {
+        let mut waiting = self.inner.token_waiting.lock().unwrap_or_else(|p| p.into_inner());
+        waiting.retain(|name, _| g.get(name).is_some_and(|k| !k.removed));
+        let rank = |name: &str| g.get(name).filter(|k| !k.removed).map(|k| (k.version, name.to_owned()));
+        let Some((next, spec)) = waiting
+            .iter()
+            .filter(|(n, _)| crate::token::token_id_of(n) == token_id)
+            .min_by_key(|(n, _)| rank(n))
+            .map(|(n, s)| (n.clone(), s.clone()))
+        else {
+            return Ok(false);
+        };
+        let cur = self.inner.topo.load_full();
+        if let Some(holder) = cur.live.iter().find(|n| n.token_id() == token_id) {
+            match rank(holder.canonical_name()) {
+                Some(r) if r > rank(&next).unwrap_or_default() => {
+                    let kept = NodeSpec {
+                        name: holder.name().to_owned(),
+                        address: holder.address(),
+                        weight: holder.weight(),
+                        machine: holder.machine(),
+                        zone: holder.zone(),
+                    };
+                    waiting.insert(holder.canonical_name().to_owned(), kept);
+                    self.remove_node_locked(holder.name())?;
+                }
+                _ => return Ok(false),
+            }
+        }
+        waiting.remove(&next);
+        drop(waiting);
+        let id = self.add_node_locked(spec)?;
+        if let (Some(n), Some(k)) = (self.topo().node(id), g.get(&next)) {
+            n.set_weight(k.weight, Some(k.version), self.inner.config.transaction.settle_ms);
+        }
         Ok(true)
     }
 
@@ -560,14 +630,17 @@ impl Cluster {
             return Ok(false);
         }
         g.insert(canonical, key);
-        Ok(match self.remove_node_locked(name) {
+        let removed = match self.remove_node_locked(name) {
             Ok(_) => true,
             Err(e) if e.kind() == crate::error::ErrorKind::UnknownNode => {
                 self.member_input_seen(name, None)?;
                 false
             }
             Err(e) => return Err(e),
-        })
+        };
+        // A name waiting for this one's session-token id takes it.
+        self.settle_token_id(&g, crate::token::token_id_of(name))?;
+        Ok(removed)
     }
 
     /// A versioned membership input about `name` that changed nothing here
