@@ -2,6 +2,7 @@ package io.racaffinity.jdbc;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.sql.SQLNonTransientException;
 import java.sql.ShardingKey;
 import java.util.Arrays;
 
@@ -29,13 +30,14 @@ public final class AffinityShardingKey implements ShardingKey {
     }
 
     /**
-     * The key for raw bytes.
+     * The key for raw bytes, bounded as {@link AffinityShardingKeyBuilder#build()} bounds a key.
      *
-     * @param key the key bytes (copied)
+     * @param key the key bytes (copied), 1..1024 of them
      * @return the sharding key
+     * @throws SQLNonTransientException (SQLState 22023) for an empty key or one over 1024 bytes
      */
-    public static AffinityShardingKey of(byte[] key) {
-        return new AffinityShardingKey(key.clone());
+    public static AffinityShardingKey of(byte[] key) throws SQLNonTransientException {
+        return new AffinityShardingKey(AffinityShardingKeyBuilder.bounded(key.clone()));
     }
 
     /** @return a copy of the encoded key bytes */

@@ -82,7 +82,7 @@ public final class AffinityShardingKeyBuilder implements ShardingKeyBuilder {
     /** The core's bound on a data key (docs/semantics.md, data affinity): refused where the key is built. */
     static final int MAX_KEY_BYTES = 1024;
 
-    private static byte[] bounded(byte[] key) throws SQLException {
+    static byte[] bounded(byte[] key) throws SQLNonTransientException {
         if (key.length == 0 || key.length > MAX_KEY_BYTES) {
             throw new SQLNonTransientException("a sharding key must be 1.." + MAX_KEY_BYTES + " bytes, got "
                     + key.length, "22023");

@@ -2,6 +2,7 @@ package io.racaffinity.jdbc;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.sql.JDBCType;
 import java.sql.SQLException;
@@ -30,5 +31,18 @@ class ShardingKeyBuilderTest {
                 .subkey(new byte[1024], JDBCType.VARBINARY).build()).bytes().length);
         assertEquals(1, ((AffinityShardingKey) new AffinityShardingKeyBuilder().subkey("x", JDBCType.VARCHAR)
                 .build()).bytes().length);
+    }
+
+    @Test
+    void ofBytesRefusesWhatTheBuilderRefuses() throws Exception {
+        for (int size : new int[] {0, 1025}) {
+            SQLException e = assertThrows(SQLNonTransientException.class, () -> AffinityShardingKey.of(new byte[size]),
+                    "a " + size + "-byte key was made");
+            assertEquals("22023", e.getSQLState());
+            assertTrue(e.getMessage().contains("1..1024 bytes, got " + size), e.getMessage());
+        }
+        assertEquals(1024, AffinityShardingKey.of(new byte[1024]).bytes().length);
+        assertEquals(AffinityShardingKey.of(new byte[] {7}),
+                new AffinityShardingKeyBuilder().subkey(new byte[] {7}, JDBCType.VARBINARY).build());
     }
 }
