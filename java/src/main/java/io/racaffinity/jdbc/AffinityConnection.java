@@ -229,11 +229,14 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.abort(executor);
         } finally {
-            // A pool's handle stays checked out after an abort of the connection under it (HikariCP
-            // keeps the entry in use), and the application's close() after this one is a no-op.
-            owner.aborted(lease.node(), delegate);
-            if (owns == 1) {
-                release(Outcome.NEUTRAL);
+            try {
+                // A pool's handle stays checked out after an abort of the connection under it (HikariCP
+                // keeps the entry in use), and the application's close() after this one is a no-op.
+                owner.aborted(lease.node(), delegate, executor);
+            } finally {
+                if (owns == 1) {
+                    release(Outcome.NEUTRAL);
+                }
             }
         }
     }

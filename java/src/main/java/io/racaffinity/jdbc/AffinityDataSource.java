@@ -23,6 +23,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
+import java.util.concurrent.Executor;
 import javax.naming.InitialContext;
 import javax.naming.NamingException;
 import javax.sql.DataSource;
@@ -975,15 +976,16 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     }
 
     /**
-     * The application aborted {@code physical}, a connection of {@code node}'s pool: the pool drops it,
-     * since the application's close() after the abort no longer reaches the pool's handle.
+     * The application aborted {@code physical}, a connection of {@code node}'s pool, through
+     * {@code executor}: the pool drops it, since the application's close() after the abort no longer
+     * reaches the pool's handle.
      */
-    void aborted(int node, Connection physical) {
+    void aborted(int node, Connection physical, Executor executor) {
         Running<DataSource> s = runningOrNull();
         DataSource ds = s != null && node < s.byId.length ? s.byId[node] : null;
         // An unpooled connection is closed by the abort itself.
         if (ds != null && !(ds instanceof DriverDataSource)) {
-            PoolMaintenance.Hikari.evict(ds, physical);
+            PoolMaintenance.Hikari.evictAborted(ds, physical, executor);
         }
     }
 

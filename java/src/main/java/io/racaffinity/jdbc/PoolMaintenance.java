@@ -8,6 +8,7 @@ import java.lang.System.Logger.Level;
 import java.lang.reflect.Method;
 import java.util.Arrays;
 import java.util.Map;
+import java.util.concurrent.Executor;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.IntFunction;
 import javax.sql.DataSource;
@@ -412,17 +413,40 @@ final class PoolMaintenance implements AutoCloseable {
          * closed now if idle, else when returned); without it, aborts and closes the connection.
          */
         static void evict(DataSource ds, java.sql.Connection c) {
-            try {
-                ds.getClass().getMethod("evictConnection", java.sql.Connection.class).invoke(ds, c);
+            if (evictHikari(ds, c)) {
                 return;
-            } catch (ReflectiveOperationException | LinkageError | RuntimeException e) {
-                // not a Hikari pool
             }
             try {
                 c.abort(Runnable::run);
             } catch (java.sql.SQLException | RuntimeException e) {
                 // gone already
             }
+            closeQuietly(c);
+        }
+
+        /**
+         * Drops a connection the application aborted through {@code executor}: HikariCP only marks an
+         * entry in use, at once; another pool gets its handle back by {@code close()}, which may wait
+         * on the node (a rollback on return), so it runs through the executor as JDBC has abort's work
+         * run, and the abort returns promptly.
+         */
+        static void evictAborted(DataSource ds, java.sql.Connection c, Executor executor) {
+            if (!evictHikari(ds, c)) {
+                executor.execute(() -> closeQuietly(c));
+            }
+        }
+
+        /** {@code HikariDataSource.evictConnection}: whether the pool had it. */
+        private static boolean evictHikari(DataSource ds, java.sql.Connection c) {
+            try {
+                ds.getClass().getMethod("evictConnection", java.sql.Connection.class).invoke(ds, c);
+                return true;
+            } catch (ReflectiveOperationException | LinkageError | RuntimeException e) {
+                return false;
+            }
+        }
+
+        private static void closeQuietly(java.sql.Connection c) {
             try {
                 c.close();
             } catch (java.sql.SQLException | RuntimeException e) {

@@ -186,6 +186,45 @@ class ConnectionAbortTest {
         }
     }
 
+    @Test
+    void abortOnAnotherPoolDoesItsWorkThroughTheGivenExecutor() throws Exception {
+        // JDBC: abort's work is done through the executor, and the call returns promptly. The pool
+        // (not HikariCP) closes its handle on return, which may wait on the node: it must not run here.
+        List<String> calls = new java.util.concurrent.CopyOnWriteArrayList<>();
+        Connection handle = Stubs.proxy(Connection.class, "handle", (p, m, a) -> switch (m.getName()) {
+            case "abort" -> {
+                calls.add("abort");
+                ((java.util.concurrent.Executor) a[0]).execute(() -> calls.add("abort's work"));
+                yield null;
+            }
+            case "close" -> {
+                calls.add("close on " + Thread.currentThread().getName());
+                yield null;
+            }
+            case "isClosed" -> false;
+            default -> null;
+        });
+        DataSource node = Stubs.proxy(DataSource.class, "node", (p, m, a) -> m.getName().equals("getConnection")
+                ? handle : null);
+        try (Cluster cluster = Cluster.fromConfig("name = abortexecutor; nodes = A");
+                AffinityDataSource ds = new AffinityDataSource()) {
+            ds.setCluster(cluster);
+            ds.setNodeDataSources(Map.of("A", node));
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setRegisterMBean(false);
+            Connection c = ds.getConnection();
+            List<Runnable> queued = new java.util.ArrayList<>();
+            c.abort(queued::add);
+            assertEquals(List.of("abort"), calls, "abort() did work on the caller's thread");
+            assertTrue(c.isClosed(), "an aborted connection is closed at once");
+            assertEquals(0, metrics(cluster).inFlight(), "the lease is released by abort() itself");
+            Thread worker = new Thread(() -> queued.forEach(Runnable::run), "abort-executor");
+            worker.start();
+            worker.join(30_000);
+            assertEquals(List.of("abort", "abort's work", "close on abort-executor"), calls);
+        }
+    }
+
     /** Waits until node 1 runs a {@code pg_sleep} (the call is on the server, not on its way there). */
     private static void awaitSleeping() throws Exception {
         try (Connection probe = java.sql.DriverManager.getConnection(PgNodes.url(1), "postgres", null)) {
