@@ -342,7 +342,7 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
     /** @return the running parts, starting the data source on first use */
     final Running<T> running() throws SQLException {
         Running<T> r = running;
-        if (r != null) {
+        if (r != null && !closed) {
             return r;
         }
         synchronized (this) {
@@ -537,7 +537,8 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
      * The cluster (initialising the data source if needed).
      *
      * @return the cluster
-     * @throws SQLException if initialisation fails
+     * @throws SQLException if initialisation fails, or (SQLState 08003) once the data source is closed, as a
+     *     closed HikariCP data source answers (not a closed cluster)
      */
     public Cluster getCluster() throws SQLException {
         return running().cluster;
@@ -548,7 +549,7 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
      * other data sources of a cluster it was given).
      *
      * @return the ObjectName or null
-     * @throws SQLException if initialisation fails
+     * @throws SQLException if initialisation fails, or (SQLState 08003) once the data source is closed
      */
     public ObjectName getObjectName() throws SQLException {
         return running().mbean;

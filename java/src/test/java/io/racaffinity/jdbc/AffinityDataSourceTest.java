@@ -449,6 +449,12 @@ class AffinityDataSourceTest {
         assertTrue(e.getMessage().contains("closed"), e.getMessage());
         assertThrows(IllegalStateException.class, () -> ds.setConfig("nodes = A"));
         assertThrows(ClusterClosedException.class, cluster::pick, "the data source's own cluster is closed");
+        // As a closed HikariDataSource answers, not with the closed cluster.
+        for (org.junit.jupiter.api.function.Executable use : List.<org.junit.jupiter.api.function.Executable>of(
+                ds::getCluster, () -> ds.unwrap(Cluster.class), ds::getObjectName)) {
+            e = assertThrows(SQLException.class, use, "a closed data source handed out its closed cluster");
+            assertEquals("08003", e.getSQLState());
+        }
         open.close(); // a connection handed out before close still closes cleanly
         assertTrue(ds.toString().endsWith(", closed]"), ds.toString());
     }
