@@ -437,7 +437,8 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
     /**
      * Stops the heartbeat, unregisters the MXBean, closes the node data sources this
      * data source created (not those it was given) and the cluster it built (not one
-     * it was given). Idempotent. Connections still open keep working until closed.
+     * it was given). Idempotent. What becomes of connections still open is each data
+     * source's to say ({@link AffinityDataSource#close()}).
      */
     @Override
     public void close() {

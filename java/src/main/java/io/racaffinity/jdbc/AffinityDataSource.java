@@ -363,6 +363,48 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         if (t != null) {
             t.close();
         }
+        abortInUse();
+    }
+
+    /**
+     * Closes the data source as HikariCP's {@code close()} closes its pool: the connections still in
+     * use are aborted ({@link Connection#abort}: their next call fails with an SQLState {@code 08},
+     * their {@code close()} gives back what they hold), whatever the node data sources; then the
+     * heartbeat stops, the MXBean is unregistered, and the node data sources this data source created
+     * and the cluster it built are closed (not those it was given). For a graceful end, close the
+     * connections (let the requests finish) first. Idempotent.
+     */
+    @Override
+    public void close() {
+        super.close();
+    }
+
+    /**
+     * Ends the connections still in use at close(), as HikariCP's close() ends those of its pool, whatever
+     * the node pool: a node pool the application gave outlives the data source, an unpooled node has no
+     * close of its own, and only a HikariCP pool this data source built aborted them itself, so that
+     * close() meant three things. Each is dropped from a HikariCP pool (closed when returned).
+     */
+    private void abortInUse() {
+        Running<DataSource> r = runningOrNull();
+        if (r == null) {
+            return;
+        }
+        NodeFailover f = failover;
+        int aborted = 0;
+        for (int node = 0; node < r.byId.length; node++) {
+            DataSource ds = r.byId[node];
+            aborted += f.abortBorrowed(node, c -> {
+                if (ds != null) {
+                    PoolMaintenance.Hikari.evictHikari(ds, c);
+                }
+            });
+        }
+        if (aborted > 0) {
+            int n = aborted;
+            log.log(Level.INFO, () -> kind + " " + r.cluster.name() + ": closed with " + n
+                    + " connection(s) in use: aborted");
+        }
     }
 
     /**

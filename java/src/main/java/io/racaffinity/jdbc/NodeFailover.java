@@ -10,6 +10,7 @@ import java.util.Map;
 import java.util.WeakHashMap;
 import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.concurrent.atomic.AtomicReferenceFieldUpdater;
+import java.util.function.Consumer;
 
 /**
  * Fast connection failover's bookkeeping, per node of one {@link AffinityDataSource} (Oracle
@@ -284,12 +285,18 @@ final class NodeFailover {
      * @return the connections aborted
      */
     int abortBorrowed(int node) {
+        return abortBorrowed(node, c -> {});
+    }
+
+    /** {@link #abortBorrowed(int)}, handing each connection aborted to {@code then}. */
+    int abortBorrowed(int node, Consumer<Connection> then) {
         int n = 0;
         for (Segment s = node < slots.length ? slots[node] : null; s != null; s = s.next) {
             for (int i = s.offset; i < s.offset + SEGMENT; i++) {
                 if (CELL.getVolatile(s.cells, i) instanceof Connection c) {
                     try {
                         c.abort(Runnable::run);
+                        then.accept(c);
                         n++;
                     } catch (SQLException | RuntimeException e) {
                         // closed meanwhile, or a driver without abort: its next call finds out

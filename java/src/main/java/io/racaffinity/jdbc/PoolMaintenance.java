@@ -437,7 +437,7 @@ final class PoolMaintenance implements AutoCloseable {
         }
 
         /** {@code HikariDataSource.evictConnection}: whether the pool had it. */
-        private static boolean evictHikari(DataSource ds, java.sql.Connection c) {
+        static boolean evictHikari(DataSource ds, java.sql.Connection c) {
             try {
                 ds.getClass().getMethod("evictConnection", java.sql.Connection.class).invoke(ds, c);
                 return true;

@@ -460,6 +460,38 @@ class AffinityDataSourceTest {
     }
 
     @Test
+    void closeAbortsTheConnectionsStillInUseWhateverTheNodePool() throws Exception {
+        // HikariCP's close() aborts the connections in use of the pools it closes; the data source
+        // ends its own the same way over the application's pools and unpooled nodes too.
+        AffinityDataSource given = ds("closegiven", "");
+        AffinityDataSource built = pools.own(new AffinityDataSource());
+        built.setConfig("name = closebuilt; nodes = MYDB1");
+        built.setNodeUrlList("MYDB1=" + PgNodes.url(1));
+        built.setDataSourceClassName("com.zaxxer.hikari.HikariDataSource");
+        built.setUser("postgres");
+        built.setHeartbeatIntervalMillis(0);
+        AffinityDataSource unpooled = pools.own(new AffinityDataSource());
+        unpooled.setConfig("name = closeunpooled; nodes = MYDB1");
+        unpooled.setNodeUrlList("MYDB1=" + PgNodes.url(1));
+        unpooled.setUser("postgres");
+        unpooled.setHeartbeatIntervalMillis(0);
+        for (AffinityDataSource ds : List.of(given, built, unpooled)) {
+            Connection c = ds.getConnection();
+            serverPort(c);
+            ds.close();
+            SQLException e = assertThrows(SQLException.class, () -> serverPort(c),
+                    ds + ": a connection in use worked on after close()");
+            assertTrue(e.getSQLState() != null && e.getSQLState().startsWith("08"), ds + ": " + e.getSQLState());
+            c.close();
+        }
+        for (String n : NAMES) {
+            com.zaxxer.hikari.HikariPoolMXBean p = pools.get(n).getHikariPoolMXBean();
+            assertTrue(Pools.await(Duration.ofSeconds(5), () -> p.getActiveConnections() == 0),
+                    n + ": the application's pool did not get its entry back");
+        }
+    }
+
+    @Test
     void strictSessionAffinityThrowsThroughJdbc() throws Exception {
         AffinityDataSource ds = ds("strict", "session.strict = true");
         Cluster cluster = ds.getCluster();
