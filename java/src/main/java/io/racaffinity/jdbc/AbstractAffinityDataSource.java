@@ -48,7 +48,6 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
     final System.Logger log;
     final NodeSources<T> nodes;
     private PrintWriter logWriter;
-    private int loginTimeout;
     private volatile Running<T> running;
     private volatile boolean closed;
 
@@ -592,14 +591,28 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
         this.logWriter = out;
     }
 
+    /**
+     * The longest a connection to a node may take to be established, in seconds (JDBC's login
+     * timeout): given to the node data sources built from node URLs as the driver's own, as
+     * {@code HikariDataSource.setLoginTimeout} gives it to its driver (pgjdbc's {@code loginTimeout},
+     * Oracle's {@code oracle.net.CONNECT_TIMEOUT}), unless the URL or {@code dataSourceProperties} set
+     * it. 0 (the default) keeps the data source's default, 10 s (docs/java-datasource.md, "Node
+     * timeouts"). Node data sources the application gives or looks up are its own: set it there (a
+     * WARNING at the start says it was not applied). Not HikariCP's {@code connectionTimeout}, the wait
+     * for a free pooled connection, which is the node pool's setting.
+     *
+     * @param seconds the timeout, 0 for the default
+     * @throws IllegalArgumentException if negative
+     * @throws IllegalStateException once the data source has started
+     */
     @Override
     public void setLoginTimeout(int seconds) {
-        this.loginTimeout = seconds;
+        nodes.setLoginTimeout(seconds);
     }
 
     @Override
     public int getLoginTimeout() {
-        return loginTimeout;
+        return nodes.loginTimeout();
     }
 
     @Override

@@ -42,6 +42,7 @@ final class NodeSources<T> {
     private final Map<String, String> dataSourceProperties = new LinkedHashMap<>();
     private String user;
     private String password;
+    private int loginTimeout;
     private long heartbeatIntervalMillis = -1;
     private int heartbeatTimeoutSeconds = 5;
     private boolean registerMBean = true;
@@ -164,6 +165,18 @@ final class NodeSources<T> {
         this.password = password;
     }
 
+    void setLoginTimeout(int seconds) {
+        checkNotStarted.run();
+        if (seconds < 0) {
+            throw new IllegalArgumentException("loginTimeout must be >= 0 (0: the default, 10 s)");
+        }
+        this.loginTimeout = seconds;
+    }
+
+    int loginTimeout() {
+        return loginTimeout;
+    }
+
     void setHeartbeatIntervalMillis(long millis) {
         checkNotStarted.run();
         this.heartbeatIntervalMillis = millis;
@@ -249,6 +262,9 @@ final class NodeSources<T> {
             }
             if (user != null || password != null) {
                 unused.add("user/password");
+            }
+            if (loginTimeout > 0) {
+                unused.add("loginTimeout");
             }
             if (!unused.isEmpty()) {
                 w.add(String.join(", ", unused) + " only apply to node URLs, and the nodes come from "
@@ -404,8 +420,9 @@ final class NodeSources<T> {
             }
         }
         // Bounded calls on a node that stops answering, unless the user chose otherwise.
-        Map<String, String> driverProperties = NodeTimeouts.oracleProperties(url, dataSourceProperties);
-        url = NodeTimeouts.pgjdbcUrl(url, dataSourceProperties);
+        Map<String, String> driverProperties = NodeTimeouts.oracleProperties(url, dataSourceProperties,
+                loginTimeout);
+        url = NodeTimeouts.pgjdbcUrl(url, dataSourceProperties, loginTimeout);
         if (dataSourceClassName == null) {
             return type.cast(new DriverDataSource(url, user, password, driverProperties));
         }

@@ -43,6 +43,15 @@ final class NodeTimeouts {
      *     any other URL unchanged
      */
     static String pgjdbcUrl(String url, Map<String, String> properties) {
+        return pgjdbcUrl(url, properties, 0);
+    }
+
+    /**
+     * {@link #pgjdbcUrl(String, Map)} with the data source's {@code loginTimeout}.
+     *
+     * @param loginSeconds the data source's {@code loginTimeout}; 0 for the default
+     */
+    static String pgjdbcUrl(String url, Map<String, String> properties, int loginSeconds) {
         if (!isPgjdbc(url)) {
             return url;
         }
@@ -54,7 +63,7 @@ final class NodeTimeouts {
         }
         Map<String, Integer> defaults = new LinkedHashMap<>();
         defaults.put("connectTimeout", CONNECT_TIMEOUT_SECONDS);
-        defaults.put("loginTimeout", LOGIN_TIMEOUT_SECONDS);
+        defaults.put("loginTimeout", loginSeconds > 0 ? loginSeconds : LOGIN_TIMEOUT_SECONDS);
         defaults.put("socketTimeout", SOCKET_TIMEOUT_SECONDS);
         for (Map.Entry<String, Integer> d : defaults.entrySet()) {
             if (!set.contains(d.getKey().toLowerCase(Locale.ROOT))) {
@@ -76,13 +85,24 @@ final class NodeTimeouts {
      *     takes connection properties after {@code ?}) nor the properties set; else none
      */
     static Map<String, String> oracleProperties(String url, Map<String, String> properties) {
+        return oracleProperties(url, properties, 0);
+    }
+
+    /**
+     * {@link #oracleProperties(String, Map)} with the data source's {@code loginTimeout}, which is
+     * Oracle's connect timeout (it bounds the login as well).
+     *
+     * @param loginSeconds the data source's {@code loginTimeout}; 0 for the default
+     */
+    static Map<String, String> oracleProperties(String url, Map<String, String> properties, int loginSeconds) {
         Map<String, String> out = new LinkedHashMap<>();
         if (!isOracle(url)) {
             return out;
         }
         Set<String> set = setKeys(url, properties);
         if (!set.contains(ORACLE_CONNECT_TIMEOUT.toLowerCase(Locale.ROOT))) {
-            out.put(ORACLE_CONNECT_TIMEOUT, Long.toString(CONNECT_TIMEOUT_SECONDS * 1000L));
+            out.put(ORACLE_CONNECT_TIMEOUT,
+                    Long.toString((loginSeconds > 0 ? loginSeconds : CONNECT_TIMEOUT_SECONDS) * 1000L));
         }
         if (!set.contains(ORACLE_READ_TIMEOUT.toLowerCase(Locale.ROOT))) {
             out.put(ORACLE_READ_TIMEOUT, Long.toString(SOCKET_TIMEOUT_SECONDS * 1000L));

@@ -492,6 +492,27 @@ class AffinityDataSourceTest {
     }
 
     @Test
+    void loginTimeoutBoundsTheConnectOfNodesBuiltFromUrls() throws Exception {
+        // A server that takes the TCP connection (the backlog does) and never answers the startup.
+        try (java.net.ServerSocket silent = new java.net.ServerSocket(0, 50,
+                java.net.InetAddress.getLoopbackAddress())) {
+            AffinityDataSource ds = pools.own(new AffinityDataSource());
+            ds.setConfig("name = login; nodes = A");
+            ds.setNodeUrlList("A=jdbc:postgresql://127.0.0.1:" + silent.getLocalPort() + "/postgres?sslmode=disable");
+            ds.setUser("postgres");
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setLoginTimeout(1);
+            assertEquals(1, ds.getLoginTimeout());
+            long t0 = System.nanoTime();
+            assertThrows(SQLException.class, ds::getConnection);
+            long ms = (System.nanoTime() - t0) / 1_000_000;
+            assertTrue(ms < 5_000, "waited " + ms + " ms, not loginTimeout's 1 s (the default is 10 s)");
+            assertThrows(IllegalStateException.class, () -> ds.setLoginTimeout(2), "sealed after the start");
+        }
+        assertThrows(IllegalArgumentException.class, () -> new AffinityDataSource().setLoginTimeout(-1));
+    }
+
+    @Test
     void strictSessionAffinityThrowsThroughJdbc() throws Exception {
         AffinityDataSource ds = ds("strict", "session.strict = true");
         Cluster cluster = ds.getCluster();

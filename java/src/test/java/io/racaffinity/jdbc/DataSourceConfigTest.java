@@ -44,14 +44,15 @@ class DataSourceConfigTest {
             ds.setNodeDataSources(byNode(PGSimpleDataSource::new));
             ds.setUrlTemplate("jdbc:postgresql://127.0.0.1:1/{instance}");
             ds.setUser("scott");
+            ds.setLoginTimeout(5);
             ds.setHeartbeatIntervalMillis(0);
             ds.setRegisterMBean(false);
             ds.init();
             List<String> warnings = log.at(Level.WARNING);
             assertTrue(warnings.contains("AffinityDataSource warned: several node sources are set (nodeDataSources,"
                     + " urlTemplate): nodeDataSources is used, urlTemplate ignored"), log.all());
-            assertTrue(warnings.contains("AffinityDataSource warned: user/password only apply to node URLs, and the"
-                    + " nodes come from nodeDataSources: ignored"), log.all());
+            assertTrue(warnings.contains("AffinityDataSource warned: user/password, loginTimeout only apply to node"
+                    + " URLs, and the nodes come from nodeDataSources: ignored"), log.all());
             assertTrue(log.at(Level.INFO).contains("AffinityDataSource warned: nodes [N1, N2], no heartbeat"),
                     log.all());
             assertTrue(ds.getNodeDataSource("N2") instanceof PGSimpleDataSource, "the given node data sources won");
