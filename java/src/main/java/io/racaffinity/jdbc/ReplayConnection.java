@@ -43,7 +43,9 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.LongAdder;
 import javax.sql.DataSource;
 
 /**
@@ -71,6 +73,17 @@ final class ReplayConnection {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AffinityDataSource");
     /** Steps of one recovery at most: check, force, check, replay (the core bounds replays to one). */
     private static final int MAX_STEPS = 8;
+    /** Texts whose transaction control is kept, and the longest text kept (as Python's _continuity). */
+    static final int CONTROLS_MAX = 1024;
+    static final int CONTROL_TEXT_MAX = 4096;
+    /**
+     * Requests send the same texts again and again: the transaction control of a short one is kept (a
+     * long one is read anew, not held in memory), and the whole map is dropped when full, which a
+     * workload of more distinct texts than that pays with one JNI call per text, as before.
+     */
+    private static final ConcurrentHashMap<String, TransactionControl> CONTROLS = new ConcurrentHashMap<>();
+    /** Reads of a text's transaction control from the library, for tests. */
+    private static final LongAdder CONTROL_READS = new LongAdder();
 
     /** One recorded call: on object {@code target}, creating object {@code created} or answering {@code hash}. */
     private record Call(int target, Method method, Object[] args, int created, long hash) {}
@@ -267,7 +280,7 @@ final class ReplayConnection {
         }
         boolean execute = name.startsWith("execute");
         String sql = sqlText(id, name, args);
-        TransactionControl control = sql == null ? TransactionControl.NONE : Continuity.transactionControl(sql);
+        TransactionControl control = sql == null ? TransactionControl.NONE : transactionControl(sql);
         if (!control.replayable()) {
             // The request's boundaries and the outcome guard follow the JDBC calls (commit,
             // rollback, setAutoCommit); SQL text that ends or begins the transaction bypasses
@@ -975,6 +988,36 @@ final class ReplayConnection {
     }
 
     /** @return the calls a replay connection has recorded now (for tests), or -1 if it is not one */
+    /** {@link Continuity#transactionControl}, kept per text ({@link #CONTROLS}). */
+    static TransactionControl transactionControl(String sql) {
+        TransactionControl control = CONTROLS.get(sql);
+        if (control != null) {
+            return control;
+        }
+        CONTROL_READS.increment();
+        control = Continuity.transactionControl(sql);
+        if (sql.length() <= CONTROL_TEXT_MAX) {
+            // Misses only: the check and the insert together, so that the bound holds under concurrency.
+            synchronized (CONTROLS) {
+                if (CONTROLS.size() >= CONTROLS_MAX) {
+                    CONTROLS.clear();
+                }
+                CONTROLS.put(sql, control);
+            }
+        }
+        return control;
+    }
+
+    /** @return the library's transaction-control reads so far */
+    static long controlReads() {
+        return CONTROL_READS.sum();
+    }
+
+    /** @return texts whose transaction control is kept */
+    static int cachedControls() {
+        return CONTROLS.size();
+    }
+
     static int recordedCalls(Connection c) {
         if (!Proxy.isProxyClass(c.getClass()) || !(Proxy.getInvocationHandler(c) instanceof ObjectHandler h)) {
             return -1;

@@ -217,6 +217,36 @@ class ReplayTest {
     }
 
     @Test
+    void aRepeatedTextCrossesToTheLibraryOnceAndTheKeptTextsStayBounded() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("replay-controls", true);
+        String sql = "SELECT count(*) FROM java_req WHERE id = 'controls-" + System.nanoTime() + "'";
+        long before = ReplayConnection.controlReads();
+        try (Connection c = ds.getConnection()) {
+            c.setAutoCommit(false);
+            for (int i = 0; i < 20; i++) {
+                try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery(sql)) {
+                    rs.next();
+                }
+            }
+            c.commit();
+        }
+        assertEquals(1, ReplayConnection.controlReads() - before, "the same text crossed JNI each time");
+        for (int i = 0; i < 3 * ReplayConnection.CONTROLS_MAX; i++) {
+            assertEquals(Continuity.TransactionControl.NONE, ReplayConnection.transactionControl("SELECT " + i));
+            assertTrue(ReplayConnection.cachedControls() <= ReplayConnection.CONTROLS_MAX,
+                    ReplayConnection.cachedControls() + " texts kept");
+        }
+        assertTrue(ReplayConnection.cachedControls() > 0, "nothing kept");
+        String longText = "COMMIT -- " + "x".repeat(ReplayConnection.CONTROL_TEXT_MAX);
+        before = ReplayConnection.controlReads();
+        for (int i = 0; i < 2; i++) {
+            assertEquals(Continuity.TransactionControl.COMMIT, ReplayConnection.transactionControl(longText));
+        }
+        assertEquals(2, ReplayConnection.controlReads() - before, "a text longer than the bound is not kept");
+    }
+
+    @Test
     void aStatementReusedOverManyTransactionsKeepsTheRecordBounded() throws Exception {
         pools = new Pools(NAMES);
         AffinityDataSource ds = ds("replay-bounded", true);
