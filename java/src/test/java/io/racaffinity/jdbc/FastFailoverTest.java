@@ -10,6 +10,7 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.racaffinity.Cluster;
 import io.racaffinity.NodeState;
@@ -29,6 +30,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -68,6 +70,22 @@ class FastFailoverTest {
         AffinityDataSource ds = pools.affinity("name = " + name
                 + "; database = orcl; service = svc; nodes = MYDB1, MYDB2, MYDB3; policy = random; " + extra);
         ds.setRegisterMBean(false);
+        return ds;
+    }
+
+    /**
+     * Pools that wait {@link #CONNECTION_TIMEOUT_MS} for a connection and name their sessions {@link #APP}
+     * (so that {@link #serverConns} counts them), changed by {@code tweak}, and a data source over them
+     * whose pool upkeep runs every {@code upkeepMillis}.
+     */
+    private AffinityDataSource fcfDataSource(String name, long upkeepMillis, Consumer<HikariConfig> tweak) {
+        pools = new Pools(NAMES, c -> {
+            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
+            c.addDataSourceProperty("ApplicationName", APP);
+            tweak.accept(c);
+        });
+        AffinityDataSource ds = ds(name, "");
+        ds.setPoolMaintenanceMillis(upkeepMillis);
         return ds;
     }
 
@@ -154,12 +172,7 @@ class FastFailoverTest {
 
     @Test
     void aDownNodesIdleConnectionsCloseAndItsPoolRefillsWhenItIsUp() throws Exception {
-        pools = new Pools(NAMES, c -> {
-            c.setMinimumIdle(3);
-            c.addDataSourceProperty("ApplicationName", APP);
-        });
-        AffinityDataSource ds = ds("fcf-idle", "");
-        ds.setPoolMaintenanceMillis(50);
+        AffinityDataSource ds = fcfDataSource("fcf-idle", 50, c -> c.setMinimumIdle(3));
         Cluster cluster = ds.getCluster();
         assertTrue(await(Duration.ofSeconds(15), () -> serverConns("MYDB1") >= 3));
 
@@ -174,13 +187,7 @@ class FastFailoverTest {
 
     @Test
     void aDrainedNodesConnectionInUseFinishesItsWorkAndClosesWhenReturned() throws Exception {
-        pools = new Pools(NAMES, c -> {
-            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
-            c.setMinimumIdle(2);
-            c.addDataSourceProperty("ApplicationName", APP);
-        });
-        AffinityDataSource ds = ds("fcf-drain", "");
-        ds.setPoolMaintenanceMillis(50);
+        AffinityDataSource ds = fcfDataSource("fcf-drain", 50, c -> c.setMinimumIdle(2));
         Cluster cluster = ds.getCluster();
         ShardingKey key3 = keyOn(ds, "MYDB3");
         assertTrue(await(Duration.ofSeconds(15), () -> serverConns("MYDB3") >= 2));
@@ -233,12 +240,7 @@ class FastFailoverTest {
      */
     @Test
     void aDrainThatEndedBetweenTwoUpkeepRoundsLetsConnectionsInUseFinish() throws Exception {
-        pools = new Pools(NAMES, c -> {
-            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
-            c.addDataSourceProperty("ApplicationName", APP);
-        });
-        AffinityDataSource ds = ds("fcf-drain-unseen", "");
-        ds.setPoolMaintenanceMillis(600_000); // a round only when poked
+        AffinityDataSource ds = fcfDataSource("fcf-drain-unseen", 600_000, c -> {}); // a round only when poked
         Cluster cluster = ds.getCluster();
         Connection held = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
         try {
@@ -263,12 +265,7 @@ class FastFailoverTest {
      */
     @Test
     void aFailureAfterADrainEndedAbortsTheConnectionsStillFinishing() throws Exception {
-        pools = new Pools(NAMES, c -> {
-            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
-            c.addDataSourceProperty("ApplicationName", APP);
-        });
-        AffinityDataSource ds = ds("fcf-drain-then-failure", "");
-        ds.setPoolMaintenanceMillis(50);
+        AffinityDataSource ds = fcfDataSource("fcf-drain-then-failure", 50, c -> {});
         Cluster cluster = ds.getCluster();
         Connection held = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
         try {
@@ -293,12 +290,8 @@ class FastFailoverTest {
     }
 
     private void failureDuringDrain(boolean throughCluster) throws Exception {
-        pools = new Pools(NAMES, c -> {
-            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
-            c.addDataSourceProperty("ApplicationName", APP);
-        });
-        AffinityDataSource ds = ds(throughCluster ? "fcf-drain-failure-cluster" : "fcf-drain-failure", "");
-        ds.setPoolMaintenanceMillis(50);
+        AffinityDataSource ds = fcfDataSource(throughCluster ? "fcf-drain-failure-cluster" : "fcf-drain-failure", 50,
+                c -> {});
         Cluster cluster = ds.getCluster();
         Connection held = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
         try {
