@@ -8,7 +8,6 @@ import io.racaffinity.NodeMetrics;
 import io.racaffinity.NodeState;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
-import java.sql.Connection;
 import java.util.List;
 import org.junit.jupiter.api.AutoClose;
 import org.junit.jupiter.api.Test;
@@ -24,33 +23,6 @@ class CallbackFailureTest {
     @AutoClose
     private final Pools pools = new Pools(List.of("MYDB1", "MYDB2", "MYDB3"));
 
-    private static final class SessionCallback implements ConnectionAffinityCallback {
-        volatile Object context;
-        volatile boolean invalidated;
-
-        @Override
-        public boolean setConnectionAffinityContext(Object context) {
-            if (invalidated) {
-                throw new IllegalStateException("setAttribute: Session already invalidated");
-            }
-            this.context = context;
-            return true;
-        }
-
-        @Override
-        public Object getConnectionAffinityContext() {
-            return context;
-        }
-
-        @Override
-        public void setAffinityPolicy(AffinityPolicy policy) {}
-
-        @Override
-        public AffinityPolicy getAffinityPolicy() {
-            return AffinityPolicy.WEBSESSION_BASED_AFFINITY;
-        }
-    }
-
     private static long inFlight(Cluster c) {
         return c.nodeMetrics().stream().mapToLong(NodeMetrics::inFlight).sum();
     }
@@ -59,12 +31,8 @@ class CallbackFailureTest {
     void aCallbackThatThrowsOnASoftMoveLeavesNoLeaseInFlight() throws Exception {
         AffinityDataSource ds = pools.affinity("name = cbthrows; nodes = MYDB1, MYDB2, MYDB3");
         Cluster cluster = ds.getCluster();
-        SessionCallback cb = new SessionCallback();
-        ds.registerConnectionAffinityCallback(cb);
-        String node;
-        try (Connection c = ds.getConnection()) {
-            node = c.unwrap(AffinityConnection.class).nodeName();
-        }
+        WebSessionCallback cb = WebSessionCallback.registeredOn(ds);
+        String node = cb.placedOn;
         assertEquals(0, inFlight(cluster));
         // The context's instance goes Down: the next request moves it, and the callback is told.
         cluster.setNodeState(node, NodeState.DOWN);

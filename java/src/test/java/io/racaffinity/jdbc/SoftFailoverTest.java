@@ -140,12 +140,8 @@ class SoftFailoverTest {
     @Test
     void aCallbackContextMovesToTheNextNode() throws Exception {
         try (Pools pools = pools(); AffinityDataSource ds = ds(pools, "soft-callback", "")) {
-            Callback cb = new Callback();
-            ds.registerConnectionAffinityCallback(cb);
-            String node;
-            try (Connection c = ds.getConnection()) {
-                node = c.unwrap(AffinityConnection.class).nodeName();
-            }
+            WebSessionCallback cb = WebSessionCallback.registeredOn(ds);
+            String node = cb.placedOn;
             int dead = portOf(node);
             PgNodes.kill(nodeIndex(node));
             try {
@@ -158,30 +154,6 @@ class SoftFailoverTest {
             } finally {
                 PgNodes.restart(nodeIndex(node));
             }
-        }
-    }
-
-    /** UCP's callback shape, as an application writes it (web-session policy). */
-    private static final class Callback implements ConnectionAffinityCallback {
-        private volatile Object context;
-
-        @Override
-        public boolean setConnectionAffinityContext(Object context) {
-            this.context = context;
-            return true;
-        }
-
-        @Override
-        public Object getConnectionAffinityContext() {
-            return context;
-        }
-
-        @Override
-        public void setAffinityPolicy(AffinityPolicy policy) {}
-
-        @Override
-        public AffinityPolicy getAffinityPolicy() {
-            return AffinityPolicy.WEBSESSION_BASED_AFFINITY;
         }
     }
 
