@@ -129,7 +129,9 @@ public final class AffinityConnection implements Connection {
      * returns it for rethrowing.
      */
     <E extends SQLException> E failed(E e) {
-        if (owner.isNodeFailure(e)) {
+        // After the data source's close() the failure is most likely the abort of close() itself, which
+        // says nothing of the node (of a cluster the application may share).
+        if (owner.isNodeFailure(e) && !owner.isClosed()) {
             for (int s = state; (s & CLOSED) == 0; s = state) {
                 // Closed or aborted by the application: a call failing on it says nothing of the node
                 // (the application's own abort, or a call on a closed connection: 08003).

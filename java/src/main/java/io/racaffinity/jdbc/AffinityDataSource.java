@@ -381,9 +381,10 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
 
     /**
      * Ends the connections still in use at close(), as HikariCP's close() ends those of its pool, whatever
-     * the node pool: a node pool the application gave outlives the data source, an unpooled node has no
-     * close of its own, and only a HikariCP pool this data source built aborted them itself, so that
-     * close() meant three things. Each is dropped from a HikariCP pool (closed when returned).
+     * the node pool: a node pool the application gave outlives the data source and an unpooled node has
+     * no close of its own, so only the HikariCP pools this data source built used to abort theirs. Each
+     * is dropped from its HikariCP pool at once, so that a pool the application shares never hands it out
+     * again. A call that then fails on it reports no node failure ({@link AffinityConnection}).
      */
     private void abortInUse() {
         Running<DataSource> r = runningOrNull();

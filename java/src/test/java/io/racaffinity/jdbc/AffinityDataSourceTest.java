@@ -475,14 +475,27 @@ class AffinityDataSourceTest {
         unpooled.setNodeUrlList("MYDB1=" + PgNodes.url(1));
         unpooled.setUser("postgres");
         unpooled.setHeartbeatIntervalMillis(0);
-        for (AffinityDataSource ds : List.of(given, built, unpooled)) {
-            Connection c = ds.getConnection();
-            serverPort(c);
-            ds.close();
-            SQLException e = assertThrows(SQLException.class, () -> serverPort(c),
-                    ds + ": a connection in use worked on after close()");
-            assertTrue(e.getSQLState() != null && e.getSQLState().startsWith("08"), ds + ": " + e.getSQLState());
-            c.close();
+        // Over a cluster the application shares: the failures close() causes are no node's.
+        Cluster sharedCluster = Cluster.fromConfig("name = closeshared; nodes = MYDB1, MYDB2, MYDB3");
+        AffinityDataSource shared = pools.own(new AffinityDataSource());
+        shared.setCluster(sharedCluster);
+        shared.setNodeDataSources(pools.asMap());
+        shared.setHeartbeatIntervalMillis(0);
+        shared.setRegisterMBean(false);
+        try (sharedCluster) {
+            for (AffinityDataSource ds : List.of(given, built, unpooled, shared)) {
+                Connection c = ds.getConnection();
+                serverPort(c);
+                ds.close();
+                SQLException e = assertThrows(SQLException.class, () -> serverPort(c),
+                        ds + ": a connection in use worked on after close()");
+                assertTrue(e.getSQLState() != null && e.getSQLState().startsWith("08"), ds + ": " + e.getSQLState());
+                c.close();
+            }
+            for (NodeMetrics m : sharedCluster.nodeMetrics()) {
+                assertEquals(0, m.failures(), m.name() + ": the abort of close() counted as a node failure");
+                assertEquals(0, m.inFlight(), m.name());
+            }
         }
         for (String n : NAMES) {
             com.zaxxer.hikari.HikariPoolMXBean p = pools.get(n).getHikariPoolMXBean();
