@@ -9,12 +9,7 @@ import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Timer;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
-import io.opentelemetry.sdk.common.CompletableResultCode;
-import io.opentelemetry.sdk.metrics.InstrumentType;
 import io.opentelemetry.sdk.metrics.SdkMeterProvider;
-import io.opentelemetry.sdk.metrics.data.AggregationTemporality;
-import io.opentelemetry.sdk.metrics.export.CollectionRegistration;
-import io.opentelemetry.sdk.metrics.export.MetricReader;
 import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.jdbc.SessionScope;
 import io.racaffinity.testsupport.Await;
@@ -262,7 +257,7 @@ class AffinityMetricsTest {
     @Test
     void aClosedDataSourceLeavesNoOpenTelemetryPoolPoints() throws Exception {
         AffinityDataSource other = dataSource(NAME + "-otel");
-        Collect reader = new Collect();
+        CollectingReader reader = new CollectingReader();
         try (SdkMeterProvider provider = SdkMeterProvider.builder().registerMetricReader(reader).build();
                 AffinityOpenTelemetry otel = AffinityOpenTelemetry.install(other, provider)) {
             try (Connection c = other.getConnection()) {
@@ -276,37 +271,6 @@ class AffinityMetricsTest {
             }
         } finally {
             other.close();
-        }
-    }
-
-    /** Collects on demand: the long points of one instrument, as text. */
-    private static final class Collect implements MetricReader {
-        private volatile CollectionRegistration registration;
-
-        @Override
-        public void register(CollectionRegistration r) {
-            registration = r;
-        }
-
-        @Override
-        public AggregationTemporality getAggregationTemporality(InstrumentType type) {
-            return AggregationTemporality.CUMULATIVE;
-        }
-
-        @Override
-        public CompletableResultCode forceFlush() {
-            return CompletableResultCode.ofSuccess();
-        }
-
-        @Override
-        public CompletableResultCode shutdown() {
-            return CompletableResultCode.ofSuccess();
-        }
-
-        List<String> points(String name) {
-            return registration.collectAllMetrics().stream().filter(d -> d.getName().equals(name))
-                    .flatMap(d -> d.getLongSumData().getPoints().stream())
-                    .map(p -> p.getAttributes() + "=" + p.getValue()).toList();
         }
     }
 

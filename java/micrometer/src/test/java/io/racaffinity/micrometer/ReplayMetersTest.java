@@ -6,15 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.micrometer.core.instrument.MeterRegistry;
-import io.opentelemetry.api.common.AttributeKey;
-import io.opentelemetry.sdk.common.CompletableResultCode;
-import io.opentelemetry.sdk.metrics.InstrumentType;
 import io.opentelemetry.sdk.metrics.SdkMeterProvider;
-import io.opentelemetry.sdk.metrics.data.AggregationTemporality;
-import io.opentelemetry.sdk.metrics.data.LongPointData;
-import io.opentelemetry.sdk.metrics.data.MetricData;
-import io.opentelemetry.sdk.metrics.export.CollectionRegistration;
-import io.opentelemetry.sdk.metrics.export.MetricReader;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.Continuity.ReplayRefusedException;
@@ -130,7 +122,7 @@ class ReplayMetersTest {
 
     @Test
     void theOpenTelemetryCountersFollowTheRecoveries() throws Exception {
-        Collect reader = new Collect();
+        CollectingReader reader = new CollectingReader();
         ds = dataSource("replay-otel", true);
         try (SdkMeterProvider provider = SdkMeterProvider.builder().registerMetricReader(reader).build();
                 AffinityOpenTelemetry otel = AffinityOpenTelemetry.install(ds, provider)) {
@@ -164,47 +156,6 @@ class ReplayMetersTest {
         assertEquals(expected(1, 1), meters.get());
     }
 
-    /** Collects when asked, as opentelemetry-sdk-testing's InMemoryMetricReader does. */
-    private static final class Collect implements MetricReader {
-        private volatile CollectionRegistration registration;
-
-        @Override
-        public void register(CollectionRegistration r) {
-            registration = r;
-        }
-
-        @Override
-        public AggregationTemporality getAggregationTemporality(InstrumentType type) {
-            return AggregationTemporality.CUMULATIVE;
-        }
-
-        @Override
-        public CompletableResultCode forceFlush() {
-            return CompletableResultCode.ofSuccess();
-        }
-
-        @Override
-        public CompletableResultCode shutdown() {
-            return CompletableResultCode.ofSuccess();
-        }
-
-        /** As {@link #replayMeters}, from the instruments' callbacks. */
-        Map<String, Double> replay() {
-            Map<String, Double> m = new TreeMap<>();
-            AttributeKey<String> refusal = AttributeKey.stringKey(ReplayMeter.REFUSAL);
-            for (MetricData d : registration.collectAllMetrics()) {
-                if (d.getName().startsWith("racaffinity.replay.")) {
-                    assertTrue(d.getLongSumData().isMonotonic(), d.getName() + " is a counter");
-                    for (LongPointData p : d.getLongSumData().getPoints()) {
-                        String r = p.getAttributes().get(refusal);
-                        m.put(d.getName() + (r == null ? "" : "{" + r + "}"), (double) p.getValue());
-                    }
-                }
-            }
-            return m;
-        }
-    }
-
     @Test
     void aDataSourceWithoutReplayServesNoReplayCounters() throws Exception {
         MeterRegistry registry = new SimpleMeterRegistry();
@@ -212,7 +163,7 @@ class ReplayMetersTest {
         new AffinityMetrics(ds).bindTo(registry);
         assertEquals(Map.of(), replayMeters(registry));
         ds.close();
-        Collect reader = new Collect();
+        CollectingReader reader = new CollectingReader();
         ds = dataSource("replay-otel-off", false);
         try (SdkMeterProvider provider = SdkMeterProvider.builder().registerMetricReader(reader).build();
                 AffinityOpenTelemetry otel = AffinityOpenTelemetry.install(ds, provider)) {
