@@ -150,7 +150,13 @@ public final class ClusterMonitor implements ClusterMXBean {
 
     @Override
     public long getTotalPicks() {
-        return cluster.nodeMetrics().stream().mapToLong(NodeMetrics::picks).sum();
+        // Each node's picks already saturate at Long.MAX_VALUE (u64 in the core): a plain sum of
+        // two such nodes wraps negative, so the total saturates too.
+        long total = 0;
+        for (NodeMetrics n : cluster.nodeMetrics()) {
+            total = n.picks() > Long.MAX_VALUE - total ? Long.MAX_VALUE : total + n.picks();
+        }
+        return total;
     }
 
     @Override
