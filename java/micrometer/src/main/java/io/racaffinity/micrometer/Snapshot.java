@@ -29,7 +29,8 @@ final class Snapshot {
     private final Cluster cluster;
     private long readAt;
     private Map<String, NodeMetrics> nodes = Map.of();
-    private Map<String, Long> scopes = Map.of();
+    // Doubles, as every meter reads them: the core's counters are u64 and may pass Long.MAX_VALUE.
+    private Map<String, Double> scopes = Map.of();
     private Optional<FeedStatus> feed = Optional.empty();
 
     Snapshot(Cluster cluster) {
@@ -48,11 +49,11 @@ final class Snapshot {
             for (NodeMetrics m : list) {
                 byName.put(m.name(), m);
             }
-            Map<String, Long> s = new HashMap<>();
+            Map<String, Double> s = new HashMap<>();
             Matcher m = SCOPE.matcher(cluster.metricsJson());
             while (m.find()) {
                 for (int i = 0; i < SCOPE_FIELDS.length; i++) {
-                    s.put(m.group(1) + "." + SCOPE_FIELDS[i], Long.parseLong(m.group(i + 2)));
+                    s.put(m.group(1) + "." + SCOPE_FIELDS[i], Double.parseDouble(m.group(i + 2)));
                 }
             }
             nodes = byName;
@@ -80,7 +81,7 @@ final class Snapshot {
 
     synchronized double scope(String scope, String field) {
         refresh();
-        Long v = scopes.get(scope + "." + field);
+        Double v = scopes.get(scope + "." + field);
         return v == null ? Double.NaN : v;
     }
 
