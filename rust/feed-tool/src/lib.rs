@@ -56,7 +56,8 @@ monitor (probes nodes, publishes node/NODE/state down and up):
     After --misses failed probes in a row a node is published down; after one
     good probe a node this monitor found down is published up. Monitors of one
     prefix elect one writer with an etcd lease (key <prefix>/_monitor/leader);
-    every write is guarded by that lease. SIGTERM/SIGINT revoke it and exit 0.
+    every write is guarded by that lease. SIGTERM/SIGINT revoke it and exit 0;
+    so does a failed write to stdout (status 0 for a closed pipe, else 3).
 
 options of every command:
   --feed URL            the feed (or RACAFF_FEED)
@@ -64,10 +65,11 @@ options of every command:
 Options go before or after the command, as `--name value` or `--name=value`.
 
 exit status: 0 done (a record written whose line cannot be printed goes to stderr;
-               `show` or `help` whose reader went away, as in `show | head`);
+               `show`, `help` or `monitor` whose reader went away, as in `show | head`);
              1 etcd unreachable or refusing (nothing written);
              2 bad command line or a value subscribers would refuse (nothing written);
-             3 `show` or `help` could not write its output (other than a closed pipe)
+             3 `show`, `help` or `monitor` could not write its output (other than a
+               closed pipe)
 ";
 
 const NODE_ONLY: Spec = Spec { valued: &[], flags: &[] };

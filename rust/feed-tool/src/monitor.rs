@@ -178,11 +178,17 @@ struct Monitor<'a> {
     next_campaign: Instant,
     holder_seen: Option<String>,
     last_error: String,
+    /// The first failure to write `out`: the monitor stops on it.
+    out_failed: Option<std::io::Error>,
     out: &'a mut dyn Write,
     err: &'a mut dyn Write,
 }
 
-/// Runs until SIGTERM or SIGINT.
+/// Runs until SIGTERM or SIGINT, or until its output fails: a closed pipe
+/// (`monitor | head -1`) is the reader having enough and ends it with
+/// `Ok`, as the read commands; any other failure is [`Failure::Output`].
+/// Either way it stops as on SIGTERM, its lease revoked, rather than run
+/// on unseen.
 pub fn run(
     feed: &FeedUrl,
     etcd_timeout: Duration,
@@ -218,7 +224,7 @@ pub fn run(
         m.nodes.len(),
         if m.opts.election { "" } else { " WITHOUT ELECTION (test only)" }
     ));
-    while !signals::stopping() {
+    while !signals::stopping() && m.out_failed.is_none() {
         m.take_results(&rx, Duration::from_millis(50));
         if m.opts.election {
             m.elect();
@@ -235,7 +241,12 @@ pub fn run(
         }
     }
     m.say("stopped");
-    Ok(())
+    match m.out_failed {
+        Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure::Output(format!("cannot write the output: {e}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 impl<'a> Monitor<'a> {
@@ -268,6 +279,7 @@ impl<'a> Monitor<'a> {
             next_campaign: now,
             holder_seen: None,
             last_error: String::new(),
+            out_failed: None,
             out,
             err,
         }
@@ -286,8 +298,12 @@ impl<'a> Monitor<'a> {
     }
 
     fn say(&mut self, line: &str) {
-        let _ = writeln!(self.out, "{line}");
-        let _ = self.out.flush();
+        if self.out_failed.is_some() {
+            return;
+        }
+        if let Err(e) = writeln!(self.out, "{line}").and_then(|()| self.out.flush()) {
+            self.out_failed = Some(e);
+        }
     }
 
     /// An error line, not repeated while it stays the same.

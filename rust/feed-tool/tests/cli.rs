@@ -112,3 +112,63 @@ fn a_read_command_whose_output_fails_otherwise_exits_3() {
     assert_eq!(code, 3, "{}", text(&err));
     assert!(text(&err).contains("cannot write the output"), "{}", text(&err));
 }
+
+/// Waits up to `limit` for the child to exit; kills it and fails if it
+/// does not, as a monitor that ignores its output would run forever.
+fn exits_within(mut child: std::process::Child, limit: std::time::Duration, what: &str) -> Output {
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!("{what}: still running after {limit:?}; stderr: {}", text(&out.stderr));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn monitor(feed: &str, stdout: Stdio) -> std::process::Child {
+    Command::new(TOOL)
+        .args(["monitor", "--feed", feed, "--node", "A=127.0.0.1:1", "--interval", "100ms", "--probe-timeout", "100ms"])
+        .env_remove("RACAFF_FEED")
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `monitor | head -1`: the reader of the monitor's log went away. As for
+/// the read commands, a closed pipe is the reader having enough: the
+/// monitor stops as on SIGTERM (its lease, if any, revoked) with status 0
+/// and says nothing about the pipe. Before, it ignored every failed write
+/// and ran on, so the pipeline never ended.
+#[test]
+fn monitor_into_a_closed_pipe_stops_with_status_0() {
+    let gw = gateway_of(0);
+    let feed = format!("etcd://{}/p", gw.endpoint);
+    let mut child = monitor(&feed, Stdio::piped());
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    assert!(first.starts_with("monitor "), "{first}");
+    // The read end is closed here; the next line the monitor writes (its
+    // probe of A, which refuses, within an interval) meets a closed pipe.
+    let out = exits_within(child, std::time::Duration::from_secs(20), "monitor | head -1");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(!err.contains("output") && !err.contains("pipe"), "nothing to say about a reader that left: {err}");
+}
+
+/// The monitor's log into a full disk: status 3 with the reason, as any
+/// command whose output fails otherwise.
+#[test]
+fn monitor_whose_output_fails_otherwise_exits_3() {
+    let gw = gateway_of(0);
+    let feed = format!("etcd://{}/p", gw.endpoint);
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let out =
+        exits_within(monitor(&feed, Stdio::from(full)), std::time::Duration::from_secs(20), "monitor > /dev/full");
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cannot write the output"), "{}", text(&out.stderr));
+}
