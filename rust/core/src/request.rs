@@ -138,11 +138,14 @@ impl Cluster {
     /// moves), or no other usable node.
     ///
     /// # Errors
-    /// [`Error::UnknownNode`] if `failed` is no node of the cluster; the
-    /// request's own errors (an invalid key).
+    /// [`Error::UnknownNode`] if `failed` was never a node of the cluster (a
+    /// removed node is rerouted from, as a Down one); the request's own
+    /// errors (an invalid key).
     pub fn reroute(&self, request: &RouteRequest<'_>, failed: NodeId) -> Result<Option<Route>> {
         let topo = self.topo();
-        if topo.node(failed).is_none_or(|n| n.is_removed()) {
+        // A removed node's id is still the cluster's (ids are never reused): a request that
+        // waited on it when it was removed is routed away from it as from a Down node.
+        if topo.node(failed).is_none() {
             return Err(Error::UnknownNode(format!("#{}", failed.0)));
         }
         drop(topo);

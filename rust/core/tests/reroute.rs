@@ -154,3 +154,31 @@ fn a_rerouted_session_never_returns_to_an_entry_that_was_revoked_or_expired() {
     let r = c.reroute(&req, other).unwrap().expect("rerouted");
     assert_ne!(r.kind, RouteKind::Affinity, "an expired entry was served as an affinity");
 }
+
+/// A node removed while a request waited on it (a pool's waiter sent on by
+/// the removal): its id is one the cluster had, so the request is routed
+/// again away from it as from a Down node, its affinity moved. Before, a
+/// removed node's id was refused as unknown and the waiter got an error
+/// (Java: "unknown node `#2`" from `repickFor`).
+#[test]
+fn a_request_whose_node_was_removed_is_rerouted_as_from_a_down_node() {
+    let c = cluster(THREE);
+    let req = RouteRequest { session: Some(b"removed-home"), ..request() };
+    let home = c.route(&req).unwrap().node;
+    let removed = c.remove_node(&c.node_name(home).unwrap()).unwrap();
+    assert_eq!(removed, home);
+    let next = c.reroute(&req, home).unwrap().expect("a soft session is rerouted off a removed node");
+    assert_ne!(next.node, home);
+    assert_eq!(c.route(&req).unwrap().node, next.node, "the session stays on its new node");
+    let plain = c.reroute(&request(), home).unwrap().expect("plain balancing picks another node");
+    assert_ne!(plain.node, home);
+    let c2 = cluster(THREE);
+    let key = c2.new_context_key();
+    let pinned = c2.pin_context(key).unwrap().node;
+    c2.remove_node(&c2.node_name(pinned).unwrap()).unwrap();
+    let ctx = RouteRequest { context: Some(key), ..request() };
+    let moved = c2.reroute(&ctx, pinned).unwrap().expect("a soft pin moves off a removed node");
+    assert_ne!(moved.node, pinned);
+    assert_eq!(c2.context_pinned_node(key), Some(moved.node), "the pin moved with it");
+    assert!(c.reroute(&request(), NodeId(7)).is_err(), "an id the cluster never had is still an error");
+}
