@@ -699,3 +699,43 @@ def test_a_forked_childs_dispose_leaves_the_parents_connections_alone(pg, cluste
         holder.close()
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("how", ["detach", "invalidate"])
+@pytest.mark.parametrize("gone", ["removed", "down"])
+def test_a_connection_detached_or_invalidated_after_its_node_was_retired_makes_no_node_pool(
+    pg, cluster_factory, how, gone
+):
+    # A detach() (RoutingPool._do_return_conn) and a disconnect's
+    # invalidation (RoutingPool._invalidate) of a connection whose node
+    # pool was retired while it was checked out (the node removed, or
+    # Down) went to the node's current pool, `_sub(node)`, which made a
+    # new one for the retired node: a pool the watch never retires.
+    from conftest import fan_line, wait_until
+
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    pool = engine.pool
+    try:
+        with route(key=key_on(c, "RAC3")):
+            holder = engine.connect()
+        assert node_of_conn(pg, holder) == "RAC3"
+        holder.rollback()
+        node = c.node_id("RAC3")
+        retired = pool._subs[node]
+        if gone == "removed":
+            c.remove_node("RAC3")
+        else:
+            c.apply_event(fan_line("RAC3", "down"))
+        wait_until(lambda: retired._racaffinity_retired, 5)
+        if how == "detach":
+            holder.detach()
+        else:
+            with pytest.raises(sa.exc.DBAPIError) as info:
+                holder.execute(PORT)  # aborted by the hard Down: a disconnect
+            assert info.value.connection_invalidated
+        holder.close()
+        assert node not in pool._subs, "a node pool was made for the retired node"
+    finally:
+        engine.dispose()
+

@@ -522,19 +522,26 @@ class RoutingPool(Pool):
 
     def _do_return_conn(self, record: Any) -> None:
         # Reached by a fairy's detach(), which hands the record to the
-        # fairy's pool (this one) rather than to the record's.
+        # fairy's pool (this one) rather than to the record's. The record
+        # goes back to the node pool it came from: the node's current pool
+        # (`_sub`) would be made anew for a node retired meanwhile (removed,
+        # Down), a pool no watch retires.
         buf = self._leases.get(record)
         self._returned(record, detached=True)
         if buf is not None:
-            self._sub(buf.node)._put_back(record)
+            sub = _record_pool(record)
+            if sub._racaffinity_retired:
+                record.close()
+            else:
+                sub._put_back(record)
 
     def _invalidate(self, connection: Any, exception: Optional[BaseException] = None, _checkin: bool = True) -> None:
-        # A failed pre-ping invalidates the pooled connections of its node,
-        # not of every node.
+        # A failed pre-ping invalidates the pooled connections of its node
+        # (the pool the record came from, as for a detach), not of every node.
         rec = getattr(connection, "_connection_record", None)
         buf = self._leases.get(rec) if rec is not None else None
         if buf is not None:
-            self._sub(buf.node)._invalidate(connection, exception, _checkin)
+            _record_pool(rec)._invalidate(connection, exception, _checkin)
         else:
             super()._invalidate(connection, exception, _checkin)
 
@@ -592,6 +599,11 @@ class RoutingPool(Pool):
 
     def timeout(self) -> float:
         return float(self._args["timeout"])
+
+
+def _record_pool(record: Any) -> Any:
+    """The node pool a checked-out record came from."""
+    return record._ConnectionRecord__pool
 
 
 def _retire_on_loop(old: Any) -> None:
