@@ -540,6 +540,36 @@ async def test_a_hard_down_after_a_drains_end_and_an_up_aborts_a_connection_borr
 
 
 @pytest.mark.asyncio
+async def test_a_borrow_whose_pool_retires_under_it_routes_again(pg, cluster_factory):
+    # RAC1's pool is retired by a hard Down after psycopg_pool handed a
+    # connection to a borrow and before the borrow marked it borrowed
+    # (what the Down aborts): the connection was handed out from the
+    # retired pool, on the Down node, and not aborted. The Down runs right
+    # after psycopg_pool's checkout.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=600)
+    async with pools:
+        key = key_on(c, "RAC1")
+        assert await port(pools, key=key) == pg.port["RAC1"]
+        pool = pools.node_pool("RAC1")
+        unchecked = pool._getconn_unchecked
+        ran = []
+
+        async def then_down(timeout):
+            conn = await unchecked(timeout)
+            del pool._getconn_unchecked  # once
+            ran.append(conn)
+            await pools.apply_event(fan_line("RAC1", "down"))
+            return conn
+
+        pool._getconn_unchecked = then_down
+        async with pools.connection(key=key) as conn:
+            assert ran, "the checkout did not reach RAC1's pool"
+            assert await aport_of(conn) != pg.port["RAC1"], "handed out from RAC1's retired pool"
+        assert pools.node_pool("RAC1") is not pool
+
+
+@pytest.mark.asyncio
 async def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
     # Both of RAC1's connections were used just now (inside the alive-check
     # bypass window) when the node drops every connection. The first

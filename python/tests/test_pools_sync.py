@@ -430,6 +430,28 @@ def test_a_hard_down_after_a_drains_end_and_an_up_aborts_a_connection_borrowed_b
             held.execute('SELECT 1')
         holder.__exit__(type(info.value), info.value, None)
 
+def test_a_borrow_whose_pool_retires_under_it_routes_again(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=600)
+    with pools:
+        key = key_on(c, 'RAC1')
+        assert port(pools, key=key) == pg.port['RAC1']
+        pool = pools.node_pool('RAC1')
+        unchecked = pool._getconn_unchecked
+        ran = []
+
+        def then_down(timeout):
+            conn = unchecked(timeout)
+            del pool._getconn_unchecked
+            ran.append(conn)
+            pools.apply_event(fan_line('RAC1', 'down'))
+            return conn
+        pool._getconn_unchecked = then_down
+        with pools.connection(key=key) as conn:
+            assert ran, "the checkout did not reach RAC1's pool"
+            assert port_of(conn) != pg.port['RAC1'], "handed out from RAC1's retired pool"
+        assert pools.node_pool('RAC1') is not pool
+
 def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluster_factory, proxies):
     c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
     dsns = dict(pg.dsn, RAC1=proxies['RAC1'].dsn(pg.dsn['RAC1']))

@@ -739,3 +739,51 @@ def test_a_connection_detached_or_invalidated_after_its_node_was_retired_makes_n
     finally:
         engine.dispose()
 
+
+@pytest.mark.parametrize("path", ["routed", "pinned"])
+def test_a_checkout_whose_node_pool_retires_under_it_routes_again(pg, cluster_factory, monkeypatch, path):
+    # The node pool's retirement (its node gone Down) runs between the
+    # checkout's retirement check and the record's lease being known to
+    # the pool (what a hard Down aborts): the connection was handed out
+    # from the retired pool, on the Down node, and not aborted. The watch's
+    # round runs right after the queue hands the record out.
+    import racaffinity.sqlalchemy as ras
+    from conftest import fan_line
+
+    monkeypatch.setattr(ras, "WATCH_INTERVAL", 600.0)  # this test runs the watch's rounds
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    pool = engine.pool
+    try:
+        key = key_on(c, "RAC1")
+        with route(key=key), engine.connect() as conn:
+            assert node_of_conn(pg, conn) == "RAC1"  # RAC1's pool, one idle connection
+        queue = pool.node_pool("RAC1")._pool
+        get = queue.get
+
+        def get_then_retire(*args, **kwargs):
+            rec = get(*args, **kwargs)
+            del queue.get  # once
+            c.apply_event(fan_line("RAC1", "down"))
+            pool._watch.round([pool])
+            return rec
+
+        if path == "routed":
+            queue.get = get_then_retire
+            with route(key=key):
+                conn = engine.connect()
+        else:
+            for n in ("RAC2", "RAC3"):
+                c.set_node_state(n, "draining")
+            with c.pin() as r:
+                assert r.name == "RAC1"
+                for n in ("RAC2", "RAC3"):
+                    c.set_node_state(n, "up")
+                c.route()  # the pin's route cached: the inline checkout
+                queue.get = get_then_retire
+                conn = engine.connect()
+        assert "get" not in queue.__dict__, "the checkout did not take RAC1's idle connection"
+        assert node_of_conn(pg, conn) != "RAC1", "handed out from RAC1's retired pool"
+        conn.close()
+    finally:
+        engine.dispose()

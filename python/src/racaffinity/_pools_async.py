@@ -286,6 +286,8 @@ class _AsyncConnection(PoolHostLease):
         except BaseException as e:
             buf, pool, conn = await self._reroute(e, buf, pool, since)
         conn._racaffinity_borrowed = True
+        if pool._racaffinity_retired:
+            buf, pool, conn = await self._retired_under(buf, pool, conn, since)
         self._buf, self._pool, self._conn = buf, pool, conn
         if conn._racaffinity_enter_is_self:
             return conn
@@ -318,9 +320,23 @@ class _AsyncConnection(PoolHostLease):
             timeout = max(0.0, since + wait - time.monotonic())
             buf, pool = self._route()
             try:
-                return buf, pool, await pool.getconn(timeout)
+                conn = await pool.getconn(timeout)
             except BaseException as again:
                 e = again
+                continue
+            conn._racaffinity_borrowed = True
+            if not pool._racaffinity_retired:
+                return buf, pool, conn
+            e = await _give_back(pool, conn)
+
+    async def _retired_under(self, buf: Any, pool: Any, conn: Any, since: float) -> Tuple[Any, Any, Any]:
+        """`pool` handed `conn` out and was retired before the borrow marked
+        it borrowed (what a hard Down aborts, and what keeps a drained pool
+        known): the connection goes back (the retired pool closes it) and
+        the borrow routes again. The borrow marks it, then reads the flag;
+        the retirement sets the flag, then reads the marks: one of the two
+        sees the other."""
+        return await self._reroute(await _give_back(pool, conn), buf, pool, since)
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         pool = self._pool
@@ -873,6 +889,7 @@ class AsyncNodePools(Base):
                 return
             if pool._racaffinity_draining and pool.get_stats().get("pool_available", 0) == 0:
                 return
+            pool._racaffinity_retired = True  # before its marks are read (`_retired_under`)
             successor = self._new_pool(node, 0, True)
             await successor.open(wait=False)
             self._by_id[node] = successor
@@ -890,6 +907,7 @@ class AsyncNodePools(Base):
             pool = self._by_id[node]
             if pool is None or self._closed:
                 return
+            pool._racaffinity_retired = True  # before its marks are read (`_retired_under`)
             successor = self._new_pool(node, 0, True)
             successor._racaffinity_connects.node_failed_at = time.monotonic()
             await successor.open(wait=False)
@@ -920,6 +938,7 @@ class AsyncNodePools(Base):
         that long: the caller of `apply_event` (or the upkeep) must not
         wait (the chaos soak saw `apply_event` hold its caller 1.35 s,
         docs/soak.md)."""
+        pool._racaffinity_retired = True
         # Refused before the close starts (the node pool's close() puts the
         # same refusal in place, but only once the background close runs).
         pool._getconn_unchecked = pool._refuse_checkout
@@ -1083,6 +1102,10 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
     (an instance attribute over psycopg_pool's method) before it closes,
     so an open pool's checkout runs psycopg_pool's code alone."""
 
+    # Set when the pools replace it (`AsyncNodePools._retire`), before they
+    # read which of its connections are borrowed.
+    _racaffinity_retired = False
+
     async def close(self, timeout: float = 5.0) -> None:
         self._getconn_unchecked = self._refuse_checkout
         await super().close(timeout)
@@ -1112,6 +1135,14 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
             raise
         finally:
             conn._racaffinity_checking = False
+
+
+async def _give_back(pool: Any, conn: Any) -> psycopg_pool.PoolClosed:
+    """Puts back a connection a retired `pool` handed out (it closes it)
+    and returns the error the borrow routes again on."""
+    conn._racaffinity_borrowed = False
+    await pool.putconn(conn)
+    return psycopg_pool.PoolClosed(f"the pool {pool.name!r} was retired as it handed a connection out")
 
 
 def _abort_in_use(pools: abc.Iterable[Any]) -> None:

@@ -235,6 +235,8 @@ class _Connection(PoolHostLease):
         except BaseException as e:
             buf, pool, conn = self._reroute(e, buf, pool, since)
         conn._racaffinity_borrowed = True
+        if pool._racaffinity_retired:
+            buf, pool, conn = self._retired_under(buf, pool, conn, since)
         self._buf, self._pool, self._conn = (buf, pool, conn)
         if conn._racaffinity_enter_is_self:
             return conn
@@ -263,9 +265,23 @@ class _Connection(PoolHostLease):
             timeout = max(0.0, since + wait - time.monotonic())
             buf, pool = self._route()
             try:
-                return (buf, pool, pool.getconn(timeout))
+                conn = pool.getconn(timeout)
             except BaseException as again:
                 e = again
+                continue
+            conn._racaffinity_borrowed = True
+            if not pool._racaffinity_retired:
+                return (buf, pool, conn)
+            e = _give_back(pool, conn)
+
+    def _retired_under(self, buf: Any, pool: Any, conn: Any, since: float) -> Tuple[Any, Any, Any]:
+        """`pool` handed `conn` out and was retired before the borrow marked
+        it borrowed (what a hard Down aborts, and what keeps a drained pool
+        known): the connection goes back (the retired pool closes it) and
+        the borrow routes again. The borrow marks it, then reads the flag;
+        the retirement sets the flag, then reads the marks: one of the two
+        sees the other."""
+        return self._reroute(_give_back(pool, conn), buf, pool, since)
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         pool = self._pool
@@ -710,6 +726,7 @@ class NodePools(Base):
                 return
             if pool._racaffinity_draining and pool.get_stats().get('pool_available', 0) == 0:
                 return
+            pool._racaffinity_retired = True
             successor = self._new_pool(node, 0, True)
             successor.open(wait=False)
             self._by_id[node] = successor
@@ -727,6 +744,7 @@ class NodePools(Base):
             pool = self._by_id[node]
             if pool is None or self._closed:
                 return
+            pool._racaffinity_retired = True
             successor = self._new_pool(node, 0, True)
             successor._racaffinity_connects.node_failed_at = time.monotonic()
             successor.open(wait=False)
@@ -755,6 +773,7 @@ class NodePools(Base):
         that long: the caller of `apply_event` (or the upkeep) must not
         wait (the chaos soak saw `apply_event` hold its caller 1.35 s,
         docs/soak.md)."""
+        pool._racaffinity_retired = True
         pool._getconn_unchecked = pool._refuse_checkout
         _fail_waiters(pool)
         self._retiring = [h for h in self._retiring if is_alive(h)]
@@ -896,6 +915,7 @@ class _NodePool(psycopg_pool.ConnectionPool):
     (`_reroute`), within its wait. `close()` puts the refusal in place
     (an instance attribute over psycopg_pool's method) before it closes,
     so an open pool's checkout runs psycopg_pool's code alone."""
+    _racaffinity_retired = False
 
     def close(self, timeout: float=5.0) -> None:
         self._getconn_unchecked = self._refuse_checkout
@@ -922,6 +942,13 @@ class _NodePool(psycopg_pool.ConnectionPool):
             raise
         finally:
             conn._racaffinity_checking = False
+
+def _give_back(pool: Any, conn: Any) -> psycopg_pool.PoolClosed:
+    """Puts back a connection a retired `pool` handed out (it closes it)
+    and returns the error the borrow routes again on."""
+    conn._racaffinity_borrowed = False
+    pool.putconn(conn)
+    return psycopg_pool.PoolClosed(f'the pool {pool.name!r} was retired as it handed a connection out')
 
 def _abort_in_use(pools: abc.Iterable[Any]) -> None:
     """Aborts the connections borrowed (or under their checkout check) of

@@ -457,6 +457,8 @@ class RoutingPool(Pool):
                                 rec, buf = self._reroute(e, buf, None, None)
                             rec._racaffinity_invalidated = None
                             self._leases[rec] = buf
+                            if rec._ConnectionRecord__pool._racaffinity_retired:
+                                rec, buf = self._retired_under(rec, None, None)
                             return rec
         key, session, node = route or _NO_ROUTE
         if node is None:
@@ -473,7 +475,27 @@ class RoutingPool(Pool):
             rec, buf = self._reroute(e, buf, key, session)
         rec._racaffinity_invalidated = None
         self._leases[rec] = buf
+        if rec._ConnectionRecord__pool._racaffinity_retired:
+            rec, buf = self._retired_under(rec, key, session)
         return rec
+
+    def _retired_under(self, rec: Any, key: Any, session: Any) -> Tuple[Any, Any]:
+        """`rec`'s node pool was retired while it was checked out (between
+        the retirement check and its lease's store above, which the
+        retirement's abort reads, in that order; the retirement sets the
+        flag before it aborts): the record closes and the checkout routes
+        again (returns the new record and lease, stored)."""
+        for _ in range(_MAX_REROUTES):
+            buf = self._leases.pop(rec)
+            rec.close()
+            rec, buf = self._reroute(_Retired(), buf, key, session)
+            rec._racaffinity_invalidated = None
+            self._leases[rec] = buf
+            if not rec._ConnectionRecord__pool._racaffinity_retired:
+                return rec, buf
+        end_lease(self._cluster, self._leases.pop(rec), NEUTRAL)
+        rec.close()
+        raise sa_exc.TimeoutError("the node pools were retired while this checkout waited")
 
     def _reroute(self, e: BaseException, buf: Any, key: Any, session: Any) -> Tuple[Any, Any]:
         """The checkout of `buf`'s node failed with `e`: a retired node pool
