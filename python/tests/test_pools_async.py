@@ -540,6 +540,49 @@ async def test_a_hard_down_after_a_drains_end_and_an_up_aborts_a_connection_borr
 
 
 @pytest.mark.asyncio
+async def test_a_slow_loader_holds_neither_a_downs_abort_nor_the_loop(pg, cluster_factory):
+    # A state change makes the upkeep load the partition map, and the
+    # loader takes its time (a map table behind a slow link). It ran under
+    # the upkeep's lock, in the upkeep's round, so a Down meanwhile was not
+    # acted on (its borrowed connection not aborted) until the loader
+    # returned; in AsyncNodePools it also ran on the event loop, which
+    # nothing else could use meanwhile.
+    import threading
+
+    c = cluster_factory("data.partitions = 4", nodes=NAMES)
+    entered, release, returned = threading.Event(), threading.Event(), threading.Event()
+    calls = []
+
+    def loader():
+        calls.append(1)
+        if len(calls) > 1:
+            entered.set()
+            release.wait(3)
+            returned.set()
+        return {0: "RAC1", 1: "RAC1", 2: "RAC1", 3: "RAC1"}
+
+    pools = new_pools(c, pg.dsn, partition_map_loader=loader, upkeep_interval=0.05)
+    async with pools:
+        try:
+            holder = pools.connection(key=1)
+            held = await holder.__aenter__()
+            assert await aport_of(held) == pg.port["RAC1"]
+            c.apply_event(fan_line("RAC3", "down"))  # a state change: the map loads
+            await wait_until_async(entered.is_set, 5)
+            assert not returned.is_set(), "the loader held the event loop"
+            old = pools.node_pool("RAC1")
+            c.apply_event(fan_line("RAC1", "down"))
+            # Its retirement's refusal comes after the abort.
+            await wait_until_async(lambda: "_getconn_unchecked" in old.__dict__, 2)
+            assert not returned.is_set(), "the Down waited for the loader"
+            with pytest.raises(psycopg.OperationalError) as info:
+                await held.execute("SELECT 1")  # the node is alive: only an abort ends it
+            await holder.__aexit__(type(info.value), info.value, None)
+        finally:
+            release.set()
+
+
+@pytest.mark.asyncio
 async def test_a_borrow_whose_pool_retires_under_it_routes_again(pg, cluster_factory):
     # RAC1's pool is retired by a hard Down after psycopg_pool handed a
     # connection to a borrow and before the borrow marked it borrowed

@@ -430,6 +430,38 @@ def test_a_hard_down_after_a_drains_end_and_an_up_aborts_a_connection_borrowed_b
             held.execute('SELECT 1')
         holder.__exit__(type(info.value), info.value, None)
 
+def test_a_slow_loader_holds_neither_a_downs_abort_nor_the_loop(pg, cluster_factory):
+    import threading
+    c = cluster_factory('data.partitions = 4', nodes=NAMES)
+    entered, release, returned = (threading.Event(), threading.Event(), threading.Event())
+    calls = []
+
+    def loader():
+        calls.append(1)
+        if len(calls) > 1:
+            entered.set()
+            release.wait(3)
+            returned.set()
+        return {0: 'RAC1', 1: 'RAC1', 2: 'RAC1', 3: 'RAC1'}
+    pools = new_pools(c, pg.dsn, partition_map_loader=loader, upkeep_interval=0.05)
+    with pools:
+        try:
+            holder = pools.connection(key=1)
+            held = holder.__enter__()
+            assert port_of(held) == pg.port['RAC1']
+            c.apply_event(fan_line('RAC3', 'down'))
+            wait_until(entered.is_set, 5)
+            assert not returned.is_set(), 'the loader held the event loop'
+            old = pools.node_pool('RAC1')
+            c.apply_event(fan_line('RAC1', 'down'))
+            wait_until(lambda: '_getconn_unchecked' in old.__dict__, 2)
+            assert not returned.is_set(), 'the Down waited for the loader'
+            with pytest.raises(psycopg.OperationalError) as info:
+                held.execute('SELECT 1')
+            holder.__exit__(type(info.value), info.value, None)
+        finally:
+            release.set()
+
 def test_a_borrow_whose_pool_retires_under_it_routes_again(pg, cluster_factory):
     c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
     pools = new_pools(c, pg.dsn, min_size=1, upkeep_interval=600)

@@ -1336,7 +1336,16 @@ class _AsyncUpkeep:
     ones when returned; no new idle connections while it drains), (2)
     reloads the partition map after each state change (an HA event) and
     every `reload_interval`. A failing loader keeps the last good map: it is
-    logged and counted (`loads`, `load_failures`, `load_error`)."""
+    logged and counted (`loads`, `load_failures`, `load_error`).
+
+    The loader runs outside the upkeep's lock, one load at a time (its own
+    lock), and the upkeep's own rounds hand their loads to a loader runner
+    (a task; a thread in the sync pools) rather than wait: a slow loader
+    held every other upkeep action (a Down's retirement and abort of its
+    connections) for as long as it ran. In `AsyncNodePools` a plain
+    function loader runs in a worker thread (`asyncio.to_thread`), off the
+    event loop; a coroutine function (or a function returning an
+    awaitable) is awaited on the loop, which it must not block."""
 
     def __init__(
         self,
@@ -1354,6 +1363,13 @@ class _AsyncUpkeep:
         self._wake = AEvent()
         self._halt = AEvent()
         self._lock = ALock()
+        # One load at a time, in the order they began: a later map is never
+        # replaced by an earlier load that ended after it.
+        self._load_lock = ALock()
+        # The loader runner's: set when a round saw a state change.
+        self._load_wake = AEvent()
+        self._load_why = "HA event"
+        self._loader_runner: Any = None
         # The states the pools opened under: an HA event before the first
         # round is a change too.
         self._last: Dict[int, Any] = dict(states)
@@ -1367,6 +1383,8 @@ class _AsyncUpkeep:
 
     def start(self) -> None:
         self._runner = aspawn(self._run, (), "racaffinity-upkeep")
+        if self.loader is not None:
+            self._loader_runner = aspawn(self._run_loads, (), "racaffinity-partition-map-loader")
 
     def poke(self) -> None:
         self._wake.set()
@@ -1374,8 +1392,11 @@ class _AsyncUpkeep:
     async def stop(self) -> None:
         self._halt.set()
         self._wake.set()
+        self._load_wake.set()
         if self._runner is not None:
             await ajoin(self._runner, 5.0)
+        if self._loader_runner is not None:
+            await ajoin(self._loader_runner, 5.0)
 
     async def _run(self) -> None:
         while not self._halt.is_set():
@@ -1384,18 +1405,46 @@ class _AsyncUpkeep:
             if self._halt.is_set():
                 return
             try:
-                await self.round()
+                await self.round(wait_for_load=False)
             except ReferenceError:
                 return
             except Exception:  # the cluster closed, or a pool call failed: log and go on
                 log.exception("racaffinity: pool upkeep failed")
 
-    async def round(self) -> None:
+    async def _run_loads(self) -> None:
+        """The loader runner: a load after each state change a round saw
+        (`_load_wake`) and every `reload_interval`."""
+        while not self._halt.is_set():
+            wait = self._next_reload - time.monotonic() if self.reload_interval else None
+            woken = await await_event(self._load_wake, wait)
+            self._load_wake.clear()  # before the load: a change during it loads again
+            if self._halt.is_set():
+                return
+            try:
+                await self.reload(self._load_why if woken else "period")
+            except ReferenceError:
+                return
+            except Exception:  # the cluster closed: log and go on
+                log.exception("racaffinity: partition map load failed")
+
+    async def round(self, wait_for_load: bool = True) -> None:
+        """Acts on the node states now; after a state change the map loads
+        too, awaited (`apply_event`'s promise) unless `wait_for_load` is
+        False (the upkeep's own rounds: the loader runner loads it)."""
+        if await self._act():
+            if wait_for_load:
+                await self.reload("HA event")
+            else:
+                self._load_wake.set()
+
+    async def _act(self) -> bool:
+        """One round of state handling, under the upkeep's lock; whether the
+        map is due to load (a state changed and there is a loader)."""
         async with self._lock:
             pools = self._pools
             c = pools.cluster
             if c.closed:
-                return
+                return False
             changed = False
             for node, _pool in pools.items():
                 state = c.node_state(node)
@@ -1426,19 +1475,29 @@ class _AsyncUpkeep:
                     self._planned.pop(node, None)
                     await pools._undrain_node(node)
                 self._last[node] = state
-            now = time.monotonic()
-            if self.loader is not None and (changed or now >= self._next_reload):
-                await self.reload("HA event" if changed else "period")
-                self._next_reload = now + self.reload_interval if self.reload_interval else float("inf")
+            return changed and self.loader is not None
 
     async def reload(self, why: str) -> bool:
         """Loads and applies the map; a failure keeps the last good one."""
-        assert self.loader is not None
+        async with self._load_lock:
+            ok = await self._load(why)
+            if self.reload_interval:
+                self._next_reload = time.monotonic() + self.reload_interval
+            return ok
+
+    async def _load(self, why: str) -> bool:
+        loader = self.loader
+        assert loader is not None
         try:
-            mapping = self.loader()
             if _ASYNC:
-                if inspect.isawaitable(mapping):  # an async loader
+                if _is_coroutine_function(loader):
+                    mapping = await loader()
+                else:
+                    mapping = await asyncio.to_thread(loader)
+                if inspect.isawaitable(mapping):  # a function that returns one: the loop's
                     mapping = await mapping
+            else:
+                mapping = loader()
             if mapping is None:
                 raise ValueError("the loader returned no map")
             epoch = self._pools.cluster.replace_partition_map(mapping, LOADER_SOURCE)
@@ -1460,6 +1519,12 @@ class _AsyncUpkeep:
         self.load_error = None
         log.debug("racaffinity: partition map epoch %d loaded (%s, %d entries)", epoch, why, len(mapping))
         return True
+
+
+def _is_coroutine_function(fn: Any) -> bool:
+    """Whether calling `fn` (a function, or an object whose `__call__` is
+    one) makes a coroutine without running any of it."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
 
 
 def _params_as_run(params: Any) -> Any:

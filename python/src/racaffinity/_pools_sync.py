@@ -8,6 +8,7 @@ psycopg_pool does: edit `_pools_async.py`, then run the tool. Blocks under
 `if _ASYNC:` exist only in the async pools, their `else:` only in the sync
 ones."""
 from __future__ import annotations
+import inspect
 import logging
 import math
 import time
@@ -1109,7 +1110,16 @@ class _Upkeep:
     ones when returned; no new idle connections while it drains), (2)
     reloads the partition map after each state change (an HA event) and
     every `reload_interval`. A failing loader keeps the last good map: it is
-    logged and counted (`loads`, `load_failures`, `load_error`)."""
+    logged and counted (`loads`, `load_failures`, `load_error`).
+
+    The loader runs outside the upkeep's lock, one load at a time (its own
+    lock), and the upkeep's own rounds hand their loads to a loader runner
+    (a task; a thread in the sync pools) rather than wait: a slow loader
+    held every other upkeep action (a Down's retirement and abort of its
+    connections) for as long as it ran. In `NodePools` a plain
+    function loader runs in a worker thread (`threads.to_thread`), off the
+    event loop; a coroutine function (or a function returning an
+    awaitable) is awaited on the loop, which it must not block."""
 
     def __init__(self, pools: NodePools, interval: float, loader: Optional[PartitionMapLoader], reload_interval: Optional[float], states: Dict[int, Any]) -> None:
         self._pools = weakref.proxy(pools)
@@ -1119,6 +1129,10 @@ class _Upkeep:
         self._wake = Event()
         self._halt = Event()
         self._lock = Lock()
+        self._load_lock = Lock()
+        self._load_wake = Event()
+        self._load_why = 'HA event'
+        self._loader_runner: Any = None
         self._last: Dict[int, Any] = dict(states)
         self._planned: Dict[int, bool] = {}
         self._runner: Any = None
@@ -1129,6 +1143,8 @@ class _Upkeep:
 
     def start(self) -> None:
         self._runner = spawn(self._run, (), 'racaffinity-upkeep')
+        if self.loader is not None:
+            self._loader_runner = spawn(self._run_loads, (), 'racaffinity-partition-map-loader')
 
     def poke(self) -> None:
         self._wake.set()
@@ -1136,8 +1152,11 @@ class _Upkeep:
     def stop(self) -> None:
         self._halt.set()
         self._wake.set()
+        self._load_wake.set()
         if self._runner is not None:
             join(self._runner, 5.0)
+        if self._loader_runner is not None:
+            join(self._loader_runner, 5.0)
 
     def _run(self) -> None:
         while not self._halt.is_set():
@@ -1146,18 +1165,46 @@ class _Upkeep:
             if self._halt.is_set():
                 return
             try:
-                self.round()
+                self.round(wait_for_load=False)
             except ReferenceError:
                 return
             except Exception:
                 log.exception('racaffinity: pool upkeep failed')
 
-    def round(self) -> None:
+    def _run_loads(self) -> None:
+        """The loader runner: a load after each state change a round saw
+        (`_load_wake`) and every `reload_interval`."""
+        while not self._halt.is_set():
+            wait = self._next_reload - time.monotonic() if self.reload_interval else None
+            woken = wait_event(self._load_wake, wait)
+            self._load_wake.clear()
+            if self._halt.is_set():
+                return
+            try:
+                self.reload(self._load_why if woken else 'period')
+            except ReferenceError:
+                return
+            except Exception:
+                log.exception('racaffinity: partition map load failed')
+
+    def round(self, wait_for_load: bool=True) -> None:
+        """Acts on the node states now; after a state change the map loads
+        too, awaited (`apply_event`'s promise) unless `wait_for_load` is
+        False (the upkeep's own rounds: the loader runner loads it)."""
+        if self._act():
+            if wait_for_load:
+                self.reload('HA event')
+            else:
+                self._load_wake.set()
+
+    def _act(self) -> bool:
+        """One round of state handling, under the upkeep's lock; whether the
+        map is due to load (a state changed and there is a loader)."""
         with self._lock:
             pools = self._pools
             c = pools.cluster
             if c.closed:
-                return
+                return False
             changed = False
             for node, _pool in pools.items():
                 state = c.node_state(node)
@@ -1178,16 +1225,21 @@ class _Upkeep:
                     self._planned.pop(node, None)
                     pools._undrain_node(node)
                 self._last[node] = state
-            now = time.monotonic()
-            if self.loader is not None and (changed or now >= self._next_reload):
-                self.reload('HA event' if changed else 'period')
-                self._next_reload = now + self.reload_interval if self.reload_interval else float('inf')
+            return changed and self.loader is not None
 
     def reload(self, why: str) -> bool:
         """Loads and applies the map; a failure keeps the last good one."""
-        assert self.loader is not None
+        with self._load_lock:
+            ok = self._load(why)
+            if self.reload_interval:
+                self._next_reload = time.monotonic() + self.reload_interval
+            return ok
+
+    def _load(self, why: str) -> bool:
+        loader = self.loader
+        assert loader is not None
         try:
-            mapping = self.loader()
+            mapping = loader()
             if mapping is None:
                 raise ValueError('the loader returned no map')
             epoch = self._pools.cluster.replace_partition_map(mapping, LOADER_SOURCE)
@@ -1203,6 +1255,11 @@ class _Upkeep:
         self.load_error = None
         log.debug('racaffinity: partition map epoch %d loaded (%s, %d entries)', epoch, why, len(mapping))
         return True
+
+def _is_coroutine_function(fn: Any) -> bool:
+    """Whether calling `fn` (a function, or an object whose `__call__` is
+    one) makes a coroutine without running any of it."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, '__call__', None))
 
 def _params_as_run(params: Any) -> Any:
     """The parameters as they are when the statement runs: the application
