@@ -280,3 +280,33 @@ def test_uninstrument_lets_go_of_the_pools_and_the_cluster(pg) -> None:
         assert all(v == [] for k, v in points(reader).items() if not k.endswith(("wait_time", "use_time")))
     finally:
         provider.shutdown()
+
+
+def test_connections_being_made_are_not_counted_as_used(pg, proxies) -> None:
+    # psycopg_pool's `pool_size` counts the connections it is still making;
+    # `used` was `pool_size - idle`, so a pool still connecting (here to a
+    # node that answers nothing) reported connections in use that nobody
+    # had borrowed. `used` counts the connections the application holds.
+    proxies["RAC1"].blackhole()
+    cluster = ra.Cluster("name = otelc\nnodes = RAC1, RAC2, RAC3")
+    pools = NodePools(cluster, dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"])), min_size=2, max_size=2,
+                      timeout=5.0)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    handle = instrument(pools, meter_provider=provider)
+    try:
+        stats = pools.node_pool("RAC1").get_stats()
+        assert stats.get("pool_size", 0) == 2 and stats.get("pool_available", 0) == 0, stats  # connecting
+        with pools.connection(key=next(k for k in range(1000) if cluster.route_key(k).name == "RAC2")):
+            pts = points(reader)
+        for node, used in (("RAC1", 0), ("RAC2", 1)):
+            assert value(pts, "db.client.connection.count", **{"db.client.connection.pool.name": f"otelc-{node}",
+                                                                "db.client.connection.state": "used"}) == used, node
+        assert value(pts, "db.client.connection.count", **{"db.client.connection.pool.name": "otelc-RAC1",
+                                                            "db.client.connection.state": "idle"}) == 0
+    finally:
+        proxies["RAC1"].heal()
+        handle.uninstrument()
+        provider.shutdown()
+        pools.close()
+        cluster.close()

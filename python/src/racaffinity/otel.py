@@ -12,7 +12,7 @@ core's affinity counters, named as the Java Micrometer binder names them:
 
 | instrument | kind | from |
 |---|---|---|
-| `db.client.connection.count` (`db.client.connection.state` = `idle` / `used`) | observable up-down counter | psycopg_pool's `get_stats()` |
+| `db.client.connection.count` (`db.client.connection.state` = `idle` / `used`) | observable up-down counter | `idle`: psycopg_pool's `get_stats()`; `used`: the connections borrowed through the hooks below and not returned (not those being made) |
 | `db.client.connection.pending_requests`, `.max`, `.idle.min` | observable up-down counters | `get_stats()` |
 | `db.client.connection.wait_time`, `.use_time` (s; buckets `DURATION_BUCKETS`) | histograms | each `getconn` / `putconn` of a node pool |
 | `db.client.connection.timeouts` | counter | each `PoolTimeout` of a node pool |
@@ -114,7 +114,8 @@ class Instrumentation:
         meter = provider.get_meter("racaffinity", __version__)
         self._lock = threading.Lock()
         self._hooked: Dict[int, Tuple[Any, str]] = {}  # id(pool) -> (pool, pool name)
-        self._checked_out: Dict[int, float] = {}  # id(connection) -> monotonic time of getconn
+        # id(connection) -> (monotonic time of getconn, id(its pool))
+        self._checked_out: Dict[int, Tuple[float, int]] = {}
         self._mine: Dict[int, Dict[str, Any]] = {}  # id(pool) -> the hooks this installed
         self._live: List[bool] = [True]  # emptied by uninstrument(): the hooks pass through
         self._closed = False
@@ -206,17 +207,19 @@ class Instrumentation:
         # What both wrappers record, around the pool's own calls; nothing once
         # uninstrumented (another instrumentation may have wrapped these
         # wrappers, so they can stay in the chain after that).
+        key = id(pool)
+
         def got(t0: float, conn: Any) -> Any:
             if live:
                 now = time.monotonic()
                 wait.record(now - t0, attrs)
-                checked_out[id(conn)] = now
+                checked_out[id(conn)] = (now, key)
             return conn
 
         def returning(conn: Any) -> None:
-            t0 = checked_out.pop(id(conn), None)
-            if t0 is not None and live:
-                use.record(time.monotonic() - t0, attrs)
+            out = checked_out.pop(id(conn), None)
+            if out is not None and live:
+                use.record(time.monotonic() - out[0], attrs)
 
         if isinstance(pool, psycopg_pool.AsyncConnectionPool):
 
@@ -287,10 +290,17 @@ class Instrumentation:
             yield pool.get_stats(), name
 
     def _observe_count(self, _options: CallbackOptions) -> Iterable[Observation]:
-        for st, name in self._stats():
-            idle = st.get("pool_available", 0)
-            yield Observation(idle, {POOL: name, STATE: "idle"})
-            yield Observation(max(st.get("pool_size", 0) - idle, 0), {POOL: name, STATE: "used"})
+        # `used` is what the getconn hooks handed out and putconn has not
+        # taken back: psycopg_pool's `pool_size - pool_available` also
+        # counts the connections it is still making (a pool connecting to
+        # a silent node showed them all in use).
+        hooked = self._hook_pools()
+        held: Dict[int, int] = {}
+        for _t0, key in list(self._checked_out.values()):
+            held[key] = held.get(key, 0) + 1
+        for pool, name in hooked:
+            yield Observation(pool.get_stats().get("pool_available", 0), {POOL: name, STATE: "idle"})
+            yield Observation(held.get(id(pool), 0), {POOL: name, STATE: "used"})
 
     def _stat_callback(self, key: str):
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
