@@ -889,10 +889,11 @@ class AsyncNodePools(Base):
                 return
             if pool._racaffinity_draining and pool.get_stats().get("pool_available", 0) == 0:
                 return
-            pool._racaffinity_retired = True  # before its marks are read (`_retired_under`)
             successor = self._new_pool(node, 0, True)
             await successor.open(wait=False)
             self._by_id[node] = successor
+            # Kept whatever it holds now: a borrow it is serving finishes
+            # on the node, and a hard Down later aborts it.
             self._drained[node] = [*_in_use(self._drained.get(node, ())), pool]
             await self._retire(pool)
 
@@ -938,7 +939,6 @@ class AsyncNodePools(Base):
         that long: the caller of `apply_event` (or the upkeep) must not
         wait (the chaos soak saw `apply_event` hold its caller 1.35 s,
         docs/soak.md)."""
-        pool._racaffinity_retired = True
         # Refused before the close starts (the node pool's close() puts the
         # same refusal in place, but only once the background close runs).
         pool._getconn_unchecked = pool._refuse_checkout
@@ -1102,8 +1102,10 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
     (an instance attribute over psycopg_pool's method) before it closes,
     so an open pool's checkout runs psycopg_pool's code alone."""
 
-    # Set when the pools replace it (`AsyncNodePools._retire`), before they
-    # read which of its connections are borrowed.
+    # Set when its node went Down (`AsyncNodePools._down_node`), before the
+    # pools read which of its connections are borrowed. A drain's or a
+    # renewal's retired pool may serve a borrow it began: the node is
+    # usable, and a drained pool stays known whatever it holds.
     _racaffinity_retired = False
 
     async def close(self, timeout: float = 5.0) -> None:

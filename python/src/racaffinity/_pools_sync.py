@@ -727,7 +727,6 @@ class NodePools(Base):
                 return
             if pool._racaffinity_draining and pool.get_stats().get('pool_available', 0) == 0:
                 return
-            pool._racaffinity_retired = True
             successor = self._new_pool(node, 0, True)
             successor.open(wait=False)
             self._by_id[node] = successor
@@ -774,7 +773,6 @@ class NodePools(Base):
         that long: the caller of `apply_event` (or the upkeep) must not
         wait (the chaos soak saw `apply_event` hold its caller 1.35 s,
         docs/soak.md)."""
-        pool._racaffinity_retired = True
         pool._getconn_unchecked = pool._refuse_checkout
         _fail_waiters(pool)
         self._retiring = [h for h in self._retiring if is_alive(h)]
