@@ -787,3 +787,63 @@ def test_a_checkout_whose_node_pool_retires_under_it_routes_again(pg, cluster_fa
         conn.close()
     finally:
         engine.dispose()
+
+
+def test_a_forked_child_that_never_disposes_gets_a_failover_watch_and_its_own_connections(pg, cluster_factory):
+    # The failover watch is a thread, which a fork does not copy: a child
+    # that used the engine without `engine.dispose(close=False)` (what
+    # SQLAlchemy asks of it) had no failover at all, and its checkouts
+    # took the parent's pooled connections (shared sockets). The child's
+    # first checkout leaves the parent's connections alone (as that
+    # dispose would) and starts the child's watch: a hard Down aborts the
+    # child's connection on the node.
+    import os
+
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    try:
+        key = key_on(c, "RAC1")
+        with route(key=key), engine.connect() as conn:
+            parents = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+            conn.rollback()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            verdict = "no verdict"
+            try:
+                with route(key=key):
+                    held = engine.connect()
+                mine = held.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+                held.rollback()
+                if mine == parents:
+                    verdict = "the child took the parent's connection"
+                else:
+                    c.set_node_state("RAC1", "down")
+                    deadline = time.monotonic() + 3.0
+                    verdict = "not aborted by the child's watch"
+                    while time.monotonic() < deadline:
+                        try:
+                            held.execute(PORT)
+                            held.rollback()
+                        except sa.exc.DBAPIError:
+                            verdict = "ok"
+                            break
+                        time.sleep(0.05)
+            except BaseException as e:
+                verdict = f"{type(e).__name__}: {e}"
+            finally:
+                os.write(write, verdict.encode()[:500])
+                os._exit(0)
+        os.close(write)
+        reaped = []
+        _settle(lambda: reaped.append(os.waitpid(pid, os.WNOHANG)[0] == pid) or reaped[-1], 15.0)
+        if not reaped[-1]:  # a child stuck past its work must not hold the run
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        with os.fdopen(read, "rb") as f:
+            verdict = f.read().decode()
+        assert verdict == "ok", verdict
+        with route(key=key), engine.connect() as conn:  # the parent's connection, untouched
+            assert conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() == parents
+    finally:
+        engine.dispose()

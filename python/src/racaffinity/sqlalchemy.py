@@ -317,8 +317,13 @@ class RoutingPool(Pool):
         # checked-out record -> its lease (a raw racaffinity_lease)
         self._leases: Dict[Any, Any] = {}
         # The asyncio engine's queues are the loop's: the watch hands its
-        # node pools' retirement to their loop (`_retire_on_loop`).
-        self._watch = _Watch(self)
+        # node pools' retirement to their loop (`_retire_on_loop`). None in
+        # a forked child until its first checkout (`_after_fork`).
+        self._watch: Optional[_Watch] = _Watch(self)
+        # The node pools and leases a forked child inherited (the parent's
+        # connections): kept, never used, closed or collected in the child.
+        self._inherited: List[Any] = []
+        _LIVE_POOLS.add(self)
 
     def _abort_checked_out(self, node: int) -> None:
         """Aborts the connections checked out on `node` (their socket shut
@@ -427,6 +432,8 @@ class RoutingPool(Pool):
     # -- checkout and return --------------------------------------------------------
 
     def _do_get(self) -> Any:
+        if self._watch is None:
+            self._after_fork()
         route = _ROUTE.get()
         if route is None and not self._is_asyncio:
             # A pinned checkout on its pin's cached route, inline: the rules
@@ -567,6 +574,21 @@ class RoutingPool(Pool):
         else:
             super()._invalidate(connection, exception, _checkin)
 
+    def _after_fork(self) -> None:
+        """The first checkout in a forked child that inherited this pool
+        (its watch thread was not copied) without `engine.dispose(close=False)`:
+        the parent's node pools and checked-out records are set aside, as
+        that dispose does (their sockets are the parent's: not pooled, not
+        closed, not aborted, and kept from the collector, whose close would
+        end the parent's sessions), and the child's own watch starts."""
+        with self._subs_lock:
+            if self._watch is not None:
+                return
+            self._inherited.append((self._subs, self._leases))
+            self._subs = {}
+            self._leases = {}
+            self._watch = _Watch(self)
+
     # -- the Pool interface ----------------------------------------------------------
 
     def recreate(self) -> "RoutingPool":
@@ -621,6 +643,23 @@ class RoutingPool(Pool):
 
     def timeout(self) -> float:
         return float(self._args["timeout"])
+
+
+# Every RoutingPool alive, for `_forked_child`.
+_LIVE_POOLS: "weakref.WeakSet[RoutingPool]" = weakref.WeakSet()
+
+
+def _forked_child() -> None:
+    # No thread is started here: a child that never checks out (one that
+    # execs, a worker that makes its own engine) needs none.
+    for pool in list(_LIVE_POOLS):
+        pool._watch = None
+        # A lock a parent's thread held at the fork would never be released.
+        pool._subs_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
 
 
 def _record_pool(record: Any) -> Any:
