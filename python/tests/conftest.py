@@ -10,7 +10,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List
+from typing import Callable, Dict, Iterator, List, Optional
 
 import psycopg
 import pytest
@@ -255,12 +255,14 @@ def tables(pg: PgNodes):
 _FAN_SECOND = itertools.count(1)
 
 
-def fan_line(instance: str, status: str, reason: str = "FAILURE") -> str:
+def fan_line(instance: str, status: str, reason: str = "FAILURE", drain_timeout: Optional[int] = None) -> str:
     # Each line a second after the last: the core keeps the newest timestamp
     # per node (docs/semantics.md, "Agreement"), so a fixed one would leave
     # the first status of a second in force.
     s = next(_FAN_SECOND)
+    drain = f" drain_timeout={drain_timeout}" if drain_timeout is not None else ""
     return (
         f"SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={instance} host=h "
         f"status={status} reason={reason} card=1 timestamp=2026-11-29 {8 + s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+        f"{drain}"
     )

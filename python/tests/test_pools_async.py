@@ -220,10 +220,7 @@ async def test_a_planned_drain_closes_idle_connections_now_and_busy_ones_on_retu
         holder = pools.connection(key=key_on(c, node))
         busy = await holder.__aenter__()  # in flight across the drain
         assert await aport_of(busy) == pg.port[node]
-        await pools.apply_event(
-            f"SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={node} host=h status=down"
-            " reason=USER drain_timeout=30"
-        )
+        await pools.apply_event(fan_line(node, "down", "USER", drain_timeout=30))
         assert c.node_state(node) is ra.NodeState.DRAINING
         await wait_until_async(lambda: server_conns(pg, node) == 1, 3)  # idle ones closed at once
         fresh = contextvars.Context().run(lambda: [c.route().name for _ in range(20)])
@@ -430,9 +427,7 @@ async def test_a_failure_after_a_drain_ended_aborts_the_connections_still_finish
         holder = pools.connection(key=key_on(c, "RAC1"))
         held = await holder.__aenter__()
         assert await aport_of(held) == pg.port["RAC1"]
-        c.apply_event(
-            "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1"
-        )
+        c.apply_event(fan_line("RAC1", "down", "USER", drain_timeout=1))
         await wait_until_async(lambda: c.node_state("RAC1") is ra.NodeState.DOWN, 5)
         await asyncio.sleep(0.3)  # several upkeep rounds past the drain's end
         await held.execute("SELECT 1")  # finishing its request
@@ -455,9 +450,7 @@ async def test_a_drain_that_ended_between_two_upkeep_rounds_lets_borrowed_connec
         holder = pools.connection(key=key_on(c, "RAC1"))
         held = await holder.__aenter__()
         assert await aport_of(held) == pg.port["RAC1"]
-        c.apply_event(
-            "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1"
-        )
+        c.apply_event(fan_line("RAC1", "down", "USER", drain_timeout=1))
         await wait_until_async(lambda: c.node_state("RAC1") is ra.NodeState.DOWN, 5)
         await pools._upkeep.round()  # the first round since the drain began
         await held.execute("SELECT 1")  # not aborted

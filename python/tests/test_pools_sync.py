@@ -188,7 +188,7 @@ def test_a_planned_drain_closes_idle_connections_now_and_busy_ones_on_return(pg,
         holder = pools.connection(key=key_on(c, node))
         busy = holder.__enter__()
         assert port_of(busy) == pg.port[node]
-        pools.apply_event(f'SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={node} host=h status=down reason=USER drain_timeout=30')
+        pools.apply_event(fan_line(node, 'down', 'USER', drain_timeout=30))
         assert c.node_state(node) is ra.NodeState.DRAINING
         wait_until(lambda: server_conns(pg, node) == 1, 3)
         fresh = contextvars.Context().run(lambda: [c.route().name for _ in range(20)])
@@ -352,7 +352,7 @@ def test_a_failure_after_a_drain_ended_aborts_the_connections_still_finishing(pg
         holder = pools.connection(key=key_on(c, 'RAC1'))
         held = holder.__enter__()
         assert port_of(held) == pg.port['RAC1']
-        c.apply_event('SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1')
+        c.apply_event(fan_line('RAC1', 'down', 'USER', drain_timeout=1))
         wait_until(lambda: c.node_state('RAC1') is ra.NodeState.DOWN, 5)
         time.sleep(0.3)
         held.execute('SELECT 1')
@@ -369,7 +369,7 @@ def test_a_drain_that_ended_between_two_upkeep_rounds_lets_borrowed_connections_
         holder = pools.connection(key=key_on(c, 'RAC1'))
         held = holder.__enter__()
         assert port_of(held) == pg.port['RAC1']
-        c.apply_event('SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1')
+        c.apply_event(fan_line('RAC1', 'down', 'USER', drain_timeout=1))
         wait_until(lambda: c.node_state('RAC1') is ra.NodeState.DOWN, 5)
         pools._upkeep.round()
         held.execute('SELECT 1')

@@ -475,7 +475,7 @@ def test_a_failure_during_a_drain_aborts_checked_out_connections(pg, cluster_fac
     engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
     holder = _held_on_rac1(c, engine)
     assert node_of_conn(pg, holder) == "RAC1"
-    c.apply_event(fan_line("RAC1", "down", "USER") + " drain_timeout=30")
+    c.apply_event(fan_line("RAC1", "down", "USER", drain_timeout=30))
     watch = engine.pool._watch
     wait_until(lambda: watch._last.get(c.node_id("RAC1")) is ra.NodeState.DRAINING, 5)
     c.apply_event(fan_line("RAC1", "down"))
@@ -489,15 +489,13 @@ def test_a_failure_during_a_drain_aborts_checked_out_connections(pg, cluster_fac
 def test_a_failure_after_a_drain_ended_aborts_the_connections_still_finishing(pg, cluster_factory):
     # The drain's end let the connection in use finish; the node then fails
     # and the connection, which would hang on a blackholed node, is aborted.
-    from conftest import wait_until
+    from conftest import fan_line, wait_until
 
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
     holder = _held_on_rac1(c, engine)
     assert node_of_conn(pg, holder) == "RAC1"
-    c.apply_event(
-        "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1"
-    )
+    c.apply_event(fan_line("RAC1", "down", "USER", drain_timeout=1))
     watch = engine.pool._watch
     wait_until(lambda: watch._last.get(c.node_id("RAC1")) is ra.NodeState.DOWN, 5)
     assert holder.execute(sa.text("SELECT 1")).scalar() == 1  # finishing its request
@@ -516,16 +514,14 @@ def test_a_drain_that_ended_between_two_watch_rounds_lets_checked_out_connection
     # rounds): the core says the Down ended a planned drain, so the
     # connection in use goes on.
     import racaffinity.sqlalchemy as ras
-    from conftest import wait_until
+    from conftest import fan_line, wait_until
 
     monkeypatch.setattr(ras, "WATCH_INTERVAL", 600.0)
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
     holder = _held_on_rac1(c, engine)
     assert node_of_conn(pg, holder) == "RAC1"
-    c.apply_event(
-        "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=RAC1 status=down reason=USER drain_timeout=1"
-    )
+    c.apply_event(fan_line("RAC1", "down", "USER", drain_timeout=1))
     wait_until(lambda: c.node_state("RAC1") is ra.NodeState.DOWN, 5)
     engine.pool._watch.round([engine.pool])  # the first round since the drain began
     assert holder.execute(sa.text("SELECT 1")).scalar() == 1  # not aborted
