@@ -5,7 +5,6 @@ sets them) and kill/restart nodes through the same script."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import subprocess
 import time
@@ -252,17 +251,22 @@ def tables(pg: PgNodes):
                 conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(gid))
 
 
-_FAN_SECOND = itertools.count(1)
+# The last FAN line's time (seconds since 1970).
+_FAN_LAST = [0]
 
 
 def fan_line(instance: str, status: str, reason: str = "FAILURE", drain_timeout: Optional[int] = None) -> str:
-    # Each line a second after the last: the core keeps the newest timestamp
-    # per node (docs/semantics.md, "Agreement"), so a fixed one would leave
-    # the first status of a second in force.
-    s = next(_FAN_SECOND)
+    # Dated now, as ONS dates its events: the core ends a FAN drain at the
+    # event's timestamp plus drain_timeout (docs/semantics.md), so a line
+    # dated in the past would end its drain at once (hence the next whole
+    # second, never before now). And each line at least a second after the
+    # last: the core keeps the newest timestamp per node ("Agreement"), so
+    # two lines of one second would leave the first status of it in force.
+    s = _FAN_LAST[0] = max(int(time.time()) + 1, _FAN_LAST[0] + 1)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(s))
     drain = f" drain_timeout={drain_timeout}" if drain_timeout is not None else ""
     return (
         f"SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance={instance} host=h "
-        f"status={status} reason={reason} card=1 timestamp=2026-11-29 {8 + s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
+        f"status={status} reason={reason} card=1 timestamp={stamp}"
         f"{drain}"
     )
