@@ -97,7 +97,7 @@ impl Cluster {
         if matches!(ev.event_type, FanEventType::Service | FanEventType::Database) {
             if let Some(v) = version {
                 // About every node, so about a node added later too.
-                let until = drain_deadline(self.clock(), drain_ms, ev.version());
+                let until = drain_deadline(self.clock(), drain_ms, ev.instant());
                 let input = SharedInput { to, version: v, drain_ms, drain_until: until };
                 let mut wide = self.inner.wide_input.lock().unwrap_or_else(|p| p.into_inner());
                 *wide = Some(SharedInput::max(*wide, input));
@@ -111,7 +111,7 @@ impl Cluster {
             let t = match to {
                 NodeState::Up => n.event_up(version),
                 NodeState::Draining => {
-                    n.drain_for(drain_ms, version, drain_deadline(self.clock(), drain_ms, ev.version()))
+                    n.drain_for(drain_ms, version, drain_deadline(self.clock(), drain_ms, ev.instant()))
                 }
                 NodeState::Down => n.event_down(version),
             };

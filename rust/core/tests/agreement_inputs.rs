@@ -401,3 +401,20 @@ fn two_names_of_one_token_id_hold_it_by_the_lower_version_in_every_order() {
     late_clock[0].advance_ms(10_000);
     assert_alike(&[cs[0].clone(), cs[1].clone(), late[0].clone()]);
 }
+
+/// A timestamp without seconds (a date, or hours and minutes) names a day
+/// or a minute, not an instant: a drain it dates counts from receipt, or a
+/// date-only event would end its drain at once (midnight plus the timeout
+/// has long passed) and an `hh:mm` one up to a minute early.
+#[test]
+fn a_drain_dated_without_seconds_counts_from_receipt() {
+    for stamp in ["2026-11-29", "2026-11-29 16:00"] {
+        let line = DRAIN_60S.replace("2026-11-29 16:00:00", stamp);
+        let (cs, clocks) = procs_at(&[30_000]);
+        cs[0].apply_event(&line).unwrap();
+        clocks[0].advance_ms(59_000);
+        assert_eq!(cs[0].node_by_name("orcl_2").unwrap().state(), NodeState::Draining, "{stamp}: 59 s after receipt");
+        clocks[0].advance_ms(1_000);
+        assert_eq!(cs[0].node_by_name("orcl_2").unwrap().state(), NodeState::Down, "{stamp}: 60 s after receipt");
+    }
+}

@@ -234,6 +234,16 @@ impl FanEvent {
         }
     }
 
+    /// The instant the event names, seconds since 1970 UTC: its
+    /// [`version`](Self::version) when the timestamp reads to the second.
+    /// A date alone or `hh:mm` names a day or a minute, which orders events
+    /// but cannot date a drain's deadline.
+    pub fn instant(&self) -> Option<u64> {
+        let time = self.timestamp.as_deref()?.trim().split_once([' ', 'T'])?.1;
+        let clock = time.split_whitespace().next()?;
+        (clock.split('.').next()?.split(':').count() == 3).then(|| self.version()).flatten()
+    }
+
     /// Parses one FAN event line.
     ///
     /// The event type, keys, and the values of `status=` and `reason=` are
