@@ -6,8 +6,6 @@ hits they served from their caches): what Python reads of a counter past
 
 from __future__ import annotations
 
-import pytest
-
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -35,11 +33,6 @@ def test_metrics_and_prometheus_carry_the_exact_u64() -> None:
         assert f'racaffinity_node_affinity_hits_total{{cluster="big",node="RAC1"}} {U64_MAX}' in text, text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="racaffinity.otel observes the u64 as a Python int past int64, which OTel's data model "
-    "(and the OTLP encoder: 'Value out of range') refuses; fix in otel.py pending",
-)
 def test_otel_points_stay_in_int64(pg) -> None:
     cluster = ra.Cluster("name = otel-big\nnodes = RAC1, RAC2, RAC3")
     pools = NodePools(cluster, pg.dsn, min_size=0, max_size=1, timeout=5.0)

@@ -100,6 +100,16 @@ def instrument(pools: Any, meter_provider: Any = None) -> "Instrumentation":
     return Instrumentation(pools, meter_provider)
 
 
+
+_I64_MAX = (1 << 63) - 1
+
+
+def _int64(value: int) -> int:
+    """The core's u64 counter, capped at 2**63 - 1: OTel's data points are
+    int64 and the OTLP encoder refuses the whole batch for one value past
+    it; Java's binders cap alike (docs/java-datasource.md)."""
+    return value if value <= _I64_MAX else _I64_MAX
+
 class Instrumentation:
     """The instruments of one `NodePools`; `uninstrument()` undoes the pool hooks."""
 
@@ -322,7 +332,7 @@ class Instrumentation:
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
             m = self._metrics()
             for n in m["nodes"] if m else ():
-                yield Observation(n[key], {CLUSTER: self._cluster_name, NODE: n["name"]})
+                yield Observation(_int64(n[key]), {CLUSTER: self._cluster_name, NODE: n["name"]})
 
         return observe
 
@@ -342,7 +352,7 @@ class Instrumentation:
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
             m = self._metrics()
             for scope in SCOPES if m else ():
-                yield Observation(m["scopes"][scope][key], {CLUSTER: self._cluster_name, SCOPE: scope})
+                yield Observation(_int64(m["scopes"][scope][key]), {CLUSTER: self._cluster_name, SCOPE: scope})
 
         return observe
 
@@ -351,6 +361,6 @@ class Instrumentation:
             m = self._metrics()
             feed = m.get("feed") if m else None
             if feed is not None:
-                yield Observation(int(feed[key]), {CLUSTER: self._cluster_name})
+                yield Observation(_int64(int(feed[key])), {CLUSTER: self._cluster_name})
 
         return observe
