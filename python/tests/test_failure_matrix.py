@@ -228,6 +228,11 @@ class Lane:
     def start(self) -> None:
         self.env = dict(os.environ, RACAFF_PROXY_BASE_PORT=str(self.proxy_base),
                         RACAFF_TOXIPROXY_PORT=str(self.proxy_base - 1))
+        if os.environ.get("RACAFF_FAULTS_DIR"):
+            # A state dir (its pid file) per lane: in one, each lane's start
+            # overwrote the last one's pid, so `faults stop` left three
+            # servers running and the next run's start failed on them.
+            self.env["RACAFF_FAULTS_DIR"] = f"{os.environ['RACAFF_FAULTS_DIR']}-lane{self.proxy_base}"
         self.faults("start", "3", *(["--rac"] if self.model == "database" else []))
         self._tool = faults_tool()
         saved = dict(os.environ)
