@@ -6,6 +6,7 @@ tools/async_to_sync.py, so both APIs pass the same tests."""
 from __future__ import annotations
 
 import json
+import math
 import logging
 import os
 import signal
@@ -19,11 +20,12 @@ import pytest
 
 import racaffinity as ra
 from racaffinity._acompat import aspawn, await_all
+from racaffinity._deadline import CallTimeout, abounded
 from racaffinity.pools import AsyncNodePools
 from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
 
-from conftest import NAMES, prepare_directly, prepared_xacts, tpc_rows, wait_until
-from faults import gtrid_on, in_flight, live
+from conftest import NAMES, fan_line, prepare_directly, prepared_xacts, tpc_rows, wait_until
+from faults import gtrid_on, in_flight, live, node_metrics
 
 rows = tpc_rows
 
@@ -254,6 +256,86 @@ async def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_d
         assert [r.node_name for r in report.resolved] == ["RAC2"] or report.completed == [g]
         assert rows(pg)["RAC2"] == [(g, "b0")] and prepared_xacts(pg) == {n: [] for n in NAMES}
         assert live(c) == 0 and pools.in_doubt == {}
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(90)
+async def test_a_hard_down_aborts_an_open_branchs_connection_on_a_blackholed_node(
+    pg, cluster_factory, tables, proxies
+):
+    # Fast connection failover covers a branch as any borrow: its connection
+    # came from the node pool unmarked, so a FAN failure left it alone and
+    # its next statement on the blackholed node waited for a TCP or
+    # statement timeout (here the test's own bound).
+    dsns = {n: proxies[n].dsn(pg.dsn[n]) for n in NAMES}
+    async with AsyncNodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=4, timeout=2.0) as pools:
+        c = pools.cluster
+        g = gtrid_on(c, "RAC1", "fcf")
+        gtx = pools.global_transaction(g)
+        waited = math.inf
+        with pytest.raises(psycopg.OperationalError) as info:
+            async with gtx.branch() as conn:
+                await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+                proxies["RAC1"].blackhole()
+                await pools.apply_event(fan_line("RAC1", "down"))
+                t0 = time.monotonic()
+                try:
+                    async with abounded(conn, 8.0):
+                        await conn.execute("SELECT 1")
+                finally:
+                    waited = time.monotonic() - t0
+        assert waited < 2.0, f"the branch's statement waited {waited:.1f} s: its connection was not aborted"
+        assert not isinstance(info.value, CallTimeout)
+        # Recovered as any branch whose session ended before PREPARE.
+        assert [b.state for b in gtx.branches] == ["rolled back"]
+        assert live(c) == 0 and in_flight(c) == 0 and pools.in_doubt == {}
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        proxies["RAC1"].heal()
+        assert rows(pg)["RAC1"] == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_hard_down_leaves_a_prepared_branchs_connection_to_phase_two(pg, cluster_factory, tables):
+    # Once prepared, phase two's calls on the connection are bounded and
+    # fall back to a new one: an abort by the Down would only count a
+    # second failure for the node (the failure matrix's prepare/stall
+    # cells counted 2 where 1 happened).
+    async with new_pools(pg, cluster_factory) as pools:
+        c = pools.cluster
+        g = gtrid_on(c, "RAC1", "prepared-down")
+        async with pools.global_transaction(g) as gtx:
+            async with gtx.branch() as conn:
+                await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+            await pools.apply_event(fan_line("RAC1", "down"))
+            assert c.node_state("RAC1").name == "DOWN"
+        assert [b.state for b in gtx.branches] == ["committed"]
+        assert rows(pg)["RAC1"] == [(g, "b0")] and prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert node_metrics(c, "RAC1")["failures"] == 0
+        assert live(c) == 0 and in_flight(c) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_planned_drain_lets_an_open_branch_prepare_and_commit_on_its_node(pg, cluster_factory, tables):
+    # A drain is planned: work in progress finishes on the node, a branch
+    # as a borrow; the drain's end (a planned Down) aborts nothing.
+    async with new_pools(pg, cluster_factory, upkeep_interval=0.05) as pools:
+        c = pools.cluster
+        g = gtrid_on(c, "RAC1", "drain")
+        async with pools.global_transaction(g) as gtx:
+            async with gtx.branch() as conn:
+                await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+                await pools.apply_event(fan_line("RAC1", "down", reason="USER", drain_timeout=1))
+                assert c.node_state("RAC1").name == "DRAINING"
+                wait_until(lambda: c.node_state("RAC1").name == "DOWN", 10)  # the core ends it by the clock
+                await pools._upkeep.round()  # the drain's end acted on
+                cur = await conn.execute("SELECT inet_server_port()")
+                assert (await cur.fetchone())[0] == pg.port["RAC1"]
+            assert [b.state for b in gtx.branches] == ["prepared"]
+        assert [b.state for b in gtx.branches] == ["committed"]
+        assert rows(pg)["RAC1"] == [(g, "b0")] and prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert live(c) == 0 and in_flight(c) == 0
 
 
 @pytest.mark.asyncio

@@ -7,6 +7,7 @@ NodePools. test_tpc_sync.py (NodePools) is generated from this file by
 tools/async_to_sync.py, so both APIs pass the same tests."""
 from __future__ import annotations
 import json
+import math
 import logging
 import os
 import signal
@@ -18,10 +19,11 @@ import psycopg
 import pytest
 import racaffinity as ra
 from racaffinity._acompat import spawn, wait_all
+from racaffinity._deadline import CallTimeout, bounded
 from racaffinity.pools import NodePools
 from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
-from conftest import NAMES, prepare_directly, prepared_xacts, tpc_rows, wait_until
-from faults import gtrid_on, in_flight, live
+from conftest import NAMES, fan_line, prepare_directly, prepared_xacts, tpc_rows, wait_until
+from faults import gtrid_on, in_flight, live, node_metrics
 rows = tpc_rows
 
 def new_pools(pg, cluster_factory, **kwargs) -> NodePools:
@@ -199,6 +201,67 @@ def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_doubt(p
         assert [r.node_name for r in report.resolved] == ['RAC2'] or report.completed == [g]
         assert rows(pg)['RAC2'] == [(g, 'b0')] and prepared_xacts(pg) == {n: [] for n in NAMES}
         assert live(c) == 0 and pools.in_doubt == {}
+
+@pytest.mark.timeout(90)
+def test_a_hard_down_aborts_an_open_branchs_connection_on_a_blackholed_node(pg, cluster_factory, tables, proxies):
+    dsns = {n: proxies[n].dsn(pg.dsn[n]) for n in NAMES}
+    with NodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=4, timeout=2.0) as pools:
+        c = pools.cluster
+        g = gtrid_on(c, 'RAC1', 'fcf')
+        gtx = pools.global_transaction(g)
+        waited = math.inf
+        with pytest.raises(psycopg.OperationalError) as info:
+            with gtx.branch() as conn:
+                conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+                proxies['RAC1'].blackhole()
+                pools.apply_event(fan_line('RAC1', 'down'))
+                t0 = time.monotonic()
+                try:
+                    with bounded(conn, 8.0):
+                        conn.execute('SELECT 1')
+                finally:
+                    waited = time.monotonic() - t0
+        assert waited < 2.0, f"the branch's statement waited {waited:.1f} s: its connection was not aborted"
+        assert not isinstance(info.value, CallTimeout)
+        assert [b.state for b in gtx.branches] == ['rolled back']
+        assert live(c) == 0 and in_flight(c) == 0 and (pools.in_doubt == {})
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        proxies['RAC1'].heal()
+        assert rows(pg)['RAC1'] == []
+
+@pytest.mark.timeout(60)
+def test_a_hard_down_leaves_a_prepared_branchs_connection_to_phase_two(pg, cluster_factory, tables):
+    with new_pools(pg, cluster_factory) as pools:
+        c = pools.cluster
+        g = gtrid_on(c, 'RAC1', 'prepared-down')
+        with pools.global_transaction(g) as gtx:
+            with gtx.branch() as conn:
+                conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+            pools.apply_event(fan_line('RAC1', 'down'))
+            assert c.node_state('RAC1').name == 'DOWN'
+        assert [b.state for b in gtx.branches] == ['committed']
+        assert rows(pg)['RAC1'] == [(g, 'b0')] and prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert node_metrics(c, 'RAC1')['failures'] == 0
+        assert live(c) == 0 and in_flight(c) == 0
+
+@pytest.mark.timeout(60)
+def test_a_planned_drain_lets_an_open_branch_prepare_and_commit_on_its_node(pg, cluster_factory, tables):
+    with new_pools(pg, cluster_factory, upkeep_interval=0.05) as pools:
+        c = pools.cluster
+        g = gtrid_on(c, 'RAC1', 'drain')
+        with pools.global_transaction(g) as gtx:
+            with gtx.branch() as conn:
+                conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+                pools.apply_event(fan_line('RAC1', 'down', reason='USER', drain_timeout=1))
+                assert c.node_state('RAC1').name == 'DRAINING'
+                wait_until(lambda: c.node_state('RAC1').name == 'DOWN', 10)
+                pools._upkeep.round()
+                cur = conn.execute('SELECT inet_server_port()')
+                assert cur.fetchone()[0] == pg.port['RAC1']
+            assert [b.state for b in gtx.branches] == ['prepared']
+        assert [b.state for b in gtx.branches] == ['committed']
+        assert rows(pg)['RAC1'] == [(g, 'b0')] and prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert live(c) == 0 and in_flight(c) == 0
 
 @pytest.mark.timeout(90)
 def test_recover_all_resolves_the_healthy_nodes_while_another_hangs(pg, cluster_factory, tables, proxies):

@@ -202,8 +202,18 @@ class AsyncGlobalTransaction:
         try:
             b.lease = c.lease(route.node)
             b.pool = self.pools.node_pool(route.node)
-            b.conn = await b.pool.getconn(timeout)
-            b.pid, b.began = b.conn.info.backend_pid, since
+            conn = await b.pool.getconn(timeout)
+            # Marked as a `connection()` borrow is, and then the pool's flag
+            # read (the pools' hard Down sets it, then reads the marks):
+            # fast connection failover aborts a branch on a failed node too,
+            # and a drain leaves it to finish there.
+            conn._racaffinity_borrowed = True
+            if b.pool._racaffinity_retired:  # its node went Down as it handed this out
+                conn._racaffinity_borrowed = False
+                await b.pool.putconn(conn)  # a retired pool closes it
+                raise psycopg_pool.PoolClosed(f"the pool {b.pool.name!r} was retired as it handed a connection out")
+            b.conn = conn
+            b.pid, b.began = conn.info.backend_pid, since
             async with abounded(b.conn, timeout):
                 await b.conn.tpc_begin(xid)
         except BaseException as e:
@@ -241,6 +251,11 @@ class AsyncGlobalTransaction:
             await self._release(b, e)
             self._end()
             raise
+        # Prepared: the application is done with the connection, and phase
+        # two's calls on it are bounded and fall back to a new connection.
+        # A hard Down leaves it alone: an abort would only count the node's
+        # failure twice (docs/python.md, "Fast connection failover").
+        b.conn._racaffinity_borrowed = False
         b.state = "prepared"
         self.cluster.tx_prepared(self.gtrid_bytes)
 
@@ -284,6 +299,7 @@ class AsyncGlobalTransaction:
             failed = cause is not None and is_node_failure(cause, b.pool, waited_since=since)
         conn, b.conn = b.conn, None
         if conn is not None:
+            conn._racaffinity_borrowed = False
             try:
                 interrupted = cause is not None and not isinstance(cause, Exception)
                 # never return a connection still in a two-phase transaction

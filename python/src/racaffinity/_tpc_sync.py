@@ -158,8 +158,14 @@ class GlobalTransaction:
         try:
             b.lease = c.lease(route.node)
             b.pool = self.pools.node_pool(route.node)
-            b.conn = b.pool.getconn(timeout)
-            b.pid, b.began = (b.conn.info.backend_pid, since)
+            conn = b.pool.getconn(timeout)
+            conn._racaffinity_borrowed = True
+            if b.pool._racaffinity_retired:
+                conn._racaffinity_borrowed = False
+                b.pool.putconn(conn)
+                raise psycopg_pool.PoolClosed(f'the pool {b.pool.name!r} was retired as it handed a connection out')
+            b.conn = conn
+            b.pid, b.began = (conn.info.backend_pid, since)
             with bounded(b.conn, timeout):
                 b.conn.tpc_begin(xid)
         except BaseException as e:
@@ -187,6 +193,7 @@ class GlobalTransaction:
             self._release(b, e)
             self._end()
             raise
+        b.conn._racaffinity_borrowed = False
         b.state = 'prepared'
         self.cluster.tx_prepared(self.gtrid_bytes)
 
@@ -220,6 +227,7 @@ class GlobalTransaction:
             failed = cause is not None and is_node_failure(cause, b.pool, waited_since=since)
         conn, b.conn = (b.conn, None)
         if conn is not None:
+            conn._racaffinity_borrowed = False
             try:
                 interrupted = cause is not None and (not isinstance(cause, Exception))
                 if failed or interrupted or conn.broken or (getattr(conn, '_tpc', None) is not None):
