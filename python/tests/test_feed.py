@@ -22,7 +22,16 @@ import pytest
 import racaffinity as ra
 from conftest import REPO, wait_until
 
-BASE_PORT = int(os.environ.get("RACAFF_PY_ETCD_BASE_PORT", "24940"))
+# The variables tests/cluster/etcdnodes and the Rust suite's etcd read, so
+# that one run's settings keep all of it off another run's ports and data
+# root (the older RACAFF_PY_ETCD_BASE_PORT still counts when
+# RACAFF_ETCD_BASE_PORT is not set; RACAFF_ETCD_PEER_BASE_PORT reaches
+# etcdnodes through the environment). Without them the port is this suite's
+# own (the Rust suite's default to 24890, 25090 and 25110, each with peers
+# 10 above), so `make test`, which runs the suites one after another, never
+# starts two clusters on one port.
+BASE_PORT = int(os.environ.get("RACAFF_ETCD_BASE_PORT") or os.environ.get("RACAFF_PY_ETCD_BASE_PORT") or "24940")
+ETCD_DIR = os.environ.get("RACAFF_ETCD_DIR") or f"/tmp/racaffinity-etcd-py-feed-{BASE_PORT}"
 ETCDNODES = str(REPO / "tests" / "cluster" / "etcdnodes")
 
 
@@ -35,7 +44,7 @@ class Etcd:
         self.env = dict(
             os.environ,
             RACAFF_ETCD_BASE_PORT=str(BASE_PORT),
-            RACAFF_ETCD_DIR=f"/tmp/racaffinity-etcd-py-feed-{BASE_PORT}",
+            RACAFF_ETCD_DIR=ETCD_DIR,
         )
         self.run("start", "3")
         exports = self.run("env")
