@@ -843,3 +843,58 @@ def test_a_forked_child_that_never_disposes_gets_a_failover_watch_and_its_own_co
             assert conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() == parents
     finally:
         engine.dispose()
+
+
+def test_a_forked_childs_collected_node_pools_leave_the_parents_sessions_alone(pg, cluster_factory):
+    # The child's first checkout sets the parent's node pools aside; if the
+    # child drops them (the engine too) they are collected there. psycopg's
+    # PGconn finalizer calls PQfinish only in the process that connected (a
+    # getpid check, in its C and ctypes implementations alike): PQfinish
+    # would send Terminate on the parent's socket and end its session. An
+    # explicit close() in the child has no such check.
+    import gc
+    import os
+    import weakref
+
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    try:
+        key = key_on(c, "RAC1")
+        with route(key=key), engine.connect() as conn:
+            parents = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+            theirs = weakref.ref(conn.connection.dbapi_connection)
+            conn.rollback()
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            verdict = "no verdict"
+            try:
+                with route(key=key), engine.connect() as conn:  # sets the parent's node pools aside
+                    mine = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+                    conn.rollback()
+                engine.pool._inherited.clear()
+                gc.collect()
+                if mine == parents:
+                    verdict = "the child took the parent's connection"
+                elif theirs() is not None:
+                    verdict = f"the parent's connection was not collected: {gc.get_referrers(theirs())!r}"[:400]
+                else:
+                    verdict = "ok"
+            except BaseException as e:
+                verdict = f"{type(e).__name__}: {e}"
+            finally:
+                os.write(write, verdict.encode()[:500])
+                os._exit(0)
+        os.close(write)
+        reaped = []
+        _settle(lambda: reaped.append(os.waitpid(pid, os.WNOHANG)[0] == pid) or reaped[-1], 15.0)
+        if not reaped[-1]:  # a child stuck past its work must not hold the run
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        with os.fdopen(read, "rb") as f:
+            verdict = f.read().decode()
+        assert verdict == "ok", verdict
+        with route(key=key), engine.connect() as conn:  # the parent's session, not ended by the child
+            assert conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() == parents
+    finally:
+        engine.dispose()
