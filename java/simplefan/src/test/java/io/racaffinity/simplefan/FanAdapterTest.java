@@ -51,6 +51,11 @@ class FanAdapterTest {
 
     static ServiceDownEvent serviceDown(String instance, String host, ServiceDownEvent.Reason reason, int drain,
             ServiceDownEvent.EventKind kind, String service) {
+        return serviceDown(instance, host, reason, drain, kind, service, new Date(0));
+    }
+
+    static ServiceDownEvent serviceDown(String instance, String host, ServiceDownEvent.Reason reason, int drain,
+            ServiceDownEvent.EventKind kind, String service, Date at) {
         ServiceDownEvent.ServiceMemberEvent member = instance == null ? null
                 : new ServiceDownEvent.ServiceMemberEvent() {
                     private static final long serialVersionUID = 1L;
@@ -65,7 +70,7 @@ class FanAdapterTest {
                         return host;
                     }
                 };
-        return new ServiceDownEvent("ons", new Date(0)) {
+        return new ServiceDownEvent("ons", at) {
             private static final long serialVersionUID = 1L;
 
             @Override
@@ -231,8 +236,10 @@ class FanAdapterTest {
 
     @Test
     void aPlannedStopWithADrainTimeoutDrains() {
+        // Dated now: the core ends a FAN drain at the event's timestamp plus its
+        // drain_timeout (docs/semantics.md), so one dated 1970 would end at once.
         fan.handleEvent(serviceDown("RAC3", "host3", ServiceDownEvent.Reason.USER, 60,
-                ServiceDownEvent.EventKind.MEMBER, "svc"));
+                ServiceDownEvent.EventKind.MEMBER, "svc", new Date()));
         assertEquals(NodeState.DRAINING, cluster.nodeState("RAC3"), lines.toString());
         assertTrue(lines.get(0).contains(" reason=USER drain_timeout=60 "), lines.get(0));
     }
