@@ -41,6 +41,8 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
     private boolean transactionAffinity = true;
     /** The XA engine, built at the start. */
     private volatile XaRouter router;
+    /** Follows the node states for fast connection failover (XaRouter#nodeFailed), built at the start. */
+    private volatile PoolMaintenance watch;
     /**
      * The credentials the application last passed to {@link #getXAConnection(String, String)}
      * (an app server's pool, e.g. WildFly's {@code <security>}), or null: the heartbeat probes
@@ -109,8 +111,31 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
     void started(Running<XADataSource> r) {
         final List<String> fs = nodes.nodeFailureStates();
         Cluster c = r.cluster;
-        router = new XaRouter(c, r.byId, transactionAffinity, e -> SqlErrors.isNodeFailure(e, fs),
+        XaRouter x = new XaRouter(c, r.byId, transactionAffinity, e -> SqlErrors.isNodeFailure(e, fs),
                 nodes.redactor()::redact, AffinityDataSource::requestSession, () -> requestRoute(c));
+        router = x;
+        // AffinityDataSource's upkeep, with no pool of its own to keep: only its hard-Down decision is used.
+        watch = new PoolMaintenance(kind + " " + c.name(), c, probes(r.byId), new NodeFailover(r.byId.length),
+                node -> null, WATCH_MILLIS, null, 0, nodes.redactor(), x::nodeFailed, false);
+    }
+
+    /** How often node states are looked at when nothing pokes (AffinityDataSource's poolMaintenanceMillis default). */
+    static final long WATCH_MILLIS = 200;
+
+    @Override
+    void stateMayHaveChanged() {
+        PoolMaintenance w = watch;
+        if (w != null) {
+            w.poke();
+        }
+    }
+
+    @Override
+    void stopping() {
+        PoolMaintenance w = watch;
+        if (w != null) {
+            w.close();
+        }
     }
 
     /** The thread's routing-token decision for {@code c} (AffinityFilter in token mode), as AffinityDataSource. */

@@ -10,6 +10,7 @@ import java.util.Arrays;
 import java.util.Map;
 import java.util.concurrent.Executor;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.IntConsumer;
 import java.util.function.IntFunction;
 import javax.sql.DataSource;
 
@@ -41,6 +42,10 @@ final class PoolMaintenance implements AutoCloseable {
     private final DataSource[] byId;
     private final NodeFailover failover;
     private final IntFunction<String> lastFailure;
+    /** What else a hard Down ends (AffinityXADataSource: the sessions its XAConnections hold there), or null. */
+    private final IntConsumer hardDown;
+    /** False where the heartbeat logs the state changes it causes itself (AffinityXADataSource). */
+    private final boolean logTransitions;
     private final long tickMillis;
     private final PartitionMapLoader loader;
     /** The loader's exceptions are the application's (a driver's message may hold its URL). */
@@ -70,7 +75,19 @@ final class PoolMaintenance implements AutoCloseable {
     PoolMaintenance(String owner, Cluster cluster, DataSource[] byId, NodeFailover failover,
             IntFunction<String> lastFailure, long tickMillis, PartitionMapLoader loader, long reloadMillis,
             Redactor redactor) {
+        this(owner, cluster, byId, failover, lastFailure, tickMillis, loader, reloadMillis, redactor, null, true);
+    }
+
+    /**
+     * @param hardDown called at each hard Down of a node, after its pool's connections in use were aborted
+     * @param logTransitions whether the rounds log node state changes
+     */
+    PoolMaintenance(String owner, Cluster cluster, DataSource[] byId, NodeFailover failover,
+            IntFunction<String> lastFailure, long tickMillis, PartitionMapLoader loader, long reloadMillis,
+            Redactor redactor, IntConsumer hardDown, boolean logTransitions) {
         this.owner = owner;
+        this.hardDown = hardDown;
+        this.logTransitions = logTransitions;
         this.failover = failover;
         this.redactor = redactor;
         this.cluster = cluster;
@@ -171,6 +188,8 @@ final class PoolMaintenance implements AutoCloseable {
             NodeState now = cluster.nodeState(i);
             if (now != last[i]) {
                 changed = true;
+            }
+            if (now != last[i] && logTransitions) {
                 NodeStates.logTransition(LOG, owner, cluster, i, last[i], now, lastFailure.apply(i));
             }
             if (now == NodeState.DRAINING) {
@@ -232,6 +251,9 @@ final class PoolMaintenance implements AutoCloseable {
         }
         failover.kickWaiters(node);
         int aborted = failover.abortBorrowed(node);
+        if (hardDown != null) {
+            hardDown.accept(node);
+        }
         Hikari.softEvict(ds);
         if (aborted > 0) {
             LOG.log(Level.DEBUG, () -> owner + ": node " + cluster.nodeName(node) + " Down: " + aborted

@@ -208,6 +208,51 @@ public final class AffinityXAConnection implements XAConnection {
         }
     }
 
+    /**
+     * {@link XaRouter#nodeFailed}: the session this connection holds on {@code node}, if any, is marked broken
+     * (an active branch on it died with it), the handle that used it fails its next call, and the session is
+     * aborted: through the handle's driver connection, else through a new handle of the physical connection,
+     * which the driver may give only once a call running on it ends, so on a thread of its own.
+     *
+     * @return whether this connection had a session there
+     */
+    boolean abortNode(int node) {
+        Physical p;
+        Connection logical;
+        synchronized (this) {
+            p = node < byNode.length ? byNode[node] : null;
+            if (closed || p == null) {
+                return false;
+            }
+            markBroken(p);
+            if (handle != null && handle.used.contains(p)) {
+                handle.failedOn = router.nodeName(node);
+            }
+            logical = p.logical;
+        }
+        if (logical != null) {
+            abortQuietly(logical);
+        } else {
+            io.racaffinity.LibraryThreads.newThread(() -> {
+                try {
+                    abortQuietly(p.xac.getConnection());
+                } catch (SQLException | RuntimeException e) {
+                    // closed meanwhile: nothing left to end
+                }
+            }, "racaffinity-xa-abort", AffinityXAConnection.class.getClassLoader()).start();
+        }
+        return true;
+    }
+
+    private void abortQuietly(Connection c) {
+        try {
+            c.abort(Runnable::run);
+        } catch (SQLException | RuntimeException e) {
+            XaRouter.LOG.log(Level.DEBUG, () -> "aborting a physical connection failed: "
+                    + router.redact(String.valueOf(e.getMessage())));
+        }
+    }
+
     /** The physical connection to {@code node} if one is open (never opens one), else null. */
     synchronized Physical existing(int node) {
         Physical p = node < byNode.length ? byNode[node] : null;
@@ -399,6 +444,11 @@ public final class AffinityXAConnection implements XAConnection {
             if (h != handle) {
                 throw new SQLNonTransientConnectionException("connection handle is closed", "08003");
             }
+            if (h.failedOn != null) {
+                // Never a fresh session: the work would go on outside the branch that died.
+                throw new SQLNonTransientConnectionException("racaffinity: node " + h.failedOn + " failed (hard"
+                        + " Down): this connection's session there was aborted", "08006");
+            }
             node = bound;
         }
         if (node < 0) {
@@ -528,6 +578,8 @@ public final class AffinityXAConnection implements XAConnection {
     final class Handle implements InvocationHandler {
         final List<Physical> used = new ArrayList<>(2);
         boolean closed;
+        /** The node whose hard Down aborted a session this handle used, or null. */
+        String failedOn;
 
         @Override
         public Object invoke(Object proxy, Method m, Object[] args) throws Throwable {
@@ -630,6 +682,7 @@ public final class AffinityXAConnection implements XAConnection {
         for (XidKey k : gone) {
             router.closedUnprepared(k);
         }
+        router.closed(this);
     }
 
     @Override

@@ -153,6 +153,14 @@ public final class AffinityXAResource implements XAResource {
     public void end(Xid xid, int flags) throws XAException {
         conn.checkOpen();
         XidKey k = key(xid);
+        XaRouter.Branch lost = router.branch(k);
+        if (lost != null && lost.sessionLost && !lost.prepared && conn.associatedWith(k) == null) {
+            // Its session ended (an abort at its node's hard Down): the database rolled it back, and a fresh
+            // session would only wait on the node to answer that it holds no such branch.
+            conn.unbindXid(k);
+            throw XaErrors.xa(XAException.XA_RBCOMMFAIL, "racaffinity: end of xid " + k + ": its session on "
+                    + router.nodeName(lost.node) + " ended: rolled back", null);
+        }
         int node = k.equals(conn.boundXid()) ? conn.boundNode() : router.resolve(k, "end", conn);
         try {
             conn.physical(node).xar.end(xid, flags);

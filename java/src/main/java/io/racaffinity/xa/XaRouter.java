@@ -55,6 +55,13 @@ public final class XaRouter {
     /** Independent databases (scan all, complete where found) or instances of one (any instance will do). */
     private final RecoveryScope scope;
 
+    /**
+     * The XAConnections open now, for fast connection failover ({@link #nodeFailed}): weak, so one a
+     * pool dropped without closing it goes; connections are made rarely (a TM pools them).
+     */
+    private final Set<AffinityXAConnection> open =
+            java.util.Collections.synchronizedSet(java.util.Collections.newSetFromMap(new java.util.WeakHashMap<>()));
+
     /** Branches started here (live) or returned by a recovery scan, by exact xid. */
     private final Map<XidKey, Branch> branches = new ConcurrentHashMap<>();
 
@@ -153,7 +160,40 @@ public final class XaRouter {
      * @return the connection
      */
     public AffinityXAConnection connect(String user, String password) {
-        return new AffinityXAConnection(this, user, password);
+        AffinityXAConnection c = new AffinityXAConnection(this, user, password);
+        open.add(c);
+        return c;
+    }
+
+    void closed(AffinityXAConnection c) {
+        open.remove(c);
+    }
+
+    /** @return the XAConnections open now */
+    AffinityXAConnection[] openConnections() {
+        synchronized (open) {
+            return open.toArray(new AffinityXAConnection[0]);
+        }
+    }
+
+    /**
+     * Fast connection failover at a hard Down of {@code node} (a crash, FAN {@code reason=FAILURE}, the
+     * heartbeat, ejection; not a planned drain's end), as {@code AffinityDataSource} aborts the connections
+     * in use there: every session the open XAConnections hold on the node is aborted, so that a call hung
+     * on a dead or blackholed node ends now, not at the driver's socket timeout. An unprepared branch on
+     * such a session died with it (the database rolls it back): the TM's next call on it answers at once
+     * ({@code end}: {@code XA_RBCOMMFAIL}; the handle: SQLState 08006). A prepared branch stays on the node
+     * (in doubt, for the TM's commit or recovery), tracked as before.
+     *
+     * @param node the node id
+     * @return how many XAConnections had a session there
+     */
+    public int nodeFailed(int node) {
+        int n = 0;
+        for (AffinityXAConnection c : openConnections()) {
+            n += c.abortNode(node) ? 1 : 0;
+        }
+        return n;
     }
 
     /** @return live branches and recovered xids this process tracks */

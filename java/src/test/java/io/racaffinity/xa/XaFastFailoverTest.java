@@ -1,0 +1,180 @@
+package io.racaffinity.xa;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import io.racaffinity.Cluster;
+import io.racaffinity.NodeState;
+import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.test.Faults;
+import io.racaffinity.test.PgNodes;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.function.BooleanSupplier;
+import javax.sql.XAConnection;
+import javax.transaction.xa.XAException;
+import javax.transaction.xa.XAResource;
+import javax.transaction.xa.Xid;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.postgresql.xa.PGXADataSource;
+
+/**
+ * Fast connection failover for XA branch connections, as for {@code AffinityDataSource}'s borrowed
+ * ones (docs/continuity.md): at a hard Down of a node (FAN {@code reason=FAILURE}, heartbeat,
+ * ejection) the sessions AffinityXAConnections hold there are aborted at once, so the call on a
+ * blackholed node ends now rather than at the driver's socket timeout; a planned drain leaves them
+ * to finish their branch.
+ */
+@ExtendWith(PgNodes.class)
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class XaFastFailoverTest {
+    /** Long enough that a call which ends only at it is told apart from an abort. */
+    static final int SOCKET_TIMEOUT = 40;
+    static final int LOGIN_TIMEOUT = 3;
+    @RegisterExtension
+    static final XaSupport.Proxies PROXIES = XaSupport.Proxies.nodes();
+    @RegisterExtension
+    final XaSupport xa = new XaSupport(PROXIES);
+
+    AffinityXADataSource ds(String name) {
+        Map<String, PGXADataSource> m = XaSupport.instances("RAC", PROXIES.ports());
+        for (PGXADataSource pg : m.values()) {
+            pg.setSocketTimeout(SOCKET_TIMEOUT);
+            pg.setLoginTimeout(LOGIN_TIMEOUT);
+            pg.setConnectTimeout(LOGIN_TIMEOUT);
+        }
+        return xa.ds("name = " + name + "-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3", m);
+    }
+
+    static String fan(String node, String tail) {
+        return "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=" + node + " host=h " + tail;
+    }
+
+    static boolean await(Duration d, BooleanSupplier c) throws InterruptedException {
+        long end = System.nanoTime() + d.toNanos();
+        while (System.nanoTime() < end) {
+            if (c.getAsBoolean()) {
+                return true;
+            }
+            Thread.sleep(20);
+        }
+        return c.getAsBoolean();
+    }
+
+    /** A branch on {@code node} with a row of {@code run}, its handle kept open. */
+    private record Branch(XAConnection c, XAResource r, Connection h, Xid x) {}
+
+    private Branch branchOn(AffinityXADataSource ds, String node, String run) throws Exception {
+        XAConnection c = xa.connect(ds);
+        XAResource r = c.getXAResource();
+        Connection h = c.getConnection();
+        Xid x = XaSupport.xid(1);
+        XaSupport.startOn(ds, node, r, x);
+        try (var ps = h.prepareStatement(io.racaffinity.test.XaRows.INSERT)) {
+            ps.setString(1, run);
+            ps.setInt(2, 1);
+            ps.setInt(3, 1);
+            ps.executeUpdate();
+        }
+        return new Branch(c, r, h, x);
+    }
+
+    private static CompletableFuture<Object> query(Connection h) {
+        return CompletableFuture.supplyAsync(() -> {
+            try (Statement s = h.createStatement()) {
+                return s.execute("SELECT 1");
+            } catch (SQLException e) {
+                return e;
+            }
+        });
+    }
+
+    @Test
+    void aHardDownAbortsTheBranchSessionsOnTheNodeSoTheCallOnABlackholedNodeEndsAtOnce() throws Exception {
+        AffinityXADataSource ds = ds("xa-fcf-failure");
+        Cluster cluster = ds.getCluster();
+        String run = UUID.randomUUID().toString();
+        Branch b = branchOn(ds, "RAC2", run);
+        Faults.blackhole(2);
+        CompletableFuture<Object> hung = query(b.h()); // what the application does next: it hangs there
+        assertThrows(TimeoutException.class, () -> hung.get(500, TimeUnit.MILLISECONDS), "blackholed");
+        long t0 = System.nanoTime();
+        cluster.applyEvent(fan("RAC2", "status=down reason=FAILURE"));
+        Object out;
+        try {
+            out = hung.get(10, TimeUnit.SECONDS);
+        } catch (TimeoutException e) {
+            fail("the call on the Down node's branch session still hangs 10 s after the Down (ends only at the "
+                    + SOCKET_TIMEOUT + " s socket timeout): not aborted");
+            return;
+        }
+        assertInstanceOf(SQLException.class, out, "the aborted call fails");
+        String state = ((SQLException) out).getSQLState();
+        assertTrue(state != null && state.startsWith("08"), "a connection error: " + out);
+        // The next call on the handle fails at once too (it must not open a new session outside the branch).
+        SQLException next = assertThrows(SQLException.class, () -> b.h().createStatement().execute("SELECT 1"));
+        assertTrue(next.getSQLState().startsWith("08"), "SQLState " + next.getSQLState());
+        // The TM's next XA call answers at once: the branch died with its session.
+        XAException e = assertThrows(XAException.class, () -> b.r().end(b.x(), XAResource.TMSUCCESS));
+        assertTrue(e.errorCode >= XAException.XA_RBBASE && e.errorCode <= XAException.XA_RBEND,
+                XaErrors.name(e.errorCode) + ": " + e.getMessage());
+        long took = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertTrue(took < 8_000, "the branch's calls ended within " + took + " ms of the Down");
+        // The TM's rollback needs the node's word (a PREPARE lost with a session would leave it in doubt there):
+        // retry later while it does not answer, done once it does. Recovery semantics are unchanged.
+        XAException rb = assertThrows(XAException.class, () -> b.r().rollback(b.x()));
+        assertEquals(XAException.XAER_RMFAIL, rb.errorCode, rb.getMessage());
+        assertEquals(1, ds.getRouter().trackedBranches(), "kept for the retry");
+        Faults.healAll();
+        b.r().rollback(b.x());
+        XaSupport.assertCompleted(ds, 2, run, 0);
+    }
+
+    @Test
+    void aPlannedDrainLeavesTheBranchToFinishAndOnlyAFailureAbortsIt() throws Exception {
+        AffinityXADataSource ds = ds("xa-fcf-drain");
+        Cluster cluster = ds.getCluster();
+        String run = UUID.randomUUID().toString();
+        Branch onDrained = branchOn(ds, "RAC2", run);
+        String other = UUID.randomUUID().toString();
+        Branch onFailed = branchOn(ds, "RAC3", other);
+        cluster.applyEvent(fan("RAC2", "status=down reason=USER drain_timeout=1"));
+        assertTrue(await(Duration.ofSeconds(10), () -> cluster.nodeState("RAC2") == NodeState.DOWN));
+        // A failure of another node afterwards: once its branch is aborted, the drain's end was seen too.
+        cluster.applyEvent(fan("RAC3", "status=down reason=FAILURE"));
+        assertTrue(await(Duration.ofSeconds(10), () -> {
+            try {
+                return onFailed.h().isClosed() || !onFailed.h().isValid(1);
+            } catch (SQLException e) {
+                return true;
+            }
+        }), "the failed node's branch session is aborted");
+        assertFalse(onDrained.h().isClosed(), "the drained node's branch goes on");
+        XaSupport.insert(onDrained.c(), run, 2);
+        onDrained.r().end(onDrained.x(), XAResource.TMSUCCESS);
+        assertEquals(XAResource.XA_OK, onDrained.r().prepare(onDrained.x()));
+        onDrained.r().commit(onDrained.x(), false);
+        assertEquals(2, XaSupport.rows(2, run), "the branch finished on its drained node");
+        XAException e = assertThrows(XAException.class, () -> onFailed.r().end(onFailed.x(), XAResource.TMSUCCESS));
+        assertTrue(e.errorCode >= XAException.XA_RBBASE && e.errorCode <= XAException.XA_RBEND,
+                XaErrors.name(e.errorCode));
+        onFailed.r().rollback(onFailed.x());
+        assertEquals(0, XaSupport.rows(3, other));
+        XaSupport.assertNothingLeaked(ds);
+    }
+}
