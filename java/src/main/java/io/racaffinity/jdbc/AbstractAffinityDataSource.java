@@ -601,12 +601,26 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
      * WARNING at the start says it was not applied). Not HikariCP's {@code connectionTimeout}, the wait
      * for a free pooled connection, which is the node pool's setting.
      *
+     * <p>Sealed at the start like the bean properties, except that the value already in force is taken
+     * without a word: {@code CommonDataSource.setLoginTimeout} is JDBC's, and an app server or framework may
+     * call it again late with the value it gave before (HikariDataSource never refuses it).
+     *
      * @param seconds the timeout, 0 for the default
      * @throws IllegalArgumentException if negative
-     * @throws IllegalStateException once the data source has started
+     * @throws IllegalStateException once the data source has started (or closed), for a value other than the one
+     *     in force, which would apply to no connection
      */
     @Override
     public void setLoginTimeout(int seconds) {
+        int inForce = nodes.loginTimeout();
+        if (seconds == inForce) {
+            return;
+        }
+        if (running != null || closed) {
+            throw new IllegalStateException(kind + " " + clusterName() + ": loginTimeout is " + inForce
+                    + " s since the start (0: the default); " + seconds + " s would apply to no connection: set it"
+                    + " before the first connection");
+        }
         nodes.setLoginTimeout(seconds);
     }
 

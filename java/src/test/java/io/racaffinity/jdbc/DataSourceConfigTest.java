@@ -37,6 +37,39 @@ class DataSourceConfigTest {
         return b.heartbeatInterval(java.time.Duration.ofSeconds(10));
     }
 
+    /**
+     * An app server may call {@code CommonDataSource.setLoginTimeout} again after the start with the value
+     * it gave before (HikariDataSource never refuses it): that is no change, so no error; another value would
+     * apply to no connection and stays a clear error. Both data sources, before their start, after it, closed.
+     */
+    @Test
+    void aLateSetLoginTimeoutWithTheValueInForceIsANoOpAndAnotherValueAClearError() throws SQLException {
+        AffinityDataSource ds = new AffinityDataSource();
+        AffinityXADataSource xa = new AffinityXADataSource();
+        try (ds; xa) {
+            ds.setConfig("name = late-login; nodes = N1, N2");
+            ds.setUrlTemplate("jdbc:postgresql://127.0.0.1:1/{instance}");
+            xa.setConfig("name = late-login-xa; nodes = N1, N2");
+            xa.setNodeXADataSources(byNode(PGXADataSource::new));
+            for (AbstractAffinityDataSource<?> d : List.of(ds, xa)) {
+                d.setHeartbeatIntervalMillis(0);
+                d.setRegisterMBean(false);
+                d.setLoginTimeout(7);
+                d.setLoginTimeout(7);
+                d.init();
+                d.setLoginTimeout(7); // what an app server repeats: no change
+                assertEquals(7, d.getLoginTimeout());
+                IllegalStateException e = assertThrows(IllegalStateException.class, () -> d.setLoginTimeout(3));
+                assertTrue(e.getMessage().contains("loginTimeout") && e.getMessage().contains("7 s"), e.getMessage());
+                assertEquals(7, d.getLoginTimeout(), "unchanged");
+                assertThrows(IllegalStateException.class, () -> d.setHeartbeatIntervalMillis(0),
+                        "bean setters stay sealed whatever the value, as HikariConfig's");
+            }
+        }
+        ds.setLoginTimeout(7);
+        assertThrows(IllegalStateException.class, () -> ds.setLoginTimeout(0), "closed");
+    }
+
     @Test
     void severalNodeSourcesAreWarnedAboutWithTheDataSourcesName() throws SQLException {
         try (LogCapture log = new LogCapture(); AffinityDataSource ds = new AffinityDataSource()) {
