@@ -437,7 +437,7 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
      * Stops the heartbeat, unregisters the MXBean, closes the node data sources this
      * data source created (not those it was given) and the cluster it built (not one
      * it was given). Idempotent. What becomes of connections still open is each data
-     * source's to say ({@link AffinityDataSource#close()}).
+     * source's to say ({@link AffinityDataSource#close()}, {@link AffinityXADataSource#close()}: both end them).
      */
     @Override
     public void close() {

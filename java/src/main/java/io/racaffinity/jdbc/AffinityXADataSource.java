@@ -136,6 +136,28 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
         if (w != null) {
             w.close();
         }
+        XaRouter x = router;
+        if (x != null) {
+            int n = x.closeConnections();
+            if (n > 0) {
+                log.log(System.Logger.Level.INFO, () -> kind + " " + clusterName() + ": closed with " + n
+                        + " XA connection(s) open: closed (prepared branches stay for recovery)");
+            }
+        }
+    }
+
+    /**
+     * Closes the data source as {@link AffinityDataSource#close()} closes its own: every XAConnection it handed
+     * out that is still open is ended (the sessions behind its handles aborted, then it is closed; the TM's next
+     * call on it answers {@code XAER_RMFAIL}), then the heartbeat and node upkeep stop, the MXBean is
+     * unregistered, and the node data sources it built and the cluster it built are closed. A prepared branch
+     * stays on its node, in doubt, for the TM's recovery (which uses a data source of its own); an unprepared
+     * one is rolled back by the database with its session. For a graceful end, let the TM complete its
+     * transactions and close its XAConnections first. Idempotent.
+     */
+    @Override
+    public void close() {
+        super.close();
     }
 
     /** The thread's routing-token decision for {@code c} (AffinityFilter in token mode), as AffinityDataSource. */

@@ -244,6 +244,33 @@ public final class AffinityXAConnection implements XAConnection {
         return true;
     }
 
+    /**
+     * {@link XaRouter#closeConnections}: the sessions behind handles end at once (a call hung on a dead node with
+     * them), then the connection closes as by {@link #close()}. A session with no handle open is closed, not
+     * aborted: the driver's close of an idle session does not wait on the node.
+     */
+    void abortAndClose() {
+        List<Connection> logicals = new ArrayList<>();
+        synchronized (this) {
+            if (closed) {
+                return;
+            }
+            for (Physical p : byNode) {
+                if (p != null && p.logical != null) {
+                    logicals.add(p.logical);
+                }
+            }
+        }
+        for (Connection c : logicals) {
+            abortQuietly(c);
+        }
+        try {
+            close();
+        } catch (SQLException e) {
+            // close() reports nothing: each physical's close is best effort
+        }
+    }
+
     private void abortQuietly(Connection c) {
         try {
             c.abort(Runnable::run);

@@ -177,6 +177,23 @@ public final class XaRouter {
     }
 
     /**
+     * Ends every XAConnection still open, as HikariCP's {@code close()} aborts its pool's active connections
+     * ({@code AffinityXADataSource.close()}): their sessions are aborted or closed, so the TM's next call on
+     * one answers {@code XAER_RMFAIL} (the connection is closed) and a branch works on through no closed data
+     * source. A prepared branch stays on its node, in doubt, for the TM's recovery; an unprepared one is
+     * rolled back by the database with its session.
+     *
+     * @return how many were open
+     */
+    public int closeConnections() {
+        AffinityXAConnection[] cs = openConnections();
+        for (AffinityXAConnection c : cs) {
+            c.abortAndClose();
+        }
+        return cs.length;
+    }
+
+    /**
      * Fast connection failover at a hard Down of {@code node} (a crash, FAN {@code reason=FAILURE}, the
      * heartbeat, ejection; not a planned drain's end), as {@code AffinityDataSource} aborts the connections
      * in use there: every session the open XAConnections hold on the node is aborted, so that a call hung
