@@ -211,12 +211,13 @@ public final class AffinityXAConnection implements XAConnection {
     /**
      * {@link XaRouter#nodeFailed}: the session this connection holds on {@code node}, if any, is marked broken
      * (an active branch on it died with it), the handle that used it fails its next call, and the session is
-     * aborted: through the handle's driver connection, else through a new handle of the physical connection,
-     * which the driver may give only once a call running on it ends, so on a thread of its own.
+     * aborted through the handle's driver connection. With no handle open it is left to {@code later}, which
+     * aborts it through a new handle of the physical connection: a driver may give one only once a call
+     * running on the session ends, so the caller runs those on a thread of its own.
      *
      * @return whether this connection had a session there
      */
-    boolean abortNode(int node) {
+    boolean abortNode(int node, List<Runnable> later) {
         Physical p;
         Connection logical;
         synchronized (this) {
@@ -233,13 +234,13 @@ public final class AffinityXAConnection implements XAConnection {
         if (logical != null) {
             abortQuietly(logical);
         } else {
-            io.racaffinity.LibraryThreads.newThread(() -> {
+            later.add(() -> {
                 try {
                     abortQuietly(p.xac.getConnection());
                 } catch (SQLException | RuntimeException e) {
                     // closed meanwhile: nothing left to end
                 }
-            }, "racaffinity-xa-abort", AffinityXAConnection.class.getClassLoader()).start();
+            });
         }
         return true;
     }

@@ -207,8 +207,14 @@ public final class XaRouter {
      */
     public int nodeFailed(int node) {
         int n = 0;
+        List<Runnable> later = new ArrayList<>();
         for (AffinityXAConnection c : openConnections()) {
-            n += c.abortNode(node) ? 1 : 0;
+            n += c.abortNode(node, later) ? 1 : 0;
+        }
+        if (!later.isEmpty()) {
+            // Sessions with no handle open: one may be busy in an XA call, so not on the caller's thread.
+            io.racaffinity.LibraryThreads.newThread(() -> later.forEach(Runnable::run), "racaffinity-xa-abort-"
+                    + cluster.name(), XaRouter.class.getClassLoader()).start();
         }
         return n;
     }

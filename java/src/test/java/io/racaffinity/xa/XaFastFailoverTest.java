@@ -145,6 +145,45 @@ class XaFastFailoverTest {
         XaSupport.assertCompleted(ds, 2, run, 0);
     }
 
+    /**
+     * The TM's COMMIT of a prepared branch hangs on its blackholed node, with no handle open (pure XA calls): the
+     * hard Down ends the call at once (XAER_RMFAIL: retry), the branch stays prepared and tracked, and the retry
+     * after heal commits it. Recovery is unchanged.
+     */
+    @Test
+    void aHardDownEndsACommitHungOnABlackholedNodeAndThePreparedBranchIsKept() throws Exception {
+        AffinityXADataSource ds = ds("xa-fcf-commit");
+        XAConnection c = xa.connect(ds);
+        String run = UUID.randomUUID().toString();
+        Xid x = XaSupport.preparedOn(ds, "RAC2", c, run); // its handle is closed
+        XAResource r = c.getXAResource();
+        Faults.blackhole(2);
+        CompletableFuture<Object> commit = CompletableFuture.supplyAsync(() -> {
+            try {
+                r.commit(x, false);
+                return "committed";
+            } catch (XAException e) {
+                return e;
+            }
+        });
+        assertThrows(TimeoutException.class, () -> commit.get(500, TimeUnit.MILLISECONDS), "blackholed");
+        ds.getCluster().applyEvent(fan("RAC2", "status=down reason=FAILURE"));
+        Object out;
+        try {
+            out = commit.get(10, TimeUnit.SECONDS);
+        } catch (TimeoutException e) {
+            fail("the commit on the Down node still hangs 10 s after the Down: not aborted");
+            return;
+        }
+        assertInstanceOf(XAException.class, out, "the commit failed: " + out);
+        assertEquals(XAException.XAER_RMFAIL, ((XAException) out).errorCode, ((XAException) out).getMessage());
+        assertEquals(1, ds.getRouter().trackedBranches(), "kept for the retry");
+        Faults.healAll();
+        assertEquals(1, XaSupport.prepared(2).size(), "still prepared on its node");
+        r.commit(x, false);
+        XaSupport.assertCompleted(ds, 2, run, 1);
+    }
+
     @Test
     void aPlannedDrainLeavesTheBranchToFinishAndOnlyAFailureAbortsIt() throws Exception {
         AffinityXADataSource ds = ds("xa-fcf-drain");
