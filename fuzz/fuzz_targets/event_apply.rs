@@ -84,7 +84,7 @@ fn snapshot(c: &Cluster) -> Snapshot {
             NodeView {
                 id,
                 name: n.name().to_string(),
-                address: n.address().map(str::to_string),
+                address: n.address(),
                 state: n.state(),
                 cause: n.down_cause(),
                 admin: n.admin_state(),
