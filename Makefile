@@ -233,6 +233,10 @@ lint:
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
 	  $(CARGO) clippy --workspace --all-targets --quiet -- -D warnings; \
 	else echo "cargo clippy not installed: skipping the lint (rustup component add clippy)"; fi
+	# The fuzz crate is its own workspace, so neither clippy above nor `cargo
+	# test` builds it: a core API change that breaks a fuzz target would
+	# otherwise surface only in test-fuzz, on nightly, after the Rust tests.
+	$(CARGO) check --quiet --manifest-path fuzz/Cargo.toml --bins --target-dir target/fuzz-check
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
 	python3 tools/check_jni_exports.py
 	python3 tools/version.py check

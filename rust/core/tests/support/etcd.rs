@@ -23,8 +23,9 @@ pub struct Etcd {
 
 impl Etcd {
     /// Starts three members (clients from the base port, peers 10 above it).
-    /// The base port is `RACAFF_ETCD_BASE_PORT` when set (as for the Java and
-    /// Python suites), else `default_base_port`; the data root is
+    /// The base port is `RACAFF_ETCD_BASE_PORT` when set (as for the Python
+    /// suite; the Java suites read `RACAFF_JAVA_ETCD_BASE_PORT`, so that both
+    /// can run at once), else `default_base_port`; the data root is
     /// `RACAFF_ETCD_DIR` when set, else one under /tmp named by `tag` and port.
     pub fn start(default_base_port: u16, tag: &str) -> Etcd {
         let base_port = match std::env::var("RACAFF_ETCD_BASE_PORT") {
