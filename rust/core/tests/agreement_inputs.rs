@@ -281,6 +281,58 @@ fn a_fan_drain_delivered_late_ends_when_it_ends_everywhere() {
     assert_eq!(cs[0].topology_fingerprint(), cs[1].topology_fingerprint());
 }
 
+/// The other order of the test above: the relay's record comes first, the
+/// event itself 30 s late; and a process that reads the relay's record from
+/// the log after a restart (a subscriber with a fresh clock) as well.
+#[test]
+fn a_fan_drain_through_the_feed_first_and_directly_late_ends_alike() {
+    let (cs, clocks) = procs_at(&[0, 0, 0]);
+    advance(&clocks, 10_000);
+    let open: Vec<_> = cs.iter().map(|c| open_gtrid_on(c, "orcl_2")).collect();
+    cs[0].apply_feed_record(77, "fan/relay-1", Some(DRAIN_60S)).unwrap();
+    advance(&clocks, 30_000);
+    cs[1].apply_event(DRAIN_60S).unwrap();
+    advance(&clocks, 15_000);
+    cs[2].apply_feed_record(77, "fan/relay-1", Some(DRAIN_60S)).unwrap();
+    for (c, g) in cs.iter().zip(&open) {
+        assert_eq!(c.node_by_name("orcl_2").unwrap().state(), NodeState::Draining, "55 s after the event");
+        assert_eq!(continues(c, g), Ok("orcl_2".to_owned()));
+    }
+    advance(&clocks, 6_000);
+    for (c, g) in cs.iter().zip(&open) {
+        let n = c.node_by_name("orcl_2").unwrap();
+        assert_eq!((n.state(), n.down_is_planned()), (NodeState::Down, true), "61 s after the event, everywhere");
+        assert_eq!(continues(c, g), Err(racaffinity::ErrorKind::StrictAffinity));
+    }
+    assert_alike(&cs[..]);
+}
+
+/// The instance comes back 20 s into the drain, and two relays wrote the
+/// drain and the `up` under keys of their own: a process that reads the `up`
+/// first and the drain after it (a slower relay, a re-read of the log in
+/// key order) ends where the one that read them in order does, Up, and stays
+/// there past the drain's deadline.
+#[test]
+fn a_fan_drain_and_the_up_after_it_through_two_relays_in_opposite_orders_end_alike() {
+    const UP_20S_LATER: &str = "INSTANCE VERSION=1.0 database=orcl instance=orcl_2 host=h2 status=up \
+                                reason=BOOT timestamp=2026-11-29 15:00:20";
+    let (cs, clocks) = procs_at(&[0, 0]);
+    advance(&clocks, 20_000);
+    cs[0].apply_feed_record(77, "fan/relay-b", Some(DRAIN_60S)).unwrap();
+    cs[0].apply_feed_record(78, "fan/relay-a", Some(UP_20S_LATER)).unwrap();
+    cs[1].apply_feed_record(78, "fan/relay-a", Some(UP_20S_LATER)).unwrap();
+    cs[1].apply_feed_record(77, "fan/relay-b", Some(DRAIN_60S)).unwrap();
+    for c in &cs {
+        assert_eq!(c.node_by_name("orcl_2").unwrap().state(), NodeState::Up, "the later record wins");
+    }
+    assert_alike(&cs[..]);
+    advance(&clocks, 50_000); // past the drain's deadline
+    for c in &cs {
+        assert_eq!(c.node_by_name("orcl_2").unwrap().state(), NodeState::Up, "an overtaken drain never ends in a Down");
+    }
+    assert_alike(&cs[..]);
+}
+
 /// A drain that reaches a process after its deadline is a planned Down at
 /// once; one whose timestamp is ahead of this process's wall clock (a
 /// clock behind the server's) never lasts longer than its timeout from
