@@ -139,6 +139,14 @@ fn each_command_reaches_a_subscribed_cluster(etcd: &Etcd) {
     assert!(out.starts_with("wrote node/D = present weight=3 address=127.0.0.1:5999 at revision "), "{out}");
     let d = c.node_by_name("D").expect("D added");
     assert_eq!((d.weight(), d.address().as_deref()), (3, Some("127.0.0.1:5999")));
+    // Moving a node: its record put again with the new address (and the
+    // weight it had: the record is written whole), for an added node and a
+    // configured one alike.
+    run(&["add", "D", "--weight", "3", "--address", "127.0.0.1:6001"]);
+    let d = c.node_by_name("D").unwrap();
+    assert_eq!((d.weight(), d.address().as_deref()), (3, Some("127.0.0.1:6001")), "the address moved");
+    run(&["add", "A", "--address", "127.0.0.1:6002"]);
+    assert_eq!(c.node_by_name("A").unwrap().address().as_deref(), Some("127.0.0.1:6002"));
     run(&["remove", "D"]);
     assert!(c.node_by_name("D").is_err(), "D removed");
 
