@@ -700,14 +700,29 @@ impl Cluster {
         version: u64,
         drain_timeout_ms: Option<u64>,
     ) -> Result<bool> {
+        // The caller's version need not be a clock: the timeout counts from
+        // now (docs/semantics.md, "A drain's deadline").
+        self.set_node_state_dated_at(name, state, version, drain_timeout_ms, None)
+    }
+
+    /// [`Cluster::set_node_state_at`] for a drain its writer dated
+    /// (`since_s`, seconds since 1970 UTC: a feed record's `since=`), whose
+    /// timeout then ends at that instant plus the timeout, as a dated FAN
+    /// drain's does, never later than the timeout from now.
+    pub(crate) fn set_node_state_dated_at(
+        &self,
+        name: &str,
+        state: NodeState,
+        version: u64,
+        drain_timeout_ms: Option<u64>,
+        since_s: Option<u64>,
+    ) -> Result<bool> {
         let node = self.node_by_name(name)?;
         let key_before = node.shared_key();
         match state {
             NodeState::Up => node.event_up(Some(version)),
-            // The caller's version need not be a clock: the timeout counts
-            // from now (docs/semantics.md, "What is not covered yet").
             NodeState::Draining => {
-                node.drain_for(drain_timeout_ms, Some(version), drain_deadline(self.clock(), drain_timeout_ms, None))
+                node.drain_for(drain_timeout_ms, Some(version), drain_deadline(self.clock(), drain_timeout_ms, since_s))
             }
             NodeState::Down => node.event_down(Some(version)),
         };

@@ -10,7 +10,7 @@
 //! | key (under the prefix) | value | deleted |
 //! |---|---|---|
 //! | `node/<NAME>` | `present`, optionally `weight=<w>` (a versioned weight at the record's version, as `node/<NAME>/weight`, whether the node is configured or added by the record) and `address=<host:port>` (the newest such record's address is the node's, also for a node that is already there; none: the configured one); or `removed`: the node is removed (configured or not), and stays removed for a process that starts later | the node is removed (a record written by an older publisher) |
-//! | `node/<NAME>/state` | `up`, `down`, `draining`, `draining timeout=<duration>` | `up` |
+//! | `node/<NAME>/state` | `up`, `down`, `draining`, `draining timeout=<duration> [since=<unix s>]` | `up` |
 //! | `node/<NAME>/weight` | a weight `1..=1000000` | the configured weight |
 //! | `partition_map` | `<p>=<NAME>` entries separated by `,` (may be empty) | the empty map |
 //! | `fan/<anything>` | a FAN or RLB line; the record's version replaces its `timestamp=` | nothing |
@@ -88,11 +88,11 @@ impl Cluster {
                 }
             }
             ["node", name, "state"] => {
-                let (state, drain) = match value {
-                    None => (NodeState::Up, None),
+                let (state, drain, since) = match value {
+                    None => (NodeState::Up, None, None),
                     Some(v) => parse_state(v).map_err(|e| bad(&e))?,
                 };
-                Ok(applied(self.set_node_state_at(name, state, version, drain)?))
+                Ok(applied(self.set_node_state_dated_at(name, state, version, drain, since)?))
             }
             ["node", name, "weight"] => {
                 let weight = match value {
@@ -177,19 +177,31 @@ fn parse_member(name: &str, value: &str) -> std::result::Result<NodeSpec, String
     Ok(spec)
 }
 
-fn parse_state(value: &str) -> std::result::Result<(NodeState, Option<u64>), String> {
+/// A state record's state, drain timeout and `since=` (seconds since 1970
+/// UTC: when its writer began the drain, which dates the timeout as a FAN
+/// drain's `timestamp=` does).
+fn parse_state(value: &str) -> std::result::Result<(NodeState, Option<u64>, Option<u64>), String> {
     let mut words = value.split_whitespace();
     let state: NodeState = words.next().unwrap_or("").parse().map_err(reason)?;
-    let mut drain = None;
+    let (mut drain, mut since) = (None, None);
     for w in words {
         match w.split_once('=') {
             Some(("timeout", v)) if state == NodeState::Draining => {
                 drain = Some(parse_duration_ms("timeout", v).map_err(reason)?);
             }
+            Some(("since", v)) if state == NodeState::Draining => {
+                let s = v
+                    .parse::<u64>()
+                    .map_err(|_| format!("since `{}` is not a number of seconds since 1970 UTC", v.escape_debug()))?;
+                since = Some(s);
+            }
             _ => return Err(format!("unexpected `{}` after the state", w.escape_debug())),
         }
     }
-    Ok((state, drain))
+    if since.is_some() && drain.is_none() {
+        return Err("since= dates a drain's timeout: give timeout= with it".into());
+    }
+    Ok((state, drain, since))
 }
 
 fn parse_map(text: &str) -> std::result::Result<Vec<(u32, String)>, String> {

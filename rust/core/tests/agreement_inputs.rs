@@ -333,6 +333,63 @@ fn a_fan_drain_and_the_up_after_it_through_two_relays_in_opposite_orders_end_ali
     assert_alike(&cs[..]);
 }
 
+/// A feed drain record dated by its writer (`since=`, seconds since 1970
+/// UTC: `racaffinity-feed drain --dated`) ends where it ends everywhere, as
+/// a dated FAN drain does: one process reads it at once, one 30 s late
+/// (a reconnect), one after the deadline (a restart); and never later
+/// than its timeout from receipt.
+#[test]
+fn a_feed_drain_record_dated_by_its_writer_ends_when_it_ends_everywhere() {
+    let since = T0_UNIX_MS / 1000;
+    let record = format!("draining timeout=60s since={since}");
+    let (cs, clocks) = procs_at(&[0, 0, 0]);
+    let open: Vec<_> = cs.iter().map(|c| open_gtrid_on(c, "orcl_2")).collect();
+    cs[0].apply_feed_record(40, "node/orcl_2/state", Some(&record)).unwrap();
+    advance(&clocks, 30_000);
+    cs[1].apply_feed_record(40, "node/orcl_2/state", Some(&record)).unwrap();
+    advance(&clocks, 29_000);
+    for (c, g) in cs[..2].iter().zip(&open) {
+        assert_eq!(c.node_by_name("orcl_2").unwrap().state(), NodeState::Draining, "59 s after its start");
+        assert_eq!(continues(c, g), Ok("orcl_2".to_owned()));
+    }
+    advance(&clocks, 2_000);
+    cs[2].apply_feed_record(40, "node/orcl_2/state", Some(&record)).unwrap();
+    for (c, g) in cs.iter().zip(&open) {
+        let n = c.node_by_name("orcl_2").unwrap();
+        assert_eq!((n.state(), n.down_is_planned()), (NodeState::Down, true), "61 s after its start, everywhere");
+        assert_eq!(continues(c, g), Err(racaffinity::ErrorKind::StrictAffinity));
+    }
+    // The restarted process learnt of the Down just now: its strict
+    // placements settle (transaction.settle) before they agree.
+    advance(&clocks, 5_000);
+    assert_alike(&cs[..]);
+    // Dated 10 s ahead of this process's wall clock: still 60 s from receipt at most.
+    let (later, clocks) = procs_at(&[0]);
+    let later = &later[0];
+    later
+        .apply_feed_record(41, "node/orcl_2/state", Some(&format!("draining timeout=60s since={}", since + 10)))
+        .unwrap();
+    clocks[0].advance_ms(60_000);
+    assert_eq!(later.node_by_name("orcl_2").unwrap().state(), NodeState::Down, "never later than from receipt");
+}
+
+/// `since=` dates a drain's timeout: without a timeout, on another state, or
+/// not a number of seconds, the record is refused and changes nothing.
+#[test]
+fn a_since_that_dates_nothing_is_refused() {
+    let (cs, _) = procs_at(&[0]);
+    for bad in [
+        "draining since=1795964400",
+        "down since=1795964400",
+        "draining timeout=60s since=soon",
+        "draining timeout=60s since=-5",
+    ] {
+        let e = cs[0].apply_feed_record(50, "node/orcl_2/state", Some(bad)).unwrap_err();
+        assert_eq!(e.kind(), racaffinity::ErrorKind::InvalidArgument, "{bad}");
+        assert_eq!(cs[0].node_by_name("orcl_2").unwrap().state(), NodeState::Up, "{bad} changed nothing");
+    }
+}
+
 /// A drain that reaches a process after its deadline is a planned Down at
 /// once; one whose timestamp is ahead of this process's wall clock (a
 /// clock behind the server's) never lasts longer than its timeout from

@@ -32,7 +32,11 @@ whose config has `topology.feed` = the same URL. Each write prints the etcd
 revision it was written at. RACAFF_FEED stands for --feed when that is absent.
 
 operator commands (one record each, checked as subscribers parse it first):
-  drain NODE [--timeout 30s]   node/NODE/state = draining [timeout=30s]
+  drain NODE [--timeout 30s] [--dated]
+                               node/NODE/state = draining [timeout=30s] [since=<now>]:
+                               --dated starts the timeout at this machine's clock
+                               for every subscriber, however late it reads the
+                               record (subscribers of 0.2.0 and earlier refuse it)
   down NODE                    node/NODE/state = down
   up NODE                      node/NODE/state = up
   weight NODE W                node/NODE/weight = W (1..=1000000)
@@ -80,7 +84,7 @@ const COMMANDS: &[&str] =
 
 fn spec_of(command: &str) -> Option<Spec> {
     Some(match command {
-        "drain" => Spec { valued: &["--timeout"], flags: &[] },
+        "drain" => Spec { valued: &["--timeout"], flags: &["--dated"] },
         "weight" | "down" | "up" | "reset-weight" | "remove" | "show" => NODE_ONLY,
         "partition-map" => Spec { valued: &["--file", "--partitions"], flags: &[] },
         "add" => Spec { valued: &["--weight", "--address"], flags: &[] },
@@ -146,7 +150,10 @@ fn run_inner(
     // Every check is done before etcd is called: nothing is written unless
     // the whole command is good.
     let record = match command.as_str() {
-        "drain" => records::drain(&args.exactly("drain", &["NODE"])?[0], args.value("--timeout"))?,
+        "drain" => {
+            let since = args.flag("--dated").then(unix_now_s);
+            records::drain(&args.exactly("drain", &["NODE"])?[0], args.value("--timeout"), since)?
+        }
         "down" => records::state(&args.exactly("down", &["NODE"])?[0], "down")?,
         "up" => records::state(&args.exactly("up", &["NODE"])?[0], "up")?,
         "weight" => {
@@ -250,4 +257,10 @@ fn printed(r: std::io::Result<()>) -> Result<(), Failure> {
         Err(e) => Err(Failure::Output(format!("cannot write the output: {e}"))),
         Ok(()) => Ok(()),
     }
+}
+
+/// This machine's wall clock, seconds since 1970 UTC (0 before 1970: a
+/// drain dated then has ended, and ends at once, bounded as any).
+fn unix_now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

@@ -58,12 +58,18 @@ fn dry_run(record: &Record, nodes: &[&str], partitions: u32) -> Result<(), Failu
     result.map(|_| ()).map_err(invalid)
 }
 
-/// `node/<N>/state`: `draining`, with `timeout=<t>` when given.
-pub fn drain(node: &str, timeout: Option<&str>) -> Result<Record, Failure> {
-    let value = match timeout {
+/// `node/<N>/state`: `draining`, with `timeout=<t>` when given, and
+/// `since=<s>` (seconds since 1970 UTC) when the drain is dated: every
+/// subscriber then ends it at that instant plus the timeout, however late
+/// it reads the record (subscribers before this release refuse `since=`).
+pub fn drain(node: &str, timeout: Option<&str>, since: Option<u64>) -> Result<Record, Failure> {
+    let mut value = match timeout {
         Some(t) => format!("draining timeout={t}"),
         None => "draining".to_string(),
     };
+    if let Some(s) = since {
+        value.push_str(&format!(" since={s}"));
+    }
     state(node, &value)
 }
 
@@ -170,8 +176,10 @@ mod tests {
 
     #[test]
     fn builds_the_documented_values() {
-        assert_eq!(drain("A", Some("30s")).unwrap().value.unwrap(), "draining timeout=30s");
-        assert_eq!(drain("A", None).unwrap().value.unwrap(), "draining");
+        assert_eq!(drain("A", Some("30s"), None).unwrap().value.unwrap(), "draining timeout=30s");
+        assert_eq!(drain("A", None, None).unwrap().value.unwrap(), "draining");
+        let dated = drain("A", Some("30s"), Some(1_795_964_400)).unwrap();
+        assert_eq!(dated.value.unwrap(), "draining timeout=30s since=1795964400");
         assert_eq!(state("A", "down").unwrap().key, "node/A/state");
         assert_eq!(weight("A", " 7 ").unwrap().value.unwrap(), "7");
         assert_eq!(reset_weight("A").unwrap(), Record { key: "node/A/weight".into(), value: None });
@@ -188,8 +196,9 @@ mod tests {
         assert!(invalid(weight("A", "0")).contains("weight must be 1..="));
         assert!(invalid(weight("A", "x")).contains("not a number"));
         assert!(invalid(weight("A", "1000001")).contains("weight"));
-        assert!(invalid(drain("A", Some("30"))).contains("needs a unit"));
-        assert!(invalid(drain("A", Some("3w"))).contains("unknown duration unit"));
+        assert!(invalid(drain("A", Some("30"), None)).contains("needs a unit"));
+        assert!(invalid(drain("A", Some("3w"), None)).contains("unknown duration unit"));
+        assert!(invalid(drain("A", None, Some(1_795_964_400))).contains("give timeout="));
         assert!(invalid(state("bad name", "down")).contains("contains ` `"));
         assert!(invalid(partition_map("0=A,0=B", None)).contains("mapped twice"));
         assert!(invalid(partition_map("x=A", None)).contains("not a number"));

@@ -111,6 +111,19 @@ fn each_command_reaches_a_subscribed_cluster(etcd: &Etcd) {
     let (_, out) = run(&["drain", "B", "--timeout", "30s"]);
     assert!(out.starts_with("wrote node/B/state = draining timeout=30s at revision "), "{out}");
     assert_eq!(state(&c, "B"), NodeState::Draining);
+    // Dated: the writer's wall clock starts the timeout, for every subscriber.
+    let now_s = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let before = now_s();
+    let (_, out) = run(&["drain", "A", "--timeout", "1h", "--dated"]);
+    let since: u64 = out
+        .strip_prefix("wrote node/A/state = draining timeout=1h since=")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a dated drain record: {out}"));
+    assert!((before..=now_s()).contains(&since), "since={since} is when the tool wrote it");
+    assert_eq!(state(&c, "A"), NodeState::Draining);
+    let (_, out) = run(&["up", "A"]);
+    assert!(out.starts_with("wrote node/A/state = up"), "{out}");
     run(&["down", "C"]);
     assert_eq!(state(&c, "C"), NodeState::Down);
     run(&["up", "C"]);
