@@ -295,45 +295,86 @@ public final class AffinityXAConnection implements XAConnection {
         refused.remove(k);
     }
 
-    /** The physical connection to {@code node}, opened if needed. */
-    synchronized Physical physical(int node) throws XAException {
-        if (closed) {
-            throw XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: the XAConnection is closed", null);
+    /**
+     * The physical connection to {@code node}, opened if needed. The connect runs outside this connection's lock:
+     * a hard Down's abort ({@link #abortNode}), {@link #close()} and this connection's other calls take the lock,
+     * and a connect to a node that does not answer keeps it until the login timeout. A session opened meanwhile by
+     * another call is used and ours closed; ours is closed too if this connection was closed, or the node had a
+     * hard Down, while it connected (that Down's abort could not see it).
+     */
+    Physical physical(int node) throws XAException {
+        Physical stale = null;
+        long downs;
+        synchronized (this) {
+            checkOpen();
+            Physical p = node < byNode.length ? byNode[node] : null;
+            if (p != null && p.broken && p.associated == null) {
+                byNode[node] = null;
+                stale = p;
+            } else if (p != null) {
+                return p;
+            }
+            downs = router.hardDowns(node);
         }
-        if (node >= byNode.length) {
-            Physical[] a = new Physical[Math.max(node + 1, byNode.length * 2)];
-            System.arraycopy(byNode, 0, a, 0, byNode.length);
-            byNode = a;
+        if (stale != null) {
+            stale.close();
         }
-        Physical p = byNode[node];
-        if (p != null && p.broken && p.associated == null) {
-            byNode[node] = null;
-            p.close();
-            p = null;
+        Physical fresh = open(node);
+        Physical other = null;
+        XAException lost = null;
+        synchronized (this) {
+            Physical p = node < byNode.length ? byNode[node] : null;
+            if (closed) {
+                lost = XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: the XAConnection is closed", null);
+            } else if (router.hardDowns(node) != downs) {
+                lost = XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: node " + router.nodeName(node)
+                        + " failed (hard Down) while this XAConnection connected to it", null);
+            } else if (p != null && !(p.broken && p.associated == null)) {
+                other = p;
+            } else {
+                if (node >= byNode.length) {
+                    Physical[] a = new Physical[Math.max(node + 1, byNode.length * 2)];
+                    System.arraycopy(byNode, 0, a, 0, byNode.length);
+                    byNode = a;
+                }
+                stale = p;
+                byNode[node] = fresh;
+                if (timeoutSeconds > 0) {
+                    try {
+                        router.timeoutApplies(fresh.xar.setTransactionTimeout(timeoutSeconds));
+                    } catch (XAException e) {
+                        // best effort, as the TM's own call
+                    }
+                }
+            }
         }
-        if (p == null) {
-            XAConnection xac = router.open(node, user, password);
+        if (stale != null) {
+            stale.close();
+        }
+        if (lost != null || other != null) {
+            fresh.close();
+            if (lost != null) {
+                throw lost;
+            }
+            return other;
+        }
+        return fresh;
+    }
+
+    /** A new physical connection to {@code node} (not yet this connection's). */
+    private Physical open(int node) throws XAException {
+        XAConnection xac = router.open(node, user, password);
+        try {
+            return new Physical(node, xac);
+        } catch (SQLException e) {
             try {
-                p = new Physical(node, xac);
-            } catch (SQLException e) {
-                try {
-                    xac.close();
-                } catch (SQLException ignored) {
-                    // nothing more to do
-                }
-                throw router.redacted(XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: node " + router.nodeName(node)
-                        + ": getXAResource failed: " + router.redact(String.valueOf(e.getMessage())), e));
+                xac.close();
+            } catch (SQLException ignored) {
+                // nothing more to do
             }
-            if (timeoutSeconds > 0) {
-                try {
-                    router.timeoutApplies(p.xar.setTransactionTimeout(timeoutSeconds));
-                } catch (XAException e) {
-                    // best effort, as the TM's own call
-                }
-            }
-            byNode[node] = p;
+            throw router.redacted(XaErrors.xa(XAException.XAER_RMFAIL, "racaffinity: node " + router.nodeName(node)
+                    + ": getXAResource failed: " + router.redact(String.valueOf(e.getMessage())), e));
         }
-        return p;
     }
 
     /**
@@ -341,14 +382,17 @@ public final class AffinityXAConnection implements XAConnection {
      * unless it is busy with another branch (pgjdbc runs COMMIT PREPARED only on an idle
      * connection); then null, and the caller uses a short-lived one.
      */
-    synchronized Physical physicalFor2pc(int node, XidKey xid) throws XAException {
-        if (closed) {
-            return null;
+    Physical physicalFor2pc(int node, XidKey xid) throws XAException {
+        synchronized (this) {
+            if (closed) {
+                return null;
+            }
+            Physical p = node < byNode.length ? byNode[node] : null;
+            if (p != null && p.associated != null && !p.associated.equals(xid)) {
+                return null;
+            }
         }
-        Physical p = node < byNode.length ? byNode[node] : null;
-        if (p != null && p.associated != null && !p.associated.equals(xid)) {
-            return null;
-        }
+        // Unlocked: physical() may connect.
         return physical(node);
     }
 
@@ -372,9 +416,7 @@ public final class AffinityXAConnection implements XAConnection {
         for (int attempt = 0;; attempt++) {
             Physical p = null;
             try {
-                synchronized (this) {
-                    p = closed ? null : physicalFor2pc(node, null);
-                }
+                p = physicalFor2pc(node, null);
                 if (p != null) {
                     return nonNull(p.xar.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN));
                 }
@@ -493,12 +535,23 @@ public final class AffinityXAConnection implements XAConnection {
                 }
             }
         }
+        Physical p;
+        try {
+            // Unlocked: it may connect.
+            p = physical(node);
+        } catch (XAException e) {
+            throw new SQLException(e.getMessage(), "08001", e);
+        }
         synchronized (this) {
-            Physical p;
-            try {
-                p = physical(node);
-            } catch (XAException e) {
-                throw new SQLException(e.getMessage(), "08001", e);
+            if (closed) {
+                throw new SQLNonTransientConnectionException("the XAConnection is closed", "08003");
+            }
+            if (h != handle) {
+                throw new SQLNonTransientConnectionException("connection handle is closed", "08003");
+            }
+            if (h.failedOn != null) {
+                throw new SQLNonTransientConnectionException("racaffinity: node " + h.failedOn + " failed (hard"
+                        + " Down): this connection's session there was aborted", "08006");
             }
             if (p.logical == null || p.logical.isClosed()) {
                 p.logical = p.xac.getConnection();

@@ -65,6 +65,9 @@ public final class XaRouter {
     /** Branches started here (live) or returned by a recovery scan, by exact xid. */
     private final Map<XidKey, Branch> branches = new ConcurrentHashMap<>();
 
+    /** Per node id: the hard Downs seen ({@link #nodeFailed}), so that a connect that spanned one is dropped. */
+    private final java.util.concurrent.atomic.AtomicLongArray hardDowns;
+
     private final LongAdder starts = new LongAdder();
     private final LongAdder prepares = new LongAdder();
     private final LongAdder commits = new LongAdder();
@@ -130,6 +133,7 @@ public final class XaRouter {
         this.requestRoute = requestRoute == null ? () -> null : requestRoute;
         this.cluster = Objects.requireNonNull(cluster, "cluster");
         this.byId = byId.clone();
+        this.hardDowns = new java.util.concurrent.atomic.AtomicLongArray(byId.length);
         this.affinity = transactionAffinity;
         this.nodeFailure = nodeFailure == null ? e -> false : nodeFailure;
         this.redact = redact == null ? s -> s : redact;
@@ -206,6 +210,10 @@ public final class XaRouter {
      * @return how many XAConnections had a session there
      */
     public int nodeFailed(int node) {
+        if (node >= 0 && node < hardDowns.length()) {
+            // First: a connect under way to the node publishes no session this walk cannot see.
+            hardDowns.incrementAndGet(node);
+        }
         int n = 0;
         List<Runnable> later = new ArrayList<>();
         for (AffinityXAConnection c : openConnections()) {
@@ -217,6 +225,11 @@ public final class XaRouter {
                     + cluster.name(), XaRouter.class.getClassLoader()).start();
         }
         return n;
+    }
+
+    /** @return how many hard Downs of {@code node} {@link #nodeFailed} has seen (0 for an unknown node) */
+    long hardDowns(int node) {
+        return node >= 0 && node < hardDowns.length() ? hardDowns.get(node) : 0;
     }
 
     /** @return live branches and recovered xids this process tracks */

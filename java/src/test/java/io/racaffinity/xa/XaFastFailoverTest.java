@@ -52,11 +52,15 @@ class XaFastFailoverTest {
     final XaSupport xa = new XaSupport(PROXIES);
 
     AffinityXADataSource ds(String name) {
+        return ds(name, LOGIN_TIMEOUT);
+    }
+
+    AffinityXADataSource ds(String name, int loginTimeout) {
         Map<String, PGXADataSource> m = XaSupport.instances("RAC", PROXIES.ports());
         for (PGXADataSource pg : m.values()) {
             pg.setSocketTimeout(SOCKET_TIMEOUT);
-            pg.setLoginTimeout(LOGIN_TIMEOUT);
-            pg.setConnectTimeout(LOGIN_TIMEOUT);
+            pg.setLoginTimeout(loginTimeout);
+            pg.setConnectTimeout(loginTimeout);
         }
         return xa.ds("name = " + name + "-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3", m);
     }
@@ -182,6 +186,50 @@ class XaFastFailoverTest {
         assertEquals(1, XaSupport.prepared(2).size(), "still prepared on its node");
         r.commit(x, false);
         XaSupport.assertCompleted(ds, 2, run, 1);
+    }
+
+    /**
+     * A start whose connect to its node hangs (blackholed: the login waits for its timeout) must not hold up the
+     * node's hard Down: the Down's abort of the XAConnections' sessions there (XaRouter.nodeFailed, which the upkeep
+     * runs on its one thread) takes each XAConnection's lock, and a connect made under that lock kept it until the
+     * connect gave up. The start fails with its connect as before, and its XAConnection works on afterwards.
+     */
+    @Test
+    void aHardDownDoesNotWaitBehindAConnectToTheBlackholedNode() throws Exception {
+        int login = 15;
+        AffinityXADataSource ds = ds("xa-fcf-connect", login);
+        XAConnection c = xa.connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x = XaSupport.xid(1);
+        Faults.blackhole(2);
+        CompletableFuture<Object> start = CompletableFuture.supplyAsync(() -> {
+            try {
+                XaSupport.startOn(ds, "RAC2", r, x);
+                return "started";
+            } catch (SQLException | RuntimeException e) {
+                return e;
+            }
+        });
+        assertThrows(TimeoutException.class, () -> start.get(1, TimeUnit.SECONDS), "the connect hangs");
+        int node = ds.getCluster().nodeId("RAC2");
+        XaRouter router = ds.getRouter();
+        CompletableFuture<Integer> down = CompletableFuture.supplyAsync(() -> router.nodeFailed(node));
+        try {
+            down.get(3, TimeUnit.SECONDS);
+        } catch (TimeoutException e) {
+            fail("the hard Down's abort still waits behind the connect to the blackholed node 3 s on (until the"
+                    + " connect gives up)");
+        }
+        assertFalse(start.isDone(), "the abort returned while the connect was still under way");
+        Object out = start.get(login + 10, TimeUnit.SECONDS);
+        assertTrue(out instanceof RuntimeException && out.toString().contains("XAException"),
+                "the start fails with its connect: " + out);
+        Faults.healAll();
+        Xid next = XaSupport.xid(1);
+        XaSupport.startOn(ds, "RAC1", r, next);
+        r.end(next, XAResource.TMSUCCESS);
+        r.rollback(next);
+        XaSupport.assertNothingLeaked(ds);
     }
 
     @Test
