@@ -245,7 +245,7 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
         if (isClosed()) {
             throw closedException();
         }
-        return getRouter().connect(null, null);
+        return unlessClosed(getRouter().connect(null, null));
     }
 
     @Override
@@ -256,7 +256,20 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
         if (username != null) {
             appCredentials = new String[] {username, pass};
         }
-        return getRouter().connect(username, pass);
+        return unlessClosed(getRouter().connect(username, pass));
+    }
+
+    /**
+     * {@code c}, registered with the router, unless close() began meanwhile: close() marks the data source
+     * closed before it collects the router's open connections, and registering and collecting both hold the
+     * router's set, so a connection registered too late for close() to see reads the data source closed here.
+     */
+    private XAConnection unlessClosed(AffinityXAConnection c) throws SQLException {
+        if (isClosed()) {
+            c.close();
+            throw closedException();
+        }
+        return c;
     }
 
     @Override

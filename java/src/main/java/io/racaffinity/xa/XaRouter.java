@@ -62,6 +62,13 @@ public final class XaRouter {
     private final Set<AffinityXAConnection> open =
             java.util.Collections.synchronizedSet(java.util.Collections.newSetFromMap(new java.util.WeakHashMap<>()));
 
+    /**
+     * Null but in a test: run by {@link #connect} before it registers the connection, to hold open the window
+     * between a {@code getXAConnection()}'s closed check and that registration, which nothing outside can widen
+     * (XaDataSourceCloseTest).
+     */
+    volatile Runnable connectHook;
+
     /** Branches started here (live) or returned by a recovery scan, by exact xid. */
     private final Map<XidKey, Branch> branches = new ConcurrentHashMap<>();
 
@@ -164,6 +171,10 @@ public final class XaRouter {
      * @return the connection
      */
     public AffinityXAConnection connect(String user, String password) {
+        Runnable hook = connectHook;
+        if (hook != null) {
+            hook.run();
+        }
         AffinityXAConnection c = new AffinityXAConnection(this, user, password);
         open.add(c);
         return c;

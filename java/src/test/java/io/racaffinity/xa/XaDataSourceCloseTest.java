@@ -16,6 +16,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import javax.sql.XAConnection;
@@ -92,6 +93,47 @@ class XaDataSourceCloseTest {
         assertTrue(XaSupport.contains(r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), x2));
         r.commit(x2, false);
         XaSupport.assertCompleted(recovery, 2, prepared, 1);
+    }
+
+    /**
+     * A getXAConnection() that passed its closed check when close() began: its connection was registered after
+     * close() had collected the open ones, so it escaped and worked on through the closed data source. The hook
+     * holds the call between its checks and its registration while close() runs to its end.
+     */
+    @Test
+    void aGetXAConnectionOverlappingCloseFailsClosedOrIsClosedByIt() throws Exception {
+        AffinityXADataSource ds = ds("xa-close-race");
+        XaRouter router = ds.getRouter();
+        CountDownLatch inConnect = new CountDownLatch(1);
+        CountDownLatch closed = new CountDownLatch(1);
+        router.connectHook = () -> {
+            inConnect.countDown();
+            try {
+                closed.await(10, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        };
+        CompletableFuture<Object> get = CompletableFuture.supplyAsync(() -> {
+            try {
+                return ds.getXAConnection();
+            } catch (SQLException e) {
+                return e;
+            }
+        });
+        assertTrue(inConnect.await(10, TimeUnit.SECONDS), "getXAConnection reached its registration");
+        ds.close();
+        closed.countDown();
+        Object out = get.get(10, TimeUnit.SECONDS);
+        router.connectHook = null;
+        if (out instanceof SQLException e) {
+            assertEquals("08003", e.getSQLState(), "a closed error: " + e);
+            return;
+        }
+        XAConnection c = xa.track((XAConnection) out);
+        SQLException e = assertThrows(SQLException.class, c::getXAResource,
+                "the XAConnection escaped close(): it works through the closed data source");
+        assertEquals("08003", e.getSQLState());
     }
 
     @Test
