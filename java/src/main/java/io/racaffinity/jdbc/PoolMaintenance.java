@@ -6,7 +6,9 @@ import io.racaffinity.LibraryThreads;
 import io.racaffinity.NodeState;
 import java.lang.System.Logger.Level;
 import java.lang.reflect.Method;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Executor;
 import java.util.concurrent.atomic.AtomicLong;
@@ -181,6 +183,10 @@ final class PoolMaintenance implements AutoCloseable {
 
     private void round() {
         boolean changed = false;
+        // Logged once the round has acted: a log handler may block (a full pipe, a stalled syslog; a forked test
+        // JVM whose parent read its output slowly held a hard Down's aborts past 5 s), and the aborts must not
+        // wait on it.
+        List<Runnable> transitions = null;
         for (int i = 0; i < byId.length; i++) {
             if (byId[i] == null) {
                 continue;
@@ -190,7 +196,13 @@ final class PoolMaintenance implements AutoCloseable {
                 changed = true;
             }
             if (now != last[i] && logTransitions) {
-                NodeStates.logTransition(LOG, owner, cluster, i, last[i], now, lastFailure.apply(i));
+                int node = i;
+                NodeState from = last[i];
+                String failure = lastFailure.apply(i);
+                if (transitions == null) {
+                    transitions = new ArrayList<>();
+                }
+                transitions.add(() -> NodeStates.logTransition(LOG, owner, cluster, node, from, now, failure));
             }
             if (now == NodeState.DRAINING) {
                 drain(i);
@@ -229,6 +241,9 @@ final class PoolMaintenance implements AutoCloseable {
                 planned[i] = false;
             }
             last[i] = now;
+        }
+        if (transitions != null) {
+            transitions.forEach(Runnable::run);
         }
         long nowMs = System.nanoTime() / 1_000_000;
         if (loader != null && (changed || nowMs >= nextReload)) {
