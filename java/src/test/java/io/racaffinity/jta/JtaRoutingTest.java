@@ -9,6 +9,7 @@ import io.racaffinity.Pin;
 import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.jdbc.AffinityShardingKey;
 import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.jdbc.FailoverView;
 import io.racaffinity.jdbc.SessionScope;
 import io.racaffinity.test.Narayana;
 import io.racaffinity.test.PgNodes;
@@ -291,6 +292,66 @@ class JtaRoutingTest {
             }
             assertTrue(nodes.size() >= 2, "placed by gtrid: " + nodes);
             assertEquals(0, liveTransactions());
+        }
+    }
+
+    /**
+     * Fast connection failover inside a Narayana transaction: at a hard Down (FAN {@code reason=FAILURE}) of the
+     * transaction's node, both its JTA-routed connection and its enlisted XA branch's handle are aborted at once,
+     * and the TM's rollback leaves nothing behind.
+     */
+    @Test
+    void aHardDownAbortsATransactionsJtaConnectionAndItsXaBranchOnTheNode() throws Exception {
+        Map<String, XADataSource> xa = new LinkedHashMap<>();
+        for (int i = 1; i <= 3; i++) {
+            xa.put("RAC" + i, XaRows.xaDataSource(i));
+        }
+        try (AffinityXADataSource xads = new AffinityXADataSource()) {
+            xads.setCluster(cluster);
+            xads.setNodeXADataSources(xa);
+            xads.setHeartbeatIntervalMillis(0);
+            xads.setRegisterMBean(false);
+            tm.begin();
+            XAConnection xc = xads.getXAConnection();
+            try {
+                XAResource xr = xc.getXAResource();
+                tm.getTransaction().enlistResource(xr);
+                String node = ((AffinityXAResource) xr).boundNodeName();
+                int id = NAMES.indexOf(node);
+                Connection branch = xc.getConnection();
+                Connection jdbc = ds.getConnection();
+                assertEquals(PgNodes.port(id + 1), serverPort(jdbc));
+                assertEquals(serverPort(jdbc), serverPort(branch));
+                cluster.applyEvent("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=" + node
+                        + " host=h status=down reason=FAILURE");
+                // Each polled on its own: the message must say which of the two was left working.
+                boolean[] gone = new boolean[2];
+                Pools.await(java.time.Duration.ofSeconds(5), () -> {
+                    gone[0] = gone[0] || dead(jdbc);
+                    gone[1] = gone[1] || dead(branch);
+                    return gone[0] && gone[1];
+                });
+                assertTrue(gone[0] && gone[1], () -> "both of the transaction's connections on the failed node "
+                        + node + " are aborted: JTA connection aborted " + gone[0] + " ("
+                        + FailoverView.of(ds, id, jdbc) + "); XA branch aborted " + gone[1] + " ("
+                        + FailoverView.of(xads, id, xc) + ")");
+                jdbc.close();
+                tm.rollback();
+            } finally {
+                xc.close();
+            }
+            assertEquals(0, liveTransactions());
+            assertEquals(0, xads.getRouter().trackedBranches());
+        }
+    }
+
+    /** Whether a call on {@code c} fails as on a connection that was aborted (SQLState class 08). */
+    private static boolean dead(Connection c) {
+        try (var s = c.createStatement()) {
+            s.execute("SELECT 1");
+            return false;
+        } catch (java.sql.SQLException e) {
+            return e.getSQLState() != null && e.getSQLState().startsWith("08");
         }
     }
 
