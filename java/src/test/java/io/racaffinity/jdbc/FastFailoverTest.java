@@ -49,11 +49,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 class FastFailoverTest {
     static final List<String> NAMES = AffinityDataSourceTest.NAMES;
     static final String APP = "racaff-fcf-java";
-    /**
-     * Far longer than any test waits: a thread still in a pool's wait when a test looks has waited
-     * for the connection timeout, not been sent on.
-     */
-    static final long CONNECTION_TIMEOUT_MS = 120_000;
+    static final long CONNECTION_TIMEOUT_MS = FcfPools.CONNECTION_TIMEOUT_MS;
     /** How long a test waits for threads sent on at once (a bound on the test, not a measure). */
     static final long SERVED_WITHIN_S = 30;
 
@@ -71,43 +67,22 @@ class FastFailoverTest {
     }
 
     private AffinityDataSource ds(String name, String extra) {
-        AffinityDataSource ds = pools.affinity("name = " + name
-                + "; database = orcl; service = svc; nodes = MYDB1, MYDB2, MYDB3; policy = random; " + extra);
-        ds.setRegisterMBean(false);
-        return ds;
+        return FcfPools.dataSource(pools, name, extra);
     }
 
-    /**
-     * Pools that wait {@link #CONNECTION_TIMEOUT_MS} for a connection and name their sessions {@link #APP}
-     * (so that {@link #serverConns} counts them), changed by {@code tweak}, and a data source over them
-     * whose pool upkeep runs every {@code upkeepMillis}.
-     */
+    /** {@link FcfPools}' pools, changed by {@code tweak}, and a data source over them whose upkeep runs every {@code upkeepMillis}. */
     private AffinityDataSource fcfDataSource(String name, long upkeepMillis, Consumer<HikariConfig> tweak) {
-        pools = new Pools(NAMES, c -> {
-            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
-            c.addDataSourceProperty("ApplicationName", APP);
-            tweak.accept(c);
-        });
-        AffinityDataSource ds = ds(name, "");
-        ds.setPoolMaintenanceMillis(upkeepMillis);
-        return ds;
+        pools = FcfPools.pools(APP, tweak);
+        return FcfPools.dataSource(pools, name, upkeepMillis);
     }
 
     static String fan(String node, String tail) {
-        return "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=" + node + " host=h " + tail;
+        return FcfPools.fan(node, tail);
     }
 
     /** This test's connections open on a node, as its server counts them. */
     static int serverConns(String node) {
-        try (Connection c = DriverManager.getConnection(PgNodes.url(NAMES.indexOf(node) + 1), "postgres", "");
-                Statement s = c.createStatement();
-                ResultSet rs = s.executeQuery(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + APP + "'")) {
-            rs.next();
-            return rs.getInt(1);
-        } catch (SQLException e) {
-            throw new IllegalStateException(e);
-        }
+        return FcfPools.serverConns(APP, node);
     }
 
     /** Whether the driver's connection under {@code c} is closed (a pool's proxy keeps its own flag). */

@@ -9,13 +9,13 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.racaffinity.Cluster;
 import io.racaffinity.NodeState;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import java.sql.Connection;
-import java.sql.DriverManager;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.ShardingKey;
@@ -27,6 +27,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -41,10 +42,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
  */
 @ExtendWith(PgNodes.class)
 class NodeRemovalTest {
-    static final List<String> NAMES = AffinityDataSourceTest.NAMES;
     static final String APP = "racaff-removal-java";
-    /** Far longer than any test waits: a waiter still in the pool was not sent on. */
-    static final long CONNECTION_TIMEOUT_MS = 120_000;
 
     private Pools pools;
     private ExecutorService threads;
@@ -59,29 +57,19 @@ class NodeRemovalTest {
         }
     }
 
-    private AffinityDataSource ds(String name) {
-        AffinityDataSource ds = pools.affinity("name = " + name
-                + "; database = orcl; service = svc; nodes = MYDB1, MYDB2, MYDB3; policy = random");
-        ds.setRegisterMBean(false);
-        ds.setPoolMaintenanceMillis(50);
-        return ds;
+    /** As FastFailoverTest's: {@link FcfPools}' pools changed by {@code tweak}, a data source whose upkeep runs every 50 ms. */
+    private AffinityDataSource fcfDataSource(String name, Consumer<HikariConfig> tweak) {
+        pools = FcfPools.pools(APP, tweak);
+        return FcfPools.dataSource(pools, name, 50);
     }
 
     private static String fan(String node, String tail) {
-        return "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=" + node + " host=h " + tail;
+        return FcfPools.fan(node, tail);
     }
 
     /** This test's connections open on a node, as its server counts them. */
     private static int serverConns(String node) {
-        try (Connection c = DriverManager.getConnection(PgNodes.url(NAMES.indexOf(node) + 1), "postgres", "");
-                Statement s = c.createStatement();
-                ResultSet rs = s.executeQuery(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + APP + "'")) {
-            rs.next();
-            return rs.getInt(1);
-        } catch (SQLException e) {
-            throw new IllegalStateException(e);
-        }
+        return FcfPools.serverConns(APP, node);
     }
 
     private static boolean driverClosed(Connection c) {
@@ -107,15 +95,12 @@ class NodeRemovalTest {
 
     @Test
     void aNodeRemovedWhileItDrainsLetsItsConnectionInUseFinishAndSendsWaitersElsewhere() throws Exception {
-        pools = new Pools(NAMES, c -> {
-            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
-            c.addDataSourceProperty("ApplicationName", APP);
+        AffinityDataSource ds = fcfDataSource("removal-drain", c -> {
             if (c.getPoolName().endsWith("MYDB3")) {
                 c.setMaximumPoolSize(2);
                 c.setMinimumIdle(2);
             }
         });
-        AffinityDataSource ds = ds("removal-drain");
         Cluster cluster = ds.getCluster();
         int id3 = cluster.nodeId("MYDB3");
         ShardingKey key3 = keyOn(ds, "MYDB3");
@@ -174,14 +159,11 @@ class NodeRemovalTest {
 
     @Test
     void aNodeRemovedWhileUpHasItsConnectionInUseAbortedAsTheCoreSays() throws Exception {
-        pools = new Pools(NAMES, c -> {
-            c.setConnectionTimeout(CONNECTION_TIMEOUT_MS);
-            c.addDataSourceProperty("ApplicationName", APP);
+        AffinityDataSource ds = fcfDataSource("removal-up", c -> {
             if (c.getPoolName().endsWith("MYDB3")) {
                 c.setMinimumIdle(2);
             }
         });
-        AffinityDataSource ds = ds("removal-up");
         Cluster cluster = ds.getCluster();
         ShardingKey key3 = keyOn(ds, "MYDB3");
         assertTrue(await(Duration.ofSeconds(15), () -> serverConns("MYDB3") >= 2));

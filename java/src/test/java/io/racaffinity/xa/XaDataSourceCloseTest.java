@@ -13,7 +13,6 @@ import java.sql.PreparedStatement;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.List;
-import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
@@ -27,7 +26,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
-import org.postgresql.xa.PGXADataSource;
 
 /**
  * {@code AffinityXADataSource.close()} with XAConnections still open: as {@code AffinityDataSource.close()}
@@ -45,11 +43,7 @@ class XaDataSourceCloseTest {
     final XaSupport xa = new XaSupport(PROXIES);
 
     AffinityXADataSource ds(String name) {
-        Map<String, PGXADataSource> m = XaSupport.instances("RAC", PROXIES.ports());
-        for (PGXADataSource pg : m.values()) {
-            pg.setSocketTimeout(SOCKET_TIMEOUT);
-        }
-        return xa.ds("name = " + name + "-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3", m);
+        return xa.proxied(name, pg -> pg.setSocketTimeout(SOCKET_TIMEOUT));
     }
 
     private static void insert(Connection h, String run) throws SQLException {

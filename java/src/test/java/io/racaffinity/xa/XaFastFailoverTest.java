@@ -16,7 +16,6 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
-import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -31,7 +30,6 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
-import org.postgresql.xa.PGXADataSource;
 
 /**
  * Fast connection failover for XA branch connections, as for {@code AffinityDataSource}'s borrowed
@@ -56,13 +54,11 @@ class XaFastFailoverTest {
     }
 
     AffinityXADataSource ds(String name, int loginTimeout) {
-        Map<String, PGXADataSource> m = XaSupport.instances("RAC", PROXIES.ports());
-        for (PGXADataSource pg : m.values()) {
+        return xa.proxied(name, pg -> {
             pg.setSocketTimeout(SOCKET_TIMEOUT);
             pg.setLoginTimeout(loginTimeout);
             pg.setConnectTimeout(loginTimeout);
-        }
-        return xa.ds("name = " + name + "-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3", m);
+        });
     }
 
     static String fan(String node, String tail) {

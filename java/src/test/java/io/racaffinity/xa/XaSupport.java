@@ -95,6 +95,17 @@ final class XaSupport implements AutoCloseable, AfterEachCallback {
         return track(ds);
     }
 
+    /**
+     * An AffinityXADataSource over RAC1..RAC3, this extension's {@link Proxies} (the Toxiproxy instances in front of
+     * the nodes, so a test can blackhole one), named {@code name} and a fresh suffix, its node data sources set by
+     * {@code timeouts} (the test's driver timeouts); closed with the test.
+     */
+    AffinityXADataSource proxied(String name, java.util.function.Consumer<PGXADataSource> timeouts) {
+        Map<String, PGXADataSource> m = instances("RAC", proxies.ports());
+        m.values().forEach(timeouts);
+        return ds("name = " + name + "-" + UUID.randomUUID() + "; nodes = RAC1, RAC2, RAC3", m);
+    }
+
     AffinityXADataSource track(AffinityXADataSource ds) {
         opened.add(ds);
         return ds;
