@@ -209,6 +209,34 @@ def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.02) -> 
         time.sleep(step)
 
 
+def in_a_forked_child(child: Callable[[], str], timeout: float = 15.0) -> str:
+    """Runs `child` in a forked child and returns what it answered ("ok",
+    or what went wrong), or "no verdict" for a child that died first. A
+    child stuck past `timeout` is killed: it must not hold the run."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        verdict = "no verdict"
+        try:
+            os.close(read)
+            verdict = child()
+        except BaseException as e:
+            verdict = f"{type(e).__name__}: {e}"
+        finally:
+            os.write(write, verdict.encode()[:500])
+            os._exit(0)  # no atexit handler, no pytest teardown in the child
+    os.close(write)
+    deadline = time.monotonic() + timeout
+    while os.waitpid(pid, os.WNOHANG)[0] != pid:
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.02)
+    with os.fdopen(read, "rb") as f:
+        return f.read().decode() or "no verdict"
+
+
 def next_xid(pg: PgNodes, node: str) -> int:
     """The next transaction id `node` will assign, read from a session of
     its own without assigning one: a snapshot's xmax is one past the last

@@ -5,6 +5,7 @@ every node's pool, a node killed mid-run, and the asyncio engine."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections import Counter
@@ -17,7 +18,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 import racaffinity as ra
 from racaffinity.sqlalchemy import RoutingPool, create_async_engine, create_engine, route
 
-from conftest import NAMES, prepared_xacts
+from conftest import NAMES, in_a_forked_child, prepared_xacts
 
 
 class Model(DeclarativeBase):
@@ -896,5 +897,56 @@ def test_a_forked_childs_collected_node_pools_leave_the_parents_sessions_alone(p
         assert verdict == "ok", verdict
         with route(key=key), engine.connect() as conn:  # the parent's session, not ended by the child
             assert conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() == parents
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("how", ["collected", "closed", "reused"])
+def test_a_forked_child_dropping_the_parents_checked_out_connection_leaves_its_transaction_alone(
+    pg, cluster_factory, orders, how
+):
+    # The child's copy of a connection the parent has checked out is the
+    # parent's socket. SQLAlchemy resets a connection on its way back (its
+    # collection runs the fairy's finalizer; a close, or the end of a
+    # `with` block the child unwinds, returns it): a ROLLBACK there ends the
+    # parent's open transaction under it, and the parent's next statement
+    # runs in a new one. In the child that copy now has no DB-API
+    # connection: nothing is sent, and a statement on it fails there.
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    try:
+        with route(key=key_on(c, "RAC1")):
+            held = [engine.connect()]
+        conn = held[0]
+        assert node_of_conn(pg, conn) == "RAC1"
+        conn.execute(sa.text("INSERT INTO py_sqla_orders (id, note) VALUES (1, 'parent')"))
+        txid = conn.execute(sa.text("SELECT txid_current()")).scalar_one()
+
+        def child() -> str:
+            if how == "collected":
+                held.clear()
+                gc.collect()
+            elif how == "closed":
+                held.pop().close()
+            else:
+                copy = held.pop()
+                try:
+                    copy.execute(PORT)
+                    return "the child's copy ran a statement"
+                except sa.exc.StatementError:  # it has no DB-API connection in the child
+                    pass
+                copy.close()
+            return "ok"
+
+        del conn
+        assert in_a_forked_child(child) == "ok"
+        conn = held[0]
+        assert conn.execute(sa.text("SELECT txid_current()")).scalar_one() == txid, (
+            "the parent's transaction was ended by the child"
+        )
+        conn.commit()
+        conn.close()
+        with sa.create_engine(urls(pg)["RAC1"], poolclass=sa.NullPool).connect() as check:
+            assert check.execute(sa.text("SELECT note FROM py_sqla_orders WHERE id = 1")).scalar_one() == "parent"
     finally:
         engine.dispose()

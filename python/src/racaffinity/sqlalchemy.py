@@ -656,6 +656,26 @@ def _forked_child() -> None:
         pool._watch = None
         # A lock a parent's thread held at the fork would never be released.
         pool._subs_lock = threading.Lock()
+        for rec in list(pool._leases):
+            _disown(rec)
+
+
+def _disown(rec: Any) -> None:
+    """Makes the child's copy of a connection the parent had checked out
+    an invalidated one, before the child's code runs (it may drop that
+    copy without ever checking out): SQLAlchemy resets a connection on its
+    way back, on its collection (the fairy's finalizer) or its close (a
+    `with` block the child unwinds), and that ROLLBACK, sent on the
+    parent's socket, would end the parent's open transaction under it. A
+    record with no fairy is not in use (the finalizer returns at once); a
+    fairy without its DB-API connection is not valid, so a close skips the
+    rollback and sends nothing, and a statement on it fails in the child
+    instead of running in the parent's session."""
+    ref = rec.fairy_ref
+    rec.fairy_ref = None
+    fairy = ref() if ref is not None else None
+    if fairy is not None:
+        fairy.dbapi_connection = None
 
 
 if hasattr(os, "register_at_fork"):
