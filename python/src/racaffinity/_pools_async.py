@@ -28,7 +28,7 @@ from ._deadline import abounded, shut_down
 from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
-from ._pools_base import FAILED, NEUTRAL, OK, Base, connect_timeout
+from ._pools_base import FAILED, FORKED, LIVE_NODE_POOLS, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
 from ._continuity import Recorder, classify_sqlstate, controls_transaction, digest_sets, outcome_queries, recover
 from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
@@ -314,6 +314,8 @@ class _AsyncConnection(PoolHostLease):
             # left of the wait.
             self._end(buf, NEUTRAL)
             if pools._closed or reroutes == MAX_REROUTES:
+                if pools._forked:
+                    raise psycopg_pool.PoolClosed(FORKED) from e
                 raise e
             reroutes += 1
             wait = self._timeout if self._timeout is not None else pool.timeout
@@ -808,6 +810,7 @@ class AsyncNodePools(Base):
         self._upkeep_args = (upkeep_interval, partition_map_loader, partition_map_reload)
         for node in self._dsns:
             self._by_id[node] = self._new_pool(node, min_size, False)
+        LIVE_NODE_POOLS.add(self)
         if not _ASYNC:
             # The sync pools are open once constructed (their API since 0.1).
             try:

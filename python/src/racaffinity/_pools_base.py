@@ -5,7 +5,9 @@ the affinity callback and the branches left in doubt."""
 from __future__ import annotations
 
 import math
+import os
 import threading
+import weakref
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ._args import BytesLike, DataKey, bytes_arg, i64_arg
@@ -61,6 +63,9 @@ def _node_dsns(cluster: Cluster, dsns: Mapping[str, str]) -> Dict[int, Tuple[str
 
 class Base:
     """What the sync and async pools share: routing to a lease."""
+
+    # Set in a forked child on node pools the parent made (`_forked_child`).
+    _forked = False
 
     def __init__(
         self,
@@ -329,3 +334,35 @@ class Base:
         hb = f" heartbeat={self.heartbeat_interval:g}s" if self._heartbeat_on else ""
         state = " closed" if self._closed else ""
         return f"<racaffinity.pools.{type(self).__name__} [{nodes}]{hb}{state}>"
+
+
+# Every NodePools and AsyncNodePools made, for `_forked_child`.
+LIVE_NODE_POOLS: "weakref.WeakSet[Base]" = weakref.WeakSet()
+
+# Why a borrow in a forked child fails (`_reroute`).
+FORKED = "these node pools were made before os.fork(), over the parent's sessions: a forked child makes its own"
+
+
+def _forked_child() -> None:
+    """Closes, in a forked child, every node pools object the parent made,
+    without a word to the server: its pooled connections, its borrowed ones
+    and its heartbeat's probes are the parent's sessions, and psycopg_pool's
+    workers, the upkeep and the heartbeat are threads (or tasks) the fork did
+    not copy. A borrow there would share a session with the parent, and a
+    close() would send Terminate on each. Marked closed, psycopg_pool's
+    getconn refuses, and both close()s return at once; the objects are
+    left to the collector, whose psycopg finalizer ends a connection only
+    in the process that made it."""
+    for pools in list(LIVE_NODE_POOLS):
+        pools._forked = True
+        pools._closed = True
+        for pool in pools._by_id:
+            if pool is not None:
+                pool._closed = True
+        for drained in pools._drained.values():  # type: ignore[attr-defined]
+            for pool in drained:
+                pool._closed = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked_child)
