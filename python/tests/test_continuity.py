@@ -4,6 +4,9 @@ PostgreSQL nodes give fed to them."""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import psycopg
 import pytest
 
@@ -418,81 +421,13 @@ def test_a_borrow_checking_a_connection_when_its_pool_retires_is_served_elsewher
     proxies["RAC1"].heal()
 
 
-def test_a_replay_to_a_node_just_restarted_is_served_without_the_reconnect_back_off(
-    pg, cluster_factory, req_table, restart_after
-):
-    """A node killed and restarted while the cluster never saw it Down (no
-    heartbeat, too few failures to eject it): its pool's connects failed
-    while it was down, so psycopg_pool waits 1, 2, 4 s ... before the next
-    one. A replay sent there must connect now, not after that wait (found
-    by the Python workload, docs/continuity.md)."""
-    two = ["RAC1", "RAC2"]
-    c = cluster_factory("thread.auto_pin = false", nodes=two)
-    dsns = {n: pg.dsn[n] for n in two}
-    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
-                   connect_kwargs={"connect_timeout": 2}) as pools:
-        rac2 = pools.node_pool("RAC2")
-        pg.kill(2)
-        restart_after.append(2)
-        # The pool finds its connection dead at a checkout and reconnects,
-        # failing, with a growing back-off.
-        try:
-            with pools.connection(key=key_on(c, "RAC2")) as conn:
-                conn.execute("SELECT 1")
-        except psycopg.Error:
-            pass
-        wait_until(lambda: rac2.get_stats().get("connections_errors", 0) >= 3, 20)
-        pg.restart(restart_after.pop())
-        assert c.node_state("RAC2") is ra.NodeState.UP
-        with pools.request(key=key_on(c, "RAC1")) as req:
-            req.execute("INSERT INTO py_req VALUES (%s)", ("back",))
-            terminate(pg, "RAC1", req.backend_pid)
-            req.execute("SELECT count(*) FROM py_req").fetchone()
-        assert req.replays == 1 and req.node == "RAC2"
-        assert rows_of(pg, "back") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
-
-
-@pytest.mark.asyncio
-async def test_async_a_replay_to_a_node_just_restarted_is_served_without_the_reconnect_back_off(
-    pg, cluster_factory, req_table, restart_after
-):
-    """The test above, through `AsyncNodePools` (the same code, generated
-    the other way), its loop running while the node is down."""
-    import asyncio
-
-    from conftest import wait_until_async
-    from racaffinity.pools import AsyncNodePools
-
-    two = ["RAC1", "RAC2"]
-    c = cluster_factory("thread.auto_pin = false", nodes=two)
-    dsns = {n: pg.dsn[n] for n in two}
-    async with AsyncNodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
-                              connect_kwargs={"connect_timeout": 2}) as pools:
-        rac2 = pools.node_pool("RAC2")
-        await asyncio.to_thread(pg.kill, 2)
-        restart_after.append(2)
-        try:
-            async with pools.connection(key=key_on(c, "RAC2")) as conn:
-                await conn.execute("SELECT 1")
-        except psycopg.Error:
-            pass
-        await wait_until_async(lambda: rac2.get_stats().get("connections_errors", 0) >= 3, 20)
-        await asyncio.to_thread(pg.restart, restart_after.pop())
-        assert c.node_state("RAC2") is ra.NodeState.UP
-        async with pools.request(key=key_on(c, "RAC1")) as req:
-            await req.execute("INSERT INTO py_req VALUES (%s)", ("aback",))
-            terminate(pg, "RAC1", req.backend_pid)
-            await (await req.execute("SELECT count(*) FROM py_req")).fetchone()
-        assert req.replays == 1 and req.node == "RAC2"
-        assert rows_of(pg, "aback") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
-
-
-def _long_reconnect_back_off(monkeypatch):
-    """psycopg_pool retries a failed connect after 1, 2, 4 s ...: 30 s here,
-    so that no retry of the old pool lands within a test."""
-    import psycopg_pool.base
-
-    monkeypatch.setattr(psycopg_pool.base.AttemptWithBackoff, "INITIAL_DELAY", 30.0)
+@contextlib.contextmanager
+def _killed(pg) -> Iterator[int]:
+    """Node 2 killed: the pool's connects fail until it restarts (three
+    failures are a back-off of seconds). Yields the failed connects to
+    wait for."""
+    pg.kill(2)
+    yield 3
 
 
 def _refusing_while_shutting_down(pg, held):
@@ -507,6 +442,110 @@ def _refusing_while_shutting_down(pg, held):
     )
 
 
+@contextlib.contextmanager
+def _refusing(pg) -> Iterator[int]:
+    """Node 2 refusing connections while it shuts down, until the block
+    ends (`_refusing_while_shutting_down`). Yields the failed connects to
+    wait for."""
+    with psycopg.connect(pg.dsn["RAC2"], autocommit=True) as held:
+        _refusing_while_shutting_down(pg, held)
+        yield 1
+
+
+def _replay_after(pg, cluster_factory, restart_after, fails, rid):
+    """Node 2 made to fail (`fails`: `_killed`, `_refusing`) while the
+    cluster never sees it Down, its pool's connects failing meanwhile, then
+    restarted; a request on node 1 whose session is ended must be replayed
+    on node 2 at once."""
+    two = ["RAC1", "RAC2"]
+    c = cluster_factory("thread.auto_pin = false", nodes=two)
+    dsns = {n: pg.dsn[n] for n in two}
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
+                   connect_kwargs={"connect_timeout": 2}) as pools:
+        rac2 = pools.node_pool("RAC2")
+        with fails(pg) as errors:
+            restart_after.append(2)
+            # The pool finds its connection dead at a checkout and reconnects,
+            # failing, with a growing back-off.
+            try:
+                with pools.connection(key=key_on(c, "RAC2")) as conn:
+                    conn.execute("SELECT 1")
+            except psycopg.Error:
+                pass
+            wait_until(lambda: rac2.get_stats().get("connections_errors", 0) >= errors, 20)
+        pg.restart(restart_after.pop())
+        assert c.node_state("RAC2") is ra.NodeState.UP
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("INSERT INTO py_req VALUES (%s)", (rid,))
+            terminate(pg, "RAC1", req.backend_pid)
+            req.execute("SELECT count(*) FROM py_req").fetchone()
+        assert req.replays == 1 and req.node == "RAC2"
+        assert rows_of(pg, rid) == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
+
+
+async def _async_replay_after(pg, cluster_factory, restart_after, fails, rid):
+    """`_replay_after` through `AsyncNodePools` (the same code, generated
+    the other way), its loop running while the node fails and restarts."""
+    import asyncio
+
+    from conftest import wait_until_async
+    from racaffinity.pools import AsyncNodePools
+
+    two = ["RAC1", "RAC2"]
+    c = cluster_factory("thread.auto_pin = false", nodes=two)
+    dsns = {n: pg.dsn[n] for n in two}
+    async with AsyncNodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
+                              connect_kwargs={"connect_timeout": 2}) as pools:
+        rac2 = pools.node_pool("RAC2")
+        failing = fails(pg)
+        errors = await asyncio.to_thread(failing.__enter__)
+        try:
+            restart_after.append(2)
+            try:
+                async with pools.connection(key=key_on(c, "RAC2")) as conn:
+                    await conn.execute("SELECT 1")
+            except psycopg.Error:
+                pass
+            await wait_until_async(lambda: rac2.get_stats().get("connections_errors", 0) >= errors, 20)
+        finally:
+            await asyncio.to_thread(failing.__exit__, None, None, None)
+        await asyncio.to_thread(pg.restart, restart_after.pop())
+        assert c.node_state("RAC2") is ra.NodeState.UP
+        async with pools.request(key=key_on(c, "RAC1")) as req:
+            await req.execute("INSERT INTO py_req VALUES (%s)", (rid,))
+            terminate(pg, "RAC1", req.backend_pid)
+            await (await req.execute("SELECT count(*) FROM py_req")).fetchone()
+        assert req.replays == 1 and req.node == "RAC2"
+        assert rows_of(pg, rid) == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
+
+
+def test_a_replay_to_a_node_just_restarted_is_served_without_the_reconnect_back_off(
+    pg, cluster_factory, req_table, restart_after
+):
+    """A node killed and restarted while the cluster never saw it Down (no
+    heartbeat, too few failures to eject it): its pool's connects failed
+    while it was down, so psycopg_pool waits 1, 2, 4 s ... before the next
+    one. A replay sent there must connect now, not after that wait (found
+    by the Python workload, docs/continuity.md)."""
+    _replay_after(pg, cluster_factory, restart_after, _killed, "back")
+
+
+@pytest.mark.asyncio
+async def test_async_a_replay_to_a_node_just_restarted_is_served_without_the_reconnect_back_off(
+    pg, cluster_factory, req_table, restart_after
+):
+    """The test above, through `AsyncNodePools`."""
+    await _async_replay_after(pg, cluster_factory, restart_after, _killed, "aback")
+
+
+def _long_reconnect_back_off(monkeypatch):
+    """psycopg_pool retries a failed connect after 1, 2, 4 s ...: 30 s here,
+    so that no retry of the old pool lands within a test."""
+    import psycopg_pool.base
+
+    monkeypatch.setattr(psycopg_pool.base.AttemptWithBackoff, "INITIAL_DELAY", 30.0)
+
+
 def test_a_replay_to_a_node_that_refused_while_restarting_is_served_without_the_reconnect_back_off(
     pg, cluster_factory, req_table, restart_after, monkeypatch
 ):
@@ -517,29 +556,7 @@ def test_a_replay_to_a_node_that_refused_while_restarting_is_served_without_the_
     the node was starting up, and the replay timed out. The back-off is
     made long here, so that only a fresh pool can serve the replay."""
     _long_reconnect_back_off(monkeypatch)
-    two = ["RAC1", "RAC2"]
-    c = cluster_factory("thread.auto_pin = false", nodes=two)
-    dsns = {n: pg.dsn[n] for n in two}
-    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
-                   connect_kwargs={"connect_timeout": 2}) as pools:
-        rac2 = pools.node_pool("RAC2")
-        with psycopg.connect(pg.dsn["RAC2"], autocommit=True) as held:
-            _refusing_while_shutting_down(pg, held)
-            restart_after.append(2)
-            try:
-                with pools.connection(key=key_on(c, "RAC2")) as conn:
-                    conn.execute("SELECT 1")
-            except psycopg.Error:
-                pass
-            wait_until(lambda: rac2.get_stats().get("connections_errors", 0) >= 1, 20)
-        pg.restart(restart_after.pop())
-        assert c.node_state("RAC2") is ra.NodeState.UP
-        with pools.request(key=key_on(c, "RAC1")) as req:
-            req.execute("INSERT INTO py_req VALUES (%s)", ("sback",))
-            terminate(pg, "RAC1", req.backend_pid)
-            req.execute("SELECT count(*) FROM py_req").fetchone()
-        assert req.replays == 1 and req.node == "RAC2"
-        assert rows_of(pg, "sback") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
+    _replay_after(pg, cluster_factory, restart_after, _refusing, "sback")
 
 
 @pytest.mark.asyncio
@@ -547,35 +564,8 @@ async def test_async_a_replay_to_a_node_that_refused_while_restarting_is_served_
     pg, cluster_factory, req_table, restart_after, monkeypatch
 ):
     """The test above through `AsyncNodePools`."""
-    import asyncio
-
-    from conftest import wait_until_async
-    from racaffinity.pools import AsyncNodePools
-
     _long_reconnect_back_off(monkeypatch)
-    two = ["RAC1", "RAC2"]
-    c = cluster_factory("thread.auto_pin = false", nodes=two)
-    dsns = {n: pg.dsn[n] for n in two}
-    async with AsyncNodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
-                              connect_kwargs={"connect_timeout": 2}) as pools:
-        rac2 = pools.node_pool("RAC2")
-        with psycopg.connect(pg.dsn["RAC2"], autocommit=True) as held:
-            await asyncio.to_thread(_refusing_while_shutting_down, pg, held)
-            restart_after.append(2)
-            try:
-                async with pools.connection(key=key_on(c, "RAC2")) as conn:
-                    await conn.execute("SELECT 1")
-            except psycopg.Error:
-                pass
-            await wait_until_async(lambda: rac2.get_stats().get("connections_errors", 0) >= 1, 20)
-        await asyncio.to_thread(pg.restart, restart_after.pop())
-        assert c.node_state("RAC2") is ra.NodeState.UP
-        async with pools.request(key=key_on(c, "RAC1")) as req:
-            await req.execute("INSERT INTO py_req VALUES (%s)", ("asback",))
-            terminate(pg, "RAC1", req.backend_pid)
-            await (await req.execute("SELECT count(*) FROM py_req")).fetchone()
-        assert req.replays == 1 and req.node == "RAC2"
-        assert rows_of(pg, "asback") == {"RAC1": 0, "RAC2": 1, "RAC3": 0}
+    await _async_replay_after(pg, cluster_factory, restart_after, _refusing, "asback")
 
 
 # -- what a replay cannot reproduce (review of 2026-12-05) -------------------------

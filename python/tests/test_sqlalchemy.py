@@ -670,8 +670,6 @@ def test_a_forked_childs_dispose_leaves_the_parents_connections_alone(pg, cluste
     # new pool that leaves the parent's (copied) pool alone. Its sockets
     # are the parent's: a Down seen in the child must not shut down the
     # parent's checked-out connection through that copy.
-    import os
-
     c = cluster_factory(nodes=NAMES)
     engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
     try:
@@ -679,19 +677,14 @@ def test_a_forked_childs_dispose_leaves_the_parents_connections_alone(pg, cluste
             holder = engine.connect()
         assert node_of_conn(pg, holder) == "RAC1"
         holder.rollback()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            try:
-                engine.dispose(close=False)
-                c.set_node_state("RAC1", "down")
-                time.sleep(0.6)  # the child's watch: three rounds
-            finally:
-                os._exit(0)
-        reaped = []
-        _settle(lambda: reaped.append(os.waitpid(pid, os.WNOHANG)[0] == pid) or reaped[-1], 10.0)
-        if not reaped[-1]:  # a child stuck past its work must not hold the run
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
+
+        def child() -> str:
+            engine.dispose(close=False)
+            c.set_node_state("RAC1", "down")
+            time.sleep(0.6)  # the child's watch: three rounds
+            return "ok"
+
+        assert in_a_forked_child(child, 10.0) == "ok"
         assert node_of_conn(pg, holder) == "RAC1"  # not aborted by the child
         holder.close()
     finally:
@@ -794,8 +787,6 @@ def test_a_forked_child_that_never_disposes_gets_a_failover_watch_and_its_own_co
     # first checkout leaves the parent's connections alone (as that
     # dispose would) and starts the child's watch: a hard Down aborts the
     # child's connection on the node.
-    import os
-
     c = cluster_factory(nodes=NAMES)
     engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
     try:
@@ -803,42 +794,26 @@ def test_a_forked_child_that_never_disposes_gets_a_failover_watch_and_its_own_co
         with route(key=key), engine.connect() as conn:
             parents = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
             conn.rollback()
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            verdict = "no verdict"
-            try:
-                with route(key=key):
-                    held = engine.connect()
-                mine = held.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-                held.rollback()
-                if mine == parents:
-                    verdict = "the child took the parent's connection"
-                else:
-                    c.set_node_state("RAC1", "down")
-                    deadline = time.monotonic() + 3.0
-                    verdict = "not aborted by the child's watch"
-                    while time.monotonic() < deadline:
-                        try:
-                            held.execute(PORT)
-                            held.rollback()
-                        except sa.exc.DBAPIError:
-                            verdict = "ok"
-                            break
-                        time.sleep(0.05)
-            except BaseException as e:
-                verdict = f"{type(e).__name__}: {e}"
-            finally:
-                os.write(write, verdict.encode()[:500])
-                os._exit(0)
-        os.close(write)
-        reaped = []
-        _settle(lambda: reaped.append(os.waitpid(pid, os.WNOHANG)[0] == pid) or reaped[-1], 15.0)
-        if not reaped[-1]:  # a child stuck past its work must not hold the run
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        with os.fdopen(read, "rb") as f:
-            verdict = f.read().decode()
+
+        def child() -> str:
+            with route(key=key):
+                held = engine.connect()
+            mine = held.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+            held.rollback()
+            if mine == parents:
+                return "the child took the parent's connection"
+            c.set_node_state("RAC1", "down")
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                try:
+                    held.execute(PORT)
+                    held.rollback()
+                except sa.exc.DBAPIError:
+                    return "ok"
+                time.sleep(0.05)
+            return "not aborted by the child's watch"
+
+        verdict = in_a_forked_child(child)
         assert verdict == "ok", verdict
         with route(key=key), engine.connect() as conn:  # the parent's connection, untouched
             assert conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() == parents
@@ -853,8 +828,6 @@ def test_a_forked_childs_collected_node_pools_leave_the_parents_sessions_alone(p
     # getpid check, in its C and ctypes implementations alike): PQfinish
     # would send Terminate on the parent's socket and end its session. An
     # explicit close() in the child has no such check.
-    import gc
-    import os
     import weakref
 
     c = cluster_factory(nodes=NAMES)
@@ -865,35 +838,20 @@ def test_a_forked_childs_collected_node_pools_leave_the_parents_sessions_alone(p
             parents = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
             theirs = weakref.ref(conn.connection.dbapi_connection)
             conn.rollback()
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child
-            verdict = "no verdict"
-            try:
-                with route(key=key), engine.connect() as conn:  # sets the parent's node pools aside
-                    mine = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-                    conn.rollback()
-                engine.pool._inherited.clear()
-                gc.collect()
-                if mine == parents:
-                    verdict = "the child took the parent's connection"
-                elif theirs() is not None:
-                    verdict = f"the parent's connection was not collected: {gc.get_referrers(theirs())!r}"[:400]
-                else:
-                    verdict = "ok"
-            except BaseException as e:
-                verdict = f"{type(e).__name__}: {e}"
-            finally:
-                os.write(write, verdict.encode()[:500])
-                os._exit(0)
-        os.close(write)
-        reaped = []
-        _settle(lambda: reaped.append(os.waitpid(pid, os.WNOHANG)[0] == pid) or reaped[-1], 15.0)
-        if not reaped[-1]:  # a child stuck past its work must not hold the run
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        with os.fdopen(read, "rb") as f:
-            verdict = f.read().decode()
+
+        def child() -> str:
+            with route(key=key), engine.connect() as conn:  # sets the parent's node pools aside
+                mine = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+                conn.rollback()
+            engine.pool._inherited.clear()
+            gc.collect()
+            if mine == parents:
+                return "the child took the parent's connection"
+            if theirs() is not None:
+                return f"the parent's connection was not collected: {gc.get_referrers(theirs())!r}"[:400]
+            return "ok"
+
+        verdict = in_a_forked_child(child)
         assert verdict == "ok", verdict
         with route(key=key), engine.connect() as conn:  # the parent's session, not ended by the child
             assert conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() == parents

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Tuple
 
 import psycopg
 import pytest
@@ -258,6 +260,29 @@ async def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_d
         assert live(c) == 0 and pools.in_doubt == {}
 
 
+@asynccontextmanager
+async def _a_branch_on_rac1(pools, tag: str) -> AsyncIterator[Tuple[Any, Any]]:
+    """The hard-Down and drain tests' global transaction: one branch on
+    RAC1 that has inserted its row (gtrid, 'b0'). The block runs inside the
+    branch, which prepares as it ends (rolls back on an error); yields the
+    transaction and the branch's connection."""
+    gtx = pools.global_transaction(gtrid_on(pools.cluster, "RAC1", tag))
+    async with gtx.branch() as conn:
+        await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (gtx.gtrid,))
+        yield gtx, conn
+
+
+def _left_behind(pg, pools, gtx, state: str) -> None:
+    """What `_a_branch_on_rac1`'s transaction leaves: its branch `state`,
+    its row on RAC1 only if committed, no prepared branch anywhere, no
+    lease live or in flight."""
+    c = pools.cluster
+    assert [b.state for b in gtx.branches] == [state]
+    assert rows(pg)["RAC1"] == ([(gtx.gtrid, "b0")] if state == "committed" else [])
+    assert prepared_xacts(pg) == {n: [] for n in NAMES}
+    assert live(c) == 0 and in_flight(c) == 0
+
+
 @pytest.mark.asyncio
 @pytest.mark.timeout(90)
 async def test_a_hard_down_aborts_an_open_branchs_connection_on_a_blackholed_node(
@@ -269,13 +294,9 @@ async def test_a_hard_down_aborts_an_open_branchs_connection_on_a_blackholed_nod
     # statement timeout (here the test's own bound).
     dsns = {n: proxies[n].dsn(pg.dsn[n]) for n in NAMES}
     async with AsyncNodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=4, timeout=2.0) as pools:
-        c = pools.cluster
-        g = gtrid_on(c, "RAC1", "fcf")
-        gtx = pools.global_transaction(g)
         waited = math.inf
         with pytest.raises(psycopg.OperationalError) as info:
-            async with gtx.branch() as conn:
-                await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+            async with _a_branch_on_rac1(pools, "fcf") as (gtx, conn):
                 proxies["RAC1"].blackhole()
                 await pools.apply_event(fan_line("RAC1", "down"))
                 t0 = time.monotonic()
@@ -287,11 +308,9 @@ async def test_a_hard_down_aborts_an_open_branchs_connection_on_a_blackholed_nod
         assert waited < 2.0, f"the branch's statement waited {waited:.1f} s: its connection was not aborted"
         assert not isinstance(info.value, CallTimeout)
         # Recovered as any branch whose session ended before PREPARE.
-        assert [b.state for b in gtx.branches] == ["rolled back"]
-        assert live(c) == 0 and in_flight(c) == 0 and pools.in_doubt == {}
-        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert pools.in_doubt == {}
         proxies["RAC1"].heal()
-        assert rows(pg)["RAC1"] == []
+        _left_behind(pg, pools, gtx, "rolled back")
 
 
 @pytest.mark.asyncio
@@ -303,16 +322,13 @@ async def test_a_hard_down_leaves_a_prepared_branchs_connection_to_phase_two(pg,
     # cells counted 2 where 1 happened).
     async with new_pools(pg, cluster_factory) as pools:
         c = pools.cluster
-        g = gtrid_on(c, "RAC1", "prepared-down")
-        async with pools.global_transaction(g) as gtx:
-            async with gtx.branch() as conn:
-                await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
-            await pools.apply_event(fan_line("RAC1", "down"))
-            assert c.node_state("RAC1").name == "DOWN"
-        assert [b.state for b in gtx.branches] == ["committed"]
-        assert rows(pg)["RAC1"] == [(g, "b0")] and prepared_xacts(pg) == {n: [] for n in NAMES}
+        async with _a_branch_on_rac1(pools, "prepared-down") as (gtx, _conn):
+            pass
+        await pools.apply_event(fan_line("RAC1", "down"))
+        assert c.node_state("RAC1").name == "DOWN"
+        await gtx.commit()
+        _left_behind(pg, pools, gtx, "committed")
         assert node_metrics(c, "RAC1")["failures"] == 0
-        assert live(c) == 0 and in_flight(c) == 0
 
 
 @pytest.mark.asyncio
@@ -322,20 +338,16 @@ async def test_a_planned_drain_lets_an_open_branch_prepare_and_commit_on_its_nod
     # as a borrow; the drain's end (a planned Down) aborts nothing.
     async with new_pools(pg, cluster_factory, upkeep_interval=0.05) as pools:
         c = pools.cluster
-        g = gtrid_on(c, "RAC1", "drain")
-        async with pools.global_transaction(g) as gtx:
-            async with gtx.branch() as conn:
-                await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
-                await pools.apply_event(fan_line("RAC1", "down", reason="USER", drain_timeout=1))
-                assert c.node_state("RAC1").name == "DRAINING"
-                wait_until(lambda: c.node_state("RAC1").name == "DOWN", 10)  # the core ends it by the clock
-                await pools._upkeep.round()  # the drain's end acted on
-                cur = await conn.execute("SELECT inet_server_port()")
-                assert (await cur.fetchone())[0] == pg.port["RAC1"]
-            assert [b.state for b in gtx.branches] == ["prepared"]
-        assert [b.state for b in gtx.branches] == ["committed"]
-        assert rows(pg)["RAC1"] == [(g, "b0")] and prepared_xacts(pg) == {n: [] for n in NAMES}
-        assert live(c) == 0 and in_flight(c) == 0
+        async with _a_branch_on_rac1(pools, "drain") as (gtx, conn):
+            await pools.apply_event(fan_line("RAC1", "down", reason="USER", drain_timeout=1))
+            assert c.node_state("RAC1").name == "DRAINING"
+            wait_until(lambda: c.node_state("RAC1").name == "DOWN", 10)  # the core ends it by the clock
+            await pools._upkeep.round()  # the drain's end acted on
+            cur = await conn.execute("SELECT inet_server_port()")
+            assert (await cur.fetchone())[0] == pg.port["RAC1"]
+        assert [b.state for b in gtx.branches] == ["prepared"]
+        await gtx.commit()
+        _left_behind(pg, pools, gtx, "committed")
 
 
 @pytest.mark.asyncio

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
+from typing import Any, Iterator, Tuple
 import psycopg
 import pytest
 import racaffinity as ra
@@ -202,17 +204,34 @@ def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_doubt(p
         assert rows(pg)['RAC2'] == [(g, 'b0')] and prepared_xacts(pg) == {n: [] for n in NAMES}
         assert live(c) == 0 and pools.in_doubt == {}
 
+@contextmanager
+def _a_branch_on_rac1(pools, tag: str) -> Iterator[Tuple[Any, Any]]:
+    """The hard-Down and drain tests' global transaction: one branch on
+    RAC1 that has inserted its row (gtrid, 'b0'). The block runs inside the
+    branch, which prepares as it ends (rolls back on an error); yields the
+    transaction and the branch's connection."""
+    gtx = pools.global_transaction(gtrid_on(pools.cluster, 'RAC1', tag))
+    with gtx.branch() as conn:
+        conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (gtx.gtrid,))
+        yield (gtx, conn)
+
+def _left_behind(pg, pools, gtx, state: str) -> None:
+    """What `_a_branch_on_rac1`'s transaction leaves: its branch `state`,
+    its row on RAC1 only if committed, no prepared branch anywhere, no
+    lease live or in flight."""
+    c = pools.cluster
+    assert [b.state for b in gtx.branches] == [state]
+    assert rows(pg)['RAC1'] == ([(gtx.gtrid, 'b0')] if state == 'committed' else [])
+    assert prepared_xacts(pg) == {n: [] for n in NAMES}
+    assert live(c) == 0 and in_flight(c) == 0
+
 @pytest.mark.timeout(90)
 def test_a_hard_down_aborts_an_open_branchs_connection_on_a_blackholed_node(pg, cluster_factory, tables, proxies):
     dsns = {n: proxies[n].dsn(pg.dsn[n]) for n in NAMES}
     with NodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=4, timeout=2.0) as pools:
-        c = pools.cluster
-        g = gtrid_on(c, 'RAC1', 'fcf')
-        gtx = pools.global_transaction(g)
         waited = math.inf
         with pytest.raises(psycopg.OperationalError) as info:
-            with gtx.branch() as conn:
-                conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
+            with _a_branch_on_rac1(pools, 'fcf') as (gtx, conn):
                 proxies['RAC1'].blackhole()
                 pools.apply_event(fan_line('RAC1', 'down'))
                 t0 = time.monotonic()
@@ -223,45 +242,36 @@ def test_a_hard_down_aborts_an_open_branchs_connection_on_a_blackholed_node(pg, 
                     waited = time.monotonic() - t0
         assert waited < 2.0, f"the branch's statement waited {waited:.1f} s: its connection was not aborted"
         assert not isinstance(info.value, CallTimeout)
-        assert [b.state for b in gtx.branches] == ['rolled back']
-        assert live(c) == 0 and in_flight(c) == 0 and (pools.in_doubt == {})
-        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert pools.in_doubt == {}
         proxies['RAC1'].heal()
-        assert rows(pg)['RAC1'] == []
+        _left_behind(pg, pools, gtx, 'rolled back')
 
 @pytest.mark.timeout(60)
 def test_a_hard_down_leaves_a_prepared_branchs_connection_to_phase_two(pg, cluster_factory, tables):
     with new_pools(pg, cluster_factory) as pools:
         c = pools.cluster
-        g = gtrid_on(c, 'RAC1', 'prepared-down')
-        with pools.global_transaction(g) as gtx:
-            with gtx.branch() as conn:
-                conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
-            pools.apply_event(fan_line('RAC1', 'down'))
-            assert c.node_state('RAC1').name == 'DOWN'
-        assert [b.state for b in gtx.branches] == ['committed']
-        assert rows(pg)['RAC1'] == [(g, 'b0')] and prepared_xacts(pg) == {n: [] for n in NAMES}
+        with _a_branch_on_rac1(pools, 'prepared-down') as (gtx, _conn):
+            pass
+        pools.apply_event(fan_line('RAC1', 'down'))
+        assert c.node_state('RAC1').name == 'DOWN'
+        gtx.commit()
+        _left_behind(pg, pools, gtx, 'committed')
         assert node_metrics(c, 'RAC1')['failures'] == 0
-        assert live(c) == 0 and in_flight(c) == 0
 
 @pytest.mark.timeout(60)
 def test_a_planned_drain_lets_an_open_branch_prepare_and_commit_on_its_node(pg, cluster_factory, tables):
     with new_pools(pg, cluster_factory, upkeep_interval=0.05) as pools:
         c = pools.cluster
-        g = gtrid_on(c, 'RAC1', 'drain')
-        with pools.global_transaction(g) as gtx:
-            with gtx.branch() as conn:
-                conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
-                pools.apply_event(fan_line('RAC1', 'down', reason='USER', drain_timeout=1))
-                assert c.node_state('RAC1').name == 'DRAINING'
-                wait_until(lambda: c.node_state('RAC1').name == 'DOWN', 10)
-                pools._upkeep.round()
-                cur = conn.execute('SELECT inet_server_port()')
-                assert cur.fetchone()[0] == pg.port['RAC1']
-            assert [b.state for b in gtx.branches] == ['prepared']
-        assert [b.state for b in gtx.branches] == ['committed']
-        assert rows(pg)['RAC1'] == [(g, 'b0')] and prepared_xacts(pg) == {n: [] for n in NAMES}
-        assert live(c) == 0 and in_flight(c) == 0
+        with _a_branch_on_rac1(pools, 'drain') as (gtx, conn):
+            pools.apply_event(fan_line('RAC1', 'down', reason='USER', drain_timeout=1))
+            assert c.node_state('RAC1').name == 'DRAINING'
+            wait_until(lambda: c.node_state('RAC1').name == 'DOWN', 10)
+            pools._upkeep.round()
+            cur = conn.execute('SELECT inet_server_port()')
+            assert cur.fetchone()[0] == pg.port['RAC1']
+        assert [b.state for b in gtx.branches] == ['prepared']
+        gtx.commit()
+        _left_behind(pg, pools, gtx, 'committed')
 
 @pytest.mark.timeout(90)
 def test_recover_all_resolves_the_healthy_nodes_while_another_hangs(pg, cluster_factory, tables, proxies):
