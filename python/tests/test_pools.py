@@ -255,3 +255,37 @@ def test_a_forked_child_never_borrows_or_closes_the_parents_connections(pg, make
         assert in_a_forked_child(child) == "ok"
         with pools.connection() as conn:  # its pool has one connection: the parent's, still open
             assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == parents
+
+
+def test_a_borrow_on_a_node_up_again_while_its_down_is_handled_is_served(pg, make_pools, monkeypatch):
+    # The stale-route stress of test_pool_route_cache.py failed about a
+    # tenth of its borrows under heavy load, each with PoolClosed "the pool
+    # ... was retired as it handed a connection out": its flipper set a node
+    # Down and Up again while the upkeep was still opening the Down's
+    # successor pool (psycopg_pool starts its threads there, slow on a
+    # loaded machine). The old pool was flagged retired before that open,
+    # yet stayed the node's pool until it ended: a borrow routed to the node
+    # (Up again) took a connection from it, gave it back and routed again
+    # to the same pool, three times, then failed. The open is held here.
+    pools = make_pools(min_size=1, max_size=2)
+    c = pools.cluster
+    old = pools.node_pool("RAC1")
+    opening, opened = threading.Event(), threading.Event()
+    open_pool = type(old).open
+
+    def held_open(self, *args, **kwargs):
+        if self is not old and self.name == old.name and not opened.is_set():
+            opening.set()
+            opened.wait(10)
+        return open_pool(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(old), "open", held_open)
+    try:
+        c.set_node_state("RAC1", "down")
+        assert opening.wait(5), "the upkeep did not handle the Down"
+        c.set_node_state("RAC1", "up")
+        with pools.connection(key=_key_on(c, "RAC1")) as conn:
+            assert port_of(conn) == pg.port["RAC1"]
+    finally:
+        opened.set()
+    wait_until(lambda: pools.node_pool("RAC1") is not old, 5)

@@ -911,11 +911,16 @@ class AsyncNodePools(Base):
             pool = self._by_id[node]
             if pool is None or self._closed:
                 return
-            pool._racaffinity_retired = True  # before its marks are read (`_retired_under`)
             successor = self._new_pool(node, 0, True)
             successor._racaffinity_connects.node_failed_at = time.monotonic()
             await successor.open(wait=False)
+            # Flagged only once its successor is in place: a borrow that
+            # finds its pool retired routes again, and the open (psycopg_pool
+            # starts its threads: slow on a loaded machine) left the flagged
+            # pool the node's, so a node Up again meanwhile sent that borrow
+            # back to it until its reroutes ran out.
             self._by_id[node] = successor
+            pool._racaffinity_retired = True  # before its marks are read (`_retired_under`)
             drained = self._drained.pop(node, [])
             if hard:
                 _abort_in_use([pool, *drained])

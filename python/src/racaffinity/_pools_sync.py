@@ -747,11 +747,11 @@ class NodePools(Base):
             pool = self._by_id[node]
             if pool is None or self._closed:
                 return
-            pool._racaffinity_retired = True
             successor = self._new_pool(node, 0, True)
             successor._racaffinity_connects.node_failed_at = time.monotonic()
             successor.open(wait=False)
             self._by_id[node] = successor
+            pool._racaffinity_retired = True
             drained = self._drained.pop(node, [])
             if hard:
                 _abort_in_use([pool, *drained])
