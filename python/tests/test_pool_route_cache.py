@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections import Counter
 from typing import Callable, Dict, List, Tuple
 
 import psycopg
@@ -272,17 +273,44 @@ TOLERATED = (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg_pool.Po
              sa.exc.OperationalError)
 OKS_LOCK = threading.Lock()
 
+# The pools' checkout timeout in these tests (seconds).
+POOL_TIMEOUT = 5.0
+
 
 class Borrows:
     """What the routers saw: (tick before, tick after, node) per borrow, the
-    OK ends per node name, and the borrows that failed on a connection
-    (the flipper's Downs abort connections: tolerated, and counted)."""
+    OK ends per node name, and the borrows that failed, by kind.
+
+    A failure that came at once is the flipper's doing, tolerated and
+    bounded: a Down aborts a borrowed connection, a retired pool refuses,
+    reroutes run out. The bound keeps the check from passing on a few
+    borrows, and it flags pools that fail borrows for no routing reason: a
+    run under heavy load failed 599 of 5,401, the count and shape (all at
+    once, before the borrow held a connection) of pools whose node was Up
+    again while its Down was handled, reproduced with slowed borrows as
+    PoolClosed "retired as it handed a connection out" and fixed
+    (test_pools.py::test_a_borrow_on_a_node_up_again_while_its_down_is_handled_is_served).
+    A failure that waited the whole pool timeout is the machine's (a starved
+    process connects late), not the routing's: counted apart, unbounded;
+    it cannot crowd the check out, as each costs a router 5 s of its
+    test's 120."""
 
     def __init__(self, c: ra.Cluster) -> None:
         self.c = c
         self.seen: List[Tuple[int, int, int]] = []
         self.oks: Dict[str, int] = {}
         self.failed = 0
+        self.timed_out = 0
+        self.kinds: Counter = Counter()
+
+    def fail(self, stage: str, e: BaseException, since: float) -> None:
+        """A borrow begun at `since` (monotonic) failed with `e` at `stage`."""
+        with OKS_LOCK:
+            if time.monotonic() - since >= POOL_TIMEOUT:
+                self.timed_out += 1
+            else:
+                self.failed += 1
+                self.kinds[f"{stage}: {type(e).__name__}: {str(e)[:80]}"] += 1
 
     def ok(self, node: int) -> None:
         name = self.c.node_name(node)
@@ -291,7 +319,10 @@ class Borrows:
 
     def settle(self, f: Flipper, exact_oks: bool = True) -> None:
         assert f.changes >= MIN_CHANGES, f"the flipper made only {f.changes} changes in {DEADLINE_S} s"
-        assert self.failed <= len(self.seen) // 10, f"{self.failed} failed borrows of {len(self.seen)}"
+        assert self.failed <= len(self.seen) // 10, (
+            f"{self.failed} failed borrows of {len(self.seen)} (and {self.timed_out} timed out):"
+            f" {self.kinds.most_common(5)}"
+        )
         check(f, self.seen)
         if exact_oks:
             check_lease_totals(self.c, self.oks)
@@ -340,22 +371,23 @@ def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_threads(pg, clu
     # the whole pick, and the page's counts stay exact for borrows whose
     # release is a page write.
     c = stress_cluster(cluster_factory)
-    with NodePools(c, dsns(pg), min_size=1, max_size=4, timeout=5.0, upkeep_interval=0.05) as pools:
+    with NodePools(c, dsns(pg), min_size=1, max_size=4, timeout=POOL_TIMEOUT, upkeep_interval=0.05) as pools:
 
         def borrow(f: Flipper, b: Borrows) -> None:
             begin = f.now
+            since = time.monotonic()
             cm = pools.connection()
             try:
                 cm.__enter__()
-            except TOLERATED:
-                b.failed += 1
+            except TOLERATED as e:
+                b.fail("enter", e, since)
                 return
             node = cm._buf.node
             b.seen.append((begin, f.now, node))
             try:
                 cm.__exit__(None, None, None)
-            except TOLERATED:
-                b.failed += 1
+            except TOLERATED as e:
+                b.fail("exit", e, since)
                 return
             b.ok(node)
 
@@ -374,7 +406,7 @@ def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_asyncio(pg, clu
     async def main() -> None:
         # The pools are built before the flipper starts: it removes nodes, and
         # a pool for a node the cluster no longer has is refused at build time.
-        pools = AsyncNodePools(c, dsns(pg), min_size=1, max_size=4, timeout=5.0, upkeep_interval=0.05)
+        pools = AsyncNodePools(c, dsns(pg), min_size=1, max_size=4, timeout=POOL_TIMEOUT, upkeep_interval=0.05)
         await pools.open()
         flipper.start()
         try:
@@ -385,18 +417,19 @@ def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_asyncio(pg, clu
                     while keep_routing(f, done, 400, deadline):
                         done += 1
                         begin = f.now
+                        since = time.monotonic()
                         cm = pools.connection()
                         try:
                             await cm.__aenter__()
-                        except TOLERATED:
-                            b.failed += 1
+                        except TOLERATED as e:
+                            b.fail("enter", e, since)
                             continue
                         node = cm._buf.node
                         b.seen.append((begin, f.now, node))
                         try:
                             await cm.__aexit__(None, None, None)
-                        except TOLERATED:
-                            b.failed += 1
+                        except TOLERATED as e:
+                            b.fail("exit", e, since)
                             continue
                         b.ok(node)
 
@@ -415,22 +448,23 @@ def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_asyncio(pg, clu
 
 def test_pinned_sqlalchemy_checkouts_never_outlive_a_down_removal_or_ejection(pg, cluster_factory):
     c = stress_cluster(cluster_factory)
-    engine = create_engine(c, urls(pg), pool_size=2, max_overflow=2, pool_timeout=5)
+    engine = create_engine(c, urls(pg), pool_size=2, max_overflow=2, pool_timeout=POOL_TIMEOUT)
     try:
 
         def borrow(f: Flipper, b: Borrows) -> None:
             begin = f.now
+            since = time.monotonic()
             try:
                 conn = engine.connect()
-            except TOLERATED:
-                b.failed += 1
+            except TOLERATED as e:
+                b.fail("checkout", e, since)
                 return
             lease = engine.pool._leases[conn.connection._connection_record]
             b.seen.append((begin, f.now, lease.node))
             try:
                 conn.close()
-            except TOLERATED:
-                b.failed += 1
+            except TOLERATED as e:
+                b.fail("checkin", e, since)
                 return
             if lease.__class__ is PoolHostLease:
                 assert lease.released, "a checkout's lease outlived its connection"
