@@ -18,6 +18,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLongArray;
 import java.util.concurrent.atomic.LongAdder;
 import java.util.function.Predicate;
 import java.util.function.Supplier;
@@ -73,7 +74,7 @@ public final class XaRouter {
     private final Map<XidKey, Branch> branches = new ConcurrentHashMap<>();
 
     /** Per node id: the hard Downs seen ({@link #nodeFailed}), so that a connect that spanned one is dropped. */
-    private final java.util.concurrent.atomic.AtomicLongArray hardDowns;
+    private final AtomicLongArray hardDowns;
 
     private final LongAdder starts = new LongAdder();
     private final LongAdder prepares = new LongAdder();
@@ -140,7 +141,7 @@ public final class XaRouter {
         this.requestRoute = requestRoute == null ? () -> null : requestRoute;
         this.cluster = Objects.requireNonNull(cluster, "cluster");
         this.byId = byId.clone();
-        this.hardDowns = new java.util.concurrent.atomic.AtomicLongArray(byId.length);
+        this.hardDowns = new AtomicLongArray(byId.length);
         this.affinity = transactionAffinity;
         this.nodeFailure = nodeFailure == null ? e -> false : nodeFailure;
         this.redact = redact == null ? s -> s : redact;
