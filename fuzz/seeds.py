@@ -7,7 +7,10 @@ vectors, so the seeds are the inputs every binding already agrees on:
                          the README's full key list;
   corpus/event_apply/    every event line of tests/vectors/events.json, one
                          file per line and one per `apply` scenario (its
-                         lines in order), for each cluster shape byte.
+                         lines in order), for each cluster shape byte;
+  corpus/feed_record/    every documented feed record form, one file per
+                         record and one with them all as a log, for each
+                         cluster shape byte.
 
 Deterministic; file names are the content's sha1, so re-running adds nothing
 twice. The structure-aware targets (capi_sequence, hrw_differential) keep
@@ -75,6 +78,28 @@ def main() -> None:
             write("event_apply", bytes([shape]) + line.encode())
         for scenario in events["apply"]:
             write("event_apply", bytes([shape]) + "\n".join(s["line"] for s in scenario["steps"]).encode())
+
+    # feed_record: the documented record forms (docs/operations.md, "Feed
+    # records"), one per seed and as a log, for each cluster shape.
+    records = [
+        "5 node/D present weight=3 address=db4:5432",
+        "6 node/A present address=h9:1521",
+        "7 node/B/state draining timeout=30s",
+        "8 node/B/state draining timeout=60s since=1795964400",
+        "9 node/C/state down",
+        "10 node/C/state",
+        "11 node/A/weight 7",
+        "12 node/A/weight",
+        "13 partition_map 0=A,1=B,2=C",
+        "14 node/D removed",
+        "15 fan/instance-orcl_2 INSTANCE VERSION=1.0 database=orcl instance=orcl_2 host=h2 status=down "
+        "reason=FAILURE timestamp=2026-11-29 15:00:00",
+        "16 node/orcl_2/state draining timeout=1m since=1795964400",
+    ]
+    for shape in (0, 1, 2):
+        for r in records:
+            write("feed_record", bytes([shape]) + r.encode())
+        write("feed_record", bytes([shape]) + "\n".join(records).encode())
 
 
 if __name__ == "__main__":
