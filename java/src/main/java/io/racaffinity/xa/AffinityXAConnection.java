@@ -504,21 +504,27 @@ public final class AffinityXAConnection implements XAConnection {
 
     // ---- logical handles -----------------------------------------------------
 
+    /** Refuses a call of {@code h} on a closed XAConnection, a replaced handle, or a session a hard Down aborted. */
+    private void checkUsable(Handle h) throws SQLException {
+        assert Thread.holdsLock(this);
+        if (closed) {
+            throw new SQLNonTransientConnectionException("the XAConnection is closed", "08003");
+        }
+        if (h != handle) {
+            throw new SQLNonTransientConnectionException("connection handle is closed", "08003");
+        }
+        if (h.failedOn != null) {
+            // Never a fresh session: the work would go on outside the branch that died.
+            throw new SQLNonTransientConnectionException("racaffinity: node " + h.failedOn + " failed (hard"
+                    + " Down): this connection's session there was aborted", "08006");
+        }
+    }
+
     /** The physical logical connection a handle's call goes to now. */
     Connection target(Handle h) throws SQLException {
         int node;
         synchronized (this) {
-            if (closed) {
-                throw new SQLNonTransientConnectionException("the XAConnection is closed", "08003");
-            }
-            if (h != handle) {
-                throw new SQLNonTransientConnectionException("connection handle is closed", "08003");
-            }
-            if (h.failedOn != null) {
-                // Never a fresh session: the work would go on outside the branch that died.
-                throw new SQLNonTransientConnectionException("racaffinity: node " + h.failedOn + " failed (hard"
-                        + " Down): this connection's session there was aborted", "08006");
-            }
+            checkUsable(h);
             node = bound;
         }
         if (node < 0) {
@@ -543,16 +549,8 @@ public final class AffinityXAConnection implements XAConnection {
             throw new SQLException(e.getMessage(), "08001", e);
         }
         synchronized (this) {
-            if (closed) {
-                throw new SQLNonTransientConnectionException("the XAConnection is closed", "08003");
-            }
-            if (h != handle) {
-                throw new SQLNonTransientConnectionException("connection handle is closed", "08003");
-            }
-            if (h.failedOn != null) {
-                throw new SQLNonTransientConnectionException("racaffinity: node " + h.failedOn + " failed (hard"
-                        + " Down): this connection's session there was aborted", "08006");
-            }
+            // Again after the unlocked connect: a close or a hard Down may have come meanwhile.
+            checkUsable(h);
             if (p.logical == null || p.logical.isClosed()) {
                 p.logical = p.xac.getConnection();
             }
