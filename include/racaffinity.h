@@ -1287,6 +1287,31 @@ racaffinity_result racaffinity_tx_begin_for(const racaffinity_cluster *cluster,
                                             racaffinity_route *out);
 
 /*
+ `racaffinity_tx_begin_for` for a request that carries a session routing
+ token (`token`, NUL-terminated, as `racaffinity_session_token_route`
+ takes it): a *new* gtrid goes to the request's data key's owner, else to
+ the node the token routes the request to (in strict transaction mode
+ across processes, `transaction.settle` > 0: the token's primary while
+ every process sees it take new work, else the gtrid's own placement),
+ else as `racaffinity_tx_begin_for` places it. The token never makes the
+ call fail for its node's sake, even in strict session mode; a malformed
+ or foreign token is INVALID_ARGUMENT and changes nothing. A separate
+ function, not a field of `racaffinity_route_request`, so that callers
+ built against 0.2.0 keep their struct's size.
+
+ # Safety
+ `gtrid` must be valid for `len` bytes; `request` NULL or readable with
+ readable non-empty spans; `token` NULL or NUL-terminated; `out` NULL or
+ writable.
+ */
+racaffinity_result racaffinity_tx_begin_for_token(const racaffinity_cluster *cluster,
+                                                  const uint8_t *gtrid,
+                                                  size_t len,
+                                                  const racaffinity_route_request *request,
+                                                  const char *token,
+                                                  racaffinity_route *out);
+
+/*
  Writes the static description of result code `code` into `buf` (NUL-terminated).
 
  # Safety

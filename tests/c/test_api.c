@@ -208,6 +208,7 @@ static void every_cluster_function_returns(const racaffinity_cluster *c, racaffi
     CHECK_RC(racaffinity_context_route(c, 1, &r), want);
     CHECK_RC(racaffinity_request_pick(c, &req, &l), want);
     CHECK_RC(racaffinity_tx_begin_for(c, B("g"), &req, &r), want);
+    CHECK_RC(racaffinity_tx_begin_for_token(c, B("g"), &req, "s!ra1.00000000.none", &r), want);
     CHECK_RC(racaffinity_session_routing(c, B("s"), &u, &u2), want);
     CHECK_RC(racaffinity_session_token_new(c, "s", buf, sizeof buf, &len), want);
     CHECK_RC(racaffinity_session_token_route(c, "s!ra1.00000000.none", &r, buf, sizeof buf, &len, &b), want);
@@ -811,6 +812,60 @@ static void session_tokens_carry_primary_and_backup_and_promote_on_failure(void)
     CHECK_EQ_U(db, RACAFFINITY_NO_NODE);
     CHECK_RC(racaffinity_session_token_decode(c, "s!ra1.zz", &dp, &db, sid, sizeof sid, &len),
              RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    free_cluster(c);
+}
+
+/* A new gtrid of a request carrying a token goes where the token routes the
+ * request, not to the thread's pin; a data key still wins; a token never
+ * refuses a new gtrid, and bad input changes nothing. */
+static void a_new_gtrid_follows_the_requests_session_token(void) {
+    racaffinity_cluster *c = new_cluster("nodes = S1, S2, S3, S4\nsession.strict = true");
+    uint64_t ctx = 0;
+    racaffinity_route pinned, placed, r;
+    CHECK_OK(racaffinity_context_new(c, &ctx));
+    CHECK_OK(racaffinity_context_pin(c, ctx, &pinned));
+    racaffinity_route_request by_pin = {.context = ctx};
+    char token[64], gtrid[32], next[64];
+    size_t len = 0;
+    bool changed = false;
+    int elsewhere = 0;
+    for (int i = 0; i < 32; i++) {
+        char sid[16];
+        snprintf(sid, sizeof sid, "sess%d", i);
+        uint32_t primary = 0, backup = 0;
+        CHECK_OK(racaffinity_session_token_new(c, sid, token, sizeof token, &len));
+        CHECK_OK(racaffinity_session_token_decode(c, token, &primary, &backup, next, sizeof next, &len));
+        elsewhere += primary != pinned.node;
+        snprintf(gtrid, sizeof gtrid, "g-token-%d", i);
+        CHECK_OK(racaffinity_tx_begin_for_token(c, (const uint8_t *)gtrid, strlen(gtrid), &by_pin, token, &placed));
+        CHECK_EQ_U(placed.node, primary);
+        CHECK_OK(racaffinity_tx_complete(c, (const uint8_t *)gtrid, strlen(gtrid)));
+    }
+    CHECK(elsewhere > 0);
+    /* A data key wins over the token. */
+    racaffinity_route key;
+    CHECK_OK(racaffinity_key_route_i64(c, 7, &key));
+    racaffinity_route_request by_key = {.key_i64 = 7, .key_is_i64 = 1, .context = ctx};
+    CHECK_OK(racaffinity_tx_begin_for_token(c, B("g-key"), &by_key, token, &placed));
+    CHECK_EQ_U(placed.node, key.node);
+    /* The token's primary down in strict session mode: the session's work is
+     * refused, a new gtrid is not (no branch exists yet). */
+    uint32_t primary = 0, backup = 0;
+    CHECK_OK(racaffinity_session_token_decode(c, token, &primary, &backup, next, sizeof next, &len));
+    char name[16];
+    name_of(c, primary, name, sizeof name);
+    CHECK_OK(racaffinity_node_set_state(c, name, RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_RC(racaffinity_session_token_route(c, token, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_STRICT_AFFINITY);
+    CHECK_OK(racaffinity_tx_begin_for_token(c, B("g-down"), NULL, token, &placed));
+    CHECK(placed.node != primary);
+    /* Bad input: refused, and the gtrid is not registered. */
+    CHECK_RC(racaffinity_tx_begin_for_token(c, B("g-bad"), NULL, "s!ra9.00000000.none", &placed),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("ra9");
+    CHECK_RC(racaffinity_tx_begin_for_token(c, B("g-bad"), NULL, NULL, &placed), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_tx_begin_for_token(c, B("g-bad"), NULL, token, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_tx_complete(c, B("g-bad")), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
     free_cluster(c);
 }
 
@@ -2417,6 +2472,7 @@ static const h_test tests[] = {
     TEST(ucp_affinity_contexts_and_the_partition_map_replaced_whole),
     TEST(a_planned_drain_keeps_existing_work_until_its_timeout_then_moves_it),
     TEST(session_tokens_carry_primary_and_backup_and_promote_on_failure),
+    TEST(a_new_gtrid_follows_the_requests_session_token),
     TEST(token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup),
     TEST(token_route_without_a_buffer_routes_nothing),
     TEST(five_failed_leases_eject_a_node),

@@ -143,6 +143,7 @@ fn main() {
                 transaction: None,
                 key: Some(DataKey::Int(keys[i & m])),
                 session: Some(&sessions[i & m]),
+                token: None,
                 context: Some(ContextKey(ctx.0)),
             };
             black_box(c.route(&r).unwrap());

@@ -10,6 +10,7 @@ use crate::error::{Error, Result, Scope};
 use crate::node::NodeId;
 use crate::pin::ContextKey;
 use crate::route::{Route, RouteKind};
+use crate::token::TokenOwner;
 use crate::transaction::{shared_standing, Preferred};
 
 /// What [`Cluster::reroute`] did to a pin.
@@ -32,6 +33,9 @@ pub struct RouteRequest<'a> {
     pub key: Option<DataKey<'a>>,
     /// A web session key.
     pub session: Option<&'a [u8]>,
+    /// The request's session routing token ([`Cluster::route_token`]):
+    /// read only when a new gtrid is placed ([`Cluster::tx_begin_for`]).
+    pub token: Option<&'a str>,
     /// The host's pin context; `None` uses the calling OS thread's pin.
     pub context: Option<ContextKey>,
 }
@@ -63,9 +67,12 @@ impl Cluster {
 
     /// Begins or joins a branch of `gtrid` ([`Cluster::tx_begin`]); a *new*
     /// gtrid is placed where the request's other affinities point (its data
-    /// key, else its session, else the context's or thread's pin), and by the
-    /// transaction placement policy when none applies or that node cannot
-    /// take new work. `request.transaction` is ignored.
+    /// key, else the node its session routing token routes it to, else its
+    /// session, else the context's or thread's pin), and by the transaction
+    /// placement policy when none applies or that node cannot take new work.
+    /// A token never refuses a new gtrid, even in strict session mode: no
+    /// branch exists yet, so placing it elsewhere splits nothing.
+    /// `request.transaction` is ignored.
     pub fn tx_begin_for(&self, gtrid: &[u8], request: &RouteRequest<'_>) -> Result<Route> {
         // Before the request's session is routed: a refused call changes nothing.
         crate::transaction::check_gtrid(gtrid)?;
@@ -76,10 +83,16 @@ impl Cluster {
         if settle > 0 && self.is_strict(Scope::Transaction) {
             return self.tx_begin_agreed(gtrid, request);
         }
+        if let (Some(_), Some(token)) = (request.key, request.token) {
+            // Never routed here, but bad input is refused whatever wins.
+            crate::token::check_token(token)?;
+        }
         // The key's owner, never a per-call fallback: a fallback is a random
         // draw, and every process must place one gtrid on the same node.
         let preferred = if let Some(key) = request.key {
             self.data_owner(key)?
+        } else if let Some(token) = request.token {
+            self.token_node(token)?
         } else if let Some(session) = request.session {
             Some(self.session_route(session)?.node)
         } else {
@@ -95,9 +108,12 @@ impl Cluster {
     /// processes: placed from shared inputs only. The data key's owner as
     /// every process sees it ([`Cluster::agreed_partition_owner`]) while it
     /// takes new work by the shared inputs, else where
-    /// [`Cluster::place_settled`] puts the gtrid. A session's or pin's node
-    /// is this process's own state (another process placing a branch of the
-    /// same gtrid has other pins), so it never places a gtrid here.
+    /// [`Cluster::place_settled`] puts the gtrid; without a key, the token's
+    /// primary in the same way ([`Cluster::token_agreed_primary`]: the token
+    /// is the same bytes in every process, a promoted backup is not). A
+    /// session's or pin's node is this process's own state (another process
+    /// placing a branch of the same gtrid has other pins), so it never places
+    /// a gtrid here.
     fn tx_begin_agreed(&self, gtrid: &[u8], request: &RouteRequest<'_>) -> Result<Route> {
         let settle = self.inner.config.transaction.settle_ms;
         if let (None, Some(session)) = (request.key, request.session) {
@@ -105,8 +121,18 @@ impl Cluster {
             // bad input is an error whatever the strict switch.
             crate::session::check_key("session key", session)?;
         }
+        if let Some(token) = request.token {
+            crate::token::check_token(token)?;
+        }
         let topo = self.topo();
         let mut preferred = None;
+        if let (None, Some(token)) = (request.key, request.token) {
+            match self.token_agreed_primary(&topo, token, settle)? {
+                TokenOwner::Node(n) => preferred = Some(Preferred::Agreed(n)),
+                TokenOwner::Unsettled(n) => return Err(self.settling(&n)),
+                TokenOwner::None => {}
+            }
+        }
         if let Some(key) = request.key {
             let p = self.partition_of(key)?;
             match self.agreed_partition_owner(&topo, p)? {

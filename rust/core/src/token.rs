@@ -109,6 +109,11 @@ struct Parsed<'a> {
     backup: Option<&'a str>,
 }
 
+/// Refuses a malformed or foreign token, as routing it would.
+pub(crate) fn check_token(token: &str) -> Result<()> {
+    parse(token).map(drop)
+}
+
 fn parse(token: &str) -> Result<Parsed<'_>> {
     let (sid, routing) = token.rsplit_once('!').ok_or_else(|| malformed(token, "no `!` before the routing data"))?;
     check_session_id(sid)?;
@@ -194,14 +199,7 @@ impl Cluster {
                         None => self.refuse_unknown(Scope::Session, p.primary),
                     });
                 }
-                // The backup holds the session's copy: promoted while it
-                // takes new work, and while Draining too when no node takes
-                // new work (a drain keeps existing sessions).
-                let next = backup
-                    .filter(|b| b.accepts_new())
-                    .or_else(|| ranking.first().copied())
-                    .or_else(|| backup.filter(|b| b.accepts_existing(clock)));
-                match next {
+                match promoted(backup, &ranking, clock) {
                     Some(n) => (n.clone(), RouteKind::Repinned),
                     None => {
                         let h = hash::hash_bytes(p.sid.as_bytes());
@@ -223,6 +221,71 @@ impl Cluster {
         self.count(&topo, Some(Scope::Session), route);
         Ok(TokenRoute { route, token: (rewritten != token).then_some(rewritten) })
     }
+
+    /// The node [`Cluster::route_token`] would route a request carrying
+    /// `token` to, neither counted nor refused: where a new gtrid of that
+    /// request is placed by preference ([`Cluster::tx_begin_for`]). `None`
+    /// when no node would take it. Strict session mode does not apply: no
+    /// branch exists yet, so placing the gtrid elsewhere splits nothing.
+    pub(crate) fn token_node(&self, token: &str) -> Result<Option<NodeId>> {
+        let p = parse(token)?;
+        let topo = self.topo();
+        let clock = self.clock();
+        if let Some(n) = find_node(&topo, p.primary).filter(|n| n.accepts_existing(clock)) {
+            return Ok(Some(n.id()));
+        }
+        let backup = p.backup.and_then(|id| find_node(&topo, id));
+        let ranking = rendezvous::ranking(&topo.live, hash::hash_bytes(p.sid.as_bytes()), |n| n.accepts_new());
+        Ok(promoted(backup, &ranking, clock).map(|n| n.id()))
+    }
+
+    /// A token's primary as every process may see it within `settle_ms`,
+    /// for placing a new gtrid strictly across processes: the token is the
+    /// same bytes in every process that sees the request, but a promoted
+    /// backup is each process's own decision, so only the primary counts.
+    /// `Node` while it takes new work by the shared inputs; `None` when by
+    /// them it does not, or when no process knows it; `Unsettled` while a
+    /// node of its id was added or removed, or its standing changed, within
+    /// the settle time (another process may see it otherwise).
+    pub(crate) fn token_agreed_primary(&self, topo: &Topology, token: &str, settle_ms: u64) -> Result<TokenOwner> {
+        use crate::agreement::Standing;
+        use crate::transaction::shared_standing;
+        let p = parse(token)?;
+        let Ok(id) = u32::from_str_radix(p.primary, 16) else { return Ok(TokenOwner::None) };
+        if let Some(n) = topo.by_id.iter().find(|n| n.token_id() == id && !n.member_settled(settle_ms)) {
+            return Ok(TokenOwner::Unsettled(n.clone()));
+        }
+        Ok(match find_node(topo, p.primary) {
+            Some(n) => match shared_standing(n, settle_ms) {
+                Standing::Eligible => TokenOwner::Node(n.id()),
+                Standing::Changing => TokenOwner::Unsettled(n.clone()),
+                Standing::Ineligible => TokenOwner::None,
+            },
+            None => TokenOwner::None,
+        })
+    }
+}
+
+/// [`Cluster::token_agreed_primary`]'s answer.
+pub(crate) enum TokenOwner {
+    Node(NodeId),
+    Unsettled(std::sync::Arc<Node>),
+    None,
+}
+
+/// The node that takes a session over from a primary that lost its work: the
+/// backup holds the session's copy, so it is promoted while it takes new
+/// work, and while Draining too when no node takes new work (a drain keeps
+/// existing sessions); else the first of the session's own ranking.
+fn promoted<'t>(
+    backup: Option<&'t std::sync::Arc<Node>>,
+    ranking: &[&'t std::sync::Arc<Node>],
+    clock: &dyn crate::clock::Clock,
+) -> Option<&'t std::sync::Arc<Node>> {
+    backup
+        .filter(|b| b.accepts_new())
+        .or_else(|| ranking.first().copied())
+        .or_else(|| backup.filter(|b| b.accepts_existing(clock)))
 }
 
 /// The backup for `primary`: the first node of `ranking` on another machine,

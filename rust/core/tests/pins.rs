@@ -207,6 +207,7 @@ fn a_request_routes_by_transaction_then_key_then_session_then_pin() {
         transaction: Some(b"g-1"),
         key: Some(DataKey::Bytes(b"customer-9")),
         session: Some(b"S-1"),
+        token: None,
         context: Some(ctx),
     };
     assert_eq!(c.route(&full).unwrap().node, tx);

@@ -91,6 +91,7 @@ pub(crate) fn route_request<'a>(
         transaction,
         key: key_i64.map(DataKey::Int).or(key.map(DataKey::Bytes)),
         session,
+        token: None,
         context: (context != 0).then_some(ContextKey(context)),
     }
 }

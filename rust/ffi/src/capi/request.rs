@@ -3,7 +3,9 @@
 
 use racaffinity_core::RouteRequest;
 
-use super::buffer::{bytes_arg, out_arg};
+use std::os::raw::c_char;
+
+use super::buffer::{bytes_arg, out_arg, str_arg};
 use super::handle::{self, racaffinity_cluster};
 use super::pick::lease;
 use super::result::{guard, racaffinity_result, Failure};
@@ -84,6 +86,45 @@ pub unsafe extern "C" fn racaffinity_tx_begin_for(
             // SAFETY: non-NULL and readable per the contract.
             unsafe { request_arg(request)? }
         };
+        handle::with(cluster, |c| out.set(c.tx_begin_for(g, &req)?.into()))
+    })
+}
+
+/// `racaffinity_tx_begin_for` for a request that carries a session routing
+/// token (`token`, NUL-terminated, as `racaffinity_session_token_route`
+/// takes it): a *new* gtrid goes to the request's data key's owner, else to
+/// the node the token routes the request to (in strict transaction mode
+/// across processes, `transaction.settle` > 0: the token's primary while
+/// every process sees it take new work, else the gtrid's own placement),
+/// else as `racaffinity_tx_begin_for` places it. The token never makes the
+/// call fail for its node's sake, even in strict session mode; a malformed
+/// or foreign token is INVALID_ARGUMENT and changes nothing. A separate
+/// function, not a field of `racaffinity_route_request`, so that callers
+/// built against 0.2.0 keep their struct's size.
+///
+/// # Safety
+/// `gtrid` must be valid for `len` bytes; `request` NULL or readable with
+/// readable non-empty spans; `token` NULL or NUL-terminated; `out` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_tx_begin_for_token(
+    cluster: *const racaffinity_cluster,
+    gtrid: *const u8,
+    len: usize,
+    request: *const racaffinity_route_request,
+    token: *const c_char,
+    out: *mut racaffinity_route,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (out, g, t) = unsafe { (out_arg(out, "out")?, bytes_arg(gtrid, len, "gtrid")?, str_arg(token, "token")?) };
+        let mut req = if request.is_null() {
+            RouteRequest::default()
+        } else {
+            // SAFETY: non-NULL and readable per the contract.
+            unsafe { request_arg(request)? }
+        };
+        req.token = Some(t);
         handle::with(cluster, |c| out.set(c.tx_begin_for(g, &req)?.into()))
     })
 }

@@ -6,14 +6,14 @@
 //! of `racaffinity_thread_pin`: a Java thread (and above all a virtual thread,
 //! which shares carrier OS threads) is not an OS thread.
 
-use jni::objects::JByteArray;
+use jni::objects::{JByteArray, JString};
 use jni::sys::{jboolean, jint, jlong};
 use jni::{Env, EnvUnowned};
 use racaffinity_core::{Cluster, ContextKey, DataKey, Outcome, RouteRequest};
 
 use super::{
-    enum_arg, node_arg, pack, run, run_bytes, run_cluster_fast, run_fast, run_node_fast, with_bytes, with_cluster,
-    with_opt_bytes, JResult,
+    enum_arg, node_arg, pack, run, run_bytes, run_cluster_fast, run_fast, run_node_fast, string, with_bytes,
+    with_cluster, with_opt_bytes, JResult,
 };
 use crate::capi::result::{racaffinity_result, Failure};
 use crate::capi::types::{node_id, racaffinity_outcome};
@@ -226,10 +226,12 @@ jni_export! {
 
 jni_export! {
     /// `long txBeginFor(long handle, byte[] gtrid, byte[] key, long keyI64,
-    /// boolean keyIsI64, byte[] session, long context)`: begins or joins a
-    /// branch; a new gtrid is placed where the request's other affinities point
-    /// (`Cluster::tx_begin_for`: data key, session, the context's pin, else the
-    /// placement policy). The optional arguments are as for `requestPick`.
+    /// boolean keyIsI64, byte[] session, String token, long context)`: begins
+    /// or joins a branch; a new gtrid is placed where the request's other
+    /// affinities point (`Cluster::tx_begin_for`: data key, the session
+    /// routing token's node, session, the context's pin, else the placement
+    /// policy). The optional arguments are as for `requestPick`; `token` may
+    /// be null.
     #[allow(clippy::too_many_arguments)]
     fn Java_io_racaffinity_Native_txBeginFor<'l>(
         env,
@@ -239,12 +241,17 @@ jni_export! {
         key_i64: jlong,
         key_is_i64: jboolean,
         session: JByteArray<'l>,
+        token: JString<'l>,
         context: jlong,
     ) -> jlong {
         let args = RequestArgs { key: &key, key_i64, key_is_i64, session: &session, context };
         run(&mut env, |env| {
+            let token = if token.is_null() { None } else { Some(string(env, &token, "token")?) };
             with_bytes(env, &gtrid, "gtrid", |g| {
-                args.with(env, None, |req| with_cluster(h, |c| Ok(pack(c.tx_begin_for(g, req)?))))
+                args.with(env, None, |req| {
+                    let req = RouteRequest { token: token.as_deref(), ..*req };
+                    with_cluster(h, |c| Ok(pack(c.tx_begin_for(g, &req)?)))
+                })
             })
         })
     }

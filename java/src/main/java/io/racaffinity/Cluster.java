@@ -754,7 +754,28 @@ public final class Cluster implements AutoCloseable {
      * @return the route
      */
     public Route txBeginFor(byte[] gtrid, byte[] key, byte[] session) {
-        return route(Native.txBeginFor(handle, gtrid(gtrid), key, 0, false, session, contextKey()));
+        return route(Native.txBeginFor(handle, gtrid(gtrid), key, 0, false, session, null, contextKey()));
+    }
+
+    /**
+     * {@link #txBeginFor(byte[], byte[], byte[])} for a request that carries a session
+     * routing {@code token} ({@link #routeToken}): a <em>new</em> gtrid goes to the data
+     * {@code key}'s owner, else to the node the token routes the request to, so that the
+     * request's session work and its transaction share a node; in strict transaction
+     * mode across processes ({@code transaction.settle} &gt; 0), to the token's primary
+     * while every process sees it take new work, else by the gtrid's own placement. The
+     * token never makes the call fail for its node's sake, even in strict session mode
+     * (no branch exists yet); a malformed or foreign token is an
+     * {@link InvalidArgumentException} and changes nothing.
+     *
+     * @param gtrid the gtrid
+     * @param key a data (sharding) key, or null
+     * @param session a web-session key, or null
+     * @param token the request's routing token, or null
+     * @return the route
+     */
+    public Route txBeginFor(byte[] gtrid, byte[] key, byte[] session, String token) {
+        return route(Native.txBeginFor(handle, gtrid(gtrid), key, 0, false, session, token, contextKey()));
     }
 
     /**
@@ -766,7 +787,7 @@ public final class Cluster implements AutoCloseable {
      * @return the route
      */
     public Route txBeginFor(byte[] gtrid, long key, byte[] session) {
-        return route(Native.txBeginFor(handle, gtrid(gtrid), null, key, true, session, contextKey()));
+        return route(Native.txBeginFor(handle, gtrid(gtrid), null, key, true, session, null, contextKey()));
     }
 
     /**

@@ -172,7 +172,7 @@ final class Native {
     static native long txBeginOn(long h, byte[] gtrid, int preferred);
 
     static native long txBeginFor(long h, byte[] gtrid, byte[] key, long keyI64, boolean keyIsI64, byte[] session,
-            long context);
+            String token, long context);
 
     static native long txRoute(long h, byte[] gtrid);
 

@@ -501,7 +501,23 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      * @return the scope; close it on the same thread
      */
     public static RouteScope withRequestRoute(Cluster cluster, Route route) {
-        return new RouteScope(cluster, route);
+        return new RouteScope(cluster, route, null);
+    }
+
+    /**
+     * {@link #withRequestRoute(Cluster, Route)} that also keeps the request's routing
+     * {@code token}: a new transaction the request begins (an XA branch, a JTA
+     * transaction's first connection) is placed by it ({@link Cluster#txBeginFor(byte[],
+     * byte[], byte[], String)}), so the request's session work and its transaction share
+     * a node. {@code io.racaffinity.web.AffinityFilter} opens this one.
+     *
+     * @param cluster the cluster that decided
+     * @param route the decision
+     * @param token the token the decision was made for (the one the client keeps), or null
+     * @return the scope; close it on the same thread
+     */
+    public static RouteScope withRequestRoute(Cluster cluster, Route route, String token) {
+        return new RouteScope(cluster, route, token);
     }
 
     /**
@@ -517,7 +533,28 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      * @return the scope; close it on the same thread
      */
     public static RouteScope withRequestRefusal(Cluster cluster, AffinityException refusal) {
-        return new RouteScope(cluster, refusal);
+        return new RouteScope(cluster, refusal, null);
+    }
+
+    /**
+     * {@link #withRequestRefusal(Cluster, AffinityException)} that also keeps the request's
+     * routing {@code token}: the refusal applies to the session's work, never to a new
+     * transaction, which is placed by the token ({@link Cluster#txBeginFor(byte[], byte[],
+     * byte[], String)}; no branch exists yet, so placing it elsewhere splits nothing).
+     *
+     * @param cluster the cluster that refused
+     * @param refusal its error
+     * @param token the request's token, or null
+     * @return the scope; close it on the same thread
+     */
+    public static RouteScope withRequestRefusal(Cluster cluster, AffinityException refusal, String token) {
+        return new RouteScope(cluster, refusal, token);
+    }
+
+    /** @return the routing token of the calling thread's route scope for {@code cluster}, or null */
+    static String requestToken(Cluster cluster) {
+        RouteScope scope = RouteScope.everOpened ? RouteScope.current(cluster) : null;
+        return scope == null ? null : scope.token();
     }
 
     /** @return the calling thread's request session key ({@link #withRequestSession}), or null */
@@ -610,7 +647,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
             if (jta != null) {
                 byte[] own = SessionScope.everOpened ? session.get() : null;
                 tx = jta.joinFor(key == null ? null : key.raw(),
-                        own != null || !SessionScope.everOpened ? own : REQUEST_SESSION.get());
+                        own != null || !SessionScope.everOpened ? own : REQUEST_SESSION.get(), requestToken(c));
             }
             if (inTx != null) {
                 inTx[0] = tx != null;

@@ -112,7 +112,8 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
         final List<String> fs = nodes.nodeFailureStates();
         Cluster c = r.cluster;
         XaRouter x = new XaRouter(c, r.byId, transactionAffinity, e -> SqlErrors.isNodeFailure(e, fs),
-                nodes.redactor()::redact, AffinityDataSource::requestSession, () -> requestRoute(c));
+                nodes.redactor()::redact, AffinityDataSource::requestSession, () -> requestRoute(c),
+                () -> AffinityDataSource.requestToken(c));
         router = x;
         // AffinityDataSource's upkeep, with no pool of its own to keep: only its hard-Down decision is used.
         watch = new PoolMaintenance(kind + " " + c.name(), c, probes(r.byId), new NodeFailover(r.byId.length),

@@ -22,24 +22,26 @@ public final class RouteScope implements AutoCloseable {
     private final Cluster cluster;
     private final Route route;
     private final AffinityException refusal;
+    private final String token;
     private final RouteScope previous;
     private final Thread owner;
     private boolean closed;
     /** An enclosing scope closed first: this one ended with it, and its own close changes nothing. */
     private boolean ended;
 
-    RouteScope(Cluster cluster, Route route) {
-        this(cluster, Objects.requireNonNull(route, "route"), null);
+    RouteScope(Cluster cluster, Route route, String token) {
+        this(cluster, Objects.requireNonNull(route, "route"), null, token);
     }
 
-    RouteScope(Cluster cluster, AffinityException refusal) {
-        this(cluster, null, Objects.requireNonNull(refusal, "refusal"));
+    RouteScope(Cluster cluster, AffinityException refusal, String token) {
+        this(cluster, null, Objects.requireNonNull(refusal, "refusal"), token);
     }
 
-    private RouteScope(Cluster cluster, Route route, AffinityException refusal) {
+    private RouteScope(Cluster cluster, Route route, AffinityException refusal, String token) {
         this.cluster = Objects.requireNonNull(cluster, "cluster");
         this.route = route;
         this.refusal = refusal;
+        this.token = token;
         this.previous = CURRENT.get();
         this.owner = Thread.currentThread();
         everOpened = true;
@@ -54,6 +56,14 @@ public final class RouteScope implements AutoCloseable {
     /** @return the core's refusal of the request, or null when it decided a route */
     public AffinityException refusal() {
         return refusal;
+    }
+
+    /**
+     * @return the routing token the decision was made for (the one the client keeps), or null when the
+     *     scope was opened without it; a new transaction of the request is placed by it
+     */
+    public String token() {
+        return token;
     }
 
     /** @return the calling thread's decision (route or refusal) for {@code cluster}, or null */

@@ -174,6 +174,21 @@ public final class TransactionAffinity {
      * @throws AffinityException if the core refuses to place it
      */
     public Joined joinFor(byte[] dataKey, byte[] session) {
+        return joinFor(dataKey, session, null);
+    }
+
+    /**
+     * {@link #joinFor(byte[], byte[])} for a request that carries a session routing token: a new
+     * transaction goes to the data key's owner, else to the node the token routes the request to, else by
+     * the session and the thread's pin ({@link Cluster#txBeginFor(byte[], byte[], byte[], String)}).
+     *
+     * @param dataKey the connection's data (sharding) key, or null
+     * @param session the connection's web-session key, or null
+     * @param token the request's routing token, or null
+     * @return the transaction, or null outside an active transaction
+     * @throws AffinityException if the core refuses to place it
+     */
+    public Joined joinFor(byte[] dataKey, byte[] session, String token) {
         sweep();
         Object key = tsr.getTransactionKey();
         if (key == null) {
@@ -197,7 +212,7 @@ public final class TransactionAffinity {
         // in strict mode with a settle time a session or pin is this process's own state and never places one, so
         // another process's branch of the same transaction lands on the same node; a pinned node that is down is
         // not required.
-        Route r = cluster.txBeginFor(gtrid, dataKey, session);
+        Route r = cluster.txBeginFor(gtrid, dataKey, session, token);
         try {
             tsr.registerInterposedSynchronization(new End(cluster, gtrid));
         } catch (IllegalStateException e) {

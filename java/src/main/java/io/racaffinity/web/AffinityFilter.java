@@ -265,7 +265,7 @@ public class AffinityFilter implements Filter {
             // that needs no database still runs, and one that asks for a connection is refused
             // by the data source with this error. The token is kept for when a node is back.
             LOG.log(Level.DEBUG, () -> "the routing token has no node now: " + e.getMessage());
-            try (RouteScope scope = AffinityDataSource.withRequestRefusal(cluster, e)) {
+            try (RouteScope scope = AffinityDataSource.withRequestRefusal(cluster, e, token)) {
                 chain.doFilter(request, response);
             }
             return;
@@ -289,7 +289,7 @@ public class AffinityFilter implements Filter {
         Route route = decided.route();
         request.setAttribute(ROUTE_ATTRIBUTE, route);
         request.setAttribute(TOKEN_ATTRIBUTE, held);
-        try (RouteScope scope = AffinityDataSource.withRequestRoute(cluster, route)) {
+        try (RouteScope scope = AffinityDataSource.withRequestRoute(cluster, route, held)) {
             chain.doFilter(request, response);
         }
     }

@@ -52,6 +52,7 @@ public final class XaRouter {
     private final Predicate<SQLException> nodeFailure;
     private final UnaryOperator<String> redact;
     private final Supplier<byte[]> requestSession;
+    private final Supplier<String> requestToken;
     private final Supplier<Route> requestRoute;
     /** Independent databases (scan all, complete where found) or instances of one (any instance will do). */
     private final RecoveryScope scope;
@@ -138,7 +139,27 @@ public final class XaRouter {
     public XaRouter(Cluster cluster, XADataSource[] byId, boolean transactionAffinity,
             Predicate<SQLException> nodeFailure, UnaryOperator<String> redact, Supplier<byte[]> requestSession,
             Supplier<Route> requestRoute) {
+        this(cluster, byId, transactionAffinity, nodeFailure, redact, requestSession, requestRoute, null);
+    }
+
+    /**
+     * As above, with the request's routing token, by which a new gtrid is placed.
+     *
+     * @param cluster the cluster (owns the affinity state)
+     * @param byId node XADataSources indexed by node id (null where a node has none)
+     * @param transactionAffinity as above
+     * @param nodeFailure which SQLExceptions mean the node failed (feeds passive ejection)
+     * @param redact removes credentials from messages
+     * @param requestSession the calling thread's web-session key, or null (placement preference)
+     * @param requestRoute as above
+     * @param requestToken the calling thread's routing token for this cluster, or null (placement preference
+     *     of a new gtrid: {@link Cluster#txBeginFor(byte[], byte[], byte[], String)})
+     */
+    public XaRouter(Cluster cluster, XADataSource[] byId, boolean transactionAffinity,
+            Predicate<SQLException> nodeFailure, UnaryOperator<String> redact, Supplier<byte[]> requestSession,
+            Supplier<Route> requestRoute, Supplier<String> requestToken) {
         this.requestRoute = requestRoute == null ? () -> null : requestRoute;
+        this.requestToken = requestToken == null ? () -> null : requestToken;
         this.cluster = Objects.requireNonNull(cluster, "cluster");
         this.byId = byId.clone();
         this.hardDowns = new AtomicLongArray(byId.length);
@@ -409,8 +430,9 @@ public final class XaRouter {
         try {
             Route r;
             if (affinity) {
-                // The core places a new gtrid by the request's session, else the thread's pin.
-                r = cluster.txBeginFor(k.gtrid, null, requestSession.get());
+                // The core places a new gtrid by the request's routing token, else its session, else the
+                // thread's pin: the request's session work and its transaction share a node.
+                r = cluster.txBeginFor(k.gtrid, null, requestSession.get(), requestToken.get());
             } else {
                 r = cluster.route();
             }

@@ -6,10 +6,12 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Cluster;
 import io.racaffinity.Pin;
+import io.racaffinity.Route;
 import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.jdbc.AffinityShardingKey;
 import io.racaffinity.jdbc.AffinityXADataSource;
 import io.racaffinity.jdbc.FailoverView;
+import io.racaffinity.jdbc.RouteScope;
 import io.racaffinity.jdbc.SessionScope;
 import io.racaffinity.test.Narayana;
 import io.racaffinity.test.PgNodes;
@@ -208,6 +210,35 @@ class JtaRoutingTest {
                 tm.commit();
             }
         }
+    }
+
+    /**
+     * Token mode (AffinityFilter keeps the request's routing token in its route scope): a JTA transaction begun
+     * inside the request goes to the node the token routes the request to, even with the thread pinned
+     * elsewhere, so the request's session work and its transaction share a node. Before, the core never saw
+     * the token and placed the transaction on the pin's node.
+     */
+    @Test
+    void aTransactionBegunInATokenRequestGoesToTheNodeItsTokenRoutesTo() throws Exception {
+        int elsewhere = 0;
+        try (Pin pin = ds.pin()) {
+            for (int i = 0; i < 12; i++) {
+                String token = cluster.sessionToken("jta-token-" + i);
+                Route route = cluster.routeToken(token).route();
+                int expected = PgNodes.port(route.node() + 1);
+                elsewhere += route.node() != pin.node() ? 1 : 0;
+                try (RouteScope s = AffinityDataSource.withRequestRoute(cluster, route, token)) {
+                    tm.begin();
+                    try {
+                        assertEquals(List.of(expected, expected, expected),
+                                portsOfOneTransaction(tm.getTransaction()), "token " + token);
+                    } finally {
+                        tm.commit();
+                    }
+                }
+            }
+        }
+        assertTrue(elsewhere > 0, "some tokens name another node than the pin's");
     }
 
     /**

@@ -591,6 +591,41 @@ class AffinityXAResourceTest {
         }
     }
 
+    /**
+     * Token mode: a new branch begun inside the request goes to the node the request's routing token routes it
+     * to, where its session work goes too (docs/semantics.md, "Token routes and new transactions"). Before, the
+     * core never saw the token and placed the gtrid by its own hash, so the request ran on two nodes.
+     */
+    @Test
+    void aNewBranchBegunInATokenRequestGoesToTheNodeItsTokenRoutesTo() throws Exception {
+        AffinityXADataSource ds = ds("");
+        connect(ds).close(); // started: its cluster decides the tokens
+        Cluster c = ds.getCluster();
+        Set<String> nodes = new HashSet<>();
+        for (int i = 0; i < 12; i++) {
+            String token = c.sessionToken("xa-branch-token-" + i);
+            Route route = c.routeToken(token).route();
+            nodes.add(route.nodeName());
+            try (RouteScope s = AffinityDataSource.withRequestRoute(c, route, token)) {
+                XAConnection xc = connect(ds);
+                try {
+                    XAResource r = xc.getXAResource();
+                    Xid x = TestXid.of("unit-token-" + UUID.randomUUID(), 1);
+                    r.start(x, XAResource.TMNOFLAGS);
+                    try (Connection h = xc.getConnection()) {
+                        assertEquals(PgNodes.port(route.node() + 1), Pools.serverPort(h), "token " + token);
+                    }
+                    assertEquals(route.nodeName(), ((AffinityXAResource) r).boundNodeName(), "token " + token);
+                    r.end(x, XAResource.TMSUCCESS);
+                    r.rollback(x);
+                } finally {
+                    xc.close();
+                }
+            }
+        }
+        assertTrue(nodes.size() >= 2, "the tokens name more than one node: " + nodes);
+    }
+
     // ---- what a TM reads from the resource (issue 11, minor) -----------------------
 
     @Test
