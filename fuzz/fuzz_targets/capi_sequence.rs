@@ -335,6 +335,12 @@ enum Op {
         g: Span,
         req: Option<Req>,
     },
+    TxBeginForToken {
+        h: H,
+        g: Span,
+        req: Option<Req>,
+        tok: Tok,
+    },
     TxPrepared {
         h: H,
         g: Span,
@@ -690,7 +696,7 @@ struct Page {
 /// metrics can change (an op without a handle may touch any of them).
 fn op_handle(op: &Op) -> Option<H> {
     match op {
-        Op::Free { h, .. } | Op::NodeCount { h, .. } | Op::Heartbeat { h, .. } | Op::RecoveryScope { h, .. } | Op::SetStrict { h, .. } | Op::ThreadPin { h, .. } | Op::ThreadUnpin { h, .. } | Op::ContextNew { h, .. } | Op::ContextPin { h, .. } | Op::ContextUnpin { h, .. } | Op::ContextRoute { h, .. } | Op::Route { h, .. } | Op::Pick { h, .. } | Op::PickHostBegins { h, .. } | Op::LeaseBegin { h, .. } | Op::LeaseRelease { h, .. } | Op::TxBegin { h, .. } | Op::TxBeginOn { h, .. } | Op::TxBeginFor { h, .. } | Op::TxPrepared { h, .. } | Op::TxRoute { h, .. } | Op::TxEnd { h, .. } | Op::TxComplete { h, .. } | Op::TxRecovered { h, .. } | Op::SessionRoute { h, .. } | Op::SessionEnd { h, .. } | Op::KeyRoute { h, .. } | Op::KeyRouteI64 { h, .. } | Op::KeyPartition { h, .. } | Op::PartitionOwner { h, .. } | Op::RequestPick { h, .. } | Op::Event { h, .. } | Op::Metrics { h, .. } | Op::NodeAdd { h, .. } | Op::NodeRemove { h, .. } | Op::NodeSetState { h, .. } | Op::NodeGetState { h, .. } | Op::NodeFind { h, .. } | Op::NodeName { h, .. } | Op::Probe { h, .. } | Op::Outcome { h, .. } | Op::SessionRouting { h, .. } | Op::TokenNew { h, .. } | Op::TokenDecode { h, .. } | Op::TokenRoute { h, .. } | Op::EpochPage { h, .. } | Op::RouteCacheable { h, .. } | Op::CountHostHits { h, .. } | Op::HostLeaseEnd { h, .. } | Op::PickHostLeasable { h, .. } | Op::AutoPin { h, .. } | Op::ContextPinFor { h, .. } | Op::ContextRelease { h, .. } | Op::MapReplace { h, .. } | Op::MapLoadFailed { h, .. } => Some(*h),
+        Op::Free { h, .. } | Op::NodeCount { h, .. } | Op::Heartbeat { h, .. } | Op::RecoveryScope { h, .. } | Op::SetStrict { h, .. } | Op::ThreadPin { h, .. } | Op::ThreadUnpin { h, .. } | Op::ContextNew { h, .. } | Op::ContextPin { h, .. } | Op::ContextUnpin { h, .. } | Op::ContextRoute { h, .. } | Op::Route { h, .. } | Op::Pick { h, .. } | Op::PickHostBegins { h, .. } | Op::LeaseBegin { h, .. } | Op::LeaseRelease { h, .. } | Op::TxBegin { h, .. } | Op::TxBeginOn { h, .. } | Op::TxBeginFor { h, .. } | Op::TxBeginForToken { h, .. } | Op::TxPrepared { h, .. } | Op::TxRoute { h, .. } | Op::TxEnd { h, .. } | Op::TxComplete { h, .. } | Op::TxRecovered { h, .. } | Op::SessionRoute { h, .. } | Op::SessionEnd { h, .. } | Op::KeyRoute { h, .. } | Op::KeyRouteI64 { h, .. } | Op::KeyPartition { h, .. } | Op::PartitionOwner { h, .. } | Op::RequestPick { h, .. } | Op::Event { h, .. } | Op::Metrics { h, .. } | Op::NodeAdd { h, .. } | Op::NodeRemove { h, .. } | Op::NodeSetState { h, .. } | Op::NodeGetState { h, .. } | Op::NodeFind { h, .. } | Op::NodeName { h, .. } | Op::Probe { h, .. } | Op::Outcome { h, .. } | Op::SessionRouting { h, .. } | Op::TokenNew { h, .. } | Op::TokenDecode { h, .. } | Op::TokenRoute { h, .. } | Op::EpochPage { h, .. } | Op::RouteCacheable { h, .. } | Op::CountHostHits { h, .. } | Op::HostLeaseEnd { h, .. } | Op::PickHostLeasable { h, .. } | Op::AutoPin { h, .. } | Op::ContextPinFor { h, .. } | Op::ContextRelease { h, .. } | Op::MapReplace { h, .. } | Op::MapLoadFailed { h, .. } => Some(*h),
         _ => None,
     }
 }
@@ -1549,6 +1555,60 @@ impl Model {
                     return Some(r);
                 }
                 self.tx_begin_result("tx_begin_for", r, pre, live, &s, &route, None);
+                Some(r)
+            }
+            Op::TxBeginForToken { h, g, req, tok } => {
+                let (p, live) = self.resolve(h);
+                let s = span(&g, &GTRIDS, 64);
+                let built = req.as_ref().map(|q| self.build_req(live, q));
+                let a = self.tok_arg(live, &tok);
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let r = unsafe {
+                    racaffinity_tx_begin_for_token(
+                        p,
+                        s.ptr,
+                        s.len,
+                        built.as_ref().map_or(null(), |b| &b.raw as *const racaffinity_route_request),
+                        a.ptr(),
+                        &mut route,
+                    )
+                };
+                // Arguments in the order the function reads them: gtrid, token, request, handle.
+                let pre = s
+                    .null_err()
+                    .or(a.pre)
+                    .or(built.as_ref().and_then(|b| b.null_err()))
+                    .or(Self::handle_err(p, live));
+                if let Some(want) = pre {
+                    self.check("tx_begin_for_token.args", r, want, &(s.len, &tok));
+                    return Some(r);
+                }
+                let c = live.unwrap();
+                if !Self::gtrid_len_ok(s.data()) || self.hist[c].tx.contains_key(s.data()) {
+                    // The gtrid is checked, and an existing one joined, before the token is read.
+                    self.tx_begin_result("tx_begin_for_token", r, None, live, &s, &route, None);
+                    return Some(r);
+                }
+                let b = built.as_ref();
+                // A malformed token is refused whatever else the request holds, as is a bad key;
+                // a bad session is refused when it is read (strict placement reads it, a token
+                // wins over it otherwise).
+                let token_bad = parse_token(a.str()).is_none();
+                if token_bad || b.is_some_and(|b| b.key_bad()) {
+                    self.check("tx_begin_for_token.bad_input", r, R::InvalidArgument, &(s.data(), &req, &a.s));
+                    return Some(r);
+                }
+                let mut want = self.hist[c].refusals(1);
+                if b.is_some_and(|b| !b.has_key() && b.session_bad()) {
+                    want.push(R::InvalidArgument);
+                }
+                self.check_in("tx_begin_for_token.new", r, &want, &(s.data(), &req, &a.s));
+                if r == R::Ok {
+                    self.route_ok("tx_begin_for_token.placed_live", &self.hist[c], &route);
+                    self.hist[c]
+                        .tx
+                        .insert(s.data().to_vec(), Tx { branches: 1, prepared: false, owner: route.node });
+                }
                 Some(r)
             }
             Op::TxPrepared { h, g } => self.tx_simple(h, &g, 0),
