@@ -4,6 +4,7 @@ SIGKILL, the heartbeat, and credentials kept out of reprs and errors."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -255,6 +256,69 @@ def test_a_forked_child_never_borrows_or_closes_the_parents_connections(pg, make
         assert in_a_forked_child(child) == "ok"
         with pools.connection() as conn:  # its pool has one connection: the parent's, still open
             assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == parents
+
+
+def _left_in_a_forked_child(pools, scope: str, leave: str) -> tuple:
+    """Opens `scope` ("connection" or "request") in the parent, forks inside
+    it, and has the child leave the block as `leave` says ("raise": as
+    sys.exit() unwinds it; "normal": the block ends). Returns the child's
+    verdict and the parent's transaction id before the fork and after it,
+    read on the same connection in the same block."""
+    read, write = os.pipe()
+    pid = -1
+    try:
+        with (pools.connection() if scope == "connection" else pools.request()) as c:
+            conn = c if scope == "connection" else c.connection
+            conn.execute("INSERT INTO fork_unwind VALUES (1)")
+            before = conn.execute("SELECT txid_current()").fetchone()[0]
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                os.close(read)
+                if leave == "raise":
+                    raise SystemExit(0)
+            else:
+                os.close(write)
+                os.waitpid(pid, 0)
+                with os.fdopen(read, "rb") as f:
+                    verdict = f.read().decode() or "no verdict"
+                after = conn.execute("SELECT txid_current()").fetchone()[0]
+        if pid == 0:  # pragma: no cover - the child, past the block
+            os.write(write, b"the block ended normally")
+            os._exit(0)
+    except BaseException as e:
+        if pid == 0:  # pragma: no cover - the child
+            os.write(write, f"{type(e).__name__}: {e}".encode()[:500])
+            os._exit(0)
+        raise
+    return verdict, before, after
+
+
+@pytest.mark.parametrize("scope", ["connection", "request"])
+@pytest.mark.parametrize("leave", ["raise", "normal"])
+def test_a_forked_child_leaving_the_parents_borrow_ends_nothing_on_the_parents_session(pg, make_pools, scope, leave):
+    # A child forked inside a `with pools.connection()` (or request) block
+    # unwound it on the parent's socket: an exception's ROLLBACK (a
+    # sys.exit() in the child) ended the parent's transaction under it, and
+    # a normal end's COMMIT committed the parent's work half done. The
+    # child now ends nothing there; a normal end in the child raises.
+    pools = make_pools(min_size=1, max_size=1)
+    for name in NAMES:
+        with psycopg.connect(pg.dsn[name], autocommit=True) as admin:
+            admin.execute("DROP TABLE IF EXISTS fork_unwind")
+            admin.execute("CREATE TABLE fork_unwind (x int)")
+    with pools.cluster.pin():
+        verdict, before, after = _left_in_a_forked_child(pools, scope, leave)
+    if leave == "raise":
+        assert verdict == "SystemExit: 0", verdict
+    else:
+        assert verdict.startswith("PoolClosed") and "fork" in verdict, verdict
+    assert after == before, "the child's exit ended the parent's transaction"
+    # The parent's block committed its own work, once.
+    total = 0
+    for name in NAMES:
+        with psycopg.connect(pg.dsn[name], autocommit=True) as admin:
+            total += admin.execute("SELECT count(*) FROM fork_unwind").fetchone()[0]
+    assert total == 1
 
 
 def test_a_borrow_on_a_node_up_again_while_its_down_is_handled_is_served(pg, make_pools, monkeypatch):

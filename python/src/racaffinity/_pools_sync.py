@@ -277,6 +277,20 @@ class _Connection(PoolHostLease):
                 return (buf, pool, conn)
             e = _give_back(pool, conn)
 
+    def _left_after_fork(self, et: Any) -> None:
+        """The block was entered in the parent and is left in a forked
+        child: the connection is the parent's session. Its commit or
+        rollback here would end the parent's transaction under it, and
+        giving it back to the (closed) pool would close it, a Terminate on
+        the parent's socket. The child ends nothing there and leaves the
+        connection to the parent (psycopg's finalizer ends a connection only
+        in the process that made it); only the child's copy of the lease
+        ends. A block that ends normally raises: nothing in it committed."""
+        buf, self._conn = (self._buf, None)
+        self._end(buf, NEUTRAL)
+        if et is None:
+            raise psycopg_pool.PoolClosed(f'{FORKED}; this block was entered before the fork and nothing in it was committed')
+
     def _retired_under(self, buf: Any, pool: Any, conn: Any, since: float) -> Tuple[Any, Any, Any]:
         """`pool` handed `conn` out and was retired before the borrow marked
         it borrowed (what a hard Down aborts, and what keeps a drained pool
@@ -287,6 +301,9 @@ class _Connection(PoolHostLease):
         return self._reroute(_give_back(pool, conn), buf, pool, since)
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if self._pools._forked:
+            self._left_after_fork(et)
+            return
         pool = self._pool
         conn = self._conn
         outcome = OK if et is None else FAILED if conn.broken and is_node_failure(ev, pool) else NEUTRAL
@@ -517,6 +534,11 @@ class _Request(Recorder):
         return _recorded_cursor(self, self._conn, query, params)
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if self._pools._forked:
+            cm, self._cm, self._conn = (self._cm, None, None)
+            if cm is not None:
+                cm.__exit__(et, ev, tb)
+            return
         if et is not None:
             self._drop(ev)
             return
