@@ -13,7 +13,7 @@ mod gateway;
 #[path = "support/etcd.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use racaffinity::{Cluster, ErrorKind, FeedMetrics, NodeSpec, NodeState};
 use support::Etcd;
@@ -55,6 +55,7 @@ fn the_subscriber_over_a_real_etcd_cluster() {
     a_configured_node_removed_stays_removed_fleet_wide(&etcd);
     a_subscriber_away_resumes_or_reads_everything_again(&etcd);
     the_leader_killed_mid_stream_loses_nothing(&etcd);
+    a_dated_drain_record_ends_when_its_writer_said(&etcd);
 }
 
 fn records_in_revision_order(etcd: &Etcd) {
@@ -399,4 +400,28 @@ fn the_leader_killed_mid_stream_loses_nothing(etcd: &Etcd) {
     let f = feed(&c);
     assert!(f.applied + f.stale >= 40 && f.refused == 0, "{f:?}");
     etcd.nodes(&["restart", &leader.to_string()]);
+}
+
+/// `racaffinity-feed drain NODE --timeout 30s --dated` writes `since=`: a
+/// subscriber that reads the record late (here: 25 s after it was written)
+/// ends the drain when every other subscriber does, at `since + timeout`,
+/// not 30 s after its own receipt; an undated record still counts from
+/// receipt. (agreement_inputs.rs holds the rule on a manual clock; this is
+/// the same record through a real etcd, the subscriber and the wall clock.)
+fn a_dated_drain_record_ends_when_its_writer_said(etcd: &Etcd) {
+    let kv = etcd.client();
+    let c = Cluster::from_config_text(&config(&etcd.url("t10"))).unwrap();
+    let written = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() - 25;
+    kv.put("t10/node/B/state", &format!("draining timeout=30s since={written}"), 0).unwrap();
+    let last = kv.put("t10/node/C/state", "draining timeout=30s", 0).unwrap();
+    let read = Instant::now();
+    eventually("both drain records applied", &c, |c| feed(c).revision >= last);
+    assert_eq!(state(&c, "C"), NodeState::Draining);
+    eventually("the dated drain ended at since + timeout", &c, |c| state(c, "B") == NodeState::Down);
+    assert!(read.elapsed() < Duration::from_secs(15), "ended {:?} after receipt, not about 5 s", read.elapsed());
+    assert!(c.node_by_name("B").unwrap().down_is_planned(), "a drain's end is a planned Down");
+    assert_eq!(state(&c, "C"), NodeState::Draining, "an undated record counts its 30 s from receipt");
+    let f = feed(&c);
+    assert_eq!(f.refused, 0, "{f:?}");
+    c.close();
 }
