@@ -69,7 +69,8 @@ import javax.naming.NamingException;
  *       (or with a malformed or foreign one) gets a new one, for its HTTP session id when it has
  *       a session, else for a random id. The request's {@link Route} is the request attribute
  *       {@value #ROUTE_ATTRIBUTE}, its token {@value #TOKEN_ATTRIBUTE}, and every affinity data
- *       source on that cluster connects to that node ({@link AffinityDataSource#withRequestRoute}).
+ *       source on that cluster connects to that node ({@link AffinityDataSource#withRequestRoute});
+ *       a JTA transaction or XA branch the request begins is placed by the same token.
  *   <li>{@code tokenCookie}, {@code tokenAttribute}: see {@code routingToken}.
  * </ul>
  * Strict mode ({@code session.strict}, JMX {@code UseStrictWebSessionAffinity}) makes a
