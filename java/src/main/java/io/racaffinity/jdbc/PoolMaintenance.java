@@ -54,6 +54,8 @@ final class PoolMaintenance implements AutoCloseable {
     private final Redactor redactor;
     private final long reloadMillis;
     private final Thread thread;
+    /** Every line the upkeep logs goes through it: the upkeep never waits on a log handler. */
+    private final AsyncLog log;
     private final NodeState[] last;
     /** Whether a node's Down ended a planned drain, until it fails or comes back. */
     private final boolean[] planned;
@@ -103,6 +105,7 @@ final class PoolMaintenance implements AutoCloseable {
         this.savedMinIdle = new int[byId.length];
         Arrays.fill(savedMinIdle, -1);
         Arrays.fill(last, NodeState.UP);
+        this.log = new AsyncLog(LOG, owner, "racaffinity-log-" + cluster.name());
         if (loader != null) {
             reload("start");
         }
@@ -141,16 +144,21 @@ final class PoolMaintenance implements AutoCloseable {
             notifyAll();
             inLoader = upkeepLoading;
         }
-        if (inLoader) {
-            // The loader may hang for good; the thread applies nothing once closed
+        if (!inLoader) {
+            // Else the loader may hang for good; the thread applies nothing once closed
             // and ends when the loader returns.
-            return;
+            try {
+                thread.join(5_000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
         }
-        try {
-            thread.join(5_000);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
+        log.close();
+    }
+
+    /** Log records dropped because the log handler did not keep up. */
+    long droppedLogRecords() {
+        return log.dropped();
     }
 
     private void loop() {
@@ -176,16 +184,15 @@ final class PoolMaintenance implements AutoCloseable {
                 return;
             } catch (RuntimeException e) {
                 // Anything else is one bad round: drains and reloads must go on.
-                LOG.log(Level.WARNING, owner + ": pool upkeep failed: " + e);
+                log.log(Level.WARNING, owner + ": pool upkeep failed: " + e);
             }
         }
     }
 
     private void round() {
         boolean changed = false;
-        // Logged once the round has acted: a log handler may block (a full pipe, a stalled syslog; a forked test
-        // JVM whose parent read its output slowly held a hard Down's aborts past 5 s), and the aborts must not
-        // wait on it.
+        // Logged once the round has acted, as before the log had a thread of its own: the lines of a round keep
+        // their order.
         List<Runnable> transitions = null;
         for (int i = 0; i < byId.length; i++) {
             if (byId[i] == null) {
@@ -202,7 +209,7 @@ final class PoolMaintenance implements AutoCloseable {
                 if (transitions == null) {
                     transitions = new ArrayList<>();
                 }
-                transitions.add(() -> NodeStates.logTransition(LOG, owner, cluster, node, from, now, failure));
+                transitions.add(() -> NodeStates.logTransition(log, owner, cluster, node, from, now, failure));
             }
             if (now == NodeState.DRAINING) {
                 drain(i);
@@ -271,7 +278,7 @@ final class PoolMaintenance implements AutoCloseable {
         }
         Hikari.softEvict(ds);
         if (aborted > 0) {
-            LOG.log(Level.DEBUG, () -> owner + ": node " + cluster.nodeName(node) + " Down: " + aborted
+            log.log(Level.DEBUG, () -> owner + ": node " + cluster.nodeName(node) + " Down: " + aborted
                     + " connection(s) in use aborted");
         }
     }
@@ -343,7 +350,7 @@ final class PoolMaintenance implements AutoCloseable {
                     loads.incrementAndGet();
                     lastError = null;
                     int size = map.size();
-                    LOG.log(Level.DEBUG, () -> owner + ": partition map epoch " + epoch
+                    log.log(Level.DEBUG, () -> owner + ": partition map epoch " + epoch
                             + " loaded (" + why + ", " + size + " entries)");
                     return true;
                 } catch (RuntimeException e) {
@@ -355,7 +362,7 @@ final class PoolMaintenance implements AutoCloseable {
             lastError = errorText(redactor.redact(describe(failure)));
             cluster.partitionMapLoadFailed(SOURCE, lastError);
             failures.incrementAndGet();
-            LOG.log(Level.WARNING, owner + ": partition map load failed (" + why
+            log.log(Level.WARNING, owner + ": partition map load failed (" + why
                     + "), keeping the last good map: " + lastError,
                     io.racaffinity.Redacted.throwable(failure, redactor::redact));
             return false;

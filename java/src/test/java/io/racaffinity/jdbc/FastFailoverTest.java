@@ -200,6 +200,66 @@ class FastFailoverTest {
         }
     }
 
+    /**
+     * The first Down's log line stays stuck in its handler: a later hard Down of another node is still acted on
+     * (its connections in use aborted). The upkeep logged on its own thread, so one blocked handler call held every
+     * later round.
+     */
+    @Test
+    void aSecondHardDownIsActedOnWhileTheFirstDownsLogLineIsStuckInItsHandler() throws Exception {
+        AffinityDataSource ds = fcfDataSource("fcf-log2", 50, c -> {});
+        Cluster cluster = ds.getCluster();
+        Connection held1 = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+        Connection held3 = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
+        CountDownLatch logging = new CountDownLatch(1);
+        CountDownLatch release = new CountDownLatch(1);
+        Handler stuck = blockingHandler("fcf-log2: node MYDB1 UP -> DOWN", logging, release);
+        Logger jul = Logger.getLogger("io.racaffinity");
+        jul.addHandler(stuck);
+        try {
+            assertEquals(portOf("MYDB1"), serverPort(held1));
+            assertEquals(portOf("MYDB3"), serverPort(held3));
+            cluster.applyEvent(fan("MYDB1", "status=down reason=FAILURE"));
+            assertTrue(logging.await(10, TimeUnit.SECONDS), "the Down of MYDB1 is being logged");
+            cluster.applyEvent(fan("MYDB3", "status=down reason=FAILURE"));
+            assertTrue(await(Duration.ofSeconds(10), () -> {
+                try {
+                    return driverClosed(held3);
+                } catch (SQLException e) {
+                    return true;
+                }
+            }), "MYDB3's connection in use is aborted while MYDB1's Down is stuck in the log handler");
+        } finally {
+            release.countDown();
+            jul.removeHandler(stuck);
+            held1.close();
+            held3.close();
+        }
+    }
+
+    /** Blocks (until {@code release}, at most 60 s) the thread that publishes the first record holding {@code text}. */
+    static Handler blockingHandler(String text, CountDownLatch logging, CountDownLatch release) {
+        return new Handler() {
+            @Override
+            public void publish(LogRecord r) {
+                if (r.getMessage() != null && r.getMessage().contains(text) && logging.getCount() > 0) {
+                    logging.countDown();
+                    try {
+                        release.await(60, TimeUnit.SECONDS);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+            }
+
+            @Override
+            public void flush() {}
+
+            @Override
+            public void close() {}
+        };
+    }
+
     @Test
     void aDownNodesIdleConnectionsCloseAndItsPoolRefillsWhenItIsUp() throws Exception {
         AffinityDataSource ds = fcfDataSource("fcf-idle", 50, c -> c.setMinimumIdle(3));

@@ -132,6 +132,7 @@ class LibraryThreadsTest {
                     }
                 }
             });
+            assertFalse(named("racaffinity-log-loaders").isEmpty(), "the upkeep's log writer runs");
             List<Thread> pool = named("racaffinity-pool-loaders-");
             assertFalse(pool.isEmpty(), "HikariCP's threads come from the library's factory");
             List<Thread> all = Thread.getAllStackTraces().keySet().stream()
@@ -144,7 +145,8 @@ class LibraryThreadsTest {
             ds.close();
         }
         assertTrue(Pools.await(Duration.ofSeconds(10), () -> named("racaffinity-pool-loaders-").isEmpty()
-                && named("racaffinity-pools-loaders").isEmpty()), "the pools' threads end with the data source: "
-                + named("racaffinity-pool"));
+                && named("racaffinity-pools-loaders").isEmpty() && named("racaffinity-log-loaders").isEmpty()),
+                "the pools' threads and the upkeep's log writer end with the data source: "
+                + named("racaffinity-pool") + named("racaffinity-log-loaders"));
     }
 }

@@ -5,8 +5,10 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.test.LogCapture;
+import io.racaffinity.test.Pools;
 import io.racaffinity.test.Stubs;
 import java.sql.SQLException;
+import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -45,14 +47,20 @@ class PartitionMapLoaderErrorTest {
             assertTrue(err.contains("42P01") && err.contains("does not exist"), "the cause is gone: " + err);
             String json = ds.getCluster().metricsJson();
             assertTrue(json.contains("42P01"), "the core's last error lacks the cause: " + json);
-            List<LogRecord> warnings = log.records().stream()
-                    .filter(r -> r.getLevel().equals(Level.WARNING) && r.getMessage().contains("partition map load"))
-                    .toList();
+            // The upkeep's lines are written by a thread of their own.
+            assertTrue(Pools.await(Duration.ofSeconds(10), () -> !warnings(log).isEmpty()), log.all());
+            List<LogRecord> warnings = warnings(log);
             assertEquals(1, warnings.size(), log.all());
             Throwable thrown = warnings.get(0).getThrown();
             assertNotNull(thrown, "the WARNING record carries no Throwable: " + warnings.get(0).getMessage());
             assertTrue(thrown.getCause() instanceof SQLException, String.valueOf(thrown.getCause()));
             assertEquals("42P01", ((SQLException) thrown.getCause()).getSQLState());
         }
+    }
+
+    private static List<LogRecord> warnings(LogCapture log) {
+        return log.records().stream()
+                .filter(r -> r.getLevel().equals(Level.WARNING) && r.getMessage().contains("partition map load"))
+                .toList();
     }
 }

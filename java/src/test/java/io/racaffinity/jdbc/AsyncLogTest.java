@@ -1,0 +1,83 @@
+package io.racaffinity.jdbc;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.test.LogCapture;
+import io.racaffinity.test.Pools;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.logging.Handler;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import java.util.stream.Collectors;
+import org.junit.jupiter.api.Test;
+
+/** The upkeep's log: the caller never waits on a handler, and what a full queue drops is counted and reported. */
+class AsyncLogTest {
+    private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AsyncLogTest");
+
+    @Test
+    void aBlockedHandlerNeitherBlocksTheCallerNorLosesTheOrderAndTheDroppedRecordsAreCounted() throws Exception {
+        CountDownLatch logging = new CountDownLatch(1);
+        CountDownLatch release = new CountDownLatch(1);
+        Handler stuck = FastFailoverTest.blockingHandler("async-log: first", logging, release);
+        Logger jul = Logger.getLogger("io.racaffinity");
+        try (LogCapture log = new LogCapture()) {
+            jul.addHandler(stuck);
+            AsyncLog async = new AsyncLog(LOG, "async-log", "racaffinity-log-test");
+            try {
+                async.log(System.Logger.Level.INFO, "async-log: first");
+                assertTrue(logging.await(10, TimeUnit.SECONDS), "the writer publishes the first record");
+                int extra = 7;
+                // Returns although the writer is stuck: the queue takes CAPACITY, the rest is dropped.
+                for (int i = 0; i < AsyncLog.CAPACITY + extra; i++) {
+                    async.log(System.Logger.Level.INFO, "async-log: line " + i);
+                }
+                assertEquals(extra, async.dropped());
+                release.countDown();
+                assertTrue(Pools.await(Duration.ofSeconds(10), () -> lines(log).size() == AsyncLog.CAPACITY + 2),
+                        "the first, the drop count and the queued lines: " + lines(log).size());
+                List<String> lines = lines(log);
+                assertEquals("async-log: first", lines.get(0));
+                assertEquals("async-log: " + extra + " log record(s) dropped: the log handler did not keep up",
+                        lines.get(1));
+                for (int i = 0; i < AsyncLog.CAPACITY; i++) {
+                    assertEquals("async-log: line " + i, lines.get(i + 2));
+                }
+            } finally {
+                release.countDown();
+                async.close();
+            }
+            assertTrue(Pools.await(Duration.ofSeconds(5), () -> !threadNamed("racaffinity-log-test")),
+                    "the writer ends at close");
+        } finally {
+            jul.removeHandler(stuck);
+        }
+    }
+
+    @Test
+    void closeWritesWhatWasLoggedBeforeAndDropsWhatComesAfter() {
+        try (LogCapture log = new LogCapture()) {
+            AsyncLog async = new AsyncLog(LOG, "async-close", "racaffinity-log-close");
+            async.log(System.Logger.Level.WARNING, "async-close: before");
+            async.close();
+            async.log(System.Logger.Level.WARNING, "async-close: after");
+            assertEquals(List.of("async-close: before"), log.at(Level.WARNING).stream()
+                    .filter(m -> m.startsWith("async-close")).collect(Collectors.toList()));
+            assertFalse(threadNamed("racaffinity-log-close"), "the writer ended");
+        }
+    }
+
+    private static List<String> lines(LogCapture log) {
+        return log.records().stream().map(r -> r.getMessage()).filter(m -> m.startsWith("async-log"))
+                .collect(Collectors.toList());
+    }
+
+    private static boolean threadNamed(String name) {
+        return Thread.getAllStackTraces().keySet().stream().anyMatch(t -> t.getName().equals(name) && t.isAlive());
+    }
+}
