@@ -9,6 +9,7 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLNonTransientConnectionException;
 import java.sql.SQLNonTransientException;
+import java.sql.SQLTransientConnectionException;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -504,6 +505,9 @@ public final class AffinityXAConnection implements XAConnection {
 
     // ---- logical handles -----------------------------------------------------
 
+    /** How many times a handle's call looks up its session when other calls keep replacing it meanwhile. */
+    static final int TARGET_ATTEMPTS = 3;
+
     /** Refuses a call of {@code h} on a closed XAConnection, a replaced handle, or a session a hard Down aborted. */
     private void checkUsable(Handle h) throws SQLException {
         assert Thread.holdsLock(this);
@@ -541,23 +545,41 @@ public final class AffinityXAConnection implements XAConnection {
                 }
             }
         }
-        Physical p;
-        try {
-            // Unlocked: it may connect.
-            p = physical(node);
-        } catch (XAException e) {
-            throw new SQLException(e.getMessage(), "08001", e);
-        }
-        synchronized (this) {
-            // Again after the unlocked connect: a close or a hard Down may have come meanwhile.
-            checkUsable(h);
-            if (p.logical == null || p.logical.isClosed()) {
-                p.logical = p.xac.getConnection();
+        for (int attempt = 1;; attempt++) {
+            Physical p;
+            try {
+                // Unlocked: it may connect.
+                p = physical(node);
+            } catch (XAException e) {
+                throw new SQLException(e.getMessage(), "08001", e);
             }
-            if (!h.used.contains(p)) {
-                h.used.add(p);
+            Runnable hook = router.targetHook;
+            if (hook != null) {
+                hook.run();
             }
-            return p.logical;
+            synchronized (this) {
+                // Again after the unlocked connect: a close or a hard Down may have come meanwhile.
+                checkUsable(h);
+                // Another call may have found p dead meanwhile (an XA call's connection-class failure) and
+                // replaced and closed it: its logical connection would fail although a fresh session is in place.
+                // A broken session that still holds a branch is handed out: it is never replaced under that
+                // branch's work, and the call fails on it.
+                Physical current = node < byNode.length ? byNode[node] : null;
+                if (current == p && !(p.broken && p.associated == null)) {
+                    if (p.logical == null || p.logical.isClosed()) {
+                        p.logical = p.xac.getConnection();
+                    }
+                    if (!h.used.contains(p)) {
+                        h.used.add(p);
+                    }
+                    return p.logical;
+                }
+                if (attempt >= TARGET_ATTEMPTS) {
+                    throw new SQLTransientConnectionException("racaffinity: node " + router.nodeName(node)
+                            + ": the session was found dead and replaced by other calls " + attempt
+                            + " times while this call looked it up", "08001");
+                }
+            }
         }
     }
 

@@ -71,6 +71,13 @@ public final class XaRouter {
      */
     volatile Runnable connectHook;
 
+    /**
+     * Null but in a test: run by {@code AffinityXAConnection.target} between its unlocked {@code physical()} and
+     * its re-lock, to hold open the window in which another call on the same XAConnection replaces that session
+     * (XaLostSessionTest).
+     */
+    volatile Runnable targetHook;
+
     /** Branches started here (live) or returned by a recovery scan, by exact xid. */
     private final Map<XidKey, Branch> branches = new ConcurrentHashMap<>();
 

@@ -1,19 +1,30 @@
 package io.racaffinity.xa;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.jdbc.AffinityXADataSource;
 import io.racaffinity.test.PgNodes;
+import io.racaffinity.test.Pools;
 import io.racaffinity.test.XaRows;
 import java.lang.reflect.InvocationHandler;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
+import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
 import java.util.Map;
 import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.XAConnection;
 import javax.sql.XADataSource;
 import javax.transaction.xa.XAException;
@@ -67,6 +78,89 @@ class XaLostSessionTest {
         XAConnection c = xa.connect(ds);
         String run = UUID.randomUUID().toString();
         return new Branch(c, c.getXAResource(), run, XaSupport.startedWithRow(c, run));
+    }
+
+    /**
+     * A handle's call looked up its session, then (unlocked: it may connect) another call on the same XAConnection
+     * found that session dead and replaced it: the call went to the closed session and failed, although a fresh
+     * one was in place. The hook holds the call in that window while a recovery scan on another thread fails on the
+     * terminated session (which marks it broken) and the next scan replaces it.
+     */
+    @Test
+    void aHandleCallWhoseSessionIsReplacedMeanwhileGoesToTheFreshSession() throws Exception {
+        AffinityXADataSource ds = ds(XaSupport.node(1));
+        XaRouter router = ds.getRouter();
+        AffinityXAConnection c = (AffinityXAConnection) xa.connect(ds);
+        XAResource r = c.getXAResource();
+        Connection h = c.getConnection();
+        int pid = XaSupport.backendPid(h);
+        AffinityXAConnection.Physical first = c.existing(0);
+        AtomicBoolean armed = new AtomicBoolean(true);
+        router.targetHook = () -> {
+            if (!armed.getAndSet(false)) {
+                return;
+            }
+            CompletableFuture.runAsync(() -> {
+                try {
+                    XaSupport.terminateBackend(1, pid);
+                    assertTrue(Pools.await(Duration.ofSeconds(10), () -> !backendAlive(pid)), "session " + pid
+                            + " ended");
+                    assertThrows(XAException.class, () -> r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN),
+                            "the scan fails on the terminated session");
+                    r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN);
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+            }).join();
+        };
+        try {
+            int now = XaSupport.backendPid(h);
+            assertFalse(armed.get(), "the call went through the window");
+            assertNotSame(first, c.existing(0), "the scan replaced the session");
+            assertNotEquals(pid, now, "the call ran on the fresh session");
+        } finally {
+            router.targetHook = null;
+        }
+        XaSupport.assertNothingLeaked(ds);
+    }
+
+    /** Other calls that replace the session at every look-up: the call gives up after a bounded number of rounds. */
+    @Test
+    void aHandleCallWhoseSessionIsReplacedAtEveryLookUpGivesUpWithAConnectionError() throws Exception {
+        AffinityXADataSource ds = ds(XaSupport.node(1));
+        XaRouter router = ds.getRouter();
+        AffinityXAConnection c = (AffinityXAConnection) xa.connect(ds);
+        Connection h = c.getConnection();
+        XaSupport.backendPid(h);
+        AtomicInteger lookUps = new AtomicInteger();
+        router.targetHook = () -> {
+            lookUps.incrementAndGet();
+            // What a failed XA call (markBroken) and the next one (physical) do on another thread.
+            c.markBroken(0);
+            try {
+                c.physical(0);
+            } catch (XAException e) {
+                throw new IllegalStateException(e);
+            }
+        };
+        try {
+            SQLException e = assertThrows(SQLException.class, () -> XaSupport.backendPid(h));
+            assertEquals("08001", e.getSQLState(), e.getMessage());
+            assertEquals(AffinityXAConnection.TARGET_ATTEMPTS, lookUps.get());
+        } finally {
+            router.targetHook = null;
+        }
+        XaSupport.backendPid(h); // the session in place now serves it
+    }
+
+    private static boolean backendAlive(int pid) {
+        try (Connection admin = XaRows.connect(1); Statement s = admin.createStatement();
+                ResultSet rs = s.executeQuery("SELECT count(*) FROM pg_stat_activity WHERE pid = " + pid)) {
+            rs.next();
+            return rs.getInt(1) > 0;
+        } catch (SQLException e) {
+            throw new IllegalStateException(e);
+        }
     }
 
     @Test
