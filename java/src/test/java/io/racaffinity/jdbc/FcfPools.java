@@ -54,9 +54,18 @@ final class FcfPools {
         return "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=" + node + " host=h " + tail;
     }
 
-    /** The sessions named {@code app} open on a node, as its server counts them. */
+    /** The sessions named {@code app} open on a node of {@link #NAMES}, as its server counts them. */
     static int serverConns(String app, String node) {
-        try (Connection c = DriverManager.getConnection(PgNodes.url(NAMES.indexOf(node) + 1), "postgres", "");
+        int i = NAMES.indexOf(node);
+        if (i < 0) {
+            throw new IllegalArgumentException(node + " is not one of " + NAMES);
+        }
+        return serverConns(app, i + 1);
+    }
+
+    /** The sessions named {@code app} open on node {@code i} (1-based, as {@link PgNodes#url}). */
+    static int serverConns(String app, int i) {
+        try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
                 Statement s = c.createStatement();
                 ResultSet rs = s.executeQuery(
                         "SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app + "'")) {

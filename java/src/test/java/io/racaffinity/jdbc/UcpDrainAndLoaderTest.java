@@ -69,15 +69,8 @@ class UcpDrainAndLoaderTest {
 
     /** Connections of this test's pools open on a node, as the server counts them. */
     static int serverConns(String node) {
-        try (Connection c = DriverManager.getConnection(PgNodes.url(NAMES.indexOf(node) + 1), "postgres", "");
-                Statement s = c.createStatement();
-                ResultSet rs = s.executeQuery(
-                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + APP + "'")) {
-            rs.next();
-            return rs.getInt(1);
-        } catch (SQLException e) {
-            throw new IllegalStateException(e);
-        }
+        // This test's nodes are RAC1..3, not FcfPools' names: the node by its number.
+        return FcfPools.serverConns(APP, NAMES.indexOf(node) + 1);
     }
 
     static String fan(String node, String tail) {
