@@ -58,6 +58,9 @@ class XaFastFailoverTest {
             pg.setSocketTimeout(SOCKET_TIMEOUT);
             pg.setLoginTimeout(loginTimeout);
             pg.setConnectTimeout(loginTimeout);
+            // pgjdbc waits for the reply to its SSL request (sslmode=prefer) only sslResponseTimeout (5 s by
+            // default): a connect to a blackholed node would end then, before a longer login timeout.
+            pg.setSslResponseTimeout(loginTimeout * 1000);
         });
     }
 
@@ -198,6 +201,7 @@ class XaFastFailoverTest {
         XAResource r = c.getXAResource();
         Xid x = XaSupport.xid(1);
         Faults.blackhole(2);
+        long t0 = System.nanoTime();
         CompletableFuture<Object> start = CompletableFuture.supplyAsync(() -> {
             try {
                 XaSupport.startOn(ds, "RAC2", r, x);
@@ -218,8 +222,12 @@ class XaFastFailoverTest {
         }
         assertFalse(start.isDone(), "the abort returned while the connect was still under way");
         Object out = start.get(login + 10, TimeUnit.SECONDS);
+        long took = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
         assertTrue(out instanceof RuntimeException && out.toString().contains("XAException"),
                 "the start fails with its connect: " + out);
+        // The window this test holds open is the connect's: it must last the login timeout, not end early.
+        assertTrue(took >= (login - 1) * 1000L, "the connect gave up after " + took + " ms, before its "
+                + login + " s login timeout: " + out);
         Faults.healAll();
         Xid next = XaSupport.xid(1);
         XaSupport.startOn(ds, "RAC1", r, next);
