@@ -59,6 +59,8 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
         final List<Object> owned;
         final Heartbeat heartbeat;
         final ObjectName mbean;
+        /** The thread that writes what the heartbeat and the pool upkeep log (they never wait on a log handler). */
+        final AsyncLog upkeepLog;
         /**
          * By node id: whether the node's DataSource gave a connection already ({@link NodeConnect}).
          * Plain writes: a thread that misses another's write only takes the privileged path once more.
@@ -66,7 +68,8 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
         final boolean[] started;
 
         Running(Cluster cluster, boolean ownsCluster, T[] byId, List<Object> owned, Heartbeat heartbeat,
-                ObjectName mbean) {
+                ObjectName mbean, AsyncLog upkeepLog) {
+            this.upkeepLog = upkeepLog;
             this.cluster = cluster;
             this.ownsCluster = ownsCluster;
             this.byId = byId;
@@ -381,6 +384,7 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
         boolean ownsCluster = false;
         Heartbeat hb = null;
         ObjectName mbean = null;
+        AsyncLog upkeepLog = null;
         try {
             if (c == null) {
                 c = nodes.newCluster();
@@ -397,15 +401,16 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
             if (pgjdbc != null) {
                 owned.add(pgjdbc);
             }
+            upkeepLog = new AsyncLog(log, prefix, "racaffinity-log-" + c.name());
             long interval = nodes.heartbeatInterval(c);
             if (interval > 0) {
                 hb = new Heartbeat(prefix, c, probes(byId), interval, nodes.heartbeatTimeoutSeconds(), redactor,
-                        !logsStateChanges(), this::stateMayHaveChanged);
+                        !logsStateChanges(), this::stateMayHaveChanged, upkeepLog);
             }
             if (nodes.registerMBean()) {
                 mbean = registerMBean(c, ownsCluster, prefix);
             }
-            Running<T> r = new Running<>(c, ownsCluster, byId, owned, hb, mbean);
+            Running<T> r = new Running<>(c, ownsCluster, byId, owned, hb, mbean, upkeepLog);
             started(r);
             final long iv = interval;
             final ObjectName on = mbean;
@@ -418,6 +423,9 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
             stopping();
             if (hb != null) {
                 hb.close();
+            }
+            if (upkeepLog != null) {
+                upkeepLog.close();
             }
             if (mbean != null) {
                 unregisterMBean(c, ownsCluster, mbean);
@@ -456,6 +464,8 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
         if (r.heartbeat != null) {
             r.heartbeat.close();
         }
+        // After the heartbeat and the upkeep: what they logged last is written.
+        r.upkeepLog.close();
         if (r.mbean != null) {
             unregisterMBean(r.cluster, r.ownsCluster, r.mbean);
         }

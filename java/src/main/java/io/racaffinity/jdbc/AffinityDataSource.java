@@ -345,7 +345,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         failover = new NodeFailover(r.byId.length);
         maintenance = new PoolMaintenance(kind + " " + r.cluster.name(), r.cluster, r.byId, failover,
                 this::lastFailure,
-                poolMaintenanceMillis, partitionMapLoader, partitionMapReloadMillis, nodes.redactor());
+                poolMaintenanceMillis, partitionMapLoader, partitionMapReloadMillis, nodes.redactor(), r.upkeepLog);
     }
 
     @Override

@@ -117,7 +117,7 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
         router = x;
         // AffinityDataSource's upkeep, with no pool of its own to keep: only its hard-Down decision is used.
         watch = new PoolMaintenance(kind + " " + c.name(), c, probes(r.byId), new NodeFailover(r.byId.length),
-                node -> null, WATCH_MILLIS, null, 0, nodes.redactor(), x::nodeFailed, false);
+                node -> null, WATCH_MILLIS, null, 0, nodes.redactor(), r.upkeepLog, x::nodeFailed, false);
     }
 
     /** How often node states are looked at when nothing pokes (AffinityDataSource's poolMaintenanceMillis default). */

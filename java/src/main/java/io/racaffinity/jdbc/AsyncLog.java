@@ -10,16 +10,17 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * A {@link System.Logger} whose records are written by a daemon thread of its own, so that the caller never waits
  * on a log handler: one may block (a full pipe, a stalled syslog, a forked test JVM whose parent reads its output
- * slowly), and the pool upkeep must act on the next node Down meanwhile. The message is built on the caller's thread
- * (it names the state of that moment); records are written in the order they were logged. When the queue is full a
- * record is dropped and counted, and the count is logged before the next record written.
+ * slowly), and the pool upkeep and the heartbeat must act on the next node failure meanwhile. One per data source:
+ * {@link #logger} gives its other loggers (the heartbeat's) the same thread, so the lines keep the order they were
+ * logged in. The message is built on the caller's thread (it names the state of that moment). When the queue is
+ * full a record is dropped and counted, and the count is logged before the next record written.
  */
 final class AsyncLog implements System.Logger, AutoCloseable {
     static final int CAPACITY = 256;
     /** How long {@link #close()} lets the writer finish the records logged before it. */
     static final long CLOSE_WAIT_MILLIS = 1_000;
 
-    private static final Entry STOP = new Entry(Level.OFF, null, null);
+    private static final Entry STOP = new Entry(null, Level.OFF, null, null);
 
     private final System.Logger target;
     private final String owner;
@@ -31,11 +32,13 @@ final class AsyncLog implements System.Logger, AutoCloseable {
     private volatile boolean closed;
 
     private static final class Entry {
+        final System.Logger target;
         final Level level;
         final String message;
         final Throwable thrown;
 
-        Entry(Level level, String message, Throwable thrown) {
+        Entry(System.Logger target, Level level, String message, Throwable thrown) {
+            this.target = target;
             this.level = level;
             this.message = message;
             this.thrown = thrown;
@@ -43,8 +46,8 @@ final class AsyncLog implements System.Logger, AutoCloseable {
     }
 
     /**
-     * @param target where the records go
-     * @param owner the log prefix of the line that reports dropped records
+     * @param target where this logger's records go, and the line that reports dropped records
+     * @param owner the log prefix of that line
      * @param threadName the writer thread's name
      */
     AsyncLog(System.Logger target, String owner, String threadName) {
@@ -59,6 +62,11 @@ final class AsyncLog implements System.Logger, AutoCloseable {
         return droppedTotal.get();
     }
 
+    /** A logger whose records go to {@code other} through this one's queue and thread. */
+    System.Logger logger(System.Logger other) {
+        return new View(other);
+    }
+
     @Override
     public String getName() {
         return target.getName();
@@ -71,16 +79,52 @@ final class AsyncLog implements System.Logger, AutoCloseable {
 
     @Override
     public void log(Level level, ResourceBundle bundle, String msg, Throwable thrown) {
-        if (isLoggable(level)) {
-            offer(new Entry(level, msg, thrown));
-        }
+        enqueue(target, level, msg, thrown);
     }
 
     @Override
     public void log(Level level, ResourceBundle bundle, String format, Object... params) {
-        if (isLoggable(level)) {
-            offer(new Entry(level, params == null || params.length == 0 ? format
+        enqueueFormat(target, level, format, params);
+    }
+
+    private void enqueue(System.Logger to, Level level, String msg, Throwable thrown) {
+        if (to.isLoggable(level)) {
+            offer(new Entry(to, level, msg, thrown));
+        }
+    }
+
+    private void enqueueFormat(System.Logger to, Level level, String format, Object... params) {
+        if (to.isLoggable(level)) {
+            offer(new Entry(to, level, params == null || params.length == 0 ? format
                     : MessageFormat.format(format, params), null));
+        }
+    }
+
+    private final class View implements System.Logger {
+        private final System.Logger to;
+
+        View(System.Logger to) {
+            this.to = to;
+        }
+
+        @Override
+        public String getName() {
+            return to.getName();
+        }
+
+        @Override
+        public boolean isLoggable(Level level) {
+            return to.isLoggable(level);
+        }
+
+        @Override
+        public void log(Level level, ResourceBundle bundle, String msg, Throwable thrown) {
+            enqueue(to, level, msg, thrown);
+        }
+
+        @Override
+        public void log(Level level, ResourceBundle bundle, String format, Object... params) {
+            enqueueFormat(to, level, format, params);
         }
     }
 
@@ -111,9 +155,9 @@ final class AsyncLog implements System.Logger, AutoCloseable {
             }
             try {
                 if (e.thrown != null) {
-                    target.log(e.level, e.message, e.thrown);
+                    e.target.log(e.level, e.message, e.thrown);
                 } else {
-                    target.log(e.level, e.message);
+                    e.target.log(e.level, e.message);
                 }
             } catch (RuntimeException failed) {
                 // A broken handler loses its own record, not the later ones.

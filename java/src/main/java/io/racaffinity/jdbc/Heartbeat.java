@@ -34,6 +34,11 @@ final class Heartbeat implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.Heartbeat");
 
     private final String owner;
+    /**
+     * The data source's log thread: a probe or the timer that waits in a blocking log handler would stop the
+     * heartbeat, and with it the detection of the next dead node.
+     */
+    private final System.Logger log;
     private final boolean logChanges;
     private final Cluster cluster;
     private final DataSource[] nodes;
@@ -58,10 +63,12 @@ final class Heartbeat implements AutoCloseable {
      * @param owner the data source's log prefix ({@code AffinityDataSource orcl})
      * @param logChanges whether the state changes its probes cause are logged here (false where
      *     the data source logs every change already, with the core's cause)
+     * @param log the data source's log thread (its owner closes it)
      */
     Heartbeat(String owner, Cluster cluster, DataSource[] nodes, long intervalMillis, int timeoutSeconds,
-            Redactor redactor, boolean logChanges, Runnable changed) {
+            Redactor redactor, boolean logChanges, Runnable changed, AsyncLog log) {
         this.owner = owner;
+        this.log = log.logger(LOG);
         this.changed = changed;
         this.logChanges = logChanges;
         this.cluster = cluster;
@@ -123,7 +130,7 @@ final class Heartbeat implements AutoCloseable {
                 // The node answered; the login is one user's (an XA heartbeat probes with the last credentials
                 // the application passed). Counting it would mark every node Down for one user's mistake.
                 String answer = why;
-                LOG.log(Level.DEBUG, () -> owner + ": heartbeat of node " + nodeName(node) + ": the login was"
+                log.log(Level.DEBUG, () -> owner + ": heartbeat of node " + nodeName(node) + ": the login was"
                         + " refused, the node answered: " + answer);
                 ok = true;
                 why = null;
@@ -144,20 +151,20 @@ final class Heartbeat implements AutoCloseable {
         try {
             boolean changed = cluster.reportProbe(node, ok);
             if (!ok) {
-                LOG.log(Level.DEBUG, () -> owner + ": heartbeat of node " + cluster.nodeName(node) + " missed: "
+                log.log(Level.DEBUG, () -> owner + ": heartbeat of node " + cluster.nodeName(node) + " missed: "
                         + why);
             }
             if (changed) {
                 this.changed.run();
             }
             if (changed && logChanges) {
-                NodeStates.logChange(LOG, owner, cluster, node, ok ? "heartbeat probe succeeded"
+                NodeStates.logChange(log, owner, cluster, node, ok ? "heartbeat probe succeeded"
                         : "heartbeat: " + why);
             }
         } catch (ClusterClosedException e) {
             // closing
         } catch (AffinityException e) {
-            LOG.log(Level.WARNING, () -> owner + ": heartbeat report failed: " + redactor.redact(e.getMessage()));
+            log.log(Level.WARNING, () -> owner + ": heartbeat report failed: " + redactor.redact(e.getMessage()));
         }
     }
 

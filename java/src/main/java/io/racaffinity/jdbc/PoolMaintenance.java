@@ -54,8 +54,8 @@ final class PoolMaintenance implements AutoCloseable {
     private final Redactor redactor;
     private final long reloadMillis;
     private final Thread thread;
-    /** Every line the upkeep logs goes through it: the upkeep never waits on a log handler. */
-    private final AsyncLog log;
+    /** Every line the upkeep logs goes through the data source's log thread: the upkeep never waits on a handler. */
+    private final System.Logger log;
     private final NodeState[] last;
     /** Whether a node's Down ended a planned drain, until it fails or comes back. */
     private final boolean[] planned;
@@ -75,11 +75,13 @@ final class PoolMaintenance implements AutoCloseable {
     /**
      * @param owner the data source's log prefix
      * @param lastFailure the last connection failure the data source saw on a node, or null
+     * @param log the data source's log thread (its owner closes it)
      */
     PoolMaintenance(String owner, Cluster cluster, DataSource[] byId, NodeFailover failover,
             IntFunction<String> lastFailure, long tickMillis, PartitionMapLoader loader, long reloadMillis,
-            Redactor redactor) {
-        this(owner, cluster, byId, failover, lastFailure, tickMillis, loader, reloadMillis, redactor, null, true);
+            Redactor redactor, AsyncLog log) {
+        this(owner, cluster, byId, failover, lastFailure, tickMillis, loader, reloadMillis, redactor, log, null,
+                true);
     }
 
     /**
@@ -88,7 +90,7 @@ final class PoolMaintenance implements AutoCloseable {
      */
     PoolMaintenance(String owner, Cluster cluster, DataSource[] byId, NodeFailover failover,
             IntFunction<String> lastFailure, long tickMillis, PartitionMapLoader loader, long reloadMillis,
-            Redactor redactor, IntConsumer hardDown, boolean logTransitions) {
+            Redactor redactor, AsyncLog log, IntConsumer hardDown, boolean logTransitions) {
         this.owner = owner;
         this.hardDown = hardDown;
         this.logTransitions = logTransitions;
@@ -105,7 +107,7 @@ final class PoolMaintenance implements AutoCloseable {
         this.savedMinIdle = new int[byId.length];
         Arrays.fill(savedMinIdle, -1);
         Arrays.fill(last, NodeState.UP);
-        this.log = new AsyncLog(LOG, owner, "racaffinity-log-" + cluster.name());
+        this.log = log.logger(LOG);
         if (loader != null) {
             reload("start");
         }
@@ -153,12 +155,6 @@ final class PoolMaintenance implements AutoCloseable {
                 Thread.currentThread().interrupt();
             }
         }
-        log.close();
-    }
-
-    /** Log records dropped because the log handler did not keep up. */
-    long droppedLogRecords() {
-        return log.dropped();
     }
 
     private void loop() {

@@ -4,15 +4,13 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.racaffinity.test.BlockingLogHandler;
 import io.racaffinity.test.LogCapture;
 import io.racaffinity.test.Pools;
 import java.time.Duration;
 import java.util.List;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
-import java.util.logging.Handler;
 import java.util.logging.Level;
-import java.util.logging.Logger;
 import java.util.stream.Collectors;
 import org.junit.jupiter.api.Test;
 
@@ -22,23 +20,18 @@ class AsyncLogTest {
 
     @Test
     void aBlockedHandlerNeitherBlocksTheCallerNorLosesTheOrderAndTheDroppedRecordsAreCounted() throws Exception {
-        CountDownLatch logging = new CountDownLatch(1);
-        CountDownLatch release = new CountDownLatch(1);
-        Handler stuck = FastFailoverTest.blockingHandler("async-log: first", logging, release);
-        Logger jul = Logger.getLogger("io.racaffinity");
-        try (LogCapture log = new LogCapture()) {
-            jul.addHandler(stuck);
+        try (LogCapture log = new LogCapture(); BlockingLogHandler stuck = new BlockingLogHandler("async-log: first")) {
             AsyncLog async = new AsyncLog(LOG, "async-log", "racaffinity-log-test");
             try {
                 async.log(System.Logger.Level.INFO, "async-log: first");
-                assertTrue(logging.await(10, TimeUnit.SECONDS), "the writer publishes the first record");
+                assertTrue(stuck.logging.await(10, TimeUnit.SECONDS), "the writer publishes the first record");
                 int extra = 7;
                 // Returns although the writer is stuck: the queue takes CAPACITY, the rest is dropped.
                 for (int i = 0; i < AsyncLog.CAPACITY + extra; i++) {
                     async.log(System.Logger.Level.INFO, "async-log: line " + i);
                 }
                 assertEquals(extra, async.dropped());
-                release.countDown();
+                stuck.close();
                 assertTrue(Pools.await(Duration.ofSeconds(10), () -> lines(log).size() == AsyncLog.CAPACITY + 2),
                         "the first, the drop count and the queued lines: " + lines(log).size());
                 List<String> lines = lines(log);
@@ -49,13 +42,11 @@ class AsyncLogTest {
                     assertEquals("async-log: line " + i, lines.get(i + 2));
                 }
             } finally {
-                release.countDown();
+                stuck.close();
                 async.close();
             }
             assertTrue(Pools.await(Duration.ofSeconds(5), () -> !threadNamed("racaffinity-log-test")),
                     "the writer ends at close");
-        } finally {
-            jul.removeHandler(stuck);
         }
     }
 

@@ -14,6 +14,7 @@ import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.racaffinity.Cluster;
 import io.racaffinity.NodeState;
+import io.racaffinity.test.BlockingLogHandler;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.testsupport.FaultProxy;
@@ -211,16 +212,11 @@ class FastFailoverTest {
         Cluster cluster = ds.getCluster();
         Connection held1 = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
         Connection held3 = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB3")).build();
-        CountDownLatch logging = new CountDownLatch(1);
-        CountDownLatch release = new CountDownLatch(1);
-        Handler stuck = blockingHandler("fcf-log2: node MYDB1 UP -> DOWN", logging, release);
-        Logger jul = Logger.getLogger("io.racaffinity");
-        jul.addHandler(stuck);
-        try {
+        try (BlockingLogHandler stuck = new BlockingLogHandler("fcf-log2: node MYDB1 UP -> DOWN")) {
             assertEquals(portOf("MYDB1"), serverPort(held1));
             assertEquals(portOf("MYDB3"), serverPort(held3));
             cluster.applyEvent(fan("MYDB1", "status=down reason=FAILURE"));
-            assertTrue(logging.await(10, TimeUnit.SECONDS), "the Down of MYDB1 is being logged");
+            assertTrue(stuck.logging.await(10, TimeUnit.SECONDS), "the Down of MYDB1 is being logged");
             cluster.applyEvent(fan("MYDB3", "status=down reason=FAILURE"));
             assertTrue(await(Duration.ofSeconds(10), () -> {
                 try {
@@ -230,34 +226,9 @@ class FastFailoverTest {
                 }
             }), "MYDB3's connection in use is aborted while MYDB1's Down is stuck in the log handler");
         } finally {
-            release.countDown();
-            jul.removeHandler(stuck);
             held1.close();
             held3.close();
         }
-    }
-
-    /** Blocks (until {@code release}, at most 60 s) the thread that publishes the first record holding {@code text}. */
-    static Handler blockingHandler(String text, CountDownLatch logging, CountDownLatch release) {
-        return new Handler() {
-            @Override
-            public void publish(LogRecord r) {
-                if (r.getMessage() != null && r.getMessage().contains(text) && logging.getCount() > 0) {
-                    logging.countDown();
-                    try {
-                        release.await(60, TimeUnit.SECONDS);
-                    } catch (InterruptedException e) {
-                        Thread.currentThread().interrupt();
-                    }
-                }
-            }
-
-            @Override
-            public void flush() {}
-
-            @Override
-            public void close() {}
-        };
     }
 
     @Test

@@ -15,6 +15,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import javax.sql.DataSource;
+import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -24,6 +25,15 @@ import org.junit.jupiter.api.Test;
  * a healthy node Down at start-up (the Tomcat continuity run's cold start, docs/continuity.md).
  */
 class HeartbeatTest {
+    /** What the heartbeats log, as a data source's log thread would write it. */
+    private static final AsyncLog LOG = new AsyncLog(System.getLogger("io.racaffinity.jdbc.Heartbeat"), "HeartbeatTest",
+            "racaffinity-log-HeartbeatTest");
+
+    @AfterAll
+    static void closeLog() {
+        LOG.close();
+    }
+
     private static final long INTERVAL_MS = 50;
 
     /** A node whose connections take {@code delays[i]} ms for the i-th getConnection (the last one after). */
@@ -66,7 +76,7 @@ class HeartbeatTest {
 
     private static Heartbeat heartbeat(Cluster c, SlowNode... nodes) {
         DataSource[] sources = java.util.Arrays.stream(nodes).map(n -> n.dataSource).toArray(DataSource[]::new);
-        return new Heartbeat("HeartbeatTest", c, sources, INTERVAL_MS, 1, new Redactor(null), false, () -> {});
+        return new Heartbeat("HeartbeatTest", c, sources, INTERVAL_MS, 1, new Redactor(null), false, () -> {}, LOG);
     }
 
     private static void waitFor(String what, java.util.function.BooleanSupplier ok) throws InterruptedException {
@@ -127,7 +137,7 @@ class HeartbeatTest {
         try (Cluster c = Cluster.fromConfig("name = hbclose; nodes = A, B\nheartbeat.misses = 1")) {
             // 30 s of probe timeout: the first probe is no miss while it runs.
             Heartbeat hb = new Heartbeat("HeartbeatTest", c, new DataSource[] {stuck, null}, INTERVAL_MS, 30,
-                    new Redactor(null), false, () -> {});
+                    new Redactor(null), false, () -> {}, LOG);
             assertTrue(probing.await(20, TimeUnit.SECONDS), "probing");
             hb.close();
             // Its pool thread ends with the task, once the probe has reported (or not).

@@ -10,12 +10,14 @@ import static org.junit.jupiter.api.Assertions.fail;
 import io.racaffinity.Cluster;
 import io.racaffinity.NodeState;
 import io.racaffinity.jdbc.AffinityXADataSource;
+import io.racaffinity.test.BlockingLogHandler;
 import io.racaffinity.test.Faults;
 import io.racaffinity.test.PgNodes;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -30,6 +32,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
+import org.postgresql.xa.PGXADataSource;
 
 /**
  * Fast connection failover for XA branch connections, as for {@code AffinityDataSource}'s borrowed
@@ -234,6 +237,36 @@ class XaFastFailoverTest {
         r.end(next, XAResource.TMSUCCESS);
         r.rollback(next);
         XaSupport.assertNothingLeaked(ds);
+    }
+
+    /**
+     * The XA data source's heartbeat logs the state changes it causes, on its own thread: with that line stuck in a
+     * blocking log handler (a full pipe, a stalled syslog) the heartbeat stopped, so a second node that stopped
+     * answering was never found dead (its branch sessions never aborted, work still routed there).
+     */
+    @Test
+    void theHeartbeatFindsASecondDeadNodeWhileTheFirstDownsLogLineIsStuckInItsHandler() throws Exception {
+        Map<String, PGXADataSource> nodes = XaSupport.instances("RAC", PROXIES.ports());
+        nodes.values().forEach(pg -> {
+            pg.setSocketTimeout(2);
+            pg.setLoginTimeout(1);
+            pg.setConnectTimeout(1);
+        });
+        String name = "xa-hb-log-" + UUID.randomUUID();
+        AffinityXADataSource ds = xa.ds("name = " + name + "; nodes = RAC1, RAC2, RAC3; heartbeat.misses = 2", nodes);
+        ds.setHeartbeatIntervalMillis(100);
+        ds.setHeartbeatTimeoutSeconds(1);
+        Cluster cluster = ds.getCluster();
+        try (BlockingLogHandler stuck = new BlockingLogHandler(name + ": node RAC2 is now DOWN")) {
+            Faults.blackhole(2);
+            assertTrue(stuck.logging.await(20, TimeUnit.SECONDS), "the heartbeat found RAC2 dead and logs it");
+            Faults.blackhole(3);
+            assertTrue(await(Duration.ofSeconds(20), () -> cluster.nodeState("RAC3") == NodeState.DOWN),
+                    "the heartbeat finds RAC3 dead while RAC2's Down is stuck in the log handler: "
+                            + cluster.nodeState("RAC3"));
+        } finally {
+            Faults.healAll();
+        }
     }
 
     @Test
