@@ -146,14 +146,15 @@ final class PoolMaintenance implements AutoCloseable {
             notifyAll();
             inLoader = upkeepLoading;
         }
-        if (!inLoader) {
-            // Else the loader may hang for good; the thread applies nothing once closed
+        if (inLoader) {
+            // The loader may hang for good; the thread applies nothing once closed
             // and ends when the loader returns.
-            try {
-                thread.join(5_000);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
+            return;
+        }
+        try {
+            thread.join(5_000);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 
@@ -187,8 +188,7 @@ final class PoolMaintenance implements AutoCloseable {
 
     private void round() {
         boolean changed = false;
-        // Logged once the round has acted, as before the log had a thread of its own: the lines of a round keep
-        // their order.
+        // Logged once the round has acted, after the lines its acts log (a hard Down's abort count).
         List<Runnable> transitions = null;
         for (int i = 0; i < byId.length; i++) {
             if (byId[i] == null) {
