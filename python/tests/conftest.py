@@ -246,6 +246,17 @@ def next_xid(pg: PgNodes, node: str) -> int:
         return admin.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()[0]
 
 
+def tokens_by_node(c: racaffinity.Cluster) -> Dict[str, str]:
+    """A session routing token for every node: the node `route_token` routes it to -> the token."""
+    found: Dict[str, str] = {}
+    for i in range(200):
+        token = c.session_token(f"placed-{i}")
+        found.setdefault(c.route_token(token).route.name, token)
+        if len(found) == len(NAMES):
+            return found
+    pytest.fail(f"200 new sessions routed to {sorted(found)} only")
+
+
 def prepared_xacts(pg: PgNodes) -> Dict[str, List[str]]:
     """The gids in `pg_prepared_xacts` of every node, read by SQL."""
     out = {}

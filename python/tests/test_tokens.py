@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Dict, List, MutableMapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, MutableMapping, Optional, Tuple
 
 import pytest
 
 import racaffinity as ra
 from racaffinity.pools import NodePools
-from racaffinity.web import ROUTE_KEY, TOKEN_KEY, AsgiTokenMiddleware, WsgiTokenMiddleware, cookie_value
+from racaffinity.web import (
+    ROUTE_KEY,
+    TOKEN_KEY,
+    AsgiTokenMiddleware,
+    WsgiTokenMiddleware,
+    cookie_value,
+    current_token,
+)
 
-from conftest import NAMES
+from conftest import NAMES, tokens_by_node
 
 MACHINES = {"RAC1": "m1", "RAC2": "m2", "RAC3": "m3"}
 # Two nodes share machine mA: RAC1's and RAC2's backups must then be RAC3 or each other only as a last resort.
@@ -120,6 +127,90 @@ def test_a_token_from_another_process_routes_the_same_with_unknown_nodes_counted
     c = cluster_factory("nodes = OTHER1, OTHER2")
     moved = c.route_token(token)  # neither node exists here: down, so a fresh pair
     assert moved.changed and moved.route.name in ("OTHER1", "OTHER2")
+
+
+# -- a new transaction placed by the request's token (Cluster.tx_begin_for) ----------
+
+
+def assert_unregistered(c: ra.Cluster, gtrid: str) -> None:
+    with pytest.raises(ra.UnknownTransactionError):
+        c.tx_route(gtrid)
+
+
+def test_tx_begin_for_places_a_new_gtrid_on_the_tokens_node_over_the_contexts_pin(cluster_factory):
+    c = cluster_factory(machines_config())
+    tokens = tokens_by_node(c)
+    with c.pin() as pinned:
+        assert c.tx_begin_for("g-pin").name == pinned.name  # no other input: the context's pin
+        others = [n for n in NAMES if n != pinned.name]
+        for name in others:
+            route = c.tx_begin_for(f"g-{name}", token=tokens[name])
+            assert route.name == name == c.route_token(tokens[name]).route.name
+            assert c.tx_route(f"g-{name}").name == name
+    # The primary gone, the token routes the request to its backup: so does the new gtrid.
+    token = tokens[others[0]]
+    c.set_node_state(others[0], ra.NodeState.DOWN)
+    backup = c.route_token(token).route.name
+    assert backup != others[0]
+    assert c.tx_begin_for("g-moved", token=token).name == backup
+
+
+def test_tx_begin_for_a_data_key_wins_over_the_token_and_a_session_over_the_pin(cluster):
+    tokens = tokens_by_node(cluster)
+    keys = {cluster.route_key(k).name: k for k in (f"key-{i}" for i in range(200))}
+    ints = {cluster.route_key(k).name: k for k in range(200)}
+    assert sorted(keys) == sorted(ints) == NAMES
+    for name in NAMES:
+        other = tokens[next(n for n in NAMES if n != name)]
+        assert cluster.tx_begin_for(f"k-{name}", key=keys[name], token=other).name == name
+        assert cluster.tx_begin_for(f"i-{name}", key=ints[name], token=other).name == name
+        assert cluster.tx_begin_for(f"b-{name}", key=keys[name].encode()).name == name
+    with cluster.pin() as pinned:
+        session = next(f"s-{i}" for i in range(200) if cluster.route_session(f"s-{i}").name != pinned.name)
+        assert cluster.tx_begin_for("g-session", session=session).name == cluster.route_session(session).name
+
+
+def test_tx_begin_for_joins_an_existing_gtrid_wherever_it_lives(cluster):
+    tokens = tokens_by_node(cluster)
+    first = cluster.tx_begin("g-old")
+    other = next(n for n in NAMES if n != first.name)
+    joined = cluster.tx_begin_for("g-old", token=tokens[other], key="any")
+    assert joined.name == first.name and joined.kind == ra.RouteKind.AFFINITY
+
+
+def test_tx_begin_for_refuses_bad_input_and_registers_nothing(cluster):
+    token = cluster.session_token("good")
+    for bad in ["", "no-routing", "abc!ra1.zz.none", "abc!ra9.00000000.none"]:
+        with pytest.raises(ra.InvalidArgumentError):
+            cluster.tx_begin_for("g-bad", token=bad)
+        with pytest.raises(ra.InvalidArgumentError):
+            cluster.tx_begin_for("g-bad", key="k", token=bad)  # refused even where the key wins
+    for bad_key in [b"", "", "k" * 1025]:
+        with pytest.raises(ra.InvalidArgumentError):
+            cluster.tx_begin_for("g-bad", key=bad_key, token=token)
+    with pytest.raises(ra.InvalidArgumentError):
+        cluster.tx_begin_for("g-bad", session=b"")
+    with pytest.raises(ra.InvalidArgumentError):
+        cluster.tx_begin_for("g-bad", token="abc\0!ra1.00000000.none")
+    with pytest.raises(ra.KeyOverflowError):
+        cluster.tx_begin_for("g-bad", key=2**63)
+    for gtrid in ["", "g" * 65]:
+        with pytest.raises(ra.InvalidArgumentError):
+            cluster.tx_begin_for(gtrid, token=token)
+    for call in (
+        lambda: cluster.tx_begin_for(42),  # type: ignore[arg-type]
+        lambda: cluster.tx_begin_for("g-bad", key=True),
+        lambda: cluster.tx_begin_for("g-bad", key=1.5),  # type: ignore[arg-type]
+        lambda: cluster.tx_begin_for("g-bad", session=7),  # type: ignore[arg-type]
+        lambda: cluster.tx_begin_for("g-bad", token=7),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError):
+            call()
+    assert_unregistered(cluster, "g-bad")
+    assert cluster.metrics()["scopes"]["transaction"]["live"] == 0
+    cluster.close()
+    with pytest.raises(ra.ClosedError):
+        cluster.tx_begin_for("g-closed", token=token)
 
 
 # -- WSGI and ASGI ------------------------------------------------------------------
@@ -235,6 +326,68 @@ def test_asgi_middleware_routes_by_the_cookie_and_rewrites_it_on_change(cluster_
 
     asyncio.run(run())
     assert got == [lifespan] and ROUTE_KEY not in got[0]
+
+
+def test_wsgi_middleware_exposes_the_requests_token_to_the_app_and_its_body_only(cluster_factory):
+    c = cluster_factory(machines_config())
+    other = cluster_factory(machines_config())
+    seen: List[Tuple[str, Optional[str], Optional[str], Optional[str]]] = []
+
+    def listed(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        seen.append(("app", environ[TOKEN_KEY], current_token(c), current_token(other)))
+        start_response("200 OK", [])
+        return [b"x"]
+
+    def streamed(environ: Dict[str, Any], start_response: Any) -> Iterator[bytes]:
+        # A generator's body runs as the server iterates it, after the app call returned.
+        start_response("200 OK", [])
+        seen.append(("body", environ[TOKEN_KEY], current_token(c), current_token()))
+        yield b"x"
+
+    for app in (listed, streamed):
+        seen.clear()
+        env, _, _ = wsgi_call(WsgiTokenMiddleware(app, c), None)
+        env2, _, _ = wsgi_call(WsgiTokenMiddleware(app, c), f"RACAFFINITY_ROUTE={env[TOKEN_KEY]}")
+        assert env2[TOKEN_KEY] == env[TOKEN_KEY]
+        (kind, held, mine, any_or_other), (_, held2, mine2, _) = seen
+        assert held == mine and held2 == mine2 == env[TOKEN_KEY], seen
+        assert any_or_other == (None if app is listed else held)  # another cluster's request: none
+        assert current_token() is None and current_token(c) is None  # nothing leaks past the request
+
+
+def test_asgi_middleware_exposes_the_requests_token_to_the_app_and_its_tasks(cluster_factory):
+    c = cluster_factory(machines_config())
+    seen: List[Optional[str]] = []
+
+    async def app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        seen.extend([scope[TOKEN_KEY], current_token(c)])
+        seen.append(await asyncio.create_task(_token_in_a_task(c)))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    scope, _, _ = asgi_call(AsgiTokenMiddleware(app, c), None)
+    held = seen[0]
+    assert held is not None and seen == [held, held, held]
+
+    async def twice() -> List[Optional[str]]:
+        mw = AsgiTokenMiddleware(app, c)
+        scope: Dict[str, Any] = {"type": "http", "headers": [(b"cookie", f"RACAFFINITY_ROUTE={held}".encode())]}
+
+        async def receive() -> MutableMapping[str, Any]:
+            return {"type": "http.request"}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            pass
+
+        await mw(scope, receive, send)
+        return [current_token(), current_token(c)]  # the caller's context after the request
+
+    seen.clear()
+    assert asyncio.run(twice()) == [None, None] and seen == [held, held, held]
+
+
+async def _token_in_a_task(c: ra.Cluster) -> Optional[str]:
+    return current_token(c)
 
 
 # -- the seed's walk-through over the local nodes -----------------------------------

@@ -26,7 +26,7 @@ from racaffinity._deadline import CallTimeout, abounded
 from racaffinity.pools import AsyncNodePools
 from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
 
-from conftest import NAMES, fan_line, prepare_directly, prepared_xacts, tpc_rows, wait_until
+from conftest import NAMES, aport_of, fan_line, prepare_directly, prepared_xacts, tokens_by_node, tpc_rows, wait_until
 from faults import gtrid_on, in_flight, live, node_metrics
 
 rows = tpc_rows
@@ -227,6 +227,106 @@ async def test_gtrid_type_and_size(pg, cluster_factory):
             async with gtx.branch():
                 pass
         assert sum(n["in_flight"] for n in pools.cluster.metrics()["nodes"]) == 0
+
+
+async def _branch_ports(gtx, g: str, n: int = 2) -> list:
+    """Runs `n` branches of `gtx` (one row each); returns the port of each branch's node."""
+    ports = []
+    for i in range(n):
+        async with gtx.branch() as conn:
+            ports.append(await aport_of(conn))
+            await conn.execute("INSERT INTO py_tpc VALUES (%s, %s)", (g, f"b{i}"))
+    return ports
+
+
+async def _in_a_request(cluster, token: str, body) -> Any:
+    """`await body()` inside a request the token middleware routed by the cookie `token`."""
+    got = []
+    if _ASYNC:
+        from racaffinity.web import AsgiTokenMiddleware
+
+        async def app(scope, receive, send) -> None:
+            got.append(await body())
+
+        scope = {"type": "http", "headers": [(b"cookie", f"RACAFFINITY_ROUTE={token}".encode())]}
+        await AsgiTokenMiddleware(app, cluster)(scope, None, None)
+    else:
+        from racaffinity.web import WsgiTokenMiddleware
+
+        def app(environ, start_response) -> list:
+            got.append(body())
+            return []
+
+        WsgiTokenMiddleware(app, cluster)({"HTTP_COOKIE": f"RACAFFINITY_ROUTE={token}"}, None)
+    return got[0]
+
+
+@pytest.mark.asyncio
+async def test_a_new_gtrid_follows_the_requests_token_over_the_pin(pg, cluster_factory, tables):
+    # The request's session work goes where its token routes it; its global
+    # transaction must go there too, not where the context is pinned.
+    async with new_pools(pg, cluster_factory) as pools:
+        c = pools.cluster
+        tokens = tokens_by_node(c)
+        with pools.pin() as pinned:
+            others = [n for n in NAMES if n != pinned.name]
+            for name in others:
+                token = tokens[name]
+                g = f"token-{name}"
+                async with pools.global_transaction(g, token=token) as gtx:
+                    assert await _branch_ports(gtx, g) == [pg.port[name]] * 2
+                    assert c.tx_route(g).name == name == c.route_token(token).route.name
+
+                # No token= given: the one the middleware decided for the request.
+                async def in_request(g: str = f"request-{name}") -> list:
+                    async with pools.global_transaction(g) as gtx:
+                        return await _branch_ports(gtx, g)
+
+                assert await _in_a_request(c, token, in_request) == [pg.port[name]] * 2
+        for name in others:
+            assert sorted(rows(pg)[name]) == sorted((f"{k}-{name}", b) for k in ("request", "token") for b in ("b0", "b1"))
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert live(c) == 0 and in_flight(c) == 0
+
+
+@pytest.mark.asyncio
+async def test_a_new_gtrids_data_key_wins_over_the_token(pg, cluster_factory, tables):
+    async with new_pools(pg, cluster_factory) as pools:
+        c = pools.cluster
+        tokens = tokens_by_node(c)
+        keys = {c.route_key(k).name: k for k in range(200)}
+        for name in NAMES:
+            other = next(n for n in NAMES if n != name)
+            g = f"key-{name}"
+            async with pools.global_transaction(g, key=keys[name], token=tokens[other]) as gtx:
+                assert await _branch_ports(gtx, g, 1) == [pg.port[name]]
+
+            async def in_request(g: str = f"key-request-{name}") -> list:
+                async with pools.global_transaction(g, key=keys[name]) as gtx:
+                    return await _branch_ports(gtx, g, 1)
+
+            assert await _in_a_request(c, tokens[other], in_request) == [pg.port[name]]
+        assert live(c) == 0 and in_flight(c) == 0
+
+
+@pytest.mark.asyncio
+async def test_a_malformed_token_refuses_the_first_branch_and_registers_nothing(pg, cluster_factory, tables):
+    async with new_pools(pg, cluster_factory) as pools:
+        c = pools.cluster
+        for bad in ["garbage", "abc!ra1.zz.none", ""]:
+            with pytest.raises(ra.InvalidArgumentError, match="token"):
+                async with pools.global_transaction("bad-token", token=bad, key="k") as gtx:
+                    async with gtx.branch() as conn:
+                        await conn.execute("INSERT INTO py_tpc VALUES ('bad-token', 'b0')")
+            assert gtx.branches == []
+            with pytest.raises(ra.UnknownTransactionError):
+                c.tx_route("bad-token")
+        with pytest.raises(TypeError):
+            pools.global_transaction("bad-token", token=b"abc!ra1.00000000.none")
+        with pytest.raises(TypeError):
+            pools.global_transaction("bad-token", key=1.5)
+        assert live(c) == 0 and in_flight(c) == 0
+        assert rows(pg) == {n: [] for n in NAMES} and prepared_xacts(pg) == {n: [] for n in NAMES}
 
 
 @pytest.mark.asyncio

@@ -82,6 +82,15 @@ def read_text(fill: Any, cap: int = 4096, fail: Any = None) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _request_span(b: bytes, what: str) -> Any:
+    """A `uint8_t[]` view of `b` for a `racaffinity_route_request` field. A
+    zero length there means "none", so an empty key would silently become
+    no key rather than the error every other call gives it."""
+    if not b:
+        raise InvalidArgumentError(f"{what} is empty")
+    return ffi.from_buffer("uint8_t[]", b)
+
+
 # Host leases change the library's page with plain read-modify-writes, which
 # only the GIL makes safe (a free-threaded build leases through the library).
 _HOST_LEASES = getattr(sys, "_is_gil_enabled", lambda: True)()
@@ -591,6 +600,52 @@ class Cluster:
         the gtrid as `tx_begin` does."""
         g = _bytes_arg(gtrid, "gtrid")
         out = self._out("racaffinity_route *", lib.racaffinity_tx_begin_on, g, len(g), self.node_id(preferred))
+        return _route(self, out)
+
+    def tx_begin_for(
+        self,
+        gtrid: BytesLike,
+        *,
+        key: Optional[DataKey] = None,
+        session: Optional[BytesLike] = None,
+        token: Union[str, bytes, None] = None,
+    ) -> Route:
+        """Begins or joins a branch of `gtrid` for a request
+        (`racaffinity_tx_begin_for`, `racaffinity_tx_begin_for_token`): a
+        *new* gtrid goes to the data `key`'s owner (bytes, str or int), else
+        to the node the session routing `token` routes the request to (as
+        `route_token` routes it, without counting or rewriting), else to the
+        `session`'s node, else to the current context's pinned node, else by
+        the placement policy (also when that node takes no new work). An
+        existing gtrid is joined wherever it lives. In strict transaction
+        mode across processes (`transaction.settle`) only shared inputs place
+        it (docs/semantics.md, "Token routes and new transactions").
+
+        A malformed token raises `InvalidArgumentError` even where a key
+        wins; a refused call registers nothing."""
+        g = _bytes_arg(gtrid, "gtrid")
+        t = None if token is None else _cstr(token, "token")
+        req = _new("racaffinity_route_request *")
+        # The request points into `k` and `s`, which live until the call returns.
+        if key is not None:
+            if isinstance(key, int) and not isinstance(key, bool):
+                req.key_i64, req.key_is_i64 = _i64_arg(key), 1
+            else:
+                k = _request_span(_bytes_arg(key, "key"), "key")
+                req.key, req.key_len = k, len(k)
+        if session is not None:
+            s = _request_span(_bytes_arg(session, "session key"), "session key")
+            req.session, req.session_len = s, len(s)
+        pin = self._pin_var.get()
+        if pin is not None and pin.active:
+            req.context = pin.key
+        out = _new("racaffinity_route *")
+        if t is None:
+            rc = lib.racaffinity_tx_begin_for(self._h, g, len(g), req, out)
+        else:
+            rc = lib.racaffinity_tx_begin_for_token(self._h, g, len(g), req, t, out)
+        if rc:
+            self._raise(rc)
         return _route(self, out)
 
     def tx_route(self, gtrid: BytesLike) -> Route:

@@ -1,15 +1,18 @@
 """Value types of seed 001's session routing tokens (WebLogic's primary and
 backup carried in the session id); the calls are `Cluster.session_routing`,
-`Cluster.session_token` and `Cluster.route_token`."""
+`Cluster.session_token` and `Cluster.route_token`. Also the token of the
+request being handled, which `racaffinity.web`'s middleware sets and
+two-phase commit reads: a leaf module, so that neither imports the other."""
 
 from __future__ import annotations
 
+import contextvars
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._cluster import Route
+    from ._cluster import Cluster, Route
 
-__all__ = ["SessionRouting", "TokenRoute"]
+__all__ = ["SessionRouting", "TokenRoute", "RequestToken", "REQUEST_TOKEN", "request_token"]
 
 
 class SessionRouting(NamedTuple):
@@ -41,3 +44,31 @@ class TokenRoute(NamedTuple):
 # annotations resolve nowhere: the API reference would show
 # `ForwardRef('Optional[str]')` (as racaffinity._routes does for Node).
 SessionRouting.__new__.__module__ = TokenRoute.__new__.__module__ = __name__
+
+
+class RequestToken(NamedTuple):
+    """The token a middleware of `cluster` decided for the request being
+    handled: the one the client holds after it (`racaffinity.web.TOKEN_KEY`)."""
+
+    cluster: "Cluster"
+    token: str
+
+
+RequestToken.__new__.__module__ = __name__  # as for the tuples above
+
+
+REQUEST_TOKEN: contextvars.ContextVar[Optional[RequestToken]] = contextvars.ContextVar(
+    "racaffinity_request_token", default=None
+)
+"""Set by `WsgiTokenMiddleware`/`AsgiTokenMiddleware` for the code a request runs."""
+
+
+def request_token(cluster: "Optional[Cluster]" = None) -> Optional[str]:
+    """The session routing token of the request being handled, as a token
+    middleware of `cluster` decided it (of any cluster when None); None
+    outside such a request. A token belongs to its cluster's nodes: another
+    cluster's request token is no input of this one's routing."""
+    held = REQUEST_TOKEN.get()
+    if held is None or (cluster is not None and held.cluster is not cluster):
+        return None
+    return held.token

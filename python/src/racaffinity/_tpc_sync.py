@@ -20,10 +20,12 @@ import psycopg_pool
 from psycopg import Xid
 from psycopg.pq import TransactionStatus
 from ._acompat import cancel, is_alive, spawn, wait_all
+from ._args import DataKey
 from ._deadline import bounded
 from ._errors import Error, InvalidArgumentError, UnknownTransactionError
 from ._failures import connection_lost, is_node_failure
 from ._routes import NodeState, Outcome, RouteKind
+from ._token import request_token
 from ._tpc_types import DEFAULT_FORMAT_ID, MAX_GTRID_BYTES, Branch, InDoubtError, Recovered, RecoveryReport
 __all__ = ['GlobalTransaction', 'recover_all']
 log = logging.getLogger('racaffinity.tpc')
@@ -119,16 +121,32 @@ class GlobalTransaction:
     node (the transaction *spans*; logged at WARNING, counted by the core)
     and commit is a correct two-phase commit over both nodes. With
     `transaction.strict` the later branch is refused instead
-    (`StrictAffinityError`), which keeps every branch on one node."""
+    (`StrictAffinityError`), which keeps every branch on one node.
 
-    def __init__(self, pools: Any, gtrid: str, *, format_id: int=DEFAULT_FORMAT_ID, timeout: Optional[float]=None) -> None:
+    A *new* gtrid goes where the request's work goes (`Cluster.tx_begin_for`):
+    to the owner of the data `key` (bytes, str or int), else to the node the
+    session routing `token` routes the request to. Without `token=`, the
+    token a `racaffinity.web` middleware of this cluster decided for the
+    request that creates this object (`racaffinity.web.current_token`). An
+    existing gtrid is joined wherever it lives; a malformed token raises
+    `InvalidArgumentError` from the first `branch()` and registers nothing.
+    With neither, the gtrid is placed by `tx_begin` alone (a pin never places
+    it: see `Cluster.transaction`'s `prefer_pinned`)."""
+
+    def __init__(self, pools: Any, gtrid: str, *, format_id: int=DEFAULT_FORMAT_ID, timeout: Optional[float]=None, key: Optional[DataKey]=None, token: Optional[str]=None) -> None:
         if not isinstance(gtrid, str):
             raise TypeError(f'gtrid must be a str (psycopg Xids carry str), not {type(gtrid).__name__}')
+        if key is not None and (isinstance(key, bool) or not isinstance(key, (bytes, bytearray, memoryview, str, int))):
+            raise TypeError(f'key must be bytes, str or int, not {type(key).__name__}')
+        if token is not None and (not isinstance(token, str)):
+            raise TypeError(f'token must be a str, not {type(token).__name__}')
         _require_kind(pools, 'GlobalTransaction')
         self.pools = pools
         self.cluster = pools.cluster
         self.gtrid = gtrid
         self.gtrid_bytes = gtrid.encode('utf-8')
+        self.key = key
+        self.token = token if token is not None else request_token(self.cluster)
         self.format_id = format_id
         self.timeout = timeout if timeout is not None else getattr(pools, 'timeout', None)
         self.branches: List[Branch] = []
@@ -148,7 +166,10 @@ class GlobalTransaction:
         if bqual is None:
             bqual = f'{self._tag}-{n}'
         xid = Xid.from_parts(self.format_id, self.gtrid, bqual)
-        route = c.tx_begin(self.gtrid_bytes)
+        if self.key is None and self.token is None:
+            route = c.tx_begin(self.gtrid_bytes)
+        else:
+            route = c.tx_begin_for(self.gtrid_bytes, key=self.key, token=self.token)
         b = Branch(xid, route.node, c.node_name(route.node))
         with self._lock:
             others = sorted({x.node_name for x in self.branches if x.node != route.node})

@@ -20,17 +20,25 @@ moves the token between the cookie, the library and the application.
 
 WSGI: `environ[ROUTE_KEY]` is the `Route`, `environ[TOKEN_KEY]` the token the
 client holds after this response. ASGI: the same keys in the (copied) `scope`.
+The code a request runs also reads that token with `current_token(cluster)`
+(a context variable: the WSGI app's call and the iteration of its body, the
+ASGI app and the tasks it creates), which is how a global transaction begun
+in the request (`racaffinity.tpc`) is placed on the request's node without
+being handed the token.
 Strict session mode (`session.strict`) raises `StrictAffinityError` from the
 middleware instead of promoting the backup.
 """
 
 from __future__ import annotations
 
+import contextvars
 import secrets
-from typing import Any, Awaitable, Callable, Dict, Iterable, List, MutableMapping, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, Iterable, Iterator, List, MutableMapping, Optional, Tuple
 
 from ._cluster import Cluster, Route
 from ._errors import InvalidArgumentError
+from ._token import REQUEST_TOKEN, RequestToken
+from ._token import request_token as current_token
 
 __all__ = [
     "ROUTE_KEY",
@@ -39,6 +47,7 @@ __all__ = [
     "TokenCookie",
     "WsgiTokenMiddleware",
     "AsgiTokenMiddleware",
+    "current_token",
 ]
 
 ROUTE_KEY = "racaffinity.route"
@@ -140,16 +149,49 @@ class WsgiTokenMiddleware:
         route, token, set_cookie = self.tokens.route(environ.get("HTTP_COOKIE"))
         environ[ROUTE_KEY] = route
         environ[TOKEN_KEY] = token
-        if set_cookie is None:
-            return self.app(environ, start_response)
+        start = start_response if set_cookie is None else _start_with_cookie(start_response, set_cookie)
+        # A context of the request's own: the server's never sees the token,
+        # and a body the server iterates later (a generator) still does.
+        ctx = contextvars.copy_context()
+        ctx.run(REQUEST_TOKEN.set, RequestToken(self.tokens.cluster, token))
+        body = ctx.run(self.app, environ, start)
+        if isinstance(body, (list, tuple)):
+            return body  # runs no code of the app's: as is (servers use its len())
+        return _BodyInContext(ctx, body)
 
-        def start(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
-            headers = list(headers) + [("Set-Cookie", set_cookie)]
-            if exc_info is None:
-                return start_response(status, headers)
-            return start_response(status, headers, exc_info)
 
-        return self.app(environ, start)
+def _start_with_cookie(start_response: StartResponse, set_cookie: str) -> StartResponse:
+    def start(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
+        headers = list(headers) + [("Set-Cookie", set_cookie)]
+        if exc_info is None:
+            return start_response(status, headers)
+        return start_response(status, headers, exc_info)
+
+    return start
+
+
+class _BodyInContext:
+    """A WSGI response body iterated (and closed) in the request's context."""
+
+    __slots__ = ("_ctx", "_body", "_it")
+
+    def __init__(self, ctx: contextvars.Context, body: Iterable[bytes]) -> None:
+        self._ctx = ctx
+        self._body = body
+        self._it: Optional[Iterator[bytes]] = None
+
+    def __iter__(self) -> "_BodyInContext":
+        return self
+
+    def __next__(self) -> bytes:
+        if self._it is None:
+            self._it = self._ctx.run(iter, self._body)
+        return self._ctx.run(next, self._it)
+
+    def close(self) -> None:
+        close = getattr(self._body, "close", None)
+        if close is not None:
+            self._ctx.run(close)
 
 
 class AsgiTokenMiddleware:
@@ -172,15 +214,22 @@ class AsgiTokenMiddleware:
         scope = dict(scope)
         scope[ROUTE_KEY] = route
         scope[TOKEN_KEY] = token
-        if set_cookie is None:
+        if set_cookie is not None:
+            send = _send_with_cookie(send, set_cookie.encode("latin-1"))
+        # The caller's context is this task's: the token is unset again after
+        # the request, whatever the server runs next in the task.
+        held = REQUEST_TOKEN.set(RequestToken(self.tokens.cluster, token))
+        try:
             await self.app(scope, receive, send)
-            return
-        cookie = set_cookie.encode("latin-1")
+        finally:
+            REQUEST_TOKEN.reset(held)
 
-        async def send_with_cookie(message: MutableMapping[str, Any]) -> None:
-            if message.get("type") == "http.response.start":
-                message = dict(message)
-                message["headers"] = list(message.get("headers", ())) + [(b"set-cookie", cookie)]
-            await send(message)
 
-        await self.app(scope, receive, send_with_cookie)
+def _send_with_cookie(send: AsgiSend, cookie: bytes) -> AsgiSend:
+    async def send_with_cookie(message: MutableMapping[str, Any]) -> None:
+        if message.get("type") == "http.response.start":
+            message = dict(message)
+            message["headers"] = list(message.get("headers", ())) + [(b"set-cookie", cookie)]
+        await send(message)
+
+    return send_with_cookie
