@@ -10,13 +10,12 @@ import time
 from collections import Counter
 
 import psycopg
-import psycopg_pool
 import pytest
 
 import racaffinity as ra
 from racaffinity.pools import NodePools
 
-from conftest import NAMES, fan_line, in_a_forked_child, port_of, wait_until
+from conftest import NAMES, fan_line, port_of, wait_until
 
 
 @pytest.fixture
@@ -223,39 +222,6 @@ def test_every_node_needs_a_dsn(pg, cluster_factory):
         NodePools(c, {**pg.dsn, "RAC9": "host=x"})
     with pytest.raises(TypeError):
         NodePools(c, [pg.dsn["RAC1"]])
-
-
-
-
-
-def test_a_forked_child_never_borrows_or_closes_the_parents_connections(pg, make_pools):
-    # A forked child's copy of the pools holds the parent's sockets, and no
-    # pool thread (psycopg_pool's workers, the upkeep, the heartbeat): its
-    # borrow took the parent's idle connection (two processes on one
-    # session), and its close() sent Terminate on each (the parent's next
-    # borrow found its connection gone). In the child those pools are
-    # closed without a word to the server; the child makes its own.
-    pools = make_pools(min_size=1, max_size=1)
-    c = pools.cluster
-    with c.pin():
-        with pools.connection() as conn:
-            parents = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-
-        def child() -> str:
-            try:
-                with pools.connection() as conn:
-                    if conn.execute("SELECT pg_backend_pid()").fetchone()[0] == parents:
-                        return "the child borrowed the parent's connection"
-                    return "the child's borrow was served"
-            except psycopg_pool.PoolClosed as e:
-                if "fork" not in str(e):
-                    return f"no word of the fork: {e}"
-            pools.close()
-            return "ok"
-
-        assert in_a_forked_child(child) == "ok"
-        with pools.connection() as conn:  # its pool has one connection: the parent's, still open
-            assert conn.execute("SELECT pg_backend_pid()").fetchone()[0] == parents
 
 
 def _left_in_a_forked_child(pools, scope: str, leave: str) -> tuple:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import threading
 import time
 from collections import Counter
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -22,9 +24,11 @@ from racaffinity.pools import AsyncNodePools, is_node_failure
 
 from racaffinity._acompat import AEvent, ais_alive, ajoin, await_event, aspawn
 
-from conftest import NAMES, aport_of, fan_line, wait_until_async
+from conftest import NAMES, aport_of, fan_line, in_a_forked_child, wait_until_async
 
 APP = "racaffinity-pools-suite"
+
+_ASYNC = True
 
 
 async def port(pools, **kw) -> int:
@@ -937,3 +941,67 @@ async def test_a_stuck_heartbeat_probe_is_abandoned_and_the_next_one_connects_af
             assert c.node_state("RAC1") is ra.NodeState.UP
         finally:
             os.kill(stuck, signal.SIGCONT)
+
+
+def _in_the_child(run: Any) -> str:
+    """`run()`'s verdict, in a forked child."""
+    if _ASYNC:
+        # The fork copied this thread inside the parent's running loop, which
+        # older Pythons still count as running in the child (asyncio.run
+        # refuses there): a thread of the child's own runs a new loop.
+        verdict = ["the child's loop never answered"]
+
+        def loop() -> None:
+            try:
+                verdict[0] = asyncio.run(run())
+            except BaseException as e:
+                verdict[0] = f"{type(e).__name__}: {e}"
+
+        t = threading.Thread(target=loop)
+        t.start()
+        t.join(10)
+        return verdict[0]
+    else:
+        return run()
+
+
+@pytest.mark.asyncio
+async def test_a_forked_child_never_borrows_or_closes_the_parents_connections(pg, cluster_factory):
+    # A forked child's copy of the pools holds the parent's sockets, and no
+    # pool worker, upkeep or heartbeat: a borrow there would take the
+    # parent's idle connection (two processes on one session), and a close()
+    # would send Terminate on each (the parent's next borrow would find its
+    # connection gone). In the child those pools are closed without a word
+    # to the server, and a borrow says why; the child makes its own.
+    c = cluster_factory(nodes=NAMES)
+    async with new_pools(c, pg.dsn, min_size=1, max_size=1) as pools:
+        with c.pin():
+            async with pools.connection() as conn:
+                parents = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+
+            async def child() -> str:
+                try:
+                    async with pools.connection() as conn:
+                        if await (await conn.execute("SELECT pg_backend_pid()")).fetchone() == parents:
+                            return "the child borrowed the parent's connection"
+                        return "the child's borrow was served"
+                except psycopg_pool.PoolClosed as e:
+                    if "fork" not in str(e):
+                        return f"no word of the fork: {e}"
+                try:
+                    async with pools.global_transaction("forked-child") as gtx:
+                        async with gtx.branch():
+                            return "the child's branch was served"
+                except psycopg_pool.PoolClosed as e:
+                    if "fork" not in str(e):
+                        return f"no word of the fork from a branch: {e}"
+                await pools.close()
+                async with new_pools(c, pg.dsn, min_size=0, max_size=1) as own:  # the child's own sessions
+                    async with own.connection() as conn:
+                        if await (await conn.execute("SELECT pg_backend_pid()")).fetchone() == parents:
+                            return "the child's own pools took the parent's session"
+                return "ok"
+
+            assert in_a_forked_child(lambda: _in_the_child(child)) == "ok"
+            async with pools.connection() as conn:  # its pool has one connection: the parent's, still open
+                assert await (await conn.execute("SELECT pg_backend_pid()")).fetchone() == parents

@@ -10,15 +10,17 @@ loader and the heartbeat."""
 from __future__ import annotations
 import contextvars
 import logging
+import threading
 import time
 from collections import Counter
+from typing import Any
 import psycopg
 import psycopg_pool
 import pytest
 import racaffinity as ra
 from racaffinity.pools import NodePools, is_node_failure
 from racaffinity._acompat import Event, is_alive, join, wait_event, spawn
-from conftest import NAMES, port_of, fan_line, wait_until
+from conftest import NAMES, port_of, fan_line, in_a_forked_child, wait_until
 APP = 'racaffinity-pools-suite'
 
 def port(pools, **kw) -> int:
@@ -734,3 +736,40 @@ def test_a_stuck_heartbeat_probe_is_abandoned_and_the_next_one_connects_afresh(p
             assert c.node_state('RAC1') is ra.NodeState.UP
         finally:
             os.kill(stuck, signal.SIGCONT)
+
+def _in_the_child(run: Any) -> str:
+    """`run()`'s verdict, in a forked child."""
+    return run()
+
+def test_a_forked_child_never_borrows_or_closes_the_parents_connections(pg, cluster_factory):
+    c = cluster_factory(nodes=NAMES)
+    with new_pools(c, pg.dsn, min_size=1, max_size=1) as pools:
+        with c.pin():
+            with pools.connection() as conn:
+                parents = conn.execute('SELECT pg_backend_pid()').fetchone()
+
+            def child() -> str:
+                try:
+                    with pools.connection() as conn:
+                        if conn.execute('SELECT pg_backend_pid()').fetchone() == parents:
+                            return "the child borrowed the parent's connection"
+                        return "the child's borrow was served"
+                except psycopg_pool.PoolClosed as e:
+                    if 'fork' not in str(e):
+                        return f'no word of the fork: {e}'
+                try:
+                    with pools.global_transaction('forked-child') as gtx:
+                        with gtx.branch():
+                            return "the child's branch was served"
+                except psycopg_pool.PoolClosed as e:
+                    if 'fork' not in str(e):
+                        return f'no word of the fork from a branch: {e}'
+                pools.close()
+                with new_pools(c, pg.dsn, min_size=0, max_size=1) as own:
+                    with own.connection() as conn:
+                        if conn.execute('SELECT pg_backend_pid()').fetchone() == parents:
+                            return "the child's own pools took the parent's session"
+                return 'ok'
+            assert in_a_forked_child(lambda: _in_the_child(child)) == 'ok'
+            with pools.connection() as conn:
+                assert conn.execute('SELECT pg_backend_pid()').fetchone() == parents

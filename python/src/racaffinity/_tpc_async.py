@@ -26,6 +26,7 @@ from ._args import DataKey
 from ._deadline import abounded
 from ._errors import Error, InvalidArgumentError, UnknownTransactionError
 from ._failures import connection_lost, is_node_failure
+from ._pools_base import FORKED
 from ._routes import NodeState, Outcome, RouteKind
 from ._token import request_token
 from ._tpc_types import DEFAULT_FORMAT_ID, MAX_GTRID_BYTES, Branch, InDoubtError, Recovered, RecoveryReport
@@ -201,6 +202,10 @@ class AsyncGlobalTransaction:
     # -- phase one ------------------------------------------------------------------
 
     async def _begin_branch(self, bqual: Optional[str], timeout: Optional[float]) -> Branch:
+        if self.pools._forked:
+            # The parent's pools, closed in this child at the fork: say so as
+            # a borrow does, before the gtrid is placed.
+            raise psycopg_pool.PoolClosed(FORKED)
         c = self.cluster
         with self._lock:
             self._n += 1

@@ -24,6 +24,7 @@ from ._args import DataKey
 from ._deadline import bounded
 from ._errors import Error, InvalidArgumentError, UnknownTransactionError
 from ._failures import connection_lost, is_node_failure
+from ._pools_base import FORKED
 from ._routes import NodeState, Outcome, RouteKind
 from ._token import request_token
 from ._tpc_types import DEFAULT_FORMAT_ID, MAX_GTRID_BYTES, Branch, InDoubtError, Recovered, RecoveryReport
@@ -159,6 +160,8 @@ class GlobalTransaction:
         return _BranchScope(self, bqual, timeout if timeout is not None else self.timeout)
 
     def _begin_branch(self, bqual: Optional[str], timeout: Optional[float]) -> Branch:
+        if self.pools._forked:
+            raise psycopg_pool.PoolClosed(FORKED)
         c = self.cluster
         with self._lock:
             self._n += 1
