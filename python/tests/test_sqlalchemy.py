@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import warnings
 from collections import Counter
 
 import pytest
@@ -859,6 +860,82 @@ def test_a_forked_childs_collected_node_pools_leave_the_parents_sessions_alone(p
         engine.dispose()
 
 
+def _error_chain(e: BaseException) -> list:
+    chain = []
+    while e is not None:
+        chain.append(e)
+        e = getattr(e, "orig", None) or e.__cause__
+    return chain
+
+
+@pytest.mark.parametrize("first", ["text", "driver_sql", "orm", "commit"])
+def test_a_statement_on_a_forked_childs_copy_of_the_parents_connection_is_a_clear_typed_error(
+    pg, cluster_factory, orders, first
+):
+    # The child's copy of a connection the parent has checked out must not
+    # run anything (its socket is the parent's session), and what the child
+    # gets must say why, as a typed error an application handles: it got
+    # StatementError "(builtins.AssertionError)", no word of the fork. The
+    # copy is then invalidated as a lost connection is (SQLAlchemy's own
+    # PendingRollbackError until rolled back), and after the rollback its
+    # next statement runs on a connection of the child's own.
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    conn = None
+    try:
+        with route(key=key_on(c, "RAC1")):
+            conn = engine.connect()
+        conn.execute(sa.text("INSERT INTO py_sqla_orders (id, note) VALUES (1, 'parent')"))
+        txid = conn.execute(sa.text("SELECT txid_current()")).scalar_one()
+        parents = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+        dbapi = engine.dialect.loaded_dbapi
+
+        def child() -> str:
+            warnings.simplefilter("error")  # no "Can't invalidate an already-closed connection" either
+            run = {
+                "text": lambda: conn.execute(PORT),
+                "driver_sql": lambda: conn.exec_driver_sql("SELECT 1"),
+                "orm": lambda: Session(bind=conn).execute(PORT),
+                "commit": conn.commit,
+            }[first]
+            try:
+                run()
+                return "the child's copy ran it"
+            except Exception as e:
+                chain = _error_chain(e)
+                names = " <- ".join(type(x).__name__ for x in chain)
+                if any(isinstance(x, AssertionError) for x in chain):
+                    return f"an AssertionError: {names}: {e}"
+                if not isinstance(e, sa.exc.DBAPIError) or not isinstance(
+                    e.orig, (dbapi.InterfaceError, dbapi.OperationalError)
+                ):
+                    return f"not the DB-API's InterfaceError or OperationalError: {names}: {e}"
+                if "fork" not in str(e) or "parent" not in str(e):
+                    return f"no word of the fork: {e}"
+                if not (e.connection_invalidated and conn.invalidated):
+                    return "the copy was not invalidated"
+            try:
+                conn.execute(PORT)
+                return "the invalidated copy ran a statement"
+            except sa.exc.PendingRollbackError:
+                pass
+            conn.rollback()  # sends nothing: the copy has no DB-API connection
+            if conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() == parents:
+                return "the child's statement ran in the parent's session"
+            conn.close()
+            return "ok"
+
+        assert in_a_forked_child(child) == "ok"
+        assert conn.execute(sa.text("SELECT txid_current()")).scalar_one() == txid, (
+            "the parent's transaction was ended by the child"
+        )
+        conn.commit()
+    finally:
+        if conn is not None:
+            conn.close()  # an open transaction would hold the next test's fixture (its DROP TABLE)
+        engine.dispose()
+
+
 @pytest.mark.parametrize("how", ["collected", "closed", "reused"])
 def test_a_forked_child_dropping_the_parents_checked_out_connection_leaves_its_transaction_alone(
     pg, cluster_factory, orders, how
@@ -891,7 +968,7 @@ def test_a_forked_child_dropping_the_parents_checked_out_connection_leaves_its_t
                 try:
                     copy.execute(PORT)
                     return "the child's copy ran a statement"
-                except sa.exc.StatementError:  # it has no DB-API connection in the child
+                except sa.exc.InterfaceError:  # it has no DB-API connection in the child (_ParentsConnection)
                     pass
                 copy.close()
             return "ok"

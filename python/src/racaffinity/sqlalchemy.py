@@ -55,7 +55,7 @@ import sqlalchemy  # noqa: E402 - after the check that names the extra
 from sqlalchemy import exc as sa_exc  # noqa: E402
 from sqlalchemy.engine import URL, make_url  # noqa: E402
 from sqlalchemy.pool import AsyncAdaptedQueuePool, Pool, QueuePool  # noqa: E402
-from sqlalchemy.pool.base import _ConnectionRecord  # noqa: E402
+from sqlalchemy.pool.base import _ConnectionFairy, _ConnectionRecord  # noqa: E402
 
 from ._args import BytesLike, DataKey  # noqa: E402
 from ._cluster import Cluster  # noqa: E402
@@ -652,12 +652,53 @@ _LIVE_POOLS: "weakref.WeakSet[RoutingPool]" = weakref.WeakSet()
 def _forked_child() -> None:
     # No thread is started here: a child that never checks out (one that
     # execs, a worker that makes its own engine) needs none.
+    global _PARENT
+    _PARENT = os.getppid()
     for pool in list(_LIVE_POOLS):
         pool._watch = None
         # A lock a parent's thread held at the fork would never be released.
         pool._subs_lock = threading.Lock()
         for rec in list(pool._leases):
             _disown(rec)
+
+
+# The process that forked this one (`_forked_child`), for `_ParentsConnection`.
+_PARENT = 0
+
+
+class _ParentsConnection(_ConnectionFairy):
+    """A forked child's copy of a connection its parent had checked out
+    (`_disown`). It has no DB-API connection, so SQLAlchemy's reset, close
+    and collection send nothing on the parent's socket; what would use one
+    (a statement's cursor, a commit) raises the driver's `InterfaceError`
+    naming the fork, where the bare fairy failed an `assert` (a
+    StatementError wrapping AssertionError). It reads as closed, so the
+    dialect takes that error for a lost connection: SQLAlchemy invalidates
+    the child's `Connection` (PendingRollbackError until it is rolled
+    back), whose next statement then checks out a connection of the
+    child's own."""
+
+    __slots__ = ()
+
+    # The dialect's is_disconnect reads these (psycopg: `closed or broken`).
+    closed = True
+    broken = True
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._belongs_to_the_parent()
+
+    def commit(self) -> None:
+        raise self._belongs_to_the_parent()
+
+    def rollback(self) -> None:
+        raise self._belongs_to_the_parent()
+
+    def _belongs_to_the_parent(self) -> Exception:
+        return self._pool._dialect.loaded_dbapi.InterfaceError(
+            f"this connection belongs to the parent process (pid {_PARENT}): it was checked out before "
+            "os.fork(), and its session is the parent's, so this forked child runs nothing on it; roll "
+            "back, and the next statement checks out a connection of the child's own"
+        )
 
 
 def _disown(rec: Any) -> None:
@@ -670,12 +711,13 @@ def _disown(rec: Any) -> None:
     record with no fairy is not in use (the finalizer returns at once); a
     fairy without its DB-API connection is not valid, so a close skips the
     rollback and sends nothing, and a statement on it fails in the child
-    instead of running in the parent's session."""
+    (`_ParentsConnection`) instead of running in the parent's session."""
     ref = rec.fairy_ref
     rec.fairy_ref = None
     fairy = ref() if ref is not None else None
     if fairy is not None:
         fairy.dbapi_connection = None
+        fairy.__class__ = _ParentsConnection
 
 
 if hasattr(os, "register_at_fork"):
