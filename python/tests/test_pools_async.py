@@ -128,6 +128,19 @@ async def test_pin_key_and_session_route_real_connections(pg, cluster_factory):
 
 
 @pytest.mark.asyncio
+async def test_an_empty_key_or_session_is_refused_not_ignored(pg, cluster_factory):
+    # A zero length in the core's request means "none": an empty key was
+    # routed as no key at all (load balancing), where route_key refuses it.
+    async with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
+        c = pools.cluster
+        for kw in ({"key": b""}, {"key": ""}, {"session": b""}, {"session": ""}):
+            with pytest.raises(ra.InvalidArgumentError):
+                async with pools.connection(**kw):
+                    pass
+        assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 0
+
+
+@pytest.mark.asyncio
 async def test_close_goes_on_after_a_failing_pool(pg, cluster_factory, caplog):
     pools = new_pools(cluster_factory(nodes=NAMES), pg.dsn)
     await pools.open()

@@ -104,6 +104,15 @@ def test_pin_key_and_session_route_real_connections(pg, cluster_factory):
         with pytest.raises(TypeError):
             pools.connection(key=1, session='s').__enter__()
 
+def test_an_empty_key_or_session_is_refused_not_ignored(pg, cluster_factory):
+    with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
+        c = pools.cluster
+        for kw in ({'key': b''}, {'key': ''}, {'session': b''}, {'session': ''}):
+            with pytest.raises(ra.InvalidArgumentError):
+                with pools.connection(**kw):
+                    pass
+        assert sum((n['in_flight'] for n in c.metrics()['nodes'])) == 0
+
 def test_close_goes_on_after_a_failing_pool(pg, cluster_factory, caplog):
     pools = new_pools(cluster_factory(nodes=NAMES), pg.dsn)
     pools.open()

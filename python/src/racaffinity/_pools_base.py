@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ._args import BytesLike, DataKey, bytes_arg, i64_arg
 from ._cluster import Cluster
+from ._cluster import _request_span as request_span
 from ._errors import ConfigError, UnknownNodeError
 from ._lib import ffi, lib
 from ._cluster import _HOST_LEASES as HOST_LEASES
@@ -268,13 +269,13 @@ class Base:
             if isinstance(key, int) and not isinstance(key, bool):
                 req.key_i64, req.key_is_i64 = i64_arg(key), 1
             else:
-                k = _span(bytes_arg(key, "key"))
+                k = request_span(bytes_arg(key, "key"), "key")
                 keep.append(k)
                 req.key, req.key_len = k, len(k)
         if session is None and f is not None:
             session = f[SESSION]
         if session is not None:
-            s = _span(bytes_arg(session, "session key"))
+            s = request_span(bytes_arg(session, "session key"), "session key")
             keep.append(s)
             req.session, req.session_len = s, len(s)
         pin = c._pin_var.get()
