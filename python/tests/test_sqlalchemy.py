@@ -949,9 +949,10 @@ def test_a_forked_child_dropping_the_parents_checked_out_connection_leaves_its_t
     # connection: nothing is sent, and a statement on it fails there.
     c = cluster_factory(nodes=NAMES)
     engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    held: list = []
     try:
         with route(key=key_on(c, "RAC1")):
-            held = [engine.connect()]
+            held.append(engine.connect())
         conn = held[0]
         assert node_of_conn(pg, conn) == "RAC1"
         conn.execute(sa.text("INSERT INTO py_sqla_orders (id, note) VALUES (1, 'parent')"))
@@ -984,4 +985,6 @@ def test_a_forked_child_dropping_the_parents_checked_out_connection_leaves_its_t
         with sa.create_engine(urls(pg)["RAC1"], poolclass=sa.NullPool).connect() as check:
             assert check.execute(sa.text("SELECT note FROM py_sqla_orders WHERE id = 1")).scalar_one() == "parent"
     finally:
+        for open_conn in held:
+            open_conn.close()  # an open transaction would hold the next test's fixture (its DROP TABLE)
         engine.dispose()
