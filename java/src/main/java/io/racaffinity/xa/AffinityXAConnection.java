@@ -187,6 +187,12 @@ public final class AffinityXAConnection implements XAConnection {
             XaRouter.Branch b = router.branch(p.associated);
             if (b != null && !b.prepared) {
                 XaRouter.sessionLost(b);
+                if (handle != null && handle.used.contains(p) && handle.failure == null) {
+                    // Found by another call (a TM's end or rollback on its own thread): the handle's next call
+                    // would otherwise go to a fresh session, in autocommit, outside the branch that died.
+                    handle.failure = "racaffinity: the session of this connection's branch on node "
+                            + router.nodeName(p.node) + " was lost: its work is gone, and none goes on outside it";
+                }
             }
             if (p.associated.equals(boundXid)) {
                 boundXid = null;
@@ -228,7 +234,8 @@ public final class AffinityXAConnection implements XAConnection {
             }
             markBroken(p);
             if (handle != null && handle.used.contains(p)) {
-                handle.failedOn = router.nodeName(node);
+                handle.failure = "racaffinity: node " + router.nodeName(node) + " failed (hard Down): this"
+                        + " connection's session there was aborted";
             }
             logical = p.logical;
         }
@@ -517,10 +524,9 @@ public final class AffinityXAConnection implements XAConnection {
         if (h != handle) {
             throw new SQLNonTransientConnectionException("connection handle is closed", "08003");
         }
-        if (h.failedOn != null) {
+        if (h.failure != null) {
             // Never a fresh session: the work would go on outside the branch that died.
-            throw new SQLNonTransientConnectionException("racaffinity: node " + h.failedOn + " failed (hard"
-                    + " Down): this connection's session there was aborted", "08006");
+            throw new SQLNonTransientConnectionException(h.failure, "08006");
         }
     }
 
@@ -680,7 +686,8 @@ public final class AffinityXAConnection implements XAConnection {
         final List<Physical> used = new ArrayList<>(2);
         boolean closed;
         /** The node whose hard Down aborted a session this handle used, or null. */
-        String failedOn;
+        /** Why every call of this handle fails from now on (its session died with a branch), or null. */
+        String failure;
 
         @Override
         public Object invoke(Object proxy, Method m, Object[] args) throws Throwable {

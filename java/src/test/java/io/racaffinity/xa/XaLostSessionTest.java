@@ -81,6 +81,56 @@ class XaLostSessionTest {
     }
 
     /**
+     * A transaction manager's call on another thread (a timeout's end and rollback) was the first to find the
+     * branch's session dead: it marked the session broken and took the branch off it, and nothing told the handle
+     * the application still held. The application's next statement on that handle went to a fresh session, in
+     * autocommit, outside the branch that had died, and was committed (plain pgjdbc fails it on the dead session).
+     * It must fail, as after a hard Down: never a fresh session for work that belonged to a branch.
+     */
+    @Test
+    void aHandleWhoseBranchDiedUnderAnotherThreadsXaCallFailsInsteadOfRunningOutsideIt() throws Exception {
+        AffinityXADataSource ds = ds(XaSupport.node(1));
+        XAConnection c = xa.connect(ds);
+        XAResource r = c.getXAResource();
+        String run = UUID.randomUUID().toString();
+        Xid x = XaSupport.xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        Connection h = c.getConnection();
+        insertRow(h, run);
+        int pid = XaSupport.backendPid(h);
+        XaSupport.terminateBackend(1, pid);
+        assertTrue(Pools.await(Duration.ofSeconds(10), () -> !backendAlive(pid)), "session " + pid + " ended");
+        CompletableFuture.runAsync(() -> {
+            // The TM's timeout, on its own thread: whether each call fails is the driver's business.
+            try {
+                r.end(x, XAResource.TMFAIL);
+            } catch (XAException e) {
+                // the session is dead
+            }
+            try {
+                r.rollback(x);
+            } catch (XAException e) {
+                // the session is dead
+            }
+        }).join();
+        SQLException e = assertThrows(SQLException.class, () -> insertRow(h, run),
+                "the handle's work ran on a fresh session outside its dead branch");
+        assertEquals("08006", e.getSQLState(), e.getMessage());
+        assertEquals(0, XaSupport.rows(1, run), "nothing of the branch, nor after it, was committed");
+        h.close();
+        XaSupport.commitOneRow(c, run + "-after", true); // a new handle works on a fresh session
+    }
+
+    private static void insertRow(Connection h, String run) throws SQLException {
+        try (java.sql.PreparedStatement ps = h.prepareStatement(XaRows.INSERT)) {
+            ps.setString(1, run);
+            ps.setInt(2, 1);
+            ps.setInt(3, 1);
+            ps.executeUpdate();
+        }
+    }
+
+    /**
      * A handle's call looked up its session, then (unlocked: it may connect) another call on the same XAConnection
      * found that session dead and replaced it: the call went to the closed session and failed, although a fresh
      * one was in place. The hook holds the call in that window while a recovery scan on another thread fails on the
