@@ -6,6 +6,7 @@ the 3 local PostgreSQL nodes (kill the primary, kill a second, restart both)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from typing import Any, Dict, Iterator, List, MutableMapping, Optional, Tuple
 
@@ -353,6 +354,25 @@ def test_wsgi_middleware_exposes_the_requests_token_to_the_app_and_its_body_only
         assert held == mine and held2 == mine2 == env[TOKEN_KEY], seen
         assert any_or_other == (None if app is listed else held)  # another cluster's request: none
         assert current_token() is None and current_token(c) is None  # nothing leaks past the request
+
+
+def test_wsgi_middleware_hands_a_file_wrapper_body_back_as_is(cluster_factory):
+    # A server serves its own `wsgi.file_wrapper` with sendfile only when the
+    # body it gets back is that wrapper: wrapping every non-list body (to
+    # iterate it in the request's context) hid it, and file responses were
+    # read and copied through Python instead.
+    from wsgiref.util import FileWrapper
+
+    c = cluster_factory(machines_config())
+
+    def app(environ: Dict[str, Any], start_response: Any) -> Any:
+        start_response("200 OK", [])
+        return environ["wsgi.file_wrapper"](io.BytesIO(b"file body"))
+
+    environ: Dict[str, Any] = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "wsgi.file_wrapper": FileWrapper}
+    body = WsgiTokenMiddleware(app, c)(environ, lambda status, headers, exc_info=None: None)
+    assert isinstance(body, FileWrapper), type(body)
+    assert b"".join(body) == b"file body"
 
 
 def test_asgi_middleware_exposes_the_requests_token_to_the_app_and_its_tasks(cluster_factory):

@@ -157,6 +157,12 @@ class WsgiTokenMiddleware:
         body = ctx.run(self.app, environ, start)
         if isinstance(body, (list, tuple)):
             return body  # runs no code of the app's: as is (servers use its len())
+        wrapper = environ.get("wsgi.file_wrapper")
+        if isinstance(wrapper, type) and isinstance(body, wrapper):
+            # The server's own file wrapper: given back as is, or it would not
+            # see it and would lose its sendfile shortcut (a file read runs no
+            # code that needs the token).
+            return body
         return _BodyInContext(ctx, body)
 
 
