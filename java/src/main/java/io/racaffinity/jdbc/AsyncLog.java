@@ -1,6 +1,7 @@
 package io.racaffinity.jdbc;
 
 import io.racaffinity.LibraryThreads;
+import java.lang.System.Logger.Level;
 import java.text.MessageFormat;
 import java.util.ResourceBundle;
 import java.util.concurrent.ArrayBlockingQueue;
@@ -8,14 +9,14 @@ import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * A {@link System.Logger} whose records are written by a daemon thread of its own, so that the caller never waits
+ * A log whose records are written by a daemon thread of its own, so that the caller never waits
  * on a log handler: one may block (a full pipe, a stalled syslog, a forked test JVM whose parent reads its output
  * slowly), and the pool upkeep and the heartbeat must act on the next node failure meanwhile. One per data source:
- * {@link #logger} gives its other loggers (the heartbeat's) the same thread, so the lines keep the order they were
- * logged in. The message is built on the caller's thread (it names the state of that moment). When the queue is
+ * {@link #logger} gives each of them a {@link System.Logger} over the same thread, so the lines keep the order they
+ * were logged in. The message is built on the caller's thread (it names the state of that moment). When the queue is
  * full a record is dropped and counted, and the count is logged before the next record written.
  */
-final class AsyncLog implements System.Logger, AutoCloseable {
+final class AsyncLog implements AutoCloseable {
     static final int CAPACITY = 256;
     /** How long {@link #close()} lets the writer finish the records logged before it. */
     static final long CLOSE_WAIT_MILLIS = 1_000;
@@ -46,7 +47,7 @@ final class AsyncLog implements System.Logger, AutoCloseable {
     }
 
     /**
-     * @param target where this logger's records go, and the line that reports dropped records
+     * @param target where the line that reports dropped records goes
      * @param owner the log prefix of that line
      * @param threadName the writer thread's name
      */
@@ -65,26 +66,6 @@ final class AsyncLog implements System.Logger, AutoCloseable {
     /** A logger whose records go to {@code other} through this one's queue and thread. */
     System.Logger logger(System.Logger other) {
         return new View(other);
-    }
-
-    @Override
-    public String getName() {
-        return target.getName();
-    }
-
-    @Override
-    public boolean isLoggable(Level level) {
-        return target.isLoggable(level);
-    }
-
-    @Override
-    public void log(Level level, ResourceBundle bundle, String msg, Throwable thrown) {
-        enqueue(target, level, msg, thrown);
-    }
-
-    @Override
-    public void log(Level level, ResourceBundle bundle, String format, Object... params) {
-        enqueueFormat(target, level, format, params);
     }
 
     private void enqueue(System.Logger to, Level level, String msg, Throwable thrown) {

@@ -23,12 +23,12 @@ class AsyncLogTest {
         try (LogCapture log = new LogCapture(); BlockingLogHandler stuck = new BlockingLogHandler("async-log: first")) {
             AsyncLog async = new AsyncLog(LOG, "async-log", "racaffinity-log-test");
             try {
-                async.log(System.Logger.Level.INFO, "async-log: first");
+                async.logger(LOG).log(System.Logger.Level.INFO, "async-log: first");
                 assertTrue(stuck.logging.await(10, TimeUnit.SECONDS), "the writer publishes the first record");
                 int extra = 7;
                 // Returns although the writer is stuck: the queue takes CAPACITY, the rest is dropped.
                 for (int i = 0; i < AsyncLog.CAPACITY + extra; i++) {
-                    async.log(System.Logger.Level.INFO, "async-log: line " + i);
+                    async.logger(LOG).log(System.Logger.Level.INFO, "async-log: line " + i);
                 }
                 assertEquals(extra, async.dropped());
                 stuck.close();
@@ -54,9 +54,9 @@ class AsyncLogTest {
     void closeWritesWhatWasLoggedBeforeAndDropsWhatComesAfter() {
         try (LogCapture log = new LogCapture()) {
             AsyncLog async = new AsyncLog(LOG, "async-close", "racaffinity-log-close");
-            async.log(System.Logger.Level.WARNING, "async-close: before");
+            async.logger(LOG).log(System.Logger.Level.WARNING, "async-close: before");
             async.close();
-            async.log(System.Logger.Level.WARNING, "async-close: after");
+            async.logger(LOG).log(System.Logger.Level.WARNING, "async-close: after");
             assertEquals(List.of("async-close: before"), log.at(Level.WARNING).stream()
                     .filter(m -> m.startsWith("async-close")).collect(Collectors.toList()));
             assertFalse(threadNamed("racaffinity-log-close"), "the writer ended");

@@ -27,15 +27,11 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
-import java.util.logging.Handler;
-import java.util.logging.LogRecord;
-import java.util.logging.Logger;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -160,33 +156,10 @@ class FastFailoverTest {
         AffinityDataSource ds = fcfDataSource("fcf-log", 50, c -> {});
         Cluster cluster = ds.getCluster();
         Connection held = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
-        CountDownLatch logging = new CountDownLatch(1);
-        CountDownLatch release = new CountDownLatch(1);
-        Handler stuck = new Handler() {
-            @Override
-            public void publish(LogRecord r) {
-                if (r.getMessage() != null && r.getMessage().contains("fcf-log: node MYDB1 UP -> DOWN")) {
-                    logging.countDown();
-                    try {
-                        release.await(60, TimeUnit.SECONDS);
-                    } catch (InterruptedException e) {
-                        Thread.currentThread().interrupt();
-                    }
-                }
-            }
-
-            @Override
-            public void flush() {}
-
-            @Override
-            public void close() {}
-        };
-        Logger jul = Logger.getLogger("io.racaffinity");
-        jul.addHandler(stuck);
-        try {
+        try (BlockingLogHandler stuck = new BlockingLogHandler("fcf-log: node MYDB1 UP -> DOWN")) {
             assertEquals(portOf("MYDB1"), serverPort(held));
             cluster.applyEvent(fan("MYDB1", "status=down reason=FAILURE"));
-            assertTrue(logging.await(10, TimeUnit.SECONDS), "the upkeep logs the Down");
+            assertTrue(stuck.logging.await(10, TimeUnit.SECONDS), "the upkeep logs the Down");
             assertTrue(await(Duration.ofSeconds(10), () -> {
                 try {
                     return driverClosed(held);
@@ -195,8 +168,6 @@ class FastFailoverTest {
                 }
             }), "the connection in use is aborted while the Down's log line is stuck in its handler");
         } finally {
-            release.countDown();
-            jul.removeHandler(stuck);
             held.close();
         }
     }

@@ -96,7 +96,7 @@ class XaLostSessionTest {
         Xid x = XaSupport.xid(1);
         r.start(x, XAResource.TMNOFLAGS);
         Connection h = c.getConnection();
-        insertRow(h, run);
+        XaSupport.insert(h, run, 1);
         int pid = XaSupport.backendPid(h);
         XaSupport.terminateBackend(1, pid);
         assertTrue(Pools.await(Duration.ofSeconds(10), () -> !backendAlive(pid)), "session " + pid + " ended");
@@ -113,21 +113,12 @@ class XaLostSessionTest {
                 // the session is dead
             }
         }).join();
-        SQLException e = assertThrows(SQLException.class, () -> insertRow(h, run),
+        SQLException e = assertThrows(SQLException.class, () -> XaSupport.insert(h, run, 1),
                 "the handle's work ran on a fresh session outside its dead branch");
         assertEquals("08006", e.getSQLState(), e.getMessage());
         assertEquals(0, XaSupport.rows(1, run), "nothing of the branch, nor after it, was committed");
         h.close();
         XaSupport.commitOneRow(c, run + "-after", true); // a new handle works on a fresh session
-    }
-
-    private static void insertRow(Connection h, String run) throws SQLException {
-        try (java.sql.PreparedStatement ps = h.prepareStatement(XaRows.INSERT)) {
-            ps.setString(1, run);
-            ps.setInt(2, 1);
-            ps.setInt(3, 1);
-            ps.executeUpdate();
-        }
     }
 
     /**

@@ -304,7 +304,14 @@ final class XaSupport implements AutoCloseable, AfterEachCallback {
     }
 
     static void insert(XAConnection c, String run, int branch) throws SQLException {
-        try (Connection h = c.getConnection(); PreparedStatement ps = h.prepareStatement(XaRows.INSERT)) {
+        try (Connection h = c.getConnection()) {
+            insert(h, run, branch);
+        }
+    }
+
+    /** Inserts a row of {@code run} through the handle {@code h} the caller holds. */
+    static void insert(Connection h, String run, int branch) throws SQLException {
+        try (PreparedStatement ps = h.prepareStatement(XaRows.INSERT)) {
             ps.setString(1, run);
             ps.setInt(2, 1);
             ps.setInt(3, branch);
