@@ -46,6 +46,35 @@ class SessionTokenTest {
         }
     }
 
+    /**
+     * {@link Cluster#txBeginFor(byte[], byte[], byte[], String)} through JNI: a new gtrid goes where the token
+     * routes the request, over the thread's pin; a null token is none; a malformed token or one holding a lone
+     * surrogate (no UTF-8) is refused and registers nothing.
+     */
+    @Test
+    void aNewGtridFollowsTheTokenAndBadTokensAreRefusedRegisteringNothing() {
+        try (Cluster c = Cluster.fromConfig(CONFIG); Pin pin = c.pin()) {
+            int elsewhere = 0;
+            for (int i = 0; i < 24; i++) {
+                String token = c.sessionToken("jni-" + i);
+                int node = c.routeToken(token).route().node();
+                elsewhere += node != pin.node() ? 1 : 0;
+                byte[] g = ("jni-g-" + i).getBytes(StandardCharsets.UTF_8);
+                assertEquals(node, c.txBeginFor(g, null, null, token).node(), token);
+                c.txComplete(g);
+            }
+            assertTrue(elsewhere > 0, "some tokens name another node than the pin's");
+            byte[] plain = "jni-no-token".getBytes(StandardCharsets.UTF_8);
+            assertEquals(c.txBeginFor(plain, null, null).node(), c.txRoute(plain).node());
+            c.txComplete(plain);
+            for (String bad : new String[] {"s!ra9.00000000.none", "no-routing-data", "s\uD800!ra1.00000000.none"}) {
+                byte[] g = "jni-bad".getBytes(StandardCharsets.UTF_8);
+                assertThrows(InvalidArgumentException.class, () -> c.txBeginFor(g, null, null, bad), bad);
+                assertThrows(UnknownTransactionException.class, () -> c.txRoute(g), "registered nothing: " + bad);
+            }
+        }
+    }
+
     @Test
     void aTokenHoldsUntilItsPrimaryIsDownThenTheBackupIsPromoted() {
         try (Cluster c = Cluster.fromConfig(CONFIG)) {
