@@ -122,6 +122,8 @@ fn down_then_up_reach_a_subscribed_cluster(etcd: &Etcd, pg: &Pg) {
     eventually("the cluster sees N2 up", Duration::from_secs(30), || {
         c.node_by_name("N2").unwrap().state() == NodeState::Up
     });
+    // The monitor logs a write after etcd answers the put: the cluster may read the record first.
+    eventually("the monitor logged its up write", Duration::from_secs(10), || m.writes().len() >= 2);
     assert_eq!(m.writes().len(), 2, "one down, one up: {:?}", m.lines());
 
     m.signal("-TERM");
