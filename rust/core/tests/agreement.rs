@@ -46,6 +46,30 @@ fn place_keyed(c: &Cluster, gtrid: &str, key: i64) -> Option<String> {
     outcome(c, gtrid, c.tx_begin_for(gtrid.as_bytes(), &req))
 }
 
+/// Where `c` puts a new gtrid whose request carries session routing token
+/// `token` (strict: by the token's primary as the shared inputs stand).
+fn place_token(c: &Cluster, gtrid: &str, token: &str) -> Option<String> {
+    let req = RouteRequest { token: Some(token), ..Default::default() };
+    outcome(c, gtrid, c.tx_begin_for(gtrid.as_bytes(), &req))
+}
+
+/// Session routing tokens minted where every node of [`BASE`] and
+/// [`EXTRA`] exists, so that their primaries cover each node (the nodes
+/// that come and go too: a token may name a node a process does not have).
+fn tokens() -> &'static [String] {
+    static TOKENS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    TOKENS.get_or_init(|| {
+        let all = common::cluster("nodes = A, B, C, D, E, F");
+        let tokens: Vec<String> = (0..48).map(|i| all.session_token(&format!("web{i}")).unwrap()).collect();
+        for n in BASE.iter().chain(&EXTRA) {
+            let id = all.node_by_name(n).unwrap().id();
+            let named = tokens.iter().filter(|t| all.decode_token(t).unwrap().primary == Some(id)).count();
+            assert!(named >= 2, "only {named} of the tokens have {n} as primary");
+        }
+        tokens
+    })
+}
+
 fn outcome(c: &Cluster, gtrid: &str, r: racaffinity::Result<racaffinity::Route>) -> Option<String> {
     let _ = c.tx_complete(gtrid.as_bytes());
     match r {
@@ -342,23 +366,30 @@ fn run(s: &Schedule, versioned: bool) -> Result<usize, String> {
     run_checked(s, versioned, false)
 }
 
-/// No two processes place one strict gtrid, keyed gtrid or stateless
-/// session on two nodes right now (either may refuse).
+/// No two processes place one strict gtrid, keyed gtrid, gtrid of a
+/// request with a session routing token or stateless session on two nodes
+/// right now (either may refuse).
 fn no_split_now(procs: &[Cluster], at: u64) -> Result<(), String> {
     for i in 0..12 {
         let g = format!("flight-{at}-{i}");
         let key = (at as i64).wrapping_mul(31).wrapping_add(i);
-        let placed: Vec<(Option<String>, Option<String>, Option<String>)> = procs
+        let token = &tokens()[(at as usize / 200 + i as usize * 4) % tokens().len()];
+        let placed: Vec<[Option<String>; 4]> = procs
             .iter()
             .map(|c| {
                 let session = format!("fs-{i}");
                 let s = c.session_route(session.as_bytes()).ok().map(|r| c.node_name(r.node).unwrap());
-                (place(c, &g), place_keyed(c, &format!("k{g}"), key), s)
+                [place(c, &g), place_keyed(c, &format!("k{g}"), key), s, place_token(c, &format!("t{g}"), token)]
             })
             .collect();
         for (j, p) in placed.iter().enumerate() {
             for (k, q) in placed.iter().enumerate().skip(j + 1) {
-                for (what, a, b) in [("gtrid", &p.0, &q.0), ("keyed gtrid", &p.1, &q.1), ("session", &p.2, &q.2)] {
+                for (what, a, b) in [
+                    ("gtrid", &p[0], &q[0]),
+                    ("keyed gtrid", &p[1], &q[1]),
+                    ("session", &p[2], &q[2]),
+                    ("gtrid with token", &p[3], &q[3]),
+                ] {
                     if let (Some(a), Some(b)) = (a, b) {
                         if a != b {
                             for (n, c) in procs.iter().enumerate() {
@@ -467,6 +498,11 @@ fn run_checked(s: &Schedule, versioned: bool, in_flight: bool) -> Result<usize, 
             if route(first) != route(other) {
                 return Err(format!("session {session}: {:?} vs {:?}", route(first), route(other)));
             }
+            let token = &tokens()[i as usize % tokens().len()];
+            let (a, b) = (place_token(first, &format!("t{g}"), token), place_token(other, &format!("t{g}"), token));
+            if a != b {
+                return Err(format!("gtrid t{g} with token {token}: {a:?} in process 0, {b:?} in process {k}"));
+            }
         }
     }
     Ok(reorderings)
@@ -479,7 +515,8 @@ proptest! {
     /// in orders of their own with delays up to twice `transaction.settle`:
     /// once the last input is in and the settle time has passed, every
     /// process holds the same state and fingerprint and places 1,000 plain
-    /// gtrids, 1,000 keyed gtrids and 1,000 stateless sessions alike.
+    /// gtrids, 1,000 keyed gtrids, 1,000 gtrids of requests with a session
+    /// routing token and 1,000 stateless sessions alike.
     #[test]
     fn processes_fed_the_same_versioned_inputs_in_any_order_end_alike(s in schedule(2 * SETTLE_MS)) {
         if let Err(e) = run(&s, true) {
