@@ -697,9 +697,9 @@ class Demo(NodeSQL):
             print(f"  {LABEL[lang]:<7} pid {c.p.pid:<7} {c.banner}")
         print(f"  driver  pid {os.getpid():<7} racaffinity {ra.version()} (Python {sys.version.split()[0]}, "
               f"psycopg {psycopg.__version__}): hands out gtrids, commits with 2PC")
-        print(f"each transaction: the C, Java and Python clients each BEGIN; INSERT; PREPARE TRANSACTION "
-              f"'<gtrid>.<c|java|py>' on the node racaffinity routes the gtrid to; the driver then sends "
-              f"COMMIT PREPARED where its own racaffinity routes it")
+        print("each transaction: the C, Java and Python clients each BEGIN; INSERT; PREPARE TRANSACTION "
+              "'<gtrid>.<c|java|py>' on the node racaffinity routes the gtrid to; the driver then sends "
+              "COMMIT PREPARED where its own racaffinity routes it")
 
         self.part1()
         self.part2()

@@ -22,7 +22,7 @@ import gc
 import os
 import statistics
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List
 
 import racaffinity as ra
 from racaffinity.pools import NodePools

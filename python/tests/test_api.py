@@ -43,6 +43,15 @@ def test_every_result_code_of_the_header_has_one_exception():
     assert ra.exception_for(999) is ra.Error  # codes are only ever added
 
 
+def test_the_package_exports_every_exception_and_only_names_it_has():
+    # racaffinity.__all__ spells the exceptions out (so linters see the
+    # re-exports): it must stay in step with racaffinity._errors.__all__.
+    assert set(_errors.__all__) <= set(ra.__all__)
+    assert len(set(ra.__all__)) == len(ra.__all__)
+    for name in ra.__all__:
+        assert hasattr(ra, name), name
+
+
 def test_exception_hierarchy():
     assert issubclass(ra.InvalidArgumentError, ValueError)
     assert issubclass(ra.InvalidUtf8Error, ra.InvalidArgumentError)
@@ -402,7 +411,7 @@ def test_metrics_json_and_prometheus(cluster):
     assert "racaffinity_node_picks_total" in text and 'node="RAC1"' in text
     # The info series, and its pre-_info name for one release (deprecated).
     fp = f'fingerprint="{m["fingerprint"]}"}} 1'
-    assert f"racaffinity_topology_fingerprint_info{{cluster=" in text and fp in text
+    assert "racaffinity_topology_fingerprint_info{cluster=" in text and fp in text
     assert "# HELP racaffinity_topology_fingerprint Deprecated" in text
 
 

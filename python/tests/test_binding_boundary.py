@@ -15,7 +15,7 @@ import pytest
 import racaffinity as ra
 from racaffinity import _cluster
 
-from conftest import NAMES, wait_until
+from conftest import NAMES
 
 
 def live_pins(c: ra.Cluster) -> int:

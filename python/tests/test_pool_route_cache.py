@@ -168,7 +168,6 @@ def test_an_unpinned_borrow_crosses_once_and_counts_like_a_library_lease(pg, clu
                         health_eject_backoff_max="1h")
     with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
         crossings = Crossings(monkeypatch)
-        oks: Dict[int, int] = {}
         for _ in range(6):
             with pools.connection():
                 assert leasing(crossings) == ["racaffinity_cluster_pick_host_begins"]

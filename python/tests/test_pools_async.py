@@ -557,8 +557,6 @@ async def test_a_slow_loader_holds_neither_a_downs_abort_nor_the_loop(pg, cluste
     # acted on (its borrowed connection not aborted) until the loader
     # returned; in AsyncNodePools it also ran on the event loop, which
     # nothing else could use meanwhile.
-    import threading
-
     c = cluster_factory("data.partitions = 4", nodes=NAMES)
     entered, release, returned = threading.Event(), threading.Event(), threading.Event()
     calls = []

@@ -442,7 +442,6 @@ def test_a_hard_down_after_a_drains_end_and_an_up_aborts_a_connection_borrowed_b
         holder.__exit__(type(info.value), info.value, None)
 
 def test_a_slow_loader_holds_neither_a_downs_abort_nor_the_loop(pg, cluster_factory):
-    import threading
     c = cluster_factory('data.partitions = 4', nodes=NAMES)
     entered, release, returned = (threading.Event(), threading.Event(), threading.Event())
     calls = []

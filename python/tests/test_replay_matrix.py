@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import contextlib

@@ -288,7 +288,7 @@ def test_closing_a_cluster_under_cached_pins_is_safe():
         ready = threading.Barrier(5)
         wrong: List[str] = []
 
-        def router() -> None:
+        def router(c: ra.Cluster) -> None:
             with c.pin():
                 ready.wait()
                 try:
@@ -301,7 +301,7 @@ def test_closing_a_cluster_under_cached_pins_is_safe():
                 except ra.ClosedError:
                     pass
 
-        threads = [threading.Thread(target=router) for _ in range(4)]
+        threads = [threading.Thread(target=router, args=(c,)) for _ in range(4)]
         for t in threads:
             t.start()
         ready.wait()

@@ -34,7 +34,6 @@ from ._continuity import (
 from ._routes import Lease, Node, NodeState, Outcome, Route, RouteKind, Scope
 from ._scopes import PinScope, SessionScope, Transaction
 from ._token import SessionRouting, TokenRoute
-from . import _errors
 from ._errors import (
     EXCEPTIONS,
     BufferTooSmallError,
@@ -97,5 +96,27 @@ __all__ = [
     "transaction_control",
     "TransactionControl",
     "classify_oracle_error",
-    *_errors.__all__,
+    # The exceptions: racaffinity._errors.__all__ (test_api checks both lists agree).
+    "Error",
+    "NullArgumentError",
+    "ClosedError",
+    "InvalidArgumentError",
+    "InvalidUtf8Error",
+    "KeyOverflowError",
+    "BufferTooSmallError",
+    "PanicError",
+    "ConfigError",
+    "UnknownNodeError",
+    "DuplicateNodeError",
+    "NoNodeAvailableError",
+    "StrictAffinityError",
+    "PreparedNodeUnavailableError",
+    "UnknownTransactionError",
+    "EventParseError",
+    "ForeignEventError",
+    "TooManyHandlesError",
+    "InvalidLeaseError",
+    "FeedUnavailableError",
+    "EXCEPTIONS",
+    "exception_for",
 ]

@@ -24,7 +24,7 @@ from ._args import bytes_arg as _bytes_arg
 from ._args import cstr as _cstr
 from ._args import enum_arg as _enum_arg
 from ._args import i64_arg as _i64_arg
-from ._errors import BUFFER_TOO_SMALL, UNKNOWN_NODE, ClosedError, InvalidArgumentError, KeyOverflowError, keeping_last_error, raise_for
+from ._errors import BUFFER_TOO_SMALL, UNKNOWN_NODE, InvalidArgumentError, KeyOverflowError, keeping_last_error, raise_for
 from ._lib import NULL, ffi, lib
 from ._routes import HOST_LEASE_BASE as _HOST_LEASE_BASE
 from ._routes import HOST_LEASE_NODES as _HOST_LEASE_NODES

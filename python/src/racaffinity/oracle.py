@@ -17,7 +17,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 from ._args import cstr, port_arg
 from ._cluster import Cluster, read_text
 from ._errors import ConfigError
-from ._lib import ffi, lib
+from ._lib import lib
 
 __all__ = [
     "ConnectForm",
