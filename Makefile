@@ -51,7 +51,7 @@ help:
 	@echo "  make soak-feed       the chaos soak in feed mode: etcd, monitors, every client subscribed (SOAK_FEED=etcd)"
 	@echo "  make continuity-tomcat  request replay in a real Tomcat: 20 kills (5 during COMMIT), 5 drains, replay on and off"
 	@echo "Test steps (all part of make test):"
-	@echo "  make lint            rustfmt, clippy, rustdoc warnings, JNI exports, one version everywhere, docs checks"
+	@echo "  make lint            rustfmt, clippy, rustdoc warnings, ruff (Python), JNI exports, one version everywhere, docs checks"
 	@echo "  make check-header    include/racaffinity.h matches what cbindgen generates"
 	@echo "  make check-symbols   the library exports only racaffinity_* and Java_*"
 	@echo "  make check-abi       the C ABI against its baseline in abi/: no incompatible change without a version bump"
@@ -224,10 +224,15 @@ failure-matrix:
 	python3 tools/failure_matrix.py --replay target/failure-matrix
 
 # Rust format and lints, the core's docs, the Java natives against the
-# JNI exports (tools/check_jni_exports.py: both directions, parameters), and
-# the sync Python pools and tests against their async source
-# (tools/async_to_sync.py), AffinityConnection's delegates against
-# java.sql.Connection (tools/GenJdbcDelegates.java).
+# JNI exports (tools/check_jni_exports.py: both directions, parameters), the
+# Python lint (ruff, RUFF_VERSION, over every Python file of the repository
+# with the rules of [tool.ruff] in python/pyproject.toml; pip installs this
+# exact version into target/pyenv, the virtualenv python/run_tests.sh and the
+# demo use, created here when missing), and the sync Python pools and tests
+# against their async source (tools/async_to_sync.py), AffinityConnection's
+# delegates against java.sql.Connection (tools/GenJdbcDelegates.java).
+RUFF_VERSION := 0.17.6
+PYENV := target/pyenv
 lint:
 	$(CARGO) fmt --all -- --check
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
@@ -240,6 +245,9 @@ lint:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps -p racaffinity -p racaffinity-oracle --quiet
 	python3 tools/check_jni_exports.py
 	python3 tools/version.py check
+	@test -x $(PYENV)/bin/python || python3 -m venv $(PYENV)
+	@$(PYENV)/bin/python -m pip install --quiet --disable-pip-version-check ruff==$(RUFF_VERSION)
+	$(PYENV)/bin/python -m ruff check --quiet --config python/pyproject.toml --cache-dir target/ruff-cache .
 	python3 tools/async_to_sync.py --check
 	java tools/GenJdbcDelegates.java --check
 	$(MAKE) --no-print-directory check-docs
