@@ -73,10 +73,9 @@ def test_exceptions_print_their_public_name():
         cls = getattr(ra, name)
         if isinstance(cls, type) and issubclass(cls, BaseException):
             assert f"{cls.__module__}.{cls.__qualname__}" == f"racaffinity.{name}", cls
-    try:
+    with pytest.raises(ra.ConfigError) as e:
         ra.Cluster("nodes = A; recovery.scope = rac")
-    except ra.ConfigError as e:
-        assert traceback.format_exception_only(e)[0].startswith("racaffinity.ConfigError: ")
+    assert traceback.format_exception_only(e.value)[0].startswith("racaffinity.ConfigError: ")
     assert tpc.InDoubtError.__module__ == "racaffinity.tpc"
 
 

@@ -29,11 +29,10 @@ def test_a_refused_proxy_keeps_its_port_so_heal_listens_there_again(pg):
         px.refuse()
         squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            try:
+            with pytest.raises(OSError) as taken:
                 squatter.bind(("127.0.0.1", px.port))
                 squatter.connect(("127.0.0.1", pg.port["RAC2"]))
-            except OSError as e:
-                assert e.errno == errno.EADDRINUSE, e  # the proxy holds its port
+            assert taken.value.errno == errno.EADDRINUSE, taken.value  # the proxy holds its port
             with pytest.raises(psycopg.OperationalError):
                 server_port(dsn)
             px.heal()
