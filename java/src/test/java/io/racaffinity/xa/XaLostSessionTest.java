@@ -122,6 +122,50 @@ class XaLostSessionTest {
     }
 
     /**
+     * Decided (docs/java-datasource.md, "A live branch the TM ended on another thread"): when the session is alive,
+     * a TM's timeout ({@code end(TMFAIL)} and {@code rollback} on its own thread) leaves the handle in local mode,
+     * autocommit, as the XA contract puts a handle outside any branch and as pgjdbc's own XAConnection does: the
+     * branch's work is rolled back, a later statement on the handle commits on its own. Only the layer that enlisted
+     * the connection knows whether the application's thread is still in the timed-out transaction, so refusing
+     * belongs there (an application server's connection manager). Both data sources, side by side: the same
+     * outcome, rows and all.
+     */
+    @Test
+    void aLiveBranchTheTmEndedOnAnotherThreadLeavesTheHandleInLocalModeAsPgjdbcDoes() throws Exception {
+        AffinityXADataSource affinity = ds(XaSupport.node(1));
+        for (XADataSource source : new XADataSource[] {XaSupport.node(1), affinity}) {
+            String what = source == affinity ? "AffinityXADataSource" : "pgjdbc's PGXADataSource";
+            XAConnection c = source == affinity ? xa.connect(affinity) : source.getXAConnection();
+            try {
+                XAResource r = c.getXAResource();
+                String run = UUID.randomUUID().toString();
+                Xid x = XaSupport.xid(1);
+                r.start(x, XAResource.TMNOFLAGS);
+                Connection h = c.getConnection();
+                XaSupport.insert(h, run, 1);
+                int pid = XaSupport.backendPid(h);
+                CompletableFuture.runAsync(() -> {
+                    try {
+                        r.end(x, XAResource.TMFAIL);
+                        r.rollback(x);
+                    } catch (XAException e) {
+                        throw new IllegalStateException(what + ": the TM's end and rollback of a live branch", e);
+                    }
+                }).join();
+                assertEquals(0, XaSupport.rows(1, run), what + ": the branch's row was rolled back");
+                XaSupport.insert(h, run, 1);
+                assertTrue(h.getAutoCommit(), what + ": the handle is in local mode, autocommit");
+                assertEquals(1, XaSupport.rows(1, run), what + ": the statement after the branch committed on its own");
+                assertEquals(pid, XaSupport.backendPid(h), what + ": on the same, live session");
+                h.close();
+            } finally {
+                c.close();
+            }
+        }
+        XaSupport.assertNothingLeaked(affinity);
+    }
+
+    /**
      * A handle's call looked up its session, then (unlocked: it may connect) another call on the same XAConnection
      * found that session dead and replaced it: the call went to the closed session and failed, although a fresh
      * one was in place. The hook holds the call in that window while a recovery scan on another thread fails on the
