@@ -452,6 +452,7 @@ def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_asyncio(pg, clu
 def test_pinned_sqlalchemy_checkouts_never_outlive_a_down_removal_or_ejection(pg, cluster_factory):
     c = stress_cluster(cluster_factory)
     engine = create_engine(c, urls(pg), pool_size=2, max_overflow=2, pool_timeout=POOL_TIMEOUT)
+    host_leases_checked: List[bool] = []  # the check below is on host leases only: it must have run
     try:
 
         def borrow(f: Flipper, b: Borrows) -> None:
@@ -471,8 +472,10 @@ def test_pinned_sqlalchemy_checkouts_never_outlive_a_down_removal_or_ejection(pg
                 return
             if lease.__class__ is PoolHostLease:
                 assert lease.released, "a checkout's lease outlived its connection"
+                host_leases_checked.append(True)
 
         threads_borrowing(c, borrow, per_router=1000, exact_oks=False)
+        assert host_leases_checked, "no checkout took a pin's cached route: the released check never ran"
     finally:
         engine.dispose()
 
