@@ -198,14 +198,23 @@ class ClusterTest {
         try (Cluster c = three("policy = round_robin")) {
             try (Pin mine = c.pin()) {
                 AtomicReference<Integer> other = new AtomicReference<>();
+                // An assertion failing on another thread ends only that thread: hand it to the test.
+                AtomicReference<Throwable> failure = new AtomicReference<>();
                 Thread t = new Thread(() -> {
-                    assertEquals(OptionalInt.empty(), c.pinnedNode(), "another thread does not see my pin");
-                    try (Pin p = c.pin()) {
-                        other.set(p.node());
+                    try {
+                        assertEquals(OptionalInt.empty(), c.pinnedNode(), "another thread does not see my pin");
+                        try (Pin p = c.pin()) {
+                            other.set(p.node());
+                        }
+                    } catch (Throwable e) {
+                        failure.set(e);
                     }
                 });
                 t.start();
                 t.join();
+                if (failure.get() != null) {
+                    throw new AssertionError("the other thread: " + failure.get().getMessage(), failure.get());
+                }
                 assertNotEquals(mine.node(), (int) other.get(), "round robin gave the second pin another node");
                 assertEquals(mine.node(), c.route().node());
             }
