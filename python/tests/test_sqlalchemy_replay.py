@@ -452,6 +452,11 @@ def run_workload(pg, c, work, prefix: str, killed: List[int]) -> Tuple[List[str]
                         killed.append(victim)
                 ok.append(rid)
                 last_start = start
+            except AssertionError:
+                # A request that did not read its own write is a wrong answer,
+                # not a kill's failure: counted with those, replay off (whose
+                # failures are expected) passed whatever the read returned.
+                raise
             except Exception as e:  # counted: the run's figure
                 failed.append((rid, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
             replays += getattr(req, "replays", 0) or 0
