@@ -52,6 +52,27 @@ def test_the_package_exports_every_exception_and_only_names_it_has():
         assert hasattr(ra, name), name
 
 
+def test_errors_the_binding_raises_itself_carry_their_class_code():
+    # Raised before any library call (bad UTF-8, a NUL, an int out of range,
+    # a weight, a config keyword): the class gives the code, as for the
+    # library's own errors; raise sites pass no number of their own.
+    c = ra.Cluster("nodes = A, B")
+    try:
+        cases = [
+            (ra.InvalidUtf8Error, lambda: c.apply_event("\udc80"), lib.RACAFFINITY_RESULT_INVALID_UTF8),
+            (ra.InvalidArgumentError, lambda: c.remove_node("A\0B"), lib.RACAFFINITY_RESULT_INVALID_ARGUMENT),
+            (ra.InvalidArgumentError, lambda: c.add_node("C", weight=0), lib.RACAFFINITY_RESULT_INVALID_ARGUMENT),
+            (ra.KeyOverflowError, lambda: c.route_key(2**64), lib.RACAFFINITY_RESULT_INVALID_ARGUMENT),
+            (ra.ConfigError, lambda: ra.Cluster(nodes=["A=B"]), lib.RACAFFINITY_RESULT_CONFIG),
+        ]
+        for cls, call, code in cases:
+            with pytest.raises(cls) as e:
+                call()
+            assert e.value.code == code == type(e.value).code, (cls, e.value)
+    finally:
+        c.close()
+
+
 def test_exception_hierarchy():
     assert issubclass(ra.InvalidArgumentError, ValueError)
     assert issubclass(ra.InvalidUtf8Error, ra.InvalidArgumentError)

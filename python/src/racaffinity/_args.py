@@ -29,7 +29,7 @@ def bytes_arg(v: Any, what: str) -> bytes:
         try:
             return v.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}", 3) from None
+            raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}") from None
     if isinstance(v, (bytearray, memoryview)):
         return bytes(v)
     # A data key ("key") may also be an int, which callers route before this.
@@ -45,13 +45,13 @@ def cstr(v: Any, what: str) -> bytes:
         try:
             b = v.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}", 3) from None
+            raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}") from None
     elif isinstance(v, (bytes, bytearray, memoryview)):
         b = bytes(v)
     else:
         raise TypeError(f"{what} must be str or bytes, not {type(v).__name__}")
     if b"\0" in b:
-        raise InvalidArgumentError(f"{what} contains a NUL character", 4)
+        raise InvalidArgumentError(f"{what} contains a NUL character")
     return b
 
 
@@ -69,10 +69,10 @@ def enum_arg(v: Any, enum_cls: Any, what: str) -> int:
             return int(enum_cls[v.upper()])
         except KeyError:
             names = ", ".join(m.name.lower() for m in enum_cls)
-            raise InvalidArgumentError(f"{what}: {v!r} is not one of {names}", 4) from None
+            raise InvalidArgumentError(f"{what}: {v!r} is not one of {names}") from None
     if isinstance(v, int) and not isinstance(v, bool):
         if not 0 <= v <= U32_MAX:
-            raise KeyOverflowError(f"{what}: {v} is out of range", 4)
+            raise KeyOverflowError(f"{what}: {v} is out of range")
         return v  # the library checks the range and answers INVALID_ARGUMENT
     raise TypeError(f"{what} must be a {enum_cls.__name__} or its name, not {type(v).__name__}")
 
@@ -80,7 +80,7 @@ def enum_arg(v: Any, enum_cls: Any, what: str) -> int:
 def i64_arg(v: int) -> int:
     """An int data key: it must fit in the core's i64."""
     if not I64_MIN <= v <= I64_MAX:
-        raise KeyOverflowError(f"int key {v} does not fit in 64 bits", 4)
+        raise KeyOverflowError(f"int key {v} does not fit in 64 bits")
     return v
 
 
@@ -89,5 +89,5 @@ def port_arg(v: Any, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"{what} must be an int, not {type(v).__name__}")
     if not 0 <= v <= 0xFFFF:
-        raise KeyOverflowError(f"port {v} is not in 1..=65535", 4)
+        raise KeyOverflowError(f"port {v} is not in 1..=65535")
     return v

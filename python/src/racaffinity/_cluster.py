@@ -352,7 +352,7 @@ class Cluster:
             return int(out[0])
         if isinstance(node, int) and not isinstance(node, bool):
             if not 0 <= node <= _U32_MAX:
-                raise KeyOverflowError(f"node id {node} is out of range", 4)
+                raise KeyOverflowError(f"node id {node} is out of range")
             return node
         raise TypeError(f"node must be a name (str) or an id (int), not {type(node).__name__}")
 
@@ -421,7 +421,7 @@ class Cluster:
         if isinstance(weight, bool) or not isinstance(weight, int):
             raise TypeError(f"weight must be an int, not {type(weight).__name__}")
         if not 1 <= weight <= _U32_MAX:
-            raise InvalidArgumentError(f"weight must be 1..=1000000, got {weight}", 4)
+            raise InvalidArgumentError(f"weight must be 1..=1000000, got {weight}")
         addr = NULL if address is None else _cstr(address, "address")
         out = self._out("uint32_t *", lib.racaffinity_node_add, _cstr(name, "node name"), addr, weight)
         return int(out[0])

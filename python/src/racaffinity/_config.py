@@ -55,7 +55,7 @@ def _text(kw: str, v: Any) -> str:
     if not isinstance(v, str):
         raise TypeError(f"{kw}: expected str, got {type(v).__name__}")
     if _FORBIDDEN.search(v):
-        raise ConfigError(f"`{kw}`: value must not contain ';', a newline or NUL", 7)
+        raise ConfigError(f"`{kw}`: value must not contain ';', a newline or NUL")
     return v.strip()
 
 
@@ -84,14 +84,14 @@ def duration_text(kw: str, v: Any) -> str:
                         f"got {type(v).__name__}")
     ms = seconds * 1000.0
     if not (ms >= 0) or ms != ms or abs(ms - round(ms)) > 1e-6:
-        raise ConfigError(f"`{kw}`: {v!r} is not a whole number of milliseconds", 7)
+        raise ConfigError(f"`{kw}`: {v!r} is not a whole number of milliseconds")
     return f"{int(round(ms))}ms"
 
 
 def _name(kw: str, v: Any) -> str:
     s = _text(kw, v)
     if "=" in s or "," in s:
-        raise ConfigError(f"`{kw}`: node name {s!r} must not contain '=' or ','", 7)
+        raise ConfigError(f"`{kw}`: node name {s!r} must not contain '=' or ','")
     return s
 
 

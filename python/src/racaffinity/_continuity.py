@@ -216,7 +216,7 @@ def _u32(v: Any, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise TypeError(f"{what} must be an int, not {type(v).__name__}")
     if not 0 <= v <= U32_MAX:
-        raise KeyOverflowError(f"{what}: {v} is out of range", 4)
+        raise KeyOverflowError(f"{what}: {v} is out of range")
     return v
 
 

@@ -58,7 +58,7 @@ def _node_dsns(cluster: Cluster, dsns: Mapping[str, str]) -> Dict[int, Tuple[str
         out[node] = (cluster.node_name(node), dsn)
     missing = [n.name for n in cluster.nodes if n.id not in out]
     if missing:
-        raise ConfigError(f"no connection string for node(s) {', '.join(missing)}", 7)
+        raise ConfigError(f"no connection string for node(s) {', '.join(missing)}")
     return out
 
 
@@ -297,7 +297,7 @@ class Base:
         return buf, pool
 
     def _no_pool(self, node: int) -> None:
-        raise UnknownNodeError(f"no pool for node {self.cluster.node_name(node)}", 8)
+        raise UnknownNodeError(f"no pool for node {self.cluster.node_name(node)}")
 
     # -- conveniences that delegate to the cluster --------------------------------
 
@@ -318,7 +318,7 @@ class Base:
         node = self.cluster.node_id(node)
         pool = self._by_id[node] if node < len(self._by_id) else None
         if pool is None:
-            raise UnknownNodeError(f"no pool for node #{node}", 8)
+            raise UnknownNodeError(f"no pool for node #{node}")
         return pool
 
     @property
