@@ -74,6 +74,18 @@ class XaLostSessionTest {
     /** A branch with a row of its own, started on a new connection of {@code ds}. */
     private record Branch(XAConnection c, XAResource r, String run, Xid x) {}
 
+    /** A branch started on {@code c}, with a row of {@code run} inserted through a handle the caller keeps. */
+    private record Held(XAResource r, Xid x, Connection h, int pid) {}
+
+    private static Held startHolding(XAConnection c, String run) throws Exception {
+        XAResource r = c.getXAResource();
+        Xid x = XaSupport.xid(1);
+        r.start(x, XAResource.TMNOFLAGS);
+        Connection h = c.getConnection();
+        XaSupport.insert(h, run, 1);
+        return new Held(r, x, h, XaSupport.backendPid(h));
+    }
+
     private Branch startBranch(AffinityXADataSource ds) throws Exception {
         XAConnection c = xa.connect(ds);
         String run = UUID.randomUUID().toString();
@@ -91,13 +103,12 @@ class XaLostSessionTest {
     void aHandleWhoseBranchDiedUnderAnotherThreadsXaCallFailsInsteadOfRunningOutsideIt() throws Exception {
         AffinityXADataSource ds = ds(XaSupport.node(1));
         XAConnection c = xa.connect(ds);
-        XAResource r = c.getXAResource();
         String run = UUID.randomUUID().toString();
-        Xid x = XaSupport.xid(1);
-        r.start(x, XAResource.TMNOFLAGS);
-        Connection h = c.getConnection();
-        XaSupport.insert(h, run, 1);
-        int pid = XaSupport.backendPid(h);
+        Held held = startHolding(c, run);
+        XAResource r = held.r();
+        Xid x = held.x();
+        Connection h = held.h();
+        int pid = held.pid();
         XaSupport.terminateBackend(1, pid);
         assertTrue(Pools.await(Duration.ofSeconds(10), () -> !backendAlive(pid)), "session " + pid + " ended");
         CompletableFuture.runAsync(() -> {
@@ -137,13 +148,11 @@ class XaLostSessionTest {
             String what = source == affinity ? "AffinityXADataSource" : "pgjdbc's PGXADataSource";
             XAConnection c = source == affinity ? xa.connect(affinity) : source.getXAConnection();
             try {
-                XAResource r = c.getXAResource();
                 String run = UUID.randomUUID().toString();
-                Xid x = XaSupport.xid(1);
-                r.start(x, XAResource.TMNOFLAGS);
-                Connection h = c.getConnection();
-                XaSupport.insert(h, run, 1);
-                int pid = XaSupport.backendPid(h);
+                Held held = startHolding(c, run);
+                XAResource r = held.r();
+                Xid x = held.x();
+                Connection h = held.h();
                 CompletableFuture.runAsync(() -> {
                     try {
                         r.end(x, XAResource.TMFAIL);
@@ -156,7 +165,7 @@ class XaLostSessionTest {
                 XaSupport.insert(h, run, 1);
                 assertTrue(h.getAutoCommit(), what + ": the handle is in local mode, autocommit");
                 assertEquals(1, XaSupport.rows(1, run), what + ": the statement after the branch committed on its own");
-                assertEquals(pid, XaSupport.backendPid(h), what + ": on the same, live session");
+                assertEquals(held.pid(), XaSupport.backendPid(h), what + ": on the same, live session");
                 h.close();
             } finally {
                 c.close();
