@@ -21,7 +21,13 @@ final class AsyncLog implements AutoCloseable {
     /** How long {@link #close()} lets the writer finish the records logged before it. */
     static final long CLOSE_WAIT_MILLIS = 1_000;
 
-    private static final Entry STOP = new Entry(null, Level.OFF, null, null);
+    private static final Entry STOP = new Entry(null, Level.OFF, null, null, null);
+    /**
+     * Whether {@link System.Logger}s go to java.util.logging (the JDK's own finder, no other installed). JUL infers a
+     * record's source class and method from the stack of the thread that publishes it, which here is the writer's
+     * loop: where JUL is the back end, the writer publishes through it with the caller's frame, taken at the call.
+     */
+    private static final boolean TO_JUL = toJul();
 
     private final System.Logger target;
     private final String owner;
@@ -37,13 +43,37 @@ final class AsyncLog implements AutoCloseable {
         final Level level;
         final String message;
         final Throwable thrown;
+        /** The code that logged the record; null where it is not needed (another back end). */
+        final StackWalker.StackFrame caller;
 
-        Entry(System.Logger target, Level level, String message, Throwable thrown) {
+        Entry(System.Logger target, Level level, String message, Throwable thrown, StackWalker.StackFrame caller) {
             this.target = target;
             this.level = level;
             this.message = message;
             this.thrown = thrown;
+            this.caller = caller;
         }
+    }
+
+    private static boolean toJul() {
+        try {
+            return System.LoggerFinder.getLoggerFinder().getClass().getName()
+                    .equals("sun.util.logging.internal.LoggingProviderImpl");
+        } catch (RuntimeException | LinkageError e) {
+            return false;
+        }
+    }
+
+    /** The first frame outside this class and System.Logger's default methods: who logged. */
+    private static StackWalker.StackFrame caller() {
+        if (!TO_JUL) {
+            return null;
+        }
+        String self = AsyncLog.class.getName();
+        return StackWalker.getInstance().walk(frames -> frames.filter(f -> {
+            String c = f.getClassName();
+            return !c.equals(self) && !c.startsWith(self + "$") && !c.equals("java.lang.System$Logger");
+        }).findFirst().orElse(null));
     }
 
     /**
@@ -70,14 +100,14 @@ final class AsyncLog implements AutoCloseable {
 
     private void enqueue(System.Logger to, Level level, String msg, Throwable thrown) {
         if (to.isLoggable(level)) {
-            offer(new Entry(to, level, msg, thrown));
+            offer(new Entry(to, level, msg, thrown, caller()));
         }
     }
 
     private void enqueueFormat(System.Logger to, Level level, String format, Object... params) {
         if (to.isLoggable(level)) {
             offer(new Entry(to, level, params == null || params.length == 0 ? format
-                    : MessageFormat.format(format, params), null));
+                    : MessageFormat.format(format, params), null, caller()));
         }
     }
 
@@ -135,7 +165,9 @@ final class AsyncLog implements AutoCloseable {
                 return;
             }
             try {
-                if (e.thrown != null) {
+                if (e.caller != null) {
+                    Jul.log(e);
+                } else if (e.thrown != null) {
                     e.target.log(e.level, e.message, e.thrown);
                 } else {
                     e.target.log(e.level, e.message);
@@ -143,6 +175,27 @@ final class AsyncLog implements AutoCloseable {
             } catch (RuntimeException failed) {
                 // A broken handler loses its own record, not the later ones.
             }
+        }
+    }
+
+    /** Publishes through java.util.logging with the caller's frame, as the JDK's System.Logger would on its thread. */
+    private static final class Jul {
+        static void log(Entry e) {
+            java.util.logging.Logger.getLogger(e.target.getName()).logp(level(e.level), e.caller.getClassName(),
+                    e.caller.getMethodName(), e.message, e.thrown);
+        }
+
+        /** The JDK's own mapping (LoggingProviderImpl). */
+        static java.util.logging.Level level(Level level) {
+            return switch (level) {
+                case ALL -> java.util.logging.Level.ALL;
+                case TRACE -> java.util.logging.Level.FINER;
+                case DEBUG -> java.util.logging.Level.FINE;
+                case INFO -> java.util.logging.Level.INFO;
+                case WARNING -> java.util.logging.Level.WARNING;
+                case ERROR -> java.util.logging.Level.SEVERE;
+                case OFF -> java.util.logging.Level.OFF;
+            };
         }
     }
 

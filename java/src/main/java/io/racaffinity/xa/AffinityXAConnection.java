@@ -685,7 +685,6 @@ public final class AffinityXAConnection implements XAConnection {
     final class Handle implements InvocationHandler {
         final List<Physical> used = new ArrayList<>(2);
         boolean closed;
-        /** The node whose hard Down aborted a session this handle used, or null. */
         /** Why every call of this handle fails from now on (its session died with a branch), or null. */
         String failure;
 

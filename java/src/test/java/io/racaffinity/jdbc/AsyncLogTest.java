@@ -63,6 +63,40 @@ class AsyncLogTest {
         }
     }
 
+    /**
+     * A record names the code that logged it, not the writer thread's loop: JUL infers a record's source from the
+     * stack of the thread that publishes it, and the upkeep's and the heartbeat's lines all read
+     * "io.racaffinity.jdbc.AsyncLog write" (the soak's Java client log, 92 lines), where they had named their caller.
+     */
+    @Test
+    void aRecordNamesTheCodeThatLoggedItNotTheWriterThread() throws Exception {
+        try (LogCapture log = new LogCapture()) {
+            AsyncLog async = new AsyncLog(LOG, "async-source", "racaffinity-log-source");
+            try {
+                logTwice(async.logger(LOG));
+                assertTrue(Pools.await(Duration.ofSeconds(10), () -> log.records().stream()
+                        .filter(r -> r.getMessage().startsWith("async-source:")).count() == 2), log.all());
+                for (var r : log.records()) {
+                    if (r.getMessage().startsWith("async-source:")) {
+                        assertEquals(AsyncLogTest.class.getName(), r.getSourceClassName(), r.getMessage());
+                        assertEquals("logTwice", r.getSourceMethodName(), r.getMessage());
+                    }
+                }
+                var failed = log.records().stream().filter(r -> r.getMessage().equals("async-source: failed"))
+                        .findFirst().orElseThrow();
+                assertEquals("boom", failed.getThrown().getMessage(), "the throwable goes with it");
+                assertEquals(Level.SEVERE, failed.getLevel());
+            } finally {
+                async.close();
+            }
+        }
+    }
+
+    private static void logTwice(System.Logger logger) {
+        logger.log(System.Logger.Level.INFO, "async-source: {0} here", "logged");
+        logger.log(System.Logger.Level.ERROR, "async-source: failed", new IllegalStateException("boom"));
+    }
+
     private static List<String> lines(LogCapture log) {
         return log.records().stream().map(r -> r.getMessage()).filter(m -> m.startsWith("async-log"))
                 .collect(Collectors.toList());
