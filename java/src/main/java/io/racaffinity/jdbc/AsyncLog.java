@@ -43,7 +43,7 @@ final class AsyncLog implements AutoCloseable {
         final Level level;
         final String message;
         final Throwable thrown;
-        /** The code that logged the record; null where it is not needed (another back end). */
+        /** The code that logged the record; null where its logger is not the JDK's own over JUL. */
         final StackWalker.StackFrame caller;
 
         Entry(System.Logger target, Level level, String message, Throwable thrown, StackWalker.StackFrame caller) {
@@ -64,11 +64,20 @@ final class AsyncLog implements AutoCloseable {
         }
     }
 
+    /**
+     * Whether {@code logger} is the JDK's own, over JUL: the records of any other (an application's back end, a
+     * test's capture) are its own to publish, and JUL would never hand them to it.
+     */
+    private static boolean overJul(System.Logger logger) {
+        if (!TO_JUL) {
+            return false;
+        }
+        String module = logger.getClass().getModule().getName();
+        return module != null && (module.equals("java.logging") || module.equals("java.base"));
+    }
+
     /** The first frame outside this class and System.Logger's default methods: who logged. */
     private static StackWalker.StackFrame caller() {
-        if (!TO_JUL) {
-            return null;
-        }
         String self = AsyncLog.class.getName();
         return StackWalker.getInstance().walk(frames -> frames.filter(f -> {
             String c = f.getClassName();
@@ -98,24 +107,26 @@ final class AsyncLog implements AutoCloseable {
         return new View(other);
     }
 
-    private void enqueue(System.Logger to, Level level, String msg, Throwable thrown) {
-        if (to.isLoggable(level)) {
-            offer(new Entry(to, level, msg, thrown, caller()));
-        }
-    }
-
-    private void enqueueFormat(System.Logger to, Level level, String format, Object... params) {
-        if (to.isLoggable(level)) {
-            offer(new Entry(to, level, params == null || params.length == 0 ? format
-                    : MessageFormat.format(format, params), null, caller()));
-        }
-    }
-
     private final class View implements System.Logger {
         private final System.Logger to;
+        private final boolean jul;
 
         View(System.Logger to) {
             this.to = to;
+            this.jul = overJul(to);
+        }
+
+        private void enqueue(Level level, String msg, Throwable thrown) {
+            if (to.isLoggable(level)) {
+                offer(new Entry(to, level, msg, thrown, jul ? caller() : null));
+            }
+        }
+
+        private void enqueueFormat(Level level, String format, Object... params) {
+            if (to.isLoggable(level)) {
+                offer(new Entry(to, level, params == null || params.length == 0 ? format
+                        : MessageFormat.format(format, params), null, jul ? caller() : null));
+            }
         }
 
         @Override
@@ -130,12 +141,12 @@ final class AsyncLog implements AutoCloseable {
 
         @Override
         public void log(Level level, ResourceBundle bundle, String msg, Throwable thrown) {
-            enqueue(to, level, msg, thrown);
+            enqueue(level, msg, thrown);
         }
 
         @Override
         public void log(Level level, ResourceBundle bundle, String format, Object... params) {
-            enqueueFormat(to, level, format, params);
+            enqueueFormat(level, format, params);
         }
     }
 

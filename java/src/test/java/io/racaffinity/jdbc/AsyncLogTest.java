@@ -92,6 +92,60 @@ class AsyncLogTest {
         }
     }
 
+    /**
+     * A {@link System.Logger} that is not the JDK's own (an application's back end, a test's capture) gets its
+     * records itself, with their level, message, parameters and throwable: the JUL path above is for the JDK's
+     * loggers only, and a record sent there instead would reach JUL's handlers and never its logger.
+     */
+    @Test
+    void aLoggerThatIsNotTheJdksOwnGetsItsRecordsItself() throws Exception {
+        Capturing capture = new Capturing();
+        try (LogCapture jul = new LogCapture()) {
+            AsyncLog async = new AsyncLog(capture, "async-own", "racaffinity-log-own");
+            try {
+                System.Logger logger = async.logger(capture);
+                logger.log(System.Logger.Level.INFO, "async-own: {0} here", "logged");
+                logger.log(System.Logger.Level.ERROR, "async-own: failed", new IllegalStateException("boom"));
+                logger.log(System.Logger.Level.DEBUG, "async-own: below the logger's level");
+                assertTrue(Pools.await(Duration.ofSeconds(10), () -> capture.records.size() == 2),
+                        "the logger's own records: " + capture.records + "; JUL got " + jul.all());
+                assertEquals(List.of("INFO async-own: logged here null", "ERROR async-own: failed boom"),
+                        List.copyOf(capture.records));
+                assertFalse(jul.records().stream().anyMatch(r -> r.getMessage().startsWith("async-own")),
+                        "none went to JUL: " + jul.all());
+            } finally {
+                async.close();
+            }
+        }
+    }
+
+    /** Keeps "LEVEL message throwable-message" of what it is given, at INFO and above. */
+    private static final class Capturing implements System.Logger {
+        final java.util.Queue<String> records = new java.util.concurrent.ConcurrentLinkedQueue<>();
+
+        @Override
+        public String getName() {
+            return "io.racaffinity.jdbc.AsyncLogTest.Capturing";
+        }
+
+        @Override
+        public boolean isLoggable(System.Logger.Level level) {
+            return level.getSeverity() >= System.Logger.Level.INFO.getSeverity();
+        }
+
+        @Override
+        public void log(System.Logger.Level level, java.util.ResourceBundle bundle, String msg, Throwable thrown) {
+            records.add(level + " " + msg + " " + (thrown == null ? null : thrown.getMessage()));
+        }
+
+        @Override
+        public void log(System.Logger.Level level, java.util.ResourceBundle bundle, String format,
+                Object... params) {
+            records.add(level + " " + (params == null || params.length == 0 ? format
+                    : java.text.MessageFormat.format(format, params)) + " null");
+        }
+    }
+
     private static void logTwice(System.Logger logger) {
         logger.log(System.Logger.Level.INFO, "async-source: {0} here", "logged");
         logger.log(System.Logger.Level.ERROR, "async-source: failed", new IllegalStateException("boom"));
