@@ -584,6 +584,9 @@ impl Cluster {
                 let kind = match self.revalidate(&e.node, e.scope)? {
                     None => RouteKind::Affinity,
                     Some((n, kind)) => {
+                        // The new node's session epoch: the old one's would
+                        // read as its withdrawal of affinity and release the pin.
+                        e.epoch = n.session_epoch();
                         e.node = n;
                         kind
                     }

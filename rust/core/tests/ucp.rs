@@ -162,3 +162,28 @@ fn a_thread_pin_on_a_draining_node_moves_when_the_drain_times_out_with_no_other_
     assert_eq!(moved.kind, RouteKind::Repinned);
     drop(pin);
 }
+
+#[test]
+fn a_session_context_moved_off_a_down_node_stays_pinned_on_its_new_node() {
+    let c = cluster("nodes = A, B\npolicy = round_robin");
+    let advise = |aff: &str| {
+        c.apply_event(&format!(
+            "VERSION=1.0 database=orcl service=svc {{ {{instance=A percent=50 flag=GOOD aff=TRUE}} \
+             {{instance=B percent=50 flag=GOOD aff={aff}}} }}"
+        ))
+        .unwrap();
+    };
+    // B withdrew affinity once and gave it back: its sessions' epoch moved on.
+    advise("FALSE");
+    advise("TRUE");
+    let key = c.new_context_key();
+    let a = c.node_by_name("A").unwrap().id();
+    let b = c.node_by_name("B").unwrap().id();
+    assert_eq!(c.pin_context_for(key, Scope::Session).unwrap().node, a);
+    c.set_node_state("A", NodeState::Down).unwrap();
+    let moved = c.pick_in(key).unwrap();
+    assert_eq!((moved.node, moved.kind), (b, RouteKind::Repinned));
+    // Nothing withdrew affinity since the move: the context is still pinned.
+    assert_eq!(c.context_pinned_node(key), Some(b), "the moved session context was released");
+    assert!(c.unpin_context(key), "the pin's level was lost");
+}
