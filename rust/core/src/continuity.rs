@@ -267,7 +267,9 @@ impl Cluster {
     /// connection on a node that is still up).
     fn other_usable(&self, failed: NodeId) -> Option<NodeId> {
         let topo = self.topo();
-        let usable = |n: &crate::node::Node| n.state() == NodeState::Up;
+        // A removed node keeps its id and its last state, but the cluster
+        // (and the host's pools) no longer have it.
+        let usable = |n: &crate::node::Node| n.state() == NodeState::Up && !n.is_removed();
         if let Ok((node, false)) = self.balanced_in(&topo, None, |n| n.id() != failed && usable(n)) {
             if node != failed && topo.node(node).is_some_and(|n| usable(n)) {
                 return Some(node);

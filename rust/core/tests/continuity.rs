@@ -117,3 +117,16 @@ fn the_decision_changes_nothing() {
     }
     assert_eq!((c.topology_fingerprint(), c.metrics().to_json()), before);
 }
+
+#[test]
+fn a_removed_node_is_never_where_a_replay_or_an_outcome_check_goes() {
+    let c = common::cluster(RAC);
+    let f = failure(&c, "A");
+    c.set_node_state("B", NodeState::Down).unwrap();
+    c.set_node_state("C", NodeState::Down).unwrap();
+    // The request failed on A, which the operator then took out of the cluster.
+    c.remove_node("A").unwrap();
+    assert_eq!(c.replay_step(&f).unwrap(), ReplayStep::GiveUp { refusal: ReplayRefusal::NoNode });
+    let lost = RequestFailure { commit_in_flight: true, ..f };
+    assert_eq!(c.replay_step(&lost).unwrap(), ReplayStep::GiveUp { refusal: ReplayRefusal::OutcomeUnknown });
+}
