@@ -158,6 +158,20 @@ impl Cluster {
         Ok(self.open_picked_lease(node))
     }
 
+    /// [`Cluster::open_lease`] of a node a routing call of this cluster just
+    /// returned (a pick, a request's route), for hosts that lease in a
+    /// second step: a removal in between still leaves a lease to close, as
+    /// a lease begun just before the removal would.
+    ///
+    /// # Errors
+    /// [`Error::UnknownNode`] for an id the cluster never had.
+    pub fn open_routed_lease(&self, node: NodeId) -> Result<LeaseToken> {
+        if self.topo().node(node).is_none() {
+            return Err(Error::UnknownNode(format!("#{}", node.0)));
+        }
+        Ok(self.open_picked_lease(node))
+    }
+
     /// [`Cluster::open_lease`] of a node the core itself just picked: a
     /// removal in between still leaves a lease to close, as a lease begun
     /// just before the removal would.

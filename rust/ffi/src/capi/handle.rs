@@ -212,7 +212,7 @@ fn invalid() -> Failure {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn cluster() -> Cluster {
@@ -220,7 +220,7 @@ mod tests {
     }
 
     /// The handle table is process-wide: these tests take turns with it.
-    fn serial() -> std::sync::MutexGuard<'static, ()> {
+    pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
         static SERIAL: Mutex<()> = Mutex::new(());
         SERIAL.lock().unwrap_or_else(|p| p.into_inner())
     }

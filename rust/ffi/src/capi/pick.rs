@@ -39,7 +39,7 @@ pub unsafe extern "C" fn racaffinity_cluster_pick(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| out.set(lease(cluster, c, c.pick()?.into())?))
+        handle::with(cluster, |c| out.set(routed_lease(cluster, c, c.pick()?.into())?))
     })
 }
 
@@ -74,7 +74,9 @@ pub unsafe extern "C" fn racaffinity_context_pick(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out") }?;
-        handle::with(cluster, |c| out.set(lease(cluster, c, c.pick_in(racaffinity_core::ContextKey(context))?.into())?))
+        handle::with(cluster, |c| {
+            out.set(routed_lease(cluster, c, c.pick_in(racaffinity_core::ContextKey(context))?.into())?)
+        })
     })
 }
 
@@ -137,6 +139,17 @@ pub(crate) fn lease(
     route: racaffinity_route,
 ) -> Result<racaffinity_lease, Failure> {
     Ok(tracked(h, route, c.open_lease(node_id(route.node))?))
+}
+
+/// [`lease`] of a node the call itself just routed to: a removal of that
+/// node since the route still leases it, rather than failing a pick that
+/// succeeded.
+pub(crate) fn routed_lease(
+    h: *const racaffinity_cluster,
+    c: &racaffinity_core::Cluster,
+    route: racaffinity_route,
+) -> Result<racaffinity_lease, Failure> {
+    Ok(tracked(h, route, c.open_routed_lease(node_id(route.node))?))
 }
 
 /// The C view of a lease the core opened: `racaffinity_lease_release` finds
@@ -286,4 +299,60 @@ pub unsafe extern "C" fn racaffinity_cluster_auto_pin(
         let out = unsafe { out_arg(out, "out") }?;
         handle::with(cluster, |c| out.set(c.config().thread.auto_pin))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::cluster::{
+        racaffinity_cluster_free, racaffinity_cluster_new, racaffinity_node_add, racaffinity_node_remove,
+    };
+    use crate::capi::result::racaffinity_result;
+
+    /// A pick races the removal of the node it picked: the removal may come
+    /// between the choice and the lease, as it may come just after the lease
+    /// began. Either way the pick succeeds with a lease to release.
+    #[test]
+    fn a_pick_that_races_the_removal_of_its_node_still_leases_it() {
+        let _turn = crate::capi::handle::tests::serial();
+        let mut c: *mut racaffinity_cluster = std::ptr::null_mut();
+        // SAFETY: the config is a NUL-terminated literal and `c` is writable.
+        let rc = unsafe { racaffinity_cluster_new(c"nodes = A, B\npolicy = round_robin".as_ptr(), &mut c) };
+        assert_eq!(rc, racaffinity_result::Ok);
+        let bits = c as usize;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churn = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let c = bits as *const racaffinity_cluster;
+                for _ in 0..20_000 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    // SAFETY: NUL-terminated literals; the id output may be NULL.
+                    unsafe {
+                        assert_eq!(racaffinity_node_remove(c, c"B".as_ptr()), racaffinity_result::Ok);
+                        let rc = racaffinity_node_add(c, c"B".as_ptr(), std::ptr::null(), 1, std::ptr::null_mut());
+                        assert_eq!(rc, racaffinity_result::Ok);
+                    }
+                }
+            })
+        };
+        let mut failed = None;
+        for _ in 0..200_000 {
+            let mut l = racaffinity_lease { node: 0, kind: racaffinity_route_kind::Balanced, owner: 0, token: 0 };
+            // SAFETY: `l` is writable and readable.
+            let rc = unsafe { racaffinity_cluster_pick(c, &mut l) };
+            if rc != racaffinity_result::Ok {
+                failed = Some(rc);
+                break;
+            }
+            // SAFETY: as above.
+            assert_eq!(unsafe { racaffinity_lease_release(c, &l, 2) }, racaffinity_result::Ok);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        churn.join().unwrap();
+        assert_eq!(racaffinity_cluster_free(c), racaffinity_result::Ok);
+        assert_eq!(failed, None, "a pick failed because the node it picked was removed meanwhile");
+    }
 }

@@ -7,7 +7,7 @@ use std::os::raw::c_char;
 
 use super::buffer::{bytes_arg, out_arg, str_arg};
 use super::handle::{self, racaffinity_cluster};
-use super::pick::lease;
+use super::pick::routed_lease;
 use super::result::{guard, racaffinity_result, Failure};
 use super::types::{racaffinity_lease, racaffinity_route};
 use crate::ops;
@@ -57,7 +57,7 @@ pub unsafe extern "C" fn racaffinity_request_pick(
     guard(|| {
         // SAFETY: per this function's contract.
         let (out, req) = unsafe { (out_arg(out, "out")?, request_arg(request)?) };
-        handle::with(cluster, |c| out.set(lease(cluster, c, c.route(&req)?.into())?))
+        handle::with(cluster, |c| out.set(routed_lease(cluster, c, c.route(&req)?.into())?))
     })
 }
 
