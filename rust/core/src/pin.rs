@@ -123,9 +123,12 @@ pub(crate) struct ContextEntry {
 
 impl ContextEntry {
     /// An `aff=FALSE` advisory since the pin released a session context.
+    /// A removal moves the node's session epoch too, but it breaks the pin
+    /// as a Down node does (strict refuses, soft moves), as for a session
+    /// entry.
     #[inline]
     fn revoked(&self) -> bool {
-        self.scope == Scope::Session && self.node.session_epoch() != self.epoch
+        self.scope == Scope::Session && self.node.session_epoch() != self.epoch && !self.node.is_removed()
     }
 }
 

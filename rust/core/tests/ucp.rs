@@ -187,3 +187,26 @@ fn a_session_context_moved_off_a_down_node_stays_pinned_on_its_new_node() {
     assert_eq!(c.context_pinned_node(key), Some(b), "the moved session context was released");
     assert!(c.unpin_context(key), "the pin's level was lost");
 }
+
+#[test]
+fn a_session_context_on_a_removed_node_is_refused_or_moved_not_released() {
+    // A removal breaks affinities as a Down node does; it is no withdrawal
+    // of affinity (aff=FALSE), which alone releases a session context.
+    let strict = cluster("nodes = A, B, C\nsession.strict = true\npolicy = round_robin");
+    let key = strict.new_context_key();
+    let placed = strict.pin_context_for(key, Scope::Session).unwrap();
+    strict.remove_node(&strict.node_name(placed.node).unwrap()).unwrap();
+    assert_eq!(
+        strict.pick_in(key).map(|r| r.node).map_err(|e| e.kind()),
+        Err(ErrorKind::StrictAffinity),
+        "the strict session context moved off its removed node"
+    );
+    let soft = cluster("nodes = A, B, C\npolicy = round_robin");
+    let key = soft.new_context_key();
+    let placed = soft.pin_context_for(key, Scope::Session).unwrap();
+    soft.remove_node(&soft.node_name(placed.node).unwrap()).unwrap();
+    let moved = soft.pick_in(key).unwrap();
+    assert_eq!(moved.kind, RouteKind::Repinned, "the soft session context was released, not moved");
+    assert_eq!(soft.context_pinned_node(key), Some(moved.node));
+    assert!(soft.unpin_context(key));
+}
