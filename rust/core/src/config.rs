@@ -504,6 +504,10 @@ impl Config {
 
     /// Checks bounds and cross-field rules; builders call it too.
     pub fn validate(&self) -> Result<()> {
+        // Metrics write the name unescaped, as a label and in JSON: the
+        // builder's name is held to the text format's rule.
+        validate_node_name(&self.name)
+            .map_err(|e| Error::config("name", e.to_string().replace("node name", "cluster name")))?;
         if self.nodes.is_empty() {
             // Every pick would fail, blaming down nodes and the panic policy.
             return Err(Error::config(

@@ -284,3 +284,17 @@ fn an_unknown_node_lists_the_known_names_within_a_bound() {
     assert!(text.len() < 400, "bounded: {} bytes: {text}", text.len());
     assert!(text.contains("NODE_WITH_A_LONG_NAME_0") && text.contains("more"), "{text}");
 }
+
+/// The cluster name labels every metric, in JSON and Prometheus text alike,
+/// written there unescaped: the builder refuses a name the text refuses.
+#[test]
+fn the_builder_refuses_a_cluster_name_the_text_format_refuses() {
+    let quoted = "orcl\",\"epoch\":0";
+    assert_eq!(Config::parse(&format!("name = {quoted}\nnodes = A")).unwrap_err().kind(), ErrorKind::Config);
+    let built = Cluster::builder().name(quoted).node(NodeSpec::new("A")).build();
+    assert_eq!(
+        built.as_ref().map(|c| c.metrics().to_json()).map_err(|e| e.kind()),
+        Err(ErrorKind::Config),
+        "a name that breaks the metrics was taken"
+    );
+}
