@@ -42,10 +42,13 @@ impl Pg {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// `n` nodes from `RACAFF_PG_BASE_PORT` when set, else `default_base_port`.
+    /// `n` nodes from `RACAFF_PG_BASE_PORT` + 50 when that is set, else from
+    /// `default_base_port`. Not from the variable itself: `make test-rust`
+    /// runs under `with-nodes`, whose nodes hold that base, and the test's
+    /// own nodes on the same ports failed to start ("already in use").
     pub fn start(default_base_port: u16, n: usize) -> Pg {
         let base_port = match std::env::var("RACAFF_PG_BASE_PORT") {
-            Ok(p) if !p.is_empty() => p.parse().expect("RACAFF_PG_BASE_PORT is a port"),
+            Ok(p) if !p.is_empty() => p.parse::<u16>().expect("RACAFF_PG_BASE_PORT is a port") + 50,
             _ => default_base_port,
         };
         let pg = Pg { base_port };
