@@ -275,6 +275,47 @@ async def test_the_loader_runs_at_open_and_after_an_ha_event_and_a_failing_one_k
 
 
 @pytest.mark.asyncio
+async def test_an_open_interrupted_in_its_first_map_load_closes_the_pools(pg, cluster_factory):
+    # The first map load runs in open(), once the node pools are open and
+    # connecting: an interrupt there (Ctrl-C; in asyncio a cancel, as a
+    # timeout around `async with` makes) must not leave them open, with no
+    # exit to close them and a second open() that would return at once
+    # without the upkeep.
+    app = "racaffinity-interrupted-open"
+    c = cluster_factory("data.partitions = 4", nodes=NAMES)
+
+    def connected() -> int:
+        return sum(server_conns(pg, node, app) for node in NAMES)
+
+    async def interrupted():
+        await wait_until_async(lambda: connected() == 3, 5)  # min_size=1 on each node
+        raise KeyboardInterrupt
+
+    made = []
+    with pytest.raises(KeyboardInterrupt):
+        made.append(new_pools(c, pg.dsn, partition_map_loader=interrupted, connect_kwargs={"application_name": app}))
+        async with made[0]:
+            pass
+    await wait_until_async(lambda: connected() == 0, 5)
+    if _ASYNC:
+        assert made[0].closed
+        with pytest.raises(psycopg_pool.PoolClosed):
+            await made[0].open()
+
+        async def stuck():
+            await wait_until_async(lambda: connected() == 3, 5)
+            await asyncio.sleep(60)
+
+        pools = new_pools(c, pg.dsn, partition_map_loader=stuck, connect_kwargs={"application_name": app})
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(2.0):
+                async with pools:
+                    pass
+        assert pools.closed
+        await wait_until_async(lambda: connected() == 0, 5)
+
+
+@pytest.mark.asyncio
 async def test_heartbeat_downs_a_killed_idle_node_and_stops_on_close(pg, cluster_factory, restart_after):
     c = cluster_factory("heartbeat.interval = 200ms\nheartbeat.misses = 3", nodes=NAMES)
     pools = new_pools(c, pg.dsn, heartbeat=True)

@@ -232,6 +232,23 @@ def test_the_loader_runs_at_open_and_after_an_ha_event_and_a_failing_one_keeps_t
         pm = c.metrics()['partition_map']
         assert pm['load_failures'] == 1 and 'map table unreachable' in pm['last_error'], pm
 
+def test_an_open_interrupted_in_its_first_map_load_closes_the_pools(pg, cluster_factory):
+    app = 'racaffinity-interrupted-open'
+    c = cluster_factory('data.partitions = 4', nodes=NAMES)
+
+    def connected() -> int:
+        return sum((server_conns(pg, node, app) for node in NAMES))
+
+    def interrupted():
+        wait_until(lambda: connected() == 3, 5)
+        raise KeyboardInterrupt
+    made = []
+    with pytest.raises(KeyboardInterrupt):
+        made.append(new_pools(c, pg.dsn, partition_map_loader=interrupted, connect_kwargs={'application_name': app}))
+        with made[0]:
+            pass
+    wait_until(lambda: connected() == 0, 5)
+
 def test_heartbeat_downs_a_killed_idle_node_and_stops_on_close(pg, cluster_factory, restart_after):
     c = cluster_factory('heartbeat.interval = 200ms\nheartbeat.misses = 3', nodes=NAMES)
     pools = new_pools(c, pg.dsn, heartbeat=True)

@@ -836,12 +836,9 @@ class AsyncNodePools(Base):
             self._by_id[node] = self._new_pool(node, min_size, False)
         LIVE_NODE_POOLS.add(self)
         if not _ASYNC:
-            # The sync pools are open once constructed (their API since 0.1).
-            try:
-                self.open()
-            except BaseException:
-                self.close()
-                raise
+            # The sync pools are open once constructed (their API since 0.1);
+            # a failed open() closes them.
+            self.open()
 
     def _new_pool(self, node: int, min_size: int, draining: bool) -> Any:
         """A node's pool, not opened yet."""
@@ -882,6 +879,16 @@ class AsyncNodePools(Base):
         if self._opened:
             return
         self._opened = True
+        # An open that fails part way (the first map load interrupted: a
+        # cancel, Ctrl-C) closes what it opened: `async with` runs no exit
+        # for a failed entry, and a second open() would return at once.
+        try:
+            await self._open()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _open(self) -> None:
         # The states the pools open under are the upkeep's first ones: a
         # change after this read is one it acts on.
         states = {node: self.cluster.node_state(node) for node, _pool in self.items()}

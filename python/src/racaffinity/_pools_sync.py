@@ -692,11 +692,7 @@ class NodePools(Base):
         for node in self._dsns:
             self._by_id[node] = self._new_pool(node, min_size, False)
         LIVE_NODE_POOLS.add(self)
-        try:
-            self.open()
-        except BaseException:
-            self.close()
-            raise
+        self.open()
 
     def _new_pool(self, node: int, min_size: int, draining: bool) -> Any:
         """A node's pool, not opened yet."""
@@ -726,6 +722,13 @@ class NodePools(Base):
         if self._opened:
             return
         self._opened = True
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self) -> None:
         states = {node: self.cluster.node_state(node) for node, _pool in self.items()}
         for node, state in states.items():
             if state.name != 'UP':
