@@ -995,6 +995,35 @@ async def test_a_stuck_heartbeat_probe_is_abandoned_and_the_next_one_connects_af
             os.kill(stuck, signal.SIGCONT)
 
 
+@pytest.mark.asyncio
+async def test_a_probe_that_connects_after_close_keeps_no_session(pg, cluster_factory, monkeypatch):
+    # A probe still connecting when the pools close (a slow node: its round
+    # gave up on it at probe_timeout) must not keep the session its connect
+    # makes afterwards: the close has closed the probes' connections by then.
+    c = cluster_factory("thread.auto_pin = false\nheartbeat.interval = 200ms", nodes=NAMES)
+    app = f"{APP}-{AsyncNodePools.__name__}-late-probe"
+    entered, release, ended = threading.Event(), AEvent(), threading.Event()
+    real = psycopg.AsyncConnection.__dict__["connect"].__func__
+
+    async def slow_connect(cls, *args, **kwargs):
+        if not (kwargs.get("autocommit") and args[0] == pg.dsn["RAC1"]) or entered.is_set():
+            return await real(cls, *args, **kwargs)
+        entered.set()  # RAC1's first probe: held until the pools are closed
+        try:
+            await await_event(release, 10)
+            return await real(cls, *args, **kwargs)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", classmethod(slow_connect))
+    pools = new_pools(c, pg.dsn, min_size=0, max_size=2, heartbeat=True, connect_kwargs={"application_name": app})
+    async with pools:
+        await wait_until_async(entered.is_set, 5)
+    release.set()
+    await wait_until_async(ended.is_set, 5)
+    await wait_until_async(lambda: server_conns(pg, "RAC1", app) == 0, 3)
+
+
 def _in_the_child(run: Any) -> str:
     """`run()`'s verdict, in a forked child."""
     if _ASYNC:

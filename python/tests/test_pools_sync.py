@@ -762,6 +762,29 @@ def test_a_stuck_heartbeat_probe_is_abandoned_and_the_next_one_connects_afresh(p
         finally:
             os.kill(stuck, signal.SIGCONT)
 
+def test_a_probe_that_connects_after_close_keeps_no_session(pg, cluster_factory, monkeypatch):
+    c = cluster_factory('thread.auto_pin = false\nheartbeat.interval = 200ms', nodes=NAMES)
+    app = f'{APP}-{NodePools.__name__}-late-probe'
+    entered, release, ended = (threading.Event(), Event(), threading.Event())
+    real = psycopg.Connection.__dict__['connect'].__func__
+
+    def slow_connect(cls, *args, **kwargs):
+        if not (kwargs.get('autocommit') and args[0] == pg.dsn['RAC1']) or entered.is_set():
+            return real(cls, *args, **kwargs)
+        entered.set()
+        try:
+            wait_event(release, 10)
+            return real(cls, *args, **kwargs)
+        finally:
+            ended.set()
+    monkeypatch.setattr(psycopg.Connection, 'connect', classmethod(slow_connect))
+    pools = new_pools(c, pg.dsn, min_size=0, max_size=2, heartbeat=True, connect_kwargs={'application_name': app})
+    with pools:
+        wait_until(entered.is_set, 5)
+    release.set()
+    wait_until(ended.is_set, 5)
+    wait_until(lambda: server_conns(pg, 'RAC1', app) == 0, 3)
+
 def _in_the_child(run: Any) -> str:
     """`run()`'s verdict, in a forked child."""
     return run()

@@ -1265,6 +1265,8 @@ class _AsyncHeartbeat:
         self._probes: Dict[int, Any] = {}
         self._results: Dict[int, bool] = {}
         self._conns: Dict[int, Any] = {}
+        # Set by `close_probes`: a probe that connects after it closes its own.
+        self._closed = False
         self._runner: Any = None
 
     def start(self) -> None:
@@ -1319,6 +1321,17 @@ class _AsyncHeartbeat:
                     self._results[node] = ok
                     return
                 self._conns[node] = conn
+                if self._closed:
+                    # The probes' connections were closed while this one
+                    # connected (a probe thread cannot be cancelled, and a
+                    # check_heartbeat round does not wait for a slow probe):
+                    # nobody else would close it. Stored, then the flag read,
+                    # as `close_probes` sets it, then reads the connections:
+                    # one of the two takes it.
+                    late = self._conns.pop(node, None)
+                    if late is not None:
+                        await late.close()
+                    return
             # Bounded: a query stuck on its session (a hung backend, while
             # the node answers new sessions) would hold the probe, and the
             # node Down, for good; shut down, the next probe connects afresh.
@@ -1363,12 +1376,15 @@ class _AsyncHeartbeat:
             pools._upkeep.poke()  # a node this round took Down or Up: act now
 
     async def close_probes(self) -> None:
-        for conn in list(self._conns.values()):
+        self._closed = True
+        for node in list(self._conns):
+            conn = self._conns.pop(node, None)
+            if conn is None:
+                continue
             try:
                 await conn.close()
             except Exception:
                 pass
-        self._conns.clear()
 
 
 class _AsyncUpkeep:

@@ -1038,6 +1038,7 @@ class _Heartbeat:
         self._probes: Dict[int, Any] = {}
         self._results: Dict[int, bool] = {}
         self._conns: Dict[int, Any] = {}
+        self._closed = False
         self._runner: Any = None
 
     def start(self) -> None:
@@ -1084,6 +1085,11 @@ class _Heartbeat:
                     self._results[node] = ok
                     return
                 self._conns[node] = conn
+                if self._closed:
+                    late = self._conns.pop(node, None)
+                    if late is not None:
+                        late.close()
+                    return
             with bounded(conn, self._pools.probe_timeout):
                 conn.execute('SELECT 1')
             ok = True
@@ -1123,12 +1129,15 @@ class _Heartbeat:
             pools._upkeep.poke()
 
     def close_probes(self) -> None:
-        for conn in list(self._conns.values()):
+        self._closed = True
+        for node in list(self._conns):
+            conn = self._conns.pop(node, None)
+            if conn is None:
+                continue
             try:
                 conn.close()
             except Exception:
                 pass
-        self._conns.clear()
 
 class _Upkeep:
     """The pools' upkeep: follows the node states the core reports and (1)
