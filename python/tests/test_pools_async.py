@@ -77,6 +77,39 @@ async def test_a_connection_class_of_the_callers_is_entered_by_the_borrow(pg, cl
 
 
 @pytest.mark.asyncio
+async def test_a_connection_class_whose_enter_fails_gives_the_connection_back(pg, cluster_factory):
+    # psycopg_pool's connection() gives the connection back when the
+    # connection's own context fails to enter: so must a borrow, with its
+    # lease (keyed, balanced and pinned borrows).
+    class Refusing(psycopg.AsyncConnection):
+        refuse = True
+
+        async def __aenter__(self):
+            if Refusing.refuse:
+                raise RuntimeError("refused on entry")
+            return await super().__aenter__()
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with new_pools(c, pg.dsn, max_size=1, timeout=1.0, connection_class=Refusing) as pools:
+        for _ in range(2):
+            for name in NAMES:
+                with pytest.raises(RuntimeError):
+                    async with pools.connection(key=key_on(c, name)):
+                        pass
+            with pytest.raises(RuntimeError):
+                async with pools.connection():
+                    pass
+            with c.pin():
+                with pytest.raises(RuntimeError):
+                    async with pools.connection():
+                        pass
+        assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 0
+        Refusing.refuse = False
+        for name in NAMES:  # max_size=1: served only if it came back
+            assert await port(pools, key=key_on(c, name)) == pg.port[name]
+
+
+@pytest.mark.asyncio
 async def test_balanced_connections_reach_every_node(pg, cluster_factory):
     async with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
         seen = Counter()

@@ -60,6 +60,34 @@ def test_a_connection_class_of_the_callers_is_entered_by_the_borrow(pg, cluster_
                     assert entered[-1] is conn
         assert len(entered) == 5
 
+def test_a_connection_class_whose_enter_fails_gives_the_connection_back(pg, cluster_factory):
+
+    class Refusing(psycopg.Connection):
+        refuse = True
+
+        def __enter__(self):
+            if Refusing.refuse:
+                raise RuntimeError('refused on entry')
+            return super().__enter__()
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    with new_pools(c, pg.dsn, max_size=1, timeout=1.0, connection_class=Refusing) as pools:
+        for _ in range(2):
+            for name in NAMES:
+                with pytest.raises(RuntimeError):
+                    with pools.connection(key=key_on(c, name)):
+                        pass
+            with pytest.raises(RuntimeError):
+                with pools.connection():
+                    pass
+            with c.pin():
+                with pytest.raises(RuntimeError):
+                    with pools.connection():
+                        pass
+        assert sum((n['in_flight'] for n in c.metrics()['nodes'])) == 0
+        Refusing.refuse = False
+        for name in NAMES:
+            assert port(pools, key=key_on(c, name)) == pg.port[name]
+
 def test_balanced_connections_reach_every_node(pg, cluster_factory):
     with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
         seen = Counter()

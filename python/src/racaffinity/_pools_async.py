@@ -291,7 +291,26 @@ class _AsyncConnection(PoolHostLease):
         self._buf, self._pool, self._conn = buf, pool, conn
         if conn._racaffinity_enter_is_self:
             return conn
-        return await conn.__aenter__()
+        try:
+            return await conn.__aenter__()
+        except BaseException as e:
+            await self._not_entered(e)
+            raise
+
+    async def _not_entered(self, e: BaseException) -> None:
+        """The connection's own context failed to enter with `e`: no exit
+        will run for this block, so the connection goes back now (as
+        psycopg_pool's `connection()` gives it back) and the lease ends."""
+        pool, conn, buf = self._pool, self._conn, self._buf
+        self._conn = None
+        conn._racaffinity_borrowed = False
+        failed = conn.broken and is_node_failure(e, pool)
+        if failed:
+            self._pools._node_failed(pool)
+        try:
+            await pool.putconn(conn)
+        finally:
+            self._end(buf, FAILED if failed else NEUTRAL)
 
     async def _reroute(self, e: BaseException, buf: Any, pool: Any, since: float) -> Tuple[Any, Any, Any]:
         """The checkout from `pool` (begun at `since`) failed with `e`: a
