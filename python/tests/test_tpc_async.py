@@ -5,6 +5,7 @@ tools/async_to_sync.py, so both APIs pass the same tests."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import logging
@@ -358,6 +359,48 @@ async def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_d
         assert [r.node_name for r in report.resolved] == ["RAC2"] or report.completed == [g]
         assert rows(pg)["RAC2"] == [(g, "b0")] and prepared_xacts(pg) == {n: [] for n in NAMES}
         assert live(c) == 0 and pools.in_doubt == {}
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_an_interrupt_during_a_failed_branchs_rollback_is_not_swallowed(pg, cluster_factory, tables, proxies):
+    # The body failed and its branch's ROLLBACK hangs (a blackholed node):
+    # a cancel (Ctrl-C) there ends the wait, and must reach the caller as
+    # itself, not turn into the body's error (a task that goes on running
+    # after its cancel; a Ctrl-C that an `except` of the body's error eats).
+    dsns = {n: proxies[n].dsn(pg.dsn[n]) for n in NAMES}
+    async with AsyncNodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=4, timeout=2.0) as pools:
+        c = pools.cluster
+        gtx = pools.global_transaction(gtrid_on(c, "RAC1", "interrupted"))
+
+        async def body():
+            async with gtx.branch() as conn:
+                await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (gtx.gtrid,))
+                proxies["RAC1"].blackhole()
+                raise ValueError("the body failed")
+
+        if _ASYNC:
+            task = asyncio.ensure_future(body())
+            await asyncio.sleep(1.0)  # in the branch's ROLLBACK
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        else:
+            def ctrl_c(*_):
+                raise KeyboardInterrupt
+
+            old = signal.signal(signal.SIGALRM, ctrl_c)
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 1.0)  # in the branch's ROLLBACK
+                with pytest.raises(KeyboardInterrupt):
+                    body()
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
+        proxies["RAC1"].heal()
+        assert [b.state for b in gtx.branches] == ["rolled back"]
+        wait_until(lambda: rows(pg)["RAC1"] == [], 10)  # its session ended: rolled back
+        assert live(c) == 0 and in_flight(c) == 0 and pools.in_doubt == {}
 
 
 @asynccontextmanager

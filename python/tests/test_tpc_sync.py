@@ -281,6 +281,34 @@ def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_doubt(p
         assert rows(pg)['RAC2'] == [(g, 'b0')] and prepared_xacts(pg) == {n: [] for n in NAMES}
         assert live(c) == 0 and pools.in_doubt == {}
 
+@pytest.mark.timeout(60)
+def test_an_interrupt_during_a_failed_branchs_rollback_is_not_swallowed(pg, cluster_factory, tables, proxies):
+    dsns = {n: proxies[n].dsn(pg.dsn[n]) for n in NAMES}
+    with NodePools(cluster_factory(nodes=NAMES), dsns, min_size=1, max_size=4, timeout=2.0) as pools:
+        c = pools.cluster
+        gtx = pools.global_transaction(gtrid_on(c, 'RAC1', 'interrupted'))
+
+        def body():
+            with gtx.branch() as conn:
+                conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (gtx.gtrid,))
+                proxies['RAC1'].blackhole()
+                raise ValueError('the body failed')
+
+        def ctrl_c(*_):
+            raise KeyboardInterrupt
+        old = signal.signal(signal.SIGALRM, ctrl_c)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 1.0)
+            with pytest.raises(KeyboardInterrupt):
+                body()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        proxies['RAC1'].heal()
+        assert [b.state for b in gtx.branches] == ['rolled back']
+        wait_until(lambda: rows(pg)['RAC1'] == [], 10)
+        assert live(c) == 0 and in_flight(c) == 0 and (pools.in_doubt == {})
+
 @contextmanager
 def _a_branch_on_rac1(pools, tag: str) -> Iterator[Tuple[Any, Any]]:
     """The hard-Down and drain tests' global transaction: one branch on

@@ -322,6 +322,11 @@ class AsyncGlobalTransaction:
         else:
             await self._release(b, cause, failed=False)
         self._end()
+        if own is not None and not isinstance(own, Exception):
+            # A cancel or Ctrl-C that ended the ROLLBACK's wait reaches the
+            # caller as itself, not as the body's error (a task that would
+            # go on after its cancel, a Ctrl-C an `except` of that eats).
+            raise own
 
     async def _release(self, b: Branch, cause: Optional[BaseException], since: Optional[float] = None,
                  failed: Optional[bool] = None) -> None:

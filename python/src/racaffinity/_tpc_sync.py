@@ -241,6 +241,8 @@ class GlobalTransaction:
         else:
             self._release(b, cause, failed=False)
         self._end()
+        if own is not None and (not isinstance(own, Exception)):
+            raise own
 
     def _release(self, b: Branch, cause: Optional[BaseException], since: Optional[float]=None, failed: Optional[bool]=None) -> None:
         """Returns the branch's connection (closed if unusable or still in a
