@@ -191,6 +191,8 @@ def test_heartbeat_defaults():
         ({"nodes": ["A=B"]}, ra.ConfigError),
         ({"nodes": ["A"], "heartbeat_interval": 0.0001}, ra.ConfigError),
         ({"nodes": ["A"], "heartbeat_interval": 0}, ra.ConfigError),
+        ({"nodes": ["A"], "heartbeat_interval": float("inf")}, ra.ConfigError),
+        ({"nodes": ["A"], "session_idle_ttl": float("inf")}, ra.ConfigError),
         ({"nodes": ["A"], "bogus": 1}, TypeError),
         ({"nodes": "A,B"}, TypeError),
         ({"nodes": ["A"], "transaction_strict": "yes"}, TypeError),

@@ -12,6 +12,7 @@ settings, node addresses) come from the core, which parsed them.
 from __future__ import annotations
 
 import datetime
+import math
 import re
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -83,7 +84,8 @@ def duration_text(kw: str, v: Any) -> str:
         raise TypeError(f"{kw}: expected seconds (int/float), a timedelta or a string like '200ms', "
                         f"got {type(v).__name__}")
     ms = seconds * 1000.0
-    if not (ms >= 0) or ms != ms or abs(ms - round(ms)) > 1e-6:
+    # Infinity first: round() of it raises OverflowError, not a config error.
+    if not (0 <= ms < math.inf) or abs(ms - round(ms)) > 1e-6:
         raise ConfigError(f"`{kw}`: {v!r} is not a whole number of milliseconds")
     return f"{int(round(ms))}ms"
 
