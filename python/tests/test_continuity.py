@@ -333,6 +333,50 @@ async def test_async_requests_replay_the_same_way(pg, cluster_factory, req_table
         assert sum(rows_of(pg, "ar").values()) == 1 and rows_of(pg, "ar")["RAC3"] == 0
 
 
+def test_a_request_used_after_its_failure_was_refused_says_its_connection_is_gone(pg, cluster_factory, req_table):
+    # The application caught the refused failure inside the block and went
+    # on: the request gave its connection back with the refusal, and the next
+    # statement, and the block's end, met None where it was (AttributeError).
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:  # replay=False
+        for more in (True, False):
+            with pytest.raises(psycopg.OperationalError, match="connection is gone") as info:
+                with pools.request(key=key_on(c, "RAC1")) as req:
+                    req.execute("INSERT INTO py_req VALUES (%s)", (f"g{more}",))
+                    terminate(pg, "RAC1", req.backend_pid)
+                    with pytest.raises(psycopg.OperationalError) as refused:
+                        req.execute("SELECT 1")
+                    assert refused.value.__cause__.refusal is R.NOT_REPLAYABLE
+                    with pytest.raises(psycopg.OperationalError, match="connection is gone"):
+                        req.backend_pid
+                    if more:
+                        req.execute("SELECT 2")
+            assert not isinstance(info.value.__cause__, ra.ReplayRefused)  # no recovery of its own
+            assert req.outcome is None and sum(rows_of(pg, f"g{more}").values()) == 0
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
+@pytest.mark.asyncio
+async def test_async_a_request_used_after_its_failure_was_refused_says_its_connection_is_gone(
+    pg, cluster_factory, req_table
+):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+        for more in (True, False):
+            with pytest.raises(psycopg.OperationalError, match="connection is gone"):
+                async with pools.request(key=key_on(c, "RAC1")) as req:
+                    await req.execute("INSERT INTO py_req VALUES (%s)", (f"ag{more}",))
+                    terminate(pg, "RAC1", req.backend_pid)
+                    with pytest.raises(psycopg.OperationalError):
+                        await req.execute("SELECT 1")
+                    if more:
+                        await req.execute("SELECT 2")
+            assert req.outcome is None and sum(rows_of(pg, f"ag{more}").values()) == 0
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
 def test_an_application_error_leaves_the_request_usable(pg, cluster_factory, req_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:

@@ -90,6 +90,46 @@ def test_a_request_killed_before_commit_is_replayed_once_elsewhere(pg, cluster_f
         engine.dispose()
 
 
+def test_a_request_used_after_its_failure_was_refused_says_its_connection_is_gone(pg, cluster_factory, sreq_table):
+    # The application caught the refused failure inside the block and went
+    # on: the request had closed its connection with the refusal, and the
+    # next statement, and the block's end, met None where it was
+    # (AttributeError).
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=1)  # replay off
+    try:
+        for more in (True, False):
+            with pytest.raises(sa.exc.ResourceClosedError, match="connection is gone"):
+                with request(engine, key=key_on(c, "RAC1")) as req:
+                    req.execute(INSERT, {"id": f"g{more}"})
+                    terminate(pg, "RAC1", req.backend_pid)
+                    with pytest.raises(sa.exc.DBAPIError) as refused:
+                        req.execute(COUNT, {"id": "x"})
+                    assert refused.value.__cause__.refusal is R.NOT_REPLAYABLE
+                    if more:
+                        req.execute(COUNT, {"id": "x"})
+            assert req.outcome is None and sum(rows_of(pg, f"g{more}").values()) == 0
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_engine_says_so_too(pg, cluster_factory, sreq_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_async_engine(c, urls(pg), pool_size=1, max_overflow=1)
+    try:
+        with pytest.raises(sa.exc.ResourceClosedError, match="connection is gone"):
+            async with request(engine, key=key_on(c, "RAC1")) as req:
+                await req.execute(INSERT, {"id": "ag"})
+                terminate(pg, "RAC1", req.backend_pid)
+                with pytest.raises(sa.exc.DBAPIError):
+                    await req.execute(COUNT, {"id": "x"})
+        assert req.outcome is None and sum(rows_of(pg, "ag").values()) == 0
+    finally:
+        await engine.dispose()
+
+
 def shows_the_driver_error(exc: BaseException) -> bool:
     """Whether the traceback of `exc` shows the driver's error (`.orig`) as
     an exception of its own, with its traceback, not only as the text that

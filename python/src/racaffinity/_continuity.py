@@ -264,6 +264,12 @@ AT_COMMIT = "at commit"  # its COMMIT
 AT_START = "at start"  # nothing: its start (a borrow, a checkout) failed before anything ran
 
 
+# What a request raises once a failure it did not replay gave its connection
+# back, if the application caught that failure in the block and went on
+# (as the driver's closed connection says so, with its driver's error).
+GONE = "this request's connection is gone: an earlier failure of the request was not replayed"
+
+
 class Recorder:
     """What a request records to replay it (each statement, in the
     binding's form, with the digest of what it answered) and the state its

@@ -29,7 +29,7 @@ from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
 from ._pools_base import FAILED, FORKED, LIVE_NODE_POOLS, NEUTRAL, OK, Base, connect_timeout
-from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
+from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, GONE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
 from ._continuity import Recorder, classify_sqlstate, controls_transaction, digest_sets, outcome_queries, recover
 from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
 from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
@@ -557,7 +557,6 @@ def _hand_out(cur: Any) -> Any:
 # What a request's statement leaves when its transaction goes on.
 _IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
-
 class _AsyncRequest(Recorder):
     """`async with pools.request() as req:` — one transaction whose
     statements (`await req.execute(query, params)`) are recorded; on a
@@ -591,7 +590,15 @@ class _AsyncRequest(Recorder):
     @property
     def backend_pid(self) -> int:
         """The server process of the request's connection now."""
-        return int(self._conn.info.backend_pid)
+        return int(self._connected().info.backend_pid)
+
+    def _connected(self) -> Any:
+        """The request's connection; the error psycopg gives for a closed
+        one once it is gone."""
+        conn = self._conn
+        if conn is None:
+            raise psycopg.OperationalError(GONE)
+        return conn
 
     @property
     def connection(self) -> Any:
@@ -624,9 +631,10 @@ class _AsyncRequest(Recorder):
 
     async def execute(self, query: Any, params: Any = None) -> Any:
         """Runs a statement in the request's transaction and records it."""
+        conn = self._connected()  # before the try: nothing to recover
         if self._replayable:
             params = _params_as_run(params)
-            text = _query_text(query, self._conn)
+            text = _query_text(query, conn)
             if text is None or controls_transaction(text):
                 # What ran before it may be committed (or rolled back), and
                 # the statement's own reply may be lost after it did: only
@@ -657,6 +665,7 @@ class _AsyncRequest(Recorder):
         if et is not None:
             await self._drop(ev)
             return
+        self._connected()  # nothing to commit, nor to recover
         try:
             await self._commit()
         except Exception as e:

@@ -65,6 +65,7 @@ from ._continuity import (  # noqa: E402
     COMMIT,
     DROP,
     FORCE,
+    GONE,
     REPLAY,
     RUN,
     XACT_QUERY,
@@ -1003,7 +1004,7 @@ class Request(Recorder):
     def backend_pid(self) -> Optional[int]:
         """The server process of the request's connection now (psycopg;
         None for a driver that does not tell)."""
-        info = getattr(_driver(self._conn), "info", None)
+        info = getattr(_driver(self._connected()), "info", None)
         pid = getattr(info, "backend_pid", None)
         return int(pid) if pid is not None else None
 
@@ -1014,6 +1015,14 @@ class Request(Recorder):
         asks for it is not replayed."""
         self._replayable = False
         return self._conn
+
+    def _connected(self) -> Any:
+        """The request's connection; the error SQLAlchemy gives for a
+        closed one once it is gone."""
+        conn = self._conn
+        if conn is None:
+            raise sa_exc.ResourceClosedError(GONE)
+        return conn
 
     def _checkout(self, node: Optional[int]) -> Any:
         token = _ROUTE.set((self._key, self._session, None) if node is None else (None, None, node))
@@ -1056,6 +1065,7 @@ class Request(Recorder):
         """`Connection.execute` in the request's transaction, recorded. The
         rows of a statement that returns rows are read ahead (the `Result`
         handed back is buffered)."""
+        self._connected()  # before the try: nothing to recover
         if self._replayable:
             parameters = _copy_params(parameters)
             if isinstance(statement, sqlalchemy.TextClause) and controls_transaction(statement.text):
@@ -1078,6 +1088,7 @@ class Request(Recorder):
         if et is not None:
             self._drop(ev)
             return
+        self._connected()  # nothing to commit, nor to recover
         try:
             self._commit()
         except Exception as e:
