@@ -407,7 +407,7 @@ impl Cluster {
                 return Ok(self.node_by_name(&spec.name)?.id());
             }
         }
-        let _g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = crate::fork::lock(&self.inner.topo_lock);
         self.add_node_locked(spec)
     }
 
@@ -437,7 +437,7 @@ impl Cluster {
         if let Some(old) = cur.by_id.iter().rev().find(|n| n.canonical_name() == canonical) {
             node.inherit_shared(old, self.inner.config.transaction.settle_ms);
         }
-        if let Some(wide) = *self.inner.wide_input.lock().unwrap_or_else(|p| p.into_inner()) {
+        if let Some(wide) = *crate::fork::lock(&self.inner.wide_input) {
             node.apply_shared(wide);
         }
         // Other processes may not have added it yet: strict placement waits
@@ -459,7 +459,7 @@ impl Cluster {
                 return Ok(node.id());
             }
         }
-        let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let g = crate::fork::lock(&self.inner.topo_lock);
         let id = self.remove_node_locked(name)?;
         self.settle_token_id(&g, crate::token::token_id_of(name))?;
         Ok(id)
@@ -483,7 +483,7 @@ impl Cluster {
     /// cluster changed.
     pub fn add_node_at(&self, spec: NodeSpec, version: u64) -> Result<bool> {
         spec.validate()?;
-        let mut g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = crate::fork::lock(&self.inner.topo_lock);
         let key = MemberKey::addition(&spec, version);
         let name = spec.name.to_ascii_uppercase();
         // What the input leaves out (an address, a machine, a zone) is the
@@ -522,14 +522,14 @@ impl Cluster {
             // holds it follows from the inputs in force, never from their
             // order, so the addition is kept rather than refused.
             g.insert(name.clone(), key);
-            self.inner.token_waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), spec.clone());
+            crate::fork::lock(&self.inner.token_waiting).insert(name.clone(), spec.clone());
             let moved = self.settle_token_id(&g, token_id)?;
             if self.inner.topo.load().find(&name).is_none() {
                 self.member_input_seen(&spec.name, Some(spec.weight))?;
             }
             return Ok(moved);
         }
-        self.inner.token_waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
+        crate::fork::lock(&self.inner.token_waiting).remove(&name);
         let id = self.add_node_locked(spec.clone())?;
         if let Some(n) = self.topo().node(id) {
             weigh(n);
@@ -548,7 +548,7 @@ impl Cluster {
     /// token, in any order. Returns whether the live node changed. Called
     /// with the membership lock held (`g`).
     fn settle_token_id(&self, g: &std::collections::HashMap<String, MemberKey>, token_id: u32) -> Result<bool> {
-        let mut waiting = self.inner.token_waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waiting = crate::fork::lock(&self.inner.token_waiting);
         waiting.retain(|name, _| g.get(name).is_some_and(|k| !k.removed));
         let rank = |name: &str| g.get(name).filter(|k| !k.removed).map(|k| (k.version, name.to_owned()));
         let Some((next, spec)) = waiting
@@ -600,7 +600,7 @@ impl Cluster {
     /// cluster (a feed record's revision); `None` when no versioned input
     /// has it (configured, never in a record) or the last one removed it.
     pub(crate) fn member_version(&self, name: &str) -> Option<u64> {
-        let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let g = crate::fork::lock(&self.inner.topo_lock);
         g.get(&name.to_ascii_uppercase()).filter(|k| !k.removed).map(|k| k.version)
     }
 
@@ -609,12 +609,12 @@ impl Cluster {
     /// The weight of the membership input that has `name` in this cluster
     /// (`node/<NAME> present weight=…`), if a versioned one does.
     pub(crate) fn member_weight(&self, name: &str) -> Option<u32> {
-        let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let g = crate::fork::lock(&self.inner.topo_lock);
         g.get(&name.to_ascii_uppercase()).filter(|k| !k.removed).map(|k| k.weight)
     }
 
     pub(crate) fn member_removal_version(&self, name: &str) -> Option<u64> {
-        let g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let g = crate::fork::lock(&self.inner.topo_lock);
         g.get(&name.to_ascii_uppercase()).filter(|k| k.removed).map(|k| k.version)
     }
 
@@ -623,7 +623,7 @@ impl Cluster {
     /// way) is remembered, so that addition changes nothing when it comes.
     pub fn remove_node_at(&self, name: &str, version: u64) -> Result<bool> {
         crate::node::validate_node_name(name)?;
-        let mut g = self.inner.topo_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = crate::fork::lock(&self.inner.topo_lock);
         let key = MemberKey::removal(version);
         let canonical = name.to_ascii_uppercase();
         if g.get(&canonical).is_some_and(|k| *k >= key) {

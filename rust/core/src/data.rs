@@ -349,7 +349,7 @@ impl Cluster {
             // placement weighs it for the settle time like a replaced map.
             let stale = PartitionMap { entries, epoch: 0, source: source.into(), key: Some(key) };
             let now = self.clock().now_ms();
-            let mut replaced = self.inner.data.replaced.lock().unwrap_or_else(|p| p.into_inner());
+            let mut replaced = crate::fork::lock(&self.inner.data.replaced);
             self.remember_replaced(&mut replaced, now, Arc::new(stale));
         }
         Ok(applied)
@@ -382,7 +382,7 @@ impl Cluster {
         let entry = current.entry(partition);
         let by_name = |name: &str| topo.find(name).cloned();
         {
-            let mut replaced = d.replaced.lock().unwrap_or_else(|p| p.into_inner());
+            let mut replaced = crate::fork::lock(&d.replaced);
             replaced.retain(|(at, _)| now.saturating_sub(*at) < settle);
             if replaced.iter().any(|(_, m)| m.entry(partition) != entry) {
                 let named = entry
@@ -466,14 +466,14 @@ impl Cluster {
             }
             text.truncate(end);
         }
-        *d.last_load_error.lock().unwrap_or_else(|p| p.into_inner()) = text;
+        *crate::fork::lock(&d.last_load_error) = text;
         Ok(())
     }
 
     /// Failed loads so far and the last one's message.
     pub(crate) fn partition_map_load_failures(&self) -> (u64, Option<String>) {
         let d = &self.inner.data;
-        let last = d.last_load_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let last = crate::fork::lock(&d.last_load_error).clone();
         (d.load_failures.load(Ordering::Relaxed), (!last.is_empty()).then_some(last))
     }
 
@@ -509,7 +509,7 @@ impl Cluster {
         let d = &self.inner.data;
         // Serialised by `replaced`'s lock, so the map recorded as replaced is
         // the one the new map was made from.
-        let mut replaced = d.replaced.lock().unwrap_or_else(|p| p.into_inner());
+        let mut replaced = crate::fork::lock(&d.replaced);
         let old = d.explicit.load_full();
         let mut next = PartitionMap::clone(&old);
         let Some(source) = f(&mut next) else {

@@ -99,7 +99,7 @@ impl Cluster {
                 // About every node, so about a node added later too.
                 let until = drain_deadline(self.clock(), drain_ms, ev.instant());
                 let input = SharedInput { to, version: v, drain_ms, drain_until: until };
-                let mut wide = self.inner.wide_input.lock().unwrap_or_else(|p| p.into_inner());
+                let mut wide = crate::fork::lock(&self.inner.wide_input);
                 *wide = Some(SharedInput::max(*wide, input));
             }
         }

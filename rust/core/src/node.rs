@@ -647,7 +647,7 @@ impl Node {
     }
 
     fn place(&self) -> Arc<Place> {
-        self.place.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        crate::fork::lock(&self.place).clone()
     }
 
     /// Its `host:port`, if any: as configured or added, or as the newest
@@ -681,7 +681,7 @@ impl Node {
     /// than the one it was added by). Returns whether any changed.
     pub(crate) fn set_place(&self, spec: &NodeSpec, local: &LocalConfig) -> bool {
         let (place, locality) = Place::of(spec, local);
-        let mut g = self.place.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = crate::fork::lock(&self.place);
         if **g == place {
             return false;
         }
@@ -781,7 +781,7 @@ impl Node {
     /// spanned is kept: other processes may still rank by any of them.
     /// Returns whether it applied.
     pub(crate) fn set_weight(&self, w: u32, version: Option<u64>, settle_ms: u64) -> bool {
-        let mut win = self.weight_window.lock().unwrap_or_else(|p| p.into_inner());
+        let mut win = crate::fork::lock(&self.weight_window);
         let old = self.widen_weight_window(&mut win, w, settle_ms);
         if let Some(v) = version {
             if win.key.is_some_and(|k| k >= (v, w)) {
@@ -799,7 +799,7 @@ impl Node {
     /// A shared input that carries weight `w` and changes nothing here (a
     /// stale addition of this node): it still widens the weight window.
     pub(crate) fn weight_input_seen(&self, w: u32, settle_ms: u64) {
-        let mut win = self.weight_window.lock().unwrap_or_else(|p| p.into_inner());
+        let mut win = crate::fork::lock(&self.weight_window);
         self.widen_weight_window(&mut win, w, settle_ms);
     }
 
@@ -821,7 +821,7 @@ impl Node {
     /// one once it has held for `settle_ms`, else every weight since the
     /// node's weight last held that long.
     pub(crate) fn weight_range(&self, settle_ms: u64) -> (u32, u32) {
-        let win = *self.weight_window.lock().unwrap_or_else(|p| p.into_inner());
+        let win = *crate::fork::lock(&self.weight_window);
         let w = self.weight();
         if win.changed_ms == 0 || self.clock.0.now_ms().saturating_sub(win.changed_ms) >= settle_ms {
             (w, w)
@@ -942,7 +942,7 @@ impl Node {
     /// Milliseconds since the node's last shared change that can move a
     /// placement: taking or refusing new work, membership, weight.
     pub(crate) fn new_work_changed_ago_ms(&self) -> u64 {
-        let weight_at = self.weight_window.lock().unwrap_or_else(|p| p.into_inner()).changed_ms;
+        let weight_at = crate::fork::lock(&self.weight_window).changed_ms;
         let since = self.new_work_since.load(Ordering::Acquire).max(weight_at);
         if since == 0 {
             u64::MAX
@@ -1051,8 +1051,8 @@ impl Node {
         self.misses.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Layers, Breaker)> {
-        self.health.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> crate::fork::Gated<'_, (Layers, Breaker)> {
+        crate::fork::lock(&self.health)
     }
 
     /// Publishes the effective state of `layers`; counts a change of state.
@@ -1183,7 +1183,7 @@ impl Node {
         if let Some(input) = old.shared_input() {
             self.apply_shared(input);
         }
-        let key = old.weight_window.lock().unwrap_or_else(|p| p.into_inner()).key;
+        let key = crate::fork::lock(&old.weight_window).key;
         if let Some((version, w)) = key {
             self.set_weight(w, Some(version), settle_ms);
         }

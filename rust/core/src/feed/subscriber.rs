@@ -148,7 +148,7 @@ fn spawn(r: &Restart, ready: Option<mpsc::Sender<()>>) -> bool {
     match std::thread::Builder::new().name("racaffinity-feed".into()).spawn(move || worker.run()) {
         Ok(_) => true,
         Err(e) => {
-            *r.health.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("no thread: {e}"));
+            *crate::fork::lock(&r.health.last_error) = Some(format!("no thread: {e}"));
             false
         }
     }
@@ -206,8 +206,8 @@ impl Subscription {
             refused: h.refused.load(Ordering::Relaxed),
             reconnects: h.reconnects.load(Ordering::Relaxed),
             full_reads: h.full_reads.load(Ordering::Relaxed),
-            last_error: if connected { None } else { h.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone() },
-            last_refused: h.last_refused.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            last_error: if connected { None } else { crate::fork::lock(&h.last_error).clone() },
+            last_refused: crate::fork::lock(&h.last_refused).clone(),
         }
     }
 
@@ -332,7 +332,7 @@ impl Worker {
 
     fn failed(&mut self, error: String) {
         self.health.connected.store(false, Ordering::Release);
-        *self.health.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+        *crate::fork::lock(&self.health.last_error) = Some(error);
         // The first attempt failed: start with the local view.
         if let Some(r) = self.ready.take() {
             let _ = r.send(());
@@ -494,7 +494,7 @@ impl Worker {
         self.health.refused.fetch_add(1, Ordering::Relaxed);
         // The refusal repeats the record, which may be 256 KiB: every
         // metrics snapshot carries it.
-        *self.health.last_refused.lock().unwrap_or_else(|p| p.into_inner()) =
+        *crate::fork::lock(&self.health.last_refused) =
             Some(format!("revision {}: {}", kv.mod_revision, super::etcd::excerpt(&e.to_string())));
     }
 
