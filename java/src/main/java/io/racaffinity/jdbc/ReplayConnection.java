@@ -33,6 +33,7 @@ import java.sql.ResultSet;
 import java.sql.RowId;
 import java.sql.SQLXML;
 import java.sql.SQLException;
+import java.sql.SQLNonTransientConnectionException;
 import java.sql.Statement;
 import java.sql.Struct;
 import java.util.ArrayList;
@@ -195,6 +196,13 @@ final class ReplayConnection {
         String name = method.getName();
         int argc = args == null ? 0 : args.length;
         if (id == 0) {
+            if (closed && !name.equals("close") && !name.equals("isClosed") && !name.equals("isValid")
+                    && !name.equals("unwrap") && !name.equals("isWrapperFor")) {
+                // Closed by the application, an abort or a refusal: the node connection's own answer
+                // would be a driver's or pool's (HikariCP's has no SQLState, pgjdbc's 08003 reads as a
+                // lost connection), and a rollback() would go on on a new connection nothing closes.
+                throw new SQLNonTransientConnectionException("the connection is closed", "08003");
+            }
             switch (name) {
                 case "close":
                     close();

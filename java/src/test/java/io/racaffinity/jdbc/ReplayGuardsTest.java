@@ -218,6 +218,49 @@ class ReplayGuardsTest {
         assertEquals(1, total(rowsOf("next")));
     }
 
+    /**
+     * Unpooled nodes: pgjdbc's closed connection answers 08003 (HikariCP's, no SQLState), which the
+     * core calls recoverable; a rollback must not take it for a lost connection to go on from.
+     */
+    @Test
+    void aRollbackAfterARefusalFailsAndTakesNoConnection() throws Exception {
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig("name = guard-refused-rollback; " + ReplayFixture.NODES);
+        Map<String, String> urls = new java.util.LinkedHashMap<>();
+        for (int i = 1; i <= 3; i++) {
+            urls.put(NAMES.get(i - 1), PgNodes.url(i));
+        }
+        ds.setNodeUrls(urls);
+        ds.setUser("postgres");
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        ds.setReplay(true);
+        try (ds) {
+            Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+            try (c) {
+                c.setAutoCommit(false);
+                c.getMetaData(); // not replayable from now on
+                insert(c, "refused");
+                endOpenTransactions(1);
+                try {
+                    insert(c, "refused-b");
+                    fail("replayed although the request used getMetaData");
+                } catch (SQLException refused) {
+                    assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(refused), String.valueOf(refused));
+                    // The application's usual catch: roll back, then close (try-with-resources).
+                    SQLException e = assertThrows(SQLException.class, c::rollback, "a rollback of a closed connection");
+                    assertEquals("08003", e.getSQLState(), String.valueOf(e));
+                }
+                assertTrue(c.isClosed());
+            }
+            SQLException e = assertThrows(SQLException.class, c::getAutoCommit, "a call on a closed connection");
+            assertEquals("08003", e.getSQLState(), String.valueOf(e));
+            ds.getCluster().nodeMetrics().forEach(m -> assertEquals(0, m.inFlight(),
+                    m.name() + ": no connection left open after close"));
+        }
+        assertEquals(0, total(rowsOf("refused")));
+    }
+
     // ---- 3, 4. what a replay compares -----------------------------------------------------------
 
     /** A request on node 1 reads a value with {@code read}, its backend ends, and it must not be replayed elsewhere. */
