@@ -928,6 +928,11 @@ final class ReplayConnection {
 
     /** After a COMMIT found committed: a connection routed anew, set up as the session was. */
     private void reattach(int node) throws SQLException {
+        if (closed) {
+            // Aborted meanwhile (abort() takes no lock): nothing goes on, and close() would never
+            // give a new connection back.
+            return;
+        }
         AffinityConnection fresh = owner.connectForReplay(node, user, password);
         try {
             rerun(fresh);
@@ -937,6 +942,14 @@ final class ReplayConnection {
         } catch (SQLException e) {
             fresh.close();
             throw e;
+        }
+        if (closed) {
+            // An abort that came as it was set up may have ended the old connection, not this one.
+            try {
+                fresh.close();
+            } catch (SQLException e) {
+                // closed either way
+            }
         }
     }
 

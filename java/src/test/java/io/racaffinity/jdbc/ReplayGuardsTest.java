@@ -34,6 +34,8 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -259,6 +261,42 @@ class ReplayGuardsTest {
                     m.name() + ": no connection left open after close"));
         }
         assertEquals(0, total(rowsOf("refused")));
+    }
+
+    @Test
+    void aCommitFoundCommittedAfterAnAbortTakesNoConnection() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = throughProxy(proxy, c -> {});
+            AffinityDataSource ds = ds("guard-aborted-commit", true);
+            Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+            c.setAutoCommit(false);
+            insert(c, "aborted-commit");
+            Hold held = proxy.holdNextCommitReply();
+            CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
+                try {
+                    c.commit();
+                    return null;
+                } catch (SQLException e) {
+                    return e;
+                }
+            });
+            assertTrue(held.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+            c.abort(Runnable::run); // a watchdog ends the request whose COMMIT hangs
+            held.release();
+            SQLException e = committing.get(60, TimeUnit.SECONDS);
+            assertEquals(null, e, "found committed, as it did: " + e);
+            assertTrue(c.isClosed());
+            c.close();
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("aborted-commit"));
+            for (String name : NAMES) {
+                HikariDataSource h = pools.get(name);
+                assertTrue(Pools.await(Duration.ofSeconds(5),
+                        () -> h.getHikariPoolMXBean().getActiveConnections() == 0),
+                        name + ": no connection left checked out: active "
+                                + h.getHikariPoolMXBean().getActiveConnections());
+            }
+            ds.getCluster().nodeMetrics().forEach(m -> assertEquals(0, m.inFlight(), m.name() + ": leases released"));
+        }
     }
 
     // ---- 3, 4. what a replay compares -----------------------------------------------------------
