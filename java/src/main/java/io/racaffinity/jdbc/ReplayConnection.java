@@ -181,6 +181,10 @@ final class ReplayConnection {
                 }
             }
             if (id == 0 && method.getName().equals("abort")) {
+                if (args[0] == null) {
+                    // Refused before the connection counts as closed: close() would then skip it.
+                    throw new SQLException("abort: executor is null", "HY009");
+                }
                 // From another thread, to end a call that hangs: it must not wait for that call.
                 owner.closed = true;
                 owner.current.abort((java.util.concurrent.Executor) args[0]);

@@ -299,6 +299,24 @@ class ReplayGuardsTest {
         }
     }
 
+    @Test
+    void anAbortWithoutAnExecutorIsRefusedAndTheConnectionStillClosesFully() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-abort-null", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            SQLException e = assertThrows(SQLException.class, () -> c.abort(null), "a null executor is refused (JDBC)");
+            assertEquals("HY009", e.getSQLState(), String.valueOf(e));
+            assertEquals(0, count(c, "%"), "a refused abort leaves the connection as it was");
+        }
+        for (String name : NAMES) {
+            HikariDataSource h = pools.get(name);
+            assertTrue(Pools.await(Duration.ofSeconds(5), () -> h.getHikariPoolMXBean().getActiveConnections() == 0),
+                    name + ": the connection went back at close: active "
+                            + h.getHikariPoolMXBean().getActiveConnections());
+        }
+        ds.getCluster().nodeMetrics().forEach(m -> assertEquals(0, m.inFlight(), m.name() + ": leases released"));
+    }
+
     // ---- 3, 4. what a replay compares -----------------------------------------------------------
 
     /** A request on node 1 reads a value with {@code read}, its backend ends, and it must not be replayed elsewhere. */
