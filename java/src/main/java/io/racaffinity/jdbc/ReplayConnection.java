@@ -290,6 +290,11 @@ final class ReplayConnection {
             }
             notReplayable(name);
         }
+        if (readOnce(args)) {
+            // A stream or reader parameter is read as it is sent: a replay would send what is left
+            // of it, nothing.
+            notReplayable(name + " (a stream parameter)");
+        }
         boolean execute = name.startsWith("execute");
         String sql = sqlText(id, name, args);
         TransactionControl control = sql == null ? TransactionControl.NONE : transactionControl(sql);
@@ -358,9 +363,46 @@ final class ReplayConnection {
         }
     }
 
+    /** Whether an argument is a stream or reader, which a driver reads once. */
+    private static boolean readOnce(Object[] args) {
+        if (args != null) {
+            for (Object a : args) {
+                if (a instanceof InputStream || a instanceof Reader) {
+                    return true;
+                }
+            }
+        }
+        return false;
+    }
+
+    /**
+     * The arguments as the call got them: the application may reuse a buffer, an array or a date
+     * once the call returned, and a replay must send what was sent then.
+     */
+    private static Object[] kept(Object[] args) {
+        if (args == null) {
+            return null;
+        }
+        Object[] kept = args.clone();
+        for (int i = 0; i < kept.length; i++) {
+            Object a = kept[i];
+            if (a instanceof java.util.Date d) {
+                kept[i] = d.clone();
+            } else if (a instanceof java.util.Calendar c) {
+                kept[i] = c.clone();
+            } else if (a != null && a.getClass().isArray()) {
+                int n = java.lang.reflect.Array.getLength(a);
+                Object copy = java.lang.reflect.Array.newInstance(a.getClass().getComponentType(), n);
+                System.arraycopy(a, 0, copy, 0, n);
+                kept[i] = copy;
+            }
+        }
+        return kept;
+    }
+
     /** Records a call that answered {@code result}; returns what the application gets. */
     private Object record(int id, Method method, Object[] args, Object result) {
-        Object[] kept = args == null ? null : args.clone();
+        Object[] kept = kept(args);
         Class<?> rt = method.getReturnType();
         if (method.getName().equals("unwrap")) {
             // The driver's own object, asked for by its class (the request is not replayable).

@@ -383,6 +383,75 @@ class ReplayGuardsTest {
                 "binary stream");
     }
 
+    /** The bytes of {@code java_bin} row {@code id} on whichever node has it, or null if none. */
+    private static byte[] binOf(String id) throws SQLException {
+        byte[] found = null;
+        for (int i = 1; i <= 3; i++) {
+            try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    java.sql.PreparedStatement s = c.prepareStatement("SELECT b FROM java_bin WHERE id = ?")) {
+                s.setString(1, id);
+                try (ResultSet rs = s.executeQuery()) {
+                    if (rs.next()) {
+                        assertEquals(null, found, id + " committed on two nodes");
+                        found = rs.getBytes(1);
+                    }
+                }
+            }
+        }
+        return found;
+    }
+
+    @Test
+    void aReplaySendsTheBytesTheApplicationSentNotWhatItsBufferHoldsNow() throws Exception {
+        onEveryNode("DROP TABLE IF EXISTS java_bin", "CREATE TABLE java_bin (id text PRIMARY KEY, b bytea)");
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-buffer", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+                java.sql.PreparedStatement s = c.prepareStatement("INSERT INTO java_bin VALUES (?, ?)")) {
+            c.setAutoCommit(false);
+            byte[] buffer = new byte[4];
+            for (int i = 1; i <= 2; i++) {
+                java.util.Arrays.fill(buffer, (byte) i); // the application's one buffer, reused
+                s.setString(1, "buf" + i);
+                s.setBytes(2, buffer);
+                assertEquals(1, s.executeUpdate());
+            }
+            endOpenTransactions(1);
+            insert(c, "buf-after"); // replayed elsewhere
+            c.commit();
+        }
+        assertEquals(1, ds.getReplayCounts().replayed(), String.valueOf(ds.getReplayCounts()));
+        assertEquals(java.util.Arrays.toString(new byte[] {1, 1, 1, 1}), java.util.Arrays.toString(binOf("buf1")),
+                "the first row as the application sent it");
+        assertEquals(java.util.Arrays.toString(new byte[] {2, 2, 2, 2}), java.util.Arrays.toString(binOf("buf2")));
+    }
+
+    @Test
+    void aStreamSentAsAParameterMakesTheRequestNotReplayable() throws Exception {
+        onEveryNode("DROP TABLE IF EXISTS java_bin", "CREATE TABLE java_bin (id text PRIMARY KEY, b bytea)");
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-stream-param", true);
+        SQLException refused = null;
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+                java.sql.PreparedStatement s = c.prepareStatement("INSERT INTO java_bin VALUES (?, ?)")) {
+            c.setAutoCommit(false);
+            s.setString(1, "stream1");
+            s.setBinaryStream(2, new java.io.ByteArrayInputStream(new byte[] {7, 7, 7}));
+            assertEquals(1, s.executeUpdate());
+            endOpenTransactions(1);
+            try {
+                insert(c, "stream-after");
+                c.commit();
+            } catch (SQLException e) {
+                refused = e;
+            }
+        }
+        byte[] sent = binOf("stream1");
+        assertEquals(null, sent == null ? null : "committed " + java.util.Arrays.toString(sent),
+                "a stream is read once: its row was replayed without its bytes");
+        assertEquals(Refusal.NOT_REPLAYABLE, refused == null ? null : refusalOf(refused), String.valueOf(refused));
+    }
+
     // ---- 5, 10. nothing escapes the proxies -------------------------------------------------------
 
     @Test
