@@ -274,6 +274,18 @@ final class ReplayConnection {
             if (name.equals("rollback") || name.equals("prepareCall")) {
                 notReplayable(name);
             }
+        } else if (closed) {
+            // Closed with their connection (JDBC), whose node connection is gone or given back: the
+            // driver's 08003 would read as a lost connection, and a statement in auto-commit mode
+            // as one whose outcome is unknown.
+            switch (name) {
+                case "isClosed":
+                    return true;
+                case "close":
+                    return null;
+                default:
+                    throw new SQLNonTransientConnectionException("the connection is closed", "08003");
+            }
         } else if (argc == 0 && name.equals("getStatement") && creators.get(id) > 0
                 && !resultSets.get(creators.get(id))) {
             // The statement the application ran it on, not another proxy of the driver's (the

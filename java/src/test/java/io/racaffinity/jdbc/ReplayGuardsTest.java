@@ -220,14 +220,10 @@ class ReplayGuardsTest {
         assertEquals(1, total(rowsOf("next")));
     }
 
-    /**
-     * Unpooled nodes: pgjdbc's closed connection answers 08003 (HikariCP's, no SQLState), which the
-     * core calls recoverable; a rollback must not take it for a lost connection to go on from.
-     */
-    @Test
-    void aRollbackAfterARefusalFailsAndTakesNoConnection() throws Exception {
+    /** A replaying data source of {@link ReplayFixture#NODES} over unpooled connections to the three nodes. */
+    private static AffinityDataSource unpooled(String name) {
         AffinityDataSource ds = new AffinityDataSource();
-        ds.setConfig("name = guard-refused-rollback; " + ReplayFixture.NODES);
+        ds.setConfig("name = " + name + "; " + ReplayFixture.NODES);
         Map<String, String> urls = new java.util.LinkedHashMap<>();
         for (int i = 1; i <= 3; i++) {
             urls.put(NAMES.get(i - 1), PgNodes.url(i));
@@ -237,7 +233,16 @@ class ReplayGuardsTest {
         ds.setHeartbeatIntervalMillis(0);
         ds.setRegisterMBean(false);
         ds.setReplay(true);
-        try (ds) {
+        return ds;
+    }
+
+    /**
+     * Unpooled nodes: pgjdbc's closed connection answers 08003 (HikariCP's, no SQLState), which the
+     * core calls recoverable; a rollback must not take it for a lost connection to go on from.
+     */
+    @Test
+    void aRollbackAfterARefusalFailsAndTakesNoConnection() throws Exception {
+        try (AffinityDataSource ds = unpooled("guard-refused-rollback")) {
             Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
             try (c) {
                 c.setAutoCommit(false);
@@ -261,6 +266,23 @@ class ReplayGuardsTest {
                     m.name() + ": no connection left open after close"));
         }
         assertEquals(0, total(rowsOf("refused")));
+    }
+
+    @Test
+    void aStatementOfAClosedConnectionIsClosedAndBeginsNoRecovery() throws Exception {
+        try (AffinityDataSource ds = unpooled("guard-closed-statement")) {
+            Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+            Statement s = c.createStatement();
+            c.close();
+            assertTrue(s.isClosed(), "closed with its connection (JDBC)");
+            SQLException e = assertThrows(SQLException.class,
+                    () -> s.executeUpdate("INSERT INTO java_req VALUES ('after-close')"));
+            assertEquals("08003", e.getSQLState(), String.valueOf(e));
+            assertEquals(null, refusalOf(e), "a call on a closed connection is no failure to recover from: " + e);
+            assertEquals(0, ds.getReplayCounts().refusedTotal(), String.valueOf(ds.getReplayCounts()));
+            s.close();
+        }
+        assertEquals(0, total(rowsOf("after-close")));
     }
 
     @Test
