@@ -325,7 +325,7 @@ final class PoolMaintenance implements AutoCloseable {
 
     private boolean loadAndApply(String why) {
         Map<Integer, String> map = null;
-        Exception failure = null;
+        Throwable failure = null;
         // The application's code runs outside this monitor: poke() (FAN events)
         // and close() take it and must not wait for a loader stuck on the network.
         try {
@@ -333,7 +333,9 @@ final class PoolMaintenance implements AutoCloseable {
             if (map == null) {
                 failure = new IllegalStateException("the loader returned no map");
             }
-        } catch (Exception e) {
+        } catch (Exception | LinkageError | AssertionError e) {
+            // A class the application's loader cannot load, or its assertion, fails this load only:
+            // thrown on, it would end the upkeep thread, and with it drains and Down aborts.
             failure = e;
         }
         synchronized (this) {

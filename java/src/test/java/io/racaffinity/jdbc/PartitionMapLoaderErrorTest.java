@@ -58,6 +58,39 @@ class PartitionMapLoaderErrorTest {
         }
     }
 
+    @Test
+    void aLoaderThatThrowsAnErrorFailsOneLoadNotThePoolUpkeep() throws Exception {
+        Map<String, DataSource> nodes = new LinkedHashMap<>();
+        nodes.put("RAC1", unused("RAC1"));
+        nodes.put("RAC2", unused("RAC2"));
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig("name = loader-error; nodes = RAC1, RAC2; data.partitions = 4");
+        ds.setNodeDataSources(nodes);
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        ds.setPoolMaintenanceMillis(20);
+        ds.setPartitionMapReloadMillis(50);
+        java.util.concurrent.atomic.AtomicInteger calls = new java.util.concurrent.atomic.AtomicInteger();
+        ds.setPartitionMapLoader(() -> {
+            if (calls.incrementAndGet() == 2) {
+                // The application's loader needs a class its deployment lacks.
+                throw new NoClassDefFoundError("com/example/PartitionDao");
+            }
+            return Map.of(0, "RAC1");
+        });
+        try (LogCapture log = new LogCapture(); ds) {
+            ds.init();
+            assertTrue(Pools.await(Duration.ofSeconds(10), () -> calls.get() >= 3),
+                    "the periodic loads went on after the failed one: " + calls.get() + " load(s)");
+            assertEquals(1, ds.getPartitionMapLoadFailures(), "counted as a failed load");
+            assertTrue(Pools.await(Duration.ofSeconds(10), () -> warnings(log).stream()
+                    .anyMatch(r -> r.getMessage().contains("PartitionDao"))), log.all());
+            long rounds = ds.upkeepRounds();
+            assertTrue(Pools.await(Duration.ofSeconds(10), () -> ds.upkeepRounds() > rounds + 2),
+                    "the pool upkeep goes on");
+        }
+    }
+
     private static List<LogRecord> warnings(LogCapture log) {
         return log.records().stream()
                 .filter(r -> r.getLevel().equals(Level.WARNING) && r.getMessage().contains("partition map load"))
