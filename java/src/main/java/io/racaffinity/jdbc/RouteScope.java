@@ -68,8 +68,14 @@ public final class RouteScope implements AutoCloseable {
 
     /** @return the calling thread's decision (route or refusal) for {@code cluster}, or null */
     static RouteScope current(Cluster cluster) {
-        RouteScope s = CURRENT.get();
-        return s != null && s.cluster == cluster ? s : null;
+        // The innermost of this cluster's: a scope of another cluster opened inside it (a second
+        // AffinityFilter, for another database) does not end its decision. Only open scopes are chained.
+        for (RouteScope s = CURRENT.get(); s != null; s = s.previous) {
+            if (s.cluster == cluster) {
+                return s;
+            }
+        }
+        return null;
     }
 
     /** Ends the scope. */

@@ -3,9 +3,11 @@ package io.racaffinity.jdbc;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 
 import io.racaffinity.Cluster;
 import io.racaffinity.Route;
+import io.racaffinity.StrictAffinityException;
 import java.nio.charset.StandardCharsets;
 import org.junit.jupiter.api.Test;
 
@@ -52,6 +54,34 @@ class ScopeNestingTest {
             inner.close();
             RouteScope left = RouteScope.current(cluster);
             assertNull(left, () -> "route scope left on the thread: " + left.route());
+        }
+    }
+
+    /**
+     * Two AffinityFilters, one per cluster (two databases), nest their route scopes: the inner one's
+     * cluster must not hide the outer one's decision, here a strict refusal.
+     */
+    @Test
+    void aRouteScopeHoldsInsideAnotherClustersScope() throws Exception {
+        java.util.Map<String, javax.sql.DataSource> nodes = new java.util.LinkedHashMap<>();
+        nodes.put("A", PartitionMapLoaderErrorTest.unused("A"));
+        nodes.put("B", PartitionMapLoaderErrorTest.unused("B"));
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig("name = scopes-outer; nodes = A, B");
+        ds.setNodeDataSources(nodes);
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        try (ds; Cluster other = Cluster.fromConfig("name = scopes-inner; nodes = C, D")) {
+            Cluster cluster = ds.getCluster();
+            StrictAffinityException refusal = new StrictAffinityException("the session's node A is down (strict)");
+            try (RouteScope outer = AffinityDataSource.withRequestRefusal(cluster, refusal);
+                    RouteScope inner = AffinityDataSource.withRequestRoute(other, other.route())) {
+                assertSame(outer, RouteScope.current(cluster), "the outer cluster's decision");
+                assertSame(inner, RouteScope.current(other));
+                java.sql.SQLException e = assertThrows(java.sql.SQLException.class, ds::getConnection,
+                        "refused as the request was");
+                assertSame(refusal, e.getCause(), String.valueOf(e));
+            }
         }
     }
 
