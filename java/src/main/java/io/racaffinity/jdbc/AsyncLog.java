@@ -170,7 +170,12 @@ final class AsyncLog implements AutoCloseable {
             }
             long n = dropped.getAndSet(0);
             if (n > 0) {
-                target.log(Level.WARNING, owner + ": " + n + " log record(s) dropped: the log handler did not keep up");
+                try {
+                    target.log(Level.WARNING, owner + ": " + n
+                            + " log record(s) dropped: the log handler did not keep up");
+                } catch (RuntimeException failed) {
+                    // As below: a handler that fails here must not end the writer.
+                }
             }
             if (e == STOP) {
                 return;

@@ -119,6 +119,80 @@ class AsyncLogTest {
         }
     }
 
+    /**
+     * A handler that stalls (the queue fills, records are dropped), then fails once (a broken pipe it
+     * then reopens): the record it failed is lost, the writer goes on. Its first call after the stall
+     * is the drop count's line.
+     */
+    @Test
+    void aHandlerThatFailsOnTheDropCountLosesThatLineOnly() throws Exception {
+        StallsThenFailsOnce target = new StallsThenFailsOnce();
+        AsyncLog async = new AsyncLog(target, "async-fail", "racaffinity-log-fail");
+        try {
+            System.Logger logger = async.logger(target);
+            logger.log(System.Logger.Level.INFO, "async-fail: first");
+            assertTrue(target.stalled.await(10, TimeUnit.SECONDS), "the writer publishes the first record");
+            for (int i = 0; i < AsyncLog.CAPACITY + 3; i++) {
+                logger.log(System.Logger.Level.INFO, "async-fail: line " + i);
+            }
+            assertEquals(3, async.dropped());
+            target.release.countDown();
+            assertTrue(Pools.await(Duration.ofSeconds(10), () -> target.records.size() == 1 + AsyncLog.CAPACITY),
+                    "the first and the queued lines: " + target.records.size() + " written, the failed one "
+                            + target.failed);
+            assertEquals("async-fail: line " + (AsyncLog.CAPACITY - 1),
+                    List.copyOf(target.records).get(AsyncLog.CAPACITY));
+        } finally {
+            target.release.countDown();
+            async.close();
+        }
+    }
+
+    private static final class StallsThenFailsOnce implements System.Logger {
+        final java.util.Queue<String> records = new java.util.concurrent.ConcurrentLinkedQueue<>();
+        final java.util.concurrent.CountDownLatch stalled = new java.util.concurrent.CountDownLatch(1);
+        final java.util.concurrent.CountDownLatch release = new java.util.concurrent.CountDownLatch(1);
+        volatile String failed;
+        private int calls;
+
+        @Override
+        public String getName() {
+            return "io.racaffinity.jdbc.AsyncLogTest.StallsThenFailsOnce";
+        }
+
+        @Override
+        public boolean isLoggable(System.Logger.Level level) {
+            return true;
+        }
+
+        @Override
+        public void log(System.Logger.Level level, java.util.ResourceBundle bundle, String msg, Throwable thrown) {
+            handle(msg);
+        }
+
+        @Override
+        public void log(System.Logger.Level level, java.util.ResourceBundle bundle, String format,
+                Object... params) {
+            handle(format);
+        }
+
+        private void handle(String msg) {
+            int call = ++calls; // the writer's thread only
+            if (call == 1) {
+                stalled.countDown();
+                try {
+                    release.await(30, TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            } else if (call == 2) {
+                failed = msg;
+                throw new IllegalStateException("the handler's stream broke");
+            }
+            records.add(msg);
+        }
+    }
+
     /** Keeps "LEVEL message throwable-message" of what it is given, at INFO and above. */
     private static final class Capturing implements System.Logger {
         final java.util.Queue<String> records = new java.util.concurrent.ConcurrentLinkedQueue<>();
