@@ -319,3 +319,83 @@ def test_a_borrow_on_a_node_up_again_while_its_down_is_handled_is_served(pg, mak
     finally:
         opened.set()
     wait_until(lambda: pools.node_pool("RAC1") is not old, 5)
+
+
+class _Conn:
+    """What a hard Down looks at on a pool's connection."""
+
+    _racaffinity_borrowed = False
+    _racaffinity_checking = False
+
+    def merge_hits(self) -> None:
+        pass
+
+
+def _members_listed_while_another_thread_adds(listed) -> list:
+    """Calls `listed(weak_set)` 20,000 times while another thread adds to
+    the set (as psycopg_pool's workers add the connections they make, and
+    threads that pin add their pins); returns the errors raised."""
+    import weakref
+
+    ws: "weakref.WeakSet[_Conn]" = weakref.WeakSet()
+    keep = [_Conn() for _ in range(50)]
+    for k in keep:
+        ws.add(k)
+    stop = threading.Event()
+
+    def add() -> None:
+        while not stop.is_set():
+            c = _Conn()
+            ws.add(c)
+            keep.append(c)
+            if len(keep) > 60:
+                keep.pop(0)
+
+    t = threading.Thread(target=add)
+    t.start()
+    errors = []
+    try:
+        for _ in range(20_000):
+            try:
+                listed(ws)
+            except RuntimeError as e:
+                errors.append(e)
+    finally:
+        stop.set()
+        t.join()
+    return errors
+
+
+def test_a_hard_down_lists_a_pools_connections_while_a_worker_adds_one():
+    # A hard Down walks each retired pool's connections on the upkeep thread
+    # while the pool's workers may add a new one: iterating a WeakSet that
+    # grows raised "Set changed size during iteration", and the Down then
+    # neither aborted the borrowed connections nor retired the pool.
+    import types
+
+    from racaffinity import _pools_sync
+
+    def listed(ws):
+        p = types.SimpleNamespace(_racaffinity_conns=ws)
+        _pools_sync._in_use([p])
+        _pools_sync._abort_in_use([p])
+
+    errors = _members_listed_while_another_thread_adds(listed)
+    assert errors == [], f"{len(errors)} of 20000: {errors[0]!r}"
+
+
+def test_metrics_merge_the_pins_hits_while_other_threads_pin():
+    # Cluster.metrics() merges the hits of the pins other threads may be
+    # caching at that moment (an exporter thread beside request threads).
+    c = ra.Cluster("nodes = A, B")
+    try:
+
+        def listed(ws):
+            c._cached_pins = ws
+            c._merge_host_hits()
+
+        errors = _members_listed_while_another_thread_adds(listed)
+    finally:
+        c._cached_pins = __import__("weakref").WeakSet()
+        c.close()
+    assert errors == [], f"{len(errors)} of 20000: {errors[0]!r}"

@@ -43,6 +43,7 @@ from ._scopes import PinScope, SessionScope, Transaction, _Pin
 from ._scopes import context_call as _context_call
 from ._scopes import slot as _slot
 from ._token import SessionRouting, TokenRoute
+from ._weak import members
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._continuity import ReplayStep, RequestFailure
@@ -528,7 +529,7 @@ class Cluster:
         self._cached_pins.add(pin)
 
     def _merge_host_hits(self) -> None:
-        for pin in list(self._cached_pins):
+        for pin in members(self._cached_pins):
             pin.merge_hits()
 
     def lease(self, node: Union[int, str]) -> Lease:

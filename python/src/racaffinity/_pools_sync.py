@@ -26,6 +26,7 @@ from ._deadline import bounded, shut_down
 from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
+from ._weak import members
 from ._pools_base import FAILED, FORKED, LIVE_NODE_POOLS, NEUTRAL, OK, Base, connect_timeout
 from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, GONE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
 from ._continuity import Recorder, classify_sqlstate, controls_transaction, digest_sets, outcome_queries, recover
@@ -1011,14 +1012,14 @@ def _abort_in_use(pools: abc.Iterable[Any]) -> None:
     `pools`: their next call fails at once instead of waiting on a dead or
     hung node."""
     for p in pools:
-        for conn in list(p._racaffinity_conns):
+        for conn in members(p._racaffinity_conns):
             if conn._racaffinity_borrowed or conn._racaffinity_checking:
                 shut_down(conn)
 
 def _in_use(pools: abc.Iterable[Any]) -> List[Any]:
     """The retired `pools` with a connection borrowed, or under its checkout
     check, now."""
-    return [p for p in pools if any((conn._racaffinity_borrowed or conn._racaffinity_checking for conn in list(p._racaffinity_conns)))]
+    return [p for p in pools if any((conn._racaffinity_borrowed or conn._racaffinity_checking for conn in members(p._racaffinity_conns)))]
 RETIRE_TIMEOUT = 1.0
 
 def _close_retired(pool: Any) -> None:
