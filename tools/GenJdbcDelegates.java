@@ -120,7 +120,7 @@ public class GenJdbcDelegates {
             sb.append("            ").append(body).append('\n');
             for (String x : thrown) {
                 sb.append("        } catch (").append(x).append(" e) {\n");
-                sb.append("            throw failed(e);\n");
+                sb.append("            throw ").append(x.equals("SQLException") ? "failedCall(e)" : "failed(e)").append(";\n");
             }
             sb.append("        }\n");
         }

@@ -148,6 +148,19 @@ public final class AffinityConnection implements Connection {
     }
 
     /**
+     * {@link #failed}, for a call that may fail as one on a closed connection: HikariCP's closed proxy throws
+     * "Connection is closed" with no SQLState, where pgjdbc (an unpooled node) and the replay connection say 08003,
+     * which an application's handler sorts by.
+     */
+    SQLException failedCall(SQLException e) {
+        failed(e);
+        if (e.getSQLState() == null && (state & CLOSED) != 0) {
+            return new SQLNonTransientConnectionException("the connection is closed", "08003", e);
+        }
+        return e;
+    }
+
+    /**
      * Marks the connection closed.
      *
      * @return -1 if it was closed already, else whether the caller releases the lease (no failure did)
@@ -365,7 +378,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.clearWarnings();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -374,7 +387,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.commit();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -383,7 +396,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.createArrayOf(a0, a1);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -392,7 +405,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.createBlob();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -401,7 +414,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.createClob();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -410,7 +423,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.createNClob();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -419,7 +432,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.createSQLXML();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -428,7 +441,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, Statement.class, delegate.createStatement());
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -437,7 +450,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, Statement.class, delegate.createStatement(a0, a1));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -446,7 +459,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, Statement.class, delegate.createStatement(a0, a1, a2));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -455,7 +468,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.createStruct(a0, a1);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -464,7 +477,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.getAutoCommit();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -473,7 +486,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.getCatalog();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -482,7 +495,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.getClientInfo();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -491,7 +504,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.getClientInfo(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -500,7 +513,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.getHoldability();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -509,7 +522,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, DatabaseMetaData.class, delegate.getMetaData());
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -518,7 +531,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.getNetworkTimeout();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -527,7 +540,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.getSchema();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -536,7 +549,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.getTransactionIsolation();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -545,7 +558,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.getTypeMap();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -554,7 +567,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.getWarnings();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -563,7 +576,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.isReadOnly();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -572,7 +585,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.isValid(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -581,7 +594,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.nativeSQL(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -590,7 +603,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, CallableStatement.class, delegate.prepareCall(a0));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -599,7 +612,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, CallableStatement.class, delegate.prepareCall(a0, a1, a2));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -608,7 +621,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, CallableStatement.class, delegate.prepareCall(a0, a1, a2, a3));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -617,7 +630,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -626,7 +639,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0, a1));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -635,7 +648,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0, a1));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -644,7 +657,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0, a1, a2));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -653,7 +666,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0, a1, a2, a3));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -662,7 +675,7 @@ public final class AffinityConnection implements Connection {
         try {
             return JdbcWrappers.wrap(this, PreparedStatement.class, delegate.prepareStatement(a0, a1));
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -671,7 +684,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.releaseSavepoint(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -680,7 +693,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.rollback();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -689,7 +702,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.rollback(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -698,7 +711,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.setAutoCommit(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -707,7 +720,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.setCatalog(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -734,7 +747,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.setHoldability(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -743,7 +756,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.setNetworkTimeout(a0, a1);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -752,7 +765,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.setReadOnly(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -761,7 +774,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.setSavepoint();
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -770,7 +783,7 @@ public final class AffinityConnection implements Connection {
         try {
             return delegate.setSavepoint(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -779,7 +792,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.setSchema(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -788,7 +801,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.setTransactionIsolation(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 
@@ -797,7 +810,7 @@ public final class AffinityConnection implements Connection {
         try {
             delegate.setTypeMap(a0);
         } catch (SQLException e) {
-            throw failed(e);
+            throw failedCall(e);
         }
     }
 }

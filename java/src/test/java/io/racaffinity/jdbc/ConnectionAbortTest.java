@@ -103,6 +103,28 @@ class ConnectionAbortTest {
         }
     }
 
+    /**
+     * A call on a closed connection says so with SQLState 08003, as pgjdbc (an unpooled node) and the replay
+     * connection do: HikariCP's closed proxy throws "Connection is closed" with no SQLState, which an application's
+     * handler that sorts errors by SQLState could not place.
+     */
+    @Test
+    void aCallOnAClosedConnectionIs08003() throws Exception {
+        try (Pools pools = onePool()) {
+            AffinityDataSource ds = pools.affinity("name = closedcall; nodes = A");
+            Connection c = ds.getConnection();
+            c.close();
+            SQLException autoCommit = assertThrows(SQLException.class, c::getAutoCommit);
+            assertEquals("08003", autoCommit.getSQLState(), autoCommit.toString());
+            SQLException statement = assertThrows(SQLException.class, c::createStatement);
+            assertEquals("08003", statement.getSQLState(), statement.toString());
+            SQLException commit = assertThrows(SQLException.class, c::commit);
+            assertEquals("08003", commit.getSQLState(), commit.toString());
+            assertEquals(0, metrics(ds.getCluster()).inFlight(), "nothing in flight, no node failure counted");
+            assertEquals(0, metrics(ds.getCluster()).failures());
+        }
+    }
+
     @Test
     void abortOfAClosedConnectionIsANoOp() throws Exception {
         try (Pools pools = onePool()) {
