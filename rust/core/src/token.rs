@@ -88,11 +88,8 @@ fn check_session_id(sid: &str) -> Result<()> {
         return Err(Error::InvalidArgument(format!("session id must be 1..={MAX_KEY_BYTES} bytes, got {}", sid.len())));
     }
     // RFC 6265 cookie-octets: the token must survive as a cookie value.
-    if let Some(c) = sid.bytes().find(|&b| !(0x21..=0x7e).contains(&b) || matches!(b, b'"' | b',' | b';' | b'\\')) {
-        return Err(Error::InvalidArgument(format!(
-            "session id contains {:?}, which a cookie cannot carry",
-            char::from(c)
-        )));
+    if let Some(c) = sid.chars().find(|&c| !('\x21'..='\x7e').contains(&c) || matches!(c, '"' | ',' | ';' | '\\')) {
+        return Err(Error::InvalidArgument(format!("session id contains {c:?}, which a cookie cannot carry")));
     }
     Ok(())
 }

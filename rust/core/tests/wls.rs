@@ -104,6 +104,9 @@ fn malformed_and_foreign_tokens_are_typed_errors_and_unknown_nodes_count_as_down
     assert_eq!(r.route.kind, RouteKind::Repinned);
     assert_eq!(r.token.unwrap(), c.session_token("sid").unwrap());
     assert!(c.session_token("with space").is_err());
+    // The refusal names the character, not the first byte of its UTF-8.
+    let e = c.session_token("caf\u{e9}").unwrap_err();
+    assert!(e.to_string().contains("'\u{e9}'"), "{e}");
 }
 
 const ZONES: &str = "nodes = Z1a, Z1b, Z2a, Z2b\nnode.Z1a.zone = z1\nnode.Z1b.zone = z1\nnode.Z2a.zone = z2\n\
