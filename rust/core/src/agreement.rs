@@ -56,6 +56,8 @@ pub(crate) fn agreed_owner<'a>(
     standing: impl Fn(&Node) -> Standing,
 ) -> Agreed<'a> {
     let mut bounds: Vec<Bounds<'a>> = Vec::with_capacity(nodes.len());
+    // Each node's weight window is a gated lock: the fork gate once for all.
+    let _fork = crate::fork::section();
     for n in nodes {
         let st = standing(n);
         if st == Standing::Ineligible {

@@ -30,16 +30,19 @@ use crate::thread_hits::{self, Tally};
 
 /// Shared by every metrics read; taken exclusively across a fork.
 static GATE: RwLock<()> = RwLock::new(());
-/// Shared by every section under a lock taken through [`lock`]; taken
+/// Shared by every section under a lock taken through [`lock`], one per
+/// counter stripe (a strict placement enters one per transaction, and one
+/// shared word would bounce between the cores placing them); all taken
 /// exclusively across a fork, after [`GATE`]. Apart from [`GATE`]: a metrics
 /// read waits on registry locks that are not gated, whose holders may be
 /// about to enter a gated section, and a section under one gate never
 /// waits on another lock (see [`lock`]).
-static LOCKS: RwLock<()> = RwLock::new(());
+static LOCKS: [RwLock<()>; STRIPES] = [const { RwLock::new(()) }; STRIPES];
+const STRIPES: usize = crate::counter::STRIPES;
 
 type Held = (
     RwLockWriteGuard<'static, ()>,
-    RwLockWriteGuard<'static, ()>,
+    Vec<RwLockWriteGuard<'static, ()>>,
     MutexGuard<'static, Vec<&'static Tally>>,
     MutexGuard<'static, Vec<std::sync::Weak<crate::feed::subscriber::Restart>>>,
 );
@@ -75,7 +78,10 @@ impl Drop for Section {
 
 fn enter() -> Section {
     match DEPTH.try_with(|d| d.replace(d.get() + 1)) {
-        Ok(0) => Section { _gate: Some(LOCKS.read().unwrap_or_else(|p| p.into_inner())), counted: true },
+        Ok(0) => Section {
+            _gate: Some(LOCKS[crate::counter::stripe()].read().unwrap_or_else(|p| p.into_inner())),
+            counted: true,
+        },
         Ok(_) => Section { _gate: None, counted: true },
         Err(_) => Section { _gate: None, counted: false },
     }
@@ -84,6 +90,11 @@ fn enter() -> Section {
 /// Held by a metrics read for its whole snapshot.
 pub(crate) fn reading() -> RwLockReadGuard<'static, ()> {
     GATE.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A section of several gated locks in a row: they then take the gate once.
+pub(crate) fn section() -> Section {
+    enter()
 }
 
 /// A lock a fork must not split: its guard, taken inside the fork gate.
@@ -126,7 +137,7 @@ pub fn prepare_fork() {
         return;
     }
     let gate = GATE.write().unwrap_or_else(|p| p.into_inner());
-    let locks = LOCKS.write().unwrap_or_else(|p| p.into_inner());
+    let locks = LOCKS.iter().map(|l| l.write().unwrap_or_else(|p| p.into_inner())).collect();
     let pool = thread_hits::pool();
     let feeds = crate::feed::subscriber::lock_live();
     let _ = HELD.try_with(|h| *h.borrow_mut() = Some((gate, locks, pool, feeds)));
