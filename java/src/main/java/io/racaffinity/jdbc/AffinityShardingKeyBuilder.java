@@ -121,16 +121,11 @@ public final class AffinityShardingKeyBuilder implements ShardingKeyBuilder {
                     // not an integer: a text key
                 }
             }
-            try {
-                // Cluster's check: a lone surrogate would become '?' and two
-                // different keys would route as one.
-                return Cluster.keyBytes(s, "sharding key");
-            } catch (InvalidArgumentException e) {
-                throw new SQLNonTransientException(e.getMessage(), "22023", e);
-            }
+            return text(s);
         }
         if (v instanceof Character) {
-            return v.toString().getBytes(StandardCharsets.UTF_8);
+            // A lone surrogate char is no more text than a String of it.
+            return text(v.toString());
         }
         if (v instanceof byte[]) {
             return ((byte[]) v).clone();
@@ -140,6 +135,16 @@ public final class AffinityShardingKeyBuilder implements ShardingKeyBuilder {
         }
         throw new SQLNonTransientException("unsupported sharding subkey type " + v.getClass().getName()
                 + ": use String, Integer, Long, Short, Byte, BigInteger, BigDecimal, byte[] or UUID", "22023");
+    }
+
+    private static byte[] text(String s) throws SQLNonTransientException {
+        try {
+            // Cluster's check: a lone surrogate would become '?' and two
+            // different keys would route as one.
+            return Cluster.keyBytes(s, "sharding key");
+        } catch (InvalidArgumentException e) {
+            throw new SQLNonTransientException(e.getMessage(), "22023", e);
+        }
     }
 
     private static byte[] integer(long v) {

@@ -45,4 +45,18 @@ class ShardingKeyBuilderTest {
         assertEquals(AffinityShardingKey.of(new byte[] {7}),
                 new AffinityShardingKeyBuilder().subkey(new byte[] {7}, JDBCType.VARBINARY).build());
     }
+
+    /**
+     * A lone surrogate {@code Character} is not text: its UTF-8 encoding is {@code '?'}, so two such subkeys (and
+     * {@code '?'} itself) made one key and routed as one, where a {@code String} of that surrogate is refused.
+     */
+    @Test
+    void aLoneSurrogateCharacterIsRefusedAsItsStringIs() throws Exception {
+        refused("a lone surrogate String", new AffinityShardingKeyBuilder().subkey("\uD800", JDBCType.CHAR));
+        refused("a lone surrogate Character", new AffinityShardingKeyBuilder().subkey('\uD800', JDBCType.CHAR));
+        refused("a lone low surrogate Character in a composite key", new AffinityShardingKeyBuilder()
+                .subkey(1, JDBCType.INTEGER).subkey('\uDC00', JDBCType.CHAR));
+        assertEquals(new AffinityShardingKeyBuilder().subkey("\u00e9", JDBCType.CHAR).build(),
+                new AffinityShardingKeyBuilder().subkey('\u00e9', JDBCType.CHAR).build(), "a Character keys as its String");
+    }
 }
