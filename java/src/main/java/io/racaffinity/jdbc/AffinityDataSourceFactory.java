@@ -42,6 +42,7 @@ import javax.naming.spi.ObjectFactory;
  *   <li>a core config key, appended to {@code config}: written as the key itself
  *       ({@code transaction.strict="true"}, {@code node.RAC1.weight="2"}) or in camel case
  *       ({@code transactionStrict}, {@code sessionIdleTtl}, {@code healthEjectAfterFailures},
+ *       {@code recoveryScope}, {@code topologyFeed}, {@code localMachine}, {@code localitySpillPercent},
  *       {@code policy}, {@code panic}, {@code nodes}, {@code database}, {@code service});
  *   <li>one of the container's own ({@code factory}, {@code type}, {@code auth}, {@code scope},
  *       {@code singleton}, {@code description}, {@code closeMethod}), ignored.
@@ -52,8 +53,9 @@ import javax.naming.spi.ObjectFactory;
 public class AffinityDataSourceFactory implements ObjectFactory {
     private static final Set<String> CONTAINER = Set.of("factory", "type", "auth", "scope", "singleton",
             "description", "closemethod", "name", "lookupname", "global");
+    /** Every section of the core's keys (rust/core/src/config.rs, KEYS): one missing here refuses its keys' camel case. */
     private static final List<String> SECTIONS = List.of("thread", "transaction", "session", "data", "health",
-            "heartbeat");
+            "heartbeat", "recovery", "local", "locality", "topology");
     private static final Set<String> TOP_KEYS = Set.of("database", "service", "nodes", "policy", "panic");
 
     @Override

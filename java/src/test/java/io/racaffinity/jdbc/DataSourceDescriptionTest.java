@@ -2,9 +2,11 @@ package io.racaffinity.jdbc;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Cluster;
+import io.racaffinity.RecoveryScope;
 import io.racaffinity.Scope;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -46,5 +48,32 @@ class DataSourceDescriptionTest {
             assertEquals("factory-caps", c.name());
             assertTrue(c.isStrict(Scope.TRANSACTION), "the attribute key joins the Config text");
         }
+    }
+
+    /**
+     * Every section's keys in camel case, as the factory's documentation promises of any core key: the
+     * {@code recovery}, {@code local}, {@code locality} and {@code topology} sections were refused as "not a
+     * config key".
+     */
+    @Test
+    void theFactoryReadsEveryConfigSectionInCamelCase() throws Exception {
+        Map<String, String> attrs = new LinkedHashMap<>();
+        attrs.put("config", "name = factory-camel; nodes = RAC1, RAC2");
+        attrs.put("xaDataSourceClassName", "org.postgresql.xa.PGXADataSource");
+        attrs.put("nodeUrlList", "RAC1=jdbc:postgresql://127.0.0.1:1/a | RAC2=jdbc:postgresql://127.0.0.1:2/b");
+        attrs.put("heartbeatIntervalMillis", "0");
+        attrs.put("registerMBean", "false");
+        attrs.put("recoveryScope", "database");
+        attrs.put("localMachine", "m1");
+        attrs.put("localZone", "z1");
+        attrs.put("localitySpillPercent", "50");
+        attrs.put("topologyFeedTimeout", "3s");
+        try (AffinityXADataSource ds = (AffinityXADataSource) AffinityDataSourceFactory.create(attrs, true)) {
+            assertEquals(RecoveryScope.DATABASE, ds.getCluster().recoveryScope());
+        }
+        attrs.put("recoveryScope", "instance");
+        java.sql.SQLException e = assertThrows(java.sql.SQLException.class,
+                () -> AffinityDataSourceFactory.create(attrs, true));
+        assertTrue(e.getMessage().contains("recovery.scope"), "the core's message on the key: " + e.getMessage());
     }
 }
