@@ -303,8 +303,14 @@ public class AffinityFilter implements Filter {
     private String bind(HttpSession session) {
         try {
             String id = session.getId();
-            if (!dataSources.isEmpty() && session.getAttribute(ATTRIBUTE) == null) {
-                session.setAttribute(ATTRIBUTE, new End(id, dataSources));
+            if (!dataSources.isEmpty()) {
+                Object end = session.getAttribute(ATTRIBUTE);
+                if (end == null || (end instanceof End && !((End) end).id.equals(id))) {
+                    // A changed id (Tomcat's changeSessionId at login keeps the attributes): an end bound to the
+                    // old id would end an affinity nothing routes by any more, and leave this id's until
+                    // session.idle_ttl. The container unbinds the replaced one, which ends the old id's now.
+                    session.setAttribute(ATTRIBUTE, new End(id, dataSources));
+                }
             }
             return id;
         } catch (IllegalStateException e) {
@@ -323,7 +329,10 @@ public class AffinityFilter implements Filter {
         dataSources.clear();
     }
 
-    /** Ends the session's affinity when the HTTP session ends (not carried over a session migration). */
+    /**
+     * Ends the session's affinity when the HTTP session ends (not carried over a session migration), or when a
+     * new id replaces it.
+     */
     static final class End implements HttpSessionBindingListener, Serializable {
         private static final long serialVersionUID = 1L;
         private final String id;

@@ -14,8 +14,16 @@ import jakarta.servlet.http.Cookie;
 import jakarta.servlet.http.HttpServletRequest;
 import jakarta.servlet.http.HttpServletResponse;
 import jakarta.servlet.http.HttpSession;
+import jakarta.servlet.http.HttpSessionBindingEvent;
+import jakarta.servlet.http.HttpSessionBindingListener;
+import java.sql.Connection;
 import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.List;
+import javax.sql.DataSource;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.junit.jupiter.api.Test;
 
@@ -112,5 +120,83 @@ class AffinityFilterSessionTest {
         f.setCreateSession(true);
         assertThrows(IllegalStateException.class, () -> f.doFilter(committed, response(), (rq, rs) -> { }));
         assertNull(AffinityDataSource.requestSession());
+    }
+
+    /**
+     * A live session whose attributes behave as Tomcat's: a replaced or removed binding listener, and every one
+     * at invalidation, is told it was unbound. {@code id[0]} is its id now ({@code changeSessionId} changes it and
+     * keeps the attributes, with no binding event).
+     */
+    static HttpSession tomcatLike(String[] id, Runnable[] invalidate) {
+        Map<String, Object> attributes = new HashMap<>();
+        HttpSession[] self = new HttpSession[1];
+        self[0] = Stubs.proxy(HttpSession.class, "Session", (p, m, a) -> {
+            switch (m.getName()) {
+                case "getId":
+                    return id[0];
+                case "getAttribute":
+                    return attributes.get((String) a[0]);
+                case "setAttribute": {
+                    Object old = attributes.put((String) a[0], a[1]);
+                    if (old != a[1] && old instanceof HttpSessionBindingListener) {
+                        ((HttpSessionBindingListener) old).valueUnbound(
+                                new HttpSessionBindingEvent(self[0], (String) a[0], old));
+                    }
+                    return null;
+                }
+                default:
+                    return null;
+            }
+        });
+        invalidate[0] = () -> {
+            for (Map.Entry<String, Object> e : new ArrayList<>(attributes.entrySet())) {
+                attributes.remove(e.getKey());
+                if (e.getValue() instanceof HttpSessionBindingListener) {
+                    ((HttpSessionBindingListener) e.getValue()).valueUnbound(
+                            new HttpSessionBindingEvent(self[0], e.getKey(), e.getValue()));
+                }
+            }
+        };
+        return self[0];
+    }
+
+    /**
+     * Tomcat changes a session's id at login ({@code changeSessionIdOnAuthentication}, on by default), keeping its
+     * attributes: the filter's end of the affinity was bound once, to the first id, so the affinity of the id the
+     * session's later requests routed by was never ended when the session was invalidated (it lived on until
+     * {@code session.idle_ttl}).
+     */
+    @Test
+    void theAffinityOfASessionWhoseIdChangedEndsWithTheSession() throws Exception {
+        Map<String, DataSource> stubs = new LinkedHashMap<>();
+        for (String n : new String[] {"A", "B", "C"}) {
+            stubs.put(n, Stubs.dataSource(n, Map.of(), new AtomicInteger()));
+        }
+        try (AffinityDataSource ds = new AffinityDataSource()) {
+            ds.setConfig("name = filter-id-change; nodes = A, B, C");
+            ds.setNodeDataSources(stubs);
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setRegisterMBean(false);
+            AffinityFilter f = new AffinityFilter();
+            f.addDataSource(ds);
+            String[] id = {"before-login"};
+            Runnable[] invalidate = new Runnable[1];
+            HttpSession session = tomcatLike(id, invalidate);
+            FilterChain chain = (rq, rs) -> {
+                try (Connection c = ds.getConnection()) {
+                    assertNotNull(c);
+                } catch (java.sql.SQLException e) {
+                    throw new jakarta.servlet.ServletException(e);
+                }
+            };
+            f.doFilter(request(session), response(), chain);
+            id[0] = "after-login"; // changeSessionId
+            f.doFilter(request(session), response(), chain);
+            f.doFilter(request(session), response(), chain);
+            invalidate[0].run();
+            assertEquals(false, ds.endSession("after-login"), "the affinity of the id the session routed by last"
+                    + " ended with the session");
+            assertEquals(false, ds.endSession("before-login"), "nor does its first id's outlive it");
+        }
     }
 }
