@@ -56,6 +56,8 @@ public final class AffinityXAConnection implements XAConnection {
     private Physical[] byNode = new Physical[0];
     private int bound = -1;
     private XidKey boundXid;
+    /** {@code boundXid} was suspended ({@code end(TMSUSPEND)}): the connection may start another branch. */
+    private boolean suspended;
     private Handle handle;
     private boolean closed;
     private int timeoutSeconds;
@@ -472,6 +474,18 @@ public final class AffinityXAConnection implements XAConnection {
     synchronized void bind(int node, XidKey xid) {
         bound = node;
         boundXid = xid;
+        suspended = false;
+    }
+
+    synchronized void suspend(XidKey xid) {
+        if (xid.equals(boundXid)) {
+            suspended = true;
+        }
+    }
+
+    /** @return the branch this connection is actively associated with (started, not ended or suspended), or null */
+    synchronized XidKey activeXid() {
+        return suspended ? null : boundXid;
     }
 
     synchronized void unbindXid(XidKey xid) {

@@ -113,6 +113,14 @@ public final class AffinityXAResource implements XAResource {
     public void start(Xid xid, int flags) throws XAException {
         conn.checkOpen();
         XidKey k = key(xid);
+        XidKey active = conn.activeXid();
+        if (active != null && !active.equals(k)) {
+            // One association at a time (XA). The driver refuses a second one on the same session, but a branch
+            // placed on another node gets a session of its own, and the connection's handle would follow it away
+            // from the branch its work belongs to.
+            throw XaErrors.xa(XAException.XAER_PROTO, "racaffinity: start of xid " + k + ": this XAConnection is"
+                    + " in branch " + active + " (end or suspend it first)", null);
+        }
         if ((flags & (TMJOIN | TMRESUME)) != 0) {
             int node = (flags & TMRESUME) != 0 && k.equals(conn.boundXid()) ? conn.boundNode() : router.joinNode(k);
             AffinityXAConnection.Physical p;
@@ -173,6 +181,8 @@ public final class AffinityXAResource implements XAResource {
         }
         if ((flags & TMSUSPEND) == 0) {
             conn.unbindXid(k);
+        } else {
+            conn.suspend(k);
         }
     }
 

@@ -697,4 +697,47 @@ class AffinityXAResourceTest {
         assertEquals(java.util.Collections.nCopies(calls.size(), "XAER_RMFAIL"), codes);
         assertEquals(0, ds.getRouter().trackedBranches());
     }
+
+    /**
+     * XA allows one active association per resource: a start while the connection is in a branch is XAER_PROTO
+     * (pgjdbc's answer on one connection). A second gtrid placed on another node was started on a second session
+     * instead, and the connection's handle went over to it: the first branch's work and the second's mixed.
+     */
+    @Test
+    void aResourceInABranchRefusesToStartAnotherWhereverItsGtridLands() throws Exception {
+        AffinityXADataSource ds = ds("");
+        XAConnection c = connect(ds);
+        XAResource r = c.getXAResource();
+        List<String> names = ds.getCluster().nodeNames();
+        Xid first = TestXid.of("unit-" + UUID.randomUUID(), 1);
+        XaSupport.startOn(ds, names.get(0), r, first);
+        String firstNode = ((AffinityXAResource) r).boundNodeName();
+        List<String> codes = new ArrayList<>();
+        for (String n : names) {
+            Xid other = TestXid.of("unit-" + UUID.randomUUID(), 1);
+            XAException[] refused = new XAException[1];
+            XaSupport.steerTo(ds, n, () -> {
+                try {
+                    r.start(other, XAResource.TMNOFLAGS);
+                } catch (XAException e) {
+                    refused[0] = e;
+                }
+            });
+            codes.add(n + "=" + (refused[0] == null ? "started" : XaErrors.name(refused[0].errorCode)));
+            if (refused[0] == null) {
+                r.end(other, XAResource.TMSUCCESS);
+                r.rollback(other);
+            }
+        }
+        assertEquals(names.stream().map(n -> n + "=XAER_PROTO").toList(), codes, "a start while the resource is in a branch");
+        assertEquals(firstNode, ((AffinityXAResource) r).boundNodeName(), "the handle stays with the first branch");
+        r.end(first, XAResource.TMSUCCESS);
+        r.rollback(first);
+        assertEquals(0, ds.getRouter().trackedBranches());
+        // Once ended, the resource takes the next branch wherever it lands.
+        Xid next = TestXid.of("unit-" + UUID.randomUUID(), 1);
+        XaSupport.startOn(ds, names.get(1), r, next);
+        r.end(next, XAResource.TMSUCCESS);
+        r.rollback(next);
+    }
 }
