@@ -227,6 +227,9 @@ public final class XaRouter {
      * source. A prepared branch stays on its node, in doubt, for the TM's recovery; an unprepared one is
      * rolled back by the database with its session.
      *
+     * The branches still tracked then (prepared ones) keep their record and their gtrid's registration in the
+     * core, but their leases are released.
+     *
      * @return how many were open
      */
     public int closeConnections() {
@@ -234,6 +237,14 @@ public final class XaRouter {
         for (AffinityXAConnection c : cs) {
             c.abortAndClose();
         }
+        // No work goes on through a closed data source, but a cluster shared with other data sources outlives it:
+        // a prepared branch's lease would count in flight on its node for good (balancing, NodeInFlight). The
+        // branch stays in doubt there, registered in the core, for the recovery of a data source still open.
+        branches.forEach((k, b) -> {
+            if (b.live) {
+                release(b, Outcome.NEUTRAL);
+            }
+        });
         return cs.length;
     }
 

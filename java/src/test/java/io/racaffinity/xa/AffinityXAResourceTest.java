@@ -740,4 +740,40 @@ class AffinityXAResourceTest {
         r.end(next, XAResource.TMSUCCESS);
         r.rollback(next);
     }
+
+    private static long inFlight(Cluster c, String node) {
+        return c.nodeMetrics().stream().filter(m -> m.name().equals(node)).findFirst().orElseThrow().inFlight();
+    }
+
+    private static AffinityXADataSource over(Cluster shared) {
+        AffinityXADataSource ds = new AffinityXADataSource();
+        ds.setCluster(shared);
+        ds.setNodeXADataSources(NarayanaXaTest.nodes());
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        return ds;
+    }
+
+    /**
+     * A cluster shared with other data sources outlives an XA data source's close: a branch it had prepared stays
+     * in doubt for the TM's recovery, but no work is in flight through the closed data source any more. Its lease
+     * was kept for good, so the node counted one in-flight unit (balancing, JMX {@code NodeInFlight}) forever.
+     */
+    @Test
+    void closingAnXaDataSourceOfASharedClusterLeavesNoBranchInFlightOnIt() throws Exception {
+        try (Cluster shared = Cluster.fromConfig("name = xa-unit-shared; nodes = RAC1, RAC2, RAC3")) {
+            AffinityXADataSource ds = xa.track(over(shared));
+            Xid x = XaSupport.preparedOn(ds, "RAC2", connect(ds), UUID.randomUUID().toString());
+            assertEquals(1L, inFlight(shared, "RAC2"), "the prepared branch is in flight on its node");
+            ds.close();
+            assertEquals(0L, inFlight(shared, "RAC2"), "in flight through a closed data source");
+            AffinityXADataSource recovery = xa.track(over(shared));
+            XAResource r = connect(recovery).getXAResource();
+            assertTrue(XaSupport.contains(r.recover(XAResource.TMSTARTRSCAN | XAResource.TMENDRSCAN), x),
+                    "the prepared branch stayed in doubt for recovery");
+            r.commit(x, false);
+            assertEquals(0L, inFlight(shared, "RAC2"));
+            assertEquals(0, recovery.getRouter().trackedBranches());
+        }
+    }
 }
