@@ -615,6 +615,11 @@ public final class AffinityXAConnection implements XAConnection {
             }
             h = new Handle();
             handle = h;
+            if (boundXid == null) {
+                // Outside a branch a handle routes by its own request. The node of a branch ended since the last
+                // handle closed (JCA closes it inside the transaction, the TM completes it later) is no binding.
+                bound = -1;
+            }
         }
         return (Connection) Proxy.newProxyInstance(AffinityXAConnection.class.getClassLoader(),
                 new Class<?>[] {Connection.class}, h);

@@ -776,4 +776,46 @@ class AffinityXAResourceTest {
             assertEquals(0, recovery.getRouter().trackedBranches());
         }
     }
+
+    /**
+     * A pooled XAConnection after a transaction in JCA order (the application closes its handle inside the
+     * transaction, the TM completes it later): the next handle, used outside any transaction, routes by its own
+     * request, as a handle does (docs/java-datasource.md, lazy binding). It went on to the last transaction's node,
+     * so a refused token request got a connection there, and a token's work ran off its node.
+     */
+    @Test
+    void aHandleAfterAJcaOrderTransactionRoutesByItsOwnRequest() throws Exception {
+        AffinityXADataSource ds = ds("");
+        connect(ds).close(); // started: its cluster decides the tokens
+        Cluster c = ds.getCluster();
+        Route route = c.routeToken(c.sessionToken("xa-after-jca")).route();
+        String other = c.nodeNames().stream().filter(n -> !n.equals(route.nodeName())).findFirst().orElseThrow();
+        XAConnection xc = connect(ds);
+        XAResource r = xc.getXAResource();
+        Connection h = xc.getConnection(); // JCA: the handle, then the enlistment
+        Xid x = TestXid.of("unit-" + UUID.randomUUID(), 1);
+        XaSupport.startOn(ds, other, r, x);
+        Pools.serverPort(h);
+        h.close(); // inside the transaction
+        r.end(x, XAResource.TMSUCCESS);
+        r.commit(x, true);
+        try (RouteScope s = AffinityDataSource.withRequestRoute(c, route)) {
+            try (Connection next = xc.getConnection()) {
+                assertEquals(PgNodes.port(route.node() + 1), Pools.serverPort(next),
+                        "the next request's work goes where its token routes it (" + route.nodeName() + ")");
+            }
+        }
+        try (RouteScope s = AffinityDataSource.withRequestRefusal(c,
+                new StrictAffinityException("strict session affinity: the session's node is down"))) {
+            Xid y = TestXid.of("unit-" + UUID.randomUUID(), 1);
+            XaSupport.startOn(ds, other, r, y);
+            r.end(y, XAResource.TMSUCCESS);
+            r.rollback(y);
+            assertThrows(SQLException.class, () -> {
+                try (Connection next = xc.getConnection()) {
+                    Pools.serverPort(next);
+                }
+            }, "a refused request gets no connection on the last branch's node");
+        }
+    }
 }
