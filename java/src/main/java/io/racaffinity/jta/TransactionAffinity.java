@@ -35,8 +35,9 @@ import javax.transaction.xa.Xid;
  * connection of a transaction places it (the core's {@code txBeginFor}, as for an XA branch)
  * and registers an interposed synchronization whose {@code afterCompletion} ends it
  * ({@code txEnd}); later connections follow it (routed by the core with the transaction's gtrid,
- * {@link Cluster#pickFor}, or {@code txRoute}). If the node is down,
- * the connection is refused rather than split the transaction.
+ * {@link Cluster#pickFor}, or {@code txRoute}). If the node is down, strict transaction affinity
+ * ({@code transaction.strict}) refuses the connection rather than split the transaction; soft mode
+ * places the new branch elsewhere and counts the span (docs/semantics.md, "transaction").
  *
  * <p>Needs {@code jakarta.transaction-api} at run time (provided by the app server);
  * {@code AffinityDataSource} only loads this class when a registry is configured or found.
