@@ -344,6 +344,16 @@ impl Cluster {
         self.inner.topo.load()
     }
 
+    /// The snapshot for ids read from a registry (transactions, sessions):
+    /// load it after taking the entry's lock. Whoever wrote the entry did so
+    /// under that lock with a snapshot that had its node, and snapshots only
+    /// gain ids, so one loaded afterwards has it too. One loaded before the
+    /// lock may predate a node that another thread added and put the entry
+    /// on meanwhile (`expect("ids are never dropped")` then panicked).
+    pub(crate) fn registry_topo(&self) -> Guard<Arc<Topology>> {
+        self.topo()
+    }
+
     pub(crate) fn clock(&self) -> &dyn Clock {
         &*self.inner.clock
     }

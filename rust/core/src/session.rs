@@ -62,14 +62,17 @@ impl Cluster {
     pub fn session_route(&self, key: &[u8]) -> Result<Route> {
         check_key("session key", key)?;
         // One snapshot for the whole call: every load is two locked
-        // instructions on the hot path.
-        let topo = self.topo();
-        let route = match self.inner.config.session.mode {
-            SessionMode::Stateless => self.session_stateless(&topo, key)?,
-            SessionMode::Registry => self.session_registry(&topo, key)?,
-        };
-        self.count(&topo, Some(Scope::Session), route);
-        Ok(route)
+        // instructions on the hot path. The registry loads its own, under
+        // the entry's lock (`registry_topo`).
+        match self.inner.config.session.mode {
+            SessionMode::Stateless => {
+                let topo = self.topo();
+                let route = self.session_stateless(&topo, key)?;
+                self.count(&topo, Some(Scope::Session), route);
+                Ok(route)
+            }
+            SessionMode::Registry => self.session_registry(key),
+        }
     }
 
     fn session_stateless(&self, topo: &Topology, key: &[u8]) -> Result<Route> {
@@ -133,12 +136,18 @@ impl Cluster {
         }
     }
 
-    fn session_registry(&self, topo: &Topology, key: &[u8]) -> Result<Route> {
+    fn session_registry(&self, key: &[u8]) -> Result<Route> {
         let now = self.clock().now_ms();
         let mut m = self.inner.sessions.map.lock(key);
+        let topo = &*self.registry_topo();
         let mut repin = false;
         match self.session_entry(topo, &mut m, key, now) {
-            Entry::Live(node) => return Ok(Route::new(node, RouteKind::Affinity)),
+            Entry::Live(node) => {
+                drop(m);
+                let route = Route::new(node, RouteKind::Affinity);
+                self.count(topo, Some(Scope::Session), route);
+                return Ok(route);
+            }
             Entry::Lost(node) if self.is_strict(Scope::Session) => {
                 return Err(self.refuse(Scope::Session, topo.node(node).expect("ids are never dropped")));
             }
@@ -152,7 +161,9 @@ impl Cluster {
         m.insert(key.into(), SessionEntry { node: id, epoch, last_used_ms: now });
         drop(m);
         self.sweep_shard_if_due(key, now);
-        Ok(Route::new(id, if repin { RouteKind::Repinned } else { kind }))
+        let route = Route::new(id, if repin { RouteKind::Repinned } else { kind });
+        self.count(topo, Some(Scope::Session), route);
+        Ok(route)
     }
 
     /// [`Cluster::reroute`] of a session whose node `failed` could not give
@@ -162,7 +173,7 @@ impl Cluster {
     /// follow once the node is ejected. `None`: nowhere else to go.
     pub(crate) fn session_reroute(&self, key: &[u8], failed: NodeId) -> Result<Option<Route>> {
         check_key("session key", key)?;
-        let topo = self.topo();
+        let mut topo = self.topo();
         let h = hash::hash_bytes(key);
         let away = |n: &crate::node::Node| n.affinity_advised() && n.id() != failed;
         let placed = match self.inner.config.session.mode {
@@ -172,6 +183,7 @@ impl Cluster {
             SessionMode::Registry => {
                 let now = self.clock().now_ms();
                 let mut m = self.inner.sessions.map.lock(key);
+                topo = self.registry_topo();
                 match self.session_entry(&topo, &mut m, key, now) {
                     // Another caller moved it already: it keeps its new node.
                     Entry::Live(node) if node != failed => Ok(Route::new(node, RouteKind::Affinity)),

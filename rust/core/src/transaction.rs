@@ -124,11 +124,12 @@ impl Cluster {
     /// [`Cluster::tx_begin_on`] with where the preferred node came from.
     pub(crate) fn tx_begin_with(&self, gtrid: &[u8], preferred: Option<Preferred>) -> Result<Route> {
         check_gtrid(gtrid)?;
-        let topo = self.topo();
+        let mut m = self.inner.tx.map.lock(gtrid);
+        // Loaded under the lock (see `registry_topo`).
+        let topo = self.registry_topo();
         if let Some(p) = preferred.map(Preferred::node).filter(|p| topo.node(*p).is_none()) {
             return Err(Error::UnknownNode(format!("#{}", p.0)));
         }
-        let mut m = self.inner.tx.map.lock(gtrid);
         let route = if let Some(e) = m.get_mut(gtrid) {
             let route = self.tx_follow(&topo, gtrid, e)?;
             e.add_branch();
@@ -284,8 +285,8 @@ impl Cluster {
     /// like a branch begin, a lost node moves it in soft mode.
     pub(crate) fn tx_work_route(&self, gtrid: &[u8]) -> Result<Route> {
         check_gtrid(gtrid)?;
-        let topo = self.topo();
         let mut m = self.inner.tx.map.lock(gtrid);
+        let topo = self.registry_topo();
         let e = m.get_mut(gtrid).ok_or_else(|| Error::UnknownTransaction(hex(gtrid)))?;
         let route = self.tx_follow(&topo, gtrid, e)?;
         drop(m);
@@ -305,8 +306,8 @@ impl Cluster {
     /// another instance, the same one in every process.
     pub fn tx_route(&self, gtrid: &[u8]) -> Result<Route> {
         check_gtrid(gtrid)?;
-        let topo = self.topo();
         let e = *self.inner.tx.map.lock(gtrid).get(gtrid).ok_or_else(|| Error::UnknownTransaction(hex(gtrid)))?;
+        let topo = self.registry_topo();
         let node = topo.node(e.node).expect("ids are never dropped");
         let mut r = Route::new(e.node, RouteKind::Affinity);
         if self.recovery_scope() == RecoveryScope::Database && !node.accepts_existing(self.clock()) {
@@ -360,9 +361,9 @@ impl Cluster {
     /// reports every in-doubt id (the first one to report keeps it).
     pub fn tx_recovered(&self, gtrid: &[u8], node: NodeId) -> Result<()> {
         check_gtrid(gtrid)?;
-        let topo = self.topo();
-        let n = topo.node(node).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
         let mut m = self.inner.tx.map.lock(gtrid);
+        let topo = self.registry_topo();
+        let n = topo.node(node).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
         match m.get_mut(gtrid) {
             Some(e) if e.node != node => {
                 let owner = topo.node(e.node).expect("ids are never dropped");

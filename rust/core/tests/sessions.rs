@@ -109,3 +109,71 @@ fn oversized_and_empty_session_keys_are_rejected() {
     assert_eq!(c.session_route(&[1u8; MAX_KEY_BYTES + 1]).unwrap_err().kind(), ErrorKind::InvalidArgument);
     assert_eq!(c.session_route(b"").unwrap_err().kind(), ErrorKind::InvalidArgument);
 }
+
+/// A clock that stops the thread named `held` at its first reading until
+/// the test lets it go: the gap between a call's topology snapshot and its
+/// registry lock, made as long as a preemption there can make it.
+#[derive(Debug)]
+struct HoldingClock {
+    held: &'static str,
+    armed: std::sync::atomic::AtomicBool,
+    reached: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    go: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl racaffinity::Clock for HoldingClock {
+    fn now_ms(&self) -> u64 {
+        if std::thread::current().name() == Some(self.held)
+            && self.armed.swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            if let Some(tx) = self.reached.lock().unwrap().take() {
+                tx.send(()).unwrap();
+            }
+            if let Some(rx) = self.go.lock().unwrap().take() {
+                rx.recv().unwrap();
+            }
+        }
+        1_000
+    }
+}
+
+/// A session placed, by another thread, on a node added after this call
+/// took its topology snapshot: the entry names an id the snapshot does not
+/// have. The call must route (to that node), not panic ("ids are never
+/// dropped"), which the C ABI turned into RACAFFINITY_RESULT_PANIC.
+#[test]
+fn a_session_placed_on_a_node_added_during_the_call_routes_there() {
+    let (reached_tx, reached) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    let clock = std::sync::Arc::new(HoldingClock {
+        held: "held-session-route",
+        armed: std::sync::atomic::AtomicBool::new(true),
+        reached: std::sync::Mutex::new(Some(reached_tx)),
+        go: std::sync::Mutex::new(Some(go_rx)),
+    });
+    let c = std::sync::Arc::new(
+        racaffinity::Cluster::with_clock(racaffinity::Config::parse("nodes = A, B").unwrap(), clock).unwrap(),
+    );
+    let held = {
+        let c = c.clone();
+        std::thread::Builder::new()
+            .name("held-session-route".into())
+            .spawn(move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.session_route(b"s1"))))
+            .unwrap()
+    };
+    reached.recv().unwrap();
+    // Meanwhile: a node is added and takes the session, the others being down.
+    let d = c.add_node(racaffinity::NodeSpec::new("D")).unwrap();
+    c.set_node_state("A", NodeState::Down).unwrap();
+    c.set_node_state("B", NodeState::Down).unwrap();
+    assert_eq!(c.session_route(b"s1").unwrap().node, d);
+    go.send(()).unwrap();
+    let r = held.join().unwrap();
+    let r = r.map_err(|p| {
+        p.downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_default()
+    });
+    assert_eq!(r.map(|r| r.map(|r| r.node).ok()), Ok(Some(d)), "the held call's answer");
+}

@@ -113,3 +113,79 @@ pub unsafe extern "C" fn racaffinity_tx_recovered(
     // SAFETY: per this function's contract.
     unsafe { span_call(cluster, gtrid, len, "gtrid", |c, g| Ok(c.tx_recovered(g, node_id(node))?)) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::cluster::{
+        racaffinity_cluster_free, racaffinity_cluster_new, racaffinity_node_add, racaffinity_node_remove,
+        racaffinity_node_set_state,
+    };
+    use crate::capi::types::racaffinity_route_kind;
+
+    /// Nodes come and go while other threads route one gtrid, each new node
+    /// taking it (the others are down): a call whose topology snapshot was
+    /// taken before the node it finds the gtrid on was added answered
+    /// PANIC. Every answer is a route or a typed error.
+    #[test]
+    fn a_gtrid_moved_to_a_node_added_during_a_call_is_never_a_panic() {
+        let _turn = crate::capi::handle::tests::serial();
+        let mut c: *mut racaffinity_cluster = std::ptr::null_mut();
+        // SAFETY: NUL-terminated literals; `c` is writable.
+        unsafe {
+            assert_eq!(racaffinity_cluster_new(c"nodes = A".as_ptr(), &mut c), racaffinity_result::Ok);
+            assert_eq!(racaffinity_node_set_state(c, c"A".as_ptr(), 2), racaffinity_result::Ok);
+        }
+        let bits = c as usize;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let routers: Vec<_> = (0..6)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let c = bits as *const racaffinity_cluster;
+                    let mut out = racaffinity_route { node: 0, kind: racaffinity_route_kind::Balanced };
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        // SAFETY: a 1-byte gtrid literal; `out` is writable.
+                        let rcs = unsafe {
+                            [
+                                racaffinity_tx_route(c, b"g".as_ptr(), 1, &mut out),
+                                racaffinity_tx_begin(c, b"g".as_ptr(), 1, &mut out),
+                                racaffinity_tx_end(c, b"g".as_ptr(), 1),
+                            ]
+                        };
+                        if rcs.contains(&racaffinity_result::Panic) {
+                            return Err(rcs);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut i = 0;
+        let mut out = racaffinity_route { node: 0, kind: racaffinity_route_kind::Balanced };
+        while std::time::Instant::now() < deadline && routers.iter().all(|t| !t.is_finished()) {
+            let name = std::ffi::CString::new(format!("D{i}")).unwrap();
+            // SAFETY: NUL-terminated names; `out` is writable; the id output may be NULL.
+            unsafe {
+                assert_eq!(
+                    racaffinity_node_add(c, name.as_ptr(), std::ptr::null(), 1, std::ptr::null_mut()),
+                    racaffinity_result::Ok
+                );
+                racaffinity_tx_begin(c, b"g".as_ptr(), 1, &mut out);
+                racaffinity_tx_end(c, b"g".as_ptr(), 1);
+                if i > 0 {
+                    let old = std::ffi::CString::new(format!("D{}", i - 1)).unwrap();
+                    assert_eq!(racaffinity_node_remove(c, old.as_ptr()), racaffinity_result::Ok);
+                }
+            }
+            i += 1;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let answers: Vec<_> = routers.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(racaffinity_cluster_free(c), racaffinity_result::Ok);
+        for a in answers {
+            assert_eq!(a, Ok(()), "a call on the gtrid answered PANIC (after {i} nodes)");
+        }
+    }
+}
