@@ -211,7 +211,11 @@ impl Cluster {
             cache = d.owners.load();
         }
         let slot = cache.slots.get(partition as usize);
-        if let Some(id) = slot.map(|s| s.load(Ordering::Relaxed)).filter(|&id| id != NO_OWNER) {
+        // The table may be newer than `topo` (the epoch was read after it):
+        // an owner added since is not in `topo`, whose answer is then its own.
+        if let Some(id) =
+            slot.map(|s| s.load(Ordering::Relaxed)).filter(|&id| id != NO_OWNER && topo.node(NodeId(id)).is_some())
+        {
             return Ok(Some(NodeId(id)));
         }
         let owner = rendezvous::owner(&topo.live, hash::hash_i64(i64::from(partition)), Weights::Static, |_| true)

@@ -122,3 +122,46 @@ fn rlb_advisories_never_move_data_ownership() {
     let after: Vec<_> = (0..4096).map(|p| c.partition_owner(p).unwrap()).collect();
     assert_eq!(before, after);
 }
+
+/// Nodes come and go while threads route keys: a route whose topology
+/// snapshot predates a node that another route had already made the owner
+/// of its partition in the owner table (filled under the newer epoch) must
+/// still answer, never panic ("ids are never dropped";
+/// RACAFFINITY_RESULT_PANIC in C). More threads than cores, so some are
+/// preempted between their snapshot and their read of the epoch.
+#[test]
+fn a_key_owned_by_a_node_added_during_the_route_never_panics() {
+    let c = std::sync::Arc::new(racaffinity::Cluster::from_config_text("nodes = A\ndata.partitions = 4").unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let routers: Vec<_> = (0..12)
+        .map(|_| {
+            let (c, stop) = (c.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut k = 0i64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = c.route_key_i64(k % 4);
+                    k += 1;
+                }
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut i = 0;
+    while std::time::Instant::now() < deadline && routers.iter().all(|t| !t.is_finished()) {
+        c.add_node(racaffinity::NodeSpec::new(format!("D{i}"))).unwrap();
+        for k in 0..4 {
+            let _ = c.route_key_i64(k);
+        }
+        if i > 0 {
+            c.remove_node(&format!("D{}", i - 1)).unwrap();
+        }
+        i += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in routers {
+        if let Err(p) = t.join() {
+            let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+            panic!("a key route panicked after {i} nodes: {msg:?}");
+        }
+    }
+}
