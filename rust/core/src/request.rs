@@ -71,21 +71,24 @@ impl Cluster {
     /// session, else the context's or thread's pin), and by the transaction
     /// placement policy when none applies or that node cannot take new work.
     /// A token never refuses a new gtrid, even in strict session mode: no
-    /// branch exists yet, so placing it elsewhere splits nothing.
-    /// `request.transaction` is ignored.
+    /// branch exists yet, so placing it elsewhere splits nothing; a
+    /// malformed or foreign token is [`Error::InvalidArgument`], for a gtrid
+    /// with branches too, and changes nothing. `request.transaction` is
+    /// ignored.
     pub fn tx_begin_for(&self, gtrid: &[u8], request: &RouteRequest<'_>) -> Result<Route> {
         // Before the request's session is routed: a refused call changes nothing.
         crate::transaction::check_gtrid(gtrid)?;
+        // Bad input is refused whatever wins, a gtrid with branches included:
+        // its branch would otherwise be counted with the token never read.
+        if let Some(token) = request.token {
+            crate::token::check_token(token)?;
+        }
         if self.tx_info(gtrid).is_some() {
             return self.tx_begin(gtrid);
         }
         let settle = self.inner.config.transaction.settle_ms;
         if settle > 0 && self.is_strict(Scope::Transaction) {
             return self.tx_begin_agreed(gtrid, request);
-        }
-        if let (Some(_), Some(token)) = (request.key, request.token) {
-            // Never routed here, but bad input is refused whatever wins.
-            crate::token::check_token(token)?;
         }
         // The key's owner, never a per-call fallback: a fallback is a random
         // draw, and every process must place one gtrid on the same node.

@@ -157,3 +157,33 @@ unsafe fn request_arg<'a>(request: *const racaffinity_route_request) -> Result<R
         r.context,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::cluster::{racaffinity_cluster_free, racaffinity_cluster_new};
+    use crate::capi::transaction::{racaffinity_tx_begin, racaffinity_tx_end};
+    use crate::capi::types::racaffinity_route_kind;
+
+    /// The header: "a malformed or foreign token is INVALID_ARGUMENT and
+    /// changes nothing", whether the gtrid is new or has branches already.
+    #[test]
+    fn a_malformed_token_is_refused_for_a_gtrid_that_exists_too() {
+        let _turn = crate::capi::handle::tests::serial();
+        let mut c: *mut racaffinity_cluster = std::ptr::null_mut();
+        let mut r = racaffinity_route { node: 0, kind: racaffinity_route_kind::Balanced };
+        // SAFETY: NUL-terminated literals, a 1-byte gtrid, writable outputs.
+        unsafe {
+            assert_eq!(racaffinity_cluster_new(c"nodes = A, B".as_ptr(), &mut c), racaffinity_result::Ok);
+            assert_eq!(racaffinity_tx_begin(c, b"g".as_ptr(), 1, &mut r), racaffinity_result::Ok);
+            for bad in [c"junk", c"s!ra9.00000000.none", c"s!ra1.0000000g.none"] {
+                let rc = racaffinity_tx_begin_for_token(c, b"g".as_ptr(), 1, std::ptr::null(), bad.as_ptr(), &mut r);
+                assert_eq!(rc, racaffinity_result::InvalidArgument, "{bad:?}");
+            }
+            // One branch, as before the refused calls: its end is the last.
+            assert_eq!(racaffinity_tx_end(c, b"g".as_ptr(), 1), racaffinity_result::Ok);
+            assert_eq!(racaffinity_tx_end(c, b"g".as_ptr(), 1), racaffinity_result::UnknownTransaction);
+        }
+        assert_eq!(racaffinity_cluster_free(c), racaffinity_result::Ok);
+    }
+}
