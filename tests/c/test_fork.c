@@ -53,6 +53,18 @@ static int child(void) {
     return 0;
 }
 
+/* Forks one child running `work` and waits for it: 0 when it answered, 1
+ * when it hung (its alarm ended it), 2 when it failed. */
+static int fork_one(int (*work)(void)) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(work());
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) return 1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 2;
+}
+
 static void children_of_a_process_reading_metrics_all_answer(void) {
     char config[4096] = "nodes = ";
     for (int i = 0; i < 64; i++) {
@@ -71,16 +83,9 @@ static void children_of_a_process_reading_metrics_all_answer(void) {
         /* Let the reader get well into a snapshot before each fork. */
         for (volatile int spin = 0; spin < 200000 + i * 7919; spin++) {
         }
-        pid_t pid = fork();
-        CHECK(pid >= 0);
-        if (pid == 0) _exit(child());
-        int status = 0;
-        CHECK(waitpid(pid, &status, 0) == pid);
-        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
-            hung++;
-        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            failed++;
-        }
+        int verdict = fork_one(child);
+        hung += verdict == 1;
+        failed += verdict == 2;
     }
     __atomic_store_n(&stop_reading, 1, __ATOMIC_RELEASE);
     CHECK(pthread_join(reader, NULL) == 0);
@@ -128,16 +133,9 @@ static void children_of_a_process_changing_node_states_all_answer(void) {
     int hung = 0, failed = 0;
     const int children = 300;
     for (int i = 0; i < children; i++) {
-        pid_t pid = fork();
-        CHECK(pid >= 0);
-        if (pid == 0) _exit(state_child());
-        int status = 0;
-        CHECK(waitpid(pid, &status, 0) == pid);
-        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
-            hung++;
-        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            failed++;
-        }
+        int verdict = fork_one(state_child);
+        hung += verdict == 1;
+        failed += verdict == 2;
         /* One hung child shows the defect; the rest would only add time. */
         if (hung) break;
     }
