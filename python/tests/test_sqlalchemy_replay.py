@@ -90,6 +90,25 @@ def test_a_request_killed_before_commit_is_replayed_once_elsewhere(pg, cluster_f
         engine.dispose()
 
 
+def test_a_request_replays_on_the_engines_pool_after_an_engine_dispose(pg, cluster_factory, sreq_table):
+    # engine.dispose() (another thread's, a fork's handler) replaces the
+    # engine's pool while a request runs: its replay's checkout comes from
+    # the new pool, whose lease the request read from the pool it began on
+    # (KeyError instead of a replay).
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        with request(engine, key=key_on(c, "RAC1")) as req:
+            req.execute(INSERT, {"id": "d1"})
+            engine.dispose()
+            terminate(pg, "RAC1", req.backend_pid)  # before COMMIT
+        assert req.replays == 1 and req.outcome == "committed" and req.node != "RAC1"
+        assert sorted(rows_of(pg, "d1").values()) == [0, 0, 1] and rows_of(pg, "d1")["RAC1"] == 0
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    finally:
+        engine.dispose()
+
+
 def test_a_request_used_after_its_failure_was_refused_says_its_connection_is_gone(pg, cluster_factory, sreq_table):
     # The application caught the refused failure inside the block and went
     # on: the request had closed its connection with the refusal, and the

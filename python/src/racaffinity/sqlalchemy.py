@@ -1032,7 +1032,9 @@ class Request(Recorder):
             _ROUTE.reset(token)
         self._conn = conn
         rec = conn.connection._connection_record
-        self._node = int(self._pool._leases[rec].node)
+        # The lease is the routing pool's that handed the record out: an
+        # engine.dispose() since the request began replaced `self._pool`.
+        self._node = int(_record_pool(rec)._outer._leases[rec].node)
         if getattr(_driver(conn), "autocommit", False):
             # AUTOCOMMIT (an engine's `execution_options` may set it): each
             # statement commits as it runs, and a replay would commit it again.
