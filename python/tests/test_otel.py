@@ -310,3 +310,42 @@ def test_connections_being_made_are_not_counted_as_used(pg, proxies) -> None:
         provider.shutdown()
         pools.close()
         cluster.close()
+
+
+def test_a_replaced_node_pool_is_not_kept_by_the_instrumentation(pg) -> None:
+    # Every Down, drain and reconnect back-off replaces a node's pool, and
+    # the collections hook the successor. The table of hooked pools kept
+    # every pool it had ever hooked until uninstrument(): a process that
+    # lives with its meter provider kept the retired pools of every
+    # failover for good.
+    import gc
+    import weakref
+
+    cluster = ra.Cluster("name = otel\nnodes = RAC1, RAC2, RAC3")
+    pools = NodePools(cluster, pg.dsn, min_size=0, max_size=1, timeout=5.0, upkeep_interval=0.05)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    handle = instrument(pools, meter_provider=provider)
+    try:
+        points(reader)
+        old = weakref.ref(pools.node_pool("RAC1"))
+        cluster.set_node_state("RAC1", "down")
+        wait_until(lambda: pools.node_pool("RAC1") is not old(), 5)
+        cluster.set_node_state("RAC1", "up")
+        assert len(points(reader)["db.client.connection.max"]) == 3  # the successor is measured
+
+        def collected() -> bool:
+            gc.collect()
+            return old() is None
+
+        # Its close runs on a thread of its own, which holds it until it ends.
+        try:
+            wait_until(collected, 10)
+        except BaseException:
+            kept = [r for r in gc.get_referrers(old()) if isinstance(r, tuple)]
+            raise AssertionError(f"the instrumentation keeps the retired pool: {kept}") from None
+    finally:
+        handle.uninstrument()
+        provider.shutdown()
+        pools.close()
+        cluster.close()

@@ -205,6 +205,14 @@ class Instrumentation:
                     self._hook(pool, entry[1])
                     self._hooked[id(pool)] = entry
                 out.append(entry)
+            # A pool no longer its node's (retired at a Down, a drain, a
+            # reconnect back-off) is let go: kept, every failover's pools
+            # would live as long as this object. Its hooks stay on it and
+            # still take back the connections it lent.
+            listed = {id(pool) for pool, _name in out}
+            for key in [k for k in self._hooked if k not in listed]:
+                del self._hooked[key]
+                self._mine.pop(key, None)
         return out
 
     def _hook(self, pool: Any, name: str) -> None:
@@ -269,8 +277,9 @@ class Instrumentation:
         self._mine[id(pool)] = hooks
 
     def uninstrument(self) -> None:
-        """Removes this instrumentation's pool hooks (another one's stay);
-        the observable instruments report nothing more. Idempotent."""
+        """Removes this instrumentation's pool hooks (another one's stay;
+        a pool already replaced keeps them, passing through); the
+        observable instruments report nothing more. Idempotent."""
         with self._lock:
             self._closed = True
             self._live.clear()
