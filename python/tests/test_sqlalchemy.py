@@ -591,6 +591,25 @@ def test_an_engine_disposed_after_a_node_was_removed_keeps_working(pg, cluster_f
         engine.dispose()
 
 
+def test_node_names_in_urls_match_the_cluster_in_any_case(pg, cluster_factory):
+    # Node names match case-insensitively (as `NodePools`' connection
+    # strings do); the node pools looked their URL up by the cluster's
+    # spelling (KeyError at the first checkout), and engine.dispose() kept
+    # only the URLs spelled as the cluster spells them.
+    c = cluster_factory(nodes=NAMES)
+    engine = create_engine(c, {n.lower(): u for n, u in urls(pg).items()}, pool_size=1, max_overflow=0)
+    try:
+        for _ in range(2):
+            seen = set()
+            for node in NAMES:
+                with route(key=key_on(c, node)), engine.connect() as conn:
+                    seen.add(node_of_conn(pg, conn))
+            assert seen == set(NAMES)
+            engine.dispose()
+    finally:
+        engine.dispose()
+
+
 def _watches() -> set:
     return {t for t in threading.enumerate() if t.name == "racaffinity-sqlalchemy-watch" and t.is_alive()}
 

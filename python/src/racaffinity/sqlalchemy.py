@@ -303,11 +303,13 @@ class RoutingPool(Pool):
             raise ValueError(f"every node needs the same dialect and driver, not {sorted(drivers)}")
         self._is_asyncio = is_async
         self._cluster = cluster
-        self._urls = parsed
         self._router = _Router(
             cluster, {n: u.render_as_string(hide_password=False) for n, u in parsed.items()},
             False, None, None, None,
         )
+        # Spelled as the cluster spells its nodes (names match in any case):
+        # the node pools and recreate() look a URL up by that spelling.
+        self._urls = {cluster.node_name(cluster.node_id(n)): u for n, u in parsed.items()}
         for node in self._router._dsns:
             self._router._by_id[node] = node  # _acquire wants an entry; the pool is made on first use
         self._h = self._router._h
