@@ -162,12 +162,11 @@ fn send(
     let addr = resolver.resolve(endpoint, left())?;
     let mut sock = TcpStream::connect_timeout(&addr, left())?;
     sock.set_nodelay(true)?;
-    sock.set_write_timeout(Some(left()))?;
     let request = format!(
         "POST {path} HTTP/1.1\r\nHost: {endpoint}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    sock.write_all(request.as_bytes())?;
+    Until { sock: &mut sock, deadline }.write_all(request.as_bytes())?;
     let mut buf = Vec::with_capacity(1024);
     let head_end = read_head(&mut Until { sock: &mut sock, deadline }, &mut buf, deadline, &mut HeadEnd::default())?;
     let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| invalid("response header is not UTF-8"))?;
@@ -297,9 +296,10 @@ pub(crate) fn post(
     Ok(Response { status, body })
 }
 
-/// A connection read no later than `deadline`: each read waits only for
-/// what is left of it. With the socket's own read timeout, a member sending
-/// a byte just before the deadline got a whole timeout more for each read.
+/// A connection read and written no later than `deadline`: each read or
+/// write waits only for what is left of it. With the socket's own read
+/// timeout, a member sending a byte just before the deadline got a whole
+/// timeout more for each read.
 struct Until<'a> {
     sock: &'a mut TcpStream,
     deadline: Instant,
@@ -317,6 +317,27 @@ impl Read for Until<'_> {
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Err(timed_out()),
             r => r,
         }
+    }
+}
+
+impl Write for Until<'_> {
+    /// As a read: with the socket's own write timeout, a member taking a
+    /// large request a little at a time got a whole timeout per write.
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "request not sent within the call's timeout");
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        self.sock.set_write_timeout(Some(left))?;
+        match self.sock.write(data) {
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Err(timed_out()),
+            r => r,
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.sock.flush()
     }
 }
 
@@ -819,6 +840,33 @@ mod deadline_tests {
     #[test]
     fn a_body_stalling_near_the_deadline_fails_at_the_timeout() {
         let (e, took) = timed_post(&stalling(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\na", b"b"));
+        assert!(took < Duration::from_secs(3), "failed after {took:?}: {e}");
+    }
+
+    /// A member that takes the request a few KiB at a time, a little
+    /// faster than each write's timeout, and never answers: a request of
+    /// megabytes (a publish of a 256 KiB record is a third larger in
+    /// base64) is still bounded by the 2 s of its call, not by 2 s per
+    /// write.
+    #[test]
+    fn a_request_read_slowly_fails_at_the_timeout() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let ep = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let until = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(300));
+                if matches!(s.read(&mut buf), Ok(0) | Err(_)) {
+                    return;
+                }
+            }
+        });
+        let body = "x".repeat(8 << 20);
+        let t = Instant::now();
+        let e = post(&Resolver::system(), &ep, "/v3/kv/put", &body, Duration::from_secs(2)).unwrap_err();
+        let took = t.elapsed();
         assert!(took < Duration::from_secs(3), "failed after {took:?}: {e}");
     }
 }
