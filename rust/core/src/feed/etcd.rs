@@ -562,10 +562,18 @@ pub(crate) fn b64(data: &[u8]) -> String {
     out
 }
 
-/// Decodes standard base64 (padding optional); `None` on any bad character.
+/// Decodes standard base64 (padding optional); `None` on any bad character,
+/// and on a length no encoding has.
 pub(crate) fn unb64(text: &str) -> Option<Vec<u8>> {
     let digits: Vec<u8> = text.bytes().take_while(|&c| c != b'=').collect();
     if text.len() - digits.len() > 2 || text[digits.len()..].bytes().any(|c| c != b'=') {
+        return None;
+    }
+    // One digit past a whole group holds 6 bits, no byte: what is left of a
+    // cut value, which would otherwise read as a shorter one. Padding, when
+    // there is some, fills the last group exactly.
+    let padded = text.len() > digits.len();
+    if digits.len() % 4 == 1 || (padded && text.len() % 4 != 0) {
         return None;
     }
     let mut out = Vec::with_capacity(digits.len() * 3 / 4);
@@ -598,6 +606,21 @@ mod tests {
         assert_eq!(unb64("eA").unwrap(), b"x");
         assert!(unb64("e*==").is_none());
         assert!(unb64("eA=x").is_none());
+    }
+
+    /// A value cut one digit past a whole group (`ZG93b`: `down` lost its
+    /// last digits) or padded where no padding goes is no gateway's
+    /// encoding: refused as bad base64, not read as a shorter value.
+    #[test]
+    fn truncated_or_mispadded_base64_is_refused() {
+        for bad in ["ZG93b", "e", "=", "==", "eA=", "QUJDR", "QUJDRA=", "QQ="] {
+            assert_eq!(unb64(bad), None, "{bad:?}");
+        }
+        assert_eq!(unb64("QUJDRA==").unwrap(), b"ABCD");
+        assert_eq!(unb64("QUJDRA").unwrap(), b"ABCD");
+        assert_eq!(unb64("").unwrap(), b"");
+        let e = key_value(&json!({"key": "bm9kZS9BL3N0YXRl", "value": "ZG93b", "mod_revision": "3"}), false);
+        assert!(matches!(&e, Err(EtcdError::Protocol(m)) if m.contains("bad base64 in `value`")), "{e:?}");
     }
 
     #[test]
