@@ -471,3 +471,73 @@ fn a_keepalive_is_bounded_by_its_timeout_as_a_whole() {
     assert!(took < Duration::from_millis(1400), "failed after {took:?}: {r:?}");
     assert_eq!(client.lease_keepalive(7).unwrap(), 5, "a member answering in time renews");
 }
+
+/// Two members. The first is cut off from its leader: its watch is created
+/// and stays silent, and the linearizable count the silence check asks of
+/// it answers etcd's own "request timed out" (HTTP 503, code 14: what a
+/// member without a leader answers after its request timeout, 7 s by
+/// default, when `topology.feed_timeout` is longer). The second has the
+/// record written meanwhile, `node/A/state = down` at revision 6. The
+/// stuck watch is to be "re-opened elsewhere" (docs/operations.md,
+/// "Topology feed"): before, every reconnection opened it on the first
+/// member again, since an answer, even an error, kept the client on it.
+#[test]
+fn a_watch_found_stuck_is_reopened_on_the_next_member() {
+    let first = TcpListener::bind("127.0.0.1:0").unwrap();
+    let first_ep = first.local_addr().unwrap().to_string();
+    let first_watches = Arc::new(AtomicUsize::new(0));
+    let counted = first_watches.clone();
+    std::thread::spawn(move || {
+        for conn in first.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let counted = counted.clone();
+            std::thread::spawn(move || {
+                let Some(req) = read_request(&mut s) else { return };
+                match req.path.as_str() {
+                    "/v3/kv/range" if req.body.get("min_mod_revision").is_some() => {
+                        let err = r#"{"error":"etcdserver: request timed out","code":14,"message":"etcdserver: request timed out"}"#;
+                        respond(&mut s, "503 Service Unavailable", err);
+                    }
+                    "/v3/kv/range" => {
+                        respond(&mut s, "200 OK", r#"{"header":{"revision":"5"}}"#);
+                    }
+                    "/v3/watch" => {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        if gateway::open_watch(&mut s, 5) {
+                            silent(&mut s);
+                        }
+                    }
+                    _ => {
+                        respond(&mut s, "404 Not Found", "");
+                    }
+                }
+            });
+        }
+    });
+    let second = Gateway::start(
+        Arc::new(|req: &Request, _| range_of(req, 6, &[("p/node/A/state", "down", 6)])),
+        Arc::new(|s: &mut TcpStream, _: &Request, _| {
+            if gateway::open_watch(s, 6) {
+                let _ = s.write_all(&chunk(&events(6, &[kv("p/node/A/state", "down", 6)])));
+                silent(s);
+            }
+        }),
+    );
+    let c = Cluster::from_config_text(&format!(
+        "nodes = A, B\ntopology.feed = etcd://{first_ep},{}/p\ntopology.feed_timeout = 300ms",
+        second.endpoint
+    ))
+    .unwrap();
+    let t = Instant::now();
+    while c.node_by_name("A").unwrap().state() != NodeState::Down {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "A still up after 10 s; {} watch(es) opened on the first member, {} on the second: {:?}",
+            first_watches.load(Ordering::SeqCst),
+            second.watches.load(Ordering::SeqCst),
+            c.metrics().feed
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(c.metrics().feed.unwrap().revision, 6);
+}

@@ -161,6 +161,16 @@ impl EtcdClient {
         Err(EtcdError::Unreachable(last))
     }
 
+    /// The next call starts with the member after `endpoint` if it was to
+    /// start with it: a watch that failed there is re-opened elsewhere even
+    /// when the member still answers.
+    pub(crate) fn move_past(&self, endpoint: &str) {
+        let n = self.endpoints.len().max(1);
+        if let Some(at) = self.endpoints.iter().position(|e| e == endpoint) {
+            let _ = self.current.compare_exchange(at, (at + 1) % n, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
     fn call(&self, path: &str, body: &Value) -> EResult<Value> {
         let body = body.to_string();
         let resp = self.with_member(|ep| http::post(&self.resolver, ep, path, &body, self.timeout))?;

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::etcd::{EtcdClient, EtcdError, KeyValue};
+use super::etcd::{EtcdClient, EtcdError, KeyValue, Watch};
 use super::FeedOutcome;
 use crate::cluster::{Cluster, Inner};
 use crate::config::FeedConfig;
@@ -386,6 +386,19 @@ impl Worker {
             Ok(w) => w,
             Err(e) => return Ended::Failed(e.to_string()),
         };
+        let ended = self.follow_watch(&mut watch);
+        if matches!(ended, Ended::Failed(_)) {
+            // A member that still answers (with an error, or a watch that
+            // brings nothing) would otherwise get the watch again: the
+            // client keeps to the last member that answered.
+            self.client.move_past(watch.endpoint());
+        }
+        ended
+    }
+
+    /// Applies what `watch` brings until it fails, is compacted away, or
+    /// the subscription stops.
+    fn follow_watch(&mut self, watch: &mut Watch) -> Ended {
         // When the watch last brought a record: only that shows it is not
         // stuck. Any message would not do: a member can keep sending
         // messages with no event (progress messages at a revision that
