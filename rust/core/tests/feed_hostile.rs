@@ -541,3 +541,57 @@ fn a_watch_found_stuck_is_reopened_on_the_next_member() {
     }
     assert_eq!(c.metrics().feed.unwrap().revision, 6);
 }
+
+/// The same at the start: the first member answers every range with etcd's
+/// "request timed out" (a member cut off from its leader, as above), the
+/// second has `node/A/state = down` at revision 6. Before, every full read
+/// went to the first member again, so the subscriber never read the
+/// prefix: it kept retrying the member that answered, not the others.
+#[test]
+fn a_full_read_refused_by_one_member_is_read_from_the_next() {
+    let first = TcpListener::bind("127.0.0.1:0").unwrap();
+    let first_ep = first.local_addr().unwrap().to_string();
+    let first_ranges = Arc::new(AtomicUsize::new(0));
+    let counted = first_ranges.clone();
+    std::thread::spawn(move || {
+        for conn in first.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let counted = counted.clone();
+            std::thread::spawn(move || {
+                let Some(req) = read_request(&mut s) else { return };
+                if req.path == "/v3/kv/range" {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    let err = r#"{"error":"etcdserver: request timed out","code":14,"message":"etcdserver: request timed out"}"#;
+                    respond(&mut s, "503 Service Unavailable", err);
+                } else {
+                    respond(&mut s, "404 Not Found", "");
+                }
+            });
+        }
+    });
+    let second = Gateway::start(
+        Arc::new(|req: &Request, _| range_of(req, 6, &[("p/node/A/state", "down", 6)])),
+        Arc::new(|s: &mut TcpStream, _: &Request, _| {
+            if gateway::open_watch(s, 6) {
+                silent(s);
+            }
+        }),
+    );
+    let c = Cluster::from_config_text(&format!(
+        "nodes = A, B\ntopology.feed = etcd://{first_ep},{}/p\ntopology.feed_timeout = 300ms",
+        second.endpoint
+    ))
+    .unwrap();
+    let t = Instant::now();
+    while c.node_by_name("A").unwrap().state() != NodeState::Down {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "A still up after 10 s; {} range(s) asked of the first member, {} of the second: {:?}",
+            first_ranges.load(Ordering::SeqCst),
+            second.ranges.load(Ordering::SeqCst),
+            c.metrics().feed
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(c.metrics().feed.unwrap().revision, 6);
+}

@@ -171,6 +171,16 @@ impl EtcdClient {
         }
     }
 
+    /// The next call starts with the member after the one that answered
+    /// last: a reader whose call that member refused tries the others,
+    /// which `with_member` does only for a member it could
+    /// not reach.
+    pub(crate) fn move_on(&self) {
+        let n = self.endpoints.len().max(1);
+        let at = self.current.load(Ordering::Relaxed);
+        self.current.store((at + 1) % n, Ordering::Relaxed);
+    }
+
     fn call(&self, path: &str, body: &Value) -> EResult<Value> {
         let body = body.to_string();
         let resp = self.with_member(|ep| http::post(&self.resolver, ep, path, &body, self.timeout))?;

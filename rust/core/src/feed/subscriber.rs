@@ -289,6 +289,12 @@ impl Worker {
                         read_at = Some(self.revision);
                     }
                     Err(e) => {
+                        // A member that answered with an error (one cut off
+                        // from its leader times the read out) would
+                        // otherwise be asked again, and again.
+                        if !matches!(e, EtcdError::Unreachable(_)) {
+                            self.client.move_on();
+                        }
                         self.failed(e.to_string());
                         if !self.pause(&mut backoff) {
                             break;
