@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use super::{check_version, name_value, prepare, show, timestamp_value, Pairs};
+use super::{check_version, name_value, prepare, show, Pairs};
 use crate::error::{Error, Result};
 
 /// What a FAN event is about.
@@ -327,7 +327,9 @@ impl FanEvent {
             status,
             reason,
             card,
-            timestamp: raw.timestamp.map(timestamp_value).transpose()?,
+            // A known field: `=` in it is refused as in a name (RLB advisories
+            // carry theirs unread).
+            timestamp: opt_name("timestamp", raw.timestamp)?,
             timezone: raw.timezone.filter(|z| !z.is_empty()).map(str::to_owned),
             drain_timeout_s,
         };
@@ -628,6 +630,18 @@ mod tests {
         assert_err_contains("INSTANCE VERSION=1.0 instance=a=b status=up", "invalid character '='");
         assert_err_contains("INSTANCE VERSION=1.0 instance=i status=up timestamp=", "empty value for `timestamp=`");
         assert_err_contains("INSTANCE VERSION=1.0 instance=i status=up}", "braces");
+    }
+
+    /// `timestamp=` is a known field: with `=` in it (`2026-11-29=08:00:00`,
+    /// two pairs run together) it is refused as `instance=a=b` is, not
+    /// carried as a timestamp no version can be read from (an event without
+    /// a version applies as the latest word).
+    #[test]
+    fn a_timestamp_holding_an_equals_sign_is_refused() {
+        assert_err_contains(
+            "INSTANCE VERSION=1.0 instance=i status=down timestamp=2026-11-29=08:00:00",
+            "invalid character '=' in `timestamp=`",
+        );
     }
 
     #[test]
