@@ -361,7 +361,11 @@ impl EtcdClient {
     /// Grants a lease of `ttl_seconds`; its id.
     pub fn lease_grant(&self, ttl_seconds: u64) -> EResult<i64> {
         let v = self.call("/v3/lease/grant", &json!({"TTL": ttl_seconds.to_string()}))?;
-        int_i64(v.get("ID"))
+        // 0 is etcd's "no lease": a key put with it never expires.
+        match int_i64(v.get("ID"))? {
+            id if id > 0 => Ok(id),
+            id => Err(EtcdError::Protocol(format!("lease grant: no lease id in the answer (ID {id})"))),
+        }
     }
 
     /// Renews a lease; its remaining TTL in seconds (0 or less: expired).
@@ -641,6 +645,32 @@ mod tests {
         assert_eq!(unb64("").unwrap(), b"");
         let e = key_value(&json!({"key": "bm9kZS9BL3N0YXRl", "value": "ZG93b", "mod_revision": "3"}), false);
         assert!(matches!(&e, Err(EtcdError::Protocol(m)) if m.contains("bad base64 in `value`")), "{e:?}");
+    }
+
+    /// A grant answered without a lease id (or with 0, or a negative one)
+    /// is no lease: 0 is etcd's "no lease", and a leader key claimed with
+    /// it is attached to nothing, so it never expires, and the monitor
+    /// holding it would keep every other monitor out after it died.
+    #[test]
+    fn a_grant_without_a_lease_id_is_refused() {
+        use crate::feed::stand_in::{respond, Gateway, Request};
+        use std::net::TcpStream;
+        for body in [
+            r#"{"header":{"revision":"5"},"TTL":"5"}"#,
+            r#"{"header":{"revision":"5"},"ID":"0","TTL":"5"}"#,
+            r#"{"header":{"revision":"5"},"ID":"-3","TTL":"5"}"#,
+        ] {
+            let gw = Gateway::start_with(
+                Arc::new(|_: &Request, _| String::new()),
+                Arc::new(|_: &mut TcpStream, _: &Request, _| {}),
+                Arc::new(move |s: &mut TcpStream, _: &Request, _| {
+                    respond(s, "200 OK", body);
+                }),
+            );
+            let client = EtcdClient::new(vec![gw.endpoint.clone()], Duration::from_secs(5));
+            let got = client.lease_grant(5);
+            assert!(matches!(&got, Err(EtcdError::Protocol(m)) if m.contains("lease")), "{body}: {got:?}");
+        }
     }
 
     #[test]
