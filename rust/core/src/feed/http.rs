@@ -42,9 +42,12 @@ pub(crate) struct Resolver {
     pending: Mutex<HashMap<String, Arc<Pending>>>,
 }
 
+/// A lookup's addresses, or its error as every waiter gets it.
+type Looked = std::result::Result<Vec<SocketAddr>, (io::ErrorKind, String)>;
+
 /// One lookup's outcome, handed to every caller waiting for it.
 struct Pending {
-    outcome: Mutex<Option<std::result::Result<SocketAddr, (io::ErrorKind, String)>>>,
+    outcome: Mutex<Option<Looked>>,
     done: Condvar,
     /// The process that started it: a forked child has the map but not the
     /// thread, so it starts its own lookup.
@@ -69,10 +72,11 @@ impl Resolver {
         SYSTEM.clone()
     }
 
-    /// The first address of `endpoint`, within `timeout`.
-    pub(crate) fn resolve(self: &Arc<Self>, endpoint: &str, timeout: Duration) -> io::Result<SocketAddr> {
+    /// The addresses of `endpoint` (at least one), in the lookup's order,
+    /// within `timeout`.
+    pub(crate) fn resolve(self: &Arc<Self>, endpoint: &str, timeout: Duration) -> io::Result<Vec<SocketAddr>> {
         if let Ok(addr) = endpoint.parse::<SocketAddr>() {
-            return Ok(addr);
+            return Ok(vec![addr]);
         }
         let pid = std::process::id();
         let (pending, start) = {
@@ -119,7 +123,7 @@ impl Resolver {
         // for one that never comes.
         let looked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.lookup)(endpoint)))
             .unwrap_or_else(|_| Err(io::Error::other(format!("resolving `{endpoint}` panicked"))));
-        let found = first(endpoint, looked).map_err(|e| (e.kind(), e.to_string()));
+        let found = some(endpoint, looked).map_err(|e| (e.kind(), e.to_string()));
         // Out of the map first: a call arriving now starts a fresh lookup
         // rather than reading one about to be dropped.
         {
@@ -133,11 +137,12 @@ impl Resolver {
     }
 }
 
-fn first(endpoint: &str, found: io::Result<Vec<SocketAddr>>) -> io::Result<SocketAddr> {
-    found?
-        .into_iter()
-        .next()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("`{endpoint}` resolves to no address")))
+fn some(endpoint: &str, found: io::Result<Vec<SocketAddr>>) -> io::Result<Vec<SocketAddr>> {
+    let found = found?;
+    if found.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("`{endpoint}` resolves to no address")));
+    }
+    Ok(found)
 }
 
 /// An answer read whole.
@@ -159,8 +164,25 @@ fn send(
 ) -> io::Result<(TcpStream, u16, Framing, Vec<u8>)> {
     // The lookup, the connection and the answer share the call's bound.
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-    let addr = resolver.resolve(endpoint, left())?;
-    let mut sock = TcpStream::connect_timeout(&addr, left())?;
+    // Each address in turn, as a connection by name goes: `localhost` may
+    // list `::1` first where etcd listens on 127.0.0.1 only.
+    let (mut sock, mut last) = (None, None);
+    for addr in resolver.resolve(endpoint, left())? {
+        // The call's bound covers them all: a later address gets what is left.
+        if last.is_some() && Instant::now() >= deadline {
+            break;
+        }
+        match TcpStream::connect_timeout(&addr, left()) {
+            Ok(s) => {
+                sock = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let Some(mut sock) = sock else {
+        return Err(last.unwrap_or_else(|| io::Error::other(format!("`{endpoint}` resolves to no address"))));
+    };
     sock.set_nodelay(true)?;
     let request = format!(
         "POST {path} HTTP/1.1\r\nHost: {endpoint}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -953,6 +975,26 @@ mod resolve_tests {
         // And the next call looks up again rather than waiting on it.
         let e = post(&resolver, "etcd-2.example:2379", "/v3/kv/range", "{}", Duration::from_secs(30)).unwrap_err();
         assert!(e.to_string().contains("panicked"), "{e}");
+    }
+
+    /// A name with two addresses, the first refusing: `localhost` on a
+    /// host whose /etc/hosts lists `::1` first, with etcd on its default
+    /// `http://localhost:2379`, which listens on 127.0.0.1 only. The call
+    /// goes on to the next address, as a connection by name does, rather
+    /// than taking the member for down.
+    #[test]
+    fn a_name_whose_first_address_refuses_is_reached_at_the_next() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let there = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut req = [0u8; 4096];
+            let _ = s.read(&mut req);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+        });
+        let resolver = Resolver::new(Box::new(move |_: &str| Ok(vec![SocketAddr::from(([127, 0, 0, 1], 1)), there])));
+        let r = post(&resolver, "etcd-1.example:2379", "/v3/kv/range", "{}", Duration::from_secs(5));
+        assert_eq!(r.map(|r| (r.status, r.body)).map_err(|e| e.to_string()), Ok((200, b"{}".to_vec())));
     }
 
     #[test]
