@@ -87,7 +87,7 @@ public final class Cluster implements AutoCloseable {
         this.context = ThreadLocal.withInitial(this::newContext);
         long handOut = Native.epochPage(handle);
         this.page = Native.epochBuffer(handOut).order(ByteOrder.nativeOrder());
-        CLEANER.register(page, new FreeEpochPage(handOut));
+        CLEANER.registerLasting(page, new FreeEpochPage(handOut));
     }
 
     /**

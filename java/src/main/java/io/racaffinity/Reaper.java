@@ -15,7 +15,9 @@ import java.util.concurrent.ConcurrentHashMap;
  * static one kept the class loader of a web application that had the jar in
  * {@code WEB-INF/lib} after every redeploy (issue 17). Actions still registered when the
  * last cluster is freed belong to freed clusters (a lease, a thread's context), where
- * they have nothing left to release: they are dropped.
+ * they have nothing left to release: they are dropped. An epoch page's free is not one of
+ * them ({@link #registerLasting}): the page outlives its cluster, so it is kept, and run
+ * by the thread of the next cluster opened.
  */
 final class Reaper {
     static final String THREAD_NAME = "racaffinity-cleaner";
@@ -32,7 +34,19 @@ final class Reaper {
 
     /** Runs {@code action} once, when {@code referent} is phantom reachable or the result is cleaned. */
     Cleaner.Cleanable register(Object referent, Runnable action) {
-        Ref ref = new Ref(referent, queue, action);
+        return register(referent, action, false);
+    }
+
+    /**
+     * {@link #register} for an action that still frees something once every cluster is freed
+     * (an epoch page, which outlives its cluster): not dropped with the last cluster.
+     */
+    Cleaner.Cleanable registerLasting(Object referent, Runnable action) {
+        return register(referent, action, true);
+    }
+
+    private Cleaner.Cleanable register(Object referent, Runnable action, boolean lasting) {
+        Ref ref = new Ref(referent, queue, action, lasting);
         live.add(ref);
         return ref;
     }
@@ -61,7 +75,9 @@ final class Reaper {
             if (--openClusters != 0) {
                 return;
             }
-            live.clear();
+            // Kept: a lasting action's referent may become unreachable only now; the next
+            // cluster's thread finds it in the queue.
+            live.removeIf(r -> !r.lasting);
             thread.interrupt();
             thread = null;
         }
@@ -89,10 +105,12 @@ final class Reaper {
 
     private final class Ref extends PhantomReference<Object> implements Cleaner.Cleanable {
         private final Runnable action;
+        private final boolean lasting;
 
-        Ref(Object referent, ReferenceQueue<Object> queue, Runnable action) {
+        Ref(Object referent, ReferenceQueue<Object> queue, Runnable action, boolean lasting) {
             super(referent, queue);
             this.action = action;
+            this.lasting = lasting;
         }
 
         @Override
