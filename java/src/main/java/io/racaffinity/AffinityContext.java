@@ -1,6 +1,5 @@
 package io.racaffinity;
 
-import java.lang.ref.Cleaner;
 import java.util.OptionalInt;
 
 /**
@@ -27,13 +26,13 @@ public final class AffinityContext implements AutoCloseable {
     private final Cluster cluster;
     private final long key;
     private final Scope scope;
-    private final Cleaner.Cleanable release;
 
     AffinityContext(Cluster cluster, long key, Scope scope) {
         this.cluster = cluster;
         this.key = key;
         this.scope = scope;
-        this.release = cluster.releaseWhenUnreachable(this, key);
+        // Not cleaned by close(): a context pinned again after its close is released when unreachable too.
+        cluster.releaseWhenUnreachable(this, key);
     }
 
     /** @return the scope whose rules this context follows */
@@ -87,10 +86,18 @@ public final class AffinityContext implements AutoCloseable {
         return n < 0 ? OptionalInt.empty() : OptionalInt.of(n);
     }
 
-    /** Releases the pin at every level. Idempotent; quiet if the cluster is closed. */
+    /**
+     * Releases the pin at every level. Idempotent; quiet if the cluster is closed. A later
+     * {@link #pin()} pins the context again, and that pin too is released by a close or once the
+     * context is unreachable.
+     */
     @Override
     public void close() {
-        release.clean();
+        try {
+            Native.contextRelease(cluster.handle(), key);
+        } catch (ClusterClosedException e) {
+            // The cluster's pins went with it.
+        }
     }
 
     @Override
