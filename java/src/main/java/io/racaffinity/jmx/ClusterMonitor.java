@@ -2,6 +2,7 @@ package io.racaffinity.jmx;
 
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
+import io.racaffinity.ClusterClosedException;
 import io.racaffinity.FeedStatus;
 import io.racaffinity.FeedUnavailableException;
 import io.racaffinity.NodeMetrics;
@@ -14,6 +15,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.function.Function;
+import java.util.function.Supplier;
 import javax.management.InstanceAlreadyExistsException;
 import javax.management.InstanceNotFoundException;
 import javax.management.JMException;
@@ -26,7 +28,9 @@ import javax.management.ObjectName;
  * with the core's message, so a remote JMX client needs no racaffinity classes:
  * {@link IllegalStateException} when the topology feed did not take an operator's change
  * (the call may succeed later; nothing changed), {@link IllegalArgumentException} for the
- * rest (an unknown node, a malformed event).
+ * rest (an unknown node, a malformed event). Once the cluster is closed (while its MXBean is
+ * still registered: a cluster given to a data source and closed first), every attribute and
+ * operation that asks the cluster throws {@link IllegalStateException}.
  */
 public final class ClusterMonitor implements ClusterMXBean {
     /** The JMX domain. */
@@ -94,8 +98,24 @@ public final class ClusterMonitor implements ClusterMXBean {
         }
     }
 
+    /** Asks the cluster: a closed one is an {@link IllegalStateException}, a JDK class, not the core's. */
+    private static <T> T open(Supplier<T> call) {
+        try {
+            return call.get();
+        } catch (ClusterClosedException e) {
+            throw new IllegalStateException(e.getMessage());
+        }
+    }
+
+    private static void open(Runnable call) {
+        open(() -> {
+            call.run();
+            return null;
+        });
+    }
+
     private <T> Map<String, T> perNode(Function<NodeMetrics, T> f) {
-        List<NodeMetrics> nodes = cluster.nodeMetrics();
+        List<NodeMetrics> nodes = open(cluster::nodeMetrics);
         Map<String, T> m = new LinkedHashMap<>();
         for (NodeMetrics n : nodes) {
             m.put(n.name(), f.apply(n));
@@ -110,7 +130,7 @@ public final class ClusterMonitor implements ClusterMXBean {
 
     @Override
     public String[] getNodeNames() {
-        return cluster.nodeNames().toArray(new String[0]);
+        return open(cluster::nodeNames).toArray(new String[0]);
     }
 
     @Override
@@ -153,7 +173,7 @@ public final class ClusterMonitor implements ClusterMXBean {
         // Each node's picks already saturate at Long.MAX_VALUE (u64 in the core): a plain sum of
         // two such nodes wraps negative, so the total saturates too.
         long total = 0;
-        for (NodeMetrics n : cluster.nodeMetrics()) {
+        for (NodeMetrics n : open(cluster::nodeMetrics)) {
             total = n.picks() > Long.MAX_VALUE - total ? Long.MAX_VALUE : total + n.picks();
         }
         return total;
@@ -161,16 +181,16 @@ public final class ClusterMonitor implements ClusterMXBean {
 
     @Override
     public String getMetricsJson() {
-        return cluster.metricsJson();
+        return open(cluster::metricsJson);
     }
 
     @Override
     public String getMetricsPrometheus() {
-        return cluster.metricsPrometheus();
+        return open(cluster::metricsPrometheus);
     }
 
     private Optional<FeedStatus> feed() {
-        return cluster.feedStatus();
+        return open(cluster::feedStatus);
     }
 
     @Override
@@ -249,47 +269,49 @@ public final class ClusterMonitor implements ClusterMXBean {
 
     @Override
     public boolean isUseStrictXAAffinity() {
-        return cluster.isStrict(Scope.TRANSACTION);
+        return open(() -> cluster.isStrict(Scope.TRANSACTION));
     }
 
     @Override
     public void setUseStrictXAAffinity(boolean strict) {
-        cluster.setStrict(Scope.TRANSACTION, strict);
+        open(() -> cluster.setStrict(Scope.TRANSACTION, strict));
     }
 
     @Override
     public boolean isUseStrictWebSessionAffinity() {
-        return cluster.isStrict(Scope.SESSION);
+        return open(() -> cluster.isStrict(Scope.SESSION));
     }
 
     @Override
     public void setUseStrictWebSessionAffinity(boolean strict) {
-        cluster.setStrict(Scope.SESSION, strict);
+        open(() -> cluster.setStrict(Scope.SESSION, strict));
     }
 
     @Override
     public boolean isUseStrictThreadAffinity() {
-        return cluster.isStrict(Scope.THREAD);
+        return open(() -> cluster.isStrict(Scope.THREAD));
     }
 
     @Override
     public void setUseStrictThreadAffinity(boolean strict) {
-        cluster.setStrict(Scope.THREAD, strict);
+        open(() -> cluster.setStrict(Scope.THREAD, strict));
     }
 
     @Override
     public boolean isUseStrictDataAffinity() {
-        return cluster.isStrict(Scope.DATA);
+        return open(() -> cluster.isStrict(Scope.DATA));
     }
 
     @Override
     public void setUseStrictDataAffinity(boolean strict) {
-        cluster.setStrict(Scope.DATA, strict);
+        open(() -> cluster.setStrict(Scope.DATA, strict));
     }
 
     private void setState(String node, NodeState state) {
         try {
             cluster.setNodeState(node, state);
+        } catch (ClusterClosedException e) {
+            throw new IllegalStateException(e.getMessage());
         } catch (FeedUnavailableException e) {
             // Not the caller's argument: the same call succeeds once etcd takes writes.
             throw new IllegalStateException(e.getMessage());
@@ -317,6 +339,8 @@ public final class ClusterMonitor implements ClusterMXBean {
     public int applyEvent(String line) {
         try {
             return cluster.applyEvent(line);
+        } catch (ClusterClosedException e) {
+            throw new IllegalStateException(e.getMessage());
         } catch (AffinityException e) {
             throw new IllegalArgumentException(e.getMessage());
         }
