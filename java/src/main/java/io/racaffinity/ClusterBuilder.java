@@ -26,7 +26,8 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
     }
 
     /**
-     * Sets any config key (see the README's table).
+     * Sets any config key (see the README's table). Setting a key again replaces it, also under
+     * another spelling of the same key ({@code node.a.weight} and {@code node.A.weight}).
      *
      * @param key the key
      * @param value its value
@@ -45,8 +46,30 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
             throw new InvalidConfigException(
                     "invalid config key `" + k + "`: the value must not contain a newline or `;`");
         }
+        // One key to the core, whatever its spelling (node names match case-insensitively): the
+        // core refuses a key given twice, so the earlier spelling goes.
+        String same = canonical(k);
+        entries.keySet().removeIf(e -> canonical(e).equals(same));
         entries.put(k, value.trim());
         return self();
+    }
+
+    /** A key as the core compares keys: {@code node.*} in ASCII upper case, a partition by its number. */
+    private static String canonical(String key) {
+        if (key.startsWith("node.")) {
+            StringBuilder sb = new StringBuilder(key.length());
+            for (int i = 0; i < key.length(); i++) {
+                char ch = key.charAt(i);
+                sb.append(ch >= 'a' && ch <= 'z' ? (char) (ch - 'a' + 'A') : ch);
+            }
+            return sb.toString();
+        }
+        String p = "data.partition.";
+        if (key.startsWith(p) && key.length() > p.length() && key.length() - p.length() <= 9
+                && key.substring(p.length()).chars().allMatch(ch -> ch >= '0' && ch <= '9')) {
+            return p + Integer.parseInt(key.substring(p.length()));
+        }
+        return key;
     }
 
     private static boolean separator(String s) {

@@ -91,6 +91,19 @@ class ClusterTest {
     }
 
     @Test
+    void builderReplacesANodeSettingGivenAgainUnderAnotherCase() {
+        // Node names match case-insensitively, so node.b.weight and node.B.weight are one key to the
+        // core ("given more than once" when both are sent): setting it again replaces it.
+        Cluster.Builder b = Cluster.builder().nodes("A", "B").weight("b", 2).weight("B", 3).address("a", "h1:1")
+                .address("A", "h2:2");
+        try (Cluster c = b.build()) {
+            assertEquals(3, c.nodeMetrics().get(1).weight());
+            assertEquals("h2:2", c.nodeAddress(0).orElseThrow());
+        }
+        assertEquals("nodes = A, B\nnode.B.weight = 3\nnode.A.address = h2:2\n", b.toConfig());
+    }
+
+    @Test
     void anEmptyNodeListIsRefusedWhereTheClusterIsBuilt() {
         // Every pick of an empty cluster would fail, blaming down nodes.
         InvalidConfigException e = assertThrows(InvalidConfigException.class, () -> Cluster.builder().nodes().build());
