@@ -189,7 +189,7 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
      * @return this builder
      */
     public B sessionIdleTtl(Duration ttl) {
-        return set("session.idle_ttl", millis(ttl));
+        return setDuration("session.idle_ttl", ttl);
     }
 
     /**
@@ -222,7 +222,7 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
      * @return this builder
      */
     public B ejectBackoff(Duration backoff) {
-        return set("health.eject_backoff", millis(backoff));
+        return setDuration("health.eject_backoff", backoff);
     }
 
     /**
@@ -230,7 +230,7 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
      * @return this builder
      */
     public B ejectBackoffMax(Duration max) {
-        return set("health.eject_backoff_max", millis(max));
+        return setDuration("health.eject_backoff_max", max);
     }
 
     /**
@@ -238,7 +238,7 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
      * @return this builder
      */
     public B heartbeatInterval(Duration interval) {
-        return set("heartbeat.interval", millis(interval));
+        return setDuration("heartbeat.interval", interval);
     }
 
     /**
@@ -249,8 +249,16 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
         return set("heartbeat.misses", Integer.toString(misses));
     }
 
-    private static String millis(Duration d) {
-        return d.toMillis() + "ms";
+    /** A duration key, in milliseconds; one too long for a {@code long} of them is the key's error. */
+    private B setDuration(String key, Duration d) {
+        Objects.requireNonNull(d, key);
+        long ms;
+        try {
+            ms = d.toMillis();
+        } catch (ArithmeticException e) {
+            throw new InvalidConfigException("invalid config key `" + key + "`: duration " + d + " is too large");
+        }
+        return set(key, ms + "ms");
     }
 
     /** @return the rendered config text */

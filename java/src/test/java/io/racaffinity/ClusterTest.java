@@ -104,6 +104,17 @@ class ClusterTest {
     }
 
     @Test
+    void builderRefusesADurationTooLongForItsKey() {
+        // Duration.toMillis overflows past Long.MAX_VALUE ms: a config error naming the key, as the core
+        // names a duration it cannot hold, not an ArithmeticException.
+        InvalidConfigException e = assertThrows(InvalidConfigException.class,
+                () -> Cluster.builder().nodes("A").sessionIdleTtl(Duration.ofSeconds(Long.MAX_VALUE)));
+        assertTrue(e.getMessage().contains("`session.idle_ttl`"), e.getMessage());
+        assertThrows(InvalidConfigException.class,
+                () -> Cluster.builder().nodes("A").heartbeatInterval(Duration.ofSeconds(Long.MAX_VALUE / 100)));
+    }
+
+    @Test
     void anEmptyNodeListIsRefusedWhereTheClusterIsBuilt() {
         // Every pick of an empty cluster would fail, blaming down nodes.
         InvalidConfigException e = assertThrows(InvalidConfigException.class, () -> Cluster.builder().nodes().build());
