@@ -5,7 +5,7 @@
 
 use jni::objects::JString;
 use jni::sys::{jboolean, jint, jlong};
-use racaffinity_core::{classify_sqlstate, CommitOutcome, TransactionControl};
+use racaffinity_core::{classify_sqlstate, CommitOutcome, ErrorClass, TransactionControl};
 
 use super::{run, string, with_cluster};
 use crate::capi::continuity::{
@@ -15,11 +15,22 @@ use crate::capi::continuity::{
 
 jni_export! {
     /// `int sqlstateClassify(String sqlstate)`: 0 recoverable, 1 not
-    /// (`racaffinity_error_class`); malformed text is not recoverable.
+    /// (`racaffinity_error_class`); malformed text is not recoverable. Read
+    /// from the string's modified UTF-8 as it is: a SQLState is 5 ASCII
+    /// characters, so text that is not UTF-8 there (a lone surrogate, NUL, a
+    /// supplementary character) or of any length is malformed, never an
+    /// exception thrown from a host's error handling.
     fn Java_io_racaffinity_Native_sqlstateClassify<'l>(env, sqlstate: JString<'l>) -> jint {
         run(&mut env, |env| {
-            let s = string(env, &sqlstate, "sqlstate")?;
-            let c: racaffinity_error_class = classify_sqlstate(&s).into();
+            if sqlstate.is_null() {
+                return Err(super::null_arg("sqlstate"));
+            }
+            let chars = sqlstate.mutf8_chars(env)?;
+            let class = match std::str::from_utf8(chars.to_bytes()) {
+                Ok(s) => classify_sqlstate(s),
+                Err(_) => ErrorClass::NotRecoverable,
+            };
+            let c: racaffinity_error_class = class.into();
             Ok(c as jint)
         })
     }

@@ -26,6 +26,18 @@ class ContinuityTest {
     }
 
     @Test
+    void anySqlStateTextIsClassifiedNeverRefused() {
+        // A driver's or a wrapper's getSQLState() is free text: malformed is NOT_RECOVERABLE, as
+        // documented, also with a lone surrogate or past the library's string limit, rather than an
+        // InvalidArgumentException thrown from the error handling in place of the request's error.
+        for (String s : new String[] {"08\uD800", "\uDC0006", "08006" + "x".repeat(2000), "0800\u0000",
+                "08\uD83D\uDE00"}) {
+            assertEquals(ErrorClass.NOT_RECOVERABLE, Continuity.classifySqlState(s), s);
+        }
+        assertEquals(ErrorClass.RECOVERABLE, Continuity.classifySqlState(" 08006 "));
+    }
+
+    @Test
     void pgXactStatusAnswersMapToOutcomes() {
         assertEquals(CommitOutcome.COMMITTED, Continuity.fromPgXactStatus("committed"));
         assertEquals(CommitOutcome.ABORTED, Continuity.fromPgXactStatus("aborted"));
