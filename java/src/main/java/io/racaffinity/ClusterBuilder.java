@@ -113,6 +113,10 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
      * @return this builder
      */
     public B nodes(List<String> names) {
+        // String.join renders a null as a node named "null".
+        for (String n : Objects.requireNonNull(names, "names")) {
+            Objects.requireNonNull(n, "node name");
+        }
         return set("nodes", String.join(", ", names));
     }
 
@@ -122,7 +126,7 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
      * @return this builder
      */
     public B address(String node, String address) {
-        return set("node." + node + ".address", address);
+        return set("node." + Objects.requireNonNull(node, "node") + ".address", address);
     }
 
     /**
@@ -131,7 +135,7 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
      * @return this builder
      */
     public B weight(String node, int weight) {
-        return set("node." + node + ".weight", Integer.toString(weight));
+        return set("node." + Objects.requireNonNull(node, "node") + ".weight", Integer.toString(weight));
     }
 
     /**

@@ -9,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashSet;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Optional;
 import java.util.OptionalInt;
@@ -112,6 +113,16 @@ class ClusterTest {
         assertTrue(e.getMessage().contains("`session.idle_ttl`"), e.getMessage());
         assertThrows(InvalidConfigException.class,
                 () -> Cluster.builder().nodes("A").heartbeatInterval(Duration.ofSeconds(Long.MAX_VALUE / 100)));
+    }
+
+    @Test
+    void builderRefusesANullNodeName() {
+        // A null argument is a NullPointerException (docs/java-datasource.md, "Exceptions"), not a
+        // node named "null": String.join and string concatenation would render one.
+        assertThrows(NullPointerException.class, () -> Cluster.builder().nodes("A", null));
+        assertThrows(NullPointerException.class, () -> Cluster.builder().nodes(Arrays.asList("A", null)));
+        assertThrows(NullPointerException.class, () -> Cluster.builder().nodes("A").address(null, "h:1"));
+        assertThrows(NullPointerException.class, () -> Cluster.builder().nodes("A").weight(null, 2));
     }
 
     @Test
