@@ -165,6 +165,15 @@ public final class Cluster implements AutoCloseable {
         return n;
     }
 
+    /** A node's name for a {@code toString}: {@code #<id>} once the cluster is closed and cannot name it. */
+    String nodeLabel(int node) {
+        try {
+            return nodeName(node);
+        } catch (ClusterClosedException e) {
+            return "#" + node;
+        }
+    }
+
     /**
      * A live node's id by name (case-insensitive).
      *

@@ -163,7 +163,7 @@ public final class Lease implements AutoCloseable {
 
     @Override
     public String toString() {
-        return "Lease[node=" + nodeName() + " (" + node + "), kind=" + kind + (isReleased() ? ", released]" : "]");
+        return "Lease[node=" + cluster.nodeLabel(node) + " (" + node + "), kind=" + kind + (isReleased() ? ", released]" : "]");
     }
 
     /**

@@ -60,6 +60,6 @@ public final class Pin extends ReleaseOnce implements AutoCloseable {
 
     @Override
     public String toString() {
-        return "Pin[node=" + nodeName() + " (" + node + "), kind=" + kind + "]";
+        return "Pin[node=" + cluster.nodeLabel(node) + " (" + node + "), kind=" + kind + "]";
     }
 }

@@ -174,6 +174,20 @@ class ClusterTest {
     }
 
     @Test
+    void leasesAndPinsPrintAfterTheirClusterClosed() {
+        // toString is what a log line or a debugger calls: it names the node by id once the
+        // cluster can no longer name it, rather than throw ClusterClosedException.
+        Cluster c = three("");
+        Lease lease = c.pick();
+        Pin pin = c.pin();
+        c.close();
+        assertTrue(lease.toString().startsWith("Lease[node=#" + lease.node() + " ("), lease.toString());
+        assertTrue(pin.toString().startsWith("Pin[node=#" + pin.node() + " ("), pin.toString());
+        lease.close();
+        pin.close();
+    }
+
+    @Test
     void aClosedHandleIsNeverReusedByANewCluster() {
         Cluster a = three("");
         a.close();
