@@ -71,3 +71,49 @@ pub fn place(c: &Cluster, gtrid: &str) -> Option<String> {
         }
     }
 }
+
+/// Runs `threads` threads calling `call` on `c` while nodes `D0`, `D1`, …
+/// are added and the one before removed, with `between` run after each
+/// addition, for `secs` seconds; panics naming `what` if a call panicked.
+/// More threads than cores, so some are preempted between a topology
+/// snapshot and what they read after it.
+pub fn calls_while_nodes_come_and_go(
+    c: &std::sync::Arc<Cluster>,
+    threads: usize,
+    secs: u64,
+    what: &str,
+    call: impl Fn(&Cluster, u64) + Send + Sync + Clone + 'static,
+    mut between: impl FnMut(&Cluster),
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let callers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (c, stop, call) = (c.clone(), stop.clone(), call.clone());
+            std::thread::spawn(move || {
+                let mut k = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    call(&c, k);
+                    k += 1;
+                }
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let mut i = 0;
+    while std::time::Instant::now() < deadline && callers.iter().all(|t| !t.is_finished()) {
+        c.add_node(racaffinity::NodeSpec::new(format!("D{i}"))).unwrap();
+        between(c);
+        if i > 0 {
+            c.remove_node(&format!("D{}", i - 1)).unwrap();
+        }
+        i += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in callers {
+        if let Err(p) = t.join() {
+            let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+            panic!("{what} panicked after {i} nodes: {msg:?}");
+        }
+    }
+}

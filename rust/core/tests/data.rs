@@ -132,36 +132,18 @@ fn rlb_advisories_never_move_data_ownership() {
 #[test]
 fn a_key_owned_by_a_node_added_during_the_route_never_panics() {
     let c = std::sync::Arc::new(racaffinity::Cluster::from_config_text("nodes = A\ndata.partitions = 4").unwrap());
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let routers: Vec<_> = (0..12)
-        .map(|_| {
-            let (c, stop) = (c.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut k = 0i64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let _ = c.route_key_i64(k % 4);
-                    k += 1;
-                }
-            })
-        })
-        .collect();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let mut i = 0;
-    while std::time::Instant::now() < deadline && routers.iter().all(|t| !t.is_finished()) {
-        c.add_node(racaffinity::NodeSpec::new(format!("D{i}"))).unwrap();
-        for k in 0..4 {
-            let _ = c.route_key_i64(k);
-        }
-        if i > 0 {
-            c.remove_node(&format!("D{}", i - 1)).unwrap();
-        }
-        i += 1;
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for t in routers {
-        if let Err(p) = t.join() {
-            let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
-            panic!("a key route panicked after {i} nodes: {msg:?}");
-        }
-    }
+    common::calls_while_nodes_come_and_go(
+        &c,
+        12,
+        10,
+        "a key route",
+        |c, k| {
+            let _ = c.route_key_i64((k % 4) as i64);
+        },
+        |c| {
+            for k in 0..4 {
+                let _ = c.route_key_i64(k);
+            }
+        },
+    );
 }

@@ -215,35 +215,19 @@ fn a_new_gtrid_follows_the_requests_key_session_or_pin_and_an_existing_one_stays
 fn a_transaction_moved_to_a_node_added_during_a_call_never_panics() {
     let c = std::sync::Arc::new(racaffinity::Cluster::from_config_text("nodes = A").unwrap());
     c.set_node_state("A", NodeState::Down).unwrap();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let routers: Vec<_> = (0..6)
-        .map(|_| {
-            let (c, stop) = (c.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let _ = c.tx_route(b"g");
-                    let _ = c.tx_begin(b"g");
-                    let _ = c.tx_end(b"g");
-                }
-            })
-        })
-        .collect();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    let mut i = 0;
-    while std::time::Instant::now() < deadline && routers.iter().all(|t| !t.is_finished()) {
-        c.add_node(racaffinity::NodeSpec::new(format!("D{i}"))).unwrap();
-        let _ = c.tx_begin(b"g");
-        let _ = c.tx_end(b"g");
-        if i > 0 {
-            c.remove_node(&format!("D{}", i - 1)).unwrap();
-        }
-        i += 1;
-    }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for t in routers {
-        if let Err(p) = t.join() {
-            let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
-            panic!("a call on the gtrid panicked after {i} nodes: {msg:?}");
-        }
-    }
+    common::calls_while_nodes_come_and_go(
+        &c,
+        6,
+        2,
+        "a call on the gtrid",
+        |c, _| {
+            let _ = c.tx_route(b"g");
+            let _ = c.tx_begin(b"g");
+            let _ = c.tx_end(b"g");
+        },
+        |c| {
+            let _ = c.tx_begin(b"g");
+            let _ = c.tx_end(b"g");
+        },
+    );
 }
