@@ -28,4 +28,16 @@ if readelf -d "$work/build/consumer_static" | grep 'NEEDED.*libracaffinity' >/de
     echo "cmake_package.sh: consumer_static needs libracaffinity.so" >&2
     exit 1
 fi
+# Deployed elsewhere: the shared consumer must find the library by name (as a
+# pkg-config build does), not by the path of the prefix it was built against.
+# With the prefix's copy gone, a copy in another directory on
+# LD_LIBRARY_PATH must serve it.
+mkdir "$work/deploy"
+mv "$prefix/lib/libracaffinity.so" "$work/deploy/"
+trap 'mv "$work/deploy/libracaffinity.so" "$prefix/lib/"; rm -rf "$work"' EXIT
+if ! LD_LIBRARY_PATH="$work/deploy" "$work/build/consumer"; then
+    readelf -d "$work/build/consumer" | grep NEEDED >&2
+    echo "cmake_package.sh: the shared consumer does not load libracaffinity.so from LD_LIBRARY_PATH once the prefix's copy is gone" >&2
+    exit 1
+fi
 echo "  find_package(racaffinity CONFIG REQUIRED): shared and static consumers built and ran"
