@@ -115,7 +115,9 @@ struct MapLoader {
     source: String,
     period: Duration,
     load: LoadFn,
-    next: Mutex<Instant>,
+    /// `None`: a period past what the clock can add (`Duration::MAX`),
+    /// so `maintain()` never finds the loader due.
+    next: Mutex<Option<Instant>>,
     /// Held across a load and its replace: overlapping reloads (an HA event's
     /// and maintain()'s) run one after the other, so the later read wins.
     running: Mutex<()>,
@@ -387,7 +389,8 @@ impl<P: NodePool> NodePools<P> {
     /// whole map replaces the cluster's explicit map in one step
     /// ([`Cluster::replace_partition_map`], source `source`). It runs now,
     /// after every FAN event that changed a node's state, and from
-    /// [`NodePools::maintain`] once `period` has passed since the last run.
+    /// [`NodePools::maintain`] once `period` has passed since the last run
+    /// (never, for a period the clock cannot add, such as `Duration::MAX`).
     ///
     /// A failing loader (an error, or a map the cluster refuses) keeps the
     /// last good map and is counted in the metrics
@@ -407,7 +410,7 @@ impl<P: NodePool> NodePools<P> {
             source: source.to_string(),
             period,
             load: Box::new(load),
-            next: Mutex::new(Instant::now()),
+            next: Mutex::new(None),
             running: Mutex::new(()),
         });
         self.reload_partition_map().expect("a loader is installed")
@@ -419,7 +422,7 @@ impl<P: NodePool> NodePools<P> {
     pub fn reload_partition_map(&self) -> Option<Result<u64, LoadError>> {
         let l = self.loader.as_ref()?;
         let _one_at_a_time = l.running.lock().unwrap_or_else(|p| p.into_inner());
-        *l.next.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now() + l.period;
+        *l.next.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now().checked_add(l.period);
         let result = (l.load)().and_then(|map| {
             let entries: Vec<(u32, &str)> = map.iter().map(|(p, n)| (*p, n.as_str())).collect();
             self.cluster.replace_partition_map(&entries, &l.source).map_err(LoadError::from)
@@ -447,8 +450,9 @@ impl<P: NodePool> NodePools<P> {
     /// its period has passed. Returns the loader's result if it ran.
     pub fn maintain(&self) -> Option<Result<u64, LoadError>> {
         self.close_idle_of_unusable();
-        let due =
-            self.loader.as_ref().is_some_and(|l| Instant::now() >= *l.next.lock().unwrap_or_else(|p| p.into_inner()));
+        let due = self.loader.as_ref().is_some_and(|l| {
+            l.next.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|next| Instant::now() >= next)
+        });
         if due {
             self.reload_partition_map()
         } else {
@@ -733,6 +737,28 @@ mod tests {
         });
         let owner = f.c().partition_owner(1).unwrap();
         assert_eq!(f.c().node_name(owner).unwrap(), "RAC3", "the older read was installed last");
+    }
+
+    /// `Duration::MAX` is how a host says "no periodic reload, only after
+    /// FAN events and its own calls": the loader still runs now and on
+    /// request, and `maintain()` never finds it due.
+    #[test]
+    fn a_loader_with_no_period_loads_now_and_never_from_maintain() {
+        let mut f = Fixture::new("data.partitions = 4");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = calls.clone();
+        f.pools
+            .set_partition_loader("table", Duration::MAX, move || {
+                seen.fetch_add(1, Ordering::SeqCst);
+                Ok((0..4).map(|p| (p, "RAC2".to_string())).collect())
+            })
+            .unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "the first load runs at once");
+        assert!(f.pools.maintain().is_none(), "maintain() ran a loader whose period never passes");
+        f.pools.reload_partition_map().unwrap().unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        let owner = f.c().partition_owner(1).unwrap();
+        assert_eq!(f.c().node_name(owner).unwrap(), "RAC2");
     }
 
     #[test]
