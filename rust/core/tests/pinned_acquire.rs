@@ -180,3 +180,26 @@ fn a_pinned_lease_ended_neutral_after_an_ejection_is_discounted_before_the_trial
     c.lease(trial).release(Outcome::Ok);
     assert_eq!(c.node(a).unwrap().state(), NodeState::Up, "the trial's lease lifts the node");
 }
+
+/// Leases a thread leaks (`mem::forget`) never end: past 2^20 of them on its
+/// word, a pinned acquire leases through the counters and leaves the word
+/// as it was, so the in-flight bits never carry into the success bits.
+#[test]
+fn past_the_cap_of_leaked_host_leases_an_acquire_leases_through_the_counters() {
+    const CAP: u64 = 1 << 20; // lease.rs: HOST_LEASE_CAP
+    let c = cluster("nodes = A, B");
+    let pin = c.pin_thread().unwrap();
+    let node = pin.node();
+    for _ in 0..CAP {
+        std::mem::forget(c.acquire().unwrap());
+    }
+    assert_eq!(in_page(&c, node), CAP);
+    let over = c.acquire().unwrap();
+    assert_eq!(over.node(), node);
+    assert_eq!(in_page(&c, node), CAP, "the word is left as it was past the cap");
+    assert_eq!(c.node(node).unwrap().in_flight(), CAP as i64 + 1, "the counters hold the one past the cap");
+    over.release(Outcome::Ok);
+    assert_eq!(in_page(&c, node), CAP);
+    assert_eq!(c.node(node).unwrap().in_flight(), CAP as i64);
+    assert_eq!(c.metrics().nodes[node.0 as usize].successes, 1);
+}
