@@ -136,7 +136,7 @@ impl Cluster {
                 let v: Vec<_> = topo
                     .live
                     .iter()
-                    .filter(|n| n.host().is_some_and(|h| h.eq_ignore_ascii_case(host)))
+                    .filter(|n| n.is_on_host(host))
                     .cloned()
                     .collect();
                 if v.is_empty() {

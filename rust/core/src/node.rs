@@ -666,6 +666,24 @@ impl Node {
         self.place().machine.clone()
     }
 
+    /// Whether a FAN `NODE` event naming `host` is about this node: its
+    /// address's host or its machine, ignoring ASCII case. Clusterware names
+    /// a node by its short host name while addresses are usually VIPs or
+    /// full DNS names, so a name without a dot also matches the first label
+    /// of a DNS name (`rac1` matches `rac1.example.com`, never `rac1-vip`).
+    pub(crate) fn is_on_host(&self, host: &str) -> bool {
+        let place = self.place();
+        let short = !host.contains('.');
+        let names = [place.host.as_deref(), place.machine.as_deref()];
+        let on = names.into_iter().flatten().any(|name| {
+            name.eq_ignore_ascii_case(host)
+                || (short
+                    && name.parse::<std::net::IpAddr>().is_err()
+                    && name.split('.').next().is_some_and(|label| label.eq_ignore_ascii_case(host)))
+        });
+        on
+    }
+
     /// Its zone (`node.<N>.zone`).
     pub fn zone(&self) -> Option<String> {
         self.place().zone.clone()

@@ -309,3 +309,28 @@ fn an_answering_probe_lifts_the_ejection_but_never_ends_a_planned_drain() {
     c.apply_event("SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=A status=up").unwrap();
     assert_eq!(a.state(), NodeState::Up);
 }
+
+/// Oracle's `NODE` event names the cluster node by its short name, while a
+/// node's address is usually its VIP or a full DNS name: the event reaches
+/// a node by its `machine` too, and by the first label of either.
+#[test]
+fn node_down_event_matches_the_machine_and_the_short_host_name() {
+    let c = cluster(
+        "nodes = a1, a2, b1, c1\n\
+         node.a1.address = rac1-vip.example.com:1521\nnode.a1.machine = rac1\n\
+         node.a2.address = rac1.example.com:1522\n\
+         node.b1.address = rac2-vip.example.com:1521\nnode.b1.machine = RAC2.example.com\n\
+         node.c1.address = rac10.example.com:1521",
+    );
+    let e = c.apply_event("NODE VERSION=1.0 host=rac1 incarnation=175 status=nodedown reason=member_leave").unwrap();
+    assert_eq!(e.changes.len(), 2, "a1 by its machine, a2 by its address's short name: {e:?}");
+    assert_eq!(states(&c), [NodeState::Down, NodeState::Down, NodeState::Up, NodeState::Up]);
+    c.apply_event("NODE VERSION=1.0 host=rac2 incarnation=9 status=nodedown reason=member_leave").unwrap();
+    assert_eq!(states(&c), [NodeState::Down, NodeState::Down, NodeState::Down, NodeState::Up]);
+    // A full name never matches a longer or another label, nor a VIP's own name.
+    for host in ["rac1.other.com", "rac", "rac1-vip2", "example.com"] {
+        let line = format!("NODE VERSION=1.0 host={host} status=nodedown reason=member_leave");
+        assert_eq!(c.apply_event(&line).unwrap_err().kind(), ErrorKind::UnknownNode, "{host}");
+    }
+    assert_eq!(states(&c)[3], NodeState::Up);
+}
