@@ -163,6 +163,86 @@ def test_keyword_config_covers_mappings_durations_and_text():
         assert c.node_address("B") == "[::1]:1521"
 
 
+def test_keyword_config_sets_machines_zones_and_where_this_process_runs():
+    # A and B share machine m1, so a session token's backup of either is C
+    # (seed 001: the backup lives on another machine); without machines any
+    # other node would do.
+    with ra.Cluster(
+        nodes=["A", "B", "C"],
+        node_machines={"A": "m1", "B": "m1", "C": "m2"},
+        node_zones={"A": "z1", "B": "z2", "C": "z2"},
+        local_machine="m2",
+        local_zone="z1",
+        locality_spill_percent=50,
+    ) as c:
+        assert [n["locality"] for n in c.metrics()["nodes"]] == ["zone", "remote", "machine"]
+        seen = set()
+        for i in range(200):
+            r = c.session_routing(f"s{i}")
+            seen.add(r.primary_name)
+            assert r.backup_name is not None
+            if r.primary_name in ("A", "B"):
+                assert r.backup_name == "C", r
+            else:
+                assert r.backup_name in ("A", "B"), r
+        assert seen == {"A", "B", "C"}
+        assert "locality.spill_percent = 50" in c.config_text
+    with pytest.raises(ra.ConfigError, match="locality.spill_percent"):
+        ra.Cluster(nodes=["A"], locality_spill_percent=1000001)
+    with pytest.raises(TypeError, match="node_zones"):
+        ra.Cluster(nodes=["A"], node_zones={"A": 1})
+    with pytest.raises(ra.ConfigError, match="local_machine"):
+        ra.Cluster(nodes=["A"], local_machine="m1\nnodes = B")
+
+
+def test_keyword_config_sets_the_transaction_settle_time():
+    for settle, refused in ((60, True), (datetime.timedelta(0), False), ("0ms", False)):
+        with ra.Cluster(nodes=["RAC1", "RAC2", "RAC3"], transaction_strict=True, transaction_settle=settle) as c:
+            c.apply_event(fan_line("RAC2", "down"))
+            errors = []
+            for i in range(20):
+                try:
+                    c.tx_begin(f"g{i}")
+                except ra.StrictAffinityError as e:
+                    errors.append(str(e))
+            if refused:
+                assert errors and all("transaction.settle = 60000 ms" in e for e in errors), errors
+            else:
+                assert errors == [], (settle, errors)
+    with pytest.raises(ra.ConfigError, match="transaction.settle"):
+        ra.Cluster(nodes=["A"], transaction_settle="2h")
+
+
+def test_keyword_config_subscribes_to_a_topology_feed():
+    # Nothing listens on port 1: the cluster starts, subscribed but cut off.
+    with ra.Cluster(nodes=["A", "B"], topology_feed="etcd://127.0.0.1:1/kw", topology_feed_timeout=0.2) as c:
+        feed = c.metrics()["feed"]
+        assert feed is not None
+        assert feed["url"] == "etcd://127.0.0.1:1/kw"
+        assert feed["connected"] is False
+        assert "topology.feed_timeout = 200ms" in c.config_text
+    with ra.Cluster(nodes=["A"]) as c:
+        assert c.metrics()["feed"] is None
+    with pytest.raises(ra.ConfigError, match="topology.feed"):
+        ra.Cluster(nodes=["A"], topology_feed="http://127.0.0.1:1/kw")
+    with pytest.raises(ra.ConfigError, match="topology.feed_timeout"):
+        ra.Cluster(nodes=["A"], topology_feed="etcd://127.0.0.1:1/kw", topology_feed_timeout=120)
+
+
+def test_every_documented_config_key_has_a_keyword():
+    from racaffinity._config import KEYWORDS
+
+    targets = {key for key, _kind in KEYWORDS.values()}
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    keys = []
+    for line in doc.splitlines():
+        if line.startswith("| `"):
+            first = line.split("|")[1]
+            keys += re.findall(r"`([^`]+)`", first)
+    assert len(keys) > 25, keys
+    spelled = {k.replace("<NAME>", "{}").replace("<P>", "{}") for k in keys}
+    assert spelled - targets == set(), "config keys no Cluster() keyword writes"
+
 def test_recovery_scope_comes_from_the_config():
     with ra.Cluster(nodes=["A", "B"]) as c:
         assert c.recovery_scope == "node"

@@ -104,8 +104,8 @@ class Cluster:
     `Cluster("nodes = A, B\\ntransaction.strict = true")` takes the config
     text of the README; keyword arguments write the same text (`nodes=["A",
     "B"]`, `policy="random"`, `transaction_strict=True`, `node_addresses={"A":
-    "h1:1521"}`, `heartbeat_interval=0.2` seconds or `"200ms"`, …) and may be
-    combined with it. Close it (or use it as a context manager) to free the
+    "h1:1521"}`, `node_machines={"A": "m1"}`, `heartbeat_interval=0.2` seconds
+    or `"200ms"`, …) and may be combined with it. Close it (or use it as a context manager) to free the
     native handle; any use after `close()` raises `ClosedError`.
     """
 

@@ -30,6 +30,7 @@ KEYWORDS: Dict[str, Tuple[str, str]] = {
     "thread_auto_pin": ("thread.auto_pin", "bool"),
     "transaction_strict": ("transaction.strict", "bool"),
     "transaction_placement": ("transaction.placement", "str"),
+    "transaction_settle": ("transaction.settle", "duration"),
     "session_strict": ("session.strict", "bool"),
     "session_placement": ("session.placement", "str"),
     "session_mode": ("session.mode", "str"),
@@ -43,9 +44,16 @@ KEYWORDS: Dict[str, Tuple[str, str]] = {
     "heartbeat_interval": ("heartbeat.interval", "duration"),
     "heartbeat_misses": ("heartbeat.misses", "int"),
     "recovery_scope": ("recovery.scope", "str"),
+    "local_machine": ("local.machine", "str"),
+    "local_zone": ("local.zone", "str"),
+    "locality_spill_percent": ("locality.spill_percent", "int"),
+    "topology_feed": ("topology.feed", "str"),
+    "topology_feed_timeout": ("topology.feed_timeout", "duration"),
     # mappings
     "node_addresses": ("node.{}.address", "map_str"),
     "node_weights": ("node.{}.weight", "map_int"),
+    "node_machines": ("node.{}.machine", "map_str"),
+    "node_zones": ("node.{}.zone", "map_str"),
     "data_partition_map": ("data.partition.{}", "partition_map"),
 }
 
