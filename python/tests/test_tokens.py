@@ -329,6 +329,48 @@ def test_asgi_middleware_routes_by_the_cookie_and_rewrites_it_on_change(cluster_
     assert got == [lifespan] and ROUTE_KEY not in got[0]
 
 
+def test_a_stale_cookie_of_the_same_name_does_not_shadow_the_current_token(cluster_factory):
+    # A browser holding two cookies of one name (a stale one under a longer
+    # path, this middleware's under "/") sends the longer path's first (RFC
+    # 6265 section 5.4). The first of them that is a token of this cluster
+    # routes the request; a malformed one, or one naming no node of this
+    # cluster, is skipped rather than starting a new session on every request.
+    c = cluster_factory(machines_config())
+    other = cluster_factory("nodes = OTHER1, OTHER2")
+
+    def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [environ[ROUTE_KEY].name.encode()]
+
+    mw = WsgiTokenMiddleware(app, c, cookie="ROUTE")
+    env, headers, _ = wsgi_call(mw, None)
+    token = env[TOKEN_KEY]
+    primary = env[ROUTE_KEY].name
+    for stale in ("garbage", "abc!jvmroute1", other.session_token("old-session")):
+        for _ in range(2):
+            env, headers, body = wsgi_call(mw, f"ROUTE={stale}; theme=dark; ROUTE={token}")
+            assert set_cookies(headers) == [], (stale, set_cookies(headers))
+            assert env[TOKEN_KEY] == token and body == primary.encode()
+    # Alone, a token naming no node of this cluster still keeps its session id.
+    env, headers, _ = wsgi_call(mw, f"ROUTE={other.session_token('old-session')}")
+    assert parse(env[TOKEN_KEY])[0] == "old-session" and len(set_cookies(headers)) == 1
+    # Two tokens of this cluster: the first (the most specific path's) routes.
+    second = c.session_token("second")
+    env, headers, _ = wsgi_call(mw, f"ROUTE={second}; ROUTE={token}")
+    assert env[TOKEN_KEY] == second and set_cookies(headers) == []
+    env, headers, _ = wsgi_call(mw, f"ROUTE={token}; ROUTE={second}")
+    assert env[TOKEN_KEY] == token and set_cookies(headers) == []
+
+    # ASGI: the same rule over several Cookie headers.
+    async def asgi_app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope[TOKEN_KEY].encode()})
+
+    amw = AsgiTokenMiddleware(asgi_app, c)
+    _, headers, body = asgi_call(amw, f"RACAFFINITY_ROUTE=garbage; RACAFFINITY_ROUTE={token}")
+    assert body.decode() == token and [v for k, v in headers if k == b"set-cookie"] == []
+
+
 def test_wsgi_middleware_exposes_the_requests_token_to_the_app_and_its_body_only(cluster_factory):
     c = cluster_factory(machines_config())
     other = cluster_factory(machines_config())

@@ -338,6 +338,22 @@ class Cluster:
         )
         return TokenRoute(_route(self, out), text if changed[0] else None)
 
+    def _token_names_a_node(self, token: str) -> Optional[bool]:
+        """Whether `token` names a node of this cluster as its primary or
+        backup (`racaffinity_session_token_decode`, which routes nothing);
+        None for a malformed or foreign token."""
+        primary, backup = _new("uint32_t *"), _new("uint32_t *")
+        try:
+            t = _cstr(token, "token")
+            self._read_text(
+                lambda b, c, n: lib.racaffinity_session_token_decode(self._h, t, primary, backup, b, c, n),
+                len(t) + 1,
+            )
+        except InvalidArgumentError:
+            return None
+        none = int(lib.RACAFFINITY_NO_NODE)
+        return int(primary[0]) != none or int(backup[0]) != none
+
     def node_address(self, node: Union[int, str]) -> Optional[str]:
         """The node's configured `host:port` (None if unset)."""
         node = self.node_id(node)

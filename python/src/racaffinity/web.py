@@ -45,6 +45,8 @@ __all__ = [
     "TOKEN_KEY",
     "DEFAULT_COOKIE",
     "TokenCookie",
+    "cookie_value",
+    "cookie_values",
     "WsgiTokenMiddleware",
     "AsgiTokenMiddleware",
     "current_token",
@@ -67,18 +69,27 @@ def _new_session_id() -> str:
     return secrets.token_hex(16)
 
 
-def cookie_value(header: Optional[str], name: str) -> Optional[str]:
-    """The value of cookie `name` in a `Cookie` request header, or None."""
+def cookie_values(header: Optional[str], name: str) -> List[str]:
+    """The non-empty values of every cookie `name` in a `Cookie` request
+    header, in the header's order (RFC 6265 section 5.4: longer paths first)."""
+    values: List[str] = []
     if not header:
-        return None
+        return values
     for part in header.split(";"):
         key, sep, value = part.strip().partition("=")
         if sep and key == name:
             value = value.strip()
             if len(value) >= 2 and value[0] == value[-1] == '"':
                 value = value[1:-1]
-            return value or None
-    return None
+            if value:
+                values.append(value)
+    return values
+
+
+def cookie_value(header: Optional[str], name: str) -> Optional[str]:
+    """The value of the first cookie `name` in a `Cookie` request header, or None."""
+    values = cookie_values(header, name)
+    return values[0] if values else None
 
 
 class TokenCookie:
@@ -117,7 +128,7 @@ class TokenCookie:
     def route(self, cookie_header: Optional[str]) -> Tuple[Route, str, Optional[str]]:
         """Routes one request: returns its `Route`, the token the client holds
         after it, and the `Set-Cookie` value to send (None: unchanged)."""
-        token = cookie_value(cookie_header, self.cookie)
+        token = self.token(cookie_header)
         if token is not None:
             try:
                 decided = self.cluster.route_token(token)
@@ -131,6 +142,23 @@ class TokenCookie:
         decided = self.cluster.route_token(fresh)
         held = decided.token or fresh
         return decided.route, held, self.set_cookie(held)
+
+    def token(self, cookie_header: Optional[str]) -> Optional[str]:
+        """The request's token: of the cookies named `cookie` (a browser
+        sends one per path it holds, the longest path first), the first that
+        names a node of this cluster; else the first well-formed one (its
+        session id is kept, on a fresh pair of nodes); else None. A stale
+        cookie under a longer path, malformed or another cluster's, never
+        hides the current one, which would start a new session on every
+        request."""
+        fallback: Optional[str] = None
+        for value in cookie_values(cookie_header, self.cookie):
+            names_a_node = self.cluster._token_names_a_node(value)
+            if names_a_node:
+                return value
+            if names_a_node is not None and fallback is None:
+                fallback = value
+        return fallback
 
     def set_cookie(self, token: str) -> str:
         """The `Set-Cookie` header value that gives the client `token`."""
