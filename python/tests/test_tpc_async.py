@@ -99,6 +99,28 @@ async def test_rollback_on_error(pg, cluster_factory, tables):
         assert sum(n["in_flight"] for n in pools.cluster.metrics()["nodes"]) == 0
 
 
+@pytest.mark.asyncio
+async def test_a_branch_scope_entered_again_while_entered_is_refused_and_leaks_nothing(pg, cluster_factory, tables):
+    # A second entry began a second branch into the same scope: the first
+    # one's connection and lease were never given back (the scope's exit
+    # prepared the second branch, twice), and the commit refused to run
+    # while the first branch stayed active.
+    async with new_pools(pg, cluster_factory) as pools:
+        async with pools.global_transaction("twice-1") as gtx:
+            scope = gtx.branch()
+            async with scope as conn:
+                with pytest.raises(RuntimeError, match="already entered"):
+                    await scope.__aenter__()
+                await conn.execute("INSERT INTO py_tpc VALUES ('twice-1', 'b0')")
+            async with scope as conn:  # once exited, it begins another branch
+                await conn.execute("INSERT INTO py_tpc VALUES ('twice-1', 'b1')")
+        assert [b.state for b in gtx.branches] == ["committed", "committed"]
+        owner = gtx.branches[0].node_name
+        assert gtx.branches[1].node_name == owner
+        assert sorted(rows(pg)[owner]) == [("twice-1", "b0"), ("twice-1", "b1")]
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert in_flight(pools.cluster) == 0
+
 CRASHER = r"""
 import json, os, sys, time
 import racaffinity as ra

@@ -84,6 +84,23 @@ def test_rollback_on_error(pg, cluster_factory, tables):
         assert prepared_xacts(pg) == {n: [] for n in NAMES}
         assert pools.cluster.metrics()['scopes']['transaction']['live'] == 0
         assert sum((n['in_flight'] for n in pools.cluster.metrics()['nodes'])) == 0
+
+def test_a_branch_scope_entered_again_while_entered_is_refused_and_leaks_nothing(pg, cluster_factory, tables):
+    with new_pools(pg, cluster_factory) as pools:
+        with pools.global_transaction('twice-1') as gtx:
+            scope = gtx.branch()
+            with scope as conn:
+                with pytest.raises(RuntimeError, match='already entered'):
+                    scope.__enter__()
+                conn.execute("INSERT INTO py_tpc VALUES ('twice-1', 'b0')")
+            with scope as conn:
+                conn.execute("INSERT INTO py_tpc VALUES ('twice-1', 'b1')")
+        assert [b.state for b in gtx.branches] == ['committed', 'committed']
+        owner = gtx.branches[0].node_name
+        assert gtx.branches[1].node_name == owner
+        assert sorted(rows(pg)[owner]) == [('twice-1', 'b0'), ('twice-1', 'b1')]
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert in_flight(pools.cluster) == 0
 CRASHER = '\nimport json, os, sys, time\nimport racaffinity as ra\nfrom racaffinity.pools import NodePools\nnames = ["RAC1", "RAC2", "RAC3"]\ndsns = {n: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, n in enumerate(names)}\ncluster = ra.Cluster(nodes=names)\npools = NodePools(cluster, dsns, min_size=1, max_size=24)\ngtxs = []\nfor i in range(int(sys.argv[1])):\n    g = f"crash-{i}"\n    gtx = pools.global_transaction(g)\n    for b in ("b0", "b1"):\n        with gtx.branch() as conn:\n            conn.execute("INSERT INTO py_tpc VALUES (%s, %s)", (g, b))\n    gtxs.append(gtx)\nprint(json.dumps({g.gtrid: cluster.tx_route(g.gtrid).name for g in gtxs}), flush=True)\ntime.sleep(600)  # killed here: between prepare and commit\n'
 
 def crash_after_prepare(n: int) -> dict:

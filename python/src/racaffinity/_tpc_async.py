@@ -116,11 +116,16 @@ class _AsyncBranchScope:
         self._branch: Optional[Branch] = None
 
     async def __aenter__(self) -> psycopg.AsyncConnection:
+        if self._branch is not None:
+            # A second branch would take the first one's place: the first
+            # would never be prepared nor rolled back, its connection and
+            # lease held, and the gtrid's commit refused.
+            raise RuntimeError("this branch() scope is already entered; call branch() again for another branch")
         self._branch = await self._gtx._begin_branch(self._bqual, self._timeout)
         return self._branch.conn
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
-        b = self._branch
+        b, self._branch = self._branch, None
         assert b is not None
         if et is None:
             await self._gtx._prepare_branch(b)

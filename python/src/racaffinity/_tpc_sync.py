@@ -88,11 +88,13 @@ class _BranchScope:
         self._branch: Optional[Branch] = None
 
     def __enter__(self) -> psycopg.Connection:
+        if self._branch is not None:
+            raise RuntimeError('this branch() scope is already entered; call branch() again for another branch')
         self._branch = self._gtx._begin_branch(self._bqual, self._timeout)
         return self._branch.conn
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
-        b = self._branch
+        b, self._branch = (self._branch, None)
         assert b is not None
         if et is None:
             self._gtx._prepare_branch(b)
