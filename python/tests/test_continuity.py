@@ -844,6 +844,50 @@ def test_a_lost_commit_reply_is_found_committed_whatever_the_connect_kwargs(
         assert rows_of(pg, setting) == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
 
 
+def test_a_request_runs_once(pg, cluster_factory, req_table):
+    # A request entered again kept its first run's record: a replay of the
+    # second run ran the first run's INSERT again on the other node, which
+    # committed it twice; entered again while entered, it borrowed a second
+    # connection in the first one's place and never gave the first back.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        req = pools.request(key=key_on(c, "RAC1"))
+        with req:
+            with pytest.raises(RuntimeError, match="already entered"):
+                req.__enter__()
+            req.execute("INSERT INTO py_req VALUES (%s)", ("once-1",))
+        assert req.outcome == "committed"
+        with pytest.raises(RuntimeError, match="already entered"):
+            with req:
+                req.execute("INSERT INTO py_req VALUES (%s)", ("once-2",))
+                terminate(pg, "RAC1", req.backend_pid)  # before COMMIT: a replay
+        assert rows_of(pg, "once-1") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
+        assert sum(rows_of(pg, "once-2").values()) == 0
+        assert in_flight(c, "RAC1") == 0
+        with pools.request(key=key_on(c, "RAC1")) as again:  # a new request runs
+            again.execute("INSERT INTO py_req VALUES (%s)", ("once-2",))
+        assert rows_of(pg, "once-2") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
+
+
+@pytest.mark.asyncio
+async def test_async_a_request_runs_once(pg, cluster_factory, req_table):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        req = pools.request(key=key_on(c, "RAC1"))
+        async with req:
+            with pytest.raises(RuntimeError, match="already entered"):
+                await req.__aenter__()
+            await req.execute("INSERT INTO py_req VALUES (%s)", ("aonce-1",))
+        with pytest.raises(RuntimeError, match="already entered"):
+            async with req:
+                await req.execute("INSERT INTO py_req VALUES (%s)", ("aonce-2",))
+                terminate(pg, "RAC1", req.backend_pid)
+        assert rows_of(pg, "aonce-1") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
+        assert sum(rows_of(pg, "aonce-2").values()) == 0
+        assert in_flight(c, "RAC1") == 0
+
 @pytest.fixture
 def slow_commit(pg, req_table):
     # A deferred trigger that sleeps: RAC1's COMMIT of a py_req insert takes 3 s.

@@ -286,6 +286,16 @@ class Recorder:
         self._pid: Optional[int] = None
         self.replays = 0
         self.outcome: Optional[str] = None
+        self._entered = False
+
+    def _enter_once(self) -> None:
+        """A request runs once: its record, replays and outcome are its own
+        run's. Entered again, a replay would run the earlier run's
+        statements again (committed twice), and an entry while entered
+        would take the place of the connection in use."""
+        if self._entered:
+            raise RuntimeError("this request is already entered (a request runs once); call request() again")
+        self._entered = True
 
     def _record(self, statement: Any, answered: Tuple[int, Optional[bytes]]) -> None:
         """`statement` (a tuple: the statement text or object first, then

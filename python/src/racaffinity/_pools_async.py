@@ -609,6 +609,7 @@ class _AsyncRequest(Recorder):
         return self._conn
 
     async def __aenter__(self) -> _AsyncRequest:
+        self._enter_once()
         cm = _ConnectionWithArgs(self._pools, self._key, self._session, self._timeout)
         try:
             self._conn = await cm.__aenter__()

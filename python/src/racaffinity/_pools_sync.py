@@ -523,6 +523,7 @@ class _Request(Recorder):
         return self._conn
 
     def __enter__(self) -> _Request:
+        self._enter_once()
         cm = _ConnectionWithArgs(self._pools, self._key, self._session, self._timeout)
         try:
             self._conn = cm.__enter__()
