@@ -304,6 +304,48 @@ async def test_the_asyncio_engine_replays_the_same_way(pg, cluster_factory, sreq
         await engine.dispose()
 
 
+def test_a_request_runs_once(pg, cluster_factory, sreq_table):
+    # A request entered again kept its first run's record: a replay of the
+    # second run ran the first run's INSERT again on the other node, which
+    # committed it twice; entered again while entered, it checked out a
+    # second connection in the first one's place.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        req = request(engine, key=key_on(c, "RAC1"))
+        with req:
+            with pytest.raises(RuntimeError, match="already entered"):
+                req.__enter__()
+            req.execute(INSERT, {"id": "once-1"})
+        assert req.outcome == "committed"
+        with pytest.raises(RuntimeError, match="already entered"):
+            with req:
+                req.execute(INSERT, {"id": "once-2"})
+                terminate(pg, "RAC1", req.backend_pid)  # before COMMIT: a replay
+        assert rows_of(pg, "once-1") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
+        assert sum(rows_of(pg, "once-2").values()) == 0
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+        assert engine.pool.checkedout() == 0
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_engines_request_runs_once(pg, cluster_factory, sreq_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_async_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        req = request(engine, key=key_on(c, "RAC1"))
+        async with req:
+            await req.execute(INSERT, {"id": "aonce-1"})
+        with pytest.raises(RuntimeError, match="already entered"):
+            async with req:
+                await req.execute(INSERT, {"id": "aonce-2"})
+        assert rows_of(pg, "aonce-1") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
+        assert sum(rows_of(pg, "aonce-2").values()) == 0
+    finally:
+        await engine.dispose()
+
 def test_replay_needs_a_postgresql_engine_of_the_cluster(pg, cluster_factory):
     c = cluster_factory(nodes=NAMES)
     with pytest.raises(ValueError, match="PostgreSQL"):

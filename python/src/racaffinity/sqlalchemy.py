@@ -1052,6 +1052,7 @@ class Request(Recorder):
         return _armed(_driver(conn), self._call_timeout, lambda: None)
 
     def __enter__(self) -> "Request":
+        self._enter_once()
         try:
             self._checkout(None)
         except Exception as e:
