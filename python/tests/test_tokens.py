@@ -18,6 +18,7 @@ from racaffinity.web import (
     ROUTE_KEY,
     TOKEN_KEY,
     AsgiTokenMiddleware,
+    TokenCookie,
     WsgiTokenMiddleware,
     cookie_value,
     current_token,
@@ -327,6 +328,21 @@ def test_asgi_middleware_routes_by_the_cookie_and_rewrites_it_on_change(cluster_
 
     asyncio.run(run())
     assert got == [lifespan] and ROUTE_KEY not in got[0]
+
+
+def test_cookie_attributes_that_would_break_the_set_cookie_header_are_refused(cluster_factory):
+    # Taken as they were, these wrote a Set-Cookie header that injected an
+    # attribute (a `;` in the path) or that browsers drop (SameSite=None
+    # without Secure, an unknown SameSite): the client never kept its token,
+    # and every request started a new session.
+    c = cluster_factory(machines_config())
+    for bad in ({"path": "/app; Domain=example.com"}, {"path": "app"}, {"path": "/a\r\nX: y"},
+                {"same_site": "None"}, {"same_site": "sometimes"}):
+        with pytest.raises(ValueError):
+            TokenCookie(c, **bad)
+    assert TokenCookie(c, same_site="None", secure=True).set_cookie("t").endswith("; SameSite=None")
+    assert TokenCookie(c, same_site="strict").set_cookie("t") == "RACAFFINITY_ROUTE=t; Path=/; HttpOnly; SameSite=Strict"
+    assert TokenCookie(c, path="/app", same_site=None).set_cookie("t") == "RACAFFINITY_ROUTE=t; Path=/app; HttpOnly"
 
 
 def test_a_stale_cookie_of_the_same_name_does_not_shadow_the_current_token(cluster_factory):

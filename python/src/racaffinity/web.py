@@ -65,6 +65,9 @@ AsgiSend = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 AsgiApp = Callable[[MutableMapping[str, Any], AsgiReceive, AsgiSend], Awaitable[None]]
 
 
+_SAME_SITE = {"lax": "Lax", "strict": "Strict", "none": "None"}
+
+
 def _new_session_id() -> str:
     return secrets.token_hex(16)
 
@@ -97,8 +100,10 @@ class TokenCookie:
     and says which `Set-Cookie` value (if any) the response must carry.
 
     `cookie`: the cookie's name; `path`, `secure`, `http_only`, `same_site`:
-    its attributes; `new_session_id`: makes the session id of a new token
-    (default 32 random hex digits)."""
+    its attributes (`path` absolute, without `;`; `same_site` Lax, Strict,
+    None, which needs `secure=True`, or None for no attribute; anything
+    else is a `ValueError`); `new_session_id`: makes the session id of a new
+    token (default 32 random hex digits)."""
 
     def __init__(
         self,
@@ -113,6 +118,21 @@ class TokenCookie:
     ) -> None:
         if not cookie or any(c in cookie for c in '=;, \t"'):
             raise ValueError(f"{cookie!r} is not a valid cookie name")
+        # RFC 6265 section 4.1.1: a path is an absolute path without `;` or
+        # controls; anything else injects an attribute or breaks the header.
+        if not path.startswith("/") or any(c == ";" or ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+            raise ValueError(f"{path!r} is not a valid cookie path (an absolute path without ';' or controls)")
+        site = None
+        if same_site:
+            site = _SAME_SITE.get(same_site.lower())
+            if site is None:
+                raise ValueError(
+                    f"same_site must be 'Lax', 'Strict', 'None' or None (no SameSite attribute), not {same_site!r}"
+                )
+            if site == "None" and not secure:
+                # Browsers drop a SameSite=None cookie without Secure: the
+                # client would never keep its token.
+                raise ValueError("same_site='None' needs secure=True (browsers drop the cookie otherwise)")
         self.cluster = cluster
         self.cookie = cookie
         self.new_session_id = new_session_id
@@ -121,8 +141,8 @@ class TokenCookie:
             attrs.append("Secure")
         if http_only:
             attrs.append("HttpOnly")
-        if same_site:
-            attrs.append(f"SameSite={same_site}")
+        if site:
+            attrs.append(f"SameSite={site}")
         self._attrs = "; ".join(attrs)
 
     def route(self, cookie_header: Optional[str]) -> Tuple[Route, str, Optional[str]]:
