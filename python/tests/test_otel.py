@@ -189,6 +189,32 @@ async def test_async_node_pools_are_measured_too(pg) -> None:
         cluster.close()
 
 
+@pytest.mark.asyncio
+async def test_async_node_pools_instrumented_before_they_open_are_measured_from_the_start(pg) -> None:
+    # `AsyncNodePools(...)` opens in `async with`: instrumented before (the
+    # natural order), its pools were not hooked, psycopg_pool calls a pool
+    # that has not opened closed, until the first collection: every borrow
+    # before it went unmeasured.
+    from racaffinity.pools import AsyncNodePools
+
+    cluster = ra.Cluster("name = otel\nnodes = RAC1, RAC2, RAC3")
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    try:
+        pools = AsyncNodePools(cluster, pg.dsn, min_size=1, max_size=1, timeout=5.0)
+        handle = instrument(pools, meter_provider=provider)
+        async with pools:
+            for _ in range(5):
+                async with pools.connection() as conn:
+                    await conn.execute("SELECT 1")
+            pts = points(reader)
+            assert sum(p.count for _a, p in pts.get("db.client.connection.wait_time", [])) == 5
+            assert sum(p.count for _a, p in pts.get("db.client.connection.use_time", [])) == 5
+            handle.uninstrument()
+    finally:
+        provider.shutdown()
+        cluster.close()
+
 @pytest.mark.parametrize("first_out", ["older", "newer"])
 def test_uninstrumenting_one_instrumentation_keeps_the_others_hooks(setup, first_out) -> None:
     # Two instrumentations of the same pools (two meter providers, say):

@@ -192,24 +192,28 @@ class Instrumentation:
         (a drained node's pool is replaced by a new one)."""
         out = []
         with self._lock:
-            # A closed pool keeps the counts of its last moment (one connection
-            # `used` for ever): no point is better than that.
             if self._closed or self._pools.closed:
                 return []
+            listed = set()
             for node, pool in self._pools.items():
-                if pool.closed:
-                    continue
+                # Hooked even while closed: psycopg_pool calls a pool that has
+                # not opened yet closed too (`AsyncNodePools` opens in `async
+                # with`, after `instrument()`), and its first borrows must be
+                # measured.
                 entry = self._hooked.get(id(pool))
                 if entry is None or entry[0] is not pool:
                     entry = (pool, self._pool_name(node))
                     self._hook(pool, entry[1])
                     self._hooked[id(pool)] = entry
-                out.append(entry)
+                listed.add(id(pool))
+                # A closed pool keeps the counts of its last moment (one
+                # connection `used` for ever): no point is better than that.
+                if not pool.closed:
+                    out.append(entry)
             # A pool no longer its node's (retired at a Down, a drain, a
             # reconnect back-off) is let go: kept, every failover's pools
             # would live as long as this object. Its hooks stay on it and
             # still take back the connections it lent.
-            listed = {id(pool) for pool, _name in out}
             for key in [k for k in self._hooked if k not in listed]:
                 del self._hooked[key]
                 self._mine.pop(key, None)
