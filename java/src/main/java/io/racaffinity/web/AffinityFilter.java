@@ -305,10 +305,12 @@ public class AffinityFilter implements Filter {
             String id = session.getId();
             if (!dataSources.isEmpty()) {
                 Object end = session.getAttribute(ATTRIBUTE);
-                if (end == null || (end instanceof End && !((End) end).id.equals(id))) {
+                if (end == null || (end instanceof End && (!((End) end).id.equals(id) || ((End) end).restored()))) {
                     // A changed id (Tomcat's changeSessionId at login keeps the attributes): an end bound to the
                     // old id would end an affinity nothing routes by any more, and leave this id's until
                     // session.idle_ttl. The container unbinds the replaced one, which ends the old id's now.
+                    // A restored end (the session persisted at the webapp's stop, read back at its start) lost
+                    // its data sources: it would end nothing, so a live one replaces it.
                     session.setAttribute(ATTRIBUTE, new End(id, dataSources));
                 }
             }
@@ -330,8 +332,8 @@ public class AffinityFilter implements Filter {
     }
 
     /**
-     * Ends the session's affinity when the HTTP session ends (not carried over a session migration), or when a
-     * new id replaces it.
+     * Ends the session's affinity when the HTTP session ends, or when a new id replaces it. Not carried over a
+     * session's persistence or migration: the filter binds a new one at the restored session's next request.
      */
     static final class End implements HttpSessionBindingListener, Serializable {
         private static final long serialVersionUID = 1L;
@@ -341,6 +343,11 @@ public class AffinityFilter implements Filter {
         End(String id, List<AffinityDataSource> dataSources) {
             this.id = id;
             this.dataSources = List.copyOf(dataSources);
+        }
+
+        /** Deserialized (session persistence or migration): its data sources did not come along. */
+        boolean restored() {
+            return dataSources == null;
         }
 
         @Override

@@ -199,4 +199,60 @@ class AffinityFilterSessionTest {
             assertEquals(false, ds.endSession("before-login"), "nor does its first id's outlive it");
         }
     }
+
+    /**
+     * Tomcat persists sessions when a webapp stops (its reload, or the server's restart) and restores them when
+     * it starts: the filter's end of the affinity comes back deserialized, without its data sources (they are not
+     * serializable). The filter saw an end bound to the session's id and bound no live one, so the affinity the
+     * restored session's requests route by outlived the session (until {@code session.idle_ttl}).
+     */
+    @Test
+    void theAffinityOfASessionRestoredFromPersistenceEndsWithTheSession() throws Exception {
+        Map<String, DataSource> stubs = new LinkedHashMap<>();
+        for (String n : new String[] {"A", "B", "C"}) {
+            stubs.put(n, Stubs.dataSource(n, Map.of(), new AtomicInteger()));
+        }
+        try (AffinityDataSource ds = new AffinityDataSource()) {
+            ds.setConfig("name = filter-restored; nodes = A, B, C");
+            ds.setNodeDataSources(stubs);
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setRegisterMBean(false);
+            FilterChain chain = (rq, rs) -> {
+                try (Connection c = ds.getConnection()) {
+                    assertNotNull(c);
+                } catch (java.sql.SQLException e) {
+                    throw new jakarta.servlet.ServletException(e);
+                }
+            };
+            String[] id = {"restored-1"};
+            Runnable[] invalidateBefore = new Runnable[1];
+            HttpSession before = tomcatLike(id, invalidateBefore);
+            AffinityFilter first = new AffinityFilter();
+            first.addDataSource(ds);
+            first.doFilter(request(before), response(), chain);
+            Object end = before.getAttribute(AffinityFilter.class.getName() + ".session");
+            assertNotNull(end, "the filter bound the end of the affinity");
+
+            // The webapp stops: its sessions are written out (StandardManager's SESSIONS.ser), then read back by
+            // the webapp's next start, with a new filter instance.
+            java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
+            try (java.io.ObjectOutputStream out = new java.io.ObjectOutputStream(bytes)) {
+                out.writeObject(end);
+            }
+            Object restored;
+            try (java.io.ObjectInputStream in = new java.io.ObjectInputStream(
+                    new java.io.ByteArrayInputStream(bytes.toByteArray()))) {
+                restored = in.readObject();
+            }
+            Runnable[] invalidate = new Runnable[1];
+            HttpSession after = tomcatLike(id, invalidate);
+            after.setAttribute(AffinityFilter.class.getName() + ".session", restored);
+            AffinityFilter second = new AffinityFilter();
+            second.addDataSource(ds);
+            second.doFilter(request(after), response(), chain);
+            second.doFilter(request(after), response(), chain);
+            invalidate[0].run();
+            assertEquals(false, ds.endSession("restored-1"), "the restored session's affinity ended with it");
+        }
+    }
 }
