@@ -224,31 +224,38 @@ public class AffinityFilter implements Filter {
         if (sessionId == null) {
             session = null;
         }
-        String token = null;
+        // Several cookies of the name arrive when another webapp of the host (path "/") or an older deployment
+        // keeps one too; the client sends the most specific path, this webapp's, first (RFC 6265, 5.4).
+        List<String> held = new ArrayList<>(1);
         if (tokenStore == TokenStore.COOKIE) {
             Cookie[] cookies = request.getCookies();
             if (cookies != null) {
                 for (Cookie c : cookies) {
-                    if (tokenCookie.equals(c.getName())) {
-                        token = c.getValue();
+                    if (tokenCookie.equals(c.getName()) && c.getValue() != null && !c.getValue().isEmpty()) {
+                        held.add(c.getValue());
                     }
                 }
             }
         } else if (session != null) {
-            Object held;
+            Object value;
             try {
-                held = session.getAttribute(tokenAttribute);
+                value = session.getAttribute(tokenAttribute);
             } catch (IllegalStateException e) {
-                held = null; // invalidated meanwhile: a new token, as for a request without one
+                value = null; // invalidated meanwhile: a new token, as for a request without one
             }
-            token = held instanceof String ? (String) held : null;
+            if (value instanceof String && !((String) value).isEmpty()) {
+                held.add((String) value);
+            }
         }
+        String token = held.isEmpty() ? null : held.get(0);
         TokenRoute decided = null;
         boolean write;
         try {
-            if (token != null && !token.isEmpty()) {
+            for (String candidate : held) {
+                token = candidate; // the one a refusal (strict, every node down) keeps for the request
                 try {
-                    decided = cluster.routeToken(token);
+                    decided = cluster.routeToken(candidate);
+                    break;
                 } catch (InvalidArgumentException e) {
                     LOG.log(Level.DEBUG, () -> "a malformed or foreign routing token starts a new one: "
                             + e.getMessage());
@@ -271,17 +278,17 @@ public class AffinityFilter implements Filter {
             }
             return;
         }
-        String held = decided.token().orElse(token);
+        String kept = decided.token().orElse(token);
         if (write) {
             if (tokenStore == TokenStore.COOKIE) {
-                Cookie c = new Cookie(tokenCookie, held);
+                Cookie c = new Cookie(tokenCookie, kept);
                 c.setPath(request.getContextPath().isEmpty() ? "/" : request.getContextPath());
                 c.setHttpOnly(true);
                 c.setSecure(request.isSecure());
                 response.addCookie(c);
             } else if (session != null) {
                 try {
-                    session.setAttribute(tokenAttribute, held);
+                    session.setAttribute(tokenAttribute, kept);
                 } catch (IllegalStateException e) {
                     // invalidated meanwhile: the client keeps no token, its next request gets a new one
                 }
@@ -289,8 +296,8 @@ public class AffinityFilter implements Filter {
         }
         Route route = decided.route();
         request.setAttribute(ROUTE_ATTRIBUTE, route);
-        request.setAttribute(TOKEN_ATTRIBUTE, held);
-        try (RouteScope scope = AffinityDataSource.withRequestRoute(cluster, route, held)) {
+        request.setAttribute(TOKEN_ATTRIBUTE, kept);
+        try (RouteScope scope = AffinityDataSource.withRequestRoute(cluster, route, kept)) {
             chain.doFilter(request, response);
         }
     }

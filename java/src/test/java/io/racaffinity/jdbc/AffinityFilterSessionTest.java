@@ -255,4 +255,58 @@ class AffinityFilterSessionTest {
             assertEquals(false, ds.endSession("restored-1"), "the restored session's affinity ended with it");
         }
     }
+
+    /**
+     * Two cookies of the token's name reach the filter when another webapp of the host (its root, path "/") keeps
+     * a token too, or an old deployment's cookie remains: the client sends the most specific path first
+     * (RFC 6265, 5.4), this webapp's own. The filter took the last one.
+     */
+    @Test
+    void withTwoTokenCookiesTheFirstThatTheClusterRoutesWins() throws Exception {
+        try (Cluster cluster = Cluster.fromConfig("name = filter-cookies; nodes = A, B, C")) {
+            String mine = cluster.sessionToken("my-session");
+            String mineNode = cluster.routeToken(mine).route().nodeName();
+            for (String other : List.of("other-app-session!jvmroute1", cluster.sessionToken(otherNodeSession(cluster,
+                    mineNode)))) {
+                AffinityFilter f = new AffinityFilter();
+                f.setRoutingToken(AffinityFilter.TokenStore.COOKIE, cluster);
+                List<Cookie> written = new ArrayList<>();
+                HttpServletResponse response = Stubs.proxy(HttpServletResponse.class, "Response", (p, m, a) -> {
+                    if (m.getName().equals("addCookie")) {
+                        written.add((Cookie) a[0]);
+                    }
+                    return null;
+                });
+                Map<String, Object> attributes = new HashMap<>();
+                HttpServletRequest request = Stubs.proxy(HttpServletRequest.class, "Request", (p, m, a) -> switch (
+                        m.getName()) {
+                    case "setAttribute" -> attributes.put((String) a[0], a[1]);
+                    case "getAttribute" -> attributes.get((String) a[0]);
+                    case "getCookies" -> new Cookie[] {new Cookie(AffinityFilter.DEFAULT_COOKIE, mine),
+                        new Cookie("JSESSIONID", "x"), new Cookie(AffinityFilter.DEFAULT_COOKIE, other)};
+                    case "getContextPath" -> "/app";
+                    case "isSecure" -> false;
+                    default -> null;
+                });
+                Object[] seen = new Object[2];
+                f.doFilter(request, response, (rq, rs) -> {
+                    seen[0] = rq.getAttribute(AffinityFilter.TOKEN_ATTRIBUTE);
+                    seen[1] = ((io.racaffinity.Route) rq.getAttribute(AffinityFilter.ROUTE_ATTRIBUTE)).nodeName();
+                });
+                assertEquals(mine, seen[0], "the request keeps this webapp's token (the other: " + other + ")");
+                assertEquals(mineNode, seen[1], "and runs on its node");
+                assertEquals(List.of(), written, "an unchanged token is not written again");
+            }
+        }
+    }
+
+    /** A session id whose token's primary is not {@code node}. */
+    static String otherNodeSession(Cluster cluster, String node) {
+        for (int i = 0;; i++) {
+            String id = "other-session-" + i;
+            if (!cluster.routeToken(cluster.sessionToken(id)).route().nodeName().equals(node)) {
+                return id;
+            }
+        }
+    }
 }
