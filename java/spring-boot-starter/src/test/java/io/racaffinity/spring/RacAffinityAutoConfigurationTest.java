@@ -4,6 +4,11 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import io.racaffinity.jdbc.AffinityDataSource;
 import org.junit.jupiter.api.Test;
+import org.springframework.boot.health.contributor.CompositeHealthContributor;
+import org.springframework.boot.health.contributor.Health;
+import org.springframework.boot.health.contributor.HealthContributor;
+import org.springframework.boot.health.contributor.HealthIndicator;
+import org.springframework.boot.health.contributor.Status;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 
@@ -65,5 +70,46 @@ class RacAffinityAutoConfigurationTest {
         RacAffinityProperties p = new RacAffinityProperties();
         p.setPassword("S3cret-value");
         assertThat(p.toString()).doesNotContain("S3cret-value");
+    }
+
+    /** An application's own data source of one database (never connected here: no heartbeat). */
+    static AffinityDataSource applicationDataSource(String name) {
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig("name = " + name + "; nodes = A, B");
+        ds.setUrlTemplate("jdbc:postgresql://127.0.0.1:1/{instance}");
+        ds.setDataSourceClassName("org.postgresql.ds.PGSimpleDataSource");
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        return ds;
+    }
+
+    /**
+     * An application of two databases declares two affinity data sources: the health indicator's one data
+     * source parameter failed the start (NoUniqueBeanDefinitionException) only because Actuator was there.
+     * Spring Boot's own {@code db} indicator is a composite of one component per DataSource bean.
+     */
+    @Test
+    void twoApplicationDataSourcesGetOneHealthComponentEach() {
+        runner.withBean("orders", AffinityDataSource.class, () -> applicationDataSource("orders"))
+                .withBean("billing", AffinityDataSource.class, () -> applicationDataSource("billing"))
+                .run(ctx -> {
+                    assertThat(ctx).hasNotFailed();
+                    HealthContributor c = ctx.getBean("racaffinityHealthIndicator", HealthContributor.class);
+                    assertThat(c).isInstanceOf(CompositeHealthContributor.class);
+                    CompositeHealthContributor composite = (CompositeHealthContributor) c;
+                    for (String name : new String[] {"orders", "billing"}) {
+                        Health h = ((HealthIndicator) composite.getContributor(name)).health();
+                        assertThat(h.getStatus()).isEqualTo(Status.UP);
+                        assertThat(h.getDetails()).containsEntry("cluster", name);
+                    }
+                });
+    }
+
+    /** One data source keeps its one component: the indicator itself, as before. */
+    @Test
+    void oneApplicationDataSourceIsOneIndicator() {
+        runner.withBean("orders", AffinityDataSource.class, () -> applicationDataSource("orders"))
+                .run(ctx -> assertThat(ctx).hasNotFailed().getBean("racaffinityHealthIndicator")
+                        .isInstanceOf(RacAffinityHealthIndicator.class));
     }
 }
