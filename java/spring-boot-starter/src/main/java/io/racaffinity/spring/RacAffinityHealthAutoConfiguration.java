@@ -7,6 +7,7 @@ import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.boot.health.autoconfigure.contributor.CompositeHealthContributorConfiguration;
+import org.springframework.boot.health.autoconfigure.contributor.ConditionalOnEnabledHealthIndicator;
 import org.springframework.boot.health.contributor.HealthContributor;
 import org.springframework.context.annotation.Bean;
 
@@ -15,11 +16,13 @@ import org.springframework.context.annotation.Bean;
  * an {@code AffinityDataSource} or {@code AffinityXADataSource} bean (the starter's or the
  * application's own): one {@link RacAffinityHealthIndicator}, or with several data sources
  * (an application of several databases) one child per data source, named by its bean, as
- * Spring Boot's own {@code db} component.
+ * Spring Boot's own {@code db} component. {@code management.health.racaffinity.enabled=false}
+ * turns it off, as any of Spring Boot's own.
  */
 @AutoConfiguration(after = {RacAffinityAutoConfiguration.class, RacAffinityXaAutoConfiguration.class})
 @ConditionalOnClass(name = "org.springframework.boot.health.contributor.HealthIndicator")
 @ConditionalOnBean(AbstractAffinityDataSource.class)
+@ConditionalOnEnabledHealthIndicator("racaffinity")
 public class RacAffinityHealthAutoConfiguration
         extends CompositeHealthContributorConfiguration<RacAffinityHealthIndicator, AbstractAffinityDataSource<?>> {
     public RacAffinityHealthAutoConfiguration() {

@@ -112,4 +112,15 @@ class RacAffinityAutoConfigurationTest {
                 .run(ctx -> assertThat(ctx).hasNotFailed().getBean("racaffinityHealthIndicator")
                         .isInstanceOf(RacAffinityHealthIndicator.class));
     }
+
+    /** Spring Boot's switch of every health indicator, {@code management.health.<name>.enabled}, was ignored. */
+    @Test
+    void theHealthIndicatorCanBeTurnedOffLikeSpringBootsOwn() {
+        runner.withBean("orders", AffinityDataSource.class, () -> applicationDataSource("orders"))
+                .withPropertyValues("management.health.racaffinity.enabled=false")
+                .run(ctx -> assertThat(ctx).hasNotFailed().doesNotHaveBean("racaffinityHealthIndicator"));
+        runner.withBean("orders", AffinityDataSource.class, () -> applicationDataSource("orders"))
+                .withPropertyValues("management.health.defaults.enabled=false")
+                .run(ctx -> assertThat(ctx).hasNotFailed().doesNotHaveBean("racaffinityHealthIndicator"));
+    }
 }
