@@ -8,14 +8,18 @@ import io.racaffinity.TokenRoute;
 import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.jdbc.RouteScope;
 import io.racaffinity.jdbc.SessionScope;
+import jakarta.servlet.AsyncContext;
+import jakarta.servlet.AsyncListener;
 import jakarta.servlet.Filter;
 import jakarta.servlet.FilterChain;
 import jakarta.servlet.FilterConfig;
+import jakarta.servlet.ServletContext;
 import jakarta.servlet.ServletException;
 import jakarta.servlet.ServletRequest;
 import jakarta.servlet.ServletResponse;
 import jakarta.servlet.http.Cookie;
 import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletRequestWrapper;
 import jakarta.servlet.http.HttpServletResponse;
 import jakarta.servlet.http.HttpSession;
 import jakarta.servlet.http.HttpSessionBindingEvent;
@@ -38,7 +42,10 @@ import javax.naming.NamingException;
  * request's HTTP session id ({@link AffinityDataSource#withRequestSession}: the
  * core's session routing, the session id as key), so all requests of one session
  * use one RAC instance; the scope ends when the request ends. A new global
- * transaction started during the request prefers the session's node too.
+ * transaction started during the request prefers the session's node too. Work an asynchronous
+ * servlet starts with {@code AsyncContext.start} runs in the request's scope as well (declare
+ * the filter {@code <async-supported>true</async-supported>} then); work handed to the
+ * application's own executors does not.
  *
  * <pre>{@code
  * <filter>
@@ -211,8 +218,13 @@ public class AffinityFilter implements Filter {
             chain.doFilter(request, response);
             return;
         }
+        Scoped scoped = work -> {
+            try (SessionScope scope = AffinityDataSource.withRequestSession(id)) {
+                work.run();
+            }
+        };
         try (SessionScope scope = AffinityDataSource.withRequestSession(id)) {
-            chain.doFilter(request, response);
+            chain.doFilter(asyncScoped(request, scoped), response);
         }
     }
 
@@ -273,8 +285,14 @@ public class AffinityFilter implements Filter {
             // that needs no database still runs, and one that asks for a connection is refused
             // by the data source with this error. The token is kept for when a node is back.
             LOG.log(Level.DEBUG, () -> "the routing token has no node now: " + e.getMessage());
+            String refused = token;
+            Scoped scoped = work -> {
+                try (RouteScope scope = AffinityDataSource.withRequestRefusal(cluster, e, refused)) {
+                    work.run();
+                }
+            };
             try (RouteScope scope = AffinityDataSource.withRequestRefusal(cluster, e, token)) {
-                chain.doFilter(request, response);
+                chain.doFilter(asyncScoped(request, scoped), response);
             }
             return;
         }
@@ -297,8 +315,139 @@ public class AffinityFilter implements Filter {
         Route route = decided.route();
         request.setAttribute(ROUTE_ATTRIBUTE, route);
         request.setAttribute(TOKEN_ATTRIBUTE, kept);
+        Scoped scoped = work -> {
+            try (RouteScope scope = AffinityDataSource.withRequestRoute(cluster, route, kept)) {
+                work.run();
+            }
+        };
         try (RouteScope scope = AffinityDataSource.withRequestRoute(cluster, route, kept)) {
-            chain.doFilter(request, response);
+            chain.doFilter(asyncScoped(request, scoped), response);
+        }
+    }
+
+    /** Runs work in the request's routing scope, on the calling thread. */
+    @FunctionalInterface
+    private interface Scoped {
+        void run(Runnable work);
+    }
+
+    /**
+     * The request as the servlet sees it: when it may go asynchronous, its {@link AsyncContext#start} work runs in
+     * the request's scope too. That work runs on another container thread after this filter has returned, so the
+     * thread's scope is gone: without this, an asynchronous servlet's connections were load-balanced.
+     */
+    private static ServletRequest asyncScoped(ServletRequest request, Scoped scoped) {
+        return request instanceof HttpServletRequest && request.isAsyncSupported()
+                ? new AsyncScopedRequest((HttpServletRequest) request, scoped) : request;
+    }
+
+    private static final class AsyncScopedRequest extends HttpServletRequestWrapper {
+        private final Scoped scoped;
+        private ScopedAsyncContext async;
+
+        AsyncScopedRequest(HttpServletRequest request, Scoped scoped) {
+            super(request);
+            this.scoped = scoped;
+        }
+
+        private AsyncContext scoped(AsyncContext ac) {
+            if (ac == null) {
+                return null;
+            }
+            if (async == null || async.delegate != ac) {
+                async = new ScopedAsyncContext(ac, scoped);
+            }
+            return async;
+        }
+
+        @Override
+        public AsyncContext startAsync() {
+            return scoped(super.startAsync());
+        }
+
+        @Override
+        public AsyncContext startAsync(ServletRequest request, ServletResponse response) {
+            return scoped(super.startAsync(request, response));
+        }
+
+        @Override
+        public AsyncContext getAsyncContext() {
+            return scoped(super.getAsyncContext());
+        }
+    }
+
+    private static final class ScopedAsyncContext implements AsyncContext {
+        final AsyncContext delegate;
+        private final Scoped scoped;
+
+        ScopedAsyncContext(AsyncContext delegate, Scoped scoped) {
+            this.delegate = delegate;
+            this.scoped = scoped;
+        }
+
+        @Override
+        public void start(Runnable run) {
+            delegate.start(() -> scoped.run(run));
+        }
+
+        @Override
+        public ServletRequest getRequest() {
+            return delegate.getRequest();
+        }
+
+        @Override
+        public ServletResponse getResponse() {
+            return delegate.getResponse();
+        }
+
+        @Override
+        public boolean hasOriginalRequestAndResponse() {
+            return delegate.hasOriginalRequestAndResponse();
+        }
+
+        @Override
+        public void dispatch() {
+            delegate.dispatch();
+        }
+
+        @Override
+        public void dispatch(String path) {
+            delegate.dispatch(path);
+        }
+
+        @Override
+        public void dispatch(ServletContext context, String path) {
+            delegate.dispatch(context, path);
+        }
+
+        @Override
+        public void complete() {
+            delegate.complete();
+        }
+
+        @Override
+        public void addListener(AsyncListener listener) {
+            delegate.addListener(listener);
+        }
+
+        @Override
+        public void addListener(AsyncListener listener, ServletRequest request, ServletResponse response) {
+            delegate.addListener(listener, request, response);
+        }
+
+        @Override
+        public <T extends AsyncListener> T createListener(Class<T> type) throws ServletException {
+            return delegate.createListener(type);
+        }
+
+        @Override
+        public void setTimeout(long timeout) {
+            delegate.setTimeout(timeout);
+        }
+
+        @Override
+        public long getTimeout() {
+            return delegate.getTimeout();
         }
     }
 

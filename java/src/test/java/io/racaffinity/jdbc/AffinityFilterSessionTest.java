@@ -50,7 +50,7 @@ class AffinityFilterSessionTest {
             case "getSession" -> session;
             case "getCookies" -> new Cookie[0];
             case "getContextPath" -> "";
-            case "isSecure" -> false;
+            case "isSecure", "isAsyncSupported" -> false;
             default -> null;
         });
     }
@@ -90,7 +90,7 @@ class AffinityFilterSessionTest {
                     case "getSession" -> invalidated("gone-2");
                     case "getCookies" -> new Cookie[0];
                     case "getContextPath" -> "";
-                    case "isSecure" -> false;
+                    case "isSecure", "isAsyncSupported" -> false;
                     default -> null;
                 });
                 f.doFilter(request, response(), chain);
@@ -285,7 +285,7 @@ class AffinityFilterSessionTest {
                     case "getCookies" -> new Cookie[] {new Cookie(AffinityFilter.DEFAULT_COOKIE, mine),
                         new Cookie("JSESSIONID", "x"), new Cookie(AffinityFilter.DEFAULT_COOKIE, other)};
                     case "getContextPath" -> "/app";
-                    case "isSecure" -> false;
+                    case "isSecure", "isAsyncSupported" -> false;
                     default -> null;
                 });
                 Object[] seen = new Object[2];
