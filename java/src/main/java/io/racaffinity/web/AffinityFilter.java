@@ -225,6 +225,24 @@ public class AffinityFilter implements Filter {
         };
         try (SessionScope scope = AffinityDataSource.withRequestSession(id)) {
             chain.doFilter(asyncScoped(request, scoped), response);
+        } finally {
+            endIfInvalidated(session, id);
+        }
+    }
+
+    /**
+     * A session invalidated during its request (a logout that then writes its audit row): the invalidation ended
+     * the affinity, and a connection the request took afterwards, still routed by the id, made it again, with no
+     * session left to end it.
+     */
+    private void endIfInvalidated(HttpSession session, String id) {
+        if (dataSources.isEmpty()) {
+            return;
+        }
+        try {
+            session.getCreationTime();
+        } catch (IllegalStateException invalidated) {
+            End.endAll(id, dataSources);
         }
     }
 
@@ -508,9 +526,12 @@ public class AffinityFilter implements Filter {
 
         @Override
         public void valueUnbound(HttpSessionBindingEvent event) {
-            if (dataSources == null) {
-                return;
+            if (dataSources != null) {
+                endAll(id, dataSources);
             }
+        }
+
+        static void endAll(String id, List<AffinityDataSource> dataSources) {
             for (AffinityDataSource ds : dataSources) {
                 try {
                     ds.endSession(id);

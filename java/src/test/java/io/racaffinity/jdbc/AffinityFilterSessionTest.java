@@ -105,8 +105,11 @@ class AffinityFilterSessionTest {
     void aFailedRequestLeavesNoScopeOnTheThread() throws Exception {
         AffinityFilter f = new AffinityFilter();
         f.addDataSource(new AffinityDataSource());
-        HttpSession live = Stubs.proxy(HttpSession.class, "Session", (p, m, a) -> m.getName().equals("getId") ? "s-1"
-                : null);
+        HttpSession live = Stubs.proxy(HttpSession.class, "Session", (p, m, a) -> switch (m.getName()) {
+            case "getId" -> "s-1";
+            case "getCreationTime" -> 0L;
+            default -> null;
+        });
         FilterChain failing = (rq, rs) -> {
             assertNotNull(AffinityDataSource.requestSession());
             throw new IllegalStateException("the application failed");
@@ -130,10 +133,17 @@ class AffinityFilterSessionTest {
     static HttpSession tomcatLike(String[] id, Runnable[] invalidate) {
         Map<String, Object> attributes = new HashMap<>();
         HttpSession[] self = new HttpSession[1];
+        boolean[] invalidated = {false};
         self[0] = Stubs.proxy(HttpSession.class, "Session", (p, m, a) -> {
+            if (invalidated[0] && !m.getName().equals("getId")) {
+                throw new IllegalStateException(m.getName() + ": Session already invalidated");
+            }
             switch (m.getName()) {
                 case "getId":
                     return id[0];
+                case "getCreationTime":
+                case "getLastAccessedTime":
+                    return 0L;
                 case "getAttribute":
                     return attributes.get((String) a[0]);
                 case "setAttribute": {
@@ -149,6 +159,7 @@ class AffinityFilterSessionTest {
             }
         });
         invalidate[0] = () -> {
+            invalidated[0] = true;
             for (Map.Entry<String, Object> e : new ArrayList<>(attributes.entrySet())) {
                 attributes.remove(e.getKey());
                 if (e.getValue() instanceof HttpSessionBindingListener) {
@@ -307,6 +318,46 @@ class AffinityFilterSessionTest {
             if (!cluster.routeToken(cluster.sessionToken(id)).route().nodeName().equals(node)) {
                 return id;
             }
+        }
+    }
+
+    /**
+     * A logout that writes its audit row after {@code session.invalidate()}: the request still routes by the
+     * session's id, so that connection made the core's session affinity again after the invalidation had ended
+     * it, and nothing ended it any more (it lived on until {@code session.idle_ttl}).
+     */
+    @Test
+    void theAffinityOfASessionInvalidatedDuringItsRequestEndsWithTheRequest() throws Exception {
+        Map<String, DataSource> stubs = new LinkedHashMap<>();
+        for (String n : new String[] {"A", "B", "C"}) {
+            stubs.put(n, Stubs.dataSource(n, Map.of(), new AtomicInteger()));
+        }
+        try (AffinityDataSource ds = new AffinityDataSource()) {
+            ds.setConfig("name = filter-logout; nodes = A, B, C");
+            ds.setNodeDataSources(stubs);
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setRegisterMBean(false);
+            AffinityFilter f = new AffinityFilter();
+            f.addDataSource(ds);
+            String[] id = {"logging-out"};
+            Runnable[] invalidate = new Runnable[1];
+            HttpSession session = tomcatLike(id, invalidate);
+            FilterChain logout = (rq, rs) -> {
+                try {
+                    try (Connection c = ds.getConnection()) {
+                        assertNotNull(c);
+                    }
+                    invalidate[0].run(); // session.invalidate()
+                    try (Connection c = ds.getConnection()) { // the audit row
+                        assertNotNull(c);
+                    }
+                } catch (java.sql.SQLException e) {
+                    throw new jakarta.servlet.ServletException(e);
+                }
+            };
+            f.doFilter(request(session), response(), logout);
+            assertEquals(false, ds.endSession("logging-out"), "the invalidated session's affinity ended with its"
+                    + " request");
         }
     }
 }

@@ -47,6 +47,11 @@ class TomcatDropInTest {
             if (req.getRequestURI().endsWith("/logout")) {
                 req.getSession().invalidate();
                 return "bye";
+            } else if (req.getRequestURI().endsWith("/logout-audited")) {
+                req.getSession().invalidate();
+                try (Connection c = ds.getConnection()) { // the audit row, after the invalidation
+                    return "bye from " + Pools.serverPort(c);
+                }
             } else if (req.getRequestURI().endsWith("/sessions")) {
                 String json = ds.unwrap(AffinityDataSource.class).getCluster().metricsJson();
                 return Long.toString(new com.fasterxml.jackson.databind.ObjectMapper().readTree(json)
@@ -134,6 +139,13 @@ class TomcatDropInTest {
         get(c, "/logout");
         long after = Long.parseLong(get(session(), "/sessions"));
         assertEquals(before - 1, after, "logout ended the session's affinity (requests without a connection open none)");
+
+        // A logout that uses the database after the invalidation ends the affinity too.
+        c = clients.get(1);
+        before = Long.parseLong(get(c, "/sessions"));
+        get(c, "/logout-audited");
+        after = Long.parseLong(get(session(), "/sessions"));
+        assertEquals(before - 1, after, "an audited logout ended the session's affinity");
     }
 
     @Test
