@@ -138,9 +138,10 @@ public class RacAffinityProperties {
 
     @Override
     public String toString() {
-        // Never the password.
+        // Never the password, nor a URL: Oracle's carry it inline (user/password@), others as a parameter.
+        // The data source's own toString() shows its URLs redacted.
         return "RacAffinityProperties[config=" + config + ", settings=" + settings + ", nodes=" + nodeUrls.keySet()
-                + ", urlTemplate=" + urlTemplate + ", dataSourceClassName=" + dataSourceClassName
+                + ", urlTemplate=" + (urlTemplate == null ? null : "(set)") + ", dataSourceClassName=" + dataSourceClassName
                 + ", xaDataSourceClassName=" + xaDataSourceClassName + "]";
     }
 }

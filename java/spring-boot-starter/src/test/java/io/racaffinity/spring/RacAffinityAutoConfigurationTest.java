@@ -72,6 +72,16 @@ class RacAffinityAutoConfigurationTest {
         assertThat(p.toString()).doesNotContain("S3cret-value");
     }
 
+    /** Oracle's thin URLs may carry the credentials ({@code user/password@}), as may any URL's parameters. */
+    @Test
+    void noCredentialOfTheUrlTemplateIsInThePropertiesText() {
+        RacAffinityProperties p = new RacAffinityProperties();
+        p.setUrlTemplate("jdbc:oracle:thin:scott/S3cret-value@//dbhost:1521/MYDB/{instance}");
+        assertThat(p.toString()).doesNotContain("S3cret-value");
+        p.setUrlTemplate("jdbc:postgresql://dbhost/{instance}?user=app&password=S3cret-value");
+        assertThat(p.toString()).doesNotContain("S3cret-value");
+    }
+
     /** An application's own data source of one database (never connected here: no heartbeat). */
     static AffinityDataSource applicationDataSource(String name) {
         AffinityDataSource ds = new AffinityDataSource();
