@@ -526,9 +526,24 @@ public class AffinityFilter implements Filter {
 
         @Override
         public void valueUnbound(HttpSessionBindingEvent event) {
-            if (dataSources != null) {
+            if (dataSources != null && !replacedByLiveEndOfSameId(event)) {
                 endAll(id, dataSources);
             }
+        }
+
+        /**
+         * The first requests of a new session may run concurrently: each finds no end and binds one, and the
+         * container unbinds the one replaced (the new value is already bound then). That one must not end the
+         * affinity the session routes by. An invalidated session's attribute calls throw: it ends.
+         */
+        private boolean replacedByLiveEndOfSameId(HttpSessionBindingEvent event) {
+            Object now;
+            try {
+                now = event.getSession().getAttribute(ATTRIBUTE);
+            } catch (IllegalStateException invalidated) {
+                return false;
+            }
+            return now != this && now instanceof End && ((End) now).id.equals(id) && !((End) now).restored();
         }
 
         static void endAll(String id, List<AffinityDataSource> dataSources) {

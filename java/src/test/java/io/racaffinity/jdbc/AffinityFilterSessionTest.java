@@ -360,4 +360,52 @@ class AffinityFilterSessionTest {
                     + " request");
         }
     }
+
+    /**
+     * The first two requests of a new session run concurrently (a page and its first AJAX call): both find no end
+     * bound and bind one, and the container tells the replaced one it was unbound. That ended the session's
+     * affinity under the other request's feet, and the session was placed anew: its two requests ran on two nodes.
+     */
+    @Test
+    void twoConcurrentFirstRequestsOfASessionKeepItsAffinity() throws Exception {
+        Map<String, DataSource> stubs = new LinkedHashMap<>();
+        for (String n : new String[] {"A", "B", "C"}) {
+            stubs.put(n, Stubs.dataSource(n, Map.of(), new AtomicInteger()));
+        }
+        try (AffinityDataSource ds = new AffinityDataSource()) {
+            ds.setConfig("name = filter-concurrent; nodes = A, B, C; policy = round_robin");
+            ds.setNodeDataSources(stubs);
+            ds.setHeartbeatIntervalMillis(0);
+            ds.setRegisterMBean(false);
+            AffinityFilter f = new AffinityFilter();
+            f.addDataSource(ds);
+            List<String> nodes = new ArrayList<>();
+            FilterChain chain = (rq, rs) -> {
+                try (Connection c = ds.getConnection()) {
+                    nodes.add(c.unwrap(AffinityConnection.class).nodeName());
+                } catch (java.sql.SQLException e) {
+                    throw new jakarta.servlet.ServletException(e);
+                }
+            };
+            String[] id = {"concurrent-1"};
+            Runnable[] invalidate = new Runnable[1];
+            HttpSession session = tomcatLike(id, invalidate);
+            // The second request runs entirely between the first one's look for an end and its binding of one:
+            // the first one's getAttribute serves the second request first.
+            boolean[] interleaved = {false};
+            HttpSession first = Stubs.proxy(HttpSession.class, "Session", (p, m, a) -> {
+                Object r = m.invoke(session, a);
+                if (m.getName().equals("getAttribute") && !interleaved[0]) {
+                    interleaved[0] = true;
+                    f.doFilter(request(session), response(), chain);
+                }
+                return r;
+            });
+            f.doFilter(request(first), response(), chain);
+            assertEquals(2, nodes.size());
+            assertEquals(nodes.get(0), nodes.get(1), "both requests of the session ran on one node: " + nodes);
+            invalidate[0].run();
+            assertEquals(false, ds.endSession("concurrent-1"), "the affinity still ends with the session");
+        }
+    }
 }
