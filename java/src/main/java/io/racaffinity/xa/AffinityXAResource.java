@@ -49,7 +49,7 @@ import javax.transaction.xa.Xid;
 public final class AffinityXAResource implements XAResource {
     private final AffinityXAConnection conn;
     private final XaRouter router;
-    /** Results of the current recovery scan, handed out at TMSTARTRSCAN. */
+    /** A recovery scan is open: a TMSTARTRSCAN without TMENDRSCAN succeeded and no TMENDRSCAN followed yet. */
     private boolean scanning;
 
     AffinityXAResource(AffinityXAConnection conn) {
@@ -424,9 +424,13 @@ public final class AffinityXAResource implements XAResource {
             throw XaErrors.xa(XAException.XAER_INVAL, "racaffinity: recover: invalid flags " + flag, null);
         }
         if ((flag & TMSTARTRSCAN) != 0) {
-            // One call scans every node completely; TMNOFLAGS continuations have nothing more.
+            // One call scans every node completely; TMNOFLAGS continuations have nothing more. A start
+            // that fails opens no scan (and ends any earlier one), so a continuation is XAER_PROTO, not an
+            // empty list a TM would read as "nothing in doubt".
+            scanning = false;
+            Xid[] found = router.scanAll(conn);
             scanning = (flag & TMENDRSCAN) == 0;
-            return router.scanAll(conn);
+            return found;
         }
         if (!scanning && flag == TMNOFLAGS) {
             throw XaErrors.xa(XAException.XAER_PROTO, "racaffinity: recover(TMNOFLAGS) without TMSTARTRSCAN", null);

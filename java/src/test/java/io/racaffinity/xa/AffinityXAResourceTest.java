@@ -533,6 +533,24 @@ class AffinityXAResourceTest {
     }
 
     /**
+     * A scan whose TMSTARTRSCAN failed (no node answered) never began: a TM that goes on with TMNOFLAGS must
+     * hear XAER_PROTO, as without any TMSTARTRSCAN, not an empty list it would take for "nothing in doubt".
+     */
+    @Test
+    void aContinuationAfterAFailedScanStartIsAProtocolError() throws Exception {
+        AtomicBoolean refuse = new AtomicBoolean(true);
+        AffinityXADataSource ds = xa.ds("name = scan-fail; nodes = RAC1, RAC2, RAC3", refusingNewConnections(refuse));
+        XAResource r = connect(ds).getXAResource();
+        XAException start = assertThrows(XAException.class, () -> r.recover(XAResource.TMSTARTRSCAN));
+        assertEquals("XAER_RMFAIL", XaErrors.name(start.errorCode), start.getMessage());
+        refuse.set(false);
+        XAException e = assertThrows(XAException.class, () -> r.recover(XAResource.TMNOFLAGS),
+                "the failed TMSTARTRSCAN opened no scan");
+        assertEquals("XAER_PROTO", XaErrors.name(e.errorCode), e.getMessage());
+        assertEquals(0, r.recover(XAResource.TMENDRSCAN).length, "ending a scan that never began is harmless");
+    }
+
+    /**
      * A TM's recovery helper keeps its XAResource after the data source is closed: every call answers
      * XAER_RMFAIL (docs/java-datasource.md), never an unchecked exception the TM does not expect.
      */
