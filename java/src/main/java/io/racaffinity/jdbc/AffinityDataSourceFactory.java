@@ -11,6 +11,8 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import javax.naming.Context;
 import javax.naming.Name;
 import javax.naming.NamingException;
@@ -43,20 +45,28 @@ import javax.naming.spi.ObjectFactory;
  *       ({@code transaction.strict="true"}, {@code node.RAC1.weight="2"}) or in camel case
  *       ({@code transactionStrict}, {@code sessionIdleTtl}, {@code healthEjectAfterFailures},
  *       {@code recoveryScope}, {@code topologyFeed}, {@code localMachine}, {@code localitySpillPercent},
- *       {@code policy}, {@code panic}, {@code nodes}, {@code database}, {@code service});
+ *       {@code policy}, {@code panic}, {@code nodes}, {@code database}, {@code service}, and
+ *       {@code name}, the cluster's name: Tomcat keeps {@code <Resource name="jdbc/rac">} as the
+ *       JNDI name and does not pass it here);
  *   <li>one of the container's own ({@code factory}, {@code type}, {@code auth}, {@code scope},
  *       {@code singleton}, {@code description}, {@code closeMethod}), ignored.
  * </ol>
  * Any other attribute is an error naming it. The data source is initialised before it is
- * returned, so a bad configuration fails the lookup with the core's message.
+ * returned, so a bad configuration fails the lookup with the core's message, led by the
+ * attribute that gave the refused key ({@code attribute `transactionStrict`: invalid config
+ * key `transaction.strict`: ...}).
  */
 public class AffinityDataSourceFactory implements ObjectFactory {
+    // Not `name`: Tomcat keeps a resource's name as its JNDI name (a bean property of its ContextResource) and
+    // never passes it, so a `name` that reaches us is the user's, the core's cluster name key.
     private static final Set<String> CONTAINER = Set.of("factory", "type", "auth", "scope", "singleton",
-            "description", "closemethod", "name", "lookupname", "global");
+            "description", "closemethod", "lookupname", "global");
+    /** The key the core names in its config errors (rust/core/src/error.rs, {@code Error::Config}). */
+    private static final Pattern CORE_KEY = Pattern.compile("invalid config key `([^`]*)`");
     /** Every section of the core's keys (rust/core/src/config.rs, KEYS): one missing here refuses its keys' camel case. */
     private static final List<String> SECTIONS = List.of("thread", "transaction", "session", "data", "health",
             "heartbeat", "recovery", "local", "locality", "topology");
-    private static final Set<String> TOP_KEYS = Set.of("database", "service", "nodes", "policy", "panic");
+    private static final Set<String> TOP_KEYS = Set.of("name", "database", "service", "nodes", "policy", "panic");
 
     @Override
     public Object getObjectInstance(Object obj, Name name, Context nameCtx, Hashtable<?, ?> environment)
@@ -104,6 +114,7 @@ public class AffinityDataSourceFactory implements ObjectFactory {
         Object ds = xa ? new AffinityXADataSource() : new AffinityDataSource();
         String config = null;
         StringBuilder keys = new StringBuilder();
+        Map<String, String> written = new LinkedHashMap<>(); // core key (lower case) → the attribute(s) giving it
         for (Map.Entry<String, String> e : attributes.entrySet()) {
             String attr = e.getKey().trim();
             String value = e.getValue();
@@ -132,7 +143,16 @@ public class AffinityDataSourceFactory implements ObjectFactory {
                         + " contain a newline or `;`", "HY000");
             }
             keys.append(key).append(" = ").append(value.trim()).append('\n');
+            written.merge(key.toLowerCase(Locale.ROOT), "`" + attr + "`", (a, b) -> a + ", " + b);
         }
+        try {
+            return init(ds, xa, config, keys);
+        } catch (SQLException e) {
+            throw namingTheAttribute(e, written);
+        }
+    }
+
+    private static Object init(Object ds, boolean xa, String config, StringBuilder keys) throws SQLException {
         if (config != null || keys.length() > 0) {
             String text = (config == null ? "" : config + "\n") + keys;
             if (xa) {
@@ -147,6 +167,20 @@ public class AffinityDataSourceFactory implements ObjectFactory {
             ((AffinityDataSource) ds).init();
         }
         return ds;
+    }
+
+    /**
+     * The core names the key it refused, which for a camel-case attribute is not what the user wrote: lead with
+     * the attribute (the core's message, key and reason, follows).
+     */
+    private static SQLException namingTheAttribute(SQLException e, Map<String, String> written) {
+        Matcher m = CORE_KEY.matcher(String.valueOf(e.getMessage()));
+        String attrs = m.find() ? written.get(m.group(1).toLowerCase(Locale.ROOT)) : null;
+        if (attrs == null) {
+            return e;
+        }
+        return new java.sql.SQLNonTransientException((attrs.indexOf(',') > 0 ? "attributes " : "attribute ") + attrs
+                + ": " + e.getMessage(), e.getSQLState(), e.getErrorCode(), e);
     }
 
     /** {@code transactionStrict} → {@code transaction.strict}; {@code node.X.weight} as is; else null. */

@@ -76,4 +76,53 @@ class DataSourceDescriptionTest {
                 () -> AffinityDataSourceFactory.create(attrs, true));
         assertTrue(e.getMessage().contains("recovery.scope"), "the core's message on the key: " + e.getMessage());
     }
+
+    /**
+     * {@code name} written as the core's key, like {@code nodes} or {@code policy}: Tomcat keeps a
+     * {@code <Resource name=...>} as the JNDI name and never passes it, so an attribute {@code name} that reaches
+     * the factory is the user's cluster name. It was dropped as a container attribute, and the cluster went
+     * unnamed.
+     */
+    @Test
+    void theFactoryTakesANameAttributeAsTheClustersName() throws Exception {
+        Map<String, String> attrs = factoryAttributes();
+        attrs.put("name", "factory-named");
+        try (AffinityXADataSource ds = (AffinityXADataSource) AffinityDataSourceFactory.create(attrs, true)) {
+            assertEquals("factory-named", ds.getCluster().name());
+        }
+        attrs.put("config", "name = twice; nodes = RAC1, RAC2");
+        attrs.remove("nodes");
+        java.sql.SQLException e = assertThrows(java.sql.SQLException.class,
+                () -> AffinityDataSourceFactory.create(attrs, true));
+        assertTrue(e.getMessage().contains("attribute `name`"), e.getMessage());
+    }
+
+    /**
+     * A value the core refuses names the attribute as the user wrote it ({@code transactionStrict}, not only the
+     * core's {@code transaction.strict}, a key that appears nowhere in their context.xml).
+     */
+    @Test
+    void aConfigValueTheCoreRefusesNamesTheAttributeAsWritten() {
+        Map<String, String> attrs = factoryAttributes();
+        attrs.put("transactionStrict", "maybe");
+        java.sql.SQLException e = assertThrows(java.sql.SQLException.class,
+                () -> AffinityDataSourceFactory.create(attrs, true));
+        assertTrue(e.getMessage().contains("attribute `transactionStrict`"), e.getMessage());
+        assertTrue(e.getMessage().contains("transaction.strict") && e.getMessage().contains("maybe"),
+                "the core's reason stays: " + e.getMessage());
+        attrs.remove("transactionStrict");
+        attrs.put("node.rac1.weight", "heavy");
+        e = assertThrows(java.sql.SQLException.class, () -> AffinityDataSourceFactory.create(attrs, true));
+        assertTrue(e.getMessage().contains("attribute `node.rac1.weight`"), e.getMessage());
+    }
+
+    private static Map<String, String> factoryAttributes() {
+        Map<String, String> attrs = new LinkedHashMap<>();
+        attrs.put("nodes", "RAC1, RAC2");
+        attrs.put("xaDataSourceClassName", "org.postgresql.xa.PGXADataSource");
+        attrs.put("nodeUrlList", "RAC1=jdbc:postgresql://127.0.0.1:1/a | RAC2=jdbc:postgresql://127.0.0.1:2/b");
+        attrs.put("heartbeatIntervalMillis", "0");
+        attrs.put("registerMBean", "false");
+        return attrs;
+    }
 }
