@@ -7,7 +7,7 @@ use jni::objects::JString;
 use jni::sys::{jboolean, jint, jlong};
 use racaffinity_core::{classify_sqlstate, CommitOutcome, ErrorClass, TransactionControl};
 
-use super::{run, string, with_cluster};
+use super::{run, with_cluster};
 use crate::capi::continuity::{
     failure_arg, racaffinity_commit_outcome, racaffinity_error_class, racaffinity_request_failure,
     racaffinity_transaction_control, step_out,
@@ -50,11 +50,23 @@ jni_export! {
     }
 
     /// `int pgXactStatusOutcome(String status)`: `pg_xact_status`'s answer
-    /// (null for SQL NULL) as a `racaffinity_commit_outcome` (1..4).
+    /// (null for SQL NULL) as a `racaffinity_commit_outcome` (1..4). Read
+    /// from the string's modified UTF-8 as it is, as `sqlstateClassify` is:
+    /// the answers it knows are ASCII, so text that is not UTF-8 there (a
+    /// lone surrogate, NUL) or of any length is unknown, never an exception
+    /// thrown from a replay's outcome check.
     fn Java_io_racaffinity_Native_pgXactStatusOutcome<'l>(env, status: JString<'l>) -> jint {
         run(&mut env, |env| {
-            let s = if status.is_null() { None } else { Some(string(env, &status, "status")?) };
-            let o = match CommitOutcome::from_pg_xact_status(s.as_deref()) {
+            let outcome = if status.is_null() {
+                CommitOutcome::from_pg_xact_status(None)
+            } else {
+                let chars = status.mutf8_chars(env)?;
+                match std::str::from_utf8(chars.to_bytes()) {
+                    Ok(s) => CommitOutcome::from_pg_xact_status(Some(s)),
+                    Err(_) => CommitOutcome::Unknown,
+                }
+            };
+            let o = match outcome {
                 CommitOutcome::Committed => racaffinity_commit_outcome::Committed,
                 CommitOutcome::Aborted => racaffinity_commit_outcome::Aborted,
                 CommitOutcome::InProgress => racaffinity_commit_outcome::InProgress,

@@ -47,6 +47,17 @@ class ContinuityTest {
     }
 
     @Test
+    void anyPgXactStatusTextIsAnOutcomeNeverRefused() {
+        // "anything else unknown": the replay reads this column from a node it is failing over from, so
+        // text the library cannot take as a string (a lone surrogate, past its string limit, a NUL) must
+        // still be UNKNOWN, not an InvalidArgumentException thrown in place of the request's own error.
+        for (String s : new String[] {"\uD800", "committed\uDC00", "committed" + "x".repeat(2000), "committed\u0000",
+                "committed\uD83D\uDE00"}) {
+            assertEquals(CommitOutcome.UNKNOWN, Continuity.fromPgXactStatus(s), s);
+        }
+    }
+
+    @Test
     void eachRowOfTheTable() {
         try (Cluster c = Cluster.fromConfig("nodes = A, B, C")) {
             Failure lost = new Failure(1, ErrorClass.RECOVERABLE, false, null, false, 0, true);
