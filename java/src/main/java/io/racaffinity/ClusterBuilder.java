@@ -253,9 +253,17 @@ abstract class ClusterBuilder<B extends ClusterBuilder<B>> {
         return set("heartbeat.misses", Integer.toString(misses));
     }
 
-    /** A duration key, in milliseconds; one too long for a {@code long} of them is the key's error. */
+    /**
+     * A duration key, in milliseconds, the finest unit the core reads: a finer duration is the key's error, as is
+     * one too long for a {@code long} of them, since {@code toMillis()} would cut it silently (1.5 ms to 1 ms,
+     * 0.5 ms to a 0 the caller never gave).
+     */
     private B setDuration(String key, Duration d) {
         Objects.requireNonNull(d, key);
+        if (d.getNano() % 1_000_000 != 0) {
+            throw new InvalidConfigException("invalid config key `" + key + "`: duration " + d
+                    + " is not a whole number of milliseconds (the finest unit of a duration)");
+        }
         long ms;
         try {
             ms = d.toMillis();

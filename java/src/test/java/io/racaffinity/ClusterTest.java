@@ -9,8 +9,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.Set;
@@ -113,6 +115,30 @@ class ClusterTest {
         assertTrue(e.getMessage().contains("`session.idle_ttl`"), e.getMessage());
         assertThrows(InvalidConfigException.class,
                 () -> Cluster.builder().nodes("A").heartbeatInterval(Duration.ofSeconds(Long.MAX_VALUE / 100)));
+    }
+
+    @Test
+    void builderRefusesADurationFinerThanAMillisecondNamingItsKey() {
+        // The core's durations are whole milliseconds at the finest (ms, s, m, h): 1.5 ms rendered as "1ms"
+        // was a silent cut, and 0.5 ms as "0ms" a refusal ("must be > 0") of a value the caller never gave.
+        Map<String, java.util.function.Function<Duration, Cluster.Builder>> setters = new LinkedHashMap<>();
+        setters.put("session.idle_ttl", d -> Cluster.builder().nodes("A").sessionIdleTtl(d));
+        setters.put("health.eject_backoff", d -> Cluster.builder().nodes("A").ejectBackoff(d));
+        setters.put("health.eject_backoff_max", d -> Cluster.builder().nodes("A").ejectBackoffMax(d));
+        setters.put("heartbeat.interval", d -> Cluster.builder().nodes("A").heartbeatInterval(d));
+        for (Map.Entry<String, java.util.function.Function<Duration, Cluster.Builder>> s : setters.entrySet()) {
+            for (Duration d : List.of(Duration.ofNanos(500_000), Duration.ofNanos(1_500_000), Duration.ofNanos(1))) {
+                InvalidConfigException e = assertThrows(InvalidConfigException.class,
+                        () -> s.getValue().apply(d).build(), s.getKey() + " " + d);
+                assertTrue(e.getMessage().contains("`" + s.getKey() + "`") && e.getMessage().contains("millisecond"),
+                        e.getMessage());
+            }
+            // exact milliseconds, however written (seconds and nanoseconds), are taken
+            s.getValue().apply(Duration.ofSeconds(1, 500_000_000)).build().close();
+        }
+        try (Cluster c = Cluster.builder().nodes("A").heartbeatInterval(Duration.ofNanos(1_500_000_000)).build()) {
+            assertEquals(Duration.ofMillis(1500), c.heartbeatInterval());
+        }
     }
 
     @Test
