@@ -2,6 +2,7 @@ package io.racaffinity.micrometer;
 
 import io.micrometer.core.instrument.FunctionCounter;
 import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.binder.MeterBinder;
@@ -12,6 +13,9 @@ import io.racaffinity.NodeState;
 import io.racaffinity.ReplayCounts;
 import io.racaffinity.jdbc.AffinityDataSource;
 import java.sql.SQLException;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -103,10 +107,12 @@ public final class AffinityMetrics implements MeterBinder {
         }
         // Micrometer holds a meter's state object weakly: the gauges ask for a strong reference
         // and the counters' functions capture the snapshot, or it would be collected (NaN).
-        Snapshot snapshot = new Snapshot(cluster);
         Tags clusterTags = extraTags.and(CLUSTER, cluster.name());
+        NodeMeters nodeMeters = new NodeMeters(registry, clusterTags);
+        Snapshot snapshot = new Snapshot(cluster, nodeMeters::sync);
+        nodeMeters.snapshot = snapshot;
+        snapshot.names(); // the first read registers the nodes' meters
         for (String node : cluster.nodeNames()) {
-            bindNode(registry, snapshot, clusterTags.and(NODE, node), node);
             DataSource pool;
             try {
                 pool = dataSource.getNodeDataSource(node);
@@ -167,45 +173,80 @@ public final class AffinityMetrics implements MeterBinder {
             "fallbacks", "Requests of the scope balanced because their node was unavailable",
             "strict_refusals", "Requests of the scope refused in strict mode");
 
-    private static void bindNode(MeterRegistry registry, Snapshot snapshot, Tags tags, String node) {
-        counter(registry, "racaffinity.node.picks", "Units of work routed to the node", snapshot, tags, node,
-                NodeMetrics::picks);
-        counter(registry, "racaffinity.node.affinity_hits", "Picks of the node by an existing affinity",
-                snapshot, tags, node, NodeMetrics::affinityHits);
-        counter(registry, "racaffinity.node.repins", "Affinities moved to the node off an unavailable one", snapshot, tags, node,
-                NodeMetrics::repins);
-        counter(registry, "racaffinity.node.strict_refusals", "Strict refusals naming the node", snapshot, tags,
-                node, NodeMetrics::strictRefusals);
-        counter(registry, "racaffinity.node.failures", "Units of work on the node that ended in a node failure",
-                snapshot, tags, node, NodeMetrics::failures);
-        Gauge.builder("racaffinity.node.in_flight", snapshot, s -> s.node(node, NodeMetrics::inFlight)).tags(tags)
-                .strongReference(true)
-                .description("Leases on the node not yet released").register(registry);
+    /**
+     * The per-node meters, kept to the cluster's node set: a node added at runtime (addNode, a topology feed)
+     * gets its meters at the first read that sees it, a removed node's meters go. Without this the node list was
+     * fixed when bound, and a dashboard never saw a new node or kept a gone one (Python reports every node of
+     * each read).
+     */
+    private static final class NodeMeters {
+        private final MeterRegistry registry;
+        private final Tags clusterTags;
+        private final Map<String, List<Meter>> byNode = new HashMap<>();
+        Snapshot snapshot;
+
+        NodeMeters(MeterRegistry registry, Tags clusterTags) {
+            this.registry = registry;
+            this.clusterTags = clusterTags;
+        }
+
+        /** Brought to the latest read's node set, not to the one a (possibly earlier) caller saw. */
+        synchronized void sync() {
+            List<String> now = snapshot.knownNames();
+            for (String node : now) {
+                byNode.computeIfAbsent(node, n -> bindNode(registry, snapshot, clusterTags.and(NODE, n), n));
+            }
+            for (Iterator<Map.Entry<String, List<Meter>>> it = byNode.entrySet().iterator(); it.hasNext(); ) {
+                Map.Entry<String, List<Meter>> e = it.next();
+                if (!now.contains(e.getKey())) {
+                    e.getValue().forEach(registry::remove);
+                    it.remove();
+                }
+            }
+        }
+    }
+
+    private static List<Meter> bindNode(MeterRegistry registry, Snapshot snapshot, Tags tags, String node) {
+        List<Meter> meters = new ArrayList<>();
+        meters.add(counter(registry, "racaffinity.node.picks", "Units of work routed to the node", snapshot, tags,
+                node, NodeMetrics::picks));
+        meters.add(counter(registry, "racaffinity.node.affinity_hits", "Picks of the node by an existing affinity",
+                snapshot, tags, node, NodeMetrics::affinityHits));
+        meters.add(counter(registry, "racaffinity.node.repins", "Affinities moved to the node off an unavailable one",
+                snapshot, tags, node, NodeMetrics::repins));
+        meters.add(counter(registry, "racaffinity.node.strict_refusals", "Strict refusals naming the node", snapshot,
+                tags, node, NodeMetrics::strictRefusals));
+        meters.add(counter(registry, "racaffinity.node.failures",
+                "Units of work on the node that ended in a node failure", snapshot, tags, node, NodeMetrics::failures));
+        meters.add(Gauge.builder("racaffinity.node.in_flight", snapshot, s -> s.node(node, NodeMetrics::inFlight))
+                .tags(tags).strongReference(true)
+                .description("Leases on the node not yet released").register(registry));
         for (NodeState state : NodeState.values()) {
             String value = state.name().toLowerCase(Locale.ROOT);
             // NaN once the node is gone (closed data source): 0 for every state would read as
             // a node neither up nor down.
-            Gauge.builder("racaffinity.node.status", snapshot, s -> {
+            meters.add(Gauge.builder("racaffinity.node.status", snapshot, s -> {
                         NodeState now = s.state(node);
                         return now == null ? Double.NaN : now == state ? 1 : 0;
                     })
                     .tags(tags.and(STATE, value)).strongReference(true)
                     .description("1 for the node's current state (racaffinity.node.state), 0 for the others")
-                    .register(registry);
-            Gauge.builder("racaffinity.node.state", snapshot, s -> {
+                    .register(registry));
+            meters.add(Gauge.builder("racaffinity.node.state", snapshot, s -> {
                         NodeState now = s.state(node);
                         return now == null ? Double.NaN : now == state ? 1 : 0;
                     })
                     .tags(tags.and(DEPRECATED_STATE, value)).strongReference(true)
                     .description("Deprecated: racaffinity.node.status (tag racaffinity.node.state), the same "
                             + "values; this name goes in the next release")
-                    .register(registry);
+                    .register(registry));
         }
+        return meters;
     }
 
-    private static void counter(MeterRegistry registry, String name, String description, Snapshot snapshot,
+    private static Meter counter(MeterRegistry registry, String name, String description, Snapshot snapshot,
             Tags tags, String node, ToLongFunction<NodeMetrics> f) {
-        FunctionCounter.builder(name, snapshot, s -> snapshot.node(node, f)).tags(tags).description(description)
-                .register(registry);
+        return FunctionCounter.builder(name, snapshot, s -> snapshot.node(node, f)).tags(tags)
+                .description(description).register(registry);
     }
 }

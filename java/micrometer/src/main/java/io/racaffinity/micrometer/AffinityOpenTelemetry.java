@@ -75,29 +75,30 @@ public final class AffinityOpenTelemetry implements AutoCloseable {
         this.pools = new HikariOpenTelemetry(meter);
         Snapshot snapshot = new Snapshot(cluster);
         String name = cluster.name();
-        List<String> nodes = cluster.nodeNames();
-        node(meter, "picks", "Units of work routed to the node", snapshot, name, nodes, NodeMetrics::picks);
-        node(meter, "affinity_hits", "Picks of the node by an existing affinity", snapshot, name, nodes,
+        // Each callback reports the nodes of the snapshot's latest read, not a list fixed here: a node added at
+        // runtime (addNode, a topology feed) is reported from the next collection, a removed one no more.
+        node(meter, "picks", "Units of work routed to the node", snapshot, name, NodeMetrics::picks);
+        node(meter, "affinity_hits", "Picks of the node by an existing affinity", snapshot, name,
                 NodeMetrics::affinityHits);
-        node(meter, "repins", "Affinities moved to the node off an unavailable one", snapshot, name, nodes,
+        node(meter, "repins", "Affinities moved to the node off an unavailable one", snapshot, name,
                 NodeMetrics::repins);
-        node(meter, "strict_refusals", "Strict refusals naming the node", snapshot, name, nodes,
+        node(meter, "strict_refusals", "Strict refusals naming the node", snapshot, name,
                 NodeMetrics::strictRefusals);
-        node(meter, "failures", "Units of work on the node that ended in a node failure", snapshot, name, nodes,
+        node(meter, "failures", "Units of work on the node that ended in a node failure", snapshot, name,
                 NodeMetrics::failures);
         instruments.add(meter.upDownCounterBuilder("racaffinity.node.in_flight")
                 .setDescription("Leases on the node not yet released").buildWithCallback(m -> {
-                    for (String n : nodes) {
+                    for (String n : snapshot.names()) {
                         record(m, snapshot.node(n, NodeMetrics::inFlight), nodeAttributes(name, n));
                     }
                 }));
         instruments.add(meter.upDownCounterBuilder("racaffinity.node.status")
                 .setDescription("1 for the node's current state (racaffinity.node.state), 0 for the others")
-                .buildWithCallback(states(snapshot, name, nodes, NODE_STATE)));
+                .buildWithCallback(states(snapshot, name, NODE_STATE)));
         instruments.add(meter.upDownCounterBuilder("racaffinity.node.state")
                 .setDescription("Deprecated: racaffinity.node.status (attribute racaffinity.node.state), the "
                         + "same points; this name goes in the next release")
-                .buildWithCallback(states(snapshot, name, nodes, DEPRECATED_NODE_STATE)));
+                .buildWithCallback(states(snapshot, name, DEPRECATED_NODE_STATE)));
         for (String counter : AffinityMetrics.SCOPE_COUNTERS) {
             instruments.add(meter.counterBuilder("racaffinity.scope." + counter)
                     .setDescription(SCOPE_DESCRIPTIONS.get(counter))
@@ -203,10 +204,10 @@ public final class AffinityOpenTelemetry implements AutoCloseable {
             "strict_refusals", "Requests of the scope refused in strict mode");
 
     private void node(Meter meter, String counter, String description, Snapshot snapshot, String cluster,
-            List<String> nodes, ToLongFunction<NodeMetrics> f) {
+            ToLongFunction<NodeMetrics> f) {
         instruments.add(meter.counterBuilder("racaffinity.node." + counter).setDescription(description)
                 .buildWithCallback(m -> {
-                    for (String n : nodes) {
+                    for (String n : snapshot.names()) {
                         record(m, snapshot.node(n, f), nodeAttributes(cluster, n));
                     }
                 }));
@@ -221,10 +222,10 @@ public final class AffinityOpenTelemetry implements AutoCloseable {
     }
 
     /** 1 for each node's current state, 0 for the others, the state under {@code key}. */
-    private static Consumer<ObservableLongMeasurement> states(Snapshot snapshot, String cluster, List<String> nodes,
+    private static Consumer<ObservableLongMeasurement> states(Snapshot snapshot, String cluster,
             AttributeKey<String> key) {
         return m -> {
-            for (String n : nodes) {
+            for (String n : snapshot.names()) {
                 NodeState now = snapshot.state(n);
                 if (now == null) {
                     continue;

@@ -1,0 +1,120 @@
+package io.racaffinity.micrometer;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import io.micrometer.core.instrument.Meter;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import io.opentelemetry.sdk.metrics.SdkMeterProvider;
+import io.racaffinity.Cluster;
+import io.racaffinity.jdbc.AffinityDataSource;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeSet;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.postgresql.ds.PGSimpleDataSource;
+
+/**
+ * The node meters follow the cluster's node set, as Python's exporter does (it reports every node of each
+ * snapshot): a node added after binding (Cluster.addNode, a topology feed) is reported, a removed one goes.
+ * No database: the node data sources are never asked for a connection.
+ */
+class NodeSetMetricsTest {
+    private static final Pattern NODE = Pattern.compile(AffinityMetrics.NODE.replace(".", "\\.") + "=\"?(\\w+)");
+    private AffinityDataSource ds;
+
+    @BeforeEach
+    void start() {
+        ds = new AffinityDataSource();
+        ds.setConfig("name = node-set-meters; nodes = A, B");
+        Map<String, DataSource> nodes = new LinkedHashMap<>();
+        nodes.put("A", new PGSimpleDataSource());
+        nodes.put("B", new PGSimpleDataSource());
+        ds.setNodeDataSources(nodes);
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+    }
+
+    @AfterEach
+    void stop() {
+        ds.close();
+    }
+
+    /** The nodes a registry scrape shows in {@code name}, reading every meter as a scrape does. */
+    private static TreeSet<String> scraped(MeterRegistry registry, String name) {
+        TreeSet<String> seen = new TreeSet<>();
+        for (Meter m : registry.getMeters()) {
+            double v = 0;
+            for (var ms : m.measure()) {
+                v += ms.getValue();
+            }
+            if (m.getId().getName().equals(name) && !Double.isNaN(v)) {
+                seen.add(m.getId().getTag(AffinityMetrics.NODE));
+            }
+        }
+        return seen;
+    }
+
+    private static TreeSet<String> collected(CollectingReader reader, String name) {
+        TreeSet<String> seen = new TreeSet<>();
+        for (String point : reader.points(name)) {
+            Matcher m = NODE.matcher(point);
+            if (m.find()) {
+                seen.add(m.group(1));
+            }
+        }
+        return seen;
+    }
+
+    /** Scrapes until the binder's snapshot (read at most every 100 ms) is newer than the change. */
+    private static void scrapes(Runnable scrape) throws InterruptedException {
+        for (int i = 0; i < 3; i++) {
+            Thread.sleep(150);
+            scrape.run();
+        }
+    }
+
+    @Test
+    void micrometerReportsANodeAddedAfterBindingAndDropsARemovedOne() throws Exception {
+        MeterRegistry registry = new SimpleMeterRegistry();
+        new AffinityMetrics(ds).bindTo(registry);
+        Cluster c = ds.getCluster();
+        assertEquals(new TreeSet<>(List.of("A", "B")), scraped(registry, "racaffinity.node.picks"));
+        c.addNode("C", null, 1);
+        scrapes(() -> scraped(registry, "racaffinity.node.picks"));
+        for (String meter : List.of("racaffinity.node.picks", "racaffinity.node.in_flight", "racaffinity.node.status")) {
+            assertEquals(new TreeSet<>(List.of("A", "B", "C")), scraped(registry, meter), meter + " after addNode");
+        }
+        c.removeNode("A");
+        scrapes(() -> scraped(registry, "racaffinity.node.picks"));
+        List<String> left = registry.getMeters().stream().map(Meter::getId)
+                .filter(id -> "A".equals(id.getTag(AffinityMetrics.NODE))).map(id -> id.getName()).toList();
+        assertEquals(List.of(), left, "meters of the removed node A");
+        assertEquals(new TreeSet<>(List.of("B", "C")), scraped(registry, "racaffinity.node.picks"));
+    }
+
+    @Test
+    void openTelemetryReportsANodeAddedAfterInstallingAndDropsARemovedOne() throws Exception {
+        CollectingReader reader = new CollectingReader();
+        try (SdkMeterProvider provider = SdkMeterProvider.builder().registerMetricReader(reader).build();
+                AffinityOpenTelemetry otel = AffinityOpenTelemetry.install(ds, provider)) {
+            Cluster c = ds.getCluster();
+            assertEquals(new TreeSet<>(List.of("A", "B")), collected(reader, "racaffinity.node.picks"));
+            c.addNode("C", null, 1);
+            scrapes(() -> collected(reader, "racaffinity.node.picks"));
+            for (String meter : List.of("racaffinity.node.picks", "racaffinity.node.in_flight",
+                    "racaffinity.node.status")) {
+                assertEquals(new TreeSet<>(List.of("A", "B", "C")), collected(reader, meter), meter + " after addNode");
+            }
+            c.removeNode("A");
+            scrapes(() -> collected(reader, "racaffinity.node.picks"));
+            assertEquals(new TreeSet<>(List.of("B", "C")), collected(reader, "racaffinity.node.picks"));
+        }
+    }
+}
