@@ -951,6 +951,11 @@ final class ReplayConnection {
                 ok = c.isValid((int) Math.max(1, TimeUnit.NANOSECONDS.toSeconds(deadline - System.nanoTime())));
             } catch (SQLException e) {
                 ok = false;
+            } catch (RuntimeException | Error e) {
+                // A driver's bug, as AffinityDataSource's suspect check treats it: the connection goes, the
+                // error with it (an unknown outcome), but the pool gets its connection back.
+                PoolMaintenance.Hikari.evict(ds, c);
+                throw e;
             }
             if (ok) {
                 return c;

@@ -36,6 +36,8 @@ import java.sql.ShardingKey;
 import java.sql.Statement;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicBoolean;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -129,6 +131,59 @@ class ReplayTest {
             }
             assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("c1"));
             assertEquals(1, total(rowsOf("c1-next")));
+        }
+    }
+
+    /**
+     * The outcome check tests each pooled connection with isValid; a driver (or a wrapper) whose isValid throws a
+     * RuntimeException must cost that connection, not leak it: the check's connection was never closed nor
+     * evicted, so each check held one of the node pool's connections for good.
+     */
+    @Test
+    void anOutcomeCheckWhoseIsValidThrowsGivesItsConnectionBack() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = throughProxy(proxy, c -> {});
+            AtomicBoolean broken = new AtomicBoolean();
+            Map<String, DataSource> nodes = pools.asMap();
+            nodes.put("MYDB1", isValidThrowing(nodes.get("MYDB1"), broken));
+            AffinityDataSource ds = ReplayFixture.dataSource(pools, nodes, "replay-isvalid-throws", true);
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "v1");
+                Hold lost = proxy.loseNextCommitReply();
+                broken.set(true);
+                SQLException e = assertThrows(SQLException.class, c::commit, "no outcome: the check could not ask");
+                assertTrue(lost.acted(), "the reply was lost");
+                assertEquals(Refusal.OUTCOME_UNKNOWN, refusalOf(e), String.valueOf(e));
+            }
+            com.zaxxer.hikari.HikariPoolMXBean pool = pools.get("MYDB1").getHikariPoolMXBean();
+            assertTrue(Pools.await(java.time.Duration.ofSeconds(5), () -> pool.getActiveConnections() == 0),
+                    "MYDB1's pool connections still borrowed after the request: " + pool.getActiveConnections());
+        }
+    }
+
+    /** {@code pool}, whose connections' isValid throws an IllegalStateException while {@code broken}. */
+    private static DataSource isValidThrowing(DataSource pool, AtomicBoolean broken) {
+        return io.racaffinity.test.Stubs.proxy(DataSource.class, "IsValidThrows[" + pool + "]", (p, m, args) -> {
+            Object r = invoke(pool, m, args);
+            if (!(r instanceof Connection physical)) {
+                return r;
+            }
+            return io.racaffinity.test.Stubs.proxy(Connection.class, "IsValidThrows[" + physical + "]",
+                    (cp, cm, cargs) -> {
+                        if (cm.getName().equals("isValid") && broken.get()) {
+                            throw new IllegalStateException("a driver bug in isValid");
+                        }
+                        return invoke(physical, cm, cargs);
+                    });
+        });
+    }
+
+    private static Object invoke(Object target, java.lang.reflect.Method m, Object[] args) throws Throwable {
+        try {
+            return m.invoke(target, args);
+        } catch (java.lang.reflect.InvocationTargetException e) {
+            throw e.getCause();
         }
     }
 
