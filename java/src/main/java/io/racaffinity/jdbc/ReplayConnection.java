@@ -1058,6 +1058,13 @@ final class ReplayConnection {
             }
             throw e;
         }
+        if (closed) {
+            // Aborted as it was set up (abort() takes no lock): the abort ended the old connection, not this one,
+            // and close() will never see it. The application ended the request: nothing of it runs again, its
+            // COMMIT least of all.
+            drop();
+            throw new SQLNonTransientConnectionException("the connection was aborted during its replay", "08003");
+        }
         String name = cluster().name();
         LOG.log(Level.DEBUG, () -> "AffinityDataSource " + name + ": request replayed on node " + fresh.nodeName());
         if (then == null) {

@@ -15,6 +15,7 @@ import static io.racaffinity.jdbc.ReplayFixture.throughProxy;
 import static io.racaffinity.jdbc.ReplayFixture.total;
 import static io.racaffinity.test.Pools.serverPort;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -160,6 +161,74 @@ class ReplayTest {
             assertTrue(Pools.await(java.time.Duration.ofSeconds(5), () -> pool.getActiveConnections() == 0),
                     "MYDB1's pool connections still borrowed after the request: " + pool.getActiveConnections());
         }
+    }
+
+    /**
+     * An abort() (from any thread: it takes no lock) that lands while a replay sets up its new connection: the
+     * application ended the connection, so the replayed COMMIT must not run, and the new connection, which
+     * close() will never see (the connection is closed already), must go back to its pool.
+     */
+    @Test
+    void anAbortDuringAReplayStopsTheReplayedCommitAndGivesItsConnectionBack() throws Exception {
+        pools = new Pools(NAMES, c -> c.setConnectionTimeout(2000));
+        java.util.concurrent.atomic.AtomicReference<Connection> app = new java.util.concurrent.atomic.AtomicReference<>();
+        AtomicBoolean armed = new AtomicBoolean();
+        Map<String, DataSource> nodes = pools.asMap();
+        nodes.replaceAll((name, pool) -> abortingOnFirstStatement(pool, armed, app));
+        AffinityDataSource ds = ReplayFixture.dataSource(pools, nodes, "replay-abort", true);
+        Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+        app.set(c);
+        try {
+            c.setAutoCommit(false);
+            insert(c, "ab1");
+            // The request's backend ends (57P01 at the commit's first statement): replayed elsewhere.
+            terminateIdleInTransaction(1);
+            armed.set(true);
+            SQLException e = assertThrows(SQLException.class, c::commit, "the application aborted the connection");
+            assertFalse(armed.get(), "the abort came as the replay set its connection up");
+            assertTrue(c.isClosed(), String.valueOf(e));
+        } finally {
+            c.close();
+        }
+        assertEquals(0, total(rowsOf("ab1")), "the aborted request committed nowhere: " + rowsOf("ab1"));
+        for (String n : NAMES) {
+            com.zaxxer.hikari.HikariPoolMXBean pool = pools.get(n).getHikariPoolMXBean();
+            assertTrue(Pools.await(java.time.Duration.ofSeconds(5), () -> pool.getActiveConnections() == 0),
+                    n + "'s pool connections still borrowed after the abort: " + pool.getActiveConnections());
+        }
+    }
+
+    /** Ends node {@code i}'s client backends that are idle in a transaction (the request's). */
+    private static void terminateIdleInTransaction(int i) throws SQLException {
+        try (Connection admin = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                Statement s = admin.createStatement();
+                ResultSet rs = s.executeQuery("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
+                        + " WHERE state = 'idle in transaction' AND pid <> pg_backend_pid()")) {
+            rs.next();
+            assertEquals(1, rs.getInt(1), "the request's backend");
+        }
+    }
+
+    /**
+     * {@code pool}; a connection taken from it once {@code armed} (the replay's) aborts the application's
+     * connection {@code app} at its first prepareStatement, as another thread's abort() would land then.
+     */
+    private static DataSource abortingOnFirstStatement(DataSource pool, AtomicBoolean armed,
+            java.util.concurrent.atomic.AtomicReference<Connection> app) {
+        return io.racaffinity.test.Stubs.proxy(DataSource.class, "Aborting[" + pool + "]", (p, m, args) -> {
+            Object r = invoke(pool, m, args);
+            if (!(r instanceof Connection physical) || !armed.get()) {
+                return r;
+            }
+            AtomicBoolean fired = new AtomicBoolean();
+            return io.racaffinity.test.Stubs.proxy(Connection.class, "Aborting[" + physical + "]", (cp, cm, cargs) -> {
+                if (cm.getName().equals("prepareStatement") && armed.get() && fired.compareAndSet(false, true)) {
+                    armed.set(false);
+                    app.get().abort(Runnable::run);
+                }
+                return invoke(physical, cm, cargs);
+            });
+        });
     }
 
     /** {@code pool}, whose connections' isValid throws an IllegalStateException while {@code broken}. */
