@@ -22,7 +22,16 @@ final class ListProperty {
                 throw new IllegalArgumentException(property + ": expected NAME=value entries separated by newlines"
                         + " or |, got an entry without `=`");
             }
-            m.put(e.substring(0, eq).trim(), e.substring(eq + 1).trim());
+            String name = e.substring(0, eq).trim();
+            // Node names match case-insensitively, and a property's setter takes either case of its first letter:
+            // a second entry is a mistake (the core refuses a key given twice), not a silent override.
+            for (String k : m.keySet()) {
+                if (k.equalsIgnoreCase(name)) {
+                    throw new IllegalArgumentException(property + ": `" + name + "` is given more than once"
+                            + (k.equals(name) ? "" : " (as `" + k + "`)"));
+                }
+            }
+            m.put(name, e.substring(eq + 1).trim());
         }
         return m;
     }

@@ -349,7 +349,20 @@ final class NodeSources<T> {
                     + ", nodeJndiNames, nodeUrls or urlTemplate", "HY000");
         }
         Map<String, Object> lookup = new TreeMap<>(String.CASE_INSENSITIVE_ORDER);
-        lookup.putAll(entries);
+        for (Map.Entry<String, ?> e : entries.entrySet()) {
+            // Node names match case-insensitively: two keys for one node would leave one of them unused, silently.
+            if (lookup.containsKey(e.getKey())) {
+                List<String> same = new ArrayList<>();
+                for (String k : entries.keySet()) {
+                    if (k.equalsIgnoreCase(e.getKey())) {
+                        same.add("`" + k + "`");
+                    }
+                }
+                throw new SQLNonTransientException(where + source + " names one node more than once: "
+                        + String.join(", ", same), "HY000");
+            }
+            lookup.put(e.getKey(), e.getValue());
+        }
         for (String k : entries.keySet()) {
             if (names.stream().noneMatch(k::equalsIgnoreCase)) {
                 throw new SQLNonTransientException(where + source + " names `" + k

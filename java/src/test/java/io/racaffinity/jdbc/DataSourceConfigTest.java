@@ -211,5 +211,41 @@ class DataSourceConfigTest {
             }
         }
     }
+
+    /**
+     * A node (or a property) given twice, in any case, is a mistake the core refuses in its own config ("given
+     * more than once"); a node list took the last entry silently, so a copy-pasted `RAC1=` meant for RAC3 sent
+     * RAC1's work to RAC3's server.
+     */
+    @Test
+    void aNodeGivenTwiceInANodeListOrMapIsRefusedNamingIt() {
+        AffinityDataSource ds = new AffinityDataSource();
+        for (String list : new String[] {"RAC1=jdbc:postgresql://h1/x | RAC2=jdbc:postgresql://h2/x | RAC1=jdbc:postgresql://h3/x",
+                "RAC1=jdbc:postgresql://h1/x | RAC2=jdbc:postgresql://h2/x | rac1=jdbc:postgresql://h3/x"}) {
+            IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+                    () -> ds.setNodeUrlList(list), list);
+            assertTrue(e.getMessage().contains("nodeUrlList") && e.getMessage().contains("more than once")
+                    && e.getMessage().toUpperCase(java.util.Locale.ROOT).contains("RAC1"), e.getMessage());
+        }
+        IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+                () -> ds.setDataSourcePropertyList("maximumPoolSize=10 | connectionTimeout=2000 | maximumPoolSize=20"));
+        assertTrue(e.getMessage().contains("maximumPoolSize"), e.getMessage());
+        ds.close();
+
+        AffinityDataSource map = new AffinityDataSource();
+        map.setConfig("name = twice-url; nodes = RAC1, RAC2");
+        java.util.Map<String, String> urls = new java.util.LinkedHashMap<>();
+        urls.put("RAC1", "jdbc:postgresql://127.0.0.1:1/x");
+        urls.put("RAC2", "jdbc:postgresql://127.0.0.1:2/x");
+        urls.put("rac1", "jdbc:postgresql://127.0.0.1:3/x");
+        map.setNodeUrls(urls);
+        map.setHeartbeatIntervalMillis(0);
+        map.setRegisterMBean(false);
+        try (map) {
+            java.sql.SQLException se = org.junit.jupiter.api.Assertions.assertThrows(java.sql.SQLException.class,
+                    map::init);
+            assertTrue(se.getMessage().contains("RAC1") && se.getMessage().contains("rac1"), se.getMessage());
+        }
+    }
 }
 
