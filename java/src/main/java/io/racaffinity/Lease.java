@@ -115,7 +115,8 @@ public final class Lease implements AutoCloseable {
      */
     public void release(Outcome outcome) {
         if (!tryRelease(outcome)) {
-            throw new InvalidLeaseException("lease on node " + cluster.nodeName(node) + " already released");
+            // nodeLabel: a lease released before its cluster closed is still an invalid lease, not a closed cluster.
+            throw new InvalidLeaseException("lease on node " + cluster.nodeLabel(node) + " already released");
         }
     }
 

@@ -214,6 +214,26 @@ class ClusterTest {
     }
 
     @Test
+    void aSecondReleaseAfterTheClusterClosedIsStillAnInvalidLease() {
+        // "a second release throws InvalidLeaseException": its message asked the closed cluster for the
+        // node's name, so the caller got ClusterClosedException, for a lease released long before the close.
+        Cluster c = three("");
+        Lease lease = c.pick();
+        lease.release(Outcome.OK);
+        c.close();
+        InvalidLeaseException e = assertThrows(InvalidLeaseException.class, () -> lease.release(Outcome.OK));
+        assertTrue(e.getMessage().contains("#" + lease.node()), e.getMessage());
+        // and of a lease whose node was removed since
+        try (Cluster d = three("")) {
+            Lease gone = d.pick();
+            gone.release(Outcome.OK);
+            d.removeNode(d.nodeName(gone.node()));
+            assertThrows(InvalidLeaseException.class, () -> gone.release(Outcome.OK));
+            assertTrue(gone.toString().startsWith("Lease[node="), gone.toString());
+        }
+    }
+
+    @Test
     void aClosedHandleIsNeverReusedByANewCluster() {
         Cluster a = three("");
         a.close();
