@@ -181,15 +181,34 @@ impl Cluster {
 
     /// The node that owns `partition`, ignoring node state.
     pub fn partition_owner(&self, partition: u32) -> Result<NodeId> {
-        let topo = self.topo();
-        self.owner_of(&topo, partition)?.ok_or(Error::NoNodeAvailable { scope: Some(Scope::Data) })
+        self.current_owner(partition)?.ok_or(Error::NoNodeAvailable { scope: Some(Scope::Data) })
+    }
+
+    /// [`Cluster::owner_of`] in a snapshot loaded under the partition's
+    /// placement lock when placement is balanced (see
+    /// [`Cluster::registry_topo`]): a snapshot loaded before it may predate
+    /// a node that another thread added and placed the partition on.
+    fn current_owner(&self, partition: u32) -> Result<Option<NodeId>> {
+        let placed = self.balanced_placement().then(|| self.inner.data.placed.lock(&partition));
+        let topo = self.registry_topo();
+        self.owner_of(&topo, partition, placed.as_deref())
+    }
+
+    fn balanced_placement(&self) -> bool {
+        self.inner.config.data.placement == Placement::Balanced
     }
 
     /// The partition's owner: its explicit entry while that node is in the
     /// cluster, else its remembered placement (balanced) while that node is
     /// in the cluster, else rendezvous over every live node. `None` means a
-    /// balanced partition not placed yet.
-    fn owner_of(&self, topo: &Topology, partition: u32) -> Result<Option<NodeId>> {
+    /// balanced partition not placed yet. `placed`: the partition's shard of
+    /// placements, locked before `topo` was loaded (balanced placement).
+    fn owner_of(
+        &self,
+        topo: &Topology,
+        partition: u32,
+        placed: Option<&HashMap<u32, NodeId>>,
+    ) -> Result<Option<NodeId>> {
         let d = &self.inner.data;
         if partition >= d.partitions {
             return Err(Error::InvalidArgument(format!("partition {partition} out of range 0..{}", d.partitions)));
@@ -199,8 +218,12 @@ impl Cluster {
                 return Ok(Some(n.id()));
             }
         }
-        if self.inner.config.data.placement == Placement::Balanced {
-            return Ok(d.placed.lock(&partition).get(&partition).copied().filter(|id| !is_removed(topo, *id)));
+        if self.balanced_placement() {
+            let id = match placed {
+                Some(m) => m.get(&partition).copied(),
+                None => d.placed.lock(&partition).get(&partition).copied(),
+            };
+            return Ok(id.filter(|id| !is_removed(topo, *id)));
         }
         let epoch = self.routing_epoch();
         let mut cache = d.owners.load();
@@ -233,8 +256,7 @@ impl Cluster {
 
     /// The owner of `key`'s partition, whatever its state.
     pub(crate) fn data_owner(&self, key: DataKey<'_>) -> Result<Option<NodeId>> {
-        let p = self.partition_of(key)?;
-        self.owner_of(&self.topo(), p)
+        self.current_owner(self.partition_of(key)?)
     }
 
     /// Routes a byte key (a sharding key).
@@ -251,8 +273,12 @@ impl Cluster {
     /// balancing (soft) or refusing (strict) when the owner cannot take it.
     pub fn route_data(&self, key: DataKey<'_>) -> Result<Route> {
         let p = self.partition_of(key)?;
-        let topo = self.topo();
-        let route = match self.owner_of(&topo, p)? {
+        // Balanced: the partition's lock is held from before the snapshot
+        // to the placement, so an entry on a node added meanwhile is in the
+        // snapshot rather than looking removed and being placed again.
+        let mut placed = self.balanced_placement().then(|| self.inner.data.placed.lock(&p));
+        let topo = self.registry_topo();
+        let route = match self.owner_of(&topo, p, placed.as_deref())? {
             Some(id) => {
                 let node = topo.node(id).expect("ids are never dropped");
                 // Soft mode moves work off a draining owner, as a drain intends;
@@ -268,18 +294,16 @@ impl Cluster {
                 }
             }
             None => {
-                let mut m = self.inner.data.placed.lock(&p);
-                match m.get(&p) {
-                    // Placed by another thread since `owner_of` looked.
-                    Some(id) if !is_removed(&topo, *id) => Route::new(*id, RouteKind::Affinity),
-                    _ => {
-                        let (id, kind) = self.place(&topo, Scope::Data, Placement::Balanced, 0, |_| true)?;
-                        m.insert(p, id);
-                        Route::new(id, kind)
-                    }
+                // Not placed yet (balanced), or no live node to hash over
+                // (then no node can be placed on either).
+                let (id, kind) = self.place(&topo, Scope::Data, Placement::Balanced, 0, |_| true)?;
+                if let Some(m) = placed.as_mut() {
+                    m.insert(p, id);
                 }
+                Route::new(id, kind)
             }
         };
+        drop(placed);
         self.count(&topo, Some(Scope::Data), route);
         Ok(route)
     }
@@ -576,5 +600,32 @@ mod tests {
         }
         let kept = c.inner.data.replaced.lock().unwrap().len();
         assert!(kept <= 11, "{kept} replaced maps kept; the settle time covers 10");
+    }
+
+    /// Balanced placement: a route that loaded its snapshot before a node
+    /// was added, and reads the partition once another thread has placed it
+    /// on that node, must route there. The old snapshot does not have the
+    /// node, so it looked removed and the partition was placed again on
+    /// another node: one key routed to two nodes.
+    #[test]
+    fn a_partition_placed_on_a_node_added_during_the_route_stays_there() {
+        use crate::{NodeSpec, RouteKind};
+        let c = std::sync::Arc::new(
+            Cluster::from_config_text("nodes = A\ndata.placement = balanced\ndata.partitions = 1").unwrap(),
+        );
+        // Held, the partition's lock stops the route once it has its snapshot.
+        let mut placed = c.inner.data.placed.lock(&0u32);
+        let route = {
+            let c = c.clone();
+            std::thread::spawn(move || c.route_key_i64(7))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let d = c.add_node(NodeSpec::new("D")).unwrap();
+        // What a route that saw D would have written under this lock.
+        placed.insert(0, d);
+        drop(placed);
+        let r = route.join().unwrap().unwrap();
+        assert_eq!((c.node_name(r.node).unwrap(), r.kind), ("D".to_string(), RouteKind::Affinity));
+        assert_eq!(c.partition_owner(0).unwrap(), d);
     }
 }
