@@ -13,7 +13,7 @@
 //! | `node/<NAME>/state` | `up`, `down`, `draining`, `draining timeout=<duration> [since=<unix s>]` | `up` |
 //! | `node/<NAME>/weight` | a weight `1..=1000000` | the configured weight |
 //! | `partition_map` | `<p>=<NAME>` entries separated by `,` (may be empty) | the empty map |
-//! | `fan/<anything>` | a FAN or RLB line; the record's version replaces its `timestamp=` | nothing |
+//! | `fan/<id>` (any non-empty id) | a FAN or RLB line; the record's version replaces its `timestamp=` | nothing |
 
 pub mod etcd;
 mod http;
@@ -114,7 +114,8 @@ impl Cluster {
                 let refs: Vec<(u32, &str)> = map.iter().map(|(p, n)| (*p, n.as_str())).collect();
                 Ok(applied(self.replace_partition_map_at(&refs, "feed", version)?))
             }
-            ["fan", _, ..] => {
+            // Any id, slashes included (`racaffinity-feed fan --id`), but one.
+            ["fan", _, ..] if key != "fan/" => {
                 let Some(line) = value else { return Ok(FeedOutcome::Stale) };
                 match parse_event(line)? {
                     Event::Fan(ev) => {

@@ -78,6 +78,10 @@ fn a_record_seen_twice_or_late_changes_nothing() {
     assert_eq!(c.node_by_name("A").unwrap().state(), NodeState::Up);
 }
 
+/// A FAN line that would take node B down.
+const B_DOWN: &str =
+    "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=B status=down reason=FAILURE timestamp=2020-01-01 00:00:00";
+
 #[test]
 fn bad_records_are_refused_with_a_reason_and_change_nothing() {
     let c = common::cluster(CONFIG);
@@ -95,6 +99,9 @@ fn bad_records_are_refused_with_a_reason_and_change_nothing() {
         ("partition_map", Some("99=A"), ErrorKind::InvalidArgument, "out of range"),
         ("partition_map", Some("x"), ErrorKind::InvalidArgument, "not <partition>=<node>"),
         ("fan/1", Some("not an event"), ErrorKind::EventParse, ""),
+        // The key is `fan/<id>`: a record with no id is of no known form.
+        ("fan/", Some(B_DOWN), ErrorKind::InvalidArgument, "fan/<id>"),
+        ("fan/", None, ErrorKind::InvalidArgument, "fan/<id>"),
     ] {
         let e = c.apply_feed_record(100, key, value).unwrap_err();
         assert_eq!(e.kind(), kind, "{key}: {e}");
