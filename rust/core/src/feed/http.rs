@@ -409,6 +409,10 @@ impl Chunks {
                     };
                     let line = std::str::from_utf8(&raw[at..at + eol]).map_err(|_| invalid("bad chunk size line"))?;
                     let hex = line.split(';').next().unwrap_or("").trim();
+                    // Digits only: `from_str_radix` also takes a leading `+`.
+                    if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return Err(invalid("bad chunk size"));
+                    }
                     let size = usize::from_str_radix(hex, 16).map_err(|_| invalid("bad chunk size"))?;
                     if size > MAX_MESSAGE_BYTES {
                         return Err(invalid("chunk too large"));
@@ -666,6 +670,18 @@ mod tests {
         assert!(c.decode(&mut b"zz\r\n".to_vec(), &mut out).is_err());
         let mut c = Chunks::default();
         assert!(c.decode(&mut b"2\r\nabXY".to_vec(), &mut out).is_err());
+    }
+
+    /// A chunk size is hex digits only (RFC 9112, 7.1): `from_str_radix`
+    /// also takes a leading `+`, which would read "+a" as ten bytes.
+    #[test]
+    fn chunk_sizes_are_hex_digits_only() {
+        for line in ["+a", "+0", "-0", ""] {
+            let mut c = Chunks::default();
+            let mut raw = format!("{line}\r\n0123456789\r\n0\r\n\r\n").into_bytes();
+            let r = c.decode(&mut raw, &mut Vec::new());
+            assert_eq!(r.map_err(|e| e.to_string()), Err("bad chunk size".to_string()), "size line `{line}`");
+        }
     }
 }
 
