@@ -206,7 +206,7 @@ fn send(
         if name.eq_ignore_ascii_case("transfer-encoding") && value.eq_ignore_ascii_case("chunked") {
             framing = Framing::Chunked(Chunks::default());
         } else if name.eq_ignore_ascii_case("content-length") && !matches!(framing, Framing::Chunked(_)) {
-            let n = value.parse::<usize>().map_err(|_| invalid("bad Content-Length"))?;
+            let n = http_number(value, 10).ok_or_else(|| invalid("bad Content-Length"))?;
             if n > MAX_MESSAGE_BYTES {
                 return Err(invalid("response body too large"));
             }
@@ -371,6 +371,15 @@ fn read_some(sock: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<usize> {
     Ok(n)
 }
 
+/// A length in HTTP framing: digits of `radix` only (RFC 9110 8.6, RFC
+/// 9112 7.1). `from_str_radix` and `parse` also take a leading `+`.
+fn http_number(text: &str, radix: u32) -> Option<usize> {
+    if text.is_empty() || !text.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    usize::from_str_radix(text, radix).ok()
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
@@ -409,11 +418,7 @@ impl Chunks {
                     };
                     let line = std::str::from_utf8(&raw[at..at + eol]).map_err(|_| invalid("bad chunk size line"))?;
                     let hex = line.split(';').next().unwrap_or("").trim();
-                    // Digits only: `from_str_radix` also takes a leading `+`.
-                    if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                        return Err(invalid("bad chunk size"));
-                    }
-                    let size = usize::from_str_radix(hex, 16).map_err(|_| invalid("bad chunk size"))?;
+                    let size = http_number(hex, 16).ok_or_else(|| invalid("bad chunk size"))?;
                     if size > MAX_MESSAGE_BYTES {
                         return Err(invalid("chunk too large"));
                     }
@@ -927,6 +932,23 @@ mod eof_tests {
         let e = post(&Resolver::system(), &ep, "/x", "{}", Duration::from_secs(30)).unwrap_err();
         server.join().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
+    }
+
+    /// Content-Length is digits only (RFC 9110, 8.6): `parse::<usize>`
+    /// also takes a leading `+`.
+    #[test]
+    fn a_signed_content_length_is_refused() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let ep = l.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut req = [0u8; 1024];
+            let _ = s.read(&mut req);
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\nabc").unwrap();
+        });
+        let r = post(&Resolver::system(), &ep, "/x", "{}", Duration::from_secs(30));
+        server.join().unwrap();
+        assert_eq!(r.map(|r| r.body).map_err(|e| e.to_string()), Err("bad Content-Length".to_string()));
     }
 }
 
