@@ -1084,14 +1084,19 @@ racaffinity_result racaffinity_feed_event_publish(const racaffinity_cluster *clu
                                                   uint64_t *out_revision);
 
 /*
- Reports a heartbeat probe of `node` (`ok` = it answered).
+ Reports a heartbeat probe of `node` (`ok` = it answered). A removed
+ node's id is `OK` and changes nothing: a probe begun before the removal
+ and reported after it is a normal race. `UNKNOWN_NODE` for an id the
+ cluster never had.
  */
 racaffinity_result racaffinity_probe_report(const racaffinity_cluster *cluster,
                                             uint32_t node,
                                             bool ok);
 
 /*
- Reports a node-level success or failure outside a lease.
+ Reports a node-level success or failure outside a lease. As
+ `racaffinity_probe_report`: a removed node's id is `OK` and changes
+ nothing, an id the cluster never had is `UNKNOWN_NODE`.
  */
 racaffinity_result racaffinity_outcome_report(const racaffinity_cluster *cluster,
                                               uint32_t node,

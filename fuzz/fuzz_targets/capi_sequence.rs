@@ -12,7 +12,8 @@
 //! outside 1..=64 bytes or a key outside 1..=1024, bad enum values), handle
 //! validity (a freed, stale, random or flipped handle is INVALID_HANDLE),
 //! registries (UNKNOWN_TRANSACTION, INVALID_LEASE for a released, foreign or
-//! forged lease, UNKNOWN_NODE for an unknown or removed node id,
+//! forged lease, UNKNOWN_NODE for an unknown or removed node id (a
+//! probe or outcome report takes a removed one and ignores it),
 //! DUPLICATE_NODE), exact outputs where the model knows them (node count,
 //! names, addresses, find, key partition, pin release flags, heartbeat,
 //! recovery scope, buffer sizes), routing invariants where it does not know
@@ -2069,8 +2070,10 @@ impl Model {
                 } else {
                     racaffinity_outcome_report(p, n, ok)
                 };
+                // A removed node's id is taken and ignored (a report of work
+                // begun before the removal); an id never had is unknown.
                 let want = Self::handle_err(p, live).unwrap_or_else(|| {
-                    if self.hist[live.unwrap()].is_live_node(n) {
+                    if (n as usize) < self.hist[live.unwrap()].names.len() {
                         R::Ok
                     } else {
                         R::UnknownNode

@@ -762,11 +762,13 @@ class Cluster:
         return int(out[0])
 
     def report_probe(self, node: Union[int, str], ok: bool) -> None:
-        """Reports a heartbeat probe of `node`."""
+        """Reports a heartbeat probe of `node`. A removed node's id is
+        taken and ignored (a probe begun before the removal)."""
         self._call(lib.racaffinity_probe_report, self.node_id(node), _bool_arg(ok, "ok"))
 
     def report_outcome(self, node: Union[int, str], ok: bool) -> None:
-        """Reports a node-level success or failure outside a lease."""
+        """Reports a node-level success or failure outside a lease. A
+        removed node's id is taken and ignored."""
         self._call(lib.racaffinity_outcome_report, self.node_id(node), _bool_arg(ok, "ok"))
 
     # -- metrics ---------------------------------------------------------------

@@ -198,10 +198,11 @@ impl Cluster {
 
     /// Reports a heartbeat probe of `node` by the host; `misses` consecutive
     /// failures mark it down, a success restores a heartbeat/ejection down.
+    /// A removed node's id is accepted and changes nothing (a probe begun
+    /// before the removal); an id never issued is [`Error::UnknownNode`].
     pub fn report_probe(&self, node: NodeId, ok: bool) -> Result<Option<StateChange>> {
         let topo = self.topo();
-        let n =
-            topo.node(node).filter(|n| !n.is_removed()).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
+        let Some(n) = reported_node(&topo, node)? else { return Ok(None) };
         Ok(n.record_probe(ok, self.health()).map(|t| StateChange {
             node,
             name: n.name().to_string(),
@@ -210,11 +211,12 @@ impl Cluster {
         }))
     }
 
-    /// Reports a node-level failure or success outside a lease.
+    /// Reports a node-level failure or success outside a lease. A removed
+    /// node's id is accepted and changes nothing, as in
+    /// [`Cluster::report_probe`].
     pub fn report_outcome(&self, node: NodeId, ok: bool) -> Result<Option<StateChange>> {
         let topo = self.topo();
-        let n =
-            topo.node(node).filter(|n| !n.is_removed()).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
+        let Some(n) = reported_node(&topo, node)? else { return Ok(None) };
         let t = n.record_outcome(ok, OutcomeSource::Report, self.clock(), self.health());
         Ok(t.map(|t| StateChange { node, name: n.name().to_string(), from: t.from, to: t.to }))
     }
@@ -223,4 +225,14 @@ impl Cluster {
     pub fn heartbeat_interval_ms(&self) -> u64 {
         self.health().heartbeat_interval_ms
     }
+}
+
+/// The node a probe or outcome report is about; `None` for a removed node.
+/// A report about a removed node is a probe or call begun before the
+/// removal (a heartbeat holding the id, a removal from the feed meanwhile):
+/// accepted and ignored, as a host lease's end is, since counting it would
+/// act on a node that routes nothing. An id never issued is `UnknownNode`.
+fn reported_node(topo: &crate::topology::Topology, node: NodeId) -> Result<Option<&Arc<Node>>> {
+    let n = topo.node(node).ok_or_else(|| Error::UnknownNode(format!("#{}", node.0)))?;
+    Ok((!n.is_removed()).then_some(n))
 }

@@ -88,7 +88,10 @@ pub unsafe extern "C" fn racaffinity_feed_event_publish(
     })
 }
 
-/// Reports a heartbeat probe of `node` (`ok` = it answered).
+/// Reports a heartbeat probe of `node` (`ok` = it answered). A removed
+/// node's id is `OK` and changes nothing: a probe begun before the removal
+/// and reported after it is a normal race. `UNKNOWN_NODE` for an id the
+/// cluster never had.
 #[no_mangle]
 pub extern "C" fn racaffinity_probe_report(
     cluster: *const racaffinity_cluster,
@@ -98,7 +101,9 @@ pub extern "C" fn racaffinity_probe_report(
     guard(|| handle::with(cluster, |c| c.report_probe(node_id(node), ok).map(|_| ()).map_err(Into::into)))
 }
 
-/// Reports a node-level success or failure outside a lease.
+/// Reports a node-level success or failure outside a lease. As
+/// `racaffinity_probe_report`: a removed node's id is `OK` and changes
+/// nothing, an id the cluster never had is `UNKNOWN_NODE`.
 #[no_mangle]
 pub extern "C" fn racaffinity_outcome_report(
     cluster: *const racaffinity_cluster,

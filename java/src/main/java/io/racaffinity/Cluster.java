@@ -1023,7 +1023,9 @@ public final class Cluster implements AutoCloseable {
     }
 
     /**
-     * Reports a heartbeat probe; {@code heartbeat.misses} consecutive misses mark the node down.
+     * Reports a heartbeat probe; {@code heartbeat.misses} consecutive misses mark the node down. A removed
+     * node's id is taken and ignored (a probe begun before the removal); an id the cluster never had is an
+     * {@link UnknownNodeException}.
      *
      * @param node node id
      * @param ok whether it answered
@@ -1034,7 +1036,8 @@ public final class Cluster implements AutoCloseable {
     }
 
     /**
-     * Reports a node-level success or failure outside a lease.
+     * Reports a node-level success or failure outside a lease. A removed node's id is taken and ignored, as in
+     * {@link #reportProbe}.
      *
      * @param node node id
      * @param ok success
