@@ -88,6 +88,8 @@ impl Cluster {
                 }
             }
             ["node", name, "state"] => {
+                // A name no node can have is a key of no known form, not an unknown node.
+                validate_node_name(name).map_err(|e| bad(&reason(e)))?;
                 let (state, drain, since) = match value {
                     None => (NodeState::Up, None, None),
                     Some(v) => parse_state(v).map_err(|e| bad(&e))?,
@@ -95,6 +97,7 @@ impl Cluster {
                 Ok(applied(self.set_node_state_dated_at(name, state, version, drain, since)?))
             }
             ["node", name, "weight"] => {
+                validate_node_name(name).map_err(|e| bad(&reason(e)))?;
                 let weight = match value {
                     None => self.configured_weight(name)?,
                     Some(v) => {

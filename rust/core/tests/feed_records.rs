@@ -94,6 +94,12 @@ fn bad_records_are_refused_with_a_reason_and_change_nothing() {
         ("node/A/weight", Some("heavy"), ErrorKind::InvalidArgument, "not a number"),
         ("node/Z/state", Some("down"), ErrorKind::UnknownNode, "Z"),
         ("node/bad name", Some("present"), ErrorKind::InvalidArgument, "node name"),
+        // No node can have such a name: a key of no known form, not an unknown node.
+        ("node//state", Some("down"), ErrorKind::InvalidArgument, "node name"),
+        ("node//state", None, ErrorKind::InvalidArgument, "node name"),
+        ("node/bad name/state", Some("down"), ErrorKind::InvalidArgument, "node name"),
+        ("node//weight", Some("3"), ErrorKind::InvalidArgument, "node name"),
+        ("node//weight", None, ErrorKind::InvalidArgument, "node name"),
         ("node/G", Some("absent"), ErrorKind::InvalidArgument, "expected `present`"),
         ("partition_map", Some("0=A,0=B"), ErrorKind::InvalidArgument, "mapped twice"),
         ("partition_map", Some("99=A"), ErrorKind::InvalidArgument, "out of range"),
