@@ -1193,6 +1193,8 @@ racaffinity_result racaffinity_lease_release(const racaffinity_cluster *cluster,
 /*
  Pins the calling OS thread (or deepens its pin) and writes the pinned
  route. Pair every success with `racaffinity_thread_unpin` on this thread.
+ A pin already nested 2^32 - 1 levels deep is `INVALID_ARGUMENT` (and
+ stays as it was).
 
  # Safety
  `out` must be NULL or writable (NULL is allowed: the route is optional).
@@ -1219,7 +1221,8 @@ racaffinity_result racaffinity_thread_unpin(const racaffinity_cluster *cluster, 
 racaffinity_result racaffinity_context_new(const racaffinity_cluster *cluster, uint64_t *out);
 
 /*
- Pins (or deepens the pin of) context `context`.
+ Pins (or deepens the pin of) context `context`. A pin already nested
+ 2^32 - 1 levels deep is `INVALID_ARGUMENT` (and stays as it was).
 
  # Safety
  `out` must be NULL or writable (NULL is allowed).

@@ -374,6 +374,9 @@ impl Cluster {
             let Some(slot) = v.iter_mut().find(|s| s.cluster == id) else {
                 return Ok(None);
             };
+            if enter && slot.depth == u32::MAX {
+                return Err(pin_too_deep());
+            }
             let kind = match self.revalidate(&slot.node, Scope::Thread)? {
                 None => RouteKind::Affinity,
                 Some((n, kind)) => {
@@ -572,6 +575,9 @@ impl Cluster {
                 self.inner.scope[e.scope as usize].live.fetch_sub(1, Ordering::Relaxed);
             }
         }
+        if enter && m.get(&key.0).is_some_and(|e| e.depth == u32::MAX) {
+            return Err(pin_too_deep());
+        }
         let route = match m.get_mut(&key.0) {
             // The hot path: a healthy pin, no snapshot load.
             Some(e) if e.node.accepts_existing(self.clock()) => {
@@ -717,5 +723,47 @@ impl ContextPins {
             }
         }
         per_scope
+    }
+}
+
+/// One more level on a pin already `u32::MAX` deep: the depth would wrap
+/// to 0, and the next unpin underflow (a pin never released). Only a host
+/// that enters pins without leaving them gets there.
+fn pin_too_deep() -> Error {
+    Error::InvalidArgument(format!("the pin is nested {} levels deep already: every pin needs its unpin", u32::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Cluster, ErrorKind};
+
+    /// A host that enters pins and never leaves them (a C caller's
+    /// unbalanced calls) reaches the depth's limit after 2^32 - 1 pins; set
+    /// there directly. One more pin must be refused with a typed error, not
+    /// wrap the depth to 0 (release builds; debug builds panicked) so that
+    /// the next unpin underflowed and the pin was never released.
+    #[test]
+    fn a_context_pin_at_the_depth_limit_is_refused_and_kept() {
+        let c = Cluster::from_config_text("nodes = A, B").unwrap();
+        let key = c.new_context_key();
+        let node = c.pin_context(key).unwrap().node;
+        c.inner.contexts.lock(key.0).get_mut(&key.0).unwrap().depth = u32::MAX;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.pin_context(key).map_err(|e| e.kind())));
+        assert_eq!(r.map_err(|_| "panicked"), Ok(Err(ErrorKind::InvalidArgument)));
+        assert!(!c.unpin_context(key), "one unpin leaves u32::MAX - 1 levels");
+        assert_eq!(c.context_pinned_node(key), Some(node));
+    }
+
+    #[test]
+    fn a_thread_pin_at_the_depth_limit_is_refused_and_kept() {
+        let c = Cluster::from_config_text("nodes = A, B").unwrap();
+        let node = c.enter_thread_pin().unwrap().node;
+        let id = c.inner.id;
+        super::THREAD_PINS.with(|p| p.borrow_mut().iter_mut().find(|s| s.cluster == id).unwrap().depth = u32::MAX);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.enter_thread_pin().map_err(|e| e.kind())));
+        assert_eq!(r.map_err(|_| "panicked"), Ok(Err(ErrorKind::InvalidArgument)));
+        assert!(!c.leave_thread_pin(), "one unpin leaves u32::MAX - 1 levels");
+        assert_eq!(c.thread_pinned_node(), Some(node));
+        c.unpin_thread();
     }
 }

@@ -166,6 +166,8 @@ pub(crate) fn host_held(route: racaffinity_route) -> racaffinity_lease {
 
 /// Pins the calling OS thread (or deepens its pin) and writes the pinned
 /// route. Pair every success with `racaffinity_thread_unpin` on this thread.
+/// A pin already nested 2^32 - 1 levels deep is `INVALID_ARGUMENT` (and
+/// stays as it was).
 ///
 /// # Safety
 /// `out` must be NULL or writable (NULL is allowed: the route is optional).
@@ -221,7 +223,8 @@ pub unsafe extern "C" fn racaffinity_context_new(
     })
 }
 
-/// Pins (or deepens the pin of) context `context`.
+/// Pins (or deepens the pin of) context `context`. A pin already nested
+/// 2^32 - 1 levels deep is `INVALID_ARGUMENT` (and stays as it was).
 ///
 /// # Safety
 /// `out` must be NULL or writable (NULL is allowed).
