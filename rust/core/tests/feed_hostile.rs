@@ -483,63 +483,33 @@ fn a_keepalive_is_bounded_by_its_timeout_as_a_whole() {
 /// member again, since an answer, even an error, kept the client on it.
 #[test]
 fn a_watch_found_stuck_is_reopened_on_the_next_member() {
-    let first = TcpListener::bind("127.0.0.1:0").unwrap();
-    let first_ep = first.local_addr().unwrap().to_string();
     let first_watches = Arc::new(AtomicUsize::new(0));
     let counted = first_watches.clone();
-    std::thread::spawn(move || {
-        for conn in first.incoming() {
-            let Ok(mut s) = conn else { continue };
-            let counted = counted.clone();
-            std::thread::spawn(move || {
-                let Some(req) = read_request(&mut s) else { return };
-                match req.path.as_str() {
-                    "/v3/kv/range" if req.body.get("min_mod_revision").is_some() => {
-                        let err = r#"{"error":"etcdserver: request timed out","code":14,"message":"etcdserver: request timed out"}"#;
-                        respond(&mut s, "503 Service Unavailable", err);
-                    }
-                    "/v3/kv/range" => {
-                        respond(&mut s, "200 OK", r#"{"header":{"revision":"5"}}"#);
-                    }
-                    "/v3/watch" => {
-                        counted.fetch_add(1, Ordering::SeqCst);
-                        if gateway::open_watch(&mut s, 5) {
-                            silent(&mut s);
-                        }
-                    }
-                    _ => {
-                        respond(&mut s, "404 Not Found", "");
-                    }
-                }
-            });
+    let first_ep = member(move |s, req| match req.path.as_str() {
+        "/v3/kv/range" if req.body.get("min_mod_revision").is_some() => {
+            respond(s, "503 Service Unavailable", REQUEST_TIMED_OUT);
         }
-    });
-    let second = Gateway::start(
-        Arc::new(|req: &Request, _| range_of(req, 6, &[("p/node/A/state", "down", 6)])),
-        Arc::new(|s: &mut TcpStream, _: &Request, _| {
-            if gateway::open_watch(s, 6) {
-                let _ = s.write_all(&chunk(&events(6, &[kv("p/node/A/state", "down", 6)])));
+        "/v3/kv/range" => {
+            respond(s, "200 OK", r#"{"header":{"revision":"5"}}"#);
+        }
+        "/v3/watch" => {
+            counted.fetch_add(1, Ordering::SeqCst);
+            if gateway::open_watch(s, 5) {
                 silent(s);
             }
-        }),
-    );
-    let c = Cluster::from_config_text(&format!(
-        "nodes = A, B\ntopology.feed = etcd://{first_ep},{}/p\ntopology.feed_timeout = 300ms",
-        second.endpoint
-    ))
-    .unwrap();
-    let t = Instant::now();
-    while c.node_by_name("A").unwrap().state() != NodeState::Down {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "A still up after 10 s; {} watch(es) opened on the first member, {} on the second: {:?}",
+        }
+        _ => {
+            respond(s, "404 Not Found", "");
+        }
+    });
+    let second = a_down_at_6(true);
+    a_goes_down_through_the_second_member(&first_ep, &second, || {
+        format!(
+            "{} watch(es) opened on the first member, {} on the second",
             first_watches.load(Ordering::SeqCst),
-            second.watches.load(Ordering::SeqCst),
-            c.metrics().feed
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(c.metrics().feed.unwrap().revision, 6);
+            second.watches.load(Ordering::SeqCst)
+        )
+    });
 }
 
 /// The same at the start: the first member answers every range with etcd's
@@ -549,48 +519,80 @@ fn a_watch_found_stuck_is_reopened_on_the_next_member() {
 /// prefix: it kept retrying the member that answered, not the others.
 #[test]
 fn a_full_read_refused_by_one_member_is_read_from_the_next() {
-    let first = TcpListener::bind("127.0.0.1:0").unwrap();
-    let first_ep = first.local_addr().unwrap().to_string();
     let first_ranges = Arc::new(AtomicUsize::new(0));
     let counted = first_ranges.clone();
+    let first_ep = member(move |s, req| {
+        if req.path == "/v3/kv/range" {
+            counted.fetch_add(1, Ordering::SeqCst);
+            respond(s, "503 Service Unavailable", REQUEST_TIMED_OUT);
+        } else {
+            respond(s, "404 Not Found", "");
+        }
+    });
+    let second = a_down_at_6(false);
+    a_goes_down_through_the_second_member(&first_ep, &second, || {
+        format!(
+            "{} range(s) asked of the first member, {} of the second",
+            first_ranges.load(Ordering::SeqCst),
+            second.ranges.load(Ordering::SeqCst)
+        )
+    });
+}
+
+/// etcd's answer from a member cut off from its leader (HTTP 503, code 14).
+const REQUEST_TIMED_OUT: &str =
+    r#"{"error":"etcdserver: request timed out","code":14,"message":"etcdserver: request timed out"}"#;
+
+/// A member that answers each request with `answer`, one thread per
+/// connection; its endpoint.
+fn member(answer: impl Fn(&mut TcpStream, &Request) + Send + Sync + 'static) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = l.local_addr().unwrap().to_string();
+    let answer = Arc::new(answer);
     std::thread::spawn(move || {
-        for conn in first.incoming() {
+        for conn in l.incoming() {
             let Ok(mut s) = conn else { continue };
-            let counted = counted.clone();
+            let answer = answer.clone();
             std::thread::spawn(move || {
-                let Some(req) = read_request(&mut s) else { return };
-                if req.path == "/v3/kv/range" {
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    let err = r#"{"error":"etcdserver: request timed out","code":14,"message":"etcdserver: request timed out"}"#;
-                    respond(&mut s, "503 Service Unavailable", err);
-                } else {
-                    respond(&mut s, "404 Not Found", "");
+                if let Some(req) = read_request(&mut s) {
+                    answer(&mut s, &req);
                 }
             });
         }
     });
-    let second = Gateway::start(
+    endpoint
+}
+
+/// A member with `node/A/state = down` at revision 6: each range answers
+/// it, each watch is created at 6, brings the record if `watch_brings_it`,
+/// and stays silent.
+fn a_down_at_6(watch_brings_it: bool) -> Gateway {
+    Gateway::start(
         Arc::new(|req: &Request, _| range_of(req, 6, &[("p/node/A/state", "down", 6)])),
-        Arc::new(|s: &mut TcpStream, _: &Request, _| {
+        Arc::new(move |s: &mut TcpStream, _: &Request, _| {
             if gateway::open_watch(s, 6) {
+                if watch_brings_it {
+                    let _ = s.write_all(&chunk(&events(6, &[kv("p/node/A/state", "down", 6)])));
+                }
                 silent(s);
             }
         }),
-    );
+    )
+}
+
+/// A cluster on the members `first` and `second`, in that order, with the
+/// silence check every 300 ms: `node/A/state = down` at revision 6, which
+/// only `second` has, takes A down within 10 s (else the failure says
+/// `counts`, what each member was asked) and the feed to revision 6.
+fn a_goes_down_through_the_second_member(first: &str, second: &Gateway, counts: impl Fn() -> String) {
     let c = Cluster::from_config_text(&format!(
-        "nodes = A, B\ntopology.feed = etcd://{first_ep},{}/p\ntopology.feed_timeout = 300ms",
+        "nodes = A, B\ntopology.feed = etcd://{first},{}/p\ntopology.feed_timeout = 300ms",
         second.endpoint
     ))
     .unwrap();
     let t = Instant::now();
     while c.node_by_name("A").unwrap().state() != NodeState::Down {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "A still up after 10 s; {} range(s) asked of the first member, {} of the second: {:?}",
-            first_ranges.load(Ordering::SeqCst),
-            second.ranges.load(Ordering::SeqCst),
-            c.metrics().feed
-        );
+        assert!(t.elapsed() < Duration::from_secs(10), "A still up after 10 s; {}: {:?}", counts(), c.metrics().feed);
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(c.metrics().feed.unwrap().revision, 6);
