@@ -35,8 +35,9 @@ impl FeedUrl {
             if !host_ok {
                 return Err(bad(format!("bad host `{}`", host.escape_debug())));
             }
+            // Digits only: `parse` also takes a leading `+`.
             match port.parse::<u16>() {
-                Ok(p) if p > 0 => {}
+                Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => {}
                 _ => return Err(bad(format!("bad port `{}` in `{}`", port.escape_debug(), ep.escape_debug()))),
             }
             endpoints.push(ep.to_string());
@@ -84,6 +85,8 @@ mod tests {
             "etcd://127.0.0.1/p",
             "etcd://127.0.0.1:0/p",
             "etcd://127.0.0.1:99999/p",
+            // A port is digits (RFC 3986), as in a node's address.
+            "etcd://127.0.0.1:+2379/p",
             "etcd://:2379/p",
             "etcd://a b:1/p",
             "etcd://h:1/a b",
