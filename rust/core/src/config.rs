@@ -227,7 +227,7 @@ fn parse_bool(key: &str, v: &str) -> Result<bool> {
 }
 
 /// Decimal digits only: `+8`, `0x8` or `8.0` are refused rather than guessed.
-fn parse_digits<T: std::str::FromStr>(v: &str) -> Option<T> {
+pub(crate) fn parse_digits<T: std::str::FromStr>(v: &str) -> Option<T> {
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

@@ -33,7 +33,7 @@ pub(crate) use subscriber::Subscription;
 pub use url::{FeedUrl, MAX_FEED_ENDPOINTS};
 
 use crate::cluster::Cluster;
-use crate::config::parse_duration_ms;
+use crate::config::{parse_digits, parse_duration_ms};
 use crate::error::{Error, Result};
 use crate::event::{parse_event, Event};
 use crate::node::{check_weight, validate_node_name, NodeSpec, NodeState};
@@ -101,10 +101,8 @@ impl Cluster {
                 let weight = match value {
                     None => self.configured_weight(name)?,
                     Some(v) => {
-                        let w = v
-                            .trim()
-                            .parse::<u32>()
-                            .map_err(|_| bad(&format!("weight `{}` is not a number", v.escape_debug())))?;
+                        let w = parse_digits::<u32>(v.trim())
+                            .ok_or_else(|| bad(&format!("weight `{}` is not a number", v.escape_debug())))?;
                         check_weight(w).map_err(|e| bad(&reason(e)))?;
                         w
                     }
@@ -172,7 +170,9 @@ fn parse_member(name: &str, value: &str) -> std::result::Result<NodeSpec, String
     let mut spec = NodeSpec::new(name);
     for w in words {
         match w.split_once('=') {
-            Some(("weight", v)) => spec.weight = v.parse().map_err(|_| format!("bad weight `{}`", v.escape_debug()))?,
+            Some(("weight", v)) => {
+                spec.weight = parse_digits(v).ok_or_else(|| format!("bad weight `{}`", v.escape_debug()))?;
+            }
             Some(("address", v)) => spec.address = Some(v.to_string()),
             _ => return Err(format!("unknown attribute `{}`", w.escape_debug())),
         }
@@ -194,9 +194,8 @@ fn parse_state(value: &str) -> std::result::Result<(NodeState, Option<u64>, Opti
                 drain = Some(parse_duration_ms("timeout", v).map_err(reason)?);
             }
             Some(("since", v)) if state == NodeState::Draining => {
-                let s = v
-                    .parse::<u64>()
-                    .map_err(|_| format!("since `{}` is not a number of seconds since 1970 UTC", v.escape_debug()))?;
+                let s = parse_digits::<u64>(v)
+                    .ok_or_else(|| format!("since `{}` is not a number of seconds since 1970 UTC", v.escape_debug()))?;
                 since = Some(s);
             }
             _ => return Err(format!("unexpected `{}` after the state", w.escape_debug())),
@@ -215,7 +214,8 @@ fn parse_map(text: &str) -> std::result::Result<Vec<(u32, String)>, String> {
         .map(|e| {
             let (p, n) =
                 e.split_once('=').ok_or_else(|| format!("entry `{}` is not <partition>=<node>", e.escape_debug()))?;
-            let p = p.trim().parse::<u32>().map_err(|_| format!("partition `{}` is not a number", p.escape_debug()))?;
+            let p = parse_digits::<u32>(p.trim())
+                .ok_or_else(|| format!("partition `{}` is not a number", p.escape_debug()))?;
             Ok((p, n.trim().to_string()))
         })
         .collect()

@@ -100,6 +100,11 @@ fn bad_records_are_refused_with_a_reason_and_change_nothing() {
         ("node/bad name/state", Some("down"), ErrorKind::InvalidArgument, "node name"),
         ("node//weight", Some("3"), ErrorKind::InvalidArgument, "node name"),
         ("node//weight", None, ErrorKind::InvalidArgument, "node name"),
+        // Numbers are digits, as in the config and FAN lines: no sign.
+        ("node/A/weight", Some("+5"), ErrorKind::InvalidArgument, "not a number"),
+        ("node/G", Some("present weight=+3"), ErrorKind::InvalidArgument, "bad weight"),
+        ("node/A/state", Some("draining timeout=30s since=+1700000000"), ErrorKind::InvalidArgument, "since"),
+        ("partition_map", Some("+0=B"), ErrorKind::InvalidArgument, "not a number"),
         ("node/G", Some("absent"), ErrorKind::InvalidArgument, "expected `present`"),
         ("partition_map", Some("0=A,0=B"), ErrorKind::InvalidArgument, "mapped twice"),
         ("partition_map", Some("99=A"), ErrorKind::InvalidArgument, "out of range"),
