@@ -133,12 +133,7 @@ impl Cluster {
             }
             FanEventType::Node => {
                 let host = ev.host.as_deref().ok_or_else(|| Error::event("missing `host=`"))?;
-                let v: Vec<_> = topo
-                    .live
-                    .iter()
-                    .filter(|n| n.is_on_host(host))
-                    .cloned()
-                    .collect();
+                let v: Vec<_> = topo.live.iter().filter(|n| n.is_on_host(host)).cloned().collect();
                 if v.is_empty() {
                     return Err(Error::UnknownNode(format!("no node has host `{host}`")));
                 }
