@@ -51,6 +51,15 @@ public final class Cluster implements AutoCloseable {
     /** Frees unreachable clusters and thread contexts, and releases unreachable leases ({@link Lease}). */
     static final Reaper CLEANER = new Reaper();
 
+    /**
+     * The core's handle, freed by {@link #close()} or, for a cluster nobody closed, by the
+     * cleaner once this object is unreachable. A method whose last use of {@code this} is
+     * reading it keeps {@code this} reachable until its native call returns
+     * ({@link Reference#reachabilityFence} in a {@code finally}): compiled code may otherwise
+     * let the collector find the cluster unreachable during its own call, and the cleaner
+     * free the handle before the library looked it up ({@link ClusterClosedException} for a
+     * cluster the caller never closed).
+     */
     private final long handle;
     private final String name;
     private final AtomicBoolean closed = new AtomicBoolean();
@@ -126,12 +135,20 @@ public final class Cluster implements AutoCloseable {
 
     /** @return live node names in id order */
     public List<String> nodeNames() {
-        return List.of(Native.nodeNames(handle));
+        try {
+            return List.of(Native.nodeNames(handle));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /** @return live node ids, ascending */
     public int[] nodeIds() {
-        return Native.nodeIds(handle);
+        try {
+            return Native.nodeIds(handle);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -142,8 +159,12 @@ public final class Cluster implements AutoCloseable {
      * @throws UnknownNodeException if there never was such a node
      */
     public Optional<String> nodeAddress(int node) {
-        String a = Native.nodeAddress(handle, node);
-        return a.isEmpty() ? Optional.empty() : Optional.of(a);
+        try {
+            String a = Native.nodeAddress(handle, node);
+            return a.isEmpty() ? Optional.empty() : Optional.of(a);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -182,7 +203,11 @@ public final class Cluster implements AutoCloseable {
      * @throws UnknownNodeException if no live node has that name
      */
     public int nodeId(String nodeName) {
-        return Native.nodeFind(handle, Objects.requireNonNull(nodeName, "nodeName"));
+        try {
+            return Native.nodeFind(handle, Objects.requireNonNull(nodeName, "nodeName"));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -190,7 +215,11 @@ public final class Cluster implements AutoCloseable {
      * @return its state (a removed node reads as {@code DOWN})
      */
     public NodeState nodeState(int node) {
-        return NodeState.of(Native.nodeState(handle, node));
+        try {
+            return NodeState.of(Native.nodeState(handle, node));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -213,7 +242,11 @@ public final class Cluster implements AutoCloseable {
      * @return whether its Down ended a planned drain
      */
     public boolean nodeDownIsPlanned(int node) {
-        return Native.nodeDownIsPlanned(handle, node);
+        try {
+            return Native.nodeDownIsPlanned(handle, node);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -226,7 +259,12 @@ public final class Cluster implements AutoCloseable {
      */
     public NodeState setNodeState(String nodeName, NodeState state) {
         Objects.requireNonNull(state, "state");
-        return NodeState.of(Native.nodeSetState(handle, Objects.requireNonNull(nodeName, "nodeName"), state.ordinal()));
+        try {
+            return NodeState.of(Native.nodeSetState(handle, Objects.requireNonNull(nodeName, "nodeName"),
+                    state.ordinal()));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -238,7 +276,11 @@ public final class Cluster implements AutoCloseable {
      * @return the new node's id
      */
     public int addNode(String nodeName, String address, int weight) {
-        return Native.nodeAdd(handle, Objects.requireNonNull(nodeName, "nodeName"), address, weight);
+        try {
+            return Native.nodeAdd(handle, Objects.requireNonNull(nodeName, "nodeName"), address, weight);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -249,7 +291,11 @@ public final class Cluster implements AutoCloseable {
      * @return the removed node's id
      */
     public int removeNode(String nodeName) {
-        return Native.nodeRemove(handle, Objects.requireNonNull(nodeName, "nodeName"));
+        try {
+            return Native.nodeRemove(handle, Objects.requireNonNull(nodeName, "nodeName"));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -259,7 +305,11 @@ public final class Cluster implements AutoCloseable {
      * @param strict true to refuse instead of moving work
      */
     public void setStrict(Scope scope, boolean strict) {
-        Native.setStrict(handle, scope.ordinal(), strict);
+        try {
+            Native.setStrict(handle, scope.ordinal(), strict);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -267,12 +317,20 @@ public final class Cluster implements AutoCloseable {
      * @return whether it is strict
      */
     public boolean isStrict(Scope scope) {
-        return Native.isStrict(handle, scope.ordinal());
+        try {
+            return Native.isStrict(handle, scope.ordinal());
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /** @return how often hosts should probe each node ({@code heartbeat.interval}) */
     public Duration heartbeatInterval() {
-        return Duration.ofMillis(Native.heartbeatIntervalMillis(handle));
+        try {
+            return Duration.ofMillis(Native.heartbeatIntervalMillis(handle));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     // ---- seed 002 (UCP) parity ----------------------------------------------
@@ -315,7 +373,11 @@ public final class Cluster implements AutoCloseable {
             partitions[i] = Objects.requireNonNull(e.getKey(), "partition");
             nodes[i++] = Objects.requireNonNull(e.getValue(), "node name");
         }
-        return Native.partitionMapReplace(handle, partitions, nodes, Objects.requireNonNull(source, "source"));
+        try {
+            return Native.partitionMapReplace(handle, partitions, nodes, Objects.requireNonNull(source, "source"));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -328,13 +390,21 @@ public final class Cluster implements AutoCloseable {
      * @throws InvalidArgumentException for a source {@link #replacePartitionMap} would refuse
      */
     public void partitionMapLoadFailed(String source, String error) {
-        Native.partitionMapLoadFailed(handle, Objects.requireNonNull(source, "source"),
-                Objects.requireNonNull(error, "error"));
+        try {
+            Native.partitionMapLoadFailed(handle, Objects.requireNonNull(source, "source"),
+                    Objects.requireNonNull(error, "error"));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /** @return whether the nodes are independent databases or instances of one ({@code recovery.scope}) */
     public RecoveryScope recoveryScope() {
-        return Native.recoveryIsDatabase(handle) ? RecoveryScope.DATABASE : RecoveryScope.NODE;
+        try {
+            return Native.recoveryIsDatabase(handle) ? RecoveryScope.DATABASE : RecoveryScope.NODE;
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     // ---- session routing tokens (seed 001, WebLogic) -----------------------
@@ -370,7 +440,11 @@ public final class Cluster implements AutoCloseable {
      */
     public String sessionToken(String sessionId) {
         Objects.requireNonNull(sessionId, "sessionId");
-        return Native.sessionTokenNew(handle, sessionId);
+        try {
+            return Native.sessionTokenNew(handle, sessionId);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -544,7 +618,11 @@ public final class Cluster implements AutoCloseable {
         ByteBuffer p = page;
         PAGE.getAndAdd(p, word, ThreadContexts.HOST_LEASE_END_NEUTRAL);
         Reference.reachabilityFence(p);
-        Native.hostLeaseEnd(handle, node, outcome.ordinal());
+        try {
+            Native.hostLeaseEnd(handle, node, outcome.ordinal());
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -682,8 +760,12 @@ public final class Cluster implements AutoCloseable {
 
     /** @return the calling thread's pinned node id, if pinned */
     public OptionalInt pinnedNode() {
-        int n = Native.contextPinnedNode(handle, contextKey());
-        return n < 0 ? OptionalInt.empty() : OptionalInt.of(n);
+        try {
+            int n = Native.contextPinnedNode(handle, contextKey());
+            return n < 0 ? OptionalInt.empty() : OptionalInt.of(n);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -694,9 +776,13 @@ public final class Cluster implements AutoCloseable {
      */
     public boolean unpinAll() {
         AtomicLongArray c = threadContext();
-        boolean had = Native.contextRelease(handle, c.getPlain(ThreadContexts.KEY));
-        ThreadContexts.pinChanged(c);
-        return had;
+        try {
+            boolean had = Native.contextRelease(handle, c.getPlain(ThreadContexts.KEY));
+            ThreadContexts.pinChanged(c);
+            return had;
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -817,7 +903,11 @@ public final class Cluster implements AutoCloseable {
      * @return the owning node id
      */
     public int txPrepared(byte[] gtrid) {
-        return Native.txPrepared(handle, gtrid(gtrid));
+        try {
+            return Native.txPrepared(handle, gtrid(gtrid));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -827,7 +917,11 @@ public final class Cluster implements AutoCloseable {
      * @return the owning node id
      */
     public int txEnd(byte[] gtrid) {
-        return Native.txEnd(handle, gtrid(gtrid));
+        try {
+            return Native.txEnd(handle, gtrid(gtrid));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -837,7 +931,11 @@ public final class Cluster implements AutoCloseable {
      * @return the owning node id
      */
     public int txComplete(byte[] gtrid) {
-        return Native.txComplete(handle, gtrid(gtrid));
+        try {
+            return Native.txComplete(handle, gtrid(gtrid));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -849,7 +947,11 @@ public final class Cluster implements AutoCloseable {
      * @param node node id
      */
     public void txRecovered(byte[] gtrid, int node) {
-        Native.txRecovered(handle, gtrid(gtrid), node);
+        try {
+            Native.txRecovered(handle, gtrid(gtrid), node);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -901,7 +1003,11 @@ public final class Cluster implements AutoCloseable {
      * @return whether it had one
      */
     public boolean endSession(byte[] sessionKey) {
-        return Native.sessionEnd(handle, Objects.requireNonNull(sessionKey, "sessionKey"));
+        try {
+            return Native.sessionEnd(handle, Objects.requireNonNull(sessionKey, "sessionKey"));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -940,7 +1046,11 @@ public final class Cluster implements AutoCloseable {
      * @return the partition the key falls in
      */
     public int partitionOf(byte[] key) {
-        return Native.keyPartition(handle, Objects.requireNonNull(key, "key"));
+        try {
+            return Native.keyPartition(handle, Objects.requireNonNull(key, "key"));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -948,7 +1058,11 @@ public final class Cluster implements AutoCloseable {
      * @return the partition the key falls in
      */
     public int partitionOf(long key) {
-        return Native.keyPartitionLong(handle, key);
+        try {
+            return Native.keyPartitionLong(handle, key);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -956,7 +1070,11 @@ public final class Cluster implements AutoCloseable {
      * @return the id of the node owning it, ignoring node state
      */
     public int partitionOwner(int partition) {
-        return Native.partitionOwner(handle, partition);
+        try {
+            return Native.partitionOwner(handle, partition);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     // ---- failover inputs ----------------------------------------------------
@@ -970,7 +1088,11 @@ public final class Cluster implements AutoCloseable {
      * @return the number of node state changes
      */
     public int applyEvent(String line) {
-        return Native.eventApply(handle, Objects.requireNonNull(line, "line"));
+        try {
+            return Native.eventApply(handle, Objects.requireNonNull(line, "line"));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -987,7 +1109,11 @@ public final class Cluster implements AutoCloseable {
      * @throws UnknownNodeException a record about a node this cluster does not have
      */
     public boolean applyFeedRecord(long version, String key, String value) {
-        return Native.feedRecordApply(handle, version, Objects.requireNonNull(key, "key"), value);
+        try {
+            return Native.feedRecordApply(handle, version, Objects.requireNonNull(key, "key"), value);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -1003,7 +1129,11 @@ public final class Cluster implements AutoCloseable {
      * @throws FeedUnavailableException no feed configured, or etcd did not take the write
      */
     public long publishEvent(String line) {
-        return Native.feedEventPublish(handle, Objects.requireNonNull(line, "line"));
+        try {
+            return Native.feedEventPublish(handle, Objects.requireNonNull(line, "line"));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -1016,10 +1146,14 @@ public final class Cluster implements AutoCloseable {
      * @throws UnknownNodeException a node id this cluster never had
      */
     public Continuity.Step replayStep(Continuity.Failure failure) {
-        long r = Native.replayDecide(handle, failure.node(), failure.errorClass().ordinal(),
-                failure.commitInFlight(), failure.outcome() == null ? 0 : failure.outcome().code(),
-                failure.forced(), failure.replays(), failure.replayable());
-        return Continuity.Step.unpack(r);
+        try {
+            long r = Native.replayDecide(handle, failure.node(), failure.errorClass().ordinal(),
+                    failure.commitInFlight(), failure.outcome() == null ? 0 : failure.outcome().code(),
+                    failure.forced(), failure.replays(), failure.replayable());
+            return Continuity.Step.unpack(r);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -1032,7 +1166,11 @@ public final class Cluster implements AutoCloseable {
      * @return whether the node's state changed
      */
     public boolean reportProbe(int node, boolean ok) {
-        return Native.probeReport(handle, node, ok);
+        try {
+            return Native.probeReport(handle, node, ok);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /**
@@ -1044,7 +1182,11 @@ public final class Cluster implements AutoCloseable {
      * @return whether the node's state changed
      */
     public boolean reportOutcome(int node, boolean ok) {
-        return Native.outcomeReport(handle, node, ok);
+        try {
+            return Native.outcomeReport(handle, node, ok);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     // ---- metrics ----------------------------------------------------------
@@ -1052,39 +1194,51 @@ public final class Cluster implements AutoCloseable {
     /** @return the metrics snapshot as JSON */
     public String metricsJson() {
         mergeHostHits();
-        return Native.metricsJson(handle);
+        try {
+            return Native.metricsJson(handle);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /** @return the metrics snapshot in the Prometheus text format (0.0.4) */
     public String metricsPrometheus() {
         mergeHostHits();
-        return Native.metricsPrometheus(handle);
+        try {
+            return Native.metricsPrometheus(handle);
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /** @return every live node's state and counters, from one snapshot */
     public List<NodeMetrics> nodeMetrics() {
         mergeHostHits();
-        Object[] m = Native.nodeMetrics(handle);
-        String[] names = (String[]) m[0];
-        String[] causes = (String[]) m[1];
-        long[] c = (long[]) m[2];
-        int k = c.length / Math.max(1, names.length);
-        long[] spans = Native.nodeTxSpans(handle); // {id, tx_spans} pairs
-        List<NodeMetrics> out = new ArrayList<>(names.length);
-        for (int i = 0; i < names.length; i++) {
-            int o = i * k;
-            long span = 0;
-            for (int j = 0; j + 1 < spans.length; j += 2) {
-                if (spans[j] == c[o]) {
-                    span = spans[j + 1];
-                    break;
+        try {
+            Object[] m = Native.nodeMetrics(handle);
+            String[] names = (String[]) m[0];
+            String[] causes = (String[]) m[1];
+            long[] c = (long[]) m[2];
+            int k = c.length / Math.max(1, names.length);
+            long[] spans = Native.nodeTxSpans(handle); // {id, tx_spans} pairs
+            List<NodeMetrics> out = new ArrayList<>(names.length);
+            for (int i = 0; i < names.length; i++) {
+                int o = i * k;
+                long span = 0;
+                for (int j = 0; j + 1 < spans.length; j += 2) {
+                    if (spans[j] == c[o]) {
+                        span = spans[j + 1];
+                        break;
+                    }
                 }
+                out.add(new NodeMetrics((int) c[o], names[i], NodeState.of((int) c[o + 1]), causes[i],
+                        (int) c[o + 2], (int) c[o + 3], c[o + 4], c[o + 5], c[o + 6], c[o + 7], c[o + 8], c[o + 9],
+                        c[o + 10], c[o + 11], c[o + 12], span));
             }
-            out.add(new NodeMetrics((int) c[o], names[i], NodeState.of((int) c[o + 1]), causes[i], (int) c[o + 2],
-                    (int) c[o + 3], c[o + 4], c[o + 5], c[o + 6], c[o + 7], c[o + 8], c[o + 9], c[o + 10], c[o + 11],
-                    c[o + 12], span));
+            return Collections.unmodifiableList(out);
+        } finally {
+            Reference.reachabilityFence(this);
         }
-        return Collections.unmodifiableList(out);
     }
 
     /**
@@ -1095,7 +1249,11 @@ public final class Cluster implements AutoCloseable {
      * @return the feed's status, empty when the cluster has no feed
      */
     public Optional<FeedStatus> feedStatus() {
-        return Optional.ofNullable(FeedStatus.of(Native.feedStatus(handle)));
+        try {
+            return Optional.ofNullable(FeedStatus.of(Native.feedStatus(handle)));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
     }
 
     /** Adds the pinned routes that threads served from their caches to the core's counters. */
