@@ -8,7 +8,7 @@ use crate::cluster::Cluster;
 use crate::counter::StripedCounter;
 use crate::error::Scope;
 use crate::hash::HASH_VERSION;
-use crate::node::{DownCause, NodeState};
+use crate::node::{DownCause, NodeId, NodeState};
 use crate::route::RouteKind;
 
 #[derive(Debug, Default)]
@@ -47,6 +47,9 @@ impl ScopeCounters {
 /// One node's counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeMetrics {
+    /// Node id, from the same topology snapshot as the rest (a binding
+    /// that looked it up by name afterwards raced node removals).
+    pub id: NodeId,
     /// Node name.
     pub name: String,
     /// Current state.
@@ -558,6 +561,7 @@ impl Cluster {
                 let c = &n.counters;
                 let hits = c.affinity_hits.sum().wrapping_add(thread_hits.node(n.id()));
                 NodeMetrics {
+                    id: n.id(),
                     name: n.name().to_string(),
                     state: n.state(),
                     down_cause: n.down_cause().as_str(),

@@ -255,20 +255,16 @@ jni_export! {
     /// in flight, successes, failures, state changes, probe misses.
     fn Java_io_racaffinity_Native_nodeMetrics<'l>(env, h: jlong) -> JObjectArray<'l> {
         run(&mut env, |env| {
-            let (ids, snap) = with_cluster(h, |c| {
-                let snap = c.metrics();
-                // Ids by name from the same cluster: names of live nodes are unique.
-                let ids: Vec<i64> =
-                    snap.nodes.iter().map(|n| c.node_by_name(&n.name).map_or(-1, |x| i64::from(x.id().0))).collect();
-                Ok((ids, snap))
-            })?;
+            // Ids from the snapshot itself: a lookup by name afterwards found
+            // no node (-1), or another one, for a node removed meanwhile.
+            let snap = with_cluster(h, |c| Ok(c.metrics()))?;
             let names: Vec<String> = snap.nodes.iter().map(|n| n.name.clone()).collect();
             let causes: Vec<String> = snap.nodes.iter().map(|n| n.down_cause.to_string()).collect();
             let mut counters: Vec<jlong> = Vec::with_capacity(snap.nodes.len() * NODE_COUNTERS);
-            for (n, &id) in snap.nodes.iter().zip(&ids) {
+            for n in &snap.nodes {
                 let sat = |v: u64| v.min(i64::MAX as u64) as jlong;
                 counters.extend_from_slice(&[
-                    id,
+                    jlong::from(n.id.0),
                     racaffinity_node_state::from(n.state) as jlong,
                     jlong::from(n.weight),
                     jlong::from(n.rlb_percent),

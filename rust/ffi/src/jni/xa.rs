@@ -18,10 +18,7 @@ jni_export! {
                 Ok(snap
                     .nodes
                     .iter()
-                    .flat_map(|n| {
-                        let id = c.node_by_name(&n.name).map_or(-1, |x| i64::from(x.id().0));
-                        [id, n.tx_spans.min(i64::MAX as u64) as jlong]
-                    })
+                    .flat_map(|n| [jlong::from(n.id.0), n.tx_spans.min(i64::MAX as u64) as jlong])
                     .collect::<Vec<jlong>>())
             })?;
             let out = JLongArray::new(env, pairs.len())?;

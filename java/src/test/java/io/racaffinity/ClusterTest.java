@@ -17,6 +17,7 @@ import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Test;
 
@@ -230,6 +231,38 @@ class ClusterTest {
             d.removeNode(d.nodeName(gone.node()));
             assertThrows(InvalidLeaseException.class, () -> gone.release(Outcome.OK));
             assertTrue(gone.toString().startsWith("Lease[node="), gone.toString());
+        }
+    }
+
+    @Test
+    void nodeMetricsNameEachNodeByItsIdWhileNodesComeAndGo() throws InterruptedException {
+        // Each entry's id is the node's own, from the same snapshot as its counters: never -1
+        // (or another node's id) for a node removed, or added, while the snapshot was read.
+        try (Cluster c = three("")) {
+            AtomicBoolean stop = new AtomicBoolean();
+            Thread churn = new Thread(() -> {
+                for (int i = 0; !stop.get(); i++) {
+                    c.addNode("X" + i, null, 1);
+                    c.removeNode("X" + i);
+                }
+            }, "node-churn");
+            churn.start();
+            String wrong = null;
+            int reads = 0;
+            try {
+                long deadline = System.nanoTime() + 8_000_000_000L;
+                for (; reads < 3000 && wrong == null && System.nanoTime() < deadline; reads++) {
+                    for (NodeMetrics m : c.nodeMetrics()) {
+                        if (m.node() < 0 || !c.nodeName(m.node()).equals(m.name())) {
+                            wrong = m.toString();
+                        }
+                    }
+                }
+            } finally {
+                stop.set(true);
+                churn.join();
+            }
+            assertEquals(null, wrong, "after " + reads + " reads");
         }
     }
 
