@@ -387,6 +387,74 @@ def test_a_stale_cookie_of_the_same_name_does_not_shadow_the_current_token(clust
     assert body.decode() == token and [v for k, v in headers if k == b"set-cookie"] == []
 
 
+def test_a_request_no_node_may_serve_runs_and_only_its_database_borrow_is_refused(pg, cluster_factory):
+    # Java's AffinityFilter runs such a request with a refusal scope. The
+    # middleware raised the core's refusal from the request itself instead,
+    # so a page that needs no database (static, health check, logout) failed
+    # too while the session's node was down, and a new visitor's first
+    # request failed while every node was down.
+    c = cluster_factory(machines_config("session.strict = true\n"))
+    with NodePools(c, pg.dsn, min_size=0, max_size=1, timeout=5.0) as pools:
+
+        def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            seen.append((environ[TOKEN_KEY], current_token(c)))
+            if environ["PATH_INFO"] == "/static":
+                return [b"static"]
+            try:
+                with pools.node_pool(environ[ROUTE_KEY].node).connection(timeout=5.0) as conn:
+                    return [str(conn.execute("SELECT inet_server_port()").fetchone()[0]).encode()]
+            except ra.Error as e:
+                return [type(e).__name__.encode()]
+
+        def call(path: str, cookie: Optional[str]) -> Tuple[List[str], bytes]:
+            environ: Dict[str, Any] = {"REQUEST_METHOD": "GET", "PATH_INFO": path}
+            if cookie is not None:
+                environ["HTTP_COOKIE"] = f"RACAFFINITY_ROUTE={cookie}"
+            got: Dict[str, Any] = {}
+
+            def start_response(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
+                got["status"], got["headers"] = status, headers
+
+            body = b"".join(mw(environ, start_response))
+            assert got["status"] == "200 OK"
+            return set_cookies(got["headers"]), body
+
+        seen: List[Tuple[Optional[str], Optional[str]]] = []
+        mw = WsgiTokenMiddleware(app, c)
+        sc, body = call("/db", None)
+        token = seen[-1][0]
+        assert token is not None and len(sc) == 1
+        primary = c.route_token(token).route.name
+        assert body == str(pg.port[primary]).encode()
+
+        c.set_node_state(primary, ra.NodeState.DOWN)  # strict: the session may not move
+        assert call("/static", token) == ([], b"static")  # runs; the token is kept, not rewritten
+        assert seen[-1] == (token, token)
+        assert call("/db", token) == ([], b"StrictAffinityError")  # only the borrow is refused
+        c.set_node_state(primary, ra.NodeState.UP)  # back: the same token routes to its node again
+        assert call("/db", token) == ([], str(pg.port[primary]).encode())
+
+        for name in NAMES:
+            c.set_node_state(name, ra.NodeState.DOWN)
+        assert call("/static", None) == ([], b"static")  # a new visitor: no token to give yet
+        assert seen[-1] == (None, None)
+        assert call("/db", None) == ([], b"NoNodeAvailableError")
+        assert call("/db", token) == ([], b"StrictAffinityError")
+
+    # ASGI: the same.
+    async def asgi_app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        try:
+            body = scope[ROUTE_KEY].name.encode()
+        except ra.Error as e:
+            body = type(e).__name__.encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body + b" " + str(current_token(c)).encode()})
+
+    _, headers, body = asgi_call(AsgiTokenMiddleware(asgi_app, c), f"RACAFFINITY_ROUTE={token}")
+    assert body == f"StrictAffinityError {token}".encode() and headers == []
+
+
 def test_wsgi_middleware_exposes_the_requests_token_to_the_app_and_its_body_only(cluster_factory):
     c = cluster_factory(machines_config())
     other = cluster_factory(machines_config())

@@ -25,8 +25,14 @@ The code a request runs also reads that token with `current_token(cluster)`
 ASGI app and the tasks it creates), which is how a global transaction begun
 in the request (`racaffinity.tpc`) is placed on the request's node without
 being handed the token.
-Strict session mode (`session.strict`) raises `StrictAffinityError` from the
-middleware instead of promoting the backup.
+When no node may serve the session now (strict session mode, `session.strict`,
+with the session's node down: `StrictAffinityError`; every node down:
+`NoNodeAvailableError`), the request still runs, as with Java's
+`AffinityFilter`: a page that needs no database (static, health check, logout)
+answers. Its route is a `RefusedRoute`, whose `node`, `name` and `kind` raise
+that error, so a database borrow (`pools.node_pool(route.node)`) is refused;
+the client keeps its token (no `Set-Cookie`) for when the node is back, and
+`TOKEN_KEY` and `current_token` carry it (None for a client that had none).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import secrets
 from typing import Any, Awaitable, Callable, Dict, Iterable, Iterator, List, MutableMapping, Optional, Tuple
 
 from ._cluster import Cluster, Route
-from ._errors import InvalidArgumentError
+from ._errors import Error, InvalidArgumentError, NoNodeAvailableError, StrictAffinityError
 from ._token import REQUEST_TOKEN, RequestToken
 from ._token import request_token as current_token
 
@@ -45,6 +51,7 @@ __all__ = [
     "TOKEN_KEY",
     "DEFAULT_COOKIE",
     "TokenCookie",
+    "RefusedRoute",
     "cookie_value",
     "cookie_values",
     "WsgiTokenMiddleware",
@@ -93,6 +100,35 @@ def cookie_value(header: Optional[str], name: str) -> Optional[str]:
     """The value of the first cookie `name` in a `Cookie` request header, or None."""
     values = cookie_values(header, name)
     return values[0] if values else None
+
+
+class RefusedRoute(Route):
+    """The route of a request that no node may serve now: `error` is the
+    core's refusal (`StrictAffinityError`: strict session mode and the
+    session's node is down; `NoNodeAvailableError`: every node is down).
+    Reading `node`, `name` or `kind` raises a copy of it, so the request runs
+    and only the database work it asks for is refused."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Error) -> None:  # no Route.__init__: there is no node
+        self.error = error
+
+    def _refuse(self) -> Any:
+        raise type(self.error)(str(self.error), self.error.code)
+
+    node = property(_refuse, doc="Raises the refusal.")  # type: ignore[assignment]
+    kind = property(_refuse, doc="Raises the refusal.")  # type: ignore[assignment]
+    name = property(_refuse, doc="Raises the refusal.")  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({type(self.error).__name__}: {self.error})"
 
 
 class TokenCookie:
@@ -145,22 +181,29 @@ class TokenCookie:
             attrs.append(f"SameSite={site}")
         self._attrs = "; ".join(attrs)
 
-    def route(self, cookie_header: Optional[str]) -> Tuple[Route, str, Optional[str]]:
+    def route(self, cookie_header: Optional[str]) -> Tuple[Route, Optional[str], Optional[str]]:
         """Routes one request: returns its `Route`, the token the client holds
-        after it, and the `Set-Cookie` value to send (None: unchanged)."""
+        after it, and the `Set-Cookie` value to send (None: unchanged). When
+        no node may serve the session now, the route is a `RefusedRoute`, the
+        token the client's (None if it had none) and nothing is sent."""
         token = self.token(cookie_header)
-        if token is not None:
-            try:
-                decided = self.cluster.route_token(token)
-            except InvalidArgumentError:
-                token = None  # malformed or foreign: a new session
-            else:
-                if decided.token is None:
-                    return decided.route, token, None
-                return decided.route, decided.token, self.set_cookie(decided.token)
-        fresh = self.cluster.session_token(self.new_session_id())
-        decided = self.cluster.route_token(fresh)
-        held = decided.token or fresh
+        try:
+            if token is not None:
+                try:
+                    decided = self.cluster.route_token(token)
+                except InvalidArgumentError:
+                    token = None  # malformed or foreign: a new session
+                else:
+                    if decided.token is None:
+                        return decided.route, token, None
+                    return decided.route, decided.token, self.set_cookie(decided.token)
+            token = self.cluster.session_token(self.new_session_id())
+            decided = self.cluster.route_token(token)
+        except (StrictAffinityError, NoNodeAvailableError) as e:
+            # As Java's AffinityFilter: the request runs, its database work
+            # is refused, and the token is kept for when a node is back.
+            return RefusedRoute(e), token, None
+        held = decided.token or token
         return decided.route, held, self.set_cookie(held)
 
     def token(self, cookie_header: Optional[str]) -> Optional[str]:
@@ -201,7 +244,7 @@ class WsgiTokenMiddleware:
         # A context of the request's own: the server's never sees the token,
         # and a body the server iterates later (a generator) still does.
         ctx = contextvars.copy_context()
-        ctx.run(REQUEST_TOKEN.set, RequestToken(self.tokens.cluster, token))
+        ctx.run(REQUEST_TOKEN.set, None if token is None else RequestToken(self.tokens.cluster, token))
         body = ctx.run(self.app, environ, start)
         if isinstance(body, (list, tuple)):
             return body  # runs no code of the app's: as is (servers use its len())
@@ -272,7 +315,7 @@ class AsgiTokenMiddleware:
             send = _send_with_cookie(send, set_cookie.encode("latin-1"))
         # The caller's context is this task's: the token is unset again after
         # the request, whatever the server runs next in the task.
-        held = REQUEST_TOKEN.set(RequestToken(self.tokens.cluster, token))
+        held = REQUEST_TOKEN.set(None if token is None else RequestToken(self.tokens.cluster, token))
         try:
             await self.app(scope, receive, send)
         finally:
