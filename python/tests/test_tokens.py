@@ -21,6 +21,7 @@ from racaffinity.web import (
     TokenCookie,
     WsgiTokenMiddleware,
     cookie_value,
+    cookie_values,
     current_token,
 )
 
@@ -385,6 +386,53 @@ def test_a_stale_cookie_of_the_same_name_does_not_shadow_the_current_token(clust
     amw = AsgiTokenMiddleware(asgi_app, c)
     _, headers, body = asgi_call(amw, f"RACAFFINITY_ROUTE=garbage; RACAFFINITY_ROUTE={token}")
     assert body.decode() == token and [v for k, v in headers if k == b"set-cookie"] == []
+
+
+def test_a_token_in_cookie_headers_a_server_joined_with_commas_is_found(cluster_factory):
+    # A server that gets several Cookie headers (HTTP/2 sends one per cookie,
+    # RFC 9113 section 8.2.3) joins them for WSGI's HTTP_COOKIE, gunicorn with
+    # ",", others with ", ". The token after such a comma was read as part of
+    # the previous cookie's value: never found, a new session on every request.
+    c = cluster_factory(machines_config())
+
+    def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [environ[ROUTE_KEY].name.encode()]
+
+    mw = WsgiTokenMiddleware(app, c, cookie="ROUTE")
+    env, headers, _ = wsgi_call(mw, None)
+    token = env[TOKEN_KEY]
+    for joined in (f"theme=dark, ROUTE={token}", f"theme=dark,ROUTE={token}", f"a=1; b=2,ROUTE={token}, c=3",
+                   f"ROUTE=garbage, ROUTE={token}"):
+        env, headers, _ = wsgi_call(mw, joined)
+        assert env[TOKEN_KEY] == token and set_cookies(headers) == [], joined
+    # A comma inside a value that starts no new cookie stays in the value.
+    assert cookie_values("data=a,b; ROUTE=t", "data") == ["a,b"]
+    assert cookie_values('data={"a":1,"b":2}', "data") == ['{"a":1,"b":2}']
+    assert cookie_values(f"x=1,ROUTE={token}", "ROUTE") == [token]
+
+    # ASGI hands the raw header list: every cookie header is read.
+    async def asgi_app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope[TOKEN_KEY].encode()})
+
+    sent: List[MutableMapping[str, Any]] = []
+
+    async def run(cookies: List[bytes]) -> None:
+        scope = {"type": "http", "headers": [(b"cookie", v) for v in cookies]}
+
+        async def receive() -> MutableMapping[str, Any]:
+            return {"type": "http.request"}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        await AsgiTokenMiddleware(asgi_app, c, cookie="ROUTE")(scope, receive, send)
+
+    for cookies in ([b"theme=dark", f"ROUTE={token}".encode()], [f"a=1,ROUTE={token}".encode()]):
+        sent.clear()
+        asyncio.run(run(cookies))
+        assert sent[1]["body"] == token.encode() and sent[0]["headers"] == [], cookies
 
 
 def test_a_request_no_node_may_serve_runs_and_only_its_database_borrow_is_refused(pg, cluster_factory):

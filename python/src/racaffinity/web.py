@@ -38,6 +38,7 @@ the client keeps its token (no `Set-Cookie`) for when the node is back, and
 from __future__ import annotations
 
 import contextvars
+import re
 import secrets
 from typing import Any, Awaitable, Callable, Dict, Iterable, Iterator, List, MutableMapping, Optional, Tuple
 
@@ -79,13 +80,22 @@ def _new_session_id() -> str:
     return secrets.token_hex(16)
 
 
+# Cookie pairs are separated by ";" (RFC 6265 section 5.4), and by a comma
+# that starts a new `name=` pair: where a server joined several Cookie headers
+# with "," or ", " (gunicorn; HTTP/2 sends one header per cookie, RFC 9113
+# section 8.2.3). A comma followed by anything else stays in its value.
+_PAIRS = re.compile(r";|,(?=[ \t]*[!#$%&'*+\-.^_`|~0-9A-Za-z]+[ \t]*=)")
+
+
 def cookie_values(header: Optional[str], name: str) -> List[str]:
     """The non-empty values of every cookie `name` in a `Cookie` request
-    header, in the header's order (RFC 6265 section 5.4: longer paths first)."""
+    header, in the header's order (RFC 6265 section 5.4: longer paths first).
+    Several Cookie headers a server joined with commas are read as one
+    (a comma starts a new pair only where a `name=` follows it)."""
     values: List[str] = []
     if not header:
         return values
-    for part in header.split(";"):
+    for part in _PAIRS.split(header):
         key, sep, value = part.strip().partition("=")
         if sep and key == name:
             value = value.strip()
