@@ -346,6 +346,50 @@ def test_cookie_attributes_that_would_break_the_set_cookie_header_are_refused(cl
     assert TokenCookie(c, path="/app", same_site=None).set_cookie("t") == "RACAFFINITY_ROUTE=t; Path=/app; HttpOnly"
 
 
+def test_the_token_cookie_is_secure_on_an_https_request_unless_told_otherwise(cluster_factory):
+    # Java's AffinityFilter marks the cookie Secure when the request is
+    # (request.isSecure()). The middleware wrote it without Secure over
+    # HTTPS unless secure=True was passed: a browser then also sends the
+    # token over plain HTTP, and scanners flag the cookie.
+    c = cluster_factory(machines_config())
+
+    def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        start_response("200 OK", [])
+        return [b""]
+
+    def wsgi_cookie(scheme: str, **options: Any) -> str:
+        environ: Dict[str, Any] = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "wsgi.url_scheme": scheme}
+        got: List[Tuple[str, str]] = []
+        WsgiTokenMiddleware(app, c, **options)(environ, lambda status, headers, exc_info=None: got.extend(headers))
+        (value,) = set_cookies(got)
+        return value
+
+    assert "; Secure" in wsgi_cookie("https")
+    assert "Secure" not in wsgi_cookie("http")
+    assert "Secure" not in wsgi_cookie("https", secure=False)  # told otherwise
+    assert "; Secure" in wsgi_cookie("http", secure=True)
+
+    async def asgi_app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    def asgi_cookie(scheme: str) -> bytes:
+        sent: List[MutableMapping[str, Any]] = []
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        async def receive() -> MutableMapping[str, Any]:
+            return {"type": "http.request"}
+
+        scope = {"type": "http", "scheme": scheme, "headers": []}
+        asyncio.run(AsgiTokenMiddleware(asgi_app, c)(scope, receive, send))
+        (value,) = [v for k, v in sent[0]["headers"] if k == b"set-cookie"]
+        return value
+
+    assert b"; Secure" in asgi_cookie("https") and b"Secure" not in asgi_cookie("http")
+
+
 def test_a_stale_cookie_of_the_same_name_does_not_shadow_the_current_token(cluster_factory):
     # A browser holding two cookies of one name (a stale one under a longer
     # path, this middleware's under "/") sends the longer path's first (RFC

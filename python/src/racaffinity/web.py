@@ -146,10 +146,12 @@ class TokenCookie:
     and says which `Set-Cookie` value (if any) the response must carry.
 
     `cookie`: the cookie's name; `path`, `secure`, `http_only`, `same_site`:
-    its attributes (`path` absolute, without `;`; `same_site` Lax, Strict,
-    None, which needs `secure=True`, or None for no attribute; anything
-    else is a `ValueError`); `new_session_id`: makes the session id of a new
-    token (default 32 random hex digits)."""
+    its attributes (`path` absolute, without `;`; `secure` None, the default:
+    Secure when the request is HTTPS, as Java's `AffinityFilter`, True or
+    False: always or never; `same_site` Lax, Strict, None, which needs
+    `secure=True`, or None for no attribute; anything else is a
+    `ValueError`); `new_session_id`: makes the session id of a new token
+    (default 32 random hex digits)."""
 
     def __init__(
         self,
@@ -157,7 +159,7 @@ class TokenCookie:
         cookie: str = DEFAULT_COOKIE,
         *,
         path: str = "/",
-        secure: bool = False,
+        secure: Optional[bool] = None,
         http_only: bool = True,
         same_site: Optional[str] = "Lax",
         new_session_id: Callable[[], str] = _new_session_id,
@@ -175,25 +177,28 @@ class TokenCookie:
                 raise ValueError(
                     f"same_site must be 'Lax', 'Strict', 'None' or None (no SameSite attribute), not {same_site!r}"
                 )
-            if site == "None" and not secure:
+            if site == "None" and secure is not True:
                 # Browsers drop a SameSite=None cookie without Secure: the
                 # client would never keep its token.
                 raise ValueError("same_site='None' needs secure=True (browsers drop the cookie otherwise)")
         self.cluster = cluster
         self.cookie = cookie
         self.new_session_id = new_session_id
-        attrs = [f"Path={path}"]
-        if secure:
-            attrs.append("Secure")
-        if http_only:
-            attrs.append("HttpOnly")
-        if site:
-            attrs.append(f"SameSite={site}")
-        self._attrs = "; ".join(attrs)
+        self.secure = secure
 
-    def route(self, cookie_header: Optional[str]) -> Tuple[Route, Optional[str], Optional[str]]:
-        """Routes one request: returns its `Route`, the token the client holds
-        after it, and the `Set-Cookie` value to send (None: unchanged). When
+        def attrs(with_secure: bool) -> str:
+            listed = [f"Path={path}"] + ["Secure"] * with_secure + ["HttpOnly"] * http_only
+            return "; ".join(listed + ([f"SameSite={site}"] if site else []))
+
+        self._attrs = attrs(False)
+        self._attrs_secure = attrs(True)
+
+    def route(
+        self, cookie_header: Optional[str], https: bool = False
+    ) -> Tuple[Route, Optional[str], Optional[str]]:
+        """Routes one request (`https`: whether it came over HTTPS): returns
+        its `Route`, the token the client holds after it, and the
+        `Set-Cookie` value to send (None: unchanged). When
         no node may serve the session now, the route is a `RefusedRoute`, the
         token the client's (None if it had none) and nothing is sent."""
         token = self.token(cookie_header)
@@ -206,7 +211,7 @@ class TokenCookie:
                 else:
                     if decided.token is None:
                         return decided.route, token, None
-                    return decided.route, decided.token, self.set_cookie(decided.token)
+                    return decided.route, decided.token, self.set_cookie(decided.token, https)
             token = self.cluster.session_token(self.new_session_id())
             decided = self.cluster.route_token(token)
         except (StrictAffinityError, NoNodeAvailableError) as e:
@@ -214,7 +219,7 @@ class TokenCookie:
             # is refused, and the token is kept for when a node is back.
             return RefusedRoute(e), token, None
         held = decided.token or token
-        return decided.route, held, self.set_cookie(held)
+        return decided.route, held, self.set_cookie(held, https)
 
     def token(self, cookie_header: Optional[str]) -> Optional[str]:
         """The request's token: of the cookies named `cookie` (a browser
@@ -233,9 +238,11 @@ class TokenCookie:
                 fallback = value
         return fallback
 
-    def set_cookie(self, token: str) -> str:
-        """The `Set-Cookie` header value that gives the client `token`."""
-        return f"{self.cookie}={token}; {self._attrs}"
+    def set_cookie(self, token: str, https: bool = False) -> str:
+        """The `Set-Cookie` header value that gives the client `token` in the
+        response to a request over HTTPS (`https`) or not."""
+        secure = https if self.secure is None else self.secure
+        return f"{self.cookie}={token}; {self._attrs_secure if secure else self._attrs}"
 
 
 class WsgiTokenMiddleware:
@@ -247,7 +254,9 @@ class WsgiTokenMiddleware:
         self.tokens = TokenCookie(cluster, cookie, **options)
 
     def __call__(self, environ: Dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        route, token, set_cookie = self.tokens.route(environ.get("HTTP_COOKIE"))
+        route, token, set_cookie = self.tokens.route(
+            environ.get("HTTP_COOKIE"), environ.get("wsgi.url_scheme") == "https"
+        )
         environ[ROUTE_KEY] = route
         environ[TOKEN_KEY] = token
         start = start_response if set_cookie is None else _start_with_cookie(start_response, set_cookie)
@@ -317,7 +326,7 @@ class AsgiTokenMiddleware:
         header = "; ".join(
             v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"cookie"
         )
-        route, token, set_cookie = self.tokens.route(header or None)
+        route, token, set_cookie = self.tokens.route(header or None, scope.get("scheme") == "https")
         scope = dict(scope)
         scope[ROUTE_KEY] = route
         scope[TOKEN_KEY] = token
