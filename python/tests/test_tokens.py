@@ -390,6 +390,32 @@ def test_the_token_cookie_is_secure_on_an_https_request_unless_told_otherwise(cl
     assert b"; Secure" in asgi_cookie("https") and b"Secure" not in asgi_cookie("http")
 
 
+def test_a_token_cookie_the_app_sets_itself_wins_over_the_middlewares(cluster_factory):
+    # Java's AffinityFilter adds its cookie before the servlet runs, so a
+    # cookie of that name the servlet writes (a logout deleting it) comes
+    # later and the browser keeps the servlet's. The middleware appended its
+    # own after the app's: a logout that cleared the token in a response the
+    # middleware also wrote (a new session, a promoted backup) was undone.
+    c = cluster_factory(machines_config())
+    logout = "RACAFFINITY_ROUTE=; Max-Age=0; Path=/"
+
+    def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Set-Cookie", logout)])
+        return [b"bye"]
+
+    _, headers, _ = wsgi_call(WsgiTokenMiddleware(app, c), None)
+    written = set_cookies(headers)
+    assert len(written) == 2 and written[-1] == logout, written  # the browser applies them in order
+
+    async def asgi_app(scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"set-cookie", logout.encode())]})
+        await send({"type": "http.response.body", "body": b"bye"})
+
+    _, aheaders, _ = asgi_call(AsgiTokenMiddleware(asgi_app, c), None)
+    awritten = [v for k, v in aheaders if k == b"set-cookie"]
+    assert len(awritten) == 2 and awritten[-1] == logout.encode(), awritten
+
+
 def test_a_stale_cookie_of_the_same_name_does_not_shadow_the_current_token(cluster_factory):
     # A browser holding two cookies of one name (a stale one under a longer
     # path, this middleware's under "/") sends the longer path's first (RFC

@@ -277,8 +277,13 @@ class WsgiTokenMiddleware:
 
 
 def _start_with_cookie(start_response: StartResponse, set_cookie: str) -> StartResponse:
+    """`start_response` with the token's Set-Cookie before the application's
+    headers (Java's AffinityFilter adds its cookie before the servlet runs):
+    a cookie of that name the application writes itself (a logout deleting
+    it) comes later, and the browser keeps it."""
+
     def start(status: str, headers: List[Tuple[str, str]], exc_info: Any = None) -> Any:
-        headers = list(headers) + [("Set-Cookie", set_cookie)]
+        headers = [("Set-Cookie", set_cookie)] + list(headers)
         if exc_info is None:
             return start_response(status, headers)
         return start_response(status, headers, exc_info)
@@ -345,7 +350,7 @@ def _send_with_cookie(send: AsgiSend, cookie: bytes) -> AsgiSend:
     async def send_with_cookie(message: MutableMapping[str, Any]) -> None:
         if message.get("type") == "http.response.start":
             message = dict(message)
-            message["headers"] = list(message.get("headers", ())) + [(b"set-cookie", cookie)]
+            message["headers"] = [(b"set-cookie", cookie)] + list(message.get("headers", ()))  # as WSGI's
         await send(message)
 
     return send_with_cookie
