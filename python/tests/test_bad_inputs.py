@@ -205,3 +205,13 @@ print("ok", n)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ok 20000")
+
+
+def test_node_name_takes_ints_only_even_once_cached(cluster):
+    """`node_name` caches names by id; a bool or a float equal to a cached
+    id (True == 1 == 1.0 as dict keys) must still be a TypeError, as it is
+    before the cache holds the id, rather than the cached node's name."""
+    assert cluster.node_name(1) == NAMES[1]
+    for bad in (True, 1.0, False, 0.0):
+        with pytest.raises(TypeError):
+            cluster.node_name(bad)

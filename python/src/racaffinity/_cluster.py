@@ -375,10 +375,12 @@ class Cluster:
 
     def node_name(self, node: int) -> str:
         """The name of node id `node` (removed nodes keep theirs)."""
-        try:
-            return self._names[node]
-        except (KeyError, TypeError):
-            pass
+        # Only an int reads the cache: True and 1.0 are equal to 1 as dict
+        # keys, and node_id refuses them (TypeError).
+        if type(node) is int:
+            name = self._names.get(node)
+            if name is not None:
+                return name
         node = self.node_id(node)
         text = self._read_text(lambda b, c, n: lib.racaffinity_node_name(self._h, node, b, c, n), 72)
         self._names[node] = text
