@@ -64,6 +64,11 @@ fn dry_run(record: &Record, nodes: &[&str], partitions: u32) -> Result<(), Failu
 /// it reads the record (subscribers before this release refuse `since=`).
 pub fn drain(node: &str, timeout: Option<&str>, since: Option<u64>) -> Result<Record, Failure> {
     let mut value = match timeout {
+        // One word: a space would splice fields of its own into the record
+        // (`30s since=0`, a drain dated 1970 that ends at once everywhere).
+        Some(t) if t.is_empty() || t.contains(char::is_whitespace) => {
+            return Err(Failure::Invalid(format!("--timeout `{}` is empty or has spaces", t.escape_debug())))
+        }
         Some(t) => format!("draining timeout={t}"),
         None => "draining".to_string(),
     };
@@ -199,6 +204,7 @@ mod tests {
         assert!(invalid(drain("A", Some("30"), None)).contains("needs a unit"));
         assert!(invalid(drain("A", Some("3w"), None)).contains("unknown duration unit"));
         assert!(invalid(drain("A", None, Some(1_795_964_400))).contains("give timeout="));
+        assert!(invalid(drain("A", Some("30s since=0"), None)).contains("has spaces"));
         assert!(invalid(state("bad name", "down")).contains("contains ` `"));
         assert!(invalid(partition_map("0=A,0=B", None)).contains("mapped twice"));
         assert!(invalid(partition_map("x=A", None)).contains("not a number"));

@@ -172,3 +172,27 @@ fn monitor_whose_output_fails_otherwise_exits_3() {
     assert_eq!(out.status.code(), Some(3), "stderr: {}", text(&out.stderr));
     assert!(text(&out.stderr).contains("cannot write the output"), "{}", text(&out.stderr));
 }
+
+/// `drain NODE --timeout T` writes `draining timeout=T`: a value with a
+/// space would add fields of its own to the record. `--timeout '30s
+/// since=0'` wrote `draining timeout=30s since=0`, a drain dated 1970 that
+/// every subscriber ends at once (the node down fleet-wide) though
+/// `--dated` was not given, and `'30s timeout=1h'` a second timeout.
+/// Nothing may be written: status 2, as for `add --weight '1 2'`.
+#[test]
+fn a_drain_timeout_with_spaces_is_refused_not_spliced_into_the_record() {
+    let gw = gateway_of(0);
+    let feed = format!("etcd://{}/p", gw.endpoint);
+    for timeout in ["30s since=0", "30s timeout=1h", " 30s", "30s "] {
+        let out = run(&["drain", "A", "--timeout", timeout, "--feed", &feed]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "--timeout {timeout:?}: stdout {} stderr {}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(text(&out.stderr).contains("--timeout"), "{}", text(&out.stderr));
+    }
+    assert_eq!(gw.puts.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing written");
+}
