@@ -55,6 +55,8 @@ pub const GLOBAL_VALUED: &[&str] = &["--feed", "--etcd-timeout"];
 #[derive(Debug, Default)]
 pub struct Args {
     pub positionals: Vec<String>,
+    /// `-h` or `--help` among the options: print the help, run nothing.
+    pub help: bool,
     values: HashMap<String, Vec<String>>,
     flags: Vec<String>,
 }
@@ -141,12 +143,18 @@ pub fn split_command(args: &[String], kind: OptionKind<'_>) -> Result<Option<(St
 }
 
 /// Parses options (`--name value`, `--name=value`, flags) and positionals;
-/// `--` ends the options, and a lone `-` is a positional (stdin).
+/// `--` ends the options, and a lone `-` is a positional (stdin). `-h` or
+/// `--help` before `--` asks for the help ([`Args::help`]), as before the
+/// command: `down -h` must not take `-h` for a node and write its record.
 pub fn parse(command: &str, args: &[String], spec: &Spec) -> Result<Args, Failure> {
     let mut out = Args::default();
     let mut it = args.iter();
     let mut options_done = false;
     while let Some(a) = it.next() {
+        if !options_done && (a == "-h" || a == "--help") {
+            out.help = true;
+            continue;
+        }
         if options_done || !a.starts_with("--") {
             out.positionals.push(a.clone());
             continue;

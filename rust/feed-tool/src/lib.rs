@@ -66,7 +66,8 @@ monitor (probes nodes, publishes node/NODE/state down and up):
 options of every command:
   --feed URL            the feed (or RACAFF_FEED)
   --etcd-timeout 5s     bound of each etcd call
-Options go before or after the command, as `--name value` or `--name=value`.
+Options go before or after the command, as `--name value` or `--name=value`;
+-h or --help anywhere prints this help; `--` ends the options.
 
 exit status: 0 done (a record written whose line cannot be printed goes to stderr;
                `show`, `help` or `monitor` whose reader went away, as in `show | head`);
@@ -138,6 +139,9 @@ fn run_inner(
         return Err(Failure::Usage(format!("unknown command `{}`", command.escape_debug())));
     };
     let args = cli::parse(&command, &rest, &spec)?;
+    if args.help {
+        return printed(out.write_all(HELP.as_bytes()).and_then(|()| out.flush()));
+    }
     let feed = feed_url(&args, env_feed)?;
     let timeout = match args.value("--etcd-timeout") {
         Some(t) => cli::duration("--etcd-timeout", t)?,

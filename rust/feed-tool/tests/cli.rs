@@ -196,3 +196,22 @@ fn a_drain_timeout_with_spaces_is_refused_not_spliced_into_the_record() {
     }
     assert_eq!(gw.puts.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing written");
 }
+
+/// `-h` and `--help` after the command ask for the help, as they do before
+/// it: `down -h` took `-h` for the node and wrote `node/-h/state = down`
+/// to the fleet's feed, and `drain A --help` was a usage error. Both now
+/// print the help, status 0, nothing written; a node really named `-h` is
+/// still reachable after `--`.
+#[test]
+fn help_after_the_command_prints_the_help_and_writes_nothing() {
+    let gw = gateway_of(0);
+    let feed = format!("etcd://{}/p", gw.endpoint);
+    for args in [&["down", "-h", "--feed", &feed][..], &["drain", "A", "--help", "--feed", &feed]] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: stdout {} stderr {}", text(&out.stdout), text(&out.stderr));
+        assert_eq!(text(&out.stdout), racaffinity_feed_tool::HELP, "{args:?}");
+    }
+    assert_eq!(gw.puts.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing written");
+    let out = run(&["down", "--feed", &feed, "--", "-h"]);
+    assert_eq!(text(&out.stdout), "wrote node/-h/state = down at revision 9\n", "{}", text(&out.stderr));
+}
