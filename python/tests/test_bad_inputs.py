@@ -215,3 +215,14 @@ def test_node_name_takes_ints_only_even_once_cached(cluster):
     for bad in (True, 1.0, False, 0.0):
         with pytest.raises(TypeError):
             cluster.node_name(bad)
+
+
+@pytest.mark.parametrize("seconds", [10**400, 2**1024, -(10**400)])
+def test_a_duration_keyword_too_large_for_a_float_is_a_config_error(seconds):
+    """Durations in seconds are ints or floats; an int past a float's range
+    is a bad value like any other: `ConfigError` naming the key (docs/python.md),
+    not the OverflowError of converting it to a float."""
+    with pytest.raises(ra.ConfigError, match="heartbeat.interval"):
+        ra.Cluster(nodes=NAMES, heartbeat_interval=seconds)
+    with pytest.raises(ra.ConfigError, match="transaction.settle"):
+        ra.Cluster(nodes=NAMES, transaction_settle=seconds)

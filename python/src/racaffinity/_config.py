@@ -86,8 +86,15 @@ def duration_text(kw: str, v: Any) -> str:
         return _text(kw, v)
     if isinstance(v, datetime.timedelta):
         seconds = v.total_seconds()
-    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+    elif isinstance(v, int) and not isinstance(v, bool):
+        # float() of an int past its range raises OverflowError, and str()
+        # of a huge one ValueError: a bad value is a ConfigError. Below 2**53
+        # the conversion is exact, and far past any duration the core takes.
+        if abs(v) >= 1 << 53:
+            raise ConfigError(f"`{kw}`: a {v.bit_length()}-bit number of seconds is out of range")
         seconds = float(v)
+    elif isinstance(v, float):
+        seconds = v
     else:
         raise TypeError(f"{kw}: expected seconds (int/float), a timedelta or a string like '200ms', "
                         f"got {type(v).__name__}")
