@@ -106,6 +106,18 @@ def test_bad_failures_are_typed_errors(cluster_factory):
         c.replay_step(F(node=0, error_class=9))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         c.replay_step((0, 0))  # type: ignore[arg-type]
+    # A bool or float where an enum is expected is a wrong type, not its
+    # number: error_class=True ("it is recoverable") read as 1,
+    # NOT_RECOVERABLE, and outcome=True as COMMITTED (SUCCEEDED).
+    for bad in (
+        F(node=0, error_class=True),  # type: ignore[arg-type]
+        F(node=0, error_class=1.0),  # type: ignore[arg-type]
+        F(node=0, error_class="recoverable"),  # type: ignore[arg-type]
+        F(node=0, error_class=E.RECOVERABLE, commit_in_flight=True, outcome=True),  # type: ignore[arg-type]
+        F(node=0, error_class=E.RECOVERABLE, commit_in_flight=True, outcome=2.0),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError):
+            c.replay_step(bad)
     c.close()
     with pytest.raises(ra.ClosedError):
         c.replay_step(F(node=0, error_class=E.RECOVERABLE))

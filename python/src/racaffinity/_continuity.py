@@ -226,16 +226,26 @@ def _flag(v: Any, what: str) -> int:
     return 1 if v else 0
 
 
+def _enum(v: Any, cls: Any, what: str) -> int:
+    # An int (the header's value) or a member; a bool or float is a wrong
+    # type, not its number (True == 1 would be NOT_RECOVERABLE, COMMITTED).
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{what} must be a {cls.__name__}, not {type(v).__name__}")
+    return int(cls(v))  # an int no member has: ValueError
+
+
 def replay_decide(cluster: Any, failure: RequestFailure) -> ReplayStep:
     """`racaffinity_replay_decide` (`Cluster.replay_step`)."""
     if not isinstance(failure, RequestFailure):
         raise TypeError(f"failure must be a RequestFailure, not {type(failure).__name__}")
     f = ffi.new("racaffinity_request_failure *")
     f.node = _u32(failure.node, "node")
-    f.error_class = int(ErrorClass(failure.error_class))
+    f.error_class = _enum(failure.error_class, ErrorClass, "error_class")
     f.commit_in_flight = _flag(failure.commit_in_flight, "commit_in_flight")
     f.outcome = (
-        int(lib.RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED) if failure.outcome is None else int(CommitOutcome(failure.outcome))
+        int(lib.RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED)
+        if failure.outcome is None
+        else _enum(failure.outcome, CommitOutcome, "outcome")
     )
     f.forced = _flag(failure.forced, "forced")
     f.replays = _u32(failure.replays, "replays")
