@@ -407,6 +407,29 @@ def test_a_pinned_contexts_leases_count_for_balancing_and_health(cluster_factory
         assert node_metrics(c, pinned.node)["failures"] == 2
 
 
+@pytest.mark.parametrize("failed, ok", [("failed", "ok"), ("FAILED", "OK"), (1, 0)])
+def test_a_host_lease_released_by_outcome_name_or_number_counts_as_that_outcome(cluster_factory, failed, ok):
+    """`release()` takes an `Outcome`, its name or its number
+    (docs/python.md) on a `HostLease` as on any lease. A name or number
+    was compared to the members by identity, so `release("failed")` was a
+    NEUTRAL release: the failure never reached the library and a node that
+    failed every request was never ejected; `release("ok")` counted no success."""
+    assert (int(ra.Outcome.FAILED), int(ra.Outcome.OK)) == (1, 0)
+    c = cluster_factory(nodes=["a", "b"], health_eject_after_failures=2)
+    with c.pin() as pinned:
+        c.route()  # cached from here on
+        lease = c.pick()
+        assert isinstance(lease, HostLease)
+        lease.release(ok)
+        assert node_metrics(c, pinned.node)["successes"] == 1
+        for _ in range(2):
+            lease = c.pick()
+            assert isinstance(lease, HostLease)
+            lease.release(failed)
+        assert node_metrics(c, pinned.node)["failures"] == 2
+        assert c.node_state(pinned.node) == ra.NodeState.DOWN
+
+
 def test_a_host_lease_dropped_unreleased_or_held_across_close_is_released(cluster_factory):
     c = cluster_factory(nodes=["a", "b"])
     with c.pin() as pinned:

@@ -7,7 +7,7 @@ import enum
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 from ._args import enum_arg
-from ._errors import ClosedError, InvalidLeaseError, keeping_last_error
+from ._errors import ClosedError, InvalidArgumentError, InvalidLeaseError, keeping_last_error
 from ._lib import ffi, lib
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,6 +56,7 @@ class Scope(enum.IntEnum):
 # Enum members bound once too: on Python 3.11 `Outcome.OK` is a descriptor
 # call that costs half a call into the library.
 _OK, _FAILED, _NEUTRAL = Outcome.OK, Outcome.FAILED, Outcome.NEUTRAL
+_OUTCOMES = {int(o): o for o in Outcome}
 KINDS = tuple(sorted(RouteKind, key=int))
 STATES = tuple(sorted(NodeState, key=int))
 
@@ -228,7 +229,12 @@ class HostLease(Lease):
 
     def release(self, outcome: Union[Outcome, str, int] = _OK) -> None:
         if outcome.__class__ is not Outcome:
-            outcome = enum_arg(outcome, Outcome, "outcome")
+            # The member, not its int: the rules below compare by identity,
+            # and "failed" as an int was a NEUTRAL end the library never saw.
+            value = enum_arg(outcome, Outcome, "outcome")
+            outcome = _OUTCOMES.get(value)  # type: ignore[assignment]
+            if outcome is None:
+                raise InvalidArgumentError(f"outcome: {value} is not one of ok, failed, neutral")
         epoch = self._live
         if not epoch:
             _refuse_second_release(self)
