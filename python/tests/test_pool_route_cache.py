@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import threading
 import time
 from collections import Counter
@@ -109,6 +110,51 @@ def test_a_pinned_borrow_ended_after_the_epoch_moved_reports_to_the_library(pg, 
         engine.dispose()
 
 
+def test_a_borrow_leaves_no_garbage_for_the_cycle_collector(pg, cluster_factory):
+    # A borrow that is its own host lease must not refer to itself: each would
+    # be freed only by the cycle collector (never, where the application
+    # turned it off), holding its connection until then.
+    c = cluster_factory(nodes=NAMES)
+
+    def borrows(run: Callable[[], None]) -> int:
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(50):
+                run()
+            return gc.collect()
+        finally:
+            gc.enable()
+
+    with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+        def borrow() -> None:
+            with pools.connection():
+                pass
+
+        assert borrows(borrow) == 0, "unpinned"
+        with c.pin():
+            assert borrows(borrow) == 0, "in a pin"
+
+    async def main() -> None:
+        async with AsyncNodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as apools:
+            async def many() -> None:
+                for _ in range(50):
+                    async with apools.connection():
+                        pass
+
+            for pinned in (False, True):
+                with c.pin() if pinned else contextlib.nullcontext():
+                    gc.collect()
+                    gc.disable()
+                    try:
+                        await many()
+                        assert gc.collect() == 0, f"async, pinned={pinned}"
+                    finally:
+                        gc.enable()
+
+    asyncio.run(main())
+
+
 def test_a_pinned_borrow_that_fails_on_its_node_reaches_the_breaker(pg, cluster_factory):
     c = cluster_factory(nodes=NAMES, health_eject_after_failures=1, health_eject_backoff="1h",
                         health_eject_backoff_max="1h")
@@ -118,7 +164,7 @@ def test_a_pinned_borrow_that_fails_on_its_node_reaches_the_breaker(pg, cluster_
                 pass
             cm = pools.connection()
             cm.__enter__()
-            assert isinstance(cm._buf, PoolHostLease)
+            assert cm._buf is None and isinstance(cm, PoolHostLease), "the borrow is its own host lease"
             # The connection itself is lost (only its own failure blames its node).
             cm._conn.pgconn.finish()
             lost = psycopg.OperationalError("server closed the connection unexpectedly")
@@ -178,7 +224,7 @@ def test_an_unpinned_borrow_crosses_once_and_counts_like_a_library_lease(pg, clu
         # The epoch moves during the borrow: the end goes to the library.
         cm = pools.connection()
         cm.__enter__()
-        assert cm._buf is cm, "the borrow is its own host lease"
+        assert cm._buf is None, "the borrow is its own host lease (None: no reference cycle)"
         other = next(n for n in NAMES if c.node_id(n) != cm.node)
         c.set_node_state(other, "draining")
         crossings.take()
@@ -385,7 +431,7 @@ def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_threads(pg, clu
             except TOLERATED as e:
                 b.fail("enter", e, since)
                 return
-            node = cm._buf.node
+            node = (cm if cm._buf is None else cm._buf).node
             b.seen.append((begin, f.now, node))
             try:
                 cm.__exit__(None, None, None)
@@ -427,7 +473,7 @@ def test_pooled_borrows_never_outlive_a_down_removal_or_ejection_asyncio(pg, clu
                         except TOLERATED as e:
                             b.fail("enter", e, since)
                             continue
-                        node = cm._buf.node
+                        node = (cm if cm._buf is None else cm._buf).node
                         b.seen.append((begin, f.now, node))
                         try:
                             await cm.__aexit__(None, None, None)

@@ -167,9 +167,12 @@ class _AsyncConnection(PoolHostLease):
     FAILED on a node failure (`is_node_failure`), else NEUTRAL.
 
     A borrow served from its pin's cached route is its own host lease: it
-    holds `PoolHostLease`'s two fields, and `_buf` is the object itself, so
-    such a borrow makes one object, not two (the second cost a tenth of the
-    wrapper's work). `_end` ends either kind.
+    holds `PoolHostLease`'s two fields, and its `_buf` is None, so such a
+    borrow makes one object, not two (the second cost a tenth of the
+    wrapper's work). `_end` ends either kind. (None, not the object itself:
+    a borrow referring to itself would be garbage only the cycle collector
+    frees, each counting toward its next run, and never freed where the
+    application turned it off.)
 
     This class is `connection()` without arguments, the common call: its
     key, session, timeout and node are the class's None and it sets only
@@ -195,8 +198,8 @@ class _AsyncConnection(PoolHostLease):
         return pools._pool_of(buf)
 
     def _end(self, buf: Any, outcome: int) -> None:
-        if buf is self:
-            end_host_lease(self._pools.cluster, buf, outcome)
+        if buf is None:
+            end_host_lease(self._pools.cluster, self, outcome)
         else:
             end_lease(self._pools.cluster, buf, outcome)
 
@@ -214,7 +217,7 @@ class _AsyncConnection(PoolHostLease):
             raise RuntimeError("this connection() context is already entered; call connection() again for another")
         pools = self._pools
         pin = pools._pin_var.get()
-        buf = None
+        buf = pool = None  # routed once `pool` is set; `buf` None: the borrow is its own host lease
         if self._plain and pools._callback is None:
             scopes = SCOPES.get()
             if scopes is None or scopes.get(pools._serial) is None:
@@ -232,7 +235,6 @@ class _AsyncConnection(PoolHostLease):
                                 page[HOST_LEASE_BASE + node] += 1
                                 self.node = node
                                 self._live = epoch
-                                buf = self
                 elif pools._balanced_host:
                     bufs = pools._lease_bufs
                     try:
@@ -261,7 +263,7 @@ class _AsyncConnection(PoolHostLease):
                         page[HOST_LEASE_BASE + node] += 1
                         self.node = node
                         self._live = epoch
-                        buf = self
+                        buf = None
                     else:  # the library's lease, released at the end (then the buffer is reused)
                         buf, pool = pools._pool_of(buf)
                 elif pools._balanced_inline:  # a build without the GIL: no host leases
@@ -279,7 +281,7 @@ class _AsyncConnection(PoolHostLease):
                         pool = None
                     if pool is None:
                         buf, pool = pools._pool_of(buf)  # raises
-        if buf is None:
+        if pool is None:
             buf, pool = pools._acquire(self._key, self._session) if self._node is None else self._route()
         since = _monotonic()
         try:
@@ -325,7 +327,7 @@ class _AsyncConnection(PoolHostLease):
                 failed = is_node_failure(e, pool, waited_since=since)
                 if failed:
                     pools._node_failed(pool)
-                    self.failed_node = int(buf.node)
+                    self.failed_node = int((self if buf is None else buf).node)
                 self._end(buf, FAILED if failed else NEUTRAL)
                 raise e
             # The node went Down or drains, and its pool was retired while
@@ -400,7 +402,7 @@ class _AsyncConnection(PoolHostLease):
                 await pool.putconn(self._conn)
             finally:
                 buf = self._buf
-                if buf is self:
+                if buf is None:  # its own host lease
                     # `end_host_lease`'s OK end inline (its call cost as
                     # much as its work); `end_ok` makes the wrap.
                     epoch = self._live
@@ -621,7 +623,7 @@ class _AsyncRequest(Recorder):
             self._node = cm.failed_node
             await self._recover(e, AT_START)
             return self
-        self._cm, self._node = cm, cm._buf.node
+        self._cm, self._node = cm, (cm if cm._buf is None else cm._buf).node
         self._check_autocommit()
         return self
 

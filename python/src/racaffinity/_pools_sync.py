@@ -133,9 +133,12 @@ class _Connection(PoolHostLease):
     FAILED on a node failure (`is_node_failure`), else NEUTRAL.
 
     A borrow served from its pin's cached route is its own host lease: it
-    holds `PoolHostLease`'s two fields, and `_buf` is the object itself, so
-    such a borrow makes one object, not two (the second cost a tenth of the
-    wrapper's work). `_end` ends either kind.
+    holds `PoolHostLease`'s two fields, and its `_buf` is None, so such a
+    borrow makes one object, not two (the second cost a tenth of the
+    wrapper's work). `_end` ends either kind. (None, not the object itself:
+    a borrow referring to itself would be garbage only the cycle collector
+    frees, each counting toward its next run, and never freed where the
+    application turned it off.)
 
     This class is `connection()` without arguments, the common call: its
     key, session, timeout and node are the class's None and it sets only
@@ -160,8 +163,8 @@ class _Connection(PoolHostLease):
         return pools._pool_of(buf)
 
     def _end(self, buf: Any, outcome: int) -> None:
-        if buf is self:
-            end_host_lease(self._pools.cluster, buf, outcome)
+        if buf is None:
+            end_host_lease(self._pools.cluster, self, outcome)
         else:
             end_lease(self._pools.cluster, buf, outcome)
 
@@ -170,7 +173,7 @@ class _Connection(PoolHostLease):
             raise RuntimeError('this connection() context is already entered; call connection() again for another')
         pools = self._pools
         pin = pools._pin_var.get()
-        buf = None
+        buf = pool = None
         if self._plain and pools._callback is None:
             scopes = SCOPES.get()
             if scopes is None or scopes.get(pools._serial) is None:
@@ -186,7 +189,6 @@ class _Connection(PoolHostLease):
                                 page[HOST_LEASE_BASE + node] += 1
                                 self.node = node
                                 self._live = epoch
-                                buf = self
                 elif pools._balanced_host:
                     bufs = pools._lease_bufs
                     try:
@@ -211,7 +213,7 @@ class _Connection(PoolHostLease):
                         page[HOST_LEASE_BASE + node] += 1
                         self.node = node
                         self._live = epoch
-                        buf = self
+                        buf = None
                     else:
                         buf, pool = pools._pool_of(buf)
                 elif pools._balanced_inline:
@@ -229,7 +231,7 @@ class _Connection(PoolHostLease):
                         pool = None
                     if pool is None:
                         buf, pool = pools._pool_of(buf)
-        if buf is None:
+        if pool is None:
             buf, pool = pools._acquire(self._key, self._session) if self._node is None else self._route()
         since = _monotonic()
         try:
@@ -275,7 +277,7 @@ class _Connection(PoolHostLease):
                 failed = is_node_failure(e, pool, waited_since=since)
                 if failed:
                     pools._node_failed(pool)
-                    self.failed_node = int(buf.node)
+                    self.failed_node = int((self if buf is None else buf).node)
                 self._end(buf, FAILED if failed else NEUTRAL)
                 raise e
             self._end(buf, NEUTRAL)
@@ -341,7 +343,7 @@ class _Connection(PoolHostLease):
                 pool.putconn(self._conn)
             finally:
                 buf = self._buf
-                if buf is self:
+                if buf is None:
                     epoch = self._live
                     page = self._pools._page
                     if outcome == OK and page[0] == epoch:
@@ -533,7 +535,7 @@ class _Request(Recorder):
             self._node = cm.failed_node
             self._recover(e, AT_START)
             return self
-        self._cm, self._node = (cm, cm._buf.node)
+        self._cm, self._node = (cm, (cm if cm._buf is None else cm._buf).node)
         self._check_autocommit()
         return self
 
