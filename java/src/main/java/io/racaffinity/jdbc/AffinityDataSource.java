@@ -222,8 +222,10 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     }
 
     /**
-     * The {@code jakarta.transaction.TransactionManager}, used only to read the transaction's
-     * Xid (so that JTA routing and {@code AffinityXADataSource} agree on the gtrid).
+     * The {@code jakarta.transaction.TransactionManager}: it gives the transaction's Xid (so that
+     * JTA routing and {@code AffinityXADataSource} agree on the gtrid) and the transaction whose end
+     * a rollback-only transaction is watched by. JTA routing needs it: a registry set without one
+     * fails the initialisation; one found in JNDI without one leaves JTA routing off (warned).
      *
      * @param tm the transaction manager, or null
      */

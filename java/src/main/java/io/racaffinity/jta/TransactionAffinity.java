@@ -120,10 +120,13 @@ public final class TransactionAffinity {
     /**
      * @param cluster the cluster
      * @param registry a {@code jakarta.transaction.TransactionSynchronizationRegistry}
-     * @param transactionManager a {@code jakarta.transaction.TransactionManager}, or null (used only to read
-     *     the transaction's Xid)
+     * @param transactionManager a {@code jakarta.transaction.TransactionManager}: it gives the transaction's Xid,
+     *     and the transaction whose end a rollback-only transaction (one the TM takes no synchronization for) is
+     *     watched by. Required: without it such a transaction could not be followed, and each of its connections
+     *     would be placed afresh (its branches split over nodes)
      * @return the affinity
-     * @throws IllegalArgumentException if {@code registry} is not a TransactionSynchronizationRegistry
+     * @throws IllegalArgumentException if {@code registry} is not a TransactionSynchronizationRegistry, or
+     *     {@code transactionManager} is not a TransactionManager (null included)
      */
     public static TransactionAffinity of(Cluster cluster, Object registry, Object transactionManager) {
         Objects.requireNonNull(cluster, "cluster");
@@ -131,9 +134,15 @@ public final class TransactionAffinity {
             throw new IllegalArgumentException("not a jakarta.transaction.TransactionSynchronizationRegistry: "
                     + (registry == null ? "null" : registry.getClass().getName()));
         }
-        TransactionManager tm = transactionManager instanceof TransactionManager
-                ? (TransactionManager) transactionManager : null;
-        return new TransactionAffinity(cluster, (TransactionSynchronizationRegistry) registry, tm);
+        if (!(transactionManager instanceof TransactionManager)) {
+            // Without it a transaction the TM takes no synchronization for has no end to watch: following it would
+            // hold its gtrid in the core forever, not following it splits it over nodes (docs/java-datasource.md).
+            throw new IllegalArgumentException("not a jakarta.transaction.TransactionManager: "
+                    + (transactionManager == null ? "null" : transactionManager.getClass().getName())
+                    + " (JTA routing needs one to follow a rollback-only transaction to its end)");
+        }
+        return new TransactionAffinity(cluster, (TransactionSynchronizationRegistry) registry,
+                (TransactionManager) transactionManager);
     }
 
     /**

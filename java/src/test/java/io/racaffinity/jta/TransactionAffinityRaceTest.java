@@ -2,15 +2,24 @@ package io.racaffinity.jta;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
 
 import io.racaffinity.Cluster;
+import io.racaffinity.Lease;
+import io.racaffinity.Outcome;
+import io.racaffinity.Route;
 import io.racaffinity.test.Pools;
 import jakarta.transaction.Status;
 import jakarta.transaction.Synchronization;
 import jakarta.transaction.Transaction;
 import jakarta.transaction.TransactionManager;
 import jakarta.transaction.TransactionSynchronizationRegistry;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.TreeSet;
 import java.util.concurrent.CyclicBarrier;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -185,5 +194,45 @@ class TransactionAffinityRaceTest {
     @Test
     void twoThreadsRacingIntoOneRollbackOnlyTransactionLeaveNothingInTheCore() throws Exception {
         firstConnectionsOfOneTransaction(2);
+    }
+
+    /**
+     * Without a TransactionManager a transaction the TM takes no synchronization for cannot be watched to its end,
+     * so each connection placed it afresh and ended it at once: one rollback-only transaction's connections went
+     * to several nodes. Such an affinity is refused instead.
+     */
+    @Test
+    void withoutATransactionManagerTheAffinityIsRefusedRatherThanSplitARollbackOnlyTransaction() {
+        try (Cluster c = Cluster.fromConfig("name = jta-no-tm; nodes = RAC1, RAC2, RAC3")) {
+            java.util.Map<Integer, String> owners = new java.util.HashMap<>();
+            for (int p = 0; p < 4096; p++) {
+                owners.put(p, "RAC" + (1 + p % 3));
+            }
+            c.replacePartitionMap(owners, "test");
+            TransactionAffinity ta;
+            try {
+                ta = TransactionAffinity.of(c, new Tsr(1), null);
+            } catch (IllegalArgumentException e) {
+                assertTrue(e.getMessage().contains("TransactionManager"), e.getMessage());
+                return;
+            }
+            Set<String> nodes = new TreeSet<>();
+            List<Lease> open = new ArrayList<>();
+            try {
+                for (int i = 0; i < 6; i++) {
+                    // Each connection of the transaction is open (holds its lease) when the next one is asked for.
+                    // Each connection carries its own data key: a transaction already placed does not move for it.
+                    TransactionAffinity.Joined j = ta.joinFor(("key-" + i).getBytes(StandardCharsets.UTF_8), null);
+                    Route r = j.placed() != null ? j.placed() : c.txRoute(j.gtrid());
+                    nodes.add(r.nodeName());
+                    open.add(c.lease(r));
+                }
+            } finally {
+                open.forEach(l -> l.release(Outcome.OK));
+                ta.close();
+            }
+            fail("accepted without a TransactionManager: one rollback-only transaction's 6 connections went to "
+                    + nodes);
+        }
     }
 }
