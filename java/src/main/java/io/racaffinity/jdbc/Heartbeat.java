@@ -29,6 +29,8 @@ import javax.sql.DataSource;
  * a node's first probe, for up to the probe timeout: it opens the pool's first
  * connection, which on a cold, busy JVM can take longer than misses × interval,
  * and counting it marked healthy nodes Down at start-up.
+ *
+ * <p>It follows the cluster's node set: a node removed at run time is not probed from the next tick on.
  */
 final class Heartbeat implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.Heartbeat");
@@ -92,8 +94,21 @@ final class Heartbeat implements AutoCloseable {
     }
 
     private void tick() {
+        // The cluster's nodes now: one removed at run time (feed, removeNode) is probed no more, since the core
+        // ignores its probes and each would open a connection to a node the fleet took out. A node added at run
+        // time has a new id, and no pool here to probe it with.
+        boolean[] live = new boolean[nodes.length];
+        try {
+            for (int id : cluster.nodeIds()) {
+                if (id < live.length) {
+                    live[id] = true;
+                }
+            }
+        } catch (AffinityException e) {
+            return; // the cluster is closed
+        }
         for (int id = 0; id < nodes.length; id++) {
-            if (nodes[id] == null) {
+            if (nodes[id] == null || !live[id]) {
                 continue;
             }
             final int node = id;

@@ -147,4 +147,24 @@ class HeartbeatTest {
             assertEquals(NodeState.UP, c.nodeState("A"));
         }
     }
+
+    /**
+     * A node removed at run time (the feed's {@code removed} record, {@link Cluster#removeNode}) is no longer
+     * probed: the core ignores its probes, and each one opened a connection to a node the fleet took out.
+     */
+    @Test
+    void aRemovedNodeIsNoLongerProbed() throws Exception {
+        SlowNode a = new SlowNode(0);
+        SlowNode b = new SlowNode(0);
+        try (Cluster c = Cluster.fromConfig("nodes = A, B");
+                Heartbeat hb = heartbeat(c, a, b)) {
+            waitFor("B probed", () -> b.calls.get() >= 2);
+            c.removeNode("B");
+            Thread.sleep(2 * INTERVAL_MS); // a probe begun before the removal ends
+            int afterRemoval = b.calls.get();
+            int aBefore = a.calls.get();
+            waitFor("A probed 10 times more", () -> a.calls.get() >= aBefore + 10);
+            assertEquals(afterRemoval, b.calls.get(), "probes of removed node B over 10 of A's");
+        }
+    }
 }
