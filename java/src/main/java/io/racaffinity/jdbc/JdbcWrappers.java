@@ -24,6 +24,14 @@ final class JdbcWrappers {
 
     /** Wraps {@code target} as {@code type} (or a more specific JDBC type it implements). */
     static <T> T wrap(AffinityConnection conn, Class<T> type, T target) {
+        return wrap(conn, type, target, null);
+    }
+
+    /**
+     * {@link #wrap(AffinityConnection, Class, Object)} for an object another wrapper returned: {@code parent}
+     * is that wrapper (a result set's {@code getStatement()} answers it, the statement that produced it).
+     */
+    private static <T> T wrap(AffinityConnection conn, Class<T> type, T target, Object parent) {
         if (target == null || Proxy.isProxyClass(target.getClass())
                 && Proxy.getInvocationHandler(target) instanceof Handler) {
             return target;
@@ -35,7 +43,7 @@ final class JdbcWrappers {
             iface = PreparedStatement.class;
         }
         Object proxy = Proxy.newProxyInstance(
-                JdbcWrappers.class.getClassLoader(), new Class<?>[] {iface}, new Handler(conn, iface, target));
+                JdbcWrappers.class.getClassLoader(), new Class<?>[] {iface}, new Handler(conn, iface, target, parent));
         return type.cast(proxy);
     }
 
@@ -43,11 +51,14 @@ final class JdbcWrappers {
         private final AffinityConnection conn;
         private final Class<?> iface;
         private final Object target;
+        /** The wrapper that returned this one (a result set's statement), or null. */
+        private final Object parent;
 
-        Handler(AffinityConnection conn, Class<?> iface, Object target) {
+        Handler(AffinityConnection conn, Class<?> iface, Object target, Object parent) {
             this.conn = conn;
             this.iface = iface;
             this.target = target;
+            this.parent = parent;
         }
 
         @Override
@@ -87,7 +98,12 @@ final class JdbcWrappers {
                 throw cause;
             }
             if (result instanceof ResultSet && method.getReturnType() == ResultSet.class) {
-                return wrap(conn, ResultSet.class, (ResultSet) result);
+                return wrap(conn, ResultSet.class, (ResultSet) result, proxy);
+            }
+            if (argc == 0 && name.equals("getStatement") && result instanceof Statement
+                    && parent instanceof Statement) {
+                // The statement that produced this result set, not a second wrapper of its physical statement.
+                return parent;
             }
             if (result instanceof Statement && Statement.class.isAssignableFrom(method.getReturnType())) {
                 @SuppressWarnings("unchecked")

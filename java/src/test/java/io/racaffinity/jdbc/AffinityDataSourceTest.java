@@ -30,6 +30,7 @@ import java.io.PrintWriter;
 import java.io.StringWriter;
 import java.sql.Connection;
 import java.sql.JDBCType;
+import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
@@ -217,6 +218,29 @@ class AffinityDataSourceTest {
     }
 
     // ---- connection proxies ---------------------------------------------------
+
+    /**
+     * A result set answers the statement that produced it (JDBC's {@code ResultSet.getStatement}), as the one
+     * object: Hibernate's resource registry and Spring's JdbcUtils look a result set's statement up by it.
+     */
+    @Test
+    void aResultSetAnswersTheStatementThatProducedIt() throws Exception {
+        AffinityDataSource ds = ds("rs-statement", "");
+        try (Connection c = ds.getConnection(); Statement st = c.createStatement();
+                PreparedStatement ps = c.prepareStatement("SELECT ?")) {
+            try (ResultSet rs = st.executeQuery("SELECT 1")) {
+                assertSame(st, rs.getStatement(), "a statement's result set");
+            }
+            ps.setInt(1, 2);
+            try (ResultSet rs = ps.executeQuery()) {
+                assertSame(ps, rs.getStatement(), "a prepared statement's result set");
+            }
+            assertTrue(st.execute("SELECT 3"));
+            try (ResultSet rs = st.getResultSet()) {
+                assertSame(st, rs.getStatement(), "getResultSet()'s result set");
+            }
+        }
+    }
 
     @Test
     void closeReleasesTheLeaseOnceAndUnwrapReachesThePhysicalConnection() throws Exception {
