@@ -298,9 +298,11 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
     }
 
     /**
-     * Seconds a probe's {@code isValid} may take (default 5).
+     * Seconds a probe's {@code isValid} may take (default 5; 0: JDBC's no timeout); also the deadline of a
+     * replay's outcome check.
      *
      * @param seconds the timeout
+     * @throws IllegalArgumentException if negative ({@code isValid} refuses it: every probe would miss)
      */
     public void setHeartbeatTimeoutSeconds(int seconds) {
         nodes.setHeartbeatTimeoutSeconds(seconds);

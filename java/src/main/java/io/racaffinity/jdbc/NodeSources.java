@@ -188,6 +188,10 @@ final class NodeSources<T> {
 
     void setHeartbeatTimeoutSeconds(int seconds) {
         checkNotStarted.run();
+        if (seconds < 0) {
+            // isValid(-1) throws: every heartbeat probe would miss and mark every node Down.
+            throw new IllegalArgumentException("heartbeatTimeoutSeconds must be >= 0 (0: no timeout), got " + seconds);
+        }
         this.heartbeatTimeoutSeconds = seconds;
     }
 

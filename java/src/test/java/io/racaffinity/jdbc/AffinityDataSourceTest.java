@@ -220,6 +220,28 @@ class AffinityDataSourceTest {
     // ---- connection proxies ---------------------------------------------------
 
     /**
+     * A negative heartbeat timeout is refused where it is set: the heartbeat hands it to {@code isValid}, which
+     * refuses a negative timeout (pgjdbc: "Invalid timeout (-1<0)"), so every probe missed and the heartbeat
+     * marked every healthy node Down.
+     */
+    @Test
+    void aNegativeHeartbeatTimeoutIsRefusedRatherThanTakeEveryNodeDown() throws Exception {
+        AffinityDataSource ds = pools.affinity("name = hb-timeout; nodes = MYDB1, MYDB2, MYDB3; heartbeat.misses = 2");
+        try {
+            ds.setHeartbeatTimeoutSeconds(-1);
+        } catch (IllegalArgumentException e) {
+            assertTrue(e.getMessage().contains("heartbeatTimeoutSeconds"), e.getMessage());
+            return;
+        }
+        ds.setHeartbeatIntervalMillis(50);
+        Cluster c = ds.getCluster();
+        Pools.await(Duration.ofSeconds(3), () -> NAMES.stream().allMatch(n -> c.nodeState(n) == NodeState.DOWN));
+        List<String> down = NAMES.stream().filter(n -> c.nodeState(n) == NodeState.DOWN).toList();
+        org.junit.jupiter.api.Assertions.fail("heartbeatTimeoutSeconds = -1 accepted; its heartbeat then marked "
+                + down + " of " + NAMES + " Down");
+    }
+
+    /**
      * A result set answers the statement that produced it (JDBC's {@code ResultSet.getStatement}), as the one
      * object: Hibernate's resource registry and Spring's JdbcUtils look a result set's statement up by it.
      */
