@@ -545,12 +545,18 @@ impl Cluster {
         };
         next.source = source;
         next.epoch = old.epoch + 1;
+        // From the new map and under the lock: stored after the unlock, an
+        // update that emptied the map could store `false` over the `true`
+        // of one that added an entry since, and routes would skip the map.
+        let has_explicit = !next.entries.is_empty();
         d.explicit.store(Arc::new(next));
+        #[cfg(test)]
+        tests::before_flag_store();
+        d.has_explicit.store(has_explicit, Ordering::Release);
         if self.inner.config.transaction.settle_ms > 0 {
             self.remember_replaced(&mut replaced, self.clock().now_ms(), old);
         }
         drop(replaced);
-        d.has_explicit.store(!d.explicit.load().entries.is_empty(), Ordering::Release);
         self.inner.routing.advance();
     }
 
@@ -583,7 +589,53 @@ fn is_removed(topo: &Topology, id: NodeId) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+
     use crate::{Cluster, ClusterBuilder, Config, ManualClock};
+
+    thread_local! {
+        /// Run once by this thread's next map update, between deciding the
+        /// `has_explicit` flag and storing it.
+        static BEFORE_FLAG_STORE: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(super) fn before_flag_store() {
+        if let Some(f) = BEFORE_FLAG_STORE.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// A map update that empties the map and one that adds an entry, the
+    /// second landing while the first is storing its `has_explicit` flag:
+    /// the first must not store `false` over the second's `true`, or routes
+    /// ignore the explicit entry for good.
+    #[test]
+    fn an_entry_added_while_another_update_empties_the_map_is_routed_by() {
+        let c = Cluster::from_config_text("nodes = A, B\ndata.partitions = 4").unwrap();
+        let hashed = c.node_name(c.partition_owner(1).unwrap()).unwrap();
+        let other = if hashed == "A" { "B" } else { "A" };
+        c.set_partition(0, "A").unwrap();
+        let adder = c.clone();
+        BEFORE_FLAG_STORE.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    adder.set_partition(1, other).unwrap();
+                    let _ = tx.send(());
+                });
+                // Done unless the update waits for the first one's lock.
+                let _ = rx.recv_timeout(std::time::Duration::from_millis(500));
+            }));
+        });
+        assert!(c.clear_partition(0));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while c.partition_map_epoch() < 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(c.partition_map_epoch(), 3);
+        assert_eq!(c.node_name(c.partition_owner(1).unwrap()).unwrap(), other, "explicit entry 1 -> {other} ignored");
+    }
 
     #[test]
     fn maps_replaced_long_ago_are_not_kept() {
