@@ -65,6 +65,17 @@ def test_node_dsns_addresses_argument_wins_and_missing_address_is_an_error():
             oracle.node_dsns(c, "svc", addresses={"B": "hb"}, form="tns")
 
 
+def test_node_dsns_refuses_the_jdbc_forms():
+    # A JDBC URL (`jdbc:oracle:thin:@...`) is no python-oracledb DSN: the
+    # forms node_dsns documents are the descriptor and Easy Connect.
+    with ra.Cluster(nodes=["A"], node_addresses={"A": "ha:1600"}) as c:
+        for form in ("jdbc_descriptor", "JDBC_EASY_CONNECT", oracle.ConnectForm.JDBC_DESCRIPTOR, oracle.ConnectForm.JDBC_EASY_CONNECT):
+            with pytest.raises(ValueError, match="form must be 'descriptor' or 'easy_connect'"):
+                oracle.node_dsns(c, "svc", form=form)
+        assert oracle.node_dsns(c, "svc", form=oracle.ConnectForm.EASY_CONNECT) == {"A": "ha:1600/svc/A"}
+        assert oracle.node_dsns(c, "svc", form="Descriptor") == {"A": oracle.descriptor("ha", 1600, "svc", "A")}
+
+
 @pytest.fixture
 def fake_oracledb(monkeypatch):
     calls = []

@@ -81,6 +81,9 @@ def jdbc_easy_connect_url(host: str, port: int, service: str, instance: str) -> 
 
 Address = Union[str, Tuple[str, int]]
 
+# The forms `node_dsns` builds: python-oracledb DSNs, not JDBC URLs.
+_DSN_FORMS = {"descriptor": ConnectForm.DESCRIPTOR, "easy_connect": ConnectForm.EASY_CONNECT}
+
 
 def node_dsns(
     cluster: Cluster,
@@ -95,12 +98,13 @@ def node_dsns(
     A node's listener address is `addresses[name]` (`"host:port"`, `"host"`
     or `(host, port)`), else its `node.<NAME>.address` config entry. The
     instance name is the node name. `form` is `"descriptor"` (default: what
-    python-oracledb's `dsn=` takes in every mode) or `"easy_connect"`."""
-    if isinstance(form, str):
-        try:
-            form = ConnectForm[form.upper()]
-        except KeyError:
-            raise ValueError(f"form must be 'descriptor' or 'easy_connect', not {form!r}") from None
+    python-oracledb's `dsn=` takes in every mode) or `"easy_connect"` (or
+    the `ConnectForm` of either); the JDBC forms are refused, since a
+    `jdbc:oracle:thin:@` URL is no python-oracledb DSN (build those with
+    `jdbc_descriptor_url` and `jdbc_easy_connect_url`)."""
+    chosen = _DSN_FORMS.get(form.lower()) if isinstance(form, str) else form
+    if chosen is None or chosen not in _DSN_FORMS.values():
+        raise ValueError(f"form must be 'descriptor' or 'easy_connect', not {form!r}")
     given = {k.upper(): v for k, v in (addresses or {}).items()}
     out: Dict[str, str] = {}
     for node in cluster.nodes:
@@ -115,9 +119,9 @@ def node_dsns(
             )
         if isinstance(addr, tuple):
             host, port = addr
-            out[node.name] = connect_string(form, host, port, service, node.name)
+            out[node.name] = connect_string(chosen, host, port, service, node.name)
         else:
-            out[node.name] = address_connect_string(form, addr, service, node.name, default_port=default_port)
+            out[node.name] = address_connect_string(chosen, addr, service, node.name, default_port=default_port)
     return out
 
 
