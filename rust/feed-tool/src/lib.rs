@@ -17,6 +17,7 @@ mod signals;
 use std::io::{Read, Write};
 use std::time::Duration;
 
+use racaffinity::config::MAX_PARTITIONS;
 use racaffinity::feed::etcd::EtcdClient;
 use racaffinity::FeedUrl;
 
@@ -168,9 +169,16 @@ fn run_inner(
         "partition-map" => {
             let text = map_text(&args)?;
             let partitions = match args.value("--partitions") {
-                Some(p) => Some(p.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| {
-                    Failure::Invalid(format!("--partitions must be a number of partitions, got `{}`", p.escape_debug()))
-                })?),
+                // Checked here: out of range, the scratch cluster's config
+                // error would name `data.partitions`, no flag of this tool.
+                Some(p) => {
+                    Some(p.parse::<u32>().ok().filter(|n| (1..=MAX_PARTITIONS).contains(n)).ok_or_else(|| {
+                        Failure::Invalid(format!(
+                            "--partitions must be a number of partitions, 1..={MAX_PARTITIONS}, got `{}`",
+                            p.escape_debug()
+                        ))
+                    })?)
+                }
                 None => None,
             };
             records::partition_map(&text, partitions)?

@@ -215,3 +215,21 @@ fn help_after_the_command_prints_the_help_and_writes_nothing() {
     let out = run(&["down", "--feed", &feed, "--", "-h"]);
     assert_eq!(text(&out.stdout), "wrote node/-h/state = down at revision 9\n", "{}", text(&out.stderr));
 }
+
+/// `--partitions` out of the clusters' range is the flag's error: it named
+/// the config key (`data.partitions is out of range`), which the command
+/// line has no such thing as. Nothing is written.
+#[test]
+fn partitions_out_of_range_is_refused_naming_the_flag() {
+    let gw = gateway_of(0);
+    let feed = format!("etcd://{}/p", gw.endpoint);
+    for n in ["99999999", "1048577", "0"] {
+        let out = run(&["partition-map", "0=A", "--partitions", n, "--feed", &feed]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--partitions {n}: {err}");
+        assert!(err.contains("--partitions") && !err.contains("data.partitions"), "--partitions {n}: {err}");
+    }
+    let out = run(&["partition-map", "0=A", "--partitions", "1048576", "--feed", &feed]);
+    assert_eq!(text(&out.stdout), "wrote partition_map = 0=A at revision 9\n", "{}", text(&out.stderr));
+    assert_eq!(gw.puts.load(std::sync::atomic::Ordering::SeqCst), 1, "only the good map written");
+}
