@@ -104,6 +104,9 @@ pub type OptionKind<'a> = &'a dyn Fn(&str) -> Option<bool>;
 /// its options are its own ([`parse`]).
 pub fn split_command(args: &[String], kind: OptionKind<'_>) -> Result<Option<(String, Vec<String>)>, Failure> {
     let mut i = 0;
+    // Where the `--` that ended the options stands: a `--` read as an
+    // option's value is that value and stays.
+    let mut separator = None;
     while i < args.len() {
         let a = &args[i];
         if a == "--help" || a == "-h" {
@@ -111,6 +114,7 @@ pub fn split_command(args: &[String], kind: OptionKind<'_>) -> Result<Option<(St
         }
         if a == "--" {
             // Options end: the next word is the command.
+            separator = Some(i);
             i += 1;
             break;
         }
@@ -136,8 +140,8 @@ pub fn split_command(args: &[String], kind: OptionKind<'_>) -> Result<Option<(St
     }
     let mut rest = args.to_vec();
     let cmd = rest.remove(i);
-    if i > 0 && args[i - 1] == "--" {
-        rest.remove(i - 1);
+    if let Some(at) = separator {
+        rest.remove(at);
     }
     Ok(Some((cmd, rest)))
 }
@@ -213,6 +217,8 @@ mod tests {
         assert_eq!((c.as_str(), rest), ("drain", s(&["--timeout", "3s", "--x", "--feed=u", "A"])));
         let (c, rest) = split(&["--timeout=3s", "--", "show"]).unwrap().unwrap();
         assert_eq!((c.as_str(), rest), ("show", s(&["--timeout=3s"])));
+        let (c, rest) = split(&["--timeout", "--", "drain", "A"]).unwrap().unwrap();
+        assert_eq!((c.as_str(), rest), ("drain", s(&["--timeout", "--", "A"])));
         assert_eq!(split(&["--help"]).unwrap().unwrap().0, "help");
         assert!(split(&["--feed", "x"]).unwrap().is_none());
         assert!(matches!(split(&["--nope", "3s", "drain"]), Err(Failure::Usage(m)) if m.contains("no option --nope")));

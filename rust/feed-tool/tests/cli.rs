@@ -233,3 +233,27 @@ fn partitions_out_of_range_is_refused_naming_the_flag() {
     assert_eq!(text(&out.stdout), "wrote partition_map = 0=A at revision 9\n", "{}", text(&out.stderr));
     assert_eq!(gw.puts.load(std::sync::atomic::Ordering::SeqCst), 1, "only the good map written");
 }
+
+/// `--` as an option's value before the command is that value, as it is
+/// after the command: it was taken for the end of options and dropped, so
+/// the next word became the value (`--address -- add A B` wrote
+/// `node/B = present address=A`).
+#[test]
+fn a_double_dash_value_before_the_command_is_the_options_value() {
+    let gw = gateway_of(0);
+    let feed = format!("etcd://{}/p", gw.endpoint);
+    for (before, after) in [
+        (&["--address", "--", "add", "A", "B"][..], &["add", "A", "B", "--address", "--"][..]),
+        (&["--timeout", "--", "drain", "A"], &["drain", "A", "--timeout", "--"]),
+    ] {
+        let first = run(&[before, &["--feed", &feed]].concat());
+        let second = run(&[after, &["--feed", &feed]].concat());
+        assert_eq!(
+            (first.status.code(), text(&first.stdout), text(&first.stderr)),
+            (second.status.code(), text(&second.stdout), text(&second.stderr)),
+            "{before:?} and {after:?}"
+        );
+        assert_eq!(first.status.code(), Some(2), "{before:?}: {}", text(&first.stderr));
+    }
+    assert_eq!(gw.puts.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing written");
+}
