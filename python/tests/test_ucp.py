@@ -275,6 +275,37 @@ def test_a_loader_error_with_a_nul_in_its_text_keeps_routing(pg, make, cluster_f
     assert rec.exc_info is not None and rec.exc_info[0] is ValueError
 
 
+
+@pytest.mark.parametrize("text", ["x" * (2 << 20), "x \udcff"], ids=["2MiB", "lone-surrogate"])
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_loader_error_no_c_string_can_hold_keeps_routing(pg, make, cluster_factory, kind, text):
+    # The error's text goes to the core as a UTF-8 C string of at most 1 MiB
+    # (the core keeps 512 bytes of it): a longer one (an exception quoting
+    # the whole result) or one with a lone surrogate (a file name decoded
+    # with surrogateescape) must not turn "keep the last good map, go on"
+    # into a failed open.
+    def loader():
+        raise ValueError(text)
+
+    if kind == "sync":
+        c, pools = make(f"data.partitions = {PARTS}", partition_map_loader=loader)
+        loads = pools.partition_map_loads
+        served = port(pools, key=1)
+    else:
+        c = cluster_factory(CONFIG + f"data.partitions = {PARTS}")
+
+        async def run():
+            async with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, partition_map_loader=loader) as ap:
+                async with ap.connection(key=1) as conn:
+                    cur = await conn.execute("SELECT inet_server_port()")
+                    return ap.partition_map_loads, (await cur.fetchone())[0]
+
+        loads, served = asyncio.run(run())
+    assert served in pg.port.values()
+    assert loads[0] == 0 and loads[1] == 1 and loads[2] == f"ValueError: {text}", loads[:2]
+    m = c.metrics()["partition_map"]
+    assert m["load_failures"] == 1 and m["last_error"].startswith("loader: ValueError: x"), m["load_failures"]
+
 def test_the_loader_follows_a_map_table_changed_by_sql_with_no_request_failing(pg, make):
     with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
         admin.execute("DROP TABLE IF EXISTS ucp_partition_map")

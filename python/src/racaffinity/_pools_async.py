@@ -29,7 +29,7 @@ from ._errors import ConfigError
 from ._failures import is_node_failure
 from ._failures import ConnectAttempts
 from ._weak import members
-from ._pools_base import FAILED, FORKED, LIVE_NODE_POOLS, NEUTRAL, OK, Base, connect_timeout
+from ._pools_base import FAILED, FORKED, LIVE_NODE_POOLS, NEUTRAL, OK, Base, connect_timeout, load_error_text
 from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, GONE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
 from ._continuity import Recorder, classify_sqlstate, controls_transaction, digest_sets, outcome_queries, recover
 from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
@@ -1597,8 +1597,9 @@ class _AsyncUpkeep:
             # The core takes C strings: a NUL in the text (anything may be in
             # an exception's) is shown, not allowed to fail the record.
             self.load_error = f"{type(e).__name__}: {e}".replace("\0", "\\0")
-            # In the core's metrics too, next to the map's epoch.
-            self._pools.cluster.partition_map_load_failed(LOADER_SOURCE, self.load_error)
+            # In the core's metrics too, next to the map's epoch, as text
+            # it takes: a failure to record it would fail the open.
+            self._pools.cluster.partition_map_load_failed(LOADER_SOURCE, load_error_text(self.load_error))
             log.warning(
                 "racaffinity: partition map load failed (%s), keeping the last good map: %s", why, self.load_error,
                 exc_info=e,

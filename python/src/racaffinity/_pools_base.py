@@ -39,6 +39,20 @@ def _span(b: bytes) -> Any:
     """A `uint8_t[]` view of `b` for a request field (no copy)."""
     return ffi.from_buffer("uint8_t[]", b)
 
+# The core keeps this much of a failed load's text (MAX_LOAD_ERROR_BYTES).
+_LOAD_ERROR_BYTES = 512
+
+
+def load_error_text(text: str) -> str:
+    """A failed partition-map load's text as the core can take it: a C
+    string (a NUL is shown as `\\0`), UTF-8 (a lone surrogate, as from a file
+    name decoded with surrogateescape, is shown escaped) and cut to what the
+    core keeps, so a long message (an exception quoting the whole result)
+    is no longer than the 1 MiB a string argument may be."""
+    b = text.replace("\0", "\\0").encode("utf-8", "backslashreplace")[:_LOAD_ERROR_BYTES]
+    return b.decode("utf-8", "ignore")
+
+
 def connect_timeout(timeout: Optional[float]) -> int:
     """libpq's `connect_timeout` (whole seconds, at least 2) for a pool whose
     `getconn` waits `timeout`: a connect to a node that accepts and never
