@@ -320,12 +320,13 @@ impl Cluster {
         Ok(())
     }
 
-    /// Removes an explicit mapping; returns whether there was one.
+    /// Removes an explicit mapping; returns whether there was one. Without
+    /// one nothing changes (the map's epoch and source stay).
     pub fn clear_partition(&self, partition: u32) -> bool {
         let mut had = false;
-        self.update_map(|m| {
+        self.update_map_if(|m| {
             had = m.entries.remove(&partition).is_some();
-            "set_partition".into()
+            had.then(|| "set_partition".into())
         });
         had
     }
@@ -603,6 +604,23 @@ mod tests {
         if let Some(f) = BEFORE_FLAG_STORE.with(|h| h.borrow_mut().take()) {
             f();
         }
+    }
+
+    /// Clearing a partition the map has no entry for is no change: the
+    /// map's epoch and source (a loader's, in the metrics) stay, and route
+    /// caches keyed by the routing epoch stay valid.
+    #[test]
+    fn clearing_a_partition_with_no_entry_changes_nothing() {
+        let c = Cluster::from_config_text("nodes = A, B\ndata.partitions = 4").unwrap();
+        let epoch = c.replace_partition_map(&[(0, "A")], "loader").unwrap();
+        let routing = c.routing_epoch();
+        assert!(!c.clear_partition(1));
+        assert_eq!(
+            (c.partition_map_epoch(), c.partition_map_source(), c.routing_epoch()),
+            (epoch, "loader".to_string(), routing)
+        );
+        assert!(c.clear_partition(0));
+        assert_eq!((c.partition_map_epoch(), c.partition_map_source()), (epoch + 1, "set_partition".to_string()));
     }
 
     /// A map update that empties the map and one that adds an entry, the
