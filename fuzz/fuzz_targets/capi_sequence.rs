@@ -1585,16 +1585,26 @@ impl Model {
                     return Some(r);
                 }
                 let c = live.unwrap();
-                if !Self::gtrid_len_ok(s.data()) || self.hist[c].tx.contains_key(s.data()) {
-                    // The gtrid is checked, and an existing one joined, before the token is read.
+                let token_bad = parse_token(a.str()).is_none();
+                if !Self::gtrid_len_ok(s.data()) {
                     self.tx_begin_result("tx_begin_for_token", r, None, live, &s, &route, None);
+                    return Some(r);
+                }
+                if self.hist[c].tx.contains_key(s.data()) {
+                    // The token is checked right after the gtrid, an existing gtrid's too (the
+                    // header: "a malformed or foreign token is INVALID_ARGUMENT and changes
+                    // nothing"); an existing gtrid is then joined, its request never read.
+                    if token_bad {
+                        self.check("tx_begin_for_token.bad_token_existing", r, R::InvalidArgument, &(s.data(), &a.s));
+                    } else {
+                        self.tx_begin_result("tx_begin_for_token", r, None, live, &s, &route, None);
+                    }
                     return Some(r);
                 }
                 let b = built.as_ref();
                 // A malformed token is refused whatever else the request holds, as is a bad key;
                 // a bad session is refused when it is read (strict placement reads it, a token
                 // wins over it otherwise).
-                let token_bad = parse_token(a.str()).is_none();
                 if token_bad || b.is_some_and(|b| b.key_bad()) {
                     self.check("tx_begin_for_token.bad_input", r, R::InvalidArgument, &(s.data(), &req, &a.s));
                     return Some(r);
