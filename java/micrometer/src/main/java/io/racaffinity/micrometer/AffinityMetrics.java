@@ -111,7 +111,7 @@ public final class AffinityMetrics implements MeterBinder {
         NodeMeters nodeMeters = new NodeMeters(registry, clusterTags);
         Snapshot snapshot = new Snapshot(cluster, nodeMeters::sync);
         nodeMeters.snapshot = snapshot;
-        snapshot.names(); // the first read registers the nodes' meters
+        snapshot.namesAtBinding(); // the first read registers the nodes' meters
         for (String node : cluster.nodeNames()) {
             DataSource pool;
             try {

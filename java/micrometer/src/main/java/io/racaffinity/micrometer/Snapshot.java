@@ -106,6 +106,19 @@ final class Snapshot {
         return knownNames();
     }
 
+    /**
+     * The node set as of now, for a binder registering meters: the read counts as no scrape, so the first
+     * scrape after it reads the core again however soon it comes (it would otherwise show the counts of the
+     * moment the binder was bound for up to 100 ms).
+     */
+    List<String> namesAtBinding() {
+        List<String> names = names();
+        synchronized (this) {
+            readAt = 0;
+        }
+        return names;
+    }
+
     /** The nodes of the latest read, without reading the core (empty before the first read). */
     synchronized List<String> knownNames() {
         return names == null ? List.of() : names;

@@ -99,6 +99,23 @@ class NodeSetMetricsTest {
         assertEquals(new TreeSet<>(List.of("B", "C")), scraped(registry, "racaffinity.node.picks"));
     }
 
+    /**
+     * Reading the node set at bindTo is no scrape: the first scrape, however soon after, reads the core again
+     * (a check right after binding and one request saw 0 picks, the snapshot read at bindTo).
+     */
+    @Test
+    void theFirstScrapeAfterBindingCountsWorkDoneSinceBinding() throws Exception {
+        MeterRegistry registry = new SimpleMeterRegistry();
+        new AffinityMetrics(ds).bindTo(registry);
+        Cluster c = ds.getCluster();
+        c.pick().close();
+        double picks = 0;
+        for (String node : List.of("A", "B")) {
+            picks += registry.get("racaffinity.node.picks").tag(AffinityMetrics.NODE, node).functionCounter().count();
+        }
+        assertEquals(1.0, picks, "picks scraped right after binding and one pick");
+    }
+
     @Test
     void openTelemetryReportsANodeAddedAfterInstallingAndDropsARemovedOne() throws Exception {
         CollectingReader reader = new CollectingReader();
