@@ -228,9 +228,12 @@ class FaultProxy:
                                 self._blackhole = True
                             self._lost.set()
                             continue
+                        # Set before refuse() ends the sessions: the client
+                        # sees its reset from then on and may replay and
+                        # check reply_lost before this thread runs again.
+                        self._lost.set()
                         if self._then_refuse:
                             self.refuse()
-                        self._lost.set()
                         _reset(client)
                         return
         except OSError:
