@@ -356,6 +356,8 @@ INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio t
     ("routeFloor", "the route floor: this thread's route from a `ThreadLocal`, no check, no count (interleaved)",
      "no-op JNI call", None),
     ("nativePinnedRoute", "raw `Native.contextRoute` (interleaved)", "no-op JNI call", None),
+    ("fencedNoop", "no-op JNI call with `Reference.reachabilityFence` in a `finally` (interleaved)", "no-op JNI call",
+     None),
     ("pinnedPickRelease", "`pick()` + `release(OK)` on a pinned thread (interleaved)", "no-op JNI call",
      Target(2.0, "fast-paths")),
     ("pinnedPickReleaseKept", "the same, the lease kept in a field (interleaved)", "no-op JNI call", None),

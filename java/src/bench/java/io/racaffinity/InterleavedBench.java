@@ -4,6 +4,7 @@ import com.zaxxer.hikari.HikariDataSource;
 import io.racaffinity.bench.DataSourceBench;
 import io.racaffinity.jdbc.AffinityDataSource;
 import java.lang.management.ManagementFactory;
+import java.lang.ref.Reference;
 import java.lang.management.ThreadMXBean;
 import java.sql.Connection;
 import java.sql.SQLException;
@@ -91,6 +92,19 @@ public final class InterleavedBench {
                     long acc = 0;
                     for (long i = 0; i < n; i++) {
                         acc += Native.noop(h, i);
+                    }
+                    return acc;
+                }),
+                // What the reachabilityFence(this) in a finally around each of Cluster's
+                // crossings costs: the same no-op call fenced (bfdc2ff put it on 37 methods).
+                new Subject("fencedNoop", "no-op JNI call with `Reference.reachabilityFence` in a `finally`", n -> {
+                    long acc = 0;
+                    for (long i = 0; i < n; i++) {
+                        try {
+                            acc += Native.noop(h, i);
+                        } finally {
+                            Reference.reachabilityFence(cluster);
+                        }
                     }
                     return acc;
                 }),
