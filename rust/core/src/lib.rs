@@ -88,7 +88,7 @@ pub use pin::{ContextKey, ContextPin, ThreadPin};
 pub use request::RouteRequest;
 pub use route::{Route, RouteKind};
 pub use session::MAX_KEY_BYTES;
-pub use token::{node_token_id, SessionRouting, TokenParts, TokenRoute};
+pub use token::{node_token_id, ChosenToken, SessionRouting, TokenParts, TokenRoute};
 pub use transaction::{TxInfo, MAX_GTRID_BYTES};
 
 /// The crate version.

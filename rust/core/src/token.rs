@@ -41,6 +41,19 @@ pub struct TokenRoute {
     pub token: Option<String>,
 }
 
+/// What [`Cluster::route_tokens`] chose among a request's tokens, and how
+/// the chosen one routed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChosenToken {
+    /// The chosen token's position among the candidates, in the order given.
+    pub index: usize,
+    /// The chosen token's route, as [`Cluster::route_token`] decides it: an
+    /// error when no node may serve the session now (strict session mode,
+    /// every node down). The index stands either way, so the caller keeps
+    /// the chosen token for when a node is back.
+    pub route: Result<TokenRoute>,
+}
+
 /// A token taken apart ([`Cluster::decode_token`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenParts {
@@ -217,6 +230,55 @@ impl Cluster {
         let route = Route::new(now.id(), kind);
         self.count(&topo, Some(Scope::Session), route);
         Ok(TokenRoute { route, token: (rewritten != token).then_some(rewritten) })
+    }
+
+    /// Chooses the token to route among those one request carries, in the
+    /// order the client sent them, and routes it ([`Cluster::route_token`]).
+    /// A browser sends one cookie per path it holds, the longest path first
+    /// (RFC 6265, 5.4), so a stale token under a longer path (another
+    /// cluster's, or from before a re-configuration) comes before the
+    /// current one. The chosen token is the first that names a node of this
+    /// cluster (its primary or backup; [`Cluster::decode_token`]), else the
+    /// first well-formed one (its session id is kept, on a fresh pair of
+    /// nodes). `None` when no candidate is well-formed (or there is none):
+    /// the request starts a new session ([`Cluster::session_token`]).
+    ///
+    /// ```
+    /// # use racaffinity::Cluster;
+    /// let c = Cluster::from_config_text("nodes = A, B, C").unwrap();
+    /// let other = Cluster::from_config_text("nodes = X, Y").unwrap();
+    /// let current = c.session_token("s-1").unwrap();
+    /// let stale = other.session_token("s-0").unwrap();
+    /// let chosen = c.route_tokens(["garbage", stale.as_str(), current.as_str()]).unwrap();
+    /// assert_eq!(chosen.index, 2);
+    /// assert_eq!(chosen.route.unwrap().token, None, "the current token still holds");
+    /// assert!(c.route_tokens(["garbage"]).is_none());
+    /// ```
+    pub fn route_tokens<I>(&self, candidates: I) -> Option<ChosenToken>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let (index, token) = {
+            let topo = self.topo();
+            let names_a_node = |p: &Parsed<'_>| {
+                find_node(&topo, p.primary).is_some() || p.backup.is_some_and(|b| find_node(&topo, b).is_some())
+            };
+            let mut well_formed = None;
+            let mut chosen = None;
+            for (i, t) in candidates.into_iter().enumerate() {
+                let Ok(p) = parse(t.as_ref()) else { continue };
+                if names_a_node(&p) {
+                    chosen = Some((i, t));
+                    break;
+                }
+                if well_formed.is_none() {
+                    well_formed = Some((i, t));
+                }
+            }
+            chosen.or(well_formed)?
+        };
+        Some(ChosenToken { index, route: self.route_token(token.as_ref()) })
     }
 
     /// The node [`Cluster::route_token`] would route a request carrying

@@ -109,6 +109,50 @@ fn malformed_and_foreign_tokens_are_typed_errors_and_unknown_nodes_count_as_down
     assert!(e.to_string().contains("'\u{e9}'"), "{e}");
 }
 
+/// A token of another cluster (its nodes are none of `FOUR`'s): well-formed,
+/// but naming no node here.
+fn foreign(sid: &str) -> String {
+    cluster("nodes = X1, X2, X3").session_token(sid).unwrap()
+}
+
+#[test]
+fn of_several_tokens_the_first_that_names_a_node_routes_else_the_first_well_formed() {
+    let c = cluster(FOUR);
+    let current = c.session_token("current").unwrap();
+    let node = c.route_token(&current).unwrap().route.node;
+    let stale = foreign("stale");
+    assert!(c.route_token(&stale).unwrap().token.is_some(), "the stale one alone would move the session");
+    // The browser's order: a stale cookie under a longer path first.
+    let chosen = c.route_tokens([stale.as_str(), "garbage", current.as_str()]).unwrap();
+    assert_eq!(chosen.index, 2, "the current token, not the stale one");
+    let r = chosen.route.unwrap();
+    assert_eq!((r.route.node, r.route.kind, r.token), (node, RouteKind::Affinity, None));
+    // Owned strings too, and the first of two that name a node.
+    let second = c.session_token("second").unwrap();
+    assert_eq!(c.route_tokens(vec![second.clone(), current.clone()]).unwrap().index, 0);
+    // None names a node: the first well-formed one keeps its session id, on a fresh pair.
+    let chosen = c.route_tokens(["garbage", stale.as_str(), foreign("later").as_str()]).unwrap();
+    assert_eq!(chosen.index, 1);
+    assert_eq!(chosen.route.unwrap().token.unwrap(), c.session_token("stale").unwrap());
+    // A backup of this cluster's is enough to name a node.
+    let a1 = node_token_id("A1");
+    let half = format!("half!ra1.00000000.{a1}");
+    assert_eq!(c.route_tokens([stale.as_str(), half.as_str()]).unwrap().index, 1);
+}
+
+#[test]
+fn with_no_well_formed_token_there_is_nothing_to_route_and_a_refusal_keeps_the_choice() {
+    let c = cluster(&format!("{FOUR}\nsession.strict = true"));
+    assert_eq!(c.route_tokens(["", "garbage", "sid!ra2.00000000.none"]), None);
+    assert_eq!(c.route_tokens(Vec::<String>::new()), None);
+    let token = c.session_token("s").unwrap();
+    let primary = c.session_routing(b"s").unwrap().primary;
+    c.set_node_state(&c.node_name(primary).unwrap(), NodeState::Down).unwrap();
+    let chosen = c.route_tokens([foreign("stale").as_str(), token.as_str()]).unwrap();
+    assert_eq!(chosen.index, 1, "the primary is down, but the token still names the backup");
+    assert_eq!(chosen.route.unwrap_err().kind(), ErrorKind::StrictAffinity);
+}
+
 const ZONES: &str = "nodes = Z1a, Z1b, Z2a, Z2b\nnode.Z1a.zone = z1\nnode.Z1b.zone = z1\nnode.Z2a.zone = z2\n\
                      node.Z2b.zone = z2\nlocal.zone = z1\npolicy = round_robin";
 

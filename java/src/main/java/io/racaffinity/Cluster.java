@@ -466,6 +466,37 @@ public final class Cluster implements AutoCloseable {
         return new TokenRoute(route(out[0]), Optional.ofNullable(rewritten));
     }
 
+    /**
+     * Routes a request that carries several tokens (a browser sends one cookie per path it holds, the longest
+     * path first, so a stale token may come before the current one): the core chooses the first token that names
+     * a node of this cluster as primary or backup, else the first well-formed one, and routes it as
+     * {@link #routeToken(String)} does (docs/wls-routing.md).
+     *
+     * @param tokens the request's tokens, in the order the client sent them
+     * @return the chosen token and its route (whose {@link TokenChoice#route()} throws a refusal); empty when no
+     *     token is well-formed: the request starts a new session ({@link #sessionToken(String)})
+     */
+    public Optional<TokenChoice> routeTokens(List<String> tokens) {
+        String[] candidates = tokens.toArray(new String[0]);
+        for (int i = 0; i < candidates.length; i++) {
+            Objects.requireNonNull(candidates[i], "tokens[" + i + "]");
+        }
+        long[] out = {0, -1};
+        try {
+            String rewritten = Native.sessionTokensRoute(handle, candidates, out);
+            return out[1] < 0 ? Optional.empty()
+                    : Optional.of(new TokenChoice((int) out[1], candidates[(int) out[1]],
+                            new TokenRoute(route(out[0]), Optional.ofNullable(rewritten)), null));
+        } catch (StrictAffinityException | NoNodeAvailableException refused) {
+            if (out[1] < 0) {
+                throw refused;
+            }
+            return Optional.of(new TokenChoice((int) out[1], candidates[(int) out[1]], null, refused));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
+    }
+
     // ---- picks, pins, leases ----------------------------------------------
 
     private AtomicLongArray[] newContext() {

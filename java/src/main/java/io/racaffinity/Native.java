@@ -68,6 +68,8 @@ final class Native {
 
     static native String sessionTokenRoute(long h, String token, long[] route);
 
+    static native String sessionTokensRoute(long h, String[] tokens, long[] out);
+
     static native String[] nodeNames(long h);
 
     static native int[] nodeIds(long h);

@@ -75,6 +75,37 @@ class SessionTokenTest {
         }
     }
 
+    /**
+     * {@link Cluster#routeTokens} through JNI: the core's choice (the first token naming a node of the cluster,
+     * else the first well-formed one), none well-formed is empty, a lone surrogate is a malformed candidate, and a
+     * strict refusal keeps the chosen index.
+     */
+    @Test
+    void ofSeveralTokensTheCoreChoosesTheOneToRoute() {
+        try (Cluster c = Cluster.fromConfig(CONFIG); Cluster other = Cluster.fromConfig("nodes = X1, X2");
+                Cluster strict = Cluster.fromConfig(CONFIG + "; session.strict = true")) {
+            String current = c.sessionToken("current");
+            String stale = other.sessionToken("stale");
+            TokenChoice chosen = c.routeTokens(java.util.List.of("s\uD800!ra1.00000000.none", stale, current))
+                    .orElseThrow();
+            assertEquals(2, chosen.index());
+            assertEquals(current, chosen.token());
+            assertEquals(c.routeToken(current).route().nodeName(), chosen.route().route().nodeName());
+            assertFalse(chosen.route().changed());
+            TokenChoice fallback = c.routeTokens(java.util.List.of("garbage", stale)).orElseThrow();
+            assertEquals(1, fallback.index());
+            assertTrue(fallback.route().token().orElseThrow().startsWith("stale!"));
+            assertEquals(Optional.empty(), c.routeTokens(java.util.List.of("garbage", "s!ra9.00000000.none")));
+            assertEquals(Optional.empty(), c.routeTokens(java.util.List.of()));
+            for (String n : new String[] {"RAC1", "RAC2", "RAC3"}) {
+                strict.setNodeState(n, NodeState.DOWN);
+            }
+            TokenChoice refused = strict.routeTokens(java.util.List.of(stale, current)).orElseThrow();
+            assertEquals(1, refused.index(), "the choice stands");
+            assertThrows(StrictAffinityException.class, refused::route);
+        }
+    }
+
     @Test
     void aTokenHoldsUntilItsPrimaryIsDownThenTheBackupIsPromoted() {
         try (Cluster c = Cluster.fromConfig(CONFIG)) {

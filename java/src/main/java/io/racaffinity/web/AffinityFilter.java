@@ -2,8 +2,8 @@ package io.racaffinity.web;
 
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
-import io.racaffinity.InvalidArgumentException;
 import io.racaffinity.Route;
+import io.racaffinity.TokenChoice;
 import io.racaffinity.TokenRoute;
 import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.jdbc.RouteScope;
@@ -33,6 +33,7 @@ import java.util.ArrayList;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Locale;
+import java.util.Optional;
 import javax.naming.InitialContext;
 import javax.naming.NamingException;
 
@@ -277,19 +278,18 @@ public class AffinityFilter implements Filter {
                 held.add((String) value);
             }
         }
-        String token = held.isEmpty() ? null : held.get(0);
+        String token = null;
         TokenRoute decided = null;
         boolean write;
         try {
-            for (String candidate : held) {
-                token = candidate; // the one a refusal (strict, every node down) keeps for the request
-                try {
-                    decided = cluster.routeToken(candidate);
-                    break;
-                } catch (InvalidArgumentException e) {
-                    LOG.log(Level.DEBUG, () -> "a malformed or foreign routing token starts a new one: "
-                            + e.getMessage());
-                }
+            // The core chooses among them (docs/wls-routing.md): a stale cookie under a longer path, another
+            // cluster's or from before a re-configuration, must not move the session.
+            Optional<TokenChoice> chosen = held.isEmpty() ? Optional.empty() : cluster.routeTokens(held);
+            if (chosen.isPresent()) {
+                token = chosen.get().token(); // the one a refusal (strict, every node down) keeps for the request
+                decided = chosen.get().route();
+            } else if (!held.isEmpty()) {
+                LOG.log(Level.DEBUG, () -> "no well-formed routing token among " + held.size() + ": a new one");
             }
             if (decided == null) {
                 token = cluster.sessionToken(sessionId != null ? sessionId : newSessionId());

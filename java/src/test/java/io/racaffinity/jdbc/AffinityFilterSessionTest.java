@@ -311,6 +311,50 @@ class AffinityFilterSessionTest {
         }
     }
 
+    /**
+     * A stale cookie under a longer path comes first (RFC 6265, 5.4): another cluster's token, or one from before
+     * a re-configuration, is well-formed but names no node of this cluster. The filter routed the first token the
+     * cluster accepted, so the stale one won: the session got a fresh pair of nodes and its cookie was rewritten.
+     */
+    @Test
+    void aStaleWellFormedTokenThatNamesNoNodeOfTheClusterDoesNotMoveTheSession() throws Exception {
+        try (Cluster cluster = Cluster.fromConfig("name = filter-stale; nodes = A, B, C");
+                Cluster elsewhere = Cluster.fromConfig("name = filter-elsewhere; nodes = X, Y, Z")) {
+            String mine = cluster.sessionToken(otherNodeSession(cluster, "A"));
+            String mineNode = cluster.routeToken(mine).route().nodeName();
+            String stale = elsewhere.sessionToken("stale-session");
+            AffinityFilter f = new AffinityFilter();
+            f.setRoutingToken(AffinityFilter.TokenStore.COOKIE, cluster);
+            List<Cookie> written = new ArrayList<>();
+            HttpServletResponse response = Stubs.proxy(HttpServletResponse.class, "Response", (p, m, a) -> {
+                if (m.getName().equals("addCookie")) {
+                    written.add((Cookie) a[0]);
+                }
+                return null;
+            });
+            Map<String, Object> attributes = new HashMap<>();
+            HttpServletRequest request = Stubs.proxy(HttpServletRequest.class, "Request", (p, m, a) -> switch (
+                    m.getName()) {
+                case "setAttribute" -> attributes.put((String) a[0], a[1]);
+                case "getAttribute" -> attributes.get((String) a[0]);
+                case "getCookies" -> new Cookie[] {new Cookie(AffinityFilter.DEFAULT_COOKIE, stale),
+                    new Cookie(AffinityFilter.DEFAULT_COOKIE, mine)};
+                case "getContextPath" -> "/app";
+                case "isSecure", "isAsyncSupported" -> false;
+                default -> null;
+            });
+            Object[] seen = new Object[2];
+            f.doFilter(request, response, (rq, rs) -> {
+                seen[0] = rq.getAttribute(AffinityFilter.TOKEN_ATTRIBUTE);
+                seen[1] = ((io.racaffinity.Route) rq.getAttribute(AffinityFilter.ROUTE_ATTRIBUTE)).nodeName();
+            });
+            assertEquals(mine, seen[0], "the request keeps the current token, not the stale " + stale);
+            assertEquals(mineNode, seen[1], "and runs on its node");
+            assertEquals(List.of(), written.stream().map(Cookie::getValue).toList(),
+                    "the session's cookie is not rewritten");
+        }
+    }
+
     /** A session id whose token's primary is not {@code node}. */
     static String otherNodeSession(Cluster cluster, String node) {
         for (int i = 0;; i++) {
