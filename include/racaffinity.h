@@ -1447,6 +1447,40 @@ racaffinity_result racaffinity_session_token_decode(const racaffinity_cluster *c
                                                     size_t *out_len);
 
 /*
+ Routes a request that carries several tokens (`tokens[0..count]`, in the
+ order the client sent them: a browser sends one cookie per path it holds,
+ the longest path first, so a stale token may come before the current
+ one). The core chooses (docs/wls-routing.md): the first token that names
+ a node of this cluster as primary or backup, else the first well-formed
+ one; then routes it as `racaffinity_session_token_route` does. Writes
+ the chosen token's index to `*out_index`, its node to `*out`, and the
+ token the client must keep into `buf` (`*out_changed`: whether it differs
+ from `tokens[*out_index]`). A candidate that is not valid UTF-8 counts as
+ malformed; a NULL one is NULL_ARGUMENT. When no candidate is
+ well-formed (or `count` is 0) the result
+ is INVALID_ARGUMENT and `*out_index` is `count`: start a new session
+ (`racaffinity_session_token_new`). A refusal (STRICT_AFFINITY,
+ NO_NODE_AVAILABLE) still writes `*out_index`: the client keeps that
+ token. A buffer of the longest candidate's `strlen + 5` always fits;
+ BUFFER_TOO_SMALL comes after the route, as for
+ `racaffinity_session_token_route`.
+
+ # Safety
+ `tokens` NULL (only when `count` is 0) or valid for `count` pointers,
+ each NULL or NUL-terminated; `out_index`, `out` and `out_changed` NULL or
+ writable; `buf` NULL or valid for `cap` bytes; `out_len` NULL or writable.
+ */
+racaffinity_result racaffinity_session_tokens_route(const racaffinity_cluster *cluster,
+                                                    const char *const *tokens,
+                                                    size_t count,
+                                                    size_t *out_index,
+                                                    racaffinity_route *out,
+                                                    char *buf,
+                                                    size_t cap,
+                                                    size_t *out_len,
+                                                    bool *out_changed);
+
+/*
  Begins or joins a branch of `gtrid` (1..=64 bytes) and writes its route.
  Every branch, from any thread or process, gets the owning node.
 

@@ -213,6 +213,9 @@ static void every_cluster_function_returns(const racaffinity_cluster *c, racaffi
     CHECK_RC(racaffinity_session_token_new(c, "s", buf, sizeof buf, &len), want);
     CHECK_RC(racaffinity_session_token_route(c, "s!ra1.00000000.none", &r, buf, sizeof buf, &len, &b), want);
     CHECK_RC(racaffinity_session_token_decode(c, "s!ra1.00000000.none", &u, &u2, buf, sizeof buf, &len), want);
+    const char *held[] = {"s!ra1.00000000.none"};
+    size_t ix = 0;
+    CHECK_RC(racaffinity_session_tokens_route(c, held, 1, &ix, &r, buf, sizeof buf, &len, &b), want);
     CHECK_RC(racaffinity_context_pin_for(c, 1, RACAFFINITY_SCOPE_SESSION, &r), want);
     CHECK_RC(racaffinity_partition_map_load_failed(c, "loader", "x"), want);
     CHECK_RC(racaffinity_partition_map_replace(c, parts, names, 1, "loader", &u64), want);
@@ -812,6 +815,63 @@ static void session_tokens_carry_primary_and_backup_and_promote_on_failure(void)
     CHECK_EQ_U(db, RACAFFINITY_NO_NODE);
     CHECK_RC(racaffinity_session_token_decode(c, "s!ra1.zz", &dp, &db, sid, sizeof sid, &len),
              RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    free_cluster(c);
+}
+
+/* Of several tokens (a stale cookie under a longer path first), the core
+ * routes the first that names a node of this cluster, else the first
+ * well-formed one; the index says which; none well-formed is INVALID_ARGUMENT
+ * with the index at `count`; a refusal still gives the index. */
+static void of_several_tokens_the_core_chooses_the_one_to_route(void) {
+    racaffinity_cluster *c = new_cluster("nodes = S1, S2, S3\nsession.strict = true");
+    racaffinity_cluster *other = new_cluster("nodes = X1, X2");
+    char current[64], stale[64], next[80];
+    size_t len = 0, ix = 99;
+    CHECK_OK(racaffinity_session_token_new(c, "current", current, sizeof current, &len));
+    CHECK_OK(racaffinity_session_token_new(other, "stale", stale, sizeof stale, &len));
+    racaffinity_route r, alone;
+    bool changed = true;
+    CHECK_OK(racaffinity_session_token_route(c, current, &alone, next, sizeof next, &len, &changed));
+    const char bad_utf8[] = {'s', (char)0xff, '!', 'r', 'a', '1', 0};
+    const char *held[] = {bad_utf8, "garbage", stale, current};
+    CHECK_OK(racaffinity_session_tokens_route(c, held, 4, &ix, &r, next, sizeof next, &len, &changed));
+    CHECK_EQ_U(ix, 3);
+    CHECK_EQ_U(r.node, alone.node);
+    CHECK(!changed);
+    CHECK(strcmp(next, current) == 0);
+    CHECK_EQ_U(len, strlen(current) + 1);
+    /* None well-formed, or none at all: a new session. */
+    const char *junk[] = {"garbage", "s!ra9.00000000.none"};
+    CHECK_RC(racaffinity_session_tokens_route(c, junk, 2, &ix, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_EQ_U(ix, 2);
+    CHECK_LAST_ERROR_CONTAINS("new session");
+    CHECK_RC(racaffinity_session_tokens_route(c, NULL, 0, &ix, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_EQ_U(ix, 0);
+    /* NULL arguments are argument errors, never a choice. */
+    const char *with_null[] = {current, NULL};
+    CHECK_RC(racaffinity_session_tokens_route(c, with_null, 2, &ix, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("tokens[1]");
+    CHECK_RC(racaffinity_session_tokens_route(c, NULL, 1, &ix, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_session_tokens_route(c, held, 4, NULL, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_session_tokens_route(c, held, 4, &ix, &r, NULL, 64, &len, &changed),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    /* Strict, every node down: refused, and the index names the token to keep. */
+    const char *pair[] = {stale, current};
+    for (int i = 1; i <= 3; i++) {
+        char name[4];
+        snprintf(name, sizeof name, "S%d", i);
+        CHECK_OK(racaffinity_node_set_state(c, name, RACAFFINITY_NODE_STATE_DOWN));
+    }
+    ix = 99;
+    CHECK_RC(racaffinity_session_tokens_route(c, pair, 2, &ix, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_STRICT_AFFINITY);
+    CHECK_EQ_U(ix, 1);
+    free_cluster(other);
     free_cluster(c);
 }
 
@@ -2475,6 +2535,7 @@ static const h_test tests[] = {
     TEST(ucp_affinity_contexts_and_the_partition_map_replaced_whole),
     TEST(a_planned_drain_keeps_existing_work_until_its_timeout_then_moves_it),
     TEST(session_tokens_carry_primary_and_backup_and_promote_on_failure),
+    TEST(of_several_tokens_the_core_chooses_the_one_to_route),
     TEST(a_new_gtrid_follows_the_requests_session_token),
     TEST(token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup),
     TEST(token_route_without_a_buffer_routes_nothing),

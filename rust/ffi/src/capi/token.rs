@@ -137,3 +137,82 @@ pub unsafe extern "C" fn racaffinity_session_token_decode(
         unsafe { write_str(&parts.session_id, buf, cap, out_len) }
     })
 }
+
+/// Routes a request that carries several tokens (`tokens[0..count]`, in the
+/// order the client sent them: a browser sends one cookie per path it holds,
+/// the longest path first, so a stale token may come before the current
+/// one). The core chooses (docs/wls-routing.md): the first token that names
+/// a node of this cluster as primary or backup, else the first well-formed
+/// one; then routes it as `racaffinity_session_token_route` does. Writes
+/// the chosen token's index to `*out_index`, its node to `*out`, and the
+/// token the client must keep into `buf` (`*out_changed`: whether it differs
+/// from `tokens[*out_index]`). A candidate that is not valid UTF-8 counts as
+/// malformed; a NULL one is NULL_ARGUMENT. When no candidate is
+/// well-formed (or `count` is 0) the result
+/// is INVALID_ARGUMENT and `*out_index` is `count`: start a new session
+/// (`racaffinity_session_token_new`). A refusal (STRICT_AFFINITY,
+/// NO_NODE_AVAILABLE) still writes `*out_index`: the client keeps that
+/// token. A buffer of the longest candidate's `strlen + 5` always fits;
+/// BUFFER_TOO_SMALL comes after the route, as for
+/// `racaffinity_session_token_route`.
+///
+/// # Safety
+/// `tokens` NULL (only when `count` is 0) or valid for `count` pointers,
+/// each NULL or NUL-terminated; `out_index`, `out` and `out_changed` NULL or
+/// writable; `buf` NULL or valid for `cap` bytes; `out_len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_session_tokens_route(
+    cluster: *const racaffinity_cluster,
+    tokens: *const *const c_char,
+    count: usize,
+    out_index: *mut usize,
+    out: *mut racaffinity_route,
+    buf: *mut c_char,
+    cap: usize,
+    out_len: *mut usize,
+    out_changed: *mut bool,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (index, out, changed) =
+            unsafe { (out_arg(out_index, "out_index")?, out_arg(out, "out")?, out_arg(out_changed, "out_changed")?) };
+        // Checked before routing: an argument error must not leave a counted
+        // route behind.
+        if buf.is_null() {
+            return Err(Failure::null("buf"));
+        }
+        if count > 0 && tokens.is_null() {
+            return Err(Failure::null("tokens"));
+        }
+        let mut candidates = Vec::with_capacity(count.min(64));
+        for i in 0..count {
+            // SAFETY: `tokens` holds `count` pointers per the contract.
+            let p = unsafe { *tokens.add(i) };
+            // SAFETY: each is NULL or NUL-terminated per the contract.
+            match unsafe { str_arg(p, "tokens[i]") } {
+                Ok(t) => candidates.push(t),
+                Err(f) if f.code == racaffinity_result::NullArgument => {
+                    return Err(Failure::null(&format!("tokens[{i}]")));
+                }
+                // Not text: a token of no cluster, as a malformed one is.
+                Err(_) => candidates.push(""),
+            }
+        }
+        let chosen = handle::with(cluster, |c| Ok(c.route_tokens(&candidates)))?;
+        let Some(chosen) = chosen else {
+            index.set(count)?;
+            return Err(Failure::new(
+                racaffinity_result::InvalidArgument,
+                format!("none of the {count} tokens is a well-formed session token: start a new session"),
+            ));
+        };
+        index.set(chosen.index)?;
+        let r = chosen.route?;
+        // Written first: a too-small buffer still tells the caller the node.
+        out.set(r.route.into())?;
+        changed.set(r.token.is_some())?;
+        let t = candidates[chosen.index];
+        // SAFETY: per this function's contract.
+        unsafe { write_str(r.token.as_deref().unwrap_or(t), buf, cap, out_len) }
+    })
+}
