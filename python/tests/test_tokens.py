@@ -121,6 +121,29 @@ def test_strict_session_mode_refuses_instead_of_promoting(cluster_factory):
         c.route_token(token)
 
 
+def test_of_several_tokens_the_core_chooses_the_one_to_route(cluster_factory):
+    # racaffinity_session_tokens_route: the first token naming a node of the
+    # cluster, else the first well-formed one; none well-formed is None.
+    c = cluster_factory(machines_config("session.strict = true\n"))
+    other = cluster_factory("nodes = OTHER1, OTHER2")
+    current, stale = c.session_token("current"), other.session_token("stale")
+    alone = c.route_token(current)
+    chosen = c.route_tokens(["caf\udce9!ra1", "bad\0nul", "garbage", stale, current])
+    assert chosen is not None and (chosen.index, chosen.token) == (4, current)
+    assert chosen.route == alone and chosen.refusal is None
+    assert c.route_tokens(["garbage", "s!ra9.00000000.none"]) is None
+    assert c.route_tokens([]) is None
+    with pytest.raises(TypeError):
+        c.route_tokens([current, 42])  # type: ignore[list-item]
+    # Strict, its nodes down: refused, and the choice stands (the client keeps it).
+    for name in NAMES:
+        c.set_node_state(name, ra.NodeState.DOWN)
+    refused = c.route_tokens([stale, current])
+    assert refused is not None and refused.index == 1 and isinstance(refused.refusal, ra.StrictAffinityError)
+    with pytest.raises(ra.StrictAffinityError):
+        refused.route
+
+
 def test_a_token_from_another_process_routes_the_same_with_unknown_nodes_counted_down(cluster_factory):
     a = cluster_factory(machines_config())
     token = a.session_token("shared")

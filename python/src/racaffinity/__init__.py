@@ -33,7 +33,7 @@ from ._continuity import (
 )
 from ._routes import Lease, Node, NodeState, Outcome, Route, RouteKind, Scope
 from ._scopes import PinScope, SessionScope, Transaction
-from ._token import SessionRouting, TokenRoute
+from ._token import SessionRouting, TokenChoice, TokenRoute
 from ._errors import (
     EXCEPTIONS,
     BufferTooSmallError,
@@ -81,6 +81,7 @@ __all__ = [
     "SessionScope",
     "SessionRouting",
     "TokenRoute",
+    "TokenChoice",
     "BytesLike",
     "DataKey",
     "version",

@@ -14,7 +14,7 @@ import json
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _config
 from ._args import U32_MAX as _U32_MAX
@@ -24,7 +24,16 @@ from ._args import bytes_arg as _bytes_arg
 from ._args import cstr as _cstr
 from ._args import enum_arg as _enum_arg
 from ._args import i64_arg as _i64_arg
-from ._errors import BUFFER_TOO_SMALL, UNKNOWN_NODE, InvalidArgumentError, KeyOverflowError, keeping_last_error, raise_for
+from ._errors import (
+    BUFFER_TOO_SMALL,
+    UNKNOWN_NODE,
+    InvalidArgumentError,
+    KeyOverflowError,
+    NoNodeAvailableError,
+    StrictAffinityError,
+    keeping_last_error,
+    raise_for,
+)
 from ._lib import NULL, ffi, lib
 from ._routes import HOST_LEASE_BASE as _HOST_LEASE_BASE
 from ._routes import HOST_LEASE_NODES as _HOST_LEASE_NODES
@@ -42,7 +51,7 @@ from ._scopes import TX as _TX
 from ._scopes import PinScope, SessionScope, Transaction, _Pin
 from ._scopes import context_call as _context_call
 from ._scopes import slot as _slot
-from ._token import SessionRouting, TokenRoute
+from ._token import SessionRouting, TokenChoice, TokenRoute
 from ._weak import members
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -338,21 +347,46 @@ class Cluster:
         )
         return TokenRoute(_route(self, out), text if changed[0] else None)
 
-    def _token_names_a_node(self, token: str) -> Optional[bool]:
-        """Whether `token` names a node of this cluster as its primary or
-        backup (`racaffinity_session_token_decode`, which routes nothing);
-        None for a malformed or foreign token."""
-        primary, backup = _new("uint32_t *"), _new("uint32_t *")
+    def route_tokens(self, tokens: Sequence[str]) -> Optional[TokenChoice]:
+        """Routes a request that carries several tokens, given in the order
+        the client sent them (a browser sends one cookie per path it holds,
+        the longest path first, so a stale token may come before the current
+        one): the core chooses the first that names a node of this cluster
+        as primary or backup, else the first well-formed one, and routes it
+        as `route_token` does (docs/wls-routing.md). Returns the
+        `TokenChoice`, whose `route` raises a refusal (strict session mode,
+        every node down); None when no token is well-formed: start a new
+        session (`session_token`)."""
+        tokens = list(tokens)
+        held = []
+        for t in tokens:
+            try:
+                held.append(_cstr(t, "token"))
+            except InvalidArgumentError:
+                held.append(b"")  # no text (a NUL, a lone surrogate): a token of no cluster
+        keep = [_new("char[]", b) for b in held]
+        array = _new("const char *[]", keep) if keep else NULL
+        index = _new("size_t *", len(held) + 1)
+        out = _new("racaffinity_route *")
+        changed = _new("bool *")
+        # The header's bound, so the route (counted) is made once.
+        cap = max((len(b) for b in held), default=0) + 5
         try:
-            t = _cstr(token, "token")
-            self._read_text(
-                lambda b, c, n: lib.racaffinity_session_token_decode(self._h, t, primary, backup, b, c, n),
-                len(t) + 1,
+            text = self._read_text(
+                lambda b, c, n: lib.racaffinity_session_tokens_route(
+                    self._h, array, len(held), index, out, b, c, n, changed
+                ),
+                cap,
             )
         except InvalidArgumentError:
-            return None
-        none = int(lib.RACAFFINITY_NO_NODE)
-        return int(primary[0]) != none or int(backup[0]) != none
+            if int(index[0]) == len(held):
+                return None
+            raise
+        except (StrictAffinityError, NoNodeAvailableError) as refused:
+            i = int(index[0])
+            return TokenChoice(i, tokens[i], None, refused)
+        i = int(index[0])
+        return TokenChoice(i, tokens[i], TokenRoute(_route(self, out), text if changed[0] else None), None)
 
     def node_address(self, node: Union[int, str]) -> Optional[str]:
         """The node's configured `host:port` (None if unset)."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NamedTuple, Optional
 if TYPE_CHECKING:  # pragma: no cover
     from ._cluster import Cluster, Route
 
-__all__ = ["SessionRouting", "TokenRoute", "RequestToken", "REQUEST_TOKEN", "request_token"]
+__all__ = ["SessionRouting", "TokenRoute", "TokenChoice", "RequestToken", "REQUEST_TOKEN", "request_token"]
 
 
 class SessionRouting(NamedTuple):
@@ -38,6 +38,36 @@ class TokenRoute(NamedTuple):
     def changed(self) -> bool:
         """Whether the client must be sent the rewritten token."""
         return self.token is not None
+
+
+class TokenChoice:
+    """Which of a request's tokens `Cluster.route_tokens` chose (`index`, in
+    the order given; `token`, as sent) and how it routed. The choice stands
+    when no node may serve the session now (strict session mode, every node
+    down): the client keeps `token`, `refusal` holds the core's error, and
+    `route` raises it."""
+
+    __slots__ = ("index", "token", "_route", "refusal")
+
+    def __init__(self, index: int, token: str, route: Optional[TokenRoute], refusal: Optional[Exception]) -> None:
+        self.index = index
+        self.token = token
+        self._route = route
+        self.refusal = refusal
+
+    @property
+    def route(self) -> TokenRoute:
+        """The chosen token's `TokenRoute`, as `Cluster.route_token` decides
+        it; raises `StrictAffinityError` or `NoNodeAvailableError` (the
+        `refusal`) when no node may serve the session now."""
+        if self._route is None:
+            assert self.refusal is not None
+            raise self.refusal
+        return self._route
+
+    def __repr__(self) -> str:
+        decided = f"refusal={self.refusal!r}" if self._route is None else f"route={self._route!r}"
+        return f"TokenChoice(index={self.index}, token={self.token!r}, {decided})"
 
 
 # Each NamedTuple's generated __new__ belongs to a made-up module, so its string

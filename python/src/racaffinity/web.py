@@ -43,7 +43,7 @@ import secrets
 from typing import Any, Awaitable, Callable, Dict, Iterable, Iterator, List, MutableMapping, Optional, Tuple
 
 from ._cluster import Cluster, Route
-from ._errors import Error, InvalidArgumentError, NoNodeAvailableError, StrictAffinityError
+from ._errors import Error, NoNodeAvailableError, StrictAffinityError
 from ._token import REQUEST_TOKEN, RequestToken
 from ._token import request_token as current_token
 
@@ -201,17 +201,18 @@ class TokenCookie:
         `Set-Cookie` value to send (None: unchanged). When
         no node may serve the session now, the route is a `RefusedRoute`, the
         token the client's (None if it had none) and nothing is sent."""
-        token = self.token(cookie_header)
+        token: Optional[str] = None
         try:
-            if token is not None:
-                try:
-                    decided = self.cluster.route_token(token)
-                except InvalidArgumentError:
-                    token = None  # malformed or foreign: a new session
-                else:
-                    if decided.token is None:
-                        return decided.route, token, None
-                    return decided.route, decided.token, self.set_cookie(decided.token, https)
+            # The core chooses among the cookies of the name (docs/wls-routing.md):
+            # a stale one under a longer path must not move the session.
+            values = cookie_values(cookie_header, self.cookie)
+            chosen = self.cluster.route_tokens(values) if values else None
+            if chosen is not None:
+                token = chosen.token  # what a refusal keeps for the client
+                decided = chosen.route
+                if decided.token is None:
+                    return decided.route, token, None
+                return decided.route, decided.token, self.set_cookie(decided.token, https)
             token = self.cluster.session_token(self.new_session_id())
             decided = self.cluster.route_token(token)
         except (StrictAffinityError, NoNodeAvailableError) as e:
@@ -220,23 +221,6 @@ class TokenCookie:
             return RefusedRoute(e), token, None
         held = decided.token or token
         return decided.route, held, self.set_cookie(held, https)
-
-    def token(self, cookie_header: Optional[str]) -> Optional[str]:
-        """The request's token: of the cookies named `cookie` (a browser
-        sends one per path it holds, the longest path first), the first that
-        names a node of this cluster; else the first well-formed one (its
-        session id is kept, on a fresh pair of nodes); else None. A stale
-        cookie under a longer path, malformed or another cluster's, never
-        hides the current one, which would start a new session on every
-        request."""
-        fallback: Optional[str] = None
-        for value in cookie_values(cookie_header, self.cookie):
-            names_a_node = self.cluster._token_names_a_node(value)
-            if names_a_node:
-                return value
-            if names_a_node is not None and fallback is None:
-                fallback = value
-        return fallback
 
     def set_cookie(self, token: str, https: bool = False) -> str:
         """The `Set-Cookie` header value that gives the client `token` in the
