@@ -307,6 +307,29 @@ class TokenRoutingTomcatTest {
         assertNotEquals(t0[0], parse(request(browser(), "/a").token())[0]);
     }
 
+    /**
+     * A browser sends a stale cookie under a longer path first (RFC 6265, 5.4): another cluster's token, well-formed
+     * but naming none of these nodes, must neither move the session nor rewrite its cookie.
+     */
+    @Test
+    void aStaleTokenOfAnotherClusterSentFirstDoesNotMoveTheSession() throws Exception {
+        Seen s0 = request(browser(), "/c");
+        String stale;
+        try (Cluster other = Cluster.fromConfig("name = elsewhere; nodes = X1, X2, X3")) {
+            stale = other.sessionToken("stale-session");
+        }
+        HttpClient plain = HttpClient.newHttpClient();
+        for (int i = 0; i < 3; i++) {
+            HttpResponse<String> r = plain.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/c/port"))
+                    .header("Cookie", COOKIE + "=" + stale + "; " + COOKIE + "=" + s0.token())
+                    .timeout(Duration.ofSeconds(30)).build(), HttpResponse.BodyHandlers.ofString());
+            String[] parts = r.body().split(" ");
+            assertEquals(s0.token(), parts[1], "the current token routes, not the stale " + stale);
+            assertEquals(s0.port(), Integer.parseInt(parts[0]), "on the session's node");
+            assertEquals(List.of(), r.headers().allValues("set-cookie"), "the cookie is not rewritten");
+        }
+    }
+
     @Test
     void withEveryNodeDownARequestThatNeedsNoDatabaseStillRuns() throws Exception {
         HttpClient browser = browser();
