@@ -160,11 +160,13 @@ class HeartbeatTest {
                 Heartbeat hb = heartbeat(c, a, b)) {
             waitFor("B probed", () -> b.calls.get() >= 2);
             c.removeNode("B");
-            Thread.sleep(2 * INTERVAL_MS); // a probe begun before the removal ends
-            int afterRemoval = b.calls.get();
+            int atRemoval = b.calls.get();
             int aBefore = a.calls.get();
             waitFor("A probed 10 times more", () -> a.calls.get() >= aBefore + 10);
-            assertEquals(afterRemoval, b.calls.get(), "probes of removed node B over 10 of A's");
+            // A tick that read the node set before the removal may still start one probe of B, however late
+            // its thread runs (no sleep can wait for it); a later tick reads B gone. So one at most.
+            assertTrue(b.calls.get() <= atRemoval + 1,
+                    "probes of removed node B over 10 of A's: " + (b.calls.get() - atRemoval) + " begun after its removal");
         }
     }
 }
