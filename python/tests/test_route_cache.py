@@ -430,6 +430,21 @@ def test_a_host_lease_released_by_outcome_name_or_number_counts_as_that_outcome(
         assert c.node_state(pinned.node) == ra.NodeState.DOWN
 
 
+def test_a_host_lease_refuses_a_number_no_outcome_has_and_stays_held(cluster_factory):
+    """A number no `Outcome` has is refused before the lease changes, as the
+    library refuses it for a lease it holds: read as no outcome, it ended
+    the lease as NEUTRAL and the host's error went unseen."""
+    c = cluster_factory(nodes=["a", "b"])
+    with c.pin() as pinned:
+        c.route()  # cached from here on
+        lease = c.pick()
+        assert isinstance(lease, HostLease)
+        with pytest.raises(ra.InvalidArgumentError, match="7 is not one of ok, failed, neutral"):
+            lease.release(7)
+        lease.release(ra.Outcome.OK)  # still held: this is its one release
+        assert node_metrics(c, pinned.node)["successes"] == 1
+
+
 def test_a_host_lease_dropped_unreleased_or_held_across_close_is_released(cluster_factory):
     c = cluster_factory(nodes=["a", "b"])
     with c.pin() as pinned:
