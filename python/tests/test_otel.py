@@ -5,7 +5,9 @@ a real pool timeout and a real SIGKILL of a node."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from typing import Iterator, Tuple
 
 import psycopg_pool
 import pytest
@@ -160,14 +162,25 @@ def test_a_killed_node_shows_as_down_and_failed(setup, pg) -> None:
         pg.restart(2)
 
 
-@pytest.mark.asyncio
-async def test_async_node_pools_are_measured_too(pg) -> None:
-    from racaffinity.pools import AsyncNodePools
-
+@contextlib.contextmanager
+def otel_cluster() -> Iterator[Tuple[ra.Cluster, InMemoryMetricReader, MeterProvider]]:
+    """A three-node cluster named otel and a meter provider with an in-memory
+    reader; both shut on leaving."""
     cluster = ra.Cluster("name = otel\nnodes = RAC1, RAC2, RAC3")
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     try:
+        yield cluster, reader, provider
+    finally:
+        provider.shutdown()
+        cluster.close()
+
+
+@pytest.mark.asyncio
+async def test_async_node_pools_are_measured_too(pg) -> None:
+    from racaffinity.pools import AsyncNodePools
+
+    with otel_cluster() as (cluster, reader, provider):
         async with AsyncNodePools(cluster, pg.dsn, min_size=1, max_size=1, timeout=5.0) as pools:
             handle = instrument(pools, meter_provider=provider)
             with pools.pin() as pin:
@@ -184,9 +197,6 @@ async def test_async_node_pools_are_measured_too(pg) -> None:
             assert value(pts, "db.client.connection.use_time", **name) == 1
             assert value(pts, "db.client.connection.timeouts", **name) == 1
             handle.uninstrument()
-    finally:
-        provider.shutdown()
-        cluster.close()
 
 
 @pytest.mark.asyncio
@@ -197,10 +207,7 @@ async def test_async_node_pools_instrumented_before_they_open_are_measured_from_
     # before it went unmeasured.
     from racaffinity.pools import AsyncNodePools
 
-    cluster = ra.Cluster("name = otel\nnodes = RAC1, RAC2, RAC3")
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    try:
+    with otel_cluster() as (cluster, reader, provider):
         pools = AsyncNodePools(cluster, pg.dsn, min_size=1, max_size=1, timeout=5.0)
         handle = instrument(pools, meter_provider=provider)
         async with pools:
@@ -211,9 +218,6 @@ async def test_async_node_pools_instrumented_before_they_open_are_measured_from_
             assert sum(p.count for _a, p in pts.get("db.client.connection.wait_time", [])) == 5
             assert sum(p.count for _a, p in pts.get("db.client.connection.use_time", [])) == 5
             handle.uninstrument()
-    finally:
-        provider.shutdown()
-        cluster.close()
 
 @pytest.mark.parametrize("first_out", ["older", "newer"])
 def test_uninstrumenting_one_instrumentation_keeps_the_others_hooks(setup, first_out) -> None:

@@ -289,19 +289,27 @@ def test_a_request_whose_node_is_gone_before_its_first_checkout_starts_elsewhere
         engine.dispose()
 
 
-@pytest.mark.asyncio
-async def test_the_asyncio_engine_replays_the_same_way(pg, cluster_factory, sreq_table):
+@contextlib.asynccontextmanager
+async def replaying_async_engine(pg, cluster_factory):
+    """An asyncio engine with replay over the three nodes (one connection
+    each, one overflow), and its cluster; disposed on leaving."""
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     engine = create_async_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
     try:
+        yield c, engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_engine_replays_the_same_way(pg, cluster_factory, sreq_table):
+    async with replaying_async_engine(pg, cluster_factory) as (c, engine):
         async with request(engine, key=key_on(c, "RAC3")) as req:
             await req.execute(INSERT, {"id": "ar"})
             assert (await req.execute(COUNT, {"id": "ar"})).scalar_one() == 1
             terminate(pg, "RAC3", req.backend_pid)
         assert req.replays == 1 and req.node != "RAC3"
         assert sum(rows_of(pg, "ar").values()) == 1 and rows_of(pg, "ar")["RAC3"] == 0
-    finally:
-        await engine.dispose()
 
 
 def test_a_request_runs_once(pg, cluster_factory, sreq_table):
@@ -332,9 +340,7 @@ def test_a_request_runs_once(pg, cluster_factory, sreq_table):
 
 @pytest.mark.asyncio
 async def test_the_asyncio_engines_request_runs_once(pg, cluster_factory, sreq_table):
-    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
-    engine = create_async_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
-    try:
+    async with replaying_async_engine(pg, cluster_factory) as (c, engine):
         req = request(engine, key=key_on(c, "RAC1"))
         async with req:
             await req.execute(INSERT, {"id": "aonce-1"})
@@ -343,8 +349,6 @@ async def test_the_asyncio_engines_request_runs_once(pg, cluster_factory, sreq_t
                 await req.execute(INSERT, {"id": "aonce-2"})
         assert rows_of(pg, "aonce-1") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}
         assert sum(rows_of(pg, "aonce-2").values()) == 0
-    finally:
-        await engine.dispose()
 
 def test_replay_needs_a_postgresql_engine_of_the_cluster(pg, cluster_factory):
     c = cluster_factory(nodes=NAMES)

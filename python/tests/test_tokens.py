@@ -439,6 +439,20 @@ def test_a_token_cookie_the_app_sets_itself_wins_over_the_middlewares(cluster_fa
     assert len(awritten) == 2 and awritten[-1] == logout.encode(), awritten
 
 
+def node_name_app_with_a_session(c: Any) -> Tuple[WsgiTokenMiddleware, str, str]:
+    """WSGI middleware (cookie ROUTE) over an app that answers the routed
+    node's name; the token of the session its first request started and the
+    node that request was routed to."""
+
+    def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [environ[ROUTE_KEY].name.encode()]
+
+    mw = WsgiTokenMiddleware(app, c, cookie="ROUTE")
+    env, _, _ = wsgi_call(mw, None)
+    return mw, env[TOKEN_KEY], env[ROUTE_KEY].name
+
+
 def test_a_stale_cookie_of_the_same_name_does_not_shadow_the_current_token(cluster_factory):
     # A browser holding two cookies of one name (a stale one under a longer
     # path, this middleware's under "/") sends the longer path's first (RFC
@@ -448,14 +462,7 @@ def test_a_stale_cookie_of_the_same_name_does_not_shadow_the_current_token(clust
     c = cluster_factory(machines_config())
     other = cluster_factory("nodes = OTHER1, OTHER2")
 
-    def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
-        start_response("200 OK", [("Content-Type", "text/plain")])
-        return [environ[ROUTE_KEY].name.encode()]
-
-    mw = WsgiTokenMiddleware(app, c, cookie="ROUTE")
-    env, headers, _ = wsgi_call(mw, None)
-    token = env[TOKEN_KEY]
-    primary = env[ROUTE_KEY].name
+    mw, token, primary = node_name_app_with_a_session(c)
     for stale in ("garbage", "abc!jvmroute1", other.session_token("old-session")):
         for _ in range(2):
             env, headers, body = wsgi_call(mw, f"ROUTE={stale}; theme=dark; ROUTE={token}")
@@ -488,13 +495,7 @@ def test_a_token_in_cookie_headers_a_server_joined_with_commas_is_found(cluster_
     # the previous cookie's value: never found, a new session on every request.
     c = cluster_factory(machines_config())
 
-    def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
-        start_response("200 OK", [("Content-Type", "text/plain")])
-        return [environ[ROUTE_KEY].name.encode()]
-
-    mw = WsgiTokenMiddleware(app, c, cookie="ROUTE")
-    env, headers, _ = wsgi_call(mw, None)
-    token = env[TOKEN_KEY]
+    mw, token, _ = node_name_app_with_a_session(c)
     for joined in (f"theme=dark, ROUTE={token}", f"theme=dark,ROUTE={token}", f"a=1; b=2,ROUTE={token}, c=3",
                    f"ROUTE=garbage, ROUTE={token}"):
         env, headers, _ = wsgi_call(mw, joined)

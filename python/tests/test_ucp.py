@@ -245,6 +245,23 @@ def test_a_planned_drain_empties_the_node_pool_by_its_timeout(pg, make):
 PARTS = 6
 
 
+def loader_result(kind, loader, pg, make, cluster_factory):
+    """Opens `kind` ("sync" or "async") pools with `loader` and routes key 1:
+    the cluster, the pools' partition_map_loads and the port that served."""
+    if kind == "sync":
+        c, pools = make(f"data.partitions = {PARTS}", partition_map_loader=loader)
+        return c, pools.partition_map_loads, port(pools, key=1)
+    c = cluster_factory(CONFIG + f"data.partitions = {PARTS}")
+
+    async def run():
+        async with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, partition_map_loader=loader) as ap:
+            async with ap.connection(key=1) as conn:
+                cur = await conn.execute("SELECT inet_server_port()")
+                return ap.partition_map_loads, (await cur.fetchone())[0]
+
+    return (c, *asyncio.run(run()))
+
+
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_loader_error_with_a_nul_in_its_text_keeps_routing(pg, make, cluster_factory, kind, caplog):
     # The error's text goes to the core as a C string: a NUL in it must not
@@ -252,20 +269,7 @@ def test_a_loader_error_with_a_nul_in_its_text_keeps_routing(pg, make, cluster_f
     def loader():
         raise ValueError("bad\0map")
 
-    if kind == "sync":
-        c, pools = make(f"data.partitions = {PARTS}", partition_map_loader=loader)
-        loads = pools.partition_map_loads
-        served = port(pools, key=1)
-    else:
-        c = cluster_factory(CONFIG + f"data.partitions = {PARTS}")
-
-        async def run():
-            async with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, partition_map_loader=loader) as ap:
-                async with ap.connection(key=1) as conn:
-                    cur = await conn.execute("SELECT inet_server_port()")
-                    return ap.partition_map_loads, (await cur.fetchone())[0]
-
-        loads, served = asyncio.run(run())
+    c, loads, served = loader_result(kind, loader, pg, make, cluster_factory)
     assert served in pg.port.values()
     assert loads[0] == 0 and loads[1] == 1 and loads[2] == "ValueError: bad\\0map", loads
     m = c.metrics()["partition_map"]
@@ -287,20 +291,7 @@ def test_a_loader_error_no_c_string_can_hold_keeps_routing(pg, make, cluster_fac
     def loader():
         raise ValueError(text)
 
-    if kind == "sync":
-        c, pools = make(f"data.partitions = {PARTS}", partition_map_loader=loader)
-        loads = pools.partition_map_loads
-        served = port(pools, key=1)
-    else:
-        c = cluster_factory(CONFIG + f"data.partitions = {PARTS}")
-
-        async def run():
-            async with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, partition_map_loader=loader) as ap:
-                async with ap.connection(key=1) as conn:
-                    cur = await conn.execute("SELECT inet_server_port()")
-                    return ap.partition_map_loads, (await cur.fetchone())[0]
-
-        loads, served = asyncio.run(run())
+    c, loads, served = loader_result(kind, loader, pg, make, cluster_factory)
     assert served in pg.port.values()
     assert loads[0] == 0 and loads[1] == 1 and loads[2] == f"ValueError: {text}", loads[:2]
     m = c.metrics()["partition_map"]
