@@ -919,18 +919,25 @@ mod eof_tests {
     use super::*;
     use std::net::TcpListener;
 
-    #[test]
-    fn a_body_cut_short_is_an_error_not_a_wait_for_the_deadline() {
+    /// POSTs `{}` to a server that reads the request, writes `reply` and
+    /// closes; what `post` made of it, once the server is done.
+    fn serve_once(reply: &'static [u8]) -> io::Result<Response> {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let ep = l.local_addr().unwrap().to_string();
         let server = std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
             let mut req = [0u8; 1024];
             let _ = s.read(&mut req);
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc").unwrap();
+            s.write_all(reply).unwrap();
         });
-        let e = post(&Resolver::system(), &ep, "/x", "{}", Duration::from_secs(30)).unwrap_err();
+        let r = post(&Resolver::system(), &ep, "/x", "{}", Duration::from_secs(30));
         server.join().unwrap();
+        r
+    }
+
+    #[test]
+    fn a_body_cut_short_is_an_error_not_a_wait_for_the_deadline() {
+        let e = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc").unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
     }
 
@@ -938,16 +945,7 @@ mod eof_tests {
     /// also takes a leading `+`.
     #[test]
     fn a_signed_content_length_is_refused() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let ep = l.local_addr().unwrap().to_string();
-        let server = std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            let mut req = [0u8; 1024];
-            let _ = s.read(&mut req);
-            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\nabc").unwrap();
-        });
-        let r = post(&Resolver::system(), &ep, "/x", "{}", Duration::from_secs(30));
-        server.join().unwrap();
+        let r = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\nabc");
         assert_eq!(r.map(|r| r.body).map_err(|e| e.to_string()), Err("bad Content-Length".to_string()));
     }
 }
