@@ -195,14 +195,8 @@ class DataSourceConfigTest {
     @Test
     void anEmptyOrBlankNodeUrlFailsTheStartNamingItsNode() {
         for (String blank : new String[] {"", "  "}) {
-            AffinityDataSource ds = new AffinityDataSource();
-            ds.setConfig("name = blank-url; nodes = RAC1, RAC2");
-            java.util.Map<String, String> urls = new java.util.LinkedHashMap<>();
-            urls.put("RAC1", "jdbc:postgresql://127.0.0.1:1/x");
-            urls.put("RAC2", blank);
-            ds.setNodeUrls(urls);
-            ds.setHeartbeatIntervalMillis(0);
-            ds.setRegisterMBean(false);
+            AffinityDataSource ds = withNodeUrls("name = blank-url; nodes = RAC1, RAC2",
+                    "RAC1", "jdbc:postgresql://127.0.0.1:1/x", "RAC2", blank);
             try (ds) {
                 java.sql.SQLException e = org.junit.jupiter.api.Assertions.assertThrows(java.sql.SQLException.class,
                         ds::init);
@@ -232,20 +226,30 @@ class DataSourceConfigTest {
         assertTrue(e.getMessage().contains("maximumPoolSize"), e.getMessage());
         ds.close();
 
-        AffinityDataSource map = new AffinityDataSource();
-        map.setConfig("name = twice-url; nodes = RAC1, RAC2");
-        java.util.Map<String, String> urls = new java.util.LinkedHashMap<>();
-        urls.put("RAC1", "jdbc:postgresql://127.0.0.1:1/x");
-        urls.put("RAC2", "jdbc:postgresql://127.0.0.1:2/x");
-        urls.put("rac1", "jdbc:postgresql://127.0.0.1:3/x");
-        map.setNodeUrls(urls);
-        map.setHeartbeatIntervalMillis(0);
-        map.setRegisterMBean(false);
+        AffinityDataSource map = withNodeUrls("name = twice-url; nodes = RAC1, RAC2",
+                "RAC1", "jdbc:postgresql://127.0.0.1:1/x", "RAC2", "jdbc:postgresql://127.0.0.1:2/x",
+                "rac1", "jdbc:postgresql://127.0.0.1:3/x");
         try (map) {
             java.sql.SQLException se = org.junit.jupiter.api.Assertions.assertThrows(java.sql.SQLException.class,
                     map::init);
             assertTrue(se.getMessage().contains("RAC1") && se.getMessage().contains("rac1"), se.getMessage());
         }
     }
-}
 
+    /**
+     * A data source of {@code config} whose node URLs are set as a map ({@code setNodeUrls}) of the
+     * name, URL pairs in their order; no heartbeat, no MBean, not started.
+     */
+    private static AffinityDataSource withNodeUrls(String config, String... nameUrlPairs) {
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig(config);
+        java.util.Map<String, String> urls = new java.util.LinkedHashMap<>();
+        for (int i = 0; i < nameUrlPairs.length; i += 2) {
+            urls.put(nameUrlPairs[i], nameUrlPairs[i + 1]);
+        }
+        ds.setNodeUrls(urls);
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        return ds;
+    }
+}

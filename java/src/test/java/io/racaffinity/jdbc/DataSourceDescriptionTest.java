@@ -35,13 +35,10 @@ class DataSourceDescriptionTest {
 
     @Test
     void theFactoryReadsACapitalisedConfigAttributeLikeTheLowerCaseOne() throws Exception {
-        Map<String, String> attrs = new LinkedHashMap<>();
+        Map<String, String> attrs = factoryAttributes();
+        attrs.remove("nodes"); // named by the Config text
         attrs.put("Config", "name = factory-caps; nodes = RAC1, RAC2");
         attrs.put("transactionStrict", "true");
-        attrs.put("xaDataSourceClassName", "org.postgresql.xa.PGXADataSource");
-        attrs.put("nodeUrlList", "RAC1=jdbc:postgresql://127.0.0.1:1/a | RAC2=jdbc:postgresql://127.0.0.1:2/b");
-        attrs.put("heartbeatIntervalMillis", "0");
-        attrs.put("registerMBean", "false");
         try (AffinityXADataSource ds = (AffinityXADataSource) AffinityDataSourceFactory.create(attrs, true)) {
             Cluster c = ds.getCluster();
             assertEquals(List.of("RAC1", "RAC2"), c.nodeNames());

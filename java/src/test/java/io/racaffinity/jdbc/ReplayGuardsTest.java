@@ -9,6 +9,7 @@ import static io.racaffinity.jdbc.ReplayFixture.resetTable;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.throughProxy;
 import static io.racaffinity.jdbc.ReplayFixture.total;
+import static io.racaffinity.test.Stubs.forward;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -24,7 +25,6 @@ import io.racaffinity.test.Pools;
 import io.racaffinity.testsupport.FaultProxy;
 import io.racaffinity.testsupport.FaultProxy.Hold;
 import java.io.Reader;
-import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -524,7 +524,7 @@ class ReplayGuardsTest {
         boolean[] failNext = {false};
         DataSource faulty = (DataSource) Proxy.newProxyInstance(getClass().getClassLoader(),
                 new Class<?>[] {DataSource.class}, (p, m, a) -> {
-                    Object r = invoke(h, m, a);
+                    Object r = forward(h, m, a);
                     if (!(r instanceof Connection c)) {
                         return r;
                     }
@@ -534,7 +534,7 @@ class ReplayGuardsTest {
                                     failNext[0] = false;
                                     throw new IllegalStateException("a driver's bug in getAutoCommit");
                                 }
-                                return invoke(c, m2, a2);
+                                return forward(c, m2, a2);
                             });
                 });
         AffinityDataSource ds = new AffinityDataSource();
@@ -566,7 +566,7 @@ class ReplayGuardsTest {
             HikariDataSource h = pools.get(name);
             nodes.put(name, (DataSource) Proxy.newProxyInstance(getClass().getClassLoader(),
                     new Class<?>[] {DataSource.class}, (p, m, a) -> {
-                        Object r = invoke(h, m, a);
+                        Object r = forward(h, m, a);
                         if (!(r instanceof Connection c)) {
                             return r;
                         }
@@ -576,7 +576,7 @@ class ReplayGuardsTest {
                                         failNext[0] = false;
                                         throw new IllegalStateException("a driver's bug in beginRequest");
                                     }
-                                    return invoke(c, m2, a2);
+                                    return forward(c, m2, a2);
                                 });
                     }));
         }
@@ -596,14 +596,6 @@ class ReplayGuardsTest {
         }
         ds.getCluster().nodeMetrics().forEach(m -> assertEquals(0, m.inFlight(), m.name() + ": leases released"));
         assertEquals(0, total(rowsOf("leak1")));
-    }
-
-    private static Object invoke(Object target, java.lang.reflect.Method m, Object[] a) throws Throwable {
-        try {
-            return m.invoke(target, a);
-        } catch (InvocationTargetException e) {
-            throw e.getCause();
-        }
     }
 
     // ---- 8. a replay's own COMMIT --------------------------------------------------------------

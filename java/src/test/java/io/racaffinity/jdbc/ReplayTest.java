@@ -14,6 +14,7 @@ import static io.racaffinity.jdbc.ReplayFixture.terminate;
 import static io.racaffinity.jdbc.ReplayFixture.throughProxy;
 import static io.racaffinity.jdbc.ReplayFixture.total;
 import static io.racaffinity.test.Pools.serverPort;
+import static io.racaffinity.test.Stubs.forward;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
@@ -216,7 +217,7 @@ class ReplayTest {
     private static DataSource abortingOnFirstStatement(DataSource pool, AtomicBoolean armed,
             java.util.concurrent.atomic.AtomicReference<Connection> app) {
         return io.racaffinity.test.Stubs.proxy(DataSource.class, "Aborting[" + pool + "]", (p, m, args) -> {
-            Object r = invoke(pool, m, args);
+            Object r = forward(pool, m, args);
             if (!(r instanceof Connection physical) || !armed.get()) {
                 return r;
             }
@@ -226,7 +227,7 @@ class ReplayTest {
                     armed.set(false);
                     app.get().abort(Runnable::run);
                 }
-                return invoke(physical, cm, cargs);
+                return forward(physical, cm, cargs);
             });
         });
     }
@@ -234,7 +235,7 @@ class ReplayTest {
     /** {@code pool}, whose connections' isValid throws an IllegalStateException while {@code broken}. */
     private static DataSource isValidThrowing(DataSource pool, AtomicBoolean broken) {
         return io.racaffinity.test.Stubs.proxy(DataSource.class, "IsValidThrows[" + pool + "]", (p, m, args) -> {
-            Object r = invoke(pool, m, args);
+            Object r = forward(pool, m, args);
             if (!(r instanceof Connection physical)) {
                 return r;
             }
@@ -243,17 +244,9 @@ class ReplayTest {
                         if (cm.getName().equals("isValid") && broken.get()) {
                             throw new IllegalStateException("a driver bug in isValid");
                         }
-                        return invoke(physical, cm, cargs);
+                        return forward(physical, cm, cargs);
                     });
         });
-    }
-
-    private static Object invoke(Object target, java.lang.reflect.Method m, Object[] args) throws Throwable {
-        try {
-            return m.invoke(target, args);
-        } catch (java.lang.reflect.InvocationTargetException e) {
-            throw e.getCause();
-        }
     }
 
     @Test

@@ -1,6 +1,8 @@
 package io.racaffinity.test;
 
 import java.lang.reflect.InvocationHandler;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.SQLException;
@@ -31,6 +33,18 @@ public final class Stubs {
                             return proxy == args[0];
                     }
                 }));
+    }
+
+    /**
+     * Calls {@code m} on {@code target} for a proxy that wraps it: what the call throws is thrown as itself, as the
+     * caller of the real object would see it, not wrapped in an InvocationTargetException.
+     */
+    public static Object forward(Object target, Method m, Object[] args) throws Throwable {
+        try {
+            return m.invoke(target, args);
+        } catch (InvocationTargetException e) {
+            throw e.getCause();
+        }
     }
 
     /**

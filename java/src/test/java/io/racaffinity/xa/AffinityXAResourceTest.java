@@ -1,5 +1,6 @@
 package io.racaffinity.xa;
 
+import static io.racaffinity.test.Stubs.forward;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
@@ -360,13 +361,13 @@ class AffinityXAResourceTest {
     static XADataSource recoverGated(XADataSource node, Runnable beforeRecover) {
         return (XADataSource) java.lang.reflect.Proxy.newProxyInstance(XADataSource.class.getClassLoader(),
                 new Class<?>[] {XADataSource.class}, (p, m, a) -> {
-                    Object o = invoke(node, m, a);
+                    Object o = forward(node, m, a);
                     if (!(o instanceof XAConnection xc)) {
                         return o;
                     }
                     return java.lang.reflect.Proxy.newProxyInstance(XAConnection.class.getClassLoader(),
                             new Class<?>[] {XAConnection.class}, (p2, m2, a2) -> {
-                                Object o2 = invoke(xc, m2, a2);
+                                Object o2 = forward(xc, m2, a2);
                                 if (!(o2 instanceof XAResource xr)) {
                                     return o2;
                                 }
@@ -375,18 +376,10 @@ class AffinityXAResourceTest {
                                             if (m3.getName().equals("recover")) {
                                                 beforeRecover.run();
                                             }
-                                            return invoke(xr, m3, a3);
+                                            return forward(xr, m3, a3);
                                         });
                             });
                 });
-    }
-
-    private static Object invoke(Object target, java.lang.reflect.Method m, Object[] args) throws Throwable {
-        try {
-            return m.invoke(target, args);
-        } catch (java.lang.reflect.InvocationTargetException e) {
-            throw e.getCause();
-        }
     }
 
     /** Connection.abort on a closed connection is a no-op (java.sql.Connection); the handle is one. */
