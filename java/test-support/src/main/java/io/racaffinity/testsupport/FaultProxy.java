@@ -328,8 +328,11 @@ public final class FaultProxy implements AutoCloseable {
                                 return;
                             }
                             case LOSE_THEN_REFUSE -> {
-                                refuse();
+                                // Counted before refuse() ends the sessions: the client sees its connection
+                                // go from then on and may give up, and its test read acted(), before this
+                                // thread runs again.
                                 h.withheld.countDown();
+                                refuse();
                                 reset();
                                 return;
                             }
