@@ -153,6 +153,23 @@ fn with_no_well_formed_token_there_is_nothing_to_route_and_a_refusal_keeps_the_c
     assert_eq!(chosen.route.unwrap_err().kind(), ErrorKind::StrictAffinity);
 }
 
+/// Decided (docs/wls-routing.md): in strict mode a token that names no node of
+/// this cluster is refused, not placed afresh. A process cannot tell another
+/// cluster's token from its own session on nodes it has not learned yet (a
+/// feed reaches processes at different times), and placing that one afresh
+/// would move a strict session.
+#[test]
+fn in_strict_mode_a_token_that_names_no_node_here_is_refused_not_placed_afresh() {
+    let c = cluster(&format!("{FOUR}\nsession.strict = true"));
+    let stale = foreign("stale");
+    assert_eq!(c.route_token(&stale).unwrap_err().kind(), ErrorKind::StrictAffinity);
+    let chosen = c.route_tokens([stale.as_str()]).unwrap();
+    assert_eq!((chosen.index, chosen.route.unwrap_err().kind()), (0, ErrorKind::StrictAffinity));
+    // Not strict: the same token keeps its session id on a fresh pair.
+    let r = cluster(FOUR).route_token(&stale).unwrap();
+    assert_eq!(r.token.unwrap(), cluster(FOUR).session_token("stale").unwrap());
+}
+
 const ZONES: &str = "nodes = Z1a, Z1b, Z2a, Z2b\nnode.Z1a.zone = z1\nnode.Z1b.zone = z1\nnode.Z2a.zone = z2\n\
                      node.Z2b.zone = z2\nlocal.zone = z1\npolicy = round_robin";
 
