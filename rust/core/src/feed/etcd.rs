@@ -504,7 +504,7 @@ fn not_past(revision: u64, kvs: &[KeyValue], what: &str) -> EResult<()> {
 fn int(v: Option<&Value>) -> EResult<u64> {
     let n = match v {
         None | Some(Value::Null) => return Ok(0),
-        Some(Value::String(s)) => s.parse::<u64>().map_err(|_| bad_integer(&format!("`{s}`")))?,
+        Some(Value::String(s)) => decimal::<u64>(s).ok_or_else(|| bad_integer(&format!("`{s}`")))?,
         Some(Value::Number(n)) => n.as_u64().ok_or_else(|| bad_integer(&n.to_string()))?,
         Some(other) => return Err(bad_integer(&other.to_string())),
     };
@@ -512,6 +512,14 @@ fn int(v: Option<&Value>) -> EResult<u64> {
         return Err(EtcdError::Protocol(format!("integer {n} past int64")));
     }
     Ok(n)
+}
+
+/// An int64 as proto3's JSON mapping writes it: decimal digits, `-` before
+/// a negative one. `str::parse` also takes a leading `+`, which no
+/// gateway writes.
+fn decimal<T: std::str::FromStr>(text: &str) -> Option<T> {
+    crate::config::parse_digits::<u64>(text.strip_prefix('-').unwrap_or(text))?;
+    text.parse().ok()
 }
 
 fn bad_integer(text: &str) -> EtcdError {
@@ -538,7 +546,7 @@ pub(crate) fn excerpt(text: &str) -> String {
 fn int_i64(v: Option<&Value>) -> EResult<i64> {
     match v {
         None | Some(Value::Null) => Ok(0),
-        Some(Value::String(s)) => s.parse().map_err(|_| bad_integer(&format!("`{s}`"))),
+        Some(Value::String(s)) => decimal(s).ok_or_else(|| bad_integer(&format!("`{s}`"))),
         Some(Value::Number(n)) => n.as_i64().ok_or_else(|| bad_integer(&n.to_string())),
         Some(other) => Err(bad_integer(&other.to_string())),
     }
@@ -645,6 +653,30 @@ mod tests {
         assert_eq!(unb64("").unwrap(), b"");
         let e = key_value(&json!({"key": "bm9kZS9BL3N0YXRl", "value": "ZG93b", "mod_revision": "3"}), false);
         assert!(matches!(&e, Err(EtcdError::Protocol(m)) if m.contains("bad base64 in `value`")), "{e:?}");
+    }
+
+    /// The gateway writes int64 fields as JSON strings of decimal digits
+    /// (proto3's JSON mapping), `-` only for a negative one: a leading `+`
+    /// is no such string, refused like any malformed integer rather than
+    /// read as the number (`str::parse` takes the sign).
+    #[test]
+    fn a_signed_integer_is_refused() {
+        let bad = |r: &EResult<KeyValue>| matches!(r, Err(EtcdError::Protocol(m)) if m.contains("bad integer"));
+        for field in ["mod_revision", "lease"] {
+            let mut kv = json!({"key": "bm9kZS9BL3N0YXRl", "value": "ZG93bg==", "mod_revision": "3", "lease": "5"});
+            kv[field] = json!("+7");
+            let got = key_value(&kv, false);
+            assert!(bad(&got), "{field} = \"+7\": {got:?}");
+        }
+        let got = header_revision(&json!({"header": {"revision": "+9"}}));
+        assert!(matches!(&got, Err(EtcdError::Protocol(m)) if m.contains("bad integer")), "{got:?}");
+        for text in ["", "7 ", " 7", "0x7", "7.0"] {
+            assert!(int(Some(&json!(text))).is_err(), "{text:?}");
+            assert!(int_i64(Some(&json!(text))).is_err(), "{text:?}");
+        }
+        assert_eq!(int(Some(&json!("7"))).unwrap(), 7);
+        assert_eq!(int_i64(Some(&json!("-7"))).unwrap(), -7);
+        assert!(int(Some(&json!("-7"))).is_err());
     }
 
     /// A grant answered without a lease id (or with 0, or a negative one)
