@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use racaffinity::config::MAX_PARTITIONS;
-use racaffinity::feed::etcd::EtcdClient;
+use racaffinity::feed::etcd::{EtcdClient, EtcdError};
 use racaffinity::FeedUrl;
 
 use cli::{Args, Failure, Spec};
@@ -72,7 +72,8 @@ Options go before or after the command, as `--name value` or `--name=value`;
 
 exit status: 0 done (a record written whose line cannot be printed goes to stderr;
                `show`, `help` or `monitor` whose reader went away, as in `show | head`);
-             1 etcd unreachable or refusing (nothing written);
+             1 etcd unreachable or refusing (nothing written), or a write etcd took
+               and never answered (outcome unknown; the message says which);
              2 bad command line or a value subscribers would refuse (nothing written);
              3 `show`, `help` or `monitor` could not write its output (other than a
                closed pipe)
@@ -230,7 +231,17 @@ fn map_text(args: &Args) -> Result<String, Failure> {
 /// Writes one record; the line to print (with the revision).
 pub fn write_record(client: &EtcdClient, prefix: &str, record: &Record) -> Result<String, Failure> {
     let key = format!("{prefix}{}", record.key);
-    let etcd = |e| Failure::Etcd(format!("{} (feed etcd://{}/{prefix})", e, client.endpoints().join(",")));
+    let etcd = |e: EtcdError| {
+        // Only a call etcd never took, or refused, surely wrote nothing: a
+        // member that took it may have committed it and lost the answer.
+        let outcome = match e {
+            EtcdError::Unreachable(_) | EtcdError::Server { .. } => "nothing written".to_string(),
+            EtcdError::Unanswered(_) | EtcdError::Protocol(_) => {
+                format!("outcome unknown: `racaffinity-feed show` tells whether {} was written", record.key)
+            }
+        };
+        Failure::Etcd(format!("{e} (feed etcd://{}/{prefix}); {outcome}", client.endpoints().join(",")))
+    };
     match &record.value {
         Some(v) => {
             let rev = client.put(&key, v, 0).map_err(etcd)?;

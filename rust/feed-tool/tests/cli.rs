@@ -256,3 +256,52 @@ fn a_double_dash_value_before_the_command_is_the_options_value() {
     }
     assert_eq!(gw.puts.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing written");
 }
+
+/// A write whose request etcd took and never answered may have been
+/// carried out (a member cut off from its client after committing, a
+/// timeout shorter than the commit): the tool says the outcome is unknown.
+/// It said "no etcd member reachable" under the status whose help reads
+/// "nothing written", and a script took the record for unwritten. A
+/// member that refuses the connection got nothing: that still says so.
+#[test]
+fn a_write_sent_and_never_answered_is_reported_as_of_unknown_outcome() {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = l.local_addr().unwrap().to_string();
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = requests.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let seen = seen.clone();
+            std::thread::spawn(move || {
+                // Takes the whole request, then holds the connection silent.
+                let mut buf = Vec::new();
+                let mut b = [0u8; 4096];
+                while let Ok(n) = s.read(&mut b) {
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&b[..n]);
+                    if buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.ends_with(b"}") {
+                        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    let feed = format!("etcd://{endpoint}/p");
+    let out = run(&["down", "A", "--feed", &feed, "--etcd-timeout", "300ms"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(text(&out.stdout), "", "nothing confirmed");
+    assert!(requests.load(std::sync::atomic::Ordering::SeqCst) >= 1, "the request reached the member");
+    assert!(err.contains("outcome unknown") && !err.contains("unreachable"), "{err}");
+
+    // A port nobody listens on: the request never left.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let out = run(&["down", "A", "--feed", &format!("etcd://{closed}/p"), "--etcd-timeout", "300ms"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("nothing written") && !err.contains("outcome unknown"), "{err}");
+}

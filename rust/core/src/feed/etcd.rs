@@ -31,6 +31,10 @@ pub enum EtcdError {
     },
     /// A member answered something that is not an etcd answer.
     Protocol(String),
+    /// No member answered, and one took the whole request and then gave no
+    /// answer in time (or a cut one): the call may have been carried out
+    /// there. For a write, the outcome is unknown until the key is read.
+    Unanswered(String),
 }
 
 impl std::fmt::Display for EtcdError {
@@ -39,6 +43,9 @@ impl std::fmt::Display for EtcdError {
             EtcdError::Unreachable(e) => write!(f, "no etcd member reachable: {e}"),
             EtcdError::Server { code, message } => write!(f, "etcd refused the call (code {code}): {message}"),
             EtcdError::Protocol(e) => write!(f, "unexpected answer from etcd: {e}"),
+            EtcdError::Unanswered(e) => {
+                write!(f, "etcd took the request and gave no answer, so it may have been carried out: {e}")
+            }
         }
     }
 }
@@ -145,6 +152,7 @@ impl EtcdClient {
         let n = self.endpoints.len().max(1);
         let start = self.current.load(Ordering::Relaxed);
         let mut last = String::from("no endpoints");
+        let mut unanswered = None;
         for i in 0..n {
             let at = (start + i) % n;
             let Some(ep) = self.endpoints.get(at) else { break };
@@ -153,12 +161,18 @@ impl EtcdClient {
                     self.current.store(at, Ordering::Relaxed);
                     return Ok(v);
                 }
+                Err(e) if http::sent_unanswered(&e) => unanswered = Some(format!("{ep}: {e}")),
                 Err(e) => last = format!("{ep}: {e}"),
             }
         }
         // The next call starts with another member.
         self.current.store((start + 1) % n, Ordering::Relaxed);
-        Err(EtcdError::Unreachable(last))
+        // One member that may have carried the call out outweighs any
+        // number that surely did not.
+        Err(match unanswered {
+            Some(e) => EtcdError::Unanswered(e),
+            None => EtcdError::Unreachable(last),
+        })
     }
 
     /// The next call starts with the member after `endpoint` if it was to
@@ -703,6 +717,27 @@ mod tests {
             let got = client.lease_grant(5);
             assert!(matches!(&got, Err(EtcdError::Protocol(m)) if m.contains("lease")), "{body}: {got:?}");
         }
+    }
+
+    /// A put a member took and never answered may be committed there: it
+    /// is `Unanswered`, never `Unreachable` (which says it went nowhere),
+    /// even when another member refused the connection after it.
+    #[test]
+    fn a_request_taken_and_never_answered_is_unanswered() {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let silent = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                std::thread::spawn(move || while s.read(&mut [0u8; 4096]).is_ok_and(|n| n > 0) {});
+            }
+        });
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+        let both = EtcdClient::new(vec![silent.clone(), closed.clone()], Duration::from_millis(200));
+        let got = both.put("p/node/A/state", "down", 0);
+        assert!(matches!(&got, Err(EtcdError::Unanswered(m)) if m.contains(&silent)), "{got:?}");
+        let got = EtcdClient::new(vec![closed], Duration::from_millis(200)).put("p/node/A/state", "down", 0);
+        assert!(matches!(&got, Err(EtcdError::Unreachable(_))), "{got:?}");
     }
 
     #[test]

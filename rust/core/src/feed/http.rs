@@ -161,6 +161,7 @@ fn send(
     path: &str,
     body: &str,
     deadline: Instant,
+    sent: &mut bool,
 ) -> io::Result<(TcpStream, u16, Framing, Vec<u8>)> {
     // The lookup, the connection and the answer share the call's bound.
     let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
@@ -189,6 +190,7 @@ fn send(
         body.len()
     );
     Until { sock: &mut sock, deadline }.write_all(request.as_bytes())?;
+    *sent = true;
     let mut buf = Vec::with_capacity(1024);
     let head_end = read_head(&mut Until { sock: &mut sock, deadline }, &mut buf, deadline, &mut HeadEnd::default())?;
     let head = std::str::from_utf8(&buf[..head_end]).map_err(|_| invalid("response header is not UTF-8"))?;
@@ -259,7 +261,28 @@ impl HeadEnd {
     }
 }
 
-/// One request, its answer read whole within `timeout`.
+/// A failure after the whole request was handed to the member: it may have
+/// carried the request out (a write committed, its answer lost or late).
+/// Displays as the failure itself; [`sent_unanswered`] tells it apart.
+#[derive(Debug)]
+struct Unanswered(io::Error);
+
+impl std::fmt::Display for Unanswered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Unanswered {}
+
+/// Whether [`post`] failed after its request reached the member whole.
+pub(crate) fn sent_unanswered(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Unanswered>())
+}
+
+/// One request, its answer read whole within `timeout`. A failure once the
+/// request is sent is told apart ([`sent_unanswered`]): for a write, only a
+/// failure before says that nothing was written.
 pub(crate) fn post(
     resolver: &Arc<Resolver>,
     endpoint: &str,
@@ -267,8 +290,26 @@ pub(crate) fn post(
     body: &str,
     timeout: Duration,
 ) -> io::Result<Response> {
+    let mut sent = false;
+    post_once(resolver, endpoint, path, body, timeout, &mut sent).map_err(|e| {
+        if sent {
+            io::Error::new(e.kind(), Unanswered(e))
+        } else {
+            e
+        }
+    })
+}
+
+fn post_once(
+    resolver: &Arc<Resolver>,
+    endpoint: &str,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+    sent: &mut bool,
+) -> io::Result<Response> {
     let deadline = Instant::now() + timeout;
-    let (mut sock, status, framing, mut raw) = send(resolver, endpoint, path, body, deadline)?;
+    let (mut sock, status, framing, mut raw) = send(resolver, endpoint, path, body, deadline, sent)?;
     let mut sock = Until { sock: &mut sock, deadline };
     let mut body = Vec::new();
     match framing {
@@ -538,7 +579,7 @@ impl MessageStream {
         timeout: Duration,
     ) -> io::Result<MessageStream> {
         let deadline = Instant::now() + timeout;
-        let (sock, status, framing, raw) = send(resolver, endpoint, path, body, deadline)?;
+        let (sock, status, framing, raw) = send(resolver, endpoint, path, body, deadline, &mut false)?;
         let mut s = MessageStream { sock, framing, raw, body: Lines::default(), closed: false };
         if status != 200 {
             let text = s.error_words(deadline);

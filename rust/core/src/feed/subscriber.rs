@@ -292,7 +292,7 @@ impl Worker {
                         // A member that answered with an error (one cut off
                         // from its leader times the read out) would
                         // otherwise be asked again, and again.
-                        if !matches!(e, EtcdError::Unreachable(_)) {
+                        if !matches!(e, EtcdError::Unreachable(_) | EtcdError::Unanswered(_)) {
                             self.client.move_on();
                         }
                         self.failed(e.to_string());
