@@ -199,7 +199,10 @@ fn send(
     let status = status_line
         .split(' ')
         .nth(1)
-        .and_then(|s| s.parse::<u16>().ok())
+        // Three digits (RFC 9110, 15); `parse` would also take `+200`.
+        .filter(|code| code.len() == 3)
+        .and_then(|code| http_number(code, 10))
+        .and_then(|code| u16::try_from(code).ok())
         .ok_or_else(|| invalid(format!("bad status line `{}`", status_line.escape_debug())))?;
     let mut framing = Framing::UntilClose;
     for line in lines {
@@ -988,6 +991,26 @@ mod eof_tests {
     fn a_signed_content_length_is_refused() {
         let r = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: +3\r\n\r\nabc");
         assert_eq!(r.map(|r| r.body).map_err(|e| e.to_string()), Err("bad Content-Length".to_string()));
+    }
+
+    /// A status code is three digits (RFC 9110, 15): `parse::<u16>` also
+    /// takes `+200`, and `2000` is no status either.
+    #[test]
+    fn a_status_code_is_three_digits() {
+        for line in ["HTTP/1.1 +200 OK", "HTTP/1.1 +20 OK", "HTTP/1.1 2000 OK"] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let ep = l.local_addr().unwrap().to_string();
+            let server = std::thread::spawn(move || {
+                let (mut s, _) = l.accept().unwrap();
+                let mut req = [0u8; 1024];
+                let _ = s.read(&mut req);
+                s.write_all(format!("{line}\r\nContent-Length: 2\r\n\r\n{{}}").as_bytes()).unwrap();
+            });
+            let r = post(&Resolver::system(), &ep, "/x", "{}", Duration::from_secs(30));
+            server.join().unwrap();
+            let e = r.map(|r| r.status).unwrap_err();
+            assert!(e.to_string().starts_with("bad status line"), "{line}: {e}");
+        }
     }
 }
 
