@@ -42,6 +42,15 @@ impl fmt::Display for Failure {
     }
 }
 
+/// A number in decimal digits only, as the clusters' config and the feed's
+/// records read numbers: `str::parse` also takes a leading `+`.
+pub fn digits<T: std::str::FromStr>(text: &str) -> Option<T> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 /// The options a command accepts: those taking a value, and bare flags.
 pub struct Spec {
     pub valued: &'static [&'static str],

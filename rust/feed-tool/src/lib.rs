@@ -173,7 +173,7 @@ fn run_inner(
                 // Checked here: out of range, the scratch cluster's config
                 // error would name `data.partitions`, no flag of this tool.
                 Some(p) => {
-                    Some(p.parse::<u32>().ok().filter(|n| (1..=MAX_PARTITIONS).contains(n)).ok_or_else(|| {
+                    Some(cli::digits::<u32>(p).filter(|n| (1..=MAX_PARTITIONS).contains(n)).ok_or_else(|| {
                         Failure::Invalid(format!(
                             "--partitions must be a number of partitions, 1..={MAX_PARTITIONS}, got `{}`",
                             p.escape_debug()

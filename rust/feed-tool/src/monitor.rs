@@ -77,8 +77,9 @@ impl Options {
                 .split_once('=')
                 .ok_or_else(|| Failure::Invalid(format!("--node `{}` is not NAME=host:port", t.escape_debug())))?;
             validate_node_name(name).map_err(|e| Failure::Invalid(format!("--node: {e}")))?;
-            let port_ok =
-                addr.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+            let port_ok = addr
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && cli::digits::<u16>(p).is_some_and(|p| p > 0));
             if !port_ok {
                 return Err(Failure::Invalid(format!("--node {name}: `{}` is not host:port", addr.escape_debug())));
             }
@@ -110,7 +111,7 @@ impl Options {
             return Err(Failure::Invalid(format!("--lease-ttl must be whole seconds (etcd's unit), got {ttl:?}")));
         }
         let misses = match args.value("--misses") {
-            Some(m) => m.parse::<u32>().ok().filter(|m| (1..=1000).contains(m)).ok_or_else(|| {
+            Some(m) => cli::digits::<u32>(m).filter(|m| (1..=1000).contains(m)).ok_or_else(|| {
                 Failure::Invalid(format!("--misses must be a number 1..=1000, got `{}`", m.escape_debug()))
             })?,
             None => 2,
@@ -525,6 +526,11 @@ mod tests {
             &["--node", "A=h:1", "--interval", "1"],
             &["--node", "A=h:1", "--misses", "0"],
             &["--node", "A=h:1", "--lease-ttl", "1500ms"],
+            // Digits only, as the clusters' config and the feed's records
+            // read numbers: `str::parse` also takes a leading `+`.
+            &["--node", "A=h:+5432"],
+            &["--nodes", "A=h:+1"],
+            &["--node", "A=h:1", "--misses", "+2"],
         ] {
             assert!(matches!(opts(bad), Err(Failure::Invalid(_))), "{bad:?}");
         }

@@ -30,7 +30,7 @@ fn probe_once(kind: &Kind, addr: &str, timeout: Duration) -> Result<(), String> 
         }
         Kind::Postgres { user, dbname } => {
             let (host, port) = addr.rsplit_once(':').ok_or_else(|| format!("{addr}: no :port"))?;
-            let port: u16 = port.parse().map_err(|_| format!("{addr}: bad port"))?;
+            let port: u16 = crate::cli::digits(port).ok_or_else(|| format!("{addr}: bad port"))?;
             let ms = timeout.as_millis().max(1);
             let mut config = postgres::Config::new();
             config

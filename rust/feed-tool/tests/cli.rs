@@ -305,3 +305,16 @@ fn a_write_sent_and_never_answered_is_reported_as_of_unknown_outcome() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("nothing written") && !err.contains("outcome unknown"), "{err}");
 }
+
+/// `--partitions +8` was taken for 8: the clusters' `data.partitions`
+/// refuses a sign (digits only), and so does the flag now.
+#[test]
+fn a_signed_partitions_count_is_refused() {
+    let gw = gateway_of(0);
+    let feed = format!("etcd://{}/p", gw.endpoint);
+    let out = run(&["partition-map", "0=A", "--partitions", "+8", "--feed", &feed]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--partitions"), "{err}");
+    assert_eq!(gw.puts.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing written");
+}
