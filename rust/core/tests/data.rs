@@ -147,3 +147,30 @@ fn a_key_owned_by_a_node_added_during_the_route_never_panics() {
         },
     );
 }
+
+/// An unversioned replacement (`replace_partition_map`) replaces the whole
+/// map, the entries a versioned map set included, and keeps the version in
+/// force: a versioned map applies after it only when newer than every
+/// versioned map seen (a watch and a re-read both deliver the same one),
+/// as an unversioned node-state input keeps the node's version
+/// (docs/semantics.md, "Agreement across processes").
+#[test]
+fn an_unversioned_replacement_replaces_every_entry_and_keeps_the_version_in_force() {
+    let c = cluster("nodes = A, B, C\ndata.partitions = 8");
+    let id = |n: &str| c.node_by_name(n).unwrap().id();
+    let (hashed, hashed1) = (c.partition_owner(0).unwrap(), c.partition_owner(1).unwrap());
+    let other = ["A", "B", "C"].into_iter().find(|n| id(n) != hashed).unwrap();
+    let other1 = ["A", "B", "C"].into_iter().find(|n| id(n) != hashed1).unwrap();
+    assert!(c.replace_partition_map_at(&[(0, other), (2, other)], "feed", 5).unwrap());
+    assert_eq!(c.partition_owner(0).unwrap(), id(other));
+    c.replace_partition_map(&[(1, other1)], "loader").unwrap();
+    assert_eq!(c.partition_owner(0).unwrap(), hashed, "the versioned entry went with the rest of its map");
+    assert_eq!(c.partition_owner(1).unwrap(), id(other1));
+    assert!(!c.replace_partition_map_at(&[(0, other), (2, other)], "feed", 5).unwrap(), "the same map again");
+    assert!(!c.replace_partition_map_at(&[(0, other)], "feed", 3).unwrap(), "an older map");
+    assert_eq!(c.partition_owner(0).unwrap(), hashed);
+    assert_eq!(c.partition_owner(1).unwrap(), id(other1));
+    assert!(c.replace_partition_map_at(&[(0, other)], "feed", 6).unwrap(), "a newer map");
+    assert_eq!(c.partition_owner(0).unwrap(), id(other));
+    assert_eq!(c.partition_owner(1).unwrap(), hashed1, "the newer map replaced the unversioned one whole");
+}
