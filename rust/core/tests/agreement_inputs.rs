@@ -527,3 +527,54 @@ fn a_drain_dated_without_seconds_counts_from_receipt() {
         assert_eq!(cs[0].node_by_name("orcl_2").unwrap().state(), NodeState::Down, "{stamp}: 60 s after receipt");
     }
 }
+
+/// A SERVICE or DATABASE event is about every node but joins each node's
+/// own inputs: a wide `up` lifts only the nodes whose input in force is
+/// older, never one a newer INSTANCE or NODE event downed. Six events
+/// (per-instance, per-host and wide; up, down and drain) in all 720 orders
+/// end alike, directly and as feed records at their revisions.
+#[test]
+fn wide_and_per_instance_fan_events_in_every_order_end_alike() {
+    let events = [
+        "INSTANCE VERSION=1.0 database=orcl instance=orcl_2 host=h2 status=down reason=FAILURE \
+         timestamp=2026-11-29 15:00:10",
+        "SERVICE VERSION=1.0 service=svc database=orcl status=up timestamp=2026-11-29 15:00:05",
+        "DATABASE VERSION=1.0 database=orcl status=up timestamp=2026-11-29 15:00:09",
+        "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=orcl_1 host=h1 status=down reason=USER \
+         drain_timeout=30 timestamp=2026-11-29 15:00:11",
+        "NODE VERSION=1.0 host=h3 status=nodedown timestamp=2026-11-29 15:00:03",
+        "SERVICE VERSION=1.0 service=svc database=orcl status=down reason=USER timestamp=2026-11-29 15:00:07",
+    ];
+    fn orders(a: &mut [usize], k: usize, out: &mut Vec<Vec<usize>>) {
+        if k == a.len() {
+            out.push(a.to_vec());
+        }
+        for i in k..a.len() {
+            a.swap(k, i);
+            orders(a, k + 1, out);
+            a.swap(k, i);
+        }
+    }
+    let mut all = Vec::new();
+    orders(&mut [0, 1, 2, 3, 4, 5], 0, &mut all);
+    let end = |order: &[usize]| {
+        let (direct, _c1) = procs(1);
+        let (fed, _c2) = procs(1);
+        for &i in order {
+            direct[0].apply_event(events[i]).unwrap();
+            fed[0].apply_feed_record(100 + i as u64, &format!("fan/e{i}"), Some(events[i])).unwrap();
+        }
+        (states(&direct[0]), states(&fed[0]))
+    };
+    let first = end(&all[0]);
+    let state = |s: &[(String, NodeState, NodeState)], n: &str| s.iter().find(|(m, ..)| m == n).unwrap().1;
+    let got: Vec<NodeState> = ["orcl_1", "orcl_2", "orcl_3"].iter().map(|n| state(&first.0, n)).collect();
+    assert_eq!(
+        got,
+        [NodeState::Draining, NodeState::Down, NodeState::Up],
+        "the wide up (15:00:09) lifts orcl_3 only: orcl_1's drain and orcl_2's down are newer"
+    );
+    for order in &all[1..] {
+        assert_eq!(end(order), first, "order {order:?} against {:?}", all[0]);
+    }
+}
