@@ -168,7 +168,9 @@ fn parse_member(name: &str, value: &str) -> std::result::Result<NodeSpec, String
         return Err(format!("expected `present`, got `{}`", value.escape_debug()));
     }
     let mut spec = NodeSpec::new(name);
+    let mut seen = Vec::new();
     for w in words {
+        once(&mut seen, w)?;
         match w.split_once('=') {
             Some(("weight", v)) => {
                 spec.weight = parse_digits(v).ok_or_else(|| format!("bad weight `{}`", v.escape_debug()))?;
@@ -181,6 +183,18 @@ fn parse_member(name: &str, value: &str) -> std::result::Result<NodeSpec, String
     Ok(spec)
 }
 
+/// Refuses an attribute of a record's value given twice: which one a
+/// subscriber took would be the parser's choice, not the writer's (a FAN
+/// line's repeated key is refused alike).
+fn once<'a>(seen: &mut Vec<&'a str>, word: &'a str) -> std::result::Result<(), String> {
+    let Some((attr, _)) = word.split_once('=') else { return Ok(()) };
+    if seen.contains(&attr) {
+        return Err(format!("`{}=` given twice", attr.escape_debug()));
+    }
+    seen.push(attr);
+    Ok(())
+}
+
 /// A state record's state, drain timeout and `since=` (seconds since 1970
 /// UTC: when its writer began the drain, which dates the timeout as a FAN
 /// drain's `timestamp=` does).
@@ -188,7 +202,9 @@ fn parse_state(value: &str) -> std::result::Result<(NodeState, Option<u64>, Opti
     let mut words = value.split_whitespace();
     let state: NodeState = words.next().unwrap_or("").parse().map_err(reason)?;
     let (mut drain, mut since) = (None, None);
+    let mut seen = Vec::new();
     for w in words {
+        once(&mut seen, w)?;
         match w.split_once('=') {
             Some(("timeout", v)) if state == NodeState::Draining => {
                 drain = Some(parse_duration_ms("timeout", v).map_err(reason)?);

@@ -106,6 +106,12 @@ fn bad_records_are_refused_with_a_reason_and_change_nothing() {
         ("node/A/state", Some("draining timeout=30s since=+1700000000"), ErrorKind::InvalidArgument, "since"),
         ("partition_map", Some("+0=B"), ErrorKind::InvalidArgument, "not a number"),
         ("node/G", Some("absent"), ErrorKind::InvalidArgument, "expected `present`"),
+        // An attribute given twice is ambiguous, as a FAN line's repeated key:
+        // refused, not read as its last value.
+        ("node/A/state", Some("draining timeout=30s timeout=1h"), ErrorKind::InvalidArgument, "twice"),
+        ("node/A/state", Some("draining timeout=30s since=1 since=2"), ErrorKind::InvalidArgument, "twice"),
+        ("node/G", Some("present weight=3 weight=5"), ErrorKind::InvalidArgument, "twice"),
+        ("node/G", Some("present address=h:1 address=h:2"), ErrorKind::InvalidArgument, "twice"),
         ("partition_map", Some("0=A,0=B"), ErrorKind::InvalidArgument, "mapped twice"),
         ("partition_map", Some("99=A"), ErrorKind::InvalidArgument, "out of range"),
         ("partition_map", Some("x"), ErrorKind::InvalidArgument, "not <partition>=<node>"),
