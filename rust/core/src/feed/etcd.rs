@@ -148,7 +148,16 @@ impl EtcdClient {
     }
 
     /// Tries each member once, starting with the last one that answered.
-    fn with_member<T>(&self, mut call: impl FnMut(&str) -> io::Result<T>) -> EResult<T> {
+    fn with_member<T>(&self, call: impl FnMut(&str) -> io::Result<T>) -> EResult<T> {
+        self.with_member_resending(true, call)
+    }
+
+    /// [`Self::with_member`]; with `resend` false, a request a member took
+    /// and did not answer goes to no other: a transaction or a delete that
+    /// member carried out would be judged again against its own effect
+    /// (an addition's compare failing on the record it put, a delete
+    /// finding nothing), and its answer taken for the caller's.
+    fn with_member_resending<T>(&self, resend: bool, mut call: impl FnMut(&str) -> io::Result<T>) -> EResult<T> {
         let n = self.endpoints.len().max(1);
         let start = self.current.load(Ordering::Relaxed);
         let mut last = String::from("no endpoints");
@@ -161,7 +170,12 @@ impl EtcdClient {
                     self.current.store(at, Ordering::Relaxed);
                     return Ok(v);
                 }
-                Err(e) if http::sent_unanswered(&e) => unanswered = Some(format!("{ep}: {e}")),
+                Err(e) if http::sent_unanswered(&e) => {
+                    unanswered = Some(format!("{ep}: {e}"));
+                    if !resend {
+                        break;
+                    }
+                }
                 Err(e) => last = format!("{ep}: {e}"),
             }
         }
@@ -196,8 +210,19 @@ impl EtcdClient {
     }
 
     fn call(&self, path: &str, body: &Value) -> EResult<Value> {
+        self.call_resending(true, path, body)
+    }
+
+    /// A call whose request, carried out twice, does not answer alike: a
+    /// transaction, a delete (see [`Self::with_member_resending`]).
+    fn call_once(&self, path: &str, body: &Value) -> EResult<Value> {
+        self.call_resending(false, path, body)
+    }
+
+    fn call_resending(&self, resend: bool, path: &str, body: &Value) -> EResult<Value> {
         let body = body.to_string();
-        let resp = self.with_member(|ep| http::post(&self.resolver, ep, path, &body, self.timeout))?;
+        let resp =
+            self.with_member_resending(resend, |ep| http::post(&self.resolver, ep, path, &body, self.timeout))?;
         let v: Value = serde_json::from_slice(&resp.body)
             .map_err(|e| EtcdError::Protocol(format!("{path}: HTTP {}: {e}", resp.status)))?;
         if resp.status != 200 {
@@ -285,7 +310,7 @@ impl EtcdClient {
     /// Deletes `key`; the store's revision after it (the delete's revision
     /// when something was deleted) and whether anything was.
     pub fn delete(&self, key: &str) -> EResult<(u64, bool)> {
-        let v = self.call("/v3/kv/deleterange", &json!({"key": b64(key.as_bytes())}))?;
+        let v = self.call_once("/v3/kv/deleterange", &json!({"key": b64(key.as_bytes())}))?;
         Ok((header_revision(&v)?, int(v.get("deleted"))? > 0))
     }
 
@@ -299,7 +324,7 @@ impl EtcdClient {
         let get = json!({"request_range": {"key": k}});
         let absent = json!({"compare": [{"key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
                             "success": [put.clone()], "failure": [get.clone()]});
-        let v = self.call("/v3/kv/txn", &absent)?;
+        let v = self.call_once("/v3/kv/txn", &absent)?;
         if v.get("succeeded") == Some(&Value::Bool(true)) {
             return Ok((true, Some(value.to_string())));
         }
@@ -309,7 +334,7 @@ impl EtcdClient {
                 // Ours already (a renewal): keep it ours, with the new value.
                 let ours = json!({"compare": [{"key": k, "target": "LEASE", "result": "EQUAL", "lease": lease.to_string()}],
                                   "success": [put], "failure": [get]});
-                let v = self.call("/v3/kv/txn", &ours)?;
+                let v = self.call_once("/v3/kv/txn", &ours)?;
                 let won = v.get("succeeded") == Some(&Value::Bool(true));
                 Ok((won, if won { Some(value.to_string()) } else { txn_range_kv(&v).and_then(|kv| kv.value) }))
             }
@@ -339,7 +364,7 @@ impl EtcdClient {
         let txn = json!({"compare": compare,
                          "success": [{"request_put": {"key": k, "value": b64(value.as_bytes())}}],
                          "failure": [{"request_range": {"key": h}}]});
-        let v = self.call("/v3/kv/txn", &txn)?;
+        let v = self.call_once("/v3/kv/txn", &txn)?;
         if v.get("succeeded") == Some(&Value::Bool(true)) {
             return Ok(Guarded::Written(header_revision(&v)?));
         }
@@ -365,7 +390,7 @@ impl EtcdClient {
                                       "mod_revision": mod_revision.to_string()}],
                          "success": [{"request_put": {"key": b64(key.as_bytes()), "value": b64(value.as_bytes())}}],
                          "failure": [{"request_range": {"key": g}}]});
-        let v = self.call("/v3/kv/txn", &txn)?;
+        let v = self.call_once("/v3/kv/txn", &txn)?;
         if v.get("succeeded") == Some(&Value::Bool(true)) {
             return Ok(IfModRevision::Written(header_revision(&v)?));
         }
@@ -738,6 +763,61 @@ mod tests {
         assert!(matches!(&got, Err(EtcdError::Unanswered(m)) if m.contains(&silent)), "{got:?}");
         let got = EtcdClient::new(vec![closed], Duration::from_millis(200)).put("p/node/A/state", "down", 0);
         assert!(matches!(&got, Err(EtcdError::Unreachable(_))), "{got:?}");
+    }
+
+    /// A guarded write or a delete that one member took without answering
+    /// is not sent again to the next: if the first carried it out, the
+    /// next one's answer is about that write, not about the store the
+    /// caller read. Sent again, an addition through the feed found its own
+    /// record (`DuplicateNode`), a removal its own removal (`UnknownNode`,
+    /// "nothing written"), and the tool's delete nothing to delete.
+    #[test]
+    fn a_write_one_member_took_unanswered_is_not_sent_to_the_next() {
+        use crate::feed::stand_in::{kv, read_request, respond};
+        use std::io::Read;
+        use std::sync::atomic::AtomicUsize;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let silent = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                std::thread::spawn(move || while s.read(&mut [0u8; 4096]).is_ok_and(|n| n > 0) {});
+            }
+        });
+        // The next member, after the first committed `p/node/A = present`
+        // at revision 9: the compare fails on that record, the delete finds
+        // nothing left.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let next = l.local_addr().unwrap().to_string();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let counted = asked.clone();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                let Some(req) = read_request(&mut s) else { continue };
+                counted.fetch_add(1, Ordering::SeqCst);
+                let body = match req.path.as_str() {
+                    "/v3/kv/txn" => format!(
+                        r#"{{"header":{{"revision":"9"}},"succeeded":false,"responses":[{{"response_range":{{"kvs":[{}]}}}}]}}"#,
+                        kv("p/node/A", "present", 9)
+                    ),
+                    _ => r#"{"header":{"revision":"9"},"deleted":"0"}"#.to_string(),
+                };
+                respond(&mut s, "200 OK", &body);
+            }
+        });
+        // A client per call: each starts with the member that takes it.
+        let client = || EtcdClient::new(vec![silent.clone(), next.clone()], Duration::from_millis(300));
+        let got = client().put_if_mod_revision("p/node/A", 0, "p/node/A", "present");
+        assert!(matches!(&got, Err(EtcdError::Unanswered(_))), "{got:?}");
+        let got = client().put_if_holder("p/_monitor/leader", 7, "p/node/A/state", "down", None);
+        assert!(matches!(&got, Err(EtcdError::Unanswered(_))), "{got:?}");
+        let got = client().claim("p/_monitor/leader", "me", 7);
+        assert!(matches!(&got, Err(EtcdError::Unanswered(_))), "{got:?}");
+        let got = client().delete("p/node/A/weight");
+        assert!(matches!(&got, Err(EtcdError::Unanswered(_))), "{got:?}");
+        assert_eq!(asked.load(Ordering::SeqCst), 0, "nothing was sent to the next member");
+        // A plain put means the same sent twice: the next member answers it.
+        assert_eq!(client().put("p/node/A/state", "down", 0).unwrap(), 9);
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "a put goes on to the next member");
     }
 
     #[test]
