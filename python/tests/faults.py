@@ -26,11 +26,14 @@ def in_flight(cluster: ra.Cluster) -> int:
 
 
 def gtrid_on(cluster: ra.Cluster, name: str, prefix: str) -> str:
-    """A gtrid the core places on node `name` (probed with tx_begin/tx_end)."""
+    """A gtrid whose global transaction (`racaffinity.tpc`'s default format
+    id) the core places on node `name` (probed with tx_begin/tx_end)."""
+    from racaffinity.tpc import transaction_key  # needs the postgres extra, as its callers do
+
     for i in range(10_000):
         g = f"{prefix}-{i}"
-        placed = cluster.tx_begin(g).name
-        cluster.tx_end(g)
+        placed = cluster.tx_begin(transaction_key(g)).name
+        cluster.tx_end(transaction_key(g))
         if placed == name:
             return g
     raise AssertionError(f"no gtrid lands on {name}")

@@ -89,7 +89,7 @@ import pytest
 import racaffinity as ra
 from racaffinity._deadline import bounded
 from racaffinity.pools import NodePools
-from racaffinity.tpc import InDoubtError
+from racaffinity.tpc import InDoubtError, transaction_key
 
 from conftest import NAMES, REPO, prepare_directly, prepared_xacts, proxy_dsns, tpc_rows
 from faultproxy import FaultProxy
@@ -512,8 +512,8 @@ class CellRun:
         c = self.cluster
         for i in range(1000):
             g = f"{self.prefix}-{i}"
-            placed = c.tx_begin(g).name
-            c.tx_end(g)
+            placed = c.tx_begin(transaction_key(g)).name
+            c.tx_end(transaction_key(g))
             if placed == self.lane.x:
                 return g
         raise AssertionError("no gtrid lands on " + self.lane.x)

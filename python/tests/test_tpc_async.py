@@ -25,7 +25,7 @@ import racaffinity as ra
 from racaffinity._acompat import aspawn, await_all
 from racaffinity._deadline import CallTimeout, abounded
 from racaffinity.pools import AsyncNodePools
-from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
+from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError, transaction_key
 
 from conftest import NAMES, aport_of, fan_line, prepare_directly, prepared_xacts, tokens_by_node, tpc_rows, wait_until
 from faults import gtrid_on, in_flight, live, node_metrics
@@ -59,14 +59,14 @@ async def test_commit_two_concurrent_branches_on_one_node(pg, cluster_factory, t
 
                 await await_all([aspawn(branch, (f"b{i}",), f"branch-{i}") for i in range(2)], 30)
                 assert [b.state for b in gtx.branches] == ["prepared", "prepared"]
-                owner = c.tx_route(g).name
+                owner = c.tx_route(transaction_key(g)).name
                 assert len(prepared_xacts(pg)[owner]) == 2
             assert set(ports) == {pg.port[owner]}
             assert [b.state for b in gtx.branches] == ["committed", "committed"]
         r = rows(pg)
         for g in gtrids:
-            owner = c.tx_begin(g).name
-            c.tx_end(g)
+            owner = c.tx_begin(transaction_key(g)).name
+            c.tx_end(transaction_key(g))
             assert (g, "b0") in r[owner] and (g, "b1") in r[owner]
             assert all(not any(row[0] == g for row in r[n]) for n in NAMES if n != owner)
         assert prepared_xacts(pg) == {n: [] for n in NAMES}
@@ -137,7 +137,7 @@ for i in range(int(sys.argv[1])):
         with gtx.branch() as conn:
             conn.execute("INSERT INTO py_tpc VALUES (%s, %s)", (g, b))
     gtxs.append(gtx)
-print(json.dumps({g.gtrid: cluster.tx_route(g.gtrid).name for g in gtxs}), flush=True)
+print(json.dumps({g.gtrid: cluster.tx_route(g.tx_key).name for g in gtxs}), flush=True)
 time.sleep(600)  # killed here: between prepare and commit
 """
 
@@ -212,8 +212,7 @@ async def test_recover_all_reports_a_split_transaction_and_still_resolves_it(pg,
 async def test_phase_two_on_a_dead_node_leaves_the_branch_in_doubt_then_recovery(pg, cluster_factory, tables):
     async with new_pools(pg, cluster_factory) as pools:
         c = pools.cluster
-        g = next(f"dead-{i}" for i in range(100) if c.tx_begin(f"dead-{i}").name == "RAC2" or c.tx_end(f"dead-{i}"))
-        c.tx_end(g)
+        g = gtrid_on(c, "RAC2", "dead")
         gtx = pools.global_transaction(g, timeout=1.0)
         async with gtx.branch() as conn:
             await conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
@@ -225,9 +224,9 @@ async def test_phase_two_on_a_dead_node_leaves_the_branch_in_doubt_then_recovery
             assert [b.node_name for b in e.value.branches] == ["RAC2"]
             assert list(pools.in_doubt) == [g]
             # the core still routes the prepared gtrid to RAC2 (it never moves)
-            assert c.tx_route(g).name == "RAC2"
+            assert c.tx_route(transaction_key(g)).name == "RAC2"
             c.set_node_state("RAC2", "down")
-            assert c.tx_route(g).name == "RAC2"  # never refused for routing reasons
+            assert c.tx_route(transaction_key(g)).name == "RAC2"  # never refused for routing reasons
             c.set_node_state("RAC2", "up")
         finally:
             pg.restart(2)
@@ -298,7 +297,7 @@ async def test_a_new_gtrid_follows_the_requests_token_over_the_pin(pg, cluster_f
                 g = f"token-{name}"
                 async with pools.global_transaction(g, token=token) as gtx:
                     assert await _branch_ports(gtx, g) == [pg.port[name]] * 2
-                    assert c.tx_route(g).name == name == c.route_token(token).route.name
+                    assert c.tx_route(transaction_key(g)).name == name == c.route_token(token).route.name
 
                 # No token= given: the one the middleware decided for the request.
                 async def in_request(g: str = f"request-{name}") -> list:
@@ -343,13 +342,38 @@ async def test_a_malformed_token_refuses_the_first_branch_and_registers_nothing(
                         await conn.execute("INSERT INTO py_tpc VALUES ('bad-token', 'b0')")
             assert gtx.branches == []
             with pytest.raises(ra.UnknownTransactionError):
-                c.tx_route("bad-token")
+                c.tx_route(transaction_key("bad-token"))
         with pytest.raises(TypeError):
             pools.global_transaction("bad-token", token=b"abc!ra1.00000000.none")
         with pytest.raises(TypeError):
             pools.global_transaction("bad-token", key=1.5)
         assert live(c) == 0 and in_flight(c) == 0
         assert rows(pg) == {n: [] for n in NAMES} and prepared_xacts(pg) == {n: [] for n in NAMES}
+
+
+@pytest.mark.asyncio
+async def test_the_same_gtrid_of_another_format_id_is_another_transaction(pg, cluster_factory, tables):
+    # XA names a global transaction by format id and gtrid together: one TM's
+    # gtrid may be another's, and neither may be joined to, or refused
+    # because of, the other's node.
+    pools = AsyncNodePools(cluster_factory(nodes=NAMES, transaction_strict=True, transaction_settle=0),
+                      pg.dsn, min_size=1, max_size=8, timeout=5.0)
+    async with pools:
+        c = pools.cluster
+        mine = pools.global_transaction("same-gtrid")
+        theirs = pools.global_transaction("same-gtrid", format_id=DEFAULT_FORMAT_ID + 1)
+        async with mine.branch() as conn:
+            await conn.execute("INSERT INTO py_tpc VALUES ('same-gtrid', 'mine')")
+        owner = mine.branches[0].node_name
+        c.set_node_state(owner, ra.NodeState.DOWN)
+        async with theirs.branch() as conn:  # strict mode refuses only a branch of the same transaction
+            await conn.execute("INSERT INTO py_tpc VALUES ('same-gtrid', 'theirs')")
+        assert theirs.branches[0].node_name != owner
+        assert live(c) == 2
+        await theirs.rollback()
+        await mine.rollback()
+        assert live(c) == 0
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
 
 
 @pytest.mark.asyncio
@@ -559,7 +583,7 @@ async def test_recover_all_settles_an_xid_another_resolver_completed_after_the_s
         assert [(r.node_name, r.gtrid) for r in report.resolved_elsewhere] == [("RAC1", "raced-1")]
         assert live(c) == 0 and in_flight(c) == 0
         with pytest.raises(ra.UnknownTransactionError):
-            c.tx_complete("raced-1")  # no entry left to complete
+            c.tx_complete(transaction_key("raced-1"))  # no entry left to complete
     assert prepared_xacts(pg) == {n: [] for n in NAMES} and rows(pg)["RAC1"] == [("raced-1", "b0")]
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import racaffinity as ra
 from racaffinity.pools import NodePools
-from racaffinity.tpc import InDoubtError
+from racaffinity.tpc import InDoubtError, transaction_key
 
 from conftest import NAMES, prepare_directly, prepared_xacts, tpc_rows, wait_until
 from faultproxy import FaultProxy
@@ -90,7 +90,7 @@ def test_a_lost_prepare_reply_leaves_the_branch_in_doubt_on_record(pg, proxies, 
     assert len(prepared_xacts(pg)["RAC1"]) == 1
     assert [b.state for b in gtx.branches] == ["in doubt"]
     assert isinstance(raised.value, InDoubtError), repr(raised.value)
-    assert c.tx_route(g).name == "RAC1"  # still on record, routed to its node
+    assert c.tx_route(transaction_key(g)).name == "RAC1"  # still on record, routed to its node
     assert live(c) == 1 and in_flight(c) == 0
     assert node_metrics(c, "RAC1")["failures"] == 1  # one lost connection, one failure
     # The TM's decision (rollback) reaches it through a new connection.
@@ -191,7 +191,7 @@ def test_a_lost_commit_reply_from_a_node_then_gone_is_completed_by_recover_all(p
     assert [b.node_name for b in e.value.branches] == ["RAC1"]
     # The commit did happen; the library cannot know yet and keeps it on record.
     assert tpc_rows(pg)["RAC1"] == [(g, "b0")] and prepared_xacts(pg) == NONE_PREPARED
-    assert live(c) == 1 and c.tx_route(g).name == "RAC1" and in_flight(c) == 0
+    assert live(c) == 1 and c.tx_route(transaction_key(g)).name == "RAC1" and in_flight(c) == 0
     proxies["RAC1"].heal()
     report = within(30, proxied_pools.recover_all, "commit", timeout=2.0)
     assert report.ok and report.resolved == []
@@ -405,11 +405,11 @@ def test_database_scope_waits_once_for_a_blackholed_owner_and_counts_its_failure
     gtrids = []
     for i in range(6):
         g = gtrid_on(c, "RAC2", f"racown{i}")
-        c.tx_begin(g)  # this process placed and prepared it on RAC2 ...
-        c.tx_prepared(g)
+        c.tx_begin(transaction_key(g))  # this process placed and prepared it on RAC2 ...
+        c.tx_prepared(transaction_key(g))
         prepare_directly(pg.dsn["RAC1"], g, "b0")  # ... and lost its connections
         gtrids.append(g)
-    assert all(c.tx_route(g).name == "RAC2" for g in gtrids)
+    assert all(c.tx_route(transaction_key(g)).name == "RAC2" for g in gtrids)
     failures = node_metrics(c, "RAC2")["failures"]
     ctl.blackhole("RAC2")
     t0 = time.monotonic()

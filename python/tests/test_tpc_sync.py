@@ -23,7 +23,7 @@ import racaffinity as ra
 from racaffinity._acompat import spawn, wait_all
 from racaffinity._deadline import CallTimeout, bounded
 from racaffinity.pools import NodePools
-from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError
+from racaffinity.tpc import DEFAULT_FORMAT_ID, InDoubtError, transaction_key
 from conftest import NAMES, port_of, fan_line, prepare_directly, prepared_xacts, tokens_by_node, tpc_rows, wait_until
 from faults import gtrid_on, in_flight, live, node_metrics
 rows = tpc_rows
@@ -49,14 +49,14 @@ def test_commit_two_concurrent_branches_on_one_node(pg, cluster_factory, tables)
                         conn.execute('INSERT INTO py_tpc VALUES (%s, %s)', (g, b))
                 wait_all([spawn(branch, (f'b{i}',), f'branch-{i}') for i in range(2)], 30)
                 assert [b.state for b in gtx.branches] == ['prepared', 'prepared']
-                owner = c.tx_route(g).name
+                owner = c.tx_route(transaction_key(g)).name
                 assert len(prepared_xacts(pg)[owner]) == 2
             assert set(ports) == {pg.port[owner]}
             assert [b.state for b in gtx.branches] == ['committed', 'committed']
         r = rows(pg)
         for g in gtrids:
-            owner = c.tx_begin(g).name
-            c.tx_end(g)
+            owner = c.tx_begin(transaction_key(g)).name
+            c.tx_end(transaction_key(g))
             assert (g, 'b0') in r[owner] and (g, 'b1') in r[owner]
             assert all((not any((row[0] == g for row in r[n])) for n in NAMES if n != owner))
         assert prepared_xacts(pg) == {n: [] for n in NAMES}
@@ -101,7 +101,7 @@ def test_a_branch_scope_entered_again_while_entered_is_refused_and_leaks_nothing
         assert sorted(rows(pg)[owner]) == [('twice-1', 'b0'), ('twice-1', 'b1')]
         assert prepared_xacts(pg) == {n: [] for n in NAMES}
         assert in_flight(pools.cluster) == 0
-CRASHER = '\nimport json, os, sys, time\nimport racaffinity as ra\nfrom racaffinity.pools import NodePools\nnames = ["RAC1", "RAC2", "RAC3"]\ndsns = {n: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, n in enumerate(names)}\ncluster = ra.Cluster(nodes=names)\npools = NodePools(cluster, dsns, min_size=1, max_size=24)\ngtxs = []\nfor i in range(int(sys.argv[1])):\n    g = f"crash-{i}"\n    gtx = pools.global_transaction(g)\n    for b in ("b0", "b1"):\n        with gtx.branch() as conn:\n            conn.execute("INSERT INTO py_tpc VALUES (%s, %s)", (g, b))\n    gtxs.append(gtx)\nprint(json.dumps({g.gtrid: cluster.tx_route(g.gtrid).name for g in gtxs}), flush=True)\ntime.sleep(600)  # killed here: between prepare and commit\n'
+CRASHER = '\nimport json, os, sys, time\nimport racaffinity as ra\nfrom racaffinity.pools import NodePools\nnames = ["RAC1", "RAC2", "RAC3"]\ndsns = {n: os.environ[f"RACAFF_NODE{i + 1}_DSN"] for i, n in enumerate(names)}\ncluster = ra.Cluster(nodes=names)\npools = NodePools(cluster, dsns, min_size=1, max_size=24)\ngtxs = []\nfor i in range(int(sys.argv[1])):\n    g = f"crash-{i}"\n    gtx = pools.global_transaction(g)\n    for b in ("b0", "b1"):\n        with gtx.branch() as conn:\n            conn.execute("INSERT INTO py_tpc VALUES (%s, %s)", (g, b))\n    gtxs.append(gtx)\nprint(json.dumps({g.gtrid: cluster.tx_route(g.tx_key).name for g in gtxs}), flush=True)\ntime.sleep(600)  # killed here: between prepare and commit\n'
 
 def crash_after_prepare(n: int) -> dict:
     p = subprocess.Popen([sys.executable, '-c', CRASHER, str(n)], stdout=subprocess.PIPE, text=True)
@@ -162,8 +162,7 @@ def test_recover_all_reports_a_split_transaction_and_still_resolves_it(pg, clust
 def test_phase_two_on_a_dead_node_leaves_the_branch_in_doubt_then_recovery(pg, cluster_factory, tables):
     with new_pools(pg, cluster_factory) as pools:
         c = pools.cluster
-        g = next((f'dead-{i}' for i in range(100) if c.tx_begin(f'dead-{i}').name == 'RAC2' or c.tx_end(f'dead-{i}')))
-        c.tx_end(g)
+        g = gtrid_on(c, 'RAC2', 'dead')
         gtx = pools.global_transaction(g, timeout=1.0)
         with gtx.branch() as conn:
             conn.execute("INSERT INTO py_tpc VALUES (%s, 'b0')", (g,))
@@ -174,9 +173,9 @@ def test_phase_two_on_a_dead_node_leaves_the_branch_in_doubt_then_recovery(pg, c
                 gtx.commit()
             assert [b.node_name for b in e.value.branches] == ['RAC2']
             assert list(pools.in_doubt) == [g]
-            assert c.tx_route(g).name == 'RAC2'
+            assert c.tx_route(transaction_key(g)).name == 'RAC2'
             c.set_node_state('RAC2', 'down')
-            assert c.tx_route(g).name == 'RAC2'
+            assert c.tx_route(transaction_key(g)).name == 'RAC2'
             c.set_node_state('RAC2', 'up')
         finally:
             pg.restart(2)
@@ -228,7 +227,7 @@ def test_a_new_gtrid_follows_the_requests_token_over_the_pin(pg, cluster_factory
                 g = f'token-{name}'
                 with pools.global_transaction(g, token=token) as gtx:
                     assert _branch_ports(gtx, g) == [pg.port[name]] * 2
-                    assert c.tx_route(g).name == name == c.route_token(token).route.name
+                    assert c.tx_route(transaction_key(g)).name == name == c.route_token(token).route.name
 
                 def in_request(g: str=f'request-{name}') -> list:
                     with pools.global_transaction(g) as gtx:
@@ -266,13 +265,32 @@ def test_a_malformed_token_refuses_the_first_branch_and_registers_nothing(pg, cl
                         conn.execute("INSERT INTO py_tpc VALUES ('bad-token', 'b0')")
             assert gtx.branches == []
             with pytest.raises(ra.UnknownTransactionError):
-                c.tx_route('bad-token')
+                c.tx_route(transaction_key('bad-token'))
         with pytest.raises(TypeError):
             pools.global_transaction('bad-token', token=b'abc!ra1.00000000.none')
         with pytest.raises(TypeError):
             pools.global_transaction('bad-token', key=1.5)
         assert live(c) == 0 and in_flight(c) == 0
         assert rows(pg) == {n: [] for n in NAMES} and prepared_xacts(pg) == {n: [] for n in NAMES}
+
+def test_the_same_gtrid_of_another_format_id_is_another_transaction(pg, cluster_factory, tables):
+    pools = NodePools(cluster_factory(nodes=NAMES, transaction_strict=True, transaction_settle=0), pg.dsn, min_size=1, max_size=8, timeout=5.0)
+    with pools:
+        c = pools.cluster
+        mine = pools.global_transaction('same-gtrid')
+        theirs = pools.global_transaction('same-gtrid', format_id=DEFAULT_FORMAT_ID + 1)
+        with mine.branch() as conn:
+            conn.execute("INSERT INTO py_tpc VALUES ('same-gtrid', 'mine')")
+        owner = mine.branches[0].node_name
+        c.set_node_state(owner, ra.NodeState.DOWN)
+        with theirs.branch() as conn:
+            conn.execute("INSERT INTO py_tpc VALUES ('same-gtrid', 'theirs')")
+        assert theirs.branches[0].node_name != owner
+        assert live(c) == 2
+        theirs.rollback()
+        mine.rollback()
+        assert live(c) == 0
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
 
 @pytest.mark.timeout(90)
 def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_doubt(pg, cluster_factory, tables, proxies):
@@ -431,7 +449,7 @@ def test_recover_all_settles_an_xid_another_resolver_completed_after_the_scan(pg
         assert [(r.node_name, r.gtrid) for r in report.resolved_elsewhere] == [('RAC1', 'raced-1')]
         assert live(c) == 0 and in_flight(c) == 0
         with pytest.raises(ra.UnknownTransactionError):
-            c.tx_complete('raced-1')
+            c.tx_complete(transaction_key('raced-1'))
     assert prepared_xacts(pg) == {n: [] for n in NAMES} and rows(pg)['RAC1'] == [('raced-1', 'b0')]
 
 def _stopped(pid: int) -> bool:

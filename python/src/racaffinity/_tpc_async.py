@@ -29,7 +29,7 @@ from ._failures import connection_lost, is_node_failure
 from ._pools_base import FORKED
 from ._routes import NodeState, Outcome, RouteKind
 from ._token import request_token
-from ._tpc_types import DEFAULT_FORMAT_ID, MAX_GTRID_BYTES, Branch, InDoubtError, Recovered, RecoveryReport
+from ._tpc_types import DEFAULT_FORMAT_ID, MAX_GTRID_BYTES, Branch, InDoubtError, Recovered, RecoveryReport, transaction_key
 
 __all__ = ["AsyncGlobalTransaction", "recover_all"]
 
@@ -188,7 +188,8 @@ class AsyncGlobalTransaction:
         self.pools = pools
         self.cluster = pools.cluster
         self.gtrid = gtrid
-        self.gtrid_bytes = gtrid.encode("utf-8")
+        #: the core's key of this transaction (`racaffinity.tpc.transaction_key`)
+        self.tx_key = transaction_key(gtrid, format_id)
         self.key = key
         # Read here, in the request's context: a branch may begin in a task
         # or thread that never saw the middleware set it.
@@ -221,11 +222,11 @@ class AsyncGlobalTransaction:
         if self.key is None and self.token is None:
             # The context's pin is no input here, as before there were others:
             # a pin is this process's own, where a gtrid is shared.
-            route = c.tx_begin(self.gtrid_bytes)
+            route = c.tx_begin(self.tx_key)
         else:
             # Places a new gtrid on the key's owner, else the token's node; an
             # existing one (a later branch) is joined wherever it lives.
-            route = c.tx_begin_for(self.gtrid_bytes, key=self.key, token=self.token)
+            route = c.tx_begin_for(self.tx_key, key=self.key, token=self.token)
         b = Branch(xid, route.node, c.node_name(route.node))
         with self._lock:
             others = sorted({x.node_name for x in self.branches if x.node != route.node})
@@ -272,7 +273,7 @@ class AsyncGlobalTransaction:
                 # PREPARE may have reached the server before the connection
                 # went: the branch is in doubt (never "rolled back").
                 await self._in_doubt(b, e)
-                self.cluster.tx_prepared(self.gtrid_bytes)  # it must not move
+                self.cluster.tx_prepared(self.tx_key)  # it must not move
                 if not isinstance(e, Exception):
                     raise
                 event = (
@@ -296,7 +297,7 @@ class AsyncGlobalTransaction:
         # failure twice (docs/python.md, "Fast connection failover").
         b.conn._racaffinity_borrowed = False
         b.state = "prepared"
-        self.cluster.tx_prepared(self.gtrid_bytes)
+        self.cluster.tx_prepared(self.tx_key)
 
     async def _rollback_branch(self, b: Branch, cause: Optional[BaseException]) -> None:
         """Rolls back a branch that is not prepared (its body failed)."""
@@ -363,7 +364,7 @@ class AsyncGlobalTransaction:
 
     def _end(self) -> None:
         try:
-            self.cluster.tx_end(self.gtrid_bytes)
+            self.cluster.tx_end(self.tx_key)
         except UnknownTransactionError:
             pass  # recover_all completed it meanwhile
 
@@ -521,8 +522,8 @@ class _AsyncRecovery:
         self.timeout = timeout
         self.report = RecoveryReport(scope=scope)
         self.lock = threading.Lock()
-        #: gtrid -> branches found and not (yet) resolved
-        self.pending: Dict[str, int] = {}
+        #: (format id, gtrid) -> branches found and not (yet) resolved
+        self.pending: Dict[Tuple[int, str], int] = {}
         #: every prepared xid (as a string) the scans saw, selected or not
         self.held: Set[str] = set()
         self.scanned: Set[int] = set()
@@ -579,7 +580,7 @@ class _AsyncRecovery:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action)
         with self.lock:
             (self.report.resolved_elsewhere if elsewhere else self.report.resolved).append(rec)
-            self.pending[xid.gtrid] -= 1
+            self.pending[(xid.format_id, xid.gtrid)] -= 1
         self.pools._forget_in_doubt(xid.gtrid, str(xid))
 
     def failed(self, node: int, xid: Xid, e: BaseException) -> None:
@@ -636,11 +637,11 @@ class _AsyncRecovery:
             self.scanned.add(node)
 
     def record(self, node: int, xid: Xid) -> None:
-        g = xid.gtrid.encode("utf-8")
+        t = (xid.format_id, xid.gtrid)
         with self.lock:
-            self.pending[xid.gtrid] = self.pending.get(xid.gtrid, 0) + 1
+            self.pending[t] = self.pending.get(t, 0) + 1
         try:
-            self.cluster.tx_recovered(g, node)
+            self.cluster.tx_recovered(transaction_key(xid.gtrid, xid.format_id), node)
         except InvalidArgumentError:
             # The length is fine, so this is the core's other
             # INVALID_ARGUMENT: another node owns this gtrid (a split, or a
@@ -695,11 +696,12 @@ class _AsyncRecovery:
             if str(xid) in seen:
                 continue
             seen.add(str(xid))
+            t = (xid.format_id, xid.gtrid)
             with self.lock:
-                self.pending[xid.gtrid] = self.pending.get(xid.gtrid, 0) + 1
+                self.pending[t] = self.pending.get(t, 0) + 1
             try:
                 # one transaction whichever instance reports it: no split
-                cluster.tx_recovered(xid.gtrid.encode("utf-8"), node)
+                cluster.tx_recovered(transaction_key(xid.gtrid, xid.format_id), node)
             except Error as e:
                 log.debug("racaffinity: tx_recovered(%r) in database scope: %s", xid.gtrid, e)
             await self.complete_anywhere(node, xid, up)
@@ -712,7 +714,7 @@ class _AsyncRecovery:
         skipped."""
         candidates: List[int] = []
         try:
-            candidates.append(self.cluster.tx_route(xid.gtrid.encode("utf-8")).node)
+            candidates.append(self.cluster.tx_route(transaction_key(xid.gtrid, xid.format_id)).node)
         except Error:
             pass  # not on record (a crashed coordinator's), or refused
         for n in [scanned] + up:
@@ -754,20 +756,23 @@ class _AsyncRecovery:
         def gone(gtrid: str) -> bool:
             return all(x not in self.held and n in self.scanned for x, n in doubt.get(gtrid, {}).items())
 
-        for gtrid, left in sorted(self.pending.items()):
+        for (format_id, gtrid), left in sorted(self.pending.items()):
             if left == 0 and gone(gtrid):
-                self._complete(gtrid)
+                self._complete(format_id, gtrid)
                 self.pools._forget_in_doubt(gtrid, None)
+        found = {gtrid for _format_id, gtrid in self.pending}
         for gtrid in sorted(doubt):
-            if gtrid in self.pending or not gone(gtrid):
+            if gtrid in found or not gone(gtrid):
                 continue
-            self._complete(gtrid)
+            # this process's record is by gtrid; the core's by format id too (`transaction_key`)
+            for format_id in sorted({Xid.from_string(x).format_id for x in doubt[gtrid]} - {None}):
+                self._complete(format_id, gtrid)
             self.pools._forget_in_doubt(gtrid, None)
             self.report.completed.append(gtrid)
 
-    def _complete(self, gtrid: str) -> None:
+    def _complete(self, format_id: int, gtrid: str) -> None:
         try:
-            self.cluster.tx_complete(gtrid.encode("utf-8"))
+            self.cluster.tx_complete(transaction_key(gtrid, format_id))
         except UnknownTransactionError:
             pass
 

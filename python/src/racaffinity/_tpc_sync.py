@@ -27,7 +27,7 @@ from ._failures import connection_lost, is_node_failure
 from ._pools_base import FORKED
 from ._routes import NodeState, Outcome, RouteKind
 from ._token import request_token
-from ._tpc_types import DEFAULT_FORMAT_ID, MAX_GTRID_BYTES, Branch, InDoubtError, Recovered, RecoveryReport
+from ._tpc_types import DEFAULT_FORMAT_ID, MAX_GTRID_BYTES, Branch, InDoubtError, Recovered, RecoveryReport, transaction_key
 __all__ = ['GlobalTransaction', 'recover_all']
 log = logging.getLogger('racaffinity.tpc')
 
@@ -147,7 +147,7 @@ class GlobalTransaction:
         self.pools = pools
         self.cluster = pools.cluster
         self.gtrid = gtrid
-        self.gtrid_bytes = gtrid.encode('utf-8')
+        self.tx_key = transaction_key(gtrid, format_id)
         self.key = key
         self.token = token if token is not None else request_token(self.cluster)
         self.format_id = format_id
@@ -172,9 +172,9 @@ class GlobalTransaction:
             bqual = f'{self._tag}-{n}'
         xid = Xid.from_parts(self.format_id, self.gtrid, bqual)
         if self.key is None and self.token is None:
-            route = c.tx_begin(self.gtrid_bytes)
+            route = c.tx_begin(self.tx_key)
         else:
-            route = c.tx_begin_for(self.gtrid_bytes, key=self.key, token=self.token)
+            route = c.tx_begin_for(self.tx_key, key=self.key, token=self.token)
         b = Branch(xid, route.node, c.node_name(route.node))
         with self._lock:
             others = sorted({x.node_name for x in self.branches if x.node != route.node})
@@ -209,7 +209,7 @@ class GlobalTransaction:
         except BaseException as e:
             if connection_lost(b.conn, e):
                 self._in_doubt(b, e)
-                self.cluster.tx_prepared(self.gtrid_bytes)
+                self.cluster.tx_prepared(self.tx_key)
                 if not isinstance(e, Exception):
                     raise
                 event = f'gtrid {self.gtrid!r}: the answer to PREPARE of branch {b.xid.bqual} on {b.node_name} was lost ({type(e).__name__})'
@@ -221,7 +221,7 @@ class GlobalTransaction:
             raise
         b.conn._racaffinity_borrowed = False
         b.state = 'prepared'
-        self.cluster.tx_prepared(self.gtrid_bytes)
+        self.cluster.tx_prepared(self.tx_key)
 
     def _rollback_branch(self, b: Branch, cause: Optional[BaseException]) -> None:
         """Rolls back a branch that is not prepared (its body failed)."""
@@ -274,7 +274,7 @@ class GlobalTransaction:
 
     def _end(self) -> None:
         try:
-            self.cluster.tx_end(self.gtrid_bytes)
+            self.cluster.tx_end(self.tx_key)
         except UnknownTransactionError:
             pass
 
@@ -401,7 +401,7 @@ class _Recovery:
         self.timeout = timeout
         self.report = RecoveryReport(scope=scope)
         self.lock = threading.Lock()
-        self.pending: Dict[str, int] = {}
+        self.pending: Dict[Tuple[int, str], int] = {}
         self.held: Set[str] = set()
         self.scanned: Set[int] = set()
         self.dead: Set[int] = set()
@@ -454,7 +454,7 @@ class _Recovery:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action)
         with self.lock:
             (self.report.resolved_elsewhere if elsewhere else self.report.resolved).append(rec)
-            self.pending[xid.gtrid] -= 1
+            self.pending[xid.format_id, xid.gtrid] -= 1
         self.pools._forget_in_doubt(xid.gtrid, str(xid))
 
     def failed(self, node: int, xid: Xid, e: BaseException) -> None:
@@ -506,11 +506,11 @@ class _Recovery:
             self.scanned.add(node)
 
     def record(self, node: int, xid: Xid) -> None:
-        g = xid.gtrid.encode('utf-8')
+        t = (xid.format_id, xid.gtrid)
         with self.lock:
-            self.pending[xid.gtrid] = self.pending.get(xid.gtrid, 0) + 1
+            self.pending[t] = self.pending.get(t, 0) + 1
         try:
-            self.cluster.tx_recovered(g, node)
+            self.cluster.tx_recovered(transaction_key(xid.gtrid, xid.format_id), node)
         except InvalidArgumentError:
             with self.lock:
                 first = xid.gtrid not in self.report.split
@@ -550,10 +550,11 @@ class _Recovery:
             if str(xid) in seen:
                 continue
             seen.add(str(xid))
+            t = (xid.format_id, xid.gtrid)
             with self.lock:
-                self.pending[xid.gtrid] = self.pending.get(xid.gtrid, 0) + 1
+                self.pending[t] = self.pending.get(t, 0) + 1
             try:
-                cluster.tx_recovered(xid.gtrid.encode('utf-8'), node)
+                cluster.tx_recovered(transaction_key(xid.gtrid, xid.format_id), node)
             except Error as e:
                 log.debug('racaffinity: tx_recovered(%r) in database scope: %s', xid.gtrid, e)
             self.complete_anywhere(node, xid, up)
@@ -566,7 +567,7 @@ class _Recovery:
         skipped."""
         candidates: List[int] = []
         try:
-            candidates.append(self.cluster.tx_route(xid.gtrid.encode('utf-8')).node)
+            candidates.append(self.cluster.tx_route(transaction_key(xid.gtrid, xid.format_id)).node)
         except Error:
             pass
         for n in [scanned] + up:
@@ -604,20 +605,22 @@ class _Recovery:
 
         def gone(gtrid: str) -> bool:
             return all((x not in self.held and n in self.scanned for x, n in doubt.get(gtrid, {}).items()))
-        for gtrid, left in sorted(self.pending.items()):
+        for (format_id, gtrid), left in sorted(self.pending.items()):
             if left == 0 and gone(gtrid):
-                self._complete(gtrid)
+                self._complete(format_id, gtrid)
                 self.pools._forget_in_doubt(gtrid, None)
+        found = {gtrid for _format_id, gtrid in self.pending}
         for gtrid in sorted(doubt):
-            if gtrid in self.pending or not gone(gtrid):
+            if gtrid in found or not gone(gtrid):
                 continue
-            self._complete(gtrid)
+            for format_id in sorted({Xid.from_string(x).format_id for x in doubt[gtrid]} - {None}):
+                self._complete(format_id, gtrid)
             self.pools._forget_in_doubt(gtrid, None)
             self.report.completed.append(gtrid)
 
-    def _complete(self, gtrid: str) -> None:
+    def _complete(self, format_id: int, gtrid: str) -> None:
         try:
-            self.cluster.tx_complete(gtrid.encode('utf-8'))
+            self.cluster.tx_complete(transaction_key(gtrid, format_id))
         except UnknownTransactionError:
             pass
 

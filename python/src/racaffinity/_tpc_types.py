@@ -4,6 +4,8 @@ helpers: the branch, the in-doubt error and the recovery report."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import struct
 from typing import Any, Dict, List, Optional
 
 from psycopg import Xid
@@ -12,11 +14,27 @@ from ._errors import Error
 from ._lib import lib
 from ._routes import Lease
 
-__all__ = ["DEFAULT_FORMAT_ID", "MAX_GTRID_BYTES", "Branch", "InDoubtError", "Recovered", "RecoveryReport"]
+__all__ = ["DEFAULT_FORMAT_ID", "MAX_GTRID_BYTES", "transaction_key", "Branch", "InDoubtError", "Recovered", "RecoveryReport"]
 
 #: The XA format id of the Xids this module creates ("RAFF").
 DEFAULT_FORMAT_ID = 0x52414646
 MAX_GTRID_BYTES = int(lib.RACAFFINITY_MAX_GTRID_BYTES)
+
+
+def transaction_key(gtrid: str, format_id: int = DEFAULT_FORMAT_ID) -> bytes:
+    """The key the global transaction (`format_id`, `gtrid`) is registered
+    under in the core (what `Cluster.tx_route` and the other `tx_*` calls
+    take for it): the format id, 4 bytes big-endian, then the gtrid's UTF-8
+    bytes (over 60 bytes: their SHA-256 digest, so the key fits the core's
+    64). XA names a global transaction by both, so equal gtrids of two
+    formats are two transactions. Java's `XaRouter.transactionKey(Xid)`
+    builds the same key (docs/semantics.md)."""
+    g = gtrid.encode("utf-8")
+    if not 1 <= len(g) <= MAX_GTRID_BYTES:
+        return g  # not an XA gtrid: passed on as it is, for the core to refuse
+    if len(g) > MAX_GTRID_BYTES - 4:
+        g = hashlib.sha256(g).digest()
+    return struct.pack(">i", format_id) + g
 
 class InDoubtError(Error):
     """Some branches may be prepared and their outcome is not known here: a

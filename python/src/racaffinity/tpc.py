@@ -18,9 +18,10 @@ Over `AsyncNodePools` the same API is awaited (`AsyncGlobalTransaction`):
             await conn.execute("INSERT ...")
     report = await apools.recover_all("rollback")
 
-The Xid is psycopg's XA triple (format_id, gtrid, bqual): the gtrid is the
-global transaction id the core routes by (its UTF-8 bytes, 1..=64), each
-branch gets its own bqual. A branch keeps its connection (and its lease) from
+The Xid is psycopg's XA triple (format_id, gtrid, bqual): the format id and
+the gtrid (its UTF-8 bytes, 1..=64) name the global transaction, which the
+core routes by `transaction_key(gtrid, format_id)`; each branch gets its own
+bqual. A branch keeps its connection (and its lease) from
 `tpc_begin` until phase two, as an XA resource manager connection would.
 
 Failures are told apart, never guessed: a PREPARE or phase-two command
@@ -63,9 +64,10 @@ from ._tpc_types import (  # noqa: E402
     InDoubtError,
     Recovered,
     RecoveryReport,
+    transaction_key,
 )
 
 __all__ = [
     "DEFAULT_FORMAT_ID", "AsyncGlobalTransaction", "GlobalTransaction", "Branch", "InDoubtError",
-    "recover_all", "recover_all_async", "RecoveryReport", "Recovered",
+    "recover_all", "recover_all_async", "RecoveryReport", "Recovered", "transaction_key",
 ]

@@ -3,6 +3,7 @@ package io.racaffinity.jta;
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
 import io.racaffinity.Route;
+import io.racaffinity.xa.XaRouter;
 import jakarta.transaction.Status;
 import jakarta.transaction.Synchronization;
 import jakarta.transaction.Transaction;
@@ -24,9 +25,9 @@ import javax.transaction.xa.Xid;
  * pool from the thread" at transaction end).
  *
  * <p>The transaction is identified through the {@link TransactionSynchronizationRegistry}:
- * the key is the transaction's XA gtrid when it can be had (a {@link Xid} key, or
- * the TM's transaction object's {@code getTxId()}/{@code getXid()}, as Narayana and
- * so WildFly offer), so the transaction routes exactly as its XA branches do through
+ * the key is the transaction's Xid (formatId and gtrid, {@link XaRouter#transactionKey}) when it can be
+ * had (a {@link Xid} key, or the TM's transaction object's {@code getTxId()}/{@code getXid()}, as Narayana
+ * and so WildFly offer), so the transaction routes exactly as its XA branches do through
  * {@code AffinityXADataSource} on the same cluster; otherwise the registry's
  * transaction key (its {@code toString()}, hashed if longer than 64 bytes). A transaction
  * whose TM takes no synchronization (Narayana once it is marked rollback-only) is followed all the
@@ -301,17 +302,17 @@ public final class TransactionAffinity {
         }
     }
 
-    /** The transaction's gtrid if it can be had, else its registry key as bytes (at most 64). */
+    /** The core's key of the transaction's Xid if it can be had, else its registry key as bytes (at most 64). */
     byte[] gtrid(Object key) {
         if (key instanceof Xid) {
-            return ((Xid) key).getGlobalTransactionId();
+            return XaRouter.transactionKey((Xid) key);
         }
         if (tm != null) {
             try {
                 Transaction t = tm.getTransaction();
                 Xid x = t == null ? null : xidOf(t);
                 if (x != null && x.getGlobalTransactionId() != null && x.getGlobalTransactionId().length > 0) {
-                    return x.getGlobalTransactionId();
+                    return XaRouter.transactionKey(x);
                 }
             } catch (Exception e) {
                 LOG.log(Level.DEBUG, () -> "cannot read the transaction's Xid: " + e);

@@ -187,6 +187,20 @@ public final class XaRouter {
         return cluster;
     }
 
+    /**
+     * The key under which the global transaction of {@code xid} is registered in the core (the
+     * {@code gtrid} of {@link Cluster#txRoute} and {@link Cluster#pickFor}): its formatId, 4 bytes
+     * big-endian, then its gtrid (a gtrid over 60 bytes: its SHA-256 digest). XA names a global
+     * transaction by both, so equal gtrids of two formats are two transactions.
+     *
+     * @param xid an Xid
+     * @return a new array
+     */
+    public static byte[] transactionKey(Xid xid) {
+        byte[] g = xid.getGlobalTransactionId();
+        return XidKey.transactionKey(xid.getFormatId(), g == null ? new byte[0] : g.clone());
+    }
+
     /** @return whether branches follow their gtrid (false: plain per-connection load balancing) */
     public boolean isTransactionAffinity() {
         return affinity;
@@ -450,7 +464,7 @@ public final class XaRouter {
             if (affinity) {
                 // The core places a new gtrid by the request's routing token, else its session, else the
                 // thread's pin: the request's session work and its transaction share a node.
-                r = cluster.txBeginFor(k.gtrid, null, requestSession.get(), requestToken.get());
+                r = cluster.txBeginFor(k.tx, null, requestSession.get(), requestToken.get());
             } else {
                 r = cluster.route();
             }
@@ -505,7 +519,7 @@ public final class XaRouter {
     private void undo(XidKey k, Branch b, Outcome outcome) {
         if (affinity) {
             try {
-                cluster.txEnd(k.gtrid);
+                cluster.txEnd(k.tx);
             } catch (AffinityException e) {
                 // gone already
             }
@@ -534,7 +548,7 @@ public final class XaRouter {
                     + ": no branch of it was started through this data source", null);
         }
         try {
-            return cluster.txRoute(k.gtrid).node();
+            return cluster.txRoute(k.tx).node();
         } catch (AffinityException e) {
             throw XaErrors.routing(e, "join", k);
         }
@@ -560,7 +574,7 @@ public final class XaRouter {
         // the gtrid with the node of another branch. Only the node's in-doubt list tells, so scan.
         if (affinity && scope == RecoveryScope.DATABASE) {
             try {
-                return cluster.txRoute(k.gtrid).node();
+                return cluster.txRoute(k.tx).node();
             } catch (UnknownTransactionException e) {
                 // not registered: scan
             } catch (AffinityException e) {
@@ -623,7 +637,7 @@ public final class XaRouter {
         }
         if (affinity) {
             try {
-                cluster.txPrepared(k.gtrid);
+                cluster.txPrepared(k.tx);
             } catch (AffinityException e) {
                 // not registered (recovered elsewhere) or closed: nothing to mark
             }
@@ -667,7 +681,7 @@ public final class XaRouter {
                     }
                 }
                 try {
-                    cluster.txComplete(k.gtrid);
+                    cluster.txComplete(k.tx);
                 } catch (AffinityException e) {
                     // already gone
                 }
@@ -696,7 +710,7 @@ public final class XaRouter {
                 }
                 if (affinity) {
                     try {
-                        cluster.txRecovered(k.gtrid, node);
+                        cluster.txRecovered(k.tx, node);
                     } catch (AffinityException e) {
                         // A second node returning the gtrid: a split transaction (made without affinity). Each
                         // exact xid is still completed on the node that returned it.
@@ -744,7 +758,7 @@ public final class XaRouter {
             }
         }
         try {
-            cluster.txComplete(k.gtrid);
+            cluster.txComplete(k.tx);
         } catch (AffinityException e) {
             // gone
         }

@@ -184,6 +184,36 @@ class AffinityXAResourceTest {
     }
 
     @Test
+    void xidsWithTheSameGtridButAnotherFormatIdAreAnotherTransaction() throws Exception {
+        // XA names a global transaction by formatId and gtrid together: one TM's gtrid bytes may be
+        // another's, and neither may be joined to the other's node. A draining owner keeps its own
+        // transaction's branches and takes no new transaction.
+        AffinityXADataSource ds = ds("; transaction.settle = 0ms");
+        XAResource r1 = connect(ds).getXAResource();
+        XAResource r2 = connect(ds).getXAResource();
+        String g = "unit-" + UUID.randomUUID();
+        Xid mine = TestXid.of(g, 1);
+        Xid theirs = new TestXid(FORMAT + 1, mine.getGlobalTransactionId(), mine.getBranchQualifier());
+        r1.start(mine, XAResource.TMNOFLAGS);
+        String owner = ((AffinityXAResource) r1).boundNodeName();
+        ds.getCluster().setNodeState(owner, NodeState.DRAINING);
+        try {
+            r2.start(theirs, XAResource.TMNOFLAGS);
+            assertNotEquals(owner, ((AffinityXAResource) r2).boundNodeName(), "a new transaction, not a branch of " + g);
+            assertEquals(2, NarayanaXaTest.liveTransactions(ds), "two transactions registered");
+            r2.end(theirs, XAResource.TMSUCCESS);
+            r2.rollback(theirs);
+            assertEquals(1, NarayanaXaTest.liveTransactions(ds), "the other one's end leaves " + g + " of FORMAT");
+        } finally {
+            r1.end(mine, XAResource.TMSUCCESS);
+            r1.rollback(mine);
+            ds.getCluster().setNodeState(owner, NodeState.UP);
+        }
+        assertEquals(0, ds.getRouter().trackedBranches());
+        assertEquals(0, NarayanaXaTest.liveTransactions(ds));
+    }
+
+    @Test
     void recoveryScansEveryNodeAndCompletesEachXidWhereItIs() throws Exception {
         // prepare branches of gtrids that land on every node, then forget everything (a "crash")
         AffinityXADataSource first = ds("");
