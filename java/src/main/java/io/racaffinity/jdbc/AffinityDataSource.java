@@ -933,8 +933,9 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
                 : c.newAffinityContext(policy == ConnectionAffinityCallback.AffinityPolicy.WEBSESSION_BASED_AFFINITY
                         ? Scope.SESSION : Scope.TRANSACTION);
         Route r = ac.pin();
-        cb.setConnectionAffinityContext(new ConnectionAffinityContext(this, ac, r.node(), r.nodeName(), policy));
-        return new CallbackPick(cb, ac, policy, c.lease(r));
+        Lease lease = c.lease(r);
+        tellCallback(cb, new ConnectionAffinityContext(this, ac, r.node(), r.nodeName(), policy), lease);
+        return new CallbackPick(cb, ac, policy, lease);
     }
 
     /** A callback context's lease, and how to move the context if its node gives no connection. */
@@ -964,16 +965,23 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     }
 
     /**
-     * Hands the callback its moved context. The callback is the application's (it may store the
+     * Hands the callback a new or moved context. The callback is the application's (it may store the
      * context in an HTTP session invalidated meanwhile): what it throws reaches the caller, and the
      * lease taken for the call is released, not left in flight until the garbage collector finds it.
+     * A callback that answers false did not store it, so no affinity was established (UCP's meaning):
+     * its pin is released now rather than held, unreachable, until the garbage collector finds it; the
+     * call's connection is still served from the lease's node.
      */
-    private static void tellCallback(ConnectionAffinityCallback cb, ConnectionAffinityContext moved, Lease lease) {
+    private static void tellCallback(ConnectionAffinityCallback cb, ConnectionAffinityContext context, Lease lease) {
+        boolean stored;
         try {
-            cb.setConnectionAffinityContext(moved);
+            stored = cb.setConnectionAffinityContext(context);
         } catch (RuntimeException | Error e) {
             release(lease, Outcome.NEUTRAL);
             throw e;
+        }
+        if (!stored) {
+            context.context.close();
         }
     }
 

@@ -59,7 +59,9 @@ public interface ConnectionAffinityCallback {
      * application sets; {@code null} ends the affinity).
      *
      * @param context the opaque context
-     * @return whether it was stored (if not, the affinity is not kept)
+     * @return whether it was stored; false declines it: no affinity is established (the data source
+     *     releases the context's pin at once, this call's connection is still served from its node, and
+     *     the next {@code getConnection()} places anew, as with no context)
      */
     boolean setConnectionAffinityContext(Object context);
 

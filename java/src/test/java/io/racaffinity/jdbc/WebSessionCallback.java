@@ -12,6 +12,8 @@ import java.sql.SQLException;
 final class WebSessionCallback implements ConnectionAffinityCallback {
     volatile Object context;
     volatile boolean invalidated;
+    /** Declines every context (answers false, stores nothing), as a callback that cannot keep one would. */
+    volatile boolean declines;
     /** The node of the first connection through the callback ({@link #registeredOn}). */
     String placedOn;
 
@@ -34,6 +36,9 @@ final class WebSessionCallback implements ConnectionAffinityCallback {
     public boolean setConnectionAffinityContext(Object context) {
         if (invalidated) {
             throw new IllegalStateException("setAttribute: Session already invalidated");
+        }
+        if (declines) {
+            return false;
         }
         this.context = context;
         return true;
