@@ -361,12 +361,33 @@ pub(crate) fn string(env: &Env<'_>, s: &JString<'_>, name: &str) -> JResult<Stri
     if s.is_null() {
         return Err(null_arg(name));
     }
+    // Every UTF-16 unit is at least one UTF-8 byte: a string longer than the limit in units is refused
+    // before it is copied and decoded whole (a 200 MB key would be), and for its length, as from C.
+    let units = utf16_len(env, s)?;
+    if units > RACAFFINITY_MAX_STRING_BYTES {
+        return Err(Fail::Core(Failure::new(
+            racaffinity_result::InvalidArgument,
+            format!("`{name}` is {units} UTF-16 units, so more bytes than the limit; the limit is {RACAFFINITY_MAX_STRING_BYTES}"),
+        )));
+    }
     let chars = s.mutf8_chars(env)?;
     let text = mutf8_text(chars.to_bytes()).map_err(|e| Fail::Core(e.at(name)))?;
     if text.len() > RACAFFINITY_MAX_STRING_BYTES {
         return Err(too_long(name, text.len()).into());
     }
     Ok(text)
+}
+
+/// `GetStringLength`: a Java string's length in UTF-16 units, read without copying it.
+fn utf16_len(env: &Env<'_>, s: &JString<'_>) -> JResult<usize> {
+    if env.exception_check() {
+        return Err(jni::errors::Error::JavaException.into());
+    }
+    let raw = env.get_raw();
+    // SAFETY: `raw` is this thread's valid JNIEnv (Env's contract) and `s` a live, non-null reference to a
+    // java.lang.String; GetStringLength neither throws nor keeps the reference.
+    let units = unsafe { ((**raw).v1_1.GetStringLength)(raw, s.as_raw()) };
+    Ok(usize::try_from(units).unwrap_or(0))
 }
 
 /// Lone surrogates in a Java string's modified UTF-8.

@@ -436,6 +436,24 @@ class ClusterTest {
         }
     }
 
+    @Test
+    void aStringOverTheLimitIsRefusedForItsLengthBeforeItsContentsAreRead() {
+        // As from C: the length is checked first, so a huge string is refused without being copied
+        // and decoded whole (a lone surrogate far inside it is never reached).
+        try (Cluster c = three("")) {
+            String huge = "n".repeat(4 << 20) + "\uD800";
+            InvalidArgumentException e = assertThrows(InvalidArgumentException.class,
+                    () -> c.setNodeState(huge, NodeState.DOWN));
+            assertTrue(e.getMessage().contains("the limit is 1048576"), e.getMessage());
+            // multi-byte text is measured in UTF-8: 400,000 three-byte characters are 1,200,000 bytes
+            String wide = "\u20AC".repeat(400_000);
+            e = assertThrows(InvalidArgumentException.class, () -> c.setNodeState(wide, NodeState.DOWN));
+            assertTrue(e.getMessage().contains("is 1200000 bytes; the limit is 1048576"), e.getMessage());
+            // at the limit, the text is read (and this is no node)
+            assertThrows(UnknownNodeException.class, () -> c.setNodeState("n".repeat(1 << 20), NodeState.DOWN));
+        }
+    }
+
     // ---- strict mode ------------------------------------------------------
 
     @Test
