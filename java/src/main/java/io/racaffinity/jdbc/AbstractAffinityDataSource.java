@@ -557,6 +557,22 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
     }
 
     /**
+     * Ends a web session's affinity (when the HTTP session ends): a session's connections, and the XA
+     * branches its requests begin, are placed by it.
+     *
+     * @param sessionId the session id
+     * @return whether it had one
+     * @throws SQLException if initialisation fails
+     */
+    public boolean endSession(String sessionId) throws SQLException {
+        try {
+            return running().cluster.endSession(sessionId);
+        } catch (AffinityException e) {
+            throw SqlErrors.routing(e);
+        }
+    }
+
+    /**
      * The JMX name of the cluster's MXBean, if this data source registered it (or shows it with the
      * other data sources of a cluster it was given).
      *

@@ -564,21 +564,6 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         return REQUEST_SESSION.get();
     }
 
-    /**
-     * Ends a web session's affinity (when the HTTP session ends).
-     *
-     * @param sessionId the session id
-     * @return whether it had one
-     * @throws SQLException if initialisation fails
-     */
-    public boolean endSession(String sessionId) throws SQLException {
-        try {
-            return running().cluster.endSession(sessionId);
-        } catch (AffinityException e) {
-            throw SqlErrors.routing(e);
-        }
-    }
-
     @Override
     public Connection getConnection() throws SQLException {
         return connect(null, null, null);

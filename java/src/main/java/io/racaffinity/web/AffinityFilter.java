@@ -5,6 +5,7 @@ import io.racaffinity.Cluster;
 import io.racaffinity.Route;
 import io.racaffinity.TokenChoice;
 import io.racaffinity.TokenRoute;
+import io.racaffinity.jdbc.AbstractAffinityDataSource;
 import io.racaffinity.jdbc.AffinityDataSource;
 import io.racaffinity.jdbc.RouteScope;
 import io.racaffinity.jdbc.SessionScope;
@@ -64,8 +65,8 @@ import javax.naming.NamingException;
  *       request, so that request is already pinned; otherwise requests without a
  *       session are load-balanced.
  *   <li>{@code dataSources} (optional): comma-separated JNDI names of
- *       {@link AffinityDataSource}s whose session affinity ends when the HTTP session
- *       is invalidated or expires (otherwise the core forgets it after
+ *       {@link AffinityDataSource}s or {@code AffinityXADataSource}s whose session affinity ends
+ *       when the HTTP session is invalidated or expires (otherwise the core forgets it after
  *       {@code session.idle_ttl}).
  *   <li>{@code routingToken} (default {@code none}): {@code cookie} or {@code attribute} turns on
  *       seed 001's routing tokens (WebLogic's primary and backup carried in the session id,
@@ -112,7 +113,7 @@ public class AffinityFilter implements Filter {
 
     private static final SecureRandom RANDOM = new SecureRandom();
     private boolean createSession;
-    private final List<AffinityDataSource> dataSources = new ArrayList<>();
+    private final List<AbstractAffinityDataSource<?>> dataSources = new ArrayList<>();
     private TokenStore tokenStore = TokenStore.NONE;
     private String tokenCookie = DEFAULT_COOKIE;
     private String tokenAttribute = DEFAULT_TOKEN_ATTRIBUTE;
@@ -147,11 +148,12 @@ public class AffinityFilter implements Filter {
                             continue;
                         }
                         Object o = ctx.lookup(n.trim());
-                        if (!(o instanceof AffinityDataSource)) {
+                        if (!(o instanceof AbstractAffinityDataSource)) {
                             throw new ServletException("AffinityFilter: " + n.trim() + " is a "
-                                    + (o == null ? "null" : o.getClass().getName()) + ", not an AffinityDataSource");
+                                    + (o == null ? "null" : o.getClass().getName())
+                                    + ", not an AffinityDataSource or AffinityXADataSource");
                         }
-                        dataSources.add((AffinityDataSource) o);
+                        dataSources.add((AbstractAffinityDataSource<?>) o);
                     }
                 } finally {
                     ctx.close();
@@ -194,8 +196,13 @@ public class AffinityFilter implements Filter {
         this.tokenAttribute = java.util.Objects.requireNonNull(name, "name");
     }
 
-    /** Sets the data sources whose session affinity ends with the HTTP session (programmatic setup). */
-    public void addDataSource(AffinityDataSource ds) {
+    /**
+     * Adds a data source whose session affinity ends with the HTTP session (programmatic setup): an
+     * {@code AffinityDataSource} or an {@code AffinityXADataSource} (its branches are placed by the session too).
+     *
+     * @param ds the data source
+     */
+    public void addDataSource(AbstractAffinityDataSource<?> ds) {
         dataSources.add(ds);
     }
 
@@ -512,9 +519,9 @@ public class AffinityFilter implements Filter {
     static final class End implements HttpSessionBindingListener, Serializable {
         private static final long serialVersionUID = 1L;
         private final String id;
-        private final transient List<AffinityDataSource> dataSources;
+        private final transient List<AbstractAffinityDataSource<?>> dataSources;
 
-        End(String id, List<AffinityDataSource> dataSources) {
+        End(String id, List<AbstractAffinityDataSource<?>> dataSources) {
             this.id = id;
             this.dataSources = List.copyOf(dataSources);
         }
@@ -546,8 +553,8 @@ public class AffinityFilter implements Filter {
             return now != this && now instanceof End && ((End) now).id.equals(id) && !((End) now).restored();
         }
 
-        static void endAll(String id, List<AffinityDataSource> dataSources) {
-            for (AffinityDataSource ds : dataSources) {
+        static void endAll(String id, List<AbstractAffinityDataSource<?>> dataSources) {
+            for (AbstractAffinityDataSource<?> ds : dataSources) {
                 try {
                     ds.endSession(id);
                 } catch (SQLException | RuntimeException e) {

@@ -355,6 +355,67 @@ class AffinityFilterSessionTest {
         }
     }
 
+    /**
+     * A web application using XA (an {@link AffinityXADataSource} in JNDI): the filter's {@code dataSources} took
+     * only an {@link AffinityDataSource} and refused to start, though XA branches are placed by the request's
+     * session as any connection is, and that session's affinity must end with the HTTP session.
+     */
+    @Test
+    void anXaDataSourceInJndiServesTheFilterAndItsSessionsEndWithTheirHttpSession() throws Exception {
+        Map<String, javax.sql.XADataSource> stubs = new LinkedHashMap<>();
+        for (String n : new String[] {"A", "B", "C"}) {
+            stubs.put(n, Stubs.proxy(javax.sql.XADataSource.class, "XADataSource " + n, (p, m, a) -> null));
+        }
+        String name = "java:comp/env/jdbc/filter-xa";
+        String factory = System.getProperty(javax.naming.Context.INITIAL_CONTEXT_FACTORY);
+        try (AffinityXADataSource xds = new AffinityXADataSource()) {
+            xds.setConfig("name = filter-xa; nodes = A, B, C");
+            xds.setNodeXADataSources(stubs);
+            xds.setHeartbeatIntervalMillis(0);
+            xds.setRegisterMBean(false);
+            io.racaffinity.test.MemoryContextFactory.BINDINGS.put(name, xds);
+            System.setProperty(javax.naming.Context.INITIAL_CONTEXT_FACTORY,
+                    io.racaffinity.test.MemoryContextFactory.class.getName());
+            AffinityFilter f = new AffinityFilter();
+            Map<String, String> params = Map.of("dataSources", name, "routingToken", "attribute");
+            f.init(Stubs.proxy(jakarta.servlet.FilterConfig.class, "FilterConfig", (p, m, a) ->
+                    m.getName().equals("getInitParameter") ? params.get((String) a[0]) : null));
+            Cluster cluster = xds.getCluster();
+            String[] id = {"xa-session"};
+            Runnable[] invalidate = new Runnable[1];
+            HttpSession session = tomcatLike(id, invalidate);
+            Map<String, Object> attributes = new HashMap<>();
+            HttpServletRequest request = Stubs.proxy(HttpServletRequest.class, "Request", (p, m, a) -> switch (
+                    m.getName()) {
+                case "getSession" -> session;
+                case "setAttribute" -> attributes.put((String) a[0], a[1]);
+                case "getAttribute" -> attributes.get((String) a[0]);
+                case "getCookies" -> new Cookie[0];
+                case "getContextPath" -> "";
+                case "isSecure", "isAsyncSupported" -> false;
+                default -> null;
+            });
+            Object[] seen = new Object[1];
+            f.doFilter(request, response(), (rq, rs) -> {
+                seen[0] = rq.getAttribute(AffinityFilter.ROUTE_ATTRIBUTE);
+                // what an XA branch begun in this request does: the core places it by the request's session
+                cluster.txBeginFor("xa-gtrid".getBytes(), null, AffinityDataSource.requestSession());
+                cluster.txEnd("xa-gtrid".getBytes());
+            });
+            assertNotNull(seen[0], "the request was routed by its token on the XA data source's cluster");
+            assertNotNull(session.getAttribute(AffinityFilter.DEFAULT_TOKEN_ATTRIBUTE));
+            invalidate[0].run();
+            assertEquals(false, cluster.endSession("xa-session"), "the session's affinity ended with it");
+        } finally {
+            io.racaffinity.test.MemoryContextFactory.BINDINGS.remove(name);
+            if (factory == null) {
+                System.clearProperty(javax.naming.Context.INITIAL_CONTEXT_FACTORY);
+            } else {
+                System.setProperty(javax.naming.Context.INITIAL_CONTEXT_FACTORY, factory);
+            }
+        }
+    }
+
     /** A session id whose token's primary is not {@code node}. */
     static String otherNodeSession(Cluster cluster, String node) {
         for (int i = 0;; i++) {
