@@ -42,7 +42,8 @@ import javax.naming.NamingException;
  * Web-session affinity for every request (UCP's web-session affinity, seed 002):
  * while a request runs, every affinity data source on its thread routes by the
  * request's HTTP session id ({@link AffinityDataSource#withRequestSession}: the
- * core's session routing, the session id as key), so all requests of one session
+ * core's session routing, the session id as key; the id of the session's first request,
+ * kept when {@code changeSessionId} changes it at login), so all requests of one session
  * use one RAC instance; the scope ends when the request ends. A new global
  * transaction started during the request prefers the session's node too. Work an asynchronous
  * servlet starts with {@code AsyncContext.start} runs in the request's scope as well (declare
@@ -477,25 +478,26 @@ public class AffinityFilter implements Filter {
     }
 
     /**
-     * The session's id, its affinity's end bound to it first (once); null if another request invalidated
+     * The session's routing key, its affinity's end bound to it first (once); null if another request invalidated
      * it since this one got it (its attribute calls throw then): this request then runs as one without a
-     * session, rather than fail, or route by an id whose end nothing would report.
+     * session, rather than fail, or route by a key whose end nothing would report.
+     *
+     * <p>The key is the id the session had at its first request through the filter, kept in the end's
+     * attribute: {@code changeSessionId} (Tomcat's authenticators and Spring Security call it at login, against
+     * session fixation) keeps the session and its attributes, so it keeps its node too, and the end bound to
+     * that key still ends its affinity. The key is the affinity's only: it is never sent to the client.
      */
     private String bind(HttpSession session) {
         try {
-            String id = session.getId();
-            if (!dataSources.isEmpty()) {
-                Object end = session.getAttribute(ATTRIBUTE);
-                if (end == null || (end instanceof End && (!((End) end).id.equals(id) || ((End) end).restored()))) {
-                    // A changed id (Tomcat's changeSessionId at login keeps the attributes): an end bound to the
-                    // old id would end an affinity nothing routes by any more, and leave this id's until
-                    // session.idle_ttl. The container unbinds the replaced one, which ends the old id's now.
-                    // A restored end (the session persisted at the webapp's stop, read back at its start) lost
-                    // its data sources: it would end nothing, so a live one replaces it.
-                    session.setAttribute(ATTRIBUTE, new End(id, dataSources));
-                }
+            Object end = session.getAttribute(ATTRIBUTE);
+            if (end instanceof End && !((End) end).restored()) {
+                return ((End) end).id;
             }
-            return id;
+            // None yet; or a restored end (the session persisted at the webapp's stop, read back at its start),
+            // which lost its data sources and would end nothing: a live one replaces it, with the same key.
+            String key = end instanceof End ? ((End) end).id : session.getId();
+            session.setAttribute(ATTRIBUTE, new End(key, dataSources));
+            return key;
         } catch (IllegalStateException e) {
             return null;
         }
@@ -513,8 +515,9 @@ public class AffinityFilter implements Filter {
     }
 
     /**
-     * Ends the session's affinity when the HTTP session ends, or when a new id replaces it. Not carried over a
-     * session's persistence or migration: the filter binds a new one at the restored session's next request.
+     * The session's routing key ({@link #bind}), and the end of its affinity when the HTTP session ends. Its data
+     * sources are not carried over a session's persistence or migration: the filter binds a live one, with the
+     * same key, at the restored session's next request.
      */
     static final class End implements HttpSessionBindingListener, Serializable {
         private static final long serialVersionUID = 1L;

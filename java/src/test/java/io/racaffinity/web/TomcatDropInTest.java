@@ -58,6 +58,8 @@ class TomcatDropInTest {
                         .path("scopes").path("session").path("live").asLong(-1));
             } else if (req.getRequestURI().endsWith("/type")) {
                 return ds.getClass().getName();
+            } else if (req.getRequestURI().endsWith("/login")) {
+                return req.changeSessionId(); // what Tomcat's authenticators and Spring Security do at login
             }
             try (Connection c = ds.getConnection()) {
                 return Integer.toString(Pools.serverPort(c));
@@ -146,6 +148,27 @@ class TomcatDropInTest {
         get(c, "/logout-audited");
         after = Long.parseLong(get(session(), "/sessions"));
         assertEquals(before - 1, after, "an audited logout ended the session's affinity");
+    }
+
+    @Test
+    void aSessionKeepsItsNodeWhenItsIdChangesAtLogin() throws Exception {
+        // Session fixation protection changes the id and keeps the session: its node, and the server-side state
+        // there (cached plans, temporary tables, the instance's buffer cache), must stay with it.
+        long before = Long.parseLong(get(session(), "/sessions"));
+        Map<Integer, List<String>> perSession = new LinkedHashMap<>();
+        for (int s = 0; s < 6; s++) {
+            HttpClient client = session();
+            List<String> ports = new ArrayList<>();
+            ports.add(get(client, "/port"));
+            get(client, "/login");
+            ports.add(get(client, "/port"));
+            ports.add(get(client, "/port"));
+            perSession.put(s, ports);
+            get(client, "/logout");
+        }
+        perSession.forEach((s, ports) -> assertEquals(1, new HashSet<>(ports).size(),
+                "session " + s + " kept its node over its login: " + ports));
+        assertEquals(before, Long.parseLong(get(session(), "/sessions")), "every logout ended its session's affinity");
     }
 
     @Test
