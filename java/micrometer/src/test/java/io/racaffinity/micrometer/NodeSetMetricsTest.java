@@ -99,6 +99,72 @@ class NodeSetMetricsTest {
         assertEquals(new TreeSet<>(List.of("B", "C")), scraped(registry, "racaffinity.node.picks"));
     }
 
+    /** The names of the meters of {@code node}, sorted (a node's meters twice would show here). */
+    private static List<String> metersOf(MeterRegistry registry, String node) {
+        return registry.getMeters().stream().map(Meter::getId).filter(id -> node.equals(id.getTag(AffinityMetrics.NODE)))
+                .map(id -> id.getName() + id.getTags()).sorted().toList();
+    }
+
+    /** A removal then an addition leave the node count as it was: the set still changes. */
+    @Test
+    void micrometerFollowsARemovalThenAnAddition() throws Exception {
+        MeterRegistry registry = new SimpleMeterRegistry();
+        new AffinityMetrics(ds).bindTo(registry);
+        Cluster c = ds.getCluster();
+        List<String> metersOfB = metersOf(registry, "B");
+        c.removeNode("A");
+        c.addNode("C", null, 1);
+        scrapes(() -> scraped(registry, "racaffinity.node.picks"));
+        for (String meter : List.of("racaffinity.node.picks", "racaffinity.node.in_flight", "racaffinity.node.status")) {
+            assertEquals(new TreeSet<>(List.of("B", "C")), scraped(registry, meter), meter + " after A went, C came");
+        }
+        assertEquals(List.of(), metersOf(registry, "A"), "meters of the removed node A");
+        assertEquals(metersOfB.size(), metersOf(registry, "C").size(), "C has a node's meters");
+    }
+
+    /** A node removed and then added again under its name is reported again, once, with the new node's counts. */
+    @Test
+    void micrometerReportsANodeRemovedAndAddedAgain() throws Exception {
+        MeterRegistry registry = new SimpleMeterRegistry();
+        new AffinityMetrics(ds).bindTo(registry);
+        Cluster c = ds.getCluster();
+        List<String> metersOfA = metersOf(registry, "A");
+        c.removeNode("A");
+        scrapes(() -> scraped(registry, "racaffinity.node.picks"));
+        assertEquals(new TreeSet<>(List.of("B")), scraped(registry, "racaffinity.node.picks"), "A removed");
+        c.addNode("A", null, 1);
+        scrapes(() -> scraped(registry, "racaffinity.node.picks"));
+        for (String meter : List.of("racaffinity.node.picks", "racaffinity.node.in_flight", "racaffinity.node.status")) {
+            assertEquals(new TreeSet<>(List.of("A", "B")), scraped(registry, meter), meter + " after A came back");
+        }
+        assertEquals(metersOfA, metersOf(registry, "A"), "A's meters, once each");
+        c.setNodeState("B", io.racaffinity.NodeState.DOWN);
+        c.pick().close(); // only the new A takes work
+        scrapes(() -> scraped(registry, "racaffinity.node.picks"));
+        assertEquals(1.0, registry.get("racaffinity.node.picks").tag(AffinityMetrics.NODE, "A").functionCounter()
+                .count(), "the new A's picks");
+    }
+
+    @Test
+    void openTelemetryFollowsARemovalThenAnAdditionAndANodeAddedAgain() throws Exception {
+        CollectingReader reader = new CollectingReader();
+        try (SdkMeterProvider provider = SdkMeterProvider.builder().registerMetricReader(reader).build();
+                AffinityOpenTelemetry otel = AffinityOpenTelemetry.install(ds, provider)) {
+            Cluster c = ds.getCluster();
+            c.removeNode("A");
+            c.addNode("C", null, 1);
+            scrapes(() -> collected(reader, "racaffinity.node.picks"));
+            for (String meter : List.of("racaffinity.node.picks", "racaffinity.node.in_flight",
+                    "racaffinity.node.status")) {
+                assertEquals(new TreeSet<>(List.of("B", "C")), collected(reader, meter), meter + " after A went, C came");
+            }
+            c.addNode("A", null, 1);
+            scrapes(() -> collected(reader, "racaffinity.node.picks"));
+            assertEquals(new TreeSet<>(List.of("A", "B", "C")), collected(reader, "racaffinity.node.picks"),
+                    "A came back");
+        }
+    }
+
     /**
      * Reading the node set at bindTo is no scrape: the first scrape, however soon after, reads the core again
      * (a check right after binding and one request saw 0 picks, the snapshot read at bindTo).
