@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use arc_swap::ArcSwap;
 
@@ -150,6 +150,13 @@ impl DataMap {
     pub fn clear_placed(&self) {
         self.placed.drain();
     }
+
+    /// Locks the shard of placements holding `partition`.
+    fn lock_placed(&self, partition: u32) -> MutexGuard<'_, HashMap<u32, NodeId>> {
+        #[cfg(test)]
+        tests::before_placement_lock();
+        self.placed.lock(&partition)
+    }
 }
 
 /// A key for data affinity.
@@ -189,7 +196,7 @@ impl Cluster {
     /// [`Cluster::registry_topo`]): a snapshot loaded before it may predate
     /// a node that another thread added and placed the partition on.
     fn current_owner(&self, partition: u32) -> Result<Option<NodeId>> {
-        let placed = self.balanced_placement().then(|| self.inner.data.placed.lock(&partition));
+        let placed = self.balanced_placement().then(|| self.inner.data.lock_placed(partition));
         let topo = self.registry_topo();
         self.owner_of(&topo, partition, placed.as_deref())
     }
@@ -221,7 +228,7 @@ impl Cluster {
         if self.balanced_placement() {
             let id = match placed {
                 Some(m) => m.get(&partition).copied(),
-                None => d.placed.lock(&partition).get(&partition).copied(),
+                None => d.lock_placed(partition).get(&partition).copied(),
             };
             return Ok(id.filter(|id| !is_removed(topo, *id)));
         }
@@ -276,7 +283,7 @@ impl Cluster {
         // Balanced: the partition's lock is held from before the snapshot
         // to the placement, so an entry on a node added meanwhile is in the
         // snapshot rather than looking removed and being placed again.
-        let mut placed = self.balanced_placement().then(|| self.inner.data.placed.lock(&p));
+        let mut placed = self.balanced_placement().then(|| self.inner.data.lock_placed(p));
         let topo = self.registry_topo();
         let route = match self.owner_of(&topo, p, placed.as_deref())? {
             Some(id) => {
@@ -606,6 +613,18 @@ mod tests {
         }
     }
 
+    thread_local! {
+        /// Run once by this thread's next lock of a partition's placements,
+        /// before it takes the lock.
+        static BEFORE_PLACEMENT_LOCK: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(super) fn before_placement_lock() {
+        if let Some(f) = BEFORE_PLACEMENT_LOCK.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
     /// Clearing a partition the map has no entry for is no change: the
     /// map's epoch and source (a loader's, in the metrics) stay, and route
     /// caches keyed by the routing epoch stay valid.
@@ -683,17 +702,29 @@ mod tests {
         let c = std::sync::Arc::new(
             Cluster::from_config_text("nodes = A\ndata.placement = balanced\ndata.partitions = 1").unwrap(),
         );
-        // Held, the partition's lock stops the route once it has its snapshot.
-        let mut placed = c.inner.data.placed.lock(&0u32);
+        // The route waits at the partition's placement lock (where a route
+        // without the fix already has its snapshot) until D is added and
+        // the partition placed on it; a sleep instead could let a route
+        // that starts late take its snapshot after D, and pass without the fix.
+        let (at_lock, reached) = std::sync::mpsc::channel();
+        let (release, go) = std::sync::mpsc::channel::<()>();
         let route = {
             let c = c.clone();
-            std::thread::spawn(move || c.route_key_i64(7))
+            std::thread::spawn(move || {
+                BEFORE_PLACEMENT_LOCK.with(|h| {
+                    *h.borrow_mut() = Some(Box::new(move || {
+                        at_lock.send(()).unwrap();
+                        go.recv().unwrap();
+                    }));
+                });
+                c.route_key_i64(7)
+            })
         };
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        reached.recv().expect("the route reached the placement lock");
         let d = c.add_node(NodeSpec::new("D")).unwrap();
         // What a route that saw D would have written under this lock.
-        placed.insert(0, d);
-        drop(placed);
+        c.inner.data.placed.lock(&0u32).insert(0, d);
+        release.send(()).unwrap();
         let r = route.join().unwrap().unwrap();
         assert_eq!((c.node_name(r.node).unwrap(), r.kind), ("D".to_string(), RouteKind::Affinity));
         assert_eq!(c.partition_owner(0).unwrap(), d);
