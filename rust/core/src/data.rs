@@ -653,23 +653,29 @@ mod tests {
         let other = if hashed == "A" { "B" } else { "A" };
         c.set_partition(0, "A").unwrap();
         let adder = c.clone();
+        let (adding, add) = std::sync::mpsc::channel();
         BEFORE_FLAG_STORE.with(|h| {
             *h.borrow_mut() = Some(Box::new(move || {
-                let (tx, rx) = std::sync::mpsc::channel();
-                std::thread::spawn(move || {
-                    adder.set_partition(1, other).unwrap();
-                    let _ = tx.send(());
-                });
-                // Done unless the update waits for the first one's lock.
-                let _ = rx.recv_timeout(std::time::Duration::from_millis(500));
+                // The adding update needs the map's lock. Still held here,
+                // it can only finish after this update; if not, waiting
+                // for it to finish lands it in this window every time,
+                // where a timed wait let a late thread land after the store.
+                let held = matches!(adder.inner.data.replaced.try_lock(), Err(std::sync::TryLockError::WouldBlock));
+                let (added, done) = std::sync::mpsc::channel();
+                adding
+                    .send(std::thread::spawn(move || {
+                        adder.set_partition(1, other).unwrap();
+                        let _ = added.send(());
+                    }))
+                    .unwrap();
+                if !held {
+                    // An error means the update panicked: the join says so.
+                    let _ = done.recv();
+                }
             }));
         });
         assert!(c.clear_partition(0));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while c.partition_map_epoch() < 3 && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+        add.recv().expect("the hook ran").join().unwrap();
         assert_eq!(c.partition_map_epoch(), 3);
         assert_eq!(c.node_name(c.partition_owner(1).unwrap()).unwrap(), other, "explicit entry 1 -> {other} ignored");
     }
