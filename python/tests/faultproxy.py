@@ -224,9 +224,12 @@ class FaultProxy:
                         finally:
                             server.settimeout(None)
                         if self._then_hole:
+                            # Set before the hole opens, as before refuse()
+                            # below: whoever sees the hole (a stalled link, a
+                            # timeout) then sees reply_lost.
+                            self._lost.set()
                             with self._lock:
                                 self._blackhole = True
-                            self._lost.set()
                             continue
                         # Set before refuse() ends the sessions: the client
                         # sees its reset from then on and may replay and

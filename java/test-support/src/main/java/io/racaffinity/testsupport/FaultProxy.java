@@ -343,8 +343,10 @@ public final class FaultProxy implements AutoCloseable {
                                 return;
                             }
                             case BLACKHOLE -> {
-                                blackhole = true;
+                                // Counted before the hole opens, as LOSE_THEN_REFUSE counts before refuse():
+                                // whoever sees the hole (a stalled link, a timeout) then sees acted().
                                 h.withheld.countDown();
+                                blackhole = true;
                                 continue; // the reply is in the hole
                             }
                         }
