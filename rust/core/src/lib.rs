@@ -89,7 +89,7 @@ pub use request::RouteRequest;
 pub use route::{Route, RouteKind};
 pub use session::MAX_KEY_BYTES;
 pub use token::{node_token_id, ChosenToken, SessionRouting, TokenParts, TokenRoute};
-pub use transaction::{TxInfo, MAX_GTRID_BYTES};
+pub use transaction::{xa_transaction_key, TxInfo, MAX_GTRID_BYTES, MAX_XA_TRANSACTION_KEY_BYTES};
 
 /// The crate version.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -3,6 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
+use sha2::{Digest, Sha256};
+
 use crate::agreement::{self, Agreed, Standing};
 use crate::cluster::Cluster;
 use crate::config::{Placement, RecoveryScope};
@@ -87,6 +89,35 @@ pub(crate) fn check_gtrid(gtrid: &[u8]) -> Result<()> {
         return Err(Error::InvalidArgument(format!("gtrid must be 1..={MAX_GTRID_BYTES} bytes, got {}", gtrid.len())));
     }
     Ok(())
+}
+
+/// Bytes of the longest key [`xa_transaction_key`] makes of a gtrid the
+/// `tx_*` calls accept (1..=[`MAX_GTRID_BYTES`]).
+pub const MAX_XA_TRANSACTION_KEY_BYTES: usize = MAX_GTRID_BYTES;
+
+/// The key an XA global transaction (`format_id`, `gtrid`) is registered
+/// under: what every binding passes as the `gtrid` of the `tx_*` calls for an
+/// Xid. XA names a global transaction by format id and gtrid together, so two
+/// transaction managers' equal gtrids of different formats must stay two
+/// transactions; the key is the format id (4 bytes, big-endian) then the
+/// gtrid, or the gtrid's SHA-256 digest when it is over 60 bytes, so the key
+/// fits the registry's 64. Built here once so every process, whatever its
+/// language, places a transaction alike. A gtrid no conforming TM makes
+/// (empty, or over 64 bytes) comes back as it is, so the `tx_*` call given it
+/// refuses it with its usual error. Changing these bytes moves live
+/// transactions between processes of two versions (docs/semantics.md).
+pub fn xa_transaction_key(format_id: i32, gtrid: &[u8]) -> Vec<u8> {
+    if gtrid.is_empty() || gtrid.len() > MAX_GTRID_BYTES {
+        return gtrid.to_vec();
+    }
+    let mut key = Vec::with_capacity(MAX_XA_TRANSACTION_KEY_BYTES);
+    key.extend_from_slice(&format_id.to_be_bytes());
+    if gtrid.len() <= MAX_XA_TRANSACTION_KEY_BYTES - 4 {
+        key.extend_from_slice(gtrid);
+    } else {
+        key.extend_from_slice(&Sha256::digest(gtrid));
+    }
+    key
 }
 
 /// Hex form of a gtrid for messages.

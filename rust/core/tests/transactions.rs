@@ -231,3 +231,46 @@ fn a_transaction_moved_to_a_node_added_during_a_call_never_panics() {
         },
     );
 }
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+/// Fixed bytes, not a second implementation: Java's and Python's tests check
+/// the same vectors, and a change here moves live transactions.
+#[test]
+fn the_xa_transaction_key_is_the_format_id_then_the_gtrid_or_its_digest() {
+    use racaffinity::{xa_transaction_key, MAX_XA_TRANSACTION_KEY_BYTES};
+    assert_eq!(xa_transaction_key(0x1234, b"abc"), unhex("00001234616263"));
+    assert_eq!(xa_transaction_key(-1, b"g"), unhex("ffffffff67"));
+    assert_eq!(xa_transaction_key(0x5241_4646, b"x"), b"RAFFx".to_vec());
+    let sixty = vec![b'x'; 60];
+    assert_eq!(xa_transaction_key(7, &sixty), [&[0, 0, 0, 7][..], &sixty].concat(), "60 bytes fit as they are");
+    assert_eq!(
+        xa_transaction_key(7, &[b'x'; 61]),
+        unhex("00000007c508e75f24e25db94dff52c9564a51025f69510191cc7dc2cfe16a6cb4b29f53"),
+        "61 bytes: SHA-256"
+    );
+    let all: Vec<u8> = (0..64).collect();
+    assert_eq!(
+        xa_transaction_key(i32::MIN, &all),
+        unhex("80000000fdeab9acf3710362bd2658cdc9a29e8f9c757fcf9811603a8c447cd1d9151108")
+    );
+    assert!(xa_transaction_key(7, &sixty).len() <= MAX_XA_TRANSACTION_KEY_BYTES);
+    // Passed on for the tx_* call to refuse, as an Xid's gtrid would be.
+    assert_eq!(xa_transaction_key(7, b""), Vec::<u8>::new());
+    assert_eq!(xa_transaction_key(7, &[b'y'; 65]), vec![b'y'; 65]);
+    let c = cluster("nodes = A, B");
+    for bad in [xa_transaction_key(7, b""), xa_transaction_key(7, &[b'y'; 65])] {
+        assert_eq!(c.tx_begin(&bad).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    }
+}
+
+#[test]
+fn equal_gtrids_of_two_formats_are_two_keys() {
+    use racaffinity::xa_transaction_key;
+    for g in [&b"g"[..], &[b'z'; 60], &[b'z'; 64]] {
+        assert_ne!(xa_transaction_key(1, g), xa_transaction_key(2, g));
+    }
+    assert_ne!(xa_transaction_key(1, &[b'z'; 61]), xa_transaction_key(1, &[b'z'; 62]));
+}
