@@ -26,6 +26,12 @@
 #define RACAFFINITY_MAX_GTRID_BYTES 64
 
 /*
+ A buffer this large holds the XA transaction key of every gtrid of
+ 1..=`RACAFFINITY_MAX_GTRID_BYTES` bytes (`racaffinity_xa_transaction_key`).
+ */
+#define RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES 64
+
+/*
  Longest session or data key.
  */
 #define RACAFFINITY_MAX_KEY_BYTES 1024
@@ -1560,6 +1566,32 @@ racaffinity_result racaffinity_tx_recovered(const racaffinity_cluster *cluster,
                                             const uint8_t *gtrid,
                                             size_t len,
                                             uint32_t node);
+
+/*
+ Writes the key the XA global transaction (`format_id`, `gtrid`) is
+ registered under, the `gtrid` every other `racaffinity_tx_*` call takes
+ for that Xid: the format id (4 bytes, big-endian) then the gtrid, or its
+ SHA-256 digest when it is over 60 bytes. XA names a transaction by both,
+ so equal gtrids of two formats stay two transactions; Java and Python
+ build their keys by this same function, so every process places a
+ transaction alike (docs/semantics.md, "The key of an XA transaction").
+ `*out_len` receives the key's length; a buffer of
+ `RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES` holds the key of every gtrid
+ of 1..=64 bytes. A gtrid no conforming TM makes (empty, or over 64 bytes)
+ is written back as it is (so `gtrid_len` bytes hold it) and the tx call
+ given it refuses it with INVALID_ARGUMENT. A buffer too small is
+ BUFFER_TOO_SMALL, with `*out_len` the size to allocate. Needs no cluster.
+
+ # Safety
+ `gtrid` must be valid for `gtrid_len` bytes; `buf` NULL or valid for
+ `cap` bytes; `out_len` NULL or writable.
+ */
+racaffinity_result racaffinity_xa_transaction_key(int32_t format_id,
+                                                  const uint8_t *gtrid,
+                                                  size_t gtrid_len,
+                                                  uint8_t *buf,
+                                                  size_t cap,
+                                                  size_t *out_len);
 
 /*
  Pins (or deepens the pin of) context `context` by the rules of `scope`

@@ -875,6 +875,67 @@ static void of_several_tokens_the_core_chooses_the_one_to_route(void) {
     free_cluster(c);
 }
 
+/* The XA key comes from the core, the bytes Java and Python use for the same
+ * Xid; it is a gtrid the tx calls take, and equal gtrids of two formats are
+ * two transactions. */
+static void the_xa_transaction_key_is_the_cores(void) {
+    uint8_t key[RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES];
+    size_t len = 0;
+    CHECK_OK(racaffinity_xa_transaction_key(0x1234, (const uint8_t *)"abc", 3, key, sizeof key, &len));
+    static const uint8_t abc[] = {0x00, 0x00, 0x12, 0x34, 'a', 'b', 'c'};
+    CHECK_EQ_U(len, sizeof abc);
+    CHECK(memcmp(key, abc, sizeof abc) == 0);
+    CHECK_OK(racaffinity_xa_transaction_key(-1, (const uint8_t *)"g", 1, key, sizeof key, &len));
+    static const uint8_t neg[] = {0xff, 0xff, 0xff, 0xff, 'g'};
+    CHECK_EQ_U(len, sizeof neg);
+    CHECK(memcmp(key, neg, sizeof neg) == 0);
+    /* 61 bytes: the format id, then SHA-256 of the gtrid. */
+    uint8_t long_gtrid[65];
+    memset(long_gtrid, 'x', sizeof long_gtrid);
+    static const uint8_t digest61[] = {0x00, 0x00, 0x00, 0x07, 0xc5, 0x08, 0xe7, 0x5f, 0x24, 0xe2, 0x5d, 0xb9,
+                                       0x4d, 0xff, 0x52, 0xc9, 0x56, 0x4a, 0x51, 0x02, 0x5f, 0x69, 0x51, 0x01,
+                                       0x91, 0xcc, 0x7d, 0xc2, 0xcf, 0xe1, 0x6a, 0x6c, 0xb4, 0xb2, 0x9f, 0x53};
+    CHECK_OK(racaffinity_xa_transaction_key(7, long_gtrid, 61, key, sizeof key, &len));
+    CHECK_EQ_U(len, sizeof digest61);
+    CHECK(memcmp(key, digest61, sizeof digest61) == 0);
+    /* The key routes like any gtrid; another format's key is another transaction. */
+    racaffinity_cluster *c = new_cluster("nodes = A, B, C");
+    racaffinity_route r;
+    size_t one_len = 0, two_len = 0;
+    uint8_t one[RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES], two[RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES];
+    CHECK_OK(racaffinity_xa_transaction_key(1, (const uint8_t *)"tx", 2, one, sizeof one, &one_len));
+    CHECK_OK(racaffinity_xa_transaction_key(2, (const uint8_t *)"tx", 2, two, sizeof two, &two_len));
+    CHECK_OK(racaffinity_tx_begin(c, one, one_len, &r));
+    CHECK_OK(racaffinity_tx_begin(c, two, two_len, &r));
+    CHECK_OK(racaffinity_tx_end(c, one, one_len));
+    CHECK_RC(racaffinity_tx_end(c, one, one_len), RACAFFINITY_RESULT_UNKNOWN_TRANSACTION);
+    CHECK_OK(racaffinity_tx_end(c, two, two_len));
+    /* Empty or over 64 bytes: written back as it is, for the tx call to refuse. */
+    uint8_t big[65];
+    CHECK_OK(racaffinity_xa_transaction_key(7, long_gtrid, 65, big, sizeof big, &len));
+    CHECK_EQ_U(len, 65);
+    CHECK(memcmp(big, long_gtrid, 65) == 0);
+    CHECK_RC(racaffinity_tx_begin(c, big, len, &r), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_OK(racaffinity_xa_transaction_key(7, NULL, 0, key, sizeof key, &len));
+    CHECK_EQ_U(len, 0);
+    /* A buffer too small says what to allocate; NULLs are argument errors. */
+    len = 0;
+    CHECK_RC(racaffinity_xa_transaction_key(7, long_gtrid, 65, key, sizeof key, &len),
+             RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+    CHECK_EQ_U(len, 65);
+    CHECK_RC(racaffinity_xa_transaction_key(7, (const uint8_t *)"abc", 3, key, 6, &len),
+             RACAFFINITY_RESULT_BUFFER_TOO_SMALL);
+    CHECK_EQ_U(len, 7);
+    CHECK_RC(racaffinity_xa_transaction_key(7, NULL, 3, key, sizeof key, &len), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("gtrid");
+    CHECK_RC(racaffinity_xa_transaction_key(7, (const uint8_t *)"abc", 3, NULL, 64, &len),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_xa_transaction_key(7, (const uint8_t *)"abc", 3, key, sizeof key, NULL),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("out_len");
+    free_cluster(c);
+}
+
 /* A new gtrid of a request carrying a token goes where the token routes the
  * request, not to the thread's pin; a data key still wins; a token never
  * refuses a new gtrid, and bad input changes nothing. */
@@ -2536,6 +2597,7 @@ static const h_test tests[] = {
     TEST(a_planned_drain_keeps_existing_work_until_its_timeout_then_moves_it),
     TEST(session_tokens_carry_primary_and_backup_and_promote_on_failure),
     TEST(of_several_tokens_the_core_chooses_the_one_to_route),
+    TEST(the_xa_transaction_key_is_the_cores),
     TEST(a_new_gtrid_follows_the_requests_session_token),
     TEST(token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup),
     TEST(token_route_without_a_buffer_routes_nothing),

@@ -9,11 +9,15 @@ use super::result::{racaffinity_result, Failure};
 pub const RACAFFINITY_MAX_STRING_BYTES: usize = 1048576;
 /// Longest gtrid (XA's MAXGTRIDSIZE).
 pub const RACAFFINITY_MAX_GTRID_BYTES: usize = 64;
+/// A buffer this large holds the XA transaction key of every gtrid of
+/// 1..=`RACAFFINITY_MAX_GTRID_BYTES` bytes (`racaffinity_xa_transaction_key`).
+pub const RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES: usize = 64;
 /// Longest session or data key.
 pub const RACAFFINITY_MAX_KEY_BYTES: usize = 1024;
 
 const MAX_STRING_BYTES: usize = RACAFFINITY_MAX_STRING_BYTES;
 const _: () = assert!(RACAFFINITY_MAX_GTRID_BYTES == racaffinity_core::MAX_GTRID_BYTES);
+const _: () = assert!(RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES == racaffinity_core::MAX_XA_TRANSACTION_KEY_BYTES);
 const _: () = assert!(RACAFFINITY_MAX_KEY_BYTES == racaffinity_core::MAX_KEY_BYTES);
 
 /// A string or byte argument over the size cap, from C or Java alike.
@@ -122,5 +126,27 @@ pub(crate) unsafe fn write_str(s: &str, buf: *mut c_char, cap: usize, out_len: *
         std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
         buf.add(s.len()).write(0);
     }
+    Ok(())
+}
+
+/// Copies the bytes `b` into a caller buffer (no terminator: bytes, not
+/// text). `*out_len` receives their length first, so on BUFFER_TOO_SMALL it
+/// is the size to allocate.
+///
+/// # Safety
+/// `buf` must be NULL or valid for `cap` bytes.
+pub(crate) unsafe fn write_bytes(b: &[u8], buf: *mut u8, cap: usize, out_len: Out<usize>) -> Result<(), Failure> {
+    out_len.set(b.len())?;
+    if buf.is_null() {
+        return Err(Failure::null("buf"));
+    }
+    if cap < b.len() {
+        return Err(Failure::new(
+            racaffinity_result::BufferTooSmall,
+            format!("buffer holds {cap} bytes; {} are needed", b.len()),
+        ));
+    }
+    // SAFETY: `buf` is valid for `cap >= b.len()` bytes; the source is a distinct Rust slice.
+    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), buf, b.len()) };
     Ok(())
 }

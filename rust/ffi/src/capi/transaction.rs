@@ -1,8 +1,9 @@
 //! XA transaction affinity by gtrid bytes.
 
+use super::buffer::{bytes_arg, out_arg, write_bytes};
 use super::call::{span_call, span_route};
 use super::handle::racaffinity_cluster;
-use super::result::racaffinity_result;
+use super::result::{guard, racaffinity_result};
 use super::types::{node_id, racaffinity_route};
 
 /// Begins or joins a branch of `gtrid` (1..=64 bytes) and writes its route.
@@ -112,6 +113,41 @@ pub unsafe extern "C" fn racaffinity_tx_recovered(
 ) -> racaffinity_result {
     // SAFETY: per this function's contract.
     unsafe { span_call(cluster, gtrid, len, "gtrid", |c, g| Ok(c.tx_recovered(g, node_id(node))?)) }
+}
+
+/// Writes the key the XA global transaction (`format_id`, `gtrid`) is
+/// registered under, the `gtrid` every other `racaffinity_tx_*` call takes
+/// for that Xid: the format id (4 bytes, big-endian) then the gtrid, or its
+/// SHA-256 digest when it is over 60 bytes. XA names a transaction by both,
+/// so equal gtrids of two formats stay two transactions; Java and Python
+/// build their keys by this same function, so every process places a
+/// transaction alike (docs/semantics.md, "The key of an XA transaction").
+/// `*out_len` receives the key's length; a buffer of
+/// `RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES` holds the key of every gtrid
+/// of 1..=64 bytes. A gtrid no conforming TM makes (empty, or over 64 bytes)
+/// is written back as it is (so `gtrid_len` bytes hold it) and the tx call
+/// given it refuses it with INVALID_ARGUMENT. A buffer too small is
+/// BUFFER_TOO_SMALL, with `*out_len` the size to allocate. Needs no cluster.
+///
+/// # Safety
+/// `gtrid` must be valid for `gtrid_len` bytes; `buf` NULL or valid for
+/// `cap` bytes; `out_len` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_xa_transaction_key(
+    format_id: i32,
+    gtrid: *const u8,
+    gtrid_len: usize,
+    buf: *mut u8,
+    cap: usize,
+    out_len: *mut usize,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let (g, out_len) = unsafe { (bytes_arg(gtrid, gtrid_len, "gtrid")?, out_arg(out_len, "out_len")?) };
+        let key = racaffinity_core::xa_transaction_key(format_id, g);
+        // SAFETY: per this function's contract.
+        unsafe { write_bytes(&key, buf, cap, out_len) }
+    })
 }
 
 #[cfg(test)]
