@@ -4,14 +4,12 @@ helpers: the branch, the in-doubt error and the recovery report."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import struct
 from typing import Any, Dict, List, Optional
 
 from psycopg import Xid
 
-from ._errors import Error
-from ._lib import lib
+from ._errors import Error, raise_for
+from ._lib import ffi, lib
 from ._routes import Lease
 
 __all__ = ["DEFAULT_FORMAT_ID", "MAX_GTRID_BYTES", "transaction_key", "Branch", "InDoubtError", "Recovered", "RecoveryReport"]
@@ -19,6 +17,7 @@ __all__ = ["DEFAULT_FORMAT_ID", "MAX_GTRID_BYTES", "transaction_key", "Branch", 
 #: The XA format id of the Xids this module creates ("RAFF").
 DEFAULT_FORMAT_ID = 0x52414646
 MAX_GTRID_BYTES = int(lib.RACAFFINITY_MAX_GTRID_BYTES)
+_MAX_KEY_BYTES = int(lib.RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES)
 
 
 def transaction_key(gtrid: str, format_id: int = DEFAULT_FORMAT_ID) -> bytes:
@@ -26,15 +25,21 @@ def transaction_key(gtrid: str, format_id: int = DEFAULT_FORMAT_ID) -> bytes:
     under in the core (what `Cluster.tx_route` and the other `tx_*` calls
     take for it): the format id, 4 bytes big-endian, then the gtrid's UTF-8
     bytes (over 60 bytes: their SHA-256 digest, so the key fits the core's
-    64). XA names a global transaction by both, so equal gtrids of two
-    formats are two transactions. Java's `XaRouter.transactionKey(Xid)`
-    builds the same key (docs/semantics.md)."""
+    64); a gtrid that is empty or over 64 bytes comes back as it is, for the
+    `tx_*` call to refuse. XA names a global transaction by both, so equal
+    gtrids of two formats are two transactions. The core builds it
+    (`racaffinity_xa_transaction_key`), as it does for Java's
+    `XaRouter.transactionKey(Xid)` and C, so every process places a
+    transaction alike (docs/semantics.md)."""
     g = gtrid.encode("utf-8")
-    if not 1 <= len(g) <= MAX_GTRID_BYTES:
-        return g  # not an XA gtrid: passed on as it is, for the core to refuse
-    if len(g) > MAX_GTRID_BYTES - 4:
-        g = hashlib.sha256(g).digest()
-    return struct.pack(">i", format_id) + g
+    # A gtrid the core refuses is written back whole: room for it too.
+    buf = ffi.new("uint8_t[]", max(_MAX_KEY_BYTES, len(g)))
+    n = ffi.new("size_t *")
+    rc = lib.racaffinity_xa_transaction_key(format_id, g, len(g), buf, len(buf), n)
+    if rc:
+        raise_for(rc)
+    return bytes(ffi.buffer(buf, n[0]))
+
 
 class InDoubtError(Error):
     """Some branches may be prepared and their outcome is not known here: a

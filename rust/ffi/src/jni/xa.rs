@@ -1,11 +1,11 @@
-//! XA-side metrics for `io.racaffinity.Cluster` (`io.racaffinity.Native`):
-//! the soft-mode span counter per node, which the `nodeMetrics` counter
-//! layout predates.
+//! XA-side calls of `io.racaffinity.Cluster` (`io.racaffinity.Native`): the
+//! soft-mode span counter per node, which the `nodeMetrics` counter layout
+//! predates, and the key of an Xid's global transaction.
 
-use jni::objects::JLongArray;
-use jni::sys::jlong;
+use jni::objects::{JByteArray, JLongArray};
+use jni::sys::{jint, jlong};
 
-use super::{run, with_cluster};
+use super::{run, with_bytes, with_cluster};
 
 jni_export! {
     /// `long[] nodeTxSpans(long handle)`: per live node, `{id, tx_spans}` pairs,
@@ -24,6 +24,16 @@ jni_export! {
             let out = JLongArray::new(env, pairs.len())?;
             out.set_region(env, 0, &pairs)?;
             Ok(out)
+        })
+    }
+
+    /// `byte[] xaTransactionKey(int formatId, byte[] gtrid)`: the key the core
+    /// registers the XA global transaction under (`xa_transaction_key`), the
+    /// same bytes C and Python get for the Xid.
+    fn Java_io_racaffinity_Native_xaTransactionKey<'l>(env, format_id: jint, gtrid: JByteArray<'l>) -> JByteArray<'l> {
+        run(&mut env, |env| {
+            let key = with_bytes(env, &gtrid, "gtrid", |g| Ok(racaffinity_core::xa_transaction_key(format_id, g)))?;
+            Ok(env.byte_array_from_slice(&key)?)
         })
     }
 }

@@ -122,6 +122,23 @@ public final class Cluster implements AutoCloseable {
         return Native.version();
     }
 
+    /**
+     * The key the core registers the XA global transaction ({@code formatId}, {@code gtrid}) under, the
+     * {@code gtrid} that {@link #txBegin}, {@link #txRoute} and the other transaction calls take for an
+     * Xid: the formatId (4 bytes, big-endian) then the gtrid, or its SHA-256 digest when it is over 60
+     * bytes. XA names a transaction by both, so equal gtrids of two formats stay two transactions. The
+     * core builds it, for C and Python too, so every process places a transaction alike
+     * (docs/semantics.md). A gtrid no conforming transaction manager makes (empty, or over 64 bytes) comes
+     * back as it is, for the transaction call given it to refuse.
+     *
+     * @param formatId the Xid's format id
+     * @param gtrid the Xid's global transaction id
+     * @return a new array
+     */
+    public static byte[] xaTransactionKey(int formatId, byte[] gtrid) {
+        return Native.xaTransactionKey(formatId, gtrid(gtrid));
+    }
+
     long handle() {
         return handle;
     }

@@ -169,6 +169,8 @@ final class Native {
     static native void leaseEnd(long h, int node, int outcome);
 
     // --- transactions, sessions, data --------------------------------------
+    static native byte[] xaTransactionKey(int formatId, byte[] gtrid);
+
     static native long txBegin(long h, byte[] gtrid);
 
     static native long txBeginOn(long h, byte[] gtrid, int preferred);

@@ -1,8 +1,6 @@
 package io.racaffinity.xa;
 
-import java.nio.ByteBuffer;
-import java.security.MessageDigest;
-import java.security.NoSuchAlgorithmException;
+import io.racaffinity.Cluster;
 import java.util.Arrays;
 import javax.transaction.xa.Xid;
 
@@ -38,27 +36,12 @@ final class XidKey {
     }
 
     /**
-     * The key a global transaction is registered under in the core: the formatId (4 bytes, big-endian) and
-     * the gtrid, so two transaction managers' equal gtrids of different formats stay two transactions. A
-     * gtrid longer than 60 bytes is replaced by its SHA-256 digest to keep the key within the core's 64
-     * bytes. A gtrid no conforming TM makes (empty, or over 64 bytes) is passed on as it is, for the
-     * core to refuse. Python's {@code racaffinity.tpc.transaction_key} builds the same key
-     * (docs/semantics.md).
+     * The key a global transaction is registered under in the core ({@link Cluster#xaTransactionKey}): the
+     * formatId and the gtrid, so two transaction managers' equal gtrids of different formats stay two
+     * transactions. Built by the core, as for C and Python, so every process places it alike.
      */
     static byte[] transactionKey(int formatId, byte[] gtrid) {
-        if (gtrid.length == 0 || gtrid.length > 64) {
-            return gtrid;
-        }
-        byte[] g = gtrid.length <= 60 ? gtrid : sha256(gtrid);
-        return ByteBuffer.allocate(4 + g.length).putInt(formatId).put(g).array();
-    }
-
-    private static byte[] sha256(byte[] b) {
-        try {
-            return MessageDigest.getInstance("SHA-256").digest(b);
-        } catch (NoSuchAlgorithmException e) {
-            throw new IllegalStateException(e); // every JDK has SHA-256
-        }
+        return Cluster.xaTransactionKey(formatId, gtrid);
     }
 
     @Override
