@@ -9,7 +9,8 @@ changes nothing", node states, RLB percent and `aff` after the last step),
 `parse_errors`, and `parse` lines (accepted by the parser); connect.json
 `build`, `build_errors` and `split_host_port` (of node addresses);
 config.json `parse` (fields the API exposes), `errors` (kind and the key in
-the message) and `node_names`.
+the message) and `node_names`; xa_keys.json through
+`racaffinity.tpc.transaction_key` (the keys C and Java get for the same Xid).
 
 Not observable through the C ABI, so not checked here (see NOT_EXPOSED):
 the hash functions, a parsed event's fields, `revoked`/`advised` lists and a
@@ -37,6 +38,7 @@ NOT_EXPOSED = {
         "parse: database, service, panic, data.partitions, session.*, transaction.placement, "
         "data.placement, health.*, data.map, thread.auto_pin",
     ],
+    "xa_keys.json": ["keys of a gtrid that is not UTF-8 (a psycopg Xid's gtrid is text)"],
 }
 
 KIND = {
@@ -353,3 +355,22 @@ def test_node_names():
         with ra.Cluster("nodes = X") as c:
             chk.raises(f"add_node({name!r})", lambda: c.add_node(name), "InvalidArgument")
     chk.done(len(CONFIG["node_names"]["valid"]) + len(CONFIG["node_names"]["invalid"]))
+
+
+# -- xa_keys ----------------------------------------------------------------------
+
+XA_KEYS = load("xa_keys.json")
+
+
+def test_xa_transaction_keys():
+    from racaffinity.tpc import transaction_key  # needs the postgres extra
+
+    chk = Counter()
+    for case in XA_KEYS["keys"]:
+        try:
+            gtrid = bytes.fromhex(case["gtrid"]).decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # NOT_EXPOSED
+        chk.eq(f"transaction_key({gtrid!r}, {case['format_id']})", transaction_key(gtrid, case["format_id"]).hex(),
+               case["key"])
+    chk.done(80)

@@ -534,6 +534,21 @@ static void replay(const char *path) {
             drop(&c);
             free(name.s);
             cases++;
+        } else if (strcmp(rec, "XAKEY") == 0 && nf == 4) {
+            bytes_t g = unhex(fld[2]), want = unhex(fld[3]);
+            snprintf(ctx_name, sizeof ctx_name, "xa_transaction_key(%s, %.60s)", fld[1], fld[2]);
+            /* A gtrid the core refuses comes back whole: room for it too. */
+            size_t cap = g.n > RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES ? g.n : RACAFFINITY_MAX_XA_TRANSACTION_KEY_BYTES;
+            uint8_t *key = malloc(cap);
+            if (!key) abort();
+            size_t len = 0;
+            VCHECK_RC(racaffinity_xa_transaction_key((int32_t)strtol(fld[1], NULL, 10), (const uint8_t *)g.s, g.n, key,
+                                                     cap, &len),
+                      RACAFFINITY_RESULT_OK);
+            atomic_fetch_add(&h_checks, 1);
+            if (len != want.n || memcmp(key, want.s, len) != 0) VFAIL("key of %zu bytes differs from the vector", len);
+            free(key), free(g.s), free(want.s);
+            cases++;
         } else {
             VFAIL("unknown or malformed record %s (%d fields)", rec, nf);
         }

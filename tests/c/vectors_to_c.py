@@ -263,7 +263,17 @@ def config(out: Out, v: dict) -> None:
         out.rec("NAMEBAD", cstr(n, "node_names"))
 
 
-HANDLERS = {"rendezvous.json": rendezvous, "events.json": events, "connect.json": connect, "config.json": config}
+def xa_keys(out: Out, v: dict) -> None:
+    keys("xa_keys", v, {"description", "keys"})
+    for c in v["keys"]:
+        keys("xa_keys keys", c, {"format_id", "gtrid", "key"})
+        if not -(1 << 31) <= c["format_id"] < (1 << 31):
+            raise SystemExit(f"xa_keys: format_id {c['format_id']} does not fit int32_t")
+        out.rec("XAKEY", c["format_id"], hx(bytes.fromhex(c["gtrid"])), hx(bytes.fromhex(c["key"])))
+
+
+HANDLERS = {"rendezvous.json": rendezvous, "events.json": events, "connect.json": connect, "config.json": config,
+            "xa_keys.json": xa_keys}
 
 
 def main() -> int:

@@ -7,8 +7,10 @@ misroute in production.
 
 The rendezvous vectors are *computed* here by a second, independent
 implementation of racaffinity-hrw-v2 written from its documentation (the module
-docs of rust/core/src/hash.rs), not from the Rust code. The other files
-(events, connect strings, config) are hand-written expectations.
+docs of rust/core/src/hash.rs), not from the Rust code, and so are the XA
+transaction keys (xa_keys.json, from docs/semantics.md "The key of an XA
+transaction", with hashlib's SHA-256). The other files (events, connect
+strings, config) are hand-written expectations.
 
 Usage:
     python3 tests/vectors/generate.py          # (re)write the JSON files
@@ -20,6 +22,7 @@ Plain Python 3.11 standard library; output is deterministic.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import struct
@@ -929,6 +932,48 @@ def config_file() -> dict:
 
 
 # ---------------------------------------------------------------------------
+# xa_keys.json
+# ---------------------------------------------------------------------------
+
+MAX_GTRID = 64
+
+
+def xa_key(format_id: int, gtrid: bytes) -> bytes:
+    """The XA transaction key, from docs/semantics.md: an empty or over-64-byte
+    gtrid as it is; else the format id (4 bytes, big-endian, signed) and the
+    gtrid, or its SHA-256 digest when it is over 60 bytes."""
+    if not 1 <= len(gtrid) <= MAX_GTRID:
+        return gtrid
+    g = gtrid if len(gtrid) <= MAX_GTRID - 4 else hashlib.sha256(gtrid).digest()
+    return struct.pack(">i", format_id) + g
+
+
+XA_FORMAT_IDS = [0, 1, 0x1234, 0x52414646, 0x7FFFFFFF, -1, -(1 << 31)]
+XA_GTRIDS = [
+    b"abc", b"g", b"x" * 59, b"x" * 60, b"x" * 61, b"x" * 64, bytes(range(64)), bytes(range(60)),
+    "gtrid-é".encode("utf-8"), b"\x00" * 8, b"\xff" * 62, b"", b"y" * 65, b"z" * 200,
+]
+
+
+def xa_keys_file() -> dict:
+    cases = []
+    for gtrid in XA_GTRIDS:
+        for fid in XA_FORMAT_IDS:
+            cases.append({"format_id": fid, "gtrid": gtrid.hex(), "key": xa_key(fid, gtrid).hex()})
+    return {
+        "description": (
+            "XA transaction keys (racaffinity::xa_transaction_key, racaffinity_xa_transaction_key, "
+            "Cluster.xaTransactionKey, racaffinity.tpc.transaction_key): for each case, the key of the global "
+            "transaction (`format_id`, a signed 32-bit integer; `gtrid`, hex bytes) is `key` (hex). Computed by "
+            "tests/vectors/generate.py from docs/semantics.md, \"The key of an XA transaction\": the format id "
+            "as 4 bytes big-endian then the gtrid, or its SHA-256 digest when it is 61 to 64 bytes; an empty or "
+            "over-64-byte gtrid as it is."
+        ),
+        "keys": cases,
+    }
+
+
+# ---------------------------------------------------------------------------
 
 
 FILES = {
@@ -936,6 +981,7 @@ FILES = {
     "events.json": events_file,
     "connect.json": connect_file,
     "config.json": config_file,
+    "xa_keys.json": xa_keys_file,
 }
 
 
@@ -949,6 +995,9 @@ def self_test() -> None:
     assert i64_bytes(-1) == b"\xff" * 8 and i64_bytes(I64_MIN) == b"\x00" * 7 + b"\x80"
     assert math.isfinite(weighted_score(MASK64, 1.0)) and weighted_score(MASK64, 1.0) > weighted_score(1 << 63, 1.0)
     assert abs(weighted_score(1 << 63, 1.0) - 1.0 / math.log(2.0)) < 1e-12
+    # SHA-256 of "abc", FIPS 180-2 appendix B.1: the digest the XA key uses.
+    assert hashlib.sha256(b"abc").hexdigest() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert xa_key(0x1234, b"abc") == bytes.fromhex("00001234616263")
 
 
 def main() -> int:

@@ -26,7 +26,7 @@ use serde_json::{json, Map, Value};
 /// Smallest believable number of checks per file: an emptied or truncated
 /// file must fail rather than pass vacuously.
 const MIN_CASES: &[(&str, usize)] =
-    &[("rendezvous.json", 400), ("events.json", 80), ("connect.json", 60), ("config.json", 40)];
+    &[("rendezvous.json", 400), ("events.json", 80), ("connect.json", 60), ("config.json", 40), ("xa_keys.json", 90)];
 
 fn vectors_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors")
@@ -605,11 +605,34 @@ fn config(run: &mut Run, v: &Value) {
 }
 
 // ---------------------------------------------------------------------------
+// xa_keys.json
+// ---------------------------------------------------------------------------
+
+fn xa_keys(run: &mut Run, v: &Value) {
+    let top = run.keys("top", v, &["description", "keys"], &[]);
+    for c in cases(run, top, "keys", &["format_id", "gtrid", "key"]) {
+        let fid = c["format_id"].as_i64().and_then(|f| i32::try_from(f).ok());
+        let Some(fid) = fid else { panic!("xa_keys.json: format_id must be a 32-bit integer: {}", c["format_id"]) };
+        let gtrid = unhex(s(&c["gtrid"]));
+        run.eq(
+            &format!("xa_transaction_key({fid}, {})", show(&gtrid)),
+            racaffinity::xa_transaction_key(fid, &gtrid),
+            unhex(s(&c["key"])),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
 
 type Handler = fn(&mut Run, &Value);
 
-const HANDLERS: &[(&str, Handler)] =
-    &[("rendezvous.json", rendezvous), ("events.json", events), ("connect.json", connect), ("config.json", config)];
+const HANDLERS: &[(&str, Handler)] = &[
+    ("rendezvous.json", rendezvous),
+    ("events.json", events),
+    ("connect.json", connect),
+    ("config.json", config),
+    ("xa_keys.json", xa_keys),
+];
 
 #[test]
 fn shared_vectors() {

@@ -9,6 +9,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.racaffinity.Cluster;
 import io.racaffinity.InvalidArgumentException;
 import io.racaffinity.UnknownTransactionException;
+import io.racaffinity.test.Vectors;
+import io.racaffinity.test.Vectors.Run;
+import com.fasterxml.jackson.databind.JsonNode;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.HexFormat;
@@ -18,7 +21,8 @@ import org.junit.jupiter.api.Test;
 /**
  * The XA transaction key is the core's ({@code racaffinity_xa_transaction_key}): the fixed vectors are those
  * of rust/core/tests/transactions.rs, tests/c/test_api.c and python/tests/test_tpc_key.py, so a binding that
- * built its own key would show here.
+ * built its own key would show here; and the shared vectors of {@code tests/vectors/xa_keys.json}, which C,
+ * Python and the core check too.
  */
 class XidKeyTest {
     private static byte[] key(int formatId, String gtrid) {
@@ -84,5 +88,39 @@ class XidKeyTest {
     @Test
     void aNullGtridIsRefused() {
         assertThrows(NullPointerException.class, () -> Cluster.xaTransactionKey(1, null));
+    }
+
+    private static Xid xid(int formatId, byte[] gtrid) {
+        return new Xid() {
+            @Override
+            public int getFormatId() {
+                return formatId;
+            }
+
+            @Override
+            public byte[] getGlobalTransactionId() {
+                return gtrid.clone();
+            }
+
+            @Override
+            public byte[] getBranchQualifier() {
+                return new byte[] {1};
+            }
+        };
+    }
+
+    @Test
+    void theSharedXaKeyVectorsGiveTheSameKeysInJava() throws Exception {
+        JsonNode top = Vectors.load("xa_keys.json");
+        Run run = new Run("xa_keys.json");
+        HexFormat hex = HexFormat.of();
+        for (JsonNode c : top.get("keys")) {
+            int formatId = Math.toIntExact(c.get("format_id").asLong());
+            byte[] gtrid = hex.parseHex(c.get("gtrid").asText());
+            String ctx = "XaRouter.transactionKey(" + formatId + ", " + Vectors.show(gtrid) + ")";
+            run.eq(ctx, hex.formatHex(XaRouter.transactionKey(xid(formatId, gtrid))), c.get("key").asText());
+        }
+        assertTrue(run.failures.isEmpty(), run.report());
+        assertTrue(run.cases >= 90, "only " + run.cases + " cases: the vector file shrank?");
     }
 }
