@@ -258,6 +258,7 @@ lint:
 check-docs:
 	python3 tools/doc_samples.py check
 	python3 tools/check_make_help.py
+	python3 tools/check_dependencies.py
 
 # rust/oracle's tests use the local nodes: started here (and stopped after)
 # unless the user's are already running.
