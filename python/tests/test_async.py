@@ -121,3 +121,34 @@ async def test_the_real_limit_of_cancelling_a_query_on_a_node_that_stopped_answe
         assert 9.0 < once < 12.5, once
         assert twice < 1.0, twice
         assert in_flight(c) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_cancelled_close_still_closes_every_pool(pg, cluster_factory):
+    # A close() cancelled part way (an asyncio.timeout around a shutdown, a
+    # server's lifespan cancelled) set the pools closed and stopped there:
+    # the node pools after the one it was closing kept their connections and
+    # workers, and a second close() returned at once, closing nothing.
+    c = cluster_factory(nodes=NAMES)
+    pools = AsyncNodePools(c, pg.dsn, heartbeat=True, min_size=1, max_size=2, timeout=5.0)
+    await pools.open()
+    first = pools._by_id[0]
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_close = first.close
+
+    async def slow_close(timeout=5.0):
+        entered.set()
+        await release.wait()
+        await real_close(timeout)
+
+    first.close = slow_close
+    task = asyncio.ensure_future(pools.close())
+    await asyncio.wait_for(entered.wait(), 20)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    await asyncio.wait_for(pools.close(), 30)
+    assert [p.closed for p in pools._by_id] == [True, True, True]
+    assert not pools._heartbeat.is_alive()

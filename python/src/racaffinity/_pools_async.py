@@ -846,6 +846,7 @@ class AsyncNodePools(Base):
         self._heartbeat: Optional[_AsyncHeartbeat] = None
         self._upkeep: Optional[_AsyncUpkeep] = None
         self._opened = False
+        self._closing: Any = None  # the task of the close under way (`close()`)
         # The closes of retired pools still running (`_retire`).
         self._retiring: List[Any] = []
         # Node -> the pools its drains retired, whose connections in use
@@ -1137,8 +1138,26 @@ class AsyncNodePools(Base):
         """Stops the heartbeat and the upkeep and closes every pool; a pool
         that fails to close is logged and the others are closed all the
         same. Idempotent."""
-        if self._closed:
-            return
+        if _ASYNC:
+            # The close runs as a task of its own that the caller waits for:
+            # a caller cancelled part way (an `asyncio.timeout` around a
+            # shutdown) had marked the pools closed and stopped there, the
+            # pools after the one it was closing left open with their
+            # connections, and every later close() returned at once. Now
+            # the close goes on to the end, and a later close() waits for it.
+            closing = self._closing
+            if closing is None:
+                if self._closed:  # a forked child's: the pools are the parent's
+                    return
+                closing = self._closing = aspawn(self._close, (timeout,), "racaffinity-close")
+            if not closing.done():
+                await asyncio.shield(closing)
+        else:
+            if self._closed:
+                return
+            await self._close(timeout)
+
+    async def _close(self, timeout: float) -> None:
         async with self._replace_lock:
             # A replacement under way stores its pool before this (closed
             # below) or, after it, sees `_closed` and makes none.

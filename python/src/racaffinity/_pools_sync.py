@@ -713,6 +713,7 @@ class NodePools(Base):
         self._heartbeat: Optional[_Heartbeat] = None
         self._upkeep: Optional[_Upkeep] = None
         self._opened = False
+        self._closing: Any = None
         self._retiring: List[Any] = []
         self._drained: Dict[int, List[Any]] = {}
         self._replace_lock = Lock()
@@ -945,6 +946,9 @@ class NodePools(Base):
         same. Idempotent."""
         if self._closed:
             return
+        self._close(timeout)
+
+    def _close(self, timeout: float) -> None:
         with self._replace_lock:
             self._closed = True
         if self._heartbeat is not None:
