@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections import Counter
 
+import psycopg
 import pytest
 
 import racaffinity as ra
@@ -152,3 +153,47 @@ async def test_a_cancelled_close_still_closes_every_pool(pg, cluster_factory):
     await asyncio.wait_for(pools.close(), 30)
     assert [p.closed for p in pools._by_id] == [True, True, True]
     assert not pools._heartbeat.is_alive()
+
+
+class _CancelledAsAutocommitSwitches(psycopg.AsyncConnection):
+    """psycopg's `set_autocommit` may yield to the loop once the switch is
+    made (`waiting.wait_async` does after a busy stretch): a cancel there
+    finds autocommit already switched. This one yields there each time it
+    is armed, and cancels its task at that point."""
+
+    armed = False
+
+    async def set_autocommit(self, value):
+        await super().set_autocommit(value)
+        if value and _CancelledAsAutocommitSwitches.armed:
+            _CancelledAsAutocommitSwitches.armed = False
+            asyncio.current_task().cancel()
+            await asyncio.sleep(0)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_cancel_during_the_checkout_check_leaves_the_connection_out_of_autocommit(pg, cluster_factory):
+    # psycopg_pool's check turns autocommit on for its empty query and off
+    # again in a `finally` it enters only after the switch returned: a task
+    # cancelled as the switch returned left the connection in autocommit,
+    # and the pool took it back so. The next borrower's statements then
+    # committed one by one (its rollback undid nothing) and a two-phase
+    # branch failed "can't use two-phase transactions in autocommit mode".
+    from faults import in_flight
+
+    cls = _CancelledAsAutocommitSwitches
+    c = cluster_factory(nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, min_size=1, max_size=1, timeout=5.0, connection_class=cls) as pools:
+
+        async def borrow():
+            async with pools.connection(key="one-key") as conn:
+                await conn.execute("SELECT 1")
+
+        cls.armed = True  # a pooled connection's first checkout is always checked
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.ensure_future(borrow())
+        assert not cls.armed  # the cancel came where it should
+        assert in_flight(c) == 0
+        async with pools.connection(key="one-key") as conn:
+            assert conn.autocommit is False

@@ -127,11 +127,27 @@ class _AliveCheck:
         await self.probe(conn)
 
     async def probe(self, conn: Any) -> None:
+        autocommit = conn.autocommit
         try:
             async with abounded(conn, self.bound):
                 await psycopg_pool.AsyncConnectionPool.check_connection(conn)
         except Exception as e:
             self.attempts.check_failed(e)
+            raise
+        except BaseException:
+            # psycopg_pool's check turns autocommit on for its query and
+            # back off in a `finally` it enters only once the switch
+            # returned, and psycopg may yield to the loop after making it:
+            # a cancel there left the connection in autocommit, which the
+            # pool takes back so (the next borrower's transaction would
+            # commit statement by statement). Put back, or closed: the pool
+            # discards a closed connection.
+            if conn.autocommit != autocommit and not conn.closed:
+                try:
+                    await conn.set_autocommit(autocommit)
+                finally:
+                    if conn.autocommit != autocommit:
+                        await conn.close()
             raise
 
 

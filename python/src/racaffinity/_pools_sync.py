@@ -97,11 +97,20 @@ class _AliveCheck:
         self.probe(conn)
 
     def probe(self, conn: Any) -> None:
+        autocommit = conn.autocommit
         try:
             with bounded(conn, self.bound):
                 psycopg_pool.ConnectionPool.check_connection(conn)
         except Exception as e:
             self.attempts.check_failed(e)
+            raise
+        except BaseException:
+            if conn.autocommit != autocommit and (not conn.closed):
+                try:
+                    conn.set_autocommit(autocommit)
+                finally:
+                    if conn.autocommit != autocommit:
+                        conn.close()
             raise
 
 def pool_kwargs(connect_kwargs: Mapping[str, Any], timeout: Optional[float], pool_kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], ConnectAttempts, Any]:
