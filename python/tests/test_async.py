@@ -197,3 +197,50 @@ async def test_a_cancel_during_the_checkout_check_leaves_the_connection_out_of_a
         assert in_flight(c) == 0
         async with pools.connection(key="one-key") as conn:
             assert conn.autocommit is False
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_cancelled_check_heartbeat_closes_its_probe_connections(pg, cluster_factory, monkeypatch):
+    # check_heartbeat() without a running heartbeat probes with connections
+    # of its own and closed them only after the round: cancelled while a
+    # probe hung (a node that does not answer), it left the probes that had
+    # answered with their connections open, and the hung one running.
+    from racaffinity import _pools_async
+
+    real_probe = _pools_async._AsyncHeartbeat._probe
+    hung, ended = asyncio.Event(), asyncio.Event()
+
+    async def probe(self, node, dsn):
+        if node == 0:
+            hung.set()
+            try:
+                await asyncio.Event().wait()  # never answers
+            finally:
+                ended.set()
+        await real_probe(self, node, dsn)
+
+    monkeypatch.setattr(_pools_async._AsyncHeartbeat, "_probe", probe)
+    app = "racaffinity-probe-test"
+
+    def probe_sessions():
+        n = 0
+        for name in ("RAC2", "RAC3"):
+            with psycopg.connect(pg.dsn[name], autocommit=True, connect_timeout=5) as admin:
+                n += admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+                ).fetchone()[0]
+        return n
+
+    c = cluster_factory(nodes=NAMES)
+    async with AsyncNodePools(
+        c, pg.dsn, probe_timeout=30.0, min_size=0, max_size=1, connect_kwargs={"application_name": app}
+    ) as pools:
+        task = asyncio.ensure_future(pools.check_heartbeat())
+        await asyncio.wait_for(hung.wait(), 20)
+        await wait_until_async(lambda: probe_sessions() == 2, 20)  # RAC2's and RAC3's probes answered
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await wait_until_async(lambda: probe_sessions() == 0, 10)
+        await asyncio.wait_for(ended.wait(), 10)  # the hung probe does not outlive the call

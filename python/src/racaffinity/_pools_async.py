@@ -1145,9 +1145,18 @@ class AsyncNodePools(Base):
         `PoolClosed` after `close()`."""
         if self._closed:  # its probe connections would outlive the pools
             raise psycopg_pool.PoolClosed("these node pools are closed")
-        hb = self._heartbeat or _AsyncHeartbeat(self)
-        await hb.tick()
-        if self._heartbeat is None:
+        if self._heartbeat is not None:
+            await self._heartbeat.tick()
+            return
+        # Probes of this call alone: closed however the round ends. A round
+        # cancelled while a probe hung left the probes that had answered
+        # with their connections open, and the hung one running.
+        hb = _AsyncHeartbeat(self)
+        try:
+            await hb.tick()
+        finally:
+            for probe in hb._probes.values():
+                acancel(probe)
             await hb.close_probes()
 
     async def close(self, timeout: float = 5.0) -> None:

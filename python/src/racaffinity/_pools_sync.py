@@ -944,9 +944,15 @@ class NodePools(Base):
         `PoolClosed` after `close()`."""
         if self._closed:
             raise psycopg_pool.PoolClosed('these node pools are closed')
-        hb = self._heartbeat or _Heartbeat(self)
-        hb.tick()
-        if self._heartbeat is None:
+        if self._heartbeat is not None:
+            self._heartbeat.tick()
+            return
+        hb = _Heartbeat(self)
+        try:
+            hb.tick()
+        finally:
+            for probe in hb._probes.values():
+                cancel(probe)
             hb.close_probes()
 
     def close(self, timeout: float=5.0) -> None:
