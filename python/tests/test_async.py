@@ -244,3 +244,36 @@ async def test_a_cancelled_check_heartbeat_closes_its_probe_connections(pg, clus
             await task
         await wait_until_async(lambda: probe_sessions() == 0, 10)
         await asyncio.wait_for(ended.wait(), 10)  # the hung probe does not outlive the call
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_an_ha_event_whose_map_load_was_cancelled_still_loads_the_map(pg, cluster_factory):
+    # apply_event() acts on the new states, then awaits the map load the
+    # event calls for. Cancelled in that load (the caller's timeout), it had
+    # recorded the states as seen: no upkeep round saw a change to load
+    # after, and without partition_map_reload the map of before the event
+    # stayed in force until the next HA event.
+    from conftest import fan_line
+
+    c = cluster_factory("data.partitions = 4", nodes=NAMES)
+    maps = [{p: "RAC1" for p in range(4)}, {p: "RAC3" for p in range(4)}]
+    calls = []
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def loader():
+        calls.append(1)
+        if len(calls) == 2:  # the event's load: held until cancelled
+            held.set()
+            await release.wait()
+        return maps[min(len(calls), 2) - 1]
+
+    async with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, partition_map_loader=loader) as pools:
+        assert pools.partition_map_loads == (1, 0, None)
+        task = asyncio.ensure_future(pools.apply_event(fan_line("RAC2", "down")))
+        await asyncio.wait_for(held.wait(), 20)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await wait_until_async(lambda: pools.partition_map_loads[0] == 2, 10)
+        assert {c.route_key(k).name for k in range(20)} == {"RAC3"}

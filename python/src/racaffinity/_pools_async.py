@@ -1566,7 +1566,14 @@ class _AsyncUpkeep:
         False (the upkeep's own rounds: the loader runner loads it)."""
         if await self._act():
             if wait_for_load:
-                await self.reload("HA event")
+                try:
+                    await self.reload("HA event")
+                except BaseException:
+                    # Interrupted (the caller cancelled): the states are
+                    # recorded as seen, so no later round would load for
+                    # this event. The loader runner does.
+                    self._load_wake.set()
+                    raise
             else:
                 self._load_wake.set()
 

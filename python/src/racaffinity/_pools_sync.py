@@ -1280,7 +1280,11 @@ class _Upkeep:
         False (the upkeep's own rounds: the loader runner loads it)."""
         if self._act():
             if wait_for_load:
-                self.reload('HA event')
+                try:
+                    self.reload('HA event')
+                except BaseException:
+                    self._load_wake.set()
+                    raise
             else:
                 self._load_wake.set()
 
