@@ -277,3 +277,46 @@ async def test_an_ha_event_whose_map_load_was_cancelled_still_loads_the_map(pg, 
             await task
         await wait_until_async(lambda: pools.partition_map_loads[0] == 2, 10)
         assert {c.route_key(k).name for k in range(20)} == {"RAC3"}
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_cancelled_recover_all_leaves_no_gtrid_it_resolved_on_record(pg, cluster_factory, tables, monkeypatch):
+    # recover_all() records each prepared gtrid it finds in the core's
+    # registry and forgets those it resolved once the scans end. Cancelled
+    # while one node's scan hung, it returned with the other scans still
+    # running: the gtrids they resolved stayed on record for good (no later
+    # run finds them prepared), and the hung scan ran on.
+    from conftest import prepare_directly, prepared_xacts
+    from faults import live
+    from racaffinity import _tpc_async
+
+    real_finish = _tpc_async._AsyncRecovery.finish
+    hung, ended = asyncio.Event(), asyncio.Event()
+
+    async def finish(self, conn, node, xid):
+        if node == 0:
+            hung.set()
+            try:
+                await asyncio.Event().wait()  # never answers
+            finally:
+                ended.set()
+        await real_finish(self, conn, node, xid)
+
+    monkeypatch.setattr(_tpc_async._AsyncRecovery, "finish", finish)
+    prepare_directly(pg.dsn["RAC1"], "cancelled-recovery-RAC1", "b0")
+    prepare_directly(pg.dsn["RAC2"], "cancelled-recovery-RAC2", "b0")
+    c = cluster_factory(nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, timeout=5.0) as pools:
+        task = asyncio.ensure_future(pools.recover_all("rollback", scope="node"))
+        await asyncio.wait_for(hung.wait(), 20)
+        await wait_until_async(lambda: prepared_xacts(pg)["RAC2"] == [], 20)  # RAC2's scan resolved its branch
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.wait_for(ended.wait(), 10)  # the hung scan does not outlive the call
+        monkeypatch.undo()
+        report = await pools.recover_all("rollback", scope="node")
+        assert [r.gtrid for r in report.resolved] == ["cancelled-recovery-RAC1"]
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert live(c) == 0

@@ -33,6 +33,8 @@ from ._tpc_types import DEFAULT_FORMAT_ID, MAX_GTRID_BYTES, Branch, InDoubtError
 
 __all__ = ["AsyncGlobalTransaction", "recover_all"]
 
+_ASYNC = True
+
 log = logging.getLogger("racaffinity.tpc")
 
 
@@ -664,7 +666,17 @@ class _AsyncRecovery:
             (node, aspawn(self.scan_node, (node,), f"racaffinity-recover-{node}"))
             for node, _pool in self.pools.items()
         ]
-        await await_all([h for _node, h in scans], max(60.0, 20 * self.timeout))
+        try:
+            await await_all([h for _node, h in scans], max(60.0, 20 * self.timeout))
+        except BaseException:
+            if _ASYNC:
+                # The caller was cancelled: the scans stop with it, so that
+                # what they resolved is known when the run forgets its
+                # gtrids (`recover_all`), and none goes on unseen.
+                for _node, h in scans:
+                    acancel(h)
+                await await_all([h for _node, h in scans], self.timeout)
+            raise
         for node, h in scans:
             if ais_alive(h):  # cannot happen with bounded calls; never wait forever
                 acancel(h)
@@ -811,9 +823,18 @@ async def recover_all(
     if scope not in ("node", "database"):
         raise ValueError(f"scope must be 'node' or 'database', not {scope!r}")
     run = _AsyncRecovery(pools, action, format_id, predicate, timeout, scope)
-    if scope == "database":
-        await run.run_database_scope()
-    else:
-        await run.run_node_scope()
+    try:
+        if scope == "database":
+            await run.run_database_scope()
+        else:
+            await run.run_node_scope()
+    except BaseException:
+        if _ASYNC:
+            # Cancelled part way: the gtrids it resolved are forgotten all
+            # the same. Recorded (`tx_recovered`) and resolved, one left on
+            # record would stay there for good: no later run finds it
+            # prepared. (The sync scans are threads that may still run.)
+            run.complete()
+        raise
     run.complete()
     return run.report

@@ -521,7 +521,10 @@ class _Recovery:
 
     def run_node_scope(self) -> None:
         scans = [(node, spawn(self.scan_node, (node,), f'racaffinity-recover-{node}')) for node, _pool in self.pools.items()]
-        wait_all([h for _node, h in scans], max(60.0, 20 * self.timeout))
+        try:
+            wait_all([h for _node, h in scans], max(60.0, 20 * self.timeout))
+        except BaseException:
+            raise
         for node, h in scans:
             if is_alive(h):
                 cancel(h)
@@ -650,9 +653,12 @@ def recover_all(pools: Any, action: str='rollback', *, format_id: Optional[int]=
     if scope not in ('node', 'database'):
         raise ValueError(f"scope must be 'node' or 'database', not {scope!r}")
     run = _Recovery(pools, action, format_id, predicate, timeout, scope)
-    if scope == 'database':
-        run.run_database_scope()
-    else:
-        run.run_node_scope()
+    try:
+        if scope == 'database':
+            run.run_database_scope()
+        else:
+            run.run_node_scope()
+    except BaseException:
+        raise
     run.complete()
     return run.report
