@@ -320,3 +320,39 @@ async def test_a_cancelled_recover_all_leaves_no_gtrid_it_resolved_on_record(pg,
         assert [r.gtrid for r in report.resolved] == ["cancelled-recovery-RAC1"]
         assert prepared_xacts(pg) == {n: [] for n in NAMES}
         assert live(c) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_close_in_a_child_forked_during_a_close_returns_at_once(pg, cluster_factory):
+    # The child's pools are the parent's (closed there without a word), and
+    # the close under way at the fork is the parent's task, of a loop the
+    # child does not run: awaiting it would hang the child's close().
+    from racaffinity import _pools_base
+
+    c = cluster_factory(nodes=NAMES)
+    pools = AsyncNodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0)
+    await pools.open()
+    first = pools._by_id[0]
+    entered, release = asyncio.Event(), asyncio.Event()
+    real_close = first.close
+
+    async def slow_close(timeout=5.0):
+        entered.set()
+        await release.wait()
+        await real_close(timeout)
+
+    first.close = slow_close
+    parents = asyncio.ensure_future(pools.close())
+    await asyncio.wait_for(entered.wait(), 20)
+    saved = [(p, p._forked, p._closed, [q._closed for q in p._by_id if q is not None]) for p in _pools_base.LIVE_NODE_POOLS]
+    _pools_base._forked_child()  # as os.fork() runs it in the child
+    try:
+        await asyncio.wait_for(pools.close(), 10)
+    finally:
+        for p, forked, closed, pool_closed in saved:  # back to the parent
+            p._forked, p._closed = forked, closed
+            for q, was in zip([q for q in p._by_id if q is not None], pool_closed):
+                q._closed = was
+        release.set()
+        await asyncio.wait_for(parents, 30)

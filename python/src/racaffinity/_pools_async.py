@@ -1170,10 +1170,12 @@ class AsyncNodePools(Base):
             # pools after the one it was closing left open with their
             # connections, and every later close() returned at once. Now
             # the close goes on to the end, and a later close() waits for it.
+            if self._forked:
+                # The pools, and a close under way at the fork (a task of a
+                # loop this child does not run), are the parent's.
+                return
             closing = self._closing
             if closing is None:
-                if self._closed:  # a forked child's: the pools are the parent's
-                    return
                 closing = self._closing = aspawn(self._close, (timeout,), "racaffinity-close")
             if not closing.done():
                 await asyncio.shield(closing)
