@@ -292,7 +292,7 @@ async def test_a_cancelled_recover_all_leaves_no_gtrid_it_resolved_on_record(pg,
     from racaffinity import _tpc_async
 
     real_finish = _tpc_async._AsyncRecovery.finish
-    hung, ended = asyncio.Event(), asyncio.Event()
+    hung, ended, finished_elsewhere = asyncio.Event(), asyncio.Event(), asyncio.Event()
 
     async def finish(self, conn, node, xid):
         if node == 0:
@@ -302,6 +302,11 @@ async def test_a_cancelled_recover_all_leaves_no_gtrid_it_resolved_on_record(pg,
             finally:
                 ended.set()
         await real_finish(self, conn, node, xid)
+        # Set after the answer came back: the scan records the gtrid as
+        # resolved before it next yields. The server's view (no prepared
+        # branch on RAC2) comes earlier, while the scan still awaits that
+        # answer, and a cancel there is another case (the outcome unknown).
+        finished_elsewhere.set()
 
     monkeypatch.setattr(_tpc_async._AsyncRecovery, "finish", finish)
     prepare_directly(pg.dsn["RAC1"], "cancelled-recovery-RAC1", "b0")
@@ -310,7 +315,8 @@ async def test_a_cancelled_recover_all_leaves_no_gtrid_it_resolved_on_record(pg,
     async with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, timeout=5.0) as pools:
         task = asyncio.ensure_future(pools.recover_all("rollback", scope="node"))
         await asyncio.wait_for(hung.wait(), 20)
-        await wait_until_async(lambda: prepared_xacts(pg)["RAC2"] == [], 20)  # RAC2's scan resolved its branch
+        await asyncio.wait_for(finished_elsewhere.wait(), 20)  # RAC2's scan resolved its branch
+        assert prepared_xacts(pg)["RAC2"] == []
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
