@@ -287,6 +287,7 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
      * Heartbeat period: -1 (default) uses the config's {@code heartbeat.interval}; 0 disables.
      *
      * @param millis the period in milliseconds
+     * @throws IllegalArgumentException if below -1
      */
     public void setHeartbeatIntervalMillis(long millis) {
         nodes.setHeartbeatIntervalMillis(millis);

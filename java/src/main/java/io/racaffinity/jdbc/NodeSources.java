@@ -179,6 +179,11 @@ final class NodeSources<T> {
 
     void setHeartbeatIntervalMillis(long millis) {
         checkNotStarted.run();
+        if (millis < -1) {
+            // Only -1 means "the config's": -5 is a typo, which would otherwise silently probe at the config's period.
+            throw new IllegalArgumentException("heartbeatIntervalMillis must be -1 (the config's heartbeat.interval),"
+                    + " 0 (no heartbeat) or a period in milliseconds, got " + millis);
+        }
         this.heartbeatIntervalMillis = millis;
     }
 

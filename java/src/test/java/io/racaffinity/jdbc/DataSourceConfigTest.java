@@ -70,6 +70,30 @@ class DataSourceConfigTest {
         assertThrows(IllegalStateException.class, () -> ds.setLoginTimeout(0), "closed");
     }
 
+    /**
+     * -1 means "the config's heartbeat.interval" and 0 "no heartbeat": any other negative value is a typo,
+     * refused naming the property (as HikariConfig refuses a negative timeout), in the setter and through
+     * the JNDI factory, rather than silently taken as -1.
+     */
+    @Test
+    void aNegativeHeartbeatIntervalOtherThanMinusOneIsRefusedNamingTheProperty() {
+        for (AbstractAffinityDataSource<?> d : List.of(new AffinityDataSource(), new AffinityXADataSource())) {
+            d.setHeartbeatIntervalMillis(-1);
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> d.setHeartbeatIntervalMillis(-5), "-5 taken as -1");
+            assertTrue(e.getMessage().contains("heartbeatIntervalMillis") && e.getMessage().contains("-5"),
+                    e.getMessage());
+            assertEquals(-1, d.getHeartbeatIntervalMillis(), "unchanged");
+        }
+        Map<String, String> attrs = new LinkedHashMap<>();
+        attrs.put("config", "name = negative-hb; nodes = N1, N2");
+        attrs.put("urlTemplate", "jdbc:postgresql://127.0.0.1:1/{instance}");
+        attrs.put("registerMBean", "false");
+        attrs.put("heartbeatIntervalMillis", "-5");
+        SQLException e = assertThrows(SQLException.class, () -> AffinityDataSourceFactory.create(attrs, false));
+        assertTrue(e.getMessage().startsWith("attribute `heartbeatIntervalMillis`: "), e.getMessage());
+    }
+
     @Test
     void severalNodeSourcesAreWarnedAboutWithTheDataSourcesName() throws SQLException {
         try (LogCapture log = new LogCapture(); AffinityDataSource ds = new AffinityDataSource()) {
