@@ -1188,7 +1188,7 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         Map<String, String> m = new LinkedHashMap<>();
         nodes.dataSourceProperties().forEach((k, v) -> {
             String lk = k.toLowerCase(Locale.ROOT);
-            m.put(k, lk.contains("password") || lk.contains("secret") || lk.equals("user") || lk.equals("username")
+            m.put(k, Redactor.isSecretKey(k) || lk.equals("user") || lk.equals("username")
                     ? "****" : r.redact(v));
         });
         return Collections.unmodifiableMap(m);

@@ -82,7 +82,7 @@ final class NodeDataSourceFactory {
             String key = p.getKey();
             poolNamed |= key.equalsIgnoreCase("poolName");
             String setter = "set" + key.substring(0, 1).toUpperCase(Locale.ROOT) + key.substring(1);
-            boolean secret = key.toLowerCase(Locale.ROOT).contains("password");
+            boolean secret = Redactor.isSecretKey(key);
             set(ds, where, List.of(setter), "property " + key, p.getValue(), secret, redactor);
         }
         if (!poolNamed) {

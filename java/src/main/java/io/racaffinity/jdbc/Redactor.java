@@ -11,8 +11,11 @@ import java.util.regex.Pattern;
  * password-like URL parameters ({@code password=}, {@code pwd=}, ...).
  */
 final class Redactor {
+    /** What names a credential: a URL parameter's name, a node data source property's ({@link #isSecretKey}). */
+    private static final String SECRET_WORDS = "password|passwd|pwd|secret|credentials?";
     private static final Pattern URL_SECRET = Pattern.compile(
-            "(?i)((?:password|passwd|pwd|secret|credentials?)\\s*=\\s*)([^&;)\\s]*)");
+            "(?i)((?:" + SECRET_WORDS + ")\\s*=\\s*)([^&;)\\s]*)");
+    private static final Pattern SECRET_KEY = Pattern.compile("(?i).*(?:" + SECRET_WORDS + ").*");
     /** {@code //user:password@host}: the password runs to the authority's last {@code @} (it may hold one). */
     private static final Pattern USERINFO = Pattern.compile("(//)([^/@\\s:]+):([^/\\s]*)@");
     /**
@@ -26,6 +29,14 @@ final class Redactor {
 
     Redactor(String password) {
         this.password = password == null || password.isEmpty() ? null : password;
+    }
+
+    /**
+     * Whether a property of that name holds a credential, by the words a URL parameter does: a node data
+     * source's {@code pwd} or {@code clientSecret} is as secret as its {@code password}.
+     */
+    static boolean isSecretKey(String key) {
+        return SECRET_KEY.matcher(key).matches();
     }
 
     String redact(String s) {

@@ -78,6 +78,37 @@ class CredentialRedactionTest {
         assertTrue(shown.contains("//u:****@127.0.0.1:1/db"), shown);
     }
 
+    /** A node data source whose setter echoes the value it refuses, as drivers' setters do. */
+    public static class EchoingDataSource extends org.postgresql.ds.PGSimpleDataSource {
+        private static final long serialVersionUID = 1L;
+
+        public void setPwd(String pwd) {
+            throw new IllegalArgumentException("refused pwd " + pwd);
+        }
+    }
+
+    /**
+     * A node data source property is a credential by the same words a URL parameter is (password, passwd, pwd,
+     * secret, credentials): its value shows neither in toString() nor in a failed setter's message.
+     */
+    @Test
+    void aCredentialNodePropertyNamedLikeAUrlSecretNeverShows() {
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig("name = secret-props; nodes = RAC1");
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        ds.setNodeUrlList("RAC1=jdbc:postgresql://127.0.0.1:1/db");
+        ds.setDataSourceClassName(EchoingDataSource.class.getName());
+        ds.setDataSourcePropertyList("pwd=" + SECRET + "1 | dbPasswd=" + SECRET + "2 | clientSecret=" + SECRET
+                + "3 | credentials=" + SECRET + "4 | applicationName=shown");
+        String shown = ds.toString();
+        assertFalse(shown.contains(SECRET), shown);
+        assertTrue(shown.contains("applicationName=shown"), shown);
+        SQLException e = assertThrows(SQLException.class, ds::init);
+        assertTrue(e.getMessage().contains("setPwd"), e.getMessage());
+        assertNoSecret(e, SECRET);
+    }
+
     @Test
     void driverManagersNoSuitableDriverNeverShowsTheOracleInlinePassword() {
         AffinityDataSource ds = new AffinityDataSource();
