@@ -7,6 +7,8 @@ import io.racaffinity.LibraryThreads;
 import java.lang.System.Logger.Level;
 import java.sql.Connection;
 import java.sql.SQLException;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
@@ -60,6 +62,10 @@ final class Heartbeat implements AutoCloseable {
      * nothing of the node: a cluster the application gave the data source outlives this heartbeat.
      */
     private volatile boolean closed;
+    /** How long {@link #close()} waits for the heartbeat's threads to end. */
+    static final long CLOSE_WAIT_MILLIS = 2_000;
+    /** The threads the two executors started and that have not ended (a probe thread idle for 60 s ends). */
+    private final List<Thread> threads = new ArrayList<>();
 
     /**
      * @param owner the data source's log prefix ({@code AffinityDataSource orcl})
@@ -89,8 +95,17 @@ final class Heartbeat implements AutoCloseable {
         timer.scheduleAtFixedRate(this::tick, intervalMillis, intervalMillis, TimeUnit.MILLISECONDS);
     }
 
-    private static ThreadFactory daemon(String prefix) {
-        return LibraryThreads.factory(prefix, Heartbeat.class.getClassLoader());
+    private ThreadFactory daemon(String prefix) {
+        ThreadFactory f = LibraryThreads.factory(prefix, Heartbeat.class.getClassLoader());
+        return r -> {
+            Thread t = f.newThread(r);
+            synchronized (threads) {
+                // Not isAlive(): a thread made but not yet started is not alive either.
+                threads.removeIf(old -> old.getState() == Thread.State.TERMINATED);
+                threads.add(t);
+            }
+            return t;
+        };
     }
 
     private void tick() {
@@ -191,10 +206,36 @@ final class Heartbeat implements AutoCloseable {
         }
     }
 
+    /**
+     * Stops the ticks and interrupts the probes, then waits at most {@link #CLOSE_WAIT_MILLIS} for them to end:
+     * an interrupted connect still unwinds (a driver closes its socket), and the library's own wait for its
+     * threads only runs when the last cluster closes, so without this an application server that checks an
+     * undeployed application's threads while another one's cluster is open finds the probe alive. A probe stuck
+     * in a driver that ignores the interrupt past that ends with its connect (every report after close is
+     * dropped).
+     */
     @Override
     public void close() {
         closed = true;
         timer.shutdownNow();
         probes.shutdownNow();
+        // The threads, not the executors' termination, which a worker signals before it has ended.
+        List<Thread> started;
+        synchronized (threads) {
+            started = new ArrayList<>(threads);
+        }
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(CLOSE_WAIT_MILLIS);
+        for (Thread t : started) {
+            long left = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+            if (t == Thread.currentThread() || left <= 0) {
+                continue;
+            }
+            try {
+                t.join(left);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
+        }
     }
 }

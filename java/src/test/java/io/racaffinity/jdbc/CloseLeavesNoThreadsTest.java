@@ -1,0 +1,73 @@
+package io.racaffinity.jdbc;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.Cluster;
+import io.racaffinity.test.Stubs;
+import java.sql.SQLTransientConnectionException;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Once close() returns, no thread the data source started is left, as HikariCP's close() awaits its
+ * housekeeping executor: an application server undeploying one application checks for its threads right
+ * after, while other clusters (another application's, over a library in the server's lib/) stay open.
+ */
+class CloseLeavesNoThreadsTest {
+    private static List<String> threadsOf(String cluster) {
+        List<String> left = new ArrayList<>();
+        for (Thread t : Thread.getAllStackTraces().keySet()) {
+            if (t.isAlive() && t.getName().startsWith("racaffinity-") && t.getName().contains(cluster)) {
+                left.add(t.getName() + " (" + t.getState() + ")");
+            }
+        }
+        return left;
+    }
+
+    /**
+     * The heartbeat's probe is connecting when close() comes: the interrupt ends the connect, which (as a
+     * driver closing its socket) takes a moment more. Another cluster stays open, so the library's wait for
+     * its threads at the last cluster's close does not apply.
+     */
+    @Test
+    void noHeartbeatThreadOutlivesCloseWhileAnotherClusterIsOpen() throws Exception {
+        CountDownLatch probing = new CountDownLatch(1);
+        DataSource slow = Stubs.proxy(DataSource.class, "SlowNode", (p, m, a) -> {
+            if (!m.getName().equals("getConnection")) {
+                return null;
+            }
+            probing.countDown();
+            try {
+                Thread.sleep(60_000);
+            } catch (InterruptedException e) {
+                long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(300);
+                while (System.nanoTime() < end) {
+                    Thread.onSpinWait();
+                }
+            }
+            throw new SQLTransientConnectionException("interrupted", "08001");
+        });
+        Map<String, DataSource> nodes = new LinkedHashMap<>();
+        nodes.put("A", slow);
+        try (Cluster other = Cluster.fromConfig("name = closethreads-other; nodes = X")) {
+            AffinityDataSource ds = new AffinityDataSource();
+            ds.setConfig("name = closethreads; nodes = A");
+            ds.setNodeDataSources(nodes);
+            ds.setHeartbeatIntervalMillis(10);
+            ds.setRegisterMBean(false);
+            ds.init();
+            assertTrue(probing.await(30, TimeUnit.SECONDS), "the heartbeat never probed");
+            assertFalse(threadsOf("closethreads").isEmpty(), "the heartbeat's threads are named after the cluster");
+            ds.close();
+            assertEquals(List.of(), threadsOf("closethreads"), "threads left running after close()");
+        }
+    }
+}
