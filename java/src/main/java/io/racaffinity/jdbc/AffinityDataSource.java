@@ -1158,9 +1158,14 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         throw new SQLException("AffinityDataSource is not a wrapper for " + iface.getName());
     }
 
+    /**
+     * Wrapper's contract: true only where {@link #unwrap} with the same argument succeeds, so not for
+     * {@code Cluster} once the data source is closed (its unwrap then answers 08003, as a closed
+     * HikariDataSource does). Before the start it is true: unwrap starts the data source.
+     */
     @Override
     public boolean isWrapperFor(Class<?> iface) {
-        return iface.isInstance(this) || iface == Cluster.class;
+        return iface.isInstance(this) || iface == Cluster.class && !isClosed();
     }
 
     @Override

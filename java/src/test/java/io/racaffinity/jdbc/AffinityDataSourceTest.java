@@ -501,6 +501,9 @@ class AffinityDataSourceTest {
             e = assertThrows(SQLException.class, use, "a closed data source handed out its closed cluster");
             assertEquals("08003", e.getSQLState());
         }
+        // Wrapper's contract: true only where unwrap with the same argument succeeds.
+        assertFalse(ds.isWrapperFor(Cluster.class), "isWrapperFor(Cluster) after close, where unwrap throws");
+        assertTrue(ds.isWrapperFor(DataSource.class));
         open.close(); // a connection handed out before close still closes cleanly
         assertTrue(ds.toString().endsWith(", closed]"), ds.toString());
     }
