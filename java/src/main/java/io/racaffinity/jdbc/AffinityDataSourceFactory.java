@@ -118,6 +118,11 @@ public class AffinityDataSourceFactory implements ObjectFactory {
         for (Map.Entry<String, String> e : attributes.entrySet()) {
             String attr = e.getKey().trim();
             String value = e.getValue();
+            if (attr.isEmpty()) {
+                // Not the value: it may be a password whose name was lost.
+                throw new java.sql.SQLNonTransientException("an attribute without a name: each is a property of "
+                        + ds.getClass().getSimpleName() + " or a config key", "HY000");
+            }
             if (CONTAINER.contains(attr.toLowerCase(Locale.ROOT))) {
                 continue;
             }

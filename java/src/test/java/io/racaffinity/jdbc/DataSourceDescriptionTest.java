@@ -113,6 +113,21 @@ class DataSourceDescriptionTest {
         assertTrue(e.getMessage().contains("attribute `node.rac1.weight`"), e.getMessage());
     }
 
+    /**
+     * {@code create} takes any map (a properties file's entries, a container's attributes): an entry without a
+     * name is refused as an unknown attribute is, saying so, not with an index error from the setter lookup.
+     */
+    @Test
+    void aFactoryAttributeWithoutANameIsRefusedSayingSo() {
+        for (String blank : new String[] {"", "  "}) {
+            Map<String, String> attrs = factoryAttributes();
+            attrs.put(blank, "x");
+            java.sql.SQLException e = assertThrows(java.sql.SQLException.class,
+                    () -> AffinityDataSourceFactory.create(attrs, true));
+            assertTrue(e.getMessage().contains("attribute without a name"), e.getMessage());
+        }
+    }
+
     private static Map<String, String> factoryAttributes() {
         Map<String, String> attrs = new LinkedHashMap<>();
         attrs.put("nodes", "RAC1, RAC2");
