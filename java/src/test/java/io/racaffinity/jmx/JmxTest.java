@@ -146,12 +146,27 @@ class JmxTest {
         }
     }
 
+    /**
+     * Decided, as HikariCP does for a pool name already registered: the second data source logs a WARNING and
+     * runs without an MXBean rather than failing its start. Its close leaves the first one's MXBean, the
+     * first one's close removes it, and a data source of that name started later registers again.
+     */
     @Test
     void aSecondDataSourceOfTheSameClusterNameRegistersNone() throws Exception {
+        ObjectName on = ClusterMonitor.objectName("jmx-twice");
         try (AffinityDataSource a = ds("jmx-twice"); AffinityDataSource b = ds("jmx-twice")) {
-            assertEquals(ClusterMonitor.objectName("jmx-twice"), a.getObjectName());
+            assertEquals(on, a.getObjectName());
             assertEquals(null, b.getObjectName());
+            b.close();
+            assertTrue(MBS.isRegistered(on), "the second one's close took the first one's MXBean");
+            assertEquals(a.getCluster().name(), MBS.getAttribute(on, "Name"));
         }
+        assertFalse(MBS.isRegistered(on));
+        try (AffinityDataSource again = ds("jmx-twice")) {
+            assertEquals(on, again.getObjectName(), "the name is free again");
+            assertTrue(MBS.isRegistered(on));
+        }
+        assertFalse(MBS.isRegistered(on));
         assertEquals(new ObjectName("io.racaffinity:type=Cluster,name=\"a,b\""), ClusterMonitor.objectName("a,b"));
     }
 }
