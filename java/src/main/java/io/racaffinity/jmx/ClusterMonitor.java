@@ -69,9 +69,11 @@ public final class ClusterMonitor implements ClusterMXBean {
      * @param cluster the cluster
      * @return its ObjectName
      * @throws InstanceAlreadyExistsException if a cluster of that name is registered
+     * @throws IllegalStateException if the cluster is closed (every attribute of its MXBean would throw)
      */
     public static ObjectName register(Cluster cluster) throws InstanceAlreadyExistsException {
         ObjectName name = objectName(cluster.name());
+        open(cluster::nodeNames);
         try {
             ManagementFactory.getPlatformMBeanServer().registerMBean(new ClusterMonitor(cluster), name);
         } catch (InstanceAlreadyExistsException e) {

@@ -1,6 +1,7 @@
 package io.racaffinity.jmx;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -63,6 +64,24 @@ class ClosedClusterMBeanTest {
         } finally {
             ClusterMonitor.unregister(on);
             c.close();
+        }
+    }
+
+    /**
+     * Registering the MXBean of a cluster already closed would show a bean whose every attribute throws: it is
+     * refused with the JDK exception the bean's attributes would throw, and nothing is registered.
+     */
+    @Test
+    void registeringAClosedClusterIsRefusedAndRegistersNothing() throws Exception {
+        Cluster c = Cluster.fromConfig("name = jmx-closed-first; nodes = A");
+        c.close();
+        ObjectName on = ClusterMonitor.objectName("jmx-closed-first");
+        try {
+            IllegalStateException e = assertThrows(IllegalStateException.class, () -> ClusterMonitor.register(c));
+            assertTrue(e.getMessage().contains("closed"), e.getMessage());
+            assertFalse(MBS.isRegistered(on), "a closed cluster's MXBean was registered");
+        } finally {
+            ClusterMonitor.unregister(on);
         }
     }
 }
