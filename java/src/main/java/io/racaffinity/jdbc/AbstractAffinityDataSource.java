@@ -498,11 +498,16 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
                 }
                 return on;
             } catch (InstanceAlreadyExistsException e) {
-                // Another cluster of the same name: a clash for an own cluster, expected when the
-                // application registered this one itself.
-                log.log(ownsCluster ? Level.WARNING : Level.DEBUG, prefix + ": MBean "
-                        + ClusterMonitor.objectName(c.name()) + " is already registered (another cluster named "
-                        + c.name() + "?); this data source registers none");
+                // Expected only where the application registered this very cluster; another cluster of
+                // the same name leaves this one out of JMX, given or not.
+                if (!ownsCluster && ClusterMonitor.isRegistered(c)) {
+                    log.log(Level.DEBUG, prefix + ": MBean " + ClusterMonitor.objectName(c.name())
+                            + " is registered already by the application; this data source registers none");
+                } else {
+                    log.log(Level.WARNING, prefix + ": MBean " + ClusterMonitor.objectName(c.name())
+                            + " is already registered (another cluster named " + c.name()
+                            + "); this data source registers none");
+                }
                 return null;
             }
         }

@@ -10,6 +10,7 @@ import io.racaffinity.NodeState;
 import io.racaffinity.ReplayCounts;
 import io.racaffinity.Scope;
 import java.lang.management.ManagementFactory;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -35,6 +36,9 @@ import javax.management.ObjectName;
 public final class ClusterMonitor implements ClusterMXBean {
     /** The JMX domain. */
     public static final String DOMAIN = "io.racaffinity";
+
+    /** What {@link #register} registered and {@link #unregister} has not removed, by name. */
+    private static final Map<ObjectName, Cluster> REGISTERED = new HashMap<>();
 
     private final Cluster cluster;
 
@@ -74,14 +78,32 @@ public final class ClusterMonitor implements ClusterMXBean {
     public static ObjectName register(Cluster cluster) throws InstanceAlreadyExistsException {
         ObjectName name = objectName(cluster.name());
         open(cluster::nodeNames);
-        try {
-            ManagementFactory.getPlatformMBeanServer().registerMBean(new ClusterMonitor(cluster), name);
-        } catch (InstanceAlreadyExistsException e) {
-            throw e;
-        } catch (JMException e) {
-            throw new IllegalStateException("cannot register " + name + ": " + e, e);
+        synchronized (REGISTERED) {
+            try {
+                ManagementFactory.getPlatformMBeanServer().registerMBean(new ClusterMonitor(cluster), name);
+            } catch (InstanceAlreadyExistsException e) {
+                throw e;
+            } catch (JMException e) {
+                throw new IllegalStateException("cannot register " + name + ": " + e, e);
+            }
+            REGISTERED.put(name, cluster);
         }
         return name;
+    }
+
+    /**
+     * Whether {@link #register} registered this very cluster's MXBean and it is still registered: where
+     * {@code register} finds its name taken, whether by this cluster (the application registered it) or by
+     * another of the same name (a clash).
+     *
+     * @param cluster the cluster
+     * @return whether its MXBean is the one under its name
+     */
+    public static boolean isRegistered(Cluster cluster) {
+        ObjectName name = objectName(cluster.name());
+        synchronized (REGISTERED) {
+            return REGISTERED.get(name) == cluster && ManagementFactory.getPlatformMBeanServer().isRegistered(name);
+        }
     }
 
     /**
@@ -91,12 +113,15 @@ public final class ClusterMonitor implements ClusterMXBean {
      */
     public static void unregister(ObjectName name) {
         MBeanServer server = ManagementFactory.getPlatformMBeanServer();
-        try {
-            server.unregisterMBean(name);
-        } catch (InstanceNotFoundException e) {
-            // already gone
-        } catch (JMException e) {
-            throw new IllegalStateException("cannot unregister " + name + ": " + e, e);
+        synchronized (REGISTERED) {
+            REGISTERED.remove(name);
+            try {
+                server.unregisterMBean(name);
+            } catch (InstanceNotFoundException e) {
+                // already gone
+            } catch (JMException e) {
+                throw new IllegalStateException("cannot unregister " + name + ": " + e, e);
+            }
         }
     }
 

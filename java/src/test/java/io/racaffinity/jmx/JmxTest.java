@@ -13,11 +13,13 @@ import io.racaffinity.RouteKind;
 import io.racaffinity.Scope;
 import io.racaffinity.StrictAffinityException;
 import io.racaffinity.jdbc.AffinityDataSource;
+import io.racaffinity.test.LogCapture;
 import io.racaffinity.test.Stubs;
 import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.management.Attribute;
@@ -143,6 +145,46 @@ class JmxTest {
             assertEquals(1, MBS.invoke(on, "applyEvent", new Object[] {"SERVICEMEMBER VERSION=1.0 service=svc"
                     + " database=orcl instance=MYDB3 host=h3 status=down reason=FAILURE card=1"}, STRING));
             assertEquals(NodeState.DOWN, c.nodeState("MYDB3"));
+        }
+    }
+
+    /**
+     * A data source over a cluster the application gives it, whose name another cluster's MXBean holds (another
+     * data source's own cluster): its cluster shows in JMX nowhere, a clash to warn about as for a data source's
+     * own cluster. Only the application's own registration of that very cluster is expected, and logged at DEBUG.
+     */
+    @Test
+    void aGivenClusterWhoseNameAnotherClusterHoldsIsWarnedAbout() throws Exception {
+        Map<String, DataSource> stubs = new LinkedHashMap<>();
+        for (String n : new String[] {"MYDB1", "MYDB2", "MYDB3"}) {
+            stubs.put(n, Stubs.dataSource(n, Map.of(), new AtomicInteger()));
+        }
+        try (AffinityDataSource own = ds("jmx-given-clash");
+                Cluster given = Cluster.fromConfig("name = jmx-given-clash; nodes = MYDB1, MYDB2, MYDB3");
+                LogCapture log = new LogCapture()) {
+            own.init();
+            try (AffinityDataSource shared = new AffinityDataSource()) {
+                shared.setCluster(given);
+                shared.setNodeDataSources(stubs);
+                shared.setHeartbeatIntervalMillis(0);
+                shared.init();
+                assertEquals(null, shared.getObjectName());
+                assertTrue(log.at(java.util.logging.Level.WARNING).stream()
+                        .anyMatch(m -> m.contains("jmx-given-clash") && m.contains("already registered")), log.all());
+            }
+        }
+        try (Cluster mine = Cluster.fromConfig("name = jmx-given-own; nodes = MYDB1, MYDB2, MYDB3");
+                LogCapture log = new LogCapture()) {
+            ObjectName on = ClusterMonitor.register(mine);
+            try (AffinityDataSource shared = new AffinityDataSource()) {
+                shared.setCluster(mine);
+                shared.setNodeDataSources(stubs);
+                shared.setHeartbeatIntervalMillis(0);
+                shared.init();
+                assertEquals(List.of(), log.at(java.util.logging.Level.WARNING), "the application registered it");
+            } finally {
+                ClusterMonitor.unregister(on);
+            }
         }
     }
 
