@@ -327,7 +327,9 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
      * counted by the next connection attempt). A {@link java.sql.SQLRecoverableException} (ojdbc's
      * lost connection) always counts.
      *
-     * @param prefixes comma-separated SQLState prefixes
+     * @param prefixes comma-separated SQLState prefixes; empty: none (only a {@code SQLRecoverableException}
+     *     reports a node failure)
+     * @throws IllegalArgumentException for null
      */
     public void setNodeFailureSqlStates(String prefixes) {
         nodes.setNodeFailureSqlStates(prefixes);

@@ -215,6 +215,10 @@ final class NodeSources<T> {
 
     void setNodeFailureSqlStates(String prefixes) {
         checkNotStarted.run();
+        if (prefixes == null) {
+            throw new IllegalArgumentException("nodeFailureSqlStates must not be null (an empty list: no SQLState"
+                    + " reports a node failure, only a SQLRecoverableException)");
+        }
         List<String> l = new ArrayList<>();
         for (String p : prefixes.split(",")) {
             if (!p.isBlank()) {

@@ -76,6 +76,18 @@ class DataSourceConfigTest {
      * the JNDI factory, rather than silently taken as -1.
      */
     @Test
+    void aNullNodeFailureSqlStatesIsRefusedNamingThePropertyAndAnEmptyOneMeansNone() {
+        for (AbstractAffinityDataSource<?> d : List.of(new AffinityDataSource(), new AffinityXADataSource())) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> d.setNodeFailureSqlStates(null), "null, not a NullPointerException from inside");
+            assertTrue(e.getMessage().contains("nodeFailureSqlStates"), e.getMessage());
+            assertEquals("08,57P02,57P03", d.getNodeFailureSqlStates(), "unchanged");
+            d.setNodeFailureSqlStates(" , ");
+            assertEquals("", d.getNodeFailureSqlStates(), "empty: no SQLState counts");
+        }
+    }
+
+    @Test
     void aNegativeHeartbeatIntervalOtherThanMinusOneIsRefusedNamingTheProperty() {
         for (AbstractAffinityDataSource<?> d : List.of(new AffinityDataSource(), new AffinityXADataSource())) {
             d.setHeartbeatIntervalMillis(-1);
