@@ -216,6 +216,13 @@ static void every_cluster_function_returns(const racaffinity_cluster *c, racaffi
     const char *held[] = {"s!ra1.00000000.none"};
     size_t ix = 0;
     CHECK_RC(racaffinity_session_tokens_route(c, held, 1, &ix, &r, buf, sizeof buf, &len, &b), want);
+    racaffinity_request_failure failure = {.node = 0, .error_class = RACAFFINITY_ERROR_CLASS_RECOVERABLE,
+                                           .outcome = RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED, .replayable = 1};
+    racaffinity_replay_step step;
+    CHECK_RC(racaffinity_replay_decide(c, &failure, &step), want);
+    CHECK_RC(racaffinity_cluster_host_lease_end(c, 0, RACAFFINITY_OUTCOME_OK), want);
+    CHECK_RC(racaffinity_feed_record_apply(c, 1, "node/X/state", "down", &b), want);
+    CHECK_RC(racaffinity_feed_event_publish(c, "SERVICE VERSION=1.0 service=svc status=up", &u64), want);
     CHECK_RC(racaffinity_context_pin_for(c, 1, RACAFFINITY_SCOPE_SESSION, &r), want);
     CHECK_RC(racaffinity_partition_map_load_failed(c, "loader", "x"), want);
     CHECK_RC(racaffinity_partition_map_replace(c, parts, names, 1, "loader", &u64), want);
@@ -1009,6 +1016,90 @@ static void token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup(
     CHECK(changed);
     CHECK_EQ_U(len, cap); /* the bound is tight */
     free(buf);
+    free_cluster(c);
+}
+
+/* Of several tokens, the buffer the header gives (the longest candidate's
+ * strlen + 5) holds the worst case: the chosen token is the longest and its
+ * empty backup slot (`none`) gains a node. */
+static void tokens_route_buffer_from_the_header_fits_a_chosen_token_that_gains_a_backup(void) {
+    racaffinity_cluster *one = new_cluster("nodes = S1");
+    char token[64];
+    size_t len = 0;
+    CHECK_OK(racaffinity_session_token_new(one, "sess", token, sizeof token, &len));
+    CHECK(strlen(token) > 5 && strcmp(token + strlen(token) - 5, ".none") == 0);
+    free_cluster(one);
+    racaffinity_cluster *c = new_cluster("nodes = S1, S2");
+    const char *held[] = {"garbage", token, "s!ra1.00000000.none"};
+    size_t cap = strlen(token) + 5;
+    char *buf = malloc(cap);
+    size_t ix = 99;
+    racaffinity_route r;
+    bool changed = false;
+    CHECK_OK(racaffinity_session_tokens_route(c, held, 3, &ix, &r, buf, cap, &len, &changed));
+    CHECK_EQ_U(ix, 1);
+    CHECK(changed);
+    CHECK_EQ_U(len, cap); /* the bound is tight */
+    CHECK_EQ_U(strlen(buf) + 1, cap);
+    CHECK(strncmp(buf, token, strlen(token) - 4) == 0 && strcmp(buf + strlen(buf) - 5, ".none") != 0);
+    free(buf);
+    free_cluster(c);
+}
+
+/* A candidate over RACAFFINITY_MAX_STRING_BYTES (10 MB here) is not a token:
+ * malformed, as a non-UTF-8 one is, so the next candidate is chosen; alone,
+ * it is "no token" (INVALID_ARGUMENT, index == count). A NULL candidate is an
+ * argument error that routes nothing, wherever it stands; so is count 0 with
+ * a NULL array. With no node at all (panic = fail) the index still names the
+ * token to keep. */
+static void tokens_route_takes_an_oversized_candidate_as_malformed_and_routes_nothing_on_a_null_one(void) {
+    racaffinity_cluster *c = new_cluster("nodes = S1, S2\npanic = fail");
+    char token[64], next[80];
+    size_t len = 0, ix = 99;
+    CHECK_OK(racaffinity_session_token_new(c, "sess", token, sizeof token, &len));
+    size_t big = 10u << 20;
+    char *huge = malloc(big + 1);
+    CHECK(huge != NULL);
+    memset(huge, 'a', big);
+    memcpy(huge + big - 20, "!ra1.00000000.none", 18); /* token-shaped, but its id is 10 MB */
+    huge[big - 2] = '\0';
+    racaffinity_route r;
+    bool changed = true;
+    const char *held[] = {huge, token};
+    CHECK_OK(racaffinity_session_tokens_route(c, held, 2, &ix, &r, next, sizeof next, &len, &changed));
+    CHECK_EQ_U(ix, 1);
+    CHECK(!changed);
+    CHECK_STR(next, token);
+    CHECK_RC(racaffinity_session_tokens_route(c, held, 1, &ix, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_EQ_U(ix, 1);
+    free(huge);
+
+    char *before = metrics_json(c);
+    const char *null_last[] = {token, "garbage", NULL};
+    CHECK_RC(racaffinity_session_tokens_route(c, null_last, 3, &ix, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("tokens[2]");
+    CHECK_RC(racaffinity_session_tokens_route(c, held + 1, 1, &ix, &r, next, sizeof next, &len, NULL),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_session_tokens_route(c, held + 1, 1, &ix, NULL, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    char *after = metrics_json(c);
+    CHECK_STR(after, before);
+    free(after);
+    free(before);
+    ix = 99;
+    CHECK_RC(racaffinity_session_tokens_route(c, NULL, 0, &ix, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    CHECK_EQ_U(ix, 0);
+
+    CHECK_OK(racaffinity_node_set_state(c, "S1", RACAFFINITY_NODE_STATE_DOWN));
+    CHECK_OK(racaffinity_node_set_state(c, "S2", RACAFFINITY_NODE_STATE_DOWN));
+    const char *pair[] = {"garbage", token};
+    ix = 99;
+    CHECK_RC(racaffinity_session_tokens_route(c, pair, 2, &ix, &r, next, sizeof next, &len, &changed),
+             RACAFFINITY_RESULT_NO_NODE_AVAILABLE);
+    CHECK_EQ_U(ix, 1);
     free_cluster(c);
 }
 
@@ -2601,6 +2692,8 @@ static const h_test tests[] = {
     TEST(a_new_gtrid_follows_the_requests_session_token),
     TEST(token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup),
     TEST(token_route_without_a_buffer_routes_nothing),
+    TEST(tokens_route_buffer_from_the_header_fits_a_chosen_token_that_gains_a_backup),
+    TEST(tokens_route_takes_an_oversized_candidate_as_malformed_and_routes_nothing_on_a_null_one),
     TEST(five_failed_leases_eject_a_node),
     TEST(five_reported_failures_eject_a_node),
     TEST(set_strict_switches_the_thread_scope_at_runtime),
