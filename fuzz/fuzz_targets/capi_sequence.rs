@@ -25,7 +25,8 @@
 //! node, PREPARED_NODE_UNAVAILABLE only for a prepared transaction).
 //!
 //! The later exports are driven the same way: session routing and tokens
-//! (new, decode, route; made, forged, garbled and foreign tokens), the epoch
+//! (new, decode, route, route one of several; made, forged, garbled and
+//! foreign tokens), the epoch
 //! page (read after every op and after its cluster is freed, freed twice,
 //! foreign pointers), context route cacheable, count host hits, auto-pin,
 //! context pin for a scope and release, partition map replace and load
@@ -58,7 +59,7 @@ use std::os::raw::c_char;
 use std::ptr::{null, null_mut};
 use std::rc::Rc;
 
-use arbitrary::Arbitrary;
+use arbitrary::{Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use racaffinity::config::MAX_PARTITIONS;
 use racaffinity_ffi::capi::buffer::RACAFFINITY_MAX_STRING_BYTES;
@@ -541,6 +542,66 @@ enum Op {
         instance: Text,
         cap: u16,
     },
+    /// `racaffinity_session_tokens_route`. Skipped by `arbitrary`: a new
+    /// variant would change the range every op's tag is read from, so each
+    /// kept input would replay another scenario. Read from an input's second
+    /// part instead ([`Later`]).
+    #[arbitrary(skip)]
+    TokensRoute {
+        h: H,
+        toks: Vec<Tok>,
+        nulls: u8,
+        cap: u8,
+    },
+}
+
+/// A step of an input's second part ([`Input`]): any op, or one of the calls
+/// added after the kept inputs were made.
+#[derive(Arbitrary, Debug, Clone)]
+enum Later {
+    Op(Op),
+    TokensRoute { h: H, toks: Vec<Tok>, nulls: u8, cap: u8 },
+}
+
+impl From<Later> for Op {
+    fn from(l: Later) -> Op {
+        match l {
+            Later::Op(op) => op,
+            Later::TokensRoute { h, toks, nulls, cap } => Op::TokensRoute { h, toks, nulls, cap },
+        }
+    }
+}
+
+/// An input: the op sequence as `Vec<Op>` has always read it (a byte with
+/// the low bit set before each op, the first with it clear ends it), then
+/// the bytes left after that end read as a `Vec<Later>`. The first part
+/// reads every byte as it did before `Later` existed, so the kept inputs
+/// (fuzz/regressions, fuzz/corpus) replay the same ops; those bytes were
+/// ignored before, so new calls come only from there.
+#[derive(Debug)]
+struct Input {
+    ops: Vec<Op>,
+    later: Vec<Later>,
+}
+
+impl<'a> Arbitrary<'a> for Input {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        let rest = std::mem::replace(u, Unstructured::new(&[])).take_rest();
+        Self::arbitrary_take_rest(Unstructured::new(rest))
+    }
+
+    fn arbitrary_take_rest(mut u: Unstructured<'a>) -> arbitrary::Result<Self> {
+        // What `Vec::<Op>::arbitrary_take_rest` does (arbitrary 1.x), kept
+        // by hand so the bytes after the end stay for the second part.
+        let mut ops = Vec::new();
+        while u.arbitrary::<bool>().unwrap_or(false) {
+            ops.push(Op::arbitrary(&mut u)?);
+        }
+        // A second part that does not read ends the input after the first,
+        // as such bytes did before.
+        let later = Vec::<Later>::arbitrary_take_rest(u).unwrap_or_default();
+        Ok(Input { ops, later })
+    }
 }
 
 /// A C string argument.
@@ -697,7 +758,7 @@ struct Page {
 /// metrics can change (an op without a handle may touch any of them).
 fn op_handle(op: &Op) -> Option<H> {
     match op {
-        Op::Free { h, .. } | Op::NodeCount { h, .. } | Op::Heartbeat { h, .. } | Op::RecoveryScope { h, .. } | Op::SetStrict { h, .. } | Op::ThreadPin { h, .. } | Op::ThreadUnpin { h, .. } | Op::ContextNew { h, .. } | Op::ContextPin { h, .. } | Op::ContextUnpin { h, .. } | Op::ContextRoute { h, .. } | Op::Route { h, .. } | Op::Pick { h, .. } | Op::PickHostBegins { h, .. } | Op::LeaseBegin { h, .. } | Op::LeaseRelease { h, .. } | Op::TxBegin { h, .. } | Op::TxBeginOn { h, .. } | Op::TxBeginFor { h, .. } | Op::TxBeginForToken { h, .. } | Op::TxPrepared { h, .. } | Op::TxRoute { h, .. } | Op::TxEnd { h, .. } | Op::TxComplete { h, .. } | Op::TxRecovered { h, .. } | Op::SessionRoute { h, .. } | Op::SessionEnd { h, .. } | Op::KeyRoute { h, .. } | Op::KeyRouteI64 { h, .. } | Op::KeyPartition { h, .. } | Op::PartitionOwner { h, .. } | Op::RequestPick { h, .. } | Op::Event { h, .. } | Op::Metrics { h, .. } | Op::NodeAdd { h, .. } | Op::NodeRemove { h, .. } | Op::NodeSetState { h, .. } | Op::NodeGetState { h, .. } | Op::NodeFind { h, .. } | Op::NodeName { h, .. } | Op::Probe { h, .. } | Op::Outcome { h, .. } | Op::SessionRouting { h, .. } | Op::TokenNew { h, .. } | Op::TokenDecode { h, .. } | Op::TokenRoute { h, .. } | Op::EpochPage { h, .. } | Op::RouteCacheable { h, .. } | Op::CountHostHits { h, .. } | Op::HostLeaseEnd { h, .. } | Op::PickHostLeasable { h, .. } | Op::AutoPin { h, .. } | Op::ContextPinFor { h, .. } | Op::ContextRelease { h, .. } | Op::MapReplace { h, .. } | Op::MapLoadFailed { h, .. } => Some(*h),
+        Op::Free { h, .. } | Op::NodeCount { h, .. } | Op::Heartbeat { h, .. } | Op::RecoveryScope { h, .. } | Op::SetStrict { h, .. } | Op::ThreadPin { h, .. } | Op::ThreadUnpin { h, .. } | Op::ContextNew { h, .. } | Op::ContextPin { h, .. } | Op::ContextUnpin { h, .. } | Op::ContextRoute { h, .. } | Op::Route { h, .. } | Op::Pick { h, .. } | Op::PickHostBegins { h, .. } | Op::LeaseBegin { h, .. } | Op::LeaseRelease { h, .. } | Op::TxBegin { h, .. } | Op::TxBeginOn { h, .. } | Op::TxBeginFor { h, .. } | Op::TxBeginForToken { h, .. } | Op::TxPrepared { h, .. } | Op::TxRoute { h, .. } | Op::TxEnd { h, .. } | Op::TxComplete { h, .. } | Op::TxRecovered { h, .. } | Op::SessionRoute { h, .. } | Op::SessionEnd { h, .. } | Op::KeyRoute { h, .. } | Op::KeyRouteI64 { h, .. } | Op::KeyPartition { h, .. } | Op::PartitionOwner { h, .. } | Op::RequestPick { h, .. } | Op::Event { h, .. } | Op::Metrics { h, .. } | Op::NodeAdd { h, .. } | Op::NodeRemove { h, .. } | Op::NodeSetState { h, .. } | Op::NodeGetState { h, .. } | Op::NodeFind { h, .. } | Op::NodeName { h, .. } | Op::Probe { h, .. } | Op::Outcome { h, .. } | Op::SessionRouting { h, .. } | Op::TokenNew { h, .. } | Op::TokenDecode { h, .. } | Op::TokenRoute { h, .. } | Op::EpochPage { h, .. } | Op::RouteCacheable { h, .. } | Op::CountHostHits { h, .. } | Op::HostLeaseEnd { h, .. } | Op::PickHostLeasable { h, .. } | Op::AutoPin { h, .. } | Op::ContextPinFor { h, .. } | Op::ContextRelease { h, .. } | Op::MapReplace { h, .. } | Op::MapLoadFailed { h, .. } | Op::TokensRoute { h, .. } => Some(*h),
         _ => None,
     }
 }
@@ -1124,7 +1185,7 @@ impl Model {
             if is_no_change_error(r) {
                 // Named per call, so an allow-list entry covers one reported call only.
                 let mut site = format!("error.changes_nothing.{}", op_name(op));
-                if matches!(op, Op::TokenRoute { .. }) && r == R::BufferTooSmall {
+                if matches!(op, Op::TokenRoute { .. } | Op::TokensRoute { .. }) && r == R::BufferTooSmall {
                     // token_route routes (and counts) before it writes the token, so a
                     // short buffer still says the node: its own site, in known-findings.txt.
                     site.push_str(".BufferTooSmall");
@@ -2816,6 +2877,85 @@ impl Model {
                 }
                 Some(r)
             }
+            Op::TokensRoute { h, toks, nulls, cap } => {
+                let (p, live) = self.resolve(h);
+                let args: Vec<TextArg> = toks.iter().take(8).map(|t| self.tok_arg(live, t)).collect();
+                let ptrs: Vec<*const c_char> = args.iter().map(TextArg::ptr).collect();
+                // nulls & 32: a NULL array (with its count, or with count 0).
+                let (tp, count) = if nulls & 32 != 0 { (null(), ptrs.len()) } else { (ptrs.as_ptr(), ptrs.len()) };
+                let mut index = usize::MAX;
+                let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+                let mut changed = false;
+                let mut buf = vec![0x55 as c_char; usize::from(cap)];
+                let bp = if cap == 0 { null_mut() } else { buf.as_mut_ptr() };
+                let mut need = usize::MAX;
+                let r = unsafe {
+                    racaffinity_session_tokens_route(
+                        p,
+                        tp,
+                        count,
+                        if nulls & 1 != 0 { null_mut() } else { &mut index },
+                        if nulls & 2 != 0 { null_mut() } else { &mut route },
+                        bp,
+                        buf.len(),
+                        &mut need,
+                        if nulls & 4 != 0 { null_mut() } else { &mut changed },
+                    )
+                };
+                // Every NULL (out-pointers, buf, the array, an element) is refused
+                // before the handle and before routing; a candidate that is no text
+                // (not UTF-8, over the cap) is only malformed.
+                let null_arg = nulls & 7 != 0
+                    || bp.is_null()
+                    || (tp.is_null() && count > 0)
+                    || args.iter().any(|a| a.pre == Some(R::NullArgument));
+                let pre = null_arg.then_some(R::NullArgument).or(Self::handle_err(p, live));
+                if let Some(want) = pre {
+                    self.check("tokens_route.args", r, want, &(h, &toks, nulls));
+                    return Some(r);
+                }
+                let c = live.unwrap();
+                let cl = &self.hist[c];
+                let parsed: Vec<Option<(&str, u32, Option<u32>)>> =
+                    args.iter().map(|a| if a.pre.is_some() { None } else { parse_token(a.str()) }).collect();
+                let names_a_node = |t: &(&str, u32, Option<u32>)| {
+                    cl.token_node(t.1) != RACAFFINITY_NO_NODE
+                        || t.2.is_some_and(|b| cl.token_node(b) != RACAFFINITY_NO_NODE)
+                };
+                // "the first token that names a node of this cluster as primary or
+                // backup, else the first well-formed one"
+                let chosen = parsed
+                    .iter()
+                    .position(|t| t.as_ref().is_some_and(names_a_node))
+                    .or_else(|| parsed.iter().position(Option::is_some));
+                let Some(ix) = chosen else {
+                    // "When no candidate is well-formed (or count is 0) the result is
+                    // INVALID_ARGUMENT and *out_index is count."
+                    self.check("tokens_route.none_well_formed", r, R::InvalidArgument, &(&toks, count));
+                    self.holds("tokens_route.index_is_count", index == count, &(index, count));
+                    return Some(r);
+                };
+                // "A refusal (STRICT_AFFINITY, NO_NODE_AVAILABLE) still writes *out_index."
+                self.holds("tokens_route.index", index == ix, &(index, ix, &toks));
+                let t = args[ix].str().to_string();
+                if !matches!(r, R::Ok | R::BufferTooSmall) {
+                    self.check_in("tokens_route", r, &cl.refusals(2), &t);
+                    return Some(r);
+                }
+                self.check("tokens_route.buffer", r, Self::buf_result(bp, buf.len(), need), &(&t, cap, need));
+                self.route_ok("tokens_route.live", cl, &route);
+                // "A buffer of the longest candidate's strlen + 5 always fits."
+                let longest = args.iter().filter(|a| a.pre.is_none()).map(|a| a.str().len()).max().unwrap_or(0);
+                self.holds("tokens_route.fits", need <= t.len() + 5 && need <= longest + 5, &(&t, need));
+                if let Some(got) = self.written("tokens_route.need", r, &buf, need) {
+                    // "*out_changed: whether it differs from tokens[*out_index]"
+                    self.holds("tokens_route.changed", changed == (got != t), &(&t, &got, changed));
+                    let ok = parse_token(&got).is_some_and(|(_, tp, _)| cl.token_node(tp) == route.node);
+                    self.holds("tokens_route.token_names_route", ok, &(&got, route));
+                    self.remember_token(got);
+                }
+                Some(r)
+            }
             Op::EpochPage { h, null_out } => {
                 let (p, live) = self.resolve(h);
                 let mut w: *const u64 = null();
@@ -3317,7 +3457,7 @@ impl Model {
     }
 }
 
-fuzz_target!(|ops: Vec<Op>| {
+fuzz_target!(|input: Input| {
     let mut m = Model {
         hist: Vec::new(),
         slots: [None, None],
@@ -3331,8 +3471,12 @@ fuzz_target!(|ops: Vec<Op>| {
     // Every sequence starts from two live clusters so most ops reach the core.
     m.new_cluster(false, 0);
     m.new_cluster(true, 1);
-    for op in ops.iter().take(256) {
+    let first = input.ops.len().min(256);
+    for op in &input.ops[..first] {
         m.run(op);
+    }
+    for later in input.later.into_iter().take(256 - first) {
+        m.run(&later.into());
     }
     // Leave nothing behind for the next input: every live cluster is freed
     // (after its thread pins), and freeing it again is INVALID_HANDLE.
