@@ -1421,6 +1421,7 @@ racaffinity_result racaffinity_session_token_new(const racaffinity_cluster *clus
  backup slot (`none`) can become a node's 8 hex digits. BUFFER_TOO_SMALL
  comes after the route: `*out` holds the node and the route is counted,
  so size the buffer by that bound rather than retrying with a larger one.
+ `buf` may be the token's own storage (a cookie routed in place).
 
  # Safety
  `token` NULL or NUL-terminated; `out` and `out_changed` NULL or writable;
@@ -1469,7 +1470,7 @@ racaffinity_result racaffinity_session_token_decode(const racaffinity_cluster *c
  NO_NODE_AVAILABLE) still writes `*out_index`: the client keeps that
  token. A buffer of the longest candidate's `strlen + 5` always fits;
  BUFFER_TOO_SMALL comes after the route, as for
- `racaffinity_session_token_route`.
+ `racaffinity_session_token_route`; `buf` may be a candidate's storage.
 
  # Safety
  `tokens` NULL (only when `count` is 0) or valid for `count` pointers,

@@ -1103,6 +1103,30 @@ static void tokens_route_takes_an_oversized_candidate_as_malformed_and_routes_no
     free_cluster(c);
 }
 
+/* Routing a cookie in place: the buffer for the token to keep is the one
+ * that holds the token sent (sized by the header's bound). The library must
+ * not copy a text onto itself with memcpy (undefined behaviour: valgrind
+ * reports the overlap), for one token or for one of several. */
+static void token_route_in_place_writes_the_token_into_its_own_storage(void) {
+    racaffinity_cluster *c = new_cluster("nodes = S1, S2");
+    char tok[64], sent[64];
+    size_t len = 0, ix = 99;
+    racaffinity_route r;
+    bool changed = true;
+    CHECK_OK(racaffinity_session_token_new(c, "sess", tok, sizeof tok, &len));
+    memcpy(sent, tok, sizeof tok);
+    CHECK_OK(racaffinity_session_token_route(c, tok, &r, tok, sizeof tok, &len, &changed));
+    CHECK(!changed);
+    CHECK_STR(tok, sent);
+    const char *held[] = {"garbage", tok};
+    changed = true;
+    CHECK_OK(racaffinity_session_tokens_route(c, held, 2, &ix, &r, tok, sizeof tok, &len, &changed));
+    CHECK_EQ_U(ix, 1);
+    CHECK(!changed);
+    CHECK_STR(tok, sent);
+    free_cluster(c);
+}
+
 /* NULL_ARGUMENT is an answer about the arguments: a token route without a
  * buffer for the token must not have routed (nor counted a route). */
 static void token_route_without_a_buffer_routes_nothing(void) {
@@ -2692,6 +2716,7 @@ static const h_test tests[] = {
     TEST(a_new_gtrid_follows_the_requests_session_token),
     TEST(token_route_buffer_from_the_header_fits_a_token_that_gains_a_backup),
     TEST(token_route_without_a_buffer_routes_nothing),
+    TEST(token_route_in_place_writes_the_token_into_its_own_storage),
     TEST(tokens_route_buffer_from_the_header_fits_a_chosen_token_that_gains_a_backup),
     TEST(tokens_route_takes_an_oversized_candidate_as_malformed_and_routes_nothing_on_a_null_one),
     TEST(five_failed_leases_eject_a_node),

@@ -75,6 +75,7 @@ pub unsafe extern "C" fn racaffinity_session_token_new(
 /// backup slot (`none`) can become a node's 8 hex digits. BUFFER_TOO_SMALL
 /// comes after the route: `*out` holds the node and the route is counted,
 /// so size the buffer by that bound rather than retrying with a larger one.
+/// `buf` may be the token's own storage (a cookie routed in place).
 ///
 /// # Safety
 /// `token` NULL or NUL-terminated; `out` and `out_changed` NULL or writable;
@@ -102,8 +103,12 @@ pub unsafe extern "C" fn racaffinity_session_token_route(
         // Written first: a too-small buffer still tells the caller the node.
         out.set(r.route.into())?;
         changed.set(r.token.is_some())?;
+        // An unchanged token is the caller's text, and `buf` may be where it
+        // lives (routed in place): copied out first, as write_str's copy must
+        // not overlap its source.
+        let text = r.token.unwrap_or_else(|| t.to_owned());
         // SAFETY: per this function's contract.
-        unsafe { write_str(r.token.as_deref().unwrap_or(t), buf, cap, out_len) }
+        unsafe { write_str(&text, buf, cap, out_len) }
     })
 }
 
@@ -154,7 +159,7 @@ pub unsafe extern "C" fn racaffinity_session_token_decode(
 /// NO_NODE_AVAILABLE) still writes `*out_index`: the client keeps that
 /// token. A buffer of the longest candidate's `strlen + 5` always fits;
 /// BUFFER_TOO_SMALL comes after the route, as for
-/// `racaffinity_session_token_route`.
+/// `racaffinity_session_token_route`; `buf` may be a candidate's storage.
 ///
 /// # Safety
 /// `tokens` NULL (only when `count` is 0) or valid for `count` pointers,
@@ -211,8 +216,51 @@ pub unsafe extern "C" fn racaffinity_session_tokens_route(
         // Written first: a too-small buffer still tells the caller the node.
         out.set(r.route.into())?;
         changed.set(r.token.is_some())?;
-        let t = candidates[chosen.index];
+        // As in racaffinity_session_token_route: `buf` may hold the candidate.
+        let text = r.token.unwrap_or_else(|| candidates[chosen.index].to_owned());
         // SAFETY: per this function's contract.
-        unsafe { write_str(r.token.as_deref().unwrap_or(t), buf, cap, out_len) }
+        unsafe { write_str(&text, buf, cap, out_len) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::cluster::{racaffinity_cluster_free, racaffinity_cluster_new};
+    use crate::capi::types::racaffinity_route_kind;
+
+    /// Routing a cookie in place: the buffer for the token to keep is the
+    /// storage of the token sent (sized by the header's bound, as a C caller
+    /// routing a fixed `char[]` does). An unchanged token must not be copied
+    /// onto itself with `copy_nonoverlapping` (undefined behaviour).
+    #[test]
+    fn a_token_routed_in_place_is_written_into_its_own_storage() {
+        let _turn = crate::capi::handle::tests::serial();
+        let mut c: *mut racaffinity_cluster = std::ptr::null_mut();
+        // SAFETY: the config is a NUL-terminated literal and `c` is writable.
+        assert_eq!(unsafe { racaffinity_cluster_new(c"nodes = S1, S2".as_ptr(), &mut c) }, racaffinity_result::Ok);
+        let mut tok = [0 as c_char; 64];
+        let mut len = 0usize;
+        // SAFETY: literals are NUL-terminated; `tok` holds 64 bytes; `len` is writable.
+        let rc = unsafe { racaffinity_session_token_new(c, c"sess".as_ptr(), tok.as_mut_ptr(), tok.len(), &mut len) };
+        assert_eq!(rc, racaffinity_result::Ok);
+        let sent = tok;
+        let mut route = racaffinity_route { node: u32::MAX, kind: racaffinity_route_kind::Balanced };
+        let mut changed = true;
+        let p = tok.as_mut_ptr();
+        // SAFETY: `p` is the NUL-terminated token and 64 writable bytes; the outputs are writable.
+        let rc = unsafe { racaffinity_session_token_route(c, p, &mut route, p, 64, &mut len, &mut changed) };
+        assert_eq!((rc, changed), (racaffinity_result::Ok, false));
+        assert_eq!(tok, sent, "one token, in place");
+        let held = [c"garbage".as_ptr(), p.cast_const()];
+        let mut index = usize::MAX;
+        changed = true;
+        // SAFETY: as above; `held` holds 2 NUL-terminated strings.
+        let rc = unsafe {
+            racaffinity_session_tokens_route(c, held.as_ptr(), 2, &mut index, &mut route, p, 64, &mut len, &mut changed)
+        };
+        assert_eq!((rc, index, changed), (racaffinity_result::Ok, 1, false));
+        assert_eq!(tok, sent, "one of several, in place");
+        assert_eq!(racaffinity_cluster_free(c), racaffinity_result::Ok);
+    }
 }
