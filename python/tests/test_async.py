@@ -330,6 +330,80 @@ async def test_a_cancelled_recover_all_leaves_no_gtrid_it_resolved_on_record(pg,
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
+async def test_a_recover_all_cancelled_while_its_rollback_is_answered_leaves_no_gtrid_on_record(
+    pg, cluster_factory, tables, monkeypatch
+):
+    # The server carried out the scan's ROLLBACK PREPARED, and the call was
+    # cancelled before the scan had the answer: the gtrid, recorded in the
+    # core's registry, stayed there for good (no later run finds it
+    # prepared). Its outcome is unknown to the run; a branch still prepared
+    # is found and recorded again by the next run.
+    from conftest import prepare_directly, prepared_xacts
+    from faults import live
+    from racaffinity import _tpc_async
+
+    real_finish = _tpc_async._AsyncRecovery.finish
+    answered = asyncio.Event()
+
+    async def finish(self, conn, node, xid):
+        await real_finish(self, conn, node, xid)
+        answered.set()
+        await asyncio.Event().wait()  # the answer never reaches the scan
+
+    monkeypatch.setattr(_tpc_async._AsyncRecovery, "finish", finish)
+    prepare_directly(pg.dsn["RAC2"], "cut-off-recovery-RAC2", "b0")
+    c = cluster_factory(nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, timeout=5.0) as pools:
+        task = asyncio.ensure_future(pools.recover_all("rollback", scope="node"))
+        await asyncio.wait_for(answered.wait(), 20)
+        assert prepared_xacts(pg)["RAC2"] == []
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        monkeypatch.undo()
+        report = await pools.recover_all("rollback", scope="node")
+        assert report.ok and report.resolved == [], report
+        assert live(c) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_recover_all_cancelled_before_its_rollback_is_sent_resolves_the_branch_next_time(
+    pg, cluster_factory, tables, monkeypatch
+):
+    # The other side of the decision above: the branch the cancelled run
+    # did not finish is still prepared, and the next run resolves it.
+    from conftest import prepare_directly, prepared_xacts
+    from faults import live
+    from racaffinity import _tpc_async
+
+    real_finish = _tpc_async._AsyncRecovery.finish
+    reached = asyncio.Event()
+
+    async def finish(self, conn, node, xid):
+        reached.set()
+        await asyncio.Event().wait()  # never sends it
+        await real_finish(self, conn, node, xid)
+
+    monkeypatch.setattr(_tpc_async._AsyncRecovery, "finish", finish)
+    prepare_directly(pg.dsn["RAC2"], "unsent-recovery-RAC2", "b0")
+    c = cluster_factory(nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, timeout=5.0) as pools:
+        task = asyncio.ensure_future(pools.recover_all("rollback", scope="node"))
+        await asyncio.wait_for(reached.wait(), 20)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert len(prepared_xacts(pg)["RAC2"]) == 1
+        monkeypatch.undo()
+        report = await pools.recover_all("rollback", scope="node")
+        assert [r.gtrid for r in report.resolved] == ["unsent-recovery-RAC2"], report
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert live(c) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
 async def test_close_in_a_child_forked_during_a_close_returns_at_once(pg, cluster_factory):
     # The child's pools are the parent's (closed there without a word), and
     # the close under way at the fork is the parent's task, of a loop the

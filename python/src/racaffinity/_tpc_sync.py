@@ -402,6 +402,7 @@ class _Recovery:
         self.report = RecoveryReport(scope=scope)
         self.lock = threading.Lock()
         self.pending: Dict[Tuple[int, str], int] = {}
+        self.unanswered: Dict[Tuple[int, str], int] = {}
         self.held: Set[str] = set()
         self.scanned: Set[int] = set()
         self.dead: Set[int] = set()
@@ -457,6 +458,13 @@ class _Recovery:
             self.pending[xid.format_id, xid.gtrid] -= 1
         self.pools._forget_in_doubt(xid.gtrid, str(xid))
 
+    def cut_off(self, xid: Xid) -> None:
+        """The run was cancelled while it awaited `xid`'s COMMIT/ROLLBACK
+        PREPARED: the server may have carried it out (see `complete`)."""
+        t = (xid.format_id, xid.gtrid)
+        with self.lock:
+            self.unanswered[t] = self.unanswered.get(t, 0) + 1
+
     def failed(self, node: int, xid: Xid, e: BaseException) -> None:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action, f'{type(e).__name__}: {e}')
         with self.lock:
@@ -497,6 +505,9 @@ class _Recovery:
                                 self.failed(node, rest, e)
                             self.unreachable(node, e)
                             return
+                    except BaseException:
+                        self.cut_off(xid)
+                        raise
                     else:
                         self.resolved(node, xid)
         except Exception as e:
@@ -592,6 +603,9 @@ class _Recovery:
                     self.node_failed(node)
                     continue
                 break
+            except BaseException:
+                self.cut_off(xid)
+                raise
             self.resolved(node, xid)
             return
         self.failed(scanned, xid, last if last is not None else ConnectionError('no instance answered in this run'))
@@ -603,13 +617,20 @@ class _Recovery:
         does not hold (a PREPARE that never ran, a ROLLBACK PREPARED whose
         answer was lost). A branch still prepared, if only skipped by
         `format_id` or `predicate`, or on a node not scanned, keeps its
-        gtrid on record."""
+        gtrid on record.
+
+        A branch whose COMMIT/ROLLBACK PREPARED a cancel cut off counts as
+        resolved here: the server may have carried it out, and then no
+        later run would find it to take its gtrid off the record; if not,
+        it is still prepared, and the next run finds and records it again.
+        (One this process left in doubt stays there: the scan saw it held,
+        so `gone` keeps its gtrid.)"""
         doubt = self.pools._in_doubt_branches()
 
         def gone(gtrid: str) -> bool:
             return all((x not in self.held and n in self.scanned for x, n in doubt.get(gtrid, {}).items()))
         for (format_id, gtrid), left in sorted(self.pending.items()):
-            if left == 0 and gone(gtrid):
+            if left == self.unanswered.get((format_id, gtrid), 0) and gone(gtrid):
                 self._complete(format_id, gtrid)
                 self.pools._forget_in_doubt(gtrid, None)
         found = {gtrid for _format_id, gtrid in self.pending}
