@@ -436,3 +436,31 @@ async def test_close_in_a_child_forked_during_a_close_returns_at_once(pg, cluste
                 q._closed = was
         release.set()
         await asyncio.wait_for(parents, 30)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_a_cancelled_connect_is_no_failure_of_its_node(pg, cluster_factory, proxies):
+    # A pool's connects run in psycopg_pool's worker tasks; one cancelled
+    # there (the loop shutting down, an application cancelling its tasks)
+    # was counted as a failed connect: the pool was taken as backing off,
+    # so a replay to the node renewed it (`_renew_if_backing_off`), and
+    # `last_error` named the cancel. The cancel says nothing of the node.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    px = proxies["RAC1"]
+    dsns = dict(pg.dsn, RAC1=px.dsn(pg.dsn["RAC1"]))
+    pools = AsyncNodePools(c, dsns, min_size=0, max_size=2, timeout=5.0, connect_kwargs={"connect_timeout": 30})
+    async with pools:
+        pool = pools.node_pool("RAC1")
+        attempts = pool._racaffinity_connects
+        px.blackhole()  # the connect waits for an answer that never comes
+        task = asyncio.ensure_future(pool.connection_class.connect(pool.conninfo, **pool.kwargs))
+        await wait_until_async(lambda: px.connections == 1 and len(attempts._running) == 1, 20)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        px.heal()
+        assert (attempts.backing_off, attempts.last_failed, attempts.last_error) == (False, False, None)
+        assert attempts._running == {}
+        await pools._renew_if_backing_off(c.node_id("RAC1"))
+        assert pools.node_pool("RAC1") is pool, "the pool was renewed for a cancel"

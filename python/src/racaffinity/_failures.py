@@ -107,6 +107,11 @@ class ConnectAttempts:
     def finished(self, token: int, error: Optional[BaseException]) -> None:
         with self._lock:
             self._running.pop(token, None)
+            if error is not None and not isinstance(error, Exception):
+                # Cancelled (or interrupted) on this side: the node did not
+                # fail, and a back-off for it would renew its pool for
+                # nothing. What the attempts before it said still holds.
+                return
             self.last_failed = error is not None and _is_node_error(error)
             self.backing_off = error is not None
             self.last_error = None if error is None else type(error).__name__
