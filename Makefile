@@ -51,7 +51,7 @@ help:
 	@echo "  make soak-feed       the chaos soak in feed mode: etcd, monitors, every client subscribed (SOAK_FEED=etcd)"
 	@echo "  make continuity-tomcat  request replay in a real Tomcat: 20 kills (5 during COMMIT), 5 drains, replay on and off"
 	@echo "Test steps (all part of make test):"
-	@echo "  make lint            rustfmt, clippy, rustdoc warnings, ruff (Python), JNI exports, one version everywhere, docs checks"
+	@echo "  make lint            rustfmt, clippy, rustdoc warnings, ruff and mypy (Python), JNI exports, one version everywhere, docs checks"
 	@echo "  make check-header    include/racaffinity.h matches what cbindgen generates"
 	@echo "  make check-symbols   the library exports only racaffinity_* and Java_*"
 	@echo "  make check-abi       the C ABI against its baseline in abi/: no incompatible change without a version bump"
@@ -231,7 +231,15 @@ failure-matrix:
 # demo use, created here when missing), and the sync Python pools and tests
 # against their async source (tools/async_to_sync.py), AffinityConnection's
 # delegates against java.sql.Connection (tools/GenJdbcDelegates.java).
+# The Python binding's type check (mypy, MYPY_VERSION, strict, [tool.mypy] in
+# python/pyproject.toml) reads the optional packages it imports (psycopg,
+# psycopg_pool, SQLAlchemy, OpenTelemetry's API) at the exact versions of the
+# test extra, which pip installs into target/pyenv beside it.
 RUFF_VERSION := 0.17.6
+MYPY_VERSION := 2.4.1
+MYPY_DEPS = $(shell python3 -c 'import tomllib; t = tomllib.load(open("python/pyproject.toml", "rb")); \
+	print(" ".join(repr(r) for r in t["project"]["optional-dependencies"]["test"] \
+	if r.split("[")[0].split("=")[0] in ("psycopg", "psycopg-pool", "sqlalchemy", "opentelemetry-api")))')
 PYENV := target/pyenv
 lint:
 	$(CARGO) fmt --all -- --check
@@ -246,8 +254,9 @@ lint:
 	python3 tools/check_jni_exports.py
 	python3 tools/version.py check
 	@test -x $(PYENV)/bin/python || python3 -m venv $(PYENV)
-	@$(PYENV)/bin/python -m pip install --quiet --disable-pip-version-check ruff==$(RUFF_VERSION)
+	@$(PYENV)/bin/python -m pip install --quiet --disable-pip-version-check ruff==$(RUFF_VERSION) mypy==$(MYPY_VERSION) $(MYPY_DEPS)
 	$(PYENV)/bin/python -m ruff check --quiet --config python/pyproject.toml --cache-dir target/ruff-cache .
+	$(PYENV)/bin/python -m mypy --config-file python/pyproject.toml --cache-dir target/mypy-cache
 	python3 tools/async_to_sync.py --check
 	java tools/GenJdbcDelegates.java --check
 	$(MAKE) --no-print-directory check-docs

@@ -9,15 +9,19 @@ An AST rewrite: `async def` -> `def`, `await x` -> `x`, `async with`/`async
 for` -> `with`/`for`, `if _ASYNC: A else: B` -> `B`, `@pytest.mark.asyncio`
 dropped, and the names of NAMES (asyncio primitives of `_acompat` -> their
 thread equivalents, Async* -> the sync names) replaced in code, docstrings and
-strings. Comments do not survive `ast.unparse`: they stay in the async source.
+strings. Comments do not survive `ast.unparse`: they stay in the async source,
+except a `# type: ignore[...]` on a statement's first line, which the
+statement keeps in the sync file (mypy checks both, `make lint`).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import io
 import re
 import sys
+import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +69,7 @@ NAMES = {
     "AsyncIterator": "Iterator",
     "asynccontextmanager": "contextmanager",
     "abounded": "bounded",
+    "AsyncPartitionMapLoader": "PartitionMapLoader",
 }
 
 # Words in docstrings and strings (whole words only).
@@ -226,8 +231,46 @@ def _ensure_import(tree: ast.Module, module: str) -> None:
         tree.body.insert(first, ast.Import(names=[ast.alias(name=module)]))
 
 
+_TYPE_IGNORE = re.compile(r"#\s*type:\s*ignore\b(\[[^\]]*\])?")
+
+
+def _type_ignores(source: str, src_name: str, tree: ast.Module) -> dict:
+    """line -> its `# type: ignore[...]` comment, for each such comment of
+    `source`, which must be on the first line of a statement of `tree`."""
+    out = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT and (m := _TYPE_IGNORE.match(tok.string)):
+            out[tok.start[0]] = m.group(0)
+    starts = {n.lineno for n in ast.walk(tree) if isinstance(n, ast.stmt)}
+    for line in out:
+        if line not in starts:
+            sys.exit(f"{src_name}:{line}: a type: ignore must be on a statement's first line to reach the sync file")
+    return out
+
+
+def _keep_type_ignores(tree: ast.Module, ignores: dict, text: str) -> str:
+    """`text` (the unparsed `tree`) with each statement that began on a line
+    of `ignores` in the async source given that line's comment. The tree's
+    statements still carry their source lines; `text` parsed again has the
+    same statements, in the same order, at their new lines."""
+    if not ignores:
+        return text
+    old = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+    new = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.stmt)]
+    assert [type(n) for n in old] == [type(n) for n in new]
+    lines = text.split("\n")
+    done = set()
+    for o, n in zip(old, new):
+        comment = ignores.get(getattr(o, "lineno", None))
+        if comment and o.lineno not in done:
+            done.add(o.lineno)
+            lines[n.lineno - 1] += "  " + comment
+    return "\n".join(lines)
+
+
 def convert(source: str, src_name: str) -> str:
     tree = ast.parse(source)
+    ignores = _type_ignores(source, src_name, tree)
     tree = AsyncToSync().visit(tree)
     _drop_unused_imports(tree)
     _ensure_import(tree, "time")
@@ -237,7 +280,7 @@ def convert(source: str, src_name: str) -> str:
         f"# Edit {src_name} and run `python3 tools/async_to_sync.py` (make lint checks it);\n"
         "# the comments that say why are in that file.\n"
     )
-    return head + ast.unparse(tree) + "\n"
+    return head + _keep_type_ignores(tree, ignores, ast.unparse(tree)) + "\n"
 
 
 def main() -> int:

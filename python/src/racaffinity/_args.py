@@ -24,10 +24,12 @@ DataKey = Union[bytes, bytearray, memoryview, str, int]
 def bytes_arg(v: Any, what: str) -> bytes:
     t = type(v)
     if t is bytes:
-        return v
+        b: bytes = v
+        return b
     if t is str or isinstance(v, str):
+        s: str = v
         try:
-            return v.encode("utf-8")
+            return s.encode("utf-8")
         except UnicodeEncodeError as e:
             raise InvalidUtf8Error(f"{what} is not valid UTF-8: {e.reason} at {e.start}") from None
     if isinstance(v, (bytearray, memoryview)):

@@ -452,7 +452,8 @@ class Cluster:
     def node_state(self, node: Union[int, str]) -> NodeState:
         """A node's current state (a removed node reads as DOWN)."""
         out = self._out("racaffinity_node_state *", lib.racaffinity_node_get_state, self.node_id(node))
-        return _STATES[out[0]]
+        state: NodeState = _STATES[out[0]]
+        return state
 
     def node_down_is_planned(self, node: Union[int, str]) -> bool:
         """Whether the node is Down at the end of a planned drain (its
@@ -625,7 +626,8 @@ class Cluster:
         return Transaction(self, _bytes_arg(gtrid, "gtrid"), prefer_pinned)
 
     def current_transaction(self) -> Optional[Transaction]:
-        return _slot(self._serial, _TX)
+        tx: Optional[Transaction] = _slot(self._serial, _TX)
+        return tx
 
     def _gtrid_call(self, fn: Any, gtrid: BytesLike) -> None:
         g = _bytes_arg(gtrid, "gtrid")
@@ -733,7 +735,8 @@ class Cluster:
         return SessionScope(self, _bytes_arg(key, "session key"))
 
     def current_session(self) -> Optional[bytes]:
-        return _slot(self._serial, _SESSION)
+        key: Optional[bytes] = _slot(self._serial, _SESSION)
+        return key
 
     def end_session(self, key: BytesLike) -> bool:
         """Ends session `key`'s affinity; returns whether it had one."""
@@ -814,7 +817,8 @@ class Cluster:
 
     def metrics(self) -> Dict[str, Any]:
         """The metrics snapshot (the library's JSON, parsed)."""
-        return json.loads(self.metrics_json())
+        metrics: Dict[str, Any] = json.loads(self.metrics_json())
+        return metrics
 
     def metrics_json(self) -> str:
         self._merge_host_hits()

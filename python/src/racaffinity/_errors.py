@@ -8,7 +8,7 @@ the failing call returns, with no `await` or library call in between).
 
 from __future__ import annotations
 
-from typing import Any, Dict, NoReturn, Optional, Type
+from typing import Any, Callable, Dict, NoReturn, Optional, Type
 
 from ._lib import ffi, lib
 
@@ -186,7 +186,7 @@ def exception_for(code: int) -> Type[Error]:
     return EXCEPTIONS.get(code, Error)
 
 
-def _read_text(fill) -> str:
+def _read_text(fill: Callable[[Any, int, Any], int]) -> str:
     """Calls `fill(buf, cap, out_len)` with growing buffers until it fits."""
     cap = 256
     out_len = ffi.new("size_t *")

@@ -14,7 +14,7 @@ import math
 import time
 import weakref
 from collections import abc
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 import psycopg
 import psycopg_pool
@@ -39,7 +39,7 @@ from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 # host lease by one identity test.
 _RAW_LEASE = new_(LEASE_T).__class__
 from ._scopes import SCOPES
-from ._ucp import PartitionMapLoader
+from ._ucp import AsyncPartitionMapLoader
 from ._tpc_async import AsyncGlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
 
@@ -55,14 +55,14 @@ _pool_log = logging.getLogger("psycopg.pool")  # psycopg_pool's, for what it log
 LOADER_SOURCE = "loader"
 
 
-def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
+def _tracked(base: Type[psycopg.AsyncConnection[Any]], attempts: ConnectAttempts, conns: Any) -> Any:
     """A subclass of psycopg's connection class `base` whose `connect` feeds
     `attempts`, so a pool timeout can tell "cannot reach the node" from
     "busy" (`racaffinity._failures`), and adds each connection to `conns`
     (a `WeakSet`: the pool's connections, which a hard Down looks through
     for the borrowed ones)."""
 
-    class _AsyncTracked(base):  # type: ignore[misc, valid-type]
+    class _AsyncTracked(base):  # type: ignore[valid-type, misc]  # mypy takes no class variable as a base
         # psycopg's own `__aenter__` returns the connection: a borrow then
         # skips the call (a thirtieth of a bare checkout), not a subclass's.
         _racaffinity_enter_is_self = base.__aenter__ is psycopg.AsyncConnection.__aenter__
@@ -197,6 +197,11 @@ class _AsyncConnection(PoolHostLease):
     failed borrow, and read only by a request, whose borrows have args."""
 
     __slots__ = ("_pools", "_buf", "_pool", "_conn", "failed_node")
+    _pools: AsyncNodePools
+    _buf: Any  # a raw lease, or None: the borrow is its own host lease
+    _pool: Any  # the node's _AsyncNodePool
+    _conn: Any  # psycopg's connection, with the pools' own _racaffinity_* fields
+    failed_node: Optional[int]
     _key: Any = None
     _session: Any = None
     _timeout: Optional[float] = None
@@ -308,10 +313,14 @@ class _AsyncConnection(PoolHostLease):
         if pool._racaffinity_retired:
             buf, pool, conn = await self._retired_under(buf, pool, conn, since)
         self._buf, self._pool, self._conn = buf, pool, conn
+        # `conn` is Any (it carries the pools' own fields); what is handed out is typed.
+        entered: psycopg.AsyncConnection
         if conn._racaffinity_enter_is_self:
-            return conn
+            entered = conn
+            return entered
         try:
-            return await conn.__aenter__()
+            entered = await conn.__aenter__()
+            return entered
         except BaseException as e:
             await self._not_entered(e)
             raise
@@ -461,7 +470,7 @@ class _ConnectionWithArgs(_AsyncConnection):
         self._node = node
         self._plain = key is None and session is None and node is None
         self._conn = None
-        self.failed_node: Optional[int] = None  # the node a failed borrow found failed
+        self.failed_node = None  # the node a failed borrow found failed
 
 
 _new_connection = _AsyncConnection.__new__
@@ -514,7 +523,15 @@ def _query_text(query: Any, conn: Any) -> Optional[str]:
     return None
 
 
-class _RecordedCursor:
+# What `_RecordedCursor` is mixed into at run time (`_recorded_cursor`), for
+# the checker only: its `super()` calls are that cursor's methods.
+if TYPE_CHECKING:
+    _CursorBase = psycopg.AsyncCursor[Any]
+else:
+    _CursorBase = object
+
+
+class _RecordedCursor(_CursorBase):
     """The cursor `req.execute` hands back (a subclass of the connection's
     `cursor_factory`, `_recorded_cursor`). What the application runs on it
     itself (`execute`, `executemany`, `copy`, `stream`) or on its
@@ -536,19 +553,19 @@ class _RecordedCursor:
 
     async def execute(self, *args: Any, **kwargs: Any) -> Any:
         self._request._replayable = False
-        return await super().execute(*args, **kwargs)  # type: ignore[misc]
+        return await super().execute(*args, **kwargs)
 
     async def executemany(self, *args: Any, **kwargs: Any) -> None:
         self._request._replayable = False
-        await super().executemany(*args, **kwargs)  # type: ignore[misc]
+        await super().executemany(*args, **kwargs)
 
     def copy(self, *args: Any, **kwargs: Any) -> Any:
         self._request._replayable = False
-        return super().copy(*args, **kwargs)  # type: ignore[misc]
+        return super().copy(*args, **kwargs)
 
     def stream(self, *args: Any, **kwargs: Any) -> Any:
         self._request._replayable = False
-        return super().stream(*args, **kwargs)  # type: ignore[misc]
+        return super().stream(*args, **kwargs)
 
 
 _recorded_classes: Dict[type, type] = {}
@@ -842,7 +859,7 @@ class AsyncNodePools(Base):
         max_size: Optional[int] = None,
         timeout: float = 30.0,
         affinity_callback: Any = None,
-        partition_map_loader: Optional[PartitionMapLoader] = None,
+        partition_map_loader: Optional[AsyncPartitionMapLoader] = None,
         partition_map_reload: Optional[float] = None,
         upkeep_interval: float = 0.2,
         replay: bool = False,
@@ -1224,9 +1241,16 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
     # renewal's retired pool may serve a borrow it began: the node is
     # usable, and a drained pool stays known whatever it holds.
     _racaffinity_retired = False
+    # Set by AsyncNodePools._new_pool: read by _failures.is_node_failure, by
+    # the drain, and by a hard Down (the pool's connections).
+    _racaffinity_connects: ConnectAttempts
+    _racaffinity_draining: bool
+    _racaffinity_conns: Any
 
     async def close(self, timeout: float = 5.0) -> None:
-        self._getconn_unchecked = self._refuse_checkout
+        # An instance attribute over psycopg_pool's method, on purpose (see
+        # above): setattr, as the checker refuses an assignment to a method.
+        setattr(self, "_getconn_unchecked", self._refuse_checkout)
         await super().close(timeout)
 
     async def _refuse_checkout(self, timeout: float) -> Any:
@@ -1486,7 +1510,7 @@ class _AsyncUpkeep:
         self,
         pools: AsyncNodePools,
         interval: float,
-        loader: Optional[PartitionMapLoader],
+        loader: Optional[AsyncPartitionMapLoader],
         reload_interval: Optional[float],
         states: Dict[int, Any],
     ) -> None:
@@ -1630,10 +1654,11 @@ class _AsyncUpkeep:
     async def _load(self, why: str) -> bool:
         loader = self.loader
         assert loader is not None
+        mapping: Any
         try:
             if _ASYNC:
                 if _is_coroutine_function(loader):
-                    mapping = await loader()
+                    mapping = loader()  # awaited below
                 else:
                     mapping = await asyncio.to_thread(loader)
                 if inspect.isawaitable(mapping):  # a function that returns one: the loop's

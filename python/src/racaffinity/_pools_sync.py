@@ -14,7 +14,7 @@ import math
 import time
 import weakref
 from collections import abc
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 import psycopg
 import psycopg_pool
 from psycopg.pq import TransactionStatus
@@ -43,14 +43,14 @@ _monotonic = time.monotonic
 _pool_log = logging.getLogger('psycopg.pool')
 LOADER_SOURCE = 'loader'
 
-def _tracked(base: Any, attempts: ConnectAttempts, conns: Any) -> Any:
+def _tracked(base: Type[psycopg.Connection[Any]], attempts: ConnectAttempts, conns: Any) -> Any:
     """A subclass of psycopg's connection class `base` whose `connect` feeds
     `attempts`, so a pool timeout can tell "cannot reach the node" from
     "busy" (`racaffinity._failures`), and adds each connection to `conns`
     (a `WeakSet`: the pool's connections, which a hard Down looks through
     for the borrowed ones)."""
 
-    class _Tracked(base):
+    class _Tracked(base):  # type: ignore[valid-type, misc]
         _racaffinity_enter_is_self = base.__enter__ is psycopg.Connection.__enter__
 
         @classmethod
@@ -155,6 +155,11 @@ class _Connection(PoolHostLease):
     `_ConnectionWithArgs` holds them. `failed_node` is set only by a
     failed borrow, and read only by a request, whose borrows have args."""
     __slots__ = ('_pools', '_buf', '_pool', '_conn', 'failed_node')
+    _pools: NodePools
+    _buf: Any
+    _pool: Any
+    _conn: Any
+    failed_node: Optional[int]
     _key: Any = None
     _session: Any = None
     _timeout: Optional[float] = None
@@ -251,10 +256,13 @@ class _Connection(PoolHostLease):
         if pool._racaffinity_retired:
             buf, pool, conn = self._retired_under(buf, pool, conn, since)
         self._buf, self._pool, self._conn = (buf, pool, conn)
+        entered: psycopg.Connection
         if conn._racaffinity_enter_is_self:
-            return conn
+            entered = conn
+            return entered
         try:
-            return conn.__enter__()
+            entered = conn.__enter__()
+            return entered
         except BaseException as e:
             self._not_entered(e)
             raise
@@ -386,7 +394,7 @@ class _ConnectionWithArgs(_Connection):
         self._node = node
         self._plain = key is None and session is None and (node is None)
         self._conn = None
-        self.failed_node: Optional[int] = None
+        self.failed_node = None
 _new_connection = _Connection.__new__
 
 def _error_class(e: BaseException) -> ErrorClass:
@@ -432,8 +440,12 @@ def _query_text(query: Any, conn: Any) -> Optional[str]:
     if isinstance(strings, tuple) and all((isinstance(x, str) for x in strings)):
         return ' '.join(strings)
     return None
+if TYPE_CHECKING:
+    _CursorBase = psycopg.Cursor[Any]
+else:
+    _CursorBase = object
 
-class _RecordedCursor:
+class _RecordedCursor(_CursorBase):
     """The cursor `req.execute` hands back (a subclass of the connection's
     `cursor_factory`, `_recorded_cursor`). What the application runs on it
     itself (`execute`, `executemany`, `copy`, `stream`) or on its
@@ -995,9 +1007,12 @@ class _NodePool(psycopg_pool.ConnectionPool):
     (an instance attribute over psycopg_pool's method) before it closes,
     so an open pool's checkout runs psycopg_pool's code alone."""
     _racaffinity_retired = False
+    _racaffinity_connects: ConnectAttempts
+    _racaffinity_draining: bool
+    _racaffinity_conns: Any
 
     def close(self, timeout: float=5.0) -> None:
-        self._getconn_unchecked = self._refuse_checkout
+        setattr(self, '_getconn_unchecked', self._refuse_checkout)
         super().close(timeout)
 
     def _refuse_checkout(self, timeout: float) -> Any:
@@ -1329,6 +1344,7 @@ class _Upkeep:
     def _load(self, why: str) -> bool:
         loader = self.loader
         assert loader is not None
+        mapping: Any
         try:
             mapping = loader()
             if mapping is None:

@@ -119,6 +119,7 @@ class Lease(Route):
     # this one slot, so that `__exit__`, `__del__` and `released` are written
     # once for all of them at the cost of no extra store.
     __slots__ = ("_buf", "_live", "_h")
+    _live: Union[bool, int]  # True, or a host lease's epoch; 0 or False once released
 
     def __init__(self, cluster: "Cluster", buf: Any) -> None:
         self._cluster = cluster
@@ -264,6 +265,8 @@ class PoolHostLease:
     (which have none either), and a `__del__` cost a fifth of the borrow."""
 
     __slots__ = ("node", "_live")
+    node: int
+    _live: int  # the epoch read before the borrow; 0 once ended
 
     @property
     def released(self) -> bool:

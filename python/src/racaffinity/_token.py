@@ -10,7 +10,8 @@ import contextvars
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._cluster import Cluster, Route
+    from ._cluster import Cluster
+    from ._routes import Route
 
 __all__ = ["SessionRouting", "TokenRoute", "TokenChoice", "RequestToken", "REQUEST_TOKEN", "request_token"]
 

@@ -124,7 +124,8 @@ class _AsyncBranchScope:
             # lease held, and the gtrid's commit refused.
             raise RuntimeError("this branch() scope is already entered; call branch() again for another branch")
         self._branch = await self._gtx._begin_branch(self._bqual, self._timeout)
-        return self._branch.conn
+        conn: psycopg.AsyncConnection = self._branch.conn  # Branch holds either kind
+        return conn
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         b, self._branch = self._branch, None
@@ -489,6 +490,14 @@ class AsyncGlobalTransaction:
         return f"AsyncGlobalTransaction(gtrid={self.gtrid!r}, branches={self.branches!r})"
 
 
+def _xa_format(xid: Xid) -> int:
+    """The format id of an xid `_AsyncRecovery.select` kept (psycopg's None
+    is a prepared transaction not in XA form, which it leaves alone)."""
+    format_id = xid.format_id
+    assert format_id is not None
+    return format_id
+
+
 async def _leave_2pc(conn: Any) -> None:
     """After PREPARE TRANSACTION failed with a server error the session is
     idle (the transaction was rolled back), but psycopg still believes it is
@@ -536,6 +545,7 @@ class _AsyncRecovery:
         self.dead: Set[int] = set()
 
     async def select(self, conn: psycopg.AsyncConnection, node: int) -> List[Xid]:
+        # Each xid it returns has a format id (`_xa_format`).
         db = conn.info.dbname
         async with abounded(conn, self.timeout):
             xids = await conn.tpc_recover()
@@ -585,7 +595,7 @@ class _AsyncRecovery:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action)
         with self.lock:
             (self.report.resolved_elsewhere if elsewhere else self.report.resolved).append(rec)
-            self.pending[(xid.format_id, xid.gtrid)] -= 1
+            self.pending[(_xa_format(xid), xid.gtrid)] -= 1
         self.pools._forget_in_doubt(xid.gtrid, str(xid))
 
     def cut_off(self, xid: Xid) -> None:
@@ -652,11 +662,11 @@ class _AsyncRecovery:
             self.scanned.add(node)
 
     def record(self, node: int, xid: Xid) -> None:
-        t = (xid.format_id, xid.gtrid)
+        t = (_xa_format(xid), xid.gtrid)
         with self.lock:
             self.pending[t] = self.pending.get(t, 0) + 1
         try:
-            self.cluster.tx_recovered(transaction_key(xid.gtrid, xid.format_id), node)
+            self.cluster.tx_recovered(transaction_key(xid.gtrid, _xa_format(xid)), node)
         except InvalidArgumentError:
             # The length is fine, so this is the core's other
             # INVALID_ARGUMENT: another node owns this gtrid (a split, or a
@@ -721,12 +731,12 @@ class _AsyncRecovery:
             if str(xid) in seen:
                 continue
             seen.add(str(xid))
-            t = (xid.format_id, xid.gtrid)
+            t = (_xa_format(xid), xid.gtrid)
             with self.lock:
                 self.pending[t] = self.pending.get(t, 0) + 1
             try:
                 # one transaction whichever instance reports it: no split
-                cluster.tx_recovered(transaction_key(xid.gtrid, xid.format_id), node)
+                cluster.tx_recovered(transaction_key(xid.gtrid, _xa_format(xid)), node)
             except Error as e:
                 log.debug("racaffinity: tx_recovered(%r) in database scope: %s", xid.gtrid, e)
             await self.complete_anywhere(node, xid, up)
@@ -739,7 +749,7 @@ class _AsyncRecovery:
         skipped."""
         candidates: List[int] = []
         try:
-            candidates.append(self.cluster.tx_route(transaction_key(xid.gtrid, xid.format_id)).node)
+            candidates.append(self.cluster.tx_route(transaction_key(xid.gtrid, _xa_format(xid))).node)
         except Error:
             pass  # not on record (a crashed coordinator's), or refused
         for n in [scanned] + up:
@@ -800,7 +810,7 @@ class _AsyncRecovery:
             if gtrid in found or not gone(gtrid):
                 continue
             # this process's record is by gtrid; the core's by format id too (`transaction_key`)
-            for format_id in sorted({Xid.from_string(x).format_id for x in doubt[gtrid]} - {None}):
+            for format_id in sorted({f for x in doubt[gtrid] if (f := Xid.from_string(x).format_id) is not None}):
                 self._complete(format_id, gtrid)
             self.pools._forget_in_doubt(gtrid, None)
             self.report.completed.append(gtrid)

@@ -91,7 +91,8 @@ class _BranchScope:
         if self._branch is not None:
             raise RuntimeError('this branch() scope is already entered; call branch() again for another branch')
         self._branch = self._gtx._begin_branch(self._bqual, self._timeout)
-        return self._branch.conn
+        conn: psycopg.Connection = self._branch.conn
+        return conn
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         b, self._branch = (self._branch, None)
@@ -372,6 +373,13 @@ class GlobalTransaction:
     def __repr__(self) -> str:
         return f'GlobalTransaction(gtrid={self.gtrid!r}, branches={self.branches!r})'
 
+def _xa_format(xid: Xid) -> int:
+    """The format id of an xid `_Recovery.select` kept (psycopg's None
+    is a prepared transaction not in XA form, which it leaves alone)."""
+    format_id = xid.format_id
+    assert format_id is not None
+    return format_id
+
 def _leave_2pc(conn: Any) -> None:
     """After PREPARE TRANSACTION failed with a server error the session is
     idle (the transaction was rolled back), but psycopg still believes it is
@@ -455,7 +463,7 @@ class _Recovery:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action)
         with self.lock:
             (self.report.resolved_elsewhere if elsewhere else self.report.resolved).append(rec)
-            self.pending[xid.format_id, xid.gtrid] -= 1
+            self.pending[_xa_format(xid), xid.gtrid] -= 1
         self.pools._forget_in_doubt(xid.gtrid, str(xid))
 
     def cut_off(self, xid: Xid) -> None:
@@ -517,11 +525,11 @@ class _Recovery:
             self.scanned.add(node)
 
     def record(self, node: int, xid: Xid) -> None:
-        t = (xid.format_id, xid.gtrid)
+        t = (_xa_format(xid), xid.gtrid)
         with self.lock:
             self.pending[t] = self.pending.get(t, 0) + 1
         try:
-            self.cluster.tx_recovered(transaction_key(xid.gtrid, xid.format_id), node)
+            self.cluster.tx_recovered(transaction_key(xid.gtrid, _xa_format(xid)), node)
         except InvalidArgumentError:
             with self.lock:
                 first = xid.gtrid not in self.report.split
@@ -564,11 +572,11 @@ class _Recovery:
             if str(xid) in seen:
                 continue
             seen.add(str(xid))
-            t = (xid.format_id, xid.gtrid)
+            t = (_xa_format(xid), xid.gtrid)
             with self.lock:
                 self.pending[t] = self.pending.get(t, 0) + 1
             try:
-                cluster.tx_recovered(transaction_key(xid.gtrid, xid.format_id), node)
+                cluster.tx_recovered(transaction_key(xid.gtrid, _xa_format(xid)), node)
             except Error as e:
                 log.debug('racaffinity: tx_recovered(%r) in database scope: %s', xid.gtrid, e)
             self.complete_anywhere(node, xid, up)
@@ -581,7 +589,7 @@ class _Recovery:
         skipped."""
         candidates: List[int] = []
         try:
-            candidates.append(self.cluster.tx_route(transaction_key(xid.gtrid, xid.format_id)).node)
+            candidates.append(self.cluster.tx_route(transaction_key(xid.gtrid, _xa_format(xid))).node)
         except Error:
             pass
         for n in [scanned] + up:
@@ -637,7 +645,7 @@ class _Recovery:
         for gtrid in sorted(doubt):
             if gtrid in found or not gone(gtrid):
                 continue
-            for format_id in sorted({Xid.from_string(x).format_id for x in doubt[gtrid]} - {None}):
+            for format_id in sorted({f for x in doubt[gtrid] if (f := Xid.from_string(x).format_id) is not None}):
                 self._complete(format_id, gtrid)
             self.pools._forget_in_doubt(gtrid, None)
             self.report.completed.append(gtrid)

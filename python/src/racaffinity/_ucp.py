@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import enum
 import weakref
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Awaitable, Callable, Mapping, Protocol, Union
 
 from ._cluster import Cluster
 from ._routes import Route, RouteKind, Scope, context_pick, lease_begin, lease_release, new_, route_of
@@ -22,6 +22,7 @@ from ._lib import NULL, lib
 __all__ = [
     "AffinityContext",
     "AffinityPolicy",
+    "AsyncPartitionMapLoader",
     "ConnectionAffinityCallback",
     "ConnectionAffinityContext",
     "PartitionMapLoader",
@@ -176,3 +177,7 @@ def callback_lease(pools: Any, cb: Any) -> Any:
 
 PartitionMapLoader = Callable[[], Mapping[int, str]]
 """Returns the whole partition -> instance name map (seed 002 §10.4.1.3)."""
+
+AsyncPartitionMapLoader = Callable[[], Union[Mapping[int, str], Awaitable[Mapping[int, str]]]]
+"""`AsyncNodePools`' loader: a `PartitionMapLoader` (run in a thread), or a
+coroutine function (or any function returning an awaitable) of the map."""

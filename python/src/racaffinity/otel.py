@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 try:
     from opentelemetry import metrics as _otel_metrics
@@ -47,7 +47,12 @@ import psycopg_pool
 
 from ._errors import ClosedError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ._cluster import Cluster
+
 __all__ = ["instrument", "Instrumentation"]
+
+_Callback = Callable[[CallbackOptions], Iterable[Observation]]
 
 POOL = "db.client.connection.pool.name"
 _HOOKED = ("getconn", "putconn")
@@ -117,7 +122,7 @@ class Instrumentation:
         from . import __version__
 
         self._pools: Any = pools  # None once uninstrumented
-        self._cluster: Any = pools.cluster  # None once uninstrumented
+        self._cluster: Optional[Cluster] = pools.cluster  # None once uninstrumented
         first = self._cluster.metrics()
         self._cluster_name = first["cluster"]
         provider = meter_provider if meter_provider is not None else _otel_metrics.get_meter_provider()
@@ -185,7 +190,9 @@ class Instrumentation:
     # -- the pool hooks --------------------------------------------------------------
 
     def _pool_name(self, node: int) -> str:
-        return f"{self._cluster_name}-{self._cluster.node_name(node)}"
+        cluster = self._cluster
+        assert cluster is not None  # only hooking calls it, never once _closed
+        return f"{self._cluster_name}-{cluster.node_name(node)}"
 
     def _hook_pools(self) -> List[Tuple[Any, str]]:
         """(pool, name) of every node pool now, hooking the ones not yet hooked
@@ -276,7 +283,7 @@ class Instrumentation:
 
             hooks = {"getconn": sgetconn, "putconn": sputconn}
         for attr, fn in hooks.items():
-            fn._racaffinity_below = (live, below[attr])  # type: ignore[attr-defined]
+            fn._racaffinity_below = (live, below[attr])
             setattr(pool, attr, fn)
         self._mine[id(pool)] = hooks
 
@@ -325,14 +332,14 @@ class Instrumentation:
             yield Observation(pool.get_stats().get("pool_available", 0), {POOL: name, STATE: "idle"})
             yield Observation(held.get(id(pool), 0), {POOL: name, STATE: "used"})
 
-    def _stat_callback(self, key: str):
+    def _stat_callback(self, key: str) -> _Callback:
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
             for st, name in self._stats():
                 yield Observation(st.get(key, 0), {POOL: name})
 
         return observe
 
-    def _metrics(self) -> Optional[dict]:
+    def _metrics(self) -> Optional[Dict[str, Any]]:
         cluster = self._cluster
         if self._closed or cluster is None or cluster.closed:
             return None
@@ -341,7 +348,7 @@ class Instrumentation:
         except ClosedError:  # closed since the check: as if closed before
             return None
 
-    def _node_callback(self, key: str):
+    def _node_callback(self, key: str) -> _Callback:
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
             m = self._metrics()
             for n in m["nodes"] if m else ():
@@ -349,7 +356,7 @@ class Instrumentation:
 
         return observe
 
-    def _state_callback(self, attribute: str):
+    def _state_callback(self, attribute: str) -> _Callback:
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
             m = self._metrics()
             for n in m["nodes"] if m else ():
@@ -361,15 +368,17 @@ class Instrumentation:
 
         return observe
 
-    def _scope_callback(self, key: str):
+    def _scope_callback(self, key: str) -> _Callback:
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
             m = self._metrics()
-            for scope in SCOPES if m else ():
+            if not m:
+                return
+            for scope in SCOPES:
                 yield Observation(_int64(m["scopes"][scope][key]), {CLUSTER: self._cluster_name, SCOPE: scope})
 
         return observe
 
-    def _feed_callback(self, key: str):
+    def _feed_callback(self, key: str) -> _Callback:
         def observe(_options: CallbackOptions) -> Iterable[Observation]:
             m = self._metrics()
             feed = m.get("feed") if m else None

@@ -45,7 +45,7 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple, Type, Union, cast
 
 from ._extras import require
 
@@ -53,7 +53,7 @@ require(__name__, "sqlalchemy", "sqlalchemy")
 
 import sqlalchemy  # noqa: E402 - after the check that names the extra
 from sqlalchemy import exc as sa_exc  # noqa: E402
-from sqlalchemy.engine import URL, make_url  # noqa: E402
+from sqlalchemy.engine import URL, Dialect, make_url  # noqa: E402
 from sqlalchemy.pool import AsyncAdaptedQueuePool, Pool, QueuePool  # noqa: E402
 from sqlalchemy.pool.base import _ConnectionFairy, _ConnectionRecord  # noqa: E402
 
@@ -248,11 +248,12 @@ def _node_failed(e: BaseException, dbapi: Any) -> bool:
     try:
         import psycopg
     except ImportError:  # pragma: no cover - the postgres extra is not installed
-        psycopg = None
-    if psycopg is not None and isinstance(e, psycopg.Error):
-        from ._failures import is_node_failure
+        pass
+    else:
+        if isinstance(e, psycopg.Error):
+            from ._failures import is_node_failure
 
-        return is_node_failure(e)
+            return is_node_failure(e)
     operational = getattr(dbapi, "OperationalError", None)
     return operational is not None and isinstance(e, operational)
 
@@ -261,6 +262,10 @@ class RoutingPool(Pool):
     """A SQLAlchemy pool over one pool per node, each checkout routed by
     the cluster. Made by `create_engine` / `create_async_engine`; pass one
     as `pool=` only to build an engine by hand."""
+
+    # The engine's (create_engine sets it on a pool it is given), never
+    # Pool's connect-only stand-in: the pool serves an engine only.
+    _dialect: Dialect
 
     def __init__(
         self,
@@ -313,9 +318,9 @@ class RoutingPool(Pool):
         for node in self._router._dsns:
             self._router._by_id[node] = node  # _acquire wants an entry; the pool is made on first use
         self._h = self._router._h
-        self._args = dict(pool_size=pool_size, max_overflow=max_overflow, timeout=timeout, use_lifo=use_lifo)
+        self._args: Dict[str, Any] = dict(pool_size=pool_size, max_overflow=max_overflow, timeout=timeout, use_lifo=use_lifo)
         self._connect_args = dict(connect_args or {})
-        self._subs: Dict[int, QueuePool] = {}
+        self._subs: Dict[int, _NodePoolBase] = {}
         self._subs_lock = threading.Lock()
         # checked-out record -> its lease (a raw racaffinity_lease)
         self._leases: Dict[Any, Any] = {}
@@ -358,7 +363,7 @@ class RoutingPool(Pool):
                     pass
             return
         old.dispose()  # the idle ones
-        queue = old._pool
+        queue: Any = old._pool  # util.queue.Queue: its Condition and a put of the marker
         # A put wakes (and un-queues) one waiting thread: one each, as the
         # queue (pool_size long) makes room.
         deadline = time.monotonic() + 2.0
@@ -378,7 +383,7 @@ class RoutingPool(Pool):
 
     # -- the node pools -------------------------------------------------------------
 
-    def _sub(self, node: int) -> QueuePool:
+    def _sub(self, node: int) -> _NodePoolBase:
         sub = self._subs.get(node)
         if sub is not None:
             return sub
@@ -411,12 +416,12 @@ class RoutingPool(Pool):
 
         return connect
 
-    def _new_sub(self, node: int) -> QueuePool:
+    def _new_sub(self, node: int) -> _NodePoolBase:
         dialect = self._dialect
         name = self._router._dsns[node][0]
         connect = self._connector(node)
         base = AsyncAdaptedQueuePool if self._is_asyncio else QueuePool
-        sub = _node_pool_class(base)(
+        sub: _NodePoolBase = _node_pool_class(base)(
             connect,
             self,
             recycle=self._recycle,
@@ -451,13 +456,13 @@ class RoutingPool(Pool):
                     page = router._page
                     epoch = page[0]  # before the pin's cache
                     if pin.epoch == epoch:  # never so for an ended pin
-                        node = pin.route.node
-                        sub = self._subs.get(node)
-                        if sub is not None and node < router._host_nodes and not sub._racaffinity_retired:
+                        host = pin.route.node
+                        sub = self._subs.get(host)
+                        if sub is not None and host < router._host_nodes and not sub._racaffinity_retired:
                             pin.hits += 1
-                            page[HOST_LEASE_BASE + node] += 1
+                            page[HOST_LEASE_BASE + host] += 1
                             buf = new_pool_host_lease(PoolHostLease)
-                            buf.node = node
+                            buf.node = host
                             buf._live = epoch
                             try:
                                 rec = sub._racaffinity_base_get(sub)
@@ -697,7 +702,9 @@ class _ParentsConnection(_ConnectionFairy):
         raise self._belongs_to_the_parent()
 
     def _belongs_to_the_parent(self) -> Exception:
-        return self._pool._dialect.loaded_dbapi.InterfaceError(
+        # A node pool's: the engine's dialect, never Pool's connect-only stand-in.
+        dialect = cast(Dialect, self._pool._dialect)
+        return dialect.loaded_dbapi.InterfaceError(
             f"this connection belongs to the parent process (pid {_PARENT}): it was checked out before "
             "os.fork(), and its session is the parent's, so this forked child runs nothing on it; roll "
             "back, and the next statement checks out a connection of the child's own"
@@ -748,10 +755,25 @@ def _retire_on_loop(old: Any) -> None:
 
 
 # The retired pools' dispose tasks (the loop keeps only weak references).
-_DISPOSING: set = set()
+_DISPOSING: Set[asyncio.Future[Any]] = set()
 
 
-def _node_pool_class(base: type) -> type:
+if TYPE_CHECKING:
+
+    class _NodePoolBase(QueuePool):
+        """What `_node_pool_class` adds to its base, for the checker."""
+
+        _outer: RoutingPool
+        _racaffinity_retired: bool
+        _racaffinity_loop: Any
+
+        @staticmethod
+        def _racaffinity_base_get(pool: Any) -> Any: ...
+
+        def _put_back(self, record: Any) -> None: ...
+
+
+def _node_pool_class(base: Type[QueuePool]) -> Any:
     cached = _NODE_POOL_CLASSES.get(base)
     if cached is not None:
         return cached
@@ -822,7 +844,7 @@ def _node_pool_class(base: type) -> type:
     return _NodePool
 
 
-_NODE_POOL_CLASSES: Dict[type, type] = {}
+_NODE_POOL_CLASSES: Dict[type, Any] = {}
 
 
 class _Record(_ConnectionRecord):
@@ -834,7 +856,7 @@ class _Record(_ConnectionRecord):
 
     def invalidate(self, e: Optional[BaseException] = None, soft: bool = False) -> None:
         cause = e.orig if isinstance(e, sa_exc.DBAPIError) and e.orig is not None else e
-        outer = getattr(self._ConnectionRecord__pool, "_outer", None)
+        outer = getattr(_record_pool(self), "_outer", None)
         dbapi = outer._dialect.loaded_dbapi if outer is not None else None
         node = cause is not None and not soft and _node_failed(cause, dbapi)
         if node or self._racaffinity_invalidated is None:
@@ -932,9 +954,10 @@ def _error_class(e: BaseException) -> ErrorClass:
     try:
         import psycopg
     except ImportError:  # pragma: no cover - the postgres extra is not installed
-        psycopg = None
-    if psycopg is not None and isinstance(orig, psycopg.OperationalError):
-        return ErrorClass.RECOVERABLE
+        pass
+    else:
+        if isinstance(orig, psycopg.OperationalError):
+            return ErrorClass.RECOVERABLE
     if isinstance(e, sa_exc.DBAPIError) and e.connection_invalidated:
         return ErrorClass.RECOVERABLE
     return ErrorClass.NOT_RECOVERABLE
@@ -1086,7 +1109,8 @@ class Request(Recorder):
                 out, answered = _freeze(result) if self._replayable else (result, None)
         except Exception as e:
             return self._recover(e, (statement, parameters, execution_options))
-        self._record((statement, parameters, execution_options), answered)
+        if answered is not None:  # else not replayable: nothing to keep
+            self._record((statement, parameters, execution_options), answered)
         return out
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:

@@ -42,7 +42,8 @@ import re
 import secrets
 from typing import Any, Awaitable, Callable, Dict, Iterable, Iterator, List, MutableMapping, Optional, Tuple
 
-from ._cluster import Cluster, Route
+from ._cluster import Cluster
+from ._routes import Route
 from ._errors import Error, NoNodeAvailableError, StrictAffinityError
 from ._token import REQUEST_TOKEN, RequestToken
 from ._token import request_token as current_token
@@ -127,9 +128,9 @@ class RefusedRoute(Route):
     def _refuse(self) -> Any:
         raise type(self.error)(str(self.error), self.error.code)
 
-    node = property(_refuse, doc="Raises the refusal.")  # type: ignore[assignment]
-    kind = property(_refuse, doc="Raises the refusal.")  # type: ignore[assignment]
-    name = property(_refuse, doc="Raises the refusal.")  # type: ignore[assignment]
+    node = property(_refuse, doc="Raises the refusal.")
+    kind = property(_refuse, doc="Raises the refusal.")
+    name = property(_refuse, doc="Raises the refusal.")
 
     def __eq__(self, other: object) -> bool:
         return self is other
