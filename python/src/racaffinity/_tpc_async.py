@@ -601,7 +601,7 @@ class _AsyncRecovery:
     def cut_off(self, xid: Xid) -> None:
         """The run was cancelled while it awaited `xid`'s COMMIT/ROLLBACK
         PREPARED: the server may have carried it out (see `complete`)."""
-        t = (xid.format_id, xid.gtrid)
+        t = (_xa_format(xid), xid.gtrid)
         with self.lock:
             self.unanswered[t] = self.unanswered.get(t, 0) + 1
 
