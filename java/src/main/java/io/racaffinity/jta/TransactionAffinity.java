@@ -79,21 +79,59 @@ public final class TransactionAffinity {
      */
     private final java.util.concurrent.ScheduledThreadPoolExecutor sweeper;
     private final java.util.concurrent.atomic.AtomicBoolean sweepScheduled = new java.util.concurrent.atomic.AtomicBoolean();
+    /** How long {@link #close()} waits for the sweeper's thread to end. */
+    static final long CLOSE_WAIT_MILLIS = 2_000;
+    /** The sweeper's threads that may not have ended (one at a time; a new one after each idle timeout). */
+    private final java.util.List<Thread> threads = new java.util.ArrayList<>();
 
     private TransactionAffinity(Cluster cluster, TransactionSynchronizationRegistry tsr, TransactionManager tm) {
         this.cluster = cluster;
         this.tsr = tsr;
         this.tm = tm;
-        this.sweeper = new java.util.concurrent.ScheduledThreadPoolExecutor(1, io.racaffinity.LibraryThreads.factory(
-                "racaffinity-jta-sweep-" + cluster.name(), TransactionAffinity.class.getClassLoader()));
+        java.util.concurrent.ThreadFactory f = io.racaffinity.LibraryThreads.factory(
+                "racaffinity-jta-sweep-" + cluster.name(), TransactionAffinity.class.getClassLoader());
+        this.sweeper = new java.util.concurrent.ScheduledThreadPoolExecutor(1, r -> {
+            Thread t = f.newThread(r);
+            synchronized (threads) {
+                // Not isAlive(): a thread made but not yet started is not alive either.
+                threads.removeIf(old -> old.getState() == Thread.State.TERMINATED);
+                threads.add(t);
+            }
+            return t;
+        });
         sweeper.setKeepAliveTime(1, java.util.concurrent.TimeUnit.SECONDS);
         sweeper.allowCoreThreadTimeOut(true);
         sweeper.setRemoveOnCancelPolicy(true);
     }
 
-    /** Stops the sweeper and ends every transaction still followed without a synchronization. */
+    /**
+     * Stops the sweeper, waits at most {@link #CLOSE_WAIT_MILLIS} for its thread to end, and ends every
+     * transaction still followed without a synchronization. The wait is for a sweep under way, in a TM's
+     * {@code getStatus()} that unwinds after the interrupt: the library's own wait for its threads runs only when
+     * the last cluster closes, so without it an application server checking an undeployed application's threads
+     * while another application's cluster is open finds the sweeper alive. A TM call that ignores the interrupt
+     * past that ends on its own; the sweep then finds nothing left to end.
+     */
     public void close() {
         sweeper.shutdownNow();
+        // The threads, not the executor's termination, which a worker signals before it has ended.
+        java.util.List<Thread> started;
+        synchronized (threads) {
+            started = new java.util.ArrayList<>(threads);
+        }
+        long deadline = System.nanoTime() + java.util.concurrent.TimeUnit.MILLISECONDS.toNanos(CLOSE_WAIT_MILLIS);
+        for (Thread t : started) {
+            long left = java.util.concurrent.TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+            if (t == Thread.currentThread() || left <= 0) {
+                continue;
+            }
+            try {
+                t.join(left);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                break;
+            }
+        }
         unsynchronized.forEach((key, u) -> {
             if (unsynchronized.remove(key, u)) {
                 end(cluster, u.gtrid);

@@ -20,6 +20,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
 import java.util.TreeSet;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.CyclicBarrier;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -35,6 +36,8 @@ import org.junit.jupiter.api.Test;
  */
 class TransactionAffinityRaceTest {
     private volatile int status = Status.STATUS_MARKED_ROLLBACK;
+    /** Runs when the sweeper's thread (not a joining one) asks the transaction its status. */
+    private volatile Runnable onSweep = () -> {};
 
     private final class Tx implements Transaction {
         @Override
@@ -52,6 +55,9 @@ class TransactionAffinityRaceTest {
 
         @Override
         public int getStatus() {
+            if (Thread.currentThread().getName().startsWith("racaffinity-jta-sweep-")) {
+                onSweep.run();
+            }
             return status;
         }
 
@@ -194,6 +200,45 @@ class TransactionAffinityRaceTest {
     @Test
     void twoThreadsRacingIntoOneRollbackOnlyTransactionLeaveNothingInTheCore() throws Exception {
         firstConnectionsOfOneTransaction(2);
+    }
+
+    /**
+     * close() comes while the sweeper is asking a transaction its status (a TM call that, interrupted, takes a
+     * moment to unwind): once close() returns the sweeper's thread is gone, as the heartbeat's are
+     * (CloseLeavesNoThreadsTest), for an application server checking an undeployed application's threads while
+     * another application's cluster stays open.
+     */
+    @Test
+    void noSweeperThreadOutlivesCloseWhileASweepIsUnderWay() throws Exception {
+        CountDownLatch sweeping = new CountDownLatch(1);
+        onSweep = () -> {
+            sweeping.countDown();
+            try {
+                Thread.sleep(60_000);
+            } catch (InterruptedException e) {
+                long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(300);
+                while (System.nanoTime() < end) {
+                    Thread.onSpinWait();
+                }
+            }
+        };
+        try (Cluster other = Cluster.fromConfig("name = jta-closesweep-other; nodes = X");
+                Cluster c = Cluster.fromConfig("name = jta-closesweep; nodes = RAC1, RAC2")) {
+            TransactionAffinity ta = TransactionAffinity.of(c, new Tsr(1), new Tm());
+            try {
+                ta.join();
+                assertTrue(sweeping.await(30, TimeUnit.SECONDS), "the sweeper never looked at the transaction");
+            } finally {
+                ta.close();
+            }
+            List<String> left = new ArrayList<>();
+            for (Thread t : Thread.getAllStackTraces().keySet()) {
+                if (t.isAlive() && t.getName().startsWith("racaffinity-jta-sweep-jta-closesweep")) {
+                    left.add(t.getName() + " (" + t.getState() + ")");
+                }
+            }
+            assertEquals(List.of(), left, "threads left running after close()");
+        }
     }
 
     /**
