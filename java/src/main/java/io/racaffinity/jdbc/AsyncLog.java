@@ -217,7 +217,10 @@ final class AsyncLog implements AutoCloseable {
 
     /**
      * Stops the writer once it wrote the records logged before; later ones are dropped. A writer stuck in a handler
-     * past {@link #CLOSE_WAIT_MILLIS} is interrupted (a daemon thread: it ends with the handler's call at the latest).
+     * past {@link #CLOSE_WAIT_MILLIS} is interrupted, and waited for as long again: a handler unwinds after the
+     * interrupt (closes its socket), and an application server checking an undeployed application's threads right
+     * after close would find the writer otherwise. One that ignores the interrupt past that ends with the handler's
+     * call (a daemon thread).
      */
     @Override
     public void close() {
@@ -227,11 +230,13 @@ final class AsyncLog implements AutoCloseable {
         }
         try {
             writer.join(CLOSE_WAIT_MILLIS);
+            if (writer.isAlive()) {
+                writer.interrupt();
+                writer.join(CLOSE_WAIT_MILLIS);
+            }
         } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-        if (writer.isAlive()) {
             writer.interrupt();
+            Thread.currentThread().interrupt();
         }
     }
 }

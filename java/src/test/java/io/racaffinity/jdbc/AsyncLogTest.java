@@ -9,6 +9,7 @@ import io.racaffinity.test.LogCapture;
 import io.racaffinity.test.Pools;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.logging.Level;
 import java.util.stream.Collectors;
@@ -61,6 +62,48 @@ class AsyncLogTest {
                     .filter(m -> m.startsWith("async-close")).collect(Collectors.toList()));
             assertFalse(threadNamed("racaffinity-log-close"), "the writer ended");
         }
+    }
+
+    /**
+     * A handler still blocked past CLOSE_WAIT_MILLIS is interrupted, and takes a moment to unwind (a socket handler
+     * closing its socket): once close() returns the writer is gone, as the heartbeat's threads are
+     * (CloseLeavesNoThreadsTest), for an application server checking an undeployed application's threads.
+     */
+    @Test
+    void aWriterInterruptedAtCloseHasEndedWhenCloseReturns() throws Exception {
+        CountDownLatch publishing = new CountDownLatch(1);
+        System.Logger blocking = new Capturing() {
+            @Override
+            public void log(System.Logger.Level level, java.util.ResourceBundle bundle, String msg, Throwable t) {
+                stuck();
+            }
+
+            @Override
+            public void log(System.Logger.Level level, java.util.ResourceBundle bundle, String format,
+                    Object... params) {
+                stuck();
+            }
+
+            private void stuck() {
+                publishing.countDown();
+                try {
+                    Thread.sleep(60_000);
+                } catch (InterruptedException e) {
+                    long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(300);
+                    while (System.nanoTime() < end) {
+                        Thread.onSpinWait();
+                    }
+                }
+            }
+        };
+        AsyncLog async = new AsyncLog(blocking, "async-interrupted", "racaffinity-log-interrupted");
+        try {
+            async.logger(blocking).log(System.Logger.Level.INFO, "async-interrupted: stuck");
+            assertTrue(publishing.await(10, TimeUnit.SECONDS), "the writer publishes the record");
+        } finally {
+            async.close();
+        }
+        assertFalse(threadNamed("racaffinity-log-interrupted"), "the writer is left running after close()");
     }
 
     /**
@@ -194,7 +237,7 @@ class AsyncLogTest {
     }
 
     /** Keeps "LEVEL message throwable-message" of what it is given, at INFO and above. */
-    private static final class Capturing implements System.Logger {
+    private static class Capturing implements System.Logger {
         final java.util.Queue<String> records = new java.util.concurrent.ConcurrentLinkedQueue<>();
 
         @Override
