@@ -138,6 +138,16 @@ final class PoolMaintenance implements AutoCloseable {
         notifyAll();
     }
 
+    /** How long {@link #close()} waits for the upkeep thread it interrupted in the application's loader. */
+    static final long LOADER_CLOSE_WAIT_MILLIS = 1_000;
+
+    /**
+     * Stops the upkeep and waits for its thread, as HikariCP's close awaits its housekeeping, so that an
+     * application server checking an undeployed application's threads right after finds none. A thread in the
+     * application's loader is interrupted and waited for {@link #LOADER_CLOSE_WAIT_MILLIS} at most: an
+     * interrupted load unwinds, but a loader may hang for good on the network; the thread applies nothing once
+     * closed and ends when the loader returns.
+     */
     @Override
     public void close() {
         boolean inLoader;
@@ -145,14 +155,13 @@ final class PoolMaintenance implements AutoCloseable {
             closed = true;
             notifyAll();
             inLoader = upkeepLoading;
-        }
-        if (inLoader) {
-            // The loader may hang for good; the thread applies nothing once closed
-            // and ends when the loader returns.
-            return;
+            if (inLoader) {
+                // Under the lock, so the thread is still in reload(): past the loader it only finds closed and returns.
+                thread.interrupt();
+            }
         }
         try {
-            thread.join(5_000);
+            thread.join(inLoader ? LOADER_CLOSE_WAIT_MILLIS : 5_000);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }

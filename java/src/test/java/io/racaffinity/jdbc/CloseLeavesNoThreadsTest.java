@@ -70,4 +70,47 @@ class CloseLeavesNoThreadsTest {
             assertEquals(List.of(), threadsOf("closethreads"), "threads left running after close()");
         }
     }
+    /**
+     * The pool upkeep's thread is in the application's partition-map loader when close() comes: the loader's
+     * call (a query on a node) unwinds once interrupted. Another cluster stays open.
+     */
+    @Test
+    void noUpkeepThreadOutlivesCloseWhileTheLoaderRuns() throws Exception {
+        CountDownLatch loading = new CountDownLatch(1);
+        Map<Integer, String> map = Map.of(0, "A");
+        PartitionMapLoader loader = () -> {
+            if (!Thread.currentThread().getName().startsWith("racaffinity-pools-")) {
+                return map; // the load at init, on the caller's thread
+            }
+            loading.countDown();
+            try {
+                Thread.sleep(60_000);
+            } catch (InterruptedException e) {
+                long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(300);
+                while (System.nanoTime() < end) {
+                    Thread.onSpinWait();
+                }
+            }
+            return map;
+        };
+        DataSource node = Stubs.proxy(DataSource.class, "Node", (p, m, a) -> null);
+        Map<String, DataSource> nodes = new LinkedHashMap<>();
+        nodes.put("A", node);
+        try (Cluster other = Cluster.fromConfig("name = closeloader-other; nodes = X")) {
+            AffinityDataSource ds = new AffinityDataSource();
+            ds.setConfig("name = closeloader; nodes = A; data.partitions = 1");
+            ds.setNodeDataSources(nodes);
+            ds.setPartitionMapLoader(loader);
+            ds.setPartitionMapReloadMillis(10);
+            ds.setPoolMaintenanceMillis(10);
+            ds.setRegisterMBean(false);
+            ds.init();
+            try {
+                assertTrue(loading.await(30, TimeUnit.SECONDS), "the upkeep never ran the loader");
+            } finally {
+                ds.close();
+            }
+            assertEquals(List.of(), threadsOf("closeloader"), "threads left running after close()");
+        }
+    }
 }

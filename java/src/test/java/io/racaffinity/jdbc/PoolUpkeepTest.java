@@ -151,7 +151,7 @@ class PoolUpkeepTest {
                 ds.applyEvent(UcpDrainAndLoaderTest.fan("RAC3", "status=down reason=FAILURE"));
             }, "FAN events wait for no loader");
             assertEquals(NodeState.DOWN, cluster.nodeState("RAC3"));
-            assertTimeoutPreemptively(Duration.ofSeconds(5), ds::close, "close() waits for no loader");
+            assertTimeoutPreemptively(Duration.ofSeconds(5), ds::close, "close() waits a moment at most for a hung loader");
         } finally {
             release.countDown();
         }
