@@ -13,6 +13,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicLong;
 import javax.sql.DataSource;
 
 /**
@@ -32,6 +33,7 @@ import javax.sql.DataSource;
  */
 final class NodeConnect {
     private static final boolean INHERITS_CONTEXT = Runtime.version().feature() < 24;
+    private static final AtomicLong BOUNDED_CONNECTS = new AtomicLong();
 
     private NodeConnect() {}
 
@@ -75,9 +77,11 @@ final class NodeConnect {
      * asked on a library thread of its own, whose wait is interrupted at the deadline (pools give a
      * wait up on an interrupt); a connection that comes after the deadline is closed.
      *
+     * @param cluster the data source's cluster name, in the thread's name: the thread may outlive the call (a pool
+     *     that ignores the interrupt), and a leak check must tell whose it is
      * @throws SQLTransientConnectionException (SQLState 08001) when none came in time
      */
-    static Connection within(DataSource ds, long millis) throws SQLException {
+    static Connection within(DataSource ds, String cluster, long millis) throws SQLException {
         Connection c = hikariWithin(ds, millis);
         if (c != null) {
             return c;
@@ -89,7 +93,8 @@ final class NodeConnect {
             } catch (Throwable e) {
                 got.completeExceptionally(e);
             }
-        }, "racaffinity-bounded-connect", NodeConnect.class.getClassLoader());
+        }, "racaffinity-bounded-connect-" + cluster + "-" + BOUNDED_CONNECTS.incrementAndGet(),
+                NodeConnect.class.getClassLoader());
         t.start();
         try {
             return got.get(millis, TimeUnit.MILLISECONDS);

@@ -899,7 +899,7 @@ final class ReplayConnection {
         ReplayCounts.of(cluster).countCheck(force);
         try {
             DataSource ds = owner.getNodeDataSource(cluster.nodeName(node));
-            try (Connection c = checkedConnection(ds, bound)) {
+            try (Connection c = checkedConnection(ds, cluster.name(), bound)) {
                 if (c == null) {
                     return CommitOutcome.UNKNOWN;
                 }
@@ -937,14 +937,14 @@ final class ReplayConnection {
      * {@code connectionTimeout}: a node that stays down costs the request {@code bound}, then
      * {@code outcome_unknown}. Null when no live connection came in time.
      */
-    private static Connection checkedConnection(DataSource ds, int bound) throws SQLException {
+    private static Connection checkedConnection(DataSource ds, String cluster, int bound) throws SQLException {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(bound);
         for (int i = 0; i < MAX_STALE_CHECKS; i++) {
             long left = deadline - System.nanoTime();
             if (left <= 0) {
                 return null;
             }
-            Connection c = NodeConnect.within(ds, TimeUnit.NANOSECONDS.toMillis(left));
+            Connection c = NodeConnect.within(ds, cluster, TimeUnit.NANOSECONDS.toMillis(left));
             boolean ok;
             try {
                 // isValid counts whole seconds, and 0 is no limit.
