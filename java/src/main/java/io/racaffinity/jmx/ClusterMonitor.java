@@ -20,6 +20,7 @@ import java.util.function.Supplier;
 import javax.management.InstanceAlreadyExistsException;
 import javax.management.InstanceNotFoundException;
 import javax.management.JMException;
+import javax.management.MBeanRegistration;
 import javax.management.MBeanServer;
 import javax.management.MalformedObjectNameException;
 import javax.management.ObjectName;
@@ -33,14 +34,19 @@ import javax.management.ObjectName;
  * still registered: a cluster given to a data source and closed first), every attribute and
  * operation that asks the cluster throws {@link IllegalStateException}.
  */
-public final class ClusterMonitor implements ClusterMXBean {
+public final class ClusterMonitor implements ClusterMXBean, MBeanRegistration {
     /** The JMX domain. */
     public static final String DOMAIN = "io.racaffinity";
 
-    /** What {@link #register} registered and {@link #unregister} has not removed, by name. */
+    /**
+     * The clusters whose MXBean is registered, by name: kept by the MBean server's own callbacks, so that an MXBean
+     * registered or unregistered through the server (not {@link #register}, {@link #unregister}) is followed too.
+     */
     private static final Map<ObjectName, Cluster> REGISTERED = new HashMap<>();
 
     private final Cluster cluster;
+    /** The name this MXBean is being or was registered under in the platform MBean server, or null. */
+    private volatile ObjectName registeredAs;
 
     /**
      * Creates the MXBean of a cluster (not registered).
@@ -78,21 +84,22 @@ public final class ClusterMonitor implements ClusterMXBean {
     public static ObjectName register(Cluster cluster) throws InstanceAlreadyExistsException {
         ObjectName name = objectName(cluster.name());
         open(cluster::nodeNames);
-        synchronized (REGISTERED) {
-            try {
-                ManagementFactory.getPlatformMBeanServer().registerMBean(new ClusterMonitor(cluster), name);
-            } catch (InstanceAlreadyExistsException e) {
-                throw e;
-            } catch (JMException e) {
-                throw new IllegalStateException("cannot register " + name + ": " + e, e);
-            }
-            REGISTERED.put(name, cluster);
+        // No lock held over the server's call: its callbacks take REGISTERED, and an unregistration of this name
+        // on another thread holds the name in the server while its callback waits for that lock.
+        try {
+            ManagementFactory.getPlatformMBeanServer().registerMBean(new ClusterMonitor(cluster), name);
+        } catch (InstanceAlreadyExistsException e) {
+            throw e;
+        } catch (JMException e) {
+            throw new IllegalStateException("cannot register " + name + ": " + e, e);
         }
         return name;
     }
 
     /**
-     * Whether {@link #register} registered this very cluster's MXBean and it is still registered: where
+     * Whether the platform MBean server's MXBean under this cluster's name is this very cluster's, whoever
+     * registered it ({@link #register}, or the application a {@code ClusterMonitor} of its own) and however an
+     * earlier one under the name was unregistered (through {@link #unregister} or the server): where
      * {@code register} finds its name taken, whether by this cluster (the application registered it) or by
      * another of the same name (a clash).
      *
@@ -101,9 +108,11 @@ public final class ClusterMonitor implements ClusterMXBean {
      */
     public static boolean isRegistered(Cluster cluster) {
         ObjectName name = objectName(cluster.name());
+        Cluster holder;
         synchronized (REGISTERED) {
-            return REGISTERED.get(name) == cluster && ManagementFactory.getPlatformMBeanServer().isRegistered(name);
+            holder = REGISTERED.get(name);
         }
+        return holder == cluster && ManagementFactory.getPlatformMBeanServer().isRegistered(name);
     }
 
     /**
@@ -113,14 +122,55 @@ public final class ClusterMonitor implements ClusterMXBean {
      */
     public static void unregister(ObjectName name) {
         MBeanServer server = ManagementFactory.getPlatformMBeanServer();
-        synchronized (REGISTERED) {
-            REGISTERED.remove(name);
-            try {
-                server.unregisterMBean(name);
-            } catch (InstanceNotFoundException e) {
-                // already gone
-            } catch (JMException e) {
-                throw new IllegalStateException("cannot unregister " + name + ": " + e, e);
+        try {
+            server.unregisterMBean(name);
+        } catch (InstanceNotFoundException e) {
+            // already gone
+        } catch (JMException e) {
+            throw new IllegalStateException("cannot unregister " + name + ": " + e, e);
+        }
+    }
+
+    /**
+     * Not for the application: the MBean server calls it.
+     *
+     * @param server the server
+     * @param name the name asked for
+     * @return that name
+     */
+    @Override
+    public ObjectName preRegister(MBeanServer server, ObjectName name) {
+        // An MBean server of the application's own holds it under a name the platform's may give another cluster.
+        registeredAs = server == ManagementFactory.getPlatformMBeanServer() ? name : null;
+        return name;
+    }
+
+    /**
+     * Not for the application: the MBean server calls it.
+     *
+     * @param done whether the registration was done
+     */
+    @Override
+    public void postRegister(Boolean done) {
+        ObjectName name = registeredAs;
+        if (Boolean.TRUE.equals(done) && name != null) {
+            synchronized (REGISTERED) {
+                REGISTERED.put(name, cluster);
+            }
+        }
+    }
+
+    /** Not for the application: the MBean server calls it. */
+    @Override
+    public void preDeregister() {}
+
+    /** Not for the application: the MBean server calls it. */
+    @Override
+    public void postDeregister() {
+        ObjectName name = registeredAs;
+        if (name != null) {
+            synchronized (REGISTERED) {
+                REGISTERED.remove(name, cluster);
             }
         }
     }

@@ -189,6 +189,35 @@ class JmxTest {
     }
 
     /**
+     * The application unregisters a cluster's MXBean through the MBean server, not ClusterMonitor.unregister, and
+     * registers another cluster's under the name: isRegistered answers for the MXBean that is there, not for
+     * what register() once put there (a data source over the first cluster would take the name's holder for
+     * its own MXBean and log the clash at DEBUG).
+     */
+    @Test
+    void isRegisteredFollowsAnMXBeanUnregisteredThroughTheMBeanServer() throws Exception {
+        try (Cluster first = Cluster.fromConfig("name = jmx-direct; nodes = MYDB1, MYDB2");
+                Cluster second = Cluster.fromConfig("name = jmx-direct; nodes = MYDB1, MYDB2")) {
+            ObjectName on = ClusterMonitor.register(first);
+            try {
+                assertTrue(ClusterMonitor.isRegistered(first));
+                MBS.unregisterMBean(on);
+                assertFalse(ClusterMonitor.isRegistered(first), "unregistered through the MBean server");
+                MBS.registerMBean(new ClusterMonitor(second), on);
+                assertFalse(ClusterMonitor.isRegistered(first), "another cluster's MXBean holds the name");
+                assertTrue(ClusterMonitor.isRegistered(second), "the application registered it itself");
+                ClusterMonitor.unregister(on);
+                assertFalse(ClusterMonitor.isRegistered(second));
+                assertEquals(on, ClusterMonitor.register(first), "the name is free again");
+                assertTrue(ClusterMonitor.isRegistered(first));
+                assertFalse(ClusterMonitor.isRegistered(second));
+            } finally {
+                ClusterMonitor.unregister(on);
+            }
+        }
+    }
+
+    /**
      * Decided, as HikariCP does for a pool name already registered: the second data source logs a WARNING and
      * runs without an MXBean rather than failing its start. Its close leaves the first one's MXBean, the
      * first one's close removes it, and a data source of that name started later registers again.
