@@ -404,6 +404,35 @@ async def test_a_recover_all_cancelled_before_its_rollback_is_sent_resolves_the_
 
 @pytest.mark.asyncio
 @pytest.mark.timeout(60)
+async def test_a_recover_all_whose_rollback_answer_was_lost_leaves_no_gtrid_on_record(
+    pg, cluster_factory, proxies, tables
+):
+    # The server ran the scan's ROLLBACK PREPARED and the answer was lost
+    # (the connection reset): the run cannot know the outcome, and no later
+    # run finds the branch prepared, so its recorded gtrid stayed live.
+    from conftest import prepare_directly, prepared_xacts
+    from faults import live
+
+    prepare_directly(pg.dsn["RAC2"], "lost-recovery-RAC2", "b0")
+    px = proxies["RAC2"]
+    dsns = dict(pg.dsn, RAC2=px.dsn(pg.dsn["RAC2"]))
+    c = cluster_factory(nodes=NAMES)
+    async with AsyncNodePools(c, dsns, min_size=0, max_size=2, timeout=5.0) as pools:
+        px.lose_reply_after(b"ROLLBACK PREPARED")
+        report = await pools.recover_all("rollback", scope="node")
+        assert px.reply_lost
+        assert [r.gtrid for r in report.failed] == ["lost-recovery-RAC2"], report
+        assert "RAC2" in report.unreachable, report
+        assert prepared_xacts(pg)["RAC2"] == []  # the server carried it out
+        assert list(pools.in_doubt) == ["lost-recovery-RAC2"]
+        report = await pools.recover_all("rollback", scope="node")
+        assert report.ok and report.completed == ["lost-recovery-RAC2"], report
+        assert pools.in_doubt == {}
+        assert live(c) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
 async def test_close_in_a_child_forked_during_a_close_returns_at_once(pg, cluster_factory):
     # The child's pools are the parent's (closed there without a word), and
     # the close under way at the fork is the parent's task, of a loop the

@@ -302,6 +302,25 @@ def test_commit_on_a_blackholed_node_is_bounded_and_leaves_the_branch_in_doubt(p
     assert live(c) == 0 and pools.in_doubt == {}
 
 
+def test_a_recover_all_whose_rollback_answer_was_lost_leaves_no_gtrid_on_record(pg, proxies, proxied_pools):
+    # The server ran the scan's ROLLBACK PREPARED and the answer was lost:
+    # the run cannot know the outcome, and no later run finds the branch
+    # prepared, so its recorded gtrid stayed live.
+    c = proxied_pools.cluster
+    prepare_directly(pg.dsn["RAC2"], "lost-recovery-RAC2", "b0")
+    proxies["RAC2"].lose_reply_after(b"ROLLBACK PREPARED")
+    report = within(30, proxied_pools.recover_all, "rollback", timeout=2.0, scope="node")
+    assert proxies["RAC2"].reply_lost
+    assert [r.gtrid for r in report.failed] == ["lost-recovery-RAC2"], report
+    assert "RAC2" in report.unreachable, report
+    assert prepared_xacts(pg) == NONE_PREPARED  # the server carried it out
+    assert list(proxied_pools.in_doubt) == ["lost-recovery-RAC2"]
+    report = within(30, proxied_pools.recover_all, "rollback", timeout=2.0, scope="node")
+    assert report.ok and report.completed == ["lost-recovery-RAC2"], report
+    assert proxied_pools.in_doubt == {}
+    assert live(c) == 0
+
+
 @pytest.mark.timeout(90)
 def test_recover_all_resolves_a_healthy_nodes_branch_while_another_node_hangs(pg, faulty):
     pools, ctl = faulty
@@ -394,6 +413,37 @@ def test_database_scope_recovery_completes_with_one_instance_dead(pg, instances)
     assert one_database_prepared(pg) == []
     assert sorted(tpc_rows(pg)["RAC1"]) == sorted([(g, "b0"), ("rac-orphan", "b0")])
     assert live(c) == 0
+
+
+def test_database_scope_recovery_whose_rollback_answer_was_lost_leaves_no_gtrid_on_record(
+    pg, cluster_factory, tables
+):
+    # The owner's instance ran the ROLLBACK PREPARED, its answer was lost
+    # and no instance answers after it: the next run finds nothing prepared.
+    px = {name: FaultProxy(pg.port["RAC1"]) for name in NAMES}
+    pools = NodePools(cluster_factory(nodes=NAMES), {n: px[n].dsn(pg.dsn["RAC1"]) for n in NAMES},
+                      min_size=0, max_size=2, timeout=2.0)
+    try:
+        c = pools.cluster
+        prepare_directly(pg.dsn["RAC1"], "rac-lost", "b0")
+        px["RAC1"].lose_reply_after(b"ROLLBACK PREPARED", then_refuse=True)
+        px["RAC2"].refuse()
+        px["RAC3"].refuse()
+        report = within(30, pools.recover_all, "rollback", timeout=2.0, scope="database")
+        assert px["RAC1"].reply_lost
+        assert [r.gtrid for r in report.failed] == ["rac-lost"], report
+        assert one_database_prepared(pg) == []  # the server carried it out
+        assert list(pools.in_doubt) == ["rac-lost"]
+        for p in px.values():
+            p.heal()
+        report = within(30, pools.recover_all, "rollback", timeout=2.0, scope="database")
+        assert report.ok and report.completed == ["rac-lost"], report
+        assert pools.in_doubt == {}
+        assert live(c) == 0
+    finally:
+        pools.close(timeout=2.0)
+        for p in px.values():
+            p.close()
 
 
 def test_database_scope_waits_once_for_a_blackholed_owner_and_counts_its_failure(pg, instances):

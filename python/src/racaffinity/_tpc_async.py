@@ -605,6 +605,15 @@ class _AsyncRecovery:
         with self.lock:
             self.unanswered[t] = self.unanswered.get(t, 0) + 1
 
+    def lost(self, node: int, xid: Xid, session: Tuple[int, float]) -> None:
+        """The answer to `xid`'s COMMIT/ROLLBACK PREPARED was lost: the
+        server may have carried it out, and then no later run finds it
+        prepared. So the branch is in doubt like a `GlobalTransaction`'s
+        whose phase-two answer was lost: a later run that scans its node
+        ends `session` if still there, and forgets the gtrid if the node
+        does not hold it (`complete`)."""
+        self.pools._note_in_doubt(xid.gtrid, node, str(xid), session)
+
     def failed(self, node: int, xid: Xid, e: BaseException) -> None:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action,
                         f"{type(e).__name__}: {e}")
@@ -632,6 +641,8 @@ class _AsyncRecovery:
     async def scan_node(self, node: int) -> None:
         try:
             async with _node_connection(self.pools, node, self.timeout) as conn:
+                # taken after the connect: its backend began before it (`_end_sessions`)
+                session = (conn.info.backend_pid, time.monotonic())
                 await self.end_sessions(conn, [node])
                 xids = await self.select(conn, node)
                 for xid in xids:
@@ -646,6 +657,7 @@ class _AsyncRecovery:
                     except Exception as e:
                         self.failed(node, xid, e)
                         if connection_lost(conn, e):  # the rest cannot be done now
+                            self.lost(node, xid, session)
                             for rest in xids[i + 1:]:
                                 self.failed(node, rest, e)
                             self.unreachable(node, e)
@@ -761,7 +773,13 @@ class _AsyncRecovery:
                 continue  # it failed once in this run: one wait per instance, not per xid
             try:
                 async with _node_connection(self.pools, node, self.timeout) as conn:
-                    await self.finish(conn, node, xid)
+                    session = (conn.info.backend_pid, time.monotonic())
+                    try:
+                        await self.finish(conn, node, xid)
+                    except Exception as e:
+                        if connection_lost(conn, e):
+                            self.lost(node, xid, session)
+                        raise
             except psycopg.errors.UndefinedObject:
                 # the scan found it prepared: another party completed it since
                 self.resolved(node, xid, elsewhere=True)

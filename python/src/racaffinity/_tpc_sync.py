@@ -473,6 +473,15 @@ class _Recovery:
         with self.lock:
             self.unanswered[t] = self.unanswered.get(t, 0) + 1
 
+    def lost(self, node: int, xid: Xid, session: Tuple[int, float]) -> None:
+        """The answer to `xid`'s COMMIT/ROLLBACK PREPARED was lost: the
+        server may have carried it out, and then no later run finds it
+        prepared. So the branch is in doubt like a `GlobalTransaction`'s
+        whose phase-two answer was lost: a later run that scans its node
+        ends `session` if still there, and forgets the gtrid if the node
+        does not hold it (`complete`)."""
+        self.pools._note_in_doubt(xid.gtrid, node, str(xid), session)
+
     def failed(self, node: int, xid: Xid, e: BaseException) -> None:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action, f'{type(e).__name__}: {e}')
         with self.lock:
@@ -497,6 +506,7 @@ class _Recovery:
     def scan_node(self, node: int) -> None:
         try:
             with _node_connection(self.pools, node, self.timeout) as conn:
+                session = (conn.info.backend_pid, time.monotonic())
                 self.end_sessions(conn, [node])
                 xids = self.select(conn, node)
                 for xid in xids:
@@ -509,6 +519,7 @@ class _Recovery:
                     except Exception as e:
                         self.failed(node, xid, e)
                         if connection_lost(conn, e):
+                            self.lost(node, xid, session)
                             for rest in xids[i + 1:]:
                                 self.failed(node, rest, e)
                             self.unreachable(node, e)
@@ -601,7 +612,13 @@ class _Recovery:
                 continue
             try:
                 with _node_connection(self.pools, node, self.timeout) as conn:
-                    self.finish(conn, node, xid)
+                    session = (conn.info.backend_pid, time.monotonic())
+                    try:
+                        self.finish(conn, node, xid)
+                    except Exception as e:
+                        if connection_lost(conn, e):
+                            self.lost(node, xid, session)
+                        raise
             except psycopg.errors.UndefinedObject:
                 self.resolved(node, xid, elsewhere=True)
                 return
