@@ -66,8 +66,20 @@ public final class LibraryThreads {
         synchronized (STARTED) {
             live = new ArrayList<>(STARTED);
         }
+        joinAll(live, millis);
+    }
+
+    /**
+     * Joins {@code threads} within {@code millis} in all (the calling thread skipped): the
+     * bounded wait every close of the library makes for the threads it started. An interrupt
+     * ends the wait and is kept.
+     *
+     * @param threads the threads to wait for
+     * @param millis the whole wait's bound
+     */
+    public static void joinAll(List<Thread> threads, long millis) {
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis);
-        for (Thread t : live) {
+        for (Thread t : threads) {
             long left = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
             if (t == Thread.currentThread() || left <= 0) {
                 continue;

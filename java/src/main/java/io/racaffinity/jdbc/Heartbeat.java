@@ -224,18 +224,6 @@ final class Heartbeat implements AutoCloseable {
         synchronized (threads) {
             started = new ArrayList<>(threads);
         }
-        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(CLOSE_WAIT_MILLIS);
-        for (Thread t : started) {
-            long left = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
-            if (t == Thread.currentThread() || left <= 0) {
-                continue;
-            }
-            try {
-                t.join(left);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                return;
-            }
-        }
+        LibraryThreads.joinAll(started, CLOSE_WAIT_MILLIS);
     }
 }

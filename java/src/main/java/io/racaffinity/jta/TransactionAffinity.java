@@ -119,19 +119,7 @@ public final class TransactionAffinity {
         synchronized (threads) {
             started = new java.util.ArrayList<>(threads);
         }
-        long deadline = System.nanoTime() + java.util.concurrent.TimeUnit.MILLISECONDS.toNanos(CLOSE_WAIT_MILLIS);
-        for (Thread t : started) {
-            long left = java.util.concurrent.TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
-            if (t == Thread.currentThread() || left <= 0) {
-                continue;
-            }
-            try {
-                t.join(left);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                break;
-            }
-        }
+        io.racaffinity.LibraryThreads.joinAll(started, CLOSE_WAIT_MILLIS);
         unsynchronized.forEach((key, u) -> {
             if (unsynchronized.remove(key, u)) {
                 end(cluster, u.gtrid);
