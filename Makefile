@@ -243,6 +243,8 @@ MYPY_DEPS = $(shell python3 -c 'import tomllib; t = tomllib.load(open("python/py
 PYENV := target/pyenv
 lint:
 	$(CARGO) fmt --all -- --check
+	# The fuzz crate is its own workspace (see below), so `fmt --all` skips it.
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --all -- --check
 	@if $(CARGO) clippy --version >/dev/null 2>&1; then \
 	  $(CARGO) clippy --workspace --all-targets --quiet -- -D warnings; \
 	else echo "cargo clippy not installed: skipping the lint (rustup component add clippy)"; fi

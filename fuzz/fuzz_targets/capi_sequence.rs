@@ -758,7 +758,63 @@ struct Page {
 /// metrics can change (an op without a handle may touch any of them).
 fn op_handle(op: &Op) -> Option<H> {
     match op {
-        Op::Free { h, .. } | Op::NodeCount { h, .. } | Op::Heartbeat { h, .. } | Op::RecoveryScope { h, .. } | Op::SetStrict { h, .. } | Op::ThreadPin { h, .. } | Op::ThreadUnpin { h, .. } | Op::ContextNew { h, .. } | Op::ContextPin { h, .. } | Op::ContextUnpin { h, .. } | Op::ContextRoute { h, .. } | Op::Route { h, .. } | Op::Pick { h, .. } | Op::PickHostBegins { h, .. } | Op::LeaseBegin { h, .. } | Op::LeaseRelease { h, .. } | Op::TxBegin { h, .. } | Op::TxBeginOn { h, .. } | Op::TxBeginFor { h, .. } | Op::TxBeginForToken { h, .. } | Op::TxPrepared { h, .. } | Op::TxRoute { h, .. } | Op::TxEnd { h, .. } | Op::TxComplete { h, .. } | Op::TxRecovered { h, .. } | Op::SessionRoute { h, .. } | Op::SessionEnd { h, .. } | Op::KeyRoute { h, .. } | Op::KeyRouteI64 { h, .. } | Op::KeyPartition { h, .. } | Op::PartitionOwner { h, .. } | Op::RequestPick { h, .. } | Op::Event { h, .. } | Op::Metrics { h, .. } | Op::NodeAdd { h, .. } | Op::NodeRemove { h, .. } | Op::NodeSetState { h, .. } | Op::NodeGetState { h, .. } | Op::NodeFind { h, .. } | Op::NodeName { h, .. } | Op::Probe { h, .. } | Op::Outcome { h, .. } | Op::SessionRouting { h, .. } | Op::TokenNew { h, .. } | Op::TokenDecode { h, .. } | Op::TokenRoute { h, .. } | Op::EpochPage { h, .. } | Op::RouteCacheable { h, .. } | Op::CountHostHits { h, .. } | Op::HostLeaseEnd { h, .. } | Op::PickHostLeasable { h, .. } | Op::AutoPin { h, .. } | Op::ContextPinFor { h, .. } | Op::ContextRelease { h, .. } | Op::MapReplace { h, .. } | Op::MapLoadFailed { h, .. } | Op::TokensRoute { h, .. } => Some(*h),
+        Op::Free { h, .. }
+        | Op::NodeCount { h, .. }
+        | Op::Heartbeat { h, .. }
+        | Op::RecoveryScope { h, .. }
+        | Op::SetStrict { h, .. }
+        | Op::ThreadPin { h, .. }
+        | Op::ThreadUnpin { h, .. }
+        | Op::ContextNew { h, .. }
+        | Op::ContextPin { h, .. }
+        | Op::ContextUnpin { h, .. }
+        | Op::ContextRoute { h, .. }
+        | Op::Route { h, .. }
+        | Op::Pick { h, .. }
+        | Op::PickHostBegins { h, .. }
+        | Op::LeaseBegin { h, .. }
+        | Op::LeaseRelease { h, .. }
+        | Op::TxBegin { h, .. }
+        | Op::TxBeginOn { h, .. }
+        | Op::TxBeginFor { h, .. }
+        | Op::TxBeginForToken { h, .. }
+        | Op::TxPrepared { h, .. }
+        | Op::TxRoute { h, .. }
+        | Op::TxEnd { h, .. }
+        | Op::TxComplete { h, .. }
+        | Op::TxRecovered { h, .. }
+        | Op::SessionRoute { h, .. }
+        | Op::SessionEnd { h, .. }
+        | Op::KeyRoute { h, .. }
+        | Op::KeyRouteI64 { h, .. }
+        | Op::KeyPartition { h, .. }
+        | Op::PartitionOwner { h, .. }
+        | Op::RequestPick { h, .. }
+        | Op::Event { h, .. }
+        | Op::Metrics { h, .. }
+        | Op::NodeAdd { h, .. }
+        | Op::NodeRemove { h, .. }
+        | Op::NodeSetState { h, .. }
+        | Op::NodeGetState { h, .. }
+        | Op::NodeFind { h, .. }
+        | Op::NodeName { h, .. }
+        | Op::Probe { h, .. }
+        | Op::Outcome { h, .. }
+        | Op::SessionRouting { h, .. }
+        | Op::TokenNew { h, .. }
+        | Op::TokenDecode { h, .. }
+        | Op::TokenRoute { h, .. }
+        | Op::EpochPage { h, .. }
+        | Op::RouteCacheable { h, .. }
+        | Op::CountHostHits { h, .. }
+        | Op::HostLeaseEnd { h, .. }
+        | Op::PickHostLeasable { h, .. }
+        | Op::AutoPin { h, .. }
+        | Op::ContextPinFor { h, .. }
+        | Op::ContextRelease { h, .. }
+        | Op::MapReplace { h, .. }
+        | Op::MapLoadFailed { h, .. }
+        | Op::TokensRoute { h, .. } => Some(*h),
         _ => None,
     }
 }
@@ -1636,11 +1692,8 @@ impl Model {
                     )
                 };
                 // Arguments in the order the function reads them: gtrid, token, request, handle.
-                let pre = s
-                    .null_err()
-                    .or(a.pre)
-                    .or(built.as_ref().and_then(|b| b.null_err()))
-                    .or(Self::handle_err(p, live));
+                let pre =
+                    s.null_err().or(a.pre).or(built.as_ref().and_then(|b| b.null_err())).or(Self::handle_err(p, live));
                 if let Some(want) = pre {
                     self.check("tx_begin_for_token.args", r, want, &(s.len, &tok));
                     return Some(r);
@@ -1677,9 +1730,7 @@ impl Model {
                 self.check_in("tx_begin_for_token.new", r, &want, &(s.data(), &req, &a.s));
                 if r == R::Ok {
                     self.route_ok("tx_begin_for_token.placed_live", &self.hist[c], &route);
-                    self.hist[c]
-                        .tx
-                        .insert(s.data().to_vec(), Tx { branches: 1, prepared: false, owner: route.node });
+                    self.hist[c].tx.insert(s.data().to_vec(), Tx { branches: 1, prepared: false, owner: route.node });
                 }
                 Some(r)
             }
