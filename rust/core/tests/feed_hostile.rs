@@ -597,3 +597,40 @@ fn a_goes_down_through_the_second_member(first: &str, second: &Gateway, counts: 
     }
     assert_eq!(c.metrics().feed.unwrap().revision, 6);
 }
+
+/// An operator call's write that a member answered 200 with a body that is
+/// no etcd answer (a proxy's page, an answer cut by a load balancer), or
+/// with one whose revision cannot be read: the member took the write and
+/// may well have committed it, so the FEED_UNAVAILABLE message says so, as
+/// for a write it took and never answered. Before, it said only
+/// "unexpected answer from etcd", under "did not take the change".
+#[test]
+fn a_write_answered_200_unreadably_may_have_been_carried_out() {
+    for answer in ["<html><body>OK</body></html>", r#"{"header":{"revision":"nine"},"succeeded":true}"#] {
+        let writes = Arc::new(AtomicUsize::new(0));
+        let counted = writes.clone();
+        let ep = member(move |s, req| match req.path.as_str() {
+            "/v3/kv/range" => {
+                respond(s, "200 OK", &range_of(req, 7, &[]));
+            }
+            "/v3/watch" => {
+                if gateway::open_watch(s, 7) {
+                    silent(s);
+                }
+            }
+            _ => {
+                counted.fetch_add(1, Ordering::SeqCst);
+                respond(s, "200 OK", answer);
+            }
+        });
+        let c = subscribed(&ep);
+        let node_record = c.set_node_state("B", NodeState::Down).unwrap_err();
+        let fan_record = c.publish_event(&FAN_DOWN_E.replace("instance=E", "instance=A")).unwrap_err();
+        for e in [node_record, fan_record] {
+            assert_eq!(e.kind(), ErrorKind::FeedUnavailable, "{e}");
+            assert!(e.to_string().contains("may have been carried out"), "{answer}: {e}");
+        }
+        assert_eq!(writes.load(Ordering::SeqCst), 2, "each write sent once");
+        assert_eq!(c.node_by_name("B").unwrap().state(), NodeState::Up, "not applied here without its revision");
+    }
+}

@@ -32,8 +32,9 @@ pub enum EtcdError {
     /// A member answered something that is not an etcd answer.
     Protocol(String),
     /// No member answered, and one took the whole request and then gave no
-    /// answer in time (or a cut one): the call may have been carried out
-    /// there. For a write, the outcome is unknown until the key is read.
+    /// answer in time (or a cut one), or, to a write, an answer that cannot
+    /// be read: the call may have been carried out there. For a write, the
+    /// outcome is unknown until the key is read.
     Unanswered(String),
 }
 
@@ -304,14 +305,16 @@ impl EtcdClient {
         if lease != 0 {
             body["lease"] = Value::String(lease.to_string());
         }
-        header_revision(&self.call("/v3/kv/put", &body)?)
+        written(self.call("/v3/kv/put", &body).and_then(|v| header_revision(&v)))
     }
 
     /// Deletes `key`; the store's revision after it (the delete's revision
     /// when something was deleted) and whether anything was.
     pub fn delete(&self, key: &str) -> EResult<(u64, bool)> {
-        let v = self.call_once("/v3/kv/deleterange", &json!({"key": b64(key.as_bytes())}))?;
-        Ok((header_revision(&v)?, int(v.get("deleted"))? > 0))
+        written(
+            self.call_once("/v3/kv/deleterange", &json!({"key": b64(key.as_bytes())}))
+                .and_then(|v| Ok((header_revision(&v)?, int(v.get("deleted"))? > 0))),
+        )
     }
 
     /// Puts `key = value` attached to `lease` only if no such key exists, or
@@ -324,7 +327,7 @@ impl EtcdClient {
         let get = json!({"request_range": {"key": k}});
         let absent = json!({"compare": [{"key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
                             "success": [put.clone()], "failure": [get.clone()]});
-        let v = self.call_once("/v3/kv/txn", &absent)?;
+        let v = written(self.call_once("/v3/kv/txn", &absent))?;
         if v.get("succeeded") == Some(&Value::Bool(true)) {
             return Ok((true, Some(value.to_string())));
         }
@@ -334,7 +337,7 @@ impl EtcdClient {
                 // Ours already (a renewal): keep it ours, with the new value.
                 let ours = json!({"compare": [{"key": k, "target": "LEASE", "result": "EQUAL", "lease": lease.to_string()}],
                                   "success": [put], "failure": [get]});
-                let v = self.call_once("/v3/kv/txn", &ours)?;
+                let v = written(self.call_once("/v3/kv/txn", &ours))?;
                 let won = v.get("succeeded") == Some(&Value::Bool(true));
                 Ok((won, if won { Some(value.to_string()) } else { txn_range_kv(&v).and_then(|kv| kv.value) }))
             }
@@ -364,9 +367,9 @@ impl EtcdClient {
         let txn = json!({"compare": compare,
                          "success": [{"request_put": {"key": k, "value": b64(value.as_bytes())}}],
                          "failure": [{"request_range": {"key": h}}]});
-        let v = self.call_once("/v3/kv/txn", &txn)?;
+        let v = written(self.call_once("/v3/kv/txn", &txn))?;
         if v.get("succeeded") == Some(&Value::Bool(true)) {
-            return Ok(Guarded::Written(header_revision(&v)?));
+            return written(header_revision(&v).map(Guarded::Written));
         }
         // Which comparison failed: the holder's, or only the value's.
         match txn_range_kv(&v) {
@@ -390,9 +393,9 @@ impl EtcdClient {
                                       "mod_revision": mod_revision.to_string()}],
                          "success": [{"request_put": {"key": b64(key.as_bytes()), "value": b64(value.as_bytes())}}],
                          "failure": [{"request_range": {"key": g}}]});
-        let v = self.call_once("/v3/kv/txn", &txn)?;
+        let v = written(self.call_once("/v3/kv/txn", &txn))?;
         if v.get("succeeded") == Some(&Value::Bool(true)) {
-            return Ok(IfModRevision::Written(header_revision(&v)?));
+            return written(header_revision(&v).map(IfModRevision::Written));
         }
         Ok(IfModRevision::Moved(txn_range_kv(&v)))
     }
@@ -509,6 +512,19 @@ impl Watch {
             compact_revision: int(r.get("compact_revision"))?,
         }))
     }
+}
+
+/// A write's outcome as its answer tells it. An answer that cannot be read
+/// (not JSON, as from a proxy, or no etcd answer, such as a revision that is
+/// no number) still came from a member that took the request, and a 200 says
+/// it carried it out: for the caller the write may have been made, as when
+/// no answer came ([`EtcdError::Unanswered`]), where a reader only learns
+/// that the answer was bad ([`EtcdError::Protocol`]).
+fn written<T>(answer: EResult<T>) -> EResult<T> {
+    answer.map_err(|e| match e {
+        EtcdError::Protocol(m) => EtcdError::Unanswered(format!("{m} (the answer cannot be read)")),
+        e => e,
+    })
 }
 
 fn server_error(v: &Value) -> EtcdError {
