@@ -401,6 +401,11 @@ impl EtcdClient {
     }
 
     /// Grants a lease of `ttl_seconds`; its id.
+    ///
+    /// A grant a member took without answering goes on to the next member
+    /// (unlike a transaction or a delete): carried out twice, it leaves a
+    /// lease the caller never learns of, with no key attached, which etcd
+    /// expires after `ttl_seconds`; the caller holds the second one.
     pub fn lease_grant(&self, ttl_seconds: u64) -> EResult<i64> {
         let v = self.call("/v3/lease/grant", &json!({"TTL": ttl_seconds.to_string()}))?;
         // 0 is etcd's "no lease": a key put with it never expires.
@@ -834,6 +839,49 @@ mod tests {
         // A plain put means the same sent twice: the next member answers it.
         assert_eq!(client().put("p/node/A/state", "down", 0).unwrap(), 9);
         assert_eq!(asked.load(Ordering::SeqCst), 1, "a put goes on to the next member");
+    }
+
+    /// A lease grant, unlike a transaction or a delete, goes on to the next
+    /// member after one took it and gave no answer: granted twice, it makes
+    /// two leases, of which the caller holds the second; the first has no
+    /// key attached and etcd expires it after its TTL. Asking once only
+    /// would put off a monitor's campaign by an interval for nothing.
+    #[test]
+    fn a_grant_one_member_took_unanswered_is_asked_of_the_next() {
+        use crate::feed::stand_in::{read_request, respond};
+        use std::io::Read;
+        use std::sync::atomic::AtomicUsize;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let silent = l.local_addr().unwrap().to_string();
+        let took = Arc::new(AtomicUsize::new(0));
+        let counted = took.clone();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                let counted = counted.clone();
+                std::thread::spawn(move || {
+                    if read_request(&mut s).is_some() {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                    }
+                    while s.read(&mut [0u8; 4096]).is_ok_and(|n| n > 0) {}
+                });
+            }
+        });
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let next = l.local_addr().unwrap().to_string();
+        let grants = Arc::new(AtomicUsize::new(0));
+        let counted = grants.clone();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                let Some(req) = read_request(&mut s) else { continue };
+                assert_eq!(req.path, "/v3/lease/grant");
+                counted.fetch_add(1, Ordering::SeqCst);
+                respond(&mut s, "200 OK", r#"{"header":{"revision":"9"},"ID":"42","TTL":"5"}"#);
+            }
+        });
+        let client = EtcdClient::new(vec![silent, next], Duration::from_millis(300));
+        assert_eq!(client.lease_grant(5).unwrap(), 42, "the next member's lease");
+        assert_eq!(took.load(Ordering::SeqCst), 1, "the first member took the whole request");
+        assert_eq!(grants.load(Ordering::SeqCst), 1, "the next member was asked once");
     }
 
     #[test]
