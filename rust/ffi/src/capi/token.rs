@@ -151,8 +151,9 @@ pub unsafe extern "C" fn racaffinity_session_token_decode(
 /// one; then routes it as `racaffinity_session_token_route` does. Writes
 /// the chosen token's index to `*out_index`, its node to `*out`, and the
 /// token the client must keep into `buf` (`*out_changed`: whether it differs
-/// from `tokens[*out_index]`). A candidate that is not valid UTF-8 counts as
-/// malformed; a NULL one is NULL_ARGUMENT. When no candidate is
+/// from `tokens[*out_index]`). A candidate that is not valid UTF-8, or is
+/// longer than `RACAFFINITY_MAX_STRING_BYTES` (1 MiB; no token is), counts
+/// as malformed; a NULL one is NULL_ARGUMENT. When no candidate is
 /// well-formed (or `count` is 0) the result
 /// is INVALID_ARGUMENT and `*out_index` is `count`: start a new session
 /// (`racaffinity_session_token_new`). A refusal (STRICT_AFFINITY,
