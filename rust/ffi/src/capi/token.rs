@@ -2,7 +2,9 @@
 
 use std::os::raw::c_char;
 
-use super::buffer::{bytes_arg, out_arg, str_arg, write_str};
+use racaffinity_core::TokenRoute;
+
+use super::buffer::{bytes_arg, out_arg, str_arg, write_str, Out};
 use super::handle::{self, racaffinity_cluster};
 use super::result::{guard, racaffinity_result, Failure};
 use super::types::racaffinity_route;
@@ -92,23 +94,11 @@ pub unsafe extern "C" fn racaffinity_session_token_route(
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let (t, out, changed) =
-            unsafe { (str_arg(token, "token")?, out_arg(out, "out")?, out_arg(out_changed, "out_changed")?) };
-        // Checked before routing: a NULL buffer is an argument error, which
-        // must not leave a counted route behind.
-        if buf.is_null() {
-            return Err(Failure::null("buf"));
-        }
-        let r = handle::with(cluster, |c| Ok(c.route_token(t)?))?;
-        // Written first: a too-small buffer still tells the caller the node.
-        out.set(r.route.into())?;
-        changed.set(r.token.is_some())?;
-        // An unchanged token is the caller's text, and `buf` may be where it
-        // lives (routed in place): copied out first, as write_str's copy must
-        // not overlap its source.
-        let text = r.token.unwrap_or_else(|| t.to_owned());
+        let t = unsafe { str_arg(token, "token")? };
         // SAFETY: per this function's contract.
-        unsafe { write_str(&text, buf, cap, out_len) }
+        let outputs = unsafe { RouteOutputs::check(out, out_changed, buf, cap, out_len)? };
+        let r = handle::with(cluster, |c| Ok(c.route_token(t)?))?;
+        outputs.write(r, t)
     })
 }
 
@@ -180,13 +170,11 @@ pub unsafe extern "C" fn racaffinity_session_tokens_route(
 ) -> racaffinity_result {
     guard(|| {
         // SAFETY: per this function's contract.
-        let (index, out, changed) =
-            unsafe { (out_arg(out_index, "out_index")?, out_arg(out, "out")?, out_arg(out_changed, "out_changed")?) };
+        let index = unsafe { out_arg(out_index, "out_index")? };
+        // SAFETY: per this function's contract.
+        let outputs = unsafe { RouteOutputs::check(out, out_changed, buf, cap, out_len)? };
         // Checked before routing: an argument error must not leave a counted
         // route behind.
-        if buf.is_null() {
-            return Err(Failure::null("buf"));
-        }
         if count > 0 && tokens.is_null() {
             return Err(Failure::null("tokens"));
         }
@@ -213,15 +201,55 @@ pub unsafe extern "C" fn racaffinity_session_tokens_route(
             ));
         };
         index.set(chosen.index)?;
-        let r = chosen.route?;
-        // Written first: a too-small buffer still tells the caller the node.
-        out.set(r.route.into())?;
-        changed.set(r.token.is_some())?;
-        // As in racaffinity_session_token_route: `buf` may hold the candidate.
-        let text = r.token.unwrap_or_else(|| candidates[chosen.index].to_owned());
-        // SAFETY: per this function's contract.
-        unsafe { write_str(&text, buf, cap, out_len) }
+        outputs.write(chosen.route?, candidates[chosen.index])
     })
+}
+
+/// The outputs of a routed session token (`racaffinity_session_token_route`,
+/// `racaffinity_session_tokens_route`), checked before routing: an argument
+/// error must not leave a counted route behind.
+struct RouteOutputs {
+    out: Out<racaffinity_route>,
+    changed: Out<bool>,
+    buf: *mut c_char,
+    cap: usize,
+    out_len: *mut usize,
+}
+
+impl RouteOutputs {
+    /// # Safety
+    /// `out` and `out_changed` NULL or writable; `buf` NULL or valid for `cap`
+    /// bytes; `out_len` NULL or writable; all until the call returns.
+    unsafe fn check(
+        out: *mut racaffinity_route,
+        out_changed: *mut bool,
+        buf: *mut c_char,
+        cap: usize,
+        out_len: *mut usize,
+    ) -> Result<Self, Failure> {
+        // SAFETY: per this function's contract.
+        let (out, changed) = unsafe { (out_arg(out, "out")?, out_arg(out_changed, "out_changed")?) };
+        // A NULL buffer would otherwise surface in write_str, after the route.
+        if buf.is_null() {
+            return Err(Failure::null("buf"));
+        }
+        Ok(RouteOutputs { out, changed, buf, cap, out_len })
+    }
+
+    /// Writes the node, whether the token changed and the token to keep;
+    /// `sent` is the token as the caller sent it.
+    fn write(self, r: TokenRoute, sent: &str) -> Result<(), Failure> {
+        // Written first: a too-small buffer still tells the caller the node.
+        self.out.set(r.route.into())?;
+        self.changed.set(r.token.is_some())?;
+        // An unchanged token is the caller's text, and `buf` may be where it
+        // lives (routed in place): copied out first, as write_str's copy must
+        // not overlap its source.
+        let text = r.token.unwrap_or_else(|| sent.to_owned());
+        // SAFETY: `check` holds `buf`, `cap` and `out_len` to the contract
+        // of the call that made it, which has not returned.
+        unsafe { write_str(&text, self.buf, self.cap, self.out_len) }
+    }
 }
 
 #[cfg(test)]
