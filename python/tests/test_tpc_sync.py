@@ -6,6 +6,7 @@ recovery after a real crash between prepare and commit; written once for
 NodePools. test_tpc_sync.py (NodePools) is generated from this file by
 tools/async_to_sync.py, so both APIs pass the same tests."""
 from __future__ import annotations
+import contextlib
 import json
 import math
 import logging
@@ -534,3 +535,90 @@ def test_an_in_doubt_error_settled_by_the_rollback_on_exit_says_so(pg, cluster_f
         assert 'stays on record' not in text and 'rolled back' in text, text
         wait_until(lambda: not _backend_alive(pg.dsn['RAC1'], pid), 10)
         assert prepared_xacts(pg) == {n: [] for n in NAMES} and rows(pg)['RAC1'] == []
+
+def _until_a_commit_waits(admin, dsn: str) -> None:
+    """Returns once the server's commits wait for the standby (the reload
+    reaches the checkpointer, which publishes it, a moment later)."""
+    for _attempt in range(50):
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as probe:
+            pid = probe.info.backend_pid
+            t = threading.Thread(target=probe.execute, args=('CREATE TEMP TABLE racaffinity_probe ()',), daemon=True)
+            t.start()
+            while t.is_alive():
+                if admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event = 'SyncRep'", (pid,)).fetchone():
+                    admin.execute('SELECT pg_cancel_backend(%s)', (pid,))
+                    t.join(10)
+                    return
+                time.sleep(0.02)
+    pytest.fail('commits never waited for the synchronous standby')
+
+@contextlib.contextmanager
+def _commits_wait_for_a_missing_standby(pg):
+    """Node RAC1's server waits for a synchronous standby that never comes
+    on every commit of a session with synchronous_commit=on (its default):
+    a COMMIT/ROLLBACK PREPARED sent then runs on the server and holds its
+    prepared transaction without answering, as on a stalled host; a
+    session with synchronous_commit=local does not wait."""
+    with psycopg.connect(pg.dsn['RAC1'], autocommit=True, connect_timeout=5) as admin:
+        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'racaffinity_no_standby'")
+        admin.execute('SELECT pg_reload_conf()')
+        try:
+            _until_a_commit_waits(admin, pg.dsn['RAC1'])
+            yield
+        finally:
+            admin.execute('ALTER SYSTEM RESET synchronous_standby_names')
+            admin.execute('SELECT pg_reload_conf()')
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+
+@pytest.mark.timeout(90)
+def test_database_scope_ends_the_session_of_a_lost_answer_before_another_instance_finishes_the_branch(pg, cluster_factory, tables):
+    prepare_directly(pg.dsn['RAC1'], 'rac-busy', 'b0')
+    dsns = {n: pg.dsn['RAC1'] + " options='-c synchronous_commit=local'" for n in NAMES}
+    dsns['RAC1'] = pg.dsn['RAC1'] + " options='-c synchronous_commit=on'"
+    with _commits_wait_for_a_missing_standby(pg):
+        with NodePools(cluster_factory(nodes=NAMES), dsns, min_size=0, max_size=2, timeout=2.0) as pools:
+            c = pools.cluster
+            report = pools.recover_all('rollback', timeout=2.0, scope='database')
+            assert [r.error for r in report.failed] == [] and report.ok, report
+            assert [(r.gtrid, r.action) for r in report.resolved + report.resolved_elsewhere] == [('rac-busy', 'rollback')], report
+            assert prepared_xacts(pg)['RAC1'] == [] and rows(pg)['RAC1'] == []
+            assert pools.in_doubt == {} and live(c) == 0 and (in_flight(c) == 0)
+
+@pytest.mark.timeout(90)
+def test_database_scope_concludes_nothing_while_the_session_of_a_lost_answer_cannot_be_ended(pg, cluster_factory, tables):
+    prepare_directly(pg.dsn['RAC1'], 'rac-stuck', 'b0')
+    dsns = {n: pg.dsn['RAC1'] + " options='-c synchronous_commit=local'" for n in NAMES}
+    dsns['RAC1'] = pg.dsn['RAC1'] + " options='-c synchronous_commit=on'"
+    stopped: list = []
+
+    def stop_the_waiting_command() -> None:
+        with psycopg.connect(pg.dsn['RAC1'], autocommit=True, connect_timeout=5) as admin:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                row = admin.execute("SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query LIKE 'ROLLBACK PREPARED%'").fetchone()
+                if row:
+                    os.kill(row[0], signal.SIGSTOP)
+                    stopped.append(row[0])
+                    return
+                time.sleep(0.01)
+    with NodePools(cluster_factory(nodes=NAMES), dsns, min_size=0, max_size=2, timeout=2.0) as pools:
+        c = pools.cluster
+        with _commits_wait_for_a_missing_standby(pg):
+            stopper = threading.Thread(target=stop_the_waiting_command, daemon=True)
+            stopper.start()
+            try:
+                report = pools.recover_all('rollback', timeout=2.0, scope='database')
+            finally:
+                stopper.join(30)
+                for pid in stopped:
+                    os.kill(pid, signal.SIGCONT)
+        assert len(stopped) == 1
+        xid = str(psycopg.Xid.from_parts(DEFAULT_FORMAT_ID, 'rac-stuck', 'b0'))
+        assert report.sessions_running == {xid: stopped[0]} and (not report.ok), report
+        assert [r.gtrid for r in report.failed] == ['rac-stuck'] and report.resolved == [], report
+        assert pools.in_doubt == {'rac-stuck': [xid]} and live(c) == 1
+        wait_until(lambda: not _backend_alive(pg.dsn['RAC1'], stopped[0]), 10)
+        assert prepared_xacts(pg)['RAC1'] == [] and rows(pg)['RAC1'] == []
+        report = pools.recover_all('rollback', timeout=2.0, scope='database')
+        assert report.ok and report.completed == ['rac-stuck'], report
+        assert pools.in_doubt == {} and live(c) == 0 and (in_flight(c) == 0)

@@ -614,6 +614,18 @@ class _AsyncRecovery:
         does not hold it (`complete`)."""
         self.pools._note_in_doubt(xid.gtrid, node, str(xid), session)
 
+    def session_running(self, node: int, xid: Xid, pid: int) -> None:
+        """The session of `xid`'s lost command had not ended within the
+        timeout: nothing is concluded in this run, the gtrid stays on
+        record, and the next run ends the session first (`end_sessions`)."""
+        with self.lock:
+            self.held.add(str(xid))
+            self.report.sessions_running[str(xid)] = pid
+        self.failed(node, xid, TimeoutError(
+            f"the session (backend {pid}) whose answer to {self.action} of this branch was lost has not ended yet: "
+            "the command it holds may still run, so nothing is concluded"
+        ))
+
     def failed(self, node: int, xid: Xid, e: BaseException) -> None:
         rec = Recovered(node, self.cluster.node_name(node), str(xid), xid.gtrid, xid.bqual, self.action,
                         f"{type(e).__name__}: {e}")
@@ -768,21 +780,34 @@ class _AsyncRecovery:
             if n not in candidates:
                 candidates.append(n)
         last: Optional[BaseException] = None
+        # The session whose answer to this run's command was lost, not yet
+        # seen ended: it may still hold the branch ("is busy") or carry the
+        # command out after another instance's.
+        unanswered: Optional[Tuple[int, float]] = None
         for node in candidates:
             if node in self.dead:
                 continue  # it failed once in this run: one wait per instance, not per xid
             try:
                 async with _node_connection(self.pools, node, self.timeout) as conn:
+                    if unanswered is not None:
+                        # instances of one database share its sessions
+                        if await _end_sessions(conn, [unanswered], self.timeout):
+                            self.session_running(scanned, xid, unanswered[0])
+                            return
+                        self.pools._session_ended(str(xid))
                     session = (conn.info.backend_pid, time.monotonic())
                     try:
                         await self.finish(conn, node, xid)
                     except Exception as e:
                         if connection_lost(conn, e):
                             self.lost(node, xid, session)
+                            unanswered = session
                         raise
             except psycopg.errors.UndefinedObject:
-                # the scan found it prepared: another party completed it since
-                self.resolved(node, xid, elsewhere=True)
+                # The scan found it prepared: this run's own command whose
+                # answer was lost carried it out (its session is gone now),
+                # else another party completed it since.
+                self.resolved(node, xid, elsewhere=unanswered is None)
                 return
             except Exception as e:
                 last = e
