@@ -807,6 +807,120 @@ async def test_database_scope_concludes_nothing_while_the_session_of_a_lost_answ
         assert report.ok and report.completed == ["rac-stuck"], report
         assert pools.in_doubt == {} and live(c) == 0 and in_flight(c) == 0
 
+if not _ASYNC:  # Ctrl-C in the sync recovery (the async one is cancelled: test_async.py)
+
+    @contextlib.contextmanager
+    def _ctrl_c_when(ready: threading.Event):
+        """Ctrl-C in this (the main) thread once `ready` is set, as the
+        terminal's SIGINT reaches a program: the handler raises there."""
+        def ctrl_c(*_):
+            raise KeyboardInterrupt
+
+        old = signal.signal(signal.SIGALRM, ctrl_c)
+        main = threading.main_thread().ident
+
+        def deliver():
+            if ready.wait(30):
+                signal.pthread_kill(main, signal.SIGALRM)
+
+        t = threading.Thread(target=deliver, daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            t.join(30)
+            signal.signal(signal.SIGALRM, old)
+
+    @pytest.mark.timeout(90)
+    def test_a_ctrl_c_during_recover_all_stops_the_scans_and_leaves_no_gtrid_they_resolved_on_record(
+        pg, cluster_factory, tables, monkeypatch
+    ):
+        # Node scope: Ctrl-C while RAC1's scan waits for its first ROLLBACK
+        # PREPARED and RAC2's scan has resolved its branch. The scans are
+        # threads and ran on, and nothing forgot the gtrids they had
+        # recorded in the core's registry and resolved: those stayed on
+        # record for good (no later run finds them prepared).
+        from racaffinity import _tpc_async
+
+        real_finish = _tpc_async._AsyncRecovery.finish
+        hung, release, elsewhere = threading.Event(), threading.Event(), threading.Event()
+
+        def finish(self, conn, node, xid):
+            if node == 0 and not hung.is_set():
+                hung.set()
+                release.wait(30)
+            real_finish(self, conn, node, xid)
+            if node == 1:
+                elsewhere.set()
+
+        monkeypatch.setattr(_tpc_async._AsyncRecovery, "finish", finish)
+        prepare_directly(pg.dsn["RAC1"], "ctrl-c-RAC1-a", "b0")
+        prepare_directly(pg.dsn["RAC1"], "ctrl-c-RAC1-b", "b0")
+        prepare_directly(pg.dsn["RAC2"], "ctrl-c-RAC2", "b0")
+        both = threading.Event()
+        threading.Thread(target=lambda: hung.wait(30) and elsewhere.wait(30) and both.set(), daemon=True).start()
+        c = cluster_factory(nodes=NAMES)
+        with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, timeout=5.0) as pools:
+            with _ctrl_c_when(both):
+                with pytest.raises(KeyboardInterrupt):
+                    pools.recover_all("rollback", scope="node")
+            release.set()  # the command under way runs to its answer
+            wait_until(lambda: not any(t.name.startswith("racaffinity-recover-") for t in threading.enumerate()), 20)
+            left = prepared_xacts(pg)
+            # on record: what is still prepared, nothing the scans resolved
+            assert live(c) == sum(len(x) for x in left.values()), left
+            # RAC1's scan stopped before its next command: that branch is
+            # left, prepared and on record, for the next run
+            assert len(left["RAC1"]) == 1 and left["RAC2"] == [], left
+            monkeypatch.undo()
+            report = pools.recover_all("rollback", scope="node")
+            assert report.ok and len(report.resolved) == 1, report
+            assert prepared_xacts(pg) == {n: [] for n in NAMES} and live(c) == 0 and pools.in_doubt == {}
+
+    @pytest.mark.timeout(90)
+    @pytest.mark.parametrize("at", ["connect", "command"])
+    def test_a_ctrl_c_during_a_database_scope_recover_all_leaves_no_gtrid_it_resolved_on_record(
+        pg, cluster_factory, tables, monkeypatch, at
+    ):
+        # Database scope (the calling thread completes each xid): Ctrl-C at
+        # the second xid's connect or command. The first xid's gtrid,
+        # recorded and resolved, was never forgotten: on record for good.
+        from racaffinity import _tpc_async
+
+        for g in ("ctrl-c-db-1", "ctrl-c-db-2"):
+            prepare_directly(pg.dsn["RAC1"], g, "b0")
+        calls = []
+        if at == "connect":
+            real_connection = _tpc_async._node_connection
+
+            def node_connection(pools, node, timeout):
+                calls.append(node)
+                if len(calls) == 3:  # the scan's, the first xid's, then the second xid's
+                    raise KeyboardInterrupt
+                return real_connection(pools, node, timeout)
+
+            monkeypatch.setattr(_tpc_async, "_node_connection", node_connection)
+        else:
+            real_finish = _tpc_async._AsyncRecovery.finish
+
+            def finish(self, conn, node, xid):
+                calls.append(xid.gtrid)
+                if len(calls) == 2:
+                    raise KeyboardInterrupt
+                real_finish(self, conn, node, xid)
+
+            monkeypatch.setattr(_tpc_async._AsyncRecovery, "finish", finish)
+        c = cluster_factory(nodes=NAMES)
+        with AsyncNodePools(c, pg.dsn, min_size=0, max_size=2, timeout=5.0) as pools:
+            with pytest.raises(KeyboardInterrupt):
+                pools.recover_all("rollback", scope="database")
+            assert len(prepared_xacts(pg)["RAC1"]) == 1
+            monkeypatch.undo()
+            report = pools.recover_all("rollback", scope="database")
+            assert report.ok and len(report.resolved) == 1, report
+            assert prepared_xacts(pg) == {n: [] for n in NAMES}
+            assert live(c) == 0 and pools.in_doubt == {}
+
 
 if _ASYNC:  # one test for both kinds: not in the generated file
 

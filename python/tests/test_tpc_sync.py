@@ -622,3 +622,94 @@ def test_database_scope_concludes_nothing_while_the_session_of_a_lost_answer_can
         report = pools.recover_all('rollback', timeout=2.0, scope='database')
         assert report.ok and report.completed == ['rac-stuck'], report
         assert pools.in_doubt == {} and live(c) == 0 and (in_flight(c) == 0)
+
+@contextlib.contextmanager
+def _ctrl_c_when(ready: threading.Event):
+    """Ctrl-C in this (the main) thread once `ready` is set, as the
+        terminal's SIGINT reaches a program: the handler raises there."""
+
+    def ctrl_c(*_):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGALRM, ctrl_c)
+    main = threading.main_thread().ident
+
+    def deliver():
+        if ready.wait(30):
+            signal.pthread_kill(main, signal.SIGALRM)
+    t = threading.Thread(target=deliver, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        t.join(30)
+        signal.signal(signal.SIGALRM, old)
+
+@pytest.mark.timeout(90)
+def test_a_ctrl_c_during_recover_all_stops_the_scans_and_leaves_no_gtrid_they_resolved_on_record(pg, cluster_factory, tables, monkeypatch):
+    from racaffinity import _tpc_sync
+    real_finish = _tpc_sync._Recovery.finish
+    hung, release, elsewhere = (threading.Event(), threading.Event(), threading.Event())
+
+    def finish(self, conn, node, xid):
+        if node == 0 and (not hung.is_set()):
+            hung.set()
+            release.wait(30)
+        real_finish(self, conn, node, xid)
+        if node == 1:
+            elsewhere.set()
+    monkeypatch.setattr(_tpc_sync._Recovery, 'finish', finish)
+    prepare_directly(pg.dsn['RAC1'], 'ctrl-c-RAC1-a', 'b0')
+    prepare_directly(pg.dsn['RAC1'], 'ctrl-c-RAC1-b', 'b0')
+    prepare_directly(pg.dsn['RAC2'], 'ctrl-c-RAC2', 'b0')
+    both = threading.Event()
+    threading.Thread(target=lambda: hung.wait(30) and elsewhere.wait(30) and both.set(), daemon=True).start()
+    c = cluster_factory(nodes=NAMES)
+    with NodePools(c, pg.dsn, min_size=0, max_size=2, timeout=5.0) as pools:
+        with _ctrl_c_when(both):
+            with pytest.raises(KeyboardInterrupt):
+                pools.recover_all('rollback', scope='node')
+        release.set()
+        wait_until(lambda: not any((t.name.startswith('racaffinity-recover-') for t in threading.enumerate())), 20)
+        left = prepared_xacts(pg)
+        assert live(c) == sum((len(x) for x in left.values())), left
+        assert len(left['RAC1']) == 1 and left['RAC2'] == [], left
+        monkeypatch.undo()
+        report = pools.recover_all('rollback', scope='node')
+        assert report.ok and len(report.resolved) == 1, report
+        assert prepared_xacts(pg) == {n: [] for n in NAMES} and live(c) == 0 and (pools.in_doubt == {})
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize('at', ['connect', 'command'])
+def test_a_ctrl_c_during_a_database_scope_recover_all_leaves_no_gtrid_it_resolved_on_record(pg, cluster_factory, tables, monkeypatch, at):
+    from racaffinity import _tpc_sync
+    for g in ('ctrl-c-db-1', 'ctrl-c-db-2'):
+        prepare_directly(pg.dsn['RAC1'], g, 'b0')
+    calls = []
+    if at == 'connect':
+        real_connection = _tpc_sync._node_connection
+
+        def node_connection(pools, node, timeout):
+            calls.append(node)
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+            return real_connection(pools, node, timeout)
+        monkeypatch.setattr(_tpc_sync, '_node_connection', node_connection)
+    else:
+        real_finish = _tpc_sync._Recovery.finish
+
+        def finish(self, conn, node, xid):
+            calls.append(xid.gtrid)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            real_finish(self, conn, node, xid)
+        monkeypatch.setattr(_tpc_sync._Recovery, 'finish', finish)
+    c = cluster_factory(nodes=NAMES)
+    with NodePools(c, pg.dsn, min_size=0, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(KeyboardInterrupt):
+            pools.recover_all('rollback', scope='database')
+        assert len(prepared_xacts(pg)['RAC1']) == 1
+        monkeypatch.undo()
+        report = pools.recover_all('rollback', scope='database')
+        assert report.ok and len(report.resolved) == 1, report
+        assert prepared_xacts(pg) == {n: [] for n in NAMES}
+        assert live(c) == 0 and pools.in_doubt == {}

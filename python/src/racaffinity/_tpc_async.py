@@ -543,6 +543,11 @@ class _AsyncRecovery:
         self.scanned: Set[int] = set()
         #: nodes a call failed on in this run (node failures): not tried again
         self.dead: Set[int] = set()
+        #: (sync) the caller was interrupted while the scans, threads, run on:
+        #: each stops before its next command (`stop`)
+        self.stopping = False
+        #: scans under way
+        self.running = 0
 
     async def select(self, conn: psycopg.AsyncConnection, node: int) -> List[Xid]:
         # Each xid it returns has a format id (`_xa_format`).
@@ -651,15 +656,46 @@ class _AsyncRecovery:
     # -- scope "node": every node, each branch on the node that returned it ------
 
     async def scan_node(self, node: int) -> None:
+        with self.lock:
+            if self.stopping:
+                return
+            self.running += 1
+        try:
+            await self._scan_node(node)
+        finally:
+            with self.lock:
+                self.running -= 1
+                last = self.stopping and self.running == 0
+            if last:
+                self.complete()
+
+    def stop(self) -> None:
+        """The caller was interrupted (Ctrl-C) while the scans run on as
+        threads, which cannot be cancelled: each stops before its next
+        command (a command under way runs to its answer or its deadline),
+        and the last to end forgets what the run resolved (`complete`), as
+        the async run does before its cancel propagates. Left to run on
+        unseen, they resolved gtrids that stayed on record for good."""
+        with self.lock:
+            self.stopping = True
+            last = self.running == 0
+        if last:
+            self.complete()
+
+    async def _scan_node(self, node: int) -> None:
         try:
             async with _node_connection(self.pools, node, self.timeout) as conn:
                 # taken after the connect: its backend began before it (`_end_sessions`)
                 session = (conn.info.backend_pid, time.monotonic())
                 await self.end_sessions(conn, [node])
                 xids = await self.select(conn, node)
+                if self.stopping:
+                    return  # nothing recorded, the node not counted scanned
                 for xid in xids:
                     self.record(node, xid)
                 for i, xid in enumerate(xids):
+                    if self.stopping:
+                        break  # recorded, still prepared: on record for the next run
                     try:
                         await self.finish(conn, node, xid)
                     except psycopg.errors.UndefinedObject:
@@ -723,6 +759,8 @@ class _AsyncRecovery:
                 for _node, h in scans:
                     acancel(h)
                 await await_all([h for _node, h in scans], self.timeout)
+            else:
+                self.stop()
             raise
         for node, h in scans:
             if ais_alive(h):  # cannot happen with bounded calls; never wait forever
@@ -905,12 +943,16 @@ async def recover_all(
         else:
             await run.run_node_scope()
     except BaseException:
+        # Cancelled (or Ctrl-C) part way: the gtrids it resolved are
+        # forgotten all the same. Recorded (`tx_recovered`) and resolved,
+        # one left on record would stay there for good: no later run finds
+        # it prepared.
         if _ASYNC:
-            # Cancelled part way: the gtrids it resolved are forgotten all
-            # the same. Recorded (`tx_recovered`) and resolved, one left on
-            # record would stay there for good: no later run finds it
-            # prepared. (The sync scans are threads that may still run.)
             run.complete()
+        elif scope == "database":  # run in this thread, which is done with it
+            run.complete()
+        # (else the sync node scope's scans, threads, may still run: the
+        # last to end does it, `stop`)
         raise
     run.complete()
     return run.report

@@ -414,6 +414,8 @@ class _Recovery:
         self.held: Set[str] = set()
         self.scanned: Set[int] = set()
         self.dead: Set[int] = set()
+        self.stopping = False
+        self.running = 0
 
     def select(self, conn: psycopg.Connection, node: int) -> List[Xid]:
         db = conn.info.dbname
@@ -513,14 +515,45 @@ class _Recovery:
             pass
 
     def scan_node(self, node: int) -> None:
+        with self.lock:
+            if self.stopping:
+                return
+            self.running += 1
+        try:
+            self._scan_node(node)
+        finally:
+            with self.lock:
+                self.running -= 1
+                last = self.stopping and self.running == 0
+            if last:
+                self.complete()
+
+    def stop(self) -> None:
+        """The caller was interrupted (Ctrl-C) while the scans run on as
+        threads, which cannot be cancelled: each stops before its next
+        command (a command under way runs to its answer or its deadline),
+        and the last to end forgets what the run resolved (`complete`), as
+        the async run does before its cancel propagates. Left to run on
+        unseen, they resolved gtrids that stayed on record for good."""
+        with self.lock:
+            self.stopping = True
+            last = self.running == 0
+        if last:
+            self.complete()
+
+    def _scan_node(self, node: int) -> None:
         try:
             with _node_connection(self.pools, node, self.timeout) as conn:
                 session = (conn.info.backend_pid, time.monotonic())
                 self.end_sessions(conn, [node])
                 xids = self.select(conn, node)
+                if self.stopping:
+                    return
                 for xid in xids:
                     self.record(node, xid)
                 for i, xid in enumerate(xids):
+                    if self.stopping:
+                        break
                     try:
                         self.finish(conn, node, xid)
                     except psycopg.errors.UndefinedObject:
@@ -563,6 +596,7 @@ class _Recovery:
         try:
             wait_all([h for _node, h in scans], max(60.0, 20 * self.timeout))
         except BaseException:
+            self.stop()
             raise
         for node, h in scans:
             if is_alive(h):
@@ -721,6 +755,8 @@ def recover_all(pools: Any, action: str='rollback', *, format_id: Optional[int]=
         else:
             run.run_node_scope()
     except BaseException:
+        if scope == 'database':
+            run.complete()
         raise
     run.complete()
     return run.report
