@@ -190,6 +190,33 @@ async def test_close_goes_on_after_a_failing_pool(pg, cluster_factory, caplog):
     assert any("closing a node pool failed" in r.getMessage() for r in caplog.records)
     await pools.close()  # idempotent
 
+if not _ASYNC:  # the async close runs as a task of its own (test_async.py: a cancelled close)
+
+    @pytest.mark.parametrize("at", ["upkeep", "first pool"])
+    def test_a_ctrl_c_during_close_still_closes_every_pool(pg, cluster_factory, at):
+        # Ctrl-C while close() waits for the upkeep's threads or the first
+        # node pool's workers: the close had marked the pools closed and
+        # stopped there, the node pools after it kept their connections and
+        # workers, and every later close() returned at once.
+        app = f"{APP}-ctrl-c-close-{at}"
+        pools = new_pools(cluster_factory(nodes=NAMES), pg.dsn, connect_kwargs={"application_name": app})
+        pools.open()
+        wait_until_async(lambda: all(server_conns(pg, n, app) == 1 for n in NAMES), 10)
+        part = pools._upkeep if at == "upkeep" else pools.node_pool("RAC1")
+        name = "stop" if at == "upkeep" else "close"
+        real = getattr(part, name)
+
+        def interrupted(*args, **kwargs):
+            real(*args, **kwargs)
+            raise KeyboardInterrupt  # as its wait ends
+
+        setattr(part, name, interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            pools.close()
+        assert [pools.node_pool(n).closed for n in NAMES] == [True, True, True]
+        wait_until_async(lambda: all(server_conns(pg, n, app) == 0 for n in NAMES), 10)
+        pools.close()  # idempotent
+
 
 @pytest.mark.asyncio
 async def test_operational_errors_eject_a_killed_node(pg, cluster_factory, restart_after):

@@ -156,6 +156,26 @@ def test_close_goes_on_after_a_failing_pool(pg, cluster_factory, caplog):
     assert any(('closing a node pool failed' in r.getMessage() for r in caplog.records))
     pools.close()
 
+@pytest.mark.parametrize('at', ['upkeep', 'first pool'])
+def test_a_ctrl_c_during_close_still_closes_every_pool(pg, cluster_factory, at):
+    app = f'{APP}-ctrl-c-close-{at}'
+    pools = new_pools(cluster_factory(nodes=NAMES), pg.dsn, connect_kwargs={'application_name': app})
+    pools.open()
+    wait_until(lambda: all((server_conns(pg, n, app) == 1 for n in NAMES)), 10)
+    part = pools._upkeep if at == 'upkeep' else pools.node_pool('RAC1')
+    name = 'stop' if at == 'upkeep' else 'close'
+    real = getattr(part, name)
+
+    def interrupted(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+    setattr(part, name, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pools.close()
+    assert [pools.node_pool(n).closed for n in NAMES] == [True, True, True]
+    wait_until(lambda: all((server_conns(pg, n, app) == 0 for n in NAMES)), 10)
+    pools.close()
+
 def test_operational_errors_eject_a_killed_node(pg, cluster_factory, restart_after):
     c = cluster_factory(nodes=NAMES, health_eject_after_failures=2, health_eject_backoff='60s', health_eject_backoff_max='60s')
     with new_pools(c, pg.dsn, timeout=1.0) as pools:

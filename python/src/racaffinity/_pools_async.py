@@ -8,13 +8,14 @@ ones."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import math
 import time
 import weakref
 from collections import abc
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 import psycopg
 import psycopg_pool
@@ -1206,17 +1207,38 @@ class AsyncNodePools(Base):
             # A replacement under way stores its pool before this (closed
             # below) or, after it, sees `_closed` and makes none.
             self._closed = True
+        # A Ctrl-C (sync) in one step's wait had stopped the close there,
+        # the parts after it left open for good (a later close() returns
+        # at once, `_closed` set): it goes on to the end, then propagates,
+        # as the async close runs on after its caller's cancel.
+        interrupt: Optional[BaseException] = None
+        steps: List[Callable[[], Any]] = []
         if self._heartbeat is not None:
-            await self._heartbeat.stop()
+            steps.append(self._heartbeat.stop)
         if self._upkeep is not None:
-            await self._upkeep.stop()
+            steps.append(self._upkeep.stop)
         for pool in self._by_id:
             if pool is not None:
-                try:
-                    await pool.close(timeout=timeout)
-                except Exception:
-                    log.exception("racaffinity: closing a node pool failed")
-        await await_all(self._retiring, timeout)
+                steps.append(functools.partial(self._close_pool, pool, timeout))
+        steps.append(functools.partial(await_all, self._retiring, timeout))
+        for step in steps:
+            try:
+                await step()
+            except BaseException as e:
+                if _ASYNC:
+                    raise
+                if isinstance(e, Exception) or interrupt is not None:
+                    raise  # a second Ctrl-C stops it
+                interrupt = e
+        if interrupt is not None:
+            raise interrupt
+
+    @staticmethod
+    async def _close_pool(pool: Any, timeout: float) -> None:
+        try:
+            await pool.close(timeout=timeout)
+        except Exception:
+            log.exception("racaffinity: closing a node pool failed")
 
     async def __aenter__(self) -> AsyncNodePools:
         await self.open()

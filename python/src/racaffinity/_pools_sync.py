@@ -8,13 +8,14 @@ psycopg_pool does: edit `_pools_async.py`, then run the tool. Blocks under
 `if _ASYNC:` exist only in the async pools, their `else:` only in the sync
 ones."""
 from __future__ import annotations
+import functools
 import inspect
 import logging
 import math
 import time
 import weakref
 from collections import abc
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, Union
 import psycopg
 import psycopg_pool
 from psycopg.pq import TransactionStatus
@@ -978,17 +979,32 @@ class NodePools(Base):
     def _close(self, timeout: float) -> None:
         with self._replace_lock:
             self._closed = True
+        interrupt: Optional[BaseException] = None
+        steps: List[Callable[[], Any]] = []
         if self._heartbeat is not None:
-            self._heartbeat.stop()
+            steps.append(self._heartbeat.stop)
         if self._upkeep is not None:
-            self._upkeep.stop()
+            steps.append(self._upkeep.stop)
         for pool in self._by_id:
             if pool is not None:
-                try:
-                    pool.close(timeout=timeout)
-                except Exception:
-                    log.exception('racaffinity: closing a node pool failed')
-        wait_all(self._retiring, timeout)
+                steps.append(functools.partial(self._close_pool, pool, timeout))
+        steps.append(functools.partial(wait_all, self._retiring, timeout))
+        for step in steps:
+            try:
+                step()
+            except BaseException as e:
+                if isinstance(e, Exception) or interrupt is not None:
+                    raise
+                interrupt = e
+        if interrupt is not None:
+            raise interrupt
+
+    @staticmethod
+    def _close_pool(pool: Any, timeout: float) -> None:
+        try:
+            pool.close(timeout=timeout)
+        except Exception:
+            log.exception('racaffinity: closing a node pool failed')
 
     def __enter__(self) -> NodePools:
         self.open()
