@@ -772,3 +772,78 @@ def test_the_seed_walk_through_kill_the_primary_then_a_second_then_restart_both(
         finally:
             for name in killed:
                 pg.restart(node_index[name])
+
+
+def test_a_login_that_rotates_the_frameworks_session_id_keeps_the_node_and_the_token(cluster_factory):
+    # Java's AffinityFilter keyed affinity on the HttpSession's id, so a login
+    # that changed it (changeSessionId, against session fixation) placed the
+    # session anew. The middleware keys on its own token cookie instead: an
+    # application's session id (Django's cycle_key(), Flask-Login's
+    # session_protection) is another cookie, and rotating it changes nothing
+    # here. Over a real WSGI server (wsgiref) and HTTP, with an application
+    # that keeps server-side sessions and rotates their id at login.
+    import http.client
+    import secrets
+    import threading
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    c = cluster_factory(machines_config())
+    sessions: Dict[str, Dict[str, str]] = {}
+
+    def app(environ: Dict[str, Any], start_response: Any) -> List[bytes]:
+        sid = cookie_value(environ.get("HTTP_COOKIE"), "sessionid")
+        headers: List[Tuple[str, str]] = []
+        if sid not in sessions:
+            sid = secrets.token_hex(8)
+            sessions[sid] = {}
+            headers.append(("Set-Cookie", f"sessionid={sid}; Path=/"))
+        if environ["PATH_INFO"] == "/login":  # a fresh id for the same session's data
+            old, sid = sid, secrets.token_hex(8)
+            sessions[sid] = dict(sessions.pop(old), user="alice")
+            headers.append(("Set-Cookie", f"sessionid={sid}; Path=/"))
+        route = environ[ROUTE_KEY]
+        body = f"{route.name} {environ[TOKEN_KEY]} {sid} {sessions[sid].get('user', '-')}"
+        start_response("200 OK", [("Content-Type", "text/plain")] + headers)
+        return [body.encode()]
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = make_server("127.0.0.1", 0, WsgiTokenMiddleware(app, c), handler_class=Quiet)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+
+        def get(path: str, jar: Dict[str, str]) -> Tuple[List[str], List[str]]:
+            conn = http.client.HTTPConnection("127.0.0.1", server.server_port, timeout=10)
+            try:
+                headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in jar.items())} if jar else {}
+                conn.request("GET", path, headers=headers)
+                resp = conn.getresponse()
+                assert resp.status == 200
+                set_cookie = resp.headers.get_all("Set-Cookie") or []
+                for value in set_cookie:
+                    name, _, rest = value.partition("=")
+                    jar[name] = rest.split(";")[0]
+                return resp.read().decode().split(), [v.partition("=")[0] for v in set_cookie]
+            finally:
+                conn.close()
+
+        for client in range(6):  # several sessions: a placement anew would move most of them
+            jar: Dict[str, str] = {}
+            (node, token, sid, user), cookies = get("/", jar)
+            assert sorted(cookies) == ["RACAFFINITY_ROUTE", "sessionid"]
+            assert jar["RACAFFINITY_ROUTE"] == token and user == "-"
+            (node2, token2, sid2, user2), cookies = get("/login", jar)
+            assert sid2 != sid and jar["sessionid"] == sid2 and user2 == "alice"
+            assert cookies == ["sessionid"], f"client {client}: the login sent {cookies}"
+            assert (node2, token2) == (node, token), f"client {client} moved at its login"
+            for _ in range(2):
+                (node3, token3, sid3, user3), cookies = get("/", jar)
+                assert (node3, token3, sid3, user3, cookies) == (node, token, sid2, "alice", [])
+            # The node is the token's: the routing key is the token alone.
+            assert c.route_token(token).route.name == node
+    finally:
+        server.shutdown()
+        server.server_close()
