@@ -389,6 +389,56 @@ async def test_async_a_request_used_after_its_failure_was_refused_says_its_conne
         assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
 
 
+def test_a_request_used_after_its_block_ended_runs_nothing_on_the_returned_connection(pg, cluster_factory, req_table):
+    # The block committed and gave its connection back to the pool, but the
+    # request still held it: a statement after the block ran on a pooled
+    # connection (the next borrower's), opening a transaction there that the
+    # next borrower's COMMIT then committed with its own work.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
+        key = key_on(c, "RAC1")
+        for how in ("committed", "raised"):
+            with contextlib.suppress(ValueError):
+                with pools.request(key=key) as req:
+                    req.execute("INSERT INTO py_req VALUES (%s)", (f"in-{how}",))
+                    if how == "raised":
+                        raise ValueError("the application's own error")
+            with pytest.raises(psycopg.OperationalError, match="this request has ended"):
+                req.execute("INSERT INTO py_req VALUES (%s)", (f"late-{how}",))
+            with pytest.raises(psycopg.OperationalError, match="this request has ended"):
+                req.backend_pid
+            with pools.request(key=key) as nxt:  # max_size=1: the same connection
+                assert nxt.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                nxt.execute("INSERT INTO py_req VALUES (%s)", (f"next-{how}",))
+            assert sum(rows_of(pg, f"late-{how}").values()) == 0
+            assert sum(rows_of(pg, f"in-{how}").values()) == (how == "committed")
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
+@pytest.mark.asyncio
+async def test_async_a_request_used_after_its_block_ended_runs_nothing_on_the_returned_connection(
+    pg, cluster_factory, req_table
+):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
+        key = key_on(c, "RAC1")
+        for how in ("committed", "raised"):
+            with contextlib.suppress(ValueError):
+                async with pools.request(key=key) as req:
+                    await req.execute("INSERT INTO py_req VALUES (%s)", (f"a-in-{how}",))
+                    if how == "raised":
+                        raise ValueError("the application's own error")
+            with pytest.raises(psycopg.OperationalError, match="this request has ended"):
+                await req.execute("INSERT INTO py_req VALUES (%s)", (f"a-late-{how}",))
+            async with pools.request(key=key) as nxt:
+                assert nxt.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                await nxt.execute("INSERT INTO py_req VALUES (%s)", (f"a-next-{how}",))
+            assert sum(rows_of(pg, f"a-late-{how}").values()) == 0
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
 def test_an_application_error_leaves_the_request_usable(pg, cluster_factory, req_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:

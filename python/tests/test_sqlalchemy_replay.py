@@ -133,6 +133,27 @@ def test_a_request_used_after_its_failure_was_refused_says_its_connection_is_gon
         engine.dispose()
 
 
+def test_a_request_used_after_its_block_ended_says_so(pg, cluster_factory, sreq_table):
+    # As NodePools.request(): the block's end gave the connection back; a
+    # statement after it is refused with why (not "an earlier failure").
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=0)
+    try:
+        for how in ("committed", "raised"):
+            with contextlib.suppress(ValueError):
+                with request(engine, key=key_on(c, "RAC1")) as req:
+                    req.execute(INSERT, {"id": f"in-{how}"})
+                    if how == "raised":
+                        raise ValueError("the application's own error")
+            with pytest.raises(sa.exc.ResourceClosedError, match="this request has ended"):
+                req.execute(INSERT, {"id": f"late-{how}"})
+            assert sum(rows_of(pg, f"late-{how}").values()) == 0
+            assert sum(rows_of(pg, f"in-{how}").values()) == (how == "committed")
+        assert engine.pool.checkedout() == 0 and all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.asyncio
 async def test_the_asyncio_engine_says_so_too(pg, cluster_factory, sreq_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)

@@ -278,6 +278,9 @@ AT_START = "at start"  # nothing: its start (a borrow, a checkout) failed before
 # back, if the application caught that failure in the block and went on
 # (as the driver's closed connection says so, with its driver's error).
 GONE = "this request's connection is gone: an earlier failure of the request was not replayed"
+# What a request raises when used after its block ended: the block's end
+# gave its connection back to the pool, where it may be another's already.
+ENDED = "this request has ended: its block gave its connection back to the pool; call request() again"
 
 
 class Recorder:
@@ -297,6 +300,11 @@ class Recorder:
         self.replays = 0
         self.outcome: Optional[str] = None
         self._entered = False
+        self._ended = False
+
+    def _gone(self) -> str:
+        """Why the request has no connection (see GONE and ENDED)."""
+        return ENDED if self._ended else GONE
 
     def _enter_once(self) -> None:
         """A request runs once: its record, replays and outcome are its own

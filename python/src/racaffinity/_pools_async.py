@@ -31,7 +31,7 @@ from ._failures import is_node_failure
 from ._failures import ConnectAttempts
 from ._weak import members
 from ._pools_base import FAILED, FORKED, LIVE_NODE_POOLS, NEUTRAL, OK, Base, connect_timeout, load_error_text
-from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, GONE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
+from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
 from ._continuity import Recorder, classify_sqlstate, controls_transaction, digest_sets, outcome_queries, recover
 from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
 from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
@@ -634,7 +634,7 @@ class _AsyncRequest(Recorder):
         one once it is gone."""
         conn = self._conn
         if conn is None:
-            raise psycopg.OperationalError(GONE)
+            raise psycopg.OperationalError(self._gone())
         return conn
 
     @property
@@ -693,6 +693,12 @@ class _AsyncRequest(Recorder):
         return await _recorded_cursor(self, self._conn, query, params)
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        try:
+            await self._exit(et, ev, tb)
+        finally:
+            self._ended = True
+
+    async def _exit(self, et: Any, ev: Any, tb: Any) -> None:
         if self._pools._forked:
             # Entered in the parent before os.fork(): no COMMIT on the
             # parent's session (the connection's own exit says why).
@@ -733,7 +739,9 @@ class _AsyncRequest(Recorder):
             await conn.commit()
         self._committing = False
         self.outcome = "committed"
-        cm, self._cm = self._cm, None
+        # The connection goes back to the pool: nothing may run on it from
+        # here (`_connected`), it may be another borrower's next.
+        cm, self._cm, self._conn = self._cm, None, None
         if cm is not None:
             await cm.__aexit__(None, None, None)
 

@@ -65,7 +65,6 @@ from ._continuity import (  # noqa: E402
     COMMIT,
     DROP,
     FORCE,
-    GONE,
     REPLAY,
     RUN,
     XACT_QUERY,
@@ -1046,7 +1045,7 @@ class Request(Recorder):
         closed one once it is gone."""
         conn = self._conn
         if conn is None:
-            raise sa_exc.ResourceClosedError(GONE)
+            raise sa_exc.ResourceClosedError(self._gone())
         return conn
 
     def _checkout(self, node: Optional[int]) -> Any:
@@ -1114,6 +1113,12 @@ class Request(Recorder):
         return out
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        try:
+            self._exit(et, ev)
+        finally:
+            self._ended = True
+
+    def _exit(self, et: Any, ev: Any) -> None:
         if et is not None:
             self._drop(ev)
             return
