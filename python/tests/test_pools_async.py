@@ -883,6 +883,26 @@ async def test_a_connection_context_entered_twice_is_refused_and_leaks_nothing(p
         assert await port(pools, key=key) == pg.port["RAC1"]
 
 
+@pytest.mark.asyncio
+async def test_a_connection_context_left_twice_gives_its_connection_back_once(pg, cluster_factory):
+    # A second exit gave the connection to its pool a second time (two
+    # borrowers then shared one session) and ended the lease again.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with new_pools(c, pg.dsn, min_size=1, max_size=1, timeout=1.0) as pools:
+        key = key_on(c, "RAC1")
+        for cm in (pools.connection(), pools.connection(key=key)):
+            await aport_of(await cm.__aenter__())
+            await cm.__aexit__(None, None, None)
+            await cm.__aexit__(None, None, None)  # as psycopg_pool's connection(): nothing more
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+        async with pools.connection(key=key) as held:  # RAC1's only connection
+            with pytest.raises(psycopg_pool.PoolTimeout):
+                async with pools.connection(key=key, timeout=0.5) as other:
+                    assert other is not held, "two borrowers were handed one connection"
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+        assert await port(pools, key=key) == pg.port["RAC1"]
+
+
 @pytest.mark.parametrize("probe_timeout", [0, -1.0, float("nan")])
 def test_a_probe_timeout_not_above_zero_is_refused(pg, cluster_factory, probe_timeout):
     # 0 or less failed every probe at once: healthy nodes went Down.

@@ -679,6 +679,22 @@ def test_a_connection_context_entered_twice_is_refused_and_leaks_nothing(pg, clu
             wait_until(lambda: pool.get_stats().get('pool_available', 0) == 1, 5)
         assert port(pools, key=key) == pg.port['RAC1']
 
+def test_a_connection_context_left_twice_gives_its_connection_back_once(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    with new_pools(c, pg.dsn, min_size=1, max_size=1, timeout=1.0) as pools:
+        key = key_on(c, 'RAC1')
+        for cm in (pools.connection(), pools.connection(key=key)):
+            port_of(cm.__enter__())
+            cm.__exit__(None, None, None)
+            cm.__exit__(None, None, None)
+        assert all((n['in_flight'] == 0 for n in c.metrics()['nodes']))
+        with pools.connection(key=key) as held:
+            with pytest.raises(psycopg_pool.PoolTimeout):
+                with pools.connection(key=key, timeout=0.5) as other:
+                    assert other is not held, 'two borrowers were handed one connection'
+        assert all((n['in_flight'] == 0 for n in c.metrics()['nodes']))
+        assert port(pools, key=key) == pg.port['RAC1']
+
 @pytest.mark.parametrize('probe_timeout', [0, -1.0, float('nan')])
 def test_a_probe_timeout_not_above_zero_is_refused(pg, cluster_factory, probe_timeout):
     with pytest.raises(ValueError, match='probe_timeout'):

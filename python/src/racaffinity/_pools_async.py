@@ -176,6 +176,11 @@ def pool_kwargs(
     return extra, attempts, conns
 
 
+# What a `connection()` context holds in place of its connection once left:
+# a second exit does nothing, and a new entry is refused as for an entered one.
+_LEFT: Any = object()
+
+
 class _AsyncConnection(PoolHostLease):
     """`async with pools.connection() as conn:` — what psycopg_pool's
     `connection()` does (getconn; the connection's own context: commit on
@@ -388,7 +393,7 @@ class _AsyncConnection(PoolHostLease):
         connection to the parent (psycopg's finalizer ends a connection only
         in the process that made it); only the child's copy of the lease
         ends. A block that ends normally raises: nothing in it committed."""
-        buf, self._conn = self._buf, None
+        buf, self._conn = self._buf, _LEFT
         self._end(buf, NEUTRAL)
         if et is None:
             raise psycopg_pool.PoolClosed(f"{FORKED}; this block was entered before the fork and nothing in it was committed")
@@ -403,11 +408,17 @@ class _AsyncConnection(PoolHostLease):
         return await self._reroute(await _give_back(pool, conn), buf, pool, since)
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        conn = self._conn
+        if conn is _LEFT:
+            # Left already, as psycopg_pool's connection() a second exit does
+            # nothing: the connection is the pool's again (maybe another
+            # borrower's), and its lease ended.
+            return
         if self._pools._forked:
             self._left_after_fork(et)
             return
         pool = self._pool
-        conn = self._conn
+        self._conn = _LEFT
         # The node is blamed only when its connection itself failed (broken:
         # lost, not closed by its owner), as the SQLAlchemy pool blames an
         # invalidated connection only: an error of the same shape may come
@@ -421,11 +432,11 @@ class _AsyncConnection(PoolHostLease):
                 outcome = FAILED if conn.broken and is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
-            self._conn._racaffinity_borrowed = False
+            conn._racaffinity_borrowed = False
             if outcome == FAILED:
                 self._pools._node_failed(pool)
             try:
-                await pool.putconn(self._conn)
+                await pool.putconn(conn)
             finally:
                 buf = self._buf
                 if buf is None:  # its own host lease

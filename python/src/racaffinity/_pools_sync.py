@@ -134,6 +134,7 @@ def pool_kwargs(connect_kwargs: Mapping[str, Any], timeout: Optional[float], poo
             bound = min(bound, timeout)
         extra['check'] = _AliveCheck(attempts, bound)
     return (extra, attempts, conns)
+_LEFT: Any = object()
 
 class _Connection(PoolHostLease):
     """`with pools.connection() as conn:` — what psycopg_pool's
@@ -326,7 +327,7 @@ class _Connection(PoolHostLease):
         connection to the parent (psycopg's finalizer ends a connection only
         in the process that made it); only the child's copy of the lease
         ends. A block that ends normally raises: nothing in it committed."""
-        buf, self._conn = (self._buf, None)
+        buf, self._conn = (self._buf, _LEFT)
         self._end(buf, NEUTRAL)
         if et is None:
             raise psycopg_pool.PoolClosed(f'{FORKED}; this block was entered before the fork and nothing in it was committed')
@@ -341,11 +342,14 @@ class _Connection(PoolHostLease):
         return self._reroute(_give_back(pool, conn), buf, pool, since)
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        conn = self._conn
+        if conn is _LEFT:
+            return
         if self._pools._forked:
             self._left_after_fork(et)
             return
         pool = self._pool
-        conn = self._conn
+        self._conn = _LEFT
         outcome = OK if et is None else FAILED if conn.broken and is_node_failure(ev, pool) else NEUTRAL
         try:
             conn.__exit__(et, ev, tb)
@@ -354,11 +358,11 @@ class _Connection(PoolHostLease):
                 outcome = FAILED if conn.broken and is_node_failure(e, pool) else NEUTRAL
             raise
         finally:
-            self._conn._racaffinity_borrowed = False
+            conn._racaffinity_borrowed = False
             if outcome == FAILED:
                 self._pools._node_failed(pool)
             try:
-                pool.putconn(self._conn)
+                pool.putconn(conn)
             finally:
                 buf = self._buf
                 if buf is None:
