@@ -154,6 +154,46 @@ def test_a_request_used_after_its_block_ended_says_so(pg, cluster_factory, sreq_
         engine.dispose()
 
 
+def test_a_request_inside_route_goes_to_the_routes_node(pg, cluster_factory, sreq_table):
+    # route(key=) or route(session=) around a request's checkout, as around
+    # any checkout: the request set its own (empty) route over it and went
+    # where balancing sent it. Its own key= still wins.
+    from racaffinity.sqlalchemy import route
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=2)
+    try:
+        for name in NAMES:
+            session = next(f"s{i}" for i in range(10_000) if c.route_session(f"s{i}".encode()).name == name).encode()
+            for j, around in enumerate((lambda: route(key=key_on(c, name)), lambda: route(session=session))):
+                for i in range(3):  # balancing alone would spread them
+                    with around():
+                        with request(engine) as req:
+                            req.execute(INSERT, {"id": f"rt-{name}-{j}-{i}"})
+                    assert req.node == name, f"route #{j} around a request to {name}"
+            other = next(n for n in NAMES if n != name)
+            with route(key=key_on(c, other)):
+                with request(engine, key=key_on(c, name)) as req:
+                    req.execute(INSERT, {"id": f"own-{name}"})
+            assert req.node == name
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.asyncio
+async def test_an_asyncio_request_inside_route_goes_to_the_routes_node(pg, cluster_factory, sreq_table):
+    from racaffinity.sqlalchemy import route
+
+    async with replaying_async_engine(pg, cluster_factory) as (c, engine):
+        for name in NAMES:
+            for i in range(3):
+                with route(key=key_on(c, name)):
+                    async with request(engine) as req:
+                        await req.execute(INSERT, {"id": f"art-{name}-{i}"})
+                assert req.node == name
+
+
 @pytest.mark.asyncio
 async def test_the_asyncio_engine_says_so_too(pg, cluster_factory, sreq_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)

@@ -1049,11 +1049,19 @@ class Request(Recorder):
         return conn
 
     def _checkout(self, node: Optional[int]) -> Any:
-        token = _ROUTE.set((self._key, self._session, None) if node is None else (None, None, node))
+        # A replay's node, else the request's own key or session; without
+        # either, the `route()` around the request stays, as for any checkout.
+        if node is not None:
+            token = _ROUTE.set((None, None, node))
+        elif self._key is not None or self._session is not None:
+            token = _ROUTE.set((self._key, self._session, None))
+        else:
+            token = None
         try:
             conn = self._engine.connect()
         finally:
-            _ROUTE.reset(token)
+            if token is not None:
+                _ROUTE.reset(token)
         self._conn = conn
         rec = conn.connection._connection_record
         # The lease is the routing pool's that handed the record out: an
