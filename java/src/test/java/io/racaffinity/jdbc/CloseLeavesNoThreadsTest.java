@@ -6,8 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Cluster;
 import io.racaffinity.test.Stubs;
+import io.racaffinity.test.Threads;
 import java.sql.SQLTransientConnectionException;
-import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -23,13 +23,7 @@ import org.junit.jupiter.api.Test;
  */
 class CloseLeavesNoThreadsTest {
     private static List<String> threadsOf(String cluster) {
-        List<String> left = new ArrayList<>();
-        for (Thread t : Thread.getAllStackTraces().keySet()) {
-            if (t.isAlive() && t.getName().startsWith("racaffinity-") && t.getName().contains(cluster)) {
-                left.add(t.getName() + " (" + t.getState() + ")");
-            }
-        }
-        return left;
+        return Threads.describe(Threads.of(cluster));
     }
 
     /**

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.racaffinity.Cluster;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
+import io.racaffinity.test.Threads;
 import java.net.URL;
 import java.net.URLClassLoader;
 import java.nio.file.Files;
@@ -29,10 +30,6 @@ import org.junit.jupiter.api.extension.ExtendWith;
  */
 @ExtendWith(PgNodes.class)
 class LibraryThreadsTest {
-    static List<Thread> named(String prefix) {
-        return Thread.getAllStackTraces().keySet().stream().filter(t -> t.getName().startsWith(prefix)).toList();
-    }
-
     /** Runs {@code body} on a new thread whose context loader is a fresh (application-like) loader. */
     static ClassLoader onAppThread(ThrowingRunnable body) throws Exception {
         ClassLoader app = new URLClassLoader(new URL[0], LibraryThreadsTest.class.getClassLoader());
@@ -80,27 +77,27 @@ class LibraryThreadsTest {
     /** The child JVM's checks. */
     public static final class CleanerChild {
         public static void main(String[] args) throws Exception {
-            check(named("racaffinity-cleaner").isEmpty(), "no cleaner thread before any cluster");
+            check(Threads.named("racaffinity-cleaner").isEmpty(), "no cleaner thread before any cluster");
             AtomicReference<Cluster> a = new AtomicReference<>();
             ClassLoader app = onAppThread(() -> a.set(Cluster.fromConfig("name = reaper-a; nodes = A, B")));
-            List<Thread> cleaner = named("racaffinity-cleaner");
+            List<Thread> cleaner = Threads.named("racaffinity-cleaner");
             check(cleaner.size() == 1, "one cleaner thread while a cluster is open: " + cleaner);
             check(cleaner.get(0).getContextClassLoader() != app, "the cleaner keeps the opener's loader");
             check(cleaner.get(0).isDaemon(), "a daemon thread");
 
             Cluster b = Cluster.fromConfig("name = reaper-b; nodes = A, B");
             a.get().close();
-            check(named("racaffinity-cleaner").size() == 1, "still running while reaper-b is open");
+            check(Threads.named("racaffinity-cleaner").size() == 1, "still running while reaper-b is open");
             b.close();
-            check(named("racaffinity-cleaner").isEmpty() && !cleaner.get(0).isAlive(),
+            check(Threads.named("racaffinity-cleaner").isEmpty() && !cleaner.get(0).isAlive(),
                     "ended by the last close, before close returns");
 
             // A cluster dropped without close is still freed when collected, and the thread ends after it.
             Cluster.fromConfig("name = reaper-dropped; nodes = A");
-            check(named("racaffinity-cleaner").size() == 1, "started again");
+            check(Threads.named("racaffinity-cleaner").size() == 1, "started again");
             check(Pools.await(Duration.ofSeconds(20), () -> {
                 System.gc();
-                return named("racaffinity-cleaner").isEmpty();
+                return Threads.named("racaffinity-cleaner").isEmpty();
             }), "the dropped cluster is freed, and the thread ends with it");
             System.out.println("cleaner checks passed");
             System.exit(0);
@@ -132,11 +129,10 @@ class LibraryThreadsTest {
                     }
                 }
             });
-            assertFalse(named("racaffinity-log-loaders").isEmpty(), "the upkeep's log writer runs");
-            List<Thread> pool = named("racaffinity-pool-loaders-");
+            assertFalse(Threads.named("racaffinity-log-loaders").isEmpty(), "the upkeep's log writer runs");
+            List<Thread> pool = Threads.named("racaffinity-pool-loaders-");
             assertFalse(pool.isEmpty(), "HikariCP's threads come from the library's factory");
-            List<Thread> all = Thread.getAllStackTraces().keySet().stream()
-                    .filter(t -> t.getName().startsWith("racaffinity-")).toList();
+            List<Thread> all = Threads.named("racaffinity-");
             for (Thread t : all) {
                 assertNotSame(app, t.getContextClassLoader(), t.getName() + " keeps the request's loader");
                 assertTrue(t.isDaemon(), t.getName());
@@ -144,9 +140,10 @@ class LibraryThreadsTest {
         } finally {
             ds.close();
         }
-        assertTrue(Pools.await(Duration.ofSeconds(10), () -> named("racaffinity-pool-loaders-").isEmpty()
-                && named("racaffinity-pools-loaders").isEmpty() && named("racaffinity-log-loaders").isEmpty()),
+        assertTrue(Pools.await(Duration.ofSeconds(10), () -> Threads.named("racaffinity-pool-loaders-").isEmpty()
+                && Threads.named("racaffinity-pools-loaders").isEmpty()
+                && Threads.named("racaffinity-log-loaders").isEmpty()),
                 "the pools' threads and the upkeep's log writer end with the data source: "
-                + named("racaffinity-pool") + named("racaffinity-log-loaders"));
+                + Threads.named("racaffinity-pool") + Threads.named("racaffinity-log-loaders"));
     }
 }

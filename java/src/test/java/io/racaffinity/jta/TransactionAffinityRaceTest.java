@@ -9,6 +9,7 @@ import io.racaffinity.Lease;
 import io.racaffinity.Outcome;
 import io.racaffinity.Route;
 import io.racaffinity.test.Pools;
+import io.racaffinity.test.Threads;
 import jakarta.transaction.Status;
 import jakarta.transaction.Synchronization;
 import jakarta.transaction.Transaction;
@@ -231,13 +232,8 @@ class TransactionAffinityRaceTest {
             } finally {
                 ta.close();
             }
-            List<String> left = new ArrayList<>();
-            for (Thread t : Thread.getAllStackTraces().keySet()) {
-                if (t.isAlive() && t.getName().startsWith("racaffinity-jta-sweep-jta-closesweep")) {
-                    left.add(t.getName() + " (" + t.getState() + ")");
-                }
-            }
-            assertEquals(List.of(), left, "threads left running after close()");
+            assertEquals(List.of(), Threads.describe(Threads.named("racaffinity-jta-sweep-jta-closesweep")),
+                    "threads left running after close()");
         }
     }
 
