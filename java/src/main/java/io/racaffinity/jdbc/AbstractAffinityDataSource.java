@@ -10,8 +10,11 @@ import java.sql.SQLException;
 import java.sql.SQLNonTransientConnectionException;
 import java.sql.SQLNonTransientException;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.IdentityHashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
 import java.util.logging.Logger;
@@ -115,6 +118,14 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
 
     /** A node's state may have changed (a heartbeat moved it): act on it now, not at a tick. */
     void stateMayHaveChanged() {}
+
+    /** Adds what only this kind of data source shows to {@link #toString()}. */
+    void describe(StringBuilder sb) {}
+
+    /** The name {@link #toString()} gives the node data source class ({@code xaDataSourceClassName}). */
+    String classNameProperty() {
+        return "dataSourceClassName";
+    }
 
     /** Stops the data source's own runtime parts, first thing in {@link #close()}. */
     void stopping() {}
@@ -668,5 +679,43 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
     @Override
     public Logger getParentLogger() {
         return Logger.getLogger("io.racaffinity");
+    }
+
+    /**
+     * The configuration, one format for both data sources: {@code AffinityDataSource[cluster=orcl, nodes=[...],
+     * nodeUrls=..., dataSourceClassName=..., dataSourceProperties={...}, credentials=<set>]}. No credential shows:
+     * URLs are redacted, a secret property's value (and the user's) is {@code ****}, user and password are only
+     * said to be set.
+     */
+    @Override
+    public String toString() {
+        Redactor r = nodes.redactor();
+        StringBuilder sb = new StringBuilder(kind).append("[cluster=").append(clusterName());
+        Running<T> s = running;
+        if (s != null && !closed) {
+            try {
+                sb.append(", nodes=").append(s.cluster.nodeNames());
+            } catch (AffinityException e) {
+                // closed concurrently
+            }
+        }
+        describe(sb);
+        if (nodes.describe(sb, r, classNameProperty()) && !nodes.dataSourceProperties().isEmpty()) {
+            sb.append(", dataSourceProperties=").append(redactedProperties(r));
+        }
+        if (nodes.hasCredentials()) {
+            sb.append(", credentials=<set>");
+        }
+        return sb.append(closed ? ", closed]" : "]").toString();
+    }
+
+    private Map<String, String> redactedProperties(Redactor r) {
+        Map<String, String> m = new LinkedHashMap<>();
+        nodes.dataSourceProperties().forEach((k, v) -> {
+            String lk = k.toLowerCase(Locale.ROOT);
+            m.put(k, Redactor.isSecretKey(k) || lk.equals("user") || lk.equals("username")
+                    ? "****" : r.redact(v));
+        });
+        return Collections.unmodifiableMap(m);
     }
 }

@@ -17,10 +17,7 @@ import java.sql.SQLException;
 import java.sql.SQLNonTransientException;
 import java.sql.SQLTransientConnectionException;
 import java.sql.ShardingKeyBuilder;
-import java.util.Collections;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.Executor;
@@ -1166,36 +1163,5 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     @Override
     public boolean isWrapperFor(Class<?> iface) {
         return iface.isInstance(this) || iface == Cluster.class && !isClosed();
-    }
-
-    @Override
-    public String toString() {
-        Redactor r = nodes.redactor();
-        StringBuilder sb = new StringBuilder("AffinityDataSource[cluster=").append(clusterName());
-        Running<DataSource> s = runningOrNull();
-        if (s != null && !isClosed()) {
-            try {
-                sb.append(", nodes=").append(s.cluster.nodeNames());
-            } catch (AffinityException e) {
-                // closed concurrently
-            }
-        }
-        if (nodes.describe(sb, r, "dataSourceClassName") && !nodes.dataSourceProperties().isEmpty()) {
-            sb.append(", dataSourceProperties=").append(redactedProperties(r));
-        }
-        if (nodes.hasCredentials()) {
-            sb.append(", credentials=<set>");
-        }
-        return sb.append(isClosed() ? ", closed]" : "]").toString();
-    }
-
-    private Map<String, String> redactedProperties(Redactor r) {
-        Map<String, String> m = new LinkedHashMap<>();
-        nodes.dataSourceProperties().forEach((k, v) -> {
-            String lk = k.toLowerCase(Locale.ROOT);
-            m.put(k, Redactor.isSecretKey(k) || lk.equals("user") || lk.equals("username")
-                    ? "****" : r.redact(v));
-        });
-        return Collections.unmodifiableMap(m);
     }
 }

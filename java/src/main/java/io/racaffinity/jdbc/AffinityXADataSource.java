@@ -274,16 +274,14 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
     }
 
     @Override
-    public String toString() {
-        Redactor r = nodes.redactor();
-        StringBuilder sb = new StringBuilder("AffinityXADataSource[").append(clusterName());
+    void describe(StringBuilder sb) {
         if (!transactionAffinity) {
             sb.append(", plain balancing");
         }
-        nodes.describe(sb, r, "xaDataSourceClassName");
-        if (nodes.hasCredentials()) {
-            sb.append(", credentials=<set>");
-        }
-        return sb.append(isClosed() ? ", closed]" : "]").toString();
+    }
+
+    @Override
+    String classNameProperty() {
+        return "xaDataSourceClassName";
     }
 }

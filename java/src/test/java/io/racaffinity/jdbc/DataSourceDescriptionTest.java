@@ -33,6 +33,41 @@ class DataSourceDescriptionTest {
         }
     }
 
+    /**
+     * The two data sources describe one configuration alike: AffinityXADataSource's toString() left out the
+     * dataSourceProperties (where a pool's settings and a driver's secrets go) and started differently
+     * ({@code AffinityXADataSource[name, ...} where the other says {@code AffinityDataSource[cluster=name, ...}).
+     * Secrets stay redacted in both: the property values, the URL's inline password, user and password.
+     */
+    @Test
+    void bothDataSourcesShowTheirPropertiesAlikeWithSecretsRedacted() {
+        String props = "loginTimeout=5 | password=hunter2 | sslpassword=hunter3 | user=scott";
+        AffinityDataSource ds = new AffinityDataSource();
+        try (AffinityXADataSource xa = new AffinityXADataSource()) {
+            for (AbstractAffinityDataSource<?> d : List.of(ds, xa)) {
+                d.setConfig("name = shown; nodes = RAC1, RAC2");
+                d.setNodeUrlList(THIN);
+                d.setDataSourceClassName("org.example.NodeDataSource");
+                d.setDataSourcePropertyList(props);
+                d.setUser("scott");
+                d.setPassword("tiger2");
+            }
+            for (AbstractAffinityDataSource<?> d : List.of(ds, xa)) {
+                String shown = d.toString();
+                for (String secret : List.of("tiger", "hunter2", "hunter3", "=scott")) {
+                    assertFalse(shown.contains(secret), secret + " shows: " + shown);
+                }
+                assertTrue(shown.contains("dataSourceProperties={loginTimeout=5, password=****, sslpassword=****,"
+                        + " user=****}"), shown);
+                assertTrue(shown.contains("credentials=<set>"), shown);
+            }
+            assertEquals(ds.toString().replace("AffinityDataSource[", "AffinityXADataSource[")
+                    .replace("dataSourceClassName=", "xaDataSourceClassName="), xa.toString());
+        } finally {
+            ds.close();
+        }
+    }
+
     @Test
     void theFactoryReadsACapitalisedConfigAttributeLikeTheLowerCaseOne() throws Exception {
         Map<String, String> attrs = factoryAttributes();
