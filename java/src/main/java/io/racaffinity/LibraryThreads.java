@@ -66,7 +66,34 @@ public final class LibraryThreads {
         synchronized (STARTED) {
             live = new ArrayList<>(STARTED);
         }
-        joinAll(live, millis);
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis);
+        Long closing = CLOSING_BY.get();
+        joinUntil(live, closing != null && closing - deadline < 0 ? closing : deadline);
+    }
+
+    /** The deadline of the close under way on this thread ({@link #closingBy}), if any. */
+    private static final ThreadLocal<Long> CLOSING_BY = new ThreadLocal<>();
+
+    /**
+     * Runs {@code close} (a cluster's, typically) within a close whose owner waits for all its parts under one
+     * deadline: the library's own wait for its threads when the last cluster closes ends by then too, rather
+     * than adding its own bound after the owner's (a data source whose parts were stuck took that much longer).
+     *
+     * @param deadlineNanos the owner's deadline, in {@link System#nanoTime()}'s terms
+     * @param close what to run
+     */
+    public static void closingBy(long deadlineNanos, Runnable close) {
+        Long outer = CLOSING_BY.get();
+        CLOSING_BY.set(deadlineNanos);
+        try {
+            close.run();
+        } finally {
+            if (outer == null) {
+                CLOSING_BY.remove();
+            } else {
+                CLOSING_BY.set(outer);
+            }
+        }
     }
 
     /**
@@ -78,9 +105,19 @@ public final class LibraryThreads {
      * @param millis the whole wait's bound
      */
     public static void joinAll(List<Thread> threads, long millis) {
-        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis);
+        joinUntil(threads, System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(millis));
+    }
+
+    /**
+     * {@link #joinAll} up to a deadline shared with other waits: the close of a data source stops all its parts
+     * first, then waits for all their threads by one deadline.
+     *
+     * @param threads the threads to wait for
+     * @param deadlineNanos when the wait ends at the latest, in {@link System#nanoTime()}'s terms
+     */
+    public static void joinUntil(List<Thread> threads, long deadlineNanos) {
         for (Thread t : threads) {
-            long left = TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+            long left = TimeUnit.NANOSECONDS.toMillis(deadlineNanos - System.nanoTime());
             if (t == Thread.currentThread() || left <= 0) {
                 continue;
             }

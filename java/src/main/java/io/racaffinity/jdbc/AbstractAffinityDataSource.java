@@ -2,6 +2,7 @@ package io.racaffinity.jdbc;
 
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
+import io.racaffinity.LibraryThreads;
 import io.racaffinity.jmx.ClusterMonitor;
 import java.io.PrintWriter;
 import java.lang.System.Logger.Level;
@@ -17,6 +18,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
+import java.util.concurrent.TimeUnit;
 import java.util.logging.Logger;
 import javax.management.InstanceAlreadyExistsException;
 import javax.management.ObjectName;
@@ -127,8 +129,13 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
         return "dataSourceClassName";
     }
 
-    /** Stops the data source's own runtime parts, first thing in {@link #close()}. */
-    void stopping() {}
+    /**
+     * Stops the data source's own runtime parts, in {@link #close()} once the heartbeat was told to stop: waits for
+     * them until {@code byNanos} at most, and returns the threads to wait for further (until close()'s deadline).
+     */
+    List<Thread> stopping(long byNanos) {
+        return List.of();
+    }
 
     // ---- sealing -------------------------------------------------------------------
 
@@ -436,20 +443,7 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
                     + (on != null ? ", MBean " + on : ""));
             return r;
         } catch (SQLException | RuntimeException | Error e) {
-            stopping();
-            if (hb != null) {
-                hb.close();
-            }
-            if (upkeepLog != null) {
-                upkeepLog.close();
-            }
-            if (mbean != null) {
-                unregisterMBean(c, ownsCluster, mbean);
-            }
-            closeAll(owned);
-            if (ownsCluster) {
-                c.close();
-            }
+            stopAll(hb, upkeepLog, mbean, c, ownsCluster, owned);
             if (e instanceof SQLException) {
                 throw redactor.sql((SQLException) e, null);
             }
@@ -462,6 +456,8 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
      * data source created (not those it was given) and the cluster it built (not one
      * it was given). Idempotent. What becomes of connections still open is each data
      * source's to say ({@link AffinityDataSource#close()}, {@link AffinityXADataSource#close()}: both end them).
+     * The wait for the threads of what it stops is bounded once, 2 s in all, however many parts are stuck (in a
+     * driver, a TM, a log handler or the partition-map loader); closing the node pools it built comes on top.
      */
     @Override
     public void close() {
@@ -476,18 +472,47 @@ public abstract class AbstractAffinityDataSource<T extends CommonDataSource> imp
         if (r == null) {
             return;
         }
-        stopping();
-        if (r.heartbeat != null) {
-            r.heartbeat.close();
+        stopAll(r.heartbeat, r.upkeepLog, r.mbean, r.cluster, r.ownsCluster, r.owned);
+    }
+
+    /**
+     * How long {@link #close()} waits in all for the threads of what it stops (heartbeat, pool upkeep, JTA sweeper,
+     * log writer, and the library's wait for its threads when the last cluster closes). All are told to stop
+     * first, then waited for under this one deadline: parts stuck at once (a driver, a TM, a log handler or a
+     * partition-map loader that ignores the interrupt) cost it once, where each used to add its own 1 to 2 s.
+     */
+    static final long CLOSE_WAIT_MILLIS = 2_000;
+    /** The end of {@link #CLOSE_WAIT_MILLIS} kept for the log writer: it stops after the parts that log through it. */
+    static final long LOG_CLOSE_MILLIS = 1_000;
+    /** The end of {@link #CLOSE_WAIT_MILLIS} a writer still in a log handler gets to unwind once interrupted. */
+    static final long LOG_UNWIND_MILLIS = 500;
+
+    /** Undoes a start, under one deadline ({@link #CLOSE_WAIT_MILLIS}); null parts were not built. */
+    private void stopAll(Heartbeat hb, AsyncLog upkeepLog, ObjectName mbean, Cluster c, boolean ownsCluster,
+            List<Object> owned) {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(CLOSE_WAIT_MILLIS);
+        long partsBy = deadline - TimeUnit.MILLISECONDS.toNanos(LOG_CLOSE_MILLIS);
+        List<Thread> parts = new ArrayList<>();
+        if (hb != null) {
+            hb.stop();
         }
+        parts.addAll(stopping(partsBy));
+        if (hb != null) {
+            parts.addAll(hb.threads());
+        }
+        LibraryThreads.joinUntil(parts, partsBy);
         // After the heartbeat and the upkeep: what they logged last is written.
-        r.upkeepLog.close();
-        if (r.mbean != null) {
-            unregisterMBean(r.cluster, r.ownsCluster, r.mbean);
+        if (upkeepLog != null) {
+            upkeepLog.stop();
+            upkeepLog.awaitStop(deadline - TimeUnit.MILLISECONDS.toNanos(LOG_UNWIND_MILLIS), deadline);
         }
-        closeAll(r.owned);
-        if (r.ownsCluster) {
-            r.cluster.close();
+        LibraryThreads.joinUntil(parts, deadline);
+        if (mbean != null) {
+            unregisterMBean(c, ownsCluster, mbean);
+        }
+        closeAll(owned);
+        if (ownsCluster) {
+            LibraryThreads.closingBy(deadline, c::close);
         }
     }
 

@@ -3,6 +3,7 @@ package io.racaffinity.jdbc;
 import io.racaffinity.AffinityContext;
 import io.racaffinity.AffinityException;
 import io.racaffinity.Cluster;
+import io.racaffinity.LibraryThreads;
 import io.racaffinity.Lease;
 import io.racaffinity.Outcome;
 import io.racaffinity.Pin;
@@ -353,16 +354,20 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
     }
 
     @Override
-    void stopping() {
+    List<Thread> stopping(long byNanos) {
         PoolMaintenance m = maintenance;
+        List<Thread> upkeep = m == null ? List.of() : List.of(m.thread());
         if (m != null) {
-            m.close();
+            m.stop();
         }
         TransactionAffinity t = jta;
         if (t != null) {
-            t.close();
+            t.close(byNanos);
         }
+        // After the upkeep's last round, which may evict what is aborted here.
+        LibraryThreads.joinUntil(upkeep, byNanos);
         abortInUse();
+        return upkeep;
     }
 
     /**

@@ -1,6 +1,7 @@
 package io.racaffinity.jdbc;
 
 import io.racaffinity.Cluster;
+import io.racaffinity.LibraryThreads;
 import io.racaffinity.xa.AffinityXAConnection;
 import io.racaffinity.xa.XaRouter;
 import java.lang.reflect.InvocationTargetException;
@@ -132,10 +133,12 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
     }
 
     @Override
-    void stopping() {
+    List<Thread> stopping(long byNanos) {
         PoolMaintenance w = watch;
+        List<Thread> upkeep = w == null ? List.of() : List.of(w.thread());
         if (w != null) {
-            w.close();
+            w.stop();
+            LibraryThreads.joinUntil(upkeep, byNanos);
         }
         XaRouter x = router;
         if (x != null) {
@@ -145,6 +148,7 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
                         + " XA connection(s) open: closed (prepared branches stay for recovery)");
             }
         }
+        return upkeep;
     }
 
     /**

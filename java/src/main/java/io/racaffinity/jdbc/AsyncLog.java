@@ -3,9 +3,11 @@ package io.racaffinity.jdbc;
 import io.racaffinity.LibraryThreads;
 import java.lang.System.Logger.Level;
 import java.text.MessageFormat;
+import java.util.List;
 import java.util.ResourceBundle;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
@@ -37,6 +39,11 @@ final class AsyncLog implements AutoCloseable {
     private final AtomicLong droppedTotal = new AtomicLong();
     private final Thread writer;
     private volatile boolean closed;
+    /**
+     * Set when the writer is interrupted at close: it writes no further record. A handler that blocks on every
+     * record (a full pipe) would otherwise hold it once per record still queued, one interrupt each.
+     */
+    private volatile boolean abandoned;
 
     private static final class Entry {
         final System.Logger target;
@@ -168,6 +175,9 @@ final class AsyncLog implements AutoCloseable {
             } catch (InterruptedException ie) {
                 return;
             }
+            if (abandoned) {
+                return;
+            }
             long n = dropped.getAndSet(0);
             if (n > 0) {
                 try {
@@ -217,26 +227,38 @@ final class AsyncLog implements AutoCloseable {
 
     /**
      * Stops the writer once it wrote the records logged before; later ones are dropped. A writer stuck in a handler
-     * past {@link #CLOSE_WAIT_MILLIS} is interrupted, and waited for as long again: a handler unwinds after the
-     * interrupt (closes its socket), and an application server checking an undeployed application's threads right
-     * after close would find the writer otherwise. One that ignores the interrupt past that ends with the handler's
-     * call (a daemon thread).
+     * past {@link #CLOSE_WAIT_MILLIS} is interrupted (it writes no further record), and waited for as long again:
+     * a handler unwinds after the interrupt (closes its socket), and an application server checking an undeployed
+     * application's threads right after close would find the writer otherwise. One that ignores the interrupt past
+     * that ends with the handler's call (a daemon thread).
      */
     @Override
     public void close() {
+        stop();
+        long now = System.nanoTime();
+        long wait = TimeUnit.MILLISECONDS.toNanos(CLOSE_WAIT_MILLIS);
+        awaitStop(now + wait, now + 2 * wait);
+    }
+
+    /** {@link #close()}'s first step: later records are dropped, the writer stops after those logged before. */
+    void stop() {
         closed = true;
         if (!queue.offer(STOP)) {
             writer.interrupt();
         }
-        try {
-            writer.join(CLOSE_WAIT_MILLIS);
-            if (writer.isAlive()) {
-                writer.interrupt();
-                writer.join(CLOSE_WAIT_MILLIS);
-            }
-        } catch (InterruptedException e) {
+    }
+
+    /**
+     * Waits for the writer {@link #stop()} stopped: it is interrupted if still in a handler at {@code interruptAt},
+     * and waited for until {@code deadline} ({@link System#nanoTime()}'s terms both).
+     */
+    void awaitStop(long interruptAt, long deadline) {
+        List<Thread> writers = List.of(writer);
+        LibraryThreads.joinUntil(writers, interruptAt);
+        if (writer.isAlive()) {
+            abandoned = true;
             writer.interrupt();
-            Thread.currentThread().interrupt();
+            LibraryThreads.joinUntil(writers, deadline);
         }
     }
 }

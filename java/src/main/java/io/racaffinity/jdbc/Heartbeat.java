@@ -216,14 +216,21 @@ final class Heartbeat implements AutoCloseable {
      */
     @Override
     public void close() {
+        stop();
+        LibraryThreads.joinAll(threads(), CLOSE_WAIT_MILLIS);
+    }
+
+    /** {@link #close()}'s first step, for an owner that stops all its parts before it waits for their threads. */
+    void stop() {
         closed = true;
         timer.shutdownNow();
         probes.shutdownNow();
-        // The threads, not the executors' termination, which a worker signals before it has ended.
-        List<Thread> started;
+    }
+
+    /** The threads to wait for once stopped (not the executors' termination, which a worker signals before it ends). */
+    List<Thread> threads() {
         synchronized (threads) {
-            started = new ArrayList<>(threads);
+            return new ArrayList<>(threads);
         }
-        LibraryThreads.joinAll(started, CLOSE_WAIT_MILLIS);
     }
 }

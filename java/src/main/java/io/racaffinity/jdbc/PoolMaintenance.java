@@ -150,21 +150,30 @@ final class PoolMaintenance implements AutoCloseable {
      */
     @Override
     public void close() {
-        boolean inLoader;
+        boolean inLoader = stop();
+        LibraryThreads.joinAll(List.of(thread), inLoader ? LOADER_CLOSE_WAIT_MILLIS : 5_000);
+    }
+
+    /**
+     * {@link #close()}'s first step, for an owner that stops all its parts before it waits for their threads.
+     *
+     * @return whether the thread was in the application's loader (and was interrupted)
+     */
+    boolean stop() {
         synchronized (this) {
             closed = true;
             notifyAll();
-            inLoader = upkeepLoading;
-            if (inLoader) {
+            if (upkeepLoading) {
                 // Under the lock, so the thread is still in reload(): past the loader it only finds closed and returns.
                 thread.interrupt();
             }
+            return upkeepLoading;
         }
-        try {
-            thread.join(inLoader ? LOADER_CLOSE_WAIT_MILLIS : 5_000);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
+    }
+
+    /** The upkeep's thread, to wait for once stopped. */
+    Thread thread() {
+        return thread;
     }
 
     private void loop() {

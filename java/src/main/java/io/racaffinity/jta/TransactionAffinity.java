@@ -113,13 +113,24 @@ public final class TransactionAffinity {
      * past that ends on its own; the sweep then finds nothing left to end.
      */
     public void close() {
+        close(System.nanoTime() + java.util.concurrent.TimeUnit.MILLISECONDS.toNanos(CLOSE_WAIT_MILLIS));
+    }
+
+    /**
+     * {@link #close()} with its wait for the sweeper's thread ending at {@code deadlineNanos} rather than after
+     * {@link #CLOSE_WAIT_MILLIS}: for an owner (a data source) that stops all its parts and waits for them under one
+     * deadline, so that parts stuck at once do not each add their own wait.
+     *
+     * @param deadlineNanos when the wait ends at the latest, in {@link System#nanoTime()}'s terms
+     */
+    public void close(long deadlineNanos) {
         sweeper.shutdownNow();
         // The threads, not the executor's termination, which a worker signals before it has ended.
         java.util.List<Thread> started;
         synchronized (threads) {
             started = new java.util.ArrayList<>(threads);
         }
-        io.racaffinity.LibraryThreads.joinAll(started, CLOSE_WAIT_MILLIS);
+        io.racaffinity.LibraryThreads.joinUntil(started, deadlineNanos);
         unsynchronized.forEach((key, u) -> {
             if (unsynchronized.remove(key, u)) {
                 end(cluster, u.gtrid);

@@ -1,0 +1,257 @@
+package io.racaffinity.jdbc;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.racaffinity.test.Pools;
+import io.racaffinity.test.Stubs;
+import io.racaffinity.test.Threads;
+import jakarta.transaction.Status;
+import jakarta.transaction.Synchronization;
+import jakarta.transaction.Transaction;
+import jakarta.transaction.TransactionManager;
+import jakarta.transaction.TransactionSynchronizationRegistry;
+import java.sql.Connection;
+import java.sql.SQLTransientConnectionException;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.logging.Handler;
+import java.util.logging.Level;
+import java.util.logging.LogRecord;
+import java.util.logging.Logger;
+import javax.sql.DataSource;
+import javax.transaction.xa.XAResource;
+import org.junit.jupiter.api.Test;
+
+/**
+ * close() is bounded once, not once per part: when several parts of a data source are stuck at once (a TM, a driver
+ * and an application's partition-map loader that ignore the interrupt, a log handler that blocks), each used to get
+ * its own wait of 1 to 2 s one after the other, and close() took about 7 s. An application
+ * server undeploying an application waits on that close.
+ */
+class CloseDeadlineTest {
+    /** Generous against a loaded machine: the data source's own bound is 2 s. */
+    static final long BOUND_MILLIS = 2_500;
+
+    /** Blocks the calling thread, whatever its interrupts, until {@code release} opens. */
+    private static void stuckUntil(CountDownLatch release) {
+        boolean interrupted = false;
+        while (true) {
+            try {
+                if (release.await(60, TimeUnit.SECONDS)) {
+                    break;
+                }
+            } catch (InterruptedException e) {
+                interrupted = true; // ignored, as a driver stuck in a socket read may
+            }
+        }
+        if (interrupted) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /**
+     * The log writer's handler blocks (a full pipe) until interrupted, then takes a moment to unwind: the one
+     * part here that can end, and must have ended when close() returns.
+     */
+    private static final class BlockingHandler extends Handler {
+        final CountDownLatch held = new CountDownLatch(1);
+
+        @Override
+        public void publish(LogRecord r) {
+            if (!Thread.currentThread().getName().startsWith("racaffinity-log-closedeadline")
+                    || r.getMessage() == null || !r.getMessage().contains("heartbeat of node A missed")) {
+                return;
+            }
+            held.countDown();
+            try {
+                Thread.sleep(60_000);
+            } catch (InterruptedException e) {
+                long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(200);
+                while (System.nanoTime() < end) {
+                    Thread.onSpinWait();
+                }
+            }
+        }
+
+        @Override
+        public void flush() {}
+
+        @Override
+        public void close() {}
+    }
+
+    /** A transaction whose TM takes no synchronization (Narayana's rollback-only): the sweeper follows it. */
+    private static final class Tx implements Transaction {
+        final CountDownLatch sweeping = new CountDownLatch(1);
+        final CountDownLatch release;
+
+        Tx(CountDownLatch release) {
+            this.release = release;
+        }
+
+        @Override
+        public int getStatus() {
+            if (Thread.currentThread().getName().startsWith("racaffinity-jta-sweep-")) {
+                sweeping.countDown();
+                stuckUntil(release);
+            }
+            return Status.STATUS_MARKED_ROLLBACK;
+        }
+
+        @Override
+        public void commit() {}
+
+        @Override
+        public boolean delistResource(XAResource r, int f) {
+            return false;
+        }
+
+        @Override
+        public boolean enlistResource(XAResource r) {
+            return false;
+        }
+
+        @Override
+        public void registerSynchronization(Synchronization s) {
+            throw new IllegalStateException("rollback-only");
+        }
+
+        @Override
+        public void rollback() {}
+
+        @Override
+        public void setRollbackOnly() {}
+    }
+
+    private static final class Tsr implements TransactionSynchronizationRegistry {
+        @Override
+        public Object getTransactionKey() {
+            return "tx-closedeadline";
+        }
+
+        @Override
+        public void putResource(Object k, Object v) {}
+
+        @Override
+        public Object getResource(Object k) {
+            return null;
+        }
+
+        @Override
+        public void registerInterposedSynchronization(Synchronization s) {
+            throw new IllegalStateException("the transaction is marked rollback-only"); // as Narayana
+        }
+
+        @Override
+        public int getTransactionStatus() {
+            return Status.STATUS_MARKED_ROLLBACK;
+        }
+
+        @Override
+        public void setRollbackOnly() {}
+
+        @Override
+        public boolean getRollbackOnly() {
+            return true;
+        }
+    }
+
+    private static TransactionManager tm(Transaction tx) {
+        return Stubs.proxy(TransactionManager.class, "Tm", (p, m, a) -> switch (m.getName()) {
+            case "getTransaction" -> tx;
+            case "getStatus" -> Status.STATUS_MARKED_ROLLBACK;
+            default -> null;
+        });
+    }
+
+    @Test
+    void closeWithATmADriverALoaderAndALogHandlerStuckReturnsWithinOneBound() throws Exception {
+        CountDownLatch release = new CountDownLatch(1);
+        CountDownLatch probing = new CountDownLatch(1);
+        CountDownLatch loading = new CountDownLatch(1);
+        // The application's connections come from a stub; the heartbeat's probes fail (A) or hang (B).
+        DataSource app = Stubs.dataSource("app", Map.of(), new AtomicInteger());
+        DataSource failing = Stubs.proxy(DataSource.class, "FailingNode", (p, m, a) -> {
+            if (!Thread.currentThread().getName().startsWith("racaffinity-probe-")) {
+                return Stubs.forward(app, m, a);
+            }
+            if (m.getName().equals("getConnection")) {
+                throw new SQLTransientConnectionException("refused", "08001");
+            }
+            return null;
+        });
+        DataSource stuck = Stubs.proxy(DataSource.class, "StuckNode", (p, m, a) -> {
+            if (!Thread.currentThread().getName().startsWith("racaffinity-probe-")) {
+                return Stubs.forward(app, m, a);
+            }
+            if (m.getName().equals("getConnection")) {
+                probing.countDown();
+                stuckUntil(release);
+                throw new SQLTransientConnectionException("released", "08001");
+            }
+            return null;
+        });
+        Tx tx = new Tx(release);
+        Map<Integer, String> map = Map.of(0, "A");
+        PartitionMapLoader loader = () -> {
+            if (Thread.currentThread().getName().startsWith("racaffinity-pools-")) {
+                loading.countDown();
+                stuckUntil(release);
+            }
+            return map;
+        };
+        Map<String, DataSource> nodes = new LinkedHashMap<>();
+        nodes.put("A", failing);
+        nodes.put("B", stuck);
+        Logger jul = Logger.getLogger("io.racaffinity");
+        Level before = jul.getLevel();
+        BlockingHandler handler = new BlockingHandler();
+        jul.setLevel(Level.ALL);
+        jul.addHandler(handler);
+        AffinityDataSource ds = new AffinityDataSource();
+        try {
+            ds.setConfig("name = closedeadline; nodes = A, B; data.partitions = 1");
+            ds.setNodeDataSources(nodes);
+            ds.setHeartbeatIntervalMillis(10);
+            ds.setPartitionMapLoader(loader);
+            ds.setPartitionMapReloadMillis(10);
+            ds.setPoolMaintenanceMillis(10);
+            ds.setRegisterMBean(false);
+            ds.setTransactionSynchronizationRegistry(new Tsr());
+            ds.setTransactionManager(tm(tx));
+            ds.init();
+            try (Connection c = ds.getConnection()) {
+                c.isValid(1); // in a transaction the TM takes no synchronization for: the sweeper follows it
+            }
+            assertTrue(tx.sweeping.await(30, TimeUnit.SECONDS), "the sweeper never asked the TM");
+            assertTrue(probing.await(30, TimeUnit.SECONDS), "the heartbeat never probed B");
+            assertTrue(loading.await(30, TimeUnit.SECONDS), "the upkeep never ran the loader");
+            assertTrue(handler.held.await(30, TimeUnit.SECONDS), "the log writer never published A's miss");
+
+            long start = System.nanoTime();
+            ds.close();
+            long tookMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+
+            assertTrue(tookMillis < BOUND_MILLIS, "close() took " + tookMillis + " ms");
+            // The stuck probe, loader and sweep cannot end before they are released; every other thread has.
+            assertEquals(List.of(), Threads.describe(Threads.of("closedeadline").stream()
+                    .filter(t -> !t.getName().startsWith("racaffinity-probe-closedeadline")
+                            && !t.getName().startsWith("racaffinity-pools-closedeadline")
+                            && !t.getName().startsWith("racaffinity-jta-sweep-closedeadline")).toList()),
+                    "threads that could end are left running after close()");
+        } finally {
+            release.countDown();
+            ds.close();
+            jul.removeHandler(handler);
+            jul.setLevel(before);
+        }
+        assertTrue(Pools.await(Duration.ofSeconds(10), () -> Threads.of("closedeadline").isEmpty()),
+                "released, the stuck threads end: " + Threads.describe(Threads.of("closedeadline")));
+    }
+}
