@@ -67,6 +67,9 @@ PY
 # Unpinned pick() + release(OK) against the raw two-call path it replaced, in a JVM of its own.
 "$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --unpinned \
     | tee -a java/target/interleaved.out
+# What an XA call pays to key its Xid (XidKey.of, one JNI call), in a JVM of its own.
+"$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --xid \
+    | tee -a java/target/interleaved.out
 # Request replay's recording cost on a SELECT 1 request, wall and CPU time, in a JVM of its own.
 "$JAVA" -cp java/target/racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench 21 --replay \
     | tee -a java/target/interleaved.out

@@ -390,6 +390,12 @@ INTERLEAVED_ROWS = [  # (JBENCH_PAIR name, label, baseline label, target ratio t
     ("unpinnedPickRelease", "`pick()` + `release(OK)`, unpinned, one JNI call (interleaved)", "no-op JNI call", None),
     ("nativeUnpinnedPick", "raw `Native.contextPick` + `Native.leaseEnd`, unpinned (interleaved)", "no-op JNI call",
      None),
+    ("xaTransactionKey", "`Cluster.xaTransactionKey`: an XA call's transaction key, one JNI call, 36-byte gtrid"
+     " (interleaved)", "no-op JNI call", None),
+    ("xidKeyOf", "`XidKey.of(xid)`: what each XA resource call does to key its Xid (interleaved)", "no-op JNI call",
+     None),
+    ("xidKeyJavaFloor", "the same key's bytes built in Java, no crossing (floor for scale; interleaved)",
+     "no-op JNI call", None),
     ("replayOn/replayOff.wall", "request (connection, `SELECT 1`, COMMIT, close) with replay on, wall (interleaved)",
      "the same request, replay off", Target(1.10, "continuity")),
     ("replayOn/replayOffXid.wall", "the same, replay on: its recording alone, wall (interleaved)",

@@ -23,6 +23,7 @@ import java.util.function.LongUnaryOperator;
  * <p>Run: {@code java -cp racaffinity-0.2.0-benchmarks.jar io.racaffinity.InterleavedBench [rounds]}, and
  * with {@code [rounds] --datasource} for {@code AffinityDataSource} against bare HikariCP over the local nodes,
  * with {@code [rounds] --unpinned} for an unpinned {@code pick()} + {@code release(OK)}, with
+ * {@code [rounds] --xid} for what an XA call pays to key its Xid ({@code XidKey.of}), with
  * {@code [rounds] --replay} for request replay's recording cost on a {@code SELECT 1} request.
  * Prints a table and {@code JBENCH_PAIR <name> <ns> <baseline ns> <ratio median> <min> <max>} lines.
  */
@@ -69,6 +70,8 @@ public final class InterleavedBench {
         }
         // `--unpinned`: unpinned pick() + release(OK) against the two raw crossings it replaced, in a JVM of its own.
         boolean unpinned = args.length > 1 && args[1].equals("--unpinned");
+        // `--xid`: what an XA call pays to key its Xid (XidKey.of: one JNI call since 37fc80a), in a JVM of its own.
+        boolean xid = args.length > 1 && args[1].equals("--xid");
         if (nodes && System.getenv("RACAFF_NODE1_URL") == null) {
             throw new IllegalStateException("--datasource needs RACAFF_NODE1_URL..3 (tests/cluster/pgnodes env)");
         }
@@ -142,7 +145,9 @@ public final class InterleavedBench {
                     return acc;
                 }),
             };
-            if (unpinned) {
+            if (xid) {
+                subjects = xidSubjects(subjects[0]);
+            } else if (unpinned) {
                 // Only the noop baseline and the unpinned pair: another call site of
                 // Cluster.pick() in this JVM would change what the JIT inlines into the pinned loops.
                 List<Subject> all = new ArrayList<>(List.of(subjects[0]));
@@ -420,6 +425,58 @@ public final class InterleavedBench {
                 ds.tearDown();
             }
         }
+    }
+
+    /** A gtrid of Narayana's length (its XidImple: 36 bytes with a node name of a few characters). */
+    private static final byte[] GTRID = new byte[36];
+    private static final byte[] BQUAL = new byte[24];
+
+    static {
+        for (int i = 0; i < GTRID.length; i++) {
+            GTRID[i] = (byte) (i * 7 + 1);
+        }
+        for (int i = 0; i < BQUAL.length; i++) {
+            BQUAL[i] = (byte) (i * 3 + 2);
+        }
+    }
+
+    /** An Xid as a TM hands it over: its getters return its own arrays (the key copies them). */
+    private record BenchXid(int getFormatId, byte[] getGlobalTransactionId, byte[] getBranchQualifier)
+            implements javax.transaction.xa.Xid {}
+
+    /**
+     * {@code --xid}: the no-op JNI call, the core's transaction key ({@code Cluster.xaTransactionKey}, the JNI
+     * call), the whole {@code XidKey.of} an XA call makes, and the same key's bytes built in Java with no
+     * crossing (a floor for scale: the key is the core's, built there so every language agrees).
+     */
+    private static Subject[] xidSubjects(Subject noop) {
+        javax.transaction.xa.Xid x = new BenchXid(0x131277, GTRID, BQUAL);
+        return new Subject[] {noop,
+            new Subject("xaTransactionKey", "`Cluster.xaTransactionKey(formatId, gtrid)`, 36-byte gtrid (one JNI"
+                    + " call)", n -> {
+                long acc = 0;
+                for (long i = 0; i < n; i++) {
+                    acc += Cluster.xaTransactionKey(x.getFormatId(), x.getGlobalTransactionId()).length;
+                }
+                return acc;
+            }),
+            new Subject("xidKeyOf", "`XidKey.of(xid)`: what each XA resource call does to key its Xid", n -> {
+                long acc = 0;
+                for (long i = 0; i < n; i++) {
+                    acc += io.racaffinity.xa.XidKeyParts.of(x).hashCode();
+                }
+                return acc;
+            }),
+            new Subject("xidKeyJavaFloor", "the same key bytes built in Java, no crossing (floor for scale)", n -> {
+                long acc = 0;
+                for (long i = 0; i < n; i++) {
+                    byte[] g = x.getGlobalTransactionId();
+                    byte[] key = java.nio.ByteBuffer.allocate(4 + g.length).putInt(x.getFormatId()).put(g).array();
+                    acc += key.length + key[5];
+                }
+                return acc;
+            }),
+        };
     }
 
     /** Requests per round of {@code --replay}, as python/bench_continuity.py. */
