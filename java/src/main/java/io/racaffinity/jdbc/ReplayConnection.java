@@ -133,7 +133,7 @@ final class ReplayConnection {
         resultSets.add(false);
         stale.add(false);
         this.proxy = (Connection) Proxy.newProxyInstance(ReplayConnection.class.getClassLoader(),
-                new Class<?>[] {Connection.class}, new ObjectHandler(this, 0, Connection.class));
+                new Class<?>[] {Connection.class}, new ObjectHandler(this, 0, Connection.class, first));
         proxies.add(proxy);
     }
 
@@ -161,11 +161,17 @@ final class ReplayConnection {
         final ReplayConnection owner;
         final int id;
         final Class<?> iface;
+        /**
+         * The current node's object, for {@code Statement.cancel}, which another thread calls while a
+         * statement runs and holds the connection's lock (set under that lock, read without it).
+         */
+        volatile Object target;
 
-        ObjectHandler(ReplayConnection owner, int id, Class<?> iface) {
+        ObjectHandler(ReplayConnection owner, int id, Class<?> iface, Object target) {
             this.owner = owner;
             this.id = id;
             this.iface = iface;
+            this.target = target;
         }
 
         @Override
@@ -188,6 +194,14 @@ final class ReplayConnection {
                 // From another thread, to end a call that hangs: it must not wait for that call.
                 owner.closed = true;
                 owner.current.abort((java.util.concurrent.Executor) args[0]);
+                return null;
+            }
+            if (id != 0 && args == null && method.getName().equals("cancel") && !owner.closed
+                    && target instanceof Statement s) {
+                // JDBC: another thread ends a statement that runs with cancel(), so it must not wait
+                // for that statement's lock. Not recorded: a replay never cancels what it runs again
+                // (a cancel that comes while a replay runs reaches the failed node's statement only).
+                s.cancel();
                 return null;
             }
             synchronized (owner) {
@@ -468,6 +482,10 @@ final class ReplayConnection {
         ids.remove(targets.get(id));
         targets.set(id, target);
         ids.put(target, id);
+        Object p = proxies.get(id);
+        if (p != null) {
+            ((ObjectHandler) Proxy.getInvocationHandler(p)).target = target;
+        }
     }
 
     private Object wrapUnrecorded(Object result) {
@@ -508,7 +526,7 @@ final class ReplayConnection {
             iface = PreparedStatement.class;
         }
         Object p = Proxy.newProxyInstance(ReplayConnection.class.getClassLoader(), new Class<?>[] {iface},
-                new ObjectHandler(this, id, iface));
+                new ObjectHandler(this, id, iface, target));
         proxies.set(id, p);
         return p;
     }
