@@ -281,7 +281,14 @@ final class ReplayConnection {
                 case "releaseSavepoint":
                 case "setNetworkTimeout":
                     notReplayable(name);
-                    return invoke(current, method, args);
+                    try {
+                        return invoke(current, method, args);
+                    } catch (SQLException e) {
+                        // Not recorded, but a failure of it is the request's like any other's: walked,
+                        // so that it surfaces with its typed refusal (a savepoint's SAVEPOINT on a
+                        // connection that failed: NOT_REPLAYABLE), not as the driver's bare error.
+                        return recover(e, new Call(0, method, args, -1, 0), false);
+                    }
                 default:
                     break;
             }

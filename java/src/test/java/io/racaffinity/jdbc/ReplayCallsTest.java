@@ -8,6 +8,7 @@ import static io.racaffinity.jdbc.ReplayFixture.resetTable;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.total;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Continuity.Refusal;
@@ -62,6 +63,17 @@ class ReplayCallsTest {
         }
     }
 
+    /** Ends, from a session of its own, the backends of node {@code node} idle in a transaction. */
+    private static void endOpenTransactions(int node) throws SQLException {
+        try (Connection d = DriverManager.getConnection(PgNodes.url(node), "postgres", "");
+                Statement t = d.createStatement();
+                ResultSet rs = t.executeQuery("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
+                        + " WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()")) {
+            rs.next();
+            assertTrue(rs.getInt(1) > 0, "a transaction was open on node " + node);
+        }
+    }
+
     @Test
     void aStatementIsCancelledFromAnotherThreadWhileItRuns() throws Exception {
         AffinityDataSource ds = ds("calls-cancel");
@@ -103,5 +115,19 @@ class ReplayCallsTest {
         }
         assertEquals(0, total(rowsOf("cancel1")), "rolled back");
         assertEquals(1, total(rowsOf("cancel2")), "the connection goes on after the cancel");
+    }
+
+    @Test
+    void aSavepointOnAFailedConnectionSurfacesTheTypedRefusal() throws Exception {
+        AffinityDataSource ds = ds("calls-savepoint");
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "sp1");
+            endOpenTransactions(1);
+            // The docs: a savepoint makes the request not replayable, and a refusal carries its cause.
+            SQLException e = assertThrows(SQLException.class, c::setSavepoint);
+            assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), "typed refusal of " + e);
+        }
+        assertEquals(0, total(rowsOf("sp1")));
     }
 }
