@@ -121,6 +121,11 @@ final class ReplayConnection {
     /** Recovery walks running on this connection: a replay's own failure begins one inside the first. */
     private int depth;
     private volatile boolean closed;
+    /**
+     * A COMMIT found committed left no node connection (no node took the session then): the next
+     * call takes one. The request succeeded, so commit() answers so, whatever becomes of the session.
+     */
+    private boolean detached;
 
     private ReplayConnection(AffinityDataSource owner, AffinityConnection first, String user, String password) {
         this.owner = owner;
@@ -213,6 +218,13 @@ final class ReplayConnection {
     private Object call(Object p, int id, Method method, Object[] args) throws Throwable {
         String name = method.getName();
         int argc = args == null ? 0 : args.length;
+        if (detached && !closed && !name.equals("close") && !name.equals("isClosed")
+                && !(id == 0 && (name.equals("getAutoCommit") || name.equals("isValid")))) {
+            // Nothing of the request is lost: its COMMIT committed, and what sets the session up is
+            // run again on the connection taken now; no node: the error a getConnection() would give.
+            reattach(-1);
+            detached = false;
+        }
         if (id == 0) {
             if (closed && !name.equals("close") && !name.equals("isClosed") && !name.equals("isValid")
                     && !name.equals("unwrap") && !name.equals("isWrapperFor")) {
@@ -226,7 +238,7 @@ final class ReplayConnection {
                     close();
                     return null;
                 case "isClosed":
-                    return closed || current.isClosed();
+                    return closed || (!detached && current.isClosed());
                 case "commit":
                     commit();
                     return null;
@@ -818,7 +830,14 @@ final class ReplayConnection {
                 LOG.log(Level.DEBUG, () -> "AffinityDataSource " + cluster.name() + ": the COMMIT in flight committed;"
                         + " not replayed");
                 compact();
-                reattach(-1);
+                try {
+                    reattach(-1);
+                } catch (SQLException noSession) {
+                    // The request succeeded: an error here would have the application run it again.
+                    detached = true;
+                    LOG.log(Level.DEBUG, () -> "AffinityDataSource " + cluster.name() + ": no connection after"
+                            + " the COMMIT found committed (" + noSession.getMessage() + "); the next call takes one");
+                }
                 return null;
             }
             if (step.action() == Action.GIVE_UP) {

@@ -8,17 +8,23 @@ import static io.racaffinity.jdbc.ReplayFixture.resetTable;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.total;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.racaffinity.Cluster;
 import io.racaffinity.Continuity.Refusal;
+import io.racaffinity.NodeState;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
+import io.racaffinity.testsupport.FaultProxy;
+import io.racaffinity.testsupport.FaultProxy.Hold;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
@@ -129,5 +135,53 @@ class ReplayCallsTest {
             assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), "typed refusal of " + e);
         }
         assertEquals(0, total(rowsOf("sp1")));
+    }
+
+    @Test
+    void aCommitFoundCommittedSucceedsThoughNoNodeTakesTheSessionAtOnce() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = ReplayFixture.throughProxy(proxy, c -> {});
+            AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-reattach", true);
+            // No node is picked while every one is Down: the session has nowhere to go after the COMMIT.
+            ds.setConfig("name = calls-reattach; " + ReplayFixture.NODES + "; panic = fail");
+            Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+            c.setAutoCommit(false);
+            insert(c, "re1");
+            Hold hold = proxy.holdNextCommitReply();
+            CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
+                try {
+                    c.commit();
+                    return null;
+                } catch (SQLException e) {
+                    return e;
+                }
+            });
+            assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+            Cluster cluster = ds.getCluster();
+            for (String n : NAMES) {
+                cluster.setNodeState(n, NodeState.DOWN);
+            }
+            hold.release(); // the COMMIT ran; its answer never comes
+            SQLException e = committing.get(60, TimeUnit.SECONDS);
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("re1"), "committed once");
+            assertEquals(1, ds.getReplayCounts().committedAlready(), String.valueOf(ds.getReplayCounts()));
+            // Found committed: the request succeeded, and an error here would have the application
+            // run it again (a second commit), whatever becomes of the session after it.
+            assertNull(e, "commit() of a COMMIT found committed failed: " + e);
+            assertTrue(!c.isClosed(), "the connection is the application's until it closes it");
+            SQLException down = assertThrows(SQLException.class, () -> insert(c, "re2"),
+                    "no node takes the next transaction");
+            assertNull(refusalOf(down), "nothing of it was replayed or refused: " + down);
+            for (String n : NAMES) {
+                cluster.setNodeState(n, NodeState.UP);
+            }
+            c.rollback();
+            insert(c, "re3"); // a new transaction, on a node that takes it
+            c.commit();
+            c.close();
+            assertEquals(0, total(rowsOf("re2")));
+            assertEquals(1, total(rowsOf("re3")));
+            cluster.nodeMetrics().forEach(m -> assertEquals(0, m.inFlight(), m.name() + ": leases released"));
+        }
     }
 }
