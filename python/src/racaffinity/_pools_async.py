@@ -410,9 +410,9 @@ class _AsyncConnection(PoolHostLease):
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         conn = self._conn
         if conn is _LEFT:
-            # Left already, as psycopg_pool's connection() a second exit does
-            # nothing: the connection is the pool's again (maybe another
-            # borrower's), and its lease ended.
+            # Left already: as with psycopg_pool's connection(), a second exit
+            # does nothing. The connection is the pool's again (maybe another
+            # borrower's), and its lease has ended.
             return
         if self._pools._forked:
             self._left_after_fork(et)
