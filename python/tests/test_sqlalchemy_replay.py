@@ -194,6 +194,42 @@ async def test_an_asyncio_request_inside_route_goes_to_the_routes_node(pg, clust
                 assert req.node == name
 
 
+def test_only_the_requests_own_failure_blames_its_node(pg, cluster_factory, sreq_table, proxies):
+    # A node-failure-shaped error leaving a request's block (a nested
+    # request's lost connection, a refused connect to another service)
+    # invalidated the request's own healthy connection with it, and the
+    # request's node was counted failed: ejected after two.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES, health_eject_after_failures=2)
+    ports = dict(pg.port, RAC1=proxies["RAC1"].port)
+    k1, k2, k3 = (key_on(c, n) for n in NAMES)
+    for replay in (False, True):
+        engine = create_engine(c, urls(pg, ports), replay=replay, pool_size=1, max_overflow=1)
+        try:
+            if not replay:  # a nested request whose own node fails (replayed, it would not raise)
+                for i in range(2):
+                    with pytest.raises(sa.exc.OperationalError):
+                        with request(engine, key=k2) as outer:
+                            outer.execute(INSERT, {"id": f"outer-{i}"})
+                            with request(engine, key=k1) as inner:
+                                inner.execute(INSERT, {"id": f"inner-{i}"})
+                                proxies["RAC1"].reset()  # RAC1's connections reset
+                                time.sleep(0.2)
+                                inner.execute(COUNT, {"id": "x"})
+                    proxies["RAC1"].heal()
+            for i in range(2):
+                with pytest.raises(psycopg.OperationalError):
+                    with request(engine, key=k3) as req:
+                        req.execute(INSERT, {"id": f"other-{replay}-{i}"})
+                        psycopg.connect("host=127.0.0.1 port=1 connect_timeout=2")  # another service
+            failures = {n["name"]: n["failures"] for n in c.metrics()["nodes"]}
+            assert failures == {"RAC1": 2, "RAC2": 0, "RAC3": 0}, f"replay={replay}"
+            assert c.node_state("RAC2") is ra.NodeState.UP and c.node_state("RAC3") is ra.NodeState.UP
+            assert sum(rows_of(pg, "outer-0").values()) == 0 and sum(rows_of(pg, f"other-{replay}-0").values()) == 0
+            assert engine.pool.checkedout() == 0 and all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+        finally:
+            engine.dispose()
+
+
 @pytest.mark.asyncio
 async def test_the_asyncio_engine_says_so_too(pg, cluster_factory, sreq_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)

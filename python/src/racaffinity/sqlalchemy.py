@@ -990,6 +990,27 @@ def _in_transaction(conn: Any) -> bool:
     return status is None or int(status) != 0
 
 
+def _session_lost(conn: Any) -> bool:
+    """Whether the driver's connection under `conn` is lost (psycopg:
+    closed or broken; psycopg2: closed), so that an error of a lost
+    connection that ends the request is its own: one of that shape may come
+    from anywhere in the block (a nested request's node, a connect to
+    another service), and blaming it on this healthy connection would
+    count its node failed. True for a driver that does not tell; False once
+    SQLAlchemy invalidated it, which blamed its own error already."""
+    try:
+        driver = _driver(conn)
+    except Exception:
+        return False
+    if driver is None:
+        return False
+    closed = getattr(driver, "closed", None)
+    broken = getattr(driver, "broken", None)
+    if closed is None and broken is None:
+        return True
+    return bool(closed or broken)
+
+
 class Request(Recorder):
     """`with request(engine) as req:` — one transaction on the node the
     core routes to, whose statements (`req.execute(statement, params)`)
@@ -1160,7 +1181,12 @@ class Request(Recorder):
         if conn is None:
             return
         try:
-            if e is not None and not isinstance(e, ResultsDiffer) and _error_class(e) is ErrorClass.RECOVERABLE:
+            if (
+                e is not None
+                and not isinstance(e, ResultsDiffer)
+                and _error_class(e) is ErrorClass.RECOVERABLE
+                and _session_lost(conn)
+            ):
                 conn.invalidate(e)
         except Exception:
             pass
