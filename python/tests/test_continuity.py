@@ -755,6 +755,47 @@ def test_replay_refuses_autocommit_connections(pg, cluster_factory, dup_table):
         assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
 
 
+def test_a_replay_never_runs_on_a_connection_left_in_autocommit(pg, cluster_factory, req_table):
+    # psycopg_pool gives a connection back as its borrower left it: one set to
+    # autocommit by other code served the replay, whose recorded statements
+    # then committed one by one as they ran, so the application's own
+    # exception after the replay rolled nothing back.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
+        for name in ("RAC2", "RAC3"):  # where a replay of RAC1's request may go
+            with pools.connection(key=key_on(c, name)) as conn:
+                conn.autocommit = True  # e.g. for a VACUUM
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_req VALUES ('ac1')")
+                terminate(pg, "RAC1", req.backend_pid)
+                req.execute("INSERT INTO py_req VALUES ('ac2')")  # fails: a replay would commit as it ran
+                raise ValueError("the application's own error: nothing may be committed")
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert [sum(rows_of(pg, rid).values()) for rid in ("ac1", "ac2")] == [0, 0]
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
+@pytest.mark.asyncio
+async def test_async_a_replay_never_runs_on_a_connection_left_in_autocommit(pg, cluster_factory, req_table):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
+        for name in ("RAC2", "RAC3"):
+            async with pools.connection(key=key_on(c, name)) as conn:
+                await conn.set_autocommit(True)
+        with pytest.raises(psycopg.OperationalError) as info:
+            async with pools.request(key=key_on(c, "RAC1")) as req:
+                await req.execute("INSERT INTO py_req VALUES ('aac1')")
+                terminate(pg, "RAC1", req.backend_pid)
+                await req.execute("INSERT INTO py_req VALUES ('aac2')")
+                raise ValueError("the application's own error: nothing may be committed")
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert [sum(rows_of(pg, rid).values()) for rid in ("aac1", "aac2")] == [0, 0]
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
 @pytest.mark.parametrize(
     "statement",
     ["COMMIT", "end", "/* the application's */ commit work", "COMMIT; BEGIN", "ROLLBACK; BEGIN", "PREPARE TRANSACTION 'py_dup'"],

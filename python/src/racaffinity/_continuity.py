@@ -327,6 +327,12 @@ class ResultsDiffer(Exception):
     """A replayed statement answered otherwise than the original did."""
 
 
+class _CommitsAsItRuns(Exception):
+    """The replay's connection is in autocommit: left so by other code (a
+    pool gives a connection back as its borrower left it), it would commit
+    each recorded statement as it runs, and nothing after could be rolled back."""
+
+
 def digest(rowcount: int, rows: Optional[Sequence[Any]]) -> Tuple[int, Optional[bytes]]:
     """What a statement answered, compared on a replay: its row count and a
     digest of its rows (None: it returned none)."""
@@ -449,6 +455,8 @@ def recover(
         req._node = step.node
         try:
             yield REPLAY, step.node
+            if not req._replayable:  # what the binding saw of the new connection
+                raise _CommitsAsItRuns()
             for statement, answered in list(req._recorded):
                 _result, again = yield RUN, statement
                 if again != answered:
@@ -465,5 +473,8 @@ def recover(
         except ResultsDiffer as d:
             yield DROP, d
             raise original from _refused(original, None, "results_differ")
+        except _CommitsAsItRuns as a:
+            yield DROP, a
+            raise original from _refused(original, ReplayRefusal.NOT_REPLAYABLE)
         except Exception as e2:
             e = e2  # the core decides again: the replay's own commit, or no second replay
