@@ -114,6 +114,8 @@ final class ReplayConnection {
     private final Map<Object, Integer> ids = new IdentityHashMap<>();
     /** Statements prepared with SQL that commits the transaction (their execution's outcome is a COMMIT's). */
     private final Set<Integer> committingStatements = new HashSet<>();
+    /** Where the calls of the transaction under way begin in {@link #log} (what compaction kept comes before). */
+    private int txStart;
     private boolean replayable = true;
     private String why;
     private boolean autoCommit = true;
@@ -382,6 +384,8 @@ final class ReplayConnection {
             autoCommit = (Boolean) args[0];
             if (autoCommit && !was) {
                 compact(); // JDBC: switching auto-commit on commits the transaction
+            } else if (!autoCommit && was) {
+                txStart = log.size(); // what auto-commit mode set is the session's, never rolled back
             }
         }
         if (id != 0 && autoCommit && name.startsWith("execute")) {
@@ -680,6 +684,7 @@ final class ReplayConnection {
         java.util.Collections.reverse(kept);
         log.clear();
         log.addAll(kept);
+        txStart = log.size();
         for (int i = 1; i < resultSets.size(); i++) {
             if (resultSets.get(i)) {
                 stale.set(i, true);
@@ -757,10 +762,32 @@ final class ReplayConnection {
             // elsewhere, with the session's setup only (the record of the transaction would run
             // its statements again on the new connection, and the next commit commit them).
             drop();
+            rolledBack();
             compact();
             reattach(-1);
         }
+        rolledBack();
         compact();
+    }
+
+    /**
+     * The transaction under way was rolled back. PostgreSQL rolls back the session settings its
+     * driver sent as SQL inside it ({@code setSchema}'s and {@code setClientInfo}'s {@code SET}), so
+     * a replay must not make them: it would run the next transactions under a setting the session
+     * no longer has (another schema's tables). The setting made before the transaction, if any,
+     * stays recorded, which is what the session went back to.
+     */
+    private void rolledBack() {
+        if (!isPostgres()) {
+            return;
+        }
+        for (int i = log.size() - 1; i >= txStart; i--) {
+            Call c = log.get(i);
+            String name = c.method.getName();
+            if (c.target == 0 && (name.equals("setSchema") || name.equals("setClientInfo"))) {
+                log.remove(i);
+            }
+        }
     }
 
     private void close() throws SQLException {
@@ -816,6 +843,7 @@ final class ReplayConnection {
                 // application's error, and the connection goes on. A COMMIT that failed so ended
                 // the transaction (rolled back): nothing of it is replayed later.
                 if (then == null) {
+                    rolledBack();
                     compact();
                 }
                 throw refused(original, Refusal.NOT_RECOVERABLE, null);

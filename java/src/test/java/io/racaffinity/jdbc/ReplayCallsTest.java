@@ -184,4 +184,63 @@ class ReplayCallsTest {
             cluster.nodeMetrics().forEach(m -> assertEquals(0, m.inFlight(), m.name() + ": leases released"));
         }
     }
+
+    /** Node name → rows with id {@code id} in {@code alt.java_req}. */
+    private static Map<String, Integer> altRowsOf(String id) throws SQLException {
+        Map<String, Integer> out = new java.util.LinkedHashMap<>();
+        for (int i = 1; i <= 3; i++) {
+            try (Connection d = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    java.sql.PreparedStatement s = d.prepareStatement("SELECT count(*) FROM alt.java_req WHERE id = ?")) {
+                s.setString(1, id);
+                try (ResultSet rs = s.executeQuery()) {
+                    rs.next();
+                    out.put(NAMES.get(i - 1), rs.getInt(1));
+                }
+            }
+        }
+        return out;
+    }
+
+    private static void altTable() throws SQLException {
+        for (int i = 1; i <= 3; i++) {
+            try (Connection d = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    Statement t = d.createStatement()) {
+                t.execute("CREATE SCHEMA IF NOT EXISTS alt");
+                t.execute("CREATE TABLE IF NOT EXISTS alt.java_req (id text PRIMARY KEY)");
+                t.execute("TRUNCATE alt.java_req");
+            }
+        }
+    }
+
+    @Test
+    void aSchemaSetInATransactionRolledBackDoesNotHoldOnALaterReplay() throws Exception {
+        altTable();
+        AffinityDataSource ds = ds("calls-schema-rollback");
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            c.setSchema("alt");
+            c.rollback(); // PostgreSQL: the SET the driver sent is rolled back with the transaction
+            insert(c, "sch1"); // so this goes to public.java_req
+            endOpenTransactions(1);
+            try {
+                c.commit();
+            } catch (SQLException e) {
+                assertTrue(refusalOf(e) != null, "a refusal is typed: " + e);
+            }
+        }
+        assertEquals(0, total(altRowsOf("sch1")), "written where the application's session never wrote");
+        assertEquals(1, total(rowsOf("sch1")), "replayed where the session wrote");
+        // Set in auto-commit mode, the schema is the session's: a rollback later leaves it.
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setSchema("alt");
+            c.setAutoCommit(false);
+            insert(c, "sch2-rolled-back");
+            c.rollback();
+            insert(c, "sch2");
+            endOpenTransactions(1);
+            c.commit();
+        }
+        assertEquals(1, total(altRowsOf("sch2")), "replayed under the schema the session had");
+        assertEquals(0, total(rowsOf("sch2")));
+    }
 }
