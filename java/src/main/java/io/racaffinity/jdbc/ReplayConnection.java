@@ -278,6 +278,14 @@ final class ReplayConnection {
                         // read): commit() first, whose outcome is established before any replay;
                         // the driver's setAutoCommit then finds no transaction to commit.
                         commit();
+                        if (detached) {
+                            // Committed, with no node connection since: the next one is set up in
+                            // auto-commit mode, as the application asked.
+                            log.add(new Call(0, method, kept(args), -1, 0));
+                            autoCommit = true;
+                            compact();
+                            return null;
+                        }
                     }
                     break;
                 case "isValid":

@@ -185,6 +185,44 @@ class ReplayCallsTest {
         }
     }
 
+    @Test
+    void aSetAutoCommitWhoseCommitIsFoundCommittedSucceedsThoughNoNodeTakesTheSessionAtOnce() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = ReplayFixture.throughProxy(proxy, c -> {});
+            AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-reattach-ac", true);
+            ds.setConfig("name = calls-reattach-ac; " + ReplayFixture.NODES + "; panic = fail");
+            Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+            c.setAutoCommit(false);
+            insert(c, "ra1");
+            Hold hold = proxy.holdNextCommitReply();
+            CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
+                try {
+                    c.setAutoCommit(true); // JDBC: commits the transaction
+                    return null;
+                } catch (SQLException e) {
+                    return e;
+                }
+            });
+            assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+            Cluster cluster = ds.getCluster();
+            for (String n : NAMES) {
+                cluster.setNodeState(n, NodeState.DOWN);
+            }
+            hold.release();
+            SQLException e = committing.get(60, TimeUnit.SECONDS);
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("ra1"), "committed once");
+            assertNull(e, "setAutoCommit(true) whose COMMIT was found committed failed: " + e);
+            assertTrue(c.getAutoCommit());
+            for (String n : NAMES) {
+                cluster.setNodeState(n, NodeState.UP);
+            }
+            insert(c, "ra2"); // auto-commit, as the application set it: committed by itself
+            assertEquals(1, total(rowsOf("ra2")), "auto-committed");
+            c.close();
+            cluster.nodeMetrics().forEach(m -> assertEquals(0, m.inFlight(), m.name() + ": leases released"));
+        }
+    }
+
     /** Node name → rows with id {@code id} in {@code alt.java_req}. */
     private static Map<String, Integer> altRowsOf(String id) throws SQLException {
         Map<String, Integer> out = new java.util.LinkedHashMap<>();
