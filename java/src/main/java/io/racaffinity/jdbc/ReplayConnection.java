@@ -124,8 +124,9 @@ final class ReplayConnection {
     private int depth;
     private volatile boolean closed;
     /**
-     * A COMMIT found committed left no node connection (no node took the session then): the next
-     * call takes one. The request succeeded, so commit() answers so, whatever becomes of the session.
+     * A COMMIT found committed, or a rollback whose connection failed, left no node connection (no
+     * node took the session then): the next call takes one. The transaction ended as the call asked,
+     * so the call answers so, whatever becomes of the session.
      */
     private boolean detached;
 
@@ -772,7 +773,13 @@ final class ReplayConnection {
             drop();
             rolledBack();
             compact();
-            reattach(-1);
+            try {
+                reattach(-1);
+            } catch (SQLException noSession) {
+                // Rolled back all the same: the next call takes a node connection, as after a COMMIT
+                // found committed. Thrown here, the connection stayed on the one given back.
+                detached = true;
+            }
         }
         rolledBack();
         compact();

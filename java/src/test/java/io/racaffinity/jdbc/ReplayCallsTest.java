@@ -223,6 +223,30 @@ class ReplayCallsTest {
         }
     }
 
+    @Test
+    void aRollbackWhoseConnectionFailedWithNoNodeToTakeTheSessionLeavesTheConnectionUsable() throws Exception {
+        AffinityDataSource ds = ds("calls-rollback-detached");
+        ds.setConfig("name = calls-rollback-detached; " + ReplayFixture.NODES + "; panic = fail");
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "rb1");
+            endOpenTransactions(1);
+            Cluster cluster = ds.getCluster();
+            for (String n : NAMES) {
+                cluster.setNodeState(n, NodeState.DOWN);
+            }
+            // The transaction is gone with its connection, which is what a rollback wants.
+            c.rollback();
+            for (String n : NAMES) {
+                cluster.setNodeState(n, NodeState.UP);
+            }
+            insert(c, "rb2");
+            c.commit();
+        }
+        assertEquals(0, total(rowsOf("rb1")));
+        assertEquals(1, total(rowsOf("rb2")), "the connection goes on once a node takes it");
+    }
+
     /** Node name → rows with id {@code id} in {@code alt.java_req}. */
     private static Map<String, Integer> altRowsOf(String id) throws SQLException {
         Map<String, Integer> out = new java.util.LinkedHashMap<>();
