@@ -946,10 +946,15 @@ final class ReplayConnection {
     private static SQLException refused(SQLException original, Refusal refusal, String detail) {
         ReplayRefusedException cause = new ReplayRefusedException(refusal, detail);
         if (original.getCause() == null) {
-            original.initCause(cause);
-        } else {
-            original.addSuppressed(cause);
+            try {
+                original.initCause(cause);
+                return original;
+            } catch (IllegalStateException causeSet) {
+                // Made with an explicit null cause (new SQLException(reason, state, null), as drivers
+                // write it when they have none): that counts as set, and initCause refuses.
+            }
         }
+        original.addSuppressed(cause);
         return original;
     }
 

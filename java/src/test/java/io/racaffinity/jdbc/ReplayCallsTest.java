@@ -247,6 +247,43 @@ class ReplayCallsTest {
         assertEquals(1, total(rowsOf("rb2")), "the connection goes on once a node takes it");
     }
 
+    @Test
+    void aRefusedErrorWhoseDriverGaveItANullCauseCarriesTheRefusal() throws Exception {
+        pools = new Pools(NAMES, c -> {});
+        boolean[] failNext = {false};
+        Map<String, javax.sql.DataSource> nodes = new java.util.LinkedHashMap<>();
+        for (String name : NAMES) {
+            javax.sql.DataSource h = pools.get(name);
+            nodes.put(name, (javax.sql.DataSource) java.lang.reflect.Proxy.newProxyInstance(getClass().getClassLoader(),
+                    new Class<?>[] {javax.sql.DataSource.class}, (p, m, a) -> {
+                        Object r = io.racaffinity.test.Stubs.forward(h, m, a);
+                        if (!(r instanceof Connection c)) {
+                            return r;
+                        }
+                        return java.lang.reflect.Proxy.newProxyInstance(getClass().getClassLoader(),
+                                new Class<?>[] {Connection.class}, (p2, m2, a2) -> {
+                                    if (m2.getName().equals("prepareStatement") && failNext[0]) {
+                                        failNext[0] = false;
+                                        // As drivers write it when they have no cause: the cause is set, to null.
+                                        throw new SQLException("the connection was lost", "08006", (Throwable) null);
+                                    }
+                                    return io.racaffinity.test.Stubs.forward(c, m2, a2);
+                                });
+                    }));
+        }
+        AffinityDataSource ds = ReplayFixture.dataSource(pools, nodes, "calls-null-cause", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "nc1");
+            c.getMetaData(); // the request is not replayable from now on
+            failNext[0] = true;
+            SQLException e = assertThrows(SQLException.class, () -> insert(c, "nc2"));
+            assertEquals("08006", e.getSQLState(), "the original error: " + e);
+            assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), "typed: " + e);
+        }
+        assertEquals(0, total(rowsOf("nc1")));
+    }
+
     /** Node name → rows with id {@code id} in {@code alt.java_req}. */
     private static Map<String, Integer> altRowsOf(String id) throws SQLException {
         Map<String, Integer> out = new java.util.LinkedHashMap<>();
