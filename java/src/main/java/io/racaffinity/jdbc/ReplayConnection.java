@@ -86,6 +86,9 @@ final class ReplayConnection {
     /** Reads of a text's transaction control from the library, for tests. */
     private static final LongAdder CONTROL_READS = new LongAdder();
 
+    /** What a result set's calls write to the database (the update* calls only fill its row). */
+    private static final Set<String> WRITES_THROUGH_RESULT_SET = Set.of("updateRow", "insertRow", "deleteRow");
+
     /** One recorded call: on object {@code target}, creating object {@code created} or answering {@code hash}. */
     private record Call(int target, Method method, Object[] args, int created, long hash) {}
 
@@ -337,7 +340,23 @@ final class ReplayConnection {
             return proxies.get(creators.get(id));
         } else if (stale.get(id)) {
             // A result set of a finished transaction: read in memory, not recorded.
-            return wrapUnrecorded(invoke(targets.get(id), method, args));
+            if (!WRITES_THROUGH_RESULT_SET.contains(name)) {
+                return wrapUnrecorded(invoke(targets.get(id), method, args));
+            }
+            // But its updateRow (insertRow, deleteRow) writes in the transaction under way, and a
+            // replay without it would commit that transaction without the write: not replayable. In
+            // auto-commit mode the write is its own transaction, whose failure has an unknown outcome.
+            if (!autoCommit) {
+                notReplayable(name + " (a result set of an ended transaction)");
+            }
+            try {
+                return invoke(targets.get(id), method, args);
+            } catch (SQLException e) {
+                if (autoCommit) {
+                    xid = null;
+                }
+                return recover(e, new Call(id, method, args, -1, 0), autoCommit);
+            }
         } else if (argc == 0 && name.equals("getConnection")) {
             return proxy;
         } else if (argc == 1 && (name.equals("unwrap") || name.equals("isWrapperFor"))) {

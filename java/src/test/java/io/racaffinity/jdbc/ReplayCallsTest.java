@@ -284,6 +284,35 @@ class ReplayCallsTest {
         assertEquals(0, total(rowsOf("nc1")));
     }
 
+    @Test
+    void aWriteThroughAResultSetOfAnEndedTransactionIsNeverLostToAReplay() throws Exception {
+        for (int i = 1; i <= 3; i++) {
+            try (Connection d = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
+                    Statement t = d.createStatement()) {
+                t.execute("INSERT INTO java_req VALUES ('u1')");
+            }
+        }
+        AffinityDataSource ds = ds("calls-updatable");
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+                Statement s = c.createStatement(ResultSet.TYPE_FORWARD_ONLY, ResultSet.CONCUR_UPDATABLE)) {
+            ResultSet rs = s.executeQuery("SELECT id FROM java_req WHERE id = 'u1'"); // auto-commit: ended
+            assertTrue(rs.next());
+            c.setAutoCommit(false);
+            rs.updateString(1, "u1-updated");
+            rs.updateRow(); // an UPDATE in the transaction that begins here
+            insert(c, "u2");
+            endOpenTransactions(1);
+            try {
+                c.commit();
+            } catch (SQLException e) {
+                assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), "typed: " + e);
+            }
+        }
+        // Committed (the update with it) or refused: never the transaction without its update.
+        assertEquals(total(rowsOf("u2")), total(rowsOf("u1-updated")),
+                "u2 committed without the update made in its transaction");
+    }
+
     /** Node name → rows with id {@code id} in {@code alt.java_req}. */
     private static Map<String, Integer> altRowsOf(String id) throws SQLException {
         Map<String, Integer> out = new java.util.LinkedHashMap<>();
