@@ -1077,18 +1077,23 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      * -1: routed as a plain {@code getConnection()}), without replay of its own.
      */
     AffinityConnection connectForReplay(int node, String username, String pass) throws SQLException {
-        Running<DataSource> s = running();
-        if (node < 0) {
-            boolean[] inTx = new boolean[1];
-            return (AffinityConnection) connectRouted(username, pass, null, inTx);
-        }
-        Lease lease;
         try {
-            lease = s.cluster.lease(node);
-        } catch (AffinityException e) {
-            throw SqlErrors.routing(e);
+            Running<DataSource> s = running();
+            if (node < 0) {
+                boolean[] inTx = new boolean[1];
+                return (AffinityConnection) connectRouted(username, pass, null, inTx);
+            }
+            Lease lease;
+            try {
+                lease = s.cluster.lease(node);
+            } catch (AffinityException e) {
+                throw SqlErrors.routing(e);
+            }
+            return (AffinityConnection) open(s, lease, username, pass);
+        } catch (SQLException e) {
+            // As getConnection's: the application sees it (the refusal's suppressed error, or the call's).
+            throw nodes.redactor().sql(e, pass);
         }
-        return (AffinityConnection) open(s, lease, username, pass);
     }
 
     /** @return the cluster of a started data source */

@@ -24,6 +24,7 @@ import java.sql.DriverManager;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -311,6 +312,33 @@ class ReplayCallsTest {
         // Committed (the update with it) or refused: never the transaction without its update.
         assertEquals(total(rowsOf("u2")), total(rowsOf("u1-updated")),
                 "u2 committed without the update made in its transaction");
+    }
+
+    @Test
+    void aReplaysConnectFailureNeverShowsTheDriversCredentials() throws Exception {
+        pools = new Pools(NAMES, c -> {});
+        String secret = "tiger";
+        Map<String, javax.sql.DataSource> nodes = new java.util.LinkedHashMap<>();
+        nodes.put("MYDB1", pools.get("MYDB1"));
+        for (String name : List.of("MYDB2", "MYDB3")) {
+            // A driver that writes the URL, credentials and all, into its message.
+            nodes.put(name, io.racaffinity.test.Stubs.proxy(javax.sql.DataSource.class, name, (p, m, a) -> {
+                if (m.getName().equals("getConnection")) {
+                    throw new SQLException("No suitable driver found for jdbc:oracle:thin:scott/" + secret
+                            + "@//h1:1521/svc", "08001");
+                }
+                return null;
+            }));
+        }
+        AffinityDataSource ds = ReplayFixture.dataSource(pools, nodes, "calls-replay-redact", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "rd1");
+            endOpenTransactions(1);
+            SQLException e = assertThrows(SQLException.class, c::commit, "the replay's node cannot be reached");
+            assertTrue(refusalOf(e) != null, "typed: " + e);
+            CredentialRedactionTest.assertNoSecret(e, secret);
+        }
     }
 
     /** Node name → rows with id {@code id} in {@code alt.java_req}. */
