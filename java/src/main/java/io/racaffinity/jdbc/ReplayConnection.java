@@ -264,6 +264,9 @@ final class ReplayConnection {
                     // before it is replayed again. The driver's are the data source's, at borrow and close.
                     if (!inTransaction()) {
                         compact();
+                        // A new request: the core's one replay at most is each request's, not the
+                        // connection's (a connection kept for many requests is replayed in each).
+                        replays = 0;
                     }
                     return null;
                 case "unwrap":

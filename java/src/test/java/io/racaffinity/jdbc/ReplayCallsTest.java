@@ -341,6 +341,32 @@ class ReplayCallsTest {
         }
     }
 
+    @Test
+    void eachRequestTheApplicationMarksMayBeReplayedOnce() throws Exception {
+        AffinityDataSource ds = ds("calls-request-boundary");
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "rq1");
+            endOpenTransactions(1);
+            c.commit(); // replayed on another node
+            c.endRequest(); // JDBC 4.3: the request ends; the next one is independent of it
+            c.beginRequest();
+            insert(c, "rq2");
+            // The node the first replay went to: end its open transaction there.
+            int node = 0;
+            for (int i = 1; i <= 3; i++) {
+                if (ReplayFixture.rowsOf("rq1").get(NAMES.get(i - 1)) == 1) {
+                    node = i;
+                }
+            }
+            endOpenTransactions(node);
+            c.commit();
+        }
+        assertEquals(1, total(rowsOf("rq1")));
+        assertEquals(1, total(rowsOf("rq2")), "the second request was replayed too");
+        assertEquals(2, ds.getReplayCounts().replayed(), String.valueOf(ds.getReplayCounts()));
+    }
+
     /** Node name → rows with id {@code id} in {@code alt.java_req}. */
     private static Map<String, Integer> altRowsOf(String id) throws SQLException {
         Map<String, Integer> out = new java.util.LinkedHashMap<>();
