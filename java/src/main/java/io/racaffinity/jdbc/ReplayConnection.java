@@ -808,11 +808,12 @@ final class ReplayConnection {
     }
 
     /**
-     * The transaction under way was rolled back. PostgreSQL rolls back the session settings its
-     * driver sent as SQL inside it ({@code setSchema}'s and {@code setClientInfo}'s {@code SET}), so
-     * a replay must not make them: it would run the next transactions under a setting the session
-     * no longer has (another schema's tables). The setting made before the transaction, if any,
-     * stays recorded, which is what the session went back to.
+     * The transaction under way was rolled back. PostgreSQL rolls back the {@code SET} pgjdbc sends
+     * for {@code setSchema} (with a BEGIN first when none is open), so a replay must not make it: it
+     * would run the next transactions in a schema the session no longer has. The setting made before
+     * the transaction, if any, stays recorded, which is what the session went back to. Not
+     * {@code setClientInfo}: pgjdbc sends its {@code SET application_name} without a BEGIN, so a
+     * rollback undoes it only when a transaction was open already, which the record cannot tell.
      */
     private void rolledBack() {
         if (!isPostgres()) {
@@ -821,7 +822,7 @@ final class ReplayConnection {
         for (int i = log.size() - 1; i >= txStart; i--) {
             Call c = log.get(i);
             String name = c.method.getName();
-            if (c.target == 0 && (name.equals("setSchema") || name.equals("setClientInfo"))) {
+            if (c.target == 0 && name.equals("setSchema")) {
                 log.remove(i);
             }
         }

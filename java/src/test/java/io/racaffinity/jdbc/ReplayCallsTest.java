@@ -395,6 +395,26 @@ class ReplayCallsTest {
     }
 
     @Test
+    void anApplicationNameSetBeforeTheTransactionBeganHoldsOnAReplayAfterARollback() throws Exception {
+        AffinityDataSource ds = ds("calls-appname-rollback");
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            // pgjdbc sends its SET without a BEGIN when no transaction is open: a rollback keeps it.
+            c.setClientInfo("ApplicationName", "calls-app");
+            c.rollback();
+            try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SHOW application_name")) {
+                rs.next();
+                assertEquals("calls-app", rs.getString(1));
+            }
+            insert(c, "an1");
+            endOpenTransactions(1);
+            c.commit(); // replayed: the replay reads the same name
+        }
+        assertEquals(1, total(rowsOf("an1")));
+        assertEquals(0, rowsOf("an1").get("MYDB1"));
+    }
+
+    @Test
     void aSchemaSetInATransactionRolledBackDoesNotHoldOnALaterReplay() throws Exception {
         altTable();
         AffinityDataSource ds = ds("calls-schema-rollback");
