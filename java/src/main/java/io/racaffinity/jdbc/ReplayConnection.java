@@ -225,7 +225,8 @@ final class ReplayConnection {
         String name = method.getName();
         int argc = args == null ? 0 : args.length;
         if (detached && !closed && !name.equals("close") && !name.equals("isClosed")
-                && !(id == 0 && (name.equals("getAutoCommit") || name.equals("isValid")))) {
+                && !(id == 0 && (name.equals("getAutoCommit") || name.equals("isValid")
+                        || name.equals("beginRequest") || name.equals("endRequest")))) {
             // Nothing of the request is lost: its COMMIT committed, and what sets the session up is
             // run again on the connection taken now; no node: the error a getConnection() would give.
             reattach(-1);

@@ -170,6 +170,9 @@ class ReplayCallsTest {
             // run it again (a second commit), whatever becomes of the session after it.
             assertNull(e, "commit() of a COMMIT found committed failed: " + e);
             assertTrue(!c.isClosed(), "the connection is the application's until it closes it");
+            // A request boundary needs no node connection: it marks where the record starts.
+            c.endRequest();
+            c.beginRequest();
             SQLException down = assertThrows(SQLException.class, () -> insert(c, "re2"),
                     "no node takes the next transaction");
             assertNull(refusalOf(down), "nothing of it was replayed or refused: " + down);
