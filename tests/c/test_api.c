@@ -756,6 +756,15 @@ static void ucp_affinity_contexts_and_the_partition_map_replaced_whole(void) {
              RACAFFINITY_RESULT_INVALID_ARGUMENT);
     CHECK_RC(racaffinity_partition_map_replace(c, NULL, nodes, 4, "loader:test", &epoch),
              RACAFFINITY_RESULT_NULL_ARGUMENT);
+    /* A bad name is named by its index, as a loader's row would be found. */
+    const char *null_name[] = {"MYDB3", NULL, "MYDB1", "MYDB2"};
+    CHECK_RC(racaffinity_partition_map_replace(c, parts, null_name, 4, "loader:test", &epoch),
+             RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_LAST_ERROR_CONTAINS("nodes[1]");
+    const char *not_text[] = {"MYDB3", "MYDB3", "MYDB\xff", "MYDB2"};
+    CHECK_RC(racaffinity_partition_map_replace(c, parts, not_text, 4, "loader:test", &epoch),
+             RACAFFINITY_RESULT_INVALID_UTF8);
+    CHECK_LAST_ERROR_CONTAINS("nodes[2]");
     CHECK_OK(racaffinity_partition_owner(c, 1, &n));
     CHECK_EQ_U(n, 2); /* unchanged by the refused maps */
     CHECK_OK(racaffinity_partition_map_replace(c, NULL, NULL, 0, "loader:test", &epoch));

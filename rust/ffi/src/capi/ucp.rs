@@ -92,7 +92,8 @@ pub unsafe extern "C" fn racaffinity_partition_map_replace(
             // SAFETY: both arrays hold `len` elements per the contract.
             let (p, n) = unsafe { (*partitions.add(i), *nodes.add(i)) };
             // SAFETY: each name is NULL or NUL-terminated per the contract.
-            map.push((p, unsafe { str_arg(n, "nodes[i]") }?));
+            // Named by its index: the caller finds the bad entry by it.
+            map.push((p, unsafe { str_arg(n, &format!("nodes[{i}]")) }?));
         }
         handle::with(cluster, |c| out.set(c.replace_partition_map(&map, source)?))
     })
