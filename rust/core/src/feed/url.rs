@@ -28,17 +28,15 @@ impl FeedUrl {
         let mut endpoints = Vec::new();
         for ep in hosts.split(',') {
             let ep = ep.trim();
-            let (host, port) =
-                ep.rsplit_once(':').ok_or_else(|| bad(format!("`{}` has no :port", ep.escape_debug())))?;
-            let host_ok = !host.is_empty()
-                && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'));
-            if !host_ok {
-                return Err(bad(format!("bad host `{}`", host.escape_debug())));
-            }
-            // Digits only: `parse` also takes a leading `+`.
-            match port.parse::<u16>() {
-                Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => {}
-                _ => return Err(bad(format!("bad port `{}` in `{}`", port.escape_debug(), ep.escape_debug()))),
+            // A node's address rules (an IPv6 host in brackets, a port of
+            // digits): a member these refuse is one no call could reach,
+            // and the cluster would start with its feed never connected.
+            if let Err(e) = crate::connect::split_host_port(ep, 0) {
+                let why = match e {
+                    Error::InvalidArgument(m) => m,
+                    other => other.to_string(),
+                };
+                return Err(bad(format!("bad member `{}`: {why}", ep.escape_debug())));
             }
             endpoints.push(ep.to_string());
         }
@@ -73,6 +71,8 @@ mod tests {
         assert_eq!(u.prefix, "racaffinity/orders/");
         assert_eq!(u.to_string(), "etcd://127.0.0.1:2379,localhost:2381/racaffinity/orders");
         assert_eq!(FeedUrl::parse(&u.to_string()).unwrap(), u);
+        let v6 = FeedUrl::parse("etcd://[::1]:2379,[fe80::1]:2380/p").unwrap();
+        assert_eq!(v6.endpoints, ["[::1]:2379", "[fe80::1]:2380"]);
     }
 
     #[test]
@@ -90,6 +90,14 @@ mod tests {
             "etcd://:2379/p",
             "etcd://a b:1/p",
             "etcd://h:1/a b",
+            // A member no call could reach: an IPv6 host goes in brackets
+            // (as in a node's address), and must be an IPv6 address there.
+            "etcd://::1:2379/p",
+            "etcd://fe80::1:2379/p",
+            "etcd://[::1:2379/p",
+            "etcd://[zz]:2379/p",
+            "etcd://h]:2379/p",
+            "etcd://[::1]x:2379/p",
         ] {
             let e = FeedUrl::parse(bad).unwrap_err();
             assert!(matches!(&e, Error::Config { key, .. } if key == "topology.feed"), "{bad}: {e}");
