@@ -266,9 +266,30 @@ fn show(feed: &FeedUrl, timeout: Duration, out: &mut dyn Write) -> Result<(), Fa
     for kv in kvs {
         let key = kv.key.strip_prefix(&feed.prefix).unwrap_or(&kv.key);
         let lease = if kv.lease != 0 { format!("\t(lease {:x})", kv.lease) } else { String::new() };
-        text.push_str(&format!("{}\t{key}\t{}{lease}\n", kv.mod_revision, kv.value.unwrap_or_default()));
+        let value = kv.value.unwrap_or_default();
+        text.push_str(&format!("{}\t{}\t{}{lease}\n", kv.mod_revision, one_line(key), one_line(&value)));
     }
     printed(out.write_all(text.as_bytes()).and_then(|()| out.flush()))
+}
+
+/// A key or value as `show` prints it: control characters escaped (`\n`,
+/// `\t`, `\u{1b}`) and a backslash doubled, so a record is one line of
+/// three fields whatever bytes etcd holds (a subscriber refuses such a
+/// record, but it is shown), and no terminal escape reaches the terminal.
+/// Printable text is printed as it is.
+fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() || c == '\\') {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() || c == '\\' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
 }
 
 /// How a read command's output went (`show`, `help`). A reader that went

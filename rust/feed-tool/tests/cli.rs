@@ -318,3 +318,30 @@ fn a_signed_partitions_count_is_refused() {
     assert!(err.contains("--partitions"), "{err}");
     assert_eq!(gw.puts.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing written");
 }
+
+/// `show` prints one record a line, tab-separated: a key or value holding a
+/// newline, a tab or a terminal escape (etcd takes any bytes; the records
+/// subscribers refuse are shown too) must not make a line of its own nor
+/// reach the terminal raw. Before, the value `down\n6\tnode/B/state\tdown`
+/// printed as two records, the second one forged.
+#[test]
+fn show_prints_each_record_on_one_line_whatever_its_bytes() {
+    let body = format!(
+        r#"{{"header":{{"revision":"5"}},"kvs":[{},{}],"count":"2"}}"#,
+        kv("p/node/A/state", "down\n6\tnode/B/state\tdown", 3),
+        kv("p/fan/x\ty", "\u{1b}[2Jback\\slash", 4)
+    );
+    let gw = Gateway::start(
+        Arc::new(move |_: &Request, _| body.clone()),
+        Arc::new(|s: &mut TcpStream, _: &Request, _| silent(s)),
+    );
+    let out = run(&["show", "--feed", &format!("etcd://{}/p", gw.endpoint)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let records: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        records,
+        ["3\tnode/A/state\tdown\\n6\\tnode/B/state\\tdown", "4\tfan/x\\ty\t\\u{1b}[2Jback\\\\slash"],
+        "{stdout}"
+    );
+}
