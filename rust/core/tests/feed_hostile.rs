@@ -143,9 +143,15 @@ fn a_chunked_answer_past_the_cap_is_refused() {
     let ep = l.local_addr().unwrap().to_string();
     let sent = Arc::new(AtomicUsize::new(0));
     let counted = sent.clone();
+    // Every request answered so: a page asked again for fewer keys too.
     std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        read_request(&mut s);
+        for mut s in l.incoming().flatten() {
+            let counted = counted.clone();
+            std::thread::spawn(move || answer_64_mib(&mut s, &counted));
+        }
+    });
+    fn answer_64_mib(s: &mut TcpStream, counted: &AtomicUsize) {
+        read_request(s);
         let mut out = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
         out.extend(chunk(r#"{"header":{"revision":"1"},"pad":""#));
         let _ = s.write_all(&out);
@@ -159,7 +165,7 @@ fn a_chunked_answer_past_the_cap_is_refused() {
             counted.fetch_add(1, Ordering::SeqCst);
         }
         let _ = s.write_all(b"3\r\n\"}\n\r\n0\r\n\r\n");
-    });
+    }
     let client = racaffinity::feed::etcd::EtcdClient::new(vec![ep], Duration::from_secs(30));
     let r = client.range_prefix("p/");
     assert!(r.is_err(), "a 64 MiB answer was read whole and accepted: {:?}", r.map(|(rev, kvs)| (rev, kvs.len())));
@@ -633,4 +639,54 @@ fn a_write_answered_200_unreadably_may_have_been_carried_out() {
         assert_eq!(writes.load(Ordering::SeqCst), 2, "each write sent once");
         assert_eq!(c.node_by_name("B").unwrap().state(), NodeState::Up, "not applied here without its revision");
     }
+}
+
+/// Records whose answer together passes the 8 MiB cap of one answer: six
+/// junk values of 2 MiB under the prefix (each refused, over 256 KiB) and
+/// `node/A/state = down`. A member answers a range's `limit` and `more`, and
+/// goes on from `key` as etcd does. The full read is taken in pages, made
+/// smaller while a page's answer is over the cap: A goes down and the feed
+/// connects. Before, the whole prefix was asked in one answer, refused as
+/// too large on every try: no process could ever read the feed (checked on
+/// a real etcd with seven 1000 KiB values: connected false, "chunk too
+/// large", A up).
+#[test]
+fn a_prefix_past_one_answers_cap_is_read_in_pages() {
+    let junk = "j".repeat(2 << 20);
+    let mut store: Vec<(String, String)> = (0..6).map(|i| (format!("p/fan/junk-{i}"), junk.clone())).collect();
+    store.push(("p/node/A/state".to_string(), "down".to_string()));
+    store.sort();
+    // Where a page starts: the prefix, or just past a key (key + NUL).
+    let mut starts = std::collections::HashMap::new();
+    starts.insert(gateway::b64(b"p/"), 0usize);
+    for (i, (k, _)) in store.iter().enumerate() {
+        starts.insert(gateway::b64(format!("{k}\0").as_bytes()), i + 1);
+    }
+    // Encoded once: the stand-in's base64 is slow in a debug build.
+    let encoded: Vec<String> = store.iter().map(|(k, v)| kv(k, v, 3)).collect();
+    let limits = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = limits.clone();
+    let range = move |req: &Request, _| {
+        let from = starts[req.body["key"].as_str().unwrap()];
+        let limit: usize = req.body.get("limit").and_then(|l| l.as_str()).map_or(0, |l| l.parse().unwrap());
+        seen.lock().unwrap().push(limit);
+        let n = if limit == 0 { store.len() - from } else { limit.min(store.len() - from) };
+        let page = &encoded[from..from + n];
+        let more = from + n < store.len();
+        format!(r#"{{"header":{{"revision":"5"}},"kvs":[{}],"count":"{}","more":{more}}}"#, page.join(","), store.len())
+    };
+    let gw = Gateway::start(
+        Arc::new(range),
+        Arc::new(|s: &mut TcpStream, _: &Request, _| {
+            if gateway::open_watch(s, 5) {
+                silent(s);
+            }
+        }),
+    );
+    let c = subscribed(&gw.endpoint);
+    wait_for("A down through the feed", || c.node_by_name("A").unwrap().state() == NodeState::Down);
+    let f = c.metrics().feed.unwrap();
+    assert!(f.connected && f.revision == 5 && f.refused == 6, "{f:?}");
+    let limits = limits.lock().unwrap();
+    assert!(limits.iter().all(|&l| l > 0), "every page is bounded: {limits:?}");
 }

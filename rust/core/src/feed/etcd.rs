@@ -224,25 +224,87 @@ impl EtcdClient {
         let body = body.to_string();
         let resp =
             self.with_member_resending(resend, |ep| http::post(&self.resolver, ep, path, &body, self.timeout))?;
-        let v: Value = serde_json::from_slice(&resp.body)
-            .map_err(|e| EtcdError::Protocol(format!("{path}: HTTP {}: {e}", resp.status)))?;
-        if resp.status != 200 {
-            return Err(server_error(&v));
-        }
-        Ok(v)
+        answer(path, &resp)
     }
 
     /// Every key under `prefix`, and the store's revision they were read at.
+    ///
+    /// Read in pages of at most 10,000 keys, all at the first page's
+    /// revision (one snapshot), each page after the last key of the one
+    /// before. A page whose answer is over the cap of one answer (8 MiB: a
+    /// few records of megabytes, which subscribers refuse, are enough) is
+    /// asked again for half as many keys: one answer for the whole prefix
+    /// would be refused on every try, and no process could read the feed.
+    /// The pages hold no more keys than the first one counts, and no more
+    /// than 256 MiB in all: a member that says `more` forever is
+    /// refused.
     pub fn range_prefix(&self, prefix: &str) -> EResult<(u64, Vec<KeyValue>)> {
         let p = prefix.as_bytes();
-        let v = self.call("/v3/kv/range", &json!({"key": b64(p), "range_end": b64(&prefix_end(p))}))?;
-        let rev = header_revision(&v)?;
-        let kvs = match v.get("kvs") {
-            Some(Value::Array(a)) => a.iter().map(|kv| key_value(kv, false)).collect::<EResult<Vec<_>>>()?,
-            _ => Vec::new(),
-        };
-        not_past(rev, &kvs, "range")?;
-        Ok((rev, kvs))
+        let end = b64(&prefix_end(p));
+        let (mut from, mut limit, mut rev, mut kvs) = (p.to_vec(), RANGE_PAGE, 0, Vec::new());
+        let (mut count, mut read) = (0, 0);
+        loop {
+            let mut body = json!({"key": b64(&from), "range_end": end, "limit": limit.to_string()});
+            if rev > 0 {
+                body["revision"] = Value::String(rev.to_string());
+            }
+            let Some((v, bytes)) = self.range_page(&body)? else {
+                if limit == 1 {
+                    return Err(EtcdError::Protocol(format!(
+                        "range: the answer for the one record from `{}` is over the {} MiB of one answer",
+                        excerpt(&String::from_utf8_lossy(&from).escape_debug().to_string()),
+                        http::MAX_MESSAGE_BYTES >> 20
+                    )));
+                }
+                limit /= 2;
+                continue;
+            };
+            if rev == 0 {
+                rev = header_revision(&v)?;
+                count = int(v.get("count"))?;
+            }
+            read += bytes;
+            let page = match v.get("kvs") {
+                Some(Value::Array(a)) => a.as_slice(),
+                _ => &[],
+            };
+            let start = kvs.len();
+            for kv in page {
+                kvs.push(key_value(kv, false)?);
+            }
+            not_past(rev, &kvs[start..], "range")?;
+            if v.get("more") != Some(&Value::Bool(true)) {
+                return Ok((rev, kvs));
+            }
+            if kvs.len() as u64 >= count || read > MAX_RANGE_BYTES {
+                return Err(EtcdError::Protocol(format!(
+                    "range: `more` after {} key(s) in {read} bytes, where the first page counted {count}",
+                    kvs.len()
+                )));
+            }
+            // The next page starts just past this one's last key, as bytes:
+            // the key as text is lossy.
+            let last = page.last().and_then(|kv| kv.get("key")).and_then(Value::as_str).and_then(unb64);
+            let Some(mut next) = last.filter(|k| *k >= from) else {
+                return Err(EtcdError::Protocol("range: `more` after a page with no key to go on from".into()));
+            };
+            next.push(0);
+            from = next;
+        }
+    }
+
+    /// One page of [`Self::range_prefix`]; `None` when its answer was over
+    /// the cap of one answer.
+    fn range_page(&self, body: &Value) -> EResult<Option<(Value, usize)>> {
+        const PATH: &str = "/v3/kv/range";
+        let body = body.to_string();
+        // An answer too large is what the request asked for, not a member
+        // failing: every member would answer it alike.
+        let resp = self.with_member(|ep| match http::post(&self.resolver, ep, PATH, &body, self.timeout) {
+            Err(e) if http::too_large(&e) => Ok(None),
+            r => r.map(Some),
+        })?;
+        resp.map(|r| Ok((answer(PATH, &r)?, r.body.len()))).transpose()
     }
 
     /// How many records under `prefix` a reader that applied every record
@@ -536,6 +598,24 @@ fn written<T>(answer: EResult<T>) -> EResult<T> {
         EtcdError::Protocol(m) => EtcdError::Unanswered(format!("{m} (the answer cannot be read)")),
         e => e,
     })
+}
+
+/// Most keys one page of a prefix read asks for: every feed of a few
+/// thousand nodes in one answer.
+const RANGE_PAGE: u64 = 10_000;
+
+/// Most bytes the pages of one prefix read may hold in all (32 answers at
+/// the cap of one): far past any feed's records.
+const MAX_RANGE_BYTES: usize = 32 * http::MAX_MESSAGE_BYTES;
+
+/// A whole answer as JSON; an error status is etcd's refusal.
+fn answer(path: &str, resp: &http::Response) -> EResult<Value> {
+    let v: Value = serde_json::from_slice(&resp.body)
+        .map_err(|e| EtcdError::Protocol(format!("{path}: HTTP {}: {e}", resp.status)))?;
+    if resp.status != 200 {
+        return Err(server_error(&v));
+    }
+    Ok(v)
 }
 
 fn server_error(v: &Value) -> EtcdError {
@@ -930,6 +1010,35 @@ mod tests {
         // Any other refusal is still an error.
         let got = expired.lease_revoke(8);
         assert!(matches!(&got, Err(EtcdError::Server { code: 3, .. })), "{got:?}");
+    }
+
+    /// A member that says `more` after every page, each with a new key:
+    /// the read stops at the keys the first page counted, not when the
+    /// member does (never).
+    #[test]
+    fn a_range_whose_member_says_more_forever_is_refused() {
+        use crate::feed::stand_in::{kv, read_request, respond};
+        use std::sync::atomic::AtomicUsize;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ep = l.local_addr().unwrap().to_string();
+        let pages = Arc::new(AtomicUsize::new(0));
+        let counted = pages.clone();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                if read_request(&mut s).is_none() {
+                    continue;
+                }
+                let n = counted.fetch_add(1, Ordering::SeqCst);
+                let body = format!(
+                    r#"{{"header":{{"revision":"5"}},"kvs":[{}],"count":"3","more":true}}"#,
+                    kv(&format!("p/k{n:09}"), "x", 2)
+                );
+                respond(&mut s, "200 OK", &body);
+            }
+        });
+        let got = EtcdClient::new(vec![ep], Duration::from_secs(5)).range_prefix("p/");
+        assert!(matches!(&got, Err(EtcdError::Protocol(m)) if m.contains("`more` after 3 key(s)")), "{got:?}");
+        assert_eq!(pages.load(Ordering::SeqCst), 3);
     }
 
     #[test]

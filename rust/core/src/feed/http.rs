@@ -14,14 +14,43 @@ use std::sync::{Arc, Condvar, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 /// Largest response header block or single message accepted: a partition
-/// map record fits many times over; anything larger is not an etcd answer.
-const MAX_MESSAGE_BYTES: usize = 8 << 20;
+/// map record fits many times over. A prefix read larger than this is taken
+/// in pages (`EtcdClient::range_prefix`); anything else larger is not an
+/// etcd answer.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 8 << 20;
 
 /// Most of an error answer's body read and kept: etcd's errors are a line.
 const MAX_ERROR_BYTES: usize = 1024;
 
 fn invalid(what: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.into())
+}
+
+/// An answer over [`MAX_MESSAGE_BYTES`]: told apart ([`too_large`]), so a
+/// read can ask for less in one answer.
+#[derive(Debug)]
+struct TooLarge(String);
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+fn over_cap(what: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, TooLarge(what.into()))
+}
+
+/// Whether [`post`] failed because the answer's body was over the cap of
+/// one answer (whether or not it is also [`sent_unanswered`]).
+pub(crate) fn too_large(e: &io::Error) -> bool {
+    let inner = match e.get_ref().and_then(|i| i.downcast_ref::<Unanswered>()) {
+        Some(Unanswered(sent)) => sent.get_ref(),
+        None => e.get_ref(),
+    };
+    inner.is_some_and(|i| i.is::<TooLarge>())
 }
 
 /// A host-name lookup (`host:port` → addresses): the system's, or one a
@@ -213,7 +242,7 @@ fn send(
         } else if name.eq_ignore_ascii_case("content-length") && !matches!(framing, Framing::Chunked(_)) {
             let n = http_number(value, 10).ok_or_else(|| invalid("bad Content-Length"))?;
             if n > MAX_MESSAGE_BYTES {
-                return Err(invalid("response body too large"));
+                return Err(over_cap("response body too large"));
             }
             framing = Framing::Length(n);
         }
@@ -337,7 +366,7 @@ fn post_once(
             // The sum, not only each chunk: a member streaming small chunks
             // would otherwise hold as much memory as the deadline lets it send.
             if body.len() + raw.len() > MAX_MESSAGE_BYTES {
-                return Err(invalid(format!("response body over {} MiB (no etcd answer is)", MAX_MESSAGE_BYTES >> 20)));
+                return Err(over_cap(format!("response body over {} MiB", MAX_MESSAGE_BYTES >> 20)));
             }
             if Instant::now() >= deadline {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "response body not complete in time"));
@@ -348,7 +377,7 @@ fn post_once(
         },
         Framing::UntilClose => loop {
             if raw.len() > MAX_MESSAGE_BYTES {
-                return Err(invalid("response body too large"));
+                return Err(over_cap("response body too large"));
             }
             if Instant::now() >= deadline {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, "response body not complete in time"));
@@ -464,7 +493,7 @@ impl Chunks {
                     let hex = line.split(';').next().unwrap_or("").trim();
                     let size = http_number(hex, 16).ok_or_else(|| invalid("bad chunk size"))?;
                     if size > MAX_MESSAGE_BYTES {
-                        return Err(invalid("chunk too large"));
+                        return Err(over_cap("chunk too large"));
                     }
                     at += eol + 2;
                     if size == 0 {
