@@ -276,8 +276,9 @@ fn show(feed: &FeedUrl, timeout: Duration, out: &mut dyn Write) -> Result<(), Fa
 /// `\t`, `\u{1b}`) and a backslash doubled, so a record is one line of
 /// three fields whatever bytes etcd holds (a subscriber refuses such a
 /// record, but it is shown), and no terminal escape reaches the terminal.
-/// Printable text is printed as it is.
-fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+/// Printable text is printed as it is. The monitor's log lines too: they
+/// repeat the leader key's value and etcd's errors.
+pub(crate) fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.chars().any(|c| c.is_control() || c == '\\') {
         return text.into();
     }

@@ -302,6 +302,8 @@ impl<'a> Monitor<'a> {
         if self.out_failed.is_some() {
             return;
         }
+        // One event a line, whatever bytes a line repeats from etcd.
+        let line = crate::one_line(line);
         if let Err(e) = writeln!(self.out, "{line}").and_then(|()| self.out.flush()) {
             self.out_failed = Some(e);
         }
@@ -310,7 +312,7 @@ impl<'a> Monitor<'a> {
     /// An error line, not repeated while it stays the same.
     fn warn(&mut self, line: &str) {
         if line != self.last_error {
-            let _ = writeln!(self.err, "racaffinity-feed monitor: {line}");
+            let _ = writeln!(self.err, "racaffinity-feed monitor: {}", crate::one_line(line));
             self.last_error = line.to_string();
         }
     }

@@ -345,3 +345,45 @@ fn show_prints_each_record_on_one_line_whatever_its_bytes() {
         "{stdout}"
     );
 }
+
+/// The monitor's log is one event a line, and `following ID` repeats the
+/// leader key's value, which etcd holds as any bytes: a holder written
+/// `x\nleading as me` must not print a `leading as` line of its own (nor a
+/// terminal escape reach the terminal). Before, it printed two lines, the
+/// second forged.
+#[test]
+fn the_monitor_prints_a_holder_with_a_newline_on_one_line() {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ep = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let Some(req) = gateway::read_request(&mut s) else { return };
+                let body = match req.path.as_str() {
+                    "/v3/lease/grant" => r#"{"header":{"revision":"5"},"ID":"7","TTL":"5"}"#.to_string(),
+                    // The leader key is another's (lease 99), its value forged.
+                    "/v3/kv/txn" => format!(
+                        r#"{{"header":{{"revision":"5"}},"responses":[{{"response_range":{{"kvs":[{}]}}}}]}}"#,
+                        kv("p/_monitor/leader", "x\nleading as me", 4).replace('}', r#","lease":"99"}"#)
+                    ),
+                    "/v3/watch" | "/v3/lease/keepalive" => {
+                        silent(&mut s);
+                        return;
+                    }
+                    _ => r#"{"header":{"revision":"5"}}"#.to_string(),
+                };
+                gateway::respond(&mut s, "200 OK", &body);
+            });
+        }
+    });
+    let mut child = monitor(&format!("etcd://{ep}/p"), Stdio::piped());
+    let mut stdout = child.stdout.take().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    child.kill().unwrap();
+    let mut log = String::new();
+    stdout.read_to_string(&mut log).unwrap();
+    let _ = child.wait();
+    assert!(log.lines().any(|l| l == "following x\\nleading as me"), "{log}");
+    assert!(!log.lines().any(|l| l.starts_with("leading as")), "a forged line: {log}");
+}
