@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Tuple
 import psycopg
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 import racaffinity as ra
 from racaffinity import ReplayRefusal as R
@@ -407,6 +408,33 @@ async def test_the_asyncio_engine_replays_the_same_way(pg, cluster_factory, sreq
             terminate(pg, "RAC3", req.backend_pid)
         assert req.replays == 1 and req.node != "RAC3"
         assert sum(rows_of(pg, "ar").values()) == 1 and rows_of(pg, "ar")["RAC3"] == 0
+
+
+@pytest.mark.asyncio
+async def test_the_asyncio_request_gives_its_connection_as_the_sync_one_does(pg, cluster_factory, sreq_table):
+    # The sync request's `req.connection` (what an ORM session binds to) had
+    # no asyncio counterpart: AttributeError. It is the request's connection
+    # as an AsyncConnection, in the request's transaction; reading it makes
+    # the request not replayable, as the sync one's does; None once ended.
+    async with replaying_async_engine(pg, cluster_factory) as (c, engine):
+        async with request(engine, key=key_on(c, "RAC3")) as req:
+            conn = req.connection
+            assert isinstance(conn, AsyncConnection) and req.connection is conn
+            await conn.execute(INSERT, {"id": "ac1"})
+            async with AsyncSession(bind=conn) as orm:
+                await orm.execute(INSERT, {"id": "ac2"})
+            assert (await req.execute(sa.text("SELECT count(*) FROM py_sreq"))).scalar_one() == 2
+            assert conn.sync_connection.in_transaction()
+        assert req.outcome == "committed" and req.connection is None
+        assert rows_of(pg, "ac1") == rows_of(pg, "ac2") == {"RAC1": 0, "RAC2": 0, "RAC3": 1}
+        # what ran on it is not recorded: never replayed
+        with pytest.raises(sa.exc.DBAPIError) as info:
+            async with request(engine, key=key_on(c, "RAC3")) as req:
+                await req.connection.execute(INSERT, {"id": "ac3"})
+                terminate(pg, "RAC3", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert sum(rows_of(pg, "ac3").values()) == 0
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
 
 
 def test_a_request_runs_once(pg, cluster_factory, sreq_table):

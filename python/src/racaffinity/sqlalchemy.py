@@ -84,6 +84,9 @@ from ._routes import HOST_LEASE_BASE, LEASE_T, NodeState, PoolHostLease, end_lea
 from ._routes import _END_OK, end_ok, new_pool_host_lease  # noqa: E402
 from ._scopes import SCOPES  # noqa: E402
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
 __all__ = ["RoutingPool", "Request", "AsyncRequest", "create_engine", "create_async_engine", "request", "route"]
 
 # (data key, session key, node id): the node id is a replay's, chosen by the core.
@@ -1274,7 +1277,9 @@ class AsyncRequest:
     sync one's."""
 
     def __init__(self, engine: Any, key: Any, session: Any, call_timeout: Optional[float]) -> None:
+        self._engine = engine
         self._sync = Request(engine.sync_engine, key, session, call_timeout)
+        self._async_conn: Optional[AsyncConnection] = None
 
     @property
     def node(self) -> str:
@@ -1291,6 +1296,23 @@ class AsyncRequest:
     @property
     def outcome(self) -> Optional[str]:
         return self._sync.outcome
+
+    @property
+    def connection(self) -> Optional[AsyncConnection]:
+        """The SQLAlchemy `AsyncConnection` over the request's connection
+        (`Request.connection` as asyncio has it): what runs on it (an ORM
+        `AsyncSession(bind=...)` included) is not recorded, so a request
+        that asks for it is not replayed. None once the request has ended."""
+        conn = self._sync.connection
+        if conn is None:
+            return None
+        if self._async_conn is None or self._async_conn.sync_connection is not conn:
+            from sqlalchemy.ext.asyncio import AsyncConnection
+
+            # One proxy per connection, so that what the application keeps
+            # (a session's bind) is what the next read gives.
+            self._async_conn = AsyncConnection(self._engine, conn)
+        return self._async_conn
 
     async def __aenter__(self) -> "AsyncRequest":
         from sqlalchemy.util import greenlet_spawn
