@@ -9,6 +9,7 @@ import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import javax.sql.DataSource;
@@ -135,20 +136,24 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
     @Override
     List<Thread> stopping(long byNanos) {
         PoolMaintenance w = watch;
-        List<Thread> upkeep = w == null ? List.of() : List.of(w.thread());
+        List<Thread> threads = new ArrayList<>();
         if (w != null) {
+            threads.add(w.thread());
             w.stop();
-            LibraryThreads.joinUntil(upkeep, byNanos);
+            LibraryThreads.joinUntil(threads, byNanos);
         }
         XaRouter x = router;
         if (x != null) {
-            int n = x.closeConnections();
+            // Within close()'s bound, as its other parts: a node driver may block in the abort or close.
+            List<Thread> ending = x.closeConnections(byNanos);
+            threads.addAll(ending);
+            int n = ending.size();
             if (n > 0) {
                 log.log(System.Logger.Level.INFO, () -> kind + " " + clusterName() + ": closed with " + n
                         + " XA connection(s) open: closed (prepared branches stay for recovery)");
             }
         }
-        return upkeep;
+        return threads;
     }
 
     /**
@@ -157,8 +162,10 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
      * call on it answers {@code XAER_RMFAIL}), then the heartbeat and node upkeep stop, the MXBean is
      * unregistered, and the node data sources it built and the cluster it built are closed. A prepared branch
      * stays on its node, in doubt, for the TM's recovery (which uses a data source of its own); an unprepared
-     * one is rolled back by the database with its session. For a graceful end, let the TM complete its
-     * transactions and close its XAConnections first. Idempotent.
+     * one is rolled back by the database with its session. Each XAConnection ends on a thread of its own, waited
+     * for within close()'s one bound: a node driver whose abort or close blocks holds neither close() nor the
+     * other XAConnections' ends. For a graceful end, let the TM complete its transactions and close its
+     * XAConnections first. Idempotent.
      */
     @Override
     public void close() {

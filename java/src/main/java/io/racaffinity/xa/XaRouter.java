@@ -251,15 +251,53 @@ public final class XaRouter {
         for (AffinityXAConnection c : cs) {
             c.abortAndClose();
         }
-        // No work goes on through a closed data source, but a cluster shared with other data sources outlives it:
-        // a prepared branch's lease would count in flight on its node for good (balancing, NodeInFlight). The
-        // branch stays in doubt there, registered in the core, for the recovery of a data source still open.
+        releaseTracked();
+        return cs.length;
+    }
+
+    /**
+     * {@link #closeConnections()} within a bound, for a data source's close(): each open XAConnection ends on a
+     * library thread of its own ({@code racaffinity-xa-close-<cluster>}), so that a node driver whose abort or
+     * close blocks (a dead node; one that ignores the interrupt) holds only that XAConnection's end, not the
+     * others' nor the caller past {@code byNanos}. A thread still ending then is left to end with its driver's
+     * call, not interrupted: an abort or close under way is the one thing it does (a socket read or write of a
+     * platform thread does not heed the interrupt, and a driver that does might give the abort up). The leases
+     * of the branches still tracked are released by then, whatever is still ending: the cluster may close next.
+     *
+     * @param byNanos when the wait ends at the latest, in {@link System#nanoTime()}'s terms
+     * @return the threads started, one per XAConnection that was open (ended, or still ending)
+     */
+    public List<Thread> closeConnections(long byNanos) {
+        List<Thread> ending = new ArrayList<>();
+        for (AffinityXAConnection c : openConnections()) {
+            Thread t = io.racaffinity.LibraryThreads.newThread(() -> {
+                try {
+                    c.abortAndClose();
+                } catch (RuntimeException e) {
+                    // the cluster closed meanwhile (its bookkeeping): the sessions are ended all the same
+                    LOG.log(Level.DEBUG, () -> "ending an XAConnection at close failed: "
+                            + redact(String.valueOf(e.getMessage())));
+                }
+            }, "racaffinity-xa-close-" + cluster.name(), XaRouter.class.getClassLoader());
+            t.start();
+            ending.add(t);
+        }
+        io.racaffinity.LibraryThreads.joinUntil(ending, byNanos);
+        releaseTracked();
+        return ending;
+    }
+
+    /**
+     * No work goes on through a closed data source, but a cluster shared with other data sources outlives it: a
+     * prepared branch's lease would count in flight on its node for good (balancing, NodeInFlight). The branch
+     * stays in doubt there, registered in the core, for the recovery of a data source still open.
+     */
+    private void releaseTracked() {
         branches.forEach((k, b) -> {
             if (b.live) {
                 release(b, Outcome.NEUTRAL);
             }
         });
-        return cs.length;
     }
 
     /**

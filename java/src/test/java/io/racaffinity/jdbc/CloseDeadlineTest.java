@@ -1,6 +1,7 @@
 package io.racaffinity.jdbc;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.test.Pools;
@@ -12,20 +13,26 @@ import jakarta.transaction.Transaction;
 import jakarta.transaction.TransactionManager;
 import jakarta.transaction.TransactionSynchronizationRegistry;
 import java.sql.Connection;
+import java.sql.SQLException;
 import java.sql.SQLTransientConnectionException;
 import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.logging.Handler;
 import java.util.logging.Level;
 import java.util.logging.LogRecord;
 import java.util.logging.Logger;
 import javax.sql.DataSource;
+import javax.sql.XAConnection;
+import javax.sql.XADataSource;
 import javax.transaction.xa.XAResource;
+import javax.transaction.xa.Xid;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -253,5 +260,118 @@ class CloseDeadlineTest {
         }
         assertTrue(Pools.await(Duration.ofSeconds(10), () -> Threads.of("closedeadline").isEmpty()),
                 "released, the stuck threads end: " + Threads.describe(Threads.of("closedeadline")));
+    }
+
+    /**
+     * A node XADataSource whose first session blocks in its driver's abort and close (the connection's and the
+     * XAConnection's), whatever its interrupts, until {@code release} opens, as a driver may on a dead node; the
+     * heartbeat's probes and every later session answer at once.
+     */
+    private static XADataSource blockingXa(CountDownLatch release, CountDownLatch ending) {
+        AtomicInteger sessions = new AtomicInteger();
+        return Stubs.proxy(XADataSource.class, "BlockingXADataSource", (p, m, a) -> {
+            if (!m.getName().equals("getXAConnection")) {
+                Class<?> r = m.getReturnType();
+                return r == int.class ? 0 : null;
+            }
+            boolean blocks = !Thread.currentThread().getName().startsWith("racaffinity-")
+                    && sessions.incrementAndGet() == 1;
+            boolean[] closed = {false};
+            Runnable end = () -> {
+                if (blocks) {
+                    ending.countDown();
+                    stuckUntil(release);
+                }
+                closed[0] = true;
+            };
+            Connection session = Stubs.proxy(Connection.class, "BlockingSession", (p2, m2, a2) -> switch (m2.getName()) {
+                case "abort", "close" -> {
+                    end.run();
+                    yield null;
+                }
+                case "isClosed" -> closed[0];
+                case "isValid" -> !closed[0];
+                default -> {
+                    Class<?> r = m2.getReturnType();
+                    yield r == boolean.class ? false : r == int.class ? 0 : null;
+                }
+            });
+            XAResource xar = Stubs.proxy(XAResource.class, "StubXAResource", (p2, m2, a2) -> {
+                Class<?> r = m2.getReturnType();
+                return r == boolean.class ? false : r == int.class ? 0 : r == Xid[].class ? new Xid[0] : null;
+            });
+            return Stubs.proxy(XAConnection.class, "BlockingXAConnection", (p2, m2, a2) -> switch (m2.getName()) {
+                case "getConnection" -> session;
+                case "getXAResource" -> xar;
+                case "close" -> {
+                    end.run();
+                    yield null;
+                }
+                default -> null;
+            });
+        });
+    }
+
+    /**
+     * AffinityXADataSource.close() ends the XAConnections still open: it aborted and closed their sessions on its
+     * own thread with no bound, so a node driver that blocks there (ignoring the interrupt) held close() for as
+     * long, beyond the bound the data source's other parts keep.
+     */
+    @Test
+    void xaCloseWithANodeDriverStuckInAbortAndCloseReturnsWithinTheBound() throws Exception {
+        CountDownLatch release = new CountDownLatch(1);
+        CountDownLatch ending = new CountDownLatch(1);
+        AffinityXADataSource ds = new AffinityXADataSource();
+        CompletableFuture<Long> closing = null;
+        try {
+            ds.setConfig("name = xaclosedeadline; nodes = A");
+            ds.setNodeXADataSources(Map.of("A", blockingXa(release, ending)));
+            ds.setRegisterMBean(false);
+            XAConnection stuck = ds.getXAConnection();
+            stuck.getConnection().isReadOnly(); // opens its session on A: the one that blocks
+            XAConnection other = ds.getXAConnection();
+            other.getConnection().isReadOnly(); // a session that ends at once
+
+            closing = CompletableFuture.supplyAsync(() -> {
+                long start = System.nanoTime();
+                ds.close();
+                return TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            });
+            Long tookMillis;
+            try {
+                tookMillis = closing.get(10, TimeUnit.SECONDS);
+            } catch (TimeoutException e) {
+                tookMillis = null;
+            }
+
+            assertTrue(ending.await(0, TimeUnit.SECONDS), "close() never ended the stuck session");
+            assertTrue(tookMillis != null && tookMillis < BOUND_MILLIS,
+                    "close() took " + (tookMillis == null ? "more than 10 s" : tookMillis + " ms"));
+            SQLException e = assertThrows(SQLException.class, other::getXAResource,
+                    "the other XAConnection works on through the closed data source");
+            assertEquals("08003", e.getSQLState());
+            // The stuck abort cannot end before it is released; every other thread has.
+            assertEquals(List.of(), Threads.describe(Threads.of("xaclosedeadline").stream()
+                    .filter(t -> !isStuck(t)).toList()),
+                    "threads that could end are left running after close()");
+        } finally {
+            release.countDown();
+            if (closing != null) {
+                closing.get(10, TimeUnit.SECONDS);
+            }
+            ds.close();
+        }
+        assertTrue(Pools.await(Duration.ofSeconds(10), () -> Threads.of("xaclosedeadline").isEmpty()),
+                "released, the stuck thread ends: " + Threads.describe(Threads.of("xaclosedeadline")));
+    }
+
+    /** Whether {@code t} is in {@link #stuckUntil} (the test's blocking driver). */
+    private static boolean isStuck(Thread t) {
+        for (StackTraceElement f : t.getStackTrace()) {
+            if (f.getClassName().equals(CloseDeadlineTest.class.getName()) && f.getMethodName().equals("stuckUntil")) {
+                return true;
+            }
+        }
+        return false;
     }
 }
