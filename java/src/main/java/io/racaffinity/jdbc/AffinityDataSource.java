@@ -18,10 +18,12 @@ import java.sql.SQLException;
 import java.sql.SQLNonTransientException;
 import java.sql.SQLTransientConnectionException;
 import java.sql.ShardingKeyBuilder;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.Executor;
+import java.util.concurrent.atomic.AtomicInteger;
 import javax.naming.InitialContext;
 import javax.naming.NamingException;
 import javax.sql.DataSource;
@@ -366,8 +368,9 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         }
         // After the upkeep's last round, which may evict what is aborted here.
         LibraryThreads.joinUntil(upkeep, byNanos);
-        abortInUse();
-        return upkeep;
+        List<Thread> threads = new ArrayList<>(upkeep);
+        threads.addAll(abortInUse(byNanos));
+        return threads;
     }
 
     /**
@@ -375,8 +378,9 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      * use are aborted ({@link Connection#abort}: their next call fails with an SQLState {@code 08},
      * their {@code close()} gives back what they hold), whatever the node data sources; then the
      * heartbeat stops, the MXBean is unregistered, and the node data sources this data source created
-     * and the cluster it built are closed (not those it was given). For a graceful end, close the
-     * connections (let the requests finish) first. Idempotent.
+     * and the cluster it built are closed (not those it was given). Each node's aborts run on a thread of their
+     * own, waited for within close()'s one bound: a node driver whose abort blocks holds neither close() nor the
+     * other nodes' aborts. For a graceful end, close the connections (let the requests finish) first. Idempotent.
      */
     @Override
     public void close() {
@@ -389,27 +393,40 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      * no close of its own, so only the HikariCP pools this data source built used to abort theirs. Each
      * is dropped from its HikariCP pool at once, so that a pool the application shares never hands it out
      * again. A call that then fails on it reports no node failure ({@link AffinityConnection}).
+     *
+     * <p>Each node's on a library thread of its own ({@code racaffinity-close-abort-<cluster>}), waited for until
+     * {@code byNanos}: a driver whose abort blocks (a dead node; one that ignores the interrupt) holds neither
+     * close() past its bound nor the other nodes' aborts. A thread still aborting then ends with its driver's
+     * call, not interrupted (an abort under way is all it does).
+     *
+     * @return the threads started (ended, or still aborting), for close() to wait for until its deadline
      */
-    private void abortInUse() {
+    private List<Thread> abortInUse(long byNanos) {
         Running<DataSource> r = runningOrNull();
         if (r == null) {
-            return;
+            return List.of();
         }
         NodeFailover f = failover;
-        int aborted = 0;
+        AtomicInteger aborted = new AtomicInteger();
+        List<Thread> aborting = new ArrayList<>();
         for (int node = 0; node < r.byId.length; node++) {
             DataSource ds = r.byId[node];
-            aborted += f.abortBorrowed(node, c -> {
+            int n = node;
+            Thread t = LibraryThreads.newThread(() -> aborted.addAndGet(f.abortBorrowed(n, c -> {
                 if (ds != null) {
                     PoolMaintenance.Hikari.evictHikari(ds, c);
                 }
-            });
+            })), "racaffinity-close-abort-" + r.cluster.name(), AffinityDataSource.class.getClassLoader());
+            t.start();
+            aborting.add(t);
         }
-        if (aborted > 0) {
-            int n = aborted;
+        LibraryThreads.joinUntil(aborting, byNanos);
+        int n = aborted.get();
+        if (n > 0) {
             log.log(Level.INFO, () -> kind + " " + r.cluster.name() + ": closed with " + n
                     + " connection(s) in use: aborted");
         }
+        return aborting;
     }
 
     /**

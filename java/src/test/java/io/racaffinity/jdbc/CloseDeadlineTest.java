@@ -365,6 +365,88 @@ class CloseDeadlineTest {
                 "released, the stuck thread ends: " + Threads.describe(Threads.of("xaclosedeadline")));
     }
 
+    /**
+     * A node DataSource whose connections block in their driver's abort, whatever its interrupts, until
+     * {@code release} opens (a driver on a dead node), counting the aborts in {@code aborts}.
+     */
+    private static DataSource abortCounting(String name, CountDownLatch release, AtomicInteger aborts) {
+        DataSource node = Stubs.dataSource(name, Map.of(), new AtomicInteger());
+        return Stubs.proxy(DataSource.class, "AbortNode[" + name + "]", (p, m, a) -> {
+            Object out = Stubs.forward(node, m, a);
+            if (!(out instanceof Connection real)) {
+                return out;
+            }
+            return Stubs.proxy(Connection.class, "AbortConnection[" + name + "]", (p2, m2, a2) -> {
+                if (m2.getName().equals("abort")) {
+                    aborts.incrementAndGet();
+                    if (release != null) {
+                        stuckUntil(release);
+                    }
+                    return null;
+                }
+                return Stubs.forward(real, m2, a2);
+            });
+        });
+    }
+
+    /**
+     * AffinityDataSource.close() aborts the connections still in use: it called each node driver's abort on its
+     * own thread, one after the other, with no bound, so a driver that blocks there held close() for as long,
+     * and the other nodes' connections were not aborted meanwhile.
+     */
+    @Test
+    void closeWithANodeDriverStuckInAbortReturnsWithinTheBound() throws Exception {
+        CountDownLatch release = new CountDownLatch(1);
+        AtomicInteger abortsA = new AtomicInteger();
+        AtomicInteger abortsB = new AtomicInteger();
+        Map<String, DataSource> nodes = new LinkedHashMap<>();
+        nodes.put("A", abortCounting("A", release, abortsA));
+        nodes.put("B", abortCounting("B", null, abortsB));
+        AffinityDataSource ds = new AffinityDataSource();
+        CompletableFuture<Long> closing = null;
+        try {
+            ds.setConfig("name = closeabort; nodes = A, B; policy = round_robin; thread.auto_pin = false");
+            ds.setNodeDataSources(nodes);
+            ds.setRegisterMBean(false);
+            Map<String, Connection> inUse = new LinkedHashMap<>();
+            for (int i = 0; i < 10 && inUse.size() < 2; i++) {
+                Connection c = ds.getConnection();
+                if (inUse.putIfAbsent(((AffinityConnection) c).nodeName(), c) != null) {
+                    c.close();
+                }
+            }
+            assertEquals(List.of("A", "B"), inUse.keySet().stream().sorted().toList(), "one in use on each node");
+
+            closing = CompletableFuture.supplyAsync(() -> {
+                long start = System.nanoTime();
+                ds.close();
+                return TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            });
+            Long tookMillis;
+            try {
+                tookMillis = closing.get(10, TimeUnit.SECONDS);
+            } catch (TimeoutException e) {
+                tookMillis = null;
+            }
+
+            assertEquals(1, abortsA.get(), "close() aborts A's connection");
+            assertTrue(tookMillis != null && tookMillis < BOUND_MILLIS,
+                    "close() took " + (tookMillis == null ? "more than 10 s" : tookMillis + " ms"));
+            assertEquals(1, abortsB.get(), "B's connection in use is aborted too");
+            assertEquals(List.of(), Threads.describe(Threads.of("closeabort").stream()
+                    .filter(t -> !isStuck(t)).toList()),
+                    "threads that could end are left running after close()");
+        } finally {
+            release.countDown();
+            if (closing != null) {
+                closing.get(10, TimeUnit.SECONDS);
+            }
+            ds.close();
+        }
+        assertTrue(Pools.await(Duration.ofSeconds(10), () -> Threads.of("closeabort").isEmpty()),
+                "released, the stuck thread ends: " + Threads.describe(Threads.of("closeabort")));
+    }
+
     /** Whether {@code t} is in {@link #stuckUntil} (the test's blocking driver). */
     private static boolean isStuck(Thread t) {
         for (StackTraceElement f : t.getStackTrace()) {
