@@ -258,28 +258,12 @@ public final class AffinityXAConnection implements XAConnection {
     /**
      * {@link XaRouter#closeConnections}: the sessions behind handles end at once (a call hung on a dead node with
      * them), then the connection closes as by {@link #close()}. A session with no handle open is closed, not
-     * aborted: the driver's close of an idle session does not wait on the node.
+     * aborted: the driver's close of an idle session does not wait on the node. The connection is closed before
+     * any driver call: an abort that blocks (a dead node, a driver that ignores the interrupt) leaves no
+     * XAConnection or handle the TM can go on using meanwhile.
      */
     void abortAndClose() {
-        List<Connection> logicals = new ArrayList<>();
-        synchronized (this) {
-            if (closed) {
-                return;
-            }
-            for (Physical p : byNode) {
-                if (p != null && p.logical != null) {
-                    logicals.add(p.logical);
-                }
-            }
-        }
-        for (Connection c : logicals) {
-            abortQuietly(c);
-        }
-        try {
-            close();
-        } catch (SQLException e) {
-            // close() reports nothing: each physical's close is best effort
-        }
+        end(true);
     }
 
     private void abortQuietly(Connection c) {
@@ -626,6 +610,11 @@ public final class AffinityXAConnection implements XAConnection {
     }
 
     private void closeHandle(Handle h, boolean notify) {
+        closeHandle(h, notify, true);
+    }
+
+    /** {@code closeLogicals} false: the caller ends the handle's sessions itself, outside the lock. */
+    private void closeHandle(Handle h, boolean notify, boolean closeLogicals) {
         List<Physical> used;
         synchronized (this) {
             if (h.closed) {
@@ -638,10 +627,12 @@ public final class AffinityXAConnection implements XAConnection {
             used = new ArrayList<>(h.used);
             for (Physical p : used) {
                 if (p.logical != null) {
-                    try {
-                        p.logical.close();
-                    } catch (SQLException e) {
-                        // the physical reports its own errors
+                    if (closeLogicals) {
+                        try {
+                            p.logical.close();
+                        } catch (SQLException e) {
+                            // the physical reports its own errors
+                        }
                     }
                     p.logical = null;
                 }
@@ -778,14 +769,27 @@ public final class AffinityXAConnection implements XAConnection {
      */
     @Override
     public void close() throws SQLException {
+        end(false);
+    }
+
+    /** {@link #close()}; {@code abort}: the sessions behind the handle are aborted first ({@link #abortAndClose}). */
+    private void end(boolean abort) {
         Physical[] ps;
         List<XidKey> gone = new ArrayList<>();
+        List<Connection> logicals = new ArrayList<>();
         synchronized (this) {
             if (closed) {
                 return;
             }
+            if (abort) {
+                for (Physical p : byNode) {
+                    if (p != null && p.logical != null) {
+                        logicals.add(p.logical);
+                    }
+                }
+            }
             if (handle != null) {
-                closeHandle(handle, false);
+                closeHandle(handle, false, !abort);
             }
             closed = true;
             ps = byNode;
@@ -799,6 +803,14 @@ public final class AffinityXAConnection implements XAConnection {
             }
             gone.addAll(refused);
             refused.clear();
+        }
+        for (Connection c : logicals) {
+            abortQuietly(c);
+            try {
+                c.close();
+            } catch (SQLException | RuntimeException e) {
+                // aborted: the physical's close below reports its own errors
+            }
         }
         for (Physical p : ps) {
             if (p != null) {

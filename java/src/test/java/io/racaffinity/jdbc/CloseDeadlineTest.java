@@ -328,7 +328,8 @@ class CloseDeadlineTest {
             ds.setNodeXADataSources(Map.of("A", blockingXa(release, ending)));
             ds.setRegisterMBean(false);
             XAConnection stuck = ds.getXAConnection();
-            stuck.getConnection().isReadOnly(); // opens its session on A: the one that blocks
+            Connection stuckHandle = stuck.getConnection();
+            stuckHandle.isReadOnly(); // opens its session on A: the one that blocks
             XAConnection other = ds.getXAConnection();
             other.getConnection().isReadOnly(); // a session that ends at once
 
@@ -350,6 +351,13 @@ class CloseDeadlineTest {
             SQLException e = assertThrows(SQLException.class, other::getXAResource,
                     "the other XAConnection works on through the closed data source");
             assertEquals("08003", e.getSQLState());
+            // The stuck one is ended too, though its driver's abort has not returned: the TM's next call on it
+            // answers that it is closed, and its handle takes no more work.
+            e = assertThrows(SQLException.class, stuck::getXAResource,
+                    "the XAConnection whose abort is stuck works on through the closed data source");
+            assertEquals("08003", e.getSQLState());
+            e = assertThrows(SQLException.class, stuckHandle::isReadOnly, "its handle works on");
+            assertTrue(e.getSQLState().startsWith("08"), "SQLState " + e.getSQLState());
             // The stuck abort cannot end before it is released; every other thread has.
             assertEquals(List.of(), Threads.describe(Threads.of("xaclosedeadline").stream()
                     .filter(t -> !isStuck(t)).toList()),
