@@ -804,6 +804,23 @@ racaffinity_result racaffinity_sql_transaction_control(const char *sql,
                                                        racaffinity_transaction_control *out);
 
 /*
+ Whether SQL text (read as `racaffinity_sql_transaction_control` reads
+ it: `len` bytes, any length, not NUL-terminated) sets session state a
+ replay record does not hold: `SET` (not `SET LOCAL`, `SET TRANSACTION`,
+ `SET CONSTRAINTS`), `RESET`, `DISCARD`, `LISTEN`, `PREPARE name AS`,
+ `DEALLOCATE`, `CREATE TEMP TABLE`, `DECLARE … WITH HOLD`, `LOAD`,
+ `set_config(…, false)`, session advisory locks. A host that sent such
+ text outside the request's recorded transaction (an earlier committed
+ transaction of the connection, or auto-commit) must not replay on that
+ connection afterwards (docs/continuity.md).
+
+ # Safety
+ `sql` must be NULL (with `len` 0) or valid for reading `len` bytes; `out`
+ NULL or writable.
+ */
+racaffinity_result racaffinity_sql_sets_session_state(const char *sql, size_t len, bool *out);
+
+/*
  Classifies an Oracle error number (3113 for ORA-03113): the errors of a
  lost instance or connection are `RECOVERABLE`.
 

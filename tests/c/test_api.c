@@ -2506,6 +2506,22 @@ static void replay_decisions_walk_the_outcome_state_machine(void) {
     CHECK_EQ_U(tc, RACAFFINITY_TRANSACTION_CONTROL_BEGIN);
     free(long_sql);
 
+    /* Session state set by SQL text: a replay's new connection would not have it. */
+    bool session = false;
+    static const char set_after_nul[] = "SELECT '\0'; SET search_path TO alt";
+    CHECK_OK(racaffinity_sql_sets_session_state(set_after_nul, sizeof set_after_nul - 1, &session));
+    CHECK(session);
+    CHECK_OK(racaffinity_sql_sets_session_state("SELECT pg_advisory_lock(1)", 26, &session));
+    CHECK(session);
+    CHECK_OK(racaffinity_sql_sets_session_state("SET LOCAL search_path TO alt", 28, &session));
+    CHECK(!session);
+    CHECK_OK(racaffinity_sql_sets_session_state("SELECT 'SET search_path TO alt'", 31, &session));
+    CHECK(!session);
+    CHECK_OK(racaffinity_sql_sets_session_state(NULL, 0, &session));
+    CHECK(!session);
+    CHECK_RC(racaffinity_sql_sets_session_state(NULL, 3, &session), RACAFFINITY_RESULT_NULL_ARGUMENT);
+    CHECK_RC(racaffinity_sql_sets_session_state("SET a TO b", 10, NULL), RACAFFINITY_RESULT_NULL_ARGUMENT);
+
     racaffinity_cluster *c = NULL;
     CHECK_OK(racaffinity_cluster_new("nodes = A, B, C\nrecovery.scope = database", &c));
     racaffinity_request_failure f = {.node = 0, .error_class = RACAFFINITY_ERROR_CLASS_RECOVERABLE,

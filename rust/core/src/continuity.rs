@@ -18,8 +18,10 @@ use crate::config::RecoveryScope;
 use crate::error::{Error, Result};
 use crate::node::{NodeId, NodeState};
 
+mod session_state;
 mod transaction_control;
-pub use transaction_control::TransactionControl;
+pub use session_state::sets_session_state;
+pub use transaction_control::{SqlReading, TransactionControl};
 
 /// Replays of one request at most: a request that failed twice is not a
 /// failover, it is a request that fails.

@@ -66,8 +66,8 @@ pub use config::{
     Config, DataConfig, Placement, RecoveryScope, SessionConfig, SessionMode, ThreadConfig, TransactionConfig,
 };
 pub use continuity::{
-    classify_oracle_error, classify_sqlstate, CommitOutcome, ErrorClass, ReplayRefusal, ReplayStep, RequestFailure,
-    TransactionControl,
+    classify_oracle_error, classify_sqlstate, sets_session_state, CommitOutcome, ErrorClass, ReplayRefusal, ReplayStep,
+    RequestFailure, SqlReading, TransactionControl,
 };
 pub use data::{check_partition_map_source, DataKey};
 pub use epoch::{

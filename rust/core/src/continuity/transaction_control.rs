@@ -14,6 +14,8 @@
 //! `BEGIN ATOMIC` function body counts as one (that request is not
 //! replayed, which is safe); nothing that controls a transaction is missed.
 
+use super::session_state::SessionWords;
+
 /// What the text does to its transaction: the strongest control of any of
 /// its statements (ordered from none to commit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -44,7 +46,7 @@ impl TransactionControl {
     /// separators it looks for are ASCII, and any other byte is read as a
     /// letter. Text of any length; invalid sequences are read, not refused.
     pub fn of_bytes(sql: &[u8]) -> TransactionControl {
-        Scanner { s: sql, i: 0 }.control()
+        read(sql).control
     }
 
     /// Whether a request that sent such text may still be replayed: the
@@ -79,14 +81,37 @@ impl TransactionControl {
 /// and `COMMIT TRANSACTION PREPARED`-like spellings need three.
 const FIRST_WORDS: usize = 3;
 
+/// Both readings of SQL text, from one pass: the Java binding caches them
+/// per text and asks once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SqlReading {
+    /// What the text does to its transaction.
+    pub control: TransactionControl,
+    /// Whether it sets session state a replay record does not hold
+    /// ([`sets_session_state`](super::sets_session_state)).
+    pub session_state: bool,
+}
+
+impl SqlReading {
+    /// Reads SQL text as [`TransactionControl::of_bytes`] does.
+    pub fn of_bytes(sql: &[u8]) -> SqlReading {
+        read(sql)
+    }
+}
+
+pub(super) fn read(sql: &[u8]) -> SqlReading {
+    Scanner { s: sql, i: 0 }.read()
+}
+
 struct Scanner<'a> {
     s: &'a [u8],
     i: usize,
 }
 
 impl<'a> Scanner<'a> {
-    fn control(&mut self) -> TransactionControl {
+    fn read(&mut self) -> SqlReading {
         let mut strongest = TransactionControl::None;
+        let mut session = SessionWords::default();
         let mut words: [&'a [u8]; FIRST_WORDS] = [b""; FIRST_WORDS];
         let mut n = 0;
         // Whether the statement began with something no control begins with.
@@ -97,7 +122,9 @@ impl<'a> Scanner<'a> {
                     self.i += 1;
                     if !other {
                         strongest = strongest.max(classify(&words[..n]));
+                        session.statement(&words[..n]);
                     }
+                    session.end_statement();
                     n = 0;
                     other = false;
                 }
@@ -121,21 +148,27 @@ impl<'a> Scanner<'a> {
                     if matches!(word, b"e" | b"E") && self.s.get(self.i) == Some(&b'\'') {
                         other |= n == 0;
                         self.quoted(b'\'', true);
-                    } else if !other && n < FIRST_WORDS {
-                        words[n] = word;
-                        n += 1;
+                    } else {
+                        session.word(word, words[0]);
+                        if !other && n < FIRST_WORDS {
+                            words[n] = word;
+                            n += 1;
+                        }
                     }
                 }
                 _ => {
                     other |= n == 0;
+                    session.punctuation(c);
                     self.i += 1;
                 }
             }
         }
         if !other {
             strongest = strongest.max(classify(&words[..n]));
+            session.statement(&words[..n]);
         }
-        strongest
+        session.end_statement();
+        SqlReading { control: strongest, session_state: session.found }
     }
 
     fn at(&self, prefix: &[u8]) -> bool {

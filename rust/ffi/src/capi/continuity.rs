@@ -5,8 +5,8 @@
 use std::os::raw::c_char;
 
 use racaffinity_core::{
-    classify_oracle_error, classify_sqlstate, CommitOutcome, ErrorClass, ReplayRefusal, ReplayStep, RequestFailure,
-    TransactionControl,
+    classify_oracle_error, classify_sqlstate, sets_session_state, CommitOutcome, ErrorClass, ReplayRefusal, ReplayStep,
+    RequestFailure, TransactionControl,
 };
 
 use super::buffer::{out_arg, str_arg};
@@ -170,17 +170,54 @@ pub unsafe extern "C" fn racaffinity_sql_transaction_control(
     guard(|| {
         // SAFETY: per this function's contract.
         let out = unsafe { out_arg(out, "out")? };
-        let text: &[u8] = if len == 0 {
-            &[]
-        } else if sql.is_null() {
-            return Err(Failure::null("sql"));
-        } else {
-            // SAFETY: non-NULL and valid for `len` bytes per the contract. No
-            // length cap: the scan is linear and allocates nothing.
-            unsafe { std::slice::from_raw_parts(sql.cast::<u8>(), len) }
-        };
+        // SAFETY: per this function's contract.
+        let text = unsafe { sql_arg(sql, len)? };
         out.set(TransactionControl::of_bytes(text).into())
     })
+}
+
+/// Whether SQL text (read as `racaffinity_sql_transaction_control` reads
+/// it: `len` bytes, any length, not NUL-terminated) sets session state a
+/// replay record does not hold: `SET` (not `SET LOCAL`, `SET TRANSACTION`,
+/// `SET CONSTRAINTS`), `RESET`, `DISCARD`, `LISTEN`, `PREPARE name AS`,
+/// `DEALLOCATE`, `CREATE TEMP TABLE`, `DECLARE … WITH HOLD`, `LOAD`,
+/// `set_config(…, false)`, session advisory locks. A host that sent such
+/// text outside the request's recorded transaction (an earlier committed
+/// transaction of the connection, or auto-commit) must not replay on that
+/// connection afterwards (docs/continuity.md).
+///
+/// # Safety
+/// `sql` must be NULL (with `len` 0) or valid for reading `len` bytes; `out`
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn racaffinity_sql_sets_session_state(
+    sql: *const c_char,
+    len: usize,
+    out: *mut bool,
+) -> racaffinity_result {
+    guard(|| {
+        // SAFETY: per this function's contract.
+        let out = unsafe { out_arg(out, "out")? };
+        // SAFETY: per this function's contract.
+        let text = unsafe { sql_arg(sql, len)? };
+        out.set(sets_session_state(text))
+    })
+}
+
+/// The `len` bytes at `sql` (NULL allowed with `len` 0).
+///
+/// # Safety
+/// `sql` must be NULL or valid for reading `len` bytes.
+unsafe fn sql_arg<'a>(sql: *const c_char, len: usize) -> Result<&'a [u8], Failure> {
+    if len == 0 {
+        Ok(&[])
+    } else if sql.is_null() {
+        Err(Failure::null("sql"))
+    } else {
+        // SAFETY: non-NULL and valid for `len` bytes per the contract. No
+        // length cap: the scan is linear and allocates nothing.
+        Ok(unsafe { std::slice::from_raw_parts(sql.cast::<u8>(), len) })
+    }
 }
 
 /// Classifies an Oracle error number (3113 for ORA-03113): the errors of a

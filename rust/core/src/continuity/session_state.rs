@@ -1,0 +1,224 @@
+//! Session state set by SQL text: whether a statement changes what the
+//! server's session holds beyond its transaction (`SET search_path`, a
+//! prepared statement, a temporary table, a session advisory lock...). A
+//! replay record holds a request's transaction and the session settings
+//! made through the bindings' API; state set by text in an earlier
+//! transaction or in auto-commit is on the old session only, and a replay
+//! on a new connection would run without it (writing to another schema, as
+//! another role, without a lock). A connection that sent such text is
+//! therefore not replayed afterwards (docs/continuity.md).
+//!
+//! The reading shares the transaction-control scanner's lexical rules
+//! (comments, quoted text and dollar-quoted bodies skipped): the first
+//! words decide for the statement kinds, and the advisory-lock and
+//! `set_config` function names count anywhere outside quotes and comments.
+//! It errs towards finding: a refused replay is safe, a replay without the
+//! state is not. Transaction-scoped forms (`SET LOCAL`, `SET TRANSACTION`,
+//! `SET CONSTRAINTS`, `set_config(…, true)`, the `_xact_` advisory locks)
+//! do not count. Function bodies are not read: a function that sets state
+//! when called is not found.
+
+use super::transaction_control;
+
+/// Whether SQL text (as [`TransactionControl::of_bytes`] reads it) sets
+/// session state a replay's new connection would not have.
+///
+/// [`TransactionControl::of_bytes`]: super::TransactionControl::of_bytes
+pub fn sets_session_state(sql: &[u8]) -> bool {
+    transaction_control::read(sql).session_state
+}
+
+/// Session functions, found by name anywhere in the text (lower case):
+/// session-level advisory locks, taken or released.
+const SESSION_FUNCTIONS: &[&[u8]] = &[
+    b"pg_advisory_lock",
+    b"pg_advisory_lock_shared",
+    b"pg_try_advisory_lock",
+    b"pg_try_advisory_lock_shared",
+    b"pg_advisory_unlock",
+    b"pg_advisory_unlock_shared",
+    b"pg_advisory_unlock_all",
+];
+
+/// The scanner's findings for session state, fed word by word.
+#[derive(Default)]
+pub(super) struct SessionWords {
+    pub(super) found: bool,
+    /// The word before this one in the statement, for `WITH HOLD` and
+    /// `INTO TEMP`.
+    previous: Option<Vec<u8>>,
+    declare_with_hold: bool,
+    /// Inside a `set_config(` call: parenthesis depth and commas at depth 1,
+    /// to read whether its third argument is the literal `true`.
+    set_config: Option<(u32, u32)>,
+}
+
+impl SessionWords {
+    /// A word of the statement (outside quotes and comments); `first` is
+    /// the statement's first word.
+    pub(super) fn word(&mut self, word: &[u8], first: &[u8]) {
+        let lower = word.to_ascii_lowercase();
+        if let Some((depth, commas)) = self.set_config {
+            if depth == 1 && commas == 2 {
+                // Its is_local argument: only a literal `true` keeps it in
+                // the transaction.
+                self.found |= lower != b"true";
+                self.set_config = None;
+            }
+        }
+        if SESSION_FUNCTIONS.contains(&lower.as_slice()) {
+            self.found = true;
+        } else if lower == b"set_config" {
+            self.set_config = Some((0, 0));
+        }
+        match (self.previous.as_deref(), lower.as_slice()) {
+            (Some(b"with"), b"hold") => self.declare_with_hold = true,
+            // `SELECT … INTO TEMP t`; an INSERT INTO a table named temp is not.
+            (Some(b"into"), b"temp" | b"temporary") if !first.eq_ignore_ascii_case(b"insert") => self.found = true,
+            _ => {}
+        }
+        self.previous = Some(lower);
+    }
+
+    /// A byte outside words, quotes and comments.
+    pub(super) fn punctuation(&mut self, c: u8) {
+        if let Some((depth, commas)) = self.set_config.as_mut() {
+            match c {
+                b'(' => *depth += 1,
+                b',' if *depth == 1 => *commas += 1,
+                b')' => {
+                    *depth = depth.saturating_sub(1);
+                    if *depth == 0 {
+                        // Ended without a literal `true` third argument.
+                        self.found = true;
+                        self.set_config = None;
+                    }
+                }
+                _ if *depth == 0 => {
+                    // `set_config` not called (a column so named): erring
+                    // towards finding, it counts.
+                    self.found = true;
+                    self.set_config = None;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A complete statement's first words (the statement began with a word).
+    pub(super) fn statement(&mut self, words: &[&[u8]]) {
+        let is = |i: usize, w: &str| words.get(i).is_some_and(|x| x.eq_ignore_ascii_case(w.as_bytes()));
+        let temp = |i: usize| is(i, "temp") || is(i, "temporary");
+        self.found |= (is(0, "set") && !(is(1, "local") || is(1, "transaction") || is(1, "constraints")))
+            || is(0, "reset")
+            || is(0, "discard")
+            || is(0, "listen")
+            || is(0, "unlisten")
+            || is(0, "load")
+            || is(0, "deallocate")
+            || (is(0, "prepare") && !is(1, "transaction"))
+            || (is(0, "create") && (temp(1) || ((is(1, "local") || is(1, "global")) && temp(2))))
+            || (is(0, "declare") && self.declare_with_hold);
+    }
+
+    /// The statement ended (`;` or the end of the text).
+    pub(super) fn end_statement(&mut self) {
+        if self.set_config.is_some() {
+            // A call cut off by the end of the statement: count it.
+            self.found = true;
+            self.set_config = None;
+        }
+        self.previous = None;
+        self.declare_with_hold = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sets_session_state;
+
+    /// The statements that leave state on the session, and those that look
+    /// alike but stay in the transaction or in quoted text.
+    #[test]
+    fn finds_session_state_set_by_text_and_not_in_its_data() {
+        let session: &[&str] = &[
+            "SET search_path TO alt",
+            "set search_path = alt, public",
+            "SET SESSION search_path TO alt",
+            "SET ROLE other",
+            "SET SESSION AUTHORIZATION other",
+            "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
+            "SET TIME ZONE 'UTC'",
+            "RESET search_path",
+            "RESET ALL",
+            "DISCARD ALL",
+            "LISTEN chan",
+            "UNLISTEN *",
+            "PREPARE q AS SELECT 1",
+            "PREPARE q(int) AS SELECT $1",
+            "DEALLOCATE q",
+            "DEALLOCATE ALL",
+            "CREATE TEMP TABLE t (a int)",
+            "create temporary table t (a int)",
+            "CREATE LOCAL TEMPORARY TABLE t (a int)",
+            "CREATE GLOBAL TEMP TABLE t (a int)",
+            "CREATE TEMP VIEW v AS SELECT 1",
+            "SELECT 1 AS a INTO TEMP t",
+            "DECLARE c CURSOR WITH HOLD FOR SELECT 1",
+            "declare c scroll cursor with hold for select 1",
+            "LOAD 'auto_explain'",
+            "SELECT pg_advisory_lock(1)",
+            "SELECT pg_advisory_lock_shared(1, 2)",
+            "SELECT PG_TRY_ADVISORY_LOCK(1)",
+            "SELECT pg_try_advisory_lock_shared(1)",
+            "SELECT pg_advisory_unlock_all()",
+            "SELECT x FROM t WHERE pg_try_advisory_lock(t.id)",
+            "SELECT set_config('search_path', 'alt', false)",
+            "SELECT set_config('search_path', 'alt', $1)",
+            "SELECT set_config('search_path', f(1, 2), 'false')",
+            "SELECT set_config('search_path', 'alt'",
+            "SELECT 1; SET search_path TO alt",
+            "/* c */ -- l\n SET search_path TO alt",
+            "INSERT INTO t VALUES (1); select pg_advisory_lock(1); COMMIT",
+        ];
+        for sql in session {
+            assert!(sets_session_state(sql.as_bytes()), "{sql:?} sets session state");
+        }
+        let not: &[&str] = &[
+            "SET LOCAL search_path TO alt",
+            "set transaction isolation level serializable",
+            "SET CONSTRAINTS ALL DEFERRED",
+            "SELECT set_config('search_path', 'alt', true)",
+            "SELECT set_config('a', f(1, 2), TRUE)",
+            "SELECT pg_advisory_xact_lock(1)",
+            "SELECT pg_try_advisory_xact_lock(1)",
+            "PREPARE TRANSACTION 'x'",
+            "CREATE TABLE temp (a int)",
+            "INSERT INTO temp VALUES (1)",
+            "DECLARE c CURSOR FOR SELECT 1",
+            "DECLARE c CURSOR WITHOUT HOLD FOR SELECT 1",
+            "SELECT 'SET search_path TO alt'",
+            "SELECT 'pg_advisory_lock(1)' -- pg_advisory_lock(1)",
+            "/* SET search_path TO alt */ SELECT 1",
+            "DO $$ BEGIN PERFORM 1; END $$",
+            "SELECT \"set\" FROM t",
+            "UPDATE t SET a = 1",
+            "INSERT INTO t VALUES (1) ON CONFLICT (a) DO UPDATE SET a = 2",
+            "COMMIT",
+            "",
+        ];
+        for sql in not {
+            assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
+        }
+    }
+
+    /// One pass reads both: the control is unchanged by the session reading.
+    #[test]
+    fn one_reading_holds_both() {
+        use super::super::{SqlReading, TransactionControl as T};
+        let r = SqlReading::of_bytes(b"SET search_path TO alt; COMMIT");
+        assert_eq!((r.control, r.session_state), (T::Commit, true));
+        let r = SqlReading::of_bytes(b"SAVEPOINT a");
+        assert_eq!((r.control, r.session_state), (T::Savepoint, false));
+    }
+}
