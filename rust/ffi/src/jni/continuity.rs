@@ -5,7 +5,7 @@
 
 use jni::objects::JString;
 use jni::sys::{jboolean, jint, jlong};
-use racaffinity_core::{classify_sqlstate, CommitOutcome, ErrorClass, TransactionControl};
+use racaffinity_core::{classify_sqlstate, CommitOutcome, ErrorClass, SqlReading, TransactionControl};
 
 use super::{run, with_cluster};
 use crate::capi::continuity::{
@@ -46,6 +46,23 @@ jni_export! {
             let chars = sql.mutf8_chars(env)?;
             let c: racaffinity_transaction_control = TransactionControl::of_bytes(chars.to_bytes()).into();
             Ok(c as jint)
+        })
+    }
+
+    /// `int sqlReading(String sql)`: both readings of the text in one
+    /// crossing, for the replay's per-text cache: the low byte a
+    /// `racaffinity_transaction_control` (0..4), bit 8 set when it sets
+    /// session state (`racaffinity_sql_sets_session_state`). Read as
+    /// `sqlTransactionControl` reads it.
+    fn Java_io_racaffinity_Native_sqlReading<'l>(env, sql: JString<'l>) -> jint {
+        run(&mut env, |env| {
+            if sql.is_null() {
+                return Err(super::null_arg("sql"));
+            }
+            let chars = sql.mutf8_chars(env)?;
+            let reading = SqlReading::of_bytes(chars.to_bytes());
+            let c: racaffinity_transaction_control = reading.control.into();
+            Ok(c as jint | if reading.session_state { 0x100 } else { 0 })
         })
     }
 

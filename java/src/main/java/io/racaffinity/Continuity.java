@@ -147,6 +147,49 @@ public final class Continuity {
     }
 
     /**
+     * Both readings of SQL text, from one pass of the core's scanner.
+     *
+     * @param control what the text does to its transaction
+     * @param setsSessionState whether it sets session state a replay record does not hold
+     *     ({@link #setsSessionState})
+     */
+    public record SqlReading(TransactionControl control, boolean setsSessionState) {}
+
+    /**
+     * Reads SQL text's transaction control and whether it sets session state, in one call.
+     *
+     * @param sql the text a statement sends or prepares
+     * @return both readings
+     * @throws NullPointerException if {@code sql} is null
+     */
+    public static SqlReading read(String sql) {
+        Objects.requireNonNull(sql, "sql");
+        int r = Native.sqlReading(sql);
+        int c = r & 0xff;
+        TransactionControl[] all = TransactionControl.values();
+        if (c >= all.length || (r & ~0x1ff) != 0) {
+            throw new IllegalStateException("the library answered the SQL reading " + r);
+        }
+        return new SqlReading(all[c], (r & 0x100) != 0);
+    }
+
+    /**
+     * Whether SQL text sets session state a replay's new connection would not have ({@code SET} but
+     * not {@code SET LOCAL}, {@code SET TRANSACTION}, {@code SET CONSTRAINTS}; {@code RESET},
+     * {@code DISCARD}, {@code LISTEN}, {@code PREPARE name AS}, {@code DEALLOCATE}, {@code CREATE
+     * TEMP TABLE}, {@code DECLARE ... WITH HOLD}, {@code LOAD}, {@code set_config(..., false)},
+     * session advisory locks). A replay connection that ran such text outside the request's
+     * recorded transaction is not replayed afterwards (docs/continuity.md).
+     *
+     * @param sql the text a statement sends or prepares
+     * @return whether it sets session state
+     * @throws NullPointerException if {@code sql} is null
+     */
+    public static boolean setsSessionState(String sql) {
+        return read(sql).setsSessionState();
+    }
+
+    /**
      * {@code pg_xact_status(xid8)}'s answer as an outcome.
      *
      * @param status the answer, null for SQL NULL

@@ -121,6 +121,8 @@ final class Native {
 
     static native int sqlTransactionControl(String sql);
 
+    static native int sqlReading(String sql);
+
     static native long replayDecide(long h, int node, int errorClass, boolean commitInFlight, int outcome,
             boolean forced, int replays, boolean replayable);
 

@@ -9,6 +9,7 @@ import io.racaffinity.Continuity.ErrorClass;
 import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.Continuity.ReplayRefusedException;
 import io.racaffinity.Continuity.Step;
+import io.racaffinity.Continuity.SqlReading;
 import io.racaffinity.Continuity.TransactionControl;
 import io.racaffinity.ReplayCounts;
 import java.io.InputStream;
@@ -65,7 +66,9 @@ import javax.sql.DataSource;
  * connection ({@code unwrap}, {@code getMetaData}, large objects, arrays, streams,
  * {@code setSavepoint}) or sent transaction control other than savepoints as SQL text
  * ({@code COMMIT}, {@code END}, {@code ROLLBACK}, {@code BEGIN}...; a failure of a committing one is
- * {@code outcome_unknown}), and a statement that failed in auto-commit mode (it is its own
+ * {@code outcome_unknown}), a connection that set session state by SQL text once the transaction
+ * that did it ended ({@code SET search_path}, {@code PREPARE}, session advisory locks...: the state is
+ * in no record), and a statement that failed in auto-commit mode (it is its own
  * commit, whose xid is unknown: {@code outcome_unknown}). {@code setAutoCommit(true)} inside a
  * transaction commits it as {@code commit()} does, outcome guarded. The request boundaries are JDBC 4.3's: {@code beginRequest()} when
  * the connection is handed out, {@code endRequest()} when it is closed.
@@ -82,7 +85,7 @@ final class ReplayConnection {
      * long one is read anew, not held in memory), and the whole map is dropped when full, which a
      * workload of more distinct texts than that pays with one JNI call per text, as before.
      */
-    private static final ConcurrentHashMap<String, TransactionControl> CONTROLS = new ConcurrentHashMap<>();
+    private static final ConcurrentHashMap<String, SqlReading> CONTROLS = new ConcurrentHashMap<>();
     /** Reads of a text's transaction control from the library, for tests. */
     private static final LongAdder CONTROL_READS = new LongAdder();
 
@@ -117,6 +120,13 @@ final class ReplayConnection {
     private final Map<Object, Integer> ids = new IdentityHashMap<>();
     /** Statements prepared with SQL that commits the transaction (their execution's outcome is a COMMIT's). */
     private final Set<Integer> committingStatements = new HashSet<>();
+    /** Statements prepared (or batched) with SQL text that sets session state. */
+    private final Set<Integer> sessionStatements = new HashSet<>();
+    /**
+     * SQL text that sets session state ran in the transaction under way: it is replayed in order
+     * with it, but once the transaction ends the state is the session's and in no record.
+     */
+    private boolean sessionTextRan;
     /** Where the calls of the transaction under way begin in {@link #log} (what compaction kept comes before). */
     private int txStart;
     private boolean replayable = true;
@@ -376,7 +386,10 @@ final class ReplayConnection {
         }
         boolean execute = name.startsWith("execute");
         String sql = sqlText(id, name, args);
-        TransactionControl control = sql == null ? TransactionControl.NONE : transactionControl(sql);
+        SqlReading reading = sql == null ? null : reading(sql);
+        TransactionControl control = reading == null ? TransactionControl.NONE : reading.control();
+        boolean setsSession = (reading != null && reading.setsSessionState())
+                || (execute && id != 0 && sessionStatements.contains(id));
         if (!control.replayable()) {
             // The request's boundaries and the outcome guard follow the JDBC calls (commit,
             // rollback, setAutoCommit); SQL text that ends or begins the transaction bypasses
@@ -406,6 +419,13 @@ final class ReplayConnection {
             committingStatements.add(targets.size() - 1);
         } else if (id != 0 && commits && name.equals("addBatch")) {
             committingStatements.add(id);
+        }
+        if (id == 0 && setsSession && targets.size() > before) {
+            sessionStatements.add(targets.size() - 1);
+        } else if (id != 0 && setsSession && name.equals("addBatch")) {
+            sessionStatements.add(id);
+        } else if (execute && id != 0 && setsSession) {
+            sessionTextRan = true;
         }
         if (execute && id != 0 && (commits || control.ends())) {
             // Ended by the SQL (not replayable from now on): what it ran is not kept either.
@@ -678,6 +698,13 @@ final class ReplayConnection {
      * (drivers keep their rows in memory) but unrecorded.
      */
     private void compact() {
+        if (sessionTextRan) {
+            // The transaction that ran it ended, committed (in auto-commit mode too) or rolled back
+            // (a session advisory lock, a prepared statement, a LOAD outlive a rollback; erring
+            // towards refusing): the state is the session's from now on, in no record, and a
+            // replay's new connection would run without it (docs/continuity.md).
+            notReplayable("session state set by SQL text");
+        }
         Set<Integer> closedIds = new HashSet<>();
         for (Call c : log) {
             if (c.target != 0 && c.method.getName().equals("close")) {
@@ -1197,12 +1224,20 @@ final class ReplayConnection {
     /** @return the calls a replay connection has recorded now (for tests), or -1 if it is not one */
     /** {@link Continuity#transactionControl}, kept per text ({@link #CONTROLS}). */
     static TransactionControl transactionControl(String sql) {
-        TransactionControl control = CONTROLS.get(sql);
+        return reading(sql).control();
+    }
+
+    /**
+     * {@link Continuity#read}: the transaction control and whether the text sets session state, kept
+     * per text ({@link #CONTROLS}), one crossing for both.
+     */
+    static SqlReading reading(String sql) {
+        SqlReading control = CONTROLS.get(sql);
         if (control != null) {
             return control;
         }
         CONTROL_READS.increment();
-        control = Continuity.transactionControl(sql);
+        control = Continuity.read(sql);
         if (sql.length() <= CONTROL_TEXT_MAX) {
             // Misses only: the check and the insert together, so that the bound holds under concurrency.
             synchronized (CONTROLS) {

@@ -448,4 +448,65 @@ class ReplayCallsTest {
         assertEquals(1, total(altRowsOf("sch2")), "replayed under the schema the session had");
         assertEquals(0, total(rowsOf("sch2")));
     }
+
+    /** The refusal's text (cause or suppressed), for its reason. */
+    private static String refusalText(SQLException e) {
+        for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
+            if (t instanceof io.racaffinity.Continuity.ReplayRefusedException r) {
+                return r.getMessage();
+            }
+        }
+        for (Throwable t : e.getSuppressed()) {
+            if (t instanceof io.racaffinity.Continuity.ReplayRefusedException r) {
+                return r.getMessage();
+            }
+        }
+        return null;
+    }
+
+    @Test
+    void aSearchPathSetBySqlBeforeTheTransactionRefusesItsReplay() throws Exception {
+        altTable();
+        AffinityDataSource ds = ds("calls-set-sql");
+        // Auto-commit: the session's from now on, and not in any record.
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            try (Statement s = c.createStatement()) {
+                s.execute("SET search_path TO alt");
+            }
+            c.setAutoCommit(false);
+            insert(c, "set1");
+            endOpenTransactions(1);
+            SQLException e = assertThrows(SQLException.class, c::commit, "a replay without the search_path");
+            assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), "typed refusal of " + e);
+            assertTrue(String.valueOf(refusalText(e)).contains("session state set by SQL text"), refusalText(e));
+        }
+        assertEquals(0, total(rowsOf("set1")), "written where the application's session never wrote");
+        assertEquals(0, total(altRowsOf("set1")), "the transaction ended with its connection");
+        // In an earlier transaction the application committed: the session's too.
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            try (Statement s = c.createStatement()) {
+                s.execute("SELECT pg_advisory_lock(42); SET search_path TO alt");
+            }
+            c.commit();
+            insert(c, "set2");
+            endOpenTransactions(1);
+            SQLException e = assertThrows(SQLException.class, c::commit, "a replay without the lock and path");
+            assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), "typed refusal of " + e);
+        }
+        assertEquals(0, total(rowsOf("set2")) + total(altRowsOf("set2")));
+        // Transaction-scoped settings end with their transaction: the later one is replayed.
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            try (Statement s = c.createStatement()) {
+                s.execute("SET LOCAL search_path TO alt; SET TRANSACTION READ WRITE");
+            }
+            c.commit();
+            insert(c, "set3");
+            endOpenTransactions(1);
+            c.commit(); // replayed
+        }
+        assertEquals(1, total(rowsOf("set3")), "replayed in the schema the session had");
+        assertEquals(0, rowsOf("set3").get("MYDB1"));
+    }
 }

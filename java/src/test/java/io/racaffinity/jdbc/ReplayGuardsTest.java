@@ -202,6 +202,19 @@ class ReplayGuardsTest {
         assertThrows(NullPointerException.class, () -> Continuity.transactionControl(null));
     }
 
+    @Test
+    void sessionStateSetBySqlTextIsFoundWithTheControlInOneReading() {
+        // The core's reading (its table test is rust/core/src/continuity/session_state.rs).
+        assertEquals(new Continuity.SqlReading(TransactionControl.COMMIT, true),
+                Continuity.read("SET search_path TO alt; COMMIT"));
+        assertEquals(new Continuity.SqlReading(TransactionControl.NONE, true),
+                Continuity.read("SELECT '\ud800'; SELECT pg_advisory_lock(1)"));
+        assertEquals(new Continuity.SqlReading(TransactionControl.NONE, false),
+                Continuity.read("SET LOCAL search_path TO alt; SELECT 'SET ROLE x'"));
+        assertTrue(Continuity.setsSessionState("PREPARE q AS SELECT 1"));
+        assertThrows(NullPointerException.class, () -> Continuity.read(null));
+    }
+
     // ---- 2. a rollback's failure ---------------------------------------------------------------
 
     @Test
