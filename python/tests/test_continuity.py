@@ -699,6 +699,18 @@ def test_which_statements_control_the_transaction(sql, controls):
     assert controls_transaction(sql) is controls
 
 
+def test_session_state_set_by_text_is_the_cores_reading():
+    # Its table test is rust/core/src/continuity/session_state.rs.
+    assert ra.sets_session_state("SELECT 1; SET search_path TO alt")
+    assert ra.sets_session_state("SELECT '\udc80'; SELECT pg_try_advisory_lock(1)")
+    assert ra.sets_session_state("PREPARE q AS SELECT 1")
+    assert not ra.sets_session_state("SET LOCAL search_path TO alt; SELECT 'SET ROLE x'")
+    assert not ra.sets_session_state("SELECT set_config('a', 'b', true) -- SET x TO y")
+    assert not ra.sets_session_state("")
+    with pytest.raises(TypeError):
+        ra.sets_session_state(b"SET a TO b")  # type: ignore[arg-type]
+
+
 def test_transaction_control_is_the_cores_reading():
     T = ra.TransactionControl
     assert ra.transaction_control("SAVEPOINT a; INSERT INTO t VALUES (1); COMMIT") is T.COMMIT
@@ -1061,3 +1073,72 @@ async def test_async_a_cancel_during_commit_gives_the_connection_back(pg, cluste
         async with pools.request(key=key) as req:
             assert await (await req.execute("SELECT 1")).fetchone() == (1,)
         assert req.node == "RAC1"
+
+
+@pytest.fixture
+def alt_table(pg, req_table):
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("CREATE SCHEMA IF NOT EXISTS alt")
+            conn.execute("CREATE TABLE IF NOT EXISTS alt.py_req (id text PRIMARY KEY)")
+            conn.execute("TRUNCATE alt.py_req")
+
+
+# A request is one transaction, so none sees an earlier one of its own; but
+# the pool hands the same connection to the next request with the session
+# state an earlier request committed on it (psycopg_pool resets nothing).
+SESSION_TEXTS = ["SET search_path TO alt", "SELECT pg_advisory_lock(7); SET search_path TO alt"]
+
+
+@pytest.mark.parametrize("text", SESSION_TEXTS)
+def test_session_state_set_by_text_in_an_earlier_request_refuses_a_replay_on_its_connection(
+    pg, cluster_factory, alt_table, text
+):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute(text)  # committed with the block: the session's from now on
+            pid = req.backend_pid
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                assert req.backend_pid == pid, "the same connection, as the pool's one"
+                req.execute("INSERT INTO py_req VALUES ('ss1')")  # alt.py_req, on this session
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE and req.replays == 0
+        assert "session state set by SQL text" in info.value.__cause__.reason
+    assert sum(rows_of(pg, "ss1").values()) == 0, "written where the application's session never wrote"
+    assert sum(rows_of(pg, "ss1", "alt.py_req").values()) == 0
+
+
+def test_transaction_scoped_settings_leave_a_later_request_replayable(pg, cluster_factory, alt_table):
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("SET LOCAL search_path TO alt; SELECT set_config('application_name', 'x', true)")
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("INSERT INTO py_req VALUES ('ss2')")
+            terminate(pg, "RAC1", req.backend_pid)
+        assert req.replays == 1 and req.outcome == "committed"
+    assert sum(rows_of(pg, "ss2").values()) == 1 and rows_of(pg, "ss2")["RAC1"] == 0
+
+
+@pytest.mark.asyncio
+async def test_async_session_state_set_by_text_in_an_earlier_request_refuses_a_replay_on_its_connection(
+    pg, cluster_factory, alt_table
+):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
+        async with pools.request(key=key_on(c, "RAC1")) as req:
+            await req.execute("SET search_path TO alt")
+            pid = req.backend_pid
+        with pytest.raises(psycopg.OperationalError) as info:
+            async with pools.request(key=key_on(c, "RAC1")) as req:
+                assert req.backend_pid == pid, "the same connection, as the pool's one"
+                await req.execute("INSERT INTO py_req VALUES ('ass1')")
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE and req.replays == 0
+        assert "session state set by SQL text" in info.value.__cause__.reason
+    assert sum(rows_of(pg, "ass1").values()) == 0
+    assert sum(rows_of(pg, "ass1", "alt.py_req").values()) == 0

@@ -29,6 +29,7 @@ from ._continuity import (
     TransactionControl,
     classify_oracle_error,
     classify_sqlstate,
+    sets_session_state,
     transaction_control,
 )
 from ._routes import Lease, Node, NodeState, Outcome, Route, RouteKind, Scope
@@ -95,6 +96,7 @@ __all__ = [
     "RequestFailure",
     "classify_sqlstate",
     "transaction_control",
+    "sets_session_state",
     "TransactionControl",
     "classify_oracle_error",
     # The exceptions: racaffinity._errors.__all__ (test_api checks both lists agree).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import weakref
 from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple
 
 from ._args import cstr, U32_MAX
@@ -26,6 +27,7 @@ __all__ = [
     "classify_oracle_error",
     "ReplayRefused",
     "TransactionControl",
+    "sets_session_state",
     "transaction_control",
 ]
 
@@ -301,6 +303,9 @@ class Recorder:
         self.outcome: Optional[str] = None
         self._entered = False
         self._ended = False
+        # Why the request is not replayable, when a refusal should say more
+        # than `not_replayable`.
+        self._why: Optional[str] = None
 
     def _gone(self) -> str:
         """Why the request has no connection (see GONE and ENDED)."""
@@ -368,26 +373,70 @@ def transaction_control(sql: str) -> TransactionControl:
     return TransactionControl(int(out[0]))
 
 
-# Requests send the same texts again and again: the answer of a short one is
-# kept (a long one is read anew, not held in memory).
-_CONTROLS: Dict[str, bool] = {}
+def sets_session_state(sql: str) -> bool:
+    """Whether `sql` sets session state a replay's new connection would not
+    have (`SET` but not `SET LOCAL`, `SET TRANSACTION`, `SET CONSTRAINTS`;
+    `RESET`, `DISCARD`, `LISTEN`, `PREPARE name AS`, `DEALLOCATE`,
+    `CREATE TEMP TABLE`, `DECLARE ... WITH HOLD`, `LOAD`,
+    `set_config(..., false)`, session advisory locks), as the core reads it
+    with the rules of `transaction_control`. A connection that ran such text
+    in an earlier request is not replayed afterwards (docs/continuity.md)."""
+    if not isinstance(sql, str):
+        raise TypeError(f"sql must be a str, not {type(sql).__name__}")
+    data = sql.encode("utf-8", "surrogatepass")
+    out = ffi.new("bool *")
+    rc = lib.racaffinity_sql_sets_session_state(data, len(data), out)
+    if rc:
+        raise_for(rc)
+    return bool(out[0])
+
+
+# Requests send the same texts again and again: the answers of a short one
+# are kept (a long one is read anew, not held in memory).
+_CONTROLS: Dict[str, Tuple[bool, bool]] = {}
 _CONTROLS_MAX = 1024
 _CONTROLS_TEXT_MAX = 4096
 
 
-def controls_transaction(sql: str) -> bool:
+def read_text(sql: str) -> Tuple[bool, bool]:
     """Whether sending `sql` leaves its request not replayable
-    (`transaction_control` stronger than SAVEPOINT): what ran before such a
+    (`transaction_control` stronger than SAVEPOINT: what ran before such a
     statement may be committed or rolled back, where a replay would commit
-    it again."""
-    controls = _CONTROLS.get(sql)
-    if controls is None:
-        controls = not transaction_control(sql).replayable
+    it again), and whether it sets session state (`sets_session_state`);
+    kept per text."""
+    answer = _CONTROLS.get(sql)
+    if answer is None:
+        answer = (not transaction_control(sql).replayable, sets_session_state(sql))
         if len(sql) <= _CONTROLS_TEXT_MAX:
             if len(_CONTROLS) >= _CONTROLS_MAX:
                 _CONTROLS.clear()
-            _CONTROLS[sql] = controls
-    return controls
+            _CONTROLS[sql] = answer
+    return answer
+
+
+def controls_transaction(sql: str) -> bool:
+    """`read_text`'s first answer: sending `sql` leaves its request not
+    replayable."""
+    return read_text(sql)[0]
+
+
+# The connections on which a request ran SQL text that sets session state:
+# the pool hands them to later requests with that state, which no record
+# holds, so a request on one is not replayed (weak: the pool owns them).
+_SESSION_SET: weakref.WeakSet[Any] = weakref.WeakSet()
+
+SESSION_STATE = "session state set by SQL text"
+
+
+def mark_session_set(conn: Any) -> None:
+    """`conn` carries session state set by SQL text from now on."""
+    if conn is not None:
+        _SESSION_SET.add(conn)
+
+
+def session_set(conn: Any) -> bool:
+    """Whether an earlier request set session state on `conn` by SQL text."""
+    return conn in _SESSION_SET
 
 
 def outcome_queries(xid: str, pid: int, force: bool, wait_ms: int) -> Tuple[str, ...]:
@@ -449,7 +498,8 @@ def recover(
             return None
         if step.action is ReplayAction.GIVE_UP:
             # What ended the replay, when one ran, else the driver's error.
-            raise original from _refused(original, step.refusal, ended_by=None if e is original else e)
+            why = req._why if step.refusal is ReplayRefusal.NOT_REPLAYABLE else None
+            raise original from _refused(original, step.refusal, why, ended_by=None if e is original else e)
         assert step.node is not None
         req.replays += 1
         req._node = step.node

@@ -32,7 +32,17 @@ from ._failures import ConnectAttempts
 from ._weak import members
 from ._pools_base import FAILED, FORKED, LIVE_NODE_POOLS, NEUTRAL, OK, Base, connect_timeout, load_error_text
 from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
-from ._continuity import Recorder, classify_sqlstate, controls_transaction, digest_sets, outcome_queries, recover
+from ._continuity import (
+    SESSION_STATE,
+    Recorder,
+    classify_sqlstate,
+    digest_sets,
+    mark_session_set,
+    outcome_queries,
+    read_text,
+    recover,
+    session_set,
+)
 from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
 from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 
@@ -629,6 +639,8 @@ class _AsyncRequest(Recorder):
         self._call_timeout = call_timeout
         self._cm: Optional[_AsyncConnection] = None
         self._conn: Any = None
+        # It ran SQL text that sets session state (`_leave_session_state`).
+        self._session_text = False
 
     @property
     def node(self) -> str:
@@ -670,7 +682,16 @@ class _AsyncRequest(Recorder):
             return self
         self._cm, self._node = cm, (cm if cm._buf is None else cm._buf).node
         self._check_autocommit()
+        self._check_session_set()
         return self
+
+    def _check_session_set(self) -> None:
+        # An earlier request on this pooled connection set session state by
+        # SQL text (`SET search_path`...): this one runs with it, and a
+        # replay's new connection would not.
+        if session_set(self._conn):
+            self._replayable = False
+            self._why = SESSION_STATE
 
     def _check_autocommit(self) -> None:
         # An autocommit connection (a pool's `configure` may set it)
@@ -681,14 +702,19 @@ class _AsyncRequest(Recorder):
     async def execute(self, query: Any, params: Any = None) -> Any:
         """Runs a statement in the request's transaction and records it."""
         conn = self._connected()  # before the try: nothing to recover
-        if self._replayable:
-            params = _params_as_run(params)
+        if self._pools.replay:
             text = _query_text(query, conn)
-            if text is None or controls_transaction(text):
-                # What ran before it may be committed (or rolled back), and
-                # the statement's own reply may be lost after it did: only
-                # the block's COMMIT has its outcome checked.
-                self._replayable = False
+            controls, sets_session = (True, True) if text is None else read_text(text)
+            # Once this request ends the state is the connection's, in no
+            # later request's record (an unreadable text counts).
+            self._session_text |= sets_session
+            if self._replayable:
+                params = _params_as_run(params)
+                if controls:
+                    # What ran before it may be committed (or rolled back),
+                    # and the statement's own reply may be lost after it
+                    # did: only the block's COMMIT has its outcome checked.
+                    self._replayable = False
         try:
             async with abounded(self._conn, self._call_timeout):
                 cur = await self._execute(query, params)
@@ -750,6 +776,7 @@ class _AsyncRequest(Recorder):
             await conn.commit()
         self._committing = False
         self.outcome = "committed"
+        self._leave_session_state()
         # The connection goes back to the pool: nothing may run on it from
         # here (`_connected`), it may be another borrower's next.
         cm, self._cm, self._conn = self._cm, None, None
@@ -759,12 +786,19 @@ class _AsyncRequest(Recorder):
     async def _drop(self, e: BaseException) -> None:
         """Gives the failed connection back (its lease FAILED for a node
         failure, else NEUTRAL)."""
+        # Rolled back, but a session advisory lock or a prepared statement
+        # outlives a rollback: erring towards refusing.
+        self._leave_session_state()
         cm, self._cm, self._conn = self._cm, None, None
         if cm is not None:
             try:
                 await cm.__aexit__(type(e), e, e.__traceback__)
             except Exception:
                 pass
+
+    def _leave_session_state(self) -> None:
+        if self._session_text:
+            mark_session_set(self._conn)
 
     async def _recover(self, original: BaseException, then: Any) -> Any:
         """Drives the shared recovery walk (`_continuity.recover`): its

@@ -30,7 +30,7 @@ from ._failures import ConnectAttempts
 from ._weak import members
 from ._pools_base import FAILED, FORKED, LIVE_NODE_POOLS, NEUTRAL, OK, Base, connect_timeout, load_error_text
 from ._continuity import AT_COMMIT, AT_START, COMMIT, DROP, FORCE, REPLAY, RUN, XACT_QUERY, CommitOutcome, ErrorClass
-from ._continuity import Recorder, classify_sqlstate, controls_transaction, digest_sets, outcome_queries, recover
+from ._continuity import SESSION_STATE, Recorder, classify_sqlstate, digest_sets, mark_session_set, outcome_queries, read_text, recover, session_set
 from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_host_lease, end_lease, end_ok
 from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 _RAW_LEASE = new_(LEASE_T).__class__
@@ -524,6 +524,7 @@ class _Request(Recorder):
         self._call_timeout = call_timeout
         self._cm: Optional[_Connection] = None
         self._conn: Any = None
+        self._session_text = False
 
     @property
     def node(self) -> str:
@@ -563,7 +564,13 @@ class _Request(Recorder):
             return self
         self._cm, self._node = (cm, (cm if cm._buf is None else cm._buf).node)
         self._check_autocommit()
+        self._check_session_set()
         return self
+
+    def _check_session_set(self) -> None:
+        if session_set(self._conn):
+            self._replayable = False
+            self._why = SESSION_STATE
 
     def _check_autocommit(self) -> None:
         if self._conn.autocommit:
@@ -572,11 +579,14 @@ class _Request(Recorder):
     def execute(self, query: Any, params: Any=None) -> Any:
         """Runs a statement in the request's transaction and records it."""
         conn = self._connected()
-        if self._replayable:
-            params = _params_as_run(params)
+        if self._pools.replay:
             text = _query_text(query, conn)
-            if text is None or controls_transaction(text):
-                self._replayable = False
+            controls, sets_session = (True, True) if text is None else read_text(text)
+            self._session_text |= sets_session
+            if self._replayable:
+                params = _params_as_run(params)
+                if controls:
+                    self._replayable = False
         try:
             with bounded(self._conn, self._call_timeout):
                 cur = self._execute(query, params)
@@ -631,6 +641,7 @@ class _Request(Recorder):
             conn.commit()
         self._committing = False
         self.outcome = 'committed'
+        self._leave_session_state()
         cm, self._cm, self._conn = (self._cm, None, None)
         if cm is not None:
             cm.__exit__(None, None, None)
@@ -638,12 +649,17 @@ class _Request(Recorder):
     def _drop(self, e: BaseException) -> None:
         """Gives the failed connection back (its lease FAILED for a node
         failure, else NEUTRAL)."""
+        self._leave_session_state()
         cm, self._cm, self._conn = (self._cm, None, None)
         if cm is not None:
             try:
                 cm.__exit__(type(e), e, e.__traceback__)
             except Exception:
                 pass
+
+    def _leave_session_state(self) -> None:
+        if self._session_text:
+            mark_session_set(self._conn)
 
     def _recover(self, original: BaseException, then: Any) -> Any:
         """Drives the shared recovery walk (`_continuity.recover`): its
