@@ -86,6 +86,13 @@ final class ReplayConnection {
      * workload of more distinct texts than that pays with one JNI call per text, as before.
      */
     private static final ConcurrentHashMap<String, SqlReading> CONTROLS = new ConcurrentHashMap<>();
+    /**
+     * The node pools' physical connections on which a replay connection ran SQL text that set
+     * session state: the pool hands them to later checkouts with that state, which no record holds
+     * (weak: the pools own them; identity, as drivers' connections compare).
+     */
+    private static final Map<Object, Boolean> SESSION_SET = java.util.Collections.synchronizedMap(
+            new java.util.WeakHashMap<>());
     /** Reads of a text's transaction control from the library, for tests. */
     private static final LongAdder CONTROL_READS = new LongAdder();
 
@@ -164,6 +171,11 @@ final class ReplayConnection {
         try {
             first.beginRequest();
             r.autoCommit = first.getAutoCommit();
+            if (SESSION_SET.containsKey(sessionKey(first))) {
+                // An earlier checkout left session state set by SQL text on this physical
+                // connection: this one runs with it, and a replay's new connection would not.
+                r.notReplayable(SESSION_STATE + " (by an earlier checkout of its connection)");
+            }
         } catch (SQLException | RuntimeException | Error e) {
             // Whatever a driver or pool throws here, the application gets no connection to close:
             // the pooled connection, its lease and its failover slot go back now.
@@ -703,7 +715,8 @@ final class ReplayConnection {
             // (a session advisory lock, a prepared statement, a LOAD outlive a rollback; erring
             // towards refusing): the state is the session's from now on, in no record, and a
             // replay's new connection would run without it (docs/continuity.md).
-            notReplayable("session state set by SQL text");
+            notReplayable(SESSION_STATE);
+            SESSION_SET.put(sessionKey(current), Boolean.TRUE);
         }
         Set<Integer> closedIds = new HashSet<>();
         for (Call c : log) {
@@ -1222,6 +1235,22 @@ final class ReplayConnection {
     }
 
     /** @return the calls a replay connection has recorded now (for tests), or -1 if it is not one */
+    /** Why a connection that set session state by SQL text is not replayed (docs/continuity.md). */
+    static final String SESSION_STATE = "session state set by SQL text";
+
+    /**
+     * The physical connection under a node pool's (a pool's proxy, new at each checkout, unwraps to
+     * the driver's connection it lends again), else the pool's connection itself.
+     */
+    private static Object sessionKey(AffinityConnection c) {
+        Connection pooled = c.physical();
+        try {
+            return pooled.isWrapperFor(Connection.class) ? pooled.unwrap(Connection.class) : pooled;
+        } catch (SQLException | RuntimeException e) {
+            return pooled;
+        }
+    }
+
     /** {@link Continuity#transactionControl}, kept per text ({@link #CONTROLS}). */
     static TransactionControl transactionControl(String sql) {
         return reading(sql).control();

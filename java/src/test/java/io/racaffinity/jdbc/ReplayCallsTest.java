@@ -509,4 +509,37 @@ class ReplayCallsTest {
         assertEquals(1, total(rowsOf("set3")), "replayed in the schema the session had");
         assertEquals(0, rowsOf("set3").get("MYDB1"));
     }
+
+    @Test
+    void aSearchPathSetBySqlInAnEarlierCheckoutRefusesTheReplayOfALaterOne() throws Exception {
+        altTable();
+        // One connection per node: the second checkout gets the physical connection the first left
+        // its search_path on (the node pool resets only what the JDBC API set).
+        pools = new Pools(NAMES, c -> c.setMaximumPoolSize(1));
+        AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-set-sql-checkout", true);
+        int pid;
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
+                Statement s = c.createStatement()) {
+            s.execute("SET search_path TO alt");
+            pid = backendPid(c);
+        }
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            assertEquals(pid, backendPid(c), "the same physical connection");
+            c.setAutoCommit(false);
+            insert(c, "set4"); // alt.java_req, on this session
+            endOpenTransactions(1);
+            SQLException e = assertThrows(SQLException.class, c::commit, "a replay without the search_path");
+            assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), "typed refusal of " + e);
+            assertTrue(String.valueOf(refusalText(e)).contains("session state set by SQL text"), refusalText(e));
+        }
+        assertEquals(0, total(rowsOf("set4")), "written where the application's session never wrote");
+        assertEquals(0, total(altRowsOf("set4")));
+    }
+
+    private static int backendPid(Connection c) throws SQLException {
+        try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
+            rs.next();
+            return rs.getInt(1);
+        }
+    }
 }
