@@ -552,6 +552,47 @@ def test_a_transaction_control_statement_makes_the_request_not_replayable(
                 conn.execute("ROLLBACK PREPARED 'py_sdup'")
 
 
+@pytest.fixture
+def alt_sreq_table(pg, sreq_table):
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            conn.execute("CREATE SCHEMA IF NOT EXISTS alt")
+            conn.execute("CREATE TABLE IF NOT EXISTS alt.py_sreq (id text PRIMARY KEY)")
+            conn.execute("TRUNCATE alt.py_sreq")
+
+
+def alt_rows(pg, rid) -> int:
+    total = 0
+    for dsn in pg.dsn.values():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            total += conn.execute("SELECT count(*) FROM alt.py_sreq WHERE id = %s", (rid,)).fetchone()[0]
+    return total
+
+
+def test_session_state_set_by_text_in_an_earlier_request_refuses_a_replay_on_its_connection(
+    pg, cluster_factory, alt_sreq_table
+):
+    # The engine's pool lends the connection again as the earlier request
+    # left its session (its reset on return is a rollback).
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=0)
+    try:
+        with request(engine, key=key_on(c, "RAC1")) as req:
+            req.execute(sa.text("SET search_path TO alt"))
+            pid = req.backend_pid
+        with pytest.raises(sa.exc.DBAPIError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                assert req.backend_pid == pid, "the same connection, as the pool's one"
+                req.execute(INSERT, {"id": "sss1"})  # alt.py_sreq, on this session
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE and req.replays == 0
+        assert "session state set by SQL text" in info.value.__cause__.reason
+    finally:
+        engine.dispose()
+    assert sum(rows_of(pg, "sss1").values()) == 0, "written where the application's session never wrote"
+    assert alt_rows(pg, "sss1") == 0
+
+
 # -- the acceptance workload: NodePools and the engine, kill -9 of the session's node --
 
 # Where each episode's kill lands: before the request (its pooled connection

@@ -67,16 +67,19 @@ from ._continuity import (  # noqa: E402
     FORCE,
     REPLAY,
     RUN,
+    SESSION_STATE,
     XACT_QUERY,
     Recorder,
     CommitOutcome,
     ErrorClass,
     ResultsDiffer,
     classify_sqlstate,
-    controls_transaction,
     digest,
+    mark_session_set,
     outcome_queries,
+    read_text,
     recover,
+    session_set,
 )
 from ._deadline import _armed  # noqa: E402
 from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
@@ -1042,6 +1045,8 @@ class Request(Recorder):
         self._session = session
         self._call_timeout = call_timeout
         self._conn: Any = None
+        # It ran SQL text that sets session state (`_leave_session_state`).
+        self._session_text = False
 
     @property
     def node(self) -> str:
@@ -1095,6 +1100,11 @@ class Request(Recorder):
             # AUTOCOMMIT (an engine's `execution_options` may set it): each
             # statement commits as it runs, and a replay would commit it again.
             self._replayable = False
+        if session_set(_driver(conn)):
+            # An earlier request left session state set by SQL text on this
+            # pooled connection: a replay's new connection would not have it.
+            self._replayable = False
+            self._why = SESSION_STATE
         return conn
 
     def _bounded(self) -> Any:
@@ -1125,9 +1135,15 @@ class Request(Recorder):
         rows of a statement that returns rows are read ahead (the `Result`
         handed back is buffered)."""
         self._connected()  # before the try: nothing to recover
+        controls = False
+        if self._pool.replay and isinstance(statement, sqlalchemy.TextClause):
+            controls, sets_session = read_text(statement.text)
+            # Once this request ends the state is the connection's, in no
+            # later request's record.
+            self._session_text |= sets_session
         if self._replayable:
             parameters = _copy_params(parameters)
-            if isinstance(statement, sqlalchemy.TextClause) and controls_transaction(statement.text):
+            if controls:
                 # What ran before it may be committed (or rolled back), and
                 # its own reply may be lost after it did: only the block's
                 # COMMIT has its outcome checked.
@@ -1174,8 +1190,16 @@ class Request(Recorder):
             conn.commit()
         self._committing = False
         self.outcome = "committed"
+        self._leave_session_state(conn)
         self._conn = None
         conn.close()
+
+    def _leave_session_state(self, conn: Any) -> None:
+        if self._session_text:
+            try:
+                mark_session_set(_driver(conn))
+            except Exception:
+                pass  # invalidated: the pool makes a new connection
 
     def _drop(self, e: Optional[BaseException]) -> None:
         """Gives the failed connection back: invalidated when its session is
@@ -1183,6 +1207,9 @@ class Request(Recorder):
         conn, self._conn = self._conn, None
         if conn is None:
             return
+        # Rolled back, but a session advisory lock or a prepared statement
+        # outlives a rollback: erring towards refusing.
+        self._leave_session_state(conn)
         try:
             if (
                 e is not None
