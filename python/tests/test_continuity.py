@@ -1142,3 +1142,22 @@ async def test_async_session_state_set_by_text_in_an_earlier_request_refuses_a_r
         assert "session state set by SQL text" in info.value.__cause__.reason
     assert sum(rows_of(pg, "ass1").values()) == 0
     assert sum(rows_of(pg, "ass1", "alt.py_req").values()) == 0
+
+
+def test_a_replay_never_runs_on_a_connection_an_earlier_request_set_session_state_on(pg, cluster_factory, alt_table):
+    # The replay's connection would run the record with state the
+    # application's session never had (here: writing to alt.py_req).
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
+        for name in ("RAC2", "RAC3"):
+            with pools.request(key=key_on(c, name)) as req:
+                req.execute("SET search_path TO alt")
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_req VALUES ('ssr1')")
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert "session state set by SQL text" in info.value.__cause__.reason
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    assert sum(rows_of(pg, "ssr1", "alt.py_req").values()) == 0, "written where the session never wrote"
+    assert sum(rows_of(pg, "ssr1").values()) == 0

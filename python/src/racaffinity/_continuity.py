@@ -335,7 +335,9 @@ class ResultsDiffer(Exception):
 class _CommitsAsItRuns(Exception):
     """The replay's connection is in autocommit: left so by other code (a
     pool gives a connection back as its borrower left it), it would commit
-    each recorded statement as it runs, and nothing after could be rolled back."""
+    each recorded statement as it runs, and nothing after could be rolled
+    back. Or it carries session state an earlier request set by SQL text
+    (`req._why`), which the request never ran under."""
 
 
 def digest(rowcount: int, rows: Optional[Sequence[Any]]) -> Tuple[int, Optional[bytes]]:
@@ -525,6 +527,6 @@ def recover(
             raise original from _refused(original, None, "results_differ")
         except _CommitsAsItRuns as a:
             yield DROP, a
-            raise original from _refused(original, ReplayRefusal.NOT_REPLAYABLE)
+            raise original from _refused(original, ReplayRefusal.NOT_REPLAYABLE, req._why)
         except Exception as e2:
             e = e2  # the core decides again: the replay's own commit, or no second replay

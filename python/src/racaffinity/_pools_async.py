@@ -864,6 +864,9 @@ class _AsyncRequest(Recorder):
         self._conn = await cm.__aenter__()
         self._cm = cm
         self._check_autocommit()
+        # Session state an earlier request set on this connection would be
+        # under the replay, and never was under the request.
+        self._check_session_set()
 
     async def _run(self, statement: Tuple[Any, Any]) -> Tuple[Any, Tuple[int, Optional[bytes]]]:
         query, params = statement

@@ -723,6 +723,7 @@ class _Request(Recorder):
         self._conn = cm.__enter__()
         self._cm = cm
         self._check_autocommit()
+        self._check_session_set()
 
     def _run(self, statement: Tuple[Any, Any]) -> Tuple[Any, Tuple[int, Optional[bytes]]]:
         query, params = statement
