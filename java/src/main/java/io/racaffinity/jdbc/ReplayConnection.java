@@ -974,6 +974,14 @@ final class ReplayConnection {
                     counts.countRefused(Refusal.RESULTS_DIFFER);
                 }
                 throw refused(original, Refusal.RESULTS_DIFFER, d.getMessage());
+            } catch (SessionStateOnReplay s) {
+                drop();
+                closed = true;
+                if (outermost()) {
+                    counts.countRefused(Refusal.NOT_REPLAYABLE);
+                }
+                throw refused(original, Refusal.NOT_REPLAYABLE, "the replay's connection: " + SESSION_STATE
+                        + " by an earlier checkout");
             } catch (SQLException again) {
                 Refusal inner = closed ? refusalOf(again) : null;
                 if (inner != null) {
@@ -1202,6 +1210,16 @@ final class ReplayConnection {
 
     private Object replayOn(int node, Call then) throws Throwable {
         AffinityConnection fresh = owner.connectForReplay(node, user, password);
+        if (SESSION_SET.containsKey(sessionKey(fresh))) {
+            // An earlier checkout left session state set by SQL text on it: the replay would run
+            // under state the request never had (a search_path writing elsewhere).
+            try {
+                fresh.close();
+            } catch (SQLException ignored) {
+                // the refusal is the one to report
+            }
+            throw new SessionStateOnReplay();
+        }
         try {
             rerun(fresh);
         } catch (ResultsDiffer | SQLException | RuntimeException e) {
@@ -1235,6 +1253,15 @@ final class ReplayConnection {
     }
 
     /** @return the calls a replay connection has recorded now (for tests), or -1 if it is not one */
+    /** The replay's connection carries session state an earlier checkout set by SQL text. */
+    private static final class SessionStateOnReplay extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        SessionStateOnReplay() {
+            super(SESSION_STATE, null, false, false);
+        }
+    }
+
     /** Why a connection that set session state by SQL text is not replayed (docs/continuity.md). */
     static final String SESSION_STATE = "session state set by SQL text";
 

@@ -542,4 +542,28 @@ class ReplayCallsTest {
             return rs.getInt(1);
         }
     }
+
+    @Test
+    void aReplayNeverRunsOnAConnectionAnEarlierCheckoutSetSessionStateOn() throws Exception {
+        altTable();
+        // One connection per node: the replay gets the one an earlier checkout left in alt.
+        pools = new Pools(NAMES, c -> c.setMaximumPoolSize(1));
+        AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-set-sql-replay", true);
+        for (String name : List.of("MYDB2", "MYDB3")) {
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, name)).build();
+                    Statement s = c.createStatement()) {
+                s.execute("SET search_path TO alt");
+            }
+        }
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "set5"); // public.java_req, on this session
+            endOpenTransactions(1);
+            SQLException e = assertThrows(SQLException.class, c::commit, "a replay under a search_path never set");
+            assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), "typed refusal of " + e);
+            assertTrue(String.valueOf(refusalText(e)).contains("session state set by SQL text"), refusalText(e));
+        }
+        assertEquals(0, total(altRowsOf("set5")), "written where the application's session never wrote");
+        assertEquals(0, total(rowsOf("set5")));
+    }
 }
