@@ -40,13 +40,28 @@ const SESSION_FUNCTIONS: &[&[u8]] = &[
     b"pg_advisory_unlock_all",
 ];
 
+/// What the word before the current one was, for two-word forms.
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum Previous {
+    #[default]
+    Other,
+    With,
+    Into,
+}
+
+/// Whether `word` is one of `names` (lower case), ignoring ASCII case.
+fn one_of(word: &[u8], names: &[&[u8]]) -> bool {
+    names.iter().any(|n| word.eq_ignore_ascii_case(n))
+}
+
 /// The scanner's findings for session state, fed word by word.
 #[derive(Default)]
 pub(super) struct SessionWords {
     pub(super) found: bool,
-    /// The word before this one in the statement, for `WITH HOLD` and
-    /// `INTO TEMP`.
-    previous: Option<Vec<u8>>,
+    /// The word before this one in the statement, as far as `WITH HOLD`
+    /// and `INTO TEMP` need it (no copy of the word: the reading runs on
+    /// every statement text a binding has not cached).
+    previous: Previous,
     declare_with_hold: bool,
     /// Inside a `set_config(` call: parenthesis depth and commas at depth 1,
     /// to read whether its third argument is the literal `true`.
@@ -57,27 +72,34 @@ impl SessionWords {
     /// A word of the statement (outside quotes and comments); `first` is
     /// the statement's first word.
     pub(super) fn word(&mut self, word: &[u8], first: &[u8]) {
-        let lower = word.to_ascii_lowercase();
         if let Some((depth, commas)) = self.set_config {
             if depth == 1 && commas == 2 {
                 // Its is_local argument: only a literal `true` keeps it in
                 // the transaction.
-                self.found |= lower != b"true";
+                self.found |= !word.eq_ignore_ascii_case(b"true");
                 self.set_config = None;
             }
         }
-        if SESSION_FUNCTIONS.contains(&lower.as_slice()) {
+        if one_of(word, SESSION_FUNCTIONS) {
             self.found = true;
-        } else if lower == b"set_config" {
+        } else if word.eq_ignore_ascii_case(b"set_config") {
             self.set_config = Some((0, 0));
         }
-        match (self.previous.as_deref(), lower.as_slice()) {
-            (Some(b"with"), b"hold") => self.declare_with_hold = true,
+        match self.previous {
+            Previous::With if word.eq_ignore_ascii_case(b"hold") => self.declare_with_hold = true,
             // `SELECT … INTO TEMP t`; an INSERT INTO a table named temp is not.
-            (Some(b"into"), b"temp" | b"temporary") if !first.eq_ignore_ascii_case(b"insert") => self.found = true,
+            Previous::Into if one_of(word, &[b"temp", b"temporary"]) && !first.eq_ignore_ascii_case(b"insert") => {
+                self.found = true
+            }
             _ => {}
         }
-        self.previous = Some(lower);
+        self.previous = if word.eq_ignore_ascii_case(b"with") {
+            Previous::With
+        } else if word.eq_ignore_ascii_case(b"into") {
+            Previous::Into
+        } else {
+            Previous::Other
+        };
     }
 
     /// A byte outside words, quotes and comments.
@@ -128,7 +150,7 @@ impl SessionWords {
             self.found = true;
             self.set_config = None;
         }
-        self.previous = None;
+        self.previous = Previous::Other;
         self.declare_with_hold = false;
     }
 }
