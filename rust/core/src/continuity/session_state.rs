@@ -234,6 +234,13 @@ mod tests {
         }
     }
 
+    /// A carriage return ends a `--` comment, as PostgreSQL reads it.
+    #[test]
+    fn a_carriage_return_ends_a_line_comment() {
+        assert!(sets_session_state(b"SELECT 1; -- note\rSET search_path TO alt"));
+        assert!(!sets_session_state(b"SELECT 1 -- SET search_path TO alt\r"));
+    }
+
     /// One pass reads both: the control is unchanged by the session reading.
     #[test]
     fn one_reading_holds_both() {

@@ -175,8 +175,10 @@ impl<'a> Scanner<'a> {
         self.s[self.i..].starts_with(prefix)
     }
 
+    /// To the end of the line: PostgreSQL's lexer ends it at a carriage
+    /// return as well as at a line feed.
     fn line_comment(&mut self) {
-        while self.i < self.s.len() && self.s[self.i] != b'\n' {
+        while self.i < self.s.len() && !matches!(self.s[self.i], b'\n' | b'\r') {
             self.i += 1;
         }
     }
@@ -350,6 +352,17 @@ mod tests {
         for &(sql, want) in cases {
             assert_eq!(T::of(sql), want, "{sql:?}");
         }
+    }
+
+    /// PostgreSQL ends a `--` comment at a carriage return as at a line
+    /// feed (`SELECT 1; -- c\rCOMMIT` commits), so text with lone CR line
+    /// ends hides no statement in a comment.
+    #[test]
+    fn a_carriage_return_ends_a_line_comment() {
+        assert_eq!(T::of("SELECT 1; -- note\rCOMMIT"), T::Commit);
+        assert_eq!(T::of("-- note\r\nCOMMIT"), T::Commit);
+        assert_eq!(T::of("-- note\rBEGIN"), T::Begin);
+        assert_eq!(T::of("SELECT 1 -- ; COMMIT\r"), T::None);
     }
 
     #[test]
