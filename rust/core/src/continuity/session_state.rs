@@ -47,6 +47,8 @@ enum Previous {
     Other,
     With,
     Into,
+    /// `INTO LOCAL` or `INTO GLOBAL`: `TEMP` may follow.
+    IntoScope,
 }
 
 /// Whether `word` is one of `names` (lower case), ignoring ASCII case.
@@ -63,6 +65,9 @@ pub(super) struct SessionWords {
     /// every statement text a binding has not cached).
     previous: Previous,
     declare_with_hold: bool,
+    /// The statement names the session's temporary schema (`pg_temp.t`):
+    /// a `CREATE` of it makes a temporary object.
+    names_pg_temp: bool,
     /// Inside a `set_config(` call: parenthesis depth and commas at depth 1,
     /// to read whether its third argument is the literal `true`.
     set_config: Option<(u32, u32)>,
@@ -87,16 +92,23 @@ impl SessionWords {
         }
         match self.previous {
             Previous::With if word.eq_ignore_ascii_case(b"hold") => self.declare_with_hold = true,
-            // `SELECT … INTO TEMP t`; an INSERT INTO a table named temp is not.
-            Previous::Into if one_of(word, &[b"temp", b"temporary"]) && !first.eq_ignore_ascii_case(b"insert") => {
+            // `SELECT … INTO [LOCAL|GLOBAL] TEMP t`, `… INTO pg_temp.t`; an
+            // INSERT INTO a table named temp is not.
+            Previous::Into | Previous::IntoScope
+                if (one_of(word, &[b"temp", b"temporary"]) || is_pg_temp(word))
+                    && !first.eq_ignore_ascii_case(b"insert") =>
+            {
                 self.found = true
             }
             _ => {}
         }
+        self.names_pg_temp |= is_pg_temp(word);
         self.previous = if word.eq_ignore_ascii_case(b"with") {
             Previous::With
         } else if word.eq_ignore_ascii_case(b"into") {
             Previous::Into
+        } else if self.previous == Previous::Into && one_of(word, &[b"local", b"global"]) {
+            Previous::IntoScope
         } else {
             Previous::Other
         };
@@ -131,6 +143,11 @@ impl SessionWords {
     pub(super) fn statement(&mut self, words: &[&[u8]]) {
         let is = |i: usize, w: &str| words.get(i).is_some_and(|x| x.eq_ignore_ascii_case(w.as_bytes()));
         let temp = |i: usize| is(i, "temp") || is(i, "temporary");
+        // CREATE [OR REPLACE] [LOCAL | GLOBAL] TEMP …
+        let mut scope = if is(1, "or") && is(2, "replace") { 3 } else { 1 };
+        if is(scope, "local") || is(scope, "global") {
+            scope += 1;
+        }
         self.found |= (is(0, "set") && !(is(1, "local") || is(1, "transaction") || is(1, "constraints")))
             || is(0, "reset")
             || is(0, "discard")
@@ -139,7 +156,7 @@ impl SessionWords {
             || is(0, "load")
             || is(0, "deallocate")
             || (is(0, "prepare") && !is(1, "transaction"))
-            || (is(0, "create") && (temp(1) || ((is(1, "local") || is(1, "global")) && temp(2))))
+            || (is(0, "create") && (temp(scope) || self.names_pg_temp))
             || (is(0, "declare") && self.declare_with_hold);
     }
 
@@ -152,7 +169,21 @@ impl SessionWords {
         }
         self.previous = Previous::Other;
         self.declare_with_hold = false;
+        self.names_pg_temp = false;
     }
+}
+
+/// `pg_temp`, or the `pg_temp_N` it stands for: the session's own
+/// temporary schema (another session's is refused by the server).
+fn is_pg_temp(word: &[u8]) -> bool {
+    const PG_TEMP: &[u8] = b"pg_temp";
+    word.len() >= PG_TEMP.len()
+        && word[..PG_TEMP.len()].eq_ignore_ascii_case(PG_TEMP)
+        && match &word[PG_TEMP.len()..] {
+            [] => true,
+            [b'_', digits @ ..] => !digits.is_empty() && digits.iter().all(u8::is_ascii_digit),
+            _ => false,
+        }
 }
 
 #[cfg(test)]
@@ -230,6 +261,36 @@ mod tests {
             "",
         ];
         for sql in not {
+            assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
+        }
+    }
+
+    /// Every spelling PostgreSQL creates a temporary object by (checked on
+    /// PostgreSQL 15): `OR REPLACE` before `TEMP`, `LOCAL`/`GLOBAL` after
+    /// `INTO`, and the `pg_temp` schema named instead of the keyword.
+    #[test]
+    fn temporary_objects_of_every_spelling_are_found() {
+        for sql in [
+            "CREATE OR REPLACE TEMP VIEW v AS SELECT 1",
+            "create or replace temporary recursive view v (n) as select 1",
+            "CREATE OR REPLACE LOCAL TEMP VIEW v AS SELECT 1",
+            "SELECT 1 AS a INTO LOCAL TEMP t",
+            "SELECT 1 AS a INTO GLOBAL TEMPORARY TABLE t",
+            "CREATE TABLE pg_temp.t (a int)",
+            "CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+            "create sequence PG_TEMP.s",
+            "CREATE TABLE pg_temp_3.t (a int)",
+            "SELECT 1 AS a INTO pg_temp.t",
+        ] {
+            assert!(sets_session_state(sql.as_bytes()), "{sql:?} sets session state");
+        }
+        for sql in [
+            "CREATE OR REPLACE VIEW temp AS SELECT 1",
+            "CREATE OR REPLACE FUNCTION f() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+            "INSERT INTO pg_temp.t VALUES (1)",
+            "INSERT INTO local VALUES (1)",
+            "SELECT * FROM pg_temporary",
+        ] {
             assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
         }
     }

@@ -78,8 +78,8 @@ impl TransactionControl {
 }
 
 /// Words of a statement read before it is classified: `ROLLBACK WORK TO`
-/// and `COMMIT TRANSACTION PREPARED`-like spellings need three.
-const FIRST_WORDS: usize = 3;
+/// needs three, `CREATE OR REPLACE LOCAL TEMP` (session state) five.
+const FIRST_WORDS: usize = 5;
 
 /// Both readings of SQL text, from one pass: the Java binding caches them
 /// per text and asks once.
