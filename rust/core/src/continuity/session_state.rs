@@ -114,6 +114,41 @@ impl SessionWords {
         };
     }
 
+    /// A `"…"` identifier (its text between the quotes): a function or
+    /// schema so named is the one the unquoted word names (`"pg_temp".t`),
+    /// and in `set_config`'s third argument it is a column, not the
+    /// literal `true`.
+    pub(super) fn quoted_identifier(&mut self, name: &[u8], first: &[u8]) {
+        if let Some((1, 2)) = self.set_config {
+            self.found = true;
+            self.set_config = None;
+        }
+        if one_of(name, SESSION_FUNCTIONS) {
+            self.found = true;
+        } else if name.eq_ignore_ascii_case(b"set_config") {
+            self.set_config = Some((0, 0));
+        }
+        if matches!(self.previous, Previous::Into | Previous::IntoScope)
+            && is_pg_temp(name)
+            && !first.eq_ignore_ascii_case(b"insert")
+        {
+            self.found = true;
+        }
+        self.names_pg_temp |= is_pg_temp(name);
+        self.previous = Previous::Other;
+    }
+
+    /// A `U&"…"` identifier (its text between the quotes, and the escape
+    /// character): read as [`quoted_identifier`](Self::quoted_identifier)
+    /// once its escapes are decoded, so `U&"\0070g_advisory_lock"` counts.
+    pub(super) fn unicode_identifier(&mut self, raw: &[u8], escape: u8, first: &[u8]) {
+        let mut buf = [0u8; NAME_BYTES];
+        // Undecodable (the server refuses it), too long or not ASCII: no
+        // name looked for, so a placeholder that matches none.
+        let name = decode_unicode_escapes(raw, escape, &mut buf).unwrap_or(b"\"");
+        self.quoted_identifier(name, first);
+    }
+
     /// A byte outside words, quotes and comments.
     pub(super) fn punctuation(&mut self, c: u8) {
         if let Some((depth, commas)) = self.set_config.as_mut() {
@@ -171,6 +206,35 @@ impl SessionWords {
         self.declare_with_hold = false;
         self.names_pg_temp = false;
     }
+}
+
+/// Longer than any name the reading looks for (`pg_try_advisory_lock_shared`
+/// has 27 bytes): a decoded identifier that does not fit is none of them.
+const NAME_BYTES: usize = 32;
+
+/// A `U&` identifier's text with its escapes (`\XXXX`, `\+XXXXXX`, the
+/// escape character doubled) decoded into `buf`, without allocating; `None`
+/// when it is invalid, longer than `buf` or not ASCII.
+fn decode_unicode_escapes<'b>(raw: &[u8], escape: u8, buf: &'b mut [u8; NAME_BYTES]) -> Option<&'b [u8]> {
+    let (mut i, mut n) = (0, 0);
+    while i < raw.len() {
+        let c = if raw[i] != escape {
+            i += 1;
+            raw[i - 1]
+        } else if raw.get(i + 1) == Some(&escape) {
+            i += 2;
+            escape
+        } else {
+            let (skip, digits) = if raw.get(i + 1) == Some(&b'+') { (2, 6) } else { (1, 4) };
+            let hex = raw.get(i + skip..i + skip + digits).filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
+            i += skip + digits;
+            let code = u32::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+            u8::try_from(code).ok().filter(u8::is_ascii)?
+        };
+        *buf.get_mut(n)? = c;
+        n += 1;
+    }
+    Some(&buf[..n])
 }
 
 /// `pg_temp`, or the `pg_temp_N` it stands for: the session's own
@@ -290,6 +354,39 @@ mod tests {
             "INSERT INTO pg_temp.t VALUES (1)",
             "INSERT INTO local VALUES (1)",
             "SELECT * FROM pg_temporary",
+        ] {
+            assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
+        }
+    }
+
+    /// A function or schema named by a quoted identifier, plain or `U&`
+    /// with escapes, is the same function (checked on PostgreSQL 15: each
+    /// of these took its lock, set search_path or made a temporary table).
+    #[test]
+    fn quoted_identifiers_name_the_session_functions_too() {
+        for sql in [
+            "SELECT \"pg_advisory_lock\"(1)",
+            "SELECT pg_catalog.\"pg_try_advisory_lock\"(1)",
+            "SELECT \"set_config\"('search_path', 'alt', false)",
+            "SELECT U&\"\\0070g_advisory_lock\"(1)",
+            "SELECT u&\"pg\\+00005Fadvisory_lock\"(1)",
+            "SELECT U&\"!0070g_advisory_lock\" UESCAPE '!' (1)",
+            "SELECT U&\"!0070g_advisory_lock\" /* c */ uescape\n'!' (1)",
+            "CREATE TABLE \"pg_temp\".t (a int)",
+            "SELECT 1 AS a INTO \"pg_temp\".t",
+            "SELECT set_config('search_path', 'alt', \"true\") FROM (SELECT false AS \"true\") s",
+        ] {
+            assert!(sets_session_state(sql.as_bytes()), "{sql:?} sets session state");
+        }
+        for sql in [
+            "SELECT \"pg_advisory_xact_lock\"(1)",
+            "SELECT \"set_config\"('search_path', 'alt', true)",
+            "SELECT \"a\"\"pg_advisory_lock\" FROM t",
+            "SELECT U&\"\\0070g_advisory_xact_lock\"(1)",
+            "SELECT U&'\\0070g_advisory_lock(1)'",
+            "SELECT U&\"\\00e9\" FROM t",
+            "SELECT U&\"\\zz\" FROM t",
+            "INSERT INTO \"pg_temp\".t VALUES (1)",
         ] {
             assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
         }

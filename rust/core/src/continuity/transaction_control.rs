@@ -137,7 +137,8 @@ impl<'a> Scanner<'a> {
                 }
                 b'"' => {
                     other |= n == 0;
-                    self.quoted(b'"', false);
+                    let name = self.quoted_identifier();
+                    session.quoted_identifier(name, words[0]);
                 }
                 b'$' if self.dollar_tag().is_some() => {
                     other |= n == 0;
@@ -148,6 +149,11 @@ impl<'a> Scanner<'a> {
                     if matches!(word, b"e" | b"E") && self.s.get(self.i) == Some(&b'\'') {
                         other |= n == 0;
                         self.quoted(b'\'', true);
+                    } else if matches!(word, b"u" | b"U") && self.at(b"&\"") {
+                        other |= n == 0;
+                        self.i += 1;
+                        let name = self.quoted_identifier();
+                        session.unicode_identifier(name, self.uescape(), words[0]);
                     } else {
                         session.word(word, words[0]);
                         if !other && n < FIRST_WORDS {
@@ -218,6 +224,50 @@ impl<'a> Scanner<'a> {
                 self.i += 1;
             } else {
                 self.i += 1;
+            }
+        }
+    }
+
+    /// A `"…"` identifier at the cursor, read past its closing quote: its
+    /// text as written (a doubled quote stays doubled; no name the reading
+    /// looks for has one).
+    fn quoted_identifier(&mut self) -> &'a [u8] {
+        let s: &'a [u8] = self.s;
+        let start = self.i + 1;
+        self.quoted(b'"', false);
+        let end = if self.i > start && s[self.i - 1] == b'"' { self.i - 1 } else { self.i };
+        &s[start..end.max(start)]
+    }
+
+    /// The escape character of the `U&"…"` identifier just read: the one a
+    /// `UESCAPE 'c'` after it names (whitespace and comments between), else
+    /// the backslash. Looks ahead only: the words are read as any others.
+    fn uescape(&self) -> u8 {
+        let mut ahead = Scanner { s: self.s, i: self.i };
+        ahead.skip_space();
+        let named = ahead.s.get(ahead.i).is_some_and(|&c| is_word_start(c)) && {
+            ahead.word().eq_ignore_ascii_case(b"uescape")
+        };
+        if named {
+            ahead.skip_space();
+            if let [b'\'', c, b'\'', ..] = ahead.s[ahead.i..] {
+                return c;
+            }
+        }
+        b'\\'
+    }
+
+    /// Past whitespace and comments.
+    fn skip_space(&mut self) {
+        while let Some(&c) = self.s.get(self.i) {
+            if c.is_ascii_whitespace() {
+                self.i += 1;
+            } else if self.at(b"--") {
+                self.line_comment();
+            } else if self.at(b"/*") {
+                self.block_comment();
+            } else {
+                return;
             }
         }
     }
@@ -420,5 +470,12 @@ mod tests {
         "x",
         "(",
         "é",
+        "U&\"",
+        " UESCAPE ",
+        "\\0070",
+        "pg_advisory_lock",
+        "set_config(",
+        ",",
+        ")",
     ];
 }
