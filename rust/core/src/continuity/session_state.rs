@@ -68,27 +68,30 @@ pub(super) struct SessionWords {
     /// The statement names the session's temporary schema (`pg_temp.t`):
     /// a `CREATE` of it makes a temporary object.
     names_pg_temp: bool,
-    /// Inside a `set_config(` call: parenthesis depth and commas at depth 1,
-    /// to read whether its third argument is the literal `true`.
-    set_config: Option<(u32, u32)>,
+    /// Inside a `set_config(` call: parenthesis depth, commas at depth 1,
+    /// and whether its third argument so far is the word `true` alone: an
+    /// expression that starts with it (`true AND false`) may be false.
+    set_config: Option<(u32, u32, bool)>,
 }
 
 impl SessionWords {
     /// A word of the statement (outside quotes and comments); `first` is
     /// the statement's first word.
     pub(super) fn word(&mut self, word: &[u8], first: &[u8]) {
-        if let Some((depth, commas)) = self.set_config {
-            if depth == 1 && commas == 2 {
-                // Its is_local argument: only a literal `true` keeps it in
-                // the transaction.
-                self.found |= !word.eq_ignore_ascii_case(b"true");
+        if let Some((1, 2, true_alone)) = self.set_config.as_mut() {
+            // Its is_local argument: only a literal `true` keeps it in the
+            // transaction, so a word after one, or any other, counts.
+            if !*true_alone && word.eq_ignore_ascii_case(b"true") {
+                *true_alone = true;
+            } else {
+                self.found = true;
                 self.set_config = None;
             }
         }
         if one_of(word, SESSION_FUNCTIONS) {
             self.found = true;
         } else if word.eq_ignore_ascii_case(b"set_config") {
-            self.set_config = Some((0, 0));
+            self.set_config = Some((0, 0, false));
         }
         match self.previous {
             Previous::With if word.eq_ignore_ascii_case(b"hold") => self.declare_with_hold = true,
@@ -119,14 +122,14 @@ impl SessionWords {
     /// and in `set_config`'s third argument it is a column, not the
     /// literal `true`.
     pub(super) fn quoted_identifier(&mut self, name: &[u8], first: &[u8]) {
-        if let Some((1, 2)) = self.set_config {
+        if let Some((1, 2, _)) = self.set_config {
             self.found = true;
             self.set_config = None;
         }
         if one_of(name, SESSION_FUNCTIONS) {
             self.found = true;
         } else if name.eq_ignore_ascii_case(b"set_config") {
-            self.set_config = Some((0, 0));
+            self.set_config = Some((0, 0, false));
         }
         if matches!(self.previous, Previous::Into | Previous::IntoScope)
             && is_pg_temp(name)
@@ -151,24 +154,27 @@ impl SessionWords {
 
     /// A byte outside words, quotes and comments.
     pub(super) fn punctuation(&mut self, c: u8) {
-        if let Some((depth, commas)) = self.set_config.as_mut() {
+        if let Some((depth, commas, true_alone)) = self.set_config.as_mut() {
             match c {
-                b'(' => *depth += 1,
-                b',' if *depth == 1 => *commas += 1,
-                b')' => {
-                    *depth = depth.saturating_sub(1);
-                    if *depth == 0 {
-                        // Ended without a literal `true` third argument.
-                        self.found = true;
-                        self.set_config = None;
-                    }
-                }
-                _ if *depth == 0 => {
-                    // `set_config` not called (a column so named): erring
-                    // towards finding, it counts.
+                // `set_config` not called (a column so named): erring
+                // towards finding, it counts.
+                _ if *depth == 0 && c != b'(' => {
                     self.found = true;
                     self.set_config = None;
                 }
+                b')' if *depth == 1 => {
+                    // The call ends: local only with `true` alone third.
+                    self.found |= !*true_alone;
+                    self.set_config = None;
+                }
+                // Anything else in the third argument, or a fourth one.
+                _ if *depth == 1 && *commas == 2 => {
+                    self.found = true;
+                    self.set_config = None;
+                }
+                b'(' => *depth += 1,
+                b',' if *depth == 1 => *commas += 1,
+                b')' => *depth -= 1,
                 _ => {}
             }
         }
@@ -387,6 +393,29 @@ mod tests {
             "SELECT U&\"\\00e9\" FROM t",
             "SELECT U&\"\\zz\" FROM t",
             "INSERT INTO \"pg_temp\".t VALUES (1)",
+        ] {
+            assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
+        }
+    }
+
+    /// Only `true` alone is the literal `true`: an expression that starts
+    /// with it may be false (checked on PostgreSQL 15: `true AND false`
+    /// left search_path set after the transaction).
+    #[test]
+    fn set_configs_third_argument_is_local_only_when_it_is_true_alone() {
+        for sql in [
+            "SELECT set_config('search_path', 'alt', true AND false)",
+            "SELECT set_config('search_path', 'alt', true = $1)",
+            "SELECT set_config('search_path', 'alt', true AND $1)",
+            "SELECT set_config('search_path', 'alt', true IS NULL)",
+            "SELECT set_config('search_path', 'alt', true AND (SELECT false))",
+        ] {
+            assert!(sets_session_state(sql.as_bytes()), "{sql:?} sets session state");
+        }
+        for sql in [
+            "SELECT set_config('search_path', 'alt', true)",
+            "SELECT set_config('search_path', 'alt', TRUE /* local */ )",
+            "SELECT set_config('a', 'b', true), set_config('c', 'd', true)",
         ] {
             assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
         }
