@@ -421,6 +421,16 @@ mod tests {
         }
     }
 
+    /// A statement's own first word decides, not the previous statement's:
+    /// a parenthesized `SELECT … INTO TEMP` after an `INSERT` makes its
+    /// table (checked on PostgreSQL 15).
+    #[test]
+    fn each_statement_is_read_by_its_own_first_word() {
+        assert!(sets_session_state(b"INSERT INTO t VALUES (1); (SELECT 1 AS a INTO TEMP t2)"));
+        assert!(sets_session_state(b"INSERT INTO t VALUES (1); (SELECT 1 AS a INTO pg_temp.t2)"));
+        assert!(!sets_session_state(b"(SELECT 1); INSERT INTO temp VALUES (1)"));
+    }
+
     /// A carriage return ends a `--` comment, as PostgreSQL reads it.
     #[test]
     fn a_carriage_return_ends_a_line_comment() {

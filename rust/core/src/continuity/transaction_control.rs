@@ -127,6 +127,9 @@ impl<'a> Scanner<'a> {
                     session.end_statement();
                     n = 0;
                     other = false;
+                    // A statement that begins with no word (`(SELECT …)`)
+                    // has no first word, not the previous statement's.
+                    words[0] = b"";
                 }
                 c if c.is_ascii_whitespace() => self.i += 1,
                 b'-' if self.at(b"--") => self.line_comment(),
