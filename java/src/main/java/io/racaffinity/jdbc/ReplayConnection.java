@@ -1170,6 +1170,12 @@ final class ReplayConnection {
             fresh.close();
             throw e;
         }
+        if (SESSION_SET.containsKey(sessionKey(fresh))) {
+            // The session goes on where an earlier checkout left session state set by SQL text: its
+            // next transactions run with it, as a checkout of that connection would, and a replay's
+            // new connection would not.
+            notReplayable(SESSION_STATE + " (by an earlier checkout of the connection the session moved to)");
+        }
         if (closed) {
             // An abort that came as it was set up may have ended the old connection, not this one.
             try {

@@ -566,4 +566,49 @@ class ReplayCallsTest {
         assertEquals(0, total(altRowsOf("set5")), "written where the application's session never wrote");
         assertEquals(0, total(rowsOf("set5")));
     }
+
+    @Test
+    void theConnectionACommitFoundCommittedTakesIsCheckedForSessionStateAnEarlierCheckoutSet() throws Exception {
+        altTable();
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            // One connection per node: after the COMMIT, the session goes on MYDB2's, which an
+            // earlier checkout left in alt; a replay of its next transaction would run in public.
+            pools = ReplayFixture.throughProxy(proxy, c -> c.setMaximumPoolSize(1));
+            AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-reattach-marked", true);
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB2")).build();
+                    Statement s = c.createStatement()) {
+                s.execute("SET search_path TO alt");
+            }
+            Cluster cluster = ds.getCluster();
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "rm1");
+                Hold hold = proxy.holdNextCommitReply();
+                CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
+                    try {
+                        c.commit();
+                        return null;
+                    } catch (SQLException e) {
+                        return e;
+                    }
+                });
+                assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+                // Only MYDB2 takes the session after the COMMIT.
+                cluster.setNodeState("MYDB1", NodeState.DOWN);
+                cluster.setNodeState("MYDB3", NodeState.DOWN);
+                hold.release(); // the COMMIT ran; its answer never comes
+                assertNull(committing.get(60, TimeUnit.SECONDS), "found committed");
+                assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("rm1"), "committed once");
+                cluster.setNodeState("MYDB1", NodeState.UP);
+                cluster.setNodeState("MYDB3", NodeState.UP);
+                insert(c, "rm2"); // alt.java_req on MYDB2: the session's search_path there
+                endOpenTransactions(2);
+                SQLException e = assertThrows(SQLException.class, c::commit, "a replay without the search_path");
+                assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), "typed refusal of " + e);
+                assertTrue(String.valueOf(refusalText(e)).contains("session state set by SQL text"), refusalText(e));
+            }
+            assertEquals(0, total(rowsOf("rm2")), "written where the application's session never wrote");
+            assertEquals(0, total(altRowsOf("rm2")), "the transaction ended with its connection");
+        }
+    }
 }
