@@ -148,7 +148,12 @@ final class ReplayConnection {
      * node took the session then): the next call takes one. The transaction ended as the call asked,
      * so the call answers so, whatever becomes of the session.
      */
-    private boolean detached;
+    private volatile boolean detached;
+    /**
+     * Held by the call that runs: the record, the targets and the node connection are one
+     * application thread's at a time. Not a monitor: {@code isValid} waits for it within its timeout.
+     */
+    private final java.util.concurrent.locks.ReentrantLock lock = new java.util.concurrent.locks.ReentrantLock();
 
     private ReplayConnection(AffinityDataSource owner, AffinityConnection first, String user, String password) {
         this.owner = owner;
@@ -237,10 +242,68 @@ final class ReplayConnection {
                 s.cancel();
                 return null;
             }
-            synchronized (owner) {
+            if (args == null && method.getName().equals("isClosed")) {
+                // A watchdog's question while a call runs on another thread: what is known already.
+                return owner.isClosed(id, target);
+            }
+            if (id != 0 && args == null && method.getName().equals("close") && !owner.closed
+                    && target instanceof Statement s && owner.lock.isLocked() && !owner.lock.isHeldByCurrentThread()) {
+                // JDBC: another thread closes a statement to stop it. A call runs on the connection
+                // (this statement's, most likely): cancelled first, as cancel() does (a no-op for a
+                // statement that is not executing), then closed once that call has ended.
+                s.cancel();
+            }
+            if (id == 0 && method.getName().equals("isValid") && args[0] instanceof Integer t && t > 0) {
+                return owner.isValid(p, method, t);
+            }
+            owner.lock.lock();
+            try {
                 return owner.call(p, id, method, args);
+            } finally {
+                owner.lock.unlock();
             }
         }
+    }
+
+    /**
+     * {@code isValid(seconds)}: JDBC's timeout bounds the whole check, so a call that runs on another
+     * thread holds it that long at most; then the connection is not verified: false, as for a check
+     * that did not complete in time. What is left of the timeout goes to the node connection's check.
+     */
+    private boolean isValid(Object p, Method method, int seconds) throws Throwable {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
+        try {
+            if (!lock.tryLock(seconds, TimeUnit.SECONDS)) {
+                return false;
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+        try {
+            long left = deadline - System.nanoTime();
+            // Whole seconds, rounded up: 0 would be no limit.
+            int rest = (int) Math.max(1, (left + TimeUnit.SECONDS.toNanos(1) - 1) / TimeUnit.SECONDS.toNanos(1));
+            return (Boolean) call(p, 0, method, new Object[] {rest});
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * Whether object {@code id} (driver's object {@code target}) is closed, without the lock a call
+     * of another thread holds: the flags a close or an abort sets, and the driver's object's own
+     * answer, which needs no round trip (a statement that ran on a connection given back since, with
+     * none taken yet, answers as that connection's: closed).
+     */
+    private boolean isClosed(int id, Object target) throws SQLException {
+        if (closed) {
+            return true;
+        }
+        if (id == 0) {
+            return !detached && current.isClosed();
+        }
+        return target instanceof Statement s ? s.isClosed() : ((ResultSet) target).isClosed();
     }
 
     private Object call(Object p, int id, Method method, Object[] args) throws Throwable {
@@ -266,8 +329,6 @@ final class ReplayConnection {
                 case "close":
                     close();
                     return null;
-                case "isClosed":
-                    return closed || (!detached && current.isClosed());
                 case "commit":
                     commit();
                     return null;
@@ -352,8 +413,6 @@ final class ReplayConnection {
             // driver's 08003 would read as a lost connection, and a statement in auto-commit mode
             // as one whose outcome is unknown.
             switch (name) {
-                case "isClosed":
-                    return true;
                 case "close":
                     return null;
                 default:
@@ -1326,8 +1385,11 @@ final class ReplayConnection {
         if (!Proxy.isProxyClass(c.getClass()) || !(Proxy.getInvocationHandler(c) instanceof ObjectHandler h)) {
             return -1;
         }
-        synchronized (h.owner) {
+        h.owner.lock.lock();
+        try {
             return h.owner.log.size();
+        } finally {
+            h.owner.lock.unlock();
         }
     }
 

@@ -611,4 +611,66 @@ class ReplayCallsTest {
             assertEquals(0, total(altRowsOf("rm2")), "the transaction ended with its connection");
         }
     }
+
+    /** What {@code call} answers within {@code ms} on another thread; fails naming {@code what} if it waits longer. */
+    private static <T> T within(long ms, java.util.concurrent.Callable<T> call, String what) throws Exception {
+        CompletableFuture<T> f = CompletableFuture.supplyAsync(() -> {
+            try {
+                return call.call();
+            } catch (Exception e) {
+                throw new java.util.concurrent.CompletionException(e);
+            }
+        });
+        try {
+            return f.get(ms, TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new AssertionError(what + ": still waiting after " + ms + " ms for the statement that runs");
+        }
+    }
+
+    @Test
+    void aStatementIsClosedAndAskedFromAnotherThreadWhileItRuns() throws Exception {
+        AffinityDataSource ds = ds("calls-close-running");
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            Statement s = c.createStatement();
+            c.setAutoCommit(false);
+            insert(c, "cr1");
+            CompletableFuture<SQLException> sleeping = CompletableFuture.supplyAsync(() -> {
+                try {
+                    s.execute("SELECT pg_sleep(5)");
+                    return null;
+                } catch (SQLException e) {
+                    return e;
+                }
+            });
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (!running(1, "SELECT pg_sleep(5)")) {
+                assertTrue(System.nanoTime() < until, "the statement runs on MYDB1");
+                Thread.sleep(20);
+            }
+            // A watchdog's questions are answered at once, whatever runs.
+            assertEquals(Boolean.FALSE, within(1000, s::isClosed, "Statement.isClosed()"));
+            assertEquals(Boolean.FALSE, within(1000, c::isClosed, "Connection.isClosed()"));
+            // isValid(1): JDBC's timeout bounds it; the connection is busy past it, so not verified.
+            assertEquals(Boolean.FALSE, within(2500, () -> c.isValid(1), "Connection.isValid(1)"));
+            // JDBC: another thread closes a statement to stop it: cancelled, then closed.
+            long t0 = System.nanoTime();
+            within(2000, () -> {
+                s.close();
+                return null;
+            }, "Statement.close()");
+            SQLException e = sleeping.get(2, TimeUnit.SECONDS);
+            long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+            assertTrue(ms < 2000, "stopped after " + ms + " ms");
+            assertEquals("57014", e.getSQLState(), String.valueOf(e));
+            assertEquals(Refusal.NOT_RECOVERABLE, refusalOf(e), "the application's error: " + e);
+            assertTrue(s.isClosed());
+            assertTrue(c.isValid(1), "an idle connection is checked");
+            c.rollback();
+            insert(c, "cr2");
+            c.commit();
+        }
+        assertEquals(0, total(rowsOf("cr1")), "rolled back");
+        assertEquals(1, total(rowsOf("cr2")), "the connection goes on after the close");
+    }
 }
