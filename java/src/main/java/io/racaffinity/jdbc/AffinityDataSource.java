@@ -394,9 +394,9 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      * is dropped from its HikariCP pool at once, so that a pool the application shares never hands it out
      * again. A call that then fails on it reports no node failure ({@link AffinityConnection}).
      *
-     * <p>Each node's on a library thread of its own ({@code racaffinity-close-abort-<cluster>}), waited for until
-     * {@code byNanos}: a driver whose abort blocks (a dead node; one that ignores the interrupt) holds neither
-     * close() past its bound nor the other nodes' aborts. A thread still aborting then ends with its driver's
+     * <p>Each connection's on a library thread of its own ({@code racaffinity-close-abort-<cluster>}), all waited
+     * for until {@code byNanos}: a driver whose abort blocks (a dead node; one that ignores the interrupt) holds
+     * neither close() past its bound nor the aborts of other connections, of its node or another. A thread still aborting then ends with its driver's
      * call, not interrupted (an abort under way is all it does).
      *
      * @return the threads started (ended, or still aborting), for close() to wait for until its deadline
@@ -411,14 +411,12 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
         List<Thread> aborting = new ArrayList<>();
         for (int node = 0; node < r.byId.length; node++) {
             DataSource ds = r.byId[node];
-            int n = node;
-            Thread t = LibraryThreads.newThread(() -> aborted.addAndGet(f.abortBorrowed(n, c -> {
+            aborting.addAll(f.abortBorrowed(node, "racaffinity-close-abort-" + r.cluster.name(), c -> {
+                aborted.incrementAndGet();
                 if (ds != null) {
                     PoolMaintenance.Hikari.evictHikari(ds, c);
                 }
-            })), "racaffinity-close-abort-" + r.cluster.name(), AffinityDataSource.class.getClassLoader());
-            t.start();
-            aborting.add(t);
+            }));
         }
         LibraryThreads.joinUntil(aborting, byNanos);
         int n = aborted.get();

@@ -5,7 +5,10 @@ import java.lang.invoke.VarHandle;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLTransientConnectionException;
+import io.racaffinity.LibraryThreads;
+import java.util.ArrayList;
 import java.util.Collections;
+import java.util.List;
 import java.util.Map;
 import java.util.WeakHashMap;
 import java.util.concurrent.atomic.AtomicLongArray;
@@ -275,36 +278,44 @@ final class NodeFailover {
     }
 
     /**
-     * Aborts every connection of {@code node} the application holds (a hard Down: crash,
-     * heartbeat, ejection, operator): a call on one fails at once instead of waiting on a dead
-     * or hung node, and the pool drops it when it is closed. A connection borrowed as this walk
-     * passes its slot may be missed, as the walk of a concurrent set missed it before: the pool
-     * evicts it at the Down (it closes when returned), and its next call on the dead node fails
-     * on its own.
+     * Starts the abort of every connection of {@code node} the application holds (a hard Down:
+     * crash, heartbeat, ejection, operator; a data source's close): a call on one fails at once
+     * instead of waiting on a dead or hung node, and the pool drops it when it is closed. Each
+     * abort runs on a library thread of its own, named {@code name}, which then hands the
+     * connection to {@code then}: a driver whose abort blocks (a socket stuck in a write, which
+     * the close behind the abort waits for) holds that one connection's thread only, not the
+     * aborts of the node's other connections nor the caller (they ran one after another on the
+     * caller's thread, so N stuck aborts took N times one, and the upkeep stopped acting on later
+     * Downs). A node goes Down rarely and the threads end with their driver's call; the caller
+     * waits for them as long as it can afford. A connection borrowed as this walk passes its slot
+     * may be missed, as the walk of a concurrent set missed it before: the pool evicts it at the
+     * Down (it closes when returned), and its next call on the dead node fails on its own.
      *
-     * @return the connections aborted
+     * @return the threads started, one per connection held
      */
-    int abortBorrowed(int node) {
-        return abortBorrowed(node, c -> {});
-    }
-
-    /** {@link #abortBorrowed(int)}, handing each connection aborted to {@code then}. */
-    int abortBorrowed(int node, Consumer<Connection> then) {
-        int n = 0;
+    List<Thread> abortBorrowed(int node, String name, Consumer<Connection> then) {
+        List<Connection> held = new ArrayList<>();
         for (Segment s = node < slots.length ? slots[node] : null; s != null; s = s.next) {
             for (int i = s.offset; i < s.offset + SEGMENT; i++) {
                 if (CELL.getVolatile(s.cells, i) instanceof Connection c) {
-                    try {
-                        c.abort(Runnable::run);
-                        then.accept(c);
-                        n++;
-                    } catch (SQLException | RuntimeException e) {
-                        // closed meanwhile, or a driver without abort: its next call finds out
-                    }
+                    held.add(c);
                 }
             }
         }
-        return n;
+        List<Thread> aborting = new ArrayList<>(held.size());
+        for (Connection c : held) {
+            Thread t = LibraryThreads.newThread(() -> {
+                try {
+                    c.abort(Runnable::run);
+                    then.accept(c);
+                } catch (SQLException | RuntimeException e) {
+                    // closed meanwhile, or a driver without abort: its next call finds out
+                }
+            }, name, NodeFailover.class.getClassLoader());
+            t.start();
+            aborting.add(t);
+        }
+        return aborting;
     }
 
     /** A connection failure on {@code node}: its pooled connections are checked at their next borrow. */

@@ -38,6 +38,8 @@ import javax.sql.DataSource;
 final class PoolMaintenance implements AutoCloseable {
     private static final System.Logger LOG = System.getLogger("io.racaffinity.jdbc.AffinityDataSource");
     static final String SOURCE = "loader";
+    /** How long a hard Down's round waits for the aborts of the node's connections in use, all together. */
+    static final long DOWN_ABORT_WAIT_MILLIS = 1_000;
 
     private final String owner;
     private final Cluster cluster;
@@ -286,7 +288,11 @@ final class PoolMaintenance implements AutoCloseable {
             savedMinIdle[node] = Math.max(0, Hikari.setMinimumIdle(ds, 0));
         }
         failover.kickWaiters(node);
-        int aborted = failover.abortBorrowed(node);
+        List<Thread> aborting = failover.abortBorrowed(node, "racaffinity-down-abort-" + cluster.name(), c -> {});
+        // Long enough for drivers that abort at once to have done so when the round goes on; a stuck
+        // one ends on its own thread, and the upkeep acts on the next Down meanwhile.
+        LibraryThreads.joinAll(aborting, DOWN_ABORT_WAIT_MILLIS);
+        int aborted = aborting.size();
         if (hardDown != null) {
             hardDown.accept(node);
         }

@@ -46,7 +46,7 @@ class CloseDeadlineTest {
     static final long BOUND_MILLIS = 2_500;
 
     /** Blocks the calling thread, whatever its interrupts, until {@code release} opens. */
-    private static void stuckUntil(CountDownLatch release) {
+    static void stuckUntil(CountDownLatch release) {
         boolean interrupted = false;
         while (true) {
             try {
@@ -377,7 +377,7 @@ class CloseDeadlineTest {
      * A node DataSource whose connections block in their driver's abort, whatever its interrupts, until
      * {@code release} opens (a driver on a dead node), counting the aborts in {@code aborts}.
      */
-    private static DataSource abortCounting(String name, CountDownLatch release, AtomicInteger aborts) {
+    static DataSource abortCounting(String name, CountDownLatch release, AtomicInteger aborts) {
         DataSource node = Stubs.dataSource(name, Map.of(), new AtomicInteger());
         return Stubs.proxy(DataSource.class, "AbortNode[" + name + "]", (p, m, a) -> {
             Object out = Stubs.forward(node, m, a);
@@ -456,7 +456,7 @@ class CloseDeadlineTest {
     }
 
     /** Whether {@code t} is in {@link #stuckUntil} (the test's blocking driver). */
-    private static boolean isStuck(Thread t) {
+    static boolean isStuck(Thread t) {
         for (StackTraceElement f : t.getStackTrace()) {
             if (f.getClassName().equals(CloseDeadlineTest.class.getName()) && f.getMethodName().equals("stuckUntil")) {
                 return true;
