@@ -5,7 +5,6 @@ import static io.racaffinity.jdbc.ReplayConnection.refusalOf;
 import static io.racaffinity.jdbc.ReplayFixture.CHECK_SECONDS;
 import static io.racaffinity.jdbc.ReplayFixture.commitThenKill;
 import static io.racaffinity.jdbc.ReplayFixture.insert;
-import static io.racaffinity.jdbc.ReplayFixture.resetTable;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.throughProxy;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -21,10 +20,7 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.Map;
 import javax.sql.DataSource;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.extension.ExtendWith;
 
 /**
  * The outcome check of a replay (docs/continuity.md, "Java") asks the failed node itself on
@@ -34,22 +30,11 @@ import org.junit.jupiter.api.extension.ExtendWith;
  * borrow) and through a pool that is not HikariCP's (a borrow on a thread of its own, given up at
  * the deadline).
  */
-@ExtendWith(PgNodes.class)
-class OutcomeCheckDeadlineTest {
+class OutcomeCheckDeadlineTest extends ReplayNodes {
     /** The node pools' wait for a connection: far beyond the check's deadline. */
     static final long CONNECTION_TIMEOUT_MS = 20_000;
-    private Pools pools;
-
-    @BeforeEach
-    void table() throws SQLException {
-        resetTable("deadline-%");
-    }
-
-    @AfterEach
-    void close() {
-        if (pools != null) {
-            pools.close();
-        }
+    OutcomeCheckDeadlineTest() {
+        super("deadline-%");
     }
 
     /** The pool, seen as a DataSource that is not HikariCP's (as an app server's pool would be). */

@@ -3,8 +3,11 @@ package io.racaffinity.jdbc;
 import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
 import static io.racaffinity.jdbc.ReplayConnection.refusalOf;
 import static io.racaffinity.jdbc.ReplayFixture.NAMES;
+import static io.racaffinity.jdbc.ReplayFixture.backendPid;
+import static io.racaffinity.jdbc.ReplayFixture.commitHeld;
+import static io.racaffinity.jdbc.ReplayFixture.endOpenTransactions;
 import static io.racaffinity.jdbc.ReplayFixture.insert;
-import static io.racaffinity.jdbc.ReplayFixture.resetTable;
+import static io.racaffinity.jdbc.ReplayFixture.rowsIn;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.total;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -15,10 +18,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.racaffinity.Cluster;
 import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.NodeState;
+import io.racaffinity.jdbc.ReplayFixture.HeldCommit;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.testsupport.FaultProxy;
-import io.racaffinity.testsupport.FaultProxy.Hold;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.ResultSet;
@@ -28,35 +31,18 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.extension.ExtendWith;
 
 /**
  * Request replay's handling of single JDBC calls on real nodes (docs/continuity.md, "Java"): calls
  * another thread makes while one runs, and calls the record leaves out, each with the typed
  * refusal the docs promise when its connection fails.
  */
-@ExtendWith(PgNodes.class)
-class ReplayCallsTest {
-    private Pools pools;
-
-    @BeforeEach
-    void table() throws SQLException {
-        resetTable(null);
-    }
-
-    @AfterEach
-    void close() {
-        if (pools != null) {
-            pools.close();
-        }
-    }
-
+class ReplayCallsTest extends ReplayNodes {
+    /** A data source with replay over plain pools of the three nodes. */
     private AffinityDataSource ds(String name) {
         pools = new Pools(NAMES, c -> {});
-        return ReplayFixture.dataSource(pools, name, true);
+        return ds(name, true);
     }
 
     /** Whether a statement whose text starts with {@code prefix} runs on node {@code node}. */
@@ -67,17 +53,6 @@ class ReplayCallsTest {
                         + " AND query LIKE '" + prefix + "%' AND pid <> pg_backend_pid()")) {
             rs.next();
             return rs.getInt(1) > 0;
-        }
-    }
-
-    /** Ends, from a session of its own, the backends of node {@code node} idle in a transaction. */
-    private static void endOpenTransactions(int node) throws SQLException {
-        try (Connection d = DriverManager.getConnection(PgNodes.url(node), "postgres", "");
-                Statement t = d.createStatement();
-                ResultSet rs = t.executeQuery("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
-                        + " WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()")) {
-            rs.next();
-            assertTrue(rs.getInt(1) > 0, "a transaction was open on node " + node);
         }
     }
 
@@ -142,28 +117,19 @@ class ReplayCallsTest {
     void aCommitFoundCommittedSucceedsThoughNoNodeTakesTheSessionAtOnce() throws Exception {
         try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
             pools = ReplayFixture.throughProxy(proxy, c -> {});
-            AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-reattach", true);
+            AffinityDataSource ds = ds("calls-reattach", true);
             // No node is picked while every one is Down: the session has nowhere to go after the COMMIT.
             ds.setConfig("name = calls-reattach; " + ReplayFixture.NODES + "; panic = fail");
             Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
             c.setAutoCommit(false);
             insert(c, "re1");
-            Hold hold = proxy.holdNextCommitReply();
-            CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
-                try {
-                    c.commit();
-                    return null;
-                } catch (SQLException e) {
-                    return e;
-                }
-            });
-            assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+            HeldCommit held = commitHeld(proxy, c::commit);
             Cluster cluster = ds.getCluster();
             for (String n : NAMES) {
                 cluster.setNodeState(n, NodeState.DOWN);
             }
-            hold.release(); // the COMMIT ran; its answer never comes
-            SQLException e = committing.get(60, TimeUnit.SECONDS);
+            held.hold().release(); // the COMMIT ran; its answer never comes
+            SQLException e = held.ended().get(60, TimeUnit.SECONDS);
             assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("re1"), "committed once");
             assertEquals(1, ds.getReplayCounts().committedAlready(), String.valueOf(ds.getReplayCounts()));
             // Found committed: the request succeeded, and an error here would have the application
@@ -193,27 +159,18 @@ class ReplayCallsTest {
     void aSetAutoCommitWhoseCommitIsFoundCommittedSucceedsThoughNoNodeTakesTheSessionAtOnce() throws Exception {
         try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
             pools = ReplayFixture.throughProxy(proxy, c -> {});
-            AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-reattach-ac", true);
+            AffinityDataSource ds = ds("calls-reattach-ac", true);
             ds.setConfig("name = calls-reattach-ac; " + ReplayFixture.NODES + "; panic = fail");
             Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
             c.setAutoCommit(false);
             insert(c, "ra1");
-            Hold hold = proxy.holdNextCommitReply();
-            CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
-                try {
-                    c.setAutoCommit(true); // JDBC: commits the transaction
-                    return null;
-                } catch (SQLException e) {
-                    return e;
-                }
-            });
-            assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+            HeldCommit held = commitHeld(proxy, () -> c.setAutoCommit(true)); // JDBC: commits the transaction
             Cluster cluster = ds.getCluster();
             for (String n : NAMES) {
                 cluster.setNodeState(n, NodeState.DOWN);
             }
-            hold.release();
-            SQLException e = committing.get(60, TimeUnit.SECONDS);
+            held.hold().release();
+            SQLException e = held.ended().get(60, TimeUnit.SECONDS);
             assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("ra1"), "committed once");
             assertNull(e, "setAutoCommit(true) whose COMMIT was found committed failed: " + e);
             assertTrue(c.getAutoCommit());
@@ -372,18 +329,7 @@ class ReplayCallsTest {
 
     /** Node name → rows with id {@code id} in {@code alt.java_req}. */
     private static Map<String, Integer> altRowsOf(String id) throws SQLException {
-        Map<String, Integer> out = new java.util.LinkedHashMap<>();
-        for (int i = 1; i <= 3; i++) {
-            try (Connection d = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
-                    java.sql.PreparedStatement s = d.prepareStatement("SELECT count(*) FROM alt.java_req WHERE id = ?")) {
-                s.setString(1, id);
-                try (ResultSet rs = s.executeQuery()) {
-                    rs.next();
-                    out.put(NAMES.get(i - 1), rs.getInt(1));
-                }
-            }
-        }
-        return out;
+        return rowsIn("alt.java_req", id);
     }
 
     private static void altTable() throws SQLException {
@@ -516,7 +462,7 @@ class ReplayCallsTest {
         // One connection per node: the second checkout gets the physical connection the first left
         // its search_path on (the node pool resets only what the JDBC API set).
         pools = new Pools(NAMES, c -> c.setMaximumPoolSize(1));
-        AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-set-sql-checkout", true);
+        AffinityDataSource ds = ds("calls-set-sql-checkout", true);
         int pid;
         try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
                 Statement s = c.createStatement()) {
@@ -536,19 +482,12 @@ class ReplayCallsTest {
         assertEquals(0, total(altRowsOf("set4")));
     }
 
-    private static int backendPid(Connection c) throws SQLException {
-        try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT pg_backend_pid()")) {
-            rs.next();
-            return rs.getInt(1);
-        }
-    }
-
     @Test
     void aReplayNeverRunsOnAConnectionAnEarlierCheckoutSetSessionStateOn() throws Exception {
         altTable();
         // One connection per node: the replay gets the one an earlier checkout left in alt.
         pools = new Pools(NAMES, c -> c.setMaximumPoolSize(1));
-        AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-set-sql-replay", true);
+        AffinityDataSource ds = ds("calls-set-sql-replay", true);
         for (String name : List.of("MYDB2", "MYDB3")) {
             try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, name)).build();
                     Statement s = c.createStatement()) {

@@ -6,7 +6,6 @@ import static io.racaffinity.jdbc.ReplayFixture.backendPid;
 import static io.racaffinity.jdbc.ReplayFixture.commitThenKill;
 import static io.racaffinity.jdbc.ReplayFixture.count;
 import static io.racaffinity.jdbc.ReplayFixture.insert;
-import static io.racaffinity.jdbc.ReplayFixture.resetTable;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.terminate;
 import static io.racaffinity.jdbc.ReplayFixture.throughProxy;
@@ -31,10 +30,7 @@ import javax.management.MBeanServer;
 import javax.management.ObjectName;
 import javax.management.openmbean.CompositeData;
 import javax.management.openmbean.TabularData;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.extension.ExtendWith;
 
 /**
  * Request replay's counts (docs/continuity.md, "Java", "Counts") as an operator reads them, the
@@ -43,21 +39,10 @@ import org.junit.jupiter.api.extension.ExtendWith;
  * refused with its refusal), an outcome check only when a node was asked, and the application's
  * own errors not at all.
  */
-@ExtendWith(PgNodes.class)
-class ReplayCountsTest {
+class ReplayCountsTest extends ReplayNodes {
     private static final MBeanServer MBS = ManagementFactory.getPlatformMBeanServer();
-    private Pools pools;
-
-    @BeforeEach
-    void table() throws SQLException {
-        resetTable("counts-%");
-    }
-
-    @AfterEach
-    void close() {
-        if (pools != null) {
-            pools.close();
-        }
+    ReplayCountsTest() {
+        super("counts-%");
     }
 
     /** What the MXBean shows: the three ends of a recovery (refusals only where not 0) and the checks. */

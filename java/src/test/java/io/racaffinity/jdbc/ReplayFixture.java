@@ -23,11 +23,12 @@ import java.util.function.Consumer;
 import javax.sql.DataSource;
 
 /**
- * What the replay tests on real nodes share ({@link ReplayTest}, {@link OutcomeCheckDeadlineTest},
- * {@link ReplayCountsTest}): the {@code java_req} table on the three nodes, an
+ * What the replay tests on real nodes share ({@link ReplayTest}, {@link ReplayGuardsTest},
+ * {@link ReplayCallsTest}, {@link OutcomeCheckDeadlineTest}, {@link ReplayCountsTest}, each a
+ * {@link ReplayNodes}): the {@code java_req} table on the three nodes, an
  * {@link AffinityDataSource} over the three as independent databases, node 1's pool through a
- * {@link FaultProxy}, a COMMIT whose node is killed while the proxy holds its reply, the rows
- * counted by SQL on every node, and the refusal an error carries.
+ * {@link FaultProxy}, a COMMIT the proxy holds the reply of (and one whose node is killed while it
+ * does), a request's open transaction ended under it, and the rows counted by SQL on every node.
  */
 final class ReplayFixture {
     static final List<String> NAMES = AffinityDataSourceTest.NAMES;
@@ -96,10 +97,15 @@ final class ReplayFixture {
 
     /** Node name → rows with id {@code id} there. */
     static Map<String, Integer> rowsOf(String id) throws SQLException {
+        return rowsIn("java_req", id);
+    }
+
+    /** Node name → rows with id {@code id} in {@code table} there. */
+    static Map<String, Integer> rowsIn(String table, String id) throws SQLException {
         Map<String, Integer> out = new LinkedHashMap<>();
         for (int i = 1; i <= 3; i++) {
             try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
-                    PreparedStatement s = c.prepareStatement("SELECT count(*) FROM java_req WHERE id = ?")) {
+                    PreparedStatement s = c.prepareStatement("SELECT count(*) FROM " + table + " WHERE id = ?")) {
                 s.setString(1, id);
                 try (ResultSet rs = s.executeQuery()) {
                     rs.next();
@@ -150,6 +156,51 @@ final class ReplayFixture {
         }
     }
 
+    /**
+     * Ends, from a session of its own, the backends of node {@code node} idle in a transaction (the
+     * request's: 57P01 at its next call). Not {@code pg_backend_pid()} through the request, which
+     * would be recorded and answer otherwise on a replay.
+     */
+    static void endOpenTransactions(int node) throws SQLException {
+        try (Connection d = DriverManager.getConnection(PgNodes.url(node), "postgres", "");
+                Statement t = d.createStatement();
+                ResultSet rs = t.executeQuery("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
+                        + " WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()")) {
+            rs.next();
+            assertTrue(rs.getInt(1) > 0, "a transaction was open on node " + node);
+        }
+    }
+
+    /** A JDBC call that ends a transaction ({@code commit()}, {@code setAutoCommit(true)}). */
+    @FunctionalInterface
+    interface Ending {
+        void run() throws SQLException;
+    }
+
+    /**
+     * A COMMIT the server has run while the proxy holds its reply: {@link Hold#release()} lets the
+     * reply go, and {@code ended} completes with the call's error (null: it succeeded).
+     */
+    record HeldCommit(Hold hold, CompletableFuture<SQLException> ended) {}
+
+    /**
+     * Runs {@code call} on another thread while {@code proxy} holds the reply of the COMMIT it
+     * sends; returns once the server has run that COMMIT.
+     */
+    static HeldCommit commitHeld(FaultProxy proxy, Ending call) throws InterruptedException {
+        Hold hold = proxy.holdNextCommitReply();
+        CompletableFuture<SQLException> ended = CompletableFuture.supplyAsync(() -> {
+            try {
+                call.run();
+                return null;
+            } catch (SQLException e) {
+                return e;
+            }
+        });
+        assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+        return new HeldCommit(hold, ended);
+    }
+
     /** How a {@link #commitThenKill} COMMIT ended: its error (null: it succeeded), and how long after the kill. */
     record CommitKilled(SQLException error, long millisAfterKill) {}
 
@@ -160,20 +211,11 @@ final class ReplayFixture {
      * committed, and the node that could tell is gone. The caller restarts the node.
      */
     static CommitKilled commitThenKill(Connection c, FaultProxy proxy, int node) throws Exception {
-        Hold hold = proxy.holdNextCommitReply();
-        CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
-            try {
-                c.commit();
-                return null;
-            } catch (SQLException e) {
-                return e;
-            }
-        });
-        assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+        HeldCommit held = commitHeld(proxy, c::commit);
         PgNodes.kill(node);
         long t0 = System.nanoTime();
-        hold.release();
-        SQLException e = committing.get(120, TimeUnit.SECONDS);
+        held.hold().release();
+        SQLException e = held.ended().get(120, TimeUnit.SECONDS);
         return new CommitKilled(e, TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0));
     }
 }

@@ -3,9 +3,10 @@ package io.racaffinity.jdbc;
 import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
 import static io.racaffinity.jdbc.ReplayConnection.refusalOf;
 import static io.racaffinity.jdbc.ReplayFixture.NAMES;
+import static io.racaffinity.jdbc.ReplayFixture.commitHeld;
 import static io.racaffinity.jdbc.ReplayFixture.count;
+import static io.racaffinity.jdbc.ReplayFixture.endOpenTransactions;
 import static io.racaffinity.jdbc.ReplayFixture.insert;
-import static io.racaffinity.jdbc.ReplayFixture.resetTable;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.throughProxy;
 import static io.racaffinity.jdbc.ReplayFixture.total;
@@ -20,6 +21,7 @@ import com.zaxxer.hikari.HikariDataSource;
 import io.racaffinity.Continuity;
 import io.racaffinity.Continuity.Refusal;
 import io.racaffinity.Continuity.TransactionControl;
+import io.racaffinity.jdbc.ReplayFixture.HeldCommit;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.testsupport.FaultProxy;
@@ -34,13 +36,9 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import javax.sql.DataSource;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.extension.ExtendWith;
 
 /**
  * Request replay's guards on real nodes (docs/continuity.md, "Java"): every way a transaction
@@ -49,41 +47,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
  * whatever those values are, nothing reached through the proxies escapes the record, and the
  * record keeps only what sets the session up. Exactly once is checked by SQL on every node.
  */
-@ExtendWith(PgNodes.class)
-class ReplayGuardsTest {
-    private Pools pools;
-
-    @BeforeEach
-    void table() throws SQLException {
-        resetTable(null);
-    }
-
-    @AfterEach
-    void close() {
-        if (pools != null) {
-            pools.close();
-        }
-    }
-
-    private AffinityDataSource ds(String name, boolean replay) {
-        return ReplayFixture.dataSource(pools, name, replay);
-    }
-
-    /**
-     * Ends, from a session of its own, the backends of node {@code node} idle in a transaction (the
-     * request's: 57P01 at its next call). Not {@code pg_backend_pid()} through the request, which
-     * would be recorded and answer otherwise on a replay.
-     */
-    private static void endOpenTransactions(int node) throws SQLException {
-        try (Connection d = DriverManager.getConnection(PgNodes.url(node), "postgres", "");
-                Statement t = d.createStatement();
-                ResultSet rs = t.executeQuery("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
-                        + " WHERE state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()")) {
-            rs.next();
-            assertTrue(rs.getInt(1) > 0, "a transaction was open on node " + node);
-        }
-    }
-
+class ReplayGuardsTest extends ReplayNodes {
     private static void onEveryNode(String... sql) throws SQLException {
         for (int i = 1; i <= 3; i++) {
             try (Connection c = DriverManager.getConnection(PgNodes.url(i), "postgres", "");
@@ -306,19 +270,10 @@ class ReplayGuardsTest {
             Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build();
             c.setAutoCommit(false);
             insert(c, "aborted-commit");
-            Hold held = proxy.holdNextCommitReply();
-            CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
-                try {
-                    c.commit();
-                    return null;
-                } catch (SQLException e) {
-                    return e;
-                }
-            });
-            assertTrue(held.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+            HeldCommit held = commitHeld(proxy, c::commit);
             c.abort(Runnable::run); // a watchdog ends the request whose COMMIT hangs
-            held.release();
-            SQLException e = committing.get(60, TimeUnit.SECONDS);
+            held.hold().release();
+            SQLException e = held.ended().get(60, TimeUnit.SECONDS);
             assertEquals(null, e, "found committed, as it did: " + e);
             assertTrue(c.isClosed());
             c.close();

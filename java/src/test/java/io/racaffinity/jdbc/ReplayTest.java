@@ -8,7 +8,6 @@ import static io.racaffinity.jdbc.ReplayFixture.backendPid;
 import static io.racaffinity.jdbc.ReplayFixture.commitThenKill;
 import static io.racaffinity.jdbc.ReplayFixture.count;
 import static io.racaffinity.jdbc.ReplayFixture.insert;
-import static io.racaffinity.jdbc.ReplayFixture.resetTable;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.terminate;
 import static io.racaffinity.jdbc.ReplayFixture.throughProxy;
@@ -40,10 +39,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicBoolean;
 import javax.sql.DataSource;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.extension.ExtendWith;
 
 /**
  * Request replay in {@link AffinityDataSource} (docs/continuity.md, "Java") on real nodes: a
@@ -52,26 +48,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
  * application's own errors and differing answers are never replayed. Exactly once is checked by
  * SQL on every node.
  */
-@ExtendWith(PgNodes.class)
-class ReplayTest {
-    private Pools pools;
-
-    @BeforeEach
-    void table() throws SQLException {
-        resetTable(null);
-    }
-
-    @AfterEach
-    void close() {
-        if (pools != null) {
-            pools.close();
-        }
-    }
-
-    private AffinityDataSource ds(String name, boolean replay) {
-        return ReplayFixture.dataSource(pools, name, replay);
-    }
-
+class ReplayTest extends ReplayNodes {
     @Test
     void aRequestWhoseNodeIsKilledMidRequestIsReplayedOnceElsewhere() throws Exception {
         pools = new Pools(NAMES, c -> c.setConnectionTimeout(2000));
