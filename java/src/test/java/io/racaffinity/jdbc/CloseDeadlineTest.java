@@ -5,13 +5,9 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.test.Pools;
+import io.racaffinity.test.RollbackOnlyTm;
 import io.racaffinity.test.Stubs;
 import io.racaffinity.test.Threads;
-import jakarta.transaction.Status;
-import jakarta.transaction.Synchronization;
-import jakarta.transaction.Transaction;
-import jakarta.transaction.TransactionManager;
-import jakarta.transaction.TransactionSynchronizationRegistry;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLTransientConnectionException;
@@ -93,90 +89,6 @@ class CloseDeadlineTest {
         public void close() {}
     }
 
-    /** A transaction whose TM takes no synchronization (Narayana's rollback-only): the sweeper follows it. */
-    private static final class Tx implements Transaction {
-        final CountDownLatch sweeping = new CountDownLatch(1);
-        final CountDownLatch release;
-
-        Tx(CountDownLatch release) {
-            this.release = release;
-        }
-
-        @Override
-        public int getStatus() {
-            if (Thread.currentThread().getName().startsWith("racaffinity-jta-sweep-")) {
-                sweeping.countDown();
-                stuckUntil(release);
-            }
-            return Status.STATUS_MARKED_ROLLBACK;
-        }
-
-        @Override
-        public void commit() {}
-
-        @Override
-        public boolean delistResource(XAResource r, int f) {
-            return false;
-        }
-
-        @Override
-        public boolean enlistResource(XAResource r) {
-            return false;
-        }
-
-        @Override
-        public void registerSynchronization(Synchronization s) {
-            throw new IllegalStateException("rollback-only");
-        }
-
-        @Override
-        public void rollback() {}
-
-        @Override
-        public void setRollbackOnly() {}
-    }
-
-    private static final class Tsr implements TransactionSynchronizationRegistry {
-        @Override
-        public Object getTransactionKey() {
-            return "tx-closedeadline";
-        }
-
-        @Override
-        public void putResource(Object k, Object v) {}
-
-        @Override
-        public Object getResource(Object k) {
-            return null;
-        }
-
-        @Override
-        public void registerInterposedSynchronization(Synchronization s) {
-            throw new IllegalStateException("the transaction is marked rollback-only"); // as Narayana
-        }
-
-        @Override
-        public int getTransactionStatus() {
-            return Status.STATUS_MARKED_ROLLBACK;
-        }
-
-        @Override
-        public void setRollbackOnly() {}
-
-        @Override
-        public boolean getRollbackOnly() {
-            return true;
-        }
-    }
-
-    private static TransactionManager tm(Transaction tx) {
-        return Stubs.proxy(TransactionManager.class, "Tm", (p, m, a) -> switch (m.getName()) {
-            case "getTransaction" -> tx;
-            case "getStatus" -> Status.STATUS_MARKED_ROLLBACK;
-            default -> null;
-        });
-    }
-
     @Test
     void closeWithATmADriverALoaderAndALogHandlerStuckReturnsWithinOneBound() throws Exception {
         CountDownLatch release = new CountDownLatch(1);
@@ -204,7 +116,13 @@ class CloseDeadlineTest {
             }
             return null;
         });
-        Tx tx = new Tx(release);
+        // A transaction whose TM takes no synchronization (Narayana's rollback-only): the sweeper follows it.
+        RollbackOnlyTm tm = new RollbackOnlyTm("tx-closedeadline");
+        CountDownLatch sweeping = new CountDownLatch(1);
+        tm.onSweep(() -> {
+            sweeping.countDown();
+            stuckUntil(release);
+        });
         Map<Integer, String> map = Map.of(0, "A");
         PartitionMapLoader loader = () -> {
             if (Thread.currentThread().getName().startsWith("racaffinity-pools-")) {
@@ -230,13 +148,13 @@ class CloseDeadlineTest {
             ds.setPartitionMapReloadMillis(10);
             ds.setPoolMaintenanceMillis(10);
             ds.setRegisterMBean(false);
-            ds.setTransactionSynchronizationRegistry(new Tsr());
-            ds.setTransactionManager(tm(tx));
+            ds.setTransactionSynchronizationRegistry(tm.registry());
+            ds.setTransactionManager(tm.manager());
             ds.init();
             try (Connection c = ds.getConnection()) {
                 c.isValid(1); // in a transaction the TM takes no synchronization for: the sweeper follows it
             }
-            assertTrue(tx.sweeping.await(30, TimeUnit.SECONDS), "the sweeper never asked the TM");
+            assertTrue(sweeping.await(30, TimeUnit.SECONDS), "the sweeper never asked the TM");
             assertTrue(probing.await(30, TimeUnit.SECONDS), "the heartbeat never probed B");
             assertTrue(loading.await(30, TimeUnit.SECONDS), "the upkeep never ran the loader");
             assertTrue(handler.held.await(30, TimeUnit.SECONDS), "the log writer never published A's miss");

@@ -9,11 +9,9 @@ import io.racaffinity.Lease;
 import io.racaffinity.Outcome;
 import io.racaffinity.Route;
 import io.racaffinity.test.Pools;
+import io.racaffinity.test.RollbackOnlyTm;
 import io.racaffinity.test.Threads;
 import jakarta.transaction.Status;
-import jakarta.transaction.Synchronization;
-import jakarta.transaction.Transaction;
-import jakarta.transaction.TransactionManager;
 import jakarta.transaction.TransactionSynchronizationRegistry;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -27,7 +25,6 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
-import javax.transaction.xa.XAResource;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -36,123 +33,19 @@ import org.junit.jupiter.api.Test;
  * a TM and registry stand-in hold both threads past the "already followed?" checks.
  */
 class TransactionAffinityRaceTest {
-    private volatile int status = Status.STATUS_MARKED_ROLLBACK;
-    /** Runs when the sweeper's thread (not a joining one) asks the transaction its status. */
-    private volatile Runnable onSweep = () -> {};
+    private final RollbackOnlyTm tm = new RollbackOnlyTm("tx-key-race");
 
-    private final class Tx implements Transaction {
-        @Override
-        public void commit() {}
-
-        @Override
-        public boolean delistResource(XAResource r, int f) {
-            return false;
-        }
-
-        @Override
-        public boolean enlistResource(XAResource r) {
-            return false;
-        }
-
-        @Override
-        public int getStatus() {
-            if (Thread.currentThread().getName().startsWith("racaffinity-jta-sweep-")) {
-                onSweep.run();
-            }
-            return status;
-        }
-
-        @Override
-        public void registerSynchronization(Synchronization s) {
-            throw new IllegalStateException("rollback-only");
-        }
-
-        @Override
-        public void rollback() {}
-
-        @Override
-        public void setRollbackOnly() {}
-    }
-
-    private final Tx tx = new Tx();
-
-    private final class Tsr implements TransactionSynchronizationRegistry {
-        private final CyclicBarrier together;
-
-        Tsr(int threads) {
-            together = new CyclicBarrier(threads);
-        }
-
-        @Override
-        public Object getTransactionKey() {
-            return "tx-key-race";
-        }
-
-        @Override
-        public void putResource(Object k, Object v) {}
-
-        @Override
-        public Object getResource(Object k) {
-            return null;
-        }
-
-        @Override
-        public void registerInterposedSynchronization(Synchronization s) {
+    /** The stand-in's registry, holding {@code threads} joining threads together until each is refused. */
+    private TransactionSynchronizationRegistry together(int threads) {
+        CyclicBarrier together = new CyclicBarrier(threads);
+        tm.beforeRefusing(() -> {
             try {
                 together.await(5, TimeUnit.SECONDS);
             } catch (Exception e) {
                 throw new IllegalStateException(e);
             }
-            throw new IllegalStateException("the transaction is marked rollback-only"); // as Narayana
-        }
-
-        @Override
-        public int getTransactionStatus() {
-            return status;
-        }
-
-        @Override
-        public void setRollbackOnly() {}
-
-        @Override
-        public boolean getRollbackOnly() {
-            return true;
-        }
-    }
-
-    private final class Tm implements TransactionManager {
-        @Override
-        public void begin() {}
-
-        @Override
-        public void commit() {}
-
-        @Override
-        public int getStatus() {
-            return status;
-        }
-
-        @Override
-        public Transaction getTransaction() {
-            return tx;
-        }
-
-        @Override
-        public void resume(Transaction t) {}
-
-        @Override
-        public void rollback() {}
-
-        @Override
-        public void setRollbackOnly() {}
-
-        @Override
-        public void setTransactionTimeout(int s) {}
-
-        @Override
-        public Transaction suspend() {
-            return null;
-        }
+        });
+        return tm.registry();
     }
 
     private static long live(Cluster c) throws Exception {
@@ -163,7 +56,7 @@ class TransactionAffinityRaceTest {
     private void firstConnectionsOfOneTransaction(int threads) throws Exception {
         ExecutorService pool = Executors.newFixedThreadPool(threads);
         try (Cluster c = Cluster.fromConfig("name = jta-race; nodes = RAC1, RAC2, RAC3")) {
-            TransactionAffinity ta = TransactionAffinity.of(c, new Tsr(threads), new Tm());
+            TransactionAffinity ta = TransactionAffinity.of(c, together(threads), tm.manager());
             try {
                 Future<?>[] joins = new Future<?>[threads];
                 for (int i = 0; i < threads; i++) {
@@ -177,7 +70,7 @@ class TransactionAffinityRaceTest {
                     node = n;
                 }
                 assertEquals(1, live(c));
-                status = Status.STATUS_ROLLEDBACK;
+                tm.setStatus(Status.STATUS_ROLLEDBACK);
                 assertTrue(Pools.await(Duration.ofSeconds(5), () -> {
                     try {
                         return live(c) == 0;
@@ -212,7 +105,7 @@ class TransactionAffinityRaceTest {
     @Test
     void noSweeperThreadOutlivesCloseWhileASweepIsUnderWay() throws Exception {
         CountDownLatch sweeping = new CountDownLatch(1);
-        onSweep = () -> {
+        tm.onSweep(() -> {
             sweeping.countDown();
             try {
                 Thread.sleep(60_000);
@@ -222,10 +115,10 @@ class TransactionAffinityRaceTest {
                     Thread.onSpinWait();
                 }
             }
-        };
+        });
         try (Cluster other = Cluster.fromConfig("name = jta-closesweep-other; nodes = X");
                 Cluster c = Cluster.fromConfig("name = jta-closesweep; nodes = RAC1, RAC2")) {
-            TransactionAffinity ta = TransactionAffinity.of(c, new Tsr(1), new Tm());
+            TransactionAffinity ta = TransactionAffinity.of(c, tm.registry(), tm.manager());
             try {
                 ta.join();
                 assertTrue(sweeping.await(30, TimeUnit.SECONDS), "the sweeper never looked at the transaction");
@@ -252,7 +145,7 @@ class TransactionAffinityRaceTest {
             c.replacePartitionMap(owners, "test");
             TransactionAffinity ta;
             try {
-                ta = TransactionAffinity.of(c, new Tsr(1), null);
+                ta = TransactionAffinity.of(c, tm.registry(), null);
             } catch (IllegalArgumentException e) {
                 assertTrue(e.getMessage().contains("TransactionManager"), e.getMessage());
                 return;
