@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway::{chunk, deletion, events, kv, range_of, raw_events, read_request, respond, silent, Gateway, Request};
+use gateway::{
+    chunk, deletion, events, kv, member, range_of, raw_events, read_request, respond, silent, Gateway, Request,
+};
 use racaffinity::{Cluster, ErrorKind, NodeState};
 
 fn subscribed(endpoint: &str) -> Cluster {
@@ -548,26 +550,6 @@ fn a_full_read_refused_by_one_member_is_read_from_the_next() {
 /// etcd's answer from a member cut off from its leader (HTTP 503, code 14).
 const REQUEST_TIMED_OUT: &str =
     r#"{"error":"etcdserver: request timed out","code":14,"message":"etcdserver: request timed out"}"#;
-
-/// A member that answers each request with `answer`, one thread per
-/// connection; its endpoint.
-fn member(answer: impl Fn(&mut TcpStream, &Request) + Send + Sync + 'static) -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = l.local_addr().unwrap().to_string();
-    let answer = Arc::new(answer);
-    std::thread::spawn(move || {
-        for conn in l.incoming() {
-            let Ok(mut s) = conn else { continue };
-            let answer = answer.clone();
-            std::thread::spawn(move || {
-                if let Some(req) = read_request(&mut s) {
-                    answer(&mut s, &req);
-                }
-            });
-        }
-    });
-    endpoint
-}
 
 /// A member with `node/A/state = down` at revision 6: each range answers
 /// it, each watch is created at 6, brings the record if `watch_brings_it`,

@@ -859,14 +859,7 @@ mod tests {
     /// even when another member refused the connection after it.
     #[test]
     fn a_request_taken_and_never_answered_is_unanswered() {
-        use std::io::Read;
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let silent = l.local_addr().unwrap().to_string();
-        std::thread::spawn(move || {
-            for mut s in l.incoming().flatten() {
-                std::thread::spawn(move || while s.read(&mut [0u8; 4096]).is_ok_and(|n| n > 0) {});
-            }
-        });
+        let (silent, _) = crate::feed::stand_in::silent_member();
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
         let both = EtcdClient::new(vec![silent.clone(), closed.clone()], Duration::from_millis(200));
         let got = both.put("p/node/A/state", "down", 0);
@@ -883,36 +876,24 @@ mod tests {
     /// "nothing written"), and the tool's delete nothing to delete.
     #[test]
     fn a_write_one_member_took_unanswered_is_not_sent_to_the_next() {
-        use crate::feed::stand_in::{kv, read_request, respond};
-        use std::io::Read;
+        use crate::feed::stand_in::{kv, member, respond, silent_member};
         use std::sync::atomic::AtomicUsize;
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let silent = l.local_addr().unwrap().to_string();
-        std::thread::spawn(move || {
-            for mut s in l.incoming().flatten() {
-                std::thread::spawn(move || while s.read(&mut [0u8; 4096]).is_ok_and(|n| n > 0) {});
-            }
-        });
+        let (silent, _) = silent_member();
         // The next member, after the first committed `p/node/A = present`
         // at revision 9: the compare fails on that record, the delete finds
         // nothing left.
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let next = l.local_addr().unwrap().to_string();
         let asked = Arc::new(AtomicUsize::new(0));
         let counted = asked.clone();
-        std::thread::spawn(move || {
-            for mut s in l.incoming().flatten() {
-                let Some(req) = read_request(&mut s) else { continue };
-                counted.fetch_add(1, Ordering::SeqCst);
-                let body = match req.path.as_str() {
-                    "/v3/kv/txn" => format!(
-                        r#"{{"header":{{"revision":"9"}},"succeeded":false,"responses":[{{"response_range":{{"kvs":[{}]}}}}]}}"#,
-                        kv("p/node/A", "present", 9)
-                    ),
-                    _ => r#"{"header":{"revision":"9"},"deleted":"0"}"#.to_string(),
-                };
-                respond(&mut s, "200 OK", &body);
-            }
+        let next = member(move |s, req| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let body = match req.path.as_str() {
+                "/v3/kv/txn" => format!(
+                    r#"{{"header":{{"revision":"9"}},"succeeded":false,"responses":[{{"response_range":{{"kvs":[{}]}}}}]}}"#,
+                    kv("p/node/A", "present", 9)
+                ),
+                _ => r#"{"header":{"revision":"9"},"deleted":"0"}"#.to_string(),
+            };
+            respond(s, "200 OK", &body);
         });
         // A client per call: each starts with the member that takes it.
         let client = || EtcdClient::new(vec![silent.clone(), next.clone()], Duration::from_millis(300));
@@ -937,35 +918,15 @@ mod tests {
     /// would put off a monitor's campaign by an interval for nothing.
     #[test]
     fn a_grant_one_member_took_unanswered_is_asked_of_the_next() {
-        use crate::feed::stand_in::{read_request, respond};
-        use std::io::Read;
+        use crate::feed::stand_in::{member, respond, silent_member};
         use std::sync::atomic::AtomicUsize;
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let silent = l.local_addr().unwrap().to_string();
-        let took = Arc::new(AtomicUsize::new(0));
-        let counted = took.clone();
-        std::thread::spawn(move || {
-            for mut s in l.incoming().flatten() {
-                let counted = counted.clone();
-                std::thread::spawn(move || {
-                    if read_request(&mut s).is_some() {
-                        counted.fetch_add(1, Ordering::SeqCst);
-                    }
-                    while s.read(&mut [0u8; 4096]).is_ok_and(|n| n > 0) {}
-                });
-            }
-        });
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let next = l.local_addr().unwrap().to_string();
+        let (silent, took) = silent_member();
         let grants = Arc::new(AtomicUsize::new(0));
         let counted = grants.clone();
-        std::thread::spawn(move || {
-            for mut s in l.incoming().flatten() {
-                let Some(req) = read_request(&mut s) else { continue };
-                assert_eq!(req.path, "/v3/lease/grant");
-                counted.fetch_add(1, Ordering::SeqCst);
-                respond(&mut s, "200 OK", r#"{"header":{"revision":"9"},"ID":"42","TTL":"5"}"#);
-            }
+        let next = member(move |s, req| {
+            assert_eq!(req.path, "/v3/lease/grant");
+            counted.fetch_add(1, Ordering::SeqCst);
+            respond(s, "200 OK", r#"{"header":{"revision":"9"},"ID":"42","TTL":"5"}"#);
         });
         let client = EtcdClient::new(vec![silent, next], Duration::from_millis(300));
         assert_eq!(client.lease_grant(5).unwrap(), 42, "the next member's lease");
@@ -980,26 +941,14 @@ mod tests {
     /// had failed. A lease that expired before the revoke is gone alike.
     #[test]
     fn a_revoke_of_a_lease_etcd_no_longer_has_is_done() {
-        use crate::feed::stand_in::{read_request, respond};
-        use std::io::Read;
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let silent = l.local_addr().unwrap().to_string();
-        std::thread::spawn(move || {
-            for mut s in l.incoming().flatten() {
-                std::thread::spawn(move || while s.read(&mut [0u8; 4096]).is_ok_and(|n| n > 0) {});
-            }
-        });
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let next = l.local_addr().unwrap().to_string();
-        std::thread::spawn(move || {
-            for mut s in l.incoming().flatten() {
-                let Some(req) = read_request(&mut s) else { continue };
-                let (status, body) = match req.body["ID"].as_str() {
-                    Some("7") => ("404 Not Found", r#"{"code":5,"message":"etcdserver: requested lease not found"}"#),
-                    _ => ("400 Bad Request", r#"{"code":3,"message":"etcdserver: bad lease id"}"#),
-                };
-                respond(&mut s, status, body);
-            }
+        use crate::feed::stand_in::{member, respond, silent_member};
+        let (silent, _) = silent_member();
+        let next = member(|s, req| {
+            let (status, body) = match req.body["ID"].as_str() {
+                Some("7") => ("404 Not Found", r#"{"code":5,"message":"etcdserver: requested lease not found"}"#),
+                _ => ("400 Bad Request", r#"{"code":3,"message":"etcdserver: bad lease id"}"#),
+            };
+            respond(s, status, body);
         });
         let taken_then_gone = EtcdClient::new(vec![silent, next.clone()], Duration::from_millis(300));
         let got = taken_then_gone.lease_revoke(7);
@@ -1017,24 +966,17 @@ mod tests {
     /// member does (never).
     #[test]
     fn a_range_whose_member_says_more_forever_is_refused() {
-        use crate::feed::stand_in::{kv, read_request, respond};
+        use crate::feed::stand_in::{kv, member, respond};
         use std::sync::atomic::AtomicUsize;
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let ep = l.local_addr().unwrap().to_string();
         let pages = Arc::new(AtomicUsize::new(0));
         let counted = pages.clone();
-        std::thread::spawn(move || {
-            for mut s in l.incoming().flatten() {
-                if read_request(&mut s).is_none() {
-                    continue;
-                }
-                let n = counted.fetch_add(1, Ordering::SeqCst);
-                let body = format!(
-                    r#"{{"header":{{"revision":"5"}},"kvs":[{}],"count":"3","more":true}}"#,
-                    kv(&format!("p/k{n:09}"), "x", 2)
-                );
-                respond(&mut s, "200 OK", &body);
-            }
+        let ep = member(move |s, _| {
+            let n = counted.fetch_add(1, Ordering::SeqCst);
+            let body = format!(
+                r#"{{"header":{{"revision":"5"}},"kvs":[{}],"count":"3","more":true}}"#,
+                kv(&format!("p/k{n:09}"), "x", 2)
+            );
+            respond(s, "200 OK", &body);
         });
         let got = EtcdClient::new(vec![ep], Duration::from_secs(5)).range_prefix("p/");
         assert!(matches!(&got, Err(EtcdError::Protocol(m)) if m.contains("`more` after 3 key(s)")), "{got:?}");

@@ -135,6 +135,38 @@ pub fn silent(s: &mut TcpStream) {
     let _ = s.read(&mut b);
 }
 
+/// A member that answers each request with `answer`, one thread per
+/// connection; its endpoint.
+pub fn member(answer: impl Fn(&mut TcpStream, &Request) + Send + Sync + 'static) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = l.local_addr().unwrap().to_string();
+    let answer = Arc::new(answer);
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { continue };
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                if let Some(req) = read_request(&mut s) {
+                    answer(&mut s, &req);
+                }
+            });
+        }
+    });
+    endpoint
+}
+
+/// A member that takes every request whole and never answers (cut off
+/// after the request reached it): its endpoint, and how many it took.
+pub fn silent_member() -> (String, Arc<AtomicUsize>) {
+    let took = Arc::new(AtomicUsize::new(0));
+    let counted = took.clone();
+    let endpoint = member(move |s, _| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        while s.read(&mut [0u8; 4096]).is_ok_and(|n| n > 0) {}
+    });
+    (endpoint, took)
+}
+
 /// What a range answers (the JSON body of a 200): from the request and how
 /// many ranges were asked so far (1 for the first).
 pub type RangeScript = dyn Fn(&Request, usize) -> String + Send + Sync;
