@@ -522,21 +522,12 @@ class ReplayCallsTest extends ReplayNodes {
             try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
                 c.setAutoCommit(false);
                 insert(c, "rm1");
-                Hold hold = proxy.holdNextCommitReply();
-                CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
-                    try {
-                        c.commit();
-                        return null;
-                    } catch (SQLException e) {
-                        return e;
-                    }
-                });
-                assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+                HeldCommit held = commitHeld(proxy, c::commit);
                 // Only MYDB2 takes the session after the COMMIT.
                 cluster.setNodeState("MYDB1", NodeState.DOWN);
                 cluster.setNodeState("MYDB3", NodeState.DOWN);
-                hold.release(); // the COMMIT ran; its answer never comes
-                assertNull(committing.get(60, TimeUnit.SECONDS), "found committed");
+                held.hold().release(); // the COMMIT ran; its answer never comes
+                assertNull(held.ended().get(60, TimeUnit.SECONDS), "found committed");
                 assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("rm1"), "committed once");
                 cluster.setNodeState("MYDB1", NodeState.UP);
                 cluster.setNodeState("MYDB3", NodeState.UP);
