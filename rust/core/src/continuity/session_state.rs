@@ -68,6 +68,11 @@ pub(super) struct SessionWords {
     /// The statement names the session's temporary schema (`pg_temp.t`):
     /// a `CREATE` of it makes a temporary object.
     names_pg_temp: bool,
+    /// Words of the statement so far (up to 2), and whether a `.` came
+    /// right after its second: `SET local.foo` names a setting, it is no
+    /// `SET LOCAL`.
+    words_seen: u8,
+    second_word_dotted: bool,
     /// Inside a `set_config(` call: parenthesis depth, commas at depth 1,
     /// and whether its third argument so far is the word `true` alone: an
     /// expression that starts with it (`true AND false`) may be false.
@@ -106,6 +111,7 @@ impl SessionWords {
             _ => {}
         }
         self.names_pg_temp |= is_pg_temp(word);
+        self.words_seen = self.words_seen.saturating_add(1);
         self.previous = if word.eq_ignore_ascii_case(b"with") {
             Previous::With
         } else if word.eq_ignore_ascii_case(b"into") {
@@ -139,6 +145,8 @@ impl SessionWords {
         }
         self.names_pg_temp |= is_pg_temp(name);
         self.previous = Previous::Other;
+        // Not a bare word: nothing dotted after the second word follows.
+        self.words_seen = self.words_seen.saturating_add(1).max(3);
     }
 
     /// A `U&"…"` identifier (its text between the quotes, and the escape
@@ -154,6 +162,10 @@ impl SessionWords {
 
     /// A byte outside words, quotes and comments.
     pub(super) fn punctuation(&mut self, c: u8) {
+        if self.words_seen == 2 {
+            self.second_word_dotted = c == b'.';
+            self.words_seen = 3;
+        }
         if let Some((depth, commas, true_alone)) = self.set_config.as_mut() {
             match c {
                 // `set_config` not called (a column so named): erring
@@ -189,7 +201,8 @@ impl SessionWords {
         if is(scope, "local") || is(scope, "global") {
             scope += 1;
         }
-        self.found |= (is(0, "set") && !(is(1, "local") || is(1, "transaction") || is(1, "constraints")))
+        let scoped = (is(1, "local") || is(1, "transaction") || is(1, "constraints")) && !self.second_word_dotted;
+        self.found |= (is(0, "set") && !scoped)
             || is(0, "reset")
             || is(0, "discard")
             || is(0, "listen")
@@ -211,6 +224,8 @@ impl SessionWords {
         self.previous = Previous::Other;
         self.declare_with_hold = false;
         self.names_pg_temp = false;
+        self.words_seen = 0;
+        self.second_word_dotted = false;
     }
 }
 
@@ -429,6 +444,25 @@ mod tests {
         assert!(sets_session_state(b"INSERT INTO t VALUES (1); (SELECT 1 AS a INTO TEMP t2)"));
         assert!(sets_session_state(b"INSERT INTO t VALUES (1); (SELECT 1 AS a INTO pg_temp.t2)"));
         assert!(!sets_session_state(b"(SELECT 1); INSERT INTO temp VALUES (1)"));
+    }
+
+    /// `local`, `transaction` and `constraints` are also the first part of
+    /// custom setting names: `SET local.foo = 1` sets `local.foo` for the
+    /// session (checked on PostgreSQL 15), it is no `SET LOCAL`.
+    #[test]
+    fn a_setting_named_like_a_scope_keyword_is_set_for_the_session() {
+        for sql in [
+            "SET local.foo = 1",
+            "set LOCAL . foo TO 1",
+            "SET transaction.tenant = 'a'",
+            "SET constraints.x TO 1",
+            "SET SESSION local.foo = 1",
+        ] {
+            assert!(sets_session_state(sql.as_bytes()), "{sql:?} sets session state");
+        }
+        for sql in ["SET LOCAL local.foo = 1", "SET LOCAL app.tenant = 'a'", "SET TRANSACTION READ ONLY"] {
+            assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
+        }
     }
 
     /// A carriage return ends a `--` comment, as PostgreSQL reads it.
