@@ -49,6 +49,9 @@ enum Previous {
     Into,
     /// `INTO LOCAL` or `INTO GLOBAL`: `TEMP` may follow.
     IntoScope,
+    /// `CREATE` in an `EXPLAIN` (which `ANALYZE` runs), or `OR`, `REPLACE`,
+    /// `LOCAL`, `GLOBAL` after it: `TEMP` may follow.
+    Create,
 }
 
 /// Whether `word` is one of `names` (lower case), ignoring ASCII case.
@@ -73,6 +76,9 @@ pub(super) struct SessionWords {
     /// `SET LOCAL`.
     words_seen: u8,
     second_word_dotted: bool,
+    /// An `EXPLAIN` statement has a `CREATE` (`EXPLAIN ANALYZE CREATE TABLE
+    /// pg_temp.t AS …` makes it).
+    explained_create: bool,
     /// Inside a `set_config(` call: parenthesis depth, commas at depth 1,
     /// and whether its third argument so far is the word `true` alone: an
     /// expression that starts with it (`true AND false`) may be false.
@@ -108,6 +114,7 @@ impl SessionWords {
             {
                 self.found = true
             }
+            Previous::Create if one_of(word, &[b"temp", b"temporary"]) => self.found = true,
             _ => {}
         }
         self.names_pg_temp |= is_pg_temp(word);
@@ -118,6 +125,11 @@ impl SessionWords {
             Previous::Into
         } else if self.previous == Previous::Into && one_of(word, &[b"local", b"global"]) {
             Previous::IntoScope
+        } else if first.eq_ignore_ascii_case(b"explain") && word.eq_ignore_ascii_case(b"create") {
+            self.explained_create = true;
+            Previous::Create
+        } else if self.previous == Previous::Create && one_of(word, &[b"or", b"replace", b"local", b"global"]) {
+            Previous::Create
         } else {
             Previous::Other
         };
@@ -211,6 +223,7 @@ impl SessionWords {
             || is(0, "deallocate")
             || (is(0, "prepare") && !is(1, "transaction"))
             || (is(0, "create") && (temp(scope) || self.names_pg_temp))
+            || (self.explained_create && self.names_pg_temp)
             || (is(0, "declare") && self.declare_with_hold);
     }
 
@@ -226,6 +239,7 @@ impl SessionWords {
         self.names_pg_temp = false;
         self.words_seen = 0;
         self.second_word_dotted = false;
+        self.explained_create = false;
     }
 }
 
@@ -461,6 +475,22 @@ mod tests {
             assert!(sets_session_state(sql.as_bytes()), "{sql:?} sets session state");
         }
         for sql in ["SET LOCAL local.foo = 1", "SET LOCAL app.tenant = 'a'", "SET TRANSACTION READ ONLY"] {
+            assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
+        }
+    }
+
+    /// `EXPLAIN ANALYZE` runs the statement it explains: of a `CREATE TEMP
+    /// TABLE … AS` it makes the table (checked on PostgreSQL 15).
+    #[test]
+    fn an_explained_create_temp_counts() {
+        for sql in [
+            "EXPLAIN ANALYZE CREATE TEMP TABLE t AS SELECT 1",
+            "explain (analyze, costs off) create local temporary table t as select 1",
+            "EXPLAIN ANALYZE CREATE TABLE pg_temp.t AS SELECT 1",
+        ] {
+            assert!(sets_session_state(sql.as_bytes()), "{sql:?} sets session state");
+        }
+        for sql in ["EXPLAIN ANALYZE CREATE TABLE t AS SELECT * FROM temp", "EXPLAIN SELECT * FROM pg_temp.t"] {
             assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
         }
     }
