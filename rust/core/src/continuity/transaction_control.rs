@@ -12,7 +12,9 @@
 //! string holding `'COMMIT'` or a column named `"end"` is not transaction
 //! control. It errs towards finding control: the `END` closing a
 //! `BEGIN ATOMIC` function body counts as one (that request is not
-//! replayed, which is safe); nothing that controls a transaction is missed.
+//! replayed, which is safe), and a text with a backslash in a plain string
+//! is also read as PostgreSQL reads it with `standard_conforming_strings`
+//! off; nothing that controls a transaction is missed.
 
 use super::session_state::SessionWords;
 
@@ -100,15 +102,37 @@ impl SqlReading {
 }
 
 pub(super) fn read(sql: &[u8]) -> SqlReading {
-    Scanner { s: sql, i: 0 }.read()
+    let mut standard = Scanner::new(sql, false);
+    let reading = standard.read();
+    if !standard.plain_backslash {
+        return reading;
+    }
+    // A backslash in a plain string: with standard_conforming_strings off
+    // (a server, database or role setting the text cannot show) it escapes
+    // a quote, and the statements are others. Either reading's findings
+    // count, erring towards finding.
+    let legacy = Scanner::new(sql, true).read();
+    SqlReading {
+        control: reading.control.max(legacy.control),
+        session_state: reading.session_state || legacy.session_state,
+    }
 }
 
 struct Scanner<'a> {
     s: &'a [u8],
     i: usize,
+    /// Read a backslash in a plain `'…'` string as an escape, as
+    /// PostgreSQL does with standard_conforming_strings off.
+    legacy_strings: bool,
+    /// A plain string held a backslash: the other reading may differ.
+    plain_backslash: bool,
 }
 
 impl<'a> Scanner<'a> {
+    fn new(s: &'a [u8], legacy_strings: bool) -> Scanner<'a> {
+        Scanner { s, i: 0, legacy_strings, plain_backslash: false }
+    }
+
     fn read(&mut self) -> SqlReading {
         let mut strongest = TransactionControl::None;
         let mut session = SessionWords::default();
@@ -136,7 +160,9 @@ impl<'a> Scanner<'a> {
                 b'/' if self.at(b"/*") => self.block_comment(),
                 b'\'' => {
                     other |= n == 0;
-                    self.quoted(b'\'', false);
+                    let start = self.i;
+                    self.quoted(b'\'', self.legacy_strings);
+                    self.plain_backslash |= self.s[start..self.i.min(self.s.len())].contains(&b'\\');
                 }
                 b'"' => {
                     other |= n == 0;
@@ -246,7 +272,8 @@ impl<'a> Scanner<'a> {
     /// `UESCAPE 'c'` after it names (whitespace and comments between), else
     /// the backslash. Looks ahead only: the words are read as any others.
     fn uescape(&self) -> u8 {
-        let mut ahead = Scanner { s: self.s, i: self.i };
+        let mut ahead = Scanner::new(self.s, self.legacy_strings);
+        ahead.i = self.i;
         ahead.skip_space();
         let named = ahead.s.get(ahead.i).is_some_and(|&c| is_word_start(c)) && {
             ahead.word().eq_ignore_ascii_case(b"uescape")
@@ -416,6 +443,20 @@ mod tests {
         assert_eq!(T::of("-- note\r\nCOMMIT"), T::Commit);
         assert_eq!(T::of("-- note\rBEGIN"), T::Begin);
         assert_eq!(T::of("SELECT 1 -- ; COMMIT\r"), T::None);
+    }
+
+    /// With `standard_conforming_strings` off (a server, database or role
+    /// setting of older applications) a backslash escapes a quote in a
+    /// plain string too: `SELECT '\''; COMMIT` commits (checked on
+    /// PostgreSQL 15). The reading cannot know the setting, so it finds
+    /// what either reading finds.
+    #[test]
+    fn a_backslash_in_a_plain_string_is_read_both_ways() {
+        assert_eq!(T::of("SELECT '\\''; COMMIT"), T::Commit);
+        assert_eq!(T::of("SELECT 'a\\'; COMMIT; --'"), T::Commit);
+        assert_eq!(T::of("SELECT 'C:\\'; SELECT 1"), T::None);
+        assert_eq!(T::of("SELECT 'it''s'; SELECT '\\\\'"), T::None);
+        assert!(super::super::sets_session_state(b"SELECT '\\''; SET search_path TO alt"));
     }
 
     #[test]
