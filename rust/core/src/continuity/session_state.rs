@@ -221,7 +221,9 @@ impl SessionWords {
             || is(0, "unlisten")
             || is(0, "load")
             || is(0, "deallocate")
-            || (is(0, "prepare") && !is(1, "transaction"))
+            // PREPARE TRANSACTION takes a string, no word: with a word
+            // after it, `transaction` is the prepared statement's name.
+            || (is(0, "prepare") && (!is(1, "transaction") || words.len() > 2))
             || (is(0, "create") && (temp(scope) || self.names_pg_temp))
             || (self.explained_create && self.names_pg_temp)
             || (is(0, "declare") && self.declare_with_hold);
@@ -493,6 +495,18 @@ mod tests {
         for sql in ["EXPLAIN ANALYZE CREATE TABLE t AS SELECT * FROM temp", "EXPLAIN SELECT * FROM pg_temp.t"] {
             assert!(!sets_session_state(sql.as_bytes()), "{sql:?} sets no session state");
         }
+    }
+
+    /// `transaction` is a name a prepared statement may have: `PREPARE
+    /// transaction AS SELECT 1` prepares one (checked on PostgreSQL 15),
+    /// where `PREPARE TRANSACTION 'g'`, a string after it, hands the
+    /// transaction to two-phase commit.
+    #[test]
+    fn a_statement_prepared_under_the_name_transaction_counts() {
+        assert!(sets_session_state(b"PREPARE transaction AS SELECT 1"));
+        assert!(sets_session_state(b"prepare transaction (int) as select $1"));
+        assert!(!sets_session_state(b"PREPARE TRANSACTION 'g'"));
+        assert!(!sets_session_state(b"PREPARE TRANSACTION E'g'"));
     }
 
     /// A carriage return ends a `--` comment, as PostgreSQL reads it.
