@@ -843,7 +843,8 @@ racaffinity_result racaffinity_pg_xact_status_outcome(const char *status,
  The next step for a failed request (docs/continuity.md): a pure decision
  that changes nothing, so the host asks again after each step with what
  it learned. An unknown node id is `UNKNOWN_NODE`; an out-of-range enum
- value `INVALID_ARGUMENT`.
+ value `INVALID_ARGUMENT`, as is an `outcome` other than `NOT_CHECKED`, or
+ `forced`, with `commit_in_flight` 0 (the failure contradicts itself).
 
  # Safety
  `failure` must be NULL or readable; `out` NULL or writable.

@@ -2548,6 +2548,13 @@ static void replay_decisions_walk_the_outcome_state_machine(void) {
     CHECK_EQ_U(step.refusal, RACAFFINITY_REPLAY_REFUSAL_REPLAYED_ALREADY);
     f.outcome = 77;
     CHECK_RC(racaffinity_replay_decide(c, &f, &step), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    /* An outcome of a COMMIT the host says was never in flight contradicts
+       itself (a replay could commit twice): refused, never guessed. */
+    f.outcome = RACAFFINITY_COMMIT_OUTCOME_COMMITTED;
+    f.commit_in_flight = 0;
+    f.replays = 0;
+    CHECK_RC(racaffinity_replay_decide(c, &f, &step), RACAFFINITY_RESULT_INVALID_ARGUMENT);
+    f.commit_in_flight = 1;
     f.outcome = RACAFFINITY_COMMIT_OUTCOME_ABORTED;
     f.node = 99;
     CHECK_RC(racaffinity_replay_decide(c, &f, &step), RACAFFINITY_RESULT_UNKNOWN_NODE);

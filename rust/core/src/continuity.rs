@@ -216,11 +216,23 @@ impl Cluster {
     /// outcome stays unknown).
     ///
     /// # Errors
-    /// [`Error::UnknownNode`] for a node id this cluster never had.
+    /// [`Error::UnknownNode`] for a node id this cluster never had;
+    /// [`Error::InvalidArgument`] for an outcome or a force without a
+    /// commit in flight (the failure contradicts itself).
     pub fn replay_step(&self, f: &RequestFailure) -> Result<ReplayStep> {
         let topo = self.topo();
         if topo.node(f.node).is_none() {
             return Err(Error::UnknownNode(format!("node id {}", f.node.0)));
+        }
+        if !f.commit_in_flight && (f.outcome.is_some() || f.forced) {
+            // A check or a force is of a COMMIT in flight: either flag is
+            // wrong, and each guess is unsafe (a replay could commit twice;
+            // `Succeeded` could report work that never committed).
+            return Err(Error::InvalidArgument(format!(
+                "a failure with {} but commit_in_flight = false: an outcome is checked, and a transaction \
+                 forced, only for a COMMIT in flight",
+                if f.outcome.is_some() { "a checked outcome" } else { "forced = true" }
+            )));
         }
         let give_up = |refusal| Ok(ReplayStep::GiveUp { refusal });
         if f.class != ErrorClass::Recoverable {

@@ -130,3 +130,28 @@ fn a_removed_node_is_never_where_a_replay_or_an_outcome_check_goes() {
     let lost = RequestFailure { commit_in_flight: true, ..f };
     assert_eq!(c.replay_step(&lost).unwrap(), ReplayStep::GiveUp { refusal: ReplayRefusal::OutcomeUnknown });
 }
+
+#[test]
+fn an_outcome_or_a_force_without_a_commit_in_flight_is_an_invalid_argument() {
+    // A host that says no COMMIT was in flight yet reports what a check of
+    // it found contradicts itself: answering `Replay` would commit twice
+    // where the outcome was `committed`; answering `Succeeded` would report
+    // work the host says it never committed. Neither guess is safe.
+    let c = common::cluster(RAC);
+    for outcome in [CommitOutcome::Committed, CommitOutcome::Aborted, CommitOutcome::InProgress, CommitOutcome::Unknown]
+    {
+        let f = RequestFailure { outcome: Some(outcome), ..failure(&c, "A") };
+        let e = c.replay_step(&f).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{outcome:?}: {e}");
+        assert!(e.to_string().contains("commit_in_flight"), "{e}");
+    }
+    let forced = RequestFailure { forced: true, ..failure(&c, "A") };
+    assert_eq!(c.replay_step(&forced).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    // A failure that is not recoverable is refused first, whatever else it says.
+    let not_recoverable = RequestFailure {
+        class: classify_sqlstate("23505"),
+        outcome: Some(CommitOutcome::Committed),
+        ..failure(&c, "A")
+    };
+    assert_eq!(c.replay_step(&not_recoverable).unwrap_err().kind(), ErrorKind::InvalidArgument);
+}
