@@ -176,7 +176,7 @@ final class ReplayConnection {
         try {
             first.beginRequest();
             r.autoCommit = first.getAutoCommit();
-            if (SESSION_SET.containsKey(sessionKey(first))) {
+            if (sessionSet(first)) {
                 // An earlier checkout left session state set by SQL text on this physical
                 // connection: this one runs with it, and a replay's new connection would not.
                 r.notReplayable(SESSION_STATE + " (by an earlier checkout of its connection)");
@@ -775,7 +775,7 @@ final class ReplayConnection {
             // towards refusing): the state is the session's from now on, in no record, and a
             // replay's new connection would run without it (docs/continuity.md).
             notReplayable(SESSION_STATE);
-            SESSION_SET.put(sessionKey(current), Boolean.TRUE);
+            markSessionSet(current);
         }
         Set<Integer> closedIds = new HashSet<>();
         for (Call c : log) {
@@ -1229,7 +1229,7 @@ final class ReplayConnection {
             fresh.close();
             throw e;
         }
-        if (SESSION_SET.containsKey(sessionKey(fresh))) {
+        if (sessionSet(fresh)) {
             // The session goes on where an earlier checkout left session state set by SQL text: its
             // next transactions run with it, as a checkout of that connection would, and a replay's
             // new connection would not.
@@ -1275,7 +1275,7 @@ final class ReplayConnection {
 
     private Object replayOn(int node, Call then) throws Throwable {
         AffinityConnection fresh = owner.connectForReplay(node, user, password);
-        if (SESSION_SET.containsKey(sessionKey(fresh))) {
+        if (sessionSet(fresh)) {
             // An earlier checkout left session state set by SQL text on it: the replay would run
             // under state the request never had (a search_path writing elsewhere).
             try {
@@ -1337,10 +1337,29 @@ final class ReplayConnection {
     private static Object sessionKey(AffinityConnection c) {
         Connection pooled = c.physical();
         try {
+            if (pooled.isClosed()) {
+                // Given back or dropped (a failure's): never lent again with its state, and a closed
+                // pool proxy refuses even hashCode (HikariCP's throws, which a WeakHashMap would pass on).
+                return null;
+            }
             return pooled.isWrapperFor(Connection.class) ? pooled.unwrap(Connection.class) : pooled;
         } catch (SQLException | RuntimeException e) {
-            return pooled;
+            return null;
         }
+    }
+
+    /** Marks {@code c}'s physical connection as carrying session state set by SQL text, if it is still open. */
+    private static void markSessionSet(AffinityConnection c) {
+        Object key = sessionKey(c);
+        if (key != null) {
+            SESSION_SET.put(key, Boolean.TRUE);
+        }
+    }
+
+    /** Whether an earlier checkout marked {@code c}'s physical connection ({@link #markSessionSet}). */
+    private static boolean sessionSet(AffinityConnection c) {
+        Object key = sessionKey(c);
+        return key != null && SESSION_SET.containsKey(key);
     }
 
     /** {@link Continuity#transactionControl}, kept per text ({@link #CONTROLS}). */

@@ -603,4 +603,62 @@ class ReplayCallsTest extends ReplayNodes {
         assertEquals(0, total(rowsOf("cr1")), "rolled back");
         assertEquals(1, total(rowsOf("cr2")), "the connection goes on after the close");
     }
+
+    /**
+     * On {@code c} (MYDB1, through {@code proxy}), whose session set its search_path to alt by SQL text:
+     * a transaction writing {@code id} whose COMMIT reply is lost; what commit() threw, or null.
+     */
+    private static SQLException commitFoundCommittedAfterSetBySql(FaultProxy proxy, Connection c, String id)
+            throws Exception {
+        try (Statement s = c.createStatement()) {
+            s.execute("SET search_path TO alt"); // the session's, in no record
+        }
+        c.setAutoCommit(false);
+        insert(c, id); // alt.java_req
+        Hold hold = proxy.holdNextCommitReply();
+        CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
+            try {
+                c.commit();
+                return null;
+            } catch (SQLException e) {
+                return e;
+            }
+        });
+        assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+        hold.release(); // the COMMIT ran; its answer never comes
+        try {
+            return committing.get(60, TimeUnit.SECONDS);
+        } catch (java.util.concurrent.ExecutionException e) {
+            throw new AssertionError("commit() of a COMMIT found committed threw " + e.getCause(), e.getCause());
+        }
+    }
+
+    @Test
+    void aCommitFoundCommittedOnASessionThatSetStateBySqlReturns() throws Exception {
+        altTable();
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = ReplayFixture.throughProxy(proxy, c -> {});
+            AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-committed-session", true);
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                SQLException e = commitFoundCommittedAfterSetBySql(proxy, c, "sc1");
+                assertNull(e, "commit() of a COMMIT found committed failed: " + e);
+            }
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), altRowsOf("sc1"), "committed once");
+            // A rollback whose connection failed, on such a session: rolled back, as it asked.
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB2")).build()) {
+                try (Statement s = c.createStatement()) {
+                    s.execute("SET search_path TO alt");
+                }
+                c.setAutoCommit(false);
+                insert(c, "sc2");
+                endOpenTransactions(2);
+                try {
+                    c.rollback();
+                } catch (RuntimeException e) {
+                    throw new AssertionError("rollback() threw " + e, e);
+                }
+            }
+            assertEquals(0, total(altRowsOf("sc2")) + total(rowsOf("sc2")), "rolled back");
+        }
+    }
 }
