@@ -150,6 +150,13 @@ final class ReplayConnection {
      */
     private volatile boolean detached;
     /**
+     * The session holds state set by SQL text that no record holds (set on it, or on its physical
+     * connection by an earlier checkout): it cannot go on on another connection.
+     */
+    private boolean sessionState;
+    /** Why the connection closed by itself (its session could not go on), or null. */
+    private volatile String endedBecause;
+    /**
      * Held by the call that runs: the record, the targets and the node connection are one
      * application thread's at a time. Not a monitor: {@code isValid} waits for it within its timeout.
      */
@@ -179,7 +186,7 @@ final class ReplayConnection {
             if (sessionSet(first)) {
                 // An earlier checkout left session state set by SQL text on this physical
                 // connection: this one runs with it, and a replay's new connection would not.
-                r.notReplayable(SESSION_STATE + " (by an earlier checkout of its connection)");
+                r.sessionStateHeld(SESSION_STATE + " (by an earlier checkout of its connection)");
             }
         } catch (SQLException | RuntimeException | Error e) {
             // Whatever a driver or pool throws here, the application gets no connection to close:
@@ -323,7 +330,7 @@ final class ReplayConnection {
                 // Closed by the application, an abort or a refusal: the node connection's own answer
                 // would be a driver's or pool's (HikariCP's has no SQLState, pgjdbc's 08003 reads as a
                 // lost connection), and a rollback() would go on on a new connection nothing closes.
-                throw new SQLNonTransientConnectionException("the connection is closed", "08003");
+                throw closedError();
             }
             switch (name) {
                 case "close":
@@ -369,6 +376,11 @@ final class ReplayConnection {
                         // read): commit() first, whose outcome is established before any replay;
                         // the driver's setAutoCommit then finds no transaction to commit.
                         commit();
+                        if (closed) {
+                            // Committed, and the connection ended with its session (its state set by
+                            // SQL text could not go on elsewhere) or was aborted meanwhile: nothing to switch.
+                            return null;
+                        }
                         if (detached) {
                             // Committed, with no node connection since: the next one is set up in
                             // auto-commit mode, as the application asked.
@@ -416,7 +428,7 @@ final class ReplayConnection {
                 case "close":
                     return null;
                 default:
-                    throw new SQLNonTransientConnectionException("the connection is closed", "08003");
+                    throw closedError();
             }
         } else if (argc == 0 && name.equals("getStatement") && creators.get(id) > 0
                 && !resultSets.get(creators.get(id))) {
@@ -743,6 +755,33 @@ final class ReplayConnection {
         md.update(bytes);
     }
 
+    /** The session holds state set by SQL text ({@link #sessionState}): not replayable, nor moved. */
+    private void sessionStateHeld(String what) {
+        sessionState = true;
+        notReplayable(what);
+    }
+
+    /**
+     * The session's node connection is gone after its transaction ended as asked (a COMMIT found
+     * committed, a rollback whose connection failed), and the state SQL text set on it with it: a
+     * connection taken now would run the next calls without it (a search_path, a role), so the
+     * connection ends here instead, and its next call says why.
+     */
+    private void endSession() {
+        endedBecause = "its node connection failed and its " + SESSION_STATE + " cannot be set up on another";
+        closed = true;
+    }
+
+    /** What a call on the closed connection (or one of its statements) throws. */
+    private SQLException closedError() {
+        String because = endedBecause;
+        if (because == null) {
+            return new SQLNonTransientConnectionException("the connection is closed", "08003");
+        }
+        return new SQLNonTransientConnectionException("the connection is closed: " + because, "08003",
+                new ReplayRefusedException(Refusal.NOT_REPLAYABLE, because));
+    }
+
     private void notReplayable(String what) {
         if (replayable) {
             replayable = false;
@@ -774,7 +813,7 @@ final class ReplayConnection {
             // (a session advisory lock, a prepared statement, a LOAD outlive a rollback; erring
             // towards refusing): the state is the session's from now on, in no record, and a
             // replay's new connection would run without it (docs/continuity.md).
-            notReplayable(SESSION_STATE);
+            sessionStateHeld(SESSION_STATE);
             markSessionSet(current);
         }
         Set<Integer> closedIds = new HashSet<>();
@@ -895,6 +934,10 @@ final class ReplayConnection {
             drop();
             rolledBack();
             compact();
+            if (sessionState) {
+                endSession(); // rolled back all the same
+                return;
+            }
             try {
                 reattach(-1);
             } catch (SQLException noSession) {
@@ -996,6 +1039,10 @@ final class ReplayConnection {
                 LOG.log(Level.DEBUG, () -> "AffinityDataSource " + cluster.name() + ": the COMMIT in flight committed;"
                         + " not replayed");
                 compact();
+                if (sessionState) {
+                    endSession();
+                    return null;
+                }
                 try {
                     reattach(-1);
                 } catch (SQLException noSession) {
@@ -1233,7 +1280,7 @@ final class ReplayConnection {
             // The session goes on where an earlier checkout left session state set by SQL text: its
             // next transactions run with it, as a checkout of that connection would, and a replay's
             // new connection would not.
-            notReplayable(SESSION_STATE + " (by an earlier checkout of the connection the session moved to)");
+            sessionStateHeld(SESSION_STATE + " (by an earlier checkout of the connection the session moved to)");
         }
         if (closed) {
             // An abort that came as it was set up may have ended the old connection, not this one.

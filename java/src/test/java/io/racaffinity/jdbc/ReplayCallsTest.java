@@ -661,4 +661,55 @@ class ReplayCallsTest extends ReplayNodes {
             assertEquals(0, total(altRowsOf("sc2")) + total(rowsOf("sc2")), "rolled back");
         }
     }
+
+    @Test
+    void aSessionWithStateSetBySqlNeverGoesOnWithoutItAfterItsCommitIsFoundCommitted() throws Exception {
+        altTable();
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = ReplayFixture.throughProxy(proxy, c -> {});
+            AffinityDataSource ds = ReplayFixture.dataSource(pools, "calls-reattach-session", true);
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                SQLException e = commitFoundCommittedAfterSetBySql(proxy, c, "ss1");
+                assertNull(e, "commit() of a COMMIT found committed failed: " + e);
+                // The session's node connection is gone, and its search_path with it: the next
+                // transaction must not run on a connection without it.
+                SQLException next = assertThrows(SQLException.class, () -> {
+                    insert(c, "ss2");
+                    c.commit();
+                }, "the session went on without its search_path");
+                assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(next), "typed: " + next);
+                assertTrue(String.valueOf(refusalText(next)).contains("session state set by SQL text"),
+                        refusalText(next));
+                assertTrue(c.isClosed(), "the session ended with its node connection");
+            }
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), altRowsOf("ss1"), "committed once");
+            assertEquals(0, total(rowsOf("ss2")), "written where the application's session never wrote");
+            assertEquals(0, total(altRowsOf("ss2")));
+            // The COMMIT of setAutoCommit(true) likewise: it returns, and the session ends.
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                try (Statement s = c.createStatement()) {
+                    s.execute("SET search_path TO alt");
+                }
+                c.setAutoCommit(false);
+                insert(c, "ss3");
+                Hold hold = proxy.holdNextCommitReply();
+                CompletableFuture<Throwable> switching = CompletableFuture.supplyAsync(() -> {
+                    try {
+                        c.setAutoCommit(true); // JDBC: commits the transaction
+                        return null;
+                    } catch (SQLException | RuntimeException e) {
+                        return e;
+                    }
+                });
+                assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+                hold.release();
+                Throwable e = switching.get(60, TimeUnit.SECONDS);
+                assertNull(e, "setAutoCommit(true) whose COMMIT was found committed failed: " + e);
+                assertTrue(c.isClosed(), "the session ended with its node connection");
+            }
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), altRowsOf("ss3"), "committed once");
+            assertEquals(0, ds.getReplayCounts().refused(Refusal.NOT_REPLAYABLE), String.valueOf(ds.getReplayCounts()));
+            ds.getCluster().nodeMetrics().forEach(m -> assertEquals(0, m.inFlight(), m.name() + ": leases released"));
+        }
+    }
 }
