@@ -712,4 +712,62 @@ class ReplayCallsTest extends ReplayNodes {
             ds.getCluster().nodeMetrics().forEach(m -> assertEquals(0, m.inFlight(), m.name() + ": leases released"));
         }
     }
+
+    @Test
+    void aStatementClosedFromAnotherThreadIsClosedThoughItsDriverRefusesTheCancel() throws Exception {
+        pools = new Pools(NAMES, c -> {});
+        Map<String, javax.sql.DataSource> nodes = new java.util.LinkedHashMap<>();
+        for (String name : NAMES) {
+            javax.sql.DataSource h = pools.get(name);
+            nodes.put(name, io.racaffinity.test.Stubs.proxy(javax.sql.DataSource.class, name, (p, m, a) -> {
+                Object r = io.racaffinity.test.Stubs.forward(h, m, a);
+                if (!(r instanceof Connection c)) {
+                    return r;
+                }
+                return io.racaffinity.test.Stubs.proxy(Connection.class, "Connection[" + name + "]", (p2, m2, a2) -> {
+                    Object r2 = io.racaffinity.test.Stubs.forward(c, m2, a2);
+                    if (!m2.getName().equals("createStatement")) {
+                        return r2;
+                    }
+                    Statement st = (Statement) r2;
+                    // A driver whose cancel fails (a cancel request it cannot send).
+                    return io.racaffinity.test.Stubs.proxy(Statement.class, "Statement", (p3, m3, a3) -> {
+                        if (m3.getName().equals("cancel")) {
+                            throw new SQLException("cancel refused", "HY000");
+                        }
+                        return io.racaffinity.test.Stubs.forward(st, m3, a3);
+                    });
+                });
+            }));
+        }
+        AffinityDataSource ds = ReplayFixture.dataSource(pools, nodes, "calls-close-cancel-refused", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            Statement s = c.createStatement();
+            CompletableFuture<SQLException> sleeping = CompletableFuture.supplyAsync(() -> {
+                try {
+                    s.execute("SELECT pg_sleep(2)");
+                    return null;
+                } catch (SQLException e) {
+                    return e;
+                }
+            });
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (!running(1, "SELECT pg_sleep(2)")) {
+                assertTrue(System.nanoTime() < until, "the statement runs on MYDB1");
+                Thread.sleep(20);
+            }
+            // The close the application asked for happens, cancel or not (then once the statement ended).
+            SQLException closing = within(10_000, () -> {
+                try {
+                    s.close();
+                    return null;
+                } catch (SQLException e) {
+                    return e;
+                }
+            }, "Statement.close()");
+            assertNull(closing, "close() failed: " + closing);
+            assertNull(sleeping.get(10, TimeUnit.SECONDS), "the statement ran to its end");
+            assertTrue(s.isClosed(), "closed");
+        }
+    }
 }
