@@ -282,6 +282,7 @@ test-vectors:
 test-cluster: toxiproxy-tool etcd-tool
 	tests/cluster/smoke.sh
 	tests/cluster/with_nodes_test.sh
+	tests/cluster/pgnodes_stop_test.sh
 	tests/cluster/smoke_etcd.sh
 
 # racaffinity.jar: the Java API and JDBC DataSource, bundling libracaffinity
