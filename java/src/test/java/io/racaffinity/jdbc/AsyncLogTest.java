@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.racaffinity.test.BlockingLogHandler;
 import io.racaffinity.test.LogCapture;
 import io.racaffinity.test.Pools;
+import io.racaffinity.test.SlowToUnwind;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
@@ -86,14 +87,7 @@ class AsyncLogTest {
 
             private void stuck() {
                 publishing.countDown();
-                try {
-                    Thread.sleep(60_000);
-                } catch (InterruptedException e) {
-                    long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(300);
-                    while (System.nanoTime() < end) {
-                        Thread.onSpinWait();
-                    }
-                }
+                SlowToUnwind.untilInterrupted(300);
             }
         };
         AsyncLog async = new AsyncLog(blocking, "async-interrupted", "racaffinity-log-interrupted");

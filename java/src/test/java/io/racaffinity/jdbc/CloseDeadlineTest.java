@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.test.Pools;
 import io.racaffinity.test.RollbackOnlyTm;
+import io.racaffinity.test.SlowToUnwind;
 import io.racaffinity.test.Stubs;
 import io.racaffinity.test.Threads;
 import java.sql.Connection;
@@ -72,14 +73,7 @@ class CloseDeadlineTest {
                 return;
             }
             held.countDown();
-            try {
-                Thread.sleep(60_000);
-            } catch (InterruptedException e) {
-                long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(200);
-                while (System.nanoTime() < end) {
-                    Thread.onSpinWait();
-                }
-            }
+            SlowToUnwind.untilInterrupted(200);
         }
 
         @Override

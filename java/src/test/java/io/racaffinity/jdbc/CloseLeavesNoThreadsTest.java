@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.racaffinity.Cluster;
+import io.racaffinity.test.SlowToUnwind;
 import io.racaffinity.test.Stubs;
 import io.racaffinity.test.Threads;
 import java.sql.SQLTransientConnectionException;
@@ -39,14 +40,7 @@ class CloseLeavesNoThreadsTest {
                 return null;
             }
             probing.countDown();
-            try {
-                Thread.sleep(60_000);
-            } catch (InterruptedException e) {
-                long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(300);
-                while (System.nanoTime() < end) {
-                    Thread.onSpinWait();
-                }
-            }
+            SlowToUnwind.untilInterrupted(300);
             throw new SQLTransientConnectionException("interrupted", "08001");
         });
         Map<String, DataSource> nodes = new LinkedHashMap<>();
@@ -77,14 +71,7 @@ class CloseLeavesNoThreadsTest {
                 return map; // the load at init, on the caller's thread
             }
             loading.countDown();
-            try {
-                Thread.sleep(60_000);
-            } catch (InterruptedException e) {
-                long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(300);
-                while (System.nanoTime() < end) {
-                    Thread.onSpinWait();
-                }
-            }
+            SlowToUnwind.untilInterrupted(300);
             return map;
         };
         DataSource node = Stubs.proxy(DataSource.class, "Node", (p, m, a) -> null);

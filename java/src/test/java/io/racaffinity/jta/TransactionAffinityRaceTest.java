@@ -10,6 +10,7 @@ import io.racaffinity.Outcome;
 import io.racaffinity.Route;
 import io.racaffinity.test.Pools;
 import io.racaffinity.test.RollbackOnlyTm;
+import io.racaffinity.test.SlowToUnwind;
 import io.racaffinity.test.Threads;
 import jakarta.transaction.Status;
 import jakarta.transaction.TransactionSynchronizationRegistry;
@@ -107,14 +108,7 @@ class TransactionAffinityRaceTest {
         CountDownLatch sweeping = new CountDownLatch(1);
         tm.onSweep(() -> {
             sweeping.countDown();
-            try {
-                Thread.sleep(60_000);
-            } catch (InterruptedException e) {
-                long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(300);
-                while (System.nanoTime() < end) {
-                    Thread.onSpinWait();
-                }
-            }
+            SlowToUnwind.untilInterrupted(300);
         });
         try (Cluster other = Cluster.fromConfig("name = jta-closesweep-other; nodes = X");
                 Cluster c = Cluster.fromConfig("name = jta-closesweep; nodes = RAC1, RAC2")) {
