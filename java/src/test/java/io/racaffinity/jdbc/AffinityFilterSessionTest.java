@@ -59,6 +59,31 @@ class AffinityFilterSessionTest {
         return Stubs.proxy(HttpServletResponse.class, "Response", (p, m, a) -> null);
     }
 
+    /** A data source of {@code config} over stub nodes A, B and C: no heartbeat, no MBean. */
+    private static AffinityDataSource overStubs(String config) {
+        Map<String, DataSource> stubs = new LinkedHashMap<>();
+        for (String n : new String[] {"A", "B", "C"}) {
+            stubs.put(n, Stubs.dataSource(n, Map.of(), new AtomicInteger()));
+        }
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setConfig(config);
+        ds.setNodeDataSources(stubs);
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        return ds;
+    }
+
+    /** A request's work: one connection of {@code ds}, taken and given back. */
+    private static FilterChain connecting(AffinityDataSource ds) {
+        return (rq, rs) -> {
+            try (Connection c = ds.getConnection()) {
+                assertNotNull(c);
+            } catch (java.sql.SQLException e) {
+                throw new jakarta.servlet.ServletException(e);
+            }
+        };
+    }
+
     @Test
     void aRequestWhoseSessionWasInvalidatedMeanwhileRunsWithoutASessionScope() throws Exception {
         AffinityFilter f = new AffinityFilter();
@@ -179,27 +204,13 @@ class AffinityFilterSessionTest {
      */
     @Test
     void theAffinityOfASessionWhoseIdChangedEndsWithTheSession() throws Exception {
-        Map<String, DataSource> stubs = new LinkedHashMap<>();
-        for (String n : new String[] {"A", "B", "C"}) {
-            stubs.put(n, Stubs.dataSource(n, Map.of(), new AtomicInteger()));
-        }
-        try (AffinityDataSource ds = new AffinityDataSource()) {
-            ds.setConfig("name = filter-id-change; nodes = A, B, C");
-            ds.setNodeDataSources(stubs);
-            ds.setHeartbeatIntervalMillis(0);
-            ds.setRegisterMBean(false);
+        try (AffinityDataSource ds = overStubs("name = filter-id-change; nodes = A, B, C")) {
             AffinityFilter f = new AffinityFilter();
             f.addDataSource(ds);
             String[] id = {"before-login"};
             Runnable[] invalidate = new Runnable[1];
             HttpSession session = tomcatLike(id, invalidate);
-            FilterChain chain = (rq, rs) -> {
-                try (Connection c = ds.getConnection()) {
-                    assertNotNull(c);
-                } catch (java.sql.SQLException e) {
-                    throw new jakarta.servlet.ServletException(e);
-                }
-            };
+            FilterChain chain = connecting(ds);
             f.doFilter(request(session), response(), chain);
             id[0] = "after-login"; // changeSessionId
             f.doFilter(request(session), response(), chain);
@@ -219,22 +230,8 @@ class AffinityFilterSessionTest {
      */
     @Test
     void theAffinityOfASessionRestoredFromPersistenceEndsWithTheSession() throws Exception {
-        Map<String, DataSource> stubs = new LinkedHashMap<>();
-        for (String n : new String[] {"A", "B", "C"}) {
-            stubs.put(n, Stubs.dataSource(n, Map.of(), new AtomicInteger()));
-        }
-        try (AffinityDataSource ds = new AffinityDataSource()) {
-            ds.setConfig("name = filter-restored; nodes = A, B, C");
-            ds.setNodeDataSources(stubs);
-            ds.setHeartbeatIntervalMillis(0);
-            ds.setRegisterMBean(false);
-            FilterChain chain = (rq, rs) -> {
-                try (Connection c = ds.getConnection()) {
-                    assertNotNull(c);
-                } catch (java.sql.SQLException e) {
-                    throw new jakarta.servlet.ServletException(e);
-                }
-            };
+        try (AffinityDataSource ds = overStubs("name = filter-restored; nodes = A, B, C")) {
+            FilterChain chain = connecting(ds);
             String[] id = {"restored-1"};
             Runnable[] invalidateBefore = new Runnable[1];
             HttpSession before = tomcatLike(id, invalidateBefore);
@@ -433,15 +430,7 @@ class AffinityFilterSessionTest {
      */
     @Test
     void theAffinityOfASessionInvalidatedDuringItsRequestEndsWithTheRequest() throws Exception {
-        Map<String, DataSource> stubs = new LinkedHashMap<>();
-        for (String n : new String[] {"A", "B", "C"}) {
-            stubs.put(n, Stubs.dataSource(n, Map.of(), new AtomicInteger()));
-        }
-        try (AffinityDataSource ds = new AffinityDataSource()) {
-            ds.setConfig("name = filter-logout; nodes = A, B, C");
-            ds.setNodeDataSources(stubs);
-            ds.setHeartbeatIntervalMillis(0);
-            ds.setRegisterMBean(false);
+        try (AffinityDataSource ds = overStubs("name = filter-logout; nodes = A, B, C")) {
             AffinityFilter f = new AffinityFilter();
             f.addDataSource(ds);
             String[] id = {"logging-out"};
@@ -473,15 +462,7 @@ class AffinityFilterSessionTest {
      */
     @Test
     void twoConcurrentFirstRequestsOfASessionKeepItsAffinity() throws Exception {
-        Map<String, DataSource> stubs = new LinkedHashMap<>();
-        for (String n : new String[] {"A", "B", "C"}) {
-            stubs.put(n, Stubs.dataSource(n, Map.of(), new AtomicInteger()));
-        }
-        try (AffinityDataSource ds = new AffinityDataSource()) {
-            ds.setConfig("name = filter-concurrent; nodes = A, B, C; policy = round_robin");
-            ds.setNodeDataSources(stubs);
-            ds.setHeartbeatIntervalMillis(0);
-            ds.setRegisterMBean(false);
+        try (AffinityDataSource ds = overStubs("name = filter-concurrent; nodes = A, B, C; policy = round_robin")) {
             AffinityFilter f = new AffinityFilter();
             f.addDataSource(ds);
             List<String> nodes = new ArrayList<>();
