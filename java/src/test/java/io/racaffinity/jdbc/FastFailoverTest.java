@@ -2,6 +2,8 @@ package io.racaffinity.jdbc;
 
 import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
 import static io.racaffinity.jdbc.AffinityDataSourceTest.portOf;
+import static io.racaffinity.jdbc.FcfPools.aborted;
+import static io.racaffinity.jdbc.FcfPools.driverClosed;
 import static io.racaffinity.test.Pools.await;
 import static io.racaffinity.test.Pools.serverPort;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -82,11 +84,6 @@ class FastFailoverTest {
         return FcfPools.serverConns(APP, node);
     }
 
-    /** Whether the driver's connection under {@code c} is closed (a pool's proxy keeps its own flag). */
-    static boolean driverClosed(Connection c) throws SQLException {
-        return ((Connection) c.unwrap(org.postgresql.PGConnection.class)).isClosed();
-    }
-
     /** {@code n} threads asking for a connection by {@code key}; each answers the port that served it. */
     private List<Future<Integer>> askers(AffinityDataSource ds, ShardingKey key, int n) {
         threads = Executors.newFixedThreadPool(n);
@@ -160,13 +157,8 @@ class FastFailoverTest {
             assertEquals(portOf("MYDB1"), serverPort(held));
             cluster.applyEvent(fan("MYDB1", "status=down reason=FAILURE"));
             assertTrue(stuck.logging.await(10, TimeUnit.SECONDS), "the upkeep logs the Down");
-            assertTrue(await(Duration.ofSeconds(10), () -> {
-                try {
-                    return driverClosed(held);
-                } catch (SQLException e) {
-                    return true;
-                }
-            }), "the connection in use is aborted while the Down's log line is stuck in its handler");
+            assertTrue(await(Duration.ofSeconds(10), () -> aborted(held)),
+                    "the connection in use is aborted while the Down's log line is stuck in its handler");
         } finally {
             held.close();
         }
@@ -189,13 +181,8 @@ class FastFailoverTest {
             cluster.applyEvent(fan("MYDB1", "status=down reason=FAILURE"));
             assertTrue(stuck.logging.await(10, TimeUnit.SECONDS), "the Down of MYDB1 is being logged");
             cluster.applyEvent(fan("MYDB3", "status=down reason=FAILURE"));
-            assertTrue(await(Duration.ofSeconds(10), () -> {
-                try {
-                    return driverClosed(held3);
-                } catch (SQLException e) {
-                    return true;
-                }
-            }), "MYDB3's connection in use is aborted while MYDB1's Down is stuck in the log handler");
+            assertTrue(await(Duration.ofSeconds(10), () -> aborted(held3)),
+                    "MYDB3's connection in use is aborted while MYDB1's Down is stuck in the log handler");
         } finally {
             held1.close();
             held3.close();
@@ -309,13 +296,8 @@ class FastFailoverTest {
             assertTrue(await(Duration.ofSeconds(5), () -> ds.upkeepRounds() >= rounds + 2), "the drain's end acted on");
             assertFalse(driverClosed(held), "the end of a planned drain lets the connection in use finish");
             cluster.applyEvent(fan("MYDB3", "status=down reason=FAILURE"));
-            assertTrue(await(Duration.ofSeconds(5), () -> {
-                try {
-                    return driverClosed(held);
-                } catch (SQLException e) {
-                    return true;
-                }
-            }), "the failed node's connection still finishing is aborted");
+            assertTrue(await(Duration.ofSeconds(5), () -> aborted(held)),
+                    "the failed node's connection still finishing is aborted");
         } finally {
             held.close();
         }
@@ -341,13 +323,8 @@ class FastFailoverTest {
                 ds.applyEvent(failure);
             }
             assertEquals(NodeState.DOWN, cluster.nodeState("MYDB3"));
-            assertTrue(await(Duration.ofSeconds(5), () -> {
-                try {
-                    return driverClosed(held);
-                } catch (SQLException e) {
-                    return true;
-                }
-            }), "the failed node's connection in use is aborted, not left to its drain's end");
+            assertTrue(await(Duration.ofSeconds(5), () -> aborted(held)),
+                    "the failed node's connection in use is aborted, not left to its drain's end");
         } finally {
             held.close();
         }
@@ -377,13 +354,8 @@ class FastFailoverTest {
                 proxy.blackhole(); // the node stops answering: the heartbeat's probes miss
                 assertTrue(await(Duration.ofSeconds(20), () -> cluster.nodeState("MYDB3") == NodeState.DOWN),
                         "the heartbeat took it Down");
-                assertTrue(await(Duration.ofSeconds(5), () -> {
-                    try {
-                        return driverClosed(held);
-                    } catch (SQLException e) {
-                        return true;
-                    }
-                }), "the dead node's connection in use is aborted, not left hanging to its request's end");
+                assertTrue(await(Duration.ofSeconds(5), () -> aborted(held)),
+                        "the dead node's connection in use is aborted, not left hanging to its request's end");
             } finally {
                 proxy.heal();
                 held.close();

@@ -50,6 +50,20 @@ final class FcfPools {
         return ds;
     }
 
+    /** Whether the driver's connection under {@code c} is closed (a pool's proxy keeps its own flag). */
+    static boolean driverClosed(Connection c) throws SQLException {
+        return ((Connection) c.unwrap(org.postgresql.PGConnection.class)).isClosed();
+    }
+
+    /** Whether {@code c} was aborted: its driver's connection closed, or the pool's proxy too (it unwraps no more). */
+    static boolean aborted(Connection c) {
+        try {
+            return driverClosed(c);
+        } catch (SQLException e) {
+            return true;
+        }
+    }
+
     static String fan(String node, String tail) {
         return "SERVICEMEMBER VERSION=1.0 service=svc database=orcl instance=" + node + " host=h " + tail;
     }

@@ -2,6 +2,7 @@ package io.racaffinity.jdbc;
 
 import static io.racaffinity.jdbc.AffinityDataSourceTest.keyOn;
 import static io.racaffinity.jdbc.AffinityDataSourceTest.portOf;
+import static io.racaffinity.jdbc.FcfPools.aborted;
 import static io.racaffinity.test.Pools.await;
 import static io.racaffinity.test.Pools.serverPort;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -72,14 +73,6 @@ class NodeRemovalTest {
         return FcfPools.serverConns(APP, node);
     }
 
-    private static boolean driverClosed(Connection c) {
-        try {
-            return ((Connection) c.unwrap(org.postgresql.PGConnection.class)).isClosed();
-        } catch (SQLException e) {
-            return true;
-        }
-    }
-
     /** Runs a statement in the connection's open transaction: it still works on its node. */
     private static void works(Connection c, int value) throws SQLException {
         try (Statement s = c.createStatement(); ResultSet rs = s.executeQuery("SELECT " + value)) {
@@ -139,7 +132,7 @@ class NodeRemovalTest {
             waitRounds(ds, 2, "the removal acted on");
             // Returned after the removal: closed, not pooled for a node that is gone.
             held2.close();
-            assertFalse(driverClosed(held), "the connection in use on a node removed while draining works on");
+            assertFalse(aborted(held), "the connection in use on a node removed while draining works on");
             works(held, 42);
             for (int i = 0; i < 20; i++) {
                 try (Connection c = ds.createConnectionBuilder().shardingKey(key3).build()) {
@@ -174,7 +167,7 @@ class NodeRemovalTest {
             int id3 = cluster.removeNode("MYDB3");
             assertEquals(NodeState.DOWN, cluster.nodeState(id3));
             assertFalse(cluster.nodeDownIsPlanned(id3), "the core: removed while taking work is not planned");
-            assertTrue(await(Duration.ofSeconds(10), () -> driverClosed(held)),
+            assertTrue(await(Duration.ofSeconds(10), () -> aborted(held)),
                     "the connection in use on a node removed while Up is aborted");
             for (int i = 0; i < 20; i++) {
                 try (Connection c = ds.createConnectionBuilder().shardingKey(key3).build()) {
