@@ -1,15 +1,12 @@
 package io.racaffinity;
 
+import static io.racaffinity.HostLeases.inFlight;
+import static io.racaffinity.HostLeases.metrics;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
-import java.lang.reflect.Field;
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.util.Arrays;
 import org.junit.jupiter.api.Test;
 
@@ -22,37 +19,13 @@ import org.junit.jupiter.api.Test;
  * for the half-open trial, and nothing stays in flight.
  */
 class HostLeaseEndTest {
-    private static final VarHandle PAGE = MethodHandles.byteBufferViewVarHandle(long[].class,
-            ByteOrder.nativeOrder());
-
-    private static NodeMetrics metrics(Cluster c, int node) {
-        return c.nodeMetrics().stream().filter(m -> m.node() == node).findFirst().orElseThrow();
-    }
-
-    /**
-     * Host leases in flight on {@code node}, read from the epoch page the way
-     * the core reads them (the low 24 bits of each stripe's word): the only
-     * view of a removed node's leases, which the metrics no longer list.
-     */
-    private static long hostLeasesInFlight(Cluster c, int node) throws ReflectiveOperationException {
-        Field f = Cluster.class.getDeclaredField("page");
-        f.setAccessible(true);
-        ByteBuffer page = (ByteBuffer) f.get(c);
-        long n = 0;
-        for (int stripe = 0; stripe < ThreadContexts.HOST_LEASE_STRIPES; stripe++) {
-            int word = ThreadContexts.HOST_LEASE_OFFSET + (stripe * ThreadContexts.HOST_LEASE_NODES + node) * 8;
-            n += (long) PAGE.getVolatile(page, word) & ((1L << 24) - 1);
-        }
-        return n;
-    }
-
     /** A pinned thread's pick served from its cache: proven a host lease by the page. */
     private static Lease hostLease(Cluster c, int node) throws ReflectiveOperationException {
         c.route(); // caches the pin
         Lease l = c.pick();
         assertEquals(node, l.node());
         assertEquals(RouteKind.AFFINITY, l.kind());
-        assertEquals(1, hostLeasesInFlight(c, node), "the pick is a host lease, counted in the page");
+        assertEquals(1, inFlight(c, node), "the pick is a host lease, counted in the page");
         return l;
     }
 
@@ -71,7 +44,7 @@ class HostLeaseEndTest {
             for (int i = 0; i < 1000; i++) {
                 assertEquals(a, c.pick().node()); // dropped
             }
-            assertTrue(hostLeasesInFlight(c, a) <= Cluster.HOST_LEASE_CAP, "host leases: " + hostLeasesInFlight(c, a));
+            assertTrue(inFlight(c, a) <= Cluster.HOST_LEASE_CAP, "host leases: " + inFlight(c, a));
             boolean bounded = io.racaffinity.testsupport.Await.until(java.time.Duration.ofSeconds(20),
                     java.time.Duration.ofMillis(50), () -> {
                         System.gc();
@@ -116,7 +89,7 @@ class HostLeaseEndTest {
             assertEquals(NodeState.UP, c.nodeState(a), "the trial's own success lifts the ejection");
             NodeMetrics m = metrics(c, a);
             assertEquals(0, m.inFlight());
-            assertEquals(0, hostLeasesInFlight(c, a));
+            assertEquals(0, inFlight(c, a));
             assertEquals(2, m.successes(), "each OK end is a success, the stale one too");
             assertEquals(1, m.failures());
         }
@@ -138,7 +111,7 @@ class HostLeaseEndTest {
             assertEquals(NodeState.DOWN, m.state(), "an OK is no evidence against the event");
             assertEquals("event", m.downCause());
             assertEquals(0, m.inFlight());
-            assertEquals(0, hostLeasesInFlight(c, a));
+            assertEquals(0, inFlight(c, a));
             assertEquals(1, m.successes());
             // The thread's pin moved at the Down; its next pick is on the other node.
             try (Lease next = c.pick()) {
@@ -157,7 +130,7 @@ class HostLeaseEndTest {
 
             held.release(Outcome.OK);
             assertTrue(held.isReleased());
-            assertEquals(0, hostLeasesInFlight(c, a), "the removed node's host lease word is back to 0");
+            assertEquals(0, inFlight(c, a), "the removed node's host lease word is back to 0");
             assertFalse(Arrays.stream(c.nodeIds()).anyMatch(id -> id == a), "the node stays removed");
             assertEquals(NodeState.DOWN, c.nodeState(a));
             for (NodeMetrics m : c.nodeMetrics()) {

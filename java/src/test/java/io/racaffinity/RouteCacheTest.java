@@ -1,5 +1,6 @@
 package io.racaffinity;
 
+import static io.racaffinity.HostLeases.metrics;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -39,10 +40,6 @@ class RouteCacheTest {
         Thread t = new Thread(r);
         t.start();
         return t;
-    }
-
-    private static NodeMetrics metrics(Cluster c, int node) {
-        return c.nodeMetrics().stream().filter(m -> m.node() == node).findFirst().orElseThrow();
     }
 
     private static long scopeCounter(String json, String field) {

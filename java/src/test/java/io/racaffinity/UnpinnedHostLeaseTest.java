@@ -1,14 +1,11 @@
 package io.racaffinity;
 
+import static io.racaffinity.HostLeases.inFlight;
+import static io.racaffinity.HostLeases.metrics;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.lang.invoke.MethodHandles;
-import java.lang.invoke.VarHandle;
-import java.lang.reflect.Field;
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -21,25 +18,6 @@ import org.junit.jupiter.api.Test;
  * judged). Each of those is checked here by what the core does with it.
  */
 class UnpinnedHostLeaseTest {
-    private static final VarHandle PAGE = MethodHandles.byteBufferViewVarHandle(long[].class,
-            ByteOrder.nativeOrder());
-
-    private static NodeMetrics metrics(Cluster c, int node) {
-        return c.nodeMetrics().stream().filter(m -> m.node() == node).findFirst().orElseThrow();
-    }
-
-    private static long hostLeasesInFlight(Cluster c, int node) throws ReflectiveOperationException {
-        Field f = Cluster.class.getDeclaredField("page");
-        f.setAccessible(true);
-        ByteBuffer page = (ByteBuffer) f.get(c);
-        long n = 0;
-        for (int stripe = 0; stripe < ThreadContexts.HOST_LEASE_STRIPES; stripe++) {
-            int word = ThreadContexts.HOST_LEASE_OFFSET + (stripe * ThreadContexts.HOST_LEASE_NODES + node) * 8;
-            n += (long) PAGE.getVolatile(page, word) & ((1L << 24) - 1);
-        }
-        return n;
-    }
-
     /** An unpinned (balanced) lease on {@code node}; picks landing elsewhere are released. */
     private static Lease balancedLeaseOn(Cluster c, int node) {
         for (int i = 0; i < 1000; i++) {
@@ -59,7 +37,7 @@ class UnpinnedHostLeaseTest {
             Lease first = c.pick();
             assertEquals(RouteKind.BALANCED, first.kind());
             int a = first.node();
-            assertEquals(1, hostLeasesInFlight(c, a), "begun by the library on this thread's stripe of the page");
+            assertEquals(1, inFlight(c, a), "begun by the library on this thread's stripe of the page");
             assertEquals(1, metrics(c, a).inFlight());
             for (int i = 0; i < 20; i++) {
                 try (Lease other = c.pick()) {
@@ -67,7 +45,7 @@ class UnpinnedHostLeaseTest {
                 }
             }
             first.release(Outcome.OK);
-            assertEquals(0, hostLeasesInFlight(c, a));
+            assertEquals(0, inFlight(c, a));
             NodeMetrics m = metrics(c, a);
             assertEquals(0, m.inFlight());
             assertEquals(1, m.successes(), "the OK ended on the page is collected as a success");
@@ -88,7 +66,7 @@ class UnpinnedHostLeaseTest {
             }
             int[] ids = c.nodeIds();
             for (int n : ids) {
-                assertTrue(hostLeasesInFlight(c, n) <= Cluster.HOST_LEASE_CAP, "host leases: " + hostLeasesInFlight(c, n));
+                assertTrue(inFlight(c, n) <= Cluster.HOST_LEASE_CAP, "host leases: " + inFlight(c, n));
             }
             boolean bounded = io.racaffinity.testsupport.Await.until(java.time.Duration.ofSeconds(20),
                     java.time.Duration.ofMillis(50), () -> {
@@ -128,11 +106,11 @@ class UnpinnedHostLeaseTest {
                 + "health.eject_backoff = 100ms")) {
             int a = c.nodeIds()[0];
             Lease stale = balancedLeaseOn(c, a);
-            assertEquals(1, hostLeasesInFlight(c, a));
+            assertEquals(1, inFlight(c, a));
             c.reportOutcome(a, false);
             assertEquals(NodeState.DOWN, c.nodeState(a));
             stale.release(Outcome.NEUTRAL);
-            assertEquals(0, hostLeasesInFlight(c, a));
+            assertEquals(0, inFlight(c, a));
 
             Lease trial = null;
             long deadline = System.nanoTime() + 10_000_000_000L;
@@ -146,7 +124,7 @@ class UnpinnedHostLeaseTest {
                 }
             }
             assertTrue(trial != null, "no trial on a within 10 s of a 100 ms back-off");
-            assertEquals(0, hostLeasesInFlight(c, a), "the half-open trial is the library's lease, not a host lease");
+            assertEquals(0, inFlight(c, a), "the half-open trial is the library's lease, not a host lease");
             trial.release(Outcome.OK);
             assertEquals(NodeState.UP, c.nodeState(a), "the trial's success lifts the ejection");
             assertEquals(0, metrics(c, a).inFlight());
