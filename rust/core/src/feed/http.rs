@@ -400,18 +400,32 @@ struct Until<'a> {
     deadline: Instant,
 }
 
-impl Read for Until<'_> {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "no answer within the call's timeout");
+impl Until<'_> {
+    /// One socket call with what is left of the deadline as its timeout
+    /// (`set`: the socket's read or write timeout); past the deadline, or
+    /// when that timeout runs out, `TimedOut` saying `late`.
+    fn within<T>(
+        &mut self,
+        late: &'static str,
+        set: fn(&TcpStream, Option<Duration>) -> io::Result<()>,
+        call: impl FnOnce(&mut TcpStream) -> io::Result<T>,
+    ) -> io::Result<T> {
+        let timed_out = || io::Error::new(io::ErrorKind::TimedOut, late);
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(timed_out());
         }
-        self.sock.set_read_timeout(Some(left))?;
-        match self.sock.read(out) {
+        set(self.sock, Some(left))?;
+        match call(self.sock) {
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Err(timed_out()),
             r => r,
         }
+    }
+}
+
+impl Read for Until<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        self.within("no answer within the call's timeout", TcpStream::set_read_timeout, |s| s.read(out))
     }
 }
 
@@ -419,16 +433,7 @@ impl Write for Until<'_> {
     /// As a read: with the socket's own write timeout, a member taking a
     /// large request a little at a time got a whole timeout per write.
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "request not sent within the call's timeout");
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(timed_out());
-        }
-        self.sock.set_write_timeout(Some(left))?;
-        match self.sock.write(data) {
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Err(timed_out()),
-            r => r,
-        }
+        self.within("request not sent within the call's timeout", TcpStream::set_write_timeout, |s| s.write(data))
     }
 
     fn flush(&mut self) -> io::Result<()> {
