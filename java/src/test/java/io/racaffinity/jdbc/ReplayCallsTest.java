@@ -22,6 +22,7 @@ import io.racaffinity.jdbc.ReplayFixture.HeldCommit;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
 import io.racaffinity.testsupport.FaultProxy;
+import io.racaffinity.testsupport.FaultProxy.Hold;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.ResultSet;
