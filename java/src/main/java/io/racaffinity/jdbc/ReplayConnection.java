@@ -140,8 +140,11 @@ final class ReplayConnection {
     private String why;
     private boolean autoCommit = true;
     private int replays;
-    /** Recovery walks running on this connection: a replay's own failure begins one inside the first. */
-    private int depth;
+    /**
+     * Recovery walks running on this connection: a replay's own failure begins one inside the first.
+     * Written under the lock only; volatile for {@code isClosed}, which reads it without.
+     */
+    private volatile int depth;
     private volatile boolean closed;
     /**
      * A COMMIT found committed, or a rollback whose connection failed, left no node connection (no
@@ -251,7 +254,17 @@ final class ReplayConnection {
             }
             if (args == null && method.getName().equals("isClosed")) {
                 // A watchdog's question while a call runs on another thread: what is known already.
-                return owner.isClosed(id, target);
+                if (id == 0 || owner.depth == 0) {
+                    return owner.isClosed(id, target);
+                }
+                // A statement's while a recovery runs: its driver's object is the dropped connection's
+                // until the recovery points it at the new one; the answer comes then.
+                owner.lock.lock();
+                try {
+                    return owner.isClosed(id, target);
+                } finally {
+                    owner.lock.unlock();
+                }
             }
             if (id != 0 && args == null && method.getName().equals("close") && !owner.closed
                     && target instanceof Statement s && owner.lock.isLocked() && !owner.lock.isHeldByCurrentThread()) {
@@ -313,7 +326,9 @@ final class ReplayConnection {
             return true;
         }
         if (id == 0) {
-            return !detached && current.isClosed();
+            // While a recovery runs, the node connection is the one it dropped: the application's goes
+            // on unless the recovery ends it (closed).
+            return depth == 0 && !detached && current.isClosed();
         }
         return target instanceof Statement s ? s.isClosed() : ((ResultSet) target).isClosed();
     }

@@ -31,6 +31,7 @@ import java.sql.Statement;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 
@@ -769,6 +770,50 @@ class ReplayCallsTest extends ReplayNodes {
             assertNull(closing, "close() failed: " + closing);
             assertNull(sleeping.get(10, TimeUnit.SECONDS), "the statement ran to its end");
             assertTrue(s.isClosed(), "closed");
+        }
+    }
+
+    @Test
+    void aConnectionIsNotClosedWhileItsRecoveryRuns() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = ReplayFixture.throughProxy(proxy, c -> {});
+            CountDownLatch checking = new CountDownLatch(1);
+            java.util.concurrent.atomic.AtomicBoolean slow = new java.util.concurrent.atomic.AtomicBoolean();
+            Map<String, javax.sql.DataSource> nodes = new java.util.LinkedHashMap<>(pools.asMap());
+            javax.sql.DataSource first = pools.get("MYDB1");
+            // The outcome check's connection to MYDB1 takes a while: the recovery is under way meanwhile.
+            nodes.put("MYDB1", io.racaffinity.test.Stubs.proxy(javax.sql.DataSource.class, "SlowMYDB1", (p, m, a) -> {
+                if (m.getName().equals("getConnection") && slow.get()) {
+                    checking.countDown();
+                    Thread.sleep(1000);
+                }
+                return io.racaffinity.test.Stubs.forward(first, m, a);
+            }));
+            AffinityDataSource ds = ReplayFixture.dataSource(pools, nodes, "calls-closed-recovering", true);
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "cw1");
+                Hold hold = proxy.holdNextCommitReply();
+                CompletableFuture<SQLException> committing = CompletableFuture.supplyAsync(() -> {
+                    try {
+                        c.commit();
+                        return null;
+                    } catch (SQLException e) {
+                        return e;
+                    }
+                });
+                assertTrue(hold.withheld.await(30, TimeUnit.SECONDS), "the COMMIT reached the server");
+                slow.set(true);
+                hold.release(); // the COMMIT ran; its answer never comes
+                assertTrue(checking.await(30, TimeUnit.SECONDS), "the outcome is being checked");
+                // A watchdog asks meanwhile: the connection goes on once the check answers.
+                assertEquals(Boolean.FALSE, within(1000, c::isClosed, "Connection.isClosed()"),
+                        "closed while its COMMIT's outcome was being checked");
+                assertNull(committing.get(60, TimeUnit.SECONDS), "found committed");
+                assertTrue(!c.isClosed());
+                slow.set(false);
+            }
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("cw1"), "committed once");
         }
     }
 }
