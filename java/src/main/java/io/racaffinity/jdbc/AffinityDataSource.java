@@ -396,8 +396,8 @@ public class AffinityDataSource extends AbstractAffinityDataSource<DataSource> i
      *
      * <p>Each connection's on a library thread of its own ({@code racaffinity-close-abort-<cluster>}), all waited
      * for until {@code byNanos}: a driver whose abort blocks (a dead node; one that ignores the interrupt) holds
-     * neither close() past its bound nor the aborts of other connections, of its node or another. A thread still aborting then ends with its driver's
-     * call, not interrupted (an abort under way is all it does).
+     * neither close() past its bound nor the aborts of other connections, of its node or another. A thread still
+     * aborting then ends with its driver's call, not interrupted (an abort under way is all it does).
      *
      * @return the threads started (ended, or still aborting), for close() to wait for until its deadline
      */

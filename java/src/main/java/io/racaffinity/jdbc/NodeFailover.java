@@ -1,11 +1,11 @@
 package io.racaffinity.jdbc;
 
+import io.racaffinity.LibraryThreads;
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLTransientConnectionException;
-import io.racaffinity.LibraryThreads;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
