@@ -767,16 +767,19 @@ def test_replay_refuses_autocommit_connections(pg, cluster_factory, dup_table):
         assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
 
 
-def test_a_replay_never_runs_on_a_connection_left_in_autocommit(pg, cluster_factory, req_table):
-    # psycopg_pool gives a connection back as its borrower left it: one set to
-    # autocommit by other code served the replay, whose recorded statements
-    # then committed one by one as they ran, so the application's own
-    # exception after the replay rolled nothing back.
+def test_a_replay_never_runs_on_a_connection_in_autocommit(pg, cluster_factory, req_table):
+    # A replay's new connection in autocommit would commit the recorded
+    # statements one by one as they ran, so the application's own exception
+    # after the replay rolled nothing back. A borrower's autocommit ends
+    # with its borrow (the pool puts it back); a pool's `configure` may
+    # still make the replay's node's connections so.
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
-    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
-        for name in ("RAC2", "RAC3"):  # where a replay of RAC1's request may go
-            with pools.connection(key=key_on(c, name)) as conn:
-                conn.autocommit = True  # e.g. for a VACUUM
+
+    def configure(conn):  # where a replay of RAC1's request may go
+        if conn.info.port != pg.port["RAC1"]:
+            conn.autocommit = True
+
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0, configure=configure) as pools:
         with pytest.raises(psycopg.OperationalError) as info:
             with pools.request(key=key_on(c, "RAC1")) as req:
                 req.execute("INSERT INTO py_req VALUES ('ac1')")
@@ -789,14 +792,18 @@ def test_a_replay_never_runs_on_a_connection_left_in_autocommit(pg, cluster_fact
 
 
 @pytest.mark.asyncio
-async def test_async_a_replay_never_runs_on_a_connection_left_in_autocommit(pg, cluster_factory, req_table):
+async def test_async_a_replay_never_runs_on_a_connection_in_autocommit(pg, cluster_factory, req_table):
     from racaffinity.pools import AsyncNodePools
 
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
-    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
-        for name in ("RAC2", "RAC3"):
-            async with pools.connection(key=key_on(c, name)) as conn:
-                await conn.set_autocommit(True)
+
+    async def configure(conn):
+        if conn.info.port != pg.port["RAC1"]:
+            await conn.set_autocommit(True)
+
+    async with AsyncNodePools(
+        c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0, configure=configure
+    ) as pools:
         with pytest.raises(psycopg.OperationalError) as info:
             async with pools.request(key=key_on(c, "RAC1")) as req:
                 await req.execute("INSERT INTO py_req VALUES ('aac1')")
@@ -805,6 +812,48 @@ async def test_async_a_replay_never_runs_on_a_connection_left_in_autocommit(pg, 
                 raise ValueError("the application's own error: nothing may be committed")
         assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
         assert [sum(rows_of(pg, rid).values()) for rid in ("aac1", "aac2")] == [0, 0]
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
+def test_a_request_after_a_borrower_left_autocommit_on_rolls_back_on_the_applications_error(
+    pg, cluster_factory, req_table
+):
+    # psycopg_pool gives a connection back as its borrower left it: the next
+    # request ran in autocommit, each `req.execute` committed at once, and
+    # the block's own exception rolled nothing back.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
+        key = key_on(c, "RAC1")  # max_size=1: the request gets the borrower's connection
+        with pools.connection(key=key) as conn:
+            conn.autocommit = True
+        with pytest.raises(ValueError):
+            with pools.request(key=key) as req:
+                req.execute("INSERT INTO py_req VALUES ('left-ac')")
+                raise ValueError("the application's own error: nothing may be committed")
+        assert rows_of(pg, "left-ac")["RAC1"] == 0, "the block raised, yet its row is committed"
+        with pools.request(key=key) as req:  # and replayable again: its connection is in a transaction
+            req.execute("INSERT INTO py_req VALUES ('left-ac2')")
+            terminate(pg, "RAC1", req.backend_pid)  # before COMMIT
+        assert req.replays == 1 and sum(rows_of(pg, "left-ac2").values()) == 1
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
+@pytest.mark.asyncio
+async def test_async_a_request_after_a_borrower_left_autocommit_on_rolls_back_on_the_applications_error(
+    pg, cluster_factory, req_table
+):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=5.0) as pools:
+        key = key_on(c, "RAC1")
+        async with pools.connection(key=key) as conn:
+            await conn.set_autocommit(True)
+        with pytest.raises(ValueError):
+            async with pools.request(key=key) as req:
+                await req.execute("INSERT INTO py_req VALUES ('aleft-ac')")
+                raise ValueError("the application's own error: nothing may be committed")
+        assert rows_of(pg, "aleft-ac")["RAC1"] == 0, "the block raised, yet its row is committed"
         assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
 
 

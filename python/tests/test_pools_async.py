@@ -143,6 +143,74 @@ async def test_connection_commits_or_rolls_back_like_psycopg_pool(pg, cluster_fa
 
 
 @pytest.mark.asyncio
+async def test_a_borrower_that_left_autocommit_on_never_commits_the_next_borrowers_rolled_back_work(
+    pg, cluster_factory
+):
+    # psycopg_pool gives a connection back as its borrower left it: the next
+    # borrow ran in autocommit, and its block's exception rolled nothing back.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with new_pools(c, pg.dsn, max_size=1) as pools:
+        key = key_on(c, "RAC1")  # max_size=1: the next borrow gets this connection
+        async with pools.connection(key=key) as conn:
+            await conn.execute("CREATE TABLE IF NOT EXISTS py_left (v int)")
+            await conn.execute("DELETE FROM py_left")
+        async with pools.connection(key=key) as conn:
+            await conn.set_autocommit(True)  # e.g. for a VACUUM
+        with pytest.raises(ZeroDivisionError):
+            async with pools.connection(key=key) as conn:
+                await conn.execute("INSERT INTO py_left VALUES (1)")
+                1 / 0
+        async with pools.connection(key=key) as conn:
+            cur = await conn.execute("SELECT count(*) FROM py_left")
+            assert (await cur.fetchone())[0] == 0, "a block that raised left its row committed"
+            assert not conn.autocommit
+            await conn.execute("DROP TABLE py_left")
+
+
+@pytest.mark.asyncio
+async def test_a_connection_goes_back_with_the_settings_the_pool_made_it_with(pg, cluster_factory):
+    # What `connect_kwargs` and `configure` set is the pool's: a borrower's
+    # change of autocommit, read_only, isolation_level or deferrable ends
+    # with its borrow (HikariCP's reset), before a `reset=` of the
+    # caller's runs.
+    resets = []
+
+    async def configure(conn):
+        await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+
+    async def reset(conn):
+        resets.append((conn.autocommit, conn.isolation_level, conn.read_only, conn.deferrable))
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    made = (False, psycopg.IsolationLevel.REPEATABLE_READ, None, None)
+    async with new_pools(c, pg.dsn, max_size=1, configure=configure, reset=reset) as pools:
+        key = key_on(c, "RAC2")
+        async with pools.connection(key=key) as conn:
+            await conn.set_isolation_level(psycopg.IsolationLevel.SERIALIZABLE)
+            await conn.set_read_only(True)
+            await conn.set_deferrable(True)
+            await conn.set_autocommit(True)
+        await wait_until_async(lambda: len(resets) == 1, 5.0)  # psycopg_pool runs `reset` in a worker
+        async with pools.connection(key=key) as conn:
+            assert (conn.autocommit, conn.isolation_level, conn.read_only, conn.deferrable) == made
+            cur = await conn.execute(
+                "SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only'),"
+                " current_setting('transaction_deferrable')"
+            )
+            assert await cur.fetchone() == ("repeatable read", "off", "off")
+        assert resets[0] == made, "the caller's reset saw the borrower's settings"
+        # A connection that cannot be put back is discarded, as psycopg_pool
+        # discards one its rollback or `reset` fails on.
+        async with pools.connection(key=key) as conn:
+            await conn.set_read_only(True)
+            pid = conn.info.backend_pid
+            conn.pgconn.finish()  # closed under psycopg's feet
+        async with pools.connection(key=key) as conn:
+            assert conn.info.backend_pid != pid and conn.read_only is None
+        assert sum(n["in_flight"] for n in c.metrics()["nodes"]) == 0
+
+
+@pytest.mark.asyncio
 async def test_pin_key_and_session_route_real_connections(pg, cluster_factory):
     async with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
         c = pools.cluster

@@ -116,6 +116,56 @@ def test_connection_commits_or_rolls_back_like_psycopg_pool(pg, cluster_factory)
                 conn.execute('DROP TABLE py_t')
         assert sum((n['failures'] for n in pools.cluster.metrics()['nodes'])) == 0
 
+def test_a_borrower_that_left_autocommit_on_never_commits_the_next_borrowers_rolled_back_work(pg, cluster_factory):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    with new_pools(c, pg.dsn, max_size=1) as pools:
+        key = key_on(c, 'RAC1')
+        with pools.connection(key=key) as conn:
+            conn.execute('CREATE TABLE IF NOT EXISTS py_left (v int)')
+            conn.execute('DELETE FROM py_left')
+        with pools.connection(key=key) as conn:
+            conn.set_autocommit(True)
+        with pytest.raises(ZeroDivisionError):
+            with pools.connection(key=key) as conn:
+                conn.execute('INSERT INTO py_left VALUES (1)')
+                1 / 0
+        with pools.connection(key=key) as conn:
+            cur = conn.execute('SELECT count(*) FROM py_left')
+            assert cur.fetchone()[0] == 0, 'a block that raised left its row committed'
+            assert not conn.autocommit
+            conn.execute('DROP TABLE py_left')
+
+def test_a_connection_goes_back_with_the_settings_the_pool_made_it_with(pg, cluster_factory):
+    resets = []
+
+    def configure(conn):
+        conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+
+    def reset(conn):
+        resets.append((conn.autocommit, conn.isolation_level, conn.read_only, conn.deferrable))
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    made = (False, psycopg.IsolationLevel.REPEATABLE_READ, None, None)
+    with new_pools(c, pg.dsn, max_size=1, configure=configure, reset=reset) as pools:
+        key = key_on(c, 'RAC2')
+        with pools.connection(key=key) as conn:
+            conn.set_isolation_level(psycopg.IsolationLevel.SERIALIZABLE)
+            conn.set_read_only(True)
+            conn.set_deferrable(True)
+            conn.set_autocommit(True)
+        wait_until(lambda: len(resets) == 1, 5.0)
+        with pools.connection(key=key) as conn:
+            assert (conn.autocommit, conn.isolation_level, conn.read_only, conn.deferrable) == made
+            cur = conn.execute("SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only'), current_setting('transaction_deferrable')")
+            assert cur.fetchone() == ('repeatable read', 'off', 'off')
+        assert resets[0] == made, "the caller's reset saw the borrower's settings"
+        with pools.connection(key=key) as conn:
+            conn.set_read_only(True)
+            pid = conn.info.backend_pid
+            conn.pgconn.finish()
+        with pools.connection(key=key) as conn:
+            assert conn.info.backend_pid != pid and conn.read_only is None
+        assert sum((n['in_flight'] for n in c.metrics()['nodes'])) == 0
+
 def test_pin_key_and_session_route_real_connections(pg, cluster_factory):
     with new_pools(cluster_factory(nodes=NAMES), pg.dsn) as pools:
         c = pools.cluster

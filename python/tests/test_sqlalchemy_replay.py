@@ -489,6 +489,33 @@ def test_replay_needs_a_postgresql_engine_of_the_cluster(pg, cluster_factory):
     engine.dispose()
 
 
+def test_a_request_after_a_checkout_set_autocommit_rolls_back_on_the_applications_error(
+    pg, cluster_factory, sreq_table
+):
+    # NodePools gave a connection back as its borrower left it (in
+    # autocommit: the next request committed whatever its block raised).
+    # The engine's pool does not: SQLAlchemy puts back on checkin an
+    # isolation level set through `execution_options`.
+    from racaffinity.sqlalchemy import route
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=0, pool_timeout=2)
+    key = key_on(c, "RAC1")  # one connection per node: the request gets the earlier checkout's
+    try:
+        with route(key=key):
+            with engine.connect() as conn:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                conn.exec_driver_sql("SELECT 1")
+        with pytest.raises(ValueError):
+            with request(engine, key=key) as req:
+                req.execute(INSERT, {"id": "sa-left"})
+                raise ValueError("the application's own error: nothing may be committed")
+        assert rows_of(pg, "sa-left")["RAC1"] == 0, "the block raised, yet its row is committed"
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture
 def sdup_table(pg):
     # No key: a write committed twice shows as two rows.

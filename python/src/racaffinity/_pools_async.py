@@ -92,8 +92,17 @@ def _tracked(base: Type[psycopg.AsyncConnection[Any]], attempts: ConnectAttempts
             conn._racaffinity_checked_out = -math.inf
             conn._racaffinity_borrowed = False  # by `connection()`, now
             conn._racaffinity_checking = False  # under the checkout check, now
+            conn._racaffinity_settings_changed = False  # see `_check_intrans_gen`
             conns.add(conn)
             return conn
+
+        def _check_intrans_gen(self, attribute: str) -> Any:
+            # psycopg calls this before it changes autocommit,
+            # isolation_level, read_only or deferrable, whichever way: the
+            # borrow's end then reads one flag rather than four settings
+            # (a thirtieth of a bare checkout) to know whether to put them back.
+            self._racaffinity_settings_changed = True
+            return super()._check_intrans_gen(attribute)
 
     return _AsyncTracked
 
@@ -445,6 +454,11 @@ class _AsyncConnection(PoolHostLease):
             conn._racaffinity_borrowed = False
             if outcome == FAILED:
                 self._pools._node_failed(pool)
+            if conn._racaffinity_settings_changed:
+                # psycopg_pool gives a connection back as its borrower left
+                # it: one left in autocommit ran the next borrower's block
+                # statement by statement, committed whatever it raised.
+                await _put_back_settings(pool, conn)
             try:
                 await pool.putconn(conn)
             finally:
@@ -1334,6 +1348,15 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
     async def _refuse_checkout(self, timeout: float) -> Any:
         raise psycopg_pool.PoolClosed(f"the pool {self.name!r} is retired: its node is not usable")
 
+    async def _connect(self, timeout: Optional[float] = None) -> Any:
+        conn: Any = await super()._connect(timeout)  # with the pools' own _racaffinity_* fields
+        # What the pool made it with (`connect_kwargs`, then `configure`):
+        # a borrower's change ends with its borrow (`_put_back_settings`).
+        conn._racaffinity_made = (conn.autocommit, conn.isolation_level, conn.read_only, conn.deferrable)
+        conn._racaffinity_settings_changed = False
+        return conn
+
+
     async def _check_connection(self, conn: Any) -> None:
         check = self._check
         if check.__class__ is not _AliveCheck:  # the caller's check=, or none
@@ -1356,6 +1379,36 @@ class _AsyncNodePool(psycopg_pool.AsyncConnectionPool):
             raise
         finally:
             conn._racaffinity_checking = False
+
+
+async def _put_back_settings(pool: Any, conn: Any) -> None:
+    """Puts `conn`'s autocommit, isolation level, read-only and deferrable
+    settings back to what its pool made it with (HikariCP resets them on
+    return; local settings: no round trip), before psycopg_pool's return
+    and the caller's `reset=`; closes it when that fails, so the pool
+    discards it (as psycopg_pool discards a connection its rollback or
+    `reset` fails on). A closed or busy connection is left to psycopg_pool,
+    which discards it."""
+    status = conn.pgconn.transaction_status
+    if status == TransactionStatus.UNKNOWN or status == TransactionStatus.ACTIVE:
+        return
+    autocommit, isolation_level, read_only, deferrable = conn._racaffinity_made
+    try:
+        if status != TransactionStatus.IDLE:  # none changes inside a transaction
+            await conn.rollback()
+        if conn.autocommit != autocommit:
+            await conn.set_autocommit(autocommit)
+        if conn.isolation_level != isolation_level:
+            await conn.set_isolation_level(isolation_level)
+        if conn.read_only != read_only:
+            await conn.set_read_only(read_only)
+        if conn.deferrable != deferrable:
+            await conn.set_deferrable(deferrable)
+        conn._racaffinity_settings_changed = False
+    except Exception as e:
+        log.warning("racaffinity: the pool %r could not put a returned connection's settings back (%s): discarded",
+                    pool.name, e)
+        await conn.close()
 
 
 async def _give_back(pool: Any, conn: Any) -> psycopg_pool.PoolClosed:

@@ -66,8 +66,13 @@ def _tracked(base: Type[psycopg.Connection[Any]], attempts: ConnectAttempts, con
             conn._racaffinity_checked_out = -math.inf
             conn._racaffinity_borrowed = False
             conn._racaffinity_checking = False
+            conn._racaffinity_settings_changed = False
             conns.add(conn)
             return conn
+
+        def _check_intrans_gen(self, attribute: str) -> Any:
+            self._racaffinity_settings_changed = True
+            return super()._check_intrans_gen(attribute)
     return _Tracked
 ALIVE_BYPASS = 0.5
 KEPT_LEASE_BUFS = 16
@@ -361,6 +366,8 @@ class _Connection(PoolHostLease):
             conn._racaffinity_borrowed = False
             if outcome == FAILED:
                 self._pools._node_failed(pool)
+            if conn._racaffinity_settings_changed:
+                _put_back_settings(pool, conn)
             try:
                 pool.putconn(conn)
             finally:
@@ -1061,6 +1068,12 @@ class _NodePool(psycopg_pool.ConnectionPool):
     def _refuse_checkout(self, timeout: float) -> Any:
         raise psycopg_pool.PoolClosed(f'the pool {self.name!r} is retired: its node is not usable')
 
+    def _connect(self, timeout: Optional[float]=None) -> Any:
+        conn: Any = super()._connect(timeout)
+        conn._racaffinity_made = (conn.autocommit, conn.isolation_level, conn.read_only, conn.deferrable)
+        conn._racaffinity_settings_changed = False
+        return conn
+
     def _check_connection(self, conn: Any) -> None:
         check = self._check
         if check.__class__ is not _AliveCheck:
@@ -1079,6 +1092,34 @@ class _NodePool(psycopg_pool.ConnectionPool):
             raise
         finally:
             conn._racaffinity_checking = False
+
+def _put_back_settings(pool: Any, conn: Any) -> None:
+    """Puts `conn`'s autocommit, isolation level, read-only and deferrable
+    settings back to what its pool made it with (HikariCP resets them on
+    return; local settings: no round trip), before psycopg_pool's return
+    and the caller's `reset=`; closes it when that fails, so the pool
+    discards it (as psycopg_pool discards a connection its rollback or
+    `reset` fails on). A closed or busy connection is left to psycopg_pool,
+    which discards it."""
+    status = conn.pgconn.transaction_status
+    if status == TransactionStatus.UNKNOWN or status == TransactionStatus.ACTIVE:
+        return
+    autocommit, isolation_level, read_only, deferrable = conn._racaffinity_made
+    try:
+        if status != TransactionStatus.IDLE:
+            conn.rollback()
+        if conn.autocommit != autocommit:
+            conn.set_autocommit(autocommit)
+        if conn.isolation_level != isolation_level:
+            conn.set_isolation_level(isolation_level)
+        if conn.read_only != read_only:
+            conn.set_read_only(read_only)
+        if conn.deferrable != deferrable:
+            conn.set_deferrable(deferrable)
+        conn._racaffinity_settings_changed = False
+    except Exception as e:
+        log.warning("racaffinity: the pool %r could not put a returned connection's settings back (%s): discarded", pool.name, e)
+        conn.close()
 
 def _give_back(pool: Any, conn: Any) -> psycopg_pool.PoolClosed:
     """Puts back a connection a retired `pool` handed out (it closes it)
