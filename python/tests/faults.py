@@ -1,11 +1,13 @@
 """Helpers the fault tests share: metrics read-outs, gtrids and keys placed
-on a chosen node, and a hard deadline around a client call."""
+on a chosen node, a backend ended from outside, a table's rows counted on
+every node by SQL, and a hard deadline around a client call."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any, Callable, Dict
 
+import psycopg
 import pytest
 
 import racaffinity as ra
@@ -41,6 +43,22 @@ def gtrid_on(cluster: ra.Cluster, name: str, prefix: str) -> str:
 
 def key_on(cluster: ra.Cluster, name: str) -> int:
     return next(k for k in range(10_000) if cluster.route_key(k).name == name)
+
+
+def terminate(pg: Any, node: str, pid: int) -> None:
+    """Ends backend `pid` of `node` from a session of its own (57P01 to its
+    client), as an operator or a crash of that session would."""
+    with psycopg.connect(pg.dsn[node], autocommit=True, connect_timeout=5) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()[0]
+
+
+def rows_of(pg: Any, rid: str, table: str) -> Dict[str, int]:
+    """node name -> how many times id `rid` is in `table` there (by SQL)."""
+    out = {}
+    for name, dsn in pg.dsn.items():
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            out[name] = conn.execute(f"SELECT count(*) FROM {table} WHERE id = %s", (rid,)).fetchone()[0]
+    return out
 
 
 def within(seconds: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

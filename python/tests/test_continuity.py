@@ -17,7 +17,9 @@ from racaffinity import ReplayAction as A
 from racaffinity import ReplayRefusal as R
 from racaffinity import RequestFailure as F
 
+import faults
 from conftest import next_xid, wait_until
+from faults import key_on, terminate
 
 NAMES = ["RAC1", "RAC2", "RAC3"]
 
@@ -184,20 +186,7 @@ def req_table(pg):
 
 def rows_of(pg, rid, table="py_req"):
     """node name -> how many times request id `rid` is there."""
-    out = {}
-    for name, dsn in pg.dsn.items():
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-            out[name] = conn.execute(f"SELECT count(*) FROM {table} WHERE id = %s", (rid,)).fetchone()[0]
-    return out
-
-
-def key_on(c, name):
-    return next(k for k in range(10_000) if c.route_key(k).name == name)
-
-
-def terminate(pg, node, pid):
-    with psycopg.connect(pg.dsn[node], autocommit=True, connect_timeout=5) as admin:
-        assert admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()[0]
+    return faults.rows_of(pg, rid, table)
 
 
 def test_a_request_killed_before_commit_is_replayed_once_elsewhere(pg, cluster_factory, req_table):

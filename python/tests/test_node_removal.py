@@ -19,6 +19,7 @@ from racaffinity.pools import AsyncNodePools, NodePools, is_node_failure
 from racaffinity._acompat import ajoin, aspawn, join, spawn
 
 from conftest import NAMES, aport_of, port_of, wait_until, wait_until_async
+from faults import key_on
 
 APP = "racaffinity-node-removal"
 
@@ -27,9 +28,6 @@ def server_conns(pg, node: str, app: str) -> int:
     with psycopg.connect(pg.dsn[node], autocommit=True) as conn:
         return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()[0]
 
-
-def key_on(c: ra.Cluster, name: str) -> int:
-    return next(k for k in range(10_000) if c.route_key(k).name == name)
 
 
 def waiting(pools, node: int) -> int:

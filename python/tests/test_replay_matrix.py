@@ -35,6 +35,7 @@ from racaffinity.pools import AsyncNodePools, NodePools
 from racaffinity.sqlalchemy import create_async_engine, create_engine, request, route
 
 from conftest import REPO
+from faults import key_on
 
 NAMES = ["RAC1", "RAC2", "RAC3"]
 STEPS = ["before", "mid", "before_commit", "commit_lost", "after"]
@@ -65,9 +66,6 @@ def copies(pg, model: str, rid: str) -> int:
             total += conn.execute("SELECT count(*) FROM py_rm WHERE id = %s", (rid,)).fetchone()[0]
     return total
 
-
-def key_on(c, name):
-    return next(k for k in range(10_000) if c.route_key(k).name == name)
 
 
 class Cell:

@@ -20,6 +20,7 @@ import racaffinity as ra
 from racaffinity.sqlalchemy import RoutingPool, create_async_engine, create_engine, route
 
 from conftest import NAMES, in_a_forked_child, prepared_xacts
+from faults import key_on
 
 
 class Model(DeclarativeBase):
@@ -60,9 +61,6 @@ def orders(pg):
 def node_of_conn(pg, conn) -> str:
     return pg.name_of_port(conn.execute(PORT).scalar_one())
 
-
-def key_on(c: ra.Cluster, name: str) -> int:
-    return next(k for k in range(10_000) if c.route_key(k).name == name)
 
 
 def node_of(pg, s: Session) -> str:

@@ -26,7 +26,9 @@ from racaffinity import ReplayRefusal as R
 from racaffinity.pools import NodePools
 from racaffinity.sqlalchemy import create_async_engine, create_engine, request
 
+import faults
 from conftest import NAMES, REPO, next_xid
+from faults import key_on, terminate
 
 INSERT = sa.text("INSERT INTO py_sreq VALUES (:id)")
 COUNT = sa.text("SELECT count(*) FROM py_sreq WHERE id = :id")
@@ -47,20 +49,7 @@ def sreq_table(pg):
 
 def rows_of(pg, rid) -> Dict[str, int]:
     """node name -> how many times request id `rid` is there (by SQL)."""
-    out = {}
-    for name, dsn in pg.dsn.items():
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-            out[name] = conn.execute("SELECT count(*) FROM py_sreq WHERE id = %s", (rid,)).fetchone()[0]
-    return out
-
-
-def key_on(c, name):
-    return next(k for k in range(10_000) if c.route_key(k).name == name)
-
-
-def terminate(pg, node, pid):
-    with psycopg.connect(pg.dsn[node], autocommit=True, connect_timeout=5) as admin:
-        assert admin.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,)).fetchone()[0]
+    return faults.rows_of(pg, rid, "py_sreq")
 
 
 def test_a_request_killed_before_commit_is_replayed_once_elsewhere(pg, cluster_factory, sreq_table):
