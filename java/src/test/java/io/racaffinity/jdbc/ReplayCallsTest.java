@@ -216,23 +216,9 @@ class ReplayCallsTest extends ReplayNodes {
         boolean[] failNext = {false};
         Map<String, javax.sql.DataSource> nodes = new java.util.LinkedHashMap<>();
         for (String name : NAMES) {
-            javax.sql.DataSource h = pools.get(name);
-            nodes.put(name, (javax.sql.DataSource) java.lang.reflect.Proxy.newProxyInstance(getClass().getClassLoader(),
-                    new Class<?>[] {javax.sql.DataSource.class}, (p, m, a) -> {
-                        Object r = io.racaffinity.test.Stubs.forward(h, m, a);
-                        if (!(r instanceof Connection c)) {
-                            return r;
-                        }
-                        return java.lang.reflect.Proxy.newProxyInstance(getClass().getClassLoader(),
-                                new Class<?>[] {Connection.class}, (p2, m2, a2) -> {
-                                    if (m2.getName().equals("prepareStatement") && failNext[0]) {
-                                        failNext[0] = false;
-                                        // As drivers write it when they have no cause: the cause is set, to null.
-                                        throw new SQLException("the connection was lost", "08006", (Throwable) null);
-                                    }
-                                    return io.racaffinity.test.Stubs.forward(c, m2, a2);
-                                });
-                    }));
+            // As drivers write it when they have no cause: the cause is set, to null.
+            nodes.put(name, ReplayFixture.failingOnce(pools.get(name), "prepareStatement", failNext,
+                    () -> new SQLException("the connection was lost", "08006", (Throwable) null)));
         }
         AffinityDataSource ds = ReplayFixture.dataSource(pools, nodes, "calls-null-cause", true);
         try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {

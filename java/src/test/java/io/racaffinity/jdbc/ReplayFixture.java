@@ -6,8 +6,10 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import com.zaxxer.hikari.HikariConfig;
 import io.racaffinity.test.PgNodes;
 import io.racaffinity.test.Pools;
+import io.racaffinity.test.Stubs;
 import io.racaffinity.testsupport.FaultProxy;
 import io.racaffinity.testsupport.FaultProxy.Hold;
+import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
@@ -20,6 +22,7 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
+import java.util.function.Supplier;
 import javax.sql.DataSource;
 
 /**
@@ -169,6 +172,29 @@ final class ReplayFixture {
             rs.next();
             assertTrue(rs.getInt(1) > 0, "a transaction was open on node " + node);
         }
+    }
+
+    /**
+     * {@code node}, whose connections throw {@code failure}'s exception from their next call of
+     * {@code method} once the test sets {@code armed[0]} (that call clears it, so it fails once);
+     * every other call, and the data source's own, go through to {@code node}'s.
+     */
+    static DataSource failingOnce(DataSource node, String method, boolean[] armed,
+            Supplier<? extends Exception> failure) {
+        ClassLoader loader = ReplayFixture.class.getClassLoader();
+        return (DataSource) Proxy.newProxyInstance(loader, new Class<?>[] {DataSource.class}, (p, m, a) -> {
+            Object r = Stubs.forward(node, m, a);
+            if (!(r instanceof Connection c)) {
+                return r;
+            }
+            return Proxy.newProxyInstance(loader, new Class<?>[] {Connection.class}, (p2, m2, a2) -> {
+                if (m2.getName().equals(method) && armed[0]) {
+                    armed[0] = false;
+                    throw failure.get();
+                }
+                return Stubs.forward(c, m2, a2);
+            });
+        });
     }
 
     /** A JDBC call that ends a transaction ({@code commit()}, {@code setAutoCommit(true)}). */

@@ -6,11 +6,11 @@ import static io.racaffinity.jdbc.ReplayFixture.NAMES;
 import static io.racaffinity.jdbc.ReplayFixture.commitHeld;
 import static io.racaffinity.jdbc.ReplayFixture.count;
 import static io.racaffinity.jdbc.ReplayFixture.endOpenTransactions;
+import static io.racaffinity.jdbc.ReplayFixture.failingOnce;
 import static io.racaffinity.jdbc.ReplayFixture.insert;
 import static io.racaffinity.jdbc.ReplayFixture.rowsOf;
 import static io.racaffinity.jdbc.ReplayFixture.throughProxy;
 import static io.racaffinity.jdbc.ReplayFixture.total;
-import static io.racaffinity.test.Stubs.forward;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -27,7 +27,6 @@ import io.racaffinity.test.Pools;
 import io.racaffinity.testsupport.FaultProxy;
 import io.racaffinity.testsupport.FaultProxy.Hold;
 import java.io.Reader;
-import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.ResultSet;
@@ -490,21 +489,8 @@ class ReplayGuardsTest extends ReplayNodes {
         pools = new Pools(List.of("MYDB1"));
         HikariDataSource h = pools.get("MYDB1");
         boolean[] failNext = {false};
-        DataSource faulty = (DataSource) Proxy.newProxyInstance(getClass().getClassLoader(),
-                new Class<?>[] {DataSource.class}, (p, m, a) -> {
-                    Object r = forward(h, m, a);
-                    if (!(r instanceof Connection c)) {
-                        return r;
-                    }
-                    return Proxy.newProxyInstance(getClass().getClassLoader(), new Class<?>[] {Connection.class},
-                            (p2, m2, a2) -> {
-                                if (m2.getName().equals("getAutoCommit") && failNext[0]) {
-                                    failNext[0] = false;
-                                    throw new IllegalStateException("a driver's bug in getAutoCommit");
-                                }
-                                return forward(c, m2, a2);
-                            });
-                });
+        DataSource faulty = failingOnce(h, "getAutoCommit", failNext,
+                () -> new IllegalStateException("a driver's bug in getAutoCommit"));
         AffinityDataSource ds = new AffinityDataSource();
         ds.setConfig("name = guard-open-leak; nodes = MYDB1");
         ds.setNodeDataSources(Map.of("MYDB1", faulty));
@@ -531,22 +517,8 @@ class ReplayGuardsTest extends ReplayNodes {
         boolean[] failNext = {false};
         Map<String, DataSource> nodes = new java.util.LinkedHashMap<>();
         for (String name : NAMES) {
-            HikariDataSource h = pools.get(name);
-            nodes.put(name, (DataSource) Proxy.newProxyInstance(getClass().getClassLoader(),
-                    new Class<?>[] {DataSource.class}, (p, m, a) -> {
-                        Object r = forward(h, m, a);
-                        if (!(r instanceof Connection c)) {
-                            return r;
-                        }
-                        return Proxy.newProxyInstance(getClass().getClassLoader(), new Class<?>[] {Connection.class},
-                                (p2, m2, a2) -> {
-                                    if (m2.getName().equals("beginRequest") && failNext[0]) {
-                                        failNext[0] = false;
-                                        throw new IllegalStateException("a driver's bug in beginRequest");
-                                    }
-                                    return forward(c, m2, a2);
-                                });
-                    }));
+            nodes.put(name, failingOnce(pools.get(name), "beginRequest", failNext,
+                    () -> new IllegalStateException("a driver's bug in beginRequest")));
         }
         AffinityDataSource ds = ReplayFixture.dataSource(pools, nodes, "guard-replay-leak", true);
         try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
