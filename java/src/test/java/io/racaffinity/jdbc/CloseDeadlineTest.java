@@ -245,17 +245,8 @@ class CloseDeadlineTest {
             XAConnection other = ds.getXAConnection();
             other.getConnection().isReadOnly(); // a session that ends at once
 
-            closing = CompletableFuture.supplyAsync(() -> {
-                long start = System.nanoTime();
-                ds.close();
-                return TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
-            });
-            Long tookMillis;
-            try {
-                tookMillis = closing.get(10, TimeUnit.SECONDS);
-            } catch (TimeoutException e) {
-                tookMillis = null;
-            }
+            closing = timed(ds::close);
+            Long tookMillis = within10s(closing);
 
             assertTrue(ending.await(0, TimeUnit.SECONDS), "close() never ended the stuck session");
             assertTrue(tookMillis != null && tookMillis < BOUND_MILLIS,
@@ -337,17 +328,8 @@ class CloseDeadlineTest {
             }
             assertEquals(List.of("A", "B"), inUse.keySet().stream().sorted().toList(), "one in use on each node");
 
-            closing = CompletableFuture.supplyAsync(() -> {
-                long start = System.nanoTime();
-                ds.close();
-                return TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
-            });
-            Long tookMillis;
-            try {
-                tookMillis = closing.get(10, TimeUnit.SECONDS);
-            } catch (TimeoutException e) {
-                tookMillis = null;
-            }
+            closing = timed(ds::close);
+            Long tookMillis = within10s(closing);
 
             assertEquals(1, abortsA.get(), "close() aborts A's connection");
             assertTrue(tookMillis != null && tookMillis < BOUND_MILLIS,
@@ -365,6 +347,24 @@ class CloseDeadlineTest {
         }
         assertTrue(Pools.await(Duration.ofSeconds(10), () -> Threads.of("closeabort").isEmpty()),
                 "released, the stuck thread ends: " + Threads.describe(Threads.of("closeabort")));
+    }
+
+    /** Runs {@code close} on another thread: the future answers how long it took, in ms. */
+    private static CompletableFuture<Long> timed(Runnable close) {
+        return CompletableFuture.supplyAsync(() -> {
+            long start = System.nanoTime();
+            close.run();
+            return TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+        });
+    }
+
+    /** How long {@code closing} took, in ms; null when it has not returned within 10 s. */
+    private static Long within10s(CompletableFuture<Long> closing) throws Exception {
+        try {
+            return closing.get(10, TimeUnit.SECONDS);
+        } catch (TimeoutException e) {
+            return null;
+        }
     }
 
     /** Whether {@code t} is in {@link #stuckUntil} (the test's blocking driver). */
