@@ -68,6 +68,19 @@ class JtaRoutingTest {
     }
 
     /** A data source over {@code cluster} that routes by the JTA transaction of Narayana's {@link #tm}. */
+    /** An XA data source over the three nodes, no heartbeat, no MBean; its cluster or config is the caller's. */
+    private static AffinityXADataSource xaDataSource() {
+        Map<String, XADataSource> xa = new LinkedHashMap<>();
+        for (int i = 1; i <= 3; i++) {
+            xa.put("RAC" + i, XaRows.xaDataSource(i));
+        }
+        AffinityXADataSource xads = new AffinityXADataSource();
+        xads.setNodeXADataSources(xa);
+        xads.setHeartbeatIntervalMillis(0);
+        xads.setRegisterMBean(false);
+        return xads;
+    }
+
     private AffinityDataSource jtaDataSource(Cluster cluster) throws Exception {
         AffinityDataSource jta = new AffinityDataSource();
         jta.setCluster(cluster);
@@ -294,15 +307,8 @@ class JtaRoutingTest {
 
     @Test
     void jtaConnectionsAndXaBranchesOfOneTransactionShareTheNode() throws Exception {
-        Map<String, XADataSource> xa = new LinkedHashMap<>();
-        for (int i = 1; i <= 3; i++) {
-            xa.put("RAC" + i, XaRows.xaDataSource(i));
-        }
-        try (AffinityXADataSource xads = new AffinityXADataSource()) {
+        try (AffinityXADataSource xads = xaDataSource()) {
             xads.setCluster(cluster);
-            xads.setNodeXADataSources(xa);
-            xads.setHeartbeatIntervalMillis(0);
-            xads.setRegisterMBean(false);
             Set<String> nodes = new HashSet<>();
             for (int t = 0; t < 12; t++) {
                 tm.begin();
@@ -333,15 +339,8 @@ class JtaRoutingTest {
      */
     @Test
     void aHardDownAbortsATransactionsJtaConnectionAndItsXaBranchOnTheNode() throws Exception {
-        Map<String, XADataSource> xa = new LinkedHashMap<>();
-        for (int i = 1; i <= 3; i++) {
-            xa.put("RAC" + i, XaRows.xaDataSource(i));
-        }
-        try (AffinityXADataSource xads = new AffinityXADataSource()) {
+        try (AffinityXADataSource xads = xaDataSource()) {
             xads.setCluster(cluster);
-            xads.setNodeXADataSources(xa);
-            xads.setHeartbeatIntervalMillis(0);
-            xads.setRegisterMBean(false);
             tm.begin();
             XAConnection xc = xads.getXAConnection();
             try {
@@ -398,15 +397,8 @@ class JtaRoutingTest {
         cluster.close();
         cluster = Cluster.fromConfig("name = jta-strict-p1; " + config);
         ds = jtaDataSource(cluster);
-        Map<String, XADataSource> xa = new LinkedHashMap<>();
-        for (int i = 1; i <= 3; i++) {
-            xa.put("RAC" + i, XaRows.xaDataSource(i));
-        }
-        try (AffinityXADataSource xads = new AffinityXADataSource()) {
+        try (AffinityXADataSource xads = xaDataSource()) {
             xads.setConfig("name = jta-strict-p2; " + config);
-            xads.setNodeXADataSources(xa);
-            xads.setHeartbeatIntervalMillis(0);
-            xads.setRegisterMBean(false);
             xads.init();
             Thread.sleep(1500); // the nodes just added are shared inputs: strict placement waits out the settle time
             List<String> split = new ArrayList<>();
