@@ -180,14 +180,8 @@ class ConnectionAbortTest {
             case "isClosed" -> false;
             default -> null;
         });
-        DataSource node = Stubs.proxy(DataSource.class, "node", (p, m, a) -> m.getName().equals("getConnection")
-                ? hanging : null);
         try (Cluster cluster = Cluster.fromConfig("name = aborthungclose; nodes = A");
-                AffinityDataSource ds = new AffinityDataSource()) {
-            ds.setCluster(cluster);
-            ds.setNodeDataSources(Map.of("A", node));
-            ds.setHeartbeatIntervalMillis(0);
-            ds.setRegisterMBean(false);
+                AffinityDataSource ds = handingOut(cluster, hanging)) {
             Connection c = ds.getConnection();
             CompletableFuture<SQLException> close = CompletableFuture.supplyAsync(() -> {
                 try {
@@ -208,6 +202,21 @@ class ConnectionAbortTest {
         }
     }
 
+    /**
+     * A data source over {@code cluster}'s one node A, whose pool (not HikariCP) hands out {@code handle} at every
+     * getConnection; no heartbeat, no MBean.
+     */
+    private static AffinityDataSource handingOut(Cluster cluster, Connection handle) {
+        DataSource node = Stubs.proxy(DataSource.class, "node", (p, m, a) -> m.getName().equals("getConnection")
+                ? handle : null);
+        AffinityDataSource ds = new AffinityDataSource();
+        ds.setCluster(cluster);
+        ds.setNodeDataSources(Map.of("A", node));
+        ds.setHeartbeatIntervalMillis(0);
+        ds.setRegisterMBean(false);
+        return ds;
+    }
+
     @Test
     void abortOnAnotherPoolDoesItsWorkThroughTheGivenExecutor() throws Exception {
         // JDBC: abort's work is done through the executor, and the call returns promptly. The pool
@@ -226,14 +235,8 @@ class ConnectionAbortTest {
             case "isClosed" -> false;
             default -> null;
         });
-        DataSource node = Stubs.proxy(DataSource.class, "node", (p, m, a) -> m.getName().equals("getConnection")
-                ? handle : null);
         try (Cluster cluster = Cluster.fromConfig("name = abortexecutor; nodes = A");
-                AffinityDataSource ds = new AffinityDataSource()) {
-            ds.setCluster(cluster);
-            ds.setNodeDataSources(Map.of("A", node));
-            ds.setHeartbeatIntervalMillis(0);
-            ds.setRegisterMBean(false);
+                AffinityDataSource ds = handingOut(cluster, handle)) {
             Connection c = ds.getConnection();
             List<Runnable> queued = new java.util.ArrayList<>();
             c.abort(queued::add);
