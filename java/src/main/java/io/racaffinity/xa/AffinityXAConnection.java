@@ -220,13 +220,14 @@ public final class AffinityXAConnection implements XAConnection {
     /**
      * {@link XaRouter#nodeFailed}: the session this connection holds on {@code node}, if any, is marked broken
      * (an active branch on it died with it), the handle that used it fails its next call, and the session is
-     * aborted through the handle's driver connection. With no handle open it is left to {@code later}, which
-     * aborts it through a new handle of the physical connection: a driver may give one only once a call
-     * running on the session ends, so the caller runs those on a thread of its own.
+     * aborted: through the handle's driver connection by the task added to {@code inUse}; with no handle open by
+     * the one added to {@code later}, through a new handle of the physical connection, which a driver may give
+     * only once a call running on the session ends. The caller runs them off its own thread: a driver's abort may
+     * block (a socket stuck in a write).
      *
      * @return whether this connection had a session there
      */
-    boolean abortNode(int node, List<Runnable> later) {
+    boolean abortNode(int node, List<Runnable> inUse, List<Runnable> later) {
         Physical p;
         Connection logical;
         synchronized (this) {
@@ -242,7 +243,7 @@ public final class AffinityXAConnection implements XAConnection {
             logical = p.logical;
         }
         if (logical != null) {
-            abortQuietly(logical);
+            inUse.add(() -> abortQuietly(logical));
         } else {
             later.add(() -> {
                 try {

@@ -307,7 +307,8 @@ public final class XaRouter {
      * on a dead or blackholed node ends now, not at the driver's socket timeout. An unprepared branch on
      * such a session died with it (the database rolls it back): the TM's next call on it answers at once
      * ({@code end}: {@code XA_RBCOMMFAIL}; the handle: SQLState 08006). A prepared branch stays on the node
-     * (in doubt, for the TM's commit or recovery), tracked as before.
+     * (in doubt, for the TM's commit or recovery), tracked as before. The aborts run on library threads; this
+     * waits 1 s at most for those of the sessions behind an open handle, whatever a driver whose abort blocks.
      *
      * @param node the node id
      * @return how many XAConnections had a session there
@@ -318,17 +319,33 @@ public final class XaRouter {
             hardDowns.incrementAndGet(node);
         }
         int n = 0;
+        List<Runnable> inUse = new ArrayList<>();
         List<Runnable> later = new ArrayList<>();
         for (AffinityXAConnection c : openConnections()) {
-            n += c.abortNode(node, later) ? 1 : 0;
+            n += c.abortNode(node, inUse, later) ? 1 : 0;
+        }
+        // A session behind an open handle is in use, as a pool's borrowed connection: each is aborted on a thread
+        // of its own, so that a driver whose abort blocks holds neither the node's other aborts nor the caller (the
+        // upkeep, which acts on the next Down meanwhile). Waited for a while: drivers that abort at once have done
+        // so when this returns.
+        List<Thread> aborting = new ArrayList<>(inUse.size());
+        for (Runnable abort : inUse) {
+            Thread t = io.racaffinity.LibraryThreads.newThread(abort, "racaffinity-xa-down-abort-" + cluster.name(),
+                    XaRouter.class.getClassLoader());
+            t.start();
+            aborting.add(t);
         }
         if (!later.isEmpty()) {
             // Sessions with no handle open: one may be busy in an XA call, so not on the caller's thread.
             io.racaffinity.LibraryThreads.newThread(() -> later.forEach(Runnable::run), "racaffinity-xa-abort-"
                     + cluster.name(), XaRouter.class.getClassLoader()).start();
         }
+        io.racaffinity.LibraryThreads.joinAll(aborting, DOWN_ABORT_WAIT_MILLIS);
         return n;
     }
+
+    /** How long {@link #nodeFailed} waits for the aborts of the node's sessions in use, all together. */
+    static final long DOWN_ABORT_WAIT_MILLIS = 1_000;
 
     /** @return how many hard Downs of {@code node} {@link #nodeFailed} has seen (0 for an unknown node) */
     long hardDowns(int node) {
