@@ -337,8 +337,7 @@ public final class XaRouter {
         }
         if (!later.isEmpty()) {
             // Sessions with no handle open: one may be busy in an XA call, so not on the caller's thread.
-            io.racaffinity.LibraryThreads.newThread(() -> later.forEach(Runnable::run), "racaffinity-xa-abort-"
-                    + cluster.name(), XaRouter.class.getClassLoader()).start();
+            AbortRelay.start(later, "racaffinity-xa-abort-" + cluster.name(), XaRouter.class.getClassLoader());
         }
         io.racaffinity.LibraryThreads.joinAll(aborting, DOWN_ABORT_WAIT_MILLIS);
         return n;

@@ -246,4 +246,10 @@ class StuckAbortsTest {
     void anXaHardDownReachesEverySessionInUseOnItsNodeThoughEachAbortBlocks() throws Exception {
         xaHardDown("xastuckdown", true);
     }
+
+    /** Sessions the TM's pure XA calls use (no handle open): aborted through a new handle of each. */
+    @Test
+    void anXaHardDownReachesEverySessionWithNoHandleOnItsNodeThoughEachAbortBlocks() throws Exception {
+        xaHardDown("xastuckidle", false);
+    }
 }
