@@ -163,8 +163,9 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
      * unregistered, and the node data sources it built and the cluster it built are closed. A prepared branch
      * stays on its node, in doubt, for the TM's recovery (which uses a data source of its own); an unprepared
      * one is rolled back by the database with its session. Each XAConnection ends on a thread of its own, waited
-     * for within close()'s one bound: a node driver whose abort or close blocks holds neither close() nor the
-     * other XAConnections' ends. For a graceful end, let the TM complete its transactions and close its
+     * for within close()'s one bound (and each further session behind its handle, on another node, is aborted on
+     * a thread of its own): a node driver whose abort or close blocks holds neither close() nor another session's
+     * end. For a graceful end, let the TM complete its transactions and close its
      * XAConnections first. Idempotent.
      */
     @Override

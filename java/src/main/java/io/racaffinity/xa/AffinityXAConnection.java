@@ -267,6 +267,23 @@ public final class AffinityXAConnection implements XAConnection {
         end(true);
     }
 
+    /** Waits for {@code threads} to end: the caller's own bound (a close's) is what limits the wait. */
+    private static void joinUninterruptibly(List<Thread> threads) {
+        boolean interrupted = false;
+        for (Thread t : threads) {
+            while (t.isAlive()) {
+                try {
+                    t.join();
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
+        }
+        if (interrupted) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
     private void abortQuietly(Connection c) {
         try {
             c.abort(Runnable::run);
@@ -805,8 +822,22 @@ public final class AffinityXAConnection implements XAConnection {
             gone.addAll(refused);
             refused.clear();
         }
+        // A handle that worked on two nodes (outside a branch, then in one) has a session on each: a driver whose
+        // abort blocks on one node must not leave the other's session, an unprepared branch holding its locks on a
+        // node that is fine, open meanwhile. So each further session is aborted on a thread of its own.
+        List<Thread> aborting = new ArrayList<>();
+        for (int i = 1; i < logicals.size(); i++) {
+            Connection c = logicals.get(i);
+            Thread t = io.racaffinity.LibraryThreads.newThread(() -> abortQuietly(c), "racaffinity-xa-close-"
+                    + router.cluster().name(), AffinityXAConnection.class.getClassLoader());
+            t.start();
+            aborting.add(t);
+        }
+        if (!logicals.isEmpty()) {
+            abortQuietly(logicals.get(0));
+        }
+        joinUninterruptibly(aborting);
         for (Connection c : logicals) {
-            abortQuietly(c);
             try {
                 c.close();
             } catch (SQLException | RuntimeException e) {

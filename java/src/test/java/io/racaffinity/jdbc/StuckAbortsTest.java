@@ -252,4 +252,66 @@ class StuckAbortsTest {
     void anXaHardDownReachesEverySessionWithNoHandleOnItsNodeThoughEachAbortBlocks() throws Exception {
         xaHardDown("xastuckidle", false);
     }
+
+    /**
+     * One XAConnection whose handle worked on A outside a branch, then in a branch on B: close() ends its session
+     * on B though the abort of its session on A blocks.
+     */
+    @Test
+    void anXaCloseEndsAnXaConnectionsOtherSessionsThoughItsAbortOnOneNodeBlocks() throws Exception {
+        AtomicBoolean stuck = new AtomicBoolean();
+        CountDownLatch release = new CountDownLatch(1);
+        AtomicInteger endsA = new AtomicInteger();
+        AtomicInteger endsB = new AtomicInteger();
+        AffinityXADataSource ds = xaDataSource("xastucktwo", stuck, release, endsA, endsB);
+        try {
+            io.racaffinity.xa.AffinityXAConnection c = null;
+            Connection h = null;
+            for (int i = 0; i < 8 && c == null; i++) {
+                XAConnection x = ds.getXAConnection();
+                Connection hx = x.getConnection();
+                hx.isReadOnly(); // outside a branch: bound to the node balancing gives
+                if ("A".equals(((io.racaffinity.xa.AffinityXAConnection) x).boundNodeName())) {
+                    c = (io.racaffinity.xa.AffinityXAConnection) x;
+                    h = hx;
+                } else {
+                    x.close();
+                }
+            }
+            assertTrue(c != null, "a handle on A");
+            XAResource r = c.getXAResource();
+            for (int i = 0; i < 16 && !"B".equals(c.boundNodeName()); i++) {
+                Xid x = xid(i);
+                r.start(x, XAResource.TMNOFLAGS);
+                if (!"B".equals(c.boundNodeName())) {
+                    r.end(x, XAResource.TMSUCCESS);
+                    r.rollback(x);
+                }
+            }
+            assertEquals("B", c.boundNodeName(), "a branch on B");
+            h.isReadOnly(); // the handle's work in the branch: its session on B
+            assertEquals(2, c.physicalConnections(), "sessions on A and B");
+            stuck.set(true);
+            long start = System.nanoTime();
+            ds.close();
+            long tookMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            assertTrue(tookMillis < BOUND_MILLIS, "close() took " + tookMillis + " ms");
+            assertEquals(1, endsA.get(), "the session on A: its abort began");
+            assertEquals(1, endsB.get(), "the branch's session on B ended within close()");
+        } finally {
+            release.countDown();
+            ds.close();
+        }
+        assertTrue(Pools.await(Duration.ofSeconds(10), () -> Threads.of("xastucktwo").isEmpty()),
+                "released, the ending threads end: " + Threads.describe(Threads.of("xastucktwo")));
+    }
+
+    private static Xid xid(int i) {
+        byte[] g = ("xastucktwo-" + i).getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        return Stubs.proxy(Xid.class, "Xid[" + i + "]", (p, m, a) -> switch (m.getName()) {
+            case "getFormatId" -> 1;
+            case "getGlobalTransactionId" -> g.clone();
+            default -> new byte[] {1};
+        });
+    }
 }
