@@ -253,6 +253,39 @@ class StuckAbortsTest {
         xaHardDown("xastuckidle", false);
     }
 
+    private static void xaClose(String name, boolean handles) throws Exception {
+        AtomicBoolean stuck = new AtomicBoolean();
+        CountDownLatch release = new CountDownLatch(1);
+        AtomicInteger endsA = new AtomicInteger();
+        AtomicInteger endsB = new AtomicInteger();
+        AffinityXADataSource ds = xaDataSource(name, stuck, release, endsA, endsB);
+        try {
+            sessions(ds, 3, handles);
+            stuck.set(true);
+            long start = System.nanoTime();
+            ds.close();
+            long tookMillis = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            assertTrue(tookMillis < BOUND_MILLIS, "close() took " + tookMillis + " ms");
+            assertEquals(3, endsA.get(), "A's sessions whose end began within close()");
+            assertEquals(1, endsB.get(), "B's session ended");
+        } finally {
+            release.countDown();
+            ds.close();
+        }
+        assertTrue(Pools.await(Duration.ofSeconds(10), () -> Threads.of(name).isEmpty()),
+                "released, the ending threads end: " + Threads.describe(Threads.of(name)));
+    }
+
+    @Test
+    void anXaCloseReachesEverySessionInUseOnANodeThoughEachAbortBlocks() throws Exception {
+        xaClose("xastuckclose", true);
+    }
+
+    @Test
+    void anXaCloseReachesEverySessionWithNoHandleOnANodeThoughEachCloseBlocks() throws Exception {
+        xaClose("xastuckcloseidle", false);
+    }
+
     /**
      * One XAConnection whose handle worked on A outside a branch, then in a branch on B: close() ends its session
      * on B though the abort of its session on A blocks.
