@@ -1113,6 +1113,59 @@ async def test_async_a_cancel_during_commit_gives_the_connection_back(pg, cluste
         assert req.node == "RAC1"
 
 
+@pytest.mark.parametrize("check", ["_check_autocommit", "_check_session_set"])
+def test_a_ctrl_c_as_a_request_is_entered_gives_the_connection_and_its_lease_back(
+    pg, cluster_factory, req_table, monkeypatch, check
+):
+    # A `with` whose __enter__ raises never calls __exit__: a Ctrl-C in the
+    # request's own checks, after its borrow, kept the connection and its
+    # lease for good.
+    from racaffinity._pools_sync import _Request
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=2.0) as pools:
+        key = key_on(c, "RAC1")
+
+        def ctrl_c(self):
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as m:
+            m.setattr(_Request, check, ctrl_c)
+            with pytest.raises(KeyboardInterrupt):
+                with pools.request(key=key):
+                    pass
+        assert in_flight(c, "RAC1") == 0, "the lease of a request whose entry was interrupted is in flight"
+        with pools.request(key=key) as req:  # max_size=1: served only if it came back
+            assert req.execute("SELECT 1").fetchone() == (1,)
+        assert req.node == "RAC1"
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("check", ["_check_autocommit", "_check_session_set"])
+async def test_async_a_ctrl_c_as_a_request_is_entered_gives_the_connection_and_its_lease_back(
+    pg, cluster_factory, req_table, monkeypatch, check
+):
+    from racaffinity._pools_async import _AsyncRequest
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=1, timeout=2.0) as pools:
+        key = key_on(c, "RAC1")
+
+        def ctrl_c(self):
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as m:
+            m.setattr(_AsyncRequest, check, ctrl_c)
+            with pytest.raises(KeyboardInterrupt):
+                async with pools.request(key=key):
+                    pass
+        assert in_flight(c, "RAC1") == 0, "the lease of a request whose entry was interrupted is in flight"
+        async with pools.request(key=key) as req:
+            assert await (await req.execute("SELECT 1")).fetchone() == (1,)
+        assert req.node == "RAC1"
+
+
 @pytest.fixture
 def alt_table(pg, req_table):
     for dsn in pg.dsn.values():

@@ -685,18 +685,26 @@ class _AsyncRequest(Recorder):
         self._enter_once()
         cm = _ConnectionWithArgs(self._pools, self._key, self._session, self._timeout)
         try:
-            self._conn = await cm.__aenter__()
-        except Exception as e:
-            # The borrow found the node failed (it could not connect within the
-            # wait): nothing ran yet, so the request starts where the core says.
-            if not self._replayable or cm.failed_node is None:
-                raise
-            self._node = cm.failed_node
-            await self._recover(e, AT_START)
-            return self
-        self._cm, self._node = cm, (cm if cm._buf is None else cm._buf).node
-        self._check_autocommit()
-        self._check_session_set()
+            try:
+                self._conn = await cm.__aenter__()
+            except Exception as e:
+                # The borrow found the node failed (it could not connect within the
+                # wait): nothing ran yet, so the request starts where the core says.
+                if not self._replayable or cm.failed_node is None:
+                    raise
+                self._node = cm.failed_node
+                await self._recover(e, AT_START)
+                return self
+            self._cm, self._node = cm, (cm if cm._buf is None else cm._buf).node
+            self._check_autocommit()
+            self._check_session_set()
+        except BaseException as e:
+            # A `with` whose entry raised runs no exit: a Ctrl-C (or a
+            # cancel) once a connection was borrowed gives it back now, with
+            # its lease, or both stayed out for good.
+            self._ended = True
+            await self._drop(e)
+            raise
         return self
 
     def _check_session_set(self) -> None:

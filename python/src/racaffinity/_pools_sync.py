@@ -562,16 +562,21 @@ class _Request(Recorder):
         self._enter_once()
         cm = _ConnectionWithArgs(self._pools, self._key, self._session, self._timeout)
         try:
-            self._conn = cm.__enter__()
-        except Exception as e:
-            if not self._replayable or cm.failed_node is None:
-                raise
-            self._node = cm.failed_node
-            self._recover(e, AT_START)
-            return self
-        self._cm, self._node = (cm, (cm if cm._buf is None else cm._buf).node)
-        self._check_autocommit()
-        self._check_session_set()
+            try:
+                self._conn = cm.__enter__()
+            except Exception as e:
+                if not self._replayable or cm.failed_node is None:
+                    raise
+                self._node = cm.failed_node
+                self._recover(e, AT_START)
+                return self
+            self._cm, self._node = (cm, (cm if cm._buf is None else cm._buf).node)
+            self._check_autocommit()
+            self._check_session_set()
+        except BaseException as e:
+            self._ended = True
+            self._drop(e)
+            raise
         return self
 
     def _check_session_set(self) -> None:
