@@ -463,6 +463,31 @@ def test_a_commit_lost_in_a_blackhole_is_forced_through_another_instance_then_re
             assert admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (old_pid,)).fetchone() == (0,)
 
 
+@pytest.mark.parametrize("long", [float("inf"), 1e10])
+def test_a_call_timeout_longer_than_the_clock_can_wait_leaves_the_other_deadlines_working(
+    pg, cluster_factory, req_table, long
+):
+    # Every deadline of the process waits in one thread, on a
+    # `Condition.wait` that raises OverflowError past
+    # `threading.TIMEOUT_MAX` (292 years): a request with such a
+    # call_timeout (a `float("inf")` meaning "no deadline") ended that
+    # thread, and no deadline of the process fired again, so a blackholed
+    # node held every later request, probe and two-phase command.
+    import time
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pools.request(key=key_on(c, "RAC1"), call_timeout=long) as req:
+            req.execute("SELECT pg_sleep(0.3)")  # the thread takes the deadline up meanwhile
+        assert req.outcome == "committed"
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.OperationalError):
+            with pools.request(key=key_on(c, "RAC2"), call_timeout=0.5) as req:
+                req.execute("SELECT pg_sleep(4)")
+        assert time.monotonic() - t0 < 3.0, "a later call_timeout never fired"
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
 @pytest.mark.asyncio
 async def test_async_a_request_whose_node_failed_before_it_started_runs_elsewhere(
     pg, cluster_factory, req_table, proxies

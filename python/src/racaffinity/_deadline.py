@@ -70,7 +70,10 @@ class _Watchdog:
                     if wait <= 0:
                         fire = heapq.heappop(self._heap)[2][0]
                         break
-                    self._cond.wait(wait)
+                    # Condition.wait raises OverflowError past TIMEOUT_MAX
+                    # (a call_timeout of inf): the thread would end, and no
+                    # deadline of the process fire again.
+                    self._cond.wait(min(wait, threading.TIMEOUT_MAX))
             if fire is not None:
                 try:
                     fire()
