@@ -442,6 +442,57 @@ def test_an_application_error_leaves_the_request_usable(pg, cluster_factory, req
         assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
 
 
+@pytest.mark.parametrize("lost_at", ["statement", "commit"])
+def test_a_transaction_an_error_aborted_is_never_replayed_into_a_commit(pg, cluster_factory, req_table, lost_at):
+    # The application caught a unique violation and went on without a
+    # ROLLBACK TO SAVEPOINT: its transaction can only roll back (any later
+    # statement fails, its COMMIT rolls back). Its connection then lost,
+    # the replay ran the recorded statements, which had all succeeded, on
+    # another node and committed them.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            with pools.request(key=key_on(c, "RAC1")) as req:
+                req.execute("INSERT INTO py_req VALUES ('ab')")
+                with pytest.raises(psycopg.errors.UniqueViolation):
+                    req.execute("INSERT INTO py_req VALUES ('ab')")
+                terminate(pg, "RAC1", req.backend_pid)
+                if lost_at == "statement":
+                    req.execute("SELECT 1")
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert sum(rows_of(pg, "ab").values()) == 0, "a transaction an error aborted was committed by its replay"
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+        # Rolled back to its savepoint (after a second error in the aborted
+        # transaction), it is whole again: replayed.
+        with pools.request(key=key_on(c, "RAC1")) as req:
+            req.execute("SAVEPOINT s")
+            with pytest.raises(psycopg.errors.UniqueViolation):
+                req.execute("INSERT INTO py_req VALUES ('ab2'), ('ab2')")
+            with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+                req.execute("SELECT 1")
+            req.execute("ROLLBACK TO SAVEPOINT s")
+            req.execute("INSERT INTO py_req VALUES ('ab3')")
+            terminate(pg, "RAC1", req.backend_pid)
+        assert req.replays == 1 and sum(rows_of(pg, "ab3").values()) == 1
+
+
+@pytest.mark.asyncio
+async def test_async_a_transaction_an_error_aborted_is_never_replayed_into_a_commit(pg, cluster_factory, req_table):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    async with AsyncNodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:
+        with pytest.raises(psycopg.OperationalError) as info:
+            async with pools.request(key=key_on(c, "RAC1")) as req:
+                await req.execute("INSERT INTO py_req VALUES ('aab')")
+                with pytest.raises(psycopg.errors.UniqueViolation):
+                    await req.execute("INSERT INTO py_req VALUES ('aab')")
+                terminate(pg, "RAC1", req.backend_pid)
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert sum(rows_of(pg, "aab").values()) == 0, "a transaction an error aborted was committed by its replay"
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+
+
 def test_a_commit_lost_in_a_blackhole_is_forced_through_another_instance_then_replayed(
     pg, cluster_factory, req_table, proxies
 ):

@@ -655,6 +655,10 @@ class _AsyncRequest(Recorder):
         self._conn: Any = None
         # It ran SQL text that sets session state (`_leave_session_state`).
         self._session_text = False
+        # A statement's error left its transaction aborted (no ROLLBACK TO
+        # SAVEPOINT since): it can only roll back, which a replay of the
+        # statements that succeeded, and its commit, would not.
+        self._aborted = False
 
     @property
     def node(self) -> str:
@@ -742,14 +746,27 @@ class _AsyncRequest(Recorder):
                 cur = await self._execute(query, params)
             if self._conn.info.transaction_status not in _IN_TRANSACTION:
                 self._replayable = False  # the transaction ended, however the text hid it
+            self._aborted = False  # none runs in an aborted one but a ROLLBACK (TO SAVEPOINT)
             digest = await _digest(cur) if self._replayable else (0, None)
         except Exception as e:
+            self._note_aborted(e)
             return _hand_out(await self._recover(e, (query, params)))
         self._record((query, params), digest)
         return _hand_out(cur)
 
     async def _execute(self, query: Any, params: Any) -> Any:
         return await _recorded_cursor(self, self._conn, query, params)
+
+    def _note_aborted(self, e: BaseException) -> None:
+        """A statement (or the block's COMMIT) failed with `e`: a transaction
+        an earlier error aborted is not replayed (its end is a rollback),
+        and `e` may have aborted it. (An error that is not recoverable is
+        not replayed anyway: a ROLLBACK TO SAVEPOINT after it makes the
+        transaction whole again.)"""
+        if self._aborted and _error_class(e) is ErrorClass.RECOVERABLE:
+            self._replayable = False
+        conn = self._conn
+        self._aborted = conn is not None and conn.info.transaction_status == TransactionStatus.INERROR
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         try:
@@ -772,6 +789,7 @@ class _AsyncRequest(Recorder):
         try:
             await self._commit()
         except Exception as e:
+            self._note_aborted(e)
             try:
                 await self._recover(e, AT_COMMIT)
             except BaseException:

@@ -532,6 +532,7 @@ class _Request(Recorder):
         self._cm: Optional[_Connection] = None
         self._conn: Any = None
         self._session_text = False
+        self._aborted = False
 
     @property
     def node(self) -> str:
@@ -604,14 +605,27 @@ class _Request(Recorder):
                 cur = self._execute(query, params)
             if self._conn.info.transaction_status not in _IN_TRANSACTION:
                 self._replayable = False
+            self._aborted = False
             digest = _digest(cur) if self._replayable else (0, None)
         except Exception as e:
+            self._note_aborted(e)
             return _hand_out(self._recover(e, (query, params)))
         self._record((query, params), digest)
         return _hand_out(cur)
 
     def _execute(self, query: Any, params: Any) -> Any:
         return _recorded_cursor(self, self._conn, query, params)
+
+    def _note_aborted(self, e: BaseException) -> None:
+        """A statement (or the block's COMMIT) failed with `e`: a transaction
+        an earlier error aborted is not replayed (its end is a rollback),
+        and `e` may have aborted it. (An error that is not recoverable is
+        not replayed anyway: a ROLLBACK TO SAVEPOINT after it makes the
+        transaction whole again.)"""
+        if self._aborted and _error_class(e) is ErrorClass.RECOVERABLE:
+            self._replayable = False
+        conn = self._conn
+        self._aborted = conn is not None and conn.info.transaction_status == TransactionStatus.INERROR
 
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         try:
@@ -632,6 +646,7 @@ class _Request(Recorder):
         try:
             self._commit()
         except Exception as e:
+            self._note_aborted(e)
             try:
                 self._recover(e, AT_COMMIT)
             except BaseException:
