@@ -505,6 +505,42 @@ def test_a_request_after_a_checkout_set_autocommit_rolls_back_on_the_application
         engine.dispose()
 
 
+@pytest.mark.parametrize("lost_at", ["statement", "commit"])
+def test_a_transaction_an_error_aborted_is_never_replayed_into_a_commit(pg, cluster_factory, sreq_table, lost_at):
+    # The application caught a unique violation and went on without a
+    # ROLLBACK TO SAVEPOINT: its transaction can only roll back. Its
+    # connection then lost, a replay of the statements that succeeded
+    # would commit them on another node.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), replay=True, pool_size=1, max_overflow=1)
+    try:
+        with pytest.raises(sa.exc.DBAPIError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.execute(INSERT, {"id": "sab"})
+                with pytest.raises(sa.exc.IntegrityError):
+                    req.execute(INSERT, {"id": "sab"})
+                terminate(pg, "RAC1", req.backend_pid)
+                if lost_at == "statement":
+                    req.execute(sa.text("SELECT 1"))
+        assert info.value.__cause__.refusal is R.NOT_REPLAYABLE
+        assert sum(rows_of(pg, "sab").values()) == 0, "a transaction an error aborted was committed by its replay"
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+        # Rolled back to its savepoint (after a second error in the aborted
+        # transaction), it is whole again: replayed.
+        with request(engine, key=key_on(c, "RAC1")) as req:
+            req.execute(sa.text("SAVEPOINT s"))
+            with pytest.raises(sa.exc.IntegrityError):
+                req.execute(sa.text("INSERT INTO py_sreq VALUES ('sab2'), ('sab2')"))
+            with pytest.raises(sa.exc.InternalError):
+                req.execute(sa.text("SELECT 1"))
+            req.execute(sa.text("ROLLBACK TO SAVEPOINT s"))
+            req.execute(INSERT, {"id": "sab3"})
+            terminate(pg, "RAC1", req.backend_pid)
+        assert req.replays == 1 and sum(rows_of(pg, "sab3").values()) == 1
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture
 def sdup_table(pg):
     # No key: a write committed twice shows as two rows.

@@ -1047,6 +1047,10 @@ class Request(Recorder):
         self._conn: Any = None
         # It ran SQL text that sets session state (`_leave_session_state`).
         self._session_text = False
+        # A statement's error left its transaction aborted (no ROLLBACK TO
+        # SAVEPOINT since): it can only roll back, which a replay of the
+        # statements that succeeded, and its commit, would not.
+        self._aborted = False
 
     @property
     def node(self) -> str:
@@ -1153,8 +1157,10 @@ class Request(Recorder):
                 result = self._conn.execute(statement, parameters, execution_options=execution_options)
                 if not _in_transaction(self._conn):
                     self._replayable = False  # the transaction ended, however the statement hid it
+                self._aborted = False  # none runs in an aborted one but a ROLLBACK (TO SAVEPOINT)
                 out, answered = _freeze(result) if self._replayable else (result, None)
         except Exception as e:
+            self._note_aborted(e)
             return self._recover(e, (statement, parameters, execution_options))
         if answered is not None:  # else not replayable: nothing to keep
             self._record((statement, parameters, execution_options), answered)
@@ -1174,11 +1180,26 @@ class Request(Recorder):
         try:
             self._commit()
         except Exception as e:
+            self._note_aborted(e)
             try:
                 self._recover(e, AT_COMMIT)
             except BaseException:
                 self._drop(e)
                 raise
+
+    def _note_aborted(self, e: BaseException) -> None:
+        """A statement (or the block's COMMIT) failed with `e`: a transaction
+        an earlier error aborted is not replayed (its end is a rollback),
+        and `e` may have aborted it (libpq's INERROR, 3). (An error that is
+        not recoverable is not replayed anyway: a ROLLBACK TO SAVEPOINT
+        after it makes the transaction whole again.)"""
+        if self._aborted and _error_class(e) is ErrorClass.RECOVERABLE:
+            self._replayable = False
+        try:
+            status = getattr(getattr(_driver(self._conn), "info", None), "transaction_status", None)
+        except Exception:  # no connection, or SQLAlchemy invalidated it
+            status = None
+        self._aborted = status is not None and int(status) == 3
 
     def _commit(self) -> None:
         conn = self._conn
