@@ -10,8 +10,9 @@
  * transaction wrote nothing, so no commit is in flight), and when the
  * request fails it asks racaffinity_replay_decide what to do, step by step:
  * check the outcome (pg_xact_status on the node the core names), force it
- * (pg_terminate_backend there), replay once on the node the core names, or
- * give up with the core's refusal. Three requests, each with a real fault:
+ * (pg_terminate_backend there, waiting until the backend is gone), replay
+ * once on the node the core names, or give up with the core's refusal.
+ * Requests, each with a real fault:
  *
  *   killed   its backend is terminated (by another session) before COMMIT:
  *            COMMIT fails with 57P01, the outcome check says "aborted", the
@@ -19,6 +20,12 @@
  *   lost     COMMIT runs and commits, and the host treats its reply as lost:
  *            the outcome check says "committed", the request succeeded and
  *            nothing is replayed;
+ *   inflight COMMIT runs and commits locally, then waits for a synchronous
+ *            standby that does not exist (node 0 is set so), and its reply
+ *            does not come within the host's call deadline: the check says
+ *            "in progress" (its backend still holds it), the force ends that
+ *            backend and waits until it is gone, the check then says
+ *            "committed": the request succeeded, nothing is replayed;
  *   unique   a constraint violation (23505): not recoverable, never replayed;
  *   readonly a request that only reads (a SELECT instead of the INSERT): its
  *            COMMIT reply is lost and its node stays down (connections to
@@ -30,17 +37,24 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <inttypes.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <libpq-fe.h>
 
 #include "racaffinity.h"
 
 #define NODES 3
+/* The host's deadline for one call: a COMMIT with no reply by then is lost. */
+#define CALL_DEADLINE_MS 300
+/* How long a force waits for the ended backend to be gone (the bindings
+ * wait their check's bound: 5 s in Java, 10 s in Python by default). */
+#define FORCE_WAIT_MS 10000
 
 static char *dsn[NODES];
 static int failures;
@@ -91,7 +105,71 @@ static void exec_or_die(PGconn *c, const char *sql) {
     PQclear(r);
 }
 
-enum fault { KILLED, LOST, UNIQUE, READONLY };
+static void sleep_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* Whether the backend `pid` of node `node` waits for the synchronous standby
+ * (its COMMIT is written locally and held), within `ms`. */
+static bool waits_for_standby(uint32_t node, const char *pid, long ms) {
+    PGconn *c = connect_node(node);
+    if (!c) return false;
+    const char *p[1] = {pid};
+    bool waits = false;
+    for (long waited = 0; !waits && waited < ms; waited += 10) {
+        char st[6];
+        PGresult *r = run(c, "SELECT 1 FROM pg_stat_activity WHERE pid = $1::int AND wait_event = 'SyncRep'", 1, p, st);
+        waits = strcmp(st, "00000") == 0 && PQntuples(r) == 1;
+        PQclear(r);
+        if (!waits) sleep_ms(10);
+    }
+    PQfinish(c);
+    return waits;
+}
+
+/* Node `node`'s commits wait for a synchronous standby that does not exist
+ * (`on`), or no longer (`!on`: the server lets the held ones go). The
+ * setting reaches the server's commits a moment after the reload, so a
+ * probe's commit shows when it does. */
+static void commits_wait_for_standby(uint32_t node, bool on) {
+    PGconn *c = connect_node(node);
+    if (!c) exit(2);
+    exec_or_die(c, on ? "ALTER SYSTEM SET synchronous_standby_names = 'racaffinity_no_standby'"
+                      : "ALTER SYSTEM RESET synchronous_standby_names");
+    exec_or_die(c, "SELECT pg_reload_conf()");
+    PQfinish(c);
+    if (!on) return;
+    for (int attempt = 0; attempt < 50; attempt++) {
+        PGconn *probe = connect_node(node);
+        if (!probe) exit(2);
+        char pid[16];
+        snprintf(pid, sizeof pid, "%d", PQbackendPID(probe));
+        /* It writes, so its auto-commit waits (not a temporary table: the
+         * ended backend would drop it and wait again). */
+        PQsendQuery(probe, "INSERT INTO replay_probe VALUES (1)");
+        bool waits = waits_for_standby(node, pid, 1000);
+        if (waits) {
+            PGconn *k = connect_node(node);
+            const char *kp[1] = {pid};
+            char ks[6];
+            PQclear(run(k, "SELECT pg_terminate_backend($1::int, 10000)", 1, kp, ks));
+            PQfinish(k);
+        }
+        PQfinish(probe);
+        if (waits) return;
+    }
+    fprintf(stderr, "node %u: commits never waited for the synchronous standby\n", node);
+    exit(2);
+}
+
+/* Whether a reply to what `c` sent comes within `ms`. */
+static bool reply_within(PGconn *c, int ms) {
+    struct pollfd fd = {.fd = PQsocket(c), .events = POLLIN};
+    return poll(&fd, 1, ms) > 0;
+}
+
+enum fault { KILLED, LOST, INFLIGHT, UNIQUE, READONLY };
 
 struct attempt {
     bool commit_in_flight;
@@ -142,6 +220,17 @@ static bool run_request(uint32_t node, const char *id, enum fault fault, bool in
         PQfinish(k);
     }
     a->commit_in_flight = wrote;
+    if (inject && fault == INFLIGHT) {
+        /* The host sends COMMIT and waits for its reply until the call's
+         * deadline; the node holds it (the fault, checked from another
+         * session first, so the deadline cannot pass before the COMMIT got
+         * there). No reply: the host gives the connection up. */
+        PQsendQuery(c, "COMMIT");
+        EXPECT(waits_for_standby(node, a->pid, 10000), "inflight: COMMIT never waited for the standby");
+        EXPECT(!reply_within(c, CALL_DEADLINE_MS), "inflight: COMMIT answered, the fault did not hold it");
+        strcpy(a->sqlstate, "08006");
+        goto done;
+    }
     r = run(c, "COMMIT", 0, NULL, st);
     PQclear(r);
     memcpy(a->sqlstate, st, 6);
@@ -157,9 +246,26 @@ done:
     return ok;
 }
 
+/* The sessions that ask a failed request's node about its COMMIT, one per
+ * node, kept through the request's recovery (as the bindings force and
+ * check over one connection). */
+static PGconn *asking[NODES];
+
+static PGconn *asking_session(uint32_t node) {
+    if (!asking[node]) asking[node] = connect_node(node);
+    return asking[node];
+}
+
+static void end_asking(void) {
+    for (uint32_t i = 0; i < NODES; i++) {
+        if (asking[i]) PQfinish(asking[i]);
+        asking[i] = NULL;
+    }
+}
+
 static racaffinity_commit_outcome check_outcome(uint32_t node, const char *xid) {
     racaffinity_commit_outcome out = RACAFFINITY_COMMIT_OUTCOME_UNKNOWN;
-    PGconn *c = connect_node(node);
+    PGconn *c = asking_session(node);
     if (!c) return out;
     const char *p[1] = {xid};
     char st[6];
@@ -169,22 +275,25 @@ static racaffinity_commit_outcome check_outcome(uint32_t node, const char *xid) 
         if (racaffinity_pg_xact_status_outcome(status, &out) != RACAFFINITY_RESULT_OK) out = RACAFFINITY_COMMIT_OUTCOME_UNKNOWN;
     }
     PQclear(r);
-    PQfinish(c);
     return out;
 }
 
+/* Ends the backend that still holds the COMMIT, and waits until it is gone
+ * (PostgreSQL 14+): without the wait, pg_terminate_backend returns once the
+ * signal is sent, and the next check could still find the transaction "in
+ * progress" and give up on one that committed. A backend not gone within the
+ * wait stays "in progress" to the check: the outcome is unknown. */
 static void force_outcome(uint32_t node, const char *pid) {
-    PGconn *c = connect_node(node);
+    PGconn *c = asking_session(node);
     if (!c) return;
-    const char *p[1] = {pid};
+    char wait[16];
+    snprintf(wait, sizeof wait, "%d", FORCE_WAIT_MS);
+    const char *p[2] = {pid, wait};
     char st[6];
-    PQclear(run(c, "SELECT pg_terminate_backend($1::int)", 1, p, st));
-    PQfinish(c);
+    PQclear(run(c, "SELECT pg_terminate_backend($1::int, $2::bigint)", 2, p, st));
 }
 
-/* Runs a request with replay; writes the steps taken ("C" check, "F" force,
- * "R" replay, "S" succeeded, "G<refusal>" give up, "ok") into `trace`. */
-static void request(racaffinity_cluster *cl, const char *id, enum fault fault, char *trace, size_t cap) {
+static void walk(racaffinity_cluster *cl, const char *id, enum fault fault, char *trace, size_t cap) {
     struct attempt a;
     uint32_t node = 0;
     trace[0] = '\0';
@@ -241,6 +350,13 @@ static void request(racaffinity_cluster *cl, const char *id, enum fault fault, c
     }
 }
 
+/* Runs a request with replay; writes the steps taken ("C" check, "F" force,
+ * "R" replay, "S" succeeded, "G<refusal>" give up, "ok") into `trace`. */
+static void request(racaffinity_cluster *cl, const char *id, enum fault fault, char *trace, size_t cap) {
+    walk(cl, id, fault, trace, cap);
+    end_asking();
+}
+
 static int copies(const char *id) {
     int n = 0;
     for (uint32_t i = 0; i < NODES; i++) {
@@ -265,10 +381,14 @@ int main(void) {
             fprintf(stderr, "%s is not set (run through tests/c/run_example.sh)\n", var);
             return 2;
         }
+        /* A run that died in the inflight case left commits waiting. */
+        commits_wait_for_standby((uint32_t)i, false);
         PGconn *c = connect_node((uint32_t)i);
         if (!c) return 2;
         exec_or_die(c, "CREATE TABLE IF NOT EXISTS replay_demo (request_id text PRIMARY KEY)");
         exec_or_die(c, "DELETE FROM replay_demo");
+        exec_or_die(c, "CREATE TABLE IF NOT EXISTS replay_probe (n int)");
+        exec_or_die(c, "DELETE FROM replay_probe");
         PQfinish(c);
     }
     /* The unique case's row is there already, on node 0. */
@@ -290,6 +410,22 @@ int main(void) {
     EXPECT(strcmp(trace, "CS") == 0, "COMMIT reply lost: check (committed), succeeded; got %s", trace);
     EXPECT(copies("lost-1") == 1, "lost-1 committed %d times", copies("lost-1"));
 
+    /* The force step races the ended backend's exit: run it a few times
+     * (RACAFF_INFLIGHT_ROUNDS, default 10). */
+    const char *rounds_env = getenv("RACAFF_INFLIGHT_ROUNDS");
+    int rounds = rounds_env ? atoi(rounds_env) : 10;
+    commits_wait_for_standby(0, true);
+    for (int i = 1; i <= rounds; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "inflight-%d", i);
+        request(cl, id, INFLIGHT, trace, sizeof trace);
+        printf("inflight %d: %s\n", i, trace);
+        EXPECT(strcmp(trace, "CFCS") == 0,
+               "COMMIT held, no reply: check (in progress), force, check (committed), succeeded; got %s", trace);
+        EXPECT(copies(id) == 1, "%s committed %d times", id, copies(id));
+    }
+    commits_wait_for_standby(0, false);
+
     request(cl, "readonly-1", READONLY, trace, sizeof trace);
     printf("readonly: %s\n", trace);
     EXPECT(strcmp(trace, "Rok") == 0, "read-only, COMMIT reply lost, node down: replay, ok; got %s", trace);
@@ -301,6 +437,7 @@ int main(void) {
     EXPECT(copies("unique-1") == 1, "unique-1 is there %d times", copies("unique-1"));
 
     racaffinity_cluster_free(cl);
-    printf("example_replay: %s\n", failures ? "FAILED" : "ok (4 requests, each write committed exactly once)");
+    if (failures) printf("example_replay: FAILED\n");
+    else printf("example_replay: ok (%d requests, each write committed exactly once)\n", 4 + rounds);
     return failures ? 1 : 0;
 }

@@ -107,8 +107,9 @@ else
 fi
 
 # The replay example (docs/continuity.md): a request killed before COMMIT is
-# replayed once elsewhere, a lost COMMIT reply is found committed, a
-# constraint violation is never replayed.
+# replayed once elsewhere, a lost COMMIT reply is found committed, a COMMIT
+# held on its node is forced and found committed (RACAFF_INFLIGHT_ROUNDS
+# times, default 10), a constraint violation is never replayed.
 echo
 if [[ $USE_VALGRIND != 0 ]]; then
     RLOG="$OUT/valgrind-replay.log"
