@@ -26,14 +26,22 @@
  *            "in progress" (its backend still holds it), the force ends that
  *            backend and waits until it is gone, the check then says
  *            "committed": the request succeeded, nothing is replayed;
+ *   bytext   the application's own text commits (INSERT, then "COMMIT"),
+ *            then its backend is terminated: the host read the text
+ *            (racaffinity_sql_transaction_control), so the request is not
+ *            replayable and is not committed a second time elsewhere;
+ *   session  the application sets session state by text before BEGIN
+ *            ("SET search_path", read by racaffinity_sql_sets_session_state),
+ *            then its backend is terminated before COMMIT: checked
+ *            ("aborted"), not replayed (a new connection lacks the setting);
  *   unique   a constraint violation (23505): not recoverable, never replayed;
  *   readonly a request that only reads (a SELECT instead of the INSERT): its
  *            COMMIT reply is lost and its node stays down (connections to
  *            it refused). It wrote nothing, so it has no xid and no outcome
  *            to guard: no check, replayed on another node.
  *
- * Checks: every request id is on exactly one node; the steps taken are the
- * expected ones; no PGconn/PGresult leaks (valgrind). */
+ * Checks: every request id is on exactly one node (session's on none); the
+ * steps taken are the expected ones; no PGconn/PGresult leaks (valgrind). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <inttypes.h>
@@ -169,14 +177,37 @@ static bool reply_within(PGconn *c, int ms) {
     return poll(&fd, 1, ms) > 0;
 }
 
-enum fault { KILLED, LOST, INFLIGHT, UNIQUE, READONLY };
+enum fault { KILLED, LOST, INFLIGHT, BYTEXT, SESSION, UNIQUE, READONLY };
 
 struct attempt {
     bool commit_in_flight;
+    bool replayable;
     char sqlstate[6];
     char xid[32];
     char pid[16];
 };
+
+/* Runs a text the application sends in its request, read first by the
+ * core's rules (docs/continuity.md): transaction control stronger than a
+ * savepoint leaves the request not replayable (what ran before it may be
+ * committed: a replay would commit it again), and so does session state
+ * set by text outside the request's transaction (a replay on a new
+ * connection would run without it; inside the transaction it is replayed
+ * with it). Each request here opens its own connection, so only its own
+ * texts count; a host that reuses connections keeps the session-state
+ * answer per connection. */
+static PGresult *send_text(PGconn *c, const char *sql, int n, const char *const *params, char state[6],
+                           struct attempt *a) {
+    racaffinity_transaction_control control;
+    bool sets;
+    if (racaffinity_sql_transaction_control(sql, strlen(sql), &control) != RACAFFINITY_RESULT_OK ||
+        control > RACAFFINITY_TRANSACTION_CONTROL_SAVEPOINT)
+        a->replayable = false;
+    if (racaffinity_sql_sets_session_state(sql, strlen(sql), &sets) != RACAFFINITY_RESULT_OK ||
+        (sets && PQtransactionStatus(c) == PQTRANS_IDLE))
+        a->replayable = false;
+    return run(c, sql, n, params, state);
+}
 
 /* One run of the request on `node`; true if COMMIT answered OK and the host
  * believes it (the `lost` fault disbelieves it). */
@@ -188,14 +219,18 @@ static bool run_request(uint32_t node, const char *id, enum fault fault, bool in
         return false;
     }
     bool ok = false;
+    a->replayable = true;
     char st[6];
-    PGresult *r = run(c, "BEGIN", 0, NULL, st);
+    PGresult *r;
+    if (fault == SESSION) PQclear(send_text(c, "SET search_path TO public", 0, NULL, st, a));
+    r = run(c, "BEGIN", 0, NULL, st);
     PQclear(r);
     const char *p[1] = {id};
-    r = run(c, fault == READONLY ? "SELECT count(*) FROM replay_demo WHERE request_id = $1"
-                                 : "INSERT INTO replay_demo(request_id) VALUES ($1)",
-            1, p, st);
+    r = send_text(c, fault == READONLY ? "SELECT count(*) FROM replay_demo WHERE request_id = $1"
+                                       : "INSERT INTO replay_demo(request_id) VALUES ($1)",
+                  1, p, st, a);
     PQclear(r);
+    if (strcmp(st, "00000") == 0 && fault == BYTEXT) PQclear(send_text(c, "COMMIT", 0, NULL, st, a));
     if (strcmp(st, "00000") != 0) {
         memcpy(a->sqlstate, st, 6);
         goto done;
@@ -211,7 +246,7 @@ static bool run_request(uint32_t node, const char *id, enum fault fault, bool in
         snprintf(a->pid, sizeof a->pid, "%s", PQgetvalue(r, 0, 1));
     }
     PQclear(r);
-    if (inject && fault == KILLED) {
+    if (inject && (fault == KILLED || fault == BYTEXT || fault == SESSION)) {
         /* Another session ends this backend before COMMIT. */
         PGconn *k = connect_node(node);
         const char *kp[1] = {a->pid};
@@ -302,7 +337,7 @@ static void walk(racaffinity_cluster *cl, const char *id, enum fault fault, char
         return;
     }
     racaffinity_request_failure f = {.node = node, .commit_in_flight = a.commit_in_flight,
-                                     .outcome = RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED, .replayable = 1};
+                                     .outcome = RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED, .replayable = a.replayable};
     racaffinity_error_class cls;
     if (racaffinity_sqlstate_classify(a.sqlstate, &cls) != RACAFFINITY_RESULT_OK) cls = RACAFFINITY_ERROR_CLASS_NOT_RECOVERABLE;
     f.error_class = cls;
@@ -334,6 +369,7 @@ static void walk(racaffinity_cluster *cl, const char *id, enum fault fault, char
             f.commit_in_flight = a.commit_in_flight;
             f.outcome = RACAFFINITY_COMMIT_OUTCOME_NOT_CHECKED;
             f.forced = 0;
+            f.replayable = a.replayable;
             if (racaffinity_sqlstate_classify(a.sqlstate, &cls) != RACAFFINITY_RESULT_OK) cls = RACAFFINITY_ERROR_CLASS_NOT_RECOVERABLE;
             f.error_class = cls;
             break;
@@ -426,6 +462,16 @@ int main(void) {
     }
     commits_wait_for_standby(0, false);
 
+    request(cl, "bytext-1", BYTEXT, trace, sizeof trace);
+    printf("bytext: %s\n", trace);
+    EXPECT(strcmp(trace, "G2") == 0, "committed by its own COMMIT text, then killed: give up, not replayable; got %s", trace);
+    EXPECT(copies("bytext-1") == 1, "bytext-1 committed %d times", copies("bytext-1"));
+
+    request(cl, "session-1", SESSION, trace, sizeof trace);
+    printf("session: %s\n", trace);
+    EXPECT(strcmp(trace, "CG2") == 0, "SET before BEGIN, killed: check (aborted), give up, not replayable; got %s", trace);
+    EXPECT(copies("session-1") == 0, "session-1 committed %d times", copies("session-1"));
+
     request(cl, "readonly-1", READONLY, trace, sizeof trace);
     printf("readonly: %s\n", trace);
     EXPECT(strcmp(trace, "Rok") == 0, "read-only, COMMIT reply lost, node down: replay, ok; got %s", trace);
@@ -438,6 +484,6 @@ int main(void) {
 
     racaffinity_cluster_free(cl);
     if (failures) printf("example_replay: FAILED\n");
-    else printf("example_replay: ok (%d requests, each write committed exactly once)\n", 4 + rounds);
+    else printf("example_replay: ok (%d requests, each write committed at most once)\n", 6 + rounds);
     return failures ? 1 : 0;
 }

@@ -109,7 +109,9 @@ fi
 # The replay example (docs/continuity.md): a request killed before COMMIT is
 # replayed once elsewhere, a lost COMMIT reply is found committed, a COMMIT
 # held on its node is forced and found committed (RACAFF_INFLIGHT_ROUNDS
-# times, default 10), a constraint violation is never replayed.
+# times, default 10), a request that committed by its own text or set
+# session state before BEGIN is not replayed, a constraint violation is
+# never replayed.
 echo
 if [[ $USE_VALGRIND != 0 ]]; then
     RLOG="$OUT/valgrind-replay.log"
