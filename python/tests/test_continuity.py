@@ -268,6 +268,64 @@ def test_a_lost_commit_reply_on_a_node_gone_is_never_replayed_blind(pg, cluster_
         assert rows_of(pg, "r4") == {"RAC1": 1, "RAC2": 0, "RAC3": 0}  # committed once, never twice
 
 
+def _refused_no_node(info, rid, pg, req):
+    """The request's failure surfaced refused NO_NODE with the connect error
+    as its cause, no replay counted and nothing of it ran again."""
+    refused = info.value.__cause__
+    assert isinstance(refused, ra.ReplayRefused), info.value
+    assert refused.refusal is R.NO_NODE, refused
+    assert refused.reason.startswith("no node could take the replay: "), refused.reason
+    assert isinstance(refused.__cause__, Exception), "the connect error is attached"
+    assert str(refused.__cause__) in refused.reason
+    assert req.replays == 0
+    assert sum(rows_of(pg, rid).values()) == 0
+
+
+def test_a_replay_whose_connection_cannot_be_made_is_refused_no_node_not_replayed_already(
+    pg, cluster_factory, req_table, proxies
+):
+    # The nodes the core may name for the replay refuse connections: nothing
+    # ran again, so the refusal is no_node, not replayed_already.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, **{n: proxies[n].dsn(pg.dsn[n]) for n in ("RAC2", "RAC3")})
+    with NodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
+                   connect_kwargs={"connect_timeout": 2}) as pools:
+        try:
+            with pytest.raises(psycopg.OperationalError) as info:
+                with pools.request(key=key_on(c, "RAC1")) as req:
+                    req.execute("INSERT INTO py_req VALUES (%s)", ("nc1",))
+                    proxies["RAC2"].refuse()
+                    proxies["RAC3"].refuse()
+                    terminate(pg, "RAC1", req.backend_pid)  # before COMMIT
+        finally:
+            proxies["RAC2"].heal()
+            proxies["RAC3"].heal()
+        _refused_no_node(info, "nc1", pg, req)
+
+
+@pytest.mark.asyncio
+async def test_async_a_replay_whose_connection_cannot_be_made_is_refused_no_node_not_replayed_already(
+    pg, cluster_factory, req_table, proxies
+):
+    from racaffinity.pools import AsyncNodePools
+
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, **{n: proxies[n].dsn(pg.dsn[n]) for n in ("RAC2", "RAC3")})
+    async with AsyncNodePools(c, dsns, replay=True, min_size=1, max_size=2, timeout=1.0,
+                              connect_kwargs={"connect_timeout": 2}) as pools:
+        try:
+            with pytest.raises(psycopg.OperationalError) as info:
+                async with pools.request(key=key_on(c, "RAC1")) as req:
+                    await req.execute("INSERT INTO py_req VALUES (%s)", ("anc1",))
+                    proxies["RAC2"].refuse()
+                    proxies["RAC3"].refuse()
+                    terminate(pg, "RAC1", req.backend_pid)
+        finally:
+            proxies["RAC2"].heal()
+            proxies["RAC3"].heal()
+        _refused_no_node(info, "anc1", pg, req)
+
+
 def test_a_read_only_request_is_given_no_transaction_id(pg, cluster_factory, req_table):
     c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
     with NodePools(c, pg.dsn, replay=True, min_size=1, max_size=2, timeout=5.0) as pools:

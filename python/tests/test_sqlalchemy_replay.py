@@ -376,6 +376,36 @@ def test_a_request_whose_node_is_gone_before_its_first_checkout_starts_elsewhere
         engine.dispose()
 
 
+def test_a_replay_whose_connection_cannot_be_made_is_refused_no_node_not_replayed_already(
+    pg, cluster_factory, sreq_table, proxies
+):
+    # The nodes the core may name for the replay refuse connections (their
+    # pools hold none yet): nothing ran again, so the refusal is no_node.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    ports = dict(pg.port, RAC2=proxies["RAC2"].port, RAC3=proxies["RAC3"].port)
+    engine = create_engine(c, urls(pg, ports), replay=True, pool_size=1, max_overflow=1,
+                           connect_args={"connect_timeout": 2})
+    try:
+        with pytest.raises(sa.exc.OperationalError) as info:
+            with request(engine, key=key_on(c, "RAC1")) as req:
+                req.execute(INSERT, {"id": "snc1"})
+                proxies["RAC2"].refuse()
+                proxies["RAC3"].refuse()
+                terminate(pg, "RAC1", req.backend_pid)  # before COMMIT
+        refused = info.value.__cause__
+        assert isinstance(refused, ra.ReplayRefused), info.value
+        assert refused.refusal is R.NO_NODE, refused
+        assert refused.reason.startswith("no node could take the replay: "), refused.reason
+        assert isinstance(refused.__cause__, Exception), "the connect error is attached"
+        assert req.replays == 0
+        assert sum(rows_of(pg, "snc1").values()) == 0
+        assert all(n["in_flight"] == 0 for n in c.metrics()["nodes"])
+    finally:
+        proxies["RAC2"].heal()
+        proxies["RAC3"].heal()
+        engine.dispose()
+
+
 @contextlib.asynccontextmanager
 async def replaying_async_engine(pg, cluster_factory):
     """An asyncio engine with replay over the three nodes (one connection

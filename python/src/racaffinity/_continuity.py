@@ -154,8 +154,9 @@ class ReplayRefused(Exception):
     surfaces when it is not replayed: `refusal` is the core's reason, or
     None with `reason` "results_differ" when a replay's results differed
     from the ones the application already consumed. Its own `__cause__`
-    is the error that ended a replay, else the cause the original error
-    had (under a SQLAlchemy error, the driver's)."""
+    is the error that ended a replay (for NO_NODE, the error of the
+    replay's connect), else the cause the original error had (under a
+    SQLAlchemy error, the driver's)."""
 
     def __init__(self, refusal: Optional[ReplayRefusal], reason: Optional[str] = None) -> None:
         self.refusal = refusal
@@ -274,6 +275,11 @@ COMMIT = "commit"  # commit the request on it (its xid taken first, as at its en
 # recorded form), or one of these.
 AT_COMMIT = "at commit"  # its COMMIT
 AT_START = "at start"  # nothing: its start (a borrow, a checkout) failed before anything ran
+
+
+# Why a replay whose connection could not be made is refused (NO_NODE),
+# before the connect error.
+NO_NODE_REASON = "no node could take the replay"
 
 
 # What a request raises once a failure it did not replay gave its connection
@@ -503,10 +509,19 @@ def recover(
             why = req._why if step.refusal is ReplayRefusal.NOT_REPLAYABLE else None
             raise original from _refused(original, step.refusal, why, ended_by=None if e is original else e)
         assert step.node is not None
+        try:
+            yield REPLAY, step.node
+        except Exception as c:
+            # Its connection could not be made: nothing of the request ran
+            # again. Counted as a replay, the core would answer
+            # replayed_already and an operator would read that it ran twice.
+            # The node the core named was its best; the application may run
+            # the request again itself.
+            yield DROP, c
+            raise original from _refused(original, ReplayRefusal.NO_NODE, f"{NO_NODE_REASON}: {c}", ended_by=c)
         req.replays += 1
         req._node = step.node
         try:
-            yield REPLAY, step.node
             if not req._replayable:  # what the binding saw of the new connection
                 raise _CommitsAsItRuns()
             for statement, answered in list(req._recorded):

@@ -1085,10 +1085,26 @@ final class ReplayConnection {
                 }
                 throw thrown;
             }
+            AffinityConnection fresh;
+            try {
+                fresh = owner.connectForReplay(step.node(), user, password);
+            } catch (SQLException noConnection) {
+                // Nothing of the request ran again: counted as a replay, the core would answer
+                // REPLAYED_ALREADY, and an operator would read that it ran twice. The node the core
+                // named was its best; the application may run the request again itself.
+                SQLException thrown = refused(original, Refusal.NO_NODE,
+                        "no node could take the replay: " + noConnection.getMessage());
+                thrown.addSuppressed(noConnection);
+                closed = true;
+                if (outermost()) {
+                    counts.countRefused(Refusal.NO_NODE);
+                }
+                throw thrown;
+            }
             replays++;
             commitInFlight = false;
             try {
-                Object answer = replayOn(step.node(), then);
+                Object answer = replayOn(fresh, then);
                 if (outermost()) {
                     counts.countReplayed();
                 }
@@ -1340,8 +1356,7 @@ final class ReplayConnection {
         now.forEach(this::setTarget);
     }
 
-    private Object replayOn(int node, Call then) throws Throwable {
-        AffinityConnection fresh = owner.connectForReplay(node, user, password);
+    private Object replayOn(AffinityConnection fresh, Call then) throws Throwable {
         if (sessionSet(fresh)) {
             // An earlier checkout left session state set by SQL text on it: the replay would run
             // under state the request never had (a search_path writing elsewhere).

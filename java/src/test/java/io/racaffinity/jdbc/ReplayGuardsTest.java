@@ -538,6 +538,45 @@ class ReplayGuardsTest extends ReplayNodes {
         assertEquals(0, total(rowsOf("leak1")));
     }
 
+    @Test
+    void aReplayWhoseConnectionCannotBeMadeIsRefusedNoNodeNotReplayedAlready() throws Exception {
+        try (FaultProxy p2 = new FaultProxy(PgNodes.port(2)); FaultProxy p3 = new FaultProxy(PgNodes.port(3))) {
+            pools = new Pools(NAMES, c -> {
+                c.setConnectionTimeout(1000);
+                if (c.getPoolName().endsWith("MYDB2")) {
+                    c.setJdbcUrl(p2.url());
+                } else if (c.getPoolName().endsWith("MYDB3")) {
+                    c.setJdbcUrl(p3.url());
+                }
+            });
+            AffinityDataSource ds = ds("guard-replay-no-connection", true);
+            SQLException e;
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "nc1");
+                // Whichever node the core names for the replay refuses connections: its pool's idle
+                // connections are gone (past Hikari's alive bypass window, so checked), new ones reset.
+                p2.refuse();
+                p3.refuse();
+                Thread.sleep(1000);
+                endOpenTransactions(1);
+                e = assertThrows(SQLException.class, c::commit);
+            } finally {
+                p2.heal();
+                p3.heal();
+            }
+            assertEquals(0, total(rowsOf("nc1")), "nothing of the request ran again: " + rowsOf("nc1"));
+            assertEquals(Refusal.NO_NODE, refusalOf(e), "the replay's connection could not be made: " + e);
+            String all = String.valueOf(e) + " " + java.util.Arrays.toString(e.getSuppressed())
+                    + " " + e.getCause();
+            assertTrue(all.contains("no node could take the replay"), "the refusal says why: " + all);
+            assertTrue(java.util.Arrays.stream(e.getSuppressed()).anyMatch(s -> !(s instanceof Continuity.ReplayRefusedException)
+                    && s instanceof SQLException), "the connect error is attached: " + all);
+            assertEquals(1, ds.getReplayCounts().refused(Refusal.NO_NODE), "counted as no_node: " + ds.getReplayCounts());
+            assertEquals(0, ds.getReplayCounts().refused(Refusal.REPLAYED_ALREADY), String.valueOf(ds.getReplayCounts()));
+        }
+    }
+
     // ---- 8. a replay's own COMMIT --------------------------------------------------------------
 
     @Test
