@@ -412,6 +412,14 @@ final class ReplayConnection {
                     }
                     break;
                 case "isValid":
+                    if (detached) {
+                        // No node connection since a COMMIT (or rollback) no node could take the session
+                        // after: nothing of it is lost and the next call takes one, failing as a
+                        // getConnection() would. A check takes none, so that a pool's or a watchdog's
+                        // frequent checks hold no node connection.
+                        return !closed;
+                    }
+                    return invoke(current, method, args);
                 case "getWarnings":
                 case "clearWarnings":
                     return invoke(current, method, args);

@@ -187,6 +187,39 @@ class ReplayCallsTest extends ReplayNodes {
     }
 
     @Test
+    void aConnectionLeftWithoutANodeConnectionAfterACommitFoundCommittedIsValid() throws Exception {
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = ReplayFixture.throughProxy(proxy, c -> {});
+            AffinityDataSource ds = ds("calls-detached-valid", true);
+            ds.setConfig("name = calls-detached-valid; " + ReplayFixture.NODES + "; panic = fail");
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, "dv1");
+                HeldCommit held = commitHeld(proxy, c::commit);
+                Cluster cluster = ds.getCluster();
+                for (String n : NAMES) {
+                    cluster.setNodeState(n, NodeState.DOWN);
+                }
+                held.hold().release();
+                assertNull(held.ended().get(60, TimeUnit.SECONDS), "found committed");
+                // No node took the session: the connection has none until its next call takes one.
+                assertTrue(!c.isClosed(), "open");
+                assertTrue(c.isValid(5), "not closed, nothing of it lost: the next call takes a node connection");
+                assertTrue(c.isValid(0), "the same without a timeout");
+                for (String n : NAMES) {
+                    cluster.setNodeState(n, NodeState.UP);
+                }
+                assertTrue(c.isValid(5), "valid once nodes are back, before any call");
+                insert(c, "dv2");
+                c.commit();
+                assertTrue(c.isValid(5), "valid on its node connection");
+            }
+            assertEquals(Map.of("MYDB1", 1, "MYDB2", 0, "MYDB3", 0), rowsOf("dv1"), "committed once");
+            assertEquals(1, total(rowsOf("dv2")), "the connection went on");
+        }
+    }
+
+    @Test
     void aRollbackWhoseConnectionFailedWithNoNodeToTakeTheSessionLeavesTheConnectionUsable() throws Exception {
         AffinityDataSource ds = ds("calls-rollback-detached");
         ds.setConfig("name = calls-rollback-detached; " + ReplayFixture.NODES + "; panic = fail");
