@@ -138,6 +138,13 @@ final class ReplayConnection {
     private int txStart;
     private boolean replayable = true;
     private String why;
+    /**
+     * A statement's error left the transaction under way aborted (PostgreSQL: every later statement
+     * fails 25P02, its COMMIT rolls back), with no statement run since (a ROLLBACK TO SAVEPOINT, the
+     * only kind that runs there). Its end can only be a rollback, which a replay of the statements
+     * that succeeded, and its COMMIT, would not be.
+     */
+    private boolean aborted;
     private boolean autoCommit = true;
     private int replays;
     /**
@@ -524,6 +531,9 @@ final class ReplayConnection {
             }
             return recover(e, new Call(id, method, args, -1, 0), false);
         }
+        if (execute) {
+            aborted = false; // none runs in an aborted transaction but a ROLLBACK (TO SAVEPOINT)
+        }
         int before = targets.size();
         Object out = record(id, method, args, result);
         if (id == 0 && commits && targets.size() > before) {
@@ -836,6 +846,7 @@ final class ReplayConnection {
      * (drivers keep their rows in memory) but unrecorded.
      */
     private void compact() {
+        aborted = false;
         if (sessionTextRan) {
             // The transaction that ran it ended, committed (in auto-commit mode too) or rolled back
             // (a session advisory lock, a prepared statement, a LOAD outlive a rollback; erring
@@ -904,8 +915,11 @@ final class ReplayConnection {
         xid = null;
         // A COMMIT whose answer is lost has an outcome to establish unless the server says the
         // transaction wrote nothing.
-        boolean wrote = true;
-        if (isPostgres()) {
+        // An aborted transaction's COMMIT is a rollback: no outcome to guard (the xid read would
+        // fail 25P02), once the driver says so; a failure of it is not replayed either
+        // (noteAborted). Where only the server's rule says so, the xid read tells.
+        boolean wrote = !(aborted && Boolean.TRUE.equals(driverSaysAborted()));
+        if (wrote && isPostgres()) {
             // Taken in the transaction: what tells its outcome once the COMMIT's answer is lost. The
             // _if_assigned form gives no xid to a transaction that has none: pg_current_xact_id()
             // would make every read-only COMMIT write a commit record (a WAL flush) and burn an xid.
@@ -1022,6 +1036,7 @@ final class ReplayConnection {
      * was not replayed.
      */
     private Object recover(SQLException original, Call then, boolean commitInFlight) throws Throwable {
+        noteAborted(original);
         depth++;
         try {
             return walk(original, then, commitInFlight);
@@ -1029,6 +1044,51 @@ final class ReplayConnection {
             depth--;
         }
     }
+
+    /**
+     * A call failed with {@code e}: a transaction an earlier error aborted is not replayed (its end
+     * is a rollback), and {@code e} may have aborted it. An error that is not recoverable is not
+     * replayed anyway, and a ROLLBACK TO SAVEPOINT after it makes the transaction whole again.
+     */
+    private void noteAborted(SQLException e) {
+        ErrorClass cls = Continuity.classifySqlState(e.getSQLState());
+        if (aborted && cls == ErrorClass.RECOVERABLE) {
+            notReplayable(ABORTED);
+        }
+        aborted = cls == ErrorClass.NOT_RECOVERABLE && !autoCommit && leftAborted();
+    }
+
+    /**
+     * Whether the node connection's transaction is aborted now: pgjdbc's answer, else whether the
+     * server is PostgreSQL, which aborts a transaction at any error (erring towards refusing: a
+     * driver's automatic savepoint, as pgjdbc's {@code autosave}, would keep it whole).
+     */
+    private boolean leftAborted() {
+        Boolean driver = driverSaysAborted();
+        return driver != null ? driver : isPostgres();
+    }
+
+    /**
+     * The node connection's transaction state as pgjdbc tracks it ({@code getTransactionState()}:
+     * {@code FAILED}, with no round trip), or null when the driver is not pgjdbc or cannot tell.
+     */
+    private Boolean driverSaysAborted() {
+        try {
+            Connection pooled = current.physical();
+            Object driver = pooled.isWrapperFor(Connection.class) ? pooled.unwrap(Connection.class) : pooled;
+            for (Class<?> k = driver.getClass(); k != null; k = k.getSuperclass()) {
+                if (k.getName().equals("org.postgresql.jdbc.PgConnection")) {
+                    return String.valueOf(k.getMethod("getTransactionState").invoke(driver)).equals("FAILED");
+                }
+            }
+        } catch (SQLException | ReflectiveOperationException | RuntimeException ex) {
+            // It cannot tell.
+        }
+        return null;
+    }
+
+    /** Why a transaction an error aborted is not replayed (docs/continuity.md). */
+    static final String ABORTED = "a transaction an error aborted, with no ROLLBACK TO SAVEPOINT since";
 
     /**
      * Whether the walk running is the request's own, not one a replay's COMMIT or replayed call
@@ -1152,12 +1212,17 @@ final class ReplayConnection {
 
     /** The refusal an error carries already (a walk's, as a cause or a suppressed one), or null; the replay tests read it too. */
     static Refusal refusalOf(SQLException e) {
-        for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
+        // Its own first: a driver may chain an earlier error, with that error's refusal, as the
+        // cause (pgjdbc: under an error in an aborted transaction, the one that aborted it).
+        if (e.getCause() instanceof ReplayRefusedException r) {
+            return r.refusal();
+        }
+        for (Throwable t : e.getSuppressed()) {
             if (t instanceof ReplayRefusedException r) {
                 return r.refusal();
             }
         }
-        for (Throwable t : e.getSuppressed()) {
+        for (Throwable t = e.getCause(); t != null; t = t.getCause()) {
             if (t instanceof ReplayRefusedException r) {
                 return r.refusal();
             }

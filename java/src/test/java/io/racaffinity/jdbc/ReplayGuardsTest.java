@@ -38,6 +38,8 @@ import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 
 /**
  * Request replay's guards on real nodes (docs/continuity.md, "Java"): every way a transaction
@@ -145,6 +147,113 @@ class ReplayGuardsTest extends ReplayNodes {
         assertEquals(0, total(rowsOf("sp-undone")), "rolled back to the savepoint: " + rowsOf("sp-undone"));
         assertEquals(1, total(rowsOf("sp-kept")), String.valueOf(rowsOf("sp-kept")));
         assertEquals(0, rowsOf("sp-kept").get("MYDB1"), "the first node's transaction ended uncommitted");
+        assertEquals(1, ds.getReplayCounts().replayed(), String.valueOf(ds.getReplayCounts()));
+    }
+
+    /** How a transaction an error aborted loses its connection. */
+    enum LostAt {
+        /** At a later statement: its backend ended. */
+        STATEMENT,
+        /** At its COMMIT: its backend ended. */
+        COMMIT,
+        /** At its COMMIT, which never reaches the server: its connection reset. */
+        COMMIT_LOST,
+        /** At its COMMIT, after a later statement's 25P02 the application caught too: its backend ended. */
+        COMMIT_AFTER_25P02
+    }
+
+    @ParameterizedTest
+    @EnumSource(LostAt.class)
+    void aTransactionAnErrorAbortedIsNeverReplayedIntoACommit(LostAt lostAt) throws Exception {
+        // The application caught a unique violation and went on without a ROLLBACK TO SAVEPOINT: its
+        // transaction can only roll back (every later statement fails 25P02, its COMMIT rolls back).
+        // A replay of the statements that succeeded would commit them elsewhere.
+        try (FaultProxy proxy = new FaultProxy(PgNodes.port(1))) {
+            pools = throughProxy(proxy, c -> {});
+            AffinityDataSource ds = ds("guard-aborted-" + lostAt, true);
+            String id = "aborted-" + lostAt;
+            try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+                c.setAutoCommit(false);
+                insert(c, id);
+                SQLException dup = assertThrows(SQLException.class, () -> insert(c, id));
+                assertEquals("23505", dup.getSQLState(), String.valueOf(dup));
+                SQLException e;
+                switch (lostAt) {
+                    case STATEMENT -> {
+                        endOpenTransactions(1);
+                        e = assertThrows(SQLException.class, () -> count(c, "%"),
+                                "a statement of a transaction an error aborted was replayed");
+                    }
+                    case COMMIT -> {
+                        endOpenTransactions(1);
+                        e = assertThrows(SQLException.class, c::commit,
+                                "a transaction an error aborted was replayed and committed");
+                    }
+                    case COMMIT_AFTER_25P02 -> {
+                        SQLException failed = assertThrows(SQLException.class, () -> count(c, "%"));
+                        assertEquals("25P02", failed.getSQLState(), String.valueOf(failed));
+                        endOpenTransactions(1);
+                        e = assertThrows(SQLException.class, c::commit,
+                                "a transaction an error aborted was replayed and committed");
+                    }
+                    default -> {
+                        Hold lost = proxy.swallowNextCommit();
+                        e = assertThrows(SQLException.class, c::commit,
+                                "a transaction an error aborted was replayed and committed");
+                        assertTrue(lost.acted(), "the COMMIT was lost");
+                    }
+                }
+                assertEquals(Refusal.NOT_REPLAYABLE, refusalOf(e), String.valueOf(e));
+            }
+            assertEquals(0, total(rowsOf(id)), "a transaction an error aborted was committed: " + rowsOf(id));
+            assertEquals(1, ds.getReplayCounts().refused(Refusal.NOT_REPLAYABLE), String.valueOf(ds.getReplayCounts()));
+        }
+    }
+
+    @Test
+    void aTransactionRolledBackToASavepointAfterAnErrorIsReplayedAgain() throws Exception {
+        pools = new Pools(NAMES);
+        AffinityDataSource ds = ds("guard-aborted-savepoint", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "sp-before");
+            try (Statement s = c.createStatement()) {
+                s.execute("SAVEPOINT s");
+            }
+            insert(c, "sp-undone");
+            assertEquals("23505", assertThrows(SQLException.class, () -> insert(c, "sp-before")).getSQLState());
+            // A second error in the aborted transaction: 25P02.
+            assertEquals("25P02", assertThrows(SQLException.class, () -> count(c, "%")).getSQLState());
+            try (Statement s = c.createStatement()) {
+                s.execute("ROLLBACK TO SAVEPOINT s"); // whole again
+            }
+            insert(c, "sp-after");
+            endOpenTransactions(1);
+            c.commit(); // its connection is gone: replayed elsewhere
+        }
+        assertEquals(1, total(rowsOf("sp-before")), String.valueOf(rowsOf("sp-before")));
+        assertEquals(0, total(rowsOf("sp-undone")), String.valueOf(rowsOf("sp-undone")));
+        assertEquals(1, total(rowsOf("sp-after")), String.valueOf(rowsOf("sp-after")));
+        assertEquals(0, rowsOf("sp-after").get("MYDB1"), "the first node's transaction ended uncommitted");
+        assertEquals(1, ds.getReplayCounts().replayed(), String.valueOf(ds.getReplayCounts()));
+    }
+
+    @Test
+    void aTransactionTheDriversAutosaveKeptWholeAfterAnErrorIsReplayed() throws Exception {
+        // pgjdbc's autosave rolls back to its own savepoint at the error: the transaction goes on
+        // and commits what succeeded, and so does its replay.
+        pools = new Pools(NAMES, c -> c.addDataSourceProperty("autosave", "always"));
+        AffinityDataSource ds = ds("guard-autosave", true);
+        try (Connection c = ds.createConnectionBuilder().shardingKey(keyOn(ds, "MYDB1")).build()) {
+            c.setAutoCommit(false);
+            insert(c, "autosave");
+            assertEquals("23505", assertThrows(SQLException.class, () -> insert(c, "autosave")).getSQLState());
+            assertEquals(1, count(c, "autosave"), "the transaction goes on");
+            endOpenTransactions(1);
+            c.commit(); // its connection is gone: replayed elsewhere
+        }
+        assertEquals(1, total(rowsOf("autosave")), String.valueOf(rowsOf("autosave")));
+        assertEquals(0, rowsOf("autosave").get("MYDB1"), "the first node's transaction ended uncommitted");
         assertEquals(1, ds.getReplayCounts().replayed(), String.valueOf(ds.getReplayCounts()));
     }
 
