@@ -814,6 +814,34 @@ async def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, 
 
 
 @pytest.mark.asyncio
+async def test_a_down_and_up_between_two_upkeep_rounds_checks_the_nodes_young_connections(pg, cluster_factory, proxies):
+    # RAC1 drops every connection (a restart) and the cluster hears of it
+    # Down, then Up again, both before the upkeep's next round (the operator,
+    # a FAN relay, the topology feed: nothing that wakes the pools). The
+    # round sees Up as before; the pool's connections, used just now (inside
+    # the alive-check bypass window), must be checked all the same: their
+    # node failed since their last use.
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies["RAC1"].dsn(pg.dsn["RAC1"]))
+    async with new_pools(c, dsns, min_size=2, max_size=2, upkeep_interval=0.05) as pools:
+        key = key_on(c, "RAC1")
+        await wait_until_async(lambda: pools.node_pool("RAC1").get_stats().get("pool_available", 0) == 2, 5)
+        await asyncio.sleep(0.15)  # upkeep rounds
+        first, second = pools.connection(key=key), pools.connection(key=key)
+        for conn in (await first.__aenter__(), await second.__aenter__()):
+            await aport_of(conn)
+        await first.__aexit__(None, None, None)
+        await second.__aexit__(None, None, None)
+        proxies["RAC1"].refuse()  # every connection closed
+        c.set_node_state("RAC1", "down")
+        c.set_node_state("RAC1", "up")
+        proxies["RAC1"].heal()  # and the node answers again
+        await asyncio.sleep(0.15)  # upkeep rounds, inside the bypass window
+        assert await port(pools, key=key) == pg.port["RAC1"]
+        assert await port(pools, key=key) == pg.port["RAC1"]
+
+
+@pytest.mark.asyncio
 @pytest.mark.timeout(60)
 async def test_a_down_does_not_hold_its_caller_while_a_silent_nodes_pool_closes(pg, cluster_factory, proxies):
     # RAC1 stops answering while its pool grows: the pool's workers are in

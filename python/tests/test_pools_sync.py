@@ -627,6 +627,26 @@ def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluste
         assert port(pools, key=key) == pg.port['RAC1']
         assert c.node_state('RAC1') is ra.NodeState.UP
 
+def test_a_down_and_up_between_two_upkeep_rounds_checks_the_nodes_young_connections(pg, cluster_factory, proxies):
+    c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
+    dsns = dict(pg.dsn, RAC1=proxies['RAC1'].dsn(pg.dsn['RAC1']))
+    with new_pools(c, dsns, min_size=2, max_size=2, upkeep_interval=0.05) as pools:
+        key = key_on(c, 'RAC1')
+        wait_until(lambda: pools.node_pool('RAC1').get_stats().get('pool_available', 0) == 2, 5)
+        time.sleep(0.15)
+        first, second = (pools.connection(key=key), pools.connection(key=key))
+        for conn in (first.__enter__(), second.__enter__()):
+            port_of(conn)
+        first.__exit__(None, None, None)
+        second.__exit__(None, None, None)
+        proxies['RAC1'].refuse()
+        c.set_node_state('RAC1', 'down')
+        c.set_node_state('RAC1', 'up')
+        proxies['RAC1'].heal()
+        time.sleep(0.15)
+        assert port(pools, key=key) == pg.port['RAC1']
+        assert port(pools, key=key) == pg.port['RAC1']
+
 @pytest.mark.timeout(60)
 def test_a_down_does_not_hold_its_caller_while_a_silent_nodes_pool_closes(pg, cluster_factory, proxies):
     c = cluster_factory('thread.auto_pin = false', nodes=NAMES)

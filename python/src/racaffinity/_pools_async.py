@@ -1691,6 +1691,12 @@ class _AsyncUpkeep:
         self._last: Dict[int, Any] = dict(states)
         # Nodes whose Down ended a planned drain, until they fail or come back.
         self._planned: Dict[int, bool] = {}
+        # Each node's state changes as the core counts them, read when the
+        # cluster's epoch moved: a node that went Down (or drained) and came
+        # back between two rounds shows Up to both, and only its count moved.
+        self._epoch: Any = None
+        self._changes: Dict[int, int] = {}
+        self._missed_excursions(pools.cluster, pools._page[0])  # after the states: as a round reads them
         self._runner: Any = None
         self.loads = 0
         self.load_failures = 0
@@ -1769,8 +1775,9 @@ class _AsyncUpkeep:
             if c.closed:
                 return False
             changed = False
-            for node, _pool in pools.items():
-                state = c.node_state(node)
+            states = [(node, c.node_state(node)) for node, _pool in pools.items()]
+            missed = self._missed_excursions(c, pools._page[0])
+            for node, state in states:
                 before = self._last.get(node)
                 if before is not None and before != state:
                     changed = True
@@ -1797,8 +1804,39 @@ class _AsyncUpkeep:
                 elif state.name == "UP" and before is not None and before.name != "UP":
                     self._planned.pop(node, None)
                     await pools._undrain_node(node)
+                elif state.name == "UP" and before is not None and node in missed:
+                    # Down (or Draining) and Up again since the last round,
+                    # unseen: its connections, of a node that may have
+                    # restarted, would be handed out unchecked for as long as
+                    # they stay young. As a Down and an Up: the idle ones
+                    # close and the pool refills at once, fresh. Whether the
+                    # Down was hard is not known any more: the connections in
+                    # use finish (a lost one fails on its own), as at a drain.
+                    changed = True
+                    log.info("racaffinity: node %s went Down or Draining and Up again between two upkeep rounds",
+                             c.node_name(node))
+                    self._planned.pop(node, None)
+                    await pools._down_node(node, hard=False)
+                    await pools._undrain_node(node)
                 self._last[node] = state
             return changed and self.loader is not None
+
+    def _missed_excursions(self, c: Cluster, epoch: int) -> List[int]:
+        """The nodes whose state changed since the last round by the core's
+        count, read after their states (a change in between is seen by the
+        next round's states, not taken for a missed one) and only when the
+        cluster's epoch moved (its metrics are rendered to be read)."""
+        if epoch == self._epoch:
+            return []
+        self._epoch = epoch
+        try:
+            counts = {c.node_id(n["name"]): n["state_changes"] for n in c.metrics()["nodes"]}
+        except Exception as e:  # a node removed meanwhile: the next round reads again
+            self._epoch = None
+            log.debug("racaffinity: reading the nodes' state changes failed: %s", e)
+            return []
+        last, self._changes = self._changes, counts
+        return [node for node, n in counts.items() if node in last and n != last[node]]
 
     async def reload(self, why: str) -> bool:
         """Loads and applies the map; a failure keeps the last good one."""

@@ -1341,6 +1341,9 @@ class _Upkeep:
         self._loader_runner: Any = None
         self._last: Dict[int, Any] = dict(states)
         self._planned: Dict[int, bool] = {}
+        self._epoch: Any = None
+        self._changes: Dict[int, int] = {}
+        self._missed_excursions(pools.cluster, pools._page[0])
         self._runner: Any = None
         self.loads = 0
         self.load_failures = 0
@@ -1416,8 +1419,9 @@ class _Upkeep:
             if c.closed:
                 return False
             changed = False
-            for node, _pool in pools.items():
-                state = c.node_state(node)
+            states = [(node, c.node_state(node)) for node, _pool in pools.items()]
+            missed = self._missed_excursions(c, pools._page[0])
+            for node, state in states:
                 before = self._last.get(node)
                 if before is not None and before != state:
                     changed = True
@@ -1434,8 +1438,31 @@ class _Upkeep:
                 elif state.name == 'UP' and before is not None and (before.name != 'UP'):
                     self._planned.pop(node, None)
                     pools._undrain_node(node)
+                elif state.name == 'UP' and before is not None and (node in missed):
+                    changed = True
+                    log.info('racaffinity: node %s went Down or Draining and Up again between two upkeep rounds', c.node_name(node))
+                    self._planned.pop(node, None)
+                    pools._down_node(node, hard=False)
+                    pools._undrain_node(node)
                 self._last[node] = state
             return changed and self.loader is not None
+
+    def _missed_excursions(self, c: Cluster, epoch: int) -> List[int]:
+        """The nodes whose state changed since the last round by the core's
+        count, read after their states (a change in between is seen by the
+        next round's states, not taken for a missed one) and only when the
+        cluster's epoch moved (its metrics are rendered to be read)."""
+        if epoch == self._epoch:
+            return []
+        self._epoch = epoch
+        try:
+            counts = {c.node_id(n['name']): n['state_changes'] for n in c.metrics()['nodes']}
+        except Exception as e:
+            self._epoch = None
+            log.debug("racaffinity: reading the nodes' state changes failed: %s", e)
+            return []
+        last, self._changes = (self._changes, counts)
+        return [node for node, n in counts.items() if node in last and n != last[node]]
 
     def reload(self, why: str) -> bool:
         """Loads and applies the map; a failure keeps the last good one."""
