@@ -529,6 +529,34 @@ def test_a_drain_that_ended_between_two_watch_rounds_lets_checked_out_connection
     engine.dispose()
 
 
+def test_a_down_and_up_between_two_watch_rounds_retires_the_nodes_pool(pg, cluster_factory, monkeypatch):
+    # RAC1 restarts (its sessions end) and the cluster hears of it Down, then
+    # Up again, both between two watch rounds (the operator, a FAN relay,
+    # the topology feed). The round sees Up as before; the node's pool must
+    # be retired all the same, as at a Down and an Up: its idle connection
+    # is of a session that ended, and without pre-ping the next checkout
+    # would get it.
+    import psycopg
+
+    import racaffinity.sqlalchemy as ras
+
+    monkeypatch.setattr(ras, "WATCH_INTERVAL", 600.0)
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=1, max_overflow=0)
+    engine.pool._watch.round([engine.pool])
+    key = key_on(c, "RAC1")
+    with route(key=key), engine.connect() as conn:
+        pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+    with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+    c.set_node_state("RAC1", "down")
+    c.set_node_state("RAC1", "up")
+    engine.pool._watch.round([engine.pool])
+    with route(key=key), engine.connect() as conn:
+        assert pg.name_of_port(conn.execute(PORT).scalar_one()) == "RAC1"
+    engine.dispose()
+
+
 @pytest.mark.asyncio
 async def test_asyncio_waiters_on_a_killed_node_are_served_elsewhere_at_once(pg, cluster_factory, restart_after):
     # Fast connection failover in the asyncio engine: tasks waiting on a

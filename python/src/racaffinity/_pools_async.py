@@ -50,6 +50,7 @@ from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 # host lease by one identity test.
 _RAW_LEASE = new_(LEASE_T).__class__
 from ._scopes import SCOPES
+from ._state_changes import StateChanges
 from ._ucp import AsyncPartitionMapLoader
 from ._tpc_async import AsyncGlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
@@ -1691,12 +1692,9 @@ class _AsyncUpkeep:
         self._last: Dict[int, Any] = dict(states)
         # Nodes whose Down ended a planned drain, until they fail or come back.
         self._planned: Dict[int, bool] = {}
-        # Each node's state changes as the core counts them, read when the
-        # cluster's epoch moved: a node that went Down (or drained) and came
-        # back between two rounds shows Up to both, and only its count moved.
-        self._epoch: Any = None
-        self._changes: Dict[int, int] = {}
-        self._missed_excursions(pools.cluster, pools._page[0])  # after the states: as a round reads them
+        # A node that went Down (or drained) and came back between two
+        # rounds shows Up to both: only the core's count of its changes moved.
+        self._changes = StateChanges(pools.cluster)  # after the states: as a round reads them
         self._runner: Any = None
         self.loads = 0
         self.load_failures = 0
@@ -1776,7 +1774,7 @@ class _AsyncUpkeep:
                 return False
             changed = False
             states = [(node, c.node_state(node)) for node, _pool in pools.items()]
-            missed = self._missed_excursions(c, pools._page[0])
+            missed = self._changes.moved(c)
             for node, state in states:
                 before = self._last.get(node)
                 if before is not None and before != state:
@@ -1820,23 +1818,6 @@ class _AsyncUpkeep:
                     await pools._undrain_node(node)
                 self._last[node] = state
             return changed and self.loader is not None
-
-    def _missed_excursions(self, c: Cluster, epoch: int) -> List[int]:
-        """The nodes whose state changed since the last round by the core's
-        count, read after their states (a change in between is seen by the
-        next round's states, not taken for a missed one) and only when the
-        cluster's epoch moved (its metrics are rendered to be read)."""
-        if epoch == self._epoch:
-            return []
-        self._epoch = epoch
-        try:
-            counts = {c.node_id(n["name"]): n["state_changes"] for n in c.metrics()["nodes"]}
-        except Exception as e:  # a node removed meanwhile: the next round reads again
-            self._epoch = None
-            log.debug("racaffinity: reading the nodes' state changes failed: %s", e)
-            return []
-        last, self._changes = self._changes, counts
-        return [node for node, n in counts.items() if node in last and n != last[node]]
 
     async def reload(self, why: str) -> bool:
         """Loads and applies the map; a failure keeps the last good one."""

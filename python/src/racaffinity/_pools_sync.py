@@ -35,6 +35,7 @@ from ._routes import HOST_LEASE_BASE, LEASE_T, PoolHostLease, context_pick, end_
 from ._routes import lease_begin, lease_release, new_, pick_host_begins, _END_OK
 _RAW_LEASE = new_(LEASE_T).__class__
 from ._scopes import SCOPES
+from ._state_changes import StateChanges
 from ._ucp import PartitionMapLoader
 from ._tpc_sync import GlobalTransaction, recover_all
 from ._tpc_types import RecoveryReport
@@ -1341,9 +1342,7 @@ class _Upkeep:
         self._loader_runner: Any = None
         self._last: Dict[int, Any] = dict(states)
         self._planned: Dict[int, bool] = {}
-        self._epoch: Any = None
-        self._changes: Dict[int, int] = {}
-        self._missed_excursions(pools.cluster, pools._page[0])
+        self._changes = StateChanges(pools.cluster)
         self._runner: Any = None
         self.loads = 0
         self.load_failures = 0
@@ -1420,7 +1419,7 @@ class _Upkeep:
                 return False
             changed = False
             states = [(node, c.node_state(node)) for node, _pool in pools.items()]
-            missed = self._missed_excursions(c, pools._page[0])
+            missed = self._changes.moved(c)
             for node, state in states:
                 before = self._last.get(node)
                 if before is not None and before != state:
@@ -1446,23 +1445,6 @@ class _Upkeep:
                     pools._undrain_node(node)
                 self._last[node] = state
             return changed and self.loader is not None
-
-    def _missed_excursions(self, c: Cluster, epoch: int) -> List[int]:
-        """The nodes whose state changed since the last round by the core's
-        count, read after their states (a change in between is seen by the
-        next round's states, not taken for a missed one) and only when the
-        cluster's epoch moved (its metrics are rendered to be read)."""
-        if epoch == self._epoch:
-            return []
-        self._epoch = epoch
-        try:
-            counts = {c.node_id(n['name']): n['state_changes'] for n in c.metrics()['nodes']}
-        except Exception as e:
-            self._epoch = None
-            log.debug("racaffinity: reading the nodes' state changes failed: %s", e)
-            return []
-        last, self._changes = (self._changes, counts)
-        return [node for node, n in counts.items() if node in last and n != last[node]]
 
     def reload(self, why: str) -> bool:
         """Loads and applies the map; a failure keeps the last good one."""

@@ -86,6 +86,7 @@ from ._pools_base import FAILED, NEUTRAL, OK, Base  # noqa: E402
 from ._routes import HOST_LEASE_BASE, LEASE_T, NodeState, PoolHostLease, end_lease, lease_begin, new_  # noqa: E402
 from ._routes import _END_OK, end_ok, new_pool_host_lease  # noqa: E402
 from ._scopes import SCOPES  # noqa: E402
+from ._state_changes import StateChanges  # noqa: E402
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -171,6 +172,9 @@ class _Watch:
         self._pid = os.getpid()
         # The states at start: a Down before the first round is a change too.
         self._last: Dict[int, NodeState] = {n: pool._cluster.node_state(n) for n in pool._router._dsns}
+        # A node that went Down (or drained) and came back between two
+        # rounds shows Up to both: only the core's count of its changes moved.
+        self._changes = StateChanges(pool._cluster)  # after the states: as a round reads them
         # Nodes whose Down ended a planned drain, until they fail or come back.
         self._planned: Dict[int, bool] = {}
         threading.Thread(target=self._run, name="racaffinity-sqlalchemy-watch", daemon=True).start()
@@ -215,8 +219,9 @@ class _Watch:
 
     def round(self, pools: List["RoutingPool"]) -> None:
         cluster = pools[0]._cluster
-        for node in list(pools[0]._router._dsns):
-            state = cluster.node_state(node)
+        states = [(node, cluster.node_state(node)) for node in list(pools[0]._router._dsns)]
+        missed = self._changes.moved(cluster)
+        for node, state in states:
             with self._pools_lock:
                 before = self._last.get(node)
                 self._last[node] = state
@@ -236,6 +241,16 @@ class _Watch:
                     pool._abort_checked_out(node)
             elif state is not NodeState.DOWN:
                 self._planned.pop(node, None)
+                if state is NodeState.UP and before is NodeState.UP and node in missed:
+                    # Down (or Draining) and Up again since the last round,
+                    # unseen: the pool's idle connections may be of sessions
+                    # a restart ended. Retired as at a Down, whose cause is
+                    # not known any more: connections in use finish, as at
+                    # a drain; the next checkout makes a new pool.
+                    log.info("racaffinity: node %s went Down or Draining and Up again between two watch rounds",
+                             cluster.node_name(node))
+                    for pool in pools:
+                        pool._retire(node, hard=False)
 
 
 class _Router(Base):
