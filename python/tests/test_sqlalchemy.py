@@ -529,6 +529,104 @@ def test_a_drain_that_ended_between_two_watch_rounds_lets_checked_out_connection
     engine.dispose()
 
 
+def test_a_planned_drain_closes_idle_connections_now_and_busy_ones_on_return(pg, cluster_factory, monkeypatch):
+    # RAC1 drains (FAN reason=USER, a 30 s deadline): its idle pooled
+    # session closes at once, as in NodePools and Java's node pools (an
+    # operator waiting for the node's sessions to go would otherwise wait
+    # out the deadline, or for good with a drain that has none); the one in
+    # use finishes its request and closes when returned.
+    import psycopg
+
+    import racaffinity.sqlalchemy as ras
+    from conftest import fan_line, wait_until
+
+    monkeypatch.setattr(ras, "WATCH_INTERVAL", 600.0)
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=2, max_overflow=0)
+    key = key_on(c, "RAC1")
+    with route(key=key):
+        idle, busy = engine.connect(), engine.connect()
+    pids = [conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one() for conn in (idle, busy)]
+    idle.close()
+
+    def alive(pid):
+        with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
+            return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0] == 1
+
+    assert alive(pids[0]) and alive(pids[1])  # busy is in its (autobegun) transaction
+    c.apply_event(fan_line("RAC1", "down", "USER", drain_timeout=30))
+    assert c.node_state("RAC1") is ra.NodeState.DRAINING
+    engine.pool._watch.round([engine.pool])
+    wait_until(lambda: not alive(pids[0]), 2)  # the idle one, at once
+    assert busy.execute(sa.text("SELECT 2")).scalar_one() == 2  # in a transaction on the node: goes on
+    busy.commit()
+    busy.close()
+    wait_until(lambda: not alive(pids[1]), 2)  # returned: closed
+    engine.dispose()
+
+
+def test_a_failure_after_a_drain_retired_the_nodes_pool_aborts_its_checked_out_connections(
+    pg, cluster_factory, monkeypatch
+):
+    # The drain retired RAC1's pool (it held an idle connection); a FAN
+    # failure then takes the node Down: the connection still in use there
+    # is aborted as at any hard Down, though the node has no pool left.
+    import racaffinity.sqlalchemy as ras
+    from conftest import fan_line
+
+    monkeypatch.setattr(ras, "WATCH_INTERVAL", 600.0)
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_engine(c, urls(pg), pool_size=2, max_overflow=0)
+    with route(key=key_on(c, "RAC1")):
+        idle, busy = engine.connect(), engine.connect()
+    assert node_of_conn(pg, busy) == "RAC1"
+    idle.close()
+    c.apply_event(fan_line("RAC1", "down", "USER", drain_timeout=30))
+    engine.pool._watch.round([engine.pool])
+    c.apply_event(fan_line("RAC1", "down"))
+    engine.pool._watch.round([engine.pool])
+    with pytest.raises(sa.exc.DBAPIError):
+        busy.execute(sa.text("SELECT 1"))
+    busy.close()
+    engine.dispose()
+
+
+@pytest.mark.asyncio
+async def test_an_asyncio_engines_planned_drain_closes_idle_connections_now_and_busy_ones_on_return(
+    pg, cluster_factory, monkeypatch
+):
+    # As above, in the asyncio engine: the watch hands the retirement to the
+    # pool's loop.
+    import psycopg
+
+    import racaffinity.sqlalchemy as ras
+    from conftest import fan_line, wait_until_async
+
+    monkeypatch.setattr(ras, "WATCH_INTERVAL", 600.0)
+    c = cluster_factory("thread.auto_pin = false", nodes=NAMES)
+    engine = create_async_engine(c, urls(pg), pool_size=2, max_overflow=0)
+    key = key_on(c, "RAC1")
+    with route(key=key):
+        idle, busy = await engine.connect(), await engine.connect()
+    pids = [(await conn.execute(sa.text("SELECT pg_backend_pid()"))).scalar_one() for conn in (idle, busy)]
+    await idle.close()
+
+    def alive(pid):
+        with psycopg.connect(pg.dsn["RAC1"], autocommit=True) as admin:
+            return admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0] == 1
+
+    assert alive(pids[0]) and alive(pids[1])
+    c.apply_event(fan_line("RAC1", "down", "USER", drain_timeout=30))
+    pool = engine.sync_engine.pool
+    pool._watch.round([pool])
+    await wait_until_async(lambda: not alive(pids[0]), 2)  # the idle one, at once
+    assert (await busy.execute(sa.text("SELECT 2"))).scalar_one() == 2  # goes on
+    await busy.commit()
+    await busy.close()
+    await wait_until_async(lambda: not alive(pids[1]), 2)  # returned: closed
+    await engine.dispose()
+
+
 def test_a_down_and_up_between_two_watch_rounds_retires_the_nodes_pool(pg, cluster_factory, monkeypatch):
     # RAC1 restarts (its sessions end) and the cluster hears of it Down, then
     # Up again, both between two watch rounds (the operator, a FAN relay,

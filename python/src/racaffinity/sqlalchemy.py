@@ -158,7 +158,8 @@ class _Retired(Exception):
 class _Watch:
     """Fast connection failover for a sync RoutingPool: a daemon thread
     that reads the node states every `WATCH_INTERVAL` and retires the pool
-    of a node gone Down (`RoutingPool._retire`). It ends with its pools
+    of a node gone Down (`RoutingPool._retire`) or draining
+    (`RoutingPool._drain`). It ends with its pools
     (weak references) or the cluster. A pool that replaces another
     (`recreate()`, an engine's dispose) takes over its watch's pools
     (`adopt`): the replaced pool's checked-out connections still need
@@ -241,6 +242,9 @@ class _Watch:
                     pool._abort_checked_out(node)
             elif state is not NodeState.DOWN:
                 self._planned.pop(node, None)
+                if state is NodeState.DRAINING:
+                    for pool in pools:
+                        pool._drain(node)
                 if state is NodeState.UP and before is NodeState.UP and node in missed:
                     # Down (or Draining) and Up again since the last round,
                     # unseen: the pool's idle connections may be of sessions
@@ -369,11 +373,14 @@ class RoutingPool(Pool):
         the node's next checkout makes a new pool."""
         with self._subs_lock:
             old = self._subs.pop(node, None)
+        if old is not None:
+            old._racaffinity_retired = True
+        if hard:
+            # Also with no pool left (a drain retired it): its connections
+            # still checked out are on the failed node.
+            self._abort_checked_out(node)
         if old is None:
             return
-        old._racaffinity_retired = True
-        if hard:
-            self._abort_checked_out(node)
         if self._is_asyncio:
             loop = old._racaffinity_loop
             if loop is not None:
@@ -392,6 +399,18 @@ class RoutingPool(Pool):
                 queue.put(_RETIRED, True, 0.05)
             except Exception:  # full: a woken thread has not taken its one yet
                 pass
+
+    def _drain(self, node: int) -> None:
+        """A Draining node: its pool is retired (soft) when it holds an idle
+        connection, so idle connections close at once and those in use
+        close when returned, as in `NodePools`; checkouts that still go
+        there (pinned work) make a new pool, retired in turn once one of
+        its connections is back. One that holds none stays: retiring it
+        would send its waiters to a new pool, past its size."""
+        with self._subs_lock:
+            sub = self._subs.get(node)
+        if sub is not None and sub.checkedin() > 0:
+            self._retire(node, hard=False)
 
     @staticmethod
     def _no_creator() -> Any:
