@@ -814,6 +814,36 @@ async def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, 
 
 
 @pytest.mark.asyncio
+async def test_a_hard_down_after_a_renewal_aborts_the_renewed_pools_borrowed_connection(pg, cluster_factory, proxies):
+    # RAC1 refuses new sessions while one of its connections is borrowed:
+    # its pool backs off, and a replay sent there renews it (a fresh pool
+    # connects at once; the old one retires). The node then fails (the
+    # operator's Down): the connection still borrowed from the old pool is
+    # on it and must be aborted, as at any hard Down.
+    c = cluster_factory("thread.auto_pin = false\nhealth.eject_after_failures = 0", nodes=NAMES)
+    px = proxies["RAC1"]
+    dsns = dict(pg.dsn, RAC1=px.dsn(pg.dsn["RAC1"]))
+    async with new_pools(c, dsns, min_size=1, max_size=2, upkeep_interval=0.05) as pools:
+        key, node = key_on(c, "RAC1"), c.node_id("RAC1")
+        await wait_until_async(lambda: pools.node_pool("RAC1").get_stats().get("pool_available", 0) == 1, 5)
+        holder = pools.connection(key=key)
+        held = await holder.__aenter__()
+        assert await aport_of(held) == pg.port["RAC1"]
+        px.refuse_new()
+        with pytest.raises(psycopg_pool.PoolTimeout):
+            await port(pools, key=key, timeout=0.5)  # the pool grows: its connect is refused
+        old = pools.node_pool("RAC1")
+        assert old._racaffinity_connects.backing_off
+        await pools._renew_if_backing_off(node)  # what a replay sent to RAC1 does first
+        assert pools.node_pool("RAC1") is not old
+        c.set_node_state("RAC1", "down")
+        await asyncio.sleep(0.3)  # several upkeep rounds
+        with pytest.raises(psycopg.OperationalError) as info:
+            await held.execute("SELECT 1")  # its session is alive: only an abort ends it
+        await holder.__aexit__(type(info.value), info.value, None)
+
+
+@pytest.mark.asyncio
 async def test_a_down_and_up_between_two_upkeep_rounds_checks_the_nodes_young_connections(pg, cluster_factory, proxies):
     # RAC1 drops every connection (a restart) and the cluster hears of it
     # Down, then Up again, both before the upkeep's next round (the operator,

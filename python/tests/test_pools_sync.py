@@ -627,6 +627,29 @@ def test_a_connection_whose_node_failed_since_its_last_use_is_checked(pg, cluste
         assert port(pools, key=key) == pg.port['RAC1']
         assert c.node_state('RAC1') is ra.NodeState.UP
 
+def test_a_hard_down_after_a_renewal_aborts_the_renewed_pools_borrowed_connection(pg, cluster_factory, proxies):
+    c = cluster_factory('thread.auto_pin = false\nhealth.eject_after_failures = 0', nodes=NAMES)
+    px = proxies['RAC1']
+    dsns = dict(pg.dsn, RAC1=px.dsn(pg.dsn['RAC1']))
+    with new_pools(c, dsns, min_size=1, max_size=2, upkeep_interval=0.05) as pools:
+        key, node = (key_on(c, 'RAC1'), c.node_id('RAC1'))
+        wait_until(lambda: pools.node_pool('RAC1').get_stats().get('pool_available', 0) == 1, 5)
+        holder = pools.connection(key=key)
+        held = holder.__enter__()
+        assert port_of(held) == pg.port['RAC1']
+        px.refuse_new()
+        with pytest.raises(psycopg_pool.PoolTimeout):
+            port(pools, key=key, timeout=0.5)
+        old = pools.node_pool('RAC1')
+        assert old._racaffinity_connects.backing_off
+        pools._renew_if_backing_off(node)
+        assert pools.node_pool('RAC1') is not old
+        c.set_node_state('RAC1', 'down')
+        time.sleep(0.3)
+        with pytest.raises(psycopg.OperationalError) as info:
+            held.execute('SELECT 1')
+        holder.__exit__(type(info.value), info.value, None)
+
 def test_a_down_and_up_between_two_upkeep_rounds_checks_the_nodes_young_connections(pg, cluster_factory, proxies):
     c = cluster_factory('thread.auto_pin = false', nodes=NAMES)
     dsns = dict(pg.dsn, RAC1=proxies['RAC1'].dsn(pg.dsn['RAC1']))

@@ -980,10 +980,10 @@ class AsyncNodePools(Base):
         self._closing: Any = None  # the task of the close under way (`close()`)
         # The closes of retired pools still running (`_retire`).
         self._retiring: List[Any] = []
-        # Node -> the pools its drains retired, whose connections in use
-        # finish their requests: a hard Down of the node aborts those too
-        # (they are on the failed node), also after the node was Up again
-        # while they were in use.
+        # Node -> the pools its drains (and renewals) retired, whose
+        # connections in use finish their requests: a hard Down of the node
+        # aborts those too (they are on the failed node), also after the
+        # node was Up again while they were in use.
         self._drained: Dict[int, List[Any]] = {}
         # Held while a node's pool is read and replaced (a drain, a Down, an
         # Up, a replay's renewal) and while close() begins: the upkeep and a
@@ -1169,6 +1169,9 @@ class AsyncNodePools(Base):
             successor._racaffinity_connects.node_failed_at = time.monotonic()
             await successor.open(wait=False)
             self._by_id[node] = successor
+            # Kept whatever it holds now, as a drain's: a borrow it is
+            # serving finishes on the node, and a hard Down later aborts it.
+            self._drained[node] = [*_in_use(self._drained.get(node, ())), pool]
             await self._retire(pool)
 
     async def _undrain_node(self, node: int) -> None:

@@ -937,6 +937,7 @@ class NodePools(Base):
             successor._racaffinity_connects.node_failed_at = time.monotonic()
             successor.open(wait=False)
             self._by_id[node] = successor
+            self._drained[node] = [*_in_use(self._drained.get(node, ())), pool]
             self._retire(pool)
 
     def _undrain_node(self, node: int) -> None:
