@@ -267,6 +267,20 @@ public final class Cluster implements AutoCloseable {
     }
 
     /**
+     * The core's routing epoch: it moves on every change that could alter a route, every node
+     * state change among them. A poller of node states reads the nodes' {@link
+     * NodeMetrics#stateChanges()} only when it moved, to find a node that went Down and Up again
+     * between two of its reads (it shows Up to both).
+     *
+     * @return the epoch now
+     */
+    public long routingEpoch() {
+        long e = (long) PAGE.getAcquire(page, 0);
+        Reference.reachabilityFence(page);
+        return e;
+    }
+
+    /**
      * Sets a node's state as an operator would (cause {@code admin}: only another
      * operator call lifts an operator's {@code DOWN}).
      *

@@ -28,6 +28,11 @@ import javax.sql.DataSource;
  *       {@link NodeFailover}): idle connections close, threads waiting on the pool
  *       route again, and on a hard Down (not a planned drain's end) the connections
  *       in use are aborted; the pool refills at once when the node is Up again;</li>
+ *   <li>renews the pool of a node that went Down (or Draining) and Up again between two rounds
+ *       ({@link StateChanges}: only the core's state change count moved): its idle connections may be
+ *       sessions a restart ended, young enough for the pool to hand out unchecked; they close at once
+ *       and the pool refills, connections in use finish (the cause is not known by then, as at a
+ *       drain) and are checked at their next borrow;</li>
  *   <li>reloads the partition map from the {@link PartitionMapLoader} after each
  *       node state change (an HA event) and on its period.</li>
  * </ul>
@@ -59,6 +64,9 @@ final class PoolMaintenance implements AutoCloseable {
     /** Every line the upkeep logs goes through the data source's log thread: the upkeep never waits on a handler. */
     private final System.Logger log;
     private final NodeState[] last;
+    /** Per node, this round: Up at the last round and at this one (a missed Down and Up renews its pool). */
+    private final boolean[] upThrough;
+    private final StateChanges stateChanges;
     /** Whether a node's Down ended a planned drain, until it fails or comes back. */
     private final boolean[] planned;
     private final int[] savedMinIdle;
@@ -109,6 +117,8 @@ final class PoolMaintenance implements AutoCloseable {
         this.savedMinIdle = new int[byId.length];
         Arrays.fill(savedMinIdle, -1);
         Arrays.fill(last, NodeState.UP);
+        this.upThrough = new boolean[byId.length];
+        this.stateChanges = new StateChanges(cluster);
         this.log = log.logger(LOG);
         if (loader != null) {
             reload("start");
@@ -215,6 +225,7 @@ final class PoolMaintenance implements AutoCloseable {
                 continue;
             }
             NodeState now = cluster.nodeState(i);
+            upThrough[i] = now == NodeState.UP && last[i] == NodeState.UP;
             if (now != last[i]) {
                 changed = true;
             }
@@ -265,6 +276,13 @@ final class PoolMaintenance implements AutoCloseable {
             }
             last[i] = now;
         }
+        // After the states: a change since is seen by the next round's states, not taken for a missed one.
+        for (int node : stateChanges.moved()) {
+            if (node < byId.length && byId[node] != null && upThrough[node]) {
+                changed = true;
+                renew(node);
+            }
+        }
         if (transitions != null) {
             transitions.forEach(Runnable::run);
         }
@@ -300,6 +318,23 @@ final class PoolMaintenance implements AutoCloseable {
         if (aborted > 0) {
             log.log(Level.DEBUG, () -> owner + ": node " + cluster.nodeName(node) + " Down: " + aborted
                     + " connection(s) in use aborted");
+        }
+    }
+
+    /**
+     * A node Up at this round and the last that went Down (or Draining) and Up again in between:
+     * a restart may have ended its idle connections' sessions, and HikariCP hands out a connection
+     * used within its alive-check bypass (500 ms) unchecked. They close now and the pool refills
+     * (HikariCP fills after each close); connections in use finish, as at a drain (whether the Down
+     * was a failure is not known by then), and any connection of the node is checked at its next
+     * borrow.
+     */
+    private void renew(int node) {
+        failover.failed(node);
+        if (Hikari.softEvict(byId[node])) {
+            String name = cluster.nodeName(node);
+            log.log(Level.INFO, () -> owner + ": node " + name
+                    + " went Down or Draining and Up again since the last round: its pool is renewed");
         }
     }
 

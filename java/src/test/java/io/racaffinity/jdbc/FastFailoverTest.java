@@ -278,6 +278,48 @@ class FastFailoverTest {
     }
 
     /**
+     * A node Down and Up again between two upkeep rounds (the operator's setNodeState, a FAN event
+     * applied to the cluster, the topology feed: nothing that pokes the upkeep) restarted meanwhile: its
+     * pool's idle connection, used within HikariCP's alive-check bypass (500 ms), is dead. The next
+     * round sees the node Up both times and only the core's state change count moved: the pool is
+     * retired then, so the next borrow gets a live connection. Before, its first statement failed
+     * ("terminating connection due to administrator command").
+     */
+    @Test
+    void aDownAndUpBetweenTwoUpkeepRoundsRetiresTheNodesDeadIdleConnections() throws Exception {
+        AffinityDataSource ds = fcfDataSource("fcf-down-up-unseen", 600_000, c -> {}); // a round only when poked
+        Cluster cluster = ds.getCluster();
+        ShardingKey key1 = keyOn(ds, "MYDB1");
+        try (Connection admin = DriverManager.getConnection(PgNodes.url(1), "postgres", "");
+                Statement kill = admin.createStatement()) {
+            long rounds = ds.upkeepRounds();
+            ds.applyEvent(fan("MYDB2", "status=up")); // a round after the start, which read the counts
+            assertTrue(await(Duration.ofSeconds(5), () -> ds.upkeepRounds() > rounds), "a round ran");
+            try (Connection c = ds.createConnectionBuilder().shardingKey(key1).build()) {
+                assertEquals(portOf("MYDB1"), serverPort(c)); // young and idle in the pool from here
+            }
+            long returned = System.nanoTime();
+            cluster.setNodeState("MYDB1", NodeState.DOWN);
+            // The restart, for this test's sessions: they end as at a shutdown.
+            try (ResultSet rs = kill.executeQuery("SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity"
+                    + " WHERE application_name = '" + APP + "'")) {
+                rs.next();
+                assertTrue(rs.getInt(1) >= 1, "the pooled session was ended");
+            }
+            cluster.setNodeState("MYDB1", NodeState.UP);
+            long before = ds.upkeepRounds();
+            ds.applyEvent(fan("MYDB2", "status=up")); // a round, which sees MYDB1 Up as the last one did
+            assertTrue(await(Duration.ofSeconds(5), () -> ds.upkeepRounds() > before), "a round ran");
+            try (Connection c = ds.createConnectionBuilder().shardingKey(key1).build()) {
+                long sinceUse = (System.nanoTime() - returned) / 1_000_000;
+                assertEquals(portOf("MYDB1"), serverPort(c),
+                        "the first statement on MYDB1 after its restart succeeds (" + sinceUse
+                                + " ms after its last use)");
+            }
+        }
+    }
+
+    /**
      * The drain's end lets the connection in use finish; the node then fails (a FAN failure: shut
      * down abort, a crash) and that connection, which would hang on a blackholed node, is aborted as
      * at any hard Down. Before, a node that stayed Down was never looked at again.
