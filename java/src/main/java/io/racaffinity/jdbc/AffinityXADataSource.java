@@ -117,9 +117,11 @@ public class AffinityXADataSource extends AbstractAffinityDataSource<XADataSourc
                 nodes.redactor()::redact, AffinityDataSource::requestSession, () -> requestRoute(c),
                 () -> AffinityDataSource.requestToken(c));
         router = x;
-        // AffinityDataSource's upkeep, with no pool of its own to keep: only its hard-Down decision is used.
+        // AffinityDataSource's upkeep, with no pool of its own to keep: only its decisions on a hard Down and on
+        // a Down and Up it missed are used.
         watch = new PoolMaintenance(kind + " " + c.name(), c, probes(r.byId), new NodeFailover(r.byId.length),
-                node -> null, WATCH_MILLIS, null, 0, nodes.redactor(), r.upkeepLog, x::nodeFailed, false);
+                node -> null, WATCH_MILLIS, null, 0, nodes.redactor(), r.upkeepLog, x::nodeFailed,
+                x::nodeRenewed, false);
     }
 
     /** How often node states are looked at when nothing pokes (AffinityDataSource's poolMaintenanceMillis default). */

@@ -53,6 +53,8 @@ final class PoolMaintenance implements AutoCloseable {
     private final IntFunction<String> lastFailure;
     /** What else a hard Down ends (AffinityXADataSource: the sessions its XAConnections hold there), or null. */
     private final IntConsumer hardDown;
+    /** What else a missed Down and Up renews (AffinityXADataSource: its XAConnections' idle sessions), or null. */
+    private final IntConsumer renewed;
     /** False where the heartbeat logs the state changes it causes itself (AffinityXADataSource). */
     private final boolean logTransitions;
     private final long tickMillis;
@@ -91,18 +93,20 @@ final class PoolMaintenance implements AutoCloseable {
             IntFunction<String> lastFailure, long tickMillis, PartitionMapLoader loader, long reloadMillis,
             Redactor redactor, AsyncLog log) {
         this(owner, cluster, byId, failover, lastFailure, tickMillis, loader, reloadMillis, redactor, log, null,
-                true);
+                null, true);
     }
 
     /**
      * @param hardDown called at each hard Down of a node, after its pool's connections in use were aborted
+     * @param renewed called for a node that went Down (or Draining) and Up again between two rounds, or null
      * @param logTransitions whether the rounds log node state changes
      */
     PoolMaintenance(String owner, Cluster cluster, DataSource[] byId, NodeFailover failover,
             IntFunction<String> lastFailure, long tickMillis, PartitionMapLoader loader, long reloadMillis,
-            Redactor redactor, AsyncLog log, IntConsumer hardDown, boolean logTransitions) {
+            Redactor redactor, AsyncLog log, IntConsumer hardDown, IntConsumer renewed, boolean logTransitions) {
         this.owner = owner;
         this.hardDown = hardDown;
+        this.renewed = renewed;
         this.logTransitions = logTransitions;
         this.failover = failover;
         this.redactor = redactor;
@@ -331,6 +335,9 @@ final class PoolMaintenance implements AutoCloseable {
      */
     private void renew(int node) {
         failover.failed(node);
+        if (renewed != null) {
+            renewed.accept(node);
+        }
         if (Hikari.softEvict(byId[node])) {
             String name = cluster.nodeName(node);
             log.log(Level.INFO, () -> owner + ": node " + name

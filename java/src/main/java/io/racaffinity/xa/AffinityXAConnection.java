@@ -218,6 +218,18 @@ public final class AffinityXAConnection implements XAConnection {
     }
 
     /**
+     * {@link XaRouter#nodeRenewed}: the session this connection holds on {@code node}, if idle (no branch on it,
+     * no open handle that used it), is marked broken, so the next call there opens a new one ({@link #physical})
+     * and closes it.
+     */
+    synchronized void renewIdle(int node) {
+        Physical p = node < byNode.length ? byNode[node] : null;
+        if (!closed && p != null && p.associated == null && (handle == null || !handle.used.contains(p))) {
+            p.broken = true;
+        }
+    }
+
+    /**
      * {@link XaRouter#nodeFailed}: the session this connection holds on {@code node}, if any, is marked broken
      * (an active branch on it died with it), the handle that used it fails its next call, and the session is
      * aborted: through the handle's driver connection by the task added to {@code inUse}; with no handle open by

@@ -343,6 +343,20 @@ public final class XaRouter {
         return n;
     }
 
+    /**
+     * A node that went Down (or Draining) and Up again between two watch rounds, which both saw it Up (only the
+     * core's state change count moved): a restart may have ended the sessions the open XAConnections hold there.
+     * Each idle one (no branch on it, no open handle that used it) is dropped, so the TM's next branch there opens
+     * a new session; those in use finish, as at a drain (whether the Down was a failure is not known by then).
+     *
+     * @param node the node id
+     */
+    public void nodeRenewed(int node) {
+        for (AffinityXAConnection c : openConnections()) {
+            c.renewIdle(node);
+        }
+    }
+
     /** How long {@link #nodeFailed} waits for the aborts of the node's sessions in use, all together. */
     static final long DOWN_ABORT_WAIT_MILLIS = 1_000;
 

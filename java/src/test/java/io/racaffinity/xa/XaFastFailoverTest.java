@@ -1,6 +1,7 @@
 package io.racaffinity.xa;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -156,6 +157,41 @@ class XaFastFailoverTest {
      * hard Down ends the call at once (XAER_RMFAIL: retry), the branch stays prepared and tracked, and the retry
      * after heal commits it. Recovery is unchanged.
      */
+    /**
+     * A node Down and Up again between two watch rounds (the operator's setNodeState: nothing pokes the
+     * watch), restarted meanwhile: the session an open XAConnection holds there, idle (no branch, no handle
+     * on it), is dead. The next round sees the node Up both times and only the core's state change count
+     * moved: that session is dropped, so the TM's next branch there opens a new one. Before, the branch's
+     * first statement failed ("terminating connection due to administrator command").
+     */
+    @Test
+    void aDownAndUpBetweenTwoWatchRoundsDropsTheIdleSessionARestartEnded() throws Exception {
+        AffinityXADataSource ds = ds("xa-fcf-down-up-unseen");
+        Cluster cluster = ds.getCluster();
+        XAConnection c = xa.connect(ds);
+        XAResource r = c.getXAResource();
+        Xid x1 = XaSupport.xid(1);
+        XaSupport.startOn(ds, "RAC2", r, x1);
+        int pid;
+        try (Connection h = c.getConnection()) {
+            pid = XaSupport.backendPid(h);
+        }
+        r.end(x1, XAResource.TMSUCCESS);
+        r.commit(x1, true);
+        Thread.sleep(600); // three watch rounds (200 ms): the steering's own state changes seen
+        cluster.setNodeState("RAC2", NodeState.DOWN);
+        cluster.setNodeState("RAC2", NodeState.UP);
+        XaSupport.terminateBackend(2, pid); // the restart
+        Thread.sleep(600); // a watch round or more, which see RAC2 Up
+        Xid x2 = XaSupport.xid(2);
+        XaSupport.startOn(ds, "RAC2", r, x2);
+        try (Connection h = c.getConnection()) {
+            assertNotEquals(pid, XaSupport.backendPid(h), "a new session on RAC2");
+        }
+        r.end(x2, XAResource.TMSUCCESS);
+        r.commit(x2, true);
+    }
+
     @Test
     void aHardDownEndsACommitHungOnABlackholedNodeAndThePreparedBranchIsKept() throws Exception {
         AffinityXADataSource ds = ds("xa-fcf-commit");
